@@ -1,0 +1,121 @@
+"""The ``toolbreaker`` command line.
+
+User mistakes become one line on stderr, ``error: FILE:LINE: what is wrong``, and exit
+code 2; never a traceback. ``diff`` exits 0 when receipts are equal and 1 when not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from toolbreaker.core.policy import Policy
+from toolbreaker.core.receipt import Replay, diff, dump_receipt, load_receipt
+from toolbreaker.core.state import BreakerState, Event
+from toolbreaker.core.trace import read_trace
+from toolbreaker.errors import ToolbreakerError, TraceError
+
+__all__ = ["main"]
+
+EXIT_USAGE = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except ToolbreakerError as exc:
+        located = getattr(exc, "located", None)
+        print(f"error: {located() if located else exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:  # pragma: no cover - interactive only
+        return 130
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolbreaker",
+        description="Circuit breakers around the tools an AI agent calls.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    cmd = commands.add_parser("replay", help="replay a JSONL trace and print its receipt")
+    cmd.add_argument("trace", help="JSON Lines, one event per line")
+    cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
+    cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
+    cmd.set_defaults(run=_replay)
+
+    cmd = commands.add_parser("diff", help="compare two receipts (exit 1 when they differ)")
+    cmd.add_argument("a")
+    cmd.add_argument("b")
+    cmd.set_defaults(run=_diff)
+
+    cmd = commands.add_parser("demo", help="replay the seed article's fixture and explain it")
+    cmd.set_defaults(run=_demo)
+    return parser
+
+
+def _replay(args: argparse.Namespace) -> int:
+    policy = Policy.from_toml(args.policy) if args.policy else Policy()
+    initial = _initial_states(args.initial_state, policy) if args.initial_state else None
+    events = read_trace(args.trace)
+    receipt = _replay_located(events, policy, initial, args.trace)
+    sys.stdout.write(dump_receipt(receipt))
+    return 0
+
+
+def _replay_located(
+    events: list[tuple[int, Event]],
+    policy: Policy,
+    initial: dict[str, BreakerState] | None,
+    name: str,
+) -> dict[str, object]:
+    driver = Replay(policy, initial)
+    for line, event in events:
+        try:
+            driver.feed(event)
+        except TraceError as exc:
+            exc.file, exc.line = name, line
+            raise
+    return driver.receipt()
+
+
+def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(
+            f"malformed JSON: {exc}", file=path, line=getattr(exc, "lineno", None)
+        ) from None
+    if not isinstance(data, dict):
+        raise TraceError("initial state must be a JSON object: dependency -> state", file=path)
+    # Each state fails closed on its own: a corrupt one loads as open, it does not abort.
+    return {str(dep): BreakerState.from_dict(state, policy) for dep, state in data.items()}
+
+
+def _diff(args: argparse.Namespace) -> int:
+    a, b = load_receipt(args.a), load_receipt(args.b)
+    lines = diff(a, b)
+    if not lines:
+        print("receipts are equal")
+        return 0
+    print("\n".join(lines))
+    return 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._demo import run_fixture
+
+    fixtures = resources.files("toolbreaker") / "fixtures"
+    policy_text = (fixtures / "seed_policy.toml").read_text(encoding="utf-8")
+    trace_text = (fixtures / "seed_trace.jsonl").read_text(encoding="utf-8")
+    return run_fixture(policy_text, trace_text, sys.stdout)

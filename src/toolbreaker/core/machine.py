@@ -1,0 +1,281 @@
+"""The transition function: the one place where a breaker decides anything.
+
+Theory of operation
+-------------------
+A breaker is ``closed`` while its dependency looks healthy: every request is admitted
+and qualifying failures (and ambiguous outcomes, which are never successes) are counted.
+The failure that reaches ``failure_threshold`` opens it. While ``open`` every request
+is rejected locally until the cooldown deadline; the first request at or after the
+deadline moves it to ``half_open`` and becomes a probe holding a lease. While half-open,
+at most ``probe_limit`` leases are in flight; ``success_threshold`` successful probes
+close the breaker, and any failed, ambiguous or expired probe reopens it with a longer
+cooldown. Every change of phase starts a new generation, and an outcome of a call
+admitted in an older generation changes nothing: a late success never closes a breaker
+that opened after the call began.
+
+Everything here is pure: time arrives inside events, nothing is read, locked or stored.
+Shells feed events through :func:`apply` (or :func:`step`) and carry out the result.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from toolbreaker.core.policy import Policy
+from toolbreaker.core.state import (
+    CLOSED,
+    HALF_OPEN,
+    OPEN,
+    BreakerState,
+    Event,
+    Lease,
+    Transition,
+)
+from toolbreaker.errors import TraceError
+
+__all__ = [
+    "OPERATOR_TYPES",
+    "admission",
+    "apply",
+    "due_expiry",
+    "is_quiet",
+    "retry_after_ms",
+    "step",
+]
+
+#: Operator events: force a breaker open (``isolate``) or close it again (``release``).
+OPERATOR_TYPES: Final = frozenset({"isolate", "release"})
+
+_OUTCOME_REASONS: Final = {
+    "failure": ("qualifying-failure", "probe-failed"),
+    "ambiguous": ("ambiguous-outcome", "ambiguous-outcome"),
+}
+
+
+def admission(state: BreakerState, at: int, policy: Policy) -> str:
+    """What a request at ``at`` would get, without building anything.
+
+    Returns ``call-admitted``, ``probe-admitted``, ``cooldown``, ``probe-limit`` or
+    ``isolated``. Half-open answers ignore lease expiry; :func:`apply` handles that first.
+    Shells use this to decide cheaply whether a call must go through :func:`step`.
+    """
+    phase = state.phase
+    if phase == CLOSED:
+        return "call-admitted"
+    if phase == OPEN:
+        if state.isolated:
+            return "isolated"
+        if state.open_until is None or at < state.open_until:
+            return "cooldown"
+        return "probe-admitted"
+    return "probe-limit" if len(state.leases) >= policy.probe_limit else "probe-admitted"
+
+
+def is_quiet(state: BreakerState, policy: Policy) -> bool:
+    """True when a request is admitted and a success leaves ``state`` unchanged.
+
+    A shell may then skip :func:`step` for those two events and emit no record: the
+    core has already said what step would do. A failure is never quiet.
+    """
+    return state.phase == CLOSED and (policy.window_ms is not None or not state.failures)
+
+
+def retry_after_ms(state: BreakerState, at: int) -> int | None:
+    """Milliseconds until a rejected request could be admitted; ``None`` if unknown."""
+    if state.phase == OPEN and state.open_until is not None and not state.isolated:
+        return max(0, state.open_until - at)
+    return None
+
+
+def due_expiry(state: BreakerState, at: int, policy: Policy) -> Lease | None:
+    """The earliest probe lease that expires at or before ``at``, if any."""
+    if state.phase != HALF_OPEN or not state.leases:
+        return None
+    oldest = min(state.leases, key=lambda lease: lease.admitted_at)
+    return oldest if oldest.admitted_at + policy.lease_ttl_ms <= at else None
+
+
+def apply(
+    state: BreakerState, event: Event, policy: Policy
+) -> tuple[BreakerState, tuple[Transition, ...]]:
+    """Feed one event, first expiring any probe lease that is due by its time.
+
+    An expired lease reopens the breaker at its expiry instant, recorded as its own
+    ``lease-expired`` transition before the event that observed it.
+    """
+    lease = due_expiry(state, event.at, policy)
+    if lease is None:
+        new, record = step(state, event, policy)
+        return new, (record,)
+    expired = Event(
+        type="lease-expired",
+        at=lease.admitted_at + policy.lease_ttl_ms,
+        dependency=event.dependency,
+        call=lease.call,
+        generation=state.generation,
+    )
+    middle, first = step(state, expired, policy)
+    new, second = step(middle, event, policy)
+    return new, (first, second)
+
+
+def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, Transition]:
+    """Apply one event to one breaker's state and say what happened.
+
+    Raises:
+        TraceError: the event type is unknown or its time is negative.
+    """
+    at = event.at
+    if at < 0:
+        raise TraceError(f"time must not be negative, got {at}")
+    if state.phase == OPEN and state.open_until is None and not state.isolated:
+        # A recovered corrupt state: its cooldown starts at the first event touching it.
+        state = _open(state, at, policy, opening=max(state.opens, 1), generation=state.generation)
+    kind = event.type
+    if kind == "request":
+        new, reason = _request(state, event, policy)
+    elif kind in ("success", "failure", "ambiguous", "ignored", "lease-expired"):
+        new, reason = _outcome(state, event, policy)
+    elif kind == "isolate":
+        new = BreakerState(
+            phase=OPEN,
+            generation=state.generation + 1,
+            opens=state.opens,
+            isolated=True,
+            recovered_from_corruption=state.recovered_from_corruption,
+        )
+        reason = "isolated"
+    elif kind == "release":
+        new = BreakerState(
+            generation=state.generation + 1,
+            recovered_from_corruption=state.recovered_from_corruption,
+        )
+        reason = "released"
+    else:
+        raise TraceError(f"unknown event type {kind!r}")
+    admitted = reason in ("call-admitted", "probe-admitted")
+    return new, Transition(
+        dependency=event.dependency,
+        event=event,
+        from_phase=state.phase,
+        to_phase=new.phase,
+        attempted=admitted,
+        rejected=kind == "request" and not admitted,
+        reason=reason,
+        generation=new.generation,
+        open_until=new.open_until,
+    )
+
+
+def _request(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    phase = state.phase
+    if phase == CLOSED:
+        return state, "call-admitted"
+    reason = admission(state, event.at, policy)
+    if reason != "probe-admitted":
+        return state, reason
+    if phase == OPEN:
+        return (
+            BreakerState(
+                phase=HALF_OPEN,
+                generation=state.generation + 1,
+                opens=state.opens,
+                leases=(Lease(event.call or "", event.at),),
+                recovered_from_corruption=state.recovered_from_corruption,
+            ),
+            "probe-admitted",
+        )
+    return _with(state, leases=(*state.leases, Lease(event.call or "", event.at))), "probe-admitted"
+
+
+def _outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    kind = event.type
+    # No call is ever admitted in the open phase, so every outcome seen there is stale.
+    if event.generation != state.generation or state.phase == OPEN:
+        return state, "stale-outcome"
+    if state.phase == CLOSED:
+        return _closed_outcome(state, event, policy)
+    leases = tuple(x for x in state.leases if x.call != event.call)
+    if len(leases) == len(state.leases):
+        # Not one of this generation's probes: nothing it says can be trusted.
+        return state, "stale-outcome"
+    if kind == "ignored":
+        return _with(state, leases=leases), "non-qualifying"
+    if kind == "success":
+        successes = state.successes + 1
+        if successes >= policy.success_threshold:
+            closed = BreakerState(
+                generation=state.generation + 1,
+                recovered_from_corruption=state.recovered_from_corruption,
+            )
+            return closed, "probe-quorum"
+        return _with(state, leases=leases, successes=successes), "probe-success"
+    if kind == "lease-expired":
+        return _open(state, event.at, policy, opening=state.opens + 1), "lease-expired"
+    reason = _OUTCOME_REASONS[kind][1]
+    return _open(
+        state, event.at, policy, opening=state.opens + 1, hint=event.retry_after_ms
+    ), reason
+
+
+def _closed_outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    kind = event.type
+    if kind == "ignored":
+        return state, "non-qualifying"
+    if kind == "success":
+        if policy.window_ms is None and state.failures:
+            return _with(state, failures=()), "success"
+        return state, "success"
+    if kind == "lease-expired":  # only made by apply() while half-open
+        raise TraceError("lease-expired outside half_open")
+    at = event.at
+    recent = state.failures
+    if policy.window_ms is not None:
+        recent = tuple(t for t in recent if at - t < policy.window_ms)
+    failures = (*recent, at)
+    reason = _OUTCOME_REASONS[kind][0]
+    if len(failures) >= policy.failure_threshold:
+        return _open(state, at, policy, opening=state.opens + 1, hint=event.retry_after_ms), reason
+    return _with(state, failures=failures), reason
+
+
+def _open(
+    state: BreakerState,
+    at: int,
+    policy: Policy,
+    *,
+    opening: int,
+    hint: int | None = None,
+    generation: int | None = None,
+) -> BreakerState:
+    wait = policy.cooldown_for(opening)
+    if hint is not None and hint > wait:
+        wait = hint
+    return BreakerState(
+        phase=OPEN,
+        generation=state.generation + 1 if generation is None else generation,
+        open_until=at + wait,
+        opens=opening,
+        recovered_from_corruption=state.recovered_from_corruption,
+    )
+
+
+def _with(
+    state: BreakerState,
+    *,
+    failures: tuple[int, ...] | None = None,
+    leases: tuple[Lease, ...] | None = None,
+    successes: int | None = None,
+) -> BreakerState:
+    """The same phase and generation with some counters changed."""
+    return BreakerState(
+        phase=state.phase,
+        generation=state.generation,
+        failures=state.failures if failures is None else failures,
+        open_until=state.open_until,
+        opens=state.opens,
+        successes=state.successes if successes is None else successes,
+        leases=state.leases if leases is None else leases,
+        isolated=state.isolated,
+        recovered_from_corruption=state.recovered_from_corruption,
+    )

@@ -1,0 +1,274 @@
+"""Breaker state, events and transition records: plain frozen data.
+
+They serialise to the same dicts in memory, in SQLite and in Redis. Loading a state
+never trusts its input: anything that does not validate loads as ``open`` and is flagged
+``recovered_from_corruption`` (fail closed), instead of raising or defaulting to healthy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Final
+
+from toolbreaker.core.policy import Policy
+
+__all__ = [
+    "CLOSED",
+    "EVENT_TYPES",
+    "HALF_OPEN",
+    "OPEN",
+    "OUTCOME_TYPES",
+    "PHASES",
+    "REASONS",
+    "STATE_SCHEMA",
+    "BreakerState",
+    "Event",
+    "Lease",
+    "Transition",
+]
+
+CLOSED: Final = "closed"
+OPEN: Final = "open"
+HALF_OPEN: Final = "half_open"
+PHASES: Final = (CLOSED, OPEN, HALF_OPEN)
+
+#: Outcome events: they settle an admitted call.
+OUTCOME_TYPES: Final = frozenset({"success", "failure", "ignored", "ambiguous"})
+#: Events a trace may contain; ``lease-expired`` is only ever made by the core itself.
+EVENT_TYPES: Final = frozenset({"request"}) | OUTCOME_TYPES
+
+REASONS: Final = (
+    "call-admitted",
+    "probe-admitted",
+    "cooldown",
+    "probe-limit",
+    "success",
+    "probe-success",
+    "probe-quorum",
+    "qualifying-failure",
+    "probe-failed",
+    "ambiguous-outcome",
+    "non-qualifying",
+    "stale-outcome",
+    "lease-expired",
+    "isolated",
+    "released",
+)
+
+STATE_SCHEMA: Final = "toolbreaker.state/v1"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """One input to the state machine.
+
+    Attributes:
+        type: ``request``, an outcome (``success``, ``failure``, ``ignored``,
+            ``ambiguous``), or ``lease-expired`` (made by the core).
+        at: integer milliseconds on a monotonic clock; never decreases per dependency.
+        dependency: the breaker key.
+        call: the call id a request admits or an outcome settles.
+        generation: for outcomes, the generation the settled call was admitted in.
+        retry_after_ms: for failures, the least time the provider asked us to wait.
+    """
+
+    type: str
+    at: int
+    dependency: str
+    call: str | None = None
+    generation: int | None = None
+    retry_after_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as it appears in receipts; absent optional fields are left out."""
+        out: dict[str, Any] = {"type": self.type, "at": self.at}
+        if self.call is not None:
+            out["call"] = self.call
+        if self.retry_after_ms is not None:
+            out["retry_after_ms"] = self.retry_after_ms
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Lease:
+    """A probe in flight while half-open; it expires at ``admitted_at + lease_ttl_ms``."""
+
+    call: str
+    admitted_at: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BreakerState:
+    """The persisted state of one breaker.
+
+    Attributes:
+        phase: ``closed``, ``open`` or ``half_open``.
+        generation: bumped on every change of phase; outcomes of older calls are stale.
+        failures: instants of the failures counted toward the threshold while closed.
+        open_until: while open, the instant a request may probe; ``None`` while open
+            means the cooldown starts at the next event (a recovered corrupt state).
+        opens: consecutive openings since the breaker last closed (drives the cooldown).
+        successes: successful probes in the current half-open generation.
+        leases: probes in flight while half-open.
+        isolated: held open by an operator until released.
+        recovered_from_corruption: loaded from a state that did not validate.
+    """
+
+    phase: str = CLOSED
+    generation: int = 0
+    failures: tuple[int, ...] = ()
+    open_until: int | None = None
+    opens: int = 0
+    successes: int = 0
+    leases: tuple[Lease, ...] = ()
+    isolated: bool = False
+    recovered_from_corruption: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The state as a JSON-ready dict, tagged with its schema."""
+        return {
+            "schema": STATE_SCHEMA,
+            "state": self.phase,
+            "generation": self.generation,
+            "failures": list(self.failures),
+            "open_until": self.open_until,
+            "opens": self.opens,
+            "successes": self.successes,
+            "leases": [{"call": x.call, "admitted_at": x.admitted_at} for x in self.leases],
+            "isolated": self.isolated,
+            "recovered_from_corruption": self.recovered_from_corruption,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, policy: Policy) -> BreakerState:
+        """Load a state, failing closed.
+
+        Anything that does not validate (unknown state name, wrong types, negative
+        counters, more leases than the policy allows, another schema) loads as ``open``
+        with the cooldown starting at the next event, flagged ``recovered_from_corruption``.
+        Missing optional fields take their defaults; ``state`` itself is required.
+        """
+        try:
+            return _validated(data, policy)
+        except (ValueError, TypeError, KeyError):
+            return CORRUPT
+
+
+#: What every state that fails validation loads as.
+CORRUPT: Final = BreakerState(phase=OPEN, open_until=None, opens=0, recovered_from_corruption=True)
+
+_STATE_KEYS: Final = frozenset(
+    {
+        "schema",
+        "state",
+        "generation",
+        "failures",
+        "open_until",
+        "opens",
+        "successes",
+        "leases",
+        "isolated",
+        "recovered_from_corruption",
+    }
+)
+
+
+def _count(value: object) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(value)
+    return value
+
+
+def _flag(value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError(value)
+    return value
+
+
+def _validated(data: object, policy: Policy) -> BreakerState:
+    if not isinstance(data, Mapping) or not set(data) <= _STATE_KEYS:
+        raise ValueError("not a state")
+    if data.get("schema", STATE_SCHEMA) != STATE_SCHEMA:
+        raise ValueError("schema")
+    phase = data["state"]
+    if phase not in PHASES:
+        raise ValueError(phase)
+    failures = data.get("failures", [])
+    leases = data.get("leases", [])
+    if not isinstance(failures, list) or not isinstance(leases, list):
+        raise TypeError("lists")
+    open_until = data.get("open_until")
+    state = BreakerState(
+        phase=phase,
+        generation=_count(data.get("generation", 0)),
+        failures=tuple(_count(x) for x in failures),
+        open_until=None if open_until is None else _count(open_until),
+        opens=_count(data.get("opens", 0)),
+        successes=_count(data.get("successes", 0)),
+        leases=tuple(_lease(x) for x in leases),
+        isolated=_flag(data.get("isolated", False)),
+        recovered_from_corruption=_flag(data.get("recovered_from_corruption", False)),
+    )
+    consistent = (
+        len(state.leases) <= policy.probe_limit
+        and len(state.failures) < policy.failure_threshold
+        and state.successes < policy.success_threshold
+        and (state.phase == HALF_OPEN or not (state.leases or state.successes))
+        and (state.phase == CLOSED or not state.failures)
+        and (state.phase == OPEN or (state.open_until is None and not state.isolated))
+        and (state.phase != OPEN or state.open_until is not None or state.isolated)
+        and len({x.call for x in state.leases}) == len(state.leases)
+    )
+    if not consistent:
+        raise ValueError("inconsistent")
+    return state
+
+
+def _lease(value: object) -> Lease:
+    if not isinstance(value, Mapping) or set(value) != {"call", "admitted_at"}:
+        raise ValueError(value)
+    call = value["call"]
+    if not isinstance(call, str):
+        raise TypeError(call)
+    return Lease(call=call, admitted_at=_count(value["admitted_at"]))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Transition:
+    """What the core did with one event: the unit of receipts and listeners.
+
+    Attributes:
+        dependency: the breaker key.
+        event: the input event (or the core's own ``lease-expired``).
+        from_phase: the phase before the event.
+        to_phase: the phase after it.
+        attempted: the event admitted a call to the remote dependency.
+        rejected: the event was a request rejected locally.
+        reason: why, one of :data:`REASONS`.
+        generation: the generation after the event.
+        open_until: the cooldown deadline after the event, while open.
+    """
+
+    dependency: str
+    event: Event
+    from_phase: str
+    to_phase: str
+    attempted: bool
+    rejected: bool
+    reason: str
+    generation: int
+    open_until: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as it appears in receipts."""
+        return {
+            "event": self.event.to_dict(),
+            "from": self.from_phase,
+            "to": self.to_phase,
+            "attempted": self.attempted,
+            "rejected": self.rejected,
+            "reason": self.reason,
+            "generation": self.generation,
+            "open_until": self.open_until,
+        }

@@ -1,0 +1,86 @@
+"""The one exception tree of toolbreaker.
+
+Every exception the library raises on purpose derives from :class:`ToolbreakerError`,
+so ``except ToolbreakerError`` catches them all and nothing else::
+
+    ToolbreakerError
+    ├── PolicyError          invalid policy or configuration (field, line)
+    ├── TraceError           an event or trace that cannot be replayed (line)
+    ├── ReceiptError         a file that is not a toolbreaker receipt
+    └── CircuitOpen          a call rejected locally by an open breaker (retry_after)
+
+Errors carry machine-readable fields so callers never parse messages.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CircuitOpen", "PolicyError", "ReceiptError", "ToolbreakerError", "TraceError"]
+
+
+class ToolbreakerError(Exception):
+    """Base class of every error toolbreaker raises on purpose."""
+
+
+class _Located(ToolbreakerError):
+    """An error about user input that can point at a file and a line."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.file = file
+        self.line = line
+
+    def located(self, file: str | None = None) -> str:
+        """Return ``file:line: message`` with whatever location is known."""
+        where = self.file or file
+        parts = [p for p in (where, str(self.line) if self.line else None) if p]
+        return ": ".join([":".join(parts), self.message]) if parts else self.message
+
+    def __str__(self) -> str:
+        return self.located()
+
+
+class PolicyError(_Located):
+    """A policy or configuration value is invalid.
+
+    Attributes:
+        field: the name of the offending field, when one is to blame.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+    ) -> None:
+        super().__init__(message, file=file, line=line)
+        self.field = field
+
+
+class TraceError(_Located):
+    """An event, or a line of a trace, cannot be replayed."""
+
+
+class ReceiptError(_Located):
+    """A file handed to ``diff`` is not a ``toolbreaker.receipt/v1`` document."""
+
+
+class CircuitOpen(ToolbreakerError):
+    """A call was rejected locally: the breaker did not let it reach the dependency.
+
+    Attributes:
+        dependency: the breaker's dependency key.
+        reason: the core's reason (``cooldown``, ``probe-limit`` ...).
+        retry_after: seconds until a call may be admitted again (at least 1).
+    """
+
+    def __init__(self, dependency: str, reason: str, retry_after: int) -> None:
+        super().__init__(
+            f"breaker for {dependency!r} rejected the call locally ({reason}); "
+            f"retry after {retry_after} s"
+        )
+        self.dependency = dependency
+        self.reason = reason
+        self.retry_after = retry_after
