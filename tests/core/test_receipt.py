@@ -1,0 +1,118 @@
+"""Receipts: the seed fixture as a contract, determinism, and diffs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from toolbreaker import Event, Policy, diff, replay
+from toolbreaker.core import dump_receipt, read_trace, sha256_hex
+
+
+def seed_receipt(seed_trace: Path, seed_policy: Path) -> dict:
+    return replay([e for _, e in read_trace(seed_trace)], Policy.from_toml(seed_policy))
+
+
+def test_seed_fixture_contract(seed_trace, seed_policy):
+    """Search opens on the third failure, rejects early, probes at the deadline, closes on two
+    successes; billing stays closed."""
+    receipt = seed_receipt(seed_trace, seed_policy)
+    search = receipt["dependencies"]["search"]
+    reasons = [t["reason"] for t in search["transitions"]]
+    assert reasons == [
+        "call-admitted",
+        "qualifying-failure",
+        "call-admitted",
+        "qualifying-failure",
+        "call-admitted",
+        "qualifying-failure",
+        "cooldown",
+        "probe-admitted",
+        "probe-success",
+        "probe-admitted",
+        "probe-quorum",
+    ]
+    opened = search["transitions"][5]
+    assert (opened["from"], opened["to"], opened["event"]["at"]) == ("closed", "open", 25)
+    assert search["transitions"][7]["event"]["at"] == 20_025
+    assert (search["remote_attempts"], search["local_rejections"], search["opens"]) == (5, 1, 1)
+    assert search["final_state"]["state"] == "closed"
+    billing = receipt["dependencies"]["billing"]
+    assert billing["final_state"]["state"] == "closed"
+    assert (billing["remote_attempts"], billing["local_rejections"], billing["opens"]) == (1, 0, 0)
+
+
+def test_receipt_names_schema_policy_and_version(seed_trace, seed_policy):
+    """A receipt carries its schema, the policy and the policy version."""
+    receipt = seed_receipt(seed_trace, seed_policy)
+    policy = Policy.from_toml(seed_policy)
+    assert receipt["schema"] == "toolbreaker.receipt/v1"
+    assert receipt["policy"] == policy.to_dict()
+    assert receipt["policy_version"] == policy.version
+
+
+def test_hash_covers_everything_else(seed_trace, seed_policy):
+    """receipt_hash is the SHA-256 of the canonical JSON of the rest of the receipt."""
+    receipt = seed_receipt(seed_trace, seed_policy)
+    body = {k: v for k, v in receipt.items() if k != "receipt_hash"}
+    assert receipt["receipt_hash"] == sha256_hex(body)
+
+
+def test_byte_identical_across_processes(seed_trace, seed_policy, tmp_path):
+    """Two separate processes print byte-identical receipts for the same input."""
+    command = [
+        sys.executable,
+        "-m",
+        "toolbreaker",
+        "replay",
+        str(seed_trace),
+        "--policy",
+        str(seed_policy),
+    ]
+    env = {"PYTHONHASHSEED": "1", "PATH": ""}
+    first = subprocess.run(command, capture_output=True, check=True, env=env).stdout
+    second = subprocess.run(
+        command, capture_output=True, check=True, env={**env, "PYTHONHASHSEED": "2"}
+    ).stdout
+    assert first == second
+    assert first == dump_receipt(seed_receipt(seed_trace, seed_policy)).encode()
+
+
+def test_one_changed_event_changes_hash_and_diff(seed_trace, seed_policy):
+    """Turning the third failure into a success gives another hash and a non-empty diff."""
+    policy = Policy.from_toml(seed_policy)
+    events = [e for _, e in read_trace(seed_trace)]
+    changed = [
+        Event("success", e.at, e.dependency) if (e.dependency, e.at) == ("search", 25) else e
+        for e in events
+    ]
+    a, b = replay(events, policy), replay(changed, policy)
+    assert a["receipt_hash"] != b["receipt_hash"]
+    lines = diff(a, b)
+    assert lines[0] == "[search] first differing transition #6:"
+    assert "qualifying-failure" in lines[1]
+    assert "success" in lines[2]
+    assert any(line.startswith("[search] opens: 1 -> 0") for line in lines)
+
+
+def test_threshold_change_shows_as_transition_diff(seed_trace, seed_policy):
+    """A policy change is reviewed as a transition diff before deployment."""
+    events = [e for _, e in read_trace(seed_trace)]
+    a = replay(events, Policy.from_toml(seed_policy))
+    b = replay(events, Policy(failure_threshold=4, cooldown_ms=20_000))
+    lines = diff(a, b)
+    assert "policy.failure_threshold: 3 -> 4" in lines
+    assert "[search] final state: closed -> closed" not in lines
+    assert any("first differing transition" in line for line in lines)
+
+
+def test_equal_receipts_have_no_diff(seed_trace, seed_policy):
+    """diff of a receipt with itself is empty."""
+    receipt = seed_receipt(seed_trace, seed_policy)
+    assert diff(receipt, receipt) == []
+
+
+def test_trace_without_retry_after_is_unchanged_by_the_field():
+    """Events without retry_after_ms serialise exactly as before the field existed."""
+    assert Event("failure", 1, "d", call="c").to_dict() == {"type": "failure", "at": 1, "call": "c"}

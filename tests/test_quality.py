@@ -1,0 +1,53 @@
+"""The house rules hold: ruff and mypy --strict are clean, the public surface is complete."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import toolbreaker
+
+ROOT = Path(__file__).resolve().parents[1]
+CODE = [d for d in ("src", "tests", "benchmarks", "examples") if (ROOT / d).is_dir()]
+
+
+def run(*command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None, reason="ruff not installed")
+def test_ruff_is_clean():
+    """ruff check and ruff format --check report nothing."""
+    check = run("ruff", "check", *CODE)
+    assert check.returncode == 0, check.stdout + check.stderr
+    fmt = run("ruff", "format", "--check", *CODE)
+    assert fmt.returncode == 0, fmt.stdout + fmt.stderr
+
+
+def test_mypy_strict_is_clean():
+    """mypy --strict on src/ reports nothing."""
+    done = run(sys.executable, "-m", "mypy", "--strict", "src")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_public_names_are_exported_and_sorted():
+    """__all__ is sorted and every name in it exists."""
+    names = [n for n in toolbreaker.__all__ if n != "__version__"]
+    assert names == sorted(names)
+    for name in toolbreaker.__all__:
+        assert hasattr(toolbreaker, name), name
+
+
+def test_import_pulls_in_no_optional_dependency():
+    """import toolbreaker imports no framework, redis or web library."""
+    code = (
+        "import sys, toolbreaker; bad = [m for m in ('redis', 'httpx', 'langchain', 'agents', "
+        "'pydantic_ai', 'mcp', 'prometheus_client', 'opentelemetry') if m in sys.modules]; "
+        "print(bad)"
+    )
+    done = run(sys.executable, "-c", code)
+    assert done.stdout.strip() == "[]", done.stderr
