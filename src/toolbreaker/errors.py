@@ -7,14 +7,28 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── PolicyError          invalid policy or configuration (field, line)
     ├── TraceError           an event or trace that cannot be replayed (line)
     ├── ReceiptError         a file that is not a toolbreaker receipt
-    └── CircuitOpen          a call rejected locally by an open breaker (retry_after)
+    ├── CircuitOpen          a call rejected locally by an open breaker (retry_after, result)
+    ├── StoreUnavailable     breaker state could not be read or written (fail closed)
+    ├── RegistryFull         more breakers than the registry's cardinality limit
+    └── PermitError          a permit settled twice
 
 Errors carry machine-readable fields so callers never parse messages.
 """
 
 from __future__ import annotations
 
-__all__ = ["CircuitOpen", "PolicyError", "ReceiptError", "ToolbreakerError", "TraceError"]
+from typing import Any
+
+__all__ = [
+    "CircuitOpen",
+    "PermitError",
+    "PolicyError",
+    "ReceiptError",
+    "RegistryFull",
+    "StoreUnavailable",
+    "ToolbreakerError",
+    "TraceError",
+]
 
 
 class ToolbreakerError(Exception):
@@ -71,16 +85,53 @@ class CircuitOpen(ToolbreakerError):
     """A call was rejected locally: the breaker did not let it reach the dependency.
 
     Attributes:
-        dependency: the breaker's dependency key.
-        reason: the core's reason (``cooldown``, ``probe-limit`` ...).
-        retry_after: seconds until a call may be admitted again (at least 1).
+        dependency: the breaker's key.
+        reason: the core's reason (``cooldown``, ``probe-limit``, ``isolated``) or
+            ``store-unavailable``.
+        retry_after: whole seconds until a call may be admitted again (at least 1).
+        result: the LLM-facing tool-unavailable result, as a JSON-ready dict.
     """
 
-    def __init__(self, dependency: str, reason: str, retry_after: int) -> None:
-        super().__init__(
-            f"breaker for {dependency!r} rejected the call locally ({reason}); "
-            f"retry after {retry_after} s"
-        )
+    def __init__(
+        self, dependency: str, reason: str, retry_after: int, result: dict[str, Any]
+    ) -> None:
+        # The message is built lazily: rejections are a hot path while a breaker is open.
+        super().__init__(dependency, reason, retry_after)
         self.dependency = dependency
         self.reason = reason
         self.retry_after = retry_after
+        self.result = result
+
+    def __str__(self) -> str:
+        return (
+            f"breaker {self.dependency!r} rejected the call locally ({self.reason}); "
+            f"retry after {self.retry_after} s"
+        )
+
+
+class StoreUnavailable(ToolbreakerError):
+    """The store could not read or write breaker state; the call is denied, not waved on.
+
+    Attributes:
+        dependency: the breaker key whose state was unreachable, when known.
+    """
+
+    def __init__(self, message: str, *, dependency: str | None = None) -> None:
+        super().__init__(message)
+        self.dependency = dependency
+
+
+class RegistryFull(ToolbreakerError):
+    """A registry was asked for more distinct breakers than its cardinality limit."""
+
+    def __init__(self, limit: int, key: str) -> None:
+        super().__init__(
+            f"registry holds its limit of {limit} breakers; refusing a new one for {key!r} "
+            "(is a request id or a user id part of the dependency key?)"
+        )
+        self.limit = limit
+        self.key = key
+
+
+class PermitError(ToolbreakerError):
+    """A permit was settled more than once."""

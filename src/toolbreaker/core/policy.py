@@ -144,10 +144,22 @@ def load_toml(path: str | Path, build: Any) -> Any:
         raise
 
 
-def _line_of_key(text: str, key: str) -> int | None:
-    leaf = key.rsplit(".", 1)[-1]
-    pattern = re.compile(rf"^\s*(\"{re.escape(leaf)}\"|{re.escape(leaf)})\s*=")
+def _line_of_key(text: str, field: str) -> int | None:
+    """The line of a dotted field (``table.sub.key``), following ``[table]`` headers."""
+    header = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
+    assignment = re.compile(r"^\s*(\"[^\"]+\"|[A-Za-z0-9_-]+)\s*=")
+    table = ""
+    fallback = None
     for number, line in enumerate(text.splitlines(), start=1):
-        if pattern.match(line):
-            return number
-    return None
+        found = header.match(line)
+        if found:
+            table = ".".join(part.strip().strip('"') for part in found.group(1).split("."))
+            if table == field:
+                fallback = fallback or number
+            continue
+        found = assignment.match(line)
+        if found:
+            key = found.group(1).strip('"')
+            if (f"{table}.{key}" if table else key) == field:
+                return number
+    return fallback

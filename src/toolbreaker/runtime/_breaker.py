@@ -1,0 +1,668 @@
+"""The runtime breaker: a thin shell around the core.
+
+It reads the clock, runs the call, classifies the outcome and feeds events to the core
+through a store.
+
+Two paths, one decision-maker. Every transition is computed by the core's ``apply()``
+inside the store. The shell only skips the store when the core has already said what
+would happen: in a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a request is
+admitted and a success changes nothing; in a cooling-down open state
+(:func:`~toolbreaker.core.admission`) a request is rejected and changes nothing. Those
+two cases are most calls, and they cost no lock, no allocation of records and no I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import inspect
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
+
+from toolbreaker.core.machine import admission, is_quiet
+from toolbreaker.core.policy import Policy
+from toolbreaker.core.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
+from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
+from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
+from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._result import error_result, unavailable_result, validate_template
+from toolbreaker.stores._protocol import Store
+from toolbreaker.stores.memory import MemoryStore
+
+__all__ = ["Breaker", "BreakerStats", "Enforce", "Listener", "Permit", "Rejection"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: How a deadline is enforced: ``thread`` runs a sync call in a worker and returns at the
+#: deadline (async calls are always cancelled at it); ``cooperative`` trusts the callable
+#: to honour the timeout it was given and treats a result arriving after the deadline as
+#: ambiguous.
+Enforce = Literal["thread", "cooperative"]
+
+#: A listener receives every transition record the core produced, and the breaker.
+Listener = Callable[[Transition, "Breaker"], None]
+
+_UNSET: Final[Any] = object()
+_PROCESS_TOKEN: Final = f"{os.getpid():x}.{os.urandom(3).hex()}"
+_TIMEOUT: Final = Verdict("failure", "timeout")
+_LATE: Final = Verdict("ambiguous", "late-result")
+_STORE_DOWN: Final = "store-unavailable"
+
+if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
+    _async_timeout = asyncio.timeout
+else:  # pragma: no cover - version dependent
+    _async_timeout = None
+
+
+class BreakerStats:
+    """Counters of one breaker, for dashboards and tuning.
+
+    Attributes:
+        demand: requests, admitted or not.
+        admitted: requests that reached the dependency.
+        rejected: requests rejected locally.
+        failures: qualifying and other failed outcomes by class (``http-503``, ``timeout``).
+        opens: openings by the reason of the transition that opened the breaker.
+        reopens_from_half_open: openings that came from a failed or expired probe.
+        half_opens: times the breaker went half-open.
+        late_results: results that arrived after their deadline (never successes).
+        time_in_state_ms: time spent in each phase, up to the last transition.
+    """
+
+    __slots__ = (
+        "admitted",
+        "demand",
+        "failures",
+        "half_opens",
+        "late_results",
+        "opens",
+        "rejected",
+        "reopens_from_half_open",
+        "time_in_state_ms",
+    )
+
+    def __init__(self) -> None:
+        self.demand = 0
+        self.admitted = 0
+        self.rejected = 0
+        self.failures: dict[str, int] = {}
+        self.opens: dict[str, int] = {}
+        self.reopens_from_half_open = 0
+        self.half_opens = 0
+        self.late_results = 0
+        self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
+
+    @property
+    def half_open_reopen_ratio(self) -> float:
+        """Share of half-open episodes that reopened: above ~0.7 the cooldown is too short."""
+        return self.reopens_from_half_open / self.half_opens if self.half_opens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counters as a JSON-ready dict."""
+        return {
+            "demand": self.demand,
+            "admitted": self.admitted,
+            "rejected": self.rejected,
+            "failures": dict(self.failures),
+            "opens": dict(self.opens),
+            "half_opens": self.half_opens,
+            "reopens_from_half_open": self.reopens_from_half_open,
+            "half_open_reopen_ratio": self.half_open_reopen_ratio,
+            "late_results": self.late_results,
+            "time_in_state_ms": dict(self.time_in_state_ms),
+        }
+
+
+class Rejection:
+    """A request the breaker rejected locally; carries the LLM-facing result."""
+
+    __slots__ = ("breaker", "reason", "retry_after_ms")
+    admitted: Final = False
+
+    def __init__(self, breaker: Breaker, reason: str, retry_after_ms: int | None) -> None:
+        self.breaker = breaker
+        self.reason = reason
+        self.retry_after_ms = retry_after_ms
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """The tool-unavailable result to hand to the model instead of running the tool."""
+        return self.breaker._unavailable(self.reason, self.retry_after_ms)
+
+    def error(self) -> CircuitOpen:
+        """The same rejection as an exception."""
+        result = self.result
+        return CircuitOpen(self.breaker.key, self.reason, result["retry_after_seconds"], result)
+
+
+class Permit:
+    """An admitted call; settle it exactly once with :meth:`record`.
+
+    It carries the generation the call was admitted in (a late outcome of an older
+    generation changes nothing) and, for a probe, the lease the core granted. A probe
+    that is never settled is released by the core when its lease expires.
+    """
+
+    __slots__ = ("_settled", "admitted_at", "breaker", "call", "deadline_ms", "generation", "probe")
+    admitted: Final = True
+
+    def __init__(  # noqa: PLR0917 - built by the breaker only
+        self,
+        breaker: Breaker,
+        call: str | None,
+        generation: int,
+        admitted_at: int,
+        deadline_ms: int | None,
+        probe: bool,
+    ) -> None:
+        self.breaker = breaker
+        self.call = call
+        self.generation = generation
+        self.admitted_at = admitted_at
+        self.deadline_ms = deadline_ms
+        self.probe = probe
+        self._settled = False
+
+    def record(
+        self,
+        outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
+    ) -> Transition | None:
+        """Settle the call with an outcome.
+
+        ``outcome`` is a :class:`Verdict`, an exception to classify, or an outcome name.
+        A result that arrives after the deadline is ambiguous, never a success. Returns
+        the core's record, or ``None`` when the core had declared the outcome a no-op.
+
+        Raises:
+            PermitError: the permit was already settled.
+        """
+        if self._settled:
+            raise PermitError(f"permit {self.call or ''} for {self.breaker.key!r} settled twice")
+        self._settled = True
+        if isinstance(outcome, Verdict):
+            verdict = outcome
+        elif isinstance(outcome, BaseException):
+            verdict = self.breaker.classify(outcome)
+        else:
+            verdict = SUCCESS if outcome == "success" else Verdict(outcome, outcome)
+        now = self.breaker.clock()
+        if (
+            verdict.kind == "success"
+            and self.deadline_ms is not None
+            and now - self.admitted_at > self.deadline_ms
+        ):
+            verdict = _LATE
+        return self.breaker._settle(self, verdict, now)
+
+    @property
+    def settled(self) -> bool:
+        """Whether :meth:`record` was called."""
+        return self._settled
+
+
+class Breaker:
+    """A circuit breaker for one remote dependency (and operation class).
+
+    Get breakers from a :class:`~toolbreaker.Registry` so the same key gives the same
+    breaker; state lives in the store, never in a request.
+
+    Args:
+        dependency: the smallest remote dependency whose health can be observed.
+        operation: the operation class (``read``, ``write`` ...); it gets its own state.
+        policy: thresholds and cooldowns; defaults to :class:`Policy`'s.
+        store: where state lives; a private :class:`MemoryStore` by default.
+        clock: integer milliseconds, monotonic (``FakeClock`` in tests).
+        timeout: the default deadline in seconds; every call needs one.
+        enforce: how sync deadlines are enforced (see :data:`Enforce`).
+        classifier: turns an exception into a :class:`Verdict`.
+        result_is_failure: a predicate on results, e.g. a 200 whose body is an error.
+        tool: the tool name the model sees (defaults to the dependency).
+        fallback: the tool the model should use instead while this one is unavailable.
+        fallback_note: what the model must say when it uses the fallback.
+        retryable: whether the model may retry a transient failure while closed.
+        owner: the team to page; shown on dashboards.
+        instructions: per-reason instruction templates overriding the defaults.
+        max_workers: threads for ``enforce="thread"`` calls.
+    """
+
+    def __init__(
+        self,
+        dependency: str,
+        *,
+        operation: str = "default",
+        policy: Policy | None = None,
+        store: Store | None = None,
+        clock: Clock = monotonic_ms,
+        timeout: float | None = None,
+        enforce: Enforce = "thread",
+        classifier: Callable[[BaseException], Verdict] = classify_exception,
+        result_is_failure: Callable[[Any], bool] | None = None,
+        tool: str | None = None,
+        fallback: str | None = None,
+        fallback_note: str = "",
+        retryable: bool = True,
+        owner: str | None = None,
+        instructions: Mapping[str, str] | None = None,
+        max_workers: int = 16,
+    ) -> None:
+        if not dependency:
+            raise PolicyError("a breaker needs a dependency name", field="dependency")
+        if timeout is not None:
+            _check_timeout(timeout)
+        if enforce not in ("thread", "cooperative"):
+            raise PolicyError(
+                f"enforce must be 'thread' or 'cooperative', got {enforce!r}", field="enforce"
+            )
+        self.dependency = dependency
+        self.operation = operation
+        self.key = dependency if operation == "default" else f"{dependency}:{operation}"
+        self.policy = policy or Policy()
+        self.store: Store = store if store is not None else MemoryStore()
+        self.clock = clock
+        self.timeout = timeout
+        self.enforce: Enforce = enforce
+        self.classify = classifier
+        self.result_is_failure = result_is_failure
+        self.tool = tool or dependency
+        self.fallback = fallback
+        self.fallback_note = fallback_note
+        self.retryable = retryable
+        self.owner = owner
+        self.instructions = {
+            reason: validate_template(text, where=f"instructions.{reason}")
+            for reason, text in (instructions or {}).items()
+        }
+        self.stats = BreakerStats()
+        self._max_workers = max_workers
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+        self._listeners: list[Listener] = []
+        self._view = self.store.view(self.key)
+        self._quiet: BreakerState | None = None
+        self._ids = itertools.count(1)
+        self._phase_since: int | None = None
+
+    # -- inspection -------------------------------------------------------------------
+
+    @property
+    def state(self) -> BreakerState:
+        """The current state as this process sees it."""
+        view = self._view.state
+        return view if view is not None else self.store.load(self.key, self.policy)
+
+    def retry_after_ms(self) -> int | None:
+        """Milliseconds until a rejected request could be admitted, if known."""
+        state = self.state
+        if state.phase == OPEN and state.open_until is not None and not state.isolated:
+            return max(0, state.open_until - self.clock())
+        if state.phase == HALF_OPEN and state.leases:
+            oldest = min(lease.admitted_at for lease in state.leases)
+            return max(0, oldest + self.policy.lease_ttl_ms - self.clock())
+        return None
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener(record, breaker)`` for every transition; returns a remover.
+
+        While a listener is registered every request goes through the core, so the
+        listener also sees ``call-admitted`` and ``cooldown`` records.
+        """
+        self._listeners.append(listener)
+        self._quiet = None
+        return lambda: self._listeners.remove(listener)
+
+    # -- two-step API ---------------------------------------------------------------
+
+    def allow(self, *, timeout: float | None = _UNSET) -> Permit | Rejection:
+        """Ask to make one call.
+
+        Settle the returned :class:`Permit` with ``record()``, or hand
+        :attr:`Rejection.result` to the model instead of calling the tool.
+        """
+        now = self.clock()
+        deadline = self._deadline_ms(timeout, required=False)
+        state = self._view.state
+        self.stats.demand += 1
+        if state is not None and not self._listeners:
+            if state is self._quiet or self._remember_quiet(state):
+                self.stats.admitted += 1
+                return Permit(self, None, state.generation, now, deadline, probe=False)
+            if state.phase == OPEN:
+                reason = admission(state, now, self.policy)
+                if reason != "probe-admitted":
+                    self.stats.rejected += 1
+                    return Rejection(self, reason, _remaining(state, now))
+        return self._admit(now, deadline)
+
+    def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
+        call = f"{_PROCESS_TOKEN}.{next(self._ids)}"
+        try:
+            state, records = self.store.apply(
+                self.key, Event("request", now, self.key, call=call), self.policy
+            )
+        except StoreUnavailable:
+            self.stats.rejected += 1
+            return Rejection(self, _STORE_DOWN, None)
+        self._observe(state, records, now)
+        last = records[-1]
+        if last.attempted:
+            self.stats.admitted += 1
+            return Permit(self, call, last.generation, now, deadline, last.to_phase == HALF_OPEN)
+        self.stats.rejected += 1
+        return Rejection(self, last.reason, self.retry_after_ms())
+
+    def _settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+        kind = verdict.kind
+        if kind != "success":
+            self.stats.failures[verdict.detail] = self.stats.failures.get(verdict.detail, 0) + 1
+            if verdict is _LATE:
+                self.stats.late_results += 1
+        elif not self._listeners:
+            state = self._view.state
+            if state is not None and (state is self._quiet or self._remember_quiet(state)):
+                return None
+        event = Event(
+            kind,
+            now,
+            self.key,
+            call=permit.call,
+            generation=permit.generation,
+            retry_after_ms=verdict.retry_after_ms if kind == "failure" else None,
+        )
+        try:
+            state, records = self.store.apply(self.key, event, self.policy)
+        except StoreUnavailable:
+            return None  # the outcome is lost, never turned into a success
+        self._observe(state, records, now)
+        return records[-1]
+
+    def _remember_quiet(self, state: BreakerState) -> bool:
+        if is_quiet(state, self.policy):
+            self._quiet = state
+            return True
+        return False
+
+    def _observe(self, state: BreakerState, records: tuple[Transition, ...], now: int) -> None:
+        stats = self.stats
+        for record in records:
+            if record.from_phase != record.to_phase:
+                if self._phase_since is not None:
+                    spent = max(0, record.event.at - self._phase_since)
+                    stats.time_in_state_ms[record.from_phase] += spent
+                self._phase_since = record.event.at
+                if record.to_phase == OPEN:
+                    stats.opens[record.reason] = stats.opens.get(record.reason, 0) + 1
+                    if record.from_phase == HALF_OPEN:
+                        stats.reopens_from_half_open += 1
+                elif record.to_phase == HALF_OPEN:
+                    stats.half_opens += 1
+            elif self._phase_since is None:
+                self._phase_since = record.event.at
+        for listener in tuple(self._listeners):
+            for record in records:
+                listener(record, self)
+
+    # -- running calls ----------------------------------------------------------------
+
+    def call(
+        self, fn: Callable[..., R], /, *args: Any, timeout: float | None = _UNSET, **kwargs: Any
+    ) -> R:
+        """Run ``fn(*args, **kwargs)`` through the breaker.
+
+        Raises:
+            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
+            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            Exception: whatever ``fn`` raised, after recording it.
+        """
+        deadline = self._deadline_ms(timeout, required=True)
+        permit = self.allow(timeout=None)
+        if not permit.admitted:
+            raise cast(Rejection, permit).error()
+        permit = cast(Permit, permit)
+        permit.deadline_ms = deadline
+        if self.enforce == "thread":
+            return self._run_in_thread(permit, fn, args, kwargs, deadline)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            permit.record(exc)
+            raise
+        self._record_result(permit, result)
+        return result
+
+    async def acall(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        timeout: float | None = _UNSET,
+        **kwargs: Any,
+    ) -> R:
+        """Await ``fn(*args, **kwargs)`` through the breaker, cancelling it at the deadline.
+
+        Raises:
+            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
+            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            Exception: whatever ``fn`` raised, after recording it.
+        """
+        deadline = self._deadline_ms(timeout, required=True)
+        permit = self.allow(timeout=None)
+        if not permit.admitted:
+            raise cast(Rejection, permit).error()
+        permit = cast(Permit, permit)
+        permit.deadline_ms = deadline
+        try:
+            if self.enforce == "cooperative" or deadline is None:
+                result = await fn(*args, **kwargs)
+            else:
+                result = await _with_deadline(fn(*args, **kwargs), deadline / 1000)
+        except TimeoutError:
+            permit.record(_TIMEOUT)
+            raise
+        except BaseException as exc:
+            permit.record(exc)
+            raise
+        self._record_result(permit, result)
+        return result
+
+    def _record_result(self, permit: Permit, result: object) -> None:
+        predicate = self.result_is_failure
+        if predicate is not None and predicate(result):
+            permit.record(Verdict("failure", "result-predicate"))
+        else:
+            permit.record(SUCCESS)
+
+    def _run_in_thread(
+        self,
+        permit: Permit,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        deadline: int | None,
+    ) -> R:
+        context = contextvars.copy_context()
+        future = self._pool().submit(context.run, functools.partial(fn, *args, **kwargs))
+        try:
+            result = future.result(None if deadline is None else deadline / 1000)
+        except concurrent.futures.TimeoutError:
+            permit.record(_TIMEOUT)
+            future.add_done_callback(self._late)
+            raise TimeoutError(
+                f"{self.tool!r} exceeded its {deadline} ms deadline; the call may still "
+                "complete in the background and its result will be treated as ambiguous"
+            ) from None
+        except BaseException as exc:
+            permit.record(exc)
+            raise
+        self._record_result(permit, result)
+        return result
+
+    def _late(self, future: concurrent.futures.Future[Any]) -> None:
+        # The timeout already counted as the call's failure; a late result is ambiguous
+        # evidence, never a success, and it must not count the same call twice.
+        if not future.cancelled():
+            self.stats.late_results += 1
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        pool = self._executor
+        if pool is None:
+            with self._executor_lock:
+                pool = self._executor
+                if pool is None:
+                    pool = self._executor = concurrent.futures.ThreadPoolExecutor(
+                        self._max_workers, thread_name_prefix=f"toolbreaker-{self.key}"
+                    )
+        return pool
+
+    def close(self) -> None:
+        """Release the worker threads (calls still running are not waited for)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    # -- tool wrappers ----------------------------------------------------------------
+
+    @overload
+    def guard(
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> Callable[P, Coroutine[Any, Any, R | dict[str, Any]]]: ...
+
+    @overload
+    def guard(self, fn: Callable[P, R], /) -> Callable[P, R | dict[str, Any]]: ...
+
+    @overload
+    def guard(
+        self, fn: None = None, /, *, timeout: float | None = ..., tool: str | None = ...
+    ) -> Callable[[Callable[P, R]], Callable[P, R | dict[str, Any]]]: ...
+
+    def guard(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        timeout: float | None = _UNSET,
+        tool: str | None = None,
+    ) -> Any:
+        """Decorate a tool function (sync or async) so it returns results, never raises.
+
+        A local rejection, or the failure that just opened the breaker, returns the
+        tool-unavailable result; any other failure returns ``{"ok": false, "error": ...,
+        "retryable": ...}``; a success returns the function's own result unchanged.
+        """
+
+        def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+            name: str = tool or getattr(func, "__name__", None) or self.tool
+            if inspect.iscoroutinefunction(func):
+
+                @functools.wraps(func)
+                async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    try:
+                        return await self.acall(func, *args, timeout=timeout, **kwargs)
+                    except CircuitOpen as exc:
+                        return self._unavailable(exc.reason, exc.retry_after * 1000, tool=name)
+                    except Exception as exc:  # noqa: BLE001 - turned into a tool result
+                        return self._failure_result(name, exc)
+
+                return async_tool
+
+            @functools.wraps(func)
+            def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return self.call(func, *args, timeout=timeout, **kwargs)
+                except CircuitOpen as exc:
+                    return self._unavailable(exc.reason, exc.retry_after * 1000, tool=name)
+                except Exception as exc:  # noqa: BLE001 - turned into a tool result
+                    return self._failure_result(name, exc)
+
+            return sync_tool
+
+        return decorate(fn) if fn is not None else decorate
+
+    def _failure_result(self, name: str, exc: Exception) -> dict[str, Any]:
+        state = self._view.state
+        if state is not None and state.phase == OPEN:
+            # This failure (or a concurrent one) just opened the breaker: tell the model now,
+            # not on its next attempt.
+            return self._unavailable("opened", self.retry_after_ms(), tool=name)
+        verdict = self.classify(exc)
+        retryable = self.retryable and verdict.kind in ("failure", "ambiguous")
+        return error_result(name, exc, retryable=retryable)
+
+    def _unavailable(
+        self, reason: str, retry_after_ms: int | None, *, tool: str | None = None
+    ) -> dict[str, Any]:
+        return unavailable_result(
+            tool=tool or self.tool,
+            reason=reason,
+            retry_after_ms=retry_after_ms,
+            fallback=self.fallback,
+            fallback_note=self.fallback_note,
+            templates=self.instructions,
+        )
+
+    # -- operator control -------------------------------------------------------------
+
+    def isolate(self, reason: str = "operator") -> Transition:
+        """Force the breaker open until :meth:`release`; every request is rejected."""
+        return self._operator("isolate", reason)
+
+    def release(self, reason: str = "operator") -> Transition:
+        """Close an isolated (or any) breaker: a fresh closed generation."""
+        return self._operator("release", reason)
+
+    def _operator(self, kind: str, reason: str) -> Transition:
+        now = self.clock()
+        state, records = self.store.apply(
+            self.key, Event(kind, now, self.key, call=f"operator:{reason}"), self.policy
+        )
+        self._observe(state, records, now)
+        return records[-1]
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _deadline_ms(self, timeout: float | None, *, required: bool) -> int | None:
+        if timeout is _UNSET:
+            timeout = self.timeout
+        if timeout is None:
+            if required:
+                raise PolicyError(
+                    f"no deadline for {self.key!r}: pass timeout= or set timeout in the "
+                    "boundary sheet (a hung call must become a failure)",
+                    field="timeout",
+                )
+            return None
+        _check_timeout(timeout)
+        return max(1, round(timeout * 1000))
+
+    def __repr__(self) -> str:
+        state = self._view.state
+        return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
+
+
+def _remaining(state: BreakerState, now: int) -> int | None:
+    if state.open_until is None or state.isolated:
+        return None
+    return max(0, state.open_until - now)
+
+
+def _check_timeout(timeout: object) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise PolicyError(
+            f"timeout must be a positive number of seconds, got {timeout!r}", field="timeout"
+        )
+
+
+async def _with_deadline(awaitable: Awaitable[R], seconds: float) -> R:
+    if _async_timeout is not None:
+        async with _async_timeout(seconds):
+            return await awaitable
+    try:  # pragma: no cover - Python 3.10
+        return await asyncio.wait_for(awaitable, seconds)
+    except asyncio.TimeoutError:  # pragma: no cover - Python 3.10
+        raise TimeoutError(f"deadline of {seconds} s passed") from None

@@ -1,0 +1,397 @@
+"""The registry: one breaker per (dependency, operation class), loaded from a boundary sheet.
+
+A boundary sheet is TOML. ``[defaults]`` applies to every breaker; every other table is a
+dependency whose sub-tables are operation classes::
+
+    [defaults]
+    timeout = 4.0                 # seconds; every call needs a deadline
+    cooldown_ms = 30000
+
+    [tools]
+    local = ["search_catalog_snapshot"]   # fallbacks that need no breaker
+
+    [search.read]
+    tool = "search_catalog"       # the name the model sees
+    fallback = "search_catalog_snapshot"
+    fallback_note = "say in your answer that prices may be out of date"
+    owner = "catalog-team"
+    retryable = true
+    failure_threshold = 4         # any Policy field
+    window_ms = 60000
+
+    [billing.write]
+    tool = "charge_card"
+    timeout = 10.0
+    retryable = false
+    failure_threshold = 6
+
+A payment mutation never shares state or retry policy with a catalog read: each entry is
+its own breaker. Invalid sheets fail at load with the field (``search.read.fallback``) and
+line named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from toolbreaker.core.policy import Policy, load_toml
+from toolbreaker.errors import PolicyError, RegistryFull
+from toolbreaker.runtime._breaker import Breaker, Enforce
+from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.stores._protocol import Store
+from toolbreaker.stores.memory import MemoryStore
+
+__all__ = ["Boundary", "Registry"]
+
+_POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(Policy))
+_BOUNDARY_FIELDS: Final = frozenset(
+    {
+        "tool",
+        "timeout",
+        "enforce",
+        "retryable",
+        "fallback",
+        "fallback_note",
+        "owner",
+        "instructions",
+    }
+)
+_DEFAULT_ONLY: Final = _POLICY_FIELDS | {"timeout", "enforce", "retryable", "owner", "instructions"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Boundary:
+    """One row of the boundary sheet: everything a breaker is configured with.
+
+    Attributes:
+        dependency: the remote dependency.
+        operation: the operation class (``read``, ``write``, ``default`` ...).
+        policy: thresholds, cooldowns and probes.
+        tool: the tool name the model sees.
+        timeout: the deadline in seconds.
+        enforce: how sync deadlines are enforced.
+        retryable: whether the model may retry a transient failure while closed.
+        fallback: the tool to use while this one is unavailable.
+        fallback_note: what the model must say when it uses the fallback.
+        owner: who to page.
+        instructions: per-reason instruction templates.
+    """
+
+    dependency: str
+    operation: str = "default"
+    policy: Policy = dataclasses.field(default_factory=Policy)
+    tool: str | None = None
+    timeout: float | None = None
+    enforce: Enforce = "thread"
+    retryable: bool = True
+    fallback: str | None = None
+    fallback_note: str = ""
+    owner: str | None = None
+    instructions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+class Registry:
+    """Hands out the same :class:`Breaker` for the same key, bounded in number.
+
+    Args:
+        default_policy: the policy of breakers the sheet does not describe.
+        store: where every breaker's state lives (shared by all of them).
+        clock: integer-millisecond monotonic clock.
+        default_timeout: deadline in seconds for breakers without one.
+        boundaries: sheet rows, keyed by ``(dependency, operation)``.
+        local_tools: tool names that may be fallbacks without a breaker of their own.
+        max_breakers: the cardinality limit; past it :meth:`get` raises
+            :class:`~toolbreaker.errors.RegistryFull`.
+        strict: refuse keys the sheet does not describe instead of using the defaults.
+    """
+
+    def __init__(
+        self,
+        default_policy: Policy | None = None,
+        *,
+        store: Store | None = None,
+        clock: Clock = monotonic_ms,
+        default_timeout: float | None = None,
+        default_enforce: Enforce = "thread",
+        boundaries: Mapping[tuple[str, str], Boundary] | None = None,
+        local_tools: frozenset[str] | set[str] | tuple[str, ...] = (),
+        max_breakers: int = 10_000,
+        strict: bool = False,
+    ) -> None:
+        if type(max_breakers) is not int or max_breakers <= 0:
+            raise PolicyError("max_breakers must be a positive integer", field="max_breakers")
+        self.default_policy = default_policy or Policy()
+        self.store: Store = store if store is not None else MemoryStore()
+        self.clock = clock
+        self.default_timeout = default_timeout
+        self.default_enforce: Enforce = default_enforce
+        self.max_breakers = max_breakers
+        self.strict = strict
+        self._boundaries = dict(boundaries or {})
+        self._local_tools = frozenset(local_tools)
+        self._breakers: dict[tuple[str, str], Breaker] = {}
+        self._lock = threading.Lock()
+        _check_fallbacks(self._boundaries, self._local_tools)
+
+    @classmethod
+    def from_toml(
+        cls,
+        path: str | Path,
+        *,
+        store: Store | None = None,
+        clock: Clock = monotonic_ms,
+        max_breakers: int = 10_000,
+        strict: bool = False,
+    ) -> Registry:
+        """Load a boundary sheet; errors name the file, the line and the field."""
+        registry: Registry = load_toml(
+            path,
+            lambda data: cls.from_dict(
+                data, store=store, clock=clock, max_breakers=max_breakers, strict=strict
+            ),
+        )
+        return registry
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        store: Store | None = None,
+        clock: Clock = monotonic_ms,
+        max_breakers: int = 10_000,
+        strict: bool = False,
+    ) -> Registry:
+        """Build a registry from a decoded boundary sheet."""
+        defaults = _table(data.get("defaults", {}), "defaults")
+        for key in defaults:
+            if key not in _DEFAULT_ONLY:
+                raise PolicyError(f"unknown field {key!r} in [defaults]", field=f"defaults.{key}")
+        tools = _table(data.get("tools", {}), "tools")
+        local = tools.get("local", [])
+        if (
+            set(tools) - {"local"}
+            or not isinstance(local, list)
+            or not all(isinstance(x, str) and x for x in local)
+        ):
+            raise PolicyError("[tools] takes one key, local = [tool names]", field="tools.local")
+        timeout = defaults.get("timeout")
+        if timeout is not None:
+            _check_number(timeout, "defaults.timeout")
+        base_policy = _policy(
+            {k: v for k, v in defaults.items() if k in _POLICY_FIELDS}, "defaults"
+        )
+        boundaries: dict[tuple[str, str], Boundary] = {}
+        for dependency, operations in data.items():
+            if dependency in ("defaults", "tools"):
+                continue
+            for operation, row in _table(operations, dependency).items():
+                where = f"{dependency}.{operation}"
+                boundaries[(dependency, operation)] = _boundary(
+                    dependency, operation, {**defaults, **_table(row, where)}, where
+                )
+        return cls(
+            base_policy,
+            store=store,
+            clock=clock,
+            default_timeout=timeout,
+            default_enforce=_enforce(defaults.get("enforce", "thread"), "defaults.enforce"),
+            boundaries=boundaries,
+            local_tools=frozenset(local),
+            max_breakers=max_breakers,
+            strict=strict,
+        )
+
+    def get(self, dependency: str, operation: str = "default", **options: Any) -> Breaker:
+        """The breaker of ``(dependency, operation)``, created on first use.
+
+        ``options`` (``tool``, ``fallback``, ``timeout`` ...) apply only when the breaker
+        is created; a sheet row takes precedence over the registry defaults.
+
+        Raises:
+            RegistryFull: the registry already holds ``max_breakers`` breakers.
+            PolicyError: ``strict`` and the sheet does not describe the key, or an option
+                is invalid.
+        """
+        key = (dependency, operation)
+        breaker = self._breakers.get(key)
+        if breaker is not None:
+            return breaker
+        with self._lock:
+            breaker = self._breakers.get(key)
+            if breaker is None:
+                if len(self._breakers) >= self.max_breakers:
+                    raise RegistryFull(self.max_breakers, f"{dependency}:{operation}")
+                breaker = self._create(dependency, operation, options)
+                self._breakers[key] = breaker
+        return breaker
+
+    def _create(self, dependency: str, operation: str, options: Mapping[str, Any]) -> Breaker:
+        row = self._boundaries.get((dependency, operation))
+        if row is None:
+            if self.strict:
+                raise PolicyError(
+                    f"the boundary sheet has no [{dependency}.{operation}] and the registry "
+                    "is strict",
+                    field=f"{dependency}.{operation}",
+                )
+            row = Boundary(
+                dependency,
+                operation,
+                self.default_policy,
+                timeout=self.default_timeout,
+                enforce=self.default_enforce,
+            )
+        if options:
+            row = dataclasses.replace(row, **options)
+        if row.fallback is not None and row.fallback not in self.tool_names():
+            raise PolicyError(
+                f"fallback {row.fallback!r} of {dependency}.{operation} is not a registered tool",
+                field=f"{dependency}.{operation}.fallback",
+            )
+        return Breaker(
+            dependency,
+            operation=operation,
+            policy=row.policy,
+            store=self.store,
+            clock=self.clock,
+            timeout=row.timeout,
+            enforce=row.enforce,
+            tool=row.tool,
+            fallback=row.fallback,
+            fallback_note=row.fallback_note,
+            retryable=row.retryable,
+            owner=row.owner,
+            instructions=row.instructions,
+        )
+
+    def tool_names(self) -> frozenset[str]:
+        """Every tool name the registry knows: sheet rows, live breakers, local tools."""
+        names = {row.tool or row.dependency for row in self._boundaries.values()}
+        names.update(b.tool for b in self._breakers.values())
+        return frozenset(names) | self._local_tools
+
+    def for_tool(self, tool: str) -> Breaker:
+        """The breaker of the sheet row whose ``tool`` is ``tool``.
+
+        Raises:
+            KeyError: no sheet row or live breaker has that tool name.
+        """
+        for breaker in tuple(self._breakers.values()):
+            if breaker.tool == tool:
+                return breaker
+        for (dependency, operation), row in self._boundaries.items():
+            if (row.tool or dependency) == tool:
+                return self.get(dependency, operation)
+        raise KeyError(tool)
+
+    def boundaries(self) -> dict[tuple[str, str], Boundary]:
+        """The sheet rows, keyed by ``(dependency, operation)``."""
+        return dict(self._boundaries)
+
+    def __iter__(self) -> Iterator[Breaker]:
+        return iter(tuple(self._breakers.values()))
+
+    def __len__(self) -> int:
+        return len(self._breakers)
+
+    def close(self) -> None:
+        """Release every breaker's worker threads."""
+        for breaker in self:
+            breaker.close()
+
+
+def _table(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise PolicyError(f"[{where}] must be a table", field=where)
+    return dict(value)
+
+
+def _policy(fields: Mapping[str, Any], where: str) -> Policy:
+    try:
+        return Policy.from_dict(fields)
+    except PolicyError as exc:
+        raise PolicyError(
+            f"{where}.{exc.message}" if exc.field else exc.message,
+            field=f"{where}.{exc.field}" if exc.field else where,
+        ) from None
+
+
+def _check_number(value: object, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise PolicyError(
+            f"{field} must be a positive number of seconds, got {value!r}", field=field
+        )
+    return float(value)
+
+
+def _enforce(value: object, field: str) -> Enforce:
+    if value == "thread":
+        return "thread"
+    if value == "cooperative":
+        return "cooperative"
+    raise PolicyError(f"{field} must be 'thread' or 'cooperative', got {value!r}", field=field)
+
+
+def _text(row: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = row.get(key)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise PolicyError(f"{where}.{key} must be a non-empty string", field=f"{where}.{key}")
+    return value
+
+
+def _boundary(dependency: str, operation: str, row: Mapping[str, Any], where: str) -> Boundary:
+    for key in row:
+        if key not in _POLICY_FIELDS and key not in _BOUNDARY_FIELDS:
+            raise PolicyError(f"unknown field {key!r} in [{where}]", field=f"{where}.{key}")
+    policy = _policy({k: v for k, v in row.items() if k in _POLICY_FIELDS}, where)
+    timeout = row.get("timeout")
+    if timeout is not None:
+        timeout = _check_number(timeout, f"{where}.timeout")
+        if timeout * 1000 > policy.lease_ttl_ms:
+            raise PolicyError(
+                f"{where}.timeout ({timeout} s) exceeds lease_ttl_ms ({policy.lease_ttl_ms}): "
+                "a probe would be declared lost before its call times out",
+                field=f"{where}.timeout",
+            )
+    retryable = row.get("retryable", True)
+    if type(retryable) is not bool:
+        raise PolicyError(f"{where}.retryable must be true or false", field=f"{where}.retryable")
+    instructions = _table(row.get("instructions", {}), f"{where}.instructions")
+    for reason, text in instructions.items():
+        if not isinstance(text, str):
+            raise PolicyError(
+                f"{where}.instructions.{reason} must be a string",
+                field=f"{where}.instructions.{reason}",
+            )
+    return Boundary(
+        dependency=dependency,
+        operation=operation,
+        policy=policy,
+        tool=_text(row, "tool", where),
+        timeout=timeout,
+        enforce=_enforce(row.get("enforce", "thread"), f"{where}.enforce"),
+        retryable=retryable,
+        fallback=_text(row, "fallback", where),
+        fallback_note=_text(row, "fallback_note", where) or "",
+        owner=_text(row, "owner", where),
+        instructions=instructions,
+    )
+
+
+def _check_fallbacks(
+    boundaries: Mapping[tuple[str, str], Boundary], local_tools: frozenset[str]
+) -> None:
+    tools = {row.tool or row.dependency for row in boundaries.values()} | local_tools
+    for (dependency, operation), row in boundaries.items():
+        if row.fallback is not None and row.fallback not in tools:
+            raise PolicyError(
+                f"{dependency}.{operation}.fallback {row.fallback!r} is not a registered tool "
+                f"(known: {', '.join(sorted(tools))}; add it to [tools] local if it needs no "
+                "breaker)",
+                field=f"{dependency}.{operation}.fallback",
+            )

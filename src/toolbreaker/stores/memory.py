@@ -1,0 +1,59 @@
+"""The in-memory store: the reference every other store is tested against."""
+
+from __future__ import annotations
+
+import threading
+
+from toolbreaker.core.machine import apply
+from toolbreaker.core.policy import Policy
+from toolbreaker.core.state import BreakerState, Event, Transition
+from toolbreaker.stores._protocol import View
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Breaker states in this process, one lock for all of them.
+
+    The lock is held only while the core computes one transition (microseconds), never
+    while a protected call runs. It implements both the sync and the async protocol: it
+    never blocks the event loop for longer than that.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._views: dict[str, View] = {}
+
+    def view(self, key: str) -> View:
+        """The live view of ``key``: for this store, the state itself."""
+        view = self._views.get(key)
+        if view is None:
+            with self._lock:
+                view = self._views.setdefault(key, View(key, BreakerState()))
+        return view
+
+    def apply(
+        self, key: str, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """Apply ``event`` to ``key`` under the lock."""
+        view = self.view(key)
+        with self._lock:
+            state, records = apply(view.state or BreakerState(), event, policy)
+            view.state = state
+        return state, records
+
+    async def aapply(
+        self, key: str, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """Same as :meth:`apply`; the lock is never held across an await."""
+        return self.apply(key, event, policy)
+
+    def load(self, key: str, policy: Policy) -> BreakerState:
+        """The current state of ``key``."""
+        return self.view(key).state or BreakerState()
+
+    def force(self, key: str, state: BreakerState) -> None:
+        """Replace the state of ``key`` (tests and operator tooling only)."""
+        view = self.view(key)
+        with self._lock:
+            view.state = state

@@ -1,0 +1,103 @@
+"""Helpers for testing code that uses toolbreaker: part of the product.
+
+- :class:`FakeClock`: a monotonic millisecond clock you move by hand; no sleeps.
+- :func:`capture_transitions`: collect every transition of some breakers.
+- :func:`force_state`: put a breaker in a given phase for a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterable, Iterator
+
+from toolbreaker.core.state import HALF_OPEN, OPEN, BreakerState, Lease, Transition
+from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._registry import Registry
+
+__all__ = ["FakeClock", "capture_transitions", "force_state"]
+
+
+class FakeClock:
+    """A clock for tests: integer milliseconds that only move when told.
+
+    Pass it as ``clock=`` to a :class:`~toolbreaker.Breaker` or
+    :class:`~toolbreaker.Registry`.
+    """
+
+    def __init__(self, start_ms: int = 0) -> None:
+        self._now = start_ms
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        """The current time in milliseconds."""
+        return self._now
+
+    def advance(self, ms: int = 0, *, seconds: float = 0) -> int:
+        """Move forward by ``ms`` plus ``seconds``; returns the new time."""
+        step = ms + round(seconds * 1000)
+        if step < 0:
+            raise ValueError("a monotonic clock never goes back")
+        with self._lock:
+            self._now += step
+            return self._now
+
+    def set(self, ms: int) -> None:
+        """Jump to ``ms``, which must not be in the past."""
+        with self._lock:
+            if ms < self._now:
+                raise ValueError("a monotonic clock never goes back")
+            self._now = ms
+
+
+@contextlib.contextmanager
+def capture_transitions(
+    *breakers: Breaker | Registry | Iterable[Breaker],
+) -> Iterator[list[Transition]]:
+    """Collect every transition of some breakers (or a registry's) while the block runs.
+
+    Example::
+
+        with capture_transitions(breaker) as records:
+            ...
+        assert [r.reason for r in records] == [...]
+    """
+    records: list[Transition] = []
+    targets: list[Breaker] = []
+    for item in breakers:
+        if isinstance(item, Breaker):
+            targets.append(item)
+        else:
+            targets.extend(item)
+    removers = [b.add_listener(lambda record, _b: records.append(record)) for b in targets]
+    try:
+        yield records
+    finally:
+        for remove in removers:
+            remove()
+
+
+def force_state(breaker: Breaker, phase: str, *, open_for_ms: int | None = None) -> None:
+    """Put ``breaker`` in ``phase`` (``closed``, ``open``, ``half_open``) for a test.
+
+    ``open`` lasts ``open_for_ms`` (default: the policy's cooldown) from now; ``half_open``
+    starts with no probe in flight. The store must support ``force`` (the memory store
+    does).
+    """
+    now = breaker.clock()
+    generation = breaker.state.generation + 1
+    if phase == OPEN:
+        wait = breaker.policy.cooldown_ms if open_for_ms is None else open_for_ms
+        state = BreakerState(phase=OPEN, generation=generation, open_until=now + wait, opens=1)
+    elif phase == HALF_OPEN:
+        state = BreakerState(
+            phase=HALF_OPEN, generation=generation, opens=1, leases=tuple[Lease, ...]()
+        )
+    elif phase == "closed":
+        state = BreakerState(generation=generation)
+    else:
+        raise ValueError(f"unknown phase {phase!r}")
+    force = getattr(breaker.store, "force", None)
+    if force is None:
+        raise TypeError(f"{type(breaker.store).__name__} cannot force a state")
+    force(breaker.key, state)

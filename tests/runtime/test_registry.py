@@ -1,0 +1,143 @@
+"""The registry and its boundary sheet."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from toolbreaker import Policy, PolicyError, Registry, RegistryFull
+
+SHEET = """\
+[defaults]
+timeout = 4.0
+cooldown_ms = 30000
+
+[tools]
+local = ["search_catalog_snapshot"]
+
+[search.read]
+tool = "search_catalog"
+fallback = "search_catalog_snapshot"
+fallback_note = "say in your answer that prices may be out of date"
+owner = "catalog-team"
+failure_threshold = 4
+
+[billing.write]
+tool = "charge_card"
+timeout = 10.0
+retryable = false
+failure_threshold = 6
+"""
+
+
+def sheet(tmp_path: Path, text: str = SHEET) -> Path:
+    path = tmp_path / "breakers.toml"
+    path.write_text(text)
+    return path
+
+
+def test_same_key_same_breaker(tmp_path):
+    """get() hands out one breaker per (dependency, operation), even under concurrency."""
+    registry = Registry.from_toml(sheet(tmp_path))
+    seen = []
+    threads = [
+        threading.Thread(target=lambda: seen.append(registry.get("search", "read")))
+        for _ in range(16)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len({id(b) for b in seen}) == 1
+    assert registry.get("search", "read") is not registry.get("search", "write")
+
+
+def test_sheet_rows_configure_breakers(tmp_path):
+    """Each row carries its policy, deadline, fallback, owner and retryability."""
+    registry = Registry.from_toml(sheet(tmp_path))
+    search = registry.get("search", "read")
+    billing = registry.get("billing", "write")
+    assert search.policy == Policy(failure_threshold=4, cooldown_ms=30_000)
+    assert (search.tool, search.fallback, search.owner, search.timeout) == (
+        "search_catalog",
+        "search_catalog_snapshot",
+        "catalog-team",
+        4.0,
+    )
+    assert billing.policy.failure_threshold == 6
+    assert (billing.timeout, billing.retryable) == (10.0, False)
+    assert registry.for_tool("charge_card") is billing
+
+
+def test_payment_mutation_does_not_share_state_with_catalog_read(tmp_path):
+    """Opening one breaker leaves the other dependency alone."""
+    registry = Registry.from_toml(sheet(tmp_path))
+    search = registry.get("search", "read")
+    search.isolate()
+    assert registry.get("billing", "write").state.phase == "closed"
+    assert search.state.phase == "open"
+
+
+def test_cardinality_limit():
+    """Past max_breakers, get() raises instead of growing without bound."""
+    registry = Registry(max_breakers=3, default_timeout=1.0)
+    for n in range(3):
+        registry.get(f"host-{n}")
+    with pytest.raises(RegistryFull, match="limit of 3"):
+        registry.get("host-3")
+    assert registry.get("host-0") is registry.get("host-0")
+
+
+def test_strict_registry_refuses_unknown_keys(tmp_path):
+    """A strict registry only hands out breakers the sheet describes."""
+    registry = Registry.from_toml(sheet(tmp_path), strict=True)
+    with pytest.raises(PolicyError, match=r"no \[search.write\]"):
+        registry.get("search", "write")
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "line"),
+    [
+        (
+            SHEET.replace("failure_threshold = 4", "failure_threshold = 0"),
+            "search.read.failure_threshold",
+            13,
+        ),
+        (
+            SHEET.replace('fallback = "search_catalog_snapshot"', 'fallback = "nope"'),
+            "search.read.fallback",
+            10,
+        ),
+        (SHEET.replace("owner =", "ownr ="), "search.read.ownr", 12),
+        (SHEET.replace("timeout = 10.0", "timeout = 60.0"), "billing.write.timeout", 17),
+        (SHEET.replace("retryable = false", 'retryable = "no"'), "billing.write.retryable", 18),
+        (SHEET.replace("timeout = 4.0", "timeout = -1"), "defaults.timeout", 2),
+    ],
+)
+def test_invalid_sheets_name_the_field_and_line(tmp_path, text, field, line):
+    """Invalid sheets fail at load with the field and its line."""
+    path = sheet(tmp_path, text)
+    with pytest.raises(PolicyError) as info:
+        Registry.from_toml(path)
+    assert info.value.field == field
+    assert info.value.line == line
+    assert str(info.value).startswith(f"{path}:{line}: ")
+
+
+def test_fallback_must_be_registered_for_dynamic_breakers():
+    """A fallback named at get() time must be a known tool."""
+    registry = Registry(default_timeout=1.0)
+    with pytest.raises(PolicyError, match="not a registered tool"):
+        registry.get("search", fallback="ghost")
+    registry.get("snapshot")
+    assert registry.get("search", fallback="snapshot").fallback == "snapshot"
+
+
+def test_defaults_apply_to_unlisted_dependencies(tmp_path):
+    """A dependency the sheet does not list gets the [defaults] policy and deadline."""
+    registry = Registry.from_toml(sheet(tmp_path))
+    other = registry.get("weather")
+    assert other.policy.cooldown_ms == 30_000
+    assert other.timeout == 4.0
