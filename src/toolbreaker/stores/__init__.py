@@ -5,7 +5,7 @@ core's :func:`~toolbreaker.core.apply` inside its own critical section (a lock, 
 transaction, a script). A store never decides a transition by itself.
 """
 
-from toolbreaker.stores._protocol import AsyncStore, Store, View
+from toolbreaker.stores._protocol import AsyncStore, Journal, Store, View
 from toolbreaker.stores.memory import MemoryStore
 
-__all__ = ["AsyncStore", "MemoryStore", "Store", "View"]
+__all__ = ["AsyncStore", "Journal", "MemoryStore", "Store", "View"]

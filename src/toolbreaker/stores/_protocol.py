@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
 from toolbreaker.core.policy import Policy
 from toolbreaker.core.state import BreakerState, Event, Transition
 
-__all__ = ["AsyncStore", "Store", "View"]
+__all__ = ["AsyncStore", "Journal", "Store", "View"]
 
 
 class View:
@@ -61,4 +62,31 @@ class AsyncStore(Protocol):
         self, key: str, event: Event, policy: Policy
     ) -> tuple[BreakerState, tuple[Transition, ...]]:
         """Apply ``event`` atomically without blocking the event loop."""
+        ...
+
+
+@runtime_checkable
+class Journal(Protocol):
+    """The run journal: what a task has done, by idempotency key.
+
+    Entries are JSON-ready dicts. Run guards write a ``pending`` entry before a write
+    runs and ``confirmed`` (or ``unknown``) after, so a resumed task skips what is
+    confirmed and never repeats a write whose outcome is unknown.
+    """
+
+    def journal_put(
+        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
+    ) -> bool:
+        """Store ``entry`` under ``(task, key)``; with ``only_new``, only if absent.
+
+        Returns whether the entry was written.
+        """
+        ...
+
+    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
+        """The entry under ``(task, key)``, if any."""
+        ...
+
+    def journal_entries(self, task: str) -> list[dict[str, Any]]:
+        """Every entry of ``task``, oldest first."""
         ...

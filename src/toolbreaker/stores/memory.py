@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 from toolbreaker.core.machine import apply
 from toolbreaker.core.policy import Policy
@@ -23,6 +26,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._views: dict[str, View] = {}
+        self._journal: dict[str, dict[str, dict[str, Any]]] = {}
 
     def view(self, key: str) -> View:
         """The live view of ``key``: for this store, the state itself."""
@@ -57,3 +61,25 @@ class MemoryStore:
         view = self.view(key)
         with self._lock:
             view.state = state
+
+    def journal_put(
+        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
+    ) -> bool:
+        """Store a journal entry (a deep copy); with ``only_new``, only if absent."""
+        with self._lock:
+            entries = self._journal.setdefault(task, {})
+            if only_new and key in entries:
+                return False
+            entries[key] = copy.deepcopy(dict(entry))
+            return True
+
+    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
+        """A copy of the entry under ``(task, key)``."""
+        with self._lock:
+            entry = self._journal.get(task, {}).get(key)
+            return copy.deepcopy(entry) if entry is not None else None
+
+    def journal_entries(self, task: str) -> list[dict[str, Any]]:
+        """Copies of every entry of ``task``, oldest first."""
+        with self._lock:
+            return [copy.deepcopy(e) for e in self._journal.get(task, {}).values()]
