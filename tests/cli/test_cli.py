@@ -59,8 +59,8 @@ def test_diff_refuses_an_edited_receipt(seed_trace, tmp_path, capsys):
 
 
 def test_demo_replays_the_seed_fixture(capsys):
-    """demo prints the transitions and the receipt hash."""
-    assert main(["demo"]) == 0
+    """demo --fixture prints the transitions and the receipt hash."""
+    assert main(["demo", "--fixture"]) == 0
     out = capsys.readouterr().out
     assert "probe-quorum" in out
     assert "REJECTED locally" in out
@@ -136,3 +136,34 @@ def test_no_traceback_from_the_real_executable(tmp_path):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith(f"error: {trace}:1: malformed JSON")
+
+
+def test_live_demo_shows_local_rejections_and_recovery(capsys, tmp_path):
+    """The live demo opens on the failing tool, rejects locally, recovers, and saves a
+    trace that replays to the same receipt."""
+    assert main(["demo", "--save", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "OUT OF SERVICE (local, nothing sent)" in out
+    assert "final state: closed" in out
+    assert "search_catalog_snapshot" in out
+    saved = (tmp_path / "receipt.json").read_text()
+    assert (
+        main(["replay", str(tmp_path / "trace.jsonl"), "--policy", str(tmp_path / "policy.toml")])
+        == 0
+    )
+    assert capsys.readouterr().out == saved
+
+
+def test_retry_only_demo_sends_more_remote_attempts(capsys):
+    """Without the breaker the same turns hit the failing provider far more often."""
+    assert main(["demo", "--retry-only"]) == 0
+    out = capsys.readouterr().out
+    attempts = int(out.split("remote attempts on the failing search provider:")[1].split()[0])
+    assert attempts >= 16
+    assert "gave up" in out
+
+
+def test_fixture_demo(capsys):
+    """demo --fixture replays the seed article's fixture."""
+    assert main(["demo", "--fixture"]) == 0
+    assert "probe-quorum" in capsys.readouterr().out

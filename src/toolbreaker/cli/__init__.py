@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -36,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         return 130
+    except BrokenPipeError:  # pragma: no cover - `toolbreaker demo | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 
@@ -50,19 +54,26 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("trace", help="JSON Lines, one event per line")
     cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
     cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
-    cmd.set_defaults(run=_replay)
+    cmd.set_defaults(run=_run_replay)
 
     cmd = commands.add_parser("diff", help="compare two receipts (exit 1 when they differ)")
     cmd.add_argument("a")
     cmd.add_argument("b")
-    cmd.set_defaults(run=_diff)
+    cmd.set_defaults(run=_run_diff)
 
-    cmd = commands.add_parser("demo", help="replay the seed article's fixture and explain it")
-    cmd.set_defaults(run=_demo)
+    cmd = commands.add_parser(
+        "demo", help="a scripted agent against a flaky local tool service, live"
+    )
+    cmd.add_argument("--retry-only", action="store_true", help="the same agent without a breaker")
+    cmd.add_argument(
+        "--fixture", action="store_true", help="replay the seed article's fixture instead"
+    )
+    cmd.add_argument("--save", metavar="DIR", help="write the trace, policy and receipt here")
+    cmd.set_defaults(run=_run_demo)
     return parser
 
 
-def _replay(args: argparse.Namespace) -> int:
+def _run_replay(args: argparse.Namespace) -> int:
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
     events = read_trace(args.trace)
@@ -102,7 +113,7 @@ def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:
     return {str(dep): BreakerState.from_dict(state, policy) for dep, state in data.items()}
 
 
-def _diff(args: argparse.Namespace) -> int:
+def _run_diff(args: argparse.Namespace) -> int:
     a, b = load_receipt(args.a), load_receipt(args.b)
     lines = diff(a, b)
     if not lines:
@@ -112,7 +123,13 @@ def _diff(args: argparse.Namespace) -> int:
     return 1
 
 
-def _demo(args: argparse.Namespace) -> int:
+def _run_demo(args: argparse.Namespace) -> int:
+    if not args.fixture:
+        from toolbreaker.cli._live import run_live
+
+        return run_live(
+            sys.stdout, retry_only=args.retry_only, save=Path(args.save) if args.save else None
+        )
     from toolbreaker.cli._demo import run_fixture
 
     fixtures = resources.files("toolbreaker") / "fixtures"

@@ -8,27 +8,26 @@ what clearly points at the infrastructure, and anything it does not recognise is
 
 What counts
 -----------
-=====================================================  =========  =========================
-evidence                                               kind       detail
-=====================================================  =========  =========================
-cancellation: ``asyncio.CancelledError``,              ignored    ``cancelled``
-``KeyboardInterrupt``, ``SystemExit``, ``GeneratorExit``,
-trio/anyio ``Cancelled``
-HTTP 5xx, and 429 (too many requests)                  failure    ``http-503``, ``http-429``
-any other HTTP status (400, 401, 404, 409, 422 ...)    ignored    ``http-404``
-timeouts: builtin ``TimeoutError`` and its aliases,    failure    ``timeout``
-httpx/httpcore, requests, urllib3, aiohttp,
-openai/anthropic ``APITimeoutError``, trio ``TooSlowError``
-network: ``ConnectionError`` and its subclasses,       failure    ``network:ECONNREFUSED``,
-``OSError`` with a network errno, ``socket.gaierror``             ``network:EAI_AGAIN``,
-``EAI_AGAIN``/``EAI_NONAME``/``EAI_NODATA``, Node-style           ``network:ConnectError``
-``code``/``errno`` strings (``"ENOTFOUND"``), and the
-connection errors of httpx/httpcore, requests, urllib3,
-aiohttp, openai/anthropic
-validation: pydantic, jsonschema, marshmallow          ignored    ``validation``
-``ValidationError``
-anything else                                          ignored    ``unknown-exception:X``
-=====================================================  =========  =========================
+- **cancellation** -> ``ignored``, ``cancelled``: ``asyncio.CancelledError``,
+  ``concurrent.futures.CancelledError``, ``KeyboardInterrupt``, ``SystemExit``,
+  ``GeneratorExit``, trio/anyio ``Cancelled``.
+- **HTTP status** -> 5xx and 429 are ``failure``; every other status (400, 401, 403,
+  404, 408, 409, 422 ...) is ``ignored``. Detail ``http-503``.
+- **timeout** -> ``failure``, ``timeout``: ``TimeoutError`` and its aliases
+  (``asyncio``, ``socket``, ``concurrent.futures``), the timeouts of httpx/httpcore,
+  requests, urllib3, aiohttp, botocore, openai/anthropic ``APITimeoutError``, trio
+  ``TooSlowError``, ``subprocess.TimeoutExpired``.
+- **network** -> ``failure``, ``network:<code>``: ``ConnectionError`` and its
+  subclasses; ``OSError`` with errno ``ECONNREFUSED``, ``ECONNRESET``, ``ECONNABORTED``,
+  ``ETIMEDOUT``, ``EHOSTUNREACH``, ``ENETUNREACH``, ``ENETDOWN`` or ``EPIPE``;
+  ``socket.gaierror`` ``EAI_AGAIN``, ``EAI_NONAME``, ``EAI_NODATA``; Node-style code
+  strings (``"ENOTFOUND"``, ``"EAI_AGAIN"`` ...) in ``exc.code`` or ``exc.errno``; the
+  connection errors of httpx/httpcore, requests, urllib3, aiohttp, botocore,
+  openai/anthropic ``APIConnectionError``. The code is the errno name when there is
+  one, else the class name (``network:ConnectError``).
+- **validation** -> ``ignored``, ``validation``: ``ValidationError`` of pydantic (v1,
+  v2), jsonschema, marshmallow.
+- anything else -> ``ignored``, ``unknown-exception:<ClassName>``.
 
 An HTTP status is read by duck typing, in this order: ``exc.status_code`` (openai,
 anthropic, fastapi), ``exc.response.status_code`` (httpx ``HTTPStatusError``, requests
@@ -222,6 +221,9 @@ _LIBRARY_CLASSES: Final = (
     ),
     (("openai", "anthropic"), _TIMEOUT, ("APITimeoutError",)),
     (("openai", "anthropic"), _NETWORK, ("APIConnectionError",)),
+    (("botocore",), _TIMEOUT, ("ConnectTimeoutError", "ReadTimeoutError")),
+    (("botocore",), _NETWORK, ("EndpointConnectionError", "ConnectionClosedError")),
+    (("subprocess",), _TIMEOUT, ("TimeoutExpired",)),
     (("trio",), _TIMEOUT, ("TooSlowError",)),
     (("trio", "anyio"), _CANCELLED, ("Cancelled",)),
     (
@@ -378,14 +380,18 @@ def _status_of(exc: BaseException) -> int | None:
     return status
 
 
-def _header(headers: object, name: str) -> object:
-    """The value of header ``name`` (lower case), looked up case-insensitively."""
+_RETRY_AFTER: Final = ("retry-after", "Retry-After")
+_RETRY_AFTER_MS: Final = ("retry-after-ms", "Retry-After-Ms")
+
+
+def _header(headers: object, spellings: tuple[str, str]) -> object:
+    """A header's value, looked up case-insensitively; ``spellings[0]`` is lower case."""
     if headers is None:
         return None
     get = _attr(headers, "get")
     if callable(get):
         # Most header containers are case-insensitive: one or two cheap lookups.
-        for key in (name, name.title()):
+        for key in spellings:
             try:
                 value = get(key)
             except Exception:  # noqa: BLE001 - an odd container is no evidence
@@ -393,6 +399,7 @@ def _header(headers: object, name: str) -> object:
             if value is not None:
                 return value
     if isinstance(headers, Mapping):
+        name = spellings[0]
         try:
             for key, value in headers.items():
                 if isinstance(key, str) and key.lower() == name:
@@ -403,13 +410,13 @@ def _header(headers: object, name: str) -> object:
 
 
 def _retry_after_in(headers: object, now: float | None) -> int | None:
-    millis = _header(headers, "retry-after-ms")
+    millis = _header(headers, _RETRY_AFTER_MS)
     if millis is not None:
         text = _text(millis)
         wait = None if text is None else _decimal(text.strip(), 1)
         if wait is not None:
             return wait
-    value = _header(headers, "retry-after")
+    value = _header(headers, _RETRY_AFTER)
     return None if value is None else parse_retry_after(value, now=now)
 
 
