@@ -1,0 +1,471 @@
+"""Semantic action fingerprints and idempotency keys.
+
+Detecting a loop takes more than comparing tool names: the same intention comes back
+with its keys reordered, its reason reworded and a fresh timestamp. :func:`canonical_action`
+keeps only what a call *does*, and :func:`fingerprint` hashes that, so two equivalent
+intentions collide and two different business actions do not.
+
+Canonical form (changing it changes every fingerprint, so it is a contract):
+
+- The tool name is NFKC-normalised, case-folded and trimmed.
+- Object keys are kept verbatim and sorted. Fields named in :class:`FingerprintRules`
+  (volatile ids and timestamps, the model's prose) are dropped at every depth, whatever
+  their value; names match case-insensitively and ignoring ``_`` and ``-``, so
+  ``requestId``, ``request_id`` and ``Request-ID`` are one name.
+- Strings are NFKC-normalised and case-folded, and every run of whitespace becomes one
+  space, trimmed at both ends: ``"  Renewal  Notice "`` equals ``"renewal notice"``.
+- Numbers compare by value: ``1 == 1.0 == Decimal("1.0")``. Integral values become JSON
+  integers; other values become ``{"$decimal": "<text>"}`` with exact text (``"1.5"``,
+  ``"-0.025"``; ``<digits>e<exponent>`` beyond 64 fractional digits or 640 integer
+  digits). Floats are read through their shortest ``repr``, so ``0.1 == Decimal("0.1")``.
+  The decimal context is never consulted. NaN and infinities are refused.
+- Types stay apart: ``True != 1``, ``"1" != 1``, ``"1.5" != 1.5``, ``None != ""``. A
+  non-integral number is tagged rather than written as a string so that no string can
+  equal it; only the object ``{"$decimal": "1.5"}`` itself does, which keeps the
+  canonical form a fixed point (canonicalising it again changes nothing).
+- Lists and tuples are the same and keep their order, which is meaningful. Anything else
+  (sets, bytes, dates, objects) is refused with an error naming its path, like
+  ``args.items[2]``: convert it to one of the types above first.
+
+Stability: the digests use :func:`~toolbreaker.core.canonical.sha256_hex` and depend on
+nothing but the value, so they are the same in every process and on every machine. They
+are the same on every supported Python version for text made of characters assigned in
+Unicode 13 (Python 3.10); NFKC and case folding of characters assigned later may differ
+on older interpreters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Final
+
+from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.errors import ToolbreakerError
+
+__all__ = [
+    "DECIMAL_TAG",
+    "DEFAULT_PROSE",
+    "DEFAULT_VOLATILE",
+    "IDEMPOTENCY_PREFIX",
+    "BusinessKeyError",
+    "FingerprintError",
+    "FingerprintRules",
+    "UnsupportedTypeError",
+    "business_key_of",
+    "canonical_action",
+    "fingerprint",
+    "idempotency_key",
+]
+
+#: The key of the one-field object that carries a non-integral number.
+DECIMAL_TAG: Final = "$decimal"
+
+#: Prefix of every idempotency key; the digit is the version of its derivation.
+IDEMPOTENCY_PREFIX: Final = "tb1-"
+
+_IDEMPOTENCY_SCHEMA: Final = "toolbreaker.idempotency/v1"
+
+# ``ts`` and ``time`` are left out on purpose: Slack's ``ts`` names the message to
+# update, and ``time`` is often the business value itself (book a room at ``time``).
+#: Field names of per-attempt noise: ids, nonces, clocks. Stored normalised.
+DEFAULT_VOLATILE: Final = frozenset(
+    {
+        "timestamp",
+        "createdat",
+        "updatedat",
+        "sentat",
+        "requestedat",
+        "requestid",
+        "xrequestid",
+        "nonce",
+        "traceid",
+        "spanid",
+        "parentspanid",
+        "traceparent",
+        "tracestate",
+        "idempotencykey",
+        "correlationid",
+        "cachebuster",
+    }
+)
+
+#: Field names of the model's own prose about a call. Stored normalised.
+DEFAULT_PROSE: Final = frozenset(
+    {
+        "reason",
+        "reasoning",
+        "explanation",
+        "rationale",
+        "thought",
+        "thoughts",
+        "thinking",
+        "chainofthought",
+        "justification",
+        "comment",
+        "note",
+        "notes",
+        "messagetouser",
+    }
+)
+
+# 640 is the lowest limit ``sys.set_int_max_str_digits`` accepts, so integers up to this
+# many digits serialise on every interpreter whatever that process-wide setting is.
+_MAX_INT_DIGITS: Final = 640
+_INT_BOUND: Final = 10**_MAX_INT_DIGITS
+_MAX_FRACTION_DIGITS: Final = 64
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class FingerprintError(ToolbreakerError, ValueError):
+    """A value cannot be fingerprinted: NaN, a cycle, a blank tool name, an empty key.
+
+    Attributes:
+        message: the explanation, naming the offending path when there is one.
+        path: where the offending value sits, like ``args.items[2]``, when known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UnsupportedTypeError(FingerprintError, TypeError):
+    """A value of a type the canonical form does not define (a set, bytes, an object)."""
+
+
+class BusinessKeyError(FingerprintError, KeyError):
+    """A declared business-key field is missing or empty.
+
+    An empty key would give unrelated actions the same idempotency key, and the
+    destination would then silently drop the second one, so this is never defaulted.
+
+    Attributes:
+        field: the declared field, as given (``recipient.id``).
+    """
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message, path=field)
+        self.field = field
+
+
+def _field_name(name: str) -> str:
+    """The form field names are compared in: case-folded, without ``_`` and ``-``."""
+    return unicodedata.normalize("NFKC", name).casefold().replace("_", "").replace("-", "")
+
+
+def _names(names: Iterable[str], what: str) -> frozenset[str]:
+    if isinstance(names, str) or not isinstance(names, Iterable):
+        raise TypeError(f"{what} must be a collection of field names, got {names!r}")
+    out = set()
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"{what} must hold strings, got {name!r}")
+        out.add(_field_name(name))
+    return frozenset(out)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FingerprintRules:
+    """Which fields a fingerprint ignores, at every depth of the arguments.
+
+    Both sets are stored normalised (case-folded, without ``_`` and ``-``); construction
+    accepts names in any spelling. ``FingerprintRules()`` is the default rule set.
+
+    Attributes:
+        volatile: per-attempt noise (timestamps, request ids, nonces, trace ids).
+        prose: the model's explanations of a call (reason, rationale, notes).
+    """
+
+    volatile: frozenset[str] = DEFAULT_VOLATILE
+    prose: frozenset[str] = DEFAULT_PROSE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "volatile", _names(self.volatile, "volatile"))
+        object.__setattr__(self, "prose", _names(self.prose, "prose"))
+
+    @classmethod
+    def default(cls) -> FingerprintRules:
+        """The default rules: :data:`DEFAULT_VOLATILE` and :data:`DEFAULT_PROSE`."""
+        return cls()
+
+    def extend(
+        self, *, volatile: Iterable[str] = (), prose: Iterable[str] = ()
+    ) -> FingerprintRules:
+        """A copy that also ignores the given field names."""
+        return FingerprintRules(
+            volatile=self.volatile | _names(volatile, "volatile"),
+            prose=self.prose | _names(prose, "prose"),
+        )
+
+    def without(self, *names: str) -> FingerprintRules:
+        """A copy that keeps the given field names (for a tool whose ``note`` is its payload)."""
+        drop = _names(names, "names")
+        return FingerprintRules(volatile=self.volatile - drop, prose=self.prose - drop)
+
+    def ignores(self, name: str) -> bool:
+        """Whether a field called ``name`` is left out of fingerprints."""
+        key = _field_name(name)
+        return key in self.volatile or key in self.prose
+
+
+_DEFAULT_RULES: Final = FingerprintRules()
+_KEEP_ALL: Final = FingerprintRules(volatile=frozenset(), prose=frozenset())
+
+
+def _text(value: str) -> str:
+    # NFKC after case folding can produce text that folds again, so repeat to a fixed
+    # point; a handful of rounds is always enough in practice, and the bound keeps it total.
+    for _ in range(4):
+        folded = " ".join(
+            unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", value).casefold()).split()
+        )
+        if folded == value:
+            break
+        value = folded
+    return value
+
+
+def _decimal_text(negative: bool, digits: str, exponent: int) -> str:
+    """Exact text of ``digits * 10**exponent``; ``digits`` has no trailing zero."""
+    sign = "-" if negative else ""
+    if -_MAX_FRACTION_DIGITS <= exponent < 0:
+        whole, fraction = digits[:exponent], digits[exponent:]
+        return f"{sign}{whole or '0'}.{fraction.rjust(-exponent, '0')}"
+    return f"{sign}{digits}e{exponent}"
+
+
+def _number(value: int | float | Decimal, path: str) -> int | dict[str, str]:
+    if isinstance(value, int):
+        number = int(value)
+        if -_INT_BOUND < number < _INT_BOUND:
+            return number
+        exact = Decimal(number)  # exact whatever the context precision
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise FingerprintError(f"{path} is {value!r}, which has no canonical form", path=path)
+        exact = Decimal(repr(float(value)))
+    else:
+        if not value.is_finite():
+            raise FingerprintError(f"{path} is {value!r}, which has no canonical form", path=path)
+        exact = value
+    sign, digit_tuple, exponent = exact.as_tuple()
+    assert isinstance(exponent, int)  # finite, checked above
+    text = "".join(map(str, digit_tuple))
+    digits = text.rstrip("0")
+    if not digits:
+        return 0
+    exponent += len(text) - len(digits)
+    if exponent >= 0 and len(digits) + exponent <= _MAX_INT_DIGITS:
+        magnitude = int(digits + "0" * exponent)  # at most 640 digits, see above
+        return -magnitude if sign else magnitude
+    return {DECIMAL_TAG: _decimal_text(bool(sign), digits, exponent)}
+
+
+def _child(path: str, key: object) -> str:
+    if isinstance(key, str) and _IDENTIFIER.match(key):
+        return f"{path}.{key}"
+    if isinstance(key, str):
+        return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
+    return f"{path}[{key!r}]"
+
+
+def _canon(value: Any, path: str, rules: FingerprintRules, active: set[int]) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, (int, float, Decimal)):
+        return _number(value, path)
+    if isinstance(value, (Mapping, list, tuple)):
+        if id(value) in active:
+            raise FingerprintError(f"{path} contains itself", path=path)
+        active.add(id(value))
+        try:
+            if isinstance(value, Mapping):
+                return _canon_mapping(value, path, rules, active)
+            return [_canon(item, f"{path}[{i}]", rules, active) for i, item in enumerate(value)]
+        finally:
+            active.discard(id(value))
+    raise UnsupportedTypeError(
+        f"{path} is a {type(value).__name__}, which has no canonical form; "
+        "use a string, number, boolean, None, list or mapping",
+        path=path,
+    )
+
+
+def _canon_mapping(
+    value: Mapping[Any, Any], path: str, rules: FingerprintRules, active: set[int]
+) -> dict[str, Any]:
+    for key in value:
+        if not isinstance(key, str):
+            where = _child(path, key)
+            raise UnsupportedTypeError(
+                f"{where}: object keys must be strings, got {type(key).__name__}", path=where
+            )
+    return {
+        key: _canon(value[key], _child(path, key), rules, active)
+        for key in sorted(value)
+        if not rules.ignores(key)
+    }
+
+
+def _tool_name(tool: str) -> str:
+    if not isinstance(tool, str):
+        raise UnsupportedTypeError(f"tool must be a string, got {type(tool).__name__}", path="tool")
+    name = _text(tool)
+    if not name:
+        raise FingerprintError("tool must not be blank", path="tool")
+    return name
+
+
+def _mapping(value: Any, path: str) -> Mapping[Any, Any]:
+    if not isinstance(value, Mapping):
+        raise UnsupportedTypeError(
+            f"{path} must be a mapping, got {type(value).__name__}", path=path
+        )
+    return value
+
+
+def canonical_action(
+    tool: str, args: Mapping[str, Any], rules: FingerprintRules | None = None
+) -> dict[str, Any]:
+    """The canonical form of a tool call: ``{"tool": ..., "args": ...}``.
+
+    The result is plain JSON data (no floats), safe to store and to show an operator.
+    Canonicalising its ``args`` again gives the same result.
+
+    Args:
+        tool: the tool's name.
+        args: the arguments the model chose.
+        rules: which fields to leave out; :meth:`FingerprintRules.default` when ``None``.
+
+    Raises:
+        UnsupportedTypeError: a value, or a key, of a type with no canonical form; its
+            ``path`` names it (also a :class:`TypeError`).
+        FingerprintError: a NaN or infinite number, a container that contains itself,
+            or a blank tool name (also a :class:`ValueError`).
+    """
+    name = _tool_name(tool)
+    chosen = _DEFAULT_RULES if rules is None else rules
+    canonical = _canon(_mapping(args, "args"), "args", chosen, set())
+    return {"tool": name, "args": canonical}
+
+
+def fingerprint(tool: str, args: Mapping[str, Any], rules: FingerprintRules | None = None) -> str:
+    """The SHA-256 hex digest of the canonical JSON of :func:`canonical_action`.
+
+    Equal for equivalent intentions (keys reordered, reason reworded, a fresh timestamp,
+    ``"  Renewal Notice "`` for ``"renewal notice"``, ``1.0`` for ``1``), different for
+    different actions. Raises what :func:`canonical_action` raises.
+    """
+    return sha256_hex(canonical_action(tool, args, rules=rules))
+
+
+def _is_empty(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    return isinstance(value, (Mapping, list, tuple)) and not value
+
+
+def _lookup(args: Mapping[str, Any], field: str) -> Any:
+    parts = field.split(".")
+    if not all(parts):
+        raise FingerprintError(f"business key field {field!r} is not a dotted path", path=field)
+    current: Any = args
+    for depth, part in enumerate(parts):
+        if isinstance(current, Mapping) and part in current:
+            current = current[part]
+        elif (
+            isinstance(current, (list, tuple))
+            and part.isascii()
+            and part.isdigit()
+            and int(part) < len(current)
+        ):
+            current = current[int(part)]
+        else:
+            where = ".".join(parts[:depth]) or "the arguments"
+            raise BusinessKeyError(
+                f"business key field {field!r} is missing: {where} has no {part!r}", field=field
+            )
+    return current
+
+
+def business_key_of(args: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """Pick the declared business-key fields out of a call's arguments.
+
+    Args:
+        args: the arguments the model chose.
+        fields: field names; dots walk into nested mappings (``recipient.id``) and
+            decimal segments index lists (``items.0.sku``).
+
+    Returns:
+        ``{field: value}`` for every declared field, values as found (not copied).
+
+    Raises:
+        BusinessKeyError: a field is missing, ``None``, blank, or an empty container
+            (also a :class:`KeyError` and a :class:`ValueError`).
+        FingerprintError: no fields are declared, or a field is not a dotted path.
+        TypeError: ``args`` is not a mapping or ``fields`` is a single string.
+    """
+    if isinstance(fields, str) or not isinstance(fields, Sequence):
+        raise TypeError(f"fields must be a sequence of field names, got {fields!r}")
+    if not fields:
+        raise FingerprintError("a business key needs at least one field")
+    source = _mapping(args, "args")
+    picked: dict[str, Any] = {}
+    for field in fields:
+        if not isinstance(field, str):
+            raise TypeError(f"business key fields must be strings, got {field!r}")
+        value = _lookup(source, field)
+        if _is_empty(value):
+            raise BusinessKeyError(
+                f"business key field {field!r} is empty ({value!r})", field=field
+            )
+        picked[field] = value
+    return picked
+
+
+def idempotency_key(tool: str, business_key: Mapping[str, Any], *, scope: str = "") -> str:
+    """A deterministic idempotency key for a mutating call: ``tb1-`` and 32 hex digits.
+
+    Derived only from the tool, the canonicalised business key (every field kept: no
+    volatile or prose stripping) and ``scope``; never from a run or attempt id unless the
+    caller puts one in ``scope``. So a retry, a resumed run or another process sends the
+    same key, and the destination can drop the duplicate. Safe in URLs and headers.
+
+    Args:
+        tool: the tool's name (canonicalised like in :func:`canonical_action`).
+        business_key: what makes the action unique, e.g. from :func:`business_key_of`.
+        scope: an optional namespace (tenant, task id), compared verbatim.
+
+    Raises:
+        FingerprintError: the business key is empty or holds a value with no canonical
+            form (:class:`UnsupportedTypeError` for a wrong type).
+    """
+    name = _tool_name(tool)
+    key = _mapping(business_key, "business_key")
+    if not key:
+        raise FingerprintError("business key is empty", path="business_key")
+    if not isinstance(scope, str):
+        raise UnsupportedTypeError(
+            f"scope must be a string, got {type(scope).__name__}", path="scope"
+        )
+    document = {
+        "schema": _IDEMPOTENCY_SCHEMA,
+        "tool": name,
+        "key": _canon(key, "business_key", _KEEP_ALL, set()),
+        "scope": scope,
+    }
+    return IDEMPOTENCY_PREFIX + sha256_hex(document)[:32]

@@ -1,0 +1,544 @@
+"""Semantic fingerprints and idempotency keys: equivalent intentions collide, others don't."""
+
+from __future__ import annotations
+
+import decimal
+import re
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolbreaker.core.canonical import canonical_json, sha256_hex
+from toolbreaker.core.fingerprint import (
+    DEFAULT_PROSE,
+    DEFAULT_VOLATILE,
+    BusinessKeyError,
+    FingerprintError,
+    FingerprintRules,
+    UnsupportedTypeError,
+    business_key_of,
+    canonical_action,
+    fingerprint,
+    idempotency_key,
+)
+from toolbreaker.errors import ToolbreakerError
+
+RENEWAL: dict[str, Any] = {
+    "recipient": "customer-1842",
+    "template": "renewal_notice",
+    "business_key": "renewal-2026-08",
+    "subject": "Renewal Notice",
+    "amount": 120,
+}
+
+
+def with_changes(**changes: Any) -> dict[str, Any]:
+    return {**RENEWAL, **changes}
+
+
+# --- equivalent intentions collide ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        pytest.param(RENEWAL, dict(reversed(list(RENEWAL.items()))), id="keys-reordered"),
+        pytest.param(
+            with_changes(reason="The customer's plan expires soon."),
+            with_changes(reason="Sending the renewal reminder as requested."),
+            id="reason-reworded",
+        ),
+        pytest.param(RENEWAL, with_changes(rationale="because"), id="prose-added"),
+        pytest.param(
+            with_changes(timestamp="2026-08-01T10:00:00Z"),
+            with_changes(timestamp="2026-08-01T10:00:07Z"),
+            id="fresh-timestamp",
+        ),
+        pytest.param(RENEWAL, with_changes(requestId="req-1"), id="request-id-added"),
+        pytest.param(
+            with_changes(subject="  Renewal   Notice "),
+            with_changes(subject="renewal notice"),
+            id="case-and-whitespace",
+        ),
+        pytest.param(
+            with_changes(subject="Renewal\tNotice\n"),
+            with_changes(subject="renewal notice"),
+            id="tabs-and-newlines",
+        ),
+        pytest.param(
+            with_changes(subject="\uff32\uff25\uff2e\uff25\uff37\uff21\uff2c notice"),
+            with_changes(subject="renewal notice"),
+            id="fullwidth-nfkc",
+        ),
+        pytest.param(with_changes(amount=1), with_changes(amount=1.0), id="int-float"),
+        pytest.param(with_changes(amount=1), with_changes(amount=Decimal("1.0")), id="int-decimal"),
+        pytest.param(
+            with_changes(amount=12.5), with_changes(amount=Decimal("12.50")), id="float-decimal"
+        ),
+        pytest.param(with_changes(amount=0.1), with_changes(amount=Decimal("0.1")), id="float-0.1"),
+        pytest.param(with_changes(amount=-0.0), with_changes(amount=0), id="negative-zero"),
+        pytest.param(
+            with_changes(tags=("a", "b")), with_changes(tags=["a", "b"]), id="tuple-is-list"
+        ),
+        pytest.param(
+            with_changes(meta={"trace_id": "t-1", "channel": "email"}),
+            with_changes(meta={"channel": "EMAIL", "Trace-ID": "t-2"}),
+            id="nested-volatile-and-case",
+        ),
+        pytest.param(
+            with_changes(lines=[{"sku": "a", "note": "x"}]),
+            with_changes(lines=[{"sku": "A", "note": "y"}]),
+            id="prose-inside-list",
+        ),
+    ],
+)
+def test_equivalent_intentions_collide(first: dict[str, Any], second: dict[str, Any]) -> None:
+    """Rephrasing the same action (order, prose, noise, case, number type) keeps its fingerprint."""
+    assert fingerprint("send_email", first) == fingerprint("send_email", second)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        pytest.param(RENEWAL, with_changes(recipient="customer-1843"), id="other-recipient"),
+        pytest.param(RENEWAL, with_changes(business_key="renewal-2026-09"), id="other-period"),
+        pytest.param(with_changes(amount=120), with_changes(amount=121), id="other-amount"),
+        pytest.param(with_changes(amount=12.5), with_changes(amount=12.51), id="other-cents"),
+        pytest.param(with_changes(flag=True), with_changes(flag=1), id="true-vs-1"),
+        pytest.param(with_changes(flag=False), with_changes(flag=0), id="false-vs-0"),
+        pytest.param(with_changes(amount="1"), with_changes(amount=1), id="string-vs-int"),
+        pytest.param(with_changes(amount="1.5"), with_changes(amount=1.5), id="string-vs-decimal"),
+        pytest.param(with_changes(cc=None), with_changes(cc=""), id="none-vs-empty"),
+        pytest.param(RENEWAL, with_changes(cc=None), id="none-vs-absent"),
+        pytest.param(with_changes(ids=[1, 2]), with_changes(ids=[2, 1]), id="list-order"),
+        pytest.param(
+            with_changes(subject="renewal notice"),
+            with_changes(subject="renewalnotice"),
+            id="words-joined",
+        ),
+        pytest.param(with_changes(time="10:00"), with_changes(time="11:00"), id="time-is-business"),
+        pytest.param(with_changes(ts="1.1"), with_changes(ts="1.2"), id="slack-ts-is-business"),
+    ],
+)
+def test_different_actions_do_not_collide(first: dict[str, Any], second: dict[str, Any]) -> None:
+    """A different recipient, period, amount, type or order is a different action."""
+    assert fingerprint("send_email", first) != fingerprint("send_email", second)
+
+
+def test_tool_name_is_trimmed_and_case_folded() -> None:
+    """`` Send_Email `` and ``send_email`` are one tool."""
+    assert fingerprint(" Send_Email ", RENEWAL) == fingerprint("send_email", RENEWAL)
+
+
+def test_different_tools_do_not_collide() -> None:
+    """The same arguments sent to another tool are another action."""
+    assert fingerprint("send_email", RENEWAL) != fingerprint("send_sms", RENEWAL)
+
+
+# --- canonical form ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("number", "canonical"),
+    [
+        (1, 1),
+        (1.0, 1),
+        (Decimal("1.000"), 1),
+        (Decimal("0.1E1"), 1),
+        (Decimal("1E+3"), 1000),
+        (-0.0, 0),
+        (Decimal("-0E-5"), 0),
+        (-7, -7),
+        (1.5, {"$decimal": "1.5"}),
+        (Decimal("-0.0250"), {"$decimal": "-0.025"}),
+        (0.1, {"$decimal": "0.1"}),
+        (1e300, 10**300),
+        (10**640 - 1, 10**640 - 1),
+        (10**640, {"$decimal": "1e640"}),
+        (Decimal("1E+640"), {"$decimal": "1e640"}),
+        (Decimal("1E-64"), {"$decimal": "0." + "0" * 63 + "1"}),
+        (Decimal("15E-66"), {"$decimal": "15e-66"}),
+    ],
+)
+def test_numbers_have_one_canonical_form(number: Any, canonical: Any) -> None:
+    """Integral values become ints; others an exact tagged decimal; huge ones use an exponent."""
+    assert canonical_action("t", {"n": number})["args"]["n"] == canonical
+
+
+def test_numbers_ignore_the_decimal_context() -> None:
+    """A low precision in the thread's decimal context changes nothing."""
+    value = Decimal("1.00000000000000000000000000000000001")
+    expected = fingerprint("t", {"n": value})
+    with decimal.localcontext() as context:
+        context.prec = 3
+        assert fingerprint("t", {"n": value}) == expected
+    assert expected != fingerprint("t", {"n": 1})
+
+
+@pytest.mark.parametrize(
+    ("text", "canonical"),
+    [
+        ("  Renewal Notice ", "renewal notice"),
+        ("a\t\n b", "a b"),
+        ("ﬁle", "file"),
+        ("Straße", "strasse"),
+        ("", ""),
+        ("   ", ""),
+    ],
+)
+def test_strings_are_normalised(text: str, canonical: str) -> None:
+    """Strings are NFKC-normalised, case-folded, trimmed and whitespace-collapsed."""
+    assert canonical_action("t", {"s": text})["args"]["s"] == canonical
+
+
+def test_canonical_form_is_sorted_json_data() -> None:
+    """The canonical form sorts keys, keeps None and list order, and is plain JSON data."""
+    action = canonical_action(
+        "Send_Email", {"b": [3, 1, None], "a": {"z": 1, "y": (True,)}, "reason": "x"}
+    )
+    assert action == {"tool": "send_email", "args": {"a": {"y": [True], "z": 1}, "b": [3, 1, None]}}
+    assert list(action["args"]) == ["a", "b"]
+    assert canonical_json(action)  # no floats, nothing unserialisable
+
+
+def test_fingerprint_is_the_digest_of_the_canonical_form() -> None:
+    """``fingerprint`` is ``sha256_hex`` of ``canonical_action``: anyone can recompute it."""
+    assert fingerprint("send_email", RENEWAL) == sha256_hex(canonical_action("send_email", RENEWAL))
+
+
+def test_fingerprint_is_pinned() -> None:
+    """The canonical bytes and digest of a fixed action never change (processes, versions)."""
+    assert canonical_json(canonical_action("send_email", RENEWAL)) == (
+        b'{"args":{"amount":120,"business_key":"renewal-2026-08","recipient":"customer-1842",'
+        b'"subject":"renewal notice","template":"renewal_notice"},"tool":"send_email"}'
+    )
+    assert (
+        fingerprint("send_email", RENEWAL)
+        == "13eb20c78061ee7e5b63f13da6ee2ed1e05c95e0aaf13f44d56a3777e352902f"
+    )
+
+
+def test_keys_are_kept_verbatim() -> None:
+    """Keys are not case-folded: they come from the tool's schema, not from prose."""
+    assert fingerprint("t", {"ID": 1}) != fingerprint("t", {"id": 1})
+
+
+# --- rules -----------------------------------------------------------------------------
+
+
+def test_default_rules_are_the_documented_sets() -> None:
+    """``FingerprintRules()`` and ``default()`` hold the default volatile and prose names."""
+    assert FingerprintRules.default() == FingerprintRules()
+    assert FingerprintRules().volatile == DEFAULT_VOLATILE
+    assert FingerprintRules().prose == DEFAULT_PROSE
+
+
+@pytest.mark.parametrize("name", ["request_id", "requestId", "Request-ID", "REQUESTID"])
+def test_rule_names_match_any_spelling(name: str) -> None:
+    """Field names compare case-insensitively and ignoring ``_`` and ``-``."""
+    assert FingerprintRules().ignores(name)
+
+
+def test_extend_adds_names_in_any_spelling() -> None:
+    """``extend`` returns new rules that also drop the given fields; the original is unchanged."""
+    rules = FingerprintRules.default().extend(volatile=["Attempt-No"], prose=["agentNote"])
+    assert rules.ignores("attempt_no")
+    assert rules.ignores("AGENT_NOTE")
+    assert not FingerprintRules().ignores("attempt_no")
+    assert fingerprint("t", {"a": 1, "attemptNo": 2}, rules=rules) == fingerprint(
+        "t", {"a": 1}, rules=rules
+    )
+
+
+def test_without_keeps_a_field_that_is_the_payload() -> None:
+    """``without("comment")`` makes two different comments two different actions."""
+    rules = FingerprintRules().without("comment")
+    assert fingerprint("add_comment", {"comment": "a"}, rules) != fingerprint(
+        "add_comment", {"comment": "b"}, rules
+    )
+    assert fingerprint("add_comment", {"comment": "a"}) == fingerprint(
+        "add_comment", {"comment": "b"}
+    )
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: FingerprintRules(volatile="nonce"),  # type: ignore[arg-type]
+        lambda: FingerprintRules().extend(prose="reason"),
+        lambda: FingerprintRules(prose=frozenset({1})),  # type: ignore[arg-type]
+    ],
+)
+def test_rules_refuse_a_bare_string_or_non_strings(call: Any) -> None:
+    """A string where a collection of names is expected is an error, not its characters."""
+    with pytest.raises(TypeError):
+        call()
+
+
+def test_ignored_fields_are_never_inspected() -> None:
+    """A volatile field may hold anything, even values with no canonical form."""
+    assert fingerprint("t", {"a": 1, "nonce": float("nan"), "note": {1, 2}}) == fingerprint(
+        "t", {"a": 1}
+    )
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value",
+    [float("nan"), float("inf"), float("-inf"), Decimal("NaN"), Decimal("sNaN"), Decimal("-Inf")],
+)
+def test_non_finite_numbers_are_refused(value: Any) -> None:
+    """NaN and infinities raise a ValueError naming their path."""
+    with pytest.raises(ValueError, match=r"args\.amounts\[1\]") as caught:
+        fingerprint("t", {"amounts": [1, value]})
+    assert isinstance(caught.value, FingerprintError)
+    assert caught.value.path == "args.amounts[1]"
+
+
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        ({"items": [1, 2, {3}]}, "args.items[2]"),
+        ({"blob": b"x"}, "args.blob"),
+        ({"when": object()}, "args.when"),
+        ({"odd key": [1j]}, 'args["odd key"][0]'),
+        ({"m": {1: "a"}}, "args.m[1]"),
+    ],
+)
+def test_unsupported_types_name_their_path(args: dict[str, Any], path: str) -> None:
+    """A value or key with no canonical form raises a TypeError naming where it is."""
+    with pytest.raises(TypeError, match=re.escape(path)) as caught:
+        canonical_action("t", args)
+    assert isinstance(caught.value, UnsupportedTypeError)
+    assert caught.value.path == path
+
+
+def test_a_cycle_is_an_error() -> None:
+    """A container that contains itself raises instead of recursing forever."""
+    args: dict[str, Any] = {"a": []}
+    args["a"].append(args)
+    with pytest.raises(FingerprintError, match="contains itself"):
+        fingerprint("t", args)
+
+
+def test_shared_values_are_not_cycles() -> None:
+    """The same list referenced twice is fine: only a container inside itself is a cycle."""
+    shared = [1, 2]
+    assert fingerprint("t", {"a": shared, "b": shared}) == fingerprint(
+        "t", {"a": [1, 2], "b": [1, 2]}
+    )
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "error"),
+    [
+        ("   ", {}, FingerprintError),
+        (3, {}, TypeError),
+        ("t", [("a", 1)], TypeError),
+    ],
+)
+def test_bad_tool_or_args_are_refused(tool: Any, args: Any, error: type[Exception]) -> None:
+    """A blank or non-string tool name, or arguments that are not a mapping, raise."""
+    with pytest.raises(error):
+        fingerprint(tool, args)
+
+
+def test_errors_belong_to_the_library_tree() -> None:
+    """Every fingerprint error is a ToolbreakerError; the key error is also a KeyError."""
+    assert issubclass(FingerprintError, ToolbreakerError)
+    assert issubclass(UnsupportedTypeError, TypeError)
+    assert issubclass(BusinessKeyError, KeyError)
+    assert issubclass(BusinessKeyError, ValueError)
+
+
+# --- business keys and idempotency keys --------------------------------------------------
+
+
+def test_business_key_picks_declared_fields() -> None:
+    """Declared fields, dotted paths and list indexes are picked, values as found."""
+    args = {"recipient": {"id": "c-1842"}, "period": "2026-08", "lines": [{"sku": "x"}]}
+    assert business_key_of(args, ["recipient.id", "period", "lines.0.sku"]) == {
+        "recipient.id": "c-1842",
+        "period": "2026-08",
+        "lines.0.sku": "x",
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        ({"period": "2026-08"}, "recipient.id"),
+        ({"recipient": {}}, "recipient.id"),
+        ({"recipient": "c-1"}, "recipient.id"),
+        ({"lines": []}, "lines.0"),
+        ({"recipient": None}, "recipient"),
+        ({"recipient": "   "}, "recipient"),
+        ({"recipient": {}}, "recipient"),
+    ],
+)
+def test_missing_or_empty_business_field_is_an_error(args: dict[str, Any], field: str) -> None:
+    """A missing, None, blank or empty declared field raises, naming it: never an empty key."""
+    with pytest.raises(KeyError) as caught:
+        business_key_of(args, [field])
+    assert isinstance(caught.value, BusinessKeyError)
+    assert caught.value.field == field
+    assert repr(field) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ([], FingerprintError),
+        ("recipient", TypeError),
+        ([1], TypeError),
+        (["a..b"], FingerprintError),
+    ],
+)
+def test_bad_field_declarations_are_refused(fields: Any, error: type[Exception]) -> None:
+    """No fields, a bare string, a non-string or a malformed dotted path is a declaration error."""
+    with pytest.raises(error):
+        business_key_of({"a": {"b": 1}}, fields)
+
+
+def test_idempotency_key_format() -> None:
+    """The key is ``tb1-`` and 32 lower-case hex digits: safe in URLs and headers."""
+    key = idempotency_key("send_email", {"recipient": "c-1842", "period": "2026-08"})
+    assert re.fullmatch(r"tb1-[0-9a-f]{32}", key)
+
+
+def test_idempotency_key_is_pinned() -> None:
+    """The derivation never changes within ``tb1``: a resumed run must send the same key."""
+    key = idempotency_key("send_email", {"recipient": "customer-1842", "period": "2026-08"})
+    assert key == "tb1-8e577377f660e5827cb214c19282dfc1"
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({"r": "c-1", "p": "2026-08"}, {"p": "2026-08", "r": "c-1"}),
+        ({"r": " C-1 ", "amount": 1}, {"r": "c-1", "amount": 1.0}),
+    ],
+)
+def test_equivalent_business_keys_share_a_key(
+    first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    """Reordered or rephrased business keys give the same idempotency key."""
+    assert idempotency_key("pay", first) == idempotency_key("pay", second)
+
+
+@pytest.mark.parametrize(
+    ("tool", "key", "scope"),
+    [
+        ("pay", {"r": "c-2"}, ""),
+        ("refund", {"r": "c-1"}, ""),
+        ("pay", {"r": "c-1"}, "tenant-b"),
+        ("pay", {"r": "c-1", "request_id": "x"}, ""),
+    ],
+)
+def test_different_business_actions_get_different_keys(
+    tool: str, key: dict[str, Any], scope: str
+) -> None:
+    """Another tool, key value, scope or field changes the key; no field is stripped."""
+    assert idempotency_key(tool, key, scope=scope) != idempotency_key("pay", {"r": "c-1"})
+
+
+def test_idempotency_key_ignores_the_run_unless_scoped() -> None:
+    """Keys come from the business key only, so a retry in another run sends the same key."""
+    args_run_1 = {"recipient": "c-1", "period": "2026-08", "run_id": "run-1"}
+    args_run_2 = {"recipient": "c-1", "period": "2026-08", "run_id": "run-2"}
+    fields = ["recipient", "period"]
+    assert idempotency_key("send_email", business_key_of(args_run_1, fields)) == idempotency_key(
+        "send_email", business_key_of(args_run_2, fields)
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "scope", "error"),
+    [({}, "", FingerprintError), ({"a": {1}}, "", TypeError), ({"a": 1}, 7, TypeError)],
+)
+def test_idempotency_key_refuses_bad_input(key: Any, scope: Any, error: type[Exception]) -> None:
+    """An empty key, a value with no canonical form, or a non-string scope raises."""
+    with pytest.raises(error):
+        idempotency_key("pay", key, scope=scope)
+
+
+# --- properties ------------------------------------------------------------------------
+
+_KEYS = st.text(alphabet="abcdefgh", min_size=1, max_size=6).filter(
+    lambda k: not FingerprintRules().ignores(k)
+)
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.decimals(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8)
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(_KEYS, inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+_ARGS = st.dictionaries(_KEYS, _VALUES, max_size=4)
+_ANYTHING = _VALUES | st.floats() | st.builds(object) | st.sets(st.integers(), max_size=2)
+
+
+def _respelled(name: str, data: st.DataObject) -> str:
+    """``name`` with random case and random ``_``/``-`` separators inserted."""
+    out = []
+    for char in name:
+        out.append(char.upper() if data.draw(st.booleans()) else char)
+        out.append(data.draw(st.sampled_from(["", "", "_", "-"])))
+    return "".join(out)
+
+
+def _reordered(value: Any, data: st.DataObject) -> Any:
+    if isinstance(value, dict):
+        keys = data.draw(st.permutations(list(value)))
+        return {key: _reordered(value[key], data) for key in keys}
+    if isinstance(value, list):
+        return [_reordered(item, data) for item in value]
+    return value
+
+
+@given(args=_ARGS, data=st.data())
+def test_property_key_order_does_not_matter(args: dict[str, Any], data: st.DataObject) -> None:
+    """Reordering keys at every depth never changes the fingerprint."""
+    assert fingerprint("t", _reordered(args, data)) == fingerprint("t", args)
+
+
+@given(args=_ARGS, value=_ANYTHING, data=st.data())
+def test_property_ignored_fields_do_not_matter(
+    args: dict[str, Any], value: Any, data: st.DataObject
+) -> None:
+    """Adding any volatile or prose field, spelled any way, with any value changes nothing."""
+    name = _respelled(data.draw(st.sampled_from(sorted(DEFAULT_VOLATILE | DEFAULT_PROSE))), data)
+    assert fingerprint("t", {**args, name: value}) == fingerprint("t", args)
+
+
+@given(args=_ARGS, value=_ANYTHING, data=st.data())
+def test_property_ignored_fields_do_not_matter_when_nested(
+    args: dict[str, Any], value: Any, data: st.DataObject
+) -> None:
+    """The same holds inside a nested object."""
+    name = _respelled(data.draw(st.sampled_from(sorted(DEFAULT_VOLATILE | DEFAULT_PROSE))), data)
+    assert fingerprint("t", {"inner": {**args, name: value}}) == fingerprint("t", {"inner": args})
+
+
+@given(tool=st.text(min_size=1, max_size=12).filter(str.strip), args=_ARGS)
+def test_property_canonical_form_is_a_fixed_point(tool: str, args: dict[str, Any]) -> None:
+    """Canonicalising an already canonical action gives the same form and fingerprint."""
+    canonical = canonical_action(tool, args)
+    again = canonical_action(canonical["tool"], canonical["args"])
+    assert again == canonical
+    assert fingerprint(canonical["tool"], canonical["args"]) == fingerprint(tool, args)

@@ -1,0 +1,399 @@
+"""Secret masking for operator packets: secrets go, everything useful stays."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import time
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolbreaker.core.redact import CYCLE, REDACTED, is_secret_key, redact, redact_text
+
+# --- secret key names ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "password",
+        "PASSWORD",
+        "db_password",
+        "passwd",
+        "pwd",
+        "db_pass",
+        "secret",
+        "client_secret",
+        "clientSecret",
+        "token",
+        "access_token",
+        "accessToken",
+        "refresh_token",
+        "id_token",
+        "api_key",
+        "apikey",
+        "X-Api-Key",
+        "openaiApiKey",
+        "OPENAI_API_KEY",
+        "APIKey",
+        "access_key",
+        "aws_secret_access_key",
+        "private_key",
+        "Authorization",
+        "Proxy-Authorization",
+        "auth",
+        "x-auth-token",
+        "Cookie",
+        "Set-Cookie",
+        "session",
+        "sessionID",
+        "credentials",
+        "bearer",
+        "jwt",
+        "otp",
+    ],
+)
+def test_secret_key_names(name: str) -> None:
+    """Names of credentials are secrets in any case, separator or camelCase spelling."""
+    assert is_secret_key(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "author",
+        "authored_by",
+        "possession",
+        "bypass",
+        "max_tokens",
+        "input_tokens",
+        "tokens_used",
+        "token_count",
+        "token_budget",
+        "token_type",
+        "password_length",
+        "password_policy",
+        "auth_url",
+        "secret_name",
+        "credentials_path",
+        "session_ttl",
+        "expires_in",
+        "secretary",
+        "recipient",
+        "task_id",
+        "fingerprint",
+        "key",
+    ],
+)
+def test_innocent_key_names(name: str) -> None:
+    """Words that merely contain a marker, and names that describe a secret, are kept."""
+    assert not is_secret_key(name)
+
+
+def test_extra_keys_extend_the_names() -> None:
+    """``extra_keys`` match anywhere in the normalised name, and win over descriptive words."""
+    assert is_secret_key("customer_SSN", extra_keys=["ssn"])
+    assert is_secret_key("ssn_type", extra_keys=["SSN"])
+    assert not is_secret_key("customer_ssn")
+
+
+def test_extra_keys_refuse_a_bare_string() -> None:
+    """A single string for ``extra_keys`` is an error, not a set of one-letter names."""
+    with pytest.raises(TypeError):
+        redact({}, extra_keys="ssn")
+
+
+# --- values of secret keys -------------------------------------------------------------
+
+
+def test_values_of_secret_keys_are_masked_at_any_depth() -> None:
+    """Secret-named values are masked in nested dicts and lists; other values are kept."""
+    packet = {
+        "task_id": "task-7",
+        "headers": {"X-Api-Key": "abc", "Accept": "application/json"},
+        "calls": [{"tool": "pay", "password": "hunter2", "amount": 12}],
+    }
+    assert redact(packet) == {
+        "task_id": "task-7",
+        "headers": {"X-Api-Key": REDACTED, "Accept": "application/json"},
+        "calls": [{"tool": "pay", "password": REDACTED, "amount": 12}],
+    }
+
+
+@pytest.mark.parametrize("value", [12345, {"user": "a", "pw": "b"}, ["x"], 1.5])
+def test_secret_key_masks_any_type(value: Any) -> None:
+    """A container or number under a secret name is masked whole: its shape is no help."""
+    assert redact({"credentials": value}) == {"credentials": REDACTED}
+
+
+@pytest.mark.parametrize("value", [None, True, False, ""])
+def test_secret_key_keeps_values_that_hide_nothing(value: Any) -> None:
+    """None, booleans and the empty string say whether a credential was there, nothing more."""
+    assert redact({"token": value}) == {"token": value}
+
+
+def test_extra_keys_mask_values() -> None:
+    """Values under names given in ``extra_keys`` are masked too."""
+    assert redact({"customer_ssn": "123-45-6789"}, extra_keys=["ssn"]) == {"customer_ssn": REDACTED}
+
+
+# --- secrets inside text ---------------------------------------------------------------
+
+_JWT = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk"
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("Authorization: Bearer abc.DEF-123", f"Authorization: {REDACTED}"),
+        ('{"authorization": "Token abc123"}', f'{{"authorization": "{REDACTED}"}}'),
+        ("Cookie: sid=abc123; theme=dark", f"Cookie: {REDACTED}"),
+        ("use Bearer abcDEF123456 now", f"use Bearer {REDACTED} now"),
+        ("curl -u x Basic dXNlcjpwYXNzd29yZA==", f"curl -u x Basic {REDACTED}"),
+        (f"jwt {_JWT} end", f"jwt {REDACTED} end"),
+        (
+            "postgres://app:s3cr@t!@db.internal:5432/prod",
+            f"postgres://app:{REDACTED}@db.internal:5432/prod",
+        ),
+        ("redis://:hunter22@cache:6379", f"redis://:{REDACTED}@cache:6379"),
+        ("password=hunter2&user=bob", f"password={REDACTED}&user=bob"),
+        ('{"password": "hunter 2", "user": "bob"}', f'{{"password": "{REDACTED}", "user": "bob"}}'),
+        ("OPENAI_API_KEY=abc123", f"OPENAI_API_KEY={REDACTED}"),
+        ("key: sk-proj-abcdefghijklmnopqrstuvwx0123", f"key: {REDACTED}"),
+        ("sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA!", f"{REDACTED}!"),
+        ("stripe sk_live_abcdefghij0123456789", f"stripe {REDACTED}"),
+        ("gh ghp_abcdefghijklmnopqrstuvwxyz0123456789", f"gh {REDACTED}"),
+        ("pat github_pat_11ABCDEFG0123456789_abcdefghij", f"pat {REDACTED}"),
+        ("id AKIAIOSFODNN7EXAMPLE here", f"id {REDACTED} here"),
+        ("slack xoxb-123456789012-abcdefghijkl", f"slack {REDACTED}"),
+        ("g AIzaSyA-abcdefghijklmnopqrstuvwxyz01234", f"g {REDACTED}"),
+        (
+            "k -----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY----- ok",
+            f"k {REDACTED} ok",
+        ),
+    ],
+)
+def test_secrets_in_text_are_masked(text: str, masked: str) -> None:
+    """Known secret formats are masked inside strings; labels and schemes stay readable."""
+    assert redact_text(text) == masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "breaker opened: 3 qualifying failures on send_email",
+        "basic authentication is configured; bearer tokens rotate daily",
+        "max_tokens: 500, tokens: 20",
+        "the task-abcdefghijklmnopqrstuvwxyz finished",
+        "http://host:8080/status?email=ops@example.com",
+        "https://example.com/path",
+        "customer-1842 renewal-2026-08",
+        "fingerprint 13eb20c78061ee7e5b63f13da6ee2ed1e05c95e0aaf13f44d56a3777e352902f",
+        "tb1-8e577377f660e5827cb214c19282dfc1",
+    ],
+)
+def test_innocent_text_is_kept(text: str) -> None:
+    """Prose, ids, fingerprints and plain URLs pass through unchanged."""
+    assert redact_text(text) == text
+
+
+def test_redacting_twice_changes_nothing_more() -> None:
+    """Masked output is a fixed point: redacting it again gives the same text."""
+    text = f"Authorization: Bearer x1; password=hunter2 {_JWT} postgres://a:b@c/d"
+    once = redact_text(text)
+    assert redact_text(once) == once
+
+
+@pytest.mark.parametrize("unit", ["a-", "a.", "sk-", "eyJaaaa.", "x://a:", 'password="x'])
+def test_long_adversarial_text_is_fast(unit: str) -> None:
+    """Masking takes linear time: a 200 kB run of near-matches takes well under a second."""
+    text = unit * (200_000 // len(unit))
+    started = time.perf_counter()
+    redact_text(text)
+    assert time.perf_counter() - started < 1.0
+
+
+# --- structure -------------------------------------------------------------------------
+
+
+def test_input_is_never_mutated() -> None:
+    """The input is left exactly as it was; the output shares no containers with it."""
+    packet = {"password": "x", "calls": [{"token": "t"}], "note": ("Bearer abc123XYZ",)}
+    before = copy.deepcopy(packet)
+    out = redact(packet)
+    assert packet == before
+    assert out["calls"] is not packet["calls"]
+    assert out["calls"][0] is not packet["calls"][0]
+
+
+def test_containers_keep_their_kind() -> None:
+    """Lists, tuples, sets and frozensets come back as such, with their items redacted."""
+    secret = "sk-" + "a" * 30
+    out = redact([(secret, 1), {secret}, frozenset({secret})])
+    assert out == [(REDACTED, 1), {REDACTED}, frozenset({REDACTED})]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        0,
+        -3.5,
+        Decimal("1.10"),
+        None,
+        True,
+        datetime.datetime(2026, 8, 1, tzinfo=datetime.timezone.utc),
+        uuid.UUID(int=7),
+    ],
+)
+def test_immutable_scalars_are_returned_as_is(value: Any) -> None:
+    """Numbers, None, booleans, dates and UUIDs come back unchanged."""
+    assert redact(value) is value
+
+
+def test_other_objects_become_masked_text() -> None:
+    """An object of another type becomes its ``repr``, masked, so it cannot leak."""
+
+    class Client:
+        def __repr__(self) -> str:
+            return "Client(token=abc123)"
+
+    assert redact({"client": Client()}) == {"client": f"Client(token={REDACTED})"}
+
+
+def test_a_failing_repr_does_not_stop_redaction() -> None:
+    """A ``__repr__`` that raises gives the type name instead of an exception."""
+
+    class Broken:
+        def __repr__(self) -> str:
+            raise RuntimeError("no")
+
+    assert redact([Broken()]) == ["<Broken>"]
+
+
+def test_cycles_are_cut() -> None:
+    """A container inside itself becomes ``[CYCLE]`` where it recurs."""
+    packet: dict[str, Any] = {"a": 1, "items": []}
+    packet["items"].append(packet)
+    assert redact(packet) == {"a": 1, "items": [CYCLE]}
+
+
+def test_shared_values_are_not_cycles() -> None:
+    """The same list referenced twice is copied twice, not reported as a cycle."""
+    shared = ["x"]
+    assert redact({"a": shared, "b": shared}) == {"a": ["x"], "b": ["x"]}
+
+
+def test_keys_are_kept_verbatim() -> None:
+    """Dictionary keys are never rewritten, so no two keys can merge."""
+    assert list(redact({"password": 1, 3: "x"})) == ["password", 3]
+
+
+# --- properties ------------------------------------------------------------------------
+
+_ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+_UPPER_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+_SEPARATORS = st.sampled_from([" ", "\n", "\t", ":", "=", ",", ";", '"', "'", "(", "/", "|"])
+
+
+def _secrets() -> st.SearchStrategy[str]:
+    alnum = st.text(alphabet=_ALNUM, min_size=40, max_size=48)
+    b64url = st.text(alphabet=_ALNUM + "-_", min_size=8, max_size=40)
+    return st.one_of(
+        alnum.map(lambda s: "sk-" + s),
+        alnum.map(lambda s: "sk-ant-api03-" + s),
+        alnum.map(lambda s: "ghp_" + s),
+        st.text(alphabet=_UPPER_DIGITS, min_size=16, max_size=16).map(lambda s: "AKIA" + s),
+        alnum.map(lambda s: "xoxb-" + s),
+        st.tuples(b64url, b64url).map(lambda p: f"eyJ{p[0]}.eyJ{p[1]}.{p[0][::-1]}"),
+    )
+
+
+_FILLER = st.text(alphabet="abcdefghijklmnopqrstuvwxyz .,", max_size=20)
+_INNOCENT_KEYS = st.sampled_from(
+    ["name", "city", "author", "max_tokens", "tool", "amount", "possession", "recipient", "items"]
+)
+
+
+@given(
+    secret=_secrets(),
+    before=_FILLER,
+    after=_FILLER,
+    left=_SEPARATORS,
+    right=_SEPARATORS,
+    key=_INNOCENT_KEYS,
+    depth=st.integers(min_value=0, max_value=3),
+)
+def test_property_generated_secrets_never_survive(
+    secret: str, before: str, after: str, left: str, right: str, key: str, depth: int
+) -> None:
+    """A generated token anywhere in any string is absent from the JSON of the output."""
+    value: Any = f"{before}{left}{secret}{right}{after}"
+    for _ in range(depth):
+        value = {key: [value, 1]}
+    assert secret not in json.dumps(redact(value))
+
+
+@given(
+    password=st.text(alphabet=_ALNUM + "!$%^*@", min_size=12, max_size=30),
+    scheme=st.sampled_from(["postgres", "redis", "https", "amqp"]),
+)
+def test_property_url_passwords_never_survive(password: str, scheme: str) -> None:
+    """The password of a URL with credentials is masked; user and host are kept."""
+    out = redact_text(f"connect {scheme}://app:{password}@db.internal:5432/x")
+    assert password not in out
+    assert out == f"connect {scheme}://app:{REDACTED}@db.internal:5432/x"
+
+
+@given(value=st.text(), name=st.sampled_from(["password", "X-Api-Key", "authToken", "cookie"]))
+def test_property_secret_key_values_never_survive(value: str, name: str) -> None:
+    """Any non-empty string under a secret key is gone from the output."""
+    out = redact({"outer": [{name: value}]})
+    assert out == {"outer": [{name: REDACTED if value else ""}]}
+
+
+_INNOCENT = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.text(alphabet="abcdefghijklmnopqrstuvwxyz .,!?", max_size=30),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_INNOCENT_KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(value=_INNOCENT)
+def test_property_innocent_values_are_unchanged(value: Any) -> None:
+    """Values whose keys and text are innocuous come back equal."""
+    assert redact(value) == value
+
+
+_FRAGMENTS = st.sampled_from(
+    [
+        *"aB0 :=\"'@/.-_[](){}",
+        "sk-",
+        "eyJ",
+        "xoxb-",
+        "AKIA",
+        "password",
+        "token",
+        "Bearer ",
+        "://",
+        "Authorization: ",
+        "Cookie:",
+        REDACTED,
+    ]
+)
+
+
+@given(text=st.lists(_FRAGMENTS, max_size=40).map("".join))
+def test_property_redacting_twice_changes_nothing_more(text: str) -> None:
+    """Masked text is a fixed point, whatever fragments of secrets it was built from."""
+    once = redact_text(text)
+    assert redact_text(once) == once
