@@ -1,0 +1,288 @@
+"""Run guards against a real local ticket/e-mail service with injected faults.
+
+Each adversarial scenario asserts three things: the guard stopped before material damage
+(zero duplicate side effects), the stop packet explains the state, and resuming repeats
+no completed work.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from toolbreaker import Breaker, Policy, PolicyError
+from toolbreaker._toolservice import Fault, ToolService, request_json
+from toolbreaker.core.budget import Budget, ClassLimits
+from toolbreaker.runtime._guard import RunGuard
+from toolbreaker.stores import MemoryStore
+
+
+@pytest.fixture
+def service() -> Iterator[ToolService]:
+    with ToolService() as svc:
+        yield svc
+
+
+def make_guard(
+    service: ToolService,
+    *,
+    task: str = "task-1",
+    journal: MemoryStore | None = None,
+    budget: Budget | None = None,
+    write_timeout: float = 0.3,
+) -> RunGuard:
+    """A guard with the service's tools: tickets and e-mails (writes), search/refine (reads)."""
+    guard = RunGuard(task, budget=budget or Budget(), journal=journal or MemoryStore())
+    base = service.url
+    tickets = Breaker(
+        "tickets",
+        operation="write",
+        timeout=write_timeout,
+        enforce="cooperative",
+        policy=Policy(failure_threshold=3),
+    )
+    emails = Breaker(
+        "emails",
+        operation="write",
+        timeout=write_timeout,
+        enforce="cooperative",
+        policy=Policy(failure_threshold=3),
+    )
+    search = Breaker("search", operation="read", timeout=1.0, enforce="cooperative")
+
+    def post(kind: str, body: dict[str, Any], key: str) -> dict[str, Any]:
+        return request_json(
+            "POST",
+            f"{base}/{kind}",
+            body=body,
+            headers={"Idempotency-Key": key},
+            timeout=write_timeout,
+        )
+
+    def find(kind: str):
+        def reconcile(key: str, _args: Any) -> dict[str, Any] | None:
+            found = request_json("GET", f"{base}/{kind}?idempotency_key={key}", timeout=1.0)
+            return found[kind][0] if found[kind] else None
+
+        return reconcile
+
+    @guard.tool(
+        risk="reversible_write",
+        breaker=tickets,
+        business_key=["customer", "title"],
+        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
+        reconcile=find("tickets"),
+        external_id=lambda r: r["id"],
+    )
+    def create_ticket(customer: str, title: str, idempotency_key: str, **_noise: Any) -> dict:
+        return post("tickets", {"title": title, "body": f"for {customer}"}, idempotency_key)
+
+    @guard.tool(
+        risk="reversible_write",
+        breaker=emails,
+        required=True,
+        business_key=["to", "template", "period"],
+        verify=lambda r: isinstance(r, dict) and "id" in r,
+        reconcile=find("emails"),
+        external_id=lambda r: r["id"],
+    )
+    def send_email(to: str, template: str, period: str, idempotency_key: str) -> dict:
+        return post("emails", {"to": to, "template": template, "period": period}, idempotency_key)
+
+    @guard.tool(breaker=search)
+    def search_catalog(q: str) -> dict:
+        return request_json("GET", f"{base}/search?q={urllib.parse.quote(q)}", timeout=1.0)
+
+    @guard.tool(breaker=search)
+    def refine(q: str) -> dict:
+        return request_json("GET", f"{base}/search?q={urllib.parse.quote(q)}", timeout=1.0)
+
+    @guard.tool(recovery=True)
+    def ticket_status(idempotency_key: str) -> dict:
+        return find("tickets")(idempotency_key, {}) or {}
+
+    return guard
+
+
+def test_commit_then_timeout_creates_no_duplicate(service):
+    """Scenario 1: the server commits, the response times out: the outcome is unknown,
+    reconciliation finds the record, and the retry creates nothing."""
+    guard = make_guard(service)
+    service.inject("POST /tickets", Fault(commit_then_delay=1.0))
+    args = {"customer": "c-1842", "title": "Refund order A-1001"}
+    first = guard.call("create_ticket", args)
+    assert first["outcome_unknown"] is True
+    assert first["reconciled"]["id"] == "T-1"
+    assert "Do not repeat this action" in first["instruction"]
+    again = guard.call("create_ticket", args)  # the model insists
+    assert again["id"] == "T-1"  # answered from the journal, not the server
+    other = guard.call("create_ticket", {"customer": "c-9", "title": "Another"})
+    assert other["writes_blocked"] is True
+    assert len(service.created("tickets")) == 1
+    assert service.hits["POST /tickets"] == 1
+    packet = guard.stop_packet().to_dict()
+    assert packet["condition"] == "uncertain-side-effect"
+    assert packet["confirmed"][0]["external_id"] == "T-1"
+    assert "reconcile" in packet["next_safe_action"]
+
+
+def test_malformed_success_opens_the_write_breaker(service):
+    """Scenario 2: a malformed success payload fails verification: unknown, never repeated."""
+    guard = make_guard(service)
+    service.inject("POST /emails", Fault(malformed="shape"))
+    args = {"to": "customer-1842", "template": "renewal_notice", "period": "2026-08"}
+    first = guard.call("send_email", args)
+    assert first["outcome_unknown"] is True
+    second = guard.call("send_email", {**args, "period": "2026-09"})
+    assert second["writes_blocked"] is True
+    assert service.hits["POST /emails"] == 1
+    # Safe work still runs: a read-only status check.
+    assert guard.call("ticket_status", {"idempotency_key": "x"}) == {}
+    assert guard.stop_packet().condition == "uncertain-side-effect"
+
+
+def test_alternating_tools_are_stopped_as_a_loop(service):
+    """Scenario 3: search, refine, search, refine ... is detected and stopped."""
+    guard = make_guard(service)
+    results = [guard.call(tool, {"q": "usb cable"}) for tool in ["search_catalog", "refine"] * 4]
+    stopped = [r for r in results if isinstance(r, dict) and r.get("run_stopped")]
+    assert stopped
+    assert guard.stopped is not None
+    assert guard.stopped.condition == "loop"
+    assert service.hits["GET /search"] < 8
+    packet = guard.stop_packet()
+    assert "looping" in packet.next_safe_action
+    assert packet.attempted is not None
+
+
+def test_reworded_arguments_collide_and_are_deduplicated(service):
+    """Scenario 4: reordered keys, a reworded reason and a fresh timestamp are the same
+    business action: the second write is answered from the journal."""
+    guard = make_guard(service)
+    first = guard.call(
+        "create_ticket",
+        {
+            "customer": "c-1",
+            "title": "Broken cable",
+            "reason": "user asked",
+            "requested_at": "10:00",
+        },
+    )
+    second = guard.call(
+        "create_ticket",
+        {
+            "requested_at": "10:05",
+            "title": "  broken  CABLE ",
+            "reason": "the user asked again, politely",
+            "customer": "C-1",
+        },
+    )
+    assert first["id"] == second["id"]
+    assert len(service.created("tickets")) == 1
+    assert service.hits["POST /tickets"] == 1
+
+
+def send_twelve(guard: RunGuard) -> list[Any]:
+    return [
+        guard.call(
+            "send_email", {"to": f"customer-{n}", "template": "renewal_notice", "period": "2026-08"}
+        )
+        for n in range(12)
+    ]
+
+
+def test_outage_after_nine_steps_stops_and_resumes_without_repeats(service):
+    """Scenario 5: after nine good steps the provider fails; the breaker opens, the run
+    stops with a packet listing the nine confirmed steps, and a resumed run repeats none."""
+    journal = MemoryStore()
+    budget = Budget(classes={"reversible_write": ClassLimits(max_calls=20, max_repeats=1)})
+    guard = make_guard(service, journal=journal, budget=budget)
+    service.inject("POST /emails", *([Fault()] * 9), *([Fault(status=503)] * 10))
+    results = send_twelve(guard)
+    assert all("id" in r for r in results[:9])
+    assert guard.stopped is not None
+    assert guard.stopped.condition == "dependency-open"
+    packet = guard.stop_packet().to_dict()
+    assert len(packet["confirmed"]) == 9
+    assert all(step["idempotency_key"].startswith("tb1-") for step in packet["confirmed"])
+    assert service.hits["POST /emails"] == 12  # 9 good + 3 failures that opened the breaker
+    json.dumps(packet)  # JSON-serialisable
+
+    service.reset()  # provider back; the journal is what carries over
+    resumed = make_guard(service, journal=journal, budget=budget)
+    again = send_twelve(resumed)
+    assert [r["id"] for r in again[:9]] == [r["id"] for r in results[:9]]
+    assert service.hits["POST /emails"] == 3  # only the three that never happened
+    assert len(service.created("emails")) == 3
+
+
+def test_write_retry_carries_the_same_idempotency_key(service):
+    """A failed write retried later carries the same idempotency key."""
+    guard = make_guard(
+        service,
+        budget=Budget(classes={"reversible_write": ClassLimits(max_calls=5, max_repeats=3)}),
+    )
+    service.inject("POST /tickets", Fault(status=500))
+    args = {"customer": "c-5", "title": "Late delivery"}
+    failed = guard.call("create_ticket", args)
+    assert failed["ok"] is False
+    assert failed["retryable"] is True
+    ok = guard.call("create_ticket", args)
+    assert ok["id"] == "T-1"
+    entry = guard.stop_packet().confirmed[0]
+    assert entry["idempotency_key"] == ok["idempotency_key"]
+
+
+def test_irreversible_tools_need_an_authority_check():
+    """Declaring an irreversible tool without an authorize callback fails at configuration."""
+    guard = RunGuard("t")
+    with pytest.raises(PolicyError, match="authorize"):
+        guard.tool(risk="irreversible")(lambda **_: None)
+
+
+def test_irreversible_call_refused_by_authority_never_runs():
+    """An irreversible action the authority check refuses is not executed."""
+    guard = RunGuard("t")
+    ran = []
+    seen = []
+
+    def deny(request) -> bool:
+        seen.append(request)
+        return False
+
+    @guard.tool(risk="irreversible", authorize=deny, idempotency_arg=None)
+    def refund(order: str, api_key: str) -> dict:
+        ran.append(order)
+        return {"ok": True}
+
+    result = refund(order="A-1", api_key="sk-" + "x" * 40)
+    assert result["denied"] is True
+    assert ran == []
+    assert seen[0].args["api_key"] == "[REDACTED]"
+
+
+def test_budget_stop_packet_counts_and_masks(service):
+    """A crossed call budget stops the run with exact counters and no secrets."""
+    guard = make_guard(service, budget=Budget(max_tool_calls=2))
+    guard.call("search_catalog", {"q": "a"})
+    guard.call("search_catalog", {"q": "b"})
+    third = guard.call("search_catalog", {"q": "Bearer abcdefghijklmnopqrstuvwxyz012345"})
+    assert third["run_stopped"] is True
+    packet = guard.stop_packet().to_dict()
+    assert packet["condition"] == "max-tool-calls"
+    assert packet["counters"]["calls"] == 2
+    assert "abcdefghijklmnopqrstuvwxyz012345" not in json.dumps(packet)
+
+
+def test_cost_budget(service):
+    """Costs reported per model step stop the run at the limit."""
+    guard = make_guard(service, budget=Budget(max_cost=Decimal("0.10")))
+    guard.add_cost("0.06")
+    assert "results" in guard.call("search_catalog", {"q": "a"})
+    guard.add_cost("0.05")
+    assert guard.call("search_catalog", {"q": "b"})["condition"] == "max-cost"
