@@ -14,6 +14,7 @@ from toolbreaker.core import (
     replay,
     step,
 )
+from toolbreaker.core.budget import Action, Budget, ClassLimits, RunState, Stop
 from toolbreaker.errors import (
     CircuitOpen,
     PermitError,
@@ -25,12 +26,17 @@ from toolbreaker.errors import (
     TraceError,
 )
 from toolbreaker.runtime import (
+    ActionRequest,
     Boundary,
     Breaker,
     BreakerStats,
+    GuardedTool,
+    GuardStep,
     Permit,
     Registry,
     Rejection,
+    RunGuard,
+    StopPacket,
     Verdict,
     classify_exception,
     system_prompt_line,
@@ -40,12 +46,18 @@ from toolbreaker.stores import MemoryStore
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "Action",
+    "ActionRequest",
     "Boundary",
     "Breaker",
     "BreakerState",
     "BreakerStats",
+    "Budget",
     "CircuitOpen",
+    "ClassLimits",
     "Event",
+    "GuardStep",
+    "GuardedTool",
     "MemoryStore",
     "Permit",
     "PermitError",
@@ -56,6 +68,10 @@ __all__ = [
     "RegistryFull",
     "Rejection",
     "Replay",
+    "RunGuard",
+    "RunState",
+    "Stop",
+    "StopPacket",
     "StoreUnavailable",
     "ToolbreakerError",
     "TraceError",

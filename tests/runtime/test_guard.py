@@ -286,3 +286,34 @@ def test_cost_budget(service):
     assert "results" in guard.call("search_catalog", {"q": "a"})
     guard.add_cost("0.05")
     assert guard.call("search_catalog", {"q": "b"})["condition"] == "max-cost"
+
+
+def test_two_step_begin_for_framework_hooks(service):
+    """begin() gives hooks the injected idempotency key; succeeded()/failed() settle once."""
+    from toolbreaker import PermitError
+
+    guard = make_guard(service)
+    step = guard.begin("create_ticket", {"customer": "c-7", "title": "Hook"})
+    assert step.answer is None
+    assert step.args["idempotency_key"] == step.idempotency_key
+    result = request_json(
+        "POST",
+        f"{service.url}/tickets",
+        body={"title": "Hook", "body": "x"},
+        headers={"Idempotency-Key": step.idempotency_key},
+        timeout=1.0,
+    )
+    assert step.succeeded(result)["id"] == "T-1"
+    with pytest.raises(PermitError):
+        step.succeeded(result)
+    again = guard.begin("create_ticket", {"title": "hook", "customer": "C-7"})
+    assert again.answer["id"] == "T-1"  # answered from the journal; the tool must not run
+
+
+def test_two_step_unknown_tool_registered_as_read():
+    """ensure_tool registers framework tools the user did not declare, as reads."""
+    guard = RunGuard("t")
+    spec = guard.ensure_tool("lookup")
+    assert spec.risk == "read"
+    step = guard.begin("lookup", {"id": 1})
+    assert step.failed(ValueError("bad id"))["retryable"] is False

@@ -14,6 +14,7 @@ from toolbreaker.runtime._classify import (
     parse_retry_after,
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._guard import ActionRequest, GuardedTool, GuardStep, RunGuard, StopPacket
 from toolbreaker.runtime._registry import Boundary, Registry
 from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
@@ -25,16 +26,21 @@ from toolbreaker.runtime._result import (
 __all__ = [
     "SUCCESS",
     "SYSTEM_PROMPT_LINE",
+    "ActionRequest",
     "Boundary",
     "Breaker",
     "BreakerStats",
     "Classifier",
     "Clock",
     "Enforce",
+    "GuardStep",
+    "GuardedTool",
     "Listener",
     "Permit",
     "Registry",
     "Rejection",
+    "RunGuard",
+    "StopPacket",
     "Verdict",
     "classify_exception",
     "classify_status",

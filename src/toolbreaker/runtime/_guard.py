@@ -31,14 +31,14 @@ from toolbreaker.core.fingerprint import (
     idempotency_key,
 )
 from toolbreaker.core.redact import redact
-from toolbreaker.errors import CircuitOpen, PolicyError
-from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.errors import CircuitOpen, PermitError, PolicyError
+from toolbreaker.runtime._breaker import Breaker, Permit
 from toolbreaker.runtime._classify import Verdict
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
 
-__all__ = ["ActionRequest", "GuardedTool", "RunGuard", "StopPacket"]
+__all__ = ["ActionRequest", "GuardStep", "GuardedTool", "RunGuard", "StopPacket"]
 
 #: Verdict details that mean a write may have reached the server before it failed.
 _MAYBE_COMMITTED: Final = ("timeout", "late-result", "network")
@@ -335,6 +335,35 @@ class RunGuard:
             return self._failed(plan, exc)
         return self._succeeded(plan, result)
 
+    def begin(self, tool: str, args: Mapping[str, Any] | None = None) -> GuardStep:
+        """Two-step form for framework hooks that run the tool themselves.
+
+        If :attr:`GuardStep.answer` is set, do not run the tool: hand the answer to the
+        model. Otherwise run it with :attr:`GuardStep.args` (the idempotency key is
+        injected there) and settle the step with ``succeeded(result)`` or ``failed(exc)``,
+        whose return value is what the model should see. The tool's dependency breaker is
+        asked for a permit here and settled there; the framework enforces the deadline.
+        """
+        plan = self._plan(tool, dict(args or {}))
+        if plan.answer is None and plan.spec.breaker is not None:
+            permit = plan.spec.breaker.allow()
+            if isinstance(permit, Permit):
+                plan.permit = permit
+            else:
+                plan.answer = self._failed(plan, permit.error())
+        return GuardStep(self, plan)
+
+    def ensure_tool(self, name: str, **options: Any) -> GuardedTool:
+        """The registered tool ``name``, registering it with ``options`` if unknown.
+
+        Adapters use this for tools the user did not declare: they are reads unless the
+        options (or the framework's annotations) say otherwise.
+        """
+        spec = self._tools.get(name)
+        if spec is None:
+            spec = self.add_tool(GuardedTool(name=name, fn=_not_callable, **options))
+        return spec
+
     # -- plan, authorize --------------------------------------------------------------------
 
     def _plan(self, tool: str, args: dict[str, Any]) -> _Plan:
@@ -628,6 +657,81 @@ class _Plan:
     journal_key: str
     action: Action | None = None
     answer: Any = None
+    permit: Permit | None = None
+
+
+class GuardStep:
+    """One tool call in flight through :meth:`RunGuard.begin`; settle it exactly once.
+
+    Attributes:
+        tool: the tool name.
+        args: the arguments to run the tool with (with the idempotency key, for writes).
+        idempotency_key: the write's idempotency key, if it is a write.
+        fingerprint: the action's semantic fingerprint.
+        answer: when not ``None``, the tool must not run; give this to the model.
+    """
+
+    __slots__ = ("_guard", "_plan", "_settled")
+
+    def __init__(self, guard: RunGuard, plan: _Plan) -> None:
+        self._guard = guard
+        self._plan = plan
+        self._settled = plan.answer is not None
+
+    @property
+    def tool(self) -> str:
+        """The tool name."""
+        return self._plan.spec.name
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The arguments to run the tool with."""
+        return dict(self._plan.args)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The write's idempotency key."""
+        return self._plan.key
+
+    @property
+    def fingerprint(self) -> str:
+        """The action's semantic fingerprint."""
+        return self._plan.fingerprint
+
+    @property
+    def answer(self) -> Any:
+        """The answer to give instead of running the tool, or ``None``."""
+        return self._plan.answer
+
+    def succeeded(self, result: Any) -> Any:
+        """Record a result; returns what the model should see.
+
+        That is the result itself, or an outcome-unknown answer when a write's
+        verification fails.
+        """
+        self._settle()
+        permit = self._plan.permit
+        if permit is not None:
+            self._plan.spec.breaker._record_result(permit, result)  # type: ignore[union-attr]
+        return self._guard._succeeded(self._plan, result)
+
+    def failed(self, exc: BaseException) -> Any:
+        """Record a failure; returns the result dict the model should see."""
+        self._settle()
+        if self._plan.permit is not None:
+            self._plan.permit.record(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        return self._guard._failed(self._plan, exc)
+
+    def _settle(self) -> None:
+        if self._settled:
+            raise PermitError(f"guard step for {self.tool!r} settled twice or not runnable")
+        self._settled = True
+
+
+def _not_callable(**_kwargs: Any) -> Any:
+    raise PolicyError("this tool is run by its framework, not by RunGuard.call()")
 
 
 def _step(entry: Mapping[str, Any]) -> dict[str, Any]:
