@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        code: int = args.run(args)
+        code: int = args.run_command(args)
     except ToolbreakerError as exc:
         located = getattr(exc, "located", None)
         print(f"error: {located() if located else exc}", file=sys.stderr)
@@ -54,12 +54,20 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("trace", help="JSON Lines, one event per line")
     cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
     cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
-    cmd.set_defaults(run=_run_replay)
+    cmd.set_defaults(run_command=_run_replay)
 
     cmd = commands.add_parser("diff", help="compare two receipts (exit 1 when they differ)")
     cmd.add_argument("a")
     cmd.add_argument("b")
-    cmd.set_defaults(run=_run_diff)
+    cmd.set_defaults(run_command=_run_diff)
+
+    cmd = commands.add_parser(
+        "check-run", help="replay a recorded agent run through a budget: where would it stop?"
+    )
+    cmd.add_argument("run", help="JSON Lines of tool calls and outcomes")
+    cmd.add_argument("--budget", help="budget TOML (default: built-in defaults)")
+    cmd.add_argument("--task", default="recorded-run", help="task id shown in the packet")
+    cmd.set_defaults(run_command=_run_check)
 
     cmd = commands.add_parser(
         "demo", help="a scripted agent against a flaky local tool service, live"
@@ -69,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         "--fixture", action="store_true", help="replay the seed article's fixture instead"
     )
     cmd.add_argument("--save", metavar="DIR", help="write the trace, policy and receipt here")
-    cmd.set_defaults(run=_run_demo)
+    cmd.set_defaults(run_command=_run_demo)
     return parser
 
 
@@ -111,6 +119,14 @@ def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:
         raise TraceError("initial state must be a JSON object: dependency -> state", file=path)
     # Each state fails closed on its own: a corrupt one loads as open, it does not abort.
     return {str(dep): BreakerState.from_dict(state, policy) for dep, state in data.items()}
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._run import check_run
+    from toolbreaker.core.budget import Budget
+
+    budget = Budget.from_toml(args.budget) if args.budget else Budget()
+    return check_run(args.run, budget, args.task, sys.stdout)
 
 
 def _run_diff(args: argparse.Namespace) -> int:

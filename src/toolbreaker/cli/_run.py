@@ -1,0 +1,167 @@
+"""``toolbreaker check-run``: replay a recorded agent run through a budget.
+
+A run trace is JSON Lines, one tool call (or model step) per line::
+
+    {"at": 0, "tool": "search", "args": {"q": "cable"}, "outcome": "success", "result": {...}}
+    {"at": 900, "tool": "send_email", "risk": "reversible_write",
+     "args": {"to": "c-1", "template": "renewal"}, "business_key": ["to", "template"],
+     "outcome": "unknown"}
+    {"at": 950, "cost": "0.004"}
+
+``at`` is milliseconds since the run started; ``risk`` defaults to ``read``; ``outcome`` is
+``success``, ``failure``, ``unknown`` or ``ignored``; ``result`` (any JSON) is the evidence
+the call brought back; ``cost`` is a decimal string. The command prints each decision and,
+if the budget would stop the run, where and why, with the operator's stop packet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, TextIO
+
+from toolbreaker.core import budget as budgets
+from toolbreaker.core.budget import Action, Budget, RunState
+from toolbreaker.core.fingerprint import (
+    FingerprintError,
+    business_key_of,
+    canonical_action,
+    fingerprint,
+    idempotency_key,
+)
+from toolbreaker.errors import ToolbreakerError, TraceError
+from toolbreaker.runtime._guard import StopPacket, _digest
+
+__all__ = ["check_run"]
+
+_FIELDS = frozenset(
+    {"at", "tool", "args", "risk", "recovery", "outcome", "result", "cost", "business_key"}
+)
+_WRITES = ("reversible_write", "irreversible")
+
+
+def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
+    """Replay the run at ``path``; exit 0 if it completes, 1 if the budget stops it."""
+    lines = _read(path)
+    run: RunState | None = None
+    confirmed: list[dict[str, Any]] = []
+    uncertain: list[dict[str, Any]] = []
+    out.write(f"{'line':>5}  {'at ms':>7}  {'tool':<20} decision\n")
+    for number, data in lines:
+        try:
+            at = data["at"]
+            run = run or RunState.start(task, at)
+            if "tool" not in data:
+                run = budgets.add_cost(run, data.get("cost", "0"))
+                continue
+            action, key = _action(data)
+            decision, run = budgets.admit(run, action, budget, at)
+            if not decision.allowed:
+                assert decision.stop is not None
+                run = budgets.stop(run, decision.stop)
+                out.write(
+                    f"{number:>5}  {at:>7}  {action.tool:<20} STOP {decision.stop.condition}"
+                    f": {decision.stop.detail}\n"
+                )
+                packet = StopPacket(
+                    task=task,
+                    condition=decision.stop.condition,
+                    detail=decision.stop.detail,
+                    confirmed=tuple(confirmed),
+                    uncertain=tuple(uncertain),
+                    attempted={
+                        "line": number,
+                        "tool": action.tool,
+                        "fingerprint": action.fingerprint,
+                        "idempotency_key": key,
+                    },
+                    counters=run.counters(),
+                    next_safe_action="tune the budget, or fix the plan that led here",
+                )
+                out.write(f"\nthe run would stop at {path}:{number}\n{packet.to_json()}\n")
+                return 1
+            outcome = data.get("outcome", "success")
+            evidence = _digest(data["result"]) if "result" in data else None
+            run = budgets.finish(run, action, outcome, at, evidence=evidence, cost=data.get("cost"))
+            note = (
+                f"allowed ({outcome}"
+                + (f", repeat {decision.repeat}" if decision.repeat else "")
+                + ")"
+            )
+            out.write(f"{number:>5}  {at:>7}  {action.tool:<20} {note}\n")
+            step = {"line": number, "tool": action.tool, "idempotency_key": key}
+            if key and outcome == "success":
+                confirmed.append(step)
+            elif key and outcome == "unknown":
+                uncertain.append(step)
+        except (ToolbreakerError, KeyError, TypeError, ValueError) as exc:
+            raise TraceError(_message(exc), file=path, line=number) from None
+    counters = run.counters() if run else {}
+    out.write(f"\nthe run completes within the budget: {json.dumps(counters, default=str)}\n")
+    return 0
+
+
+def _action(data: Mapping[str, Any]) -> tuple[Action, str | None]:
+    tool, args = data["tool"], data.get("args", {})
+    if not isinstance(tool, str) or not isinstance(args, Mapping):
+        raise TypeError("tool must be a string and args an object")
+    risk = data.get("risk", "read")
+    action = Action(
+        tool=tool,
+        fingerprint=fingerprint(tool, args),
+        risk=risk,
+        recovery=bool(data.get("recovery", False)),
+    )
+    key = None
+    if risk in _WRITES:
+        fields = data.get("business_key")
+        if fields:
+            key = idempotency_key(tool, business_key_of(args, fields))
+        else:
+            key = idempotency_key(tool, canonical_action(tool, args)["args"] or {"tool": tool})
+    return action, key
+
+
+def _read(path: str) -> list[tuple[int, dict[str, Any]]]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceError(f"cannot read: {exc.strerror or exc}", file=path) from None
+    except UnicodeDecodeError:
+        raise TraceError("not UTF-8 text", file=path) from None
+    lines = []
+    last = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            data = json.loads(raw, parse_float=Decimal)
+        except json.JSONDecodeError as exc:
+            raise TraceError(
+                f"malformed JSON: {exc.msg} (column {exc.colno})", file=path, line=number
+            ) from None
+        if not isinstance(data, dict):
+            raise TraceError("a run step must be a JSON object", file=path, line=number)
+        unknown = set(data) - _FIELDS
+        if unknown:
+            raise TraceError(f"unknown field(s) {sorted(unknown)}", file=path, line=number)
+        at = data.get("at")
+        if type(at) is not int or at < 0:
+            raise TraceError(
+                f"at must be a non-negative integer, got {at!r}", file=path, line=number
+            )
+        if last is not None and at < last:
+            raise TraceError(f"time went backwards: {at} after {last}", file=path, line=number)
+        last = at
+        lines.append((number, data))
+    return lines
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, FingerprintError | ToolbreakerError):
+        return str(getattr(exc, "message", exc))
+    if isinstance(exc, KeyError):
+        return f"missing field {exc.args[0]!r}"
+    return str(exc)

@@ -1,0 +1,92 @@
+"""toolbreaker check-run: where and why a recorded run would stop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolbreaker.cli import main
+
+
+def write_run(tmp_path: Path, *steps: dict) -> str:
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in steps))
+    return str(path)
+
+
+def call(at: int, tool: str, **extra) -> dict:
+    return {"at": at, "tool": tool, "args": extra.pop("args", {"q": "x"}), **extra}
+
+
+def test_alternation_stops_with_a_packet(tmp_path, capsys):
+    """search/refine alternation without new evidence stops at the fourth call."""
+    run = write_run(
+        tmp_path,
+        *(call(i * 10, t, result={"same": 1}) for i, t in enumerate(["search", "refine"] * 3)),
+    )
+    assert main(["check-run", run]) == 1
+    out = capsys.readouterr().out
+    assert f"the run would stop at {run}:4" in out
+    packet = json.loads(out.split(f"{run}:4\n", 1)[1])
+    assert packet["condition"] == "loop"
+    assert packet["attempted"]["tool"] == "refine"
+
+
+def test_tuned_budget_lets_the_run_complete(tmp_path, capsys):
+    """The same run under a looser budget completes; exit 0."""
+    run = write_run(
+        tmp_path,
+        *(call(i * 10, t, result={"n": i}) for i, t in enumerate(["search", "refine"] * 3)),
+    )
+    budget = tmp_path / "budget.toml"
+    budget.write_text("max_tool_calls = 10\nloop_cycles = 4\n")
+    assert main(["check-run", run, "--budget", str(budget)]) == 0
+    assert "completes within the budget" in capsys.readouterr().out
+
+
+def test_unknown_write_blocks_the_next_write(tmp_path, capsys):
+    """One unknown write outcome stops further writes (default max_uncertain 0)."""
+    email = {"risk": "reversible_write", "business_key": ["to"]}
+    run = write_run(
+        tmp_path,
+        call(0, "send_email", args={"to": "a"}, outcome="unknown", **email),
+        call(5, "lookup", args={"id": 1}),
+        call(9, "send_email", args={"to": "b"}, **email),
+    )
+    assert main(["check-run", run]) == 1
+    out = capsys.readouterr().out
+    assert "STOP uncertain-side-effect" in out
+    packet = json.loads(out.split(f"{run}:3\n", 1)[1])
+    assert packet["uncertain"][0]["idempotency_key"].startswith("tb1-")
+
+
+def test_cost_lines_count(tmp_path, capsys):
+    """Model-step costs count toward max_cost."""
+    run = write_run(tmp_path, {"at": 0, "cost": "0.30"}, call(1, "search"))
+    budget = tmp_path / "b.toml"
+    budget.write_text('max_cost = "0.25"\n')
+    assert main(["check-run", run, "--budget", str(budget)]) == 1
+    assert "STOP max-cost" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "message"),
+    [
+        ('{"at": 0, "tool": "a"}\n{"at": -1, "tool": "b"}\n', 2, "non-negative integer"),
+        ('{"at": 5, "tool": "a"}\n{"at": 1, "tool": "b"}\n', 2, "time went backwards"),
+        ('{"at": 0, "tool": "a", "colour": 1}\n', 1, "unknown field"),
+        ('{"at": 0, "tool": "a", "outcome": "maybe"}\n', 1, "outcome"),
+        ('{"at": 0, "tool": "a", "risk": "dangerous"}\n', 1, "risk"),
+        ("{nope\n", 1, "malformed JSON"),
+    ],
+)
+def test_bad_run_files_are_one_line_errors(tmp_path, capsys, text, line, message):
+    """Bad input gives exit 2 and the file and line."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(text)
+    assert main(["check-run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path}:{line}: ")
+    assert message in err
