@@ -17,6 +17,7 @@ Errors carry machine-readable fields so callers never parse messages.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -88,19 +89,68 @@ class CircuitOpen(ToolbreakerError):
         dependency: the breaker's key.
         reason: the core's reason (``cooldown``, ``probe-limit``, ``isolated``) or
             ``store-unavailable``.
-        retry_after: whole seconds until a call may be admitted again (at least 1).
-        result: the LLM-facing tool-unavailable result, as a JSON-ready dict.
+        retry_after_ms: milliseconds until a call may be admitted again, if known.
     """
 
+    __slots__ = ("_render", "_result", "retry_after_ms")
+
     def __init__(
-        self, dependency: str, reason: str, retry_after: int, result: dict[str, Any]
+        self,
+        dependency: str,
+        reason: str,
+        retry_after_ms: int | None,
+        render: Callable[[str, int | None], dict[str, Any]] | None = None,
     ) -> None:
-        # The message is built lazily: rejections are a hot path while a breaker is open.
-        super().__init__(dependency, reason, retry_after)
-        self.dependency = dependency
-        self.reason = reason
-        self.retry_after = retry_after
-        self.result = result
+        Exception.__init__(self, dependency, reason)
+        self.retry_after_ms = retry_after_ms
+        self._render = render
+
+    @classmethod
+    def _fast(
+        cls,
+        dependency: str,
+        reason: str,
+        retry_after_ms: int | None,
+        render: Callable[[str, int | None], dict[str, Any]] | None,
+    ) -> CircuitOpen:
+        # The same object without a Python-level __init__: rejections are a hot path while
+        # a breaker is open, and message, seconds and result are all computed lazily.
+        exc = cls.__new__(cls, dependency, reason)
+        exc.retry_after_ms = retry_after_ms
+        exc._render = render
+        return exc
+
+    @property
+    def dependency(self) -> str:
+        """The breaker's key."""
+        return str(self.args[0])
+
+    @property
+    def reason(self) -> str:
+        """Why the call was rejected."""
+        return str(self.args[1])
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds until a call may be admitted again, at least 1."""
+        ms = self.retry_after_ms
+        return 1 if ms is None or ms <= 1000 else -(-ms // 1000)
+
+    @property
+    def result(self) -> dict[str, Any]:
+        """The tool-unavailable result to hand to the model."""
+        if getattr(self, "_result", None) is None:
+            if self._render is None:
+                self._result: dict[str, Any] = {
+                    "ok": False,
+                    "tool_unavailable": True,
+                    "tool": self.dependency,
+                    "retry_after_seconds": self.retry_after,
+                    "reason": self.reason,
+                }
+            else:
+                self._result = self._render(self.reason, self.retry_after_ms)
+        return self._result
 
     def __str__(self) -> str:
         return (

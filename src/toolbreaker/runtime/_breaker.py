@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
+from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
 from toolbreaker.core.machine import admission, is_quiet
 from toolbreaker.core.policy import Policy
@@ -31,7 +31,12 @@ from toolbreaker.core.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event,
 from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._result import error_result, unavailable_result, validate_template
+from toolbreaker.runtime._result import (
+    error_result,
+    retry_after_seconds,
+    unavailable_result,
+    validate_template,
+)
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
 
@@ -78,7 +83,6 @@ class BreakerStats:
 
     __slots__ = (
         "admitted",
-        "demand",
         "failures",
         "half_opens",
         "late_results",
@@ -89,7 +93,6 @@ class BreakerStats:
     )
 
     def __init__(self) -> None:
-        self.demand = 0
         self.admitted = 0
         self.rejected = 0
         self.failures: dict[str, int] = {}
@@ -98,6 +101,11 @@ class BreakerStats:
         self.half_opens = 0
         self.late_results = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
+
+    @property
+    def demand(self) -> int:
+        """Requests, admitted or rejected."""
+        return self.admitted + self.rejected
 
     @property
     def half_open_reopen_ratio(self) -> float:
@@ -137,9 +145,10 @@ class Rejection:
         return self.breaker._unavailable(self.reason, self.retry_after_ms)
 
     def error(self) -> CircuitOpen:
-        """The same rejection as an exception."""
-        result = self.result
-        return CircuitOpen(self.breaker.key, self.reason, result["retry_after_seconds"], result)
+        """The same rejection as an exception (its ``result`` is rendered on first use)."""
+        return CircuitOpen(
+            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._unavailable
+        )
 
 
 class Permit:
@@ -267,7 +276,9 @@ class Breaker:
         self.store: Store = store if store is not None else MemoryStore()
         self.clock = clock
         self.timeout = timeout
+        self._default_deadline = self._deadline_ms(timeout)
         self.enforce: Enforce = enforce
+        self._inline = enforce == "cooperative"
         self.classify = classifier
         self.result_is_failure = result_is_failure
         self.tool = tool or dependency
@@ -280,6 +291,7 @@ class Breaker:
             for reason, text in (instructions or {}).items()
         }
         self.stats = BreakerStats()
+        self._rendered: dict[tuple[str, str, int], dict[str, Any]] = {}
         self._max_workers = max_workers
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
@@ -325,19 +337,27 @@ class Breaker:
         Settle the returned :class:`Permit` with ``record()``, or hand
         :attr:`Rejection.result` to the model instead of calling the tool.
         """
-        now = self.clock()
-        deadline = self._deadline_ms(timeout, required=False)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        return self._enter(self.clock(), deadline)
+
+    def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
+        """The one admission path of allow(), call() and acall()."""
         state = self._view.state
-        self.stats.demand += 1
+        stats = self.stats
         if state is not None and not self._listeners:
-            if state is self._quiet or self._remember_quiet(state):
-                self.stats.admitted += 1
+            # The core has already said what a request does in these states: admitted
+            # with no change when quiet, rejected with no change while cooling down.
+            if state is self._quiet:
+                stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
             if state.phase == OPEN:
                 reason = admission(state, now, self.policy)
                 if reason != "probe-admitted":
-                    self.stats.rejected += 1
+                    stats.rejected += 1
                     return Rejection(self, reason, _remaining(state, now))
+            elif self._remember_quiet(state):
+                stats.admitted += 1
+                return Permit(self, None, state.generation, now, deadline, probe=False)
         return self._admit(now, deadline)
 
     def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
@@ -420,13 +440,36 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
-        deadline = self._deadline_ms(timeout, required=True)
-        permit = self.allow(timeout=None)
-        if not permit.admitted:
-            raise cast(Rejection, permit).error()
-        permit = cast(Permit, permit)
-        permit.deadline_ms = deadline
-        if self.enforce == "thread":
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        if deadline is None:
+            raise self._no_deadline()
+        state = self._view.state
+        if state is self._quiet and state is not None and self._inline:
+            # Quiet fast path: no permit, no lock, no record unless something happens.
+            self.stats.admitted += 1
+            start = self.clock()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                Permit(self, None, state.generation, start, deadline, False).record(exc)
+                raise
+            if (
+                self.result_is_failure is None
+                and self.clock() - start <= deadline
+                and self._view.state is state
+            ):
+                return result
+            self._record_result(
+                Permit(self, None, state.generation, start, deadline, False), result
+            )
+            return result
+        now = self.clock()
+        if state is not None and state.phase == OPEN:
+            self._reject_if_cooling(state, now)
+        permit = self._enter(now, deadline)
+        if not isinstance(permit, Permit):
+            raise permit.error()
+        if not self._inline:
             return self._run_in_thread(permit, fn, args, kwargs, deadline)
         try:
             result = fn(*args, **kwargs)
@@ -451,14 +494,37 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
-        deadline = self._deadline_ms(timeout, required=True)
-        permit = self.allow(timeout=None)
-        if not permit.admitted:
-            raise cast(Rejection, permit).error()
-        permit = cast(Permit, permit)
-        permit.deadline_ms = deadline
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        if deadline is None:
+            raise self._no_deadline()
+        state = self._view.state
+        if state is self._quiet and state is not None and self._inline:
+            # Quiet fast path, as in call().
+            self.stats.admitted += 1
+            start = self.clock()
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as exc:
+                Permit(self, None, state.generation, start, deadline, False).record(exc)
+                raise
+            if (
+                self.result_is_failure is None
+                and self.clock() - start <= deadline
+                and self._view.state is state
+            ):
+                return result
+            self._record_result(
+                Permit(self, None, state.generation, start, deadline, False), result
+            )
+            return result
+        now = self.clock()
+        if state is not None and state.phase == OPEN:
+            self._reject_if_cooling(state, now)
+        permit = self._enter(now, deadline)
+        if not isinstance(permit, Permit):
+            raise permit.error()
         try:
-            if self.enforce == "cooperative" or deadline is None:
+            if self._inline:
                 result = await fn(*args, **kwargs)
             else:
                 result = await _with_deadline(fn(*args, **kwargs), deadline / 1000)
@@ -470,6 +536,17 @@ class Breaker:
             raise
         self._record_result(permit, result)
         return result
+
+    def _reject_if_cooling(self, state: BreakerState, now: int) -> None:
+        """Raise the core's local rejection while open, when it changes nothing."""
+        if self._listeners:
+            return
+        reason = admission(state, now, self.policy)
+        if reason != "probe-admitted":
+            self.stats.rejected += 1
+            until = state.open_until
+            wait = None if until is None or state.isolated else until - now
+            raise CircuitOpen._fast(self.key, reason, wait, self._unavailable)
 
     def _record_result(self, permit: Permit, result: object) -> None:
         predicate = self.result_is_failure
@@ -565,7 +642,7 @@ class Breaker:
                     try:
                         return await self.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
-                        return self._unavailable(exc.reason, exc.retry_after * 1000, tool=name)
+                        return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
                         return self._failure_result(name, exc)
 
@@ -576,7 +653,7 @@ class Breaker:
                 try:
                     return self.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
-                    return self._unavailable(exc.reason, exc.retry_after * 1000, tool=name)
+                    return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
                     return self._failure_result(name, exc)
 
@@ -597,14 +674,21 @@ class Breaker:
     def _unavailable(
         self, reason: str, retry_after_ms: int | None, *, tool: str | None = None
     ) -> dict[str, Any]:
-        return unavailable_result(
-            tool=tool or self.tool,
-            reason=reason,
-            retry_after_ms=retry_after_ms,
-            fallback=self.fallback,
-            fallback_note=self.fallback_note,
-            templates=self.instructions,
-        )
+        name = tool or self.tool
+        key = (name, reason, retry_after_seconds(retry_after_ms))
+        cached = self._rendered.get(key)
+        if cached is None:
+            if len(self._rendered) >= 512:
+                self._rendered.clear()
+            cached = self._rendered[key] = unavailable_result(
+                tool=name,
+                reason=reason,
+                retry_after_ms=retry_after_ms,
+                fallback=self.fallback,
+                fallback_note=self.fallback_note,
+                templates=self.instructions,
+            )
+        return dict(cached)
 
     # -- operator control -------------------------------------------------------------
 
@@ -626,19 +710,18 @@ class Breaker:
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _deadline_ms(self, timeout: float | None, *, required: bool) -> int | None:
-        if timeout is _UNSET:
-            timeout = self.timeout
+    def _deadline_ms(self, timeout: float | None) -> int | None:
         if timeout is None:
-            if required:
-                raise PolicyError(
-                    f"no deadline for {self.key!r}: pass timeout= or set timeout in the "
-                    "boundary sheet (a hung call must become a failure)",
-                    field="timeout",
-                )
             return None
         _check_timeout(timeout)
         return max(1, round(timeout * 1000))
+
+    def _no_deadline(self) -> PolicyError:
+        return PolicyError(
+            f"no deadline for {self.key!r}: pass timeout= or set timeout in the boundary "
+            "sheet (a hung call must become a failure)",
+            field="timeout",
+        )
 
     def __repr__(self) -> str:
         state = self._view.state
