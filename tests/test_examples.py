@@ -1,0 +1,28 @@
+"""Every runnable example runs, offline, and exits 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(path: Path):
+    """The example exits 0 within a minute and prints something."""
+    env = {**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip()
