@@ -105,21 +105,6 @@ class CircuitOpen(ToolbreakerError):
         self.retry_after_ms = retry_after_ms
         self._render = render
 
-    @classmethod
-    def _fast(
-        cls,
-        dependency: str,
-        reason: str,
-        retry_after_ms: int | None,
-        render: Callable[[str, int | None], dict[str, Any]] | None,
-    ) -> CircuitOpen:
-        # The same object without a Python-level __init__: rejections are a hot path while
-        # a breaker is open, and message, seconds and result are all computed lazily.
-        exc = cls.__new__(cls, dependency, reason)
-        exc.retry_after_ms = retry_after_ms
-        exc._render = render
-        return exc
-
     @property
     def dependency(self) -> str:
         """The breaker's key."""
@@ -157,6 +142,23 @@ class CircuitOpen(ToolbreakerError):
             f"breaker {self.dependency!r} rejected the call locally ({self.reason}); "
             f"retry after {self.retry_after} s"
         )
+
+
+def _circuit_open(
+    dependency: str,
+    reason: str,
+    retry_after_ms: int | None,
+    render: Callable[[str, int | None], dict[str, Any]] | None,
+) -> CircuitOpen:
+    """A :class:`CircuitOpen` built without a Python-level ``__init__``.
+
+    Rejections are a hot path while a breaker is open; message, seconds and result are
+    all computed lazily, so the object only needs its fields.
+    """
+    exc = CircuitOpen.__new__(CircuitOpen, dependency, reason)
+    exc.retry_after_ms = retry_after_ms
+    exc._render = render
+    return exc
 
 
 class StoreUnavailable(ToolbreakerError):

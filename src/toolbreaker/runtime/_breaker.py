@@ -28,7 +28,13 @@ from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 from toolbreaker.core.machine import admission, is_quiet
 from toolbreaker.core.policy import Policy
 from toolbreaker.core.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
-from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
+from toolbreaker.errors import (
+    CircuitOpen,
+    PermitError,
+    PolicyError,
+    StoreUnavailable,
+    _circuit_open,
+)
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._result import (
@@ -292,6 +298,7 @@ class Breaker:
         }
         self.stats = BreakerStats()
         self._rendered: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self._render = self._unavailable
         self._max_workers = max_workers
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
@@ -546,7 +553,7 @@ class Breaker:
             self.stats.rejected += 1
             until = state.open_until
             wait = None if until is None or state.isolated else until - now
-            raise CircuitOpen._fast(self.key, reason, wait, self._unavailable)
+            raise _circuit_open(self.key, reason, wait, self._render)
 
     def _record_result(self, permit: Permit, result: object) -> None:
         predicate = self.result_is_failure
