@@ -1,0 +1,487 @@
+"""OpenAI Agents SDK adapter: breakers and run guards around an agent's function tools.
+
+Install ``toolbreaker[openai-agents]``, then::
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
+    agent = protect(agent, registry=registry, guard=RunGuard("ticket-4711"))
+    result = await Runner.run(agent, prompt, run_config=run_config())
+
+:func:`protect` returns a copy of the agent whose function tools go through toolbreaker;
+:func:`run_config` installs the error formatter that records their failures. One call of
+a protected tool (SDK 0.24) goes like this:
+
+- **before**: a tool input guardrail, placed after the tool's own, asks the run guard
+  (without one: the tool's breaker) for the call. A refusal becomes ``reject_content``:
+  the tool does not run and the model reads the JSON result instead (tool unavailable,
+  naming its fallback; writes blocked ...). A refusal that ends the run becomes
+  ``raise_exception``: the run raises ``agents.ToolInputGuardrailTripwireTriggered``
+  whose ``output.output_info`` is the stop packet (``StopPacket.to_dict()``).
+- **run**: the tool's ``on_invoke_tool`` is wrapped: it runs the tool with the guard's
+  arguments (a write's idempotency key filled in; that parameter is hidden from the
+  model) and records a success.
+- **failure**: the SDK catches the tool's exception and asks
+  ``RunConfig.tool_error_formatter`` for the message; :func:`format_tool_error` records
+  the failure and answers with the guard's result. An exception the tool lets through
+  (``failure_error_function=None``) is recorded by the wrapper and still fails the run.
+- **timeout**: ``function_tool(timeout=...)``, or the breaker's timeout for an async tool
+  without one, is enforced by the SDK, and its timeouts skip the formatter: the tool's
+  ``timeout_error_function`` records them as timeouts (``timeout_behavior`` is kept).
+
+The guardrail, the invoker, the formatter and the timeout function all receive the
+call's ``ToolContext`` and its ``tool_call_id``: the step begun before the call is kept
+under that id and settled by exactly one of the after paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import dataclasses
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final, Literal, Protocol, TypeVar
+
+from toolbreaker.errors import PolicyError
+from toolbreaker.integrations import require
+from toolbreaker.runtime._breaker import Breaker, Permit
+from toolbreaker.runtime._guard import RunGuard
+from toolbreaker.runtime._registry import Registry
+
+require("agents", "openai-agents")
+
+from agents import (  # noqa: E402 - after the check that names the extra to install
+    Agent,
+    FunctionTool,
+    RunConfig,
+    RunContextWrapper,
+    ToolErrorFormatterArgs,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+)
+from agents.tool_context import ToolContext  # noqa: E402 - see above
+
+__all__ = ["GUARDRAIL_NAME", "format_tool_error", "protect", "run_config"]
+
+#: The name of the tool input guardrail :func:`protect` adds to every tool it protects.
+GUARDRAIL_NAME: Final = "toolbreaker"
+
+TContext = TypeVar("TContext")
+_Formatter = Callable[[ToolErrorFormatterArgs[Any]], "str | Awaitable[str | None] | None"]
+_TimeoutFunction = Callable[[RunContextWrapper[Any], Exception], "str | Awaitable[str]"]
+_WRITES: Final = ("reversible_write", "irreversible")
+
+#: The protected call whose tool is running in this task; the error formatter, which
+#: the SDK calls from inside the tool's invoker, finds its call here.
+_RUNNING: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "toolbreaker_openai_agents_call", default=None
+)
+
+
+def protect(
+    agent: Agent[TContext],
+    *,
+    registry: Registry | None = None,
+    guard: RunGuard | None = None,
+    breakers: Mapping[str, Breaker] | None = None,
+) -> Agent[TContext]:
+    """A copy of ``agent`` whose function tools all go through toolbreaker.
+
+    Every ``FunctionTool`` of the agent is copied with a tool input guardrail (after its
+    own), a wrapped invoker and, when it has a deadline, a timeout function; the agent
+    and its tools are left as they were. Run the copy with :func:`run_config` so that
+    failures are recorded. A tool's breaker is the one ``breakers`` names for it, else
+    the one its declaration in ``guard`` names, else ``registry.for_tool(name)``; a tool
+    with none is guarded by the run guard only, and left alone without a guard. Hosted
+    tools, MCP servers and handoff targets are not touched: protect those agents too.
+
+    Declare write tools on the guard *before* calling this (``guard.ensure_tool(name,
+    risk="reversible_write", ...)``): a write whose function has the guard's idempotency
+    parameter (``idempotency_key`` by default) gets the key filled in, and the model no
+    longer sees that parameter.
+
+    Args:
+        agent: the agent to protect.
+        registry: where breakers are found by tool name (sheet rows and live breakers).
+        guard: the run guard of this run: budgets, loop detection, idempotent writes.
+        breakers: breakers by tool name, taking precedence over the other sources.
+
+    Returns:
+        The protected copy.
+
+    Raises:
+        PolicyError: nothing to protect with (no registry, breakers or guard), a tool is
+            already protected, or a tool with a breaker (or a write) has its own
+            ``failure_error_function``, whose failures toolbreaker cannot see.
+    """
+    if registry is None and guard is None and not breakers:
+        raise PolicyError("protect() needs a registry, breakers or a run guard", field="registry")
+    explicit = breakers or {}
+    protection = _Protection(guard)
+    tools: list[Any] = []
+    for tool in agent.tools:
+        breaker = (
+            _breaker_for(tool.name, registry, explicit) if isinstance(tool, FunctionTool) else None
+        )
+        if not isinstance(tool, FunctionTool) or (guard is None and breaker is None):
+            tools.append(tool)  # nothing toolbreaker can hook, or nothing to guard it with
+            continue
+        if guard is None:
+            assert breaker is not None
+            protection.breakers[tool.name] = breaker
+            tools.append(protection.adopt(tool, breaker, inject=None, write=False))
+            continue
+        spec = guard.ensure_tool(tool.name)
+        if breaker is not None and (spec.breaker is None or tool.name in explicit):
+            spec = guard.add_tool(dataclasses.replace(spec, breaker=breaker))
+        write = spec.risk in _WRITES
+        properties = tool.params_json_schema.get("properties") or {}
+        inject = spec.idempotency_arg if write and spec.idempotency_arg in properties else None
+        tools.append(protection.adopt(tool, spec.breaker, inject=inject, write=write))
+    return agent.clone(tools=tools)
+
+
+def format_tool_error(args: ToolErrorFormatterArgs[Any]) -> str | None:
+    """``RunConfig.tool_error_formatter`` that records a protected tool's failure.
+
+    The failure settles the call's step (the breaker counts it if it qualifies) and the
+    model reads the guard's result: the tool-unavailable result when this failure opened
+    the breaker, ``{"ok": false, "error": ..., "retryable": ...}`` otherwise. Errors of
+    tools that are not protected get ``None``: the SDK's default message.
+    """
+    call = _RUNNING.get()
+    if (
+        call is None
+        or args.kind != "tool_exception"
+        or args.error is None
+        or call.call_id != args.call_id
+    ):
+        return None
+    return call.fail(args.error)
+
+
+def run_config(base: RunConfig | None = None) -> RunConfig:
+    """A ``RunConfig`` with :func:`format_tool_error` installed.
+
+    Returns a copy of ``base`` (or a new ``RunConfig``), or ``base`` itself when it has the
+    formatter already. A formatter ``base`` had still words the errors toolbreaker does
+    not own.
+    """
+    config = base if base is not None else RunConfig()
+    current = config.tool_error_formatter
+    if _is_ours(current):
+        return config
+    formatter: _Formatter = format_tool_error if current is None else _Chained(current)
+    return dataclasses.replace(config, tool_error_formatter=formatter)
+
+
+class _Chained:
+    """Our formatter first, then the one the run config had."""
+
+    def __init__(self, then: _Formatter) -> None:
+        self.then = then
+
+    def __call__(self, args: ToolErrorFormatterArgs[Any]) -> str | Awaitable[str | None] | None:
+        text = format_tool_error(args)
+        return text if text is not None else self.then(args)
+
+
+def _is_ours(formatter: object) -> bool:
+    return formatter is format_tool_error or isinstance(formatter, _Chained)
+
+
+class _Step(Protocol):
+    """What a call needs from a run guard's step (or a bare breaker's)."""
+
+    @property
+    def answer(self) -> Any: ...
+
+    @property
+    def args(self) -> dict[str, Any]: ...
+
+    def succeeded(self, result: Any) -> Any: ...
+
+    def failed(self, exc: BaseException) -> Any: ...
+
+
+class _BreakerStep:
+    """A call guarded by its breaker alone (no run guard): GuardStep's two steps."""
+
+    def __init__(self, tool: str, breaker: Breaker, args: dict[str, Any]) -> None:
+        self.tool = tool
+        self.breaker = breaker
+        self.args = args
+        admitted = breaker.allow()
+        self.permit = admitted if isinstance(admitted, Permit) else None
+        self.answer: Any = None if isinstance(admitted, Permit) else admitted.result
+
+    def succeeded(self, result: Any) -> Any:
+        assert self.permit is not None
+        self.breaker._record_result(self.permit, result)
+        return result
+
+    def failed(self, exc: BaseException) -> Any:
+        assert self.permit is not None
+        self.permit.record(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        return self.breaker._failure_result(self.tool, exc)
+
+
+@dataclasses.dataclass(eq=False)
+class _Call:
+    """One protected call between its guardrail and its settlement."""
+
+    call_id: str
+    arguments: str
+    step: _Step
+    table: dict[str, _Call]
+    run_input: str | None = None
+    started: bool = False
+    settled: bool = False
+
+    def succeed(self, result: Any) -> Any:
+        """Record a success; the tool's own result, or the guard's verdict as text."""
+        if not self._settle():
+            return result
+        answer = self.step.succeeded(result)
+        return result if answer is result else _text(answer)
+
+    def fail(self, exc: BaseException) -> str | None:
+        """Record a failure; the guard's result as text (``None`` if already settled)."""
+        if not self._settle():
+            return None
+        return _text(self.step.failed(exc))
+
+    def cancel(self, exc: asyncio.CancelledError) -> None:
+        """Record a cancellation (never a failure; a write stays pending, to reconcile)."""
+        if self._settle():
+            try:
+                self.step.failed(exc)
+            except asyncio.CancelledError as raised:
+                if raised is not exc:
+                    raise
+
+    def _settle(self) -> bool:
+        if self.settled:
+            return False
+        self.settled = True
+        if self.table.get(self.call_id) is self:
+            del self.table[self.call_id]
+        return True
+
+
+class _Protection:
+    """The hooks of one :func:`protect` call, shared by the tools it protected."""
+
+    def __init__(self, guard: RunGuard | None) -> None:
+        self.guard = guard
+        self.breakers: dict[str, Breaker] = {}
+        self.inject: dict[str, str] = {}
+        self.needs_formatter: set[str] = set()
+        self.calls: dict[str, _Call] = {}
+        self.guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(
+            guardrail_function=self._check, name=GUARDRAIL_NAME
+        )
+
+    # -- protect time ----------------------------------------------------------------
+
+    def adopt(
+        self, tool: FunctionTool, breaker: Breaker | None, *, inject: str | None, write: bool
+    ) -> FunctionTool:
+        """The protected copy of ``tool``."""
+        name = tool.name
+        if any(g.get_name() == GUARDRAIL_NAME for g in tool.tool_input_guardrails or ()):
+            raise PolicyError(f"tool {name!r} is already protected", field=name)
+        handler = _failure_handler(tool)
+        if handler == "custom" and (breaker is not None or write):
+            raise PolicyError(
+                f"tool {name!r} has its own failure_error_function, so its failures never "
+                "reach toolbreaker: leave the default (the run's formatter answers) or pass "
+                "failure_error_function=None",
+                field=f"{name}.failure_error_function",
+            )
+        if handler == "default":
+            self.needs_formatter.add(name)
+        # copy.copy rebinds the SDK's failure handling to the copy (FunctionTool.__copy__).
+        protected = copy.copy(tool)
+        if inject is not None:
+            self.inject[name] = inject
+            protected.params_json_schema = _without(tool.params_json_schema, inject)
+        if (
+            protected.timeout_seconds is None
+            and breaker is not None
+            and breaker.timeout is not None
+            and _is_async(tool)
+        ):
+            # The SDK enforces the breaker's deadline; it cannot cancel a sync tool's thread.
+            protected.timeout_seconds = float(breaker.timeout)
+        if protected.timeout_seconds is not None:
+            protected.timeout_error_function = self._on_timeout(
+                tool.timeout_behavior, tool.timeout_error_function
+            )
+            protected.timeout_behavior = "error_as_result"
+        protected.tool_input_guardrails = [*(tool.tool_input_guardrails or ()), self.guardrail]
+        protected.on_invoke_tool = self._invoker(
+            name, protected.on_invoke_tool, timed=protected.timeout_seconds is not None
+        )
+        return protected
+
+    # -- before ----------------------------------------------------------------------
+
+    def _check(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        ctx = data.context
+        if ctx.tool_name in self.needs_formatter and not _is_ours(
+            ctx.run_config.tool_error_formatter if ctx.run_config is not None else None
+        ):
+            raise PolicyError(
+                f"protected tool {ctx.tool_name!r} records its failures through the run's "
+                "tool_error_formatter: run the agent with run_config="
+                "toolbreaker.integrations.openai_agents.run_config()",
+                field="run_config.tool_error_formatter",
+            )
+        pending = self.calls.get(ctx.tool_call_id)
+        if pending is not None and not pending.started and pending.arguments == ctx.tool_arguments:
+            # Asked again before it ran (guardrails run before and after an approval).
+            return ToolGuardrailFunctionOutput.allow()
+        answer = self._open(ctx.tool_name, ctx.tool_call_id, ctx.tool_arguments)
+        if answer is None:
+            return ToolGuardrailFunctionOutput.allow()
+        if self.guard is not None and isinstance(answer, Mapping) and answer.get("run_stopped"):
+            return ToolGuardrailFunctionOutput.raise_exception(
+                output_info=self.guard.stop_packet().to_dict()
+            )
+        return ToolGuardrailFunctionOutput.reject_content(_text(answer), output_info=answer)
+
+    def _open(self, tool: str, call_id: str, arguments: str) -> Any:
+        """Begin a call; its answer if it must not run, else ``None`` (the call is kept)."""
+        args, parsed = _parse(arguments)
+        step: _Step = (
+            self.guard.begin(tool, args)
+            if self.guard is not None
+            else _BreakerStep(tool, self.breakers[tool], args)
+        )
+        if step.answer is not None:
+            return step.answer
+        call = _Call(call_id, arguments, step, self.calls)
+        key_arg = self.inject.get(tool)
+        if parsed and key_arg is not None and key_arg in step.args:
+            call.run_input = json.dumps(step.args)
+        self.calls[call_id] = call
+        return None
+
+    # -- run, after ------------------------------------------------------------------
+
+    def _invoker(
+        self, name: str, inner: Callable[[ToolContext[Any], str], Awaitable[Any]], *, timed: bool
+    ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
+        async def invoke(ctx: ToolContext[Any], input: str) -> Any:
+            call = self.calls.get(ctx.tool_call_id)
+            if call is None or call.started:
+                # No guardrail ran for this call (invoked directly, or a nested agent-tool
+                # run resumed): ask here, and answer instead of running if refused.
+                answer = self._open(name, ctx.tool_call_id, input)
+                if answer is not None:
+                    return _text(answer)
+                call = self.calls[ctx.tool_call_id]
+            call.started = True
+            token = _RUNNING.set(call)
+            try:
+                result = await inner(ctx, call.run_input or input)
+            except asyncio.CancelledError as exc:
+                if not timed:
+                    call.cancel(exc)
+                # A timed tool is cancelled at its deadline too, and only the SDK knows
+                # which it was: its timeout function records a timeout; a cancelled run
+                # leaves the call unsettled (a probe's lease expires, a write stays
+                # pending in the journal and is reconciled on resume, never replayed).
+                raise
+            except Exception as exc:
+                call.fail(exc)  # failure_error_function=None: the run fails, as configured
+                raise
+            finally:
+                _RUNNING.reset(token)
+            # A failure the SDK caught was settled by format_tool_error; this is its text.
+            return result if call.settled else call.succeed(result)
+
+        return invoke
+
+    def _on_timeout(
+        self,
+        behavior: Literal["error_as_result", "raise_exception"],
+        original: _TimeoutFunction | None,
+    ) -> _TimeoutFunction:
+        def on_timeout(ctx: RunContextWrapper[Any], error: Exception) -> str | Awaitable[str]:
+            call = self.calls.get(ctx.tool_call_id) if isinstance(ctx, ToolContext) else None
+            text = call.fail(_as_timeout(error)) if call is not None and call.started else None
+            if behavior == "raise_exception":
+                raise error
+            if text is not None:
+                return text
+            return original(ctx, error) if original is not None else str(error)
+
+        return on_timeout
+
+
+def _breaker_for(
+    tool: str, registry: Registry | None, breakers: Mapping[str, Breaker]
+) -> Breaker | None:
+    if tool in breakers:
+        return breakers[tool]
+    if registry is None:
+        return None
+    try:
+        return registry.for_tool(tool)
+    except KeyError:
+        return None
+
+
+def _failure_handler(tool: FunctionTool) -> Literal["default", "propagate", "custom"]:
+    # SDK 0.24 keeps a tool's failure policy in private fields; the run's formatter is
+    # consulted only for the implicit default handler (RunConfig.tool_error_formatter).
+    if tool._use_default_failure_error_function:
+        return "default"
+    return "propagate" if tool._failure_error_function is None else "custom"
+
+
+def _is_async(tool: FunctionTool) -> bool:
+    try:
+        fn = tool.__wrapped__
+    except AttributeError:  # a hand-made FunctionTool: its invoker is a coroutine function
+        return True
+    return inspect.iscoroutinefunction(fn)
+
+
+def _without(schema: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The parameters schema without ``name``: the model never sends the key."""
+    trimmed = dict(schema)
+    trimmed["properties"] = {k: v for k, v in schema.get("properties", {}).items() if k != name}
+    if "required" in schema:
+        trimmed["required"] = [k for k in schema["required"] if k != name]
+    return trimmed
+
+
+def _parse(arguments: str) -> tuple[dict[str, Any], bool]:
+    """The model's arguments as a dict, and whether they were a JSON object."""
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return {"arguments": arguments}, False
+    if not isinstance(value, dict):
+        return {"arguments": value}, False
+    return value, True
+
+
+def _as_timeout(error: Exception) -> TimeoutError:
+    """The SDK's ToolTimeoutError as the timeout the classifier counts."""
+    timeout = TimeoutError(str(error))
+    timeout.__cause__ = error
+    return timeout
+
+
+def _text(answer: Any) -> str:
+    """A guard answer as the text the model reads."""
+    return answer if isinstance(answer, str) else json.dumps(answer, default=str)
