@@ -1,0 +1,387 @@
+"""Pydantic AI adapter: one capability puts breakers and a run guard around every tool call.
+
+Install with ``pip install 'toolbreaker[pydantic-ai]'``. The capability implements
+``wrap_tool_execute``, so it covers function tools, MCP servers and every other toolset of
+the agent; it holds no breaker logic of its own and only translates:
+
+- before a tool runs, :meth:`RunGuard.begin` decides. A rejection (the dependency's
+  breaker is open, the authority check refused, a write's outcome is unknown) becomes
+  ``ToolFailed`` carrying the guard's JSON result: the model reads it as a failed tool
+  return, terminal for that call, and it costs no retry budget. A write's answer already
+  in the journal is returned as the tool's result without running it again;
+- the tool runs with the guard's arguments: a write receives its idempotency key under
+  ``GuardedTool.idempotency_arg`` (the argument is hidden from the schema the model sees);
+- afterwards ``succeeded`` / ``failed`` settle the call; a failure reaches the model as
+  ``ToolFailed`` with the guard's result (``tool_unavailable`` when it opened the breaker).
+  Pydantic AI's own signals (``ModelRetry``, a tool's ``ToolFailed``, deferrals) are settled
+  and passed on unchanged unless the guard's answer must win (tool unavailable, write
+  outcome unknown, run stopped);
+- when the run guard stops the run (budget, repeated action, loop, required dependency
+  down), the capability calls ``ctx.cancel()``: the run ends with the framework's
+  ``RunCancelled``, which keeps the message history; :func:`run_stop` pairs it with the
+  guard's stop packet.
+
+A breaker's ``timeout`` becomes the tool's ``ToolDefinition.timeout`` when the tool has
+none, so the framework enforces the dependency's deadline and the timeout counts as a
+failure. Tools are described to the guard, in this order, by the guard itself
+(``guard.add_tool`` / ``guard.ensure_tool``), by their metadata (:func:`tool_metadata`) or
+by the registry (``registry.for_tool(name)``); any other tool is a read without a breaker
+that still counts against the run's budgets.
+
+Example::
+
+    registry = Registry.from_toml("boundaries.toml")          # process-wide, shared
+    guard = RunGuard("task-42", budget=Budget(max_tool_calls=20), journal=store)
+    try:
+        capability = ToolbreakerCapability(guard, registry=registry)
+        result = await agent.run(prompt, capabilities=[capability])
+    except RunCancelled as exc:
+        stop = run_stop(exc, guard)        # None when the guard did not stop the run
+        if stop is None:
+            raise
+        print(stop.packet.to_json())       # stop.messages resumes the conversation
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass
+from typing import Any, Final, TypeAlias
+
+from toolbreaker.integrations import require
+
+require("pydantic_ai", "pydantic-ai")
+
+from pydantic_ai import RunContext  # noqa: E402 - after the check that names the extra
+from pydantic_ai.capabilities import (  # noqa: E402
+    AbstractCapability,
+    ValidatedToolArgs,
+    WrapToolExecuteHandler,
+)
+from pydantic_ai.exceptions import (  # noqa: E402
+    ApprovalRequired,
+    CallDeferred,
+    ModelRetry,
+    RunCancelled,
+    SkipToolExecution,
+    ToolFailed,
+    ToolFailedError,
+    ToolRetryError,
+)
+from pydantic_ai.messages import ModelMessage, ToolCallPart  # noqa: E402
+from pydantic_ai.tools import AgentDepsT, ToolDefinition  # noqa: E402
+from pydantic_core import to_jsonable_python  # noqa: E402
+
+from toolbreaker.core.budget import RiskClass  # noqa: E402
+from toolbreaker.errors import PolicyError  # noqa: E402
+from toolbreaker.runtime._guard import GuardedTool, RunGuard, StopPacket  # noqa: E402
+from toolbreaker.runtime._registry import Registry  # noqa: E402
+from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE  # noqa: E402
+
+__all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
+
+#: The key of ``ToolDefinition.metadata`` that describes a tool to the run guard.
+TOOL_METADATA_KEY: Final = "toolbreaker"
+
+_METADATA_FIELDS: Final = frozenset(
+    {
+        "risk",
+        "dependency",
+        "operation",
+        "required",
+        "recovery",
+        "business_key",
+        "idempotency_arg",
+    }
+)
+#: Pydantic AI's control-flow signals: settled, then passed on unchanged.
+_SIGNALS: Final = (
+    ToolRetryError,
+    ToolFailedError,
+    ModelRetry,
+    ToolFailed,
+    SkipToolExecution,
+    CallDeferred,
+    ApprovalRequired,
+)
+#: Guard answers that replace a framework signal: retrying would be useless or unsafe.
+_OVERRIDING: Final = ("tool_unavailable", "outcome_unknown", "run_stopped")
+
+
+def tool_metadata(
+    *,
+    risk: RiskClass = "read",
+    dependency: str | None = None,
+    operation: str = "default",
+    required: bool = False,
+    recovery: bool = False,
+    business_key: Sequence[str] | None = None,
+    idempotency_arg: str | None = "idempotency_key",
+) -> dict[str, Any]:
+    """Tool metadata that tells :class:`ToolbreakerCapability` how to guard a tool.
+
+    Pass it as ``metadata=`` to ``@agent.tool`` / ``@agent.tool_plain`` / ``Tool(...)``.
+
+    Args:
+        risk: ``read``, ``reversible_write`` or ``irreversible`` (irreversible tools need an
+            authority check: register them on the guard with ``authorize=`` instead).
+        dependency: the remote dependency whose breaker (from the capability's registry)
+            the tool goes through.
+        operation: the dependency's operation class (``read``, ``write`` ...).
+        required: the run cannot go on without this tool: its breaker opening stops it.
+        recovery: a read-only status check that may still run after the run stopped.
+        business_key: argument fields naming the business action, from which a write's
+            idempotency key is derived.
+        idempotency_arg: the keyword argument that receives a write's idempotency key;
+            the tool must accept it with a default (``idempotency_key: str = ""``).
+
+    Returns:
+        ``{"toolbreaker": {...}}``, to merge into any other metadata the tool carries.
+    """
+    return {
+        TOOL_METADATA_KEY: {
+            "risk": risk,
+            "dependency": dependency,
+            "operation": operation,
+            "required": required,
+            "recovery": recovery,
+            "business_key": list(business_key) if business_key else None,
+            "idempotency_arg": idempotency_arg,
+        }
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class RunStop:
+    """A run the guard stopped: what the operator needs and what resumes the conversation.
+
+    Attributes:
+        packet: the guard's stop packet (condition, confirmed work, next safe action).
+        messages: the run's complete history, ready to pass as ``message_history``.
+        cancelled: the framework's ``RunCancelled`` (usage, run id, new messages).
+    """
+
+    packet: StopPacket
+    messages: list[ModelMessage]
+    cancelled: RunCancelled
+
+
+def run_stop(exc: BaseException, guard: RunGuard) -> RunStop | None:
+    """The guard's stop packet with the history of the cancelled run, if the guard stopped it.
+
+    Args:
+        exc: the ``RunCancelled`` raised by ``agent.run()`` (or an exception carrying one,
+            see ``RunCancelled.from_cancellation``).
+        guard: the run's guard.
+
+    Returns:
+        ``None`` when the run was cancelled by something else (a ``CancellationToken``,
+        a timeout): re-raise the exception then.
+    """
+    cancelled = RunCancelled.from_cancellation(exc)
+    if cancelled is None or guard.stopped is None:
+        return None
+    return RunStop(guard.stop_packet(), cancelled.all_messages(), cancelled)
+
+
+#: A run guard, or a callable that finds the run's guard from its ``RunContext``.
+_GuardSource: TypeAlias = RunGuard | Callable[[RunContext[AgentDepsT]], RunGuard]
+
+
+@dataclass
+class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
+    """Guard every tool call of an agent run with toolbreaker.
+
+    A run guard belongs to one run. Either pass the capability per run
+    (``agent.run(..., capabilities=[ToolbreakerCapability(guard, registry=registry)])``), or
+    give the agent one capability with a factory that finds the run's guard, for example
+    in its deps: ``ToolbreakerCapability(lambda ctx: ctx.deps.guard, registry=registry)``.
+    Breaker state is shared through the registry (and its store), never through the
+    capability.
+
+    Attributes:
+        guard: the run's :class:`~toolbreaker.RunGuard`, or a callable that returns it from
+            the run's ``RunContext`` (called once per run).
+        registry: where breakers of tools described by metadata or by the boundary sheet
+            come from.
+        instructions: add :func:`toolbreaker.system_prompt_line` to the agent's
+            instructions, so the model knows what a tool-unavailable result means.
+    """
+
+    guard: _GuardSource[AgentDepsT]
+    _: KW_ONLY
+    registry: Registry | None = None
+    instructions: bool = True
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        """Not constructible from an agent spec: it holds live objects."""
+        return None
+
+    async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
+        """Bind the run's guard when the capability was given a factory."""
+        if isinstance(self.guard, RunGuard):
+            return self
+        guard = self.guard(ctx)
+        if not isinstance(guard, RunGuard):
+            raise PolicyError(
+                f"the guard factory returned {type(guard).__name__}, not a RunGuard", field="guard"
+            )
+        return dataclasses.replace(self, guard=guard)
+
+    def get_instructions(self) -> str | None:
+        """The system-prompt line about tool-unavailable results, unless disabled."""
+        return SYSTEM_PROMPT_LINE if self.instructions else None
+
+    async def prepare_tools(
+        self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
+    ) -> list[ToolDefinition]:
+        """Hide the idempotency argument of writes; give breakers' deadlines to the tools.
+
+        Raises:
+            PolicyError: a write tool does not accept its idempotency argument, or requires
+                the model to send it.
+        """
+        guard = self._bound()
+        prepared: list[ToolDefinition] = []
+        for tool_def in tool_defs:
+            spec = self._spec(guard, tool_def)
+            changes: dict[str, Any] = {}
+            breaker = spec.breaker
+            if breaker is not None and breaker.timeout is not None and tool_def.timeout is None:
+                changes["timeout"] = breaker.timeout
+            if _injects_key(spec):
+                changes["parameters_json_schema"] = _hide_argument(tool_def, spec)
+            prepared.append(dataclasses.replace(tool_def, **changes) if changes else tool_def)
+        return prepared
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        """Ask the run guard before the tool runs and settle the call after it.
+
+        Raises:
+            ToolFailed: the guard's answer for a rejected or failed call.
+        """
+        guard = self._bound()
+        spec = self._spec(guard, tool_def)
+        key_arg = spec.idempotency_arg if _injects_key(spec) else None
+        if key_arg is not None:
+            # The key is the guard's to give; one the model made up must not leak into the
+            # fingerprint or reach the tool.
+            args = {k: v for k, v in args.items() if k != key_arg}
+        # Validated arguments may be models, dates or sets: the guard fingerprints their
+        # JSON form, the tool still receives them as validated.
+        step = guard.begin(spec.name, to_jsonable_python(args))
+        if step.answer is not None:
+            return _answer(ctx, guard, step.answer)
+        if key_arg is not None and step.idempotency_key is not None:
+            args = {**args, key_arg: step.idempotency_key}
+        try:
+            result = await handler(args)
+        except BaseException as exc:
+            seen = step.failed(exc)  # records the outcome; re-raises cancellations
+            if guard.stopped is not None:
+                ctx.cancel()
+            if isinstance(exc, _SIGNALS) and not _overrides(seen):
+                raise
+            raise ToolFailed(_encode(seen)) from exc
+        seen = step.succeeded(result)
+        if seen is result:
+            return result
+        return _answer(ctx, guard, seen)  # a write whose verification failed
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _bound(self) -> RunGuard:
+        if not isinstance(self.guard, RunGuard):  # pragma: no cover - for_run always binds
+            raise PolicyError("the capability has no run guard bound", field="guard")
+        return self.guard
+
+    def _spec(self, guard: RunGuard, tool_def: ToolDefinition) -> GuardedTool:
+        """The guard's description of a tool, registering it from metadata or the registry."""
+        name = tool_def.name
+        raw = (tool_def.metadata or {}).get(TOOL_METADATA_KEY)
+        if raw is None:
+            raw = {}
+        where = f"{name}.metadata.{TOOL_METADATA_KEY}"
+        if not isinstance(raw, Mapping):
+            raise PolicyError(f"{where} must be a mapping (use tool_metadata())", field=where)
+        unknown = sorted(set(raw) - _METADATA_FIELDS)
+        if unknown:
+            raise PolicyError(
+                f"unknown field(s) {unknown} in {where} (known: {sorted(_METADATA_FIELDS)})",
+                field=f"{where}.{unknown[0]}",
+            )
+        options: dict[str, Any] = {
+            k: raw[k] for k in ("risk", "required", "recovery", "idempotency_arg") if k in raw
+        }
+        if raw.get("business_key"):
+            options["business_key"] = tuple(raw["business_key"])
+        dependency = raw.get("dependency")
+        if dependency is not None:
+            if self.registry is None:
+                raise PolicyError(
+                    f"{where} names dependency {dependency!r} but the capability has no registry",
+                    field=f"{where}.dependency",
+                )
+            operation = raw.get("operation") or "default"
+            described = (dependency, operation) in self.registry.boundaries()
+            extra = {} if described else {"tool": name}  # the sheet's own name wins
+            options["breaker"] = self.registry.get(dependency, operation, **extra)
+        elif self.registry is not None:
+            # A tool the registry does not know has no breaker: only the run's budgets apply.
+            with contextlib.suppress(KeyError):
+                options["breaker"] = self.registry.for_tool(name)
+        return guard.ensure_tool(name, **options)
+
+
+def _injects_key(spec: GuardedTool) -> bool:
+    return spec.risk != "read" and bool(spec.idempotency_arg)
+
+
+def _hide_argument(tool_def: ToolDefinition, spec: GuardedTool) -> dict[str, Any]:
+    """The tool's JSON schema without the idempotency argument the guard fills in."""
+    arg = spec.idempotency_arg
+    schema = tool_def.parameters_json_schema
+    properties = schema.get("properties") or {}
+    where = f"{tool_def.name}.{arg}"
+    if arg not in properties:
+        raise PolicyError(
+            f"write tool {tool_def.name!r} does not accept its idempotency argument {arg!r}: "
+            f"add `{arg}: str = ''` to it, or describe it with idempotency_arg=None",
+            field=where,
+        )
+    if arg in (schema.get("required") or ()):
+        raise PolicyError(
+            f"write tool {tool_def.name!r} requires {arg!r} from the model: give it a default "
+            f"(`{arg}: str = ''`) so the run guard can fill it in",
+            field=where,
+        )
+    return {**schema, "properties": {k: v for k, v in properties.items() if k != arg}}
+
+
+def _answer(ctx: RunContext[Any], guard: RunGuard, answer: Any) -> Any:
+    """Hand the guard's answer to the model; cancel the run if the guard stopped it."""
+    if guard.stopped is not None:
+        ctx.cancel()
+    if isinstance(answer, Mapping) and answer.get("ok") is False:
+        raise ToolFailed(_encode(answer))
+    return answer
+
+
+def _overrides(result: Any) -> bool:
+    return isinstance(result, Mapping) and any(result.get(k) for k in _OVERRIDING)
+
+
+def _encode(result: Any) -> str:
+    return json.dumps(result, default=str)
