@@ -1,0 +1,603 @@
+"""LangChain 1.x and LangGraph: breakers and run guards as agent middleware.
+
+One object, :class:`ToolbreakerMiddleware`, serves both:
+
+- ``create_agent(model, tools, middleware=[ToolbreakerMiddleware(...)])``: its
+  ``wrap_tool_call`` / ``awrap_tool_call`` guard every tool call and its ``before_model``
+  ends the run (``jump_to: "end"``) once the run guard has stopped it;
+- a hand-built LangGraph: ``ToolNode(tools, wrap_tool_call=mw.wrap_tool_call,
+  awrap_tool_call=mw.awrap_tool_call)`` (or :meth:`ToolbreakerMiddleware.tool_node`),
+  with :meth:`ToolbreakerMiddleware.route` as the conditional edge after the tools node
+  and, optionally, :meth:`ToolbreakerMiddleware.stop_node` to write the stop message.
+
+In ``create_agent`` its ``wrap_model_call`` also appends
+:func:`toolbreaker.system_prompt_line` to the system prompt (``instructions=False`` to
+opt out).
+
+What happens to one tool call
+-----------------------------
+The run guard is asked first (:meth:`~toolbreaker.RunGuard.begin`): when it answers (the
+dependency's breaker is open, the run is stopped, writes are blocked, a confirmed write is
+answered from the journal) the tool does not run and the model gets that answer as a
+``ToolMessage``, ``status="error"`` unless the answer is a success. Otherwise the tool runs
+through LangChain's handler; a write carries its idempotency key (see
+:func:`idempotency_key`). The outcome is settled with the guard, which decides what the
+model reads: the tool's own message on success, a JSON result it can act on on failure
+(a tool-unavailable result naming the fallback, or ``{"ok": false, "error": ...,
+"retryable": ...}``), never "please try again".
+
+Which run a call belongs to
+---------------------------
+Breakers are shared through the :class:`~toolbreaker.Registry`; run guards are per task.
+The task id of a call is, in order: the ``task_id`` callable given to the middleware;
+``task_id`` in the runtime context (``agent.invoke(..., context={"task_id": "T-1"})``, a
+mapping key or an attribute of a context object); the LangGraph ``thread_id``
+(``config={"configurable": {"thread_id": ...}}``); the ``run_id`` of the config. A fixed
+``guard=`` skips all that. The middleware keeps one :class:`~toolbreaker.RunGuard` per task
+(the most recent ``max_runs`` of them), so a second ``invoke`` with the same task id
+continues the same run, budgets and all; :meth:`ToolbreakerMiddleware.forget` starts over
+(the journal still skips confirmed writes).
+
+Where the stop packet goes
+--------------------------
+When the run guard stops the run, the next ``before_model`` ends it without calling the
+model and adds an ``AIMessage`` whose text says why and whose
+``additional_kwargs["toolbreaker_stop"]`` holds the packet (``StopPacket.to_dict()``); the
+same dict is in the final state under ``"toolbreaker_stop"``, and
+:meth:`ToolbreakerMiddleware.stop_packet` returns the packet itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+import dataclasses
+import json
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, TypedDict, cast
+
+from toolbreaker.core.budget import Budget, RiskClass
+from toolbreaker.core.policy import Policy
+from toolbreaker.errors import PolicyError
+from toolbreaker.integrations import require
+from toolbreaker.runtime._breaker import Breaker, Enforce
+from toolbreaker.runtime._guard import ActionRequest, GuardedTool, GuardStep, RunGuard, StopPacket
+from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime._result import system_prompt_line
+from toolbreaker.stores._protocol import Journal
+from toolbreaker.stores.memory import MemoryStore
+
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+        hook_config,
+    )
+    from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+    from langchain_core.tools import BaseTool
+    from langgraph.errors import GraphBubbleUp
+    from langgraph.graph import END
+    from langgraph.prebuilt import ToolNode
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.runtime import Runtime
+    from langgraph.types import Command
+    from typing_extensions import NotRequired
+except ImportError:  # pragma: no cover - depends on the installed extras
+    require("langchain.agents", "langchain")  # raises with the install hint
+    raise
+
+__all__ = [
+    "STOP_KEY",
+    "ToolError",
+    "ToolOptions",
+    "ToolbreakerMiddleware",
+    "ToolbreakerState",
+    "idempotency_key",
+    "stop_message",
+]
+
+#: The state key (and ``additional_kwargs`` key) that carries the stop packet dict.
+STOP_KEY: Final = "toolbreaker_stop"
+
+_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "toolbreaker_idempotency_key", default=None
+)
+
+_SELECT: Final = frozenset({"dependency", "operation", "breaker"})
+_BREAKER_OPTIONS: Final = frozenset(
+    {
+        "policy",
+        "timeout",
+        "enforce",
+        "retryable",
+        "fallback",
+        "fallback_note",
+        "owner",
+        "instructions",
+    }
+)
+_GUARD_OPTIONS: Final = frozenset(
+    {
+        "risk",
+        "business_key",
+        "idempotency_arg",
+        "verify",
+        "reconcile",
+        "external_id",
+        "authorize",
+        "required",
+        "recovery",
+    }
+)
+
+
+class ToolOptions(TypedDict, total=False):
+    """How one tool is guarded; every key is optional.
+
+    Which breaker: ``breaker`` (a ready one), else ``registry.get(dependency,
+    operation)`` (``dependency`` defaults to the tool name), else a sheet row whose
+    ``tool`` is the tool name. Breaker options apply when the registry creates the
+    breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
+    ``fallback_note``, ``owner``, ``instructions``. The rest are the run guard's
+    :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
+    ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
+    ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
+    as the model would read it, JSON-decoded when it is JSON.
+    """
+
+    dependency: str
+    operation: str
+    breaker: Breaker
+    policy: Policy
+    timeout: float
+    enforce: Enforce
+    retryable: bool
+    fallback: str
+    fallback_note: str
+    owner: str
+    instructions: Mapping[str, str]
+    risk: RiskClass
+    business_key: Sequence[str]
+    idempotency_arg: str | None
+    verify: Callable[[Any], bool]
+    reconcile: Callable[[str, Mapping[str, Any]], Any]
+    external_id: Callable[[Any], str | None]
+    authorize: Callable[[ActionRequest], bool]
+    required: bool
+    recovery: bool
+
+
+class ToolbreakerState(AgentState[Any]):
+    """The agent state with the stop packet dict under :data:`STOP_KEY` once stopped."""
+
+    toolbreaker_stop: NotRequired[dict[str, Any] | None]
+
+
+class ToolError(Exception):
+    """A tool call LangChain answered with an error message (bad arguments, unknown tool).
+
+    The message is all that is left of the failure; the default classifier ignores it,
+    so it never counts against the dependency.
+    """
+
+
+def idempotency_key() -> str | None:
+    """The idempotency key of the guarded write running in this context, else ``None``.
+
+    Call it inside a write tool to get the key without putting it in the tool's schema
+    (LangGraph strips ``InjectedToolArg`` values from tool calls, so that route is closed).
+    Tools that declare the idempotency argument as a parameter also receive it there.
+    """
+    return _CURRENT_KEY.get()
+
+
+def stop_message(packet: StopPacket) -> AIMessage:
+    """The final message of a stopped run: the reason in words, the packet in kwargs."""
+    data = packet.to_dict()
+    text = (
+        f"Run stopped by toolbreaker ({packet.condition}): {packet.detail}. "
+        f"Next safe action: {packet.next_safe_action}."
+    )
+    return AIMessage(content=text, additional_kwargs={STOP_KEY: data})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Pending:
+    """A tool call the guard admitted: settle ``step`` with the handler's outcome."""
+
+    step: GuardStep
+    request: ToolCallRequest
+    timeout: float | None
+
+
+class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
+    """Guards every tool call of a LangChain agent or LangGraph ``ToolNode``.
+
+    Args:
+        registry: where the tools' breakers come from; share it between agents so they
+            share breakers. A private one by default.
+        tools: per-tool options (:class:`ToolOptions`), keyed by tool name. Tools left
+            out are reads behind the breaker ``registry.for_tool(name)`` or, failing that,
+            ``registry.get(name)``.
+        guard: one fixed run guard for every call (one run at a time); excludes
+            ``guard_factory``.
+        guard_factory: builds the run guard of a task id; by default
+            ``RunGuard(task, budget=budget, journal=journal, clock=registry.clock)``.
+        budget: the run budget of the default factory.
+        journal: the journal of the default factory; pass a persistent store to resume
+            tasks across processes. A private in-memory store by default.
+        task_id: maps the runtime (``.context``, ``.execution_info``) to a task id, or
+            ``None`` to use the default lookup (see the module docs).
+        max_runs: run guards kept; the least recently used beyond that are dropped.
+        instructions: append :func:`toolbreaker.system_prompt_line` to the system prompt
+            of every model call (unless it is already there).
+
+    Raises:
+        PolicyError: unknown tool options, ``breaker`` with breaker options, or both
+            ``guard`` and ``guard_factory``.
+    """
+
+    state_schema = ToolbreakerState
+
+    def __init__(
+        self,
+        *,
+        registry: Registry | None = None,
+        tools: Mapping[str, ToolOptions] | None = None,
+        guard: RunGuard | None = None,
+        guard_factory: Callable[[str], RunGuard] | None = None,
+        budget: Budget | None = None,
+        journal: Journal | None = None,
+        task_id: Callable[[Any], str | None] | None = None,
+        max_runs: int = 1024,
+        instructions: bool = True,
+    ) -> None:
+        super().__init__()
+        if guard is not None and guard_factory is not None:
+            raise PolicyError("pass guard or guard_factory, not both", field="guard_factory")
+        if type(max_runs) is not int or max_runs <= 0:
+            raise PolicyError("max_runs must be a positive integer", field="max_runs")
+        self.registry = registry if registry is not None else Registry()
+        self.tool_options: dict[str, ToolOptions] = {
+            name: _checked(name, options) for name, options in (tools or {}).items()
+        }
+        self.budget = budget
+        self.journal: Journal = journal if journal is not None else MemoryStore()
+        self.max_runs = max_runs
+        self.instructions = instructions
+        self._fixed = guard
+        self._factory = guard_factory
+        self._task_id = task_id
+        self._guards: collections.OrderedDict[str, RunGuard] = collections.OrderedDict()
+        self._breakers: dict[str, Breaker] = {}
+        self._lock = threading.Lock()
+        for name in self.tool_options:
+            self.breaker_of(name)
+
+    # -- runs -----------------------------------------------------------------------------
+
+    def task_of(self, runtime: Any) -> str:
+        """The task id of a LangGraph ``Runtime`` or ``ToolRuntime``.
+
+        Raises:
+            PolicyError: no task id could be found.
+        """
+        if self._fixed is not None:
+            return self._fixed.task
+        if self._task_id is not None:
+            task = self._task_id(runtime)
+            if task:
+                return task
+        context = getattr(runtime, "context", None)
+        value = (
+            context.get("task_id")
+            if isinstance(context, Mapping)
+            else getattr(context, "task_id", None)
+        )
+        if value:
+            return str(value)
+        info = getattr(runtime, "execution_info", None)
+        for candidate in (getattr(info, "thread_id", None), getattr(info, "run_id", None)):
+            if candidate:
+                return str(candidate)
+        raise PolicyError(
+            "toolbreaker cannot tell which task this run is: pass context={'task_id': ...}, "
+            "a configurable thread_id, task_id= or guard= to the middleware",
+            field="task_id",
+        )
+
+    def guard_for(self, task: str) -> RunGuard:
+        """The run guard of ``task``, created on first use."""
+        if self._fixed is not None:
+            return self._fixed
+        with self._lock:
+            guard = self._guards.get(task)
+            if guard is not None:
+                self._guards.move_to_end(task)
+                return guard
+        created = self._new_guard(task)
+        with self._lock:
+            guard = self._guards.setdefault(task, created)
+            self._guards.move_to_end(task)
+            while len(self._guards) > self.max_runs:
+                self._guards.popitem(last=False)
+        return guard
+
+    def forget(self, task: str) -> None:
+        """Drop the run guard of ``task``: its next run starts fresh (the journal stays)."""
+        with self._lock:
+            self._guards.pop(task, None)
+
+    def stop_packet(self, task: str) -> StopPacket:
+        """The stop packet of ``task`` as it is now (condition ``running`` if not stopped)."""
+        return self.guard_for(task).stop_packet()
+
+    def breaker_of(self, tool: str) -> Breaker:
+        """The breaker that guards ``tool``, created in the registry on first use."""
+        breaker = self._breakers.get(tool)
+        if breaker is None:
+            breaker = self._breakers.setdefault(tool, self._resolve(tool, ()))
+        return breaker
+
+    # -- LangChain hooks --------------------------------------------------------------------
+
+    def wrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage | Command[Any]:
+        """Guard one tool call: answer it locally or run it and settle the outcome."""
+        pending = self._admit(request)
+        if not isinstance(pending, _Pending):
+            return pending
+        call = request.tool_call
+        token = _CURRENT_KEY.set(pending.step.idempotency_key)
+        try:
+            result = handler(pending.request)
+        except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
+            return _failed(pending.step, call, exc)
+        finally:
+            _CURRENT_KEY.reset(token)
+        return _settle(pending.step, call, result)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        """The async twin of :meth:`wrap_tool_call`; also cancels at the breaker's timeout."""
+        pending = self._admit(request)
+        if not isinstance(pending, _Pending):
+            return pending
+        call = request.tool_call
+        token = _CURRENT_KEY.set(pending.step.idempotency_key)
+        try:
+            if pending.timeout is None:
+                result = await handler(pending.request)
+            else:
+                result = await asyncio.wait_for(handler(pending.request), pending.timeout)
+        except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
+            return _failed(pending.step, call, exc)
+        finally:
+            _CURRENT_KEY.reset(token)
+        return _settle(pending.step, call, result)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """Tell the model the tool-unavailable protocol (see ``instructions``)."""
+        return handler(self._instructed(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
+        """The async twin of :meth:`wrap_model_call`."""
+        return await handler(self._instructed(request))
+
+    @hook_config(can_jump_to=["end"])
+    def before_model(self, state: ToolbreakerState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """End the run, without calling the model, once the run guard has stopped it."""
+        return self._stop_update(runtime)
+
+    @hook_config(can_jump_to=["end"])
+    async def abefore_model(
+        self, state: ToolbreakerState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """The async twin of :meth:`before_model`."""
+        return self._stop_update(runtime)
+
+    # -- hand-built LangGraph -----------------------------------------------------------------
+
+    def tool_node(self, tools: Sequence[BaseTool | Callable[..., Any]], **kwargs: Any) -> ToolNode:
+        """A ``ToolNode`` whose every call goes through this middleware."""
+        return ToolNode(
+            tools,
+            wrap_tool_call=self.wrap_tool_call,
+            awrap_tool_call=self.awrap_tool_call,
+            **kwargs,
+        )
+
+    def route(self, next_node: str, *, stop: str = END) -> Callable[[Any, Runtime[Any]], str]:
+        """A conditional edge: ``stop`` once the run guard has stopped the run, else ``next_node``.
+
+        Use it after the tools node: ``builder.add_conditional_edges("tools",
+        mw.route("agent"), ["agent", END])``.
+        """
+
+        def router(state: Any, runtime: Runtime[Any]) -> str:
+            task = self.task_of(runtime)
+            return stop if self.guard_for(task).stopped is not None else next_node
+
+        return router
+
+    def stop_node(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
+        """A graph node that adds the stop message (packet in its ``additional_kwargs``)."""
+        packet = self.guard_for(self.task_of(runtime)).stop_packet()
+        return {"messages": [stop_message(packet)]}
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _new_guard(self, task: str) -> RunGuard:
+        if self._factory is not None:
+            return self._factory(task)
+        return RunGuard(task, budget=self.budget, journal=self.journal, clock=self.registry.clock)
+
+    def _resolve(self, tool: str, resolving: tuple[str, ...]) -> Breaker:
+        options = self.tool_options.get(tool, ToolOptions())
+        given = options.get("breaker")
+        if given is not None:
+            return given
+        creation = {k: v for k, v in options.items() if k in _BREAKER_OPTIONS}
+        fallback = creation.get("fallback")
+        if (
+            isinstance(fallback, str)
+            and fallback not in resolving
+            and fallback not in self.registry.tool_names()
+        ):
+            # The registry refuses a fallback it does not know: bring it in first.
+            self._breakers.setdefault(fallback, self._resolve(fallback, (*resolving, tool)))
+        if "dependency" not in options and "operation" not in options and not creation:
+            try:
+                return self.registry.for_tool(tool)
+            except KeyError:
+                pass
+        dependency = options.get("dependency", tool)
+        operation = options.get("operation", "default")
+        if (dependency, operation) not in self.registry.boundaries():
+            creation.setdefault("tool", tool)
+        return self.registry.get(dependency, operation, **creation)
+
+    def _instructed(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        line = system_prompt_line()
+        current = request.system_message
+        if not self.instructions or (current is not None and line in current.text):
+            return request
+        if current is None:
+            return request.override(system_message=SystemMessage(line))
+        content: str | list[str | dict[str, Any]]
+        if isinstance(current.content, str):
+            content = f"{current.content}\n\n{line}" if current.content else line
+        else:
+            content = [*current.content, {"type": "text", "text": line}]
+        return request.override(system_message=current.model_copy(update={"content": content}))
+
+    def _guard_of(self, runtime: Any) -> RunGuard:
+        return self.guard_for(self.task_of(runtime))
+
+    def _admit(self, request: ToolCallRequest) -> _Pending | ToolMessage:
+        call = request.tool_call
+        name = call["name"]
+        guard = self._guard_of(request.runtime)
+        known = request.tool is not None or name in self.tool_options
+        given: Mapping[str, Any] = self.tool_options.get(name, {})
+        options = {k: v for k, v in given.items() if k in _GUARD_OPTIONS}
+        if "business_key" in options:
+            options["business_key"] = tuple(options["business_key"])
+        # An unknown tool name (a model's invention) is counted by the run guard but gets
+        # no breaker: the registry is not grown by whatever the model makes up.
+        spec: GuardedTool = guard.ensure_tool(
+            name, breaker=self.breaker_of(name) if known else None, **options
+        )
+        key_arg = spec.idempotency_arg if spec.risk != "read" else None
+        args = dict(call["args"])
+        if key_arg:
+            args.pop(key_arg, None)  # the key is the guard's, never the model's
+        step = guard.begin(name, args)
+        if step.answer is not None:
+            return _message(call, step.answer)
+        run_args = step.args
+        if key_arg and (request.tool is None or key_arg not in request.tool.args):
+            # The tool does not take the key as a parameter (it reads idempotency_key());
+            # passing it anyway could reach a server that rejects unknown arguments.
+            run_args.pop(key_arg, None)
+        if run_args != call["args"]:
+            request = request.override(tool_call={**call, "args": run_args})
+        timeout = spec.breaker.timeout if spec.breaker is not None else None
+        return _Pending(step, request, timeout)
+
+    def _stop_update(self, runtime: Any) -> dict[str, Any] | None:
+        guard = self._guard_of(runtime)
+        if guard.stopped is None:
+            return None
+        packet = guard.stop_packet()
+        return {
+            "jump_to": "end",
+            "messages": [stop_message(packet)],
+            STOP_KEY: packet.to_dict(),
+        }
+
+
+def _checked(name: str, options: Mapping[str, Any]) -> ToolOptions:
+    unknown = set(options) - _SELECT - _BREAKER_OPTIONS - _GUARD_OPTIONS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise PolicyError(f"unknown option {key!r} for tool {name!r}", field=f"tools.{name}.{key}")
+    if "breaker" in options and set(options) & (_BREAKER_OPTIONS | {"dependency", "operation"}):
+        raise PolicyError(
+            f"tool {name!r} has a ready breaker; breaker options would be ignored",
+            field=f"tools.{name}.breaker",
+        )
+    return cast(ToolOptions, dict(options))
+
+
+def _settle(
+    step: GuardStep, call: Mapping[str, Any], result: ToolMessage | Command[Any]
+) -> ToolMessage | Command[Any]:
+    """What the model reads once the handler returned."""
+    if isinstance(result, ToolMessage) and result.status == "error":
+        # LangChain already turned the failure into text (invalid arguments, unknown tool).
+        return _message(call, step.failed(ToolError(_text(result.content))))
+    value = _value(result)
+    answer = step.succeeded(value)
+    return result if answer is value else _message(call, answer)
+
+
+def _failed(step: GuardStep, call: Mapping[str, Any], exc: BaseException) -> ToolMessage:
+    """What the model reads once the handler raised.
+
+    Every failure is settled first. A cancellation (``KeyboardInterrupt``,
+    ``CancelledError``) and a LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop
+    pause) are then raised again, so the framework stops or pauses as it would without us.
+    """
+    answer = step.failed(exc)  # re-raises anything that is not an Exception
+    if isinstance(exc, GraphBubbleUp):
+        raise exc
+    return _message(call, answer)
+
+
+def _message(call: Mapping[str, Any], answer: Any) -> ToolMessage:
+    """A guard answer as the tool message the model reads."""
+    failed = isinstance(answer, Mapping) and answer.get("ok") is False
+    content = answer if isinstance(answer, str) else json.dumps(answer, default=str)
+    return ToolMessage(
+        content=content,
+        tool_call_id=call.get("id") or "",
+        name=call.get("name"),
+        status="error" if failed else "success",
+    )
+
+
+def _value(result: ToolMessage | Command[Any]) -> Any:
+    """A tool's output as the model reads it, JSON-decoded when it is JSON."""
+    if not isinstance(result, ToolMessage):
+        return result
+    content = result.content
+    if isinstance(content, str):
+        try:
+            return json.loads(content)
+        except ValueError:
+            return content
+    return content
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content, default=str)

@@ -1,0 +1,680 @@
+"""LangChain agents and hand-built LangGraph graphs, guarded by ToolbreakerMiddleware.
+
+Every test runs the real framework offline: ``create_agent`` (or a ``StateGraph`` with a
+``ToolNode``) driven by LangChain's own ``GenericFakeChatModel``, taught to accept tools
+and to answer from what it was last told. The tools call the local ToolService over real
+HTTP, so a 503 or a 404 is a real response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import json
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import BaseTool, tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import tools_condition
+from pydantic import Field
+
+from toolbreaker import Policy, PolicyError, Registry, system_prompt_line
+from toolbreaker._toolservice import Fault, ToolService, request_json
+from toolbreaker.integrations.langchain import (
+    STOP_KEY,
+    ToolbreakerMiddleware,
+    idempotency_key,
+)
+from toolbreaker.stores import MemoryStore
+from toolbreaker.testing import FakeClock
+
+# -- an offline model that takes tools ------------------------------------------------------
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """LangChain's fake chat model, able to take tools; records every prompt it gets."""
+
+    prompts: list[list[BaseMessage]] = Field(default_factory=list)
+    schemas: list[dict[str, Any]] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        self.schemas = [convert_to_openai_tool(t) for t in tools]
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.prompts.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+_ids = itertools.count(1)
+
+
+def scripted(policy: Callable[[list[ToolMessage]], AIMessage]) -> ScriptedModel:
+    """A model whose next reply is ``policy(tool results of this turn so far)``."""
+
+    def replies() -> Iterator[AIMessage]:
+        while True:
+            prompt = model.prompts[-1]
+            turn = max(i for i, m in enumerate(prompt) if isinstance(m, HumanMessage))
+            yield policy([m for m in prompt[turn:] if isinstance(m, ToolMessage)])
+
+    model = ScriptedModel(messages=replies())
+    return model
+
+
+def call(name: str, **args: Any) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": name, "args": args, "id": f"call-{next(_ids)}"}])
+
+
+def payload(message: ToolMessage) -> Any:
+    try:
+        return json.loads(message.content)
+    except ValueError:
+        return message.content
+
+
+def ask(text: str) -> dict[str, Any]:
+    return {"messages": [HumanMessage(text)]}
+
+
+# -- tools over the real local service ---------------------------------------------------------
+
+
+class Shop:
+    """Tools calling the ToolService; counts how often each tool body was entered."""
+
+    def __init__(self, service: ToolService) -> None:
+        self.url = service.url
+        self.entered: collections.Counter[str] = collections.Counter()
+        self.keys: list[str | None] = []
+
+    def get(self, path: str) -> dict[str, Any]:
+        return request_json("GET", self.url + path, timeout=2.0)
+
+    def tools(self) -> list[BaseTool]:
+        shop = self
+
+        @tool
+        def search(q: str) -> dict:
+            """Search the live catalog."""
+            shop.entered["search"] += 1
+            return shop.get(f"/search?q={urllib.parse.quote(q)}")
+
+        @tool
+        def refine(q: str) -> dict:
+            """Refine a catalog search."""
+            shop.entered["refine"] += 1
+            return shop.get(f"/search?q={urllib.parse.quote(q)}")
+
+        @tool
+        def search_snapshot(q: str) -> dict:
+            """Search yesterday's catalog snapshot."""
+            shop.entered["search_snapshot"] += 1
+            return shop.get(f"/search_snapshot?q={urllib.parse.quote(q)}")
+
+        @tool
+        def track_order(order_id: str) -> dict:
+            """Track an order."""
+            shop.entered["track_order"] += 1
+            return shop.get(f"/orders/{order_id}")
+
+        @tool
+        def create_ticket(customer: str, title: str) -> dict:
+            """Open a support ticket."""
+            shop.entered["create_ticket"] += 1
+            key = idempotency_key()
+            shop.keys.append(key)
+            return request_json(
+                "POST",
+                f"{shop.url}/tickets",
+                body={"title": title, "body": f"for {customer}"},
+                headers={"Idempotency-Key": key or ""},
+                timeout=2.0,
+            )
+
+        @tool
+        def send_email(to: str, template: str, idempotency_key: str = "") -> dict:
+            """Send an e-mail."""
+            shop.entered["send_email"] += 1
+            shop.keys.append(idempotency_key)
+            return request_json(
+                "POST",
+                f"{shop.url}/emails",
+                body={"to": to, "template": template},
+                headers={"Idempotency-Key": idempotency_key},
+                timeout=2.0,
+            )
+
+        return [search, refine, search_snapshot, track_order, create_ticket, send_email]
+
+
+@pytest.fixture
+def service() -> Iterator[ToolService]:
+    with ToolService() as running:
+        yield running
+
+
+@pytest.fixture
+def shop(service: ToolService) -> Shop:
+    return Shop(service)
+
+
+@pytest.fixture
+def registry() -> Registry:
+    """Three qualifying failures open a breaker; the clock never moves on its own."""
+    return Registry(
+        Policy(failure_threshold=3),
+        clock=FakeClock(),
+        default_timeout=2.0,
+        default_enforce="cooperative",
+    )
+
+
+CATALOG = {
+    "search": {
+        "dependency": "catalog",
+        "fallback": "search_snapshot",
+        "fallback_note": "say that prices may be out of date",
+    },
+    "search_snapshot": {"dependency": "catalog-snapshot"},
+}
+
+TICKETS = {
+    "create_ticket": {
+        "dependency": "tickets",
+        "operation": "write",
+        "risk": "reversible_write",
+        "business_key": ["customer", "title"],
+        "verify": lambda r: str(r.get("id", "")).startswith("T-"),
+        "external_id": lambda r: r["id"],
+    },
+    "send_email": {"dependency": "emails", "operation": "write", "risk": "reversible_write"},
+}
+
+
+def shopper(queries: list[str]) -> Callable[[list[ToolMessage]], AIMessage]:
+    """Searches until told the tool is unavailable, then uses the fallback it names."""
+
+    def policy(results: list[ToolMessage]) -> AIMessage:
+        last = payload(results[-1]) if results else None
+        if isinstance(last, dict) and last.get("tool_unavailable"):
+            return call(last["fallback"], q="usb cable")
+        if results and results[-1].name == "search_snapshot":
+            return AIMessage(f"Found {len(last['results'])} cables; prices may be out of date.")
+        return call("search", q=queries[len(results)])
+
+    return policy
+
+
+def seen_by_model(model: ScriptedModel) -> list[ToolMessage]:
+    """The tool messages in the last prompt the model received."""
+    return [m for m in model.prompts[-1] if isinstance(m, ToolMessage)]
+
+
+# -- 1. a real 503 opens the breaker; the model moves to the fallback ---------------------------
+
+
+def test_open_breaker_skips_the_tool_and_names_the_fallback(service, shop, registry):
+    """Three 503s from the live service open the catalog breaker; the next search does not
+    run at all, and the model reads a tool-unavailable result naming the fallback, calls it
+    and answers."""
+    service.outage("GET /search")
+    guard = ToolbreakerMiddleware(registry=registry, tools=CATALOG)
+    queries = ["usb cable", "usb-c cable", "cable usb c"]
+
+    model = scripted(shopper(queries))
+    agent = create_agent(
+        model, shop.tools(), middleware=[guard], system_prompt=system_prompt_line()
+    )
+    out = agent.invoke(ask("find me a usb cable"), context={"task_id": "order-1"})
+
+    assert shop.entered["search"] == 3
+    assert service.hits["GET /search"] == 3
+    assert registry.get("catalog").state.phase == "open"
+    first, second, opened, fallback = seen_by_model(model)
+    for transient in (first, second):  # the breaker was still closed: the model may retry
+        assert payload(transient)["retryable"] is True
+    assert opened.status == "error"
+    assert payload(opened)["tool_unavailable"] is True
+    assert payload(opened)["fallback"] == "search_snapshot"
+    assert "try again" not in opened.content.lower()
+    assert payload(fallback)["stale"] is True
+    assert "may be out of date" in out["messages"][-1].content
+
+    # The next run: the first search is answered locally, without entering the tool.
+    model = scripted(shopper(queries))
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    out = agent.invoke(ask("and a hdmi cable?"), context={"task_id": "order-2"})
+    assert shop.entered["search"] == 3
+    assert service.hits["GET /search"] == 3
+    rejected = seen_by_model(model)[-2]
+    assert rejected.name == "search"
+    assert rejected.status == "error"
+    assert payload(rejected)["reason"] == "open"
+    assert 'Use "search_snapshot" instead' in payload(rejected)["instruction"]
+    assert shop.entered["search_snapshot"] == 2
+    assert out["messages"][-1].content.startswith("Found")
+
+
+# -- 2. a 404 or a bad argument is the caller's mistake, not the dependency's ------------------
+
+
+def test_not_found_and_bad_arguments_leave_the_breaker_closed(service, shop, registry):
+    """Four real 404s and a call with invalid arguments never open the breaker (three
+    qualifying failures would): the tool keeps running and the model is told it is not
+    worth retrying."""
+    guard = ToolbreakerMiddleware(
+        registry=registry, tools={"track_order": {"dependency": "orders"}}
+    )
+    plan = [
+        call("track_order", id=1001),  # invalid: LangChain rejects the arguments
+        *(call("track_order", order_id=f"Z-{n}") for n in range(4)),
+        call("track_order", order_id="A-1001"),
+        AIMessage("Order A-1001 ships with UPS."),
+    ]
+    model = scripted(lambda results: plan[len(results)])
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    out = agent.invoke(ask("where is my order?"), context={"task_id": "order-3"})
+
+    assert registry.get("orders").state.phase == "closed"
+    assert shop.entered["track_order"] == 5  # the invalid call never reached the body
+    assert service.hits["GET /orders"] == 5
+    invalid, *missing, found = seen_by_model(model)
+    assert payload(invalid)["retryable"] is False
+    assert "order_id" in payload(invalid)["error"]
+    for message in missing:
+        assert message.status == "error"
+        assert payload(message)["retryable"] is False
+        assert "404" in payload(message)["error"]
+        assert "tool_unavailable" not in payload(message)
+    assert payload(found)["carrier"] == "UPS"
+    assert out["messages"][-1].content == "Order A-1001 ships with UPS."
+
+
+# -- 3. a model that repeats itself is stopped through jump_to: end --------------------------------
+
+
+def test_repeated_action_ends_the_run_with_a_stop_packet(shop, registry):
+    """A model that asks the same question forever is stopped by the run guard; before_model
+    ends the run without another model call, and the stop packet is in the final state,
+    in the last message and on the middleware."""
+    guard = ToolbreakerMiddleware(registry=registry)
+    model = scripted(lambda _results: call("search", q="usb cable"))
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    out = agent.invoke(ask("find a usb cable"), context={"task_id": "loop-1"})
+
+    packet = out[STOP_KEY]
+    assert packet["condition"] == "repeated-action"
+    assert packet["task"] == "loop-1"
+    assert "looping" in packet["next_safe_action"]
+    last = out["messages"][-1]
+    assert isinstance(last, AIMessage)
+    assert last.additional_kwargs[STOP_KEY] == packet
+    assert last.content.startswith("Run stopped by toolbreaker (repeated-action)")
+    # The first result is new evidence; identical results after it are repeats, and the
+    # third repeat is refused: four searches ran, the fifth did not.
+    assert shop.entered["search"] == 4
+    stopped = payload(out["messages"][-2])
+    assert stopped["run_stopped"] is True
+    assert len(model.prompts) == 5  # never asked again after the refusal
+    assert guard.stop_packet("loop-1").condition == "repeated-action"
+
+    # The task stays stopped: another invoke ends before the model is called.
+    agent.invoke(ask("try again"), context={"task_id": "loop-1"})
+    assert len(model.prompts) == 5
+    guard.forget("loop-1")  # an operator decided; the task may run again
+    assert guard.stop_packet("loop-1").condition == "running"
+
+
+# -- 4. writes carry one idempotency key: on a retry and on a resumed run -------------------------
+
+
+def test_write_key_is_stable_across_retry_and_resume(service, shop, registry):
+    """A ticket write fails twice with 503 and the run gives up; a new process resumes the
+    task with the same journal: the write carries the same key all three times, succeeds
+    once, and a repeated request is answered from the journal without running the tool."""
+    journal = MemoryStore()
+    service.inject("POST /tickets", Fault(status=503), Fault(status=503))
+    ticket = {"customer": "c-1842", "title": "Broken cable"}
+
+    def first_run(results: list[ToolMessage]) -> AIMessage:
+        if len(results) < 2:
+            return call("create_ticket", **ticket)
+        return AIMessage("The ticket system is down; I will try again later.")
+
+    guard = ToolbreakerMiddleware(registry=registry, tools=TICKETS, journal=journal)
+    model = scripted(first_run)
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    agent.invoke(ask("open a ticket"), context={"task_id": "ticket-7"})
+    assert [payload(m)["retryable"] for m in seen_by_model(model)] == [True, True]
+    assert service.created("tickets") == []
+
+    # A new process: a new registry and middleware, the same journal and task id.
+    plan = [call("create_ticket", **ticket), call("create_ticket", **ticket), AIMessage("T-1")]
+    resumed = ToolbreakerMiddleware(
+        registry=Registry(default_enforce="cooperative"), tools=TICKETS, journal=journal
+    )
+    model = scripted(lambda results: plan[len(results)])
+    agent = create_agent(model, shop.tools(), middleware=[resumed])
+    agent.invoke(ask("open a ticket"), context={"task_id": "ticket-7"})
+
+    key = shop.keys[0]
+    assert key is not None
+    assert key.startswith("tb1-")
+    assert shop.keys == [key, key, key]  # two failed attempts, one success; no fourth run
+    created = service.created("tickets")
+    assert len(created) == 1
+    assert created[0]["idempotency_key"] == key
+    done, again = seen_by_model(model)
+    assert payload(done)["id"] == payload(again)["id"] == "T-1"
+    assert service.hits["POST /tickets"] == 3
+    # The key never appears in the schema the model was given.
+    schema = next(s for s in model.schemas if s["function"]["name"] == "create_ticket")
+    assert "idempotency_key" not in schema["function"]["parameters"]["properties"]
+
+
+def test_write_key_replaces_a_key_the_model_made_up(service, shop, registry):
+    """A tool that takes the key as a parameter gets it through request.override(); a key
+    the model invents is discarded."""
+    guard = ToolbreakerMiddleware(registry=registry, tools=TICKETS)
+    plan = [
+        call("send_email", to="ops@example.com", template="report", idempotency_key="made-up"),
+        AIMessage("sent"),
+    ]
+    model = scripted(lambda results: plan[len(results)])
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    agent.invoke(ask("send the report"), context={"task_id": "mail-1"})
+
+    (key,) = shop.keys
+    assert key is not None
+    assert key.startswith("tb1-")
+    assert service.created("emails")[0]["idempotency_key"] == key
+    entry = guard.stop_packet("mail-1").confirmed[0]
+    assert entry["idempotency_key"] == key
+
+
+# -- 5. one breaker per dependency, whoever calls it ---------------------------------------------
+
+
+def agent_node(model: ScriptedModel, tools: list[BaseTool]) -> Callable[[MessagesState], dict]:
+    bound = model.bind_tools(tools)
+
+    def agent(state: MessagesState) -> dict:
+        return {"messages": [bound.invoke(state["messages"])]}
+
+    return agent
+
+
+def build_graph(guard: ToolbreakerMiddleware, model: ScriptedModel, tools: list[BaseTool]) -> Any:
+    """A hand-built ReAct graph: agent -> tools -> (router) -> agent | stopped -> END."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent_node(model, tools))
+    builder.add_node("tools", guard.tool_node(tools))
+    builder.add_node("stopped", guard.stop_node)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition, ["tools", END])
+    builder.add_conditional_edges(
+        "tools", guard.route("agent", stop="stopped"), ["agent", "stopped"]
+    )
+    builder.add_edge("stopped", END)
+    return builder.compile()
+
+
+def test_agents_sharing_a_registry_share_the_breaker(service, shop, registry):
+    """A create_agent agent opens the catalog breaker; a hand-built LangGraph with its own
+    middleware but the same registry finds it open: its search never runs."""
+    service.outage("GET /search")
+    first = ToolbreakerMiddleware(registry=registry, tools=CATALOG)
+    model = scripted(shopper(["a", "b", "c"]))
+    create_agent(model, shop.tools(), middleware=[first]).invoke(
+        ask("usb cable"), context={"task_id": "a-1"}
+    )
+    assert shop.entered["search"] == 3
+
+    second = ToolbreakerMiddleware(registry=registry, tools=CATALOG)
+    assert second.breaker_of("search") is first.breaker_of("search")
+    model = scripted(shopper(["a"]))
+    graph = build_graph(second, model, shop.tools())
+    out = graph.invoke(ask("usb cable"), config={"configurable": {"thread_id": "b-1"}})
+
+    assert shop.entered["search"] == 3  # the graph's search was refused locally
+    assert service.hits["GET /search"] == 3
+    rejected, fallback = seen_by_model(model)
+    assert payload(rejected)["tool_unavailable"] is True
+    assert payload(fallback)["stale"] is True
+    assert out["messages"][-1].content.startswith("Found")
+    assert len(registry) == 2  # catalog and catalog-snapshot, nothing else
+
+
+# -- LangGraph: the router stops a looping plan -------------------------------------------------
+
+
+def test_langgraph_router_stops_an_alternating_plan(shop, registry):
+    """search, refine, search, refine ... in a hand-built graph: the run guard calls it a
+    loop, the router sends the run to the stop node, and the packet is in the last message."""
+    guard = ToolbreakerMiddleware(registry=registry)
+    model = scripted(lambda results: call(("search", "refine")[len(results) % 2], q="usb"))
+    graph = build_graph(guard, model, shop.tools())
+    out = graph.invoke(ask("find a usb cable"), config={"configurable": {"thread_id": "g-1"}})
+
+    last = out["messages"][-1]
+    packet = last.additional_kwargs[STOP_KEY]
+    assert packet["condition"] == "loop"
+    assert guard.stop_packet("g-1").condition == "loop"
+    assert payload(out["messages"][-2])["run_stopped"] is True
+    assert len(model.prompts) == shop.entered["search"] + shop.entered["refine"] + 1
+
+
+# -- async: awrap_tool_call and abefore_model --------------------------------------------------
+
+
+def test_async_run_switches_to_the_fallback_and_stops_a_loop(service, shop, registry):
+    """The same guarantees through ainvoke: an open breaker skips the tool and names the
+    fallback, and a repeating model is stopped by abefore_model."""
+    service.outage("GET /search")
+    guard = ToolbreakerMiddleware(registry=registry, tools=CATALOG)
+
+    async def main() -> tuple[dict, dict, ScriptedModel]:
+        model = scripted(shopper(["a", "b", "c"]))
+        agent = create_agent(model, shop.tools(), middleware=[guard])
+        opened = await agent.ainvoke(ask("usb cable"), context={"task_id": "async-1"})
+        looping = scripted(lambda _results: call("search_snapshot", q="usb"))
+        agent = create_agent(looping, shop.tools(), middleware=[guard])
+        stopped = await agent.ainvoke(ask("usb cable"), context={"task_id": "async-2"})
+        return opened, stopped, model
+
+    opened, stopped, model = asyncio.run(main())
+    assert shop.entered["search"] == 3
+    assert payload(seen_by_model(model)[2])["fallback"] == "search_snapshot"
+    assert opened["messages"][-1].content.startswith("Found")
+    assert stopped[STOP_KEY]["condition"] == "repeated-action"
+
+
+def test_async_tool_is_cancelled_at_the_breaker_timeout(registry):
+    """An async tool that outlives its breaker's timeout is cancelled; the timeout counts
+    as a failure of the dependency and the model is told it may retry."""
+
+    @tool
+    async def slow_quote(sku: str) -> dict:
+        """Get a price quote."""
+        await asyncio.sleep(5)
+        return {"sku": sku}
+
+    guard = ToolbreakerMiddleware(
+        registry=registry, tools={"slow_quote": {"dependency": "quotes", "timeout": 0.02}}
+    )
+    plan = [call("slow_quote", sku="SKU-1"), AIMessage("no quote")]
+    model = scripted(lambda results: plan[len(results)])
+    agent = create_agent(model, [slow_quote], middleware=[guard])
+    asyncio.run(agent.ainvoke(ask("quote"), context={"task_id": "slow-1"}))
+
+    (timed_out,) = seen_by_model(model)
+    assert payload(timed_out)["retryable"] is True
+    assert "TimeoutError" in payload(timed_out)["error"]
+    assert guard.breaker_of("slow_quote").stats.failures == {"timeout": 1}
+
+
+# -- configuration and edge cases ----------------------------------------------------------------
+
+
+def test_unknown_tool_names_get_no_breaker(shop, registry):
+    """A tool name the model invents is answered with an error and counted by the run guard,
+    but it does not create a breaker in the registry."""
+    guard = ToolbreakerMiddleware(registry=registry)
+    plan = [call("teleport", to="mars"), AIMessage("I cannot do that.")]
+    model = scripted(lambda results: plan[len(results)])
+    create_agent(model, shop.tools(), middleware=[guard]).invoke(
+        ask("go"), context={"task_id": "x-1"}
+    )
+    (answer,) = seen_by_model(model)
+    assert answer.status == "error"
+    assert "teleport" in payload(answer)["error"]
+    assert len(registry) == 0
+    assert guard.guard_for("x-1").state.counters()["calls"] == 1
+
+
+def test_a_run_without_a_task_id_is_refused(shop, registry):
+    """Without a task id (context, thread_id, task_id= or guard=) the run guard cannot be
+    chosen, and the agent fails loudly instead of guessing."""
+    guard = ToolbreakerMiddleware(registry=registry)
+    model = scripted(lambda _results: AIMessage("hi"))
+    with pytest.raises(PolicyError, match="task_id"):
+        create_agent(model, shop.tools(), middleware=[guard]).invoke(ask("hi"))
+
+
+def test_task_id_callable_and_fixed_guard(shop, registry):
+    """task_id= maps the runtime to a task; guard= uses one run guard for every call."""
+    from toolbreaker import RunGuard
+
+    by_user = ToolbreakerMiddleware(registry=registry, task_id=lambda rt: f"user-{rt.context.user}")
+
+    class Context:
+        user = "ada"
+
+    model = scripted(lambda results: call("search", q="a") if not results else AIMessage("ok"))
+    create_agent(model, shop.tools(), middleware=[by_user]).invoke(ask("x"), context=Context())
+    assert by_user.guard_for("user-ada").state.counters()["calls"] == 1
+
+    fixed = RunGuard("fixed-task")
+    single = ToolbreakerMiddleware(registry=registry, guard=fixed)
+    model = scripted(lambda results: call("search", q="b") if not results else AIMessage("ok"))
+    create_agent(model, shop.tools(), middleware=[single]).invoke(ask("x"))
+    assert fixed.state.counters()["calls"] == 1
+    assert single.stop_packet("anything").task == "fixed-task"
+
+
+def test_guard_factory_ready_breaker_and_plain_text_results(registry):
+    """guard_factory builds each task's run guard; a ready breaker is used as given; plain
+    text results count as evidence like JSON ones; only max_runs run guards are kept."""
+    from toolbreaker import Breaker, Budget, RunGuard
+
+    @tool
+    def weather(city: str) -> str:
+        """Today's weather."""
+        return f"sunny in {city}"
+
+    built: list[str] = []
+
+    def factory(task: str) -> RunGuard:
+        built.append(task)
+        return RunGuard(task, budget=Budget(max_repeats=0))
+
+    ready = Breaker("weather-api", enforce="cooperative")
+    guard = ToolbreakerMiddleware(
+        registry=registry, guard_factory=factory, tools={"weather": {"breaker": ready}}, max_runs=1
+    )
+    assert guard.breaker_of("weather") is ready
+    model = scripted(lambda results: call("weather", city="Oslo"))
+    agent = create_agent(model, [weather], middleware=[guard])
+    out = agent.invoke(ask("weather?"), context={"task_id": "w-1"})
+
+    first, second, refused = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert first.content == second.content == "sunny in Oslo"
+    assert payload(refused)["condition"] == "repeated-action"
+    assert built == ["w-1"]
+    guard.guard_for("w-2")  # a second task evicts the first (max_runs=1)
+    assert guard.stop_packet("w-1").condition == "running"
+    assert built == ["w-1", "w-2", "w-1"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"tools": {"search": {"fallbak": "x"}}}, "tools.search.fallbak"),
+        ({"tools": {"search": {"breaker": object(), "timeout": 1.0}}}, "tools.search.breaker"),
+        ({"guard": object(), "guard_factory": lambda t: t}, "guard_factory"),
+        ({"max_runs": 0}, "max_runs"),
+    ],
+)
+def test_configuration_errors_name_the_field(kwargs, field):
+    """Misconfiguration fails at construction with the offending field."""
+    with pytest.raises(PolicyError) as info:
+        ToolbreakerMiddleware(**kwargs)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    "system_prompt",
+    [None, "You sell cables.", system_prompt_line()],
+    ids=["no-prompt", "own-prompt", "line-already-there"],
+)
+def test_system_prompt_line_is_added_once(shop, registry, system_prompt):
+    """The middleware tells the model the tool-unavailable protocol, exactly once, keeping
+    the agent's own system prompt; instructions=False leaves the prompt alone."""
+    line = system_prompt_line()
+    for instructions, expected in ((True, 1), (False, 0)):
+        guard = ToolbreakerMiddleware(registry=registry, instructions=instructions)
+        model = scripted(lambda _results: AIMessage("hello"))
+        agent = create_agent(model, shop.tools(), middleware=[guard], system_prompt=system_prompt)
+        agent.invoke(ask("hi"), context={"task_id": "p-1"})
+        system = [m.text for m in model.prompts[0] if isinstance(m, SystemMessage)]
+        text = "\n".join(system)
+        assert text.count(line) == (1 if system_prompt == line else expected)
+        if system_prompt and system_prompt != line:
+            assert text.startswith(system_prompt)
+
+
+def test_an_interrupt_inside_a_tool_pauses_and_resumes_under_the_guard(registry):
+    """A human-in-the-loop interrupt raised inside a write tool passes through the
+    middleware; on resume the call is guarded again and confirmed once, with one key."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command, interrupt
+
+    keys: list[str | None] = []
+
+    @tool
+    def refund(order: str) -> dict:
+        """Refund an order after approval."""
+        approved = interrupt({"approve": order})
+        keys.append(idempotency_key())
+        return {"refunded": order, "approved": approved}
+
+    guard = ToolbreakerMiddleware(registry=registry, tools={"refund": {"risk": "reversible_write"}})
+    plan = [call("refund", order="A-1001"), AIMessage("Refunded.")]
+    model = scripted(lambda results: plan[len(results)])
+    agent = create_agent(model, [refund], middleware=[guard], checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "refund-1"}}
+
+    paused = agent.invoke(ask("refund A-1001"), config=config)
+    assert paused["__interrupt__"][0].value == {"approve": "A-1001"}
+    assert keys == []
+    done = agent.invoke(Command(resume=True), config=config)
+
+    assert done["messages"][-1].content == "Refunded."
+    (confirmed,) = guard.stop_packet("refund-1").confirmed
+    assert keys == [confirmed["idempotency_key"]]
+    assert registry.get("refund").state.phase == "closed"
