@@ -99,7 +99,7 @@ class CircuitOpen(ToolbreakerError):
         dependency: str,
         reason: str,
         retry_after_ms: int | None,
-        render: Callable[[str, int | None], dict[str, Any]] | None = None,
+        render: Callable[..., dict[str, Any]] | None = None,
     ) -> None:
         Exception.__init__(self, dependency, reason)
         self.retry_after_ms = retry_after_ms
@@ -137,6 +137,16 @@ class CircuitOpen(ToolbreakerError):
                 self._result = self._render(self.reason, self.retry_after_ms)
         return self._result
 
+    def result_for(self, tool: str) -> dict[str, Any]:
+        """The tool-unavailable result worded for ``tool``.
+
+        Several tools may share one dependency's breaker.
+        """
+        if self._render is None:
+            return {**self.result, "tool": tool}
+        result: dict[str, Any] = self._render(self.reason, self.retry_after_ms, tool=tool)
+        return result
+
     def __str__(self) -> str:
         return (
             f"breaker {self.dependency!r} rejected the call locally ({self.reason}); "
@@ -148,7 +158,7 @@ def _circuit_open(
     dependency: str,
     reason: str,
     retry_after_ms: int | None,
-    render: Callable[[str, int | None], dict[str, Any]] | None,
+    render: Callable[..., dict[str, Any]] | None,
 ) -> CircuitOpen:
     """A :class:`CircuitOpen` built without a Python-level ``__init__``.
 

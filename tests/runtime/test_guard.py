@@ -317,3 +317,29 @@ def test_two_step_unknown_tool_registered_as_read():
     assert spec.risk == "read"
     step = guard.begin("lookup", {"id": 1})
     assert step.failed(ValueError("bad id"))["retryable"] is False
+
+
+def test_rejection_names_the_tool_that_was_called():
+    """Two tools sharing one dependency's breaker: the rejection names the one called."""
+    breaker = Breaker(
+        "catalog",
+        policy=Policy(failure_threshold=1),
+        timeout=1.0,
+        enforce="cooperative",
+        tool="search",
+    )
+    guard = RunGuard("t")
+
+    @guard.tool(breaker=breaker)
+    def search(q: str) -> dict:
+        raise OSError(111, "refused")
+
+    @guard.tool(breaker=breaker)
+    def browse(category: str) -> dict:
+        return {}
+
+    search(q="x")
+    result = browse(category="cables")
+    assert result["tool_unavailable"] is True
+    assert result["tool"] == "browse"
+    assert '"browse"' in result["instruction"]

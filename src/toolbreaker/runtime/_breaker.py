@@ -150,6 +150,10 @@ class Rejection:
         """The tool-unavailable result to hand to the model instead of running the tool."""
         return self.breaker._unavailable(self.reason, self.retry_after_ms)
 
+    def result_for(self, tool: str) -> dict[str, Any]:
+        """The same result worded for ``tool`` (several tools may share one breaker)."""
+        return self.breaker._unavailable(self.reason, self.retry_after_ms, tool=tool)
+
     def error(self) -> CircuitOpen:
         """The same rejection as an exception (its ``result`` is rendered on first use)."""
         return CircuitOpen(

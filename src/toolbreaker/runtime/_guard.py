@@ -477,7 +477,9 @@ class RunGuard:
         if isinstance(exc, CircuitOpen):
             self._finish(plan, "ignored")
             self._forget(plan)
-            return self._dependency_down(plan, exc.result, exc.retry_after, exc.reason)
+            return self._dependency_down(
+                plan, exc.result_for(spec.name), exc.retry_after, exc.reason
+            )
         verdict = self._classify(spec, exc)
         maybe_committed = verdict.detail.startswith(_MAYBE_COMMITTED) or isinstance(exc, ValueError)
         if spec.risk in _WRITES and maybe_committed:

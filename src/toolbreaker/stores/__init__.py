@@ -2,10 +2,28 @@
 
 A store applies one event to one breaker's persisted state atomically, by calling the
 core's :func:`~toolbreaker.core.apply` inside its own critical section (a lock, a
-transaction, a script). A store never decides a transition by itself.
+transaction, a compare-and-set script). A store never decides a transition by itself.
+
+- :class:`MemoryStore`: one process; the reference every store is tested against.
+- :class:`SQLiteStore`: the processes of one host, in one file (standard library only).
+- :class:`RedisStore`: processes on many hosts (the ``redis`` extra).
+- :class:`LocalFallback`: lets named read-only breakers fall back to local judgement
+  while a shared store is unavailable; everything else is denied (fail closed).
 """
 
+from toolbreaker.stores._fallback import LocalFallback
 from toolbreaker.stores._protocol import AsyncStore, Journal, Store, View
 from toolbreaker.stores.memory import MemoryStore
+from toolbreaker.stores.redis import RedisStore
+from toolbreaker.stores.sqlite import SQLiteStore
 
-__all__ = ["AsyncStore", "Journal", "MemoryStore", "Store", "View"]
+__all__ = [
+    "AsyncStore",
+    "Journal",
+    "LocalFallback",
+    "MemoryStore",
+    "RedisStore",
+    "SQLiteStore",
+    "Store",
+    "View",
+]

@@ -1,0 +1,562 @@
+"""MCP client adapter: a proxy around ``call_tool`` of the MCP Python SDK (``mcp`` 2.3).
+
+Wrap a connected :class:`mcp.Client` (or a :class:`mcp.ClientSession`) and call tools
+through the proxy; everything else passes through to the client::
+
+    async with Client(server) as client:
+        tools = GuardedClient(client, server="catalog", registry=registry, guard=guard,
+                              timeout=10)
+        result = await tools.call_tool("search", {"q": "usb cable"})
+
+Breakers
+--------
+One breaker per server *and* tool: the server name is the breaker's dependency and the
+tool name its operation (``registry.get(server, tool)``, key ``"catalog:search"``). A
+server often fronts several upstreams (search and billing behind one process): a sick
+search upstream must not sideline billing, and a boundary sheet configures each tool as
+its own ``[catalog.search]`` row with its timeout, fallback and owner. A server that dies
+fails every tool, so each tool's breaker opens on its own evidence. For one breaker per
+server pass ``key=lambda tool: (server, "default")``.
+
+What counts
+-----------
+- ``is_error`` results: the SDK hands tool errors over as text, so :func:`result_error`
+  looks for an HTTP status, in ``structured_content`` (``status``, ``status_code``) or in
+  the text (``HTTP 503``, ``HTTP Error 429``, ``status code 502``), and a
+  ``Retry-After``. 5xx and 429 are failures, other statuses and errors without a status
+  are ignored: an error the server does not explain is no evidence against it. Pass
+  ``classify_result`` for a server that words its errors differently.
+- deadlines: every call has one (``timeout``, or the breaker's from the boundary sheet).
+  It is the SDK's read timeout, with an :func:`anyio.fail_after` a moment later
+  (:data:`BACKSTOP_GRACE`) around the whole call for what the read timeout does not
+  cover (several input-required rounds, a re-list, a stuck send), so a hung *or dead*
+  server returns. The SDK's ``REQUEST_TIMEOUT`` and the backstop are a ``timeout``
+  failure; ``CONNECTION_CLOSED`` (the server process died) is a network failure. Both
+  come back as an ``is_error`` result, never as a hang.
+- other SDK errors (invalid parameters, an unknown method ...) are ignored by the breaker
+  and raised to the caller unchanged, as the plain client would.
+
+What the model sees
+-------------------
+A rejected call is not sent: the proxy returns ``CallToolResult(is_error=True)`` whose
+only content is the tool-unavailable JSON (which names the fallback), so a host forwards
+it to the model unchanged. Other answers of the guard (a stopped run, blocked writes, an
+unknown write outcome, a denied destructive call) come back the same way. The result's
+``_meta`` says which (:data:`ANSWER_META_KEY`) and, once the run stopped, carries the
+stop packet (:data:`STOP_PACKET_META_KEY`) for the host, not for the model. Any other
+result, successful or not, is the server's own.
+
+Run guards
+----------
+With a :class:`~toolbreaker.RunGuard` every call also goes through the run's budgets,
+loop detection and safe writes. A write's idempotency key travels in the request's
+``_meta`` under :data:`IDEMPOTENCY_META_KEY` (the arguments are left alone, so the tool's
+input schema need not change); the server reads it from
+``ctx.request_context.meta``. MCP has no run of its own to stop: once the guard stops the
+run, every call answers with the stop result without reaching the server, and
+:meth:`GuardedClient.stop_packet` returns the packet; the host loop ends its run there.
+
+Risk classes come from the user first (``risk=``, or tools already added to the guard),
+then from the server's :class:`~mcp.types.ToolAnnotations` (see
+:func:`risk_from_annotations`). A destructive tool is ``irreversible`` and needs an
+authority check: without ``authorize=`` every call of it is *denied* (the model is told it
+needs approval; the tool never runs). Annotations are hints from the server: declare the
+tools you do not trust the server to describe.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Protocol, cast
+
+from toolbreaker.core.budget import RiskClass, Stop
+from toolbreaker.errors import PolicyError
+from toolbreaker.integrations import require
+from toolbreaker.runtime import (
+    ActionRequest,
+    Breaker,
+    GuardedTool,
+    Permit,
+    Registry,
+    RunGuard,
+    StopPacket,
+)
+
+require("mcp", "mcp")
+
+import anyio  # noqa: E402 - after require(), which words the missing-extra error
+from mcp import Client, ClientSession, MCPError  # noqa: E402
+from mcp.shared.dispatcher import ProgressFnT  # noqa: E402
+from mcp.types import (  # noqa: E402
+    CONNECTION_CLOSED,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    RequestParamsMeta,
+    TextContent,
+    ToolAnnotations,
+)
+from pydantic import ValidationError  # noqa: E402
+
+__all__ = [
+    "ANSWER_META_KEY",
+    "BACKSTOP_GRACE",
+    "IDEMPOTENCY_META_KEY",
+    "STOP_PACKET_META_KEY",
+    "GuardedClient",
+    "ToolResultError",
+    "result_error",
+    "risk_from_annotations",
+]
+
+#: Seconds after the deadline at which the backstop cancels a call the SDK's read timeout
+#: did not end.
+BACKSTOP_GRACE: Final = 0.1
+#: The request ``_meta`` key that carries a write's idempotency key.
+IDEMPOTENCY_META_KEY: Final = "toolbreaker/idempotency-key"
+#: The result ``_meta`` key naming what a synthesized result is: ``tool_unavailable``,
+#: ``run_stopped``, ``writes_blocked``, ``outcome_unknown``, ``denied``, ``error`` or
+#: ``journal`` (a confirmed write answered from the run's journal).
+ANSWER_META_KEY: Final = "toolbreaker/answer"
+#: The result ``_meta`` key carrying the stop packet once the run stopped or writes are
+#: blocked (a JSON-ready dict, secrets masked).
+STOP_PACKET_META_KEY: Final = "toolbreaker/stop-packet"
+
+# Guard answers, most specific first: a required tool's outage also stops the run.
+_ANSWER_KINDS: Final = ("run_stopped", "writes_blocked", "tool_unavailable", "outcome_unknown")
+_STOPPING: Final = ("run_stopped", "writes_blocked")
+_STATUS_TEXT: Final = re.compile(
+    r"\b(?:HTTP(?:/\d(?:\.\d)?)?(?:\s+error)?|status(?:[\s_-]*code)?)\s*[:=]?\s*([1-5]\d\d)\b",
+    re.IGNORECASE,
+)
+_RETRY_AFTER_TEXT: Final = re.compile(r"\bretry[\s_-]*after\s*[:=]?\s*(\d+(?:\.\d+)?)", re.I)
+_STATUS_FIELDS: Final = ("status_code", "status", "statusCode", "http_status")
+_RETRY_AFTER_FIELDS: Final = ("retry_after", "retryAfter", "retry_after_seconds")
+_MAX_PAGES: Final = 100
+
+
+class ToolResultError(Exception):
+    """An ``is_error`` tool result, as the breaker and the run guard judge it.
+
+    It is never raised to the caller: it carries the result's evidence to the
+    classifier, which reads ``status_code`` and ``headers`` as it does for an HTTP error.
+
+    Attributes:
+        result: the tool result.
+        status_code: the HTTP status the result reports, if any.
+        headers: ``Retry-After`` as the result reported it, header-style.
+    """
+
+    def __init__(
+        self,
+        result: CallToolResult,
+        *,
+        status_code: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(_text_of(result)[:300] or "the tool reported an error")
+        self.result = result
+        self.status_code = status_code
+        self.headers = dict(headers or {})
+
+
+def result_error(result: CallToolResult) -> ToolResultError | None:
+    """The default result classifier: ``None`` for a success, else the error's evidence.
+
+    The status comes from ``structured_content`` (``status_code``, ``status``,
+    ``statusCode``, ``http_status``) or from the text (``HTTP 503``, ``HTTP/1.1 503``,
+    ``HTTP Error 429``, ``status code: 502``); ``Retry-After`` likewise
+    (``retry_after``, ``Retry-After: 30``).
+    """
+    if not result.is_error:
+        return None
+    status: int | None = None
+    wait: str | None = None
+    data = result.structured_content
+    if isinstance(data, Mapping):
+        for field in _STATUS_FIELDS:
+            value = data.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
+                status = value
+                break
+        for field in _RETRY_AFTER_FIELDS:
+            value = data.get(field)
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                wait = str(value)
+                break
+    text = _text_of(result)
+    if status is None and (found := _STATUS_TEXT.search(text)):
+        status = int(found.group(1))
+    if wait is None and (found := _RETRY_AFTER_TEXT.search(text)):
+        wait = found.group(1)
+    headers = {"retry-after": wait} if wait is not None else None
+    return ToolResultError(result, status_code=status, headers=headers)
+
+
+def risk_from_annotations(
+    annotations: ToolAnnotations | None, default: RiskClass = "read"
+) -> RiskClass:
+    """The risk class a tool's annotations imply, by the MCP spec's defaults.
+
+    - ``read_only_hint=True`` -> ``read``;
+    - any write hint (``read_only_hint=False``, ``destructive_hint`` or
+      ``idempotent_hint`` set): ``reversible_write`` when ``destructive_hint`` is
+      ``False``, else ``irreversible`` (the spec's default for a writing tool is
+      destructive; ``idempotent_hint`` says nothing about damage);
+    - no hint at all (no annotations, or only ``title``/``open_world_hint``) -> ``default``.
+    """
+    if annotations is None:
+        return default
+    if annotations.read_only_hint is True:
+        return "read"
+    if annotations.destructive_hint is False:
+        return "reversible_write"
+    if (
+        annotations.destructive_hint is True
+        or annotations.read_only_hint is False
+        or annotations.idempotent_hint is not None
+    ):
+        return "irreversible"
+    return default
+
+
+class _Step(Protocol):
+    """What :class:`GuardStep` offers and a breaker-only call imitates."""
+
+    @property
+    def answer(self) -> Any: ...
+
+    @property
+    def args(self) -> dict[str, Any]: ...
+
+    @property
+    def idempotency_key(self) -> str | None: ...
+
+    def succeeded(self, result: Any) -> Any: ...
+
+    def failed(self, exc: BaseException) -> Any: ...
+
+
+class _BreakerStep:
+    """A call without a run guard: only the tool's breaker is asked and told."""
+
+    idempotency_key = None
+
+    def __init__(self, breaker: Breaker, tool: str, args: dict[str, Any]) -> None:
+        self._breaker = breaker
+        self._tool = tool
+        self.args = args
+        admission = breaker.allow()
+        self._permit = admission if isinstance(admission, Permit) else None
+        self.answer = None if isinstance(admission, Permit) else admission.result
+
+    def succeeded(self, result: Any) -> Any:
+        assert self._permit is not None
+        self._permit.record("success")
+        return result
+
+    def failed(self, exc: BaseException) -> Any:
+        assert self._permit is not None
+        self._permit.record(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        # The breaker's own wording: tool-unavailable when this failure opened it.
+        return self._breaker._failure_result(self._tool, exc)
+
+
+def _refuse(_request: ActionRequest) -> bool:
+    """The authority check of a destructive tool nobody authorized: fail closed."""
+    return False
+
+
+class GuardedClient:
+    """A proxy around an MCP client's ``call_tool`` that guards every call.
+
+    Args:
+        client: a connected :class:`mcp.Client` or :class:`mcp.ClientSession`.
+        server: the server's name: the breakers' dependency (never taken from the
+            server's self-reported info).
+        registry: where the breakers live; share it between proxies (and processes,
+            through its store) to share state. A private one when omitted.
+        guard: the run guard of the current run; without one only breakers apply.
+        timeout: the deadline in seconds of calls whose breaker has none (no sheet row
+            timeout, no registry default).
+        risk: risk classes by tool name; they override the server's annotations.
+        default_risk: the risk class of a tool without risk hints.
+        authorize: the authority check of irreversible calls; without it they are denied.
+        fallbacks: fallback tool by tool name, for the tool-unavailable result of
+            breakers the boundary sheet does not describe (a sheet row names its own).
+        key: maps a tool name to its breaker's ``(dependency, operation)``; default
+            ``(server, tool)``.
+        classify_result: turns an ``is_error`` result into the exception the breaker
+            classifies (default :func:`result_error`); ``None`` means success.
+        meta_key: the request ``_meta`` key of the idempotency key.
+    """
+
+    def __init__(
+        self,
+        client: Client | ClientSession,
+        *,
+        server: str,
+        registry: Registry | None = None,
+        guard: RunGuard | None = None,
+        timeout: float | None = None,
+        risk: Mapping[str, RiskClass] | None = None,
+        default_risk: RiskClass = "read",
+        authorize: Callable[[ActionRequest], bool] | None = None,
+        fallbacks: Mapping[str, str] | None = None,
+        key: Callable[[str], tuple[str, str]] | None = None,
+        classify_result: Callable[[CallToolResult], BaseException | None] = result_error,
+        meta_key: str = IDEMPOTENCY_META_KEY,
+    ) -> None:
+        if not server:
+            raise PolicyError("GuardedClient needs the server's name", field="server")
+        self.client = client
+        self.server = server
+        self.registry = registry if registry is not None else Registry()
+        self.guard = guard
+        self.timeout = timeout
+        self.risk = dict(risk or {})
+        self.default_risk: RiskClass = default_risk
+        self.authorize = authorize
+        self.fallbacks = dict(fallbacks or {})
+        self.key = key or (lambda tool: (self.server, tool))
+        self.classify_result = classify_result
+        self.meta_key = meta_key
+        self._annotations: dict[str, ToolAnnotations | None] = {}
+        self._listed = False
+        self._breakers: dict[str, Breaker] = {}
+
+    # -- the proxied calls ----------------------------------------------------------------
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        read_timeout_seconds: float | None = None,
+        progress_callback: ProgressFnT | None = None,
+        *,
+        meta: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> CallToolResult:
+        """Call a tool through its breaker (and the run guard); same signature as the SDK's.
+
+        Returns:
+            The server's result, or a synthesized ``is_error`` result when the call was
+            rejected, stopped, timed out or lost its connection (see the module doc).
+
+        Raises:
+            PolicyError: no deadline is configured for the tool.
+            MCPError: a protocol error that says nothing about the server's health.
+        """
+        args = dict(arguments or {})
+        breaker: Breaker | None
+        if self.guard is None:
+            breaker = self.breaker_for(name)
+            deadline = self._deadline(breaker, read_timeout_seconds)
+            step: _Step = _BreakerStep(breaker, name, args)
+        else:
+            spec = await self._spec(self.guard, name, read_timeout_seconds)
+            breaker = spec.breaker
+            deadline = self._deadline(breaker, read_timeout_seconds)
+            step = self.guard.begin(name, args)
+        if step.answer is not None:
+            return self._answer(step.answer)
+        request_meta = dict(meta or {})
+        if step.idempotency_key is not None:
+            request_meta[self.meta_key] = step.idempotency_key
+        try:
+            with anyio.fail_after(deadline + BACKSTOP_GRACE):
+                result = await self.client.call_tool(
+                    name,
+                    step.args,
+                    read_timeout_seconds=deadline,
+                    progress_callback=progress_callback,
+                    meta=cast("RequestParamsMeta", request_meta) if request_meta else None,
+                    **kwargs,
+                )
+        except BaseException as exc:
+            failure = _dependency_failure(exc)
+            answer = step.failed(failure)
+            if not isinstance(failure, (TimeoutError, ConnectionError)):
+                raise  # a protocol error: the caller handles it as without the proxy
+            return self._answer(answer)
+        error = self.classify_result(result)
+        if error is not None:
+            answer = step.failed(error)
+            return self._answer(answer) if _kind(answer) != "error" else result
+        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        answer = step.succeeded(dumped)
+        return result if answer is dumped else self._answer(answer)
+
+    async def list_tools(self, *args: Any, **kwargs: Any) -> ListToolsResult:
+        """The client's ``list_tools``; the proxy also learns each tool's annotations."""
+        listing: ListToolsResult = await self.client.list_tools(*args, **kwargs)
+        self._learn(listing)
+        return listing
+
+    def __getattr__(self, name: str) -> Any:
+        """Everything but ``call_tool`` and ``list_tools`` is the client's own."""
+        if name == "client":  # not set yet (copying, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.client, name)
+
+    # -- inspection -----------------------------------------------------------------------
+
+    def breaker_for(self, tool: str) -> Breaker:
+        """The breaker of ``tool`` on this server, created on first use."""
+        breaker = self._breakers.get(tool)
+        if breaker is None:
+            breaker = self._breakers[tool] = self._get(tool, with_fallback=True)
+        return breaker
+
+    def _get(self, tool: str, *, with_fallback: bool) -> Breaker:
+        dependency, operation = self.key(tool)
+        options: dict[str, Any] = {}
+        if (dependency, operation) not in self.registry.boundaries():
+            # A boundary-sheet row configures the breaker; these only fill in for none.
+            options["tool"] = tool
+            if self.timeout is not None and self.registry.default_timeout is None:
+                options["timeout"] = self.timeout
+            fallback = self.fallbacks.get(tool) if with_fallback else None
+            if fallback is not None:
+                if fallback not in self.registry.tool_names():
+                    # A fallback served by this server gets its breaker first, so the
+                    # registry knows the name it points the model at.
+                    self._get(fallback, with_fallback=False)
+                options["fallback"] = fallback
+        return self.registry.get(dependency, operation, **options)
+
+    @property
+    def stopped(self) -> Stop | None:
+        """Why the run stopped (``None`` while it may go on, or without a run guard)."""
+        return self.guard.stopped if self.guard is not None else None
+
+    def stop_packet(self) -> StopPacket | None:
+        """The operator packet once the run stopped or its writes are blocked, else ``None``."""
+        guard = self.guard
+        if guard is None or (guard.stopped is None and guard.writes_blocked is None):
+            return None
+        return guard.stop_packet()
+
+    # -- helpers --------------------------------------------------------------------------
+
+    async def _spec(self, guard: RunGuard, name: str, requested: float | None) -> GuardedTool:
+        breaker = self.breaker_for(name)
+        risk = self.risk.get(name)
+        if risk is None:
+            if name not in self._annotations and not self._listed:
+                await self._discover(self._deadline(breaker, requested))
+            risk = risk_from_annotations(self._annotations.get(name), self.default_risk)
+        authorize = self.authorize if self.authorize is not None else _refuse
+        return guard.ensure_tool(
+            name,
+            risk=risk,
+            breaker=breaker,
+            idempotency_arg=None,
+            authorize=authorize if risk == "irreversible" else None,
+        )
+
+    async def _discover(self, deadline: float) -> None:
+        """List the server's tools once, page by page, to read their annotations.
+
+        A listing that fails leaves the tools unknown (``default_risk``) and is tried
+        again for the next unknown tool.
+        """
+        cursor: str | None = None
+        try:
+            with anyio.fail_after(deadline):
+                for _ in range(_MAX_PAGES):
+                    if isinstance(self.client, ClientSession):
+                        page = await self.client.list_tools(
+                            params=PaginatedRequestParams(cursor=cursor)
+                        )
+                    else:
+                        page = await self.client.list_tools(cursor=cursor)
+                    self._learn(page)
+                    cursor = page.next_cursor
+                    if cursor is None:
+                        break
+        except Exception:  # noqa: BLE001 - unknown tools fall back to default_risk
+            return
+        self._listed = True
+
+    def _learn(self, listing: ListToolsResult) -> None:
+        for tool in listing.tools:
+            self._annotations[tool.name] = tool.annotations
+
+    def _deadline(self, breaker: Breaker | None, requested: float | None) -> float:
+        deadline = breaker.timeout if breaker is not None else None
+        if deadline is None:
+            deadline = self.timeout
+        if requested is not None:
+            deadline = requested if deadline is None else min(deadline, requested)
+        if deadline is None:
+            raise PolicyError(
+                f"no deadline for MCP tool calls to {self.server!r}: pass timeout= or set "
+                "timeout in the boundary sheet (a hung server must become a failure)",
+                field="timeout",
+            )
+        return deadline
+
+    def _answer(self, answer: Any) -> CallToolResult:
+        """A guard's or breaker's answer as a tool result the host forwards unchanged."""
+        if isinstance(answer, Mapping) and "content" in answer:
+            try:  # a confirmed write's result, answered from the journal
+                journaled = CallToolResult.model_validate(answer)
+            except ValidationError:
+                pass
+            else:
+                return journaled.model_copy(
+                    update={"meta": {**(journaled.meta or {}), ANSWER_META_KEY: "journal"}}
+                )
+        payload = dict(answer) if isinstance(answer, Mapping) else {"ok": True, "result": answer}
+        kind = _kind(payload)
+        meta: dict[str, Any] = {ANSWER_META_KEY: kind}
+        packet = self.stop_packet() if kind in _STOPPING else None
+        if packet is not None:
+            meta[STOP_PACKET_META_KEY] = packet.to_dict()
+        return CallToolResult.model_validate(
+            {
+                "content": [
+                    TextContent(type="text", text=json.dumps(payload, sort_keys=True, default=str))
+                ],
+                "isError": payload.get("ok") is False,
+                "_meta": meta,
+            }
+        )
+
+
+def _kind(answer: Any) -> str:
+    if not isinstance(answer, Mapping):
+        return "result"
+    for kind in _ANSWER_KINDS:
+        if answer.get(kind):
+            return kind
+    if answer.get("denied"):
+        return "denied"
+    return "error" if answer.get("ok") is False else "result"
+
+
+def _dependency_failure(exc: BaseException) -> BaseException:
+    """The SDK's timeout and lost connection as the exceptions every classifier knows."""
+    if isinstance(exc, MCPError):
+        if exc.code == REQUEST_TIMEOUT:
+            failure: BaseException = TimeoutError(f"MCP request timed out: {exc.message}")
+        elif exc.code == CONNECTION_CLOSED:
+            failure = ConnectionError(f"MCP server connection closed: {exc.message}")
+        else:
+            return exc
+    elif isinstance(exc, (anyio.BrokenResourceError, anyio.EndOfStream)):
+        failure = ConnectionError(f"MCP server connection broken: {type(exc).__name__}")
+    else:
+        return exc
+    failure.__cause__ = exc
+    return failure
+
+
+def _text_of(result: CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))

@@ -1,0 +1,198 @@
+"""A local fallback for read-only breakers while the shared store is unavailable.
+
+By default an unavailable store denies every call (``store-unavailable``): a breaker that
+cannot read or write its state does not treat its dependency as healthy. For operations
+that are safe to run on local judgement (reads, searches), :class:`LocalFallback` lets the
+named keys fall back to a private in-memory breaker, which starts from the last state the
+shared store reported and still counts failures, opens and probes on its own. Every other
+key keeps raising :class:`~toolbreaker.errors.StoreUnavailable`: writes never fall back.
+The shared store is tried again every ``retry_interval`` seconds and wins as soon as it
+answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from toolbreaker.core.policy import Policy
+from toolbreaker.core.state import BreakerState, Event, Transition
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._protocol import Journal, Store, View
+from toolbreaker.stores.memory import MemoryStore
+
+__all__ = ["LocalFallback"]
+
+
+class _FallbackView(View):
+    """The primary's view, or the local breaker's while the key is served locally."""
+
+    __slots__ = ("_local", "_primary", "_serving")
+
+    def __init__(self, key: str, primary: View, local: View, serving: set[str]) -> None:
+        self.key = key
+        self._primary = primary
+        self._local = local
+        self._serving = serving
+
+    @property
+    def state(self) -> BreakerState | None:
+        """The state the fast path may act on."""
+        return self._local.state if self.key in self._serving else self._primary.state
+
+    @state.setter
+    def state(self, value: BreakerState | None) -> None:
+        raise AttributeError("a fallback view is kept by its stores")
+
+
+class LocalFallback:
+    """Wrap a shared store so that named read-only keys survive its outages locally.
+
+    Args:
+        primary: the shared store (SQLite, Redis).
+        keys: the breaker keys that may fall back (``{"search:read"}``), or a predicate
+            (``lambda key: key.endswith(":read")``).
+        retry_interval: seconds between attempts to use the primary again for a key that
+            is being served locally.
+    """
+
+    def __init__(
+        self,
+        primary: Store,
+        *,
+        keys: Collection[str] | Callable[[str], bool],
+        retry_interval: float = 0.5,
+    ) -> None:
+        if isinstance(retry_interval, bool) or not isinstance(retry_interval, (int, float)):
+            raise PolicyError("retry_interval must be a number", field="retry_interval")
+        if retry_interval < 0:
+            raise PolicyError("retry_interval must be >= 0", field="retry_interval")
+        self.primary = primary
+        self._matches: Callable[[str], bool] = (
+            keys if callable(keys) else frozenset(keys).__contains__
+        )
+        self._retry_interval = float(retry_interval)
+        self._local = MemoryStore()
+        self._serving: set[str] = set()
+        self._retry_at: dict[str, float] = {}
+        self._views: dict[str, _FallbackView] = {}
+        self._lock = threading.Lock()
+
+    def view(self, key: str) -> View:
+        """The primary's view of ``key``, or the local one while the key falls back."""
+        view = self._views.get(key)
+        if view is None:
+            with self._lock:
+                view = self._views.get(key)
+                if view is None:
+                    view = _FallbackView(
+                        key, self.primary.view(key), self._local.view(key), self._serving
+                    )
+                    self._views[key] = view
+        return view
+
+    def apply(
+        self, key: str, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """Apply on the primary; a named key falls back locally while it is unavailable.
+
+        Raises:
+            StoreUnavailable: the primary is unavailable and ``key`` may not fall back.
+        """
+        if self._waiting(key):
+            return self._local.apply(key, event, policy)
+        try:
+            result = self.primary.apply(key, event, policy)
+        except StoreUnavailable:
+            if not self._matches(key):
+                raise
+            self._fall_back(key)
+            return self._local.apply(key, event, policy)
+        self._recovered(key)
+        return result
+
+    async def aapply(
+        self, key: str, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """The asyncio twin of :meth:`apply`."""
+        if self._waiting(key):
+            return self._local.apply(key, event, policy)
+        aapply = getattr(self.primary, "aapply", None)
+        try:
+            if aapply is not None:
+                result: tuple[BreakerState, tuple[Transition, ...]] = await aapply(
+                    key, event, policy
+                )
+            else:
+                result = await asyncio.to_thread(self.primary.apply, key, event, policy)
+        except StoreUnavailable:
+            if not self._matches(key):
+                raise
+            self._fall_back(key)
+            return self._local.apply(key, event, policy)
+        self._recovered(key)
+        return result
+
+    def load(self, key: str, policy: Policy) -> BreakerState:
+        """The primary's state of ``key``, or the local one while it falls back.
+
+        Raises:
+            StoreUnavailable: the primary is unavailable and ``key`` may not fall back.
+        """
+        if self._waiting(key):
+            return self._local.load(key, policy)
+        try:
+            return self.primary.load(key, policy)
+        except StoreUnavailable:
+            if not self._matches(key):
+                raise
+            self._fall_back(key)
+            return self._local.load(key, policy)
+
+    # -- the journal never falls back ---------------------------------------------------
+
+    def journal_put(
+        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
+    ) -> bool:
+        """The primary's :meth:`~toolbreaker.stores.Journal.journal_put`."""
+        return self._journal().journal_put(task, key, entry, only_new=only_new)
+
+    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
+        """The primary's :meth:`~toolbreaker.stores.Journal.journal_get`."""
+        return self._journal().journal_get(task, key)
+
+    def journal_entries(self, task: str) -> list[dict[str, Any]]:
+        """The primary's :meth:`~toolbreaker.stores.Journal.journal_entries`."""
+        return self._journal().journal_entries(task)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _journal(self) -> Journal:
+        if not isinstance(self.primary, Journal):
+            raise TypeError(f"{self.primary!r} keeps no journal")
+        return self.primary
+
+    def _waiting(self, key: str) -> bool:
+        """Whether ``key`` is served locally and the primary is not due for a retry."""
+        return key in self._serving and time.monotonic() < self._retry_at.get(key, 0.0)
+
+    def _fall_back(self, key: str) -> None:
+        with self._lock:
+            self._retry_at[key] = time.monotonic() + self._retry_interval
+            if key in self._serving:
+                return
+            view = self.primary.view(key)
+            # Continue from the last state the primary reported (a shared store's view
+            # keeps it as ``known`` after it stopped trusting it).
+            seed = getattr(view, "known", None) or view.state or BreakerState()
+            self._local.force(key, seed)
+            self._serving.add(key)
+
+    def _recovered(self, key: str) -> None:
+        if key in self._serving:
+            with self._lock:
+                self._serving.discard(key)
+                self._retry_at.pop(key, None)

@@ -1,0 +1,232 @@
+"""Process-local views of shared breaker state: what the fast path may trust, and when.
+
+A shared store (SQLite, Redis) keeps one :class:`SharedView` per breaker key. Besides
+the ``state`` the runtime's fast path reads, a view remembers the last state this process
+saw with its version (``known``), which a store uses as its first guess for the next
+compare-and-set, so a fresh view costs one round trip per change and none per read.
+
+``state`` is set only while two things hold:
+
+- the store's *feed* (Redis pub/sub, the SQLite change poller) is known to deliver every
+  later change of the key: the feed confirmed the key in the current feed epoch, and the
+  round trip that taught the state started inside that epoch;
+- the store is healthy: the last round trip did not fail. A failed round trip empties
+  every view, so the next calls ask the store (and are denied while it is down) instead of
+  acting on a state the process can no longer keep current.
+
+Versions only grow, so news older than what a view holds is dropped, whichever thread
+brings it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import weakref
+
+from toolbreaker.core.canonical import canonical_json
+from toolbreaker.core.machine import apply
+from toolbreaker.core.policy import Policy
+from toolbreaker.core.state import CORRUPT, OPEN, BreakerState, Event, Transition
+from toolbreaker.errors import StoreUnavailable
+from toolbreaker.stores._protocol import View
+
+__all__ = [
+    "SharedView",
+    "ViewBook",
+    "decode_state",
+    "encode_state",
+    "fast_path_safe",
+    "on_fork",
+]
+
+
+class SharedView(View):
+    """A view with the bookkeeping of a shared store.
+
+    Attributes:
+        known: the newest state this process has seen, trusted or not.
+        version: the store's version of ``known``; -1 when nothing is known.
+        fed: the feed epoch in which the feed confirmed this key; -1 when not fed.
+        wanted: someone asked for the view, so the feed should deliver this key.
+        policy: the policy the key was last applied with (to validate fed states).
+        lock: taken around a round trip for this key, so that the threads of one
+            process take turns instead of racing each other (processes race through the
+            store's own atomicity). Never held while a protected call runs.
+    """
+
+    __slots__ = ("fed", "known", "lock", "policy", "version", "wanted")
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key, None)
+        self.known: BreakerState | None = None
+        self.version = -1
+        self.fed = -1
+        self.wanted = False
+        self.policy: Policy | None = None
+        self.lock = threading.Lock()
+
+
+def fast_path_safe(state: BreakerState) -> bool:
+    """Whether the fast path may act on ``state``.
+
+    A recovered corrupt state (open, no deadline) is not: its cooldown starts at the
+    next event the store applies, and a local rejection would never get it there.
+    """
+    return not (state.phase == OPEN and state.open_until is None and not state.isolated)
+
+
+class ViewBook:
+    """The views of one store, its feed epoch and its health, under one short lock."""
+
+    def __init__(self, backoff: float) -> None:
+        self._lock = threading.Lock()
+        self._views: dict[str, SharedView] = {}
+        self._backoff = backoff
+        self._down_until = 0.0
+        self.epoch = 0
+        self.suspect = False
+
+    def entry(self, key: str) -> SharedView:
+        """The view of ``key``, created on first use."""
+        view = self._views.get(key)
+        if view is None:
+            with self._lock:
+                view = self._views.setdefault(key, SharedView(key))
+        return view
+
+    def views(self) -> list[SharedView]:
+        """A snapshot of every view."""
+        with self._lock:
+            return list(self._views.values())
+
+    def token(self, view: SharedView) -> int | None:
+        """The feed epoch to hand back to :meth:`learn`, if the feed covers ``view`` now."""
+        epoch = self.epoch
+        return epoch if view.fed == epoch else None
+
+    def answer(
+        self, view: SharedView, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]] | None:
+        """The core's answer from a trusted view, when it changes nothing; else ``None``.
+
+        An event the core says leaves the state as it is needs no round trip while the
+        view is trusted: the store would compute the same thing and write nothing.
+        """
+        state = view.state
+        if state is None or view.fed != self.epoch:
+            return None
+        new, records = apply(state, event, policy)
+        return (new, records) if new == state else None
+
+    def learn(self, view: SharedView, state: BreakerState, version: int, token: int | None) -> None:
+        """Record what a successful round trip returned (``token`` from before it)."""
+        with self._lock:
+            self.suspect = False
+            self._down_until = 0.0
+            if version < view.version:
+                if version == 0:
+                    # The key is gone (expired, deleted, a restarted server): believe it,
+                    # but trust it only once a round trip has confirmed it.
+                    view.known, view.version, view.state = state, 0, None
+                return  # otherwise the feed already brought something newer
+            view.known, view.version = state, version
+            trusted = token is not None and token == self.epoch and view.fed == token
+            view.state = state if trusted and fast_path_safe(state) else None
+
+    def feed(self, view: SharedView, state: BreakerState, version: int) -> None:
+        """Record a change the feed delivered."""
+        with self._lock:
+            if version <= view.version:
+                return
+            view.known, view.version = state, version
+            trusted = view.fed == self.epoch and not self.suspect
+            view.state = state if trusted and fast_path_safe(state) else None
+
+    def confirm(self, view: SharedView) -> None:
+        """The feed now delivers every later change of ``view``'s key."""
+        with self._lock:
+            view.fed = self.epoch
+
+    def lose_feed(self) -> None:
+        """The feed may have missed changes: trust no view until it confirms them again."""
+        with self._lock:
+            self.epoch += 1
+            for view in self._views.values():
+                view.state = None
+
+    def fail(self) -> None:
+        """A round trip failed: empty every view and fail fast for a short while."""
+        with self._lock:
+            self.suspect = True
+            self._down_until = time.monotonic() + self._backoff
+            for view in self._views.values():
+                view.state = None
+
+    def sync(self, view: SharedView, state: BreakerState, version: int) -> None:
+        """Confirm ``view`` with a state the feed just read, for a feed that reads.
+
+        The feed read ``state`` after it started watching for changes, so anything newer
+        will reach it; what the view already knows is at least as new, or is replaced.
+        """
+        with self._lock:
+            view.fed = self.epoch
+            if version >= view.version or version == 0:
+                view.known, view.version = state, version
+            known = view.known
+            trusted = known is not None and not self.suspect and fast_path_safe(known)
+            view.state = known if trusted else None
+
+    def forked(self) -> None:
+        """In a child process right after fork: nothing inherited can be trusted.
+
+        The feed did not survive the fork (threads do not), and a lock may have been held
+        by a thread that no longer exists: every lock is replaced, every view emptied.
+        """
+        self._lock = threading.Lock()
+        self.epoch += 1
+        for view in self._views.values():
+            view.lock = threading.Lock()
+            view.state = None
+            view.fed = -1
+
+    def check(self, what: str, key: str | None = None) -> None:
+        """Raise at once while the store is known to be down (the backoff after a failure).
+
+        Raises:
+            StoreUnavailable: a round trip failed less than ``backoff`` seconds ago.
+        """
+        if self._down_until and time.monotonic() < self._down_until:
+            raise StoreUnavailable(
+                f"{what} is unavailable (backing off after a failure)", dependency=key
+            )
+
+
+def on_fork(owner: object, method: str) -> None:
+    """Call ``owner.<method>()`` in every child forked from now on, while owner lives."""
+    ref = weakref.ref(owner)
+
+    def after_in_child() -> None:
+        alive = ref()
+        if alive is not None:
+            getattr(alive, method)()
+
+    os.register_at_fork(after_in_child=after_in_child)
+
+
+def decode_state(raw: str | bytes | None, policy: Policy) -> BreakerState:
+    """Load a stored state's JSON text, failing closed; ``None`` (never stored) is closed."""
+    if raw is None:
+        return BreakerState()
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError, RecursionError):
+        return CORRUPT
+    return BreakerState.from_dict(data, policy)
+
+
+def encode_state(state: BreakerState) -> str:
+    """A state's canonical JSON text."""
+    return canonical_json(state.to_dict()).decode("utf-8")

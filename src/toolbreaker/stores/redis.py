@@ -1,0 +1,745 @@
+"""The Redis store: breaker state shared by processes and hosts, one round trip per change.
+
+Needs the ``redis`` extra (``pip install 'toolbreaker[redis]'``); ``redis`` is imported
+only when a :class:`RedisStore` is built.
+
+How a transition happens. The Python core decides; Redis only guards the write. Each
+breaker is one hash ``<prefix>:{<key>}:state`` holding its canonical JSON state and an
+integer version. To apply an event the store takes the state it last saw (its view), lets
+:func:`~toolbreaker.core.apply` compute the result, and sends one script (``redis_cas.lua``)
+that writes the result only if the version is still the one it computed from, refreshes
+the key's time to live and publishes the new version on ``<prefix>:{<key>}:events``. On a
+conflict the script returns the current state and the store computes again (bounded, then
+:class:`~toolbreaker.errors.StoreUnavailable`). So a change costs one round trip when the
+view is current, nothing is read and written across round trips without a version check,
+and no lock is ever held, let alone while a protected call runs. Both keys of a breaker
+share one hash tag, so every script touches one slot, as Redis Cluster requires.
+
+Views. A feed thread per store subscribes to the events of every viewed key and keeps the
+views current, so the runtime's fast path admits calls in a quiet closed state and rejects
+them while open without a round trip, and an opening or an operator's release reaches
+every process as soon as Redis delivers the message. The feed pings an idle subscription;
+when it is lost every view is emptied (calls ask the store again) until the feed has
+resubscribed and a round trip has confirmed the state.
+
+Time. Events must carry one clock for all hosts. :meth:`RedisStore.clock` is the Redis
+server's clock as seen from this process (an offset to the local monotonic clock, learned
+from the server's ``TIME`` on each round trip, that never goes backwards); use it as the
+breakers' clock::
+
+    store = RedisStore("redis://cache:6379/0")
+    registry = Registry(store=store, clock=store.clock)
+
+Fail closed. A refused connection, a timeout (``socket_timeout``, 0.25 s by default) or a
+reply that does not validate raises ``StoreUnavailable``: the breaker denies the call with
+the reason ``store-unavailable``. A stored state that does not validate loads as the
+core's recovered-from-corruption open state. A server that comes back is used again
+without a restart. Idle breakers expire after ``idle_ttl`` (never an isolated one, and
+never one a process still views: the feed refreshes those), and probe leases carry their
+owner and admission time, so a crashed worker cannot leave a breaker half-open forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import itertools
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Generator, Mapping
+from importlib import resources
+from typing import Any, Final, NamedTuple
+
+from toolbreaker.core.canonical import canonical_json
+from toolbreaker.core.machine import apply as core_apply
+from toolbreaker.core.policy import Policy
+from toolbreaker.core.state import BreakerState, Event, Transition
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
+
+__all__ = ["RedisStore"]
+
+_WRITTEN: Final = 1
+_VERIFIED: Final = 2
+_MY_TURN: Final = 3
+_THEIR_TURN: Final = 4
+_TURN_MS: Final = 25  # how long a starving writer's reserved turn lasts at most
+_RESERVE_AFTER: Final = 2  # conflicts in a row before a writer asks for the turn
+_SCRIPT_FILE: Final = "redis_cas.lua"
+_REFRESH_TTL: Final = """
+if redis.call('PTTL', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+return 1
+"""
+_JOURNAL_PUT: Final = """
+local written
+if ARGV[3] == '1' then
+  written = redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2])
+  if written == 0 then return 0 end
+else
+  written = redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+if written == 1 then redis.call('RPUSH', KEYS[2], ARGV[1]) end
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[2], ttl)
+end
+return 1
+"""
+
+
+class _Args(NamedTuple):
+    key: str
+    expected: int
+    payload: str
+    ttl_ms: int
+    channel: str
+    writer: str = ""
+    reserve: bool = False
+    pause: float = 0.0  # seconds to wait before sending
+
+    def argv(self) -> list[str | int]:
+        return [
+            self.expected,
+            self.payload,
+            self.ttl_ms,
+            self.channel,
+            self.writer,
+            "1" if self.reserve else "0",
+            _TURN_MS,
+        ]
+
+
+class _Reply(NamedTuple):
+    status: int
+    version: int
+    state: bytes | None
+
+
+_Transaction = Generator[_Args, _Reply, tuple[BreakerState, tuple[Transition, ...]]]
+
+
+def _redis() -> Any:
+    try:
+        import redis
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "RedisStore needs the redis client: pip install 'toolbreaker[redis]'"
+        ) from None
+    return redis
+
+
+def _parse(reply: object) -> tuple[_Reply, int]:
+    """The script's reply and the server's time in ms; anything else is a store fault."""
+    if not isinstance(reply, list) or len(reply) != 4:
+        raise ValueError(reply)
+    status, version, state, server_ms = reply
+    if status not in (0, 1, 2, 3, 4) or not isinstance(server_ms, int):
+        raise ValueError(reply)
+    number = int(version)  # bytes of digits, or ValueError
+    if number < 0 or (state is not None and not isinstance(state, bytes)):
+        raise ValueError(reply)
+    return _Reply(status, number, state), server_ms
+
+
+class _ServerClock:
+    """Milliseconds on the Redis server's clock, read through the local monotonic clock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # Until the server has answered, the local wall clock is the best guess of its clock.
+        self._offset = time.time_ns() // 1_000_000 - time.monotonic_ns() // 1_000_000
+        self._synced = False
+        self._last = 0
+
+    def __call__(self) -> int:
+        # No lock on this hot path: the local clock is monotonic and the offset moves by
+        # at most a millisecond per sample; _last absorbs a step back.
+        now: int = time.monotonic_ns() // 1_000_000 + self._offset
+        if now <= self._last:
+            return self._last
+        self._last = now
+        return now
+
+    def sample(self, server_ms: int, local_ns: int) -> None:
+        """Learn from one reply: the server said ``server_ms`` about ``local_ns``."""
+        estimate = server_ms - local_ns // 1_000_000
+        with self._lock:
+            if not self._synced:
+                self._offset, self._synced = estimate, True
+            elif abs(estimate - self._offset) > 1:
+                # Slew by a millisecond at a time: follows drift, ignores round-trip jitter.
+                self._offset += 1 if estimate > self._offset else -1
+
+
+class RedisStore:
+    """Breaker states and the run journal in Redis, shared by processes and hosts.
+
+    Args:
+        url: a redis-py URL (``redis://``, ``rediss://``, ``unix://``), with credentials.
+        prefix: the first part of every key and channel name.
+        socket_timeout: seconds to connect, or to wait for a reply, before the store is
+            unavailable.
+        idle_ttl: seconds after which a breaker no process uses is forgotten.
+        journal_ttl: seconds a task's journal is kept after its last entry; 0 keeps it.
+        max_attempts: compare-and-set attempts per event before giving up.
+        backoff: after a failure, seconds during which calls fail at once.
+        ping_interval: seconds of silence after which the feed pings its subscription;
+            without an answer within ``4 * socket_timeout`` (at least a second) the
+            subscription is treated as lost.
+
+    Use it as a context manager, or call :meth:`close` (and ``await`` :meth:`aclose`
+    after asyncio use), to stop the feed and close the connections.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        prefix: str = "tb",
+        socket_timeout: float = 0.25,
+        idle_ttl: float = 86_400.0,
+        journal_ttl: float = 30 * 86_400.0,
+        max_attempts: int = 64,
+        backoff: float = 0.1,
+        ping_interval: float = 1.0,
+    ) -> None:
+        for name, value, least in (
+            ("socket_timeout", socket_timeout, 0.001),
+            ("idle_ttl", idle_ttl, 1.0),
+            ("journal_ttl", journal_ttl, 0.0),
+            ("max_attempts", max_attempts, 1),
+            ("backoff", backoff, 0.0),
+            ("ping_interval", ping_interval, 0.01),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
+                raise PolicyError(f"{name} must be a number >= {least}, got {value!r}", field=name)
+        if not prefix or "{" in prefix or "}" in prefix:
+            raise PolicyError(
+                f"prefix must be non-empty, without braces: {prefix!r}", field="prefix"
+            )
+        redis = _redis()
+        self.url = url
+        self.prefix = prefix
+        self.socket_timeout = float(socket_timeout)
+        self.idle_ttl_ms = round(idle_ttl * 1000)
+        self.journal_ttl_ms = round(journal_ttl * 1000)
+        self.max_attempts = int(max_attempts)
+        self._options: dict[str, Any] = {
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.socket_timeout,
+        }
+        # No silent retries: a resent script could apply one event twice. A dead pooled
+        # connection is replaced by redis-py when it is checked out.
+        self._client: Any = redis.Redis.from_url(
+            url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **self._options
+        )
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._source = resources.files(__package__).joinpath(_SCRIPT_FILE).read_text("utf-8")
+        self._script: Any = self._client.register_script(self._source)
+        self._refresh: Any = self._client.register_script(_REFRESH_TTL)
+        self._journal_put: Any = self._client.register_script(_JOURNAL_PUT)
+        self._aclient: Any = None
+        self._ascript: Any = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._book = ViewBook(backoff)
+        self._clock = _ServerClock()
+        self._what = f"Redis store {_safe_url(url)}"
+        self._ping_interval = float(ping_interval)
+        self._writer_token = os.urandom(4).hex()
+        self._writers = itertools.count(1)
+        self._feed: _Feed | None = None
+        self._feed_lock = threading.Lock()
+        self._closed = False
+        self._refeed = False
+        on_fork(self, "_forked")
+
+    # -- protocol ---------------------------------------------------------------------
+
+    def view(self, key: str) -> SharedView:
+        """The process-local view of ``key``, kept current by the feed thread."""
+        view = self._book.entry(key)
+        if not view.wanted:
+            view.wanted = True
+            self._subscription().add(self._channel(key).encode("utf-8"), view)
+        return view
+
+    def apply(
+        self, key: str, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """Apply ``event`` to ``key`` with one compare-and-set round trip (more on conflict).
+
+        Raises:
+            StoreUnavailable: Redis is unreachable, too slow, or answered nonsense.
+        """
+        view = self._book.entry(key)
+        view.policy = policy
+        local = self._book.answer(view, event, policy)
+        if local is not None:
+            return local
+        self._book.check(self._what, key)
+        if self._refeed:
+            self._resubscribe()
+        with view.lock:
+            steps = self._transaction(view, event, policy)
+            try:
+                args = next(steps)
+                while True:
+                    if args.pause:
+                        time.sleep(args.pause)
+                    started = time.monotonic_ns()
+                    try:
+                        raw = self._script(keys=[args.key], args=args.argv())
+                    except self._errors as exc:
+                        raise self._fault(key, exc) from exc
+                    args = steps.send(self._reply(raw, started, key))
+            except StopIteration as done:
+                result: tuple[BreakerState, tuple[Transition, ...]] = done.value
+                return result
+            finally:
+                steps.close()
+
+    async def aapply(
+        self, key: str, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """Same as :meth:`apply` on the asyncio client, without blocking the loop.
+
+        The asyncio client is bound to the event loop that first uses it.
+        """
+        view = self._book.entry(key)
+        view.policy = policy
+        local = self._book.answer(view, event, policy)
+        if local is not None:
+            return local
+        self._book.check(self._what, key)
+        if self._refeed:
+            self._resubscribe()
+        script = self._async_script()
+        steps = self._transaction(view, event, policy)
+        try:
+            args = next(steps)
+            while True:
+                if args.pause:
+                    await asyncio.sleep(args.pause)
+                started = time.monotonic_ns()
+                try:
+                    raw = await script(keys=[args.key], args=args.argv())
+                except self._errors as exc:
+                    raise self._fault(key, exc) from exc
+                args = steps.send(self._reply(raw, started, key))
+        except StopIteration as done:
+            result: tuple[BreakerState, tuple[Transition, ...]] = done.value
+            return result
+        finally:
+            steps.close()
+
+    def load(self, key: str, policy: Policy) -> BreakerState:
+        """The current state of ``key`` (closed if never seen; fail-closed if corrupt).
+
+        Raises:
+            StoreUnavailable: Redis is unreachable, too slow, or answered nonsense.
+        """
+        view = self._book.entry(key)
+        view.policy = policy
+        if view.state is not None:
+            return view.state
+        self._book.check(self._what, key)
+        token = self._book.token(view)
+        started = time.monotonic_ns()
+        try:
+            raw = self._script(keys=[self._state_key(key)], args=self._read(key).argv())
+        except self._errors as exc:
+            raise self._fault(key, exc) from exc
+        reply = self._reply(raw, started, key)
+        state = decode_state(reply.state, policy)
+        self._book.learn(view, state, reply.version, token)
+        return state
+
+    def clock(self) -> int:
+        """Milliseconds on the Redis server's clock, never going backwards.
+
+        Pass it as the ``clock`` of every breaker that uses this store, on every host.
+        Until the first round trip it follows the local wall clock.
+        """
+        return self._clock()
+
+    # -- journal ------------------------------------------------------------------------
+
+    def journal_put(
+        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
+    ) -> bool:
+        """Store ``entry`` under ``(task, key)`` atomically; with ``only_new``, only if absent.
+
+        Raises:
+            StoreUnavailable: Redis is unreachable or too slow.
+        """
+        text = canonical_json(dict(entry)).decode("utf-8")
+        keys = [self._journal_key(task), self._order_key(task)]
+        try:
+            written = self._journal_put(
+                keys=keys, args=[key, text, "1" if only_new else "0", self.journal_ttl_ms]
+            )
+        except self._errors as exc:
+            raise self._fault(task, exc, views=False) from exc
+        return bool(written)
+
+    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
+        """The entry under ``(task, key)``, if any.
+
+        Raises:
+            StoreUnavailable: Redis is unreachable, or the entry does not validate.
+        """
+        try:
+            raw = self._client.hget(self._journal_key(task), key)
+        except self._errors as exc:
+            raise self._fault(task, exc, views=False) from exc
+        return None if raw is None else _entry(raw, task)
+
+    def journal_entries(self, task: str) -> list[dict[str, Any]]:
+        """Every entry of ``task``, oldest first (one atomic round trip).
+
+        Raises:
+            StoreUnavailable: Redis is unreachable, or an entry does not validate.
+        """
+        try:
+            with self._client.pipeline(transaction=True) as pipe:
+                pipe.lrange(self._order_key(task), 0, -1)
+                pipe.hgetall(self._journal_key(task))
+                order, entries = pipe.execute()
+        except self._errors as exc:
+            raise self._fault(task, exc, views=False) from exc
+        if not isinstance(order, list) or not isinstance(entries, dict):
+            raise StoreUnavailable(f"the journal of task {task!r} does not validate")
+        out = []
+        for name in order:
+            if name not in entries:
+                raise StoreUnavailable(f"the journal of task {task!r} does not validate")
+            out.append(_entry(entries[name], task))
+        return out
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the feed and close the synchronous connections."""
+        self._closed = True
+        with self._feed_lock:
+            feed, self._feed = self._feed, None
+        if feed is not None:
+            feed.stop()
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the asyncio client (call :meth:`close` as well for the rest)."""
+        client, self._aclient, self._ascript, self._aloop = self._aclient, None, None, None
+        if client is not None:
+            closer = getattr(client, "aclose", None) or client.close
+            await closer()
+
+    def __enter__(self) -> RedisStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<RedisStore {_safe_url(self.url)} prefix={self.prefix!r}>"
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _forked(self) -> None:
+        # In a forked child: the feed thread is gone and its socket belongs to the parent
+        # (closing it would cut the parent's subscription), and an asyncio client is
+        # bound to the parent's loop. Drop them; redis-py renews its own pool by itself.
+        self._book.forked()
+        self._feed_lock = threading.Lock()
+        self._refeed = self._feed is not None
+        self._feed = None
+        self._aclient = self._ascript = self._aloop = None
+
+    def _resubscribe(self) -> None:
+        self._refeed = False
+        for view in self._book.views():
+            if view.wanted:
+                self._subscription().add(self._channel(view.key).encode("utf-8"), view)
+
+    def _transaction(self, view: SharedView, event: Event, policy: Policy) -> _Transaction:
+        """The compare-and-set loop, free of I/O: it yields script arguments, gets replies."""
+        key = view.key
+        token = self._book.token(view)
+        state, version = view.known, view.version
+        fresh = False
+        if state is None:
+            reply = yield self._read(key)
+            state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            self._book.learn(view, state, version, token)
+        writer = f"{os.getpid():x}.{self._writer_token}.{next(self._writers)}"
+        pause = 0.0
+        for attempt in range(self.max_attempts):
+            new, records = core_apply(state, event, policy)
+            unchanged = new == state
+            if unchanged and fresh:
+                return new, records  # computed on what the server just said: nothing to write
+            payload = "" if unchanged else encode_state(new)
+            ttl = self._ttl_ms(new, policy)
+            reply = yield _Args(
+                self._state_key(key),
+                version,
+                payload,
+                ttl,
+                self._channel(key),
+                writer,
+                attempt >= _RESERVE_AFTER,
+                pause,
+            )
+            if reply.status in (_WRITTEN, _VERIFIED):
+                self._book.learn(view, new, reply.version, token)
+                return new, records
+            state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            self._book.learn(view, state, version, token)
+            # Holding the turn: go at once. Another writer's turn: let it finish (the
+            # pauses of max_attempts tries outlast a turn whose holder died). After
+            # repeated plain conflicts: a little jitter.
+            if reply.status == _THEIR_TURN:
+                pause = random.uniform(0.0002, 0.001)  # noqa: S311 - jitter only
+            elif reply.status == _MY_TURN or attempt + 1 < _RESERVE_AFTER:
+                pause = 0.0
+            else:
+                pause = random.uniform(0.00005, 0.0005)  # noqa: S311 - jitter only
+        self._book.fail()
+        raise StoreUnavailable(
+            f"{self._what}: {self.max_attempts} conflicting writes in a row on {key!r}",
+            dependency=key,
+        )
+
+    def _read(self, key: str) -> _Args:
+        return _Args(self._state_key(key), -1, "", 0, self._channel(key))
+
+    def _reply(self, raw: object, started: int, key: str) -> _Reply:
+        try:
+            reply, server_ms = _parse(raw)
+        except (ValueError, TypeError) as exc:
+            self._book.fail()
+            raise StoreUnavailable(
+                f"{self._what} answered something that does not validate: {raw!r:.200}",
+                dependency=key,
+            ) from exc
+        self._clock.sample(server_ms, (started + time.monotonic_ns()) // 2)
+        return reply
+
+    def _fault(self, key: str, exc: BaseException, *, views: bool = True) -> StoreUnavailable:
+        if views:
+            self._book.fail()
+        return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key)
+
+    def _ttl_ms(self, state: BreakerState, policy: Policy) -> int:
+        if state.isolated:
+            return 0  # an operator's isolation lasts until an operator releases it
+        return max(self.idle_ttl_ms, 2 * (policy.cooldown_max_ms + policy.lease_ttl_ms))
+
+    def _state_key(self, key: str) -> str:
+        return f"{self.prefix}:{{{key}}}:state"
+
+    def _channel(self, key: str) -> str:
+        return f"{self.prefix}:{{{key}}}:events"
+
+    def _journal_key(self, task: str) -> str:
+        return f"{self.prefix}:{{{task}}}:journal"
+
+    def _order_key(self, task: str) -> str:
+        return f"{self.prefix}:{{{task}}}:journal-order"
+
+    def _async_script(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._aclient is None:
+            redis = _redis()
+            importlib.import_module("redis.asyncio.retry")
+            self._aclient = redis.asyncio.Redis.from_url(
+                self.url,
+                retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
+                **self._options,
+            )
+            self._ascript = self._aclient.register_script(self._source)
+            self._aloop = loop
+        elif loop is not self._aloop:
+            raise RuntimeError(
+                "this RedisStore's asyncio client belongs to another event loop; "
+                "use one store per event loop"
+            )
+        return self._ascript
+
+    def _subscription(self) -> _Feed:
+        with self._feed_lock:
+            if self._feed is None:
+                if self._closed:
+                    raise StoreUnavailable(f"{self._what} is closed")
+                self._feed = _Feed(self)
+            return self._feed
+
+    def _refresh_ttls(self) -> None:
+        """Keep every viewed breaker's key alive: only unused breakers should expire."""
+        views = [v for v in self._book.views() if v.wanted and v.policy is not None]
+        if not views:
+            return
+        with self._client.pipeline(transaction=False) as pipe:
+            for view in views:
+                known = view.known or BreakerState()
+                ttl = self._ttl_ms(known, view.policy or Policy())
+                if ttl:
+                    self._refresh(keys=[self._state_key(view.key)], args=[ttl], client=pipe)
+            pipe.execute()
+
+
+class _Feed:
+    """The subscription thread: keeps views current, notices a lost subscription."""
+
+    def __init__(self, store: RedisStore) -> None:
+        redis = _redis()
+        self._store = store
+        self._book = store._book
+        self._errors = store._errors
+        pool = redis.ConnectionPool.from_url(
+            store.url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **store._options
+        )
+        self._connection_class = pool.connection_class
+        self._connection_kwargs = dict(pool.connection_kwargs)
+        pool.disconnect()
+        self._lock = threading.Lock()
+        self._channels: dict[bytes, SharedView] = {}
+        self._conn: Any = None
+        self._stopping = threading.Event()
+        self._dead_after = max(1.0, 4 * store.socket_timeout)
+        self._ping_interval = store._ping_interval
+        self._refresh_every = min(store.idle_ttl_ms / 3000, 3600.0)
+        self._last_heard = 0.0
+        self._pinged = 0.0
+        self._thread = threading.Thread(
+            target=self._run, name="toolbreaker-redis-feed", daemon=True
+        )
+        self._thread.start()
+
+    def add(self, channel: bytes, view: SharedView) -> None:
+        """Deliver the changes of ``view``'s key from now on."""
+        with self._lock:
+            if channel in self._channels:
+                return
+            self._channels[channel] = view
+            conn = self._conn
+            if conn is not None:
+                # On failure the feed thread notices the broken connection and resubscribes.
+                with contextlib.suppress(*self._errors):
+                    conn.send_command("SUBSCRIBE", channel)
+
+    def stop(self) -> None:
+        """Stop the thread and close the subscription."""
+        self._stopping.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        wait = 0.02
+        refreshed = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                try:
+                    conn = self._conn or self._connect()
+                except self._errors:
+                    self._stopping.wait(wait)
+                    wait = min(wait * 2, 0.5)
+                    continue
+                wait = 0.02
+                try:
+                    self._pump(conn)
+                    if time.monotonic() - refreshed > self._refresh_every:
+                        refreshed = time.monotonic()
+                        self._store._refresh_ttls()
+                except self._errors:
+                    self._drop()
+        finally:
+            self._drop()
+
+    def _connect(self) -> Any:
+        conn = self._connection_class(**self._connection_kwargs)
+        try:
+            conn.connect()
+            with self._lock:
+                if self._channels:
+                    conn.send_command("SUBSCRIBE", *self._channels)
+                self._conn = conn
+        except BaseException:
+            conn.disconnect()
+            raise
+        self._last_heard = time.monotonic()
+        self._pinged = 0.0
+        return conn
+
+    def _drop(self) -> None:
+        with self._lock:
+            conn, self._conn = self._conn, None
+        self._book.lose_feed()
+        if conn is not None:
+            conn.disconnect()
+
+    def _pump(self, conn: Any) -> None:
+        """Handle what arrives within ~50 ms; ping an idle subscription."""
+        if conn.can_read(timeout=0.05):
+            while True:
+                self._handle(conn.read_response())
+                if not conn.can_read(timeout=0):
+                    break
+            self._last_heard = time.monotonic()
+            self._pinged = 0.0
+            return
+        now = time.monotonic()
+        if self._pinged:
+            if now - self._pinged > self._dead_after:
+                raise self._broken("the subscription did not answer a ping")
+        elif now - self._last_heard > self._ping_interval:
+            with self._lock:
+                conn.send_command("PING")
+            self._pinged = now
+
+    def _broken(self, why: str) -> BaseException:
+        error: BaseException = _redis().ConnectionError(why)
+        return error
+
+    def _handle(self, message: object) -> None:
+        if not isinstance(message, list) or len(message) < 2:
+            return
+        kind = message[0]
+        view = self._channels.get(message[1]) if isinstance(message[1], bytes) else None
+        if view is None:
+            return
+        if kind == b"subscribe":
+            self._book.confirm(view)
+        elif kind == b"message" and len(message) == 3 and view.policy is not None:
+            payload = message[2]
+            head, _, body = (
+                payload.partition(b" ") if isinstance(payload, bytes) else (b"", b"", b"")
+            )
+            try:
+                version = int(head)
+            except ValueError:
+                # A message we cannot read: we may be missing changes, so start over.
+                raise self._broken(f"unreadable message {payload!r:.100}") from None
+            self._book.feed(view, decode_state(body, view.policy), version)
+
+
+def _entry(raw: object, task: str) -> dict[str, Any]:
+    try:
+        entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
+    except (ValueError, RecursionError):
+        entry = None
+    if not isinstance(entry, dict):
+        raise StoreUnavailable(f"a journal entry of task {task!r} does not validate")
+    return entry
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        rest = "***@" + rest.rsplit("@", 1)[1]
+    return f"{scheme}{sep}{rest}"

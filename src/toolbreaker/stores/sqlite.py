@@ -1,0 +1,409 @@
+"""The SQLite store: breaker state shared by the processes of one host, in one file.
+
+Standard library only. Every transition is one short ``BEGIN IMMEDIATE`` transaction in
+WAL mode: read the state, let the core's :func:`~toolbreaker.core.apply` decide, write the
+result if it changed, commit. No lock is held while a protected call runs, and readers
+never wait for the writer.
+
+Views stay current without a round trip per call: a poller thread per store watches
+``PRAGMA data_version`` (a read of shared memory, no I/O while nothing changed) every
+``poll_interval`` seconds and reloads the viewed keys when another connection committed.
+A process therefore learns that a breaker opened within one poll interval, or at its
+next write, whichever comes first.
+
+Time: events carry milliseconds of ``time.monotonic_ns()``, which is one clock for every
+process of a Linux host, so the default breaker clock works unchanged. The file must be
+on a local disk (SQLite's locking does not hold on network filesystems).
+
+Fail closed: a file locked for longer than ``timeout`` seconds, or unreadable, makes the
+store raise :class:`~toolbreaker.errors.StoreUnavailable`, and every view of the store is
+emptied so that later calls ask the store, and are denied, until a transaction succeeds.
+A row that does not validate loads as the core's recovered-from-corruption open state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from toolbreaker.core.canonical import canonical_json
+from toolbreaker.core.machine import apply as core_apply
+from toolbreaker.core.policy import Policy
+from toolbreaker.core.state import CORRUPT, BreakerState, Event, Transition
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
+
+__all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
+
+_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS toolbreaker_breakers ("
+    " key TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS toolbreaker_journal ("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, task TEXT NOT NULL, key TEXT NOT NULL,"
+    " entry TEXT NOT NULL, UNIQUE (task, key))",
+)
+_READ: Final = "SELECT version, state FROM toolbreaker_breakers WHERE key = ?"
+_WRITE: Final = (
+    "INSERT INTO toolbreaker_breakers (key, version, state) VALUES (?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET version = excluded.version, state = excluded.state"
+)
+_BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+_CHUNK: Final = 500  # keys per IN (...) query, well under SQLite's variable limit
+
+
+def _busy(exc: sqlite3.OperationalError) -> bool:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _BUSY_CODES
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def _next_version(version: int) -> int:
+    # Versions order the news a view receives. Anchoring them to the wall clock keeps them
+    # growing even if a row is deleted and written again.
+    return max(version + 1, time.time_ns() // 1000)
+
+
+def _row(row: tuple[Any, Any] | None, policy: Policy) -> tuple[BreakerState, int, bool]:
+    """A row as (state, version, valid); a row that does not validate is corrupt."""
+    if row is None:
+        return BreakerState(), 0, True
+    version, raw = row
+    if type(version) is not int or version < 0 or not isinstance(raw, (str, bytes)):
+        return CORRUPT, 0, False
+    state = decode_state(raw, policy)
+    return state, version, state is not CORRUPT
+
+
+class SQLiteStore:
+    """Breaker states and the run journal in one SQLite file, shared by processes.
+
+    Args:
+        path: the database file; created with its tables on first use.
+        timeout: seconds to wait for the write lock before raising ``StoreUnavailable``.
+        poll_interval: seconds between two checks for changes made by other processes.
+        backoff: after a failure, seconds during which calls fail at once instead of
+            waiting ``timeout`` again.
+
+    Use it as a context manager, or call :meth:`close`, to stop the poller and close the
+    connections.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        timeout: float = 1.0,
+        poll_interval: float = 0.005,
+        backoff: float = 0.1,
+    ) -> None:
+        for name, value, least in (
+            ("timeout", timeout, 0.0),
+            ("poll_interval", poll_interval, 0.0005),
+            ("backoff", backoff, 0.0),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
+                raise PolicyError(f"{name} must be a number >= {least}, got {value!r}", field=name)
+        self.path = str(path)
+        self.timeout = float(timeout)
+        self.poll_interval = float(poll_interval)
+        self._book = ViewBook(backoff)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._poller_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._closed = False
+        self._refeed = False
+        on_fork(self, "_forked")
+
+    # -- protocol ---------------------------------------------------------------------
+
+    def view(self, key: str) -> SharedView:
+        """The process-local view of ``key``, kept current by the poller."""
+        view = self._book.entry(key)
+        if not view.wanted:
+            view.wanted = True
+            self._start_poller()
+        return view
+
+    def apply(
+        self, key: str, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """Apply ``event`` to ``key`` in one short write transaction.
+
+        Raises:
+            StoreUnavailable: the file stayed locked past ``timeout`` or cannot be used.
+        """
+        view = self._book.entry(key)
+        view.policy = policy
+        local = self._book.answer(view, event, policy)
+        if local is not None:
+            return local
+        self._book.check(f"SQLite store {self.path!r}", key)
+        if self._refeed:
+            self._refeed = False
+            self._start_poller()
+        token = self._book.token(view)
+        state, version = self._locked(key, lambda conn: self._transact(conn, key, event, policy))
+        new, records = state
+        self._book.learn(view, new, version, token)
+        return new, records
+
+    async def aapply(
+        self, key: str, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """Same as :meth:`apply`, in a worker thread unless the view already answers."""
+        view = self._book.entry(key)
+        view.policy = policy
+        local = self._book.answer(view, event, policy)
+        if local is not None:
+            return local
+        return await asyncio.to_thread(self.apply, key, event, policy)
+
+    def load(self, key: str, policy: Policy) -> BreakerState:
+        """The current state of ``key`` (closed if never seen; fail-closed if corrupt).
+
+        Raises:
+            StoreUnavailable: the file cannot be read.
+        """
+        view = self._book.entry(key)
+        view.policy = policy
+        if view.state is not None:
+            return view.state
+        self._book.check(f"SQLite store {self.path!r}", key)
+        row = self._locked(key, lambda conn: conn.execute(_READ, (key,)).fetchone(), write=False)
+        return _row(row, policy)[0]
+
+    # -- journal ------------------------------------------------------------------------
+
+    def journal_put(
+        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
+    ) -> bool:
+        """Store ``entry`` under ``(task, key)``; with ``only_new``, only if absent.
+
+        Raises:
+            StoreUnavailable: the file stayed locked past ``timeout`` or cannot be used.
+        """
+        text = canonical_json(dict(entry)).decode("utf-8")
+        if only_new:
+            sql = "INSERT OR IGNORE INTO toolbreaker_journal (task, key, entry) VALUES (?, ?, ?)"
+        else:
+            sql = (
+                "INSERT INTO toolbreaker_journal (task, key, entry) VALUES (?, ?, ?) "
+                "ON CONFLICT (task, key) DO UPDATE SET entry = excluded.entry"
+            )
+        count = self._locked(task, lambda conn: conn.execute(sql, (task, key, text)).rowcount)
+        return bool(count)
+
+    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
+        """The entry under ``(task, key)``, if any.
+
+        Raises:
+            StoreUnavailable: the file cannot be read, or the entry does not validate.
+        """
+        row = self._locked(
+            task,
+            lambda conn: conn.execute(
+                "SELECT entry FROM toolbreaker_journal WHERE task = ? AND key = ?", (task, key)
+            ).fetchone(),
+            write=False,
+        )
+        return None if row is None else _entry(row[0], task)
+
+    def journal_entries(self, task: str) -> list[dict[str, Any]]:
+        """Every entry of ``task``, oldest first.
+
+        Raises:
+            StoreUnavailable: the file cannot be read, or an entry does not validate.
+        """
+        rows = self._locked(
+            task,
+            lambda conn: conn.execute(
+                "SELECT entry FROM toolbreaker_journal WHERE task = ? ORDER BY seq", (task,)
+            ).fetchall(),
+            write=False,
+        )
+        return [_entry(row[0], task) for row in rows]
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the poller and close the connections; the store cannot be used after."""
+        self._closed = True
+        self._stop.set()
+        with self._poller_lock:
+            poller = self._poller
+        if poller is not None:
+            poller.join()
+        with self._lock:
+            self._reset()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<SQLiteStore {self.path!r}>"
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _forked(self) -> None:
+        # A connection must not cross a fork (SQLite's rule): abandon, never close, the
+        # parent's handle; the poller thread did not come along.
+        self._book.forked()
+        self._lock = threading.Lock()
+        self._poller_lock = threading.Lock()
+        self._conn = None
+        self._stop = threading.Event()
+        self._refeed = self._poller is not None
+        self._poller = None
+
+    def _transact(
+        self, conn: sqlite3.Connection, key: str, event: Event, policy: Policy
+    ) -> tuple[tuple[BreakerState, tuple[Transition, ...]], int]:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            state, version, valid = _row(conn.execute(_READ, (key,)).fetchone(), policy)
+            new, records = core_apply(state, event, policy)
+            if new != state or not valid:
+                version = _next_version(version)
+                conn.execute(_WRITE, (key, version, encode_state(new)))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return (new, records), version
+
+    def _locked(
+        self, key: str, work: Callable[[sqlite3.Connection], T], *, write: bool = True
+    ) -> T:
+        """Run ``work`` on the store's connection, retrying while the file is busy."""
+        what = f"SQLite store {self.path!r}"
+        if self._closed:
+            raise StoreUnavailable(f"{what} is closed", dependency=key)
+        deadline = time.monotonic() + self.timeout
+        if not self._lock.acquire(timeout=self.timeout):
+            self._book.fail()
+            raise StoreUnavailable(f"{what}: busy in this process", dependency=key)
+        try:
+            delay = 0.0001
+            while True:
+                try:
+                    return work(self._connection())
+                except sqlite3.OperationalError as exc:
+                    if not _busy(exc) or time.monotonic() >= deadline:
+                        raise
+                # Sleep briefly and retry: SQLite's own busy handler sleeps whole
+                # milliseconds, far longer than one of our transactions takes.
+                time.sleep(delay * random.uniform(0.5, 1.5))  # noqa: S311 - jitter only
+                delay = min(delay * 2, 0.005)
+        except sqlite3.Error as exc:
+            self._book.fail()
+            if not (isinstance(exc, sqlite3.OperationalError) and _busy(exc)):
+                self._reset()  # a broken file or handle: reopen on the next call
+            raise StoreUnavailable(
+                f"{what} unavailable{'' if write else ' for reading'}: {exc}", dependency=key
+            ) from exc
+        finally:
+            self._lock.release()
+
+    def _reset(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is None:
+            conn = self._conn = _open(self.path)
+        return conn
+
+    def _start_poller(self) -> None:
+        with self._poller_lock:
+            if self._poller is None and not self._closed:
+                self._poller = threading.Thread(
+                    target=self._poll, name=f"toolbreaker-sqlite-poller {self.path}", daemon=True
+                )
+                self._poller.start()
+
+    def _poll(self) -> None:
+        conn: sqlite3.Connection | None = None
+        seen: object = None
+        try:
+            while not self._stop.wait(self.poll_interval):
+                try:
+                    if conn is None:
+                        conn = _open(self.path)
+                        seen = None
+                    changed = conn.execute("PRAGMA data_version").fetchone()[0]
+                    views = [v for v in self._book.views() if v.wanted and v.policy is not None]
+                    stale = [v for v in views if v.fed != self._book.epoch]
+                    if changed != seen:
+                        self._reload(conn, views)
+                    elif stale:
+                        self._reload(conn, stale)
+                    seen = changed
+                except sqlite3.Error:
+                    self._book.lose_feed()
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _reload(self, conn: sqlite3.Connection, views: list[SharedView]) -> None:
+        for start in range(0, len(views), _CHUNK):
+            chunk = {v.key: v for v in views[start : start + _CHUNK]}
+            marks = ",".join("?" * len(chunk))
+            rows = conn.execute(
+                f"SELECT key, version, state FROM toolbreaker_breakers WHERE key IN ({marks})",  # noqa: S608 - only placeholders
+                tuple(chunk),
+            ).fetchall()
+            found = {row[0]: (row[1], row[2]) for row in rows}
+            for key, view in chunk.items():
+                policy = view.policy
+                if policy is None:
+                    continue
+                state, version, _ = _row(found.get(key), policy)
+                self._book.sync(view, state, version)
+
+
+def _open(path: str) -> sqlite3.Connection:
+    """A connection in WAL mode with the schema in place; busy errors are retried by callers."""
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout = 0")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        for statement in _SCHEMA:
+            conn.execute(statement)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _entry(raw: object, task: str) -> dict[str, Any]:
+    try:
+        entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
+    except (ValueError, RecursionError):
+        entry = None
+    if not isinstance(entry, dict):
+        raise StoreUnavailable(f"a journal entry of task {task!r} does not validate")
+    return entry
