@@ -251,7 +251,7 @@ class _BreakerStep:
         self.args = args
         admission = breaker.allow()
         self._permit = admission if isinstance(admission, Permit) else None
-        self.answer = None if isinstance(admission, Permit) else admission.result
+        self.answer = None if isinstance(admission, Permit) else admission.result_for(tool)
 
     def succeeded(self, result: Any) -> Any:
         assert self._permit is not None
