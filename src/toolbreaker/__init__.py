@@ -41,7 +41,7 @@ from toolbreaker.runtime import (
     classify_exception,
     system_prompt_line,
 )
-from toolbreaker.stores import MemoryStore
+from toolbreaker.stores import LocalFallback, MemoryStore, RedisStore, SQLiteStore
 
 __version__ = "0.1.0.dev0"
 
@@ -58,18 +58,21 @@ __all__ = [
     "Event",
     "GuardStep",
     "GuardedTool",
+    "LocalFallback",
     "MemoryStore",
     "Permit",
     "PermitError",
     "Policy",
     "PolicyError",
     "ReceiptError",
+    "RedisStore",
     "Registry",
     "RegistryFull",
     "Rejection",
     "Replay",
     "RunGuard",
     "RunState",
+    "SQLiteStore",
     "Stop",
     "StopPacket",
     "StoreUnavailable",

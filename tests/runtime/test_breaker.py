@@ -418,3 +418,42 @@ def test_half_open_admits_at_most_probe_limit_tasks():
     results = asyncio.run(main())
     assert len(started) == 3
     assert sum(isinstance(r, CircuitOpen) for r in results) == 997
+
+
+def test_corrupt_state_in_the_view_still_starts_its_cooldown():
+    """A recovered corrupt state is not rejected locally forever: the first request goes
+    through the core, which starts the cooldown, and the breaker probes after it."""
+    from toolbreaker.core.state import CORRUPT
+
+    clock = FakeClock(1_000)
+    breaker = make(clock)
+    breaker.store.force(breaker.key, CORRUPT)
+    with pytest.raises(CircuitOpen):
+        breaker.call(lambda: 1)
+    assert breaker.state.open_until == 21_000
+    clock.set(21_000)
+    assert breaker.call(lambda: 1) == 1
+    assert breaker.state.phase == "half_open"
+
+
+# Python 3.12+ warns that forking a multi-threaded process may deadlock; the child here
+# only writes to a pipe and exits.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+def test_forked_children_get_their_own_call_ids():
+    """Call ids carry a per-process token that a fork renews."""
+    import os
+
+    from toolbreaker.runtime import _breaker
+
+    before = _breaker._process_token
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.write(write, _breaker._process_token.encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = os.read(read, 100).decode()
+    os.close(read)
+    os.close(write)
+    assert child != before
+    assert _breaker._process_token == before

@@ -38,6 +38,7 @@ __all__ = [
     "admission",
     "apply",
     "due_expiry",
+    "idle_rejection",
     "is_quiet",
     "retry_after_ms",
     "step",
@@ -69,6 +70,20 @@ def admission(state: BreakerState, at: int, policy: Policy) -> str:
             return "cooldown"
         return "probe-admitted"
     return "probe-limit" if len(state.leases) >= policy.probe_limit else "probe-admitted"
+
+
+def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
+    """The reason a request at ``at`` is rejected *without changing the state*, or ``None``.
+
+    ``None`` means the request must go through :func:`step`: it is admitted, or its
+    rejection changes something (a recovered corrupt state starts its cooldown at the
+    first event that touches it), or a probe lease may be due to expire. Shells use this
+    to reject locally, without a lock or a round trip.
+    """
+    if state.phase != OPEN or (state.open_until is None and not state.isolated):
+        return None
+    reason = admission(state, at, policy)
+    return None if reason == "probe-admitted" else reason
 
 
 def is_quiet(state: BreakerState, policy: Policy) -> bool:

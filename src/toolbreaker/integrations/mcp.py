@@ -264,7 +264,7 @@ class _BreakerStep:
         if not isinstance(exc, Exception):
             raise exc
         # The breaker's own wording: tool-unavailable when this failure opened it.
-        return self._breaker._failure_result(self._tool, exc)
+        return self._breaker.failure_result(self._tool, exc)
 
 
 def _refuse(_request: ActionRequest) -> bool:

@@ -220,7 +220,7 @@ class _BreakerStep:
 
     def succeeded(self, result: Any) -> Any:
         assert self.permit is not None
-        self.breaker._record_result(self.permit, result)
+        self.breaker.record_result(self.permit, result)
         return result
 
     def failed(self, exc: BaseException) -> Any:
@@ -228,7 +228,7 @@ class _BreakerStep:
         self.permit.record(exc)
         if not isinstance(exc, Exception):
             raise exc
-        return self.breaker._failure_result(self.tool, exc)
+        return self.breaker.failure_result(self.tool, exc)
 
 
 @dataclasses.dataclass(eq=False)

@@ -7,7 +7,7 @@ Two paths, one decision-maker. Every transition is computed by the core's ``appl
 inside the store. The shell only skips the store when the core has already said what
 would happen: in a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a request is
 admitted and a success changes nothing; in a cooling-down open state
-(:func:`~toolbreaker.core.admission`) a request is rejected and changes nothing. Those
+(:func:`~toolbreaker.core.machine.idle_rejection`) a request is rejected and changes nothing. Those
 two cases are most calls, and they cost no lock, no allocation of records and no I/O.
 """
 
@@ -25,7 +25,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
-from toolbreaker.core.machine import admission, is_quiet
+from toolbreaker.core.machine import idle_rejection, is_quiet
 from toolbreaker.core.policy import Policy
 from toolbreaker.core.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
 from toolbreaker.errors import (
@@ -61,7 +61,18 @@ Enforce = Literal["thread", "cooperative"]
 Listener = Callable[[Transition, "Breaker"], None]
 
 _UNSET: Final[Any] = object()
-_PROCESS_TOKEN: Final = f"{os.getpid():x}.{os.urandom(3).hex()}"
+_process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
+
+
+def _new_process_token() -> None:
+    # A forked worker must not reuse its parent's call ids: two probes with one id would
+    # make the shared state invalid (duplicate leases load as corrupt).
+    global _process_token  # noqa: PLW0603 - one token per process, by design
+    _process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_new_process_token)
 _TIMEOUT: Final = Verdict("failure", "timeout")
 _LATE: Final = Verdict("ambiguous", "late-result")
 _STORE_DOWN: Final = "store-unavailable"
@@ -320,9 +331,13 @@ class Breaker:
         view = self._view.state
         return view if view is not None else self.store.load(self.key, self.policy)
 
-    def retry_after_ms(self) -> int | None:
-        """Milliseconds until a rejected request could be admitted, if known."""
-        state = self.state
+    def retry_after_ms(self, state: BreakerState | None = None) -> int | None:
+        """Milliseconds until a rejected request could be admitted, if known.
+
+        ``state`` defaults to the current state as this process sees it.
+        """
+        if state is None:
+            state = self.state
         if state.phase == OPEN and state.open_until is not None and not state.isolated:
             return max(0, state.open_until - self.clock())
         if state.phase == HALF_OPEN and state.leases:
@@ -362,8 +377,8 @@ class Breaker:
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
             if state.phase == OPEN:
-                reason = admission(state, now, self.policy)
-                if reason != "probe-admitted":
+                reason = idle_rejection(state, now, self.policy)
+                if reason is not None:
                     stats.rejected += 1
                     return Rejection(self, reason, _remaining(state, now))
             elif self._remember_quiet(state):
@@ -372,7 +387,7 @@ class Breaker:
         return self._admit(now, deadline)
 
     def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
-        call = f"{_PROCESS_TOKEN}.{next(self._ids)}"
+        call = f"{_process_token}.{next(self._ids)}"
         try:
             state, records = self.store.apply(
                 self.key, Event("request", now, self.key, call=call), self.policy
@@ -386,7 +401,7 @@ class Breaker:
             self.stats.admitted += 1
             return Permit(self, call, last.generation, now, deadline, last.to_phase == HALF_OPEN)
         self.stats.rejected += 1
-        return Rejection(self, last.reason, self.retry_after_ms())
+        return Rejection(self, last.reason, self.retry_after_ms(state))
 
     def _settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
         kind = verdict.kind
@@ -470,9 +485,7 @@ class Breaker:
                 and self._view.state is state
             ):
                 return result
-            self._record_result(
-                Permit(self, None, state.generation, start, deadline, False), result
-            )
+            self.record_result(Permit(self, None, state.generation, start, deadline, False), result)
             return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
@@ -487,7 +500,7 @@ class Breaker:
         except BaseException as exc:
             permit.record(exc)
             raise
-        self._record_result(permit, result)
+        self.record_result(permit, result)
         return result
 
     async def acall(
@@ -524,9 +537,7 @@ class Breaker:
                 and self._view.state is state
             ):
                 return result
-            self._record_result(
-                Permit(self, None, state.generation, start, deadline, False), result
-            )
+            self.record_result(Permit(self, None, state.generation, start, deadline, False), result)
             return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
@@ -545,21 +556,25 @@ class Breaker:
         except BaseException as exc:
             permit.record(exc)
             raise
-        self._record_result(permit, result)
+        self.record_result(permit, result)
         return result
 
     def _reject_if_cooling(self, state: BreakerState, now: int) -> None:
         """Raise the core's local rejection while open, when it changes nothing."""
         if self._listeners:
             return
-        reason = admission(state, now, self.policy)
-        if reason != "probe-admitted":
+        reason = idle_rejection(state, now, self.policy)
+        if reason is not None:
             self.stats.rejected += 1
             until = state.open_until
             wait = None if until is None or state.isolated else until - now
             raise _circuit_open(self.key, reason, wait, self._render)
 
-    def _record_result(self, permit: Permit, result: object) -> None:
+    def record_result(self, permit: Permit, result: object) -> None:
+        """Settle ``permit`` with a returned result.
+
+        A success, unless ``result_is_failure`` says the result is an error in disguise.
+        """
         predicate = self.result_is_failure
         if predicate is not None and predicate(result):
             permit.record(Verdict("failure", "result-predicate"))
@@ -588,7 +603,7 @@ class Breaker:
         except BaseException as exc:
             permit.record(exc)
             raise
-        self._record_result(permit, result)
+        self.record_result(permit, result)
         return result
 
     def _late(self, future: concurrent.futures.Future[Any]) -> None:
@@ -655,7 +670,7 @@ class Breaker:
                     except CircuitOpen as exc:
                         return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                        return self._failure_result(name, exc)
+                        return self.failure_result(name, exc)
 
                 return async_tool
 
@@ -666,21 +681,27 @@ class Breaker:
                 except CircuitOpen as exc:
                     return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                    return self._failure_result(name, exc)
+                    return self.failure_result(name, exc)
 
             return sync_tool
 
         return decorate(fn) if fn is not None else decorate
 
-    def _failure_result(self, name: str, exc: Exception) -> dict[str, Any]:
+    def failure_result(self, tool: str, exc: BaseException) -> dict[str, Any]:
+        """What the model should read after ``tool`` failed with ``exc`` (already recorded).
+
+        The tool-unavailable result when the breaker is now open (this failure may just
+        have opened it: the model hears it now, not one wasted call later); otherwise an
+        error result that says whether retrying can help.
+        """
         state = self._view.state
         if state is not None and state.phase == OPEN:
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
-            return self._unavailable("opened", self.retry_after_ms(), tool=name)
+            return self._unavailable("opened", self.retry_after_ms(), tool=tool)
         verdict = self.classify(exc)
         retryable = self.retryable and verdict.kind in ("failure", "ambiguous")
-        return error_result(name, exc, retryable=retryable)
+        return error_result(tool, exc, retryable=retryable)
 
     def _unavailable(
         self, reason: str, retry_after_ms: int | None, *, tool: str | None = None

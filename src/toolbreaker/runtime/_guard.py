@@ -493,7 +493,7 @@ class RunGuard:
                 "error": f"{type(exc).__name__}: {exc}"[:500],
                 "retryable": verdict.kind == "failure",
             }
-        result = spec.breaker._failure_result(spec.name, exc)
+        result = spec.breaker.failure_result(spec.name, exc)
         if result.get("tool_unavailable"):
             # This failure opened the dependency's breaker.
             return self._dependency_down(plan, result, result["retry_after_seconds"], "opened")
@@ -714,7 +714,7 @@ class GuardStep:
         self._settle()
         permit = self._plan.permit
         if permit is not None:
-            self._plan.spec.breaker._record_result(permit, result)  # type: ignore[union-attr]
+            self._plan.spec.breaker.record_result(permit, result)  # type: ignore[union-attr]
         return self._guard._succeeded(self._plan, result)
 
     def failed(self, exc: BaseException) -> Any:

@@ -155,8 +155,9 @@ class SQLiteStore:
             self._refeed = False
             self._start_poller()
         token = self._book.token(view)
-        state, version = self._locked(key, lambda conn: self._transact(conn, key, event, policy))
-        new, records = state
+        (new, records), version = self._locked(
+            key, lambda conn: self._transact(conn, key, event, policy)
+        )
         self._book.learn(view, new, version, token)
         return new, records
 
@@ -183,6 +184,8 @@ class SQLiteStore:
             return view.state
         self._book.check(f"SQLite store {self.path!r}", key)
         row = self._locked(key, lambda conn: conn.execute(_READ, (key,)).fetchone(), write=False)
+        # Not learned into the view: readers never wait for a writer, so a read proves
+        # nothing about whether this process could record an outcome.
         return _row(row, policy)[0]
 
     # -- journal ------------------------------------------------------------------------

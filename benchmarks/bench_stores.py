@@ -1,0 +1,464 @@
+"""Shared breaker state: toolbreaker's SQLite and Redis stores against pybreaker and purgatory.
+
+Run ``python benchmarks/bench_stores.py`` (about a minute; ``--seconds`` sets the length
+of each measurement, 2 by default). It starts its own redis-server on a free loopback port
+(``--save '' --appendonly no``) and stops it at the end; every library talks to that one
+server.
+
+What is measured, for 1 and 4 worker processes (spawned, each with its own client):
+
+- ``calls/s``: guarded calls of a no-op per second, all processes together, closed and
+  with the breaker open (a rejection is a call too);
+- ``cmds/call``: Redis commands the server executed per call (``INFO commandstats``
+  deltas, including the commands a script runs);
+- ``trips/call``: requests a client sent per call: the same, less the commands run inside
+  toolbreaker's scripts (the peers use no scripts). For the SQLite store: write
+  transactions per call.
+
+Then, one process: toolbreaker's round trips per operation (closed success, local
+rejection, failure, half-open lease, probe success); and a contention check: 4 processes
+record 10 failures each, at once, against a threshold of 40: the breaker must be open.
+
+toolbreaker runs with ``enforce="cooperative"`` (the call runs inline, as the peers run
+it) and, for Redis, ``clock=store.clock``. purgatory runs through its asyncio factory:
+its synchronous Redis backend calls an asyncio client without awaiting it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from toolbreaker import Breaker, CircuitOpen, Policy
+from toolbreaker.runtime._clock import monotonic_ms
+from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.testing import FakeClock
+
+try:
+    import purgatory
+    import pybreaker
+    from purgatory.domain.model import OpenedState
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    sys.exit(f"missing benchmark peer ({exc.name}); install them with: pip install -e '.[bench]'")
+
+LIBS = ("toolbreaker Redis", "toolbreaker SQLite", "pybreaker Redis", "purgatory Redis")
+#: Commands only toolbreaker's scripts run, never a client: not round trips.
+SCRIPT_ONLY = {"time", "type", "hmget", "hset", "hdel", "pexpire", "persist", "publish", "del"}
+#: Commands of the harness itself.
+HARNESS = {"info", "config", "client", "hello", "ping", "subscribe", "select", "flushall"}
+HUGE_MS = 10**9
+OPEN_POLICY = Policy(failure_threshold=1, cooldown_ms=HUGE_MS, cooldown_max_ms=HUGE_MS)
+
+
+def ok() -> None:
+    return None
+
+
+def boom() -> None:
+    raise ConnectionRefusedError("the dependency is down")
+
+
+# -- one library, one process -------------------------------------------------------------
+
+
+class Subject:
+    """One library's guarded call, built inside a worker process."""
+
+    def __init__(self, lib: str, target: str, key: str, threshold: int = 1) -> None:
+        self.lib = lib
+        self.key = key
+        self.transactions = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        if lib.startswith("toolbreaker"):
+            if lib.endswith("Redis"):
+                self.store: Any = RedisStore(target)
+                clock = self.store.clock
+            else:
+                self.store = SQLiteStore(target)
+                clock = monotonic_ms
+                transact = self.store._transact
+
+                def counted(*args: Any) -> Any:
+                    self.transactions += 1
+                    return transact(*args)
+
+                self.store._transact = counted
+            policy = Policy(
+                failure_threshold=threshold, cooldown_ms=HUGE_MS, cooldown_max_ms=HUGE_MS
+            )
+            self.breaker = Breaker(
+                key, policy=policy, store=self.store, clock=clock, timeout=10, enforce="cooperative"
+            )
+        elif lib.startswith("pybreaker"):
+            self.client = redis.Redis.from_url(target)
+            storage = pybreaker.CircuitRedisStorage(
+                pybreaker.STATE_CLOSED, self.client, namespace=key
+            )
+            self.pybreaker = pybreaker.CircuitBreaker(
+                fail_max=threshold, reset_timeout=HUGE_MS, state_storage=storage
+            )
+        else:
+            self.loop = asyncio.new_event_loop()
+            self.factory = purgatory.AsyncCircuitBreakerFactory(
+                default_threshold=threshold,
+                default_ttl=HUGE_MS,
+                uow=purgatory.AsyncRedisUnitOfWork(target),
+            )
+            self.loop.run_until_complete(self.factory.initialize())
+
+    def warm(self) -> None:
+        """A few calls; for toolbreaker, until the view is fed (the steady state)."""
+        deadline = time.monotonic() + 3
+        for _ in range(20):
+            self.calls(1, fail=False)
+        if self.lib.startswith("toolbreaker"):
+            while self.breaker._view.state is None and time.monotonic() < deadline:
+                self.calls(1, fail=False)
+                time.sleep(0.005)
+
+    def calls(self, count: int, *, fail: bool) -> int:
+        """Make ``count`` guarded calls; returns how many were rejected."""
+        fn = boom if fail else ok
+        rejected = 0
+        if self.loop is not None:
+            return self.loop.run_until_complete(self._purgatory(count, fail))
+        for _ in range(count):
+            try:
+                if self.lib.startswith("toolbreaker"):
+                    self.breaker.call(fn)
+                else:
+                    self.pybreaker.call(fn)
+            except (CircuitOpen, pybreaker.CircuitBreakerError):
+                rejected += 1
+            except ConnectionRefusedError:
+                pass
+        return rejected
+
+    async def _purgatory(self, count: int, fail: bool) -> int:
+        rejected = 0
+        for _ in range(count):
+            try:
+                async with await self.factory.get_breaker(self.key):
+                    if fail:
+                        boom()
+            except OpenedState:
+                rejected += 1
+            except ConnectionRefusedError:
+                pass
+        return rejected
+
+    def is_open(self) -> bool:
+        if self.lib.startswith("toolbreaker"):
+            return bool(self.store.load(self.key, self.breaker.policy).phase == "open")
+        return self.calls(1, fail=False) == 1
+
+    def close(self) -> None:
+        if self.lib.startswith("toolbreaker"):
+            self.store.close()
+        elif self.lib.startswith("pybreaker"):
+            self.client.close()
+        elif self.loop is not None:
+            repository = self.factory.uow.contexts
+            self.loop.run_until_complete(repository.redis.aclose())
+            self.loop.close()
+
+
+def run_worker(
+    lib: str, target: str, key: str, scenario: str, start_ns: int, stop_ns: int
+) -> tuple[int, int, int]:
+    """Call in a loop from start to stop; returns (calls, rejections, transactions)."""
+    subject = Subject(lib, target, key)
+    try:
+        subject.warm()
+        subject.transactions = 0
+        while time.monotonic_ns() < start_ns:
+            time.sleep(0.001)
+        calls = rejected = 0
+        while time.monotonic_ns() < stop_ns:
+            rejected += subject.calls(100, fail=False)
+            calls += 100
+        return calls, rejected, subject.transactions
+    finally:
+        subject.close()
+
+
+def contend(lib: str, target: str, key: str, start_ns: int, failures: int, threshold: int) -> int:
+    subject = Subject(lib, target, key, threshold=threshold)
+    try:
+        while time.monotonic_ns() < start_ns:
+            time.sleep(0.001)
+        return subject.calls(failures, fail=True)
+    finally:
+        subject.close()
+
+
+def open_breaker(lib: str, target: str, key: str) -> None:
+    subject = Subject(lib, target, key)
+    try:
+        subject.calls(1, fail=True)
+        assert subject.is_open(), f"{lib} did not open"
+    finally:
+        subject.close()
+
+
+def check_open(lib: str, target: str, key: str, threshold: int) -> bool:
+    subject = Subject(lib, target, key, threshold=threshold)
+    try:
+        return subject.is_open()
+    finally:
+        subject.close()
+
+
+# -- the server and the counting -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+    if binary is None:
+        sys.exit("redis-server not found: apt-get install redis-server")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as directory:
+        process = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                directory,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        url = f"redis://127.0.0.1:{port}/0"
+        try:
+            with redis.Redis.from_url(url) as client:
+                for _ in range(500):
+                    with contextlib.suppress(redis.ConnectionError):
+                        if client.ping():
+                            break
+                    time.sleep(0.01)
+            yield url
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def commands(client: redis.Redis) -> dict[str, int]:
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def per_call(before: dict[str, int], after: dict[str, int], calls: int) -> tuple[float, float]:
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    delta = {k: v for k, v in delta.items() if k not in HARNESS and v > 0}
+    total = sum(delta.values())
+    trips = total - sum(v for k, v in delta.items() if k in SCRIPT_ONLY)
+    return total / calls, trips / calls
+
+
+# -- the tables ------------------------------------------------------------------------------
+
+
+def throughput(
+    pool: Any, url: str, directory: str, seconds: float
+) -> dict[tuple[str, int, str], dict[str, float]]:
+    results: dict[tuple[str, int, str], dict[str, float]] = {}
+    with redis.Redis.from_url(url) as client:
+        for scenario in ("closed", "open"):
+            for procs in (1, 4):
+                for lib in LIBS:
+                    key = f"bench-{uuid.uuid4().hex[:8]}"
+                    target = str(Path(directory, f"{key}.db")) if "SQLite" in lib else url
+                    if scenario == "open":
+                        pool.apply(open_breaker, (lib, target, key))
+                    start = (
+                        time.monotonic_ns() + 700_000_000
+                    )  # each worker connects and warms up first
+                    stop = start + int(seconds * 1e9)
+                    job = pool.starmap_async(
+                        run_worker, [(lib, target, key, scenario, start, stop)] * procs
+                    )
+                    while time.monotonic_ns() < start:
+                        time.sleep(0.0005)
+                    before = commands(client)
+                    done = job.get(timeout=60)
+                    after = commands(client)
+                    calls = sum(d[0] for d in done)
+                    rejected = sum(d[1] for d in done)
+                    expected = calls if scenario == "open" else 0
+                    assert rejected == expected, f"{lib} {scenario}: {rejected} of {calls} rejected"
+                    cmds, trips = per_call(before, after, calls)
+                    if "SQLite" in lib:
+                        cmds, trips = float("nan"), sum(d[2] for d in done) / calls
+                    results[(lib, procs, scenario)] = {
+                        "rate": calls / seconds,
+                        "cmds": cmds,
+                        "trips": trips,
+                    }
+    return results
+
+
+def attempt(fn: Any, *args: Any) -> None:
+    with contextlib.suppress(CircuitOpen, ConnectionRefusedError):
+        fn(*args)
+
+
+def round_trips_of(kind: str, url: str, directory: str) -> dict[str, float]:
+    """toolbreaker's round trips per operation on one store, one process."""
+    policy = Policy(failure_threshold=2, cooldown_ms=1000, success_threshold=1)
+    clock = FakeClock()
+    key = f"trips-{uuid.uuid4().hex[:8]}"
+    transactions = [0]
+    if kind == "Redis":
+        store: Any = RedisStore(url)
+    else:
+        store = SQLiteStore(Path(directory, f"{key}.db"))
+        transact = store._transact
+
+        def counting(*args: Any) -> Any:
+            transactions[0] += 1
+            return transact(*args)
+
+        store._transact = counting
+    client = redis.Redis.from_url(url)
+    breaker = Breaker(
+        key, policy=policy, store=store, clock=clock, timeout=10, enforce="cooperative"
+    )
+
+    def trips() -> int:
+        if kind == "SQLite":
+            return transactions[0]
+        stats = commands(client)
+        return stats.get("evalsha", 0) + stats.get("eval", 0)
+
+    out: dict[str, float] = {}
+    deadline = time.monotonic() + 3
+    while breaker._view.state is None and time.monotonic() < deadline:
+        breaker.call(ok)
+        time.sleep(0.005)
+    steps: list[tuple[str, Any, int]] = [
+        ("closed success", ok, 1000),
+        ("failure (closed)", boom, 1),
+        ("failure that opens", boom, 1),
+        ("local rejection (open)", ok, 1000),
+    ]
+    for label, fn, times in steps:
+        first = trips()
+        for _ in range(times):
+            attempt(breaker.call, fn)
+        out[label] = (trips() - first) / times
+    clock.advance(1000)
+    first = trips()
+    permit = breaker.allow()
+    out["half-open lease"] = trips() - first
+    assert permit.admitted
+    first = trips()
+    permit.record("success")
+    out["probe success (closes)"] = trips() - first
+    assert breaker.state.phase == "closed"
+    store.close()
+    client.close()
+    return out
+
+
+def contention(pool: Any, url: str, directory: str) -> list[tuple[str, str]]:
+    out = []
+    for lib in LIBS:
+        key = f"contend-{uuid.uuid4().hex[:8]}"
+        target = str(Path(directory, f"{key}.db")) if "SQLite" in lib else url
+        start = time.monotonic_ns() + 700_000_000
+        pool.starmap(contend, [(lib, target, key, start, 10, 40)] * 4)
+        opened = pool.apply(check_open, (lib, target, key, 40))
+        out.append((lib, "open" if opened else "still CLOSED after 40 failures: updates lost"))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="length of each measurement")
+    args = parser.parse_args()
+    versions = {name: metadata.version(name) for name in ("redis", "pybreaker", "purgatory")}
+    with redis_server() as url, tempfile.TemporaryDirectory() as directory:
+        with redis.Redis.from_url(url) as client:
+            server = client.info("server")["redis_version"]
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(4) as pool:
+            pool.map(time.sleep, [1.0] * 4, chunksize=1)  # every worker boots and imports
+            table = throughput(pool, url, directory, args.seconds)
+            fights = contention(pool, url, directory)
+            pool.close()
+            pool.join()
+        on_redis = round_trips_of("Redis", url, directory)
+        on_sqlite = round_trips_of("SQLite", url, directory)
+
+    print(
+        f"redis-server {server}, redis-py {versions['redis']}, "
+        f"pybreaker {versions['pybreaker']}, purgatory {versions['purgatory']}; "
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.seconds:g} s each"
+    )
+    print()
+    header = (
+        f"{'store':<20} {'procs':>5} {'state':>7} {'calls/s':>10} {'cmds/call':>10} "
+        f"{'trips/call':>11}"
+    )
+    print(header)
+    print("-" * len(header))
+    for scenario in ("closed", "open"):
+        for procs in (1, 4):
+            for lib in LIBS:
+                row = table[(lib, procs, scenario)]
+                cmds = "-" if row["cmds"] != row["cmds"] else f"{row['cmds']:.2f}"
+                print(
+                    f"{lib:<20} {procs:>5} {scenario:>7} {row['rate']:>10,.0f} {cmds:>10} "
+                    f"{row['trips']:>11.3f}"
+                )
+    print()
+    print("ratios (calls/s of toolbreaker over the peer's, same state and processes):")
+    for scenario in ("closed", "open"):
+        for procs in (1, 4):
+            for ours in ("toolbreaker Redis", "toolbreaker SQLite"):
+                mine = table[(ours, procs, scenario)]["rate"]
+                parts = [
+                    f"{mine / table[(peer, procs, scenario)]['rate']:5.1f}x {peer.split()[0]}"
+                    for peer in ("pybreaker Redis", "purgatory Redis")
+                ]
+                print(f"  {ours:<19} {scenario:>6}, {procs} proc: " + "   ".join(parts))
+    print()
+    print(
+        "toolbreaker round trips per operation (Redis: scripts sent; SQLite: write transactions):"
+    )
+    for label, value in on_redis.items():
+        print(f"  {label:<26} Redis {value:5.2f}   SQLite {on_sqlite[label]:5.2f}")
+    print()
+    print("contention: 4 processes x 10 failures at once, threshold 40:")
+    for lib, verdict in fights:
+        print(f"  {lib:<20} {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,450 @@
+"""The store conformance suite: every store must pass it, the in-memory reference included.
+
+A test module subclasses :class:`StoreContract` and provides:
+
+- the ``store`` fixture: a fresh store, closed when the test ends;
+- the ``twin`` fixture: a second handle on the same shared state, as another process
+  would open it (the in-memory store, which shares nothing, returns ``store`` itself);
+- :meth:`StoreContract.write_raw`: put raw text where the state of a key is persisted;
+- ``shared``: whether states are shared between handles (tests of propagation need it).
+
+Every transition is checked against the pure core: a store must return exactly what
+:func:`toolbreaker.core.apply` returns for the same state and event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolbreaker import BreakerState, Event, Policy, Transition
+from toolbreaker.core import apply
+from toolbreaker.core.state import CORRUPT
+
+POLICY = Policy(failure_threshold=3, cooldown_ms=20_000, success_threshold=2, probe_limit=1)
+
+#: Stored texts that must all load as the core's recovered-from-corruption open state.
+CORRUPT_TEXTS = [
+    "not json",
+    "",
+    "[]",
+    "{}",
+    '"closed"',
+    '{"state": "ajar"}',
+    '{"state": "closed", "failures": [-5]}',
+    '{"state": "closed", "generation": "7"}',
+    '{"state": "closed", "generation": 1.5}',
+    '{"state": "closed", "extra": 1}',
+    '{"state": "open"}',
+    '{"state": "half_open", "leases": [{"call": "a", "admitted_at": 1}, '
+    '{"call": "b", "admitted_at": 1}]}',
+    '{"schema": "toolbreaker.state/v0", "state": "closed"}',
+    '{"state": "closed", "failures": [1, 2, 3]}',
+    "[" * 5000,
+]
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 3.0) -> float:
+    """Poll ``predicate`` until it holds; return the seconds it took (fail on timeout)."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"condition not reached within {timeout} s")
+        time.sleep(0.002)
+    return time.monotonic() - start
+
+
+def fork_and_check(check) -> int:
+    """Run ``check()`` in a forked child; return its exit code (0 when it returned True)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            code = 0 if check() else 1
+        except BaseException:  # noqa: BLE001 - anything means the check failed
+            code = 2
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+class Twin:
+    """Feeds the same events to a store and to the pure core; they must agree exactly."""
+
+    def __init__(self, store: Any, key: str, policy: Policy) -> None:
+        self.store = store
+        self.key = key
+        self.policy = policy
+        self.state = BreakerState()
+        self.unsettled: dict[str, int] = {}
+        self.calls = 0
+
+    def feed(self, event: Event) -> tuple[Transition, ...]:
+        expected_state, expected = apply(self.state, event, self.policy)
+        state, records = self.store.apply(self.key, event, self.policy)
+        assert records == expected
+        assert state == expected_state
+        self.state = state
+        if event.type == "request" and records[-1].attempted and event.call is not None:
+            self.unsettled[event.call] = records[-1].generation
+        return records
+
+    def request(self, at: int) -> Transition:
+        self.calls += 1
+        return self.feed(Event("request", at, self.key, call=f"c{self.calls}"))[-1]
+
+    def outcome(self, kind: str, at: int, call: str | None = None) -> Transition:
+        call = call if call is not None else next(iter(self.unsettled))
+        generation = self.unsettled.pop(call)
+        return self.feed(Event(kind, at, self.key, call=call, generation=generation))[-1]
+
+    def trip(self, at: int = 0) -> int:
+        """Open the breaker with threshold failures from ``at``; returns the last instant."""
+        for n in range(self.policy.failure_threshold):
+            self.request(at + 2 * n)
+            self.outcome("failure", at + 2 * n + 1, call=f"c{self.calls}")
+        return at + 2 * self.policy.failure_threshold - 1
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Policy, list[tuple[int, str, int]]]:
+    """A policy and (delay, kind, pick) steps; outcomes settle a picked unsettled call."""
+    policy = Policy(
+        failure_threshold=draw(st.integers(1, 4)),
+        window_ms=draw(st.one_of(st.none(), st.integers(1, 200))),
+        cooldown_ms=draw(st.integers(1, 100)),
+        cooldown_multiplier=draw(st.integers(1, 3)),
+        cooldown_max_ms=400,
+        probe_limit=draw(st.integers(1, 3)),
+        success_threshold=draw(st.integers(1, 3)),
+        lease_ttl_ms=draw(st.integers(1, 150)),
+    )
+    kinds = st.sampled_from(["request", "request", "success", "failure", "ignored", "ambiguous"])
+    steps = draw(st.lists(st.tuples(st.integers(0, 60), kinds, st.integers(0, 10)), max_size=40))
+    return policy, steps
+
+
+class StoreContract:
+    """The tests every store passes."""
+
+    shared: ClassVar[bool] = True
+
+    def write_raw(self, store: Any, key: str, raw: str, policy: Policy) -> None:
+        raise NotImplementedError
+
+    async def close_async(self, store: Any) -> None:
+        """Release what ``aapply`` opened (a store with an asyncio client overrides this)."""
+
+    @pytest.fixture
+    def key(self) -> str:
+        return f"dep-{uuid.uuid4().hex[:12]}"
+
+    # -- the core's transitions, through the store ---------------------------------------
+
+    def test_a_new_key_is_closed(self, store, key):
+        """A key never seen loads as the initial closed state."""
+        assert store.load(key, POLICY) == BreakerState()
+
+    def test_view_is_one_object_per_key(self, store, key):
+        """view() returns the same object for the same key, and its key."""
+        assert store.view(key) is store.view(key)
+        assert store.view(key).key == key
+
+    def test_threshold_failure_opens(self, store, key):
+        """The failure that reaches failure_threshold opens the breaker."""
+        twin = Twin(store, key, POLICY)
+        twin.trip()
+        assert twin.state.phase == "open"
+        assert store.load(key, POLICY) == twin.state
+
+    def test_success_resets_consecutive_failures(self, store, key):
+        """Without a window, a success resets the count."""
+        twin = Twin(store, key, POLICY)
+        for at in (0, 2):
+            twin.request(at)
+            twin.outcome("failure", at + 1)
+        twin.request(4)
+        twin.outcome("success", 5)
+        twin.request(6)
+        assert twin.outcome("failure", 7).to_phase == "closed"
+
+    def test_window_counts_recent_failures_only(self, store, key):
+        """With a window, only failures younger than window_ms count."""
+        twin = Twin(store, key, Policy(failure_threshold=2, window_ms=100))
+        twin.request(0)
+        twin.outcome("failure", 0)
+        twin.request(200)
+        assert twin.outcome("failure", 200).to_phase == "closed"
+        twin.request(250)
+        assert twin.outcome("failure", 250).to_phase == "open"
+
+    def test_deadline_admits_one_probe_and_then_probe_limit(self, store, key):
+        """At the cooldown deadline one request probes; the next one gets probe-limit."""
+        twin = Twin(store, key, POLICY)
+        last = twin.trip()
+        deadline = last + POLICY.cooldown_ms
+        assert twin.request(deadline - 1).reason == "cooldown"
+        assert twin.request(deadline).reason == "probe-admitted"
+        assert twin.request(deadline).reason == "probe-limit"
+
+    def test_probe_quorum_closes_and_failed_probe_reopens(self, store, key):
+        """success_threshold probe successes close; a failed probe reopens at once."""
+        twin = Twin(store, key, POLICY)
+        deadline = twin.trip() + POLICY.cooldown_ms
+        twin.request(deadline)
+        assert twin.outcome("success", deadline + 1).reason == "probe-success"
+        twin.request(deadline + 2)
+        assert twin.outcome("success", deadline + 3).reason == "probe-quorum"
+        assert twin.state.phase == "closed"
+        deadline = twin.trip(deadline + 10) + POLICY.cooldown_ms
+        twin.request(deadline)
+        assert twin.outcome("ambiguous", deadline + 1).to_phase == "open"
+
+    def test_expired_lease_reopens_at_its_expiry_instant(self, store, key):
+        """A probe never settled expires at admitted_at + lease_ttl_ms and reopens."""
+        policy = Policy(failure_threshold=1, cooldown_ms=100, lease_ttl_ms=50)
+        twin = Twin(store, key, policy)
+        deadline = twin.trip() + 100
+        twin.request(deadline)
+        assert twin.request(deadline + 49).reason == "probe-limit"
+        records = twin.feed(Event("request", deadline + 50, key, call="late"))
+        assert [r.reason for r in records] == ["lease-expired", "cooldown"]
+        assert records[0].event.at == deadline + 50
+        assert store.load(key, policy).phase == "open"
+
+    def test_stale_outcomes_change_nothing(self, store, key):
+        """An outcome of a call admitted in an older generation is stale and changes nothing."""
+        twin = Twin(store, key, POLICY)
+        twin.request(0)  # c1, admitted in generation 0, settled late
+        deadline = twin.trip(1) + POLICY.cooldown_ms
+        twin.request(deadline)
+        before = store.load(key, POLICY)
+        record = twin.outcome("success", deadline + 1, call="c1")
+        assert record.reason == "stale-outcome"
+        assert store.load(key, POLICY) == before
+
+    def test_isolate_and_release(self, store, key):
+        """An operator's isolation holds until released; release starts a closed generation."""
+        twin = Twin(store, key, POLICY)
+        twin.feed(Event("isolate", 0, key, call="operator:x"))
+        assert twin.request(10**9).reason == "isolated"
+        twin.feed(Event("release", 10**9 + 1, key, call="operator:x"))
+        assert twin.request(10**9 + 2).reason == "call-admitted"
+
+    @settings(
+        max_examples=25,
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.differing_executors,  # one class of tests, run once per store
+        ],
+    )
+    @given(scenario=scenarios())
+    def test_agrees_with_the_core_on_random_traces(self, store, scenario):
+        """Any valid sequence of events gives the core's records and states, one by one."""
+        policy, steps = scenario
+        twin = Twin(store, f"dep-{uuid.uuid4().hex[:12]}", policy)
+        now = 0
+        for delay, kind, pick in steps:
+            now += delay
+            if kind == "request" or not twin.unsettled:
+                twin.request(now)
+            else:
+                calls = list(twin.unsettled)
+                twin.outcome(kind, now, calls[pick % len(calls)])
+        assert store.load(twin.key, policy) == twin.state
+
+    # -- concurrency ------------------------------------------------------------------
+
+    @pytest.mark.parametrize("probe_limit", [1, 3])
+    def test_concurrent_half_open_admission(self, store, twin, key, probe_limit):
+        """Many requests at the cooldown deadline at once: exactly probe_limit probes."""
+        policy = Policy(failure_threshold=1, cooldown_ms=1000, probe_limit=probe_limit)
+        Twin(store, key, policy).trip()
+        handles = [store, twin]
+        barrier = threading.Barrier(16)
+        records: list[Transition] = []
+        errors: list[BaseException] = []
+
+        def request(n: int) -> None:
+            barrier.wait()
+            try:
+                event = Event("request", 1001, key, call=f"p{n}")
+                records.append(handles[n % 2].apply(key, event, policy)[1][-1])
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=request, args=(n,)) for n in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == [], errors
+        assert sum(r.attempted for r in records) == probe_limit
+        assert {r.reason for r in records if not r.attempted} == {"probe-limit"}
+        state = store.load(key, policy)
+        assert state.phase == "half_open"
+        assert len(state.leases) == probe_limit
+
+    def test_no_lost_update_under_thread_contention(self, store, twin, key):
+        """Concurrent failures from several threads and handles are all counted."""
+        policy = Policy(failure_threshold=1000)
+        handles = [store, twin]
+        barrier = threading.Barrier(8)
+        errors: list[BaseException] = []
+
+        def fail(n: int) -> None:
+            barrier.wait()
+            try:
+                for i in range(25):
+                    event = Event("failure", i, key, call=f"t{n}.{i}", generation=0)
+                    handles[n % 2].apply(key, event, policy)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=fail, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == [], errors
+        assert len(store.load(key, policy).failures) == 200
+
+    # -- fail closed ------------------------------------------------------------------
+
+    @pytest.mark.parametrize("raw", CORRUPT_TEXTS, ids=range(len(CORRUPT_TEXTS)))
+    def test_corrupt_state_loads_open_and_recovers_through_the_core(self, store, twin, key, raw):
+        """Stored state that does not validate loads open; its cooldown starts at first touch."""
+        self.write_raw(store, key, raw, POLICY)
+        assert twin.load(key, POLICY) == CORRUPT
+        expected_state, expected = apply(CORRUPT, Event("request", 500, key, call="x"), POLICY)
+        state, records = store.apply(key, Event("request", 500, key, call="x"), POLICY)
+        assert (state, records) == (expected_state, expected)
+        assert records[-1].reason == "cooldown"
+        assert state.open_until == 500 + POLICY.cooldown_ms
+        assert state.recovered_from_corruption
+        assert twin.load(key, POLICY) == state
+
+    def test_a_view_never_holds_a_state_the_fast_path_cannot_leave(self, store, key):
+        """A corrupt state is never offered to the fast path: its cooldown needs the store."""
+        if not self.shared:
+            pytest.skip("the in-memory store keeps whatever it is forced to")
+        view = store.view(key)
+        self.write_raw(store, key, "garbage", POLICY)
+        assert store.load(key, POLICY) == CORRUPT
+        assert view.state is None
+
+    # -- async ------------------------------------------------------------------------
+
+    def test_aapply_agrees_with_the_core(self, store, key):
+        """aapply gives the same records as the core, without blocking the loop."""
+
+        async def main() -> list[str]:
+            try:
+                state = BreakerState()
+                reasons = []
+                for n in range(6):
+                    if n % 2 == 0:
+                        event = Event("request", n, key, call=f"a{n}")
+                    else:
+                        event = Event("failure", n, key, call=f"a{n - 1}", generation=0)
+                    expected_state, expected = apply(state, event, POLICY)
+                    state, records = await store.aapply(key, event, POLICY)
+                    assert (state, records) == (expected_state, expected)
+                    reasons.append(records[-1].reason)
+                return reasons
+            finally:
+                await self.close_async(store)
+
+        reasons = asyncio.run(main())
+        assert reasons[-1] == "qualifying-failure"
+        assert store.load(key, POLICY).phase == "open"
+
+    # -- propagation between handles ---------------------------------------------------
+
+    def _fed_view(self, store: Any, key: str) -> Any:
+        """A view of ``key`` that the store keeps current (after one confirming load)."""
+        view = store.view(key)
+
+        def trusted() -> bool:
+            store.load(key, POLICY)
+            return view.state is not None
+
+        wait_for(trusted)
+        return view
+
+    def test_an_opening_reaches_other_handles_views(self, store, twin, key):
+        """Another process's view learns that the breaker opened, without asking."""
+        if not self.shared:
+            pytest.skip("the in-memory store shares nothing")
+        view = self._fed_view(store, key)
+        assert view.state is not None
+        assert view.state.phase == "closed"
+        Twin(twin, key, POLICY).trip()
+        wait_for(lambda: view.state is not None and view.state.phase == "open")
+
+    def test_a_release_reaches_every_view_promptly(self, store, twin, key):
+        """An operator's isolation and release take effect in other processes' views."""
+        if not self.shared:
+            pytest.skip("the in-memory store shares nothing")
+        view = self._fed_view(store, key)
+        twin.apply(key, Event("isolate", 0, key, call="operator:x"), POLICY)
+        wait_for(lambda: view.state is not None and view.state.isolated)
+        twin.apply(key, Event("release", 1, key, call="operator:x"), POLICY)
+        took = wait_for(lambda: view.state is not None and view.state.phase == "closed")
+        assert took < 0.5
+
+    # -- journal ----------------------------------------------------------------------
+
+    def test_journal_round_trip_and_order(self, store):
+        """Entries come back equal, oldest first; an overwrite keeps the first position."""
+        task = f"task-{uuid.uuid4().hex[:8]}"
+        assert store.journal_get(task, "a") is None
+        assert store.journal_entries(task) == []
+        assert store.journal_put(task, "a", {"status": "pending", "n": 1})
+        assert store.journal_put(task, "b", {"status": "pending", "args": {"x": [1, "y"]}})
+        assert store.journal_put(task, "a", {"status": "confirmed", "n": 1})
+        assert store.journal_get(task, "a") == {"status": "confirmed", "n": 1}
+        assert store.journal_entries(task) == [
+            {"status": "confirmed", "n": 1},
+            {"status": "pending", "args": {"x": [1, "y"]}},
+        ]
+
+    def test_journal_only_new_never_overwrites(self, store, twin):
+        """only_new writes once; the second writer learns it lost."""
+        task = f"task-{uuid.uuid4().hex[:8]}"
+        assert store.journal_put(task, "k", {"status": "pending"}, only_new=True)
+        assert not twin.journal_put(task, "k", {"status": "other"}, only_new=True)
+        assert twin.journal_get(task, "k") == {"status": "pending"}
+
+    def test_journal_entries_are_copies(self, store):
+        """Changing a returned entry changes nothing stored."""
+        task = f"task-{uuid.uuid4().hex[:8]}"
+        entry = {"status": "pending", "args": {"x": 1}}
+        store.journal_put(task, "k", entry)
+        entry["args"]["x"] = 2
+        got = store.journal_get(task, "k")
+        got["status"] = "mutated"
+        assert store.journal_get(task, "k") == {"status": "pending", "args": {"x": 1}}
+
+
+def load_raw_json(raw: str, policy: Policy) -> BreakerState:
+    """How a store that keeps parsed states loads a stored text (fail closed)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return CORRUPT
+    return BreakerState.from_dict(data, policy)

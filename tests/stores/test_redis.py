@@ -1,0 +1,362 @@
+"""The Redis store against a real redis-server: the conformance suite, and what a network does."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import redis
+from conformance import POLICY, StoreContract, Twin, fork_and_check, wait_for
+
+from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
+from toolbreaker.core.state import CORRUPT
+from toolbreaker.stores import LocalFallback, RedisStore
+from toolbreaker.testing import FakeClock
+
+SHORT = Policy(
+    failure_threshold=2, cooldown_ms=100, cooldown_max_ms=100, lease_ttl_ms=100, probe_limit=1
+)
+
+
+def state_key(key: str, prefix: str = "tb") -> str:
+    return f"{prefix}:{{{key}}}:state"
+
+
+@pytest.fixture
+def client(redis_url):
+    with redis.Redis.from_url(redis_url) as client:
+        yield client
+
+
+def round_trips(client: redis.Redis) -> int:
+    """Commands clients sent (scripts count once, whatever they call inside)."""
+    stats = client.info("commandstats")
+    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+
+
+def fed(store: RedisStore, key: str, policy: Policy = POLICY):
+    """The view of ``key`` once the feed has confirmed it (after one confirming load)."""
+    view = store.view(key)
+
+    def trusted() -> bool:
+        store.load(key, policy)
+        return view.state is not None
+
+    wait_for(trusted)
+    return view
+
+
+class TestRedisStore(StoreContract):
+    @pytest.fixture
+    def store(self, redis_url):
+        with RedisStore(redis_url) as store:
+            yield store
+
+    @pytest.fixture
+    def twin(self, redis_url):
+        with RedisStore(redis_url) as twin:
+            yield twin
+
+    def write_raw(self, store, key, raw, policy):
+        with redis.Redis.from_url(store.url) as client:
+            client.hset(state_key(key), mapping={"v": 7, "s": raw})
+
+    async def close_async(self, store):
+        await store.aclose()
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        lambda c, k: c.set(k, "a string"),
+        lambda c, k: c.rpush(k, "a", "list"),
+        lambda c, k: c.hset(k, mapping={"v": "seven", "s": '{"state": "closed"}'}),
+        lambda c, k: c.hset(k, mapping={"v": "-3", "s": '{"state": "closed"}'}),
+        lambda c, k: c.hset(k, mapping={"v": "2.5", "s": '{"state": "closed"}'}),
+        lambda c, k: c.hset(k, mapping={"v": "4"}),
+        lambda c, k: c.hset(k, mapping={"s": '{"state": "closed"}'}),
+    ],
+    ids=[
+        "string",
+        "list",
+        "version-text",
+        "version-negative",
+        "version-float",
+        "no-state",
+        "no-version",
+    ],
+)
+def test_a_key_that_is_not_a_valid_state_hash_fails_closed(redis_url, client, setup):
+    """Another type, or a hash without a sound version and state, loads corrupt and is replaced."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    setup(client, state_key(key))
+    with RedisStore(redis_url) as store:
+        assert store.load(key, POLICY) == CORRUPT
+        state, records = store.apply(key, Event("request", 9, key, call="a"), POLICY)
+        assert records[-1].reason == "cooldown"
+        assert state.open_until == 9 + POLICY.cooldown_ms
+    assert client.type(state_key(key)) == b"hash"
+    with RedisStore(redis_url) as other:
+        assert other.load(key, POLICY) == state
+
+
+def test_keys_share_one_hash_tag_and_idle_breakers_expire(redis_url, client):
+    """State and events share the {key} tag; the key has a TTL, except while isolated."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url, idle_ttl=3600) as store:
+        Twin(store, key, POLICY).trip()
+        ttl = client.pttl(state_key(key))
+        assert 3_500_000 < ttl <= 3_600_000
+        store.apply(key, Event("isolate", 100, key, call="operator:x"), POLICY)
+        assert client.pttl(state_key(key)) == -1
+        store.apply(key, Event("release", 101, key, call="operator:x"), POLICY)
+        assert client.pttl(state_key(key)) > 3_500_000
+        assert store._channel(key) == f"tb:{{{key}}}:events"
+
+
+def test_the_ttl_covers_the_longest_cooldown(redis_url, client):
+    """An open breaker never expires before its cooldown and a probe lease could end."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    policy = Policy(failure_threshold=1, cooldown_ms=1000, cooldown_max_ms=3_000_000)
+    with RedisStore(redis_url, idle_ttl=10) as store:
+        Twin(store, key, policy).trip()
+        assert client.pttl(state_key(key)) > 2 * 3_000_000 - 10_000
+
+
+@pytest.mark.slow
+def test_viewed_breakers_do_not_expire(redis_url, client):
+    """The feed keeps the keys of viewed breakers alive; unviewed idle ones expire."""
+    viewed, unviewed = (f"dep-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    with RedisStore(redis_url, idle_ttl=1.5) as store:
+        Twin(store, viewed, SHORT).trip()
+        fed(store, viewed, SHORT)
+        Twin(store, unviewed, SHORT).trip()
+        time.sleep(2.0)
+        assert client.exists(state_key(viewed))
+        assert not client.exists(state_key(unviewed))
+
+
+def refused() -> None:
+    raise ConnectionRefusedError("dependency down")
+
+
+def test_round_trips_per_call(private_redis):
+    """Quiet closed calls and local rejections need none; a half-open lease needs one."""
+    clock = FakeClock()
+    policy = Policy(failure_threshold=3, cooldown_ms=1000, success_threshold=1)
+    with RedisStore(private_redis.url) as store, redis.Redis.from_url(private_redis.url) as client:
+        breaker = Breaker(
+            "search", policy=policy, store=store, clock=clock, timeout=1, enforce="cooperative"
+        )
+        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
+        before = round_trips(client)
+        for _ in range(200):
+            breaker.call(lambda: "ok")
+        assert round_trips(client) == before  # steady closed: no round trip at all
+        for _ in range(3):
+            with pytest.raises(ConnectionRefusedError):
+                breaker.call(refused)
+        opened = round_trips(client)
+        assert opened - before == 3  # one compare-and-set per failure
+        assert breaker.state.phase == "open"
+        for _ in range(200):
+            assert not breaker.allow().admitted
+        assert round_trips(client) == opened  # local rejections
+        clock.advance(1000)
+        permit = breaker.allow()
+        assert permit.admitted
+        assert permit.probe
+        assert round_trips(client) == opened + 1  # one atomic round trip for the lease
+        permit.record("success")
+        assert round_trips(client) == opened + 2
+        assert breaker.state.phase == "closed"
+
+
+def test_an_unreachable_server_is_unavailable_fast_and_denies(redis_binary, tmp_path):
+    """Nothing listening: StoreUnavailable at once; the breaker denies as store-unavailable."""
+    from conftest import RedisServer
+
+    port = RedisServer(redis_binary, tmp_path).port  # a free port, no server on it
+    with RedisStore(f"redis://127.0.0.1:{port}/0", backoff=0) as store:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            store.apply("k", Event("request", 0, "k", call="a"), POLICY)
+        with pytest.raises(StoreUnavailable):
+            store.load("k", POLICY)
+        assert time.monotonic() - started < 1.0
+        breaker = Breaker("k", store=store, timeout=1, clock=store.clock)
+        rejection = breaker.allow()
+        assert not rejection.admitted
+        assert rejection.reason == "store-unavailable"
+        assert isinstance(store.clock(), int)
+
+
+@pytest.mark.slow
+def test_a_stopped_server_denies_and_a_restarted_one_is_used_again(private_redis):
+    """Server down: calls denied as store-unavailable. Server back: calls admitted again."""
+    with RedisStore(private_redis.url) as store:
+        breaker = Breaker(
+            "search", store=store, clock=store.clock, timeout=1, enforce="cooperative"
+        )
+        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
+        private_redis.stop()
+        wait_for(lambda: breaker._view.state is None, timeout=2)
+        for _ in range(3):
+            rejection = breaker.allow()
+            assert not rejection.admitted
+            assert rejection.reason == "store-unavailable"
+        private_redis.start()
+
+        def works() -> bool:
+            permit = breaker.allow()
+            if permit.admitted:
+                permit.record("success")
+            return permit.admitted
+
+        wait_for(works, timeout=3)
+        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
+
+
+def test_a_lost_subscription_empties_views_until_confirmed_again(redis_url, client):
+    """Killing the subscription connection drops the views; they come back after a round trip."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url) as store:
+        view = fed(store, key)
+        client.client_kill_filter(_type="pubsub")
+        wait_for(lambda: view.state is None)
+        fed(store, key)
+
+
+def test_an_answer_that_does_not_validate_is_a_store_fault(redis_url, monkeypatch):
+    """A malformed script reply raises StoreUnavailable and empties the views."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url, backoff=0) as store:
+        view = fed(store, key)
+        for garbage in ([1, 2], "OK", [7, b"1", None, 5], [0, b"x", None, 5], [0, b"1", 3, 5]):
+            monkeypatch.setattr(store, "_script", lambda *a, g=garbage, **k: g)
+            with pytest.raises(StoreUnavailable):
+                store.apply(key, Event("failure", 1, key, call="z", generation=0), POLICY)
+            assert view.state is None
+
+
+def test_conflicts_are_retried_then_bounded(redis_url):
+    """A stale guess costs a retry; max_attempts conflicts in a row raise StoreUnavailable."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url) as one, RedisStore(redis_url, max_attempts=1) as two:
+        two.apply(key, Event("request", 0, key, call="a"), POLICY)
+        one.apply(key, Event("failure", 1, key, call="a", generation=0), POLICY)
+        with pytest.raises(StoreUnavailable):
+            two.apply(key, Event("failure", 2, key, call="b", generation=0), POLICY)
+        state, _ = one.apply(key, Event("failure", 3, key, call="c", generation=0), POLICY)
+        assert len(state.failures) == 2
+
+
+def test_clock_follows_the_server_and_never_goes_back(redis_url, client):
+    """clock() is the server's time in ms within a few ms, and monotonic."""
+    with RedisStore(redis_url) as store:
+        store.load("k", POLICY)  # one round trip teaches the offset
+        seconds, micros = client.time()
+        server_ms = seconds * 1000 + micros // 1000
+        assert abs(store.clock() - server_ms) < 50
+        readings = [store.clock() for _ in range(1000)]
+        assert readings == sorted(readings)
+
+
+def test_aapply_belongs_to_one_event_loop(redis_url):
+    """Using one store's asyncio client from a second loop is refused clearly."""
+    import asyncio
+
+    with RedisStore(redis_url) as store:
+        event = Event("request", 0, "k", call="a")
+
+        async def first() -> BreakerState:
+            state, _ = await store.aapply("k", event, POLICY)
+            return state
+
+        async def second() -> None:
+            with pytest.raises(RuntimeError, match="event loop"):
+                await store.aapply("k", Event("failure", 1, "k", call="a", generation=0), POLICY)
+
+        loop = asyncio.new_event_loop()
+        try:
+            assert loop.run_until_complete(first()) == BreakerState()
+            asyncio.run(second())
+            loop.run_until_complete(store.aclose())
+        finally:
+            loop.close()
+
+
+def test_read_only_keys_fall_back_locally_and_writes_are_denied(redis_binary, tmp_path):
+    """With the server down, a named read key gets a local breaker; a write key is denied."""
+    from conftest import RedisServer
+
+    server = RedisServer(redis_binary, tmp_path)
+    with RedisStore(server.url, backoff=0) as primary:
+        store = LocalFallback(primary, keys=lambda key: key.endswith(":read"))
+        read = Breaker("search", operation="read", store=store, timeout=1)
+        write = Breaker("billing", operation="write", store=store, timeout=1)
+        permit = read.allow()
+        assert permit.admitted
+        permit.record("success")
+        rejection = write.allow()
+        assert rejection.reason == "store-unavailable"
+        server.start()
+        try:
+            wait_for(lambda: write.allow().admitted, timeout=3)
+        finally:
+            server.stop()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"socket_timeout": 0},
+        {"idle_ttl": 0.5},
+        {"max_attempts": 0},
+        {"prefix": "a{b"},
+        {"prefix": ""},
+    ],
+)
+def test_options_are_validated(bad):
+    """Options that cannot work are refused at construction."""
+    with pytest.raises(PolicyError):
+        RedisStore("redis://127.0.0.1:1/0", **bad)
+
+
+def test_a_starving_writers_turn_holds_writes_back_briefly_and_lapses(redis_url, client):
+    """Another writer's turn makes a write wait, never a read; a dead holder's turn lapses."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url) as store:
+        twin = Twin(store, key, POLICY)
+        twin.request(0)
+        twin.outcome("failure", 1)
+        seconds, micros = client.time()
+        lapses = seconds * 1000 + micros // 1000 + 25
+        client.hset(state_key(key), mapping={"t": "a-dead-writer", "u": lapses})
+        assert store.load(key, POLICY) == twin.state
+        started = time.monotonic()
+        state, _ = store.apply(key, Event("failure", 2, key, call="c", generation=0), POLICY)
+        assert state.failures == (1, 2)
+        assert 0.01 < time.monotonic() - started < 1.0
+        assert client.hget(state_key(key), "t") is None
+
+
+def test_a_forked_child_trusts_no_inherited_view(redis_url):
+    """After fork the child asks the store, resubscribes, and trusts its views again."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url) as store:
+        view = fed(store, key)
+
+        def child() -> bool:
+            if view.state is not None:
+                return False
+            deadline = time.monotonic() + 3
+            while view.state is None and time.monotonic() < deadline:
+                store.apply(key, Event("request", 0, key, call="x"), POLICY)
+                time.sleep(0.01)
+            return view.state is not None
+
+        assert fork_and_check(child) == 0
+        assert view.state is not None
+        assert store.load(key, POLICY) == BreakerState()

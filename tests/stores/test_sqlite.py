@@ -1,0 +1,179 @@
+"""The SQLite store: the conformance suite, plus what only a file can do wrong."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+from conformance import POLICY, StoreContract, fork_and_check, wait_for
+
+from toolbreaker import Breaker, Event, Policy, StoreUnavailable
+from toolbreaker.stores import SQLiteStore
+
+
+class TestSQLiteStore(StoreContract):
+    @pytest.fixture
+    def path(self, tmp_path):
+        return tmp_path / "breakers.db"
+
+    @pytest.fixture
+    def store(self, path):
+        with SQLiteStore(path) as store:
+            yield store
+
+    @pytest.fixture
+    def twin(self, path):
+        with SQLiteStore(path) as twin:
+            yield twin
+
+    def write_raw(self, store, key, raw, policy):
+        store.load(key, policy)  # creates the file and its tables
+        with sqlite3.connect(store.path) as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO toolbreaker_breakers (key, version, state) "
+                "VALUES (?, ?, ?)",
+                (key, 7, raw),
+            )
+        conn.close()
+
+
+def raw_write(path, sql, *args):
+    conn = sqlite3.connect(path)
+    try:
+        with conn:
+            conn.execute(sql, args)
+    finally:
+        conn.close()
+
+
+def test_a_corrupt_version_column_fails_closed(tmp_path):
+    """A row whose version is not a whole number loads as corrupt, then is rewritten."""
+    path = tmp_path / "b.db"
+    with SQLiteStore(path) as store:
+        store.load("k", POLICY)
+        raw_write(
+            path,
+            "INSERT INTO toolbreaker_breakers VALUES (?, ?, ?)",
+            "k",
+            "seven",
+            '{"state": "closed"}',
+        )
+        assert store.load("k", POLICY).recovered_from_corruption
+        state, _ = store.apply("k", Event("request", 5, "k", call="a"), POLICY)
+        assert state.open_until == 5 + POLICY.cooldown_ms
+        assert store.load("k", POLICY) == state
+
+
+def test_a_locked_file_makes_the_store_unavailable_and_then_recovers(tmp_path):
+    """A write lock held past the timeout raises StoreUnavailable; released, it works."""
+    path = tmp_path / "b.db"
+    with SQLiteStore(path, timeout=0.1, backoff=0) as store:
+        store.load("k", POLICY)
+        locker = sqlite3.connect(path, isolation_level=None)
+        try:
+            locker.execute("BEGIN EXCLUSIVE")
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                store.apply("k", Event("request", 0, "k", call="a"), POLICY)
+            assert 0.09 < time.monotonic() - started < 1.0
+            locker.execute("ROLLBACK")
+        finally:
+            locker.close()
+        _, records = store.apply("k", Event("request", 1, "k", call="b"), POLICY)
+        assert records[-1].reason == "call-admitted"
+
+
+def test_a_breaker_denies_while_the_file_is_locked_and_recovers_without_restart(tmp_path):
+    """Once a write times out, calls are denied as store-unavailable until writes succeed."""
+    path = tmp_path / "b.db"
+    with SQLiteStore(path, timeout=0.05, backoff=0.02) as store:
+        breaker = Breaker(
+            "search",
+            policy=Policy(failure_threshold=50),
+            store=store,
+            timeout=1,
+            enforce="cooperative",
+        )
+        breaker.allow().record("success")
+        wait_for(lambda: breaker.allow().admitted and store.view("search").state is not None)
+        locker = sqlite3.connect(path, isolation_level=None)
+        try:
+            locker.execute("BEGIN EXCLUSIVE")
+            permit = breaker.allow()
+            assert permit.admitted  # a quiet closed view needs no write yet
+            assert permit.record("failure") is None  # the failure could not be recorded
+            for _ in range(5):
+                rejection = breaker.allow()
+                assert not rejection.admitted
+                assert rejection.reason == "store-unavailable"
+        finally:
+            locker.execute("ROLLBACK")
+            locker.close()
+        time.sleep(0.03)  # past the backoff
+        permit = breaker.allow()
+        assert permit.admitted
+        permit.record("success")
+
+
+def test_a_file_that_is_not_a_database_is_unavailable(tmp_path):
+    """Garbage in place of the database raises StoreUnavailable, never a default state."""
+    path = tmp_path / "b.db"
+    path.write_bytes(b"this is not an sqlite database" * 100)
+    with SQLiteStore(path) as store, pytest.raises(StoreUnavailable):
+        store.apply("k", Event("request", 0, "k", call="a"), POLICY)
+
+
+def test_a_trusted_view_answers_unchanged_events_without_a_transaction(tmp_path, monkeypatch):
+    """Requests admitted from a fed view, and stale outcomes, need no transaction."""
+    with SQLiteStore(tmp_path / "b.db") as store:
+        view = store.view("k")
+        wait_for(lambda: store.load("k", POLICY) is not None and view.state is not None)
+        transactions = []
+        original = store._transact
+        monkeypatch.setattr(store, "_transact", lambda *a: transactions.append(1) or original(*a))
+        for n in range(10):
+            store.apply("k", Event("request", n, "k", call=f"c{n}"), POLICY)
+        assert transactions == []
+        store.apply("k", Event("failure", 20, "k", call="c1", generation=0), POLICY)
+        assert transactions == [1]
+
+
+def test_close_stops_the_poller(tmp_path):
+    """close() stops the poller thread and the store refuses further work."""
+    store = SQLiteStore(tmp_path / "b.db")
+    store.view("k")
+    assert any(t.name.startswith("toolbreaker-sqlite-poller") for t in threading.enumerate())
+    store.close()
+    assert not any(t.name.startswith("toolbreaker-sqlite-poller") for t in threading.enumerate())
+    with pytest.raises(StoreUnavailable):
+        store.apply("k", Event("request", 0, "k", call="a"), POLICY)
+
+
+@pytest.mark.parametrize("bad", [{"timeout": -1}, {"poll_interval": 0}, {"backoff": "x"}])
+def test_options_are_validated(tmp_path, bad):
+    """Negative or non-numeric options are refused at construction."""
+    from toolbreaker import PolicyError
+
+    with pytest.raises(PolicyError):
+        SQLiteStore(tmp_path / "b.db", **bad)
+
+
+def test_a_forked_child_trusts_no_inherited_view(tmp_path):
+    """After fork the child opens its own connection and poller before trusting views."""
+    with SQLiteStore(tmp_path / "b.db") as store:
+        view = store.view("k")
+        wait_for(lambda: store.load("k", POLICY) is not None and view.state is not None)
+
+        def child() -> bool:
+            if view.state is not None:
+                return False
+            deadline = time.monotonic() + 3
+            while view.state is None and time.monotonic() < deadline:
+                store.apply("k", Event("request", 0, "k", call="x"), POLICY)
+                time.sleep(0.01)
+            return view.state is not None
+
+        assert fork_and_check(child) == 0
+        assert view.state is not None
