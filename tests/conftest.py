@@ -6,6 +6,16 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Machines here are shared and noisy: a slow draw is not a failing property, and timing
+# belongs in benchmarks/, not in tests.
+settings.register_profile(
+    "toolbreaker",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("toolbreaker")
 
 
 @pytest.fixture
