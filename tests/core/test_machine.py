@@ -345,3 +345,22 @@ def test_apply_without_due_expiry_is_step():
     _state, records = apply(BreakerState(), Event("request", 0, "d", call="c"), POLICY)
     assert len(records) == 1
     assert records[0].reason == "call-admitted"
+
+
+@pytest.mark.parametrize("at", [0, 5, 19_999, 20_000, 20_001])
+def test_idle_rejection_agrees_with_step(at):
+    """idle_rejection names a rejection exactly when step() rejects and changes nothing."""
+    from toolbreaker.core import idle_rejection
+
+    policy = Policy()
+    states = [
+        BreakerState(),
+        BreakerState(phase="open", generation=1, open_until=20_000, opens=1),
+        BreakerState(phase="open", generation=1, isolated=True),
+        CORRUPT,
+        BreakerState(phase="half_open", generation=2, leases=()),
+    ]
+    for state in states:
+        new, record = step(state, Event("request", at, "d", call="c"), policy)
+        expected = record.reason if record.rejected and new == state else None
+        assert idle_rejection(state, at, policy) == expected

@@ -343,3 +343,35 @@ def test_rejection_names_the_tool_that_was_called():
     assert result["tool_unavailable"] is True
     assert result["tool"] == "browse"
     assert '"browse"' in result["instruction"]
+
+
+class DownJournal(MemoryStore):
+    """A journal whose store is unreachable."""
+
+    def journal_get(self, *_args, **_kwargs):
+        from toolbreaker import StoreUnavailable
+
+        raise StoreUnavailable("down")
+
+    journal_put = journal_entries = journal_get
+
+
+def test_a_write_is_not_made_when_its_journal_is_down():
+    """Fail closed: without a journal a write could be neither skipped nor reconciled."""
+    guard = RunGuard("t", journal=DownJournal())
+    ran = []
+
+    @guard.tool(risk="reversible_write", idempotency_arg=None)
+    def create(title: str) -> dict:
+        ran.append(title)
+        return {"id": 1}
+
+    @guard.tool()
+    def lookup(q: str) -> dict:
+        return {"q": q}
+
+    answer = create(title="x")
+    assert answer["reason"] == "store-unavailable"
+    assert ran == []
+    assert lookup(q="still fine") == {"q": "still fine"}
+    assert guard.stop_packet().to_dict()["condition"] == "running"

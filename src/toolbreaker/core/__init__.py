@@ -5,7 +5,15 @@ load), takes a lock or keeps a global. Time arrives inside events.
 """
 
 from toolbreaker.core.canonical import canonical_json, sha256_hex
-from toolbreaker.core.machine import admission, apply, due_expiry, is_quiet, retry_after_ms, step
+from toolbreaker.core.machine import (
+    admission,
+    apply,
+    due_expiry,
+    idle_rejection,
+    is_quiet,
+    retry_after_ms,
+    step,
+)
 from toolbreaker.core.policy import Policy
 from toolbreaker.core.receipt import (
     RECEIPT_SCHEMA,
@@ -44,6 +52,7 @@ __all__ = [
     "diff",
     "due_expiry",
     "dump_receipt",
+    "idle_rejection",
     "is_quiet",
     "load_receipt",
     "parse_event",

@@ -80,10 +80,13 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
     first event that touches it), or a probe lease may be due to expire. Shells use this
     to reject locally, without a lock or a round trip.
     """
-    if state.phase != OPEN or (state.open_until is None and not state.isolated):
+    # The open branch of admission(), minus the cases where step() changes the state.
+    if state.phase != OPEN:
         return None
-    reason = admission(state, at, policy)
-    return None if reason == "probe-admitted" else reason
+    if state.isolated:
+        return "isolated"
+    until = state.open_until
+    return "cooldown" if until is not None and at < until else None
 
 
 def is_quiet(state: BreakerState, policy: Policy) -> bool:

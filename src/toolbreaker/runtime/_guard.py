@@ -31,7 +31,7 @@ from toolbreaker.core.fingerprint import (
     idempotency_key,
 )
 from toolbreaker.core.redact import redact
-from toolbreaker.errors import CircuitOpen, PermitError, PolicyError
+from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
 from toolbreaker.runtime._breaker import Breaker, Permit
 from toolbreaker.runtime._classify import Verdict
 from toolbreaker.runtime._clock import Clock, monotonic_ms
@@ -280,7 +280,10 @@ class RunGuard:
     def stop_packet(self) -> StopPacket:
         """The operator packet for the run as it is now."""
         stop = self._run.stopped or self._write_stop
-        entries = self.journal.journal_entries(self.task)
+        try:
+            entries = self.journal.journal_entries(self.task)
+        except StoreUnavailable:
+            entries = [{"status": "journal-unavailable"}]
         confirmed = tuple(
             _step(e) for e in entries if e.get("status") == "confirmed" and e.get("tool")
         )
@@ -382,7 +385,11 @@ class RunGuard:
                 key = idempotency_key(tool, canonical or {"tool": tool}, scope=self.task)
         plan = _Plan(spec, args, action_fp, key, key or "")
         self._attempted = {"tool": tool, "fingerprint": action_fp, "idempotency_key": key}
-        done = self.journal.journal_get(self.task, key) if key else None
+        try:
+            done = self.journal.journal_get(self.task, key) if key else None
+        except StoreUnavailable:
+            plan.answer = _journal_down(tool)
+            return plan
         if done is not None and done.get("status") in ("unknown", "pending"):
             plan.answer = self._reconcile(plan, reason="an earlier attempt's outcome is unknown")
             return plan
@@ -433,7 +440,11 @@ class RunGuard:
         if key is not None:
             if spec.idempotency_arg:
                 plan.args = {**args, spec.idempotency_arg: key}
-            self.journal.journal_put(self.task, key, self._entry(plan, "pending"), only_new=False)
+            if not self._journal(plan, "pending"):
+                # No record of the attempt, no attempt: a write we could not journal could
+                # later be neither skipped nor reconciled.
+                self._finish(plan, "ignored")
+                plan.answer = _journal_down(tool)
         return plan
 
     def _authorized(self, plan: _Plan) -> bool:
@@ -467,9 +478,9 @@ class RunGuard:
                 )
         self._finish(plan, "success", evidence=_digest(result))
         if plan.key is not None:
-            self.journal.journal_put(
-                self.task, plan.journal_key, self._entry(plan, "confirmed", result=result)
-            )
+            # The write happened; if the journal is down now, its idempotency key still
+            # protects a retry at the provider.
+            self._journal(plan, "confirmed", result=result)
         return result
 
     def _failed(self, plan: _Plan, exc: Exception) -> Any:
@@ -528,7 +539,7 @@ class RunGuard:
                 plan.spec.risk,
                 plan.fingerprint,
             )
-        self.journal.journal_put(self.task, plan.journal_key, self._entry(plan, "unknown"))
+        self._journal(plan, "unknown")
         return self._reconcile(plan, reason=why)
 
     def _reconcile(self, plan: _Plan, *, reason: str) -> dict[str, Any]:
@@ -542,14 +553,10 @@ class RunGuard:
             except Exception:  # noqa: BLE001 - an unreachable status check proves nothing
                 checked = False
         if checked and found:
-            self.journal.journal_put(
-                self.task, plan.journal_key, self._entry(plan, "confirmed", result=found)
-            )
+            self._journal(plan, "confirmed", result=found)
             state = "the status check found the write: it DID happen"
         elif checked:
-            self.journal.journal_put(
-                self.task, plan.journal_key, self._entry(plan, "reconciled-absent")
-            )
+            self._journal(plan, "reconciled-absent")
             state = "the status check did not find the write"
         else:
             state = "the status check could not be made"
@@ -590,7 +597,17 @@ class RunGuard:
     def _forget(self, plan: _Plan) -> None:
         """A write that certainly did not happen leaves no pending entry behind."""
         if plan.key is not None:
-            self.journal.journal_put(self.task, plan.journal_key, self._entry(plan, "failed"))
+            self._journal(plan, "failed")
+
+    def _journal(self, plan: _Plan, status: str, *, result: Any = None) -> bool:
+        """Journal the write's status; ``False`` when the store is unavailable."""
+        try:
+            self.journal.journal_put(
+                self.task, plan.journal_key, self._entry(plan, status, result=result)
+            )
+        except StoreUnavailable:
+            return False
+        return True
 
     def _entry(self, plan: _Plan, status: str, *, result: Any = None) -> dict[str, Any]:
         entry: dict[str, Any] = {
@@ -734,6 +751,17 @@ class GuardStep:
 
 def _not_callable(**_kwargs: Any) -> Any:
     raise PolicyError("this tool is run by its framework, not by RunGuard.call()")
+
+
+def _journal_down(tool: str) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "tool": tool,
+        "reason": "store-unavailable",
+        "instruction": f'"{tool}" was not called: its run journal cannot be reached, so the '
+        "write could not be made safely (this is not a provider failure). Do not retry it "
+        "now; say that the action is pending.",
+    }
 
 
 def _step(entry: Mapping[str, Any]) -> dict[str, Any]:
