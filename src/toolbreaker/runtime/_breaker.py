@@ -477,15 +477,14 @@ class Breaker:
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
-                Permit(self, None, state.generation, start, deadline, False).record(exc)
+                self._quiet_outcome(state, start, deadline, exc)
                 raise
             if (
-                self.result_is_failure is None
-                and self.clock() - start <= deadline
-                and self._view.state is state
+                self.result_is_failure is not None
+                or self.clock() - start > deadline
+                or self._view.state is not state
             ):
-                return result
-            self.record_result(Permit(self, None, state.generation, start, deadline, False), result)
+                self._quiet_outcome(state, start, deadline, result)
             return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
@@ -529,15 +528,14 @@ class Breaker:
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as exc:
-                Permit(self, None, state.generation, start, deadline, False).record(exc)
+                self._quiet_outcome(state, start, deadline, exc)
                 raise
             if (
-                self.result_is_failure is None
-                and self.clock() - start <= deadline
-                and self._view.state is state
+                self.result_is_failure is not None
+                or self.clock() - start > deadline
+                or self._view.state is not state
             ):
-                return result
-            self.record_result(Permit(self, None, state.generation, start, deadline, False), result)
+                self._quiet_outcome(state, start, deadline, result)
             return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
@@ -558,6 +556,16 @@ class Breaker:
             raise
         self.record_result(permit, result)
         return result
+
+    def _quiet_outcome(
+        self, state: BreakerState, start: int, deadline: int, outcome: object
+    ) -> None:
+        """Settle a fast-path call that turned out not to be a no-op after all."""
+        permit = Permit(self, None, state.generation, start, deadline, False)
+        if isinstance(outcome, BaseException):
+            permit.record(outcome)
+        else:
+            self.record_result(permit, outcome)
 
     def _reject_if_cooling(self, state: BreakerState, now: int) -> None:
         """Raise the core's local rejection while open, when it changes nothing."""
