@@ -141,3 +141,18 @@ def test_defaults_apply_to_unlisted_dependencies(tmp_path):
     other = registry.get("weather")
     assert other.policy.cooldown_ms == 30_000
     assert other.timeout == 4.0
+
+
+def test_get_takes_a_classifier_and_a_result_predicate(tmp_path):
+    """Per-dependency classifiers and result predicates are given in code at get()."""
+    from toolbreaker import Verdict
+
+    registry = Registry.from_toml(sheet(tmp_path))
+    breaker = registry.get(
+        "weather",
+        classifier=lambda exc: Verdict("failure", "custom"),
+        result_is_failure=lambda r: r == "bad",
+    )
+    assert breaker.classify(ValueError()).detail == "custom"
+    assert breaker.result_is_failure is not None
+    assert breaker.result_is_failure("bad")

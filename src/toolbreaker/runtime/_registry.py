@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from toolbreaker.core.policy import Policy, load_toml
 from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._breaker import Breaker, Enforce
+from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
@@ -79,6 +80,9 @@ class Boundary:
         fallback_note: what the model must say when it uses the fallback.
         owner: who to page.
         instructions: per-reason instruction templates.
+        classifier: decides what an exception says about the dependency (code only).
+        result_is_failure: a predicate on results, e.g. a 200 whose body is an error
+            (code only).
     """
 
     dependency: str
@@ -92,6 +96,8 @@ class Boundary:
     fallback_note: str = ""
     owner: str | None = None
     instructions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    classifier: Callable[[BaseException], Verdict] = classify_exception
+    result_is_failure: Callable[[Any], bool] | None = None
 
 
 class Registry:
@@ -267,6 +273,8 @@ class Registry:
             retryable=row.retryable,
             owner=row.owner,
             instructions=row.instructions,
+            classifier=row.classifier,
+            result_is_failure=row.result_is_failure,
         )
 
     def tool_names(self) -> frozenset[str]:
