@@ -156,3 +156,10 @@ def test_get_takes_a_classifier_and_a_result_predicate(tmp_path):
     assert breaker.classify(ValueError()).detail == "custom"
     assert breaker.result_is_failure is not None
     assert breaker.result_is_failure("bad")
+
+
+def test_unknown_get_option_is_a_policy_error():
+    """A misspelt option at get() names itself instead of raising a TypeError."""
+    with pytest.raises(PolicyError, match="fallbak") as info:
+        Registry(default_timeout=1.0).get("x", fallbak="y")
+    assert info.value.field == "fallbak"

@@ -253,6 +253,13 @@ class Registry:
                 enforce=self.default_enforce,
             )
         if options:
+            known = {f.name for f in dataclasses.fields(Boundary)} - {"dependency", "operation"}
+            for name in options:
+                if name not in known:
+                    raise PolicyError(
+                        f"unknown breaker option {name!r} (known: {', '.join(sorted(known))})",
+                        field=name,
+                    )
             row = dataclasses.replace(row, **options)
         if row.fallback is not None and row.fallback not in self.tool_names():
             raise PolicyError(
