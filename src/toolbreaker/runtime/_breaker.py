@@ -367,7 +367,7 @@ class Breaker:
         return self._enter(self.clock(), deadline)
 
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
-        """The one admission path of allow(), call() and acall()."""
+        """Admission through the core: allow(), and call()/acall() past their fast paths."""
         state = self._view.state
         stats = self.stats
         if state is not None and not self._listeners:
