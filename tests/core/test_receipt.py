@@ -116,3 +116,33 @@ def test_equal_receipts_have_no_diff(seed_trace, seed_policy):
 def test_trace_without_retry_after_is_unchanged_by_the_field():
     """Events without retry_after_ms serialise exactly as before the field existed."""
     assert Event("failure", 1, "d", call="c").to_dict() == {"type": "failure", "at": 1, "call": "c"}
+
+
+def test_stricter_policy_replays_outcomes_of_rejected_calls_as_not_admitted(
+    seed_trace, seed_policy
+):
+    """Under a lower threshold the third request is rejected; the trace's outcome for it
+    settles nothing (not-admitted) and the diff shows the earlier opening."""
+    events = [e for _, e in read_trace(seed_trace)]
+    base = replay(events, Policy.from_toml(seed_policy))
+    strict = replay(events, Policy(failure_threshold=2))
+    search = strict["dependencies"]["search"]
+    reasons = [t["reason"] for t in search["transitions"]]
+    assert reasons[3] == "qualifying-failure"
+    assert search["transitions"][3]["to"] == "open"
+    assert reasons[4:6] == ["cooldown", "not-admitted"]
+    assert (search["remote_attempts"], search["local_rejections"]) == (4, 2)
+    assert "[search] first differing transition #4:" in diff(base, strict)
+
+
+def test_named_outcome_of_a_rejected_call_is_not_admitted():
+    """An outcome naming a call this policy rejected changes nothing."""
+    events = [
+        Event("request", 0, "d", call="a"),
+        Event("failure", 1, "d", call="a"),
+        Event("request", 2, "d", call="b"),
+        Event("success", 3, "d", call="b"),
+    ]
+    receipt = replay(events, Policy(failure_threshold=1))
+    last = receipt["dependencies"]["d"]["transitions"][-1]
+    assert (last["reason"], last["from"], last["to"]) == ("not-admitted", "open", "open")

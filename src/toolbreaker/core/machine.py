@@ -208,6 +208,10 @@ def _request(state: BreakerState, event: Event, policy: Policy) -> tuple[Breaker
 
 def _outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
     kind = event.type
+    if event.generation is None and kind != "lease-expired":
+        # The call never reached the dependency under this policy (a replay of a trace
+        # recorded under another one): its outcome says nothing about health.
+        return state, "not-admitted"
     # No call is ever admitted in the open phase, so every outcome seen there is stale.
     if event.generation != state.generation or state.phase == OPEN:
         return state, "stale-outcome"

@@ -43,6 +43,9 @@ class _Ledger:
     requests: int = 0
     seen: set[str] = dataclasses.field(default_factory=set)
     unsettled: dict[str, int] = dataclasses.field(default_factory=dict)
+    # Calls this policy rejected: a trace recorded under another policy may hold their
+    # outcomes, which then settle nothing (``not-admitted``).
+    rejected: dict[str, None] = dataclasses.field(default_factory=dict)
     transitions: list[Transition] = dataclasses.field(default_factory=list)
 
 
@@ -75,22 +78,32 @@ class Replay:
             if call in ledger.seen:
                 raise TraceError(f"duplicate call id {json.dumps(call)} for {json.dumps(dep)}")
             ledger.seen.add(call)
-            event = dataclasses.replace(event, call=call)
+            event = Event("request", event.at, dep, call)
         elif event.type in OUTCOME_TYPES:
-            settles = event.call if event.call is not None else next(iter(ledger.unsettled), None)
-            if settles is None or settles not in ledger.unsettled:
+            settles = event.call
+            if settles is None:
+                settles = next(iter(ledger.unsettled), None) or next(iter(ledger.rejected), None)
+            generation: int | None
+            if settles is not None and settles in ledger.unsettled:
+                generation = ledger.unsettled.pop(settles)
+            elif settles is not None and settles in ledger.rejected:
+                del ledger.rejected[settles]
+                generation = None
+            else:
                 what = f"call {json.dumps(settles)}" if settles is not None else "any call"
                 raise TraceError(
                     f"{event.type} outcome for {json.dumps(dep)} settles no admitted call "
                     f"({what} is not admitted and unsettled)"
                 )
-            generation = ledger.unsettled.pop(settles)
-            event = dataclasses.replace(event, call=settles, generation=generation)
+            event = Event(event.type, event.at, dep, settles, generation, event.retry_after_ms)
         ledger.state, records = apply(ledger.state, event, self.policy)
         ledger.last_at = event.at
         ledger.transitions.extend(records)
-        if records[-1].attempted and event.call is not None:
-            ledger.unsettled[event.call] = records[-1].generation
+        if event.type == "request" and event.call is not None:
+            if records[-1].attempted:
+                ledger.unsettled[event.call] = records[-1].generation
+            else:
+                ledger.rejected[event.call] = None
         return records
 
     def receipt(self) -> dict[str, Any]:

@@ -51,6 +51,7 @@ REASONS: Final = (
     "ambiguous-outcome",
     "non-qualifying",
     "stale-outcome",
+    "not-admitted",
     "lease-expired",
     "isolated",
     "released",
@@ -69,7 +70,8 @@ class Event:
         at: integer milliseconds on a monotonic clock; never decreases per dependency.
         dependency: the breaker key.
         call: the call id a request admits or an outcome settles.
-        generation: for outcomes, the generation the settled call was admitted in.
+        generation: for outcomes, the generation the settled call was admitted in;
+            ``None`` for a call this policy never admitted (a replay under another policy).
         retry_after_ms: for failures, the least time the provider asked us to wait.
     """
 
