@@ -1,0 +1,133 @@
+"""Prometheus metrics for every breaker of a registry (the ``prometheus`` extra).
+
+Usage::
+
+    from prometheus_client import start_http_server
+    from toolbreaker.instrumentation.prometheus import register
+
+    register(breakers)          # a toolbreaker Registry
+    start_http_server(9108)
+
+The collector reads each breaker's counters and state when Prometheus scrapes, so guarded
+calls pay nothing for it. Demand and admitted attempts are separate series on purpose: an
+open breaker suppresses calls, so total failures alone would make it look healthier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from toolbreaker.core.state import PHASES
+from toolbreaker.errors import StoreUnavailable
+from toolbreaker.integrations import require
+from toolbreaker.runtime._registry import Registry
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import CollectorRegistry
+
+__all__ = ["BreakerCollector", "register"]
+
+_LABELS = ("dependency", "operation", "tool")
+
+
+class BreakerCollector:
+    """A Prometheus collector for the breakers of one :class:`~toolbreaker.Registry`.
+
+    Series (``namespace`` prefix, ``toolbreaker`` by default; labels ``dependency``,
+    ``operation``, ``tool``):
+
+    - ``_requests_total``, ``_admitted_total``, ``_rejected_total``: demand, calls that
+      reached the dependency, local rejections;
+    - ``_failures_total{class}``: failed outcomes by class (``http-503``, ``timeout`` ...);
+    - ``_opens_total{reason}``: openings by the reason of the opening transition;
+    - ``_state{state}``: 1 for the breaker's current phase, 0 for the others (a state set;
+      absent while the store cannot be read);
+    - ``_time_in_state_seconds_total{state}``, ``_late_results_total``,
+      ``_half_open_reopen_ratio``.
+    """
+
+    def __init__(self, registry: Registry, *, namespace: str = "toolbreaker") -> None:
+        self._prom = require("prometheus_client.core", "prometheus")
+        self.registry = registry
+        self.namespace = namespace
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: the series depend on the breakers that exist at scrape time."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield one family per series, with a sample per breaker."""
+        core = self._prom
+        name = self.namespace
+        counter = core.CounterMetricFamily
+        gauge = core.GaugeMetricFamily
+        requests = counter(
+            f"{name}_requests", "Requests to the breaker, admitted or not.", labels=_LABELS
+        )
+        admitted = counter(
+            f"{name}_admitted", "Requests that reached the dependency.", labels=_LABELS
+        )
+        rejected = counter(f"{name}_rejected", "Requests rejected locally.", labels=_LABELS)
+        late = counter(
+            f"{name}_late_results", "Results that arrived after their deadline.", labels=_LABELS
+        )
+        failures = counter(
+            f"{name}_failures", "Failed outcomes by class.", labels=(*_LABELS, "class")
+        )
+        opens = counter(f"{name}_opens", "Openings by reason.", labels=(*_LABELS, "reason"))
+        spent = counter(
+            f"{name}_time_in_state_seconds", "Time spent in each state.", labels=(*_LABELS, "state")
+        )
+        state = gauge(
+            f"{name}_state", "1 for the current state of the breaker.", labels=(*_LABELS, "state")
+        )
+        ratio = gauge(
+            f"{name}_half_open_reopen_ratio",
+            "Share of half-open episodes that reopened.",
+            labels=_LABELS,
+        )
+        for breaker in self.registry:
+            labels = [breaker.dependency, breaker.operation, breaker.tool]
+            stats = breaker.stats
+            requests.add_metric(labels, stats.demand)
+            admitted.add_metric(labels, stats.admitted)
+            rejected.add_metric(labels, stats.rejected)
+            late.add_metric(labels, stats.late_results)
+            ratio.add_metric(labels, stats.half_open_reopen_ratio)
+            for detail, count in sorted(stats.failures.items()):
+                failures.add_metric([*labels, detail], count)
+            for reason, count in sorted(stats.opens.items()):
+                opens.add_metric([*labels, reason], count)
+            for phase, ms in sorted(stats.time_in_state_ms.items()):
+                spent.add_metric([*labels, phase], ms / 1000)
+            phase_now = _phase(breaker)
+            if phase_now is not None:
+                for phase in PHASES:
+                    state.add_metric([*labels, phase], 1.0 if phase == phase_now else 0.0)
+        yield from (requests, admitted, rejected, late, failures, opens, spent, state, ratio)
+
+
+def _phase(breaker: Any) -> str | None:
+    try:
+        phase: str = breaker.state.phase
+    except StoreUnavailable:
+        return None
+    return phase
+
+
+def register(
+    registry: Registry,
+    prometheus_registry: CollectorRegistry | None = None,
+    *,
+    namespace: str = "toolbreaker",
+) -> BreakerCollector:
+    """Register a :class:`BreakerCollector` and return it.
+
+    It goes on the default Prometheus registry unless another is given.
+    """
+    collector = BreakerCollector(registry, namespace=namespace)
+    target = prometheus_registry or require("prometheus_client", "prometheus").REGISTRY
+    target.register(collector)
+    return collector

@@ -1,0 +1,74 @@
+"""Prometheus collector against the real prometheus_client."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolbreaker import Policy, Registry
+from toolbreaker.testing import FakeClock
+
+prometheus_client = pytest.importorskip("prometheus_client")
+from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from toolbreaker.instrumentation.prometheus import register  # noqa: E402
+
+
+class Unavailable(Exception):
+    status_code = 503
+
+
+def samples(prom: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(prom).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_counters_and_state_of_every_breaker():
+    """Demand, admissions, rejections, failures by class, openings and the state set."""
+    clock = FakeClock()
+    breakers = Registry(
+        Policy(failure_threshold=2), clock=clock, default_timeout=1.0, default_enforce="cooperative"
+    )
+    search = breakers.get("search", "read", tool="search_catalog")
+    breakers.get("orders", "read").call(lambda: "ok")
+
+    def fail() -> None:
+        raise Unavailable
+
+    for _ in range(2):
+        with pytest.raises(Unavailable):
+            search.call(fail)
+    with pytest.raises(Exception, match="rejected"):
+        search.call(fail)
+    clock.advance(5_000)
+
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    got = samples(prom)
+    labels = (("dependency", "search"), ("operation", "read"), ("tool", "search_catalog"))
+    assert got[("toolbreaker_requests_total", labels)] == 3
+    assert got[("toolbreaker_admitted_total", labels)] == 2
+    assert got[("toolbreaker_rejected_total", labels)] == 1
+    assert got[("toolbreaker_failures_total", (("class", "http-503"), *labels))] == 2
+    assert (
+        got[("toolbreaker_opens_total", (*labels[:2], ("reason", "qualifying-failure"), labels[2]))]
+        == 1
+    )
+    assert got[("toolbreaker_state", (*labels[:2], ("state", "open"), labels[2]))] == 1
+    assert got[("toolbreaker_state", (*labels[:2], ("state", "closed"), labels[2]))] == 0
+    orders = (("dependency", "orders"), ("operation", "read"), ("tool", "orders"))
+    assert got[("toolbreaker_state", (*orders[:2], ("state", "closed"), orders[2]))] == 1
+
+
+def test_breakers_created_later_appear_at_the_next_scrape():
+    """The collector reads the registry at scrape time."""
+    breakers = Registry(default_timeout=1.0)
+    prom = CollectorRegistry()
+    register(breakers, prom, namespace="agent")
+    assert not any(name == "agent_requests_total" for name, _ in samples(prom))
+    breakers.get("late")
+    assert any(name == "agent_requests_total" for name, _ in samples(prom))
