@@ -1,0 +1,85 @@
+"""OpenTelemetry: transitions as span events and a metric (the ``opentelemetry`` extra).
+
+Usage::
+
+    from toolbreaker.instrumentation.opentelemetry import instrument
+
+    instrument(breakers)        # a toolbreaker Registry, or breakers
+
+Every transition the core produces for an instrumented breaker becomes an event on the
+span that is current when it happens (the tool call's span, if the framework makes one),
+and increments ``toolbreaker.transitions`` with the dependency, operation, reason and the
+phases it moved between. Attaching a listener routes every request of that breaker
+through the core (see :meth:`toolbreaker.Breaker.add_listener`): instrument breakers whose
+transitions you want traced, and use the Prometheus collector for plain counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from toolbreaker.core.state import Transition
+from toolbreaker.integrations import require
+from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._registry import Registry
+
+__all__ = ["instrument"]
+
+
+def instrument(
+    breakers: Registry | Iterable[Breaker],
+    *,
+    meter_provider: Any = None,
+    state_changes_only: bool = False,
+) -> Callable[[], None]:
+    """Trace and count the transitions of ``breakers``; returns a function that undoes it.
+
+    Args:
+        breakers: a registry (its breakers as they exist now) or breakers.
+        meter_provider: an OpenTelemetry ``MeterProvider``; the global one by default.
+        state_changes_only: record only transitions that change the phase.
+    """
+    trace = require("opentelemetry.trace", "opentelemetry")
+    metrics = require("opentelemetry.metrics", "opentelemetry")
+    meter = (
+        meter_provider.get_meter("toolbreaker")
+        if meter_provider is not None
+        else metrics.get_meter("toolbreaker")
+    )
+    counter = meter.create_counter(
+        "toolbreaker.transitions", unit="1", description="Transitions of toolbreaker breakers."
+    )
+
+    def listener(record: Transition, breaker: Breaker) -> None:
+        if state_changes_only and record.from_phase == record.to_phase:
+            return
+        attributes = {
+            "toolbreaker.dependency": breaker.dependency,
+            "toolbreaker.operation": breaker.operation,
+            "toolbreaker.tool": breaker.tool,
+            "toolbreaker.reason": record.reason,
+            "toolbreaker.from": record.from_phase,
+            "toolbreaker.to": record.to_phase,
+        }
+        counter.add(1, attributes)
+        span = trace.get_current_span()
+        if span.is_recording():
+            span.add_event(
+                "toolbreaker.transition",
+                {
+                    **attributes,
+                    "toolbreaker.attempted": record.attempted,
+                    "toolbreaker.rejected": record.rejected,
+                    "toolbreaker.generation": record.generation,
+                    "toolbreaker.policy_version": breaker.policy.version,
+                },
+            )
+
+    removers = [breaker.add_listener(listener) for breaker in breakers]
+
+    def undo() -> None:
+        for remove in removers:
+            remove()
+
+    return undo
