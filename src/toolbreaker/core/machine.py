@@ -98,10 +98,19 @@ def is_quiet(state: BreakerState, policy: Policy) -> bool:
     return state.phase == CLOSED and (policy.window_ms is not None or not state.failures)
 
 
-def retry_after_ms(state: BreakerState, at: int) -> int | None:
-    """Milliseconds until a rejected request could be admitted; ``None`` if unknown."""
-    if state.phase == OPEN and state.open_until is not None and not state.isolated:
+def retry_after_ms(state: BreakerState, at: int, policy: Policy | None = None) -> int | None:
+    """Milliseconds until a rejected request could be admitted; ``None`` if unknown.
+
+    While open: until the cooldown deadline (unknown while isolated). While half-open
+    with ``policy``: until the oldest probe lease expires, the latest a slot frees up.
+    """
+    if state.phase == OPEN:
+        if state.open_until is None or state.isolated:
+            return None
         return max(0, state.open_until - at)
+    if state.phase == HALF_OPEN and state.leases and policy is not None:
+        oldest = min(lease.admitted_at for lease in state.leases)
+        return max(0, oldest + policy.lease_ttl_ms - at)
     return None
 
 

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
 from toolbreaker.core.machine import idle_rejection, is_quiet
+from toolbreaker.core.machine import retry_after_ms as core_retry_after_ms
 from toolbreaker.core.policy import Policy
 from toolbreaker.core.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
 from toolbreaker.errors import (
@@ -336,14 +337,7 @@ class Breaker:
 
         ``state`` defaults to the current state as this process sees it.
         """
-        if state is None:
-            state = self.state
-        if state.phase == OPEN and state.open_until is not None and not state.isolated:
-            return max(0, state.open_until - self.clock())
-        if state.phase == HALF_OPEN and state.leases:
-            oldest = min(lease.admitted_at for lease in state.leases)
-            return max(0, oldest + self.policy.lease_ttl_ms - self.clock())
-        return None
+        return core_retry_after_ms(state or self.state, self.clock(), self.policy)
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(record, breaker)`` for every transition; returns a remover.
@@ -380,7 +374,7 @@ class Breaker:
                 reason = idle_rejection(state, now, self.policy)
                 if reason is not None:
                     stats.rejected += 1
-                    return Rejection(self, reason, _remaining(state, now))
+                    return Rejection(self, reason, core_retry_after_ms(state, now))
             elif self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
@@ -574,6 +568,7 @@ class Breaker:
         reason = idle_rejection(state, now, self.policy)
         if reason is not None:
             self.stats.rejected += 1
+            # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
             wait = None if until is None or state.isolated else until - now
             raise _circuit_open(self.key, reason, wait, self._render)
@@ -766,12 +761,6 @@ class Breaker:
     def __repr__(self) -> str:
         state = self._view.state
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
-
-
-def _remaining(state: BreakerState, now: int) -> int | None:
-    if state.open_until is None or state.isolated:
-        return None
-    return max(0, state.open_until - now)
 
 
 def _check_timeout(timeout: object) -> None:
