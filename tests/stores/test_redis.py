@@ -360,3 +360,17 @@ def test_a_forked_child_trusts_no_inherited_view(redis_url):
         assert fork_and_check(child) == 0
         assert view.state is not None
         assert store.load(key, POLICY) == BreakerState()
+
+
+def test_registry_on_redis_uses_the_servers_clock(redis_url):
+    """A registry (and its breakers) on a RedisStore take the store's clock by default."""
+    from toolbreaker import Registry
+    from toolbreaker.stores import RedisStore
+
+    store = RedisStore(redis_url)
+    try:
+        registry = Registry(store=store, default_timeout=1.0)
+        assert registry.clock == store.clock
+        assert registry.get("search").clock == store.clock
+    finally:
+        store.close()

@@ -249,7 +249,8 @@ class Breaker:
         operation: the operation class (``read``, ``write`` ...); it gets its own state.
         policy: thresholds and cooldowns; defaults to :class:`Policy`'s.
         store: where state lives; a private :class:`MemoryStore` by default.
-        clock: integer milliseconds, monotonic (``FakeClock`` in tests).
+        clock: integer milliseconds, monotonic (``FakeClock`` in tests); by default the
+            store's own clock if it has one (Redis: the server's), else this host's.
         timeout: the default deadline in seconds; every call needs one.
         enforce: how sync deadlines are enforced (see :data:`Enforce`).
         classifier: turns an exception into a :class:`Verdict`.
@@ -270,7 +271,7 @@ class Breaker:
         operation: str = "default",
         policy: Policy | None = None,
         store: Store | None = None,
-        clock: Clock = monotonic_ms,
+        clock: Clock | None = None,
         timeout: float | None = None,
         enforce: Enforce = "thread",
         classifier: Callable[[BaseException], Verdict] = classify_exception,
@@ -296,7 +297,7 @@ class Breaker:
         self.key = dependency if operation == "default" else f"{dependency}:{operation}"
         self.policy = policy or Policy()
         self.store: Store = store if store is not None else MemoryStore()
-        self.clock = clock
+        self.clock: Clock = clock or _clock_of(self.store)
         self.timeout = timeout
         self._default_deadline = self._deadline_ms(timeout)
         self.enforce: Enforce = enforce
@@ -761,6 +762,12 @@ class Breaker:
     def __repr__(self) -> str:
         state = self._view.state
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
+
+
+def _clock_of(store: object) -> Clock:
+    """A store that spans hosts brings its clock: their monotonic clocks do not compare."""
+    clock = getattr(store, "clock", None)
+    return clock if callable(clock) else monotonic_ms
 
 
 def _check_timeout(timeout: object) -> None:

@@ -40,9 +40,9 @@ from typing import Any, Final
 
 from toolbreaker.core.policy import Policy, load_toml
 from toolbreaker.errors import PolicyError, RegistryFull
-from toolbreaker.runtime._breaker import Breaker, Enforce
+from toolbreaker.runtime._breaker import Breaker, Enforce, _clock_of
 from toolbreaker.runtime._classify import Verdict, classify_exception
-from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._clock import Clock
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
 
@@ -106,7 +106,8 @@ class Registry:
     Args:
         default_policy: the policy of breakers the sheet does not describe.
         store: where every breaker's state lives (shared by all of them).
-        clock: integer-millisecond monotonic clock.
+        clock: integer-millisecond monotonic clock; by default the store's own (Redis:
+            the server's time), else this host's.
         default_timeout: deadline in seconds for breakers without one.
         boundaries: sheet rows, keyed by ``(dependency, operation)``.
         local_tools: tool names that may be fallbacks without a breaker of their own.
@@ -120,7 +121,7 @@ class Registry:
         default_policy: Policy | None = None,
         *,
         store: Store | None = None,
-        clock: Clock = monotonic_ms,
+        clock: Clock | None = None,
         default_timeout: float | None = None,
         default_enforce: Enforce = "thread",
         boundaries: Mapping[tuple[str, str], Boundary] | None = None,
@@ -132,7 +133,7 @@ class Registry:
             raise PolicyError("max_breakers must be a positive integer", field="max_breakers")
         self.default_policy = default_policy or Policy()
         self.store: Store = store if store is not None else MemoryStore()
-        self.clock = clock
+        self.clock: Clock = clock or _clock_of(self.store)
         self.default_timeout = default_timeout
         self.default_enforce: Enforce = default_enforce
         self.max_breakers = max_breakers
@@ -149,7 +150,7 @@ class Registry:
         path: str | Path,
         *,
         store: Store | None = None,
-        clock: Clock = monotonic_ms,
+        clock: Clock | None = None,
         max_breakers: int = 10_000,
         strict: bool = False,
     ) -> Registry:
@@ -168,7 +169,7 @@ class Registry:
         data: Mapping[str, Any],
         *,
         store: Store | None = None,
-        clock: Clock = monotonic_ms,
+        clock: Clock | None = None,
         max_breakers: int = 10_000,
         strict: bool = False,
     ) -> Registry:
