@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -35,11 +36,17 @@ def test_mypy_strict_is_clean():
 
 
 def test_public_names_are_exported_and_sorted():
-    """__all__ is sorted and every name in it exists."""
+    """__all__ is sorted, every name in it exists, and every public name is in it."""
     names = [n for n in toolbreaker.__all__ if n != "__version__"]
     assert names == sorted(names)
     for name in toolbreaker.__all__:
         assert hasattr(toolbreaker, name), name
+    public = {
+        name
+        for name in dir(toolbreaker)
+        if not name.startswith("_") and not isinstance(getattr(toolbreaker, name), ModuleType)
+    }
+    assert public == set(names)
 
 
 def test_import_pulls_in_no_optional_dependency():
