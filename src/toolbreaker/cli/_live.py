@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from toolbreaker._toolservice import ToolService, request_json
 from toolbreaker.core.receipt import dump_receipt, summarise
 from toolbreaker.core.state import Transition
+from toolbreaker.core.trace import trace_event
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import system_prompt_line
@@ -216,11 +217,8 @@ def _save(
 ) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     policy = registry.get("catalog", "read").policy
-    trace = [
-        {**r.event.to_dict(), "dependency": r.dependency}
-        for r in records
-        if r.event.type != "lease-expired" and r.dependency == "catalog:read"
-    ]
+    lines = (trace_event(r) for r in records if r.dependency == "catalog:read")
+    trace = [line for line in lines if line is not None]
     (folder / "trace.jsonl").write_text("".join(json.dumps(e) + "\n" for e in trace))
     (folder / "policy.toml").write_text(
         "".join(f"{k} = {v}\n" for k, v in policy.to_dict().items() if v is not None)

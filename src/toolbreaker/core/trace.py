@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from toolbreaker.core.machine import OPERATOR_TYPES
-from toolbreaker.core.state import EVENT_TYPES, Event
+from toolbreaker.core.state import EVENT_TYPES, Event, Transition
 from toolbreaker.errors import TraceError
 
-__all__ = ["TRACE_TYPES", "parse_event", "parse_lines", "read_trace"]
+__all__ = ["TRACE_TYPES", "parse_event", "parse_lines", "read_trace", "trace_event"]
 
 #: Every event type a trace may hold.
 TRACE_TYPES = EVENT_TYPES | OPERATOR_TYPES
@@ -92,3 +93,14 @@ def read_trace(path: str | Path) -> list[tuple[int, Event]]:
     except TraceError as exc:
         exc.file = name
         raise
+
+
+def trace_event(record: Transition) -> dict[str, Any] | None:
+    """The trace line that reproduces ``record``'s input event.
+
+    ``None`` for events the core makes itself (``lease-expired``): a replay makes them
+    again. Lines written from a breaker's records replay to the same transitions.
+    """
+    if record.event.type not in TRACE_TYPES:
+        return None
+    return {**record.event.to_dict(), "dependency": record.dependency}

@@ -15,6 +15,7 @@ from toolbreaker.runtime._classify import (
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._guard import ActionRequest, GuardedTool, GuardStep, RunGuard, StopPacket
+from toolbreaker.runtime._recorder import TraceRecorder
 from toolbreaker.runtime._registry import Boundary, Registry
 from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
@@ -41,6 +42,7 @@ __all__ = [
     "Rejection",
     "RunGuard",
     "StopPacket",
+    "TraceRecorder",
     "Verdict",
     "classify_exception",
     "classify_status",

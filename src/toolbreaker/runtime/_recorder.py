@@ -1,0 +1,87 @@
+"""Record what live breakers saw as a trace that ``toolbreaker replay`` reproduces.
+
+Production traffic then becomes the review artifact: replay the recorded trace under the
+current and a proposed policy and ``toolbreaker diff`` the receipts before deploying.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TextIO
+
+from toolbreaker.core.state import Transition
+from toolbreaker.core.trace import trace_event
+from toolbreaker.runtime._breaker import Breaker
+
+__all__ = ["TraceRecorder"]
+
+
+class TraceRecorder:
+    """A listener that appends every breaker event to a JSON Lines trace.
+
+    Example::
+
+        with TraceRecorder("trace.jsonl") as recorder:
+            recorder.attach(registry)
+            ...  # run the agent
+
+    Recording routes every request of an attached breaker through the core (a listener
+    sees every record), so it costs the fast paths: attach it where the trace is worth it.
+
+    Concurrent callers read the clock before the store orders their events, so a record
+    can carry a time a few microseconds older than the one before it; the recorder writes
+    times that never decrease per dependency (a trace must not go back in time), which
+    moves such an event by at most that race window.
+    """
+
+    def __init__(self, target: str | Path | TextIO) -> None:
+        if isinstance(target, (str, Path)):
+            self._out: TextIO = Path(target).open("a", encoding="utf-8")  # noqa: SIM115
+            self._owned = True
+        else:
+            self._out, self._owned = target, False
+        self._lock = threading.Lock()
+        self._removers: list[Callable[[], None]] = []
+        self._last: dict[str, int] = {}
+
+    def attach(self, *targets: Breaker | Iterable[Breaker]) -> Callable[[], None]:
+        """Record the given breakers (or a registry's breakers as they are now)."""
+        breakers: list[Breaker] = []
+        for target in targets:
+            breakers.extend([target] if isinstance(target, Breaker) else target)
+        removers = [breaker.add_listener(self) for breaker in breakers]
+        self._removers.extend(removers)
+
+        def detach() -> None:
+            for remove in removers:
+                remove()
+
+        return detach
+
+    def __call__(self, record: Transition, breaker: Breaker) -> None:
+        """Write the trace line of one record (listener signature)."""
+        line = trace_event(record)
+        if line is None:
+            return
+        with self._lock:
+            at = max(line["at"], self._last.get(record.dependency, 0))
+            self._last[record.dependency] = at
+            self._out.write(json.dumps({**line, "at": at}, sort_keys=True) + "\n")
+            self._out.flush()
+
+    def close(self) -> None:
+        """Detach from every breaker and close the file if this recorder opened it."""
+        for remove in self._removers:
+            remove()
+        self._removers.clear()
+        if self._owned:
+            self._out.close()
+
+    def __enter__(self) -> TraceRecorder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
