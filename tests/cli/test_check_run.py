@@ -90,3 +90,21 @@ def test_bad_run_files_are_one_line_errors(tmp_path, capsys, text, line, message
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}:{line}: ")
     assert message in err
+
+
+def test_check_run_derives_the_same_keys_as_a_run_guard(tmp_path, capsys):
+    """A write without a business key gets the key RunGuard would give it in that task."""
+    from toolbreaker import RunGuard
+
+    args = {"to": "a", "body": "hi", "requested_at": "10:00"}
+    run = write_run(
+        tmp_path,
+        call(0, "send", args=args, risk="reversible_write", outcome="unknown"),
+        call(1, "send", args={"to": "b"}, risk="reversible_write"),
+    )
+    assert main(["check-run", run, "--task", "t-9"]) == 1
+    packet = json.loads(capsys.readouterr().out.split(f"{run}:2\n", 1)[1])
+    guard = RunGuard("t-9")
+    guard.ensure_tool("send", risk="reversible_write")
+    step = guard.begin("send", {**args, "requested_at": "11:00"})
+    assert packet["uncertain"][0]["idempotency_key"] == step.idempotency_key

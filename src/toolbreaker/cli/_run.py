@@ -24,13 +24,7 @@ from typing import Any, TextIO
 
 from toolbreaker.core import budget as budgets
 from toolbreaker.core.budget import Action, Budget, RunState
-from toolbreaker.core.fingerprint import (
-    FingerprintError,
-    business_key_of,
-    canonical_action,
-    fingerprint,
-    idempotency_key,
-)
+from toolbreaker.core.fingerprint import FingerprintError, fingerprint, write_key
 from toolbreaker.errors import ToolbreakerError, TraceError
 from toolbreaker.runtime._guard import StopPacket, _digest
 
@@ -56,7 +50,7 @@ def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
             if "tool" not in data:
                 run = budgets.add_cost(run, data.get("cost", "0"))
                 continue
-            action, key = _action(data)
+            action, key = _action(data, task)
             decision, run = budgets.admit(run, action, budget, at)
             if not decision.allowed:
                 assert decision.stop is not None
@@ -103,7 +97,7 @@ def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
     return 0
 
 
-def _action(data: Mapping[str, Any]) -> tuple[Action, str | None]:
+def _action(data: Mapping[str, Any], task: str) -> tuple[Action, str | None]:
     tool, args = data["tool"], data.get("args", {})
     if not isinstance(tool, str) or not isinstance(args, Mapping):
         raise TypeError("tool must be a string and args an object")
@@ -114,13 +108,7 @@ def _action(data: Mapping[str, Any]) -> tuple[Action, str | None]:
         risk=risk,
         recovery=bool(data.get("recovery", False)),
     )
-    key = None
-    if risk in _WRITES:
-        fields = data.get("business_key")
-        if fields:
-            key = idempotency_key(tool, business_key_of(args, fields))
-        else:
-            key = idempotency_key(tool, canonical_action(tool, args)["args"] or {"tool": tool})
+    key = write_key(tool, args, data.get("business_key"), task=task) if risk in _WRITES else None
     return action, key
 
 

@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.policy import load_toml
+from toolbreaker.core.policy import known_fields, load_toml
 from toolbreaker.errors import PolicyError, ToolbreakerError
 
 __all__ = [
@@ -441,16 +441,7 @@ class Budget:
             PolicyError: naming the offending field, dotted for class limits
                 (``classes.read.max_calls``).
         """
-        if not isinstance(data, Mapping):
-            raise PolicyError(f"a budget must be a table of fields, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in known:
-                raise PolicyError(
-                    f"unknown budget field {key!r} (known: {', '.join(sorted(known))})",
-                    field=str(key),
-                )
-        fields = dict(data)
+        fields = known_fields(data, cls, "budget")
         if "classes" in fields:
             fields["classes"] = _classes_from(fields["classes"])
         return cls(**fields)

@@ -61,6 +61,7 @@ __all__ = [
     "canonical_action",
     "fingerprint",
     "idempotency_key",
+    "write_key",
 ]
 
 #: The key of the one-field object that carries a non-integral number.
@@ -469,3 +470,23 @@ def idempotency_key(tool: str, business_key: Mapping[str, Any], *, scope: str = 
         "scope": scope,
     }
     return IDEMPOTENCY_PREFIX + sha256_hex(document)[:32]
+
+
+def write_key(
+    tool: str,
+    args: Mapping[str, Any],
+    business_key: Sequence[str] | None = None,
+    *,
+    task: str = "",
+    rules: FingerprintRules | None = None,
+) -> str:
+    """The idempotency key of one intended write.
+
+    With declared ``business_key`` fields the key is global: the same business action is
+    never performed twice, whichever task tries. Without, it is the canonical action
+    (volatile and prose fields stripped) scoped to ``task``.
+    """
+    if business_key:
+        return idempotency_key(tool, business_key_of(args, business_key))
+    canonical = canonical_action(tool, args, rules)["args"]
+    return idempotency_key(tool, canonical or {"tool": tool}, scope=task)

@@ -23,7 +23,7 @@ if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
 else:  # pragma: no cover - version dependent
     import tomli as tomllib
 
-__all__ = ["Policy", "load_toml"]
+__all__ = ["Policy", "known_fields", "load_toml"]
 
 _OPTIONAL = frozenset({"window_ms"})
 
@@ -74,16 +74,7 @@ class Policy:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Policy:
         """Build a policy from a mapping of field names; unknown keys are an error."""
-        if not isinstance(data, Mapping):
-            raise PolicyError(f"a policy must be a table of fields, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in known:
-                raise PolicyError(
-                    f"unknown policy field {key!r} (known: {', '.join(sorted(known))})",
-                    field=str(key),
-                )
-        return cls(**dict(data))
+        return cls(**known_fields(data, cls, "policy"))
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Policy:
@@ -112,6 +103,20 @@ class Policy:
                 break
             cooldown *= self.cooldown_multiplier
         return min(cooldown, self.cooldown_max_ms)
+
+
+def known_fields(data: object, cls: Any, what: str) -> dict[str, Any]:
+    """``data`` as a dict of ``cls``'s dataclass fields; anything else is a PolicyError."""
+    if not isinstance(data, Mapping):
+        raise PolicyError(f"a {what} must be a table of fields, got {type(data).__name__}")
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in known:
+            raise PolicyError(
+                f"unknown {what} field {key!r} (known: {', '.join(sorted(known))})",
+                field=str(key),
+            )
+    return dict(data)
 
 
 def load_toml(path: str | Path, build: Any) -> Any:

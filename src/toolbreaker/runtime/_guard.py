@@ -23,13 +23,7 @@ from typing import Any, Final, Literal
 
 from toolbreaker.core import budget as budgets
 from toolbreaker.core.budget import Action, Budget, RiskClass, RunState, Stop
-from toolbreaker.core.fingerprint import (
-    FingerprintRules,
-    business_key_of,
-    canonical_action,
-    fingerprint,
-    idempotency_key,
-)
+from toolbreaker.core.fingerprint import FingerprintRules, fingerprint, write_key
 from toolbreaker.core.redact import redact
 from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
 from toolbreaker.runtime._breaker import Breaker, Permit
@@ -376,13 +370,7 @@ class RunGuard:
         action_fp = fingerprint(tool, args, self.rules)
         key = None
         if spec.risk in _WRITES:
-            if spec.business_key:
-                # The business action is global: the same renewal notice is never sent twice,
-                # whichever task tries.
-                key = idempotency_key(tool, business_key_of(args, spec.business_key))
-            else:
-                canonical = canonical_action(tool, args, self.rules)["args"]
-                key = idempotency_key(tool, canonical or {"tool": tool}, scope=self.task)
+            key = write_key(tool, args, spec.business_key, task=self.task, rules=self.rules)
         plan = _Plan(spec, args, action_fp, key, key or "")
         self._attempted = {"tool": tool, "fingerprint": action_fp, "idempotency_key": key}
         try:
