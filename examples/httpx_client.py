@@ -20,8 +20,8 @@ import anyio
 import httpx
 
 from toolbreaker import CircuitOpen, Registry, RunGuard
-from toolbreaker._toolservice import ToolService
 from toolbreaker.integrations.httpx import AsyncBreakerTransport, BreakerTransport
+from toolbreaker.testing import ToolService
 
 # The boundary sheet, as Registry.from_toml() would read it.
 SHEET = {

@@ -27,8 +27,8 @@ from langchain_core.tools import tool
 from pydantic import Field
 
 from toolbreaker import Breaker, Policy, Registry, Transition
-from toolbreaker._toolservice import ToolService, request_json
 from toolbreaker.integrations.langchain import STOP_KEY, ToolbreakerMiddleware
+from toolbreaker.testing import ToolService, request_json
 
 
 class ReactiveModel(GenericFakeChatModel):

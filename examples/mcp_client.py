@@ -28,8 +28,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from toolbreaker import Breaker, Policy, Registry, RunGuard, Transition, system_prompt_line
-from toolbreaker._toolservice import ToolService, request_json
 from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY, GuardedClient
+from toolbreaker.testing import ToolService, request_json
 
 Transcript = list[tuple[str, CallToolResult]]
 Model = Callable[[Transcript], tuple[str, Any]]

@@ -28,8 +28,8 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 import toolbreaker
 from toolbreaker import Policy, Registry, RunGuard, Transition
-from toolbreaker._toolservice import ToolService, request_json
 from toolbreaker.integrations.openai_agents import protect, run_config
+from toolbreaker.testing import ToolService, request_json
 
 
 def last_result(call: ModelCall) -> str | None:

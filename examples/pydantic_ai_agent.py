@@ -27,8 +27,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from toolbreaker import Breaker, Budget, MemoryStore, Registry, RunGuard, Transition
-from toolbreaker._toolservice import ToolService, request_json
 from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, run_stop, tool_metadata
+from toolbreaker.testing import ToolService, request_json
 
 SHEET = Path(__file__).with_name("breakers.toml")
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from toolbreaker import Registry, system_prompt_line
-from toolbreaker._toolservice import ToolService, request_json
+from toolbreaker.testing import ToolService, request_json
 
 SHEET = Path(__file__).with_name("breakers.toml")
 

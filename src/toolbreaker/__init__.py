@@ -14,7 +14,7 @@ from toolbreaker.core import (
     replay,
     step,
 )
-from toolbreaker.core.budget import Action, Budget, ClassLimits, RunState, Stop
+from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState, Stop
 from toolbreaker.errors import (
     CircuitOpen,
     PermitError,

@@ -10,7 +10,11 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── CircuitOpen          a call rejected locally by an open breaker (retry_after, result)
     ├── StoreUnavailable     breaker state could not be read or written (fail closed)
     ├── RegistryFull         more breakers than the registry's cardinality limit
-    └── PermitError          a permit settled twice
+    ├── PermitError          a permit or step settled twice
+    ├── RunStateError        a run state that does not load, or an impossible run input
+    └── FingerprintError     a value that cannot be fingerprinted (also a ValueError)
+        ├── UnsupportedTypeError   a type the canonical form does not define
+        └── BusinessKeyError       a declared business-key field is missing or empty
 
 Errors carry machine-readable fields so callers never parse messages.
 """
@@ -21,14 +25,18 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "BusinessKeyError",
     "CircuitOpen",
+    "FingerprintError",
     "PermitError",
     "PolicyError",
     "ReceiptError",
     "RegistryFull",
+    "RunStateError",
     "StoreUnavailable",
     "ToolbreakerError",
     "TraceError",
+    "UnsupportedTypeError",
 ]
 
 
@@ -197,3 +205,61 @@ class RegistryFull(ToolbreakerError):
 
 class PermitError(ToolbreakerError):
     """A permit was settled more than once."""
+
+
+class RunStateError(ToolbreakerError, ValueError):
+    """A run state does not load, or a value meant to be counted into one is invalid.
+
+    Raised by :meth:`RunState.from_dict` on anything that does not validate (a run
+    state is operator data: it is never silently defaulted), and by the constructors
+    and functions of this module on an impossible input (a negative cost, a float, an
+    unknown outcome, a time before the run started).
+
+    Attributes:
+        message: the explanation.
+        field: where the offending value sits, like ``tallies[3].repeats``, when known.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class FingerprintError(ToolbreakerError, ValueError):
+    """A value cannot be fingerprinted: NaN, a cycle, a blank tool name, an empty key.
+
+    Attributes:
+        message: the explanation, naming the offending path when there is one.
+        path: where the offending value sits, like ``args.items[2]``, when known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UnsupportedTypeError(FingerprintError, TypeError):
+    """A value of a type the canonical form does not define (a set, bytes, an object)."""
+
+
+class BusinessKeyError(FingerprintError, KeyError):
+    """A declared business-key field is missing or empty.
+
+    An empty key would give unrelated actions the same idempotency key, and the
+    destination would then silently drop the second one, so this is never defaulted.
+
+    Attributes:
+        field: the declared field, as given (``recipient.id``).
+    """
+
+    def __init__(self, message: str, *, field: str) -> None:
+        super().__init__(message, path=field)
+        self.field = field

@@ -14,15 +14,14 @@ import httpx
 import pytest
 
 from toolbreaker import CircuitOpen, Policy, PolicyError, Registry
-from toolbreaker._toolservice import Fault, ToolService
-from toolbreaker.core.state import CLOSED, OPEN
+from toolbreaker.core.breaker.state import CLOSED, OPEN
 from toolbreaker.integrations.httpx import (
     REJECTED_HEADER,
     AsyncBreakerTransport,
     BreakerTransport,
     host_key,
 )
-from toolbreaker.testing import FakeClock
+from toolbreaker.testing import FakeClock, Fault, ToolService
 
 
 @pytest.fixture

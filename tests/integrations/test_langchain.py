@@ -33,14 +33,13 @@ from langgraph.prebuilt import tools_condition
 from pydantic import Field
 
 from toolbreaker import Policy, PolicyError, Registry, system_prompt_line
-from toolbreaker._toolservice import Fault, ToolService, request_json
 from toolbreaker.integrations.langchain import (
     STOP_KEY,
     ToolbreakerMiddleware,
     idempotency_key,
 )
 from toolbreaker.stores import MemoryStore
-from toolbreaker.testing import FakeClock
+from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
 # -- an offline model that takes tools ------------------------------------------------------
 

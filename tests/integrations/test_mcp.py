@@ -37,8 +37,7 @@ from mcp.types import (
 )
 
 from toolbreaker import ActionRequest, MemoryStore, Policy, PolicyError, Registry, RunGuard
-from toolbreaker._toolservice import Fault, ToolService, request_json
-from toolbreaker.core.state import CLOSED, OPEN
+from toolbreaker.core.breaker.state import CLOSED, OPEN
 from toolbreaker.integrations.mcp import (
     ANSWER_META_KEY,
     IDEMPOTENCY_META_KEY,
@@ -47,6 +46,7 @@ from toolbreaker.integrations.mcp import (
     result_error,
     risk_from_annotations,
 )
+from toolbreaker.testing import Fault, ToolService, request_json
 
 READ = ToolAnnotations(read_only_hint=True)
 ADDITIVE_WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)

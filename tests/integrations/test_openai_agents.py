@@ -34,9 +34,9 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 from agents.tool_context import ToolContext
 
 from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard
-from toolbreaker._toolservice import Fault, ToolService, request_json
 from toolbreaker.integrations.openai_agents import GUARDRAIL_NAME, protect, run_config
 from toolbreaker.stores import MemoryStore
+from toolbreaker.testing import Fault, ToolService, request_json
 
 TICKET = {"title": "Refund order A-1001", "body": "The cable arrived broken."}
 

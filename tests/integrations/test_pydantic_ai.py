@@ -36,13 +36,13 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, system_prompt_line
-from toolbreaker._toolservice import Fault, ToolService, request_json
 from toolbreaker.integrations.pydantic_ai import (
     ToolbreakerCapability,
     run_stop,
     tool_metadata,
 )
 from toolbreaker.stores import MemoryStore
+from toolbreaker.testing import Fault, ToolService, request_json
 
 TIMEOUT = 1.0
 

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.state import OUTCOME_TYPES
+from toolbreaker.core.breaker.state import OUTCOME_TYPES
 from toolbreaker.runtime._classify import (
     SUCCESS,
     Kind,

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from toolbreaker import Breaker, Policy, PolicyError
-from toolbreaker._toolservice import Fault, ToolService, request_json
-from toolbreaker.core.budget import Budget, ClassLimits
+from toolbreaker.core.run.budget import Budget, ClassLimits
 from toolbreaker.runtime._guard import RunGuard
 from toolbreaker.stores import MemoryStore
+from toolbreaker.testing import Fault, ToolService, request_json
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import redis
 from conformance import POLICY, StoreContract, Twin, fork_and_check, wait_for
 
 from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
-from toolbreaker.core.state import CORRUPT
+from toolbreaker.core.breaker.state import CORRUPT
 from toolbreaker.stores import LocalFallback, RedisStore
 from toolbreaker.testing import FakeClock
 

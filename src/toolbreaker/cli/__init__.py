@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.receipt import Replay, diff, dump_receipt, load_receipt
-from toolbreaker.core.state import BreakerState, Event
-from toolbreaker.core.trace import read_trace
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.receipt import Replay, diff, dump_receipt, load_receipt
+from toolbreaker.core.breaker.state import BreakerState, Event
+from toolbreaker.core.breaker.trace import read_trace
 from toolbreaker.errors import ToolbreakerError, TraceError
 
 __all__ = ["main"]
@@ -123,7 +123,7 @@ def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:
 
 def _run_check(args: argparse.Namespace) -> int:
     from toolbreaker.cli._run import check_run
-    from toolbreaker.core.budget import Budget
+    from toolbreaker.core.run.budget import Budget
 
     budget = Budget.from_toml(args.budget) if args.budget else Budget()
     return check_run(args.run, budget, args.task, sys.stdout)

@@ -17,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolbreaker._toolservice import ToolService, request_json
-from toolbreaker.core.receipt import dump_receipt, summarise
-from toolbreaker.core.state import Transition
-from toolbreaker.core.trace import trace_event
+from toolbreaker.core.breaker.receipt import dump_receipt, summarise
+from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.breaker.trace import trace_event
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import system_prompt_line
+from toolbreaker.testing import ToolService, request_json
 
 __all__ = ["run_live"]
 

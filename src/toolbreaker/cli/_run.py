@@ -22,9 +22,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolbreaker.core import budget as budgets
-from toolbreaker.core.budget import Action, Budget, RunState
-from toolbreaker.core.fingerprint import FingerprintError, fingerprint, write_key
+from toolbreaker.core.run import budget as budgets
+from toolbreaker.core.run.budget import Action, Budget, RunState
+from toolbreaker.core.run.fingerprint import FingerprintError, fingerprint, write_key
 from toolbreaker.errors import ToolbreakerError, TraceError
 from toolbreaker.runtime._guard import StopPacket, _digest
 

@@ -1,11 +1,16 @@
-"""The pure core: policies, states, the transition function and receipts.
+"""The pure core: two machines that decide everything, and nothing else.
+
+- :mod:`toolbreaker.core.breaker`: may this dependency be called? Policies, states,
+  ``apply()``, receipts and traces.
+- :mod:`toolbreaker.core.run`: may this run take its next action? Budgets, fingerprints,
+  secret masking and the run's ``apply()``.
 
 Nothing in this package reads a clock, does I/O (beyond loading files it is asked to
-load), takes a lock or keeps a global. Time arrives inside events.
+load), takes a lock or keeps a global. Time arrives inside events. This module
+re-exports the breaker machine's names.
 """
 
-from toolbreaker.core.canonical import canonical_json, sha256_hex
-from toolbreaker.core.machine import (
+from toolbreaker.core.breaker.machine import (
     admission,
     apply,
     due_expiry,
@@ -14,8 +19,8 @@ from toolbreaker.core.machine import (
     retry_after_ms,
     step,
 )
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.receipt import (
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.receipt import (
     RECEIPT_SCHEMA,
     Replay,
     diff,
@@ -24,7 +29,7 @@ from toolbreaker.core.receipt import (
     replay,
     summarise,
 )
-from toolbreaker.core.state import (
+from toolbreaker.core.breaker.state import (
     CLOSED,
     HALF_OPEN,
     OPEN,
@@ -33,7 +38,8 @@ from toolbreaker.core.state import (
     Lease,
     Transition,
 )
-from toolbreaker.core.trace import parse_event, parse_lines, read_trace
+from toolbreaker.core.breaker.trace import parse_event, parse_lines, read_trace
+from toolbreaker.core.canonical import canonical_json, sha256_hex
 
 __all__ = [
     "CLOSED",

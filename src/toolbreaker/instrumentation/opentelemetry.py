@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from toolbreaker.core.state import Transition
+from toolbreaker.core.breaker.state import Transition
 from toolbreaker.integrations import require
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._registry import Registry

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from toolbreaker.core.state import PHASES
+from toolbreaker.core.breaker.state import PHASES
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.integrations import require
 from toolbreaker.runtime._registry import Registry

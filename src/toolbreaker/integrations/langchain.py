@@ -58,8 +58,8 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypedDict, cast
 
-from toolbreaker.core.budget import Budget, RiskClass
-from toolbreaker.core.policy import Policy
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._breaker import Breaker, Enforce

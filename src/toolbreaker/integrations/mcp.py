@@ -71,7 +71,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, cast
 
-from toolbreaker.core.budget import RiskClass, Stop
+from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.runtime import (

@@ -75,7 +75,7 @@ from pydantic_ai.messages import ModelMessage, ToolCallPart  # noqa: E402
 from pydantic_ai.tools import AgentDepsT, ToolDefinition  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
 
-from toolbreaker.core.budget import RiskClass  # noqa: E402
+from toolbreaker.core.run.budget import RiskClass  # noqa: E402
 from toolbreaker.errors import PolicyError  # noqa: E402
 from toolbreaker.runtime._guard import GuardedTool, RunGuard, StopPacket  # noqa: E402
 from toolbreaker.runtime._registry import Registry  # noqa: E402

@@ -7,7 +7,7 @@ Two paths, one decision-maker. Every transition is computed by the core's ``appl
 inside the store. The shell only skips the store when the core has already said what
 would happen: in a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a request is
 admitted and a success changes nothing; in a cooling-down open state
-(:func:`~toolbreaker.core.machine.idle_rejection`) a request is rejected and changes nothing. Those
+(:func:`~toolbreaker.core.idle_rejection`) a request is rejected and changes nothing. Those
 two cases are most calls, and they cost no lock, no allocation of records and no I/O.
 """
 
@@ -25,10 +25,10 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
-from toolbreaker.core.machine import idle_rejection, is_quiet
-from toolbreaker.core.machine import retry_after_ms as core_retry_after_ms
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
+from toolbreaker.core.breaker.machine import idle_rejection, is_quiet
+from toolbreaker.core.breaker.machine import retry_after_ms as core_retry_after_ms
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
 from toolbreaker.errors import (
     CircuitOpen,
     PermitError,

@@ -81,7 +81,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Final, Literal, Protocol, TypeAlias
 
-from toolbreaker.core.state import OUTCOME_TYPES
+from toolbreaker.core.breaker.state import OUTCOME_TYPES
 
 __all__ = [
     "SUCCESS",

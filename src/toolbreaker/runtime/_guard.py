@@ -3,7 +3,7 @@
 A dependency breaker asks whether a remote is healthy enough to call; a :class:`RunGuard`
 asks whether *this task* may take its next action. Every tool call of a run goes through
 it: fingerprint the intended action, check the budgets (pure counters in
-:mod:`toolbreaker.core.budget`), journal writes before they run, execute through the
+:mod:`toolbreaker.core.run.budget`), journal writes before they run, execute through the
 dependency's breaker, verify, and record. Writes follow plan, authorize, execute,
 verify, record; an unknown outcome (timeout after the request may have committed,
 failed verification, malformed payload) is never replayed: the run's write breaker opens
@@ -21,10 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final, Literal
 
-from toolbreaker.core import budget as budgets
-from toolbreaker.core.budget import Action, Budget, RiskClass, RunState, Stop
-from toolbreaker.core.fingerprint import FingerprintRules, fingerprint, write_key
-from toolbreaker.core.redact import redact
+from toolbreaker.core.run import budget as budgets
+from toolbreaker.core.run.budget import Action, Budget, RiskClass, RunState, Stop
+from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core.run.redact import redact
 from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
 from toolbreaker.runtime._breaker import Breaker, Permit
 from toolbreaker.runtime._classify import Verdict

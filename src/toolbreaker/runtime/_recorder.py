@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TextIO
 
-from toolbreaker.core.state import Transition
-from toolbreaker.core.trace import trace_event
+from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.breaker.trace import trace_event
 from toolbreaker.runtime._breaker import Breaker
 
 __all__ = ["TraceRecorder"]

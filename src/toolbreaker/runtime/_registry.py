@@ -38,7 +38,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.policy import Policy, load_toml
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.config import load_toml
 from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._breaker import Breaker, Enforce, _clock_of
 from toolbreaker.runtime._classify import Verdict, classify_exception

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.state import BreakerState, Event, Transition
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._protocol import Journal, Store, View
 from toolbreaker.stores.memory import MemoryStore

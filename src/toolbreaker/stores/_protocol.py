@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.state import BreakerState, Event, Transition
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 
 __all__ = ["AsyncStore", "Journal", "Store", "View"]
 

@@ -26,10 +26,10 @@ import threading
 import time
 import weakref
 
+from toolbreaker.core.breaker.machine import apply
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import CORRUPT, OPEN, BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.machine import apply
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.state import CORRUPT, OPEN, BreakerState, Event, Transition
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.stores._protocol import View
 

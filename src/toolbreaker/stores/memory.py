@@ -7,9 +7,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from toolbreaker.core.machine import apply
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.state import BreakerState, Event, Transition
+from toolbreaker.core.breaker.machine import apply
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.stores._protocol import View
 
 __all__ = ["MemoryStore"]

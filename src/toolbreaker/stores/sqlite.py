@@ -33,10 +33,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from toolbreaker.core.breaker.machine import apply as core_apply
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.machine import apply as core_apply
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.state import CORRUPT, BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
 

@@ -74,8 +74,8 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.policy import known_fields, load_toml
-from toolbreaker.errors import PolicyError, ToolbreakerError
+from toolbreaker.core.config import known_fields, load_toml
+from toolbreaker.errors import PolicyError, RunStateError
 
 __all__ = [
     "DEFAULT_CLASSES",
@@ -154,28 +154,6 @@ _AMOUNT_PLACES: Final = 18
 _ZERO: Final = Decimal(0)
 
 _V = TypeVar("_V")
-
-
-class RunStateError(ToolbreakerError, ValueError):
-    """A run state does not load, or a value meant to be counted into one is invalid.
-
-    Raised by :meth:`RunState.from_dict` on anything that does not validate (a run
-    state is operator data: it is never silently defaulted), and by the constructors
-    and functions of this module on an impossible input (a negative cost, a float, an
-    unknown outcome, a time before the run started).
-
-    Attributes:
-        message: the explanation.
-        field: where the offending value sits, like ``tallies[3].repeats``, when known.
-    """
-
-    def __init__(self, message: str, *, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-
-    def __str__(self) -> str:
-        return self.message
 
 
 class _RiskMap(Mapping[RiskClass, _V]):
@@ -519,7 +497,7 @@ class Action:
     Attributes:
         tool: the tool name.
         fingerprint: the semantic fingerprint of the call (see
-            :mod:`toolbreaker.core.fingerprint`); equal intentions share it.
+            :mod:`toolbreaker.core.run.fingerprint`); equal intentions share it.
         risk: the tool's risk class.
         recovery: a read-only status check or reconcile call that may still run after
             the run stopped. Only reads can be recovery actions; the flag on a write

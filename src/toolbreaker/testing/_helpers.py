@@ -1,9 +1,4 @@
-"""Helpers for testing code that uses toolbreaker: part of the product.
-
-- :class:`FakeClock`: a monotonic millisecond clock you move by hand; no sleeps.
-- :func:`capture_transitions`: collect every transition of some breakers.
-- :func:`force_state`: put a breaker in a given phase for a test.
-"""
+"""FakeClock, capture_transitions() and force_state(): see :mod:`toolbreaker.testing`."""
 
 from __future__ import annotations
 
@@ -11,7 +6,7 @@ import contextlib
 import threading
 from collections.abc import Iterable, Iterator
 
-from toolbreaker.core.state import HALF_OPEN, OPEN, BreakerState, Lease, Transition
+from toolbreaker.core.breaker.state import HALF_OPEN, OPEN, BreakerState, Lease, Transition
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._registry import Registry
 

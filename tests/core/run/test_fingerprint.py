@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolbreaker.core.canonical import canonical_json, sha256_hex
-from toolbreaker.core.fingerprint import (
+from toolbreaker.core.run.fingerprint import (
     DEFAULT_PROSE,
     DEFAULT_VOLATILE,
     BusinessKeyError,

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from toolbreaker.core.breaker.machine import apply
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import OPEN, OUTCOME_TYPES, BreakerState, Event, Transition
 from toolbreaker.core.canonical import sha256_hex
-from toolbreaker.core.machine import apply
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.state import OPEN, OUTCOME_TYPES, BreakerState, Event, Transition
 from toolbreaker.errors import ReceiptError, TraceError
 
 __all__ = [

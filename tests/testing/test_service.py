@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from toolbreaker._toolservice import (
+from toolbreaker.testing import (
     ORDER_IDS,
     SNAPSHOT_AS_OF,
     Fault,

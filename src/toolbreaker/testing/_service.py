@@ -1,4 +1,4 @@
-"""A real local HTTP tool service with scriptable fault injection.
+"""The fault-injecting tool service: a real local HTTP service (see :mod:`toolbreaker.testing`).
 
 ``toolbreaker demo`` and the adversarial tests point tools at this service instead of a
 mock, so every call crosses a real socket: timeouts, resets and successes hidden behind a

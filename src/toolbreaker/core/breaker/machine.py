@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from toolbreaker.core.policy import Policy
-from toolbreaker.core.state import (
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import (
     CLOSED,
     HALF_OPEN,
     OPEN,

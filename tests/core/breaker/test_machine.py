@@ -6,7 +6,7 @@ import pytest
 
 from toolbreaker import BreakerState, Event, Policy, Replay, TraceError, step
 from toolbreaker.core import admission, apply, is_quiet
-from toolbreaker.core.state import CORRUPT
+from toolbreaker.core.breaker.state import CORRUPT
 
 POLICY = Policy(failure_threshold=3, cooldown_ms=20_000, success_threshold=2, probe_limit=1)
 

@@ -46,7 +46,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from toolbreaker.core.canonical import sha256_hex
-from toolbreaker.errors import ToolbreakerError
+from toolbreaker.errors import BusinessKeyError, FingerprintError, UnsupportedTypeError
 
 __all__ = [
     "DECIMAL_TAG",
@@ -121,42 +121,6 @@ _MAX_INT_DIGITS: Final = 640
 _INT_BOUND: Final = 10**_MAX_INT_DIGITS
 _MAX_FRACTION_DIGITS: Final = 64
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-class FingerprintError(ToolbreakerError, ValueError):
-    """A value cannot be fingerprinted: NaN, a cycle, a blank tool name, an empty key.
-
-    Attributes:
-        message: the explanation, naming the offending path when there is one.
-        path: where the offending value sits, like ``args.items[2]``, when known.
-    """
-
-    def __init__(self, message: str, *, path: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-
-    def __str__(self) -> str:
-        return self.message
-
-
-class UnsupportedTypeError(FingerprintError, TypeError):
-    """A value of a type the canonical form does not define (a set, bytes, an object)."""
-
-
-class BusinessKeyError(FingerprintError, KeyError):
-    """A declared business-key field is missing or empty.
-
-    An empty key would give unrelated actions the same idempotency key, and the
-    destination would then silently drop the second one, so this is never defaulted.
-
-    Attributes:
-        field: the declared field, as given (``recipient.id``).
-    """
-
-    def __init__(self, message: str, *, field: str) -> None:
-        super().__init__(message, path=field)
-        self.field = field
 
 
 def _field_name(name: str) -> str:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.redact import CYCLE, REDACTED, is_secret_key, redact, redact_text
+from toolbreaker.core.run.redact import CYCLE, REDACTED, is_secret_key, redact, redact_text
 
 # --- secret key names ------------------------------------------------------------------
 

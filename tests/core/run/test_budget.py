@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.budget import (
+from toolbreaker.core.run.budget import (
     DEFAULT_CLASSES,
     EVIDENCE_LIMIT,
     HISTORY_LIMIT,

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.policy import Policy
+from toolbreaker.core.breaker.policy import Policy
 
 __all__ = [
     "CLOSED",

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from toolbreaker.core.machine import OPERATOR_TYPES
-from toolbreaker.core.state import EVENT_TYPES, Event, Transition
+from toolbreaker.core.breaker.machine import OPERATOR_TYPES
+from toolbreaker.core.breaker.state import EVENT_TYPES, Event, Transition
 from toolbreaker.errors import TraceError
 
 __all__ = ["TRACE_TYPES", "parse_event", "parse_lines", "read_trace", "trace_event"]

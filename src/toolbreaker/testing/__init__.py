@@ -1,0 +1,38 @@
+"""Helpers for testing code that uses toolbreaker: part of the product.
+
+Test your own agent against the outages it will meet, with real sockets and no mocks:
+
+- :class:`ToolService`: a real HTTP tool service on 127.0.0.1 (search, orders, tickets,
+  e-mails) whose faults you script from Python: outages with ``Retry-After``, slow
+  responses, connection resets, commit-then-timeout, malformed payloads (:class:`Fault`).
+- :func:`request_json`: a small standard-library JSON client for it.
+- :class:`FakeClock`: a monotonic millisecond clock you move by hand; no sleeps.
+- :func:`capture_transitions`: collect every transition of some breakers.
+- :func:`force_state`: put a breaker in a given phase for a test.
+
+Standard library only, like the core.
+"""
+
+from toolbreaker.testing._helpers import FakeClock, capture_transitions, force_state
+from toolbreaker.testing._service import (
+    MALFORMED_SHAPE,
+    MALFORMED_TRUNCATED,
+    ORDER_IDS,
+    SNAPSHOT_AS_OF,
+    Fault,
+    ToolService,
+    request_json,
+)
+
+__all__ = [
+    "MALFORMED_SHAPE",
+    "MALFORMED_TRUNCATED",
+    "ORDER_IDS",
+    "SNAPSHOT_AS_OF",
+    "FakeClock",
+    "Fault",
+    "ToolService",
+    "capture_transitions",
+    "force_state",
+    "request_json",
+]
