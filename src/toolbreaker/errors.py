@@ -40,6 +40,16 @@ __all__ = [
 ]
 
 
+def whole_seconds(ms: int | None) -> int:
+    """Milliseconds as the whole seconds a model reads: rounded up, at least 1.
+
+    The one formula for every ``retry_after`` a person or a model sees.
+    """
+    if ms is None or ms <= 1000:
+        return 1
+    return -(-ms // 1000)
+
+
 class ToolbreakerError(Exception):
     """Base class of every error toolbreaker raises on purpose."""
 
@@ -107,7 +117,7 @@ class CircuitOpen(ToolbreakerError):
         dependency: str,
         reason: str,
         retry_after_ms: int | None,
-        render: Callable[..., dict[str, Any]] | None = None,
+        render: Callable[..., dict[str, Any]],
     ) -> None:
         Exception.__init__(self, dependency, reason)
         self.retry_after_ms = retry_after_ms
@@ -126,23 +136,13 @@ class CircuitOpen(ToolbreakerError):
     @property
     def retry_after(self) -> int:
         """Whole seconds until a call may be admitted again, at least 1."""
-        ms = self.retry_after_ms
-        return 1 if ms is None or ms <= 1000 else -(-ms // 1000)
+        return whole_seconds(self.retry_after_ms)
 
     @property
     def result(self) -> dict[str, Any]:
         """The tool-unavailable result to hand to the model."""
         if getattr(self, "_result", None) is None:
-            if self._render is None:
-                self._result: dict[str, Any] = {
-                    "ok": False,
-                    "tool_unavailable": True,
-                    "tool": self.dependency,
-                    "retry_after_seconds": self.retry_after,
-                    "reason": self.reason,
-                }
-            else:
-                self._result = self._render(self.reason, self.retry_after_ms)
+            self._result: dict[str, Any] = self._render(self.reason, self.retry_after_ms)
         return self._result
 
     def result_for(self, tool: str) -> dict[str, Any]:
@@ -150,8 +150,6 @@ class CircuitOpen(ToolbreakerError):
 
         Several tools may share one dependency's breaker.
         """
-        if self._render is None:
-            return {**self.result, "tool": tool}
         result: dict[str, Any] = self._render(self.reason, self.retry_after_ms, tool=tool)
         return result
 
@@ -166,7 +164,7 @@ def _circuit_open(
     dependency: str,
     reason: str,
     retry_after_ms: int | None,
-    render: Callable[..., dict[str, Any]] | None,
+    render: Callable[..., dict[str, Any]],
 ) -> CircuitOpen:
     """A :class:`CircuitOpen` built without a Python-level ``__init__``.
 

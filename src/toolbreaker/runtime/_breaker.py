@@ -19,6 +19,7 @@ import contextvars
 import functools
 import inspect
 import itertools
+import logging
 import os
 import sys
 import threading
@@ -44,6 +45,7 @@ from toolbreaker.runtime._result import (
     unavailable_result,
     validate_template,
 )
+from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
 
@@ -62,6 +64,7 @@ Enforce = Literal["thread", "cooperative"]
 Listener = Callable[[Transition, "Breaker"], None]
 
 _UNSET: Final[Any] = object()
+_log = logging.getLogger("toolbreaker")
 _process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
 
 
@@ -76,6 +79,8 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
     os.register_at_fork(after_in_child=_new_process_token)
 _TIMEOUT: Final = Verdict("failure", "timeout")
 _LATE: Final = Verdict("ambiguous", "late-result")
+_PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
+_CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
 
 if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
@@ -96,6 +101,8 @@ class BreakerStats:
         reopens_from_half_open: openings that came from a failed or expired probe.
         half_opens: times the breaker went half-open.
         late_results: results that arrived after their deadline (never successes).
+        listener_errors: listener calls that raised (logged; the outcome stood).
+        hook_errors: classifier or result predicate calls that raised (fail closed).
         time_in_state_ms: time spent in each phase, up to the last transition.
     """
 
@@ -103,7 +110,9 @@ class BreakerStats:
         "admitted",
         "failures",
         "half_opens",
+        "hook_errors",
         "late_results",
+        "listener_errors",
         "opens",
         "rejected",
         "reopens_from_half_open",
@@ -118,6 +127,8 @@ class BreakerStats:
         self.reopens_from_half_open = 0
         self.half_opens = 0
         self.late_results = 0
+        self.listener_errors = 0
+        self.hook_errors = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
 
     @property
@@ -142,6 +153,8 @@ class BreakerStats:
             "reopens_from_half_open": self.reopens_from_half_open,
             "half_open_reopen_ratio": self.half_open_reopen_ratio,
             "late_results": self.late_results,
+            "listener_errors": self.listener_errors,
+            "hook_errors": self.hook_errors,
             "time_in_state_ms": dict(self.time_in_state_ms),
         }
 
@@ -214,13 +227,32 @@ class Permit:
         Raises:
             PermitError: the permit was already settled.
         """
+        verdict, now = self._verdict(outcome)
+        return self.breaker._settle(self, verdict, now)
+
+    async def arecord(
+        self,
+        outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
+    ) -> Transition | None:
+        """:meth:`record` for the event loop: the store round trip is awaited, never blocks.
+
+        Raises:
+            PermitError: the permit was already settled.
+        """
+        verdict, now = self._verdict(outcome)
+        return await self.breaker._asettle(self, verdict, now)
+
+    def _verdict(
+        self,
+        outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
+    ) -> tuple[Verdict, int]:
         if self._settled:
             raise PermitError(f"permit {self.call or ''} for {self.breaker.key!r} settled twice")
         self._settled = True
         if isinstance(outcome, Verdict):
             verdict = outcome
         elif isinstance(outcome, BaseException):
-            verdict = self.breaker.classify(outcome)
+            verdict = self.breaker.verdict_of(outcome)
         else:
             verdict = SUCCESS if outcome == "success" else Verdict(outcome, outcome)
         now = self.breaker.clock()
@@ -230,7 +262,7 @@ class Permit:
             and now - self.admitted_at > self.deadline_ms
         ):
             verdict = _LATE
-        return self.breaker._settle(self, verdict, now)
+        return verdict, now
 
     @property
     def settled(self) -> bool:
@@ -361,6 +393,67 @@ class Breaker:
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._enter(self.clock(), deadline)
 
+    def begin(
+        self,
+        tool: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = _UNSET,
+    ) -> Step:
+        """Ask to make one call of ``tool``; the :class:`~toolbreaker.runtime.Step` says how.
+
+        If ``step.answer`` is set the call was rejected locally: hand the answer (the
+        tool-unavailable result, worded for ``tool``) to the model. Otherwise run the tool
+        within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
+        ``failed(exc)``, whose return value is what the model reads.
+        """
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        return self._step(tool, args, self._enter(self.clock(), deadline), deadline)
+
+    async def abegin(
+        self,
+        tool: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = _UNSET,
+    ) -> Step:
+        """:meth:`begin` for the event loop: a store round trip is awaited."""
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        return self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
+
+    def _step(
+        self,
+        tool: str | None,
+        args: Mapping[str, Any] | None,
+        admission: Permit | Rejection,
+        deadline: int | None,
+    ) -> Step:
+        name = tool or self.tool
+        seconds = None if deadline is None else deadline / 1000
+        if isinstance(admission, Permit):
+            return Step(self, name, dict(args or {}), deadline=seconds, permit=admission)
+        return Step(self, name, dict(args or {}), answer=admission.result_for(name))
+
+    def _step_succeeded(self, step: Step, result: Any) -> Any:
+        step.permit.record(self.result_verdict(result))
+        return result
+
+    def _step_failed(self, step: Step, exc: BaseException) -> Any:
+        step.permit.record(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        return self.failure_result(step.tool, exc)
+
+    async def _step_asucceeded(self, step: Step, result: Any) -> Any:
+        await step.permit.arecord(self.result_verdict(result))
+        return result
+
+    async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
+        await step.permit.arecord(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        return self.failure_result(step.tool, exc)
+
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """Admission through the core: allow(), and call()/acall() past their fast paths."""
         state = self._view.state
@@ -382,23 +475,90 @@ class Breaker:
         return self._admit(now, deadline)
 
     def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
-        call = f"{_process_token}.{next(self._ids)}"
+        event = self._request(now)
         try:
-            state, records = self.store.apply(
-                self.key, Event("request", now, self.key, call=call), self.policy
-            )
+            state, records = self.store.apply(self.key, event, self.policy)
         except StoreUnavailable:
-            self.stats.rejected += 1
-            return Rejection(self, _STORE_DOWN, None)
+            return self._store_down()
+        return self._admitted(state, records, now, deadline)
+
+    async def _aadmit(self, now: int, deadline: int | None) -> Permit | Rejection:
+        event = self._request(now)
+        try:
+            state, records = await self._store_aapply(event)
+        except StoreUnavailable:
+            return self._store_down()
+        return self._admitted(state, records, now, deadline)
+
+    async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
+        """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
+        state = self._view.state
+        if (
+            state is not None
+            and not self._listeners
+            and (state is self._quiet or state.phase == OPEN or is_quiet(state, self.policy))
+        ):
+            return self._enter(now, deadline)  # answered from the view: no I/O
+        return await self._aadmit(now, deadline)
+
+    def _request(self, now: int) -> Event:
+        return Event("request", now, self.key, call=f"{_process_token}.{next(self._ids)}")
+
+    def _store_down(self) -> Rejection:
+        self.stats.rejected += 1
+        return Rejection(self, _STORE_DOWN, None)
+
+    def _admitted(
+        self,
+        state: BreakerState,
+        records: tuple[Transition, ...],
+        now: int,
+        deadline: int | None,
+    ) -> Permit | Rejection:
         self._observe(state, records, now)
         last = records[-1]
         if last.attempted:
             self.stats.admitted += 1
-            return Permit(self, call, last.generation, now, deadline, last.to_phase == HALF_OPEN)
+            return Permit(
+                self, last.event.call, last.generation, now, deadline, last.to_phase == HALF_OPEN
+            )
         self.stats.rejected += 1
         return Rejection(self, last.reason, self.retry_after_ms(state))
 
+    async def _store_aapply(self, event: Event) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """The store's ``aapply`` (never blocks the loop); a sync-only store in a thread."""
+        aapply = getattr(self.store, "aapply", None)
+        if aapply is None:
+            return await asyncio.to_thread(self.store.apply, self.key, event, self.policy)
+        result: tuple[BreakerState, tuple[Transition, ...]] = await aapply(
+            self.key, event, self.policy
+        )
+        return result
+
     def _settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+        event = self._outcome(permit, verdict, now)
+        if event is None:
+            return None
+        try:
+            state, records = self.store.apply(self.key, event, self.policy)
+        except StoreUnavailable:
+            return None  # the outcome is lost, never turned into a success
+        self._observe(state, records, now)
+        return records[-1]
+
+    async def _asettle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+        event = self._outcome(permit, verdict, now)
+        if event is None:
+            return None
+        try:
+            state, records = await self._store_aapply(event)
+        except StoreUnavailable:
+            return None  # the outcome is lost, never turned into a success
+        self._observe(state, records, now)
+        return records[-1]
+
+    def _outcome(self, permit: Permit, verdict: Verdict, now: int) -> Event | None:
+        """The outcome event to apply, or ``None`` when the core declared it a no-op."""
         kind = verdict.kind
         if kind != "success":
             self.stats.failures[verdict.detail] = self.stats.failures.get(verdict.detail, 0) + 1
@@ -408,7 +568,7 @@ class Breaker:
             state = self._view.state
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
                 return None
-        event = Event(
+        return Event(
             kind,
             now,
             self.key,
@@ -416,12 +576,6 @@ class Breaker:
             generation=permit.generation,
             retry_after_ms=verdict.retry_after_ms if kind == "failure" else None,
         )
-        try:
-            state, records = self.store.apply(self.key, event, self.policy)
-        except StoreUnavailable:
-            return None  # the outcome is lost, never turned into a success
-        self._observe(state, records, now)
-        return records[-1]
 
     def _remember_quiet(self, state: BreakerState) -> bool:
         if is_quiet(state, self.policy):
@@ -447,7 +601,19 @@ class Breaker:
                 self._phase_since = record.event.at
         for listener in tuple(self._listeners):
             for record in records:
-                listener(record, self)
+                try:
+                    listener(record, self)
+                except Exception:  # noqa: BLE001 - a listener never changes an outcome
+                    # A metrics backend that is down must not turn a committed write into
+                    # an error (and then a replay): the fault is counted and logged, and
+                    # every other listener still sees every record.
+                    stats.listener_errors += 1
+                    _log.exception(
+                        "toolbreaker: listener %r failed on %s (%s); the call's outcome stands",
+                        listener,
+                        record.dependency,
+                        record.reason,
+                    )
 
     # -- running calls ----------------------------------------------------------------
 
@@ -523,19 +689,21 @@ class Breaker:
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as exc:
-                self._quiet_outcome(state, start, deadline, exc)
+                await self._quiet_permit(state, start, deadline).arecord(exc)
                 raise
             if (
                 self.result_is_failure is not None
                 or self.clock() - start > deadline
                 or self._view.state is not state
             ):
-                self._quiet_outcome(state, start, deadline, result)
+                await self._quiet_permit(state, start, deadline).arecord(
+                    self.result_verdict(result)
+                )
             return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
             self._reject_if_cooling(state, now)
-        permit = self._enter(now, deadline)
+        permit = await self._aenter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
         try:
@@ -544,23 +712,27 @@ class Breaker:
             else:
                 result = await _with_deadline(fn(*args, **kwargs), deadline / 1000)
         except TimeoutError:
-            permit.record(_TIMEOUT)
+            await permit.arecord(_TIMEOUT)
             raise
         except BaseException as exc:
-            permit.record(exc)
+            await permit.arecord(exc)
             raise
-        self.record_result(permit, result)
+        await permit.arecord(self.result_verdict(result))
         return result
 
     def _quiet_outcome(
         self, state: BreakerState, start: int, deadline: int, outcome: object
     ) -> None:
         """Settle a fast-path call that turned out not to be a no-op after all."""
-        permit = Permit(self, None, state.generation, start, deadline, False)
+        permit = self._quiet_permit(state, start, deadline)
         if isinstance(outcome, BaseException):
             permit.record(outcome)
         else:
             self.record_result(permit, outcome)
+
+    def _quiet_permit(self, state: BreakerState, start: int, deadline: int) -> Permit:
+        """The permit a fast-path call would have had, to settle it after all."""
+        return Permit(self, None, state.generation, start, deadline, False)
 
     def _reject_if_cooling(self, state: BreakerState, now: int) -> None:
         """Raise the core's local rejection while open, when it changes nothing."""
@@ -579,11 +751,41 @@ class Breaker:
 
         A success, unless ``result_is_failure`` says the result is an error in disguise.
         """
+        permit.record(self.result_verdict(result))
+
+    def result_verdict(self, result: object) -> Verdict:
+        """How a returned result counts: a success unless ``result_is_failure`` says not.
+
+        A predicate that raises proves nothing, so the result is ``ambiguous``
+        (``predicate-error``): never a success, and for a write an unknown outcome.
+        """
         predicate = self.result_is_failure
-        if predicate is not None and predicate(result):
-            permit.record(Verdict("failure", "result-predicate"))
-        else:
-            permit.record(SUCCESS)
+        if predicate is None:
+            return SUCCESS
+        try:
+            failed = predicate(result)
+        except Exception:  # noqa: BLE001 - a user hook never changes what happened
+            self.stats.hook_errors += 1
+            _log.exception("toolbreaker: result_is_failure of %s raised", self.key)
+            return _PREDICATE_ERROR
+        return Verdict("failure", "result-predicate") if failed else SUCCESS
+
+    def verdict_of(self, exc: BaseException) -> Verdict:
+        """Classify ``exc`` with this breaker's classifier.
+
+        A classifier that raises (or returns something else than a
+        :class:`~toolbreaker.Verdict`) gives ``ambiguous`` (``classifier-error``): the
+        call counts as a failure and, for a write, its outcome is unknown (fail closed).
+        """
+        try:
+            verdict = self.classify(exc)
+        except Exception:  # noqa: BLE001 - a user hook never changes what happened
+            verdict = None
+        if not isinstance(verdict, Verdict):
+            self.stats.hook_errors += 1
+            _log.error("toolbreaker: the classifier of %s failed on %r", self.key, type(exc))
+            return _CLASSIFIER_ERROR
+        return verdict
 
     def _run_in_thread(
         self,
@@ -703,7 +905,7 @@ class Breaker:
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
-        verdict = self.classify(exc)
+        verdict = self.verdict_of(exc)
         retryable = self.retryable and verdict.kind in ("failure", "ambiguous")
         return error_result(tool, exc, retryable=retryable)
 
@@ -753,11 +955,7 @@ class Breaker:
         return max(1, round(timeout * 1000))
 
     def _no_deadline(self) -> PolicyError:
-        return PolicyError(
-            f"no deadline for {self.key!r}: pass timeout= or set timeout in the boundary "
-            "sheet (a hung call must become a failure)",
-            field="timeout",
-        )
+        return no_deadline(self.key)
 
     def __repr__(self) -> str:
         state = self._view.state
