@@ -11,6 +11,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── StoreUnavailable     breaker state could not be read or written (fail closed)
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
+    ├── NotSent              raised by a write tool: nothing left, the write certainly failed
     ├── RunStateError        a run state that does not load, or an impossible run input
     └── FingerprintError     a value that cannot be fingerprinted (also a ValueError)
         ├── UnsupportedTypeError   a type the canonical form does not define
@@ -28,6 +29,7 @@ __all__ = [
     "BusinessKeyError",
     "CircuitOpen",
     "FingerprintError",
+    "NotSent",
     "PermitError",
     "PolicyError",
     "ReceiptError",
@@ -261,3 +263,15 @@ class BusinessKeyError(FingerprintError, KeyError):
     def __init__(self, message: str, *, field: str) -> None:
         super().__init__(message, path=field)
         self.field = field
+
+
+class NotSent(ToolbreakerError):
+    """Raised (or raised *from*) by a write tool that knows nothing left this process.
+
+    A write whose outcome may have committed is *unknown* to a run guard: it is never
+    replayed and blocks further writes until reconciled. A tool that fails before anything
+    was sent (a local argument check, a missing credential, a refused connection) says
+    so with ``raise NotSent("why") from exc``: the write is then a certain failure that
+    may be retried. Plain ``ValueError`` and ``TypeError`` (argument checks) count the
+    same way without it; see :func:`toolbreaker.runtime.may_have_committed`.
+    """

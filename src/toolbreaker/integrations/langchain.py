@@ -60,12 +60,13 @@ from typing import Any, Final, TypedDict, cast
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.run.budget import Budget, RiskClass
-from toolbreaker.errors import PolicyError
+from toolbreaker.errors import NotSent, PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._breaker import Breaker, Enforce
-from toolbreaker.runtime._guard import ActionRequest, GuardedTool, GuardStep, RunGuard, StopPacket
+from toolbreaker.runtime._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import system_prompt_line
+from toolbreaker.runtime._step import Step
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
 
@@ -210,7 +211,7 @@ def stop_message(packet: StopPacket) -> AIMessage:
 class _Pending:
     """A tool call the guard admitted: settle ``step`` with the handler's outcome."""
 
-    step: GuardStep
+    step: Step
     request: ToolCallRequest
     timeout: float | None
 
@@ -550,7 +551,7 @@ def _checked(name: str, options: Mapping[str, Any]) -> ToolOptions:
 
 
 def _settle(
-    step: GuardStep, call: Mapping[str, Any], result: ToolMessage | Command[Any]
+    step: Step, call: Mapping[str, Any], result: ToolMessage | Command[Any]
 ) -> ToolMessage | Command[Any]:
     """What the model reads once the handler returned."""
     if isinstance(result, ToolMessage) and result.status == "error":
@@ -561,16 +562,21 @@ def _settle(
     return result if answer is value else _message(call, answer)
 
 
-def _failed(step: GuardStep, call: Mapping[str, Any], exc: BaseException) -> ToolMessage:
+def _failed(step: Step, call: Mapping[str, Any], exc: BaseException) -> ToolMessage:
     """What the model reads once the handler raised.
 
     Every failure is settled first. A cancellation (``KeyboardInterrupt``,
     ``CancelledError``) and a LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop
     pause) are then raised again, so the framework stops or pauses as it would without us.
+    An interrupt settles as :class:`~toolbreaker.NotSent`: LangGraph runs the tool again
+    from its start on resume, with the same idempotency key, so a write is not uncertain.
     """
-    answer = step.failed(exc)  # re-raises anything that is not an Exception
     if isinstance(exc, GraphBubbleUp):
+        paused = NotSent("paused by a LangGraph interrupt")
+        paused.__cause__ = exc
+        step.failed(paused)
         raise exc
+    answer = step.failed(exc)  # re-raises anything that is not an Exception
     return _message(call, answer)
 
 

@@ -14,7 +14,14 @@ from toolbreaker.runtime._classify import (
     parse_retry_after,
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._guard import ActionRequest, GuardedTool, GuardStep, RunGuard, StopPacket
+from toolbreaker.runtime._guard import (
+    ActionRequest,
+    GuardedTool,
+    RunGuard,
+    StopPacket,
+    evidence_digest,
+    may_have_committed,
+)
 from toolbreaker.runtime._recorder import TraceRecorder
 from toolbreaker.runtime._registry import Boundary, Registry
 from toolbreaker.runtime._result import (
@@ -23,6 +30,7 @@ from toolbreaker.runtime._result import (
     system_prompt_line,
     unavailable_result,
 )
+from toolbreaker.runtime._step import Step
 
 __all__ = [
     "SUCCESS",
@@ -34,19 +42,21 @@ __all__ = [
     "Classifier",
     "Clock",
     "Enforce",
-    "GuardStep",
     "GuardedTool",
     "Listener",
     "Permit",
     "Registry",
     "Rejection",
     "RunGuard",
+    "Step",
     "StopPacket",
     "TraceRecorder",
     "Verdict",
     "classify_exception",
     "classify_status",
     "error_result",
+    "evidence_digest",
+    "may_have_committed",
     "monotonic_ms",
     "parse_retry_after",
     "system_prompt_line",

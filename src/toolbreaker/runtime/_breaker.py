@@ -795,22 +795,52 @@ class Breaker:
         kwargs: dict[str, Any],
         deadline: int | None,
     ) -> R:
-        context = contextvars.copy_context()
-        future = self._pool().submit(context.run, functools.partial(fn, *args, **kwargs))
         try:
-            result = future.result(None if deadline is None else deadline / 1000)
-        except concurrent.futures.TimeoutError:
+            result = self._in_thread(fn, args, kwargs, deadline)
+        except TimeoutError:
             permit.record(_TIMEOUT)
-            future.add_done_callback(self._late)
-            raise TimeoutError(
-                f"{self.tool!r} exceeded its {deadline} ms deadline; the call may still "
-                "complete in the background and its result will be treated as ambiguous"
-            ) from None
+            raise
         except BaseException as exc:
             permit.record(exc)
             raise
         self.record_result(permit, result)
         return result
+
+    def _in_thread(
+        self,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        deadline: int | None,
+    ) -> R:
+        """Run ``fn`` in a worker; ``TimeoutError`` at the deadline. Settles nothing."""
+        context = contextvars.copy_context()
+        future = self._pool().submit(context.run, functools.partial(fn, *args, **kwargs))
+        try:
+            return future.result(None if deadline is None else deadline / 1000)
+        except concurrent.futures.TimeoutError:
+            future.add_done_callback(self._late)
+            raise TimeoutError(
+                f"{self.tool!r} exceeded its {deadline} ms deadline; the call may still "
+                "complete in the background and its result will be treated as ambiguous"
+            ) from None
+
+    def run(self, step: Step, fn: Callable[..., R], /, **kwargs: Any) -> R:
+        """Run ``fn(**kwargs)`` for an admitted ``step`` within its deadline.
+
+        Settles nothing: settle the step with what this returns or raises. In the default
+        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline.
+        """
+        deadline = None if step.deadline is None else max(1, round(step.deadline * 1000))
+        if self._inline:
+            return fn(**kwargs)
+        return self._in_thread(fn, (), kwargs, deadline)
+
+    async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
+        """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
+        if self._inline or step.deadline is None:
+            return await fn(**kwargs)
+        return await _with_deadline(fn(**kwargs), step.deadline)
 
     def _late(self, future: concurrent.futures.Future[Any]) -> None:
         # The timeout already counted as the call's failure; a late result is ambiguous

@@ -211,7 +211,7 @@ def unknown_result(
     return {
         "ok": False,
         "tool": tool,
-        "outcome_unknown": not (checked and found),
+        "outcome_unknown": True,
         "retryable": False,
         "idempotency_key": idempotency_key,
         "reconciled": redact(found) if checked and found else None,
