@@ -69,7 +69,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, cast
 
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.errors import PolicyError
@@ -78,7 +78,6 @@ from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
     GuardedTool,
-    Permit,
     Registry,
     RunGuard,
     StopPacket,
@@ -223,50 +222,6 @@ def risk_from_annotations(
     return default
 
 
-class _Step(Protocol):
-    """What :class:`GuardStep` offers and a breaker-only call imitates."""
-
-    @property
-    def answer(self) -> Any: ...
-
-    @property
-    def args(self) -> dict[str, Any]: ...
-
-    @property
-    def idempotency_key(self) -> str | None: ...
-
-    def succeeded(self, result: Any) -> Any: ...
-
-    def failed(self, exc: BaseException) -> Any: ...
-
-
-class _BreakerStep:
-    """A call without a run guard: only the tool's breaker is asked and told."""
-
-    idempotency_key = None
-
-    def __init__(self, breaker: Breaker, tool: str, args: dict[str, Any]) -> None:
-        self._breaker = breaker
-        self._tool = tool
-        self.args = args
-        admission = breaker.allow()
-        self._permit = admission if isinstance(admission, Permit) else None
-        self.answer = None if isinstance(admission, Permit) else admission.result_for(tool)
-
-    def succeeded(self, result: Any) -> Any:
-        assert self._permit is not None
-        self._permit.record("success")
-        return result
-
-    def failed(self, exc: BaseException) -> Any:
-        assert self._permit is not None
-        self._permit.record(exc)
-        if not isinstance(exc, Exception):
-            raise exc
-        # The breaker's own wording: tool-unavailable when this failure opened it.
-        return self._breaker.failure_result(self._tool, exc)
-
-
 def _refuse(_request: ActionRequest) -> bool:
     """The authority check of a destructive tool nobody authorized: fail closed."""
     return False
@@ -357,12 +312,12 @@ class GuardedClient:
         if self.guard is None:
             breaker = self.breaker_for(name)
             deadline = self._deadline(breaker, read_timeout_seconds)
-            step: _Step = _BreakerStep(breaker, name, args)
+            step = await breaker.abegin(name, args)
         else:
             spec = await self._spec(self.guard, name, read_timeout_seconds)
             breaker = spec.breaker
             deadline = self._deadline(breaker, read_timeout_seconds)
-            step = self.guard.begin(name, args)
+            step = await self.guard.abegin(name, args)
         if step.answer is not None:
             return self._answer(step.answer)
         request_meta = dict(meta or {})
@@ -380,16 +335,16 @@ class GuardedClient:
                 )
         except BaseException as exc:
             failure = _dependency_failure(exc)
-            answer = step.failed(failure)
+            answer = await step.afailed(failure)
             if not isinstance(failure, (TimeoutError, ConnectionError)):
                 raise  # a protocol error: the caller handles it as without the proxy
             return self._answer(answer)
         error = self.classify_result(result)
         if error is not None:
-            answer = step.failed(error)
+            answer = await step.afailed(error)
             return self._answer(answer) if _kind(answer) != "error" else result
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-        answer = step.succeeded(dumped)
+        answer = await step.asucceeded(dumped)
         return result if answer is dumped else self._answer(answer)
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> ListToolsResult:

@@ -42,13 +42,14 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Literal, Protocol, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
-from toolbreaker.runtime._breaker import Breaker, Permit
+from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import RunGuard
 from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime._step import Step
 
 require("agents", "openai-agents")
 
@@ -193,51 +194,13 @@ def _is_ours(formatter: object) -> bool:
     return formatter is format_tool_error or isinstance(formatter, _Chained)
 
 
-class _Step(Protocol):
-    """What a call needs from a run guard's step (or a bare breaker's)."""
-
-    @property
-    def answer(self) -> Any: ...
-
-    @property
-    def args(self) -> dict[str, Any]: ...
-
-    def succeeded(self, result: Any) -> Any: ...
-
-    def failed(self, exc: BaseException) -> Any: ...
-
-
-class _BreakerStep:
-    """A call guarded by its breaker alone (no run guard): GuardStep's two steps."""
-
-    def __init__(self, tool: str, breaker: Breaker, args: dict[str, Any]) -> None:
-        self.tool = tool
-        self.breaker = breaker
-        self.args = args
-        admitted = breaker.allow()
-        self.permit = admitted if isinstance(admitted, Permit) else None
-        self.answer: Any = None if isinstance(admitted, Permit) else admitted.result
-
-    def succeeded(self, result: Any) -> Any:
-        assert self.permit is not None
-        self.breaker.record_result(self.permit, result)
-        return result
-
-    def failed(self, exc: BaseException) -> Any:
-        assert self.permit is not None
-        self.permit.record(exc)
-        if not isinstance(exc, Exception):
-            raise exc
-        return self.breaker.failure_result(self.tool, exc)
-
-
 @dataclasses.dataclass(eq=False)
 class _Call:
     """One protected call between its guardrail and its settlement."""
 
     call_id: str
     arguments: str
-    step: _Step
+    step: Step
     table: dict[str, _Call]
     run_input: str | None = None
     started: bool = False
@@ -359,10 +322,10 @@ class _Protection:
     def _open(self, tool: str, call_id: str, arguments: str) -> Any:
         """Begin a call; its answer if it must not run, else ``None`` (the call is kept)."""
         args, parsed = _parse(arguments)
-        step: _Step = (
+        step = (
             self.guard.begin(tool, args)
             if self.guard is not None
-            else _BreakerStep(tool, self.breakers[tool], args)
+            else self.breakers[tool].begin(tool, args)
         )
         if step.answer is not None:
             return step.answer

@@ -281,7 +281,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             args = {k: v for k, v in args.items() if k != key_arg}
         # Validated arguments may be models, dates or sets: the guard fingerprints their
         # JSON form, the tool still receives them as validated.
-        step = guard.begin(spec.name, to_jsonable_python(args))
+        step = await guard.abegin(spec.name, to_jsonable_python(args))
         if step.answer is not None:
             return _answer(ctx, guard, step.answer)
         if key_arg is not None and step.idempotency_key is not None:
@@ -289,13 +289,13 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         try:
             result = await handler(args)
         except BaseException as exc:
-            seen = step.failed(exc)  # records the outcome; re-raises cancellations
+            seen = await step.afailed(exc)  # records the outcome; re-raises cancellations
             if guard.stopped is not None:
                 ctx.cancel()
             if isinstance(exc, _SIGNALS) and not _overrides(seen):
                 raise
             raise ToolFailed(_encode(seen)) from exc
-        seen = step.succeeded(result)
+        seen = await step.asucceeded(result)
         if seen is result:
             return result
         return _answer(ctx, guard, seen)  # a write whose verification failed
