@@ -162,7 +162,7 @@ class CircuitOpen(ToolbreakerError):
         )
 
 
-def _circuit_open(
+def circuit_open(
     dependency: str,
     reason: str,
     retry_after_ms: int | None,

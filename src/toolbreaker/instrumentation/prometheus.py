@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import PHASES
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.integrations import require
 from toolbreaker.runtime._registry import Registry
 
 if TYPE_CHECKING:

@@ -35,7 +35,7 @@ from toolbreaker.errors import (
     PermitError,
     PolicyError,
     StoreUnavailable,
-    _circuit_open,
+    circuit_open,
 )
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
@@ -329,7 +329,7 @@ class Breaker:
         self.key = dependency if operation == "default" else f"{dependency}:{operation}"
         self.policy = policy or Policy()
         self.store: Store = store if store is not None else MemoryStore()
-        self.clock: Clock = clock or _clock_of(self.store)
+        self.clock: Clock = clock or clock_of(self.store)
         self.timeout = timeout
         self._default_deadline = self._deadline_ms(timeout)
         self.enforce: Enforce = enforce
@@ -744,7 +744,7 @@ class Breaker:
             # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
             wait = None if until is None or state.isolated else until - now
-            raise _circuit_open(self.key, reason, wait, self._render)
+            raise circuit_open(self.key, reason, wait, self._render)
 
     def record_result(self, permit: Permit, result: object) -> None:
         """Settle ``permit`` with a returned result.
@@ -992,7 +992,7 @@ class Breaker:
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
 
 
-def _clock_of(store: object) -> Clock:
+def clock_of(store: object) -> Clock:
     """A store that spans hosts brings its clock: their monotonic clocks do not compare."""
     clock = getattr(store, "clock", None)
     return clock if callable(clock) else monotonic_ms

@@ -41,7 +41,7 @@ from typing import Any, Final
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.config import load_toml
 from toolbreaker.errors import PolicyError, RegistryFull
-from toolbreaker.runtime._breaker import Breaker, Enforce, _clock_of
+from toolbreaker.runtime._breaker import Breaker, Enforce, clock_of
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.stores._protocol import Store
@@ -134,7 +134,7 @@ class Registry:
             raise PolicyError("max_breakers must be a positive integer", field="max_breakers")
         self.default_policy = default_policy or Policy()
         self.store: Store = store if store is not None else MemoryStore()
-        self.clock: Clock = clock or _clock_of(self.store)
+        self.clock: Clock = clock or clock_of(self.store)
         self.default_timeout = default_timeout
         self.default_enforce: Enforce = default_enforce
         self.max_breakers = max_breakers
