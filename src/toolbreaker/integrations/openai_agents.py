@@ -95,8 +95,10 @@ def protect(
     own), a wrapped invoker and, when it has a deadline, a timeout function; the agent
     and its tools are left as they were. Run the copy with :func:`run_config` so that
     failures are recorded. A tool's breaker is the one ``breakers`` names for it, else
-    the one its declaration in ``guard`` names, else ``registry.for_tool(name)``; a tool
-    with none is guarded by the run guard only, and left alone without a guard. Hosted
+    the one its declaration in ``guard`` names, else ``registry.for_tool(name)``, else the
+    registry's default breaker for the tool's name (``registry.get(name)``, as the
+    LangChain middleware does); without a registry, a tool with no breaker is guarded by
+    the run guard only, and left alone without a guard. Hosted
     tools, MCP servers and handoff targets are not touched: protect those agents too.
 
     Declare write tools on the guard *before* calling this (``guard.ensure_tool(name,
@@ -399,7 +401,10 @@ def _breaker_for(
     try:
         return registry.for_tool(tool)
     except KeyError:
-        return None
+        # One registry gives the same protection in every framework: a tool the sheet
+        # does not describe gets the registry's default breaker, keyed by its name, as
+        # the LangChain middleware does; never a silently unprotected tool.
+        return registry.get(tool, tool=tool)
 
 
 def _failure_handler(tool: FunctionTool) -> Literal["default", "propagate", "custom"]:
