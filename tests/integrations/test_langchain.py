@@ -677,3 +677,12 @@ def test_an_interrupt_inside_a_tool_pauses_and_resumes_under_the_guard(registry)
     (confirmed,) = guard.stop_packet("refund-1").confirmed
     assert keys == [confirmed["idempotency_key"]]
     assert registry.get("refund").state.phase == "closed"
+
+
+def test_tool_options_take_every_breaker_option_from_boundary():
+    """ToolOptions names every breaker option Boundary declares: the two cannot drift."""
+    from toolbreaker.integrations.langchain import ToolOptions
+    from toolbreaker.runtime import BREAKER_OPTIONS
+
+    settable = BREAKER_OPTIONS - {"tool", "classifier", "result_is_failure"}
+    assert settable <= set(ToolOptions.__annotations__)

@@ -62,7 +62,8 @@ from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.errors import NotSent, PolicyError
 from toolbreaker.integrations import require
-from toolbreaker.runtime._breaker import Breaker, Enforce
+from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce
+from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import system_prompt_line
@@ -110,18 +111,8 @@ _CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
-_BREAKER_OPTIONS: Final = frozenset(
-    {
-        "policy",
-        "timeout",
-        "enforce",
-        "retryable",
-        "fallback",
-        "fallback_note",
-        "owner",
-        "instructions",
-    }
-)
+#: Breaker options a tool may set: taken from Boundary, so they cannot drift.
+_BREAKER_OPTIONS: Final = BREAKER_OPTIONS - {"tool", "classifier", "result_is_failure"}
 _GUARD_OPTIONS: Final = frozenset(
     {
         "risk",

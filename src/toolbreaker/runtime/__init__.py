@@ -4,7 +4,8 @@ Only this layer reads clocks, runs calls and takes locks; every decision still c
 from :mod:`toolbreaker.core`.
 """
 
-from toolbreaker.runtime._breaker import Breaker, BreakerStats, Enforce, Listener, Permit, Rejection
+from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Boundary, Enforce
+from toolbreaker.runtime._breaker import Breaker, BreakerStats, Listener, Permit, Rejection
 from toolbreaker.runtime._classify import (
     SUCCESS,
     Classifier,
@@ -23,7 +24,7 @@ from toolbreaker.runtime._guard import (
     may_have_committed,
 )
 from toolbreaker.runtime._recorder import TraceRecorder
-from toolbreaker.runtime._registry import Boundary, Registry
+from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
     error_result,
@@ -33,6 +34,7 @@ from toolbreaker.runtime._result import (
 from toolbreaker.runtime._step import Step
 
 __all__ = [
+    "BREAKER_OPTIONS",
     "SUCCESS",
     "SYSTEM_PROMPT_LINE",
     "ActionRequest",

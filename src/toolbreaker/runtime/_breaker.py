@@ -37,13 +37,13 @@ from toolbreaker.errors import (
     StoreUnavailable,
     circuit_open,
 )
+from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
     unavailable_result,
-    validate_template,
 )
 from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.stores._protocol import Store
@@ -53,12 +53,6 @@ __all__ = ["Breaker", "BreakerStats", "Enforce", "Listener", "Permit", "Rejectio
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-#: How a deadline is enforced: ``thread`` runs a sync call in a worker and returns at the
-#: deadline (async calls are always cancelled at it); ``cooperative`` trusts the callable
-#: to honour the timeout it was given and treats a result arriving after the deadline as
-#: ambiguous.
-Enforce = Literal["thread", "cooperative"]
 
 #: A listener receives every transition record the core produced, and the breaker.
 Listener = Callable[[Transition, "Breaker"], None]
@@ -294,6 +288,8 @@ class Breaker:
         owner: the team to page; shown on dashboards.
         instructions: per-reason instruction templates overriding the defaults.
         max_workers: threads for ``enforce="thread"`` calls.
+        boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
+            options above; every option is validated once, by :class:`Boundary`.
     """
 
     def __init__(
@@ -315,36 +311,44 @@ class Breaker:
         owner: str | None = None,
         instructions: Mapping[str, str] | None = None,
         max_workers: int = 16,
+        boundary: Boundary | None = None,
     ) -> None:
-        if not dependency:
-            raise PolicyError("a breaker needs a dependency name", field="dependency")
-        if timeout is not None:
-            _check_timeout(timeout)
-        if enforce not in ("thread", "cooperative"):
-            raise PolicyError(
-                f"enforce must be 'thread' or 'cooperative', got {enforce!r}", field="enforce"
+        if boundary is None:
+            # The one validation of every option: Boundary's.
+            boundary = Boundary(
+                dependency,
+                operation,
+                policy or Policy(),
+                tool=tool,
+                timeout=timeout,
+                enforce=enforce,
+                retryable=retryable,
+                fallback=fallback,
+                fallback_note=fallback_note,
+                owner=owner,
+                instructions=instructions or {},
+                classifier=classifier,
+                result_is_failure=result_is_failure,
             )
-        self.dependency = dependency
-        self.operation = operation
-        self.key = dependency if operation == "default" else f"{dependency}:{operation}"
-        self.policy = policy or Policy()
+        self.boundary = boundary
+        self.dependency = boundary.dependency
+        self.operation = boundary.operation
+        self.key = boundary.key
+        self.policy = boundary.policy
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock or clock_of(self.store)
-        self.timeout = timeout
-        self._default_deadline = self._deadline_ms(timeout)
-        self.enforce: Enforce = enforce
-        self._inline = enforce == "cooperative"
-        self.classify = classifier
-        self.result_is_failure = result_is_failure
-        self.tool = tool or dependency
-        self.fallback = fallback
-        self.fallback_note = fallback_note
-        self.retryable = retryable
-        self.owner = owner
-        self.instructions = {
-            reason: validate_template(text, where=f"instructions.{reason}")
-            for reason, text in (instructions or {}).items()
-        }
+        self.timeout = boundary.timeout
+        self._default_deadline = self._deadline_ms(boundary.timeout)
+        self.enforce: Enforce = boundary.enforce
+        self._inline = boundary.enforce == "cooperative"
+        self.classify = boundary.classifier
+        self.result_is_failure = boundary.result_is_failure
+        self.tool = boundary.tool or boundary.dependency
+        self.fallback = boundary.fallback
+        self.fallback_note = boundary.fallback_note
+        self.retryable = boundary.retryable
+        self.owner = boundary.owner
+        self.instructions = dict(boundary.instructions)
         self.stats = BreakerStats()
         self._rendered: dict[tuple[str, str, int], dict[str, Any]] = {}
         self._render = self._unavailable
@@ -981,8 +985,7 @@ class Breaker:
     def _deadline_ms(self, timeout: float | None) -> int | None:
         if timeout is None:
             return None
-        _check_timeout(timeout)
-        return max(1, round(timeout * 1000))
+        return max(1, round(check_seconds(timeout, "timeout") * 1000))
 
     def _no_deadline(self) -> PolicyError:
         return no_deadline(self.key)
@@ -996,13 +999,6 @@ def clock_of(store: object) -> Clock:
     """A store that spans hosts brings its clock: their monotonic clocks do not compare."""
     clock = getattr(store, "clock", None)
     return clock if callable(clock) else monotonic_ms
-
-
-def _check_timeout(timeout: object) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise PolicyError(
-            f"timeout must be a positive number of seconds, got {timeout!r}", field="timeout"
-        )
 
 
 async def _with_deadline(awaitable: Awaitable[R], seconds: float) -> R:
