@@ -176,7 +176,7 @@ def test_every_breaker_option_is_validated_once_by_boundary():
             Boundary("x", timeout=bad)
         with pytest.raises(PolicyError, match="timeout"):
             Registry().get("x", timeout=bad)
-    with pytest.raises(PolicyError, match="search.read.timeout"):
+    with pytest.raises(PolicyError, match=r"search\.read\.timeout"):
         Registry.from_dict({"search": {"read": {"timeout": float("inf")}}})
     breaker = Breaker("x", timeout=1.5, owner="team")
     assert breaker.boundary == Boundary("x", timeout=1.5, owner="team")
