@@ -55,7 +55,9 @@ __all__ = [
     "refill",
     "remaining_ms",
     "replay",
+    "spend",
     "start",
+    "unavailable_reason",
 ]
 
 #: Jitter strategies.
@@ -262,6 +264,42 @@ def is_transient(kind: str, detail: str, status: int | None) -> bool:
     if status == 408:  # Request Timeout: the server gave up waiting
         return True
     return kind in ("failure", "ambiguous")
+
+
+def spend(bucket: RetryBudget) -> tuple[RetryBudget, bool]:
+    """Spend one retry on a retry made elsewhere (the model re-issuing a failed call).
+
+    Returns the bucket after and whether the retry may go ahead; an empty bucket is left
+    as it is.
+    """
+    if bucket.milli < _MILLI:
+        return bucket, False
+    return RetryBudget(bucket.milli - _MILLI), True
+
+
+def unavailable_reason(
+    failure: Failure, budget: RetryBudget | None, *, max_retry_after_ms: int | None
+) -> str | None:
+    """Why, after this failure, the tool is unavailable for the rest of the run, if it is.
+
+    ``quota-exhausted`` (no wait helps), ``rate-limited`` (the server asked for a wait
+    beyond ``max_retry_after_ms``: never waited out) or ``retry-budget`` (a transient
+    failure, but the dependency's retry budget is spent: nobody, the model included,
+    should retry). ``None``: the caller may be told whether retrying can help.
+    """
+    if failure.detail == "quota-exhausted":
+        return "quota-exhausted"
+    hint = failure.retry_after_ms
+    if hint is not None and max_retry_after_ms is not None and hint > max_retry_after_ms:
+        return "rate-limited"
+    if (
+        budget is not None
+        and budget.milli < _MILLI
+        and is_transient(failure.kind, failure.detail, failure.status)
+        and not failure.may_have_committed
+    ):
+        return "retry-budget"
+    return None
 
 
 def remaining_ms(state: RetryState, at: int, policy: RetryPolicy) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._result import validate_template
@@ -60,6 +61,12 @@ class Boundary:
         classifier: decides what an exception says about the dependency (code only).
         result_is_failure: a predicate on results, e.g. a 200 whose body is an error
             (code only).
+        retry: the row's retry policy (a nested ``retry`` table in the sheet), used by
+            ``call()``/``acall()``; ``None``: no retries at this layer. Retries belong to
+            one chosen layer: turn the others off (a client's ``max_retries=0``).
+        max_retry_after_ms: a server hint (``Retry-After`` ...) longer than this is not
+            waited out: the tool is unavailable for the run and the model is told so.
+            ``None``: no limit.
     """
 
     dependency: str
@@ -75,6 +82,8 @@ class Boundary:
     instructions: Mapping[str, str] = dataclasses.field(default_factory=dict)
     classifier: Callable[[BaseException], Verdict] = classify_exception
     result_is_failure: Callable[[Any], bool] | None = None
+    retry: RetryPolicy | None = None
+    max_retry_after_ms: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dependency", "operation"):
@@ -117,6 +126,32 @@ class Boundary:
             raise PolicyError("classifier must be callable", field="classifier")
         if self.result_is_failure is not None and not callable(self.result_is_failure):
             raise PolicyError("result_is_failure must be callable", field="result_is_failure")
+        self._check_retry()
+
+    def _check_retry(self) -> None:
+        retry = self.retry
+        if isinstance(retry, Mapping):
+            try:
+                retry = RetryPolicy.from_dict(retry)
+            except PolicyError as exc:
+                field = f"retry.{exc.field}" if exc.field else "retry"
+                raise PolicyError(f"retry: {exc.message}", field=field) from None
+            object.__setattr__(self, "retry", retry)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise PolicyError(
+                f"retry must be a RetryPolicy or a table, got {retry!r}", field="retry"
+            )
+        cap = self.max_retry_after_ms
+        if cap is not None and (type(cap) is not int or cap < 0):
+            raise PolicyError(
+                f"max_retry_after_ms must be a non-negative integer, got {cap!r}",
+                field="max_retry_after_ms",
+            )
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether an attempt may be replayed even if it may have committed (``read`` rows)."""
+        return self.operation == "read" or (self.retry is not None and self.retry.idempotent)
 
     @property
     def key(self) -> str:

@@ -21,8 +21,10 @@ import inspect
 import itertools
 import logging
 import os
+import random
 import sys
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
@@ -30,6 +32,22 @@ from toolbreaker.core.breaker.machine import idle_rejection, is_quiet
 from toolbreaker.core.breaker.machine import retry_after_ms as core_retry_after_ms
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
+from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.core.retry import (
+    Failure,
+    RetryBudget,
+    RetryDecision,
+    RetryPolicy,
+    RetryRecord,
+    RetryState,
+    decide,
+    is_transient,
+    refill,
+    remaining_ms,
+    spend,
+    start,
+    unavailable_reason,
+)
 from toolbreaker.errors import (
     CircuitOpen,
     PermitError,
@@ -40,6 +58,7 @@ from toolbreaker.errors import (
 from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._commit import may_have_committed
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
@@ -49,13 +68,23 @@ from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
 
-__all__ = ["Breaker", "BreakerStats", "Enforce", "Listener", "Permit", "Rejection"]
+__all__ = [
+    "Breaker",
+    "BreakerStats",
+    "Enforce",
+    "Listener",
+    "Permit",
+    "Rejection",
+    "RetryListener",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 #: A listener receives every transition record the core produced, and the breaker.
 Listener = Callable[[Transition, "Breaker"], None]
+#: A retry listener receives every retry decision as a record (a retry trace line).
+RetryListener = Callable[[RetryRecord], None]
 
 _UNSET: Final[Any] = object()
 _log = logging.getLogger("toolbreaker")
@@ -98,6 +127,9 @@ class BreakerStats:
         listener_errors: listener calls that raised (logged; the outcome stood).
         hook_errors: classifier or result predicate calls that raised (fail closed).
         time_in_state_ms: time spent in each phase, up to the last transition.
+        retries: retry decisions by reason: ``retry`` (made), ``budget-exhausted``,
+            ``max-attempts``, ``deadline`` ...; ``model-retry`` and
+            ``model-retry-refused`` count the model's own re-calls of a failed call.
     """
 
     __slots__ = (
@@ -110,6 +142,7 @@ class BreakerStats:
         "opens",
         "rejected",
         "reopens_from_half_open",
+        "retries",
         "time_in_state_ms",
     )
 
@@ -124,6 +157,7 @@ class BreakerStats:
         self.listener_errors = 0
         self.hook_errors = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
+        self.retries: dict[str, int] = {}
 
     @property
     def demand(self) -> int:
@@ -150,6 +184,7 @@ class BreakerStats:
             "listener_errors": self.listener_errors,
             "hook_errors": self.hook_errors,
             "time_in_state_ms": dict(self.time_in_state_ms),
+            "retries": dict(self.retries),
         }
 
 
@@ -288,6 +323,16 @@ class Breaker:
         owner: the team to page; shown on dashboards.
         instructions: per-reason instruction templates overriding the defaults.
         max_workers: threads for ``enforce="thread"`` calls.
+        retry: the retry policy ``call()``/``acall()`` follow (a
+            :class:`~toolbreaker.core.retry.RetryPolicy` or a table of its fields);
+            ``None``: no retries here. Pick one layer: see :meth:`call`.
+        max_retry_after_ms: a server hint longer than this is never waited out: the tool
+            is unavailable for the run.
+        sleep: how ``call()`` waits between attempts (``time.sleep`` by default; tests
+            pass a fake clock's advance). ``acall()`` awaits it if it returns an awaitable,
+            else uses ``asyncio.sleep`` when it is not set.
+        retry_seed: seeds the per-operation jitter seeds, for a reproducible run; by
+            default each operation's seed is random. Every seed is in the retry records.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
@@ -311,6 +356,10 @@ class Breaker:
         owner: str | None = None,
         instructions: Mapping[str, str] | None = None,
         max_workers: int = 16,
+        retry: RetryPolicy | Mapping[str, Any] | None = None,
+        max_retry_after_ms: int | None = None,
+        sleep: Callable[[float], Any] | None = None,
+        retry_seed: int | None = None,
         boundary: Boundary | None = None,
     ) -> None:
         if boundary is None:
@@ -329,6 +378,8 @@ class Breaker:
                 instructions=instructions or {},
                 classifier=classifier,
                 result_is_failure=result_is_failure,
+                retry=retry,  # type: ignore[arg-type] # a table is converted by Boundary
+                max_retry_after_ms=max_retry_after_ms,
             )
         self.boundary = boundary
         self.dependency = boundary.dependency
@@ -360,6 +411,13 @@ class Breaker:
         self._quiet: BreakerState | None = None
         self._ids = itertools.count(1)
         self._phase_since: int | None = None
+        self._retry = boundary.retry
+        self._retry_budget = None if self._retry is None else RetryBudget.full(self._retry)
+        self._retry_lock = threading.Lock()
+        self._retry_listeners: list[RetryListener] = []
+        self._sleep = sleep
+        self._seeds = random.Random(retry_seed) if retry_seed is not None else None  # noqa: S311 - jitter, not secrets
+        self._failed_calls: dict[str, int] = {}
 
     # -- inspection -------------------------------------------------------------------
 
@@ -412,6 +470,9 @@ class Breaker:
         ``failed(exc)``, whose return value is what the model reads.
         """
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        refused = self._model_retry(tool or self.tool, dict(args or {}))
+        if refused is not None:
+            return refused
         return self._step(tool, args, self._enter(self.clock(), deadline), deadline)
 
     async def abegin(
@@ -423,6 +484,9 @@ class Breaker:
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        refused = self._model_retry(tool or self.tool, dict(args or {}))
+        if refused is not None:
+            return refused
         return self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
 
     def _step(
@@ -440,23 +504,25 @@ class Breaker:
 
     def _step_succeeded(self, step: Step, result: Any) -> Any:
         step.permit.record(self.result_verdict(result))
+        self._retry_succeeded()
         return result
 
     def _step_failed(self, step: Step, exc: BaseException) -> Any:
         step.permit.record(exc)
         if not isinstance(exc, Exception):
             raise exc
-        return self.failure_result(step.tool, exc)
+        return self._failed_call(step.tool, step.args, exc)
 
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
         await step.permit.arecord(self.result_verdict(result))
+        self._retry_succeeded()
         return result
 
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
         await step.permit.arecord(exc)
         if not isinstance(exc, Exception):
             raise exc
-        return self.failure_result(step.tool, exc)
+        return self._failed_call(step.tool, step.args, exc)
 
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """Admission through the core: allow(), and call()/acall() past their fast paths."""
@@ -624,7 +690,92 @@ class Breaker:
     def call(
         self, fn: Callable[..., R], /, *args: Any, timeout: float | None = _UNSET, **kwargs: Any
     ) -> R:
-        """Run ``fn(*args, **kwargs)`` through the breaker.
+        """Run ``fn(*args, **kwargs)`` through the breaker, retrying by the row's policy.
+
+        With a ``retry`` policy, a failed attempt is retried as the retry core decides
+        (:mod:`toolbreaker.core.retry`): never while the breaker is open, never a class no
+        retry can fix, never an attempt that may have committed (unless the row is
+        ``read`` or ``idempotent``), never past the end-to-end deadline (each attempt's
+        deadline is cut to what is left) and never beyond the retry budget. **Retries
+        belong to one layer**: if this one retries, give the client inside the tool
+        ``max_retries=0`` and turn off the framework's tool retries.
+
+        Raises:
+            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
+            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            Exception: whatever the last attempt of ``fn`` raised, after recording it.
+        """
+        if self._retry is None:
+            return self._call_once(fn, *args, timeout=timeout, **kwargs)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        if deadline is None:
+            raise self._no_deadline()
+        operation = self._operation()
+        while True:
+            left = remaining_ms(operation.state, self.clock(), self._retry)
+            try:
+                result = self._call_once(
+                    fn, *args, timeout=max(1, min(deadline, left)) / 1000, **kwargs
+                )
+            except CircuitOpen:
+                raise
+            except Exception as exc:
+                decision = self._retry_decision(operation, exc)
+                if not decision.retry:
+                    raise
+                (self._sleep or time.sleep)(decision.wait_ms / 1000)
+                continue
+            self._retry_succeeded()
+            return result
+
+    async def acall(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        timeout: float | None = _UNSET,
+        **kwargs: Any,
+    ) -> R:
+        """Await ``fn(*args, **kwargs)`` through the breaker, retrying as :meth:`call` does.
+
+        Each attempt is cancelled at its deadline; waits between attempts never block the
+        loop.
+
+        Raises:
+            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
+            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            Exception: whatever the last attempt of ``fn`` raised, after recording it.
+        """
+        if self._retry is None:
+            return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        if deadline is None:
+            raise self._no_deadline()
+        operation = self._operation()
+        while True:
+            left = remaining_ms(operation.state, self.clock(), self._retry)
+            try:
+                result = await self._acall_once(
+                    fn, *args, timeout=max(1, min(deadline, left)) / 1000, **kwargs
+                )
+            except CircuitOpen:
+                raise
+            except Exception as exc:
+                decision = self._retry_decision(operation, exc)
+                if not decision.retry:
+                    raise
+                seconds = decision.wait_ms / 1000
+                waited = asyncio.sleep(seconds) if self._sleep is None else self._sleep(seconds)
+                if inspect.isawaitable(waited):
+                    await waited
+                continue
+            self._retry_succeeded()
+            return result
+
+    def _call_once(
+        self, fn: Callable[..., R], /, *args: Any, timeout: float | None = _UNSET, **kwargs: Any
+    ) -> R:
+        """One attempt of :meth:`call`.
 
         Raises:
             CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
@@ -667,7 +818,7 @@ class Breaker:
         self.record_result(permit, result)
         return result
 
-    async def acall(
+    async def _acall_once(
         self,
         fn: Callable[..., Awaitable[R]],
         /,
@@ -675,7 +826,7 @@ class Breaker:
         timeout: float | None = _UNSET,
         **kwargs: Any,
     ) -> R:
-        """Await ``fn(*args, **kwargs)`` through the breaker, cancelling it at the deadline.
+        """One attempt of :meth:`acall`, cancelled at its deadline.
 
         Raises:
             CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
@@ -869,6 +1020,81 @@ class Breaker:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
+    # -- retries ----------------------------------------------------------------------
+
+    def add_retry_listener(self, listener: RetryListener) -> Callable[[], None]:
+        """Call ``listener(record)`` for every retry decision; returns a remover.
+
+        A record's ``to_dict()`` is one line of a retry trace: with its seed,
+        :func:`toolbreaker.core.retry.replay` recomputes every decision exactly.
+        """
+        self._retry_listeners.append(listener)
+        return lambda: self._retry_listeners.remove(listener)
+
+    @property
+    def retry_budget(self) -> RetryBudget | None:
+        """This process's retry budget for the dependency (``None`` without a retry policy).
+
+        Per process: breakers of other processes sharing a store keep their own budgets.
+        """
+        return self._retry_budget
+
+    def _operation(self) -> _Operation:
+        """A new logical operation with a fresh seed."""
+        seeds = self._seeds
+        seed = int.from_bytes(os.urandom(8), "big") if seeds is None else seeds.getrandbits(64)
+        return _Operation(f"{_process_token}.op{next(self._ids)}", start(self.clock(), seed))
+
+    def _failure(self, exc: BaseException) -> Failure:
+        """What a failed attempt tells the retry core."""
+        verdict = self.verdict_of(exc)
+        state = self._view.state
+        return Failure(
+            at=self.clock(),
+            kind=verdict.kind,
+            detail=verdict.detail,
+            status=verdict.status,
+            retry_after_ms=verdict.retry_after_ms,
+            may_have_committed=not self.boundary.idempotent and may_have_committed(exc, verdict),
+            breaker_open=state is not None and state.phase == OPEN,
+        )
+
+    def _retry_decision(self, operation: _Operation, exc: Exception) -> RetryDecision:
+        """Ask the retry core about a failed attempt; ``operation`` is advanced in place."""
+        policy = self._retry
+        assert policy is not None
+        failure = self._failure(exc)
+        state = operation.state
+        with self._retry_lock:
+            before = self._retry_budget
+            assert before is not None
+            operation.state, self._retry_budget, decision = decide(
+                state, failure, policy, before, max_retry_after_ms=self.boundary.max_retry_after_ms
+            )
+        self._count_retry(decision.reason)
+        record = RetryRecord(
+            self.key, operation.name, state.seed, state.started_at, failure, before.milli, decision
+        )
+        for listener in tuple(self._retry_listeners):
+            try:
+                listener(record)
+            except Exception:  # noqa: BLE001 - a listener never changes an outcome
+                self.stats.listener_errors += 1
+                _log.exception("toolbreaker: retry listener %r failed", listener)
+        return decision
+
+    def _count_retry(self, reason: str) -> None:
+        retries = self.stats.retries
+        retries[reason] = retries.get(reason, 0) + 1
+
+    def _retry_succeeded(self) -> None:
+        """A success refills the retry budget."""
+        policy = self._retry
+        if policy is not None:
+            with self._retry_lock:
+                assert self._retry_budget is not None
+                self._retry_budget = refill(self._retry_budget, policy)
+
     # -- tool wrappers ----------------------------------------------------------------
 
     @overload
@@ -905,23 +1131,31 @@ class Breaker:
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    call = {"args": args, "kwargs": kwargs}
+                    refused = self._model_retry(name, call)
+                    if refused is not None:
+                        return refused.answer
                     try:
                         return await self.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
                         return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                        return self.failure_result(name, exc)
+                        return self._failed_call(name, call, exc)
 
                 return async_tool
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                call = {"args": args, "kwargs": kwargs}
+                refused = self._model_retry(name, call)
+                if refused is not None:
+                    return refused.answer
                 try:
                     return self.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
                     return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                    return self.failure_result(name, exc)
+                    return self._failed_call(name, call, exc)
 
             return sync_tool
 
@@ -939,9 +1173,54 @@ class Breaker:
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
-        verdict = self.verdict_of(exc)
-        retryable = self.retryable and verdict.kind in ("failure", "ambiguous")
+        failure = self._failure(exc)
+        why = unavailable_reason(
+            failure, self._retry_budget, max_retry_after_ms=self.boundary.max_retry_after_ms
+        )
+        if why is not None:
+            # A spent quota, a hint too long to wait out, or a spent retry budget: the
+            # model must not retry either, for the rest of the run.
+            return self._unavailable(why, None, tool=tool)
+        retryable = self.retryable and is_transient(failure.kind, failure.detail, failure.status)
         return error_result(tool, exc, retryable=retryable)
+
+    def _failed_call(self, tool: str, call: Any, exc: Exception) -> dict[str, Any]:
+        """:meth:`failure_result`, remembering a transient failure.
+
+        The model re-issuing the same call is then counted as a retry (see
+        :meth:`_model_retry`).
+        """
+        result = self.failure_result(tool, exc)
+        if self._retry_budget is not None and result.get("retryable"):
+            key = _call_key(tool, call)
+            if key is not None:
+                if len(self._failed_calls) >= 1024:
+                    self._failed_calls.clear()
+                self._failed_calls[key] = self.clock()
+        return result
+
+    def _model_retry(self, tool: str, call: Any) -> Step | None:
+        """The model is a retry layer: a re-issued call that just failed spends a retry.
+
+        Returns a step carrying the ``retry-budget`` answer when the budget is spent
+        (the call is not made), else ``None`` (the call goes ahead).
+        """
+        if self._retry_budget is None or not self._failed_calls:
+            return None
+        key = _call_key(tool, call)
+        if key is None or self._failed_calls.pop(key, None) is None:
+            return None
+        with self._retry_lock:
+            assert self._retry_budget is not None
+            self._retry_budget, allowed = spend(self._retry_budget)
+        self._count_retry("model-retry" if allowed else "model-retry-refused")
+        if allowed:
+            return None
+        self._failed_calls[key] = self.clock()
+        args = call if isinstance(call, Mapping) else {}
+        return Step(
+            self, tool, dict(args), answer=self._unavailable("retry-budget", None, tool=tool)
+        )
 
     def _unavailable(
         self, reason: str, retry_after_ms: int | None, *, tool: str | None = None
@@ -993,6 +1272,24 @@ class Breaker:
     def __repr__(self) -> str:
         state = self._view.state
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
+
+
+def _call_key(tool: str, call: Any) -> str | None:
+    """A digest of one call, to recognise the model re-issuing it; ``None`` if not JSON."""
+    try:
+        return sha256_hex([tool, call])
+    except (TypeError, ValueError):
+        return None
+
+
+class _Operation:
+    """One logical operation of ``call()``/``acall()``: its id and its retry state."""
+
+    __slots__ = ("name", "state")
+
+    def __init__(self, name: str, state: RetryState) -> None:
+        self.name = name
+        self.state = state
 
 
 def clock_of(store: object) -> Clock:

@@ -31,10 +31,11 @@ from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, writ
 from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
-from toolbreaker.errors import FingerprintError, NotSent, PolicyError, StoreUnavailable
+from toolbreaker.errors import FingerprintError, PolicyError, StoreUnavailable
 from toolbreaker.runtime._breaker import Breaker, Permit, Rejection
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._commit import may_have_committed
 from toolbreaker.runtime._result import (
     denied_result,
     error_result,
@@ -59,20 +60,6 @@ _log = logging.getLogger("toolbreaker")
 _MAX_JOURNALED_RESULT: Final = 64 * 1024
 #: Journal statuses of a write whose outcome is not known to be settled.
 _UNRESOLVED: Final = ("unknown", "pending", "reconciled-absent")
-#: Network failures that happen before a byte of the request can have left.
-_NOT_CONNECTED: Final = (
-    "network:ECONNREFUSED",
-    "network:EHOSTUNREACH",
-    "network:ENETUNREACH",
-    "network:ENETDOWN",
-    "network:EAI_AGAIN",
-    "network:EAI_NONAME",
-    "network:EAI_NODATA",
-    "network:ENOTFOUND",
-    "network:ConnectError",
-    "network:ConnectionRefusedError",
-)
-
 Authorizer = Callable[["ActionRequest"], bool]
 
 
@@ -772,51 +759,6 @@ def _answered(step: Step, answer: Any) -> Step:
     step.answer = answer
     step._settled = True
     return step
-
-
-def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
-    """Whether a write that failed with ``exc`` may have taken effect anyway.
-
-    Such a write is *unknown*: never replayed, reconciled instead. Unknown are: any
-    timeout (the request may have been processed), a connection reset or broken after
-    sending, a 5xx other than 503 (500, 502 and the gateway timeout 504 may come after the
-    write committed), an undecodable response (``json.JSONDecodeError``), an ambiguous
-    verdict (a late result, a classifier that raised), and any exception the classifier
-    does not know. Certain failures, that may be retried: :class:`~toolbreaker.errors.NotSent`
-    anywhere in the exception's chain, a plain ``ValueError`` or ``TypeError`` (an
-    argument check before anything left), a validation error, a refused or unresolvable
-    connection, a 4xx, 429 and 503 (the server refused the request).
-    """
-    if _in_chain(exc, NotSent):
-        return False
-    if _in_chain(exc, json.JSONDecodeError):
-        return True
-    if verdict.kind == "ambiguous":
-        return True
-    detail = verdict.detail
-    if detail.startswith(("timeout", "late-result")):
-        return True
-    if detail.startswith("network"):
-        return detail not in _NOT_CONNECTED
-    status = verdict.status
-    if status is not None:
-        return status >= 500 and status != 503
-    if detail == "validation" or type(exc) in (ValueError, TypeError):
-        return False
-    if detail.startswith("unknown-exception"):
-        return not isinstance(exc, (ValueError, TypeError)) or isinstance(exc, UnicodeError)
-    return False
-
-
-def _in_chain(exc: BaseException, kind: type[BaseException]) -> bool:
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen and len(seen) < 32:
-        if isinstance(link, kind):
-            return True
-        seen.add(id(link))
-        link = link.__cause__ or link.__context__
-    return False
 
 
 def _classify(exc: BaseException) -> Verdict:

@@ -5,7 +5,9 @@ out of service, for how many whole seconds, that retrying is pointless and why, 
 fallback to use, and not to invent the data. The shapes, one builder each:
 
 - :func:`unavailable_result`: the dependency's breaker rejected the call (or this failure
-  opened it), the store cannot be read, the tool is saturated;
+  opened it), the store cannot be read, the tool is saturated; or the tool is unavailable
+  for the rest of the run (``rate-limited`` beyond ``max_retry_after_ms``,
+  ``quota-exhausted``, ``retry-budget`` spent), with no wait to count down;
 - :func:`error_result`: a failure while closed, retryable or not;
 - :func:`denied_result`: the authority check refused the call;
 - :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
@@ -47,7 +49,12 @@ _REASONS: Final = {
     "probe-limit": "recovering",
     "isolated": "isolated",
     "store-unavailable": "store-unavailable",
+    "rate-limited": "rate-limited",
+    "quota-exhausted": "quota-exhausted",
+    "retry-budget": "retry-budget",
 }
+#: Reasons that hold for the rest of the run: no wait the model could count down.
+_FOR_THE_RUN: Final = frozenset({"isolated", "rate-limited", "quota-exhausted", "retry-budget"})
 
 _NO_REPEAT: Final = (
     "Do not call it again for {seconds} seconds: every call will be rejected without "
@@ -69,6 +76,14 @@ DEFAULT_INSTRUCTIONS: Final = {
     "is not being called (this is not a provider failure). "
     + _NO_REPEAT
     + " {fallback_sentence} Do not estimate or invent the data.",
+    "rate-limited": 'The tool "{tool}" is rate limited for longer than this run can wait. '
+    "Do not call it again in this run. {fallback_sentence} Do not estimate or invent the data.",
+    "quota-exhausted": 'The tool "{tool}" has used up its provider quota; waiting will not '
+    "help. Do not call it again in this run. {fallback_sentence} Do not estimate or invent "
+    "the data.",
+    "retry-budget": 'The tool "{tool}" keeps failing and its retry budget is spent: '
+    "retrying (by anyone, you included) only adds load. Do not call it again in this run. "
+    "{fallback_sentence} Do not estimate or invent the data.",
 }
 
 _FIELDS: Final = frozenset({"tool", "seconds", "fallback_sentence", "fallback"})
@@ -134,10 +149,12 @@ def unavailable_result(
         "tool": tool,
         # An operator's isolation has no end the model could wait for: no number that
         # would contradict "do not call it again in this run".
-        "retry_after_seconds": None if public == "isolated" else seconds,
+        "retry_after_seconds": None if public in _FOR_THE_RUN else seconds,
         "reason": public,
         "instruction": " ".join(instruction.split()),
     }
+    if public in _FOR_THE_RUN and public != "isolated":
+        result["retryable"] = False
     if fallback:
         result["fallback"] = fallback
     return result
