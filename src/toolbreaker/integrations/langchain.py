@@ -59,6 +59,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypedDict, cast
 
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.errors import NotSent, PolicyError
 from toolbreaker.integrations import require
@@ -135,7 +136,8 @@ class ToolOptions(TypedDict, total=False):
     operation)`` (``dependency`` defaults to the tool name), else a sheet row whose
     ``tool`` is the tool name. Breaker options apply when the registry creates the
     breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
-    ``fallback_note``, ``owner``, ``instructions``. The rest are the run guard's
+    ``fallback_note``, ``owner``, ``instructions``, ``retry`` (its budget counts the
+    model's re-calls), ``max_retry_after_ms``. The rest are the run guard's
     :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
@@ -153,6 +155,8 @@ class ToolOptions(TypedDict, total=False):
     fallback_note: str
     owner: str
     instructions: Mapping[str, str]
+    retry: RetryPolicy
+    max_retry_after_ms: int
     risk: RiskClass
     business_key: Sequence[str]
     idempotency_arg: str | None

@@ -1191,7 +1191,9 @@ class Breaker:
         :meth:`_model_retry`).
         """
         result = self.failure_result(tool, exc)
-        if self._retry_budget is not None and result.get("retryable"):
+        if self._retry_budget is not None and (
+            result.get("retryable") or result.get("reason") == "retry-budget"
+        ):
             key = _call_key(tool, call)
             if key is not None:
                 if len(self._failed_calls) >= 1024:

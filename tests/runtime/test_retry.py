@@ -1,0 +1,255 @@
+"""Retries at the breaker layer, against the real local tool service (no real sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from toolbreaker import Breaker, Policy
+from toolbreaker.core.retry import RetryPolicy, RetryRecord, replay
+from toolbreaker.errors import CircuitOpen, PolicyError
+from toolbreaker.runtime._boundary import Boundary
+from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
+
+
+@pytest.fixture
+def service() -> Iterator[ToolService]:
+    with ToolService() as svc:
+        yield svc
+
+
+def make(
+    clock: FakeClock,
+    *,
+    operation: str = "read",
+    failure_threshold: int = 5,
+    **retry: Any,
+) -> Breaker:
+    """A breaker whose waits advance the fake clock instead of sleeping."""
+    options = {"max_attempts": 3, "base_ms": 100, "deadline_ms": 60_000, **retry}
+    cap = options.pop("max_retry_after_ms", None)
+    return Breaker(
+        "search",
+        operation=operation,
+        policy=Policy(failure_threshold=failure_threshold),
+        clock=clock,
+        timeout=2,
+        retry=RetryPolicy(**options),
+        max_retry_after_ms=cap,
+        sleep=lambda seconds: clock.advance(seconds=seconds),
+        retry_seed=42,
+    )
+
+
+def search(service: ToolService, q: str = "cable") -> dict[str, Any]:
+    return request_json("GET", f"{service.url}/search?q={q}", timeout=2)
+
+
+def test_transient_failures_are_retried_until_success(service: ToolService) -> None:
+    """Two 503s, then a success: one logical operation, three remote attempts."""
+    service.inject("GET /search", Fault(status=503), Fault(status=503))
+    breaker = make(FakeClock())
+    assert breaker.call(search, service)["query"] == "cable"
+    assert service.hits["GET /search"] == 3
+    assert breaker.stats.retries == {"retry": 2}
+
+
+def test_attempts_never_exceed_the_maximum(service: ToolService) -> None:
+    """max_attempts counts the first attempt; the last failure is raised."""
+    service.outage("GET /search", status=503)
+    breaker = make(FakeClock())
+    with pytest.raises(Exception, match="503"):
+        breaker.call(search, service)
+    assert service.hits["GET /search"] == 3
+    assert breaker.stats.retries == {"retry": 2, "max-attempts": 1}
+
+
+def test_a_4xx_is_never_retried(service: ToolService) -> None:
+    """A 404 is the caller's mistake: retrying cannot fix it."""
+    breaker = make(FakeClock())
+    with pytest.raises(Exception, match="404"):
+        breaker.call(lambda: request_json("GET", f"{service.url}/orders/nope", timeout=2))
+    assert service.hits["GET /orders"] == 1
+    assert breaker.stats.retries == {"not-retryable": 1}
+
+
+def test_no_retry_once_the_breaker_is_open(service: ToolService) -> None:
+    """The failure that opens the breaker ends the retries: nothing reaches the service."""
+    service.outage("GET /search", status=503)
+    breaker = make(FakeClock(), failure_threshold=2, max_attempts=10)
+    with pytest.raises(Exception, match="503"):
+        breaker.call(search, service)
+    assert service.hits["GET /search"] == 2
+    assert breaker.stats.retries == {"retry": 1, "breaker-open": 1}
+    with pytest.raises(CircuitOpen):
+        breaker.call(search, service)
+    assert service.hits["GET /search"] == 2
+
+
+def test_an_unknown_write_outcome_is_never_replayed(service: ToolService) -> None:
+    """A write reset after it committed may have happened: it is not retried."""
+    service.inject("POST /tickets", Fault(reset=True, commit=True))
+    breaker = make(FakeClock(), operation="write")
+    with pytest.raises(ConnectionError):
+        breaker.call(
+            lambda: request_json(
+                "POST", f"{service.url}/tickets", body={"title": "t", "body": "b"}, timeout=2
+            )
+        )
+    assert service.hits["POST /tickets"] == 1
+    assert len(service.created("tickets")) == 1
+    assert breaker.stats.retries == {"outcome-unknown": 1}
+
+
+def test_a_refused_write_is_retried(service: ToolService) -> None:
+    """A 503 means the server refused the write: it did not happen, so retrying is safe."""
+    service.inject("POST /tickets", Fault(status=503))
+    breaker = make(FakeClock(), operation="write")
+    body = {"title": "t", "body": "b"}
+    created = breaker.call(
+        lambda: request_json("POST", f"{service.url}/tickets", body=body, timeout=2)
+    )
+    assert created["title"] == "t"
+    assert len(service.created("tickets")) == 1
+
+
+def test_a_hint_beyond_the_cap_makes_the_tool_unavailable_for_the_run(
+    service: ToolService,
+) -> None:
+    """Retry-After: 120 against max_retry_after_ms=5000 is not waited out, and the model
+    reads that the tool is unavailable for this run, with nothing to count down."""
+    service.inject("GET /search", Fault(status=429, retry_after=120))
+    clock = FakeClock()
+    breaker = make(clock, max_retry_after_ms=5_000)
+    tool = breaker.guard(lambda q: search(service, q), tool="search")
+    result = tool("cable")
+    assert result["tool_unavailable"] is True
+    assert result["reason"] == "rate-limited"
+    assert result["retryable"] is False
+    assert result["retry_after_seconds"] is None
+    assert service.hits["GET /search"] == 1
+    assert clock() == 0
+    assert breaker.stats.retries == {"hint-too-long": 1}
+
+
+def test_a_short_hint_is_waited_out(service: ToolService) -> None:
+    """Retry-After: 3 within the cap: the next attempt comes at least 3 s later."""
+    service.inject("GET /search", Fault(status=503, retry_after=3))
+    clock = FakeClock()
+    breaker = make(clock, max_retry_after_ms=5_000)
+    assert breaker.call(search, service)["query"] == "cable"
+    assert clock() >= 3_000
+
+
+def test_the_retry_budget_is_shared_by_operations_and_exhaustion_is_told(
+    service: ToolService,
+) -> None:
+    """With a budget of one retry, the second failing operation gets no retry, and the
+    model reads that the tool is unavailable for the run instead of "retryable"."""
+    service.outage("GET /search", status=503)
+    breaker = make(FakeClock(), budget=1)
+    tool = breaker.guard(lambda q: search(service, q), tool="search")
+    first = tool("a")
+    assert first["retryable"] is False  # the first operation spent the only token
+    assert first["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 2
+    second = tool("b")
+    assert second["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 3
+    assert breaker.stats.retries == {"retry": 1, "budget-exhausted": 2}
+    assert breaker.retry_budget is not None
+    assert breaker.retry_budget.retries == 0
+
+
+def test_successes_refill_the_budget(service: ToolService) -> None:
+    """Ten successes (at the default 10 %) give one retry back."""
+    breaker = make(FakeClock(), budget=1)
+    service.inject("GET /search", Fault(status=503))
+    breaker.call(search, service)
+    assert breaker.retry_budget is not None
+    assert breaker.retry_budget.retries == 0
+    for _ in range(10):
+        breaker.call(search, service)
+    assert breaker.retry_budget.retries == 1
+
+
+def test_the_model_re_calling_a_failed_tool_spends_the_same_budget(
+    service: ToolService,
+) -> None:
+    """No retries in the library (max_attempts=1), a budget of one: the model's first
+    re-call spends it, its second is answered locally without reaching the service."""
+    service.outage("GET /search", status=503)
+    breaker = make(FakeClock(), max_attempts=1, budget=1)
+    tool = breaker.guard(lambda q: search(service, q), tool="search")
+    assert tool("cable")["retryable"] is True
+    again = tool("cable")
+    assert again["retryable"] is False
+    assert again["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 2
+    refused = tool("cable")
+    assert refused["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 2
+    assert breaker.stats.retries["model-retry"] == 1
+    assert breaker.stats.retries["model-retry-refused"] == 1
+
+
+def test_begin_counts_the_model_as_a_retry_layer(service: ToolService) -> None:
+    """The step API (what adapters use) sees the model's re-call as a retry too."""
+    service.outage("GET /search", status=503)
+    breaker = make(FakeClock(), max_attempts=1, budget=0)
+    step = breaker.begin("search", {"q": "cable"})
+    try:
+        search(service)
+    except Exception as exc:  # noqa: BLE001 - settled below
+        answer = step.failed(exc)
+    assert answer["reason"] == "retry-budget"
+    step = breaker.begin("search", {"q": "cable"})
+    assert step.answer is not None
+    assert step.answer["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 1
+
+
+def test_async_calls_retry_without_blocking_the_loop(service: ToolService) -> None:
+    """acall() retries as call() does; waits are the given sleep (here the fake clock)."""
+    service.inject("GET /search", Fault(status=503))
+    breaker = make(FakeClock())
+
+    async def fetch() -> dict[str, Any]:
+        return await asyncio.to_thread(search, service)
+
+    assert asyncio.run(breaker.acall(fetch))["query"] == "cable"
+    assert service.hits["GET /search"] == 2
+
+
+def test_retries_replay_exactly_from_their_trace(service: ToolService) -> None:
+    """Every retry decision is a trace line with its seed: replaying the lines with the
+    same policy gives the same decisions, waits included."""
+    service.inject(
+        "GET /search", Fault(status=503), Fault(status=502), Fault(status=429, retry_after=1)
+    )
+    clock = FakeClock()
+    breaker = make(clock, max_attempts=4, jitter="decorrelated")
+    lines: list[str] = []
+    breaker.add_retry_listener(lambda record: lines.append(json.dumps(record.to_dict())))
+    breaker.call(search, service)
+    records = [RetryRecord.from_dict(json.loads(line)) for line in lines]
+    assert [r.decision.reason for r in records] == ["retry", "retry", "retry"]
+    assert records[2].decision.wait_ms >= 1_000
+    assert breaker.boundary.retry is not None
+    assert replay(records, breaker.boundary.retry) == [r.decision for r in records]
+
+
+def test_sheet_rows_carry_a_retry_table() -> None:
+    """A sheet row's nested retry table is validated with the row, errors named by field."""
+    row = Boundary.from_row(
+        "search", "read", {"timeout": 2, "retry": {"max_attempts": 2}, "max_retry_after_ms": 0}
+    )
+    assert row.retry == RetryPolicy(max_attempts=2)
+    assert row.idempotent
+    with pytest.raises(PolicyError) as err:
+        Boundary.from_row("search", "read", {"retry": {"jitter": "none"}})
+    assert err.value.field == "search.read.retry.jitter"
