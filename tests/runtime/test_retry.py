@@ -253,3 +253,94 @@ def test_sheet_rows_carry_a_retry_table() -> None:
     with pytest.raises(PolicyError) as err:
         Boundary.from_row("search", "read", {"retry": {"jitter": "none"}})
     assert err.value.field == "search.read.retry.jitter"
+
+
+# ---------------------------------------------------------------------------
+# Server hints, read by the classifier from real responses
+
+
+def _verdict_of(service: ToolService, fault: Fault) -> Any:
+    from toolbreaker.runtime._classify import classify_exception
+
+    service.inject("GET /search", fault)
+    with pytest.raises(Exception) as err:
+        search(service)
+    return classify_exception(err.value, now=1_700_000_000.0)
+
+
+@pytest.mark.parametrize(
+    ("headers", "wait"),
+    [
+        ({"retry-after-ms": "1500"}, 1_500),
+        ({"x-ratelimit-reset-requests": "6m0s", "x-ratelimit-reset-tokens": "20ms"}, 360_000),
+        ({"x-ratelimit-reset-tokens": "1.5s"}, 1_500),
+        ({"RateLimit-Reset": "7"}, 7_000),
+        ({"RateLimit-Reset": "1700000030"}, 30_000),
+    ],
+)
+def test_rate_limit_headers_become_the_wait(
+    service: ToolService, headers: dict[str, str], wait: int
+) -> None:
+    """retry-after-ms, OpenAI's x-ratelimit-reset-* durations and RateLimit-Reset (delay
+    seconds, or an epoch time) on a real 429 become the verdict's retry_after_ms."""
+    verdict = _verdict_of(service, Fault(status=429, headers=headers))
+    assert verdict.retry_after_ms == wait
+
+
+def test_a_google_retry_delay_in_the_body_becomes_the_wait(service: ToolService) -> None:
+    """Google's RetryInfo retryDelay ("30s") in a JSON error body is a hint too."""
+    body = {
+        "error": {
+            "code": 429,
+            "status": "RESOURCE_EXHAUSTED",
+            "message": "Quota exceeded for metric: requests per minute",
+            "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "30s"}],
+        }
+    }
+    verdict = _verdict_of(service, Fault(status=429, body=body))
+    assert verdict.retry_after_ms == 30_000
+    assert verdict.detail == "http-429"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"error": {"type": "insufficient_quota", "code": "insufficient_quota", "message": "x"}},
+        {"error": {"status": "RESOURCE_EXHAUSTED", "message": "Daily quota exceeded"}},
+    ],
+)
+def test_a_spent_quota_is_not_transient(service: ToolService, body: dict[str, Any]) -> None:
+    """A 429 that means the quota is spent is quota-exhausted: never retried, and the model
+    reads that the tool is unavailable for this run."""
+    assert _verdict_of(service, Fault(status=429, body=body)).detail == "quota-exhausted"
+    service.inject("GET /search", Fault(status=429, body=body))
+    breaker = make(FakeClock())
+    result = breaker.guard(lambda q: search(service, q), tool="search")("cable")
+    assert result["reason"] == "quota-exhausted"
+    assert result["retryable"] is False
+    assert breaker.stats.retries == {"quota-exhausted": 1}
+
+
+def test_classify_status_reads_a_body_too() -> None:
+    """A result carrying a status is classified with its body as well."""
+    from toolbreaker.runtime._classify import classify_status
+
+    quota = classify_status(429, {}, body='{"error": {"code": "insufficient_quota"}}')
+    assert quota.detail == "quota-exhausted"
+    delay = classify_status(503, {}, body={"error": {"details": [{"retryDelay": "2s"}]}})
+    assert delay.retry_after_ms == 2_000
+    assert classify_status(429, {}, body="not json").detail == "http-429"
+
+
+def test_durations_parse_like_openai_and_google_write_them() -> None:
+    """1s, 6m0s, 20ms, 1h2m3.5s; garbage is None."""
+    from toolbreaker.runtime._classify import parse_duration
+
+    assert [parse_duration(x) for x in ("1s", "6m0s", "20ms", "1h2m3.5s", "0.5s")] == [
+        1_000,
+        360_000,
+        20,
+        3_723_500,
+        500,
+    ]
+    assert [parse_duration(x) for x in ("", "abc", "m", None, "5")] == [None] * 5
