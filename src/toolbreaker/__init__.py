@@ -14,6 +14,7 @@ from toolbreaker.core import (
     replay,
     step,
 )
+from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState, Stop
 from toolbreaker.errors import (
     CircuitOpen,
@@ -72,6 +73,9 @@ __all__ = [
     "RegistryFull",
     "Rejection",
     "Replay",
+    "RetryBudget",
+    "RetryPolicy",
+    "RetryRecord",
     "RunGuard",
     "RunState",
     "SQLiteStore",

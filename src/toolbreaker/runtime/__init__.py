@@ -12,6 +12,7 @@ from toolbreaker.runtime._classify import (
     Verdict,
     classify_exception,
     classify_status,
+    parse_duration,
     parse_retry_after,
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
@@ -60,6 +61,7 @@ __all__ = [
     "evidence_digest",
     "may_have_committed",
     "monotonic_ms",
+    "parse_duration",
     "parse_retry_after",
     "system_prompt_line",
     "unavailable_result",
