@@ -344,3 +344,63 @@ def test_durations_parse_like_openai_and_google_write_them() -> None:
         500,
     ]
     assert [parse_duration(x) for x in ("", "abc", "m", None, "5")] == [None] * 5
+
+
+# ---------------------------------------------------------------------------
+# The model as a retry layer under a run guard
+
+
+def _guarded_search(service: ToolService, *, required: bool = False, budget: int = 1) -> Any:
+    from toolbreaker import GuardedTool, RunGuard
+
+    breaker = make(FakeClock(), max_attempts=1, budget=budget)
+    guard = RunGuard("task-retry")
+    guard.add_tool(
+        GuardedTool(
+            "search",
+            lambda q: search(service, q),
+            risk="read",
+            breaker=breaker,
+            required=required,
+        )
+    )
+    return guard, breaker
+
+
+def test_a_run_guard_counts_the_models_re_calls_against_the_budget(
+    service: ToolService,
+) -> None:
+    """The model re-issuing the same failed action spends the dependency's retry budget;
+    once it is spent the model reads that the tool is unavailable for this run, and the
+    call never reaches the service."""
+    service.outage("GET /search", status=503)
+    guard, breaker = _guarded_search(service)
+    assert guard.call("search", {"q": "cable"})["retryable"] is True
+    second = guard.call("search", {"q": "cable"})
+    assert second["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 2
+    third = guard.call("search", {"q": "cable"})
+    assert third["tool_unavailable"] is True
+    assert third["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 2
+    assert breaker.stats.retries == {"model-retry": 1, "model-retry-refused": 1}
+
+
+def test_a_different_action_is_not_a_retry(service: ToolService) -> None:
+    """Another query is a new action, not a retry: it spends nothing."""
+    service.outage("GET /search", status=503)
+    guard, breaker = _guarded_search(service, budget=0)
+    guard.call("search", {"q": "a"})
+    guard.call("search", {"q": "b"})
+    assert service.hits["GET /search"] == 2
+    assert "model-retry-refused" not in breaker.stats.retries
+
+
+def test_a_required_tool_whose_budget_is_spent_stops_the_run(service: ToolService) -> None:
+    """A required dependency that is unavailable for the run stops the run."""
+    service.outage("GET /search", status=503)
+    guard, _ = _guarded_search(service, required=True, budget=0)
+    first = guard.call("search", {"q": "cable"})
+    assert first["reason"] == "retry-budget"
+    assert first["run_stopped"] is True
+    assert guard.stopped is not None

@@ -1201,6 +1201,19 @@ class Breaker:
                 self._failed_calls[key] = self.clock()
         return result
 
+    def _spend_model_retry(self) -> bool:
+        """Spend one retry of the budget on the model's re-call; whether it may go ahead.
+
+        Without a retry policy there is no budget to spend: always ``True``.
+        """
+        if self._retry_budget is None:
+            return True
+        with self._retry_lock:
+            assert self._retry_budget is not None
+            self._retry_budget, allowed = spend(self._retry_budget)
+        self._count_retry("model-retry" if allowed else "model-retry-refused")
+        return allowed
+
     def _model_retry(self, tool: str, call: Any) -> Step | None:
         """The model is a retry layer: a re-issued call that just failed spends a retry.
 
@@ -1212,11 +1225,7 @@ class Breaker:
         key = _call_key(tool, call)
         if key is None or self._failed_calls.pop(key, None) is None:
             return None
-        with self._retry_lock:
-            assert self._retry_budget is not None
-            self._retry_budget, allowed = spend(self._retry_budget)
-        self._count_retry("model-retry" if allowed else "model-retry-refused")
-        if allowed:
+        if self._spend_model_retry():
             return None
         self._failed_calls[key] = self.clock()
         args = call if isinstance(call, Mapping) else {}

@@ -31,6 +31,7 @@ from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, writ
 from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
+from toolbreaker.core.run.retrying import ModelRetries, is_retry, observe
 from toolbreaker.errors import FingerprintError, PolicyError, StoreUnavailable
 from toolbreaker.runtime._breaker import Breaker, Permit, Rejection
 from toolbreaker.runtime._classify import Verdict, classify_exception
@@ -205,6 +206,7 @@ class RunGuard:
         self._tools: dict[str, GuardedTool] = {}
         self._lock = threading.Lock()
         self._run = RunState.start(task, clock())
+        self._retries = ModelRetries()
         self._attempted: dict[str, Any] | None = None
         self._resumed = False
 
@@ -398,7 +400,7 @@ class RunGuard:
         dependency breaker is asked here and told there.
         """
         step = self._plan(tool, dict(args or {}))
-        if step.answer is None and step.plan.spec.breaker is not None:
+        if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
             breaker = step.plan.spec.breaker
             self._admitted(step, breaker._enter(breaker.clock(), breaker._default_deadline))
         return self._journal_pending(step)
@@ -406,7 +408,7 @@ class RunGuard:
     async def abegin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
         """:meth:`begin` for the event loop: the breaker's store round trip is awaited."""
         step = self._plan(tool, dict(args or {}))
-        if step.answer is None and step.plan.spec.breaker is not None:
+        if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
             breaker = step.plan.spec.breaker
             admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
             self._admitted(step, admission)
@@ -504,6 +506,32 @@ class RunGuard:
             step.args = {**args, spec.idempotency_arg: key}
         return step
 
+    def _may_retry(self, step: Step) -> bool:
+        """The model is a retry layer: re-issuing an action that just failed spends a retry.
+
+        The dependency's retry budget pays for it; once it is spent the tool is unavailable
+        for the run (and a required tool stops it).
+        """
+        plan: _Plan = step.plan
+        breaker = plan.spec.breaker
+        assert breaker is not None
+        with self._lock:
+            retrying = is_retry(self._retries, plan.fingerprint)
+        if not retrying or breaker._spend_model_retry():
+            return True
+        self._finish(plan, "ignored")
+        answer = breaker._unavailable("retry-budget", None, tool=step.tool)
+        _answered(step, self._dependency_down(plan, answer, "retry-budget"))
+        return False
+
+    def _observe_retry(self, plan: _Plan, result: Any) -> None:
+        """Remember whether the action's attempt ended in a failure worth retrying."""
+        retryable = isinstance(result, dict) and (
+            result.get("retryable") is True or result.get("reason") == "retry-budget"
+        )
+        with self._lock:
+            self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
+
     def _admitted(self, step: Step, admission: Permit | Rejection) -> None:
         """The dependency breaker's answer for a step the run machine let through."""
         if isinstance(admission, Permit):
@@ -587,6 +615,9 @@ class RunGuard:
                     step, "verification failed: the result does not prove the write happened"
                 )
         self._finish(plan, "success", evidence=evidence_digest(result))
+        self._observe_retry(plan, result)
+        if spec.breaker is not None:
+            spec.breaker._retry_succeeded()  # a success refills the retry budget
         if plan.key is not None:
             # The write happened; if the journal is down now, its idempotency key still
             # protects a retry at the provider.
@@ -604,9 +635,11 @@ class RunGuard:
         if spec.breaker is None:
             return error_result(spec.name, exc, retryable=verdict.kind == "failure")
         result = spec.breaker.failure_result(spec.name, exc)
+        self._observe_retry(plan, result)
         if result.get("tool_unavailable"):
-            # This failure opened the dependency's breaker.
-            return self._dependency_down(plan, result, "opened")
+            # This failure opened the dependency's breaker, or left the tool unavailable
+            # for the run (a spent quota or retry budget, a rate limit too long to wait).
+            return self._dependency_down(plan, result, str(result.get("reason", "opened")))
         return result
 
     def _dependency_down(self, plan: _Plan, result: dict[str, Any], reason: str) -> Any:
