@@ -404,3 +404,55 @@ def test_a_required_tool_whose_budget_is_spent_stops_the_run(service: ToolServic
     assert first["reason"] == "retry-budget"
     assert first["run_stopped"] is True
     assert guard.stopped is not None
+
+
+# ---------------------------------------------------------------------------
+# Nested retry layers, found at setup
+
+
+def test_a_retrying_http_client_inside_a_tool_is_reported_with_the_fix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An httpx client whose transport retries, reached through the tool's closure, is
+    reported when the breaker that guards the tool retries too."""
+    import httpx
+
+    from toolbreaker.runtime._layers import nested_retries
+
+    client = httpx.Client(transport=httpx.HTTPTransport(retries=2))
+    try:
+
+        def fetch(q: str) -> Any:
+            return client.get(f"http://127.0.0.1:9/search?q={q}")
+
+        found = nested_retries(fetch)
+        assert [(x.layer, x.retries, x.where) for x in found] == [
+            ("httpx.Client", 2, "closure 'client'")
+        ]
+        assert "retries=0" in found[0].fix
+        with caplog.at_level("WARNING", logger="toolbreaker"):
+            make(FakeClock()).guard(fetch)
+        assert "httpx.Client" in caplog.text
+        assert "HTTPTransport(retries=0)" in caplog.text
+    finally:
+        client.close()
+
+
+def test_an_sdk_client_with_max_retries_is_reported() -> None:
+    """An OpenAI client keeps its default max_retries=2 unless told otherwise."""
+    openai = pytest.importorskip("openai")
+    from toolbreaker.runtime._layers import nested_retries
+
+    retrying = openai.OpenAI(api_key="sk-test")
+    quiet = openai.OpenAI(api_key="sk-test", max_retries=0)
+
+    class Tool:
+        def __init__(self, client: Any) -> None:
+            self.client = client
+
+        def run(self, q: str) -> Any:
+            return self.client.models.list()
+
+    assert [x.layer for x in nested_retries(Tool(retrying).run)] == ["openai.OpenAI"]
+    assert nested_retries(Tool(quiet).run) == []
+    assert nested_retries(search) == []

@@ -59,6 +59,7 @@ from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
+from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
@@ -1127,6 +1128,8 @@ class Breaker:
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
             name: str = tool or getattr(func, "__name__", None) or self.tool
+            if self._retry is not None:
+                warn_nested_retries(func, name, "the breaker's retry policy")
             if inspect.iscoroutinefunction(func):
 
                 @functools.wraps(func)

@@ -37,6 +37,7 @@ from toolbreaker.runtime._breaker import Breaker, Permit, Rejection
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
+from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._result import (
     denied_result,
     error_result,
@@ -225,6 +226,9 @@ class RunGuard:
             raise PolicyError(
                 f"recovery tool {tool.name!r} must be a read", field=f"{tool.name}.recovery"
             )
+        # The model re-issuing failed calls is a retry layer already; a client that also
+        # retries inside the tool multiplies the attempts. Found here, reported with the fix.
+        warn_nested_retries(tool.fn, tool.name, "the model (its re-calls are retries)")
         self._tools[tool.name] = tool
         return tool
 
