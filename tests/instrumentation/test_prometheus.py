@@ -72,3 +72,29 @@ def test_breakers_created_later_appear_at_the_next_scrape():
     assert not any(name == "agent_requests_total" for name, _ in samples(prom))
     breakers.get("late")
     assert any(name == "agent_requests_total" for name, _ in samples(prom))
+
+
+def test_retry_decisions_and_the_budget_are_exported():
+    """Retry decisions by reason (budget exhaustion is its own) and the budget left."""
+    clock = FakeClock()
+    breakers = Registry(Policy(failure_threshold=5), clock=clock, default_enforce="cooperative")
+    search = breakers.get(
+        "search", "read", timeout=1.0, retry={"max_attempts": 3, "budget": 1, "base_ms": 1}
+    )
+
+    def fail() -> None:
+        raise Unavailable
+
+    with pytest.raises(Unavailable):
+        search.call(fail)
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    got = samples(prom)
+    labels = {"dependency": "search", "operation": "read", "tool": "search"}
+
+    def key(name: str, **extra: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return name, tuple(sorted({**labels, **extra}.items()))
+
+    assert got[key("toolbreaker_retry_decisions_total", reason="retry")] == 1
+    assert got[key("toolbreaker_retry_decisions_total", reason="budget-exhausted")] == 1
+    assert got[key("toolbreaker_retry_budget")] == 0

@@ -456,3 +456,27 @@ def test_an_sdk_client_with_max_retries_is_reported() -> None:
     assert [x.layer for x in nested_retries(Tool(retrying).run)] == ["openai.OpenAI"]
     assert nested_retries(Tool(quiet).run) == []
     assert nested_retries(search) == []
+
+
+def test_a_trace_recorder_writes_the_retry_trace_beside_the_breaker_trace(
+    service: ToolService,
+) -> None:
+    """TraceRecorder(retries=...) keeps retry records (seeds included) in their own JSON
+    Lines, which replay exactly; the breaker trace stays in its own format."""
+    import io
+
+    from toolbreaker import TraceRecorder
+    from toolbreaker.core.breaker.trace import parse_lines
+
+    service.inject("GET /search", Fault(status=503), Fault(status=503))
+    trace, retries = io.StringIO(), io.StringIO()
+    breaker = make(FakeClock())
+    with TraceRecorder(trace, retries=retries) as recorder:
+        recorder.attach(breaker)
+        breaker.call(search, service)
+    records = [RetryRecord.from_dict(json.loads(x)) for x in retries.getvalue().splitlines()]
+    assert [r.decision.reason for r in records] == ["retry", "retry"]
+    assert len({r.seed for r in records}) == 1
+    assert breaker.boundary.retry is not None
+    assert replay(records, breaker.boundary.retry) == [r.decision for r in records]
+    assert len(list(parse_lines(trace.getvalue().splitlines()))) == 6

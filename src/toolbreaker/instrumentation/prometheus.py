@@ -77,6 +77,14 @@ class BreakerCollector:
             f"{name}_failures", "Failed outcomes by class.", labels=(*_LABELS, "class")
         )
         opens = counter(f"{name}_opens", "Openings by reason.", labels=(*_LABELS, "reason"))
+        retries = counter(
+            f"{name}_retry_decisions",
+            "Retry decisions by reason (retry, budget-exhausted, max-attempts, model-retry ...).",
+            labels=(*_LABELS, "reason"),
+        )
+        budget = gauge(
+            f"{name}_retry_budget", "Retries left in this process's retry budget.", labels=_LABELS
+        )
         spent = counter(
             f"{name}_time_in_state_seconds", "Time spent in each state.", labels=(*_LABELS, "state")
         )
@@ -100,13 +108,30 @@ class BreakerCollector:
                 failures.add_metric([*labels, detail], count)
             for reason, count in sorted(stats.opens.items()):
                 opens.add_metric([*labels, reason], count)
+            for reason, count in sorted(stats.retries.items()):
+                retries.add_metric([*labels, reason], count)
+            left = breaker.retry_budget
+            if left is not None:
+                budget.add_metric(labels, left.milli / 1000)
             for phase, ms in sorted(stats.time_in_state_ms.items()):
                 spent.add_metric([*labels, phase], ms / 1000)
             phase_now = _phase(breaker)
             if phase_now is not None:
                 for phase in PHASES:
                     state.add_metric([*labels, phase], 1.0 if phase == phase_now else 0.0)
-        yield from (requests, admitted, rejected, late, failures, opens, spent, state, ratio)
+        yield from (
+            requests,
+            admitted,
+            rejected,
+            late,
+            failures,
+            opens,
+            retries,
+            budget,
+            spent,
+            state,
+            ratio,
+        )
 
 
 def _phase(breaker: Any) -> str | None:
