@@ -686,3 +686,39 @@ def test_tool_options_take_every_breaker_option_from_boundary():
 
     settable = BREAKER_OPTIONS - {"tool", "classifier", "result_is_failure"}
     assert settable <= set(ToolOptions.__annotations__)
+
+
+# -- the model is a retry layer ------------------------------------------------------------------
+
+
+def test_the_models_re_calls_spend_the_retry_budget(service, shop, registry):
+    """A model that re-issues the same failed search is retrying: with a budget of one
+    retry, its second call spends it, and then it reads that the tool is unavailable for
+    this run (not "retryable") and stops; a third call would never reach the service."""
+    service.outage("GET /search")
+    tools = {
+        "search": {
+            "dependency": "catalog-retry",
+            "policy": Policy(failure_threshold=10),
+            "retry": {"max_attempts": 1, "budget": 1},
+        }
+    }
+    guard = ToolbreakerMiddleware(registry=registry, tools=tools)
+
+    def stubborn(results: list[ToolMessage]) -> AIMessage:
+        last = payload(results[-1]) if results else None
+        if isinstance(last, dict) and last.get("tool_unavailable"):
+            return AIMessage("The catalog is unavailable right now.")
+        return call("search", q="usb cable")
+
+    model = scripted(stubborn)
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    out = agent.invoke(ask("find me a usb cable"), context={"task_id": "retry-1"})
+
+    assert service.hits["GET /search"] == 2
+    first, second = seen_by_model(model)
+    assert payload(first)["retryable"] is True
+    assert payload(second)["reason"] == "retry-budget"
+    assert payload(second)["retryable"] is False
+    assert registry.get("catalog-retry").stats.retries == {"model-retry": 1}
+    assert out["messages"][-1].content == "The catalog is unavailable right now."

@@ -605,3 +605,48 @@ def test_missing_extra_names_what_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "toolbreaker.integrations.pydantic_ai")
     with pytest.raises(ImportError, match=r"toolbreaker\[pydantic-ai\]"):
         importlib.import_module("toolbreaker.integrations.pydantic_ai")
+
+
+# -- the model is a retry layer ----------------------------------------------------------------
+
+
+def test_the_models_re_calls_spend_the_retry_budget(service):
+    """The model re-issuing the same failed search is retrying: with a budget of one retry
+    its second call spends it and it then reads that the tool is unavailable for this
+    run; a third call is answered without entering the tool."""
+    service.outage("GET /search")
+    registry = Registry(
+        Policy(failure_threshold=10),
+        default_timeout=TIMEOUT,
+        default_enforce="cooperative",
+        local_tools={"search_snapshot"},
+    )
+    registry.get("search", tool="search", retry={"max_attempts": 1, "budget": 1})
+    registry.get("orders", tool="order_status")
+
+    def stubborn(script: Script, new: list[ToolReturnPart]) -> ModelResponse:
+        if len(script.returns("search")) < 3:
+            return call("search", q="usb cable")
+        return say("The catalog is unavailable.")
+
+    ran: Counter[str] = Counter()
+    script = Script(stubborn)
+    agent = build_agent(script, service, ran)
+    result = run(
+        agent,
+        "find me a cable",
+        capabilities=[ToolbreakerCapability(RunGuard("task-retry"), registry=registry)],
+    )
+
+    assert ran["search"] == 2
+    assert service.hits["GET /search"] == 2
+    first, spent, refused = script.returns("search")
+    assert payload(first)["retryable"] is True
+    assert payload(spent)["reason"] == "retry-budget"
+    assert payload(refused)["reason"] == "retry-budget"
+    assert payload(refused)["tool_unavailable"] is True
+    assert registry.for_tool("search").stats.retries == {
+        "model-retry": 1,
+        "model-retry-refused": 1,
+    }
+    assert result.output == "The catalog is unavailable."

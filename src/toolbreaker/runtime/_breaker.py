@@ -725,6 +725,8 @@ class Breaker:
                 if not decision.retry:
                     raise
                 (self._sleep or time.sleep)(decision.wait_ms / 1000)
+                if remaining_ms(operation.state, self.clock(), self._retry) <= 0:
+                    raise  # the wait overran the end-to-end deadline: no attempt after it
                 continue
             self._retry_succeeded()
             return result
@@ -769,6 +771,8 @@ class Breaker:
                 waited = asyncio.sleep(seconds) if self._sleep is None else self._sleep(seconds)
                 if inspect.isawaitable(waited):
                     await waited
+                if remaining_ms(operation.state, self.clock(), self._retry) <= 0:
+                    raise  # the wait overran the end-to-end deadline: no attempt after it
                 continue
             self._retry_succeeded()
             return result
