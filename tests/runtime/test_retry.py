@@ -480,3 +480,26 @@ def test_a_trace_recorder_writes_the_retry_trace_beside_the_breaker_trace(
     assert breaker.boundary.retry is not None
     assert replay(records, breaker.boundary.retry) == [r.decision for r in records]
     assert len(list(parse_lines(trace.getvalue().splitlines()))) == 6
+
+
+def test_a_boundary_sheet_row_configures_retries() -> None:
+    """[dep.op.retry] in a sheet reaches the breaker the registry builds for that row."""
+    from toolbreaker import Registry
+
+    sheet = {
+        "search": {
+            "read": {
+                "timeout": 2,
+                "max_retry_after_ms": 30_000,
+                "retry": {"max_attempts": 4, "jitter": "decorrelated", "budget": 5},
+            }
+        }
+    }
+    breaker = Registry.from_dict(sheet).get("search", "read")
+    assert breaker.boundary.retry == RetryPolicy(max_attempts=4, jitter="decorrelated", budget=5)
+    assert breaker.boundary.max_retry_after_ms == 30_000
+    assert breaker.retry_budget is not None
+    assert breaker.retry_budget.retries == 5
+    with pytest.raises(PolicyError) as err:
+        Registry.from_dict({"search": {"read": {"retry": {"max_attempts": 0}}}})
+    assert err.value.field == "search.read.retry.max_attempts"
