@@ -58,6 +58,25 @@ R = TypeVar("R")
 Listener = Callable[[Transition, "Breaker"], None]
 
 _UNSET: Final[Any] = object()
+
+#: Breakers that opened in this context while a run-guard step watched (see
+#: :func:`watch_openings`): how a guard learns that a breaker *inside* its tool (an httpx
+#: transport, a nested call) just opened, so the model hears "unavailable" at once.
+_OPENED: contextvars.ContextVar[list[Breaker] | None] = contextvars.ContextVar(
+    "toolbreaker_opened", default=None
+)
+
+
+def watch_openings() -> list[Breaker]:
+    """Collect, from now on in this context, every breaker that opens; returns the list.
+
+    Worker threads and tasks started from this context share the same list.
+    """
+    opened: list[Breaker] = []
+    _OPENED.set(opened)
+    return opened
+
+
 _log = logging.getLogger("toolbreaker")
 _process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
 
@@ -599,6 +618,9 @@ class Breaker:
                     stats.opens[record.reason] = stats.opens.get(record.reason, 0) + 1
                     if record.from_phase == HALF_OPEN:
                         stats.reopens_from_half_open += 1
+                    watching = _OPENED.get()
+                    if watching is not None:
+                        watching.append(self)
                 elif record.to_phase == HALF_OPEN:
                     stats.half_opens += 1
             elif self._phase_since is None:

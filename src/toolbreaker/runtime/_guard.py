@@ -24,15 +24,21 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState, Stop
 from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
-from toolbreaker.errors import FingerprintError, NotSent, PolicyError, StoreUnavailable
-from toolbreaker.runtime._breaker import Breaker, Permit, Rejection
+from toolbreaker.errors import (
+    CircuitOpen,
+    FingerprintError,
+    NotSent,
+    PolicyError,
+    StoreUnavailable,
+)
+from toolbreaker.runtime._breaker import Breaker, Permit, Rejection, watch_openings
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._result import (
@@ -510,6 +516,7 @@ class RunGuard:
             stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
             return _answered(step, stop_answer)
         plan.begun = True
+        plan.opened = watch_openings()
         if spec.risk == "irreversible" and not self._authorized(step):
             self._finish(plan, "ignored")
             return _answered(step, denied_result(tool))
@@ -614,6 +621,16 @@ class RunGuard:
             return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
         self._finish(plan, "failure" if verdict.kind == "failure" else "ignored")
         self._forget(plan)
+        inner = _found(exc, CircuitOpen)
+        if inner is not None:
+            # A breaker inside the tool (an httpx transport ...) rejected the call.
+            return self._dependency_down(plan, inner.result_for(spec.name), inner.reason)
+        opened = [b for b in plan.opened if b is not spec.breaker]
+        if opened:
+            # A breaker inside the tool opened on this very failure: say so now.
+            result = opened[-1].failure_result(spec.name, exc)
+            if result.get("tool_unavailable"):
+                return self._dependency_down(plan, result, "opened")
         if spec.breaker is None:
             return error_result(spec.name, exc, retryable=verdict.kind == "failure")
         result = spec.breaker.failure_result(spec.name, exc)
@@ -766,6 +783,7 @@ class _Plan:
     args: dict[str, Any]
     action: Action | None = None
     begun: bool = False
+    opened: list[Breaker] = dataclasses.field(default_factory=list)
 
 
 def _answered(step: Step, answer: Any) -> Step:
@@ -809,14 +827,22 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
 
 
 def _in_chain(exc: BaseException, kind: type[BaseException]) -> bool:
+    return _found(exc, kind) is not None
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _found(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of ``kind`` along ``exc``'s causes and contexts (32 at most)."""
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen and len(seen) < 32:
         if isinstance(link, kind):
-            return True
+            return link
         seen.add(id(link))
         link = link.__cause__ or link.__context__
-    return False
+    return None
 
 
 def _classify(exc: BaseException) -> Verdict:
