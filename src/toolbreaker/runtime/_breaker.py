@@ -479,6 +479,10 @@ class Breaker:
 
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """Admission through the core: allow(), and call()/acall() past their fast paths."""
+        return self._local(now, deadline) or self._admit(now, deadline)
+
+    def _local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
+        """Admission answered from the view without the store, or ``None``."""
         state = self._view.state
         stats = self.stats
         if state is not None and not self._listeners:
@@ -495,7 +499,7 @@ class Breaker:
             elif self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
-        return self._admit(now, deadline)
+        return None
 
     def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
         event = self._request(now)
@@ -515,14 +519,7 @@ class Breaker:
 
     async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
-        state = self._view.state
-        if (
-            state is not None
-            and not self._listeners
-            and (state is self._quiet or state.phase == OPEN or is_quiet(state, self.policy))
-        ):
-            return self._enter(now, deadline)  # answered from the view: no I/O
-        return await self._aadmit(now, deadline)
+        return self._local(now, deadline) or await self._aadmit(now, deadline)
 
     def _request(self, now: int) -> Event:
         return Event("request", now, self.key, call=f"{_process_token}.{next(self._ids)}")
