@@ -46,7 +46,7 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._step import Step, no_deadline
-from toolbreaker.stores._protocol import Store
+from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["Breaker", "BreakerStats", "Enforce", "Listener", "Permit", "Rejection"]
@@ -547,13 +547,7 @@ class Breaker:
 
     async def _store_aapply(self, event: Event) -> tuple[BreakerState, tuple[Transition, ...]]:
         """The store's ``aapply`` (never blocks the loop); a sync-only store in a thread."""
-        aapply = getattr(self.store, "aapply", None)
-        if aapply is None:
-            return await asyncio.to_thread(self.store.apply, self.key, event, self.policy)
-        result: tuple[BreakerState, tuple[Transition, ...]] = await aapply(
-            self.key, event, self.policy
-        )
-        return result
+        return await aapply(self.store, self.key, event, self.policy)
 
     def _settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
         event = self._outcome(permit, verdict, now)
