@@ -3,7 +3,9 @@
 Detecting a loop takes more than comparing tool names: the same intention comes back
 with its keys reordered, its reason reworded and a fresh timestamp. :func:`canonical_action`
 keeps only what a call *does*, and :func:`fingerprint` hashes that, so two equivalent
-intentions collide and two different business actions do not.
+intentions collide and two different business actions do not. :func:`evidence` digests
+what a tool *returned* in the same canonical form, so a repeat is seen even when every
+response carries a fresh request id.
 
 Canonical form (changing it changes every fingerprint, so it is a contract):
 
