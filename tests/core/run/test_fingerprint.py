@@ -727,6 +727,7 @@ def test_cycles_get_a_digest_by_shape() -> None:
     assert evidence(first) != evidence([1, [1]])
 
 
+@pytest.mark.slow
 def test_evidence_digest_is_the_same_in_another_process() -> None:
     """Hash randomisation and addresses play no part: a fresh interpreter agrees."""
     code = (

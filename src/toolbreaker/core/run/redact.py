@@ -210,9 +210,10 @@ _PAIR_NAMES: Final = (
 )
 _NOT_AFTER_ALNUM: Final = r"(?<![A-Za-z0-9])"
 
-# Token formats that say what they are by their prefix. Every repeat is a class that
-# cannot contain the prefix's delimiter or is exact, so a failed match costs at most the
-# run it started in: masking stays linear.
+# Token formats that say what they are by their prefix. Each starts with a literal
+# prefix after a non-alphanumeric character and repeats only character classes, so a
+# failed attempt costs at most the run it started in: masking stays linear (checked on
+# 1 MB runs of every prefix).
 _TOKENS: Final = (
     r"sk-[A-Za-z0-9_\-]{20,}",  # OpenAI (sk-, sk-proj-, sk-svcacct-), Anthropic (sk-ant-)
     r"[rs]k_(?:live|test)_[A-Za-z0-9]{10,}",  # Stripe secret and restricted keys
