@@ -19,7 +19,6 @@ import contextvars
 import functools
 import inspect
 import itertools
-import logging
 import os
 import sys
 import threading
@@ -40,6 +39,7 @@ from toolbreaker.errors import (
 from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
@@ -77,7 +77,6 @@ def watch_openings() -> list[Breaker]:
     return opened
 
 
-_log = logging.getLogger("toolbreaker")
 _process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
 
 
@@ -620,16 +619,15 @@ class Breaker:
             for record in records:
                 try:
                     listener(record, self)
-                except Exception:  # noqa: BLE001 - a listener never changes an outcome
+                except Exception as exc:  # noqa: BLE001 - a listener never changes an outcome
                     # A metrics backend that is down must not turn a committed write into
                     # an error (and then a replay): the fault is counted and logged, and
                     # every other listener still sees every record.
                     stats.listener_errors += 1
-                    _log.exception(
-                        "toolbreaker: listener %r failed on %s (%s); the call's outcome stands",
-                        listener,
-                        record.dependency,
-                        record.reason,
+                    hook_failed(
+                        f"listener {listener!r} failed on {record.dependency} "
+                        f"({record.reason}); the call's outcome stands",
+                        exc,
                     )
 
     # -- running calls ----------------------------------------------------------------
@@ -781,9 +779,9 @@ class Breaker:
             return SUCCESS
         try:
             failed = predicate(result)
-        except Exception:  # noqa: BLE001 - a user hook never changes what happened
+        except Exception as exc:  # noqa: BLE001 - a user hook never changes what happened
             self.stats.hook_errors += 1
-            _log.exception("toolbreaker: result_is_failure of %s raised", self.key)
+            hook_failed(f"result_is_failure of {self.key} raised", exc)
             return _PREDICATE_ERROR
         return Verdict("failure", "result-predicate") if failed else SUCCESS
 
@@ -794,13 +792,14 @@ class Breaker:
         :class:`~toolbreaker.Verdict`) gives ``ambiguous`` (``classifier-error``): the
         call counts as a failure and, for a write, its outcome is unknown (fail closed).
         """
+        failure: Exception | None = None
         try:
             verdict = self.classify(exc)
-        except Exception:  # noqa: BLE001 - a user hook never changes what happened
-            verdict = None
+        except Exception as raised:  # noqa: BLE001 - a user hook never changes what happened
+            verdict, failure = None, raised
         if not isinstance(verdict, Verdict):
             self.stats.hook_errors += 1
-            _log.error("toolbreaker: the classifier of %s failed on %r", self.key, type(exc))
+            hook_failed(f"the classifier of {self.key} failed on {type(exc).__name__}", failure)
             return _CLASSIFIER_ERROR
         return verdict
 

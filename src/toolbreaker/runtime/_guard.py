@@ -18,16 +18,14 @@ confirms, and refuses writes while an earlier write of the task is still unresol
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState, Stop
-from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core.run.fingerprint import FingerprintRules, evidence, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
@@ -41,6 +39,7 @@ from toolbreaker.errors import (
 from toolbreaker.runtime._breaker import Breaker, Permit, Rejection, watch_openings
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
     denied_result,
     error_result,
@@ -61,7 +60,6 @@ __all__ = [
     "may_have_committed",
 ]
 
-_log = logging.getLogger("toolbreaker")
 _MAX_JOURNALED_RESULT: Final = 64 * 1024
 #: Journal statuses of a write whose outcome is not known to be settled.
 _UNRESOLVED: Final = ("unknown", "pending", "reconciled-absent")
@@ -499,7 +497,7 @@ class RunGuard:
                 self.clock(),
                 action,
                 journal=status if status in _JOURNAL_STATUSES else None,
-                evidence=evidence_digest(journaled) if status == "confirmed" else None,
+                evidence=evidence_digest(journaled, self.rules) if status == "confirmed" else None,
             )
         )
         step.decision = decision
@@ -561,8 +559,8 @@ class RunGuard:
         )
         try:
             return spec.authorize(request) is True
-        except Exception:  # noqa: BLE001 - a failing authority check denies
-            _log.exception("toolbreaker: the authority check of %s raised; denied", spec.name)
+        except Exception as exc:  # noqa: BLE001 - a failing authority check denies
+            hook_failed(f"the authority check of {spec.name} raised; denied", exc)
             return False
 
     # -- settle: the Step's owner callbacks ---------------------------------------------
@@ -599,14 +597,14 @@ class RunGuard:
         if spec.risk in WRITES:
             try:
                 ok = bool(spec.verify(result)) if spec.verify is not None else result is not None
-            except Exception:  # noqa: BLE001 - a verifier that crashes proves nothing
-                _log.exception("toolbreaker: the verify check of %s raised", spec.name)
+            except Exception as exc:  # noqa: BLE001 - a verifier that crashes proves nothing
+                hook_failed(f"the verify check of {spec.name} raised", exc)
                 ok = False
             if not ok:
                 return self._unknown(
                     step, "verification failed: the result does not prove the write happened"
                 )
-        self._finish(plan, "success", evidence=evidence_digest(result))
+        self._finish(plan, "success", evidence=evidence_digest(result, self.rules))
         if plan.key is not None:
             # The write happened; if the journal is down now, its idempotency key still
             # protects a retry at the provider.
@@ -668,8 +666,8 @@ class RunGuard:
             try:
                 found = spec.reconcile(plan.key, plan.args)
                 checked = True
-            except Exception:  # noqa: BLE001 - an unreachable status check proves nothing
-                _log.exception("toolbreaker: the reconcile check of %s raised", spec.name)
+            except Exception as exc:  # noqa: BLE001 - an unreachable status check proves nothing
+                hook_failed(f"the reconcile check of {spec.name} raised", exc)
         if checked and found:
             if self._journal(plan, "confirmed", result=found):
                 # The outcome is known now: it no longer counts as uncertain.
@@ -852,13 +850,13 @@ def _classify(exc: BaseException) -> Verdict:
         return Verdict("ambiguous", "classifier-error")
 
 
-def evidence_digest(result: Any) -> str:
-    """What a result proves, as a digest: equal for results that differ only in noise."""
-    try:
-        text = json.dumps(result, sort_keys=True, default=str)
-    except (TypeError, ValueError, RecursionError):
-        text = repr(result)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+def evidence_digest(result: Any, rules: FingerprintRules | None = None) -> str:
+    """What a result proves, as a digest (the core's ``fingerprint.evidence``).
+
+    Results that differ only in volatile fields (a fresh ``request_id`` or ``timestamp``)
+    are the same evidence, so an identical search repeated is caught as a repeat.
+    """
+    return evidence(result, rules)
 
 
 def _journaled(result: Any) -> Any:
