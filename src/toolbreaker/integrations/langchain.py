@@ -61,7 +61,7 @@ from typing import Any, Final, TypedDict, cast
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.run.budget import Budget, RiskClass
-from toolbreaker.errors import NotSent, PolicyError
+from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce
 from toolbreaker.runtime._breaker import Breaker
@@ -171,7 +171,7 @@ class ToolbreakerState(AgentState[Any]):
     toolbreaker_stop: NotRequired[dict[str, Any] | None]
 
 
-class ToolError(Exception):
+class ToolError(ToolReportedError):
     """A tool call LangChain answered with an error message (bad arguments, unknown tool).
 
     The message is all that is left of the failure; the default classifier ignores it,
