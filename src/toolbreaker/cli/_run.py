@@ -25,6 +25,7 @@ from typing import Any, TextIO
 from toolbreaker.core.run.budget import WRITES, Action, Budget, RunState
 from toolbreaker.core.run.fingerprint import FingerprintError, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent, apply
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import ToolbreakerError, TraceError
 from toolbreaker.runtime import StopPacket, evidence_digest
 
@@ -99,7 +100,8 @@ def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
                 note = {"journal": "answered from the journal (not repeated)"}.get(
                     decision.verdict, "reconcile (an earlier attempt's outcome is unknown)"
                 )
-            out.write(f"{number:>5}  {at:>7}  {action.tool:<20} {note}\n")
+            # What an operator reads is masked, tool names and stop details included.
+            out.write(redact_text(f"{number:>5}  {at:>7}  {action.tool:<20} {note}") + "\n")
         except (ToolbreakerError, KeyError, TypeError, ValueError) as exc:
             raise TraceError(_message(exc), file=path, line=number) from None
     if first is None or run is None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Final
 
-from toolbreaker.errors import NotSent
+from toolbreaker.errors import NotSent, ToolReportedError
 from toolbreaker.runtime._classify import Verdict
 
 __all__ = ["may_have_committed"]
@@ -38,12 +38,16 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     write committed), an undecodable response (``json.JSONDecodeError``), an ambiguous
     verdict (a late result, a classifier that raised), and any exception the classifier
     does not know. Certain failures, that may be retried: :class:`~toolbreaker.errors.NotSent`
-    anywhere in the exception's chain, a plain ``ValueError`` or ``TypeError`` (an
-    argument check before anything left), a validation error, a refused or unresolvable
-    connection, a 4xx, 429 and 503 (the server refused the request).
+    anywhere in the exception's chain, an error the tool reported as its answer
+    (:class:`~toolbreaker.errors.ToolReportedError` without a status), a plain
+    ``ValueError`` or ``TypeError`` (an argument check before anything left), a
+    validation error, a refused or unresolvable connection, a 4xx, 429 and 503 (the
+    server refused the request).
     """
     if _in_chain(exc, NotSent):
         return False
+    if isinstance(exc, ToolReportedError) and verdict.status is None:
+        return False  # the tool answered with an error: a definite answer, not silence
     if _in_chain(exc, json.JSONDecodeError):
         return True
     if verdict.kind == "ambiguous":

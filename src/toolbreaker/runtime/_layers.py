@@ -18,13 +18,13 @@ What it cannot see (a client built inside the function at each call, LangChain's
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from toolbreaker.runtime._log import log as _log
+
 __all__ = ["NestedRetry", "nested_retries", "warn_nested_retries"]
 
-_log = logging.getLogger("toolbreaker")
 _SDKS: Final = ("openai", "anthropic")
 _MAX_OBJECTS: Final = 64
 
