@@ -17,6 +17,7 @@ __all__ = [
     "CLOSED",
     "EVENT_TYPES",
     "HALF_OPEN",
+    "MAX_TIME_MS",
     "OPEN",
     "OUTCOME_TYPES",
     "PHASES",
@@ -58,6 +59,10 @@ REASONS: Final = (
 )
 
 STATE_SCHEMA: Final = "toolbreaker.state/v1"
+
+#: The largest instant or counter a state (or trace) may hold: 2**53 - 1, the largest
+#: integer every JSON reader keeps exact. Anything larger loads as corrupt.
+MAX_TIME_MS: Final = 2**53 - 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -177,14 +182,14 @@ _STATE_KEYS: Final = frozenset(
 
 
 def _count(value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(value)
+    if type(value) is not int or not 0 <= value <= MAX_TIME_MS:
+        raise ValueError("not a count")
     return value
 
 
 def _flag(value: object) -> bool:
     if type(value) is not bool:
-        raise TypeError(value)
+        raise TypeError("not a flag")
     return value
 
 
