@@ -82,22 +82,49 @@ def loads_toml(text: str, *, file: str | None = None) -> dict[str, Any]:
     return data
 
 
+_PART: Final = r"(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)"
+_HEADER: Final = re.compile(rf"^\s*\[\s*({_PART}(?:\s*\.\s*{_PART})*)\s*\]\s*(#.*)?$")
+_ASSIGNMENT: Final = re.compile(rf"^\s*({_PART}(?:\s*\.\s*{_PART})*)\s*=(.*)$")
+_PARTS: Final = re.compile(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+)")
+
+
+def _dotted(key: str) -> str:
+    return ".".join("".join(match.groups("")) for match in _PARTS.finditer(key))
+
+
 def _line_of_key(text: str, field: str) -> int | None:
-    """The line of a dotted field (``table.sub.key``), following ``[table]`` headers."""
-    header = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-    assignment = re.compile(r"^\s*(\"[^\"]+\"|[A-Za-z0-9_-]+)\s*=")
+    """The line of a dotted field (``table.sub.key``).
+
+    It follows ``[table]`` headers, dotted keys (``read.fallback = ...``) and inline
+    tables (``read = { fallback = ... }``); a field the file does not spell out (a
+    missing one) gets the line of the deepest table that holds it.
+    """
     table = ""
-    fallback = None
+    best: tuple[int, int | None] = (0, None)
+
+    def holds(path: str, number: int) -> None:
+        nonlocal best
+        if (field == path or field.startswith(path + ".")) and len(path) > best[0]:
+            best = (len(path), number)
+
     for number, line in enumerate(text.splitlines(), start=1):
-        found = header.match(line)
+        found = _HEADER.match(line)
         if found:
-            table = ".".join(part.strip().strip('"') for part in found.group(1).split("."))
-            if table == field:
-                fallback = fallback or number
+            table = _dotted(found.group(1))
+            holds(table, number)
             continue
-        found = assignment.match(line)
-        if found:
-            key = found.group(1).strip('"')
-            if (f"{table}.{key}" if table else key) == field:
+        found = _ASSIGNMENT.match(line)
+        if not found:
+            continue
+        key = _dotted(found.group(1))
+        path = f"{table}.{key}" if table else key
+        if path == field:
+            return number
+        rest = found.group(2)
+        if rest.lstrip().startswith("{") and field.startswith(path + "."):
+            inner = field[len(path) + 1 :].split(".", 1)[0]
+            quoted = re.escape(inner)
+            if re.search(rf"[{{,]\s*(?:{quoted}|\"{quoted}\"|'{quoted}')\s*[=.]", rest):
                 return number
-    return fallback
+        holds(path, number)
+    return best[1]

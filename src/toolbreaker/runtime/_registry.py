@@ -33,17 +33,20 @@ line named.
 from __future__ import annotations
 
 import dataclasses
+import string
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.policy import MAX_DURATION_MS, Policy
 from toolbreaker.core.config import load_toml
+from toolbreaker.core.files import shown
 from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._breaker import Breaker, Enforce, _clock_of
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock
+from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS, validate_template
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
 
@@ -197,8 +200,10 @@ class Registry:
         for dependency, operations in data.items():
             if dependency in ("defaults", "tools"):
                 continue
+            _check_key(dependency, dependency)
             for operation, row in _table(operations, dependency).items():
                 where = f"{dependency}.{operation}"
+                _check_key(operation, where)
                 boundaries[(dependency, operation)] = _boundary(
                     dependency, operation, {**defaults, **_table(row, where)}, where
                 )
@@ -225,6 +230,8 @@ class Registry:
             PolicyError: ``strict`` and the sheet does not describe the key, or an option
                 is invalid.
         """
+        _check_key(dependency, "dependency")
+        _check_key(operation, "operation")
         key = (dependency, operation)
         breaker = self._breakers.get(key)
         if breaker is not None:
@@ -338,12 +345,67 @@ def _policy(fields: Mapping[str, Any], where: str) -> Policy:
         ) from None
 
 
-def _check_number(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+#: The longest dependency or operation name: the registry bounds bytes, not only breakers.
+MAX_KEY_CHARS: Final = 200
+#: The longest timeout, in seconds: a lease (at most 30 days) must outlive it.
+MAX_TIMEOUT_S: Final = MAX_DURATION_MS / 1000
+
+
+def _check_key(value: object, field: str) -> None:
+    """A registry key part is a non-empty string of valid Unicode, at most MAX_KEY_CHARS."""
+    if not isinstance(value, str):
+        raise PolicyError(f"{field} must be a string, got {shown(value)}", field=field)
+    if not value or len(value) > MAX_KEY_CHARS:
         raise PolicyError(
-            f"{field} must be a positive number of seconds, got {value!r}", field=field
+            f"{field} must have 1 to {MAX_KEY_CHARS} characters, got {len(value)}", field=field
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PolicyError(
+            f"{field} {shown(value)} is not valid Unicode text (a lone surrogate)", field=field
+        ) from None
+
+
+def _check_number(value: object, field: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value <= MAX_TIMEOUT_S
+    ):
+        raise PolicyError(
+            f"{field} must be a positive number of seconds of at most {MAX_TIMEOUT_S:g}, "
+            f"got {shown(value)}",
+            field=field,
         )
     return float(value)
+
+
+def _instructions(row: Mapping[str, Any], where: str) -> dict[str, str]:
+    """Instruction templates, checked at load: known reasons and placeholders, no specs."""
+    instructions = _table(row.get("instructions", {}), f"{where}.instructions")
+    for reason, text in instructions.items():
+        field = f"{where}.instructions.{reason}"
+        if reason not in DEFAULT_INSTRUCTIONS:
+            raise PolicyError(
+                f"unknown instruction reason {shown(reason)} in {where} "
+                f"(known: {', '.join(sorted(DEFAULT_INSTRUCTIONS))})",
+                field=field,
+            )
+        if not isinstance(text, str):
+            raise PolicyError(f"{field} must be a string", field=field)
+        try:
+            parts = list(string.Formatter().parse(text))
+        except ValueError as exc:
+            raise PolicyError(f"{field}: malformed template ({exc})", field=field) from None
+        for _, name, spec, conversion in parts:
+            if spec or conversion:
+                raise PolicyError(
+                    f"{field}: no format spec or conversion allowed in {{{shown(name)[1:-1]}}}",
+                    field=field,
+                )
+        validate_template(text, where=field)
+    return instructions
 
 
 def _enforce(value: object, field: str) -> Enforce:
@@ -367,24 +429,23 @@ def _boundary(dependency: str, operation: str, row: Mapping[str, Any], where: st
             raise PolicyError(f"unknown field {key!r} in [{where}]", field=f"{where}.{key}")
     policy = _policy({k: v for k, v in row.items() if k in _POLICY_FIELDS}, where)
     timeout = row.get("timeout")
-    if timeout is not None:
-        timeout = _check_number(timeout, f"{where}.timeout")
-        if timeout * 1000 > policy.lease_ttl_ms:
-            raise PolicyError(
-                f"{where}.timeout ({timeout} s) exceeds lease_ttl_ms ({policy.lease_ttl_ms}): "
-                "a probe would be declared lost before its call times out",
-                field=f"{where}.timeout",
-            )
+    if timeout is None:
+        raise PolicyError(
+            f"{where} has no timeout: every call needs a deadline (set timeout in the row "
+            "or in [defaults])",
+            field=f"{where}.timeout",
+        )
+    timeout = _check_number(timeout, f"{where}.timeout")
+    if timeout * 1000 > policy.lease_ttl_ms:
+        raise PolicyError(
+            f"{where}.timeout ({timeout} s) exceeds lease_ttl_ms ({policy.lease_ttl_ms}): "
+            "a probe would be declared lost before its call times out",
+            field=f"{where}.timeout",
+        )
     retryable = row.get("retryable", True)
     if type(retryable) is not bool:
         raise PolicyError(f"{where}.retryable must be true or false", field=f"{where}.retryable")
-    instructions = _table(row.get("instructions", {}), f"{where}.instructions")
-    for reason, text in instructions.items():
-        if not isinstance(text, str):
-            raise PolicyError(
-                f"{where}.instructions.{reason} must be a string",
-                field=f"{where}.instructions.{reason}",
-            )
+    instructions = _instructions(row, where)
     return Boundary(
         dependency=dependency,
         operation=operation,
