@@ -99,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("trace", help="JSON Lines, one event per line")
     cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
     cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
+    cmd.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the counts and final state per dependency, without the transitions",
+    )
     cmd.set_defaults(run_command=_run_replay)
 
     cmd = commands.add_parser("diff", help="compare two receipts (exit 1 when they differ)")
@@ -129,27 +134,26 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._replay import StreamingReplay
+
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
-    receipt = _replay_located(iter_trace(args.trace), policy, initial, args.trace)
-    sys.stdout.write(dump_receipt(receipt))
+    with StreamingReplay(policy, initial) as driver:
+        _feed_located(driver, iter_trace(args.trace), args.trace)
+        if args.summary:
+            sys.stdout.write(dump_receipt(driver.summary()))
+        else:
+            driver.write(sys.stdout)
     return 0
 
 
-def _replay_located(
-    events: Iterable[tuple[int, Event]],
-    policy: Policy,
-    initial: dict[str, BreakerState] | None,
-    name: str,
-) -> dict[str, object]:
-    driver = Replay(policy, initial)
+def _feed_located(driver: Replay, events: Iterable[tuple[int, Event]], name: str) -> None:
     for line, event in events:
         try:
             driver.feed(event)
         except TraceError as exc:
             exc.file, exc.line = name, line
             raise
-    return driver.receipt()
 
 
 def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:

@@ -180,13 +180,24 @@ def loads_json(
     """
     try:
         _check_depth(text, max_depth)
-        value = json.loads(
-            text,
-            object_pairs_hook=_marked_pairs if mark_duplicates else _pairs,
-            parse_int=_int,
-            parse_constant=_constant,
-            parse_float=parse_float,
-        )
+        if mark_duplicates:
+            decoder = _MARKING
+        elif parse_float is None:
+            decoder = _STRICT
+        else:
+            decoder = json.JSONDecoder(
+                object_pairs_hook=_pairs,
+                parse_int=_int,
+                parse_constant=_constant,
+                parse_float=parse_float,
+            )
+        if decoder is _STRICT and "\\" not in text and _flat(text):
+            # A flat object without escapes: one C call, duplicates found by counting.
+            value = _FAST.decode(text)
+            if isinstance(value, dict) and len(value) != len(_KEYS.findall(text)):
+                value = _STRICT.decode(text)
+        else:
+            value = decoder.decode(text)
         if "\\u" in text:
             _no_surrogates(value)
     except json.JSONDecodeError as exc:
@@ -200,6 +211,21 @@ def loads_json(
         raise error("nested too deeply", file=file, line=line) from None
     return value
 
+
+def _flat(text: str) -> bool:
+    return text.count("{") + text.count("[") <= 1
+
+
+# Every key occurrence in a flat object without escapes is one `"` `:` pair: more
+# matches than keys means a key was repeated.
+_KEYS: Final = re.compile(r'"\s*:')
+_STRICT: Final = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_int=_int, parse_constant=_constant
+)
+_MARKING: Final = json.JSONDecoder(
+    object_pairs_hook=_marked_pairs, parse_int=_int, parse_constant=_constant
+)
+_FAST: Final = json.JSONDecoder(parse_int=_int, parse_constant=_constant)
 
 _ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

@@ -76,9 +76,8 @@ class Replay:
         if event.type == "request":
             ledger.requests += 1
             call = event.call or f"#{ledger.requests}"
-            if call in ledger.seen:
+            if self._seen(ledger, dep, call):
                 raise TraceError(f"duplicate call id {json.dumps(call)} for {json.dumps(dep)}")
-            ledger.seen.add(call)
             event = Event("request", event.at, dep, call)
         elif event.type in OUTCOME_TYPES:
             settles = event.call
@@ -99,13 +98,28 @@ class Replay:
             event = Event(event.type, event.at, dep, settles, generation, event.retry_after_ms)
         ledger.state, records = apply(ledger.state, event, self.policy)
         ledger.last_at = event.at
-        ledger.transitions.extend(records)
+        self._keep(ledger, dep, records)
         if event.type == "request" and event.call is not None:
             if records[-1].attempted:
                 ledger.unsettled[event.call] = records[-1].generation
             else:
                 ledger.rejected[event.call] = None
         return records
+
+    def _seen(self, ledger: _Ledger, dependency: str, call: str) -> bool:
+        """Whether ``call`` was requested before for ``dependency`` (and remember it)."""
+        if call in ledger.seen:
+            return True
+        ledger.seen.add(call)
+        return False
+
+    def _keep(self, ledger: _Ledger, dependency: str, records: tuple[Transition, ...]) -> None:
+        """Keep the records of one event (a streaming replay spills them instead)."""
+        ledger.transitions.extend(records)
+
+    def ledgers(self) -> Mapping[str, _Ledger]:
+        """Per dependency: its final state and what the replay kept."""
+        return self._ledgers
 
     def receipt(self) -> dict[str, Any]:
         """The receipt of everything fed so far, with its hash."""
