@@ -106,6 +106,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     cmd.set_defaults(run_command=_run_replay)
 
+    cmd = commands.add_parser(
+        "verify",
+        help="replay a trace and check a receipt is exactly what it produces (exit 1 if not)",
+    )
+    cmd.add_argument("receipt", help="the receipt to check")
+    cmd.add_argument("trace", help="the trace it claims to be the receipt of")
+    cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
+    cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
+    cmd.set_defaults(run_command=_run_verify)
+
     cmd = commands.add_parser("diff", help="compare two receipts (exit 1 when they differ)")
     cmd.add_argument("a")
     cmd.add_argument("b")
@@ -145,6 +155,16 @@ def _run_replay(args: argparse.Namespace) -> int:
         else:
             driver.write(sys.stdout)
     return 0
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._replay import StreamingReplay, verify
+
+    policy = Policy.from_toml(args.policy) if args.policy else Policy()
+    initial = _initial_states(args.initial_state, policy) if args.initial_state else None
+    with StreamingReplay(policy, initial) as driver:
+        _feed_located(driver, iter_trace(args.trace), args.trace)
+        return verify(args.receipt, driver, args.trace, sys.stdout)
 
 
 def _feed_located(driver: Replay, events: Iterable[tuple[int, Event]], name: str) -> None:
