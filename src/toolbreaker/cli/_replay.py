@@ -260,45 +260,54 @@ def _pretty(value: Any, indent: str) -> str:
     return text.replace("\n", "\n" + indent)
 
 
-def _json(value: int | None) -> str:
-    return "null" if value is None else str(value)
+# The parts of a record's text that depend only on its kind, phases and reason.
+_Parts = tuple[str, str, str, str, str, str]
+_PARTS: dict[tuple[str, str, str, str, bool, bool], _Parts] = {}
+_E: Final = _T + "    "  # an event's fields
+_F: Final = _T + "  "  # a record's fields
+
+
+def _parts(record: Transition) -> _Parts:
+    key = (
+        record.event.type,
+        record.from_phase,
+        record.to_phase,
+        record.reason,
+        record.attempted,
+        record.rejected,
+    )
+    parts = _PARTS.get(key)
+    if parts is None:
+        typ, frm, to, reason = (_string(x) for x in key[:4])
+        attempted = "true" if record.attempted else "false"
+        rejected = "true" if record.rejected else "false"
+        parts = _PARTS[key] = (
+            f'{{"attempted":{attempted},"event":{{"at":',
+            f',"type":{typ}}},"from":{frm},"generation":',
+            f',"reason":{reason},"rejected":{rejected},"to":{to}}}',
+            f'{_T}{{\n{_F}"attempted": {attempted},\n{_F}"event": {{\n{_E}"at": ',
+            f',\n{_E}"type": {typ}\n{_F}}},\n{_F}"from": {frm},\n{_F}"generation": ',
+            f',\n{_F}"reason": {reason},\n{_F}"rejected": {rejected},\n{_F}"to": {to}\n{_T}}}',
+        )
+    return parts
 
 
 def _formats(record: Transition) -> tuple[bytes, bytes]:
     """The canonical and the printed (indented) text of one transition record."""
+    c_head, c_mid, c_tail, p_head, p_mid, p_tail = _parts(record)
     event = record.event
-    at = str(event.at)
-    typ = _string(event.type)
-    call = None if event.call is None else _string(event.call)
-    retry = None if event.retry_after_ms is None else str(event.retry_after_ms)
-    attempted = "true" if record.attempted else "false"
-    rejected = "true" if record.rejected else "false"
-    frm, to, reason = _string(record.from_phase), _string(record.to_phase), _string(record.reason)
-    generation, until = str(record.generation), _json(record.open_until)
-    compact_event = (
-        f'{{"at":{at}'
-        + (f',"call":{call}' if call is not None else "")
-        + (f',"retry_after_ms":{retry}' if retry is not None else "")
-        + f',"type":{typ}}}'
-    )
-    compact = (
-        f'{{"attempted":{attempted},"event":{compact_event},"from":{frm},'
-        f'"generation":{generation},"open_until":{until},"reason":{reason},'
-        f'"rejected":{rejected},"to":{to}}}'
-    )
-    e = _T + "    "
-    pretty_event = (
-        f'{{\n{e}"at": {at}'
-        + (f',\n{e}"call": {call}' if call is not None else "")
-        + (f',\n{e}"retry_after_ms": {retry}' if retry is not None else "")
-        + f',\n{e}"type": {typ}\n{_T}  }}'
-    )
-    f = _T + "  "
-    pretty = (
-        f'{_T}{{\n{f}"attempted": {attempted},\n{f}"event": {pretty_event},\n'
-        f'{f}"from": {frm},\n{f}"generation": {generation},\n{f}"open_until": {until},\n'
-        f'{f}"reason": {reason},\n{f}"rejected": {rejected},\n{f}"to": {to}\n{_T}}}'
-    )
+    compact_extra = pretty_extra = ""
+    if event.call is not None:
+        call = _string(event.call)
+        compact_extra = f',"call":{call}'
+        pretty_extra = f',\n{_E}"call": {call}'
+    if event.retry_after_ms is not None:
+        compact_extra += f',"retry_after_ms":{event.retry_after_ms}'
+        pretty_extra += f',\n{_E}"retry_after_ms": {event.retry_after_ms}'
+    at, generation = str(event.at), str(record.generation)
+    until = "null" if record.open_until is None else str(record.open_until)
+    compact = f'{c_head}{at}{compact_extra}{c_mid}{generation},"open_until":{until}{c_tail}'
+    pretty = f'{p_head}{at}{pretty_extra}{p_mid}{generation},\n{_F}"open_until": {until}{p_tail}'
     return compact.encode("utf-8"), pretty.encode("utf-8")
 
 

@@ -142,9 +142,12 @@ def _depth(text: str) -> int:
     return deepest
 
 
-def _check_depth(text: str, max_depth: int) -> None:
-    if text.count("[") + text.count("{") > max_depth and _depth(text) > max_depth:
+def _check_depth(text: str, max_depth: int) -> int:
+    """Raise if ``text`` nests deeper than ``max_depth``; return its count of brackets."""
+    brackets = text.count("[") + text.count("{")
+    if brackets > max_depth and _depth(text) > max_depth:
         raise _Invalid(f"nested deeper than {max_depth} levels")
+    return brackets
 
 
 def _no_surrogates(value: Any) -> None:
@@ -179,7 +182,7 @@ def loads_json(
     persisted state that holds one fails validation and loads as corrupt).
     """
     try:
-        _check_depth(text, max_depth)
+        brackets = _check_depth(text, max_depth)
         if mark_duplicates:
             decoder = _MARKING
         elif parse_float is None:
@@ -191,7 +194,7 @@ def loads_json(
                 parse_constant=_constant,
                 parse_float=parse_float,
             )
-        if decoder is _STRICT and "\\" not in text and _flat(text):
+        if decoder is _STRICT and brackets <= 1 and "\\" not in text:
             # A flat object without escapes: one C call, duplicates found by counting.
             value = _FAST.decode(text)
             if isinstance(value, dict) and len(value) != len(_KEYS.findall(text)):
@@ -210,10 +213,6 @@ def loads_json(
     except RecursionError:
         raise error("nested too deeply", file=file, line=line) from None
     return value
-
-
-def _flat(text: str) -> bool:
-    return text.count("{") + text.count("[") <= 1
 
 
 # Every key occurrence in a flat object without escapes is one `"` `:` pair: more

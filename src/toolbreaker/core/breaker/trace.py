@@ -40,18 +40,22 @@ __all__ = [
 TRACE_TYPES = EVENT_TYPES | OPERATOR_TYPES
 _FIELDS = ("at", "dependency", "type", "call", "retry_after_ms")
 _REQUIRED = ("at", "dependency", "type")
+_FIELD_SET = frozenset(_FIELDS)
+_REQUIRED_SET = frozenset(_REQUIRED)
 
 
 def parse_event(data: object) -> Event:
     """Validate one decoded trace object and return its event (without a generation)."""
     if not isinstance(data, dict):
         raise TraceError(f"an event must be a JSON object, got {type(data).__name__}")
-    for key in data:
-        if key not in _FIELDS:
-            raise TraceError(f"unknown field {key!r} (allowed: {', '.join(_FIELDS)})")
-    for key in _REQUIRED:
-        if key not in data:
-            raise TraceError(f"missing field {key!r}")
+    keys = data.keys()
+    if not (keys <= _FIELD_SET and keys >= _REQUIRED_SET):
+        for key in data:
+            if key not in _FIELD_SET:
+                raise TraceError(f"unknown field {shown(key)} (allowed: {', '.join(_FIELDS)})")
+        for key in _REQUIRED:
+            if key not in data:
+                raise TraceError(f"missing field {key!r}")
     kind, at, dependency = data["type"], data["at"], data["dependency"]
     if kind not in TRACE_TYPES:
         raise TraceError(
