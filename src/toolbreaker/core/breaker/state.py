@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.files import loads_json
 
 __all__ = [
     "CLOSED",
@@ -160,6 +161,26 @@ class BreakerState:
             return _validated(data, policy)
         except (ValueError, TypeError, KeyError):
             return CORRUPT
+
+    @classmethod
+    def from_json(cls, raw: str | bytes, policy: Policy) -> BreakerState:
+        """Load a state from its stored JSON text, failing closed.
+
+        Text that is not strict JSON (a duplicate key, so that ``"state"`` could say two
+        things; a number of thousands of digits; deep nesting; invalid UTF-8) loads as
+        corrupt, like a state that does not validate.
+        """
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            data = loads_json(text, _NotJSON, mark_duplicates=True, max_depth=8)
+        except (_NotJSON, UnicodeDecodeError):
+            return CORRUPT
+        return cls.from_dict(data, policy)
+
+
+class _NotJSON(ValueError):
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
 
 
 #: What every state that fails validation loads as.
