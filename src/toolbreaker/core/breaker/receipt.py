@@ -5,6 +5,12 @@ dependency, every transition, the counts of remote attempts, local rejections an
 openings, and the final state. ``receipt_hash`` is the SHA-256 of the canonical JSON of
 everything else, so the same trace and policy give byte-identical receipts on every
 machine, and one changed event gives another hash and a non-empty :func:`diff`.
+
+What the hash proves: integrity against accidents (a truncated copy, a hand edit). It is
+an unkeyed checksum, so anyone who edits a receipt can recompute it; :func:`load_receipt`
+and ``toolbreaker diff`` accept such a resealed receipt. Only ``toolbreaker verify``, which
+replays the trace under the policy and compares byte for byte, proves a receipt is what
+that trace and policy produce.
 """
 
 from __future__ import annotations
