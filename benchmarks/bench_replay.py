@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import timeit
 from pathlib import Path
 
 DEPENDENCIES = 200
@@ -82,7 +83,11 @@ def main() -> None:
     args = parser.parse_args()
     extra = ["--summary"] if args.summary else []
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
-    print(f"load average {os.getloadavg()[0]:.1f} (wall-clock rates suffer on a busy machine)")
+    calibration = min(timeit.repeat("sum(range(1000))", number=2000, repeat=5)) / 2000 * 1e6
+    print(
+        f"load average {os.getloadavg()[0]:.1f}; sum(range(1000)) takes {calibration:.1f} us "
+        "(compare it with an idle machine to judge how busy this one is)"
+    )
     print(
         f"{'trace':>8} {'events':>11} {'events/s':>10} {'per CPU-s':>10} {'peak RSS':>9} "
         f"{'receipt':>10}"
