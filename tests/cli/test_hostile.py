@@ -360,3 +360,19 @@ def test_output_to_a_closed_pipe_is_quiet(tmp_path):
         proc.wait(timeout=60)
     assert "Traceback" not in err, err
     assert proc.returncode in (0, 141), err
+
+
+def test_check_run_streams_a_long_run(tmp_path):
+    """check-run reads the run as a stream: 300,000 steps fit under a 120 MB cap (main: 196 MB)."""
+    run = tmp_path / "r.jsonl"
+    with run.open("w") as out:
+        for i in range(300_000):
+            out.write(f'{{"at": {i}, "cost": "0"}}\n')
+    proc = subprocess.run(
+        [sys.executable, "-c", MEMORY_CAP.replace("512", "120"), "check-run", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -17,7 +17,7 @@ if the budget would stop the run, where and why, with the operator's stop packet
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from typing import Any, TextIO, get_args
 
@@ -118,8 +118,8 @@ def _action(data: Mapping[str, Any], task: str) -> tuple[Action, str | None]:
     return action, key
 
 
-def _read(path: str) -> list[tuple[int, dict[str, Any]]]:
-    lines = []
+def _read(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Stream the run's steps, each validated; a bad line stops the stream with its error."""
     last = None
     for number, raw in iter_lines(path, TraceError):
         if not raw.strip():
@@ -144,8 +144,7 @@ def _read(path: str) -> list[tuple[int, dict[str, Any]]]:
         if last is not None and at < last:
             raise TraceError(f"time went backwards: {at} after {last}", file=path, line=number)
         last = at
-        lines.append((number, data))
-    return lines
+        yield number, data
 
 
 def _message(exc: BaseException) -> str:
