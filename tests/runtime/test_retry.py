@@ -251,7 +251,7 @@ def test_sheet_rows_carry_a_retry_table() -> None:
     assert row.retry == RetryPolicy(max_attempts=2)
     assert row.idempotent
     with pytest.raises(PolicyError) as err:
-        Boundary.from_row("search", "read", {"retry": {"jitter": "none"}})
+        Boundary.from_row("search", "read", {"timeout": 2, "retry": {"jitter": "none"}})
     assert err.value.field == "search.read.retry.jitter"
 
 
@@ -501,5 +501,5 @@ def test_a_boundary_sheet_row_configures_retries() -> None:
     assert breaker.retry_budget is not None
     assert breaker.retry_budget.retries == 5
     with pytest.raises(PolicyError) as err:
-        Registry.from_dict({"search": {"read": {"retry": {"max_attempts": 0}}}})
+        Registry.from_dict({"search": {"read": {"timeout": 2, "retry": {"max_attempts": 0}}}})
     assert err.value.field == "search.read.retry.max_attempts"
