@@ -127,8 +127,8 @@ class Worker:
     ) -> R | Literal[_Overdue.OVERDUE]:
         """Run ``fn(*args, **kwargs)`` in this worker, in a copy of the caller's context.
 
-        Returns the result, or :data:`OVERDUE` once ``timeout`` seconds have passed; raises
-        what ``fn`` raised.
+        Returns the result, or :data:`OVERDUE` once ``timeout`` seconds have passed (a
+        negative ``timeout`` waits as long as the call takes); raises what ``fn`` raised.
         """
         self._context = contextvars.copy_context()
         self._call = fn

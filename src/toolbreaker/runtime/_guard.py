@@ -806,8 +806,8 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     argument check before anything left), a validation error, a refused or unresolvable
     connection, a 4xx, 429 and 503 (the server refused the request).
     """
-    if _in_chain(exc, NotSent):
-        return False
+    if _in_chain(exc, NotSent) or isinstance(exc, CircuitOpen):
+        return False  # a local rejection (a saturated bulkhead) sent nothing
     if isinstance(exc, ToolReportedError) and verdict.status is None:
         return False  # the tool answered with an error: a definite answer, not silence
     if _in_chain(exc, json.JSONDecodeError):

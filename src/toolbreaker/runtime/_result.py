@@ -47,6 +47,7 @@ _REASONS: Final = {
     "probe-limit": "recovering",
     "isolated": "isolated",
     "store-unavailable": "store-unavailable",
+    "saturated": "saturated",
 }
 
 _NO_REPEAT: Final = (
@@ -69,6 +70,11 @@ DEFAULT_INSTRUCTIONS: Final = {
     "is not being called (this is not a provider failure). "
     + _NO_REPEAT
     + " {fallback_sentence} Do not estimate or invent the data.",
+    # Not a provider failure either: every worker is busy with earlier calls, so this one
+    # was refused at once instead of waiting behind them past its deadline.
+    "saturated": 'The tool "{tool}" is saturated: all of its workers are busy with earlier '
+    "calls, so this call was not made (this is not a provider failure). Resubmit it after "
+    "{seconds} seconds. {fallback_sentence} Do not estimate or invent the data.",
 }
 
 _FIELDS: Final = frozenset({"tool", "seconds", "fallback_sentence", "fallback"})
