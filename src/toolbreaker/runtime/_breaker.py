@@ -857,10 +857,15 @@ class Breaker:
         self.record_result(permit, result)
         return result
 
-    def _worker(self, probe: bool, deadline: int | None) -> Worker:
-        """A free worker of the bulkhead, or the ``saturated`` rejection: never a queue."""
+    def _worker(self, probe: bool, deadline: int | None, *, admitted: bool = False) -> Worker:
+        """A free worker of the bulkhead, or the ``saturated`` rejection: never a queue.
+
+        ``admitted``: the call was counted as admitted already (a step); it is not, after all.
+        """
         worker = (self._workers or self._start_workers()).acquire(probe=probe)
         if worker is None:
+            if admitted:
+                self.stats.admitted -= 1
             self.stats.rejected += 1
             self.stats.saturated += 1
             # A busy worker is free again within one deadline unless its call hangs.
@@ -895,7 +900,8 @@ class Breaker:
         if self._inline:
             return fn(**kwargs)
         probe = bool(getattr(step.permit, "probe", False))
-        return self._in_thread(self._worker(probe, deadline), fn, (), kwargs, deadline)
+        worker = self._worker(probe, deadline, admitted=True)
+        return self._in_thread(worker, fn, (), kwargs, deadline)
 
     async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
         """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
