@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import os
+import signal
 import sys
 import threading
 
@@ -97,6 +98,59 @@ def test_a_call_past_its_deadline_returns_overdue_and_pins_its_worker():
         assert pool.busy == 0
     finally:
         release.set()
+        pool.close()
+
+
+class Interrupted(BaseException):
+    """What a signal handler raises in the waiting caller."""
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX only")
+def test_an_interrupted_caller_does_not_lose_its_worker():
+    """A caller interrupted while it waits (a signal handler raising) gives up as at a
+    deadline: the running call pins its worker until it returns, then the worker is idle
+    again instead of lost to the pool."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread")
+    started, release, late = threading.Event(), threading.Event(), threading.Event()
+    interrupted = threading.Event()
+    pool = Workers(2, on_late=late.set)
+    main = threading.get_ident()
+
+    def slow() -> None:
+        started.set()
+        hang_until(release)
+
+    def interrupt() -> None:
+        # Again until it lands: a signal that arrives just before the caller blocks only
+        # runs its handler when the next one wakes the caller up.
+        assert started.wait(PATIENCE)
+        while not interrupted.is_set():
+            signal.pthread_kill(main, signal.SIGUSR1)
+            interrupted.wait(0.01)
+
+    def raise_interrupted(_signum: int, _frame: object) -> None:
+        if not interrupted.is_set():
+            interrupted.set()
+            raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, raise_interrupted)
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        with pytest.raises(Interrupted):
+            worker.run(slow, (), {}, PATIENCE)
+        assert pool.pinned == 1
+        release.set()
+        assert late.wait(PATIENCE)
+        assert pool.busy == 0
+    finally:
+        release.set()
+        interrupted.set()
+        helper.join(PATIENCE)  # before the default handler (which would kill) is back
+        signal.signal(signal.SIGUSR1, previous)
         pool.close()
 
 

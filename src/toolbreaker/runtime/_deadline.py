@@ -136,21 +136,22 @@ class Worker:
         self._kwargs = kwargs
         self._state = _SUBMITTED
         self._go.release()
-        pool = self._pool
-        if not self._done.acquire(True, timeout):
-            with pool._lock:
-                state = self._state
-                if state == _SUBMITTED:
-                    self._state = _CANCELLED  # the worker skips it and goes back idle
-                elif state == _STARTED:
-                    self._state = _ABANDONED
-                    pool._pinned += 1
-            if state != _DONE:
+        try:
+            finished = self._done.acquire(True, timeout)
+        except BaseException:
+            # Interrupted while waiting (KeyboardInterrupt in the main thread): give up as
+            # at the deadline, so the worker is not lost to the pool. If the call had
+            # finished, a signal handler may have run just *after* the acquire succeeded:
+            # whether ``done`` is held is unknown, so this worker retires and a fresh one
+            # takes its place.
+            if self._give_up():
+                self._pool._retire(self)
+            raise
+        if not finished:
+            if not self._give_up():
                 return OVERDUE
             self._done.acquire()  # it finished as we gave up: the result is here
-        result, error = self._result, self._error
-        self._result = self._error = None
-        pool._put(self)
+        result, error = self._take()
         if error is not None:
             try:
                 raise error
@@ -161,6 +162,25 @@ class Worker:
     def release(self) -> None:
         """Give the worker back without running anything."""
         self._pool._put(self)
+
+    def _give_up(self) -> bool:
+        """The caller stops waiting; whether the call had finished anyway."""
+        pool = self._pool
+        with pool._lock:
+            state = self._state
+            if state == _SUBMITTED:
+                self._state = _CANCELLED  # the worker skips it and goes back idle
+            elif state == _STARTED:
+                self._state = _ABANDONED  # pinned until the call returns
+                pool._pinned += 1
+        return state == _DONE
+
+    def _take(self) -> tuple[Any, BaseException | None]:
+        """The finished call's outcome (``done`` acquired); the worker goes back idle."""
+        outcome = self._result, self._error
+        self._result = self._error = None
+        self._pool._put(self)
+        return outcome
 
     def _serve(self) -> None:
         """The worker thread: wait for a call, run it, hand back the outcome, repeat."""
@@ -305,6 +325,13 @@ class Workers:
         for worker in idle:
             worker._state = _STOP
             worker._go.release()
+
+    def _retire(self, worker: Worker) -> None:
+        """End ``worker``'s thread; its place in the pool is free for a new one."""
+        with self._lock:
+            self._spawned -= 1
+        worker._state = _STOP
+        worker._go.release()
 
     def _put(self, worker: Worker) -> None:
         with self._lock:
