@@ -15,6 +15,9 @@ from toolbreaker.testing import FakeClock
 
 # Room for what should happen at once on a loaded machine; never reached when it works.
 PATIENCE = 10.0
+# A deadline by which a waiting worker thread surely starts its call, so that the call
+# is running (and its worker pinned) when the deadline passes.
+STARTS_WITHIN = 0.3
 
 
 def hang_until(event: threading.Event) -> str:
@@ -127,7 +130,7 @@ def test_hung_calls_do_not_starve_the_probe():
     breaker = Breaker(
         "search",
         clock=clock,
-        timeout=0.05,
+        timeout=STARTS_WITHIN,
         max_workers=2,
         policy=Policy(failure_threshold=1, success_threshold=1, cooldown_ms=1_000),
     )
@@ -153,7 +156,7 @@ def test_hung_calls_do_not_starve_the_probe():
 
 def test_stats_show_pinned_workers_and_saturation():
     """to_dict() carries the saturated counter and the pinned-workers gauge."""
-    breaker = Breaker("search", timeout=0.02, max_workers=1)
+    breaker = Breaker("search", timeout=STARTS_WITHIN, max_workers=1)
     release = threading.Event()
     try:
         with pytest.raises(TimeoutError):
@@ -208,7 +211,7 @@ def test_a_write_refused_by_a_saturated_bulkhead_is_not_an_unknown_outcome():
     from toolbreaker import RunGuard
 
     release = threading.Event()
-    breaker = Breaker("crm", timeout=0.05, max_workers=1)
+    breaker = Breaker("crm", timeout=STARTS_WITHIN, max_workers=1)
     guard = RunGuard("t")
 
     @guard.tool(breaker=breaker)

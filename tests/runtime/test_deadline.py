@@ -16,6 +16,9 @@ from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, watchdog, wi
 # A worker call or a watched await that should finish at once gets this much room on a
 # loaded machine; it is never reached when things work.
 PATIENCE = 10.0
+# A deadline by which a waiting worker thread surely starts its call, so that the call
+# is running (and its worker pinned) when the deadline passes.
+STARTS_WITHIN = 0.3
 
 needs_cancel_counts = pytest.mark.skipif(
     sys.version_info < (3, 11), reason="tasks count cancellations from Python 3.11"
@@ -89,7 +92,7 @@ def test_a_call_past_its_deadline_returns_overdue_and_pins_its_worker():
     try:
         worker = pool.acquire()
         assert worker is not None
-        assert worker.run(hang_until, (release,), {}, 0.05) is OVERDUE
+        assert worker.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
         assert pool.pinned == 1
         assert pool.busy == 1
         release.set()
@@ -231,7 +234,7 @@ def test_a_worker_pinned_when_its_pool_closed_stops_when_its_call_returns():
     pool = Workers(2, name="test-pinned-close", on_late=late.set)
     worker = pool.acquire()
     assert worker is not None
-    assert worker.run(hang_until, (release,), {}, 0.01) is OVERDUE
+    assert worker.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
     (thread,) = [t for t in threading.enumerate() if t.name.startswith("test-pinned-close")]
     pool.close()
     assert thread.is_alive()
@@ -254,7 +257,7 @@ def test_on_late_that_raises_does_not_kill_the_worker(caplog: pytest.LogCaptureF
     try:
         worker = pool.acquire()
         assert worker is not None
-        assert worker.run(hang_until, (release,), {}, 0.01) is OVERDUE
+        assert worker.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
         release.set()
         assert raised.wait(PATIENCE)
         again = None
@@ -282,7 +285,7 @@ def test_a_forked_child_starts_its_own_workers():
         assert idle.run(int, (), {}, PATIENCE) == 0  # one idle parent thread
         pinned = pool.acquire()
         assert pinned is not None
-        assert pinned.run(hang_until, (release,), {}, 0.01) is OVERDUE
+        assert pinned.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
