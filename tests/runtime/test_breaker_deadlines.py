@@ -207,7 +207,7 @@ def test_async_deadline_is_kept_on_the_quiet_fast_path():
 
 def test_a_write_refused_by_a_saturated_bulkhead_is_not_an_unknown_outcome():
     """Through a run guard, a write that found no free worker never ran: it is not an
-    unknown outcome and blocks nothing; the breaker counts it as saturated."""
+    unknown outcome and blocks nothing; the model hears the tool is saturated."""
     from toolbreaker import RunGuard
 
     release = threading.Event()
@@ -227,7 +227,7 @@ def test_a_write_refused_by_a_saturated_bulkhead_is_not_an_unknown_outcome():
         lookup(q="x")  # hangs past its deadline: its worker stays pinned
         result = update(name="a")
         assert "outcome_unknown" not in result
-        assert "saturated" in result["error"]
+        assert (result["tool_unavailable"], result["reason"]) == (True, "saturated")
         stats = breaker.stats
         assert (stats.admitted, stats.rejected, stats.saturated) == (1, 1, 1)
     finally:
