@@ -23,17 +23,17 @@ and its caller waits at most until the deadline. Theory of operation:
 
 Async: :class:`Watchdog`. One per event loop; :func:`within` arms a deadline with a dict
 insert, and one ``loop.call_at`` timer, set for the earliest deadline, cancels the tasks
-that are overdue. :func:`within` turns that cancellation into
-``TimeoutError`` (and, on Python 3.11+, uncancels the task so ``asyncio.timeout`` and task
-groups around it see no cancellation of theirs); a cancellation from anywhere else stays
-a ``CancelledError``.
+that are overdue. :func:`within` turns that cancellation into ``TimeoutError`` (and, on
+Python 3.11+, uncancels the task so an ``asyncio.timeout`` or task group around it sees
+no cancellation of its own); a cancellation from anywhere else stays a
+``CancelledError``.
 
-Precision of the watchdog: a call is never cancelled before its deadline. It is cancelled
-at the first timer tick at or after it: the timer is set for the earliest deadline, and a
-tick that finds the next deadline less than :data:`TICK_S` away is moved to
-:data:`TICK_S` later, so a call can be cancelled up to 1 ms after its deadline, plus the
-loop's own latency (a loop blocked in sync code cancels late, as ``asyncio.timeout``
-does). Deadlines use the loop's clock (``loop.time()``), the one its timers run on.
+Precision of the watchdog: a call is never cancelled before its deadline, and at most
+:data:`TICK_S` (1 ms) after it, plus the loop's own latency (a loop blocked in sync code
+cancels late, as ``asyncio.timeout`` does). The timer fires at the earliest deadline;
+when it finds the next one less than :data:`TICK_S` away it is set :data:`TICK_S` ahead
+instead, so a crowd of nearly equal deadlines costs one tick rather than one each.
+Deadlines are on the loop's clock (``loop.time()``), the one its timers run on.
 """
 
 from __future__ import annotations
