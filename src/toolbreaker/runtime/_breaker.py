@@ -842,7 +842,11 @@ class Breaker:
         kept for probes, so hung calls cannot starve recovery.
         """
         worker = self._worker(state is not None and state.phase != CLOSED, deadline)
-        permit = self._enter(now, deadline)
+        try:
+            permit = self._enter(now, deadline)
+        except BaseException:
+            worker.release()
+            raise
         if not isinstance(permit, Permit):
             worker.release()
             raise permit.error()
