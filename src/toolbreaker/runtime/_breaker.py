@@ -14,14 +14,12 @@ two cases are most calls, and they cost no lock, no allocation of records and no
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import functools
 import inspect
 import itertools
 import os
 import random
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -58,6 +56,7 @@ from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
+from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, within
 from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
@@ -124,11 +123,7 @@ _LATE: Final = Verdict("ambiguous", "late-result")
 _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
-
-if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
-    _async_timeout = asyncio.timeout
-else:  # pragma: no cover - version dependent
-    _async_timeout = None
+_SATURATED: Final = "saturated"
 
 
 class BreakerStats:
@@ -145,6 +140,10 @@ class BreakerStats:
         late_results: results that arrived after their deadline (never successes).
         listener_errors: listener calls that raised (logged; the outcome stood).
         hook_errors: classifier or result predicate calls that raised (fail closed).
+        saturated: sync calls denied at once because no worker was free (also counted in
+            ``rejected``); they are never queued.
+        pinned_workers: worker threads held right now by calls still running past their
+            deadline (a gauge).
         time_in_state_ms: time spent in each phase, up to the last transition.
         retries: retry decisions by reason: ``retry`` (made), ``budget-exhausted``,
             ``max-attempts``, ``deadline`` ...; ``model-retry`` and
@@ -152,6 +151,7 @@ class BreakerStats:
     """
 
     __slots__ = (
+        "_workers",
         "admitted",
         "failures",
         "half_opens",
@@ -162,6 +162,7 @@ class BreakerStats:
         "rejected",
         "reopens_from_half_open",
         "retries",
+        "saturated",
         "time_in_state_ms",
     )
 
@@ -175,8 +176,15 @@ class BreakerStats:
         self.late_results = 0
         self.listener_errors = 0
         self.hook_errors = 0
+        self.saturated = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
         self.retries: dict[str, int] = {}
+        self._workers: Workers | None = None
+
+    @property
+    def pinned_workers(self) -> int:
+        """Worker threads held by calls still running past their deadline."""
+        return 0 if self._workers is None else self._workers.pinned
 
     @property
     def demand(self) -> int:
@@ -202,6 +210,8 @@ class BreakerStats:
             "late_results": self.late_results,
             "listener_errors": self.listener_errors,
             "hook_errors": self.hook_errors,
+            "saturated": self.saturated,
+            "pinned_workers": self.pinned_workers,
             "time_in_state_ms": dict(self.time_in_state_ms),
             "retries": dict(self.retries),
         }
@@ -341,7 +351,10 @@ class Breaker:
         retryable: whether the model may retry a transient failure while closed.
         owner: the team to page; shown on dashboards.
         instructions: per-reason instruction templates overriding the defaults.
-        max_workers: threads for ``enforce="thread"`` calls.
+        max_workers: worker threads for ``enforce="thread"`` calls, one of them kept for
+            probes (when there are two or more). A call that finds no worker free is
+            rejected at once with reason ``saturated``, never queued; a call that hangs
+            past its deadline keeps its worker until it returns.
         retry: the retry policy ``call()``/``acall()`` follow (a
             :class:`~toolbreaker.core.retry.RetryPolicy` or a table of its fields);
             ``None``: no retries here. Pick one layer: see :meth:`call`.
@@ -422,9 +435,14 @@ class Breaker:
         self.stats = BreakerStats()
         self._rendered: dict[tuple[str, str, int], dict[str, Any]] = {}
         self._render = self._unavailable
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise PolicyError(
+                f"max_workers must be a positive integer, got {max_workers!r}",
+                field="max_workers",
+            )
         self._max_workers = max_workers
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._executor_lock = threading.Lock()
+        self._workers: Workers | None = None
+        self._workers_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._view = self.store.view(self.key)
         self._quiet: BreakerState | None = None
@@ -821,11 +839,11 @@ class Breaker:
         now = self.clock()
         if state is not None and state.phase == OPEN:
             self._reject_if_cooling(state, now)
+        if not self._inline:
+            return self._run_in_thread(state, now, fn, args, kwargs, deadline)
         permit = self._enter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
-        if not self._inline:
-            return self._run_in_thread(permit, fn, args, kwargs, deadline)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
@@ -853,12 +871,18 @@ class Breaker:
         if deadline is None:
             raise self._no_deadline()
         state = self._view.state
-        if state is self._quiet and state is not None and self._inline:
-            # Quiet fast path, as in call().
+        if state is self._quiet and state is not None:
+            # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
             self.stats.admitted += 1
             start = self.clock()
             try:
-                result = await fn(*args, **kwargs)
+                if self._inline:
+                    result = await fn(*args, **kwargs)
+                else:
+                    result = await within(fn(*args, **kwargs), deadline / 1000)
+            except TimeoutError:
+                await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
+                raise
             except BaseException as exc:
                 await self._quiet_permit(state, start, deadline).arecord(exc)
                 raise
@@ -881,7 +905,7 @@ class Breaker:
             if self._inline:
                 result = await fn(*args, **kwargs)
             else:
-                result = await _with_deadline(fn(*args, **kwargs), deadline / 1000)
+                result = await within(fn(*args, **kwargs), deadline / 1000)
         except TimeoutError:
             await permit.arecord(_TIMEOUT)
             raise
@@ -959,16 +983,32 @@ class Breaker:
             return _CLASSIFIER_ERROR
         return verdict
 
-    def _run_in_thread(
+    def _run_in_thread(  # noqa: PLR0917 - the pieces of one call, from call() only
         self,
-        permit: Permit,
+        state: BreakerState | None,
+        now: int,
         fn: Callable[..., R],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        deadline: int | None,
+        deadline: int,
     ) -> R:
+        """Run a sync call in a worker of the bulkhead; the caller returns at the deadline.
+
+        The worker is taken before admission, so a saturated pool rejects without a store
+        round trip. Unless closed, an admitted call may be a probe: it may take the worker
+        kept for probes, so hung calls cannot starve recovery.
+        """
+        worker = self._worker(state is not None and state.phase != CLOSED, deadline)
         try:
-            result = self._in_thread(fn, args, kwargs, deadline)
+            permit = self._enter(now, deadline)
+        except BaseException:
+            worker.release()
+            raise
+        if not isinstance(permit, Permit):
+            worker.release()
+            raise permit.error()
+        try:
+            result = self._in_thread(worker, fn, args, kwargs, deadline)
         except TimeoutError:
             permit.record(_TIMEOUT)
             raise
@@ -978,64 +1018,77 @@ class Breaker:
         self.record_result(permit, result)
         return result
 
+    def _worker(self, probe: bool, deadline: int | None, *, admitted: bool = False) -> Worker:
+        """A free worker of the bulkhead, or the ``saturated`` rejection: never a queue.
+
+        ``admitted``: the call was counted as admitted already (a step); it is not, after all.
+        """
+        worker = (self._workers or self._start_workers()).acquire(probe=probe)
+        if worker is None:
+            if admitted:
+                self.stats.admitted -= 1
+            self.stats.rejected += 1
+            self.stats.saturated += 1
+            # A busy worker is free again within one deadline unless its call hangs.
+            raise circuit_open(self.key, _SATURATED, deadline, self._render)
+        return worker
+
     def _in_thread(
         self,
+        worker: Worker,
         fn: Callable[..., R],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         deadline: int | None,
     ) -> R:
-        """Run ``fn`` in a worker; ``TimeoutError`` at the deadline. Settles nothing."""
-        context = contextvars.copy_context()
-        future = self._pool().submit(context.run, functools.partial(fn, *args, **kwargs))
-        try:
-            return future.result(None if deadline is None else deadline / 1000)
-        except concurrent.futures.TimeoutError:
-            future.add_done_callback(self._late)
+        """Run ``fn`` in ``worker``; ``TimeoutError`` at the deadline. Settles nothing."""
+        result = worker.run(fn, args, kwargs, -1 if deadline is None else deadline / 1000)
+        if result is OVERDUE:
             raise TimeoutError(
-                f"{self.tool!r} exceeded its {deadline} ms deadline; the call may still "
-                "complete in the background and its result will be treated as ambiguous"
-            ) from None
+                f"{self.tool!r} exceeded its {deadline} ms deadline; if the call had started "
+                "it keeps its worker until it returns, and its result is treated as ambiguous"
+            )
+        return result
 
     def run(self, step: Step, fn: Callable[..., R], /, **kwargs: Any) -> R:
         """Run ``fn(**kwargs)`` for an admitted ``step`` within its deadline.
 
         Settles nothing: settle the step with what this returns or raises. In the default
-        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline.
+        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline, and
+        :class:`~toolbreaker.CircuitOpen` (reason ``saturated``) when no worker is free.
         """
         deadline = None if step.deadline is None else max(1, round(step.deadline * 1000))
         if self._inline:
             return fn(**kwargs)
-        return self._in_thread(fn, (), kwargs, deadline)
+        probe = bool(getattr(step.permit, "probe", False))
+        worker = self._worker(probe, deadline, admitted=True)
+        return self._in_thread(worker, fn, (), kwargs, deadline)
 
     async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
         """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
         if self._inline or step.deadline is None:
             return await fn(**kwargs)
-        return await _with_deadline(fn(**kwargs), step.deadline)
+        return await within(fn(**kwargs), step.deadline)
 
-    def _late(self, future: concurrent.futures.Future[Any]) -> None:
+    def _start_workers(self) -> Workers:
+        with self._workers_lock:
+            workers = self._workers
+            if workers is None:
+                workers = self._workers = self.stats._workers = Workers(
+                    self._max_workers, name=f"toolbreaker-{self.key}", on_late=self._late
+                )
+        return workers
+
+    def _late(self) -> None:
         # The timeout already counted as the call's failure; a late result is ambiguous
         # evidence, never a success, and it must not count the same call twice.
-        if not future.cancelled():
-            self.stats.late_results += 1
-
-    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
-        pool = self._executor
-        if pool is None:
-            with self._executor_lock:
-                pool = self._executor
-                if pool is None:
-                    pool = self._executor = concurrent.futures.ThreadPoolExecutor(
-                        self._max_workers, thread_name_prefix=f"toolbreaker-{self.key}"
-                    )
-        return pool
+        self.stats.late_results += 1
 
     def close(self) -> None:
-        """Release the worker threads (calls still running are not waited for)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        """Release the idle worker threads (calls still running are not waited for)."""
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
 
     # -- retries ----------------------------------------------------------------------
 
@@ -1326,13 +1379,3 @@ def clock_of(store: object) -> Clock:
     """A store that spans hosts brings its clock: their monotonic clocks do not compare."""
     clock = getattr(store, "clock", None)
     return clock if callable(clock) else monotonic_ms
-
-
-async def _with_deadline(awaitable: Awaitable[R], seconds: float) -> R:
-    if _async_timeout is not None:
-        async with _async_timeout(seconds):
-            return await awaitable
-    try:  # pragma: no cover - Python 3.10
-        return await asyncio.wait_for(awaitable, seconds)
-    except asyncio.TimeoutError:  # pragma: no cover - Python 3.10
-        raise TimeoutError(f"deadline of {seconds} s passed") from None

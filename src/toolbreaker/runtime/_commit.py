@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Final
 
-from toolbreaker.errors import NotSent, ToolReportedError
+from toolbreaker.errors import CircuitOpen, NotSent, ToolReportedError
 from toolbreaker.runtime._classify import Verdict
 
 __all__ = ["may_have_committed"]
@@ -44,8 +44,8 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     validation error, a refused or unresolvable connection, a 4xx, 429 and 503 (the
     server refused the request).
     """
-    if _in_chain(exc, NotSent):
-        return False
+    if _in_chain(exc, NotSent) or isinstance(exc, CircuitOpen):
+        return False  # a local rejection (a saturated bulkhead) sent nothing
     if isinstance(exc, ToolReportedError) and verdict.status is None:
         return False  # the tool answered with an error: a definite answer, not silence
     if _in_chain(exc, json.JSONDecodeError):

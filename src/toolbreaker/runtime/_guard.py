@@ -661,8 +661,12 @@ class RunGuard:
         return result
 
     def _dependency_down(self, plan: _Plan, result: dict[str, Any], reason: str) -> Any:
-        """A dependency is out: the model hears so; a required one also stops the run."""
-        if plan.action is None or not plan.spec.required:
+        """A dependency is out: the model hears so; a required one also stops the run.
+
+        A saturated bulkhead is a local, passing condition, not a dependency going down:
+        the model is told to resubmit, and the run goes on.
+        """
+        if plan.action is None or not plan.spec.required or reason == "saturated":
             return result
         seconds = result.get("retry_after_seconds")
         detail = f"required tool {plan.spec.name!r} is unavailable ({reason})"

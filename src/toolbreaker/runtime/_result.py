@@ -52,6 +52,7 @@ _REASONS: Final = {
     "rate-limited": "rate-limited",
     "quota-exhausted": "quota-exhausted",
     "retry-budget": "retry-budget",
+    "saturated": "saturated",
 }
 #: Reasons that hold for the rest of the run: no wait the model could count down.
 _FOR_THE_RUN: Final = frozenset({"isolated", "rate-limited", "quota-exhausted", "retry-budget"})
@@ -84,6 +85,11 @@ DEFAULT_INSTRUCTIONS: Final = {
     "retry-budget": 'The tool "{tool}" keeps failing and its retry budget is spent: '
     "retrying (by anyone, you included) only adds load. Do not call it again in this run. "
     "{fallback_sentence} Do not estimate or invent the data.",
+    # Not a provider failure either: every worker is busy with earlier calls, so this one
+    # was refused at once instead of waiting behind them past its deadline.
+    "saturated": 'The tool "{tool}" is saturated: all of its workers are busy with earlier '
+    "calls, so this call was not made (this is not a provider failure). Resubmit it after "
+    "{seconds} seconds. {fallback_sentence} Do not estimate or invent the data.",
 }
 
 _FIELDS: Final = frozenset({"tool", "seconds", "fallback_sentence", "fallback"})
