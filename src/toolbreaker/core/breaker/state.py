@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any, Final
 
-from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
 
 __all__ = [
     "CLOSED",
@@ -55,6 +56,11 @@ REASONS: Final = (
     "lease-expired",
     "isolated",
     "released",
+    "slow-call",
+    "failure-rate",
+    "slow-call-rate",
+    "slow-probe",
+    "forced-open",
 )
 
 STATE_SCHEMA: Final = "toolbreaker.state/v1"
@@ -73,6 +79,8 @@ class Event:
         generation: for outcomes, the generation the settled call was admitted in;
             ``None`` for a call this policy never admitted (a replay under another policy).
         retry_after_ms: for failures, the least time the provider asked us to wait.
+        duration_ms: for successes, how long the call took (filled in when the policy
+            sets ``slow_call_ms``).
     """
 
     type: str
@@ -81,6 +89,7 @@ class Event:
     call: str | None = None
     generation: int | None = None
     retry_after_ms: int | None = None
+    duration_ms: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as it appears in receipts; absent optional fields are left out."""
@@ -89,6 +98,8 @@ class Event:
             out["call"] = self.call
         if self.retry_after_ms is not None:
             out["retry_after_ms"] = self.retry_after_ms
+        if self.duration_ms is not None:
+            out["duration_ms"] = self.duration_ms
         return out
 
 
@@ -115,6 +126,10 @@ class BreakerState:
         leases: probes in flight while half-open.
         isolated: held open by an operator until released.
         recovered_from_corruption: loaded from a state that did not validate.
+        window: while closed under a rate rule, the calls in the window as
+            ``(at, calls, failures, slow)`` entries: one per call for a count-based
+            window, one per aligned bucket (``at`` is the bucket's index) for a time-based
+            one. Left out of :meth:`to_dict` while empty.
     """
 
     phase: str = CLOSED
@@ -126,10 +141,11 @@ class BreakerState:
     leases: tuple[Lease, ...] = ()
     isolated: bool = False
     recovered_from_corruption: bool = False
+    window: tuple[tuple[int, int, int, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The state as a JSON-ready dict, tagged with its schema."""
-        return {
+        out: dict[str, Any] = {
             "schema": STATE_SCHEMA,
             "state": self.phase,
             "generation": self.generation,
@@ -141,6 +157,9 @@ class BreakerState:
             "isolated": self.isolated,
             "recovered_from_corruption": self.recovered_from_corruption,
         }
+        if self.window:
+            out["window"] = [list(entry) for entry in self.window]
+        return out
 
     @classmethod
     def from_dict(cls, data: object, policy: Policy) -> BreakerState:
@@ -172,6 +191,7 @@ _STATE_KEYS: Final = frozenset(
         "leases",
         "isolated",
         "recovered_from_corruption",
+        "window",
     }
 )
 
@@ -198,6 +218,7 @@ def _validated(data: object, policy: Policy) -> BreakerState:
         raise ValueError(phase)
     failures = data.get("failures", [])
     leases = data.get("leases", [])
+    window = data.get("window", [])
     if not isinstance(failures, list) or not isinstance(leases, list):
         raise TypeError("lists")
     open_until = data.get("open_until")
@@ -211,6 +232,7 @@ def _validated(data: object, policy: Policy) -> BreakerState:
         leases=tuple(_lease(x) for x in leases),
         isolated=_flag(data.get("isolated", False)),
         recovered_from_corruption=_flag(data.get("recovered_from_corruption", False)),
+        window=_window(window, policy),
     )
     consistent = (
         len(state.leases) <= policy.probe_limit
@@ -221,10 +243,35 @@ def _validated(data: object, policy: Policy) -> BreakerState:
         and (state.phase == OPEN or (state.open_until is None and not state.isolated))
         and (state.phase != OPEN or state.open_until is not None or state.isolated)
         and len({x.call for x in state.leases}) == len(state.leases)
+        and (state.phase == CLOSED or not state.window)
     )
     if not consistent:
         raise ValueError("inconsistent")
     return state
+
+
+def _window(value: object, policy: Policy) -> tuple[tuple[int, int, int, int], ...]:
+    if not isinstance(value, list):
+        raise TypeError("window")
+    if not value:
+        return ()
+    if not policy.uses_rates:
+        raise ValueError("a window without a rate rule")
+    entries = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 4:
+            raise ValueError(item)
+        at, calls, failures, slow = (_count(x) for x in item)
+        if calls < 1 or failures > calls or slow > calls:
+            raise ValueError(item)
+        entries.append((at, calls, failures, slow))
+    limit = policy.window_calls
+    if limit is not None:
+        if len(entries) > limit or any(entry[1] != 1 for entry in entries):
+            raise ValueError("count window")
+    elif len(entries) > WINDOW_BUCKETS or any(a[0] >= b[0] for a, b in pairwise(entries)):
+        raise ValueError("time window")
+    return tuple(entries)
 
 
 def _lease(value: object) -> Lease:
@@ -250,6 +297,9 @@ class Transition:
         reason: why, one of :data:`REASONS`.
         generation: the generation after the event.
         open_until: the cooldown deadline after the event, while open.
+        would_reject: the request was admitted only because the policy admits every
+            request (shadow mode, forced closed); ``reason`` says why it would have
+            been rejected. Left out of :meth:`to_dict` while false.
     """
 
     dependency: str
@@ -261,10 +311,11 @@ class Transition:
     reason: str
     generation: int
     open_until: int | None
+    would_reject: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The record as it appears in receipts."""
-        return {
+        out: dict[str, Any] = {
             "event": self.event.to_dict(),
             "from": self.from_phase,
             "to": self.to_phase,
@@ -274,3 +325,6 @@ class Transition:
             "generation": self.generation,
             "open_until": self.open_until,
         }
+        if self.would_reject:
+            out["would_reject"] = True
+        return out

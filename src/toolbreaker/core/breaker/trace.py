@@ -7,7 +7,8 @@ One event per line::
 
 ``at`` is integer milliseconds on a monotonic clock; ``call`` is optional (a request
 without one gets a generated id, an outcome without one settles the oldest unsettled
-call of its dependency); ``retry_after_ms`` may accompany a failure. Blank lines are
+call of its dependency); ``retry_after_ms`` may accompany a failure and ``duration_ms``
+(how long the call took, for slow-call rules) a success. Blank lines are
 skipped. Anything else is a :class:`~toolbreaker.errors.TraceError` naming the line.
 """
 
@@ -26,7 +27,7 @@ __all__ = ["TRACE_TYPES", "parse_event", "parse_lines", "read_trace", "trace_eve
 
 #: Every event type a trace may hold.
 TRACE_TYPES = EVENT_TYPES | OPERATOR_TYPES
-_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms")
+_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms", "duration_ms")
 _REQUIRED = ("at", "dependency", "type")
 
 
@@ -58,7 +59,20 @@ def parse_event(data: object) -> Event:
             raise TraceError("retry_after_ms belongs on failure events only")
         if type(retry_after) is not int or retry_after < 0:
             raise TraceError(f"retry_after_ms must be a non-negative integer, got {retry_after!r}")
-    return Event(type=kind, at=at, dependency=dependency, call=call, retry_after_ms=retry_after)
+    duration = data.get("duration_ms")
+    if duration is not None:
+        if kind != "success":
+            raise TraceError("duration_ms belongs on success events only")
+        if type(duration) is not int or duration < 0:
+            raise TraceError(f"duration_ms must be a non-negative integer, got {duration!r}")
+    return Event(
+        type=kind,
+        at=at,
+        dependency=dependency,
+        call=call,
+        retry_after_ms=retry_after,
+        duration_ms=duration,
+    )
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[tuple[int, Event]]:
