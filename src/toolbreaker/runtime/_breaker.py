@@ -98,6 +98,9 @@ class BreakerStats:
         listener_errors: listener calls that raised (logged; the outcome stood).
         hook_errors: classifier or result predicate calls that raised (fail closed).
         time_in_state_ms: time spent in each phase, up to the last transition.
+        would_reject: requests admitted only because the policy is in shadow mode or
+            forced closed (enforcement would have rejected them); in ``to_dict`` only
+            under such a policy or once non-zero.
     """
 
     __slots__ = (
@@ -111,6 +114,7 @@ class BreakerStats:
         "rejected",
         "reopens_from_half_open",
         "time_in_state_ms",
+        "would_reject",
     )
 
     def __init__(self) -> None:
@@ -124,6 +128,7 @@ class BreakerStats:
         self.listener_errors = 0
         self.hook_errors = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
+        self.would_reject = 0
 
     @property
     def demand(self) -> int:
@@ -137,7 +142,7 @@ class BreakerStats:
 
     def to_dict(self) -> dict[str, Any]:
         """The counters as a JSON-ready dict."""
-        return {
+        out: dict[str, Any] = {
             "demand": self.demand,
             "admitted": self.admitted,
             "rejected": self.rejected,
@@ -151,6 +156,9 @@ class BreakerStats:
             "hook_errors": self.hook_errors,
             "time_in_state_ms": dict(self.time_in_state_ms),
         }
+        if self.would_reject:
+            out["would_reject"] = self.would_reject
+        return out
 
 
 class Rejection:
@@ -468,12 +476,11 @@ class Breaker:
             if state is self._quiet:
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
-            if state.phase == OPEN:
-                reason = idle_rejection(state, now, self.policy)
-                if reason is not None:
-                    stats.rejected += 1
-                    return Rejection(self, reason, core_retry_after_ms(state, now))
-            elif self._remember_quiet(state):
+            reason = idle_rejection(state, now, self.policy)
+            if reason is not None:
+                stats.rejected += 1
+                return Rejection(self, reason, core_retry_after_ms(state, now, self.policy))
+            if state.phase != OPEN and self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
         return self._admit(now, deadline)
@@ -500,7 +507,12 @@ class Breaker:
         if (
             state is not None
             and not self._listeners
-            and (state is self._quiet or state.phase == OPEN or is_quiet(state, self.policy))
+            and (
+                state is self._quiet
+                or state.phase == OPEN
+                or is_quiet(state, self.policy)
+                or idle_rejection(state, now, self.policy) is not None
+            )
         ):
             return self._enter(now, deadline)  # answered from the view: no I/O
         return await self._aadmit(now, deadline)
@@ -523,9 +535,10 @@ class Breaker:
         last = records[-1]
         if last.attempted:
             self.stats.admitted += 1
-            return Permit(
-                self, last.event.call, last.generation, now, deadline, last.to_phase == HALF_OPEN
-            )
+            if last.would_reject:
+                self.stats.would_reject += 1
+            probe = last.to_phase == HALF_OPEN and not last.would_reject
+            return Permit(self, last.event.call, last.generation, now, deadline, probe)
         self.stats.rejected += 1
         return Rejection(self, last.reason, self.retry_after_ms(state))
 
@@ -572,6 +585,9 @@ class Breaker:
             state = self._view.state
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
                 return None
+        took = None
+        if kind == "success" and self.policy.slow_call_ms is not None:
+            took = max(0, now - permit.admitted_at)  # only slow-call rules need it
         return Event(
             kind,
             now,
@@ -579,6 +595,7 @@ class Breaker:
             call=permit.call,
             generation=permit.generation,
             retry_after_ms=verdict.retry_after_ms if kind == "failure" else None,
+            duration_ms=took,
         )
 
     def _remember_quiet(self, state: BreakerState) -> bool:
@@ -747,7 +764,7 @@ class Breaker:
             self.stats.rejected += 1
             # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
-            wait = None if until is None or state.isolated else until - now
+            wait = None if until is None or state.isolated or self.policy.force else until - now
             raise circuit_open(self.key, reason, wait, self._render)
 
     def record_result(self, permit: Permit, result: object) -> None:
@@ -935,7 +952,7 @@ class Breaker:
         error result that says whether retrying can help.
         """
         state = self._view.state
-        if state is not None and state.phase == OPEN:
+        if state is not None and state.phase == OPEN and not self.policy.admits_all:
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
@@ -959,6 +976,7 @@ class Breaker:
                 fallback=self.fallback,
                 fallback_note=self.fallback_note,
                 templates=self.instructions,
+                operator_reason=self.policy.force_reason if reason == "forced-open" else None,
             )
         return dict(cached)
 

@@ -46,6 +46,7 @@ _REASONS: Final = {
     "opened": "open",
     "probe-limit": "recovering",
     "isolated": "isolated",
+    "forced-open": "isolated",
     "store-unavailable": "store-unavailable",
 }
 
@@ -115,8 +116,13 @@ def unavailable_result(
     fallback: str | None = None,
     fallback_note: str = "",
     templates: Mapping[str, str] | None = None,
+    operator_reason: str | None = None,
 ) -> dict[str, Any]:
-    """The tool-unavailable result for a local rejection (or the failure that opened it)."""
+    """The tool-unavailable result for a local rejection (or the failure that opened it).
+
+    ``operator_reason`` (a row forced open, with its reason) is masked and shown to the
+    model as ``operator_reason`` and in the instruction.
+    """
     public = _REASONS.get(reason, "open")
     seconds = whole_seconds(retry_after_ms)
     if fallback:
@@ -140,6 +146,10 @@ def unavailable_result(
     }
     if fallback:
         result["fallback"] = fallback
+    if operator_reason:
+        note = redact_text(" ".join(operator_reason.split()))
+        result["operator_reason"] = note
+        result["instruction"] += f" The operator's reason: {note.rstrip('.')}."
     return result
 
 

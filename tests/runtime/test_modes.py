@@ -1,0 +1,137 @@
+"""Opening rules, shadow mode and the kill switch through the runtime, against a real service."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError, Registry
+from toolbreaker.testing import FakeClock, Fault, ToolService, capture_transitions, request_json
+
+
+@pytest.fixture
+def service() -> Iterator[ToolService]:
+    with ToolService() as svc:
+        yield svc
+
+
+def search_tool(service: ToolService, breaker: Breaker, clock: FakeClock | None = None) -> Any:
+    @breaker.guard(tool="search")
+    def search(q: str, took_ms: int = 0) -> dict[str, Any]:
+        result = request_json("GET", f"{service.url}/search?q={q}", timeout=1)
+        if clock is not None:
+            clock.advance(took_ms)  # the call "took" this long on the breaker's clock
+        return result
+
+    return search
+
+
+def test_failure_rate_opens_only_after_the_minimum_volume(service):
+    """Three 503s in a row do not open a rate breaker that needs four calls; the fourth
+    call makes the volume (75% failures) and opens it even though it succeeded, and the next
+    call is rejected without reaching the service."""
+    policy = Policy(failure_rate_permille=500, minimum_calls=4, window_calls=10)
+    breaker = Breaker("search", policy=policy, timeout=1.0, enforce="cooperative")
+    search = search_tool(service, breaker)
+    service.inject("GET /search", Fault(status=503), Fault(status=503), Fault(status=503))
+    for q in "abc":
+        result = search(q)
+        assert result["ok"] is False
+        assert "tool_unavailable" not in result
+    assert breaker.state.phase == "closed"
+    assert "tool_unavailable" not in search("d")
+    assert breaker.state.phase == "open"
+    assert search("e")["tool_unavailable"] is True
+    assert service.hits["GET /search"] == 4
+    assert breaker.stats.opens == {"failure-rate": 1}
+
+
+def test_slow_successes_open_and_the_transition_names_the_duration(service):
+    """A success slower than slow_call_ms is recorded as slow (with its duration); enough of
+    them open the breaker."""
+    clock = FakeClock()
+    policy = Policy(slow_call_ms=200, slow_call_rate_permille=500, minimum_calls=2, window_calls=4)
+    breaker = Breaker("search", policy=policy, timeout=1.0, enforce="cooperative", clock=clock)
+    search = search_tool(service, breaker, clock)
+    with capture_transitions(breaker) as records:
+        search("fast", took_ms=10)
+        search("slow", took_ms=250)
+    assert breaker.state.phase == "open"
+    outcomes = [r for r in records if r.event.type == "success"]
+    assert [(r.reason, r.event.duration_ms) for r in outcomes] == [
+        ("success", 10),
+        ("slow-call-rate", 250),
+    ]
+
+
+def test_events_carry_no_duration_without_a_slow_call_rule(service):
+    """Without slow_call_ms, success events are what they always were."""
+    breaker = Breaker("search", timeout=1.0, enforce="cooperative")
+    with capture_transitions(breaker) as records:
+        search_tool(service, breaker)("x")
+    assert all(r.event.duration_ms is None for r in records)
+
+
+def test_shadow_mode_admits_every_call_and_counts_what_it_would_reject(service):
+    """In shadow mode the breaker opens and records, but every call reaches the service and
+    the model reads the service's own errors, never a tool-unavailable result."""
+    policy = Policy(failure_threshold=2, mode="shadow")
+    breaker = Breaker("search", policy=policy, timeout=1.0, enforce="cooperative")
+    search = search_tool(service, breaker)
+    service.outage("GET /search")
+    results = [search(str(n)) for n in range(5)]
+    assert service.hits["GET /search"] == 5
+    assert not any(r.get("tool_unavailable") for r in results)
+    assert breaker.state.phase == "open"
+    assert breaker.stats.rejected == 0
+    assert breaker.stats.to_dict()["would_reject"] == 3
+    service.recover("GET /search")
+    assert search("ok").get("ok") is not False
+
+
+def test_a_sheet_row_forced_open_rejects_with_the_operators_reason(service):
+    """A row forced open in the sheet never reaches the service; the model reads the
+    operator's reason and no time to wait for."""
+    registry = Registry.from_dict(
+        {
+            "defaults": {"timeout": 1.0, "enforce": "cooperative"},
+            "search": {"read": {"force": "open", "force_reason": "incident 12: bad results"}},
+        }
+    )
+    search = search_tool(service, registry.get("search", "read"))
+    result = search("q")
+    assert result["tool_unavailable"] is True
+    assert result["reason"] == "isolated"
+    assert result["retry_after_seconds"] is None
+    assert result["operator_reason"] == "incident 12: bad results"
+    assert "incident 12: bad results" in result["instruction"]
+    with pytest.raises(CircuitOpen) as info:
+        registry.get("search", "read").call(lambda: 1)
+    assert info.value.reason == "forced-open"
+    assert service.hits.get("GET /search", 0) == 0
+
+
+def test_a_sheet_row_forced_closed_keeps_calling_an_open_dependency(service):
+    """A row forced closed admits calls the breaker would reject, and counts them."""
+    registry = Registry.from_dict(
+        {
+            "defaults": {"timeout": 1.0, "enforce": "cooperative"},
+            "search": {"read": {"force": "closed", "failure_threshold": 1}},
+        }
+    )
+    breaker = registry.get("search", "read")
+    search = search_tool(service, breaker)
+    service.outage("GET /search")
+    for n in range(3):
+        assert "tool_unavailable" not in search(str(n))
+    assert service.hits["GET /search"] == 3
+    assert breaker.stats.would_reject == 2
+
+
+def test_a_bad_mode_in_the_sheet_names_the_row_and_field():
+    """mode and force are validated with the row's fields."""
+    with pytest.raises(PolicyError) as info:
+        Registry.from_dict({"search": {"read": {"mode": "dry-run"}}})
+    assert info.value.field == "search.read.mode"
