@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError, Registry
+from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, capture_transitions, request_json
 
 
@@ -135,3 +136,37 @@ def test_a_bad_mode_in_the_sheet_names_the_row_and_field():
     with pytest.raises(PolicyError) as info:
         Registry.from_dict({"search": {"read": {"mode": "dry-run"}}})
     assert info.value.field == "search.read.mode"
+
+
+def test_a_fleet_kill_switch_in_the_store_survives_a_restart(service, tmp_path):
+    """An operator's isolation is persisted in the shared store with its reason: a breaker
+    built later on the same store (a restarted process) rejects and tells the model why,
+    until a release."""
+    path = tmp_path / "breakers.db"
+    with SQLiteStore(path) as first:
+        Breaker("search", store=first, timeout=1.0).isolate("incident 7: wrong prices")
+    with SQLiteStore(path) as restarted:
+        breaker = Breaker("search", store=restarted, timeout=1.0, enforce="cooperative")
+        result = search_tool(service, breaker)("q")
+        assert result["reason"] == "isolated"
+        assert result["operator_reason"] == "incident 7: wrong prices"
+        assert service.hits.get("GET /search", 0) == 0
+        breaker.release()
+        assert "tool_unavailable" not in search_tool(service, breaker)("q")
+
+
+def test_a_fleet_forced_close_keeps_calls_flowing_for_every_process(service, tmp_path):
+    """force_close() is persisted: another process's breaker on the same store admits the
+    calls it would reject while open, and counts them."""
+    path = tmp_path / "breakers.db"
+    policy = Policy(failure_threshold=1)
+    with SQLiteStore(path) as one, SQLiteStore(path) as two:
+        Breaker("search", store=one, policy=policy, timeout=1.0).force_close("rollout")
+        breaker = Breaker("search", store=two, policy=policy, timeout=1.0, enforce="cooperative")
+        search = search_tool(service, breaker)
+        service.outage("GET /search")
+        results = [search(str(n)) for n in range(3)]
+        assert not any(r.get("tool_unavailable") for r in results)
+        assert service.hits["GET /search"] == 3
+        assert breaker.stats.would_reject == 2
+        assert breaker.state.forced_closed

@@ -164,27 +164,32 @@ class BreakerStats:
 class Rejection:
     """A request the breaker rejected locally; carries the LLM-facing result."""
 
-    __slots__ = ("breaker", "reason", "retry_after_ms")
+    __slots__ = ("breaker", "note", "reason", "retry_after_ms")
     admitted: Final = False
 
-    def __init__(self, breaker: Breaker, reason: str, retry_after_ms: int | None) -> None:
+    def __init__(
+        self, breaker: Breaker, reason: str, retry_after_ms: int | None, note: str | None = None
+    ) -> None:
         self.breaker = breaker
         self.reason = reason
         self.retry_after_ms = retry_after_ms
+        self.note = note  # an operator's reason for an isolation, shown to the model
 
     @property
     def result(self) -> dict[str, Any]:
         """The tool-unavailable result to hand to the model instead of running the tool."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms)
+        return self.breaker._unavailable(self.reason, self.retry_after_ms, note=self.note)
 
     def result_for(self, tool: str) -> dict[str, Any]:
         """The same result worded for ``tool`` (several tools may share one breaker)."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms, tool=tool)
+        return self.breaker._unavailable(
+            self.reason, self.retry_after_ms, tool=tool, note=self.note
+        )
 
     def error(self) -> CircuitOpen:
         """The same rejection as an exception (its ``result`` is rendered on first use)."""
         return CircuitOpen(
-            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._unavailable
+            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._renderer(self.note)
         )
 
 
@@ -358,7 +363,7 @@ class Breaker:
         self.owner = boundary.owner
         self.instructions = dict(boundary.instructions)
         self.stats = BreakerStats()
-        self._rendered: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self._rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
         self._render = self._unavailable
         self._max_workers = max_workers
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
@@ -479,7 +484,8 @@ class Breaker:
             reason = idle_rejection(state, now, self.policy)
             if reason is not None:
                 stats.rejected += 1
-                return Rejection(self, reason, core_retry_after_ms(state, now, self.policy))
+                wait = core_retry_after_ms(state, now, self.policy)
+                return Rejection(self, reason, wait, state.operator_reason)
             if state.phase != OPEN and self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
@@ -540,7 +546,7 @@ class Breaker:
             probe = last.to_phase == HALF_OPEN and not last.would_reject
             return Permit(self, last.event.call, last.generation, now, deadline, probe)
         self.stats.rejected += 1
-        return Rejection(self, last.reason, self.retry_after_ms(state))
+        return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
 
     async def _store_aapply(self, event: Event) -> tuple[BreakerState, tuple[Transition, ...]]:
         """The store's ``aapply`` (never blocks the loop); a sync-only store in a thread."""
@@ -765,7 +771,12 @@ class Breaker:
             # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
             wait = None if until is None or state.isolated or self.policy.force else until - now
-            raise circuit_open(self.key, reason, wait, self._render)
+            render = (
+                self._render
+                if state.operator_reason is None
+                else self._renderer(state.operator_reason)
+            )
+            raise circuit_open(self.key, reason, wait, render)
 
     def record_result(self, permit: Permit, result: object) -> None:
         """Settle ``permit`` with a returned result.
@@ -925,7 +936,7 @@ class Breaker:
                     try:
                         return await self.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
-                        return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
+                        return exc.result_for(name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
                         return self.failure_result(name, exc)
 
@@ -936,7 +947,7 @@ class Breaker:
                 try:
                     return self.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
-                    return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
+                    return exc.result_for(name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
                     return self.failure_result(name, exc)
 
@@ -952,7 +963,12 @@ class Breaker:
         error result that says whether retrying can help.
         """
         state = self._view.state
-        if state is not None and state.phase == OPEN and not self.policy.admits_all:
+        if (
+            state is not None
+            and state.phase == OPEN
+            and not self.policy.admits_all
+            and not (state.forced_closed and self.policy.force is None)
+        ):
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
@@ -960,11 +976,24 @@ class Breaker:
         retryable = self.retryable and verdict.kind in ("failure", "ambiguous")
         return error_result(tool, exc, retryable=retryable)
 
+    def _renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
+        """The renderer of a rejection; with an operator's ``note`` when there is one."""
+        return self._render if note is None else functools.partial(self._unavailable, note=note)
+
     def _unavailable(
-        self, reason: str, retry_after_ms: int | None, *, tool: str | None = None
+        self,
+        reason: str,
+        retry_after_ms: int | None,
+        *,
+        tool: str | None = None,
+        note: str | None = None,
     ) -> dict[str, Any]:
         name = tool or self.tool
-        key = (name, reason, retry_after_seconds(retry_after_ms))
+        if reason == "forced-open":
+            note = self.policy.force_reason
+        elif reason != "isolated":
+            note = None
+        key = (name, reason, retry_after_seconds(retry_after_ms), note)
         cached = self._rendered.get(key)
         if cached is None:
             if len(self._rendered) >= 512:
@@ -976,25 +1005,43 @@ class Breaker:
                 fallback=self.fallback,
                 fallback_note=self.fallback_note,
                 templates=self.instructions,
-                operator_reason=self.policy.force_reason if reason == "forced-open" else None,
+                operator_reason=note,
             )
         return dict(cached)
 
     # -- operator control -------------------------------------------------------------
 
     def isolate(self, reason: str = "operator") -> Transition:
-        """Force the breaker open until :meth:`release`; every request is rejected."""
+        """Force the breaker open until :meth:`release`; every request is rejected.
+
+        The isolation is persisted in the store (every process sharing it sees it, and it
+        survives restarts); ``reason`` is kept with it and shown to the model.
+        """
         return self._operator("isolate", reason)
 
+    def force_close(self, reason: str = "operator") -> Transition:
+        """Force the breaker closed until :meth:`release`, in the store, for every process.
+
+        The breaker keeps deciding and recording, but admits every request; requests it
+        would have rejected are recorded with ``would_reject``.
+        """
+        return self._operator("force-closed", reason)
+
     def release(self, reason: str = "operator") -> Transition:
-        """Close an isolated (or any) breaker: a fresh closed generation."""
+        """End an isolation or a forced close: a fresh closed generation."""
         return self._operator("release", reason)
 
     def _operator(self, kind: str, reason: str) -> Transition:
         now = self.clock()
-        state, records = self.store.apply(
-            self.key, Event(kind, now, self.key, call=f"operator:{reason}"), self.policy
+        note = " ".join(str(reason).split())[:300] or "operator"
+        event = Event(
+            kind,
+            now,
+            self.key,
+            call=f"operator:{reason}",
+            reason=None if kind == "release" else note,
         )
+        state, records = self.store.apply(self.key, event, self.policy)
         self._observe(state, records, now)
         return records[-1]
 

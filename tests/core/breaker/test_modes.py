@@ -254,6 +254,50 @@ def test_forced_closed_admits_and_records_what_it_would_reject():
     assert (record.attempted, record.would_reject, record.to_phase) == (True, True, "open")
 
 
+def test_a_force_closed_event_admits_until_released_and_survives_phase_changes():
+    """The store's force-closed event keeps the breaker deciding, admits what it would
+    reject, and lasts through openings and probes until an operator releases it."""
+    driver = Replay(Policy(failure_threshold=1, cooldown_ms=10, success_threshold=1))
+    driver.feed(Event("force-closed", 0, "d", reason="rollout"))
+    driver.feed(Event("request", 1, "d", call="a"))
+    driver.feed(Event("failure", 2, "d", call="a"))
+    record = driver.feed(Event("request", 3, "d", call="b"))[-1]
+    assert (record.from_phase, record.attempted, record.would_reject) == ("open", True, True)
+    driver.feed(Event("request", 20, "d", call="p"))
+    driver.feed(Event("success", 21, "d", call="p"))
+    state = driver._ledgers["d"].state
+    assert (state.phase, state.forced_closed, state.operator_reason) == ("closed", True, "rollout")
+    assert driver.receipt()["dependencies"]["d"]["would_reject"] == 1
+    driver.feed(Event("release", 30, "d"))
+    assert not driver._ledgers["d"].state.forced_closed
+
+
+def test_a_forced_open_policy_wins_over_a_forced_close_in_the_store():
+    """Forced open in configuration rejects even a breaker an operator forced closed."""
+    driver = Replay(Policy(force="open"))
+    driver.feed(Event("force-closed", 0, "d", reason="rollout"))
+    assert driver.feed(Event("request", 1, "d"))[-1].reason == "forced-open"
+
+
+def test_the_operators_reason_is_kept_with_the_state_and_in_traces():
+    """isolate and force-closed events carry the reason into the state and trace lines;
+    an isolate without one (older traces) leaves the state as it always was."""
+    policy = Policy()
+    isolated = replay([Event("isolate", 0, "d", reason="incident 7")], policy)
+    final = isolated["dependencies"]["d"]["final_state"]
+    assert final["operator_reason"] == "incident 7"
+    assert BreakerState.from_dict(final, policy).operator_reason == "incident 7"
+    plain = replay([Event("isolate", 0, "d")], policy)["dependencies"]["d"]["final_state"]
+    assert "operator_reason" not in plain
+    assert "forced_closed" not in plain
+    line = {"at": 0, "dependency": "d", "type": "isolate", "reason": "incident 7"}
+    assert parse_event(line).reason == "incident 7"
+    with pytest.raises(TraceError):
+        parse_event({**line, "type": "request"})
+    both = {**final, "forced_closed": True}
+    assert BreakerState.from_dict(both, policy) is CORRUPT
+
+
 # -- properties ------------------------------------------------------------------------
 
 _KINDS = ("success", "failure", "ignored", "ambiguous")
@@ -288,8 +332,9 @@ def runs(draw: st.DrawFn, policy: Policy, *, operators: bool = False) -> list[Ev
     for n in range(draw(st.integers(0, 60))):
         now += draw(st.integers(0, 40))
         kinds = ["request"] + (list(_KINDS) if unsettled else [])
-        kind = draw(st.sampled_from(kinds + (["isolate", "release"] if operators else [])))
-        if kind in ("request", "isolate", "release"):
+        operator = ["isolate", "force-closed", "release"] if operators else []
+        kind = draw(st.sampled_from(kinds + operator))
+        if kind in ("request", *operator):
             event = Event(kind, now, "d", call=f"c{n}")
         else:
             call = unsettled.pop(draw(st.integers(0, len(unsettled) - 1)))

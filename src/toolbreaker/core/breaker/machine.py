@@ -21,8 +21,10 @@ opens when failures reach ``failure_rate_permille`` of them, or successes slower
 calls. Arithmetic is on integers only, so a replay is exact.
 
 Rollout and the kill switch. ``force = "open"`` rejects every request (``forced-open``);
-an operator's isolation rejects every request too. Otherwise ``mode = "shadow"`` and
-``force = "closed"`` admit the requests the breaker would reject: the state evolves
+an operator's isolation (the ``isolate`` event, persisted with the state until
+``release``) rejects every request too. Otherwise ``mode = "shadow"``, ``force =
+"closed"`` and the ``force-closed`` operator event admit the requests the breaker would
+reject: the state evolves
 exactly as it would under enforcement (outcomes of calls enforcement would not have made
 are stale), and each such request's record carries ``would_reject`` and the reason.
 
@@ -57,8 +59,9 @@ __all__ = [
     "step",
 ]
 
-#: Operator events: force a breaker open (``isolate``) or close it again (``release``).
-OPERATOR_TYPES: Final = frozenset({"isolate", "release"})
+#: Operator events: force a breaker open (``isolate``), force it closed (``force-closed``:
+#: it keeps deciding and recording but admits every request), or end either (``release``).
+OPERATOR_TYPES: Final = frozenset({"isolate", "force-closed", "release"})
 
 _ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
 _Window = tuple[tuple[int, int, int, int], ...]
@@ -103,7 +106,7 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
     # The open branch of admission(), minus the cases where step() changes the state.
     if policy.force == "open":
         return "forced-open"
-    if state.phase != OPEN or (policy.admits_all and not state.isolated):
+    if state.phase != OPEN or (_admits_all(state, policy) and not state.isolated):
         return None
     if state.isolated:
         return "isolated"
@@ -194,7 +197,7 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
         new, reason = _request(state, event, policy)
         if reason not in _ADMITTED and reason not in ("isolated", "forced-open"):
             # Shadow mode and a forced close admit what enforcement rejects, and record it.
-            would_reject = policy.admits_all
+            would_reject = _admits_all(state, policy)
     elif kind in ("success", "failure", "ambiguous", "ignored", "lease-expired"):
         new, reason = _outcome(state, event, policy)
     elif kind == "isolate":
@@ -204,8 +207,17 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
             opens=state.opens,
             isolated=True,
             recovered_from_corruption=state.recovered_from_corruption,
+            operator_reason=event.reason,
         )
         reason = "isolated"
+    elif kind == "force-closed":
+        new = BreakerState(
+            generation=state.generation + 1,
+            recovered_from_corruption=state.recovered_from_corruption,
+            forced_closed=True,
+            operator_reason=event.reason,
+        )
+        reason = "forced-closed"
     elif kind == "release":
         new = BreakerState(
             generation=state.generation + 1,
@@ -246,6 +258,8 @@ def _request(state: BreakerState, event: Event, policy: Policy) -> tuple[Breaker
                 opens=state.opens,
                 leases=(Lease(event.call or "", event.at),),
                 recovered_from_corruption=state.recovered_from_corruption,
+                forced_closed=state.forced_closed,
+                operator_reason=state.operator_reason,
             ),
             "probe-admitted",
         )
@@ -278,6 +292,8 @@ def _outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[Breaker
             closed = BreakerState(
                 generation=state.generation + 1,
                 recovered_from_corruption=state.recovered_from_corruption,
+                forced_closed=state.forced_closed,
+                operator_reason=state.operator_reason,
             )
             return closed, "probe-quorum"
         return _with(state, leases=leases, successes=successes), "probe-success"
@@ -380,6 +396,8 @@ def _open(
         open_until=at + wait,
         opens=opening,
         recovered_from_corruption=state.recovered_from_corruption,
+        forced_closed=state.forced_closed,
+        operator_reason=state.operator_reason,
     )
 
 
@@ -403,4 +421,11 @@ def _with(
         isolated=state.isolated,
         recovered_from_corruption=state.recovered_from_corruption,
         window=state.window if window is None else window,
+        forced_closed=state.forced_closed,
+        operator_reason=state.operator_reason,
     )
+
+
+def _admits_all(state: BreakerState, policy: Policy) -> bool:
+    """Whether requests enforcement rejects are admitted (and recorded as such)."""
+    return policy.admits_all or (state.forced_closed and policy.force is None)

@@ -151,7 +151,7 @@ def summarise(
             "final_state": final.to_dict(),
             "recovered_from_corruption": final.recovered_from_corruption,
         }
-        if policy.admits_all:
+        if policy.admits_all or any(record.would_reject for record in records):
             # Only under shadow mode or a forced close, so other receipts keep their bytes.
             deps[name]["would_reject"] = sum(record.would_reject for record in records)
     body: dict[str, Any] = {

@@ -61,6 +61,7 @@ REASONS: Final = (
     "slow-call-rate",
     "slow-probe",
     "forced-open",
+    "forced-closed",
 )
 
 STATE_SCHEMA: Final = "toolbreaker.state/v1"
@@ -81,6 +82,8 @@ class Event:
         retry_after_ms: for failures, the least time the provider asked us to wait.
         duration_ms: for successes, how long the call took (filled in when the policy
             sets ``slow_call_ms``).
+        reason: for operator events, the operator's reason (shown to the model while the
+            breaker is isolated).
     """
 
     type: str
@@ -90,6 +93,7 @@ class Event:
     generation: int | None = None
     retry_after_ms: int | None = None
     duration_ms: int | None = None
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as it appears in receipts; absent optional fields are left out."""
@@ -100,6 +104,8 @@ class Event:
             out["retry_after_ms"] = self.retry_after_ms
         if self.duration_ms is not None:
             out["duration_ms"] = self.duration_ms
+        if self.reason is not None:
+            out["reason"] = self.reason
         return out
 
 
@@ -130,6 +136,10 @@ class BreakerState:
             ``(at, calls, failures, slow)`` entries: one per call for a count-based
             window, one per aligned bucket (``at`` is the bucket's index) for a time-based
             one. Left out of :meth:`to_dict` while empty.
+        forced_closed: an operator forced the breaker closed (``force-closed``) until
+            released: it decides and records, but admits every request.
+        operator_reason: the reason of the operator event that isolated or forced the
+            breaker, when one was given. Both are left out of :meth:`to_dict` while unset.
     """
 
     phase: str = CLOSED
@@ -142,6 +152,8 @@ class BreakerState:
     isolated: bool = False
     recovered_from_corruption: bool = False
     window: tuple[tuple[int, int, int, int], ...] = ()
+    forced_closed: bool = False
+    operator_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as a JSON-ready dict, tagged with its schema."""
@@ -159,6 +171,10 @@ class BreakerState:
         }
         if self.window:
             out["window"] = [list(entry) for entry in self.window]
+        if self.forced_closed:
+            out["forced_closed"] = True
+        if self.operator_reason is not None:
+            out["operator_reason"] = self.operator_reason
         return out
 
     @classmethod
@@ -192,6 +208,8 @@ _STATE_KEYS: Final = frozenset(
         "isolated",
         "recovered_from_corruption",
         "window",
+        "forced_closed",
+        "operator_reason",
     }
 )
 
@@ -233,6 +251,8 @@ def _validated(data: object, policy: Policy) -> BreakerState:
         isolated=_flag(data.get("isolated", False)),
         recovered_from_corruption=_flag(data.get("recovered_from_corruption", False)),
         window=_window(window, policy),
+        forced_closed=_flag(data.get("forced_closed", False)),
+        operator_reason=_reason(data.get("operator_reason")),
     )
     consistent = (
         len(state.leases) <= policy.probe_limit
@@ -244,6 +264,8 @@ def _validated(data: object, policy: Policy) -> BreakerState:
         and (state.phase != OPEN or state.open_until is not None or state.isolated)
         and len({x.call for x in state.leases}) == len(state.leases)
         and (state.phase == CLOSED or not state.window)
+        and not (state.isolated and state.forced_closed)
+        and (state.operator_reason is None or state.isolated or state.forced_closed)
     )
     if not consistent:
         raise ValueError("inconsistent")
@@ -272,6 +294,12 @@ def _window(value: object, policy: Policy) -> tuple[tuple[int, int, int, int], .
     elif len(entries) > WINDOW_BUCKETS or any(a[0] >= b[0] for a, b in pairwise(entries)):
         raise ValueError("time window")
     return tuple(entries)
+
+
+def _reason(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value or len(value) > 300):
+        raise ValueError("operator_reason")
+    return value
 
 
 def _lease(value: object) -> Lease:

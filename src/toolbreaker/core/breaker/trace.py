@@ -27,7 +27,7 @@ __all__ = ["TRACE_TYPES", "parse_event", "parse_lines", "read_trace", "trace_eve
 
 #: Every event type a trace may hold.
 TRACE_TYPES = EVENT_TYPES | OPERATOR_TYPES
-_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms", "duration_ms")
+_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms", "duration_ms", "reason")
 _REQUIRED = ("at", "dependency", "type")
 
 
@@ -65,6 +65,12 @@ def parse_event(data: object) -> Event:
             raise TraceError("duration_ms belongs on success events only")
         if type(duration) is not int or duration < 0:
             raise TraceError(f"duration_ms must be a non-negative integer, got {duration!r}")
+    reason = data.get("reason")
+    if reason is not None:
+        if kind not in ("isolate", "force-closed"):
+            raise TraceError("reason belongs on isolate and force-closed events only")
+        if not isinstance(reason, str) or not reason or len(reason) > 300:
+            raise TraceError("reason must be a non-empty string of at most 300 characters")
     return Event(
         type=kind,
         at=at,
@@ -72,6 +78,7 @@ def parse_event(data: object) -> Event:
         call=call,
         retry_after_ms=retry_after,
         duration_ms=duration,
+        reason=reason,
     )
 
 
