@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import toolbreaker
 from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError, Registry
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, capture_transitions, request_json
@@ -170,3 +171,96 @@ def test_a_fleet_forced_close_keeps_calls_flowing_for_every_process(service, tmp
         assert service.hits["GET /search"] == 3
         assert breaker.stats.would_reject == 2
         assert breaker.state.forced_closed
+
+
+# -- per-tenant scoping ----------------------------------------------------------------
+
+
+def tenant_registry(**row: Any) -> Registry:
+    return Registry.from_dict(
+        {
+            "defaults": {"timeout": 1.0, "enforce": "cooperative"},
+            "search": {"read": {"scope": "tenant", "failure_threshold": 1, **row}},
+        }
+    )
+
+
+def test_one_tenants_failures_do_not_open_the_breaker_for_everyone(service):
+    """A row scoped by tenant keys one breaker per tenant: acme's outage opens acme's."""
+    breaker = tenant_registry().get("search", "read")
+    search = search_tool(service, breaker)
+    service.inject("GET /search", Fault(status=503))
+    with toolbreaker.scope(tenant="acme"):
+        assert search("a")["tool_unavailable"] is True  # the failure that opened it
+        assert search("b")["tool_unavailable"] is True
+    with toolbreaker.scope(tenant="globex"):
+        assert "tool_unavailable" not in search("c")
+    assert service.hits["GET /search"] == 2
+    children = breaker.scopes()
+    assert children["acme"].state.phase == "open"
+    assert children["acme"].key == "search[tenant=acme]:read"
+    assert children["globex"].state.phase == "closed"
+    assert breaker.state.phase == "closed"  # calls without a tenant use the row's own
+
+
+def test_the_scope_limit_never_drops_an_open_breaker(service):
+    """At max_scopes the least recently used closed breaker is forgotten; when every live
+    one is open, a new tenant shares the overflow breaker, counted, and none is dropped."""
+    breaker = tenant_registry(max_scopes=2).get("search", "read")
+    search = search_tool(service, breaker)
+    service.inject("GET /search", Fault(status=503), Fault(status=503))
+    for tenant in ("a", "b"):
+        with toolbreaker.scope(tenant=tenant):
+            search("q")
+    with toolbreaker.scope(tenant="c"):
+        assert "tool_unavailable" not in search("q")
+    assert sorted(breaker.scopes()) == ["a", "b"]
+    assert breaker.stats.scope_overflows == 1
+    assert all(b.state.phase == "open" for b in breaker.scopes().values())
+    breaker.scopes()["a"].release()
+    with toolbreaker.scope(tenant="d"):
+        search("q")
+    assert sorted(breaker.scopes()) == ["b", "d"]  # a was closed: forgotten, state kept
+
+
+def test_secret_looking_scope_values_are_digested_in_keys():
+    """A scope value that is not a short plain name (an API key) never appears in a key."""
+    breaker = Breaker("llm", timeout=1.0, scope="api_key", enforce="cooperative")
+    value = "sk-proj AbCdEf/0123456789"
+    assert breaker.for_scope(value).key.startswith("llm[api_key=sha256:")
+    assert value not in breaker.for_scope(value).key
+    assert breaker.for_scope() is breaker
+
+
+def test_a_bad_scope_in_the_sheet_names_the_field():
+    """scope must be a name and max_scopes a positive integer."""
+    with pytest.raises(PolicyError) as info:
+        tenant_registry(scope="tenant id")
+    assert info.value.field == "search.read.scope"
+    with pytest.raises(PolicyError) as info:
+        tenant_registry(max_scopes=0)
+    assert info.value.field == "search.read.max_scopes"
+
+
+def test_a_run_guard_uses_the_tenants_breaker(service):
+    """RunGuard admits and settles through the scoped breaker of the current tenant."""
+    from toolbreaker import RunGuard
+
+    breaker = Breaker(
+        "search",
+        scope="tenant",
+        policy=Policy(failure_threshold=1),
+        timeout=1.0,
+        enforce="cooperative",
+    )
+    guard = RunGuard("task-1")
+
+    @guard.tool(breaker=breaker)
+    def search(q: str) -> dict[str, Any]:
+        return request_json("GET", f"{service.url}/search?q={q}", timeout=1)
+
+    service.inject("GET /search", Fault(status=503))
+    with toolbreaker.scope(tenant="acme"):
+        assert guard.call("search", {"q": "a"})["tool_unavailable"] is True
+    assert breaker.scopes()["acme"].state.phase == "open"
+    assert breaker.state.phase == "closed"

@@ -135,8 +135,8 @@ class ToolOptions(TypedDict, total=False):
     operation)`` (``dependency`` defaults to the tool name), else a sheet row whose
     ``tool`` is the tool name. Breaker options apply when the registry creates the
     breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
-    ``fallback_note``, ``owner``, ``instructions``. The rest are the run guard's
-    :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
+    ``fallback_note``, ``owner``, ``instructions``, ``scope``, ``max_scopes``. The rest
+    are the run guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
     as the model would read it, JSON-decoded when it is JSON.
@@ -153,6 +153,8 @@ class ToolOptions(TypedDict, total=False):
     fallback_note: str
     owner: str
     instructions: Mapping[str, str]
+    scope: str | None
+    max_scopes: int
     risk: RiskClass
     business_key: Sequence[str]
     idempotency_arg: str | None

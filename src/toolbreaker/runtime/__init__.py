@@ -31,6 +31,7 @@ from toolbreaker.runtime._result import (
     system_prompt_line,
     unavailable_result,
 )
+from toolbreaker.runtime._scope import current_scope, scope
 from toolbreaker.runtime._step import Step
 
 __all__ = [
@@ -56,11 +57,13 @@ __all__ = [
     "Verdict",
     "classify_exception",
     "classify_status",
+    "current_scope",
     "error_result",
     "evidence_digest",
     "may_have_committed",
     "monotonic_ms",
     "parse_retry_after",
+    "scope",
     "system_prompt_line",
     "unavailable_result",
 ]

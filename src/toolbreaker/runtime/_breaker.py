@@ -14,19 +14,23 @@ two cases are most calls, and they cost no lock, no allocation of records and no
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextvars
+import dataclasses
 import functools
+import hashlib
 import inspect
 import itertools
 import logging
 import os
+import re
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
-from toolbreaker.core.breaker.machine import idle_rejection, is_quiet
+from toolbreaker.core.breaker.machine import idle_rejection, is_evictable, is_quiet
 from toolbreaker.core.breaker.machine import retry_after_ms as core_retry_after_ms
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
@@ -45,6 +49,7 @@ from toolbreaker.runtime._result import (
     retry_after_seconds,
     unavailable_result,
 )
+from toolbreaker.runtime._scope import current_scope
 from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
@@ -76,6 +81,7 @@ _LATE: Final = Verdict("ambiguous", "late-result")
 _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
+_PLAIN_SCOPE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
     _async_timeout = asyncio.timeout
@@ -100,7 +106,10 @@ class BreakerStats:
         time_in_state_ms: time spent in each phase, up to the last transition.
         would_reject: requests admitted only because the policy is in shadow mode or
             forced closed (enforcement would have rejected them); in ``to_dict`` only
-            under such a policy or once non-zero.
+            once non-zero.
+        scope_overflows: calls of a scoped row that went to its shared overflow breaker
+            because ``max_scopes`` breakers were live and none could be forgotten; in
+            ``to_dict`` only once non-zero.
     """
 
     __slots__ = (
@@ -113,6 +122,7 @@ class BreakerStats:
         "opens",
         "rejected",
         "reopens_from_half_open",
+        "scope_overflows",
         "time_in_state_ms",
         "would_reject",
     )
@@ -129,6 +139,7 @@ class BreakerStats:
         self.hook_errors = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
         self.would_reject = 0
+        self.scope_overflows = 0
 
     @property
     def demand(self) -> int:
@@ -158,6 +169,8 @@ class BreakerStats:
         }
         if self.would_reject:
             out["would_reject"] = self.would_reject
+        if self.scope_overflows:
+            out["scope_overflows"] = self.scope_overflows
         return out
 
 
@@ -300,6 +313,8 @@ class Breaker:
         retryable: whether the model may retry a transient failure while closed.
         owner: the team to page; shown on dashboards.
         instructions: per-reason instruction templates overriding the defaults.
+        scope: key one breaker per value of this scope (see :class:`Boundary`).
+        max_scopes: the most scoped breakers kept in this process.
         max_workers: threads for ``enforce="thread"`` calls.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
@@ -323,6 +338,8 @@ class Breaker:
         retryable: bool = True,
         owner: str | None = None,
         instructions: Mapping[str, str] | None = None,
+        scope: str | None = None,
+        max_scopes: int = 1000,
         max_workers: int = 16,
         boundary: Boundary | None = None,
     ) -> None:
@@ -342,6 +359,8 @@ class Breaker:
                 instructions=instructions or {},
                 classifier=classifier,
                 result_is_failure=result_is_failure,
+                scope=scope,
+                max_scopes=max_scopes,
             )
         self.boundary = boundary
         self.dependency = boundary.dependency
@@ -373,6 +392,11 @@ class Breaker:
         self._quiet: BreakerState | None = None
         self._ids = itertools.count(1)
         self._phase_since: int | None = None
+        self._scoped: collections.OrderedDict[str, Breaker] | None = (
+            None if boundary.scope is None else collections.OrderedDict()
+        )
+        self._overflow: Breaker | None = None
+        self._scopes_lock = threading.Lock()
 
     # -- inspection -------------------------------------------------------------------
 
@@ -397,7 +421,79 @@ class Breaker:
         """
         self._listeners.append(listener)
         self._quiet = None
+        for child in self.scopes().values():
+            child._quiet = None  # scoped breakers share this list of listeners
         return lambda: self._listeners.remove(listener)
+
+    # -- scopes -----------------------------------------------------------------------
+
+    def for_scope(self, value: str | None = None) -> Breaker:
+        """The breaker of one scope value.
+
+        ``value`` defaults to the current context's (see :func:`toolbreaker.scope`); this
+        breaker itself when the row is not scoped or no value is set.
+        """
+        name = self.boundary.scope
+        children = self._scoped
+        if name is None or children is None:
+            return self
+        if value is None:
+            value = current_scope(name)
+            if value is None:
+                return self
+        with self._scopes_lock:
+            child = children.get(value)
+            if child is not None:
+                children.move_to_end(value)
+                return child
+            return self._new_scope(name, value, children)
+
+    def scopes(self) -> dict[str, Breaker]:
+        """The live scoped breakers of this row, by scope value (oldest use first)."""
+        with self._scopes_lock:
+            return dict(self._scoped or {})
+
+    def _new_scope(
+        self, name: str, value: str, children: collections.OrderedDict[str, Breaker]
+    ) -> Breaker:
+        if len(children) >= self.boundary.max_scopes:
+            for old, breaker in children.items():
+                if is_evictable(breaker.state):
+                    # Its state stays in the store: a later call for ``old`` reloads it.
+                    del children[old]
+                    breaker.close()
+                    break
+            else:
+                # Every live one is open or operator-held: never drop one to make room.
+                self.stats.scope_overflows += 1
+                _log.warning(
+                    "toolbreaker: %s holds %d scoped breakers, none closed; %s=%r shares "
+                    "the overflow breaker",
+                    self.key,
+                    len(children),
+                    name,
+                    value,
+                )
+                if self._overflow is None:
+                    self._overflow = self._child(f"{name}=*")
+                return self._overflow
+        label = value if _PLAIN_SCOPE.fullmatch(value) else _digest(value)
+        child = children[value] = self._child(f"{name}={label}")
+        return child
+
+    def _child(self, label: str) -> Breaker:
+        row = dataclasses.replace(
+            self.boundary, dependency=f"{self.dependency}[{label}]", tool=self.tool, scope=None
+        )
+        child = Breaker(
+            row.dependency,
+            store=self.store,
+            clock=self.clock,
+            boundary=row,
+            max_workers=self._max_workers,
+        )
+        child._listeners = self._listeners
+        return child
 
     # -- two-step API ---------------------------------------------------------------
 
@@ -407,6 +503,8 @@ class Breaker:
         Settle the returned :class:`Permit` with ``record()``, or hand
         :attr:`Rejection.result` to the model instead of calling the tool.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.allow(timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._enter(self.clock(), deadline)
 
@@ -424,6 +522,8 @@ class Breaker:
         within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
         ``failed(exc)``, whose return value is what the model reads.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.begin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._step(tool, args, self._enter(self.clock(), deadline), deadline)
 
@@ -435,6 +535,8 @@ class Breaker:
         timeout: float | None = _UNSET,
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.abegin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
 
@@ -654,6 +756,8 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.call(fn, *args, timeout=timeout, **kwargs)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         if deadline is None:
             raise self._no_deadline()
@@ -705,6 +809,8 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.acall(fn, *args, timeout=timeout, **kwargs)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         if deadline is None:
             raise self._no_deadline()
@@ -893,6 +999,10 @@ class Breaker:
 
     def close(self) -> None:
         """Release the worker threads (calls still running are not waited for)."""
+        for child in self.scopes().values():
+            child.close()
+        if self._overflow is not None:
+            self._overflow.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -933,23 +1043,25 @@ class Breaker:
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    target = self if self._scoped is None else self.for_scope()
                     try:
-                        return await self.acall(func, *args, timeout=timeout, **kwargs)
+                        return await target.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
                         return exc.result_for(name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                        return self.failure_result(name, exc)
+                        return target.failure_result(name, exc)
 
                 return async_tool
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                target = self if self._scoped is None else self.for_scope()
                 try:
-                    return self.call(func, *args, timeout=timeout, **kwargs)
+                    return target.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
                     return exc.result_for(name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                    return self.failure_result(name, exc)
+                    return target.failure_result(name, exc)
 
             return sync_tool
 
@@ -1058,6 +1170,11 @@ class Breaker:
     def __repr__(self) -> str:
         state = self._view.state
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
+
+
+def _digest(value: str) -> str:
+    """A scope value that is not a short plain name (an API key, say) as a digest."""
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def clock_of(store: object) -> Clock:

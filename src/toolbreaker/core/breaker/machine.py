@@ -54,6 +54,7 @@ __all__ = [
     "apply",
     "due_expiry",
     "idle_rejection",
+    "is_evictable",
     "is_quiet",
     "retry_after_ms",
     "step",
@@ -126,6 +127,15 @@ def is_quiet(state: BreakerState, policy: Policy) -> bool:
         and policy.force != "open"
         and (policy.window_ms is not None or not state.failures)
     )
+
+
+def is_evictable(state: BreakerState) -> bool:
+    """Whether a process may forget its breaker object for this state (a scope limit).
+
+    Only a closed breaker with nothing an operator set: an open, half-open, isolated or
+    forced breaker is never dropped to make room.
+    """
+    return state.phase == CLOSED and not state.forced_closed
 
 
 def retry_after_ms(state: BreakerState, at: int, policy: Policy | None = None) -> int | None:
