@@ -264,3 +264,33 @@ def test_a_run_guard_uses_the_tenants_breaker(service):
         assert guard.call("search", {"q": "a"})["tool_unavailable"] is True
     assert breaker.scopes()["acme"].state.phase == "open"
     assert breaker.state.phase == "closed"
+
+
+# -- hiding open tools -----------------------------------------------------------------
+
+
+def test_what_is_hidden_and_until_when():
+    """Open and cooling down: hidden until the probe; isolated or forced open: hidden until
+    an operator acts; closed, half-open or in shadow mode: never hidden."""
+    clock = FakeClock()
+    breaker = Breaker("search", policy=Policy(failure_threshold=1), timeout=1.0, clock=clock)
+    assert breaker.hidden_for_ms() == (False, None)
+    breaker.allow().record("failure")
+    assert breaker.hidden_for_ms() == (True, 20_000)
+    clock.advance(20_000)
+    breaker.allow()  # the probe: half-open
+    assert breaker.hidden_for_ms() == (False, None)
+    breaker.isolate("incident 7")
+    assert breaker.hidden_for_ms() == (True, None)
+    forced = Breaker("search", policy=Policy(force="open"), timeout=1.0)
+    assert forced.hidden_for_ms() == (True, None)
+    shadow = Breaker("s", policy=Policy(failure_threshold=1, mode="shadow"), timeout=1.0)
+    shadow.allow().record("failure")
+    assert shadow.hidden_for_ms() == (False, None)
+
+
+def test_the_hidden_tools_line_names_each_tool_and_when_it_is_back():
+    """One line, tools sorted, whole seconds rounded up, no line when nothing is hidden."""
+    line = toolbreaker.runtime.hidden_tools_line({"search": 1500, "charge_card": None})
+    assert '"charge_card" (until an operator restores it), "search" (for about 2 more' in line
+    assert toolbreaker.runtime.hidden_tools_line({}) == ""

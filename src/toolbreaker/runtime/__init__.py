@@ -28,6 +28,7 @@ from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
     error_result,
+    hidden_tools_line,
     system_prompt_line,
     unavailable_result,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "current_scope",
     "error_result",
     "evidence_digest",
+    "hidden_tools_line",
     "may_have_committed",
     "monotonic_ms",
     "parse_retry_after",

@@ -425,6 +425,24 @@ class Breaker:
             child._quiet = None  # scoped breakers share this list of listeners
         return lambda: self._listeners.remove(listener)
 
+    def hidden_for_ms(self) -> tuple[bool, int | None]:
+        """Whether every call is rejected now without changing anything, and for how long.
+
+        ``(True, ms)`` while open and cooling down (``ms`` until a probe), isolated or
+        forced open (``ms`` is ``None``: until an operator acts); ``(False, None)``
+        otherwise. This is what the adapters' opt-in *hide open tools* mode hides: a
+        half-open breaker stays visible, since a probe slot may free up. For a scoped
+        row, the current scope's breaker answers.
+        """
+        target = self.for_scope()
+        state = target._view.state
+        if state is None:
+            state = target.state
+        now = target.clock()
+        if idle_rejection(state, now, target.policy) is None:
+            return False, None
+        return True, core_retry_after_ms(state, now, target.policy)
+
     # -- scopes -----------------------------------------------------------------------
 
     def for_scope(self, value: str | None = None) -> Breaker:

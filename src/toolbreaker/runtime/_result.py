@@ -31,6 +31,7 @@ __all__ = [
     "SYSTEM_PROMPT_LINE",
     "denied_result",
     "error_result",
+    "hidden_tools_line",
     "journal_down_result",
     "retry_after_seconds",
     "stopped_result",
@@ -86,6 +87,31 @@ SYSTEM_PROMPT_LINE: Final = (
 def system_prompt_line() -> str:
     """The system-prompt sentence that explains tool-unavailable results to the model."""
     return SYSTEM_PROMPT_LINE
+
+
+def hidden_tools_line(hidden: Mapping[str, int | None]) -> str:
+    """The system-prompt line naming the tools hidden from the model, and until when.
+
+    ``hidden`` maps a tool name to the milliseconds until it may be called again
+    (``None``: until an operator restores it). Empty when nothing is hidden.
+    """
+    if not hidden:
+        return ""
+    parts = []
+    for tool in sorted(hidden):
+        ms = hidden[tool]
+        when = (
+            "until an operator restores it"
+            if ms is None
+            else f"for about {whole_seconds(ms)} more seconds"
+        )
+        parts.append(f'"{tool}" ({when})')
+    return (
+        "These tools are out of service and hidden from you: "
+        + ", ".join(parts)
+        + ". Do not try to call them; tell the user which data is unavailable instead of "
+        "estimating or inventing it."
+    )
 
 
 def retry_after_seconds(ms: int | None) -> int:
