@@ -221,6 +221,6 @@ def _save(
     trace = [line for line in lines if line is not None]
     (folder / "trace.jsonl").write_text("".join(json.dumps(e) + "\n" for e in trace))
     (folder / "policy.toml").write_text(
-        "".join(f"{k} = {v}\n" for k, v in policy.to_dict().items() if v is not None)
+        "".join(f"{k} = {json.dumps(v)}\n" for k, v in policy.to_dict().items() if v is not None)
     )
     (folder / "receipt.json").write_text(dump_receipt(receipt))
