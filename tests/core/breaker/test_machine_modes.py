@@ -153,9 +153,23 @@ def test_window_is_in_the_state_and_round_trips():
     assert data["window"] == [[1, 1, 1, 0], [11, 1, 0, 0]]
     assert BreakerState.from_dict(data, RATE) == state
     assert BreakerState.from_dict({**data, "window": [[1, 1, 2, 0]]}, RATE) is CORRUPT
-    assert BreakerState.from_dict({**data, "window": [[1, 1, 0, 0]] * 5}, RATE) is CORRUPT
-    assert BreakerState.from_dict(data, Policy()) is CORRUPT
+    assert BreakerState.from_dict({**data, "window": [[1, 0, 0, 0]]}, RATE) is CORRUPT
+    assert BreakerState.from_dict({**data, "window": [[1, 1, 0]]}, RATE) is CORRUPT
     assert "window" not in BreakerState().to_dict()
+
+
+def test_a_changed_rate_rule_fits_the_stored_window_instead_of_failing_closed():
+    """A window stored under another policy is trimmed or dropped, never corruption:
+    changing a rate rule must not open every closed breaker."""
+    data = {"state": "closed", "window": [[n, 1, n % 2, 0] for n in range(6)]}
+    assert BreakerState.from_dict(data, RATE).window == tuple((n, 1, n % 2, 0) for n in range(2, 6))
+    assert BreakerState.from_dict(data, Policy()) == BreakerState()
+    timed = Policy(failure_rate_permille=500, minimum_calls=4, window_ms=1000)
+    assert len(BreakerState.from_dict(data, timed).window) == 6  # increasing: kept
+    repeated = {"state": "closed", "window": [[7, 1, 0, 0], [7, 1, 1, 0]]}
+    assert BreakerState.from_dict(repeated, timed).window == ()
+    buckets = {"state": "closed", "window": [[1, 3, 1, 0]]}
+    assert BreakerState.from_dict(buckets, RATE).window == ()
 
 
 def test_rate_policies_are_never_quiet():

@@ -273,12 +273,15 @@ def _validated(data: object, policy: Policy) -> BreakerState:
 
 
 def _window(value: object, policy: Policy) -> tuple[tuple[int, int, int, int], ...]:
+    """The window, entry by entry validated; fitted to ``policy`` when it has changed.
+
+    A malformed entry is corruption. A well-formed window kept under another policy is
+    not: a policy without a rate rule drops it, a shorter window keeps its newest entries,
+    and a window of the other kind (count or time) starts empty, so changing a rate rule
+    never fails every closed breaker closed.
+    """
     if not isinstance(value, list):
         raise TypeError("window")
-    if not value:
-        return ()
-    if not policy.uses_rates:
-        raise ValueError("a window without a rate rule")
     entries = []
     for item in value:
         if not isinstance(item, list) or len(item) != 4:
@@ -287,13 +290,14 @@ def _window(value: object, policy: Policy) -> tuple[tuple[int, int, int, int], .
         if calls < 1 or failures > calls or slow > calls:
             raise ValueError(item)
         entries.append((at, calls, failures, slow))
+    if not policy.uses_rates:
+        return ()
     limit = policy.window_calls
     if limit is not None:
-        if len(entries) > limit or any(entry[1] != 1 for entry in entries):
-            raise ValueError("count window")
-    elif len(entries) > WINDOW_BUCKETS or any(a[0] >= b[0] for a, b in pairwise(entries)):
-        raise ValueError("time window")
-    return tuple(entries)
+        return tuple(entries[-limit:]) if all(entry[1] == 1 for entry in entries) else ()
+    if any(a[0] >= b[0] for a, b in pairwise(entries)):
+        return ()  # not a time-based window: this policy's starts empty
+    return tuple(entries[-WINDOW_BUCKETS:])
 
 
 def _reason(value: object) -> str | None:
