@@ -42,6 +42,7 @@ from toolbreaker.runtime import (
     TraceRecorder,
     Verdict,
     classify_exception,
+    scope,
     system_prompt_line,
 )
 from toolbreaker.stores import LocalFallback, MemoryStore, RedisStore, SQLiteStore
@@ -93,6 +94,7 @@ __all__ = [
     "classify_exception",
     "diff",
     "replay",
+    "scope",
     "step",
     "system_prompt_line",
 ]

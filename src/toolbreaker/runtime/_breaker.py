@@ -14,18 +14,22 @@ two cases are most calls, and they cost no lock, no allocation of records and no
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
+import dataclasses
 import functools
+import hashlib
 import inspect
 import itertools
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
-from toolbreaker.core.breaker.machine import idle_rejection, is_quiet
+from toolbreaker.core.breaker.machine import idle_rejection, is_evictable, is_quiet
 from toolbreaker.core.breaker.machine import retry_after_ms as core_retry_after_ms
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
@@ -45,6 +49,7 @@ from toolbreaker.core.retry import (
     start,
     unavailable_reason,
 )
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import (
     CircuitOpen,
     PermitError,
@@ -58,12 +63,13 @@ from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
 from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, within
 from toolbreaker.runtime._layers import warn_nested_retries
-from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
     unavailable_result,
 )
+from toolbreaker.runtime._scope import current_scope
 from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
@@ -124,6 +130,7 @@ _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
 _SATURATED: Final = "saturated"
+_PLAIN_SCOPE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 
 class BreakerStats:
@@ -148,6 +155,12 @@ class BreakerStats:
         retries: retry decisions by reason: ``retry`` (made), ``budget-exhausted``,
             ``max-attempts``, ``deadline`` ...; ``model-retry`` and
             ``model-retry-refused`` count the model's own re-calls of a failed call.
+        would_reject: requests admitted only because the policy is in shadow mode or
+            forced closed (enforcement would have rejected them); in ``to_dict`` only
+            once non-zero.
+        scope_overflows: calls of a scoped row that went to its shared overflow breaker
+            because ``max_scopes`` breakers were live and none could be forgotten; in
+            ``to_dict`` only once non-zero.
     """
 
     __slots__ = (
@@ -163,7 +176,9 @@ class BreakerStats:
         "reopens_from_half_open",
         "retries",
         "saturated",
+        "scope_overflows",
         "time_in_state_ms",
+        "would_reject",
     )
 
     def __init__(self) -> None:
@@ -177,6 +192,8 @@ class BreakerStats:
         self.listener_errors = 0
         self.hook_errors = 0
         self.saturated = 0
+        self.would_reject = 0
+        self.scope_overflows = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
         self.retries: dict[str, int] = {}
         self._workers: Workers | None = None
@@ -198,7 +215,7 @@ class BreakerStats:
 
     def to_dict(self) -> dict[str, Any]:
         """The counters as a JSON-ready dict."""
-        return {
+        out: dict[str, Any] = {
             "demand": self.demand,
             "admitted": self.admitted,
             "rejected": self.rejected,
@@ -215,32 +232,42 @@ class BreakerStats:
             "time_in_state_ms": dict(self.time_in_state_ms),
             "retries": dict(self.retries),
         }
+        if self.would_reject:
+            out["would_reject"] = self.would_reject
+        if self.scope_overflows:
+            out["scope_overflows"] = self.scope_overflows
+        return out
 
 
 class Rejection:
     """A request the breaker rejected locally; carries the LLM-facing result."""
 
-    __slots__ = ("breaker", "reason", "retry_after_ms")
+    __slots__ = ("breaker", "note", "reason", "retry_after_ms")
     admitted: Final = False
 
-    def __init__(self, breaker: Breaker, reason: str, retry_after_ms: int | None) -> None:
+    def __init__(
+        self, breaker: Breaker, reason: str, retry_after_ms: int | None, note: str | None = None
+    ) -> None:
         self.breaker = breaker
         self.reason = reason
         self.retry_after_ms = retry_after_ms
+        self.note = note  # an operator's reason for an isolation, shown to the model
 
     @property
     def result(self) -> dict[str, Any]:
         """The tool-unavailable result to hand to the model instead of running the tool."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms)
+        return self.breaker._unavailable(self.reason, self.retry_after_ms, note=self.note)
 
     def result_for(self, tool: str) -> dict[str, Any]:
         """The same result worded for ``tool`` (several tools may share one breaker)."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms, tool=tool)
+        return self.breaker._unavailable(
+            self.reason, self.retry_after_ms, tool=tool, note=self.note
+        )
 
     def error(self) -> CircuitOpen:
         """The same rejection as an exception (its ``result`` is rendered on first use)."""
         return CircuitOpen(
-            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._unavailable
+            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._renderer(self.note)
         )
 
 
@@ -351,6 +378,8 @@ class Breaker:
         retryable: whether the model may retry a transient failure while closed.
         owner: the team to page; shown on dashboards.
         instructions: per-reason instruction templates overriding the defaults.
+        scope: key one breaker per value of this scope (see :class:`Boundary`).
+        max_scopes: the most scoped breakers kept in this process.
         max_workers: worker threads for ``enforce="thread"`` calls, one of them kept for
             probes (when there are two or more). A call that finds no worker free is
             rejected at once with reason ``saturated``, never queued; a call that hangs
@@ -387,6 +416,8 @@ class Breaker:
         retryable: bool = True,
         owner: str | None = None,
         instructions: Mapping[str, str] | None = None,
+        scope: str | None = None,
+        max_scopes: int = 1000,
         max_workers: int = 16,
         retry: RetryPolicy | Mapping[str, Any] | None = None,
         max_retry_after_ms: int | None = None,
@@ -412,6 +443,8 @@ class Breaker:
                 result_is_failure=result_is_failure,
                 retry=retry,  # type: ignore[arg-type] # a table is converted by Boundary
                 max_retry_after_ms=max_retry_after_ms,
+                scope=scope,
+                max_scopes=max_scopes,
             )
         self.boundary = boundary
         self.dependency = boundary.dependency
@@ -433,7 +466,7 @@ class Breaker:
         self.owner = boundary.owner
         self.instructions = dict(boundary.instructions)
         self.stats = BreakerStats()
-        self._rendered: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self._rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
         self._render = self._unavailable
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise PolicyError(
@@ -455,6 +488,11 @@ class Breaker:
         self._sleep = sleep
         self._seeds = random.Random(retry_seed) if retry_seed is not None else None  # noqa: S311 - jitter, not secrets
         self._failed_calls: dict[str, int] = {}
+        self._scoped: collections.OrderedDict[str, Breaker] | None = (
+            None if boundary.scope is None else collections.OrderedDict()
+        )
+        self._overflow: Breaker | None = None
+        self._scopes_lock = threading.Lock()
 
     # -- inspection -------------------------------------------------------------------
 
@@ -479,7 +517,96 @@ class Breaker:
         """
         self._listeners.append(listener)
         self._quiet = None
+        for child in self.scopes().values():
+            child._quiet = None  # scoped breakers share this list of listeners
         return lambda: self._listeners.remove(listener)
+
+    def hidden_for_ms(self) -> tuple[bool, int | None]:
+        """Whether every call is rejected now without changing anything, and for how long.
+
+        ``(True, ms)`` while open and cooling down (``ms`` until a probe), isolated or
+        forced open (``ms`` is ``None``: until an operator acts); ``(False, None)``
+        otherwise. This is what the adapters' opt-in *hide open tools* mode hides: a
+        half-open breaker stays visible, since a probe slot may free up. For a scoped
+        row, the current scope's breaker answers.
+        """
+        target = self.for_scope()
+        state = target._view.state
+        if state is None:
+            state = target.state
+        now = target.clock()
+        if idle_rejection(state, now, target.policy) is None:
+            return False, None
+        return True, core_retry_after_ms(state, now, target.policy)
+
+    # -- scopes -----------------------------------------------------------------------
+
+    def for_scope(self, value: str | None = None) -> Breaker:
+        """The breaker of one scope value.
+
+        ``value`` defaults to the current context's (see :func:`toolbreaker.scope`); this
+        breaker itself when the row is not scoped or no value is set.
+        """
+        name = self.boundary.scope
+        children = self._scoped
+        if name is None or children is None:
+            return self
+        if value is None:
+            value = current_scope(name)
+            if value is None:
+                return self
+        with self._scopes_lock:
+            child = children.get(value)
+            if child is not None:
+                children.move_to_end(value)
+                return child
+            return self._new_scope(name, value, children)
+
+    def scopes(self) -> dict[str, Breaker]:
+        """The live scoped breakers of this row, by scope value (oldest use first)."""
+        with self._scopes_lock:
+            return dict(self._scoped or {})
+
+    def _new_scope(
+        self, name: str, value: str, children: collections.OrderedDict[str, Breaker]
+    ) -> Breaker:
+        if len(children) >= self.boundary.max_scopes:
+            for old, breaker in children.items():
+                if is_evictable(breaker.state):
+                    # Its state stays in the store: a later call for ``old`` reloads it.
+                    del children[old]
+                    breaker.close()
+                    break
+            else:
+                # Every live one is open or operator-held: never drop one to make room.
+                self.stats.scope_overflows += 1
+                # The value is masked: a scope may be keyed by an API key.
+                log.warning(
+                    redact_text(
+                        f"toolbreaker: {self.key} holds {len(children)} scoped breakers, none "
+                        f"closed; {name}={value!r} shares the overflow breaker"
+                    )
+                )
+                if self._overflow is None:
+                    self._overflow = self._child(f"{name}=*")
+                return self._overflow
+        label = value if _PLAIN_SCOPE.fullmatch(value) else _digest(value)
+        child = children[value] = self._child(f"{name}={label}")
+        return child
+
+    def _child(self, label: str) -> Breaker:
+        row = dataclasses.replace(
+            self.boundary, dependency=f"{self.dependency}[{label}]", tool=self.tool, scope=None
+        )
+        child = Breaker(
+            row.dependency,
+            store=self.store,
+            clock=self.clock,
+            boundary=row,
+            max_workers=self._max_workers,
+        )
+        child._listeners = self._listeners
+        return child
 
     # -- two-step API ---------------------------------------------------------------
 
@@ -489,6 +616,8 @@ class Breaker:
         Settle the returned :class:`Permit` with ``record()``, or hand
         :attr:`Rejection.result` to the model instead of calling the tool.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.allow(timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._enter(self.clock(), deadline)
 
@@ -506,6 +635,8 @@ class Breaker:
         within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
         ``failed(exc)``, whose return value is what the model reads.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.begin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         refused = self._model_retry(tool or self.tool, dict(args or {}))
         if refused is not None:
@@ -520,6 +651,8 @@ class Breaker:
         timeout: float | None = _UNSET,
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.abegin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         refused = self._model_retry(tool or self.tool, dict(args or {}))
         if refused is not None:
@@ -575,12 +708,12 @@ class Breaker:
             if state is self._quiet:
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
-            if state.phase == OPEN:
-                reason = idle_rejection(state, now, self.policy)
-                if reason is not None:
-                    stats.rejected += 1
-                    return Rejection(self, reason, core_retry_after_ms(state, now))
-            elif self._remember_quiet(state):
+            reason = idle_rejection(state, now, self.policy)
+            if reason is not None:
+                stats.rejected += 1
+                wait = core_retry_after_ms(state, now, self.policy)
+                return Rejection(self, reason, wait, state.operator_reason)
+            if state.phase != OPEN and self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
         return None
@@ -623,11 +756,12 @@ class Breaker:
         last = records[-1]
         if last.attempted:
             self.stats.admitted += 1
-            return Permit(
-                self, last.event.call, last.generation, now, deadline, last.to_phase == HALF_OPEN
-            )
+            if last.would_reject:
+                self.stats.would_reject += 1
+            probe = last.to_phase == HALF_OPEN and not last.would_reject
+            return Permit(self, last.event.call, last.generation, now, deadline, probe)
         self.stats.rejected += 1
-        return Rejection(self, last.reason, self.retry_after_ms(state))
+        return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
 
     async def _store_aapply(self, event: Event) -> tuple[BreakerState, tuple[Transition, ...]]:
         """The store's ``aapply`` (never blocks the loop); a sync-only store in a thread."""
@@ -666,6 +800,9 @@ class Breaker:
             state = self._view.state
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
                 return None
+        took = None
+        if kind == "success" and self.policy.slow_call_ms is not None:
+            took = max(0, now - permit.admitted_at)  # only slow-call rules need it
         return Event(
             kind,
             now,
@@ -673,6 +810,7 @@ class Breaker:
             call=permit.call,
             generation=permit.generation,
             retry_after_ms=verdict.retry_after_ms if kind == "failure" else None,
+            duration_ms=took,
         )
 
     def _remember_quiet(self, state: BreakerState) -> bool:
@@ -816,6 +954,8 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.call(fn, *args, timeout=timeout, **kwargs)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         if deadline is None:
             raise self._no_deadline()
@@ -867,6 +1007,8 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.acall(fn, *args, timeout=timeout, **kwargs)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         if deadline is None:
             raise self._no_deadline()
@@ -938,8 +1080,13 @@ class Breaker:
             self.stats.rejected += 1
             # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
-            wait = None if until is None or state.isolated else until - now
-            raise circuit_open(self.key, reason, wait, self._render)
+            wait = None if until is None or state.isolated or self.policy.force else until - now
+            render = (
+                self._render
+                if state.operator_reason is None
+                else self._renderer(state.operator_reason)
+            )
+            raise circuit_open(self.key, reason, wait, render)
 
     def record_result(self, permit: Permit, result: object) -> None:
         """Settle ``permit`` with a returned result.
@@ -1086,6 +1233,10 @@ class Breaker:
 
     def close(self) -> None:
         """Release the idle worker threads (calls still running are not waited for)."""
+        for child in self.scopes().values():
+            child.close()
+        if self._overflow is not None:
+            self._overflow.close()
         workers, self._workers = self._workers, None
         if workers is not None:
             workers.close()
@@ -1203,31 +1354,33 @@ class Breaker:
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    target = self if self._scoped is None else self.for_scope()
                     call = {"args": args, "kwargs": kwargs}
-                    refused = self._model_retry(name, call)
+                    refused = target._model_retry(name, call)
                     if refused is not None:
                         return refused.answer
                     try:
-                        return await self.acall(func, *args, timeout=timeout, **kwargs)
+                        return await target.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
-                        return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
+                        return exc.result_for(name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                        return self._failed_call(name, call, exc)
+                        return target._failed_call(name, call, exc)
 
                 return async_tool
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                target = self if self._scoped is None else self.for_scope()
                 call = {"args": args, "kwargs": kwargs}
-                refused = self._model_retry(name, call)
+                refused = target._model_retry(name, call)
                 if refused is not None:
                     return refused.answer
                 try:
-                    return self.call(func, *args, timeout=timeout, **kwargs)
+                    return target.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
-                    return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
+                    return exc.result_for(name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                    return self._failed_call(name, call, exc)
+                    return target._failed_call(name, call, exc)
 
             return sync_tool
 
@@ -1241,7 +1394,12 @@ class Breaker:
         error result that says whether retrying can help.
         """
         state = self._view.state
-        if state is not None and state.phase == OPEN:
+        if (
+            state is not None
+            and state.phase == OPEN
+            and not self.policy.admits_all
+            and not (state.forced_closed and self.policy.force is None)
+        ):
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
@@ -1305,11 +1463,24 @@ class Breaker:
             self, tool, dict(args), answer=self._unavailable("retry-budget", None, tool=tool)
         )
 
+    def _renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
+        """The renderer of a rejection; with an operator's ``note`` when there is one."""
+        return self._render if note is None else functools.partial(self._unavailable, note=note)
+
     def _unavailable(
-        self, reason: str, retry_after_ms: int | None, *, tool: str | None = None
+        self,
+        reason: str,
+        retry_after_ms: int | None,
+        *,
+        tool: str | None = None,
+        note: str | None = None,
     ) -> dict[str, Any]:
         name = tool or self.tool
-        key = (name, reason, retry_after_seconds(retry_after_ms))
+        if reason == "forced-open":
+            note = self.policy.force_reason
+        elif reason != "isolated":
+            note = None
+        key = (name, reason, retry_after_seconds(retry_after_ms), note)
         cached = self._rendered.get(key)
         if cached is None:
             if len(self._rendered) >= 512:
@@ -1321,24 +1492,43 @@ class Breaker:
                 fallback=self.fallback,
                 fallback_note=self.fallback_note,
                 templates=self.instructions,
+                operator_reason=note,
             )
         return dict(cached)
 
     # -- operator control -------------------------------------------------------------
 
     def isolate(self, reason: str = "operator") -> Transition:
-        """Force the breaker open until :meth:`release`; every request is rejected."""
+        """Force the breaker open until :meth:`release`; every request is rejected.
+
+        The isolation is persisted in the store (every process sharing it sees it, and it
+        survives restarts); ``reason`` is kept with it and shown to the model.
+        """
         return self._operator("isolate", reason)
 
+    def force_close(self, reason: str = "operator") -> Transition:
+        """Force the breaker closed until :meth:`release`, in the store, for every process.
+
+        The breaker keeps deciding and recording, but admits every request; requests it
+        would have rejected are recorded with ``would_reject``.
+        """
+        return self._operator("force-closed", reason)
+
     def release(self, reason: str = "operator") -> Transition:
-        """Close an isolated (or any) breaker: a fresh closed generation."""
+        """End an isolation or a forced close: a fresh closed generation."""
         return self._operator("release", reason)
 
     def _operator(self, kind: str, reason: str) -> Transition:
         now = self.clock()
-        state, records = self.store.apply(
-            self.key, Event(kind, now, self.key, call=f"operator:{reason}"), self.policy
+        note = " ".join(str(reason).split())[:300] or "operator"
+        event = Event(
+            kind,
+            now,
+            self.key,
+            call=f"operator:{reason}",
+            reason=None if kind == "release" else note,
         )
+        state, records = self.store.apply(self.key, event, self.policy)
         self._observe(state, records, now)
         return records[-1]
 
@@ -1373,6 +1563,11 @@ class _Operation:
     def __init__(self, name: str, state: RetryState) -> None:
         self.name = name
         self.state = state
+
+
+def _digest(value: str) -> str:
+    """A scope value that is not a short plain name (an API key, say) as a digest."""
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def clock_of(store: object) -> Clock:

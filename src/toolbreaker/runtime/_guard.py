@@ -408,7 +408,7 @@ class RunGuard:
         """
         step = self._plan(tool, dict(args or {}))
         if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
-            breaker = step.plan.spec.breaker
+            breaker = step.plan.spec.breaker.for_scope()  # a scoped row: this tenant's
             self._admitted(step, breaker._enter(breaker.clock(), breaker._default_deadline))
         return self._journal_pending(step)
 
@@ -416,7 +416,7 @@ class RunGuard:
         """:meth:`begin` for the event loop: the breaker's store round trip is awaited."""
         step = self._plan(tool, dict(args or {}))
         if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
-            breaker = step.plan.spec.breaker
+            breaker = step.plan.spec.breaker.for_scope()
             admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
             self._admitted(step, admission)
         return self._journal_pending(step)
@@ -652,7 +652,8 @@ class RunGuard:
                 return self._dependency_down(plan, result, "opened")
         if spec.breaker is None:
             return error_result(spec.name, exc, retryable=verdict.kind == "failure")
-        result = spec.breaker.failure_result(spec.name, exc)
+        owner = step.permit.breaker if isinstance(step.permit, Permit) else spec.breaker
+        result = owner.failure_result(spec.name, exc)
         self._observe_retry(plan, result)
         if result.get("tool_unavailable"):
             # This failure opened the dependency's breaker, or left the tool unavailable

@@ -33,6 +33,7 @@ __all__ = [
     "SYSTEM_PROMPT_LINE",
     "denied_result",
     "error_result",
+    "hidden_tools_line",
     "journal_down_result",
     "retry_after_seconds",
     "stopped_result",
@@ -48,6 +49,7 @@ _REASONS: Final = {
     "opened": "open",
     "probe-limit": "recovering",
     "isolated": "isolated",
+    "forced-open": "isolated",
     "store-unavailable": "store-unavailable",
     "rate-limited": "rate-limited",
     "quota-exhausted": "quota-exhausted",
@@ -108,6 +110,31 @@ def system_prompt_line() -> str:
     return SYSTEM_PROMPT_LINE
 
 
+def hidden_tools_line(hidden: Mapping[str, int | None]) -> str:
+    """The system-prompt line naming the tools hidden from the model, and until when.
+
+    ``hidden`` maps a tool name to the milliseconds until it may be called again
+    (``None``: until an operator restores it). Empty when nothing is hidden.
+    """
+    if not hidden:
+        return ""
+    parts = []
+    for tool in sorted(hidden):
+        ms = hidden[tool]
+        when = (
+            "until an operator restores it"
+            if ms is None
+            else f"for about {whole_seconds(ms)} more seconds"
+        )
+        parts.append(f'"{tool}" ({when})')
+    return (
+        "These tools are out of service and hidden from you: "
+        + ", ".join(parts)
+        + ". Do not try to call them; tell the user which data is unavailable instead of "
+        "estimating or inventing it."
+    )
+
+
 def retry_after_seconds(ms: int | None) -> int:
     """Whole seconds, rounded up, and at least 1 (the one formula; see ``whole_seconds``)."""
     return whole_seconds(ms)
@@ -149,8 +176,13 @@ def unavailable_result(
     fallback: str | None = None,
     fallback_note: str = "",
     templates: Mapping[str, str] | None = None,
+    operator_reason: str | None = None,
 ) -> dict[str, Any]:
-    """The tool-unavailable result for a local rejection (or the failure that opened it)."""
+    """The tool-unavailable result for a local rejection (or the failure that opened it).
+
+    ``operator_reason`` (a row forced open, with its reason) is masked and shown to the
+    model as ``operator_reason`` and in the instruction.
+    """
     public = _REASONS.get(reason, "open")
     seconds = whole_seconds(retry_after_ms)
     if fallback:
@@ -176,6 +208,10 @@ def unavailable_result(
         result["retryable"] = False
     if fallback:
         result["fallback"] = fallback
+    if operator_reason:
+        note = redact_text(" ".join(operator_reason.split()))
+        result["operator_reason"] = note
+        result["instruction"] += f" The operator's reason: {note.rstrip('.')}."
     return result
 
 
