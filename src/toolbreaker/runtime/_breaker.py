@@ -875,24 +875,21 @@ class Breaker:
         """
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        if deadline is None:
-            raise self._no_deadline()
+        deadline = self._required_deadline(timeout)
         operation = self._operation()
         while True:
-            left = remaining_ms(operation.state, self.clock(), self._retry)
             try:
                 result = self._call_once(
-                    fn, *args, timeout=max(1, min(deadline, left)) / 1000, **kwargs
+                    fn, *args, timeout=self._attempt_timeout(operation, deadline), **kwargs
                 )
             except CircuitOpen:
                 raise
             except Exception as exc:
-                decision = self._retry_decision(operation, exc)
-                if not decision.retry:
+                wait = self._retry_wait(operation, exc)
+                if wait is None:
                     raise
-                (self._sleep or time.sleep)(decision.wait_ms / 1000)
-                if remaining_ms(operation.state, self.clock(), self._retry) <= 0:
+                (self._sleep or time.sleep)(wait)
+                if self._overran(operation):
                     raise  # the wait overran the end-to-end deadline: no attempt after it
                 continue
             self._retry_succeeded()
@@ -918,27 +915,23 @@ class Breaker:
         """
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        if deadline is None:
-            raise self._no_deadline()
+        deadline = self._required_deadline(timeout)
         operation = self._operation()
         while True:
-            left = remaining_ms(operation.state, self.clock(), self._retry)
             try:
                 result = await self._acall_once(
-                    fn, *args, timeout=max(1, min(deadline, left)) / 1000, **kwargs
+                    fn, *args, timeout=self._attempt_timeout(operation, deadline), **kwargs
                 )
             except CircuitOpen:
                 raise
             except Exception as exc:
-                decision = self._retry_decision(operation, exc)
-                if not decision.retry:
+                wait = self._retry_wait(operation, exc)
+                if wait is None:
                     raise
-                seconds = decision.wait_ms / 1000
-                waited = asyncio.sleep(seconds) if self._sleep is None else self._sleep(seconds)
+                waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
                 if inspect.isawaitable(waited):
                     await waited
-                if remaining_ms(operation.state, self.clock(), self._retry) <= 0:
+                if self._overran(operation):
                     raise  # the wait overran the end-to-end deadline: no attempt after it
                 continue
             self._retry_succeeded()
@@ -956,9 +949,7 @@ class Breaker:
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return target.call(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        if deadline is None:
-            raise self._no_deadline()
+        deadline = self._required_deadline(timeout)
         state = self._view.state
         if state is self._quiet and state is not None and self._inline:
             # Quiet fast path: no permit, no lock, no record unless something happens.
@@ -969,11 +960,7 @@ class Breaker:
             except BaseException as exc:
                 self._quiet_outcome(state, start, deadline, exc)
                 raise
-            if (
-                self.result_is_failure is not None
-                or self.clock() - start > deadline
-                or self._view.state is not state
-            ):
+            if self._quiet_settles(state, start, deadline):
                 self._quiet_outcome(state, start, deadline, result)
             return result
         now = self.clock()
@@ -1009,9 +996,7 @@ class Breaker:
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.acall(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        if deadline is None:
-            raise self._no_deadline()
+        deadline = self._required_deadline(timeout)
         state = self._view.state
         if state is self._quiet and state is not None:
             # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
@@ -1028,11 +1013,7 @@ class Breaker:
             except BaseException as exc:
                 await self._quiet_permit(state, start, deadline).arecord(exc)
                 raise
-            if (
-                self.result_is_failure is not None
-                or self.clock() - start > deadline
-                or self._view.state is not state
-            ):
+            if self._quiet_settles(state, start, deadline):
                 await self._quiet_permit(state, start, deadline).arecord(
                     self.result_verdict(result)
                 )
@@ -1066,6 +1047,21 @@ class Breaker:
             permit.record(outcome)
         else:
             self.record_result(permit, outcome)
+
+    def _quiet_settles(self, state: BreakerState, start: int, deadline: int) -> bool:
+        """Whether a fast-path result must be settled after all (the core may care)."""
+        return (
+            self.result_is_failure is not None
+            or self.clock() - start > deadline
+            or self._view.state is not state
+        )
+
+    def _required_deadline(self, timeout: float | None) -> int:
+        """The call's deadline in ms (``timeout`` or the default); every call needs one."""
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        if deadline is None:
+            raise self._no_deadline()
+        return deadline
 
     def _quiet_permit(self, state: BreakerState, start: int, deadline: int) -> Permit:
         """The permit a fast-path call would have had, to settle it after all."""
@@ -1279,6 +1275,22 @@ class Breaker:
             may_have_committed=not self.boundary.idempotent and may_have_committed(exc, verdict),
             breaker_open=state is not None and state.phase == OPEN,
         )
+
+    def _attempt_timeout(self, operation: _Operation, deadline: int) -> float:
+        """An attempt's deadline in seconds: the call's, cut to what the operation has left."""
+        assert self._retry is not None
+        left = remaining_ms(operation.state, self.clock(), self._retry)
+        return max(1, min(deadline, left)) / 1000
+
+    def _retry_wait(self, operation: _Operation, exc: Exception) -> float | None:
+        """Seconds to wait before the next attempt, or ``None``: no retry, re-raise."""
+        decision = self._retry_decision(operation, exc)
+        return decision.wait_ms / 1000 if decision.retry else None
+
+    def _overran(self, operation: _Operation) -> bool:
+        """The wait overran the end-to-end deadline: no attempt may start after it."""
+        assert self._retry is not None
+        return remaining_ms(operation.state, self.clock(), self._retry) <= 0
 
     def _retry_decision(self, operation: _Operation, exc: Exception) -> RetryDecision:
         """Ask the retry core about a failed attempt; ``operation`` is advanced in place."""
