@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     cmd.add_argument("--save", metavar="DIR", help="write the trace, policy and receipt here")
     cmd.set_defaults(run_command=_run_demo)
+
+    from toolbreaker.cli._observe import add_commands
+
+    add_commands(commands)
     return parser
 
 
