@@ -25,7 +25,7 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add_commands(commands: Any) -> None:
-    """Register ``export`` and ``advise`` on the top-level subparsers."""
+    """Register ``export``, ``advise`` and ``dashboard`` on the top-level subparsers."""
     cmd = commands.add_parser(
         "export", help="write the shared event stream as a trace that replay accepts"
     )
@@ -44,6 +44,18 @@ def add_commands(commands: Any) -> None:
     cmd.add_argument("--since", help="with --store: only entries this recent")
     cmd.add_argument("--json", action="store_true", help="print signals and findings as JSON")
     cmd.set_defaults(run_command=_run_advise)
+
+    cmd = commands.add_parser(
+        "dashboard", help="serve a live breaker dashboard on 127.0.0.1 (extra: dashboard)"
+    )
+    cmd.add_argument("--store", required=True, help="memory://, sqlite:///PATH or redis://...")
+    cmd.add_argument("--port", type=int, default=8765)
+    cmd.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="allow isolate/release from the page; prints a token the page must send",
+    )
+    cmd.set_defaults(run_command=_run_dashboard)
 
 
 def parse_since(text: str, now: float) -> float:
@@ -197,3 +209,9 @@ def _run_advise(args: argparse.Namespace) -> int:
         named = f"{finding.key} (tool {tool})" if tool and tool != finding.key else finding.key
         print(f"[{finding.rule}] {named}: {finding.message}\n  -> {finding.advice}")
     return 0
+
+
+def _run_dashboard(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._dashboard import serve
+
+    return serve(args.store, port=args.port, allow_actions=args.allow_actions)

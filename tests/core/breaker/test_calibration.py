@@ -44,7 +44,7 @@ def test_flapping_is_a_finding():
     script = [(0, "request"), (0, "failure")]
     for n in range(1, 4):
         script += [(n * 1_000, "request"), (n * 1_000, "failure")]
-    signals = calibrate(drive(script))
+    signals = calibrate(drive(script), until=60_000)
     assert signals["search"].half_opens == 3
     assert signals["search"].reopen_ratio == 1.0
     rules = {f.rule for f in findings(signals)}
@@ -111,3 +111,10 @@ def test_advise_needs_one_source(capsys):
     """advise with neither a trace nor a store is a one-line usage error."""
     assert main(["advise"]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_a_short_observation_is_not_mostly_open():
+    """Under a minute of records, the share of time open is no finding."""
+    signals = calibrate(drive([(0, "request"), (0, "failure")]), until=30_000)
+    assert signals["search"].open_share == 1.0
+    assert "mostly-open" not in {f.rule for f in findings(signals)}

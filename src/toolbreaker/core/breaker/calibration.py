@@ -30,6 +30,7 @@ from toolbreaker.core.breaker.state import HALF_OPEN, OPEN, Transition
 __all__ = [
     "CLIENT_ERROR_SHARE",
     "FLAPPING_RATIO",
+    "MIN_SPAN_MS",
     "OPEN_SHARE",
     "Finding",
     "Signals",
@@ -44,6 +45,8 @@ FLAPPING_RATIO: Final = 0.7
 OPEN_SHARE: Final = 0.2
 #: Above this share of qualifying failures being client errors, the classifier is wrong.
 CLIENT_ERROR_SHARE: Final = 0.2
+#: Rates and shares over less than a minute of observation say nothing; no finding.
+MIN_SPAN_MS: Final = 60_000
 _HOUR_MS: Final = 3_600_000
 
 
@@ -240,7 +243,7 @@ def findings(signals: Mapping[str, Signals]) -> list[Finding]:
                     "longer to recover than the breaker waits",
                 )
             )
-        if s.span_ms and s.open_share > OPEN_SHARE:
+        if s.span_ms >= MIN_SPAN_MS and s.open_share > OPEN_SHARE:
             out.append(
                 Finding(
                     key,
