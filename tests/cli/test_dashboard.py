@@ -170,6 +170,13 @@ def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
     orders = breakers.get("orders", "write", tool="create_order")
     publisher.attach(search, orders)
     orders.call(lambda: "ok")
+    for name, operation in (("billing", "read"), ("billing", "write"), ("crm", "read")):
+        other = breakers.get(name, operation)
+        publisher.attach(other)
+        other.call(lambda: "ok")
+    guard = RunGuard("refund-42")
+    publisher.attach(guard)
+    guard.stop(f"operator stop: the agent pasted api_key={SECRET} into a ticket")
     with Server(build_app(open_stream(url))) as server:
         page.goto(server.url)
         page.wait_for_selector('tr[data-key="orders:write"][data-phase="closed"]')
@@ -186,6 +193,8 @@ def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
         assert policy.version in detail
         assert "cooldown" in detail
         page.wait_for_selector("#findings [data-rule='model-recalls']")
+        page.wait_for_selector('.stop[data-task="refund-42"]')
+        assert SECRET not in page.content()
         page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
         while search.retry_after_ms():  # the cooldown passes on the store's clock
             time.sleep(0.05)

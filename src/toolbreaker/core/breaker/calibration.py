@@ -272,12 +272,14 @@ def findings(signals: Mapping[str, Signals]) -> list[Finding]:
                 )
             )
         if s.early_recalls:
+            times = "time" if s.early_recalls == 1 else "times"
+            episodes = max(s.opens, s.early_recall_episodes)
             out.append(
                 Finding(
                     key,
                     "model-recalls",
-                    f"the tool was called {s.early_recalls} times before the retry time "
-                    f"the model was told, in {s.early_recall_episodes} of {s.opens} "
+                    f"the tool was called {s.early_recalls} {times} before the retry time "
+                    f"the model was told, in {s.early_recall_episodes} of {episodes} "
                     "open episodes",
                     "reword the unavailable instruction (or name a fallback): the model "
                     "did not take 'unavailable' for an answer",
