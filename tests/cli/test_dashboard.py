@@ -44,6 +44,23 @@ WAIT_MS = 20_000
 SECRET = "sk-live-abcdefghijklmnopqrstuvwx"
 
 
+_OPENED: list = []
+
+
+def opened(url):
+    """open_stream, closed when the test ends (Redis clients hold sockets)."""
+    stream = open_stream(url)
+    _OPENED.append(stream)
+    return stream
+
+
+@pytest.fixture(autouse=True)
+def _close_opened():
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
 class Unavailable(Exception):
     status_code = 503
 
@@ -134,7 +151,8 @@ def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, 
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        with exc:
+            return exc.code, json.loads(exc.read())
 
 
 def test_the_page_loads_1000_breakers(page, shots):
@@ -165,7 +183,7 @@ def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
     breakers = Registry(
         policy, store=SQLiteStore(path), default_timeout=5.0, default_enforce="cooperative"
     )
-    publisher = StreamPublisher(open_stream(url))
+    publisher = StreamPublisher(opened(url))
     search = breakers.get("search", "read", tool="search_catalog")
     orders = breakers.get("orders", "write", tool="create_order")
     publisher.attach(search, orders)
@@ -177,7 +195,7 @@ def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
     guard = RunGuard("refund-42")
     publisher.attach(guard)
     guard.stop(f"operator stop: the agent pasted api_key={SECRET} into a ticket")
-    with Server(build_app(open_stream(url))) as server:
+    with Server(build_app(opened(url))) as server:
         page.goto(server.url)
         page.wait_for_selector('tr[data-key="orders:write"][data-phase="closed"]')
         for _ in range(2):
@@ -226,9 +244,9 @@ def test_actions_need_the_token_and_this_origin(page, tmp_path):
     store = SQLiteStore(path)
     breakers = Registry(store=store, default_timeout=5.0, default_enforce="cooperative")
     search = breakers.get("search", "read")
-    StreamPublisher(open_stream(url)).attach(search)
+    StreamPublisher(opened(url)).attach(search)
     search.call(lambda: "ok")
-    stream, board = open_stream(url), Board()
+    stream, board = opened(url), Board()
     actor = store_actor(url, board, stream)
     with Server(build_app(stream, actor=actor, token="t0ken", board=board)) as server:
         page.goto(server.url)
@@ -271,3 +289,4 @@ def test_read_only_by_default(tmp_path):
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=10)
         assert refused.value.code == 400
+        refused.value.close()

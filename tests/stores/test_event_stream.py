@@ -28,6 +28,22 @@ from toolbreaker.instrumentation.stream import (
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import FakeClock, capture_transitions
 
+_OPENED: list = []
+
+
+def opened(url):
+    """open_stream, closed when the test ends (Redis clients hold sockets)."""
+    stream = open_stream(url)
+    _OPENED.append(stream)
+    return stream
+
+
+@pytest.fixture(autouse=True)
+def _close_opened():
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
 
 class Unavailable(Exception):
     status_code = 503
@@ -72,7 +88,7 @@ def test_every_transition_reaches_the_stream_with_policy_version_and_class(strea
     and, for failures, the failure class."""
     clock = FakeClock()
     breakers = Registry(POLICY, clock=clock, default_timeout=1.0, default_enforce="cooperative")
-    stream = open_stream(stream_url)
+    stream = opened(stream_url)
     publisher = StreamPublisher(stream)
     with capture_transitions(breakers.get("search")) as live:
         publisher.attach(breakers)
@@ -96,7 +112,7 @@ def test_export_replays_to_the_same_transitions(stream_url, tmp_path, capsys):
     """toolbreaker export writes a trace that replay turns into the live transitions."""
     clock = FakeClock()
     breakers = Registry(POLICY, clock=clock, default_timeout=1.0, default_enforce="cooperative")
-    StreamPublisher(open_stream(stream_url)).attach(breakers.get("search"))
+    StreamPublisher(opened(stream_url)).attach(breakers.get("search"))
     with capture_transitions(breakers.get("search")) as live:
         outage(breakers, clock)
     out = tmp_path / "trace.jsonl"
@@ -111,7 +127,7 @@ def test_export_replays_to_the_same_transitions(stream_url, tmp_path, capsys):
 
 def test_run_guard_stops_go_to_the_stream_masked(stream_url):
     """A run that stops appends its packet, with secrets masked."""
-    stream = open_stream(stream_url)
+    stream = opened(stream_url)
     guard = RunGuard("task-1", budget=Budget(max_tool_calls=1))
     guard.tool("lookup")(lambda api_key: {"ok": True})
     StreamPublisher(stream).attach(guard)
@@ -183,7 +199,7 @@ def test_a_down_redis_is_counted_not_raised(private_redis):
     """A Redis stream whose server stopped: appends fail, calls go on."""
     clock = FakeClock()
     breakers = Registry(POLICY, clock=clock, default_timeout=1.0, default_enforce="cooperative")
-    publisher = StreamPublisher(open_stream(private_redis.url))
+    publisher = StreamPublisher(opened(private_redis.url))
     publisher.attach(breakers.get("search"))
     private_redis.stop()
     assert breakers.get("search").call(lambda: "ok") == "ok"
@@ -227,15 +243,15 @@ def test_processes_sharing_an_sqlite_store_export_one_trace(tmp_path):
     breakers = Registry(
         policy, store=SQLiteStore(state), default_timeout=5.0, default_enforce="cooperative"
     )
-    StreamPublisher(open_stream(url)).attach(breakers.get("search"))
+    StreamPublisher(opened(url)).attach(breakers.get("search"))
     with pytest.raises(Unavailable):
         breakers.get("search").call(fail)
     assert breakers.get("search").guard(lambda: "ok")()["tool_unavailable"]
     out = io.StringIO()
-    assert export_trace((e for _, e in iter_entries(open_stream(url))), out) == (5, 0)
+    assert export_trace((e for _, e in iter_entries(opened(url))), out) == (5, 0)
     events = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [e["type"] for e in events] == ["request", "failure"] * 2 + ["request"]
-    sources = {e["source"] for _, e in iter_entries(open_stream(url))}
+    sources = {e["source"] for _, e in iter_entries(opened(url))}
     assert len(sources) == 2
     receipt = replay([e for _, e in read_trace_text(out.getvalue(), tmp_path)], policy)
     assert receipt["dependencies"]["search"]["final_state"]["state"] == "open"
@@ -289,7 +305,7 @@ def test_bad_stream_urls_are_one_line_errors(url, capsys):
 
 def test_since_filters_by_wall_time(capsys):
     """--since takes an age or an ISO time."""
-    stream = open_stream("memory://since-test")
+    stream = opened("memory://since-test")
     stream.append({"kind": "transition", "wall": 0, "key": "a", "record": rec("a", "request", "x")})
     assert main(["export", "--store", "memory://since-test", "--since", "1h"]) == 0
     assert capsys.readouterr().out == ""
@@ -302,7 +318,7 @@ def test_advise_reads_the_stream(stream_url, capsys):
     """advise --store derives the findings from the shared stream, classes included."""
     clock = FakeClock()
     breakers = Registry(POLICY, clock=clock, default_timeout=1.0, default_enforce="cooperative")
-    StreamPublisher(open_stream(stream_url)).attach(breakers.get("search"))
+    StreamPublisher(opened(stream_url)).attach(breakers.get("search"))
     outage(breakers, clock)
     assert main(["advise", "--store", stream_url, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
