@@ -326,3 +326,40 @@ def test_advise_reads_the_stream(stream_url, capsys):
     assert signals["early_recalls"] == 2
     assert signals["failures_by_class"] == {"http-503": 2}
     assert "model-recalls" in [f["rule"] for f in doc["findings"]]
+
+
+def test_the_dashboard_reads_and_acts_on_redis(redis_url):
+    """Breakers on a Redis store publish to a Redis stream; the dashboard shows them and
+    isolates through the same Redis, and every process's breaker sees it."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from toolbreaker.cli._dashboard import Board, build_app, store_actor
+    from toolbreaker.stores import RedisStore
+
+    name = f"search-{uuid.uuid4().hex[:8]}"
+    store = RedisStore(redis_url)  # the dashboard's actor uses the default prefix too
+    url = f"{redis_url}?key=tb-test:{name}:events"
+    breakers = Registry(POLICY, store=store, clock=store.clock, default_timeout=5.0)
+    search = breakers.get(name, "read")
+    StreamPublisher(opened(url)).attach(search)
+    with pytest.raises(Unavailable):
+        search.call(fail)
+    stream, board = opened(url), Board()
+    actor = store_actor(url, board, stream)
+    origin = "http://127.0.0.1"
+    with TestClient(build_app(stream, actor=actor, token="t", board=board), base_url=origin) as c:
+        doc = c.get("/api/snapshot").json()
+        (row,) = doc["breakers"]
+        assert (row["key"], row["demand"], row["last"][0]["class"]) == (
+            search.key,
+            1,
+            "http-503",
+        )
+        headers = {"Origin": origin, "Content-Type": "application/json", "X-Toolbreaker-Token": "t"}
+        body = {"key": search.key, "action": "isolate", "reason": "incident 9"}
+        response = c.post("/api/action", content=json.dumps(body), headers=headers)
+        assert response.status_code == 200, response.text
+    assert search.state.isolated
+    assert search.guard(lambda: "ok")()["reason"] == "isolated"
+    store.close()

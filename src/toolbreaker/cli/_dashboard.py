@@ -157,6 +157,8 @@ class Board:
             }
         row["rev"] = self.revision
         row["policy_version"] = str(entry.get("policy_version", ""))
+        fallback = entry.get("fallback")
+        row["fallback"] = fallback if isinstance(fallback, str) else None
         policy = entry.get("policy")
         if isinstance(policy, dict):
             self._policies[key] = policy

@@ -20,7 +20,8 @@ into the call. Attaching routes every request of a breaker through the core (see
 :meth:`toolbreaker.Breaker.add_listener`), so rejections show up too.
 
 Entries (schema ``toolbreaker.stream/v1``) are JSON objects: ``kind`` ``transition``
-with the breaker's ``key``, ``dependency``, ``operation``, ``tool``, ``policy`` and its
+with the breaker's ``key``, ``dependency``, ``operation``, ``tool``, ``fallback`` (the
+degradation path the model is offered, or null), ``policy`` and its
 ``policy_version``,
 the receipt ``record`` and, for a failed outcome, its ``class`` (``http-503``,
 ``timeout``...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``.
@@ -405,6 +406,7 @@ class StreamPublisher:
             "dependency": breaker.dependency,
             "operation": breaker.operation,
             "tool": breaker.tool,
+            "fallback": breaker.fallback,
             "policy_version": breaker.policy.version,
             "policy": breaker.policy.to_dict(),
             "record": record.to_dict(),

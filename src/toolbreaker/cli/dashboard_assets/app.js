@@ -62,6 +62,7 @@
         h("td", {}, r.dependency), h("td", {}, r.operation), h("td", {}, r.tool),
         h("td", {}, h("span", { class: "state " + r.phase }, phaseLabel(r))),
         h("td", { class: "for" }, since(r)),
+        h("td", {}, r.fallback || "–"),
         h("td", { class: "n" }, r.demand), h("td", { class: "n" }, r.admitted), h("td", { class: "n" }, r.rejected),
         h("td", {}, counts(r.opens)),
         h("td", {}, r.probes.ok + " / " + r.probes.failed + " / " + r.probes.expired),
