@@ -61,6 +61,14 @@ def _close_opened():
         _OPENED.pop().close()
 
 
+def eventually(check):
+    """Wait (bounded) for another store's change to reach this process's view."""
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return check()
+
+
 class Unavailable(Exception):
     status_code = 503
 
@@ -270,7 +278,7 @@ def test_actions_need_the_token_and_this_origin(page, tmp_path):
         page.click("#isolate")
         page.wait_for_selector("#action-result.done")
         page.wait_for_selector('tr[data-key="search:read"][data-phase="open"]')
-        assert search.state.isolated
+        assert eventually(lambda: search.state.isolated)
         assert "operator:provider incident 123" in page.inner_text("#transitions")
 
 

@@ -29,6 +29,14 @@ from starlette.testclient import TestClient
 ORIGIN = "http://127.0.0.1"
 
 
+def eventually(check):
+    """Wait (bounded) for another store's change to reach this process's view."""
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return check()
+
+
 class Unavailable(Exception):
     status_code = 503
 
@@ -141,9 +149,9 @@ def test_isolate_and_release_go_through_the_store_and_into_the_stream(acting):
     response = act(client, body)
     assert response.status_code == 200, response.text
     assert response.json()["record"]["reason"] == "isolated"
-    assert search.state.isolated
+    assert eventually(lambda: search.state.isolated)
     assert act(client, {**body, "action": "release"}).status_code == 200
-    assert search.state.phase == "closed"
+    assert eventually(lambda: search.state.phase == "closed" and not search.state.isolated)
     calls = [e["record"]["event"].get("call") for _, e in iter_entries(stream)]
     assert calls[-2:] == ["operator:provider incident 7"] * 2
 

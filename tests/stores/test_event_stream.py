@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -43,6 +44,14 @@ def _close_opened():
     yield
     while _OPENED:
         _OPENED.pop().close()
+
+
+def eventually(check):
+    """Wait (bounded) for another store's change to reach this process's view."""
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return check()
 
 
 class Unavailable(Exception):
@@ -360,6 +369,6 @@ def test_the_dashboard_reads_and_acts_on_redis(redis_url):
         body = {"key": search.key, "action": "isolate", "reason": "incident 9"}
         response = c.post("/api/action", content=json.dumps(body), headers=headers)
         assert response.status_code == 200, response.text
-    assert search.state.isolated
+    assert eventually(lambda: search.state.isolated)
     assert search.guard(lambda: "ok")()["reason"] == "isolated"
     store.close()

@@ -160,6 +160,8 @@ class SQLiteStream:
                 self.path, timeout=1.0, isolation_level=None, check_same_thread=False
             )
             self._db.execute("PRAGMA journal_mode=WAL")
+            # History, not state: a power cut may lose the last entries, never corrupt them.
+            self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS toolbreaker_events "
                 "(id INTEGER PRIMARY KEY AUTOINCREMENT, entry TEXT NOT NULL)"
@@ -371,6 +373,7 @@ class StreamPublisher:
         self.append_errors = 0
         self._source = f"{socket.gethostname()}:{os.getpid()}"
         self._consumed: dict[int, dict[str, int]] = {}
+        self._fields: dict[int, tuple[object, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._failing = False
         self._removers: list[Callable[[], None]] = []
@@ -398,17 +401,8 @@ class StreamPublisher:
     def __call__(self, record: Transition, breaker: Breaker) -> None:
         """Append one transition (breaker listener signature)."""
         entry: dict[str, Any] = {
-            "schema": STREAM_SCHEMA,
-            "kind": "transition",
+            **self._static(breaker),
             "wall": time.time(),
-            "source": self._source,
-            "key": breaker.key,
-            "dependency": breaker.dependency,
-            "operation": breaker.operation,
-            "tool": breaker.tool,
-            "fallback": breaker.fallback,
-            "policy_version": breaker.policy.version,
-            "policy": breaker.policy.to_dict(),
             "record": record.to_dict(),
         }
         if record.event.type in OUTCOME_TYPES and record.event.type != "success":
@@ -416,6 +410,25 @@ class StreamPublisher:
             if failure_class is not None:
                 entry["class"] = failure_class
         self._append(entry)
+
+    def _static(self, breaker: Breaker) -> dict[str, Any]:
+        # What never changes for a breaker, computed once (the policy version is a hash).
+        found = self._fields.get(id(breaker))
+        if found is None or found[0] is not breaker.policy:
+            fields = {
+                "schema": STREAM_SCHEMA,
+                "kind": "transition",
+                "source": self._source,
+                "key": breaker.key,
+                "dependency": breaker.dependency,
+                "operation": breaker.operation,
+                "tool": breaker.tool,
+                "fallback": breaker.fallback,
+                "policy_version": breaker.policy.version,
+                "policy": breaker.policy.to_dict(),
+            }
+            found = self._fields[id(breaker)] = (breaker.policy, fields)
+        return found[1]
 
     def stop(self, packet: StopPacket, guard: RunGuard) -> None:
         """Append one run stop with its masked packet (stop listener signature)."""
