@@ -278,7 +278,8 @@ class _Feed:
 def store_actor(url: str, board: Board, stream: EventStream) -> Actor | None:
     """Isolate and release through the breaker store at ``url`` (SQLite file or Redis).
 
-    The action is applied with the policy last seen for the key and published to the
+    The action is applied with the policy last seen for the key (the defaults when the
+    stream no longer holds one; an isolate or release does not depend on it) and published to the
     stream like any transition. ``None`` for ``memory://``: another process's memory
     cannot be reached.
     """

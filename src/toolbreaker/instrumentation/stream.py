@@ -21,8 +21,8 @@ into the call. Attaching routes every request of a breaker through the core (see
 
 Entries (schema ``toolbreaker.stream/v1``) are JSON objects: ``kind`` ``transition``
 with the breaker's ``key``, ``dependency``, ``operation``, ``tool``, ``fallback`` (the
-degradation path the model is offered, or null), ``policy`` and its
-``policy_version``,
+degradation path the model is offered, or null), ``policy_version`` (and the whole
+``policy`` on a publisher's first entry of a breaker and on every change of phase),
 the receipt ``record`` and, for a failed outcome, its ``class`` (``http-503``,
 ``timeout``...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``.
 Both carry ``wall`` (Unix seconds, for ``--since``) and ``source`` (host and process).
@@ -91,7 +91,7 @@ class EventStream(Protocol):
 
 
 def _encode(entry: Mapping[str, Any]) -> str:
-    return json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str)
+    return json.dumps(entry, separators=(",", ":"), default=str)
 
 
 def _decode(text: str | bytes) -> dict[str, Any] | None:
@@ -405,6 +405,8 @@ class StreamPublisher:
             "wall": time.time(),
             "record": record.to_dict(),
         }
+        if record.from_phase != record.to_phase:
+            entry["policy"] = breaker.policy.to_dict()
         if record.event.type in OUTCOME_TYPES and record.event.type != "success":
             failure_class = self._failure_class(breaker)
             if failure_class is not None:
@@ -425,9 +427,9 @@ class StreamPublisher:
                 "tool": breaker.tool,
                 "fallback": breaker.fallback,
                 "policy_version": breaker.policy.version,
-                "policy": breaker.policy.to_dict(),
             }
             found = self._fields[id(breaker)] = (breaker.policy, fields)
+            return {**fields, "policy": breaker.policy.to_dict()}
         return found[1]
 
     def stop(self, packet: StopPacket, guard: RunGuard) -> None:
