@@ -22,6 +22,7 @@ from toolbreaker.instrumentation.stream import (
     RedisStream,
     SQLiteStream,
     StreamPublisher,
+    instructions_version,
     iter_entries,
     open_stream,
     record_of,
@@ -335,6 +336,21 @@ def test_advise_reads_the_stream(stream_url, capsys):
     assert signals["early_recalls"] == 2
     assert signals["failures_by_class"] == {"http-503": 2}
     assert "model-recalls" in [f["rule"] for f in doc["findings"]]
+    (obeyed,) = doc["compliance"]
+    assert (obeyed["tool"], obeyed["early_recalls"]) == ("search", 2)
+    assert obeyed["instructions_version"] == instructions_version({})
+    assert main(["advise", "--store", stream_url]) == 0
+    assert "model compliance" in capsys.readouterr().out
+
+
+def test_instruction_wordings_get_their_own_version():
+    """Breakers whose models read other words carry another instructions version."""
+    plain = Registry(default_timeout=1.0).get("a")
+    reworded = Registry(default_timeout=1.0).get(
+        "b", instructions={"opened": "{tool} is down. Wait {seconds} s. Do not call it."}
+    )
+    assert instructions_version(plain.instructions) != instructions_version(reworded.instructions)
+    assert instructions_version({}) == instructions_version(plain.instructions)
 
 
 def test_the_dashboard_reads_and_acts_on_redis(redis_url):

@@ -11,7 +11,13 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
-from toolbreaker.core.breaker.calibration import Signals, calibrate, findings
+from toolbreaker.core.breaker.calibration import (
+    Compliance,
+    Signals,
+    calibrate,
+    compliance,
+    findings,
+)
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import Replay
 from toolbreaker.core.breaker.state import Transition
@@ -144,11 +150,12 @@ def _run_export(args: argparse.Namespace) -> int:
 
 def stream_signals(
     entries: Iterable[Mapping[str, Any]],
-) -> tuple[dict[str, Signals], dict[str, str], list[Transition]]:
-    """Signals per key, tool per key and the records, from stream entries."""
+) -> tuple[dict[str, Signals], dict[str, str], list[Compliance]]:
+    """Signals per key, tool per key and model compliance per wording, from stream entries."""
     from toolbreaker.instrumentation.stream import record_of
 
     records: list[Transition] = []
+    labelled: list[tuple[str, str, Transition]] = []
     classes: dict[str, dict[str, int]] = {}
     tools: dict[str, str] = {}
     for entry in entries:
@@ -156,12 +163,13 @@ def stream_signals(
         if record is None:
             continue
         records.append(record)
-        tools[record.dependency] = str(entry.get("tool") or record.dependency)
+        tools[record.dependency] = tool = str(entry.get("tool") or record.dependency)
+        labelled.append((tool, str(entry.get("instructions_version") or "?"), record))
         name = entry.get("class")
         if record.event.type == "failure" and isinstance(name, str):
             per = classes.setdefault(record.dependency, {})
             per[name] = per.get(name, 0) + 1
-    return calibrate(records, classes), tools, records
+    return calibrate(records, classes), tools, compliance(labelled)
 
 
 def _trace_signals(path: str, policy: Policy) -> dict[str, Signals]:
@@ -180,8 +188,9 @@ def _run_advise(args: argparse.Namespace) -> int:
     if (args.trace is None) == (args.store is None):
         raise PolicyError("advise needs a TRACE or --store URL (one of them)", field="advise")
     tools: dict[str, str] = {}
+    obeyed: list[Compliance] = []
     if args.store:
-        signals, tools, _ = stream_signals(_entries(args.store, args.since))
+        signals, tools, obeyed = stream_signals(_entries(args.store, args.since))
     else:
         policy = Policy.from_toml(args.policy) if args.policy else Policy()
         signals = _trace_signals(args.trace, policy)
@@ -190,6 +199,7 @@ def _run_advise(args: argparse.Namespace) -> int:
         doc = {
             "signals": [signals[k].to_dict() | {"tool": tools.get(k, k)} for k in sorted(signals)],
             "findings": [f.to_dict() for f in found],
+            "compliance": [c.to_dict() for c in obeyed],
         }
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
@@ -201,6 +211,14 @@ def _run_advise(args: argparse.Namespace) -> int:
             f"{key:<28} {s.opens_per_hour:>8.1f} {s.open_share:>6.0%} {s.reopen_ratio:>7.0%} "
             f"{s.early_recalls:>9}  {classes}"
         )
+    if any(c.open_episodes or c.early_recalls for c in obeyed):
+        print("\nmodel compliance (re-calls before the retry time it was told)")
+        print(f"{'tool':<28} {'wording':<9} {'opens':>6} {'re-calls':>9} {'share':>9}")
+        for c in obeyed:
+            print(
+                f"{c.tool:<28} {c.instructions_version:<9} {c.open_episodes:>6} "
+                f"{c.early_recalls:>9} {c.recall_share:>9.0%}"
+            )
     print()
     if not found:
         print("no findings: nothing crosses a rule of thumb")

@@ -21,7 +21,8 @@ into the call. Attaching routes every request of a breaker through the core (see
 
 Entries (schema ``toolbreaker.stream/v1``) are JSON objects: ``kind`` ``transition``
 with the breaker's ``key``, ``dependency``, ``operation``, ``tool``, ``fallback`` (the
-degradation path the model is offered, or null), ``policy_version`` (and the whole
+degradation path the model is offered, or null), ``instructions_version`` (a hash of the
+unavailable-instruction templates the model reads), ``policy_version`` (and the whole
 ``policy`` on a publisher's first entry of a breaker and on every change of phase),
 the receipt ``record`` and, for a failed outcome, its ``class`` (``http-503``,
 ``timeout``...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``.
@@ -33,6 +34,7 @@ records of many hosts compare; SQLite's is the host's monotonic clock.
 from __future__ import annotations
 
 import collections
+import hashlib
 import itertools
 import json
 import logging
@@ -48,10 +50,12 @@ from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition
+from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import RunGuard, StopPacket
 from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
 
 __all__ = [
     "STREAM_SCHEMA",
@@ -60,6 +64,8 @@ __all__ = [
     "RedisStream",
     "SQLiteStream",
     "StreamPublisher",
+    "instructions_version",
+    "iter_entries",
     "open_stream",
     "record_of",
 ]
@@ -325,6 +331,16 @@ def iter_entries(
         cursor = rows[-1][0]
 
 
+def instructions_version(overrides: Mapping[str, str]) -> str:
+    """A short hash of the instruction templates a breaker's model reads.
+
+    The defaults merged with the breaker's overrides: two breakers share a version when
+    the model is told the same words, so compliance can be compared per wording.
+    """
+    effective = {**DEFAULT_INSTRUCTIONS, **overrides}
+    return hashlib.sha256(canonical_json(effective)).hexdigest()[:8]
+
+
 def record_of(entry: Mapping[str, Any]) -> Transition | None:
     """The :class:`Transition` of a ``transition`` entry, or ``None`` if it is not one.
 
@@ -427,6 +443,7 @@ class StreamPublisher:
                 "tool": breaker.tool,
                 "fallback": breaker.fallback,
                 "policy_version": breaker.policy.version,
+                "instructions_version": instructions_version(breaker.instructions),
             }
             found = self._fields[id(breaker)] = (breaker.policy, fields)
             return {**fields, "policy": breaker.policy.to_dict()}

@@ -6,7 +6,7 @@ import json
 
 from toolbreaker import Policy
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.calibration import calibrate, findings, is_client_error
+from toolbreaker.core.breaker.calibration import calibrate, compliance, findings, is_client_error
 from toolbreaker.core.breaker.receipt import Replay
 from toolbreaker.core.breaker.state import Event
 
@@ -118,3 +118,19 @@ def test_a_short_observation_is_not_mostly_open():
     signals = calibrate(drive([(0, "request"), (0, "failure")]), until=30_000)
     assert signals["search"].open_share == 1.0
     assert "mostly-open" not in {f.rule for f in findings(signals)}
+
+
+def test_compliance_is_counted_per_tool_and_wording():
+    """Re-calls are grouped by tool and instruction version, episodes counted once."""
+    records = drive([(0, "request"), (0, "failure"), (10, "request"), (20, "request")])
+    other = drive([(0, "request"), (0, "failure"), (5_000, "request")], dep="orders")
+    rows = compliance(
+        [("search_tool", "v1", r) for r in records] + [("orders_tool", "v2", r) for r in other]
+    )
+    by_tool = {(c.tool, c.instructions_version): c for c in rows}
+    search = by_tool["search_tool", "v1"]
+    assert (search.open_episodes, search.early_recalls, search.episodes_with_recalls) == (1, 2, 1)
+    assert search.recall_share == 1.0
+    orders = by_tool["orders_tool", "v2"]
+    assert orders.early_recalls == 0
+    assert orders.to_dict()["recall_share"] == 0.0

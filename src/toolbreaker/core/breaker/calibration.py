@@ -32,9 +32,11 @@ __all__ = [
     "FLAPPING_RATIO",
     "MIN_SPAN_MS",
     "OPEN_SHARE",
+    "Compliance",
     "Finding",
     "Signals",
     "calibrate",
+    "compliance",
     "findings",
     "is_client_error",
 ]
@@ -286,3 +288,56 @@ def findings(signals: Mapping[str, Signals]) -> list[Finding]:
                 )
             )
     return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Compliance:
+    """Whether models obeyed "unavailable" for one tool and one instruction wording.
+
+    Attributes:
+        tool: the tool name the model saw.
+        instructions_version: which instruction templates it was shown.
+        open_episodes: times a breaker of this tool opened (the model was told to wait).
+        early_recalls: calls made before the retry time the model was told.
+        episodes_with_recalls: open episodes with at least one early re-call.
+    """
+
+    tool: str
+    instructions_version: str
+    open_episodes: int
+    early_recalls: int
+    episodes_with_recalls: int
+
+    @property
+    def recall_share(self) -> float:
+        """Share of open episodes in which the model called again too soon."""
+        episodes = max(self.open_episodes, self.episodes_with_recalls)
+        return self.episodes_with_recalls / episodes if episodes else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, with the share."""
+        return {**dataclasses.asdict(self), "recall_share": round(self.recall_share, 4)}
+
+
+def compliance(observations: Iterable[tuple[str, str, Transition]]) -> list[Compliance]:
+    """Model compliance per ``(tool, instructions_version)``, from labelled records.
+
+    ``observations`` are ``(tool, instructions_version, record)`` in order per breaker
+    key; compare rows of one tool to see which wording models obey.
+    """
+    tallies: dict[tuple[str, str], list[int]] = {}
+    recalled: dict[str, bool] = {}
+    for tool, version, record in observations:
+        tally = tallies.setdefault((tool, version), [0, 0, 0])
+        key = record.dependency
+        if record.to_phase == OPEN and record.from_phase != OPEN:
+            tally[0] += 1
+            recalled[key] = False
+        if record.reason == "cooldown":
+            tally[1] += 1
+            if not recalled.get(key, False):
+                recalled[key] = True
+                tally[2] += 1
+    return [
+        Compliance(tool, version, *counts) for (tool, version), counts in sorted(tallies.items())
+    ]
