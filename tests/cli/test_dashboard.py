@@ -213,6 +213,8 @@ def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
         row = page.wait_for_selector('tr[data-key="search:read"][data-phase="open"]')
         row.click()
         page.wait_for_selector("#transitions tbody tr")
+        signals = page.wait_for_selector("#detail-signals:has-text('re-calls')").inner_text()
+        assert "failures by class http-503: 2" in signals
         detail = page.inner_text("#transitions")
         assert "qualifying-failure" in detail
         assert "http-503" in detail

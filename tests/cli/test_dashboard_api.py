@@ -212,3 +212,17 @@ def test_the_command_serves_the_stream(tmp_path):
     finally:
         server.terminate()
         server.communicate(timeout=10)
+
+
+def test_a_missing_extra_says_what_to_install(monkeypatch, capsys):
+    """Without starlette/uvicorn the command prints the extra to install, exit 2."""
+    import toolbreaker.cli._dashboard as dashboard
+
+    def missing(module: str, extra: str):
+        raise ImportError(
+            f"this toolbreaker adapter needs {module!r}: pip install 'toolbreaker[{extra}]'"
+        )
+
+    monkeypatch.setattr(dashboard, "require", missing)
+    assert main(["dashboard", "--store", "memory://y"]) == 2
+    assert "toolbreaker[dashboard]" in capsys.readouterr().err

@@ -232,4 +232,8 @@ def _run_advise(args: argparse.Namespace) -> int:
 def _run_dashboard(args: argparse.Namespace) -> int:
     from toolbreaker.cli._dashboard import serve
 
-    return serve(args.store, port=args.port, allow_actions=args.allow_actions)
+    try:
+        return serve(args.store, port=args.port, allow_actions=args.allow_actions)
+    except ImportError as exc:  # the extra is missing: say what to install, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -100,6 +100,13 @@
     if (!row) return;
     document.getElementById("detail-key").textContent = row.key + "  (tool " + row.tool + ", policy " + row.policy_version + ")";
     document.getElementById("actions").hidden = !actions;
+    const s = row.signals;
+    document.getElementById("detail-signals").textContent = s
+      ? "opens/h " + s.opens_per_hour + " · open " + Math.round(s.open_share * 100) + " % of " +
+        Math.round(s.span_ms / 1000) + " s · half-open reopen ratio " + Math.round(s.reopen_ratio * 100) +
+        " % · re-calls before the told retry time " + s.early_recalls + " · failures by class " +
+        (Object.entries(s.failures_by_class).map(([k, v]) => k + ": " + v).join(", ") || "–")
+      : "";
     const body = document.createDocumentFragment();
     for (const t of row.last) {
       body.append(h("tr", {},
