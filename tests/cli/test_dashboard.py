@@ -54,6 +54,12 @@ def opened(url):
     return stream
 
 
+def closing(thing):
+    """Close ``thing`` when the test ends (a SQLite store runs a poller thread)."""
+    _OPENED.append(thing)
+    return thing
+
+
 @pytest.fixture(autouse=True)
 def _close_opened():
     yield
@@ -189,7 +195,7 @@ def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
     url = f"sqlite://{path}"
     policy = Policy(failure_threshold=2, cooldown_ms=400, cooldown_max_ms=400, success_threshold=1)
     breakers = Registry(
-        policy, store=SQLiteStore(path), default_timeout=5.0, default_enforce="cooperative"
+        policy, store=closing(SQLiteStore(path)), default_timeout=5.0, default_enforce="cooperative"
     )
     publisher = StreamPublisher(opened(url))
     search = breakers.get("search", "read", tool="search_catalog")
@@ -251,13 +257,13 @@ def test_actions_need_the_token_and_this_origin(page, tmp_path):
     another origin it is refused too; with the token it isolates through the store."""
     path = tmp_path / "breakers.db"
     url = f"sqlite://{path}"
-    store = SQLiteStore(path)
+    store = closing(SQLiteStore(path))
     breakers = Registry(store=store, default_timeout=5.0, default_enforce="cooperative")
     search = breakers.get("search", "read")
     StreamPublisher(opened(url)).attach(search)
     search.call(lambda: "ok")
     stream, board = opened(url), Board()
-    actor = store_actor(url, board, stream)
+    actor = closing(store_actor(url, board, stream))
     with Server(build_app(stream, actor=actor, token="t0ken", board=board)) as server:
         page.goto(server.url)
         page.click('tr[data-key="search:read"]')

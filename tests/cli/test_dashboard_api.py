@@ -101,12 +101,14 @@ def acting(tmp_path):
     StreamPublisher(stream).attach(search)
     search.call(lambda: "ok")
     board = Board()
-    app = build_app(stream, actor=store_actor(url, board, stream), token="t0ken", board=board)
+    actor = store_actor(url, board, stream)
+    app = build_app(stream, actor=actor, token="t0ken", board=board)
     with TestClient(app, base_url=ORIGIN) as client:
         client.get("/api/snapshot")  # the board has read the stream
         yield client, search, stream
     stream.close()
     store.close()
+    actor.close()
 
 
 def act(client, body, **headers):

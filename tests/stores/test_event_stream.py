@@ -40,6 +40,12 @@ def opened(url):
     return stream
 
 
+def closing(thing):
+    """Close ``thing`` when the test ends (a SQLite store runs a poller thread)."""
+    _OPENED.append(thing)
+    return thing
+
+
 @pytest.fixture(autouse=True)
 def _close_opened():
     yield
@@ -251,7 +257,10 @@ def test_processes_sharing_an_sqlite_store_export_one_trace(tmp_path):
     script.write_text(CHILD)
     subprocess.run([sys.executable, str(script), str(state), url], check=True, timeout=60)
     breakers = Registry(
-        policy, store=SQLiteStore(state), default_timeout=5.0, default_enforce="cooperative"
+        policy,
+        store=closing(SQLiteStore(state)),
+        default_timeout=5.0,
+        default_enforce="cooperative",
     )
     StreamPublisher(opened(url)).attach(breakers.get("search"))
     with pytest.raises(Unavailable):
@@ -371,7 +380,7 @@ def test_the_dashboard_reads_and_acts_on_redis(redis_url):
     with pytest.raises(Unavailable):
         search.call(fail)
     stream, board = opened(url), Board()
-    actor = store_actor(url, board, stream)
+    actor = closing(store_actor(url, board, stream))
     origin = "http://127.0.0.1"
     with TestClient(build_app(stream, actor=actor, token="t", board=board), base_url=origin) as c:
         doc = c.get("/api/snapshot").json()

@@ -41,7 +41,7 @@ from toolbreaker.instrumentation.stream import (
     record_of,
 )
 
-__all__ = ["Board", "build_app", "serve", "store_actor"]
+__all__ = ["Board", "StoreActor", "build_app", "serve", "store_actor"]
 
 _PROBE_RESULTS: Final = {
     "probe-success": "ok",
@@ -275,40 +275,52 @@ class _Feed:
                 self.error = str(exc)
 
 
-def store_actor(url: str, board: Board, stream: EventStream) -> Actor | None:
+class StoreActor:
+    """Isolates and releases breakers through a store, and publishes what it did."""
+
+    def __init__(self, store: Any, board: Board, stream: EventStream) -> None:
+        self.store = store
+        self.board = board
+        self.publisher = StreamPublisher(stream)
+
+    def __call__(self, key: str, action: str, reason: str) -> Mapping[str, Any]:
+        """Apply ``action`` (``isolate`` or ``release``) to ``key`` with ``reason``."""
+        from toolbreaker.runtime._breaker import Breaker
+
+        row = self.board.breakers.get(key)
+        if row is None:
+            raise PolicyError(f"no breaker {key!r} in the stream", field="key")
+        policy = Policy.from_dict(self.board.policy_of(key) or {})
+        breaker = Breaker(
+            row["dependency"], operation=row["operation"], policy=policy, store=self.store
+        )
+        breaker.add_listener(self.publisher)
+        record = breaker.isolate(reason) if action == "isolate" else breaker.release(reason)
+        return record.to_dict()
+
+    def close(self) -> None:
+        """Close the store (its connections and feed)."""
+        self.store.close()
+
+
+def store_actor(url: str, board: Board, stream: EventStream) -> StoreActor | None:
     """Isolate and release through the breaker store at ``url`` (SQLite file or Redis).
 
     The action is applied with the policy last seen for the key (the defaults when the
-    stream no longer holds one; an isolate or release does not depend on it) and published to the
-    stream like any transition. ``None`` for ``memory://``: another process's memory
-    cannot be reached.
+    stream no longer holds one; isolate and release force their outcome whatever it is)
+    and published to the stream like any transition. ``None`` for ``memory://``: another
+    process's memory cannot be reached.
     """
     scheme = urlsplit(url).scheme
     if scheme == "sqlite":
         from toolbreaker.stores.sqlite import SQLiteStore
 
-        store: Any = SQLiteStore(url[len("sqlite://") :].split("?", 1)[0])
-    elif scheme in ("redis", "rediss", "unix"):
+        return StoreActor(SQLiteStore(url[len("sqlite://") :].split("?", 1)[0]), board, stream)
+    if scheme in ("redis", "rediss", "unix"):
         from toolbreaker.stores.redis import RedisStore
 
-        store = RedisStore(url.split("?", 1)[0])
-    else:
-        return None
-    publisher = StreamPublisher(stream)
-
-    def act(key: str, action: str, reason: str) -> Mapping[str, Any]:
-        from toolbreaker.runtime._breaker import Breaker
-
-        row = board.breakers.get(key)
-        if row is None:
-            raise PolicyError(f"no breaker {key!r} in the stream", field="key")
-        policy = Policy.from_dict(board.policy_of(key) or {})
-        breaker = Breaker(row["dependency"], operation=row["operation"], policy=policy, store=store)
-        breaker.add_listener(publisher)
-        record = breaker.isolate(reason) if action == "isolate" else breaker.release(reason)
-        return record.to_dict()
-
-    return act
+        return StoreActor(RedisStore(url.split("?", 1)[0]), board, stream)
+    return None
 
 
 async def _pushes(
