@@ -12,6 +12,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
     ├── NotSent              raised by a write tool: nothing left, the write certainly failed
+    ├── ToolReportedError    a failure a tool reported as a result (adapters; never raised)
     ├── RunStateError        a run state that does not load, or an impossible run input
     └── FingerprintError     a value that cannot be fingerprinted (also a ValueError)
         ├── UnsupportedTypeError   a type the canonical form does not define
@@ -22,7 +23,7 @@ Errors carry machine-readable fields so callers never parse messages.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "RegistryFull",
     "RunStateError",
     "StoreUnavailable",
+    "ToolReportedError",
     "ToolbreakerError",
     "TraceError",
     "UnsupportedTypeError",
@@ -275,3 +277,28 @@ class NotSent(ToolbreakerError):
     may be retried. Plain ``ValueError`` and ``TypeError`` (argument checks) count the
     same way without it; see :func:`toolbreaker.runtime.may_have_committed`.
     """
+
+
+class ToolReportedError(ToolbreakerError):
+    """A failure a tool reported as its result or message, not by raising.
+
+    Adapters build one (an MCP ``is_error`` result, a LangChain error message) to settle a
+    call with the evidence the tool gave; it is never raised to a caller. The classifier
+    reads ``status_code`` and ``headers`` as it does for an HTTP error; without a status
+    it is ignored: a tool's own complaint says nothing about its dependency's health.
+
+    Attributes:
+        status_code: the HTTP status the tool reported, if any.
+        headers: header-style hints the tool reported (``Retry-After``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.headers = dict(headers or {})

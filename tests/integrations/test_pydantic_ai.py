@@ -547,8 +547,9 @@ def test_breaker_timeout_becomes_the_tool_deadline_and_counts(service):
     capability = ToolbreakerCapability(RunGuard("task-slow"), registry=registry)
     assert run(agent, "x", capabilities=[capability]).output == "gave up"
     first, opened, rejected = script.returns("slow")
-    assert first.outcome == "retried"
-    assert "Timed out after 0.05" in str(first.content)
+    # toolbreaker's result, never the framework's retry prompt
+    assert payload(first)["error"].startswith("TimeoutError: Timed out after 0.05")
+    assert payload(first)["retryable"] is True
     assert payload(opened)["tool_unavailable"] is True
     assert payload(rejected)["tool_unavailable"] is True
     assert entered["slow"] == 2
@@ -605,3 +606,50 @@ def test_missing_extra_names_what_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "toolbreaker.integrations.pydantic_ai")
     with pytest.raises(ImportError, match=r"toolbreaker\[pydantic-ai\]"):
         importlib.import_module("toolbreaker.integrations.pydantic_ai")
+
+
+def test_repeated_timeouts_never_reach_the_model_as_a_framework_error():
+    """Two timeouts under a lenient breaker: the model reads toolbreaker's results, never
+    UnexpectedModelBehavior ("exceeded max retries count") from the framework."""
+    registry = Registry(Policy(failure_threshold=10), default_enforce="cooperative")
+    registry.get("hang-api", tool="hang", timeout=0.02)
+
+    def policy(script: Script, new: list[ToolReturnPart]) -> ModelResponse:
+        if len(script.returns("hang")) < 3:
+            return call("hang")
+        return say("done")
+
+    script = Script(policy)
+    agent: Agent[Any, str] = Agent(script.model())
+
+    @agent.tool_plain
+    async def hang() -> str:
+        """Never answers."""
+        await asyncio.Event().wait()
+        return "never"  # pragma: no cover
+
+    capability = ToolbreakerCapability(RunGuard("task-hang"), registry=registry)
+    assert run(agent, "x", capabilities=[capability]).output == "done"
+    answers = [payload(r) for r in script.returns("hang")]
+    assert len(answers) == 3
+    assert all(a["error"].startswith("TimeoutError") for a in answers)
+
+
+def test_metadata_that_contradicts_the_sheet_is_an_error_at_load():
+    """tool_metadata(dependency="tickets") without operation="write" would shadow the sheet's
+    [tickets.write] row with a default breaker: refused, naming the field."""
+    from pathlib import Path
+
+    sheet = Path(__file__).resolve().parents[2] / "examples" / "breakers.toml"
+    registry = Registry.from_toml(sheet)
+    script = Script(lambda _script, _new: say("hi"))
+    agent: Agent[Any, str] = Agent(script.model())
+
+    @agent.tool_plain(metadata=tool_metadata(risk="reversible_write", dependency="tickets"))
+    def create_ticket(title: str, idempotency_key: str = "") -> str:
+        """Open a ticket."""
+        return "T-1"  # pragma: no cover
+
+    capability = ToolbreakerCapability(RunGuard("t"), registry=registry)
+    with pytest.raises(PolicyError, match="operation"):
+        run(agent, "x", capabilities=[capability])

@@ -294,3 +294,25 @@ def _raise(exc: BaseException) -> Any:
         raise exc
 
     return fail
+
+
+# -- 4. repeats are caught even when responses carry noise ----------------------------------
+
+
+def test_an_identical_search_with_a_fresh_request_id_is_a_repeat():
+    """The issue's reproduction: max_repeats=1, results differing only in request_id and
+    timestamp: the third identical search is stopped, not run 10 of 10 times."""
+    ran = []
+    guard = RunGuard("t", budget=Budget(max_repeats=1))
+
+    @guard.tool()
+    def search(q: str) -> dict[str, Any]:
+        ran.append(q)
+        n = len(ran)
+        return {"results": ["cable"], "request_id": f"req-{n}", "meta": {"timestamp": n}}
+
+    answers = [search(q="usb cable") for _ in range(10)]
+    assert len(ran) < 10
+    assert any(a.get("run_stopped") for a in answers)
+    assert guard.stopped is not None
+    assert guard.stopped.condition == "repeated-action"

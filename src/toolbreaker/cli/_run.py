@@ -17,14 +17,16 @@ if the budget would stop the run, where and why, with the operator's stop packet
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args
 
-from toolbreaker.core.run.budget import WRITES, Action, Budget, RunState
+from toolbreaker.core.breaker.state import MAX_TIME_MS
+from toolbreaker.core.files import iter_lines, loads_json, shown
+from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState
 from toolbreaker.core.run.fingerprint import FingerprintError, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent, apply
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import ToolbreakerError, TraceError
 from toolbreaker.runtime import StopPacket, evidence_digest
 
@@ -99,7 +101,8 @@ def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
                 note = {"journal": "answered from the journal (not repeated)"}.get(
                     decision.verdict, "reconcile (an earlier attempt's outcome is unknown)"
                 )
-            out.write(f"{number:>5}  {at:>7}  {action.tool:<20} {note}\n")
+            # What an operator reads is masked, tool names and stop details included.
+            out.write(redact_text(f"{number:>5}  {at:>7}  {action.tool:<20} {note}") + "\n")
         except (ToolbreakerError, KeyError, TypeError, ValueError) as exc:
             raise TraceError(_message(exc), file=path, line=number) from None
     if first is None or run is None:
@@ -133,49 +136,48 @@ def _action(data: Mapping[str, Any], task: str) -> tuple[Action, str | None]:
     if not isinstance(tool, str) or not isinstance(args, Mapping):
         raise TypeError("tool must be a string and args an object")
     risk = data.get("risk", "read")
+    if risk not in get_args(RiskClass):
+        raise ValueError(f"risk must be one of {', '.join(get_args(RiskClass))}, got {shown(risk)}")
+    recovery = data.get("recovery", False)
+    if type(recovery) is not bool:
+        raise TypeError(f"recovery must be true or false, got {shown(recovery)}")
     action = Action(
         tool=tool,
         fingerprint=fingerprint(tool, args),
         risk=risk,
-        recovery=bool(data.get("recovery", False)),
+        recovery=recovery,
     )
     key = write_key(tool, args, data.get("business_key"), task=task) if risk in WRITES else None
     return action, key
 
 
-def _read(path: str) -> list[tuple[int, dict[str, Any]]]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TraceError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    except UnicodeDecodeError:
-        raise TraceError("not UTF-8 text", file=path) from None
-    lines = []
+def _read(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Stream the run's steps, each validated; a bad line stops the stream with its error."""
     last = None
-    for number, raw in enumerate(text.splitlines(), start=1):
+    for number, raw in iter_lines(path, TraceError):
         if not raw.strip():
             continue
-        try:
-            data = json.loads(raw, parse_float=Decimal)
-        except json.JSONDecodeError as exc:
-            raise TraceError(
-                f"malformed JSON: {exc.msg} (column {exc.colno})", file=path, line=number
-            ) from None
+        data = loads_json(raw, TraceError, file=path, line=number, parse_float=Decimal)
         if not isinstance(data, dict):
             raise TraceError("a run step must be a JSON object", file=path, line=number)
         unknown = set(data) - _FIELDS
         if unknown:
-            raise TraceError(f"unknown field(s) {sorted(unknown)}", file=path, line=number)
-        at = data.get("at")
-        if type(at) is not int or at < 0:
             raise TraceError(
-                f"at must be a non-negative integer, got {at!r}", file=path, line=number
+                f"unknown field(s) {', '.join(shown(k) for k in sorted(unknown))}",
+                file=path,
+                line=number,
+            )
+        at = data.get("at")
+        if type(at) is not int or not 0 <= at <= MAX_TIME_MS:
+            raise TraceError(
+                f"at must be a non-negative integer of at most {MAX_TIME_MS}, got {shown(at)}",
+                file=path,
+                line=number,
             )
         if last is not None and at < last:
             raise TraceError(f"time went backwards: {at} after {last}", file=path, line=number)
         last = at
-        lines.append((number, data))
-    return lines
+        yield number, data
 
 
 def _message(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import PHASES
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._registry import Registry
 
@@ -89,7 +90,8 @@ class BreakerCollector:
             labels=_LABELS,
         )
         for breaker in self.registry:
-            labels = [breaker.dependency, breaker.operation, breaker.tool]
+            # Names are configuration, yet a key built from a URL can carry a credential.
+            labels = [redact_text(x) for x in (breaker.dependency, breaker.operation, breaker.tool)]
             stats = breaker.stats
             requests.add_metric(labels, stats.demand)
             admitted.add_metric(labels, stats.admitted)

@@ -51,16 +51,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import dataclasses
 import json
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypedDict, cast
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.run.budget import Budget, RiskClass
-from toolbreaker.errors import NotSent, PolicyError
+from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce
 from toolbreaker.runtime._breaker import Breaker
@@ -170,7 +171,7 @@ class ToolbreakerState(AgentState[Any]):
     toolbreaker_stop: NotRequired[dict[str, Any] | None]
 
 
-class ToolError(Exception):
+class ToolError(ToolReportedError):
     """A tool call LangChain answered with an error message (bad arguments, unknown tool).
 
     The message is all that is left of the failure; the default classifier ignores it,
@@ -344,40 +345,44 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         """Guard one tool call: answer it locally or run it and settle the outcome."""
-        pending = self._admit(request)
+        guard, name, args, spec = self._prepare(request)
+        pending = self._pending(request, guard.begin(name, args), spec)
         if not isinstance(pending, _Pending):
             return pending
         call = request.tool_call
-        token = _CURRENT_KEY.set(pending.step.idempotency_key)
-        try:
-            result = handler(pending.request)
-        except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-            return _failed(pending.step, call, exc)
-        finally:
-            _CURRENT_KEY.reset(token)
-        return _settle(pending.step, call, result)
+        with _carrying(pending.step.idempotency_key):
+            try:
+                result = handler(pending.request)
+            except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
+                return _failed(pending.step, call, exc, pending.step.failed(_raised(exc)))
+        failure, value = _outcome(result)
+        answer = pending.step.failed(failure) if failure else pending.step.succeeded(value)
+        return _reply(call, result, value, answer)
 
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        """The async twin of :meth:`wrap_tool_call`; also cancels at the breaker's timeout."""
-        pending = self._admit(request)
+        """The async twin of :meth:`wrap_tool_call`; also cancels at the breaker's timeout.
+
+        The run guard's and the breaker's store round trips are awaited: the loop never
+        waits on them.
+        """
+        guard, name, args, spec = self._prepare(request)
+        pending = self._pending(request, await guard.abegin(name, args), spec)
         if not isinstance(pending, _Pending):
             return pending
         call = request.tool_call
-        token = _CURRENT_KEY.set(pending.step.idempotency_key)
-        try:
-            if pending.timeout is None:
-                result = await handler(pending.request)
-            else:
-                result = await asyncio.wait_for(handler(pending.request), pending.timeout)
-        except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-            return _failed(pending.step, call, exc)
-        finally:
-            _CURRENT_KEY.reset(token)
-        return _settle(pending.step, call, result)
+        with _carrying(pending.step.idempotency_key):
+            try:
+                result = await _within(handler(pending.request), pending.timeout)
+            except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
+                return _failed(pending.step, call, exc, await pending.step.afailed(_raised(exc)))
+        failure, value = _outcome(result)
+        step = pending.step
+        answer = await step.afailed(failure) if failure else await step.asucceeded(value)
+        return _reply(call, result, value, answer)
 
     def wrap_model_call(
         self,
@@ -485,7 +490,10 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
     def _guard_of(self, runtime: Any) -> RunGuard:
         return self.guard_for(self.task_of(runtime))
 
-    def _admit(self, request: ToolCallRequest) -> _Pending | ToolMessage:
+    def _prepare(
+        self, request: ToolCallRequest
+    ) -> tuple[RunGuard, str, dict[str, Any], GuardedTool]:
+        """The run guard, tool name, arguments (without a model-made key) and tool spec."""
         call = request.tool_call
         name = call["name"]
         guard = self._guard_of(request.runtime)
@@ -499,13 +507,19 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         spec: GuardedTool = guard.ensure_tool(
             name, breaker=self.breaker_of(name) if known else None, **options
         )
-        key_arg = spec.idempotency_arg if spec.risk != "read" else None
         args = dict(call["args"])
-        if key_arg:
-            args.pop(key_arg, None)  # the key is the guard's, never the model's
-        step = guard.begin(name, args)
+        if spec.risk != "read" and spec.idempotency_arg:
+            args.pop(spec.idempotency_arg, None)  # the key is the guard's, never the model's
+        return guard, name, args, spec
+
+    def _pending(
+        self, request: ToolCallRequest, step: Step, spec: GuardedTool
+    ) -> _Pending | ToolMessage:
+        """The begun step's answer as a message, or the request to run with its arguments."""
+        call = request.tool_call
         if step.answer is not None:
             return _message(call, step.answer)
+        key_arg = spec.idempotency_arg if spec.risk != "read" else None
         run_args = step.args
         if key_arg and (request.tool is None or key_arg not in request.tool.args):
             # The tool does not take the key as a parameter (it reads idempotency_key());
@@ -541,33 +555,58 @@ def _checked(name: str, options: Mapping[str, Any]) -> ToolOptions:
     return cast(ToolOptions, dict(options))
 
 
-def _settle(
-    step: Step, call: Mapping[str, Any], result: ToolMessage | Command[Any]
-) -> ToolMessage | Command[Any]:
-    """What the model reads once the handler returned."""
+@contextlib.contextmanager
+def _carrying(key: str | None) -> Iterator[None]:
+    """:func:`idempotency_key` answers ``key`` inside the block."""
+    token = _CURRENT_KEY.set(key)
+    try:
+        yield
+    finally:
+        _CURRENT_KEY.reset(token)
+
+
+async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:
+    return await (awaitable if timeout is None else asyncio.wait_for(awaitable, timeout))
+
+
+def _outcome(result: ToolMessage | Command[Any]) -> tuple[ToolError | None, Any]:
+    """How a handler's return settles: a failure LangChain worded, or the tool's value."""
     if isinstance(result, ToolMessage) and result.status == "error":
         # LangChain already turned the failure into text (invalid arguments, unknown tool).
-        return _message(call, step.failed(ToolError(_text(result.content))))
-    value = _value(result)
-    answer = step.succeeded(value)
+        return ToolError(_text(result.content)), None
+    return None, _value(result)
+
+
+def _reply(
+    call: Mapping[str, Any], result: ToolMessage | Command[Any], value: Any, answer: Any
+) -> ToolMessage | Command[Any]:
+    """The tool's own message when the guard let its value through, else the guard's."""
     return result if answer is value else _message(call, answer)
 
 
-def _failed(step: Step, call: Mapping[str, Any], exc: BaseException) -> ToolMessage:
-    """What the model reads once the handler raised.
+def _raised(exc: BaseException) -> BaseException:
+    """What the step settles with when the handler raised.
 
-    Every failure is settled first. A cancellation (``KeyboardInterrupt``,
-    ``CancelledError``) and a LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop
-    pause) are then raised again, so the framework stops or pauses as it would without us.
-    An interrupt settles as :class:`~toolbreaker.NotSent`: LangGraph runs the tool again
-    from its start on resume, with the same idempotency key, so a write is not uncertain.
+    A LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop pause) settles as
+    :class:`~toolbreaker.NotSent`: LangGraph runs the tool again from its start on resume,
+    with the same idempotency key, so a write is not uncertain.
     """
     if isinstance(exc, GraphBubbleUp):
         paused = NotSent("paused by a LangGraph interrupt")
         paused.__cause__ = exc
-        step.failed(paused)
+        return paused
+    return exc
+
+
+def _failed(step: Step, call: Mapping[str, Any], exc: BaseException, answer: Any) -> ToolMessage:
+    """What the model reads once the handler raised (the step is settled already).
+
+    A cancellation (``KeyboardInterrupt``, ``CancelledError``) was raised again by the
+    step; a LangGraph interrupt is raised again here, so the framework stops or pauses as
+    it would without us.
+    """
+    if isinstance(exc, GraphBubbleUp):
         raise exc
-    answer = step.failed(exc)  # re-raises anything that is not an Exception
     return _message(call, answer)
 
 

@@ -72,7 +72,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
 from toolbreaker.core.run.budget import RiskClass, Stop
-from toolbreaker.errors import PolicyError
+from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime import (
     ActionRequest,
@@ -137,7 +137,7 @@ _RETRY_AFTER_FIELDS: Final = ("retry_after", "retryAfter", "retry_after_seconds"
 _MAX_PAGES: Final = 100
 
 
-class ToolResultError(Exception):
+class ToolResultError(ToolReportedError):
     """An ``is_error`` tool result, as the breaker and the run guard judge it.
 
     It is never raised to the caller: it carries the result's evidence to the
@@ -156,10 +156,9 @@ class ToolResultError(Exception):
         status_code: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(_text_of(result)[:300] or "the tool reported an error")
+        message = _text_of(result)[:300] or "the tool reported an error"
+        super().__init__(message, status_code=status_code, headers=headers)
         self.result = result
-        self.status_code = status_code
-        self.headers = dict(headers or {})
 
 
 def result_error(result: CallToolResult) -> ToolResultError | None:

@@ -70,6 +70,7 @@ from pydantic_ai.exceptions import (  # noqa: E402
     ToolFailed,
     ToolFailedError,
     ToolRetryError,
+    UnexpectedModelBehavior,
 )
 from pydantic_ai.messages import ModelMessage, ToolCallPart  # noqa: E402
 from pydantic_ai.tools import AgentDepsT, ToolDefinition  # noqa: E402
@@ -289,11 +290,15 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         try:
             result = await handler(args)
         except BaseException as exc:
-            seen = await step.afailed(exc)  # records the outcome; re-raises cancellations
+            timeout = _as_timeout(exc)
+            # records the outcome; re-raises cancellations
+            seen = await step.afailed(timeout or exc)
             if guard.stopped is not None:
                 ctx.cancel()
-            if isinstance(exc, _SIGNALS) and not _overrides(seen):
+            if timeout is None and isinstance(exc, _SIGNALS) and not _overrides(seen):
                 raise
+            # A deadline is toolbreaker's to word: the framework would turn it into a
+            # retry prompt and, after its retry count, an internal error the model reads.
             raise ToolFailed(_encode(seen)) from exc
         seen = await step.asucceeded(result)
         if seen is result:
@@ -335,6 +340,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
                     field=f"{where}.dependency",
                 )
             operation = raw.get("operation") or "default"
+            _check_against_sheet(name, dependency, operation, self.registry, where)
             described = (dependency, operation) in self.registry.boundaries()
             extra = {} if described else {"tool": name}  # the sheet's own name wins
             options["breaker"] = self.registry.get(dependency, operation, **extra)
@@ -343,6 +349,29 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             with contextlib.suppress(KeyError):
                 options["breaker"] = self.registry.for_tool(name)
         return guard.ensure_tool(name, **options)
+
+
+def _check_against_sheet(
+    tool: str, dependency: str, operation: str, registry: Registry, where: str
+) -> None:
+    """Metadata that contradicts the boundary sheet is an error, never a second breaker.
+
+    A tool whose metadata names a row the sheet lacks, while the sheet describes that
+    dependency (or that tool) under another operation class, would silently get a separate
+    breaker with defaults and shadow the reviewed row.
+    """
+    rows = registry.boundaries()
+    if (dependency, operation) in rows:
+        return
+    mine = [f"[{d}.{o}]" for (d, o), row in rows.items() if (row.tool or d) == tool]
+    same = [f"[{d}.{o}]" for (d, o) in rows if d == dependency]
+    if mine or same:
+        raise PolicyError(
+            f"{where} names dependency {dependency!r} with operation {operation!r}, but the "
+            f"boundary sheet describes {', '.join(mine or same)}: set operation= to that row's "
+            "operation class",
+            field=f"{where}.operation",
+        )
 
 
 def _injects_key(spec: GuardedTool) -> bool:
@@ -377,6 +406,26 @@ def _answer(ctx: RunContext[Any], guard: RunGuard, answer: Any) -> Any:
     if isinstance(answer, Mapping) and answer.get("ok") is False:
         raise ToolFailed(_encode(answer))
     return answer
+
+
+def _as_timeout(exc: BaseException) -> TimeoutError | None:
+    """The framework's deadline as a plain timeout, else ``None``.
+
+    Pydantic AI turns a tool's deadline into ``ModelRetry`` raised in the ``TimeoutError``'s
+    handler, wraps that in ``ToolRetryError`` (a retry prompt), and once the tool's retries
+    are spent in ``UnexpectedModelBehavior``. Either way the cause is a ``ModelRetry``
+    whose context is the ``TimeoutError``.
+    """
+    retry = exc if isinstance(exc, ModelRetry) else exc.__cause__
+    if not (
+        isinstance(exc, (ModelRetry, ToolRetryError, UnexpectedModelBehavior))
+        and isinstance(retry, ModelRetry)
+        and isinstance(retry.__context__, TimeoutError)
+    ):
+        return None
+    timeout = TimeoutError(retry.message)
+    timeout.__cause__ = exc
+    return timeout
 
 
 def _overrides(result: Any) -> bool:

@@ -14,10 +14,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
-from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.policy import MAX_DURATION_MS, Policy
+from toolbreaker.core.files import shown
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._classify import Verdict, classify_exception
-from toolbreaker.runtime._result import validate_template
+from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS, validate_template
 
 __all__ = [
     "BREAKER_OPTIONS",
@@ -109,6 +110,12 @@ class Boundary:
         checked = {}
         for reason, text in self.instructions.items():
             where = f"instructions.{reason}"
+            if reason not in DEFAULT_INSTRUCTIONS:
+                raise PolicyError(
+                    f"unknown instruction reason {shown(reason)} "
+                    f"(known: {', '.join(sorted(DEFAULT_INSTRUCTIONS))})",
+                    field=where,
+                )
             if not isinstance(text, str):
                 raise PolicyError(f"{where} must be a string", field=where)
             checked[str(reason)] = validate_template(text, where=where)
@@ -139,7 +146,15 @@ class Boundary:
         where = where or f"{dependency}.{operation}"
         for key in row:
             if key not in POLICY_FIELDS and key not in SHEET_OPTIONS:
-                raise PolicyError(f"unknown field {key!r} in [{where}]", field=f"{where}.{key}")
+                raise PolicyError(
+                    f"unknown field {shown(key)} in [{shown(where)[1:-1]}]", field=f"{where}.{key}"
+                )
+        if row.get("timeout") is None:
+            raise PolicyError(
+                f"{where} has no timeout: every call needs a deadline (set timeout in the row "
+                "or in [defaults])",
+                field=f"{where}.timeout",
+            )
         options = {k: v for k, v in row.items() if k in SHEET_OPTIONS}
         try:
             policy = Policy.from_dict({k: v for k, v in row.items() if k in POLICY_FIELDS})
@@ -171,15 +186,21 @@ BREAKER_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(Boundary))
 SHEET_OPTIONS: Final = BREAKER_OPTIONS - {"policy", "classifier", "result_is_failure"}
 
 
+#: The longest deadline, in seconds: a probe lease (at most 30 days) must outlive it.
+MAX_TIMEOUT_S: Final = MAX_DURATION_MS / 1000
+
+
 def check_seconds(value: object, field: str) -> float:
-    """``value`` as positive, finite seconds; anything else is a PolicyError naming ``field``."""
+    """``value`` as positive seconds of at most 30 days; else a PolicyError naming ``field``."""
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
-        or not value > 0
         or not math.isfinite(value)
+        or not 0 < value <= MAX_TIMEOUT_S
     ):
         raise PolicyError(
-            f"{field} must be a positive, finite number of seconds, got {value!r}", field=field
+            f"{field} must be a positive number of seconds of at most {MAX_TIMEOUT_S:g}, "
+            f"got {shown(value)}",
+            field=field,
         )
     return float(value)

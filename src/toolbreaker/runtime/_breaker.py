@@ -19,7 +19,6 @@ import contextvars
 import functools
 import inspect
 import itertools
-import logging
 import os
 import sys
 import threading
@@ -40,13 +39,14 @@ from toolbreaker.errors import (
 from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
     unavailable_result,
 )
 from toolbreaker.runtime._step import Step, no_deadline
-from toolbreaker.stores._protocol import Store
+from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["Breaker", "BreakerStats", "Enforce", "Listener", "Permit", "Rejection"]
@@ -58,7 +58,25 @@ R = TypeVar("R")
 Listener = Callable[[Transition, "Breaker"], None]
 
 _UNSET: Final[Any] = object()
-_log = logging.getLogger("toolbreaker")
+
+#: Breakers that opened in this context while a run-guard step watched (see
+#: :func:`watch_openings`): how a guard learns that a breaker *inside* its tool (an httpx
+#: transport, a nested call) just opened, so the model hears "unavailable" at once.
+_OPENED: contextvars.ContextVar[list[Breaker] | None] = contextvars.ContextVar(
+    "toolbreaker_opened", default=None
+)
+
+
+def watch_openings() -> list[Breaker]:
+    """Collect, from now on in this context, every breaker that opens; returns the list.
+
+    Worker threads and tasks started from this context share the same list.
+    """
+    opened: list[Breaker] = []
+    _OPENED.set(opened)
+    return opened
+
+
 _process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
 
 
@@ -460,6 +478,10 @@ class Breaker:
 
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """Admission through the core: allow(), and call()/acall() past their fast paths."""
+        return self._local(now, deadline) or self._admit(now, deadline)
+
+    def _local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
+        """Admission answered from the view without the store, or ``None``."""
         state = self._view.state
         stats = self.stats
         if state is not None and not self._listeners:
@@ -476,7 +498,7 @@ class Breaker:
             elif self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
-        return self._admit(now, deadline)
+        return None
 
     def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
         event = self._request(now)
@@ -496,14 +518,7 @@ class Breaker:
 
     async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
-        state = self._view.state
-        if (
-            state is not None
-            and not self._listeners
-            and (state is self._quiet or state.phase == OPEN or is_quiet(state, self.policy))
-        ):
-            return self._enter(now, deadline)  # answered from the view: no I/O
-        return await self._aadmit(now, deadline)
+        return self._local(now, deadline) or await self._aadmit(now, deadline)
 
     def _request(self, now: int) -> Event:
         return Event("request", now, self.key, call=f"{_process_token}.{next(self._ids)}")
@@ -531,13 +546,7 @@ class Breaker:
 
     async def _store_aapply(self, event: Event) -> tuple[BreakerState, tuple[Transition, ...]]:
         """The store's ``aapply`` (never blocks the loop); a sync-only store in a thread."""
-        aapply = getattr(self.store, "aapply", None)
-        if aapply is None:
-            return await asyncio.to_thread(self.store.apply, self.key, event, self.policy)
-        result: tuple[BreakerState, tuple[Transition, ...]] = await aapply(
-            self.key, event, self.policy
-        )
-        return result
+        return await aapply(self.store, self.key, event, self.policy)
 
     def _settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
         event = self._outcome(permit, verdict, now)
@@ -599,6 +608,9 @@ class Breaker:
                     stats.opens[record.reason] = stats.opens.get(record.reason, 0) + 1
                     if record.from_phase == HALF_OPEN:
                         stats.reopens_from_half_open += 1
+                    watching = _OPENED.get()
+                    if watching is not None:
+                        watching.append(self)
                 elif record.to_phase == HALF_OPEN:
                     stats.half_opens += 1
             elif self._phase_since is None:
@@ -607,16 +619,15 @@ class Breaker:
             for record in records:
                 try:
                     listener(record, self)
-                except Exception:  # noqa: BLE001 - a listener never changes an outcome
+                except Exception as exc:  # noqa: BLE001 - a listener never changes an outcome
                     # A metrics backend that is down must not turn a committed write into
                     # an error (and then a replay): the fault is counted and logged, and
                     # every other listener still sees every record.
                     stats.listener_errors += 1
-                    _log.exception(
-                        "toolbreaker: listener %r failed on %s (%s); the call's outcome stands",
-                        listener,
-                        record.dependency,
-                        record.reason,
+                    hook_failed(
+                        f"listener {listener!r} failed on {record.dependency} "
+                        f"({record.reason}); the call's outcome stands",
+                        exc,
                     )
 
     # -- running calls ----------------------------------------------------------------
@@ -768,9 +779,9 @@ class Breaker:
             return SUCCESS
         try:
             failed = predicate(result)
-        except Exception:  # noqa: BLE001 - a user hook never changes what happened
+        except Exception as exc:  # noqa: BLE001 - a user hook never changes what happened
             self.stats.hook_errors += 1
-            _log.exception("toolbreaker: result_is_failure of %s raised", self.key)
+            hook_failed(f"result_is_failure of {self.key} raised", exc)
             return _PREDICATE_ERROR
         return Verdict("failure", "result-predicate") if failed else SUCCESS
 
@@ -781,13 +792,14 @@ class Breaker:
         :class:`~toolbreaker.Verdict`) gives ``ambiguous`` (``classifier-error``): the
         call counts as a failure and, for a write, its outcome is unknown (fail closed).
         """
+        failure: Exception | None = None
         try:
             verdict = self.classify(exc)
-        except Exception:  # noqa: BLE001 - a user hook never changes what happened
-            verdict = None
+        except Exception as raised:  # noqa: BLE001 - a user hook never changes what happened
+            verdict, failure = None, raised
         if not isinstance(verdict, Verdict):
             self.stats.hook_errors += 1
-            _log.error("toolbreaker: the classifier of %s failed on %r", self.key, type(exc))
+            hook_failed(f"the classifier of {self.key} failed on {type(exc).__name__}", failure)
             return _CLASSIFIER_ERROR
         return verdict
 

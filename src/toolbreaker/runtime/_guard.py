@@ -18,23 +18,29 @@ confirms, and refuses writes while an earlier write of the task is still unresol
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState, Stop
-from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core.run.fingerprint import FingerprintRules, evidence, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
-from toolbreaker.errors import FingerprintError, NotSent, PolicyError, StoreUnavailable
-from toolbreaker.runtime._breaker import Breaker, Permit, Rejection
+from toolbreaker.errors import (
+    CircuitOpen,
+    FingerprintError,
+    NotSent,
+    PolicyError,
+    StoreUnavailable,
+    ToolReportedError,
+)
+from toolbreaker.runtime._breaker import Breaker, Permit, Rejection, watch_openings
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
     denied_result,
     error_result,
@@ -55,7 +61,6 @@ __all__ = [
     "may_have_committed",
 ]
 
-_log = logging.getLogger("toolbreaker")
 _MAX_JOURNALED_RESULT: Final = 64 * 1024
 #: Journal statuses of a write whose outcome is not known to be settled.
 _UNRESOLVED: Final = ("unknown", "pending", "reconciled-absent")
@@ -523,7 +528,7 @@ class RunGuard:
                 self.clock(),
                 action,
                 journal=status if status in _JOURNAL_STATUSES else None,
-                evidence=evidence_digest(journaled) if status == "confirmed" else None,
+                evidence=evidence_digest(journaled, self.rules) if status == "confirmed" else None,
             )
         )
         step.decision = decision
@@ -540,6 +545,7 @@ class RunGuard:
             stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
             return _answered(step, stop_answer)
         plan.begun = True
+        plan.opened = watch_openings()
         if spec.risk == "irreversible" and not self._authorized(step):
             self._finish(plan, "ignored")
             return _answered(step, denied_result(tool))
@@ -584,8 +590,8 @@ class RunGuard:
         )
         try:
             return spec.authorize(request) is True
-        except Exception:  # noqa: BLE001 - a failing authority check denies
-            _log.exception("toolbreaker: the authority check of %s raised; denied", spec.name)
+        except Exception as exc:  # noqa: BLE001 - a failing authority check denies
+            hook_failed(f"the authority check of {spec.name} raised; denied", exc)
             return False
 
     # -- settle: the Step's owner callbacks ---------------------------------------------
@@ -622,14 +628,14 @@ class RunGuard:
         if spec.risk in WRITES:
             try:
                 ok = bool(spec.verify(result)) if spec.verify is not None else result is not None
-            except Exception:  # noqa: BLE001 - a verifier that crashes proves nothing
-                _log.exception("toolbreaker: the verify check of %s raised", spec.name)
+            except Exception as exc:  # noqa: BLE001 - a verifier that crashes proves nothing
+                hook_failed(f"the verify check of {spec.name} raised", exc)
                 ok = False
             if not ok:
                 return self._unknown(
                     step, "verification failed: the result does not prove the write happened"
                 )
-        self._finish(plan, "success", evidence=evidence_digest(result))
+        self._finish(plan, "success", evidence=evidence_digest(result, self.rules))
         if plan.key is not None:
             # The write happened; if the journal is down now, its idempotency key still
             # protects a retry at the provider.
@@ -644,6 +650,16 @@ class RunGuard:
             return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
         self._finish(plan, "failure" if verdict.kind == "failure" else "ignored")
         self._forget(plan)
+        inner = _found(exc, CircuitOpen)
+        if inner is not None:
+            # A breaker inside the tool (an httpx transport ...) rejected the call.
+            return self._dependency_down(plan, inner.result_for(spec.name), inner.reason)
+        opened = [b for b in plan.opened if b is not spec.breaker]
+        if opened:
+            # A breaker inside the tool opened on this very failure: say so now.
+            result = opened[-1].failure_result(spec.name, exc)
+            if result.get("tool_unavailable"):
+                return self._dependency_down(plan, result, "opened")
         if spec.breaker is None:
             return error_result(spec.name, exc, retryable=verdict.kind == "failure")
         result = spec.breaker.failure_result(spec.name, exc)
@@ -681,8 +697,8 @@ class RunGuard:
             try:
                 found = spec.reconcile(plan.key, plan.args)
                 checked = True
-            except Exception:  # noqa: BLE001 - an unreachable status check proves nothing
-                _log.exception("toolbreaker: the reconcile check of %s raised", spec.name)
+            except Exception as exc:  # noqa: BLE001 - an unreachable status check proves nothing
+                hook_failed(f"the reconcile check of {spec.name} raised", exc)
         if checked and found:
             if self._journal(plan, "confirmed", result=found):
                 # The outcome is known now: it no longer counts as uncertain.
@@ -796,6 +812,7 @@ class _Plan:
     args: dict[str, Any]
     action: Action | None = None
     begun: bool = False
+    opened: list[Breaker] = dataclasses.field(default_factory=list)
 
 
 def _answered(step: Step, answer: Any) -> Step:
@@ -813,12 +830,16 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     write committed), an undecodable response (``json.JSONDecodeError``), an ambiguous
     verdict (a late result, a classifier that raised), and any exception the classifier
     does not know. Certain failures, that may be retried: :class:`~toolbreaker.errors.NotSent`
-    anywhere in the exception's chain, a plain ``ValueError`` or ``TypeError`` (an
+    anywhere in the exception's chain, an error the tool reported as its answer
+    (:class:`~toolbreaker.errors.ToolReportedError` without a status), a plain
+    ``ValueError`` or ``TypeError`` (an
     argument check before anything left), a validation error, a refused or unresolvable
     connection, a 4xx, 429 and 503 (the server refused the request).
     """
     if _in_chain(exc, NotSent):
         return False
+    if isinstance(exc, ToolReportedError) and verdict.status is None:
+        return False  # the tool answered with an error: a definite answer, not silence
     if _in_chain(exc, json.JSONDecodeError):
         return True
     if verdict.kind == "ambiguous":
@@ -839,14 +860,22 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
 
 
 def _in_chain(exc: BaseException, kind: type[BaseException]) -> bool:
+    return _found(exc, kind) is not None
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _found(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of ``kind`` along ``exc``'s causes and contexts (32 at most)."""
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen and len(seen) < 32:
         if isinstance(link, kind):
-            return True
+            return link
         seen.add(id(link))
         link = link.__cause__ or link.__context__
-    return False
+    return None
 
 
 def _classify(exc: BaseException) -> Verdict:
@@ -856,13 +885,13 @@ def _classify(exc: BaseException) -> Verdict:
         return Verdict("ambiguous", "classifier-error")
 
 
-def evidence_digest(result: Any) -> str:
-    """What a result proves, as a digest: equal for results that differ only in noise."""
-    try:
-        text = json.dumps(result, sort_keys=True, default=str)
-    except (TypeError, ValueError, RecursionError):
-        text = repr(result)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+def evidence_digest(result: Any, rules: FingerprintRules | None = None) -> str:
+    """What a result proves, as a digest (the core's ``fingerprint.evidence``).
+
+    Results that differ only in volatile fields (a fresh ``request_id`` or ``timestamp``)
+    are the same evidence, so an identical search repeated is caught as a repeat.
+    """
+    return evidence(result, rules)
 
 
 def _journaled(result: Any) -> Any:

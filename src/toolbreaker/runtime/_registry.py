@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.config import load_toml
+from toolbreaker.core.files import shown
 from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._boundary import POLICY_FIELDS, Boundary, Enforce, check_seconds
 from toolbreaker.runtime._breaker import Breaker, clock_of
@@ -145,8 +146,10 @@ class Registry:
         for dependency, operations in data.items():
             if dependency in ("defaults", "tools"):
                 continue
+            _check_key(dependency, dependency)
             for operation, row in _table(operations, dependency).items():
                 where = f"{dependency}.{operation}"
+                _check_key(operation, where)
                 table = {**defaults, **_table(row, where)}
                 boundaries[(dependency, operation)] = Boundary.from_row(
                     dependency, operation, table, where
@@ -174,6 +177,8 @@ class Registry:
             PolicyError: ``strict`` and the sheet does not describe the key, or an option
                 is invalid.
         """
+        _check_key(dependency, "dependency")
+        _check_key(operation, "operation")
         key = (dependency, operation)
         breaker = self._breakers.get(key)
         if breaker is not None:
@@ -261,6 +266,26 @@ def _policy(fields: Mapping[str, Any], where: str) -> Policy:
         raise PolicyError(
             f"{where}.{exc.message}" if exc.field else exc.message,
             field=f"{where}.{exc.field}" if exc.field else where,
+        ) from None
+
+
+#: The longest dependency or operation name: the registry bounds bytes, not only breakers.
+MAX_KEY_CHARS: Final = 200
+
+
+def _check_key(value: object, field: str) -> None:
+    """A registry key part is a non-empty string of valid Unicode, at most MAX_KEY_CHARS."""
+    if not isinstance(value, str):
+        raise PolicyError(f"{field} must be a string, got {shown(value)}", field=field)
+    if not value or len(value) > MAX_KEY_CHARS:
+        raise PolicyError(
+            f"{field} must have 1 to {MAX_KEY_CHARS} characters, got {len(value)}", field=field
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PolicyError(
+            f"{field} {shown(value)} is not valid Unicode text (a lone surrogate)", field=field
         ) from None
 
 

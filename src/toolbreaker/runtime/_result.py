@@ -93,11 +93,24 @@ def retry_after_seconds(ms: int | None) -> int:
 
 
 def validate_template(template: str, *, where: str = "instruction") -> str:
-    """Check an instruction template's placeholders; raise :class:`PolicyError` if unknown."""
+    """Check an instruction template: known placeholders only, no format spec or conversion.
+
+    Raises:
+        PolicyError: naming ``where``.
+    """
     try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+        parts = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise PolicyError(f"{where}: malformed template ({exc})", field=where) from None
+    names = set()
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if spec or conversion:
+            raise PolicyError(
+                f"{where}: no format spec or conversion allowed in {{{name}}}", field=where
+            )
+        names.add(name)
     unknown = names - _FIELDS
     if unknown:
         raise PolicyError(

@@ -11,15 +11,24 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.core.config import known_fields, load_toml
+from toolbreaker.core.files import shown
 from toolbreaker.errors import PolicyError
 
-__all__ = ["Policy"]
+__all__ = ["MAX_COUNT", "MAX_DURATION_MS", "Policy"]
 
 _OPTIONAL = frozenset({"window_ms"})
+#: The longest duration a policy may hold (30 days): every store keeps it, and a derived
+#: key lifetime (a few of them added up) stays far below Redis's signed 64-bit PEXPIRE.
+MAX_DURATION_MS: Final = 30 * 24 * 3600 * 1000
+#: The largest threshold, limit or multiplier a policy may hold.
+MAX_COUNT: Final = 1_000_000
+_DURATIONS: Final = frozenset({"window_ms", "cooldown_ms", "cooldown_max_ms", "lease_ttl_ms"})
+#: ``cooldown_max_ms`` when unset: this, or ``cooldown_ms`` when that is longer.
+DEFAULT_COOLDOWN_MAX_MS: Final = 300_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -34,30 +43,46 @@ class Policy:
         cooldown_ms: how long the breaker stays open before one request may probe.
         cooldown_multiplier: the n-th consecutive opening waits
             ``min(cooldown_max_ms, cooldown_ms * cooldown_multiplier ** (n - 1))``.
-        cooldown_max_ms: the cap of the growing cooldown.
+        cooldown_max_ms: the cap of the growing cooldown; unset, it is 300,000 or
+            ``cooldown_ms`` when that is longer (a default never makes a valid setting
+            invalid).
         probe_limit: probe leases that may be in flight at once while half-open.
         success_threshold: successful probes that close the breaker.
         lease_ttl_ms: a probe lease not settled within this time counts as a failed probe.
+
+    Durations (``*_ms``) are at most :data:`MAX_DURATION_MS` (30 days); counts and the
+    multiplier at most :data:`MAX_COUNT`.
     """
 
     failure_threshold: int = 3
     window_ms: int | None = None
     cooldown_ms: int = 20_000
     cooldown_multiplier: int = 1
-    cooldown_max_ms: int = 300_000
+    cooldown_max_ms: int = None  # type: ignore[assignment]  # resolved in __post_init__
     probe_limit: int = 1
     success_threshold: int = 2
     lease_ttl_ms: int = 30_000
 
     def __post_init__(self) -> None:
+        if self.cooldown_max_ms is None and type(self.cooldown_ms) is int:
+            resolved = max(DEFAULT_COOLDOWN_MAX_MS, self.cooldown_ms)
+            object.__setattr__(self, "cooldown_max_ms", resolved)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is None and f.name in _OPTIONAL:
                 continue
             if type(value) is not int:
-                raise PolicyError(f"{f.name} must be an integer, got {value!r}", field=f.name)
+                raise PolicyError(f"{f.name} must be an integer, got {shown(value)}", field=f.name)
             if value <= 0:
-                raise PolicyError(f"{f.name} must be positive, got {value}", field=f.name)
+                raise PolicyError(f"{f.name} must be positive, got {shown(value)}", field=f.name)
+            bound = MAX_DURATION_MS if f.name in _DURATIONS else MAX_COUNT
+            if value > bound:
+                raise PolicyError(
+                    f"{f.name} must be at most {bound:,}"
+                    + (" ms (30 days)" if f.name in _DURATIONS else "")
+                    + f", got {shown(value)}",
+                    field=f.name,
+                )
         if self.cooldown_max_ms < self.cooldown_ms:
             raise PolicyError(
                 f"cooldown_max_ms ({self.cooldown_max_ms}) must not be below "

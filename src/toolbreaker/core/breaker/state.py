@@ -12,11 +12,13 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.files import loads_json
 
 __all__ = [
     "CLOSED",
     "EVENT_TYPES",
     "HALF_OPEN",
+    "MAX_TIME_MS",
     "OPEN",
     "OUTCOME_TYPES",
     "PHASES",
@@ -58,6 +60,10 @@ REASONS: Final = (
 )
 
 STATE_SCHEMA: Final = "toolbreaker.state/v1"
+
+#: The largest instant or counter a state (or trace) may hold: 2**53 - 1, the largest
+#: integer every JSON reader keeps exact. Anything larger loads as corrupt.
+MAX_TIME_MS: Final = 2**53 - 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -156,6 +162,26 @@ class BreakerState:
         except (ValueError, TypeError, KeyError):
             return CORRUPT
 
+    @classmethod
+    def from_json(cls, raw: str | bytes, policy: Policy) -> BreakerState:
+        """Load a state from its stored JSON text, failing closed.
+
+        Text that is not strict JSON (a duplicate key, so that ``"state"`` could say two
+        things; a number of thousands of digits; deep nesting; invalid UTF-8) loads as
+        corrupt, like a state that does not validate.
+        """
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            data = loads_json(text, _NotJSON, mark_duplicates=True, max_depth=8)
+        except (_NotJSON, UnicodeDecodeError):
+            return CORRUPT
+        return cls.from_dict(data, policy)
+
+
+class _NotJSON(ValueError):
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
+
 
 #: What every state that fails validation loads as.
 CORRUPT: Final = BreakerState(phase=OPEN, open_until=None, opens=0, recovered_from_corruption=True)
@@ -177,14 +203,14 @@ _STATE_KEYS: Final = frozenset(
 
 
 def _count(value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(value)
+    if type(value) is not int or not 0 <= value <= MAX_TIME_MS:
+        raise ValueError("not a count")
     return value
 
 
 def _flag(value: object) -> bool:
     if type(value) is not bool:
-        raise TypeError(value)
+        raise TypeError("not a flag")
     return value
 
 
