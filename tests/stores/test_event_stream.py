@@ -356,7 +356,7 @@ def test_instruction_wordings_get_their_own_version():
     """Breakers whose models read other words carry another instructions version."""
     plain = Registry(default_timeout=1.0).get("a")
     reworded = Registry(default_timeout=1.0).get(
-        "b", instructions={"opened": "{tool} is down. Wait {seconds} s. Do not call it."}
+        "b", instructions={"open": "{tool} is down. Wait {seconds} s. Do not call it."}
     )
     assert instructions_version(plain.instructions) != instructions_version(reworded.instructions)
     assert instructions_version({}) == instructions_version(plain.instructions)
@@ -397,3 +397,21 @@ def test_the_dashboard_reads_and_acts_on_redis(redis_url):
     assert eventually(lambda: search.state.isolated)
     assert search.guard(lambda: "ok")()["reason"] == "isolated"
     store.close()
+
+
+def test_stream_urls_never_show_a_password():
+    """A Redis password stays out of the stream's url, its errors and the dashboard."""
+    from toolbreaker.instrumentation.stream import masked_url
+
+    assert masked_url("redis://:s3cret@cache:6379/0") == "redis://:***@cache:6379/0"
+    assert masked_url("redis://app:s3cret@cache/0") == "redis://app:***@cache/0"
+    assert masked_url("sqlite:///tmp/x.db") == "sqlite:///tmp/x.db"
+    stream = RedisStream("redis://:s3cret@127.0.0.1:1/0")
+    assert "s3cret" not in stream.url
+    with pytest.raises(StoreUnavailable) as down:
+        stream.append({"n": 1})
+    assert "s3cret" not in str(down.value)
+    stream.close()
+    with pytest.raises(PolicyError) as bad:
+        open_stream("redis://:s3cret@cache/0?colour=red")
+    assert "s3cret" not in str(bad.value)

@@ -37,7 +37,6 @@ import collections
 import hashlib
 import itertools
 import json
-import logging
 import os
 import socket
 import sqlite3
@@ -54,6 +53,7 @@ from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import RunGuard, StopPacket
+from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
 
@@ -66,13 +66,13 @@ __all__ = [
     "StreamPublisher",
     "instructions_version",
     "iter_entries",
+    "masked_url",
     "open_stream",
     "record_of",
 ]
 
 STREAM_SCHEMA: Final = "toolbreaker.stream/v1"
 _DEFAULT_KEEP: Final = 100_000
-_log = logging.getLogger("toolbreaker")
 
 
 class EventStream(Protocol):
@@ -231,11 +231,11 @@ class RedisStream:
         socket_timeout: float = 0.25,
     ) -> None:
         redis = require("redis", "redis")
-        self.url = url
+        self.url = masked_url(url)
         self.key = key
         self.maxlen = _positive(maxlen, "maxlen")
         self._errors = redis.RedisError
-        self._client = redis.Redis.from_url(
+        self._client = redis.Redis.from_url(  # the real URL, password included
             url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
         )
 
@@ -268,6 +268,16 @@ class RedisStream:
 
 _memory_streams: dict[str, MemoryStream] = {}
 _memory_lock = threading.Lock()
+
+
+def masked_url(url: str) -> str:
+    """``url`` without its password, for messages and pages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
 
 
 def open_stream(url: str) -> EventStream:
@@ -308,12 +318,14 @@ def open_stream(url: str) -> EventStream:
         stream = RedisStream(base, key=key, maxlen=maxlen)
     else:
         raise PolicyError(
-            f"unknown stream URL {url!r} (use memory://NAME, sqlite:///PATH or redis://HOST:PORT/DB)",
+            f"unknown stream URL {masked_url(url)!r} "
+            "(use memory://NAME, sqlite:///PATH or redis://HOST:PORT/DB)",
             field="store",
         )
     if options:
         raise PolicyError(
-            f"unknown option(s) {', '.join(sorted(options))} in {url!r}", field="store"
+            f"unknown option(s) {', '.join(sorted(options))} in {masked_url(url)!r}",
+            field="store",
         )
     return stream
 
@@ -482,8 +494,8 @@ class StreamPublisher:
                 self.append_errors += 1
                 first, self._failing = not self._failing, True
             if first:
-                _log.warning(
-                    "toolbreaker: event stream %s: append failed (%s)", self.stream.url, exc
+                hook_failed(
+                    f"event stream {self.stream.url}: append failed ({exc}); outcomes stand"
                 )
             return
         with self._lock:

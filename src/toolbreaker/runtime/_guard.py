@@ -461,11 +461,9 @@ class RunGuard:
         for listener in tuple(self._stop_listeners):
             try:
                 listener(packet, self)
-            except Exception:  # noqa: BLE001 - a listener never changes a decision
+            except Exception as exc:  # noqa: BLE001 - a listener never changes a decision
                 self.listener_errors += 1
-                _log.exception(
-                    "toolbreaker: stop listener %r failed; the run's decision stands", listener
-                )
+                hook_failed(f"stop listener {listener!r} failed; the run's decision stands", exc)
 
     def _resume(self) -> None:
         """Once per guard: writes an earlier run left unresolved block writes here too."""
