@@ -41,6 +41,7 @@ from toolbreaker.runtime import (
     TraceRecorder,
     Verdict,
     classify_exception,
+    scope,
     system_prompt_line,
 )
 from toolbreaker.stores import LocalFallback, MemoryStore, RedisStore, SQLiteStore
@@ -89,6 +90,7 @@ __all__ = [
     "classify_exception",
     "diff",
     "replay",
+    "scope",
     "step",
     "system_prompt_line",
 ]

@@ -109,8 +109,8 @@ class CircuitOpen(ToolbreakerError):
 
     Attributes:
         dependency: the breaker's key.
-        reason: the core's reason (``cooldown``, ``probe-limit``, ``isolated``) or
-            ``store-unavailable``.
+        reason: the core's reason (``cooldown``, ``probe-limit``, ``isolated``),
+            ``store-unavailable``, or ``saturated`` (no worker free for a sync call).
         retry_after_ms: milliseconds until a call may be admitted again, if known.
     """
 

@@ -199,3 +199,45 @@ def test_a_big_trace_replays_under_a_memory_cap(tmp_path):
     with (tmp_path / "out.json").open() as receipt:
         tail = receipt.read()[-200:]
     assert '"schema": "toolbreaker.receipt/v1"' in tail
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        Policy(mode="shadow", failure_threshold=2),
+        Policy(
+            failure_rate_permille=400,
+            minimum_calls=5,
+            window_calls=10,
+            slow_call_ms=1000,
+            slow_call_rate_permille=500,
+        ),
+        Policy(force="closed"),
+    ],
+    ids=["shadow", "rates", "forced-closed"],
+)
+def test_streamed_receipts_of_the_newer_modes_are_byte_identical(policy: Policy) -> None:
+    """Durations, operator reasons and would-be rejections stream to the same bytes."""
+    rng = random.Random(7)
+    lines: list[dict] = []
+    at = 0
+    for i in range(300):
+        at += rng.randint(0, 400)
+        dep = rng.choice(["a", "b"])
+        lines.append({"at": at, "dependency": dep, "type": "request", "call": f"c{i}"})
+        kind = rng.choice(["success", "failure", "success"])
+        outcome = {"at": at + 10, "dependency": dep, "type": kind, "call": f"c{i}"}
+        if kind == "success":
+            outcome["duration_ms"] = rng.randint(1, 3000)
+        lines.append(outcome)
+        at += 10
+    lines.append({"at": at + 1, "dependency": "a", "type": "isolate", "reason": "INC-1"})
+    expected = Replay(policy)
+    streamed = StreamingReplay(policy)
+    for data in lines:
+        expected.feed(parse_event(data))
+        streamed.feed(parse_event(data))
+    out = io.StringIO()
+    with streamed:
+        streamed.write(out)
+    assert out.getvalue() == dump_receipt(expected.receipt())

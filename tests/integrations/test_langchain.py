@@ -686,3 +686,36 @@ def test_tool_options_take_every_breaker_option_from_boundary():
 
     settable = BREAKER_OPTIONS - {"tool", "classifier", "result_is_failure"}
     assert settable <= set(ToolOptions.__annotations__)
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_hide_open_tools_removes_them_from_the_model_and_says_until_when(shop, registry, hide):
+    """With hide_open_tools, a tool whose breaker is open (cooling down) is not in the
+    model's tool list and one system-prompt line names it and when it is back; a model
+    that calls what it sees then makes no rejected call. Off by default."""
+    guard = ToolbreakerMiddleware(registry=registry, tools=CATALOG, hide_open_tools=hide)
+    breaker = guard.breaker_of("search")
+    for _ in range(3):
+        breaker.allow().record("failure")
+    assert breaker.state.phase == "open"
+
+    def reply(results: list[ToolMessage]) -> AIMessage:
+        offered = {schema["function"]["name"] for schema in model.schemas}
+        return call("search", q="usb") if "search" in offered and not results else AIMessage("ok")
+
+    model = scripted(reply)
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    done = agent.invoke(ask("find a usb cable"), context={"task_id": f"hide-{hide}"})
+    offered = {schema["function"]["name"] for schema in model.schemas}
+    system = "\n".join(m.text for m in model.prompts[0] if isinstance(m, SystemMessage))
+    rejected = [m for m in done["messages"] if isinstance(m, ToolMessage)]
+    if hide:
+        assert "search" not in offered
+        assert "search_snapshot" in offered
+        assert '"search" (for about 20 more seconds)' in system
+        assert rejected == []
+    else:
+        assert "search" in offered
+        assert "hidden" not in system
+        assert payload(rejected[0])["tool_unavailable"] is True
+    assert shop.entered["search"] == 0

@@ -662,3 +662,36 @@ def test_a_registry_without_sheet_rows_protects_every_tool(service):
     assert registry.get("broken").state.phase == "open"
     seen = tool_results(model_of(protected).calls[1])
     assert seen["c1"]["tool_unavailable"] is True
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_hide_open_tools_disables_them_and_names_them_in_the_instructions(service, registry, hide):
+    """With hide_open_tools, an open breaker's tool is not offered to the model and the
+    instructions name it and until when; off by default, the tool stays listed."""
+    catalog = registry.get("catalog", "read")
+    for _ in range(2):
+        catalog.allow().record("failure")
+    seen: list[ModelCall] = []
+
+    def respond(call: ModelCall) -> list[Any]:
+        seen.append(call)
+        return [assistant_message("ok")]
+
+    shop = Shop(service)
+    agent = Agent(
+        name="shop",
+        instructions="You sell cables.",
+        model=ScriptedModel([ModelStep.respond(respond)]),
+        tools=list(shop.tools),
+    )
+    run(protect(agent, registry=registry, hide_open_tools=hide))
+    offered = {tool.name for tool in seen[0].tools}
+    instructions = seen[0].system_instructions or ""
+    assert instructions.startswith("You sell cables.")
+    if hide:
+        assert "search_catalog" not in offered
+        assert {"search_snapshot", "lookup_order"} <= offered
+        assert '"search_catalog" (for about 20 more seconds)' in instructions
+    else:
+        assert "search_catalog" in offered
+        assert "hidden" not in instructions

@@ -653,3 +653,36 @@ def test_metadata_that_contradicts_the_sheet_is_an_error_at_load():
     capability = ToolbreakerCapability(RunGuard("t"), registry=registry)
     with pytest.raises(PolicyError, match="operation"):
         run(agent, "x", capabilities=[capability])
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_hide_open_tools_leaves_them_out_of_the_request_and_names_them(service, hide):
+    """With hide_open_tools, the model is not offered a tool whose breaker is open, and the
+    instructions name it and until when; a model calling what it is offered then makes no
+    rejected call. Off by default, the tool is offered (and rejected locally)."""
+    registry = make_registry()
+    breaker = registry.get("search")
+    for _ in range(2):
+        breaker.allow().record("failure")
+    offered: list[set[str]] = []
+
+    def policy(script: Script, new: list[ToolReturnPart]) -> ModelResponse:
+        offered.append(set(script.schemas))
+        if "search" in script.schemas and not script.received:
+            return call("search", q="usb")
+        return say("done")
+
+    script = Script(policy)
+    ran: Counter[str] = Counter()
+    agent = build_agent(script, service, ran)
+    guard = RunGuard("hide")
+    capability = ToolbreakerCapability(guard, registry=registry, hide_open_tools=hide)
+    run(agent, "find a usb cable", capabilities=[capability])
+    assert ran["search"] == 0
+    if hide:
+        assert "search" not in offered[0]
+        assert '"search" (for about 20 more seconds)' in (script.instructions[0] or "")
+        assert script.returns("search") == []
+    else:
+        assert "search" in offered[0]
+        assert payload(script.returns("search")[0])["tool_unavailable"] is True

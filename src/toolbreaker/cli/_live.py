@@ -235,7 +235,7 @@ def _files(
     return {
         "trace.jsonl": "".join(json.dumps(e) + "\n" for e in trace),
         "policy.toml": "".join(
-            f"{k} = {v}\n" for k, v in policy.to_dict().items() if v is not None
+            f"{k} = {json.dumps(v)}\n" for k, v in policy.to_dict().items() if v is not None
         ),
         "receipt.json": dump_receipt(receipt),
     }

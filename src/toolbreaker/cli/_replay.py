@@ -129,10 +129,10 @@ class _Spill:
 
 
 class _Counts:
-    __slots__ = ("opens", "rejected", "remote", "transitions")
+    __slots__ = ("opens", "rejected", "remote", "transitions", "would_reject")
 
     def __init__(self) -> None:
-        self.remote = self.rejected = self.opens = self.transitions = 0
+        self.remote = self.rejected = self.opens = self.transitions = self.would_reject = 0
 
 
 class StreamingReplay(Replay):
@@ -156,6 +156,7 @@ class StreamingReplay(Replay):
             counts.remote += record.attempted
             counts.rejected += record.rejected
             counts.opens += record.to_phase == OPEN and record.from_phase != OPEN
+            counts.would_reject += record.would_reject
             first = not counts.transitions
             counts.transitions += 1
             compact, pretty = _formats(record)
@@ -206,7 +207,8 @@ class StreamingReplay(Replay):
             digest.update(b',"transitions":[')
             for chunk in self._canonical.read(name):
                 digest.update(chunk)
-            digest.update(b"]}")
+            tail = self._tail(name)
+            digest.update(b"]" + (b"," + _compact(tail)[1:] if tail else b"}"))
         digest.update(b'},"policy":' + policy)
         digest.update(b',"policy_version":' + _compact(self.policy.version))
         digest.update(b',"schema":' + _compact(RECEIPT_SCHEMA) + b"}")
@@ -215,6 +217,7 @@ class StreamingReplay(Replay):
         return receipt_hash
 
     def _head(self, name: str) -> dict[str, Any]:
+        """A dependency's receipt fields that sort before ``transitions``."""
         counts = self._counts.get(name) or _Counts()
         final = self.ledgers()[name].state
         return {
@@ -224,6 +227,13 @@ class StreamingReplay(Replay):
             "recovered_from_corruption": final.recovered_from_corruption,
             "remote_attempts": counts.remote,
         }
+
+    def _tail(self, name: str) -> dict[str, Any]:
+        """The fields that sort after ``transitions`` (as ``summarise`` writes them)."""
+        counts = self._counts.get(name) or _Counts()
+        if self.policy.admits_all or counts.would_reject:
+            return {"would_reject": counts.would_reject}
+        return {}
 
     def _print(
         self, out: TextIO, names: list[str], heads: dict[str, dict[str, Any]], receipt_hash: str
@@ -235,13 +245,17 @@ class StreamingReplay(Replay):
             for index, name in enumerate(names):
                 head = _pretty(heads[name], "    ")[: -len("\n    }")]
                 out.write(("\n" if not index else ",\n") + f"    {_string(name)}: {head},")
+                tail = "".join(
+                    f",\n      {_string(key)}: {_pretty(value, '      ')}"
+                    for key, value in sorted(self._tail(name).items())
+                )
                 if not self._counts.get(name, _Counts()).transitions:
-                    out.write('\n      "transitions": []\n    }')
+                    out.write(f'\n      "transitions": []{tail}\n    }}')
                     continue
                 out.write('\n      "transitions": [')
                 for chunk in self._printed.read(name):
                     out.write(chunk.decode("utf-8"))
-                out.write("\n      ]\n    }")
+                out.write(f"\n      ]{tail}\n    }}")
             out.write("\n  },")
         out.write(f'\n  "policy": {_pretty(self.policy.to_dict(), "  ")},')
         out.write(f'\n  "policy_version": {_string(self.policy.version)},')
@@ -294,8 +308,12 @@ def _parts(record: Transition) -> _Parts:
 
 def _formats(record: Transition) -> tuple[bytes, bytes]:
     """The canonical and the printed (indented) text of one transition record."""
-    c_head, c_mid, c_tail, p_head, p_mid, p_tail = _parts(record)
     event = record.event
+    if event.duration_ms is not None or event.reason is not None or record.would_reject:
+        # The rarer fields of the newer modes: the generic (slower) form, same bytes.
+        data = record.to_dict()
+        return _compact(data), (_T + _pretty(data, _T)).encode("utf-8")
+    c_head, c_mid, c_tail, p_head, p_mid, p_tail = _parts(record)
     compact_extra = pretty_extra = ""
     if event.call is not None:
         call = _string(event.call)

@@ -41,6 +41,8 @@ class BreakerCollector:
 
     - ``_requests_total``, ``_admitted_total``, ``_rejected_total``: demand, calls that
       reached the dependency, local rejections;
+    - ``_would_reject_total``: requests admitted only because the row is in shadow mode or
+      forced closed (only for such breakers, or once non-zero);
     - ``_failures_total{class}``: failed outcomes by class (``http-503``, ``timeout`` ...);
     - ``_opens_total{reason}``: openings by the reason of the opening transition;
     - ``_state{state}``: 1 for the breaker's current phase, 0 for the others (a state set;
@@ -71,6 +73,11 @@ class BreakerCollector:
             f"{name}_admitted", "Requests that reached the dependency.", labels=_LABELS
         )
         rejected = counter(f"{name}_rejected", "Requests rejected locally.", labels=_LABELS)
+        would = counter(
+            f"{name}_would_reject",
+            "Requests admitted only by shadow mode or a forced close.",
+            labels=_LABELS,
+        )
         late = counter(
             f"{name}_late_results", "Results that arrived after their deadline.", labels=_LABELS
         )
@@ -96,6 +103,8 @@ class BreakerCollector:
             requests.add_metric(labels, stats.demand)
             admitted.add_metric(labels, stats.admitted)
             rejected.add_metric(labels, stats.rejected)
+            if stats.would_reject or breaker.policy.admits_all:
+                would.add_metric(labels, stats.would_reject)
             late.add_metric(labels, stats.late_results)
             ratio.add_metric(labels, stats.half_open_reopen_ratio)
             for detail, count in sorted(stats.failures.items()):
@@ -108,7 +117,7 @@ class BreakerCollector:
             if phase_now is not None:
                 for phase in PHASES:
                     state.add_metric([*labels, phase], 1.0 if phase == phase_now else 0.0)
-        yield from (requests, admitted, rejected, late, failures, opens, spent, state, ratio)
+        yield from (requests, admitted, rejected, would, late, failures, opens, spent, state, ratio)
 
 
 def _phase(breaker: Any) -> str | None:

@@ -12,7 +12,9 @@ One object, :class:`ToolbreakerMiddleware`, serves both:
 
 In ``create_agent`` its ``wrap_model_call`` also appends
 :func:`toolbreaker.system_prompt_line` to the system prompt (``instructions=False`` to
-opt out).
+opt out) and, with ``hide_open_tools=True``, removes from the model's tool list every tool
+whose breaker rejects all calls now (open and cooling down, isolated, forced open), with
+one system-prompt line naming them and until when.
 
 What happens to one tool call
 -----------------------------
@@ -67,7 +69,7 @@ from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
 from toolbreaker.runtime._registry import Registry
-from toolbreaker.runtime._result import system_prompt_line
+from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
@@ -136,8 +138,8 @@ class ToolOptions(TypedDict, total=False):
     operation)`` (``dependency`` defaults to the tool name), else a sheet row whose
     ``tool`` is the tool name. Breaker options apply when the registry creates the
     breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
-    ``fallback_note``, ``owner``, ``instructions``. The rest are the run guard's
-    :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
+    ``fallback_note``, ``owner``, ``instructions``, ``scope``, ``max_scopes``. The rest
+    are the run guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
     as the model would read it, JSON-decoded when it is JSON.
@@ -154,6 +156,8 @@ class ToolOptions(TypedDict, total=False):
     fallback_note: str
     owner: str
     instructions: Mapping[str, str]
+    scope: str | None
+    max_scopes: int
     risk: RiskClass
     business_key: Sequence[str]
     idempotency_arg: str | None
@@ -199,6 +203,19 @@ def stop_message(packet: StopPacket) -> AIMessage:
     return AIMessage(content=text, additional_kwargs={STOP_KEY: data})
 
 
+def _with_system_line(request: ModelRequest[Any], line: str) -> ModelRequest[Any]:
+    """``request`` with ``line`` appended to its system message (or as the message)."""
+    current = request.system_message
+    if current is None:
+        return request.override(system_message=SystemMessage(line))
+    content: str | list[str | dict[str, Any]]
+    if isinstance(current.content, str):
+        content = f"{current.content}\n\n{line}" if current.content else line
+    else:
+        content = [*current.content, {"type": "text", "text": line}]
+    return request.override(system_message=current.model_copy(update={"content": content}))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Pending:
     """A tool call the guard admitted: settle ``step`` with the handler's outcome."""
@@ -229,6 +246,9 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         max_runs: run guards kept; the least recently used beyond that are dropped.
         instructions: append :func:`toolbreaker.system_prompt_line` to the system prompt
             of every model call (unless it is already there).
+        hide_open_tools: opt in to removing open tools from the tool list of each model
+            call (see :meth:`~toolbreaker.Breaker.hidden_for_ms`), with a system-prompt
+            line that names them and when they come back.
 
     Raises:
         PolicyError: unknown tool options, ``breaker`` with breaker options, or both
@@ -249,6 +269,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         task_id: Callable[[Any], str | None] | None = None,
         max_runs: int = 1024,
         instructions: bool = True,
+        hide_open_tools: bool = False,
     ) -> None:
         super().__init__()
         if guard is not None and guard_factory is not None:
@@ -263,6 +284,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         self.journal: Journal = journal if journal is not None else MemoryStore()
         self.max_runs = max_runs
         self.instructions = instructions
+        self.hide_open_tools = hide_open_tools
         self._fixed = guard
         self._factory = guard_factory
         self._task_id = task_id
@@ -389,8 +411,8 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """Tell the model the tool-unavailable protocol (see ``instructions``)."""
-        return handler(self._instructed(request))
+        """Tell the model the tool-unavailable protocol; hide open tools if asked to."""
+        return handler(self._hidden(self._instructed(request)))
 
     async def awrap_model_call(
         self,
@@ -398,7 +420,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """The async twin of :meth:`wrap_model_call`."""
-        return await handler(self._instructed(request))
+        return await handler(self._hidden(self._instructed(request)))
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: ToolbreakerState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -473,19 +495,35 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             creation.setdefault("tool", tool)
         return self.registry.get(dependency, operation, **creation)
 
+    def _hidden(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        if not self.hide_open_tools:
+            return request
+        kept: list[Any] = []
+        hidden: dict[str, int | None] = {}
+        for tool in request.tools:
+            name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
+            down, wait = (False, None) if not isinstance(name, str) else self._down(name)
+            if down and isinstance(name, str):
+                hidden[name] = wait
+            else:
+                kept.append(tool)
+        if not hidden:
+            return request
+        return _with_system_line(request.override(tools=kept), hidden_tools_line(hidden))
+
+    def _down(self, tool: str) -> tuple[bool, int | None]:
+        try:
+            breaker = self.breaker_of(tool)
+        except PolicyError:  # a strict registry without a row for it: never hidden
+            return False, None
+        return breaker.hidden_for_ms()
+
     def _instructed(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         line = system_prompt_line()
         current = request.system_message
         if not self.instructions or (current is not None and line in current.text):
             return request
-        if current is None:
-            return request.override(system_message=SystemMessage(line))
-        content: str | list[str | dict[str, Any]]
-        if isinstance(current.content, str):
-            content = f"{current.content}\n\n{line}" if current.content else line
-        else:
-            content = [*current.content, {"type": "text", "text": line}]
-        return request.override(system_message=current.model_copy(update={"content": content}))
+        return _with_system_line(request, line)
 
     def _guard_of(self, runtime: Any) -> RunGuard:
         return self.guard_for(self.task_of(runtime))

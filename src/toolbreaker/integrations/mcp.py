@@ -81,6 +81,7 @@ from toolbreaker.runtime import (
     Registry,
     RunGuard,
     StopPacket,
+    hidden_tools_line,
 )
 
 require("mcp", "mcp")
@@ -248,6 +249,9 @@ class GuardedClient:
         classify_result: turns an ``is_error`` result into the exception the breaker
             classifies (default :func:`result_error`); ``None`` means success.
         meta_key: the request ``_meta`` key of the idempotency key.
+        hide_open_tools: opt in to leaving out of :meth:`list_tools` every tool whose
+            breaker rejects all calls now; :meth:`hidden_tools_line` is the system-prompt
+            line for the host that names them and until when.
     """
 
     def __init__(
@@ -265,6 +269,7 @@ class GuardedClient:
         key: Callable[[str], tuple[str, str]] | None = None,
         classify_result: Callable[[CallToolResult], BaseException | None] = result_error,
         meta_key: str = IDEMPOTENCY_META_KEY,
+        hide_open_tools: bool = False,
     ) -> None:
         if not server:
             raise PolicyError("GuardedClient needs the server's name", field="server")
@@ -280,6 +285,8 @@ class GuardedClient:
         self.key = key or (lambda tool: (self.server, tool))
         self.classify_result = classify_result
         self.meta_key = meta_key
+        self.hide_open_tools = hide_open_tools
+        self._hidden: dict[str, int | None] = {}
         self._annotations: dict[str, ToolAnnotations | None] = {}
         self._listed = False
         self._breakers: dict[str, Breaker] = {}
@@ -347,10 +354,28 @@ class GuardedClient:
         return result if answer is dumped else self._answer(answer)
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> ListToolsResult:
-        """The client's ``list_tools``; the proxy also learns each tool's annotations."""
+        """The client's ``list_tools``; the proxy also learns each tool's annotations.
+
+        With ``hide_open_tools``, tools whose breaker rejects every call now are left out
+        (see :meth:`hidden_tools_line`).
+        """
         listing: ListToolsResult = await self.client.list_tools(*args, **kwargs)
         self._learn(listing)
-        return listing
+        if not self.hide_open_tools:
+            return listing
+        kept = []
+        for tool in listing.tools:
+            down, wait = self.breaker_for(tool.name).hidden_for_ms()
+            if down:
+                self._hidden[tool.name] = wait
+            else:
+                self._hidden.pop(tool.name, None)
+                kept.append(tool)
+        return listing.model_copy(update={"tools": kept})
+
+    def hidden_tools_line(self) -> str:
+        """The system-prompt line naming the tools the last listing hid ("" if none)."""
+        return hidden_tools_line(self._hidden)
 
     def __getattr__(self, name: str) -> Any:
         """Everything but ``call_tool`` and ``list_tools`` is the client's own."""

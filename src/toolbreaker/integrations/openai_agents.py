@@ -49,6 +49,7 @@ from toolbreaker.integrations import require
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import RunGuard
 from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime._result import hidden_tools_line
 from toolbreaker.runtime._step import Step
 
 require("agents", "openai-agents")
@@ -88,6 +89,7 @@ def protect(
     registry: Registry | None = None,
     guard: RunGuard | None = None,
     breakers: Mapping[str, Breaker] | None = None,
+    hide_open_tools: bool = False,
 ) -> Agent[TContext]:
     """A copy of ``agent`` whose function tools all go through toolbreaker.
 
@@ -111,6 +113,9 @@ def protect(
         registry: where breakers are found by tool name (sheet rows and live breakers).
         guard: the run guard of this run: budgets, loop detection, idempotent writes.
         breakers: breakers by tool name, taking precedence over the other sources.
+        hide_open_tools: opt in to hiding a tool from the model while its breaker rejects
+            every call (its ``is_enabled`` also asks the breaker), with one line added to
+            the agent's instructions naming the hidden tools and until when.
 
     Returns:
         The protected copy.
@@ -144,7 +149,54 @@ def protect(
         properties = tool.params_json_schema.get("properties") or {}
         inject = spec.idempotency_arg if write and spec.idempotency_arg in properties else None
         tools.append(protection.adopt(tool, spec.breaker, inject=inject, write=write))
-    return agent.clone(tools=tools)
+    if not hide_open_tools:
+        return agent.clone(tools=tools)
+    hideable: dict[str, Breaker] = {}
+    for tool in tools:
+        if not isinstance(tool, FunctionTool) or tool.name not in protection.adopted:
+            continue
+        breaker = protection.breakers.get(tool.name)
+        if breaker is None and guard is not None:
+            breaker = guard.ensure_tool(tool.name).breaker
+        if breaker is not None:
+            hideable[tool.name] = breaker
+            tool.is_enabled = _enabled_unless_open(tool.is_enabled, breaker)
+    return agent.clone(tools=tools, instructions=_with_hidden_line(agent.instructions, hideable))
+
+
+async def _resolved(value: Any, *args: Any) -> Any:
+    """``value``, called with ``args`` (and awaited) when it is callable."""
+    if callable(value):
+        value = value(*args)
+        if inspect.isawaitable(value):
+            value = await value
+    return value
+
+
+def _enabled_unless_open(
+    enabled: Any, breaker: Breaker
+) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
+    async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        if breaker.hidden_for_ms()[0]:
+            return False
+        return bool(await _resolved(enabled, ctx, agent))
+
+    return is_enabled
+
+
+def _with_hidden_line(
+    instructions: Any, breakers: Mapping[str, Breaker]
+) -> Callable[[RunContextWrapper[Any], Any], Awaitable[str]]:
+    async def instructed(ctx: RunContextWrapper[Any], agent: Any) -> str:
+        base = await _resolved(instructions, ctx, agent)
+        hidden = {}
+        for name, breaker in breakers.items():
+            down, wait = breaker.hidden_for_ms()
+            if down:
+                hidden[name] = wait
+        return "\n\n".join(part for part in (base, hidden_tools_line(hidden)) if part)
+
+    return instructed
 
 
 def format_tool_error(args: ToolErrorFormatterArgs[Any]) -> str | None:
@@ -245,6 +297,7 @@ class _Protection:
     def __init__(self, guard: RunGuard | None) -> None:
         self.guard = guard
         self.breakers: dict[str, Breaker] = {}
+        self.adopted: set[str] = set()
         self.inject: dict[str, str] = {}
         self.needs_formatter: set[str] = set()
         self.calls: dict[str, _Call] = {}
@@ -259,6 +312,7 @@ class _Protection:
     ) -> FunctionTool:
         """The protected copy of ``tool``."""
         name = tool.name
+        self.adopted.add(name)
         if any(g.get_name() == GUARDRAIL_NAME for g in tool.tool_input_guardrails or ()):
             raise PolicyError(f"tool {name!r} is already protected", field=name)
         handler = _failure_handler(tool)

@@ -78,9 +78,10 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 
 from toolbreaker.core.run.budget import RiskClass  # noqa: E402
 from toolbreaker.errors import PolicyError  # noqa: E402
+from toolbreaker.runtime._breaker import Breaker  # noqa: E402
 from toolbreaker.runtime._guard import GuardedTool, RunGuard, StopPacket  # noqa: E402
 from toolbreaker.runtime._registry import Registry  # noqa: E402
-from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE  # noqa: E402
+from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
 
 __all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
 
@@ -210,12 +211,17 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             come from.
         instructions: add :func:`toolbreaker.system_prompt_line` to the agent's
             instructions, so the model knows what a tool-unavailable result means.
+        hide_open_tools: opt in to leaving out of each model request the tools whose
+            breaker rejects every call now, with one instruction line naming them and
+            until when.
     """
 
     guard: _GuardSource[AgentDepsT]
     _: KW_ONLY
     registry: Registry | None = None
     instructions: bool = True
+    hide_open_tools: bool = False
+    _hideable: dict[str, Breaker] = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -233,9 +239,22 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             )
         return dataclasses.replace(self, guard=guard)
 
-    def get_instructions(self) -> str | None:
+    def get_instructions(self) -> Any:  # pydantic_ai's AgentInstructions; mypy rejects its alias
         """The system-prompt line about tool-unavailable results, unless disabled."""
-        return SYSTEM_PROMPT_LINE if self.instructions else None
+        if not self.hide_open_tools:
+            return SYSTEM_PROMPT_LINE if self.instructions else None
+        if not self.instructions:
+            return self._hidden_line
+        return [SYSTEM_PROMPT_LINE, self._hidden_line]
+
+    def _hidden_line(self, ctx: RunContext[Any]) -> str:
+        """The line naming the tools hidden now (empty when none is)."""
+        hidden = {}
+        for name, breaker in tuple(self._hideable.items()):
+            down, wait = breaker.hidden_for_ms()
+            if down:
+                hidden[name] = wait
+        return hidden_tools_line(hidden)
 
     async def prepare_tools(
         self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
@@ -256,6 +275,10 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
                 changes["timeout"] = breaker.timeout
             if _injects_key(spec):
                 changes["parameters_json_schema"] = _hide_argument(tool_def, spec)
+            if self.hide_open_tools and breaker is not None:
+                self._hideable[tool_def.name] = breaker
+                if breaker.hidden_for_ms()[0]:
+                    continue  # the instruction line names it instead
             prepared.append(dataclasses.replace(tool_def, **changes) if changes else tool_def)
         return prepared
 

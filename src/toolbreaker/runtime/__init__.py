@@ -28,9 +28,11 @@ from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
     error_result,
+    hidden_tools_line,
     system_prompt_line,
     unavailable_result,
 )
+from toolbreaker.runtime._scope import current_scope, scope
 from toolbreaker.runtime._step import Step
 
 __all__ = [
@@ -56,11 +58,14 @@ __all__ = [
     "Verdict",
     "classify_exception",
     "classify_status",
+    "current_scope",
     "error_result",
     "evidence_digest",
+    "hidden_tools_line",
     "may_have_committed",
     "monotonic_ms",
     "parse_retry_after",
+    "scope",
     "system_prompt_line",
     "unavailable_result",
 ]

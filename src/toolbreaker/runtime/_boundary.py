@@ -61,6 +61,13 @@ class Boundary:
         classifier: decides what an exception says about the dependency (code only).
         result_is_failure: a predicate on results, e.g. a 200 whose body is an error
             (code only).
+        scope: key one breaker per value of this scope (``tenant``, ``api_key``,
+            ``agent``), set with :func:`toolbreaker.scope`; calls without a value use the
+            row's own breaker.
+        max_scopes: the most scoped breakers the row keeps in a process; past it the
+            least recently used closed one is forgotten (its state stays in the store),
+            and when none is closed, new values share one overflow breaker (logged and
+            counted), so an open breaker is never dropped.
     """
 
     dependency: str
@@ -76,6 +83,8 @@ class Boundary:
     instructions: Mapping[str, str] = dataclasses.field(default_factory=dict)
     classifier: Callable[[BaseException], Verdict] = classify_exception
     result_is_failure: Callable[[Any], bool] | None = None
+    scope: str | None = None
+    max_scopes: int = 1000
 
     def __post_init__(self) -> None:
         for name in ("dependency", "operation"):
@@ -124,6 +133,17 @@ class Boundary:
             raise PolicyError("classifier must be callable", field="classifier")
         if self.result_is_failure is not None and not callable(self.result_is_failure):
             raise PolicyError("result_is_failure must be callable", field="result_is_failure")
+        if self.scope is not None and (
+            not isinstance(self.scope, str) or not self.scope.isidentifier()
+        ):
+            raise PolicyError(
+                f"scope must be a name such as 'tenant', got {self.scope!r}", field="scope"
+            )
+        if type(self.max_scopes) is not int or not 0 < self.max_scopes <= 1_000_000:
+            raise PolicyError(
+                f"max_scopes must be an integer from 1 to 1000000, got {self.max_scopes!r}",
+                field="max_scopes",
+            )
 
     @property
     def key(self) -> str:

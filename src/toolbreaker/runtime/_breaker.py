@@ -13,22 +13,24 @@ two cases are most calls, and they cost no lock, no allocation of records and no
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
+import collections
 import contextvars
+import dataclasses
 import functools
+import hashlib
 import inspect
 import itertools
 import os
-import sys
+import re
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
-from toolbreaker.core.breaker.machine import idle_rejection, is_quiet
+from toolbreaker.core.breaker.machine import idle_rejection, is_evictable, is_quiet
 from toolbreaker.core.breaker.machine import retry_after_ms as core_retry_after_ms
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import (
     CircuitOpen,
     PermitError,
@@ -39,12 +41,14 @@ from toolbreaker.errors import (
 from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, within
+from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
     unavailable_result,
 )
+from toolbreaker.runtime._scope import current_scope
 from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
@@ -94,11 +98,8 @@ _LATE: Final = Verdict("ambiguous", "late-result")
 _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
-
-if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
-    _async_timeout = asyncio.timeout
-else:  # pragma: no cover - version dependent
-    _async_timeout = None
+_SATURATED: Final = "saturated"
+_PLAIN_SCOPE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 
 class BreakerStats:
@@ -115,10 +116,21 @@ class BreakerStats:
         late_results: results that arrived after their deadline (never successes).
         listener_errors: listener calls that raised (logged; the outcome stood).
         hook_errors: classifier or result predicate calls that raised (fail closed).
+        saturated: sync calls denied at once because no worker was free (also counted in
+            ``rejected``); they are never queued.
+        pinned_workers: worker threads held right now by calls still running past their
+            deadline (a gauge).
         time_in_state_ms: time spent in each phase, up to the last transition.
+        would_reject: requests admitted only because the policy is in shadow mode or
+            forced closed (enforcement would have rejected them); in ``to_dict`` only
+            once non-zero.
+        scope_overflows: calls of a scoped row that went to its shared overflow breaker
+            because ``max_scopes`` breakers were live and none could be forgotten; in
+            ``to_dict`` only once non-zero.
     """
 
     __slots__ = (
+        "_workers",
         "admitted",
         "failures",
         "half_opens",
@@ -128,7 +140,10 @@ class BreakerStats:
         "opens",
         "rejected",
         "reopens_from_half_open",
+        "saturated",
+        "scope_overflows",
         "time_in_state_ms",
+        "would_reject",
     )
 
     def __init__(self) -> None:
@@ -141,7 +156,16 @@ class BreakerStats:
         self.late_results = 0
         self.listener_errors = 0
         self.hook_errors = 0
+        self.saturated = 0
+        self.would_reject = 0
+        self.scope_overflows = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
+        self._workers: Workers | None = None
+
+    @property
+    def pinned_workers(self) -> int:
+        """Worker threads held by calls still running past their deadline."""
+        return 0 if self._workers is None else self._workers.pinned
 
     @property
     def demand(self) -> int:
@@ -155,7 +179,7 @@ class BreakerStats:
 
     def to_dict(self) -> dict[str, Any]:
         """The counters as a JSON-ready dict."""
-        return {
+        out: dict[str, Any] = {
             "demand": self.demand,
             "admitted": self.admitted,
             "rejected": self.rejected,
@@ -167,34 +191,46 @@ class BreakerStats:
             "late_results": self.late_results,
             "listener_errors": self.listener_errors,
             "hook_errors": self.hook_errors,
+            "saturated": self.saturated,
+            "pinned_workers": self.pinned_workers,
             "time_in_state_ms": dict(self.time_in_state_ms),
         }
+        if self.would_reject:
+            out["would_reject"] = self.would_reject
+        if self.scope_overflows:
+            out["scope_overflows"] = self.scope_overflows
+        return out
 
 
 class Rejection:
     """A request the breaker rejected locally; carries the LLM-facing result."""
 
-    __slots__ = ("breaker", "reason", "retry_after_ms")
+    __slots__ = ("breaker", "note", "reason", "retry_after_ms")
     admitted: Final = False
 
-    def __init__(self, breaker: Breaker, reason: str, retry_after_ms: int | None) -> None:
+    def __init__(
+        self, breaker: Breaker, reason: str, retry_after_ms: int | None, note: str | None = None
+    ) -> None:
         self.breaker = breaker
         self.reason = reason
         self.retry_after_ms = retry_after_ms
+        self.note = note  # an operator's reason for an isolation, shown to the model
 
     @property
     def result(self) -> dict[str, Any]:
         """The tool-unavailable result to hand to the model instead of running the tool."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms)
+        return self.breaker._unavailable(self.reason, self.retry_after_ms, note=self.note)
 
     def result_for(self, tool: str) -> dict[str, Any]:
         """The same result worded for ``tool`` (several tools may share one breaker)."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms, tool=tool)
+        return self.breaker._unavailable(
+            self.reason, self.retry_after_ms, tool=tool, note=self.note
+        )
 
     def error(self) -> CircuitOpen:
         """The same rejection as an exception (its ``result`` is rendered on first use)."""
         return CircuitOpen(
-            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._unavailable
+            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._renderer(self.note)
         )
 
 
@@ -305,7 +341,12 @@ class Breaker:
         retryable: whether the model may retry a transient failure while closed.
         owner: the team to page; shown on dashboards.
         instructions: per-reason instruction templates overriding the defaults.
-        max_workers: threads for ``enforce="thread"`` calls.
+        scope: key one breaker per value of this scope (see :class:`Boundary`).
+        max_scopes: the most scoped breakers kept in this process.
+        max_workers: worker threads for ``enforce="thread"`` calls, one of them kept for
+            probes (when there are two or more). A call that finds no worker free is
+            rejected at once with reason ``saturated``, never queued; a call that hangs
+            past its deadline keeps its worker until it returns.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
@@ -328,6 +369,8 @@ class Breaker:
         retryable: bool = True,
         owner: str | None = None,
         instructions: Mapping[str, str] | None = None,
+        scope: str | None = None,
+        max_scopes: int = 1000,
         max_workers: int = 16,
         boundary: Boundary | None = None,
     ) -> None:
@@ -347,6 +390,8 @@ class Breaker:
                 instructions=instructions or {},
                 classifier=classifier,
                 result_is_failure=result_is_failure,
+                scope=scope,
+                max_scopes=max_scopes,
             )
         self.boundary = boundary
         self.dependency = boundary.dependency
@@ -368,16 +413,26 @@ class Breaker:
         self.owner = boundary.owner
         self.instructions = dict(boundary.instructions)
         self.stats = BreakerStats()
-        self._rendered: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self._rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
         self._render = self._unavailable
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise PolicyError(
+                f"max_workers must be a positive integer, got {max_workers!r}",
+                field="max_workers",
+            )
         self._max_workers = max_workers
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._executor_lock = threading.Lock()
+        self._workers: Workers | None = None
+        self._workers_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._view = self.store.view(self.key)
         self._quiet: BreakerState | None = None
         self._ids = itertools.count(1)
         self._phase_since: int | None = None
+        self._scoped: collections.OrderedDict[str, Breaker] | None = (
+            None if boundary.scope is None else collections.OrderedDict()
+        )
+        self._overflow: Breaker | None = None
+        self._scopes_lock = threading.Lock()
 
     # -- inspection -------------------------------------------------------------------
 
@@ -402,7 +457,96 @@ class Breaker:
         """
         self._listeners.append(listener)
         self._quiet = None
+        for child in self.scopes().values():
+            child._quiet = None  # scoped breakers share this list of listeners
         return lambda: self._listeners.remove(listener)
+
+    def hidden_for_ms(self) -> tuple[bool, int | None]:
+        """Whether every call is rejected now without changing anything, and for how long.
+
+        ``(True, ms)`` while open and cooling down (``ms`` until a probe), isolated or
+        forced open (``ms`` is ``None``: until an operator acts); ``(False, None)``
+        otherwise. This is what the adapters' opt-in *hide open tools* mode hides: a
+        half-open breaker stays visible, since a probe slot may free up. For a scoped
+        row, the current scope's breaker answers.
+        """
+        target = self.for_scope()
+        state = target._view.state
+        if state is None:
+            state = target.state
+        now = target.clock()
+        if idle_rejection(state, now, target.policy) is None:
+            return False, None
+        return True, core_retry_after_ms(state, now, target.policy)
+
+    # -- scopes -----------------------------------------------------------------------
+
+    def for_scope(self, value: str | None = None) -> Breaker:
+        """The breaker of one scope value.
+
+        ``value`` defaults to the current context's (see :func:`toolbreaker.scope`); this
+        breaker itself when the row is not scoped or no value is set.
+        """
+        name = self.boundary.scope
+        children = self._scoped
+        if name is None or children is None:
+            return self
+        if value is None:
+            value = current_scope(name)
+            if value is None:
+                return self
+        with self._scopes_lock:
+            child = children.get(value)
+            if child is not None:
+                children.move_to_end(value)
+                return child
+            return self._new_scope(name, value, children)
+
+    def scopes(self) -> dict[str, Breaker]:
+        """The live scoped breakers of this row, by scope value (oldest use first)."""
+        with self._scopes_lock:
+            return dict(self._scoped or {})
+
+    def _new_scope(
+        self, name: str, value: str, children: collections.OrderedDict[str, Breaker]
+    ) -> Breaker:
+        if len(children) >= self.boundary.max_scopes:
+            for old, breaker in children.items():
+                if is_evictable(breaker.state):
+                    # Its state stays in the store: a later call for ``old`` reloads it.
+                    del children[old]
+                    breaker.close()
+                    break
+            else:
+                # Every live one is open or operator-held: never drop one to make room.
+                self.stats.scope_overflows += 1
+                # The value is masked: a scope may be keyed by an API key.
+                log.warning(
+                    redact_text(
+                        f"toolbreaker: {self.key} holds {len(children)} scoped breakers, none "
+                        f"closed; {name}={value!r} shares the overflow breaker"
+                    )
+                )
+                if self._overflow is None:
+                    self._overflow = self._child(f"{name}=*")
+                return self._overflow
+        label = value if _PLAIN_SCOPE.fullmatch(value) else _digest(value)
+        child = children[value] = self._child(f"{name}={label}")
+        return child
+
+    def _child(self, label: str) -> Breaker:
+        row = dataclasses.replace(
+            self.boundary, dependency=f"{self.dependency}[{label}]", tool=self.tool, scope=None
+        )
+        child = Breaker(
+            row.dependency,
+            store=self.store,
+            clock=self.clock,
+            boundary=row,
+            max_workers=self._max_workers,
+        )
+        child._listeners = self._listeners
+        return child
 
     # -- two-step API ---------------------------------------------------------------
 
@@ -412,6 +556,8 @@ class Breaker:
         Settle the returned :class:`Permit` with ``record()``, or hand
         :attr:`Rejection.result` to the model instead of calling the tool.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.allow(timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._enter(self.clock(), deadline)
 
@@ -429,6 +575,8 @@ class Breaker:
         within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
         ``failed(exc)``, whose return value is what the model reads.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.begin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._step(tool, args, self._enter(self.clock(), deadline), deadline)
 
@@ -440,6 +588,8 @@ class Breaker:
         timeout: float | None = _UNSET,
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.abegin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
 
@@ -490,12 +640,12 @@ class Breaker:
             if state is self._quiet:
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
-            if state.phase == OPEN:
-                reason = idle_rejection(state, now, self.policy)
-                if reason is not None:
-                    stats.rejected += 1
-                    return Rejection(self, reason, core_retry_after_ms(state, now))
-            elif self._remember_quiet(state):
+            reason = idle_rejection(state, now, self.policy)
+            if reason is not None:
+                stats.rejected += 1
+                wait = core_retry_after_ms(state, now, self.policy)
+                return Rejection(self, reason, wait, state.operator_reason)
+            if state.phase != OPEN and self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
         return None
@@ -538,11 +688,12 @@ class Breaker:
         last = records[-1]
         if last.attempted:
             self.stats.admitted += 1
-            return Permit(
-                self, last.event.call, last.generation, now, deadline, last.to_phase == HALF_OPEN
-            )
+            if last.would_reject:
+                self.stats.would_reject += 1
+            probe = last.to_phase == HALF_OPEN and not last.would_reject
+            return Permit(self, last.event.call, last.generation, now, deadline, probe)
         self.stats.rejected += 1
-        return Rejection(self, last.reason, self.retry_after_ms(state))
+        return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
 
     async def _store_aapply(self, event: Event) -> tuple[BreakerState, tuple[Transition, ...]]:
         """The store's ``aapply`` (never blocks the loop); a sync-only store in a thread."""
@@ -581,6 +732,9 @@ class Breaker:
             state = self._view.state
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
                 return None
+        took = None
+        if kind == "success" and self.policy.slow_call_ms is not None:
+            took = max(0, now - permit.admitted_at)  # only slow-call rules need it
         return Event(
             kind,
             now,
@@ -588,6 +742,7 @@ class Breaker:
             call=permit.call,
             generation=permit.generation,
             retry_after_ms=verdict.retry_after_ms if kind == "failure" else None,
+            duration_ms=took,
         )
 
     def _remember_quiet(self, state: BreakerState) -> bool:
@@ -642,6 +797,8 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.call(fn, *args, timeout=timeout, **kwargs)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         if deadline is None:
             raise self._no_deadline()
@@ -665,11 +822,11 @@ class Breaker:
         now = self.clock()
         if state is not None and state.phase == OPEN:
             self._reject_if_cooling(state, now)
+        if not self._inline:
+            return self._run_in_thread(state, now, fn, args, kwargs, deadline)
         permit = self._enter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
-        if not self._inline:
-            return self._run_in_thread(permit, fn, args, kwargs, deadline)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
@@ -693,16 +850,24 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.acall(fn, *args, timeout=timeout, **kwargs)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         if deadline is None:
             raise self._no_deadline()
         state = self._view.state
-        if state is self._quiet and state is not None and self._inline:
-            # Quiet fast path, as in call().
+        if state is self._quiet and state is not None:
+            # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
             self.stats.admitted += 1
             start = self.clock()
             try:
-                result = await fn(*args, **kwargs)
+                if self._inline:
+                    result = await fn(*args, **kwargs)
+                else:
+                    result = await within(fn(*args, **kwargs), deadline / 1000)
+            except TimeoutError:
+                await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
+                raise
             except BaseException as exc:
                 await self._quiet_permit(state, start, deadline).arecord(exc)
                 raise
@@ -725,7 +890,7 @@ class Breaker:
             if self._inline:
                 result = await fn(*args, **kwargs)
             else:
-                result = await _with_deadline(fn(*args, **kwargs), deadline / 1000)
+                result = await within(fn(*args, **kwargs), deadline / 1000)
         except TimeoutError:
             await permit.arecord(_TIMEOUT)
             raise
@@ -758,8 +923,13 @@ class Breaker:
             self.stats.rejected += 1
             # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
-            wait = None if until is None or state.isolated else until - now
-            raise circuit_open(self.key, reason, wait, self._render)
+            wait = None if until is None or state.isolated or self.policy.force else until - now
+            render = (
+                self._render
+                if state.operator_reason is None
+                else self._renderer(state.operator_reason)
+            )
+            raise circuit_open(self.key, reason, wait, render)
 
     def record_result(self, permit: Permit, result: object) -> None:
         """Settle ``permit`` with a returned result.
@@ -803,16 +973,32 @@ class Breaker:
             return _CLASSIFIER_ERROR
         return verdict
 
-    def _run_in_thread(
+    def _run_in_thread(  # noqa: PLR0917 - the pieces of one call, from call() only
         self,
-        permit: Permit,
+        state: BreakerState | None,
+        now: int,
         fn: Callable[..., R],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        deadline: int | None,
+        deadline: int,
     ) -> R:
+        """Run a sync call in a worker of the bulkhead; the caller returns at the deadline.
+
+        The worker is taken before admission, so a saturated pool rejects without a store
+        round trip. Unless closed, an admitted call may be a probe: it may take the worker
+        kept for probes, so hung calls cannot starve recovery.
+        """
+        worker = self._worker(state is not None and state.phase != CLOSED, deadline)
         try:
-            result = self._in_thread(fn, args, kwargs, deadline)
+            permit = self._enter(now, deadline)
+        except BaseException:
+            worker.release()
+            raise
+        if not isinstance(permit, Permit):
+            worker.release()
+            raise permit.error()
+        try:
+            result = self._in_thread(worker, fn, args, kwargs, deadline)
         except TimeoutError:
             permit.record(_TIMEOUT)
             raise
@@ -822,64 +1008,81 @@ class Breaker:
         self.record_result(permit, result)
         return result
 
+    def _worker(self, probe: bool, deadline: int | None, *, admitted: bool = False) -> Worker:
+        """A free worker of the bulkhead, or the ``saturated`` rejection: never a queue.
+
+        ``admitted``: the call was counted as admitted already (a step); it is not, after all.
+        """
+        worker = (self._workers or self._start_workers()).acquire(probe=probe)
+        if worker is None:
+            if admitted:
+                self.stats.admitted -= 1
+            self.stats.rejected += 1
+            self.stats.saturated += 1
+            # A busy worker is free again within one deadline unless its call hangs.
+            raise circuit_open(self.key, _SATURATED, deadline, self._render)
+        return worker
+
     def _in_thread(
         self,
+        worker: Worker,
         fn: Callable[..., R],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         deadline: int | None,
     ) -> R:
-        """Run ``fn`` in a worker; ``TimeoutError`` at the deadline. Settles nothing."""
-        context = contextvars.copy_context()
-        future = self._pool().submit(context.run, functools.partial(fn, *args, **kwargs))
-        try:
-            return future.result(None if deadline is None else deadline / 1000)
-        except concurrent.futures.TimeoutError:
-            future.add_done_callback(self._late)
+        """Run ``fn`` in ``worker``; ``TimeoutError`` at the deadline. Settles nothing."""
+        result = worker.run(fn, args, kwargs, -1 if deadline is None else deadline / 1000)
+        if result is OVERDUE:
             raise TimeoutError(
-                f"{self.tool!r} exceeded its {deadline} ms deadline; the call may still "
-                "complete in the background and its result will be treated as ambiguous"
-            ) from None
+                f"{self.tool!r} exceeded its {deadline} ms deadline; if the call had started "
+                "it keeps its worker until it returns, and its result is treated as ambiguous"
+            )
+        return result
 
     def run(self, step: Step, fn: Callable[..., R], /, **kwargs: Any) -> R:
         """Run ``fn(**kwargs)`` for an admitted ``step`` within its deadline.
 
         Settles nothing: settle the step with what this returns or raises. In the default
-        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline.
+        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline, and
+        :class:`~toolbreaker.CircuitOpen` (reason ``saturated``) when no worker is free.
         """
         deadline = None if step.deadline is None else max(1, round(step.deadline * 1000))
         if self._inline:
             return fn(**kwargs)
-        return self._in_thread(fn, (), kwargs, deadline)
+        probe = bool(getattr(step.permit, "probe", False))
+        worker = self._worker(probe, deadline, admitted=True)
+        return self._in_thread(worker, fn, (), kwargs, deadline)
 
     async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
         """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
         if self._inline or step.deadline is None:
             return await fn(**kwargs)
-        return await _with_deadline(fn(**kwargs), step.deadline)
+        return await within(fn(**kwargs), step.deadline)
 
-    def _late(self, future: concurrent.futures.Future[Any]) -> None:
+    def _start_workers(self) -> Workers:
+        with self._workers_lock:
+            workers = self._workers
+            if workers is None:
+                workers = self._workers = self.stats._workers = Workers(
+                    self._max_workers, name=f"toolbreaker-{self.key}", on_late=self._late
+                )
+        return workers
+
+    def _late(self) -> None:
         # The timeout already counted as the call's failure; a late result is ambiguous
         # evidence, never a success, and it must not count the same call twice.
-        if not future.cancelled():
-            self.stats.late_results += 1
-
-    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
-        pool = self._executor
-        if pool is None:
-            with self._executor_lock:
-                pool = self._executor
-                if pool is None:
-                    pool = self._executor = concurrent.futures.ThreadPoolExecutor(
-                        self._max_workers, thread_name_prefix=f"toolbreaker-{self.key}"
-                    )
-        return pool
+        self.stats.late_results += 1
 
     def close(self) -> None:
-        """Release the worker threads (calls still running are not waited for)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        """Release the idle worker threads (calls still running are not waited for)."""
+        for child in self.scopes().values():
+            child.close()
+        if self._overflow is not None:
+            self._overflow.close()
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
 
     # -- tool wrappers ----------------------------------------------------------------
 
@@ -917,23 +1120,25 @@ class Breaker:
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    target = self if self._scoped is None else self.for_scope()
                     try:
-                        return await self.acall(func, *args, timeout=timeout, **kwargs)
+                        return await target.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
-                        return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
+                        return exc.result_for(name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                        return self.failure_result(name, exc)
+                        return target.failure_result(name, exc)
 
                 return async_tool
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                target = self if self._scoped is None else self.for_scope()
                 try:
-                    return self.call(func, *args, timeout=timeout, **kwargs)
+                    return target.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
-                    return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
+                    return exc.result_for(name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                    return self.failure_result(name, exc)
+                    return target.failure_result(name, exc)
 
             return sync_tool
 
@@ -947,7 +1152,12 @@ class Breaker:
         error result that says whether retrying can help.
         """
         state = self._view.state
-        if state is not None and state.phase == OPEN:
+        if (
+            state is not None
+            and state.phase == OPEN
+            and not self.policy.admits_all
+            and not (state.forced_closed and self.policy.force is None)
+        ):
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
@@ -955,11 +1165,24 @@ class Breaker:
         retryable = self.retryable and verdict.kind in ("failure", "ambiguous")
         return error_result(tool, exc, retryable=retryable)
 
+    def _renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
+        """The renderer of a rejection; with an operator's ``note`` when there is one."""
+        return self._render if note is None else functools.partial(self._unavailable, note=note)
+
     def _unavailable(
-        self, reason: str, retry_after_ms: int | None, *, tool: str | None = None
+        self,
+        reason: str,
+        retry_after_ms: int | None,
+        *,
+        tool: str | None = None,
+        note: str | None = None,
     ) -> dict[str, Any]:
         name = tool or self.tool
-        key = (name, reason, retry_after_seconds(retry_after_ms))
+        if reason == "forced-open":
+            note = self.policy.force_reason
+        elif reason != "isolated":
+            note = None
+        key = (name, reason, retry_after_seconds(retry_after_ms), note)
         cached = self._rendered.get(key)
         if cached is None:
             if len(self._rendered) >= 512:
@@ -971,24 +1194,43 @@ class Breaker:
                 fallback=self.fallback,
                 fallback_note=self.fallback_note,
                 templates=self.instructions,
+                operator_reason=note,
             )
         return dict(cached)
 
     # -- operator control -------------------------------------------------------------
 
     def isolate(self, reason: str = "operator") -> Transition:
-        """Force the breaker open until :meth:`release`; every request is rejected."""
+        """Force the breaker open until :meth:`release`; every request is rejected.
+
+        The isolation is persisted in the store (every process sharing it sees it, and it
+        survives restarts); ``reason`` is kept with it and shown to the model.
+        """
         return self._operator("isolate", reason)
 
+    def force_close(self, reason: str = "operator") -> Transition:
+        """Force the breaker closed until :meth:`release`, in the store, for every process.
+
+        The breaker keeps deciding and recording, but admits every request; requests it
+        would have rejected are recorded with ``would_reject``.
+        """
+        return self._operator("force-closed", reason)
+
     def release(self, reason: str = "operator") -> Transition:
-        """Close an isolated (or any) breaker: a fresh closed generation."""
+        """End an isolation or a forced close: a fresh closed generation."""
         return self._operator("release", reason)
 
     def _operator(self, kind: str, reason: str) -> Transition:
         now = self.clock()
-        state, records = self.store.apply(
-            self.key, Event(kind, now, self.key, call=f"operator:{reason}"), self.policy
+        note = " ".join(str(reason).split())[:300] or "operator"
+        event = Event(
+            kind,
+            now,
+            self.key,
+            call=f"operator:{reason}",
+            reason=None if kind == "release" else note,
         )
+        state, records = self.store.apply(self.key, event, self.policy)
         self._observe(state, records, now)
         return records[-1]
 
@@ -1007,17 +1249,12 @@ class Breaker:
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
 
 
+def _digest(value: str) -> str:
+    """A scope value that is not a short plain name (an API key, say) as a digest."""
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def clock_of(store: object) -> Clock:
     """A store that spans hosts brings its clock: their monotonic clocks do not compare."""
     clock = getattr(store, "clock", None)
     return clock if callable(clock) else monotonic_ms
-
-
-async def _with_deadline(awaitable: Awaitable[R], seconds: float) -> R:
-    if _async_timeout is not None:
-        async with _async_timeout(seconds):
-            return await awaitable
-    try:  # pragma: no cover - Python 3.10
-        return await asyncio.wait_for(awaitable, seconds)
-    except asyncio.TimeoutError:  # pragma: no cover - Python 3.10
-        raise TimeoutError(f"deadline of {seconds} s passed") from None

@@ -420,7 +420,7 @@ class RunGuard:
         """
         step = self._plan(tool, dict(args or {}))
         if step.answer is None and step.plan.spec.breaker is not None:
-            breaker = step.plan.spec.breaker
+            breaker = step.plan.spec.breaker.for_scope()  # a scoped row: this tenant's
             self._admitted(step, breaker._enter(breaker.clock(), breaker._default_deadline))
         return self._journal_pending(step)
 
@@ -428,7 +428,7 @@ class RunGuard:
         """:meth:`begin` for the event loop: the breaker's store round trip is awaited."""
         step = self._plan(tool, dict(args or {}))
         if step.answer is None and step.plan.spec.breaker is not None:
-            breaker = step.plan.spec.breaker
+            breaker = step.plan.spec.breaker.for_scope()
             admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
             self._admitted(step, admission)
         return self._journal_pending(step)
@@ -660,15 +660,20 @@ class RunGuard:
                 return self._dependency_down(plan, result, "opened")
         if spec.breaker is None:
             return error_result(spec.name, exc, retryable=verdict.kind == "failure")
-        result = spec.breaker.failure_result(spec.name, exc)
+        owner = step.permit.breaker if isinstance(step.permit, Permit) else spec.breaker
+        result = owner.failure_result(spec.name, exc)
         if result.get("tool_unavailable"):
             # This failure opened the dependency's breaker.
             return self._dependency_down(plan, result, "opened")
         return result
 
     def _dependency_down(self, plan: _Plan, result: dict[str, Any], reason: str) -> Any:
-        """A dependency is out: the model hears so; a required one also stops the run."""
-        if plan.action is None or not plan.spec.required:
+        """A dependency is out: the model hears so; a required one also stops the run.
+
+        A saturated bulkhead is a local, passing condition, not a dependency going down:
+        the model is told to resubmit, and the run goes on.
+        """
+        if plan.action is None or not plan.spec.required or reason == "saturated":
             return result
         seconds = result.get("retry_after_seconds")
         detail = f"required tool {plan.spec.name!r} is unavailable ({reason})"
@@ -834,8 +839,8 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     argument check before anything left), a validation error, a refused or unresolvable
     connection, a 4xx, 429 and 503 (the server refused the request).
     """
-    if _in_chain(exc, NotSent):
-        return False
+    if _in_chain(exc, NotSent) or isinstance(exc, CircuitOpen):
+        return False  # a local rejection (a saturated bulkhead) sent nothing
     if isinstance(exc, ToolReportedError) and verdict.status is None:
         return False  # the tool answered with an error: a definite answer, not silence
     if _in_chain(exc, json.JSONDecodeError):

@@ -31,6 +31,7 @@ __all__ = [
     "SYSTEM_PROMPT_LINE",
     "denied_result",
     "error_result",
+    "hidden_tools_line",
     "journal_down_result",
     "retry_after_seconds",
     "stopped_result",
@@ -46,7 +47,9 @@ _REASONS: Final = {
     "opened": "open",
     "probe-limit": "recovering",
     "isolated": "isolated",
+    "forced-open": "isolated",
     "store-unavailable": "store-unavailable",
+    "saturated": "saturated",
 }
 
 _NO_REPEAT: Final = (
@@ -69,6 +72,11 @@ DEFAULT_INSTRUCTIONS: Final = {
     "is not being called (this is not a provider failure). "
     + _NO_REPEAT
     + " {fallback_sentence} Do not estimate or invent the data.",
+    # Not a provider failure either: every worker is busy with earlier calls, so this one
+    # was refused at once instead of waiting behind them past its deadline.
+    "saturated": 'The tool "{tool}" is saturated: all of its workers are busy with earlier '
+    "calls, so this call was not made (this is not a provider failure). Resubmit it after "
+    "{seconds} seconds. {fallback_sentence} Do not estimate or invent the data.",
 }
 
 _FIELDS: Final = frozenset({"tool", "seconds", "fallback_sentence", "fallback"})
@@ -85,6 +93,31 @@ SYSTEM_PROMPT_LINE: Final = (
 def system_prompt_line() -> str:
     """The system-prompt sentence that explains tool-unavailable results to the model."""
     return SYSTEM_PROMPT_LINE
+
+
+def hidden_tools_line(hidden: Mapping[str, int | None]) -> str:
+    """The system-prompt line naming the tools hidden from the model, and until when.
+
+    ``hidden`` maps a tool name to the milliseconds until it may be called again
+    (``None``: until an operator restores it). Empty when nothing is hidden.
+    """
+    if not hidden:
+        return ""
+    parts = []
+    for tool in sorted(hidden):
+        ms = hidden[tool]
+        when = (
+            "until an operator restores it"
+            if ms is None
+            else f"for about {whole_seconds(ms)} more seconds"
+        )
+        parts.append(f'"{tool}" ({when})')
+    return (
+        "These tools are out of service and hidden from you: "
+        + ", ".join(parts)
+        + ". Do not try to call them; tell the user which data is unavailable instead of "
+        "estimating or inventing it."
+    )
 
 
 def retry_after_seconds(ms: int | None) -> int:
@@ -128,8 +161,13 @@ def unavailable_result(
     fallback: str | None = None,
     fallback_note: str = "",
     templates: Mapping[str, str] | None = None,
+    operator_reason: str | None = None,
 ) -> dict[str, Any]:
-    """The tool-unavailable result for a local rejection (or the failure that opened it)."""
+    """The tool-unavailable result for a local rejection (or the failure that opened it).
+
+    ``operator_reason`` (a row forced open, with its reason) is masked and shown to the
+    model as ``operator_reason`` and in the instruction.
+    """
     public = _REASONS.get(reason, "open")
     seconds = whole_seconds(retry_after_ms)
     if fallback:
@@ -153,6 +191,10 @@ def unavailable_result(
     }
     if fallback:
         result["fallback"] = fallback
+    if operator_reason:
+        note = redact_text(" ".join(operator_reason.split()))
+        result["operator_reason"] = note
+        result["instruction"] += f" The operator's reason: {note.rstrip('.')}."
     return result
 
 

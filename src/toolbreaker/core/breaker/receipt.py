@@ -2,7 +2,8 @@
 
 A receipt (schema ``toolbreaker.receipt/v1``) holds the policy and its version and, per
 dependency, every transition, the counts of remote attempts, local rejections and
-openings, and the final state. ``receipt_hash`` is the SHA-256 of the canonical JSON of
+openings (and, under shadow mode or a forced close, of requests that would have been
+rejected), and the final state. ``receipt_hash`` is the SHA-256 of the canonical JSON of
 everything else, so the same trace and policy give byte-identical receipts on every
 machine, and one changed event gives another hash and a non-empty :func:`diff`.
 
@@ -101,7 +102,15 @@ class Replay:
                     f"{event.type} outcome for {json.dumps(dep)} settles no admitted call "
                     f"({what} is not admitted and unsettled)"
                 )
-            event = Event(event.type, event.at, dep, settles, generation, event.retry_after_ms)
+            event = Event(
+                event.type,
+                event.at,
+                dep,
+                settles,
+                generation,
+                event.retry_after_ms,
+                event.duration_ms,
+            )
         ledger.state, records = apply(ledger.state, event, self.policy)
         ledger.last_at = event.at
         self._keep(ledger, dep, records)
@@ -163,6 +172,9 @@ def summarise(
             "final_state": final.to_dict(),
             "recovered_from_corruption": final.recovered_from_corruption,
         }
+        if policy.admits_all or any(record.would_reject for record in records):
+            # Only under shadow mode or a forced close, so other receipts keep their bytes.
+            deps[name]["would_reject"] = sum(record.would_reject for record in records)
     body: dict[str, Any] = {
         "schema": RECEIPT_SCHEMA,
         "policy": policy.to_dict(),

@@ -7,7 +7,8 @@ One event per line::
 
 ``at`` is integer milliseconds on a monotonic clock; ``call`` is optional (a request
 without one gets a generated id, an outcome without one settles the oldest unsettled
-call of its dependency); ``retry_after_ms`` may accompany a failure. Blank lines are
+call of its dependency); ``retry_after_ms`` may accompany a failure and ``duration_ms``
+(how long the call took, for slow-call rules) a success. Blank lines are
 skipped. Anything else is a :class:`~toolbreaker.errors.TraceError` naming the line.
 
 Limits: a line holds at most :data:`~toolbreaker.core.files.MAX_LINE_BYTES`; times and
@@ -38,7 +39,7 @@ __all__ = [
 
 #: Every event type a trace may hold.
 TRACE_TYPES = EVENT_TYPES | OPERATOR_TYPES
-_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms")
+_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms", "duration_ms", "reason")
 _REQUIRED = ("at", "dependency", "type")
 _FIELD_SET = frozenset(_FIELDS)
 _REQUIRED_SET = frozenset(_REQUIRED)
@@ -81,7 +82,29 @@ def parse_event(data: object) -> Event:
                 f"retry_after_ms must be an integer between 0 and {MAX_TIME_MS}, "
                 f"got {shown(retry_after)}"
             )
-    return Event(type=kind, at=at, dependency=dependency, call=call, retry_after_ms=retry_after)
+    duration = data.get("duration_ms")
+    if duration is not None:
+        if kind != "success":
+            raise TraceError("duration_ms belongs on success events only")
+        if type(duration) is not int or not 0 <= duration <= MAX_TIME_MS:
+            raise TraceError(
+                f"duration_ms must be an integer between 0 and {MAX_TIME_MS}, got {shown(duration)}"
+            )
+    reason = data.get("reason")
+    if reason is not None:
+        if kind not in ("isolate", "force-closed"):
+            raise TraceError("reason belongs on isolate and force-closed events only")
+        if not isinstance(reason, str) or not reason or len(reason) > 300:
+            raise TraceError("reason must be a non-empty string of at most 300 characters")
+    return Event(
+        type=kind,
+        at=at,
+        dependency=dependency,
+        call=call,
+        retry_after_ms=retry_after,
+        duration_ms=duration,
+        reason=reason,
+    )
 
 
 def _numbered(lines: Iterable[tuple[int, str]], file: str | None) -> Iterator[tuple[int, Event]]:
