@@ -415,3 +415,22 @@ def test_stream_urls_never_show_a_password():
     with pytest.raises(PolicyError) as bad:
         open_stream("redis://:s3cret@cache/0?colour=red")
     assert "s3cret" not in str(bad.value)
+
+
+def test_export_keeps_durations_and_operator_reasons():
+    """Fields the trace format carries (a success's duration, an operator's reason)
+    survive the stream, so slow-call rules and isolations replay."""
+    success = rec("a", "success", "c1")
+    success["event"]["duration_ms"] = 250
+    isolate = rec("a", "isolate", "operator")
+    isolate["event"]["reason"] = "incident 4"
+    entries = [
+        {"kind": "transition", "key": "a", "record": rec("a", "request", "c1")},
+        {"kind": "transition", "key": "a", "record": success},
+        {"kind": "transition", "key": "a", "record": isolate},
+    ]
+    out = io.StringIO()
+    assert export_trace(entries, out) == (3, 0)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert lines[1]["duration_ms"] == 250
+    assert lines[2]["reason"] == "incident 4"

@@ -21,7 +21,7 @@ from toolbreaker.core.breaker.calibration import (
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import Replay
 from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.breaker.trace import TRACE_TYPES, read_trace
+from toolbreaker.core.breaker.trace import read_trace, trace_event
 from toolbreaker.errors import PolicyError, TraceError
 
 __all__ = ["add_commands", "export_trace", "parse_since", "stream_signals"]
@@ -117,7 +117,8 @@ def export_trace(
         if dependency is not None and dependency not in (entry.get("dependency"), entry.get("key")):
             continue
         record = record_of(entry)
-        if record is None or record.event.type not in TRACE_TYPES:
+        line = trace_event(record) if record is not None else None
+        if record is None or line is None:
             continue
         event, key = record.event, record.dependency
         calls = requested.setdefault(key, set())
@@ -129,8 +130,7 @@ def export_trace(
                 dropped += 1
                 continue
             calls.discard(event.call)
-        at = last[key] = max(event.at, last.get(key, 0))
-        line = {**event.to_dict(), "at": at, "dependency": key}
+        line["at"] = last[key] = max(event.at, last.get(key, 0))
         out.write(json.dumps(line, sort_keys=True) + "\n")
         written += 1
     return written, dropped

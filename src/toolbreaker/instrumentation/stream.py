@@ -363,17 +363,24 @@ def record_of(entry: Mapping[str, Any]) -> Transition | None:
             return None
         key, rec = entry["key"], entry["record"]
         event = rec["event"]
-        at, call, retry = event["at"], event.get("call"), event.get("retry_after_ms")
+        at = event["at"]
         if not (isinstance(key, str) and type(at) is int and isinstance(event["type"], str)):
             return None
+
+        def optional(name: str, kind: type) -> Any:
+            value = event.get(name)
+            return value if type(value) is kind else None
+
         return Transition(
             dependency=key,
             event=Event(
                 type=event["type"],
                 at=at,
                 dependency=key,
-                call=call if isinstance(call, str) else None,
-                retry_after_ms=retry if type(retry) is int else None,
+                call=optional("call", str),
+                retry_after_ms=optional("retry_after_ms", int),
+                duration_ms=optional("duration_ms", int),
+                reason=optional("reason", str),
             ),
             from_phase=str(rec["from"]),
             to_phase=str(rec["to"]),
@@ -382,6 +389,7 @@ def record_of(entry: Mapping[str, Any]) -> Transition | None:
             reason=str(rec["reason"]),
             generation=int(rec["generation"]),
             open_until=rec["open_until"] if type(rec["open_until"]) is int else None,
+            would_reject=rec.get("would_reject") is True,
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
