@@ -228,3 +228,17 @@ def test_a_missing_extra_says_what_to_install(monkeypatch, capsys):
     monkeypatch.setattr(dashboard, "require", missing)
     assert main(["dashboard", "--store", "memory://y"]) == 2
     assert "toolbreaker[dashboard]" in capsys.readouterr().err
+
+
+def test_the_first_snapshot_in_the_page_cannot_break_out():
+    """A hostile breaker name in the page's embedded snapshot stays inert text."""
+    stream = MemoryStream()
+    hostile = "</script><script>alert(1)</script><!--"
+    breakers = Registry(default_timeout=1.0, default_enforce="cooperative")
+    StreamPublisher(stream).attach(breakers.get(hostile))
+    breakers.get(hostile).call(lambda: "ok")
+    with TestClient(build_app(stream), base_url=ORIGIN) as client:
+        page = client.get("/").text
+    assert page.count("<script") == 3  # the data block, uPlot and app.js
+    assert "alert(1)" in page  # it is there, escaped, as data
+    assert hostile not in page

@@ -324,12 +324,17 @@ def store_actor(url: str, board: Board, stream: EventStream) -> StoreActor | Non
 
 
 async def _pushes(
-    feed: _Feed, board: Board, document: Callable[[int], dict[str, Any]], interval: float
+    feed: _Feed,
+    board: Board,
+    document: Callable[[int], dict[str, Any]],
+    interval: float,
+    since: int,
 ) -> AsyncIterator[str]:
-    """Server-Sent Events: a full snapshot, then what changed, while the page listens."""
+    """Server-Sent Events: what changed after revision ``since`` (everything for -1)."""
     import anyio
 
-    seen, idle = -1, 0
+    # A page from before a restart of this server asks for a revision it never reached.
+    seen, idle = (since if since <= board.revision else -1), 0
     while True:
         await anyio.to_thread.run_sync(feed.refresh)
         if board.revision != seen:
@@ -405,7 +410,13 @@ def build_app(
         return Response(body, media_type=media, headers=_SECURITY_HEADERS)
 
     async def index(request: Request) -> Response:
-        return asset("index.html", "text/html")
+        # The first snapshot rides in the page as inert JSON (CSP allows no inline script),
+        # so the table renders without waiting for the event stream to connect.
+        await anyio.to_thread.run_sync(feed.refresh)
+        initial = json.dumps(document(0), separators=(",", ":")).replace("<", "\\u003c")
+        page = (assets / "index.html").read_text(encoding="utf-8")
+        body = page.replace("<!--initial-->", initial, 1)
+        return Response(body, media_type="text/html", headers=_SECURITY_HEADERS)
 
     async def favicon(request: Request) -> Response:
         return Response(status_code=204)
@@ -436,7 +447,9 @@ def build_app(
 
     async def events(request: Request) -> Response:
         headers = {**_SECURITY_HEADERS, "X-Accel-Buffering": "no"}
-        body = _pushes(feed, board, document, interval)
+        raw = request.query_params.get("since", "-1")
+        since = int(raw) if raw.lstrip("-").isdigit() else -1
+        body = _pushes(feed, board, document, interval, max(since, -1))
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
 
     async def action(request: Request) -> Response:

@@ -173,7 +173,14 @@
   }
 
   function connect() {
-    const source = new EventSource("/api/events");
+    let since = -1;
+    const initial = document.getElementById("initial");
+    if (initial && initial.textContent.trim().startsWith("{")) {
+      const doc = JSON.parse(initial.textContent);
+      apply(doc);
+      since = doc.revision;
+    }
+    const source = new EventSource("/api/events?since=" + since);
     source.onmessage = (e) => apply(JSON.parse(e.data));
     source.onerror = () => {
       const status = document.getElementById("status");
