@@ -53,7 +53,8 @@ def test_import_pulls_in_no_optional_dependency():
     """import toolbreaker imports no framework, redis or web library."""
     code = (
         "import sys, toolbreaker; bad = [m for m in ('redis', 'httpx', 'langchain', 'agents', "
-        "'pydantic_ai', 'mcp', 'prometheus_client', 'opentelemetry') if m in sys.modules]; "
+        "'pydantic_ai', 'mcp', 'prometheus_client', 'opentelemetry', 'starlette', 'uvicorn') "
+        "if m in sys.modules]; "
         "print(bad)"
     )
     done = run(sys.executable, "-c", code)

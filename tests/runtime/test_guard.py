@@ -398,3 +398,25 @@ def test_a_write_is_not_made_when_its_journal_is_down():
     assert ran == []
     assert lookup(q="still fine") == {"q": "still fine"}
     assert guard.stop_packet().to_dict()["condition"] == "running"
+
+
+def test_a_raising_stop_listener_is_counted_and_the_decision_stands(caplog):
+    """Stop listeners watch: one that raises is counted and logged, the run still stops,
+    and the others still see the masked packet."""
+
+    guard = RunGuard("t-listen", budget=Budget(max_tool_calls=1))
+    guard.tool("read")(lambda: "ok")
+    seen = []
+
+    def broken(packet, g):
+        raise RuntimeError("dashboard down")
+
+    guard.add_stop_listener(broken)
+    remove = guard.add_stop_listener(lambda packet, g: seen.append(packet.condition))
+    guard.call("read")
+    guard.call("read")
+    guard.call("read")
+    assert guard.stopped is not None
+    assert seen == [guard.stopped.condition]
+    assert guard.listener_errors == 1
+    remove()

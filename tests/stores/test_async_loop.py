@@ -77,6 +77,8 @@ class DelayProxy:
     def __exit__(self, *exc_info: object) -> None:
         self.process.kill()
         self.process.wait(5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()  # else the next test's gc reports an unclosed pipe
 
     @property
     def url(self) -> str:

@@ -140,6 +140,10 @@ def _parser() -> argparse.ArgumentParser:
         "--save", metavar="DIR", help="write trace.jsonl, policy.toml and receipt.json here"
     )
     cmd.set_defaults(run_command=_run_demo)
+
+    from toolbreaker.cli._observe import add_commands
+
+    add_commands(commands)
     return parser
 
 

@@ -213,6 +213,9 @@ class RunGuard:
         self._retries = ModelRetries()
         self._attempted: dict[str, Any] | None = None
         self._resumed = False
+        self._stop_listeners: list[Callable[[StopPacket, RunGuard], None]] = []
+        #: Stop listener calls that raised (logged; the run's decisions stood).
+        self.listener_errors = 0
 
     # -- configuration ------------------------------------------------------------------
 
@@ -423,10 +426,35 @@ class RunGuard:
 
     # -- plan: the run machine decides ------------------------------------------------------
 
+    def add_stop_listener(
+        self, listener: Callable[[StopPacket, RunGuard], None]
+    ) -> Callable[[], None]:
+        """Call ``listener(packet, guard)`` when the run stops or blocks writes; returns a remover.
+
+        The packet is the masked :meth:`stop_packet` at that moment. A listener only
+        watches: one that raises is counted in :attr:`listener_errors` and logged, and
+        the run's decision stands.
+        """
+        self._stop_listeners.append(listener)
+        return lambda: self._stop_listeners.remove(listener)
+
     def _feed(self, event: RunEvent) -> RunDecision:
         with self._lock:
+            before = (self._run.stopped, self._run.writes_blocked)
             self._run, decision = run_apply(self._run, event, self.budget)
+            after = (self._run.stopped, self._run.writes_blocked)
+        if self._stop_listeners and after != before and any(after):
+            self._notify_stop()
         return decision
+
+    def _notify_stop(self) -> None:
+        packet = self.stop_packet()
+        for listener in tuple(self._stop_listeners):
+            try:
+                listener(packet, self)
+            except Exception as exc:  # noqa: BLE001 - a listener never changes a decision
+                self.listener_errors += 1
+                hook_failed(f"stop listener {listener!r} failed; the run's decision stands", exc)
 
     def _resume(self) -> None:
         """Once per guard: writes an earlier run left unresolved block writes here too."""
