@@ -70,6 +70,11 @@ _THEIR_TURN: Final = 4
 _TURN_MS: Final = 25  # how long a starving writer's reserved turn lasts at most
 _RESERVE_AFTER: Final = 2  # conflicts in a row before a writer asks for the turn
 _SCRIPT_FILE: Final = "redis_cas.lua"
+# The feed's reconnect backoff (seconds): doubled after each lost subscription, with
+# jitter, and reset only after a subscription has worked for a while.
+_FEED_WAIT_FIRST: Final = 0.02
+_FEED_WAIT_MAX: Final = 2.0
+_FEED_HEALTHY_AFTER: Final = 5.0
 _REFRESH_TTL: Final = """
 if redis.call('PTTL', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return 1
@@ -616,6 +621,7 @@ class _Feed:
         self._refresh_every = min(store.idle_ttl_ms / 3000, 3600.0)
         self._last_heard = 0.0
         self._pinged = 0.0
+        self._healthy_since = 0.0  # when the current connection first proved it works
         self._thread = threading.Thread(
             target=self._run, name="toolbreaker-redis-feed", daemon=True
         )
@@ -639,24 +645,27 @@ class _Feed:
         self._thread.join()
 
     def _run(self) -> None:
-        wait = 0.02
+        wait = _FEED_WAIT_FIRST
         refreshed = time.monotonic()
         try:
             while not self._stopping.is_set():
                 try:
                     conn = self._conn or self._connect()
-                except self._errors:
-                    self._stopping.wait(wait)
-                    wait = min(wait * 2, 0.5)
-                    continue
-                wait = 0.02
-                try:
                     self._pump(conn)
                     if time.monotonic() - refreshed > self._refresh_every:
                         refreshed = time.monotonic()
                         self._store._refresh_ttls()
                 except self._errors:
+                    # Every way of losing the subscription backs off, with jitter: a
+                    # server that accepts connections but refuses SUBSCRIBE (an ACL, a
+                    # proxy) fails right after connect(), and must not be hammered.
+                    if self._healthy_since and (
+                        time.monotonic() - self._healthy_since >= _FEED_HEALTHY_AFTER
+                    ):
+                        wait = _FEED_WAIT_FIRST  # it worked for a while: a fresh fault
                     self._drop()
+                    self._stopping.wait(random.uniform(wait / 2, wait))  # noqa: S311 - jitter only
+                    wait = min(wait * 2, _FEED_WAIT_MAX)
         finally:
             self._drop()
 
@@ -676,6 +685,7 @@ class _Feed:
         return conn
 
     def _drop(self) -> None:
+        self._healthy_since = 0.0
         with self._lock:
             conn, self._conn = self._conn, None
         self._book.lose_feed()
@@ -690,6 +700,7 @@ class _Feed:
                 if not conn.can_read(timeout=0):
                     break
             self._last_heard = time.monotonic()
+            self._healthy_since = self._healthy_since or self._last_heard
             self._pinged = 0.0
             return
         now = time.monotonic()
