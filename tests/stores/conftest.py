@@ -44,11 +44,16 @@ def _free_port() -> int:
 
 
 class RedisServer:
-    """One redis-server process on 127.0.0.1; ``stop()`` and ``start()`` keep the port."""
+    """One redis-server process on 127.0.0.1; ``stop()`` and ``start()`` keep the port.
 
-    def __init__(self, binary: str, directory: Path) -> None:
+    ``options`` are extra command-line options (``"--appendonly", "yes"``); later ones
+    win over the defaults.
+    """
+
+    def __init__(self, binary: str, directory: Path, *options: str) -> None:
         self.binary = binary
         self.directory = directory
+        self.options = options
         self.port = _free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -71,6 +76,7 @@ class RedisServer:
                 "no",
                 "--dir",
                 str(self.directory),
+                *self.options,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -98,6 +104,13 @@ class RedisServer:
         with socket.create_connection(("127.0.0.1", self.port), timeout=2) as conn:
             conn.sendall(" ".join(args).encode() + b"\r\n")
             return conn.recv(65536)
+
+    def kill(self) -> None:
+        """SIGKILL the server: no shutdown, no last save, as in a crash."""
+        process, self.process = self.process, None
+        if process is not None:
+            process.kill()
+            process.wait(5)
 
     def stop(self) -> None:
         process, self.process = self.process, None

@@ -58,7 +58,7 @@ from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable
 from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
 
 __all__ = ["RedisStore"]
@@ -196,6 +196,13 @@ class RedisStore:
         ping_interval: seconds of silence after which the feed pings its subscription;
             without an answer within ``4 * socket_timeout`` (at least a second) the
             subscription is treated as lost.
+        volatile_journal: keep the run journal even on a server that may forget it.
+            By default the first journal use checks that Redis appends every write to
+            its append-only file and fsyncs it before answering (``appendonly yes``,
+            ``appendfsync always``) and raises
+            :class:`~toolbreaker.errors.JournalNotDurable` otherwise, because a
+            restarted server that forgot confirmed writes makes a resumed run repeat
+            them. Breaker state needs no durability (it fails closed and relearns).
 
     Use it as a context manager, or call :meth:`close` (and ``await`` :meth:`aclose`
     after asyncio use), to stop the feed and close the connections.
@@ -212,6 +219,7 @@ class RedisStore:
         max_attempts: int = 64,
         backoff: float = 0.1,
         ping_interval: float = 1.0,
+        volatile_journal: bool = False,
     ) -> None:
         for name, value, least in (
             ("socket_timeout", socket_timeout, 0.001),
@@ -261,6 +269,8 @@ class RedisStore:
         self._feed_lock = threading.Lock()
         self._closed = False
         self._refeed = False
+        self.volatile_journal = bool(volatile_journal)
+        self._journal_checked = False
         on_fork(self, "_forked")
 
     # -- protocol ---------------------------------------------------------------------
@@ -381,9 +391,12 @@ class RedisStore:
 
         Raises:
             StoreUnavailable: Redis is unreachable or too slow.
+            JournalNotDurable: Redis would forget the entry on a restart (see
+                ``volatile_journal``).
         """
         text = canonical_json(dict(entry)).decode("utf-8")
         keys = [self._journal_key(task), self._order_key(task)]
+        self._journal_ready(task)
         try:
             written = self._journal_put(
                 keys=keys, args=[key, text, "1" if only_new else "0", self.journal_ttl_ms]
@@ -397,7 +410,9 @@ class RedisStore:
 
         Raises:
             StoreUnavailable: Redis is unreachable, or the entry does not validate.
+            JournalNotDurable: Redis would forget the journal on a restart.
         """
+        self._journal_ready(task)
         try:
             raw = self._client.hget(self._journal_key(task), key)
         except self._errors as exc:
@@ -409,7 +424,9 @@ class RedisStore:
 
         Raises:
             StoreUnavailable: Redis is unreachable, or an entry does not validate.
+            JournalNotDurable: Redis would forget the journal on a restart.
         """
+        self._journal_ready(task)
         try:
             with self._client.pipeline(transaction=True) as pipe:
                 pipe.lrange(self._order_key(task), 0, -1)
@@ -425,6 +442,19 @@ class RedisStore:
                 raise StoreUnavailable(f"the journal of task {task!r} does not validate")
             out.append(_entry(entries[name], task))
         return out
+
+    def journal_durable(self) -> bool:
+        """Whether a restart of the server keeps every journal entry it confirmed.
+
+        True when ``CONFIG GET`` shows ``appendonly yes`` and ``appendfsync always``: every
+        write is on disk before Redis answers. False when it shows anything else, or when
+        ``CONFIG`` is disabled (managed services often rename or forbid it) so that it
+        cannot be checked.
+
+        Raises:
+            StoreUnavailable: Redis is unreachable or too slow.
+        """
+        return self._durability("journal")[0]
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -464,6 +494,39 @@ class RedisStore:
         self._refeed = self._feed is not None
         self._feed = None
         self._aclient = self._ascript = self._aloop = None
+
+    def _journal_ready(self, task: str) -> None:
+        """Refuse a journal the server would forget, once per connection to it."""
+        if self._journal_checked or self.volatile_journal:
+            return
+        durable, reason = self._durability(task)
+        if not durable:
+            raise JournalNotDurable(self._what, reason)
+        self._journal_checked = True
+
+    def _durability(self, task: str) -> tuple[bool, str]:
+        """Whether the server keeps confirmed writes across a restart, and if not why."""
+        redis = _redis()
+        try:
+            try:
+                config = self._client.config_get("append*")
+            except redis.ResponseError as exc:  # renamed, disabled or not permitted
+                with contextlib.suppress(redis.ResponseError):
+                    if not self._client.info("persistence").get("aof_enabled", 1):
+                        return False, "its append-only file is off (appendonly no)"
+                return False, f"CONFIG GET is refused ({exc}), so persistence cannot be checked"
+        except self._errors as exc:
+            raise self._fault(task, exc, views=False) from exc
+        settings = {_text(k): _text(v) for k, v in dict(config).items()}
+        if settings.get("appendonly") != "yes":
+            return False, "its append-only file is off (appendonly no)"
+        if settings.get("appendfsync") != "always":
+            fsync = settings.get("appendfsync")
+            return False, (
+                f"appendfsync {fsync} acknowledges writes before they are on disk, so a "
+                "host crash loses the last ones (use appendfsync always)"
+            )
+        return True, "appendonly yes, appendfsync always"
 
     def _resubscribe(self) -> None:
         self._refeed = False
@@ -538,6 +601,8 @@ class RedisStore:
     def _fault(self, key: str, exc: BaseException, *, views: bool = True) -> StoreUnavailable:
         if views:
             self._book.fail()
+        else:
+            self._journal_checked = False  # the server may come back configured otherwise
         return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key)
 
     def _ttl_ms(self, state: BreakerState, policy: Policy) -> int:
@@ -746,6 +811,10 @@ def _entry(raw: object, task: str) -> dict[str, Any]:
     if not isinstance(entry, dict):
         raise StoreUnavailable(f"a journal entry of task {task!r} does not validate")
     return entry
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _safe_url(url: str) -> str:

@@ -37,7 +37,7 @@ from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable
 from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
 
 __all__ = ["SQLiteStore"]
@@ -58,6 +58,7 @@ _WRITE: Final = (
 )
 _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _CHUNK: Final = 500  # keys per IN (...) query, well under SQLite's variable limit
+_IN_MEMORY: Final = frozenset({"", ":memory:"})
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -94,6 +95,14 @@ class SQLiteStore:
         poll_interval: seconds between two checks for changes made by other processes.
         backoff: after a failure, seconds during which calls fail at once instead of
             waiting ``timeout`` again.
+        volatile_journal: allow a run journal in an in-memory database (``":memory:"``
+            or ``""``), which a reconnect forgets; otherwise the first journal use
+            raises :class:`~toolbreaker.errors.JournalNotDurable`.
+
+    The journal is durable on a file: each journal write commits with
+    ``synchronous = FULL`` (fsynced before it returns), so neither a killed process nor
+    a power loss takes back a confirmed entry. Breaker transitions commit with
+    ``synchronous = NORMAL``, which a killed process cannot undo either.
 
     Use it as a context manager, or call :meth:`close`, to stop the poller and close the
     connections.
@@ -106,6 +115,7 @@ class SQLiteStore:
         timeout: float = 1.0,
         poll_interval: float = 0.005,
         backoff: float = 0.1,
+        volatile_journal: bool = False,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.0),
@@ -125,6 +135,7 @@ class SQLiteStore:
         self._poller: threading.Thread | None = None
         self._closed = False
         self._refeed = False
+        self.volatile_journal = bool(volatile_journal)
         on_fork(self, "_forked")
 
     # -- protocol ---------------------------------------------------------------------
@@ -197,7 +208,9 @@ class SQLiteStore:
 
         Raises:
             StoreUnavailable: the file stayed locked past ``timeout`` or cannot be used.
+            JournalNotDurable: the database is in memory (see ``volatile_journal``).
         """
+        self._journal_ready()
         text = canonical_json(dict(entry)).decode("utf-8")
         if only_new:
             sql = "INSERT OR IGNORE INTO toolbreaker_journal (task, key, entry) VALUES (?, ?, ?)"
@@ -206,15 +219,25 @@ class SQLiteStore:
                 "INSERT INTO toolbreaker_journal (task, key, entry) VALUES (?, ?, ?) "
                 "ON CONFLICT (task, key) DO UPDATE SET entry = excluded.entry"
             )
-        count = self._locked(task, lambda conn: conn.execute(sql, (task, key, text)).rowcount)
-        return bool(count)
+
+        def put(conn: sqlite3.Connection) -> int:
+            # A confirmed entry must survive a power loss, not just a killed process.
+            conn.execute("PRAGMA synchronous = FULL")
+            try:
+                return conn.execute(sql, (task, key, text)).rowcount
+            finally:
+                conn.execute("PRAGMA synchronous = NORMAL")
+
+        return bool(self._locked(task, put))
 
     def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
         """The entry under ``(task, key)``, if any.
 
         Raises:
             StoreUnavailable: the file cannot be read, or the entry does not validate.
+            JournalNotDurable: the database is in memory (see ``volatile_journal``).
         """
+        self._journal_ready()
         row = self._locked(
             task,
             lambda conn: conn.execute(
@@ -229,7 +252,9 @@ class SQLiteStore:
 
         Raises:
             StoreUnavailable: the file cannot be read, or an entry does not validate.
+            JournalNotDurable: the database is in memory (see ``volatile_journal``).
         """
+        self._journal_ready()
         rows = self._locked(
             task,
             lambda conn: conn.execute(
@@ -238,6 +263,10 @@ class SQLiteStore:
             write=False,
         )
         return [_entry(row[0], task) for row in rows]
+
+    def journal_durable(self) -> bool:
+        """Whether the journal outlives this process: true for a file, false in memory."""
+        return self.path not in _IN_MEMORY
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -273,6 +302,12 @@ class SQLiteStore:
         self._stop = threading.Event()
         self._refeed = self._poller is not None
         self._poller = None
+
+    def _journal_ready(self) -> None:
+        if not self.volatile_journal and not self.journal_durable():
+            raise JournalNotDurable(
+                f"SQLite store {self.path!r}", "the database is in memory, not in a file"
+            )
 
     def _transact(
         self, conn: sqlite3.Connection, key: str, event: Event, policy: Policy
