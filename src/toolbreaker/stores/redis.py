@@ -45,21 +45,20 @@ import asyncio
 import contextlib
 import importlib
 import itertools
-import json
 import os
 import random
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from importlib import resources
 from typing import Any, Final, NamedTuple
 
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
-from toolbreaker.core.canonical import canonical_json
-from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable
-from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._shell import SharedStore
+from toolbreaker.stores._views import SharedView, decode_state, encode_state
 
 __all__ = ["RedisStore"]
 
@@ -181,7 +180,7 @@ class _ServerClock:
                 self._offset += 1 if estimate > self._offset else -1
 
 
-class RedisStore:
+class RedisStore(SharedStore):
     """Breaker states and the run journal in Redis, shared by processes and hosts.
 
     Args:
@@ -259,46 +258,24 @@ class RedisStore:
         self._aclient: Any = None
         self._ascript: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
-        self._book = ViewBook(backoff)
         self._clock = _ServerClock()
-        self._what = f"Redis store {_safe_url(url)}"
         self._ping_interval = float(ping_interval)
         self._writer_token = os.urandom(4).hex()
         self._writers = itertools.count(1)
         self._feed: _Feed | None = None
         self._feed_lock = threading.Lock()
-        self._closed = False
-        self._refeed = False
-        self.volatile_journal = bool(volatile_journal)
-        self._journal_checked = False
-        on_fork(self, "_forked")
+        self._what = f"Redis store {_safe_url(url)}"
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
 
-    # -- protocol ---------------------------------------------------------------------
+    # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
-    def view(self, key: str) -> SharedView:
-        """The process-local view of ``key``, kept current by the feed thread."""
-        view = self._book.entry(key)
-        if not view.wanted:
-            view.wanted = True
-            self._subscription().add(self._channel(key).encode("utf-8"), view)
-        return view
+    def _watch(self, view: SharedView) -> None:
+        self._subscription().add(self._channel(view.key).encode("utf-8"), view)
 
-    def apply(
-        self, key: str, event: Event, policy: Policy
+    def _round_trip(
+        self, view: SharedView, event: Event, policy: Policy
     ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """Apply ``event`` to ``key`` with one compare-and-set round trip (more on conflict).
-
-        Raises:
-            StoreUnavailable: Redis is unreachable, too slow, or answered nonsense.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        local = self._book.answer(view, event, policy)
-        if local is not None:
-            return local
-        self._book.check(self._what, key)
-        if self._refeed:
-            self._resubscribe()
+        """One compare-and-set script (more on conflict)."""
         with view.lock:
             steps = self._transaction(view, event, policy)
             try:
@@ -310,29 +287,18 @@ class RedisStore:
                     try:
                         raw = self._script(keys=[args.key], args=args.argv())
                     except self._errors as exc:
-                        raise self._fault(key, exc) from exc
-                    args = steps.send(self._reply(raw, started, key))
+                        raise self._fault(view.key, exc) from exc
+                    args = steps.send(self._reply(raw, started, view.key))
             except StopIteration as done:
                 result: tuple[BreakerState, tuple[Transition, ...]] = done.value
                 return result
             finally:
                 steps.close()
 
-    async def aapply(
-        self, key: str, event: Event, policy: Policy
+    async def _around_trip(
+        self, view: SharedView, event: Event, policy: Policy
     ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """Same as :meth:`apply` on the asyncio client, without blocking the loop.
-
-        The asyncio client is bound to the event loop that first uses it.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        local = self._book.answer(view, event, policy)
-        if local is not None:
-            return local
-        self._book.check(self._what, key)
-        if self._refeed:
-            self._resubscribe()
+        """The same on the asyncio client, bound to the event loop that first uses it."""
         script = self._async_script()
         steps = self._transaction(view, event, policy)
         try:
@@ -344,29 +310,20 @@ class RedisStore:
                 try:
                     raw = await script(keys=[args.key], args=args.argv())
                 except self._errors as exc:
-                    raise self._fault(key, exc) from exc
-                args = steps.send(self._reply(raw, started, key))
+                    raise self._fault(view.key, exc) from exc
+                args = steps.send(self._reply(raw, started, view.key))
         except StopIteration as done:
             result: tuple[BreakerState, tuple[Transition, ...]] = done.value
             return result
         finally:
             steps.close()
 
-    def load(self, key: str, policy: Policy) -> BreakerState:
-        """The current state of ``key`` (closed if never seen; fail-closed if corrupt).
-
-        Raises:
-            StoreUnavailable: Redis is unreachable, too slow, or answered nonsense.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        if view.state is not None:
-            return view.state
-        self._book.check(self._what, key)
+    def _read(self, view: SharedView, policy: Policy) -> BreakerState:
+        key = view.key
         token = self._book.token(view)
         started = time.monotonic_ns()
         try:
-            raw = self._script(keys=[self._state_key(key)], args=self._read(key).argv())
+            raw = self._script(keys=[self._state_key(key)], args=self._read_args(key).argv())
         except self._errors as exc:
             raise self._fault(key, exc) from exc
         reply = self._reply(raw, started, key)
@@ -384,77 +341,37 @@ class RedisStore:
 
     # -- journal ------------------------------------------------------------------------
 
-    def journal_put(
-        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
-    ) -> bool:
-        """Store ``entry`` under ``(task, key)`` atomically; with ``only_new``, only if absent.
-
-        Raises:
-            StoreUnavailable: Redis is unreachable or too slow.
-            JournalNotDurable: Redis would forget the entry on a restart (see
-                ``volatile_journal``).
-        """
-        text = canonical_json(dict(entry)).decode("utf-8")
+    def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
         keys = [self._journal_key(task), self._order_key(task)]
-        self._journal_ready(task)
         try:
             written = self._journal_put(
                 keys=keys, args=[key, text, "1" if only_new else "0", self.journal_ttl_ms]
             )
         except self._errors as exc:
-            raise self._fault(task, exc, views=False) from exc
+            raise self._journal_fault(task, exc) from exc
         return bool(written)
 
-    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
-        """The entry under ``(task, key)``, if any.
-
-        Raises:
-            StoreUnavailable: Redis is unreachable, or the entry does not validate.
-            JournalNotDurable: Redis would forget the journal on a restart.
-        """
-        self._journal_ready(task)
+    def _journal_read(self, task: str, key: str) -> object:
         try:
-            raw = self._client.hget(self._journal_key(task), key)
+            raw: object = self._client.hget(self._journal_key(task), key)
         except self._errors as exc:
-            raise self._fault(task, exc, views=False) from exc
-        return None if raw is None else _entry(raw, task)
+            raise self._journal_fault(task, exc) from exc
+        return raw
 
-    def journal_entries(self, task: str) -> list[dict[str, Any]]:
-        """Every entry of ``task``, oldest first (one atomic round trip).
-
-        Raises:
-            StoreUnavailable: Redis is unreachable, or an entry does not validate.
-            JournalNotDurable: Redis would forget the journal on a restart.
-        """
-        self._journal_ready(task)
+    def _journal_read_all(self, task: str) -> list[object]:
+        """One atomic round trip."""
         try:
             with self._client.pipeline(transaction=True) as pipe:
                 pipe.lrange(self._order_key(task), 0, -1)
                 pipe.hgetall(self._journal_key(task))
                 order, entries = pipe.execute()
         except self._errors as exc:
-            raise self._fault(task, exc, views=False) from exc
+            raise self._journal_fault(task, exc) from exc
         if not isinstance(order, list) or not isinstance(entries, dict):
             raise StoreUnavailable(f"the journal of task {task!r} does not validate")
-        out = []
-        for name in order:
-            if name not in entries:
-                raise StoreUnavailable(f"the journal of task {task!r} does not validate")
-            out.append(_entry(entries[name], task))
-        return out
-
-    def journal_durable(self) -> bool:
-        """Whether a restart of the server keeps every journal entry it confirmed.
-
-        True when ``CONFIG GET`` shows ``appendonly yes`` and ``appendfsync always``: every
-        write is on disk before Redis answers. False when it shows anything else, or when
-        ``CONFIG`` is disabled (managed services often rename or forbid it) so that it
-        cannot be checked.
-
-        Raises:
-            StoreUnavailable: Redis is unreachable or too slow.
-        """
-        return self._durability("journal")[0]
+        if any(name not in entries for name in order):
+            raise StoreUnavailable(f"the journal of task {task!r} does not validate")
+        return [entries[name] for name in order]
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -474,12 +391,6 @@ class RedisStore:
             closer = getattr(client, "aclose", None) or client.close
             await closer()
 
-    def __enter__(self) -> RedisStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<RedisStore {_safe_url(self.url)} prefix={self.prefix!r}>"
 
@@ -489,20 +400,11 @@ class RedisStore:
         # In a forked child: the feed thread is gone and its socket belongs to the parent
         # (closing it would cut the parent's subscription), and an asyncio client is
         # bound to the parent's loop. Drop them; redis-py renews its own pool by itself.
-        self._book.forked()
+        super()._forked()
         self._feed_lock = threading.Lock()
         self._refeed = self._feed is not None
         self._feed = None
         self._aclient = self._ascript = self._aloop = None
-
-    def _journal_ready(self, task: str) -> None:
-        """Refuse a journal the server would forget, once per connection to it."""
-        if self._journal_checked or self.volatile_journal:
-            return
-        durable, reason = self._durability(task)
-        if not durable:
-            raise JournalNotDurable(self._what, reason)
-        self._journal_checked = True
 
     def _durability(self, task: str) -> tuple[bool, str]:
         """Whether the server keeps confirmed writes across a restart, and if not why."""
@@ -516,7 +418,7 @@ class RedisStore:
                         return False, "its append-only file is off (appendonly no)"
                 return False, f"CONFIG GET is refused ({exc}), so persistence cannot be checked"
         except self._errors as exc:
-            raise self._fault(task, exc, views=False) from exc
+            raise self._journal_fault(task, exc) from exc
         settings = {_text(k): _text(v) for k, v in dict(config).items()}
         if settings.get("appendonly") != "yes":
             return False, "its append-only file is off (appendonly no)"
@@ -528,8 +430,7 @@ class RedisStore:
             )
         return True, "appendonly yes, appendfsync always"
 
-    def _resubscribe(self) -> None:
-        self._refeed = False
+    def _resume_feed(self) -> None:
         for view in self._book.views():
             if view.wanted:
                 self._subscription().add(self._channel(view.key).encode("utf-8"), view)
@@ -541,7 +442,7 @@ class RedisStore:
         state, version = view.known, view.version
         fresh = False
         if state is None:
-            reply = yield self._read(key)
+            reply = yield self._read_args(key)
             state, version, fresh = decode_state(reply.state, policy), reply.version, True
             self._book.learn(view, state, version, token)
         writer = f"{os.getpid():x}.{self._writer_token}.{next(self._writers)}"
@@ -583,7 +484,7 @@ class RedisStore:
             dependency=key,
         )
 
-    def _read(self, key: str) -> _Args:
+    def _read_args(self, key: str) -> _Args:
         return _Args(self._state_key(key), -1, "", 0, self._channel(key))
 
     def _reply(self, raw: object, started: int, key: str) -> _Reply:
@@ -598,11 +499,8 @@ class RedisStore:
         self._clock.sample(server_ms, (started + time.monotonic_ns()) // 2)
         return reply
 
-    def _fault(self, key: str, exc: BaseException, *, views: bool = True) -> StoreUnavailable:
-        if views:
-            self._book.fail()
-        else:
-            self._journal_checked = False  # the server may come back configured otherwise
+    def _fault(self, key: str, exc: BaseException) -> StoreUnavailable:
+        self._book.fail()
         return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key)
 
     def _ttl_ms(self, state: BreakerState, policy: Policy) -> int:
@@ -801,16 +699,6 @@ class _Feed:
                 # A message we cannot read: we may be missing changes, so start over.
                 raise self._broken(f"unreadable message {payload!r:.100}") from None
             self._book.feed(view, decode_state(body, view.policy), version)
-
-
-def _entry(raw: object, task: str) -> dict[str, Any]:
-    try:
-        entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
-    except (ValueError, RecursionError):
-        entry = None
-    if not isinstance(entry, dict):
-        raise StoreUnavailable(f"a journal entry of task {task!r} does not validate")
-    return entry
 
 
 def _text(value: object) -> str:

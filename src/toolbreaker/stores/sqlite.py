@@ -23,22 +23,20 @@ A row that does not validate loads as the core's recovered-from-corruption open 
 
 from __future__ import annotations
 
-import asyncio
-import json
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
-from toolbreaker.core.canonical import canonical_json
-from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable
-from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._shell import SharedStore
+from toolbreaker.stores._views import SharedView, decode_state, encode_state
 
 __all__ = ["SQLiteStore"]
 
@@ -86,7 +84,7 @@ def _row(row: tuple[Any, Any] | None, policy: Policy) -> tuple[BreakerState, int
     return state, version, state is not CORRUPT
 
 
-class SQLiteStore:
+class SQLiteStore(SharedStore):
     """Breaker states and the run journal in one SQLite file, shared by processes.
 
     Args:
@@ -127,44 +125,27 @@ class SQLiteStore:
         self.path = str(path)
         self.timeout = float(timeout)
         self.poll_interval = float(poll_interval)
-        self._book = ViewBook(backoff)
+        self._what = f"SQLite store {self.path!r}"
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._poller_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
-        self._closed = False
-        self._refeed = False
-        self.volatile_journal = bool(volatile_journal)
-        on_fork(self, "_forked")
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
 
-    # -- protocol ---------------------------------------------------------------------
+    # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
-    def view(self, key: str) -> SharedView:
-        """The process-local view of ``key``, kept current by the poller."""
-        view = self._book.entry(key)
-        if not view.wanted:
-            view.wanted = True
-            self._start_poller()
-        return view
+    def _watch(self, view: SharedView) -> None:
+        self._start_poller()
 
-    def apply(
-        self, key: str, event: Event, policy: Policy
+    def _resume_feed(self) -> None:
+        self._start_poller()
+
+    def _round_trip(
+        self, view: SharedView, event: Event, policy: Policy
     ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """Apply ``event`` to ``key`` in one short write transaction.
-
-        Raises:
-            StoreUnavailable: the file stayed locked past ``timeout`` or cannot be used.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        local = self._book.answer(view, event, policy)
-        if local is not None:
-            return local
-        self._book.check(f"SQLite store {self.path!r}", key)
-        if self._refeed:
-            self._refeed = False
-            self._start_poller()
+        """One short write transaction."""
+        key = view.key
         token = self._book.token(view)
         (new, records), version = self._locked(
             key, lambda conn: self._transact(conn, key, event, policy)
@@ -172,46 +153,14 @@ class SQLiteStore:
         self._book.learn(view, new, version, token)
         return new, records
 
-    async def aapply(
-        self, key: str, event: Event, policy: Policy
-    ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """Same as :meth:`apply`, in a worker thread unless the view already answers."""
-        view = self._book.entry(key)
-        view.policy = policy
-        local = self._book.answer(view, event, policy)
-        if local is not None:
-            return local
-        return await asyncio.to_thread(self.apply, key, event, policy)
-
-    def load(self, key: str, policy: Policy) -> BreakerState:
-        """The current state of ``key`` (closed if never seen; fail-closed if corrupt).
-
-        Raises:
-            StoreUnavailable: the file cannot be read.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        if view.state is not None:
-            return view.state
-        self._book.check(f"SQLite store {self.path!r}", key)
+    def _read(self, view: SharedView, policy: Policy) -> BreakerState:
+        key = view.key
         row = self._locked(key, lambda conn: conn.execute(_READ, (key,)).fetchone(), write=False)
         # Not learned into the view: readers never wait for a writer, so a read proves
         # nothing about whether this process could record an outcome.
         return _row(row, policy)[0]
 
-    # -- journal ------------------------------------------------------------------------
-
-    def journal_put(
-        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
-    ) -> bool:
-        """Store ``entry`` under ``(task, key)``; with ``only_new``, only if absent.
-
-        Raises:
-            StoreUnavailable: the file stayed locked past ``timeout`` or cannot be used.
-            JournalNotDurable: the database is in memory (see ``volatile_journal``).
-        """
-        self._journal_ready()
-        text = canonical_json(dict(entry)).decode("utf-8")
+    def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
         if only_new:
             sql = "INSERT OR IGNORE INTO toolbreaker_journal (task, key, entry) VALUES (?, ?, ?)"
         else:
@@ -230,14 +179,7 @@ class SQLiteStore:
 
         return bool(self._locked(task, put))
 
-    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
-        """The entry under ``(task, key)``, if any.
-
-        Raises:
-            StoreUnavailable: the file cannot be read, or the entry does not validate.
-            JournalNotDurable: the database is in memory (see ``volatile_journal``).
-        """
-        self._journal_ready()
+    def _journal_read(self, task: str, key: str) -> object:
         row = self._locked(
             task,
             lambda conn: conn.execute(
@@ -245,16 +187,9 @@ class SQLiteStore:
             ).fetchone(),
             write=False,
         )
-        return None if row is None else _entry(row[0], task)
+        return None if row is None else row[0]
 
-    def journal_entries(self, task: str) -> list[dict[str, Any]]:
-        """Every entry of ``task``, oldest first.
-
-        Raises:
-            StoreUnavailable: the file cannot be read, or an entry does not validate.
-            JournalNotDurable: the database is in memory (see ``volatile_journal``).
-        """
-        self._journal_ready()
+    def _journal_read_all(self, task: str) -> list[object]:
         rows = self._locked(
             task,
             lambda conn: conn.execute(
@@ -262,11 +197,12 @@ class SQLiteStore:
             ).fetchall(),
             write=False,
         )
-        return [_entry(row[0], task) for row in rows]
+        return [row[0] for row in rows]
 
-    def journal_durable(self) -> bool:
-        """Whether the journal outlives this process: true for a file, false in memory."""
-        return self.path not in _IN_MEMORY
+    def _durability(self, task: str) -> tuple[bool, str]:
+        if self.path in _IN_MEMORY:
+            return False, "the database is in memory, not in a file"
+        return True, "a file"
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -281,12 +217,6 @@ class SQLiteStore:
         with self._lock:
             self._reset()
 
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<SQLiteStore {self.path!r}>"
 
@@ -295,19 +225,13 @@ class SQLiteStore:
     def _forked(self) -> None:
         # A connection must not cross a fork (SQLite's rule): abandon, never close, the
         # parent's handle; the poller thread did not come along.
-        self._book.forked()
+        super()._forked()
         self._lock = threading.Lock()
         self._poller_lock = threading.Lock()
         self._conn = None
         self._stop = threading.Event()
         self._refeed = self._poller is not None
         self._poller = None
-
-    def _journal_ready(self) -> None:
-        if not self.volatile_journal and not self.journal_durable():
-            raise JournalNotDurable(
-                f"SQLite store {self.path!r}", "the database is in memory, not in a file"
-            )
 
     def _transact(
         self, conn: sqlite3.Connection, key: str, event: Event, policy: Policy
@@ -330,7 +254,7 @@ class SQLiteStore:
         self, key: str, work: Callable[[sqlite3.Connection], T], *, write: bool = True
     ) -> T:
         """Run ``work`` on the store's connection, retrying while the file is busy."""
-        what = f"SQLite store {self.path!r}"
+        what = self._what
         if self._closed:
             raise StoreUnavailable(f"{what} is closed", dependency=key)
         deadline = time.monotonic() + self.timeout
@@ -435,13 +359,3 @@ def _open(path: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
-
-
-def _entry(raw: object, task: str) -> dict[str, Any]:
-    try:
-        entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
-    except (ValueError, RecursionError):
-        entry = None
-    if not isinstance(entry, dict):
-        raise StoreUnavailable(f"a journal entry of task {task!r} does not validate")
-    return entry
