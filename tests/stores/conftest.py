@@ -1,8 +1,9 @@
-"""Fixtures of the store tests: real redis-server processes on free loopback ports.
+"""Fixtures of the store tests: real redis-server and PostgreSQL servers on loopback ports.
 
-No fake Redis. The Debian package is installed when ``redis-server`` is missing (CI runs
-as root on a fresh Debian machine); each server listens on 127.0.0.1 only, keeps nothing
-on disk, and is stopped when its fixture ends.
+No fake Redis, no fake PostgreSQL. The Debian packages are installed when ``redis-server``
+or ``initdb`` is missing (CI runs as root on a fresh Debian machine; PostgreSQL then runs
+as the ``postgres`` user); each server listens on 127.0.0.1 only and is stopped when its
+fixture ends.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,3 +156,170 @@ def private_redis(redis_binary: str, tmp_path: Path) -> Iterator[RedisServer]:
     yield server
     with contextlib.suppress(Exception):
         server.stop()
+
+
+# -- PostgreSQL -------------------------------------------------------------------------
+
+
+def _postgres_bindir() -> Path:
+    """The directory of initdb and postgres; Debian's package is installed when missing."""
+
+    def find() -> Path | None:
+        found = shutil.which("initdb")
+        if found:
+            return Path(found).resolve().parent
+        candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        return candidates[-1].parent if candidates else None
+
+    bindir = find()
+    if bindir is None and os.name == "posix" and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "postgresql"]):
+            subprocess.run(command, env=env, check=False, capture_output=True, timeout=900)
+        bindir = find()
+    if bindir is None:
+        pytest.fail(
+            "PostgreSQL (initdb, postgres) is not installed and could not be installed "
+            "(apt-get install postgresql, as root)"
+        )
+    return bindir
+
+
+def _server_user() -> str | None:
+    """postgres refuses to run as root: run it as the ``postgres`` user then."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return None
+    import pwd
+
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "postgres"], check=True, timeout=60
+        )
+    return "postgres"
+
+
+class PostgresServer:
+    """One PostgreSQL server on 127.0.0.1 in a fresh data directory.
+
+    ``stop()`` shuts it down, ``kill()`` SIGKILLs every process of it (a crash), and
+    ``start()`` brings it back on the same port with the same data.
+    """
+
+    def __init__(self, bindir: Path, *options: str) -> None:
+        self.bindir = bindir
+        self.user = _server_user()
+        # Not under pytest's tmp_path: its root-only parents would hide it from the user.
+        self.directory = Path(tempfile.mkdtemp(prefix="toolbreaker-pg-"))
+        self.data = self.directory / "data"
+        self.options = options
+        self.port = _free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        if self.user is not None:
+            shutil.chown(self.directory, self.user)
+        subprocess.run(
+            [str(bindir / "initdb"), "-D", str(self.data), "-U", "postgres", "-A", "trust",
+             "--no-sync", "-E", "UTF8"],
+            check=True, capture_output=True, timeout=120, user=self.user,
+        )  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        assert self.process is None, "already running"
+        self.process = subprocess.Popen(
+            [str(self.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port),
+             "-h", "127.0.0.1", "-c", "unix_socket_directories=", "-c", "max_connections=200",
+             *self.options],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=self.user,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.ready():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.kill()
+        pytest.fail(f"postgres did not accept connections on port {self.port}")
+
+    def ready(self) -> bool:
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url, connect_timeout=2) as conn:
+                conn.execute("SELECT 1")
+        except psycopg.Error:
+            return False
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every backend: a crash, no shutdown checkpoint."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(10)
+        deadline = time.monotonic() + 10
+        while (self.data / "postmaster.pid").exists() and time.monotonic() < deadline:
+            # Orphaned backends exit once they notice; the next start needs them gone.
+            if not _any_process_in_group(process.pid):
+                break
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.send_signal(signal.SIGINT)  # fast shutdown
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _any_process_in_group(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def postgres_bindir() -> Path:
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    return _postgres_bindir()
+
+
+@pytest.fixture(scope="session")
+def postgres_server(postgres_bindir: Path) -> Iterator[PostgresServer]:
+    """One server for the whole session; tests keep apart by unique keys and prefixes."""
+    server = PostgresServer(postgres_bindir)
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    return postgres_server.url
+
+
+@pytest.fixture
+def private_postgres(postgres_bindir: Path) -> Iterator[PostgresServer]:
+    """A server of the test's own, which the test may stop, kill and start again."""
+    server = PostgresServer(postgres_bindir)
+    server.start()
+    yield server
+    server.remove()

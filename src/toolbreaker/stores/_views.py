@@ -87,6 +87,10 @@ class ViewBook:
                 view = self._views.setdefault(key, SharedView(key))
         return view
 
+    def find(self, key: str) -> SharedView | None:
+        """The view of ``key`` if there is one (a feed never creates views)."""
+        return self._views.get(key)
+
     def views(self) -> list[SharedView]:
         """A snapshot of every view."""
         with self._lock:
