@@ -323,3 +323,92 @@ def private_postgres(postgres_bindir: Path) -> Iterator[PostgresServer]:
     server.start()
     yield server
     server.remove()
+
+
+# -- Redis Cluster ----------------------------------------------------------------------
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free and valid too."""
+    for _ in range(200):
+        port = _free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    pytest.fail("no free pair of ports for a cluster node")
+
+
+class RedisCluster:
+    """Three masters and three replicas on 127.0.0.1, each a redis-server of its own."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.nodes: list[RedisServer] = []
+        for n in range(6):
+            node_dir = directory / f"node{n}"
+            node_dir.mkdir()
+            node = RedisServer(binary, node_dir)
+            node.port = _cluster_port()
+            node.options = (
+                "--cluster-enabled", "yes",
+                "--cluster-config-file", str(node_dir / "nodes.conf"),
+                "--cluster-node-timeout", "1000",
+                "--cluster-replica-validity-factor", "0",
+            )  # fmt: skip
+            self.nodes.append(node)
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url.removesuffix("/0")
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        cli = shutil.which("redis-cli") or shutil.which("redis-cli", path="/usr/bin")
+        if cli is None:
+            pytest.fail("redis-cli is not installed (apt-get install redis-tools)")
+        subprocess.run(
+            [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster-replicas", "1", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        self.wait_ok()
+
+    def wait_ok(self, timeout: float = 30) -> None:
+        """Until every running node says the cluster is ok and covers every slot."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            running = [n for n in self.nodes if n.process is not None]
+            if all(b"cluster_state:ok" in n.command("CLUSTER", "INFO") for n in running):
+                return
+            time.sleep(0.1)
+        pytest.fail("the Redis cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            with contextlib.suppress(Exception):
+                node.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(
+    redis_binary: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RedisCluster]:
+    """One cluster for the session's conformance tests (nothing in it is killed)."""
+    cluster = RedisCluster(redis_binary, tmp_path_factory.mktemp("cluster"))
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def private_cluster(redis_binary: str, tmp_path: Path) -> Iterator[RedisCluster]:
+    """A cluster of the test's own, whose masters the test may kill."""
+    cluster = RedisCluster(redis_binary, tmp_path)
+    cluster.start()
+    yield cluster
+    cluster.stop()

@@ -96,6 +96,12 @@ return 1
 """
 
 
+# Both keys share the task's hash tag: one slot, one atomic read (also on a cluster).
+_JOURNAL_ALL: Final = """
+return {redis.call('LRANGE', KEYS[2], 0, -1), redis.call('HGETALL', KEYS[1])}
+"""
+
+
 class _Args(NamedTuple):
     key: str
     expected: int
@@ -195,6 +201,10 @@ class RedisStore(SharedStore):
         ping_interval: seconds of silence after which the feed pings its subscription;
             without an answer within ``4 * socket_timeout`` (at least a second) the
             subscription is treated as lost.
+        cluster: ``url`` names one node of a Redis Cluster: use redis-py's cluster
+            client. Every key of a breaker (and of a task's journal) shares one hash tag,
+            so every script touches one slot; the feed subscribes on any live node (pub/sub
+            messages reach every node) and moves to another when its node fails.
         volatile_journal: keep the run journal even on a server that may forget it.
             By default the first journal use checks that Redis appends every write to
             its append-only file and fsyncs it before answering (``appendonly yes``,
@@ -218,6 +228,7 @@ class RedisStore(SharedStore):
         max_attempts: int = 64,
         backoff: float = 0.1,
         ping_interval: float = 1.0,
+        cluster: bool = False,
         volatile_journal: bool = False,
     ) -> None:
         for name, value, least in (
@@ -245,9 +256,12 @@ class RedisStore(SharedStore):
             "socket_timeout": self.socket_timeout,
             "socket_connect_timeout": self.socket_timeout,
         }
+        self.cluster = bool(cluster)
         # No silent retries: a resent script could apply one event twice. A dead pooled
-        # connection is replaced by redis-py when it is checked out.
-        self._client: Any = redis.Redis.from_url(
+        # connection is replaced by redis-py when it is checked out; a cluster client
+        # relearns the slots after a failure and follows MOVED redirections.
+        client_class = redis.RedisCluster if self.cluster else redis.Redis
+        self._client: Any = client_class.from_url(
             url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **self._options
         )
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
@@ -255,6 +269,7 @@ class RedisStore(SharedStore):
         self._script: Any = self._client.register_script(self._source)
         self._refresh: Any = self._client.register_script(_REFRESH_TTL)
         self._journal_put: Any = self._client.register_script(_JOURNAL_PUT)
+        self._journal_all: Any = self._client.register_script(_JOURNAL_ALL)
         self._aclient: Any = None
         self._ascript: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -361,12 +376,14 @@ class RedisStore(SharedStore):
     def _journal_read_all(self, task: str) -> list[object]:
         """One atomic round trip."""
         try:
-            with self._client.pipeline(transaction=True) as pipe:
-                pipe.lrange(self._order_key(task), 0, -1)
-                pipe.hgetall(self._journal_key(task))
-                order, entries = pipe.execute()
+            reply = self._journal_all(keys=[self._journal_key(task), self._order_key(task)])
         except self._errors as exc:
             raise self._journal_fault(task, exc) from exc
+        try:
+            order, flat = reply
+            entries = dict(zip(flat[::2], flat[1::2], strict=True))
+        except (TypeError, ValueError):
+            order, entries = None, None
         if not isinstance(order, list) or not isinstance(entries, dict):
             raise StoreUnavailable(f"the journal of task {task!r} does not validate")
         if any(name not in entries for name in order):
@@ -411,6 +428,8 @@ class RedisStore(SharedStore):
         redis = _redis()
         try:
             try:
+                if self.cluster:
+                    return self._cluster_durability()
                 config = self._client.config_get("append*")
             except redis.ResponseError as exc:  # renamed, disabled or not permitted
                 with contextlib.suppress(redis.ResponseError):
@@ -419,16 +438,15 @@ class RedisStore(SharedStore):
                 return False, f"CONFIG GET is refused ({exc}), so persistence cannot be checked"
         except self._errors as exc:
             raise self._journal_fault(task, exc) from exc
-        settings = {_text(k): _text(v) for k, v in dict(config).items()}
-        if settings.get("appendonly") != "yes":
-            return False, "its append-only file is off (appendonly no)"
-        if settings.get("appendfsync") != "always":
-            fsync = settings.get("appendfsync")
-            return False, (
-                f"appendfsync {fsync} acknowledges writes before they are on disk, so a "
-                "host crash loses the last ones (use appendfsync always)"
-            )
-        return True, "appendonly yes, appendfsync always"
+        return _judge(config)
+
+    def _cluster_durability(self) -> tuple[bool, str]:
+        """Every master must keep what it confirms: the journal of a task is on one."""
+        for node in self._client.get_primaries():
+            durable, reason = _judge(self._client.config_get("append*", target_nodes=node))
+            if not durable:
+                return False, f"{node.name}: {reason}"
+        return True, "appendonly yes, appendfsync always on every master"
 
     def _resume_feed(self) -> None:
         for view in self._book.views():
@@ -525,7 +543,9 @@ class RedisStore(SharedStore):
         if self._aclient is None:
             redis = _redis()
             importlib.import_module("redis.asyncio.retry")
-            self._aclient = redis.asyncio.Redis.from_url(
+            importlib.import_module("redis.asyncio.cluster")
+            client_class = redis.asyncio.RedisCluster if self.cluster else redis.asyncio.Redis
+            self._aclient = client_class.from_url(
                 self.url,
                 retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
                 **self._options,
@@ -551,6 +571,12 @@ class RedisStore(SharedStore):
         """Keep every viewed breaker's key alive: only unused breakers should expire."""
         views = [v for v in self._book.views() if v.wanted and v.policy is not None]
         if not views:
+            return
+        if self.cluster:  # one key per call: keys of many slots cannot share a pipeline
+            for view in views:
+                ttl = self._ttl_ms(view.known or BreakerState(), view.policy or Policy())
+                if ttl:
+                    self._refresh(keys=[self._state_key(view.key)], args=[ttl])
             return
         with self._client.pipeline(transaction=False) as pipe:
             for view in views:
@@ -633,7 +659,15 @@ class _Feed:
             self._drop()
 
     def _connect(self) -> Any:
-        conn = self._connection_class(**self._connection_kwargs)
+        kwargs = self._connection_kwargs
+        if self._store.cluster:
+            # Pub/sub messages reach every node of a cluster: any live one will do, and
+            # after a failure the next attempt may pick another.
+            nodes = self._store._client.get_nodes()
+            if nodes:
+                node = random.choice(nodes)  # noqa: S311 - spreading load, not security
+                kwargs = {**kwargs, "host": node.host, "port": node.port}
+        conn = self._connection_class(**kwargs)
         try:
             conn.connect()
             with self._lock:
@@ -711,3 +745,17 @@ def _safe_url(url: str) -> str:
     if "@" in rest:
         rest = "***@" + rest.rsplit("@", 1)[1]
     return f"{scheme}{sep}{rest}"
+
+
+def _judge(config: object) -> tuple[bool, str]:
+    """Whether ``CONFIG GET append*`` says confirmed writes survive a restart; if not, why."""
+    settings = {_text(k): _text(v) for k, v in dict(config).items()}  # type: ignore[call-overload]
+    if settings.get("appendonly") != "yes":
+        return False, "its append-only file is off (appendonly no)"
+    if settings.get("appendfsync") != "always":
+        fsync = settings.get("appendfsync")
+        return False, (
+            f"appendfsync {fsync} acknowledges writes before they are on disk, so a "
+            "host crash loses the last ones (use appendfsync always)"
+        )
+    return True, "appendonly yes, appendfsync always"
