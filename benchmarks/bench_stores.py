@@ -6,7 +6,9 @@ of each measurement, 2 by default, ``--procs`` the worker counts, 1,4,8 by defau
 starts its own redis-server on a free loopback port (``--save '' --appendonly no``) and
 stops it at the end; every library talks to that one server. When PostgreSQL's ``initdb``
 is found, it also starts a PostgreSQL server (as the ``postgres`` user when run as root)
-with ``pg_stat_statements`` to count statements; ``--no-postgres`` skips it.
+with ``pg_stat_statements`` to count statements; ``--no-postgres`` skips it. When
+``redis-cli`` is found, it also starts a Redis Cluster (3 masters, 3 replicas, no
+persistence) and counts commands on every node; ``--no-cluster`` skips it.
 
 What is measured, for each number of worker processes (spawned, each with its own client):
 
@@ -63,10 +65,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 LIBS = ["toolbreaker Redis", "toolbreaker SQLite", "pybreaker Redis", "purgatory Redis"]
 POSTGRES = "toolbreaker PostgreSQL"
+CLUSTER = "toolbreaker Cluster"
 #: Commands only toolbreaker's scripts run, never a client: not round trips.
 SCRIPT_ONLY = {"time", "type", "hmget", "hset", "hdel", "pexpire", "persist", "publish", "del"}
 #: Commands of the harness itself.
-HARNESS = {"info", "config", "client", "hello", "ping", "subscribe", "select", "flushall"}
+HARNESS = {
+    "info", "config", "client", "hello", "ping", "subscribe", "select", "flushall",
+    "cluster", "command", "readonly", "script",
+}  # fmt: skip
 HUGE_MS = 10**9
 OPEN_POLICY = Policy(failure_threshold=1, cooldown_ms=HUGE_MS, cooldown_max_ms=HUGE_MS)
 
@@ -93,6 +99,9 @@ class Subject:
         if lib.startswith("toolbreaker"):
             if lib.endswith("Redis"):
                 self.store: Any = RedisStore(target)
+                clock = self.store.clock
+            elif lib.endswith("Cluster"):
+                self.store = RedisStore(target, cluster=True)
                 clock = self.store.clock
             elif lib.endswith("PostgreSQL"):
                 self.store = PostgresStore(target)
@@ -322,6 +331,83 @@ def postgres_server() -> Iterator[str | None]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def cluster_server() -> Iterator[list[str] | None]:
+    """A throwaway Redis Cluster (3 masters, 3 replicas); the URLs of its six nodes."""
+    binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+    cli = shutil.which("redis-cli") or shutil.which("redis-cli", path="/usr/bin")
+    if binary is None or cli is None:
+        yield None
+        return
+    ports: list[int] = []
+    while len(ports) < 6:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port + 10000 <= 65535 and port not in ports:
+            ports.append(port)
+    with tempfile.TemporaryDirectory() as directory:
+        processes = [
+            subprocess.Popen(
+                [
+                    binary,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    directory,
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    f"nodes-{port}.conf",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for port in ports
+        ]
+        urls = [f"redis://127.0.0.1:{port}" for port in ports]
+        try:
+            for url in urls:
+                with redis.Redis.from_url(url) as client:
+                    for _ in range(500):
+                        with contextlib.suppress(redis.ConnectionError):
+                            if client.ping():
+                                break
+                        time.sleep(0.01)
+            subprocess.run(
+                [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+                 "--cluster-replicas", "1", "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            for url in urls:
+                with redis.Redis.from_url(url) as client:
+                    for _ in range(600):
+                        if client.execute_command("CLUSTER INFO").get("cluster_state") == "ok":
+                            break
+                        time.sleep(0.05)
+            yield urls
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(10)
+
+
+def cluster_commands(urls: list[str]) -> dict[str, int]:
+    """Commands executed by every node of the cluster, added up."""
+    total: dict[str, int] = {}
+    for url in urls:
+        with redis.Redis.from_url(url) as client:
+            for name, count in commands(client).items():
+                total[name] = total.get(name, 0) + count
+    return total
+
+
 def statements(url: str) -> int:
     """Compare-and-set statements the PostgreSQL server ran so far."""
     import psycopg
@@ -350,7 +436,12 @@ def per_call(before: dict[str, int], after: dict[str, int], calls: int) -> tuple
 # -- the tables ------------------------------------------------------------------------------
 
 
+CLUSTER_URLS: list[str] = []
+
+
 def target_of(lib: str, url: str, pg_url: str | None, directory: str, key: str) -> str:
+    if "Cluster" in lib:
+        return CLUSTER_URLS[0]
     if "SQLite" in lib:
         return str(Path(directory, f"{key}.db"))
     if "PostgreSQL" in lib:
@@ -387,8 +478,10 @@ def throughput(
                         time.sleep(0.0005)
                     before = commands(client)
                     pg_before = statements(pg_url) if "PostgreSQL" in lib and pg_url else 0
+                    if "Cluster" in lib:
+                        before = cluster_commands(CLUSTER_URLS)
                     done = job.get(timeout=60)
-                    after = commands(client)
+                    after = cluster_commands(CLUSTER_URLS) if "Cluster" in lib else commands(client)
                     calls = sum(d[0] for d in done)
                     rejected = sum(d[1] for d in done)
                     expected = calls if scenario == "open" else 0
@@ -494,6 +587,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each measurement")
     parser.add_argument("--procs", default="1,4,8", help="worker process counts, e.g. 1,4,8")
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL rows")
+    parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster rows")
     args = parser.parse_args()
     counts = [int(n) for n in args.procs.split(",")]
     versions = {name: metadata.version(name) for name in ("redis", "pybreaker", "purgatory")}
@@ -504,6 +598,10 @@ def main() -> None:
         if pg_url is not None:
             LIBS.insert(2, POSTGRES)
             versions["psycopg"] = metadata.version("psycopg")
+        nodes = None if args.no_cluster else stack.enter_context(cluster_server())
+        if nodes is not None:
+            CLUSTER_URLS.extend(nodes)
+            LIBS.insert(1, CLUSTER)
         with redis.Redis.from_url(url) as client:
             server = client.info("server")["redis_version"]
         context = multiprocessing.get_context("spawn")
