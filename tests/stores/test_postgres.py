@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from conformance import POLICY, StoreContract, fork_and_check, wait_for
+from conformance import POLICY, StoreContract, Twin, fork_and_check, wait_for
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -195,9 +195,9 @@ def test_a_big_state_reaches_views_through_a_read(postgres_url):
     policy = Policy(failure_threshold=2000, window_ms=10**9)
     with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
         view = fed(store, key, policy)
-        for n in range(600):
-            other.apply(key, Event("failure", n, key, call=f"c{n}", generation=0), policy)
-        wait_for(lambda: view.state is not None and len(view.state.failures) == 600)
+        for n in range(1000):  # well over the 7000 bytes sent inline
+            other.apply(key, Event("failure", 10**9 + n, key, call=f"c{n}", generation=0), policy)
+        wait_for(lambda: view.state is not None and len(view.state.failures) == 1000)
 
 
 def test_aapply_does_not_block_the_loop(postgres_url, client):
@@ -301,3 +301,23 @@ def test_a_confirmed_journal_entry_survives_a_killed_server(private_postgres):
                 return None
 
         wait_for(lambda: read() == entry, timeout=10)
+
+
+def test_an_operators_hand_edit_reaches_every_view(postgres_url, client):
+    """A row changed outside the store (an UPDATE by hand) is notified by the trigger."""
+    from toolbreaker.stores._views import encode_state
+
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with PostgresStore(postgres_url) as store:
+        Twin(store, key, POLICY).trip()
+        opened = store.load(key, POLICY)
+        view = fed(store, key)
+        closed = Twin(store, key, POLICY)
+        client.execute(
+            "UPDATE toolbreaker_breakers SET version = version + 1, state = %s WHERE key = %s",
+            (encode_state(closed.state), key),
+        )
+        wait_for(lambda: view.state is not None and view.state != opened)
+        assert view.state.phase == "closed"
+        client.execute("DELETE FROM toolbreaker_breakers WHERE key = %s", (key,))
+        wait_for(lambda: view.known == closed.state and view.version == 0)

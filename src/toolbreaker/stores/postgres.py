@@ -8,7 +8,8 @@ Each breaker is one row of ``<prefix>_breakers`` (key, version, canonical JSON s
 apply an event the store takes the state it last saw (its view), lets
 :func:`~toolbreaker.core.apply` compute the result, and calls ``<prefix>_cas()``: one
 statement, so one short transaction, that writes the result only if the row's version is
-still the one the store computed from, and notifies the change on ``<prefix>_events``.
+still the one the store computed from; a trigger notifies every change of a row (the
+store's, and an operator's hand edit) on ``<prefix>_events``.
 On a conflict the function returns the current row and the store computes again
 (bounded, then :class:`~toolbreaker.errors.StoreUnavailable`). The row lock lasts that
 one statement; nothing is ever locked while a protected call runs. Breaker state commits
@@ -101,12 +102,24 @@ BEGIN
   ELSE
     UPDATE {p}_breakers b SET version = new_version, state = p_payload WHERE b.key = p_key;
   END IF;
-  PERFORM pg_notify('{p}_events', CASE
-    WHEN octet_length(p_payload) + octet_length(p_key) < {limit}
-      THEN json_build_object('k', p_key, 'v', new_version, 's', p_payload)::text
-    ELSE json_build_object('k', p_key, 'v', new_version)::text END);
-  RETURN QUERY SELECT 1, new_version, NULL::text;
+  RETURN QUERY SELECT 1, new_version, NULL::text;  -- {p}_notify() tells the listeners
 END $$;
+-- Every change of a row is notified, an operator's hand edit included.
+CREATE OR REPLACE FUNCTION {p}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    PERFORM pg_notify('{p}_events', json_build_object('k', OLD.key)::text);
+    RETURN OLD;
+  END IF;
+  PERFORM pg_notify('{p}_events', CASE
+    WHEN octet_length(NEW.state) + octet_length(NEW.key) < {limit}
+      THEN json_build_object('k', NEW.key, 'v', NEW.version, 's', NEW.state)::text
+    ELSE json_build_object('k', NEW.key, 'v', NEW.version)::text END);
+  RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS {p}_events ON {p}_breakers;
+CREATE TRIGGER {p}_events AFTER INSERT OR UPDATE OR DELETE ON {p}_breakers
+  FOR EACH ROW EXECUTE FUNCTION {p}_notify();
 CREATE OR REPLACE FUNCTION {p}_journal_put(
   p_task text, p_key text, p_entry text, p_only_new boolean)
 RETURNS boolean LANGUAGE plpgsql AS $$
@@ -393,8 +406,9 @@ class PostgresStore(SharedStore):
             # Concurrent CREATE ... IF NOT EXISTS can collide: one process at a time.
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self.prefix}-schema",))
             exists = conn.execute(
-                "SELECT to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL",
-                (f"{self.prefix}_cas", f"{self.prefix}_journal_put"),
+                "SELECT to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL "
+                "AND to_regproc(%s) IS NOT NULL",
+                (f"{self.prefix}_cas", f"{self.prefix}_journal_put", f"{self.prefix}_notify"),
             ).fetchone()
             if not (exists and exists[0]):
                 conn.execute(schema)
@@ -509,9 +523,13 @@ class PostgresStore(SharedStore):
                     ]
                     if stale:
                         self._reload(conn, stale)
-                    for note in conn.notifies(timeout=0.05):
-                        self._notified(conn, note.payload)
+                    # Gather first: the connection runs no query while notifies() waits.
+                    notes = [note.payload for note in conn.notifies(timeout=0.05)]
+                    if notes:
                         heard = time.monotonic()
+                        unsent = [v for v in map(self._notified, notes) if v is not None]
+                        if unsent:
+                            self._reload(conn, unsent)
                     if time.monotonic() - heard > self.ping_interval:
                         conn.execute("SELECT 1")
                         heard = time.monotonic()
@@ -548,20 +566,21 @@ class PostgresStore(SharedStore):
             version, raw = found.get(view.key, (0, None))
             self._book.sync(view, decode_state(raw, policy), version)
 
-    def _notified(self, conn: Any, payload: str) -> None:
+    def _notified(self, payload: str) -> SharedView | None:
+        """Feed one notification to its view; the view to read when the state was not sent."""
         try:
             note = json.loads(payload)
-            key, version = note["k"], note["v"]
-        except (ValueError, KeyError, TypeError):
+            key, version = note["k"], note.get("v")
+        except (ValueError, KeyError, TypeError, AttributeError):
             # A message we cannot read: we may be missing changes, so start over.
             raise _psycopg().OperationalError(f"unreadable notification {payload!r:.100}") from None
         view = self._book.find(key) if isinstance(key, str) else None
-        if view is None or view.policy is None or type(version) is not int:
-            return
-        if "s" in note and isinstance(note["s"], str):
+        if view is None or view.policy is None:
+            return None
+        if type(version) is int and isinstance(note.get("s"), str):
             self._book.feed(view, decode_state(note["s"], view.policy), version)
-        else:  # too big to send inline: read it
-            self._reload(conn, [view])
+            return None
+        return view  # too big to send inline, or deleted: read it
 
 
 def _close_quietly(conn: Any, errors: tuple[type[BaseException], ...]) -> None:
