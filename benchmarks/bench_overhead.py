@@ -11,15 +11,22 @@ phase of a noisy VM spreads over all rows instead of landing on one. Every sampl
 freshly built, warmed-up breaker whose state (closed or open) is checked when it is built;
 toolbreaker's rejection and two-step rows also check its counters after timing.
 
+Each table lists toolbreaker's *default* mode first (marked ``d``: ``call`` runs the
+function in a worker thread and returns at the deadline, ``acall`` cancels it at the
+deadline through the loop's watchdog), then the other modes, then the peers; every row
+names its mode in brackets. The peers enforce no deadline at all.
+
 ``overhead`` is the row minus the table's bare call (loop and no-op included in both);
 ``x tb`` divides a row's overhead by the overhead of the table's toolbreaker reference
-row (marked ``*``), so peers above 1.00 cost more than toolbreaker.
+row (marked ``*``: the cooperative mode, which like the peers runs the call inline), so
+peers above 1.00 cost more than toolbreaker.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
@@ -64,6 +71,7 @@ WARMUP = 300  # untimed calls on every fresh breaker before its sample
 
 _names = itertools.count(1)
 THREADED: list[Breaker] = []  # breakers with worker threads, closed after their table
+POOLS: list[concurrent.futures.ThreadPoolExecutor] = []  # the same for plain pools
 
 SyncRun = Callable[[int], int]
 AsyncRun = Callable[[int], Awaitable[int]]
@@ -293,6 +301,7 @@ class Row:
     setup: Callable[[], Any]  # returns a SyncRun, or for async tables an awaitable of one
     n: int
     reference: bool = False
+    default: bool = False  # toolbreaker's default mode: listed first
     samples: list[float] = dataclasses.field(default_factory=list)
 
     @property
@@ -311,6 +320,9 @@ class Table:
 
     def reference(self) -> Row:
         return next(r for r in self.rows if r.reference)
+
+    def default(self) -> Row:
+        return next(r for r in self.rows if r.default)
 
     def overhead(self, row: Row) -> float:
         return row.median - self.bare().median
@@ -368,6 +380,22 @@ def closed_sync_table(n: int, n_thread: int) -> Table:
         THREADED.append(breaker)
         return loop1(breaker.call, noop)
 
+    def tb_old_default() -> SyncRun:
+        # What enforce="thread" did before the worker bulkhead: a ThreadPoolExecutor
+        # future per call around the inline call.
+        call = tb_breaker(opened=False).call
+        pool = concurrent.futures.ThreadPoolExecutor(16)
+        POOLS.append(pool)
+
+        def run(count: int) -> int:
+            submit = pool.submit
+            start = perf_counter_ns()
+            for _ in repeat(None, count):
+                submit(call, noop).result(TIMEOUT_S)
+            return perf_counter_ns() - start
+
+        return run
+
     def pyb_call() -> SyncRun:
         return loop1(pyb_breaker(opened=False).call, noop)
 
@@ -382,15 +410,27 @@ def closed_sync_table(n: int, n_thread: int) -> Table:
         "1. Closed state, sync: a guarded no-op",
         [
             Row("bare call  fn()", "bare", bare, n),
-            Row("toolbreaker breaker.call(fn), cooperative", "toolbreaker", tb_call, n, True),
-            Row("toolbreaker @breaker.guard, cooperative", "toolbreaker", tb_guard, n),
-            Row("toolbreaker allow() + permit.record('success')", "toolbreaker", tb_two_step, n),
             Row(
-                "toolbreaker breaker.call(fn), enforce='thread'", "toolbreaker", tb_thread, n_thread
+                "toolbreaker call(fn) [default: thread, hard deadline]",
+                "toolbreaker",
+                tb_thread,
+                n_thread,
+                default=True,
             ),
-            Row("pybreaker breaker.call(fn)", "pybreaker", pyb_call, n),
-            Row("pybreaker @breaker", "pybreaker", pyb_decorator, n),
-            Row("circuitbreaker @circuit", "circuitbreaker", cb_decorator, n),
+            Row("toolbreaker call(fn) [cooperative]", "toolbreaker", tb_call, n, True),
+            Row("toolbreaker @breaker.guard [cooperative]", "toolbreaker", tb_guard, n),
+            Row(
+                "toolbreaker allow() + record('success') [two-step]", "toolbreaker", tb_two_step, n
+            ),
+            Row(
+                "toolbreaker call [coop] via ThreadPoolExecutor (old dflt)",
+                "toolbreaker",
+                tb_old_default,
+                n_thread,
+            ),
+            Row("pybreaker breaker.call(fn) [inline, no deadline]", "pybreaker", pyb_call, n),
+            Row("pybreaker @breaker [inline, no deadline]", "pybreaker", pyb_decorator, n),
+            Row("circuitbreaker @circuit [inline, no deadline]", "circuitbreaker", cb_decorator, n),
         ],
     )
 
@@ -407,6 +447,16 @@ def closed_async_table(n: int) -> Table:
 
     async def tb_acall_default() -> AsyncRun:
         return aloop1(tb_breaker(opened=False, enforce="thread").acall, anoop)
+
+    async def tb_old_default() -> AsyncRun:
+        # What the default acall did before the watchdog: one asyncio.timeout per call.
+        acall = tb_breaker(opened=False).acall
+
+        async def timed() -> None:
+            async with asyncio.timeout(TIMEOUT_S):  # type: ignore[attr-defined]
+                await acall(anoop)
+
+        return aloop0(timed)
 
     async def tb_guard() -> AsyncRun:
         return aloop0(tb_breaker(opened=False).guard(anoop))
@@ -426,17 +476,30 @@ def closed_async_table(n: int) -> Table:
         "2. Closed state, async: a guarded no-op coroutine",
         [
             Row("bare  await fn()", "bare", bare, n),
-            Row("toolbreaker await acall(fn), cooperative", "toolbreaker", tb_acall_coop, n, True),
             Row(
-                "toolbreaker await acall(fn), default (asyncio.timeout)",
+                "toolbreaker await acall(fn) [default: watchdog deadline]",
                 "toolbreaker",
                 tb_acall_default,
                 n,
+                default=True,
             ),
-            Row("toolbreaker @breaker.guard async, cooperative", "toolbreaker", tb_guard, n),
-            Row("aiobreaker await call_async(fn)", "aiobreaker", aio_call, n),
-            Row("purgatory @factory(name), in-memory", "purgatory", purg, n),
-            Row("circuitbreaker @circuit async", "circuitbreaker", cb_async, n),
+            Row("toolbreaker await acall(fn) [cooperative]", "toolbreaker", tb_acall_coop, n, True),
+            Row("toolbreaker @breaker.guard async [cooperative]", "toolbreaker", tb_guard, n),
+            *(
+                [
+                    Row(
+                        "toolbreaker acall [coop] in asyncio.timeout (old default)",
+                        "toolbreaker",
+                        tb_old_default,
+                        n,
+                    )
+                ]
+                if hasattr(asyncio, "timeout")
+                else []
+            ),
+            Row("aiobreaker await call_async(fn) [no deadline]", "aiobreaker", aio_call, n),
+            Row("purgatory @factory(name), in-memory [no deadline]", "purgatory", purg, n),
+            Row("circuitbreaker @circuit async [no deadline]", "circuitbreaker", cb_async, n),
         ],
     )
 
@@ -504,9 +567,15 @@ def open_sync_table(n: int) -> Table:
         "3a. Open state, sync: local rejection (raise + catch unless noted)",
         [
             Row("bare call  fn()", "bare", bare, n),
-            Row("toolbreaker call(fn) -> CircuitOpen", "toolbreaker", tb_call, n, True),
             Row(
-                "toolbreaker call(fn) -> CircuitOpen, enforce='thread'", "toolbreaker", tb_thread, n
+                "toolbreaker call(fn) -> CircuitOpen [default: thread]",
+                "toolbreaker",
+                tb_thread,
+                n,
+                default=True,
+            ),
+            Row(
+                "toolbreaker call(fn) -> CircuitOpen [cooperative]", "toolbreaker", tb_call, n, True
             ),
             Row("toolbreaker allow() -> Rejection (no exception)", "toolbreaker", tb_allow, n),
             Row("toolbreaker allow().result (LLM-facing dict)", "toolbreaker", tb_allow_result, n),
@@ -555,14 +624,18 @@ def open_async_table(n: int, n_purgatory: int) -> Table:
         [
             Row("bare  await fn()", "bare", bare, n),
             Row(
-                "toolbreaker acall(fn) -> CircuitOpen, cooperative",
+                "toolbreaker acall(fn) -> CircuitOpen [default]",
+                "toolbreaker",
+                tb_acall_default,
+                n,
+                default=True,
+            ),
+            Row(
+                "toolbreaker acall(fn) -> CircuitOpen [cooperative]",
                 "toolbreaker",
                 tb_acall_coop,
                 n,
                 True,
-            ),
-            Row(
-                "toolbreaker acall(fn) -> CircuitOpen, default", "toolbreaker", tb_acall_default, n
             ),
             Row("toolbreaker @breaker.guard async -> unavailable dict", "toolbreaker", tb_guard, n),
             Row("aiobreaker call_async(fn) -> CircuitBreakerError", "aiobreaker", aio_call, n),
@@ -777,7 +850,10 @@ def print_table(table: Table) -> list[dict[str, Any]]:
     bare = table.bare()
     ref_over = table.overhead(table.reference())
     print(f"\n{table.title}")
-    print(f"  median of {len(bare.samples)} samples; overhead = row - bare; x tb = overhead / (*)")
+    print(
+        f"  median of {len(bare.samples)} samples; overhead = row - bare; x tb = overhead / (*);"
+        " d = default mode"
+    )
     head = (
         f"  {'row':<58} {'n/sample':>9} {'ns/call':>9} {'min-max':>15} {'overhead':>9} {'x tb':>7}"
     )
@@ -789,7 +865,7 @@ def print_table(table: Table) -> list[dict[str, Any]]:
         is_bare = row is bare
         ratio = over / ref_over if ref_over > 0 and not is_bare else None
         spread = f"{fmt_ns(min(row.samples))}-{fmt_ns(max(row.samples))}"
-        mark = "*" if row.reference else " "
+        mark = "*" if row.reference else "d" if row.default else " "
         print(
             f"  {mark}{row.label:<57} {row.n:>9,} {fmt_ns(row.median):>9} {spread:>15} "
             f"{'-' if is_bare else fmt_ns(over):>9} {'-' if ratio is None else f'{ratio:.2f}':>7}"
@@ -799,6 +875,7 @@ def print_table(table: Table) -> list[dict[str, Any]]:
                 "label": row.label,
                 "lib": row.lib,
                 "reference": row.reference,
+                "default_mode": row.default,
                 "n_per_sample": row.n,
                 "samples_ns_per_call": row.samples,
                 "median_ns_per_call": row.median,
@@ -810,22 +887,28 @@ def print_table(table: Table) -> list[dict[str, Any]]:
 
 
 def summary_line(table: Table) -> dict[str, Any]:
-    ref = table.reference()
+    ref, default = table.reference(), table.default()
     peers = [r for r in table.rows if r.lib in PEERS]
     best_peer = min(peers, key=table.overhead)
     best_tb = min((r for r in table.rows if r.lib == "toolbreaker"), key=table.overhead)
     ours, theirs = table.overhead(ref), table.overhead(best_peer)
+    ours_default = table.overhead(default)
     ratio = ours / theirs if theirs > 0 else float("inf")
+    ratio_default = ours_default / theirs if theirs > 0 else float("inf")
     verdict = "toolbreaker faster" if ratio < 1 else "peer faster"
     line = (
-        f"{table.key:<13} toolbreaker {fmt_ns(ours)} ns vs fastest peer {fmt_ns(theirs)} ns "
-        f"({best_peer.label}): ratio {ratio:.2f} -> {verdict}"
+        f"{table.key:<13} default {default.label}: {fmt_ns(ours_default)} ns, ratio "
+        f"{ratio_default:.2f}\n  {'':<13} toolbreaker {fmt_ns(ours)} ns vs fastest peer "
+        f"{fmt_ns(theirs)} ns ({best_peer.label}): ratio {ratio:.2f} -> {verdict}"
     )
     if table.overhead(best_tb) < 0.95 * ours:  # a toolbreaker path clearly cheaper than (*)
         line += f"; cheapest toolbreaker path: {best_tb.label} {fmt_ns(table.overhead(best_tb))} ns"
     print("  " + line)
     return {
         "category": table.key,
+        "default_row": default.label,
+        "default_overhead_ns": ours_default,
+        "ratio_default_over_peer": ratio_default,
         "toolbreaker_row": ref.label,
         "toolbreaker_overhead_ns": ours,
         "fastest_peer_row": best_peer.label,
@@ -888,6 +971,8 @@ def main(argv: list[str] | None = None) -> int:
             measure_sync(table, repeats)
         while THREADED:
             THREADED.pop().close()
+        while POOLS:
+            POOLS.pop().shutdown(wait=False)
     results: dict[str, Any] = {"environment": env, "quick": args.quick, "repeats": repeats}
     results["tables"] = {table.key: print_table(table) for table in tables}
 
@@ -925,7 +1010,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     results["memory"] = memory
 
-    print("\nRatio vs fastest peer (toolbreaker reference row overhead / fastest peer overhead)")
+    print(
+        "\nRatio vs fastest peer (overhead of toolbreaker's default row, then of its reference"
+        " row (*), / fastest peer overhead)"
+    )
     summaries = [summary_line(table) for table in tables]
     per_rejection = purg_mem["bytes_per_rejection"]
     print(

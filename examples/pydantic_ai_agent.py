@@ -89,7 +89,9 @@ def build_agent(model: FunctionModel, base: str) -> Agent[None, str]:
         """Look an order up."""
         return request_json("GET", f"{base}/orders/{order_id}", timeout=4.0)
 
-    @agent.tool_plain(metadata=tool_metadata(risk="reversible_write", dependency="tickets"))
+    @agent.tool_plain(
+        metadata=tool_metadata(risk="reversible_write", dependency="tickets", operation="write")
+    )
     def create_ticket(title: str, body: str, idempotency_key: str = "") -> dict[str, Any]:
         """Open a ticket for the operations team."""
         print(f"  create_ticket runs with Idempotency-Key {idempotency_key}")

@@ -53,8 +53,74 @@ def test_import_pulls_in_no_optional_dependency():
     """import toolbreaker imports no framework, redis or web library."""
     code = (
         "import sys, toolbreaker; bad = [m for m in ('redis', 'httpx', 'langchain', 'agents', "
-        "'pydantic_ai', 'mcp', 'prometheus_client', 'opentelemetry') if m in sys.modules]; "
+        "'pydantic_ai', 'mcp', 'prometheus_client', 'opentelemetry', 'starlette', 'uvicorn') "
+        "if m in sys.modules]; "
         "print(bad)"
     )
     done = run(sys.executable, "-c", code)
     assert done.stdout.strip() == "[]", done.stderr
+
+
+# -- layering: arrows point down ------------------------------------------------------------
+
+SRC = ROOT / "src" / "toolbreaker"
+
+#: What each layer may import from toolbreaker (besides itself and errors).
+ALLOWED = {
+    "core": {"core"},
+    "stores": {"core", "stores"},
+    "runtime": {"core", "stores", "runtime"},
+    "instrumentation": {"core", "stores", "runtime", "instrumentation"},
+    "integrations": {"core", "stores", "runtime", "integrations"},
+    "testing": {"core", "stores", "runtime", "testing"},
+    "cli": {"core", "stores", "runtime", "cli", "testing", "instrumentation"},
+}
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, []) for a in node.names)
+    return found
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "toolbreaker" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def test_imports_point_down_only():
+    """core imports only core and errors; stores never runtime; runtime never adapters or cli."""
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        own = path.relative_to(SRC).parts[0]
+        if own not in ALLOWED:
+            continue
+        for module, _names in _imports(path):
+            layer = _layer(module)
+            if layer is None or layer in ("errors", "_extras") or layer == own:
+                continue
+            if layer not in ALLOWED[own]:
+                wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert wrong == []
+
+
+def test_no_module_imports_another_modules_private_name():
+    """``from toolbreaker.x import _name`` reaches into another module's internals."""
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        for module, names in _imports(path):
+            if not module.startswith("toolbreaker"):
+                continue
+            for name in names:
+                if name.startswith("_") and not name.startswith("__"):
+                    wrong.append(f"{path.relative_to(ROOT)}: from {module} import {name}")
+    assert wrong == []

@@ -14,9 +14,11 @@ from toolbreaker.core import (
     replay,
     step,
 )
+from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState, Stop
 from toolbreaker.errors import (
     CircuitOpen,
+    NotSent,
     PermitError,
     PolicyError,
     ReceiptError,
@@ -31,15 +33,16 @@ from toolbreaker.runtime import (
     Breaker,
     BreakerStats,
     GuardedTool,
-    GuardStep,
     Permit,
     Registry,
     Rejection,
     RunGuard,
+    Step,
     StopPacket,
     TraceRecorder,
     Verdict,
     classify_exception,
+    scope,
     system_prompt_line,
 )
 from toolbreaker.stores import LocalFallback, MemoryStore, RedisStore, SQLiteStore
@@ -57,10 +60,10 @@ __all__ = [
     "CircuitOpen",
     "ClassLimits",
     "Event",
-    "GuardStep",
     "GuardedTool",
     "LocalFallback",
     "MemoryStore",
+    "NotSent",
     "Permit",
     "PermitError",
     "Policy",
@@ -71,9 +74,13 @@ __all__ = [
     "RegistryFull",
     "Rejection",
     "Replay",
+    "RetryBudget",
+    "RetryPolicy",
+    "RetryRecord",
     "RunGuard",
     "RunState",
     "SQLiteStore",
+    "Step",
     "Stop",
     "StopPacket",
     "StoreUnavailable",
@@ -87,6 +94,7 @@ __all__ = [
     "classify_exception",
     "diff",
     "replay",
+    "scope",
     "step",
     "system_prompt_line",
 ]

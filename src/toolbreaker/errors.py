@@ -12,6 +12,8 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── JournalNotDurable    a store that would forget the run journal on a restart
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
+    ├── NotSent              raised by a write tool: nothing left, the write certainly failed
+    ├── ToolReportedError    a failure a tool reported as a result (adapters; never raised)
     ├── RunStateError        a run state that does not load, or an impossible run input
     └── FingerprintError     a value that cannot be fingerprinted (also a ValueError)
         ├── UnsupportedTypeError   a type the canonical form does not define
@@ -22,7 +24,7 @@ Errors carry machine-readable fields so callers never parse messages.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 __all__ = [
@@ -30,16 +32,28 @@ __all__ = [
     "CircuitOpen",
     "FingerprintError",
     "JournalNotDurable",
+    "NotSent",
     "PermitError",
     "PolicyError",
     "ReceiptError",
     "RegistryFull",
     "RunStateError",
     "StoreUnavailable",
+    "ToolReportedError",
     "ToolbreakerError",
     "TraceError",
     "UnsupportedTypeError",
 ]
+
+
+def whole_seconds(ms: int | None) -> int:
+    """Milliseconds as the whole seconds a model reads: rounded up, at least 1.
+
+    The one formula for every ``retry_after`` a person or a model sees.
+    """
+    if ms is None or ms <= 1000:
+        return 1
+    return -(-ms // 1000)
 
 
 class ToolbreakerError(Exception):
@@ -97,8 +111,8 @@ class CircuitOpen(ToolbreakerError):
 
     Attributes:
         dependency: the breaker's key.
-        reason: the core's reason (``cooldown``, ``probe-limit``, ``isolated``) or
-            ``store-unavailable``.
+        reason: the core's reason (``cooldown``, ``probe-limit``, ``isolated``),
+            ``store-unavailable``, or ``saturated`` (no worker free for a sync call).
         retry_after_ms: milliseconds until a call may be admitted again, if known.
     """
 
@@ -109,7 +123,7 @@ class CircuitOpen(ToolbreakerError):
         dependency: str,
         reason: str,
         retry_after_ms: int | None,
-        render: Callable[..., dict[str, Any]] | None = None,
+        render: Callable[..., dict[str, Any]],
     ) -> None:
         Exception.__init__(self, dependency, reason)
         self.retry_after_ms = retry_after_ms
@@ -128,23 +142,13 @@ class CircuitOpen(ToolbreakerError):
     @property
     def retry_after(self) -> int:
         """Whole seconds until a call may be admitted again, at least 1."""
-        ms = self.retry_after_ms
-        return 1 if ms is None or ms <= 1000 else -(-ms // 1000)
+        return whole_seconds(self.retry_after_ms)
 
     @property
     def result(self) -> dict[str, Any]:
         """The tool-unavailable result to hand to the model."""
         if getattr(self, "_result", None) is None:
-            if self._render is None:
-                self._result: dict[str, Any] = {
-                    "ok": False,
-                    "tool_unavailable": True,
-                    "tool": self.dependency,
-                    "retry_after_seconds": self.retry_after,
-                    "reason": self.reason,
-                }
-            else:
-                self._result = self._render(self.reason, self.retry_after_ms)
+            self._result: dict[str, Any] = self._render(self.reason, self.retry_after_ms)
         return self._result
 
     def result_for(self, tool: str) -> dict[str, Any]:
@@ -152,8 +156,6 @@ class CircuitOpen(ToolbreakerError):
 
         Several tools may share one dependency's breaker.
         """
-        if self._render is None:
-            return {**self.result, "tool": tool}
         result: dict[str, Any] = self._render(self.reason, self.retry_after_ms, tool=tool)
         return result
 
@@ -164,11 +166,11 @@ class CircuitOpen(ToolbreakerError):
         )
 
 
-def _circuit_open(
+def circuit_open(
     dependency: str,
     reason: str,
     retry_after_ms: int | None,
-    render: Callable[..., dict[str, Any]] | None,
+    render: Callable[..., dict[str, Any]],
 ) -> CircuitOpen:
     """A :class:`CircuitOpen` built without a Python-level ``__init__``.
 
@@ -289,3 +291,40 @@ class BusinessKeyError(FingerprintError, KeyError):
     def __init__(self, message: str, *, field: str) -> None:
         super().__init__(message, path=field)
         self.field = field
+
+
+class NotSent(ToolbreakerError):
+    """Raised (or raised *from*) by a write tool that knows nothing left this process.
+
+    A write whose outcome may have committed is *unknown* to a run guard: it is never
+    replayed and blocks further writes until reconciled. A tool that fails before anything
+    was sent (a local argument check, a missing credential, a refused connection) says
+    so with ``raise NotSent("why") from exc``: the write is then a certain failure that
+    may be retried. Plain ``ValueError`` and ``TypeError`` (argument checks) count the
+    same way without it; see :func:`toolbreaker.runtime.may_have_committed`.
+    """
+
+
+class ToolReportedError(ToolbreakerError):
+    """A failure a tool reported as its result or message, not by raising.
+
+    Adapters build one (an MCP ``is_error`` result, a LangChain error message) to settle a
+    call with the evidence the tool gave; it is never raised to a caller. The classifier
+    reads ``status_code`` and ``headers`` as it does for an HTTP error; without a status
+    it is ignored: a tool's own complaint says nothing about its dependency's health.
+
+    Attributes:
+        status_code: the HTTP status the tool reported, if any.
+        headers: header-style hints the tool reported (``Retry-After``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.headers = dict(headers or {})

@@ -57,7 +57,8 @@ def test_unknown_write_blocks_the_next_write(tmp_path, capsys):
     )
     assert main(["check-run", run]) == 1
     out = capsys.readouterr().out
-    assert "STOP uncertain-side-effect" in out
+    assert "BLOCKED uncertain-side-effect" in out
+    assert "writes would be blocked at" in out
     packet = json.loads(out.split(f"{run}:3\n", 1)[1])
     assert packet["uncertain"][0]["idempotency_key"].startswith("tb1-")
 

@@ -72,3 +72,55 @@ def test_breakers_created_later_appear_at_the_next_scrape():
     assert not any(name == "agent_requests_total" for name, _ in samples(prom))
     breakers.get("late")
     assert any(name == "agent_requests_total" for name, _ in samples(prom))
+
+
+def test_retry_decisions_and_the_budget_are_exported():
+    """Retry decisions by reason (budget exhaustion is its own) and the budget left."""
+    clock = FakeClock()
+    breakers = Registry(Policy(failure_threshold=5), clock=clock, default_enforce="cooperative")
+    search = breakers.get(
+        "search", "read", timeout=1.0, retry={"max_attempts": 3, "budget": 1, "base_ms": 1}
+    )
+
+    def fail() -> None:
+        raise Unavailable
+
+    with pytest.raises(Unavailable):
+        search.call(fail)
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    got = samples(prom)
+    labels = {"dependency": "search", "operation": "read", "tool": "search"}
+
+    def key(name: str, **extra: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return name, tuple(sorted({**labels, **extra}.items()))
+
+    assert got[key("toolbreaker_retry_decisions_total", reason="retry")] == 1
+    assert got[key("toolbreaker_retry_decisions_total", reason="budget-exhausted")] == 1
+    assert got[key("toolbreaker_retry_budget")] == 0
+
+
+def test_shadow_breakers_export_what_they_would_have_rejected():
+    """A breaker in shadow mode exports _would_reject_total; others do not have the series."""
+    breakers = Registry(
+        Policy(failure_threshold=1, mode="shadow"),
+        clock=FakeClock(),
+        default_timeout=1.0,
+        default_enforce="cooperative",
+    )
+    search = breakers.get("search")
+    search.allow().record("failure")
+    for _ in range(3):
+        search.call(lambda: "ok")
+    enforced = Registry(Policy(), default_timeout=1.0, default_enforce="cooperative")
+    enforced.get("orders").call(lambda: "ok")
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    register(enforced, prom)
+    got = samples(prom)
+    labels = (("dependency", "search"), ("operation", "default"), ("tool", "search"))
+    assert got[("toolbreaker_would_reject_total", labels)] == 3
+    assert got[("toolbreaker_rejected_total", labels)] == 0
+    assert not any(
+        name == "toolbreaker_would_reject_total" and "orders" in str(found) for name, found in got
+    )

@@ -250,3 +250,30 @@ def test_close_closes_the_inner_transport_and_bad_options_fail():
     assert closed == ["sync", "async"]
     with pytest.raises(PolicyError):
         BreakerTransport(on_reject="ignore")  # type: ignore[arg-type]
+
+
+def test_the_request_that_opens_a_transport_breaker_is_unavailable_to_the_model(service, clock):
+    """A tool under a RunGuard whose httpx client opens its host's breaker: the model hears
+    tool_unavailable on that very call (not a retryable error), and on the next one too."""
+    from toolbreaker import RunGuard
+
+    registry = make_registry(clock, failure_threshold=2)
+    service.outage("GET /search")
+    guard = RunGuard("t-1")
+    client = guarded(registry, service.url)
+
+    @guard.tool()
+    def search(q: str) -> dict[str, Any]:
+        response = client.get("/search", params={"q": q})
+        response.raise_for_status()
+        return dict(response.json())
+
+    first = search(q="a")
+    opened = search(q="b")
+    rejected = search(q="c")
+    client.close()
+    assert first["retryable"] is True
+    assert opened["tool_unavailable"] is True
+    assert opened["tool"] == "search"
+    assert rejected["tool_unavailable"] is True
+    assert service.hits["GET /search"] == 2

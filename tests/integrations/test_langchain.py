@@ -677,3 +677,81 @@ def test_an_interrupt_inside_a_tool_pauses_and_resumes_under_the_guard(registry)
     (confirmed,) = guard.stop_packet("refund-1").confirmed
     assert keys == [confirmed["idempotency_key"]]
     assert registry.get("refund").state.phase == "closed"
+
+
+def test_tool_options_take_every_breaker_option_from_boundary():
+    """ToolOptions names every breaker option Boundary declares: the two cannot drift."""
+    from toolbreaker.integrations.langchain import ToolOptions
+    from toolbreaker.runtime import BREAKER_OPTIONS
+
+    settable = BREAKER_OPTIONS - {"tool", "classifier", "result_is_failure"}
+    assert settable <= set(ToolOptions.__annotations__)
+
+
+# -- the model is a retry layer ------------------------------------------------------------------
+
+
+def test_the_models_re_calls_spend_the_retry_budget(service, shop, registry):
+    """A model that re-issues the same failed search is retrying: with a budget of one
+    retry, its second call spends it, and then it reads that the tool is unavailable for
+    this run (not "retryable") and stops; a third call would never reach the service."""
+    service.outage("GET /search")
+    tools = {
+        "search": {
+            "dependency": "catalog-retry",
+            "policy": Policy(failure_threshold=10),
+            "retry": {"max_attempts": 1, "budget": 1},
+        }
+    }
+    guard = ToolbreakerMiddleware(registry=registry, tools=tools)
+
+    def stubborn(results: list[ToolMessage]) -> AIMessage:
+        last = payload(results[-1]) if results else None
+        if isinstance(last, dict) and last.get("tool_unavailable"):
+            return AIMessage("The catalog is unavailable right now.")
+        return call("search", q="usb cable")
+
+    model = scripted(stubborn)
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    out = agent.invoke(ask("find me a usb cable"), context={"task_id": "retry-1"})
+
+    assert service.hits["GET /search"] == 2
+    first, second = seen_by_model(model)
+    assert payload(first)["retryable"] is True
+    assert payload(second)["reason"] == "retry-budget"
+    assert payload(second)["retryable"] is False
+    assert registry.get("catalog-retry").stats.retries == {"model-retry": 1}
+    assert out["messages"][-1].content == "The catalog is unavailable right now."
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_hide_open_tools_removes_them_from_the_model_and_says_until_when(shop, registry, hide):
+    """With hide_open_tools, a tool whose breaker is open (cooling down) is not in the
+    model's tool list and one system-prompt line names it and when it is back; a model
+    that calls what it sees then makes no rejected call. Off by default."""
+    guard = ToolbreakerMiddleware(registry=registry, tools=CATALOG, hide_open_tools=hide)
+    breaker = guard.breaker_of("search")
+    for _ in range(3):
+        breaker.allow().record("failure")
+    assert breaker.state.phase == "open"
+
+    def reply(results: list[ToolMessage]) -> AIMessage:
+        offered = {schema["function"]["name"] for schema in model.schemas}
+        return call("search", q="usb") if "search" in offered and not results else AIMessage("ok")
+
+    model = scripted(reply)
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    done = agent.invoke(ask("find a usb cable"), context={"task_id": f"hide-{hide}"})
+    offered = {schema["function"]["name"] for schema in model.schemas}
+    system = "\n".join(m.text for m in model.prompts[0] if isinstance(m, SystemMessage))
+    rejected = [m for m in done["messages"] if isinstance(m, ToolMessage)]
+    if hide:
+        assert "search" not in offered
+        assert "search_snapshot" in offered
+        assert '"search" (for about 20 more seconds)' in system
+        assert rejected == []
+    else:
+        assert "search" in offered
+        assert "hidden" not in system
+        assert payload(rejected[0])["tool_unavailable"] is True
+    assert shop.entered["search"] == 0

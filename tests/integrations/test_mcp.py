@@ -651,3 +651,27 @@ def test_result_error_reads_status_and_retry_after(text, structured, status, wai
     assert error.status_code == status
     assert error.headers.get("retry-after") == wait
     assert result_error(CallToolResult(content=[])) is None
+
+
+def test_hide_open_tools_leaves_them_out_of_the_listing_with_a_line_for_the_host(service):
+    """With hide_open_tools, list_tools leaves out a tool whose breaker is open and
+    hidden_tools_line() names it and until when; by default the listing is the server's."""
+    catalog = Catalog(service)
+
+    async def main(hide: bool) -> tuple[set[str], str]:
+        registry = make_registry(failure_threshold=1)
+        async with Client(catalog.server) as client:
+            proxy = GuardedClient(
+                client, server="catalog", registry=registry, timeout=2, hide_open_tools=hide
+            )
+            proxy.breaker_for("search").allow().record("failure")
+            listed = await proxy.list_tools()
+            return {tool.name for tool in listed.tools}, proxy.hidden_tools_line()
+
+    shown, line = anyio.run(main, False)
+    assert "search" in shown
+    assert line == ""
+    shown, line = anyio.run(main, True)
+    assert "search" not in shown
+    assert "lookup_order" in shown
+    assert line.startswith('These tools are out of service and hidden from you: "search" (for')

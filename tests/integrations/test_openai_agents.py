@@ -597,7 +597,7 @@ def test_run_config_keeps_the_callers_formatter_for_other_errors(service, regist
         [assistant_message("done")],
     ]
     agent = Agent(name="mixed", model=ScriptedModel(steps), tools=[broken, lookup])
-    protected = protect(agent, registry=registry)
+    protected = protect(agent, breakers={"lookup_order": registry.for_tool("lookup_order")})
     config = run_config(RunConfig(tool_error_formatter=lambda args: f"caller: {args.error}"))
 
     run(protected, config)
@@ -635,3 +635,63 @@ def test_protect_copies_and_refuses_what_it_cannot_guard(service, registry):
         protect(Agent(name="custom", tools=[search_catalog]), registry=registry)
     with pytest.raises(PolicyError, match="needs a registry"):
         protect(agent)
+
+
+def test_a_registry_without_sheet_rows_protects_every_tool(service):
+    """One registry means the same protection in every framework: no tool is left silently
+    unprotected because the sheet does not name it (the LangChain middleware does the same)."""
+    from toolbreaker import Policy, Registry
+
+    registry = Registry(Policy(failure_threshold=1), default_timeout=2.0)
+
+    @function_tool
+    def broken() -> str:
+        """Always fails."""
+        raise ConnectionResetError("peer reset")
+
+    agent = Agent(
+        name="bare",
+        model=ScriptedModel(
+            [[function_call("broken", {}, call_id="c1")], [assistant_message("ok")]]
+        ),
+        tools=[broken],
+    )
+    protected = protect(agent, registry=registry)
+    run(protected, run_config())
+    assert protected.tools[0] is not broken
+    assert registry.get("broken").state.phase == "open"
+    seen = tool_results(model_of(protected).calls[1])
+    assert seen["c1"]["tool_unavailable"] is True
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_hide_open_tools_disables_them_and_names_them_in_the_instructions(service, registry, hide):
+    """With hide_open_tools, an open breaker's tool is not offered to the model and the
+    instructions name it and until when; off by default, the tool stays listed."""
+    catalog = registry.get("catalog", "read")
+    for _ in range(2):
+        catalog.allow().record("failure")
+    seen: list[ModelCall] = []
+
+    def respond(call: ModelCall) -> list[Any]:
+        seen.append(call)
+        return [assistant_message("ok")]
+
+    shop = Shop(service)
+    agent = Agent(
+        name="shop",
+        instructions="You sell cables.",
+        model=ScriptedModel([ModelStep.respond(respond)]),
+        tools=list(shop.tools),
+    )
+    run(protect(agent, registry=registry, hide_open_tools=hide))
+    offered = {tool.name for tool in seen[0].tools}
+    instructions = seen[0].system_instructions or ""
+    assert instructions.startswith("You sell cables.")
+    if hide:
+        assert "search_catalog" not in offered
+        assert {"search_snapshot", "lookup_order"} <= offered
+        assert '"search_catalog" (for about 20 more seconds)' in instructions
+    else:
+        assert "search_catalog" in offered
+        assert "hidden" not in instructions

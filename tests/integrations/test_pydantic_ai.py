@@ -547,8 +547,9 @@ def test_breaker_timeout_becomes_the_tool_deadline_and_counts(service):
     capability = ToolbreakerCapability(RunGuard("task-slow"), registry=registry)
     assert run(agent, "x", capabilities=[capability]).output == "gave up"
     first, opened, rejected = script.returns("slow")
-    assert first.outcome == "retried"
-    assert "Timed out after 0.05" in str(first.content)
+    # toolbreaker's result, never the framework's retry prompt
+    assert payload(first)["error"].startswith("TimeoutError: Timed out after 0.05")
+    assert payload(first)["retryable"] is True
     assert payload(opened)["tool_unavailable"] is True
     assert payload(rejected)["tool_unavailable"] is True
     assert entered["slow"] == 2
@@ -605,3 +606,128 @@ def test_missing_extra_names_what_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "toolbreaker.integrations.pydantic_ai")
     with pytest.raises(ImportError, match=r"toolbreaker\[pydantic-ai\]"):
         importlib.import_module("toolbreaker.integrations.pydantic_ai")
+
+
+# -- the model is a retry layer ----------------------------------------------------------------
+
+
+def test_the_models_re_calls_spend_the_retry_budget(service):
+    """The model re-issuing the same failed search is retrying: with a budget of one retry
+    its second call spends it and it then reads that the tool is unavailable for this
+    run; a third call is answered without entering the tool."""
+    service.outage("GET /search")
+    registry = Registry(
+        Policy(failure_threshold=10),
+        default_timeout=TIMEOUT,
+        default_enforce="cooperative",
+        local_tools={"search_snapshot"},
+    )
+    registry.get("search", tool="search", retry={"max_attempts": 1, "budget": 1})
+    registry.get("orders", tool="order_status")
+
+    def stubborn(script: Script, new: list[ToolReturnPart]) -> ModelResponse:
+        if len(script.returns("search")) < 3:
+            return call("search", q="usb cable")
+        return say("The catalog is unavailable.")
+
+    ran: Counter[str] = Counter()
+    script = Script(stubborn)
+    agent = build_agent(script, service, ran)
+    result = run(
+        agent,
+        "find me a cable",
+        capabilities=[ToolbreakerCapability(RunGuard("task-retry"), registry=registry)],
+    )
+
+    assert ran["search"] == 2
+    assert service.hits["GET /search"] == 2
+    first, spent, refused = script.returns("search")
+    assert payload(first)["retryable"] is True
+    assert payload(spent)["reason"] == "retry-budget"
+    assert payload(refused)["reason"] == "retry-budget"
+    assert payload(refused)["tool_unavailable"] is True
+    assert registry.for_tool("search").stats.retries == {
+        "model-retry": 1,
+        "model-retry-refused": 1,
+    }
+    assert result.output == "The catalog is unavailable."
+
+
+def test_repeated_timeouts_never_reach_the_model_as_a_framework_error():
+    """Two timeouts under a lenient breaker: the model reads toolbreaker's results, never
+    UnexpectedModelBehavior ("exceeded max retries count") from the framework."""
+    registry = Registry(Policy(failure_threshold=10), default_enforce="cooperative")
+    registry.get("hang-api", tool="hang", timeout=0.02)
+
+    def policy(script: Script, new: list[ToolReturnPart]) -> ModelResponse:
+        if len(script.returns("hang")) < 3:
+            return call("hang")
+        return say("done")
+
+    script = Script(policy)
+    agent: Agent[Any, str] = Agent(script.model())
+
+    @agent.tool_plain
+    async def hang() -> str:
+        """Never answers."""
+        await asyncio.Event().wait()
+        return "never"  # pragma: no cover
+
+    capability = ToolbreakerCapability(RunGuard("task-hang"), registry=registry)
+    assert run(agent, "x", capabilities=[capability]).output == "done"
+    answers = [payload(r) for r in script.returns("hang")]
+    assert len(answers) == 3
+    assert all(a["error"].startswith("TimeoutError") for a in answers)
+
+
+def test_metadata_that_contradicts_the_sheet_is_an_error_at_load():
+    """tool_metadata(dependency="tickets") without operation="write" would shadow the sheet's
+    [tickets.write] row with a default breaker: refused, naming the field."""
+    from pathlib import Path
+
+    sheet = Path(__file__).resolve().parents[2] / "examples" / "breakers.toml"
+    registry = Registry.from_toml(sheet)
+    script = Script(lambda _script, _new: say("hi"))
+    agent: Agent[Any, str] = Agent(script.model())
+
+    @agent.tool_plain(metadata=tool_metadata(risk="reversible_write", dependency="tickets"))
+    def create_ticket(title: str, idempotency_key: str = "") -> str:
+        """Open a ticket."""
+        return "T-1"  # pragma: no cover
+
+    capability = ToolbreakerCapability(RunGuard("t"), registry=registry)
+    with pytest.raises(PolicyError, match="operation"):
+        run(agent, "x", capabilities=[capability])
+
+
+@pytest.mark.parametrize("hide", [False, True])
+def test_hide_open_tools_leaves_them_out_of_the_request_and_names_them(service, hide):
+    """With hide_open_tools, the model is not offered a tool whose breaker is open, and the
+    instructions name it and until when; a model calling what it is offered then makes no
+    rejected call. Off by default, the tool is offered (and rejected locally)."""
+    registry = make_registry()
+    breaker = registry.get("search")
+    for _ in range(2):
+        breaker.allow().record("failure")
+    offered: list[set[str]] = []
+
+    def policy(script: Script, new: list[ToolReturnPart]) -> ModelResponse:
+        offered.append(set(script.schemas))
+        if "search" in script.schemas and not script.received:
+            return call("search", q="usb")
+        return say("done")
+
+    script = Script(policy)
+    ran: Counter[str] = Counter()
+    agent = build_agent(script, service, ran)
+    guard = RunGuard("hide")
+    capability = ToolbreakerCapability(guard, registry=registry, hide_open_tools=hide)
+    run(agent, "find a usb cable", capabilities=[capability])
+    assert ran["search"] == 0
+    if hide:
+        assert "search" not in offered[0]
+        assert '"search" (for about 20 more seconds)' in (script.instructions[0] or "")
+        assert script.returns("search") == []
+    else:
+        assert "search" in offered[0]
+        assert payload(script.returns("search")[0])["tool_unavailable"] is True

@@ -121,20 +121,43 @@ def test_commit_then_timeout_creates_no_duplicate(service):
     assert "Do not repeat this action" in first["instruction"]
     again = guard.call("create_ticket", args)  # the model insists
     assert again["id"] == "T-1"  # answered from the journal, not the server
-    other = guard.call("create_ticket", {"customer": "c-9", "title": "Another"})
-    assert other["writes_blocked"] is True
     assert len(service.created("tickets")) == 1
     assert service.hits["POST /tickets"] == 1
+    # The status check found the write, so its outcome is known: other writes may run.
+    assert guard.writes_blocked is None
+    other = guard.call("create_ticket", {"customer": "c-9", "title": "Another"})
+    assert other["id"] == "T-2"
+    packet = guard.stop_packet().to_dict()
+    assert packet["confirmed"][0]["external_id"] == "T-1"
+
+
+def test_unreconciled_unknown_write_blocks_writes_until_an_operator_resolves_it(service):
+    """An unknown write whose status check cannot be made blocks every write; reads go on;
+    RunGuard.resolve() is the operator's answer that lifts the block."""
+    guard = make_guard(service)
+    service.inject("POST /tickets", Fault(commit_then_delay=1.0))
+    service.outage("GET /tickets")
+    first = guard.call("create_ticket", {"customer": "c-1", "title": "Refund"})
+    assert first["outcome_unknown"] is True
+    assert first["reconciled"] is None
+    other = guard.call("create_ticket", {"customer": "c-9", "title": "Another"})
+    assert other["writes_blocked"] is True
+    assert service.hits["POST /tickets"] == 1
+    assert guard.call("search_catalog", {"q": "cable"})["results"]
     packet = guard.stop_packet().to_dict()
     assert packet["condition"] == "uncertain-side-effect"
-    assert packet["confirmed"][0]["external_id"] == "T-1"
     assert "reconcile" in packet["next_safe_action"]
+    service.recover("GET /tickets")
+    guard.resolve(first["idempotency_key"], committed=True)
+    assert guard.writes_blocked is None
+    assert guard.call("create_ticket", {"customer": "c-9", "title": "Another"})["id"] == "T-2"
 
 
 def test_malformed_success_opens_the_write_breaker(service):
     """Scenario 2: a malformed success payload fails verification: unknown, never repeated."""
     guard = make_guard(service)
     service.inject("POST /emails", Fault(malformed="shape"))
+    service.outage("GET /emails")  # the status check cannot be made either
     args = {"to": "customer-1842", "template": "renewal_notice", "period": "2026-08"}
     first = guard.call("send_email", args)
     assert first["outcome_unknown"] is True
@@ -227,7 +250,7 @@ def test_write_retry_carries_the_same_idempotency_key(service):
         service,
         budget=Budget(classes={"reversible_write": ClassLimits(max_calls=5, max_repeats=3)}),
     )
-    service.inject("POST /tickets", Fault(status=500))
+    service.inject("POST /tickets", Fault(status=503))  # refused: certainly not made
     args = {"customer": "c-5", "title": "Late delivery"}
     failed = guard.call("create_ticket", args)
     assert failed["ok"] is False
@@ -375,3 +398,25 @@ def test_a_write_is_not_made_when_its_journal_is_down():
     assert ran == []
     assert lookup(q="still fine") == {"q": "still fine"}
     assert guard.stop_packet().to_dict()["condition"] == "running"
+
+
+def test_a_raising_stop_listener_is_counted_and_the_decision_stands(caplog):
+    """Stop listeners watch: one that raises is counted and logged, the run still stops,
+    and the others still see the masked packet."""
+
+    guard = RunGuard("t-listen", budget=Budget(max_tool_calls=1))
+    guard.tool("read")(lambda: "ok")
+    seen = []
+
+    def broken(packet, g):
+        raise RuntimeError("dashboard down")
+
+    guard.add_stop_listener(broken)
+    remove = guard.add_stop_listener(lambda packet, g: seen.append(packet.condition))
+    guard.call("read")
+    guard.call("read")
+    guard.call("read")
+    assert guard.stopped is not None
+    assert seen == [guard.stopped.condition]
+    assert guard.listener_errors == 1
+    remove()

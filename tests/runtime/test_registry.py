@@ -163,3 +163,20 @@ def test_unknown_get_option_is_a_policy_error():
     with pytest.raises(PolicyError, match="fallbak") as info:
         Registry(default_timeout=1.0).get("x", fallbak="y")
     assert info.value.field == "fallbak"
+
+
+def test_every_breaker_option_is_validated_once_by_boundary():
+    """Breaker, a sheet row and Registry.get options all go through Boundary's checks."""
+    from toolbreaker import Boundary, Breaker, PolicyError, Registry
+
+    for bad in (float("inf"), float("nan"), -1, True, "3"):
+        with pytest.raises(PolicyError, match="timeout"):
+            Breaker("x", timeout=bad)
+        with pytest.raises(PolicyError, match="timeout"):
+            Boundary("x", timeout=bad)
+        with pytest.raises(PolicyError, match="timeout"):
+            Registry().get("x", timeout=bad)
+    with pytest.raises(PolicyError, match=r"search\.read\.timeout"):
+        Registry.from_dict({"search": {"read": {"timeout": float("inf")}}})
+    breaker = Breaker("x", timeout=1.5, owner="team")
+    assert breaker.boundary == Boundary("x", timeout=1.5, owner="team")

@@ -409,6 +409,26 @@ class StoreContract:
         took = wait_for(lambda: view.state is not None and view.state.phase == "closed")
         assert took < 0.5
 
+    def test_an_operators_kill_switch_is_persisted_with_its_reason(self, store, twin, key):
+        """An isolation and a forced close are stored with the operator's reason: another
+        handle (another process, or this one after a restart) loads and enforces them."""
+        Twin(store, key, POLICY).feed(
+            Event("isolate", 0, key, call="operator:x", reason="incident 7")
+        )
+        loaded = twin.load(key, POLICY)
+        assert (loaded.isolated, loaded.operator_reason) == (True, "incident 7")
+        other = Twin(twin, key, POLICY)
+        other.state = loaded
+        assert other.request(1).reason == "isolated"
+        other.feed(Event("force-closed", 2, key, call="operator:y", reason="rollout"))
+        end = other.trip(3)
+        record = other.request(end + 1)
+        assert (record.from_phase, record.attempted, record.would_reject) == ("open", True, True)
+        again = store.load(key, POLICY)
+        assert (again.forced_closed, again.operator_reason) == (True, "rollout")
+        other.feed(Event("release", end + 2, key, call="operator:y"))
+        assert not twin.load(key, POLICY).forced_closed
+
     # -- journal ----------------------------------------------------------------------
 
     def test_journal_round_trip_and_order(self, store):

@@ -44,7 +44,11 @@ def make_store(kind: str, target: str, **options: Any) -> Any:
 
 def make_breaker(store: Any, key: str, policy: Policy) -> Breaker:
     clock = store.clock if isinstance(store, RedisStore) else monotonic_ms
-    return Breaker(key, policy=policy, store=store, clock=clock, timeout=5, enforce="cooperative")
+    # A probe's lease must outlive its call's deadline (Boundary checks it).
+    timeout = min(5.0, policy.lease_ttl_ms / 1000)
+    return Breaker(
+        key, policy=policy, store=store, clock=clock, timeout=timeout, enforce="cooperative"
+    )
 
 
 def warm(seconds: float) -> int:

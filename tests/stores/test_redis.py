@@ -114,6 +114,10 @@ def test_keys_share_one_hash_tag_and_idle_breakers_expire(redis_url, client):
         assert client.pttl(state_key(key)) == -1
         store.apply(key, Event("release", 101, key, call="operator:x"), POLICY)
         assert client.pttl(state_key(key)) > 3_500_000
+        store.apply(key, Event("force-closed", 102, key, reason="rollout"), POLICY)
+        assert client.pttl(state_key(key)) == -1  # a forced close lasts until released
+        store.apply(key, Event("release", 103, key), POLICY)
+        assert client.pttl(state_key(key)) > 3_500_000
         assert store._channel(key) == f"tb:{{{key}}}:events"
 
 

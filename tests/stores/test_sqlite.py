@@ -41,6 +41,12 @@ class TestSQLiteStore(StoreContract):
                 (key, 7, raw),
             )
         conn.close()
+        # Another process's write reaches this process's views through the change poller:
+        # wait (bounded) until it has, as a process would after one poll interval.
+        view = store._book.entry(key)
+        deadline = time.monotonic() + 5
+        while view.wanted and view.version != 7 and time.monotonic() < deadline:
+            time.sleep(0.001)
 
 
 def raw_write(path, sql, *args):

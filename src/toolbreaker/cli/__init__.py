@@ -2,27 +2,38 @@
 
 User mistakes become one line on stderr, ``error: FILE:LINE: what is wrong``, and exit
 code 2; never a traceback. ``diff`` exits 0 when receipts are equal and 1 when not.
+
+Untrusted text (dependency names, call ids, tool names, values echoed in errors) is
+printed with control and bidi characters escaped; JSON output stays exact. A reader that
+stops early (``| head``) ends the command quietly with exit 141, like a tool killed by
+SIGPIPE; output that cannot be written (``> /dev/full``) is one error line and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any, TextIO
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import Replay, diff, dump_receipt, load_receipt
 from toolbreaker.core.breaker.state import BreakerState, Event
-from toolbreaker.core.breaker.trace import read_trace
+from toolbreaker.core.breaker.trace import iter_trace
+from toolbreaker.core.files import DUPLICATE_KEY, loads_json, printable, read_text
 from toolbreaker.errors import ToolbreakerError, TraceError
 
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
+
+
+class _OutputError(ToolbreakerError):
+    """Standard output could not be written (a full disk, ``/dev/full``)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,17 +41,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        code: int = args.run_command(args)
+        try:
+            code: int = args.run_command(args)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            if exc.filename is not None:  # pragma: no cover - every read is located already
+                raise TraceError(f"{exc.strerror or exc}", file=str(exc.filename)) from None
+            raise _OutputError(f"cannot write output: {exc.strerror or exc}") from None
     except ToolbreakerError as exc:
         located = getattr(exc, "located", None)
-        print(f"error: {located() if located else exc}", file=sys.stderr)
+        message = located() if located else str(exc)
+        if isinstance(exc, _OutputError):
+            _silence_stdout()
+        print(f"error: {printable(message)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:  # pragma: no cover - interactive only
         return 130
-    except BrokenPipeError:  # pragma: no cover - `toolbreaker demo | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_PIPE
     return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - stdout is not a file
+        pass
+
+
+class _Escaping:
+    """A text stream that escapes control and bidi characters in everything but newlines."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write("\n".join(printable(part) for part in text.split("\n")))
+
+    def flush(self) -> None:
+        self._out.flush()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,7 +99,22 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("trace", help="JSON Lines, one event per line")
     cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
     cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
+    cmd.add_argument(
+        "--summary",
+        action="store_true",
+        help="print the counts and final state per dependency, without the transitions",
+    )
     cmd.set_defaults(run_command=_run_replay)
+
+    cmd = commands.add_parser(
+        "verify",
+        help="replay a trace and check a receipt is exactly what it produces (exit 1 if not)",
+    )
+    cmd.add_argument("receipt", help="the receipt to check")
+    cmd.add_argument("trace", help="the trace it claims to be the receipt of")
+    cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
+    cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
+    cmd.set_defaults(run_command=_run_verify)
 
     cmd = commands.add_parser("diff", help="compare two receipts (exit 1 when they differ)")
     cmd.add_argument("a")
@@ -76,48 +136,59 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument(
         "--fixture", action="store_true", help="replay the seed article's fixture instead"
     )
-    cmd.add_argument("--save", metavar="DIR", help="write the trace, policy and receipt here")
+    cmd.add_argument(
+        "--save", metavar="DIR", help="write trace.jsonl, policy.toml and receipt.json here"
+    )
     cmd.set_defaults(run_command=_run_demo)
+
+    from toolbreaker.cli._observe import add_commands
+
+    add_commands(commands)
     return parser
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._replay import StreamingReplay
+
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
-    events = read_trace(args.trace)
-    receipt = _replay_located(events, policy, initial, args.trace)
-    sys.stdout.write(dump_receipt(receipt))
+    with StreamingReplay(policy, initial) as driver:
+        _feed_located(driver, iter_trace(args.trace), args.trace)
+        if args.summary:
+            sys.stdout.write(dump_receipt(driver.summary()))
+        else:
+            driver.write(sys.stdout)
     return 0
 
 
-def _replay_located(
-    events: list[tuple[int, Event]],
-    policy: Policy,
-    initial: dict[str, BreakerState] | None,
-    name: str,
-) -> dict[str, object]:
-    driver = Replay(policy, initial)
+def _run_verify(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._replay import StreamingReplay, verify
+
+    policy = Policy.from_toml(args.policy) if args.policy else Policy()
+    initial = _initial_states(args.initial_state, policy) if args.initial_state else None
+    with StreamingReplay(policy, initial) as driver:
+        _feed_located(driver, iter_trace(args.trace), args.trace)
+        return verify(args.receipt, driver, args.trace, sys.stdout)
+
+
+def _feed_located(driver: Replay, events: Iterable[tuple[int, Event]], name: str) -> None:
     for line, event in events:
         try:
             driver.feed(event)
         except TraceError as exc:
             exc.file, exc.line = name, line
             raise
-    return driver.receipt()
 
 
 def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TraceError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TraceError(
-            f"malformed JSON: {exc}", file=path, line=getattr(exc, "lineno", None)
-        ) from None
+    text = read_text(path, TraceError)
+    data = loads_json(text, TraceError, file=path, mark_duplicates=True)
     if not isinstance(data, dict):
         raise TraceError("initial state must be a JSON object: dependency -> state", file=path)
-    # Each state fails closed on its own: a corrupt one loads as open, it does not abort.
+    if DUPLICATE_KEY in data:
+        raise TraceError("a dependency is named twice", file=path)
+    # Each state fails closed on its own: a corrupt one (a duplicate key included) loads as
+    # open, it does not abort.
     return {str(dep): BreakerState.from_dict(state, policy) for dep, state in data.items()}
 
 
@@ -126,7 +197,8 @@ def _run_check(args: argparse.Namespace) -> int:
     from toolbreaker.core.run.budget import Budget
 
     budget = Budget.from_toml(args.budget) if args.budget else Budget()
-    return check_run(args.run, budget, args.task, sys.stdout)
+    out: Any = _Escaping(sys.stdout)
+    return check_run(args.run, budget, args.task, out)
 
 
 def _run_diff(args: argparse.Namespace) -> int:
@@ -135,20 +207,61 @@ def _run_diff(args: argparse.Namespace) -> int:
     if not lines:
         print("receipts are equal")
         return 0
-    print("\n".join(lines))
+    print("\n".join(printable(line) for line in lines))
     return 1
 
 
+_SAVED = ("trace.jsonl", "policy.toml", "receipt.json")
+
+
+def _save_target(path: str) -> Path:
+    """Check ``--save DIR`` before anything runs: nothing is overwritten, the parent exists."""
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise TraceError("--save needs a directory, and this is a file", file=path)
+    if not folder.exists() and not folder.parent.is_dir():
+        raise TraceError("--save: the parent directory does not exist", file=path)
+    for name in _SAVED:
+        if (folder / name).exists():
+            raise TraceError(f"--save would overwrite {name}", file=path)
+    return folder
+
+
+def _write_saved(folder: Path, files: dict[str, str]) -> None:
+    try:
+        folder.mkdir(exist_ok=True)
+        for name, text in files.items():
+            with (folder / name).open("x", encoding="utf-8") as handle:
+                handle.write(text)
+    except OSError as exc:
+        raise TraceError(f"cannot save: {exc.strerror or exc}", file=str(folder)) from None
+
+
 def _run_demo(args: argparse.Namespace) -> int:
+    save = _save_target(args.save) if args.save else None
     if not args.fixture:
         from toolbreaker.cli._live import run_live
 
         return run_live(
-            sys.stdout, retry_only=args.retry_only, save=Path(args.save) if args.save else None
+            sys.stdout,
+            retry_only=args.retry_only,
+            save=(lambda files: _write_saved(save, files)) if save else None,
+            save_name=save,
         )
     from toolbreaker.cli._demo import run_fixture
 
     fixtures = resources.files("toolbreaker") / "fixtures"
     policy_text = (fixtures / "seed_policy.toml").read_text(encoding="utf-8")
     trace_text = (fixtures / "seed_trace.jsonl").read_text(encoding="utf-8")
-    return run_fixture(policy_text, trace_text, sys.stdout)
+    code, receipt = run_fixture(policy_text, trace_text, sys.stdout)
+    if save is not None:
+        _write_saved(
+            save,
+            {
+                "trace.jsonl": trace_text,
+                "policy.toml": policy_text,
+                "receipt.json": dump_receipt(receipt),
+            },
+        )
+        print(f"saved {', '.join(_SAVED)} in {printable(str(save))}")
+    return code

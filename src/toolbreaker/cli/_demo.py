@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import Replay
@@ -17,8 +17,11 @@ else:  # pragma: no cover - version dependent
 __all__ = ["run_fixture"]
 
 
-def run_fixture(policy_text: str, trace_text: str, out: TextIO) -> int:
-    """Replay the bundled fixture and print a table of transitions and the receipt hash."""
+def run_fixture(policy_text: str, trace_text: str, out: TextIO) -> tuple[int, dict[str, Any]]:
+    """Replay the bundled fixture, print its transitions and receipt hash.
+
+    Returns the exit code and the receipt.
+    """
     policy = Policy.from_dict(tomllib.loads(policy_text))
     driver = Replay(policy)
     rows = [
@@ -60,4 +63,4 @@ def run_fixture(policy_text: str, trace_text: str, out: TextIO) -> int:
         )
     out.write(f"\nreceipt_hash {receipt['receipt_hash']}\n")
     out.write("replay it yourself: toolbreaker replay TRACE.jsonl --policy POLICY.toml\n")
-    return 0
+    return 0, receipt

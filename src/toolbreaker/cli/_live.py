@@ -63,8 +63,18 @@ class _Printer:
         self.line(f"  {turn!s:>4}  {tool:<24} {outcome}")
 
 
-def run_live(out: TextIO, *, retry_only: bool = False, save: Path | None = None) -> int:
-    """Run the live demonstration; returns the exit code."""
+def run_live(
+    out: TextIO,
+    *,
+    retry_only: bool = False,
+    save: Callable[[dict[str, str]], None] | None = None,
+    save_name: Path | None = None,
+) -> int:
+    """Run the live demonstration; returns the exit code.
+
+    ``save`` receives the files to write (``trace.jsonl``, ``policy.toml``,
+    ``receipt.json``); ``save_name`` is the folder they go to, for the message.
+    """
     p = _Printer(out)
     with ToolService() as service:
         base = service.url
@@ -122,11 +132,15 @@ def run_live(out: TextIO, *, retry_only: bool = False, save: Path | None = None)
     p.line(f"  receipt_hash {receipt['receipt_hash']}")
     p.line(f"  system prompt line: {system_prompt_line()}")
     if save is not None:
-        _save(save, registry, records, receipt)
-        p.line(f"  saved trace.jsonl, policy.toml and receipt.json in {save}; replay with")
-        p.line(f"  toolbreaker replay {save / 'trace.jsonl'} --policy {save / 'policy.toml'}")
+        save(_files(registry, records, receipt))
+        _saved(p, save_name or Path())
     registry.close()
     return 0
+
+
+def _saved(p: _Printer, folder: Path) -> None:
+    p.line(f"  saved trace.jsonl, policy.toml and receipt.json in {folder}; replay with")
+    p.line(f"  toolbreaker replay {folder / 'trace.jsonl'} --policy {folder / 'policy.toml'}")
 
 
 def _model_turn(
@@ -212,15 +226,16 @@ def _receipt(registry: Registry, records: list[Transition]) -> dict[str, Any]:
     return summarise(catalog.policy, {catalog.key: (mine, catalog.state)})
 
 
-def _save(
-    folder: Path, registry: Registry, records: list[Transition], receipt: dict[str, Any]
-) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+def _files(
+    registry: Registry, records: list[Transition], receipt: dict[str, Any]
+) -> dict[str, str]:
     policy = registry.get("catalog", "read").policy
     lines = (trace_event(r) for r in records if r.dependency == "catalog:read")
     trace = [line for line in lines if line is not None]
-    (folder / "trace.jsonl").write_text("".join(json.dumps(e) + "\n" for e in trace))
-    (folder / "policy.toml").write_text(
-        "".join(f"{k} = {v}\n" for k, v in policy.to_dict().items() if v is not None)
-    )
-    (folder / "receipt.json").write_text(dump_receipt(receipt))
+    return {
+        "trace.jsonl": "".join(json.dumps(e) + "\n" for e in trace),
+        "policy.toml": "".join(
+            f"{k} = {json.dumps(v)}\n" for k, v in policy.to_dict().items() if v is not None
+        ),
+        "receipt.json": dump_receipt(receipt),
+    }

@@ -10,8 +10,9 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from toolbreaker.core.files import printable, read_text
 from toolbreaker.errors import PolicyError
 
 if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
@@ -19,7 +20,10 @@ if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
 else:  # pragma: no cover - version dependent
     import tomli as tomllib
 
-__all__ = ["known_fields", "load_toml"]
+__all__ = ["MAX_CONFIG_BYTES", "known_fields", "load_toml", "loads_toml"]
+
+#: The largest policy, budget or boundary sheet file read.
+MAX_CONFIG_BYTES: Final = 1024 * 1024
 
 
 def known_fields(data: object, cls: Any, what: str) -> dict[str, Any]:
@@ -43,45 +47,84 @@ def load_toml(path: str | Path, build: Any) -> Any:
     key it names; a TOML syntax error keeps the line tomllib reports.
     """
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PolicyError(f"cannot read: {exc.strerror or exc}", file=name) from None
-    except UnicodeDecodeError:
-        raise PolicyError("not UTF-8 text", file=name) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        match = re.search(r"\(at line (\d+), column \d+\)", message)
-        line = int(match.group(1)) if match else None
-        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
-        raise PolicyError(f"invalid TOML: {message}", file=name, line=line) from None
+    text = read_text(path, PolicyError, limit=MAX_CONFIG_BYTES)
+    data = loads_toml(text, file=name)
     try:
         return build(data)
     except PolicyError as exc:
         exc.file = exc.file or name
         if exc.line is None and exc.field:
             exc.line = _line_of_key(text, exc.field)
+        # Table names come from the file: never echo a control character raw.
+        exc.message = printable(exc.message)
+        exc.args = (exc.message,)
         raise
 
 
+def loads_toml(text: str, *, file: str | None = None) -> dict[str, Any]:
+    """Parse TOML; any failure is a :class:`PolicyError`.
+
+    Syntax errors keep the line the parser reports; nesting too deep and integers of
+    thousands of digits are errors too, never a ``RecursionError`` or ``ValueError``.
+    """
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = re.search(r"\(at line (\d+), column \d+\)", message)
+        line = int(match.group(1)) if match else None
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", message)
+        raise PolicyError(f"invalid TOML: {printable(message)}", file=file, line=line) from None
+    except RecursionError:
+        raise PolicyError("invalid TOML: nested too deeply", file=file) from None
+    except ValueError:  # int() refusing thousands of digits
+        raise PolicyError("invalid TOML: a number too large to read", file=file) from None
+    return data
+
+
+_PART: Final = r"(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)"
+_HEADER: Final = re.compile(rf"^\s*\[\s*({_PART}(?:\s*\.\s*{_PART})*)\s*\]\s*(#.*)?$")
+_ASSIGNMENT: Final = re.compile(rf"^\s*({_PART}(?:\s*\.\s*{_PART})*)\s*=(.*)$")
+_PARTS: Final = re.compile(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+)")
+
+
+def _dotted(key: str) -> str:
+    return ".".join("".join(match.groups("")) for match in _PARTS.finditer(key))
+
+
 def _line_of_key(text: str, field: str) -> int | None:
-    """The line of a dotted field (``table.sub.key``), following ``[table]`` headers."""
-    header = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(#.*)?$")
-    assignment = re.compile(r"^\s*(\"[^\"]+\"|[A-Za-z0-9_-]+)\s*=")
+    """The line of a dotted field (``table.sub.key``).
+
+    It follows ``[table]`` headers, dotted keys (``read.fallback = ...``) and inline
+    tables (``read = { fallback = ... }``); a field the file does not spell out (a
+    missing one) gets the line of the deepest table that holds it.
+    """
     table = ""
-    fallback = None
+    best: tuple[int, int | None] = (0, None)
+
+    def holds(path: str, number: int) -> None:
+        nonlocal best
+        if (field == path or field.startswith(path + ".")) and len(path) > best[0]:
+            best = (len(path), number)
+
     for number, line in enumerate(text.splitlines(), start=1):
-        found = header.match(line)
+        found = _HEADER.match(line)
         if found:
-            table = ".".join(part.strip().strip('"') for part in found.group(1).split("."))
-            if table == field:
-                fallback = fallback or number
+            table = _dotted(found.group(1))
+            holds(table, number)
             continue
-        found = assignment.match(line)
-        if found:
-            key = found.group(1).strip('"')
-            if (f"{table}.{key}" if table else key) == field:
+        found = _ASSIGNMENT.match(line)
+        if not found:
+            continue
+        key = _dotted(found.group(1))
+        path = f"{table}.{key}" if table else key
+        if path == field:
+            return number
+        rest = found.group(2)
+        if rest.lstrip().startswith("{") and field.startswith(path + "."):
+            inner = field[len(path) + 1 :].split(".", 1)[0]
+            quoted = re.escape(inner)
+            if re.search(rf"[{{,]\s*(?:{quoted}|\"{quoted}\"|'{quoted}')\s*[=.]", rest):
                 return number
-    return fallback
+        holds(path, number)
+    return best[1]

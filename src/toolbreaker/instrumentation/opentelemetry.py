@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import Transition
-from toolbreaker.integrations import require
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._registry import Registry
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import PHASES
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.integrations import require
 from toolbreaker.runtime._registry import Registry
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ class BreakerCollector:
 
     - ``_requests_total``, ``_admitted_total``, ``_rejected_total``: demand, calls that
       reached the dependency, local rejections;
+    - ``_would_reject_total``: requests admitted only because the row is in shadow mode or
+      forced closed (only for such breakers, or once non-zero);
     - ``_failures_total{class}``: failed outcomes by class (``http-503``, ``timeout`` ...);
     - ``_opens_total{reason}``: openings by the reason of the opening transition;
     - ``_state{state}``: 1 for the breaker's current phase, 0 for the others (a state set;
@@ -70,6 +73,11 @@ class BreakerCollector:
             f"{name}_admitted", "Requests that reached the dependency.", labels=_LABELS
         )
         rejected = counter(f"{name}_rejected", "Requests rejected locally.", labels=_LABELS)
+        would = counter(
+            f"{name}_would_reject",
+            "Requests admitted only by shadow mode or a forced close.",
+            labels=_LABELS,
+        )
         late = counter(
             f"{name}_late_results", "Results that arrived after their deadline.", labels=_LABELS
         )
@@ -77,6 +85,14 @@ class BreakerCollector:
             f"{name}_failures", "Failed outcomes by class.", labels=(*_LABELS, "class")
         )
         opens = counter(f"{name}_opens", "Openings by reason.", labels=(*_LABELS, "reason"))
+        retries = counter(
+            f"{name}_retry_decisions",
+            "Retry decisions by reason (retry, budget-exhausted, max-attempts, model-retry ...).",
+            labels=(*_LABELS, "reason"),
+        )
+        budget = gauge(
+            f"{name}_retry_budget", "Retries left in this process's retry budget.", labels=_LABELS
+        )
         spent = counter(
             f"{name}_time_in_state_seconds", "Time spent in each state.", labels=(*_LABELS, "state")
         )
@@ -89,24 +105,45 @@ class BreakerCollector:
             labels=_LABELS,
         )
         for breaker in self.registry:
-            labels = [breaker.dependency, breaker.operation, breaker.tool]
+            # Names are configuration, yet a key built from a URL can carry a credential.
+            labels = [redact_text(x) for x in (breaker.dependency, breaker.operation, breaker.tool)]
             stats = breaker.stats
             requests.add_metric(labels, stats.demand)
             admitted.add_metric(labels, stats.admitted)
             rejected.add_metric(labels, stats.rejected)
+            if stats.would_reject or breaker.policy.admits_all:
+                would.add_metric(labels, stats.would_reject)
             late.add_metric(labels, stats.late_results)
             ratio.add_metric(labels, stats.half_open_reopen_ratio)
             for detail, count in sorted(stats.failures.items()):
                 failures.add_metric([*labels, detail], count)
             for reason, count in sorted(stats.opens.items()):
                 opens.add_metric([*labels, reason], count)
+            for reason, count in sorted(stats.retries.items()):
+                retries.add_metric([*labels, reason], count)
+            left = breaker.retry_budget
+            if left is not None:
+                budget.add_metric(labels, left.milli / 1000)
             for phase, ms in sorted(stats.time_in_state_ms.items()):
                 spent.add_metric([*labels, phase], ms / 1000)
             phase_now = _phase(breaker)
             if phase_now is not None:
                 for phase in PHASES:
                     state.add_metric([*labels, phase], 1.0 if phase == phase_now else 0.0)
-        yield from (requests, admitted, rejected, late, failures, opens, spent, state, ratio)
+        yield from (
+            requests,
+            admitted,
+            rejected,
+            would,
+            late,
+            failures,
+            opens,
+            retries,
+            budget,
+            spent,
+            state,
+            ratio,
+        )
 
 
 def _phase(breaker: Any) -> str | None:

@@ -5,19 +5,6 @@ imported, never from ``import toolbreaker``. A missing framework produces an err
 says which extra to install (``pip install 'toolbreaker[langchain]'``).
 """
 
-from __future__ import annotations
-
-import importlib
-from types import ModuleType
+from toolbreaker._extras import require
 
 __all__ = ["require"]
-
-
-def require(module: str, extra: str) -> ModuleType:
-    """Import ``module`` or raise ImportError naming the extra that provides it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise ImportError(
-            f"this toolbreaker adapter needs {module!r}: pip install 'toolbreaker[{extra}]'"
-        ) from exc

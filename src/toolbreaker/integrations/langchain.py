@@ -12,7 +12,9 @@ One object, :class:`ToolbreakerMiddleware`, serves both:
 
 In ``create_agent`` its ``wrap_model_call`` also appends
 :func:`toolbreaker.system_prompt_line` to the system prompt (``instructions=False`` to
-opt out).
+opt out) and, with ``hide_open_tools=True``, removes from the model's tool list every tool
+whose breaker rejects all calls now (open and cooling down, isolated, forced open), with
+one system-prompt line naming them and until when.
 
 What happens to one tool call
 -----------------------------
@@ -51,21 +53,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import contextvars
 import dataclasses
 import json
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypedDict, cast
 
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.core.run.budget import Budget, RiskClass
-from toolbreaker.errors import PolicyError
+from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
-from toolbreaker.runtime._breaker import Breaker, Enforce
-from toolbreaker.runtime._guard import ActionRequest, GuardedTool, GuardStep, RunGuard, StopPacket
+from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce
+from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
 from toolbreaker.runtime._registry import Registry
-from toolbreaker.runtime._result import system_prompt_line
+from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
+from toolbreaker.runtime._step import Step
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
 
@@ -109,18 +115,8 @@ _CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
-_BREAKER_OPTIONS: Final = frozenset(
-    {
-        "policy",
-        "timeout",
-        "enforce",
-        "retryable",
-        "fallback",
-        "fallback_note",
-        "owner",
-        "instructions",
-    }
-)
+#: Breaker options a tool may set: taken from Boundary, so they cannot drift.
+_BREAKER_OPTIONS: Final = BREAKER_OPTIONS - {"tool", "classifier", "result_is_failure"}
 _GUARD_OPTIONS: Final = frozenset(
     {
         "risk",
@@ -143,8 +139,9 @@ class ToolOptions(TypedDict, total=False):
     operation)`` (``dependency`` defaults to the tool name), else a sheet row whose
     ``tool`` is the tool name. Breaker options apply when the registry creates the
     breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
-    ``fallback_note``, ``owner``, ``instructions``. The rest are the run guard's
-    :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
+    ``fallback_note``, ``owner``, ``instructions``, ``scope``, ``max_scopes``, ``retry``
+    (its budget counts the model's re-calls), ``max_retry_after_ms``. The rest
+    are the run guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
     as the model would read it, JSON-decoded when it is JSON.
@@ -161,6 +158,10 @@ class ToolOptions(TypedDict, total=False):
     fallback_note: str
     owner: str
     instructions: Mapping[str, str]
+    retry: RetryPolicy
+    max_retry_after_ms: int
+    scope: str | None
+    max_scopes: int
     risk: RiskClass
     business_key: Sequence[str]
     idempotency_arg: str | None
@@ -178,7 +179,7 @@ class ToolbreakerState(AgentState[Any]):
     toolbreaker_stop: NotRequired[dict[str, Any] | None]
 
 
-class ToolError(Exception):
+class ToolError(ToolReportedError):
     """A tool call LangChain answered with an error message (bad arguments, unknown tool).
 
     The message is all that is left of the failure; the default classifier ignores it,
@@ -206,11 +207,24 @@ def stop_message(packet: StopPacket) -> AIMessage:
     return AIMessage(content=text, additional_kwargs={STOP_KEY: data})
 
 
+def _with_system_line(request: ModelRequest[Any], line: str) -> ModelRequest[Any]:
+    """``request`` with ``line`` appended to its system message (or as the message)."""
+    current = request.system_message
+    if current is None:
+        return request.override(system_message=SystemMessage(line))
+    content: str | list[str | dict[str, Any]]
+    if isinstance(current.content, str):
+        content = f"{current.content}\n\n{line}" if current.content else line
+    else:
+        content = [*current.content, {"type": "text", "text": line}]
+    return request.override(system_message=current.model_copy(update={"content": content}))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Pending:
     """A tool call the guard admitted: settle ``step`` with the handler's outcome."""
 
-    step: GuardStep
+    step: Step
     request: ToolCallRequest
     timeout: float | None
 
@@ -236,6 +250,9 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         max_runs: run guards kept; the least recently used beyond that are dropped.
         instructions: append :func:`toolbreaker.system_prompt_line` to the system prompt
             of every model call (unless it is already there).
+        hide_open_tools: opt in to removing open tools from the tool list of each model
+            call (see :meth:`~toolbreaker.Breaker.hidden_for_ms`), with a system-prompt
+            line that names them and when they come back.
 
     Raises:
         PolicyError: unknown tool options, ``breaker`` with breaker options, or both
@@ -256,6 +273,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         task_id: Callable[[Any], str | None] | None = None,
         max_runs: int = 1024,
         instructions: bool = True,
+        hide_open_tools: bool = False,
     ) -> None:
         super().__init__()
         if guard is not None and guard_factory is not None:
@@ -270,6 +288,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         self.journal: Journal = journal if journal is not None else MemoryStore()
         self.max_runs = max_runs
         self.instructions = instructions
+        self.hide_open_tools = hide_open_tools
         self._fixed = guard
         self._factory = guard_factory
         self._task_id = task_id
@@ -352,48 +371,52 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage | Command[Any]:
         """Guard one tool call: answer it locally or run it and settle the outcome."""
-        pending = self._admit(request)
+        guard, name, args, spec = self._prepare(request)
+        pending = self._pending(request, guard.begin(name, args), spec)
         if not isinstance(pending, _Pending):
             return pending
         call = request.tool_call
-        token = _CURRENT_KEY.set(pending.step.idempotency_key)
-        try:
-            result = handler(pending.request)
-        except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-            return _failed(pending.step, call, exc)
-        finally:
-            _CURRENT_KEY.reset(token)
-        return _settle(pending.step, call, result)
+        with _carrying(pending.step.idempotency_key):
+            try:
+                result = handler(pending.request)
+            except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
+                return _failed(pending.step, call, exc, pending.step.failed(_raised(exc)))
+        failure, value = _outcome(result)
+        answer = pending.step.failed(failure) if failure else pending.step.succeeded(value)
+        return _reply(call, result, value, answer)
 
     async def awrap_tool_call(
         self,
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        """The async twin of :meth:`wrap_tool_call`; also cancels at the breaker's timeout."""
-        pending = self._admit(request)
+        """The async twin of :meth:`wrap_tool_call`; also cancels at the breaker's timeout.
+
+        The run guard's and the breaker's store round trips are awaited: the loop never
+        waits on them.
+        """
+        guard, name, args, spec = self._prepare(request)
+        pending = self._pending(request, await guard.abegin(name, args), spec)
         if not isinstance(pending, _Pending):
             return pending
         call = request.tool_call
-        token = _CURRENT_KEY.set(pending.step.idempotency_key)
-        try:
-            if pending.timeout is None:
-                result = await handler(pending.request)
-            else:
-                result = await asyncio.wait_for(handler(pending.request), pending.timeout)
-        except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-            return _failed(pending.step, call, exc)
-        finally:
-            _CURRENT_KEY.reset(token)
-        return _settle(pending.step, call, result)
+        with _carrying(pending.step.idempotency_key):
+            try:
+                result = await _within(handler(pending.request), pending.timeout)
+            except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
+                return _failed(pending.step, call, exc, await pending.step.afailed(_raised(exc)))
+        failure, value = _outcome(result)
+        step = pending.step
+        answer = await step.afailed(failure) if failure else await step.asucceeded(value)
+        return _reply(call, result, value, answer)
 
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """Tell the model the tool-unavailable protocol (see ``instructions``)."""
-        return handler(self._instructed(request))
+        """Tell the model the tool-unavailable protocol; hide open tools if asked to."""
+        return handler(self._hidden(self._instructed(request)))
 
     async def awrap_model_call(
         self,
@@ -401,7 +424,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """The async twin of :meth:`wrap_model_call`."""
-        return await handler(self._instructed(request))
+        return await handler(self._hidden(self._instructed(request)))
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: ToolbreakerState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -476,24 +499,43 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             creation.setdefault("tool", tool)
         return self.registry.get(dependency, operation, **creation)
 
+    def _hidden(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        if not self.hide_open_tools:
+            return request
+        kept: list[Any] = []
+        hidden: dict[str, int | None] = {}
+        for tool in request.tools:
+            name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
+            down, wait = (False, None) if not isinstance(name, str) else self._down(name)
+            if down and isinstance(name, str):
+                hidden[name] = wait
+            else:
+                kept.append(tool)
+        if not hidden:
+            return request
+        return _with_system_line(request.override(tools=kept), hidden_tools_line(hidden))
+
+    def _down(self, tool: str) -> tuple[bool, int | None]:
+        try:
+            breaker = self.breaker_of(tool)
+        except PolicyError:  # a strict registry without a row for it: never hidden
+            return False, None
+        return breaker.hidden_for_ms()
+
     def _instructed(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         line = system_prompt_line()
         current = request.system_message
         if not self.instructions or (current is not None and line in current.text):
             return request
-        if current is None:
-            return request.override(system_message=SystemMessage(line))
-        content: str | list[str | dict[str, Any]]
-        if isinstance(current.content, str):
-            content = f"{current.content}\n\n{line}" if current.content else line
-        else:
-            content = [*current.content, {"type": "text", "text": line}]
-        return request.override(system_message=current.model_copy(update={"content": content}))
+        return _with_system_line(request, line)
 
     def _guard_of(self, runtime: Any) -> RunGuard:
         return self.guard_for(self.task_of(runtime))
 
-    def _admit(self, request: ToolCallRequest) -> _Pending | ToolMessage:
+    def _prepare(
+        self, request: ToolCallRequest
+    ) -> tuple[RunGuard, str, dict[str, Any], GuardedTool]:
+        """The run guard, tool name, arguments (without a model-made key) and tool spec."""
         call = request.tool_call
         name = call["name"]
         guard = self._guard_of(request.runtime)
@@ -507,13 +549,19 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         spec: GuardedTool = guard.ensure_tool(
             name, breaker=self.breaker_of(name) if known else None, **options
         )
-        key_arg = spec.idempotency_arg if spec.risk != "read" else None
         args = dict(call["args"])
-        if key_arg:
-            args.pop(key_arg, None)  # the key is the guard's, never the model's
-        step = guard.begin(name, args)
+        if spec.risk != "read" and spec.idempotency_arg:
+            args.pop(spec.idempotency_arg, None)  # the key is the guard's, never the model's
+        return guard, name, args, spec
+
+    def _pending(
+        self, request: ToolCallRequest, step: Step, spec: GuardedTool
+    ) -> _Pending | ToolMessage:
+        """The begun step's answer as a message, or the request to run with its arguments."""
+        call = request.tool_call
         if step.answer is not None:
             return _message(call, step.answer)
+        key_arg = spec.idempotency_arg if spec.risk != "read" else None
         run_args = step.args
         if key_arg and (request.tool is None or key_arg not in request.tool.args):
             # The tool does not take the key as a parameter (it reads idempotency_key());
@@ -549,26 +597,56 @@ def _checked(name: str, options: Mapping[str, Any]) -> ToolOptions:
     return cast(ToolOptions, dict(options))
 
 
-def _settle(
-    step: GuardStep, call: Mapping[str, Any], result: ToolMessage | Command[Any]
-) -> ToolMessage | Command[Any]:
-    """What the model reads once the handler returned."""
+@contextlib.contextmanager
+def _carrying(key: str | None) -> Iterator[None]:
+    """:func:`idempotency_key` answers ``key`` inside the block."""
+    token = _CURRENT_KEY.set(key)
+    try:
+        yield
+    finally:
+        _CURRENT_KEY.reset(token)
+
+
+async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:
+    return await (awaitable if timeout is None else asyncio.wait_for(awaitable, timeout))
+
+
+def _outcome(result: ToolMessage | Command[Any]) -> tuple[ToolError | None, Any]:
+    """How a handler's return settles: a failure LangChain worded, or the tool's value."""
     if isinstance(result, ToolMessage) and result.status == "error":
         # LangChain already turned the failure into text (invalid arguments, unknown tool).
-        return _message(call, step.failed(ToolError(_text(result.content))))
-    value = _value(result)
-    answer = step.succeeded(value)
+        return ToolError(_text(result.content)), None
+    return None, _value(result)
+
+
+def _reply(
+    call: Mapping[str, Any], result: ToolMessage | Command[Any], value: Any, answer: Any
+) -> ToolMessage | Command[Any]:
+    """The tool's own message when the guard let its value through, else the guard's."""
     return result if answer is value else _message(call, answer)
 
 
-def _failed(step: GuardStep, call: Mapping[str, Any], exc: BaseException) -> ToolMessage:
-    """What the model reads once the handler raised.
+def _raised(exc: BaseException) -> BaseException:
+    """What the step settles with when the handler raised.
 
-    Every failure is settled first. A cancellation (``KeyboardInterrupt``,
-    ``CancelledError``) and a LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop
-    pause) are then raised again, so the framework stops or pauses as it would without us.
+    A LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop pause) settles as
+    :class:`~toolbreaker.NotSent`: LangGraph runs the tool again from its start on resume,
+    with the same idempotency key, so a write is not uncertain.
     """
-    answer = step.failed(exc)  # re-raises anything that is not an Exception
+    if isinstance(exc, GraphBubbleUp):
+        paused = NotSent("paused by a LangGraph interrupt")
+        paused.__cause__ = exc
+        return paused
+    return exc
+
+
+def _failed(step: Step, call: Mapping[str, Any], exc: BaseException, answer: Any) -> ToolMessage:
+    """What the model reads once the handler raised (the step is settled already).
+
+    A cancellation (``KeyboardInterrupt``, ``CancelledError``) was raised again by the
+    step; a LangGraph interrupt is raised again here, so the framework stops or pauses as
+    it would without us.
+    """
     if isinstance(exc, GraphBubbleUp):
         raise exc
     return _message(call, answer)

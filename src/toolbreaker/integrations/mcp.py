@@ -69,19 +69,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, cast
 
 from toolbreaker.core.run.budget import RiskClass, Stop
-from toolbreaker.errors import PolicyError
+from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
     GuardedTool,
-    Permit,
     Registry,
     RunGuard,
     StopPacket,
+    hidden_tools_line,
 )
 
 require("mcp", "mcp")
@@ -138,7 +138,7 @@ _RETRY_AFTER_FIELDS: Final = ("retry_after", "retryAfter", "retry_after_seconds"
 _MAX_PAGES: Final = 100
 
 
-class ToolResultError(Exception):
+class ToolResultError(ToolReportedError):
     """An ``is_error`` tool result, as the breaker and the run guard judge it.
 
     It is never raised to the caller: it carries the result's evidence to the
@@ -157,10 +157,9 @@ class ToolResultError(Exception):
         status_code: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        super().__init__(_text_of(result)[:300] or "the tool reported an error")
+        message = _text_of(result)[:300] or "the tool reported an error"
+        super().__init__(message, status_code=status_code, headers=headers)
         self.result = result
-        self.status_code = status_code
-        self.headers = dict(headers or {})
 
 
 def result_error(result: CallToolResult) -> ToolResultError | None:
@@ -223,50 +222,6 @@ def risk_from_annotations(
     return default
 
 
-class _Step(Protocol):
-    """What :class:`GuardStep` offers and a breaker-only call imitates."""
-
-    @property
-    def answer(self) -> Any: ...
-
-    @property
-    def args(self) -> dict[str, Any]: ...
-
-    @property
-    def idempotency_key(self) -> str | None: ...
-
-    def succeeded(self, result: Any) -> Any: ...
-
-    def failed(self, exc: BaseException) -> Any: ...
-
-
-class _BreakerStep:
-    """A call without a run guard: only the tool's breaker is asked and told."""
-
-    idempotency_key = None
-
-    def __init__(self, breaker: Breaker, tool: str, args: dict[str, Any]) -> None:
-        self._breaker = breaker
-        self._tool = tool
-        self.args = args
-        admission = breaker.allow()
-        self._permit = admission if isinstance(admission, Permit) else None
-        self.answer = None if isinstance(admission, Permit) else admission.result_for(tool)
-
-    def succeeded(self, result: Any) -> Any:
-        assert self._permit is not None
-        self._permit.record("success")
-        return result
-
-    def failed(self, exc: BaseException) -> Any:
-        assert self._permit is not None
-        self._permit.record(exc)
-        if not isinstance(exc, Exception):
-            raise exc
-        # The breaker's own wording: tool-unavailable when this failure opened it.
-        return self._breaker.failure_result(self._tool, exc)
-
-
 def _refuse(_request: ActionRequest) -> bool:
     """The authority check of a destructive tool nobody authorized: fail closed."""
     return False
@@ -294,6 +249,9 @@ class GuardedClient:
         classify_result: turns an ``is_error`` result into the exception the breaker
             classifies (default :func:`result_error`); ``None`` means success.
         meta_key: the request ``_meta`` key of the idempotency key.
+        hide_open_tools: opt in to leaving out of :meth:`list_tools` every tool whose
+            breaker rejects all calls now; :meth:`hidden_tools_line` is the system-prompt
+            line for the host that names them and until when.
     """
 
     def __init__(
@@ -311,6 +269,7 @@ class GuardedClient:
         key: Callable[[str], tuple[str, str]] | None = None,
         classify_result: Callable[[CallToolResult], BaseException | None] = result_error,
         meta_key: str = IDEMPOTENCY_META_KEY,
+        hide_open_tools: bool = False,
     ) -> None:
         if not server:
             raise PolicyError("GuardedClient needs the server's name", field="server")
@@ -326,6 +285,8 @@ class GuardedClient:
         self.key = key or (lambda tool: (self.server, tool))
         self.classify_result = classify_result
         self.meta_key = meta_key
+        self.hide_open_tools = hide_open_tools
+        self._hidden: dict[str, int | None] = {}
         self._annotations: dict[str, ToolAnnotations | None] = {}
         self._listed = False
         self._breakers: dict[str, Breaker] = {}
@@ -357,12 +318,12 @@ class GuardedClient:
         if self.guard is None:
             breaker = self.breaker_for(name)
             deadline = self._deadline(breaker, read_timeout_seconds)
-            step: _Step = _BreakerStep(breaker, name, args)
+            step = await breaker.abegin(name, args)
         else:
             spec = await self._spec(self.guard, name, read_timeout_seconds)
             breaker = spec.breaker
             deadline = self._deadline(breaker, read_timeout_seconds)
-            step = self.guard.begin(name, args)
+            step = await self.guard.abegin(name, args)
         if step.answer is not None:
             return self._answer(step.answer)
         request_meta = dict(meta or {})
@@ -380,23 +341,41 @@ class GuardedClient:
                 )
         except BaseException as exc:
             failure = _dependency_failure(exc)
-            answer = step.failed(failure)
+            answer = await step.afailed(failure)
             if not isinstance(failure, (TimeoutError, ConnectionError)):
                 raise  # a protocol error: the caller handles it as without the proxy
             return self._answer(answer)
         error = self.classify_result(result)
         if error is not None:
-            answer = step.failed(error)
+            answer = await step.afailed(error)
             return self._answer(answer) if _kind(answer) != "error" else result
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-        answer = step.succeeded(dumped)
+        answer = await step.asucceeded(dumped)
         return result if answer is dumped else self._answer(answer)
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> ListToolsResult:
-        """The client's ``list_tools``; the proxy also learns each tool's annotations."""
+        """The client's ``list_tools``; the proxy also learns each tool's annotations.
+
+        With ``hide_open_tools``, tools whose breaker rejects every call now are left out
+        (see :meth:`hidden_tools_line`).
+        """
         listing: ListToolsResult = await self.client.list_tools(*args, **kwargs)
         self._learn(listing)
-        return listing
+        if not self.hide_open_tools:
+            return listing
+        kept = []
+        for tool in listing.tools:
+            down, wait = self.breaker_for(tool.name).hidden_for_ms()
+            if down:
+                self._hidden[tool.name] = wait
+            else:
+                self._hidden.pop(tool.name, None)
+                kept.append(tool)
+        return listing.model_copy(update={"tools": kept})
+
+    def hidden_tools_line(self) -> str:
+        """The system-prompt line naming the tools the last listing hid ("" if none)."""
+        return hidden_tools_line(self._hidden)
 
     def __getattr__(self, name: str) -> Any:
         """Everything but ``call_tool`` and ``list_tools`` is the client's own."""

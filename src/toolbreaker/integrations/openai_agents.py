@@ -42,13 +42,15 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Literal, Protocol, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
-from toolbreaker.runtime._breaker import Breaker, Permit
+from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import RunGuard
 from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime._result import hidden_tools_line
+from toolbreaker.runtime._step import Step
 
 require("agents", "openai-agents")
 
@@ -87,6 +89,7 @@ def protect(
     registry: Registry | None = None,
     guard: RunGuard | None = None,
     breakers: Mapping[str, Breaker] | None = None,
+    hide_open_tools: bool = False,
 ) -> Agent[TContext]:
     """A copy of ``agent`` whose function tools all go through toolbreaker.
 
@@ -94,8 +97,10 @@ def protect(
     own), a wrapped invoker and, when it has a deadline, a timeout function; the agent
     and its tools are left as they were. Run the copy with :func:`run_config` so that
     failures are recorded. A tool's breaker is the one ``breakers`` names for it, else
-    the one its declaration in ``guard`` names, else ``registry.for_tool(name)``; a tool
-    with none is guarded by the run guard only, and left alone without a guard. Hosted
+    the one its declaration in ``guard`` names, else ``registry.for_tool(name)``, else the
+    registry's default breaker for the tool's name (``registry.get(name)``, as the
+    LangChain middleware does); without a registry, a tool with no breaker is guarded by
+    the run guard only, and left alone without a guard. Hosted
     tools, MCP servers and handoff targets are not touched: protect those agents too.
 
     Declare write tools on the guard *before* calling this (``guard.ensure_tool(name,
@@ -108,6 +113,9 @@ def protect(
         registry: where breakers are found by tool name (sheet rows and live breakers).
         guard: the run guard of this run: budgets, loop detection, idempotent writes.
         breakers: breakers by tool name, taking precedence over the other sources.
+        hide_open_tools: opt in to hiding a tool from the model while its breaker rejects
+            every call (its ``is_enabled`` also asks the breaker), with one line added to
+            the agent's instructions naming the hidden tools and until when.
 
     Returns:
         The protected copy.
@@ -141,7 +149,54 @@ def protect(
         properties = tool.params_json_schema.get("properties") or {}
         inject = spec.idempotency_arg if write and spec.idempotency_arg in properties else None
         tools.append(protection.adopt(tool, spec.breaker, inject=inject, write=write))
-    return agent.clone(tools=tools)
+    if not hide_open_tools:
+        return agent.clone(tools=tools)
+    hideable: dict[str, Breaker] = {}
+    for tool in tools:
+        if not isinstance(tool, FunctionTool) or tool.name not in protection.adopted:
+            continue
+        breaker = protection.breakers.get(tool.name)
+        if breaker is None and guard is not None:
+            breaker = guard.ensure_tool(tool.name).breaker
+        if breaker is not None:
+            hideable[tool.name] = breaker
+            tool.is_enabled = _enabled_unless_open(tool.is_enabled, breaker)
+    return agent.clone(tools=tools, instructions=_with_hidden_line(agent.instructions, hideable))
+
+
+async def _resolved(value: Any, *args: Any) -> Any:
+    """``value``, called with ``args`` (and awaited) when it is callable."""
+    if callable(value):
+        value = value(*args)
+        if inspect.isawaitable(value):
+            value = await value
+    return value
+
+
+def _enabled_unless_open(
+    enabled: Any, breaker: Breaker
+) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
+    async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+        if breaker.hidden_for_ms()[0]:
+            return False
+        return bool(await _resolved(enabled, ctx, agent))
+
+    return is_enabled
+
+
+def _with_hidden_line(
+    instructions: Any, breakers: Mapping[str, Breaker]
+) -> Callable[[RunContextWrapper[Any], Any], Awaitable[str]]:
+    async def instructed(ctx: RunContextWrapper[Any], agent: Any) -> str:
+        base = await _resolved(instructions, ctx, agent)
+        hidden = {}
+        for name, breaker in breakers.items():
+            down, wait = breaker.hidden_for_ms()
+            if down:
+                hidden[name] = wait
+        return "\n\n".join(part for part in (base, hidden_tools_line(hidden)) if part)
+
+    return instructed
 
 
 def format_tool_error(args: ToolErrorFormatterArgs[Any]) -> str | None:
@@ -193,51 +248,13 @@ def _is_ours(formatter: object) -> bool:
     return formatter is format_tool_error or isinstance(formatter, _Chained)
 
 
-class _Step(Protocol):
-    """What a call needs from a run guard's step (or a bare breaker's)."""
-
-    @property
-    def answer(self) -> Any: ...
-
-    @property
-    def args(self) -> dict[str, Any]: ...
-
-    def succeeded(self, result: Any) -> Any: ...
-
-    def failed(self, exc: BaseException) -> Any: ...
-
-
-class _BreakerStep:
-    """A call guarded by its breaker alone (no run guard): GuardStep's two steps."""
-
-    def __init__(self, tool: str, breaker: Breaker, args: dict[str, Any]) -> None:
-        self.tool = tool
-        self.breaker = breaker
-        self.args = args
-        admitted = breaker.allow()
-        self.permit = admitted if isinstance(admitted, Permit) else None
-        self.answer: Any = None if isinstance(admitted, Permit) else admitted.result
-
-    def succeeded(self, result: Any) -> Any:
-        assert self.permit is not None
-        self.breaker.record_result(self.permit, result)
-        return result
-
-    def failed(self, exc: BaseException) -> Any:
-        assert self.permit is not None
-        self.permit.record(exc)
-        if not isinstance(exc, Exception):
-            raise exc
-        return self.breaker.failure_result(self.tool, exc)
-
-
 @dataclasses.dataclass(eq=False)
 class _Call:
     """One protected call between its guardrail and its settlement."""
 
     call_id: str
     arguments: str
-    step: _Step
+    step: Step
     table: dict[str, _Call]
     run_input: str | None = None
     started: bool = False
@@ -280,6 +297,7 @@ class _Protection:
     def __init__(self, guard: RunGuard | None) -> None:
         self.guard = guard
         self.breakers: dict[str, Breaker] = {}
+        self.adopted: set[str] = set()
         self.inject: dict[str, str] = {}
         self.needs_formatter: set[str] = set()
         self.calls: dict[str, _Call] = {}
@@ -294,6 +312,7 @@ class _Protection:
     ) -> FunctionTool:
         """The protected copy of ``tool``."""
         name = tool.name
+        self.adopted.add(name)
         if any(g.get_name() == GUARDRAIL_NAME for g in tool.tool_input_guardrails or ()):
             raise PolicyError(f"tool {name!r} is already protected", field=name)
         handler = _failure_handler(tool)
@@ -359,10 +378,10 @@ class _Protection:
     def _open(self, tool: str, call_id: str, arguments: str) -> Any:
         """Begin a call; its answer if it must not run, else ``None`` (the call is kept)."""
         args, parsed = _parse(arguments)
-        step: _Step = (
+        step = (
             self.guard.begin(tool, args)
             if self.guard is not None
-            else _BreakerStep(tool, self.breakers[tool], args)
+            else self.breakers[tool].begin(tool, args)
         )
         if step.answer is not None:
             return step.answer
@@ -436,7 +455,10 @@ def _breaker_for(
     try:
         return registry.for_tool(tool)
     except KeyError:
-        return None
+        # One registry gives the same protection in every framework: a tool the sheet
+        # does not describe gets the registry's default breaker, keyed by its name, as
+        # the LangChain middleware does; never a silently unprotected tool.
+        return registry.get(tool, tool=tool)
 
 
 def _failure_handler(tool: FunctionTool) -> Literal["default", "propagate", "custom"]:

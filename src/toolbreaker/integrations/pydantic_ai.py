@@ -70,6 +70,7 @@ from pydantic_ai.exceptions import (  # noqa: E402
     ToolFailed,
     ToolFailedError,
     ToolRetryError,
+    UnexpectedModelBehavior,
 )
 from pydantic_ai.messages import ModelMessage, ToolCallPart  # noqa: E402
 from pydantic_ai.tools import AgentDepsT, ToolDefinition  # noqa: E402
@@ -77,9 +78,10 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 
 from toolbreaker.core.run.budget import RiskClass  # noqa: E402
 from toolbreaker.errors import PolicyError  # noqa: E402
+from toolbreaker.runtime._breaker import Breaker  # noqa: E402
 from toolbreaker.runtime._guard import GuardedTool, RunGuard, StopPacket  # noqa: E402
 from toolbreaker.runtime._registry import Registry  # noqa: E402
-from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE  # noqa: E402
+from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
 
 __all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
 
@@ -209,12 +211,17 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             come from.
         instructions: add :func:`toolbreaker.system_prompt_line` to the agent's
             instructions, so the model knows what a tool-unavailable result means.
+        hide_open_tools: opt in to leaving out of each model request the tools whose
+            breaker rejects every call now, with one instruction line naming them and
+            until when.
     """
 
     guard: _GuardSource[AgentDepsT]
     _: KW_ONLY
     registry: Registry | None = None
     instructions: bool = True
+    hide_open_tools: bool = False
+    _hideable: dict[str, Breaker] = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -232,9 +239,22 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             )
         return dataclasses.replace(self, guard=guard)
 
-    def get_instructions(self) -> str | None:
+    def get_instructions(self) -> Any:  # pydantic_ai's AgentInstructions; mypy rejects its alias
         """The system-prompt line about tool-unavailable results, unless disabled."""
-        return SYSTEM_PROMPT_LINE if self.instructions else None
+        if not self.hide_open_tools:
+            return SYSTEM_PROMPT_LINE if self.instructions else None
+        if not self.instructions:
+            return self._hidden_line
+        return [SYSTEM_PROMPT_LINE, self._hidden_line]
+
+    def _hidden_line(self, ctx: RunContext[Any]) -> str:
+        """The line naming the tools hidden now (empty when none is)."""
+        hidden = {}
+        for name, breaker in tuple(self._hideable.items()):
+            down, wait = breaker.hidden_for_ms()
+            if down:
+                hidden[name] = wait
+        return hidden_tools_line(hidden)
 
     async def prepare_tools(
         self, ctx: RunContext[AgentDepsT], tool_defs: list[ToolDefinition]
@@ -255,6 +275,10 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
                 changes["timeout"] = breaker.timeout
             if _injects_key(spec):
                 changes["parameters_json_schema"] = _hide_argument(tool_def, spec)
+            if self.hide_open_tools and breaker is not None:
+                self._hideable[tool_def.name] = breaker
+                if breaker.hidden_for_ms()[0]:
+                    continue  # the instruction line names it instead
             prepared.append(dataclasses.replace(tool_def, **changes) if changes else tool_def)
         return prepared
 
@@ -281,7 +305,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             args = {k: v for k, v in args.items() if k != key_arg}
         # Validated arguments may be models, dates or sets: the guard fingerprints their
         # JSON form, the tool still receives them as validated.
-        step = guard.begin(spec.name, to_jsonable_python(args))
+        step = await guard.abegin(spec.name, to_jsonable_python(args))
         if step.answer is not None:
             return _answer(ctx, guard, step.answer)
         if key_arg is not None and step.idempotency_key is not None:
@@ -289,13 +313,17 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         try:
             result = await handler(args)
         except BaseException as exc:
-            seen = step.failed(exc)  # records the outcome; re-raises cancellations
+            timeout = _as_timeout(exc)
+            # records the outcome; re-raises cancellations
+            seen = await step.afailed(timeout or exc)
             if guard.stopped is not None:
                 ctx.cancel()
-            if isinstance(exc, _SIGNALS) and not _overrides(seen):
+            if timeout is None and isinstance(exc, _SIGNALS) and not _overrides(seen):
                 raise
+            # A deadline is toolbreaker's to word: the framework would turn it into a
+            # retry prompt and, after its retry count, an internal error the model reads.
             raise ToolFailed(_encode(seen)) from exc
-        seen = step.succeeded(result)
+        seen = await step.asucceeded(result)
         if seen is result:
             return result
         return _answer(ctx, guard, seen)  # a write whose verification failed
@@ -335,6 +363,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
                     field=f"{where}.dependency",
                 )
             operation = raw.get("operation") or "default"
+            _check_against_sheet(name, dependency, operation, self.registry, where)
             described = (dependency, operation) in self.registry.boundaries()
             extra = {} if described else {"tool": name}  # the sheet's own name wins
             options["breaker"] = self.registry.get(dependency, operation, **extra)
@@ -343,6 +372,29 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             with contextlib.suppress(KeyError):
                 options["breaker"] = self.registry.for_tool(name)
         return guard.ensure_tool(name, **options)
+
+
+def _check_against_sheet(
+    tool: str, dependency: str, operation: str, registry: Registry, where: str
+) -> None:
+    """Metadata that contradicts the boundary sheet is an error, never a second breaker.
+
+    A tool whose metadata names a row the sheet lacks, while the sheet describes that
+    dependency (or that tool) under another operation class, would silently get a separate
+    breaker with defaults and shadow the reviewed row.
+    """
+    rows = registry.boundaries()
+    if (dependency, operation) in rows:
+        return
+    mine = [f"[{d}.{o}]" for (d, o), row in rows.items() if (row.tool or d) == tool]
+    same = [f"[{d}.{o}]" for (d, o) in rows if d == dependency]
+    if mine or same:
+        raise PolicyError(
+            f"{where} names dependency {dependency!r} with operation {operation!r}, but the "
+            f"boundary sheet describes {', '.join(mine or same)}: set operation= to that row's "
+            "operation class",
+            field=f"{where}.operation",
+        )
 
 
 def _injects_key(spec: GuardedTool) -> bool:
@@ -377,6 +429,26 @@ def _answer(ctx: RunContext[Any], guard: RunGuard, answer: Any) -> Any:
     if isinstance(answer, Mapping) and answer.get("ok") is False:
         raise ToolFailed(_encode(answer))
     return answer
+
+
+def _as_timeout(exc: BaseException) -> TimeoutError | None:
+    """The framework's deadline as a plain timeout, else ``None``.
+
+    Pydantic AI turns a tool's deadline into ``ModelRetry`` raised in the ``TimeoutError``'s
+    handler, wraps that in ``ToolRetryError`` (a retry prompt), and once the tool's retries
+    are spent in ``UnexpectedModelBehavior``. Either way the cause is a ``ModelRetry``
+    whose context is the ``TimeoutError``.
+    """
+    retry = exc if isinstance(exc, ModelRetry) else exc.__cause__
+    if not (
+        isinstance(exc, (ModelRetry, ToolRetryError, UnexpectedModelBehavior))
+        and isinstance(retry, ModelRetry)
+        and isinstance(retry.__context__, TimeoutError)
+    ):
+        return None
+    timeout = TimeoutError(retry.message)
+    timeout.__cause__ = exc
+    return timeout
 
 
 def _overrides(result: Any) -> bool:

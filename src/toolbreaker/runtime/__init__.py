@@ -4,27 +4,40 @@ Only this layer reads clocks, runs calls and takes locks; every decision still c
 from :mod:`toolbreaker.core`.
 """
 
-from toolbreaker.runtime._breaker import Breaker, BreakerStats, Enforce, Listener, Permit, Rejection
+from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Boundary, Enforce
+from toolbreaker.runtime._breaker import Breaker, BreakerStats, Listener, Permit, Rejection
 from toolbreaker.runtime._classify import (
     SUCCESS,
     Classifier,
     Verdict,
     classify_exception,
     classify_status,
+    parse_duration,
     parse_retry_after,
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._guard import ActionRequest, GuardedTool, GuardStep, RunGuard, StopPacket
+from toolbreaker.runtime._guard import (
+    ActionRequest,
+    GuardedTool,
+    RunGuard,
+    StopPacket,
+    evidence_digest,
+    may_have_committed,
+)
 from toolbreaker.runtime._recorder import TraceRecorder
-from toolbreaker.runtime._registry import Boundary, Registry
+from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
     error_result,
+    hidden_tools_line,
     system_prompt_line,
     unavailable_result,
 )
+from toolbreaker.runtime._scope import current_scope, scope
+from toolbreaker.runtime._step import Step
 
 __all__ = [
+    "BREAKER_OPTIONS",
     "SUCCESS",
     "SYSTEM_PROMPT_LINE",
     "ActionRequest",
@@ -34,21 +47,27 @@ __all__ = [
     "Classifier",
     "Clock",
     "Enforce",
-    "GuardStep",
     "GuardedTool",
     "Listener",
     "Permit",
     "Registry",
     "Rejection",
     "RunGuard",
+    "Step",
     "StopPacket",
     "TraceRecorder",
     "Verdict",
     "classify_exception",
     "classify_status",
+    "current_scope",
     "error_result",
+    "evidence_digest",
+    "hidden_tools_line",
+    "may_have_committed",
     "monotonic_ms",
+    "parse_duration",
     "parse_retry_after",
+    "scope",
     "system_prompt_line",
     "unavailable_result",
 ]

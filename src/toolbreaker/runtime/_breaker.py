@@ -14,54 +14,104 @@ two cases are most calls, and they cost no lock, no allocation of records and no
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
 import contextvars
+import dataclasses
 import functools
+import hashlib
 import inspect
 import itertools
 import os
-import sys
+import random
+import re
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
-from toolbreaker.core.breaker.machine import idle_rejection, is_quiet
+from toolbreaker.core.breaker.machine import idle_rejection, is_evictable, is_quiet
 from toolbreaker.core.breaker.machine import retry_after_ms as core_retry_after_ms
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
+from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.core.retry import (
+    Failure,
+    RetryBudget,
+    RetryDecision,
+    RetryPolicy,
+    RetryRecord,
+    RetryState,
+    decide,
+    is_transient,
+    refill,
+    remaining_ms,
+    spend,
+    start,
+    unavailable_reason,
+)
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import (
     CircuitOpen,
     PermitError,
     PolicyError,
     StoreUnavailable,
-    _circuit_open,
+    circuit_open,
 )
+from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._commit import may_have_committed
+from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, within
+from toolbreaker.runtime._layers import warn_nested_retries
+from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
     unavailable_result,
-    validate_template,
 )
-from toolbreaker.stores._protocol import Store
+from toolbreaker.runtime._scope import current_scope
+from toolbreaker.runtime._step import Step, no_deadline
+from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
 
-__all__ = ["Breaker", "BreakerStats", "Enforce", "Listener", "Permit", "Rejection"]
+__all__ = [
+    "Breaker",
+    "BreakerStats",
+    "Enforce",
+    "Listener",
+    "Permit",
+    "Rejection",
+    "RetryListener",
+]
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: How a deadline is enforced: ``thread`` runs a sync call in a worker and returns at the
-#: deadline (async calls are always cancelled at it); ``cooperative`` trusts the callable
-#: to honour the timeout it was given and treats a result arriving after the deadline as
-#: ambiguous.
-Enforce = Literal["thread", "cooperative"]
-
 #: A listener receives every transition record the core produced, and the breaker.
 Listener = Callable[[Transition, "Breaker"], None]
+#: A retry listener receives every retry decision as a record (a retry trace line).
+RetryListener = Callable[[RetryRecord], None]
 
 _UNSET: Final[Any] = object()
+
+#: Breakers that opened in this context while a run-guard step watched (see
+#: :func:`watch_openings`): how a guard learns that a breaker *inside* its tool (an httpx
+#: transport, a nested call) just opened, so the model hears "unavailable" at once.
+_OPENED: contextvars.ContextVar[list[Breaker] | None] = contextvars.ContextVar(
+    "toolbreaker_opened", default=None
+)
+
+
+def watch_openings() -> list[Breaker]:
+    """Collect, from now on in this context, every breaker that opens; returns the list.
+
+    Worker threads and tasks started from this context share the same list.
+    """
+    opened: list[Breaker] = []
+    _OPENED.set(opened)
+    return opened
+
+
 _process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
 
 
@@ -76,12 +126,11 @@ if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
     os.register_at_fork(after_in_child=_new_process_token)
 _TIMEOUT: Final = Verdict("failure", "timeout")
 _LATE: Final = Verdict("ambiguous", "late-result")
+_PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
+_CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
-
-if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
-    _async_timeout = asyncio.timeout
-else:  # pragma: no cover - version dependent
-    _async_timeout = None
+_SATURATED: Final = "saturated"
+_PLAIN_SCOPE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 
 class BreakerStats:
@@ -96,18 +145,40 @@ class BreakerStats:
         reopens_from_half_open: openings that came from a failed or expired probe.
         half_opens: times the breaker went half-open.
         late_results: results that arrived after their deadline (never successes).
+        listener_errors: listener calls that raised (logged; the outcome stood).
+        hook_errors: classifier or result predicate calls that raised (fail closed).
+        saturated: sync calls denied at once because no worker was free (also counted in
+            ``rejected``); they are never queued.
+        pinned_workers: worker threads held right now by calls still running past their
+            deadline (a gauge).
         time_in_state_ms: time spent in each phase, up to the last transition.
+        retries: retry decisions by reason: ``retry`` (made), ``budget-exhausted``,
+            ``max-attempts``, ``deadline`` ...; ``model-retry`` and
+            ``model-retry-refused`` count the model's own re-calls of a failed call.
+        would_reject: requests admitted only because the policy is in shadow mode or
+            forced closed (enforcement would have rejected them); in ``to_dict`` only
+            once non-zero.
+        scope_overflows: calls of a scoped row that went to its shared overflow breaker
+            because ``max_scopes`` breakers were live and none could be forgotten; in
+            ``to_dict`` only once non-zero.
     """
 
     __slots__ = (
+        "_workers",
         "admitted",
         "failures",
         "half_opens",
+        "hook_errors",
         "late_results",
+        "listener_errors",
         "opens",
         "rejected",
         "reopens_from_half_open",
+        "retries",
+        "saturated",
+        "scope_overflows",
         "time_in_state_ms",
+        "would_reject",
     )
 
     def __init__(self) -> None:
@@ -118,7 +189,19 @@ class BreakerStats:
         self.reopens_from_half_open = 0
         self.half_opens = 0
         self.late_results = 0
+        self.listener_errors = 0
+        self.hook_errors = 0
+        self.saturated = 0
+        self.would_reject = 0
+        self.scope_overflows = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
+        self.retries: dict[str, int] = {}
+        self._workers: Workers | None = None
+
+    @property
+    def pinned_workers(self) -> int:
+        """Worker threads held by calls still running past their deadline."""
+        return 0 if self._workers is None else self._workers.pinned
 
     @property
     def demand(self) -> int:
@@ -132,7 +215,7 @@ class BreakerStats:
 
     def to_dict(self) -> dict[str, Any]:
         """The counters as a JSON-ready dict."""
-        return {
+        out: dict[str, Any] = {
             "demand": self.demand,
             "admitted": self.admitted,
             "rejected": self.rejected,
@@ -142,34 +225,49 @@ class BreakerStats:
             "reopens_from_half_open": self.reopens_from_half_open,
             "half_open_reopen_ratio": self.half_open_reopen_ratio,
             "late_results": self.late_results,
+            "listener_errors": self.listener_errors,
+            "hook_errors": self.hook_errors,
+            "saturated": self.saturated,
+            "pinned_workers": self.pinned_workers,
             "time_in_state_ms": dict(self.time_in_state_ms),
+            "retries": dict(self.retries),
         }
+        if self.would_reject:
+            out["would_reject"] = self.would_reject
+        if self.scope_overflows:
+            out["scope_overflows"] = self.scope_overflows
+        return out
 
 
 class Rejection:
     """A request the breaker rejected locally; carries the LLM-facing result."""
 
-    __slots__ = ("breaker", "reason", "retry_after_ms")
+    __slots__ = ("breaker", "note", "reason", "retry_after_ms")
     admitted: Final = False
 
-    def __init__(self, breaker: Breaker, reason: str, retry_after_ms: int | None) -> None:
+    def __init__(
+        self, breaker: Breaker, reason: str, retry_after_ms: int | None, note: str | None = None
+    ) -> None:
         self.breaker = breaker
         self.reason = reason
         self.retry_after_ms = retry_after_ms
+        self.note = note  # an operator's reason for an isolation, shown to the model
 
     @property
     def result(self) -> dict[str, Any]:
         """The tool-unavailable result to hand to the model instead of running the tool."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms)
+        return self.breaker._unavailable(self.reason, self.retry_after_ms, note=self.note)
 
     def result_for(self, tool: str) -> dict[str, Any]:
         """The same result worded for ``tool`` (several tools may share one breaker)."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms, tool=tool)
+        return self.breaker._unavailable(
+            self.reason, self.retry_after_ms, tool=tool, note=self.note
+        )
 
     def error(self) -> CircuitOpen:
         """The same rejection as an exception (its ``result`` is rendered on first use)."""
         return CircuitOpen(
-            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._unavailable
+            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._renderer(self.note)
         )
 
 
@@ -214,13 +312,32 @@ class Permit:
         Raises:
             PermitError: the permit was already settled.
         """
+        verdict, now = self._verdict(outcome)
+        return self.breaker._settle(self, verdict, now)
+
+    async def arecord(
+        self,
+        outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
+    ) -> Transition | None:
+        """:meth:`record` for the event loop: the store round trip is awaited, never blocks.
+
+        Raises:
+            PermitError: the permit was already settled.
+        """
+        verdict, now = self._verdict(outcome)
+        return await self.breaker._asettle(self, verdict, now)
+
+    def _verdict(
+        self,
+        outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
+    ) -> tuple[Verdict, int]:
         if self._settled:
             raise PermitError(f"permit {self.call or ''} for {self.breaker.key!r} settled twice")
         self._settled = True
         if isinstance(outcome, Verdict):
             verdict = outcome
         elif isinstance(outcome, BaseException):
-            verdict = self.breaker.classify(outcome)
+            verdict = self.breaker.verdict_of(outcome)
         else:
             verdict = SUCCESS if outcome == "success" else Verdict(outcome, outcome)
         now = self.breaker.clock()
@@ -230,7 +347,7 @@ class Permit:
             and now - self.admitted_at > self.deadline_ms
         ):
             verdict = _LATE
-        return self.breaker._settle(self, verdict, now)
+        return verdict, now
 
     @property
     def settled(self) -> bool:
@@ -261,7 +378,24 @@ class Breaker:
         retryable: whether the model may retry a transient failure while closed.
         owner: the team to page; shown on dashboards.
         instructions: per-reason instruction templates overriding the defaults.
-        max_workers: threads for ``enforce="thread"`` calls.
+        scope: key one breaker per value of this scope (see :class:`Boundary`).
+        max_scopes: the most scoped breakers kept in this process.
+        max_workers: worker threads for ``enforce="thread"`` calls, one of them kept for
+            probes (when there are two or more). A call that finds no worker free is
+            rejected at once with reason ``saturated``, never queued; a call that hangs
+            past its deadline keeps its worker until it returns.
+        retry: the retry policy ``call()``/``acall()`` follow (a
+            :class:`~toolbreaker.core.retry.RetryPolicy` or a table of its fields);
+            ``None``: no retries here. Pick one layer: see :meth:`call`.
+        max_retry_after_ms: a server hint longer than this is never waited out: the tool
+            is unavailable for the run.
+        sleep: how ``call()`` waits between attempts (``time.sleep`` by default; tests
+            pass a fake clock's advance). ``acall()`` awaits it if it returns an awaitable,
+            else uses ``asyncio.sleep`` when it is not set.
+        retry_seed: seeds the per-operation jitter seeds, for a reproducible run; by
+            default each operation's seed is random. Every seed is in the retry records.
+        boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
+            options above; every option is validated once, by :class:`Boundary`.
     """
 
     def __init__(
@@ -282,48 +416,83 @@ class Breaker:
         retryable: bool = True,
         owner: str | None = None,
         instructions: Mapping[str, str] | None = None,
+        scope: str | None = None,
+        max_scopes: int = 1000,
         max_workers: int = 16,
+        retry: RetryPolicy | Mapping[str, Any] | None = None,
+        max_retry_after_ms: int | None = None,
+        sleep: Callable[[float], Any] | None = None,
+        retry_seed: int | None = None,
+        boundary: Boundary | None = None,
     ) -> None:
-        if not dependency:
-            raise PolicyError("a breaker needs a dependency name", field="dependency")
-        if timeout is not None:
-            _check_timeout(timeout)
-        if enforce not in ("thread", "cooperative"):
-            raise PolicyError(
-                f"enforce must be 'thread' or 'cooperative', got {enforce!r}", field="enforce"
+        if boundary is None:
+            # The one validation of every option: Boundary's.
+            boundary = Boundary(
+                dependency,
+                operation,
+                policy or Policy(),
+                tool=tool,
+                timeout=timeout,
+                enforce=enforce,
+                retryable=retryable,
+                fallback=fallback,
+                fallback_note=fallback_note,
+                owner=owner,
+                instructions=instructions or {},
+                classifier=classifier,
+                result_is_failure=result_is_failure,
+                retry=retry,  # type: ignore[arg-type] # a table is converted by Boundary
+                max_retry_after_ms=max_retry_after_ms,
+                scope=scope,
+                max_scopes=max_scopes,
             )
-        self.dependency = dependency
-        self.operation = operation
-        self.key = dependency if operation == "default" else f"{dependency}:{operation}"
-        self.policy = policy or Policy()
+        self.boundary = boundary
+        self.dependency = boundary.dependency
+        self.operation = boundary.operation
+        self.key = boundary.key
+        self.policy = boundary.policy
         self.store: Store = store if store is not None else MemoryStore()
-        self.clock: Clock = clock or _clock_of(self.store)
-        self.timeout = timeout
-        self._default_deadline = self._deadline_ms(timeout)
-        self.enforce: Enforce = enforce
-        self._inline = enforce == "cooperative"
-        self.classify = classifier
-        self.result_is_failure = result_is_failure
-        self.tool = tool or dependency
-        self.fallback = fallback
-        self.fallback_note = fallback_note
-        self.retryable = retryable
-        self.owner = owner
-        self.instructions = {
-            reason: validate_template(text, where=f"instructions.{reason}")
-            for reason, text in (instructions or {}).items()
-        }
+        self.clock: Clock = clock or clock_of(self.store)
+        self.timeout = boundary.timeout
+        self._default_deadline = self._deadline_ms(boundary.timeout)
+        self.enforce: Enforce = boundary.enforce
+        self._inline = boundary.enforce == "cooperative"
+        self.classify = boundary.classifier
+        self.result_is_failure = boundary.result_is_failure
+        self.tool = boundary.tool or boundary.dependency
+        self.fallback = boundary.fallback
+        self.fallback_note = boundary.fallback_note
+        self.retryable = boundary.retryable
+        self.owner = boundary.owner
+        self.instructions = dict(boundary.instructions)
         self.stats = BreakerStats()
-        self._rendered: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self._rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
         self._render = self._unavailable
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise PolicyError(
+                f"max_workers must be a positive integer, got {max_workers!r}",
+                field="max_workers",
+            )
         self._max_workers = max_workers
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._executor_lock = threading.Lock()
+        self._workers: Workers | None = None
+        self._workers_lock = threading.Lock()
         self._listeners: list[Listener] = []
         self._view = self.store.view(self.key)
         self._quiet: BreakerState | None = None
         self._ids = itertools.count(1)
         self._phase_since: int | None = None
+        self._retry = boundary.retry
+        self._retry_budget = None if self._retry is None else RetryBudget.full(self._retry)
+        self._retry_lock = threading.Lock()
+        self._retry_listeners: list[RetryListener] = []
+        self._sleep = sleep
+        self._seeds = random.Random(retry_seed) if retry_seed is not None else None  # noqa: S311 - jitter, not secrets
+        self._failed_calls: dict[str, int] = {}
+        self._scoped: collections.OrderedDict[str, Breaker] | None = (
+            None if boundary.scope is None else collections.OrderedDict()
+        )
+        self._overflow: Breaker | None = None
+        self._scopes_lock = threading.Lock()
 
     # -- inspection -------------------------------------------------------------------
 
@@ -348,7 +517,96 @@ class Breaker:
         """
         self._listeners.append(listener)
         self._quiet = None
+        for child in self.scopes().values():
+            child._quiet = None  # scoped breakers share this list of listeners
         return lambda: self._listeners.remove(listener)
+
+    def hidden_for_ms(self) -> tuple[bool, int | None]:
+        """Whether every call is rejected now without changing anything, and for how long.
+
+        ``(True, ms)`` while open and cooling down (``ms`` until a probe), isolated or
+        forced open (``ms`` is ``None``: until an operator acts); ``(False, None)``
+        otherwise. This is what the adapters' opt-in *hide open tools* mode hides: a
+        half-open breaker stays visible, since a probe slot may free up. For a scoped
+        row, the current scope's breaker answers.
+        """
+        target = self.for_scope()
+        state = target._view.state
+        if state is None:
+            state = target.state
+        now = target.clock()
+        if idle_rejection(state, now, target.policy) is None:
+            return False, None
+        return True, core_retry_after_ms(state, now, target.policy)
+
+    # -- scopes -----------------------------------------------------------------------
+
+    def for_scope(self, value: str | None = None) -> Breaker:
+        """The breaker of one scope value.
+
+        ``value`` defaults to the current context's (see :func:`toolbreaker.scope`); this
+        breaker itself when the row is not scoped or no value is set.
+        """
+        name = self.boundary.scope
+        children = self._scoped
+        if name is None or children is None:
+            return self
+        if value is None:
+            value = current_scope(name)
+            if value is None:
+                return self
+        with self._scopes_lock:
+            child = children.get(value)
+            if child is not None:
+                children.move_to_end(value)
+                return child
+            return self._new_scope(name, value, children)
+
+    def scopes(self) -> dict[str, Breaker]:
+        """The live scoped breakers of this row, by scope value (oldest use first)."""
+        with self._scopes_lock:
+            return dict(self._scoped or {})
+
+    def _new_scope(
+        self, name: str, value: str, children: collections.OrderedDict[str, Breaker]
+    ) -> Breaker:
+        if len(children) >= self.boundary.max_scopes:
+            for old, breaker in children.items():
+                if is_evictable(breaker.state):
+                    # Its state stays in the store: a later call for ``old`` reloads it.
+                    del children[old]
+                    breaker.close()
+                    break
+            else:
+                # Every live one is open or operator-held: never drop one to make room.
+                self.stats.scope_overflows += 1
+                # The value is masked: a scope may be keyed by an API key.
+                log.warning(
+                    redact_text(
+                        f"toolbreaker: {self.key} holds {len(children)} scoped breakers, none "
+                        f"closed; {name}={value!r} shares the overflow breaker"
+                    )
+                )
+                if self._overflow is None:
+                    self._overflow = self._child(f"{name}=*")
+                return self._overflow
+        label = value if _PLAIN_SCOPE.fullmatch(value) else _digest(value)
+        child = children[value] = self._child(f"{name}={label}")
+        return child
+
+    def _child(self, label: str) -> Breaker:
+        row = dataclasses.replace(
+            self.boundary, dependency=f"{self.dependency}[{label}]", tool=self.tool, scope=None
+        )
+        child = Breaker(
+            row.dependency,
+            store=self.store,
+            clock=self.clock,
+            boundary=row,
+            max_workers=self._max_workers,
+        )
+        child._listeners = self._listeners
+        return child
 
     # -- two-step API ---------------------------------------------------------------
 
@@ -358,11 +616,90 @@ class Breaker:
         Settle the returned :class:`Permit` with ``record()``, or hand
         :attr:`Rejection.result` to the model instead of calling the tool.
         """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.allow(timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._enter(self.clock(), deadline)
 
+    def begin(
+        self,
+        tool: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = _UNSET,
+    ) -> Step:
+        """Ask to make one call of ``tool``; the :class:`~toolbreaker.runtime.Step` says how.
+
+        If ``step.answer`` is set the call was rejected locally: hand the answer (the
+        tool-unavailable result, worded for ``tool``) to the model. Otherwise run the tool
+        within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
+        ``failed(exc)``, whose return value is what the model reads.
+        """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.begin(tool, args, timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        refused = self._model_retry(tool or self.tool, dict(args or {}))
+        if refused is not None:
+            return refused
+        return self._step(tool, args, self._enter(self.clock(), deadline), deadline)
+
+    async def abegin(
+        self,
+        tool: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = _UNSET,
+    ) -> Step:
+        """:meth:`begin` for the event loop: a store round trip is awaited."""
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.abegin(tool, args, timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        refused = self._model_retry(tool or self.tool, dict(args or {}))
+        if refused is not None:
+            return refused
+        return self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
+
+    def _step(
+        self,
+        tool: str | None,
+        args: Mapping[str, Any] | None,
+        admission: Permit | Rejection,
+        deadline: int | None,
+    ) -> Step:
+        name = tool or self.tool
+        seconds = None if deadline is None else deadline / 1000
+        if isinstance(admission, Permit):
+            return Step(self, name, dict(args or {}), deadline=seconds, permit=admission)
+        return Step(self, name, dict(args or {}), answer=admission.result_for(name))
+
+    def _step_succeeded(self, step: Step, result: Any) -> Any:
+        step.permit.record(self.result_verdict(result))
+        self._retry_succeeded()
+        return result
+
+    def _step_failed(self, step: Step, exc: BaseException) -> Any:
+        step.permit.record(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        return self._failed_call(step.tool, step.args, exc)
+
+    async def _step_asucceeded(self, step: Step, result: Any) -> Any:
+        await step.permit.arecord(self.result_verdict(result))
+        self._retry_succeeded()
+        return result
+
+    async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
+        await step.permit.arecord(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        return self._failed_call(step.tool, step.args, exc)
+
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """Admission through the core: allow(), and call()/acall() past their fast paths."""
+        return self._local(now, deadline) or self._admit(now, deadline)
+
+    def _local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
+        """Admission answered from the view without the store, or ``None``."""
         state = self._view.state
         stats = self.stats
         if state is not None and not self._listeners:
@@ -371,34 +708,89 @@ class Breaker:
             if state is self._quiet:
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
-            if state.phase == OPEN:
-                reason = idle_rejection(state, now, self.policy)
-                if reason is not None:
-                    stats.rejected += 1
-                    return Rejection(self, reason, core_retry_after_ms(state, now))
-            elif self._remember_quiet(state):
+            reason = idle_rejection(state, now, self.policy)
+            if reason is not None:
+                stats.rejected += 1
+                wait = core_retry_after_ms(state, now, self.policy)
+                return Rejection(self, reason, wait, state.operator_reason)
+            if state.phase != OPEN and self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
-        return self._admit(now, deadline)
+        return None
 
     def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
-        call = f"{_process_token}.{next(self._ids)}"
+        event = self._request(now)
         try:
-            state, records = self.store.apply(
-                self.key, Event("request", now, self.key, call=call), self.policy
-            )
+            state, records = self.store.apply(self.key, event, self.policy)
         except StoreUnavailable:
-            self.stats.rejected += 1
-            return Rejection(self, _STORE_DOWN, None)
+            return self._store_down()
+        return self._admitted(state, records, now, deadline)
+
+    async def _aadmit(self, now: int, deadline: int | None) -> Permit | Rejection:
+        event = self._request(now)
+        try:
+            state, records = await self._store_aapply(event)
+        except StoreUnavailable:
+            return self._store_down()
+        return self._admitted(state, records, now, deadline)
+
+    async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
+        """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
+        return self._local(now, deadline) or await self._aadmit(now, deadline)
+
+    def _request(self, now: int) -> Event:
+        return Event("request", now, self.key, call=f"{_process_token}.{next(self._ids)}")
+
+    def _store_down(self) -> Rejection:
+        self.stats.rejected += 1
+        return Rejection(self, _STORE_DOWN, None)
+
+    def _admitted(
+        self,
+        state: BreakerState,
+        records: tuple[Transition, ...],
+        now: int,
+        deadline: int | None,
+    ) -> Permit | Rejection:
         self._observe(state, records, now)
         last = records[-1]
         if last.attempted:
             self.stats.admitted += 1
-            return Permit(self, call, last.generation, now, deadline, last.to_phase == HALF_OPEN)
+            if last.would_reject:
+                self.stats.would_reject += 1
+            probe = last.to_phase == HALF_OPEN and not last.would_reject
+            return Permit(self, last.event.call, last.generation, now, deadline, probe)
         self.stats.rejected += 1
-        return Rejection(self, last.reason, self.retry_after_ms(state))
+        return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
+
+    async def _store_aapply(self, event: Event) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """The store's ``aapply`` (never blocks the loop); a sync-only store in a thread."""
+        return await aapply(self.store, self.key, event, self.policy)
 
     def _settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+        event = self._outcome(permit, verdict, now)
+        if event is None:
+            return None
+        try:
+            state, records = self.store.apply(self.key, event, self.policy)
+        except StoreUnavailable:
+            return None  # the outcome is lost, never turned into a success
+        self._observe(state, records, now)
+        return records[-1]
+
+    async def _asettle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+        event = self._outcome(permit, verdict, now)
+        if event is None:
+            return None
+        try:
+            state, records = await self._store_aapply(event)
+        except StoreUnavailable:
+            return None  # the outcome is lost, never turned into a success
+        self._observe(state, records, now)
+        return records[-1]
+
+    def _outcome(self, permit: Permit, verdict: Verdict, now: int) -> Event | None:
+        """The outcome event to apply, or ``None`` when the core declared it a no-op."""
         kind = verdict.kind
         if kind != "success":
             self.stats.failures[verdict.detail] = self.stats.failures.get(verdict.detail, 0) + 1
@@ -408,20 +800,18 @@ class Breaker:
             state = self._view.state
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
                 return None
-        event = Event(
+        took = None
+        if kind == "success" and self.policy.slow_call_ms is not None:
+            took = max(0, now - permit.admitted_at)  # only slow-call rules need it
+        return Event(
             kind,
             now,
             self.key,
             call=permit.call,
             generation=permit.generation,
             retry_after_ms=verdict.retry_after_ms if kind == "failure" else None,
+            duration_ms=took,
         )
-        try:
-            state, records = self.store.apply(self.key, event, self.policy)
-        except StoreUnavailable:
-            return None  # the outcome is lost, never turned into a success
-        self._observe(state, records, now)
-        return records[-1]
 
     def _remember_quiet(self, state: BreakerState) -> bool:
         if is_quiet(state, self.policy):
@@ -441,29 +831,125 @@ class Breaker:
                     stats.opens[record.reason] = stats.opens.get(record.reason, 0) + 1
                     if record.from_phase == HALF_OPEN:
                         stats.reopens_from_half_open += 1
+                    watching = _OPENED.get()
+                    if watching is not None:
+                        watching.append(self)
                 elif record.to_phase == HALF_OPEN:
                     stats.half_opens += 1
             elif self._phase_since is None:
                 self._phase_since = record.event.at
         for listener in tuple(self._listeners):
             for record in records:
-                listener(record, self)
+                try:
+                    listener(record, self)
+                except Exception as exc:  # noqa: BLE001 - a listener never changes an outcome
+                    # A metrics backend that is down must not turn a committed write into
+                    # an error (and then a replay): the fault is counted and logged, and
+                    # every other listener still sees every record.
+                    stats.listener_errors += 1
+                    hook_failed(
+                        f"listener {listener!r} failed on {record.dependency} "
+                        f"({record.reason}); the call's outcome stands",
+                        exc,
+                    )
 
     # -- running calls ----------------------------------------------------------------
 
     def call(
         self, fn: Callable[..., R], /, *args: Any, timeout: float | None = _UNSET, **kwargs: Any
     ) -> R:
-        """Run ``fn(*args, **kwargs)`` through the breaker.
+        """Run ``fn(*args, **kwargs)`` through the breaker, retrying by the row's policy.
+
+        With a ``retry`` policy, a failed attempt is retried as the retry core decides
+        (:mod:`toolbreaker.core.retry`): never while the breaker is open, never a class no
+        retry can fix, never an attempt that may have committed (unless the row is
+        ``read`` or ``idempotent``), never past the end-to-end deadline (each attempt's
+        deadline is cut to what is left) and never beyond the retry budget. **Retries
+        belong to one layer**: if this one retries, give the client inside the tool
+        ``max_retries=0`` and turn off the framework's tool retries.
+
+        Raises:
+            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
+            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            Exception: whatever the last attempt of ``fn`` raised, after recording it.
+        """
+        if self._retry is None:
+            return self._call_once(fn, *args, timeout=timeout, **kwargs)
+        deadline = self._required_deadline(timeout)
+        operation = self._operation()
+        while True:
+            try:
+                result = self._call_once(
+                    fn, *args, timeout=self._attempt_timeout(operation, deadline), **kwargs
+                )
+            except CircuitOpen:
+                raise
+            except Exception as exc:
+                wait = self._retry_wait(operation, exc)
+                if wait is None:
+                    raise
+                (self._sleep or time.sleep)(wait)
+                if self._overran(operation):
+                    raise  # the wait overran the end-to-end deadline: no attempt after it
+                continue
+            self._retry_succeeded()
+            return result
+
+    async def acall(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        timeout: float | None = _UNSET,
+        **kwargs: Any,
+    ) -> R:
+        """Await ``fn(*args, **kwargs)`` through the breaker, retrying as :meth:`call` does.
+
+        Each attempt is cancelled at its deadline; waits between attempts never block the
+        loop.
+
+        Raises:
+            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
+            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            Exception: whatever the last attempt of ``fn`` raised, after recording it.
+        """
+        if self._retry is None:
+            return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
+        deadline = self._required_deadline(timeout)
+        operation = self._operation()
+        while True:
+            try:
+                result = await self._acall_once(
+                    fn, *args, timeout=self._attempt_timeout(operation, deadline), **kwargs
+                )
+            except CircuitOpen:
+                raise
+            except Exception as exc:
+                wait = self._retry_wait(operation, exc)
+                if wait is None:
+                    raise
+                waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
+                if inspect.isawaitable(waited):
+                    await waited
+                if self._overran(operation):
+                    raise  # the wait overran the end-to-end deadline: no attempt after it
+                continue
+            self._retry_succeeded()
+            return result
+
+    def _call_once(
+        self, fn: Callable[..., R], /, *args: Any, timeout: float | None = _UNSET, **kwargs: Any
+    ) -> R:
+        """One attempt of :meth:`call`.
 
         Raises:
             CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        if deadline is None:
-            raise self._no_deadline()
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.call(fn, *args, timeout=timeout, **kwargs)
+        deadline = self._required_deadline(timeout)
         state = self._view.state
         if state is self._quiet and state is not None and self._inline:
             # Quiet fast path: no permit, no lock, no record unless something happens.
@@ -474,21 +960,17 @@ class Breaker:
             except BaseException as exc:
                 self._quiet_outcome(state, start, deadline, exc)
                 raise
-            if (
-                self.result_is_failure is not None
-                or self.clock() - start > deadline
-                or self._view.state is not state
-            ):
+            if self._quiet_settles(state, start, deadline):
                 self._quiet_outcome(state, start, deadline, result)
             return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
             self._reject_if_cooling(state, now)
+        if not self._inline:
+            return self._run_in_thread(state, now, fn, args, kwargs, deadline)
         permit = self._enter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
-        if not self._inline:
-            return self._run_in_thread(permit, fn, args, kwargs, deadline)
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
@@ -497,7 +979,7 @@ class Breaker:
         self.record_result(permit, result)
         return result
 
-    async def acall(
+    async def _acall_once(
         self,
         fn: Callable[..., Awaitable[R]],
         /,
@@ -505,62 +987,85 @@ class Breaker:
         timeout: float | None = _UNSET,
         **kwargs: Any,
     ) -> R:
-        """Await ``fn(*args, **kwargs)`` through the breaker, cancelling it at the deadline.
+        """One attempt of :meth:`acall`, cancelled at its deadline.
 
         Raises:
             CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        if deadline is None:
-            raise self._no_deadline()
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.acall(fn, *args, timeout=timeout, **kwargs)
+        deadline = self._required_deadline(timeout)
         state = self._view.state
-        if state is self._quiet and state is not None and self._inline:
-            # Quiet fast path, as in call().
+        if state is self._quiet and state is not None:
+            # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
             self.stats.admitted += 1
             start = self.clock()
             try:
-                result = await fn(*args, **kwargs)
-            except BaseException as exc:
-                self._quiet_outcome(state, start, deadline, exc)
+                if self._inline:
+                    result = await fn(*args, **kwargs)
+                else:
+                    result = await within(fn(*args, **kwargs), deadline / 1000)
+            except TimeoutError:
+                await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
                 raise
-            if (
-                self.result_is_failure is not None
-                or self.clock() - start > deadline
-                or self._view.state is not state
-            ):
-                self._quiet_outcome(state, start, deadline, result)
+            except BaseException as exc:
+                await self._quiet_permit(state, start, deadline).arecord(exc)
+                raise
+            if self._quiet_settles(state, start, deadline):
+                await self._quiet_permit(state, start, deadline).arecord(
+                    self.result_verdict(result)
+                )
             return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
             self._reject_if_cooling(state, now)
-        permit = self._enter(now, deadline)
+        permit = await self._aenter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
         try:
             if self._inline:
                 result = await fn(*args, **kwargs)
             else:
-                result = await _with_deadline(fn(*args, **kwargs), deadline / 1000)
+                result = await within(fn(*args, **kwargs), deadline / 1000)
         except TimeoutError:
-            permit.record(_TIMEOUT)
+            await permit.arecord(_TIMEOUT)
             raise
         except BaseException as exc:
-            permit.record(exc)
+            await permit.arecord(exc)
             raise
-        self.record_result(permit, result)
+        await permit.arecord(self.result_verdict(result))
         return result
 
     def _quiet_outcome(
         self, state: BreakerState, start: int, deadline: int, outcome: object
     ) -> None:
         """Settle a fast-path call that turned out not to be a no-op after all."""
-        permit = Permit(self, None, state.generation, start, deadline, False)
+        permit = self._quiet_permit(state, start, deadline)
         if isinstance(outcome, BaseException):
             permit.record(outcome)
         else:
             self.record_result(permit, outcome)
+
+    def _quiet_settles(self, state: BreakerState, start: int, deadline: int) -> bool:
+        """Whether a fast-path result must be settled after all (the core may care)."""
+        return (
+            self.result_is_failure is not None
+            or self.clock() - start > deadline
+            or self._view.state is not state
+        )
+
+    def _required_deadline(self, timeout: float | None) -> int:
+        """The call's deadline in ms (``timeout`` or the default); every call needs one."""
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        if deadline is None:
+            raise self._no_deadline()
+        return deadline
+
+    def _quiet_permit(self, state: BreakerState, start: int, deadline: int) -> Permit:
+        """The permit a fast-path call would have had, to settle it after all."""
+        return Permit(self, None, state.generation, start, deadline, False)
 
     def _reject_if_cooling(self, state: BreakerState, now: int) -> None:
         """Raise the core's local rejection while open, when it changes nothing."""
@@ -571,67 +1076,257 @@ class Breaker:
             self.stats.rejected += 1
             # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
-            wait = None if until is None or state.isolated else until - now
-            raise _circuit_open(self.key, reason, wait, self._render)
+            wait = None if until is None or state.isolated or self.policy.force else until - now
+            render = (
+                self._render
+                if state.operator_reason is None
+                else self._renderer(state.operator_reason)
+            )
+            raise circuit_open(self.key, reason, wait, render)
 
     def record_result(self, permit: Permit, result: object) -> None:
         """Settle ``permit`` with a returned result.
 
         A success, unless ``result_is_failure`` says the result is an error in disguise.
         """
-        predicate = self.result_is_failure
-        if predicate is not None and predicate(result):
-            permit.record(Verdict("failure", "result-predicate"))
-        else:
-            permit.record(SUCCESS)
+        permit.record(self.result_verdict(result))
 
-    def _run_in_thread(
+    def result_verdict(self, result: object) -> Verdict:
+        """How a returned result counts: a success unless ``result_is_failure`` says not.
+
+        A predicate that raises proves nothing, so the result is ``ambiguous``
+        (``predicate-error``): never a success, and for a write an unknown outcome.
+        """
+        predicate = self.result_is_failure
+        if predicate is None:
+            return SUCCESS
+        try:
+            failed = predicate(result)
+        except Exception as exc:  # noqa: BLE001 - a user hook never changes what happened
+            self.stats.hook_errors += 1
+            hook_failed(f"result_is_failure of {self.key} raised", exc)
+            return _PREDICATE_ERROR
+        return Verdict("failure", "result-predicate") if failed else SUCCESS
+
+    def verdict_of(self, exc: BaseException) -> Verdict:
+        """Classify ``exc`` with this breaker's classifier.
+
+        A classifier that raises (or returns something else than a
+        :class:`~toolbreaker.Verdict`) gives ``ambiguous`` (``classifier-error``): the
+        call counts as a failure and, for a write, its outcome is unknown (fail closed).
+        """
+        failure: Exception | None = None
+        try:
+            verdict = self.classify(exc)
+        except Exception as raised:  # noqa: BLE001 - a user hook never changes what happened
+            verdict, failure = None, raised
+        if not isinstance(verdict, Verdict):
+            self.stats.hook_errors += 1
+            hook_failed(f"the classifier of {self.key} failed on {type(exc).__name__}", failure)
+            return _CLASSIFIER_ERROR
+        return verdict
+
+    def _run_in_thread(  # noqa: PLR0917 - the pieces of one call, from call() only
         self,
-        permit: Permit,
+        state: BreakerState | None,
+        now: int,
         fn: Callable[..., R],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        deadline: int | None,
+        deadline: int,
     ) -> R:
-        context = contextvars.copy_context()
-        future = self._pool().submit(context.run, functools.partial(fn, *args, **kwargs))
+        """Run a sync call in a worker of the bulkhead; the caller returns at the deadline.
+
+        The worker is taken before admission, so a saturated pool rejects without a store
+        round trip. Unless closed, an admitted call may be a probe: it may take the worker
+        kept for probes, so hung calls cannot starve recovery.
+        """
+        worker = self._worker(state is not None and state.phase != CLOSED, deadline)
         try:
-            result = future.result(None if deadline is None else deadline / 1000)
-        except concurrent.futures.TimeoutError:
+            permit = self._enter(now, deadline)
+        except BaseException:
+            worker.release()
+            raise
+        if not isinstance(permit, Permit):
+            worker.release()
+            raise permit.error()
+        try:
+            result = self._in_thread(worker, fn, args, kwargs, deadline)
+        except TimeoutError:
             permit.record(_TIMEOUT)
-            future.add_done_callback(self._late)
-            raise TimeoutError(
-                f"{self.tool!r} exceeded its {deadline} ms deadline; the call may still "
-                "complete in the background and its result will be treated as ambiguous"
-            ) from None
+            raise
         except BaseException as exc:
             permit.record(exc)
             raise
         self.record_result(permit, result)
         return result
 
-    def _late(self, future: concurrent.futures.Future[Any]) -> None:
+    def _worker(self, probe: bool, deadline: int | None, *, admitted: bool = False) -> Worker:
+        """A free worker of the bulkhead, or the ``saturated`` rejection: never a queue.
+
+        ``admitted``: the call was counted as admitted already (a step); it is not, after all.
+        """
+        worker = (self._workers or self._start_workers()).acquire(probe=probe)
+        if worker is None:
+            if admitted:
+                self.stats.admitted -= 1
+            self.stats.rejected += 1
+            self.stats.saturated += 1
+            # A busy worker is free again within one deadline unless its call hangs.
+            raise circuit_open(self.key, _SATURATED, deadline, self._render)
+        return worker
+
+    def _in_thread(
+        self,
+        worker: Worker,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        deadline: int | None,
+    ) -> R:
+        """Run ``fn`` in ``worker``; ``TimeoutError`` at the deadline. Settles nothing."""
+        result = worker.run(fn, args, kwargs, -1 if deadline is None else deadline / 1000)
+        if result is OVERDUE:
+            raise TimeoutError(
+                f"{self.tool!r} exceeded its {deadline} ms deadline; if the call had started "
+                "it keeps its worker until it returns, and its result is treated as ambiguous"
+            )
+        return result
+
+    def run(self, step: Step, fn: Callable[..., R], /, **kwargs: Any) -> R:
+        """Run ``fn(**kwargs)`` for an admitted ``step`` within its deadline.
+
+        Settles nothing: settle the step with what this returns or raises. In the default
+        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline, and
+        :class:`~toolbreaker.CircuitOpen` (reason ``saturated``) when no worker is free.
+        """
+        deadline = None if step.deadline is None else max(1, round(step.deadline * 1000))
+        if self._inline:
+            return fn(**kwargs)
+        probe = bool(getattr(step.permit, "probe", False))
+        worker = self._worker(probe, deadline, admitted=True)
+        return self._in_thread(worker, fn, (), kwargs, deadline)
+
+    async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
+        """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
+        if self._inline or step.deadline is None:
+            return await fn(**kwargs)
+        return await within(fn(**kwargs), step.deadline)
+
+    def _start_workers(self) -> Workers:
+        with self._workers_lock:
+            workers = self._workers
+            if workers is None:
+                workers = self._workers = self.stats._workers = Workers(
+                    self._max_workers, name=f"toolbreaker-{self.key}", on_late=self._late
+                )
+        return workers
+
+    def _late(self) -> None:
         # The timeout already counted as the call's failure; a late result is ambiguous
         # evidence, never a success, and it must not count the same call twice.
-        if not future.cancelled():
-            self.stats.late_results += 1
-
-    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
-        pool = self._executor
-        if pool is None:
-            with self._executor_lock:
-                pool = self._executor
-                if pool is None:
-                    pool = self._executor = concurrent.futures.ThreadPoolExecutor(
-                        self._max_workers, thread_name_prefix=f"toolbreaker-{self.key}"
-                    )
-        return pool
+        self.stats.late_results += 1
 
     def close(self) -> None:
-        """Release the worker threads (calls still running are not waited for)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        """Release the idle worker threads (calls still running are not waited for)."""
+        for child in self.scopes().values():
+            child.close()
+        if self._overflow is not None:
+            self._overflow.close()
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
+
+    # -- retries ----------------------------------------------------------------------
+
+    def add_retry_listener(self, listener: RetryListener) -> Callable[[], None]:
+        """Call ``listener(record)`` for every retry decision; returns a remover.
+
+        A record's ``to_dict()`` is one line of a retry trace: with its seed,
+        :func:`toolbreaker.core.retry.replay` recomputes every decision exactly.
+        """
+        self._retry_listeners.append(listener)
+        return lambda: self._retry_listeners.remove(listener)
+
+    @property
+    def retry_budget(self) -> RetryBudget | None:
+        """This process's retry budget for the dependency (``None`` without a retry policy).
+
+        Per process: breakers of other processes sharing a store keep their own budgets.
+        """
+        return self._retry_budget
+
+    def _operation(self) -> _Operation:
+        """A new logical operation with a fresh seed."""
+        seeds = self._seeds
+        seed = int.from_bytes(os.urandom(8), "big") if seeds is None else seeds.getrandbits(64)
+        return _Operation(f"{_process_token}.op{next(self._ids)}", start(self.clock(), seed))
+
+    def _failure(self, exc: BaseException) -> Failure:
+        """What a failed attempt tells the retry core."""
+        verdict = self.verdict_of(exc)
+        state = self._view.state
+        return Failure(
+            at=self.clock(),
+            kind=verdict.kind,
+            detail=verdict.detail,
+            status=verdict.status,
+            retry_after_ms=verdict.retry_after_ms,
+            may_have_committed=not self.boundary.idempotent and may_have_committed(exc, verdict),
+            breaker_open=state is not None and state.phase == OPEN,
+        )
+
+    def _attempt_timeout(self, operation: _Operation, deadline: int) -> float:
+        """An attempt's deadline in seconds: the call's, cut to what the operation has left."""
+        assert self._retry is not None
+        left = remaining_ms(operation.state, self.clock(), self._retry)
+        return max(1, min(deadline, left)) / 1000
+
+    def _retry_wait(self, operation: _Operation, exc: Exception) -> float | None:
+        """Seconds to wait before the next attempt, or ``None``: no retry, re-raise."""
+        decision = self._retry_decision(operation, exc)
+        return decision.wait_ms / 1000 if decision.retry else None
+
+    def _overran(self, operation: _Operation) -> bool:
+        """The wait overran the end-to-end deadline: no attempt may start after it."""
+        assert self._retry is not None
+        return remaining_ms(operation.state, self.clock(), self._retry) <= 0
+
+    def _retry_decision(self, operation: _Operation, exc: Exception) -> RetryDecision:
+        """Ask the retry core about a failed attempt; ``operation`` is advanced in place."""
+        policy = self._retry
+        assert policy is not None
+        failure = self._failure(exc)
+        state = operation.state
+        with self._retry_lock:
+            before = self._retry_budget
+            assert before is not None
+            operation.state, self._retry_budget, decision = decide(
+                state, failure, policy, before, max_retry_after_ms=self.boundary.max_retry_after_ms
+            )
+        self._count_retry(decision.reason)
+        record = RetryRecord(
+            self.key, operation.name, state.seed, state.started_at, failure, before.milli, decision
+        )
+        for listener in tuple(self._retry_listeners):
+            try:
+                listener(record)
+            except Exception as fault:  # noqa: BLE001 - a listener never changes an outcome
+                self.stats.listener_errors += 1
+                hook_failed(f"retry listener {listener!r} failed; the call's outcome stands", fault)
+        return decision
+
+    def _count_retry(self, reason: str) -> None:
+        retries = self.stats.retries
+        retries[reason] = retries.get(reason, 0) + 1
+
+    def _retry_succeeded(self) -> None:
+        """A success refills the retry budget."""
+        policy = self._retry
+        if policy is not None:
+            with self._retry_lock:
+                assert self._retry_budget is not None
+                self._retry_budget = refill(self._retry_budget, policy)
 
     # -- tool wrappers ----------------------------------------------------------------
 
@@ -665,27 +1360,39 @@ class Breaker:
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
             name: str = tool or getattr(func, "__name__", None) or self.tool
+            if self._retry is not None:
+                warn_nested_retries(func, name, "the breaker's retry policy")
             if inspect.iscoroutinefunction(func):
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    target = self if self._scoped is None else self.for_scope()
+                    call = {"args": args, "kwargs": kwargs}
+                    refused = target._model_retry(name, call)
+                    if refused is not None:
+                        return refused.answer
                     try:
-                        return await self.acall(func, *args, timeout=timeout, **kwargs)
+                        return await target.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
-                        return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
+                        return exc.result_for(name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                        return self.failure_result(name, exc)
+                        return target._failed_call(name, call, exc)
 
                 return async_tool
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                target = self if self._scoped is None else self.for_scope()
+                call = {"args": args, "kwargs": kwargs}
+                refused = target._model_retry(name, call)
+                if refused is not None:
+                    return refused.answer
                 try:
-                    return self.call(func, *args, timeout=timeout, **kwargs)
+                    return target.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
-                    return self._unavailable(exc.reason, exc.retry_after_ms, tool=name)
+                    return exc.result_for(name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                    return self.failure_result(name, exc)
+                    return target._failed_call(name, call, exc)
 
             return sync_tool
 
@@ -699,19 +1406,93 @@ class Breaker:
         error result that says whether retrying can help.
         """
         state = self._view.state
-        if state is not None and state.phase == OPEN:
+        if (
+            state is not None
+            and state.phase == OPEN
+            and not self.policy.admits_all
+            and not (state.forced_closed and self.policy.force is None)
+        ):
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
-        verdict = self.classify(exc)
-        retryable = self.retryable and verdict.kind in ("failure", "ambiguous")
+        failure = self._failure(exc)
+        why = unavailable_reason(
+            failure, self._retry_budget, max_retry_after_ms=self.boundary.max_retry_after_ms
+        )
+        if why is not None:
+            # A spent quota, a hint too long to wait out, or a spent retry budget: the
+            # model must not retry either, for the rest of the run.
+            return self._unavailable(why, None, tool=tool)
+        retryable = self.retryable and is_transient(failure.kind, failure.detail, failure.status)
         return error_result(tool, exc, retryable=retryable)
 
+    def _failed_call(self, tool: str, call: Any, exc: Exception) -> dict[str, Any]:
+        """:meth:`failure_result`, remembering a transient failure.
+
+        The model re-issuing the same call is then counted as a retry (see
+        :meth:`_model_retry`).
+        """
+        result = self.failure_result(tool, exc)
+        if self._retry_budget is not None and (
+            result.get("retryable") or result.get("reason") == "retry-budget"
+        ):
+            key = _call_key(tool, call)
+            if key is not None:
+                if len(self._failed_calls) >= 1024:
+                    self._failed_calls.clear()
+                self._failed_calls[key] = self.clock()
+        return result
+
+    def _spend_model_retry(self) -> bool:
+        """Spend one retry of the budget on the model's re-call; whether it may go ahead.
+
+        Without a retry policy there is no budget to spend: always ``True``.
+        """
+        if self._retry_budget is None:
+            return True
+        with self._retry_lock:
+            assert self._retry_budget is not None
+            self._retry_budget, allowed = spend(self._retry_budget)
+        self._count_retry("model-retry" if allowed else "model-retry-refused")
+        return allowed
+
+    def _model_retry(self, tool: str, call: Any) -> Step | None:
+        """The model is a retry layer: a re-issued call that just failed spends a retry.
+
+        Returns a step carrying the ``retry-budget`` answer when the budget is spent
+        (the call is not made), else ``None`` (the call goes ahead).
+        """
+        if self._retry_budget is None or not self._failed_calls:
+            return None
+        key = _call_key(tool, call)
+        if key is None or self._failed_calls.pop(key, None) is None:
+            return None
+        if self._spend_model_retry():
+            return None
+        self._failed_calls[key] = self.clock()
+        args = call if isinstance(call, Mapping) else {}
+        return Step(
+            self, tool, dict(args), answer=self._unavailable("retry-budget", None, tool=tool)
+        )
+
+    def _renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
+        """The renderer of a rejection; with an operator's ``note`` when there is one."""
+        return self._render if note is None else functools.partial(self._unavailable, note=note)
+
     def _unavailable(
-        self, reason: str, retry_after_ms: int | None, *, tool: str | None = None
+        self,
+        reason: str,
+        retry_after_ms: int | None,
+        *,
+        tool: str | None = None,
+        note: str | None = None,
     ) -> dict[str, Any]:
         name = tool or self.tool
-        key = (name, reason, retry_after_seconds(retry_after_ms))
+        if reason == "forced-open":
+            note = self.policy.force_reason
+        elif reason != "isolated":
+            note = None
+        key = (name, reason, retry_after_seconds(retry_after_ms), note)
         cached = self._rendered.get(key)
         if cached is None:
             if len(self._rendered) >= 512:
@@ -723,24 +1504,43 @@ class Breaker:
                 fallback=self.fallback,
                 fallback_note=self.fallback_note,
                 templates=self.instructions,
+                operator_reason=note,
             )
         return dict(cached)
 
     # -- operator control -------------------------------------------------------------
 
     def isolate(self, reason: str = "operator") -> Transition:
-        """Force the breaker open until :meth:`release`; every request is rejected."""
+        """Force the breaker open until :meth:`release`; every request is rejected.
+
+        The isolation is persisted in the store (every process sharing it sees it, and it
+        survives restarts); ``reason`` is kept with it and shown to the model.
+        """
         return self._operator("isolate", reason)
 
+    def force_close(self, reason: str = "operator") -> Transition:
+        """Force the breaker closed until :meth:`release`, in the store, for every process.
+
+        The breaker keeps deciding and recording, but admits every request; requests it
+        would have rejected are recorded with ``would_reject``.
+        """
+        return self._operator("force-closed", reason)
+
     def release(self, reason: str = "operator") -> Transition:
-        """Close an isolated (or any) breaker: a fresh closed generation."""
+        """End an isolation or a forced close: a fresh closed generation."""
         return self._operator("release", reason)
 
     def _operator(self, kind: str, reason: str) -> Transition:
         now = self.clock()
-        state, records = self.store.apply(
-            self.key, Event(kind, now, self.key, call=f"operator:{reason}"), self.policy
+        note = " ".join(str(reason).split())[:300] or "operator"
+        event = Event(
+            kind,
+            now,
+            self.key,
+            call=f"operator:{reason}",
+            reason=None if kind == "release" else note,
         )
+        state, records = self.store.apply(self.key, event, self.policy)
         self._observe(state, records, now)
         return records[-1]
 
@@ -749,39 +1549,40 @@ class Breaker:
     def _deadline_ms(self, timeout: float | None) -> int | None:
         if timeout is None:
             return None
-        _check_timeout(timeout)
-        return max(1, round(timeout * 1000))
+        return max(1, round(check_seconds(timeout, "timeout") * 1000))
 
     def _no_deadline(self) -> PolicyError:
-        return PolicyError(
-            f"no deadline for {self.key!r}: pass timeout= or set timeout in the boundary "
-            "sheet (a hung call must become a failure)",
-            field="timeout",
-        )
+        return no_deadline(self.key)
 
     def __repr__(self) -> str:
         state = self._view.state
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
 
 
-def _clock_of(store: object) -> Clock:
+def _call_key(tool: str, call: Any) -> str | None:
+    """A digest of one call, to recognise the model re-issuing it; ``None`` if not JSON."""
+    try:
+        return sha256_hex([tool, call])
+    except (TypeError, ValueError):
+        return None
+
+
+class _Operation:
+    """One logical operation of ``call()``/``acall()``: its id and its retry state."""
+
+    __slots__ = ("name", "state")
+
+    def __init__(self, name: str, state: RetryState) -> None:
+        self.name = name
+        self.state = state
+
+
+def _digest(value: str) -> str:
+    """A scope value that is not a short plain name (an API key, say) as a digest."""
+    return "sha256:" + hashlib.sha256(value.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def clock_of(store: object) -> Clock:
     """A store that spans hosts brings its clock: their monotonic clocks do not compare."""
     clock = getattr(store, "clock", None)
     return clock if callable(clock) else monotonic_ms
-
-
-def _check_timeout(timeout: object) -> None:
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise PolicyError(
-            f"timeout must be a positive number of seconds, got {timeout!r}", field="timeout"
-        )
-
-
-async def _with_deadline(awaitable: Awaitable[R], seconds: float) -> R:
-    if _async_timeout is not None:
-        async with _async_timeout(seconds):
-            return await awaitable
-    try:  # pragma: no cover - Python 3.10
-        return await asyncio.wait_for(awaitable, seconds)
-    except asyncio.TimeoutError:  # pragma: no cover - Python 3.10
-        raise TimeoutError(f"deadline of {seconds} s passed") from None

@@ -74,7 +74,9 @@ import concurrent.futures
 import dataclasses
 import email.utils
 import errno
+import json
 import math
+import re
 import socket
 import time
 from collections.abc import Mapping
@@ -91,6 +93,7 @@ __all__ = [
     "classify_exception",
     "classify_status",
     "default_classifier",
+    "parse_duration",
     "parse_retry_after",
 ]
 
@@ -382,6 +385,20 @@ def _status_of(exc: BaseException) -> int | None:
 
 _RETRY_AFTER: Final = ("retry-after", "Retry-After")
 _RETRY_AFTER_MS: Final = ("retry-after-ms", "Retry-After-Ms")
+_RATELIMIT_RESET: Final = ("ratelimit-reset", "RateLimit-Reset")
+# OpenAI-style resets, durations such as "1s", "6m0s", "20ms".
+_RESET_DURATIONS: Final = (
+    ("x-ratelimit-reset-requests", "X-RateLimit-Reset-Requests"),
+    ("x-ratelimit-reset-tokens", "X-RateLimit-Reset-Tokens"),
+)
+_DURATION: Final = re.compile(
+    r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?"
+)
+_DURATION_SCALES: Final = (3_600_000, 60_000, 1000, 1)
+# A RateLimit-Reset this large is an epoch time, not a delay (some providers send one).
+_EPOCH_THRESHOLD: Final = 1_000_000_000
+_MAX_BODY_CHARS: Final = 65_536
+_QUOTA_VERDICT: Final = Verdict("failure", "quota-exhausted", status=429)
 
 
 def _header(headers: object, spellings: tuple[str, str]) -> object:
@@ -409,7 +426,32 @@ def _header(headers: object, spellings: tuple[str, str]) -> object:
     return None
 
 
+def parse_duration(value: object) -> int | None:
+    """Read a duration such as ``"1s"``, ``"6m0s"``, ``"1h2m3.5s"`` or ``"20ms"`` as ms.
+
+    The form OpenAI's ``x-ratelimit-reset-*`` headers and Google's ``retryDelay`` use.
+    Fractions round up to the next millisecond. ``None`` when it does not parse.
+    """
+    text = _text(value)
+    if text is None or not text or len(text) > _MAX_RETRY_AFTER_CHARS:
+        return None
+    match = _DURATION.fullmatch(text.strip())
+    if match is None or not any(match.groups()):
+        return None
+    total = 0.0
+    for part, scale in zip(match.groups(), _DURATION_SCALES, strict=True):
+        if part is not None:
+            total += float(part) * scale
+    return math.ceil(total) if math.isfinite(total) else None
+
+
 def _retry_after_in(headers: object, now: float | None) -> int | None:
+    """The wait a response's headers ask for; the most specific header wins.
+
+    ``retry-after-ms``, then ``Retry-After``, then ``RateLimit-Reset`` (delay seconds, or
+    an epoch time when it is that large), then the longest of OpenAI's
+    ``x-ratelimit-reset-requests`` / ``-tokens``.
+    """
     millis = _header(headers, _RETRY_AFTER_MS)
     if millis is not None:
         text = _text(millis)
@@ -417,7 +459,82 @@ def _retry_after_in(headers: object, now: float | None) -> int | None:
         if wait is not None:
             return wait
     value = _header(headers, _RETRY_AFTER)
-    return None if value is None else parse_retry_after(value, now=now)
+    if value is not None:
+        wait = parse_retry_after(value, now=now)
+        if wait is not None:
+            return wait
+    value = _header(headers, _RATELIMIT_RESET)
+    if value is not None:
+        text = _text(value)
+        seconds = None if text is None else _decimal(text.strip(), 1000)
+        if seconds is not None:
+            if seconds >= _EPOCH_THRESHOLD * 1000:
+                return max(0, seconds - math.floor((time.time() if now is None else now) * 1000))
+            return seconds
+    waits = [
+        wait
+        for spellings in _RESET_DURATIONS
+        if (raw := _header(headers, spellings)) is not None
+        and (wait := parse_duration(raw)) is not None
+    ]
+    return max(waits) if waits else None
+
+
+def _json_body(exc: BaseException) -> object:
+    """The decoded JSON error body an exception carries, if one can be read cheaply.
+
+    ``exc.body`` (openai, anthropic, google SDKs), else the text of ``exc.response``
+    (httpx, requests) or the buffered body of a ``urllib.error.HTTPError``.
+    """
+    body = _attr(exc, "body")
+    if body is None:
+        response = _attr(exc, "response")
+        body = None if response is None else _attr(response, "text")
+    if body is None:
+        fp = _attr(exc, "fp")
+        getvalue = _attr(fp, "getvalue")
+        if callable(getvalue):
+            try:
+                body = getvalue()
+            except Exception:  # noqa: BLE001 - an odd buffer is no evidence
+                body = None
+    if isinstance(body, (bytes, bytearray)):
+        body = bytes(body[:_MAX_BODY_CHARS]).decode("utf-8", "replace")
+    if isinstance(body, str):
+        if len(body) > _MAX_BODY_CHARS:
+            return None
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
+    return body if isinstance(body, (dict, list)) else None
+
+
+def _body_hint(body: object) -> tuple[bool, int | None]:
+    """``(quota exhausted, retry delay in ms)`` read from a decoded error body.
+
+    OpenAI says ``insufficient_quota`` in ``error.code`` or ``error.type``; Google says
+    ``RESOURCE_EXHAUSTED`` and names a quota, with a ``RetryInfo`` ``retryDelay`` when
+    waiting helps (a per-minute quota) and none when it does not (a spent daily quota).
+    """
+    error = body.get("error", body) if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return False, None
+    if "insufficient_quota" in (error.get("code"), error.get("type")):
+        return True, None
+    delay = None
+    details = error.get("details")
+    if isinstance(details, list):
+        for detail in details[:_MAX_LINKS]:
+            if isinstance(detail, dict) and "retryDelay" in detail:
+                delay = parse_duration(detail["retryDelay"])
+                if delay is not None:
+                    break
+    if delay is None and error.get("status") == "RESOURCE_EXHAUSTED":
+        message = error.get("message")
+        if isinstance(message, str) and "quota" in message.lower():
+            return True, None
+    return False, delay
 
 
 def _with_retry_after(verdict: Verdict, headers: object, now: float | None) -> Verdict:
@@ -440,16 +557,33 @@ def _raised_status_verdict(exc: BaseException, status: int, now: float | None) -
         response = _attr(exc, "response")
         if response is not None:
             with_wait = _with_retry_after(verdict, _attr(response, "headers"), now)
-    return with_wait
+    return _with_body_hint(with_wait, _json_body(exc))
+
+
+def _with_body_hint(verdict: Verdict, body: object) -> Verdict:
+    """``verdict`` read together with its JSON error body: a spent quota, a retryDelay."""
+    if body is None:
+        return verdict
+    quota, delay = _body_hint(body)
+    if quota and verdict.status == 429:
+        return _QUOTA_VERDICT
+    if delay is not None and verdict.retry_after_ms is None:
+        return Verdict(verdict.kind, verdict.detail, retry_after_ms=delay, status=verdict.status)
+    return verdict
 
 
 def classify_status(
-    status: int, headers: Mapping[str, str] | None = None, *, now: float | None = None
+    status: int,
+    headers: Mapping[str, str] | None = None,
+    *,
+    now: float | None = None,
+    body: object = None,
 ) -> Verdict:
     """Classify a call that returned a result carrying an HTTP status.
 
-    5xx and 429 are failures (with ``retry_after_ms`` from ``Retry-After`` on 429 and
-    503); 100..399 is a success; every other status is ignored.
+    5xx and 429 are failures (with ``retry_after_ms`` from the rate-limit hints on 429
+    and 503); 100..399 is a success; every other status is ignored. A 429 whose body
+    says the quota is spent is ``quota-exhausted``: not transient, never retried.
 
     Args:
         status: the HTTP status of the result.
@@ -457,6 +591,8 @@ def classify_status(
             ``.get`` works.
         now: wall-clock epoch seconds, for a ``Retry-After`` HTTP-date; defaults to
             ``time.time()``.
+        body: the decoded JSON error body (or its text), for ``retryDelay`` and quota
+            errors.
 
     Returns:
         The verdict; it never raises.
@@ -465,7 +601,15 @@ def classify_status(
         verdict = _RESULT_STATUS[status - 100]
     else:
         verdict = _status_verdict(status, raised=False)
-    return _with_retry_after(verdict, headers, now)
+    verdict = _with_retry_after(verdict, headers, now)
+    if body is None or (status != 429 and status != 503):  # noqa: PLR1714 - hot path
+        return verdict
+    if isinstance(body, (str, bytes)):
+        try:
+            body = json.loads(body)
+        except ValueError:
+            return verdict
+    return _with_body_hint(verdict, body)
 
 
 # ---------------------------------------------------------------------------

@@ -1,45 +1,70 @@
-"""Run guards: may this run continue?
+"""Run guards: may this run continue? A shell around :mod:`toolbreaker.core.run.machine`.
 
 A dependency breaker asks whether a remote is healthy enough to call; a :class:`RunGuard`
 asks whether *this task* may take its next action. Every tool call of a run goes through
-it: fingerprint the intended action, check the budgets (pure counters in
-:mod:`toolbreaker.core.run.budget`), journal writes before they run, execute through the
-dependency's breaker, verify, and record. Writes follow plan, authorize, execute,
-verify, record; an unknown outcome (timeout after the request may have committed,
-failed verification, malformed payload) is never replayed: the run's write breaker opens
-and a read-only reconcile check decides whether the write happened. Resuming a task with
-the same id skips everything its journal confirms.
+it: fingerprint the intended action, read the write's journal entry, let the run machine
+decide (budgets, loops, repeats, the write breaker, journal deduplication, stops), journal
+writes before they run, execute through the dependency's breaker, verify, and record.
+The guard decides nothing itself: it feeds events to ``apply()`` and carries out the
+verdict. ``toolbreaker check-run`` drives the same machine, so the two cannot disagree.
+
+Writes follow plan, authorize, execute, verify, record. An outcome that may have committed
+is *unknown*, whatever the transport says (see :func:`may_have_committed`), and is never
+replayed: the run's write breaker opens and a read-only reconcile check decides whether
+the write happened. Resuming a task with the same id skips everything its journal
+confirms, and refuses writes while an earlier write of the task is still unresolved.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
-from toolbreaker.core.run import budget as budgets
-from toolbreaker.core.run.budget import Action, Budget, RiskClass, RunState, Stop
-from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState, Stop
+from toolbreaker.core.run.fingerprint import FingerprintRules, evidence, fingerprint, write_key
+from toolbreaker.core.run.machine import RunDecision, RunEvent
+from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
-from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
-from toolbreaker.runtime._breaker import Breaker, Permit
-from toolbreaker.runtime._classify import Verdict
+from toolbreaker.core.run.retrying import ModelRetries, is_retry, observe
+from toolbreaker.errors import (
+    CircuitOpen,
+    FingerprintError,
+    PolicyError,
+    StoreUnavailable,
+)
+from toolbreaker.runtime._breaker import Breaker, Permit, Rejection, watch_openings
+from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._commit import may_have_committed
+from toolbreaker.runtime._layers import warn_nested_retries
+from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._result import (
+    denied_result,
+    error_result,
+    journal_down_result,
+    stopped_result,
+    unknown_result,
+)
+from toolbreaker.runtime._step import Step
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
 
-__all__ = ["ActionRequest", "GuardStep", "GuardedTool", "RunGuard", "StopPacket"]
+__all__ = [
+    "ActionRequest",
+    "GuardedTool",
+    "RunGuard",
+    "StopPacket",
+    "evidence_digest",
+    "may_have_committed",
+]
 
-#: Verdict details that mean a write may have reached the server before it failed.
-_MAYBE_COMMITTED: Final = ("timeout", "late-result", "network")
-_WRITES: Final = ("reversible_write", "irreversible")
-_RUN_KEY: Final = "__run__"
 _MAX_JOURNALED_RESULT: Final = 64 * 1024
-
+#: Journal statuses of a write whose outcome is not known to be settled.
+_UNRESOLVED: Final = ("unknown", "pending", "reconciled-absent")
 Authorizer = Callable[["ActionRequest"], bool]
 
 
@@ -103,7 +128,7 @@ class GuardedTool:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StopPacket:
-    """What an operator gets instead of "something went wrong". JSON-ready, secrets masked.
+    """What an operator gets instead of "something went wrong". Secrets masked when built.
 
     Attributes:
         task: the task id.
@@ -125,22 +150,30 @@ class StopPacket:
     counters: Mapping[str, Any]
     next_safe_action: str
 
+    def __post_init__(self) -> None:
+        # Masked where it is built: every way of reading a packet (its fields, str(),
+        # repr(), to_dict(), an adapter's message) shows the same masked text.
+        for name in ("task", "condition", "detail", "next_safe_action"):
+            object.__setattr__(self, name, redact(str(getattr(self, name))))
+        object.__setattr__(self, "confirmed", tuple(redact(dict(x)) for x in self.confirmed))
+        object.__setattr__(self, "uncertain", tuple(redact(dict(x)) for x in self.uncertain))
+        attempted = self.attempted
+        object.__setattr__(self, "attempted", redact(dict(attempted)) if attempted else None)
+        object.__setattr__(self, "counters", redact(dict(self.counters)))
+
     def to_dict(self) -> dict[str, Any]:
-        """The packet as a JSON-ready dict, secrets masked."""
-        data: dict[str, Any] = redact(
-            {
-                "schema": "toolbreaker.stop/v1",
-                "task": self.task,
-                "condition": self.condition,
-                "detail": self.detail,
-                "confirmed": [dict(x) for x in self.confirmed],
-                "uncertain": [dict(x) for x in self.uncertain],
-                "attempted": dict(self.attempted) if self.attempted else None,
-                "counters": dict(self.counters),
-                "next_safe_action": self.next_safe_action,
-            }
-        )
-        return data
+        """The packet as a JSON-ready dict (secrets were masked when it was built)."""
+        return {
+            "schema": "toolbreaker.stop/v1",
+            "task": self.task,
+            "condition": self.condition,
+            "detail": self.detail,
+            "confirmed": [dict(x) for x in self.confirmed],
+            "uncertain": [dict(x) for x in self.uncertain],
+            "attempted": dict(self.attempted) if self.attempted else None,
+            "counters": dict(self.counters),
+            "next_safe_action": self.next_safe_action,
+        }
 
     def to_json(self) -> str:
         """The packet as indented JSON."""
@@ -167,7 +200,7 @@ class RunGuard:
         clock: Clock = monotonic_ms,
         rules: FingerprintRules | None = None,
     ) -> None:
-        if not task:
+        if not isinstance(task, str) or not task:
             raise PolicyError("a run guard needs a task id", field="task")
         self.task = task
         self.budget = budget or Budget()
@@ -176,9 +209,13 @@ class RunGuard:
         self.rules = rules or FingerprintRules.default()
         self._tools: dict[str, GuardedTool] = {}
         self._lock = threading.Lock()
-        self._run = budgets.RunState.start(task, clock())
+        self._run = RunState.start(task, clock())
+        self._retries = ModelRetries()
         self._attempted: dict[str, Any] | None = None
-        self._write_stop: Stop | None = None
+        self._resumed = False
+        self._stop_listeners: list[Callable[[StopPacket, RunGuard], None]] = []
+        #: Stop listener calls that raised (logged; the run's decisions stood).
+        self.listener_errors = 0
 
     # -- configuration ------------------------------------------------------------------
 
@@ -195,6 +232,9 @@ class RunGuard:
             raise PolicyError(
                 f"recovery tool {tool.name!r} must be a read", field=f"{tool.name}.recovery"
             )
+        # The model re-issuing failed calls is a retry layer already; a client that also
+        # retries inside the tool multiplies the attempts. Found here, reported with the fix.
+        warn_nested_retries(tool.fn, tool.name, "the model (its re-calls are retries)")
         self._tools[tool.name] = tool
         return tool
 
@@ -242,6 +282,17 @@ class RunGuard:
 
         return decorate
 
+    def ensure_tool(self, name: str, **options: Any) -> GuardedTool:
+        """The registered tool ``name``, registering it with ``options`` if unknown.
+
+        Adapters use this for tools the user did not declare: they are reads unless the
+        options (or the framework's annotations) say otherwise.
+        """
+        spec = self._tools.get(name)
+        if spec is None:
+            spec = self.add_tool(GuardedTool(name=name, fn=_not_callable, **options))
+        return spec
+
     # -- inspection -----------------------------------------------------------------------
 
     @property
@@ -251,29 +302,48 @@ class RunGuard:
 
     @property
     def writes_blocked(self) -> Stop | None:
-        """Why writes are refused for the rest of the run (an unknown write outcome)."""
-        return self._write_stop
+        """Why writes are refused for now (writes with an unknown outcome), else ``None``."""
+        return self._run.writes_blocked
 
     @property
     def state(self) -> RunState:
-        """The run's budget counters."""
+        """The run's state: counters, the stop and the write breaker, as the core keeps it."""
         return self._run
 
     def stop(self, detail: str = "stopped by an operator") -> StopPacket:
         """Stop the run by hand (condition ``operator``) and return the packet."""
-        with self._lock:
-            now = self.clock()
-            self._run = budgets.stop(self._run, Stop("operator", detail, now, None, None))
+        self._feed(RunEvent("stop", self.clock(), detail=detail))
         return self.stop_packet()
 
     def add_cost(self, amount: Decimal | str | int, *, risk: RiskClass | None = None) -> None:
         """Report the cost of a model step (or anything outside a tool call)."""
+        from toolbreaker.core.run import budget as budgets
+
         with self._lock:
             self._run = budgets.add_cost(self._run, amount, risk=risk)
 
+    def resolve(self, idempotency_key: str, *, committed: bool, result: Any = None) -> None:
+        """An operator's word on a write whose outcome was unknown.
+
+        ``committed=True`` journals it as confirmed (a resumed run answers it from the
+        journal); ``False`` as failed (it may be made again). Either way the write stops
+        counting as uncertain, so writes may run again once few enough remain.
+
+        Raises:
+            StoreUnavailable: the journal cannot be written; nothing changed.
+        """
+        entry = self.journal.journal_get(self.task, idempotency_key) or {}
+        status = "confirmed" if committed else "failed"
+        update = {**entry, "status": status, "resolved_by": "operator", "at": self.clock()}
+        if result is not None:
+            update["result"] = _journaled(result)
+        self.journal.journal_put(self.task, idempotency_key, redact(update))
+        if entry.get("status") in _UNRESOLVED:
+            self._feed(RunEvent("resolved", self.clock(), count=1))
+
     def stop_packet(self) -> StopPacket:
         """The operator packet for the run as it is now."""
-        stop = self._run.stopped or self._write_stop
+        stop = self._run.stopped or self._run.writes_blocked
         try:
             entries = self.journal.journal_entries(self.task)
         except StoreUnavailable:
@@ -281,15 +351,11 @@ class RunGuard:
         confirmed = tuple(
             _step(e) for e in entries if e.get("status") == "confirmed" and e.get("tool")
         )
-        uncertain = tuple(
-            _step(e) for e in entries if e.get("status") in ("unknown", "reconciled-absent")
-        )
-        condition = stop.condition if stop else "running"
-        detail = stop.detail if stop else "the run has not stopped"
+        uncertain = tuple(_step(e) for e in entries if e.get("status") in _UNRESOLVED)
         return StopPacket(
             task=self.task,
-            condition=condition,
-            detail=detail,
+            condition=stop.condition if stop else "running",
+            detail=stop.detail if stop else "the run has not stopped",
             confirmed=confirmed,
             uncertain=uncertain,
             attempted=self._attempted,
@@ -305,232 +371,350 @@ class RunGuard:
         Never raises for tool failures: a rejected, failed, unknown or stopped call
         returns a JSON-ready dict the model can act on.
         """
-        plan = self._plan(tool, dict(args or {}))
-        if plan.answer is not None:
-            return plan.answer
+        step = self.begin(tool, args)
+        if step.answer is not None:
+            return step.answer
+        spec = self._tools[step.tool]
         try:
-            if plan.spec.breaker is not None:
-                result = plan.spec.breaker.call(plan.spec.fn, **plan.args)
+            if spec.breaker is not None:
+                result = spec.breaker.run(step, spec.fn, **step.args)
             else:
-                result = plan.spec.fn(**plan.args)
+                result = spec.fn(**step.args)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a result
-            return self._failed(plan, exc)
-        return self._succeeded(plan, result)
+            return step.failed(exc)
+        return step.succeeded(result)
 
     async def acall(self, tool: str, args: Mapping[str, Any] | None = None) -> Any:
         """The async twin of :meth:`call` for coroutine tools."""
-        plan = self._plan(tool, dict(args or {}))
-        if plan.answer is not None:
-            return plan.answer
+        step = await self.abegin(tool, args)
+        if step.answer is not None:
+            return step.answer
+        spec = self._tools[step.tool]
         try:
-            if plan.spec.breaker is not None:
-                result = await plan.spec.breaker.acall(plan.spec.fn, **plan.args)
+            if spec.breaker is not None:
+                result = await spec.breaker.arun(step, spec.fn, **step.args)
             else:
-                awaitable: Awaitable[Any] = plan.spec.fn(**plan.args)
+                awaitable: Awaitable[Any] = spec.fn(**step.args)
                 result = await awaitable
         except Exception as exc:  # noqa: BLE001 - every failure becomes a result
-            return self._failed(plan, exc)
-        return self._succeeded(plan, result)
+            return await step.afailed(exc)
+        return await step.asucceeded(result)
 
-    def begin(self, tool: str, args: Mapping[str, Any] | None = None) -> GuardStep:
-        """Two-step form for framework hooks that run the tool themselves.
+    def begin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
+        """Decide one call; the :class:`~toolbreaker.runtime.Step` says what to do.
 
-        If :attr:`GuardStep.answer` is set, do not run the tool: hand the answer to the
-        model. Otherwise run it with :attr:`GuardStep.args` (the idempotency key is
-        injected there) and settle the step with ``succeeded(result)`` or ``failed(exc)``,
-        whose return value is what the model should see. The tool's dependency breaker is
-        asked for a permit here and settled there; the framework enforces the deadline.
+        If ``step.answer`` is set, do not run the tool: hand the answer to the model.
+        Otherwise run it with ``step.args`` (a write's idempotency key is injected there)
+        within ``step.deadline`` seconds, and settle the step with ``succeeded(result)``
+        or ``failed(exc)``, whose return value is what the model should see. The tool's
+        dependency breaker is asked here and told there.
         """
-        plan = self._plan(tool, dict(args or {}))
-        if plan.answer is None and plan.spec.breaker is not None:
-            permit = plan.spec.breaker.allow()
-            if isinstance(permit, Permit):
-                plan.permit = permit
-            else:
-                plan.answer = self._failed(plan, permit.error())
-        return GuardStep(self, plan)
+        step = self._plan(tool, dict(args or {}))
+        if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
+            breaker = step.plan.spec.breaker.for_scope()  # a scoped row: this tenant's
+            self._admitted(step, breaker._enter(breaker.clock(), breaker._default_deadline))
+        return self._journal_pending(step)
 
-    def ensure_tool(self, name: str, **options: Any) -> GuardedTool:
-        """The registered tool ``name``, registering it with ``options`` if unknown.
+    async def abegin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
+        """:meth:`begin` for the event loop: the breaker's store round trip is awaited."""
+        step = self._plan(tool, dict(args or {}))
+        if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
+            breaker = step.plan.spec.breaker.for_scope()
+            admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
+            self._admitted(step, admission)
+        return self._journal_pending(step)
 
-        Adapters use this for tools the user did not declare: they are reads unless the
-        options (or the framework's annotations) say otherwise.
+    # -- plan: the run machine decides ------------------------------------------------------
+
+    def add_stop_listener(
+        self, listener: Callable[[StopPacket, RunGuard], None]
+    ) -> Callable[[], None]:
+        """Call ``listener(packet, guard)`` when the run stops or blocks writes; returns a remover.
+
+        The packet is the masked :meth:`stop_packet` at that moment. A listener only
+        watches: one that raises is counted in :attr:`listener_errors` and logged, and
+        the run's decision stands.
         """
-        spec = self._tools.get(name)
-        if spec is None:
-            spec = self.add_tool(GuardedTool(name=name, fn=_not_callable, **options))
-        return spec
+        self._stop_listeners.append(listener)
+        return lambda: self._stop_listeners.remove(listener)
 
-    # -- plan, authorize --------------------------------------------------------------------
+    def _feed(self, event: RunEvent) -> RunDecision:
+        with self._lock:
+            before = (self._run.stopped, self._run.writes_blocked)
+            self._run, decision = run_apply(self._run, event, self.budget)
+            after = (self._run.stopped, self._run.writes_blocked)
+        if self._stop_listeners and after != before and any(after):
+            self._notify_stop()
+        return decision
 
-    def _plan(self, tool: str, args: dict[str, Any]) -> _Plan:
+    def _notify_stop(self) -> None:
+        packet = self.stop_packet()
+        for listener in tuple(self._stop_listeners):
+            try:
+                listener(packet, self)
+            except Exception as exc:  # noqa: BLE001 - a listener never changes a decision
+                self.listener_errors += 1
+                hook_failed(f"stop listener {listener!r} failed; the run's decision stands", exc)
+
+    def _resume(self) -> None:
+        """Once per guard: writes an earlier run left unresolved block writes here too."""
+        if self._resumed:
+            return
+        try:
+            entries = self.journal.journal_entries(self.task)
+        except StoreUnavailable:
+            return  # writes are refused while the journal is down anyway; try again later
+        self._resumed = True
+        unresolved = [e for e in entries if e.get("status") in _UNRESOLVED]
+        if unresolved:
+            keys = ", ".join(str(e.get("idempotency_key")) for e in unresolved[:5])
+            self._feed(
+                RunEvent(
+                    "resume",
+                    self.clock(),
+                    count=len(unresolved),
+                    detail=f"left unresolved by an earlier run of {self.task!r}: {keys}",
+                )
+            )
+
+    def _plan(self, tool: str, args: dict[str, Any]) -> Step:
         spec = self._tools.get(tool)
         if spec is None:
             raise PolicyError(f"unknown tool {tool!r} for run {self.task!r}", field="tool")
-        action_fp = fingerprint(tool, args, self.rules)
-        key = None
-        if spec.risk in _WRITES:
-            key = write_key(tool, args, spec.business_key, task=self.task, rules=self.rules)
-        plan = _Plan(spec, args, action_fp, key, key or "")
+        try:
+            action_fp = fingerprint(tool, args, self.rules)
+            key = None
+            if spec.risk in WRITES:
+                key = write_key(tool, args, spec.business_key, task=self.task, rules=self.rules)
+        except (FingerprintError, RecursionError) as exc:
+            # Arguments that cannot be checked are never run: the guard could neither
+            # count them nor give a write its key.
+            return Step(self, tool, args, answer=error_result(tool, exc, retryable=False))
+        plan = _Plan(spec, action_fp, key, args)
+        step = Step(
+            self,
+            tool,
+            args,
+            idempotency_key=key,
+            fingerprint=action_fp,
+            deadline=spec.breaker.timeout if spec.breaker is not None else None,
+            plan=plan,
+        )
         self._attempted = {"tool": tool, "fingerprint": action_fp, "idempotency_key": key}
+        self._resume()
+        done: dict[str, Any] | None = None
         try:
             done = self.journal.journal_get(self.task, key) if key else None
         except StoreUnavailable:
-            plan.answer = _journal_down(tool)
-            return plan
-        if done is not None and done.get("status") in ("unknown", "pending"):
-            plan.answer = self._reconcile(plan, reason="an earlier attempt's outcome is unknown")
-            return plan
-        confirmed = done is not None and done.get("status") == "confirmed"
+            return _answered(step, journal_down_result(tool))
+        status = done.get("status") if done is not None else None
+        journaled = done.get("result", {"ok": True, "deduplicated": True}) if done else None
         action = Action(tool=tool, fingerprint=action_fp, risk=spec.risk, recovery=spec.recovery)
-        with self._lock:
-            now = self.clock()
-            decision, run = budgets.admit(self._run, action, self.budget, now)
-            if (
-                confirmed
-                and done is not None
-                and (
-                    decision.allowed
-                    or (decision.stop and decision.stop.condition == "uncertain-side-effect")
-                )
-            ):
-                # A confirmed write is never executed again: the journal answers (this is
-                # how a resumed task skips its completed steps).
-                result = done.get("result", {"ok": True, "deduplicated": True})
-                if decision.allowed:
-                    self._run = budgets.finish(
-                        run, action, "success", now, evidence=_digest(result)
-                    )
-                plan.answer = result
-                return plan
-            if not decision.allowed:
-                assert decision.stop is not None
-                if decision.stop.condition == "uncertain-side-effect":
-                    # The run's write breaker: writes are refused, safe work goes on.
-                    self._write_stop = self._write_stop or decision.stop
-                    plan.answer = self._stopped_result(decision.stop, writes_only=True)
-                    return plan
-                self._run = budgets.stop(self._run, decision.stop)
-                plan.answer = self._stopped_result(decision.stop)
-                return plan
-            self._run = run
         plan.action = action
-        if spec.risk == "irreversible" and not self._authorized(plan):
+        decision = self._feed(
+            RunEvent(
+                "request",
+                self.clock(),
+                action,
+                journal=status if status in _JOURNAL_STATUSES else None,
+                evidence=evidence_digest(journaled, self.rules) if status == "confirmed" else None,
+            )
+        )
+        step.decision = decision
+        verdict = decision.verdict
+        if verdict == "journal":
+            # A confirmed write is never executed again (how a resumed task skips work).
+            return _answered(step, journaled)
+        if verdict == "reconcile":
+            return _answered(
+                step, self._reconcile(plan, why="an earlier attempt's outcome is unknown")
+            )
+        if verdict in ("writes-blocked", "stopped"):
+            assert decision.stop is not None
+            stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
+            return _answered(step, stop_answer)
+        plan.begun = True
+        plan.opened = watch_openings()
+        if spec.risk == "irreversible" and not self._authorized(step):
             self._finish(plan, "ignored")
-            plan.answer = {
-                "ok": False,
-                "tool": tool,
-                "denied": True,
-                "instruction": f'The authority check refused "{tool}". Do not retry it; '
-                "tell the user it needs approval.",
-            }
-            return plan
-        if key is not None:
-            if spec.idempotency_arg:
-                plan.args = {**args, spec.idempotency_arg: key}
-            if not self._journal(plan, "pending"):
-                # No record of the attempt, no attempt: a write we could not journal could
-                # later be neither skipped nor reconciled.
-                self._finish(plan, "ignored")
-                plan.answer = _journal_down(tool)
-        return plan
+            return _answered(step, denied_result(tool))
+        if key is not None and spec.idempotency_arg:
+            step.args = {**args, spec.idempotency_arg: key}
+        return step
 
-    def _authorized(self, plan: _Plan) -> bool:
-        assert plan.spec.authorize is not None
+    def _may_retry(self, step: Step) -> bool:
+        """The model is a retry layer: re-issuing an action that just failed spends a retry.
+
+        The dependency's retry budget pays for it; once it is spent the tool is unavailable
+        for the run (and a required tool stops it).
+        """
+        plan: _Plan = step.plan
+        breaker = plan.spec.breaker
+        assert breaker is not None
+        with self._lock:
+            retrying = is_retry(self._retries, plan.fingerprint)
+        if not retrying or breaker._spend_model_retry():
+            return True
+        self._finish(plan, "ignored")
+        answer = breaker._unavailable("retry-budget", None, tool=step.tool)
+        _answered(step, self._dependency_down(plan, answer, "retry-budget"))
+        return False
+
+    def _observe_retry(self, plan: _Plan, result: Any) -> None:
+        """Remember whether the action's attempt ended in a failure worth retrying."""
+        retryable = isinstance(result, dict) and (
+            result.get("retryable") is True or result.get("reason") == "retry-budget"
+        )
+        with self._lock:
+            self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
+
+    def _admitted(self, step: Step, admission: Permit | Rejection) -> None:
+        """The dependency breaker's answer for a step the run machine let through."""
+        if isinstance(admission, Permit):
+            step.permit = admission
+            return
+        plan: _Plan = step.plan
+        self._finish(plan, "ignored")
+        answer = admission.result_for(step.tool)
+        _answered(step, self._dependency_down(plan, answer, admission.reason))
+
+    def _journal_pending(self, step: Step) -> Step:
+        """Journal a write as pending before it runs; no record of the attempt, no attempt."""
+        plan: _Plan | None = step.plan
+        if step.answer is not None or plan is None or plan.key is None:
+            return step
+        if not self._journal(plan, "pending"):
+            # A write we could not journal could later be neither skipped nor reconciled.
+            if step.permit is not None:
+                step.permit.record("ignored")
+                step.permit = None
+            self._finish(plan, "ignored")
+            _answered(step, journal_down_result(step.tool))
+        return step
+
+    def _authorized(self, step: Step) -> bool:
+        spec = step.plan.spec
+        assert spec.authorize is not None
         request = ActionRequest(
             task=self.task,
-            tool=plan.spec.name,
-            args=redact(plan.args),
-            fingerprint=plan.fingerprint,
-            idempotency_key=plan.key,
-            risk=plan.spec.risk,
+            tool=spec.name,
+            args=redact(step.args),
+            fingerprint=step.plan.fingerprint,
+            idempotency_key=step.plan.key,
+            risk=spec.risk,
         )
         try:
-            return plan.spec.authorize(request) is True
-        except Exception:  # noqa: BLE001 - a failing authority check denies
+            return spec.authorize(request) is True
+        except Exception as exc:  # noqa: BLE001 - a failing authority check denies
+            hook_failed(f"the authority check of {spec.name} raised; denied", exc)
             return False
+
+    # -- settle: the Step's owner callbacks ---------------------------------------------
+
+    def _step_succeeded(self, step: Step, result: Any) -> Any:
+        if step.permit is not None:
+            step.permit.breaker.record_result(step.permit, result)
+        return self._succeeded(step, result)
+
+    def _step_failed(self, step: Step, exc: BaseException) -> Any:
+        if step.permit is not None:
+            step.permit.record(exc)
+        if not isinstance(exc, Exception):
+            raise exc  # a cancellation: a write stays pending, reconciled on resume
+        return self._failed(step, exc)
+
+    async def _step_asucceeded(self, step: Step, result: Any) -> Any:
+        if step.permit is not None:
+            await step.permit.arecord(step.permit.breaker.result_verdict(result))
+        return self._succeeded(step, result)
+
+    async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
+        if step.permit is not None:
+            await step.permit.arecord(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        return self._failed(step, exc)
 
     # -- execute, verify, record -------------------------------------------------------------
 
-    def _succeeded(self, plan: _Plan, result: Any) -> Any:
+    def _succeeded(self, step: Step, result: Any) -> Any:
+        plan: _Plan = step.plan
         spec = plan.spec
-        if spec.risk in _WRITES:
-            ok = False
+        if spec.risk in WRITES:
             try:
                 ok = bool(spec.verify(result)) if spec.verify is not None else result is not None
-            except Exception:  # noqa: BLE001 - a verifier that crashes proves nothing
+            except Exception as exc:  # noqa: BLE001 - a verifier that crashes proves nothing
+                hook_failed(f"the verify check of {spec.name} raised", exc)
                 ok = False
             if not ok:
                 return self._unknown(
-                    plan, "verification failed: the result does not prove the write happened"
+                    step, "verification failed: the result does not prove the write happened"
                 )
-        self._finish(plan, "success", evidence=_digest(result))
+        self._finish(plan, "success", evidence=evidence_digest(result, self.rules))
+        self._observe_retry(plan, result)
+        if spec.breaker is not None:
+            spec.breaker._retry_succeeded()  # a success refills the retry budget
         if plan.key is not None:
             # The write happened; if the journal is down now, its idempotency key still
             # protects a retry at the provider.
             self._journal(plan, "confirmed", result=result)
         return result
 
-    def _failed(self, plan: _Plan, exc: Exception) -> Any:
+    def _failed(self, step: Step, exc: Exception) -> Any:
+        plan: _Plan = step.plan
         spec = plan.spec
-        if isinstance(exc, CircuitOpen):
-            self._finish(plan, "ignored")
-            self._forget(plan)
-            return self._dependency_down(
-                plan, exc.result_for(spec.name), exc.retry_after, exc.reason
-            )
-        verdict = self._classify(spec, exc)
-        maybe_committed = verdict.detail.startswith(_MAYBE_COMMITTED) or isinstance(exc, ValueError)
-        if spec.risk in _WRITES and maybe_committed:
-            return self._unknown(plan, f"{type(exc).__name__}: the write may have committed")
+        verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
+        if spec.risk in WRITES and may_have_committed(exc, verdict):
+            return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
         self._finish(plan, "failure" if verdict.kind == "failure" else "ignored")
         self._forget(plan)
+        inner = _found(exc, CircuitOpen)
+        if inner is not None:
+            # A breaker inside the tool (an httpx transport ...) rejected the call.
+            return self._dependency_down(plan, inner.result_for(spec.name), inner.reason)
+        opened = [b for b in plan.opened if b is not spec.breaker]
+        if opened:
+            # A breaker inside the tool opened on this very failure: say so now.
+            result = opened[-1].failure_result(spec.name, exc)
+            if result.get("tool_unavailable"):
+                return self._dependency_down(plan, result, "opened")
         if spec.breaker is None:
-            return {
-                "ok": False,
-                "tool": spec.name,
-                "error": f"{type(exc).__name__}: {exc}"[:500],
-                "retryable": verdict.kind == "failure",
-            }
-        result = spec.breaker.failure_result(spec.name, exc)
+            return error_result(spec.name, exc, retryable=verdict.kind == "failure")
+        owner = step.permit.breaker if isinstance(step.permit, Permit) else spec.breaker
+        result = owner.failure_result(spec.name, exc)
+        self._observe_retry(plan, result)
         if result.get("tool_unavailable"):
-            # This failure opened the dependency's breaker.
-            return self._dependency_down(plan, result, result["retry_after_seconds"], "opened")
+            # This failure opened the dependency's breaker, or left the tool unavailable
+            # for the run (a spent quota or retry budget, a rate limit too long to wait).
+            return self._dependency_down(plan, result, str(result.get("reason", "opened")))
         return result
 
-    def _dependency_down(
-        self, plan: _Plan, result: dict[str, Any], retry_after: int, reason: str
-    ) -> dict[str, Any]:
-        """A dependency is out: the model hears so; a required one also stops the run."""
-        if not plan.spec.required:
+    def _dependency_down(self, plan: _Plan, result: dict[str, Any], reason: str) -> Any:
+        """A dependency is out: the model hears so; a required one also stops the run.
+
+        A saturated bulkhead is a local, passing condition, not a dependency going down:
+        the model is told to resubmit, and the run goes on.
+        """
+        if plan.action is None or not plan.spec.required or reason == "saturated":
             return result
-        stop = Stop(
-            "dependency-open",
-            f"required tool {plan.spec.name!r} is unavailable ({reason}); "
-            f"retry after {retry_after} s",
-            self.clock(),
-            plan.spec.risk,
-            plan.fingerprint,
+        seconds = result.get("retry_after_seconds")
+        detail = f"required tool {plan.spec.name!r} is unavailable ({reason})"
+        if seconds is not None:
+            detail += f"; retry after {seconds} s"
+        decision = self._feed(
+            RunEvent("dependency-down", self.clock(), plan.action, required=True, detail=detail)
         )
-        with self._lock:
-            self._run = budgets.stop(self._run, stop)
-        return {**result, **self._stopped_result(stop)}
+        assert decision.stop is not None
+        return {**result, **stopped_result(decision.stop)}
 
-    def _unknown(self, plan: _Plan, why: str) -> dict[str, Any]:
-        """An unknown write outcome: never replay, open the run's write breaker, reconcile."""
-        self._finish(plan, "unknown")
-        if self._run.uncertain > self.budget.max_uncertain_side_effects:
-            self._write_stop = self._write_stop or Stop(
-                "uncertain-side-effect",
-                f"the outcome of {plan.spec.name} ({plan.key}) is unknown: {why}",
-                self.clock(),
-                plan.spec.risk,
-                plan.fingerprint,
-            )
+    def _unknown(self, step: Step, why: str) -> dict[str, Any]:
+        """An unknown write outcome: never replay, let the core block writes, reconcile."""
+        plan: _Plan = step.plan
+        self._finish(plan, "unknown", detail=why)
         self._journal(plan, "unknown")
-        return self._reconcile(plan, reason=why)
+        return self._reconcile(plan, why=why)
 
-    def _reconcile(self, plan: _Plan, *, reason: str) -> dict[str, Any]:
+    def _reconcile(self, plan: _Plan, *, why: str) -> dict[str, Any]:
         spec = plan.spec
         found: Any = None
         checked = False
@@ -538,35 +722,24 @@ class RunGuard:
             try:
                 found = spec.reconcile(plan.key, plan.args)
                 checked = True
-            except Exception:  # noqa: BLE001 - an unreachable status check proves nothing
-                checked = False
+            except Exception as exc:  # noqa: BLE001 - an unreachable status check proves nothing
+                hook_failed(f"the reconcile check of {spec.name} raised", exc)
         if checked and found:
-            self._journal(plan, "confirmed", result=found)
-            state = "the status check found the write: it DID happen"
+            if self._journal(plan, "confirmed", result=found):
+                # The outcome is known now: it no longer counts as uncertain.
+                self._feed(RunEvent("resolved", self.clock(), count=1))
         elif checked:
+            # Not found is not proof of absence (a lagging index): it stays unresolved
+            # until an operator decides (RunGuard.resolve).
             self._journal(plan, "reconciled-absent")
-            state = "the status check did not find the write"
-        else:
-            state = "the status check could not be made"
-        return {
-            "ok": False,
-            "tool": spec.name,
-            "outcome_unknown": True,
-            "idempotency_key": plan.key,
-            "reconciled": found if checked and found else None,
-            "instruction": f'The outcome of "{spec.name}" is uncertain ({reason}); {state}. '
-            "Do not repeat this action or any other write in this run. Report what is "
-            "confirmed and that an operator will reconcile the rest.",
-        }
-
-    def _classify(self, spec: GuardedTool, exc: Exception) -> Verdict:
-        if isinstance(exc, TimeoutError):
-            return Verdict("failure", "timeout")
-        if spec.breaker is not None:
-            return spec.breaker.classify(exc)
-        from toolbreaker.runtime._classify import classify_exception
-
-        return classify_exception(exc)
+        return unknown_result(
+            spec.name,
+            plan.key,
+            why=why,
+            found=found,
+            checked=checked,
+            writes_blocked=self._run.writes_blocked is not None,
+        )
 
     def _finish(
         self,
@@ -574,13 +747,21 @@ class RunGuard:
         outcome: Literal["success", "failure", "unknown", "ignored"],
         *,
         evidence: str | None = None,
+        detail: str = "",
     ) -> None:
-        if plan.action is None:
+        if plan.action is None or not plan.begun:
             return
-        with self._lock:
-            self._run = budgets.finish(
-                self._run, plan.action, outcome, self.clock(), evidence=evidence
+        plan.begun = False
+        self._feed(
+            RunEvent(
+                "outcome",
+                self.clock(),
+                plan.action,
+                outcome=outcome,
+                evidence=evidence,
+                detail=detail,
             )
+        )
 
     def _forget(self, plan: _Plan) -> None:
         """A write that certainly did not happen leaves no pending entry behind."""
@@ -589,15 +770,15 @@ class RunGuard:
 
     def _journal(self, plan: _Plan, status: str, *, result: Any = None) -> bool:
         """Journal the write's status; ``False`` when the store is unavailable."""
+        if plan.key is None:
+            return False
         try:
-            self.journal.journal_put(
-                self.task, plan.journal_key, self._entry(plan, status, result=result)
-            )
+            self.journal.journal_put(self.task, plan.key, self._entry(plan, status, result))
         except StoreUnavailable:
             return False
         return True
 
-    def _entry(self, plan: _Plan, status: str, *, result: Any = None) -> dict[str, Any]:
+    def _entry(self, plan: _Plan, status: str, result: Any) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "tool": plan.spec.name,
             "risk": plan.spec.risk,
@@ -612,23 +793,12 @@ class RunGuard:
                     entry["external_id"] = plan.spec.external_id(result)
                 except Exception:  # noqa: BLE001 - an id we cannot read is just absent
                     entry["external_id"] = None
-            encoded = json.dumps(result, default=str)
-            if len(encoded) <= _MAX_JOURNALED_RESULT:
-                entry["result"] = json.loads(encoded)
-        return entry
-
-    def _stopped_result(self, stop: Stop, *, writes_only: bool = False) -> dict[str, Any]:
-        what = "Writes are blocked" if writes_only else "This run was stopped by a guard"
-        return {
-            "ok": False,
-            "run_stopped": not writes_only,
-            "writes_blocked": True,
-            "condition": stop.condition,
-            "detail": stop.detail,
-            "instruction": f"{what}: {stop.detail}. Do not call tools that change anything "
-            "again in this run. You may summarise what was done, call read-only status checks "
-            "and draft a recovery plan. Do not invent results.",
-        }
+            journaled = _journaled(result)
+            if journaled is not None:
+                entry["result"] = journaled
+        # The journal keeps what resume and reconcile need, with secrets masked.
+        masked: dict[str, Any] = redact(entry)
+        return masked
 
     def _next_safe_action(self, stop: Stop | None, uncertain: tuple[Mapping[str, Any], ...]) -> str:
         if stop is None:
@@ -637,8 +807,9 @@ class RunGuard:
         if condition == "uncertain-side-effect" or uncertain:
             keys = ", ".join(str(u.get("idempotency_key")) for u in uncertain) or "the last write"
             return (
-                f"reconcile {keys} with a read-only status check before any new write; "
-                f"then resume task {self.task!r}: confirmed steps are skipped"
+                f"reconcile {keys} with a read-only status check before any new write "
+                "(RunGuard.resolve records the answer); then resume task "
+                f"{self.task!r}: confirmed steps are skipped"
             )
         if condition == "dependency-open":
             return (
@@ -655,101 +826,70 @@ class RunGuard:
         return f"summarise progress; an operator may raise the budget and resume task {self.task!r}"
 
 
+_JOURNAL_STATUSES: Final = ("confirmed", "unknown", "pending", "reconciled-absent", "failed")
+
+
 @dataclasses.dataclass(slots=True)
 class _Plan:
     spec: GuardedTool
-    args: dict[str, Any]
     fingerprint: str
     key: str | None
-    journal_key: str
+    args: dict[str, Any]
     action: Action | None = None
-    answer: Any = None
-    permit: Permit | None = None
+    begun: bool = False
+    opened: list[Breaker] = dataclasses.field(default_factory=list)
 
 
-class GuardStep:
-    """One tool call in flight through :meth:`RunGuard.begin`; settle it exactly once.
+def _answered(step: Step, answer: Any) -> Step:
+    step.answer = answer
+    step._settled = True
+    return step
 
-    Attributes:
-        tool: the tool name.
-        args: the arguments to run the tool with (with the idempotency key, for writes).
-        idempotency_key: the write's idempotency key, if it is a write.
-        fingerprint: the action's semantic fingerprint.
-        answer: when not ``None``, the tool must not run; give this to the model.
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _found(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of ``kind`` along ``exc``'s causes and contexts (32 at most)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen and len(seen) < 32:
+        if isinstance(link, kind):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return None
+
+
+def _classify(exc: BaseException) -> Verdict:
+    try:
+        return classify_exception(exc)
+    except Exception:  # noqa: BLE001 - never raises by contract; fail closed anyway
+        return Verdict("ambiguous", "classifier-error")
+
+
+def evidence_digest(result: Any, rules: FingerprintRules | None = None) -> str:
+    """What a result proves, as a digest (the core's ``fingerprint.evidence``).
+
+    Results that differ only in volatile fields (a fresh ``request_id`` or ``timestamp``)
+    are the same evidence, so an identical search repeated is caught as a repeat.
     """
+    return evidence(result, rules)
 
-    __slots__ = ("_guard", "_plan", "_settled")
 
-    def __init__(self, guard: RunGuard, plan: _Plan) -> None:
-        self._guard = guard
-        self._plan = plan
-        self._settled = plan.answer is not None
-
-    @property
-    def tool(self) -> str:
-        """The tool name."""
-        return self._plan.spec.name
-
-    @property
-    def args(self) -> dict[str, Any]:
-        """The arguments to run the tool with."""
-        return dict(self._plan.args)
-
-    @property
-    def idempotency_key(self) -> str | None:
-        """The write's idempotency key."""
-        return self._plan.key
-
-    @property
-    def fingerprint(self) -> str:
-        """The action's semantic fingerprint."""
-        return self._plan.fingerprint
-
-    @property
-    def answer(self) -> Any:
-        """The answer to give instead of running the tool, or ``None``."""
-        return self._plan.answer
-
-    def succeeded(self, result: Any) -> Any:
-        """Record a result; returns what the model should see.
-
-        That is the result itself, or an outcome-unknown answer when a write's
-        verification fails.
-        """
-        self._settle()
-        permit = self._plan.permit
-        if permit is not None:
-            self._plan.spec.breaker.record_result(permit, result)  # type: ignore[union-attr]
-        return self._guard._succeeded(self._plan, result)
-
-    def failed(self, exc: BaseException) -> Any:
-        """Record a failure; returns the result dict the model should see."""
-        self._settle()
-        if self._plan.permit is not None:
-            self._plan.permit.record(exc)
-        if not isinstance(exc, Exception):
-            raise exc
-        return self._guard._failed(self._plan, exc)
-
-    def _settle(self) -> None:
-        if self._settled:
-            raise PermitError(f"guard step for {self.tool!r} settled twice or not runnable")
-        self._settled = True
+def _journaled(result: Any) -> Any:
+    """A result as the journal keeps it (JSON, at most 64 KiB), else ``None``."""
+    try:
+        encoded = json.dumps(result, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if len(encoded) > _MAX_JOURNALED_RESULT:
+        return None
+    return json.loads(encoded)
 
 
 def _not_callable(**_kwargs: Any) -> Any:
     raise PolicyError("this tool is run by its framework, not by RunGuard.call()")
-
-
-def _journal_down(tool: str) -> dict[str, Any]:
-    return {
-        "ok": False,
-        "tool": tool,
-        "reason": "store-unavailable",
-        "instruction": f'"{tool}" was not called: its run journal cannot be reached, so the '
-        "write could not be made safely (this is not a provider failure). Do not retry it "
-        "now; say that the action is pending.",
-    }
 
 
 def _step(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -758,11 +898,3 @@ def _step(entry: Mapping[str, Any]) -> dict[str, Any]:
         for k in ("tool", "idempotency_key", "external_id", "status", "fingerprint", "at")
         if entry.get(k) is not None
     }
-
-
-def _digest(result: Any) -> str:
-    try:
-        text = json.dumps(result, sort_keys=True, default=str)
-    except (TypeError, ValueError):
-        text = repr(result)
-    return hashlib.sha256(text.encode()).hexdigest()

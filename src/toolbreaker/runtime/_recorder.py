@@ -14,6 +14,7 @@ from typing import TextIO
 
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import trace_event
+from toolbreaker.core.retry import RetryRecord
 from toolbreaker.runtime._breaker import Breaker
 
 __all__ = ["TraceRecorder"]
@@ -37,12 +38,22 @@ class TraceRecorder:
     moves such an event by at most that race window.
     """
 
-    def __init__(self, target: str | Path | TextIO) -> None:
+    def __init__(
+        self, target: str | Path | TextIO, *, retries: str | Path | TextIO | None = None
+    ) -> None:
         if isinstance(target, (str, Path)):
             self._out: TextIO = Path(target).open("a", encoding="utf-8")  # noqa: SIM115
             self._owned = True
         else:
             self._out, self._owned = target, False
+        # Retry decisions go to their own JSON Lines file (toolbreaker.retry/v1 records,
+        # seeds included): the breaker trace format stays as it is.
+        self._retries: TextIO | None = None
+        self._retries_owned = isinstance(retries, (str, Path))
+        if isinstance(retries, (str, Path)):
+            self._retries = Path(retries).open("a", encoding="utf-8")  # noqa: SIM115
+        elif retries is not None:
+            self._retries = retries
         self._lock = threading.Lock()
         self._removers: list[Callable[[], None]] = []
         self._last: dict[str, int] = {}
@@ -53,6 +64,8 @@ class TraceRecorder:
         for target in targets:
             breakers.extend([target] if isinstance(target, Breaker) else target)
         removers = [breaker.add_listener(self) for breaker in breakers]
+        if self._retries is not None:
+            removers += [breaker.add_retry_listener(self.retry) for breaker in breakers]
         self._removers.extend(removers)
 
         def detach() -> None:
@@ -72,6 +85,15 @@ class TraceRecorder:
             self._out.write(json.dumps({**line, "at": at}, sort_keys=True) + "\n")
             self._out.flush()
 
+    def retry(self, record: RetryRecord) -> None:
+        """Write one retry decision to the retry trace (retry listener signature)."""
+        out = self._retries
+        if out is None:
+            return
+        with self._lock:
+            out.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
+            out.flush()
+
     def close(self) -> None:
         """Detach from every breaker and close the file if this recorder opened it."""
         for remove in self._removers:
@@ -79,6 +101,8 @@ class TraceRecorder:
         self._removers.clear()
         if self._owned:
             self._out.close()
+        if self._retries_owned and self._retries is not None:
+            self._retries.close()
 
     def __enter__(self) -> TraceRecorder:
         return self

@@ -32,73 +32,24 @@ line named.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.config import load_toml
+from toolbreaker.core.files import shown
 from toolbreaker.errors import PolicyError, RegistryFull
-from toolbreaker.runtime._breaker import Breaker, Enforce, _clock_of
-from toolbreaker.runtime._classify import Verdict, classify_exception
+from toolbreaker.runtime._boundary import POLICY_FIELDS, Boundary, Enforce, check_seconds
+from toolbreaker.runtime._breaker import Breaker, clock_of
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["Boundary", "Registry"]
 
-_POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(Policy))
-_BOUNDARY_FIELDS: Final = frozenset(
-    {
-        "tool",
-        "timeout",
-        "enforce",
-        "retryable",
-        "fallback",
-        "fallback_note",
-        "owner",
-        "instructions",
-    }
-)
-_DEFAULT_ONLY: Final = _POLICY_FIELDS | {"timeout", "enforce", "retryable", "owner", "instructions"}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Boundary:
-    """One row of the boundary sheet: everything a breaker is configured with.
-
-    Attributes:
-        dependency: the remote dependency.
-        operation: the operation class (``read``, ``write``, ``default`` ...).
-        policy: thresholds, cooldowns and probes.
-        tool: the tool name the model sees.
-        timeout: the deadline in seconds.
-        enforce: how sync deadlines are enforced.
-        retryable: whether the model may retry a transient failure while closed.
-        fallback: the tool to use while this one is unavailable.
-        fallback_note: what the model must say when it uses the fallback.
-        owner: who to page.
-        instructions: per-reason instruction templates.
-        classifier: decides what an exception says about the dependency (code only).
-        result_is_failure: a predicate on results, e.g. a 200 whose body is an error
-            (code only).
-    """
-
-    dependency: str
-    operation: str = "default"
-    policy: Policy = dataclasses.field(default_factory=Policy)
-    tool: str | None = None
-    timeout: float | None = None
-    enforce: Enforce = "thread"
-    retryable: bool = True
-    fallback: str | None = None
-    fallback_note: str = ""
-    owner: str | None = None
-    instructions: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    classifier: Callable[[BaseException], Verdict] = classify_exception
-    result_is_failure: Callable[[Any], bool] | None = None
+_DEFAULT_ONLY: Final = POLICY_FIELDS | {"timeout", "enforce", "retryable", "owner", "instructions"}
 
 
 class Registry:
@@ -134,7 +85,7 @@ class Registry:
             raise PolicyError("max_breakers must be a positive integer", field="max_breakers")
         self.default_policy = default_policy or Policy()
         self.store: Store = store if store is not None else MemoryStore()
-        self.clock: Clock = clock or _clock_of(self.store)
+        self.clock: Clock = clock or clock_of(self.store)
         self.default_timeout = default_timeout
         self.default_enforce: Enforce = default_enforce
         self.max_breakers = max_breakers
@@ -189,18 +140,19 @@ class Registry:
             raise PolicyError("[tools] takes one key, local = [tool names]", field="tools.local")
         timeout = defaults.get("timeout")
         if timeout is not None:
-            _check_number(timeout, "defaults.timeout")
-        base_policy = _policy(
-            {k: v for k, v in defaults.items() if k in _POLICY_FIELDS}, "defaults"
-        )
+            check_seconds(timeout, "defaults.timeout")
+        base_policy = _policy({k: v for k, v in defaults.items() if k in POLICY_FIELDS}, "defaults")
         boundaries: dict[tuple[str, str], Boundary] = {}
         for dependency, operations in data.items():
             if dependency in ("defaults", "tools"):
                 continue
+            _check_key(dependency, dependency)
             for operation, row in _table(operations, dependency).items():
                 where = f"{dependency}.{operation}"
-                boundaries[(dependency, operation)] = _boundary(
-                    dependency, operation, {**defaults, **_table(row, where)}, where
+                _check_key(operation, where)
+                table = {**defaults, **_table(row, where)}
+                boundaries[(dependency, operation)] = Boundary.from_row(
+                    dependency, operation, table, where
                 )
         return cls(
             base_policy,
@@ -225,6 +177,8 @@ class Registry:
             PolicyError: ``strict`` and the sheet does not describe the key, or an option
                 is invalid.
         """
+        _check_key(dependency, "dependency")
+        _check_key(operation, "operation")
         key = (dependency, operation)
         breaker = self._breakers.get(key)
         if breaker is not None:
@@ -255,36 +209,13 @@ class Registry:
                 enforce=self.default_enforce,
             )
         if options:
-            known = {f.name for f in dataclasses.fields(Boundary)} - {"dependency", "operation"}
-            for name in options:
-                if name not in known:
-                    raise PolicyError(
-                        f"unknown breaker option {name!r} (known: {', '.join(sorted(known))})",
-                        field=name,
-                    )
-            row = dataclasses.replace(row, **options)
+            row = row.with_options(options)
         if row.fallback is not None and row.fallback not in self.tool_names():
             raise PolicyError(
                 f"fallback {row.fallback!r} of {dependency}.{operation} is not a registered tool",
                 field=f"{dependency}.{operation}.fallback",
             )
-        return Breaker(
-            dependency,
-            operation=operation,
-            policy=row.policy,
-            store=self.store,
-            clock=self.clock,
-            timeout=row.timeout,
-            enforce=row.enforce,
-            tool=row.tool,
-            fallback=row.fallback,
-            fallback_note=row.fallback_note,
-            retryable=row.retryable,
-            owner=row.owner,
-            instructions=row.instructions,
-            classifier=row.classifier,
-            result_is_failure=row.result_is_failure,
-        )
+        return Breaker(dependency, store=self.store, clock=self.clock, boundary=row)
 
     def tool_names(self) -> frozenset[str]:
         """Every tool name the registry knows: sheet rows, live breakers, local tools."""
@@ -338,12 +269,24 @@ def _policy(fields: Mapping[str, Any], where: str) -> Policy:
         ) from None
 
 
-def _check_number(value: object, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+#: The longest dependency or operation name: the registry bounds bytes, not only breakers.
+MAX_KEY_CHARS: Final = 200
+
+
+def _check_key(value: object, field: str) -> None:
+    """A registry key part is a non-empty string of valid Unicode, at most MAX_KEY_CHARS."""
+    if not isinstance(value, str):
+        raise PolicyError(f"{field} must be a string, got {shown(value)}", field=field)
+    if not value or len(value) > MAX_KEY_CHARS:
         raise PolicyError(
-            f"{field} must be a positive number of seconds, got {value!r}", field=field
+            f"{field} must have 1 to {MAX_KEY_CHARS} characters, got {len(value)}", field=field
         )
-    return float(value)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PolicyError(
+            f"{field} {shown(value)} is not valid Unicode text (a lone surrogate)", field=field
+        ) from None
 
 
 def _enforce(value: object, field: str) -> Enforce:
@@ -352,52 +295,6 @@ def _enforce(value: object, field: str) -> Enforce:
     if value == "cooperative":
         return "cooperative"
     raise PolicyError(f"{field} must be 'thread' or 'cooperative', got {value!r}", field=field)
-
-
-def _text(row: Mapping[str, Any], key: str, where: str) -> str | None:
-    value = row.get(key)
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise PolicyError(f"{where}.{key} must be a non-empty string", field=f"{where}.{key}")
-    return value
-
-
-def _boundary(dependency: str, operation: str, row: Mapping[str, Any], where: str) -> Boundary:
-    for key in row:
-        if key not in _POLICY_FIELDS and key not in _BOUNDARY_FIELDS:
-            raise PolicyError(f"unknown field {key!r} in [{where}]", field=f"{where}.{key}")
-    policy = _policy({k: v for k, v in row.items() if k in _POLICY_FIELDS}, where)
-    timeout = row.get("timeout")
-    if timeout is not None:
-        timeout = _check_number(timeout, f"{where}.timeout")
-        if timeout * 1000 > policy.lease_ttl_ms:
-            raise PolicyError(
-                f"{where}.timeout ({timeout} s) exceeds lease_ttl_ms ({policy.lease_ttl_ms}): "
-                "a probe would be declared lost before its call times out",
-                field=f"{where}.timeout",
-            )
-    retryable = row.get("retryable", True)
-    if type(retryable) is not bool:
-        raise PolicyError(f"{where}.retryable must be true or false", field=f"{where}.retryable")
-    instructions = _table(row.get("instructions", {}), f"{where}.instructions")
-    for reason, text in instructions.items():
-        if not isinstance(text, str):
-            raise PolicyError(
-                f"{where}.instructions.{reason} must be a string",
-                field=f"{where}.instructions.{reason}",
-            )
-    return Boundary(
-        dependency=dependency,
-        operation=operation,
-        policy=policy,
-        tool=_text(row, "tool", where),
-        timeout=timeout,
-        enforce=_enforce(row.get("enforce", "thread"), f"{where}.enforce"),
-        retryable=retryable,
-        fallback=_text(row, "fallback", where),
-        fallback_note=_text(row, "fallback_note", where) or "",
-        owner=_text(row, "owner", where),
-        instructions=instructions,
-    )
 
 
 def _check_fallbacks(

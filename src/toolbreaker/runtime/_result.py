@@ -1,26 +1,45 @@
-"""What the model reads: structured, LLM-readable tool results.
+"""What the model reads: every structured, LLM-readable tool result is built here.
 
 A local rejection is never worded as a remote failure: the model is told which tool is
 out of service, for how many whole seconds, that retrying is pointless and why, which
-fallback to use, and not to invent the data.
+fallback to use, and not to invent the data. The shapes, one builder each:
+
+- :func:`unavailable_result`: the dependency's breaker rejected the call (or this failure
+  opened it), the store cannot be read, the tool is saturated; or the tool is unavailable
+  for the rest of the run (``rate-limited`` beyond ``max_retry_after_ms``,
+  ``quota-exhausted``, ``retry-budget`` spent), with no wait to count down;
+- :func:`error_result`: a failure while closed, retryable or not;
+- :func:`denied_result`: the authority check refused the call;
+- :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
+- :func:`stopped_result`: the run guard stopped the run, or blocks its writes;
+- :func:`journal_down_result`: the run journal cannot be reached, so no write is made.
+
+Every text that may carry data from outside (exception messages, stop details) is masked
+with :func:`~toolbreaker.core.run.redact.redact_text` here, where it is built.
 """
 
 from __future__ import annotations
 
-import math
 import string
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.errors import PolicyError
+from toolbreaker.core.run.budget import Stop
+from toolbreaker.core.run.redact import redact, redact_text
+from toolbreaker.errors import PolicyError, whole_seconds
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
     "SYSTEM_PROMPT_LINE",
+    "denied_result",
     "error_result",
+    "hidden_tools_line",
+    "journal_down_result",
     "retry_after_seconds",
+    "stopped_result",
     "system_prompt_line",
     "unavailable_result",
+    "unknown_result",
     "validate_template",
 ]
 
@@ -30,8 +49,15 @@ _REASONS: Final = {
     "opened": "open",
     "probe-limit": "recovering",
     "isolated": "isolated",
+    "forced-open": "isolated",
     "store-unavailable": "store-unavailable",
+    "rate-limited": "rate-limited",
+    "quota-exhausted": "quota-exhausted",
+    "retry-budget": "retry-budget",
+    "saturated": "saturated",
 }
+#: Reasons that hold for the rest of the run: no wait the model could count down.
+_FOR_THE_RUN: Final = frozenset({"isolated", "rate-limited", "quota-exhausted", "retry-budget"})
 
 _NO_REPEAT: Final = (
     "Do not call it again for {seconds} seconds: every call will be rejected without "
@@ -53,6 +79,19 @@ DEFAULT_INSTRUCTIONS: Final = {
     "is not being called (this is not a provider failure). "
     + _NO_REPEAT
     + " {fallback_sentence} Do not estimate or invent the data.",
+    "rate-limited": 'The tool "{tool}" is rate limited for longer than this run can wait. '
+    "Do not call it again in this run. {fallback_sentence} Do not estimate or invent the data.",
+    "quota-exhausted": 'The tool "{tool}" has used up its provider quota; waiting will not '
+    "help. Do not call it again in this run. {fallback_sentence} Do not estimate or invent "
+    "the data.",
+    "retry-budget": 'The tool "{tool}" keeps failing and its retry budget is spent: '
+    "retrying (by anyone, you included) only adds load. Do not call it again in this run. "
+    "{fallback_sentence} Do not estimate or invent the data.",
+    # Not a provider failure either: every worker is busy with earlier calls, so this one
+    # was refused at once instead of waiting behind them past its deadline.
+    "saturated": 'The tool "{tool}" is saturated: all of its workers are busy with earlier '
+    "calls, so this call was not made (this is not a provider failure). Resubmit it after "
+    "{seconds} seconds. {fallback_sentence} Do not estimate or invent the data.",
 }
 
 _FIELDS: Final = frozenset({"tool", "seconds", "fallback_sentence", "fallback"})
@@ -71,19 +110,55 @@ def system_prompt_line() -> str:
     return SYSTEM_PROMPT_LINE
 
 
+def hidden_tools_line(hidden: Mapping[str, int | None]) -> str:
+    """The system-prompt line naming the tools hidden from the model, and until when.
+
+    ``hidden`` maps a tool name to the milliseconds until it may be called again
+    (``None``: until an operator restores it). Empty when nothing is hidden.
+    """
+    if not hidden:
+        return ""
+    parts = []
+    for tool in sorted(hidden):
+        ms = hidden[tool]
+        when = (
+            "until an operator restores it"
+            if ms is None
+            else f"for about {whole_seconds(ms)} more seconds"
+        )
+        parts.append(f'"{tool}" ({when})')
+    return (
+        "These tools are out of service and hidden from you: "
+        + ", ".join(parts)
+        + ". Do not try to call them; tell the user which data is unavailable instead of "
+        "estimating or inventing it."
+    )
+
+
 def retry_after_seconds(ms: int | None) -> int:
-    """Whole seconds, rounded up, and at least 1."""
-    if ms is None or ms <= 0:
-        return 1
-    return max(1, math.ceil(ms / 1000))
+    """Whole seconds, rounded up, and at least 1 (the one formula; see ``whole_seconds``)."""
+    return whole_seconds(ms)
 
 
 def validate_template(template: str, *, where: str = "instruction") -> str:
-    """Check an instruction template's placeholders; raise :class:`PolicyError` if unknown."""
+    """Check an instruction template: known placeholders only, no format spec or conversion.
+
+    Raises:
+        PolicyError: naming ``where``.
+    """
     try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+        parts = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise PolicyError(f"{where}: malformed template ({exc})", field=where) from None
+    names = set()
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if spec or conversion:
+            raise PolicyError(
+                f"{where}: no format spec or conversion allowed in {{{name}}}", field=where
+            )
+        names.add(name)
     unknown = names - _FIELDS
     if unknown:
         raise PolicyError(
@@ -101,10 +176,15 @@ def unavailable_result(
     fallback: str | None = None,
     fallback_note: str = "",
     templates: Mapping[str, str] | None = None,
+    operator_reason: str | None = None,
 ) -> dict[str, Any]:
-    """The tool-unavailable result for a local rejection (or the failure that opened it)."""
+    """The tool-unavailable result for a local rejection (or the failure that opened it).
+
+    ``operator_reason`` (a row forced open, with its reason) is masked and shown to the
+    model as ``operator_reason`` and in the instruction.
+    """
     public = _REASONS.get(reason, "open")
-    seconds = retry_after_seconds(retry_after_ms)
+    seconds = whole_seconds(retry_after_ms)
     if fallback:
         note = f" and {fallback_note.strip().rstrip('.')}" if fallback_note.strip() else ""
         fallback_sentence = f'Use "{fallback}" instead{note}.'
@@ -118,21 +198,126 @@ def unavailable_result(
         "ok": False,
         "tool_unavailable": True,
         "tool": tool,
-        "retry_after_seconds": seconds,
+        # An operator's isolation has no end the model could wait for: no number that
+        # would contradict "do not call it again in this run".
+        "retry_after_seconds": None if public in _FOR_THE_RUN else seconds,
         "reason": public,
         "instruction": " ".join(instruction.split()),
     }
+    if public in _FOR_THE_RUN and public != "isolated":
+        result["retryable"] = False
     if fallback:
         result["fallback"] = fallback
+    if operator_reason:
+        note = redact_text(" ".join(operator_reason.split()))
+        result["operator_reason"] = note
+        result["instruction"] += f" The operator's reason: {note.rstrip('.')}."
     return result
 
 
+def _exception_text(exc: BaseException) -> str:
+    try:
+        message = str(exc) or type(exc).__name__
+    except Exception:  # noqa: BLE001 - a broken __str__ must not break the answer
+        message = type(exc).__name__
+    # Masked before it is cut, so a cut can never expose the middle of a secret.
+    return redact_text(f"{type(exc).__name__}: {message}")[:500]
+
+
 def error_result(tool: str, exc: BaseException, *, retryable: bool) -> dict[str, Any]:
-    """A failure the model may act on: a transient error (retryable) or a bad request."""
-    message = str(exc) or type(exc).__name__
+    """A failure the model may act on: a transient error (retryable) or a bad request.
+
+    The exception text is masked (bearer tokens, API keys ...) and cut to 500 characters.
+    """
     return {
         "ok": False,
         "tool": tool,
-        "error": f"{type(exc).__name__}: {message}"[:500],
+        "error": _exception_text(exc),
         "retryable": retryable,
+    }
+
+
+def denied_result(tool: str) -> dict[str, Any]:
+    """The authority check refused an irreversible call; it never ran."""
+    return {
+        "ok": False,
+        "tool": tool,
+        "denied": True,
+        "retryable": False,
+        "instruction": f'The authority check refused "{tool}". Do not retry it; '
+        "tell the user it needs approval.",
+    }
+
+
+def unknown_result(
+    tool: str,
+    idempotency_key: str | None,
+    *,
+    why: str,
+    found: Any = None,
+    checked: bool = False,
+    writes_blocked: bool = True,
+) -> dict[str, Any]:
+    """A write whose outcome is unknown: never replayed; the reconcile check's finding.
+
+    Args:
+        tool: the write tool.
+        idempotency_key: the write's key, for the operator and the status check.
+        why: why the outcome is unknown (masked here).
+        found: what the read-only status check found (a record when the write happened).
+        checked: whether the status check could be made at all.
+        writes_blocked: whether the run's other writes are refused now.
+    """
+    if checked and found:
+        state = "the status check found the write: it DID happen, do not repeat it"
+    elif checked:
+        state = "the status check did not find the write (it may still appear)"
+    else:
+        state = "the status check could not be made"
+    rest = (
+        "Do not repeat this action or any other write in this run. Report what is "
+        "confirmed and that an operator will reconcile the rest."
+        if writes_blocked
+        else "Do not repeat this action."
+    )
+    return {
+        "ok": False,
+        "tool": tool,
+        "outcome_unknown": True,
+        "retryable": False,
+        "idempotency_key": idempotency_key,
+        "reconciled": redact(found) if checked and found else None,
+        "instruction": redact_text(
+            f'The outcome of "{tool}" is uncertain ({why}); {state}. {rest}'
+        ),
+    }
+
+
+def stopped_result(stop: Stop, *, writes_only: bool = False) -> dict[str, Any]:
+    """The run guard stopped the run (or, ``writes_only``, refuses its writes)."""
+    what = "Writes are blocked" if writes_only else "This run was stopped by a guard"
+    detail = redact_text(stop.detail)
+    return {
+        "ok": False,
+        "run_stopped": not writes_only,
+        "writes_blocked": True,
+        "retryable": False,
+        "condition": stop.condition,
+        "detail": detail,
+        "instruction": f"{what}: {detail}. Do not call tools that change anything "
+        "again in this run. You may summarise what was done, call read-only status checks "
+        "and draft a recovery plan. Do not invent results.",
+    }
+
+
+def journal_down_result(tool: str) -> dict[str, Any]:
+    """A write not made because its journal cannot be reached (fail closed)."""
+    return {
+        "ok": False,
+        "tool": tool,
+        "reason": "store-unavailable",
+        "retryable": False,
+        "instruction": f'"{tool}" was not called: its run journal cannot be reached, so the '
+        "write could not be made safely (this is not a provider failure). Do not retry it "
+        "now; say that the action is pending.",
     }

@@ -12,7 +12,6 @@ answers.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping
@@ -21,7 +20,7 @@ from typing import Any
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.stores._protocol import Journal, Store, View
+from toolbreaker.stores._protocol import Journal, Store, View, aapply
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["LocalFallback"]
@@ -106,11 +105,8 @@ class LocalFallback:
             return self._local.apply(key, event, policy)
         try:
             result = self.primary.apply(key, event, policy)
-        except StoreUnavailable:
-            if not self._matches(key):
-                raise
-            self._fall_back(key)
-            return self._local.apply(key, event, policy)
+        except StoreUnavailable as exc:
+            return self._fail_over(key, event, policy, exc)
         self._recovered(key)
         return result
 
@@ -120,21 +116,21 @@ class LocalFallback:
         """The asyncio twin of :meth:`apply`."""
         if self._waiting(key):
             return self._local.apply(key, event, policy)
-        aapply = getattr(self.primary, "aapply", None)
         try:
-            if aapply is not None:
-                result: tuple[BreakerState, tuple[Transition, ...]] = await aapply(
-                    key, event, policy
-                )
-            else:
-                result = await asyncio.to_thread(self.primary.apply, key, event, policy)
-        except StoreUnavailable:
-            if not self._matches(key):
-                raise
-            self._fall_back(key)
-            return self._local.apply(key, event, policy)
+            result = await aapply(self.primary, key, event, policy)
+        except StoreUnavailable as exc:
+            return self._fail_over(key, event, policy, exc)
         self._recovered(key)
         return result
+
+    def _fail_over(
+        self, key: str, event: Event, policy: Policy, exc: StoreUnavailable
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """The primary failed: a named key goes on locally; any other stays denied."""
+        if not self._matches(key):
+            raise exc
+        self._fall_back(key)
+        return self._local.apply(key, event, policy)
 
     def load(self, key: str, policy: Policy) -> BreakerState:
         """The primary's state of ``key``, or the local one while it falls back.

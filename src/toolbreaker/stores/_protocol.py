@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 
-__all__ = ["AsyncStore", "Journal", "Store", "View"]
+__all__ = ["AsyncStore", "Journal", "Store", "View", "aapply"]
 
 
 class View:
@@ -95,3 +96,17 @@ class Journal(Protocol):
     def journal_entries(self, task: str) -> list[dict[str, Any]]:
         """Every entry of ``task``, oldest first."""
         ...
+
+
+async def aapply(
+    store: Store, key: str, event: Event, policy: Policy
+) -> tuple[BreakerState, tuple[Transition, ...]]:
+    """``store.aapply`` when the store has it, else ``store.apply`` in a worker thread.
+
+    Either way the event loop never waits on the store.
+    """
+    native = getattr(store, "aapply", None)
+    if native is None:
+        return await asyncio.to_thread(store.apply, key, event, policy)
+    result: tuple[BreakerState, tuple[Transition, ...]] = await native(key, event, policy)
+    return result

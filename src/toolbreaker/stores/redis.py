@@ -522,8 +522,8 @@ class RedisStore(SharedStore):
         return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key)
 
     def _ttl_ms(self, state: BreakerState, policy: Policy) -> int:
-        if state.isolated:
-            return 0  # an operator's isolation lasts until an operator releases it
+        if state.isolated or state.forced_closed:
+            return 0  # an operator's isolation (or forced close) lasts until released
         return max(self.idle_ttl_ms, 2 * (policy.cooldown_max_ms + policy.lease_ttl_ms))
 
     def _state_key(self, key: str) -> str:

@@ -122,6 +122,10 @@ class Fault:
             means yes, unless the fault answers with ``status`` or ``reset``; ``True``
             with either of those gives a write that succeeded behind an error.
         reset: close the connection without answering (a TCP reset).
+        headers: extra response headers for a ``status`` answer (rate-limit hints such as
+            ``retry-after-ms`` or ``x-ratelimit-reset-requests``).
+        body: the JSON error body of a ``status`` answer instead of the default one
+            (an OpenAI ``insufficient_quota`` error, a Google ``retryDelay`` ...).
     """
 
     status: int | None = None
@@ -131,6 +135,8 @@ class Fault:
     malformed: Literal["shape", "truncated"] | None = None
     commit: bool | None = None
     reset: bool = False
+    headers: Mapping[str, str] | None = None
+    body: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.status is not None and (
@@ -154,6 +160,11 @@ class Fault:
         answers = [self.status is not None, self.malformed is not None, self.reset]
         if sum(answers) > 1:
             raise ValueError("Fault takes at most one of status, malformed and reset")
+        if (self.headers is not None or self.body is not None) and self.status is None:
+            raise ValueError("Fault.headers and Fault.body need a status to travel with")
+        for name, value in (self.headers or {}).items():
+            if any(c in f"{name}{value}" for c in "\r\n"):
+                raise ValueError("Fault.headers must be single-line names and values")
         if self.commit is False and self.commit_then_delay:
             raise ValueError("Fault.commit_then_delay commits by definition; drop commit=False")
 
@@ -685,10 +696,11 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.reset:
             self._reset()
         elif fault.status is not None:
-            headers: tuple[tuple[str, str], ...] = ()
+            headers: tuple[tuple[str, str], ...] = tuple((fault.headers or {}).items())
             if fault.retry_after is not None:
-                headers = (("Retry-After", _retry_after_header(fault.retry_after)),)
-            self._send(fault.status, _encode(_error_payload(fault.status)), headers)
+                headers = (*headers, ("Retry-After", _retry_after_header(fault.retry_after)))
+            payload = _error_payload(fault.status) if fault.body is None else fault.body
+            self._send(fault.status, _encode(payload), headers)
         elif fault.malformed is not None:
             self._send_malformed(method, fault.malformed, reply)
         else:

@@ -364,3 +364,33 @@ def test_idle_rejection_agrees_with_step(at):
         new, record = step(state, Event("request", at, "d", call="c"), policy)
         expected = record.reason if record.rejected and new == state else None
         assert idle_rejection(state, at, policy) == expected
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"state": "open", "open_until": 5, "state": "closed"}',
+        '{"state": "closed", "generation": ' + "9" * 5000 + "}",
+        '{"state": "closed", "generation": 9007199254740992}',
+        '{"state": "closed", "failures": ' + "[" * 100_000 + "}",
+        b'{"state": "closed\xff"}',
+        '{"state": "\\ud800"}',
+    ],
+    ids=["duplicate-key", "5000-digits", "beyond-2**53", "deep", "not-utf8", "surrogate"],
+)
+def test_stored_json_that_is_not_strict_loads_as_corrupt(raw):
+    """A stored state whose text is not strict JSON loads open and flagged, never raises."""
+    from toolbreaker.core.breaker.state import BreakerState
+
+    state = BreakerState.from_json(raw, Policy())
+    assert state.phase == "open"
+    assert state.recovered_from_corruption
+
+
+def test_stored_json_round_trips():
+    """A valid stored state loads as itself."""
+    from toolbreaker.core.breaker.state import BreakerState
+    from toolbreaker.core.canonical import canonical_json
+
+    state = BreakerState(failures=(1, 2), generation=3)
+    assert BreakerState.from_json(canonical_json(state.to_dict()), Policy()) == state

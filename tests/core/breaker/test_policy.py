@@ -102,3 +102,39 @@ def test_missing_file_is_a_policy_error(tmp_path: Path):
     """A missing file is a PolicyError naming it, not an OSError traceback."""
     with pytest.raises(PolicyError, match="cannot read"):
         Policy.from_toml(tmp_path / "absent.toml")
+
+
+def test_an_unset_cooldown_max_follows_the_cooldown():
+    """A long cooldown is valid on its own: the default cap never makes it invalid."""
+    policy = Policy(cooldown_ms=3_600_000)
+    assert policy.cooldown_max_ms == 3_600_000
+    assert Policy().cooldown_max_ms == 300_000
+
+
+@pytest.mark.parametrize("field", ["window_ms", "cooldown_ms", "cooldown_max_ms", "lease_ttl_ms"])
+def test_durations_have_a_maximum_every_store_holds(field):
+    """A duration beyond 30 days is a PolicyError naming the field (Redis PEXPIRE is 64-bit)."""
+    value = 30 * 24 * 3600 * 1000 + 1
+    fields = {field: value}
+    if field == "cooldown_ms":
+        fields["cooldown_max_ms"] = value
+    with pytest.raises(PolicyError) as info:
+        Policy(**fields)
+    assert info.value.field == field
+    Policy(**{k: v - 1 for k, v in fields.items()})
+
+
+@pytest.mark.parametrize("value", [10**30, 10**5000], ids=["30-digits", "5000-digits"])
+def test_huge_values_are_a_policy_error(value):
+    """Huge integers are refused with a short message, not a ValueError from printing them."""
+    with pytest.raises(PolicyError) as info:
+        Policy(lease_ttl_ms=value)
+    assert info.value.field == "lease_ttl_ms"
+    assert len(str(info.value)) < 200
+
+
+def test_counts_have_a_maximum():
+    """Thresholds and limits are bounded too."""
+    with pytest.raises(PolicyError) as info:
+        Policy(failure_threshold=10**7)
+    assert info.value.field == "failure_threshold"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import decimal
+import os
 import re
+import subprocess
+import sys
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +25,7 @@ from toolbreaker.core.run.fingerprint import (
     UnsupportedTypeError,
     business_key_of,
     canonical_action,
+    evidence,
     fingerprint,
     idempotency_key,
 )
@@ -542,3 +547,219 @@ def test_property_canonical_form_is_a_fixed_point(tool: str, args: dict[str, Any
     again = canonical_action(canonical["tool"], canonical["args"])
     assert again == canonical
     assert fingerprint(canonical["tool"], canonical["args"]) == fingerprint(tool, args)
+
+
+# --- evidence digests ----------------------------------------------------------------------
+
+SEARCH_RESULT: dict[str, Any] = {
+    "query": "renewal policy",
+    "hits": [{"title": "Renewals", "score": 0.5, "note": "from the handbook"}],
+    "request_id": "req-1",
+    "timestamp": "2026-08-01T10:00:00Z",
+    "meta": {"traceId": "abc", "page": 1},
+}
+
+
+@pytest.mark.parametrize(
+    "noise",
+    [
+        {"request_id": "req-2"},
+        {"timestamp": "2026-08-01T10:00:07Z"},
+        {"meta": {"traceId": "def", "page": 1}},
+        {"meta": {"page": 1.0, "trace-id": "x", "spanId": "y"}},
+        {"hits": [{"note": "from the handbook", "score": Decimal("0.50"), "title": "Renewals"}]},
+    ],
+)
+def test_evidence_ignores_volatile_fields_at_every_depth(noise: dict[str, Any]) -> None:
+    """A fresh request id, timestamp or nested trace id is the same evidence as before."""
+    assert evidence({**SEARCH_RESULT, **noise}) == evidence(SEARCH_RESULT)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"query": "refund policy"},
+        {"hits": []},
+        {"hits": [{"title": "Renewals", "score": 0.6, "note": "from the handbook"}]},
+        {"meta": {"traceId": "abc", "page": 2}},
+        {"status": "error"},
+    ],
+)
+def test_evidence_changes_with_the_value(change: dict[str, Any]) -> None:
+    """Any change outside the volatile fields is new evidence."""
+    assert evidence({**SEARCH_RESULT, **change}) != evidence(SEARCH_RESULT)
+
+
+def test_evidence_keeps_prose_fields() -> None:
+    """In a result, a ``note`` or ``comment`` is data the tool returned, so it counts."""
+    assert evidence({"note": "in stock"}) != evidence({"note": "sold out"})
+    assert evidence({"reason": "a"}) != evidence({"reason": "b"})
+
+
+def test_evidence_uses_the_volatile_names_of_the_rules() -> None:
+    """Custom rules add volatile names; their prose names are not used on results."""
+    rules = FingerprintRules().extend(volatile=["etag"], prose=["summary"])
+    assert evidence({"a": 1, "etag": "x"}, rules) == evidence({"a": 1, "etag": "y"}, rules)
+    assert evidence({"summary": "x"}, rules) != evidence({"summary": "y"}, rules)
+    kept = FingerprintRules().without("request_id")
+    assert evidence({"request_id": "1"}, kept) != evidence({"request_id": "2"}, kept)
+
+
+def test_evidence_is_the_digest_of_the_canonical_form() -> None:
+    """For plain data the digest is the SHA-256 of the canonical JSON used for actions."""
+    canonical = canonical_action("t", SEARCH_RESULT, FingerprintRules(prose=frozenset()))["args"]
+    assert evidence(SEARCH_RESULT) == sha256_hex(canonical)
+
+
+def test_evidence_is_pinned() -> None:
+    """The digest depends on the value only: the same in every process and on every machine."""
+    assert evidence(SEARCH_RESULT) == (
+        "2260aaa09f46e80564712e772a4147e1fec0d37b560077e3d042797a208782fd"
+    )
+
+
+class _Opaque:
+    __slots__ = ()
+
+
+class _Record:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self.timestamp = "now"
+
+
+class _Broken:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+class _BrokenMapping(dict):  # type: ignore[type-arg]
+    def items(self) -> Any:
+        raise RuntimeError("no items")
+
+
+def _cycle() -> list[Any]:
+    loop: list[Any] = [1]
+    loop.append(loop)
+    return loop
+
+
+def _deep(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = {"next": [value]}
+    return value
+
+
+_WEIRD = [
+    float("nan"),
+    float("inf"),
+    Decimal("NaN"),
+    Decimal("sNaN"),
+    Decimal("-Infinity"),
+    b"\x00secret",
+    bytearray(b"ab"),
+    {1, 2, "3"},
+    frozenset({(1, 2)}),
+    {1: "a", (2, 3): "b", "c": "d"},
+    {b"k": 1},
+    object(),
+    _Opaque(),
+    _Record({"x": {1}}),
+    _Broken(),
+    _BrokenMapping(a=1),
+    _cycle(),
+    _deep(5_000),
+    "\ud800 lone surrogate",
+    1 + 2j,
+    10**5000,
+    datetime.datetime(2026, 8, 1, 10, 0),
+    [datetime.date(2026, 8, 1), range(3), None, True],
+]
+
+
+@pytest.mark.parametrize("value", _WEIRD, ids=lambda v: type(v).__name__)
+def test_evidence_never_raises(value: Any) -> None:
+    """Any Python value gets a SHA-256 hex digest, the same on every call."""
+    digest = evidence(value)
+    assert re.fullmatch(r"[0-9a-f]{64}", digest)
+    assert evidence(value) == digest
+
+
+def test_weird_values_stay_apart() -> None:
+    """Tagged forms keep values of different kinds, and different values, apart."""
+    digests = {
+        evidence(value)
+        for value in [
+            float("nan"),
+            float("inf"),
+            float("-inf"),
+            b"ab",
+            "ab",
+            {"ab"},
+            ["ab"],
+            {1: "a"},
+            {"1": "a"},
+            _Record(1),
+            _Record(2),
+            _Opaque(),
+            1 + 2j,
+        ]
+    }
+    assert len(digests) == 13
+
+
+def test_objects_compare_without_memory_addresses() -> None:
+    """Two plain objects of one type are the same evidence: addresses never enter a digest."""
+    assert evidence({"x": _Opaque()}) == evidence({"x": _Opaque()})
+    assert evidence(_Record(1)) == evidence(_Record(1))
+
+
+def test_evidence_of_sets_ignores_their_order() -> None:
+    """Set members are sorted by their canonical text."""
+    assert evidence({"tags": {"b", "a", 3}}) == evidence({"tags": {3, "a", "b"}})
+
+
+def test_cycles_get_a_digest_by_shape() -> None:
+    """A container inside itself is written as how many levels up it recurs."""
+    first, second = _cycle(), _cycle()
+    assert evidence(first) == evidence(second)
+    assert evidence(first) != evidence([1, [1]])
+
+
+@pytest.mark.slow
+def test_evidence_digest_is_the_same_in_another_process() -> None:
+    """Hash randomisation and addresses play no part: a fresh interpreter agrees."""
+    code = (
+        "from toolbreaker.core.run.fingerprint import evidence\n"
+        "print(evidence([{'b': 1, 'a': {2, 'x', 3.5}}, object(), b'k', {1: 2}, float('nan')]))"
+    )
+    here = evidence([{"b": 1, "a": {2, "x", 3.5}}, object(), b"k", {1: 2}, float("nan")])
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert out.stdout.strip() == here
+
+
+@given(args=_ARGS, data=st.data())
+def test_property_evidence_ignores_key_order(args: dict[str, Any], data: st.DataObject) -> None:
+    """Reordering keys at every depth never changes the evidence digest."""
+    assert evidence(_reordered(args, data)) == evidence(args)
+
+
+@given(value=_VALUES)
+def test_property_evidence_matches_the_action_canonical_form(value: Any) -> None:
+    """For any value actions accept, the digest is that of their canonical JSON."""
+    canonical = canonical_action("t", {"v": value}, FingerprintRules(prose=frozenset()))
+    assert evidence({"v": value}) == sha256_hex(canonical["args"])
+
+
+@given(value=_ANYTHING | st.binary() | st.sets(st.text(max_size=3)) | st.complex_numbers())
+def test_property_evidence_is_total(value: Any) -> None:
+    """Nothing raises, whatever the value."""
+    assert len(evidence(value)) == 64

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import copy
 import datetime
+import enum
+import hashlib
 import json
 import time
+import urllib.parse
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -14,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from secrets_corpus import SECRETS, body, label, leaks, named_variants, nested
 from toolbreaker.core.run.redact import CYCLE, REDACTED, is_secret_key, redact, redact_text
 
 # --- secret key names ------------------------------------------------------------------
@@ -290,8 +294,13 @@ def test_shared_values_are_not_cycles() -> None:
 
 
 def test_keys_are_kept_verbatim() -> None:
-    """Dictionary keys are never rewritten, so no two keys can merge."""
-    assert list(redact({"password": 1, 3: "x"})) == ["password", 3]
+    """Dictionary keys that hold no secret are kept as they are, whatever their type."""
+    assert list(redact({"password": 1, 3: "x", b"raw": 2, ("a", 1): 3})) == [
+        "password",
+        3,
+        b"raw",
+        ("a", 1),
+    ]
 
 
 # --- properties ------------------------------------------------------------------------
@@ -387,6 +396,18 @@ _FRAGMENTS = st.sampled_from(
         "://",
         "Authorization: ",
         "Cookie:",
+        "\\n",
+        "\\",
+        '\\"',
+        "\\u0022",
+        "%3D",
+        "%20",
+        "%2F",
+        "+",
+        "ghp_",
+        "AccountKey=",
+        "?sig=",
+        "-----BEGIN PRIVATE KEY-----",
         REDACTED,
     ]
 )
@@ -397,3 +418,196 @@ def test_property_redacting_twice_changes_nothing_more(text: str) -> None:
     """Masked text is a fixed point, whatever fragments of secrets it was built from."""
     once = redact_text(text)
     assert redact_text(once) == once
+
+
+# --- the corpus: every secret shape, in every form it reaches an output in ----------------
+
+
+def test_the_corpus_covers_enough_shapes() -> None:
+    """At least 30 distinct secret shapes, each with a body long enough to check."""
+    names = [name for name, _ in SECRETS]
+    assert len(set(names)) == len(names) >= 30
+    assert all(len(body(secret)) >= 16 for _, secret in SECRETS)
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_every_shape_in_every_form_is_masked(name: str, secret: str) -> None:
+    """Raw, in prose, after a newline, repr-escaped, JSON-escaped or URL-encoded: nothing
+    of the secret survives, not even 8 characters of its body."""
+    leaked = {
+        form: found
+        for form, text in named_variants(secret)
+        if (found := leaks(redact_text(text), secret))
+    }
+    assert not leaked, f"{name} leaked in {sorted(leaked)}: {leaked}"
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_every_form_is_masked_inside_structures(name: str, secret: str) -> None:
+    """The same texts inside a packet-like structure are masked by ``redact``."""
+    leaked = {
+        form: found
+        for form, text in named_variants(secret)
+        if (found := leaks(redact({"detail": text, "calls": [{"result": (text,)}]}), secret))
+    }
+    assert not leaked, f"{name} leaked in {sorted(leaked)}: {leaked}"
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_every_shape_nested_is_masked(name: str, secret: str) -> None:
+    """In dicts, lists, tuples, sets, bytes, object reprs, exceptions and as a dict key."""
+    leaked = [value for value in nested(secret) if leaks(redact(value), secret)]
+    assert not leaked, f"{name} leaked from {leaked}"
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_labels_stay_readable(name: str, secret: str) -> None:
+    """What names the secret (``password=``, ``Authorization:``, the URL) is kept."""
+    assert label(secret) in redact_text(secret)
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_masking_the_corpus_twice_changes_nothing(name: str, secret: str) -> None:
+    """Masked output is a fixed point in every form."""
+    for form, text in named_variants(secret):
+        once = redact_text(text)
+        assert redact_text(once) == once, f"{name} in form {form}"
+
+
+_PROJECT_KEY = "sk-proj-" + "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4z"
+_GITHUB = "ghp_" + "aB1cD2eF3gH4iJ5kL6mN7oP8qR9sT0uV1wX2"
+_AWS_ID = "AKIA" + "Z7QW3KJ4PL2MN8XR"
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        (repr(f"said:\n{_PROJECT_KEY}"), f"'said:\\n{REDACTED}'"),
+        (f"said:\\\\n{_PROJECT_KEY}", f"said:\\\\n{REDACTED}"),
+        (f"a%3D{_PROJECT_KEY}", f"a%3D{REDACTED}"),
+        (f"token%20{_GITHUB}", f"token%20{REDACTED}"),
+        (f"cred%2F{_AWS_ID}", f"cred%2F{REDACTED}"),
+        (f"q=token+{_GITHUB}&x=1", f"q=token+{REDACTED}&x=1"),
+        ('\\"password\\": \\"hunter2 x\\"', f'\\"password\\": \\"{REDACTED}\\"'),
+        (
+            "\\u0022password\\u0022: \\u0022hunter2\\u0022",
+            f"\\u0022password\\u0022: \\u0022{REDACTED}\\u0022",
+        ),
+        ("password%3Dhunter2%26user%3Dbob", f"password%3D{REDACTED}%26user%3Dbob"),
+        (
+            "postgres%3A%2F%2Fapp%3As3cret%40db%2Fprod",
+            f"postgres%3A%2F%2Fapp%3A{REDACTED}%40db%2Fprod",
+        ),
+        ("Authorization%3A+Bearer+abcDEF123456", f"Authorization%3A+{REDACTED}"),
+        (
+            "AccountName=a;AccountKey=abc+/def==;Suffix=x",
+            f"AccountName=a;AccountKey={REDACTED};Suffix=x",
+        ),
+        ("GET /f?sv=2022&sig=ab%2Bcd%3D&se=1", f"GET /f?sv=2022&sig={REDACTED}&se=1"),
+    ],
+)
+def test_escaped_and_encoded_secrets_are_masked_where_written(text: str, masked: str) -> None:
+    """A secret behind an escape or an encoding is masked in place; escapes stay as written."""
+    assert redact_text(text) == masked
+
+
+@pytest.mark.parametrize(
+    "key",
+    [b"password", b"X-Api-Key", ("db", "password"), 7.5, "X-Api-Key"],
+)
+def test_keys_that_are_not_strings_are_judged_by_their_text(key: Any) -> None:
+    """``{b"password": ...}`` is masked like ``{"password": ...}``; the key is kept."""
+    out = redact({key: "hunter2", "other": "kept"})
+    assert out[key] == (REDACTED if key != 7.5 else "hunter2")
+    assert out["other"] == "kept"
+
+
+def test_enum_keys_are_judged_by_their_text() -> None:
+    """An enum member key named like a secret is a secret key."""
+
+    class Field(enum.Enum):
+        PASSWORD = "p"
+        NAME = "n"
+
+    assert redact({Field.PASSWORD: "x", Field.NAME: "bob"}) == {
+        Field.PASSWORD: REDACTED,
+        Field.NAME: "bob",
+    }
+
+
+def test_a_key_whose_str_fails_is_judged_by_its_repr() -> None:
+    """A key object with a broken ``__str__`` does not stop masking."""
+
+    class Key:
+        def __str__(self) -> str:
+            raise RuntimeError("no")
+
+        def __repr__(self) -> str:
+            return "Key(token)"
+
+    key = Key()
+    assert redact({key: "abc"}) == {key: REDACTED}
+
+
+def test_keys_holding_secrets_are_masked_without_merging() -> None:
+    """A secret used as a key is masked; masked keys are numbered, no value is lost."""
+    first, second = _PROJECT_KEY, _PROJECT_KEY[:-1] + "Q"
+    out = redact({first: 1, REDACTED: 2, second: 3, b"sk-" + b"x" * 30: 4})
+    assert out == {REDACTED + " #2": 1, REDACTED: 2, REDACTED + " #3": 3, REDACTED + " #4": 4}
+    assert redact(out) == out
+
+
+# --- what must stay: ordinary prose and identifiers ---------------------------------------
+
+_SHA256 = hashlib.sha256(b"x").hexdigest()
+_INNOCENT_TEXTS = [
+    "order ORD-2026-000123 shipped to customer-1842",
+    f"request {uuid.UUID(int=12345678901234567890)} done",
+    f"sha256 {_SHA256}",
+    "commit 9fceb02d0ae598e95dc970b74767f19372d61af8",
+    "2026-08-01T10:00:00Z to 2026-08-31T23:59:59+02:00",
+    "send a bearer token in the Authorization header; basic auth is off",
+    "the token budget is 4000 tokens; max_tokens=512",
+    "CPU at 95% for 10 minutes, 100%25 of quota, 3+4=7",
+    "C:\\Users\\ops\\tokens\\report.txt",
+    "https://example.com/search?q=circuit+breaker&page=2",
+    "https://user@example.com/path",
+    "SKU-12345 and sk-1 and a task-abcdefghijklmnopqrstuvwxyz",
+    "line one\nline two\ttabbed",
+    "cache key: 'user:42:profile'",
+]
+
+
+def _innocent_forms(text: str) -> list[str]:
+    return [
+        text,
+        repr(text),
+        json.dumps({"output": text}),
+        json.dumps(json.dumps({"output": text})),
+        urllib.parse.quote(text, safe=""),
+        urllib.parse.quote_plus(text),
+    ]
+
+
+@pytest.mark.parametrize("text", _INNOCENT_TEXTS)
+def test_ordinary_text_is_kept_in_every_form(text: str) -> None:
+    """Order ids, UUIDs, digests, dates, prose about tokens: unchanged raw, escaped or encoded."""
+    for form in _innocent_forms(text):
+        assert redact_text(form) == form
+
+
+def test_ordinary_structures_are_kept() -> None:
+    """A typical tool result with ids, dates, digests and URLs comes back equal."""
+    result = {
+        "order_id": "ORD-2026-000123",
+        "request_uuid": str(uuid.UUID(int=7)),
+        "digest": _SHA256,
+        "created": "2026-08-01T10:00:00Z",
+        "links": ["https://example.com/a%20b?x=1&y=2"],
+        "usage": {"input_tokens": 120, "max_tokens": 512},
+        b"raw": b"plain bytes",
+    }
+    out = redact(result)
+    assert {k: v for k, v in out.items() if k != b"raw"} == {
+        k: v for k, v in result.items() if k != b"raw"
+    }

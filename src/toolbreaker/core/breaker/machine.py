@@ -13,6 +13,21 @@ cooldown. Every change of phase starts a new generation, and an outcome of a cal
 admitted in an older generation changes nothing: a late success never closes a breaker
 that opened after the call began.
 
+Opening rules. By default ``failure_threshold`` qualifying failures (consecutive, or
+within ``window_ms``) open the breaker. A policy with a rate rule keeps, while closed, a
+window of calls (the last ``window_calls``, or ``window_ms`` in ten aligned buckets) and
+opens when failures reach ``failure_rate_permille`` of them, or successes slower than
+``slow_call_ms`` reach ``slow_call_rate_permille`` of them, never below ``minimum_calls``
+calls. Arithmetic is on integers only, so a replay is exact.
+
+Rollout and the kill switch. ``force = "open"`` rejects every request (``forced-open``);
+an operator's isolation (the ``isolate`` event, persisted with the state until
+``release``) rejects every request too. Otherwise ``mode = "shadow"``, ``force =
+"closed"`` and the ``force-closed`` operator event admit the requests the breaker would
+reject: the state evolves
+exactly as it would under enforcement (outcomes of calls enforcement would not have made
+are stale), and each such request's record carries ``would_reject`` and the reason.
+
 Everything here is pure: time arrives inside events, nothing is read, locked or stored.
 Shells feed events through :func:`apply` (or :func:`step`) and carry out the result.
 """
@@ -21,7 +36,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
 from toolbreaker.core.breaker.state import (
     CLOSED,
     HALF_OPEN,
@@ -40,13 +55,18 @@ __all__ = [
     "due_expiry",
     "fast_path_safe",
     "idle_rejection",
+    "is_evictable",
     "is_quiet",
     "retry_after_ms",
     "step",
 ]
 
-#: Operator events: force a breaker open (``isolate``) or close it again (``release``).
-OPERATOR_TYPES: Final = frozenset({"isolate", "release"})
+#: Operator events: force a breaker open (``isolate``), force it closed (``force-closed``:
+#: it keeps deciding and recording but admits every request), or end either (``release``).
+OPERATOR_TYPES: Final = frozenset({"isolate", "force-closed", "release"})
+
+_ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
+_Window = tuple[tuple[int, int, int, int], ...]
 
 _OUTCOME_REASONS: Final = {
     "failure": ("qualifying-failure", "probe-failed"),
@@ -57,10 +77,14 @@ _OUTCOME_REASONS: Final = {
 def admission(state: BreakerState, at: int, policy: Policy) -> str:
     """What a request at ``at`` would get, without building anything.
 
-    Returns ``call-admitted``, ``probe-admitted``, ``cooldown``, ``probe-limit`` or
-    ``isolated``. Half-open answers ignore lease expiry; :func:`apply` handles that first.
-    Shells use this to decide cheaply whether a call must go through :func:`step`.
+    Returns ``call-admitted``, ``probe-admitted``, ``cooldown``, ``probe-limit``,
+    ``isolated`` or ``forced-open``: what enforcement decides (shadow mode and a forced
+    close are applied by :func:`step`). Half-open answers ignore lease expiry;
+    :func:`apply` handles that first. Shells use this to decide cheaply whether a call
+    must go through :func:`step`.
     """
+    if policy.force == "open":
+        return "forced-open"
     phase = state.phase
     if phase == CLOSED:
         return "call-admitted"
@@ -82,7 +106,9 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
     to reject locally, without a lock or a round trip.
     """
     # The open branch of admission(), minus the cases where step() changes the state.
-    if state.phase != OPEN:
+    if policy.force == "open":
+        return "forced-open"
+    if state.phase != OPEN or (_admits_all(state, policy) and not state.isolated):
         return None
     if state.isolated:
         return "isolated"
@@ -96,7 +122,21 @@ def is_quiet(state: BreakerState, policy: Policy) -> bool:
     A shell may then skip :func:`step` for those two events and emit no record: the
     core has already said what step would do. A failure is never quiet.
     """
-    return state.phase == CLOSED and (policy.window_ms is not None or not state.failures)
+    return (
+        state.phase == CLOSED
+        and not policy.uses_rates
+        and policy.force != "open"
+        and (policy.window_ms is not None or not state.failures)
+    )
+
+
+def is_evictable(state: BreakerState) -> bool:
+    """Whether a process may forget its breaker object for this state (a scope limit).
+
+    Only a closed breaker with nothing an operator set: an open, half-open, isolated or
+    forced breaker is never dropped to make room.
+    """
+    return state.phase == CLOSED and not state.forced_closed
 
 
 def fast_path_safe(state: BreakerState) -> bool:
@@ -114,7 +154,10 @@ def retry_after_ms(state: BreakerState, at: int, policy: Policy | None = None) -
 
     While open: until the cooldown deadline (unknown while isolated). While half-open
     with ``policy``: until the oldest probe lease expires, the latest a slot frees up.
+    Unknown while the policy forces the breaker open.
     """
+    if policy is not None and policy.force == "open":
+        return None
     if state.phase == OPEN:
         if state.open_until is None or state.isolated:
             return None
@@ -170,8 +213,12 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
         # A recovered corrupt state: its cooldown starts at the first event touching it.
         state = _open(state, at, policy, opening=max(state.opens, 1), generation=state.generation)
     kind = event.type
+    would_reject = False
     if kind == "request":
         new, reason = _request(state, event, policy)
+        if reason not in _ADMITTED and reason not in ("isolated", "forced-open"):
+            # Shadow mode and a forced close admit what enforcement rejects, and record it.
+            would_reject = _admits_all(state, policy)
     elif kind in ("success", "failure", "ambiguous", "ignored", "lease-expired"):
         new, reason = _outcome(state, event, policy)
     elif kind == "isolate":
@@ -181,8 +228,17 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
             opens=state.opens,
             isolated=True,
             recovered_from_corruption=state.recovered_from_corruption,
+            operator_reason=event.reason,
         )
         reason = "isolated"
+    elif kind == "force-closed":
+        new = BreakerState(
+            generation=state.generation + 1,
+            recovered_from_corruption=state.recovered_from_corruption,
+            forced_closed=True,
+            operator_reason=event.reason,
+        )
+        reason = "forced-closed"
     elif kind == "release":
         new = BreakerState(
             generation=state.generation + 1,
@@ -191,7 +247,7 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
         reason = "released"
     else:
         raise TraceError(f"unknown event type {kind!r}")
-    admitted = reason in ("call-admitted", "probe-admitted")
+    admitted = reason in _ADMITTED or would_reject
     return new, Transition(
         dependency=event.dependency,
         event=event,
@@ -202,10 +258,13 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
         reason=reason,
         generation=new.generation,
         open_until=new.open_until,
+        would_reject=would_reject,
     )
 
 
 def _request(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    if policy.force == "open":
+        return state, "forced-open"
     phase = state.phase
     if phase == CLOSED:
         return state, "call-admitted"
@@ -220,6 +279,8 @@ def _request(state: BreakerState, event: Event, policy: Policy) -> tuple[Breaker
                 opens=state.opens,
                 leases=(Lease(event.call or "", event.at),),
                 recovered_from_corruption=state.recovered_from_corruption,
+                forced_closed=state.forced_closed,
+                operator_reason=state.operator_reason,
             ),
             "probe-admitted",
         )
@@ -244,11 +305,16 @@ def _outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[Breaker
     if kind == "ignored":
         return _with(state, leases=leases), "non-qualifying"
     if kind == "success":
+        if policy.slow_call_rate_permille is not None and _slow(event, policy):
+            # Slow is down: a slow probe does not vouch for the dependency.
+            return _open(state, event.at, policy, opening=state.opens + 1), "slow-probe"
         successes = state.successes + 1
         if successes >= policy.success_threshold:
             closed = BreakerState(
                 generation=state.generation + 1,
                 recovered_from_corruption=state.recovered_from_corruption,
+                forced_closed=state.forced_closed,
+                operator_reason=state.operator_reason,
             )
             return closed, "probe-quorum"
         return _with(state, leases=leases, successes=successes), "probe-success"
@@ -264,21 +330,73 @@ def _closed_outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[
     kind = event.type
     if kind == "ignored":
         return state, "non-qualifying"
-    if kind == "success":
-        if policy.window_ms is None and state.failures:
-            return _with(state, failures=()), "success"
-        return state, "success"
     if kind == "lease-expired":  # only made by apply() while half-open
         raise TraceError("lease-expired outside half_open")
     at = event.at
+    failed = kind != "success"
+    if failed:
+        reason = _OUTCOME_REASONS[kind][0]
+    else:
+        reason = "slow-call" if _slow(event, policy) else "success"
+    window = state.window
+    if policy.uses_rates:
+        window = _slide(window, at, failed=failed, slow=reason == "slow-call", policy=policy)
+        opening = _rate_opening(window, policy)
+        if opening is not None:
+            hint = event.retry_after_ms
+            return _open(state, at, policy, opening=state.opens + 1, hint=hint), opening
+        if policy.failure_rate_permille is not None:
+            # The failure rate replaces the failure count.
+            return _with(state, window=window), reason
+    if not failed:
+        if policy.window_ms is None and state.failures:
+            return _with(state, failures=(), window=window), reason
+        return (state if window is state.window else _with(state, window=window)), reason
     recent = state.failures
     if policy.window_ms is not None:
         recent = tuple(t for t in recent if at - t < policy.window_ms)
     failures = (*recent, at)
-    reason = _OUTCOME_REASONS[kind][0]
     if len(failures) >= policy.failure_threshold:
         return _open(state, at, policy, opening=state.opens + 1, hint=event.retry_after_ms), reason
-    return _with(state, failures=failures), reason
+    return _with(state, failures=failures, window=window), reason
+
+
+def _slow(event: Event, policy: Policy) -> bool:
+    limit, took = policy.slow_call_ms, event.duration_ms
+    return limit is not None and took is not None and took > limit
+
+
+def _slide(window: _Window, at: int, *, failed: bool, slow: bool, policy: Policy) -> _Window:
+    """The window with one more call.
+
+    The last ``window_calls`` calls, or the aligned buckets of the last ``window_ms``.
+    """
+    f, s = int(failed), int(slow)
+    if policy.window_calls is not None:
+        return (*window, (at, 1, f, s))[-policy.window_calls :]
+    index = at // policy.bucket_ms
+    if window:
+        # Clocks of several processes may disagree by a little: never go back a bucket.
+        index = max(index, window[-1][0])
+    kept = tuple(entry for entry in window if entry[0] > index - WINDOW_BUCKETS)
+    if kept and kept[-1][0] == index:
+        _, calls, failures, slows = kept[-1]
+        return (*kept[:-1], (index, calls + 1, failures + f, slows + s))
+    return (*kept, (index, 1, f, s))
+
+
+def _rate_opening(window: _Window, policy: Policy) -> str | None:
+    """The rate rule the window breaks, if it holds at least ``minimum_calls`` calls."""
+    calls = sum(entry[1] for entry in window)
+    if calls < (policy.minimum_calls or 1):
+        return None
+    limit = policy.failure_rate_permille
+    if limit is not None and sum(entry[2] for entry in window) * 1000 >= limit * calls:
+        return "failure-rate"
+    limit = policy.slow_call_rate_permille
+    if limit is not None and sum(entry[3] for entry in window) * 1000 >= limit * calls:
+        return "slow-call-rate"
+    return None
 
 
 def _open(
@@ -299,6 +417,8 @@ def _open(
         open_until=at + wait,
         opens=opening,
         recovered_from_corruption=state.recovered_from_corruption,
+        forced_closed=state.forced_closed,
+        operator_reason=state.operator_reason,
     )
 
 
@@ -308,6 +428,7 @@ def _with(
     failures: tuple[int, ...] | None = None,
     leases: tuple[Lease, ...] | None = None,
     successes: int | None = None,
+    window: _Window | None = None,
 ) -> BreakerState:
     """The same phase and generation with some counters changed."""
     return BreakerState(
@@ -320,4 +441,12 @@ def _with(
         leases=state.leases if leases is None else leases,
         isolated=state.isolated,
         recovered_from_corruption=state.recovered_from_corruption,
+        window=state.window if window is None else window,
+        forced_closed=state.forced_closed,
+        operator_reason=state.operator_reason,
     )
+
+
+def _admits_all(state: BreakerState, policy: Policy) -> bool:
+    """Whether requests enforcement rejects are admitted (and recorded as such)."""
+    return policy.admits_all or (state.forced_closed and policy.force is None)

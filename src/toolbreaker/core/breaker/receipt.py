@@ -2,9 +2,16 @@
 
 A receipt (schema ``toolbreaker.receipt/v1``) holds the policy and its version and, per
 dependency, every transition, the counts of remote attempts, local rejections and
-openings, and the final state. ``receipt_hash`` is the SHA-256 of the canonical JSON of
+openings (and, under shadow mode or a forced close, of requests that would have been
+rejected), and the final state. ``receipt_hash`` is the SHA-256 of the canonical JSON of
 everything else, so the same trace and policy give byte-identical receipts on every
 machine, and one changed event gives another hash and a non-empty :func:`diff`.
+
+What the hash proves: integrity against accidents (a truncated copy, a hand edit). It is
+an unkeyed checksum, so anyone who edits a receipt can recompute it; :func:`load_receipt`
+and ``toolbreaker diff`` accept such a resealed receipt. Only ``toolbreaker verify``, which
+replays the trace under the policy and compares byte for byte, proves a receipt is what
+that trace and policy produce.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ from toolbreaker.core.breaker.machine import apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import OPEN, OUTCOME_TYPES, BreakerState, Event, Transition
 from toolbreaker.core.canonical import sha256_hex
-from toolbreaker.errors import ReceiptError, TraceError
+from toolbreaker.core.files import loads_json, read_text, shown
+from toolbreaker.errors import PolicyError, ReceiptError, TraceError
 
 __all__ = [
     "RECEIPT_SCHEMA",
@@ -35,7 +43,7 @@ RECEIPT_SCHEMA: Final = "toolbreaker.receipt/v1"
 
 
 @dataclasses.dataclass(slots=True)
-class _Ledger:
+class Ledger:
     """The calls of one dependency: who was admitted in which generation."""
 
     state: BreakerState
@@ -59,14 +67,14 @@ class Replay:
 
     def __init__(self, policy: Policy, initial: Mapping[str, BreakerState] | None = None) -> None:
         self.policy = policy
-        self._ledgers = {dep: _Ledger(state) for dep, state in (initial or {}).items()}
+        self._ledgers = {dep: Ledger(state) for dep, state in (initial or {}).items()}
 
     def feed(self, event: Event) -> tuple[Transition, ...]:
         """Apply one trace event; raises :class:`TraceError` for impossible input."""
         dep = event.dependency
         ledger = self._ledgers.get(dep)
         if ledger is None:
-            ledger = self._ledgers[dep] = _Ledger(BreakerState())
+            ledger = self._ledgers[dep] = Ledger(BreakerState())
         if event.at < ledger.last_at:
             raise TraceError(
                 f"time went backwards for dependency {json.dumps(dep)}: "
@@ -75,9 +83,8 @@ class Replay:
         if event.type == "request":
             ledger.requests += 1
             call = event.call or f"#{ledger.requests}"
-            if call in ledger.seen:
+            if self._seen(ledger, dep, call):
                 raise TraceError(f"duplicate call id {json.dumps(call)} for {json.dumps(dep)}")
-            ledger.seen.add(call)
             event = Event("request", event.at, dep, call)
         elif event.type in OUTCOME_TYPES:
             settles = event.call
@@ -95,16 +102,39 @@ class Replay:
                     f"{event.type} outcome for {json.dumps(dep)} settles no admitted call "
                     f"({what} is not admitted and unsettled)"
                 )
-            event = Event(event.type, event.at, dep, settles, generation, event.retry_after_ms)
+            event = Event(
+                event.type,
+                event.at,
+                dep,
+                settles,
+                generation,
+                event.retry_after_ms,
+                event.duration_ms,
+            )
         ledger.state, records = apply(ledger.state, event, self.policy)
         ledger.last_at = event.at
-        ledger.transitions.extend(records)
+        self._keep(ledger, dep, records)
         if event.type == "request" and event.call is not None:
             if records[-1].attempted:
                 ledger.unsettled[event.call] = records[-1].generation
             else:
                 ledger.rejected[event.call] = None
         return records
+
+    def _seen(self, ledger: Ledger, dependency: str, call: str) -> bool:
+        """Whether ``call`` was requested before for ``dependency`` (and remember it)."""
+        if call in ledger.seen:
+            return True
+        ledger.seen.add(call)
+        return False
+
+    def _keep(self, ledger: Ledger, dependency: str, records: tuple[Transition, ...]) -> None:
+        """Keep the records of one event (a streaming replay spills them instead)."""
+        ledger.transitions.extend(records)
+
+    def ledgers(self) -> Mapping[str, Ledger]:
+        """Per dependency: its final state and what the replay kept."""
+        return self._ledgers
 
     def receipt(self) -> dict[str, Any]:
         """The receipt of everything fed so far, with its hash."""
@@ -142,6 +172,9 @@ def summarise(
             "final_state": final.to_dict(),
             "recovered_from_corruption": final.recovered_from_corruption,
         }
+        if policy.admits_all or any(record.would_reject for record in records):
+            # Only under shadow mode or a forced close, so other receipts keep their bytes.
+            deps[name]["would_reject"] = sum(record.would_reject for record in records)
     body: dict[str, Any] = {
         "schema": RECEIPT_SCHEMA,
         "policy": policy.to_dict(),
@@ -157,23 +190,103 @@ def dump_receipt(receipt: Mapping[str, Any]) -> str:
 
 
 def load_receipt(path: str | Path) -> dict[str, Any]:
-    """Read a receipt file and check its schema and hash."""
+    """Read a receipt file and check its schema, its shape and its hash.
+
+    The hash is an unkeyed checksum: it catches accidents (a truncated copy, a hand edit),
+    not a forger, who can recompute it. Only ``toolbreaker verify`` (replaying the trace)
+    proves a receipt is what a trace and policy produce.
+    """
     name = str(path)
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ReceiptError(f"cannot read: {exc.strerror or exc}", file=name) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        raise ReceiptError(f"not a JSON receipt ({exc})", file=name, line=line) from None
+    doc = loads_json(read_text(path, ReceiptError), ReceiptError, file=name, max_depth=16)
     if not isinstance(doc, dict) or doc.get("schema") != RECEIPT_SCHEMA:
         raise ReceiptError(f"not a {RECEIPT_SCHEMA} document", file=name)
     if not isinstance(doc.get("dependencies"), dict):
         raise ReceiptError("receipt has no dependencies table", file=name)
+    try:
+        _check_shape(doc)
+    except ReceiptError as exc:
+        exc.file = name
+        raise
     body = {key: value for key, value in doc.items() if key != "receipt_hash"}
     if sha256_hex(body) != doc.get("receipt_hash"):
         raise ReceiptError("receipt_hash does not match its content (edited?)", file=name)
     return doc
+
+
+def _expect(value: object, kind: type | tuple[type, ...], where: str) -> None:
+    if isinstance(value, bool) and kind is int:
+        raise ReceiptError(f"{where} must be an integer, got a boolean")
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise ReceiptError(f"{where} must be a {_JSON_NAMES.get(names, names)}")
+
+
+_JSON_NAMES: Final = {
+    "dict": "JSON object",
+    "list": "JSON array",
+    "str": "string",
+    "int": "integer",
+}
+_RECEIPT_KEYS: Final = frozenset(
+    {"schema", "policy", "policy_version", "dependencies", "receipt_hash"}
+)
+_DEPENDENCY_KEYS: Final = frozenset(
+    {
+        "transitions",
+        "remote_attempts",
+        "local_rejections",
+        "opens",
+        "final_state",
+        "recovered_from_corruption",
+    }
+)
+_TRANSITION_KEYS: Final = frozenset(
+    {"event", "from", "to", "attempted", "rejected", "reason", "generation", "open_until"}
+)
+
+
+def _check_shape(doc: Mapping[str, Any]) -> None:
+    """Every field :func:`diff` reads has the type a receipt gives it."""
+    unknown = set(doc) - _RECEIPT_KEYS
+    if unknown:
+        raise ReceiptError(f"unknown receipt field {shown(sorted(unknown)[0])}")
+    policy = doc.get("policy")
+    if not isinstance(policy, dict):
+        raise ReceiptError("policy must be a JSON object")
+    try:
+        Policy.from_dict(policy)
+    except PolicyError as exc:
+        raise ReceiptError(f"policy: {exc.message}") from None
+    _expect(doc.get("policy_version"), str, "policy_version")
+    _expect(doc.get("receipt_hash"), str, "receipt_hash")
+    for name, dep in doc["dependencies"].items():
+        where = f"dependencies[{shown(name)}]"
+        _expect(dep, dict, where)
+        if set(dep) != _DEPENDENCY_KEYS:
+            raise ReceiptError(
+                f"{where} must have the fields {', '.join(sorted(_DEPENDENCY_KEYS))}"
+            )
+        for key in ("remote_attempts", "local_rejections", "opens"):
+            _expect(dep[key], int, f"{where}.{key}")
+        _expect(dep["recovered_from_corruption"], bool, f"{where}.recovered_from_corruption")
+        _expect(dep["final_state"], dict, f"{where}.final_state")
+        _expect(dep["final_state"].get("state"), str, f"{where}.final_state.state")
+        _expect(dep["transitions"], list, f"{where}.transitions")
+        for index, record in enumerate(dep["transitions"]):
+            at = f"{where}.transitions[{index}]"
+            _expect(record, dict, at)
+            if set(record) != _TRANSITION_KEYS:
+                raise ReceiptError(
+                    f"{at} must have the fields {', '.join(sorted(_TRANSITION_KEYS))}"
+                )
+            event = record["event"]
+            _expect(event, dict, f"{at}.event")
+            _expect(event.get("type"), str, f"{at}.event.type")
+            _expect(event.get("at"), int, f"{at}.event.at")
+            if "call" in event:
+                _expect(event["call"], str, f"{at}.event.call")
+            for key in ("from", "to", "reason"):
+                _expect(record[key], str, f"{at}.{key}")
 
 
 def diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import Any, Final
 
-from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
+from toolbreaker.core.files import loads_json
 
 __all__ = [
     "CLOSED",
     "EVENT_TYPES",
     "HALF_OPEN",
+    "MAX_TIME_MS",
     "OPEN",
     "OUTCOME_TYPES",
     "PHASES",
@@ -55,9 +58,19 @@ REASONS: Final = (
     "lease-expired",
     "isolated",
     "released",
+    "slow-call",
+    "failure-rate",
+    "slow-call-rate",
+    "slow-probe",
+    "forced-open",
+    "forced-closed",
 )
 
 STATE_SCHEMA: Final = "toolbreaker.state/v1"
+
+#: The largest instant or counter a state (or trace) may hold: 2**53 - 1, the largest
+#: integer every JSON reader keeps exact. Anything larger loads as corrupt.
+MAX_TIME_MS: Final = 2**53 - 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,6 +86,10 @@ class Event:
         generation: for outcomes, the generation the settled call was admitted in;
             ``None`` for a call this policy never admitted (a replay under another policy).
         retry_after_ms: for failures, the least time the provider asked us to wait.
+        duration_ms: for successes, how long the call took (filled in when the policy
+            sets ``slow_call_ms``).
+        reason: for operator events, the operator's reason (shown to the model while the
+            breaker is isolated).
     """
 
     type: str
@@ -81,6 +98,8 @@ class Event:
     call: str | None = None
     generation: int | None = None
     retry_after_ms: int | None = None
+    duration_ms: int | None = None
+    reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The event as it appears in receipts; absent optional fields are left out."""
@@ -89,6 +108,10 @@ class Event:
             out["call"] = self.call
         if self.retry_after_ms is not None:
             out["retry_after_ms"] = self.retry_after_ms
+        if self.duration_ms is not None:
+            out["duration_ms"] = self.duration_ms
+        if self.reason is not None:
+            out["reason"] = self.reason
         return out
 
 
@@ -115,6 +138,14 @@ class BreakerState:
         leases: probes in flight while half-open.
         isolated: held open by an operator until released.
         recovered_from_corruption: loaded from a state that did not validate.
+        window: while closed under a rate rule, the calls in the window as
+            ``(at, calls, failures, slow)`` entries: one per call for a count-based
+            window, one per aligned bucket (``at`` is the bucket's index) for a time-based
+            one. Left out of :meth:`to_dict` while empty.
+        forced_closed: an operator forced the breaker closed (``force-closed``) until
+            released: it decides and records, but admits every request.
+        operator_reason: the reason of the operator event that isolated or forced the
+            breaker, when one was given. Both are left out of :meth:`to_dict` while unset.
     """
 
     phase: str = CLOSED
@@ -126,10 +157,13 @@ class BreakerState:
     leases: tuple[Lease, ...] = ()
     isolated: bool = False
     recovered_from_corruption: bool = False
+    window: tuple[tuple[int, int, int, int], ...] = ()
+    forced_closed: bool = False
+    operator_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The state as a JSON-ready dict, tagged with its schema."""
-        return {
+        out: dict[str, Any] = {
             "schema": STATE_SCHEMA,
             "state": self.phase,
             "generation": self.generation,
@@ -141,6 +175,13 @@ class BreakerState:
             "isolated": self.isolated,
             "recovered_from_corruption": self.recovered_from_corruption,
         }
+        if self.window:
+            out["window"] = [list(entry) for entry in self.window]
+        if self.forced_closed:
+            out["forced_closed"] = True
+        if self.operator_reason is not None:
+            out["operator_reason"] = self.operator_reason
+        return out
 
     @classmethod
     def from_dict(cls, data: object, policy: Policy) -> BreakerState:
@@ -155,6 +196,26 @@ class BreakerState:
             return _validated(data, policy)
         except (ValueError, TypeError, KeyError):
             return CORRUPT
+
+    @classmethod
+    def from_json(cls, raw: str | bytes, policy: Policy) -> BreakerState:
+        """Load a state from its stored JSON text, failing closed.
+
+        Text that is not strict JSON (a duplicate key, so that ``"state"`` could say two
+        things; a number of thousands of digits; deep nesting; invalid UTF-8) loads as
+        corrupt, like a state that does not validate.
+        """
+        try:
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            data = loads_json(text, _NotJSON, mark_duplicates=True, max_depth=8)
+        except (_NotJSON, UnicodeDecodeError):
+            return CORRUPT
+        return cls.from_dict(data, policy)
+
+
+class _NotJSON(ValueError):
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None) -> None:
+        super().__init__(message)
 
 
 #: What every state that fails validation loads as.
@@ -172,19 +233,22 @@ _STATE_KEYS: Final = frozenset(
         "leases",
         "isolated",
         "recovered_from_corruption",
+        "window",
+        "forced_closed",
+        "operator_reason",
     }
 )
 
 
 def _count(value: object) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(value)
+    if type(value) is not int or not 0 <= value <= MAX_TIME_MS:
+        raise ValueError("not a count")
     return value
 
 
 def _flag(value: object) -> bool:
     if type(value) is not bool:
-        raise TypeError(value)
+        raise TypeError("not a flag")
     return value
 
 
@@ -198,6 +262,7 @@ def _validated(data: object, policy: Policy) -> BreakerState:
         raise ValueError(phase)
     failures = data.get("failures", [])
     leases = data.get("leases", [])
+    window = data.get("window", [])
     if not isinstance(failures, list) or not isinstance(leases, list):
         raise TypeError("lists")
     open_until = data.get("open_until")
@@ -211,6 +276,9 @@ def _validated(data: object, policy: Policy) -> BreakerState:
         leases=tuple(_lease(x) for x in leases),
         isolated=_flag(data.get("isolated", False)),
         recovered_from_corruption=_flag(data.get("recovered_from_corruption", False)),
+        window=_window(window, policy),
+        forced_closed=_flag(data.get("forced_closed", False)),
+        operator_reason=_reason(data.get("operator_reason")),
     )
     consistent = (
         len(state.leases) <= policy.probe_limit
@@ -221,10 +289,47 @@ def _validated(data: object, policy: Policy) -> BreakerState:
         and (state.phase == OPEN or (state.open_until is None and not state.isolated))
         and (state.phase != OPEN or state.open_until is not None or state.isolated)
         and len({x.call for x in state.leases}) == len(state.leases)
+        and (state.phase == CLOSED or not state.window)
+        and not (state.isolated and state.forced_closed)
+        and (state.operator_reason is None or state.isolated or state.forced_closed)
     )
     if not consistent:
         raise ValueError("inconsistent")
     return state
+
+
+def _window(value: object, policy: Policy) -> tuple[tuple[int, int, int, int], ...]:
+    """The window, entry by entry validated; fitted to ``policy`` when it has changed.
+
+    A malformed entry is corruption. A well-formed window kept under another policy is
+    not: a policy without a rate rule drops it, a shorter window keeps its newest entries,
+    and a window of the other kind (count or time) starts empty, so changing a rate rule
+    never fails every closed breaker closed.
+    """
+    if not isinstance(value, list):
+        raise TypeError("window")
+    entries = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 4:
+            raise ValueError(item)
+        at, calls, failures, slow = (_count(x) for x in item)
+        if calls < 1 or failures > calls or slow > calls:
+            raise ValueError(item)
+        entries.append((at, calls, failures, slow))
+    if not policy.uses_rates:
+        return ()
+    limit = policy.window_calls
+    if limit is not None:
+        return tuple(entries[-limit:]) if all(entry[1] == 1 for entry in entries) else ()
+    if any(a[0] >= b[0] for a, b in pairwise(entries)):
+        return ()  # not a time-based window: this policy's starts empty
+    return tuple(entries[-WINDOW_BUCKETS:])
+
+
+def _reason(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value or len(value) > 300):
+        raise ValueError("operator_reason")
+    return value
 
 
 def _lease(value: object) -> Lease:
@@ -250,6 +355,9 @@ class Transition:
         reason: why, one of :data:`REASONS`.
         generation: the generation after the event.
         open_until: the cooldown deadline after the event, while open.
+        would_reject: the request was admitted only because the policy admits every
+            request (shadow mode, forced closed); ``reason`` says why it would have
+            been rejected. Left out of :meth:`to_dict` while false.
     """
 
     dependency: str
@@ -261,10 +369,11 @@ class Transition:
     reason: str
     generation: int
     open_until: int | None
+    would_reject: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The record as it appears in receipts."""
-        return {
+        out: dict[str, Any] = {
             "event": self.event.to_dict(),
             "from": self.from_phase,
             "to": self.to_phase,
@@ -274,3 +383,6 @@ class Transition:
             "generation": self.generation,
             "open_until": self.open_until,
         }
+        if self.would_reject:
+            out["would_reject"] = True
+        return out

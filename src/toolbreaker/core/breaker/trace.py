@@ -7,100 +7,154 @@ One event per line::
 
 ``at`` is integer milliseconds on a monotonic clock; ``call`` is optional (a request
 without one gets a generated id, an outcome without one settles the oldest unsettled
-call of its dependency); ``retry_after_ms`` may accompany a failure. Blank lines are
+call of its dependency); ``retry_after_ms`` may accompany a failure and ``duration_ms``
+(how long the call took, for slow-call rules) a success. Blank lines are
 skipped. Anything else is a :class:`~toolbreaker.errors.TraceError` naming the line.
+
+Limits: a line holds at most :data:`~toolbreaker.core.files.MAX_LINE_BYTES`; times and
+``retry_after_ms`` are at most :data:`MAX_TIME_MS` (2**53 - 1, the largest integer every
+JSON reader keeps exact); duplicate keys and lone surrogates are errors.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from toolbreaker.core.breaker.machine import OPERATOR_TYPES
-from toolbreaker.core.breaker.state import EVENT_TYPES, Event, Transition
+from toolbreaker.core.breaker.state import EVENT_TYPES, MAX_TIME_MS, Event, Transition
+from toolbreaker.core.files import iter_lines, loads_json, shown
 from toolbreaker.errors import TraceError
 
-__all__ = ["TRACE_TYPES", "parse_event", "parse_lines", "read_trace", "trace_event"]
+__all__ = [
+    "MAX_TIME_MS",
+    "TRACE_TYPES",
+    "iter_trace",
+    "parse_event",
+    "parse_lines",
+    "read_trace",
+    "trace_event",
+]
 
 #: Every event type a trace may hold.
 TRACE_TYPES = EVENT_TYPES | OPERATOR_TYPES
-_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms")
+_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms", "duration_ms", "reason")
 _REQUIRED = ("at", "dependency", "type")
+_FIELD_SET = frozenset(_FIELDS)
+_REQUIRED_SET = frozenset(_REQUIRED)
 
 
 def parse_event(data: object) -> Event:
     """Validate one decoded trace object and return its event (without a generation)."""
     if not isinstance(data, dict):
         raise TraceError(f"an event must be a JSON object, got {type(data).__name__}")
-    for key in data:
-        if key not in _FIELDS:
-            raise TraceError(f"unknown field {key!r} (allowed: {', '.join(_FIELDS)})")
-    for key in _REQUIRED:
-        if key not in data:
-            raise TraceError(f"missing field {key!r}")
+    keys = data.keys()
+    if not (keys <= _FIELD_SET and keys >= _REQUIRED_SET):
+        for key in data:
+            if key not in _FIELD_SET:
+                raise TraceError(f"unknown field {shown(key)} (allowed: {', '.join(_FIELDS)})")
+        for key in _REQUIRED:
+            if key not in data:
+                raise TraceError(f"missing field {key!r}")
     kind, at, dependency = data["type"], data["at"], data["dependency"]
     if kind not in TRACE_TYPES:
-        raise TraceError(f"unknown event type {kind!r} (allowed: {', '.join(sorted(TRACE_TYPES))})")
+        raise TraceError(
+            f"unknown event type {shown(kind)} (allowed: {', '.join(sorted(TRACE_TYPES))})"
+        )
     if type(at) is not int:
-        raise TraceError(f"time must be an integer number of milliseconds, got {at!r}")
+        raise TraceError(f"time must be an integer number of milliseconds, got {shown(at)}")
     if at < 0:
-        raise TraceError(f"time must not be negative, got {at}")
+        raise TraceError(f"time must not be negative, got {shown(at)}")
+    if at > MAX_TIME_MS:
+        raise TraceError(f"time must be at most {MAX_TIME_MS} ms, got {shown(at)}")
     if not isinstance(dependency, str) or not dependency:
-        raise TraceError(f"dependency must be a non-empty string, got {dependency!r}")
+        raise TraceError(f"dependency must be a non-empty string, got {shown(dependency)}")
     call = data.get("call")
     if call is not None and (not isinstance(call, str) or not call):
-        raise TraceError(f"call must be a non-empty string, got {call!r}")
+        raise TraceError(f"call must be a non-empty string, got {shown(call)}")
     retry_after = data.get("retry_after_ms")
     if retry_after is not None:
         if kind != "failure":
             raise TraceError("retry_after_ms belongs on failure events only")
-        if type(retry_after) is not int or retry_after < 0:
-            raise TraceError(f"retry_after_ms must be a non-negative integer, got {retry_after!r}")
-    return Event(type=kind, at=at, dependency=dependency, call=call, retry_after_ms=retry_after)
+        if type(retry_after) is not int or not 0 <= retry_after <= MAX_TIME_MS:
+            raise TraceError(
+                f"retry_after_ms must be an integer between 0 and {MAX_TIME_MS}, "
+                f"got {shown(retry_after)}"
+            )
+    duration = data.get("duration_ms")
+    if duration is not None:
+        if kind != "success":
+            raise TraceError("duration_ms belongs on success events only")
+        if type(duration) is not int or not 0 <= duration <= MAX_TIME_MS:
+            raise TraceError(
+                f"duration_ms must be an integer between 0 and {MAX_TIME_MS}, got {shown(duration)}"
+            )
+    reason = data.get("reason")
+    if reason is not None:
+        if kind not in ("isolate", "force-closed"):
+            raise TraceError("reason belongs on isolate and force-closed events only")
+        if not isinstance(reason, str) or not reason or len(reason) > 300:
+            raise TraceError("reason must be a non-empty string of at most 300 characters")
+    return Event(
+        type=kind,
+        at=at,
+        dependency=dependency,
+        call=call,
+        retry_after_ms=retry_after,
+        duration_ms=duration,
+        reason=reason,
+    )
+
+
+def _numbered(lines: Iterable[tuple[int, str]], file: str | None) -> Iterator[tuple[int, Event]]:
+    for number, raw in lines:
+        text = raw.strip()
+        if not text:
+            continue
+        data = loads_json(text, TraceError, file=file, line=number, max_depth=1)
+        try:
+            yield number, parse_event(data)
+        except TraceError as exc:
+            exc.file, exc.line = file, number
+            raise
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[tuple[int, Event]]:
     """Yield ``(line number, event)`` for each non-blank line."""
-    for number, raw in enumerate(lines, start=1):
-        text = raw.strip()
-        if not text:
-            continue
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TraceError(
-                f"malformed JSON: {exc.msg} (column {exc.colno})", line=number
-            ) from None
-        try:
-            yield number, parse_event(data)
-        except TraceError as exc:
-            exc.line = number
-            raise
+    return _numbered(enumerate(lines, start=1), None)
+
+
+def iter_trace(path: str | Path) -> Iterator[tuple[int, Event]]:
+    """Stream ``(line number, event)`` from a trace file; errors carry file and line."""
+    return _numbered(iter_lines(path, TraceError), str(path))
 
 
 def read_trace(path: str | Path) -> list[tuple[int, Event]]:
     """Read and parse a whole trace file; errors carry the file name and line."""
-    name = str(path)
+    return list(iter_trace(path))
+
+
+def _text(value: str) -> str:
+    """``value`` as valid Unicode: lone surrogates (``os.fsdecode`` of bad bytes) escaped."""
     try:
-        with Path(path).open(encoding="utf-8") as handle:
-            return list(parse_lines(handle))
-    except OSError as exc:
-        raise TraceError(f"cannot read: {exc.strerror or exc}", file=name) from None
-    except UnicodeDecodeError:
-        raise TraceError("not UTF-8 text", file=name) from None
-    except TraceError as exc:
-        exc.file = name
-        raise
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 def trace_event(record: Transition) -> dict[str, Any] | None:
-    """The trace line that reproduces ``record``'s input event.
+    r"""The trace line that reproduces ``record``'s input event.
 
     ``None`` for events the core makes itself (``lease-expired``): a replay makes them
     again. Lines written from a breaker's records replay to the same transitions.
+    A name holding lone surrogates (``os.fsdecode(b"search-\xff")``) is written with
+    them escaped (``search-\udcff``), so a recorded trace always replays.
     """
     if record.event.type not in TRACE_TYPES:
         return None
-    return {**record.event.to_dict(), "dependency": record.dependency}
+    line = {**record.event.to_dict(), "dependency": _text(record.dependency)}
+    if "call" in line:
+        line["call"] = _text(line["call"])
+    return line

@@ -89,6 +89,7 @@ __all__ = [
     "RUN_SCHEMA",
     "STOP_CONDITIONS",
     "TALLY_LIMIT",
+    "WRITES",
     "Action",
     "Attempt",
     "Budget",
@@ -143,9 +144,12 @@ TALLY_LIMIT: Final = 256
 #: Distinct result digests kept, the most recently observed ones.
 EVIDENCE_LIMIT: Final = 256
 #: The schema tag of :meth:`RunState.to_dict`.
-RUN_SCHEMA: Final = "toolbreaker.run/v1"
+RUN_SCHEMA: Final = "toolbreaker.run/v2"
+_RUN_SCHEMA_V1: Final = "toolbreaker.run/v1"
 
-_WRITES: Final = frozenset({"reversible_write", "irreversible"})
+#: The risk classes that change something outside.
+WRITES: Final = frozenset({"reversible_write", "irreversible"})
+_WRITES: Final = WRITES
 _MAX_NAME: Final = 256
 _DIGEST_LENGTH: Final = 16
 _HEX: Final = frozenset("0123456789abcdef")
@@ -677,6 +681,8 @@ class RunState:
         tallies: per fingerprint, the :data:`TALLY_LIMIT` most recently begun, oldest first.
         digests: the last :data:`EVIDENCE_LIMIT` distinct result digests, oldest first.
         stopped: why the run stopped; the first stop is kept.
+        writes_blocked: why writes are refused (too many writes with an unknown
+            outcome); reads go on. Set and cleared by :mod:`toolbreaker.core.run.machine`.
     """
 
     task: str
@@ -692,6 +698,7 @@ class RunState:
     tallies: tuple[Tally, ...] = ()
     digests: tuple[str, ...] = ()
     stopped: Stop | None = None
+    writes_blocked: Stop | None = None
 
     def __post_init__(self) -> None:
         # Cheap checks only: this runs on every transition. from_dict checks the rest.
@@ -731,8 +738,10 @@ class RunState:
                 raise RunStateError(f"{name} must be a tuple of at most {limit}", field=name)
         if len(self.digests) > self.evidence:
             raise RunStateError("more digests than evidence", field="digests")
-        if self.stopped is not None and not isinstance(self.stopped, Stop):
-            raise RunStateError(f"stopped must be a Stop, got {self.stopped!r}", field="stopped")
+        for name in ("stopped", "writes_blocked"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Stop):
+                raise RunStateError(f"{name} must be a Stop, got {value!r}", field=name)
 
     @classmethod
     def start(cls, task: str, now: int) -> RunState:
@@ -752,6 +761,9 @@ class RunState:
             "evidence": self.evidence,
             "recovery_calls": self.recovery_calls,
             "stopped": None if self.stopped is None else self.stopped.to_dict(),
+            "writes_blocked": None
+            if self.writes_blocked is None
+            else self.writes_blocked.to_dict(),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -789,6 +801,9 @@ class RunState:
         if not isinstance(data, Mapping):
             raise RunStateError(f"a run state must be an object, got {type(data).__name__}")
         expected = set(_STATE_KEYS)
+        if data.get("schema") == _RUN_SCHEMA_V1:
+            # v1 had no write breaker in the state: it loads with writes not blocked.
+            expected.discard("writes_blocked")
         if set(data) != expected:
             missing = sorted(expected - set(data))
             extra = sorted(str(k) for k in set(data) - expected)
@@ -796,7 +811,7 @@ class RunState:
                 f"run state keys differ: missing {missing}, unknown {extra}",
                 field=(missing or extra)[0],
             )
-        if data["schema"] != RUN_SCHEMA:
+        if data["schema"] not in (RUN_SCHEMA, _RUN_SCHEMA_V1):
             raise RunStateError(
                 f"schema must be {RUN_SCHEMA!r}, got {data['schema']!r}", field="schema"
             )
@@ -816,6 +831,9 @@ class RunState:
                 _json_digest(x, f"digests[{i}]") for i, x in enumerate(_json_list(data, "digests"))
             ),
             stopped=None if data["stopped"] is None else _json_stop(data["stopped"]),
+            writes_blocked=None
+            if data.get("writes_blocked") is None
+            else _json_stop(data["writes_blocked"], "writes_blocked"),
         )
         _check_consistent(state)
         return state
@@ -836,6 +854,7 @@ _STATE_KEYS: Final = (
     "tallies",
     "digests",
     "stopped",
+    "writes_blocked",
 )
 
 
@@ -898,12 +917,12 @@ def _json_digest(value: object, field: str) -> str:
     return value
 
 
-def _json_stop(value: object) -> Stop:
+def _json_stop(value: object, name: str = "stopped") -> Stop:
     try:
         return Stop.from_dict(value)
     except RunStateError as exc:
-        field = f"stopped.{exc.field}" if exc.field else "stopped"
-        raise RunStateError(f"stopped: {exc.message}", field=field) from None
+        field = f"{name}.{exc.field}" if exc.field else name
+        raise RunStateError(f"{name}: {exc.message}", field=field) from None
 
 
 def _check_consistent(state: RunState) -> None:

@@ -3,7 +3,9 @@
 Detecting a loop takes more than comparing tool names: the same intention comes back
 with its keys reordered, its reason reworded and a fresh timestamp. :func:`canonical_action`
 keeps only what a call *does*, and :func:`fingerprint` hashes that, so two equivalent
-intentions collide and two different business actions do not.
+intentions collide and two different business actions do not. :func:`evidence` digests
+what a tool *returned* in the same canonical form, so a repeat is seen even when every
+response carries a fresh request id.
 
 Canonical form (changing it changes every fingerprint, so it is a contract):
 
@@ -36,11 +38,17 @@ on older interpreters.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import datetime
+import enum
+import hashlib
 import json
 import math
+import numbers
 import re
 import unicodedata
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
@@ -59,6 +67,7 @@ __all__ = [
     "UnsupportedTypeError",
     "business_key_of",
     "canonical_action",
+    "evidence",
     "fingerprint",
     "idempotency_key",
     "write_key",
@@ -454,3 +463,199 @@ def write_key(
         return idempotency_key(tool, business_key_of(args, business_key))
     canonical = canonical_action(tool, args, rules)["args"]
     return idempotency_key(tool, canonical or {"tool": tool}, scope=task)
+
+
+# --- evidence ----------------------------------------------------------------------------
+
+_ADDRESS: Final = re.compile(r"\bat 0x[0-9A-Fa-f]+")
+# A container's JSON opening, closing, and its children each with the text before it.
+_Node = tuple[str, list[tuple[str, Any]], str]
+
+
+def _tagged(tag: str, value: str) -> str:
+    return "{" + json.dumps(tag) + ":" + json.dumps(value, ensure_ascii=False) + "}"
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _scalar_text(value: Any) -> str | None:
+    """The canonical JSON of a value that holds no other value, or ``None``."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(_text(value), ensure_ascii=False)
+    if isinstance(value, (int, float, Decimal)):
+        try:
+            return json.dumps(_number(value, "result"), sort_keys=True, separators=(",", ":"))
+        except FingerprintError:
+            nan = value.is_nan() if isinstance(value, Decimal) else math.isnan(value)
+            return _tagged("$nonfinite", "nan" if nan else str(float(value)))
+    if isinstance(value, numbers.Number):
+        if isinstance(value, numbers.Rational):
+            if value.denominator != 1:
+                return _tagged("$fraction", f"{value.numerator}/{value.denominator}")
+            return _scalar_text(int(value.numerator))
+        if isinstance(value, numbers.Real):
+            return _scalar_text(float(value))
+        return None  # complex: a pair, see _node
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _tagged("$bytes", bytes(value).hex())
+    if isinstance(value, enum.Enum):
+        return _tagged("$enum", f"{_type_name(value)}.{value.name}")
+    if isinstance(value, (datetime.date, datetime.time)):
+        return _tagged("$" + type(value).__name__, value.isoformat())
+    if isinstance(value, datetime.timedelta):
+        return _tagged("$timedelta", f"{value.days},{value.seconds},{value.microseconds}")
+    if isinstance(value, uuid.UUID):
+        return _tagged("$uuid", str(value))
+    return None
+
+
+def _fields(value: Any) -> dict[str, Any] | None:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict) and attributes and not isinstance(value, type):
+        return dict(attributes)
+    return None
+
+
+def _mapping_node(
+    value: Mapping[Any, Any], volatile: frozenset[str], active: dict[int, tuple[int, Any]]
+) -> _Node:
+    items = list(value.items())
+    if all(isinstance(key, str) for key, _ in items):
+        kept = sorted(
+            ((k, v) for k, v in items if _field_name(k) not in volatile), key=lambda kv: kv[0]
+        )
+        children = [
+            (("," if i else "") + json.dumps(key, ensure_ascii=False) + ":", item)
+            for i, (key, item) in enumerate(kept)
+        ]
+        return "{", children, "}"
+    # Keys JSON cannot hold: the mapping becomes a sorted list of [key, value] pairs.
+    pairs = sorted(
+        _encode([key, item], volatile, active)
+        for key, item in items
+        if not (isinstance(key, str) and _field_name(key) in volatile)
+    )
+    return '{"$map":[', [(("," if i else ""), _Raw(pair)) for i, pair in enumerate(pairs)], "]}"
+
+
+class _Raw(str):
+    """Text that is already canonical JSON."""
+
+    __slots__ = ()
+
+
+def _node(value: Any, volatile: frozenset[str], active: dict[int, tuple[int, Any]]) -> str | _Node:
+    """A value's canonical JSON if it is a leaf, else its container node."""
+    kind = type(value)
+    if kind is dict:
+        return _mapping_node(value, volatile, active)
+    if kind is list or kind is tuple:
+        return "[", [(("," if i else ""), item) for i, item in enumerate(value)], "]"
+    if kind is _Raw:
+        return str(value)
+    text = _scalar_text(value)
+    if text is not None:
+        return text
+    if isinstance(value, Mapping):
+        return _mapping_node(value, volatile, active)
+    if isinstance(value, (list, tuple)) or (
+        isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+    ):
+        return "[", [(("," if i else ""), item) for i, item in enumerate(value)], "]"
+    if isinstance(value, collections.abc.Set):
+        members = sorted(_encode(item, volatile, active) for item in value)
+        return '{"$set":[', [(("," if i else ""), _Raw(m)) for i, m in enumerate(members)], "]}"
+    if isinstance(value, complex):
+        return '{"$complex":[', [("", value.real), (",", value.imag)], "]}"
+    fields = _fields(value)
+    if fields is not None:
+        return '{"$object":' + json.dumps(_type_name(value)) + ',"fields":', [("", fields)], "}"
+    try:
+        shown = _ADDRESS.sub("at 0x", repr(value))
+    except Exception:  # noqa: BLE001 - a broken __repr__ still gets a digest
+        shown = ""
+    return '{"$repr":' + json.dumps(_type_name(value)) + ',"text":', [("", shown)], "}"
+
+
+def _encode(value: Any, volatile: frozenset[str], active: dict[int, tuple[int, Any]]) -> str:
+    """The canonical JSON of ``value``, without recursion on the Python stack.
+
+    ``active`` maps the identity of every container being encoded to its depth (and
+    holds the container, so a temporary one cannot be freed and its identity reused), so
+    a container met again inside itself becomes ``{"$cycle": <levels up>}``.
+    """
+    out: list[str] = []
+    # Work items: ("value", v) to encode, ("text", s) to write, ("leave", identity).
+    stack: list[tuple[str, Any]] = [("value", value)]
+    while stack:
+        kind, item = stack.pop()
+        if kind == "text":
+            out.append(item)
+            continue
+        if kind == "leave":
+            del active[item]
+            continue
+        identity = id(item)
+        if identity in active:
+            out.append('{"$cycle":' + str(len(active) - active[identity][0]) + "}")
+            continue
+        try:
+            node = _node(item, volatile, active)
+        except Exception:  # noqa: BLE001 - a value that cannot be read still has a type
+            node = _tagged("$unreadable", _type_name(item))
+        if isinstance(node, str):
+            out.append(node)
+            continue
+        opening, children, closing = node
+        out.append(opening)
+        active[identity] = (len(active), item)
+        stack.append(("leave", identity))
+        stack.append(("text", closing))
+        for prefix, child in reversed(children):
+            stack.append(("value", child))
+            if prefix:
+                stack.append(("text", prefix))
+    return "".join(out)
+
+
+def evidence(result: Any, rules: FingerprintRules | None = None) -> str:
+    """The SHA-256 hex digest of a tool result, for telling new evidence from a repeat.
+
+    A result is compared in the canonical form of actions (see the module documentation):
+    keys sorted, strings normalised, numbers by value, and the *volatile* fields of
+    ``rules`` (request ids, timestamps, trace ids) dropped at every depth, so a result
+    that differs only in its ``request_id`` is the same evidence. The *prose* fields are
+    kept: in a result, a ``note`` or ``comment`` is what the tool returned, not the
+    model's explanation of a call, and a changed note is new evidence.
+
+    Total: any value gets a deterministic digest and nothing raises. Where the canonical
+    form refuses a value, a tagged form stands in: ``{"$nonfinite": "nan"}``,
+    ``{"$bytes": "<hex>"}``, ``{"$set": [...]}`` (members sorted),
+    ``{"$map": [[key, value], ...]}`` for non-string keys, ``{"$datetime": "<iso>"}``,
+    ``{"$enum": ...}``, ``{"$object": "<type>", "fields": {...}}`` for dataclasses and
+    objects with attributes, ``{"$repr": "<type>", "text": ...}`` otherwise (memory
+    addresses removed), ``{"$cycle": <levels up>}`` where a container recurs inside
+    itself. Any depth of nesting works. A tagged form equals only the object spelled the
+    same way, as with ``$decimal``. The digest depends on nothing but the value, so it is
+    the same in every process.
+
+    Args:
+        result: what the tool returned.
+        rules: whose ``volatile`` names to drop; :meth:`FingerprintRules.default` when
+            ``None``. Its ``prose`` names are not used.
+
+    Raises:
+        TypeError: ``rules`` is not a :class:`FingerprintRules`.
+    """
+    chosen = _DEFAULT_RULES if rules is None else rules
+    if not isinstance(chosen, FingerprintRules):
+        raise TypeError(f"rules must be FingerprintRules, got {type(rules).__name__}")
+    text = _encode(result, chosen.volatile, {})
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

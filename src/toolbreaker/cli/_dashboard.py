@@ -1,0 +1,509 @@
+"""``toolbreaker dashboard``: a live page of every breaker, read from the event stream.
+
+Needs the ``dashboard`` extra (Starlette and uvicorn), imported only here. The page and
+its chart library ship in the wheel (``dashboard_assets/``), so it works offline.
+
+What it serves, on 127.0.0.1 only: ``/`` (the page), ``/api/events`` (Server-Sent Events:
+a full snapshot first, then the breakers that changed, the per-second demand, admitted
+and rejected series, calibration findings and recent run stops with their masked
+packets), ``/api/snapshot`` (the same as one JSON document), ``/api/breaker?key=K`` (one breaker's
+last transitions with their receipt fields, and its calibration signals) and, only with
+``--allow-actions``, ``POST /api/action`` to isolate or release a breaker with an operator
+reason. An action needs the token printed at start-up in ``X-Toolbreaker-Token``, a JSON
+body, and an ``Origin`` that is this server; the Host header must be ``127.0.0.1`` or
+``localhost`` (no DNS rebinding), and the page may not be framed. The board only reads the
+stream: it never takes part in a breaker's decision.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import json
+import secrets
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from importlib import resources
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from toolbreaker._extras import require
+from toolbreaker.core.breaker.calibration import calibrate, findings
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import Transition
+from toolbreaker.errors import PolicyError, ToolbreakerError
+from toolbreaker.instrumentation.stream import (
+    EventStream,
+    StreamPublisher,
+    open_stream,
+    record_of,
+)
+
+__all__ = ["Board", "StoreActor", "build_app", "serve", "store_actor"]
+
+_PROBE_RESULTS: Final = {
+    "probe-success": "ok",
+    "probe-quorum": "ok",
+    "probe-failed": "failed",
+    "lease-expired": "expired",
+}
+_SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "connect-src 'self'; frame-ancestors 'none'; form-action 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_ASSETS: Final = {
+    "app.js": "text/javascript",
+    "app.css": "text/css",
+    "uPlot.iife.min.js": "text/javascript",
+    "uPlot.min.css": "text/css",
+    "LICENSE.uPlot.txt": "text/plain",
+}
+
+#: ``act(key, action, reason)`` carries out an operator action and returns its record.
+Actor = Callable[[str, str, str], Mapping[str, Any]]
+
+
+class Board:
+    """Everything the page shows, folded from stream entries (no I/O, no clock reads).
+
+    Args:
+        history: last transitions kept per breaker.
+        seconds: seconds of the demand / admitted / rejected series.
+        records: transition records kept for the calibration findings.
+    """
+
+    def __init__(self, *, history: int = 12, seconds: int = 600, records: int = 50_000) -> None:
+        self.breakers: dict[str, dict[str, Any]] = {}
+        self.revision = 0
+        self.entries = 0
+        self.history = history
+        self.seconds = seconds
+        self.series: dict[int, list[int]] = {}
+        self.stops: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        self.stops_rev = 0
+        self._records: collections.deque[Transition] = collections.deque(maxlen=records)
+        self._classes: dict[str, dict[str, int]] = {}
+        self._policies: dict[str, dict[str, Any]] = {}
+        self.findings: list[dict[str, Any]] = []
+        self.signals: dict[str, dict[str, Any]] = {}
+
+    def feed(self, entries: Iterable[Mapping[str, Any]]) -> None:
+        """Fold entries in, in stream order."""
+        changed = False
+        for entry in entries:
+            self.entries += 1
+            if entry.get("kind") == "stop":
+                self._stop(entry)
+                changed = True
+                continue
+            record = record_of(entry)
+            if record is not None:
+                self._transition(entry, record)
+                changed = True
+        if changed:
+            self._calibrate()
+
+    def breaker(self, key: str) -> dict[str, Any] | None:
+        """One breaker's row with its last transitions and calibration signals."""
+        row = self.breakers.get(key)
+        return None if row is None else {**row, "signals": self.signals.get(key)}
+
+    def policy_of(self, key: str) -> dict[str, Any] | None:
+        """The policy last seen in force for ``key``."""
+        return self._policies.get(key)
+
+    def _stop(self, entry: Mapping[str, Any]) -> None:
+        self.revision += 1
+        self.stops_rev = self.revision
+        packet = entry.get("packet")
+        self.stops.appendleft(
+            {
+                "wall": _wall(entry),
+                "task": str(entry.get("task", "")),
+                "source": str(entry.get("source", "")),
+                "packet": packet if isinstance(packet, dict) else {},
+            }
+        )
+
+    def _transition(self, entry: Mapping[str, Any], record: Transition) -> None:
+        wall = _wall(entry)
+        key = record.dependency
+        row = self.breakers.get(key)
+        self.revision += 1
+        if row is None:
+            row = self.breakers[key] = {
+                "key": key,
+                "dependency": str(entry.get("dependency") or key),
+                "operation": str(entry.get("operation") or "default"),
+                "tool": str(entry.get("tool") or key),
+                "phase": record.from_phase,
+                "since": wall,
+                "since_known": False,
+                "demand": 0,
+                "admitted": 0,
+                "rejected": 0,
+                "opens": {},
+                "probes": {"ok": 0, "failed": 0, "expired": 0},
+                "isolated": False,
+                "last": [],
+            }
+        row["rev"] = self.revision
+        row["policy_version"] = str(entry.get("policy_version", ""))
+        fallback = entry.get("fallback")
+        row["fallback"] = fallback if isinstance(fallback, str) else None
+        policy = entry.get("policy")
+        if isinstance(policy, dict):
+            self._policies[key] = policy
+        if record.from_phase != record.to_phase:
+            row["since"], row["since_known"] = wall, True
+            if record.to_phase == "open":
+                row["opens"][record.reason] = row["opens"].get(record.reason, 0) + 1
+        row["phase"] = record.to_phase
+        row["isolated"] = record.reason == "isolated" or (
+            row["isolated"] and record.reason != "released"
+        )
+        if record.event.type == "request":
+            row["demand"] += 1
+            self._count(wall, 0)
+        if record.attempted:
+            row["admitted"] += 1
+            self._count(wall, 1)
+        if record.rejected:
+            row["rejected"] += 1
+            self._count(wall, 2)
+        probe = _PROBE_RESULTS.get(record.reason)
+        if probe is not None:
+            row["probes"][probe] += 1
+        last = {"wall": wall, "policy_version": row["policy_version"], **record.to_dict()}
+        if isinstance(entry.get("class"), str):
+            last["class"] = entry["class"]
+            if record.event.type == "failure":
+                per = self._classes.setdefault(key, {})
+                per[entry["class"]] = per.get(entry["class"], 0) + 1
+        row["last"] = [last, *row["last"][: self.history - 1]]
+        self._records.append(record)
+
+    def _count(self, wall: float, column: int) -> None:
+        second = int(wall)
+        bucket = self.series.get(second)
+        if bucket is None:
+            bucket = self.series[second] = [0, 0, 0]
+            if len(self.series) > self.seconds:
+                for old in sorted(self.series)[: len(self.series) - self.seconds]:
+                    del self.series[old]
+        bucket[column] += 1
+
+    def _calibrate(self) -> None:
+        signals = calibrate(self._records, self._classes)
+        self.signals = {key: s.to_dict() for key, s in signals.items()}
+        self.findings = [
+            {**f.to_dict(), "tool": self.breakers.get(f.key, {}).get("tool", f.key)}
+            for f in findings(signals)
+        ]
+
+    def snapshot(self, since: int = 0) -> dict[str, Any]:
+        """What changed after revision ``since`` (everything for 0), as one document."""
+        # Rows carry their newest transition only; the page asks for one breaker's history.
+        rows = [
+            {**row, "last": row["last"][:1]} for row in self.breakers.values() if row["rev"] > since
+        ]
+        # A continuous window of at least two minutes ending at the newest second, so the
+        # chart shows quiet seconds as zeros rather than joining distant points.
+        last = max(self.series, default=0)
+        first = min(self.series, default=0)
+        width = min(self.seconds, max(120, last - first + 1))
+        seconds = list(range(last - width + 1, last + 1)) if self.series else []
+        empty = (0, 0, 0)
+        return {
+            "revision": self.revision,
+            "full": since == 0,
+            "breakers": rows,
+            "total": len(self.breakers),
+            "entries": self.entries,
+            "series": {
+                "t": seconds,
+                "demand": [self.series.get(s, empty)[0] for s in seconds],
+                "admitted": [self.series.get(s, empty)[1] for s in seconds],
+                "rejected": [self.series.get(s, empty)[2] for s in seconds],
+            },
+            "findings": self.findings,
+            "stops": list(self.stops) if since == 0 or self.stops_rev > since else None,
+        }
+
+
+def _wall(entry: Mapping[str, Any]) -> float:
+    wall = entry.get("wall")
+    return float(wall) if isinstance(wall, (int, float)) else 0.0
+
+
+class _Feed:
+    """Reads new stream entries into the board, at most every ``interval`` seconds."""
+
+    def __init__(self, stream: EventStream, board: Board, interval: float) -> None:
+        self.stream = stream
+        self.board = board
+        self.interval = interval
+        self.cursor: str | None = None
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._last = 0.0
+
+    def refresh(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last < self.interval:
+                return
+            self._last = now
+            try:
+                while True:
+                    rows = self.stream.read(self.cursor, 5_000)
+                    if rows:
+                        self.cursor = rows[-1][0]
+                        self.board.feed(entry for _, entry in rows)
+                    if len(rows) < 5_000:
+                        break
+                self.error = None
+            except ToolbreakerError as exc:
+                self.error = str(exc)
+
+
+class StoreActor:
+    """Isolates and releases breakers through a store, and publishes what it did."""
+
+    def __init__(self, store: Any, board: Board, stream: EventStream) -> None:
+        self.store = store
+        self.board = board
+        self.publisher = StreamPublisher(stream)
+
+    def __call__(self, key: str, action: str, reason: str) -> Mapping[str, Any]:
+        """Apply ``action`` (``isolate`` or ``release``) to ``key`` with ``reason``."""
+        from toolbreaker.runtime._breaker import Breaker
+
+        row = self.board.breakers.get(key)
+        if row is None:
+            raise PolicyError(f"no breaker {key!r} in the stream", field="key")
+        policy = Policy.from_dict(self.board.policy_of(key) or {})
+        breaker = Breaker(
+            row["dependency"], operation=row["operation"], policy=policy, store=self.store
+        )
+        breaker.add_listener(self.publisher)
+        record = breaker.isolate(reason) if action == "isolate" else breaker.release(reason)
+        return record.to_dict()
+
+    def close(self) -> None:
+        """Close the store (its connections and feed)."""
+        self.store.close()
+
+
+def store_actor(url: str, board: Board, stream: EventStream) -> StoreActor | None:
+    """Isolate and release through the breaker store at ``url`` (SQLite file or Redis).
+
+    The action is applied with the policy last seen for the key (the defaults when the
+    stream no longer holds one; isolate and release force their outcome whatever it is)
+    and published to the stream like any transition. ``None`` for ``memory://``: another
+    process's memory cannot be reached.
+    """
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        from toolbreaker.stores.sqlite import SQLiteStore
+
+        return StoreActor(SQLiteStore(url[len("sqlite://") :].split("?", 1)[0]), board, stream)
+    if scheme in ("redis", "rediss", "unix"):
+        from toolbreaker.stores.redis import RedisStore
+
+        return StoreActor(RedisStore(url.split("?", 1)[0]), board, stream)
+    return None
+
+
+async def _pushes(
+    feed: _Feed,
+    board: Board,
+    document: Callable[[int], dict[str, Any]],
+    interval: float,
+    since: int,
+) -> AsyncIterator[str]:
+    """Server-Sent Events: what changed after revision ``since`` (everything for -1)."""
+    import anyio
+
+    # A page from before a restart of this server asks for a revision it never reached.
+    seen, idle = (since if since <= board.revision else -1), 0
+    while True:
+        await anyio.to_thread.run_sync(feed.refresh)
+        if board.revision != seen:
+            payload = document(max(seen, 0))
+            seen, idle = board.revision, 0
+            yield f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
+        else:
+            idle += 1
+            if idle % 40 == 0:
+                yield ": idle\n\n"
+        await anyio.sleep(interval)
+
+
+_NOT_JSON: Final = "actions are JSON"
+
+
+def _refused(headers: Mapping[str, str], token: str) -> str | None:
+    """Why a request may not act: another site, not JSON, no token; ``None`` if it may.
+
+    A cross-site form cannot send JSON or a custom header without a CORS preflight this
+    server never grants, and a browser always names the page's origin on a POST.
+    """
+    if headers.get("origin") != f"http://{headers.get('host', '')}":
+        return "cross-site request refused (Origin is not this dashboard)"
+    if headers.get("content-type", "").split(";")[0].strip() != "application/json":
+        return _NOT_JSON
+    if not hmac.compare_digest(headers.get("x-toolbreaker-token", "").encode(), token.encode()):
+        return "missing or wrong token"
+    return None
+
+
+def _parse_action(raw: bytes) -> tuple[str, str, str] | str:
+    """``(key, action, reason)`` from a request body, or what is wrong with it."""
+    try:
+        body = json.loads(raw)
+        key, kind, reason = body["key"], body["action"], body["reason"]
+    except (ValueError, KeyError, TypeError):
+        return "body must be {key, action, reason}"
+    if kind not in ("isolate", "release"):
+        return "action must be isolate or release"
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 200:
+        return "an operator reason (1-200 characters) is required"
+    if not isinstance(key, str):
+        return "key must be a string"
+    return key, kind, reason.strip()
+
+
+def build_app(
+    stream: EventStream,
+    *,
+    actor: Actor | None = None,
+    token: str | None = None,
+    interval: float = 0.25,
+    board: Board | None = None,
+) -> Any:
+    """The Starlette application; actions are enabled when ``actor`` and ``token`` are."""
+    require("starlette", "dashboard")
+    import anyio
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response, StreamingResponse
+    from starlette.routing import Route
+
+    board = board or Board()
+    feed = _Feed(stream, board, interval)
+    assets = resources.files("toolbreaker.cli") / "dashboard_assets"
+    actions = actor is not None and token is not None
+
+    def asset(name: str, media: str) -> Response:
+        body = (assets / name).read_bytes()
+        return Response(body, media_type=media, headers=_SECURITY_HEADERS)
+
+    async def index(request: Request) -> Response:
+        # The first snapshot rides in the page as inert JSON (CSP allows no inline script),
+        # so the table renders without waiting for the event stream to connect.
+        await anyio.to_thread.run_sync(feed.refresh)
+        initial = json.dumps(document(0), separators=(",", ":")).replace("<", "\\u003c")
+        page = (assets / "index.html").read_text(encoding="utf-8")
+        body = page.replace("<!--initial-->", initial, 1)
+        return Response(body, media_type="text/html", headers=_SECURITY_HEADERS)
+
+    async def favicon(request: Request) -> Response:
+        return Response(status_code=204)
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _ASSETS:
+            return Response("not found", status_code=404)
+        return asset(name, _ASSETS[name])
+
+    def document(since: int) -> dict[str, Any]:
+        return {
+            **board.snapshot(since),
+            "actions": actions,
+            "stream": stream.url,
+            "error": feed.error,
+        }
+
+    async def snapshot(request: Request) -> Response:
+        await anyio.to_thread.run_sync(feed.refresh)
+        return JSONResponse(document(0), headers=_SECURITY_HEADERS)
+
+    async def one(request: Request) -> Response:
+        row = board.breaker(request.query_params.get("key", ""))
+        if row is None:
+            return JSONResponse({"error": "no such breaker"}, status_code=404)
+        return JSONResponse(row, headers=_SECURITY_HEADERS)
+
+    async def events(request: Request) -> Response:
+        headers = {**_SECURITY_HEADERS, "X-Accel-Buffering": "no"}
+        raw = request.query_params.get("since", "-1")
+        since = int(raw) if raw.lstrip("-").isdigit() else -1
+        body = _pushes(feed, board, document, interval, max(since, -1))
+        return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+
+    async def action(request: Request) -> Response:
+        def refuse(status: int, why: str) -> Response:
+            return JSONResponse({"ok": False, "error": why}, status_code=status)
+
+        if not actions or actor is None or token is None:
+            return refuse(403, "read-only: start the dashboard with --allow-actions")
+        why = _refused(request.headers, token)
+        if why is not None:
+            return refuse(415 if why == _NOT_JSON else 403, why)
+        parsed = _parse_action(await request.body())
+        if isinstance(parsed, str):
+            return refuse(400, parsed)
+        key, kind, reason = parsed
+        try:
+            record = await anyio.to_thread.run_sync(actor, key, kind, reason)
+        except ToolbreakerError as exc:
+            return refuse(409, str(exc))
+        return JSONResponse({"ok": True, "record": dict(record)})
+
+    routes = [
+        Route("/", index),
+        Route("/assets/{name}", static),
+        Route("/favicon.ico", favicon),
+        Route("/api/snapshot", snapshot),
+        Route("/api/events", events),
+        Route("/api/breaker", one),
+        Route("/api/action", action, methods=["POST"]),
+    ]
+    middleware = [
+        Middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost"]),
+    ]
+    return Starlette(routes=routes, middleware=middleware)
+
+
+def serve(url: str, *, port: int = 8765, allow_actions: bool = False) -> int:
+    """Serve the dashboard for the stream at ``url`` on 127.0.0.1 until interrupted."""
+    uvicorn = require("uvicorn", "dashboard")
+    stream = open_stream(url)
+    board = Board()
+    token = actor = None
+    if allow_actions:
+        actor = store_actor(url, board, stream)
+        if actor is None:
+            raise PolicyError(
+                "--allow-actions needs the breakers' store (sqlite:///PATH or redis://...)",
+                field="allow-actions",
+            )
+        token = secrets.token_urlsafe(24)
+    app = build_app(stream, actor=actor, token=token, board=board)
+    print(f"toolbreaker dashboard: http://127.0.0.1:{port}/  (stream {stream.url})")
+    if token:
+        print(f"actions enabled; operator token: {token}", flush=True)
+    sys.stdout.flush()
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1)
+    return 0

@@ -1,0 +1,239 @@
+"""``export``, ``advise`` and ``dashboard``: the event stream as a trace, findings, a page."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any, TextIO
+
+from toolbreaker.core.breaker.calibration import (
+    Compliance,
+    Signals,
+    calibrate,
+    compliance,
+    findings,
+)
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.receipt import Replay
+from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.breaker.trace import read_trace, trace_event
+from toolbreaker.errors import PolicyError, TraceError
+
+__all__ = ["add_commands", "export_trace", "parse_since", "stream_signals"]
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def add_commands(commands: Any) -> None:
+    """Register ``export``, ``advise`` and ``dashboard`` on the top-level subparsers."""
+    cmd = commands.add_parser(
+        "export", help="write the shared event stream as a trace that replay accepts"
+    )
+    cmd.add_argument("--store", required=True, help="memory://, sqlite:///PATH or redis://...")
+    cmd.add_argument("--since", help="ISO time (UTC unless it says) or an age: 30s, 15m, 2h, 1d")
+    cmd.add_argument("--dependency", help="only this dependency (or breaker key)")
+    cmd.add_argument("--out", help="write here instead of stdout")
+    cmd.set_defaults(run_command=_run_export)
+
+    cmd = commands.add_parser(
+        "advise", help="calibration findings from a trace or the event stream"
+    )
+    cmd.add_argument("trace", nargs="?", help="a JSON Lines trace (or use --store)")
+    cmd.add_argument("--store", help="read the shared event stream instead of a trace")
+    cmd.add_argument("--policy", help="policy TOML to replay a trace under (default: defaults)")
+    cmd.add_argument("--since", help="with --store: only entries this recent")
+    cmd.add_argument("--json", action="store_true", help="print signals and findings as JSON")
+    cmd.set_defaults(run_command=_run_advise)
+
+    cmd = commands.add_parser(
+        "dashboard", help="serve a live breaker dashboard on 127.0.0.1 (extra: dashboard)"
+    )
+    cmd.add_argument("--store", required=True, help="memory://, sqlite:///PATH or redis://...")
+    cmd.add_argument("--port", type=int, default=8765)
+    cmd.add_argument(
+        "--allow-actions",
+        action="store_true",
+        help="allow isolate/release from the page; prints a token the page must send",
+    )
+    cmd.set_defaults(run_command=_run_dashboard)
+
+
+def parse_since(text: str, now: float) -> float:
+    """Unix seconds from an ISO time or an age (``30s``, ``15m``, ``2h``, ``1d``)."""
+    match = _DURATION.match(text.strip())
+    if match:
+        return now - int(match.group(1)) * _UNIT[match.group(2)]
+    try:
+        when = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise PolicyError(
+            f"--since: {text!r} is neither an ISO time nor an age like 15m", field="since"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.timestamp()
+
+
+def _entries(url: str, since: str | None) -> list[dict[str, Any]]:
+    from toolbreaker.instrumentation.stream import iter_entries, open_stream
+
+    stream = open_stream(url)
+    try:
+        entries = [entry for _, entry in iter_entries(stream)]
+    finally:
+        stream.close()
+    if since is not None:
+        cutoff = parse_since(since, time.time())
+        entries = [e for e in entries if _wall(e) >= cutoff]
+    return entries
+
+
+def _wall(entry: Mapping[str, Any]) -> float:
+    wall = entry.get("wall")
+    return float(wall) if isinstance(wall, (int, float)) else 0.0
+
+
+def export_trace(
+    entries: Iterable[Mapping[str, Any]], out: TextIO, *, dependency: str | None = None
+) -> tuple[int, int]:
+    """Write ``entries``' input events as trace lines; returns ``(written, dropped)``.
+
+    Outcomes whose request is not in the window (``--since`` cut it off, or the stream
+    trimmed it) are dropped: a replay could not tell what they settle. Times never
+    decrease per key (entries of concurrent processes may arrive a little out of order).
+    """
+    from toolbreaker.instrumentation.stream import record_of
+
+    written = dropped = 0
+    last: dict[str, int] = {}
+    requested: dict[str, set[str]] = {}
+    for entry in entries:
+        if dependency is not None and dependency not in (entry.get("dependency"), entry.get("key")):
+            continue
+        record = record_of(entry)
+        line = trace_event(record) if record is not None else None
+        if record is None or line is None:
+            continue
+        event, key = record.event, record.dependency
+        calls = requested.setdefault(key, set())
+        if event.type == "request":
+            if event.call is not None:
+                calls.add(event.call)
+        elif event.type not in ("isolate", "release"):
+            if event.call is None or event.call not in calls:
+                dropped += 1
+                continue
+            calls.discard(event.call)
+        line["at"] = last[key] = max(event.at, last.get(key, 0))
+        out.write(json.dumps(line, sort_keys=True) + "\n")
+        written += 1
+    return written, dropped
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    entries = _entries(args.store, args.since)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as handle:
+            written, dropped = export_trace(entries, handle, dependency=args.dependency)
+    else:
+        written, dropped = export_trace(entries, sys.stdout, dependency=args.dependency)
+    note = f"; {dropped} outcomes of calls requested before the window dropped" if dropped else ""
+    print(f"exported {written} events{note}", file=sys.stderr)
+    return 0
+
+
+def stream_signals(
+    entries: Iterable[Mapping[str, Any]],
+) -> tuple[dict[str, Signals], dict[str, str], list[Compliance]]:
+    """Signals per key, tool per key and model compliance per wording, from stream entries."""
+    from toolbreaker.instrumentation.stream import record_of
+
+    records: list[Transition] = []
+    labelled: list[tuple[str, str, Transition]] = []
+    classes: dict[str, dict[str, int]] = {}
+    tools: dict[str, str] = {}
+    for entry in entries:
+        record = record_of(entry)
+        if record is None:
+            continue
+        records.append(record)
+        tools[record.dependency] = tool = str(entry.get("tool") or record.dependency)
+        labelled.append((tool, str(entry.get("instructions_version") or "?"), record))
+        name = entry.get("class")
+        if record.event.type == "failure" and isinstance(name, str):
+            per = classes.setdefault(record.dependency, {})
+            per[name] = per.get(name, 0) + 1
+    return calibrate(records, classes), tools, compliance(labelled)
+
+
+def _trace_signals(path: str, policy: Policy) -> dict[str, Signals]:
+    driver = Replay(policy)
+    records: list[Transition] = []
+    for line, event in read_trace(path):
+        try:
+            records.extend(driver.feed(event))
+        except TraceError as exc:
+            exc.file, exc.line = path, line
+            raise
+    return calibrate(records)
+
+
+def _run_advise(args: argparse.Namespace) -> int:
+    if (args.trace is None) == (args.store is None):
+        raise PolicyError("advise needs a TRACE or --store URL (one of them)", field="advise")
+    tools: dict[str, str] = {}
+    obeyed: list[Compliance] = []
+    if args.store:
+        signals, tools, obeyed = stream_signals(_entries(args.store, args.since))
+    else:
+        policy = Policy.from_toml(args.policy) if args.policy else Policy()
+        signals = _trace_signals(args.trace, policy)
+    found = findings(signals)
+    if args.json:
+        doc = {
+            "signals": [signals[k].to_dict() | {"tool": tools.get(k, k)} for k in sorted(signals)],
+            "findings": [f.to_dict() for f in found],
+            "compliance": [c.to_dict() for c in obeyed],
+        }
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    print(f"{'breaker':<28} {'opens/h':>8} {'open':>6} {'reopen':>7} {'re-calls':>9}  failures")
+    for key in sorted(signals):
+        s = signals[key]
+        classes = ", ".join(f"{c}:{n}" for c, n in sorted(s.failures_by_class.items())) or "-"
+        print(
+            f"{key:<28} {s.opens_per_hour:>8.1f} {s.open_share:>6.0%} {s.reopen_ratio:>7.0%} "
+            f"{s.early_recalls:>9}  {classes}"
+        )
+    if any(c.open_episodes or c.early_recalls for c in obeyed):
+        print("\nmodel compliance (re-calls before the retry time it was told)")
+        print(f"{'tool':<28} {'wording':<9} {'opens':>6} {'re-calls':>9} {'share':>9}")
+        for c in obeyed:
+            print(
+                f"{c.tool:<28} {c.instructions_version:<9} {c.open_episodes:>6} "
+                f"{c.early_recalls:>9} {c.recall_share:>9.0%}"
+            )
+    print()
+    if not found:
+        print("no findings: nothing crosses a rule of thumb")
+    for finding in found:
+        tool = tools.get(finding.key)
+        named = f"{finding.key} (tool {tool})" if tool and tool != finding.key else finding.key
+        print(f"[{finding.rule}] {named}: {finding.message}\n  -> {finding.advice}")
+    return 0
+
+
+def _run_dashboard(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._dashboard import serve
+
+    try:
+        return serve(args.store, port=args.port, allow_actions=args.allow_actions)
+    except ImportError as exc:  # the extra is missing: say what to install, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

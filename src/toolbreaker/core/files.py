@@ -1,0 +1,270 @@
+"""Reading untrusted files: bounded, strict, and every failure located by file and line.
+
+Every file the package reads on a user's behalf (policies, sheets, traces, states,
+receipts, run records) goes through here, so the limits are the same everywhere:
+
+- a whole-file read stops at :data:`MAX_FILE_BYTES` and a line at :data:`MAX_LINE_BYTES`,
+  so ``/dev/zero`` or an endless pipe is one error, not all of the machine's memory;
+- JSON is strict: duplicate keys, integers longer than :data:`MAX_INT_DIGITS` digits,
+  nesting deeper than the caller allows, ``NaN`` and lone surrogates are errors;
+- :func:`printable` escapes text before it reaches a terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO, Final, NoReturn
+
+__all__ = [
+    "DUPLICATE_KEY",
+    "MAX_DEPTH",
+    "MAX_FILE_BYTES",
+    "MAX_INT_DIGITS",
+    "MAX_LINE_BYTES",
+    "Located",
+    "iter_lines",
+    "loads_json",
+    "printable",
+    "read_text",
+    "shown",
+]
+
+#: The most a whole-file read takes (policies, sheets, states, receipts, run records).
+MAX_FILE_BYTES: Final = 256 * 1024 * 1024
+#: The longest line a streamed file (a trace) may have.
+MAX_LINE_BYTES: Final = 1024 * 1024
+#: The most digits a JSON integer may have: every integer we read fits in 64 bits.
+MAX_INT_DIGITS: Final = 19
+#: The deepest JSON nesting accepted by default.
+MAX_DEPTH: Final = 64
+
+#: ``Located(message, file=..., line=...)``: the error type a reader raises.
+Located = Callable[..., Exception]
+
+
+class _Invalid(ValueError):
+    """A JSON document that decodes but breaks one of our rules."""
+
+
+def _located(error: Located, message: str, file: str, line: int | None = None) -> NoReturn:
+    raise error(message, file=file, line=line) from None
+
+
+def read_text(path: str | Path, error: Located, *, limit: int = MAX_FILE_BYTES) -> str:
+    """The UTF-8 text of ``path``, at most ``limit`` bytes; anything else is ``error``."""
+    name = str(path)
+    try:
+        with Path(path).open("rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        _located(error, f"cannot read: {exc.strerror or exc}", name)
+    if len(data) > limit:
+        _located(error, f"file is larger than {limit:,} bytes", name)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        _located(error, "not UTF-8 text", name, line)
+
+
+def iter_lines(
+    path: str | Path, error: Located, *, limit: int = MAX_LINE_BYTES
+) -> Iterator[tuple[int, str]]:
+    """Yield ``(line number, text)`` of ``path`` as a stream, each line at most ``limit``."""
+    name = str(path)
+    try:
+        handle: BinaryIO = Path(path).open("rb")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        _located(error, f"cannot read: {exc.strerror or exc}", name)
+    with handle:
+        number = 0
+        while True:
+            try:
+                raw = handle.readline(limit + 1)
+            except OSError as exc:
+                _located(error, f"cannot read: {exc.strerror or exc}", name, number + 1)
+            if not raw:
+                return
+            number += 1
+            if len(raw) > limit and not (len(raw) == limit + 1 and raw.endswith(b"\n")):
+                _located(error, f"line is longer than {limit:,} bytes", name, number)
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError:
+                _located(error, "not UTF-8 text", name, number)
+
+
+#: The key :func:`loads_json` adds to an object that held duplicate keys (``mark``).
+DUPLICATE_KEY: Final = "\x00duplicate-key"
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _Invalid(f"duplicate key {shown(key)}")
+            seen.add(key)
+    return out
+
+
+def _marked_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        out[DUPLICATE_KEY] = True
+    return out
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Invalid(f"integer with more than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _constant(text: str) -> NoReturn:
+    raise _Invalid(f"{text} is not JSON")
+
+
+_STRINGS: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS: Final = re.compile(r"[\[\]{}]")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _depth(text: str) -> int:
+    deepest = depth = 0
+    for match in _BRACKETS.finditer(_STRINGS.sub("", text)):
+        depth += 1 if match.group() in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _check_depth(text: str, max_depth: int) -> int:
+    """Raise if ``text`` nests deeper than ``max_depth``; return its count of brackets."""
+    brackets = text.count("[") + text.count("{")
+    if brackets > max_depth and _depth(text) > max_depth:
+        raise _Invalid(f"nested deeper than {max_depth} levels")
+    return brackets
+
+
+def _no_surrogates(value: Any) -> None:
+    r"""Refuse lone surrogates (``"\ud800"``): they cannot be written as UTF-8."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise _Invalid("a string holds a lone surrogate (not valid Unicode text)")
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def loads_json(
+    text: str,
+    error: Located,
+    *,
+    file: str | None = None,
+    line: int | None = None,
+    max_depth: int = MAX_DEPTH,
+    parse_float: Callable[[str], Any] | None = None,
+    mark_duplicates: bool = False,
+) -> Any:
+    """Decode strict JSON; a problem becomes ``error`` at ``file`` and ``line``.
+
+    Without ``line`` a syntax error keeps the line the decoder reports. Duplicate keys are
+    an error, or with ``mark_duplicates`` the object gets :data:`DUPLICATE_KEY` (so a
+    persisted state that holds one fails validation and loads as corrupt).
+    """
+    try:
+        brackets = _check_depth(text, max_depth)
+        if mark_duplicates:
+            decoder = _MARKING
+        elif parse_float is None:
+            decoder = _STRICT
+        else:
+            decoder = json.JSONDecoder(
+                object_pairs_hook=_pairs,
+                parse_int=_int,
+                parse_constant=_constant,
+                parse_float=parse_float,
+            )
+        if decoder is _STRICT and brackets <= 1 and "\\" not in text:
+            # A flat object without escapes: one C call, duplicates found by counting.
+            value = _FAST.decode(text)
+            if isinstance(value, dict) and len(value) != len(_KEYS.findall(text)):
+                value = _STRICT.decode(text)
+        else:
+            value = decoder.decode(text)
+        if "\\u" in text:
+            _no_surrogates(value)
+    except json.JSONDecodeError as exc:
+        where = line if line is not None else exc.lineno
+        raise error(
+            f"malformed JSON: {exc.msg} (column {exc.colno})", file=file, line=where
+        ) from None
+    except _Invalid as exc:
+        raise error(str(exc), file=file, line=line) from None
+    except RecursionError:
+        raise error("nested too deeply", file=file, line=line) from None
+    return value
+
+
+# Every key occurrence in a flat object without escapes is one `"` `:` pair: more
+# matches than keys means a key was repeated.
+_KEYS: Final = re.compile(r'"\s*:')
+_STRICT: Final = json.JSONDecoder(
+    object_pairs_hook=_pairs, parse_int=_int, parse_constant=_constant
+)
+_MARKING: Final = json.JSONDecoder(
+    object_pairs_hook=_marked_pairs, parse_int=_int, parse_constant=_constant
+)
+_FAST: Final = json.JSONDecoder(parse_int=_int, parse_constant=_constant)
+
+_ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    r"""``text`` safe for a terminal: control, format (bidi) and unassigned characters escaped.
+
+    ESC, OSC, CR, newlines, U+009B (CSI), U+202E (right-to-left override) and lone
+    surrogates all become visible ``\x1b``-style escapes.
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable():
+            out.append(char)
+        elif char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        else:
+            code = ord(char)
+            out.append(
+                f"\\x{code:02x}"
+                if code <= 0xFF
+                else f"\\u{code:04x}"
+                if code <= 0xFFFF
+                else f"\\U{code:08x}"
+            )
+    return "".join(out)
+
+
+def shown(value: object, width: int = 60) -> str:
+    """A short, printable description of an untrusted value for an error message."""
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    if isinstance(value, int):
+        digits = len(str(value)) if -(10**30) < value < 10**30 else None
+        return str(value) if digits is not None else "a very large integer"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        text = repr(value[:width] + ("…" if len(value) > width else ""))
+        return printable(text)
+    return f"a {type(value).__name__}"

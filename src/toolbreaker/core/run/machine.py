@@ -1,0 +1,247 @@
+"""The run machine: the one place where a run guard decides anything.
+
+Theory of operation
+-------------------
+A run guard asks, before every tool call of a task, *may this run take this action?*,
+and tells the run how each call ended. This module answers with one pure function::
+
+    run, decision = apply(run, event, budget)
+
+Events (:class:`RunEvent`) are facts the shell observed; the decision (:class:`RunDecision`)
+is what the shell must carry out. A ``request`` gets one of five verdicts:
+
+- ``run``: execute the call (it is counted against the budgets);
+- ``journal``: a write the journal confirms was already made: answer from the journal and
+  never execute it again (how a resumed task skips completed work);
+- ``reconcile``: an earlier attempt of this write has an unknown outcome (``unknown``, or
+  ``pending`` after a crash): never replay it, run the read-only reconcile check;
+- ``writes-blocked``: a write while more writes have an unknown outcome than
+  ``max_uncertain_side_effects`` allows: refused, and the run goes on with reads (the
+  run's *write breaker*; ``RunState.writes_blocked`` records why, for the stop packet);
+- ``stopped``: the run is stopped (a budget, a loop, a required dependency, an operator);
+  the stop is recorded in the state and kept (the first stop wins). A stopped run still
+  admits a few recovery reads (see :mod:`toolbreaker.core.run.budget`).
+
+Outcome events settle a ``run`` call: ``unknown`` for a write that may have committed
+counts toward the uncertain writes (and may block writes); ``resolved`` records that an
+uncertain write's outcome became known (a reconcile check found it, or an operator
+decided); ``resume`` carries the writes an earlier run of the task left unresolved in the
+journal, so a resumed run refuses writes exactly as the original did. ``dependency-down``
+stops the run when the tool was required. Every denial names the exact condition.
+
+Everything here is pure: ``now`` arrives inside events; the journal is read by the shell
+and its answer arrives as the event's ``journal`` status.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final, Literal
+
+from toolbreaker.core.run import budget as budgets
+from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
+from toolbreaker.errors import RunStateError
+
+__all__ = [
+    "EVENT_TYPES",
+    "JOURNAL_STATUSES",
+    "VERDICTS",
+    "RunDecision",
+    "RunEvent",
+    "Verdict",
+    "apply",
+]
+
+#: What a decision tells the shell to do.
+Verdict = Literal["run", "journal", "reconcile", "writes-blocked", "stopped", "recorded"]
+VERDICTS: Final = ("run", "journal", "reconcile", "writes-blocked", "stopped", "recorded")
+#: The events the run machine accepts.
+EVENT_TYPES: Final = (
+    "request",
+    "outcome",
+    "dependency-down",
+    "resolved",
+    "resume",
+    "cost",
+    "stop",
+)
+#: Journal statuses a shell may report with a write request. ``unknown`` and ``pending``
+#: mean an earlier attempt may have committed; ``confirmed`` means it did.
+JOURNAL_STATUSES: Final = ("confirmed", "unknown", "pending", "reconciled-absent", "failed")
+_UNRESOLVED: Final = ("unknown", "pending")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One fact about a run, fed to :func:`apply`.
+
+    Attributes:
+        type: one of :data:`EVENT_TYPES`.
+        at: integer ms on the run's monotonic clock.
+        action: the call a ``request``, ``outcome`` or ``dependency-down`` is about.
+        journal: for a write ``request``, the status of its journal entry, if any.
+        outcome: for ``outcome``, how the call ended.
+        evidence: a digest of the observed result (``outcome``), or of the journaled
+            result (a ``request`` the journal confirms).
+        cost: the call's (or, for ``cost``, the model step's) cost.
+        required: for ``dependency-down``, the run cannot go on without the tool.
+        detail: words for the stop or the block (``dependency-down``, ``stop``, ``resume``).
+        count: for ``resume``, how many writes of earlier runs are unresolved.
+    """
+
+    type: str
+    at: int
+    action: Action | None = None
+    journal: str | None = None
+    outcome: Outcome | None = None
+    evidence: str | None = None
+    cost: str | int | None = None
+    required: bool = False
+    detail: str = ""
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        if self.type not in EVENT_TYPES:
+            raise RunStateError(
+                f"run event type must be one of {', '.join(EVENT_TYPES)}, got {self.type!r}",
+                field="type",
+            )
+        if self.type in ("request", "outcome", "dependency-down") and self.action is None:
+            raise RunStateError(f"a {self.type} event needs its action", field="action")
+        if self.journal is not None and self.journal not in JOURNAL_STATUSES:
+            raise RunStateError(
+                f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
+                f"got {self.journal!r}",
+                field="journal",
+            )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunDecision:
+    """What :func:`apply` tells the shell to do.
+
+    Attributes:
+        verdict: one of :data:`VERDICTS` (``recorded`` for events that are not requests).
+        stop: the condition behind ``stopped`` and ``writes-blocked``.
+        repeat: for requests, the action's repeat number without new evidence.
+    """
+
+    verdict: Verdict
+    stop: Stop | None = None
+    repeat: int = 0
+
+    @property
+    def runs(self) -> bool:
+        """Whether the shell must execute the call."""
+        return self.verdict == "run"
+
+    def to_dict(self) -> dict[str, object]:
+        """The decision as a JSON-ready dict."""
+        return {
+            "verdict": self.verdict,
+            "stop": None if self.stop is None else self.stop.to_dict(),
+            "repeat": self.repeat,
+        }
+
+
+_RECORDED: Final = RunDecision("recorded")
+
+
+def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, RunDecision]:
+    """Feed one event to a run and say what the shell must do.
+
+    Raises:
+        RunStateError: an impossible event (a time before the run started, an outcome
+            that is not one of :data:`~toolbreaker.core.run.budget.OUTCOMES` ...).
+    """
+    kind = event.type
+    at = event.at
+    if kind == "request":
+        assert event.action is not None
+        return _request(run, event.action, event, budget)
+    if kind == "outcome":
+        assert event.action is not None
+        if event.outcome is None:
+            raise RunStateError("an outcome event needs its outcome", field="outcome")
+        run = budgets.finish(
+            run, event.action, event.outcome, at, evidence=event.evidence, cost=event.cost
+        )
+        if event.outcome == "unknown" and event.action.risk in WRITES:
+            run = _block_if_uncertain(run, event.action, at, budget, event.detail)
+        return run, _RECORDED
+    if kind == "dependency-down":
+        assert event.action is not None
+        if not event.required:
+            return run, _RECORDED
+        stop = Stop(
+            "dependency-open", event.detail, at, event.action.risk, event.action.fingerprint
+        )
+        run = budgets.stop(run, stop)
+        return run, RunDecision("stopped", run.stopped)
+    if kind == "resolved":
+        uncertain = max(0, run.uncertain - max(1, event.count))
+        blocked = run.writes_blocked if uncertain > budget.max_uncertain_side_effects else None
+        return dataclasses.replace(run, uncertain=uncertain, writes_blocked=blocked), _RECORDED
+    if kind == "resume":
+        if event.count <= 0:
+            return run, _RECORDED
+        run = dataclasses.replace(run, uncertain=run.uncertain + event.count)
+        return _block_if_uncertain(run, None, at, budget, event.detail), _RECORDED
+    if kind == "cost":
+        return budgets.add_cost(run, event.cost or 0), _RECORDED
+    # kind == "stop": an operator's
+    run = budgets.stop(run, Stop("operator", event.detail or "stopped by an operator", at))
+    return run, RunDecision("stopped", run.stopped)
+
+
+def _request(
+    run: RunState, action: Action, event: RunEvent, budget: Budget
+) -> tuple[RunState, RunDecision]:
+    at = event.at
+    journal = event.journal if action.risk in WRITES else None
+    if journal in _UNRESOLVED:
+        # Never replayed: its outcome is unknown, so only a status check may look.
+        return run, RunDecision("reconcile")
+    decision = budgets.check(run, action, budget, at)
+    if journal == "confirmed":
+        if decision.allowed:
+            run = budgets.begin(run, action, at)
+            run = budgets.finish(run, action, "success", at, evidence=event.evidence)
+            return run, RunDecision("journal", repeat=decision.repeat)
+        assert decision.stop is not None
+        if decision.stop.condition == "uncertain-side-effect":
+            # Answering a completed write from the journal changes nothing outside.
+            return run, RunDecision("journal", repeat=decision.repeat)
+    if decision.allowed:
+        return budgets.begin(run, action, at), RunDecision("run", repeat=decision.repeat)
+    stop = decision.stop
+    assert stop is not None
+    if stop.condition == "uncertain-side-effect" and run.stopped is None:
+        blocked = run.writes_blocked or stop
+        run = dataclasses.replace(run, writes_blocked=blocked)
+        return run, RunDecision("writes-blocked", blocked, decision.repeat)
+    run = budgets.stop(run, stop)
+    return run, RunDecision("stopped", run.stopped, decision.repeat)
+
+
+def _block_if_uncertain(
+    run: RunState, action: Action | None, at: int, budget: Budget, why: str
+) -> RunState:
+    """Open the run's write breaker once too many writes have an unknown outcome."""
+    if run.uncertain <= budget.max_uncertain_side_effects or run.writes_blocked is not None:
+        return run
+    n = run.uncertain
+    writes = "1 write" if n == 1 else f"{n} writes"
+    what = f"{action.tool}: {why}" if action is not None and why else why or "an earlier run"
+    detail = (
+        f"{writes} with unknown outcome ({what}), more than max_uncertain_side_effects="
+        f"{budget.max_uncertain_side_effects}: no write may run until reconciled"
+    )
+    stop = Stop(
+        "uncertain-side-effect",
+        detail,
+        at,
+        None if action is None else action.risk,
+        None if action is None else action.fingerprint,
+    )
+    return dataclasses.replace(run, writes_blocked=stop)

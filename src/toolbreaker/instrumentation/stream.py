@@ -1,0 +1,517 @@
+"""A shared, bounded event stream: every transition and run stop, as read-only history.
+
+Usage::
+
+    from toolbreaker.instrumentation.stream import StreamPublisher, open_stream
+
+    publisher = StreamPublisher(open_stream("redis://cache:6379/0"))
+    publisher.attach(registry, guard)      # breakers, registries and RunGuards
+
+Each process appends what its breakers and run guards did to one stream, addressed by a
+URL: ``memory://NAME`` (one process), ``sqlite:///path/events.db`` (processes of a host;
+``?retain=N`` rows are kept), ``redis://host:port/db`` (a Redis Stream capped with
+``MAXLEN``, ``?maxlen=N&key=K``). ``toolbreaker export`` turns it into a trace that
+``toolbreaker replay`` accepts; ``toolbreaker advise`` and the dashboard read it.
+
+The stream never takes part in a decision: entries are appended after the store has
+applied an event, and an append that fails is counted in
+:attr:`StreamPublisher.append_errors` (and logged once per failure streak), never raised
+into the call. Attaching routes every request of a breaker through the core (see
+:meth:`toolbreaker.Breaker.add_listener`), so rejections show up too.
+
+Entries (schema ``toolbreaker.stream/v1``) are JSON objects: ``kind`` ``transition``
+with the breaker's ``key``, ``dependency``, ``operation``, ``tool``, ``fallback`` (the
+degradation path the model is offered, or null), ``instructions_version`` (a hash of the
+unavailable-instruction templates the model reads), ``policy_version`` (and the whole
+``policy`` on a publisher's first entry of a breaker and on every change of phase),
+the receipt ``record`` and, for a failed outcome, its ``class`` (``http-503``,
+``timeout``...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``.
+Both carry ``wall`` (Unix seconds, for ``--since``) and ``source`` (host and process).
+Times in records are the breakers' clock: a Redis store's clock is the server's, so
+records of many hosts compare; SQLite's is the host's monotonic clock.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import itertools
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Final, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+from toolbreaker._extras import require
+from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition
+from toolbreaker.core.canonical import canonical_json
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._guard import RunGuard, StopPacket
+from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
+
+__all__ = [
+    "STREAM_SCHEMA",
+    "EventStream",
+    "MemoryStream",
+    "RedisStream",
+    "SQLiteStream",
+    "StreamPublisher",
+    "instructions_version",
+    "iter_entries",
+    "masked_url",
+    "open_stream",
+    "record_of",
+]
+
+STREAM_SCHEMA: Final = "toolbreaker.stream/v1"
+_DEFAULT_KEEP: Final = 100_000
+
+
+class EventStream(Protocol):
+    """What a stream backend does: append an entry, read entries after a cursor.
+
+    Cursors are opaque strings, increasing in append order; ``read(None)`` starts at
+    the oldest entry kept.
+    """
+
+    url: str
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """Append one entry; raises :class:`StoreUnavailable` when it cannot."""
+
+    def read(
+        self, after: str | None = None, limit: int = 10_000
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Up to ``limit`` ``(cursor, entry)`` pairs appended after ``after``, oldest first."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+def _encode(entry: Mapping[str, Any]) -> str:
+    return json.dumps(entry, separators=(",", ":"), default=str)
+
+
+def _decode(text: str | bytes) -> dict[str, Any] | None:
+    # The stream is shared with other processes: an entry that does not decode is skipped.
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _positive(value: int, name: str) -> int:
+    if type(value) is not int or value < 1:
+        raise PolicyError(f"{name} must be a positive integer, got {value!r}", field=name)
+    return value
+
+
+class MemoryStream:
+    """The stream of one process: the newest ``maxlen`` entries in memory.
+
+    ``open_stream("memory://NAME")`` returns the same stream for the same name, so a
+    dashboard in the process reads what its breakers append.
+    """
+
+    def __init__(self, maxlen: int = _DEFAULT_KEEP, *, url: str = "memory://") -> None:
+        self.url = url
+        self._entries: collections.deque[tuple[int, str]] = collections.deque(
+            maxlen=_positive(maxlen, "maxlen")
+        )
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """Append one entry (the oldest is dropped past ``maxlen``)."""
+        text = _encode(entry)
+        with self._lock:
+            self._entries.append((next(self._ids), text))
+
+    def read(
+        self, after: str | None = None, limit: int = 10_000
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Entries after the cursor ``after``, oldest first."""
+        start = int(after) if after else 0
+        with self._lock:
+            found = [(i, t) for i, t in self._entries if i > start][:limit]
+        return [(str(i), e) for i, t in found if (e := _decode(t)) is not None]
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class SQLiteStream:
+    """The stream in an SQLite table, shared by the processes of one host.
+
+    Keeps the newest ``retain`` rows: each append deletes the rows older than that, by
+    primary key, in the same transaction.
+    """
+
+    def __init__(self, path: str | Path, *, retain: int = _DEFAULT_KEEP) -> None:
+        self.path = str(path)
+        self.url = f"sqlite://{self.path}"
+        self.retain = _positive(retain, "retain")
+        self._lock = threading.Lock()
+        try:
+            self._db = sqlite3.connect(
+                self.path, timeout=1.0, isolation_level=None, check_same_thread=False
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # History, not state: a power cut may lose the last entries, never corrupt them.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS toolbreaker_events "
+                "(id INTEGER PRIMARY KEY AUTOINCREMENT, entry TEXT NOT NULL)"
+            )
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"event stream {self.path}: {exc}") from None
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """Append one entry and drop the rows past ``retain``."""
+        text = _encode(entry)
+        try:
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    row = self._db.execute(
+                        "INSERT INTO toolbreaker_events (entry) VALUES (?)", (text,)
+                    ).lastrowid
+                    if row is not None and row > self.retain:
+                        self._db.execute(
+                            "DELETE FROM toolbreaker_events WHERE id <= ?", (row - self.retain,)
+                        )
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"event stream {self.path}: {exc}") from None
+
+    def read(
+        self, after: str | None = None, limit: int = 10_000
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Entries after the cursor ``after``, oldest first."""
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    "SELECT id, entry FROM toolbreaker_events WHERE id > ? ORDER BY id LIMIT ?",
+                    (int(after) if after else 0, limit),
+                ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"event stream {self.path}: {exc}") from None
+        return [(str(i), e) for i, t in rows if (e := _decode(t)) is not None]
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+
+class RedisStream:
+    """The stream as a Redis Stream capped at about ``maxlen`` entries (``XADD MAXLEN ~``).
+
+    Needs the ``redis`` extra. The cap is approximate, as Redis trims whole nodes.
+    """
+
+    def __init__(
+        self,
+        url: str = "redis://127.0.0.1:6379/0",
+        *,
+        key: str = "toolbreaker:events",
+        maxlen: int = _DEFAULT_KEEP,
+        socket_timeout: float = 0.25,
+    ) -> None:
+        redis = require("redis", "redis")
+        self.url = masked_url(url)
+        self.key = key
+        self.maxlen = _positive(maxlen, "maxlen")
+        self._errors = redis.RedisError
+        self._client = redis.Redis.from_url(  # the real URL, password included
+            url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+        )
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """``XADD key MAXLEN ~ maxlen * e <json>``."""
+        try:
+            self._client.xadd(self.key, {"e": _encode(entry)}, maxlen=self.maxlen, approximate=True)
+        except self._errors as exc:
+            raise StoreUnavailable(f"event stream {self.url}: {exc}") from None
+
+    def read(
+        self, after: str | None = None, limit: int = 10_000
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Entries after the cursor ``after`` (a stream id), oldest first."""
+        try:
+            rows = self._client.xrange(self.key, f"({after}" if after else "-", "+", count=limit)
+        except self._errors as exc:
+            raise StoreUnavailable(f"event stream {self.url}: {exc}") from None
+        out: list[tuple[str, dict[str, Any]]] = []
+        for raw_id, fields in rows:
+            entry = _decode(fields.get(b"e", b""))
+            if entry is not None:
+                out.append((raw_id.decode(), entry))
+        return out
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._client.close()
+
+
+_memory_streams: dict[str, MemoryStream] = {}
+_memory_lock = threading.Lock()
+
+
+def masked_url(url: str) -> str:
+    """``url`` without its password, for messages and pages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
+def open_stream(url: str) -> EventStream:
+    """The stream a URL names: ``memory://NAME``, ``sqlite:///PATH``, ``redis://...``.
+
+    Options go in the query: ``maxlen`` (memory, redis), ``retain`` (sqlite), ``key``
+    (redis). Raises :class:`PolicyError` (field ``store``) for a URL it cannot use.
+    """
+    parts = urlsplit(url)
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+
+    def number(name: str) -> int:
+        raw = options.pop(name, str(_DEFAULT_KEEP))
+        if not raw.isdigit() or int(raw) < 1:
+            raise PolicyError(f"{name} must be a positive integer, got {raw!r}", field="store")
+        return int(raw)
+
+    stream: EventStream
+    if parts.scheme == "memory":
+        name = parts.netloc + parts.path
+        maxlen = number("maxlen")
+        with _memory_lock:
+            found = _memory_streams.get(name)
+            if found is None:
+                found = _memory_streams[name] = MemoryStream(maxlen, url=f"memory://{name}")
+        stream = found
+    elif parts.scheme == "sqlite":
+        path = url[len("sqlite://") :].split("?", 1)[0]
+        if not path:
+            raise PolicyError(
+                "sqlite:// needs a path, e.g. sqlite:///var/tb/events.db", field="store"
+            )
+        stream = SQLiteStream(path, retain=number("retain"))
+    elif parts.scheme in ("redis", "rediss", "unix"):
+        key = options.pop("key", "toolbreaker:events")
+        maxlen = number("maxlen")
+        base = url.split("?", 1)[0]
+        stream = RedisStream(base, key=key, maxlen=maxlen)
+    else:
+        raise PolicyError(
+            f"unknown stream URL {masked_url(url)!r} "
+            "(use memory://NAME, sqlite:///PATH or redis://HOST:PORT/DB)",
+            field="store",
+        )
+    if options:
+        raise PolicyError(
+            f"unknown option(s) {', '.join(sorted(options))} in {masked_url(url)!r}",
+            field="store",
+        )
+    return stream
+
+
+def iter_entries(
+    stream: EventStream, *, batch: int = 10_000
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every entry the stream keeps, oldest first, read in batches."""
+    cursor: str | None = None
+    while True:
+        rows = stream.read(cursor, batch)
+        yield from rows
+        if len(rows) < batch:
+            return
+        cursor = rows[-1][0]
+
+
+def instructions_version(overrides: Mapping[str, str]) -> str:
+    """A short hash of the instruction templates a breaker's model reads.
+
+    The defaults merged with the breaker's overrides: two breakers share a version when
+    the model is told the same words, so compliance can be compared per wording.
+    """
+    effective = {**DEFAULT_INSTRUCTIONS, **overrides}
+    return hashlib.sha256(canonical_json(effective)).hexdigest()[:8]
+
+
+def record_of(entry: Mapping[str, Any]) -> Transition | None:
+    """The :class:`Transition` of a ``transition`` entry, or ``None`` if it is not one.
+
+    Entries come from other processes: anything malformed gives ``None``.
+    """
+    try:
+        if entry.get("kind") != "transition":
+            return None
+        key, rec = entry["key"], entry["record"]
+        event = rec["event"]
+        at = event["at"]
+        if not (isinstance(key, str) and type(at) is int and isinstance(event["type"], str)):
+            return None
+
+        def optional(name: str, kind: type) -> Any:
+            value = event.get(name)
+            return value if type(value) is kind else None
+
+        return Transition(
+            dependency=key,
+            event=Event(
+                type=event["type"],
+                at=at,
+                dependency=key,
+                call=optional("call", str),
+                retry_after_ms=optional("retry_after_ms", int),
+                duration_ms=optional("duration_ms", int),
+                reason=optional("reason", str),
+            ),
+            from_phase=str(rec["from"]),
+            to_phase=str(rec["to"]),
+            attempted=rec["attempted"] is True,
+            rejected=rec["rejected"] is True,
+            reason=str(rec["reason"]),
+            generation=int(rec["generation"]),
+            open_until=rec["open_until"] if type(rec["open_until"]) is int else None,
+            would_reject=rec.get("would_reject") is True,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+class StreamPublisher:
+    """Appends the transitions of breakers and the stops of run guards to a stream.
+
+    Attributes:
+        appended: entries appended.
+        append_errors: appends that failed (the stream was down); never an outcome change.
+    """
+
+    def __init__(self, stream: EventStream) -> None:
+        self.stream = stream
+        self.appended = 0
+        self.append_errors = 0
+        self._source = f"{socket.gethostname()}:{os.getpid()}"
+        self._consumed: dict[int, dict[str, int]] = {}
+        self._fields: dict[int, tuple[object, dict[str, Any]]] = {}
+        self._lock = threading.Lock()
+        self._failing = False
+        self._removers: list[Callable[[], None]] = []
+
+    def attach(
+        self, *targets: Breaker | Registry | RunGuard | Iterable[Breaker]
+    ) -> Callable[[], None]:
+        """Publish what the given breakers, registries (as they are now) and guards do."""
+        removers: list[Callable[[], None]] = []
+        for target in targets:
+            if isinstance(target, RunGuard):
+                removers.append(target.add_stop_listener(self.stop))
+            elif isinstance(target, Breaker):
+                removers.append(target.add_listener(self))
+            else:
+                removers.extend(breaker.add_listener(self) for breaker in target)
+        self._removers.extend(removers)
+
+        def detach() -> None:
+            for remove in removers:
+                remove()
+
+        return detach
+
+    def __call__(self, record: Transition, breaker: Breaker) -> None:
+        """Append one transition (breaker listener signature)."""
+        entry: dict[str, Any] = {
+            **self._static(breaker),
+            "wall": time.time(),
+            "record": record.to_dict(),
+        }
+        if record.from_phase != record.to_phase:
+            entry["policy"] = breaker.policy.to_dict()
+        if record.event.type in OUTCOME_TYPES and record.event.type != "success":
+            failure_class = self._failure_class(breaker)
+            if failure_class is not None:
+                entry["class"] = failure_class
+        self._append(entry)
+
+    def _static(self, breaker: Breaker) -> dict[str, Any]:
+        # What never changes for a breaker, computed once (the policy version is a hash).
+        found = self._fields.get(id(breaker))
+        if found is None or found[0] is not breaker.policy:
+            fields = {
+                "schema": STREAM_SCHEMA,
+                "kind": "transition",
+                "source": self._source,
+                "key": breaker.key,
+                "dependency": breaker.dependency,
+                "operation": breaker.operation,
+                "tool": breaker.tool,
+                "fallback": breaker.fallback,
+                "policy_version": breaker.policy.version,
+                "instructions_version": instructions_version(breaker.instructions),
+            }
+            found = self._fields[id(breaker)] = (breaker.policy, fields)
+            return {**fields, "policy": breaker.policy.to_dict()}
+        return found[1]
+
+    def stop(self, packet: StopPacket, guard: RunGuard) -> None:
+        """Append one run stop with its masked packet (stop listener signature)."""
+        self._append(
+            {
+                "schema": STREAM_SCHEMA,
+                "kind": "stop",
+                "wall": time.time(),
+                "source": self._source,
+                "task": guard.task,
+                "packet": packet.to_dict(),
+            }
+        )
+
+    def _failure_class(self, breaker: Breaker) -> str | None:
+        # The breaker counts a failed outcome by class before the store applies it, so
+        # the class this record settled is the one whose count grew since we last looked.
+        # Two concurrent failures of one breaker may swap classes; the totals stay right.
+        with self._lock:
+            seen = self._consumed.setdefault(id(breaker), {})
+            for name, count in sorted(breaker.stats.failures.items()):
+                if count > seen.get(name, 0):
+                    seen[name] = seen.get(name, 0) + 1
+                    return name
+        return None
+
+    def _append(self, entry: Mapping[str, Any]) -> None:
+        try:
+            self.stream.append(entry)
+        except Exception as exc:  # noqa: BLE001 - history never changes an outcome
+            with self._lock:
+                self.append_errors += 1
+                first, self._failing = not self._failing, True
+            if first:
+                hook_failed(
+                    f"event stream {self.stream.url}: append failed ({exc}); outcomes stand"
+                )
+            return
+        with self._lock:
+            self.appended += 1
+            self._failing = False
+
+    def close(self) -> None:
+        """Detach from everything attached."""
+        for remove in self._removers:
+            remove()
+        self._removers.clear()

@@ -1,0 +1,261 @@
+"""One row of the boundary sheet: everything a breaker is configured with, validated once.
+
+A :class:`Boundary` is the only place a breaker option is declared and checked. The
+:class:`~toolbreaker.Breaker` constructor builds one from its keyword arguments, the
+registry builds one per sheet row (:meth:`Boundary.from_row`), and the framework adapters
+take their option names from :data:`BREAKER_OPTIONS`; adding an option means adding a
+field here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal
+
+from toolbreaker.core.breaker.policy import MAX_DURATION_MS, Policy
+from toolbreaker.core.files import shown
+from toolbreaker.core.retry import RetryPolicy
+from toolbreaker.errors import PolicyError
+from toolbreaker.runtime._classify import Verdict, classify_exception
+from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS, validate_template
+
+__all__ = [
+    "BREAKER_OPTIONS",
+    "POLICY_FIELDS",
+    "SHEET_OPTIONS",
+    "Boundary",
+    "Enforce",
+    "check_seconds",
+]
+
+#: How a deadline is enforced: ``thread`` runs a sync call in a worker and returns at the
+#: deadline (async calls are always cancelled at it); ``cooperative`` trusts the callable
+#: to honour the timeout it was given and treats a result arriving after the deadline as
+#: ambiguous.
+Enforce = Literal["thread", "cooperative"]
+
+#: The :class:`~toolbreaker.Policy` fields a sheet row may set directly.
+POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(Policy))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Boundary:
+    """One row of the boundary sheet: everything a breaker is configured with.
+
+    Every field is validated when the row is built; a bad value is a
+    :class:`~toolbreaker.PolicyError` naming the field.
+
+    Attributes:
+        dependency: the remote dependency.
+        operation: the operation class (``read``, ``write``, ``default`` ...).
+        policy: thresholds, cooldowns and probes.
+        tool: the tool name the model sees (defaults to the dependency).
+        timeout: the deadline in seconds; every call needs one.
+        enforce: how sync deadlines are enforced.
+        retryable: whether the model may retry a transient failure while closed.
+        fallback: the tool to use while this one is unavailable.
+        fallback_note: what the model must say when it uses the fallback.
+        owner: who to page.
+        instructions: per-reason instruction templates.
+        classifier: decides what an exception says about the dependency (code only).
+        result_is_failure: a predicate on results, e.g. a 200 whose body is an error
+            (code only).
+        scope: key one breaker per value of this scope (``tenant``, ``api_key``,
+            ``agent``), set with :func:`toolbreaker.scope`; calls without a value use the
+            row's own breaker.
+        max_scopes: the most scoped breakers the row keeps in a process; past it the
+            least recently used closed one is forgotten (its state stays in the store),
+            and when none is closed, new values share one overflow breaker (logged and
+            counted), so an open breaker is never dropped.
+        retry: the row's retry policy (a nested ``retry`` table in the sheet), used by
+            ``call()``/``acall()``; ``None``: no retries at this layer. Retries belong to
+            one chosen layer: turn the others off (a client's ``max_retries=0``).
+        max_retry_after_ms: a server hint (``Retry-After`` ...) longer than this is not
+            waited out: the tool is unavailable for the run and the model is told so.
+            ``None``: no limit.
+    """
+
+    dependency: str
+    operation: str = "default"
+    policy: Policy = dataclasses.field(default_factory=Policy)
+    tool: str | None = None
+    timeout: float | None = None
+    enforce: Enforce = "thread"
+    retryable: bool = True
+    fallback: str | None = None
+    fallback_note: str = ""
+    owner: str | None = None
+    instructions: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    classifier: Callable[[BaseException], Verdict] = classify_exception
+    result_is_failure: Callable[[Any], bool] | None = None
+    scope: str | None = None
+    max_scopes: int = 1000
+    retry: RetryPolicy | None = None
+    max_retry_after_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("dependency", "operation"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise PolicyError(f"{name} must be a non-empty string, got {value!r}", field=name)
+        if not isinstance(self.policy, Policy):
+            raise PolicyError(f"policy must be a Policy, got {self.policy!r}", field="policy")
+        if self.timeout is not None:
+            timeout = check_seconds(self.timeout, "timeout")
+            if timeout * 1000 > self.policy.lease_ttl_ms:
+                raise PolicyError(
+                    f"timeout ({timeout} s) exceeds lease_ttl_ms ({self.policy.lease_ttl_ms}): "
+                    "a probe would be declared lost before its call times out",
+                    field="timeout",
+                )
+        if self.enforce not in ("thread", "cooperative"):
+            raise PolicyError(
+                f"enforce must be 'thread' or 'cooperative', got {self.enforce!r}",
+                field="enforce",
+            )
+        if type(self.retryable) is not bool:
+            raise PolicyError("retryable must be true or false", field="retryable")
+        for name in ("tool", "fallback", "owner"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise PolicyError(f"{name} must be a non-empty string", field=name)
+        if not isinstance(self.fallback_note, str):
+            raise PolicyError("fallback_note must be a string", field="fallback_note")
+        if not isinstance(self.instructions, Mapping):
+            raise PolicyError("instructions must be a table of templates", field="instructions")
+        checked = {}
+        for reason, text in self.instructions.items():
+            where = f"instructions.{reason}"
+            if reason not in DEFAULT_INSTRUCTIONS:
+                raise PolicyError(
+                    f"unknown instruction reason {shown(reason)} "
+                    f"(known: {', '.join(sorted(DEFAULT_INSTRUCTIONS))})",
+                    field=where,
+                )
+            if not isinstance(text, str):
+                raise PolicyError(f"{where} must be a string", field=where)
+            checked[str(reason)] = validate_template(text, where=where)
+        object.__setattr__(self, "instructions", checked)
+        if not callable(self.classifier):
+            raise PolicyError("classifier must be callable", field="classifier")
+        if self.result_is_failure is not None and not callable(self.result_is_failure):
+            raise PolicyError("result_is_failure must be callable", field="result_is_failure")
+        if self.scope is not None and (
+            not isinstance(self.scope, str) or not self.scope.isidentifier()
+        ):
+            raise PolicyError(
+                f"scope must be a name such as 'tenant', got {self.scope!r}", field="scope"
+            )
+        if type(self.max_scopes) is not int or not 0 < self.max_scopes <= 1_000_000:
+            raise PolicyError(
+                f"max_scopes must be an integer from 1 to 1000000, got {self.max_scopes!r}",
+                field="max_scopes",
+            )
+        self._check_retry()
+
+    def _check_retry(self) -> None:
+        retry = self.retry
+        if isinstance(retry, Mapping):
+            try:
+                retry = RetryPolicy.from_dict(retry)
+            except PolicyError as exc:
+                field = f"retry.{exc.field}" if exc.field else "retry"
+                raise PolicyError(f"retry: {exc.message}", field=field) from None
+            object.__setattr__(self, "retry", retry)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise PolicyError(
+                f"retry must be a RetryPolicy or a table, got {retry!r}", field="retry"
+            )
+        cap = self.max_retry_after_ms
+        if cap is not None and (type(cap) is not int or cap < 0):
+            raise PolicyError(
+                f"max_retry_after_ms must be a non-negative integer, got {cap!r}",
+                field="max_retry_after_ms",
+            )
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether an attempt may be replayed even if it may have committed (``read`` rows)."""
+        return self.operation == "read" or (self.retry is not None and self.retry.idempotent)
+
+    @property
+    def key(self) -> str:
+        """The breaker key: the dependency, with the operation class unless ``default``."""
+        return (
+            self.dependency
+            if self.operation == "default"
+            else (f"{self.dependency}:{self.operation}")
+        )
+
+    @classmethod
+    def from_row(
+        cls, dependency: str, operation: str, row: Mapping[str, Any], where: str | None = None
+    ) -> Boundary:
+        """Build a row from a decoded sheet table (policy fields and :data:`SHEET_OPTIONS`).
+
+        Raises:
+            PolicyError: an unknown or invalid field, named as ``<where>.<field>``.
+        """
+        where = where or f"{dependency}.{operation}"
+        for key in row:
+            if key not in POLICY_FIELDS and key not in SHEET_OPTIONS:
+                raise PolicyError(
+                    f"unknown field {shown(key)} in [{shown(where)[1:-1]}]", field=f"{where}.{key}"
+                )
+        if row.get("timeout") is None:
+            raise PolicyError(
+                f"{where} has no timeout: every call needs a deadline (set timeout in the row "
+                "or in [defaults])",
+                field=f"{where}.timeout",
+            )
+        options = {k: v for k, v in row.items() if k in SHEET_OPTIONS}
+        try:
+            policy = Policy.from_dict({k: v for k, v in row.items() if k in POLICY_FIELDS})
+            return cls(dependency, operation, policy, **options)
+        except PolicyError as exc:
+            field = f"{where}.{exc.field}" if exc.field else where
+            raise PolicyError(f"{where}.{exc.message}", field=field) from None
+
+    def with_options(self, options: Mapping[str, Any]) -> Boundary:
+        """A copy with some :data:`BREAKER_OPTIONS` replaced (validated again).
+
+        Raises:
+            PolicyError: an unknown option or an invalid value.
+        """
+        for name in options:
+            if name not in BREAKER_OPTIONS:
+                known = ", ".join(sorted(BREAKER_OPTIONS))
+                raise PolicyError(f"unknown breaker option {name!r} (known: {known})", field=name)
+        return dataclasses.replace(self, **options)
+
+
+#: Options a breaker takes, besides its dependency and operation: every field of
+#: :class:`Boundary`. Adapters take their option names from here.
+BREAKER_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(Boundary)) - {
+    "dependency",
+    "operation",
+}
+#: The options a TOML sheet row may set besides policy fields (code-only ones excluded).
+SHEET_OPTIONS: Final = BREAKER_OPTIONS - {"policy", "classifier", "result_is_failure"}
+
+
+#: The longest deadline, in seconds: a probe lease (at most 30 days) must outlive it.
+MAX_TIMEOUT_S: Final = MAX_DURATION_MS / 1000
+
+
+def check_seconds(value: object, field: str) -> float:
+    """``value`` as positive seconds of at most 30 days; else a PolicyError naming ``field``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= MAX_TIMEOUT_S
+    ):
+        raise PolicyError(
+            f"{field} must be a positive number of seconds of at most {MAX_TIMEOUT_S:g}, "
+            f"got {shown(value)}",
+            field=field,
+        )
+    return float(value)

@@ -1,0 +1,513 @@
+"""Deadlines that hold: a bulkhead of worker threads for sync calls, a watchdog per loop.
+
+Nothing here decides anything about a dependency's health; it only runs calls and gives
+up on them at their deadline. The breaker turns what happened into events.
+
+Sync: :class:`Workers`. A sync call cannot be interrupted, so it runs in a worker thread
+and its caller waits at most until the deadline. Theory of operation:
+
+- A pool has ``size`` persistent worker threads, started lazily, one call at a time each.
+  A caller takes an idle worker (:meth:`Workers.acquire`) before it runs anything; when
+  none is free the call is *denied at once* (``None``), never queued: a queue would start
+  calls whose callers were answered long ago, possibly after the breaker opened.
+- ``reserved`` workers (1 by default) only serve probes, so calls that hang while the
+  dependency is down cannot starve the probe that would find it healthy again.
+- The hand-off is two locks per worker used as binary semaphores (``go`` and ``done``):
+  no future, no queue, one wake-up each way.
+- A caller whose deadline passes gets :data:`OVERDUE`. If the call had not started yet
+  it never starts; if it is running, its worker stays *pinned* to it (counted in
+  :attr:`Workers.pinned`) until it returns, and then ``on_late`` is called and the worker
+  is idle again.
+- After ``os.fork`` the child forgets the parent's threads (they do not exist there) and
+  starts its own; nothing in the child waits on a lock a parent thread held.
+
+Async: :class:`Watchdog`. One per event loop; :func:`within` arms a deadline with a dict
+insert, and one ``loop.call_at`` timer, set for the earliest deadline, cancels the tasks
+that are overdue. :func:`within` turns that cancellation into ``TimeoutError`` (and, on
+Python 3.11+, uncancels the task so an ``asyncio.timeout`` or task group around it sees
+no cancellation of its own); a cancellation from anywhere else stays a
+``CancelledError``.
+
+Precision of the watchdog: a call is never cancelled before its deadline, and at most
+:data:`TICK_S` (1 ms) after it, plus the loop's own latency (a loop blocked in sync code
+cancels late, as ``asyncio.timeout`` does). The timer fires at the earliest deadline;
+when it finds the next one less than :data:`TICK_S` away it is set :data:`TICK_S` ahead
+instead, so a crowd of nearly equal deadlines costs one tick rather than one each.
+Deadlines are on the loop's clock (``loop.time()``), the one its timers run on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import enum
+import logging
+import math
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Literal, TypeVar
+
+__all__ = ["OVERDUE", "TICK_S", "Watchdog", "Worker", "Workers", "watchdog", "within"]
+
+R = TypeVar("R")
+_log = logging.getLogger("toolbreaker")
+
+
+class _Overdue(enum.Enum):
+    OVERDUE = "overdue"
+
+
+#: What :meth:`Worker.run` returns when the deadline passed before the call returned.
+OVERDUE: Final = _Overdue.OVERDUE
+
+#: The watchdog's shortest re-arm interval, in seconds: its worst lateness (see above).
+TICK_S: Final = 0.001
+
+# A worker's life: the caller moves it IDLE -> SUBMITTED; the worker thread moves it to
+# STARTED (or, if the caller gave up first, finds CANCELLED and skips the call); at the
+# end DONE (the caller takes the result) or ABANDONED (the caller gave up while it ran:
+# the worker was pinned). STOP ends the thread.
+_IDLE: Final = 0
+_SUBMITTED: Final = 1
+_STARTED: Final = 2
+_DONE: Final = 3
+_CANCELLED: Final = 4
+_ABANDONED: Final = 5
+_STOP: Final = 6
+
+_NO_CONTEXT: Final = contextvars.Context()
+
+
+def _nothing() -> None:
+    """What an idle worker holds instead of a call."""
+
+
+class Worker:
+    """One persistent worker thread, lent to one call by :meth:`Workers.acquire`.
+
+    Use it exactly once: :meth:`run` a call, or :meth:`release` it unused.
+    """
+
+    __slots__ = (
+        "_args",
+        "_call",
+        "_context",
+        "_done",
+        "_error",
+        "_go",
+        "_kwargs",
+        "_pool",
+        "_result",
+        "_state",
+    )
+
+    def __init__(self, pool: Workers) -> None:
+        self._pool = pool
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._state = _IDLE
+        self._context = _NO_CONTEXT
+        self._call: Callable[..., Any] = _nothing
+        self._args: tuple[Any, ...] = ()
+        self._kwargs: dict[str, Any] = {}
+        self._result: Any = None
+        self._error: BaseException | None = None
+
+    def run(
+        self,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: float,
+    ) -> R | Literal[_Overdue.OVERDUE]:
+        """Run ``fn(*args, **kwargs)`` in this worker, in a copy of the caller's context.
+
+        Returns the result, or :data:`OVERDUE` once ``timeout`` seconds have passed (a
+        negative ``timeout`` waits as long as the call takes); raises what ``fn`` raised.
+        """
+        self._context = contextvars.copy_context()
+        self._call = fn
+        self._args = args
+        self._kwargs = kwargs
+        self._state = _SUBMITTED
+        self._go.release()
+        try:
+            finished = self._done.acquire(True, timeout)
+        except BaseException:
+            # Interrupted while waiting (KeyboardInterrupt in the main thread): give up as
+            # at the deadline, so the worker is not lost to the pool. If the call had
+            # finished, a signal handler may have run just *after* the acquire succeeded:
+            # whether ``done`` is held is unknown, so this worker retires and a fresh one
+            # takes its place.
+            if self._give_up():
+                self._pool._retire(self)
+            raise
+        if not finished:
+            if not self._give_up():
+                return OVERDUE
+            self._done.acquire()  # it finished as we gave up: the result is here
+        result, error = self._take()
+        if error is not None:
+            try:
+                raise error
+            finally:
+                error = None  # no cycle through this frame's traceback
+        return result  # type: ignore[no-any-return]
+
+    def release(self) -> None:
+        """Give the worker back without running anything."""
+        self._pool._put(self)
+
+    def _give_up(self) -> bool:
+        """The caller stops waiting; whether the call had finished anyway."""
+        pool = self._pool
+        with pool._lock:
+            state = self._state
+            if state == _SUBMITTED:
+                self._state = _CANCELLED  # the worker skips it and goes back idle
+            elif state == _STARTED:
+                self._state = _ABANDONED  # pinned until the call returns
+                pool._pinned += 1
+        return state == _DONE
+
+    def _take(self) -> tuple[Any, BaseException | None]:
+        """The finished call's outcome (``done`` acquired); the worker goes back idle."""
+        outcome = self._result, self._error
+        self._result = self._error = None
+        self._pool._put(self)
+        return outcome
+
+    def _serve(self) -> None:
+        """The worker thread: wait for a call, run it, hand back the outcome, repeat."""
+        pool = self._pool
+        while True:
+            self._go.acquire()
+            with pool._lock:
+                state = self._state
+                if state == _SUBMITTED:
+                    self._state = _STARTED
+            if state == _STOP:
+                return
+            if state == _CANCELLED:
+                self._clear()
+                pool._put(self)
+                continue
+            try:
+                self._result = self._context.run(self._call, *self._args, **self._kwargs)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller, who re-raises
+                self._error = exc
+            with pool._lock:
+                late = self._state == _ABANDONED
+                if late:
+                    pool._pinned -= 1
+                else:
+                    self._state = _DONE
+            self._call, self._context = _nothing, _NO_CONTEXT
+            self._args, self._kwargs = (), {}
+            if not late:
+                self._done.release()
+                continue
+            self._clear()
+            pool._put(self)
+            pool._late()
+
+    def _clear(self) -> None:
+        self._call, self._context = _nothing, _NO_CONTEXT
+        self._args, self._kwargs = (), {}
+        self._result = self._error = None
+
+
+class Workers:
+    """A bulkhead of persistent worker threads that never queues a call.
+
+    Args:
+        size: worker threads at most (started when first needed).
+        reserved: of those, how many only probes may take (at most ``size - 1``).
+        name: the threads' name prefix.
+        on_late: called (in the worker thread) when a call its caller gave up on returns.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_closed",
+        "_idle",
+        "_lock",
+        "_name",
+        "_on_late",
+        "_pinned",
+        "_reserved",
+        "_size",
+        "_spawned",
+    )
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        reserved: int = 1,
+        name: str = "toolbreaker",
+        on_late: Callable[[], None] | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError(f"a pool needs at least one worker, got {size}")
+        self._size = size
+        self._reserved = max(0, min(reserved, size - 1))
+        self._name = name
+        self._on_late = on_late
+        self._lock = threading.Lock()
+        self._idle: list[Worker] = []
+        self._spawned = 0
+        self._pinned = 0
+        self._closed = False
+        _pools.add(self)
+
+    @property
+    def size(self) -> int:
+        """Worker threads at most."""
+        return self._size
+
+    @property
+    def reserved(self) -> int:
+        """Workers only probes may take."""
+        return self._reserved
+
+    @property
+    def pinned(self) -> int:
+        """Workers held by calls still running after their caller gave up on them."""
+        return self._pinned
+
+    @property
+    def busy(self) -> int:
+        """Workers lent out, pinned ones included."""
+        with self._lock:
+            return self._spawned - len(self._idle)
+
+    def acquire(self, *, probe: bool = False) -> Worker | None:
+        """An idle worker for one call, or ``None`` when the pool is saturated.
+
+        ``probe`` may take one of the reserved workers.
+
+        Raises:
+            RuntimeError: the pool was closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"{self._name}: the worker pool is closed")
+            free = len(self._idle) + self._size - self._spawned
+            if free <= (0 if probe else self._reserved):
+                return None
+            if self._idle:
+                return self._idle.pop()
+            self._spawned += 1
+            number = self._spawned
+        worker = Worker(self)
+        try:
+            # Daemon threads: a call hung forever must not keep the interpreter alive.
+            threading.Thread(
+                target=worker._serve, name=f"{self._name}-{number}", daemon=True
+            ).start()
+        except BaseException:
+            with self._lock:
+                self._spawned -= 1
+            raise
+        return worker
+
+    def close(self) -> None:
+        """Stop the idle workers; busy ones stop when their call returns (never waited for)."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker._state = _STOP
+            worker._go.release()
+
+    def _retire(self, worker: Worker) -> None:
+        """End ``worker``'s thread; its place in the pool is free for a new one."""
+        with self._lock:
+            self._spawned -= 1
+        worker._state = _STOP
+        worker._go.release()
+
+    def _put(self, worker: Worker) -> None:
+        with self._lock:
+            if not self._closed:
+                worker._state = _IDLE
+                self._idle.append(worker)
+                return
+        worker._state = _STOP
+        worker._go.release()
+
+    def _late(self) -> None:
+        if self._on_late is not None:
+            try:
+                self._on_late()
+            except Exception:  # noqa: BLE001 - a counter must not kill the worker
+                _log.exception("toolbreaker: on_late of %s raised", self._name)
+
+    def _forget_threads(self) -> None:
+        """In a forked child: the parent's threads do not exist here."""
+        self._lock = threading.Lock()
+        self._idle = []
+        self._spawned = 0
+        self._pinned = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"<Workers {self._name!r} size={self._size} reserved={self._reserved} "
+            f"started={self._spawned} idle={len(self._idle)} pinned={self._pinned}>"
+        )
+
+
+_pools: weakref.WeakSet[Workers] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_pools):
+        pool._forget_threads()
+
+
+# -- async -------------------------------------------------------------------------------
+
+
+class Watchdog:
+    """Deadlines for the tasks of one event loop, served by one timer.
+
+    Calls are watched with :func:`within`; :func:`watchdog` returns the running loop's.
+    """
+
+    __slots__ = ("_due", "_fired", "_next", "_timer", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        # awaitable -> (deadline on the loop's clock, its task, the task's cancel count)
+        self._due: dict[object, tuple[float, asyncio.Task[Any], int]] = {}
+        self._fired: dict[object, int] = {}  # cancelled by us -> the task's cancel count
+        self._next = math.inf
+        self._timer: asyncio.TimerHandle | None = None
+
+    @property
+    def armed(self) -> int:
+        """Calls being watched."""
+        return len(self._due)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._next = when
+        self._timer = self.loop.call_at(when, self._tick)
+
+    def _tick(self) -> None:
+        """Cancel the overdue tasks; set the timer for the next deadline."""
+        self._timer = None
+        self._next = math.inf
+        now = self.loop.time()
+        due = self._due
+        following = math.inf
+        overdue = []
+        for key, (when, task, cancelling) in due.items():
+            if when <= now:
+                overdue.append((key, task, cancelling))
+            elif when < following:
+                following = when
+        for key, task, cancelling in overdue:
+            del due[key]
+            self._fired[key] = cancelling
+            task.cancel()
+        if following < math.inf:
+            self._arm(max(following, now + TICK_S))
+
+    def __repr__(self) -> str:
+        return f"<Watchdog armed={len(self._due)} next={self._next}>"
+
+
+class _Local(threading.local):
+    watchdog: Watchdog | None = None
+
+
+# A thread runs one loop at a time: its last watchdog is checked first, so finding the
+# running loop's costs one attribute read and one identity test.
+_local = _Local()
+
+
+def watchdog() -> Watchdog:
+    """The running event loop's watchdog (created on first use).
+
+    Raises:
+        RuntimeError: no event loop is running in this thread.
+    """
+    loop = asyncio.get_running_loop()
+    dog = _local.watchdog
+    if dog is None or dog.loop is not loop:
+        dog = _local.watchdog = Watchdog(loop)
+    return dog
+
+
+async def within(awaitable: Awaitable[R], seconds: float) -> R:
+    """Await ``awaitable`` in the current task for at most ``seconds``.
+
+    The awaitable identifies the call: pass a fresh one (a coroutine) each time. Costs a
+    dict insert and pop, plus a timer only when this deadline is the loop's earliest.
+
+    Raises:
+        TimeoutError: the deadline passed; the awaitable was cancelled.
+        asyncio.CancelledError: the task was cancelled by someone else (also when that
+            happened together with the deadline).
+    """
+    try:
+        task = _current_task()
+    except RuntimeError:  # no running loop
+        task = None
+    if task is None:
+        if asyncio.iscoroutine(awaitable):
+            awaitable.close()  # never awaited: no "never awaited" warning either
+        raise RuntimeError("within() must be awaited inside an asyncio task")
+    loop = task.get_loop()
+    dog = _local.watchdog
+    if dog is None or dog.loop is not loop:
+        dog = _local.watchdog = Watchdog(loop)
+    when = loop.time() + seconds
+    due = dog._due
+    due[awaitable] = (when, task, _cancelling(task))
+    if when < dog._next:
+        dog._arm(when)
+    try:
+        result = await awaitable
+    except asyncio.CancelledError:
+        if due.pop(awaitable, None) is not None:
+            raise  # not ours: a cancellation from outside stays one
+        if _uncancel(task) > dog._fired.pop(awaitable):
+            raise  # someone else cancelled too: theirs wins
+        raise TimeoutError(f"deadline of {seconds} s passed") from None
+    except BaseException:
+        if due.pop(awaitable, None) is None:
+            _uncancel(task)  # the call swallowed our cancellation and raised
+            dog._fired.pop(awaitable)
+        raise
+    if due.pop(awaitable, None) is None:
+        _uncancel(task)  # the call swallowed our cancellation and returned anyway
+        dog._fired.pop(awaitable)
+    return result
+
+
+_current_task = asyncio.current_task
+
+if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
+    # The C methods themselves: no Python frame per call.
+    _cancelling: Callable[[asyncio.Task[Any]], int] = asyncio.Task.cancelling
+    _uncancel: Callable[[asyncio.Task[Any]], int] = asyncio.Task.uncancel
+else:  # pragma: no cover - version dependent: 3.10 tasks keep no cancellation count
+
+    def _cancelling(task: asyncio.Task[Any]) -> int:
+        return 0
+
+    def _uncancel(task: asyncio.Task[Any]) -> int:
+        return 0
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)

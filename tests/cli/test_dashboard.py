@@ -1,0 +1,308 @@
+"""The dashboard end to end: a real server, real stores and Debian's headless Chromium.
+
+Chromium comes from the Debian package (installed here when missing, as root, like
+redis-server for the store tests); Playwright only drives it and never downloads a
+browser. Waits are bounded (a broken page fails rather than hangs) but nothing asserts a
+duration. Screenshots go to the test's directory, or to ``$TOOLBREAKER_SCREENSHOTS``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolbreaker import Policy, Registry, RunGuard
+from toolbreaker.cli._dashboard import Board, build_app, store_actor
+from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, open_stream
+from toolbreaker.stores import SQLiteStore
+
+pytestmark = pytest.mark.slow
+uvicorn = pytest.importorskip("uvicorn")
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+WAIT_MS = 20_000
+SECRET = "sk-live-abcdefghijklmnopqrstuvwx"
+
+
+_OPENED: list = []
+
+
+def opened(url):
+    """open_stream, closed when the test ends (Redis clients hold sockets)."""
+    stream = open_stream(url)
+    _OPENED.append(stream)
+    return stream
+
+
+def closing(thing):
+    """Close ``thing`` when the test ends (a SQLite store runs a poller thread)."""
+    _OPENED.append(thing)
+    return thing
+
+
+@pytest.fixture(autouse=True)
+def _close_opened():
+    yield
+    while _OPENED:
+        _OPENED.pop().close()
+
+
+def eventually(check):
+    """Wait (bounded) for another store's change to reach this process's view."""
+    deadline = time.monotonic() + 20
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return check()
+
+
+class Unavailable(Exception):
+    status_code = 503
+
+
+def fail() -> None:
+    raise Unavailable
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium", path="/usr/bin")
+    if found:
+        return found
+    if os.name == "posix" and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
+            subprocess.run(command, env=env, check=False, capture_output=True, timeout=900)
+        found = shutil.which("chromium", path="/usr/bin")
+        if found:
+            return found
+    pytest.fail("chromium is not installed and could not be (apt-get install chromium, as root)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = _chromium()
+    with playwright_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    opened = context.new_page()
+    opened.set_default_timeout(WAIT_MS)
+    yield opened
+    context.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    target = Path(os.environ.get("TOOLBREAKER_SCREENSHOTS") or tmp_path)
+    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Server:
+    """uvicorn serving one dashboard app in a thread of the test process."""
+
+    def __init__(self, app: Any) -> None:
+        self.port = _free_port()
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=1
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.server.started, "dashboard server did not start"
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    request = urllib.request.Request(
+        url + "api/action", data=json.dumps(body).encode(), headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
+
+
+def test_the_page_loads_1000_breakers(page, shots):
+    """A thousand breakers of a running process (memory stream) are all on the page."""
+    stream = MemoryStream()
+    publisher = StreamPublisher(stream)
+    breakers = Registry(default_timeout=1.0, default_enforce="cooperative", max_breakers=2000)
+    for n in range(1_000):
+        breaker = breakers.get(f"service-{n:04d}", "read" if n % 2 else "write")
+        publisher.attach(breaker)
+        breaker.call(lambda: "ok")
+    with Server(build_app(stream)) as server:
+        page.goto(server.url)
+        page.wait_for_selector("#breakers tbody tr:nth-child(1000)")
+        # Measured in the page (navigation start to the first full table), not asserted.
+        loaded = int(page.get_attribute("body", "data-first-full") or 0)
+        print(f"\n1,000 breakers on the page {loaded} ms after navigation started")
+        assert "1000 breakers" in page.inner_text("#summary")
+        page.screenshot(path=str(shots / "dashboard-1000.png"))
+
+
+def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
+    """Real failures through a real SQLite store show as open, then a probe closes it;
+    the page updates by itself, and the last transitions carry their receipt fields."""
+    path = tmp_path / "breakers.db"
+    url = f"sqlite://{path}"
+    policy = Policy(failure_threshold=2, cooldown_ms=400, cooldown_max_ms=400, success_threshold=1)
+    breakers = Registry(
+        policy, store=closing(SQLiteStore(path)), default_timeout=5.0, default_enforce="cooperative"
+    )
+    publisher = StreamPublisher(opened(url))
+    search = breakers.get("search", "read", tool="search_catalog")
+    orders = breakers.get("orders", "write", tool="create_order")
+    publisher.attach(search, orders)
+    orders.call(lambda: "ok")
+    for name, operation in (("billing", "read"), ("billing", "write"), ("crm", "read")):
+        other = breakers.get(name, operation)
+        publisher.attach(other)
+        other.call(lambda: "ok")
+    guard = RunGuard("refund-42")
+    publisher.attach(guard)
+    guard.stop(f"operator stop: the agent pasted api_key={SECRET} into a ticket")
+    with Server(build_app(opened(url))) as server:
+        page.goto(server.url)
+        page.wait_for_selector('tr[data-key="orders:write"][data-phase="closed"]')
+        for _ in range(2):
+            with pytest.raises(Unavailable):
+                search.call(fail)
+        assert search.guard(lambda: "ok")()["tool_unavailable"]
+        row = page.wait_for_selector('tr[data-key="search:read"][data-phase="open"]')
+        row.click()
+        page.wait_for_selector("#transitions tbody tr")
+        signals = page.wait_for_selector("#detail-signals:has-text('re-calls')").inner_text()
+        assert "failures by class http-503: 2" in signals
+        detail = page.inner_text("#transitions")
+        assert "qualifying-failure" in detail
+        assert "http-503" in detail
+        assert policy.version in detail
+        assert "cooldown" in detail
+        page.wait_for_selector("#findings [data-rule='model-recalls']")
+        page.wait_for_selector('.stop[data-task="refund-42"]')
+        assert SECRET not in page.content()
+        page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
+        while search.retry_after_ms():  # the cooldown passes on the store's clock
+            time.sleep(0.05)
+        assert search.call(lambda: "ok") == "ok"
+        page.wait_for_selector('tr[data-key="search:read"][data-phase="closed"]')
+        assert "half_open → closed" in page.inner_text("#transitions")
+        page.screenshot(path=str(shots / "dashboard-closed.png"), full_page=True)
+
+
+def test_a_stop_packet_shows_masked(page):
+    """A run guard's stop reaches the page with its packet; the secret never does."""
+    stream = MemoryStream()
+    guard = RunGuard("refund-42")
+    StreamPublisher(stream).attach(guard)
+    guard.stop(f"operator stop: the agent pasted api_key={SECRET} into a note")
+    with Server(build_app(stream)) as server:
+        page.goto(server.url)
+        stop = page.wait_for_selector('.stop[data-task="refund-42"]')
+        text = stop.inner_text()
+        assert "[REDACTED]" in text
+        assert SECRET not in page.content()
+
+
+def test_actions_need_the_token_and_this_origin(page, tmp_path):
+    """Isolate without the token is refused on the page and changes nothing; from
+    another origin it is refused too; with the token it isolates through the store."""
+    path = tmp_path / "breakers.db"
+    url = f"sqlite://{path}"
+    store = closing(SQLiteStore(path))
+    breakers = Registry(store=store, default_timeout=5.0, default_enforce="cooperative")
+    search = breakers.get("search", "read")
+    StreamPublisher(opened(url)).attach(search)
+    search.call(lambda: "ok")
+    stream, board = opened(url), Board()
+    actor = closing(store_actor(url, board, stream))
+    with Server(build_app(stream, actor=actor, token="t0ken", board=board)) as server:
+        page.goto(server.url)
+        page.click('tr[data-key="search:read"]')
+        page.fill("#reason", "provider incident 123")
+        page.click("#isolate")
+        page.wait_for_selector("#action-result.refused")
+        assert "token" in page.inner_text("#action-result")
+        assert search.state.phase == "closed"
+
+        body = {"key": "search:read", "action": "isolate", "reason": "x"}
+        evil = {"Origin": "http://evil.example", "Content-Type": "application/json"}
+        status, answer = post(server.url, body, {**evil, "X-Toolbreaker-Token": "t0ken"})
+        assert status == 403
+        assert "cross-site" in answer["error"]
+        own = {"Origin": server.url.rstrip("/"), "Content-Type": "text/plain"}
+        assert post(server.url, body, {**own, "X-Toolbreaker-Token": "t0ken"})[0] == 415
+        assert search.state.phase == "closed"
+
+        page.fill("#token", "t0ken")
+        page.click("#isolate")
+        page.wait_for_selector("#action-result.done")
+        page.wait_for_selector('tr[data-key="search:read"][data-phase="open"]')
+        assert eventually(lambda: search.state.isolated)
+        assert "operator:provider incident 123" in page.inner_text("#transitions")
+
+
+def test_read_only_by_default(tmp_path):
+    """Without --allow-actions every action is refused, whatever it carries."""
+    with Server(build_app(MemoryStream())) as server:
+        headers = {
+            "Origin": server.url.rstrip("/"),
+            "Content-Type": "application/json",
+            "X-Toolbreaker-Token": "anything",
+        }
+        status, answer = post(server.url, {"key": "a", "action": "isolate", "reason": "r"}, headers)
+        assert status == 403
+        assert "read-only" in answer["error"]
+        request = urllib.request.Request(server.url, headers={"Host": "evil.example"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 400
+        refused.value.close()

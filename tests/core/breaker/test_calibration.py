@@ -1,0 +1,136 @@
+"""Calibration signals and the rules of thumb, from transition records."""
+
+from __future__ import annotations
+
+import json
+
+from toolbreaker import Policy
+from toolbreaker.cli import main
+from toolbreaker.core.breaker.calibration import calibrate, compliance, findings, is_client_error
+from toolbreaker.core.breaker.receipt import Replay
+from toolbreaker.core.breaker.state import Event
+
+POLICY = Policy(failure_threshold=1, cooldown_ms=1_000, cooldown_max_ms=1_000)
+
+
+def drive(script: list[tuple[int, str]], dep: str = "search", policy: Policy = POLICY):
+    """Feed ``(at, type)`` pairs; each outcome settles the call requested just before."""
+    driver = Replay(policy)
+    records = []
+    for n, (at, kind) in enumerate(script):
+        call = f"c{n}" if kind == "request" else f"c{n - 1}"
+        records.extend(driver.feed(Event(kind, at, dep, call)))
+    return records
+
+
+def test_time_open_opens_per_hour_and_share():
+    """One failure opens for a second of a ten-second span: 10 % open, 360 opens/h."""
+    records = drive([(0, "request"), (0, "failure"), (1_000, "request"), (1_000, "success")])
+    signals = calibrate(records, until=10_000)["search"]
+    assert signals.opens == 1
+    assert signals.time_open_ms == 1_000
+    assert signals.open_share == 0.1
+    assert signals.opens_per_hour == 360.0
+
+
+def test_open_at_the_end_counts_until_the_end():
+    """A breaker still open when the observation ends is open until then."""
+    records = drive([(0, "request"), (0, "failure")])
+    assert calibrate(records, until=4_000)["search"].time_open_ms == 4_000
+
+
+def test_flapping_is_a_finding():
+    """Every probe failing gives a reopen ratio of 100 % and the grow-the-cooldown rule."""
+    script = [(0, "request"), (0, "failure")]
+    for n in range(1, 4):
+        script += [(n * 1_000, "request"), (n * 1_000, "failure")]
+    signals = calibrate(drive(script), until=60_000)
+    assert signals["search"].half_opens == 3
+    assert signals["search"].reopen_ratio == 1.0
+    rules = {f.rule for f in findings(signals)}
+    assert "flapping" in rules
+    assert "mostly-open" in rules
+
+
+def test_recalls_before_retry_after_are_counted_per_episode():
+    """Requests rejected with cooldown are re-calls the model was told not to make."""
+    script = [(0, "request"), (0, "failure"), (10, "request"), (20, "request")]
+    script += [(1_000, "request"), (1_000, "success")]
+    signals = calibrate(drive(script))["search"]
+    assert signals.early_recalls == 2
+    assert signals.early_recall_episodes == 1
+    (finding,) = [f for f in findings({"search": signals}) if f.rule == "model-recalls"]
+    assert "2 times" in finding.message
+    assert "reword" in finding.advice
+
+
+def test_client_errors_that_open_the_breaker_are_a_classifier_finding():
+    """Opens driven by 404s point at the classifier, with the classes named."""
+    records = drive([(0, "request"), (0, "failure"), (5_000, "request"), (5_000, "success")])
+    signals = calibrate(records, {"search": {"http-404": 3, "http-503": 1}})
+    (finding,) = [f for f in findings(signals) if f.rule == "client-errors"]
+    assert "3 of 4" in finding.message
+    assert "http-404: 3" in finding.message
+
+
+def test_a_healthy_breaker_has_no_findings():
+    """Closed all along: nothing crosses a threshold."""
+    signals = calibrate(drive([(0, "request"), (5, "success")]))
+    assert findings(signals) == []
+
+
+def test_client_error_classes():
+    """4xx are client errors except 408 and 429; 5xx and timeouts are not."""
+    assert is_client_error("http-404")
+    assert not is_client_error("http-429")
+    assert not is_client_error("http-408")
+    assert not is_client_error("http-503")
+    assert not is_client_error("timeout")
+
+
+def test_advise_on_a_trace(tmp_path, capsys):
+    """advise TRACE prints the signals and the findings with their numbers."""
+    lines = [
+        {"at": 0, "dependency": "search", "type": "request", "call": "a"},
+        {"at": 1, "dependency": "search", "type": "failure", "call": "a"},
+        {"at": 5, "dependency": "search", "type": "request", "call": "b"},
+    ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    policy = tmp_path / "p.toml"
+    policy.write_text("failure_threshold = 1\ncooldown_ms = 60000\n")
+    assert main(["advise", str(trace), "--policy", str(policy)]) == 0
+    out = capsys.readouterr().out
+    assert "[model-recalls] search" in out
+    assert main(["advise", str(trace), "--policy", str(policy), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["signals"][0]["early_recalls"] == 1
+
+
+def test_advise_needs_one_source(capsys):
+    """advise with neither a trace nor a store is a one-line usage error."""
+    assert main(["advise"]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_a_short_observation_is_not_mostly_open():
+    """Under a minute of records, the share of time open is no finding."""
+    signals = calibrate(drive([(0, "request"), (0, "failure")]), until=30_000)
+    assert signals["search"].open_share == 1.0
+    assert "mostly-open" not in {f.rule for f in findings(signals)}
+
+
+def test_compliance_is_counted_per_tool_and_wording():
+    """Re-calls are grouped by tool and instruction version, episodes counted once."""
+    records = drive([(0, "request"), (0, "failure"), (10, "request"), (20, "request")])
+    other = drive([(0, "request"), (0, "failure"), (5_000, "request")], dep="orders")
+    rows = compliance(
+        [("search_tool", "v1", r) for r in records] + [("orders_tool", "v2", r) for r in other]
+    )
+    by_tool = {(c.tool, c.instructions_version): c for c in rows}
+    search = by_tool["search_tool", "v1"]
+    assert (search.open_episodes, search.early_recalls, search.episodes_with_recalls) == (1, 2, 1)
+    assert search.recall_share == 1.0
+    orders = by_tool["orders_tool", "v2"]
+    assert orders.early_recalls == 0
+    assert orders.to_dict()["recall_share"] == 0.0

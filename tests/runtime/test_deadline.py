@@ -1,0 +1,524 @@
+"""Deadlines: the sync worker bulkhead and the per-loop async watchdog."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import signal
+import sys
+import threading
+
+import pytest
+
+from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, watchdog, within
+
+# A worker call or a watched await that should finish at once gets this much room on a
+# loaded machine; it is never reached when things work.
+PATIENCE = 10.0
+# A deadline by which a waiting worker thread surely starts its call, so that the call
+# is running (and its worker pinned) when the deadline passes.
+STARTS_WITHIN = 0.3
+
+needs_cancel_counts = pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="tasks count cancellations from Python 3.11"
+)
+
+request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+
+
+def hang_until(event: threading.Event) -> None:
+    assert event.wait(PATIENCE)
+
+
+# -- Workers -----------------------------------------------------------------------------
+
+
+def test_run_returns_the_result_computed_in_the_callers_context():
+    """A call runs in a worker thread, sees the caller's context variables, and its
+    result comes back."""
+    pool = Workers(2)
+    request_id.set("r-1")
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        seen = worker.run(lambda: (request_id.get(), threading.get_ident()), (), {}, PATIENCE)
+        assert seen != OVERDUE
+        assert seen[0] == "r-1"
+        assert seen[1] != threading.get_ident()
+    finally:
+        pool.close()
+
+
+def test_run_reraises_what_the_call_raised():
+    """An exception of the call reaches the caller unchanged."""
+    pool = Workers(2)
+
+    def fail(message: str) -> None:
+        raise KeyError(message)
+
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        with pytest.raises(KeyError, match="nope"):
+            worker.run(fail, ("nope",), {}, PATIENCE)
+    finally:
+        pool.close()
+
+
+def test_sequential_calls_reuse_one_persistent_thread():
+    """Workers are persistent: calls one after another run on the same thread."""
+    pool = Workers(4)
+    try:
+        idents = set()
+        for _ in range(20):
+            worker = pool.acquire()
+            assert worker is not None
+            ident = worker.run(threading.get_ident, (), {}, PATIENCE)
+            assert ident != OVERDUE
+            idents.add(ident)
+        assert len(idents) == 1
+        assert pool.busy == 0
+    finally:
+        pool.close()
+
+
+def test_a_call_past_its_deadline_returns_overdue_and_pins_its_worker():
+    """The caller gets OVERDUE at its deadline; the running call keeps its worker, which
+    is counted as pinned until the call returns, then on_late runs and it is free."""
+    late = threading.Event()
+    release = threading.Event()
+    pool = Workers(2, on_late=late.set)
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        assert worker.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
+        assert pool.pinned == 1
+        assert pool.busy == 1
+        release.set()
+        assert late.wait(PATIENCE)
+        assert pool.pinned == 0
+        assert pool.busy == 0
+    finally:
+        release.set()
+        pool.close()
+
+
+class Interrupted(BaseException):
+    """What a signal handler raises in the waiting caller."""
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX only")
+def test_an_interrupted_caller_does_not_lose_its_worker():
+    """A caller interrupted while it waits (a signal handler raising) gives up as at a
+    deadline: the running call pins its worker until it returns, then the worker is idle
+    again instead of lost to the pool."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals are delivered to the main thread")
+    started, release, late = threading.Event(), threading.Event(), threading.Event()
+    interrupted = threading.Event()
+    pool = Workers(2, on_late=late.set)
+    main = threading.get_ident()
+
+    def slow() -> None:
+        started.set()
+        hang_until(release)
+
+    def interrupt() -> None:
+        # Again until it lands: a signal that arrives just before the caller blocks only
+        # runs its handler when the next one wakes the caller up.
+        assert started.wait(PATIENCE)
+        while not interrupted.is_set():
+            signal.pthread_kill(main, signal.SIGUSR1)
+            interrupted.wait(0.01)
+
+    def raise_interrupted(_signum: int, _frame: object) -> None:
+        if not interrupted.is_set():
+            interrupted.set()
+            raise Interrupted
+
+    previous = signal.signal(signal.SIGUSR1, raise_interrupted)
+    helper = threading.Thread(target=interrupt)
+    helper.start()
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        with pytest.raises(Interrupted):
+            worker.run(slow, (), {}, PATIENCE)
+        assert pool.pinned == 1
+        release.set()
+        assert late.wait(PATIENCE)
+        assert pool.busy == 0
+    finally:
+        release.set()
+        interrupted.set()
+        helper.join(PATIENCE)  # before the default handler (which would kill) is back
+        signal.signal(signal.SIGUSR1, previous)
+        pool.close()
+
+
+def test_a_call_not_started_by_its_deadline_never_starts():
+    """A caller answered before its call started means the call is dropped, not run late.
+
+    The worker's thread is started only after its caller gave up, which is what a
+    starved scheduler does to a real worker.
+    """
+    pool = Workers(2)
+    ran = []
+    worker = Worker(pool)  # no thread yet
+    assert worker.run(ran.append, (1,), {}, 0.01) is OVERDUE
+    assert pool.pinned == 0
+    thread = threading.Thread(target=worker._serve, daemon=True)
+    thread.start()
+    pool.close()  # the worker's own thread then stops: it was the only idle one
+    thread.join(PATIENCE)
+    assert not thread.is_alive()
+    assert ran == []
+
+
+def test_no_free_worker_means_none_at_once_never_a_queue():
+    """When every ordinary worker is busy, acquire() answers None immediately."""
+    pool = Workers(3, reserved=1)
+    try:
+        first, second = pool.acquire(), pool.acquire()
+        assert first is not None
+        assert second is not None
+        assert pool.acquire() is None
+        first.release()
+        assert pool.acquire() is first
+    finally:
+        pool.close()
+
+
+def test_the_reserved_worker_serves_probes_only():
+    """A probe may take the reserved worker that ordinary calls may not."""
+    pool = Workers(2, reserved=1)
+    try:
+        assert pool.acquire() is not None
+        assert pool.acquire() is None
+        assert pool.acquire(probe=True) is not None
+        assert pool.acquire(probe=True) is None
+    finally:
+        pool.close()
+
+
+def test_a_single_worker_pool_reserves_nothing():
+    """With one worker nothing can be kept for probes: ordinary calls may use it."""
+    pool = Workers(1, reserved=1)
+    try:
+        assert pool.reserved == 0
+        assert pool.acquire() is not None
+    finally:
+        pool.close()
+
+
+def test_close_stops_idle_threads_and_refuses_new_calls():
+    """close() ends the idle worker threads; acquire() afterwards raises."""
+    pool = Workers(2, name="test-close")
+    worker = pool.acquire()
+    assert worker is not None
+    assert worker.run(int, (), {}, PATIENCE) == 0
+    threads = [t for t in threading.enumerate() if t.name.startswith("test-close")]
+    assert len(threads) == 1
+    pool.close()
+    threads[0].join(PATIENCE)
+    assert not threads[0].is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.acquire()
+
+
+def test_a_worker_pinned_when_its_pool_closed_stops_when_its_call_returns():
+    """A hung call outlives close(); its thread ends once the call returns."""
+    release = threading.Event()
+    late = threading.Event()
+    pool = Workers(2, name="test-pinned-close", on_late=late.set)
+    worker = pool.acquire()
+    assert worker is not None
+    assert worker.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
+    (thread,) = [t for t in threading.enumerate() if t.name.startswith("test-pinned-close")]
+    pool.close()
+    assert thread.is_alive()
+    release.set()
+    thread.join(PATIENCE)
+    assert not thread.is_alive()
+    assert late.is_set()
+
+
+def test_on_late_that_raises_does_not_kill_the_worker(caplog: pytest.LogCaptureFixture):
+    """A failing on_late hook is logged; the worker serves the next call."""
+    release = threading.Event()
+    raised = threading.Event()
+
+    def on_late() -> None:
+        raised.set()
+        raise RuntimeError("metrics down")
+
+    pool = Workers(2, reserved=1, on_late=on_late)
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        assert worker.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
+        release.set()
+        assert raised.wait(PATIENCE)
+        again = None
+        while again is None:  # the worker is idle again right after its hook
+            again = pool.acquire()
+        assert again is worker
+        assert again.run(int, ("7",), {}, PATIENCE) == 7
+    finally:
+        pool.close()
+    assert "on_late" in caplog.text
+
+
+# Python 3.12+ warns that forking a multi-threaded process may deadlock; the child here
+# only uses its own fresh worker, writes to a pipe and exits.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_child_starts_its_own_workers():
+    """After os.fork the child does not hand calls to the parent's threads (which do
+    not exist in it): it starts its own worker and gets its result."""
+    release = threading.Event()
+    pool = Workers(3, reserved=1)
+    try:
+        idle = pool.acquire()
+        assert idle is not None
+        assert idle.run(int, (), {}, PATIENCE) == 0  # one idle parent thread
+        pinned = pool.acquire()
+        assert pinned is not None
+        assert pinned.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            try:
+                worker = pool.acquire()
+                answer = "none" if worker is None else str(worker.run(int, ("42",), {}, 5.0))
+                os.write(write, f"{answer} {pool.pinned}".encode())
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        child = os.read(read, 100).decode()
+        os.close(read)
+        os.close(write)
+        assert child == "42 0"
+        assert pool.pinned == 1
+    finally:
+        release.set()
+        pool.close()
+
+
+# -- Watchdog ----------------------------------------------------------------------------
+
+
+async def hang() -> None:
+    await asyncio.Event().wait()
+
+
+def test_within_returns_the_result():
+    """An awaitable that finishes in time gives its result and leaves nothing armed."""
+
+    async def main() -> int:
+        result = await within(asyncio.sleep(0, 5), PATIENCE)
+        assert watchdog().armed == 0
+        return result
+
+    assert asyncio.run(main()) == 5
+
+
+def test_the_deadline_cancels_the_call_and_raises_timeout_error():
+    """At its deadline the awaited call is cancelled and the caller gets TimeoutError."""
+    cancelled = []
+
+    async def slow() -> None:
+        try:
+            await hang()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await within(slow(), 0.01)
+
+    asyncio.run(main())
+    assert cancelled == [True]
+
+
+def test_the_deadline_is_never_early():
+    """A call is cancelled at or after its deadline on the loop's clock, never before."""
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(TimeoutError):
+            await within(hang(), 0.03)
+        return loop.time() - start
+
+    assert asyncio.run(main()) >= 0.03
+
+
+@needs_cancel_counts
+def test_a_deadline_leaves_no_cancellation_on_the_task():
+    """After the TimeoutError the task is not 'being cancelled': an enclosing
+    asyncio.timeout or task group sees nothing of ours."""
+
+    async def main() -> int:
+        async with asyncio.timeout(PATIENCE):
+            with pytest.raises(TimeoutError):
+                await within(hang(), 0.01)
+            await asyncio.sleep(0)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    assert asyncio.run(main()) == 0
+
+
+def test_a_cancel_from_outside_stays_a_cancel():
+    """Cancelling the task is a CancelledError, not a timeout, and disarms its deadline."""
+
+    async def main() -> int:
+        task = asyncio.create_task(within(hang(), PATIENCE))
+        await asyncio.sleep(0)
+        assert watchdog().armed == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return watchdog().armed
+
+    assert asyncio.run(main()) == 0
+
+
+@needs_cancel_counts
+def test_a_cancel_from_outside_at_the_deadline_stays_a_cancel():
+    """When the deadline and an outside cancel hit the same task together, the outside
+    cancel wins: the task is cancelled, not timed out."""
+
+    async def main() -> None:
+        task = asyncio.create_task(within(hang(), 0))
+        await asyncio.sleep(0)  # the task arms its (already due) deadline
+        watchdog()._tick()  # the deadline fires now, if its timer has not yet
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+
+
+@needs_cancel_counts
+def test_a_call_that_swallows_the_cancel_returns_and_leaves_no_cancellation():
+    """A call that catches its cancellation and returns gives its (late) result; the
+    task's cancellation count is restored."""
+
+    async def stubborn() -> str:
+        try:
+            await hang()
+        except asyncio.CancelledError:
+            return "late"
+        return "never"
+
+    async def main() -> tuple[str, int]:
+        result = await within(stubborn(), 0.01)
+        task = asyncio.current_task()
+        assert task is not None
+        return result, task.cancelling()
+
+    assert asyncio.run(main()) == ("late", 0)
+
+
+@needs_cancel_counts
+def test_a_call_that_turns_the_cancel_into_its_own_error_keeps_that_error():
+    """A call that answers its cancellation with another exception raises that one; the
+    task's cancellation count is restored."""
+
+    async def converts() -> None:
+        try:
+            await hang()
+        except asyncio.CancelledError:
+            raise ValueError("gave up") from None
+
+    async def main() -> int:
+        with pytest.raises(ValueError, match="gave up"):
+            await within(converts(), 0.01)
+        task = asyncio.current_task()
+        assert task is not None
+        return task.cancelling()
+
+    assert asyncio.run(main()) == 0
+
+
+def test_an_outer_deadline_is_a_timeout_for_the_outer_call_only():
+    """Nested calls in one task: when the outer deadline passes first, the inner call
+    sees a cancellation and the outer one a TimeoutError."""
+    inner_saw = []
+
+    async def inner() -> None:
+        try:
+            await within(hang(), PATIENCE)
+        except BaseException as exc:
+            inner_saw.append(type(exc))
+            raise
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await within(inner(), 0.01)
+
+    asyncio.run(main())
+    assert inner_saw == [asyncio.CancelledError]
+
+
+def test_many_calls_share_one_timer():
+    """Arming deadlines later than the earliest one adds no timer: one per loop."""
+
+    async def main() -> None:
+        release = asyncio.Event()
+        tasks = [asyncio.create_task(within(release.wait(), PATIENCE)) for _ in range(100)]
+        await asyncio.sleep(0)
+        dog = watchdog()
+        assert dog.armed == 100
+        first_timer = dog._timer
+        assert first_timer is not None
+        tasks.append(asyncio.create_task(within(release.wait(), PATIENCE)))
+        await asyncio.sleep(0)
+        assert dog._timer is first_timer
+        release.set()
+        await asyncio.gather(*tasks)
+        assert dog.armed == 0
+
+    asyncio.run(main())
+
+
+def test_each_event_loop_has_its_own_watchdog():
+    """Loops one after another, or in other threads, never share a watchdog."""
+
+    async def current() -> object:
+        return watchdog()
+
+    first, second = asyncio.run(current()), asyncio.run(current())
+    other: list[object] = []
+    thread = threading.Thread(target=lambda: other.append(asyncio.run(current())))
+    thread.start()
+    thread.join(PATIENCE)
+    assert len({id(first), id(second), id(other[0])}) == 3
+
+
+def test_within_outside_a_task_is_an_error():
+    """within() needs a task to cancel: outside one it raises (and closes the coroutine
+    it was given, so nothing warns that it was never awaited)."""
+    errors: list[BaseException] = []
+
+    def callback() -> None:  # runs in the loop, but in no task
+        coro = within(asyncio.sleep(0), 1.0)
+        try:
+            coro.send(None)
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.call_soon(callback)
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+    finally:
+        loop.close()
+    assert len(errors) == 1
+    assert "task" in str(errors[0])

@@ -1,0 +1,121 @@
+"""Issue 9 §5: no secret in anything a person or a model reads.
+
+Every shape of ``tests/secrets_corpus.py`` (API keys of the major providers, bearer
+tokens, JWTs, URL credentials, cloud keys, private keys, password fields), raw, escaped,
+URL-encoded and nested, goes through every output: stop packets (object, str and JSON),
+approval requests, model-facing results, check-run's output, the journal, logs and
+metrics labels.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from secrets_corpus import SECRETS, leaks, nested, variants
+from toolbreaker import ActionRequest, Breaker, Budget, Registry, RunGuard, StopPacket
+from toolbreaker.cli import main
+from toolbreaker.stores import MemoryStore
+
+#: A few forms of each shape: raw, after a newline in a repr, JSON, URL-encoded, nested.
+FORMS = (0, 2, 5, 9)
+
+
+def forms(secret: str) -> list[str]:
+    every = variants(secret)
+    return [every[i] for i in FORMS if i < len(every)]
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_stop_packets_hold_no_secret(name: str, secret: str) -> None:
+    """A packet's fields, str(), repr() and JSON are masked when it is built."""
+    for text in forms(secret):
+        packet = StopPacket(
+            task="t",
+            condition="operator",
+            detail=f"failed with {text}",
+            confirmed=({"external_id": text, "result": nested(secret)[0]},),
+            uncertain=(),
+            attempted={"tool": "x", "args": text},
+            counters={},
+            next_safe_action="wait",
+        )
+        for output in (packet.detail, str(packet), repr(packet), packet.to_json()):
+            assert not leaks(output, secret), (name, text)
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_model_results_approvals_journal_and_logs_hold_no_secret(
+    name: str, secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tool whose arguments, exceptions and results carry the secret, run under a guard."""
+    requests: list[ActionRequest] = []
+    journal = MemoryStore()
+    guard = RunGuard(f"t-{name}", journal=journal, budget=Budget(max_repeats=50))
+
+    def approve(request: ActionRequest) -> bool:
+        requests.append(request)
+        return True
+
+    @guard.tool(risk="irreversible", authorize=approve)
+    def pay(note: str, idempotency_key: str) -> dict[str, Any]:
+        # The tool's own result is its data for the model; its journal copy is masked.
+        return {"ok": True, "echo": note, "deep": [nested(secret)[0]]}
+
+    @guard.tool()
+    def lookup(q: str) -> Any:
+        raise PermissionError(f"denied for {q}")
+
+    def noisy(_record: Any, _breaker: Breaker) -> None:
+        raise RuntimeError(f"metrics down: {secret}")
+
+    breaker = Breaker("svc", timeout=1.0, enforce="cooperative")
+    breaker.add_listener(noisy)
+
+    @breaker.guard
+    def call_api(q: str) -> str:
+        raise ConnectionResetError(f"reset talking with token {q}")
+
+    with caplog.at_level(logging.DEBUG, logger="toolbreaker"):
+        for text in forms(secret):
+            pay(note=text)
+            for output in (lookup(q=text), call_api(q=text)):
+                assert not leaks(json.dumps(output, default=str), secret), (name, text)
+    for request in requests:
+        assert not leaks(repr(request.args), secret), name
+    assert not leaks(journal.journal_entries(f"t-{name}"), secret), name
+    assert not leaks(caplog.text, secret), name
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS[::5])
+def test_check_run_output_holds_no_secret(
+    name: str, secret: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """check-run prints tool names and stop details: masked."""
+    tool = f"search {secret}"[:256]
+    lines = [
+        {"at": i, "tool": tool, "args": {"q": secret}, "result": {"same": 1}} for i in range(5)
+    ]
+    run = tmp_path / "run.jsonl"
+    run.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    main(["check-run", str(run)])
+    captured = capsys.readouterr()
+    assert not leaks(captured.out + captured.err, secret), name
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS[::5])
+def test_metrics_labels_hold_no_secret(name: str, secret: str) -> None:
+    """Prometheus labels (dependency, operation, tool) are masked."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from toolbreaker.instrumentation.prometheus import register
+
+    registry = Registry()
+    registry.get(f"api-{secret}"[:200], tool=f"tool {secret}"[:200], timeout=1.0)
+    target = CollectorRegistry()
+    register(registry, target)
+    assert not leaks(generate_latest(target).decode(), secret), name
