@@ -1,11 +1,16 @@
-"""Shared breaker state: toolbreaker's SQLite and Redis stores against pybreaker and purgatory.
+"""Shared breaker state: toolbreaker's SQLite, Redis and PostgreSQL stores against pybreaker
+and purgatory.
 
-Run ``python benchmarks/bench_stores.py`` (about a minute; ``--seconds`` sets the length
-of each measurement, 2 by default). It starts its own redis-server on a free loopback port
-(``--save '' --appendonly no``) and stops it at the end; every library talks to that one
-server.
+Run ``python benchmarks/bench_stores.py`` (about two minutes; ``--seconds`` sets the length
+of each measurement, 2 by default, ``--procs`` the worker counts, 1,4,8 by default). It
+starts its own redis-server on a free loopback port (``--save '' --appendonly no``) and
+stops it at the end; every library talks to that one server. When PostgreSQL's ``initdb``
+is found, it also starts a PostgreSQL server (as the ``postgres`` user when run as root)
+with ``pg_stat_statements`` to count statements; ``--no-postgres`` skips it. When
+``redis-cli`` is found, it also starts a Redis Cluster (3 masters, 3 replicas, no
+persistence) and counts commands on every node; ``--no-cluster`` skips it.
 
-What is measured, for 1 and 4 worker processes (spawned, each with its own client):
+What is measured, for each number of worker processes (spawned, each with its own client):
 
 - ``calls/s``: guarded calls of a no-op per second, all processes together, closed and
   with the breaker open (a rejection is a call too);
@@ -13,7 +18,8 @@ What is measured, for 1 and 4 worker processes (spawned, each with its own clien
   deltas, including the commands a script runs);
 - ``trips/call``: requests a client sent per call: the same, less the commands run inside
   toolbreaker's scripts (the peers use no scripts). For the SQLite store: write
-  transactions per call.
+  transactions per call. For the PostgreSQL store: compare-and-set statements the server
+  ran per call (``pg_stat_statements``).
 
 Then, one process: toolbreaker's round trips per operation (closed success, local
 rejection, failure, half-open lease, probe success); and a contention check: 4 processes
@@ -47,7 +53,7 @@ import redis
 
 from toolbreaker import Breaker, CircuitOpen, Policy
 from toolbreaker.runtime._clock import monotonic_ms
-from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 from toolbreaker.testing import FakeClock
 
 try:
@@ -57,11 +63,16 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     sys.exit(f"missing benchmark peer ({exc.name}); install them with: pip install -e '.[bench]'")
 
-LIBS = ("toolbreaker Redis", "toolbreaker SQLite", "pybreaker Redis", "purgatory Redis")
+LIBS = ["toolbreaker Redis", "toolbreaker SQLite", "pybreaker Redis", "purgatory Redis"]
+POSTGRES = "toolbreaker PostgreSQL"
+CLUSTER = "toolbreaker Cluster"
 #: Commands only toolbreaker's scripts run, never a client: not round trips.
 SCRIPT_ONLY = {"time", "type", "hmget", "hset", "hdel", "pexpire", "persist", "publish", "del"}
 #: Commands of the harness itself.
-HARNESS = {"info", "config", "client", "hello", "ping", "subscribe", "select", "flushall"}
+HARNESS = {
+    "info", "config", "client", "hello", "ping", "subscribe", "select", "flushall",
+    "cluster", "command", "readonly", "script",
+}  # fmt: skip
 HUGE_MS = 10**9
 OPEN_POLICY = Policy(failure_threshold=1, cooldown_ms=HUGE_MS, cooldown_max_ms=HUGE_MS)
 
@@ -89,6 +100,12 @@ class Subject:
             if lib.endswith("Redis"):
                 self.store: Any = RedisStore(target)
                 clock = self.store.clock
+            elif lib.endswith("Cluster"):
+                self.store = RedisStore(target, cluster=True)
+                clock = self.store.clock
+            elif lib.endswith("PostgreSQL"):
+                self.store = PostgresStore(target)
+                clock = monotonic_ms
             else:
                 self.store = SQLiteStore(target)
                 clock = monotonic_ms
@@ -268,6 +285,141 @@ def redis_server() -> Iterator[str]:
             process.wait(10)
 
 
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str | None]:
+    """A throwaway PostgreSQL with pg_stat_statements; ``None`` when it cannot be started."""
+    found = shutil.which("initdb") or next(
+        (str(p) for p in sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))), None
+    )
+    if found is None:
+        yield None
+        return
+    import psycopg
+
+    bindir = Path(found).resolve().parent
+    user = "postgres" if os.geteuid() == 0 else None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    directory = tempfile.mkdtemp(prefix="bench-pg-")
+    if user:
+        shutil.chown(directory, user)
+    data = str(Path(directory, "data"))
+    subprocess.run(
+        [str(bindir / "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync"],
+        check=True, capture_output=True, user=user,
+    )  # fmt: skip
+    process = subprocess.Popen(
+        [str(bindir / "postgres"), "-D", data, "-p", str(port), "-h", "127.0.0.1",
+         "-c", "unix_socket_directories=", "-c", "max_connections=200",
+         "-c", "shared_preload_libraries=pg_stat_statements"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, user=user,
+    )  # fmt: skip
+    url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    try:
+        for _ in range(600):
+            try:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                break
+            except psycopg.OperationalError:
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(20)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def cluster_server() -> Iterator[list[str] | None]:
+    """A throwaway Redis Cluster (3 masters, 3 replicas); the URLs of its six nodes."""
+    binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+    cli = shutil.which("redis-cli") or shutil.which("redis-cli", path="/usr/bin")
+    if binary is None or cli is None:
+        yield None
+        return
+    ports: list[int] = []
+    while len(ports) < 6:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        if port + 10000 <= 65535 and port not in ports:
+            ports.append(port)
+    with tempfile.TemporaryDirectory() as directory:
+        processes = [
+            subprocess.Popen(
+                [
+                    binary,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    directory,
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    f"nodes-{port}.conf",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for port in ports
+        ]
+        urls = [f"redis://127.0.0.1:{port}" for port in ports]
+        try:
+            for url in urls:
+                with redis.Redis.from_url(url) as client:
+                    for _ in range(500):
+                        with contextlib.suppress(redis.ConnectionError):
+                            if client.ping():
+                                break
+                        time.sleep(0.01)
+            subprocess.run(
+                [cli, "--cluster", "create", *(f"127.0.0.1:{p}" for p in ports),
+                 "--cluster-replicas", "1", "--cluster-yes"],
+                check=True, capture_output=True, timeout=60,
+            )  # fmt: skip
+            for url in urls:
+                with redis.Redis.from_url(url) as client:
+                    for _ in range(600):
+                        if client.execute_command("CLUSTER INFO").get("cluster_state") == "ok":
+                            break
+                        time.sleep(0.05)
+            yield urls
+        finally:
+            for process in processes:
+                process.terminate()
+                process.wait(10)
+
+
+def cluster_commands(urls: list[str]) -> dict[str, int]:
+    """Commands executed by every node of the cluster, added up."""
+    total: dict[str, int] = {}
+    for url in urls:
+        with redis.Redis.from_url(url) as client:
+            for name, count in commands(client).items():
+                total[name] = total.get(name, 0) + count
+    return total
+
+
+def statements(url: str) -> int:
+    """Compare-and-set statements the PostgreSQL server ran so far."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE %s",
+            ("%toolbreaker_cas(%",),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def commands(client: redis.Redis) -> dict[str, int]:
     stats = client.info("commandstats")
     return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
@@ -284,16 +436,35 @@ def per_call(before: dict[str, int], after: dict[str, int], calls: int) -> tuple
 # -- the tables ------------------------------------------------------------------------------
 
 
+CLUSTER_URLS: list[str] = []
+
+
+def target_of(lib: str, url: str, pg_url: str | None, directory: str, key: str) -> str:
+    if "Cluster" in lib:
+        return CLUSTER_URLS[0]
+    if "SQLite" in lib:
+        return str(Path(directory, f"{key}.db"))
+    if "PostgreSQL" in lib:
+        assert pg_url is not None
+        return pg_url
+    return url
+
+
 def throughput(
-    pool: Any, url: str, directory: str, seconds: float
+    pool: Any,
+    url: str,
+    pg_url: str | None,
+    directory: str,
+    seconds: float,
+    counts: list[int],
 ) -> dict[tuple[str, int, str], dict[str, float]]:
     results: dict[tuple[str, int, str], dict[str, float]] = {}
     with redis.Redis.from_url(url) as client:
         for scenario in ("closed", "open"):
-            for procs in (1, 4):
+            for procs in counts:
                 for lib in LIBS:
                     key = f"bench-{uuid.uuid4().hex[:8]}"
-                    target = str(Path(directory, f"{key}.db")) if "SQLite" in lib else url
+                    target = target_of(lib, url, pg_url, directory, key)
                     if scenario == "open":
                         pool.apply(open_breaker, (lib, target, key))
                     start = (
@@ -306,8 +477,11 @@ def throughput(
                     while time.monotonic_ns() < start:
                         time.sleep(0.0005)
                     before = commands(client)
+                    pg_before = statements(pg_url) if "PostgreSQL" in lib and pg_url else 0
+                    if "Cluster" in lib:
+                        before = cluster_commands(CLUSTER_URLS)
                     done = job.get(timeout=60)
-                    after = commands(client)
+                    after = cluster_commands(CLUSTER_URLS) if "Cluster" in lib else commands(client)
                     calls = sum(d[0] for d in done)
                     rejected = sum(d[1] for d in done)
                     expected = calls if scenario == "open" else 0
@@ -315,6 +489,10 @@ def throughput(
                     cmds, trips = per_call(before, after, calls)
                     if "SQLite" in lib:
                         cmds, trips = float("nan"), sum(d[2] for d in done) / calls
+                    elif "PostgreSQL" in lib and pg_url:
+                        cmds = float("nan")
+                        # The harness's own statement count is one call of no CAS.
+                        trips = (statements(pg_url) - pg_before) / calls
                     results[(lib, procs, scenario)] = {
                         "rate": calls / seconds,
                         "cmds": cmds,
@@ -328,7 +506,9 @@ def attempt(fn: Any, *args: Any) -> None:
         fn(*args)
 
 
-def round_trips_of(kind: str, url: str, directory: str) -> dict[str, float]:
+def round_trips_of(
+    kind: str, url: str, directory: str, pg_url: str | None = None
+) -> dict[str, float]:
     """toolbreaker's round trips per operation on one store, one process."""
     policy = Policy(failure_threshold=2, cooldown_ms=1000, success_threshold=1)
     clock = FakeClock()
@@ -336,6 +516,8 @@ def round_trips_of(kind: str, url: str, directory: str) -> dict[str, float]:
     transactions = [0]
     if kind == "Redis":
         store: Any = RedisStore(url)
+    elif kind == "PostgreSQL":
+        store = PostgresStore(pg_url or "")
     else:
         store = SQLiteStore(Path(directory, f"{key}.db"))
         transact = store._transact
@@ -353,6 +535,8 @@ def round_trips_of(kind: str, url: str, directory: str) -> dict[str, float]:
     def trips() -> int:
         if kind == "SQLite":
             return transactions[0]
+        if kind == "PostgreSQL":
+            return statements(pg_url or "")
         stats = commands(client)
         return stats.get("evalsha", 0) + stats.get("eval", 0)
 
@@ -386,11 +570,11 @@ def round_trips_of(kind: str, url: str, directory: str) -> dict[str, float]:
     return out
 
 
-def contention(pool: Any, url: str, directory: str) -> list[tuple[str, str]]:
+def contention(pool: Any, url: str, pg_url: str | None, directory: str) -> list[tuple[str, str]]:
     out = []
     for lib in LIBS:
         key = f"contend-{uuid.uuid4().hex[:8]}"
-        target = str(Path(directory, f"{key}.db")) if "SQLite" in lib else url
+        target = target_of(lib, url, pg_url, directory, key)
         start = time.monotonic_ns() + 700_000_000
         pool.starmap(contend, [(lib, target, key, start, 10, 40)] * 4)
         opened = pool.apply(check_open, (lib, target, key, 40))
@@ -401,63 +585,83 @@ def contention(pool: Any, url: str, directory: str) -> list[tuple[str, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each measurement")
+    parser.add_argument("--procs", default="1,4,8", help="worker process counts, e.g. 1,4,8")
+    parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL rows")
+    parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster rows")
     args = parser.parse_args()
+    counts = [int(n) for n in args.procs.split(",")]
     versions = {name: metadata.version(name) for name in ("redis", "pybreaker", "purgatory")}
-    with redis_server() as url, tempfile.TemporaryDirectory() as directory:
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(redis_server())
+        directory = stack.enter_context(tempfile.TemporaryDirectory())
+        pg_url = None if args.no_postgres else stack.enter_context(postgres_server())
+        if pg_url is not None:
+            LIBS.insert(2, POSTGRES)
+            versions["psycopg"] = metadata.version("psycopg")
+        nodes = None if args.no_cluster else stack.enter_context(cluster_server())
+        if nodes is not None:
+            CLUSTER_URLS.extend(nodes)
+            LIBS.insert(1, CLUSTER)
         with redis.Redis.from_url(url) as client:
             server = client.info("server")["redis_version"]
         context = multiprocessing.get_context("spawn")
-        with context.Pool(4) as pool:
-            pool.map(time.sleep, [1.0] * 4, chunksize=1)  # every worker boots and imports
-            table = throughput(pool, url, directory, args.seconds)
-            fights = contention(pool, url, directory)
+        size = max(*counts, 4)
+        with context.Pool(size) as pool:
+            pool.map(time.sleep, [1.0] * size, chunksize=1)  # every worker boots and imports
+            table = throughput(pool, url, pg_url, directory, args.seconds, counts)
+            fights = contention(pool, url, pg_url, directory)
             pool.close()
             pool.join()
         on_redis = round_trips_of("Redis", url, directory)
         on_sqlite = round_trips_of("SQLite", url, directory)
+        on_pg = round_trips_of("PostgreSQL", url, directory, pg_url) if pg_url else None
 
     print(
         f"redis-server {server}, redis-py {versions['redis']}, "
-        f"pybreaker {versions['pybreaker']}, purgatory {versions['purgatory']}; "
+        f"pybreaker {versions['pybreaker']}, purgatory {versions['purgatory']}"
+        + (f", psycopg {versions['psycopg']} (PostgreSQL)" if pg_url else "")
+        + "; "
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs; {args.seconds:g} s each"
     )
     print()
     header = (
-        f"{'store':<20} {'procs':>5} {'state':>7} {'calls/s':>10} {'cmds/call':>10} "
+        f"{'store':<22} {'procs':>5} {'state':>7} {'calls/s':>10} {'cmds/call':>10} "
         f"{'trips/call':>11}"
     )
     print(header)
     print("-" * len(header))
     for scenario in ("closed", "open"):
-        for procs in (1, 4):
+        for procs in counts:
             for lib in LIBS:
                 row = table[(lib, procs, scenario)]
                 cmds = "-" if row["cmds"] != row["cmds"] else f"{row['cmds']:.2f}"
                 print(
-                    f"{lib:<20} {procs:>5} {scenario:>7} {row['rate']:>10,.0f} {cmds:>10} "
+                    f"{lib:<22} {procs:>5} {scenario:>7} {row['rate']:>10,.0f} {cmds:>10} "
                     f"{row['trips']:>11.3f}"
                 )
     print()
     print("ratios (calls/s of toolbreaker over the peer's, same state and processes):")
     for scenario in ("closed", "open"):
-        for procs in (1, 4):
-            for ours in ("toolbreaker Redis", "toolbreaker SQLite"):
+        for procs in counts:
+            for ours in [lib for lib in LIBS if lib.startswith("toolbreaker")]:
                 mine = table[(ours, procs, scenario)]["rate"]
                 parts = [
                     f"{mine / table[(peer, procs, scenario)]['rate']:5.1f}x {peer.split()[0]}"
                     for peer in ("pybreaker Redis", "purgatory Redis")
                 ]
-                print(f"  {ours:<19} {scenario:>6}, {procs} proc: " + "   ".join(parts))
+                print(f"  {ours:<22} {scenario:>6}, {procs} proc: " + "   ".join(parts))
     print()
     print(
-        "toolbreaker round trips per operation (Redis: scripts sent; SQLite: write transactions):"
+        "toolbreaker round trips per operation (Redis: scripts sent; SQLite: write "
+        "transactions; PostgreSQL: compare-and-set statements):"
     )
     for label, value in on_redis.items():
-        print(f"  {label:<26} Redis {value:5.2f}   SQLite {on_sqlite[label]:5.2f}")
+        pg = f"   PostgreSQL {on_pg[label]:5.2f}" if on_pg else ""
+        print(f"  {label:<26} Redis {value:5.2f}   SQLite {on_sqlite[label]:5.2f}{pg}")
     print()
     print("contention: 4 processes x 10 failures at once, threshold 40:")
     for lib, verdict in fights:
-        print(f"  {lib:<20} {verdict}")
+        print(f"  {lib:<22} {verdict}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── ReceiptError         a file that is not a toolbreaker receipt
     ├── CircuitOpen          a call rejected locally by an open breaker (retry_after, result)
     ├── StoreUnavailable     breaker state could not be read or written (fail closed)
+    ├── JournalNotDurable    a store that would forget the run journal on a restart
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
     ├── NotSent              raised by a write tool: nothing left, the write certainly failed
@@ -30,6 +31,7 @@ __all__ = [
     "BusinessKeyError",
     "CircuitOpen",
     "FingerprintError",
+    "JournalNotDurable",
     "NotSent",
     "PermitError",
     "PolicyError",
@@ -191,6 +193,30 @@ class StoreUnavailable(ToolbreakerError):
     def __init__(self, message: str, *, dependency: str | None = None) -> None:
         super().__init__(message)
         self.dependency = dependency
+
+
+class JournalNotDurable(ToolbreakerError):
+    """A store was asked to keep a run journal that a restart would silently forget.
+
+    A resumed run skips what its journal says is confirmed; a journal that lost its
+    entries makes the run repeat writes that already happened. Stores raise this at the
+    first journal use unless they were told to accept the risk (``volatile_journal=True``).
+    It is not a :class:`StoreUnavailable`: retrying will not help, the store's
+    configuration has to change.
+
+    Attributes:
+        store: the store that refused, described without credentials.
+        reason: why its journal is not durable.
+    """
+
+    def __init__(self, store: str, reason: str) -> None:
+        super().__init__(
+            f"{store} would lose the run journal on a restart: {reason}. A resumed run "
+            "would repeat confirmed writes. Make the store durable, or pass "
+            "volatile_journal=True to accept that risk"
+        )
+        self.store = store
+        self.reason = reason
 
 
 class RegistryFull(ToolbreakerError):

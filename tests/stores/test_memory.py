@@ -115,3 +115,14 @@ def test_fallback_starts_from_the_last_known_state_and_returns_to_the_primary():
     state, records = store.apply(key, Event("request", 5000, key, call="c"), policy)
     assert records[-1].reason == "probe-admitted"
     assert primary.load(key, policy) == state
+
+
+def test_the_fast_path_rule_is_the_cores():
+    """Stores ask the core which states a view may hold: a recovered corrupt state not."""
+    from toolbreaker.core.breaker.machine import fast_path_safe
+    from toolbreaker.core.breaker.state import CORRUPT
+
+    assert not fast_path_safe(CORRUPT)
+    assert fast_path_safe(BreakerState())
+    assert fast_path_safe(BreakerState(phase="open", open_until=5))
+    assert fast_path_safe(BreakerState(phase="open", isolated=True))

@@ -1,4 +1,4 @@
-"""Several OS processes share one breaker through SQLite and through a real Redis server.
+"""Several OS processes share one breaker through SQLite, a real Redis and a real PostgreSQL.
 
 Workers are spawned processes (no fork), each with its own store and its own Breaker, as
 separate workers of an application would be. Each test gives every worker the same
@@ -22,7 +22,7 @@ import pytest
 
 from toolbreaker import Breaker, Event, Policy
 from toolbreaker.runtime._clock import monotonic_ms
-from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 from toolbreaker.testing import capture_transitions
 
 WORKERS = 8
@@ -37,6 +37,8 @@ Log = list[tuple[Any, ...]]
 def make_store(kind: str, target: str, **options: Any) -> Any:
     if kind == "sqlite":
         return SQLiteStore(target, **options)
+    if kind == "postgres":
+        return PostgresStore(target, **options)
     return RedisStore(target, **options)
 
 
@@ -50,7 +52,16 @@ def make_breaker(store: Any, key: str, policy: Policy) -> Breaker:
 
 
 def warm(seconds: float) -> int:
-    """Occupy one pool worker for a while, so that every worker boots and imports."""
+    """Occupy one pool worker for a while, so that every worker boots and imports.
+
+    The stores import their clients lazily; importing them here keeps a slow import on a
+    busy machine from eating a test's timeline.
+    """
+    import importlib.util
+
+    for name in ("redis", "psycopg"):
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name)
     time.sleep(seconds)
     return os.getpid()
 
@@ -155,7 +166,7 @@ def pool() -> Iterator[Any]:
         workers.join()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -164,6 +175,8 @@ def kind(request: pytest.FixtureRequest) -> str:
 def target(kind: str, tmp_path, request: pytest.FixtureRequest) -> str:
     if kind == "sqlite":
         return str(tmp_path / "shared.db")
+    if kind == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
     return str(request.getfixturevalue("redis_url"))
 
 
@@ -305,7 +318,7 @@ def test_a_killed_probe_holder_cannot_keep_the_breaker_half_open(kind, target):
 def test_a_store_outage_denies_calls_and_workers_recover_without_restart(
     pool, kind, tmp_path, request
 ):
-    """Redis stopped, or the SQLite file locked past the timeout: calls are denied as
+    """Redis or PostgreSQL stopped, or the SQLite file locked past the timeout: calls are denied as
     store-unavailable; once the store is back, the same workers admit calls again."""
     key = f"dep-{uuid.uuid4().hex[:8]}"
     policy = {"failure_threshold": 1000, "window_ms": 60_000}
@@ -314,7 +327,7 @@ def test_a_store_outage_denies_calls_and_workers_recover_without_restart(
         options: dict[str, Any] = {"timeout": 0.1, "backoff": 0.05}
         server = None
     else:
-        server = request.getfixturevalue("private_redis")
+        server = request.getfixturevalue(f"private_{kind}")
         target = server.url
         options = {}
     start, down, up, stop = timeline(400, 1000, 1000)

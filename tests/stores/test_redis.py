@@ -11,6 +11,7 @@ from conformance import POLICY, StoreContract, Twin, fork_and_check, wait_for
 
 from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
 from toolbreaker.core.breaker.state import CORRUPT
+from toolbreaker.errors import JournalNotDurable
 from toolbreaker.stores import LocalFallback, RedisStore
 from toolbreaker.testing import FakeClock
 
@@ -48,14 +49,15 @@ def fed(store: RedisStore, key: str, policy: Policy = POLICY):
 
 
 class TestRedisStore(StoreContract):
+    # The session's server keeps nothing on disk: the journal tests opt out of durability.
     @pytest.fixture
     def store(self, redis_url):
-        with RedisStore(redis_url) as store:
+        with RedisStore(redis_url, volatile_journal=True) as store:
             yield store
 
     @pytest.fixture
     def twin(self, redis_url):
-        with RedisStore(redis_url) as twin:
+        with RedisStore(redis_url, volatile_journal=True) as twin:
             yield twin
 
     def write_raw(self, store, key, raw, policy):
@@ -378,3 +380,139 @@ def test_registry_on_redis_uses_the_servers_clock(redis_url):
         assert registry.get("search").clock == store.clock
     finally:
         store.close()
+
+
+def connections(client: redis.Redis) -> int:
+    """Connections the server has accepted since it started."""
+    return int(client.info("stats")["total_connections_received"])
+
+
+@pytest.mark.slow
+def test_a_feed_refused_subscribe_backs_off_and_leaves_views_untrusted(private_redis):
+    """A server that accepts connections but refuses SUBSCRIBE is not hammered.
+
+    Before the fix, the feed reconnected 600 to 730 times a second; it now backs off with
+    jitter on every reconnect path (doubling to 2 s). Calls still work through round trips.
+    """
+    with redis.Redis.from_url(private_redis.url) as admin:
+        admin.acl_setuser(
+            "nosub",
+            enabled=True,
+            passwords=["+pw"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-subscribe", "-psubscribe", "-ssubscribe"],
+        )
+        url = f"redis://nosub:pw@127.0.0.1:{private_redis.port}/0"
+        key = f"dep-{uuid.uuid4().hex[:8]}"
+        with RedisStore(url) as store:
+            view = store.view(key)
+            store.apply(key, Event("request", 0, key, call="a"), POLICY)
+            before = connections(admin)
+            time.sleep(3.0)
+            reconnects = connections(admin) - before
+            assert reconnects <= 12, reconnects  # ~6 at most by the schedule; was ~2000
+            assert view.state is None
+            _, records = store.apply(key, Event("failure", 1, key, call="a", generation=0), POLICY)
+            assert records[-1].reason == "qualifying-failure"
+            assert view.state is None
+
+
+# -- a journal that does not forget ---------------------------------------------------
+
+
+def test_a_server_without_an_append_only_file_refuses_the_journal(redis_url):
+    """appendonly no: journal calls raise JournalNotDurable; breaker state still works."""
+    with RedisStore(redis_url) as store:
+        assert not store.journal_durable()
+        for use in (
+            lambda: store.journal_put("t", "k", {"status": "pending"}),
+            lambda: store.journal_get("t", "k"),
+            lambda: store.journal_entries("t"),
+        ):
+            with pytest.raises(JournalNotDurable, match="appendonly no") as caught:
+                use()
+            assert "volatile_journal=True" in str(caught.value)
+            assert not isinstance(caught.value, StoreUnavailable)  # retrying cannot help
+        store.apply("k", Event("request", 0, "k", call="a"), POLICY)
+    with RedisStore(redis_url, volatile_journal=True) as store:
+        assert store.journal_put("t", "k", {"status": "pending"})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("options", "durable", "reason"),
+    [
+        (("--appendonly", "yes", "--appendfsync", "always"), True, None),
+        (("--appendonly", "yes", "--appendfsync", "everysec"), False, "appendfsync everysec"),
+        (("--appendonly", "yes", "--rename-command", "CONFIG", '""'), False, "CONFIG GET"),
+        (("--rename-command", "CONFIG", '""'), False, "appendonly no"),
+    ],
+    ids=["always", "everysec", "config-disabled", "config-disabled-no-aof"],
+)
+def test_journal_durability_follows_the_servers_persistence(
+    redis_binary, tmp_path, options, durable, reason
+):
+    """Only appendonly yes with appendfsync always counts; a hidden CONFIG cannot vouch."""
+    from conftest import RedisServer
+
+    server = RedisServer(redis_binary, tmp_path, *options)
+    server.start()
+    try:
+        with RedisStore(server.url) as store:
+            assert store.journal_durable() is durable
+            if durable:
+                assert store.journal_put("t", "k", {"status": "confirmed"})
+            else:
+                with pytest.raises(JournalNotDurable, match=reason):
+                    store.journal_put("t", "k", {"status": "confirmed"})
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("durable", [True, False], ids=["aof-always", "volatile"])
+def test_a_confirmed_journal_entry_survives_a_killed_server(redis_binary, tmp_path, durable):
+    """SIGKILL redis-server after a confirmed write; restarted, the entry is still there.
+
+    The volatile run is the control: the same kill loses the entry, which is exactly
+    what the refusal above protects a resumed run from.
+    """
+    from conftest import RedisServer
+
+    options = ("--appendonly", "yes", "--appendfsync", "always") if durable else ()
+    server = RedisServer(redis_binary, tmp_path, *options)
+    server.start()
+    try:
+        with RedisStore(server.url, volatile_journal=not durable, backoff=0) as store:
+            task = f"task-{uuid.uuid4().hex[:8]}"
+            entry = {"status": "confirmed", "tool": "refund", "idempotency_key": "r-1"}
+            assert store.journal_put(task, "r-1", {"status": "pending"})
+            assert store.journal_put(task, "r-1", entry)  # confirmed: Redis answered
+            server.kill()
+            with pytest.raises(StoreUnavailable):
+                store.journal_get(task, "r-1")
+            server.start()  # same port, same directory; the process is not restarted
+            got = wait_until_answered(lambda: store.journal_get(task, "r-1"))
+            if durable:
+                assert got == entry
+                assert store.journal_entries(task) == [entry]
+            else:
+                assert got is None
+    finally:
+        server.stop()
+
+
+def wait_until_answered(read):
+    """The first answer ``read()`` gives once the store is reachable again."""
+    answers = []
+
+    def answered() -> bool:
+        try:
+            answers.append(read())
+        except StoreUnavailable:
+            return False
+        return True
+
+    wait_for(answered, timeout=5)
+    return answers[-1]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 
@@ -10,6 +13,7 @@ import pytest
 from conformance import POLICY, StoreContract, fork_and_check, wait_for
 
 from toolbreaker import Breaker, Event, Policy, StoreUnavailable
+from toolbreaker.errors import JournalNotDurable
 from toolbreaker.stores import SQLiteStore
 
 
@@ -183,3 +187,107 @@ def test_a_forked_child_trusts_no_inherited_view(tmp_path):
 
         assert fork_and_check(child) == 0
         assert view.state is not None
+
+
+# -- a journal that does not forget ---------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [":memory:", ""])
+def test_an_in_memory_database_refuses_the_journal(path):
+    """A journal in memory would vanish with the connection: refused unless opted out."""
+    with SQLiteStore(path) as store:
+        assert not store.journal_durable()
+        with pytest.raises(JournalNotDurable, match="in memory"):
+            store.journal_put("t", "k", {"status": "pending"})
+        with pytest.raises(JournalNotDurable):
+            store.journal_entries("t")
+    with SQLiteStore(path, volatile_journal=True) as store:
+        assert store.journal_put("t", "k", {"status": "pending"})
+
+
+def test_a_file_keeps_the_journal(tmp_path):
+    """On a file the journal is durable, and a new handle reads what the old one wrote."""
+    with SQLiteStore(tmp_path / "j.db") as store:
+        assert store.journal_durable()
+        store.journal_put("t", "k", {"status": "confirmed"})
+    with SQLiteStore(tmp_path / "j.db") as store:
+        assert store.journal_get("t", "k") == {"status": "confirmed"}
+
+
+_WRITER = """
+import random, sqlite3, sys, time
+from toolbreaker.stores import SQLiteStore
+
+path, count, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+store = SQLiteStore(path)
+for n in range(count):
+    store.journal_put("task", f"k{n}", {"status": "confirmed", "n": n})
+    print(f"confirmed k{n}", flush=True)
+blob = {"status": "confirmed", "blob": "x" * 3_000_000}
+if how == "stalled":
+    # Stop inside the journal's write transaction: once this process holds the write
+    # lock (another connection cannot begin a write), stall until killed.
+    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+
+    def stall():
+        try:
+            other.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError:
+            print("torn", flush=True)
+            time.sleep(3600)
+        other.execute("ROLLBACK")
+        return 0
+
+    store._connection().set_progress_handler(stall, 1)
+    store.journal_put("task", "torn", blob)
+else:
+    # Big writes until killed at a moment the parent picks at random.
+    print("torn", flush=True)
+    for n in range(1000):
+        store.journal_put("task", f"big{n}", blob)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["stalled", "racing"])
+def test_a_process_killed_mid_transaction_keeps_every_confirmed_entry(tmp_path, how):
+    """SIGKILL a writer inside a journal write transaction (stalled) or anywhere (racing).
+
+    Every entry confirmed before is there, each one whole; the torn one is absent (or, in
+    the racing case, whole if its commit completed); the file is sound and takes writes.
+    """
+    path = tmp_path / "journal.db"
+    script = tmp_path / "writer.py"
+    script.write_text(_WRITER)
+    with subprocess.Popen(
+        [sys.executable, str(script), str(path), "20", how], stdout=subprocess.PIPE, text=True
+    ) as child:
+        assert child.stdout is not None
+        lines = []
+        for line in child.stdout:
+            lines.append(line.strip())
+            if line.strip() == "torn":
+                break
+        if how == "stalled":
+            probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                probe.execute("BEGIN IMMEDIATE")  # the child is inside its transaction
+            probe.close()
+        else:
+            time.sleep(random.uniform(0.01, 0.2))
+        child.kill()
+        child.wait()
+    assert lines == [f"confirmed k{n}" for n in range(20)] + ["torn"]
+    with SQLiteStore(path) as store:
+        entries = store.journal_entries("task")
+        assert entries[:20] == [{"status": "confirmed", "n": n} for n in range(20)]
+        assert all(e == {"status": "confirmed", "blob": "x" * 3_000_000} for e in entries[20:])
+        if how == "stalled":
+            assert len(entries) == 20
+            assert store.journal_get("task", "torn") is None
+        assert store.journal_put("task", "after", {"status": "pending"})
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        conn.close()

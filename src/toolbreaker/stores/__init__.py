@@ -1,4 +1,4 @@
-"""Where breaker state lives: in memory, in SQLite, in Redis.
+"""Where breaker state lives: in memory, in SQLite, in Redis, in PostgreSQL.
 
 A store applies one event to one breaker's persisted state atomically, by calling the
 core's :func:`~toolbreaker.core.apply` inside its own critical section (a lock, a
@@ -7,6 +7,7 @@ transaction, a compare-and-set script). A store never decides a transition by it
 - :class:`MemoryStore`: one process; the reference every store is tested against.
 - :class:`SQLiteStore`: the processes of one host, in one file (standard library only).
 - :class:`RedisStore`: processes on many hosts (the ``redis`` extra).
+- :class:`PostgresStore`: processes on many hosts, in PostgreSQL (the ``postgres`` extra).
 - :class:`LocalFallback`: lets named read-only breakers fall back to local judgement
   while a shared store is unavailable; everything else is denied (fail closed).
 """
@@ -14,6 +15,7 @@ transaction, a compare-and-set script). A store never decides a transition by it
 from toolbreaker.stores._fallback import LocalFallback
 from toolbreaker.stores._protocol import AsyncStore, Journal, Store, View
 from toolbreaker.stores.memory import MemoryStore
+from toolbreaker.stores.postgres import PostgresStore
 from toolbreaker.stores.redis import RedisStore
 from toolbreaker.stores.sqlite import SQLiteStore
 
@@ -22,6 +24,7 @@ __all__ = [
     "Journal",
     "LocalFallback",
     "MemoryStore",
+    "PostgresStore",
     "RedisStore",
     "SQLiteStore",
     "Store",

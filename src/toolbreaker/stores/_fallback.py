@@ -164,6 +164,11 @@ class LocalFallback:
         """The primary's :meth:`~toolbreaker.stores.Journal.journal_entries`."""
         return self._journal().journal_entries(task)
 
+    def journal_durable(self) -> bool:
+        """The primary's ``journal_durable()``; false when it cannot say."""
+        durable = getattr(self._journal(), "journal_durable", None)
+        return bool(durable()) if callable(durable) else False
+
     # -- internals ----------------------------------------------------------------------
 
     def _journal(self) -> Journal:

@@ -73,6 +73,11 @@ class Journal(Protocol):
     Entries are JSON-ready dicts. Run guards write a ``pending`` entry before a write
     runs and ``confirmed`` (or ``unknown``) after, so a resumed task skips what is
     confirmed and never repeats a write whose outcome is unknown.
+
+    The stores shipped here also answer ``journal_durable()``: whether a restart of the
+    store keeps every entry it confirmed. A shared store whose journal is not durable
+    refuses journal calls with :class:`~toolbreaker.errors.JournalNotDurable` unless it
+    was built with ``volatile_journal=True``.
     """
 
     def journal_put(

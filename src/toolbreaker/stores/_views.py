@@ -26,9 +26,9 @@ import threading
 import time
 import weakref
 
-from toolbreaker.core.breaker.machine import apply
+from toolbreaker.core.breaker.machine import apply, fast_path_safe
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import CORRUPT, OPEN, BreakerState, Event, Transition
+from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.stores._protocol import View
@@ -38,7 +38,6 @@ __all__ = [
     "ViewBook",
     "decode_state",
     "encode_state",
-    "fast_path_safe",
     "on_fork",
 ]
 
@@ -69,15 +68,6 @@ class SharedView(View):
         self.lock = threading.Lock()
 
 
-def fast_path_safe(state: BreakerState) -> bool:
-    """Whether the fast path may act on ``state``.
-
-    A recovered corrupt state (open, no deadline) is not: its cooldown starts at the
-    next event the store applies, and a local rejection would never get it there.
-    """
-    return not (state.phase == OPEN and state.open_until is None and not state.isolated)
-
-
 class ViewBook:
     """The views of one store, its feed epoch and its health, under one short lock."""
 
@@ -96,6 +86,10 @@ class ViewBook:
             with self._lock:
                 view = self._views.setdefault(key, SharedView(key))
         return view
+
+    def find(self, key: str) -> SharedView | None:
+        """The view of ``key`` if there is one (a feed never creates views)."""
+        return self._views.get(key)
 
     def views(self) -> list[SharedView]:
         """A snapshot of every view."""

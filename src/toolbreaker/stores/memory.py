@@ -73,6 +73,10 @@ class MemoryStore:
             entries[key] = copy.deepcopy(dict(entry))
             return True
 
+    def journal_durable(self) -> bool:
+        """Always false: the journal lives and dies with this process."""
+        return False
+
     def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
         """A copy of the entry under ``(task, key)``."""
         with self._lock:

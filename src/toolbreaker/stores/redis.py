@@ -45,21 +45,20 @@ import asyncio
 import contextlib
 import importlib
 import itertools
-import json
 import os
 import random
 import threading
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Generator
 from importlib import resources
 from typing import Any, Final, NamedTuple
 
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
-from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
+from toolbreaker.stores._shell import SharedStore
+from toolbreaker.stores._views import SharedView, decode_state, encode_state
 
 __all__ = ["RedisStore"]
 
@@ -70,6 +69,11 @@ _THEIR_TURN: Final = 4
 _TURN_MS: Final = 25  # how long a starving writer's reserved turn lasts at most
 _RESERVE_AFTER: Final = 2  # conflicts in a row before a writer asks for the turn
 _SCRIPT_FILE: Final = "redis_cas.lua"
+# The feed's reconnect backoff (seconds): doubled after each lost subscription, with
+# jitter, and reset only after a subscription has worked for a while.
+_FEED_WAIT_FIRST: Final = 0.02
+_FEED_WAIT_MAX: Final = 2.0
+_FEED_HEALTHY_AFTER: Final = 5.0
 _REFRESH_TTL: Final = """
 if redis.call('PTTL', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 return 1
@@ -89,6 +93,12 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return 1
+"""
+
+
+# Both keys share the task's hash tag: one slot, one atomic read (also on a cluster).
+_JOURNAL_ALL: Final = """
+return {redis.call('LRANGE', KEYS[2], 0, -1), redis.call('HGETALL', KEYS[1])}
 """
 
 
@@ -176,7 +186,7 @@ class _ServerClock:
                 self._offset += 1 if estimate > self._offset else -1
 
 
-class RedisStore:
+class RedisStore(SharedStore):
     """Breaker states and the run journal in Redis, shared by processes and hosts.
 
     Args:
@@ -191,6 +201,17 @@ class RedisStore:
         ping_interval: seconds of silence after which the feed pings its subscription;
             without an answer within ``4 * socket_timeout`` (at least a second) the
             subscription is treated as lost.
+        cluster: ``url`` names one node of a Redis Cluster: use redis-py's cluster
+            client. Every key of a breaker (and of a task's journal) shares one hash tag,
+            so every script touches one slot; the feed subscribes on any live node (pub/sub
+            messages reach every node) and moves to another when its node fails.
+        volatile_journal: keep the run journal even on a server that may forget it.
+            By default the first journal use checks that Redis appends every write to
+            its append-only file and fsyncs it before answering (``appendonly yes``,
+            ``appendfsync always``) and raises
+            :class:`~toolbreaker.errors.JournalNotDurable` otherwise, because a
+            restarted server that forgot confirmed writes makes a resumed run repeat
+            them. Breaker state needs no durability (it fails closed and relearns).
 
     Use it as a context manager, or call :meth:`close` (and ``await`` :meth:`aclose`
     after asyncio use), to stop the feed and close the connections.
@@ -207,6 +228,8 @@ class RedisStore:
         max_attempts: int = 64,
         backoff: float = 0.1,
         ping_interval: float = 1.0,
+        cluster: bool = False,
+        volatile_journal: bool = False,
     ) -> None:
         for name, value, least in (
             ("socket_timeout", socket_timeout, 0.001),
@@ -233,9 +256,12 @@ class RedisStore:
             "socket_timeout": self.socket_timeout,
             "socket_connect_timeout": self.socket_timeout,
         }
+        self.cluster = bool(cluster)
         # No silent retries: a resent script could apply one event twice. A dead pooled
-        # connection is replaced by redis-py when it is checked out.
-        self._client: Any = redis.Redis.from_url(
+        # connection is replaced by redis-py when it is checked out; a cluster client
+        # relearns the slots after a failure and follows MOVED redirections.
+        client_class = redis.RedisCluster if self.cluster else redis.Redis
+        self._client: Any = client_class.from_url(
             url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **self._options
         )
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
@@ -243,47 +269,28 @@ class RedisStore:
         self._script: Any = self._client.register_script(self._source)
         self._refresh: Any = self._client.register_script(_REFRESH_TTL)
         self._journal_put: Any = self._client.register_script(_JOURNAL_PUT)
+        self._journal_all: Any = self._client.register_script(_JOURNAL_ALL)
         self._aclient: Any = None
         self._ascript: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
-        self._book = ViewBook(backoff)
         self._clock = _ServerClock()
-        self._what = f"Redis store {_safe_url(url)}"
         self._ping_interval = float(ping_interval)
         self._writer_token = os.urandom(4).hex()
         self._writers = itertools.count(1)
         self._feed: _Feed | None = None
         self._feed_lock = threading.Lock()
-        self._closed = False
-        self._refeed = False
-        on_fork(self, "_forked")
+        self._what = f"Redis store {_safe_url(url)}"
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
 
-    # -- protocol ---------------------------------------------------------------------
+    # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
-    def view(self, key: str) -> SharedView:
-        """The process-local view of ``key``, kept current by the feed thread."""
-        view = self._book.entry(key)
-        if not view.wanted:
-            view.wanted = True
-            self._subscription().add(self._channel(key).encode("utf-8"), view)
-        return view
+    def _watch(self, view: SharedView) -> None:
+        self._subscription().add(self._channel(view.key).encode("utf-8"), view)
 
-    def apply(
-        self, key: str, event: Event, policy: Policy
+    def _round_trip(
+        self, view: SharedView, event: Event, policy: Policy
     ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """Apply ``event`` to ``key`` with one compare-and-set round trip (more on conflict).
-
-        Raises:
-            StoreUnavailable: Redis is unreachable, too slow, or answered nonsense.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        local = self._book.answer(view, event, policy)
-        if local is not None:
-            return local
-        self._book.check(self._what, key)
-        if self._refeed:
-            self._resubscribe()
+        """One compare-and-set script (more on conflict)."""
         with view.lock:
             steps = self._transaction(view, event, policy)
             try:
@@ -295,29 +302,18 @@ class RedisStore:
                     try:
                         raw = self._script(keys=[args.key], args=args.argv())
                     except self._errors as exc:
-                        raise self._fault(key, exc) from exc
-                    args = steps.send(self._reply(raw, started, key))
+                        raise self._fault(view.key, exc) from exc
+                    args = steps.send(self._reply(raw, started, view.key))
             except StopIteration as done:
                 result: tuple[BreakerState, tuple[Transition, ...]] = done.value
                 return result
             finally:
                 steps.close()
 
-    async def aapply(
-        self, key: str, event: Event, policy: Policy
+    async def _around_trip(
+        self, view: SharedView, event: Event, policy: Policy
     ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """Same as :meth:`apply` on the asyncio client, without blocking the loop.
-
-        The asyncio client is bound to the event loop that first uses it.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        local = self._book.answer(view, event, policy)
-        if local is not None:
-            return local
-        self._book.check(self._what, key)
-        if self._refeed:
-            self._resubscribe()
+        """The same on the asyncio client, bound to the event loop that first uses it."""
         script = self._async_script()
         steps = self._transaction(view, event, policy)
         try:
@@ -329,29 +325,20 @@ class RedisStore:
                 try:
                     raw = await script(keys=[args.key], args=args.argv())
                 except self._errors as exc:
-                    raise self._fault(key, exc) from exc
-                args = steps.send(self._reply(raw, started, key))
+                    raise self._fault(view.key, exc) from exc
+                args = steps.send(self._reply(raw, started, view.key))
         except StopIteration as done:
             result: tuple[BreakerState, tuple[Transition, ...]] = done.value
             return result
         finally:
             steps.close()
 
-    def load(self, key: str, policy: Policy) -> BreakerState:
-        """The current state of ``key`` (closed if never seen; fail-closed if corrupt).
-
-        Raises:
-            StoreUnavailable: Redis is unreachable, too slow, or answered nonsense.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        if view.state is not None:
-            return view.state
-        self._book.check(self._what, key)
+    def _read(self, view: SharedView, policy: Policy) -> BreakerState:
+        key = view.key
         token = self._book.token(view)
         started = time.monotonic_ns()
         try:
-            raw = self._script(keys=[self._state_key(key)], args=self._read(key).argv())
+            raw = self._script(keys=[self._state_key(key)], args=self._read_args(key).argv())
         except self._errors as exc:
             raise self._fault(key, exc) from exc
         reply = self._reply(raw, started, key)
@@ -369,57 +356,39 @@ class RedisStore:
 
     # -- journal ------------------------------------------------------------------------
 
-    def journal_put(
-        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
-    ) -> bool:
-        """Store ``entry`` under ``(task, key)`` atomically; with ``only_new``, only if absent.
-
-        Raises:
-            StoreUnavailable: Redis is unreachable or too slow.
-        """
-        text = canonical_json(dict(entry)).decode("utf-8")
+    def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
         keys = [self._journal_key(task), self._order_key(task)]
         try:
             written = self._journal_put(
                 keys=keys, args=[key, text, "1" if only_new else "0", self.journal_ttl_ms]
             )
         except self._errors as exc:
-            raise self._fault(task, exc, views=False) from exc
+            raise self._journal_fault(task, exc) from exc
         return bool(written)
 
-    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
-        """The entry under ``(task, key)``, if any.
-
-        Raises:
-            StoreUnavailable: Redis is unreachable, or the entry does not validate.
-        """
+    def _journal_read(self, task: str, key: str) -> object:
         try:
-            raw = self._client.hget(self._journal_key(task), key)
+            raw: object = self._client.hget(self._journal_key(task), key)
         except self._errors as exc:
-            raise self._fault(task, exc, views=False) from exc
-        return None if raw is None else _entry(raw, task)
+            raise self._journal_fault(task, exc) from exc
+        return raw
 
-    def journal_entries(self, task: str) -> list[dict[str, Any]]:
-        """Every entry of ``task``, oldest first (one atomic round trip).
-
-        Raises:
-            StoreUnavailable: Redis is unreachable, or an entry does not validate.
-        """
+    def _journal_read_all(self, task: str) -> list[object]:
+        """One atomic round trip."""
         try:
-            with self._client.pipeline(transaction=True) as pipe:
-                pipe.lrange(self._order_key(task), 0, -1)
-                pipe.hgetall(self._journal_key(task))
-                order, entries = pipe.execute()
+            reply = self._journal_all(keys=[self._journal_key(task), self._order_key(task)])
         except self._errors as exc:
-            raise self._fault(task, exc, views=False) from exc
+            raise self._journal_fault(task, exc) from exc
+        try:
+            order, flat = reply
+            entries = dict(zip(flat[::2], flat[1::2], strict=True))
+        except (TypeError, ValueError):
+            order, entries = None, None
         if not isinstance(order, list) or not isinstance(entries, dict):
             raise StoreUnavailable(f"the journal of task {task!r} does not validate")
-        out = []
-        for name in order:
-            if name not in entries:
-                raise StoreUnavailable(f"the journal of task {task!r} does not validate")
-            out.append(_entry(entries[name], task))
-        return out
+        if any(name not in entries for name in order):
+            raise StoreUnavailable(f"the journal of task {task!r} does not validate")
+        return [entries[name] for name in order]
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -439,12 +408,6 @@ class RedisStore:
             closer = getattr(client, "aclose", None) or client.close
             await closer()
 
-    def __enter__(self) -> RedisStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<RedisStore {_safe_url(self.url)} prefix={self.prefix!r}>"
 
@@ -454,14 +417,38 @@ class RedisStore:
         # In a forked child: the feed thread is gone and its socket belongs to the parent
         # (closing it would cut the parent's subscription), and an asyncio client is
         # bound to the parent's loop. Drop them; redis-py renews its own pool by itself.
-        self._book.forked()
+        super()._forked()
         self._feed_lock = threading.Lock()
         self._refeed = self._feed is not None
         self._feed = None
         self._aclient = self._ascript = self._aloop = None
 
-    def _resubscribe(self) -> None:
-        self._refeed = False
+    def _durability(self, task: str) -> tuple[bool, str]:
+        """Whether the server keeps confirmed writes across a restart, and if not why."""
+        redis = _redis()
+        try:
+            try:
+                if self.cluster:
+                    return self._cluster_durability()
+                config = self._client.config_get("append*")
+            except redis.ResponseError as exc:  # renamed, disabled or not permitted
+                with contextlib.suppress(redis.ResponseError):
+                    if not self._client.info("persistence").get("aof_enabled", 1):
+                        return False, "its append-only file is off (appendonly no)"
+                return False, f"CONFIG GET is refused ({exc}), so persistence cannot be checked"
+        except self._errors as exc:
+            raise self._journal_fault(task, exc) from exc
+        return _judge(config)
+
+    def _cluster_durability(self) -> tuple[bool, str]:
+        """Every master must keep what it confirms: the journal of a task is on one."""
+        for node in self._client.get_primaries():
+            durable, reason = _judge(self._client.config_get("append*", target_nodes=node))
+            if not durable:
+                return False, f"{node.name}: {reason}"
+        return True, "appendonly yes, appendfsync always on every master"
+
+    def _resume_feed(self) -> None:
         for view in self._book.views():
             if view.wanted:
                 self._subscription().add(self._channel(view.key).encode("utf-8"), view)
@@ -473,7 +460,7 @@ class RedisStore:
         state, version = view.known, view.version
         fresh = False
         if state is None:
-            reply = yield self._read(key)
+            reply = yield self._read_args(key)
             state, version, fresh = decode_state(reply.state, policy), reply.version, True
             self._book.learn(view, state, version, token)
         writer = f"{os.getpid():x}.{self._writer_token}.{next(self._writers)}"
@@ -515,7 +502,7 @@ class RedisStore:
             dependency=key,
         )
 
-    def _read(self, key: str) -> _Args:
+    def _read_args(self, key: str) -> _Args:
         return _Args(self._state_key(key), -1, "", 0, self._channel(key))
 
     def _reply(self, raw: object, started: int, key: str) -> _Reply:
@@ -530,9 +517,8 @@ class RedisStore:
         self._clock.sample(server_ms, (started + time.monotonic_ns()) // 2)
         return reply
 
-    def _fault(self, key: str, exc: BaseException, *, views: bool = True) -> StoreUnavailable:
-        if views:
-            self._book.fail()
+    def _fault(self, key: str, exc: BaseException) -> StoreUnavailable:
+        self._book.fail()
         return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key)
 
     def _ttl_ms(self, state: BreakerState, policy: Policy) -> int:
@@ -557,7 +543,9 @@ class RedisStore:
         if self._aclient is None:
             redis = _redis()
             importlib.import_module("redis.asyncio.retry")
-            self._aclient = redis.asyncio.Redis.from_url(
+            importlib.import_module("redis.asyncio.cluster")
+            client_class = redis.asyncio.RedisCluster if self.cluster else redis.asyncio.Redis
+            self._aclient = client_class.from_url(
                 self.url,
                 retry=redis.asyncio.retry.Retry(redis.backoff.NoBackoff(), 0),
                 **self._options,
@@ -583,6 +571,12 @@ class RedisStore:
         """Keep every viewed breaker's key alive: only unused breakers should expire."""
         views = [v for v in self._book.views() if v.wanted and v.policy is not None]
         if not views:
+            return
+        if self.cluster:  # one key per call: keys of many slots cannot share a pipeline
+            for view in views:
+                ttl = self._ttl_ms(view.known or BreakerState(), view.policy or Policy())
+                if ttl:
+                    self._refresh(keys=[self._state_key(view.key)], args=[ttl])
             return
         with self._client.pipeline(transaction=False) as pipe:
             for view in views:
@@ -616,6 +610,7 @@ class _Feed:
         self._refresh_every = min(store.idle_ttl_ms / 3000, 3600.0)
         self._last_heard = 0.0
         self._pinged = 0.0
+        self._healthy_since = 0.0  # when the current connection first proved it works
         self._thread = threading.Thread(
             target=self._run, name="toolbreaker-redis-feed", daemon=True
         )
@@ -639,29 +634,40 @@ class _Feed:
         self._thread.join()
 
     def _run(self) -> None:
-        wait = 0.02
+        wait = _FEED_WAIT_FIRST
         refreshed = time.monotonic()
         try:
             while not self._stopping.is_set():
                 try:
                     conn = self._conn or self._connect()
-                except self._errors:
-                    self._stopping.wait(wait)
-                    wait = min(wait * 2, 0.5)
-                    continue
-                wait = 0.02
-                try:
                     self._pump(conn)
                     if time.monotonic() - refreshed > self._refresh_every:
                         refreshed = time.monotonic()
                         self._store._refresh_ttls()
                 except self._errors:
+                    # Every way of losing the subscription backs off, with jitter: a
+                    # server that accepts connections but refuses SUBSCRIBE (an ACL, a
+                    # proxy) fails right after connect(), and must not be hammered.
+                    if self._healthy_since and (
+                        time.monotonic() - self._healthy_since >= _FEED_HEALTHY_AFTER
+                    ):
+                        wait = _FEED_WAIT_FIRST  # it worked for a while: a fresh fault
                     self._drop()
+                    self._stopping.wait(random.uniform(wait / 2, wait))  # noqa: S311 - jitter only
+                    wait = min(wait * 2, _FEED_WAIT_MAX)
         finally:
             self._drop()
 
     def _connect(self) -> Any:
-        conn = self._connection_class(**self._connection_kwargs)
+        kwargs = self._connection_kwargs
+        if self._store.cluster:
+            # Pub/sub messages reach every node of a cluster: any live one will do, and
+            # after a failure the next attempt may pick another.
+            nodes = self._store._client.get_nodes()
+            if nodes:
+                node = random.choice(nodes)  # noqa: S311 - spreading load, not security
+                kwargs = {**kwargs, "host": node.host, "port": node.port}
+        conn = self._connection_class(**kwargs)
         try:
             conn.connect()
             with self._lock:
@@ -676,6 +682,7 @@ class _Feed:
         return conn
 
     def _drop(self) -> None:
+        self._healthy_since = 0.0
         with self._lock:
             conn, self._conn = self._conn, None
         self._book.lose_feed()
@@ -690,6 +697,7 @@ class _Feed:
                 if not conn.can_read(timeout=0):
                     break
             self._last_heard = time.monotonic()
+            self._healthy_since = self._healthy_since or self._last_heard
             self._pinged = 0.0
             return
         now = time.monotonic()
@@ -727,14 +735,8 @@ class _Feed:
             self._book.feed(view, decode_state(body, view.policy), version)
 
 
-def _entry(raw: object, task: str) -> dict[str, Any]:
-    try:
-        entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
-    except (ValueError, RecursionError):
-        entry = None
-    if not isinstance(entry, dict):
-        raise StoreUnavailable(f"a journal entry of task {task!r} does not validate")
-    return entry
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _safe_url(url: str) -> str:
@@ -743,3 +745,17 @@ def _safe_url(url: str) -> str:
     if "@" in rest:
         rest = "***@" + rest.rsplit("@", 1)[1]
     return f"{scheme}{sep}{rest}"
+
+
+def _judge(config: object) -> tuple[bool, str]:
+    """Whether ``CONFIG GET append*`` says confirmed writes survive a restart; if not, why."""
+    settings = {_text(k): _text(v) for k, v in dict(config).items()}  # type: ignore[call-overload]
+    if settings.get("appendonly") != "yes":
+        return False, "its append-only file is off (appendonly no)"
+    if settings.get("appendfsync") != "always":
+        fsync = settings.get("appendfsync")
+        return False, (
+            f"appendfsync {fsync} acknowledges writes before they are on disk, so a "
+            "host crash loses the last ones (use appendfsync always)"
+        )
+    return True, "appendonly yes, appendfsync always"

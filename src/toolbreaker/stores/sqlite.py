@@ -23,22 +23,20 @@ A row that does not validate loads as the core's recovered-from-corruption open 
 
 from __future__ import annotations
 
-import asyncio
-import json
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
-from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
+from toolbreaker.stores._shell import SharedStore
+from toolbreaker.stores._views import SharedView, decode_state, encode_state
 
 __all__ = ["SQLiteStore"]
 
@@ -58,6 +56,7 @@ _WRITE: Final = (
 )
 _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _CHUNK: Final = 500  # keys per IN (...) query, well under SQLite's variable limit
+_IN_MEMORY: Final = frozenset({"", ":memory:"})
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -85,7 +84,7 @@ def _row(row: tuple[Any, Any] | None, policy: Policy) -> tuple[BreakerState, int
     return state, version, state is not CORRUPT
 
 
-class SQLiteStore:
+class SQLiteStore(SharedStore):
     """Breaker states and the run journal in one SQLite file, shared by processes.
 
     Args:
@@ -94,6 +93,14 @@ class SQLiteStore:
         poll_interval: seconds between two checks for changes made by other processes.
         backoff: after a failure, seconds during which calls fail at once instead of
             waiting ``timeout`` again.
+        volatile_journal: allow a run journal in an in-memory database (``":memory:"``
+            or ``""``), which a reconnect forgets; otherwise the first journal use
+            raises :class:`~toolbreaker.errors.JournalNotDurable`.
+
+    The journal is durable on a file: each journal write commits with
+    ``synchronous = FULL`` (fsynced before it returns), so neither a killed process nor
+    a power loss takes back a confirmed entry. Breaker transitions commit with
+    ``synchronous = NORMAL``, which a killed process cannot undo either.
 
     Use it as a context manager, or call :meth:`close`, to stop the poller and close the
     connections.
@@ -106,6 +113,7 @@ class SQLiteStore:
         timeout: float = 1.0,
         poll_interval: float = 0.005,
         backoff: float = 0.1,
+        volatile_journal: bool = False,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.0),
@@ -117,43 +125,27 @@ class SQLiteStore:
         self.path = str(path)
         self.timeout = float(timeout)
         self.poll_interval = float(poll_interval)
-        self._book = ViewBook(backoff)
+        self._what = f"SQLite store {self.path!r}"
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._poller_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
-        self._closed = False
-        self._refeed = False
-        on_fork(self, "_forked")
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
 
-    # -- protocol ---------------------------------------------------------------------
+    # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
-    def view(self, key: str) -> SharedView:
-        """The process-local view of ``key``, kept current by the poller."""
-        view = self._book.entry(key)
-        if not view.wanted:
-            view.wanted = True
-            self._start_poller()
-        return view
+    def _watch(self, view: SharedView) -> None:
+        self._start_poller()
 
-    def apply(
-        self, key: str, event: Event, policy: Policy
+    def _resume_feed(self) -> None:
+        self._start_poller()
+
+    def _round_trip(
+        self, view: SharedView, event: Event, policy: Policy
     ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """Apply ``event`` to ``key`` in one short write transaction.
-
-        Raises:
-            StoreUnavailable: the file stayed locked past ``timeout`` or cannot be used.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        local = self._book.answer(view, event, policy)
-        if local is not None:
-            return local
-        self._book.check(f"SQLite store {self.path!r}", key)
-        if self._refeed:
-            self._refeed = False
-            self._start_poller()
+        """One short write transaction."""
+        key = view.key
         token = self._book.token(view)
         (new, records), version = self._locked(
             key, lambda conn: self._transact(conn, key, event, policy)
@@ -161,44 +153,14 @@ class SQLiteStore:
         self._book.learn(view, new, version, token)
         return new, records
 
-    async def aapply(
-        self, key: str, event: Event, policy: Policy
-    ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """Same as :meth:`apply`, in a worker thread unless the view already answers."""
-        view = self._book.entry(key)
-        view.policy = policy
-        local = self._book.answer(view, event, policy)
-        if local is not None:
-            return local
-        return await asyncio.to_thread(self.apply, key, event, policy)
-
-    def load(self, key: str, policy: Policy) -> BreakerState:
-        """The current state of ``key`` (closed if never seen; fail-closed if corrupt).
-
-        Raises:
-            StoreUnavailable: the file cannot be read.
-        """
-        view = self._book.entry(key)
-        view.policy = policy
-        if view.state is not None:
-            return view.state
-        self._book.check(f"SQLite store {self.path!r}", key)
+    def _read(self, view: SharedView, policy: Policy) -> BreakerState:
+        key = view.key
         row = self._locked(key, lambda conn: conn.execute(_READ, (key,)).fetchone(), write=False)
         # Not learned into the view: readers never wait for a writer, so a read proves
         # nothing about whether this process could record an outcome.
         return _row(row, policy)[0]
 
-    # -- journal ------------------------------------------------------------------------
-
-    def journal_put(
-        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
-    ) -> bool:
-        """Store ``entry`` under ``(task, key)``; with ``only_new``, only if absent.
-
-        Raises:
-            StoreUnavailable: the file stayed locked past ``timeout`` or cannot be used.
-        """
-        text = canonical_json(dict(entry)).decode("utf-8")
+    def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
         if only_new:
             sql = "INSERT OR IGNORE INTO toolbreaker_journal (task, key, entry) VALUES (?, ?, ?)"
         else:
@@ -206,15 +168,18 @@ class SQLiteStore:
                 "INSERT INTO toolbreaker_journal (task, key, entry) VALUES (?, ?, ?) "
                 "ON CONFLICT (task, key) DO UPDATE SET entry = excluded.entry"
             )
-        count = self._locked(task, lambda conn: conn.execute(sql, (task, key, text)).rowcount)
-        return bool(count)
 
-    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
-        """The entry under ``(task, key)``, if any.
+        def put(conn: sqlite3.Connection) -> int:
+            # A confirmed entry must survive a power loss, not just a killed process.
+            conn.execute("PRAGMA synchronous = FULL")
+            try:
+                return conn.execute(sql, (task, key, text)).rowcount
+            finally:
+                conn.execute("PRAGMA synchronous = NORMAL")
 
-        Raises:
-            StoreUnavailable: the file cannot be read, or the entry does not validate.
-        """
+        return bool(self._locked(task, put))
+
+    def _journal_read(self, task: str, key: str) -> object:
         row = self._locked(
             task,
             lambda conn: conn.execute(
@@ -222,14 +187,9 @@ class SQLiteStore:
             ).fetchone(),
             write=False,
         )
-        return None if row is None else _entry(row[0], task)
+        return None if row is None else row[0]
 
-    def journal_entries(self, task: str) -> list[dict[str, Any]]:
-        """Every entry of ``task``, oldest first.
-
-        Raises:
-            StoreUnavailable: the file cannot be read, or an entry does not validate.
-        """
+    def _journal_read_all(self, task: str) -> list[object]:
         rows = self._locked(
             task,
             lambda conn: conn.execute(
@@ -237,7 +197,12 @@ class SQLiteStore:
             ).fetchall(),
             write=False,
         )
-        return [_entry(row[0], task) for row in rows]
+        return [row[0] for row in rows]
+
+    def _durability(self, task: str) -> tuple[bool, str]:
+        if self.path in _IN_MEMORY:
+            return False, "the database is in memory, not in a file"
+        return True, "a file"
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -252,12 +217,6 @@ class SQLiteStore:
         with self._lock:
             self._reset()
 
-    def __enter__(self) -> SQLiteStore:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         return f"<SQLiteStore {self.path!r}>"
 
@@ -266,7 +225,7 @@ class SQLiteStore:
     def _forked(self) -> None:
         # A connection must not cross a fork (SQLite's rule): abandon, never close, the
         # parent's handle; the poller thread did not come along.
-        self._book.forked()
+        super()._forked()
         self._lock = threading.Lock()
         self._poller_lock = threading.Lock()
         self._conn = None
@@ -295,7 +254,7 @@ class SQLiteStore:
         self, key: str, work: Callable[[sqlite3.Connection], T], *, write: bool = True
     ) -> T:
         """Run ``work`` on the store's connection, retrying while the file is busy."""
-        what = f"SQLite store {self.path!r}"
+        what = self._what
         if self._closed:
             raise StoreUnavailable(f"{what} is closed", dependency=key)
         deadline = time.monotonic() + self.timeout
@@ -400,13 +359,3 @@ def _open(path: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
-
-
-def _entry(raw: object, task: str) -> dict[str, Any]:
-    try:
-        entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
-    except (ValueError, RecursionError):
-        entry = None
-    if not isinstance(entry, dict):
-        raise StoreUnavailable(f"a journal entry of task {task!r} does not validate")
-    return entry

@@ -53,6 +53,7 @@ __all__ = [
     "admission",
     "apply",
     "due_expiry",
+    "fast_path_safe",
     "idle_rejection",
     "is_evictable",
     "is_quiet",
@@ -136,6 +137,16 @@ def is_evictable(state: BreakerState) -> bool:
     forced breaker is never dropped to make room.
     """
     return state.phase == CLOSED and not state.forced_closed
+
+
+def fast_path_safe(state: BreakerState) -> bool:
+    """Whether a process may act on ``state`` from its local view, without the store.
+
+    A store hands its views only states for which this holds. A recovered corrupt state
+    (open, no deadline, not isolated) does not: its cooldown starts at the next event
+    the store applies, and a local rejection would never get it there.
+    """
+    return not (state.phase == OPEN and state.open_until is None and not state.isolated)
 
 
 def retry_after_ms(state: BreakerState, at: int, policy: Policy | None = None) -> int | None:

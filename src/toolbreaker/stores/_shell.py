@@ -1,0 +1,234 @@
+"""The shell every shared store shares, like httpx's ``BaseClient``.
+
+SQLite, Redis and PostgreSQL differ only in their round trips. The order of the steps
+around them is written once, here:
+
+1. the view of the key remembers the policy it is applied with;
+2. a trusted view answers an event the core says changes nothing (no round trip);
+3. a store known to be down fails at once (the backoff after a failure);
+4. a feed lost to a fork is started again (2 to 4: ``_begin``);
+5. the subclass's atomic round trip, which lets the core's ``apply()`` decide.
+
+The journal is shared the same way: the durability check at first use, canonical JSON
+on the way in, validation on the way out. A subclass provides the ``_``-methods below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.core.canonical import canonical_json
+from toolbreaker.errors import JournalNotDurable, StoreUnavailable
+from toolbreaker.stores._views import SharedView, ViewBook, on_fork
+
+__all__ = ["SharedStore", "decode_entry"]
+
+_S = TypeVar("_S", bound="SharedStore")
+Result = tuple[BreakerState, tuple[Transition, ...]]
+
+
+class SharedStore(ABC):
+    """Breaker states and a run journal shared between processes: the common shell.
+
+    Subclasses set ``_what`` (the store, described without credentials, for messages)
+    and implement the round trips. Every round trip that fails must call
+    ``self._book.fail()`` (breaker state) or :meth:`_journal_fault` (journal) before it
+    raises :class:`~toolbreaker.errors.StoreUnavailable`.
+    """
+
+    _what: str
+
+    def __init__(self, *, backoff: float, volatile_journal: bool) -> None:
+        self._book = ViewBook(backoff)
+        self._closed = False
+        self._refeed = False
+        self.volatile_journal = bool(volatile_journal)
+        self._journal_checked = False
+        on_fork(self, "_forked")
+
+    # -- protocol ---------------------------------------------------------------------
+
+    def view(self, key: str) -> SharedView:
+        """The process-local view of ``key``, kept current by the store's feed."""
+        view = self._book.entry(key)
+        if not view.wanted:
+            view.wanted = True
+            self._watch(view)
+        return view
+
+    def apply(self, key: str, event: Event, policy: Policy) -> Result:
+        """Apply ``event`` to ``key`` atomically; the core's ``apply()`` decides.
+
+        Raises:
+            StoreUnavailable: the store is unreachable, too slow, or answered nonsense;
+                nothing was applied.
+        """
+        view, local = self._begin(key, event, policy)
+        return local if local is not None else self._round_trip(view, event, policy)
+
+    async def aapply(self, key: str, event: Event, policy: Policy) -> Result:
+        """Same as :meth:`apply`, without blocking the event loop."""
+        view, local = self._begin(key, event, policy)
+        return local if local is not None else await self._around_trip(view, event, policy)
+
+    def load(self, key: str, policy: Policy) -> BreakerState:
+        """The current state of ``key`` (closed if never seen; fail-closed if corrupt).
+
+        Raises:
+            StoreUnavailable: the store is unreachable, too slow, or answered nonsense.
+        """
+        view = self._book.entry(key)
+        view.policy = policy
+        if view.state is not None:
+            return view.state
+        self._book.check(self._what, key)
+        return self._read(view, policy)
+
+    # -- journal ------------------------------------------------------------------------
+
+    def journal_put(
+        self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
+    ) -> bool:
+        """Store ``entry`` under ``(task, key)`` atomically; with ``only_new``, only if absent.
+
+        Returns whether the entry was written.
+
+        Raises:
+            StoreUnavailable: the store is unreachable or too slow.
+            JournalNotDurable: the store would forget the entry on a restart (see
+                ``volatile_journal``).
+        """
+        self._journal_ready(task)
+        text = canonical_json(dict(entry)).decode("utf-8")
+        return self._journal_write(task, key, text, only_new=only_new)
+
+    def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
+        """The entry under ``(task, key)``, if any.
+
+        Raises:
+            StoreUnavailable: the store is unreachable, or the entry does not validate.
+            JournalNotDurable: the store would forget the journal on a restart.
+        """
+        self._journal_ready(task)
+        raw = self._journal_read(task, key)
+        return None if raw is None else decode_entry(raw, task)
+
+    def journal_entries(self, task: str) -> list[dict[str, Any]]:
+        """Every entry of ``task``, oldest first.
+
+        Raises:
+            StoreUnavailable: the store is unreachable, or an entry does not validate.
+            JournalNotDurable: the store would forget the journal on a restart.
+        """
+        self._journal_ready(task)
+        return [decode_entry(raw, task) for raw in self._journal_read_all(task)]
+
+    def journal_durable(self) -> bool:
+        """Whether a restart of the store keeps every journal entry it confirmed.
+
+        Raises:
+            StoreUnavailable: the store could not be asked.
+        """
+        return self._durability("journal")[0]
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop the feed and close the connections."""
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- what a subclass provides --------------------------------------------------------
+
+    @abstractmethod
+    def _watch(self, view: SharedView) -> None:
+        """The feed should deliver the changes of ``view``'s key from now on."""
+
+    @abstractmethod
+    def _resume_feed(self) -> None:
+        """Start the feed again in a forked child (views it delivered are wanted again)."""
+
+    @abstractmethod
+    def _round_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:
+        """Apply ``event`` atomically and :meth:`ViewBook.learn` what the store said."""
+
+    async def _around_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:
+        """The asyncio round trip; by default the synchronous one in a worker thread."""
+        return await asyncio.to_thread(self._round_trip, view, event, policy)
+
+    @abstractmethod
+    def _read(self, view: SharedView, policy: Policy) -> BreakerState:
+        """Read the state of ``view``'s key (fail closed)."""
+
+    @abstractmethod
+    def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
+        """Write one entry's canonical JSON ``text`` atomically."""
+
+    @abstractmethod
+    def _journal_read(self, task: str, key: str) -> object:
+        """The raw text of one entry, or ``None``."""
+
+    @abstractmethod
+    def _journal_read_all(self, task: str) -> list[object]:
+        """The raw texts of every entry of ``task``, oldest first."""
+
+    @abstractmethod
+    def _durability(self, task: str) -> tuple[bool, str]:
+        """Whether the journal survives a restart of the store, and if not, why."""
+
+    # -- shared internals -----------------------------------------------------------------
+
+    def _begin(self, key: str, event: Event, policy: Policy) -> tuple[SharedView, Result | None]:
+        """The view of ``key`` and the answer it gives without a round trip, if any.
+
+        Without one: raise while the store is backing off, restart a feed lost to a fork.
+        """
+        view = self._book.entry(key)
+        view.policy = policy
+        local = self._book.answer(view, event, policy)
+        if local is None:
+            self._book.check(self._what, key)
+            if self._refeed:
+                self._refeed = False
+                self._resume_feed()
+        return view, local
+
+    def _journal_ready(self, task: str) -> None:
+        """Refuse a journal the store would forget; checked once until a journal fault."""
+        if self._journal_checked or self.volatile_journal:
+            return
+        durable, reason = self._durability(task)
+        if not durable:
+            raise JournalNotDurable(self._what, reason)
+        self._journal_checked = True
+
+    def _journal_fault(self, task: str, exc: BaseException) -> StoreUnavailable:
+        """A journal round trip failed: the store may come back configured otherwise."""
+        self._journal_checked = False
+        return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=task)
+
+    def _forked(self) -> None:
+        """In a child right after fork: distrust every view; subclasses drop their feed."""
+        self._book.forked()
+
+
+def decode_entry(raw: object, task: str) -> dict[str, Any]:
+    """A stored journal entry's JSON text as a dict; anything else is a store fault."""
+    try:
+        entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
+    except (ValueError, RecursionError):
+        entry = None
+    if not isinstance(entry, dict):
+        raise StoreUnavailable(f"a journal entry of task {task!r} does not validate")
+    return entry

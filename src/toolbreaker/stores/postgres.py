@@ -1,0 +1,603 @@
+"""The PostgreSQL store: breaker state and the run journal for stacks that run on Postgres.
+
+Needs the ``postgres`` extra (``pip install 'toolbreaker[postgres]'``, psycopg 3);
+``psycopg`` is imported only when a :class:`PostgresStore` is built.
+
+How a transition happens. The Python core decides; PostgreSQL only guards the write.
+Each breaker is one row of ``<prefix>_breakers`` (key, version, canonical JSON state). To
+apply an event the store takes the state it last saw (its view), lets
+:func:`~toolbreaker.core.apply` compute the result, and calls ``<prefix>_cas()``: one
+statement, so one short transaction, that writes the result only if the row's version is
+still the one the store computed from; a trigger notifies every change of a row (the
+store's, and an operator's hand edit) on ``<prefix>_events``.
+On a conflict the function returns the current row and the store computes again
+(bounded, then :class:`~toolbreaker.errors.StoreUnavailable`). The row lock lasts that
+one statement; nothing is ever locked while a protected call runs. Breaker state commits
+with ``synchronous_commit = off`` (it fails closed and relearns; it needs no fsync), the
+journal with ``synchronous_commit = on``.
+
+Views. A listener thread per store listens on ``<prefix>_events`` and keeps the
+views current, so a quiet closed call and a local rejection while open cost no round
+trip, as on Redis. When the listening connection is lost every view is emptied (calls ask
+the server again) until the listener has reconnected and read the viewed rows again.
+
+Time: events carry milliseconds of the local monotonic clock unless the breakers are
+given another; processes on several hosts need one clock (see :class:`RedisStore.clock`
+for a server clock; this store offers none yet).
+
+Fail closed. A refused connection, a statement slower than ``timeout`` (the server
+cancels it: ``statement_timeout``, ``lock_timeout``; asyncio calls also time out on the
+client) or a reply that does not validate raises ``StoreUnavailable``: the breaker denies
+the call with the reason ``store-unavailable``. A stored state that does not validate
+loads as the core's recovered-from-corruption open state. A server that comes back is
+used again without a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import random
+import re
+import threading
+import time
+from collections.abc import Generator
+from typing import Any, Final, NamedTuple
+
+from toolbreaker.core.breaker.machine import apply as core_apply
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._shell import SharedStore
+from toolbreaker.stores._views import SharedView, decode_state, encode_state
+
+__all__ = ["PostgresStore"]
+
+_WRITTEN: Final = 1
+_VERIFIED: Final = 2
+_PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
+_NOTIFY_LIMIT: Final = 7000  # bytes of state sent inline; PostgreSQL's payload limit is 8000
+_WAIT_FIRST: Final = 0.02
+_WAIT_MAX: Final = 2.0
+_HEALTHY_AFTER: Final = 5.0
+
+# {p} is the validated prefix. One statement per transition: the row lock lasts one call.
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS {p}_breakers (
+  key text PRIMARY KEY, version bigint NOT NULL, state text NOT NULL);
+CREATE TABLE IF NOT EXISTS {p}_journal (
+  seq bigserial PRIMARY KEY, task text NOT NULL, key text NOT NULL, entry text NOT NULL,
+  UNIQUE (task, key));
+CREATE OR REPLACE FUNCTION {p}_cas(p_key text, p_expected bigint, p_payload text)
+RETURNS TABLE (status int, version bigint, state text) LANGUAGE plpgsql AS $$
+DECLARE
+  cur_version bigint;
+  cur_state text;
+  new_version bigint;
+BEGIN
+  SELECT b.version, b.state INTO cur_version, cur_state
+    FROM {p}_breakers b WHERE b.key = p_key FOR UPDATE;
+  IF p_expected < 0 OR coalesce(cur_version, 0) <> p_expected THEN
+    RETURN QUERY SELECT 0, coalesce(cur_version, 0), cur_state;  -- a read, or a conflict
+    RETURN;
+  END IF;
+  IF p_payload = '' THEN
+    RETURN QUERY SELECT 2, p_expected, NULL::text;  -- unchanged, and still current
+    RETURN;
+  END IF;
+  -- Versions only grow, even across a deleted row: anchored to the wall clock.
+  new_version := greatest(coalesce(cur_version, 0) + 1,
+                          (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  IF cur_version IS NULL THEN
+    INSERT INTO {p}_breakers (key, version, state) VALUES (p_key, new_version, p_payload)
+      ON CONFLICT (key) DO NOTHING;
+    IF NOT FOUND THEN  -- another writer created the row first
+      SELECT b.version, b.state INTO cur_version, cur_state
+        FROM {p}_breakers b WHERE b.key = p_key;
+      RETURN QUERY SELECT 0, cur_version, cur_state;
+      RETURN;
+    END IF;
+  ELSE
+    UPDATE {p}_breakers b SET version = new_version, state = p_payload WHERE b.key = p_key;
+  END IF;
+  RETURN QUERY SELECT 1, new_version, NULL::text;  -- {p}_notify() tells the listeners
+END $$;
+-- Every change of a row is notified, an operator's hand edit included.
+CREATE OR REPLACE FUNCTION {p}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    PERFORM pg_notify('{p}_events', json_build_object('k', OLD.key)::text);
+    RETURN OLD;
+  END IF;
+  PERFORM pg_notify('{p}_events', CASE
+    WHEN octet_length(NEW.state) + octet_length(NEW.key) < {limit}
+      THEN json_build_object('k', NEW.key, 'v', NEW.version, 's', NEW.state)::text
+    ELSE json_build_object('k', NEW.key, 'v', NEW.version)::text END);
+  RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS {p}_events ON {p}_breakers;
+CREATE TRIGGER {p}_events AFTER INSERT OR UPDATE OR DELETE ON {p}_breakers
+  FOR EACH ROW EXECUTE FUNCTION {p}_notify();
+CREATE OR REPLACE FUNCTION {p}_journal_put(
+  p_task text, p_key text, p_entry text, p_only_new boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  -- Breaker state commits asynchronously; a confirmed journal entry must be on disk.
+  PERFORM set_config('synchronous_commit', 'on', true);
+  IF p_only_new THEN
+    INSERT INTO {p}_journal (task, key, entry) VALUES (p_task, p_key, p_entry)
+      ON CONFLICT (task, key) DO NOTHING;
+  ELSE
+    INSERT INTO {p}_journal (task, key, entry) VALUES (p_task, p_key, p_entry)
+      ON CONFLICT (task, key) DO UPDATE SET entry = excluded.entry;
+  END IF;
+  RETURN FOUND;
+END $$;
+"""
+
+
+class _Reply(NamedTuple):
+    status: int
+    version: int
+    state: str | None
+
+
+_Transaction = Generator[tuple[int, str], _Reply, tuple[BreakerState, tuple[Transition, ...]]]
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "PostgresStore needs psycopg 3: pip install 'toolbreaker[postgres]'"
+        ) from None
+    return psycopg
+
+
+def _reply(row: object) -> _Reply:
+    """The CAS function's row; anything else is a store fault."""
+    if not isinstance(row, tuple) or len(row) != 3:
+        raise ValueError(row)
+    status, version, state = row
+    if status not in (0, 1, 2) or type(version) is not int or version < 0:
+        raise ValueError(row)
+    if state is not None and not isinstance(state, str):
+        raise ValueError(row)
+    return _Reply(status, version, state)
+
+
+class PostgresStore(SharedStore):
+    """Breaker states and the run journal in PostgreSQL, shared by processes and hosts.
+
+    Args:
+        conninfo: a libpq connection string or URL (``postgresql://user@host/db``).
+        prefix: the prefix of the tables, functions and channel the store creates
+            (lower-case letters, digits, underscores).
+        timeout: seconds a statement may take before the store is unavailable (the
+            server cancels it; connecting waits at least 2 s, libpq's minimum).
+        max_attempts: compare-and-set attempts per event before giving up.
+        backoff: after a failure, seconds during which calls fail at once.
+        ping_interval: seconds of silence after which the listener checks its connection.
+        volatile_journal: keep the run journal even on a server running with
+            ``fsync = off``; otherwise the first journal use raises
+            :class:`~toolbreaker.errors.JournalNotDurable` there.
+
+    Use it as a context manager, or call :meth:`close` (and ``await`` :meth:`aclose`
+    after asyncio use), to stop the listener and close the connections.
+    """
+
+    def __init__(
+        self,
+        conninfo: str = "postgresql://127.0.0.1:5432/postgres",
+        *,
+        prefix: str = "toolbreaker",
+        timeout: float = 0.25,
+        max_attempts: int = 64,
+        backoff: float = 0.1,
+        ping_interval: float = 1.0,
+        volatile_journal: bool = False,
+    ) -> None:
+        for name, value, least in (
+            ("timeout", timeout, 0.001),
+            ("max_attempts", max_attempts, 1),
+            ("backoff", backoff, 0.0),
+            ("ping_interval", ping_interval, 0.01),
+        ):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < least:
+                raise PolicyError(f"{name} must be a number >= {least}, got {value!r}", field=name)
+        if not isinstance(prefix, str) or not _PREFIX.fullmatch(prefix):
+            raise PolicyError(
+                f"prefix must be lower-case letters, digits and underscores: {prefix!r}",
+                field="prefix",
+            )
+        psycopg = _psycopg()
+        self.conninfo = conninfo
+        self.prefix = prefix
+        self.timeout = float(timeout)
+        self.max_attempts = int(max_attempts)
+        self.ping_interval = float(ping_interval)
+        ms = max(1, round(self.timeout * 1000))
+        self._options: dict[str, Any] = {
+            "connect_timeout": max(2, math.ceil(self.timeout)),
+            "options": (
+                f"-c statement_timeout={ms} -c lock_timeout={ms} -c synchronous_commit=off"
+            ),
+            "tcp_user_timeout": max(1000, 4 * ms),
+            "keepalives_idle": 5,
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+        }
+        self._errors: tuple[type[BaseException], ...] = (psycopg.Error, OSError)
+        # The prefix is validated above; every value travels as a parameter.
+        self._cas_sql = f"SELECT status, version, state FROM {prefix}_cas(%s, %s::bigint, %s)"  # noqa: S608
+        self._channel = f"{prefix}_events"
+        self._what = f"PostgreSQL store {_safe_conninfo(conninfo)}"
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._schema_ready = False
+        self._aconn: Any = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._alock: asyncio.Lock | None = None
+        self._listener: threading.Thread | None = None
+        self._listener_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._abandoned: list[Any] = []  # a forked child's inherited connections: never closed
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+
+    # -- round trips (the shell in _shell.py does the rest) -------------------------------
+
+    def _watch(self, view: SharedView) -> None:
+        self._start_listener()
+
+    def _resume_feed(self) -> None:
+        self._start_listener()
+
+    def _round_trip(
+        self, view: SharedView, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """One compare-and-set statement (more on conflict)."""
+        with view.lock:
+            steps = self._transaction(view, event, policy)
+            try:
+                expected, payload = next(steps)
+                while True:
+                    row = self._execute(view.key, self._cas_sql, (view.key, expected, payload))
+                    expected, payload = steps.send(self._validate(row, view.key))
+            except StopIteration as done:
+                result: tuple[BreakerState, tuple[Transition, ...]] = done.value
+                return result
+            finally:
+                steps.close()
+
+    async def _around_trip(
+        self, view: SharedView, event: Event, policy: Policy
+    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+        """The same on psycopg's asyncio connection, bound to the loop that first uses it."""
+        steps = self._transaction(view, event, policy)
+        try:
+            expected, payload = next(steps)
+            while True:
+                row = await self._aexecute(view.key, (view.key, expected, payload))
+                expected, payload = steps.send(self._validate(row, view.key))
+        except StopIteration as done:
+            result: tuple[BreakerState, tuple[Transition, ...]] = done.value
+            return result
+        finally:
+            steps.close()
+
+    def _read(self, view: SharedView, policy: Policy) -> BreakerState:
+        token = self._book.token(view)
+        reply = self._validate(self._execute(view.key, self._cas_sql, (view.key, -1, "")), view.key)
+        state = decode_state(reply.state, policy)
+        self._book.learn(view, state, reply.version, token)
+        return state
+
+    def _transaction(self, view: SharedView, event: Event, policy: Policy) -> _Transaction:
+        """The compare-and-set loop, free of I/O: yields (expected version, payload)."""
+        token = self._book.token(view)
+        state, version = view.known, view.version
+        fresh = False
+        if state is None:
+            reply = yield (-1, "")
+            state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            self._book.learn(view, state, version, token)
+        for _ in range(self.max_attempts):
+            new, records = core_apply(state, event, policy)
+            unchanged = new == state
+            if unchanged and fresh:
+                return new, records  # computed on what the server just said
+            reply = yield (version, "" if unchanged else encode_state(new))
+            if reply.status in (_WRITTEN, _VERIFIED):
+                self._book.learn(view, new, reply.version, token)
+                return new, records
+            state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            self._book.learn(view, state, version, token)
+        self._book.fail()
+        raise StoreUnavailable(
+            f"{self._what}: {self.max_attempts} conflicting writes in a row on {view.key!r}",
+            dependency=view.key,
+        )
+
+    # -- journal ------------------------------------------------------------------------
+
+    def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
+        sql = f"SELECT {self.prefix}_journal_put(%s, %s, %s, %s)"
+        row = self._execute(task, sql, (task, key, text, only_new), journal=True)
+        return bool(row and row[0])
+
+    def _journal_read(self, task: str, key: str) -> object:
+        sql = f"SELECT entry FROM {self.prefix}_journal WHERE task = %s AND key = %s"  # noqa: S608 - validated prefix
+        row = self._execute(task, sql, (task, key), journal=True)
+        return None if row is None else row[0]
+
+    def _journal_read_all(self, task: str) -> list[object]:
+        sql = f"SELECT entry FROM {self.prefix}_journal WHERE task = %s ORDER BY seq"  # noqa: S608 - validated prefix
+        return [row[0] for row in self._execute(task, sql, (task,), journal=True, every=True)]
+
+    def _durability(self, task: str) -> tuple[bool, str]:
+        row = self._execute(task, "SELECT current_setting('fsync')", (), journal=True)
+        if not row or row[0] != "on":
+            return False, "the server runs with fsync = off"
+        return True, "fsync = on; journal entries commit with synchronous_commit = on"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the listener and close the synchronous connection."""
+        self._closed = True
+        self._stop.set()
+        with self._listener_lock:
+            listener = self._listener
+        if listener is not None:
+            listener.join()
+        with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    async def aclose(self) -> None:
+        """Close the asyncio connection (call :meth:`close` as well for the rest)."""
+        conn, self._aconn, self._aloop, self._alock = self._aconn, None, None, None
+        if conn is not None:
+            await conn.close()
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {_safe_conninfo(self.conninfo)} prefix={self.prefix!r}>"
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _forked(self) -> None:
+        # The parent's connections share their sockets with the child: abandon them
+        # (closing would end the parent's sessions); the listener thread is gone.
+        super()._forked()
+        self._abandoned.extend(c for c in (self._conn, self._aconn) if c is not None)
+        self._lock = threading.Lock()
+        self._listener_lock = threading.Lock()
+        self._conn = self._aconn = self._aloop = self._alock = None
+        self._stop = threading.Event()
+        self._refeed = self._listener is not None
+        self._listener = None
+
+    def _connect(self, role: str = "store") -> Any:
+        """A new autocommit connection, with the schema in place."""
+        psycopg = _psycopg()
+        conn = psycopg.connect(
+            self.conninfo,
+            autocommit=True,
+            application_name=f"toolbreaker-{role}",  # for operators, in pg_stat_activity
+            **self._options,
+        )
+        try:
+            if not self._schema_ready:
+                self._install(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _install(self, conn: Any) -> None:
+        schema = _SCHEMA.replace("{p}", self.prefix).replace("{limit}", str(_NOTIFY_LIMIT))
+        with conn.transaction():
+            # The schema must survive a crash, unlike breaker state: commit synchronously.
+            conn.execute("SET LOCAL synchronous_commit = on")
+            # Concurrent CREATE ... IF NOT EXISTS can collide: one process at a time.
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self.prefix}-schema",))
+            exists = conn.execute(
+                "SELECT to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL "
+                "AND to_regproc(%s) IS NOT NULL",
+                (f"{self.prefix}_cas", f"{self.prefix}_journal_put", f"{self.prefix}_notify"),
+            ).fetchone()
+            if not (exists and exists[0]):
+                conn.execute(schema)
+        self._schema_ready = True
+
+    def _execute(
+        self,
+        key: str,
+        sql: str,
+        params: tuple[Any, ...],
+        *,
+        journal: bool = False,
+        every: bool = False,
+    ) -> Any:
+        """One statement on the store's connection; a failure is ``StoreUnavailable``."""
+        if self._closed:
+            raise StoreUnavailable(f"{self._what} is closed", dependency=key)
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = self._connect()
+                cursor = self._conn.execute(sql, params)
+                return cursor.fetchall() if every else cursor.fetchone()
+            except self._errors as exc:
+                self._drop_connection()
+                errors = _psycopg().errors
+                if isinstance(exc, (errors.UndefinedTable, errors.UndefinedFunction)):
+                    self._schema_ready = False  # dropped, or a server restored without it
+                if journal:
+                    raise self._journal_fault(key, exc) from exc
+                self._book.fail()
+                raise StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key) from exc
+
+    async def _aexecute(self, key: str, params: tuple[Any, ...]) -> Any:
+        """The CAS statement on the asyncio connection, with a client-side timeout too."""
+        loop = asyncio.get_running_loop()
+        if self._aloop is None:
+            self._aloop, self._alock = loop, asyncio.Lock()
+        elif loop is not self._aloop:
+            raise RuntimeError(
+                "this PostgresStore's asyncio connection belongs to another event loop; "
+                "use one store per event loop"
+            )
+        assert self._alock is not None
+        async with self._alock:
+            try:
+                if self._aconn is None:
+                    self._aconn = await asyncio.wait_for(self._aconnect(), self.timeout + 2)
+                cursor = await asyncio.wait_for(
+                    self._aconn.execute(self._cas_sql, params), self.timeout * 2
+                )
+                return await cursor.fetchone()
+            except (*self._errors, asyncio.TimeoutError) as exc:  # type: ignore[misc]
+                conn, self._aconn = self._aconn, None
+                if conn is not None:
+                    # A timed-out connection is in an unknown state: never reuse it.
+                    await asyncio.shield(_aclose_quietly(conn, self._errors))
+                self._book.fail()
+                raise StoreUnavailable(
+                    f"{self._what} unavailable: {exc or 'timed out'}", dependency=key
+                ) from exc
+
+    async def _aconnect(self) -> Any:
+        if not self._schema_ready:
+            await asyncio.to_thread(lambda: self._connect().close())
+        return await _psycopg().AsyncConnection.connect(
+            self.conninfo, autocommit=True, **self._options
+        )
+
+    def _validate(self, row: object, key: str) -> _Reply:
+        try:
+            return _reply(row)
+        except (ValueError, TypeError) as exc:
+            self._book.fail()
+            raise StoreUnavailable(
+                f"{self._what} answered something that does not validate: {row!r:.200}",
+                dependency=key,
+            ) from exc
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            _close_quietly(conn, self._errors)
+
+    # -- the listener -------------------------------------------------------------------
+
+    def _start_listener(self) -> None:
+        with self._listener_lock:
+            if self._listener is None and not self._closed:
+                self._listener = threading.Thread(
+                    target=self._listen, name="toolbreaker-postgres-listener", daemon=True
+                )
+                self._listener.start()
+
+    def _listen(self) -> None:
+        conn: Any = None
+        wait = _WAIT_FIRST
+        healthy_since = 0.0
+        heard = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                try:
+                    if conn is None:
+                        conn = self._connect("listener")
+                        conn.execute(f"LISTEN {self._channel}")
+                        heard = time.monotonic()
+                    epoch = self._book.epoch
+                    stale = [
+                        v
+                        for v in self._book.views()
+                        if v.wanted and v.policy is not None and v.fed != epoch
+                    ]
+                    if stale:
+                        self._reload(conn, stale)
+                    # Gather first: the connection runs no query while notifies() waits.
+                    notes = [note.payload for note in conn.notifies(timeout=0.05)]
+                    if notes:
+                        heard = time.monotonic()
+                        unsent = [v for v in map(self._notified, notes) if v is not None]
+                        if unsent:
+                            self._reload(conn, unsent)
+                    if time.monotonic() - heard > self.ping_interval:
+                        conn.execute("SELECT 1")
+                        heard = time.monotonic()
+                    healthy_since = healthy_since or time.monotonic()
+                except self._errors:
+                    # Every lost connection backs off with jitter, reset only after the
+                    # listener has worked for a while: a refusing server is not hammered.
+                    if healthy_since and time.monotonic() - healthy_since >= _HEALTHY_AFTER:
+                        wait = _WAIT_FIRST
+                    healthy_since = 0.0
+                    self._book.lose_feed()
+                    if conn is not None:
+                        _close_quietly(conn, self._errors)
+                        conn = None
+                    self._stop.wait(random.uniform(wait / 2, wait))  # noqa: S311 - jitter only
+                    wait = min(wait * 2, _WAIT_MAX)
+        finally:
+            if conn is not None:
+                _close_quietly(conn, self._errors)
+
+    def _reload(self, conn: Any, views: list[SharedView]) -> None:
+        """Read the rows of ``views`` after LISTEN: anything newer will be notified."""
+        found = {
+            key: (version, state)
+            for key, version, state in conn.execute(
+                f"SELECT key, version, state FROM {self.prefix}_breakers WHERE key = ANY(%s)",  # noqa: S608 - prefix is validated
+                ([v.key for v in views],),
+            ).fetchall()
+        }
+        for view in views:
+            policy = view.policy
+            if policy is None:
+                continue
+            version, raw = found.get(view.key, (0, None))
+            self._book.sync(view, decode_state(raw, policy), version)
+
+    def _notified(self, payload: str) -> SharedView | None:
+        """Feed one notification to its view; the view to read when the state was not sent."""
+        try:
+            note = json.loads(payload)
+            key, version = note["k"], note.get("v")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            # A message we cannot read: we may be missing changes, so start over.
+            raise _psycopg().OperationalError(f"unreadable notification {payload!r:.100}") from None
+        view = self._book.find(key) if isinstance(key, str) else None
+        if view is None or view.policy is None:
+            return None
+        if type(version) is int and isinstance(note.get("s"), str):
+            self._book.feed(view, decode_state(note["s"], view.policy), version)
+            return None
+        return view  # too big to send inline, or deleted: read it
+
+
+def _close_quietly(conn: Any, errors: tuple[type[BaseException], ...]) -> None:
+    with contextlib.suppress(*errors):
+        conn.close()
+
+
+async def _aclose_quietly(conn: Any, errors: tuple[type[BaseException], ...]) -> None:
+    with contextlib.suppress(*errors):
+        await conn.close()
+
+
+def _safe_conninfo(conninfo: str) -> str:
+    """The connection string without its password, for messages."""
+    scheme, sep, rest = conninfo.partition("://")
+    if sep:
+        if "@" in rest:
+            rest = "***@" + rest.rsplit("@", 1)[1]
+        return re.sub(r"password=[^&]*", "password=***", f"{scheme}{sep}{rest}")
+    return re.sub(r"password\s*=\s*('[^']*'|\S+)", "password=***", conninfo)

@@ -1,0 +1,323 @@
+"""The PostgreSQL store against a real server: the conformance suite, and what a server does."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from conformance import POLICY, StoreContract, Twin, fork_and_check, wait_for
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+
+from toolbreaker import Breaker, Event, Policy, PolicyError, StoreUnavailable  # noqa: E402
+from toolbreaker.core.breaker.state import CORRUPT  # noqa: E402
+from toolbreaker.stores import PostgresStore  # noqa: E402
+from toolbreaker.testing import FakeClock  # noqa: E402
+
+
+@pytest.fixture
+def client(postgres_url):
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        yield conn
+
+
+def statements(conn) -> int:
+    """Compare-and-set statements the server ran (pg_stat_statements counts at once)."""
+    row = conn.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE %s",
+        ("%toolbreaker_cas(%",),
+    ).fetchone()
+    return int(row[0])
+
+
+def fed(store: PostgresStore, key: str, policy: Policy = POLICY):
+    view = store.view(key)
+
+    def trusted() -> bool:
+        store.load(key, policy)
+        return view.state is not None
+
+    wait_for(trusted)
+    return view
+
+
+class TestPostgresStore(StoreContract):
+    @pytest.fixture
+    def store(self, postgres_url):
+        with PostgresStore(postgres_url) as store:
+            yield store
+
+    @pytest.fixture
+    def twin(self, postgres_url):
+        with PostgresStore(postgres_url) as twin:
+            yield twin
+
+    def write_raw(self, store, key, raw, policy):
+        store.load(key, policy)  # creates the tables
+        with psycopg.connect(store.conninfo, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO toolbreaker_breakers (key, version, state) VALUES (%s, 7, %s) "
+                "ON CONFLICT (key) DO UPDATE SET version = 7, state = excluded.state",
+                (key, raw),
+            )
+
+    async def close_async(self, store):
+        await store.aclose()
+
+
+def test_options_are_validated(postgres_url):
+    for bad in ({"timeout": 0}, {"max_attempts": 0}, {"prefix": "Bad-Prefix"}, {"prefix": ""}):
+        with pytest.raises(PolicyError):
+            PostgresStore(postgres_url, **bad)
+
+
+@pytest.mark.slow
+def test_round_trips_per_call(postgres_bindir):
+    """Quiet closed calls and local rejections cost none; each change costs one statement."""
+    from conftest import PostgresServer
+
+    server = PostgresServer(postgres_bindir, "-c", "shared_preload_libraries=pg_stat_statements")
+    server.start()
+    clock = FakeClock()
+    policy = Policy(failure_threshold=3, cooldown_ms=1000, success_threshold=1)
+    try:
+        with psycopg.connect(server.url, autocommit=True) as client:
+            client.execute("CREATE EXTENSION pg_stat_statements")
+            with PostgresStore(server.url) as store:
+                breaker = Breaker(
+                    "search", policy=policy, store=store, clock=clock, timeout=1,
+                    enforce="cooperative",
+                )  # fmt: skip
+                wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
+                before = statements(client)
+                for _ in range(200):
+                    breaker.call(lambda: "ok")
+                assert statements(client) == before  # steady closed: no round trip at all
+                for _ in range(3):
+                    with pytest.raises(ConnectionRefusedError):
+                        breaker.call(refused)
+                opened = statements(client)
+                assert opened - before == 3  # one compare-and-set per failure
+                assert breaker.state.phase == "open"
+                for _ in range(200):
+                    assert not breaker.allow().admitted
+                assert statements(client) == opened  # local rejections
+                clock.advance(1000)
+                permit = breaker.allow()
+                assert permit.probe
+                assert statements(client) == opened + 1  # one statement for the lease
+                permit.record("success")
+                assert statements(client) == opened + 2
+                assert breaker.state.phase == "closed"
+    finally:
+        server.remove()
+
+
+def refused() -> None:
+    raise ConnectionRefusedError("dependency down")
+
+
+def test_an_unreachable_server_is_unavailable_fast_and_denies():
+    """Nothing listening: StoreUnavailable at once; the breaker denies as store-unavailable."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", backoff=0) as store:
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            store.apply("k", Event("request", 0, "k", call="a"), POLICY)
+        with pytest.raises(StoreUnavailable):
+            store.load("k", POLICY)
+        assert time.monotonic() - started < 1.0
+        rejection = Breaker("k", store=store, timeout=1).allow()
+        assert not rejection.admitted
+        assert rejection.reason == "store-unavailable"
+
+
+@pytest.mark.slow
+def test_a_stopped_server_denies_and_a_restarted_one_is_used_again(private_postgres):
+    """Server down: calls denied as store-unavailable. Server back: admitted, no restart."""
+    with PostgresStore(private_postgres.url) as store:
+        breaker = Breaker("search", store=store, timeout=1, enforce="cooperative")
+        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
+        private_postgres.kill()
+        wait_for(lambda: breaker._view.state is None, timeout=5)
+        for _ in range(3):
+            rejection = breaker.allow()
+            assert not rejection.admitted
+            assert rejection.reason == "store-unavailable"
+        private_postgres.start()
+
+        def works() -> bool:
+            permit = breaker.allow()
+            if permit.admitted:
+                permit.record("success")
+            return permit.admitted
+
+        wait_for(works, timeout=10)
+        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None, 10)
+
+
+def test_a_slow_statement_is_cancelled_and_unavailable(postgres_url, client):
+    """A row locked by someone else past the timeout: StoreUnavailable, then it recovers."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with PostgresStore(postgres_url, backoff=0) as store:
+        store.apply(key, Event("request", 0, key, call="a"), POLICY)
+        store.apply(key, Event("failure", 1, key, call="a", generation=0), POLICY)
+        with client.transaction():
+            client.execute("SELECT 1 FROM toolbreaker_breakers WHERE key = %s FOR UPDATE", (key,))
+            with pytest.raises(StoreUnavailable):
+                store.apply(key, Event("failure", 2, key, call="b", generation=0), POLICY)
+        state, _ = store.apply(key, Event("failure", 3, key, call="c", generation=0), POLICY)
+        assert len(state.failures) == 2
+
+
+def test_a_lost_listener_empties_views_until_confirmed_again(postgres_url, client):
+    """Terminating the listening backend drops the views; they come back by themselves."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with PostgresStore(postgres_url) as store:
+        view = fed(store, key)
+        client.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'toolbreaker-listener'"
+        )
+        wait_for(lambda: view.state is None)
+        fed(store, key)
+
+
+def test_a_big_state_reaches_views_through_a_read(postgres_url):
+    """A state too big for a notification is read by the listener instead."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    policy = Policy(failure_threshold=2000, window_ms=10**9)
+    with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
+        view = fed(store, key, policy)
+        for n in range(1000):  # well over the 7000 bytes sent inline
+            other.apply(key, Event("failure", 10**9 + n, key, call=f"c{n}", generation=0), policy)
+        wait_for(lambda: view.state is not None and len(view.state.failures) == 1000)
+
+
+def test_aapply_does_not_block_the_loop(postgres_url, client):
+    """While a row lock makes aapply wait, other tasks on the loop keep running."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+
+    async def main() -> tuple[int, bool]:
+        with PostgresStore(postgres_url, timeout=0.5, backoff=0) as store:
+            try:
+                await store.aapply(key, Event("request", 0, key, call="a"), POLICY)
+                await store.aapply(key, Event("failure", 1, key, call="a", generation=0), POLICY)
+                ticks = 0
+
+                async def heartbeat() -> None:
+                    nonlocal ticks
+                    while True:
+                        await asyncio.sleep(0.01)
+                        ticks += 1
+
+                beat = asyncio.create_task(heartbeat())
+                with client.transaction():
+                    client.execute(
+                        "SELECT 1 FROM toolbreaker_breakers WHERE key = %s FOR UPDATE", (key,)
+                    )
+                    try:
+                        await store.aapply(
+                            key, Event("failure", 2, key, call="b", generation=0), POLICY
+                        )
+                        failed = False
+                    except StoreUnavailable:
+                        failed = True
+                beat.cancel()
+                return ticks, failed
+            finally:
+                await store.aclose()
+
+    ticks, failed = asyncio.run(main())
+    assert failed  # the lock outlived the timeout: fail closed
+    assert ticks >= 5  # the heartbeat ran while aapply waited
+
+
+def test_a_forked_child_trusts_no_inherited_view(postgres_url):
+    """After fork, the child's views are empty and it still works on its own connection."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with PostgresStore(postgres_url) as store:
+        view = fed(store, key)
+
+        def check() -> bool:
+            if view.state is not None:
+                return False
+            store.apply(key, Event("request", 5, key, call="child"), POLICY)
+            return store.load(key, POLICY).phase == "closed"
+
+        assert fork_and_check(check) == 0
+        store.apply(key, Event("request", 6, key, call="parent"), POLICY)
+
+
+def test_a_corrupt_row_loads_open(postgres_url):
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with PostgresStore(postgres_url) as store:
+        TestPostgresStore().write_raw(store, key, "{nope", POLICY)
+        assert store.load(key, POLICY) == CORRUPT
+
+
+# -- the journal ------------------------------------------------------------------------
+
+
+def test_the_journal_is_durable_and_refused_on_a_server_without_fsync(postgres_bindir):
+    """fsync = off: JournalNotDurable unless volatile_journal=True."""
+    from conftest import PostgresServer
+    from toolbreaker.errors import JournalNotDurable
+
+    server = PostgresServer(postgres_bindir, "-c", "fsync=off")
+    server.start()
+    try:
+        with PostgresStore(server.url) as store:
+            assert not store.journal_durable()
+            with pytest.raises(JournalNotDurable, match="fsync"):
+                store.journal_put("t", "k", {"status": "pending"})
+        with PostgresStore(server.url, volatile_journal=True) as store:
+            assert store.journal_put("t", "k", {"status": "pending"})
+    finally:
+        server.remove()
+
+
+@pytest.mark.slow
+def test_a_confirmed_journal_entry_survives_a_killed_server(private_postgres):
+    """SIGKILL every server process after a confirmed write; restarted, the entry is there."""
+    with PostgresStore(private_postgres.url, backoff=0) as store:
+        assert store.journal_durable()
+        task = f"task-{uuid.uuid4().hex[:8]}"
+        entry = {"status": "confirmed", "tool": "refund"}
+        assert store.journal_put(task, "r-1", entry)
+        private_postgres.kill()
+        private_postgres.start()
+
+        def read():
+            try:
+                return store.journal_get(task, "r-1")
+            except StoreUnavailable:
+                return None
+
+        wait_for(lambda: read() == entry, timeout=10)
+
+
+def test_an_operators_hand_edit_reaches_every_view(postgres_url, client):
+    """A row changed outside the store (an UPDATE by hand) is notified by the trigger."""
+    from toolbreaker.stores._views import encode_state
+
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with PostgresStore(postgres_url) as store:
+        Twin(store, key, POLICY).trip()
+        opened = store.load(key, POLICY)
+        view = fed(store, key)
+        closed = Twin(store, key, POLICY)
+        client.execute(
+            "UPDATE toolbreaker_breakers SET version = version + 1, state = %s WHERE key = %s",
+            (encode_state(closed.state), key),
+        )
+        wait_for(lambda: view.state is not None and view.state != opened)
+        assert view.state.phase == "closed"
+        client.execute("DELETE FROM toolbreaker_breakers WHERE key = %s", (key,))
+        wait_for(lambda: view.known == closed.state and view.version == 0)
