@@ -18,6 +18,7 @@ from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState, Stop
 from toolbreaker.errors import (
     CircuitOpen,
+    JournalNotDurable,
     NotSent,
     PermitError,
     PolicyError,
@@ -45,7 +46,7 @@ from toolbreaker.runtime import (
     scope,
     system_prompt_line,
 )
-from toolbreaker.stores import LocalFallback, MemoryStore, RedisStore, SQLiteStore
+from toolbreaker.stores import LocalFallback, MemoryStore, PostgresStore, RedisStore, SQLiteStore
 
 __version__ = "0.1.0.dev0"
 
@@ -61,6 +62,7 @@ __all__ = [
     "ClassLimits",
     "Event",
     "GuardedTool",
+    "JournalNotDurable",
     "LocalFallback",
     "MemoryStore",
     "NotSent",
@@ -68,6 +70,7 @@ __all__ = [
     "PermitError",
     "Policy",
     "PolicyError",
+    "PostgresStore",
     "ReceiptError",
     "RedisStore",
     "Registry",

@@ -50,6 +50,10 @@ CORRUPT_TEXTS = [
     '{"state": "half_open", "leases": [{"call": "a", "admitted_at": 1}, '
     '{"call": "b", "admitted_at": 1}]}',
     '{"schema": "toolbreaker.state/v0", "state": "closed"}',
+    # Not strict JSON: the last "state" would win, loading a stored open breaker closed.
+    '{"state": "open", "open_until": 99, "state": "closed"}',
+    '{"state": "closed", "generation": ' + "9" * 5000 + "}",
+    "[" * 100_000,
     '{"state": "closed", "failures": [1, 2, 3]}',
     "[" * 5000,
 ]
