@@ -63,7 +63,7 @@ perf_counter_ns = time.perf_counter_ns
 
 PEERS = ("pybreaker", "circuitbreaker", "aiobreaker", "purgatory")
 TIMEOUT_S = 5.0  # the deadline toolbreaker needs; far above a no-op, never reached
-HUGE_MS = 10**12  # a cooldown that outlives the benchmark: open stays open
+HUGE_MS = 2_592_000_000  # 30 days, the longest cooldown a policy may hold
 HUGE_S = 10**9
 OPEN_POLICY = Policy(failure_threshold=1, cooldown_ms=HUGE_MS, cooldown_max_ms=HUGE_MS)
 CLOSED_POLICY = Policy(failure_threshold=1)  # a no-op never fails, so it stays closed
