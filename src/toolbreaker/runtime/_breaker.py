@@ -491,6 +491,9 @@ class Breaker:
         self._scoped: collections.OrderedDict[str, Breaker] | None = (
             None if boundary.scope is None else collections.OrderedDict()
         )
+        # The quiet fast path of call()/acall() needs none of retries, scopes and a
+        # per-call deadline: computed once, so the hot path tests one attribute.
+        self._plain = self._retry is None and self._scoped is None
         self._overflow: Breaker | None = None
         self._scopes_lock = threading.Lock()
 
@@ -873,6 +876,27 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
+        state = self._view.state
+        if state is self._quiet and state is not None and self._plain and self._inline:
+            deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+            if deadline is not None:
+                # Quiet fast path: no permit, no lock, no record unless something happens.
+                self.stats.admitted += 1
+                start = self.clock()
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:
+                    self._quiet_outcome(state, start, deadline, exc)
+                    raise
+                # Settle after all only if the core may care: a result predicate, a late
+                # result, or a state that changed meanwhile.
+                if (
+                    self.result_is_failure is not None
+                    or self.clock() - start > deadline
+                    or self._view.state is not state
+                ):
+                    self._quiet_outcome(state, start, deadline, result)
+                return result
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
@@ -913,6 +937,33 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
+        state = self._view.state
+        if state is self._quiet and state is not None and self._plain:
+            deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+            if deadline is not None:
+                # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
+                self.stats.admitted += 1
+                start = self.clock()
+                try:
+                    if self._inline:
+                        result = await fn(*args, **kwargs)
+                    else:
+                        result = await within(fn(*args, **kwargs), deadline / 1000)
+                except TimeoutError:
+                    await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
+                    raise
+                except BaseException as exc:
+                    await self._quiet_permit(state, start, deadline).arecord(exc)
+                    raise
+                if (
+                    self.result_is_failure is not None
+                    or self.clock() - start > deadline
+                    or self._view.state is not state
+                ):
+                    await self._quiet_permit(state, start, deadline).arecord(
+                        self.result_verdict(result)
+                    )
+                return result
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
@@ -940,7 +991,7 @@ class Breaker:
     def _call_once(
         self, fn: Callable[..., R], /, *args: Any, timeout: float | None = _UNSET, **kwargs: Any
     ) -> R:
-        """One attempt of :meth:`call`.
+        """One attempt of :meth:`call` past the quiet fast path (a retry, a scoped call).
 
         Raises:
             CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
@@ -951,18 +1002,6 @@ class Breaker:
             return target.call(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
         state = self._view.state
-        if state is self._quiet and state is not None and self._inline:
-            # Quiet fast path: no permit, no lock, no record unless something happens.
-            self.stats.admitted += 1
-            start = self.clock()
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                self._quiet_outcome(state, start, deadline, exc)
-                raise
-            if self._quiet_settles(state, start, deadline):
-                self._quiet_outcome(state, start, deadline, result)
-            return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
             self._reject_if_cooling(state, now)
@@ -987,7 +1026,7 @@ class Breaker:
         timeout: float | None = _UNSET,
         **kwargs: Any,
     ) -> R:
-        """One attempt of :meth:`acall`, cancelled at its deadline.
+        """One attempt of :meth:`acall` past the quiet fast path, cancelled at its deadline.
 
         Raises:
             CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
@@ -998,26 +1037,6 @@ class Breaker:
             return await target.acall(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
         state = self._view.state
-        if state is self._quiet and state is not None:
-            # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
-            self.stats.admitted += 1
-            start = self.clock()
-            try:
-                if self._inline:
-                    result = await fn(*args, **kwargs)
-                else:
-                    result = await within(fn(*args, **kwargs), deadline / 1000)
-            except TimeoutError:
-                await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
-                raise
-            except BaseException as exc:
-                await self._quiet_permit(state, start, deadline).arecord(exc)
-                raise
-            if self._quiet_settles(state, start, deadline):
-                await self._quiet_permit(state, start, deadline).arecord(
-                    self.result_verdict(result)
-                )
-            return result
         now = self.clock()
         if state is not None and state.phase == OPEN:
             self._reject_if_cooling(state, now)
@@ -1047,14 +1066,6 @@ class Breaker:
             permit.record(outcome)
         else:
             self.record_result(permit, outcome)
-
-    def _quiet_settles(self, state: BreakerState, start: int, deadline: int) -> bool:
-        """Whether a fast-path result must be settled after all (the core may care)."""
-        return (
-            self.result_is_failure is not None
-            or self.clock() - start > deadline
-            or self._view.state is not state
-        )
 
     def _required_deadline(self, timeout: float | None) -> int:
         """The call's deadline in ms (``timeout`` or the default); every call needs one."""
