@@ -877,6 +877,8 @@ class Breaker:
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
         state = self._view.state
+        if state is not None and state.phase == OPEN and self._plain:
+            self._reject_if_cooling(state, self.clock())  # the open hot path: raises
         if state is self._quiet and state is not None and self._plain and self._inline:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
             if deadline is not None:
@@ -938,6 +940,8 @@ class Breaker:
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
         state = self._view.state
+        if state is not None and state.phase == OPEN and self._plain:
+            self._reject_if_cooling(state, self.clock())  # the open hot path: raises
         if state is self._quiet and state is not None and self._plain:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
             if deadline is not None:
