@@ -528,3 +528,15 @@ def test_request_json_refuses_non_http_urls() -> None:
     """request_json only speaks http and https."""
     with pytest.raises(ValueError, match="http"):
         request_json("GET", "file:///etc/passwd", timeout=1)
+
+
+def test_slow_proxy_holds_every_request_and_forwards_the_answer():
+    """SlowProxy makes a real server slow: the answer comes back whole, after the delay."""
+    from toolbreaker.testing import SlowProxy
+
+    with ToolService() as service, SlowProxy(int(service.url.rsplit(":", 1)[1]), 0.2) as proxy:
+        started = time.monotonic()
+        answer = request_json("GET", proxy.url("http", "/health"), timeout=5)
+        waited = time.monotonic() - started
+    assert answer == {"ok": True}
+    assert waited >= 0.2  # held at least once: a lower bound, never a timing upper bound

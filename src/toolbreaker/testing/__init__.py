@@ -6,6 +6,8 @@ Test your own agent against the outages it will meet, with real sockets and no m
   e-mails) whose faults you script from Python: outages with ``Retry-After``, slow
   responses, connection resets, commit-then-timeout, malformed payloads (:class:`Fault`).
 - :func:`request_json`: a small standard-library JSON client for it.
+- :class:`SlowProxy`: a TCP proxy that holds every request, making any real server (Redis,
+  PostgreSQL, your own service) slow on demand.
 - :class:`FakeClock`: a monotonic millisecond clock you move by hand; no sleeps.
 - :func:`capture_transitions`: collect every transition of some breakers.
 - :func:`force_state`: put a breaker in a given phase for a test.
@@ -14,6 +16,7 @@ Standard library only, like the core.
 """
 
 from toolbreaker.testing._helpers import FakeClock, capture_transitions, force_state
+from toolbreaker.testing._proxy import SlowProxy
 from toolbreaker.testing._service import (
     MALFORMED_SHAPE,
     MALFORMED_TRUNCATED,
@@ -31,6 +34,7 @@ __all__ = [
     "SNAPSHOT_AS_OF",
     "FakeClock",
     "Fault",
+    "SlowProxy",
     "ToolService",
     "capture_transitions",
     "force_state",
