@@ -144,7 +144,9 @@ class _Reply(NamedTuple):
     state: str | None
 
 
-_Transaction = Generator[tuple[int, str], _Reply, tuple[BreakerState, tuple[Transition, ...]]]
+_Transaction = Generator[
+    tuple[int, str, float], _Reply, tuple[BreakerState, tuple[Transition, ...]]
+]
 
 
 def _psycopg() -> Any:
@@ -262,10 +264,12 @@ class PostgresStore(SharedStore):
         with view.lock:
             steps = self._transaction(view, event, policy)
             try:
-                expected, payload = next(steps)
+                expected, payload, pause = next(steps)
                 while True:
+                    if pause:
+                        time.sleep(pause)
                     row = self._execute(view.key, self._cas_sql, (view.key, expected, payload))
-                    expected, payload = steps.send(self._validate(row, view.key))
+                    expected, payload, pause = steps.send(self._validate(row, view.key))
             except StopIteration as done:
                 result: tuple[BreakerState, tuple[Transition, ...]] = done.value
                 return result
@@ -278,10 +282,12 @@ class PostgresStore(SharedStore):
         """The same on psycopg's asyncio connection, bound to the loop that first uses it."""
         steps = self._transaction(view, event, policy)
         try:
-            expected, payload = next(steps)
+            expected, payload, pause = next(steps)
             while True:
+                if pause:
+                    await asyncio.sleep(pause)
                 row = await self._aexecute(view.key, (view.key, expected, payload))
-                expected, payload = steps.send(self._validate(row, view.key))
+                expected, payload, pause = steps.send(self._validate(row, view.key))
         except StopIteration as done:
             result: tuple[BreakerState, tuple[Transition, ...]] = done.value
             return result
@@ -296,20 +302,27 @@ class PostgresStore(SharedStore):
         return state
 
     def _transaction(self, view: SharedView, event: Event, policy: Policy) -> _Transaction:
-        """The compare-and-set loop, free of I/O: yields (expected version, payload)."""
+        """The compare-and-set loop, free of I/O: yields (expected version, payload, pause).
+
+        After two conflicts in a row a writer waits a little (jittered, growing) before it
+        tries again, so that writers contending for one row do not starve each other.
+        """
         token = self._book.token(view)
         state, version = view.known, view.version
         fresh = False
         if state is None:
-            reply = yield (-1, "")
+            reply = yield (-1, "", 0.0)
             state, version, fresh = decode_state(reply.state, policy), reply.version, True
             self._book.learn(view, state, version, token)
-        for _ in range(self.max_attempts):
+        pause = 0.0
+        for attempt in range(self.max_attempts):
             new, records = core_apply(state, event, policy)
             unchanged = new == state
             if unchanged and fresh:
                 return new, records  # computed on what the server just said
-            reply = yield (version, "" if unchanged else encode_state(new))
+            reply = yield (version, "" if unchanged else encode_state(new), pause)
+            ceiling = min(0.01, 0.0002 * 2 ** min(attempt, 6))
+            pause = random.uniform(0.0, ceiling) if attempt >= 1 else 0.0  # noqa: S311 - jitter
             if reply.status in (_WRITTEN, _VERIFIED):
                 self._book.learn(view, new, reply.version, token)
                 return new, records
