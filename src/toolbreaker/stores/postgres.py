@@ -321,7 +321,7 @@ class PostgresStore(SharedStore):
             if unchanged and fresh:
                 return new, records  # computed on what the server just said
             reply = yield (version, "" if unchanged else encode_state(new), pause)
-            ceiling = min(0.01, 0.0002 * 2 ** min(attempt, 6))
+            ceiling = min(0.025, 0.0005 * 2 ** min(attempt, 6))
             pause = random.uniform(0.0, ceiling) if attempt >= 1 else 0.0  # noqa: S311 - jitter
             if reply.status in (_WRITTEN, _VERIFIED):
                 self._book.learn(view, new, reply.version, token)
