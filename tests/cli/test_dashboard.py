@@ -23,9 +23,10 @@ from typing import Any
 
 import pytest
 
+from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
 from toolbreaker import Policy, Registry, RunGuard
 from toolbreaker.cli._dashboard import Board, build_app, store_actor
-from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, open_stream
+from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher
 from toolbreaker.stores import SQLiteStore
 
 pytestmark = pytest.mark.slow
@@ -42,45 +43,6 @@ CHROMIUM_ARGS = [
 ]
 WAIT_MS = 20_000
 SECRET = "sk-live-abcdefghijklmnopqrstuvwx"
-
-
-_OPENED: list = []
-
-
-def opened(url):
-    """open_stream, closed when the test ends (Redis clients hold sockets)."""
-    stream = open_stream(url)
-    _OPENED.append(stream)
-    return stream
-
-
-def closing(thing):
-    """Close ``thing`` when the test ends (a SQLite store runs a poller thread)."""
-    _OPENED.append(thing)
-    return thing
-
-
-@pytest.fixture(autouse=True)
-def _close_opened():
-    yield
-    while _OPENED:
-        _OPENED.pop().close()
-
-
-def eventually(check):
-    """Wait (bounded) for another store's change to reach this process's view."""
-    deadline = time.monotonic() + 20
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return check()
-
-
-class Unavailable(Exception):
-    status_code = 503
-
-
-def fail() -> None:
-    raise Unavailable
 
 
 def _chromium() -> str:

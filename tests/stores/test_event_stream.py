@@ -7,11 +7,11 @@ import json
 import logging
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
 
+from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
 from toolbreaker import Budget, Policy, Registry, RunGuard, replay
 from toolbreaker.cli import main
 from toolbreaker.cli._observe import export_trace
@@ -30,47 +30,9 @@ from toolbreaker.instrumentation.stream import (
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import FakeClock, capture_transitions
 
-_OPENED: list = []
-
-
-def opened(url):
-    """open_stream, closed when the test ends (Redis clients hold sockets)."""
-    stream = open_stream(url)
-    _OPENED.append(stream)
-    return stream
-
-
-def closing(thing):
-    """Close ``thing`` when the test ends (a SQLite store runs a poller thread)."""
-    _OPENED.append(thing)
-    return thing
-
-
-@pytest.fixture(autouse=True)
-def _close_opened():
-    yield
-    while _OPENED:
-        _OPENED.pop().close()
-
-
-def eventually(check):
-    """Wait (bounded) for another store's change to reach this process's view."""
-    deadline = time.monotonic() + 20
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return check()
-
-
-class Unavailable(Exception):
-    status_code = 503
-
 
 class NotFound(Exception):
     status_code = 404
-
-
-def fail() -> None:
-    raise Unavailable
 
 
 POLICY = Policy(failure_threshold=2, cooldown_ms=1_000)
