@@ -474,3 +474,96 @@ def load_raw_json(raw: str, policy: Policy) -> BreakerState:
     except (ValueError, RecursionError):
         return CORRUPT
     return BreakerState.from_dict(data, policy)
+
+
+class RecordsContract:
+    """Records and leases: every store that keeps records must pass this.
+
+    A test module subclasses it next to :class:`StoreContract` (same fixtures).
+    """
+
+    @pytest.fixture
+    def space(self) -> str:
+        return f"space-{uuid.uuid4().hex[:8]}"
+
+    def test_a_record_round_trips_with_versions(self, store, twin, space):
+        assert store.record_get(space, "a") is None
+        assert store.record_put(space, "a", {"x": 1, "nested": {"y": [1, "two"]}}) == 1
+        assert twin.record_get(space, "a") == ({"x": 1, "nested": {"y": [1, "two"]}}, 1)
+        assert twin.record_put(space, "a", {"x": 2}) == 2
+        assert store.record_get(space, "a") == ({"x": 2}, 2)
+
+    def test_compare_and_set_refuses_a_stale_version(self, store, twin, space):
+        assert store.record_put(space, "k", {"n": 1}, version=0) == 1
+        assert twin.record_put(space, "k", {"n": 2}, version=0) is None
+        assert twin.record_put(space, "k", {"n": 2}, version=1) == 2
+        assert store.record_put(space, "k", {"n": 3}, version=1) is None
+        assert store.record_get(space, "k") == ({"n": 2}, 2)
+
+    def test_delete_honours_the_version(self, store, twin, space):
+        store.record_put(space, "k", {"n": 1})
+        assert not twin.record_delete(space, "k", version=7)
+        assert twin.record_delete(space, "k", version=1)
+        assert store.record_get(space, "k") is None
+        assert not store.record_delete(space, "k")
+
+    def test_list_is_sorted_and_scoped_to_its_space(self, store, twin, space):
+        for key in ("b", "a", "c"):
+            store.record_put(space, key, {"k": key})
+        store.record_put(space + "-other", "z", {"k": "z"})
+        assert [(k, v, n) for k, v, n in twin.record_list(space)] == [
+            ("a", {"k": "a"}, 1),
+            ("b", {"k": "b"}, 1),
+            ("c", {"k": "c"}, 1),
+        ]
+
+    def test_records_are_copies(self, store, space):
+        value = {"items": [1]}
+        store.record_put(space, "k", value)
+        value["items"].append(2)
+        got, _ = store.record_get(space, "k")
+        got["items"].append(3)
+        assert store.record_get(space, "k") == ({"items": [1]}, 1)
+
+    @pytest.mark.parametrize(
+        ("space", "key", "value"),
+        [("", "k", {}), ("s", "", {}), ("s", "x" * 513, {}), ("s", "a\x1bb", {}), ("s", "k", [1])],
+    )
+    def test_bad_names_and_values_are_refused(self, store, space, key, value):
+        with pytest.raises((ValueError, TypeError)):
+            store.record_put(space, key, value)
+
+    def test_an_oversized_record_is_refused(self, store, space):
+        with pytest.raises(ValueError, match="at most"):
+            store.record_put(space, "k", {"blob": "x" * (1 << 20)})
+
+    def test_one_writer_wins_each_version_under_contention(self, store, twin, space):
+        store.record_put(space, "counter", {"n": 0})
+        wins: list[int] = []
+
+        def bump(handle: Any) -> None:
+            done = 0
+            while done < 20:
+                value, version = handle.record_get(space, "counter")
+                if handle.record_put(space, "counter", {"n": value["n"] + 1}, version=version):
+                    done += 1
+            wins.append(done)
+
+        threads = [threading.Thread(target=bump, args=(h,)) for h in (store, twin, store, twin)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert store.record_get(space, "counter")[0] == {"n": 80}
+
+    def test_one_lease_holder_at_a_time_until_it_expires(self, store, twin, space):
+        from toolbreaker.stores._records import acquire_lease, release_lease
+
+        assert acquire_lease(store, space, "checker", "p1", ttl_ms=1_000, now_ms=10_000)
+        assert not acquire_lease(twin, space, "checker", "p2", ttl_ms=1_000, now_ms=10_500)
+        assert acquire_lease(store, space, "checker", "p1", ttl_ms=1_000, now_ms=10_900)  # renewed
+        assert not acquire_lease(twin, space, "checker", "p2", ttl_ms=1_000, now_ms=11_800)
+        assert acquire_lease(twin, space, "checker", "p2", ttl_ms=1_000, now_ms=11_900)  # expired
+        assert not release_lease(store, space, "checker", "p1")
+        assert release_lease(twin, space, "checker", "p2")
+        assert acquire_lease(store, space, "checker", "p1", ttl_ms=1_000, now_ms=12_000)

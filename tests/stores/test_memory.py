@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from conformance import POLICY, StoreContract, load_raw_json
+from conformance import POLICY, RecordsContract, StoreContract, load_raw_json
 
 from toolbreaker import Breaker, BreakerState, Event, Policy, StoreUnavailable
 from toolbreaker.stores import LocalFallback, MemoryStore, View
 
 
-class TestMemoryStore(StoreContract):
+class TestMemoryStore(StoreContract, RecordsContract):
     shared = False
 
     @pytest.fixture

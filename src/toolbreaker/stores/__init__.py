@@ -13,7 +13,7 @@ transaction, a compare-and-set script). A store never decides a transition by it
 """
 
 from toolbreaker.stores._fallback import LocalFallback
-from toolbreaker.stores._protocol import AsyncStore, Journal, Store, View
+from toolbreaker.stores._protocol import AsyncStore, Journal, Records, Store, View
 from toolbreaker.stores.memory import MemoryStore
 from toolbreaker.stores.postgres import PostgresStore
 from toolbreaker.stores.redis import RedisStore
@@ -25,6 +25,7 @@ __all__ = [
     "LocalFallback",
     "MemoryStore",
     "PostgresStore",
+    "Records",
     "RedisStore",
     "SQLiteStore",
     "Store",

@@ -20,7 +20,7 @@ from typing import Any
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.stores._protocol import Journal, Store, View, aapply
+from toolbreaker.stores._protocol import Journal, Records, Store, View, aapply
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["LocalFallback"]
@@ -169,11 +169,36 @@ class LocalFallback:
         durable = getattr(self._journal(), "journal_durable", None)
         return bool(durable()) if callable(durable) else False
 
+    # -- records never fall back either ----------------------------------------------------
+
+    def record_get(self, space: str, key: str) -> tuple[dict[str, Any], int] | None:
+        """The primary's :meth:`~toolbreaker.stores.Records.record_get`."""
+        return self._records().record_get(space, key)
+
+    def record_put(
+        self, space: str, key: str, value: Mapping[str, Any], *, version: int | None = None
+    ) -> int | None:
+        """The primary's :meth:`~toolbreaker.stores.Records.record_put`."""
+        return self._records().record_put(space, key, value, version=version)
+
+    def record_delete(self, space: str, key: str, *, version: int | None = None) -> bool:
+        """The primary's :meth:`~toolbreaker.stores.Records.record_delete`."""
+        return self._records().record_delete(space, key, version=version)
+
+    def record_list(self, space: str) -> list[tuple[str, dict[str, Any], int]]:
+        """The primary's :meth:`~toolbreaker.stores.Records.record_list`."""
+        return self._records().record_list(space)
+
     # -- internals ----------------------------------------------------------------------
 
     def _journal(self) -> Journal:
         if not isinstance(self.primary, Journal):
             raise TypeError(f"{self.primary!r} keeps no journal")
+        return self.primary
+
+    def _records(self) -> Records:
+        if not isinstance(self.primary, Records):
+            raise TypeError(f"{self.primary!r} keeps no records")
         return self.primary
 
     def _waiting(self, key: str) -> bool:

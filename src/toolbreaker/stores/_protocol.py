@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 
-__all__ = ["AsyncStore", "Journal", "Store", "View", "aapply"]
+__all__ = ["AsyncStore", "Journal", "Records", "Store", "View", "aapply"]
 
 
 class View:
@@ -95,6 +95,38 @@ class Journal(Protocol):
 
     def journal_entries(self, task: str) -> list[dict[str, Any]]:
         """Every entry of ``task``, oldest first."""
+        ...
+
+
+@runtime_checkable
+class Records(Protocol):
+    """Small versioned JSON documents the fleet shares.
+
+    Published policies, last good answers, leases (a health checker's, a bulkhead
+    slot's), retry budgets. Records live in named spaces. Every write is one atomic
+    compare-and-set on a version: ``version=None`` writes unconditionally,
+    ``version=0`` only if the record is absent, ``version=n`` only if the record is at
+    version ``n``. Versions start at 1 and grow by one per write. Records never take
+    part in a breaker decision; a store that cannot reach them raises
+    :class:`~toolbreaker.errors.StoreUnavailable`.
+    """
+
+    def record_get(self, space: str, key: str) -> tuple[dict[str, Any], int] | None:
+        """The record and its version, or ``None`` when absent."""
+        ...
+
+    def record_put(
+        self, space: str, key: str, value: Mapping[str, Any], *, version: int | None = None
+    ) -> int | None:
+        """Write ``value``; the new version, or ``None`` when ``version`` did not match."""
+        ...
+
+    def record_delete(self, space: str, key: str, *, version: int | None = None) -> bool:
+        """Remove the record (only at ``version`` when given); whether it was removed."""
+        ...
+
+    def record_list(self, space: str) -> list[tuple[str, dict[str, Any], int]]:
+        """Every record of ``space`` as ``(key, value, version)``, sorted by key."""
         ...
 
 

@@ -25,6 +25,7 @@ from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import JournalNotDurable, StoreUnavailable
+from toolbreaker.stores._records import check_version, decode_record, encode_record
 from toolbreaker.stores._views import SharedView, ViewBook, on_fork
 
 __all__ = ["SharedStore", "decode_entry"]
@@ -137,6 +138,50 @@ class SharedStore(ABC):
         """
         return self._durability("journal")[0]
 
+    # -- records ------------------------------------------------------------------------
+
+    def record_get(self, space: str, key: str) -> tuple[dict[str, Any], int] | None:
+        """The record and its version (see :class:`~toolbreaker.stores.Records`).
+
+        Raises:
+            StoreUnavailable: the store is unreachable, or the record does not validate.
+        """
+        encode_record(space, key, {})
+        found = self._record_read(space, key)
+        return None if found is None else (decode_record(found[0], space), found[1])
+
+    def record_put(
+        self, space: str, key: str, value: Mapping[str, Any], *, version: int | None = None
+    ) -> int | None:
+        """Write ``value`` atomically if ``version`` matches; the new version or ``None``.
+
+        Raises:
+            StoreUnavailable: the store is unreachable or too slow.
+        """
+        text = encode_record(space, key, value)
+        check_version(version)
+        return self._record_write(space, key, text.decode("utf-8"), version)
+
+    def record_delete(self, space: str, key: str, *, version: int | None = None) -> bool:
+        """Remove the record if ``version`` matches; whether it was removed.
+
+        Raises:
+            StoreUnavailable: the store is unreachable or too slow.
+        """
+        encode_record(space, key, {})
+        check_version(version)
+        return self._record_remove(space, key, version)
+
+    def record_list(self, space: str) -> list[tuple[str, dict[str, Any], int]]:
+        """Every record of ``space``, sorted by key.
+
+        Raises:
+            StoreUnavailable: the store is unreachable, or a record does not validate.
+        """
+        encode_record(space, "-", {})
+        found = sorted(self._record_read_all(space), key=lambda row: row[0])
+        return [(key, decode_record(raw, space), version) for key, raw, version in found]
+
     # -- lifecycle ----------------------------------------------------------------------
 
     @abstractmethod
@@ -186,6 +231,22 @@ class SharedStore(ABC):
     @abstractmethod
     def _durability(self, task: str) -> tuple[bool, str]:
         """Whether the journal survives a restart of the store, and if not, why."""
+
+    def _record_read(self, space: str, key: str) -> tuple[object, int] | None:
+        """The raw text and version of one record, or ``None``."""
+        raise NotImplementedError
+
+    def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
+        """Compare-and-set one record's text; the new version, or ``None`` on a mismatch."""
+        raise NotImplementedError
+
+    def _record_remove(self, space: str, key: str, version: int | None) -> bool:
+        """Remove one record if ``version`` matches (``None``: any); whether it was."""
+        raise NotImplementedError
+
+    def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
+        """``(key, raw text, version)`` of every record of ``space``."""
+        raise NotImplementedError
 
     # -- shared internals -----------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from toolbreaker.core.breaker.machine import apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.stores._protocol import View
+from toolbreaker.stores._records import check_version, decode_record, encode_record
 
 __all__ = ["MemoryStore"]
 
@@ -27,6 +28,7 @@ class MemoryStore:
         self._lock = threading.Lock()
         self._views: dict[str, View] = {}
         self._journal: dict[str, dict[str, dict[str, Any]]] = {}
+        self._records: dict[str, dict[str, tuple[bytes, int]]] = {}
 
     def view(self, key: str) -> View:
         """The live view of ``key``: for this store, the state itself."""
@@ -87,3 +89,42 @@ class MemoryStore:
         """Copies of every entry of ``task``, oldest first."""
         with self._lock:
             return [copy.deepcopy(e) for e in self._journal.get(task, {}).values()]
+
+    # -- records ----------------------------------------------------------------------
+
+    def record_get(self, space: str, key: str) -> tuple[dict[str, Any], int] | None:
+        """A copy of the record and its version (see :class:`~toolbreaker.stores.Records`)."""
+        with self._lock:
+            found = self._records.get(space, {}).get(key)
+        return None if found is None else (decode_record(found[0], space), found[1])
+
+    def record_put(
+        self, space: str, key: str, value: Mapping[str, Any], *, version: int | None = None
+    ) -> int | None:
+        """Write a copy of ``value`` if ``version`` matches; the new version or ``None``."""
+        text = encode_record(space, key, value)
+        check_version(version)
+        with self._lock:
+            records = self._records.setdefault(space, {})
+            current = records.get(key, (b"", 0))[1]
+            if version is not None and version != current:
+                return None
+            records[key] = (text, current + 1)
+            return current + 1
+
+    def record_delete(self, space: str, key: str, *, version: int | None = None) -> bool:
+        """Remove the record if ``version`` matches; whether it was removed."""
+        check_version(version)
+        with self._lock:
+            records = self._records.get(space, {})
+            found = records.get(key)
+            if found is None or (version is not None and version != found[1]):
+                return False
+            del records[key]
+            return True
+
+    def record_list(self, space: str) -> list[tuple[str, dict[str, Any], int]]:
+        """Copies of every record of ``space``, sorted by key."""
+        with self._lock:
+            found = sorted(self._records.get(space, {}).items())
+        return [(key, decode_record(text, space), version) for key, (text, version) in found]

@@ -1,0 +1,109 @@
+"""What every store does around a record, and leases built on records.
+
+A record's value is canonical JSON, bounded in size; its space and key are short
+printable names. A lease is a record ``{"holder", "until"}`` taken and renewed by
+compare-and-set, so one holder at a time across every process that shares the store,
+until its time runs out. The caller passes the time (wall-clock milliseconds): leases
+assume the fleet's clocks agree to well within a lease's length.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from toolbreaker.core.canonical import canonical_json
+from toolbreaker.errors import StoreUnavailable
+from toolbreaker.stores._protocol import Records
+
+__all__ = [
+    "MAX_NAME",
+    "MAX_RECORD",
+    "acquire_lease",
+    "check_version",
+    "decode_record",
+    "encode_record",
+    "release_lease",
+]
+
+#: The longest space or key, in characters.
+MAX_NAME = 512
+#: The largest record, in bytes of canonical JSON.
+MAX_RECORD = 1 << 20
+
+
+def _check_name(what: str, name: object) -> None:
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+        raise ValueError(f"a record {what} must be a string of 1 to {MAX_NAME} characters")
+    if not name.isprintable():
+        raise ValueError(f"a record {what} must be printable")
+
+
+def check_version(version: object) -> None:
+    """Refuse a version that is not ``None`` or a whole number from 0."""
+    if version is not None and (
+        not isinstance(version, int) or isinstance(version, bool) or version < 0
+    ):
+        raise ValueError("a record version is None or a whole number from 0")
+
+
+def encode_record(space: str, key: str, value: Mapping[str, Any]) -> bytes:
+    """The canonical JSON of ``value``, after checking ``space``, ``key`` and its size.
+
+    Raises:
+        ValueError: a bad name, or a value too large.
+        TypeError: a value that is not a JSON object.
+    """
+    _check_name("space", space)
+    _check_name("key", key)
+    if not isinstance(value, Mapping):
+        raise TypeError("a record is a JSON object")
+    text = canonical_json(dict(value))
+    if len(text) > MAX_RECORD:
+        raise ValueError(f"a record is at most {MAX_RECORD} bytes of JSON")
+    return text
+
+
+def decode_record(raw: object, space: str) -> dict[str, Any]:
+    """A stored record's JSON text as a dict; anything else is a store fault."""
+    try:
+        value = json.loads(raw) if isinstance(raw, (str, bytes)) else None
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise StoreUnavailable(f"a record in space {space!r} does not validate")
+    return value
+
+
+def acquire_lease(
+    store: Records, space: str, name: str, holder: str, *, ttl_ms: int, now_ms: int
+) -> bool:
+    """Take or renew the lease ``name`` for ``holder`` until ``now_ms + ttl_ms``.
+
+    Returns whether ``holder`` holds the lease now. A lease held by someone else is
+    taken over only once its time has run out.
+
+    Raises:
+        StoreUnavailable: the store could not be asked (treat as "not held").
+    """
+    if ttl_ms <= 0:
+        raise ValueError("a lease lasts at least 1 ms")
+    wanted = {"holder": holder, "until": now_ms + ttl_ms}
+    found = store.record_get(space, name)
+    if found is None:
+        return store.record_put(space, name, wanted, version=0) is not None
+    value, version = found
+    until = value.get("until")
+    expired = not isinstance(until, int) or until <= now_ms
+    if value.get("holder") != holder and not expired:
+        return False
+    return store.record_put(space, name, wanted, version=version) is not None
+
+
+def release_lease(store: Records, space: str, name: str, holder: str) -> bool:
+    """Give the lease up if ``holder`` holds it; whether it was given up."""
+    found = store.record_get(space, name)
+    if found is None or found[0].get("holder") != holder:
+        return False
+    return store.record_delete(space, name, version=found[1])
