@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal
 
 from toolbreaker.core.breaker.policy import MAX_DURATION_MS, Policy
+from toolbreaker.core.degrade import check_chain
 from toolbreaker.core.files import shown
 from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.errors import PolicyError
@@ -75,6 +76,12 @@ class Boundary:
         max_retry_after_ms: a server hint (``Retry-After`` ...) longer than this is not
             waited out: the tool is unavailable for the run and the model is told so.
             ``None``: no limit.
+        degrade: the degradation chain while the tool may not be called (a mode or a list:
+            ``omit``, ``stale``, ``degraded``, ``queue``, ``handoff``, ``stop``; see
+            :mod:`toolbreaker.core.degrade`); empty: the plain tool-unavailable result.
+        max_stale: seconds: the oldest last good answer ``stale`` may serve (read rows).
+        stale_every: seconds: a success refreshes the kept answer at most this often, so a
+            busy read does not pay a store round trip per call.
     """
 
     dependency: str
@@ -94,6 +101,9 @@ class Boundary:
     max_scopes: int = 1000
     retry: RetryPolicy | None = None
     max_retry_after_ms: int | None = None
+    degrade: tuple[str, ...] = ()
+    max_stale: float | None = None
+    stale_every: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("dependency", "operation"):
@@ -154,6 +164,7 @@ class Boundary:
                 field="max_scopes",
             )
         self._check_retry()
+        self._check_degrade()
 
     def _check_retry(self) -> None:
         retry = self.retry
@@ -174,6 +185,28 @@ class Boundary:
                 f"max_retry_after_ms must be a non-negative integer, got {cap!r}",
                 field="max_retry_after_ms",
             )
+
+    def _check_degrade(self) -> None:
+        max_stale = None if self.max_stale is None else check_seconds(self.max_stale, "max_stale")
+        if isinstance(self.stale_every, bool) or not isinstance(self.stale_every, (int, float)):
+            raise PolicyError("stale_every must be a number of seconds", field="stale_every")
+        if not 0 <= self.stale_every <= 3600:
+            raise PolicyError(
+                f"stale_every must be from 0 to 3600 seconds, got {self.stale_every!r}",
+                field="stale_every",
+            )
+        chain = check_chain(
+            self.degrade,
+            operation=self.operation,
+            fallback=self.fallback,
+            max_stale_ms=None if max_stale is None else round(max_stale * 1000),
+        )
+        object.__setattr__(self, "degrade", chain)
+
+    @property
+    def max_stale_ms(self) -> int | None:
+        """``max_stale`` in milliseconds."""
+        return None if self.max_stale is None else round(self.max_stale * 1000)
 
     @property
     def idempotent(self) -> bool:

@@ -62,6 +62,7 @@ from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
 from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, within
+from toolbreaker.runtime._degrade import Degradation
 from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._result import (
@@ -161,11 +162,14 @@ class BreakerStats:
         scope_overflows: calls of a scoped row that went to its shared overflow breaker
             because ``max_scopes`` breakers were live and none could be forgotten; in
             ``to_dict`` only once non-zero.
+        degraded: answers served by the degradation matrix, per mode (``stale``,
+            ``queue`` ...); in ``to_dict`` only once one was served.
     """
 
     __slots__ = (
         "_workers",
         "admitted",
+        "degraded",
         "failures",
         "half_opens",
         "hook_errors",
@@ -196,6 +200,7 @@ class BreakerStats:
         self.scope_overflows = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
         self.retries: dict[str, int] = {}
+        self.degraded: dict[str, int] = {}
         self._workers: Workers | None = None
 
     @property
@@ -236,6 +241,8 @@ class BreakerStats:
             out["would_reject"] = self.would_reject
         if self.scope_overflows:
             out["scope_overflows"] = self.scope_overflows
+        if self.degraded:
+            out["degraded"] = dict(self.degraded)
         return out
 
 
@@ -466,6 +473,8 @@ class Breaker:
         self.owner = boundary.owner
         self.instructions = dict(boundary.instructions)
         self.stats = BreakerStats()
+        #: The row's degradation chain, carried out (see :mod:`toolbreaker.core.degrade`).
+        self.degradation = Degradation(boundary, self.store, self.key, self.stats.degraded)
         self._rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
         self._render = self._unavailable
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
@@ -609,6 +618,7 @@ class Breaker:
             max_workers=self._max_workers,
         )
         child._listeners = self._listeners
+        child.degradation.tools = self.degradation.tools
         return child
 
     # -- two-step API ---------------------------------------------------------------
@@ -642,9 +652,11 @@ class Breaker:
             return target.begin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         refused = self._model_retry(tool or self.tool, dict(args or {}))
-        if refused is not None:
-            return refused
-        return self._step(tool, args, self._enter(self.clock(), deadline), deadline)
+        if refused is None:
+            refused = self._step(tool, args, self._enter(self.clock(), deadline), deadline)
+        if refused.answer is not None and self.degradation.chain:
+            refused.answer = self.degradation.result(refused.tool, refused.args, refused.answer)
+        return refused
 
     async def abegin(
         self,
@@ -658,9 +670,12 @@ class Breaker:
             return await target.abegin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         refused = self._model_retry(tool or self.tool, dict(args or {}))
-        if refused is not None:
-            return refused
-        return self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
+        if refused is None:
+            refused = self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
+        if refused.answer is not None and self.degradation.chain:
+            degraded = self.degradation.aresult(refused.tool, refused.args, refused.answer)
+            refused.answer = await degraded
+        return refused
 
     def _step(
         self,
@@ -678,24 +693,28 @@ class Breaker:
     def _step_succeeded(self, step: Step, result: Any) -> Any:
         step.permit.record(self.result_verdict(result))
         self._retry_succeeded()
+        self.degradation.remember(step.tool, step.args, result)
         return result
 
     def _step_failed(self, step: Step, exc: BaseException) -> Any:
         step.permit.record(exc)
         if not isinstance(exc, Exception):
             raise exc
-        return self._failed_call(step.tool, step.args, exc)
+        failed = self._failed_call(step.tool, step.args, exc)
+        return self.degradation.result(step.tool, step.args, failed)
 
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
         await step.permit.arecord(self.result_verdict(result))
         self._retry_succeeded()
+        await self.degradation.aremember(step.tool, step.args, result)
         return result
 
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
         await step.permit.arecord(exc)
         if not isinstance(exc, Exception):
             raise exc
-        return self._failed_call(step.tool, step.args, exc)
+        failed = self._failed_call(step.tool, step.args, exc)
+        return await self.degradation.aresult(step.tool, step.args, failed)
 
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """Admission through the core: allow(), and call()/acall() past their fast paths."""
@@ -1377,6 +1396,8 @@ class Breaker:
             name: str = tool or getattr(func, "__name__", None) or self.tool
             if self._retry is not None:
                 warn_nested_retries(func, name, "the breaker's retry policy")
+            degrading = bool(self.degradation.chain)
+            bound = _binder(func)
             if inspect.iscoroutinefunction(func):
 
                 @functools.wraps(func)
@@ -1387,11 +1408,18 @@ class Breaker:
                     if refused is not None:
                         return refused.answer
                     try:
-                        return await target.acall(func, *args, timeout=timeout, **kwargs)
+                        result = await target.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
-                        return exc.result_for(name)
+                        answer = exc.result_for(name)
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                        return target._failed_call(name, call, exc)
+                        answer = target._failed_call(name, call, exc)
+                    else:
+                        if degrading:
+                            await target.degradation.aremember(name, bound(args, kwargs), result)
+                        return result
+                    if not degrading:
+                        return answer
+                    return await target.degradation.aresult(name, bound(args, kwargs), answer)
 
                 return async_tool
 
@@ -1403,11 +1431,18 @@ class Breaker:
                 if refused is not None:
                     return refused.answer
                 try:
-                    return target.call(func, *args, timeout=timeout, **kwargs)
+                    result = target.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
-                    return exc.result_for(name)
+                    answer = exc.result_for(name)
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                    return target._failed_call(name, call, exc)
+                    answer = target._failed_call(name, call, exc)
+                else:
+                    if degrading:
+                        target.degradation.remember(name, bound(args, kwargs), result)
+                    return result
+                if not degrading:
+                    return answer
+                return target.degradation.result(name, bound(args, kwargs), answer)
 
             return sync_tool
 
@@ -1572,6 +1607,29 @@ class Breaker:
     def __repr__(self) -> str:
         state = self._view.state
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
+
+
+def _binder(
+    func: Callable[..., Any],
+) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+    """Turns a call's positional and keyword arguments into keywords, by ``func``'s signature.
+
+    The degradation matrix keys kept answers and queued work by keyword arguments.
+    """
+    try:
+        signature: inspect.Signature | None = inspect.signature(func)
+    except (TypeError, ValueError):
+        signature = None
+
+    def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if signature is not None:
+            try:
+                return dict(signature.bind(*args, **kwargs).arguments)
+            except TypeError:
+                pass
+        return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
+
+    return bind
 
 
 def _call_key(tool: str, call: Any) -> str | None:

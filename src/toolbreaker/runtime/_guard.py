@@ -42,6 +42,7 @@ from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
 from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import (
     denied_result,
     error_result,
@@ -124,60 +125,6 @@ class GuardedTool:
     authorize: Authorizer | None = None
     required: bool = False
     recovery: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StopPacket:
-    """What an operator gets instead of "something went wrong". Secrets masked when built.
-
-    Attributes:
-        task: the task id.
-        condition: the exact condition that stopped the run.
-        detail: the condition in words, with the numbers.
-        confirmed: completed steps with their idempotency keys and external ids.
-        uncertain: writes whose outcome is unknown or was reconciled.
-        attempted: the attempted action (tool, fingerprint, idempotency key).
-        counters: the budget counters when the run stopped.
-        next_safe_action: what to do now.
-    """
-
-    task: str
-    condition: str
-    detail: str
-    confirmed: tuple[Mapping[str, Any], ...]
-    uncertain: tuple[Mapping[str, Any], ...]
-    attempted: Mapping[str, Any] | None
-    counters: Mapping[str, Any]
-    next_safe_action: str
-
-    def __post_init__(self) -> None:
-        # Masked where it is built: every way of reading a packet (its fields, str(),
-        # repr(), to_dict(), an adapter's message) shows the same masked text.
-        for name in ("task", "condition", "detail", "next_safe_action"):
-            object.__setattr__(self, name, redact(str(getattr(self, name))))
-        object.__setattr__(self, "confirmed", tuple(redact(dict(x)) for x in self.confirmed))
-        object.__setattr__(self, "uncertain", tuple(redact(dict(x)) for x in self.uncertain))
-        attempted = self.attempted
-        object.__setattr__(self, "attempted", redact(dict(attempted)) if attempted else None)
-        object.__setattr__(self, "counters", redact(dict(self.counters)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The packet as a JSON-ready dict (secrets were masked when it was built)."""
-        return {
-            "schema": "toolbreaker.stop/v1",
-            "task": self.task,
-            "condition": self.condition,
-            "detail": self.detail,
-            "confirmed": [dict(x) for x in self.confirmed],
-            "uncertain": [dict(x) for x in self.uncertain],
-            "attempted": dict(self.attempted) if self.attempted else None,
-            "counters": dict(self.counters),
-            "next_safe_action": self.next_safe_action,
-        }
-
-    def to_json(self) -> str:
-        """The packet as indented JSON."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)
 
 
 class RunGuard:

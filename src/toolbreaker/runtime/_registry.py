@@ -33,7 +33,7 @@ line named.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -44,6 +44,7 @@ from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._boundary import POLICY_FIELDS, Boundary, Enforce, check_seconds
 from toolbreaker.runtime._breaker import Breaker, clock_of
 from toolbreaker.runtime._clock import Clock
+from toolbreaker.runtime._degrade import check_store
 from toolbreaker.stores._protocol import Store
 from toolbreaker.stores.memory import MemoryStore
 
@@ -94,7 +95,9 @@ class Registry:
         self._local_tools = frozenset(local_tools)
         self._breakers: dict[tuple[str, str], Breaker] = {}
         self._lock = threading.Lock()
+        self._callables: dict[str, Callable[..., Any]] = {}
         _check_fallbacks(self._boundaries, self._local_tools)
+        check_store(self._boundaries, self.store)
 
     @classmethod
     def from_toml(
@@ -215,7 +218,25 @@ class Registry:
                 f"fallback {row.fallback!r} of {dependency}.{operation} is not a registered tool",
                 field=f"{dependency}.{operation}.fallback",
             )
-        return Breaker(dependency, store=self.store, clock=self.clock, boundary=row)
+        breaker = Breaker(dependency, store=self.store, clock=self.clock, boundary=row)
+        breaker.degradation.tools = self._callables
+        return breaker
+
+    def register_local(self, name: str, fn: Callable[..., Any]) -> None:
+        """Register the code of a local tool, run by rows whose ``degrade`` names ``degraded``.
+
+        ``name`` must be a tool the registry knows (``[tools] local`` or a row's tool): a
+        row with ``fallback = name`` and ``degrade = ["degraded", ...]`` then answers with
+        ``fn(**args)`` (labelled degraded) while its own tool is unavailable.
+
+        Raises:
+            PolicyError: ``name`` is not a known tool, or ``fn`` is not callable.
+        """
+        if name not in self.tool_names():
+            raise PolicyError(f"{name!r} is not a registered tool", field="tools.local")
+        if not callable(fn):
+            raise PolicyError(f"the local tool {name!r} must be callable", field="tools.local")
+        self._callables[name] = fn
 
     def tool_names(self) -> frozenset[str]:
         """Every tool name the registry knows: sheet rows, live breakers, local tools."""

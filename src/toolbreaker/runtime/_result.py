@@ -12,7 +12,11 @@ fallback to use, and not to invent the data. The shapes, one builder each:
 - :func:`denied_result`: the authority check refused the call;
 - :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
 - :func:`stopped_result`: the run guard stopped the run, or blocks its writes;
-- :func:`journal_down_result`: the run journal cannot be reached, so no write is made.
+- :func:`journal_down_result`: the run journal cannot be reached, so no write is made;
+- the degradation matrix (:mod:`toolbreaker.core.degrade`), one builder per mode:
+  :func:`omitted_result`, :func:`stale_result`, :func:`degraded_result`,
+  :func:`queued_result`, :func:`handoff_result` and :func:`dependency_stop_result`. Each
+  carries ``"degradation": MODE`` and a ``user_message`` to show a person.
 
 Every text that may carry data from outside (exception messages, stop details) is masked
 with :func:`~toolbreaker.core.run.redact.redact_text` here, where it is built.
@@ -20,6 +24,7 @@ with :func:`~toolbreaker.core.run.redact.redact_text` here, where it is built.
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Mapping
 from typing import Any, Final
@@ -31,11 +36,17 @@ from toolbreaker.errors import PolicyError, whole_seconds
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
     "SYSTEM_PROMPT_LINE",
+    "degraded_result",
     "denied_result",
+    "dependency_stop_result",
     "error_result",
+    "handoff_result",
     "hidden_tools_line",
     "journal_down_result",
+    "omitted_result",
+    "queued_result",
     "retry_after_seconds",
+    "stale_result",
     "stopped_result",
     "system_prompt_line",
     "unavailable_result",
@@ -320,4 +331,148 @@ def journal_down_result(tool: str) -> dict[str, Any]:
         "instruction": f'"{tool}" was not called: its run journal cannot be reached, so the '
         "write could not be made safely (this is not a provider failure). Do not retry it "
         "now; say that the action is pending.",
+    }
+
+
+# -- the degradation matrix ------------------------------------------------------------
+
+
+def _missing(tool: str, args: Mapping[str, Any]) -> str:
+    """Which data is missing, in words: the tool and its arguments (masked, bounded)."""
+    if not args:
+        return f'the data "{tool}" would have returned'
+    try:
+        shown_args = json.dumps(redact(dict(args)), sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):
+        shown_args = "(arguments not shown)"
+    if len(shown_args) > 200:
+        shown_args = shown_args[:197] + "..."
+    return f'the data "{tool}" would have returned for {shown_args}'
+
+
+def omitted_result(tool: str, args: Mapping[str, Any], *, reason: str) -> dict[str, Any]:
+    """``omit``: go on without the data, and say which data is missing."""
+    missing = _missing(tool, args)
+    return {
+        "ok": False,
+        "tool_unavailable": True,
+        "tool": tool,
+        "reason": reason,
+        "degradation": "omit",
+        "retryable": False,
+        "missing": missing,
+        "instruction": f'The tool "{tool}" is out of service ({reason}). Go on without it: '
+        f"in your answer, say that {missing} is missing. Do not call it again in this run, "
+        "and do not estimate or invent the data.",
+        "user_message": f"Some data is unavailable right now: {missing}. This answer was "
+        "made without it.",
+    }
+
+
+def stale_result(
+    tool: str, result: Any, *, label: str, as_of: str, age_seconds: int
+) -> dict[str, Any]:
+    """``stale``: the last good result, labelled with its time and age.
+
+    Args:
+        tool: the tool whose live answer is unavailable.
+        result: the kept result (as it was kept: masked).
+        label: ``"as of 14:02 UTC, 7 minutes old"``.
+        as_of: the time the result was kept, ISO 8601 in UTC.
+        age_seconds: its age in whole seconds.
+    """
+    return {
+        "ok": True,
+        "stale": True,
+        "tool": tool,
+        "degradation": "stale",
+        "as_of": as_of,
+        "age_seconds": age_seconds,
+        "result": result,
+        "instruction": f'The tool "{tool}" is out of service. This is its last good answer, '
+        f"{label}: it is STALE. Say in your answer that this data is {label} and may have "
+        "changed; do not present it as current.",
+        "user_message": f"Showing the last known data from {tool}, {label}: the live "
+        "source is unavailable right now.",
+    }
+
+
+def degraded_result(tool: str, fallback: str, result: Any, *, note: str = "") -> dict[str, Any]:
+    """``degraded``: the answer of the row's local substitute tool, labelled as such."""
+    extra = f" In your answer, {note.strip().rstrip('.')}." if note.strip() else ""
+    return {
+        "ok": True,
+        "degraded": True,
+        "tool": tool,
+        "degradation": "degraded",
+        "served_by": fallback,
+        "result": result,
+        "instruction": f'The tool "{tool}" is out of service; this answer comes from the '
+        f'local substitute "{fallback}", which may be less complete or less current.{extra}',
+        "user_message": f"{tool} is unavailable right now; this answer comes from a "
+        "simpler local substitute.",
+    }
+
+
+def queued_result(
+    tool: str, queue_id: str, idempotency_key: str, *, already: bool = False
+) -> dict[str, Any]:
+    """``queue``: the work is saved and will be made later; it has NOT happened yet."""
+    when = "was already queued" if already else "is queued"
+    return {
+        "ok": False,
+        "queued": True,
+        "done": False,
+        "tool": tool,
+        "degradation": "queue",
+        "retryable": False,
+        "queue_id": queue_id,
+        "idempotency_key": idempotency_key,
+        "instruction": f'"{tool}" could not be made now (its service is out). The request '
+        f"{when} as {queue_id} and will be made once the service recovers. It has NOT "
+        "happened yet: do not tell the user it is done, and do not call it again.",
+        "user_message": f"Your request ({tool}) is queued as {queue_id}; it has not been "
+        "carried out yet and will be once the service is back.",
+    }
+
+
+def handoff_result(tool: str, reconciliation_id: str, packet: Mapping[str, Any]) -> dict[str, Any]:
+    """``handoff``: a person takes the request over; the packet is what they get (masked)."""
+    return {
+        "ok": False,
+        "handoff": True,
+        "tool": tool,
+        "degradation": "handoff",
+        "retryable": False,
+        "reconciliation_id": reconciliation_id,
+        "packet": redact(dict(packet)),
+        "instruction": f'The tool "{tool}" is out of service and this request was handed '
+        f"to a person (reference {reconciliation_id}). Do not call it again in this run; "
+        f"tell the user a person will follow up with reference {reconciliation_id}.",
+        "user_message": f"A person will follow up on this request (reference {reconciliation_id}).",
+    }
+
+
+def dependency_stop_result(
+    tool: str, reconciliation_id: str, packet: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``stop``: the run stops because a required dependency is out; with its packet."""
+    detail = redact_text(str(packet.get("detail", f"required tool {tool!r} is unavailable")))
+    return {
+        "ok": False,
+        "run_stopped": True,
+        "writes_blocked": True,
+        "tool": tool,
+        "degradation": "stop",
+        "retryable": False,
+        "condition": "dependency-open",
+        "detail": detail,
+        "reconciliation_id": reconciliation_id,
+        "packet": redact(dict(packet)),
+        "instruction": f"This run was stopped: {detail}. Do not call tools that change "
+        "anything again in this run. You may summarise what was done and tell the user "
+        f"that an operator will resume it (reference {reconciliation_id}). Do not invent "
+        "results.",
+        "user_message": f"This task was stopped because a service it needs is down; an "
+        f"operator will pick it up (reference {reconciliation_id}).",
     }

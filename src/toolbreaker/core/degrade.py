@@ -1,0 +1,199 @@
+"""The degradation matrix: what a caller gets while a dependency may not be called.
+
+Theory of operation
+-------------------
+A sheet row may name a *chain* of modes (``degrade = ["stale", "omit"]``). When the
+breaker rejects a call (open, isolated, a spent retry budget ...), the shell gathers what
+it can offer (:class:`Offer`: the age of the last good answer it keeps, whether a local
+degraded tool is registered, whether queued work can be kept) and :func:`choose` walks
+the chain, first mode that can be served wins:
+
+- ``omit``: go on without the data and say which data is missing (always servable);
+- ``stale``: the last good result, only when one is kept and it is at most ``max_stale_ms``
+  old (a read row only: a write never falls back to a stale answer);
+- ``degraded``: the row's ``fallback`` tool, run locally, when its callable is registered;
+- ``queue``: the work is kept durably with its idempotency key and run later by a drainer;
+- ``handoff``: a packet for a person, with a reconciliation id (always servable);
+- ``stop``: the run stops, with its packet (always servable).
+
+No mode servable (or no chain): the plain tool-unavailable result. A mode the shell then
+fails to serve (the store refused the queued item, the degraded tool raised) is reported
+back with :meth:`Offer.without` and the chain walked again. Pure: time arrives as
+arguments; nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Sequence
+from typing import Final
+
+from toolbreaker.errors import PolicyError
+
+__all__ = [
+    "MODES",
+    "Choice",
+    "Offer",
+    "check_chain",
+    "choose",
+    "stale_label",
+    "stale_write_due",
+]
+
+#: Every mode, in the order the docs list them.
+MODES: Final = ("omit", "stale", "degraded", "queue", "handoff", "stop")
+#: Modes that can always be served: nothing after one of them in a chain is ever reached.
+_ALWAYS: Final = frozenset({"omit", "handoff", "stop"})
+#: The longest ``max_stale`` a row may set: 30 days, in milliseconds.
+MAX_STALE_MS: Final = 30 * 24 * 3600 * 1000
+
+
+def check_chain(
+    value: object, *, operation: str, fallback: str | None, max_stale_ms: int | None
+) -> tuple[str, ...]:
+    """Validate a row's ``degrade`` value (a mode or a list of modes); the chain as a tuple.
+
+    Raises:
+        PolicyError: naming ``degrade`` (or ``max_stale``): an unknown or repeated mode, a
+            mode after one that is always served, ``stale`` on a row that is not a read,
+            ``stale`` without ``max_stale``, ``degraded`` without a ``fallback`` tool.
+    """
+    chain = (value,) if isinstance(value, str) else value
+    if not isinstance(chain, (list, tuple)) or not all(isinstance(m, str) for m in chain):
+        raise PolicyError(
+            f"degrade must be a mode or a list of modes ({', '.join(MODES)})", field="degrade"
+        )
+    seen: set[str] = set()
+    for index, mode in enumerate(chain):
+        if mode not in MODES:
+            raise PolicyError(
+                f"unknown degrade mode {mode!r} (known: {', '.join(MODES)})", field="degrade"
+            )
+        if mode in seen:
+            raise PolicyError(f"degrade names {mode!r} twice", field="degrade")
+        seen.add(mode)
+        if mode in _ALWAYS and index < len(chain) - 1:
+            raise PolicyError(
+                f"degrade mode {mode!r} is always served: the modes after it are never reached",
+                field="degrade",
+            )
+    if "stale" in seen:
+        if operation != "read":
+            # A stale answer to a write would tell the model a change happened that did not.
+            raise PolicyError(
+                f"a {operation!r} row never falls back to 'stale' (only a read row may: "
+                "a write is queued, handed off or stopped instead)",
+                field="degrade",
+            )
+        if max_stale_ms is None:
+            raise PolicyError(
+                "degrade 'stale' needs max_stale (the oldest answer, in seconds, it may serve)",
+                field="max_stale",
+            )
+    elif max_stale_ms is not None:
+        raise PolicyError("max_stale is set but degrade has no 'stale'", field="max_stale")
+    if "degraded" in seen and fallback is None:
+        raise PolicyError(
+            "degrade 'degraded' needs fallback = the local tool to run instead",
+            field="degrade",
+        )
+    return tuple(chain)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Offer:
+    """What the shell can serve right now, as facts (no I/O happens here).
+
+    Attributes:
+        stale_at_ms: wall-clock time the kept last good answer was recorded, or ``None``.
+        degraded: a degraded local tool is registered and may be run.
+        queue: the store can keep queued work.
+    """
+
+    stale_at_ms: int | None = None
+    degraded: bool = False
+    queue: bool = False
+
+    def without(self, mode: str) -> Offer:
+        """The same offer once ``mode`` failed to serve (so the chain goes on past it)."""
+        if mode == "stale":
+            return dataclasses.replace(self, stale_at_ms=None)
+        if mode == "degraded":
+            return dataclasses.replace(self, degraded=False)
+        if mode == "queue":
+            return dataclasses.replace(self, queue=False)
+        return self
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Choice:
+    """The mode chosen, and why each earlier mode of the chain was passed over.
+
+    Attributes:
+        mode: the mode to serve, or ``None``: the plain tool-unavailable result.
+        skipped: ``(mode, why)`` for every earlier mode of the chain.
+        stale_age_ms: the age of the stale answer served (``stale`` only).
+    """
+
+    mode: str | None
+    skipped: tuple[tuple[str, str], ...] = ()
+    stale_age_ms: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready; ``skipped`` and ``stale_age_ms`` only when set."""
+        out: dict[str, object] = {"mode": self.mode}
+        if self.skipped:
+            out["skipped"] = [list(s) for s in self.skipped]
+        if self.stale_age_ms is not None:
+            out["stale_age_ms"] = self.stale_age_ms
+        return out
+
+
+def choose(chain: Sequence[str], offer: Offer, *, now_ms: int, max_stale_ms: int | None) -> Choice:
+    """The first mode of ``chain`` that ``offer`` can serve at wall-clock ``now_ms``."""
+    skipped: list[tuple[str, str]] = []
+    for mode in chain:
+        if mode == "stale":
+            at = offer.stale_at_ms
+            if at is None:
+                skipped.append((mode, "no last good answer is kept"))
+                continue
+            age = max(0, now_ms - at)
+            if max_stale_ms is None or age > max_stale_ms:
+                skipped.append((mode, "the last good answer is older than max_stale"))
+                continue
+            return Choice(mode, tuple(skipped), age)
+        if mode == "degraded" and not offer.degraded:
+            skipped.append((mode, "the degraded tool is not available"))
+            continue
+        if mode == "queue" and not offer.queue:
+            skipped.append((mode, "the work could not be queued"))
+            continue
+        return Choice(mode, tuple(skipped))
+    return Choice(None, tuple(skipped))
+
+
+def stale_write_due(last_ms: int | None, now_ms: int, every_ms: int) -> bool:
+    """Whether a success should refresh the kept answer (at most once per ``every_ms``)."""
+    return last_ms is None or now_ms - last_ms >= every_ms or now_ms < last_ms
+
+
+def stale_label(at_ms: int, now_ms: int) -> str:
+    """``"as of 14:02 UTC, 7 minutes old"`` for an answer kept at wall-clock ``at_ms``."""
+    when = datetime.datetime.fromtimestamp(at_ms / 1000, tz=datetime.timezone.utc)
+    age_s = max(0, now_ms - at_ms) // 1000
+    if age_s < 60:
+        age = f"{age_s} second{'' if age_s == 1 else 's'}"
+    elif age_s < 2 * 3600:
+        minutes = age_s // 60
+        age = f"{minutes} minute{'' if minutes == 1 else 's'}"
+    elif age_s < 2 * 86400:
+        age = f"{age_s // 3600} hours"
+    else:
+        age = f"{age_s // 86400} days"
+    today = datetime.datetime.fromtimestamp(now_ms / 1000, tz=datetime.timezone.utc).date()
+    stamp = (
+        when.strftime("%H:%M UTC") if when.date() == today else when.strftime("%Y-%m-%d %H:%M UTC")
+    )
+    return f"as of {stamp}, {age} old"

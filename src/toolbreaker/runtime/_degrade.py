@@ -1,0 +1,387 @@
+"""The degradation matrix, carried out: what a caller gets while its tool may not be called.
+
+The choice of mode is the core's (:func:`toolbreaker.core.degrade.choose`); this shell
+gathers what it can offer, serves the chosen mode, and builds the answer in
+:mod:`toolbreaker.runtime._result`. It keeps three kinds of records in the store
+(:class:`~toolbreaker.stores.Records`):
+
+- ``toolbreaker.stale``: the last good answer of a read, per tool and arguments, with its
+  wall-clock time; written on a success at most once per ``stale_every`` seconds (masked,
+  at most :data:`MAX_STALE_BYTES`);
+- ``toolbreaker.queue``: queued work, one record per idempotency key (see
+  :mod:`toolbreaker.runtime._drain`, which runs it once the breaker closes);
+- ``toolbreaker.handoff``: the packets handed to a person, by reconciliation id.
+
+A fault here (a store that is down, a degraded tool that raises) never changes the
+call's outcome: it is counted (``stats.degrade_faults``), logged masked, and the chain
+goes on to its next mode, down to the plain tool-unavailable result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import inspect
+import json
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.core.degrade import Choice, Offer, choose, stale_label, stale_write_due
+from toolbreaker.core.run.redact import redact
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.runtime._boundary import Boundary
+from toolbreaker.runtime._clock import wall_ms
+from toolbreaker.runtime._log import hook_failed, log
+from toolbreaker.runtime._packet import StopPacket
+from toolbreaker.runtime._result import (
+    degraded_result,
+    dependency_stop_result,
+    handoff_result,
+    omitted_result,
+    queued_result,
+    stale_result,
+)
+from toolbreaker.stores._protocol import Records
+
+__all__ = [
+    "HANDOFF_SPACE",
+    "MAX_STALE_BYTES",
+    "QUEUE_SCHEMA",
+    "QUEUE_SPACE",
+    "STALE_SPACE",
+    "Degradation",
+    "check_store",
+]
+
+STALE_SPACE: Final = "toolbreaker.stale"
+QUEUE_SPACE: Final = "toolbreaker.queue"
+HANDOFF_SPACE: Final = "toolbreaker.handoff"
+QUEUE_SCHEMA: Final = "toolbreaker.queue/v1"
+#: The largest answer kept for ``stale``, in bytes of JSON; a larger one is not kept.
+MAX_STALE_BYTES: Final = 64 * 1024
+#: Reasons that are not the dependency being out: a full bulkhead passes in seconds.
+_NOT_DEGRADED: Final = frozenset({"saturated"})
+#: Modes that keep something in the store.
+_STORED: Final = frozenset({"stale", "queue"})
+_MAX_REMEMBERED: Final = 4096
+
+
+def check_store(boundaries: Mapping[tuple[str, str], Boundary], store: object) -> None:
+    """Refuse, at load, a row whose ``stale`` or ``queue`` mode the store cannot keep.
+
+    Raises:
+        PolicyError: naming ``<dependency>.<operation>.degrade``.
+    """
+    if isinstance(store, Records):
+        return
+    for (dependency, operation), row in boundaries.items():
+        needs = _STORED.intersection(row.degrade)
+        if needs:
+            raise PolicyError(
+                f"{dependency}.{operation}.degrade {sorted(needs)[0]!r} needs a store that "
+                f"keeps records ({type(store).__name__} does not)",
+                field=f"{dependency}.{operation}.degrade",
+            )
+
+
+class Degradation:
+    """One breaker's degradation chain, carried out.
+
+    Attributes:
+        chain: the row's modes, in order (empty: the plain unavailable result).
+        tools: local tool callables by name; ``degraded`` runs ``tools[row.fallback]``
+            (a :class:`~toolbreaker.Registry` shares its own with every breaker).
+        counts: answers served per mode (also in the breaker's ``stats.degraded``).
+        wall_clock: wall-clock milliseconds (stale ages; tests pass their own).
+    """
+
+    def __init__(self, boundary: Boundary, store: object, key: str, counts: dict[str, int]) -> None:
+        self.boundary = boundary
+        self.chain = boundary.degrade
+        self.key = key
+        self.tools: dict[str, Callable[..., Any]] = {}
+        self.counts = counts
+        self.faults = 0
+        self.wall_clock: Callable[[], int] = wall_ms
+        self._store = store if isinstance(store, Records) else None
+        self._stale = "stale" in self.chain and self._store is not None
+        self._every_ms = round(boundary.stale_every * 1000)
+        self._written: dict[str, int] = {}
+        self._lock = threading.Lock()
+        if self._store is None and _STORED.intersection(self.chain):
+            check_store({(boundary.dependency, boundary.operation): boundary}, store)
+
+    @property
+    def active(self) -> bool:
+        """Whether the row names any mode."""
+        return bool(self.chain)
+
+    # -- stale: keep the last good answer ---------------------------------------------------
+
+    def remember(self, tool: str, args: Mapping[str, Any], result: Any) -> None:
+        """Keep ``result`` as the last good answer of ``tool(args)`` (``stale`` rows only)."""
+        if not self._stale:
+            return
+        key = _stale_key(self.key, tool, args)
+        now = self.wall_clock()
+        with self._lock:
+            if key is None or not stale_write_due(self._written.get(key), now, self._every_ms):
+                return
+            if len(self._written) >= _MAX_REMEMBERED:
+                self._written.clear()
+            self._written[key] = now
+        try:
+            kept = redact(result)
+            if len(json.dumps(kept, default=str)) > MAX_STALE_BYTES:
+                return
+            assert self._store is not None
+            self._store.record_put(STALE_SPACE, key, {"at": now, "tool": tool, "result": kept})
+        except Exception as exc:  # noqa: BLE001 - keeping a copy never changes the outcome
+            self._fault(f"keeping the last good answer of {self.key}", exc)
+
+    async def aremember(self, tool: str, args: Mapping[str, Any], result: Any) -> None:
+        """:meth:`remember` off the event loop."""
+        if self._stale:
+            await asyncio.to_thread(self.remember, tool, args, result)
+
+    # -- serving a mode -----------------------------------------------------------------
+
+    def result(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        plain: Any,
+        *,
+        idempotency_key: str | None = None,
+        packet: Callable[[str], StopPacket] | None = None,
+    ) -> Any:
+        """What the caller gets instead of ``plain`` (a tool-unavailable result).
+
+        ``plain`` comes back unchanged when the row has no chain, when it is not a
+        tool-unavailable result (an error the model may retry, a success), when the
+        reason is a passing one (``saturated``) or when no mode can be served.
+
+        Args:
+            tool: the tool the model called.
+            args: its arguments (keywords).
+            plain: the plain result.
+            idempotency_key: the work's key (a run guard's write key); by default the
+                ``idempotency_key`` argument, else a digest of the tool and arguments.
+            packet: builds the stop packet for a reason (a run guard's own packet).
+        """
+        if not self.chain or not _unavailable(plain):
+            return plain
+        return self._serve(tool, args, plain, idempotency_key, packet, None)
+
+    async def aresult(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        plain: Any,
+        *,
+        idempotency_key: str | None = None,
+        packet: Callable[[str], StopPacket] | None = None,
+    ) -> Any:
+        """:meth:`result` for the event loop: store round trips run in a worker thread.
+
+        A coroutine degraded tool is awaited on this loop.
+        """
+        if not self.chain or not _unavailable(plain):
+            return plain
+        loop = asyncio.get_running_loop()
+        return await asyncio.to_thread(
+            self._serve, tool, args, plain, idempotency_key, packet, loop
+        )
+
+    def _serve(  # noqa: PLR0917 - the pieces of one answer, from result()/aresult() only
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        plain: dict[str, Any],
+        idempotency_key: str | None,
+        packet: Callable[[str], StopPacket] | None,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> Any:
+        reason = str(plain.get("reason", "open"))
+        kept = self._kept(tool, args) if "stale" in self.chain else None
+        fallback = self.boundary.fallback
+        offer = Offer(
+            stale_at_ms=None if kept is None else kept[0],
+            degraded=fallback is not None and fallback in self.tools,
+            queue=self._store is not None,
+        )
+        while True:
+            now = self.wall_clock()
+            choice = choose(self.chain, offer, now_ms=now, max_stale_ms=self.boundary.max_stale_ms)
+            mode = choice.mode
+            if mode is None:
+                return plain
+            try:
+                answer = self._answer(
+                    choice, tool, args, reason, kept, idempotency_key, packet, loop
+                )
+            except Exception as exc:  # noqa: BLE001 - a mode that fails passes to the next
+                self._fault(f"degrade mode {mode!r} of {self.key}", exc)
+                offer = offer.without(mode)
+                continue
+            self.counts[mode] = self.counts.get(mode, 0) + 1
+            return answer
+
+    def _answer(  # noqa: PLR0917 - one dispatch over the modes
+        self,
+        choice: Choice,
+        tool: str,
+        args: Mapping[str, Any],
+        reason: str,
+        kept: tuple[int, Any] | None,
+        idempotency_key: str | None,
+        packet: Callable[[str], StopPacket] | None,
+        loop: asyncio.AbstractEventLoop | None,
+    ) -> dict[str, Any]:
+        mode = choice.mode
+        if mode == "omit":
+            return omitted_result(tool, args, reason=reason)
+        if mode == "stale":
+            assert kept is not None
+            assert choice.stale_age_ms is not None
+            at, value = kept
+            now = at + choice.stale_age_ms
+            when = datetime.datetime.fromtimestamp(at / 1000, tz=datetime.timezone.utc)
+            return stale_result(
+                tool,
+                value,
+                label=stale_label(at, now),
+                as_of=when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                age_seconds=choice.stale_age_ms // 1000,
+            )
+        if mode == "degraded":
+            fallback = self.boundary.fallback
+            assert fallback is not None
+            value = _run_local(self.tools[fallback], args, loop)
+            return degraded_result(tool, fallback, value, note=self.boundary.fallback_note)
+        key = idempotency_key or _idempotency_key(self.key, tool, args)
+        if mode == "queue":
+            queue_id, already = self._enqueue(tool, args, key)
+            return queued_result(tool, queue_id, key, already=already)
+        rid = "rc-" + sha256_hex([self.key, tool, key])[:20]
+        detail = f"required tool {tool!r} is unavailable ({reason})"
+        built = packet(detail) if packet is not None else self._packet(tool, args, key, detail)
+        document = {**built.to_dict(), "reconciliation_id": rid}
+        self._keep_handoff(rid, document)
+        if mode == "handoff":
+            return handoff_result(tool, rid, document)
+        return dependency_stop_result(tool, rid, document)
+
+    # -- store I/O ----------------------------------------------------------------------
+
+    def _kept(self, tool: str, args: Mapping[str, Any]) -> tuple[int, Any] | None:
+        key = _stale_key(self.key, tool, args)
+        if key is None or self._store is None:
+            return None
+        try:
+            found = self._store.record_get(STALE_SPACE, key)
+        except Exception as exc:  # noqa: BLE001 - no kept answer: the chain goes on
+            self._fault(f"reading the last good answer of {self.key}", exc)
+            return None
+        if found is None or not isinstance(found[0].get("at"), int) or "result" not in found[0]:
+            return None
+        return found[0]["at"], found[0]["result"]
+
+    def _enqueue(self, tool: str, args: Mapping[str, Any], key: str) -> tuple[str, bool]:
+        """Save the work once per key; ``(queue id, whether it was queued already)``."""
+        store = self._store
+        if store is None:
+            raise StoreUnavailable("this store keeps no records")
+        queue_id = "q-" + sha256_hex([self.key, key])[:24]
+        item = {
+            "schema": QUEUE_SCHEMA,
+            "id": queue_id,
+            "breaker": self.key,
+            "dependency": self.boundary.dependency,
+            "operation": self.boundary.operation,
+            "tool": tool,
+            "args": json.loads(json.dumps(dict(args))),  # must be JSON, as it will be run
+            "idempotency_key": key,
+            "timeout": self.boundary.timeout,
+            "status": "queued",
+            "queued_at": self.wall_clock(),
+        }
+        if store.record_put(QUEUE_SPACE, queue_id, item, version=0) is not None:
+            log.info("toolbreaker: queued %s for %s", queue_id, self.key)
+            return queue_id, False
+        return queue_id, True
+
+    def _packet(self, tool: str, args: Mapping[str, Any], key: str, detail: str) -> StopPacket:
+        return StopPacket(
+            task=key,
+            condition="dependency-open",
+            detail=detail,
+            confirmed=(),
+            uncertain=(),
+            attempted={"tool": tool, "args": dict(args), "idempotency_key": key},
+            counters={},
+            next_safe_action=f"carry out {tool!r} by hand once {self.boundary.dependency!r} "
+            "recovers, or tell the requester it was not done; check first that it was not "
+            "done already (by its idempotency key)",
+        )
+
+    def _keep_handoff(self, rid: str, document: Mapping[str, Any]) -> None:
+        """Keep the packet for the person who takes over (best effort: it is logged too)."""
+        log.warning("toolbreaker: handed off %s: %s", rid, json.dumps(document, default=str))
+        if self._store is None:
+            return
+        try:
+            self._store.record_put(HANDOFF_SPACE, rid, document)
+        except Exception as exc:  # noqa: BLE001 - the packet is in the answer and the log
+            self._fault(f"keeping the handoff packet {rid}", exc)
+
+    def _fault(self, what: str, exc: BaseException) -> None:
+        self.faults += 1
+        hook_failed(f"{what} failed; the call's outcome stands", exc)
+
+
+def _unavailable(result: Any) -> bool:
+    return (
+        isinstance(result, dict)
+        and result.get("tool_unavailable") is True
+        and result.get("reason") not in _NOT_DEGRADED
+        and "degradation" not in result
+    )
+
+
+def _stale_key(breaker: str, tool: str, args: Mapping[str, Any]) -> str | None:
+    try:
+        return f"{breaker[:200]}|{sha256_hex([tool, dict(args)])}"
+    except (TypeError, ValueError):
+        return None  # arguments that are not JSON cannot be matched again
+
+
+def _idempotency_key(breaker: str, tool: str, args: Mapping[str, Any]) -> str:
+    given = args.get("idempotency_key")
+    if isinstance(given, str) and given:
+        return given
+    try:
+        return "k-" + sha256_hex([breaker, tool, dict(args)])[:32]
+    except (TypeError, ValueError):
+        raise StoreUnavailable("arguments that are not JSON cannot be queued") from None
+
+
+def _run_local(
+    fn: Callable[..., Any], args: Mapping[str, Any], loop: asyncio.AbstractEventLoop | None
+) -> Any:
+    """Run the degraded local tool; a coroutine is awaited on ``loop`` (from a worker)."""
+    value = fn(**args)
+    if inspect.isawaitable(value):
+        if loop is None:
+            close = getattr(value, "close", None)
+            if close is not None:
+                close()
+            raise PolicyError("an async degraded tool needs an async caller (abegin/acall)")
+        return asyncio.run_coroutine_threadsafe(_awaited(value), loop).result()
+    return value
+
+
+async def _awaited(value: Any) -> Any:
+    return await value
