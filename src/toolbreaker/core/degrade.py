@@ -26,17 +26,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from toolbreaker.errors import PolicyError
 
 __all__ = [
     "MODES",
+    "QUEUE_STATUSES",
     "Choice",
     "Offer",
     "check_chain",
     "choose",
+    "queue_action",
     "stale_label",
     "stale_write_due",
 ]
@@ -197,3 +199,33 @@ def stale_label(at_ms: int, now_ms: int) -> str:
         when.strftime("%H:%M UTC") if when.date() == today else when.strftime("%Y-%m-%d %H:%M UTC")
     )
     return f"as of {stamp}, {age} old"
+
+
+#: The statuses of a queued item: ``queued`` (waiting), ``claimed`` (a drainer holds its
+#: lease and has not started it), ``running`` (started: its outcome is not known until the
+#: drainer records it), ``done``, ``failed`` (certainly not made, and not worth retrying),
+#: ``unknown`` (started, outcome unknown: never replayed, reconciled instead).
+QUEUE_STATUSES: Final = ("queued", "claimed", "running", "done", "failed", "unknown")
+
+
+def queue_action(item: Mapping[str, object], now_ms: int) -> str:
+    """What a drainer does with a queued item at wall-clock ``now_ms``.
+
+    ``claim`` (queued, or claimed by a drainer whose lease ran out before it started
+    the work), ``reconcile`` (started by a drainer whose lease ran out, or unknown: the
+    work may have happened, so it is never run again; a read-only check decides) or
+    ``skip`` (done, failed, or held by a live drainer). A record that does not validate
+    is ``skip``: fail closed, an operator looks at it.
+    """
+    status = item.get("status")
+    until = item.get("until")
+    expired = isinstance(until, int) and not isinstance(until, bool) and until <= now_ms
+    if status == "queued":
+        return "claim"
+    if status == "claimed":
+        return "claim" if expired else "skip"
+    if status == "running":
+        return "reconcile" if expired else "skip"
+    if status == "unknown":
+        return "reconcile"
+    return "skip"

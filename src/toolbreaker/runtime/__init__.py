@@ -16,6 +16,8 @@ from toolbreaker.runtime._classify import (
     parse_retry_after,
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._degrade import Degradation
+from toolbreaker.runtime._drain import DrainReport, drain, queued_items
 from toolbreaker.runtime._guard import (
     ActionRequest,
     GuardedTool,
@@ -46,6 +48,8 @@ __all__ = [
     "BreakerStats",
     "Classifier",
     "Clock",
+    "Degradation",
+    "DrainReport",
     "Enforce",
     "GuardedTool",
     "Listener",
@@ -60,6 +64,7 @@ __all__ = [
     "classify_exception",
     "classify_status",
     "current_scope",
+    "drain",
     "error_result",
     "evidence_digest",
     "hidden_tools_line",
@@ -67,6 +72,7 @@ __all__ = [
     "monotonic_ms",
     "parse_duration",
     "parse_retry_after",
+    "queued_items",
     "scope",
     "system_prompt_line",
     "unavailable_result",

@@ -1,0 +1,307 @@
+"""Draining queued work: run what the ``queue`` mode saved, once its breaker closes.
+
+Exactly once per idempotency key, across every drainer sharing the store. An item moves
+by compare-and-set on its record (:class:`~toolbreaker.stores.Records`), and the core
+decides what a drainer does with it (:func:`toolbreaker.core.degrade.queue_action`):
+
+1. *claim*: ``queued`` → ``claimed`` with this drainer as holder and a lease (``until``);
+2. ask the item's breaker; still open → back to ``queued``, and the breaker is not asked
+   again in this drain;
+3. *start*: ``claimed`` → ``running`` (compare-and-set, lease renewed) just before the
+   tool is called: from here on the work may have happened;
+4. record the outcome: ``done`` (with the masked result), back to ``queued`` when the
+   failure certainly made nothing (a refused connection, a 503) and may be retried,
+   ``failed`` when no retry can help (a 4xx), ``unknown`` when it may have committed.
+
+A drainer killed between 1 and 3 leaves a ``claimed`` item whose lease runs out: another
+drainer claims it again (it never started). A drainer killed after 3 leaves a ``running``
+item: the write protocol's rule for an unknown outcome applies, it is never replayed. It
+goes to reconcile: the tool's read-only status check (by idempotency key) says whether
+the work happened (``done``) or not (it stays ``unknown`` for a person to decide). The
+lease is longer than the tool's deadline, so a live drainer always records its outcome
+before its lease runs out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Final, cast
+
+from toolbreaker.core.degrade import queue_action
+from toolbreaker.core.run.redact import redact, redact_text
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.runtime._boundary import Boundary
+from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._clock import wall_ms
+from toolbreaker.runtime._commit import may_have_committed
+from toolbreaker.runtime._degrade import QUEUE_SCHEMA, QUEUE_SPACE
+from toolbreaker.runtime._log import hook_failed, log
+from toolbreaker.runtime._registry import Registry
+from toolbreaker.stores._protocol import Records, Store
+
+__all__ = ["DrainReport", "drain", "queued_items"]
+
+#: How much longer than the tool's deadline a drainer's lease lasts.
+LEASE_MARGIN_MS: Final = 10_000
+_MAX_RESULT: Final = 64 * 1024
+
+Reconcile = Callable[[str, Mapping[str, Any]], Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DrainReport:
+    """What one drain did, by queue id.
+
+    Attributes:
+        done: items run to completion now.
+        reconciled: items whose outcome was unknown and the status check found made.
+        unknown: items whose outcome is unknown (never replayed; a person decides).
+        failed: items that failed in a way no retry can help.
+        requeued: items that failed without effect and wait for a later drain.
+        waiting: items left queued because their breaker is still open.
+        skipped: items held by another drainer, or with no tool registered here.
+    """
+
+    done: tuple[str, ...] = ()
+    reconciled: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+    requeued: tuple[str, ...] = ()
+    waiting: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, list[str]]:
+        """JSON-ready."""
+        return {f.name: list(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+def queued_items(store: Records, *, dependency: str | None = None) -> list[dict[str, Any]]:
+    """Every queued item in ``store`` (optionally of one dependency), oldest first.
+
+    Arguments are masked: this is for showing, not for running.
+    """
+    items = [
+        redact(value)
+        for _, value, _ in store.record_list(QUEUE_SPACE)
+        if value.get("schema") == QUEUE_SCHEMA
+        and (dependency is None or value.get("dependency") == dependency)
+    ]
+    return sorted(items, key=lambda v: (v.get("queued_at", 0), v.get("id", "")))
+
+
+def drain(
+    store: Records,
+    tools: Mapping[str, Callable[..., Any]],
+    *,
+    reconcile: Mapping[str, Reconcile] | None = None,
+    dependency: str | None = None,
+    registry: Registry | None = None,
+    holder: str | None = None,
+    lease_ms: int | None = None,
+    wall_clock: Callable[[], int] = wall_ms,
+) -> DrainReport:
+    """Run the queued work in ``store`` whose breaker is closed, exactly once per key.
+
+    Args:
+        store: the store the work was queued in (it keeps records; shared by the fleet).
+        tools: the tool callables by name, called with the queued arguments as keywords.
+        reconcile: read-only status checks by tool name, called with the idempotency key
+            and the arguments; a truthy answer means the work was made.
+        dependency: only this dependency's items.
+        registry: where the items' breakers come from (their sheet rows); by default a
+            breaker per dependency with the default policy and the queued deadline.
+        holder: this drainer's name in leases (default: host process id and random).
+        lease_ms: how long a claim holds; at least the tool's deadline plus one second
+            (default: the deadline plus ten seconds).
+        wall_clock: wall-clock milliseconds (leases compare across hosts).
+
+    Raises:
+        StoreUnavailable: the queue could not be listed.
+    """
+    me = holder or f"{os.uname().nodename}.{os.getpid()}.{os.urandom(3).hex()}"
+    drainer = _Drainer(store, tools, reconcile or {}, registry, me, lease_ms, wall_clock)
+    try:
+        for key, item, version in store.record_list(QUEUE_SPACE):
+            if item.get("schema") != QUEUE_SCHEMA:
+                continue
+            if dependency is not None and item.get("dependency") != dependency:
+                continue
+            drainer.one(key, item, version)
+    finally:
+        for breaker in drainer.breakers.values():
+            breaker.close()
+    return drainer.report()
+
+
+class _Drainer:
+    def __init__(  # noqa: PLR0917 - built by drain() only
+        self,
+        store: Records,
+        tools: Mapping[str, Callable[..., Any]],
+        reconcile: Mapping[str, Reconcile],
+        registry: Registry | None,
+        holder: str,
+        lease_ms: int | None,
+        wall_clock: Callable[[], int],
+    ) -> None:
+        self.store = store
+        self.tools = tools
+        self.reconcile = reconcile
+        self.registry = registry
+        self.holder = holder
+        self.lease_ms = lease_ms
+        self.wall = wall_clock
+        self.breakers: dict[str, Breaker] = {}
+        self.closed_out: set[str] = set()  # breakers that refused in this drain
+        self.out: dict[str, list[str]] = {f.name: [] for f in dataclasses.fields(DrainReport)}
+
+    def report(self) -> DrainReport:
+        return DrainReport(**{k: tuple(v) for k, v in self.out.items()})
+
+    def one(self, key: str, item: dict[str, Any], version: int) -> None:
+        action = queue_action(item, self.wall())
+        if action == "reconcile":
+            self._reconcile(key, item, version)
+            return
+        if action == "skip":
+            if item.get("status") not in ("done", "failed"):
+                self.out["skipped"].append(key)
+            return
+        tool = item.get("tool")
+        fn = self.tools.get(tool) if isinstance(tool, str) else None
+        args = item.get("args")
+        if fn is None or not isinstance(args, dict) or item.get("breaker") in self.closed_out:
+            self.out["waiting" if fn is not None else "skipped"].append(key)
+            return
+        breaker = self._breaker(item)
+        lease = self._lease_ms(breaker)
+        claimed = {**item, "status": "claimed", "holder": self.holder, "until": self.wall() + lease}
+        version_after = self._put(key, claimed, version)
+        if version_after is None:
+            self.out["skipped"].append(key)  # another drainer was first
+            return
+        step = breaker.begin(str(tool), args)
+        if step.answer is not None:
+            self.closed_out.add(str(item.get("breaker")))
+            self._put(key, {**item, "status": "queued"}, version_after)
+            self.out["waiting"].append(key)
+            return
+        started = {**claimed, "status": "running", "until": self.wall() + lease}
+        started["started_at"] = self.wall()
+        version_after = self._put(key, started, version_after)
+        if version_after is None:
+            # The lease ran out before the start and another drainer has the item now.
+            step.permit.record("ignored")
+            self.out["skipped"].append(key)
+            return
+        log.info("toolbreaker: draining %s (%s)", key, tool)
+        try:
+            result = breaker.run(step, fn, **args)
+        except Exception as exc:  # noqa: BLE001 - every failure is recorded on the item
+            self._failed(key, started, version_after, breaker, step, exc)
+            return
+        step.succeeded(result)
+        done = {**started, "status": "done", "finished_at": self.wall(), "result": _kept(result)}
+        if self._put(key, done, version_after) is None:
+            log.error("toolbreaker: %s was done but its record changed meanwhile", key)
+        self.out["done"].append(key)
+
+    def _failed(  # noqa: PLR0917 - the pieces of one failed item
+        self,
+        key: str,
+        started: dict[str, Any],
+        version: int,
+        breaker: Breaker,
+        step: Any,
+        exc: Exception,
+    ) -> None:
+        verdict = breaker.verdict_of(exc)
+        step.failed(exc)
+        error = redact_text(f"{type(exc).__name__}: {exc}")[:300]
+        if may_have_committed(exc, verdict):
+            status, bucket = "unknown", "unknown"
+        elif verdict.kind == "failure":
+            status, bucket = "queued", "requeued"  # certainly not made: a later drain
+        else:
+            status, bucket = "failed", "failed"
+        update = {k: v for k, v in started.items() if k not in ("holder", "until")}
+        update.update(status=status, error=error, attempts=int(started.get("attempts", 0)) + 1)
+        self._put(key, update, version)
+        self.out[bucket].append(key)
+        if status == "unknown":
+            self._reconcile(key, update, version + 1)
+
+    def _reconcile(self, key: str, item: dict[str, Any], version: int) -> None:
+        """An item that may have been made: ask the status check, never run it again."""
+        check = self.reconcile.get(str(item.get("tool")))
+        unknown = {k: v for k, v in item.items() if k not in ("holder", "until")}
+        unknown["status"] = "unknown"
+        found: Any = None
+        if check is not None:
+            try:
+                found = check(str(item.get("idempotency_key")), dict(item.get("args") or {}))
+            except Exception as exc:  # noqa: BLE001 - an unreachable check proves nothing
+                hook_failed(f"the reconcile check of {item.get('tool')} raised", exc)
+        if found:
+            done = {**unknown, "status": "done", "reconciled": True, "result": _kept(found)}
+            if self._put(key, done, version) is not None:
+                if key in self.out["unknown"]:
+                    self.out["unknown"].remove(key)
+                self.out["reconciled"].append(key)
+                return
+        elif item.get("status") != "unknown":
+            self._put(key, unknown, version)
+        if key not in self.out["unknown"]:
+            self.out["unknown"].append(key)
+
+    def _breaker(self, item: Mapping[str, Any]) -> Breaker:
+        name = str(item.get("breaker"))
+        breaker = self.breakers.get(name)
+        if breaker is None:
+            dependency = str(item.get("dependency"))
+            operation = str(item.get("operation") or "default")
+            if self.registry is not None:
+                row = self.registry.get(dependency, operation).boundary
+            else:
+                timeout = item.get("timeout")
+                row = Boundary(
+                    dependency,
+                    operation,
+                    timeout=timeout if isinstance(timeout, (int, float)) else 30.0,
+                )
+            # The drainer's breaker decides and records; it never degrades (no re-queue).
+            row = dataclasses.replace(row, degrade=(), max_stale=None)
+            breaker = Breaker(dependency, store=cast(Store, self.store), boundary=row)
+            self.breakers[name] = breaker
+        return breaker
+
+    def _lease_ms(self, breaker: Breaker) -> int:
+        deadline = round((breaker.timeout or 30.0) * 1000)
+        if self.lease_ms is None:
+            return deadline + LEASE_MARGIN_MS
+        if self.lease_ms < deadline + 1000:
+            raise PolicyError(
+                f"lease_ms ({self.lease_ms}) must be at least the deadline of {breaker.key} "
+                f"plus one second ({deadline + 1000})",
+                field="lease_ms",
+            )
+        return self.lease_ms
+
+    def _put(self, key: str, value: Mapping[str, Any], version: int) -> int | None:
+        try:
+            return self.store.record_put(QUEUE_SPACE, key, value, version=version)
+        except StoreUnavailable as exc:
+            hook_failed(f"the queue record {key} could not be written", exc)
+            return None
+
+
+def _kept(result: Any) -> Any:
+    """A result as the queue keeps it: JSON, masked, at most 64 KiB (else a note)."""
+    try:
+        text = json.dumps(redact(result), default=str)
+    except (TypeError, ValueError, RecursionError):
+        return {"kept": False}
+    return json.loads(text) if len(text) <= _MAX_RESULT else {"kept": False}
