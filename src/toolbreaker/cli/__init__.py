@@ -144,6 +144,10 @@ def _parser() -> argparse.ArgumentParser:
     from toolbreaker.cli._observe import add_commands
 
     add_commands(commands)
+
+    from toolbreaker.cli._drain import add_command as add_drain
+
+    add_drain(commands)
     return parser
 
 

@@ -156,6 +156,7 @@ class Degradation:
         *,
         idempotency_key: str | None = None,
         packet: Callable[[str], StopPacket] | None = None,
+        task: str | None = None,
     ) -> Any:
         """What the caller gets instead of ``plain`` (a tool-unavailable result).
 
@@ -170,10 +171,11 @@ class Degradation:
             idempotency_key: the work's key (a run guard's write key); by default the
                 ``idempotency_key`` argument, else a digest of the tool and arguments.
             packet: builds the stop packet for a reason (a run guard's own packet).
+            task: the run guard's task: a drainer journals the queued work done there.
         """
         if not self.chain or not _unavailable(plain):
             return plain
-        return self._serve(tool, args, plain, idempotency_key, packet, None)
+        return self._serve(tool, args, plain, _Call(idempotency_key, packet, task), None)
 
     async def aresult(
         self,
@@ -183,6 +185,7 @@ class Degradation:
         *,
         idempotency_key: str | None = None,
         packet: Callable[[str], StopPacket] | None = None,
+        task: str | None = None,
     ) -> Any:
         """:meth:`result` for the event loop: store round trips run in a worker thread.
 
@@ -191,17 +194,15 @@ class Degradation:
         if not self.chain or not _unavailable(plain):
             return plain
         loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(
-            self._serve, tool, args, plain, idempotency_key, packet, loop
-        )
+        call = _Call(idempotency_key, packet, task)
+        return await asyncio.to_thread(self._serve, tool, args, plain, call, loop)
 
-    def _serve(  # noqa: PLR0917 - the pieces of one answer, from result()/aresult() only
+    def _serve(
         self,
         tool: str,
         args: Mapping[str, Any],
         plain: dict[str, Any],
-        idempotency_key: str | None,
-        packet: Callable[[str], StopPacket] | None,
+        call: _Call,
         loop: asyncio.AbstractEventLoop | None,
     ) -> Any:
         reason = str(plain.get("reason", "open"))
@@ -219,9 +220,7 @@ class Degradation:
             if mode is None:
                 return plain
             try:
-                answer = self._answer(
-                    choice, tool, args, reason, kept, idempotency_key, packet, loop
-                )
+                answer = self._answer(choice, tool, args, reason, kept, call, loop)
             except Exception as exc:  # noqa: BLE001 - a mode that fails passes to the next
                 self._fault(f"degrade mode {mode!r} of {self.key}", exc)
                 offer = offer.without(mode)
@@ -236,8 +235,7 @@ class Degradation:
         args: Mapping[str, Any],
         reason: str,
         kept: tuple[int, Any] | None,
-        idempotency_key: str | None,
-        packet: Callable[[str], StopPacket] | None,
+        call: _Call,
         loop: asyncio.AbstractEventLoop | None,
     ) -> dict[str, Any]:
         mode = choice.mode
@@ -261,12 +259,13 @@ class Degradation:
             assert fallback is not None
             value = _run_local(self.tools[fallback], args, loop)
             return degraded_result(tool, fallback, value, note=self.boundary.fallback_note)
-        key = idempotency_key or _idempotency_key(self.key, tool, args)
+        key = call.idempotency_key or _idempotency_key(self.key, tool, args)
         if mode == "queue":
-            queue_id, already = self._enqueue(tool, args, key)
+            queue_id, already = self._enqueue(tool, args, key, call.task)
             return queued_result(tool, queue_id, key, already=already)
         rid = "rc-" + sha256_hex([self.key, tool, key])[:20]
         detail = f"required tool {tool!r} is unavailable ({reason})"
+        packet = call.packet
         built = packet(detail) if packet is not None else self._packet(tool, args, key, detail)
         document = {**built.to_dict(), "reconciliation_id": rid}
         self._keep_handoff(rid, document)
@@ -289,7 +288,9 @@ class Degradation:
             return None
         return found[0]["at"], found[0]["result"]
 
-    def _enqueue(self, tool: str, args: Mapping[str, Any], key: str) -> tuple[str, bool]:
+    def _enqueue(
+        self, tool: str, args: Mapping[str, Any], key: str, task: str | None
+    ) -> tuple[str, bool]:
         """Save the work once per key; ``(queue id, whether it was queued already)``."""
         store = self._store
         if store is None:
@@ -308,6 +309,8 @@ class Degradation:
             "status": "queued",
             "queued_at": self.wall_clock(),
         }
+        if task is not None:
+            item["task"] = task
         if store.record_put(QUEUE_SPACE, queue_id, item, version=0) is not None:
             log.info("toolbreaker: queued %s for %s", queue_id, self.key)
             return queue_id, False
@@ -340,6 +343,22 @@ class Degradation:
     def _fault(self, what: str, exc: BaseException) -> None:
         self.faults += 1
         hook_failed(f"{what} failed; the call's outcome stands", exc)
+
+
+class _Call:
+    """What the caller knows about the call beyond its tool and arguments."""
+
+    __slots__ = ("idempotency_key", "packet", "task")
+
+    def __init__(
+        self,
+        idempotency_key: str | None,
+        packet: Callable[[str], StopPacket] | None,
+        task: str | None,
+    ) -> None:
+        self.idempotency_key = idempotency_key
+        self.packet = packet
+        self.task = task
 
 
 def _unavailable(result: Any) -> bool:

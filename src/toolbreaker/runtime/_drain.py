@@ -207,6 +207,7 @@ class _Drainer:
         done = {**started, "status": "done", "finished_at": self.wall(), "result": _kept(result)}
         if self._put(key, done, version_after) is None:
             log.error("toolbreaker: %s was done but its record changed meanwhile", key)
+        self._journal(done)
         self.out["done"].append(key)
 
     def _failed(  # noqa: PLR0917 - the pieces of one failed item
@@ -248,6 +249,7 @@ class _Drainer:
         if found:
             done = {**unknown, "status": "done", "reconciled": True, "result": _kept(found)}
             if self._put(key, done, version) is not None:
+                self._journal(done)
                 if key in self.out["unknown"]:
                     self.out["unknown"].remove(key)
                 self.out["reconciled"].append(key)
@@ -256,6 +258,24 @@ class _Drainer:
             self._put(key, unknown, version)
         if key not in self.out["unknown"]:
             self.out["unknown"].append(key)
+
+    def _journal(self, item: Mapping[str, Any]) -> None:
+        """Work a run guard queued is confirmed in its run's journal: a resumed run skips it."""
+        task, key = item.get("task"), item.get("idempotency_key")
+        put = getattr(self.store, "journal_put", None)
+        if not isinstance(task, str) or not isinstance(key, str) or put is None:
+            return
+        entry = {
+            "tool": item.get("tool"),
+            "idempotency_key": key,
+            "status": "confirmed",
+            "queue_id": item.get("id"),
+            "result": item.get("result"),
+        }
+        try:
+            put(task, key, redact(entry))
+        except Exception as exc:  # noqa: BLE001 - the work is done; the journal is a note
+            hook_failed(f"journaling the drained {item.get('id')} in task {task!r}", exc)
 
     def _breaker(self, item: Mapping[str, Any]) -> Breaker:
         name = str(item.get("breaker"))

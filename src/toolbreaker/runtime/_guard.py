@@ -601,6 +601,7 @@ class RunGuard:
         self._observe_retry(plan, result)
         if spec.breaker is not None:
             spec.breaker._retry_succeeded()  # a success refills the retry budget
+            spec.breaker.for_scope().degradation.remember(spec.name, plan.args, result)
         if plan.key is not None:
             # The write happened; if the journal is down now, its idempotency key still
             # protects a retry at the provider.
@@ -640,8 +641,22 @@ class RunGuard:
         """A dependency is out: the model hears so; a required one also stops the run.
 
         A saturated bulkhead is a local, passing condition, not a dependency going down:
-        the model is told to resubmit, and the run goes on.
+        the model is told to resubmit, and the run goes on. When the tool's sheet row has
+        a degradation chain, the mode it serves decides instead: ``stop`` stops the run,
+        any other mode lets it go on (the sheet chose what the caller gets).
         """
+        mode = None
+        if plan.spec.breaker is not None and plan.spec.breaker.degradation.chain:
+            result = self._degraded(plan, result)
+            mode = result.get("degradation")
+        if mode == "stop" and plan.action is not None:
+            detail = str(result.get("detail") or f"required tool {plan.spec.name!r} is unavailable")
+            self._feed(
+                RunEvent("dependency-down", self.clock(), plan.action, required=True, detail=detail)
+            )
+            return result
+        if mode is not None:
+            return result
         if plan.action is None or not plan.spec.required or reason == "saturated":
             return result
         seconds = result.get("retry_after_seconds")
@@ -653,6 +668,33 @@ class RunGuard:
         )
         assert decision.stop is not None
         return {**result, **stopped_result(decision.stop)}
+
+    def _degraded(self, plan: _Plan, result: dict[str, Any]) -> dict[str, Any]:
+        """The sheet row's degradation of ``result``; a queued write is journaled pending."""
+        spec = plan.spec
+        assert spec.breaker is not None
+        args = dict(plan.args)
+        if plan.key is not None and spec.idempotency_arg:
+            args[spec.idempotency_arg] = plan.key  # the drained call carries the same key
+
+        def packet(detail: str) -> StopPacket:
+            return dataclasses.replace(
+                self.stop_packet(),
+                condition="dependency-open",
+                detail=detail,
+                next_safe_action=f"once the dependency of {spec.name!r} recovers, carry out "
+                f"or drop the attempted action, then resume task {self.task!r}: confirmed "
+                "steps are skipped",
+            )
+
+        degradation = spec.breaker.for_scope().degradation
+        answer: dict[str, Any] = degradation.result(
+            spec.name, args, result, idempotency_key=plan.key, packet=packet, task=self.task
+        )
+        if answer.get("degradation") == "queue" and plan.key is not None:
+            # Until a drainer confirms it, the write is pending: never made twice here.
+            self._journal(plan, "pending", result={"queue_id": answer.get("queue_id")})
+        return answer
 
     def _unknown(self, step: Step, why: str) -> dict[str, Any]:
         """An unknown write outcome: never replay, let the core block writes, reconcile."""
