@@ -107,11 +107,11 @@ def _drain(args: argparse.Namespace, store: Any) -> int:
         for item in queued_items(store, dependency=args.dependency):
             sys.stdout.write(json.dumps(item, sort_keys=True, default=str) + "\n")
         return 0
+    registry = Registry.from_toml(args.sheet, store=store) if args.sheet else None
     if not args.tools:
         raise PolicyError("drain needs --tools MODULE:NAME (or --list)", field="tools")
     tools = _mapping(args.tools, "--tools")
     reconcile = _mapping(args.reconcile, "--reconcile") if args.reconcile else None
-    registry = Registry.from_toml(args.sheet, store=store) if args.sheet else None
     report = drain(
         store,
         tools,

@@ -91,7 +91,7 @@ def check_chain(
         if max_stale_ms is None:
             raise PolicyError(
                 "degrade 'stale' needs max_stale (the oldest answer, in seconds, it may serve)",
-                field="max_stale",
+                field="degrade",
             )
     elif max_stale_ms is not None:
         raise PolicyError("max_stale is set but degrade has no 'stale'", field="max_stale")

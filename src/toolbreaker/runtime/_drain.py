@@ -294,7 +294,8 @@ class _Drainer:
                 )
             # The drainer's breaker decides and records; it never degrades (no re-queue).
             row = dataclasses.replace(row, degrade=(), max_stale=None)
-            breaker = Breaker(dependency, store=cast(Store, self.store), boundary=row)
+            clock = self.registry.clock if self.registry is not None else None
+            breaker = Breaker(dependency, store=cast(Store, self.store), clock=clock, boundary=row)
             self.breakers[name] = breaker
         return breaker
 
