@@ -1,0 +1,361 @@
+"""Draining queued work: exactly once per key, after recovery, even when a drainer dies.
+
+Real parts only: the ToolService counts every POST it receives, the stores are real (an
+SQLite file, a redis-server), and the drainer that is killed is a real ``toolbreaker
+drain`` process sent SIGKILL while its call is in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolbreaker import MemoryStore, Registry, SQLiteStore, drain, queued_items
+from toolbreaker.cli import main
+from toolbreaker.runtime._clock import wall_ms
+from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
+
+QUEUE = "toolbreaker.queue"
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    from stores.conftest import RedisServer  # the store tests' real redis-server helper
+
+    binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+    if binary is None:
+        pytest.fail("redis-server is not installed")
+    server = RedisServer(binary, tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, str]:
+    if kind == "memory":
+        return MemoryStore(), "memory://"
+    if kind == "sqlite":
+        path = tmp_path / "tb.db"
+        return SQLiteStore(str(path)), f"sqlite:///{path}"
+    from toolbreaker import RedisStore
+
+    url = request.getfixturevalue("redis_url")
+    prefix = f"tb-{tmp_path.name}"
+    return RedisStore(url, prefix=prefix), f"{url}?prefix={prefix}"
+
+
+def _usable(store: Any, kind: str) -> None:
+    try:
+        store.record_get("probe", "probe")
+    except NotImplementedError:
+        store.close()
+        pytest.skip(f"{kind}: records not on this store yet")
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    made, _ = _open(request.param, tmp_path, request)
+    _usable(made, request.param)
+    yield made
+    if request.param != "memory":
+        made.close()
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    """A store other processes can reach, and its URL."""
+    made, url = _open(request.param, tmp_path, request)
+    _usable(made, request.param)
+    yield made, url
+    made.close()
+
+
+@pytest.fixture
+def service() -> Iterator[ToolService]:
+    with ToolService() as svc:
+        yield svc
+
+
+def tickets_tool(service: ToolService) -> Callable[..., Any]:
+    def create_ticket(title: str, body: str, idempotency_key: str) -> Any:
+        return request_json(
+            "POST",
+            f"{service.url}/tickets",
+            body={"title": title, "body": body},
+            headers={"Idempotency-Key": idempotency_key},
+            timeout=5,
+        )
+
+    return create_ticket
+
+
+def reconcile_tool(service: ToolService) -> Callable[..., Any]:
+    def find(key: str, _args: Any) -> Any:
+        found = request_json("GET", f"{service.url}/tickets?idempotency_key={key}", timeout=5)
+        return found["tickets"][0] if found["tickets"] else None
+
+    return find
+
+
+def registry_for(store: Any, clock: FakeClock | None = None, timeout: float = 5.0) -> Registry:
+    return Registry.from_dict(
+        {
+            "defaults": {"timeout": timeout, "failure_threshold": 1, "cooldown_ms": 30_000},
+            "tickets": {"write": {"tool": "create_ticket", "degrade": ["queue", "handoff"]}},
+        },
+        store=store,
+        clock=clock,
+    )
+
+
+def queue_tickets(registry: Registry, service: ToolService, count: int) -> list[str]:
+    """Queue ``count`` tickets through a breaker the service's outage opened."""
+    breaker = registry.get("tickets", "write")
+    create = breaker.guard(tickets_tool(service), tool="create_ticket")
+    service.outage("POST /tickets")
+    ids = []
+    for n in range(count):
+        answer = create(title=f"T{n}", body="b", idempotency_key=f"key-{n}")
+        assert answer["queued"] is True, answer
+        ids.append(answer["queue_id"])
+    service.recover("POST /tickets")
+    return ids
+
+
+def test_queued_work_is_drained_exactly_once_after_recovery(store, service):
+    """While open: waiting. After the cooldown: every item made once. Again: nothing."""
+    clock = FakeClock()
+    registry = registry_for(store, clock)
+    ids = queue_tickets(registry, service, 5)
+    tools = {"create_ticket": tickets_tool(service)}
+    still_open = drain(store, tools, registry=registry)
+    assert sorted(still_open.waiting) == sorted(ids)
+    assert service.created("tickets") == []
+
+    clock.advance(seconds=31)  # the breaker lets a probe through; it succeeds and closes
+    report = drain(store, tools, registry=registry)
+    assert sorted(report.done) == sorted(ids)
+    assert drain(store, tools, registry=registry).to_dict() == {key: [] for key in report.to_dict()}
+    created = service.created("tickets")
+    assert sorted(t["idempotency_key"] for t in created) == [f"key-{n}" for n in range(5)]
+    assert service.hits["POST /tickets"] == 1 + 5  # the failure that opened it, then 5
+    assert {item["status"] for item in queued_items(store)} == {"done"}
+
+
+def test_two_drainers_at_once_make_each_item_once(store, service):
+    """Drainers racing over the same queue: the compare-and-set claim lets one win each."""
+    registry = registry_for(store)
+    ids = queue_tickets(registry, service, 12)
+    registry.get("tickets", "write").release()  # closed again, by hand
+    tools = {"create_ticket": tickets_tool(service)}
+    reports: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: reports.append(drain(store, tools))) for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    done = [key for report in reports for key in report.done]
+    assert sorted(done) == sorted(ids)
+    assert service.hits["POST /tickets"] == 1 + 12
+    assert len(service.created("tickets")) == 12
+
+
+def test_a_failure_without_effect_is_requeued_and_a_refusal_fails(store, service):
+    """A 503 made nothing: queued again for a later drain. A 422 cannot be fixed: failed."""
+    registry = registry_for(store)
+    [queue_id] = queue_tickets(registry, service, 1)
+    registry.get("tickets", "write").release()
+    tools = {"create_ticket": tickets_tool(service)}
+    service.inject("POST /tickets", Fault(status=503))
+    assert drain(store, tools).requeued == (queue_id,)
+    registry.get("tickets", "write").release()  # that 503 opened it again
+    service.inject("POST /tickets", Fault(status=422))
+    assert drain(store, tools).failed == (queue_id,)
+    assert service.created("tickets") == []
+    assert queued_items(store)[0]["status"] == "failed"
+
+
+def test_a_timeout_after_commit_is_never_replayed_but_reconciled(store, service):
+    """The write committed, then the call timed out: unknown, then found by the check."""
+    registry = registry_for(store, timeout=0.5)
+    [queue_id] = queue_tickets(registry, service, 1)
+    registry.get("tickets", "write").release()
+    service.inject("POST /tickets", Fault(commit_then_delay=2.0))
+    tools = {"create_ticket": tickets_tool(service)}
+    report = drain(
+        store, tools, reconcile={"create_ticket": reconcile_tool(service)}, registry=registry
+    )
+    assert report.reconciled == (queue_id,)
+    assert report.done == ()
+    assert len(service.created("tickets")) == 1
+    assert service.hits["POST /tickets"] == 2  # the outage's 503, then the one attempt
+
+
+def test_a_claim_whose_drainer_died_before_starting_is_claimed_again(store, service):
+    """``claimed`` with its lease run out never started: another drainer makes it."""
+    registry = registry_for(store)
+    [queue_id] = queue_tickets(registry, service, 1)
+    registry.get("tickets", "write").release()
+    [(_, item, version)] = store.record_list(QUEUE)
+    store.record_put(
+        QUEUE,
+        queue_id,
+        {**item, "status": "claimed", "holder": "dead", "until": 1},
+        version=version,
+    )
+    report = drain(store, {"create_ticket": tickets_tool(service)})
+    assert report.done == (queue_id,)
+    assert len(service.created("tickets")) == 1
+
+
+def test_started_work_of_a_dead_drainer_stays_unknown_without_a_check(store, service):
+    """``running`` with its lease run out: never run again; unknown until a person decides."""
+    registry = registry_for(store)
+    [queue_id] = queue_tickets(registry, service, 1)
+    registry.get("tickets", "write").release()
+    [(_, item, version)] = store.record_list(QUEUE)
+    store.record_put(
+        QUEUE,
+        queue_id,
+        {**item, "status": "running", "holder": "dead", "until": 1},
+        version=version,
+    )
+    report = drain(store, {"create_ticket": tickets_tool(service)})
+    assert report.unknown == (queue_id,)
+    assert service.hits.get("POST /tickets", 0) == 1  # only the outage's 503
+    assert queued_items(store)[0]["status"] == "unknown"
+
+
+def test_a_live_drainers_claim_is_left_alone(store, service):
+    """A lease that has not run out is respected: skipped, not stolen."""
+    registry = registry_for(store)
+    [queue_id] = queue_tickets(registry, service, 1)
+    [(_, item, version)] = store.record_list(QUEUE)
+    until = wall_ms() + 60_000
+    store.record_put(
+        QUEUE,
+        queue_id,
+        {**item, "status": "running", "holder": "b", "until": until},
+        version=version,
+    )
+    assert drain(store, {"create_ticket": tickets_tool(service)}).skipped == (queue_id,)
+
+
+_TOOLS_MODULE = """
+import os
+from toolbreaker.testing import request_json
+
+URL = os.environ["TB_SERVICE_URL"]
+
+
+def create_ticket(title, body, idempotency_key):
+    return request_json(
+        "POST",
+        URL + "/tickets",
+        body={"title": title, "body": body},
+        headers={"Idempotency-Key": idempotency_key},
+        timeout=60,
+    )
+
+
+TOOLS = {"create_ticket": create_ticket}
+"""
+
+
+@pytest.mark.slow
+def test_a_drainer_killed_mid_call_is_finished_by_another_without_a_duplicate(
+    shared, service, tmp_path
+):
+    """SIGKILL while the first item's call is in flight: the next drainer reconciles that
+    item (found made, not replayed) and makes the others, each exactly once."""
+    store, url = shared
+    registry = registry_for(store, timeout=20.0)
+    ids = queue_tickets(registry, service, 3)
+    registry.get("tickets", "write").release()
+    (tmp_path / "drain_tools.py").write_text(textwrap.dedent(_TOOLS_MODULE))
+    # The first call commits, then hangs: the drainer is killed with it in flight.
+    service.inject("POST /tickets", Fault(commit_then_delay=30.0))
+    env = {**os.environ, "TB_SERVICE_URL": service.url}
+    drainer = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "toolbreaker",
+            "drain",
+            "--store",
+            url,
+            "--tools",
+            "drain_tools:TOOLS",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        for _ in range(600):  # bounded: up to about 60 s on a loaded machine
+            if service.created("tickets") or drainer.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert drainer.poll() is None, drainer.communicate()
+        assert len(service.created("tickets")) == 1
+        os.kill(drainer.pid, signal.SIGKILL)
+    finally:
+        drainer.kill()
+        drainer.communicate(timeout=10)
+    statuses = sorted(item["status"] for item in queued_items(store))
+    assert statuses == ["queued", "queued", "running"]
+
+    # Later (past the dead drainer's lease), another drainer finishes the queue.
+    report = drain(
+        store,
+        {"create_ticket": tickets_tool(service)},
+        reconcile={"create_ticket": reconcile_tool(service)},
+        wall_clock=lambda: wall_ms() + 120_000,
+    )
+    assert len(report.reconciled) == 1
+    assert sorted([*report.reconciled, *report.done]) == sorted(ids)
+    created = service.created("tickets")
+    assert sorted(t["idempotency_key"] for t in created) == ["key-0", "key-1", "key-2"]
+    assert service.hits["POST /tickets"] == 1 + 3  # the outage's 503, then one each
+
+
+def test_drain_list_shows_the_queue_masked(shared, service, capsys):
+    """``toolbreaker drain --list`` prints the queue, one JSON line per item, masked."""
+    store, url = shared
+    registry = registry_for(store)
+    breaker = registry.get("tickets", "write")
+    breaker.isolate()
+    step = breaker.begin(
+        "create_ticket",
+        {"title": "t", "body": "password=hunter2hunter2", "idempotency_key": "k"},
+    )
+    assert step.answer["queued"] is True
+    assert main(["drain", "--store", url, "--list"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    item = json.loads(line)
+    assert item["status"] == "queued"
+    assert "hunter2" not in line
+
+
+def test_drain_without_tools_is_one_error_line(shared, capsys):
+    """``drain`` needs ``--tools`` (or ``--list``): one error line, exit 2."""
+    _, url = shared
+    assert main(["drain", "--store", url]) == 2
+    assert capsys.readouterr().err == "error: drain needs --tools MODULE:NAME (or --list)\n"
