@@ -124,3 +124,15 @@ def test_shadow_breakers_export_what_they_would_have_rejected():
     assert not any(
         name == "toolbreaker_would_reject_total" and "orders" in str(found) for name, found in got
     )
+
+
+def test_degraded_answers_are_counted_by_mode():
+    """``_degraded_total{mode}`` counts what the degradation matrix served."""
+    breakers = Registry(default_timeout=1.0)
+    tickets = breakers.get("tickets", "write", degrade=["handoff"])
+    tickets.isolate()
+    tickets.begin("create_ticket", {"title": "t"})
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    labels = (("dependency", "tickets"), ("mode", "handoff"), ("operation", "write"))
+    assert samples(prom)[("toolbreaker_degraded_total", (*labels, ("tool", "tickets")))] == 1

@@ -48,7 +48,9 @@ class BreakerCollector:
     - ``_state{state}``: 1 for the breaker's current phase, 0 for the others (a state set;
       absent while the store cannot be read);
     - ``_time_in_state_seconds_total{state}``, ``_late_results_total``,
-      ``_half_open_reopen_ratio``.
+      ``_half_open_reopen_ratio``;
+    - ``_degraded_total{mode}``: answers served by the degradation matrix (``stale``,
+      ``queue`` ...), once a breaker has served one.
     """
 
     def __init__(self, registry: Registry, *, namespace: str = "toolbreaker") -> None:
@@ -99,6 +101,11 @@ class BreakerCollector:
         state = gauge(
             f"{name}_state", "1 for the current state of the breaker.", labels=(*_LABELS, "state")
         )
+        degraded = counter(
+            f"{name}_degraded",
+            "Answers served by the degradation matrix, by mode.",
+            labels=(*_LABELS, "mode"),
+        )
         ratio = gauge(
             f"{name}_half_open_reopen_ratio",
             "Share of half-open episodes that reopened.",
@@ -121,6 +128,8 @@ class BreakerCollector:
                 opens.add_metric([*labels, reason], count)
             for reason, count in sorted(stats.retries.items()):
                 retries.add_metric([*labels, reason], count)
+            for mode, count in sorted(stats.degraded.items()):
+                degraded.add_metric([*labels, mode], count)
             left = breaker.retry_budget
             if left is not None:
                 budget.add_metric(labels, left.milli / 1000)
@@ -139,6 +148,7 @@ class BreakerCollector:
             failures,
             opens,
             retries,
+            degraded,
             budget,
             spent,
             state,
