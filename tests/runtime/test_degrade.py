@@ -438,3 +438,29 @@ def test_rows_without_a_chain_answer_exactly_as_before():
     answer = breaker.begin("search", {"q": "x"}).answer
     assert "degradation" not in answer
     assert "degraded" not in breaker.stats.to_dict()
+
+
+def test_a_queued_write_called_again_in_the_run_is_still_queued_then_journaled(service):
+    """The run re-calls its queued write: still queued, not replayed. Once drained, the
+    run's journal answers it."""
+    store = MemoryStore()
+    registry = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": "queue"}), store=store
+    )
+    breaker = registry.get("tickets", "write")
+    guard = RunGuard("task-9", journal=store)
+    create = ticket_tool(service)
+    guard.add_tool(GuardedTool("create_ticket", create, risk="reversible_write", breaker=breaker))
+    breaker.isolate()
+    first = guard.call("create_ticket", {"title": "t", "body": "b"})
+    again = guard.call("create_ticket", {"title": "t", "body": "b"})
+    assert again["queue_id"] == first["queue_id"]
+    assert "already queued" in again["instruction"]
+    assert guard.writes_blocked is None
+    breaker.release()
+    from toolbreaker import drain
+
+    assert drain(store, {"create_ticket": create}).done == (first["queue_id"],)
+    after = guard.call("create_ticket", {"title": "t", "body": "b"})
+    assert after["id"] == "T-1"  # from the journal: the drained result
+    assert service.hits["POST /tickets"] == 1

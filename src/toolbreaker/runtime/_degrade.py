@@ -133,9 +133,10 @@ class Degradation:
                 self._written.clear()
             self._written[key] = now
         try:
-            kept = redact(result)
-            if len(json.dumps(kept, default=str)) > MAX_STALE_BYTES:
+            text = json.dumps(redact(result), default=str)
+            if len(text) > MAX_STALE_BYTES:
                 return
+            kept = json.loads(text)
             assert self._store is not None
             self._store.record_put(STALE_SPACE, key, {"at": now, "tool": tool, "result": kept})
         except Exception as exc:  # noqa: BLE001 - keeping a copy never changes the outcome

@@ -32,7 +32,7 @@ from typing import Any, Final, cast
 
 from toolbreaker.core.degrade import queue_action
 from toolbreaker.core.run.redact import redact, redact_text
-from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.errors import CircuitOpen, PolicyError, StoreUnavailable
 from toolbreaker.runtime._boundary import Boundary
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._clock import wall_ms
@@ -200,6 +200,12 @@ class _Drainer:
         log.info("toolbreaker: draining %s (%s)", key, tool)
         try:
             result = breaker.run(step, fn, **args)
+        except CircuitOpen:
+            # No worker was free (saturated): the call never started.
+            step.permit.record("ignored")
+            self._put(key, {**item, "status": "queued"}, version_after)
+            self.out["waiting"].append(key)
+            return
         except Exception as exc:  # noqa: BLE001 - every failure is recorded on the item
             self._failed(key, started, version_after, breaker, step, exc)
             return

@@ -47,6 +47,7 @@ from toolbreaker.runtime._result import (
     denied_result,
     error_result,
     journal_down_result,
+    queued_result,
     stopped_result,
     unknown_result,
 )
@@ -473,6 +474,10 @@ class RunGuard:
             # A confirmed write is never executed again (how a resumed task skips work).
             return _answered(step, journaled)
         if verdict == "reconcile":
+            queued = _queue_id(done)
+            if queued is not None and key is not None:
+                # A write the degradation matrix queued: a drainer makes it, not this run.
+                return _answered(step, queued_result(tool, queued, key, already=True))
             return _answered(
                 step, self._reconcile(plan, why="an earlier attempt's outcome is unknown")
             )
@@ -827,6 +832,15 @@ class _Plan:
     action: Action | None = None
     begun: bool = False
     opened: list[Breaker] = dataclasses.field(default_factory=list)
+
+
+def _queue_id(entry: Mapping[str, Any] | None) -> str | None:
+    """The queue id of a pending journal entry the degradation matrix queued, if any."""
+    if entry is None or entry.get("status") != "pending":
+        return None
+    result = entry.get("result")
+    queued = result.get("queue_id") if isinstance(result, Mapping) else None
+    return queued if isinstance(queued, str) else None
 
 
 def _answered(step: Step, answer: Any) -> Step:
