@@ -464,3 +464,29 @@ def test_a_queued_write_called_again_in_the_run_is_still_queued_then_journaled(s
     after = guard.call("create_ticket", {"title": "t", "body": "b"})
     assert after["id"] == "T-1"  # from the journal: the drained result
     assert service.hits["POST /tickets"] == 1
+
+
+def test_every_choice_is_recorded_for_listeners(store):
+    """A listener sees each choice: the mode, and why earlier modes were passed over."""
+    registry = Registry.from_dict(
+        sheet(search__read={"degrade": ["stale", "omit"], "max_stale": 60}), store=store
+    )
+    breaker = registry.get("search", "read")
+    breaker.degradation.wall_clock = Wall()
+    seen: list[dict[str, Any]] = []
+    breaker.degradation.add_listener(seen.append)
+    breaker.degradation.add_listener(lambda record: 1 / 0)  # counted, never in the way
+    breaker.isolate()
+    assert breaker.begin("search", {"q": "x"}).answer["degradation"] == "omit"
+    assert seen == [
+        {
+            "schema": "toolbreaker.degrade/v1",
+            "breaker": "search:read",
+            "tool": "search",
+            "reason": "isolated",
+            "at": NOON,
+            "mode": "omit",
+            "skipped": [["stale", "no last good answer is kept"]],
+        }
+    ]
+    assert breaker.degradation.faults == 1

@@ -110,6 +110,7 @@ class Degradation:
         self._every_ms = round(boundary.stale_every * 1000)
         self._written: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[dict[str, Any]], None]] = []
         if self._store is None and _STORED.intersection(self.chain):
             check_store({(boundary.dependency, boundary.operation): boundary}, store)
 
@@ -117,6 +118,32 @@ class Degradation:
     def active(self) -> bool:
         """Whether the row names any mode."""
         return bool(self.chain)
+
+    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``listener(record)`` for every choice made; returns a remover.
+
+        A record is JSON-ready: ``{"schema": "toolbreaker.degrade/v1", "breaker", "tool",
+        "reason", "at", "mode"}``, plus ``skipped`` (the modes passed over, and why) and
+        ``stale_age_ms`` when they apply; ``mode`` is ``None`` when the plain result was
+        given. A listener that raises is counted in :attr:`faults` and logged.
+        """
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def _record(self, choice: Choice, tool: str, reason: str, at: int) -> None:
+        record = {
+            "schema": "toolbreaker.degrade/v1",
+            "breaker": self.key,
+            "tool": tool,
+            "reason": reason,
+            "at": at,
+            **choice.to_dict(),
+        }
+        for listener in tuple(self._listeners):
+            try:
+                listener(record)
+            except Exception as exc:  # noqa: BLE001 - a listener never changes an answer
+                self._fault(f"degrade listener {listener!r}", exc)
 
     # -- stale: keep the last good answer ---------------------------------------------------
 
@@ -218,6 +245,8 @@ class Degradation:
             now = self.wall_clock()
             choice = choose(self.chain, offer, now_ms=now, max_stale_ms=self.boundary.max_stale_ms)
             mode = choice.mode
+            if self._listeners:
+                self._record(choice, tool, reason, now)
             if mode is None:
                 return plain
             try:
