@@ -151,14 +151,21 @@ class Degradation:
         """Keep ``result`` as the last good answer of ``tool(args)`` (``stale`` rows only)."""
         if not self._stale:
             return
-        key = _stale_key(self.key, tool, args)
+        try:
+            # A cheap local key for the throttle: most successes stop here, with no digest.
+            local = json.dumps([tool, args], sort_keys=True, default=repr)
+        except (TypeError, ValueError):
+            return  # arguments that are not JSON cannot be matched again
         now = self.wall_clock()
         with self._lock:
-            if key is None or not stale_write_due(self._written.get(key), now, self._every_ms):
+            if not stale_write_due(self._written.get(local), now, self._every_ms):
                 return
             if len(self._written) >= _MAX_REMEMBERED:
                 self._written.clear()
-            self._written[key] = now
+            self._written[local] = now
+        key = _stale_key(self.key, tool, args)
+        if key is None:
+            return
         try:
             text = json.dumps(redact(result), default=str)
             if len(text) > MAX_STALE_BYTES:
