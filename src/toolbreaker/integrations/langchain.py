@@ -140,7 +140,8 @@ class ToolOptions(TypedDict, total=False):
     ``tool`` is the tool name. Breaker options apply when the registry creates the
     breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
     ``fallback_note``, ``owner``, ``instructions``, ``scope``, ``max_scopes``, ``retry``
-    (its budget counts the model's re-calls), ``max_retry_after_ms``. The rest
+    (its budget counts the model's re-calls), ``max_retry_after_ms``, and the
+    degradation matrix's ``degrade``, ``max_stale``, ``stale_every``. The rest
     are the run guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
@@ -162,6 +163,9 @@ class ToolOptions(TypedDict, total=False):
     max_retry_after_ms: int
     scope: str | None
     max_scopes: int
+    degrade: str | Sequence[str]
+    max_stale: float
+    stale_every: float
     risk: RiskClass
     business_key: Sequence[str]
     idempotency_arg: str | None

@@ -401,6 +401,9 @@ class Breaker:
             else uses ``asyncio.sleep`` when it is not set.
         retry_seed: seeds the per-operation jitter seeds, for a reproducible run; by
             default each operation's seed is random. Every seed is in the retry records.
+        degrade: the degradation chain while the tool may not be called (see
+            :mod:`toolbreaker.core.degrade`); ``max_stale`` and ``stale_every`` go with
+            ``stale``.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
@@ -430,6 +433,9 @@ class Breaker:
         max_retry_after_ms: int | None = None,
         sleep: Callable[[float], Any] | None = None,
         retry_seed: int | None = None,
+        degrade: str | tuple[str, ...] | list[str] = (),
+        max_stale: float | None = None,
+        stale_every: float = 5.0,
         boundary: Boundary | None = None,
     ) -> None:
         if boundary is None:
@@ -452,6 +458,9 @@ class Breaker:
                 max_retry_after_ms=max_retry_after_ms,
                 scope=scope,
                 max_scopes=max_scopes,
+                degrade=degrade,  # type: ignore[arg-type] # a mode or a list: Boundary checks
+                max_stale=max_stale,
+                stale_every=stale_every,
             )
         self.boundary = boundary
         self.dependency = boundary.dependency
