@@ -490,3 +490,20 @@ def test_every_choice_is_recorded_for_listeners(store):
         }
     ]
     assert breaker.degradation.faults == 1
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_stop_packets_hold_no_secret(name, secret):
+    """The stop answer and its packet never show a secret from the arguments or the run."""
+    store = MemoryStore()
+    registry = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": "stop"}), store=store
+    )
+    breaker = registry.get("tickets", "write")
+    guard = RunGuard("task-s", journal=store)
+    guard.add_tool(GuardedTool("create_ticket", print, risk="reversible_write", breaker=breaker))
+    breaker.isolate(f"rotated {secret}")
+    answer = guard.call("create_ticket", {"title": "t", "body": f"token {secret}"})
+    assert answer["degradation"] == "stop"
+    assert not leaks(json.dumps(answer), secret)
+    assert not leaks(guard.stop_packet().to_json(), secret)

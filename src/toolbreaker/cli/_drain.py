@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime import Registry, drain, queued_items
@@ -43,10 +43,19 @@ def add_command(commands: Any) -> None:
 def open_store(url: str) -> Any:
     """The shared store a URL names (``memory://`` is refused: no other process sees it).
 
+    ``?prefix=NAME`` sets a Redis or PostgreSQL store's key prefix.
+
     Raises:
         PolicyError: a URL no shared store takes (field ``store``).
     """
-    scheme = urlsplit(url).scheme
+    parts = urlsplit(url)
+    scheme = parts.scheme
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    prefix = options.pop("prefix", None)
+    if options:
+        raise PolicyError(
+            f"--store: unknown option(s) {sorted(options)} (known: prefix)", field="store"
+        )
     if scheme == "sqlite":
         from toolbreaker.stores.sqlite import SQLiteStore
 
@@ -57,11 +66,13 @@ def open_store(url: str) -> Any:
     if scheme in ("redis", "rediss", "unix"):
         from toolbreaker.stores.redis import RedisStore
 
-        return RedisStore(url.split("?", 1)[0])
+        base = url.split("?", 1)[0]
+        return RedisStore(base) if prefix is None else RedisStore(base, prefix=prefix)
     if scheme in ("postgres", "postgresql"):
         from toolbreaker.stores.postgres import PostgresStore
 
-        return PostgresStore(url)
+        base = url.split("?", 1)[0]
+        return PostgresStore(base) if prefix is None else PostgresStore(base, prefix=prefix)
     raise PolicyError(
         f"--store: {scheme or url!r} is not a shared store (sqlite:///PATH, redis://..., "
         "postgresql://...)",
