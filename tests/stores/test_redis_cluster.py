@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 import redis
-from conformance import POLICY, StoreContract, Twin
+from conformance import POLICY, RecordsContract, StoreContract, Twin
 
 from toolbreaker import Breaker, Event, Policy, StoreUnavailable
 from toolbreaker.stores import RedisStore
@@ -22,7 +22,7 @@ from toolbreaker.stores import RedisStore
 pytestmark = pytest.mark.slow
 
 
-class TestRedisClusterStore(StoreContract):
+class TestRedisClusterStore(StoreContract, RecordsContract):
     @pytest.fixture
     def store(self, redis_cluster):
         with RedisStore(redis_cluster.url, cluster=True, volatile_journal=True) as store:
@@ -115,3 +115,19 @@ def test_a_killed_master_denies_its_slot_until_the_replica_is_promoted(private_c
         assert promoted.port != victim.port
         state, _ = store.apply(key, Event("failure", 10**9, key, call="z", generation=0), policy)
         assert len(state.failures) >= 2
+
+
+def test_a_space_lives_in_one_slot_and_lists_from_one_node(redis_cluster):
+    """Every record of a space is in one hash (one slot), whatever its keys."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_cluster.url, prefix=prefix, cluster=True) as store:
+        keys = [f"key-{n}" for n in range(50)]
+        for key in keys:
+            store.record_put("fleet", key, {"k": key})
+        assert [row[0] for row in store.record_list("fleet")] == sorted(keys)
+        client = redis.RedisCluster.from_url(redis_cluster.url)
+        try:
+            assert client.type(f"{prefix}:{{records:fleet}}:records") == b"hash"
+            assert client.hlen(f"{prefix}:{{records:fleet}}:records") == 50
+        finally:
+            client.close()

@@ -37,6 +37,12 @@ core's recovered-from-corruption open state. A server that comes back is used ag
 without a restart. Idle breakers expire after ``idle_ttl`` (never an isolated one, and
 never one a process still views: the feed refreshes those), and probe leases carry their
 owner and admission time, so a crashed worker cannot leave a breaker half-open forever.
+
+Records (:class:`~toolbreaker.stores.Records`). One hash per space,
+``<prefix>:{records:<space>}:records``, maps each key to ``"<version> <json>"``; a
+compare-and-set is one script on that hash. The space is the hash tag, so on a cluster a
+whole space lives in one slot and listing it is one ``HGETALL`` on one node. Records
+never expire (a lease carries its own end) and follow the server's persistence settings.
 """
 
 from __future__ import annotations
@@ -93,6 +99,28 @@ if ttl > 0 then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 return 1
+"""
+
+
+# Records: one hash per space, ``field = key``, ``value = "<version> <json>"``. One key per
+# space keeps a space in one slot (its name is the hash tag) and makes a list one HGETALL.
+_RECORD_PUT: Final = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local version = 0
+if cur then
+  version = tonumber(string.match(cur, '^(%d+) '))
+  if version == nil then return -1 end
+end
+if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= version then return 0 end
+version = version + 1
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.0f', version) .. ' ' .. ARGV[2])
+return version
+"""
+_RECORD_DELETE: Final = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+if ARGV[2] ~= '' and string.match(cur, '^(%d+) ') ~= ARGV[2] then return 0 end
+return redis.call('HDEL', KEYS[1], ARGV[1])
 """
 
 
@@ -270,6 +298,8 @@ class RedisStore(SharedStore):
         self._refresh: Any = self._client.register_script(_REFRESH_TTL)
         self._journal_put: Any = self._client.register_script(_JOURNAL_PUT)
         self._journal_all: Any = self._client.register_script(_JOURNAL_ALL)
+        self._record_put: Any = self._client.register_script(_RECORD_PUT)
+        self._record_delete: Any = self._client.register_script(_RECORD_DELETE)
         self._aclient: Any = None
         self._ascript: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -389,6 +419,52 @@ class RedisStore(SharedStore):
         if any(name not in entries for name in order):
             raise StoreUnavailable(f"the journal of task {task!r} does not validate")
         return [entries[name] for name in order]
+
+    # -- records ------------------------------------------------------------------------
+
+    def _record_read(self, space: str, key: str) -> tuple[object, int] | None:
+        try:
+            raw: object = self._client.hget(self._records_key(space), key)
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        return None if raw is None else _split_record(raw, space)
+
+    def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
+        expected = "" if version is None else str(version)
+        try:
+            written = self._record_put(keys=[self._records_key(space)], args=[key, text, expected])
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        if type(written) is not int or written < 0:
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        return written or None
+
+    def _record_remove(self, space: str, key: str, version: int | None) -> bool:
+        expected = "" if version is None else str(version)
+        try:
+            removed = self._record_delete(keys=[self._records_key(space)], args=[key, expected])
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        return bool(removed == 1)
+
+    def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
+        try:
+            found = self._client.hgetall(self._records_key(space))
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        if not isinstance(found, dict):
+            raise StoreUnavailable(f"the records of space {space!r} do not validate")
+        rows = []
+        for name, raw in found.items():
+            if not isinstance(name, bytes):
+                raise StoreUnavailable(f"the records of space {space!r} do not validate")
+            text, version = _split_record(raw, space)
+            rows.append((name.decode("utf-8", "replace"), text, version))
+        return rows
+
+    def _record_fault(self, space: str, exc: BaseException) -> StoreUnavailable:
+        # Records take no part in breaker decisions: the views stay as they are.
+        return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=space)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -537,6 +613,9 @@ class RedisStore(SharedStore):
 
     def _order_key(self, task: str) -> str:
         return f"{self.prefix}:{{{task}}}:journal-order"
+
+    def _records_key(self, space: str) -> str:
+        return f"{self.prefix}:{{records:{space}}}:records"
 
     def _async_script(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -733,6 +812,14 @@ class _Feed:
                 # A message we cannot read: we may be missing changes, so start over.
                 raise self._broken(f"unreadable message {payload!r:.100}") from None
             self._book.feed(view, decode_state(body, view.policy), version)
+
+
+def _split_record(raw: object, space: str) -> tuple[object, int]:
+    """A stored ``b"<version> <json>"`` as (json, version); anything else is a store fault."""
+    head, sep, body = raw.partition(b" ") if isinstance(raw, bytes) else (b"", b"", b"")
+    if not sep or not head.isdigit() or int(head) < 1:
+        raise StoreUnavailable(f"a record in space {space!r} does not validate")
+    return body, int(head)
 
 
 def _text(value: object) -> str:
