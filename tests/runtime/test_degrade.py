@@ -201,6 +201,9 @@ def test_stale_through_the_two_step_api_on_the_event_loop(store, service):
         first = await step.asucceeded(await asyncio.to_thread(search, q="usb"))
         breaker.isolate("maintenance")
         rejected = await breaker.abegin("search", {"q": "usb"})
+        closing = getattr(store, "aclose", None)
+        if closing is not None:
+            await closing()  # the loop's connections close with the loop
         return first, rejected.answer
 
     first, answer = asyncio.run(run())

@@ -1472,7 +1472,9 @@ class Breaker:
         have opened it: the model hears it now, not one wasted call later); otherwise an
         error result that says whether retrying can help.
         """
-        state = self._view.state
+        # A shared store's view may not be trusted for admission yet, but the state this
+        # process last saw (the failure's own round trip) says whether it just opened.
+        state = self._view.state or getattr(self._view, "known", None)
         if (
             state is not None
             and state.phase == OPEN
