@@ -510,3 +510,16 @@ def test_stop_packets_hold_no_secret(name, secret):
     assert answer["degradation"] == "stop"
     assert not leaks(json.dumps(answer), secret)
     assert not leaks(guard.stop_packet().to_json(), secret)
+
+
+def test_a_write_tool_may_not_use_a_row_that_serves_stale():
+    """A run guard refuses a write tool whose breaker row could answer it with a stale read."""
+    registry = Registry.from_dict(
+        sheet(search__read={"degrade": "stale", "max_stale": 60}), store=MemoryStore()
+    )
+    guard = RunGuard("task-w")
+    spec = GuardedTool(
+        "update_price", print, risk="reversible_write", breaker=registry.get("search", "read")
+    )
+    with pytest.raises(PolicyError, match="never falls back to a stale answer"):
+        guard.add_tool(spec)

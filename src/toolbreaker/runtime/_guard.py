@@ -176,6 +176,16 @@ class RunGuard:
                 f"irreversible tool {tool.name!r} needs an authorize callback",
                 field=f"{tool.name}.authorize",
             )
+        if (
+            tool.risk != "read"
+            and tool.breaker is not None
+            and "stale" in tool.breaker.degradation.chain
+        ):
+            raise PolicyError(
+                f"write tool {tool.name!r} goes through {tool.breaker.key!r}, whose degrade "
+                "chain has 'stale': a write never falls back to a stale answer",
+                field=f"{tool.name}.breaker",
+            )
         if tool.recovery and tool.risk != "read":
             raise PolicyError(
                 f"recovery tool {tool.name!r} must be a read", field=f"{tool.name}.recovery"
