@@ -681,6 +681,10 @@ class RedisStore(SharedStore):
             pipe.execute()
 
 
+#: How many callers of a batch are woken per turn of the event loop.
+_WAKE = 16
+
+
 class _Batch:
     """The asyncio round trips of one event loop that are due together, as one pipeline.
 
@@ -727,9 +731,16 @@ class _Batch:
             replies = await self._pipeline([args for args, _ in batch])
         except BaseException as exc:  # noqa: BLE001 - every caller gets its own copy
             replies = [_Failed(exc)] * len(batch)
-        for (_, future), reply in zip(batch, replies, strict=True):
-            if not future.done():  # a caller cancelled meanwhile is not answered
-                future.set_result(reply)
+        for start in range(0, len(batch), _WAKE):
+            if start:
+                # The callers woken so far run before the next slice is woken: the loop
+                # takes its timers and I/O between slices, not after all of them.
+                await asyncio.sleep(0)
+            for (_, future), reply in zip(
+                batch[start : start + _WAKE], replies[start : start + _WAKE], strict=True
+            ):
+                if not future.done():  # a caller cancelled meanwhile is not answered
+                    future.set_result(reply)
 
     async def _pipeline(self, batch: list[_Args]) -> list[object]:
         """Every script's reply (or error) in order.
