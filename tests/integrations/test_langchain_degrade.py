@@ -79,3 +79,44 @@ def test_the_model_reads_the_last_good_answer_labelled_stale(service):
     assert "STALE" in answer["instruction"]
     assert "stale data" in out["messages"][-1].content
     assert registry.get("catalog", "read").stats.degraded == {"stale": 1}
+
+
+def test_the_model_reads_the_local_substitutes_answer_labelled_degraded(service):
+    """``degrade = "degraded"``: the row's fallback runs locally; the model reads its answer."""
+    registry = Registry(
+        Policy(failure_threshold=1),
+        store=MemoryStore(),
+        clock=FakeClock(),
+        default_timeout=2.0,
+        default_enforce="cooperative",
+        local_tools=("search_snapshot",),
+    )
+    shop = Shop(service)
+    registry.register_local("search_snapshot", lambda q: shop.get(f"/search_snapshot?q={q}"))
+    tools = {
+        "search": {
+            "dependency": "catalog",
+            "fallback": "search_snapshot",
+            "fallback_note": "say that prices may be out of date",
+            "degrade": ["degraded", "omit"],
+        }
+    }
+    guard = ToolbreakerMiddleware(registry=registry, tools=tools)
+    service.outage("GET /search")
+
+    def answer_from(results: list[ToolMessage]) -> AIMessage:
+        if not results:
+            return call("search", q="usb")
+        last = payload(results[-1])
+        return AIMessage(f"{len(last['result']['results'])} cables, via {last['served_by']}")
+
+    model = scripted(answer_from)
+    agent = create_agent(model, shop.tools(), middleware=[guard])
+    out = agent.invoke(ask("usb cables?"), context={"task_id": "t-3"})
+    [seen] = seen_by_model(model)
+    answer = payload(seen)
+    assert answer["degradation"] == "degraded"
+    assert answer["result"]["stale"] is True  # the snapshot's own label
+    assert "prices may be out of date" in answer["instruction"]
+    assert out["messages"][-1].content.endswith("via search_snapshot")
+    assert shop.entered["search_snapshot"] == 0  # run by the breaker, not by the model
