@@ -16,7 +16,10 @@ The retry-only side is a model, deterministic and stated in the figure:
   then; a retrying agent learns nothing from it);
 - a request the input holds no outcome for (the recording's breaker rejected it, or it
   was still running when the recording ended) gets the outcome of the latest outcome of
-  its dependency before it: retried as above after a failure, not after a success.
+  its dependency before it: retried as above after a failure, not after a success;
+- an outcome without a call id settles the oldest request of its dependency still
+  waiting for one (this agent sent every request), so the model does not depend on the
+  breaker's policy.
 
 Time is kept in at most :data:`BINS` bins whose width doubles as the span grows, so a
 recorded trace of any length is drawn in bounded memory.
@@ -191,21 +194,22 @@ class RetryOnly:
     retried: int = 0
     _pending: dict[str, dict[str, _Pending]] = dataclasses.field(default_factory=dict)
     _failing: dict[str, bool] = dataclasses.field(default_factory=dict)
+    _numbered: int = 0
 
     def feed(self, event: Event) -> None:
-        """One input event as the breaker's replay resolved it (its call id filled in).
-
-        Which call an outcome without an id settles is the replay's answer, so both
-        sides read the input the same way.
-        """
+        """One input event (already accepted by the breaker's replay, so well formed)."""
         pending = self._pending.setdefault(event.dependency, {})
         if event.type == "request":
             failing = self._failing.get(event.dependency, False)
-            pending[event.call or ""] = _Pending(event.at, failing)
+            self._numbered += 1
+            pending[event.call or f"#{self._numbered}"] = _Pending(event.at, failing)
             self.requests += 1
             self.timeline.add("retry_remote", event.at)
         elif event.type in _SETTLES:
-            pending.pop(event.call or "", None)
+            # This agent sent every request, so an outcome without a call id settles
+            # the oldest one still waiting, whatever the breaker made of it.
+            call = event.call if event.call is not None else next(iter(pending), None)
+            pending.pop(call or "", None)
             failed = event.type in _FAILED
             if event.type != "ignored":
                 self._failing[event.dependency] = failed
@@ -292,7 +296,7 @@ def simulate(inputs: Inputs, retries: int, backoff_ms: int) -> tuple[Cascade, Ti
                 elif record.rejected:
                     rejected += 1
                     timeline.add("breaker_rejected", record.event.at)
-            model.feed(records[-1].event)
+            model.feed(event)
     model.finish()
     cascade = Cascade(
         requests=model.requests,
