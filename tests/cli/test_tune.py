@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from toolbreaker.cli import _plot, main
-from toolbreaker.cli._tune import MAX_CANDIDATES
+from toolbreaker.cli._simulate import trace_inputs
+from toolbreaker.cli._tune import MAX_CANDIDATES, receipt_diff
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Replay, replay
+from toolbreaker.core.breaker.receipt import Replay, diff, replay
 from toolbreaker.core.breaker.state import HALF_OPEN, OPEN
 from toolbreaker.core.breaker.trace import read_trace
 
@@ -386,3 +387,28 @@ def test_bad_trace_and_policy_are_located(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(f"error: {policy}:2: probe_limit")
     assert main(["tune", str(tmp_path / "missing.jsonl")]) == 2
     assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'missing.jsonl'}")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"failure_threshold": 2},
+        {"failure_threshold": 8},
+        {"cooldown_ms": 1000},
+        {"cooldown_ms": 60_000, "success_threshold": 1},
+        {"lease_ttl_ms": 50, "probe_limit": 3},
+        {"mode": "shadow"},
+    ],
+)
+def test_streaming_diff_is_diff_of_the_two_receipts(changes, trace, seed_trace):
+    """receipt_diff (one streaming pass, no receipts kept) prints what diff prints for
+    the two full receipts."""
+    for path, base in ((trace, RECORDED_UNDER), (seed_trace, Policy())):
+        other = Policy.from_dict({**base.to_dict(), **changes})
+        events = [e for _, e in read_trace(path)]
+        want = diff(replay(events, base), replay(events, other))
+        assert receipt_diff(trace_inputs(str(path), base), base, other) == want
+        assert receipt_diff(trace_inputs(str(path), base), other, base) == diff(
+            replay(events, other), replay(events, base)
+        )

@@ -19,13 +19,14 @@ Per candidate, in the table, the CSV and the figure:
 The current policy (``--policy``, or the defaults) is marked, and added as the first
 row when the grid does not hold it. ``--write N --to FILE`` writes row ``N``'s policy as
 a TOML file that ``replay --policy`` loads, and prints the receipt diff of the trace
-under it against the current policy (``toolbreaker diff``'s lines; both receipts are
-held in memory for it, as ``diff`` holds two).
+under it against the current policy (``toolbreaker diff``'s lines, from one more
+streaming pass: the receipts are never held in memory).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import dataclasses
 import itertools
@@ -35,20 +36,28 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from toolbreaker.cli._plot import FIGURE_SUFFIXES, MISSING, check_output, draw, load_matplotlib
 from toolbreaker.cli._replay import StreamingReplay
 from toolbreaker.cli._simulate import CountingReplay, Inputs, replay_records, trace_inputs
 from toolbreaker.core.breaker.calibration import calibrate
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import diff, replay
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.breaker.trace import iter_trace
+from toolbreaker.core.breaker.receipt import diff
+from toolbreaker.core.breaker.state import OPEN, Transition
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
 
-__all__ = ["MAX_CANDIDATES", "Row", "add_command", "candidates", "evaluate", "parse_vary", "tune"]
+__all__ = [
+    "MAX_CANDIDATES",
+    "Row",
+    "add_command",
+    "candidates",
+    "evaluate",
+    "parse_vary",
+    "receipt_diff",
+    "tune",
+]
 
 #: The most candidate policies one ``tune`` replays.
 MAX_CANDIDATES: Final = 100
@@ -459,6 +468,114 @@ def run_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Prefix(Sequence[Any]):
+    """A stand-in for a receipt's transitions in :func:`diff`: equal up to ``index``.
+
+    Holds the one transition that differs (or none), not the list: :func:`diff` walks
+    the two lists until their first difference and reads their lengths, nothing else.
+    """
+
+    _SAME: Final[dict[str, Any]] = {}
+
+    def __init__(self, length: int, index: int, record: dict[str, Any] | None) -> None:
+        self._length, self._index, self._record = length, index, record
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):  # pragma: no cover - diff never slices
+            raise TypeError("a transition prefix cannot be sliced")
+        if not 0 <= index < self._length:
+            raise IndexError(index)
+        return self._record if index == self._index else self._SAME
+
+
+@dataclasses.dataclass(slots=True)
+class _Side:
+    length: int = 0
+    remote: int = 0
+    rejected: int = 0
+    opens: int = 0
+    queue: collections.deque[dict[str, Any]] = dataclasses.field(default_factory=collections.deque)
+
+    def add(self, record: Transition, tracking: bool) -> None:
+        self.length += 1
+        self.remote += record.attempted
+        self.rejected += record.rejected
+        self.opens += record.to_phase == OPEN and record.from_phase != OPEN
+        if tracking:
+            self.queue.append(record.to_dict())
+
+
+@dataclasses.dataclass(slots=True)
+class _Pair:
+    a: _Side = dataclasses.field(default_factory=_Side)
+    b: _Side = dataclasses.field(default_factory=_Side)
+    matched: int = 0
+    differ: tuple[dict[str, Any] | None, dict[str, Any] | None] | None = None
+
+    def compare(self, final: bool = False) -> None:
+        qa, qb = self.a.queue, self.b.queue
+        while self.differ is None and qa and qb:
+            left, right = qa.popleft(), qb.popleft()
+            if left == right:
+                self.matched += 1
+            else:
+                self.differ = (left, right)
+        if self.differ is None and final and (qa or qb):
+            self.differ = (qa[0] if qa else None, qb[0] if qb else None)
+        if self.differ is not None:
+            qa.clear()
+            qb.clear()
+
+
+def receipt_diff(inputs: Inputs, a: Policy, b: Policy) -> list[str]:
+    """``toolbreaker diff``'s lines for the receipts of ``inputs`` under ``a`` and ``b``.
+
+    One streaming pass with both policies side by side: per dependency, the counts, the
+    final state and the first transition that differs, which is all :func:`diff` reads,
+    so the receipts are never built (bounded memory on a trace of any size).
+    """
+    pairs: dict[str, _Pair] = {}
+    with CountingReplay(a) as left, CountingReplay(b) as right:
+        for line, event in inputs.events():
+            try:
+                records = (left.feed(event), right.feed(event))
+            except TraceError as exc:  # pragma: no cover - tune replayed the trace already
+                exc.file, exc.line = inputs.name, line
+                raise
+            pair = pairs.get(event.dependency)
+            if pair is None:
+                pair = pairs[event.dependency] = _Pair()
+            for side, produced in zip((pair.a, pair.b), records, strict=True):
+                for record in produced:
+                    side.add(record, pair.differ is None)
+            pair.compare()
+        states = {name: (left.ledgers()[name].state, right.ledgers()[name].state) for name in pairs}
+    docs: tuple[dict[str, Any], dict[str, Any]] = (
+        {"policy": a.to_dict(), "dependencies": {}},
+        {"policy": b.to_dict(), "dependencies": {}},
+    )
+    for name, pair in pairs.items():
+        pair.compare(final=True)
+        index = pair.matched if pair.differ is not None else -1
+        for which, (doc, side) in enumerate(zip(docs, (pair.a, pair.b), strict=True)):
+            first = pair.differ[which] if pair.differ is not None else None
+            doc["dependencies"][name] = {
+                "transitions": _Prefix(side.length, index, first),
+                "remote_attempts": side.remote,
+                "local_rejections": side.rejected,
+                "opens": side.opens,
+                "final_state": states[name][which].to_dict(),
+            }
+    return diff(*docs)
+
+
 def _write_policy(row: Row, current: Policy, trace: str, to: Path) -> None:
     text = _policy_toml(row.policy)
     try:
@@ -467,9 +584,7 @@ def _write_policy(row: Row, current: Policy, trace: str, to: Path) -> None:
     except OSError as exc:
         raise TraceError(f"cannot write: {exc.strerror or exc}", file=str(to)) from None
     print(f"\nwrote row {row.number} (policy {row.policy.version}) to {printable(str(to))}")
-    before = replay((event for _, event in iter_trace(trace)), current)
-    after = replay((event for _, event in iter_trace(trace)), row.policy)
-    lines = diff(before, after)
+    lines = receipt_diff(trace_inputs(trace, current), current, row.policy)
     print(
         f"receipt diff of {printable(trace)}, current policy {current.version} -> row {row.number}:"
     )
