@@ -412,3 +412,36 @@ def test_streaming_diff_is_diff_of_the_two_receipts(changes, trace, seed_trace):
         assert receipt_diff(trace_inputs(str(path), base), other, base) == diff(
             replay(events, other), replay(events, base)
         )
+
+
+def test_parsed_trace_gives_back_every_event(tmp_path):
+    """The trace parsed once and spilled gives back the same events, in chunks, every time."""
+    from toolbreaker.cli._simulate import trace_inputs as inputs_of
+    from toolbreaker.cli._tune import ParsedTrace
+
+    events = []
+    for i in range(9000):
+        events.append({"at": i, "dependency": "sé✓", "type": "request", "call": f"c{i}"})
+        kind = ("failure", "success", "isolate")[i % 3]
+        extra = {"failure": {"retry_after_ms": 5}, "success": {"duration_ms": 7}}.get(kind, {})
+        if kind == "isolate":
+            extra = {"reason": "operator ✓"}
+        events.append({"at": i, "dependency": "sé✓", "type": kind, **extra})
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    want = read_trace(path)
+    with ParsedTrace(inputs_of(str(path))) as parsed:
+        assert list(parsed.events()) == want
+        assert list(parsed.events()) == want
+
+
+def test_impossible_trace_is_located(tmp_path, capsys):
+    """An outcome the core's replay cannot settle names its file and line."""
+    bad = tmp_path / "t.jsonl"
+    bad.write_text(
+        '{"at": 0, "dependency": "a", "type": "request", "call": "1"}\n'
+        '{"at": 1, "dependency": "a", "type": "success", "call": "2"}\n'
+    )
+    assert main(["tune", str(bad), "--vary", "failure_threshold=2,3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f'error: {bad}:2: success outcome for "a" settles no admitted call')

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from toolbreaker.cli._plot import MISSING, check_output, draw, load_matplotlib
 from toolbreaker.cli._replay import StreamingReplay
@@ -49,6 +49,7 @@ __all__ = [
     "FIXTURE_NAME",
     "Cascade",
     "CountingReplay",
+    "EventSource",
     "Inputs",
     "RetryOnly",
     "Timeline",
@@ -118,7 +119,20 @@ def trace_inputs(path: str, policy: Policy | None = None) -> Inputs:
     return Inputs(path, False, policy or Policy())
 
 
-def replay_records(driver: StreamingReplay, inputs: Inputs) -> Iterator[Transition]:
+class EventSource(Protocol):
+    """Anything with a name (for errors) and a fresh stream of numbered events."""
+
+    @property
+    def name(self) -> str:
+        """The file name errors point at."""
+        ...  # pragma: no cover - a protocol
+
+    def events(self) -> Iterator[tuple[int, Event]]:
+        """``(line, event)`` pairs from the start."""
+        ...  # pragma: no cover - a protocol
+
+
+def replay_records(driver: StreamingReplay, inputs: EventSource) -> Iterator[Transition]:
     """Feed every event of ``inputs`` to ``driver``; yield the core's records in order."""
     for line, event in inputs.events():
         try:

@@ -31,25 +31,34 @@ import csv
 import dataclasses
 import itertools
 import json
+import marshal
 import math
 import re
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final, overload
+from typing import IO, Any, Final, overload
 
 from toolbreaker.cli._plot import FIGURE_SUFFIXES, MISSING, check_output, draw, load_matplotlib
 from toolbreaker.cli._replay import StreamingReplay
-from toolbreaker.cli._simulate import CountingReplay, Inputs, replay_records, trace_inputs
+from toolbreaker.cli._simulate import (
+    CountingReplay,
+    EventSource,
+    Inputs,
+    replay_records,
+    trace_inputs,
+)
 from toolbreaker.core.breaker.calibration import calibrate
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import diff
-from toolbreaker.core.breaker.state import OPEN, Transition
+from toolbreaker.core.breaker.state import OPEN, Event, Transition
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
 
 __all__ = [
     "MAX_CANDIDATES",
+    "ParsedTrace",
     "Row",
     "add_command",
     "candidates",
@@ -62,6 +71,7 @@ __all__ = [
 #: The most candidate policies one ``tune`` replays.
 MAX_CANDIDATES: Final = 100
 _MAX_VALUES: Final = 50
+_CHUNK: Final = 8192
 _FAILED: Final = frozenset({"failure", "ambiguous"})
 _INT: Final = re.compile(r"^[+-]?\d{1,30}$")
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(Policy))
@@ -164,7 +174,64 @@ def candidates(
     return out
 
 
-def evaluate(inputs: Inputs, policy: Policy, number: int, current: bool) -> Row:
+class ParsedTrace:
+    """A trace parsed and checked once, kept in a temporary file for the replays that follow.
+
+    Every candidate replays the same events: parsing the JSON and checking every field
+    is about half the work of one replay, so it is done once, and the events are spilled
+    as marshalled tuples in chunks of :data:`_CHUNK` (memory holds one chunk).
+    """
+
+    def __init__(self, inputs: Inputs) -> None:
+        self.name = inputs.name
+        self._file: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        try:
+            chunk: list[tuple[Any, ...]] = []
+            for line, e in inputs.events():
+                chunk.append(
+                    (
+                        line,
+                        e.type,
+                        e.at,
+                        e.dependency,
+                        e.call,
+                        e.retry_after_ms,
+                        e.duration_ms,
+                        e.reason,
+                    )
+                )
+                if len(chunk) >= _CHUNK:
+                    marshal.dump(chunk, self._file)
+                    chunk.clear()
+            if chunk:
+                marshal.dump(chunk, self._file)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def events(self) -> Iterator[tuple[int, Event]]:
+        """The events from the start, with their line numbers."""
+        self._file.seek(0)
+        while True:
+            try:
+                chunk = marshal.load(self._file)  # noqa: S302 - our own private temp file
+            except EOFError:
+                return
+            for line, kind, at, dep, call, retry, duration, reason in chunk:
+                yield line, Event(kind, at, dep, call, None, retry, duration, reason)
+
+    def close(self) -> None:
+        """Remove the temporary file."""
+        self._file.close()
+
+    def __enter__(self) -> ParsedTrace:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def evaluate(inputs: EventSource, policy: Policy, number: int, current: bool) -> Row:
     """Replay ``inputs`` once under ``policy`` through the core and count (streaming)."""
     remote: dict[str, int] = {}
     failing: set[str] = set()
@@ -211,7 +278,7 @@ def _grid(
     return grid
 
 
-def tune(inputs: Inputs, grid: Sequence[Policy], current: Policy) -> list[Row]:
+def tune(inputs: EventSource, grid: Sequence[Policy], current: Policy) -> list[Row]:
     """One row per policy of ``grid``, each from its own replay of ``inputs``."""
     return [
         evaluate(inputs, policy, number, policy.version == current.version)
@@ -453,18 +520,18 @@ def run_tune(args: argparse.Namespace) -> int:
         raise PolicyError(
             f"--write: there are rows 1 to {len(grid)}, not {args.write}", field="write"
         )
-    inputs = trace_inputs(args.trace, current)
-    rows = tune(inputs, grid, current)
-    names = _varied_names(varied)
-    _print_table(rows, names, args.trace)
-    for target in outs:
-        if target.suffix.lower() == ".csv":
-            _write_csv(rows, names, target)
-        else:
-            draw(matplotlib, target, _figure(rows, names, args.trace), (6.4, 4.6))
-        print(f"wrote {printable(str(target))}")
-    if to is not None and args.write is not None:
-        _write_policy(rows[args.write - 1], current, args.trace, to)
+    with ParsedTrace(trace_inputs(args.trace, current)) as parsed:
+        rows = tune(parsed, grid, current)
+        names = _varied_names(varied)
+        _print_table(rows, names, args.trace)
+        for target in outs:
+            if target.suffix.lower() == ".csv":
+                _write_csv(rows, names, target)
+            else:
+                draw(matplotlib, target, _figure(rows, names, args.trace), (6.4, 4.6))
+            print(f"wrote {printable(str(target))}")
+        if to is not None and args.write is not None:
+            _write_policy(rows[args.write - 1], current, parsed, to)
     return 0
 
 
@@ -534,7 +601,7 @@ class _Pair:
             qb.clear()
 
 
-def receipt_diff(inputs: Inputs, a: Policy, b: Policy) -> list[str]:
+def receipt_diff(inputs: EventSource, a: Policy, b: Policy) -> list[str]:
     """``toolbreaker diff``'s lines for the receipts of ``inputs`` under ``a`` and ``b``.
 
     One streaming pass with both policies side by side: per dependency, the counts, the
@@ -576,7 +643,8 @@ def receipt_diff(inputs: Inputs, a: Policy, b: Policy) -> list[str]:
     return diff(*docs)
 
 
-def _write_policy(row: Row, current: Policy, trace: str, to: Path) -> None:
+def _write_policy(row: Row, current: Policy, parsed: ParsedTrace, to: Path) -> None:
+    trace = parsed.name
     text = _policy_toml(row.policy)
     try:
         with to.open("x", encoding="utf-8") as handle:
@@ -584,7 +652,7 @@ def _write_policy(row: Row, current: Policy, trace: str, to: Path) -> None:
     except OSError as exc:
         raise TraceError(f"cannot write: {exc.strerror or exc}", file=str(to)) from None
     print(f"\nwrote row {row.number} (policy {row.policy.version}) to {printable(str(to))}")
-    lines = receipt_diff(trace_inputs(trace, current), current, row.policy)
+    lines = receipt_diff(parsed, current, row.policy)
     print(
         f"receipt diff of {printable(trace)}, current policy {current.version} -> row {row.number}:"
     )
