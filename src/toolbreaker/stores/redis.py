@@ -20,7 +20,13 @@ views current, so the runtime's fast path admits calls in a quiet closed state a
 them while open without a round trip, and an opening or an operator's release reaches
 every process as soon as Redis delivers the message. The feed pings an idle subscription;
 when it is lost every view is emptied (calls ask the store again) until the feed has
-resubscribed and a round trip has confirmed the state.
+resubscribed and a round trip has confirmed the state. On a cluster the feed holds one
+sharded subscription (``SSUBSCRIBE``) per master, for the channels of that master's
+slots: losing a master (killed, silent past a ping, or its slot moved away) empties the
+views of exactly those slots, so no call is admitted on a view of a slot without a
+master, and they are trusted again once the promoted replica confirmed the subscription.
+Keep ``ping_interval`` plus the ping's wait well below ``cluster-node-timeout``, so that a
+frozen master is noticed before its replica can take writes.
 
 Time. Events must carry one clock for all hosts. :meth:`RedisStore.clock` is the Redis
 server's clock as seen from this process (an offset to the local monotonic clock, learned
