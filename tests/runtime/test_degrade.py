@@ -161,6 +161,7 @@ def test_stale_serves_the_last_good_answer_with_its_age_then_cuts_off(store, ser
     wall.now = NOON + 600_001  # one millisecond past max_stale
     cut = search(q="cable")
     assert cut["degradation"] == "omit"
+    assert store.record_list(STALE_SPACE) == []  # an answer never served again is dropped
     assert '"search" would have returned for {"q": "cable"}' in cut["missing"]
     other = search(q="hdmi")  # never answered: nothing kept for these arguments
     assert other["degradation"] == "omit"

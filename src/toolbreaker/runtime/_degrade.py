@@ -323,7 +323,15 @@ class Degradation:
             return None
         if found is None or not isinstance(found[0].get("at"), int) or "result" not in found[0]:
             return None
-        return found[0]["at"], found[0]["result"]
+        at = found[0]["at"]
+        limit = self.boundary.max_stale_ms
+        if limit is not None and self.wall_clock() - at > limit:
+            # Too old to be served ever again: the store does not keep it (best effort).
+            try:
+                self._store.record_delete(STALE_SPACE, key, version=found[1])
+            except Exception as exc:  # noqa: BLE001 - a leftover record is only space
+                self._fault(f"forgetting an expired answer of {self.key}", exc)
+        return at, found[0]["result"]
 
     def _enqueue(
         self, tool: str, args: Mapping[str, Any], key: str, task: str | None
