@@ -527,3 +527,33 @@ def test_a_write_tool_may_not_use_a_row_that_serves_stale():
     )
     with pytest.raises(PolicyError, match="never falls back to a stale answer"):
         guard.add_tool(spec)
+
+
+def test_a_guard_on_the_event_loop_degrades_off_the_loop(store):
+    """``RunGuard.abegin``: the rejection's degradation (a queue write) is awaited."""
+    registry = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": ["queue", "handoff"]}),
+        store=store,
+    )
+    breaker = registry.get("tickets", "write")
+    guard = RunGuard("task-a", journal=MemoryStore())
+
+    async def create_ticket(**_: Any) -> Any:
+        raise AssertionError("never called while isolated")
+
+    guard.add_tool(
+        GuardedTool("create_ticket", create_ticket, risk="reversible_write", breaker=breaker)
+    )
+    breaker.isolate()
+
+    async def run() -> Any:
+        answer = await guard.acall("create_ticket", {"title": "t", "body": "b"})
+        closing = getattr(store, "aclose", None)
+        if closing is not None:
+            await closing()
+        return answer
+
+    answer = asyncio.run(run())
+    assert answer["queued"] is True
+    [(_, item, _)] = store.record_list("toolbreaker.queue")
+    assert item["task"] == "task-a"

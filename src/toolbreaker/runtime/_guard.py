@@ -40,6 +40,7 @@ from toolbreaker.runtime._breaker import Breaker, Permit, Rejection, watch_openi
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
+from toolbreaker.runtime._degrade import Degradation
 from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._packet import StopPacket
@@ -379,7 +380,11 @@ class RunGuard:
         if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
             breaker = step.plan.spec.breaker.for_scope()
             admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
-            self._admitted(step, admission)
+            served = None
+            if isinstance(admission, Rejection) and breaker.degradation.chain:
+                # The degradation's store round trips run off the loop.
+                served = await self._adegraded(step.plan, admission.result_for(step.tool))
+            self._admitted(step, admission, served)
         return self._journal_pending(step)
 
     # -- plan: the run machine decides ------------------------------------------------------
@@ -530,15 +535,20 @@ class RunGuard:
         with self._lock:
             self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
 
-    def _admitted(self, step: Step, admission: Permit | Rejection) -> None:
-        """The dependency breaker's answer for a step the run machine let through."""
+    def _admitted(
+        self, step: Step, admission: Permit | Rejection, served: dict[str, Any] | None = None
+    ) -> None:
+        """The dependency breaker's answer for a step the run machine let through.
+
+        ``served``: the rejection's degradation, already made (on the event loop).
+        """
         if isinstance(admission, Permit):
             step.permit = admission
             return
         plan: _Plan = step.plan
         self._finish(plan, "ignored")
-        answer = admission.result_for(step.tool)
-        _answered(step, self._dependency_down(plan, answer, admission.reason))
+        answer = admission.result_for(step.tool) if served is None else served
+        _answered(step, self._dependency_down(plan, answer, admission.reason, served=served))
 
     def _journal_pending(self, step: Step) -> Step:
         """Journal a write as pending before it runs; no record of the attempt, no attempt."""
@@ -652,7 +662,14 @@ class RunGuard:
             return self._dependency_down(plan, result, str(result.get("reason", "opened")))
         return result
 
-    def _dependency_down(self, plan: _Plan, result: dict[str, Any], reason: str) -> Any:
+    def _dependency_down(
+        self,
+        plan: _Plan,
+        result: dict[str, Any],
+        reason: str,
+        *,
+        served: dict[str, Any] | None = None,
+    ) -> Any:
         """A dependency is out: the model hears so; a required one also stops the run.
 
         A saturated bulkhead is a local, passing condition, not a dependency going down:
@@ -661,7 +678,9 @@ class RunGuard:
         any other mode lets it go on (the sheet chose what the caller gets).
         """
         mode = None
-        if plan.spec.breaker is not None and plan.spec.breaker.degradation.chain:
+        if served is not None:
+            result, mode = served, served.get("degradation")
+        elif plan.spec.breaker is not None and plan.spec.breaker.degradation.chain:
             result = self._degraded(plan, result)
             mode = result.get("degradation")
         if mode == "stop" and plan.action is not None:
@@ -686,6 +705,24 @@ class RunGuard:
 
     def _degraded(self, plan: _Plan, result: dict[str, Any]) -> dict[str, Any]:
         """The sheet row's degradation of ``result``; a queued write is journaled pending."""
+        degradation, args, packet = self._degrade_call(plan)
+        answer: dict[str, Any] = degradation.result(
+            plan.spec.name, args, result, idempotency_key=plan.key, packet=packet, task=self.task
+        )
+        return self._after_degraded(plan, answer)
+
+    async def _adegraded(self, plan: _Plan, result: dict[str, Any]) -> dict[str, Any]:
+        """:meth:`_degraded` with its store round trips off the event loop."""
+        degradation, args, packet = self._degrade_call(plan)
+        answer: dict[str, Any] = await degradation.aresult(
+            plan.spec.name, args, result, idempotency_key=plan.key, packet=packet, task=self.task
+        )
+        return self._after_degraded(plan, answer)
+
+    def _degrade_call(
+        self, plan: _Plan
+    ) -> tuple[Degradation, dict[str, Any], Callable[[str], StopPacket]]:
+        """The row's degradation, the arguments queued work runs with, the packet maker."""
         spec = plan.spec
         assert spec.breaker is not None
         args = dict(plan.args)
@@ -702,10 +739,9 @@ class RunGuard:
                 "steps are skipped",
             )
 
-        degradation = spec.breaker.for_scope().degradation
-        answer: dict[str, Any] = degradation.result(
-            spec.name, args, result, idempotency_key=plan.key, packet=packet, task=self.task
-        )
+        return spec.breaker.for_scope().degradation, args, packet
+
+    def _after_degraded(self, plan: _Plan, answer: dict[str, Any]) -> dict[str, Any]:
         if answer.get("degradation") == "queue" and plan.key is not None:
             # Until a drainer confirms it, the write is pending: never made twice here.
             self._journal(plan, "pending", result={"queue_id": answer.get("queue_id")})
