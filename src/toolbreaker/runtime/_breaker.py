@@ -58,6 +58,7 @@ from toolbreaker.errors import (
     circuit_open,
 )
 from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
+from toolbreaker.runtime._bulkhead import Bulkhead, Slot
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
@@ -161,11 +162,15 @@ class BreakerStats:
         scope_overflows: calls of a scoped row that went to its shared overflow breaker
             because ``max_scopes`` breakers were live and none could be forgotten; in
             ``to_dict`` only once non-zero.
+        bulkhead_faults: store faults of the bulkhead (``max_concurrent``) or of the
+            shared retry budget: a slot that could not be taken was denied, a retry that
+            could not be paid for was not made; in ``to_dict`` only once non-zero.
     """
 
     __slots__ = (
         "_workers",
         "admitted",
+        "bulkhead_faults",
         "failures",
         "half_opens",
         "hook_errors",
@@ -194,6 +199,7 @@ class BreakerStats:
         self.saturated = 0
         self.would_reject = 0
         self.scope_overflows = 0
+        self.bulkhead_faults = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
         self.retries: dict[str, int] = {}
         self._workers: Workers | None = None
@@ -236,6 +242,8 @@ class BreakerStats:
             out["would_reject"] = self.would_reject
         if self.scope_overflows:
             out["scope_overflows"] = self.scope_overflows
+        if self.bulkhead_faults:
+            out["bulkhead_faults"] = self.bulkhead_faults
         return out
 
 
@@ -279,7 +287,16 @@ class Permit:
     that is never settled is released by the core when its lease expires.
     """
 
-    __slots__ = ("_settled", "admitted_at", "breaker", "call", "deadline_ms", "generation", "probe")
+    __slots__ = (
+        "_settled",
+        "admitted_at",
+        "breaker",
+        "call",
+        "deadline_ms",
+        "generation",
+        "probe",
+        "slot",
+    )
     admitted: Final = True
 
     def __init__(  # noqa: PLR0917 - built by the breaker only
@@ -297,6 +314,7 @@ class Permit:
         self.admitted_at = admitted_at
         self.deadline_ms = deadline_ms
         self.probe = probe
+        self.slot: Slot | None = None  # the bulkhead slot, given back when settled
         self._settled = False
 
     def record(
@@ -313,7 +331,11 @@ class Permit:
             PermitError: the permit was already settled.
         """
         verdict, now = self._verdict(outcome)
-        return self.breaker._settle(self, verdict, now)
+        try:
+            return self.breaker._settle(self, verdict, now)
+        finally:
+            if self.slot is not None:
+                self.slot.release()
 
     async def arecord(
         self,
@@ -325,7 +347,11 @@ class Permit:
             PermitError: the permit was already settled.
         """
         verdict, now = self._verdict(outcome)
-        return await self.breaker._asettle(self, verdict, now)
+        try:
+            return await self.breaker._asettle(self, verdict, now)
+        finally:
+            if self.slot is not None:
+                await self.slot.arelease()
 
     def _verdict(
         self,
@@ -394,6 +420,8 @@ class Breaker:
             else uses ``asyncio.sleep`` when it is not set.
         retry_seed: seeds the per-operation jitter seeds, for a reproducible run; by
             default each operation's seed is random. Every seed is in the retry records.
+        max_concurrent: the bulkhead: the most calls in flight at once, across processes
+            when the store is shared (see :class:`Boundary`); ``None``: no limit.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
@@ -423,6 +451,7 @@ class Breaker:
         max_retry_after_ms: int | None = None,
         sleep: Callable[[float], Any] | None = None,
         retry_seed: int | None = None,
+        max_concurrent: int | None = None,
         boundary: Boundary | None = None,
     ) -> None:
         if boundary is None:
@@ -445,6 +474,7 @@ class Breaker:
                 max_retry_after_ms=max_retry_after_ms,
                 scope=scope,
                 max_scopes=max_scopes,
+                max_concurrent=max_concurrent,
             )
         self.boundary = boundary
         self.dependency = boundary.dependency
@@ -493,7 +523,14 @@ class Breaker:
         )
         # The quiet fast path of call()/acall() needs none of retries, scopes and a
         # per-call deadline: computed once, so the hot path tests one attribute.
-        self._plain = self._retry is None and self._scoped is None
+        self._bulkhead = (
+            None
+            if boundary.max_concurrent is None or self._scoped is not None
+            else Bulkhead(
+                self.key, boundary.max_concurrent, self.store, self.clock, self._bulkhead_fault
+            )
+        )
+        self._plain = self._retry is None and self._scoped is None and self._bulkhead is None
         self._overflow: Breaker | None = None
         self._scopes_lock = threading.Lock()
 
@@ -699,7 +736,60 @@ class Breaker:
 
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """Admission through the core: allow(), and call()/acall() past their fast paths."""
-        return self._local(now, deadline) or self._admit(now, deadline)
+        bulkhead = self._bulkhead
+        if bulkhead is None:
+            return self._local(now, deadline) or self._admit(now, deadline)
+        slot = bulkhead.acquire(self._slot_ms(deadline))
+        if not isinstance(slot, Slot):
+            return self._no_slot(slot, deadline)
+        try:
+            admission = self._local(now, deadline) or self._admit(now, deadline)
+        except BaseException:
+            slot.release()
+            raise
+        return self._holding(admission, slot)
+
+    async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
+        """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
+        bulkhead = self._bulkhead
+        if bulkhead is None:
+            return self._local(now, deadline) or await self._aadmit(now, deadline)
+        slot = await bulkhead.aacquire(self._slot_ms(deadline))
+        if not isinstance(slot, Slot):
+            return self._no_slot(slot, deadline)
+        try:
+            admission = self._local(now, deadline) or await self._aadmit(now, deadline)
+        except BaseException:
+            await slot.arelease()
+            raise
+        if isinstance(admission, Permit):
+            admission.slot = slot
+        else:
+            await slot.arelease()
+        return admission
+
+    def _slot_ms(self, deadline: int | None) -> int:
+        """How long a slot may be held: the call's deadline (a probe lease without one)."""
+        return self.policy.lease_ttl_ms if deadline is None else deadline
+
+    def _holding(self, admission: Permit | Rejection, slot: Slot) -> Permit | Rejection:
+        if isinstance(admission, Permit):
+            admission.slot = slot
+        else:
+            slot.release()
+        return admission
+
+    def _no_slot(self, why: str, deadline: int | None) -> Rejection:
+        """The bulkhead is full (``saturated``) or its store is down: denied at once."""
+        self.stats.rejected += 1
+        if why == _SATURATED:
+            self.stats.saturated += 1
+            # A slot is free again within one deadline unless its call hangs.
+            return Rejection(self, _SATURATED, deadline)
+        return Rejection(self, _STORE_DOWN, None)
+
+    def _bulkhead_fault(self) -> None:
+        self.stats.bulkhead_faults += 1
 
     def _local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
         """Admission answered from the view without the store, or ``None``."""
@@ -736,10 +826,6 @@ class Breaker:
         except StoreUnavailable:
             return self._store_down()
         return self._admitted(state, records, now, deadline)
-
-    async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
-        """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
-        return self._local(now, deadline) or await self._aadmit(now, deadline)
 
     def _request(self, now: int) -> Event:
         return Event("request", now, self.key, call=f"{_process_token}.{next(self._ids)}")

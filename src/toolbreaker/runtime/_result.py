@@ -87,10 +87,10 @@ DEFAULT_INSTRUCTIONS: Final = {
     "retry-budget": 'The tool "{tool}" keeps failing and its retry budget is spent: '
     "retrying (by anyone, you included) only adds load. Do not call it again in this run. "
     "{fallback_sentence} Do not estimate or invent the data.",
-    # Not a provider failure either: every worker is busy with earlier calls, so this one
-    # was refused at once instead of waiting behind them past its deadline.
-    "saturated": 'The tool "{tool}" is saturated: all of its workers are busy with earlier '
-    "calls, so this call was not made (this is not a provider failure). Resubmit it after "
+    # Not a provider failure either: every worker (or bulkhead slot) is busy with earlier
+    # calls, so this one was refused at once instead of waiting behind them past its deadline.
+    "saturated": 'The tool "{tool}" is saturated: as many calls as it may run at once are '
+    "in progress, so this call was not made (this is not a provider failure). Resubmit it after "
     "{seconds} seconds. {fallback_sentence} Do not estimate or invent the data.",
 }
 
