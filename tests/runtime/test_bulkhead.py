@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from records_helpers import SharedMemory
 from toolbreaker import Breaker, CircuitOpen, PolicyError, Registry
-from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
@@ -37,44 +37,6 @@ async def await_for(condition: Any, what: str) -> None:
     while not condition():
         assert time.monotonic() < give_up, what
         await asyncio.sleep(0.005)
-
-
-class SharedMemory:
-    """A memory store seen as shared: how the lease path runs without a server.
-
-    It delegates everything to a :class:`MemoryStore` but is not one, so the bulkhead
-    takes its slots as leases (the SQLite and Redis tests run the same path for real).
-    """
-
-    def __init__(self, inner: MemoryStore | None = None, *, down: bool = False) -> None:
-        self.inner = inner or MemoryStore()
-        self.down = down
-
-    def view(self, key: str) -> Any:
-        return self.inner.view(key)
-
-    def apply(self, *args: Any) -> Any:
-        return self.inner.apply(*args)
-
-    def load(self, *args: Any) -> Any:
-        return self.inner.load(*args)
-
-    def _records(self) -> MemoryStore:
-        if self.down:
-            raise StoreUnavailable("records unreachable")
-        return self.inner
-
-    def record_get(self, *args: Any, **kwargs: Any) -> Any:
-        return self._records().record_get(*args, **kwargs)
-
-    def record_put(self, *args: Any, **kwargs: Any) -> Any:
-        return self._records().record_put(*args, **kwargs)
-
-    def record_delete(self, *args: Any, **kwargs: Any) -> Any:
-        return self._records().record_delete(*args, **kwargs)
-
-    def record_list(self, *args: Any, **kwargs: Any) -> Any:
-        return self._records().record_list(*args, **kwargs)
 
 
 @pytest.fixture
@@ -224,7 +186,7 @@ def test_a_store_fault_while_taking_a_slot_denies_the_call():
         breaker.call(lambda: "never")
     assert info.value.reason == "store-unavailable"
     stats = breaker.stats.to_dict()
-    assert stats["bulkhead_faults"] == 1
+    assert stats["record_faults"] == 1
     assert stats["admitted"] == 0
     assert breaker._bulkhead is not None
     assert breaker._bulkhead.in_use == 0
@@ -240,7 +202,7 @@ def test_async_store_fault_denies_too():
     with pytest.raises(CircuitOpen) as info:
         asyncio.run(breaker.acall(work))
     assert info.value.reason == "store-unavailable"
-    assert breaker.stats.bulkhead_faults == 1
+    assert breaker.stats.record_faults == 1
 
 
 def test_processes_sharing_a_store_share_the_slots():

@@ -58,7 +58,7 @@ from toolbreaker.errors import (
     circuit_open,
 )
 from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
-from toolbreaker.runtime._bulkhead import Bulkhead, Slot
+from toolbreaker.runtime._bulkhead import Bulkhead, Slot, shares_records
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
@@ -71,6 +71,7 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._scope import current_scope
+from toolbreaker.runtime._shared_budget import SharedBudget
 from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
@@ -162,21 +163,22 @@ class BreakerStats:
         scope_overflows: calls of a scoped row that went to its shared overflow breaker
             because ``max_scopes`` breakers were live and none could be forgotten; in
             ``to_dict`` only once non-zero.
-        bulkhead_faults: store faults of the bulkhead (``max_concurrent``) or of the
-            shared retry budget: a slot that could not be taken was denied, a retry that
-            could not be paid for was not made; in ``to_dict`` only once non-zero.
+        record_faults: faults of the shared store's records behind the bulkhead
+            (``max_concurrent``) or the shared retry budget: a slot that could not be
+            taken was denied, a retry that could not be paid for was not made; in
+            ``to_dict`` only once non-zero.
     """
 
     __slots__ = (
         "_workers",
         "admitted",
-        "bulkhead_faults",
         "failures",
         "half_opens",
         "hook_errors",
         "late_results",
         "listener_errors",
         "opens",
+        "record_faults",
         "rejected",
         "reopens_from_half_open",
         "retries",
@@ -199,7 +201,7 @@ class BreakerStats:
         self.saturated = 0
         self.would_reject = 0
         self.scope_overflows = 0
-        self.bulkhead_faults = 0
+        self.record_faults = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
         self.retries: dict[str, int] = {}
         self._workers: Workers | None = None
@@ -242,8 +244,8 @@ class BreakerStats:
             out["would_reject"] = self.would_reject
         if self.scope_overflows:
             out["scope_overflows"] = self.scope_overflows
-        if self.bulkhead_faults:
-            out["bulkhead_faults"] = self.bulkhead_faults
+        if self.record_faults:
+            out["record_faults"] = self.record_faults
         return out
 
 
@@ -513,6 +515,11 @@ class Breaker:
         self._phase_since: int | None = None
         self._retry = boundary.retry
         self._retry_budget = None if self._retry is None else RetryBudget.full(self._retry)
+        self._shared_budget = (
+            SharedBudget(self.key, self._retry, self.store, self._record_fault)  # type: ignore[arg-type]
+            if self._retry is not None and shares_records(self.store)
+            else None
+        )
         self._retry_lock = threading.Lock()
         self._retry_listeners: list[RetryListener] = []
         self._sleep = sleep
@@ -527,7 +534,7 @@ class Breaker:
             None
             if boundary.max_concurrent is None or self._scoped is not None
             else Bulkhead(
-                self.key, boundary.max_concurrent, self.store, self.clock, self._bulkhead_fault
+                self.key, boundary.max_concurrent, self.store, self.clock, self._record_fault
             )
         )
         self._plain = self._retry is None and self._scoped is None and self._bulkhead is None
@@ -694,7 +701,7 @@ class Breaker:
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.abegin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        refused = self._model_retry(tool or self.tool, dict(args or {}))
+        refused = await self._amodel_retry(tool or self.tool, dict(args or {}))
         if refused is not None:
             return refused
         return self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
@@ -788,8 +795,8 @@ class Breaker:
             return Rejection(self, _SATURATED, deadline)
         return Rejection(self, _STORE_DOWN, None)
 
-    def _bulkhead_fault(self) -> None:
-        self.stats.bulkhead_faults += 1
+    def _record_fault(self) -> None:
+        self.stats.record_faults += 1
 
     def _local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
         """Admission answered from the view without the store, or ``None``."""
@@ -1066,7 +1073,10 @@ class Breaker:
             except CircuitOpen:
                 raise
             except Exception as exc:
-                wait = self._retry_wait(operation, exc)
+                if self._shared_budget is None:
+                    wait = self._retry_wait(operation, exc)
+                else:  # the shared budget is a store round trip: never on the loop
+                    wait = await asyncio.to_thread(self._retry_wait, operation, exc)
                 if wait is None:
                     raise
                 waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
@@ -1351,11 +1361,14 @@ class Breaker:
 
     @property
     def retry_budget(self) -> RetryBudget | None:
-        """This process's retry budget for the dependency (``None`` without a retry policy).
+        """The dependency's retry budget (``None`` without a retry policy).
 
-        Per process: breakers of other processes sharing a store keep their own budgets.
+        With a shared store (one that keeps records, not a ``MemoryStore``) the budget is
+        shared by every process: this is the bucket as last read or written. Otherwise it
+        is this process's own.
         """
-        return self._retry_budget
+        shared = self._shared_budget
+        return self._retry_budget if shared is None else shared.last
 
     def _operation(self) -> _Operation:
         """A new logical operation with a fresh seed."""
@@ -1399,12 +1412,27 @@ class Breaker:
         assert policy is not None
         failure = self._failure(exc)
         state = operation.state
-        with self._retry_lock:
-            before = self._retry_budget
-            assert before is not None
-            operation.state, self._retry_budget, decision = decide(
-                state, failure, policy, before, max_retry_after_ms=self.boundary.max_retry_after_ms
-            )
+        hint_cap = self.boundary.max_retry_after_ms
+        shared = self._shared_budget
+        if shared is not None:
+
+            def decided(
+                bucket: RetryBudget,
+            ) -> tuple[RetryBudget, tuple[RetryState, RetryDecision, RetryBudget]]:
+                new, after, decision = decide(
+                    state, failure, policy, bucket, max_retry_after_ms=hint_cap
+                )
+                return after, (new, decision, bucket)
+
+            operation.state, decision, before = shared.update(decided)
+        else:
+            with self._retry_lock:
+                local = self._retry_budget
+                assert local is not None
+                before = local
+                operation.state, self._retry_budget, decision = decide(
+                    state, failure, policy, local, max_retry_after_ms=hint_cap
+                )
         self._count_retry(decision.reason)
         record = RetryRecord(
             self.key, operation.name, state.seed, state.started_at, failure, before.milli, decision
@@ -1424,7 +1452,9 @@ class Breaker:
     def _retry_succeeded(self) -> None:
         """A success refills the retry budget."""
         policy = self._retry
-        if policy is not None:
+        if self._shared_budget is not None:
+            self._shared_budget.succeeded()  # no round trip here: written with the next one
+        elif policy is not None:
             with self._retry_lock:
                 assert self._retry_budget is not None
                 self._retry_budget = refill(self._retry_budget, policy)
@@ -1469,7 +1499,7 @@ class Breaker:
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
                     target = self if self._scoped is None else self.for_scope()
                     call = {"args": args, "kwargs": kwargs}
-                    refused = target._model_retry(name, call)
+                    refused = await target._amodel_retry(name, call)
                     if refused is not None:
                         return refused.answer
                     try:
@@ -1518,7 +1548,7 @@ class Breaker:
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
         failure = self._failure(exc)
         why = unavailable_reason(
-            failure, self._retry_budget, max_retry_after_ms=self.boundary.max_retry_after_ms
+            failure, self.retry_budget, max_retry_after_ms=self.boundary.max_retry_after_ms
         )
         if why is not None:
             # A spent quota, a hint too long to wait out, or a spent retry budget: the
@@ -1551,9 +1581,12 @@ class Breaker:
         """
         if self._retry_budget is None:
             return True
-        with self._retry_lock:
-            assert self._retry_budget is not None
-            self._retry_budget, allowed = spend(self._retry_budget)
+        if self._shared_budget is not None:
+            allowed = self._shared_budget.update(spend)
+        else:
+            with self._retry_lock:
+                assert self._retry_budget is not None
+                self._retry_budget, allowed = spend(self._retry_budget)
         self._count_retry("model-retry" if allowed else "model-retry-refused")
         return allowed
 
@@ -1563,13 +1596,32 @@ class Breaker:
         Returns a step carrying the ``retry-budget`` answer when the budget is spent
         (the call is not made), else ``None`` (the call goes ahead).
         """
+        key = self._retried(tool, call)
+        if key is None or self._spend_model_retry():
+            return None
+        return self._model_retry_refused(tool, call, key)
+
+    async def _amodel_retry(self, tool: str, call: Any) -> Step | None:
+        """:meth:`_model_retry` for the event loop: a shared budget is paid in a thread."""
+        key = self._retried(tool, call)
+        if key is None:
+            return None
+        if self._shared_budget is None:
+            allowed = self._spend_model_retry()
+        else:
+            allowed = await asyncio.to_thread(self._spend_model_retry)
+        return None if allowed else self._model_retry_refused(tool, call, key)
+
+    def _retried(self, tool: str, call: Any) -> str | None:
+        """The call's key when it re-issues a call that just failed (a retry), else ``None``."""
         if self._retry_budget is None or not self._failed_calls:
             return None
         key = _call_key(tool, call)
         if key is None or self._failed_calls.pop(key, None) is None:
             return None
-        if self._spend_model_retry():
-            return None
+        return key
+
+    def _model_retry_refused(self, tool: str, call: Any, key: str) -> Step:
         self._failed_calls[key] = self.clock()
         args = call if isinstance(call, Mapping) else {}
         return Step(

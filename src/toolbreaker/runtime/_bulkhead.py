@@ -21,7 +21,7 @@ Theory of operation:
   slots and at most three compare-and-sets take one. The async path takes and gives back
   leases in a worker thread: the event loop never waits on the store.
 - **A store fault** while taking a slot denies the call (``store-unavailable``, counted
-  in ``BreakerStats.bulkhead_faults``): fail closed, never waved through. A fault while
+  in ``BreakerStats.record_faults``): fail closed, never waved through. A fault while
   giving one back is counted and logged; the lease runs out on its own.
 
 Lease times are on the breaker's clock (the Redis server's for a Redis store, else this
