@@ -43,6 +43,7 @@ from toolbreaker.runtime._commit import may_have_committed
 from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
+    deferred_result,
     denied_result,
     error_result,
     journal_down_result,
@@ -214,6 +215,7 @@ class RunGuard:
         self._attempted: dict[str, Any] | None = None
         self._resumed = False
         self._stop_listeners: list[Callable[[StopPacket, RunGuard], None]] = []
+        self._turn: object = _NO_TURN
         #: Stop listener calls that raised (logged; the run's decisions stood).
         self.listener_errors = 0
 
@@ -309,6 +311,20 @@ class RunGuard:
     def state(self) -> RunState:
         """The run's state: counters, the stop and the write breaker, as the core keeps it."""
         return self._run
+
+    def mark_turn(self, turn: object = None) -> None:
+        """A model turn begins: the per-turn call count starts again.
+
+        Adapters call it where the framework starts a model turn. ``turn`` identifies the
+        turn (a step number, a request count): calls with the same value mark it once, so
+        every tool call of a turn may mark it; ``None`` always starts a new turn. Without
+        ``Budget.max_calls_per_turn`` nothing is counted.
+        """
+        with self._lock:
+            if turn is not None and turn == self._turn:
+                return
+            self._turn = turn
+        self._feed(RunEvent("turn", self.clock()))
 
     def stop(self, detail: str = "stopped by an operator") -> StopPacket:
         """Stop the run by hand (condition ``operator``) and return the packet."""
@@ -529,6 +545,11 @@ class RunGuard:
             return _answered(
                 step, self._reconcile(plan, why="an earlier attempt's outcome is unknown")
             )
+        if verdict == "deferred":
+            # Not made, not queued: the model reads that it may issue it next turn.
+            limit = self.budget.max_calls_per_turn
+            assert limit is not None
+            return _answered(step, deferred_result(tool, limit=limit))
         if verdict in ("writes-blocked", "stopped"):
             assert decision.stop is not None
             stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
@@ -826,6 +847,7 @@ class RunGuard:
         return f"summarise progress; an operator may raise the budget and resume task {self.task!r}"
 
 
+_NO_TURN: Final = object()
 _JOURNAL_STATUSES: Final = ("confirmed", "unknown", "pending", "reconciled-absent", "failed")
 
 

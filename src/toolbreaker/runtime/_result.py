@@ -12,7 +12,9 @@ fallback to use, and not to invent the data. The shapes, one builder each:
 - :func:`denied_result`: the authority check refused the call;
 - :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
 - :func:`stopped_result`: the run guard stopped the run, or blocks its writes;
-- :func:`journal_down_result`: the run journal cannot be reached, so no write is made.
+- :func:`journal_down_result`: the run journal cannot be reached, so no write is made;
+- :func:`deferred_result`: the model turn already started ``max_calls_per_turn`` calls:
+  this one was not made (nor queued); the model may issue it again next turn.
 
 Every text that may carry data from outside (exception messages, stop details) is masked
 with :func:`~toolbreaker.core.run.redact.redact_text` here, where it is built.
@@ -31,6 +33,7 @@ from toolbreaker.errors import PolicyError, whole_seconds
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
     "SYSTEM_PROMPT_LINE",
+    "deferred_result",
     "denied_result",
     "error_result",
     "hidden_tools_line",
@@ -320,4 +323,21 @@ def journal_down_result(tool: str) -> dict[str, Any]:
         "instruction": f'"{tool}" was not called: its run journal cannot be reached, so the '
         "write could not be made safely (this is not a provider failure). Do not retry it "
         "now; say that the action is pending.",
+    }
+
+
+def deferred_result(tool: str, *, limit: int) -> dict[str, Any]:
+    """A call over the per-turn limit: not made, not queued; resubmit next turn."""
+    calls = "1 tool call" if limit == 1 else f"{limit} tool calls"
+    return {
+        "ok": False,
+        "tool": tool,
+        "deferred": True,
+        "reason": "turn-limit",
+        "resubmit": "next-turn",
+        "retryable": True,
+        "max_calls_per_turn": limit,
+        "instruction": f'"{tool}" was not called: this turn already started {calls}, the '
+        "most one turn may start. It was not queued either. Read the results you have; if "
+        "you still need it, call it again in your next turn (this is not a provider failure).",
     }
