@@ -255,6 +255,7 @@ class RedisStore(SharedStore):
         self._options: dict[str, Any] = {
             "socket_timeout": self.socket_timeout,
             "socket_connect_timeout": self.socket_timeout,
+            **_driver_options(redis),
         }
         self.cluster = bool(cluster)
         # No silent retries: a resent script could apply one event twice. A dead pooled
@@ -585,6 +586,21 @@ class RedisStore(SharedStore):
                 if ttl:
                     self._refresh(keys=[self._state_key(view.key)], args=[ttl], client=pipe)
             pipe.execute()
+
+
+def _driver_options(redis: Any) -> dict[str, Any]:
+    """The client's name and version for ``CLIENT SETINFO``, looked up once, here.
+
+    Left to itself, redis-py reads its own package metadata for every new connection (a
+    few milliseconds each): on the asyncio client that blocks the event loop once per
+    connection its pool opens.
+    """
+    version = str(getattr(redis, "__version__", "") or "unknown")
+    try:
+        driver_info = importlib.import_module("redis.driver_info")
+    except ImportError:  # pragma: no cover - redis < 7 takes the (later deprecated) kwarg
+        return {"lib_version": version}
+    return {"driver_info": driver_info.DriverInfo(lib_version=version)}
 
 
 class _Feed:
