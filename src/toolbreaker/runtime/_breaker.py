@@ -1081,10 +1081,7 @@ class Breaker:
             except CircuitOpen:
                 raise
             except Exception as exc:
-                if self._shared_budget is None:
-                    wait = self._retry_wait(operation, exc)
-                else:  # the shared budget is a store round trip: never on the loop
-                    wait = await asyncio.to_thread(self._retry_wait, operation, exc)
+                wait = await self._aretry_wait(operation, exc)
                 if wait is None:
                     raise
                 waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
@@ -1408,6 +1405,12 @@ class Breaker:
         """Seconds to wait before the next attempt, or ``None``: no retry, re-raise."""
         decision = self._retry_decision(operation, exc)
         return decision.wait_ms / 1000 if decision.retry else None
+
+    async def _aretry_wait(self, operation: _Operation, exc: Exception) -> float | None:
+        """:meth:`_retry_wait` for the event loop: a shared budget is paid in a thread."""
+        if self._shared_budget is None:
+            return self._retry_wait(operation, exc)
+        return await asyncio.to_thread(self._retry_wait, operation, exc)
 
     def _overran(self, operation: _Operation) -> bool:
         """The wait overran the end-to-end deadline: no attempt may start after it."""

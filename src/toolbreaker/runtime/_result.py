@@ -13,6 +13,8 @@ fallback to use, and not to invent the data. The shapes, one builder each:
 - :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
 - :func:`stopped_result`: the run guard stopped the run, or blocks its writes;
 - :func:`journal_down_result`: the run journal cannot be reached, so no write is made;
+- :func:`siblings_result`: parallel sibling calls as a bounded partial outcome: what
+  came in, and which branches degraded, failed or were cancelled by policy, and why;
 - :func:`deferred_result`: the model turn already started ``max_calls_per_turn`` calls:
   this one was not made (nor queued); the model may issue it again next turn.
 
@@ -39,6 +41,7 @@ __all__ = [
     "hidden_tools_line",
     "journal_down_result",
     "retry_after_seconds",
+    "siblings_result",
     "stopped_result",
     "system_prompt_line",
     "unavailable_result",
@@ -340,4 +343,31 @@ def deferred_result(tool: str, *, limit: int) -> dict[str, Any]:
         "instruction": f'"{tool}" was not called: this turn already started {calls}, the '
         "most one turn may start. It was not queued either. Read the results you have; if "
         "you still need it, call it again in your next turn (this is not a provider failure).",
+    }
+
+
+def siblings_result(branches: list[tuple[str, str, str | None, Any]]) -> dict[str, Any]:
+    """Parallel sibling calls as one bounded partial outcome the model can act on.
+
+    ``branches`` are ``(name, status, reason, result)``; status is ``completed``,
+    ``degraded``, ``failed`` or ``cancelled``. Completed results are given as they are;
+    for the others the reason is masked here.
+    """
+    results = {name: result for name, status, _, result in branches if status == "completed"}
+    missing = [
+        {"branch": name, "status": status, "reason": redact_text(str(reason or status))}
+        for name, status, reason, _ in branches
+        if status != "completed"
+    ]
+    if not missing:
+        return {"ok": True, "partial": False, "results": results}
+    names = ", ".join(f'"{m["branch"]}" ({m["status"]}: {m["reason"]})' for m in missing)
+    return {
+        "ok": False,
+        "partial": True,
+        "results": results,
+        "missing": missing,
+        "instruction": f"Only part of the parallel calls finished. Missing: {names}. "
+        "Answer from the results you have and tell the user which data is unavailable "
+        "and why; do not estimate or invent the missing data.",
     }
