@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from records_helpers import SharedMemory
-from toolbreaker import Breaker, CircuitOpen, PolicyError, Registry
+from toolbreaker import Breaker, CircuitOpen, GuardedTool, PolicyError, Registry, RunGuard
 from toolbreaker.runtime._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
@@ -251,3 +251,22 @@ def test_the_sheet_declares_max_concurrent(tmp_path):
 def test_max_concurrent_is_validated(bad):
     with pytest.raises(PolicyError, match="max_concurrent"):
         Breaker("search", timeout=1, max_concurrent=bad)
+
+
+def test_a_run_guard_step_holds_a_slot_and_saturation_never_stops_the_run():
+    """Through a run guard: the second concurrent call of a required tool limited to 1 is
+    answered ``saturated`` (resubmit), the run goes on, and settling frees the slot."""
+    breaker = Breaker("search", timeout=5, max_concurrent=1, enforce="cooperative")
+    guard = RunGuard("bulkhead-run")
+    guard.add_tool(GuardedTool("search", fn=lambda q: q, breaker=breaker, required=True))
+    first = guard.begin("search", {"q": "a"})
+    assert first.answer is None
+    second = guard.begin("search", {"q": "b"})
+    assert second.answer["reason"] == "saturated"
+    assert guard.stopped is None
+    first.succeeded({"ok": True})
+    third = guard.begin("search", {"q": "c"})
+    assert third.answer is None
+    asyncio.run(third.afailed(ValueError("bad query")))
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0

@@ -169,3 +169,36 @@ def test_async_retries_pay_the_shared_budget_off_the_loop(service):
     assert asyncio.run(breaker.acall(asearch))["query"] == "cable"
     assert breaker.stats.retries == {"retry": 1}
     assert store.inner.record_get(BUDGET_SPACE, "search:read")[0] == {"milli": 0}
+
+
+def test_a_run_guard_on_the_loop_pays_the_models_retry_off_the_loop(service):
+    """``RunGuard.abegin``: the model's re-call of a failed action spends the shared
+    budget in a worker thread; once it is spent the tool is unavailable for the run."""
+    from toolbreaker import GuardedTool, RunGuard
+
+    store = SharedMemory()
+    breaker = make(store, max_attempts=1, budget=1)
+    service.outage("GET /search", status=503)
+    guard = RunGuard("shared-budget")
+    guard.add_tool(GuardedTool("search", fn=lambda q: search(service, q), breaker=breaker))
+
+    async def acall_sync(tool: str, args: dict[str, Any]) -> Any:
+        step = await guard.abegin(tool, args)
+        if step.answer is not None:
+            return step.answer
+        try:
+            result = search(service, args["q"])
+        except Exception as exc:  # noqa: BLE001 - settled
+            return await step.afailed(exc)
+        return await step.asucceeded(result)
+
+    async def run() -> list[Any]:
+        return [await acall_sync("search", {"q": "cable"}) for _ in range(3)]
+
+    first, spent, refused = asyncio.run(run())
+    assert first["retryable"] is True
+    assert spent["reason"] == "retry-budget"
+    assert refused["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 2
+    assert store.inner.record_get(BUDGET_SPACE, "search:read")[0] == {"milli": 0}
+    assert breaker.stats.retries == {"model-retry": 1, "model-retry-refused": 1}

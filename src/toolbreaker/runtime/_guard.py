@@ -17,6 +17,7 @@ confirms, and refuses writes while an earlier write of the task is still unresol
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import threading
@@ -434,7 +435,11 @@ class RunGuard:
     async def abegin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
         """:meth:`begin` for the event loop: the breaker's store round trip is awaited."""
         step = self._plan(tool, dict(args or {}))
-        if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
+        if (
+            step.answer is None
+            and step.plan.spec.breaker is not None
+            and await self._amay_retry(step)
+        ):
             breaker = step.plan.spec.breaker.for_scope()
             admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
             self._admitted(step, admission)
@@ -574,8 +579,26 @@ class RunGuard:
         assert breaker is not None
         with self._lock:
             retrying = is_retry(self._retries, plan.fingerprint)
-        if not retrying or breaker._spend_model_retry():
+        return not retrying or breaker._spend_model_retry() or self._retry_refused(step)
+
+    async def _amay_retry(self, step: Step) -> bool:
+        """:meth:`_may_retry` for the event loop: a shared budget is paid in a thread."""
+        plan: _Plan = step.plan
+        breaker = plan.spec.breaker
+        assert breaker is not None
+        if breaker._shared_budget is None:
+            return self._may_retry(step)
+        with self._lock:
+            retrying = is_retry(self._retries, plan.fingerprint)
+        if not retrying or await asyncio.to_thread(breaker._spend_model_retry):
             return True
+        return self._retry_refused(step)
+
+    def _retry_refused(self, step: Step) -> bool:
+        """The retry budget is spent: the tool is unavailable for the run (``False``)."""
+        plan: _Plan = step.plan
+        breaker = plan.spec.breaker
+        assert breaker is not None
         self._finish(plan, "ignored")
         answer = breaker._unavailable("retry-budget", None, tool=step.tool)
         _answered(step, self._dependency_down(plan, answer, "retry-budget"))
