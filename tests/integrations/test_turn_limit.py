@@ -147,8 +147,67 @@ def test_openai_agents_defers_calls_beyond_the_turn_limit(service):
     assert run_guard.state.deferred == 11
 
 
+def test_langchain_defers_calls_beyond_the_turn_limit(service):
+    pytest.importorskip("langchain")
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langchain_core.tools import tool
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
+    ran: list[str] = []
+
+    @tool
+    def search(q: str) -> dict:
+        """Search the catalog."""
+        ran.append(q)
+        return request_json("GET", f"{service.url}/search?q={urllib.parse.quote(q)}", timeout=2)
+
+    read: list[list[Any]] = []
+
+    class Model(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Model:
+            return self
+
+    def replies() -> Iterator[AIMessage]:
+        calls = [{"name": "search", "args": {"q": q}, "id": f"c{n}"} for n, q in enumerate(QUERIES)]
+        yield AIMessage("", tool_calls=calls)
+        again = [c for c in calls if read[-1][int(c["id"][1:])].get("deferred")]
+        yield AIMessage("", tool_calls=[{**c, "id": "r" + c["id"]} for c in again])
+        yield AIMessage("done")
+
+    model = Model(messages=replies())
+    middleware = ToolbreakerMiddleware(registry=registry(), guard=guard())
+    agent = create_agent(model, [search], middleware=[middleware])
+
+    original = model._generate
+
+    def generate(messages: Any, *args: Any, **kwargs: Any) -> Any:
+        last = max(i for i, m in enumerate(messages) if isinstance(m, (AIMessage, HumanMessage)))
+        read.append([_decoded(m.content) for m in messages[last:] if isinstance(m, ToolMessage)])
+        return original(messages, *args, **kwargs)
+
+    object.__setattr__(model, "_generate", generate)
+    out = agent.invoke({"messages": [HumanMessage("find cables")]}, context={"task_id": "t"})
+
+    assert out["messages"][-1].content == "done"
+    first = read[1]
+    assert len(first) == 10
+    assert sum(1 for r in first if isinstance(r, dict) and r.get("deferred")) == 7
+    assert sum(1 for r in read[2] if isinstance(r, dict) and r.get("deferred")) == 4
+    assert len(ran) == 6
+    assert service.hits["GET /search"] == 6
+    assert middleware.guard_for("t").state.deferred == 11
+
+
 def _decoded(content: Any) -> Any:
-    return json.loads(content) if isinstance(content, str) else content
+    if not isinstance(content, str):
+        return content
+    try:
+        return json.loads(content)
+    except ValueError:
+        return content
 
 
 def _outputs(call: Any) -> dict[str, Any]:
