@@ -105,3 +105,11 @@ def test_no_turn_ever_runs_more_than_its_limit(limit, events):
         assert in_turn <= limit
         assert run.turn_calls == in_turn
     assert (run.deferred, run.calls) == (deferred, ran)
+
+
+def test_a_budget_file_sets_the_turn_limit(tmp_path):
+    path = tmp_path / "budget.toml"
+    path.write_text("max_tool_calls = 40\nmax_calls_per_turn = 8\n")
+    budget = Budget.from_toml(path)
+    assert budget.max_calls_per_turn == 8
+    assert budget.to_dict()["max_calls_per_turn"] == 8
