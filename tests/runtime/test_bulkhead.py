@@ -270,3 +270,44 @@ def test_a_run_guard_step_holds_a_slot_and_saturation_never_stops_the_run():
     asyncio.run(third.afailed(ValueError("bad query")))
     assert breaker._bulkhead is not None
     assert breaker._bulkhead.in_use == 0
+
+
+def test_the_quiet_fast_path_counts_its_calls_too():
+    """Once the breaker is quiet, call() and acall() skip the store but still hold a slot:
+    a call made while another runs is saturated, and every slot comes back."""
+    breaker = Breaker("search", timeout=5, max_concurrent=1, enforce="cooperative")
+    assert breaker.call(lambda: "warm") == "warm"
+    assert breaker.state is breaker._quiet  # the fast path from here on
+
+    def nested() -> str:
+        with pytest.raises(CircuitOpen) as info:
+            breaker.call(lambda: "inner")
+        return info.value.reason
+
+    assert breaker.call(nested) == "saturated"
+
+    async def anested() -> str:
+        async def inner() -> str:
+            return "inner"
+
+        with pytest.raises(CircuitOpen) as info:
+            await breaker.acall(inner)
+        return info.value.reason
+
+    assert asyncio.run(breaker.acall(anested)) == "saturated"
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0
+    assert breaker.stats.saturated == 2
+
+
+def test_a_lost_permit_and_the_fast_path_share_the_count():
+    """A permit never settled holds a slot until its time runs out, fast path or not."""
+    clock = FakeClock()
+    breaker = Breaker("search", timeout=1, max_concurrent=1, clock=clock, enforce="cooperative")
+    assert breaker.call(lambda: "warm") == "warm"
+    lost = breaker.allow()
+    assert lost.admitted
+    with pytest.raises(CircuitOpen):
+        breaker.call(lambda: "over")
+    clock.advance(1_000 + MARGIN_MS)
+    assert breaker.call(lambda: "back") == "back"

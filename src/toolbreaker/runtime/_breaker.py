@@ -537,7 +537,12 @@ class Breaker:
                 self.key, boundary.max_concurrent, self.store, self.clock, self._record_fault
             )
         )
-        self._plain = self._retry is None and self._scoped is None and self._bulkhead is None
+        # A bulkhead of this process alone keeps the quiet fast path: a counter around it.
+        local = self._bulkhead is not None and not self._bulkhead.shared
+        self._slots = self._bulkhead if local else None
+        self._plain = (
+            self._retry is None and self._scoped is None and (self._bulkhead is None or local)
+        )
         self._overflow: Breaker | None = None
         self._scopes_lock = threading.Lock()
 
@@ -976,22 +981,29 @@ class Breaker:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
             if deadline is not None:
                 # Quiet fast path: no permit, no lock, no record unless something happens.
+                slots = self._slots  # a bulkhead of this process only: a counter
+                if slots is not None and not slots.enter():
+                    raise self._no_slot(_SATURATED, deadline).error()
                 self.stats.admitted += 1
-                start = self.clock()
                 try:
-                    result = fn(*args, **kwargs)
-                except BaseException as exc:
-                    self._quiet_outcome(state, start, deadline, exc)
-                    raise
-                # Settle after all only if the core may care: a result predicate, a late
-                # result, or a state that changed meanwhile.
-                if (
-                    self.result_is_failure is not None
-                    or self.clock() - start > deadline
-                    or self._view.state is not state
-                ):
-                    self._quiet_outcome(state, start, deadline, result)
-                return result
+                    start = self.clock()
+                    try:
+                        result = fn(*args, **kwargs)
+                    except BaseException as exc:
+                        self._quiet_outcome(state, start, deadline, exc)
+                        raise
+                    # Settle after all only if the core may care: a result predicate, a late
+                    # result, or a state that changed meanwhile.
+                    if (
+                        self.result_is_failure is not None
+                        or self.clock() - start > deadline
+                        or self._view.state is not state
+                    ):
+                        self._quiet_outcome(state, start, deadline, result)
+                    return result
+                finally:
+                    if slots is not None:
+                        slots.leave()
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
@@ -1014,7 +1026,7 @@ class Breaker:
             self._retry_succeeded()
             return result
 
-    async def acall(
+    async def acall(  # noqa: PLR0915 - the quiet fast path stays in one frame
         self,
         fn: Callable[..., Awaitable[R]],
         /,
@@ -1039,36 +1051,43 @@ class Breaker:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
             if deadline is not None:
                 # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
+                slots = self._slots
+                if slots is not None and not slots.enter():
+                    raise self._no_slot(_SATURATED, deadline).error()
                 self.stats.admitted += 1
-                start = self.clock()
                 try:
-                    if self._inline:
-                        result = await fn(*args, **kwargs)
-                    else:
-                        # within(), inline: no coroutine frame of its own per call.
-                        call = fn(*args, **kwargs)
-                        dog = watch(call, deadline / 1000)
-                        try:
-                            result = await call
-                        except BaseException as exc:
-                            dog.failed(call, exc, deadline / 1000)
-                            raise
-                        dog.done(call)
-                except TimeoutError:
-                    await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
-                    raise
-                except BaseException as exc:
-                    await self._quiet_permit(state, start, deadline).arecord(exc)
-                    raise
-                if (
-                    self.result_is_failure is not None
-                    or self.clock() - start > deadline
-                    or self._view.state is not state
-                ):
-                    await self._quiet_permit(state, start, deadline).arecord(
-                        self.result_verdict(result)
-                    )
-                return result
+                    start = self.clock()
+                    try:
+                        if self._inline:
+                            result = await fn(*args, **kwargs)
+                        else:
+                            # within(), inline: no coroutine frame of its own per call.
+                            call = fn(*args, **kwargs)
+                            dog = watch(call, deadline / 1000)
+                            try:
+                                result = await call
+                            except BaseException as exc:
+                                dog.failed(call, exc, deadline / 1000)
+                                raise
+                            dog.done(call)
+                    except TimeoutError:
+                        await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
+                        raise
+                    except BaseException as exc:
+                        await self._quiet_permit(state, start, deadline).arecord(exc)
+                        raise
+                    if (
+                        self.result_is_failure is not None
+                        or self.clock() - start > deadline
+                        or self._view.state is not state
+                    ):
+                        await self._quiet_permit(state, start, deadline).arecord(
+                            self.result_verdict(result)
+                        )
+                    return result
+                finally:
+                    if slots is not None:
+                        slots.leave()
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)

@@ -120,6 +120,7 @@ class Bulkhead:
         self._on_fault = on_fault
         self._lock = threading.Lock()
         self._held: dict[str, int] = {}
+        self._running = 0  # slots of calls that give them back in a ``finally``
         self._ids = itertools.count(1)
         self.space = f"{BULKHEAD_SPACE}/{key}"
         self._names = tuple(f"slot-{i}" for i in range(limit))
@@ -132,7 +133,24 @@ class Bulkhead:
     @property
     def in_use(self) -> int:
         """Slots this process holds now (expired ones included until taken back)."""
-        return len(self._held)
+        return len(self._held) + self._running
+
+    def enter(self) -> bool:
+        """Take a slot of this process for a call that surely gives it back (``leave``).
+
+        The quiet fast path of ``call``/``acall`` does, in a ``finally``: no lease, no
+        time, one lock. Only for a bulkhead that is not shared.
+        """
+        with self._lock:
+            if self._running + len(self._held) >= self.limit and not self._expire():
+                return False
+            self._running += 1
+            return True
+
+    def leave(self) -> None:
+        """Give back a slot taken with :meth:`enter`."""
+        with self._lock:
+            self._running -= 1
 
     def acquire(self, deadline_ms: int) -> Slot | str:
         """A slot for a call with this deadline, or why not (``saturated`` or a store fault)."""
@@ -172,15 +190,20 @@ class Bulkhead:
         now = self.clock()
         with self._lock:
             held = self._held
-            if len(held) >= self.limit:
-                for name, until in tuple(held.items()):
-                    if until <= now:
-                        del held[name]  # a permit never settled: its time ran out
-                if len(held) >= self.limit:
-                    return None
+            if len(held) + self._running >= self.limit and not self._expire():
+                return None
             holder = f"{_token}.{next(self._ids)}"
             held[holder] = now + ttl
             return holder
+
+    def _expire(self) -> bool:
+        """Take back slots whose time ran out (lock held); whether one is free now."""
+        now = self.clock()
+        held = self._held
+        for name, until in tuple(held.items()):
+            if until <= now:
+                del held[name]  # a permit never settled: its time ran out
+        return len(held) + self._running < self.limit
 
     def _shared(self, holder: str, ttl: int) -> Slot | str:
         """Take a free lease of the store: one listing, then a compare-and-set or two."""
