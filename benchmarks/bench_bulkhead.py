@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolbreaker import Breaker, CircuitOpen
+from toolbreaker import Breaker, CircuitOpen, Policy
 from toolbreaker.stores import RedisStore, SQLiteStore
 
 
@@ -72,8 +72,14 @@ def main() -> None:
             stores["redis"] = RedisStore(options.redis)
 
         def breaker(limit: int | None, store: Any = None, name: str = "dep") -> Breaker:
+            # A day's deadline: the slot a saturated row holds never runs out during it.
             return Breaker(
-                name, timeout=5, max_concurrent=limit, store=store, enforce="cooperative"
+                name,
+                policy=Policy(lease_ttl_ms=86_400_000),
+                timeout=86_400,
+                max_concurrent=limit,
+                store=store,
+                enforce="cooperative",
             )
 
         rows: dict[str, tuple[Callable[[], Any], int]] = {

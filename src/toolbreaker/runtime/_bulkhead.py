@@ -41,7 +41,6 @@ from typing import Final
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.stores._protocol import Records
-from toolbreaker.stores._records import acquire_lease, release_lease
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["BULKHEAD_SPACE", "MARGIN_MS", "Bulkhead", "Slot", "shares_records"]
@@ -75,12 +74,15 @@ def shares_records(store: object) -> bool:
 class Slot:
     """One slot of a bulkhead, held by one call; give it back exactly once (idempotent)."""
 
-    __slots__ = ("_bulkhead", "holder", "lease")
+    __slots__ = ("_bulkhead", "holder", "lease", "version")
 
-    def __init__(self, bulkhead: Bulkhead, holder: str, lease: str | None) -> None:
+    def __init__(
+        self, bulkhead: Bulkhead, holder: str, lease: str | None, version: int = 0
+    ) -> None:
         self._bulkhead = bulkhead
         self.holder = holder
         self.lease = lease
+        self.version = version  # the lease record's version as this holder wrote it
 
     def release(self) -> None:
         """Give the slot back (a store lease with one round trip)."""
@@ -206,21 +208,29 @@ class Bulkhead:
         return len(held) + self._running < self.limit
 
     def _shared(self, holder: str, ttl: int) -> Slot | str:
-        """Take a free lease of the store: one listing, then a compare-and-set or two."""
+        """Take a free lease of the store: one listing, then a compare-and-set or two.
+
+        A slot is free when its lease is absent or its time ran out (the lease rule of
+        :func:`~toolbreaker.stores._records.acquire_lease`); the compare-and-set is made
+        on the version the listing showed, so a slot taken meanwhile is never taken twice.
+        """
         records = self._records
         assert records is not None
         try:
             now = self.clock()
-            live = set()
-            for name, value, _ in records.record_list(self.space):
+            versions = {}
+            for name, value, version in records.record_list(self.space):
                 until = value.get("until")
-                if isinstance(until, int) and until > now:
-                    live.add(name)
-            free = [name for name in self._names if name not in live]
+                versions[name] = -1 if isinstance(until, int) and until > now else version
+            free = [name for name in self._names if versions.get(name, 0) >= 0]
             random.shuffle(free)
+            wanted = {"holder": holder, "until": now + ttl}
             for name in free[:_TRIES]:
-                if acquire_lease(records, self.space, name, holder, ttl_ms=ttl, now_ms=now):
-                    return Slot(self, holder, name)
+                written = records.record_put(
+                    self.space, name, wanted, version=versions.get(name, 0)
+                )
+                if written is not None:
+                    return Slot(self, holder, name, written)
         except (StoreUnavailable, NotImplementedError, ValueError, TypeError) as exc:
             self._forget(holder)
             self._on_fault()
@@ -240,7 +250,9 @@ class Bulkhead:
         if lease is None or self._records is None:
             return
         try:
-            release_lease(self._records, self.space, lease, slot.holder)
+            # One round trip, and only the version this holder wrote: a successor that
+            # took the slot over after its time ran out keeps it.
+            self._records.record_delete(self.space, lease, version=slot.version)
         except (StoreUnavailable, NotImplementedError, ValueError, TypeError) as exc:
             self._on_fault()
             hook_failed(
