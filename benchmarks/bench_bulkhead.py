@@ -7,7 +7,8 @@ Every row calls a no-op through ``Breaker.call`` in the cooperative mode (the ca
 inline, so the rows differ only by the bulkhead) and reports the median ns/call of
 ``--repeats`` samples; rows are interleaved so a slow phase of a noisy VM spreads over
 all of them. ``saturated`` rows time a call answered at once because the bulkhead is full
-(one slot held by an unsettled permit). The lease rows take and give back a slot in the
+(one slot held by an unsettled permit). ``acall`` rows use the default async mode (the
+loop's watchdog keeps the deadline). The lease rows take and give back a slot in the
 store for every call: one listing and one compare-and-set to take, a read and a delete
 to give back.
 """
@@ -15,6 +16,7 @@ to give back.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import tempfile
 import time
@@ -39,6 +41,20 @@ def timed(call: Callable[[], Any], n: int) -> float:
 
 def admitted(breaker: Breaker) -> Callable[[], Any]:
     return lambda: breaker.call(noop)
+
+
+async def anoop() -> None:
+    return None
+
+
+def aadmitted(breaker: Breaker, n: int) -> Callable[[], Any]:
+    """``n`` awaited calls per sample on one loop (``timed`` then divides by ``n``)."""
+
+    async def many() -> None:
+        for _ in range(n):
+            await breaker.acall(anoop)
+
+    return lambda: asyncio.run(many())
 
 
 def saturated(breaker: Breaker) -> Callable[[], Any]:
@@ -71,7 +87,9 @@ def main() -> None:
         if options.redis:
             stores["redis"] = RedisStore(options.redis)
 
-        def breaker(limit: int | None, store: Any = None, name: str = "dep") -> Breaker:
+        def breaker(
+            limit: int | None, store: Any = None, name: str = "dep", enforce: Any = "cooperative"
+        ) -> Breaker:
             # A day's deadline: the slot a saturated row holds never runs out during it.
             return Breaker(
                 name,
@@ -79,13 +97,21 @@ def main() -> None:
                 timeout=86_400,
                 max_concurrent=limit,
                 store=store,
-                enforce="cooperative",
+                enforce=enforce,
             )
 
         rows: dict[str, tuple[Callable[[], Any], int]] = {
             "no bulkhead [memory]": (admitted(breaker(None)), local_n),
             "max_concurrent=8 [memory, in-process table]": (admitted(breaker(8)), local_n),
             "saturated, answered at once [memory]": (saturated(breaker(1)), local_n),
+            "acall, no bulkhead [memory, d: watchdog]": (
+                aadmitted(breaker(None, enforce="thread"), local_n),
+                1,
+            ),
+            "acall, max_concurrent=8 [memory, d: watchdog]": (
+                aadmitted(breaker(8, enforce="thread"), local_n),
+                1,
+            ),
         }
         for kind, store in stores.items():
             rows[f"no bulkhead [{kind}]"] = (admitted(breaker(None, store, f"a-{kind}")), store_n)
@@ -100,8 +126,10 @@ def main() -> None:
         samples: dict[str, list[float]] = {name: [] for name in rows}
         for _ in range(options.repeats):
             for name, (call, n) in rows.items():
-                call()  # warm
-                samples[name].append(timed(call, n))
+                if n > 1:
+                    call()  # warm
+                per_call = local_n if name.startswith("acall") else 1
+                samples[name].append(timed(call, n) / per_call)
         width = max(map(len, rows))
         print(f"{'row':<{width}}  median ns/call")
         for name, values in samples.items():
