@@ -144,6 +144,12 @@ def _parser() -> argparse.ArgumentParser:
     from toolbreaker.cli._observe import add_commands
 
     add_commands(commands)
+
+    from toolbreaker.cli._simulate import add_command as add_simulate
+    from toolbreaker.cli._tune import add_command as add_tune
+
+    add_simulate(commands)
+    add_tune(commands)
     return parser
 
 
