@@ -34,6 +34,7 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._scope import current_scope, scope
+from toolbreaker.runtime._siblings import BranchOutcome, SiblingOutcome, Siblings
 from toolbreaker.runtime._step import Step
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "SYSTEM_PROMPT_LINE",
     "ActionRequest",
     "Boundary",
+    "BranchOutcome",
     "Breaker",
     "BreakerStats",
     "Classifier",
@@ -53,6 +55,8 @@ __all__ = [
     "Registry",
     "Rejection",
     "RunGuard",
+    "SiblingOutcome",
+    "Siblings",
     "Step",
     "StopPacket",
     "TraceRecorder",

@@ -36,6 +36,9 @@ __all__ = [
 #: ambiguous.
 Enforce = Literal["thread", "cooperative"]
 
+#: The largest bulkhead (``max_concurrent``) a row may declare.
+MAX_CONCURRENT: Final = 10_000
+
 #: The :class:`~toolbreaker.Policy` fields a sheet row may set directly.
 POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(Policy))
 
@@ -75,6 +78,9 @@ class Boundary:
         max_retry_after_ms: a server hint (``Retry-After`` ...) longer than this is not
             waited out: the tool is unavailable for the run and the model is told so.
             ``None``: no limit.
+        max_concurrent: the bulkhead: the most calls of this row in flight at once (in
+            this process, and across processes when the store is shared); a call over
+            the limit is answered at once with reason ``saturated``. ``None``: no limit.
     """
 
     dependency: str
@@ -94,6 +100,7 @@ class Boundary:
     max_scopes: int = 1000
     retry: RetryPolicy | None = None
     max_retry_after_ms: int | None = None
+    max_concurrent: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dependency", "operation"):
@@ -154,6 +161,12 @@ class Boundary:
                 field="max_scopes",
             )
         self._check_retry()
+        limit = self.max_concurrent
+        if limit is not None and (type(limit) is not int or not 0 < limit <= MAX_CONCURRENT):
+            raise PolicyError(
+                f"max_concurrent must be an integer from 1 to {MAX_CONCURRENT}, got {shown(limit)}",
+                field="max_concurrent",
+            )
 
     def _check_retry(self) -> None:
         retry = self.retry
