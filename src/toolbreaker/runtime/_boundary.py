@@ -37,6 +37,9 @@ __all__ = [
 #: ambiguous.
 Enforce = Literal["thread", "cooperative"]
 
+#: The largest bulkhead (``max_concurrent``) a row may declare.
+MAX_CONCURRENT: Final = 10_000
+
 #: The :class:`~toolbreaker.Policy` fields a sheet row may set directly.
 POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(Policy))
 
@@ -82,6 +85,9 @@ class Boundary:
         max_stale: seconds: the oldest last good answer ``stale`` may serve (read rows).
         stale_every: seconds: a success refreshes the kept answer at most this often, so a
             busy read does not pay a store round trip per call.
+        max_concurrent: the bulkhead: the most calls of this row in flight at once (in
+            this process, and across processes when the store is shared); a call over
+            the limit is answered at once with reason ``saturated``. ``None``: no limit.
     """
 
     dependency: str
@@ -104,6 +110,7 @@ class Boundary:
     degrade: tuple[str, ...] = ()
     max_stale: float | None = None
     stale_every: float = 5.0
+    max_concurrent: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dependency", "operation"):
@@ -165,6 +172,12 @@ class Boundary:
             )
         self._check_retry()
         self._check_degrade()
+        limit = self.max_concurrent
+        if limit is not None and (type(limit) is not int or not 0 < limit <= MAX_CONCURRENT):
+            raise PolicyError(
+                f"max_concurrent must be an integer from 1 to {MAX_CONCURRENT}, got {shown(limit)}",
+                field="max_concurrent",
+            )
 
     def _check_retry(self) -> None:
         retry = self.retry
