@@ -557,3 +557,31 @@ def test_a_guard_on_the_event_loop_degrades_off_the_loop(store):
     assert answer["queued"] is True
     [(_, item, _)] = store.record_list("toolbreaker.queue")
     assert item["task"] == "task-a"
+
+
+def test_sibling_branches_count_a_queued_write_as_degraded_and_a_stale_read_as_completed():
+    """In a sibling group, a queued write is *degraded* (not failed); a stale read completed
+    with its stale label for the model to read."""
+    from toolbreaker import Siblings
+
+    store = MemoryStore()
+    registry = Registry.from_dict(
+        sheet(
+            tickets__write={"tool": "create_ticket", "degrade": "queue"},
+            search__read={"degrade": "stale", "max_stale": 60, "stale_every": 0},
+        ),
+        store=store,
+    )
+    tickets, search = registry.get("tickets", "write"), registry.get("search", "read")
+    search.degradation.wall_clock = Wall()
+    search.begin("search", {"q": "x"}).succeeded({"results": [1]})
+    tickets.isolate()
+    search.isolate()
+    group = Siblings()
+    group.add("ticket", lambda: tickets.begin("create_ticket", {"title": "t"}).answer)
+    group.add("search", lambda: search.begin("search", {"q": "x"}).answer)
+    outcome = group.run()
+    assert outcome.degraded == ("ticket",)
+    assert outcome["ticket"].reason == "queue"
+    assert outcome.completed == ("search",)
+    assert outcome["search"].result["stale"] is True

@@ -307,8 +307,15 @@ class Siblings:
             return BranchOutcome(name, "failed", type(error).__name__, error=error)
         result = done.result()
         if isinstance(result, Mapping) and result.get("ok") is False:
-            if result.get("tool_unavailable") or result.get("deferred"):
-                return BranchOutcome(name, "degraded", str(result.get("reason")), result)
+            if (
+                result.get("tool_unavailable")
+                or result.get("deferred")
+                or result.get("degradation")
+            ):
+                # A queued, handed-off or omitted call (the degradation matrix) is degraded,
+                # not failed; a stale or substitute answer (ok) completed, labelled as such.
+                why = result.get("reason") or result.get("degradation")
+                return BranchOutcome(name, "degraded", str(why), result)
             return BranchOutcome(name, "failed", "error-result", result)
         return BranchOutcome(name, "completed", None, result)
 
