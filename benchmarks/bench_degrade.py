@@ -10,6 +10,8 @@ Success rows: ``Breaker.begin`` + ``step.succeeded`` on a closed breaker, for a 
 no chain, a ``stale`` row refreshing its kept answer at most every 5 s (the default), and
 a ``stale`` row writing it on every success (``stale_every = 0``). Rejection rows: an
 isolated breaker's ``begin``, plain, ``omit``, and ``stale`` (a record read per call).
+Queue rows: queueing an item (``begin`` on an isolated ``queue`` row) and draining it
+(claim, start and done: three compare-and-sets, plus the breaker's admission).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolbreaker import MemoryStore, Registry, SQLiteStore
+from toolbreaker import MemoryStore, Registry, SQLiteStore, drain
 
 RESULT = {"results": [{"sku": f"C-{n}", "price": 10 + n} for n in range(5)]}
 
@@ -79,6 +81,23 @@ def rows(store: Any) -> dict[str, Callable[[int], None]]:
     }
 
 
+def queue_rows(store: Any, items: int) -> tuple[float, float]:
+    """ns per item to queue ``items`` items, and to drain them."""
+    breaker = breaker_for(store, degrade="queue")
+    breaker.isolate()
+    start = time.perf_counter_ns()
+    for n in range(items):
+        args = {"n": n, "idempotency_key": f"{breaker.key}-{n}"}
+        assert breaker.begin("make", args).answer["queued"]
+    queued = time.perf_counter_ns()
+    breaker.release()
+    report = drain(
+        store, {"make": lambda n, idempotency_key: {"n": n}}, dependency=breaker.dependency
+    )
+    assert len(report.done) == items
+    return (queued - start) / items, (time.perf_counter_ns() - queued) / items
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -105,6 +124,9 @@ def main() -> int:
             print(f"\n{name} store, median of {args.repeats} (ns/call)")
             for row, values in samples.items():
                 print(f"  {row:<55} {statistics.median(values):>10,.0f}")
+            queue, drained = queue_rows(store, 30 if args.quick else 300)
+            print(f"  {'queue one item (ns/item)':<55} {queue:>10,.0f}")
+            print(f"  {'drain one item (ns/item)':<55} {drained:>10,.0f}")
         sqlite.close()
     return 0
 
