@@ -127,3 +127,46 @@ def test_new_connections_do_not_read_package_metadata_on_the_loop(redis_server, 
         store.close()
     assert [sum(b.stats.failures.values()) for b in breakers] == [1] * 8
     assert lookups == []
+
+
+def test_a_run_guards_journal_on_a_slow_store_never_blocks_the_loop(slow_redis):
+    """A write through RunGuard.acall journals it pending, checks and confirms it: three
+    round trips of at least 200 ms to a slow Redis. A ticker on the same loop keeps
+    ticking meanwhile (a blocked loop would tick about three times, once per trip)."""
+    from toolbreaker import RunGuard
+
+    journal = RedisStore(
+        slow_redis.url("redis"),
+        prefix=f"t{uuid.uuid4().hex[:8]}",
+        socket_timeout=5.0,
+        volatile_journal=True,
+    )
+    guard = RunGuard(f"task-{uuid.uuid4().hex[:8]}", journal=journal)
+
+    @guard.tool(risk="reversible_write")
+    async def create_ticket(title: str, idempotency_key: str) -> dict:
+        return {"id": "T-1", "title": title}
+
+    async def main() -> tuple[object, int]:
+        ticks = 0
+        running = True
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while running:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        beat = asyncio.create_task(ticker())
+        result = await guard.acall("create_ticket", {"title": "printer"})
+        running = False
+        await beat
+        return result, ticks
+
+    try:
+        result, ticks = asyncio.run(main())
+        assert result == {"id": "T-1", "title": "printer"}
+        assert journal.journal_entries(guard.task)[0]["status"] == "confirmed"
+    finally:
+        journal.close()
+    assert ticks >= 15  # over 600 ms of round trips, at 10 ms a tick

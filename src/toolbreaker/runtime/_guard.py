@@ -392,8 +392,12 @@ class RunGuard:
         return self._journal_pending(step)
 
     async def abegin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
-        """:meth:`begin` for the event loop: the breaker's store round trip is awaited."""
-        step = self._plan(tool, dict(args or {}))
+        """:meth:`begin` for the event loop: store round trips never block it.
+
+        The breaker's round trip is awaited; the journal's run in a worker thread when
+        the journal is a shared store.
+        """
+        step = await self._off_loop(None, self._plan, tool, dict(args or {}))
         if (
             step.answer is None
             and step.plan.spec.breaker is not None
@@ -406,7 +410,20 @@ class RunGuard:
                 # The degradation's store round trips run off the loop.
                 served = await self._adegraded(step.plan, admission.result_for(step.tool))
             self._admitted(step, admission, served)
-        return self._journal_pending(step)
+        return await self._off_loop(step, self._journal_pending, step)
+
+    async def _off_loop(self, step: Step | None, fn: Callable[..., R], /, *args: Any) -> R:
+        """``fn(*args)`` where it cannot block the event loop on a shared store.
+
+        Inline when the journal, and the store of the step's breaker, live in this
+        process (no I/O to wait for); in a worker thread otherwise.
+        """
+        stores = [self.journal]
+        if step is not None and step.plan.spec.breaker is not None:
+            stores.append(step.plan.spec.breaker.store)
+        if all(isinstance(store, MemoryStore) for store in stores):
+            return fn(*args)
+        return await asyncio.to_thread(fn, *args)
 
     # -- plan: the run machine decides ------------------------------------------------------
 
@@ -642,14 +659,14 @@ class RunGuard:
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
         if step.permit is not None:
             await step.permit.arecord(step.permit.breaker.result_verdict(result))
-        return self._succeeded(step, result)
+        return await self._off_loop(step, self._succeeded, step, result)
 
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
         if step.permit is not None:
             await step.permit.arecord(exc)
         if not isinstance(exc, Exception):
             raise exc
-        return self._failed(step, exc)
+        return await self._off_loop(step, self._failed, step, exc)
 
     # -- execute, verify, record -------------------------------------------------------------
 
@@ -941,6 +958,7 @@ def _answered(step: Step, answer: Any) -> Step:
 
 
 _E = TypeVar("_E", bound=BaseException)
+R = TypeVar("R")
 
 
 def _found(exc: BaseException, kind: type[_E]) -> _E | None:
