@@ -1092,6 +1092,8 @@ class Breaker:
             # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
             wait = None if until is None or state.isolated or self.policy.force else until - now
+            if wait is not None and wait <= 0:
+                wait = None  # past the deadline: waiting for the health checker
             render = (
                 self._render
                 if state.operator_reason is None
