@@ -24,8 +24,9 @@ from toolbreaker.runtime._guard import (
     evidence_digest,
     may_have_committed,
 )
+from toolbreaker.runtime._published import PolicyFollower, PublishedSheet
 from toolbreaker.runtime._recorder import TraceRecorder
-from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime._registry import Registry, publish_policy
 from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
     error_result,
@@ -50,6 +51,8 @@ __all__ = [
     "GuardedTool",
     "Listener",
     "Permit",
+    "PolicyFollower",
+    "PublishedSheet",
     "Registry",
     "Rejection",
     "RunGuard",
@@ -67,6 +70,7 @@ __all__ = [
     "monotonic_ms",
     "parse_duration",
     "parse_retry_after",
+    "publish_policy",
     "scope",
     "system_prompt_line",
     "unavailable_result",

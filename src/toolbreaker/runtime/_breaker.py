@@ -279,7 +279,16 @@ class Permit:
     that is never settled is released by the core when its lease expires.
     """
 
-    __slots__ = ("_settled", "admitted_at", "breaker", "call", "deadline_ms", "generation", "probe")
+    __slots__ = (
+        "_settled",
+        "admitted_at",
+        "breaker",
+        "call",
+        "deadline_ms",
+        "generation",
+        "policy",
+        "probe",
+    )
     admitted: Final = True
 
     def __init__(  # noqa: PLR0917 - built by the breaker only
@@ -290,8 +299,11 @@ class Permit:
         admitted_at: int,
         deadline_ms: int | None,
         probe: bool,
+        policy: Policy | None = None,
     ) -> None:
         self.breaker = breaker
+        # The policy the call was admitted under settles it too: a swap never lands mid-call.
+        self.policy = breaker.policy if policy is None else policy
         self.call = call
         self.generation = generation
         self.admitted_at = admitted_at
@@ -496,6 +508,7 @@ class Breaker:
         self._plain = self._retry is None and self._scoped is None
         self._overflow: Breaker | None = None
         self._scopes_lock = threading.Lock()
+        self._stamp = False  # set by adopt(): records then name their policy version
 
     # -- inspection -------------------------------------------------------------------
 
@@ -541,6 +554,55 @@ class Breaker:
         if idle_rejection(state, now, target.policy) is None:
             return False, None
         return True, core_retry_after_ms(state, now, target.policy)
+
+    def adopt(self, boundary: Boundary) -> None:
+        """Take a new sheet row (a published policy) between calls, keeping the state.
+
+        The state stays in the store, untouched: the next event is decided under the new
+        policy (a stored state the new policy cannot hold, e.g. more failures than a
+        lowered threshold, loads as corrupt and fails closed, as any state does). A call
+        already admitted is settled under the policy it was admitted under. The row's
+        scope and code-only options (classifier, result predicate) stay as they were.
+        From now on the breaker's records name the policy version they were decided
+        under (:attr:`~toolbreaker.Transition.policy_version`).
+        """
+        old = self.boundary
+        if boundary.key != old.key:
+            raise PolicyError(f"a row for {boundary.key!r} cannot replace {old.key!r}")
+        boundary = dataclasses.replace(
+            boundary,
+            scope=old.scope,
+            max_scopes=old.max_scopes,
+            classifier=old.classifier,
+            result_is_failure=old.result_is_failure,
+        )
+        self._stamp = True
+        self.boundary = boundary
+        self.timeout = boundary.timeout
+        self._default_deadline = self._deadline_ms(boundary.timeout)
+        self.enforce = boundary.enforce
+        self._inline = boundary.enforce == "cooperative"
+        self.fallback = boundary.fallback
+        self.fallback_note = boundary.fallback_note
+        self.retryable = boundary.retryable
+        self.owner = boundary.owner
+        self.instructions = dict(boundary.instructions)
+        self._rendered = {}
+        if boundary.retry != self._retry:
+            with self._retry_lock:
+                self._retry = boundary.retry
+                self._retry_budget = None if self._retry is None else RetryBudget.full(self._retry)
+            self._plain = self._retry is None and self._scoped is None
+        # The policy last, in one assignment: the next decision sees all of the new row.
+        self._quiet = None
+        self.policy = boundary.policy
+        self._quiet = None
+        for child in self.scopes().values():
+            child.adopt(dataclasses.replace(boundary, dependency=child.dependency, scope=None))
+        if self._overflow is not None:
+            overflow = self._overflow
+            row = dataclasses.replace(boundary, dependency=overflow.dependency, scope=None)
+            overflow.adopt(row)
 
     # -- scopes -----------------------------------------------------------------------
 
@@ -609,6 +671,7 @@ class Breaker:
             max_workers=self._max_workers,
         )
         child._listeners = self._listeners
+        child._stamp = self._stamp
         return child
 
     # -- two-step API ---------------------------------------------------------------
@@ -721,28 +784,35 @@ class Breaker:
                 return Permit(self, None, state.generation, now, deadline, probe=False)
         return None
 
-    def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
-        event = self._request(now)
+    def _admit(
+        self, now: int, deadline: int | None, *, health_check: bool = False
+    ) -> Permit | Rejection:
+        event = self._request(now, health_check)
+        policy = self.policy
         try:
-            state, records = self.store.apply(self.key, event, self.policy)
+            state, records = self.store.apply(self.key, event, policy)
         except StoreUnavailable:
             return self._store_down()
-        return self._admitted(state, records, now, deadline)
+        return self._admitted(state, records, now, deadline, policy)
 
-    async def _aadmit(self, now: int, deadline: int | None) -> Permit | Rejection:
-        event = self._request(now)
+    async def _aadmit(
+        self, now: int, deadline: int | None, *, health_check: bool = False
+    ) -> Permit | Rejection:
+        event = self._request(now, health_check)
+        policy = self.policy
         try:
-            state, records = await self._store_aapply(event)
+            state, records = await aapply(self.store, self.key, event, policy)
         except StoreUnavailable:
             return self._store_down()
-        return self._admitted(state, records, now, deadline)
+        return self._admitted(state, records, now, deadline, policy)
 
     async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
         return self._local(now, deadline) or await self._aadmit(now, deadline)
 
-    def _request(self, now: int) -> Event:
-        return Event("request", now, self.key, call=f"{_process_token}.{next(self._ids)}")
+    def _request(self, now: int, health_check: bool = False) -> Event:
+        call = f"{_process_token}.{next(self._ids)}"
+        return Event("request", now, self.key, call=call, health_check=health_check)
 
     def _store_down(self) -> Rejection:
         self.stats.rejected += 1
@@ -754,15 +824,16 @@ class Breaker:
         records: tuple[Transition, ...],
         now: int,
         deadline: int | None,
+        policy: Policy,
     ) -> Permit | Rejection:
-        self._observe(state, records, now)
+        records = self._observe(state, records, now, policy)
         last = records[-1]
         if last.attempted:
             self.stats.admitted += 1
             if last.would_reject:
                 self.stats.would_reject += 1
             probe = last.to_phase == HALF_OPEN and not last.would_reject
-            return Permit(self, last.event.call, last.generation, now, deadline, probe)
+            return Permit(self, last.event.call, last.generation, now, deadline, probe, policy)
         self.stats.rejected += 1
         return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
 
@@ -775,22 +846,20 @@ class Breaker:
         if event is None:
             return None
         try:
-            state, records = self.store.apply(self.key, event, self.policy)
+            state, records = self.store.apply(self.key, event, permit.policy)
         except StoreUnavailable:
             return None  # the outcome is lost, never turned into a success
-        self._observe(state, records, now)
-        return records[-1]
+        return self._observe(state, records, now, permit.policy)[-1]
 
     async def _asettle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
         event = self._outcome(permit, verdict, now)
         if event is None:
             return None
         try:
-            state, records = await self._store_aapply(event)
+            state, records = await aapply(self.store, self.key, event, permit.policy)
         except StoreUnavailable:
             return None  # the outcome is lost, never turned into a success
-        self._observe(state, records, now)
-        return records[-1]
+        return self._observe(state, records, now, permit.policy)[-1]
 
     def _outcome(self, permit: Permit, verdict: Verdict, now: int) -> Event | None:
         """The outcome event to apply, or ``None`` when the core declared it a no-op."""
@@ -804,7 +873,7 @@ class Breaker:
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
                 return None
         took = None
-        if kind == "success" and self.policy.slow_call_ms is not None:
+        if kind == "success" and permit.policy.slow_call_ms is not None:
             took = max(0, now - permit.admitted_at)  # only slow-call rules need it
         return Event(
             kind,
@@ -822,7 +891,19 @@ class Breaker:
             return True
         return False
 
-    def _observe(self, state: BreakerState, records: tuple[Transition, ...], now: int) -> None:
+    def _observe(
+        self,
+        state: BreakerState,
+        records: tuple[Transition, ...],
+        now: int,
+        policy: Policy | None = None,
+    ) -> tuple[Transition, ...]:
+        """Count and publish the core's records; returns them (stamped when following)."""
+        if self._stamp:
+            # A breaker following a published sheet names the policy each record was
+            # decided under, even when a swap lands before its listeners run.
+            version = (policy or self.policy).version
+            records = tuple(dataclasses.replace(r, policy_version=version) for r in records)
         stats = self.stats
         for record in records:
             if record.from_phase != record.to_phase:
@@ -855,6 +936,7 @@ class Breaker:
                         f"({record.reason}); the call's outcome stands",
                         exc,
                     )
+        return records
 
     # -- running calls ----------------------------------------------------------------
 
@@ -1557,9 +1639,9 @@ class Breaker:
             call=f"operator:{reason}",
             reason=None if kind == "release" else note,
         )
-        state, records = self.store.apply(self.key, event, self.policy)
-        self._observe(state, records, now)
-        return records[-1]
+        policy = self.policy
+        state, records = self.store.apply(self.key, event, policy)
+        return self._observe(state, records, now, policy)[-1]
 
     # -- helpers ----------------------------------------------------------------------
 

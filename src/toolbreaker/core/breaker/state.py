@@ -364,6 +364,9 @@ class Transition:
         would_reject: the request was admitted only because the policy admits every
             request (shadow mode, forced closed); ``reason`` says why it would have
             been rejected. Left out of :meth:`to_dict` while false.
+        policy_version: the version of the policy the core decided under, stamped by a
+            breaker that follows a published sheet (``None`` otherwise). Never in
+            :meth:`to_dict`: a receipt names its one policy version at its top.
     """
 
     dependency: str
@@ -376,6 +379,7 @@ class Transition:
     generation: int
     open_until: int | None
     would_reject: bool = False
+    policy_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as it appears in receipts."""

@@ -106,9 +106,8 @@ def parse_event(data: object) -> Event:
         if not isinstance(reason, str) or not reason or len(reason) > 300:
             raise TraceError("reason must be a non-empty string of at most 300 characters")
     health = data.get("health_check", False)
-    if health is not False:
-        if health is not True or kind != "request":
-            raise TraceError("health_check is true, on request events only")
+    if health is not False and (health is not True or kind != "request"):
+        raise TraceError("health_check is true, on request events only")
     return Event(
         type=kind,
         at=at,
