@@ -142,8 +142,10 @@ def _parser() -> argparse.ArgumentParser:
     cmd.set_defaults(run_command=_run_demo)
 
     from toolbreaker.cli._observe import add_commands
+    from toolbreaker.cli._policy import add_commands as add_policy_commands
 
     add_commands(commands)
+    add_policy_commands(commands)
     return parser
 
 
