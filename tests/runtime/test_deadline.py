@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from toolbreaker import Breaker, Policy
 from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, watchdog, within
 
 # A worker call or a watched await that should finish at once gets this much room on a
@@ -313,6 +314,16 @@ async def hang() -> None:
     await asyncio.Event().wait()
 
 
+def _through_breaker(awaitable, seconds):
+    """The breaker's quiet fast path, which arms the watchdog inline instead of within()."""
+    breaker = Breaker("dep", timeout=seconds, policy=Policy(failure_threshold=1_000))
+    return breaker.acall(lambda: awaitable)
+
+
+#: The watchdog's semantics hold for within() and for Breaker.acall's inline fast path.
+WAYS = pytest.mark.parametrize("run", [within, _through_breaker], ids=["within", "acall"])
+
+
 def test_within_returns_the_result():
     """An awaitable that finishes in time gives its result and leaves nothing armed."""
 
@@ -324,7 +335,8 @@ def test_within_returns_the_result():
     assert asyncio.run(main()) == 5
 
 
-def test_the_deadline_cancels_the_call_and_raises_timeout_error():
+@WAYS
+def test_the_deadline_cancels_the_call_and_raises_timeout_error(run):
     """At its deadline the awaited call is cancelled and the caller gets TimeoutError."""
     cancelled = []
 
@@ -337,7 +349,7 @@ def test_the_deadline_cancels_the_call_and_raises_timeout_error():
 
     async def main() -> None:
         with pytest.raises(TimeoutError):
-            await within(slow(), 0.01)
+            await run(slow(), 0.01)
 
     asyncio.run(main())
     assert cancelled == [True]
@@ -357,14 +369,15 @@ def test_the_deadline_is_never_early():
 
 
 @needs_cancel_counts
-def test_a_deadline_leaves_no_cancellation_on_the_task():
+@WAYS
+def test_a_deadline_leaves_no_cancellation_on_the_task(run):
     """After the TimeoutError the task is not 'being cancelled': an enclosing
     asyncio.timeout or task group sees nothing of ours."""
 
     async def main() -> int:
         async with asyncio.timeout(PATIENCE):
             with pytest.raises(TimeoutError):
-                await within(hang(), 0.01)
+                await run(hang(), 0.01)
             await asyncio.sleep(0)
         task = asyncio.current_task()
         assert task is not None
@@ -373,11 +386,12 @@ def test_a_deadline_leaves_no_cancellation_on_the_task():
     assert asyncio.run(main()) == 0
 
 
-def test_a_cancel_from_outside_stays_a_cancel():
+@WAYS
+def test_a_cancel_from_outside_stays_a_cancel(run):
     """Cancelling the task is a CancelledError, not a timeout, and disarms its deadline."""
 
     async def main() -> int:
-        task = asyncio.create_task(within(hang(), PATIENCE))
+        task = asyncio.create_task(run(hang(), PATIENCE))
         await asyncio.sleep(0)
         assert watchdog().armed == 1
         task.cancel()
@@ -405,7 +419,8 @@ def test_a_cancel_from_outside_at_the_deadline_stays_a_cancel():
 
 
 @needs_cancel_counts
-def test_a_call_that_swallows_the_cancel_returns_and_leaves_no_cancellation():
+@WAYS
+def test_a_call_that_swallows_the_cancel_returns_and_leaves_no_cancellation(run):
     """A call that catches its cancellation and returns gives its (late) result; the
     task's cancellation count is restored."""
 
@@ -417,7 +432,7 @@ def test_a_call_that_swallows_the_cancel_returns_and_leaves_no_cancellation():
         return "never"
 
     async def main() -> tuple[str, int]:
-        result = await within(stubborn(), 0.01)
+        result = await run(stubborn(), 0.01)
         task = asyncio.current_task()
         assert task is not None
         return result, task.cancelling()
@@ -426,7 +441,8 @@ def test_a_call_that_swallows_the_cancel_returns_and_leaves_no_cancellation():
 
 
 @needs_cancel_counts
-def test_a_call_that_turns_the_cancel_into_its_own_error_keeps_that_error():
+@WAYS
+def test_a_call_that_turns_the_cancel_into_its_own_error_keeps_that_error(run):
     """A call that answers its cancellation with another exception raises that one; the
     task's cancellation count is restored."""
 
@@ -438,7 +454,7 @@ def test_a_call_that_turns_the_cancel_into_its_own_error_keeps_that_error():
 
     async def main() -> int:
         with pytest.raises(ValueError, match="gave up"):
-            await within(converts(), 0.01)
+            await run(converts(), 0.01)
         task = asyncio.current_task()
         assert task is not None
         return task.cancelling()

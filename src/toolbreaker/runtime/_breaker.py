@@ -61,7 +61,7 @@ from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
-from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, within
+from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, watch, within
 from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._result import (
@@ -1034,7 +1034,15 @@ class Breaker:
                     if self._inline:
                         result = await fn(*args, **kwargs)
                     else:
-                        result = await within(fn(*args, **kwargs), deadline / 1000)
+                        # within(), inline: no coroutine frame of its own per call.
+                        call = fn(*args, **kwargs)
+                        dog = watch(call, deadline / 1000)
+                        try:
+                            result = await call
+                        except BaseException as exc:
+                            dog.failed(call, exc, deadline / 1000)
+                            raise
+                        dog.done(call)
                 except TimeoutError:
                     await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
                     raise

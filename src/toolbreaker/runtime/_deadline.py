@@ -46,11 +46,12 @@ import math
 import os
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal, TypeVar
 
-__all__ = ["OVERDUE", "TICK_S", "Watchdog", "Worker", "Workers", "watchdog", "within"]
+__all__ = ["OVERDUE", "TICK_S", "Watchdog", "Worker", "Workers", "watch", "watchdog", "within"]
 
 R = TypeVar("R")
 _log = logging.getLogger("toolbreaker")
@@ -380,13 +381,21 @@ class Watchdog:
     Calls are watched with :func:`within`; :func:`watchdog` returns the running loop's.
     """
 
-    __slots__ = ("_due", "_fired", "_next", "_timer", "loop")
+    __slots__ = ("_due", "_fired", "_next", "_tasks", "_timer", "loop", "time")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        #: The loop's clock; ``time.monotonic`` itself when the loop does not override it
+        #: (what asyncio's loops do), sparing a Python frame per call.
+        self.time: Callable[[], float] = (
+            time.monotonic
+            if getattr(type(loop), "time", None) is asyncio.BaseEventLoop.time
+            else loop.time
+        )
         # awaitable -> (deadline on the loop's clock, its task, the task's cancel count)
         self._due: dict[object, tuple[float, asyncio.Task[Any], int]] = {}
         self._fired: dict[object, int] = {}  # cancelled by us -> the task's cancel count
+        self._tasks: dict[object, asyncio.Task[Any]] = {}  # cancelled by us -> its task
         self._next = math.inf
         self._timer: asyncio.TimerHandle | None = None
 
@@ -394,6 +403,34 @@ class Watchdog:
     def armed(self) -> int:
         """Calls being watched."""
         return len(self._due)
+
+    def done(self, awaitable: object) -> None:
+        """``awaitable`` (armed by :func:`watch`) returned: disarm its deadline."""
+        if self._due.pop(awaitable, None) is None:
+            # The call swallowed our cancellation and returned anyway.
+            _uncancel(self._due_task(awaitable))
+
+    def failed(self, awaitable: object, exc: BaseException, seconds: float) -> None:
+        """``awaitable`` (armed by :func:`watch`) raised ``exc``; the caller re-raises it.
+
+        Raises:
+            TimeoutError: ``exc`` is our own cancellation at the deadline (the task is
+                uncancelled). A cancellation from anyone else stays one, and so does any
+                other exception: this returns and the caller re-raises ``exc``.
+        """
+        if self._due.pop(awaitable, None) is not None:
+            return  # the deadline had not passed: whatever it is, it is not ours
+        fired = self._fired.pop(awaitable)
+        task = self._tasks.pop(awaitable)
+        if isinstance(exc, asyncio.CancelledError):
+            if _uncancel(task) > fired:
+                return  # someone else cancelled too: theirs wins
+            raise TimeoutError(f"deadline of {seconds} s passed") from None
+        _uncancel(task)  # the call swallowed our cancellation and raised
+
+    def _due_task(self, awaitable: object) -> asyncio.Task[Any]:
+        self._fired.pop(awaitable)
+        return self._tasks.pop(awaitable)
 
     def _arm(self, when: float) -> None:
         if self._timer is not None:
@@ -405,7 +442,7 @@ class Watchdog:
         """Cancel the overdue tasks; set the timer for the next deadline."""
         self._timer = None
         self._next = math.inf
-        now = self.loop.time()
+        now = self.time()
         due = self._due
         following = math.inf
         overdue = []
@@ -417,6 +454,7 @@ class Watchdog:
         for key, task, cancelling in overdue:
             del due[key]
             self._fired[key] = cancelling
+            self._tasks[key] = task
             task.cancel()
         if following < math.inf:
             self._arm(max(following, now + TICK_S))
@@ -447,54 +485,57 @@ def watchdog() -> Watchdog:
     return dog
 
 
+def watch(awaitable: object, seconds: float) -> Watchdog:
+    """Arm a deadline ``seconds`` from now for ``awaitable``, about to be awaited.
+
+    The awaitable identifies the call: pass a fresh one (a coroutine) each time, await it
+    in the current task, then call :meth:`Watchdog.done` with it, or
+    :meth:`Watchdog.failed` with what it raised. :func:`within` does all three; the
+    breaker's hot path does them inline to spare a coroutine frame per call. Costs a dict
+    insert, plus a timer only when this deadline is the loop's earliest.
+
+    Raises:
+        RuntimeError: not inside an asyncio task.
+    """
+    loop = _running_loop()
+    task = _current_tasks.get(loop) if loop is not None else None
+    if task is None or loop is None:
+        if asyncio.iscoroutine(awaitable):
+            awaitable.close()  # never awaited: no "never awaited" warning either
+        raise RuntimeError("a deadline must be awaited inside an asyncio task")
+    dog = _local.watchdog
+    if dog is None or dog.loop is not loop:
+        dog = _local.watchdog = Watchdog(loop)
+    when = dog.time() + seconds
+    dog._due[awaitable] = (when, task, _cancelling(task))
+    if when < dog._next:
+        dog._arm(when)
+    return dog
+
+
 async def within(awaitable: Awaitable[R], seconds: float) -> R:
     """Await ``awaitable`` in the current task for at most ``seconds``.
-
-    The awaitable identifies the call: pass a fresh one (a coroutine) each time. Costs a
-    dict insert and pop, plus a timer only when this deadline is the loop's earliest.
 
     Raises:
         TimeoutError: the deadline passed; the awaitable was cancelled.
         asyncio.CancelledError: the task was cancelled by someone else (also when that
             happened together with the deadline).
+        RuntimeError: not inside an asyncio task.
     """
-    try:
-        task = _current_task()
-    except RuntimeError:  # no running loop
-        task = None
-    if task is None:
-        if asyncio.iscoroutine(awaitable):
-            awaitable.close()  # never awaited: no "never awaited" warning either
-        raise RuntimeError("within() must be awaited inside an asyncio task")
-    loop = task.get_loop()
-    dog = _local.watchdog
-    if dog is None or dog.loop is not loop:
-        dog = _local.watchdog = Watchdog(loop)
-    when = loop.time() + seconds
-    due = dog._due
-    due[awaitable] = (when, task, _cancelling(task))
-    if when < dog._next:
-        dog._arm(when)
+    dog = watch(awaitable, seconds)
     try:
         result = await awaitable
-    except asyncio.CancelledError:
-        if due.pop(awaitable, None) is not None:
-            raise  # not ours: a cancellation from outside stays one
-        if _uncancel(task) > dog._fired.pop(awaitable):
-            raise  # someone else cancelled too: theirs wins
-        raise TimeoutError(f"deadline of {seconds} s passed") from None
-    except BaseException:
-        if due.pop(awaitable, None) is None:
-            _uncancel(task)  # the call swallowed our cancellation and raised
-            dog._fired.pop(awaitable)
+    except BaseException as exc:
+        dog.failed(awaitable, exc, seconds)
         raise
-    if due.pop(awaitable, None) is None:
-        _uncancel(task)  # the call swallowed our cancellation and returned anyway
-        dog._fired.pop(awaitable)
+    dog.done(awaitable)
     return result
 
 
-_current_task = asyncio.current_task
+_running_loop = asyncio._get_running_loop
+# The tasks running now, by loop: the dict ``asyncio.current_task`` reads (in C from 3.12;
+# on 3.10 and 3.11 current_task is a Python function around this same lookup).
+_current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
 
 if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
     # The C methods themselves: no Python frame per call.
