@@ -69,7 +69,9 @@ def test_the_checkers_request_probes_and_its_successes_close():
 
 def test_a_failed_check_reopens_with_a_longer_cooldown():
     """A failed health probe is a failed probe: reopened, opening counted."""
-    policy = Policy(failure_threshold=1, cooldown_ms=100, cooldown_multiplier=2, probes="health-check")
+    policy = Policy(
+        failure_threshold=1, cooldown_ms=100, cooldown_multiplier=2, probes="health-check"
+    )
     state = opened(policy)
     state, _ = apply(state, Event("request", 500, "d", "h1", health_check=True), policy)
     state, (record,) = apply(
