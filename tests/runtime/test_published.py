@@ -78,9 +78,13 @@ def test_revisions_grow_and_name_who_when_and_why(tmp_path):
     assert (first.revision, second.revision) == (1, 2)
     current = read_published(store)
     assert current is not None
-    assert current.revision == 2 and current.text == V2 and current.sha256 == second.sha256
-    assert first.note == "first" and first.published_by == "ops@host"
-    assert "@" in current.published_by and current.published_at.endswith("+00:00")
+    assert current.revision == 2
+    assert current.text == V2
+    assert current.sha256 == second.sha256
+    assert first.note == "first"
+    assert first.published_by == "ops@host"
+    assert "@" in current.published_by
+    assert current.published_at.endswith("+00:00")
 
 
 def test_concurrent_publishers_never_lose_a_revision(tmp_path):
@@ -115,10 +119,12 @@ def test_a_registry_follows_and_keeps_state(tmp_path):
     before = breaker.state
     assert before.phase == OPEN
     publish_policy(store, write(tmp_path, V2), note="more patience")
-    assert registry.follower is not None and registry.follower.refresh()
+    assert registry.follower is not None
+    assert registry.follower.refresh()
     assert breaker.policy.failure_threshold == 5
     assert breaker.state == before  # same phase, same deadline: nothing was reset
-    assert registry.published is not None and registry.published.revision == 2
+    assert registry.published is not None
+    assert registry.published.revision == 2
     registry.close()
 
 
@@ -134,7 +140,8 @@ def test_transitions_name_the_version_they_were_decided_under(tmp_path):
     assert seen[-1].policy_version == breaker.policy.version
     old = breaker.policy.version
     publish_policy(store, write(tmp_path, V2))
-    assert registry.follower is not None and registry.follower.refresh()
+    assert registry.follower is not None
+    assert registry.follower.refresh()
     breaker.call(lambda: 1)
     assert seen[-1].policy_version == breaker.policy.version != old
     assert "policy_version" not in seen[-1].to_dict()  # receipts keep their bytes
@@ -152,10 +159,13 @@ def test_a_call_admitted_under_one_policy_settles_under_it(tmp_path):
     permit = breaker.allow()
     old = breaker.policy
     publish_policy(store, write(tmp_path, V2))
-    assert registry.follower is not None and registry.follower.refresh()
-    assert permit.policy is old and breaker.policy is not old
+    assert registry.follower is not None
+    assert registry.follower.refresh()
+    assert permit.policy is old
+    assert breaker.policy is not old
     record = permit.record("failure")
-    assert record is not None and record.policy_version == old.version
+    assert record is not None
+    assert record.policy_version == old.version
     registry.close()
 
 
@@ -183,8 +193,10 @@ def test_an_invalid_revision_is_refused_and_the_last_valid_one_stays(tmp_path, c
         },
     )
     assert not follower.refresh()
-    assert follower.refused == 1 and breaker.policy.failure_threshold == 2
-    assert "refused" in caplog.text and "default@2" in caplog.text
+    assert follower.refused == 1
+    assert breaker.policy.failure_threshold == 2
+    assert "refused" in caplog.text
+    assert "default@2" in caplog.text
     # A record whose text does not match its digest: refused too.
     store.record_put(
         POLICY_SPACE,
@@ -192,11 +204,14 @@ def test_an_invalid_revision_is_refused_and_the_last_valid_one_stays(tmp_path, c
         {"schema": "toolbreaker.policy/v1", "revision": 3, "sha256": "0" * 64, "sheet": V2},
     )
     assert not follower.refresh()
-    assert follower.refused == 2 and breaker.policy.failure_threshold == 2
-    assert follower.current is not None and follower.current.revision == 1
+    assert follower.refused == 2
+    assert breaker.policy.failure_threshold == 2
+    assert follower.current is not None
+    assert follower.current.revision == 1
     # The next good revision is adopted.
     publish_policy(store, write(tmp_path, V2))
-    assert follower.refresh() and breaker.policy.failure_threshold == 5
+    assert follower.refresh()
+    assert breaker.policy.failure_threshold == 5
     registry.close()
 
 
@@ -216,8 +231,10 @@ def test_a_store_that_cannot_be_read_keeps_the_last_valid_revision(tmp_path):
     registry = Registry.from_store(store, follow=False, clock=FakeClock())
     breaker = registry.get("search", "read")
     store.down = True
-    assert registry.follower is not None and not registry.follower.refresh()
-    assert registry.follower.read_errors == 1 and breaker.policy.failure_threshold == 2
+    assert registry.follower is not None
+    assert not registry.follower.refresh()
+    assert registry.follower.read_errors == 1
+    assert breaker.policy.failure_threshold == 2
     registry.close()
 
 
@@ -252,7 +269,8 @@ def test_the_follower_thread_picks_up_a_new_revision(tmp_path):
     breaker = registry.get("search", "read")
     publish_policy(store, write(tmp_path, V2))
     wait_for(lambda: breaker.policy.failure_threshold == 5)
-    assert registry.follower is not None and registry.follower.adopted == 1
+    assert registry.follower is not None
+    assert registry.follower.adopted == 1
     registry.close()
 
 
@@ -265,8 +283,10 @@ def test_a_plain_registry_can_follow_and_scoped_breakers_follow_too(tmp_path):
     tenant = breaker.for_scope("acme")
     publish_policy(store, write(tmp_path, V2 + 'scope = "tenant"\n'))
     follower = registry.follow(poll=30)
-    assert follower.current is not None and follower.current.revision == 1
-    assert tenant.policy.failure_threshold == 5 and breaker.policy.failure_threshold == 5
+    assert follower.current is not None
+    assert follower.current.revision == 1
+    assert tenant.policy.failure_threshold == 5
+    assert breaker.policy.failure_threshold == 5
     registry.close()
 
 

@@ -66,7 +66,7 @@ from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
-from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce
+from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce, HealthCheck
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
 from toolbreaker.runtime._registry import Registry
@@ -140,7 +140,8 @@ class ToolOptions(TypedDict, total=False):
     ``tool`` is the tool name. Breaker options apply when the registry creates the
     breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
     ``fallback_note``, ``owner``, ``instructions``, ``scope``, ``max_scopes``, ``retry``
-    (its budget counts the model's re-calls), ``max_retry_after_ms``. The rest
+    (its budget counts the model's re-calls), ``max_retry_after_ms``, ``health_check``.
+    The rest
     are the run guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
@@ -160,6 +161,7 @@ class ToolOptions(TypedDict, total=False):
     instructions: Mapping[str, str]
     retry: RetryPolicy
     max_retry_after_ms: int
+    health_check: HealthCheck
     scope: str | None
     max_scopes: int
     risk: RiskClass

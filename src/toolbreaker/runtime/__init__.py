@@ -4,7 +4,7 @@ Only this layer reads clocks, runs calls and takes locks; every decision still c
 from :mod:`toolbreaker.core`.
 """
 
-from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Boundary, Enforce
+from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Boundary, Enforce, HealthCheck
 from toolbreaker.runtime._breaker import Breaker, BreakerStats, Listener, Permit, Rejection
 from toolbreaker.runtime._classify import (
     SUCCESS,
@@ -24,6 +24,7 @@ from toolbreaker.runtime._guard import (
     evidence_digest,
     may_have_committed,
 )
+from toolbreaker.runtime._health import HealthChecker, HealthStats
 from toolbreaker.runtime._published import PolicyFollower, PublishedSheet
 from toolbreaker.runtime._recorder import TraceRecorder
 from toolbreaker.runtime._registry import Registry, publish_policy
@@ -49,6 +50,9 @@ __all__ = [
     "Clock",
     "Enforce",
     "GuardedTool",
+    "HealthCheck",
+    "HealthChecker",
+    "HealthStats",
     "Listener",
     "Permit",
     "PolicyFollower",

@@ -57,7 +57,7 @@ from toolbreaker.errors import (
     StoreUnavailable,
     circuit_open,
 )
-from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
+from toolbreaker.runtime._boundary import Boundary, Enforce, HealthCheck, check_seconds
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
@@ -406,6 +406,9 @@ class Breaker:
             else uses ``asyncio.sleep`` when it is not set.
         retry_seed: seeds the per-operation jitter seeds, for a reproducible run; by
             default each operation's seed is random. Every seed is in the retry records.
+        health_check: a cheap check of the dependency (a :class:`HealthCheck`, or a
+            callable of no arguments) that a health checker runs while the breaker is
+            open; only the checker then probes (see :class:`~toolbreaker.HealthChecker`).
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
@@ -435,6 +438,7 @@ class Breaker:
         max_retry_after_ms: int | None = None,
         sleep: Callable[[float], Any] | None = None,
         retry_seed: int | None = None,
+        health_check: HealthCheck | Callable[[], Any] | None = None,
         boundary: Boundary | None = None,
     ) -> None:
         if boundary is None:
@@ -457,6 +461,11 @@ class Breaker:
                 max_retry_after_ms=max_retry_after_ms,
                 scope=scope,
                 max_scopes=max_scopes,
+                health_check=(
+                    HealthCheck(check=health_check)
+                    if callable(health_check) and not isinstance(health_check, HealthCheck)
+                    else health_check
+                ),
             )
         self.boundary = boundary
         self.dependency = boundary.dependency
@@ -603,6 +612,18 @@ class Breaker:
             overflow = self._overflow
             row = dataclasses.replace(boundary, dependency=overflow.dependency, scope=None)
             overflow.adopt(row)
+
+    def health_probe(self) -> Permit | Rejection:
+        """Ask the core for a health checker's probe (an event marked ``health_check``).
+
+        A :class:`Permit` when the core admits it (the breaker is due for a probe and a
+        slot is free), to be settled with the check's outcome; else the
+        :class:`Rejection`. :class:`~toolbreaker.HealthChecker` calls this; a user's
+        call never does.
+        """
+        check = self.boundary.health_check
+        deadline = None if check is None else max(1, round(check.timeout * 1000))
+        return self._admit(self.clock(), deadline, health_check=True)
 
     # -- scopes -----------------------------------------------------------------------
 

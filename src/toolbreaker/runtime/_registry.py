@@ -32,8 +32,9 @@ line named.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -41,9 +42,16 @@ from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
 from toolbreaker.core.files import read_text, shown
 from toolbreaker.errors import PolicyError, RegistryFull
-from toolbreaker.runtime._boundary import POLICY_FIELDS, Boundary, Enforce, check_seconds
+from toolbreaker.runtime._boundary import (
+    POLICY_FIELDS,
+    Boundary,
+    Enforce,
+    HealthCheck,
+    check_seconds,
+)
 from toolbreaker.runtime._breaker import Breaker, clock_of
 from toolbreaker.runtime._clock import Clock
+from toolbreaker.runtime._health import HealthChecker
 from toolbreaker.runtime._published import (
     PolicyFollower,
     PublishedSheet,
@@ -102,6 +110,8 @@ class Registry:
         self._options: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         self.follower: PolicyFollower | None = None
+        self.health_checker: HealthChecker | None = None
+        self._checks: dict[tuple[str, str], Callable[[], Any]] = {}
         _check_fallbacks(self._boundaries, self._local_tools)
 
     @classmethod
@@ -277,6 +287,7 @@ class Registry:
             strict=self.strict,
         )
         with self._lock:
+            new._checks = self._checks  # checks registered in code outlive any sheet
             rows: dict[tuple[str, str], Boundary] = {}
             for key, breaker in self._breakers.items():
                 row = new._row(key, self._options.get(key, {}), keep=breaker.boundary)
@@ -313,7 +324,68 @@ class Registry:
                 timeout=self.default_timeout,
                 enforce=self.default_enforce,
             )
-        return row.with_options(options) if options else row
+        row = row.with_options(options) if options else row
+        check = self._checks.get(key)
+        if check is not None:
+            given = row.health_check or HealthCheck()
+            row = row.with_options(
+                {"health_check": dataclasses.replace(given, check=check, url=None)}
+            )
+        return row
+
+    def health_check(
+        self, dependency: str, check: Callable[[], Any], *, operation: str = "default"
+    ) -> None:
+        """Register the health check of ``(dependency, operation)`` in code.
+
+        ``check`` is a callable or coroutine function of no arguments: it passes unless
+        it raises or returns ``False``. The row's ``health_check`` table (interval,
+        timeout) applies; a row without one gets the defaults (every 2 s, 1 s deadline).
+        A check registered here replaces the row's ``url``. From now on only the checker
+        probes this breaker; the registry's checker (:meth:`start_health_checks`) runs
+        it. A live breaker takes the new row at once.
+
+        Raises:
+            PolicyError: ``check`` is not callable, or the row cannot hold it.
+        """
+        _check_key(dependency, "dependency")
+        _check_key(operation, "operation")
+        if not callable(check):
+            raise PolicyError("a health check must be callable", field="health_check")
+        key = (dependency, operation)
+        with self._lock:
+            self._checks[key] = check
+            breaker = self._breakers.get(key)
+            if breaker is not None:
+                breaker.adopt(self._row(key, self._options.get(key, {})))
+        if breaker is not None:
+            self._ensure_checker()
+
+    def start_health_checks(self, *, on_loop: bool = False) -> HealthChecker:
+        """Start the registry's health checker (once) and return it.
+
+        By default it runs on a daemon thread (async checks on that thread's own loop).
+        With ``on_loop`` it runs as a task on the running event loop (call it from a
+        coroutine): async checks are awaited there, store I/O goes to worker threads.
+        :meth:`get` starts the thread flavour by itself when it creates a breaker whose
+        row has a health check, unless a checker was started before. :meth:`close`
+        stops it.
+        """
+        with self._lock:
+            checker = self.health_checker
+            if checker is None:
+                checker = self.health_checker = HealthChecker(lambda: tuple(self))
+            else:
+                return checker
+        if on_loop:
+            checker.start_task()
+        else:
+            checker.start()
+        return checker
+
+    def _ensure_checker(self) -> None:
+        if self.health_checker is None:
+            self.start_health_checks()
 
     def get(self, dependency: str, operation: str = "default", **options: Any) -> Breaker:
         """The breaker of ``(dependency, operation)``, created on first use.
@@ -343,6 +415,8 @@ class Registry:
                     self._options[key] = dict(options)
                 if self.follower is not None:
                     breaker._stamp = True
+        if breaker.boundary.health_check is not None and self.health_checker is None:
+            self._ensure_checker()
         return breaker
 
     def _create(self, dependency: str, operation: str, options: Mapping[str, Any]) -> Breaker:
@@ -393,6 +467,8 @@ class Registry:
         """Stop following a published sheet and release every breaker's worker threads."""
         if self.follower is not None:
             self.follower.stop()
+        if self.health_checker is not None:
+            self.health_checker.stop()
         for breaker in self:
             breaker.close()
 

@@ -47,7 +47,8 @@ def test_a_users_request_past_the_cooldown_is_rejected_without_a_change():
     assert retry_after_ms(state, 50, HEALTH) == 51  # before the deadline, as ever
     new, (record,) = apply(state, Event("request", 500, "d", call="u1"), HEALTH)
     assert new == state
-    assert record.rejected and record.reason == "cooldown"
+    assert record.rejected
+    assert record.reason == "cooldown"
 
 
 def test_the_checkers_request_probes_and_its_successes_close():
@@ -55,16 +56,19 @@ def test_the_checkers_request_probes_and_its_successes_close():
     state = opened()
     assert admission(state, 500, HEALTH, health_check=True) == "probe-admitted"
     state, (record,) = apply(state, Event("request", 500, "d", "h1", health_check=True), HEALTH)
-    assert record.reason == "probe-admitted" and state.phase == HALF_OPEN
+    assert record.reason == "probe-admitted"
+    assert state.phase == HALF_OPEN
     assert record.event.to_dict()["health_check"] is True
     _, (user,) = apply(state, Event("request", 501, "d", call="u1"), HEALTH)
-    assert user.rejected and user.reason == "probe-limit"
+    assert user.rejected
+    assert user.reason == "probe-limit"
     generation = state.generation
     state, _ = apply(state, Event("success", 510, "d", "h1", generation=generation), HEALTH)
     assert state.phase == HALF_OPEN  # one success of a quorum of two
     state, _ = apply(state, Event("request", 600, "d", "h2", health_check=True), HEALTH)
     state, (done,) = apply(state, Event("success", 610, "d", "h2", generation=generation), HEALTH)
-    assert state.phase == CLOSED and done.reason == "probe-quorum"
+    assert state.phase == CLOSED
+    assert done.reason == "probe-quorum"
 
 
 def test_a_failed_check_reopens_with_a_longer_cooldown():
@@ -77,7 +81,8 @@ def test_a_failed_check_reopens_with_a_longer_cooldown():
     state, (record,) = apply(
         state, Event("failure", 510, "d", "h1", generation=state.generation), policy
     )
-    assert state.phase == OPEN and record.reason == "probe-failed"
+    assert state.phase == OPEN
+    assert record.reason == "probe-failed"
     assert state.open_until == 510 + 200
 
 
@@ -92,7 +97,8 @@ def test_without_the_flag_a_checkers_request_is_an_ordinary_probe():
 def test_the_trace_field_round_trips_and_is_checked():
     """``health_check`` in a trace: true on requests only."""
     event = parse_event({"at": 1, "dependency": "d", "type": "request", "health_check": True})
-    assert event.health_check and event.to_dict()["health_check"] is True
+    assert event.health_check
+    assert event.to_dict()["health_check"] is True
     for bad in (
         {"at": 1, "dependency": "d", "type": "success", "health_check": True},
         {"at": 1, "dependency": "d", "type": "request", "health_check": 1},
