@@ -14,6 +14,7 @@ import os
 import queue as queues
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,10 @@ HEALTH_ROW = {
 
 
 def make_store(kind: str, target: str) -> Any:
-    return SQLiteStore(target) if kind == "sqlite" else RedisStore(target)
+    if kind == "sqlite":
+        return SQLiteStore(target)
+    url, prefix = target.split("|")  # a prefix of the test's own on the shared server
+    return RedisStore(url, prefix=prefix)
 
 
 # -- what runs in the worker processes ---------------------------------------------------
@@ -81,7 +85,7 @@ def follow(kind: str, target: str, expect: str, out: Any) -> None:
     store.close()
 
 
-def check_health(kind: str, target: str, url: str, out: Any, seconds: float) -> None:
+def check_health(kind: str, target: str, url: str, seconds: float, out: Any) -> None:
     """Run a registry whose row has a health check; report every check this process runs."""
     store = make_store(kind, target)
     registry = Registry.from_dict(HEALTH_ROW, store=store)
@@ -114,7 +118,7 @@ def kind(request: pytest.FixtureRequest) -> str:
 def target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if kind == "sqlite":
         return str(tmp_path / "fleet.db")
-    return str(request.getfixturevalue("redis_url"))
+    return f"{request.getfixturevalue('redis_url')}|fleet-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -128,38 +132,48 @@ def store(kind: str, target: str) -> Iterator[Any]:
     opened.close()
 
 
-@pytest.fixture
-def spawn() -> Iterator[Any]:
-    context = multiprocessing.get_context("spawn")
-    started: list[Any] = []
+class Workers:
+    """Spawned worker processes, each reporting on a queue of its own (a process killed
+    while writing to a shared queue could leave it locked for the others)."""
 
-    def start(target: Any, *args: Any) -> Any:
-        process = context.Process(target=target, args=args, daemon=True)
+    def __init__(self) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.processes: list[Any] = []
+        self.queues: list[Any] = []
+
+    def start(self, target: Any, *args: Any) -> Any:
+        out = self.context.Queue()
+        process = self.context.Process(target=target, args=(*args, out), daemon=True)
         process.start()
-        started.append(process)
+        self.processes.append(process)
+        self.queues.append(out)
         return process
 
-    start.queue = context.Queue()  # type: ignore[attr-defined]
-    yield start
-    for process in started:
-        if process.is_alive():
-            process.kill()
-        process.join(timeout=10)
+    def take(self, kind: str, *, seconds: float = 60.0) -> tuple[Any, ...]:
+        """The next message of ``kind`` from any worker (bounded wait; others dropped)."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for out in self.queues:
+                try:
+                    message = out.get(timeout=0.02)
+                except queues.Empty:
+                    continue
+                if message[0] == kind:
+                    return tuple(message)
+        raise AssertionError(f"no {kind!r} message in time")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.is_alive():
+                process.kill()
+            process.join(timeout=10)
 
 
-def take(out: Any, kind: str, *, seconds: float = 60.0) -> tuple[Any, ...]:
-    """The next message of ``kind`` (bounded wait; other kinds are dropped)."""
-    end = time.monotonic() + seconds
-    while True:
-        left = end - time.monotonic()
-        if left <= 0:
-            raise AssertionError(f"no {kind!r} message in time")
-        try:
-            message = out.get(timeout=left)
-        except queues.Empty:
-            continue
-        if message[0] == kind:
-            return tuple(message)
+@pytest.fixture
+def spawn() -> Iterator[Workers]:
+    workers = Workers()
+    yield workers
+    workers.stop()
 
 
 # -- published sheets ----------------------------------------------------------------
@@ -172,14 +186,14 @@ def test_every_process_picks_up_a_new_revision(kind, target, store, spawn, tmp_p
     v2.write_text(V2)
     publish_policy(store, v1)
     for _ in range(2):
-        spawn(follow, kind, target, "adopt", spawn.queue)
-    ready = [take(spawn.queue, "ready") for _ in range(2)]
+        spawn.start(follow, kind, target, "adopt")
+    ready = [spawn.take("ready") for _ in range(2)]
     assert len({pid for _, pid, _ in ready}) == 2
     old = {version for _, _, version in ready}
     assert len(old) == 1
     sheet = publish_policy(store, v2, note="more patience")
     assert sheet.revision == 2
-    adopted = [take(spawn.queue, "adopted") for _ in range(2)]
+    adopted = [spawn.take("adopted") for _ in range(2)]
     new_versions = {version for _, _, version, _ in adopted}
     assert len(new_versions) == 1
     assert new_versions != old
@@ -192,8 +206,8 @@ def test_an_invalid_published_revision_is_refused_everywhere(kind, target, store
     v1.write_text(V1)
     publish_policy(store, v1)
     for _ in range(2):
-        spawn(follow, kind, target, "refuse", spawn.queue)
-    ready = [take(spawn.queue, "ready") for _ in range(2)]
+        spawn.start(follow, kind, target, "refuse")
+    ready = [spawn.take("ready") for _ in range(2)]
     bad = V1.replace("failure_threshold = 2", "failure_threshold = 0")
     store.record_put(
         POLICY_SPACE,
@@ -205,7 +219,7 @@ def test_an_invalid_published_revision_is_refused_everywhere(kind, target, store
             "sheet": bad,
         },
     )
-    refused = [take(spawn.queue, "refused") for _ in range(2)]
+    refused = [spawn.take("refused") for _ in range(2)]
     assert [threshold for _, _, threshold, _ in refused] == [2, 2]
     assert {stamped for *_, stamped in refused} == {ready[0][2]}
 
@@ -246,9 +260,9 @@ def test_one_checker_per_key_across_processes(kind, target, store, spawn):
         service.outage("GET /health")  # dead: the breaker stays open, checks go on
         _open(store)
         for _ in range(2):
-            spawn(check_health, kind, target, service.url, spawn.queue, 3.0)
-        [take(spawn.queue, "ready") for _ in range(2)]
-        checks = [take(spawn.queue, "check") for _ in range(8)]
+            spawn.start(check_health, kind, target, service.url, 3.0)
+        [spawn.take("ready") for _ in range(2)]
+        checks = [spawn.take("check") for _ in range(8)]
         hits = service.hits["GET /health"]
     windows = sorted((start, end, pid) for _, pid, start, end in checks)
     for (_, end, _), (start, _, _) in itertools.pairwise(windows):
@@ -263,16 +277,14 @@ def test_the_other_process_takes_over_when_the_checker_dies(kind, target, store,
         _open(store)
         processes = {
             p.pid: p
-            for p in (
-                spawn(check_health, kind, target, service.url, spawn.queue, 60.0) for _ in range(2)
-            )
+            for p in (spawn.start(check_health, kind, target, service.url, 60.0) for _ in range(2))
         }
-        [take(spawn.queue, "ready") for _ in range(2)]
-        holder = take(spawn.queue, "check")[1]
+        [spawn.take("ready") for _ in range(2)]
+        holder = spawn.take("check")[1]
         os.kill(holder, signal.SIGKILL)
         processes[holder].join(timeout=10)
         while True:
-            _, pid, *_ = take(spawn.queue, "check")
+            _, pid, *_ = spawn.take("check")
             if pid != holder:
                 break
         assert pid in processes
