@@ -269,3 +269,29 @@ def test_probes_health_check_needs_a_health_check():
     with pytest.raises(PolicyError) as info:
         Breaker("d", policy=Policy(probes="health-check"), timeout=1.0)
     assert info.value.field == "probes"
+
+
+def test_a_probe_orphaned_by_a_dead_checker_does_not_stall_the_checks():
+    """A probe lease nobody settles expires through the checker's next request."""
+    clock_ms = [0]
+    breaker = Breaker(
+        "d",
+        policy=Policy(failure_threshold=1, cooldown_ms=10, lease_ttl_ms=1000, success_threshold=1),
+        health_check=HealthCheck(check=lambda: True, interval_ms=10),
+        timeout=0.5,
+        enforce="cooperative",
+        clock=lambda: clock_ms[0],
+    )
+    with pytest.raises(ConnectionError):
+        breaker.call(lambda: (_ for _ in ()).throw(ConnectionError("down")))
+    clock_ms[0] = 100
+    orphan = breaker.health_probe()  # its process "dies": never settled
+    assert orphan.admitted
+    checker = HealthChecker(lambda: [breaker])
+    assert checker.check_once() == 0  # the one probe slot is taken
+    clock_ms[0] = 1100  # the orphan's lease is due
+    wait_for(lambda: (checker.check_once(), breaker.state.phase == OPEN)[1])
+    clock_ms[0] = 60_000  # past the longer cooldown
+    wait_for(lambda: checker.check_once() == 1)
+    assert breaker.state.phase == CLOSED
+    checker.stop()

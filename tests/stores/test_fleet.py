@@ -44,6 +44,7 @@ HEALTH_ROW = {
         "read": {
             "failure_threshold": 1,
             "cooldown_ms": 20,
+            "lease_ttl_ms": 2000,  # a probe of a killed checker expires soon
             "health_check": {"interval_ms": 100, "timeout": 1.0},
         }
     },

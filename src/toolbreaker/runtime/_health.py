@@ -39,6 +39,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
+from toolbreaker.core.breaker.machine import due_expiry
 from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._boundary import HealthCheck
@@ -183,10 +184,16 @@ class HealthChecker:
         state: BreakerState = breaker.store.load(breaker.key, breaker.policy)
         if state.phase == CLOSED or state.isolated:
             return False
+        now = breaker.clock()
         if state.phase == OPEN:
             until = state.open_until
-            return until is None or breaker.clock() >= until
-        return state.phase == HALF_OPEN and len(state.leases) < breaker.policy.probe_limit
+            return until is None or now >= until
+        if state.phase != HALF_OPEN:
+            return False
+        # A probe lease of a process that died expires only when an event reaches the
+        # core: a due one makes the checker ask, and the core reopens the breaker.
+        policy = breaker.policy
+        return len(state.leases) < policy.probe_limit or due_expiry(state, now, policy) is not None
 
     def _interval(self, check: HealthCheck) -> float:
         return check.interval_ms / 1000 * self._jitter.uniform(0.8, 1.2)
