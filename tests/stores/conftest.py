@@ -347,6 +347,7 @@ class RedisCluster:
     """Three masters and three replicas on 127.0.0.1, each a redis-server of its own."""
 
     def __init__(self, binary: str, directory: Path) -> None:
+        self.created = False
         self.nodes: list[RedisServer] = []
         for n in range(6):
             node_dir = directory / f"node{n}"
@@ -366,8 +367,12 @@ class RedisCluster:
         return self.nodes[0].url.removesuffix("/0")
 
     def start(self) -> None:
+        """Start every node; the first time, join them into a cluster (later: they rejoin)."""
         for node in self.nodes:
             node.start()
+        if self.created:
+            self.wait_ok()
+            return
         cli = shutil.which("redis-cli") or shutil.which("redis-cli", path="/usr/bin")
         if cli is None:
             pytest.fail("redis-cli is not installed (apt-get install redis-tools)")
@@ -376,6 +381,7 @@ class RedisCluster:
              "--cluster-replicas", "1", "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
+        self.created = True
         self.wait_ok()
 
     def wait_ok(self, timeout: float = 30) -> None:

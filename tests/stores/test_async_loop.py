@@ -91,3 +91,39 @@ def test_two_hundred_tasks_on_a_slow_store_never_stall_the_loop(slow_redis):
     serial = 200 * DELAY
     assert elapsed < serial / 4, f"200 round trips took {elapsed:.1f} s: the loop waited"
     assert stall < serial / 4, f"the loop stalled {stall:.1f} s"
+
+
+def test_new_connections_do_not_read_package_metadata_on_the_loop(redis_server, monkeypatch):
+    """redis-py looks its own version up in the package metadata (a few ms of file reads)
+    for every connection it opens unless told the version; the store tells it once, so
+    a burst of new connections on the event loop reads no metadata."""
+    from importlib import metadata
+
+    store = RedisStore(redis_server.url, prefix=f"t{uuid.uuid4().hex[:8]}")
+    breakers = [
+        Breaker(f"dep-{n}", store=store, timeout=5.0, policy=Policy(failure_threshold=100))
+        for n in range(8)
+    ]
+    lookups: list[str] = []
+    real_version = metadata.version
+    monkeypatch.setattr(
+        metadata, "version", lambda name: lookups.append(name) or real_version(name)
+    )
+
+    async def fail() -> None:
+        raise ConnectionResetError("provider reset")
+
+    async def one(breaker: Breaker) -> None:
+        with contextlib.suppress(ConnectionResetError):
+            await breaker.acall(fail)
+
+    async def main() -> None:
+        await asyncio.gather(*(one(b) for b in breakers))
+        await store.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+    assert [sum(b.stats.failures.values()) for b in breakers] == [1] * 8
+    assert lookups == []

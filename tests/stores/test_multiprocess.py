@@ -1,4 +1,5 @@
-"""Several OS processes share one breaker through SQLite, a real Redis and a real PostgreSQL.
+"""Several OS processes share one breaker through SQLite, a real Redis (a single server and
+a Redis Cluster of three masters and three replicas) and a real PostgreSQL.
 
 Workers are spawned processes (no fork), each with its own store and its own Breaker, as
 separate workers of an application would be. Each test gives every worker the same
@@ -39,6 +40,8 @@ def make_store(kind: str, target: str, **options: Any) -> Any:
         return SQLiteStore(target, **options)
     if kind == "postgres":
         return PostgresStore(target, **options)
+    if kind == "redis-cluster":
+        return RedisStore(target, cluster=True, **options)
     return RedisStore(target, **options)
 
 
@@ -166,7 +169,7 @@ def pool() -> Iterator[Any]:
         workers.join()
 
 
-@pytest.fixture(params=["sqlite", "redis", "postgres"])
+@pytest.fixture(params=["sqlite", "redis", "redis-cluster", "postgres"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -177,6 +180,8 @@ def target(kind: str, tmp_path, request: pytest.FixtureRequest) -> str:
         return str(tmp_path / "shared.db")
     if kind == "postgres":
         return str(request.getfixturevalue("postgres_url"))
+    if kind == "redis-cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
     return str(request.getfixturevalue("redis_url"))
 
 
@@ -318,8 +323,9 @@ def test_a_killed_probe_holder_cannot_keep_the_breaker_half_open(kind, target):
 def test_a_store_outage_denies_calls_and_workers_recover_without_restart(
     pool, kind, tmp_path, request
 ):
-    """Redis or PostgreSQL stopped, or the SQLite file locked past the timeout: calls are denied as
-    store-unavailable; once the store is back, the same workers admit calls again."""
+    """Redis (every node of a cluster) or PostgreSQL stopped, or the SQLite file locked past
+    the timeout: calls are denied as store-unavailable; once the store is back, the same
+    workers admit calls again."""
     key = f"dep-{uuid.uuid4().hex[:8]}"
     policy = {"failure_threshold": 1000, "window_ms": 60_000}
     if kind == "sqlite":
@@ -327,10 +333,12 @@ def test_a_store_outage_denies_calls_and_workers_recover_without_restart(
         options: dict[str, Any] = {"timeout": 0.1, "backoff": 0.05}
         server = None
     else:
-        server = request.getfixturevalue(f"private_{kind}")
+        fixture = {"redis-cluster": "private_cluster"}.get(kind, f"private_{kind}")
+        server = request.getfixturevalue(fixture)
         target = server.url
         options = {}
-    start, down, up, stop = timeline(400, 1000, 1000)
+    # A whole cluster takes a few seconds to agree again after its nodes restarted.
+    start, down, up, stop = timeline(400, 1000, 6000 if kind == "redis-cluster" else 1000)
     running = pool.starmap_async(
         hammer, [(kind, target, key, policy, (start, 0, 0, stop), 10, options)] * 8
     )

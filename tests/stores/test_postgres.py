@@ -7,7 +7,7 @@ import time
 import uuid
 
 import pytest
-from conformance import POLICY, StoreContract, Twin, fork_and_check, wait_for
+from conformance import POLICY, RecordsContract, StoreContract, Twin, fork_and_check, wait_for
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -43,7 +43,7 @@ def fed(store: PostgresStore, key: str, policy: Policy = POLICY):
     return view
 
 
-class TestPostgresStore(StoreContract):
+class TestPostgresStore(StoreContract, RecordsContract):
     @pytest.fixture
     def store(self, postgres_url):
         with PostgresStore(postgres_url) as store:
@@ -321,3 +321,45 @@ def test_an_operators_hand_edit_reaches_every_view(postgres_url, client):
         assert view.state.phase == "closed"
         client.execute("DELETE FROM toolbreaker_breakers WHERE key = %s", (key,))
         wait_for(lambda: view.known == closed.state and view.version == 0)
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+def test_records_on_an_unreachable_server_are_unavailable():
+    """Every record operation fails closed with StoreUnavailable."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", backoff=0) as store:
+        for call in (
+            lambda: store.record_get("s", "k"),
+            lambda: store.record_put("s", "k", {}),
+            lambda: store.record_delete("s", "k"),
+            lambda: store.record_list("s"),
+        ):
+            with pytest.raises(StoreUnavailable):
+                call()
+
+
+def test_a_corrupt_record_fails_closed(postgres_url, client):
+    """A record row that does not validate (bad JSON, bad version): StoreUnavailable."""
+    space = f"s-{uuid.uuid4().hex[:8]}"
+    with PostgresStore(postgres_url) as store:
+        store.record_put(space, "json", {"ok": 1})
+        store.record_put(space, "version", {"ok": 1})
+        client.execute(
+            "UPDATE toolbreaker_records SET value = '{nope' WHERE space = %s AND key = 'json'",
+            (space,),
+        )
+        client.execute(
+            "UPDATE toolbreaker_records SET version = 0 WHERE space = %s AND key = 'version'",
+            (space,),
+        )
+        for key in ("json", "version"):
+            with pytest.raises(StoreUnavailable):
+                store.record_get(space, key)
+        with pytest.raises(StoreUnavailable):
+            store.record_list(space)

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 import redis
-from conformance import POLICY, StoreContract, Twin, fork_and_check, wait_for
+from conformance import POLICY, RecordsContract, StoreContract, Twin, fork_and_check, wait_for
 
 from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
 from toolbreaker.core.breaker.state import CORRUPT
@@ -48,7 +48,7 @@ def fed(store: RedisStore, key: str, policy: Policy = POLICY):
     return view
 
 
-class TestRedisStore(StoreContract):
+class TestRedisStore(StoreContract, RecordsContract):
     # The session's server keeps nothing on disk: the journal tests opt out of durability.
     @pytest.fixture
     def store(self, redis_url):
@@ -516,3 +516,44 @@ def wait_until_answered(read):
 
     wait_for(answered, timeout=5)
     return answers[-1]
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+def test_records_on_an_unreachable_server_are_unavailable(redis_binary, tmp_path):
+    """Every record operation fails closed with StoreUnavailable."""
+    from conftest import RedisServer
+
+    port = RedisServer(redis_binary, tmp_path).port  # a free port, no server on it
+    with RedisStore(f"redis://127.0.0.1:{port}/0", backoff=0) as store:
+        for call in (
+            lambda: store.record_get("s", "k"),
+            lambda: store.record_put("s", "k", {}),
+            lambda: store.record_delete("s", "k"),
+            lambda: store.record_list("s"),
+        ):
+            with pytest.raises(StoreUnavailable):
+                call()
+
+
+def test_a_corrupt_record_fails_closed(redis_url, client):
+    """A record that does not validate (no version, bad JSON, wrong type): StoreUnavailable."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url, prefix=prefix) as store:
+        store.record_put("s", "k", {"ok": 1})
+        hash_key = f"{prefix}:{{records:s}}:records"
+        assert client.hget(hash_key, "k") == b'1 {"ok":1}'
+        for raw in (b"nope", b"1 {nope", b"0 {}"):
+            client.hset(hash_key, "k", raw)
+            with pytest.raises(StoreUnavailable):
+                store.record_get("s", "k")
+            with pytest.raises(StoreUnavailable):
+                store.record_list("s")
+        client.hset(hash_key, "k", b"nope")
+        with pytest.raises(StoreUnavailable):
+            store.record_put("s", "k", {"ok": 2}, version=1)
+        client.delete(hash_key)
+        client.set(hash_key, "a string")
+        with pytest.raises(StoreUnavailable):
+            store.record_put("s", "k", {"ok": 2})

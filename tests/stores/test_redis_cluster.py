@@ -3,7 +3,8 @@
 The conformance suite through redis-py's cluster client; every key of a breaker in one
 slot; and a master killed during a run: calls that need the slot are denied
 (``store-unavailable``) until its replica is promoted, then admitted again by the same
-store, without a restart.
+store, without a restart; the sharded feed (one ``SSUBSCRIBE`` per master) untrusts the
+views of exactly the lost master's slots before the replica can take writes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import uuid
 
 import pytest
 import redis
-from conformance import POLICY, StoreContract, Twin
+from conformance import POLICY, RecordsContract, StoreContract, Twin, wait_for
 
 from toolbreaker import Breaker, Event, Policy, StoreUnavailable
 from toolbreaker.stores import RedisStore
@@ -22,7 +23,7 @@ from toolbreaker.stores import RedisStore
 pytestmark = pytest.mark.slow
 
 
-class TestRedisClusterStore(StoreContract):
+class TestRedisClusterStore(StoreContract, RecordsContract):
     @pytest.fixture
     def store(self, redis_cluster):
         with RedisStore(redis_cluster.url, cluster=True, volatile_journal=True) as store:
@@ -115,3 +116,133 @@ def test_a_killed_master_denies_its_slot_until_the_replica_is_promoted(private_c
         assert promoted.port != victim.port
         state, _ = store.apply(key, Event("failure", 10**9, key, call="z", generation=0), policy)
         assert len(state.failures) >= 2
+
+
+def role(port: int) -> bytes:
+    """The ``ROLE`` of the node on ``port`` (b"master" or b"slave")."""
+    with redis.Redis(port=port, socket_timeout=2) as node:
+        return bytes(node.execute_command("ROLE")[0])
+
+
+def test_no_quiet_call_is_admitted_while_a_slot_has_no_master(private_cluster):
+    """Quiet calls are admitted from a trusted view without a round trip. Kill the slot's
+    master: the feed loses exactly that master's subscription, so from the moment the
+    replica could have taken over until it has, no call is admitted; once it has, the
+    same store admits calls again and trusts its view again (resubscribed on the new
+    master), without a restart."""
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with (
+        RedisStore(private_cluster.url, cluster=True, backoff=0.05) as store,
+        redis.RedisCluster.from_url(private_cluster.url) as client,
+    ):
+        breaker = Breaker(key, store=store, clock=store.clock, timeout=1, enforce="cooperative")
+
+        def quiet() -> bool:
+            permit = breaker.allow()
+            if permit.admitted:
+                permit.record("success")
+            return permit.admitted
+
+        wait_for(lambda: quiet() and breaker._view.state is not None, timeout=10)
+        owner = client.get_node_from_key(store._state_key(key))
+        victim = next(n for n in private_cluster.nodes if n.port == owner.port)
+        victim_id = client.cluster_myid(owner)
+        with redis.Redis(port=owner.port) as node:
+            replicas = node.execute_command("CLUSTER", "REPLICAS", victim_id)
+        replica_port = int(replicas[0].split()[1].split(b"@")[0].rsplit(b":", 1)[1])
+        victim.kill()
+
+        # The view must be untrusted before the replica can take writes: from then on,
+        # another process could change the state on the new master unseen.
+        admitted_untrusted = denied = 0
+        noticed = False
+        deadline = time.monotonic() + 30
+        while True:
+            assert time.monotonic() < deadline, "the replica was never promoted"
+            trusted = breaker._view.state is not None
+            admitted = quiet()
+            # Asked last: if the replica is not master now, it was not before either.
+            if role(replica_port) == b"master":
+                break
+            noticed = noticed or not trusted
+            if not trusted:
+                admitted_untrusted += admitted
+                denied += not admitted
+            time.sleep(0.005)
+        assert noticed, "the view was still trusted when the replica took over"
+        assert admitted_untrusted == 0, "a call was admitted while the slot had no master"
+        assert denied > 0
+        wait_for(quiet, timeout=20)
+        wait_for(lambda: quiet() and breaker._view.state is not None, timeout=20)
+
+
+def test_losing_one_master_untrusts_only_the_views_of_its_slots(private_cluster):
+    """Two breakers on two masters, both trusted; kill one master: only its view is
+    untrusted, the other is still answered from its view (its master's subscription is
+    untouched)."""
+    with (
+        RedisStore(private_cluster.url, cluster=True) as store,
+        redis.RedisCluster.from_url(private_cluster.url) as client,
+    ):
+        keys: dict[int, str] = {}
+        while len(keys) < 2:
+            key = f"dep-{uuid.uuid4().hex[:8]}"
+            keys.setdefault(client.get_node_from_key(store._state_key(key)).port, key)
+        (doomed_port, doomed), (_, spared) = keys.items()
+        breakers = {
+            key: Breaker(key, store=store, clock=store.clock, timeout=1, enforce="cooperative")
+            for key in (doomed, spared)
+        }
+        for breaker in breakers.values():
+            wait_for(lambda b=breaker: b.allow().admitted and b._view.state is not None, 10)
+        next(n for n in private_cluster.nodes if n.port == doomed_port).kill()
+        wait_for(lambda: breakers[doomed]._view.state is None, timeout=5)
+        assert breakers[spared]._view.state is not None
+        assert breakers[spared].allow().admitted
+
+
+def test_a_space_lives_in_one_slot_and_lists_from_one_node(redis_cluster):
+    """Every record of a space is in one hash (one slot), whatever its keys."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_cluster.url, prefix=prefix, cluster=True) as store:
+        keys = [f"key-{n}" for n in range(50)]
+        for key in keys:
+            store.record_put("fleet", key, {"k": key})
+        assert [row[0] for row in store.record_list("fleet")] == sorted(keys)
+        client = redis.RedisCluster.from_url(redis_cluster.url)
+        try:
+            assert client.type(f"{prefix}:{{records:fleet}}:records") == b"hash"
+            assert client.hlen(f"{prefix}:{{records:fleet}}:records") == 50
+        finally:
+            client.close()
+
+
+def test_a_sharded_feed_refused_ssubscribe_backs_off(private_cluster):
+    """Masters that accept connections but refuse SSUBSCRIBE (an ACL) are not hammered:
+    every reconnect backs off with jitter, the view stays untrusted, round trips work."""
+    for node in private_cluster.nodes:
+        node.command(
+            "ACL", "SETUSER", "nosub", "on", ">pw", "~*", "&*", "+@all",
+            "-subscribe", "-psubscribe", "-ssubscribe",
+        )  # fmt: skip
+
+    def connections() -> int:
+        total = 0
+        for node in private_cluster.nodes:
+            with redis.Redis(port=node.port) as admin:
+                total += int(admin.info("stats")["total_connections_received"])
+        return total
+
+    port = private_cluster.nodes[0].port
+    key = f"dep-{uuid.uuid4().hex[:8]}"
+    with RedisStore(f"redis://nosub:pw@127.0.0.1:{port}", cluster=True) as store:
+        view = store.view(key)
+        store.apply(key, Event("request", 0, key, call="a"), POLICY)
+        before = connections()
+        time.sleep(3.0)
+        reconnects = connections() - before - len(private_cluster.nodes)  # our own probes
+        assert reconnects <= 40, reconnects  # ~6 rounds by the schedule, each a few
+        assert view.state is None
+        _, records = store.apply(key, Event("failure", 1, key, call="a", generation=0), POLICY)
+        assert records[-1].reason == "qualifying-failure"
+        assert view.state is None

@@ -10,14 +10,14 @@ import threading
 import time
 
 import pytest
-from conformance import POLICY, StoreContract, fork_and_check, wait_for
+from conformance import POLICY, RecordsContract, StoreContract, fork_and_check, wait_for
 
 from toolbreaker import Breaker, Event, Policy, StoreUnavailable
 from toolbreaker.errors import JournalNotDurable
 from toolbreaker.stores import SQLiteStore
 
 
-class TestSQLiteStore(StoreContract):
+class TestSQLiteStore(StoreContract, RecordsContract):
     @pytest.fixture
     def path(self, tmp_path):
         return tmp_path / "breakers.db"
@@ -291,3 +291,39 @@ def test_a_process_killed_mid_transaction_keeps_every_confirmed_entry(tmp_path, 
         assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         conn.close()
+
+
+# -- records ------------------------------------------------------------------------------
+
+
+def test_a_corrupt_record_fails_closed(tmp_path):
+    """A record row that does not validate (bad JSON, bad version): StoreUnavailable."""
+    path = tmp_path / "records.db"
+    with SQLiteStore(path) as store:
+        store.record_put("s", "json", {"ok": 1})
+        store.record_put("s", "version", {"ok": 1})
+        with sqlite3.connect(path) as raw:
+            raw.execute("UPDATE toolbreaker_records SET value = '{nope' WHERE key = 'json'")
+            raw.execute("UPDATE toolbreaker_records SET version = 'x' WHERE key = 'version'")
+        for key in ("json", "version"):
+            with pytest.raises(StoreUnavailable):
+                store.record_get("s", key)
+        with pytest.raises(StoreUnavailable):
+            store.record_list("s")
+        with pytest.raises(StoreUnavailable):
+            store.record_put("s", "version", {"ok": 2}, version=1)
+
+
+def test_records_on_a_file_that_is_not_a_database_are_unavailable(tmp_path):
+    """Every record operation fails closed with StoreUnavailable."""
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"not a database" * 100)
+    with SQLiteStore(path, backoff=0) as store:
+        for call in (
+            lambda: store.record_get("s", "k"),
+            lambda: store.record_put("s", "k", {}),
+            lambda: store.record_delete("s", "k"),
+            lambda: store.record_list("s"),
+        ):
+            with pytest.raises(StoreUnavailable):
+                call()

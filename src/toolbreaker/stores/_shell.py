@@ -148,7 +148,9 @@ class SharedStore(ABC):
         """
         encode_record(space, key, {})
         found = self._record_read(space, key)
-        return None if found is None else (decode_record(found[0], space), found[1])
+        if found is None:
+            return None
+        return decode_record(found[0], space), _stored_version(found[1], space)
 
     def record_put(
         self, space: str, key: str, value: Mapping[str, Any], *, version: int | None = None
@@ -160,7 +162,8 @@ class SharedStore(ABC):
         """
         text = encode_record(space, key, value)
         check_version(version)
-        return self._record_write(space, key, text.decode("utf-8"), version)
+        written = self._record_write(space, key, text.decode("utf-8"), version)
+        return None if written is None else _stored_version(written, space)
 
     def record_delete(self, space: str, key: str, *, version: int | None = None) -> bool:
         """Remove the record if ``version`` matches; whether it was removed.
@@ -180,7 +183,10 @@ class SharedStore(ABC):
         """
         encode_record(space, "-", {})
         found = sorted(self._record_read_all(space), key=lambda row: row[0])
-        return [(key, decode_record(raw, space), version) for key, raw, version in found]
+        return [
+            (key, decode_record(raw, space), _stored_version(version, space))
+            for key, raw, version in found
+        ]
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -232,21 +238,21 @@ class SharedStore(ABC):
     def _durability(self, task: str) -> tuple[bool, str]:
         """Whether the journal survives a restart of the store, and if not, why."""
 
+    @abstractmethod
     def _record_read(self, space: str, key: str) -> tuple[object, int] | None:
         """The raw text and version of one record, or ``None``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
         """Compare-and-set one record's text; the new version, or ``None`` on a mismatch."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:
         """Remove one record if ``version`` matches (``None``: any); whether it was."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
         """``(key, raw text, version)`` of every record of ``space``."""
-        raise NotImplementedError
 
     # -- shared internals -----------------------------------------------------------------
 
@@ -282,6 +288,13 @@ class SharedStore(ABC):
     def _forked(self) -> None:
         """In a child right after fork: distrust every view; subclasses drop their feed."""
         self._book.forked()
+
+
+def _stored_version(version: object, space: str) -> int:
+    """A stored record's version; anything but a whole number from 1 is a store fault."""
+    if type(version) is not int or version < 1:
+        raise StoreUnavailable(f"a record in space {space!r} does not validate")
+    return version
 
 
 def decode_entry(raw: object, task: str) -> dict[str, Any]:

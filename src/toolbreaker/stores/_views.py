@@ -150,6 +150,16 @@ class ViewBook:
             for view in self._views.values():
                 view.state = None
 
+    def lose(self, views: list[SharedView]) -> None:
+        """The feed may have missed changes of ``views``: untrust those until reconfirmed.
+
+        A cluster feed that lost one master's connection loses the views of its slots only.
+        """
+        with self._lock:
+            for view in views:
+                view.fed = -1
+                view.state = None
+
     def fail(self) -> None:
         """A round trip failed: empty every view and fail fast for a short while."""
         with self._lock:

@@ -31,6 +31,11 @@ client) or a reply that does not validate raises ``StoreUnavailable``: the break
 the call with the reason ``store-unavailable``. A stored state that does not validate
 loads as the core's recovered-from-corruption open state. A server that comes back is
 used again without a restart.
+
+Records (:class:`~toolbreaker.stores.Records`) are rows of ``<prefix>_records`` (space,
+key, value, version); each operation is one statement (``INSERT ... ON CONFLICT``,
+``UPDATE ... WHERE version = n``, ``DELETE ... WHERE version = n``), so one short
+transaction, committed like breaker state (``synchronous_commit = off``).
 """
 
 from __future__ import annotations
@@ -70,6 +75,9 @@ CREATE TABLE IF NOT EXISTS {p}_breakers (
 CREATE TABLE IF NOT EXISTS {p}_journal (
   seq bigserial PRIMARY KEY, task text NOT NULL, key text NOT NULL, entry text NOT NULL,
   UNIQUE (task, key));
+CREATE TABLE IF NOT EXISTS {p}_records (
+  space text NOT NULL, key text NOT NULL, value text NOT NULL, version bigint NOT NULL,
+  PRIMARY KEY (space, key));
 CREATE OR REPLACE FUNCTION {p}_cas(p_key text, p_expected bigint, p_payload text)
 RETURNS TABLE (status int, version bigint, state text) LANGUAGE plpgsql AS $$
 DECLARE
@@ -356,6 +364,46 @@ class PostgresStore(SharedStore):
             return False, "the server runs with fsync = off"
         return True, "fsync = on; journal entries commit with synchronous_commit = on"
 
+    # -- records: one statement each, so one short transaction ---------------------------
+
+    def _record_read(self, space: str, key: str) -> tuple[object, int] | None:
+        sql = f"SELECT value, version FROM {self.prefix}_records WHERE space = %s AND key = %s"  # noqa: S608 - validated prefix
+        row = self._execute(space, sql, (space, key), records=True)
+        return None if row is None else (row[0], row[1])
+
+    def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
+        table = f"{self.prefix}_records"
+        insert = f"INSERT INTO {table} AS r (space, key, value, version) VALUES (%s, %s, %s, 1) "  # noqa: S608 - validated prefix
+        if version is None:
+            sql = (
+                insert + "ON CONFLICT (space, key) DO UPDATE "
+                "SET value = excluded.value, version = r.version + 1 RETURNING r.version"
+            )
+            params: tuple[Any, ...] = (space, key, text)
+        elif version == 0:
+            sql = insert + "ON CONFLICT (space, key) DO NOTHING RETURNING r.version"
+            params = (space, key, text)
+        else:
+            sql = (
+                f"UPDATE {table} SET value = %s, version = version + 1 "  # noqa: S608 - validated prefix
+                "WHERE space = %s AND key = %s AND version = %s RETURNING version"
+            )
+            params = (text, space, key, version)
+        row = self._execute(space, sql, params, records=True)
+        return None if row is None else row[0]
+
+    def _record_remove(self, space: str, key: str, version: int | None) -> bool:
+        sql = f"DELETE FROM {self.prefix}_records WHERE space = %s AND key = %s"  # noqa: S608 - validated prefix
+        params: tuple[Any, ...] = (space, key)
+        if version is not None:
+            sql, params = sql + " AND version = %s", (space, key, version)
+        return self._execute(space, sql + " RETURNING 1", params, records=True) is not None
+
+    def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
+        sql = f"SELECT key, value, version FROM {self.prefix}_records WHERE space = %s"  # noqa: S608 - validated prefix
+        rows = self._execute(space, sql, (space,), records=True, every=True)
+        return [(key, raw, version) for key, raw, version in rows]
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -420,8 +468,13 @@ class PostgresStore(SharedStore):
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self.prefix}-schema",))
             exists = conn.execute(
                 "SELECT to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL "
-                "AND to_regproc(%s) IS NOT NULL",
-                (f"{self.prefix}_cas", f"{self.prefix}_journal_put", f"{self.prefix}_notify"),
+                "AND to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                (
+                    f"{self.prefix}_cas",
+                    f"{self.prefix}_journal_put",
+                    f"{self.prefix}_notify",
+                    f"{self.prefix}_records",
+                ),
             ).fetchone()
             if not (exists and exists[0]):
                 conn.execute(schema)
@@ -434,6 +487,7 @@ class PostgresStore(SharedStore):
         params: tuple[Any, ...],
         *,
         journal: bool = False,
+        records: bool = False,
         every: bool = False,
     ) -> Any:
         """One statement on the store's connection; a failure is ``StoreUnavailable``."""
@@ -452,6 +506,10 @@ class PostgresStore(SharedStore):
                     self._schema_ready = False  # dropped, or a server restored without it
                 if journal:
                     raise self._journal_fault(key, exc) from exc
+                if records:  # records take no part in breaker decisions: views stay
+                    raise StoreUnavailable(
+                        f"{self._what} unavailable: {exc}", dependency=key
+                    ) from exc
                 self._book.fail()
                 raise StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key) from exc
 

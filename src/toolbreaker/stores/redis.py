@@ -37,6 +37,12 @@ core's recovered-from-corruption open state. A server that comes back is used ag
 without a restart. Idle breakers expire after ``idle_ttl`` (never an isolated one, and
 never one a process still views: the feed refreshes those), and probe leases carry their
 owner and admission time, so a crashed worker cannot leave a breaker half-open forever.
+
+Records (:class:`~toolbreaker.stores.Records`). One hash per space,
+``<prefix>:{records:<space>}:records``, maps each key to ``"<version> <json>"``; a
+compare-and-set is one script on that hash. The space is the hash tag, so on a cluster a
+whole space lives in one slot and listing it is one ``HGETALL`` on one node. Records
+never expire (a lease carries its own end) and follow the server's persistence settings.
 """
 
 from __future__ import annotations
@@ -96,6 +102,28 @@ return 1
 """
 
 
+# Records: one hash per space, ``field = key``, ``value = "<version> <json>"``. One key per
+# space keeps a space in one slot (its name is the hash tag) and makes a list one HGETALL.
+_RECORD_PUT: Final = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+local version = 0
+if cur then
+  version = tonumber(string.match(cur, '^(%d+) '))
+  if version == nil then return -1 end
+end
+if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= version then return 0 end
+version = version + 1
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.0f', version) .. ' ' .. ARGV[2])
+return version
+"""
+_RECORD_DELETE: Final = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+if ARGV[2] ~= '' and string.match(cur, '^(%d+) ') ~= ARGV[2] then return 0 end
+return redis.call('HDEL', KEYS[1], ARGV[1])
+"""
+
+
 # Both keys share the task's hash tag: one slot, one atomic read (also on a cluster).
 _JOURNAL_ALL: Final = """
 return {redis.call('LRANGE', KEYS[2], 0, -1), redis.call('HGETALL', KEYS[1])}
@@ -111,6 +139,7 @@ class _Args(NamedTuple):
     writer: str = ""
     reserve: bool = False
     pause: float = 0.0  # seconds to wait before sending
+    sharded: bool = False  # on a cluster: announce with SPUBLISH too
 
     def argv(self) -> list[str | int]:
         return [
@@ -121,6 +150,7 @@ class _Args(NamedTuple):
             self.writer,
             "1" if self.reserve else "0",
             _TURN_MS,
+            "1" if self.sharded else "0",
         ]
 
 
@@ -203,8 +233,9 @@ class RedisStore(SharedStore):
             subscription is treated as lost.
         cluster: ``url`` names one node of a Redis Cluster: use redis-py's cluster
             client. Every key of a breaker (and of a task's journal) shares one hash tag,
-            so every script touches one slot; the feed subscribes on any live node (pub/sub
-            messages reach every node) and moves to another when its node fails.
+            so every script touches one slot; the feed subscribes to each breaker's
+            sharded channel (``SSUBSCRIBE``) on its slot's master, so losing a master
+            untrusts exactly the views of its slots until its replica is promoted.
         volatile_journal: keep the run journal even on a server that may forget it.
             By default the first journal use checks that Redis appends every write to
             its append-only file and fsyncs it before answering (``appendonly yes``,
@@ -255,6 +286,7 @@ class RedisStore(SharedStore):
         self._options: dict[str, Any] = {
             "socket_timeout": self.socket_timeout,
             "socket_connect_timeout": self.socket_timeout,
+            **_driver_options(redis),
         }
         self.cluster = bool(cluster)
         # No silent retries: a resent script could apply one event twice. A dead pooled
@@ -265,11 +297,15 @@ class RedisStore(SharedStore):
             url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **self._options
         )
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        if self.cluster:  # e.g. no node reachable to learn the slots from: not a RedisError
+            self._errors += (redis.RedisClusterException,)
         self._source = resources.files(__package__).joinpath(_SCRIPT_FILE).read_text("utf-8")
         self._script: Any = self._client.register_script(self._source)
         self._refresh: Any = self._client.register_script(_REFRESH_TTL)
         self._journal_put: Any = self._client.register_script(_JOURNAL_PUT)
         self._journal_all: Any = self._client.register_script(_JOURNAL_ALL)
+        self._record_put: Any = self._client.register_script(_RECORD_PUT)
+        self._record_delete: Any = self._client.register_script(_RECORD_DELETE)
         self._aclient: Any = None
         self._ascript: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -277,7 +313,7 @@ class RedisStore(SharedStore):
         self._ping_interval = float(ping_interval)
         self._writer_token = os.urandom(4).hex()
         self._writers = itertools.count(1)
-        self._feed: _Feed | None = None
+        self._feed: _Feed | _ShardedFeed | None = None
         self._feed_lock = threading.Lock()
         self._what = f"Redis store {_safe_url(url)}"
         super().__init__(backoff=backoff, volatile_journal=volatile_journal)
@@ -390,6 +426,52 @@ class RedisStore(SharedStore):
             raise StoreUnavailable(f"the journal of task {task!r} does not validate")
         return [entries[name] for name in order]
 
+    # -- records ------------------------------------------------------------------------
+
+    def _record_read(self, space: str, key: str) -> tuple[object, int] | None:
+        try:
+            raw: object = self._client.hget(self._records_key(space), key)
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        return None if raw is None else _split_record(raw, space)
+
+    def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
+        expected = "" if version is None else str(version)
+        try:
+            written = self._record_put(keys=[self._records_key(space)], args=[key, text, expected])
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        if type(written) is not int or written < 0:
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        return written or None
+
+    def _record_remove(self, space: str, key: str, version: int | None) -> bool:
+        expected = "" if version is None else str(version)
+        try:
+            removed = self._record_delete(keys=[self._records_key(space)], args=[key, expected])
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        return bool(removed == 1)
+
+    def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
+        try:
+            found = self._client.hgetall(self._records_key(space))
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        if not isinstance(found, dict):
+            raise StoreUnavailable(f"the records of space {space!r} do not validate")
+        rows = []
+        for name, raw in found.items():
+            if not isinstance(name, bytes):
+                raise StoreUnavailable(f"the records of space {space!r} do not validate")
+            text, version = _split_record(raw, space)
+            rows.append((name.decode("utf-8", "replace"), text, version))
+        return rows
+
+    def _record_fault(self, space: str, exc: BaseException) -> StoreUnavailable:
+        # Records take no part in breaker decisions: the views stay as they are.
+        return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=space)
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
@@ -481,6 +563,7 @@ class RedisStore(SharedStore):
                 writer,
                 attempt >= _RESERVE_AFTER,
                 pause,
+                self.cluster,
             )
             if reply.status in (_WRITTEN, _VERIFIED):
                 self._book.learn(view, new, reply.version, token)
@@ -538,6 +621,9 @@ class RedisStore(SharedStore):
     def _order_key(self, task: str) -> str:
         return f"{self.prefix}:{{{task}}}:journal-order"
 
+    def _records_key(self, space: str) -> str:
+        return f"{self.prefix}:{{records:{space}}}:records"
+
     def _async_script(self) -> Any:
         loop = asyncio.get_running_loop()
         if self._aclient is None:
@@ -559,12 +645,12 @@ class RedisStore(SharedStore):
             )
         return self._ascript
 
-    def _subscription(self) -> _Feed:
+    def _subscription(self) -> _Feed | _ShardedFeed:
         with self._feed_lock:
             if self._feed is None:
                 if self._closed:
                     raise StoreUnavailable(f"{self._what} is closed")
-                self._feed = _Feed(self)
+                self._feed = _ShardedFeed(self) if self.cluster else _Feed(self)
             return self._feed
 
     def _refresh_ttls(self) -> None:
@@ -585,6 +671,21 @@ class RedisStore(SharedStore):
                 if ttl:
                     self._refresh(keys=[self._state_key(view.key)], args=[ttl], client=pipe)
             pipe.execute()
+
+
+def _driver_options(redis: Any) -> dict[str, Any]:
+    """The client's name and version for ``CLIENT SETINFO``, looked up once, here.
+
+    Left to itself, redis-py reads its own package metadata for every new connection (a
+    few milliseconds each): on the asyncio client that blocks the event loop once per
+    connection its pool opens.
+    """
+    version = str(getattr(redis, "__version__", "") or "unknown")
+    try:
+        driver_info = importlib.import_module("redis.driver_info")
+    except ImportError:  # pragma: no cover - redis < 7 takes the (later deprecated) kwarg
+        return {"lib_version": version}
+    return {"driver_info": driver_info.DriverInfo(lib_version=version)}
 
 
 class _Feed:
@@ -733,6 +834,218 @@ class _Feed:
                 # A message we cannot read: we may be missing changes, so start over.
                 raise self._broken(f"unreadable message {payload!r:.100}") from None
             self._book.feed(view, decode_state(body, view.policy), version)
+
+
+class _Link:
+    """One sharded subscription: a connection to one master and the channels it carries."""
+
+    __slots__ = ("address", "channels", "conn", "last_heard", "pinged")
+
+    def __init__(self, address: tuple[str, int], conn: Any) -> None:
+        self.address = address
+        self.conn = conn
+        self.channels: set[bytes] = set()
+        self.last_heard = time.monotonic()
+        self.pinged = 0.0
+
+
+class _ShardedFeed:
+    """A cluster's feed: one sharded subscription (``SSUBSCRIBE``) per master.
+
+    A breaker's channel shares its hash tag, so its changes are announced (``SPUBLISH``)
+    on the master of its slot only, and the feed listens to each channel on that master.
+    Losing a master's connection (killed, frozen past a ping, or the slot moved away:
+    ``sunsubscribe``) untrusts exactly the views of the channels it carried; they are
+    trusted again only once the slot's new master confirmed the subscription and a round
+    trip confirmed the state. So no process admits a call on a view of a slot that has no
+    master, and the views of every other slot keep working.
+    """
+
+    def __init__(self, store: RedisStore) -> None:
+        redis = _redis()
+        self._store = store
+        self._book = store._book
+        self._errors = store._errors
+        pool = redis.ConnectionPool.from_url(
+            store.url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **store._options
+        )
+        self._connection_class = pool.connection_class
+        self._connection_kwargs = dict(pool.connection_kwargs)
+        pool.disconnect()
+        self._lock = threading.Lock()
+        self._channels: dict[bytes, SharedView] = {}
+        self._pending: set[bytes] = set()  # channels no live link carries
+        self._links: dict[tuple[str, int], _Link] = {}
+        self._stale = False  # the slot map may be wrong: relearn it before assigning
+        self._retry_at = 0.0
+        self._wait = _FEED_WAIT_FIRST
+        self._calm_since = 0.0  # since when every channel has had a live link
+        self._stopping = threading.Event()
+        self._dead_after = max(1.0, 4 * store.socket_timeout)
+        self._ping_interval = store._ping_interval
+        self._refresh_every = min(store.idle_ttl_ms / 3000, 3600.0)
+        self._thread = threading.Thread(
+            target=self._run, name="toolbreaker-redis-sharded-feed", daemon=True
+        )
+        self._thread.start()
+
+    def add(self, channel: bytes, view: SharedView) -> None:
+        """Deliver the changes of ``view``'s key from now on (the thread subscribes)."""
+        with self._lock:
+            if channel not in self._channels:
+                self._channels[channel] = view
+                self._pending.add(channel)
+
+    def stop(self) -> None:
+        """Stop the thread and close every subscription."""
+        self._stopping.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        refreshed = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                now = time.monotonic()
+                if self._pending and now >= self._retry_at:
+                    self._assign()
+                self._pump_all()
+                if self._calm_since and now - self._calm_since >= _FEED_HEALTHY_AFTER:
+                    self._wait = _FEED_WAIT_FIRST  # it worked for a while: a fresh fault
+                if now - refreshed > self._refresh_every:
+                    refreshed = now
+                    with contextlib.suppress(*self._errors):  # tried again next time
+                        self._store._refresh_ttls()
+        finally:
+            for link in list(self._links.values()):
+                self._close(link)
+            self._book.lose_feed()
+
+    def _assign(self) -> None:
+        """Subscribe every pending channel on the master of its slot."""
+        client = self._store._client
+        try:
+            if self._stale:
+                client.nodes_manager.initialize()
+                self._stale = False
+            with self._lock:
+                pending = list(self._pending)
+            groups: dict[tuple[str, int], list[bytes]] = {}
+            for channel in pending:
+                node = client.get_node_from_key(channel)
+                groups.setdefault((node.host, int(node.port)), []).append(channel)
+            for address, channels in groups.items():
+                link = self._links.get(address) or self._open(address)
+                with self._lock:
+                    link.conn.send_command("SSUBSCRIBE", *channels)
+                    link.channels.update(channels)
+                    self._pending.difference_update(channels)
+        except self._errors:
+            self._trouble()
+            return
+        if not self._pending:
+            self._calm_since = self._calm_since or time.monotonic()
+
+    def _open(self, address: tuple[str, int]) -> _Link:
+        conn = self._connection_class(
+            **{**self._connection_kwargs, "host": address[0], "port": address[1]}
+        )
+        try:
+            conn.connect()
+        except BaseException:
+            conn.disconnect()
+            raise
+        link = self._links[address] = _Link(address, conn)
+        return link
+
+    def _pump_all(self) -> None:
+        links = list(self._links.values())
+        if not links:
+            self._stopping.wait(0.05)
+            return
+        budget = 0.05 / len(links)
+        for link in links:
+            try:
+                self._pump(link, budget)
+            except self._errors:
+                self._lose(link)
+
+    def _pump(self, link: _Link, budget: float) -> None:
+        """Handle what arrives on ``link`` within ``budget`` seconds; ping it when idle."""
+        conn = link.conn
+        if conn.can_read(timeout=budget):
+            while True:
+                self._handle(link, conn.read_response())
+                if not conn.can_read(timeout=0):
+                    break
+            link.last_heard = time.monotonic()
+            link.pinged = 0.0
+            return
+        now = time.monotonic()
+        if link.pinged:
+            if now - link.pinged > self._dead_after:
+                raise _redis().ConnectionError("the subscription did not answer a ping")
+        elif now - link.last_heard > self._ping_interval:
+            with self._lock:
+                conn.send_command("PING")
+            link.pinged = now
+
+    def _handle(self, link: _Link, message: object) -> None:
+        if not isinstance(message, list) or len(message) < 2:
+            return
+        kind, channel = message[0], message[1]
+        view = self._channels.get(channel) if isinstance(channel, bytes) else None
+        if view is None or channel not in link.channels:
+            return
+        if kind == b"ssubscribe":
+            self._book.confirm(view)
+        elif kind == b"sunsubscribe":
+            # The slot moved (a failover, a resharding): its new master must confirm.
+            with self._lock:
+                link.channels.discard(channel)
+                self._pending.add(channel)
+            self._book.lose([view])
+            self._trouble()
+        elif kind == b"smessage" and len(message) == 3 and view.policy is not None:
+            payload = message[2]
+            head, _, body = (
+                payload.partition(b" ") if isinstance(payload, bytes) else (b"", b"", b"")
+            )
+            try:
+                version = int(head)
+            except ValueError:
+                # A message we cannot read: we may be missing changes, so start over.
+                raise _redis().ConnectionError(f"unreadable message {payload!r:.100}") from None
+            self._book.feed(view, decode_state(body, view.policy), version)
+
+    def _lose(self, link: _Link) -> None:
+        """``link`` failed: untrust exactly its views, and subscribe them again later."""
+        self._close(link)
+        with self._lock:
+            channels = list(link.channels)
+            self._pending.update(channels)
+            views = [self._channels[c] for c in channels if c in self._channels]
+        self._book.lose(views)
+        self._trouble()
+
+    def _close(self, link: _Link) -> None:
+        if self._links.get(link.address) is link:
+            del self._links[link.address]
+        link.conn.disconnect()
+
+    def _trouble(self) -> None:
+        """Something failed: relearn the slots, and back off (with jitter) before retrying."""
+        self._stale = True
+        self._calm_since = 0.0
+        self._retry_at = time.monotonic() + random.uniform(self._wait / 2, self._wait)  # noqa: S311 - jitter only
+        self._wait = min(self._wait * 2, _FEED_WAIT_MAX)
+
+
+def _split_record(raw: object, space: str) -> tuple[object, int]:
+    """A stored ``b"<version> <json>"`` as (json, version); anything else is a store fault."""
+    head, sep, body = raw.partition(b" ") if isinstance(raw, bytes) else (b"", b"", b"")
+    if not sep or not head.isdigit() or int(head) < 1:
+        raise StoreUnavailable(f"a record in space {space!r} does not validate")
+    return body, int(head)
 
 
 def _text(value: object) -> str:

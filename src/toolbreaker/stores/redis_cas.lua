@@ -9,6 +9,8 @@
 -- ARGV[5]  the writer's id for this one event
 -- ARGV[6]  '1' when the writer lost several times in a row and asks for the turn
 -- ARGV[7]  how long a turn lasts, in ms
+-- ARGV[8]  '1' on a cluster: announce on the sharded channel too (SPUBLISH), which
+--          reaches the subscribers on the slot's master only
 --
 -- Reply: {status, version, state, server_ms}
 --   1  written; version is the new version
@@ -77,5 +79,7 @@ if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 'v', new, 's', ARGV[2])
 redis.call('HDEL', KEYS[1], 't', 'u')
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) else redis.call('PERSIST', KEYS[1]) end
+-- Classic PUBLISH also on a cluster, for processes of earlier versions (they SUBSCRIBE).
 redis.call('PUBLISH', ARGV[4], new .. ' ' .. ARGV[2])
+if ARGV[8] == '1' then redis.call('SPUBLISH', ARGV[4], new .. ' ' .. ARGV[2]) end
 return {1, new, false, now_ms}

@@ -19,15 +19,20 @@ Fail closed: a file locked for longer than ``timeout`` seconds, or unreadable, m
 store raise :class:`~toolbreaker.errors.StoreUnavailable`, and every view of the store is
 emptied so that later calls ask the store, and are denied, until a transaction succeeds.
 A row that does not validate loads as the core's recovered-from-corruption open state.
+
+Records (:class:`~toolbreaker.stores.Records`) are rows of ``toolbreaker_records`` (space,
+key, value, version); each write is one ``BEGIN IMMEDIATE`` transaction that checks the
+version and writes, committed like breaker state (``synchronous = NORMAL``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -48,7 +53,11 @@ _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS toolbreaker_journal ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, task TEXT NOT NULL, key TEXT NOT NULL,"
     " entry TEXT NOT NULL, UNIQUE (task, key))",
+    "CREATE TABLE IF NOT EXISTS toolbreaker_records ("
+    " space TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, version INTEGER NOT NULL,"
+    " PRIMARY KEY (space, key)) WITHOUT ROWID",
 )
+_RECORD_READ: Final = "SELECT value, version FROM toolbreaker_records WHERE space = ? AND key = ?"
 _READ: Final = "SELECT version, state FROM toolbreaker_breakers WHERE key = ?"
 _WRITE: Final = (
     "INSERT INTO toolbreaker_breakers (key, version, state) VALUES (?, ?, ?) "
@@ -199,6 +208,49 @@ class SQLiteStore(SharedStore):
         )
         return [row[0] for row in rows]
 
+    def _record_read(self, space: str, key: str) -> tuple[object, int] | None:
+        row = self._locked(
+            space, lambda conn: conn.execute(_RECORD_READ, (space, key)).fetchone(), write=False
+        )
+        return None if row is None else (row[0], row[1])
+
+    def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
+        def put(conn: sqlite3.Connection) -> int | None:
+            with _immediate(conn):
+                row = conn.execute(_RECORD_READ, (space, key)).fetchone()
+                current = 0 if row is None else row[1]
+                if row is not None and (type(current) is not int or current < 1):
+                    raise StoreUnavailable(f"a record in space {space!r} does not validate")
+                if version is not None and version != current:
+                    return None
+                conn.execute(
+                    "INSERT INTO toolbreaker_records (space, key, value, version) "
+                    "VALUES (?, ?, ?, ?) ON CONFLICT (space, key) DO UPDATE SET "
+                    "value = excluded.value, version = excluded.version",
+                    (space, key, text, current + 1),
+                )
+                return current + 1
+
+        return self._locked(space, put)
+
+    def _record_remove(self, space: str, key: str, version: int | None) -> bool:
+        sql = "DELETE FROM toolbreaker_records WHERE space = ? AND key = ?"
+        params: tuple[object, ...] = (space, key)
+        if version is not None:
+            sql, params = sql + " AND version = ?", (space, key, version)
+        # One statement: atomic on its own.
+        return bool(self._locked(space, lambda conn: conn.execute(sql, params).rowcount))
+
+    def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
+        rows = self._locked(
+            space,
+            lambda conn: conn.execute(
+                "SELECT key, value, version FROM toolbreaker_records WHERE space = ?", (space,)
+            ).fetchall(),
+            write=False,
+        )
+        return [(key, raw, version) for key, raw, version in rows]
+
     def _durability(self, task: str) -> tuple[bool, str]:
         if self.path in _IN_MEMORY:
             return False, "the database is in memory, not in a file"
@@ -343,6 +395,19 @@ class SQLiteStore(SharedStore):
                     continue
                 state, version, _ = _row(found.get(key), policy)
                 self._book.sync(view, state, version)
+
+
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction, taken at once (``BEGIN IMMEDIATE``), rolled back on error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _open(path: str) -> sqlite3.Connection:
