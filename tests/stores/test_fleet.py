@@ -268,6 +268,9 @@ def test_one_checker_per_key_across_processes(kind, target, store, spawn):
     windows = sorted((start, end, pid) for _, pid, start, end in checks)
     for (_, end, _), (start, _, _) in itertools.pairwise(windows):
         assert end <= start  # never two checks of one key at once
+    holders = [pid for *_, pid in windows]
+    switches = sum(a != b for a, b in itertools.pairwise(holders))
+    assert switches <= 1  # the lease is kept between checks (a stall past it may move it)
     assert hits >= len(checks)
 
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from toolbreaker.core.breaker.machine import due_expiry
-from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState
+from toolbreaker.core.breaker.state import CLOSED, OPEN, BreakerState
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._boundary import HealthCheck
 from toolbreaker.runtime._breaker import Breaker, Permit
@@ -150,9 +150,13 @@ class HealthChecker:
                 if check is None or (check.check is None and check.url is None):
                     continue
                 key = breaker.key
-                if not self._wants(breaker):
-                    self._next.pop(key, None)
-                    self._release(key)
+                need = self._need(breaker)
+                if need != "due":
+                    if need == "idle":
+                        # Healthy (or held by an operator): the lease goes back. While
+                        # cooling down between checks it is kept, so one process checks.
+                        self._next.pop(key, None)
+                        self._release(key)
                     continue
                 if now < self._next.get(key, 0.0):
                     continue
@@ -179,21 +183,23 @@ class HealthChecker:
         return found
 
     @staticmethod
-    def _wants(breaker: Breaker) -> bool:
-        """Whether the breaker waits for a probe now (read from the store, not the view)."""
+    def _need(breaker: Breaker) -> str:
+        """``due`` (a probe now), ``wait`` (unhealthy, not yet) or ``idle`` (no checks).
+
+        Read from the store, not the view: another process may have opened it.
+        """
         state: BreakerState = breaker.store.load(breaker.key, breaker.policy)
-        if state.phase == CLOSED or state.isolated:
-            return False
+        if state.phase == CLOSED or state.isolated or state.forced_closed:
+            return "idle"
         now = breaker.clock()
         if state.phase == OPEN:
             until = state.open_until
-            return until is None or now >= until
-        if state.phase != HALF_OPEN:
-            return False
+            return "due" if until is None or now >= until else "wait"
         # A probe lease of a process that died expires only when an event reaches the
         # core: a due one makes the checker ask, and the core reopens the breaker.
         policy = breaker.policy
-        return len(state.leases) < policy.probe_limit or due_expiry(state, now, policy) is not None
+        free = len(state.leases) < policy.probe_limit
+        return "due" if free or due_expiry(state, now, policy) is not None else "wait"
 
     def _interval(self, check: HealthCheck) -> float:
         return check.interval_ms / 1000 * self._jitter.uniform(0.8, 1.2)
