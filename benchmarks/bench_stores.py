@@ -582,6 +582,32 @@ def contention(pool: Any, url: str, pg_url: str | None, directory: str) -> list[
     return out
 
 
+def records_cost(
+    url: str, pg_url: str | None, directory: str, pairs: int = 2000
+) -> dict[str, float]:
+    """Microseconds for one record get plus one compare-and-set put, one thread."""
+    from toolbreaker import PostgresStore, RedisStore, SQLiteStore
+
+    stores: dict[str, Any] = {
+        "SQLite": SQLiteStore(os.path.join(directory, "records.db")),
+        "Redis": RedisStore(url, prefix="bench-records"),
+    }
+    if CLUSTER_URLS:
+        stores["Redis Cluster"] = RedisStore(CLUSTER_URLS[0], cluster=True, prefix="bench-records")
+    if pg_url:
+        stores["PostgreSQL"] = PostgresStore(pg_url, prefix="bench_records")
+    costs = {}
+    for name, store in stores.items():
+        with store:
+            store.record_put("bench", "k", {"n": 0})
+            started = time.perf_counter()
+            for _ in range(pairs):
+                value, version = store.record_get("bench", "k")
+                store.record_put("bench", "k", {"n": value["n"] + 1}, version=version)
+            costs[name] = (time.perf_counter() - started) / pairs * 1e6
+    return costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each measurement")
@@ -615,6 +641,7 @@ def main() -> None:
         on_redis = round_trips_of("Redis", url, directory)
         on_sqlite = round_trips_of("SQLite", url, directory)
         on_pg = round_trips_of("PostgreSQL", url, directory, pg_url) if pg_url else None
+        records = records_cost(url, pg_url, directory)
 
     print(
         f"redis-server {server}, redis-py {versions['redis']}, "
@@ -658,6 +685,10 @@ def main() -> None:
     for label, value in on_redis.items():
         pg = f"   PostgreSQL {on_pg[label]:5.2f}" if on_pg else ""
         print(f"  {label:<26} Redis {value:5.2f}   SQLite {on_sqlite[label]:5.2f}{pg}")
+    print()
+    print("records: one get plus one compare-and-set put, one thread:")
+    for name, micros in records.items():
+        print(f"  {name:<26} {micros:8.0f} us")
     print()
     print("contention: 4 processes x 10 failures at once, threshold 40:")
     for lib, verdict in fights:

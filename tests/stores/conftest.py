@@ -272,6 +272,32 @@ class PostgresServer:
                 break
             time.sleep(0.05)
 
+    def freeze(self) -> None:
+        """SIGSTOP the postmaster and every backend: the kernel still accepts connections
+        and acknowledges data, but nothing answers (a hung server)."""
+        for pid in self._processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT every process of the server."""
+        for pid in self._processes():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    def _processes(self) -> list[int]:
+        """The postmaster and its children (each backend leads a process group of its own)."""
+        assert self.process is not None
+        postmaster = self.process.pid
+        found = [postmaster]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    stat = (entry / "stat").read_text()
+                    if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+                        found.append(int(entry.name))
+        return found
+
     def stop(self) -> None:
         process, self.process = self.process, None
         if process is None:

@@ -162,6 +162,34 @@ def test_a_stopped_server_denies_and_a_restarted_one_is_used_again(private_postg
         wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None, 10)
 
 
+@pytest.mark.slow
+def test_a_frozen_server_fails_closed_within_a_bound_and_recovers(private_postgres):
+    """The server accepts TCP and its kernel acknowledges data, but nothing answers
+    (SIGSTOPped), so no server-side timeout can fire: the listener stops trusting its
+    views, a sync call fails closed with StoreUnavailable in bounded time, and once the
+    server thaws the same store works and trusts its views again."""
+    key, quiet = f"dep-{uuid.uuid4().hex[:8]}", f"quiet-{uuid.uuid4().hex[:8]}"
+    with PostgresStore(private_postgres.url, timeout=1.0, backoff=0, ping_interval=0.2) as store:
+        watched = Breaker(quiet, store=store, timeout=1, enforce="cooperative")
+        wait_for(lambda: watched.allow().admitted and watched._view.state is not None, 10)
+        private_postgres.freeze()
+        try:
+            wait_for(lambda: watched._view.state is None, timeout=10)  # the listener
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="did not answer"):
+                store.apply(key, Event("failure", 1, key, call="a", generation=0), POLICY)
+            assert time.monotonic() - started < 10  # was: blocked until the server thawed
+            rejection = watched.allow()
+            assert not rejection.admitted
+            assert rejection.reason == "store-unavailable"
+            with pytest.raises(StoreUnavailable):
+                store.record_put("s", key, {"n": 1})
+        finally:
+            private_postgres.thaw()
+        wait_for(lambda: watched.allow().admitted and watched._view.state is not None, 20)
+        assert store.record_put("s", key, {"n": 1}) is not None
+
+
 def test_a_slow_statement_is_cancelled_and_unavailable(postgres_url, client):
     """A row locked by someone else past the timeout: StoreUnavailable, then it recovers."""
     key = f"dep-{uuid.uuid4().hex[:8]}"

@@ -10,6 +10,7 @@ import redis
 from conformance import POLICY, RecordsContract, StoreContract, Twin, fork_and_check, wait_for
 
 from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
+from toolbreaker.core import apply
 from toolbreaker.core.breaker.state import CORRUPT
 from toolbreaker.errors import JournalNotDurable
 from toolbreaker.stores import LocalFallback, RedisStore
@@ -557,3 +558,103 @@ def test_a_corrupt_record_fails_closed(redis_url, client):
         client.set(hash_key, "a string")
         with pytest.raises(StoreUnavailable):
             store.record_put("s", "k", {"ok": 2})
+
+
+# -- asyncio round trips go out together ----------------------------------------------
+
+
+def _failures(n: int) -> list[tuple[str, Event]]:
+    keys = [f"batch-{uuid.uuid4().hex[:8]}-{i}" for i in range(n)]
+    return [(key, Event("failure", 0, key)) for key in keys]
+
+
+#: What the core makes of one failure on a new key: every store must say the same.
+ONE_FAILURE = apply(BreakerState(), Event("failure", 0, "k"), POLICY)[0]
+
+
+def test_concurrent_async_round_trips_share_one_pipeline(private_redis):
+    """200 tasks settling at once on one loop: their scripts go out together on one or
+    two connections, and each gets exactly what the core says for its own key."""
+    import asyncio
+
+    events = _failures(200)
+    with RedisStore(private_redis.url) as store, redis.Redis.from_url(private_redis.url) as client:
+
+        async def main() -> tuple[list[BreakerState], int]:
+            results = await asyncio.gather(*(store.aapply(k, e, POLICY) for k, e in events))
+            connections = sum(1 for c in client.client_list() if c.get("lib-name") == "redis-py")
+            await store.aclose()
+            return [state for state, _ in results], connections
+
+        before = round_trips(client)
+        states, connections = asyncio.run(main())
+        # A read and a compare-and-set per new key, none resent.
+        assert round_trips(client) - before == 400
+        assert connections <= 3  # this client, plus the pipeline's one or two
+        assert states == [ONE_FAILURE] * 200
+        for key, _ in events:
+            assert store.load(key, POLICY) == ONE_FAILURE
+
+
+def test_a_script_the_server_forgot_is_loaded_again_not_failed(private_redis):
+    """After SCRIPT FLUSH (or a restart) the scripts of a batch never ran: they are loaded
+    and sent once more, and nothing is applied twice."""
+    import asyncio
+
+    with RedisStore(private_redis.url) as store, redis.Redis.from_url(private_redis.url) as client:
+        events = _failures(20)
+
+        async def main() -> list[BreakerState]:
+            first = await store.aapply(*events[0], POLICY)
+            client.script_flush()
+            rest = await asyncio.gather(*(store.aapply(k, e, POLICY) for k, e in events[1:]))
+            await store.aclose()
+            return [first[0]] + [state for state, _ in rest]
+
+        states = asyncio.run(main())
+        assert states == [ONE_FAILURE] * 20
+
+
+def test_a_failed_pipeline_fails_every_call_in_it_closed(private_redis):
+    """The server stops: every call of the batch raises StoreUnavailable (nothing waved
+    through), and each caller gets an exception of its own."""
+    import asyncio
+
+    with RedisStore(private_redis.url, socket_timeout=1.0) as store:
+        events = _failures(30)
+
+        async def main() -> list[BaseException | tuple]:
+            await store.aapply(*events[0], POLICY)  # the client and its script, warmed up
+            private_redis.stop()
+            outcomes = await asyncio.gather(
+                *(store.aapply(k, e, POLICY) for k, e in events[1:]), return_exceptions=True
+            )
+            await store.aclose()
+            return outcomes
+
+        outcomes = asyncio.run(main())
+        assert all(isinstance(o, StoreUnavailable) for o in outcomes)
+        assert len({id(o) for o in outcomes}) == len(outcomes)
+
+
+def test_a_cancelled_caller_leaves_the_rest_of_its_batch_answered(redis_url):
+    """One caller of a batch is cancelled while the pipeline is out; the others get their
+    answers."""
+    import asyncio
+
+    with RedisStore(redis_url) as store:
+        events = _failures(10)
+
+        async def main() -> list[object]:
+            await store.aapply(*events[0], POLICY)
+            tasks = [asyncio.create_task(store.aapply(k, e, POLICY)) for k, e in events[1:]]
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the batch is out
+            tasks[0].cancel()
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+            await store.aclose()
+            return outcomes
+
+        outcomes = asyncio.run(main())
+        assert isinstance(outcomes[0], asyncio.CancelledError)
+        assert [o[0] for o in outcomes[1:]] == [ONE_FAILURE] * 8

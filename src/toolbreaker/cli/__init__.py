@@ -146,6 +146,12 @@ def _parser() -> argparse.ArgumentParser:
 
     add_commands(commands)
     add_policy_commands(commands)
+
+    from toolbreaker.cli._simulate import add_command as add_simulate
+    from toolbreaker.cli._tune import add_command as add_tune
+
+    add_simulate(commands)
+    add_tune(commands)
     return parser
 
 

@@ -78,6 +78,17 @@ class BreakerCollector:
             "Requests admitted only by shadow mode or a forced close.",
             labels=_LABELS,
         )
+        saturated = counter(
+            f"{name}_saturated",
+            "Requests answered at once because the bulkhead or the worker pool was full.",
+            labels=_LABELS,
+        )
+        faults = counter(
+            f"{name}_record_faults",
+            "Store faults behind a bulkhead or a shared retry budget (the call was denied "
+            "or not retried).",
+            labels=_LABELS,
+        )
         late = counter(
             f"{name}_late_results", "Results that arrived after their deadline.", labels=_LABELS
         )
@@ -91,7 +102,9 @@ class BreakerCollector:
             labels=(*_LABELS, "reason"),
         )
         budget = gauge(
-            f"{name}_retry_budget", "Retries left in this process's retry budget.", labels=_LABELS
+            f"{name}_retry_budget",
+            "Retries left in the retry budget (a shared one as this process last saw it).",
+            labels=_LABELS,
         )
         spent = counter(
             f"{name}_time_in_state_seconds", "Time spent in each state.", labels=(*_LABELS, "state")
@@ -114,6 +127,9 @@ class BreakerCollector:
             if stats.would_reject or breaker.policy.admits_all:
                 would.add_metric(labels, stats.would_reject)
             late.add_metric(labels, stats.late_results)
+            saturated.add_metric(labels, stats.saturated)
+            if stats.record_faults:
+                faults.add_metric(labels, stats.record_faults)
             ratio.add_metric(labels, stats.half_open_reopen_ratio)
             for detail, count in sorted(stats.failures.items()):
                 failures.add_metric([*labels, detail], count)
@@ -135,6 +151,8 @@ class BreakerCollector:
             admitted,
             rejected,
             would,
+            saturated,
+            faults,
             late,
             failures,
             opens,

@@ -140,8 +140,8 @@ class ToolOptions(TypedDict, total=False):
     ``tool`` is the tool name. Breaker options apply when the registry creates the
     breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
     ``fallback_note``, ``owner``, ``instructions``, ``scope``, ``max_scopes``, ``retry``
-    (its budget counts the model's re-calls), ``max_retry_after_ms``, ``health_check``.
-    The rest
+    (its budget counts the model's re-calls), ``max_retry_after_ms``, ``max_concurrent``
+    (the bulkhead), ``health_check``. The rest
     are the run guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
@@ -164,6 +164,7 @@ class ToolOptions(TypedDict, total=False):
     health_check: HealthCheck
     scope: str | None
     max_scopes: int
+    max_concurrent: int
     risk: RiskClass
     business_key: Sequence[str]
     idempotency_arg: str | None
@@ -430,15 +431,18 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: ToolbreakerState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        """End the run, without calling the model, once the run guard has stopped it."""
-        return self._stop_update(runtime)
+        """End the run, without calling the model, once the run guard has stopped it.
+
+        Otherwise a model turn begins: the run guard's per-turn call count starts again.
+        """
+        return self._stop_update(runtime, new_turn=True)
 
     @hook_config(can_jump_to=["end"])
     async def abefore_model(
         self, state: ToolbreakerState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """The async twin of :meth:`before_model`."""
-        return self._stop_update(runtime)
+        return self._stop_update(runtime, new_turn=True)
 
     # -- hand-built LangGraph -----------------------------------------------------------------
 
@@ -574,9 +578,11 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         timeout = spec.breaker.timeout if spec.breaker is not None else None
         return _Pending(step, request, timeout)
 
-    def _stop_update(self, runtime: Any) -> dict[str, Any] | None:
+    def _stop_update(self, runtime: Any, *, new_turn: bool = False) -> dict[str, Any] | None:
         guard = self._guard_of(runtime)
         if guard.stopped is None:
+            if new_turn:
+                guard.mark_turn()
             return None
         packet = guard.stop_packet()
         return {

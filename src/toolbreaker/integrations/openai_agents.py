@@ -366,6 +366,10 @@ class _Protection:
         if pending is not None and not pending.started and pending.arguments == ctx.tool_arguments:
             # Asked again before it ran (guardrails run before and after an approval).
             return ToolGuardrailFunctionOutput.allow()
+        if self.guard is not None:
+            # The model requests made so far number the turn: every call of one model
+            # response marks it once (Budget.max_calls_per_turn counts them).
+            self.guard.mark_turn(("openai-agents", ctx.usage.requests))
         answer = self._open(ctx.tool_name, ctx.tool_call_id, ctx.tool_arguments)
         if answer is None:
             return ToolGuardrailFunctionOutput.allow()

@@ -303,6 +303,9 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             # The key is the guard's to give; one the model made up must not leak into the
             # fingerprint or reach the tool.
             args = {k: v for k, v in args.items() if k != key_arg}
+        # One model response is one turn: its step number marks the turn once, however
+        # many tool calls it issued (Budget.max_calls_per_turn counts them).
+        guard.mark_turn(("pydantic-ai", ctx.run_step))
         # Validated arguments may be models, dates or sets: the guard fingerprints their
         # JSON form, the tool still receives them as validated.
         step = await guard.abegin(spec.name, to_jsonable_python(args))

@@ -36,6 +36,7 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._scope import current_scope, scope
+from toolbreaker.runtime._siblings import BranchOutcome, SiblingOutcome, Siblings
 from toolbreaker.runtime._step import Step
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "SYSTEM_PROMPT_LINE",
     "ActionRequest",
     "Boundary",
+    "BranchOutcome",
     "Breaker",
     "BreakerStats",
     "Classifier",
@@ -60,6 +62,8 @@ __all__ = [
     "Registry",
     "Rejection",
     "RunGuard",
+    "SiblingOutcome",
+    "Siblings",
     "Step",
     "StopPacket",
     "TraceRecorder",

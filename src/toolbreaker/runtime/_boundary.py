@@ -37,6 +37,9 @@ __all__ = [
 #: ambiguous.
 Enforce = Literal["thread", "cooperative"]
 
+#: The largest bulkhead (``max_concurrent``) a row may declare.
+MAX_CONCURRENT: Final = 10_000
+
 #: The :class:`~toolbreaker.Policy` fields a sheet row may set directly.
 POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(Policy))
 
@@ -155,6 +158,9 @@ class Boundary:
         health_check: a cheap check a health checker runs while the breaker is open
             (:class:`HealthCheck`, or its sheet table); it sets the policy's
             ``probes = "health-check"``, so only the checker probes.
+        max_concurrent: the bulkhead: the most calls of this row in flight at once (in
+            this process, and across processes when the store is shared); a call over
+            the limit is answered at once with reason ``saturated``. ``None``: no limit.
     """
 
     dependency: str
@@ -175,6 +181,7 @@ class Boundary:
     retry: RetryPolicy | None = None
     max_retry_after_ms: int | None = None
     health_check: HealthCheck | None = None
+    max_concurrent: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("dependency", "operation"):
@@ -235,6 +242,12 @@ class Boundary:
                 field="max_scopes",
             )
         self._check_retry()
+        limit = self.max_concurrent
+        if limit is not None and (type(limit) is not int or not 0 < limit <= MAX_CONCURRENT):
+            raise PolicyError(
+                f"max_concurrent must be an integer from 1 to {MAX_CONCURRENT}, got {shown(limit)}",
+                field="max_concurrent",
+            )
         self._check_health()
 
     def _check_health(self) -> None:

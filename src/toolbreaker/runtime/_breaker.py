@@ -58,6 +58,7 @@ from toolbreaker.errors import (
     circuit_open,
 )
 from toolbreaker.runtime._boundary import Boundary, Enforce, HealthCheck, check_seconds
+from toolbreaker.runtime._bulkhead import Bulkhead, Slot, shares_records
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
@@ -70,6 +71,7 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._scope import current_scope
+from toolbreaker.runtime._shared_budget import SharedBudget
 from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
@@ -161,6 +163,10 @@ class BreakerStats:
         scope_overflows: calls of a scoped row that went to its shared overflow breaker
             because ``max_scopes`` breakers were live and none could be forgotten; in
             ``to_dict`` only once non-zero.
+        record_faults: faults of the shared store's records behind the bulkhead
+            (``max_concurrent``) or the shared retry budget: a slot that could not be
+            taken was denied, a retry that could not be paid for was not made; in
+            ``to_dict`` only once non-zero.
     """
 
     __slots__ = (
@@ -172,6 +178,7 @@ class BreakerStats:
         "late_results",
         "listener_errors",
         "opens",
+        "record_faults",
         "rejected",
         "reopens_from_half_open",
         "retries",
@@ -194,6 +201,7 @@ class BreakerStats:
         self.saturated = 0
         self.would_reject = 0
         self.scope_overflows = 0
+        self.record_faults = 0
         self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
         self.retries: dict[str, int] = {}
         self._workers: Workers | None = None
@@ -236,6 +244,8 @@ class BreakerStats:
             out["would_reject"] = self.would_reject
         if self.scope_overflows:
             out["scope_overflows"] = self.scope_overflows
+        if self.record_faults:
+            out["record_faults"] = self.record_faults
         return out
 
 
@@ -288,6 +298,7 @@ class Permit:
         "generation",
         "policy",
         "probe",
+        "slot",
     )
     admitted: Final = True
 
@@ -309,6 +320,7 @@ class Permit:
         self.admitted_at = admitted_at
         self.deadline_ms = deadline_ms
         self.probe = probe
+        self.slot: Slot | None = None  # the bulkhead slot, given back when settled
         self._settled = False
 
     def record(
@@ -325,7 +337,11 @@ class Permit:
             PermitError: the permit was already settled.
         """
         verdict, now = self._verdict(outcome)
-        return self.breaker._settle(self, verdict, now)
+        try:
+            return self.breaker._settle(self, verdict, now)
+        finally:
+            if self.slot is not None:
+                self.slot.release()
 
     async def arecord(
         self,
@@ -337,7 +353,11 @@ class Permit:
             PermitError: the permit was already settled.
         """
         verdict, now = self._verdict(outcome)
-        return await self.breaker._asettle(self, verdict, now)
+        try:
+            return await self.breaker._asettle(self, verdict, now)
+        finally:
+            if self.slot is not None:
+                await self.slot.arelease()
 
     def _verdict(
         self,
@@ -409,6 +429,8 @@ class Breaker:
         health_check: a cheap check of the dependency (a :class:`HealthCheck`, or a
             callable of no arguments) that a health checker runs while the breaker is
             open; only the checker then probes (see :class:`~toolbreaker.HealthChecker`).
+        max_concurrent: the bulkhead: the most calls in flight at once, across processes
+            when the store is shared (see :class:`Boundary`); ``None``: no limit.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
@@ -439,6 +461,7 @@ class Breaker:
         sleep: Callable[[float], Any] | None = None,
         retry_seed: int | None = None,
         health_check: HealthCheck | Callable[[], Any] | None = None,
+        max_concurrent: int | None = None,
         boundary: Boundary | None = None,
     ) -> None:
         if boundary is None:
@@ -466,6 +489,7 @@ class Breaker:
                     if callable(health_check) and not isinstance(health_check, HealthCheck)
                     else health_check
                 ),
+                max_concurrent=max_concurrent,
             )
         self.boundary = boundary
         self.dependency = boundary.dependency
@@ -504,6 +528,11 @@ class Breaker:
         self._phase_since: int | None = None
         self._retry = boundary.retry
         self._retry_budget = None if self._retry is None else RetryBudget.full(self._retry)
+        self._shared_budget = (
+            SharedBudget(self.key, self._retry, self.store, self._record_fault)  # type: ignore[arg-type]
+            if self._retry is not None and shares_records(self.store)
+            else None
+        )
         self._retry_lock = threading.Lock()
         self._retry_listeners: list[RetryListener] = []
         self._sleep = sleep
@@ -514,7 +543,19 @@ class Breaker:
         )
         # The quiet fast path of call()/acall() needs none of retries, scopes and a
         # per-call deadline: computed once, so the hot path tests one attribute.
-        self._plain = self._retry is None and self._scoped is None
+        self._bulkhead = (
+            None
+            if boundary.max_concurrent is None or self._scoped is not None
+            else Bulkhead(
+                self.key, boundary.max_concurrent, self.store, self.clock, self._record_fault
+            )
+        )
+        # A bulkhead of this process alone keeps the quiet fast path: a counter around it.
+        local = self._bulkhead is not None and not self._bulkhead.shared
+        self._slots = self._bulkhead if local else None
+        self._plain = (
+            self._retry is None and self._scoped is None and (self._bulkhead is None or local)
+        )
         self._overflow: Breaker | None = None
         self._scopes_lock = threading.Lock()
         self._stamp = False  # set by adopt(): records then name their policy version
@@ -571,7 +612,8 @@ class Breaker:
         policy (a stored state the new policy cannot hold, e.g. more failures than a
         lowered threshold, loads as corrupt and fails closed, as any state does). A call
         already admitted is settled under the policy it was admitted under. The row's
-        scope and code-only options (classifier, result predicate) stay as they were.
+        scope, bulkhead (``max_concurrent``) and code-only options (classifier, result
+        predicate) stay as they were.
         From now on the breaker's records name the policy version they were decided
         under (:attr:`~toolbreaker.Transition.policy_version`).
         """
@@ -582,6 +624,7 @@ class Breaker:
             boundary,
             scope=old.scope,
             max_scopes=old.max_scopes,
+            max_concurrent=old.max_concurrent,
             classifier=old.classifier,
             result_is_failure=old.result_is_failure,
         )
@@ -741,7 +784,7 @@ class Breaker:
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.abegin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        refused = self._model_retry(tool or self.tool, dict(args or {}))
+        refused = await self._amodel_retry(tool or self.tool, dict(args or {}))
         if refused is not None:
             return refused
         return self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
@@ -783,7 +826,60 @@ class Breaker:
 
     def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """Admission through the core: allow(), and call()/acall() past their fast paths."""
-        return self._local(now, deadline) or self._admit(now, deadline)
+        bulkhead = self._bulkhead
+        if bulkhead is None:
+            return self._local(now, deadline) or self._admit(now, deadline)
+        slot = bulkhead.acquire(self._slot_ms(deadline))
+        if not isinstance(slot, Slot):
+            return self._no_slot(slot, deadline)
+        try:
+            admission = self._local(now, deadline) or self._admit(now, deadline)
+        except BaseException:
+            slot.release()
+            raise
+        return self._holding(admission, slot)
+
+    async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
+        """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
+        bulkhead = self._bulkhead
+        if bulkhead is None:
+            return self._local(now, deadline) or await self._aadmit(now, deadline)
+        slot = await bulkhead.aacquire(self._slot_ms(deadline))
+        if not isinstance(slot, Slot):
+            return self._no_slot(slot, deadline)
+        try:
+            admission = self._local(now, deadline) or await self._aadmit(now, deadline)
+        except BaseException:
+            await slot.arelease()
+            raise
+        if isinstance(admission, Permit):
+            admission.slot = slot
+        else:
+            await slot.arelease()
+        return admission
+
+    def _slot_ms(self, deadline: int | None) -> int:
+        """How long a slot may be held: the call's deadline (a probe lease without one)."""
+        return self.policy.lease_ttl_ms if deadline is None else deadline
+
+    def _holding(self, admission: Permit | Rejection, slot: Slot) -> Permit | Rejection:
+        if isinstance(admission, Permit):
+            admission.slot = slot
+        else:
+            slot.release()
+        return admission
+
+    def _no_slot(self, why: str, deadline: int | None) -> Rejection:
+        """The bulkhead is full (``saturated``) or its store is down: denied at once."""
+        self.stats.rejected += 1
+        if why == _SATURATED:
+            self.stats.saturated += 1
+            # A slot is free again within one deadline unless its call hangs.
+            return Rejection(self, _SATURATED, deadline)
+        return Rejection(self, _STORE_DOWN, None)
+
+    def _record_fault(self) -> None:
+        self.stats.record_faults += 1
 
     def _local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
         """Admission answered from the view without the store, or ``None``."""
@@ -826,10 +922,6 @@ class Breaker:
         except StoreUnavailable:
             return self._store_down()
         return self._admitted(state, records, now, deadline, policy)
-
-    async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
-        """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
-        return self._local(now, deadline) or await self._aadmit(now, deadline)
 
     def _request(self, now: int, health_check: bool = False) -> Event:
         call = f"{_process_token}.{next(self._ids)}"
@@ -986,22 +1078,29 @@ class Breaker:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
             if deadline is not None:
                 # Quiet fast path: no permit, no lock, no record unless something happens.
+                slots = self._slots  # a bulkhead of this process only: a counter
+                if slots is not None and not slots.enter():
+                    raise self._no_slot(_SATURATED, deadline).error()
                 self.stats.admitted += 1
-                start = self.clock()
                 try:
-                    result = fn(*args, **kwargs)
-                except BaseException as exc:
-                    self._quiet_outcome(state, start, deadline, exc)
-                    raise
-                # Settle after all only if the core may care: a result predicate, a late
-                # result, or a state that changed meanwhile.
-                if (
-                    self.result_is_failure is not None
-                    or self.clock() - start > deadline
-                    or self._view.state is not state
-                ):
-                    self._quiet_outcome(state, start, deadline, result)
-                return result
+                    start = self.clock()
+                    try:
+                        result = fn(*args, **kwargs)
+                    except BaseException as exc:
+                        self._quiet_outcome(state, start, deadline, exc)
+                        raise
+                    # Settle after all only if the core may care: a result predicate, a late
+                    # result, or a state that changed meanwhile.
+                    if (
+                        self.result_is_failure is not None
+                        or self.clock() - start > deadline
+                        or self._view.state is not state
+                    ):
+                        self._quiet_outcome(state, start, deadline, result)
+                    return result
+                finally:
+                    if slots is not None:
+                        slots.leave()
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
@@ -1024,7 +1123,7 @@ class Breaker:
             self._retry_succeeded()
             return result
 
-    async def acall(
+    async def acall(  # noqa: PLR0915 - the quiet fast path stays in one frame
         self,
         fn: Callable[..., Awaitable[R]],
         /,
@@ -1049,36 +1148,43 @@ class Breaker:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
             if deadline is not None:
                 # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
+                slots = self._slots
+                if slots is not None and not slots.enter():
+                    raise self._no_slot(_SATURATED, deadline).error()
                 self.stats.admitted += 1
-                start = self.clock()
                 try:
-                    if self._inline:
-                        result = await fn(*args, **kwargs)
-                    else:
-                        # within(), inline: no coroutine frame of its own per call.
-                        call = fn(*args, **kwargs)
-                        dog = watch(call, deadline / 1000)
-                        try:
-                            result = await call
-                        except BaseException as exc:
-                            dog.failed(call, exc, deadline / 1000)
-                            raise
-                        dog.done(call)
-                except TimeoutError:
-                    await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
-                    raise
-                except BaseException as exc:
-                    await self._quiet_permit(state, start, deadline).arecord(exc)
-                    raise
-                if (
-                    self.result_is_failure is not None
-                    or self.clock() - start > deadline
-                    or self._view.state is not state
-                ):
-                    await self._quiet_permit(state, start, deadline).arecord(
-                        self.result_verdict(result)
-                    )
-                return result
+                    start = self.clock()
+                    try:
+                        if self._inline:
+                            result = await fn(*args, **kwargs)
+                        else:
+                            # within(), inline: no coroutine frame of its own per call.
+                            call = fn(*args, **kwargs)
+                            dog = watch(call, deadline / 1000)
+                            try:
+                                result = await call
+                            except BaseException as exc:
+                                dog.failed(call, exc, deadline / 1000)
+                                raise
+                            dog.done(call)
+                    except TimeoutError:
+                        await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
+                        raise
+                    except BaseException as exc:
+                        await self._quiet_permit(state, start, deadline).arecord(exc)
+                        raise
+                    if (
+                        self.result_is_failure is not None
+                        or self.clock() - start > deadline
+                        or self._view.state is not state
+                    ):
+                        await self._quiet_permit(state, start, deadline).arecord(
+                            self.result_verdict(result)
+                        )
+                    return result
+                finally:
+                    if slots is not None:
+                        slots.leave()
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
@@ -1091,7 +1197,7 @@ class Breaker:
             except CircuitOpen:
                 raise
             except Exception as exc:
-                wait = self._retry_wait(operation, exc)
+                wait = await self._aretry_wait(operation, exc)
                 if wait is None:
                     raise
                 waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
@@ -1378,11 +1484,14 @@ class Breaker:
 
     @property
     def retry_budget(self) -> RetryBudget | None:
-        """This process's retry budget for the dependency (``None`` without a retry policy).
+        """The dependency's retry budget (``None`` without a retry policy).
 
-        Per process: breakers of other processes sharing a store keep their own budgets.
+        With a shared store (one that keeps records, not a ``MemoryStore``) the budget is
+        shared by every process: this is the bucket as last read or written. Otherwise it
+        is this process's own.
         """
-        return self._retry_budget
+        shared = self._shared_budget
+        return self._retry_budget if shared is None else shared.last
 
     def _operation(self) -> _Operation:
         """A new logical operation with a fresh seed."""
@@ -1415,6 +1524,12 @@ class Breaker:
         decision = self._retry_decision(operation, exc)
         return decision.wait_ms / 1000 if decision.retry else None
 
+    async def _aretry_wait(self, operation: _Operation, exc: Exception) -> float | None:
+        """:meth:`_retry_wait` for the event loop: a shared budget is paid in a thread."""
+        if self._shared_budget is None:
+            return self._retry_wait(operation, exc)
+        return await asyncio.to_thread(self._retry_wait, operation, exc)
+
     def _overran(self, operation: _Operation) -> bool:
         """The wait overran the end-to-end deadline: no attempt may start after it."""
         assert self._retry is not None
@@ -1426,12 +1541,27 @@ class Breaker:
         assert policy is not None
         failure = self._failure(exc)
         state = operation.state
-        with self._retry_lock:
-            before = self._retry_budget
-            assert before is not None
-            operation.state, self._retry_budget, decision = decide(
-                state, failure, policy, before, max_retry_after_ms=self.boundary.max_retry_after_ms
-            )
+        hint_cap = self.boundary.max_retry_after_ms
+        shared = self._shared_budget
+        if shared is not None:
+
+            def decided(
+                bucket: RetryBudget,
+            ) -> tuple[RetryBudget, tuple[RetryState, RetryDecision, RetryBudget]]:
+                new, after, decision = decide(
+                    state, failure, policy, bucket, max_retry_after_ms=hint_cap
+                )
+                return after, (new, decision, bucket)
+
+            operation.state, decision, before = shared.update(decided)
+        else:
+            with self._retry_lock:
+                local = self._retry_budget
+                assert local is not None
+                before = local
+                operation.state, self._retry_budget, decision = decide(
+                    state, failure, policy, local, max_retry_after_ms=hint_cap
+                )
         self._count_retry(decision.reason)
         record = RetryRecord(
             self.key, operation.name, state.seed, state.started_at, failure, before.milli, decision
@@ -1451,7 +1581,9 @@ class Breaker:
     def _retry_succeeded(self) -> None:
         """A success refills the retry budget."""
         policy = self._retry
-        if policy is not None:
+        if self._shared_budget is not None:
+            self._shared_budget.succeeded()  # no round trip here: written with the next one
+        elif policy is not None:
             with self._retry_lock:
                 assert self._retry_budget is not None
                 self._retry_budget = refill(self._retry_budget, policy)
@@ -1496,7 +1628,7 @@ class Breaker:
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
                     target = self if self._scoped is None else self.for_scope()
                     call = {"args": args, "kwargs": kwargs}
-                    refused = target._model_retry(name, call)
+                    refused = await target._amodel_retry(name, call)
                     if refused is not None:
                         return refused.answer
                     try:
@@ -1545,7 +1677,7 @@ class Breaker:
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
         failure = self._failure(exc)
         why = unavailable_reason(
-            failure, self._retry_budget, max_retry_after_ms=self.boundary.max_retry_after_ms
+            failure, self.retry_budget, max_retry_after_ms=self.boundary.max_retry_after_ms
         )
         if why is not None:
             # A spent quota, a hint too long to wait out, or a spent retry budget: the
@@ -1578,9 +1710,12 @@ class Breaker:
         """
         if self._retry_budget is None:
             return True
-        with self._retry_lock:
-            assert self._retry_budget is not None
-            self._retry_budget, allowed = spend(self._retry_budget)
+        if self._shared_budget is not None:
+            allowed = self._shared_budget.update(spend)
+        else:
+            with self._retry_lock:
+                assert self._retry_budget is not None
+                self._retry_budget, allowed = spend(self._retry_budget)
         self._count_retry("model-retry" if allowed else "model-retry-refused")
         return allowed
 
@@ -1590,13 +1725,32 @@ class Breaker:
         Returns a step carrying the ``retry-budget`` answer when the budget is spent
         (the call is not made), else ``None`` (the call goes ahead).
         """
+        key = self._retried(tool, call)
+        if key is None or self._spend_model_retry():
+            return None
+        return self._model_retry_refused(tool, call, key)
+
+    async def _amodel_retry(self, tool: str, call: Any) -> Step | None:
+        """:meth:`_model_retry` for the event loop: a shared budget is paid in a thread."""
+        key = self._retried(tool, call)
+        if key is None:
+            return None
+        if self._shared_budget is None:
+            allowed = self._spend_model_retry()
+        else:
+            allowed = await asyncio.to_thread(self._spend_model_retry)
+        return None if allowed else self._model_retry_refused(tool, call, key)
+
+    def _retried(self, tool: str, call: Any) -> str | None:
+        """The call's key when it re-issues a call that just failed (a retry), else ``None``."""
         if self._retry_budget is None or not self._failed_calls:
             return None
         key = _call_key(tool, call)
         if key is None or self._failed_calls.pop(key, None) is None:
             return None
-        if self._spend_model_retry():
-            return None
+        return key
+
+    def _model_retry_refused(self, tool: str, call: Any, key: str) -> Step:
         self._failed_calls[key] = self.clock()
         args = call if isinstance(call, Mapping) else {}
         return Step(

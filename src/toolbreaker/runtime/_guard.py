@@ -17,6 +17,7 @@ confirms, and refuses writes while an earlier write of the task is still unresol
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import threading
@@ -43,6 +44,7 @@ from toolbreaker.runtime._commit import may_have_committed
 from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
+    deferred_result,
     denied_result,
     error_result,
     journal_down_result,
@@ -214,6 +216,7 @@ class RunGuard:
         self._attempted: dict[str, Any] | None = None
         self._resumed = False
         self._stop_listeners: list[Callable[[StopPacket, RunGuard], None]] = []
+        self._turn: object = _NO_TURN
         #: Stop listener calls that raised (logged; the run's decisions stood).
         self.listener_errors = 0
 
@@ -309,6 +312,20 @@ class RunGuard:
     def state(self) -> RunState:
         """The run's state: counters, the stop and the write breaker, as the core keeps it."""
         return self._run
+
+    def mark_turn(self, turn: object = None) -> None:
+        """A model turn begins: the per-turn call count starts again.
+
+        Adapters call it where the framework starts a model turn. ``turn`` identifies the
+        turn (a step number, a request count): calls with the same value mark it once, so
+        every tool call of a turn may mark it; ``None`` always starts a new turn. Without
+        ``Budget.max_calls_per_turn`` nothing is counted.
+        """
+        with self._lock:
+            if turn is not None and turn == self._turn:
+                return
+            self._turn = turn
+        self._feed(RunEvent("turn", self.clock()))
 
     def stop(self, detail: str = "stopped by an operator") -> StopPacket:
         """Stop the run by hand (condition ``operator``) and return the packet."""
@@ -418,7 +435,11 @@ class RunGuard:
     async def abegin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
         """:meth:`begin` for the event loop: the breaker's store round trip is awaited."""
         step = self._plan(tool, dict(args or {}))
-        if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
+        if (
+            step.answer is None
+            and step.plan.spec.breaker is not None
+            and await self._amay_retry(step)
+        ):
             breaker = step.plan.spec.breaker.for_scope()
             admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
             self._admitted(step, admission)
@@ -529,6 +550,11 @@ class RunGuard:
             return _answered(
                 step, self._reconcile(plan, why="an earlier attempt's outcome is unknown")
             )
+        if verdict == "deferred":
+            # Not made, not queued: the model reads that it may issue it next turn.
+            limit = self.budget.max_calls_per_turn
+            assert limit is not None
+            return _answered(step, deferred_result(tool, limit=limit))
         if verdict in ("writes-blocked", "stopped"):
             assert decision.stop is not None
             stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
@@ -553,8 +579,26 @@ class RunGuard:
         assert breaker is not None
         with self._lock:
             retrying = is_retry(self._retries, plan.fingerprint)
-        if not retrying or breaker._spend_model_retry():
+        return not retrying or breaker._spend_model_retry() or self._retry_refused(step)
+
+    async def _amay_retry(self, step: Step) -> bool:
+        """:meth:`_may_retry` for the event loop: a shared budget is paid in a thread."""
+        plan: _Plan = step.plan
+        breaker = plan.spec.breaker
+        assert breaker is not None
+        if breaker._shared_budget is None:
+            return self._may_retry(step)
+        with self._lock:
+            retrying = is_retry(self._retries, plan.fingerprint)
+        if not retrying or await asyncio.to_thread(breaker._spend_model_retry):
             return True
+        return self._retry_refused(step)
+
+    def _retry_refused(self, step: Step) -> bool:
+        """The retry budget is spent: the tool is unavailable for the run (``False``)."""
+        plan: _Plan = step.plan
+        breaker = plan.spec.breaker
+        assert breaker is not None
         self._finish(plan, "ignored")
         answer = breaker._unavailable("retry-budget", None, tool=step.tool)
         _answered(step, self._dependency_down(plan, answer, "retry-budget"))
@@ -826,6 +870,7 @@ class RunGuard:
         return f"summarise progress; an operator may raise the budget and resume task {self.task!r}"
 
 
+_NO_TURN: Final = object()
 _JOURNAL_STATUSES: Final = ("confirmed", "unknown", "pending", "reconciled-absent", "failed")
 
 

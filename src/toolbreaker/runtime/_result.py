@@ -12,7 +12,11 @@ fallback to use, and not to invent the data. The shapes, one builder each:
 - :func:`denied_result`: the authority check refused the call;
 - :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
 - :func:`stopped_result`: the run guard stopped the run, or blocks its writes;
-- :func:`journal_down_result`: the run journal cannot be reached, so no write is made.
+- :func:`journal_down_result`: the run journal cannot be reached, so no write is made;
+- :func:`siblings_result`: parallel sibling calls as a bounded partial outcome: what
+  came in, and which branches degraded, failed or were cancelled by policy, and why;
+- :func:`deferred_result`: the model turn already started ``max_calls_per_turn`` calls:
+  this one was not made (nor queued); the model may issue it again next turn.
 
 Every text that may carry data from outside (exception messages, stop details) is masked
 with :func:`~toolbreaker.core.run.redact.redact_text` here, where it is built.
@@ -31,11 +35,13 @@ from toolbreaker.errors import PolicyError, whole_seconds
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
     "SYSTEM_PROMPT_LINE",
+    "deferred_result",
     "denied_result",
     "error_result",
     "hidden_tools_line",
     "journal_down_result",
     "retry_after_seconds",
+    "siblings_result",
     "stopped_result",
     "system_prompt_line",
     "unavailable_result",
@@ -87,10 +93,10 @@ DEFAULT_INSTRUCTIONS: Final = {
     "retry-budget": 'The tool "{tool}" keeps failing and its retry budget is spent: '
     "retrying (by anyone, you included) only adds load. Do not call it again in this run. "
     "{fallback_sentence} Do not estimate or invent the data.",
-    # Not a provider failure either: every worker is busy with earlier calls, so this one
-    # was refused at once instead of waiting behind them past its deadline.
-    "saturated": 'The tool "{tool}" is saturated: all of its workers are busy with earlier '
-    "calls, so this call was not made (this is not a provider failure). Resubmit it after "
+    # Not a provider failure either: every worker (or bulkhead slot) is busy with earlier
+    # calls, so this one was refused at once instead of waiting behind them past its deadline.
+    "saturated": 'The tool "{tool}" is saturated: as many calls as it may run at once are '
+    "in progress, so this call was not made (this is not a provider failure). Resubmit it after "
     "{seconds} seconds. {fallback_sentence} Do not estimate or invent the data.",
 }
 
@@ -320,4 +326,48 @@ def journal_down_result(tool: str) -> dict[str, Any]:
         "instruction": f'"{tool}" was not called: its run journal cannot be reached, so the '
         "write could not be made safely (this is not a provider failure). Do not retry it "
         "now; say that the action is pending.",
+    }
+
+
+def deferred_result(tool: str, *, limit: int) -> dict[str, Any]:
+    """A call over the per-turn limit: not made, not queued; resubmit next turn."""
+    calls = "1 tool call" if limit == 1 else f"{limit} tool calls"
+    return {
+        "ok": False,
+        "tool": tool,
+        "deferred": True,
+        "reason": "turn-limit",
+        "resubmit": "next-turn",
+        "retryable": True,
+        "max_calls_per_turn": limit,
+        "instruction": f'"{tool}" was not called: this turn already started {calls}, the '
+        "most one turn may start. It was not queued either. Read the results you have; if "
+        "you still need it, call it again in your next turn (this is not a provider failure).",
+    }
+
+
+def siblings_result(branches: list[tuple[str, str, str | None, Any]]) -> dict[str, Any]:
+    """Parallel sibling calls as one bounded partial outcome the model can act on.
+
+    ``branches`` are ``(name, status, reason, result)``; status is ``completed``,
+    ``degraded``, ``failed`` or ``cancelled``. Completed results are given as they are;
+    for the others the reason is masked here.
+    """
+    results = {name: result for name, status, _, result in branches if status == "completed"}
+    missing = [
+        {"branch": name, "status": status, "reason": redact_text(str(reason or status))}
+        for name, status, reason, _ in branches
+        if status != "completed"
+    ]
+    if not missing:
+        return {"ok": True, "partial": False, "results": results}
+    names = ", ".join(f'"{m["branch"]}" ({m["status"]}: {m["reason"]})' for m in missing)
+    return {
+        "ok": False,
+        "partial": True,
+        "results": results,
+        "missing": missing,
+        "instruction": f"Only part of the parallel calls finished. Missing: {names}. "
+        "Answer from the results you have and tell the user which data is unavailable "
+        "and why; do not estimate or invent the missing data.",
     }

@@ -10,7 +10,9 @@ around them is written once, here:
 5. the subclass's atomic round trip, which lets the core's ``apply()`` decide.
 
 The journal is shared the same way: the durability check at first use, canonical JSON
-on the way in, validation on the way out. A subclass provides the ``_``-methods below.
+on the way in, validation on the way out. So are records: names, size and version
+checked on the way in, JSON and version validated on the way out, one atomic
+compare-and-set per write in the subclass. A subclass provides the ``_``-methods below.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ Result = tuple[BreakerState, tuple[Transition, ...]]
 
 
 class SharedStore(ABC):
-    """Breaker states and a run journal shared between processes: the common shell.
+    """Breaker states, a run journal and records shared between processes: the common shell.
 
     Subclasses set ``_what`` (the store, described without credentials, for messages)
     and implement the round trips. Every round trip that fails must call

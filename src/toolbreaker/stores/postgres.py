@@ -26,9 +26,16 @@ given another; processes on several hosts need one clock (see :class:`RedisStore
 for a server clock; this store offers none yet).
 
 Fail closed. A refused connection, a statement slower than ``timeout`` (the server
-cancels it: ``statement_timeout``, ``lock_timeout``; asyncio calls also time out on the
-client) or a reply that does not validate raises ``StoreUnavailable``: the breaker denies
-the call with the reason ``store-unavailable``. A stored state that does not validate
+cancels it: ``statement_timeout``, ``lock_timeout``) or a reply that does not validate
+raises ``StoreUnavailable``: the breaker denies the call with the reason
+``store-unavailable``. A server that accepts connections but never answers (hung,
+stopped, behind a stalled proxy) defeats server-side timeouts and TCP keepalives alike,
+so every round trip is also bounded on the client: past ``max(2 * timeout, timeout + 1)``
+seconds a watchdog thread shuts the connection's socket down (asyncio calls time out
+the same way), the call raises ``StoreUnavailable`` and the connection is replaced; the
+listener's queries are bounded the same way, so its views stop being trusted. A
+statement cut off this way may still have been applied: like any timeout, the outcome
+is unknown, and the call is denied. A stored state that does not validate
 loads as the core's recovered-from-corruption open state. A server that comes back is
 used again without a restart.
 
@@ -44,11 +51,13 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import random
 import re
+import socket
 import threading
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any, Final, NamedTuple
 
 from toolbreaker.core.breaker.machine import apply as core_apply
@@ -187,7 +196,9 @@ class PostgresStore(SharedStore):
         prefix: the prefix of the tables, functions and channel the store creates
             (lower-case letters, digits, underscores).
         timeout: seconds a statement may take before the store is unavailable (the
-            server cancels it; connecting waits at least 2 s, libpq's minimum).
+            server cancels it; a server that does not answer at all is cut off on the
+            client after ``max(2 * timeout, timeout + 1)`` s; connecting waits at least
+            2 s, libpq's minimum).
         max_attempts: compare-and-set attempts per event before giving up.
         backoff: after a failure, seconds during which calls fail at once.
         ping_interval: seconds of silence after which the listener checks its connection.
@@ -255,6 +266,10 @@ class PostgresStore(SharedStore):
         self._listener_lock = threading.Lock()
         self._stop = threading.Event()
         self._abandoned: list[Any] = []  # a forked child's inherited connections: never closed
+        # A round trip's client-side bound: the server cancels a slow statement itself
+        # after ``timeout``; this only catches a server that cannot answer at all.
+        self._bound = max(2 * self.timeout, self.timeout + 1.0)
+        self._watchdog = _Watchdog("toolbreaker-postgres-watchdog")
         super().__init__(backoff=backoff, volatile_journal=volatile_journal)
 
     # -- round trips (the shell in _shell.py does the rest) -------------------------------
@@ -418,6 +433,7 @@ class PostgresStore(SharedStore):
             conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+        self._watchdog.stop()
 
     async def aclose(self) -> None:
         """Close the asyncio connection (call :meth:`close` as well for the rest)."""
@@ -441,6 +457,7 @@ class PostgresStore(SharedStore):
         self._stop = threading.Event()
         self._refeed = self._listener is not None
         self._listener = None
+        self._watchdog = _Watchdog("toolbreaker-postgres-watchdog")  # its thread is gone
 
     def _connect(self, role: str = "store") -> Any:
         """A new autocommit connection, with the schema in place."""
@@ -453,7 +470,8 @@ class PostgresStore(SharedStore):
         )
         try:
             if not self._schema_ready:
-                self._install(conn)
+                with self._watchdog.bound(conn, self._bound):
+                    self._install(conn)
         except BaseException:
             conn.close()
             raise
@@ -494,24 +512,33 @@ class PostgresStore(SharedStore):
         if self._closed:
             raise StoreUnavailable(f"{self._what} is closed", dependency=key)
         with self._lock:
+            bound: _Bound | None = None
             try:
                 if self._conn is None:
                     self._conn = self._connect()
-                cursor = self._conn.execute(sql, params)
-                return cursor.fetchall() if every else cursor.fetchone()
-            except self._errors as exc:
+                with self._watchdog.bound(self._conn, self._bound) as bound:
+                    cursor = self._conn.execute(sql, params)
+                    return cursor.fetchall() if every else cursor.fetchone()
+            except self._errors as error:
                 self._drop_connection()
+                exc: BaseException = error
+                if bound is not None and bound.fired:
+                    exc = _psycopg().OperationalError(
+                        f"the server did not answer within {self._bound:g} s"
+                    )
                 errors = _psycopg().errors
                 if isinstance(exc, (errors.UndefinedTable, errors.UndefinedFunction)):
                     self._schema_ready = False  # dropped, or a server restored without it
                 if journal:
-                    raise self._journal_fault(key, exc) from exc
+                    raise self._journal_fault(key, exc) from error
                 if records:  # records take no part in breaker decisions: views stay
                     raise StoreUnavailable(
                         f"{self._what} unavailable: {exc}", dependency=key
-                    ) from exc
+                    ) from error
                 self._book.fail()
-                raise StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key) from exc
+                raise StoreUnavailable(
+                    f"{self._what} unavailable: {exc}", dependency=key
+                ) from error
 
     async def _aexecute(self, key: str, params: tuple[Any, ...]) -> Any:
         """The CAS statement on the asyncio connection, with a client-side timeout too."""
@@ -584,26 +611,12 @@ class PostgresStore(SharedStore):
                 try:
                     if conn is None:
                         conn = self._connect("listener")
-                        conn.execute(f"LISTEN {self._channel}")
+                        with self._watchdog.bound(conn, self._bound):
+                            conn.execute(f"LISTEN {self._channel}")
                         heard = time.monotonic()
-                    epoch = self._book.epoch
-                    stale = [
-                        v
-                        for v in self._book.views()
-                        if v.wanted and v.policy is not None and v.fed != epoch
-                    ]
-                    if stale:
-                        self._reload(conn, stale)
-                    # Gather first: the connection runs no query while notifies() waits.
-                    notes = [note.payload for note in conn.notifies(timeout=0.05)]
-                    if notes:
-                        heard = time.monotonic()
-                        unsent = [v for v in map(self._notified, notes) if v is not None]
-                        if unsent:
-                            self._reload(conn, unsent)
-                    if time.monotonic() - heard > self.ping_interval:
-                        conn.execute("SELECT 1")
-                        heard = time.monotonic()
+                    # A hung server must not keep the views trusted: every query is bounded.
+                    with self._watchdog.bound(conn, self._bound):
+                        heard = self._listen_once(conn, heard)
                     healthy_since = healthy_since or time.monotonic()
                 except self._errors:
                     # Every lost connection backs off with jitter, reset only after the
@@ -620,6 +633,29 @@ class PostgresStore(SharedStore):
         finally:
             if conn is not None:
                 _close_quietly(conn, self._errors)
+
+    def _listen_once(self, conn: Any, heard: float) -> float:
+        """Read stale views, handle what arrives within ~50 ms, ping when quiet.
+
+        Returns when the server was last heard from.
+        """
+        epoch = self._book.epoch
+        stale = [
+            v for v in self._book.views() if v.wanted and v.policy is not None and v.fed != epoch
+        ]
+        if stale:
+            self._reload(conn, stale)
+        # Gather first: the connection runs no query while notifies() waits.
+        notes = [note.payload for note in conn.notifies(timeout=0.05)]
+        if notes:
+            heard = time.monotonic()
+            unsent = [v for v in map(self._notified, notes) if v is not None]
+            if unsent:
+                self._reload(conn, unsent)
+        if time.monotonic() - heard > self.ping_interval:
+            conn.execute("SELECT 1")
+            heard = time.monotonic()
+        return heard
 
     def _reload(self, conn: Any, views: list[SharedView]) -> None:
         """Read the rows of ``views`` after LISTEN: anything newer will be notified."""
@@ -652,6 +688,79 @@ class PostgresStore(SharedStore):
             self._book.feed(view, decode_state(note["s"], view.policy), version)
             return None
         return view  # too big to send inline, or deleted: read it
+
+
+class _Bound:
+    """One bounded stretch of blocking I/O; ``fired`` once the watchdog cut it short."""
+
+    __slots__ = ("conn", "deadline", "fired")
+
+    def __init__(self, conn: Any, deadline: float) -> None:
+        self.conn = conn
+        self.deadline = deadline
+        self.fired = False
+
+
+class _Watchdog:
+    """Bounds blocking round trips on synchronous psycopg connections.
+
+    A server that accepts connections and acknowledges data but never answers (hung,
+    SIGSTOPped, behind a stalled proxy) defeats every server-side timeout, and TCP
+    keepalives and ``tcp_user_timeout`` too: the peer's kernel acknowledges everything.
+    Past its deadline the watchdog shuts the connection's socket down, so the waiting
+    call fails at once (psycopg raises), and the caller drops the connection. One thread
+    per store, started on first use, asleep while nothing is armed.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._cond = threading.Condition(threading.Lock())
+        self._armed: set[_Bound] = set()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    @contextlib.contextmanager
+    def bound(self, conn: Any, seconds: float) -> Iterator[_Bound]:
+        """Cut ``conn`` off if the block takes longer than ``seconds``."""
+        entry = _Bound(conn, time.monotonic() + seconds)
+        with self._cond:
+            if self._thread is None and not self._stopped:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._armed.add(entry)
+            self._cond.notify()
+        try:
+            yield entry
+        finally:
+            with self._cond:  # once this returns, the watchdog no longer touches conn
+                self._armed.discard(entry)
+
+    def stop(self) -> None:
+        """Stop the thread (nothing is cut off any more)."""
+        with self._cond:
+            self._stopped = True
+            thread, self._thread = self._thread, None
+            self._cond.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                now = time.monotonic()
+                for entry in [e for e in self._armed if e.deadline <= now]:
+                    self._armed.discard(entry)
+                    entry.fired = True
+                    _cut(entry.conn)
+                soonest = min((e.deadline for e in self._armed), default=None)
+                self._cond.wait(None if soonest is None else max(0.0, soonest - now))
+
+
+def _cut(conn: Any) -> None:
+    """Shut the connection's socket down (never close it: the fd stays psycopg's)."""
+    # Already closed, or no socket: nothing to cut.
+    with contextlib.suppress(Exception), socket.socket(fileno=os.dup(conn.pgconn.socket)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _close_quietly(conn: Any, errors: tuple[type[BaseException], ...]) -> None:

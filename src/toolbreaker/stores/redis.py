@@ -20,7 +20,13 @@ views current, so the runtime's fast path admits calls in a quiet closed state a
 them while open without a round trip, and an opening or an operator's release reaches
 every process as soon as Redis delivers the message. The feed pings an idle subscription;
 when it is lost every view is emptied (calls ask the store again) until the feed has
-resubscribed and a round trip has confirmed the state.
+resubscribed and a round trip has confirmed the state. On a cluster the feed holds one
+sharded subscription (``SSUBSCRIBE``) per master, for the channels of that master's
+slots: losing a master (killed, silent past a ping, or its slot moved away) empties the
+views of exactly those slots, so no call is admitted on a view of a slot without a
+master, and they are trusted again once the promoted replica confirmed the subscription.
+Keep ``ping_interval`` plus the ping's wait well below ``cluster-node-timeout``, so that a
+frozen master is noticed before its replica can take writes.
 
 Time. Events must carry one clock for all hosts. :meth:`RedisStore.clock` is the Redis
 server's clock as seen from this process (an offset to the local monotonic clock, learned
@@ -309,6 +315,7 @@ class RedisStore(SharedStore):
         self._aclient: Any = None
         self._ascript: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
+        self._batch: _Batch | None = None
         self._clock = _ServerClock()
         self._ping_interval = float(ping_interval)
         self._writer_token = os.urandom(4).hex()
@@ -359,7 +366,10 @@ class RedisStore(SharedStore):
                     await asyncio.sleep(args.pause)
                 started = time.monotonic_ns()
                 try:
-                    raw = await script(keys=[args.key], args=args.argv())
+                    if self._batch is not None:
+                        raw = await self._batch.run(args)
+                    else:
+                        raw = await script(keys=[args.key], args=args.argv())
                 except self._errors as exc:
                     raise self._fault(view.key, exc) from exc
                 args = steps.send(self._reply(raw, started, view.key))
@@ -486,6 +496,7 @@ class RedisStore(SharedStore):
     async def aclose(self) -> None:
         """Close the asyncio client (call :meth:`close` as well for the rest)."""
         client, self._aclient, self._ascript, self._aloop = self._aclient, None, None, None
+        self._batch = None
         if client is not None:
             closer = getattr(client, "aclose", None) or client.close
             await closer()
@@ -638,6 +649,9 @@ class RedisStore(SharedStore):
             )
             self._ascript = self._aclient.register_script(self._source)
             self._aloop = loop
+            # A cluster routes each script by its key's slot; one server takes them in
+            # one pipeline.
+            self._batch = None if self.cluster else _Batch(self._aclient, self._ascript)
         elif loop is not self._aloop:
             raise RuntimeError(
                 "this RedisStore's asyncio client belongs to another event loop; "
@@ -671,6 +685,107 @@ class RedisStore(SharedStore):
                 if ttl:
                     self._refresh(keys=[self._state_key(view.key)], args=[ttl], client=pipe)
             pipe.execute()
+
+
+#: How many callers of a batch are woken per turn of the event loop.
+_WAKE = 16
+
+
+class _Batch:
+    """The asyncio round trips of one event loop that are due together, as one pipeline.
+
+    A task's script call joins the batch of the loop's current iteration; the batch is
+    sent once every task made ready in that iteration has had its turn. Two hundred
+    breakers settling at once cost one pipeline (one write, one read loop) instead of two
+    hundred commands, each with its own connection checkout, timeout and parse: the loop
+    stays responsive when a slow store answers many calls at the same moment. Each
+    script is still one atomic compare-and-set; a failed send fails every call in it.
+    """
+
+    __slots__ = ("_client", "_pending", "_script", "_sending")
+
+    def __init__(self, client: Any, script: Any) -> None:
+        self._client = client
+        self._script = script
+        self._pending: list[tuple[_Args, asyncio.Future[object]]] = []
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def run(self, args: _Args) -> object:
+        """Run the script with ``args`` in the next pipeline; its raw reply.
+
+        Raises:
+            redis.RedisError, OSError: the pipeline could not be sent or read.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        self._pending.append((args, future))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)
+        reply = await future
+        if isinstance(reply, _Failed):
+            raise reply.error
+        return reply
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        task = asyncio.ensure_future(self._send(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[tuple[_Args, asyncio.Future[object]]]) -> None:
+        try:
+            replies = await self._pipeline([args for args, _ in batch])
+        except BaseException as exc:  # noqa: BLE001 - every caller gets its own copy
+            replies = [_Failed(exc)] * len(batch)
+        for start in range(0, len(batch), _WAKE):
+            if start:
+                # The callers woken so far run before the next slice is woken: the loop
+                # takes its timers and I/O between slices, not after all of them.
+                await asyncio.sleep(0)
+            for (_, future), reply in zip(
+                batch[start : start + _WAKE], replies[start : start + _WAKE], strict=True
+            ):
+                if not future.done():  # a caller cancelled meanwhile is not answered
+                    future.set_result(reply)
+
+    async def _pipeline(self, batch: list[_Args]) -> list[object]:
+        """Every script's reply (or error) in order.
+
+        Scripts the server did not know (first use, a restart, ``SCRIPT FLUSH``) never
+        ran: the script is loaded and they are sent once more.
+        """
+        replies: list[object] = [None] * len(batch)
+        todo = list(range(len(batch)))
+        for attempt in range(2):
+            pipe = self._client.pipeline(transaction=False)
+            for index in todo:
+                args = batch[index]
+                pipe.evalsha(self._script.sha, 1, args.key, *args.argv())
+            answers = await pipe.execute(raise_on_error=False)
+            missing = []
+            for index, answer in zip(todo, answers, strict=True):
+                if attempt == 0 and _no_script(answer):
+                    missing.append(index)
+                else:
+                    replies[index] = _Failed(answer) if isinstance(answer, Exception) else answer
+            if not missing:
+                break
+            await self._client.script_load(self._script.script)
+            todo = missing
+        return replies
+
+
+class _Failed:
+    """A batched call's error, handed to its caller to raise."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _no_script(answer: object) -> bool:
+    return isinstance(answer, _redis().exceptions.NoScriptError)
 
 
 def _driver_options(redis: Any) -> dict[str, Any]:

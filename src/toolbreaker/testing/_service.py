@@ -231,6 +231,8 @@ class ToolService:
             kind: {} for kind in _KINDS
         }
         self._errors: list[str] = []
+        self._in_flight = 0
+        self._peak_in_flight = 0
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -347,6 +349,21 @@ class ToolService:
         with self._lock:
             return dict(self._hits)
 
+    @property
+    def in_flight(self) -> int:
+        """Requests being handled right now (a gauge)."""
+        with self._lock:
+            return self._in_flight
+
+    @property
+    def peak_in_flight(self) -> int:
+        """The most requests handled at once since the start or the last :meth:`reset`.
+
+        What a bulkhead test compares with its limit: the concurrency the service saw.
+        """
+        with self._lock:
+            return self._peak_in_flight
+
     def created(self, kind: str) -> list[dict[str, Any]]:
         """Copies of the records created so far, oldest first.
 
@@ -378,6 +395,7 @@ class ToolService:
             self._outages.clear()
             self._hits.clear()
             self._errors.clear()
+            self._peak_in_flight = self._in_flight
             for kind in _KINDS:
                 self._records[kind].clear()
                 self._by_key[kind].clear()
@@ -392,6 +410,11 @@ class ToolService:
                 return outage
             queue = self._faults.get(key)
             return queue.popleft() if queue else _NO_FAULT
+
+    def _entered(self, delta: int) -> None:
+        with self._lock:
+            self._in_flight += delta
+            self._peak_in_flight = max(self._peak_in_flight, self._in_flight)
 
     def _record_error(self, exc: BaseException) -> None:
         with self._lock:
@@ -661,6 +684,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self, method: str) -> None:
         self._responded = False
+        # In flight from here until the answer starts (never after: a client that has its
+        # answer may already have sent the next request).
+        self._counted = True
+        self._server.service._entered(1)
         try:
             self._exchange(method)
         except (ConnectionError, TimeoutError):
@@ -671,6 +698,13 @@ class _Handler(BaseHTTPRequestHandler):
             if not self._responded:
                 with contextlib.suppress(OSError):
                     self._send(500, _encode({"error": "internal error"}))
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._server.service._entered(-1)
 
     def _exchange(self, method: str) -> None:
         service, stopping = self._server.service, self._server.stopping
@@ -718,6 +752,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, headers: Iterable[tuple[str, str]] = ()) -> None:
         self._responded = True
+        self._leave()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -738,10 +773,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _drop(self) -> None:
         """Leave without answering; the client sees the connection close."""
+        self._leave()
         self.close_connection = True
 
     def _reset(self) -> None:
         """Close the connection at once with a TCP reset and no answer."""
+        self._leave()
         self.close_connection = True
         with contextlib.suppress(OSError):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

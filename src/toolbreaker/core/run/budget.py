@@ -370,6 +370,10 @@ class Budget:
             :data:`MAX_LOOP_CYCLES`.
         max_recovery_calls: recovery reads allowed after the run stopped.
         classes: limits per risk class; classes left out keep :data:`DEFAULT_CLASSES`.
+        max_calls_per_turn: tool calls one model turn may start (the adapters mark where
+            a turn begins, :meth:`~toolbreaker.RunGuard.mark_turn`); a call beyond it is
+            *deferred*: not made, not queued, and the model reads that it may issue it
+            again next turn. ``None``: no limit (and no key in :meth:`to_dict`).
     """
 
     max_tool_calls: int = 50
@@ -380,8 +384,11 @@ class Budget:
     loop_cycles: int = 3
     max_recovery_calls: int = 10
     classes: Mapping[RiskClass, ClassLimits] = DEFAULT_CLASSES
+    max_calls_per_turn: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_calls_per_turn is not None:
+            _policy_int(self.max_calls_per_turn, "max_calls_per_turn", 1)
         for name, minimum in _BUDGET_INTS:
             _policy_int(getattr(self, name), name, minimum)
         if self.loop_cycles > MAX_LOOP_CYCLES:
@@ -448,6 +455,12 @@ class Budget:
             "loop_cycles": self.loop_cycles,
             "max_recovery_calls": self.max_recovery_calls,
             "classes": {risk: self.classes[risk].to_dict() for risk in RISK_CLASSES},
+            # Only when set: a budget without it keeps its version (and its receipts).
+            **(
+                {}
+                if self.max_calls_per_turn is None
+                else {"max_calls_per_turn": self.max_calls_per_turn}
+            ),
         }
 
     @property
@@ -683,6 +696,12 @@ class RunState:
         stopped: why the run stopped; the first stop is kept.
         writes_blocked: why writes are refused (too many writes with an unknown
             outcome); reads go on. Set and cleared by :mod:`toolbreaker.core.run.machine`.
+        turn: model turns begun (counted only under ``Budget.max_calls_per_turn``).
+        turn_calls: tool calls begun in the current turn (likewise).
+        deferred: calls deferred to a later turn by ``max_calls_per_turn``.
+
+    The three turn counters are left out of :meth:`counters` and :meth:`to_dict` while
+    zero, so runs without a turn limit serialise as before.
     """
 
     task: str
@@ -699,11 +718,21 @@ class RunState:
     digests: tuple[str, ...] = ()
     stopped: Stop | None = None
     writes_blocked: Stop | None = None
+    turn: int = 0
+    turn_calls: int = 0
+    deferred: int = 0
 
     def __post_init__(self) -> None:
         # Cheap checks only: this runs on every transition. from_dict checks the rest.
         _name(self.task, "task")
-        for name in ("started_at", "calls", "uncertain", "evidence", "recovery_calls"):
+        for name in (
+            "started_at",
+            "calls",
+            "uncertain",
+            "evidence",
+            "recovery_calls",
+            *_TURN_KEYS,
+        ):
             _count(getattr(self, name), name)
         calls = _risk_map(self.class_calls, "class_calls", _count)
         if sum(calls.values()) != self.calls:
@@ -764,6 +793,7 @@ class RunState:
             "writes_blocked": None
             if self.writes_blocked is None
             else self.writes_blocked.to_dict(),
+            **{name: getattr(self, name) for name in _TURN_KEYS if getattr(self, name)},
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -800,7 +830,7 @@ class RunState:
         """
         if not isinstance(data, Mapping):
             raise RunStateError(f"a run state must be an object, got {type(data).__name__}")
-        expected = set(_STATE_KEYS)
+        expected = set(_STATE_KEYS) | {name for name in _TURN_KEYS if name in data}
         if data.get("schema") == _RUN_SCHEMA_V1:
             # v1 had no write breaker in the state: it loads with writes not blocked.
             expected.discard("writes_blocked")
@@ -834,10 +864,14 @@ class RunState:
             writes_blocked=None
             if data.get("writes_blocked") is None
             else _json_stop(data["writes_blocked"], "writes_blocked"),
+            **{name: data[name] for name in _TURN_KEYS if name in data},
         )
         _check_consistent(state)
         return state
 
+
+#: Optional counters of :class:`RunState`, present only when non-zero.
+_TURN_KEYS: Final = ("turn", "turn_calls", "deferred")
 
 _STATE_KEYS: Final = (
     "schema",

@@ -20,7 +20,11 @@ is what the shell must carry out. A ``request`` gets one of five verdicts:
   run's *write breaker*; ``RunState.writes_blocked`` records why, for the stop packet);
 - ``stopped``: the run is stopped (a budget, a loop, a required dependency, an operator);
   the stop is recorded in the state and kept (the first stop wins). A stopped run still
-  admits a few recovery reads (see :mod:`toolbreaker.core.run.budget`).
+  admits a few recovery reads (see :mod:`toolbreaker.core.run.budget`);
+- ``deferred``: the current model turn has started ``Budget.max_calls_per_turn`` calls
+  already: this one is not made and not queued (the model may issue it again next turn);
+  it is counted in ``RunState.deferred`` and does not count against any other limit.
+  A ``turn`` event (the adapter saw the model start a new turn) starts the count again.
 
 Outcome events settle a ``run`` call: ``unknown`` for a write that may have committed
 counts toward the uncertain writes (and may block writes); ``resolved`` records that an
@@ -53,8 +57,18 @@ __all__ = [
 ]
 
 #: What a decision tells the shell to do.
-Verdict = Literal["run", "journal", "reconcile", "writes-blocked", "stopped", "recorded"]
-VERDICTS: Final = ("run", "journal", "reconcile", "writes-blocked", "stopped", "recorded")
+Verdict = Literal[
+    "run", "journal", "reconcile", "writes-blocked", "stopped", "deferred", "recorded"
+]
+VERDICTS: Final = (
+    "run",
+    "journal",
+    "reconcile",
+    "writes-blocked",
+    "stopped",
+    "deferred",
+    "recorded",
+)
 #: The events the run machine accepts.
 EVENT_TYPES: Final = (
     "request",
@@ -64,6 +78,7 @@ EVENT_TYPES: Final = (
     "resume",
     "cost",
     "stop",
+    "turn",
 )
 #: Journal statuses a shell may report with a write request. ``unknown`` and ``pending``
 #: mean an earlier attempt may have committed; ``confirmed`` means it did.
@@ -189,6 +204,10 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         return _block_if_uncertain(run, None, at, budget, event.detail), _RECORDED
     if kind == "cost":
         return budgets.add_cost(run, event.cost or 0), _RECORDED
+    if kind == "turn":
+        if budget.max_calls_per_turn is None:
+            return run, _RECORDED  # nothing is counted without a turn limit
+        return dataclasses.replace(run, turn=run.turn + 1, turn_calls=0), _RECORDED
     # kind == "stop": an operator's
     run = budgets.stop(run, Stop("operator", event.detail or "stopped by an operator", at))
     return run, RunDecision("stopped", run.stopped)
@@ -213,7 +232,15 @@ def _request(
             # Answering a completed write from the journal changes nothing outside.
             return run, RunDecision("journal", repeat=decision.repeat)
     if decision.allowed:
-        return budgets.begin(run, action, at), RunDecision("run", repeat=decision.repeat)
+        limit = budget.max_calls_per_turn
+        if limit is None:
+            return budgets.begin(run, action, at), RunDecision("run", repeat=decision.repeat)
+        if run.turn_calls >= limit and run.stopped is None:
+            run = dataclasses.replace(run, deferred=run.deferred + 1)
+            return run, RunDecision("deferred", repeat=decision.repeat)
+        run = budgets.begin(run, action, at)
+        run = dataclasses.replace(run, turn_calls=run.turn_calls + 1)
+        return run, RunDecision("run", repeat=decision.repeat)
     stop = decision.stop
     assert stop is not None
     if stop.condition == "uncertain-side-effect" and run.stopped is None:

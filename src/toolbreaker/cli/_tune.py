@@ -1,0 +1,659 @@
+"""``toolbreaker tune``: a policy lab on recorded traffic.
+
+A recorded trace is replayed through the core once per candidate policy (the cartesian
+product of the ``--vary`` values, with every other field from the current policy), each
+replay streaming the file in bounded memory (:class:`~toolbreaker.cli._simulate.CountingReplay`).
+Per candidate, in the table, the CSV and the figure:
+
+- ``remote@failing``: remote attempts on the dependencies that failed at least once in
+  the recording (``failure`` or ``ambiguous``): the load the breaker is there to take off;
+- ``rejected-ok``: calls the candidate rejects locally whose recorded outcome is a
+  success: the price of the breaker;
+- ``unknown``: calls the candidate admits whose outcome the recording does not hold (the
+  recording's breaker rejected them, or they were still running when it ended). Nothing
+  is guessed for them: a probe among them counts as failed when its lease expires, as
+  the core decides for any unsettled probe, so such a candidate looks no better than it is;
+- ``opens``, ``time open`` and ``reopen`` (half-open episodes that ended open again), as
+  ``toolbreaker advise`` computes them (:func:`~toolbreaker.core.breaker.calibration.calibrate`).
+
+The current policy (``--policy``, or the defaults) is marked, and added as the first
+row when the grid does not hold it. ``--write N --to FILE`` writes row ``N``'s policy as
+a TOML file that ``replay --policy`` loads, and prints the receipt diff of the trace
+under it against the current policy (``toolbreaker diff``'s lines, from one more
+streaming pass: the receipts are never held in memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import dataclasses
+import itertools
+import json
+import marshal
+import math
+import re
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any, Final, overload
+
+from toolbreaker.cli._plot import FIGURE_SUFFIXES, MISSING, check_output, draw, load_matplotlib
+from toolbreaker.cli._replay import StreamingReplay
+from toolbreaker.cli._simulate import (
+    CountingReplay,
+    EventSource,
+    Inputs,
+    replay_records,
+    trace_inputs,
+)
+from toolbreaker.core.breaker.calibration import calibrate
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.receipt import diff
+from toolbreaker.core.breaker.state import OPEN, Event, Transition
+from toolbreaker.core.files import printable, shown
+from toolbreaker.errors import PolicyError, TraceError
+
+__all__ = [
+    "MAX_CANDIDATES",
+    "ParsedTrace",
+    "Row",
+    "add_command",
+    "candidates",
+    "evaluate",
+    "parse_vary",
+    "receipt_diff",
+    "tune",
+]
+
+#: The most candidate policies one ``tune`` replays.
+MAX_CANDIDATES: Final = 100
+_MAX_VALUES: Final = 50
+_CHUNK: Final = 8192
+_FAILED: Final = frozenset({"failure", "ambiguous"})
+_INT: Final = re.compile(r"^[+-]?\d{1,30}$")
+_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Policy))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """One candidate policy and what the core did with the recorded trace under it.
+
+    Attributes:
+        number: the row number (from 1), what ``--write`` takes.
+        policy: the candidate.
+        current: whether it is the current policy.
+        remote_failing: remote attempts on dependencies that failed in the recording.
+        remote: remote attempts on every dependency.
+        rejected: local rejections.
+        rejected_succeeded: rejected calls whose recorded outcome is a success.
+        unknown: admitted calls whose outcome the recording does not hold.
+        opens: openings.
+        time_open_ms: time spent open, summed over dependencies.
+        half_opens: half-open episodes.
+        reopens: half-open episodes that ended open again.
+    """
+
+    number: int
+    policy: Policy
+    current: bool
+    remote_failing: int
+    remote: int
+    rejected: int
+    rejected_succeeded: int
+    unknown: int
+    opens: int
+    time_open_ms: int
+    half_opens: int
+    reopens: int
+
+    @property
+    def reopen_ratio(self) -> float | None:
+        """Share of half-open episodes that reopened; ``None`` without any."""
+        return self.reopens / self.half_opens if self.half_opens else None
+
+
+def _value(text: str) -> int | str | None:
+    text = text.strip()
+    if _INT.match(text):
+        return int(text)
+    if text.lower() in ("none", "null", ""):
+        return None
+    return text
+
+
+def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[int | str | None]]]:
+    """``FIELD=V1,V2,...`` options as (field, values); values are checked by :class:`Policy`."""
+    varied: list[tuple[str, list[int | str | None]]] = []
+    for text in texts:
+        name, sep, values = text.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise PolicyError(f"--vary needs FIELD=V1,V2,..., got {shown(text)}", field="vary")
+        if name not in _FIELDS:
+            raise PolicyError(
+                f"--vary: unknown policy field {shown(name)} (known: {', '.join(_FIELDS)})",
+                field="vary",
+            )
+        if any(name == seen for seen, _ in varied):
+            raise PolicyError(f"--vary: {name} is varied twice", field="vary")
+        parsed = list(dict.fromkeys(_value(v) for v in values.split(",")))
+        if len(parsed) > _MAX_VALUES:
+            raise PolicyError(
+                f"--vary {name}: {len(parsed)} values, at most {_MAX_VALUES}", field="vary"
+            )
+        varied.append((name, parsed))
+    return varied
+
+
+def candidates(
+    current: Policy, varied: Sequence[tuple[str, Sequence[int | str | None]]]
+) -> list[Policy]:
+    """The cartesian product of the varied values over ``current``, each validated."""
+    count = math.prod(len(values) for _, values in varied)
+    if count > MAX_CANDIDATES:
+        raise PolicyError(
+            f"--vary makes {count} candidate policies, at most {MAX_CANDIDATES}: "
+            "vary fewer fields or fewer values",
+            field="vary",
+        )
+    base = current.to_dict()
+    out: list[Policy] = []
+    names = [name for name, _ in varied]
+    for combination in itertools.product(*(values for _, values in varied)):
+        changes = dict(zip(names, combination, strict=True))
+        try:
+            out.append(Policy.from_dict({**base, **changes}))
+        except PolicyError as exc:
+            what = ", ".join(f"{k}={shown(v)}" for k, v in changes.items())
+            raise PolicyError(
+                f"--vary: the candidate {what}: {exc.message}", field="vary"
+            ) from None
+    return out
+
+
+class ParsedTrace:
+    """A trace parsed and checked once, kept in a temporary file for the replays that follow.
+
+    Every candidate replays the same events: parsing the JSON and checking every field
+    is about half the work of one replay, so it is done once, and the events are spilled
+    as marshalled tuples in chunks of :data:`_CHUNK` (memory holds one chunk).
+    """
+
+    def __init__(self, inputs: Inputs) -> None:
+        self.name = inputs.name
+        self._file: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        try:
+            chunk: list[tuple[Any, ...]] = []
+            for line, e in inputs.events():
+                chunk.append(
+                    (
+                        line,
+                        e.type,
+                        e.at,
+                        e.dependency,
+                        e.call,
+                        e.retry_after_ms,
+                        e.duration_ms,
+                        e.reason,
+                    )
+                )
+                if len(chunk) >= _CHUNK:
+                    marshal.dump(chunk, self._file)
+                    chunk.clear()
+            if chunk:
+                marshal.dump(chunk, self._file)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def events(self) -> Iterator[tuple[int, Event]]:
+        """The events from the start, with their line numbers."""
+        self._file.seek(0)
+        while True:
+            try:
+                chunk = marshal.load(self._file)  # noqa: S302 - our own private temp file
+            except EOFError:
+                return
+            for line, kind, at, dep, call, retry, duration, reason in chunk:
+                yield line, Event(kind, at, dep, call, None, retry, duration, reason)
+
+    def close(self) -> None:
+        """Remove the temporary file."""
+        self._file.close()
+
+    def __enter__(self) -> ParsedTrace:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def evaluate(inputs: EventSource, policy: Policy, number: int, current: bool) -> Row:
+    """Replay ``inputs`` once under ``policy`` through the core and count (streaming)."""
+    remote: dict[str, int] = {}
+    failing: set[str] = set()
+    tally = {"rejected": 0, "rejected_succeeded": 0}
+
+    def records(driver: StreamingReplay) -> Iterator[Transition]:
+        for record in replay_records(driver, inputs):
+            if record.attempted:
+                remote[record.dependency] = remote.get(record.dependency, 0) + 1
+            elif record.rejected:
+                tally["rejected"] += 1
+            elif record.event.type in _FAILED:
+                failing.add(record.dependency)
+            if record.reason == "not-admitted":
+                tally["rejected_succeeded"] += record.event.type == "success"
+            yield record
+
+    with CountingReplay(policy) as driver:
+        signals = calibrate(records(driver)).values()
+        unknown = sum(len(ledger.unsettled) for ledger in driver.ledgers().values())
+    return Row(
+        number=number,
+        policy=policy,
+        current=current,
+        remote_failing=sum(n for dep, n in remote.items() if dep in failing),
+        remote=sum(remote.values()),
+        rejected=tally["rejected"],
+        rejected_succeeded=tally["rejected_succeeded"],
+        unknown=unknown,
+        opens=sum(s.opens for s in signals),
+        time_open_ms=sum(s.time_open_ms for s in signals),
+        half_opens=sum(s.half_opens for s in signals),
+        reopens=sum(s.reopens for s in signals),
+    )
+
+
+def _grid(
+    current: Policy, varied: Sequence[tuple[str, Sequence[int | str | None]]]
+) -> list[Policy]:
+    """The rows' policies: the current one first when the grid does not hold it."""
+    grid = candidates(current, varied)
+    if all(p.version != current.version for p in grid):
+        grid.insert(0, current)
+    return grid
+
+
+def tune(inputs: EventSource, grid: Sequence[Policy], current: Policy) -> list[Row]:
+    """One row per policy of ``grid``, each from its own replay of ``inputs``."""
+    return [
+        evaluate(inputs, policy, number, policy.version == current.version)
+        for number, policy in enumerate(grid, start=1)
+    ]
+
+
+def add_command(commands: Any) -> None:
+    """Register ``tune`` on the top-level subparsers."""
+    cmd = commands.add_parser(
+        "tune", help="replay a recorded trace under candidate policies and compare them"
+    )
+    cmd.add_argument("trace", help="a recorded JSON Lines trace")
+    cmd.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="FIELD=V1,V2",
+        help="a policy field and its candidate values (repeat for a grid)",
+    )
+    cmd.add_argument("--policy", help="the current policy TOML (default: built-in defaults)")
+    cmd.add_argument(
+        "--out",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="also write the table (FILE.csv) or the trade-off figure (FILE.svg, FILE.png)",
+    )
+    cmd.add_argument("--write", type=int, metavar="ROW", help="write this row's policy ...")
+    cmd.add_argument("--to", metavar="FILE", help="... to this new policy TOML file")
+    cmd.set_defaults(run_command=run_tune)
+
+
+def _varied_names(varied: Sequence[tuple[str, Sequence[object]]]) -> list[str]:
+    return [name for name, _ in varied]
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else printable(str(value))
+
+
+def _table(rows: Sequence[Row], names: Sequence[str]) -> list[list[str]]:
+    header = [
+        "#",
+        *names,
+        "remote@failing",
+        "rejected-ok",
+        "unknown",
+        "opens",
+        "time open",
+        "reopen",
+        "remote",
+        "rejected",
+        "policy",
+    ]
+    table = [header]
+    for row in rows:
+        ratio = row.reopen_ratio
+        table.append(
+            [
+                f"{'*' if row.current else ' '}{row.number}",
+                *(_cell(getattr(row.policy, name)) for name in names),
+                str(row.remote_failing),
+                str(row.rejected_succeeded),
+                str(row.unknown),
+                str(row.opens),
+                f"{row.time_open_ms / 1000:.1f} s",
+                "-" if ratio is None else f"{ratio:.0%}",
+                str(row.remote),
+                str(row.rejected),
+                row.policy.version,
+            ]
+        )
+    return table
+
+
+def _print_table(rows: Sequence[Row], names: Sequence[str], trace: str) -> None:
+    table = _table(rows, names)
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    print(f"tune {printable(trace)}: {len(rows)} policies, the trace replayed once under each")
+    for line in table:
+        cells = [
+            cell.ljust(width) if index < 1 + len(names) else cell.rjust(width)
+            for index, (cell, width) in enumerate(zip(line, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+    print(
+        "\n* the current policy\n"
+        "remote@failing  remote attempts on dependencies that failed in the recording\n"
+        "rejected-ok     calls rejected locally that succeeded in the recording (the price)\n"
+        "unknown         calls admitted whose outcome the recording does not hold (it rejected\n"
+        "                them or they were running at its end); an unsettled probe counts as\n"
+        "                failed when its lease expires\n"
+        "reopen          half-open episodes that ended open again"
+    )
+
+
+def _write_csv(rows: Sequence[Row], names: Sequence[str], target: Path) -> None:
+    try:
+        with target.open("x", encoding="utf-8", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(
+                [
+                    "row",
+                    "current",
+                    *names,
+                    "policy_version",
+                    "remote_attempts_failing",
+                    "rejected_succeeded",
+                    "unknown_outcome",
+                    "opens",
+                    "time_open_ms",
+                    "half_opens",
+                    "reopens",
+                    "remote_attempts",
+                    "local_rejections",
+                ]
+            )
+            for row in rows:
+                writer.writerow(
+                    [
+                        row.number,
+                        int(row.current),
+                        *(
+                            "" if getattr(row.policy, n) is None else getattr(row.policy, n)
+                            for n in names
+                        ),
+                        row.policy.version,
+                        row.remote_failing,
+                        row.rejected_succeeded,
+                        row.unknown,
+                        row.opens,
+                        row.time_open_ms,
+                        row.half_opens,
+                        row.reopens,
+                        row.remote,
+                        row.rejected,
+                    ]
+                )
+    except OSError as exc:
+        raise TraceError(f"cannot write: {exc.strerror or exc}", file=str(target)) from None
+
+
+def _figure(rows: Sequence[Row], names: Sequence[str], trace: str) -> Any:
+    def build(figure: Any) -> None:
+        axes = figure.subplots()
+        places: dict[tuple[int, int], list[Row]] = {}
+        for row in rows:
+            places.setdefault((row.rejected_succeeded, row.remote_failing), []).append(row)
+        others = [r for r in rows if not r.current]
+        axes.scatter(
+            [r.rejected_succeeded for r in others],
+            [r.remote_failing for r in others],
+            s=40,
+            color="#2471a3",
+            alpha=0.8,
+            label="candidate",
+            zorder=3,
+        )
+        mine = [r for r in rows if r.current]
+        axes.scatter(
+            [r.rejected_succeeded for r in mine],
+            [r.remote_failing for r in mine],
+            s=160,
+            marker="*",
+            color="#c0392b",
+            label="current policy",
+            zorder=4,
+        )
+        for (x, y), here in sorted(places.items()):
+            label = _ranges([r.number for r in here])
+            unknown = max(r.unknown for r in here)
+            if unknown:
+                label += f" ({unknown} unknown)"
+            axes.annotate(label, (x, y), xytext=(6, 4), textcoords="offset points", fontsize=7)
+        axes.set_xlabel("calls rejected that succeeded in the recording (the price)")
+        axes.set_ylabel("remote attempts on failing dependencies")
+        axes.set_title(
+            f"tune {printable(Path(trace).name)}: {len(rows)} policies\n"
+            f"varying {', '.join(names) or 'nothing'}; labels are row numbers",
+            fontsize=9,
+        )
+        axes.locator_params(integer=True)
+        axes.grid(alpha=0.3)
+        axes.margins(0.15)
+        axes.legend(loc="best", frameon=False)
+
+    return build
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """``1,2,3,5`` as ``1-3,5``."""
+    parts: list[str] = []
+    start = prev = numbers[0]
+    for number in [*numbers[1:], None]:
+        if number is not None and number == prev + 1:
+            prev = number
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if number is not None:
+            start = prev = number
+    return ",".join(parts)
+
+
+def _policy_toml(policy: Policy) -> str:
+    return "".join(
+        f"{key} = {json.dumps(value)}\n"
+        for key, value in policy.to_dict().items()
+        if value is not None
+    )
+
+
+def _check_outputs(args: argparse.Namespace) -> tuple[list[Path], Path | None]:
+    outs = [check_output(path, "--out", (".csv", *FIGURE_SUFFIXES)) for path in args.out]
+    if len({p.resolve() for p in outs}) != len(outs):
+        raise PolicyError("--out names the same file twice", field="out")
+    if (args.write is None) != (args.to is None):
+        raise PolicyError("--write ROW and --to FILE go together", field="write")
+    to = check_output(args.to, "--to", (".toml",)) if args.to else None
+    if to is not None and any(to.resolve() == p.resolve() for p in outs):
+        raise PolicyError("--to names a file --out writes too", field="to")
+    return outs, to
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    """``toolbreaker tune``: check everything, replay once per candidate, report."""
+    outs, to = _check_outputs(args)
+    matplotlib = None
+    if any(p.suffix.lower() in FIGURE_SUFFIXES for p in outs):
+        try:
+            matplotlib = load_matplotlib()
+        except ImportError:
+            print(f"error: {MISSING}", file=sys.stderr)
+            return 2
+    current = Policy.from_toml(args.policy) if args.policy else Policy()
+    varied = parse_vary(args.vary)
+    grid = _grid(current, varied)
+    if args.write is not None and not 1 <= args.write <= len(grid):
+        raise PolicyError(
+            f"--write: there are rows 1 to {len(grid)}, not {args.write}", field="write"
+        )
+    with ParsedTrace(trace_inputs(args.trace, current)) as parsed:
+        rows = tune(parsed, grid, current)
+        names = _varied_names(varied)
+        _print_table(rows, names, args.trace)
+        for target in outs:
+            if target.suffix.lower() == ".csv":
+                _write_csv(rows, names, target)
+            else:
+                draw(matplotlib, target, _figure(rows, names, args.trace), (6.4, 4.6))
+            print(f"wrote {printable(str(target))}")
+        if to is not None and args.write is not None:
+            _write_policy(rows[args.write - 1], current, parsed, to)
+    return 0
+
+
+class _Prefix(Sequence[Any]):
+    """A stand-in for a receipt's transitions in :func:`diff`: equal up to ``index``.
+
+    Holds the one transition that differs (or none), not the list: :func:`diff` walks
+    the two lists until their first difference and reads their lengths, nothing else.
+    """
+
+    _SAME: Final[dict[str, Any]] = {}
+
+    def __init__(self, length: int, index: int, record: dict[str, Any] | None) -> None:
+        self._length, self._index, self._record = length, index, record
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):  # pragma: no cover - diff never slices
+            raise TypeError("a transition prefix cannot be sliced")
+        if not 0 <= index < self._length:
+            raise IndexError(index)
+        return self._record if index == self._index else self._SAME
+
+
+@dataclasses.dataclass(slots=True)
+class _Side:
+    length: int = 0
+    remote: int = 0
+    rejected: int = 0
+    opens: int = 0
+    queue: collections.deque[dict[str, Any]] = dataclasses.field(default_factory=collections.deque)
+
+    def add(self, record: Transition, tracking: bool) -> None:
+        self.length += 1
+        self.remote += record.attempted
+        self.rejected += record.rejected
+        self.opens += record.to_phase == OPEN and record.from_phase != OPEN
+        if tracking:
+            self.queue.append(record.to_dict())
+
+
+@dataclasses.dataclass(slots=True)
+class _Pair:
+    a: _Side = dataclasses.field(default_factory=_Side)
+    b: _Side = dataclasses.field(default_factory=_Side)
+    matched: int = 0
+    differ: tuple[dict[str, Any] | None, dict[str, Any] | None] | None = None
+
+    def compare(self, final: bool = False) -> None:
+        qa, qb = self.a.queue, self.b.queue
+        while self.differ is None and qa and qb:
+            left, right = qa.popleft(), qb.popleft()
+            if left == right:
+                self.matched += 1
+            else:
+                self.differ = (left, right)
+        if self.differ is None and final and (qa or qb):
+            self.differ = (qa[0] if qa else None, qb[0] if qb else None)
+        if self.differ is not None:
+            qa.clear()
+            qb.clear()
+
+
+def receipt_diff(inputs: EventSource, a: Policy, b: Policy) -> list[str]:
+    """``toolbreaker diff``'s lines for the receipts of ``inputs`` under ``a`` and ``b``.
+
+    One streaming pass with both policies side by side: per dependency, the counts, the
+    final state and the first transition that differs, which is all :func:`diff` reads,
+    so the receipts are never built (bounded memory on a trace of any size).
+    """
+    pairs: dict[str, _Pair] = {}
+    with CountingReplay(a) as left, CountingReplay(b) as right:
+        for line, event in inputs.events():
+            try:
+                records = (left.feed(event), right.feed(event))
+            except TraceError as exc:  # pragma: no cover - tune replayed the trace already
+                exc.file, exc.line = inputs.name, line
+                raise
+            pair = pairs.get(event.dependency)
+            if pair is None:
+                pair = pairs[event.dependency] = _Pair()
+            for side, produced in zip((pair.a, pair.b), records, strict=True):
+                for record in produced:
+                    side.add(record, pair.differ is None)
+            pair.compare()
+        states = {name: (left.ledgers()[name].state, right.ledgers()[name].state) for name in pairs}
+    docs: tuple[dict[str, Any], dict[str, Any]] = (
+        {"policy": a.to_dict(), "dependencies": {}},
+        {"policy": b.to_dict(), "dependencies": {}},
+    )
+    for name, pair in pairs.items():
+        pair.compare(final=True)
+        index = pair.matched if pair.differ is not None else -1
+        for which, (doc, side) in enumerate(zip(docs, (pair.a, pair.b), strict=True)):
+            first = pair.differ[which] if pair.differ is not None else None
+            doc["dependencies"][name] = {
+                "transitions": _Prefix(side.length, index, first),
+                "remote_attempts": side.remote,
+                "local_rejections": side.rejected,
+                "opens": side.opens,
+                "final_state": states[name][which].to_dict(),
+            }
+    return diff(*docs)
+
+
+def _write_policy(row: Row, current: Policy, parsed: ParsedTrace, to: Path) -> None:
+    trace = parsed.name
+    text = _policy_toml(row.policy)
+    try:
+        with to.open("x", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise TraceError(f"cannot write: {exc.strerror or exc}", file=str(to)) from None
+    print(f"\nwrote row {row.number} (policy {row.policy.version}) to {printable(str(to))}")
+    lines = receipt_diff(parsed, current, row.policy)
+    print(
+        f"receipt diff of {printable(trace)}, current policy {current.version} -> row {row.number}:"
+    )
+    print("\n".join(printable(line) for line in lines) if lines else "receipts are equal")

@@ -1,0 +1,261 @@
+"""Bulkheads: at most ``max_concurrent`` calls of one dependency in flight at once.
+
+A call takes a slot before its breaker admits it and gives it back when its permit is
+settled. A call that finds no slot free is answered at once (reason ``saturated``, the
+same answer and counter as a saturated worker pool): never queued, since a queue would
+start calls whose callers were answered long ago.
+
+Theory of operation:
+
+- **In a process**: a table of holders, each with the time its slot runs out (the call's
+  deadline plus :data:`MARGIN_MS`). Taking a slot is one lock and a dict insert; a slot
+  whose time ran out (a permit that was never settled) is taken back by the next caller,
+  so a lost permit cannot shrink the bulkhead for good. Nothing waits.
+- **Across processes**, when the breaker's store keeps :class:`~toolbreaker.stores.Records`
+  and is shared (not a :class:`~toolbreaker.stores.MemoryStore`): slot ``i`` of the
+  dependency is the lease ``slot-<i>`` in the record space ``bulkhead/<key>``, taken by
+  compare-and-set (:func:`~toolbreaker.stores._records.acquire_lease`) for the call's
+  deadline plus the margin, so a slot held by a killed process comes back when its lease
+  runs out. The process's own table is asked first (no store round trip when this process
+  alone fills the bulkhead); then one listing of the space finds the free (or expired)
+  slots and at most three compare-and-sets take one. The async path takes and gives back
+  leases in a worker thread: the event loop never waits on the store.
+- **A store fault** while taking a slot denies the call (``store-unavailable``, counted
+  in ``BreakerStats.record_faults``): fail closed, never waved through. A fault while
+  giving one back is counted and logged; the lease runs out on its own.
+
+Lease times are on the breaker's clock (the Redis server's for a Redis store, else this
+host's monotonic clock, which every process of the host shares).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import random
+import threading
+from collections.abc import Callable
+from typing import Final
+
+from toolbreaker.errors import StoreUnavailable
+from toolbreaker.runtime._log import hook_failed
+from toolbreaker.stores._protocol import Records
+from toolbreaker.stores.memory import MemoryStore
+
+__all__ = ["BULKHEAD_SPACE", "MARGIN_MS", "Bulkhead", "Slot", "shares_records"]
+
+#: The record space of cross-process bulkhead slots.
+BULKHEAD_SPACE: Final = "bulkhead"
+#: How long a slot outlives its call's deadline before another caller may take it back.
+MARGIN_MS: Final = 2_000
+#: The reasons :meth:`Bulkhead.acquire` gives instead of a slot.
+SATURATED: Final = "saturated"
+_TRIES: Final = 3  # free slots tried per call before it counts as saturated
+STORE_DOWN: Final = "store-unavailable"
+
+_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
+
+
+def _new_token() -> None:
+    global _token  # noqa: PLW0603 - one token per process, by design
+    _token = f"{os.getpid():x}.{os.urandom(3).hex()}"
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_new_token)
+
+
+def shares_records(store: object) -> bool:
+    """Whether ``store`` keeps records other processes see (a shared store)."""
+    return isinstance(store, Records) and not isinstance(store, MemoryStore)
+
+
+class Slot:
+    """One slot of a bulkhead, held by one call; give it back exactly once (idempotent)."""
+
+    __slots__ = ("_bulkhead", "holder", "lease", "version")
+
+    def __init__(
+        self, bulkhead: Bulkhead, holder: str, lease: str | None, version: int = 0
+    ) -> None:
+        self._bulkhead = bulkhead
+        self.holder = holder
+        self.lease = lease
+        self.version = version  # the lease record's version as this holder wrote it
+
+    def release(self) -> None:
+        """Give the slot back (a store lease with one round trip)."""
+        self._bulkhead._release(self)
+
+    async def arelease(self) -> None:
+        """Give the slot back; a store lease is given back in a worker thread."""
+        if self.lease is None:
+            self._bulkhead._release(self)
+        else:
+            await asyncio.to_thread(self._bulkhead._release, self)
+
+
+class Bulkhead:
+    """The concurrency limit of one dependency (see the module docstring).
+
+    Args:
+        key: the breaker key.
+        limit: the most calls in flight at once (``max_concurrent``).
+        store: the breaker's store; its records hold the slots when it is shared.
+        clock: integer milliseconds (the breaker's clock).
+        on_fault: called (with no argument) for each store fault, to count it.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        limit: int,
+        store: object,
+        clock: Callable[[], int],
+        on_fault: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.key = key
+        self.limit = limit
+        self.clock = clock
+        self._records: Records | None = store if shares_records(store) else None  # type: ignore[assignment]
+        self._on_fault = on_fault
+        self._lock = threading.Lock()
+        self._held: dict[str, int] = {}
+        self._running = 0  # slots of calls that give them back in a ``finally``
+        self._ids = itertools.count(1)
+        self.space = f"{BULKHEAD_SPACE}/{key}"
+        self._names = tuple(f"slot-{i}" for i in range(limit))
+
+    @property
+    def shared(self) -> bool:
+        """Whether the slots are leases in a shared store."""
+        return self._records is not None
+
+    @property
+    def in_use(self) -> int:
+        """Slots this process holds now (expired ones included until taken back)."""
+        return len(self._held) + self._running
+
+    def enter(self) -> bool:
+        """Take a slot of this process for a call that surely gives it back (``leave``).
+
+        The quiet fast path of ``call``/``acall`` does, in a ``finally``: no lease, no
+        time, one lock. Only for a bulkhead that is not shared.
+        """
+        with self._lock:
+            if self._running + len(self._held) >= self.limit and not self._expire():
+                return False
+            self._running += 1
+            return True
+
+    def leave(self) -> None:
+        """Give back a slot taken with :meth:`enter`."""
+        with self._lock:
+            self._running -= 1
+
+    def acquire(self, deadline_ms: int) -> Slot | str:
+        """A slot for a call with this deadline, or why not (``saturated`` or a store fault)."""
+        ttl = deadline_ms + MARGIN_MS
+        holder = self._local(ttl)
+        if holder is None:
+            return SATURATED
+        if self._records is None:
+            return Slot(self, holder, None)
+        return self._shared(holder, ttl)
+
+    async def aacquire(self, deadline_ms: int) -> Slot | str:
+        """:meth:`acquire` for the event loop: a store is asked in a worker thread."""
+        ttl = deadline_ms + MARGIN_MS
+        holder = self._local(ttl)
+        if holder is None:
+            return SATURATED
+        if self._records is None:
+            return Slot(self, holder, None)
+        taking = asyncio.ensure_future(asyncio.to_thread(self._shared, holder, ttl))
+        try:
+            return await asyncio.shield(taking)
+        except asyncio.CancelledError:
+            # The caller is gone; a lease taken meanwhile is given back, not left to expire.
+            taking.add_done_callback(self._abandoned)
+            raise
+
+    def _abandoned(self, taking: asyncio.Future[Slot | str]) -> None:
+        if taking.cancelled() or taking.exception() is not None:
+            return
+        slot = taking.result()
+        if isinstance(slot, Slot):
+            threading.Thread(target=slot.release, name="toolbreaker-bulkhead", daemon=True).start()
+
+    def _local(self, ttl: int) -> str | None:
+        """Take a slot of this process's table; ``None`` when all are held and live."""
+        now = self.clock()
+        with self._lock:
+            held = self._held
+            if len(held) + self._running >= self.limit and not self._expire():
+                return None
+            holder = f"{_token}.{next(self._ids)}"
+            held[holder] = now + ttl
+            return holder
+
+    def _expire(self) -> bool:
+        """Take back slots whose time ran out (lock held); whether one is free now."""
+        now = self.clock()
+        held = self._held
+        for name, until in tuple(held.items()):
+            if until <= now:
+                del held[name]  # a permit never settled: its time ran out
+        return len(held) + self._running < self.limit
+
+    def _shared(self, holder: str, ttl: int) -> Slot | str:
+        """Take a free lease of the store: one listing, then a compare-and-set or two.
+
+        A slot is free when its lease is absent or its time ran out (the lease rule of
+        :func:`~toolbreaker.stores._records.acquire_lease`); the compare-and-set is made
+        on the version the listing showed, so a slot taken meanwhile is never taken twice.
+        """
+        records = self._records
+        assert records is not None
+        try:
+            now = self.clock()
+            versions = {}
+            for name, value, version in records.record_list(self.space):
+                until = value.get("until")
+                versions[name] = -1 if isinstance(until, int) and until > now else version
+            free = [name for name in self._names if versions.get(name, 0) >= 0]
+            random.shuffle(free)
+            wanted = {"holder": holder, "until": now + ttl}
+            for name in free[:_TRIES]:
+                written = records.record_put(
+                    self.space, name, wanted, version=versions.get(name, 0)
+                )
+                if written is not None:
+                    return Slot(self, holder, name, written)
+        except (StoreUnavailable, NotImplementedError, ValueError, TypeError) as exc:
+            self._forget(holder)
+            self._on_fault()
+            hook_failed(f"the bulkhead of {self.key} could not reach its store; denied", exc)
+            return STORE_DOWN
+        self._forget(holder)
+        return SATURATED
+
+    def _forget(self, holder: str) -> None:
+        with self._lock:
+            self._held.pop(holder, None)
+
+    def _release(self, slot: Slot) -> None:
+        with self._lock:
+            self._held.pop(slot.holder, None)
+            lease, slot.lease = slot.lease, None  # given back once
+        if lease is None or self._records is None:
+            return
+        try:
+            # One round trip, and only the version this holder wrote: a successor that
+            # took the slot over after its time ran out keeps it.
+            self._records.record_delete(self.space, lease, version=slot.version)
+        except (StoreUnavailable, NotImplementedError, ValueError, TypeError) as exc:
+            self._on_fault()
+            hook_failed(
+                f"the bulkhead of {self.key} could not give back {lease}; it expires on its own",
+                exc,
+            )

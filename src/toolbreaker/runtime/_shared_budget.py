@@ -1,0 +1,140 @@
+"""A dependency's retry budget shared by every process of a shared store.
+
+The budget is the retry core's token bucket (:class:`~toolbreaker.core.retry.RetryBudget`):
+retries spend it, successes refill it, and the core alone decides (``decide``, ``spend``,
+``refill``). Without a shared store each process keeps its own bucket. With one, the
+bucket is the record ``<key>`` of the space ``retry-budget``, ``{"milli": n}``, and this
+shell only carries the core's decisions to it:
+
+1. load the record (absent: a full bucket; unreadable: an empty one, fail closed);
+2. apply the successes this process saw since its last write (``refill``, once each);
+3. let the core decide on that bucket (a retry, a model's re-call);
+4. write the bucket back by compare-and-set on the version it read; on a conflict start
+   again from 1, at most :data:`ATTEMPTS` times.
+
+A store fault, or a conflict every time, leaves the decision to an **empty** bucket: no
+retry is paid for with a budget nobody could check (the call's own outcome stands). It is
+counted (``BreakerStats.record_faults``) and logged.
+
+Successes cost no round trip: they are counted here and written with the next decision,
+or in one background write once they add up to a whole retry, so a process that only
+succeeds still refills the fleet's bucket. Successes not yet written when a process dies
+are lost, which errs on the side of fewer retries.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Final, TypeVar
+
+from toolbreaker.core.retry import RetryBudget, RetryPolicy, refill
+from toolbreaker.errors import StoreUnavailable
+from toolbreaker.runtime._log import hook_failed
+from toolbreaker.stores._protocol import Records
+
+__all__ = ["ATTEMPTS", "BUDGET_SPACE", "SharedBudget"]
+
+#: The record space of shared retry budgets.
+BUDGET_SPACE: Final = "retry-budget"
+#: Compare-and-set attempts per decision before it is made on an empty bucket.
+ATTEMPTS: Final = 8
+
+T = TypeVar("T")
+_FAULTS: Final = (StoreUnavailable, NotImplementedError, ValueError, TypeError)
+
+
+class SharedBudget:
+    """The retry budget of one dependency in a shared store (see the module docstring).
+
+    Args:
+        key: the breaker key (the record's key).
+        policy: the row's retry policy (capacity and refill).
+        records: the shared store.
+        on_fault: called for each store fault, to count it.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        policy: RetryPolicy,
+        records: Records,
+        on_fault: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.key = key
+        self.policy = policy
+        self._records = records
+        self._on_fault = on_fault
+        self._lock = threading.Lock()
+        self._refills = 0
+        self._flushing = False
+        #: The bucket as last read or written (what the model is told about).
+        self.last = RetryBudget.full(policy)
+        # One whole retry's worth of successes is written without waiting for a decision.
+        self._flush_at = max(1, -(-100 // max(1, policy.budget_refill_percent)))
+
+    def update(self, change: Callable[[RetryBudget], tuple[RetryBudget, T]]) -> T:
+        """Run ``change`` (a core decision) on the shared bucket and write what it returns.
+
+        ``change`` may run more than once (after a conflict); only its last result
+        counts. On a store fault it runs on an empty bucket.
+        """
+        with self._lock:
+            refills, self._refills = self._refills, 0
+        try:
+            for _ in range(ATTEMPTS):
+                bucket, version = self._load()
+                for _ in range(refills):
+                    bucket = refill(bucket, self.policy)
+                after, result = change(bucket)
+                if after == bucket and not refills:
+                    self.last = after
+                    return result  # nothing to write
+                written = self._records.record_put(
+                    BUDGET_SPACE, self.key, {"milli": after.milli}, version=version or 0
+                )
+                if written is not None:
+                    self.last = after
+                    return result
+            why: BaseException | None = None
+        except _FAULTS as exc:
+            why = exc
+        self._on_fault()
+        hook_failed(
+            f"the shared retry budget of {self.key} could not be read or written; no retry",
+            why,
+        )
+        return change(RetryBudget(0))[1]
+
+    def succeeded(self) -> None:
+        """Count a success; write the refills in the background once they add up."""
+        with self._lock:
+            self._refills += 1
+            if self._refills < self._flush_at or self._flushing:
+                return
+            self._flushing = True
+        threading.Thread(target=self._flush, name="toolbreaker-budget", daemon=True).start()
+
+    def flush(self) -> None:
+        """Write the successes counted so far (tests and shutdown)."""
+        self.update(lambda bucket: (bucket, None))
+
+    def _flush(self) -> None:
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                self._flushing = False
+
+    def _load(self) -> tuple[RetryBudget, int | None]:
+        """The stored bucket and its version (``None`` when absent: a full bucket)."""
+        found = self._records.record_get(BUDGET_SPACE, self.key)
+        capacity = RetryBudget.full(self.policy).milli
+        if found is None:
+            return RetryBudget(capacity), None
+        value, version = found
+        milli = value.get("milli")
+        if type(milli) is not int or milli < 0:
+            # Unreadable: an empty bucket (fail closed); successes refill it from there.
+            return RetryBudget(0), version
+        return RetryBudget(min(milli, capacity)), version

@@ -1,0 +1,323 @@
+"""Sibling tool calls under structured concurrency: a bounded partial outcome.
+
+An agent often runs several tool calls at once (search, weather, calendar). When a
+dependency one of them *requires* goes down, the calls that need it cannot give a useful
+answer any more, while the others can. :class:`Siblings` runs the calls as branches of
+one group and, when a required dependency's breaker opens, cancels the branches that need
+it (by policy, with the reason) and lets the independent ones finish. What comes back is
+a :class:`SiblingOutcome` that says which branches completed, which degraded (a
+tool-unavailable answer, a local rejection), which failed and which were cancelled by
+policy, with reasons: a bounded partial outcome instead of "the agent failed".
+
+Structured like ``asyncio.TaskGroup``: no branch outlives the group (a cancelled caller
+cancels every branch and waits for them), and it works the same on Python 3.10. The
+thread flavour (:meth:`Siblings.run`) runs sync branches in worker threads; a running
+thread cannot be interrupted, so a branch cancelled by policy is *abandoned* (its result,
+whenever it comes, is discarded) and a branch not yet started never starts.
+
+How an opening is noticed: a listener on each required breaker sees the transitions of
+this process at once; a poll of the breaker's view every :data:`POLL_S` seconds sees an
+opening decided by another process sharing the store. A required dependency already open
+when the group starts cancels its branches before they start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import dataclasses
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Final, Literal
+
+from toolbreaker.core.breaker.state import OPEN, Transition
+from toolbreaker.errors import CircuitOpen, PolicyError
+from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._result import siblings_result
+
+__all__ = ["POLL_S", "BranchOutcome", "SiblingOutcome", "Siblings"]
+
+#: How often the group looks at the required breakers' views (openings elsewhere).
+POLL_S: Final = 0.05
+
+Status = Literal["completed", "degraded", "failed", "cancelled"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BranchOutcome:
+    """How one branch ended.
+
+    Attributes:
+        name: the branch name.
+        status: ``completed``, ``degraded``, ``failed`` or ``cancelled`` (by policy).
+        reason: why it did not complete (``required dependency 'x' opened``, the
+            tool-unavailable reason, the exception type); ``None`` when completed.
+        result: the branch's result (for ``degraded``, the answer the model should read).
+        error: the exception a ``failed`` branch raised.
+    """
+
+    name: str
+    status: Status
+    reason: str | None = None
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SiblingOutcome:
+    """Every branch of a group, in the order they were added."""
+
+    branches: tuple[BranchOutcome, ...]
+
+    def _named(self, status: Status) -> tuple[str, ...]:
+        return tuple(b.name for b in self.branches if b.status == status)
+
+    @property
+    def completed(self) -> tuple[str, ...]:
+        """Names of the branches that completed."""
+        return self._named("completed")
+
+    @property
+    def degraded(self) -> tuple[str, ...]:
+        """Names of the branches answered with a tool-unavailable result or rejection."""
+        return self._named("degraded")
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Names of the branches that failed (raised, or returned an error result)."""
+        return self._named("failed")
+
+    @property
+    def cancelled(self) -> tuple[str, ...]:
+        """Names of the branches cancelled by policy (a required dependency opened)."""
+        return self._named("cancelled")
+
+    @property
+    def complete(self) -> bool:
+        """Whether every branch completed."""
+        return all(b.status == "completed" for b in self.branches)
+
+    def __getitem__(self, name: str) -> BranchOutcome:
+        for branch in self.branches:
+            if branch.name == name:
+                return branch
+        raise KeyError(name)
+
+    def to_result(self) -> dict[str, Any]:
+        """What the model reads: the results that came in and what is missing, and why."""
+        return siblings_result([(b.name, b.status, b.reason, b.result) for b in self.branches])
+
+
+@dataclasses.dataclass(slots=True)
+class _Branch:
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    needs: tuple[Breaker, ...]
+    cancelled_because: str | None = None
+
+
+class Siblings:
+    """A group of sibling tool calls; see the module docstring.
+
+    Args:
+        required: the breakers of the dependencies the group cannot do without: when one
+            opens, the branches that need it are cancelled.
+
+    Example::
+
+        group = Siblings(required=[inventory])
+        group.add("stock", check_stock, sku, needs=[inventory])
+        group.add("reviews", fetch_reviews, sku, needs=[reviews_api])
+        outcome = await group.arun()
+        outcome.completed, outcome.cancelled   # ("reviews",), ("stock",)
+        return outcome.to_result()             # what the model reads
+    """
+
+    def __init__(self, *, required: Iterable[Breaker] = ()) -> None:
+        self.required: tuple[Breaker, ...] = tuple(required)
+        self._branches: list[_Branch] = []
+        self._lock = threading.Lock()
+
+    def add(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        needs: Iterable[Breaker] = (),
+        **kwargs: Any,
+    ) -> None:
+        """Add a branch: ``fn(*args, **kwargs)``, which needs the ``needs`` breakers.
+
+        Raises:
+            PolicyError: an empty or repeated name.
+        """
+        if not isinstance(name, str) or not name:
+            raise PolicyError("a branch needs a name", field="name")
+        if any(b.name == name for b in self._branches):
+            raise PolicyError(f"two branches named {name!r}", field="name")
+        self._branches.append(_Branch(name, fn, args, kwargs, tuple(needs)))
+
+    # -- asyncio ----------------------------------------------------------------------
+
+    async def arun(self) -> SiblingOutcome:
+        """Run every branch (coroutine functions) concurrently; never raises for a branch.
+
+        Raises:
+            asyncio.CancelledError: the caller was cancelled; every branch was cancelled
+                and awaited first.
+        """
+        loop = asyncio.get_running_loop()
+        tasks: dict[str, asyncio.Task[Any]] = {}
+
+        def cancel(breaker: Breaker, why: str) -> None:
+            for branch in self._needing(breaker, why):
+                task = tasks.get(branch.name)
+                if task is not None:
+                    task.cancel()
+
+        def heard(record: Transition, breaker: Breaker) -> None:
+            if record.to_phase == OPEN:
+                root = self._root(breaker)
+                if root is not None:
+                    why = f"required dependency {root.key!r} opened"
+                    loop.call_soon_threadsafe(cancel, root, why)
+
+        self._check_open(cancel_at_start=True)
+        for branch in self._branches:
+            if branch.cancelled_because is None:
+                tasks[branch.name] = loop.create_task(_awaited(branch))
+        removers = [breaker.add_listener(heard) for breaker in self.required]
+        try:
+            pending: set[asyncio.Task[Any]] = set(tasks.values())
+            while pending:
+                _, pending = await asyncio.wait(pending, timeout=POLL_S)
+                for breaker, why in self._check_open():
+                    cancel(breaker, why)
+        except asyncio.CancelledError:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            raise
+        finally:
+            for remove in removers:
+                _quietly(remove)
+        return SiblingOutcome(tuple(self._outcome(b, tasks.get(b.name)) for b in self._branches))
+
+    # -- threads ----------------------------------------------------------------------
+
+    def run(self, *, max_workers: int | None = None) -> SiblingOutcome:
+        """Run every branch (sync callables) in worker threads; never raises for a branch.
+
+        A branch cancelled by policy that had not started never starts; one that was
+        running is abandoned (its thread finishes on its own; its result is discarded).
+        """
+        branches = self._branches
+        workers = max_workers or max(1, min(32, len(branches)))
+        pool = concurrent.futures.ThreadPoolExecutor(workers, "toolbreaker-sibling")
+        futures: dict[str, concurrent.futures.Future[Any]] = {}
+
+        def cancel(breaker: Breaker, why: str) -> None:
+            for branch in self._needing(breaker, why):
+                future = futures.get(branch.name)
+                if future is not None:
+                    future.cancel()  # never starts if it had not; else abandoned
+
+        def heard(record: Transition, breaker: Breaker) -> None:
+            if record.to_phase == OPEN:
+                root = self._root(breaker)
+                if root is not None:
+                    cancel(root, f"required dependency {root.key!r} opened")
+
+        self._check_open(cancel_at_start=True)
+        removers = [breaker.add_listener(heard) for breaker in self.required]
+        try:
+            for branch in branches:
+                if branch.cancelled_because is None:
+                    context = contextvars.copy_context()
+                    futures[branch.name] = pool.submit(
+                        context.run, branch.fn, *branch.args, **branch.kwargs
+                    )
+            while True:
+                waiting = [
+                    f
+                    for b in branches
+                    if (f := futures.get(b.name)) is not None
+                    and not f.done()
+                    and b.cancelled_because is None
+                ]
+                if not waiting:
+                    break
+                concurrent.futures.wait(
+                    waiting, timeout=POLL_S, return_when=concurrent.futures.FIRST_COMPLETED
+                )
+                for breaker, why in self._check_open():
+                    cancel(breaker, why)
+        finally:
+            for remove in removers:
+                _quietly(remove)
+            pool.shutdown(wait=False, cancel_futures=True)
+        return SiblingOutcome(tuple(self._outcome(b, futures.get(b.name)) for b in branches))
+
+    # -- shared -----------------------------------------------------------------------
+
+    def _root(self, breaker: Breaker) -> Breaker | None:
+        """The required breaker a transition belongs to (a scoped child's row)."""
+        for required in self.required:
+            if breaker is required or breaker in required.scopes().values():
+                return required
+        return None
+
+    def _needing(self, breaker: Breaker, why: str) -> list[_Branch]:
+        """Mark the branches that need ``breaker`` cancelled (once); returns them."""
+        marked = []
+        with self._lock:
+            for branch in self._branches:
+                if branch.cancelled_because is None and breaker in branch.needs:
+                    branch.cancelled_because = why
+                    marked.append(branch)
+        return marked
+
+    def _check_open(self, *, cancel_at_start: bool = False) -> list[tuple[Breaker, str]]:
+        """Required breakers open now (this process's view), with the reason to give."""
+        found = []
+        for breaker in self.required:
+            state = breaker.for_scope().state
+            if state.phase == OPEN and not breaker.policy.admits_all:
+                verb = "is open" if cancel_at_start else "opened"
+                why = f"required dependency {breaker.key!r} {verb}"
+                if cancel_at_start:
+                    self._needing(breaker, why)
+                found.append((breaker, why))
+        return found
+
+    def _outcome(self, branch: _Branch, done: Any) -> BranchOutcome:
+        name = branch.name
+        if done is None or not done.done() or done.cancelled():
+            # Cancelled by policy (or abandoned while running), or by its own code.
+            return BranchOutcome(name, "cancelled", branch.cancelled_because or "cancelled")
+        error = done.exception()
+        if error is not None:
+            if isinstance(error, CircuitOpen):
+                return BranchOutcome(name, "degraded", error.reason, error.result_for(name))
+            return BranchOutcome(name, "failed", type(error).__name__, error=error)
+        result = done.result()
+        if isinstance(result, Mapping) and result.get("ok") is False:
+            if result.get("tool_unavailable") or result.get("deferred"):
+                return BranchOutcome(name, "degraded", str(result.get("reason")), result)
+            return BranchOutcome(name, "failed", "error-result", result)
+        return BranchOutcome(name, "completed", None, result)
+
+
+async def _awaited(branch: _Branch) -> Any:
+    awaitable: Awaitable[Any] = branch.fn(*branch.args, **branch.kwargs)
+    return await awaitable
+
+
+def _quietly(remove: Callable[[], None]) -> None:
+    with contextlib.suppress(ValueError):  # removed twice
+        remove()

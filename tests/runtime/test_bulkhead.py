@@ -1,0 +1,313 @@
+"""Bulkheads: at most ``max_concurrent`` calls of a dependency in flight (issue 12).
+
+The limits are checked against the real fault-injecting service, which counts the
+requests it is handling at once (``ToolService.peak_in_flight``). Calls that hold a slot
+wait on an event the test sets only once every other caller has been answered, so the
+counts are exact and nothing depends on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from records_helpers import SharedMemory
+from toolbreaker import Breaker, CircuitOpen, GuardedTool, PolicyError, Registry, RunGuard
+from toolbreaker.runtime._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
+from toolbreaker.stores import MemoryStore
+from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
+
+PATIENCE = 20.0
+
+
+def wait_for(condition: Any, what: str) -> None:
+    give_up = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < give_up, what
+        time.sleep(0.005)
+
+
+async def await_for(condition: Any, what: str) -> None:
+    give_up = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < give_up, what
+        await asyncio.sleep(0.005)
+
+
+@pytest.fixture
+def service():
+    with ToolService() as running:
+        yield running
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["process", "leases"])
+def test_64_threads_never_exceed_the_limit(service, shared):
+    """64 threads call a dependency limited to 8: the service never sees more than 8 at
+    once, 8 calls run and the other 56 are answered at once with ``saturated``."""
+    store = SharedMemory() if shared else MemoryStore()
+    breaker = Breaker("search", timeout=25, max_concurrent=8, max_workers=80, store=store)
+    release = threading.Event()
+    service.inject("GET /search", *[Fault(delay=0.05)] * 64)
+
+    def search() -> dict[str, Any]:
+        found = request_json("GET", f"{service.url}/search?q=cable", timeout=30)
+        assert release.wait(PATIENCE)
+        return found
+
+    outcomes: list[Any] = []
+    lock = threading.Lock()
+
+    def agent() -> None:
+        try:
+            outcome: Any = breaker.call(search)
+        except CircuitOpen as exc:
+            outcome = exc
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=agent) for _ in range(64)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: len(outcomes) == 56, "56 callers answered while 8 hold their slots")
+    release.set()
+    for thread in threads:
+        thread.join(PATIENCE)
+    assert 1 <= service.peak_in_flight <= 8
+    assert service.hits["GET /search"] == 8
+    rejected = [o for o in outcomes if isinstance(o, CircuitOpen)]
+    assert len(rejected) == 56
+    assert {o.reason for o in rejected} == {"saturated"}
+    result = rejected[0].result_for("search")
+    assert result["reason"] == "saturated"
+    assert result["retry_after_seconds"] == 25
+    assert "Resubmit it after 25 seconds" in result["instruction"]
+    stats = breaker.stats.to_dict()
+    assert (stats["admitted"], stats["rejected"], stats["saturated"]) == (8, 56, 56)
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0
+    if shared:
+        assert store.inner.record_list("bulkhead/search") == []  # every lease given back
+    # The slots are free again: the next call runs.
+    assert breaker.call(lambda: "ok") == "ok"
+    breaker.close()
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["process", "leases"])
+def test_1000_tasks_never_exceed_the_limit(service, shared):
+    """1,000 asyncio tasks call a dependency limited to 8 through ``acall``: never more
+    than 8 requests at the service, 992 answered at once with ``saturated``."""
+    store = SharedMemory() if shared else MemoryStore()
+    breaker = Breaker("search", timeout=25, max_concurrent=8, store=store)
+
+    async def main() -> list[Any]:
+        release = asyncio.Event()
+        service.inject("GET /search", *[Fault(delay=0.05)] * 8)
+        outcomes: list[Any] = []
+        async with httpx.AsyncClient(base_url=service.url) as client:
+
+            async def search() -> Any:
+                reply = await client.get("/search", params={"q": "cable"})
+                await release.wait()
+                return reply.json()
+
+            async def agent() -> None:
+                try:
+                    outcome: Any = await breaker.acall(search)
+                except CircuitOpen as exc:
+                    outcome = exc
+                outcomes.append(outcome)
+
+            tasks = [asyncio.create_task(agent()) for _ in range(1000)]
+            await await_for(lambda: len(outcomes) == 992, "992 tasks answered")
+            release.set()
+            await asyncio.gather(*tasks)
+        return outcomes
+
+    outcomes = asyncio.run(main())
+    assert 1 <= service.peak_in_flight <= 8
+    assert service.hits["GET /search"] == 8
+    assert sum(isinstance(o, CircuitOpen) and o.reason == "saturated" for o in outcomes) == 992
+    assert sum(isinstance(o, dict) and o["query"] == "cable" for o in outcomes) == 8
+    stats = breaker.stats.to_dict()
+    assert (stats["admitted"], stats["saturated"]) == (8, 992)
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0
+
+
+def test_a_step_holds_its_slot_until_settled():
+    """``begin`` takes a slot with the permit; settling the step gives it back."""
+    breaker = Breaker("search", timeout=5, max_concurrent=1, enforce="cooperative")
+    first = breaker.begin("search", {"q": "a"})
+    assert first.answer is None
+    second = breaker.begin("search", {"q": "b"})
+    assert second.answer["reason"] == "saturated"
+    first.succeeded({"ok": True})
+    third = breaker.begin("search", {"q": "c"})
+    assert third.answer is None
+    third.failed(ValueError("bad query"))
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0
+
+
+def test_a_slot_never_given_back_returns_after_its_deadline_and_the_margin():
+    """A permit that is never settled keeps its slot only until its deadline plus the
+    margin: the next caller after that takes it back."""
+    clock = FakeClock()
+    breaker = Breaker("search", timeout=1, max_concurrent=1, clock=clock, enforce="cooperative")
+    lost = breaker.allow()
+    assert lost.admitted
+    assert not breaker.allow().admitted
+    clock.advance(1_000 + MARGIN_MS - 1)
+    assert not breaker.allow().admitted
+    clock.advance(1)
+    assert breaker.allow().admitted
+
+
+def test_a_rejection_gives_the_slot_back():
+    """A call the breaker rejects (open) does not keep a slot."""
+    clock = FakeClock()
+    breaker = Breaker("search", timeout=1, max_concurrent=1, clock=clock, enforce="cooperative")
+    breaker.isolate("maintenance")
+    assert breaker.allow().reason == "isolated"
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0
+
+
+def test_a_store_fault_while_taking_a_slot_denies_the_call():
+    """The slots' store is down: the call is denied (fail closed) and counted."""
+    store = SharedMemory(down=True)
+    breaker = Breaker("search", timeout=5, max_concurrent=4, store=store, enforce="cooperative")
+    with pytest.raises(CircuitOpen) as info:
+        breaker.call(lambda: "never")
+    assert info.value.reason == "store-unavailable"
+    stats = breaker.stats.to_dict()
+    assert stats["record_faults"] == 1
+    assert stats["admitted"] == 0
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0
+
+
+def test_async_store_fault_denies_too():
+    store = SharedMemory(down=True)
+    breaker = Breaker("search", timeout=5, max_concurrent=4, store=store)
+
+    async def work() -> str:
+        return "never"
+
+    with pytest.raises(CircuitOpen) as info:
+        asyncio.run(breaker.acall(work))
+    assert info.value.reason == "store-unavailable"
+    assert breaker.stats.record_faults == 1
+
+
+def test_processes_sharing_a_store_share_the_slots():
+    """Two breakers over one shared store (two processes, in effect): 3 slots in all."""
+    store = SharedMemory()
+    one = Breaker("search", timeout=5, max_concurrent=3, store=store, enforce="cooperative")
+    two = Breaker("search", timeout=5, max_concurrent=3, store=store, enforce="cooperative")
+    held = [one.allow(), two.allow(), one.allow()]
+    assert all(p.admitted for p in held)
+    assert two.allow().reason == "saturated"
+    held[0].record("success")
+    assert two.allow().admitted
+
+
+def test_a_lease_of_a_dead_holder_expires():
+    """A slot lease whose holder vanished is taken over once its time ran out."""
+    clock = FakeClock()
+    store = SharedMemory()
+    dead = Bulkhead("search", 1, store, clock)
+    assert isinstance(dead.acquire(1_000), Slot)
+    alive = Bulkhead("search", 1, store, clock)
+    assert alive.acquire(1_000) == "saturated"
+    clock.advance(1_000 + MARGIN_MS)
+    assert isinstance(alive.acquire(1_000), Slot)
+
+
+def test_only_shared_stores_use_leases():
+    assert not shares_records(MemoryStore())
+    assert shares_records(SharedMemory())
+
+
+def test_the_sheet_declares_max_concurrent(tmp_path):
+    """``max_concurrent`` is a row setting; a bad value names the row and the field."""
+    sheet = tmp_path / "boundaries.toml"
+    sheet.write_text("[search.read]\ntimeout = 5\nmax_concurrent = 8\n")
+    registry = Registry.from_toml(sheet)
+    breaker = registry.get("search", "read")
+    assert breaker.boundary.max_concurrent == 8
+    assert breaker._bulkhead is not None
+    sheet.write_text("[search.read]\ntimeout = 5\nmax_concurrent = 0\n")
+    with pytest.raises(PolicyError, match="max_concurrent"):
+        Registry.from_toml(sheet)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "8", 10_001])
+def test_max_concurrent_is_validated(bad):
+    with pytest.raises(PolicyError, match="max_concurrent"):
+        Breaker("search", timeout=1, max_concurrent=bad)
+
+
+def test_a_run_guard_step_holds_a_slot_and_saturation_never_stops_the_run():
+    """Through a run guard: the second concurrent call of a required tool limited to 1 is
+    answered ``saturated`` (resubmit), the run goes on, and settling frees the slot."""
+    breaker = Breaker("search", timeout=5, max_concurrent=1, enforce="cooperative")
+    guard = RunGuard("bulkhead-run")
+    guard.add_tool(GuardedTool("search", fn=lambda q: q, breaker=breaker, required=True))
+    first = guard.begin("search", {"q": "a"})
+    assert first.answer is None
+    second = guard.begin("search", {"q": "b"})
+    assert second.answer["reason"] == "saturated"
+    assert guard.stopped is None
+    first.succeeded({"ok": True})
+    third = guard.begin("search", {"q": "c"})
+    assert third.answer is None
+    asyncio.run(third.afailed(ValueError("bad query")))
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0
+
+
+def test_the_quiet_fast_path_counts_its_calls_too():
+    """Once the breaker is quiet, call() and acall() skip the store but still hold a slot:
+    a call made while another runs is saturated, and every slot comes back."""
+    breaker = Breaker("search", timeout=5, max_concurrent=1, enforce="cooperative")
+    assert breaker.call(lambda: "warm") == "warm"
+    assert breaker.state is breaker._quiet  # the fast path from here on
+
+    def nested() -> str:
+        with pytest.raises(CircuitOpen) as info:
+            breaker.call(lambda: "inner")
+        return info.value.reason
+
+    assert breaker.call(nested) == "saturated"
+
+    async def anested() -> str:
+        async def inner() -> str:
+            return "inner"
+
+        with pytest.raises(CircuitOpen) as info:
+            await breaker.acall(inner)
+        return info.value.reason
+
+    assert asyncio.run(breaker.acall(anested)) == "saturated"
+    assert breaker._bulkhead is not None
+    assert breaker._bulkhead.in_use == 0
+    assert breaker.stats.saturated == 2
+
+
+def test_a_lost_permit_and_the_fast_path_share_the_count():
+    """A permit never settled holds a slot until its time runs out, fast path or not."""
+    clock = FakeClock()
+    breaker = Breaker("search", timeout=1, max_concurrent=1, clock=clock, enforce="cooperative")
+    assert breaker.call(lambda: "warm") == "warm"
+    lost = breaker.allow()
+    assert lost.admitted
+    with pytest.raises(CircuitOpen):
+        breaker.call(lambda: "over")
+    clock.advance(1_000 + MARGIN_MS)
+    assert breaker.call(lambda: "back") == "back"
