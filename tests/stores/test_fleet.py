@@ -1,8 +1,8 @@
 """The fleet shares a published sheet and one health checker per key, across OS processes.
 
 Workers are spawned processes (no fork), each with its own store object on one real
-SQLite file or one real Redis, as separate workers of an application would be. Every
-wait is bounded polling on a queue; nothing asserts on elapsed time.
+SQLite file, one real Redis or one real PostgreSQL, as separate workers of an application
+would be. Every wait is bounded polling on a queue; nothing asserts on elapsed time.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import pytest
 from toolbreaker import Breaker, Registry, publish_policy
 from toolbreaker.core.breaker.state import OPEN
 from toolbreaker.runtime._published import POLICY_SPACE
-from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 from toolbreaker.testing import ToolService, request_json
 
 V1 = """\
@@ -55,6 +55,8 @@ def make_store(kind: str, target: str) -> Any:
     if kind == "sqlite":
         return SQLiteStore(target)
     url, prefix = target.split("|")  # a prefix of the test's own on the shared server
+    if kind == "postgres":
+        return PostgresStore(url, prefix=prefix)
     return RedisStore(url, prefix=prefix)
 
 
@@ -110,7 +112,7 @@ def check_health(kind: str, target: str, url: str, seconds: float, out: Any) -> 
 # -- fixtures ------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -119,6 +121,8 @@ def kind(request: pytest.FixtureRequest) -> str:
 def target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     if kind == "sqlite":
         return str(tmp_path / "fleet.db")
+    if kind == "postgres":
+        return f"{request.getfixturevalue('postgres_url')}|fleet_{uuid.uuid4().hex[:8]}"
     return f"{request.getfixturevalue('redis_url')}|fleet-{uuid.uuid4().hex[:8]}"
 
 
