@@ -311,3 +311,26 @@ def test_a_lost_permit_and_the_fast_path_share_the_count():
         breaker.call(lambda: "over")
     clock.advance(1_000 + MARGIN_MS)
     assert breaker.call(lambda: "back") == "back"
+
+
+def test_a_published_row_keeps_a_shared_bulkhead_on_the_slow_path():
+    """A live policy change (adopt) that turns retries off must not put a breaker with a
+    bulkhead shared across processes on the quiet fast path, which takes no slot."""
+    from toolbreaker import Boundary, Policy
+
+    store = SharedMemory()
+    retrying = {"max_attempts": 2, "deadline_ms": 5_000}
+    one = Breaker(
+        "search", timeout=5, max_concurrent=1, store=store, enforce="cooperative", retry=retrying
+    )
+    other = Breaker("search", timeout=5, max_concurrent=1, store=store, enforce="cooperative")
+    one.adopt(Boundary("search", policy=Policy(), timeout=5, enforce="cooperative"))
+    for _ in range(3):  # quiet calls: the state the fast path would serve from
+        assert one.call(lambda: "ok") == "ok"
+    held = other.allow()
+    assert held.admitted
+    with pytest.raises(CircuitOpen) as info:
+        one.call(lambda: "ran without a slot")
+    assert info.value.reason == "saturated"
+    held.record("success")
+    assert one.call(lambda: "ok") == "ok"

@@ -142,8 +142,10 @@ def _parser() -> argparse.ArgumentParser:
     cmd.set_defaults(run_command=_run_demo)
 
     from toolbreaker.cli._observe import add_commands
+    from toolbreaker.cli._policy import add_commands as add_policy_commands
 
     add_commands(commands)
+    add_policy_commands(commands)
 
     from toolbreaker.cli._drain import add_command as add_drain
     from toolbreaker.cli._simulate import add_command as add_simulate

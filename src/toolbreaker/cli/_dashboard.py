@@ -311,16 +311,12 @@ def store_actor(url: str, board: Board, stream: EventStream) -> StoreActor | Non
     and published to the stream like any transition. ``None`` for ``memory://``: another
     process's memory cannot be reached.
     """
-    scheme = urlsplit(url).scheme
-    if scheme == "sqlite":
-        from toolbreaker.stores.sqlite import SQLiteStore
+    from toolbreaker.cli._policy import open_store
 
-        return StoreActor(SQLiteStore(url[len("sqlite://") :].split("?", 1)[0]), board, stream)
-    if scheme in ("redis", "rediss", "unix"):
-        from toolbreaker.stores.redis import RedisStore
-
-        return StoreActor(RedisStore(url.split("?", 1)[0]), board, stream)
-    return None
+    if urlsplit(url).scheme not in ("sqlite", "redis", "rediss", "unix"):
+        return None  # the stream's URL: memory is unreachable, postgres is no stream
+    store = open_store(url)
+    return None if store is None else StoreActor(store, board, stream)
 
 
 async def _pushes(

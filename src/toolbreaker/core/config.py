@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
 else:  # pragma: no cover - version dependent
     import tomli as tomllib
 
-__all__ = ["MAX_CONFIG_BYTES", "known_fields", "load_toml", "loads_toml"]
+__all__ = ["MAX_CONFIG_BYTES", "build_toml", "known_fields", "load_toml", "loads_toml"]
 
 #: The largest policy, budget or boundary sheet file read.
 MAX_CONFIG_BYTES: Final = 1024 * 1024
@@ -48,6 +48,11 @@ def load_toml(path: str | Path, build: Any) -> Any:
     """
     name = str(path)
     text = read_text(path, PolicyError, limit=MAX_CONFIG_BYTES)
+    return build_toml(text, name, build)
+
+
+def build_toml(text: str, name: str, build: Any) -> Any:
+    """:func:`load_toml` for text already read: ``name`` is the file errors point at."""
     data = loads_toml(text, file=name)
     try:
         return build(data)

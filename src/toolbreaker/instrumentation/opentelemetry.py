@@ -72,7 +72,7 @@ def instrument(
                     "toolbreaker.attempted": record.attempted,
                     "toolbreaker.rejected": record.rejected,
                     "toolbreaker.generation": record.generation,
-                    "toolbreaker.policy_version": breaker.policy.version,
+                    "toolbreaker.policy_version": record.policy_version or breaker.policy.version,
                 },
             )
 

@@ -443,6 +443,10 @@ class StreamPublisher:
         }
         if record.from_phase != record.to_phase:
             entry["policy"] = breaker.policy.to_dict()
+        if record.policy_version is not None and record.policy_version != entry["policy_version"]:
+            # Decided under the policy before a swap the listener runs after: name that one.
+            entry["policy_version"] = record.policy_version
+            entry.pop("policy", None)
         if record.event.type in OUTCOME_TYPES and record.event.type != "success":
             failure_class = self._failure_class(breaker)
             if failure_class is not None:

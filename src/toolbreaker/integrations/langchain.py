@@ -66,7 +66,7 @@ from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
-from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce
+from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce, HealthCheck
 from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
 from toolbreaker.runtime._registry import Registry
@@ -141,8 +141,8 @@ class ToolOptions(TypedDict, total=False):
     breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
     ``fallback_note``, ``owner``, ``instructions``, ``scope``, ``max_scopes``, ``retry``
     (its budget counts the model's re-calls), ``max_retry_after_ms``, ``max_concurrent``
-    (the bulkhead), and the degradation matrix's ``degrade``, ``max_stale``,
-    ``stale_every``. The rest
+    (the bulkhead), ``health_check``, and the degradation matrix's ``degrade``,
+    ``max_stale``, ``stale_every``. The rest
     are the run guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
@@ -162,6 +162,7 @@ class ToolOptions(TypedDict, total=False):
     instructions: Mapping[str, str]
     retry: RetryPolicy
     max_retry_after_ms: int
+    health_check: HealthCheck
     scope: str | None
     max_scopes: int
     degrade: str | Sequence[str]

@@ -4,7 +4,7 @@ Only this layer reads clocks, runs calls and takes locks; every decision still c
 from :mod:`toolbreaker.core`.
 """
 
-from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Boundary, Enforce
+from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Boundary, Enforce, HealthCheck
 from toolbreaker.runtime._breaker import Breaker, BreakerStats, Listener, Permit, Rejection
 from toolbreaker.runtime._classify import (
     SUCCESS,
@@ -26,8 +26,10 @@ from toolbreaker.runtime._guard import (
     evidence_digest,
     may_have_committed,
 )
+from toolbreaker.runtime._health import HealthChecker, HealthStats
+from toolbreaker.runtime._published import PolicyFollower, PublishedSheet
 from toolbreaker.runtime._recorder import TraceRecorder
-from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime._registry import Registry, publish_policy
 from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
     error_result,
@@ -54,8 +56,13 @@ __all__ = [
     "DrainReport",
     "Enforce",
     "GuardedTool",
+    "HealthCheck",
+    "HealthChecker",
+    "HealthStats",
     "Listener",
     "Permit",
+    "PolicyFollower",
+    "PublishedSheet",
     "Registry",
     "Rejection",
     "RunGuard",
@@ -76,6 +83,7 @@ __all__ = [
     "monotonic_ms",
     "parse_duration",
     "parse_retry_after",
+    "publish_policy",
     "queued_items",
     "scope",
     "system_prompt_line",

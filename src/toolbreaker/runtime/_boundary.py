@@ -28,6 +28,7 @@ __all__ = [
     "SHEET_OPTIONS",
     "Boundary",
     "Enforce",
+    "HealthCheck",
     "check_seconds",
 ]
 
@@ -42,6 +43,82 @@ MAX_CONCURRENT: Final = 10_000
 
 #: The :class:`~toolbreaker.Policy` fields a sheet row may set directly.
 POLICY_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(Policy))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HealthCheck:
+    """A cheap check of a dependency, run by a health checker while its breaker is open.
+
+    Its result is a probe (the same leases, success quorum and receipts as a user's
+    probe), so recovery spends no user call; and while a row has a health check, user
+    calls are never admitted as probes (the policy's ``probes = "health-check"``).
+
+    In a sheet row: ``health_check = { url = "http://host/health", interval_ms = 2000,
+    timeout = 1.0 }`` (a ``GET``: any 2xx passes), or without ``url`` for a check
+    registered in code with :meth:`~toolbreaker.Registry.health_check`.
+
+    Attributes:
+        check: a callable or coroutine function of no arguments (code only): it passes
+            unless it raises or returns ``False``.
+        url: a URL to ``GET`` instead (``http`` or ``https``).
+        interval_ms: the time between two checks of one breaker (jittered by up to a
+            fifth either way), once its cooldown has elapsed.
+        timeout: the check's own deadline in seconds; a check that runs past it (or
+            hangs) is a failed probe.
+    """
+
+    check: Callable[[], Any] | None = None
+    url: str | None = None
+    interval_ms: int = 2000
+    timeout: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.check is not None and not callable(self.check):
+            raise PolicyError("health_check.check must be callable", field="health_check.check")
+        url = self.url
+        if url is not None and (
+            not isinstance(url, str)
+            or not url.startswith(("http://", "https://"))
+            or len(url) > 2000
+            or not url.isprintable()
+        ):
+            raise PolicyError(
+                f"health_check.url must be an http(s) URL, got {shown(url)}",
+                field="health_check.url",
+            )
+        if self.check is not None and url is not None:
+            raise PolicyError("a health check is a url or a check, not both", field="health_check")
+        interval = self.interval_ms
+        if type(interval) is not int or not 10 <= interval <= MAX_DURATION_MS:
+            raise PolicyError(
+                f"health_check.interval_ms must be an integer from 10 to {MAX_DURATION_MS}, "
+                f"got {shown(interval)}",
+                field="health_check.interval_ms",
+            )
+        object.__setattr__(self, "timeout", check_seconds(self.timeout, "health_check.timeout"))
+
+    @classmethod
+    def from_value(cls, value: object) -> HealthCheck:
+        """A sheet's ``health_check`` table (or a ready :class:`HealthCheck`).
+
+        Raises:
+            PolicyError: not a table, an unknown key, or a bad value.
+        """
+        if isinstance(value, HealthCheck):
+            return value
+        if not isinstance(value, Mapping):
+            raise PolicyError(
+                "health_check must be a table: { url = ..., interval_ms = ..., timeout = ... }",
+                field="health_check",
+            )
+        for key in value:
+            if key not in ("url", "interval_ms", "timeout"):
+                raise PolicyError(
+                    f"unknown field {shown(key)} in health_check (known: interval_ms, "
+                    "timeout, url)",
+                    field=f"health_check.{key}",
+                )
+        return cls(**value)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -85,6 +162,9 @@ class Boundary:
         max_stale: seconds: the oldest last good answer ``stale`` may serve (read rows).
         stale_every: seconds: a success refreshes the kept answer at most this often, so a
             busy read does not pay a store round trip per call.
+        health_check: a cheap check a health checker runs while the breaker is open
+            (:class:`HealthCheck`, or its sheet table); it sets the policy's
+            ``probes = "health-check"``, so only the checker probes.
         max_concurrent: the bulkhead: the most calls of this row in flight at once (in
             this process, and across processes when the store is shared); a call over
             the limit is answered at once with reason ``saturated``. ``None``: no limit.
@@ -110,6 +190,7 @@ class Boundary:
     degrade: tuple[str, ...] = ()
     max_stale: float | None = None
     stale_every: float = 5.0
+    health_check: HealthCheck | None = None
     max_concurrent: int | None = None
 
     def __post_init__(self) -> None:
@@ -177,6 +258,28 @@ class Boundary:
             raise PolicyError(
                 f"max_concurrent must be an integer from 1 to {MAX_CONCURRENT}, got {shown(limit)}",
                 field="max_concurrent",
+            )
+        self._check_health()
+
+    def _check_health(self) -> None:
+        if self.health_check is None:
+            if self.policy.probes == "health-check":
+                raise PolicyError(
+                    "probes = 'health-check' needs a health_check (nothing else would probe)",
+                    field="probes",
+                )
+            return
+        check = HealthCheck.from_value(self.health_check)
+        if check.timeout * 1000 > self.policy.lease_ttl_ms:
+            raise PolicyError(
+                f"health_check.timeout ({check.timeout} s) exceeds lease_ttl_ms "
+                f"({self.policy.lease_ttl_ms})",
+                field="health_check.timeout",
+            )
+        object.__setattr__(self, "health_check", check)
+        if self.policy.probes != "health-check":
+            object.__setattr__(
+                self, "policy", dataclasses.replace(self.policy, probes="health-check")
             )
 
     def _check_retry(self) -> None:

@@ -57,7 +57,7 @@ from toolbreaker.errors import (
     StoreUnavailable,
     circuit_open,
 )
-from toolbreaker.runtime._boundary import Boundary, Enforce, check_seconds
+from toolbreaker.runtime._boundary import Boundary, Enforce, HealthCheck, check_seconds
 from toolbreaker.runtime._bulkhead import Bulkhead, Slot, shares_records
 from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
@@ -303,6 +303,7 @@ class Permit:
         "call",
         "deadline_ms",
         "generation",
+        "policy",
         "probe",
         "slot",
     )
@@ -316,8 +317,11 @@ class Permit:
         admitted_at: int,
         deadline_ms: int | None,
         probe: bool,
+        policy: Policy | None = None,
     ) -> None:
         self.breaker = breaker
+        # The policy the call was admitted under settles it too: a swap never lands mid-call.
+        self.policy = breaker.policy if policy is None else policy
         self.call = call
         self.generation = generation
         self.admitted_at = admitted_at
@@ -432,6 +436,9 @@ class Breaker:
         degrade: the degradation chain while the tool may not be called (see
             :mod:`toolbreaker.core.degrade`); ``max_stale`` and ``stale_every`` go with
             ``stale``.
+        health_check: a cheap check of the dependency (a :class:`HealthCheck`, or a
+            callable of no arguments) that a health checker runs while the breaker is
+            open; only the checker then probes (see :class:`~toolbreaker.HealthChecker`).
         max_concurrent: the bulkhead: the most calls in flight at once, across processes
             when the store is shared (see :class:`Boundary`); ``None``: no limit.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
@@ -466,6 +473,7 @@ class Breaker:
         degrade: str | tuple[str, ...] | list[str] = (),
         max_stale: float | None = None,
         stale_every: float = 5.0,
+        health_check: HealthCheck | Callable[[], Any] | None = None,
         max_concurrent: int | None = None,
         boundary: Boundary | None = None,
     ) -> None:
@@ -492,31 +500,26 @@ class Breaker:
                 degrade=degrade,  # type: ignore[arg-type] # a mode or a list: Boundary checks
                 max_stale=max_stale,
                 stale_every=stale_every,
+                health_check=(
+                    HealthCheck(check=health_check)
+                    if callable(health_check) and not isinstance(health_check, HealthCheck)
+                    else health_check
+                ),
                 max_concurrent=max_concurrent,
             )
-        self.boundary = boundary
         self.dependency = boundary.dependency
         self.operation = boundary.operation
         self.key = boundary.key
         self.policy = boundary.policy
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock or clock_of(self.store)
-        self.timeout = boundary.timeout
-        self._default_deadline = self._deadline_ms(boundary.timeout)
-        self.enforce: Enforce = boundary.enforce
-        self._inline = boundary.enforce == "cooperative"
         self.classify = boundary.classifier
         self.result_is_failure = boundary.result_is_failure
         self.tool = boundary.tool or boundary.dependency
-        self.fallback = boundary.fallback
-        self.fallback_note = boundary.fallback_note
-        self.retryable = boundary.retryable
-        self.owner = boundary.owner
-        self.instructions = dict(boundary.instructions)
+        self._configure(boundary)
         self.stats = BreakerStats()
         #: The row's degradation chain, carried out (see :mod:`toolbreaker.core.degrade`).
         self.degradation = Degradation(boundary, self.store, self.key, self.stats.degraded)
-        self._rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
         self._render = self._unavailable
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise PolicyError(
@@ -531,14 +534,8 @@ class Breaker:
         self._quiet: BreakerState | None = None
         self._ids = itertools.count(1)
         self._phase_since: int | None = None
-        self._retry = boundary.retry
-        self._retry_budget = None if self._retry is None else RetryBudget.full(self._retry)
-        self._shared_budget = (
-            SharedBudget(self.key, self._retry, self.store, self._record_fault)  # type: ignore[arg-type]
-            if self._retry is not None and shares_records(self.store)
-            else None
-        )
         self._retry_lock = threading.Lock()
+        self._set_retry(boundary.retry)
         self._retry_listeners: list[RetryListener] = []
         self._sleep = sleep
         self._seeds = random.Random(retry_seed) if retry_seed is not None else None  # noqa: S311 - jitter, not secrets
@@ -558,11 +555,10 @@ class Breaker:
         # A bulkhead of this process alone keeps the quiet fast path: a counter around it.
         local = self._bulkhead is not None and not self._bulkhead.shared
         self._slots = self._bulkhead if local else None
-        self._plain = (
-            self._retry is None and self._scoped is None and (self._bulkhead is None or local)
-        )
+        self._plain = self._is_plain()
         self._overflow: Breaker | None = None
         self._scopes_lock = threading.Lock()
+        self._stamp = False  # set by adopt(): records then name their policy version
 
     # -- inspection -------------------------------------------------------------------
 
@@ -608,6 +604,97 @@ class Breaker:
         if idle_rejection(state, now, target.policy) is None:
             return False, None
         return True, core_retry_after_ms(state, now, target.policy)
+
+    def _configure(self, boundary: Boundary) -> None:
+        """Take the row's options that may change while the breaker lives (see adopt)."""
+        self.boundary = boundary
+        self.timeout = boundary.timeout
+        self._default_deadline = self._deadline_ms(boundary.timeout)
+        self.enforce: Enforce = boundary.enforce
+        self._inline = boundary.enforce == "cooperative"
+        self.fallback = boundary.fallback
+        self.fallback_note = boundary.fallback_note
+        self.retryable = boundary.retryable
+        self.owner = boundary.owner
+        self.instructions = dict(boundary.instructions)
+        self._rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
+
+    def _set_retry(self, retry: RetryPolicy | None) -> None:
+        """The retry policy and its budget, per process or shared through the store."""
+        self._retry = retry
+        self._retry_budget = None if retry is None else RetryBudget.full(retry)
+        self._shared_budget = (
+            SharedBudget(self.key, retry, self.store, self._record_fault)  # type: ignore[arg-type]
+            if retry is not None and shares_records(self.store)
+            else None
+        )
+
+    def _is_plain(self) -> bool:
+        """Whether the quiet fast path of call()/acall() may serve this breaker.
+
+        It may without retries, scopes, or a bulkhead shared with other processes.
+        """
+        return (
+            self._retry is None
+            and self._scoped is None
+            and (self._bulkhead is None or self._slots is not None)
+        )
+
+    def adopt(self, boundary: Boundary) -> None:
+        """Take a new sheet row (a published policy) between calls, keeping the state.
+
+        The state stays in the store, untouched: the next event is decided under the new
+        policy (a stored state the new policy cannot hold, e.g. more failures than a
+        lowered threshold, loads as corrupt and fails closed, as any state does). A call
+        already admitted is settled under the policy it was admitted under. The row's
+        scope, bulkhead (``max_concurrent``), degradation chain (``degrade``,
+        ``max_stale``, ``stale_every``) and code-only options (classifier, result
+        predicate) stay as they were.
+        From now on the breaker's records name the policy version they were decided
+        under (:attr:`~toolbreaker.Transition.policy_version`).
+        """
+        old = self.boundary
+        if boundary.key != old.key:
+            raise PolicyError(f"a row for {boundary.key!r} cannot replace {old.key!r}")
+        boundary = dataclasses.replace(
+            boundary,
+            scope=old.scope,
+            max_scopes=old.max_scopes,
+            max_concurrent=old.max_concurrent,
+            degrade=old.degrade,
+            max_stale=old.max_stale,
+            stale_every=old.stale_every,
+            classifier=old.classifier,
+            result_is_failure=old.result_is_failure,
+        )
+        self._stamp = True
+        self._configure(boundary)
+        if boundary.retry != self._retry:
+            with self._retry_lock:
+                self._set_retry(boundary.retry)
+            self._plain = self._is_plain()
+        # The policy last, in one assignment: the next decision sees all of the new row.
+        self._quiet = None
+        self.policy = boundary.policy
+        self._quiet = None
+        for child in self.scopes().values():
+            child.adopt(dataclasses.replace(boundary, dependency=child.dependency, scope=None))
+        if self._overflow is not None:
+            overflow = self._overflow
+            row = dataclasses.replace(boundary, dependency=overflow.dependency, scope=None)
+            overflow.adopt(row)
+
+    def health_probe(self) -> Permit | Rejection:
+        """Ask the core for a health checker's probe (an event marked ``health_check``).
+
+        A :class:`Permit` when the core admits it (the breaker is due for a probe and a
+        slot is free), to be settled with the check's outcome; else the
+        :class:`Rejection`. :class:`~toolbreaker.HealthChecker` calls this; a user's
+        call never does.
+        """
+        check = self.boundary.health_check
+        deadline = None if check is None else max(1, round(check.timeout * 1000))
+        return self._admit(self.clock(), deadline, health_check=True)
 
     # -- scopes -----------------------------------------------------------------------
 
@@ -677,6 +764,7 @@ class Breaker:
         )
         child._listeners = self._listeners
         child.degradation.tools = self.degradation.tools
+        child._stamp = self._stamp
         return child
 
     # -- two-step API ---------------------------------------------------------------
@@ -851,24 +939,31 @@ class Breaker:
                 return Permit(self, None, state.generation, now, deadline, probe=False)
         return None
 
-    def _admit(self, now: int, deadline: int | None) -> Permit | Rejection:
-        event = self._request(now)
+    def _admit(
+        self, now: int, deadline: int | None, *, health_check: bool = False
+    ) -> Permit | Rejection:
+        event = self._request(now, health_check)
+        policy = self.policy
         try:
-            state, records = self.store.apply(self.key, event, self.policy)
+            state, records = self.store.apply(self.key, event, policy)
         except StoreUnavailable:
             return self._store_down()
-        return self._admitted(state, records, now, deadline)
+        return self._admitted(state, records, now, deadline, policy)
 
-    async def _aadmit(self, now: int, deadline: int | None) -> Permit | Rejection:
-        event = self._request(now)
+    async def _aadmit(
+        self, now: int, deadline: int | None, *, health_check: bool = False
+    ) -> Permit | Rejection:
+        event = self._request(now, health_check)
+        policy = self.policy
         try:
-            state, records = await self._store_aapply(event)
+            state, records = await aapply(self.store, self.key, event, policy)
         except StoreUnavailable:
             return self._store_down()
-        return self._admitted(state, records, now, deadline)
+        return self._admitted(state, records, now, deadline, policy)
 
-    def _request(self, now: int) -> Event:
-        return Event("request", now, self.key, call=f"{_process_token}.{next(self._ids)}")
+    def _request(self, now: int, health_check: bool = False) -> Event:
+        call = f"{_process_token}.{next(self._ids)}"
+        return Event("request", now, self.key, call=call, health_check=health_check)
 
     def _store_down(self) -> Rejection:
         self.stats.rejected += 1
@@ -880,15 +975,16 @@ class Breaker:
         records: tuple[Transition, ...],
         now: int,
         deadline: int | None,
+        policy: Policy,
     ) -> Permit | Rejection:
-        self._observe(state, records, now)
+        records = self._observe(state, records, now, policy)
         last = records[-1]
         if last.attempted:
             self.stats.admitted += 1
             if last.would_reject:
                 self.stats.would_reject += 1
             probe = last.to_phase == HALF_OPEN and not last.would_reject
-            return Permit(self, last.event.call, last.generation, now, deadline, probe)
+            return Permit(self, last.event.call, last.generation, now, deadline, probe, policy)
         self.stats.rejected += 1
         return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
 
@@ -901,22 +997,20 @@ class Breaker:
         if event is None:
             return None
         try:
-            state, records = self.store.apply(self.key, event, self.policy)
+            state, records = self.store.apply(self.key, event, permit.policy)
         except StoreUnavailable:
             return None  # the outcome is lost, never turned into a success
-        self._observe(state, records, now)
-        return records[-1]
+        return self._observe(state, records, now, permit.policy)[-1]
 
     async def _asettle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
         event = self._outcome(permit, verdict, now)
         if event is None:
             return None
         try:
-            state, records = await self._store_aapply(event)
+            state, records = await aapply(self.store, self.key, event, permit.policy)
         except StoreUnavailable:
             return None  # the outcome is lost, never turned into a success
-        self._observe(state, records, now)
-        return records[-1]
+        return self._observe(state, records, now, permit.policy)[-1]
 
     def _outcome(self, permit: Permit, verdict: Verdict, now: int) -> Event | None:
         """The outcome event to apply, or ``None`` when the core declared it a no-op."""
@@ -930,7 +1024,7 @@ class Breaker:
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
                 return None
         took = None
-        if kind == "success" and self.policy.slow_call_ms is not None:
+        if kind == "success" and permit.policy.slow_call_ms is not None:
             took = max(0, now - permit.admitted_at)  # only slow-call rules need it
         return Event(
             kind,
@@ -948,7 +1042,19 @@ class Breaker:
             return True
         return False
 
-    def _observe(self, state: BreakerState, records: tuple[Transition, ...], now: int) -> None:
+    def _observe(
+        self,
+        state: BreakerState,
+        records: tuple[Transition, ...],
+        now: int,
+        policy: Policy | None = None,
+    ) -> tuple[Transition, ...]:
+        """Count and publish the core's records; returns them (stamped when following)."""
+        if self._stamp:
+            # A breaker following a published sheet names the policy each record was
+            # decided under, even when a swap lands before its listeners run.
+            version = (policy or self.policy).version
+            records = tuple(dataclasses.replace(r, policy_version=version) for r in records)
         stats = self.stats
         for record in records:
             if record.from_phase != record.to_phase:
@@ -981,6 +1087,7 @@ class Breaker:
                         f"({record.reason}); the call's outcome stands",
                         exc,
                     )
+        return records
 
     # -- running calls ----------------------------------------------------------------
 
@@ -1240,6 +1347,8 @@ class Breaker:
             # retry_after_ms() of the core, inlined: this is the hot path while open.
             until = state.open_until
             wait = None if until is None or state.isolated or self.policy.force else until - now
+            if wait is not None and wait <= 0:
+                wait = None  # past the deadline: waiting for the health checker
             render = (
                 self._render
                 if state.operator_reason is None
@@ -1769,9 +1878,9 @@ class Breaker:
             call=f"operator:{reason}",
             reason=None if kind == "release" else note,
         )
-        state, records = self.store.apply(self.key, event, self.policy)
-        self._observe(state, records, now)
-        return records[-1]
+        policy = self.policy
+        state, records = self.store.apply(self.key, event, policy)
+        return self._observe(state, records, now, policy)[-1]
 
     # -- helpers ----------------------------------------------------------------------
 

@@ -32,23 +32,37 @@ line named.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.config import load_toml
-from toolbreaker.core.files import shown
+from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
+from toolbreaker.core.files import read_text, shown
 from toolbreaker.errors import PolicyError, RegistryFull
-from toolbreaker.runtime._boundary import POLICY_FIELDS, Boundary, Enforce, check_seconds
+from toolbreaker.runtime._boundary import (
+    POLICY_FIELDS,
+    Boundary,
+    Enforce,
+    HealthCheck,
+    check_seconds,
+)
 from toolbreaker.runtime._breaker import Breaker, clock_of
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._degrade import check_store
-from toolbreaker.stores._protocol import Store
+from toolbreaker.runtime._health import HealthChecker
+from toolbreaker.runtime._published import (
+    PolicyFollower,
+    PublishedSheet,
+    read_published,
+    write_published,
+)
+from toolbreaker.stores._protocol import Records, Store
 from toolbreaker.stores.memory import MemoryStore
 
-__all__ = ["Boundary", "Registry"]
+__all__ = ["Boundary", "Registry", "publish_policy"]
 
 _DEFAULT_ONLY: Final = POLICY_FIELDS | {"timeout", "enforce", "retryable", "owner", "instructions"}
 
@@ -94,8 +108,12 @@ class Registry:
         self._boundaries = dict(boundaries or {})
         self._local_tools = frozenset(local_tools)
         self._breakers: dict[tuple[str, str], Breaker] = {}
+        self._options: dict[tuple[str, str], dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._callables: dict[str, Callable[..., Any]] = {}
+        self.follower: PolicyFollower | None = None
+        self.health_checker: HealthChecker | None = None
+        self._checks: dict[tuple[str, str], Callable[[], Any]] = {}
         _check_fallbacks(self._boundaries, self._local_tools)
         check_store(self._boundaries, self.store)
 
@@ -169,6 +187,209 @@ class Registry:
             strict=strict,
         )
 
+    @classmethod
+    def from_store(
+        cls,
+        store: Store,
+        *,
+        name: str = "default",
+        follow: bool = True,
+        poll: float = 5.0,
+        clock: Clock | None = None,
+        max_breakers: int = 10_000,
+        strict: bool = False,
+    ) -> Registry:
+        """Build a registry from the sheet published in ``store``, and keep following it.
+
+        The sheet is what ``toolbreaker policy publish`` (or :func:`publish_policy`)
+        wrote; with ``follow`` (the default) the registry polls it (see :meth:`follow`).
+
+        Raises:
+            PolicyError: nothing is published under ``name``, or the published revision
+                does not validate (a process never starts on a sheet it cannot check).
+            StoreUnavailable: the store could not be read.
+        """
+        records = _records(store)
+        sheet = read_published(records, name)
+        if sheet is None:
+            raise PolicyError(
+                f"no boundary sheet is published under {name!r} "
+                "(toolbreaker policy publish SHEET.toml --store URL)",
+                field="store",
+            )
+        registry = _build_text(
+            cls,
+            sheet.text,
+            _origin(sheet),
+            store=store,
+            clock=clock,
+            max_breakers=max_breakers,
+            strict=strict,
+        )
+        registry._follower(records, name, poll, sheet)
+        if follow:
+            registry.follow(poll=poll, name=name)
+        return registry
+
+    def follow(
+        self, store: Store | None = None, *, name: str = "default", poll: float = 5.0
+    ) -> PolicyFollower:
+        """Follow the sheet published under ``name``: poll it every ``poll`` seconds.
+
+        Polling runs on a daemon thread (jittered by up to a fifth either way), never on
+        an event loop. Each new revision is validated here exactly as
+        :meth:`from_toml` validates a file, then every live breaker takes its new row
+        between calls (:meth:`Breaker.adopt`: the state stays; a call already admitted
+        settles under the policy it was admitted under). A revision that does not
+        validate is refused and counted; a store that cannot be read is counted; either
+        way the registry keeps the last revision it validated. :meth:`close` stops it.
+
+        Returns the follower (``refresh()`` polls at once; ``current``, ``adopted``,
+        ``refused``, ``read_errors``).
+        """
+        records = _records(store if store is not None else self.store)
+        follower = self.follower
+        if follower is None or follower.store is not records or follower.name != name:
+            if follower is not None:
+                follower.stop()
+            follower = self._follower(records, name, poll, None)
+        if follower.poll != poll:
+            follower.poll = _poll(follower, poll)
+        for breaker in self:
+            breaker._stamp = True
+        follower.refresh()
+        follower.start()
+        return follower
+
+    def _follower(
+        self, records: Records, name: str, poll: float, current: PublishedSheet | None
+    ) -> PolicyFollower:
+        self.follower = PolicyFollower(
+            records, self._adopt_sheet, name=name, poll=poll, current=current
+        )
+        return self.follower
+
+    @property
+    def published(self) -> PublishedSheet | None:
+        """The published revision this registry runs, if it follows one."""
+        return None if self.follower is None else self.follower.current
+
+    def _adopt_sheet(self, sheet: PublishedSheet) -> None:
+        """Validate a published revision and give every live breaker its new row.
+
+        Raises:
+            PolicyError: the revision does not validate (nothing changed).
+        """
+        new = _build_text(
+            type(self),
+            sheet.text,
+            _origin(sheet),
+            store=self.store,
+            clock=self.clock,
+            max_breakers=self.max_breakers,
+            strict=self.strict,
+        )
+        with self._lock:
+            new._checks = self._checks  # checks registered in code outlive any sheet
+            rows: dict[tuple[str, str], Boundary] = {}
+            for key, breaker in self._breakers.items():
+                row = new._row(key, self._options.get(key, {}), keep=breaker.boundary)
+                if row.fallback is not None and row.fallback not in new.tool_names() | {
+                    b.tool for b in self._breakers.values()
+                }:
+                    raise PolicyError(
+                        f"fallback {row.fallback!r} of {key[0]}.{key[1]} is not a registered tool",
+                        field=f"{key[0]}.{key[1]}.fallback",
+                    )
+                rows[key] = row
+            # Validated as a whole: now swap, each breaker between two of its calls.
+            self.default_policy = new.default_policy
+            self.default_timeout = new.default_timeout
+            self.default_enforce = new.default_enforce
+            self._boundaries = new._boundaries
+            self._local_tools = new._local_tools
+            for key, row in rows.items():
+                self._breakers[key].adopt(row)
+
+    def _row(
+        self, key: tuple[str, str], options: Mapping[str, Any], *, keep: Boundary | None = None
+    ) -> Boundary:
+        """The row of ``key`` (the defaults when the sheet has none), with ``options``."""
+        dependency, operation = key
+        row = self._boundaries.get(key)
+        if row is None:
+            if self.strict and keep is not None:
+                return keep  # a strict sheet that dropped a live row: it keeps its last one
+            row = Boundary(
+                dependency,
+                operation,
+                self.default_policy,
+                timeout=self.default_timeout,
+                enforce=self.default_enforce,
+            )
+        row = row.with_options(options) if options else row
+        check = self._checks.get(key)
+        if check is not None:
+            given = row.health_check or HealthCheck()
+            row = row.with_options(
+                {"health_check": dataclasses.replace(given, check=check, url=None)}
+            )
+        return row
+
+    def health_check(
+        self, dependency: str, check: Callable[[], Any], *, operation: str = "default"
+    ) -> None:
+        """Register the health check of ``(dependency, operation)`` in code.
+
+        ``check`` is a callable or coroutine function of no arguments: it passes unless
+        it raises or returns ``False``. The row's ``health_check`` table (interval,
+        timeout) applies; a row without one gets the defaults (every 2 s, 1 s deadline).
+        A check registered here replaces the row's ``url``. From now on only the checker
+        probes this breaker; the registry's checker (:meth:`start_health_checks`) runs
+        it. A live breaker takes the new row at once.
+
+        Raises:
+            PolicyError: ``check`` is not callable, or the row cannot hold it.
+        """
+        _check_key(dependency, "dependency")
+        _check_key(operation, "operation")
+        if not callable(check):
+            raise PolicyError("a health check must be callable", field="health_check")
+        key = (dependency, operation)
+        with self._lock:
+            self._checks[key] = check
+            breaker = self._breakers.get(key)
+            if breaker is not None:
+                breaker.adopt(self._row(key, self._options.get(key, {})))
+        if breaker is not None:
+            self._ensure_checker()
+
+    def start_health_checks(self, *, on_loop: bool = False) -> HealthChecker:
+        """Start the registry's health checker (once) and return it.
+
+        By default it runs on a daemon thread (async checks on that thread's own loop).
+        With ``on_loop`` it runs as a task on the running event loop (call it from a
+        coroutine): async checks are awaited there, store I/O goes to worker threads.
+        :meth:`get` starts the thread flavour by itself when it creates a breaker whose
+        row has a health check, unless a checker was started before. :meth:`close`
+        stops it.
+        """
+        with self._lock:
+            checker = self.health_checker
+            if checker is None:
+                checker = self.health_checker = HealthChecker(lambda: tuple(self))
+            else:
+                return checker
+        if on_loop:
+            checker.start_task()
+        else:
+            checker.start()
+        return checker
+
+    def _ensure_checker(self) -> None:
+        if self.health_checker is None:
+            self.start_health_checks()
+
     def get(self, dependency: str, operation: str = "default", **options: Any) -> Breaker:
         """The breaker of ``(dependency, operation)``, created on first use.
 
@@ -193,26 +414,21 @@ class Registry:
                     raise RegistryFull(self.max_breakers, f"{dependency}:{operation}")
                 breaker = self._create(dependency, operation, options)
                 self._breakers[key] = breaker
+                if options:
+                    self._options[key] = dict(options)
+                if self.follower is not None:
+                    breaker._stamp = True
+        if breaker.boundary.health_check is not None and self.health_checker is None:
+            self._ensure_checker()
         return breaker
 
     def _create(self, dependency: str, operation: str, options: Mapping[str, Any]) -> Breaker:
-        row = self._boundaries.get((dependency, operation))
-        if row is None:
-            if self.strict:
-                raise PolicyError(
-                    f"the boundary sheet has no [{dependency}.{operation}] and the registry "
-                    "is strict",
-                    field=f"{dependency}.{operation}",
-                )
-            row = Boundary(
-                dependency,
-                operation,
-                self.default_policy,
-                timeout=self.default_timeout,
-                enforce=self.default_enforce,
+        if self.strict and (dependency, operation) not in self._boundaries:
+            raise PolicyError(
+                f"the boundary sheet has no [{dependency}.{operation}] and the registry is strict",
+                field=f"{dependency}.{operation}",
             )
-        if options:
-            row = row.with_options(options)
+        row = self._row((dependency, operation), options)
         if row.fallback is not None and row.fallback not in self.tool_names():
             raise PolicyError(
                 f"fallback {row.fallback!r} of {dependency}.{operation} is not a registered tool",
@@ -269,9 +485,63 @@ class Registry:
         return len(self._breakers)
 
     def close(self) -> None:
-        """Release every breaker's worker threads."""
+        """Stop following a published sheet and release every breaker's worker threads."""
+        if self.follower is not None:
+            self.follower.stop()
+        if self.health_checker is not None:
+            self.health_checker.stop()
         for breaker in self:
             breaker.close()
+
+
+def publish_policy(
+    store: Store,
+    sheet: str | Path,
+    *,
+    name: str = "default",
+    note: str | None = None,
+    by: str | None = None,
+) -> PublishedSheet:
+    """Validate the boundary sheet file ``sheet`` and publish it to ``store``.
+
+    Validation is :meth:`Registry.from_toml`'s (the same errors, with file and line);
+    the sheet becomes the next revision of ``name``, by compare-and-set, so concurrent
+    publishers never lose one another's revision. Every registry following ``name``
+    (:meth:`Registry.follow`, :meth:`Registry.from_store`) picks it up at its next poll.
+
+    Raises:
+        PolicyError: the sheet does not validate (nothing is published).
+        StoreUnavailable: the store could not be reached.
+    """
+    where = str(sheet)
+    text = read_text(sheet, PolicyError, limit=MAX_CONFIG_BYTES)
+    _build_text(Registry, text, where)
+    return write_published(_records(store), text, name=name, note=note, by=by)
+
+
+def _build_text(cls: type[Registry], text: str, where: str, **kwargs: Any) -> Registry:
+    """A registry from sheet text, validated and located exactly as from_toml does."""
+    registry: Registry = build_toml(text, where, lambda data: cls.from_dict(data, **kwargs))
+    return registry
+
+
+def _origin(sheet: PublishedSheet) -> str:
+    return f"{sheet.name}@{sheet.revision}"
+
+
+def _records(store: Store) -> Records:
+    if not isinstance(store, Records):
+        raise PolicyError(
+            f"{type(store).__name__} keeps no records: published sheets need a store with "
+            "records (memory, SQLite, Redis, PostgreSQL)",
+            field="store",
+        )
+    return store
+
+
+def _poll(follower: PolicyFollower, poll: float) -> float:
+    PolicyFollower(follower.store, lambda _: None, poll=poll)  # validates poll
+    return float(poll)
 
 
 def _table(value: object, where: str) -> dict[str, Any]:

@@ -20,6 +20,11 @@ opens when failures reach ``failure_rate_permille`` of them, or successes slower
 ``slow_call_ms`` reach ``slow_call_rate_permille`` of them, never below ``minimum_calls``
 calls. Arithmetic is on integers only, so a replay is exact.
 
+Health-check probes. Under ``probes = "health-check"`` a user's request never probes:
+it is rejected while open (``cooldown``, past the deadline too) and half-open
+(``probe-limit``); only a request marked ``health_check`` (the breaker's health checker)
+takes a probe lease, and its outcome counts toward the same success quorum.
+
 Rollout and the kill switch. ``force = "open"`` rejects every request (``forced-open``);
 an operator's isolation (the ``isolate`` event, persisted with the state until
 ``release``) rejects every request too. Otherwise ``mode = "shadow"``, ``force =
@@ -74,27 +79,32 @@ _OUTCOME_REASONS: Final = {
 }
 
 
-def admission(state: BreakerState, at: int, policy: Policy) -> str:
+def admission(state: BreakerState, at: int, policy: Policy, *, health_check: bool = False) -> str:
     """What a request at ``at`` would get, without building anything.
 
     Returns ``call-admitted``, ``probe-admitted``, ``cooldown``, ``probe-limit``,
     ``isolated`` or ``forced-open``: what enforcement decides (shadow mode and a forced
     close are applied by :func:`step`). Half-open answers ignore lease expiry;
     :func:`apply` handles that first. Shells use this to decide cheaply whether a call
-    must go through :func:`step`.
+    must go through :func:`step`. Under ``probes = "health-check"`` only a request made
+    by the health checker (``health_check``) may probe: a user's request is rejected
+    with ``cooldown`` while open and ``probe-limit`` while half-open.
     """
     if policy.force == "open":
         return "forced-open"
     phase = state.phase
     if phase == CLOSED:
         return "call-admitted"
+    checker_only = policy.probes == "health-check" and not health_check
     if phase == OPEN:
         if state.isolated:
             return "isolated"
-        if state.open_until is None or at < state.open_until:
+        if state.open_until is None or at < state.open_until or checker_only:
             return "cooldown"
         return "probe-admitted"
-    return "probe-limit" if len(state.leases) >= policy.probe_limit else "probe-admitted"
+    if checker_only or len(state.leases) >= policy.probe_limit:
+        return "probe-limit"
+    return "probe-admitted"
 
 
 def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
@@ -103,7 +113,8 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
     ``None`` means the request must go through :func:`step`: it is admitted, or its
     rejection changes something (a recovered corrupt state starts its cooldown at the
     first event that touches it), or a probe lease may be due to expire. Shells use this
-    to reject locally, without a lock or a round trip.
+    to reject locally, without a lock or a round trip. It answers for a user's request,
+    never for a health checker's.
     """
     # The open branch of admission(), minus the cases where step() changes the state.
     if policy.force == "open":
@@ -113,7 +124,10 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
     if state.isolated:
         return "isolated"
     until = state.open_until
-    return "cooldown" if until is not None and at < until else None
+    if until is None:
+        return None
+    # Under health-check probes a user's request waits for the checker, past the deadline too.
+    return "cooldown" if at < until or policy.probes == "health-check" else None
 
 
 def is_quiet(state: BreakerState, policy: Policy) -> bool:
@@ -154,15 +168,20 @@ def retry_after_ms(state: BreakerState, at: int, policy: Policy | None = None) -
 
     While open: until the cooldown deadline (unknown while isolated). While half-open
     with ``policy``: until the oldest probe lease expires, the latest a slot frees up.
-    Unknown while the policy forces the breaker open.
+    Unknown while the policy forces the breaker open, and under ``probes =
+    "health-check"`` once the deadline has passed or while half-open (until a check
+    passes).
     """
     if policy is not None and policy.force == "open":
         return None
+    checker_only = policy is not None and policy.probes == "health-check"
     if state.phase == OPEN:
         if state.open_until is None or state.isolated:
             return None
+        if checker_only and at >= state.open_until:
+            return None
         return max(0, state.open_until - at)
-    if state.phase == HALF_OPEN and state.leases and policy is not None:
+    if state.phase == HALF_OPEN and state.leases and policy is not None and not checker_only:
         oldest = min(lease.admitted_at for lease in state.leases)
         return max(0, oldest + policy.lease_ttl_ms - at)
     return None
@@ -268,7 +287,7 @@ def _request(state: BreakerState, event: Event, policy: Policy) -> tuple[Breaker
     phase = state.phase
     if phase == CLOSED:
         return state, "call-admitted"
-    reason = admission(state, event.at, policy)
+    reason = admission(state, event.at, policy, health_check=event.health_check)
     if reason != "probe-admitted":
         return state, reason
     if phase == OPEN:

@@ -4,8 +4,8 @@ A policy is reviewed configuration. Changing any field changes :attr:`Policy.ver
 and every receipt names the version it was produced under, so a new threshold never
 silently rewrites the meaning of old transitions.
 
-The opening rules, rollout mode and kill switch (``failure_rate_permille`` and the fields
-after it) are left out of :meth:`Policy.to_dict` while they hold their defaults, so a
+The opening rules, rollout mode, kill switch and probe source (``failure_rate_permille``
+and the fields after it) are left out of :meth:`Policy.to_dict` while they hold their defaults, so a
 policy that does not use them keeps the version and receipts it always had.
 """
 
@@ -22,7 +22,7 @@ from toolbreaker.core.config import known_fields, load_toml
 from toolbreaker.core.files import shown
 from toolbreaker.errors import PolicyError
 
-__all__ = ["MAX_COUNT", "MAX_DURATION_MS", "Policy"]
+__all__ = ["MAX_COUNT", "MAX_DURATION_MS", "PROBES", "Policy"]
 
 _OPTIONAL = frozenset({"window_ms"})
 #: The longest duration a policy may hold (30 days): every store keeps it, and a derived
@@ -46,6 +46,7 @@ _ADDED: Final[dict[str, object]] = {
     "mode": "enforce",
     "force": None,
     "force_reason": None,
+    "probes": "calls",
 }
 #: The largest count-based window: the state keeps one entry per call in it.
 MAX_WINDOW_CALLS: Final = 1000
@@ -53,6 +54,9 @@ MAX_WINDOW_CALLS: Final = 1000
 WINDOW_BUCKETS: Final = 10
 MODES: Final = ("enforce", "shadow")
 FORCES: Final = ("open", "closed")
+#: Who may probe a breaker whose cooldown has elapsed: any request (``calls``), or only
+#: the breaker's health checker (``health-check``).
+PROBES: Final = ("calls", "health-check")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,6 +92,12 @@ class Policy:
         force: the kill switch: ``open`` rejects every request, ``closed`` admits every
             request (recording what would have been rejected).
         force_reason: the operator's reason, shown to the model while forced open.
+        probes: ``calls`` (any request past the cooldown may probe), or
+            ``health-check``: only the breaker's health checker probes (requests whose
+            event says ``health_check``); a user's request is rejected while open
+            (``cooldown``, for as long as no check has passed) and half-open
+            (``probe-limit``), so real traffic never probes a dead dependency. Set by a
+            sheet row's ``health_check`` table.
 
     Durations (``*_ms``) are at most :data:`MAX_DURATION_MS` (30 days); counts and the
     multiplier at most :data:`MAX_COUNT`.
@@ -109,6 +119,7 @@ class Policy:
     mode: str = "enforce"
     force: str | None = None
     force_reason: str | None = None
+    probes: str = "calls"
 
     def __post_init__(self) -> None:
         if self.cooldown_max_ms is None and type(self.cooldown_ms) is int:
@@ -118,7 +129,7 @@ class Policy:
             value = getattr(self, f.name)
             if value is None and f.name in _OPTIONAL | _ADDED.keys():
                 continue
-            if f.name in ("mode", "force", "force_reason"):
+            if f.name in ("mode", "force", "force_reason", "probes"):
                 continue
             if type(value) is not int:
                 raise PolicyError(f"{f.name} must be an integer, got {shown(value)}", field=f.name)
@@ -198,6 +209,11 @@ class Policy:
             raise PolicyError(
                 f"force must be 'open' or 'closed', got {self.force!r}", field="force"
             )
+        if self.probes not in PROBES:
+            raise PolicyError(
+                f"probes must be 'calls' or 'health-check', got {shown(self.probes)}",
+                field="probes",
+            )
         reason = self.force_reason
         if reason is not None:
             if self.force is None:
@@ -217,6 +233,11 @@ class Policy:
     def admits_all(self) -> bool:
         """Whether requests the breaker would reject are admitted (shadow, forced closed)."""
         return self.force == "closed" or (self.mode == "shadow" and self.force is None)
+
+    @property
+    def health_probes(self) -> bool:
+        """Whether only the health checker may probe (``probes = "health-check"``)."""
+        return self.probes == "health-check"
 
     @property
     def bucket_ms(self) -> int:

@@ -85,7 +85,7 @@ class Replay:
             call = event.call or f"#{ledger.requests}"
             if self._seen(ledger, dep, call):
                 raise TraceError(f"duplicate call id {json.dumps(call)} for {json.dumps(dep)}")
-            event = Event("request", event.at, dep, call)
+            event = Event("request", event.at, dep, call, health_check=event.health_check)
         elif event.type in OUTCOME_TYPES:
             settles = event.call
             if settles is None:

@@ -90,6 +90,9 @@ class Event:
             sets ``slow_call_ms``).
         reason: for operator events, the operator's reason (shown to the model while the
             breaker is isolated).
+        health_check: for requests, made by the breaker's health checker rather than a
+            user's call (only these probe under ``probes = "health-check"``). Left out
+            of :meth:`to_dict` while false.
     """
 
     type: str
@@ -100,6 +103,7 @@ class Event:
     retry_after_ms: int | None = None
     duration_ms: int | None = None
     reason: str | None = None
+    health_check: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """The event as it appears in receipts; absent optional fields are left out."""
@@ -112,6 +116,8 @@ class Event:
             out["duration_ms"] = self.duration_ms
         if self.reason is not None:
             out["reason"] = self.reason
+        if self.health_check:
+            out["health_check"] = True
         return out
 
 
@@ -358,6 +364,9 @@ class Transition:
         would_reject: the request was admitted only because the policy admits every
             request (shadow mode, forced closed); ``reason`` says why it would have
             been rejected. Left out of :meth:`to_dict` while false.
+        policy_version: the version of the policy the core decided under, stamped by a
+            breaker that follows a published sheet (``None`` otherwise). Never in
+            :meth:`to_dict`: a receipt names its one policy version at its top.
     """
 
     dependency: str
@@ -370,6 +379,7 @@ class Transition:
     generation: int
     open_until: int | None
     would_reject: bool = False
+    policy_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as it appears in receipts."""

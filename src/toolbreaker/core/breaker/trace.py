@@ -39,7 +39,16 @@ __all__ = [
 
 #: Every event type a trace may hold.
 TRACE_TYPES = EVENT_TYPES | OPERATOR_TYPES
-_FIELDS = ("at", "dependency", "type", "call", "retry_after_ms", "duration_ms", "reason")
+_FIELDS = (
+    "at",
+    "dependency",
+    "type",
+    "call",
+    "retry_after_ms",
+    "duration_ms",
+    "reason",
+    "health_check",
+)
 _REQUIRED = ("at", "dependency", "type")
 _FIELD_SET = frozenset(_FIELDS)
 _REQUIRED_SET = frozenset(_REQUIRED)
@@ -96,6 +105,9 @@ def parse_event(data: object) -> Event:
             raise TraceError("reason belongs on isolate and force-closed events only")
         if not isinstance(reason, str) or not reason or len(reason) > 300:
             raise TraceError("reason must be a non-empty string of at most 300 characters")
+    health = data.get("health_check", False)
+    if health is not False and (health is not True or kind != "request"):
+        raise TraceError("health_check is true, on request events only")
     return Event(
         type=kind,
         at=at,
@@ -104,6 +116,7 @@ def parse_event(data: object) -> Event:
         retry_after_ms=retry_after,
         duration_ms=duration,
         reason=reason,
+        health_check=health,
     )
 
 
