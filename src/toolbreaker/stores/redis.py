@@ -803,20 +803,26 @@ def _driver_options(redis: Any) -> dict[str, Any]:
     return {"driver_info": driver_info.DriverInfo(lib_version=version)}
 
 
+def _connection_factory(store: RedisStore) -> tuple[Any, dict[str, Any]]:
+    """The class and options of a connection like the store's pool makes, for a feed."""
+    redis = _redis()
+    pool = redis.ConnectionPool.from_url(
+        store.url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **store._options
+    )
+    try:
+        return pool.connection_class, dict(pool.connection_kwargs)
+    finally:
+        pool.disconnect()
+
+
 class _Feed:
     """The subscription thread: keeps views current, notices a lost subscription."""
 
     def __init__(self, store: RedisStore) -> None:
-        redis = _redis()
         self._store = store
         self._book = store._book
         self._errors = store._errors
-        pool = redis.ConnectionPool.from_url(
-            store.url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **store._options
-        )
-        self._connection_class = pool.connection_class
-        self._connection_kwargs = dict(pool.connection_kwargs)
-        pool.disconnect()
+        self._connection_class, self._connection_kwargs = _connection_factory(store)
         self._lock = threading.Lock()
         self._channels: dict[bytes, SharedView] = {}
         self._conn: Any = None
@@ -977,16 +983,10 @@ class _ShardedFeed:
     """
 
     def __init__(self, store: RedisStore) -> None:
-        redis = _redis()
         self._store = store
         self._book = store._book
         self._errors = store._errors
-        pool = redis.ConnectionPool.from_url(
-            store.url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **store._options
-        )
-        self._connection_class = pool.connection_class
-        self._connection_kwargs = dict(pool.connection_kwargs)
-        pool.disconnect()
+        self._connection_class, self._connection_kwargs = _connection_factory(store)
         self._lock = threading.Lock()
         self._channels: dict[bytes, SharedView] = {}
         self._pending: set[bytes] = set()  # channels no live link carries
