@@ -10,6 +10,7 @@ import asyncio
 import json
 import shutil
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,10 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
     if binary is None:
         pytest.fail("redis-server is not installed")
-    server = RedisServer(binary, tmp_path_factory.mktemp("redis"))
+    # Queued work must survive a restart: a durable server, as in production.
+    server = RedisServer(
+        binary, tmp_path_factory.mktemp("redis"), "--appendonly", "yes", "--appendfsync", "always"
+    )
     server.start()
     try:
         yield server.url
@@ -295,6 +299,37 @@ def test_queued_work_is_saved_once_per_key_and_said_not_done(store, service):
     assert item["idempotency_key"] == "key-1"
     assert item["args"] == args
     assert breaker.stats.degraded == {"queue": 2}
+
+
+def test_work_is_never_queued_on_a_store_that_would_forget_it(tmp_path, service):
+    """A Redis without persistence would lose queued work on a restart, after the model
+    was told it is queued: the queue refuses it (the next mode serves, here handoff), as
+    the run journal refuses such a store; ``volatile_journal=True`` is the explicit
+    opt-out."""
+    from stores.conftest import RedisServer
+    from toolbreaker import RedisStore
+
+    binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+    assert binary is not None, "redis-server is not installed"
+    server = RedisServer(binary, tmp_path)  # no append-only file: a restart forgets
+    server.start()
+    redis_url = server.url
+    sheet_data = sheet(tickets__write={"tool": "create_ticket", "degrade": ["queue", "handoff"]})
+    args = {"title": "Refund", "body": "order A-1001", "idempotency_key": "key-1"}
+    service.outage("POST /tickets")
+    with RedisStore(redis_url, prefix=f"tb-{uuid.uuid4().hex[:8]}") as volatile:
+        breaker = Registry.from_dict(sheet_data, store=volatile).get("tickets", "write")
+        answer = breaker.guard(ticket_tool(service), tool="create_ticket")(**args)
+        assert answer.get("queued") is not True
+        assert answer["degradation"] == "handoff"
+        assert volatile.record_list("toolbreaker.queue") == []
+    with RedisStore(
+        redis_url, prefix=f"tb-{uuid.uuid4().hex[:8]}", volatile_journal=True
+    ) as accepted:
+        breaker = Registry.from_dict(sheet_data, store=accepted).get("tickets", "write")
+        answer = breaker.guard(ticket_tool(service), tool="create_ticket")(**args)
+        assert answer["queued"] is True
+    server.stop()
 
 
 # -- handoff and stop -----------------------------------------------------------------------

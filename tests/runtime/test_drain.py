@@ -37,7 +37,10 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
     if binary is None:
         pytest.fail("redis-server is not installed")
-    server = RedisServer(binary, tmp_path_factory.mktemp("redis"))
+    # Queued work must survive a restart: a durable server, as in production.
+    server = RedisServer(
+        binary, tmp_path_factory.mktemp("redis"), "--appendonly", "yes", "--appendfsync", "always"
+    )
     server.start()
     try:
         yield server.url

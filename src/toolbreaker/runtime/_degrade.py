@@ -30,7 +30,7 @@ from typing import Any, Final
 from toolbreaker.core.canonical import sha256_hex
 from toolbreaker.core.degrade import Choice, Offer, choose, stale_label, stale_write_due
 from toolbreaker.core.run.redact import redact
-from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable
 from toolbreaker.runtime._boundary import Boundary
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log
@@ -106,6 +106,7 @@ class Degradation:
         self.faults = 0
         self.wall_clock: Callable[[], int] = wall_ms
         self._store = store if isinstance(store, Records) else None
+        self._durable = False  # the store keeps queued work through a restart (checked)
         self._stale = "stale" in self.chain and self._store is not None
         self._every_ms = round(boundary.stale_every * 1000)
         self._written: dict[str, int] = {}
@@ -340,6 +341,7 @@ class Degradation:
         store = self._store
         if store is None:
             raise StoreUnavailable("this store keeps no records")
+        self._check_durable(store)
         queue_id = "q-" + sha256_hex([self.key, key])[:24]
         item = {
             "schema": QUEUE_SCHEMA,
@@ -360,6 +362,29 @@ class Degradation:
             log.info("toolbreaker: queued %s for %s", queue_id, self.key)
             return queue_id, False
         return queue_id, True
+
+    def _check_durable(self, store: Records) -> None:
+        """Refuse to queue work a shared store would forget on a restart.
+
+        The model is told queued work will happen: it must survive the store's restart,
+        as the run journal must. The same rule and the same opt-out
+        (``volatile_journal=True``) as the journal's; a store in this process is as
+        durable as the process, like its journal.
+
+        Raises:
+            JournalNotDurable: the store would forget the queue on a restart.
+            StoreUnavailable: the store could not be asked.
+        """
+        if self._durable:
+            return
+        shared = getattr(store, "volatile_journal", None) is not None  # a SharedStore
+        if shared and not store.volatile_journal:  # type: ignore[attr-defined]
+            durable = getattr(store, "journal_durable", None)
+            if not callable(durable) or not durable():
+                raise JournalNotDurable(
+                    type(store).__name__, "queued work needs the journal's durability"
+                )
+        self._durable = True
 
     def _packet(self, tool: str, args: Mapping[str, Any], key: str, detail: str) -> StopPacket:
         return StopPacket(
