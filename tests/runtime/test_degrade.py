@@ -38,24 +38,6 @@ MINUTE = 60_000
 # -- fixtures -----------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from stores.conftest import RedisServer  # the store tests' real redis-server helper
-
-    binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
-    if binary is None:
-        pytest.fail("redis-server is not installed")
-    # Queued work must survive a restart: a durable server, as in production.
-    server = RedisServer(
-        binary, tmp_path_factory.mktemp("redis"), "--appendonly", "yes", "--appendfsync", "always"
-    )
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
-
-
 @pytest.fixture(params=["memory", "sqlite", "redis"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A real store that keeps records."""

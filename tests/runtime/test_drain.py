@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -28,24 +27,6 @@ from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
 QUEUE = "toolbreaker.queue"
-
-
-@pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    from stores.conftest import RedisServer  # the store tests' real redis-server helper
-
-    binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
-    if binary is None:
-        pytest.fail("redis-server is not installed")
-    # Queued work must survive a restart: a durable server, as in production.
-    server = RedisServer(
-        binary, tmp_path_factory.mktemp("redis"), "--appendonly", "yes", "--appendfsync", "always"
-    )
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.stop()
 
 
 def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, str]:
