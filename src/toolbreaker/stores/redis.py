@@ -803,6 +803,17 @@ def _driver_options(redis: Any) -> dict[str, Any]:
     return {"driver_info": driver_info.DriverInfo(lib_version=version)}
 
 
+def _announcement(payload: object) -> tuple[int, bytes] | None:
+    """A published change, ``b"<version> <state>"``, as (version, state); else ``None``."""
+    if not isinstance(payload, bytes):
+        return None
+    head, _, body = payload.partition(b" ")
+    try:
+        return int(head), body
+    except ValueError:
+        return None
+
+
 def _connection_factory(store: RedisStore) -> tuple[Any, dict[str, Any]]:
     """The class and options of a connection like the store's pool makes, for a feed."""
     redis = _redis()
@@ -945,16 +956,11 @@ class _Feed:
         if kind == b"subscribe":
             self._book.confirm(view)
         elif kind == b"message" and len(message) == 3 and view.policy is not None:
-            payload = message[2]
-            head, _, body = (
-                payload.partition(b" ") if isinstance(payload, bytes) else (b"", b"", b"")
-            )
-            try:
-                version = int(head)
-            except ValueError:
+            announced = _announcement(message[2])
+            if announced is None:
                 # A message we cannot read: we may be missing changes, so start over.
-                raise self._broken(f"unreadable message {payload!r:.100}") from None
-            self._book.feed(view, decode_state(body, view.policy), version)
+                raise self._broken(f"unreadable message {message[2]!r:.100}")
+            self._book.feed(view, decode_state(announced[1], view.policy), announced[0])
 
 
 class _Link:
@@ -1121,16 +1127,11 @@ class _ShardedFeed:
             self._book.lose([view])
             self._trouble()
         elif kind == b"smessage" and len(message) == 3 and view.policy is not None:
-            payload = message[2]
-            head, _, body = (
-                payload.partition(b" ") if isinstance(payload, bytes) else (b"", b"", b"")
-            )
-            try:
-                version = int(head)
-            except ValueError:
+            announced = _announcement(message[2])
+            if announced is None:
                 # A message we cannot read: we may be missing changes, so start over.
-                raise _redis().ConnectionError(f"unreadable message {payload!r:.100}") from None
-            self._book.feed(view, decode_state(body, view.policy), version)
+                raise _redis().ConnectionError(f"unreadable message {message[2]!r:.100}")
+            self._book.feed(view, decode_state(announced[1], view.policy), announced[0])
 
     def _lose(self, link: _Link) -> None:
         """``link`` failed: untrust exactly its views, and subscribe them again later."""
