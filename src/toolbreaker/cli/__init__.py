@@ -163,7 +163,7 @@ def _run_replay(args: argparse.Namespace) -> int:
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
     with StreamingReplay(policy, initial) as driver:
-        _feed_located(driver, iter_trace(args.trace), args.trace)
+        driver.feed_trace(args.trace)
         if args.summary:
             sys.stdout.write(dump_receipt(driver.summary()))
         else:
@@ -177,7 +177,7 @@ def _run_verify(args: argparse.Namespace) -> int:
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
     with StreamingReplay(policy, initial) as driver:
-        _feed_located(driver, iter_trace(args.trace), args.trace)
+        driver.feed_trace(args.trace)
         return verify(args.receipt, driver, args.trace, sys.stdout)
 
 

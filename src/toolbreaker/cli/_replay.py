@@ -19,8 +19,8 @@ import json
 import re
 import tempfile
 from array import array
-from collections.abc import Iterable, Mapping
-from typing import IO, Any, Final, TextIO
+from collections.abc import Iterator, Mapping
+from typing import IO, Any, Final, NamedTuple, TextIO
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import RECEIPT_SCHEMA, Ledger, Replay
@@ -37,45 +37,42 @@ _T: Final = " " * 8
 
 
 class _CallIds:
-    """A set of 64-bit digests of (dependency, call id) in one flat array.
+    """A set of 64-bit hashes of (dependency, call id) in one flat array.
 
     Open addressing with linear probing: 8 bytes a slot at most half full, instead of
-    a Python string and set entry per call. Two ids share a digest with a probability
-    of about n**2 / 2**65 (under 1e-7 for two million calls): such a pair would be
-    reported as a duplicate id.
+    a Python string and set entry per call. Two ids share a hash with a probability of
+    about n**2 / 2**65 (under 1e-7 for two million calls): such a pair would be reported
+    as a duplicate id. The hash is Python's own (SipHash, keyed per process), so no one
+    can craft two ids that collide.
     """
 
     def __init__(self) -> None:
-        self._slots = array("Q", bytes(8 * 1024))
+        self._slots = array("q", bytes(8 * 1024))
         self._mask = len(self._slots) - 1
-        self._used = 0
+        self._free = len(self._slots) // 2
 
     def add(self, dependency: str, call: str) -> bool:
         """Remember the id; ``True`` if it was there already."""
-        digest = hashlib.blake2b(
-            f"{len(dependency)}:{dependency}{call}".encode("utf-8", "surrogatepass"),
-            digest_size=8,
-        ).digest()
-        key = int.from_bytes(digest, "little") or 1
-        slots, mask = self._slots, self._mask
-        index = key & mask
-        while True:
-            found = slots[index]
+        key = hash((dependency, call)) or 1
+        slots = self._slots
+        index = key & self._mask
+        found = slots[index]
+        while found:
             if found == key:
                 return True
-            if not found:
-                break
-            index = (index + 1) & mask
+            index = (index + 1) & self._mask
+            found = slots[index]
         slots[index] = key
-        self._used += 1
-        if 2 * self._used > len(slots):
+        self._free -= 1
+        if not self._free:
             self._grow()
         return False
 
     def _grow(self) -> None:
         old = self._slots
-        self._slots = slots = array("Q", bytes(16 * len(old)))
+        self._slots = slots = array("q", bytes(16 * len(old)))
         self._mask = mask = len(slots) - 1
+        self._free = len(slots) // 2 - len(old) // 2
         for key in old:
             if key:
                 index = key & mask
@@ -84,48 +81,9 @@ class _CallIds:
                 slots[index] = key
 
 
-class _Spill:
-    """Per-dependency chunks of text in one temporary file."""
-
-    def __init__(self) -> None:
-        self._file: IO[bytes] | None = None  # created at the first flush
-        self._buffers: dict[str, list[bytes]] = {}
-        self._buffered = 0
-        self.chunks: dict[str, list[tuple[int, int]]] = {}
-
-    def add(self, dependency: str, data: bytes) -> None:
-        buffer = self._buffers.get(dependency)
-        if buffer is None:
-            buffer = self._buffers[dependency] = []
-        buffer.append(data)
-        self._buffered += len(data) or 1
-        if self._buffered >= _FLUSH_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self._buffered:
-            return
-        if self._file is None:
-            self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        for dependency, buffer in self._buffers.items():
-            if buffer:
-                data = b"".join(buffer)
-                offset = self._file.seek(0, 2)
-                self._file.write(data)
-                self.chunks.setdefault(dependency, []).append((offset, len(data)))
-                buffer.clear()
-        self._buffered = 0
-
-    def read(self, dependency: str) -> Iterable[bytes]:
-        self.flush()
-        for offset, length in self.chunks.get(dependency, ()):
-            assert self._file is not None
-            self._file.seek(offset)
-            yield self._file.read(length)
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+# Bytes that only layout puts in the printed text of a record when no string in it holds
+# a space: deleting them gives the canonical text (which has no layout at all).
+_LAYOUT: Final = b"\n "
 
 
 class _Counts:
@@ -135,36 +93,159 @@ class _Counts:
         self.remote = self.rejected = self.opens = self.transitions = self.would_reject = 0
 
 
+class _Spill:
+    """Per dependency, the printed text of its transitions, in chunks of a temporary file.
+
+    Every record is added with a separator in front (``",\\n"``; the reader drops the
+    first one). The canonical text of a record is its printed text without newlines and
+    spaces unless one of its strings holds a space (a call id, an operator's reason);
+    those records are added with their canonical text, and a chunk that holds one keeps
+    its canonical text beside its printed text. The counts of a dependency but its
+    openings are counted in its text as it is written out.
+    """
+
+    def __init__(self) -> None:
+        self._file: IO[bytes] | None = None  # created at the first flush
+        self.buffers: dict[str, list[str]] = {}
+        # Per dependency: position in its buffer -> canonical text, where not derived.
+        self._exact: dict[str, dict[int, str]] = {}
+        self.buffered = 0
+        # Per dependency: (offset, length) of printed text, and of canonical text or -1.
+        self.chunks: dict[str, list[tuple[int, int, int, int]]] = {}
+        self.counts: dict[str, _Counts] = {}
+
+    def buffer(self, dependency: str) -> list[str]:
+        """The (new) buffer of a dependency that has none yet."""
+        self.counts.setdefault(dependency, _Counts())
+        buffer = self.buffers[dependency] = []
+        return buffer
+
+    def add(self, dependency: str, printed: str, canonical: str | None = None) -> None:
+        buffer = self.buffers.get(dependency)
+        if buffer is None:
+            buffer = self.buffer(dependency)
+        if canonical is not None:
+            self._exact.setdefault(dependency, {})[len(buffer)] = canonical
+        buffer.append(printed)
+        self.buffered += len(printed)
+        if self.buffered >= _FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.buffered:
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+        out = self._file
+        for dependency, buffer in self.buffers.items():
+            if not buffer:
+                continue
+            text = "".join(buffer)
+            counts = self.counts[dependency]
+            counts.transitions += len(buffer)
+            counts.remote += text.count('"attempted": true')
+            counts.rejected += text.count('"rejected": true')
+            counts.would_reject += text.count('"would_reject": true')
+            printed = text.encode("utf-8")
+            offset = out.seek(0, 2)
+            out.write(printed)
+            place, size = -1, 0
+            exact = self._exact.pop(dependency, None)
+            if exact:
+                canonical = b"".join(
+                    exact[index].encode("utf-8")
+                    if index in exact
+                    else piece.encode("utf-8").translate(None, _LAYOUT)
+                    for index, piece in enumerate(buffer)
+                )
+                place, size = offset + len(printed), len(canonical)
+                out.write(canonical)
+            self.chunks.setdefault(dependency, []).append((offset, len(printed), place, size))
+            buffer.clear()
+        self.buffered = 0
+
+    def printed(self, dependency: str) -> Iterator[bytes]:
+        """The printed text of a dependency's records, in chunks."""
+        self.flush()
+        for index, (offset, length, _, _) in enumerate(self.chunks.get(dependency, ())):
+            # Drop the separator in front of the first record.
+            yield self._read(offset, length)[1:] if not index else self._read(offset, length)
+
+    def canonical(self, dependency: str) -> Iterator[bytes]:
+        """The canonical text of a dependency's records, in chunks."""
+        self.flush()
+        for index, (offset, length, place, size) in enumerate(self.chunks.get(dependency, ())):
+            if place < 0:
+                data = self._read(offset, length).translate(None, _LAYOUT)
+            else:
+                data = self._read(place, size)
+            yield data[1:] if not index else data
+
+    def _read(self, offset: int, length: int) -> bytes:
+        assert self._file is not None
+        self._file.seek(offset)
+        return self._file.read(length)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
 class StreamingReplay(Replay):
     """A :class:`Replay` that spills transitions instead of keeping them."""
 
     def __init__(self, policy: Policy, initial: Mapping[str, BreakerState] | None = None) -> None:
         super().__init__(policy, initial)
         self._ids = _CallIds()
-        self._canonical = _Spill()
-        self._printed = _Spill()
-        self._counts: dict[str, _Counts] = {}
+        self._spill = _Spill()
+        self._counts = self._spill.counts
 
     def _seen(self, ledger: Ledger, dependency: str, call: str) -> bool:
         return self._ids.add(dependency, call)
 
     def _keep(self, ledger: Ledger, dependency: str, records: tuple[Transition, ...]) -> None:
-        counts = self._counts.get(dependency)
-        if counts is None:
-            counts = self._counts[dependency] = _Counts()
+        spill = self._spill
         for record in records:
-            counts.remote += record.attempted
-            counts.rejected += record.rejected
-            counts.opens += record.to_phase == OPEN and record.from_phase != OPEN
-            counts.would_reject += record.would_reject
-            first = not counts.transitions
-            counts.transitions += 1
+            if record.to_phase == OPEN and record.from_phase != OPEN:
+                spill.counts.setdefault(dependency, _Counts()).opens += 1
             compact, pretty = _formats(record)
-            self._canonical.add(dependency, compact if first else b"," + compact)
-            self._printed.add(dependency, (b"\n" if first else b",\n") + pretty)
+            spill.add(dependency, _NEXT + pretty, "," + compact)
+
+    def _keep_plain(
+        self,
+        dependency: str,
+        kind: str,
+        at: int,
+        call: str,
+        generation: int | None,
+        before: BreakerState,
+        after: BreakerState,
+        reason: str,
+    ) -> None:
+        key = (kind, before.phase, after.phase, reason)
+        template = _PRINTED.get(key)
+        if template is None:
+            template = _plain_templates(key)
+        until = after.open_until
+        fields = (at, _string(call), after.generation, "null" if until is None else until)
+        spill = self._spill
+        if before.phase != after.phase and after.phase == OPEN:
+            spill.counts.setdefault(dependency, _Counts()).opens += 1
+        if " " in call:
+            spill.add(dependency, template % fields, _CANONICAL[key] % fields)
+            return
+        buffer = spill.buffers.get(dependency)
+        if buffer is None:
+            buffer = spill.buffer(dependency)
+        text = template % fields
+        buffer.append(text)
+        spill.buffered += len(text)
+        if spill.buffered >= _FLUSH_BYTES:
+            spill.flush()
 
     def summary(self) -> dict[str, Any]:
         """Per dependency: the counts and final state, without the transitions."""
+        self._spill.flush()
         deps = {}
         for name, ledger in sorted(self.ledgers().items()):
             counts = self._counts.get(name) or _Counts()
@@ -184,8 +265,7 @@ class StreamingReplay(Replay):
 
     def close(self) -> None:
         """Remove the temporary files."""
-        self._canonical.close()
-        self._printed.close()
+        self._spill.close()
 
     def __enter__(self) -> StreamingReplay:
         return self
@@ -195,6 +275,7 @@ class StreamingReplay(Replay):
 
     def write(self, out: TextIO) -> str:
         """Write the receipt to ``out`` exactly as ``dump_receipt`` would; return its hash."""
+        self._spill.flush()
         names = sorted(self.ledgers())
         heads = {name: self._head(name) for name in names}
         digest = hashlib.sha256()
@@ -205,7 +286,7 @@ class StreamingReplay(Replay):
                 digest.update(b",")
             digest.update(_compact(name) + b":" + _compact(heads[name])[:-1])
             digest.update(b',"transitions":[')
-            for chunk in self._canonical.read(name):
+            for chunk in self._spill.canonical(name):
                 digest.update(chunk)
             tail = self._tail(name)
             digest.update(b"]" + (b"," + _compact(tail)[1:] if tail else b"}"))
@@ -253,7 +334,7 @@ class StreamingReplay(Replay):
                     out.write(f'\n      "transitions": []{tail}\n    }}')
                     continue
                 out.write('\n      "transitions": [')
-                for chunk in self._printed.read(name):
+                for chunk in self._spill.printed(name):
                     out.write(chunk.decode("utf-8"))
                 out.write(f"\n      ]{tail}\n    }}")
             out.write("\n  },")
@@ -274,46 +355,77 @@ def _pretty(value: Any, indent: str) -> str:
     return text.replace("\n", "\n" + indent)
 
 
-# The parts of a record's text that depend only on its kind, phases and reason.
-_Parts = tuple[str, str, str, str, str, str]
+class _Parts(NamedTuple):
+    """The parts of a record's text that depend only on its kind, phases and reason."""
+
+    c_head: str
+    c_mid: str
+    c_tail: str
+    p_head: str
+    p_mid: str
+    p_tail: str
+
+
 _PARTS: dict[tuple[str, str, str, str, bool, bool], _Parts] = {}
 _E: Final = _T + "    "  # an event's fields
 _F: Final = _T + "  "  # a record's fields
+_NEXT: Final = ",\n"  # before each record in the printed text (the first one's is dropped)
+_ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
 
 
-def _parts(record: Transition) -> _Parts:
-    key = (
-        record.event.type,
+def _parts(kind: str, frm: str, to: str, reason: str, attempted: bool, rejected: bool) -> _Parts:
+    key = (kind, frm, to, reason, attempted, rejected)
+    parts = _PARTS.get(key)
+    if parts is None:
+        typ, frm_, to_, why = (_string(x) for x in key[:4])
+        yes = "true" if attempted else "false"
+        no = "true" if rejected else "false"
+        parts = _PARTS[key] = _Parts(
+            f'{{"attempted":{yes},"event":{{"at":',
+            f',"type":{typ}}},"from":{frm_},"generation":',
+            f',"reason":{why},"rejected":{no},"to":{to_}}}',
+            f'{_T}{{\n{_F}"attempted": {yes},\n{_F}"event": {{\n{_E}"at": ',
+            f',\n{_E}"type": {typ}\n{_F}}},\n{_F}"from": {frm_},\n{_F}"generation": ',
+            f',\n{_F}"reason": {why},\n{_F}"rejected": {no},\n{_F}"to": {to_}\n{_T}}}',
+        )
+    return parts
+
+
+# Per (type, from, to, reason) of a record made by feed_plain (never ``would_reject``): its
+# text as a %-template of (at, call as JSON, generation, open_until as JSON).
+_PRINTED: dict[tuple[str, str, str, str], str] = {}
+_CANONICAL: dict[tuple[str, str, str, str], str] = {}
+
+
+def _plain_templates(key: tuple[str, str, str, str]) -> str:
+    kind, frm, to, reason = key
+    attempted = reason in _ADMITTED
+    parts = _parts(kind, frm, to, reason, attempted, not attempted and kind == "request")
+    c_head, c_mid, c_tail, p_head, p_mid, p_tail = (
+        part.replace("%", "%%") for part in parts[:6]
+    )
+    _CANONICAL[key] = f',{c_head}%s,"call":%s{c_mid}%s,"open_until":%s{c_tail}'
+    printed = _PRINTED[key] = (
+        f'{_NEXT}{p_head}%s,\n{_E}"call": %s{p_mid}%s,\n{_F}"open_until": %s{p_tail}'
+    )
+    return printed
+
+
+def _formats(record: Transition) -> tuple[str, str]:
+    """The canonical and the printed (indented) text of one transition record."""
+    event = record.event
+    if event.duration_ms is not None or event.reason is not None or record.would_reject:
+        # The rarer fields of the newer modes: the generic (slower) form, same bytes.
+        data = record.to_dict()
+        return _compact(data).decode("utf-8"), _T + _pretty(data, _T)
+    parts = _parts(
+        event.type,
         record.from_phase,
         record.to_phase,
         record.reason,
         record.attempted,
         record.rejected,
     )
-    parts = _PARTS.get(key)
-    if parts is None:
-        typ, frm, to, reason = (_string(x) for x in key[:4])
-        attempted = "true" if record.attempted else "false"
-        rejected = "true" if record.rejected else "false"
-        parts = _PARTS[key] = (
-            f'{{"attempted":{attempted},"event":{{"at":',
-            f',"type":{typ}}},"from":{frm},"generation":',
-            f',"reason":{reason},"rejected":{rejected},"to":{to}}}',
-            f'{_T}{{\n{_F}"attempted": {attempted},\n{_F}"event": {{\n{_E}"at": ',
-            f',\n{_E}"type": {typ}\n{_F}}},\n{_F}"from": {frm},\n{_F}"generation": ',
-            f',\n{_F}"reason": {reason},\n{_F}"rejected": {rejected},\n{_F}"to": {to}\n{_T}}}',
-        )
-    return parts
-
-
-def _formats(record: Transition) -> tuple[bytes, bytes]:
-    """The canonical and the printed (indented) text of one transition record."""
-    event = record.event
-    if event.duration_ms is not None or event.reason is not None or record.would_reject:
-        # The rarer fields of the newer modes: the generic (slower) form, same bytes.
-        data = record.to_dict()
-        return _compact(data), (_T + _pretty(data, _T)).encode("utf-8")
-    c_head, c_mid, c_tail, p_head, p_mid, p_tail = _parts(record)
     compact_extra = pretty_extra = ""
     if event.call is not None:
         call = _string(event.call)
@@ -324,9 +436,15 @@ def _formats(record: Transition) -> tuple[bytes, bytes]:
         pretty_extra += f',\n{_E}"retry_after_ms": {event.retry_after_ms}'
     at, generation = str(event.at), str(record.generation)
     until = "null" if record.open_until is None else str(record.open_until)
-    compact = f'{c_head}{at}{compact_extra}{c_mid}{generation},"open_until":{until}{c_tail}'
-    pretty = f'{p_head}{at}{pretty_extra}{p_mid}{generation},\n{_F}"open_until": {until}{p_tail}'
-    return compact.encode("utf-8"), pretty.encode("utf-8")
+    compact = (
+        f"{parts.c_head}{at}{compact_extra}{parts.c_mid}{generation},"
+        f'"open_until":{until}{parts.c_tail}'
+    )
+    pretty = (
+        f"{parts.p_head}{at}{pretty_extra}{parts.p_mid}{generation},"
+        f'\n{_F}"open_until": {until}{parts.p_tail}'
+    )
+    return compact, pretty
 
 
 _DEPENDENCY_LINE: Final = re.compile(r'^    ("(?:[^"\\]|\\.)*"): \{$')

@@ -39,6 +39,7 @@ Shells feed events through :func:`apply` (or :func:`step`) and carry out the res
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
@@ -62,6 +63,7 @@ __all__ = [
     "idle_rejection",
     "is_evictable",
     "is_quiet",
+    "plain_step",
     "retry_after_ms",
     "step",
 ]
@@ -217,6 +219,74 @@ def apply(
     middle, first = step(state, expired, policy)
     new, second = step(middle, event, policy)
     return new, (first, second)
+
+
+#: ``quick(state, type, at, dependency, call, generation)``: see :func:`plain_step`.
+PlainStep = Callable[
+    [BreakerState, str, int, str, "str | None", "int | None"], "tuple[BreakerState, str] | None"
+]
+
+
+def plain_step(policy: Policy) -> PlainStep | None:
+    """:func:`apply` for the common case of a plain policy, without building records.
+
+    ``None`` unless the policy is plain: enforced, not forced, no rate rule, any request
+    may probe. Otherwise a function ``quick(state, type, at, dependency, call,
+    generation)`` that answers for the event ``Event(type, at, dependency, call,
+    generation)`` (a request or an outcome; ``at`` not negative) with ``(new state,
+    reason)``, exactly what :func:`apply` decides when it makes one record, or ``None``
+    when it would not answer that cheaply: a probe lease is due to expire (two records),
+    or an operator forced the breaker closed (records that carry ``would_reject``). The
+    record :func:`apply` would make is then ``Transition(dependency, event, state.phase,
+    new.phase, reason in {call-admitted, probe-admitted}, type == "request" and not
+    that, reason, new.generation, new.open_until)``.
+
+    The most frequent pairs (a request while closed or cooling down, an outcome of a call
+    never admitted or of an older generation, a success while closed) are answered here
+    without an event or a record; every other pair goes through :func:`step`. A replay
+    of a big trace spends most of its time on these pairs.
+    """
+    if policy.force is not None or policy.mode != "enforce" or policy.uses_rates:
+        return None
+    if policy.probes != "calls":
+        return None
+    consecutive = policy.window_ms is None
+
+    def quick(
+        state: BreakerState,
+        kind: str,
+        at: int,
+        dependency: str,
+        call: str | None,
+        generation: int | None,
+    ) -> tuple[BreakerState, str] | None:
+        if state.forced_closed:
+            return None
+        phase = state.phase
+        if phase == CLOSED:
+            if kind == "request":
+                return state, "call-admitted"
+            if generation is None:
+                return state, "not-admitted"
+            if generation != state.generation:
+                return state, "stale-outcome"
+            if kind == "success":
+                if consecutive and state.failures:
+                    return _with(state, failures=()), "success"
+                return state, "success"
+        elif phase == OPEN:
+            until = state.open_until
+            if until is not None and not state.isolated:
+                if kind != "request":
+                    return state, "not-admitted" if generation is None else "stale-outcome"
+                if at < until:
+                    return state, "cooldown"
+        elif state.leases and due_expiry(state, at, policy) is not None:
+            return None
+        new, record = step(state, Event(kind, at, dependency, call, generation), policy)
+        return new, record.reason
+
+    return quick
 
 
 def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, Transition]:

@@ -22,11 +22,19 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.breaker.machine import apply
+from toolbreaker.core.breaker.machine import apply, plain_step
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import OPEN, OUTCOME_TYPES, BreakerState, Event, Transition
+from toolbreaker.core.breaker.state import (
+    MAX_TIME_MS,
+    OPEN,
+    OUTCOME_TYPES,
+    BreakerState,
+    Event,
+    Transition,
+)
 from toolbreaker.core.canonical import sha256_hex
-from toolbreaker.core.files import loads_json, read_text, shown
+from toolbreaker.core.breaker.trace import PLAIN_LINE, parse_line
+from toolbreaker.core.files import iter_line_blocks, loads_json, read_text, shown
 from toolbreaker.errors import PolicyError, ReceiptError, TraceError
 
 __all__ = [
@@ -40,6 +48,7 @@ __all__ = [
 ]
 
 RECEIPT_SCHEMA: Final = "toolbreaker.receipt/v1"
+_ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
 
 
 @dataclasses.dataclass(slots=True)
@@ -68,6 +77,7 @@ class Replay:
     def __init__(self, policy: Policy, initial: Mapping[str, BreakerState] | None = None) -> None:
         self.policy = policy
         self._ledgers = {dep: Ledger(state) for dep, state in (initial or {}).items()}
+        self._quick = plain_step(policy)
 
     def feed(self, event: Event) -> tuple[Transition, ...]:
         """Apply one trace event; raises :class:`TraceError` for impossible input."""
@@ -121,6 +131,87 @@ class Replay:
                 ledger.rejected[event.call] = None
         return records
 
+    def feed_plain(self, kind: str, at: int, dependency: str, call: str) -> bool:
+        """:meth:`feed` of ``Event(kind, at, dependency, call)``, on a fast path if it can.
+
+        For a request or an outcome with a call id and no other field (what most trace
+        lines hold): ``True`` when it was fed, its one record handed to
+        :meth:`_keep_plain`; ``False``, with nothing changed, when :meth:`feed` must take
+        it (the dependency's first event, a trace error to report, a pair the core's
+        :func:`~toolbreaker.core.breaker.machine.plain_step` does not answer).
+        """
+        quick = self._quick
+        ledger = self._ledgers.get(dependency)
+        if quick is None or ledger is None or at < ledger.last_at:
+            return False
+        state = ledger.state
+        if kind == "request":
+            result = quick(state, kind, at, dependency, call, None)
+            if result is None:
+                return False
+            ledger.requests += 1
+            if self._seen(ledger, dependency, call):
+                raise TraceError(
+                    f"duplicate call id {json.dumps(call)} for {json.dumps(dependency)}"
+                )
+            new, reason = result
+            if reason in _ADMITTED:
+                ledger.unsettled[call] = new.generation
+            else:
+                ledger.rejected[call] = None
+            generation = None
+        else:
+            unsettled = ledger.unsettled
+            if call in unsettled:
+                generation = unsettled[call]
+            elif call in ledger.rejected:
+                generation = None
+            else:
+                return False
+            result = quick(state, kind, at, dependency, call, generation)
+            if result is None:
+                return False
+            if generation is None:
+                del ledger.rejected[call]
+            else:
+                del unsettled[call]
+            new, reason = result
+        ledger.state = new
+        ledger.last_at = at
+        self._keep_plain(dependency, kind, at, call, generation, state, new, reason)
+        return True
+
+    def feed_trace(self, path: str) -> None:
+        """Feed every event of a trace file, streaming; errors carry the file and line.
+
+        Lines in a plain shape (:data:`~toolbreaker.core.breaker.trace.PLAIN_LINE`) skip
+        the JSON decoder and take :meth:`feed_plain`; every other line is parsed by
+        :func:`~toolbreaker.core.breaker.trace.parse_line` and fed by :meth:`feed`. The
+        result is the same as feeding each event of ``iter_trace(path)`` in order.
+        """
+        match = PLAIN_LINE.fullmatch
+        plain = self.feed_plain
+        feed = self.feed
+        for first, lines in iter_line_blocks(path, TraceError):
+            number = first - 1
+            try:
+                for line in lines:
+                    number += 1
+                    found = match(line)
+                    if found is not None:
+                        at, dep, kind, call, call2, dep2, kind2 = found.groups()
+                        if dep is None:
+                            dep, kind, call = dep2, kind2, call2
+                        value = int(at)
+                        if value <= MAX_TIME_MS and plain(kind, value, dep, call):
+                            continue
+                    event = parse_line(line, path, number)
+                    if event is not None:
+                        feed(event)
+            except TraceError as exc:
+                exc.file, exc.line = path, number
+                raise
+
     def _seen(self, ledger: Ledger, dependency: str, call: str) -> bool:
         """Whether ``call`` was requested before for ``dependency`` (and remember it)."""
         if call in ledger.seen:
@@ -131,6 +222,32 @@ class Replay:
     def _keep(self, ledger: Ledger, dependency: str, records: tuple[Transition, ...]) -> None:
         """Keep the records of one event (a streaming replay spills them instead)."""
         ledger.transitions.extend(records)
+
+    def _keep_plain(
+        self,
+        dependency: str,
+        kind: str,
+        at: int,
+        call: str,
+        generation: int | None,
+        before: BreakerState,
+        after: BreakerState,
+        reason: str,
+    ) -> None:
+        """Keep the one record of an event :meth:`feed_plain` took."""
+        attempted = reason in _ADMITTED
+        record = Transition(
+            dependency=dependency,
+            event=Event(kind, at, dependency, call, generation),
+            from_phase=before.phase,
+            to_phase=after.phase,
+            attempted=attempted,
+            rejected=kind == "request" and not attempted,
+            reason=reason,
+            generation=after.generation,
+            open_until=after.open_until,
+        )
+        self._keep(self._ledgers[dependency], dependency, (record,))
 
     def ledgers(self) -> Mapping[str, Ledger]:
         """Per dependency: its final state and what the replay kept."""

@@ -18,9 +18,10 @@ JSON reader keeps exact); duplicate keys and lone surrogates are errors.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from toolbreaker.core.breaker.machine import OPERATOR_TYPES
 from toolbreaker.core.breaker.state import EVENT_TYPES, MAX_TIME_MS, Event, Transition
@@ -29,10 +30,13 @@ from toolbreaker.errors import TraceError
 
 __all__ = [
     "MAX_TIME_MS",
+    "PLAIN_LINE",
     "TRACE_TYPES",
     "iter_trace",
     "parse_event",
+    "parse_line",
     "parse_lines",
+    "plain_fields",
     "read_trace",
     "trace_event",
 ]
@@ -118,6 +122,52 @@ def parse_event(data: object) -> Event:
         reason=reason,
         health_check=health,
     )
+
+
+def parse_line(line: str, file: str | None = None, number: int | None = None) -> Event | None:
+    """The event of one trace line (``None`` for a blank one); errors carry file and line."""
+    text = line.strip()
+    if not text:
+        return None
+    data = loads_json(text, TraceError, file=file, line=number, max_depth=1)
+    try:
+        return parse_event(data)
+    except TraceError as exc:
+        exc.file, exc.line = file, number
+        raise
+
+
+# A string without anything JSON escapes or refuses: no quote, backslash or control.
+_NAME: Final = r'"([^"\\\x00-\x1f]+)"'
+_TYPE: Final = r'"(request|success|failure|ignored|ambiguous)"'
+#: The shapes trace writers produce for a request or an outcome with a call id: the
+#: order of the documentation (``at``, ``dependency``, ``type``, ``call``) or sorted keys
+#: (``TraceRecorder``), with or without a space after ``:`` and ``,``; a time without a
+#: sign, leading zero or more than 16 digits; no escape anywhere.
+PLAIN_LINE: Final = re.compile(
+    r'\{"at": ?(0|[1-9][0-9]{0,15}), ?(?:'
+    rf'"dependency": ?{_NAME}, ?"type": ?{_TYPE}, ?"call": ?{_NAME}'
+    rf'|"call": ?{_NAME}, ?"dependency": ?{_NAME}, ?"type": ?{_TYPE}'
+    r")\}"
+)
+
+
+def plain_fields(line: str) -> tuple[str, int, str, str] | None:
+    """``(type, at, dependency, call)`` of a line in a plain shape, else ``None``.
+
+    A line this answers for is one :func:`parse_line` parses to ``Event(type, at,
+    dependency, call)``, exactly; any other line (escapes, other fields, another order,
+    odd whitespace, a time over :data:`MAX_TIME_MS`) needs :func:`parse_line`. Lines are
+    given without their newline.
+    """
+    found = PLAIN_LINE.fullmatch(line)
+    if found is None:
+        return None
+    at, dependency, kind, call, call2, dependency2, kind2 = found.groups()
+    if dependency is None:
+        dependency, kind, call = dependency2, kind2, call2
+    value = int(at)
+    return None if value > MAX_TIME_MS else (kind, value, dependency, call)
 
 
 def _numbered(lines: Iterable[tuple[int, str]], file: str | None) -> Iterator[tuple[int, Event]]:
