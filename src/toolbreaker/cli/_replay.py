@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import tempfile
 from array import array
-from collections.abc import Iterator, Mapping
-from typing import IO, Any, Final, NamedTuple, TextIO
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any, Final, NamedTuple, TextIO, cast
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import RECEIPT_SCHEMA, Ledger, Replay
@@ -164,22 +165,15 @@ class _Spill:
             buffer.clear()
         self.buffered = 0
 
-    def printed(self, dependency: str) -> Iterator[bytes]:
-        """The printed text of a dependency's records, in chunks."""
-        self.flush()
-        for index, (offset, length, _, _) in enumerate(self.chunks.get(dependency, ())):
-            # Drop the separator in front of the first record.
-            yield self._read(offset, length)[1:] if not index else self._read(offset, length)
-
-    def canonical(self, dependency: str) -> Iterator[bytes]:
-        """The canonical text of a dependency's records, in chunks."""
+    def chunks_of(self, dependency: str) -> Iterator[tuple[bytes, bytes]]:
+        """A dependency's records as (printed, canonical) text, chunk by chunk."""
         self.flush()
         for index, (offset, length, place, size) in enumerate(self.chunks.get(dependency, ())):
-            if place < 0:
-                data = self._read(offset, length).translate(None, _LAYOUT)
-            else:
-                data = self._read(place, size)
-            yield data[1:] if not index else data
+            printed = self._read(offset, length)
+            canonical = printed.translate(None, _LAYOUT) if place < 0 else self._read(place, size)
+            if not index:  # drop the separator in front of the first record
+                printed, canonical = printed[1:], canonical[1:]
+            yield printed, canonical
 
     def _read(self, offset: int, length: int) -> bytes:
         assert self._file is not None
@@ -274,27 +268,55 @@ class StreamingReplay(Replay):
         self.close()
 
     def write(self, out: TextIO) -> str:
-        """Write the receipt to ``out`` exactly as ``dump_receipt`` would; return its hash."""
-        self._spill.flush()
-        names = sorted(self.ledgers())
-        heads = {name: self._head(name) for name in names}
+        """Write the receipt to ``out`` exactly as ``dump_receipt`` would; return its hash.
+
+        One pass: the hash covers everything but itself, and it is printed after all of
+        that, so each chunk of transitions is printed and hashed (as canonical text) at
+        once.
+        """
+        spill = self._spill
+        spill.flush()
+        emit = _sink(out)
         digest = hashlib.sha256()
-        policy = _compact(self.policy.to_dict())
-        digest.update(b'{"dependencies":{')
+        hashed = digest.update
+        names = sorted(self.ledgers())
+        hashed(b'{"dependencies":{')
+        emit(b'{\n  "dependencies": {' + (b"}," if not names else b""))
         for index, name in enumerate(names):
-            if index:
-                digest.update(b",")
-            digest.update(_compact(name) + b":" + _compact(heads[name])[:-1])
-            digest.update(b',"transitions":[')
-            for chunk in self._spill.canonical(name):
-                digest.update(chunk)
-            tail = self._tail(name)
-            digest.update(b"]" + (b"," + _compact(tail)[1:] if tail else b"}"))
-        digest.update(b'},"policy":' + policy)
-        digest.update(b',"policy_version":' + _compact(self.policy.version))
-        digest.update(b',"schema":' + _compact(RECEIPT_SCHEMA) + b"}")
+            head, tail = self._head(name), self._tail(name)
+            key = _compact(name)
+            hashed((b"," if index else b"") + key + b":" + _compact(head)[:-1])
+            hashed(b',"transitions":[')
+            printed_head = _pretty(head, "    ")[: -len("\n    }")]
+            emit(f'{"," if index else ""}\n    {key.decode()}: {printed_head},'.encode())
+            printed_tail = "".join(
+                f",\n      {_string(field)}: {_pretty(value, '      ')}"
+                for field, value in sorted(tail.items())
+            ).encode()
+            if not spill.counts.get(name, _Counts()).transitions:
+                emit(b'\n      "transitions": []' + printed_tail + b"\n    }")
+            else:
+                emit(b'\n      "transitions": [')
+                for printed, canonical in spill.chunks_of(name):
+                    emit(printed)
+                    hashed(canonical)
+                emit(b"\n      ]" + printed_tail + b"\n    }")
+            hashed(b"]" + (b"," + _compact(tail)[1:] if tail else b"}"))
+        if names:
+            emit(b"\n  },")
+        policy = self.policy.to_dict()
+        hashed(b'},"policy":' + _compact(policy))
+        hashed(b',"policy_version":' + _compact(self.policy.version))
+        hashed(b',"schema":' + _compact(RECEIPT_SCHEMA) + b"}")
         receipt_hash = digest.hexdigest()
-        self._print(out, names, heads, receipt_hash)
+        emit(
+            (
+                f'\n  "policy": {_pretty(policy, "  ")},'
+                f'\n  "policy_version": {_string(self.policy.version)},'
+                f'\n  "receipt_hash": {_string(receipt_hash)},'
+                f'\n  "schema": {_string(RECEIPT_SCHEMA)}\n}}\n'
+            ).encode()
+        )
         return receipt_hash
 
     def _head(self, name: str) -> dict[str, Any]:
@@ -316,32 +338,18 @@ class StreamingReplay(Replay):
             return {"would_reject": counts.would_reject}
         return {}
 
-    def _print(
-        self, out: TextIO, names: list[str], heads: dict[str, dict[str, Any]], receipt_hash: str
-    ) -> None:
-        if not names:
-            out.write('{\n  "dependencies": {},')
-        else:
-            out.write('{\n  "dependencies": {')
-            for index, name in enumerate(names):
-                head = _pretty(heads[name], "    ")[: -len("\n    }")]
-                out.write(("\n" if not index else ",\n") + f"    {_string(name)}: {head},")
-                tail = "".join(
-                    f",\n      {_string(key)}: {_pretty(value, '      ')}"
-                    for key, value in sorted(self._tail(name).items())
-                )
-                if not self._counts.get(name, _Counts()).transitions:
-                    out.write(f'\n      "transitions": []{tail}\n    }}')
-                    continue
-                out.write('\n      "transitions": [')
-                for chunk in self._spill.printed(name):
-                    out.write(chunk.decode("utf-8"))
-                out.write(f"\n      ]{tail}\n    }}")
-            out.write("\n  },")
-        out.write(f'\n  "policy": {_pretty(self.policy.to_dict(), "  ")},')
-        out.write(f'\n  "policy_version": {_string(self.policy.version)},')
-        out.write(f'\n  "receipt_hash": {_string(receipt_hash)},')
-        out.write(f'\n  "schema": {_string(RECEIPT_SCHEMA)}\n}}\n')
+def _sink(out: TextIO) -> Callable[[bytes], object]:
+    """Write UTF-8 bytes to ``out``: to its binary buffer when it has one that takes them."""
+    buffer = getattr(out, "buffer", None)
+    encoding = str(getattr(out, "encoding", "")).lower().replace("_", "-")
+    if buffer is not None and encoding in ("utf-8", "utf8") and os.linesep == "\n":
+        out.flush()
+        return cast("Callable[[bytes], object]", buffer.write)
+
+    def write(data: bytes) -> object:
+        return out.write(data.decode("utf-8"))
+
+    return write
 
 
 def _compact(value: Any) -> bytes:
