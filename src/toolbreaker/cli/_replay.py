@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import marshal
 import os
 import re
 import tempfile
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any, Final, NamedTuple, TextIO, cast
 
@@ -85,6 +87,8 @@ class _CallIds:
 # Bytes that only layout puts in the printed text of a record when no string in it holds
 # a space: deleting them gives the canonical text (which has no layout at all).
 _LAYOUT: Final = b"\n "
+# About what a pending record holds in memory (its fields), to bound the buffers.
+_RECORD_BYTES: Final = 128
 
 
 class _Counts:
@@ -95,41 +99,51 @@ class _Counts:
 
 
 class _Spill:
-    """Per dependency, the printed text of its transitions, in chunks of a temporary file.
+    """Per dependency, its transitions as %-templates and their fields, in a temporary file.
 
-    Every record is added with a separator in front (``",\\n"``; the reader drops the
-    first one). The canonical text of a record is its printed text without newlines and
-    spaces unless one of its strings holds a space (a call id, an operator's reason);
-    those records are added with their canonical text, and a chunk that holds one keeps
-    its canonical text beside its printed text. The counts of a dependency but its
-    openings are counted in its text as it is written out.
+    A record is a template of its printed text (with a separator in front, ``",\\n"``;
+    the reader drops the first one) and the fields it is filled with. A chunk is written
+    with :mod:`marshal` (the templates of a chunk are a few shared strings) and read back
+    as text with one ``%`` for the whole chunk, so neither formatting nor writing costs
+    a Python step per record. The canonical text is the printed text without newlines
+    and spaces, unless a string in a record holds a space (a call id, an operator's
+    reason): a chunk with such a record keeps canonical templates too.
     """
 
     def __init__(self) -> None:
         self._file: IO[bytes] | None = None  # created at the first flush
-        self.buffers: dict[str, list[str]] = {}
-        # Per dependency: position in its buffer -> canonical text, where not derived.
+        self.templates: dict[str, list[str]] = {}
+        self.fields: dict[str, list[object]] = {}
+        # Per dependency: position in its buffer -> canonical template, where not derived.
         self._exact: dict[str, dict[int, str]] = {}
         self.buffered = 0
-        # Per dependency: (offset, length) of printed text, and of canonical text or -1.
-        self.chunks: dict[str, list[tuple[int, int, int, int]]] = {}
+        self.limit = max(1, _FLUSH_BYTES // _RECORD_BYTES)
+        self.chunks: dict[str, list[tuple[int, int]]] = {}
         self.counts: dict[str, _Counts] = {}
 
-    def buffer(self, dependency: str) -> list[str]:
-        """The (new) buffer of a dependency that has none yet."""
+    def pending(self, dependency: str) -> tuple[list[str], list[object]]:
+        """The (new) buffers of a dependency that has none yet."""
         self.counts.setdefault(dependency, _Counts())
-        buffer = self.buffers[dependency] = []
-        return buffer
+        templates = self.templates[dependency] = []
+        fields = self.fields[dependency] = []
+        return templates, fields
 
-    def add(self, dependency: str, printed: str, canonical: str | None = None) -> None:
-        buffer = self.buffers.get(dependency)
-        if buffer is None:
-            buffer = self.buffer(dependency)
+    def add(
+        self,
+        dependency: str,
+        printed: str,
+        canonical: str | None = None,
+        fields: tuple[object, ...] = (),
+    ) -> None:
+        templates = self.templates.get(dependency)
+        if templates is None:
+            templates, _ = self.pending(dependency)
         if canonical is not None:
-            self._exact.setdefault(dependency, {})[len(buffer)] = canonical
-        buffer.append(printed)
-        self.buffered += len(printed)
-        if self.buffered >= _FLUSH_BYTES:
+            self._exact.setdefault(dependency, {})[len(templates)] = canonical
+        templates.append(printed)
+        self.fields[dependency].extend(fields)
+        self.buffered += 1
+        if self.buffered >= self.limit:
             self.flush()
 
     def flush(self) -> None:
@@ -138,51 +152,61 @@ class _Spill:
         if self._file is None:
             self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         out = self._file
-        for dependency, buffer in self.buffers.items():
-            if not buffer:
+        for dependency, templates in self.templates.items():
+            if not templates:
                 continue
-            text = "".join(buffer)
+            fields = self.fields[dependency]
             counts = self.counts[dependency]
-            counts.transitions += len(buffer)
-            counts.remote += text.count('"attempted": true')
-            counts.rejected += text.count('"rejected": true')
-            counts.would_reject += text.count('"would_reject": true')
-            printed = text.encode("utf-8")
-            offset = out.seek(0, 2)
-            out.write(printed)
-            place, size = -1, 0
+            counts.transitions += len(templates)
+            for template, times in Counter(templates).items():
+                flags = _FLAGS.get(template) or _flags(template)
+                counts.remote += times * flags[0]
+                counts.rejected += times * flags[1]
+                counts.would_reject += times * flags[2]
             exact = self._exact.pop(dependency, None)
+            canonical = None
             if exact:
-                canonical = b"".join(
-                    exact[index].encode("utf-8")
-                    if index in exact
-                    else piece.encode("utf-8").translate(None, _LAYOUT)
-                    for index, piece in enumerate(buffer)
-                )
-                place, size = offset + len(printed), len(canonical)
-                out.write(canonical)
-            self.chunks.setdefault(dependency, []).append((offset, len(printed), place, size))
-            buffer.clear()
+                canonical = [
+                    exact[index] if index in exact else _CANONICAL_OF[template]
+                    for index, template in enumerate(templates)
+                ]
+            data = marshal.dumps((templates, canonical, fields))
+            offset = out.seek(0, 2)
+            out.write(data)
+            self.chunks.setdefault(dependency, []).append((offset, len(data)))
+            templates.clear()
+            fields.clear()
         self.buffered = 0
 
     def chunks_of(self, dependency: str) -> Iterator[tuple[bytes, bytes]]:
         """A dependency's records as (printed, canonical) text, chunk by chunk."""
         self.flush()
-        for index, (offset, length, place, size) in enumerate(self.chunks.get(dependency, ())):
-            printed = self._read(offset, length)
-            canonical = printed.translate(None, _LAYOUT) if place < 0 else self._read(place, size)
+        for index, (offset, length) in enumerate(self.chunks.get(dependency, ())):
+            assert self._file is not None
+            self._file.seek(offset)
+            templates, canonical, fields = marshal.loads(self._file.read(length))
+            values = tuple(fields)
+            printed = ("".join(templates) % values).encode("utf-8")
+            if canonical is None:
+                compact = printed.translate(None, _LAYOUT)
+            else:
+                compact = ("".join(canonical) % values).encode("utf-8")
             if not index:  # drop the separator in front of the first record
-                printed, canonical = printed[1:], canonical[1:]
-            yield printed, canonical
-
-    def _read(self, offset: int, length: int) -> bytes:
-        assert self._file is not None
-        self._file.seek(offset)
-        return self._file.read(length)
+                printed, compact = printed[1:], compact[1:]
+            yield printed, compact
 
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _flags(template: str) -> tuple[int, int, int]:
+    """How many records of a template were attempted, rejected, would be rejected."""
+    return (
+        template.count('"attempted": true'),
+        template.count('"rejected": true'),
+        template.count('"would_reject": true'),
+    )
 
 
 class StreamingReplay(Replay):
@@ -203,7 +227,11 @@ class StreamingReplay(Replay):
             if record.to_phase == OPEN and record.from_phase != OPEN:
                 spill.counts.setdefault(dependency, _Counts()).opens += 1
             compact, pretty = _formats(record)
-            spill.add(dependency, _NEXT + pretty, "," + compact)
+            spill.add(
+                dependency,
+                (_NEXT + pretty).replace("%", "%%"),
+                ("," + compact).replace("%", "%%"),
+            )
 
     def _keep_plain(
         self,
@@ -220,21 +248,21 @@ class StreamingReplay(Replay):
         template = _PRINTED.get(key)
         if template is None:
             template = _plain_templates(key)
-        until = after.open_until
-        fields = (at, _string(call), after.generation, "null" if until is None else until)
         spill = self._spill
         if before.phase != after.phase and after.phase == OPEN:
             spill.counts.setdefault(dependency, _Counts()).opens += 1
+        until = after.open_until
+        fields = (at, _string(call), after.generation, "null" if until is None else until)
         if " " in call:
-            spill.add(dependency, template % fields, _CANONICAL[key] % fields)
+            spill.add(dependency, template, _CANONICAL_OF[template], fields)
             return
-        buffer = spill.buffers.get(dependency)
-        if buffer is None:
-            buffer = spill.buffer(dependency)
-        text = template % fields
-        buffer.append(text)
-        spill.buffered += len(text)
-        if spill.buffered >= _FLUSH_BYTES:
+        templates = spill.templates.get(dependency)
+        if templates is None:
+            templates, _ = spill.pending(dependency)
+        templates.append(template)
+        spill.fields[dependency].extend(fields)
+        spill.buffered += 1
+        if spill.buffered >= spill.limit:
             spill.flush()
 
     def summary(self) -> dict[str, Any]:
@@ -400,22 +428,22 @@ def _parts(kind: str, frm: str, to: str, reason: str, attempted: bool, rejected:
 
 
 # Per (type, from, to, reason) of a record made by feed_plain (never ``would_reject``): its
-# text as a %-template of (at, call as JSON, generation, open_until as JSON).
+# printed text as a %-template of (at, call as JSON, generation, open_until as JSON); per
+# such template, its canonical template and its (attempted, rejected, would_reject).
 _PRINTED: dict[tuple[str, str, str, str], str] = {}
-_CANONICAL: dict[tuple[str, str, str, str], str] = {}
+_CANONICAL_OF: dict[str, str] = {}
+_FLAGS: dict[str, tuple[int, int, int]] = {}
 
 
 def _plain_templates(key: tuple[str, str, str, str]) -> str:
     kind, frm, to, reason = key
     attempted = reason in _ADMITTED
     parts = _parts(kind, frm, to, reason, attempted, not attempted and kind == "request")
-    c_head, c_mid, c_tail, p_head, p_mid, p_tail = (
-        part.replace("%", "%%") for part in parts[:6]
-    )
-    _CANONICAL[key] = f',{c_head}%s,"call":%s{c_mid}%s,"open_until":%s{c_tail}'
-    printed = _PRINTED[key] = (
-        f'{_NEXT}{p_head}%s,\n{_E}"call": %s{p_mid}%s,\n{_F}"open_until": %s{p_tail}'
-    )
+    c_head, c_mid, c_tail, p_head, p_mid, p_tail = (part.replace("%", "%%") for part in parts)
+    printed = f'{_NEXT}{p_head}%s,\n{_E}"call": %s{p_mid}%s,\n{_F}"open_until": %s{p_tail}'
+    _CANONICAL_OF[printed] = f',{c_head}%s,"call":%s{c_mid}%s,"open_until":%s{c_tail}'
+    _FLAGS[printed] = _flags(printed)
+    _PRINTED[key] = printed
     return printed
 
 
