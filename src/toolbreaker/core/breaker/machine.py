@@ -241,16 +241,18 @@ def plain_step(policy: Policy) -> PlainStep | None:
     new.phase, reason in {call-admitted, probe-admitted}, type == "request" and not
     that, reason, new.generation, new.open_until)``.
 
-    The most frequent pairs (a request while closed or cooling down, an outcome of a call
-    never admitted or of an older generation, a success while closed) are answered here
-    without an event or a record; every other pair goes through :func:`step`. A replay
-    of a big trace spends most of its time on these pairs.
+    It follows the branches of :func:`step` for such a policy without building an event
+    or a record (which cost more than the decision); a hypothesis test holds it equal to
+    :func:`apply`. A replay of a big trace spends most of its time here.
     """
     if policy.force is not None or policy.mode != "enforce" or policy.uses_rates:
         return None
     if policy.probes != "calls":
         return None
-    consecutive = policy.window_ms is None
+    window_ms = policy.window_ms
+    threshold = policy.failure_threshold
+    probe_limit = policy.probe_limit
+    quorum = policy.success_threshold
 
     def quick(
         state: BreakerState,
@@ -260,6 +262,8 @@ def plain_step(policy: Policy) -> PlainStep | None:
         call: str | None,
         generation: int | None,
     ) -> tuple[BreakerState, str] | None:
+        # The branches of step() for this policy, in the same order; apply() adds only
+        # lease expiry, which is left to it.
         if state.forced_closed:
             return None
         phase = state.phase
@@ -271,20 +275,63 @@ def plain_step(policy: Policy) -> PlainStep | None:
             if generation != state.generation:
                 return state, "stale-outcome"
             if kind == "success":
-                if consecutive and state.failures:
+                if window_ms is None and state.failures:
                     return _with(state, failures=()), "success"
                 return state, "success"
-        elif phase == OPEN:
+            if kind == "ignored":
+                return state, "non-qualifying"
+            reason = _OUTCOME_REASONS[kind][0]
+            recent = state.failures
+            if window_ms is not None:
+                recent = tuple(t for t in recent if at - t < window_ms)
+            failures = (*recent, at)
+            if len(failures) >= threshold:
+                return _open(state, at, policy, opening=state.opens + 1), reason
+            return _with(state, failures=failures), reason
+        if phase == OPEN:
             until = state.open_until
-            if until is not None and not state.isolated:
-                if kind != "request":
-                    return state, "not-admitted" if generation is None else "stale-outcome"
-                if at < until:
-                    return state, "cooldown"
-        elif state.leases and due_expiry(state, at, policy) is not None:
+            if until is None or state.isolated:
+                return None
+            if kind != "request":
+                return state, "not-admitted" if generation is None else "stale-outcome"
+            if at < until:
+                return state, "cooldown"
+            opened = BreakerState(
+                phase=HALF_OPEN,
+                generation=state.generation + 1,
+                opens=state.opens,
+                leases=(Lease(call or "", at),),
+                recovered_from_corruption=state.recovered_from_corruption,
+                operator_reason=state.operator_reason,
+            )
+            return opened, "probe-admitted"
+        leases = state.leases
+        if leases and due_expiry(state, at, policy) is not None:
             return None
-        new, record = step(state, Event(kind, at, dependency, call, generation), policy)
-        return new, record.reason
+        if kind == "request":
+            if len(leases) >= probe_limit:
+                return state, "probe-limit"
+            return _with(state, leases=(*leases, Lease(call or "", at))), "probe-admitted"
+        if generation is None:
+            return state, "not-admitted"
+        if generation != state.generation:
+            return state, "stale-outcome"
+        kept = tuple(x for x in leases if x.call != call)
+        if len(kept) == len(leases):
+            return state, "stale-outcome"
+        if kind == "ignored":
+            return _with(state, leases=kept), "non-qualifying"
+        if kind == "success":
+            successes = state.successes + 1
+            if successes >= quorum:
+                closed = BreakerState(
+                    generation=state.generation + 1,
+                    recovered_from_corruption=state.recovered_from_corruption,
+                    operator_reason=state.operator_reason,
+                )
+                return closed, "probe-quorum"
+            return _with(state, leases=kept, successes=successes), "probe-success"
+        return _open(state, at, policy, opening=state.opens + 1), _OUTCOME_REASONS[kind][1]
 
     return quick
 
