@@ -231,14 +231,13 @@ def test_spill_in_many_chunks_on_the_fast_path(monkeypatch):
 def test_the_fast_path_takes_most_plain_lines(tmp_path, monkeypatch):
     """The comparisons above exercise the fast path: it takes most lines of a clean trace."""
     taken = []
-    original = StreamingReplay.feed_plain
+    original = StreamingReplay._keep_plain
 
     def counting(self, *args):
-        done = original(self, *args)
-        taken.append(done)
-        return done
+        taken.append(True)
+        return original(self, *args)
 
-    monkeypatch.setattr(StreamingReplay, "feed_plain", counting)
+    monkeypatch.setattr(StreamingReplay, "_keep_plain", counting)
     lines = make_trace(2, 2_000, ["documented", "recorder"])
     trace = tmp_path / "t.jsonl"
     trace.write_text("\n".join(lines) + "\n", encoding="utf-8")

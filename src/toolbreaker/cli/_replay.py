@@ -54,8 +54,8 @@ class _CallIds:
         self._mask = len(self._slots) - 1
         self._free = len(self._slots) // 2
 
-    def add(self, dependency: str, call: str) -> bool:
-        """Remember the id; ``True`` if it was there already."""
+    def add(self, ledger: object, dependency: str, call: str) -> bool:
+        """Remember the id; ``True`` if it was there already (``ledger`` is not used)."""
         key = hash((dependency, call)) or 1
         slots = self._slots
         index = key & self._mask
@@ -219,7 +219,10 @@ class StreamingReplay(Replay):
         self._counts = self._spill.counts
 
     def _seen(self, ledger: Ledger, dependency: str, call: str) -> bool:
-        return self._ids.add(dependency, call)
+        return self._ids.add(ledger, dependency, call)
+
+    def _seen_check(self) -> Callable[[Ledger, str, str], bool]:
+        return self._ids.add
 
     def _keep(self, ledger: Ledger, dependency: str, records: tuple[Transition, ...]) -> None:
         spill = self._spill

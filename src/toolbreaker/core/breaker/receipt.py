@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -131,86 +131,78 @@ class Replay:
                 ledger.rejected[event.call] = None
         return records
 
-    def feed_plain(self, kind: str, at: int, dependency: str, call: str) -> bool:
-        """:meth:`feed` of ``Event(kind, at, dependency, call)``, on a fast path if it can.
-
-        For a request or an outcome with a call id and no other field (what most trace
-        lines hold): ``True`` when it was fed, its one record handed to
-        :meth:`_keep_plain`; ``False``, with nothing changed, when :meth:`feed` must take
-        it (the dependency's first event, a trace error to report, a pair the core's
-        :func:`~toolbreaker.core.breaker.machine.plain_step` does not answer).
-        """
-        quick = self._quick
-        ledger = self._ledgers.get(dependency)
-        if quick is None or ledger is None or at < ledger.last_at:
-            return False
-        state = ledger.state
-        if kind == "request":
-            result = quick(state, kind, at, dependency, call, None)
-            if result is None:
-                return False
-            ledger.requests += 1
-            if self._seen(ledger, dependency, call):
-                raise TraceError(
-                    f"duplicate call id {json.dumps(call)} for {json.dumps(dependency)}"
-                )
-            new, reason = result
-            if reason in _ADMITTED:
-                ledger.unsettled[call] = new.generation
-            else:
-                ledger.rejected[call] = None
-            generation = None
-        else:
-            unsettled = ledger.unsettled
-            if call in unsettled:
-                generation = unsettled[call]
-            elif call in ledger.rejected:
-                generation = None
-            else:
-                return False
-            result = quick(state, kind, at, dependency, call, generation)
-            if result is None:
-                return False
-            if generation is None:
-                del ledger.rejected[call]
-            else:
-                del unsettled[call]
-            new, reason = result
-        ledger.state = new
-        ledger.last_at = at
-        self._keep_plain(dependency, kind, at, call, generation, state, new, reason)
-        return True
-
     def feed_trace(self, path: str) -> None:
         """Feed every event of a trace file, streaming; errors carry the file and line.
 
-        Lines in a plain shape (:data:`~toolbreaker.core.breaker.trace.PLAIN_LINE`) skip
-        the JSON decoder and take :meth:`feed_plain`; every other line is parsed by
-        :func:`~toolbreaker.core.breaker.trace.parse_line` and fed by :meth:`feed`. The
-        result is the same as feeding each event of ``iter_trace(path)`` in order.
+        The same as feeding each event of ``iter_trace(path)`` in order, faster: a line in
+        a plain shape (:data:`~toolbreaker.core.breaker.trace.PLAIN_LINE`, what trace
+        writers produce for a request or an outcome with a call id) skips the JSON
+        decoder, and the core's :func:`~toolbreaker.core.breaker.machine.plain_step`
+        decides it without building an event or a record; its one record goes to
+        :meth:`_keep_plain`. Every other line (and any line ``plain_step`` leaves, the
+        dependency's first, or one that is an error) is parsed by
+        :func:`~toolbreaker.core.breaker.trace.parse_line` and fed by :meth:`feed`.
         """
         match = PLAIN_LINE.fullmatch
-        plain = self.feed_plain
+        ledgers = self._ledgers
+        quick = self._quick
+        seen = self._seen_check()
+        keep = self._keep_plain
         feed = self.feed
         for first, lines in iter_line_blocks(path, TraceError):
             number = first - 1
             try:
                 for line in lines:
                     number += 1
-                    found = match(line)
-                    if found is not None:
-                        at, dep, kind, call, call2, dep2, kind2 = found.groups()
+                    found = match(line) if quick is not None else None
+                    if found is not None and quick is not None:
+                        text, dep, kind, call, call2, dep2, kind2 = found.groups()
                         if dep is None:
                             dep, kind, call = dep2, kind2, call2
-                        value = int(at)
-                        if value <= MAX_TIME_MS and plain(kind, value, dep, call):
-                            continue
+                        at = int(text)
+                        ledger = ledgers.get(dep)
+                        # What feed() does with Event(kind, at, dep, call) when quick answers.
+                        if ledger is not None and ledger.last_at <= at <= MAX_TIME_MS:
+                            state = ledger.state
+                            if kind == "request":
+                                result = quick(state, kind, at, dep, call, None)
+                                if result is not None:
+                                    ledger.requests += 1
+                                    if seen(ledger, dep, call):
+                                        raise TraceError(
+                                            f"duplicate call id {json.dumps(call)} "
+                                            f"for {json.dumps(dep)}"
+                                        )
+                                    new, reason = result
+                                    if reason in _ADMITTED:
+                                        ledger.unsettled[call] = new.generation
+                                    else:
+                                        ledger.rejected[call] = None
+                                    ledger.state, ledger.last_at = new, at
+                                    keep(dep, kind, at, call, None, state, new, reason)
+                                    continue
+                            elif call in ledger.unsettled or call in ledger.rejected:
+                                generation = ledger.unsettled.get(call)
+                                result = quick(state, kind, at, dep, call, generation)
+                                if result is not None:
+                                    if generation is None:
+                                        del ledger.rejected[call]
+                                    else:
+                                        del ledger.unsettled[call]
+                                    new, reason = result
+                                    ledger.state, ledger.last_at = new, at
+                                    keep(dep, kind, at, call, generation, state, new, reason)
+                                    continue
                     event = parse_line(line, path, number)
                     if event is not None:
                         feed(event)
             except TraceError as exc:
                 exc.file, exc.line = path, number
                 raise
+
+    def _seen_check(self) -> Callable[[Ledger, str, str], bool]:
+        """The function :meth:`feed_trace` asks whether a call id was requested before."""
+        return self._seen
 
     def _seen(self, ledger: Ledger, dependency: str, call: str) -> bool:
         """Whether ``call`` was requested before for ``dependency`` (and remember it)."""
@@ -234,7 +226,7 @@ class Replay:
         after: BreakerState,
         reason: str,
     ) -> None:
-        """Keep the one record of an event :meth:`feed_plain` took."""
+        """Keep the one record of an event :meth:`feed_trace` decided on its fast path."""
         attempted = reason in _ADMITTED
         record = Transition(
             dependency=dependency,
