@@ -63,7 +63,9 @@ def render(data: dict[str, object], style: str, rng: random.Random) -> str:
     if style == "documented":
         keys = [k for k in ("at", "dependency", "type", "call") if k in data]
         keys += [k for k in data if k not in keys]
-        return "{" + ",".join(f'"{k}":{json.dumps(data[k], ensure_ascii=False)}' for k in keys) + "}"
+        return (
+            "{" + ",".join(f'"{k}":{json.dumps(data[k], ensure_ascii=False)}' for k in keys) + "}"
+        )
     if style == "recorder":
         return json.dumps(data, sort_keys=True)
     if style == "escaped":

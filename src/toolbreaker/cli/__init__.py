@@ -14,15 +14,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Replay, diff, dump_receipt, load_receipt
-from toolbreaker.core.breaker.state import BreakerState, Event
-from toolbreaker.core.breaker.trace import iter_trace
+from toolbreaker.core.breaker.receipt import diff, dump_receipt, load_receipt
+from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.core.files import DUPLICATE_KEY, loads_json, printable, read_text
 from toolbreaker.errors import ToolbreakerError, TraceError
 
@@ -179,15 +178,6 @@ def _run_verify(args: argparse.Namespace) -> int:
     with StreamingReplay(policy, initial) as driver:
         driver.feed_trace(args.trace)
         return verify(args.receipt, driver, args.trace, sys.stdout)
-
-
-def _feed_located(driver: Replay, events: Iterable[tuple[int, Event]], name: str) -> None:
-    for line, event in events:
-        try:
-            driver.feed(event)
-        except TraceError as exc:
-            exc.file, exc.line = name, line
-            raise
 
 
 def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:

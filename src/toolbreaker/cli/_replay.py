@@ -99,9 +99,9 @@ class _Counts:
 
 
 class _Spill:
-    """Per dependency, its transitions as %-templates and their fields, in a temporary file.
+    r"""Per dependency, its transitions as %-templates and their fields, in a temporary file.
 
-    A record is a template of its printed text (with a separator in front, ``",\\n"``;
+    A record is a template of its printed text (with a separator in front, ``",\n"``;
     the reader drops the first one) and the fields it is filled with. A chunk is written
     with :mod:`marshal` (the templates of a chunk are a few shared strings) and read back
     as text with one ``%`` for the whole chunk, so neither formatting nor writing costs
@@ -184,7 +184,8 @@ class _Spill:
         for index, (offset, length) in enumerate(self.chunks.get(dependency, ())):
             assert self._file is not None
             self._file.seek(offset)
-            templates, canonical, fields = marshal.loads(self._file.read(length))
+            # Our own temporary file, written by flush() above: not untrusted input.
+            templates, canonical, fields = marshal.loads(self._file.read(length))  # noqa: S302
             values = tuple(fields)
             printed = ("".join(templates) % values).encode("utf-8")
             if canonical is None:
@@ -236,7 +237,7 @@ class StreamingReplay(Replay):
                 ("," + compact).replace("%", "%%"),
             )
 
-    def _keep_plain(
+    def _keep_plain(  # noqa: PLR0917 - called once per event by feed_trace
         self,
         dependency: str,
         kind: str,
@@ -319,7 +320,7 @@ class StreamingReplay(Replay):
             hashed((b"," if index else b"") + key + b":" + _compact(head)[:-1])
             hashed(b',"transitions":[')
             printed_head = _pretty(head, "    ")[: -len("\n    }")]
-            emit(f'{"," if index else ""}\n    {key.decode()}: {printed_head},'.encode())
+            emit(f"{',' if index else ''}\n    {key.decode()}: {printed_head},".encode())
             printed_tail = "".join(
                 f",\n      {_string(field)}: {_pretty(value, '      ')}"
                 for field, value in sorted(tail.items())
@@ -369,6 +370,7 @@ class StreamingReplay(Replay):
             return {"would_reject": counts.would_reject}
         return {}
 
+
 def _sink(out: TextIO) -> Callable[[bytes], object]:
     """Write UTF-8 bytes to ``out``: to its binary buffer when it has one that takes them."""
     buffer = getattr(out, "buffer", None)
@@ -412,13 +414,13 @@ _NEXT: Final = ",\n"  # before each record in the printed text (the first one's 
 _ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
 
 
-def _parts(kind: str, frm: str, to: str, reason: str, attempted: bool, rejected: bool) -> _Parts:
-    key = (kind, frm, to, reason, attempted, rejected)
+def _parts(key: tuple[str, str, str, str, bool, bool]) -> _Parts:
+    """The parts for (type, from, to, reason, attempted, rejected)."""
     parts = _PARTS.get(key)
     if parts is None:
         typ, frm_, to_, why = (_string(x) for x in key[:4])
-        yes = "true" if attempted else "false"
-        no = "true" if rejected else "false"
+        yes = "true" if key[4] else "false"
+        no = "true" if key[5] else "false"
         parts = _PARTS[key] = _Parts(
             f'{{"attempted":{yes},"event":{{"at":',
             f',"type":{typ}}},"from":{frm_},"generation":',
@@ -441,7 +443,7 @@ _FLAGS: dict[str, tuple[int, int, int]] = {}
 def _plain_templates(key: tuple[str, str, str, str]) -> str:
     kind, frm, to, reason = key
     attempted = reason in _ADMITTED
-    parts = _parts(kind, frm, to, reason, attempted, not attempted and kind == "request")
+    parts = _parts((kind, frm, to, reason, attempted, not attempted and kind == "request"))
     c_head, c_mid, c_tail, p_head, p_mid, p_tail = (part.replace("%", "%%") for part in parts)
     printed = f'{_NEXT}{p_head}%s,\n{_E}"call": %s{p_mid}%s,\n{_F}"open_until": %s{p_tail}'
     _CANONICAL_OF[printed] = f',{c_head}%s,"call":%s{c_mid}%s,"open_until":%s{c_tail}'
@@ -458,12 +460,14 @@ def _formats(record: Transition) -> tuple[str, str]:
         data = record.to_dict()
         return _compact(data).decode("utf-8"), _T + _pretty(data, _T)
     parts = _parts(
-        event.type,
-        record.from_phase,
-        record.to_phase,
-        record.reason,
-        record.attempted,
-        record.rejected,
+        (
+            event.type,
+            record.from_phase,
+            record.to_phase,
+            record.reason,
+            record.attempted,
+            record.rejected,
+        )
     )
     compact_extra = pretty_extra = ""
     if event.call is not None:

@@ -103,9 +103,9 @@ def iter_lines(
 def iter_line_blocks(
     path: str | Path, error: Located, *, limit: int = MAX_LINE_BYTES, block: int = BLOCK_BYTES
 ) -> Iterator[tuple[int, list[str]]]:
-    """The lines of :func:`iter_lines` in blocks: ``(number of the first line, lines)``.
+    r"""The lines of :func:`iter_lines` in blocks: ``(number of the first line, lines)``.
 
-    The lines come without their ``"\\n"``, and a failure (a line over ``limit``, bytes
+    The lines come without their ``"\n"``, and a failure (a line over ``limit``, bytes
     that are not UTF-8, a read error) is raised at the same line as :func:`iter_lines`
     raises it, after every line before it was yielded. One read and one decode take a
     block of about ``block`` bytes, instead of a call per line.

@@ -26,6 +26,7 @@ from toolbreaker.errors import TraceError
 ADMITTED = {"call-admitted", "probe-admitted"}
 OUTCOMES = ["success", "failure", "ignored", "ambiguous"]
 
+
 @st.composite
 def policies(draw: st.DrawFn) -> Policy:
     """Plain policies mostly; shadow, forced, rate and health-check ones too."""
@@ -177,8 +178,10 @@ def lines(draw: st.DrawFn) -> str:
     line = "{" + body + "}"
     if not odd:
         return line
-    return draw(st.sampled_from(["", " ", "\r", "\x1c"])) + line + draw(
-        st.sampled_from(["", "", " ", "\r", "\u2028"])
+    return (
+        draw(st.sampled_from(["", " ", "\r", "\x1c"]))
+        + line
+        + draw(st.sampled_from(["", "", " ", "\r", "\u2028"]))
     )
 
 

@@ -254,7 +254,7 @@ def plain_step(policy: Policy) -> PlainStep | None:
     probe_limit = policy.probe_limit
     quorum = policy.success_threshold
 
-    def quick(
+    def quick(  # noqa: PLR0917 - called once per event by a replay
         state: BreakerState,
         kind: str,
         at: int,

@@ -20,7 +20,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from toolbreaker.core.breaker.machine import apply, plain_step
 from toolbreaker.core.breaker.policy import Policy
@@ -32,8 +32,8 @@ from toolbreaker.core.breaker.state import (
     Event,
     Transition,
 )
-from toolbreaker.core.canonical import sha256_hex
 from toolbreaker.core.breaker.trace import PLAIN_LINE, parse_line
+from toolbreaker.core.canonical import sha256_hex
 from toolbreaker.core.files import iter_line_blocks, loads_json, read_text, shown
 from toolbreaker.errors import PolicyError, ReceiptError, TraceError
 
@@ -94,7 +94,7 @@ class Replay:
             ledger.requests += 1
             call = event.call or f"#{ledger.requests}"
             if self._seen(ledger, dep, call):
-                raise TraceError(f"duplicate call id {json.dumps(call)} for {json.dumps(dep)}")
+                _duplicate(dep, call)
             event = Event("request", event.at, dep, call, health_check=event.health_check)
         elif event.type in OUTCOME_TYPES:
             settles = event.call
@@ -131,7 +131,7 @@ class Replay:
                 ledger.rejected[event.call] = None
         return records
 
-    def feed_trace(self, path: str) -> None:
+    def feed_trace(self, path: str) -> None:  # noqa: PLR0915 - the hot loop stays in one frame
         """Feed every event of a trace file, streaming; errors carry the file and line.
 
         The same as feeding each event of ``iter_trace(path)`` in order, faster: a line in
@@ -169,10 +169,7 @@ class Replay:
                                 if result is not None:
                                     ledger.requests += 1
                                     if seen(ledger, dep, call):
-                                        raise TraceError(
-                                            f"duplicate call id {json.dumps(call)} "
-                                            f"for {json.dumps(dep)}"
-                                        )
+                                        _duplicate(dep, call)
                                     new, reason = result
                                     if reason in _ADMITTED:
                                         ledger.unsettled[call] = new.generation
@@ -215,7 +212,7 @@ class Replay:
         """Keep the records of one event (a streaming replay spills them instead)."""
         ledger.transitions.extend(records)
 
-    def _keep_plain(
+    def _keep_plain(  # noqa: PLR0917 - called once per event by feed_trace
         self,
         dependency: str,
         kind: str,
@@ -251,6 +248,10 @@ class Replay:
             self.policy,
             {dep: (ledger.transitions, ledger.state) for dep, ledger in self._ledgers.items()},
         )
+
+
+def _duplicate(dependency: str, call: str) -> NoReturn:
+    raise TraceError(f"duplicate call id {json.dumps(call)} for {json.dumps(dependency)}")
 
 
 def replay(
