@@ -89,6 +89,10 @@ class _CallIds:
 _LAYOUT: Final = b"\n "
 # About what a pending record holds in memory (its fields), to bound the buffers.
 _RECORD_BYTES: Final = 128
+# A record in a buffer: its template and four fields.
+_STRIDE: Final = 5
+# Consumes a field and prints nothing of it.
+_SKIP: Final = "%.0s" * 4
 
 
 class _Counts:
@@ -102,18 +106,19 @@ class _Spill:
     r"""Per dependency, its transitions as %-templates and their fields, in a temporary file.
 
     A record is a template of its printed text (with a separator in front, ``",\n"``;
-    the reader drops the first one) and the fields it is filled with. A chunk is written
-    with :mod:`marshal` (the templates of a chunk are a few shared strings) and read back
-    as text with one ``%`` for the whole chunk, so neither formatting nor writing costs
-    a Python step per record. The canonical text is the printed text without newlines
-    and spaces, unless a string in a record holds a space (a call id, an operator's
-    reason): a chunk with such a record keeps canonical templates too.
+    the reader drops the first one) and the four fields it is filled with, kept in one
+    flat list per dependency: template, at, call, generation, open_until, template, ...
+    A chunk is written with :mod:`marshal` (the templates of a chunk are a few shared
+    strings) and read back as text with one ``%`` for the whole chunk, so neither
+    formatting nor writing costs a Python step per record. The canonical text is the
+    printed text without newlines and spaces, unless a string in a record holds a space
+    (a call id, an operator's reason): a chunk with such a record keeps canonical
+    templates too.
     """
 
     def __init__(self) -> None:
         self._file: IO[bytes] | None = None  # created at the first flush
-        self.templates: dict[str, list[str]] = {}
-        self.fields: dict[str, list[object]] = {}
+        self.pending: dict[str, list[object]] = {}
         # Per dependency: position in its buffer -> canonical template, where not derived.
         self._exact: dict[str, dict[int, str]] = {}
         self.buffered = 0
@@ -121,27 +126,20 @@ class _Spill:
         self.chunks: dict[str, list[tuple[int, int]]] = {}
         self.counts: dict[str, _Counts] = {}
 
-    def pending(self, dependency: str) -> tuple[list[str], list[object]]:
-        """The (new) buffers of a dependency that has none yet."""
+    def start(self, dependency: str) -> list[object]:
+        """The (new) buffer of a dependency that has none yet."""
         self.counts.setdefault(dependency, _Counts())
-        templates = self.templates[dependency] = []
-        fields = self.fields[dependency] = []
-        return templates, fields
+        items: list[object] = []
+        self.pending[dependency] = items
+        return items
 
-    def add(
-        self,
-        dependency: str,
-        printed: str,
-        canonical: str | None = None,
-        fields: tuple[object, ...] = (),
-    ) -> None:
-        templates = self.templates.get(dependency)
-        if templates is None:
-            templates, _ = self.pending(dependency)
-        if canonical is not None:
-            self._exact.setdefault(dependency, {})[len(templates)] = canonical
-        templates.append(printed)
-        self.fields[dependency].extend(fields)
+    def add(self, dependency: str, record: tuple[object, ...], canonical: str) -> None:
+        """Add a record (template and fields) whose canonical text is not derived."""
+        items = self.pending.get(dependency)
+        if items is None:
+            items = self.start(dependency)
+        self._exact.setdefault(dependency, {})[len(items) // _STRIDE] = canonical
+        items.extend(record)
         self.buffered += 1
         if self.buffered >= self.limit:
             self.flush()
@@ -152,10 +150,11 @@ class _Spill:
         if self._file is None:
             self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         out = self._file
-        for dependency, templates in self.templates.items():
-            if not templates:
+        for dependency, items in self.pending.items():
+            if not items:
                 continue
-            fields = self.fields[dependency]
+            templates = cast("list[str]", items[::_STRIDE])
+            del items[::_STRIDE]
             counts = self.counts[dependency]
             counts.transitions += len(templates)
             for template, times in Counter(templates).items():
@@ -170,12 +169,11 @@ class _Spill:
                     exact[index] if index in exact else _CANONICAL_OF[template]
                     for index, template in enumerate(templates)
                 ]
-            data = marshal.dumps((templates, canonical, fields))
+            data = marshal.dumps((templates, canonical, items))
             offset = out.seek(0, 2)
             out.write(data)
             self.chunks.setdefault(dependency, []).append((offset, len(data)))
-            templates.clear()
-            fields.clear()
+            items.clear()
         self.buffered = 0
 
     def chunks_of(self, dependency: str) -> Iterator[tuple[bytes, bytes]]:
@@ -231,11 +229,9 @@ class StreamingReplay(Replay):
             if record.to_phase == OPEN and record.from_phase != OPEN:
                 spill.counts.setdefault(dependency, _Counts()).opens += 1
             compact, pretty = _formats(record)
-            spill.add(
-                dependency,
-                (_NEXT + pretty).replace("%", "%%"),
-                ("," + compact).replace("%", "%%"),
-            )
+            # A literal template: it takes (and prints nothing of) four empty fields.
+            literal = _SKIP + (_NEXT + pretty).replace("%", "%%")
+            spill.add(dependency, (literal, 0, 0, 0, 0), _SKIP + ("," + compact).replace("%", "%%"))
 
     def _keep_plain(  # noqa: PLR0917 - called once per event by feed_trace
         self,
@@ -256,15 +252,20 @@ class StreamingReplay(Replay):
         if before.phase != after.phase and after.phase == OPEN:
             spill.counts.setdefault(dependency, _Counts()).opens += 1
         until = after.open_until
-        fields = (at, _string(call), after.generation, "null" if until is None else until)
+        record = (
+            template,
+            at,
+            _string(call),
+            after.generation,
+            "null" if until is None else until,
+        )
         if " " in call:
-            spill.add(dependency, template, _CANONICAL_OF[template], fields)
+            spill.add(dependency, record, _CANONICAL_OF[template])
             return
-        templates = spill.templates.get(dependency)
-        if templates is None:
-            templates, _ = spill.pending(dependency)
-        templates.append(template)
-        spill.fields[dependency].extend(fields)
+        items = spill.pending.get(dependency)
+        if items is None:
+            items = spill.start(dependency)
+        items.extend(record)
         spill.buffered += 1
         if spill.buffered >= spill.limit:
             spill.flush()
