@@ -1,15 +1,23 @@
-"""Streaming replay: a trace of any size in, its receipt out, in bounded memory.
+"""Streaming replay: a trace of any size in, its receipt out, in bounded memory and fast.
 
 The receipt's canonical order groups transitions by dependency, but a trace interleaves
-dependencies, so each transition is formatted once, as it happens, in both the canonical
-form (what ``receipt_hash`` covers) and the printed form, and spilled to two temporary
-files in per-dependency chunks. Writing the receipt then reads the chunks back in
-dependency order twice: once to hash, once to print. Memory holds the ledgers (one per
-dependency), the unsettled calls, the chunk index, and an 8-byte digest per call id (to
-refuse a duplicate id), not the transitions.
+dependencies, so each transition is kept, as it happens, as a %-template of its printed
+text (one per kind of record) and the few fields that vary (time, call id, generation,
+deadline), and spilled per dependency, in chunks, to a temporary file. Writing the
+receipt reads the chunks back in dependency order once: each is formatted with one ``%``,
+printed, and hashed as canonical text (the printed text without its layout), which is
+possible in one pass because ``receipt_hash`` is printed after everything it covers.
+Memory holds the ledgers (one per dependency), the unsettled calls, the chunk index, a
+few MB of pending records, and an 8-byte hash per call id (to refuse a duplicate id),
+not the transitions.
+
+The fast path: :meth:`~toolbreaker.core.breaker.receipt.Replay.feed_trace` reads plain
+lines without the JSON decoder and lets the core's
+:func:`~toolbreaker.core.breaker.machine.plain_step` decide them without building events
+or records; the records it decides come to :meth:`StreamingReplay._keep_plain`.
 
 The output is byte-identical to :func:`~toolbreaker.core.breaker.receipt.dump_receipt` of
-the in-memory receipt; a test compares the two on generated traces.
+the in-memory receipt; tests compare the two on generated traces.
 """
 
 from __future__ import annotations
