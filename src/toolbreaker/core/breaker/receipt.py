@@ -154,15 +154,19 @@ class Replay:
             try:
                 for line in lines:
                     number += 1
-                    found = match(line) if quick is not None else None
-                    if found is not None and quick is not None:
+                    found = match(line)
+                    if found is not None:
                         text, dep, kind, call, call2, dep2, kind2 = found.groups()
                         if dep is None:
                             dep, kind, call = dep2, kind2, call2
                         at = int(text)
                         ledger = ledgers.get(dep)
                         # What feed() does with Event(kind, at, dep, call) when quick answers.
-                        if ledger is not None and ledger.last_at <= at <= MAX_TIME_MS:
+                        if (
+                            quick is not None
+                            and ledger is not None
+                            and ledger.last_at <= at <= MAX_TIME_MS
+                        ):
                             state = ledger.state
                             if kind == "request":
                                 result = quick(state, kind, at, dep, call, None)
@@ -190,6 +194,9 @@ class Replay:
                                     ledger.state, ledger.last_at = new, at
                                     keep(dep, kind, at, call, generation, state, new, reason)
                                     continue
+                        if at <= MAX_TIME_MS:  # otherwise parse_line() says what is wrong
+                            feed(Event(kind, at, dep, call))
+                            continue
                     event = parse_line(line, path, number)
                     if event is not None:
                         feed(event)
