@@ -10,6 +10,11 @@ breaker opens, rejects and probes.
 
 Targets (issue 11): a 200 MB trace under 200 MB of peak RSS, at 150,000 events/s or more
 on a 2-core machine with CPython 3.11.
+
+``--breakdown`` also replays the 20 MB trace in this process, stage by stage (reading,
+matching plain lines, the core's decisions, the call-id set, keeping records, spilling,
+writing the receipt), and prints the CPU time per event each stage adds: where the time
+of one event goes.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import sys
 import tempfile
 import time
 import timeit
+from collections.abc import Callable
 from pathlib import Path
 
 DEPENDENCIES = 200
@@ -76,10 +82,91 @@ def measure(trace: Path, events: int, extra: list[str]) -> tuple[float, float, f
     return events / elapsed, events / cpu, peak / 1024, size
 
 
+def breakdown(trace: Path, events: int) -> None:
+    """CPU microseconds per event that each stage of the replay adds (best of three)."""
+    from toolbreaker.cli import _replay
+    from toolbreaker.core.breaker.policy import Policy
+    from toolbreaker.core.breaker.trace import PLAIN_LINE
+    from toolbreaker.core.files import iter_line_blocks
+    from toolbreaker.errors import TraceError
+
+    path = str(trace)
+
+    def read() -> None:
+        for _ in iter_line_blocks(path, TraceError):
+            pass
+
+    def match() -> None:
+        for _, lines in iter_line_blocks(path, TraceError):
+            for line in lines:
+                found = PLAIN_LINE.fullmatch(line)
+                if found is not None:
+                    int(found.group(1))
+
+    class NoKeep(_replay.StreamingReplay):
+        def _keep_plain(self, *args: object) -> None:  # type: ignore[override]
+            pass
+
+    class NoIds(NoKeep):
+        def _seen_check(self):  # type: ignore[no-untyped-def]
+            return lambda ledger, dependency, call: False
+
+    def replay(kind: type[_replay.StreamingReplay]) -> _replay.StreamingReplay:
+        driver = kind(Policy())
+        driver.feed_trace(path)
+        return driver
+
+    def unflushed() -> None:
+        limit = _replay._FLUSH_BYTES
+        _replay._FLUSH_BYTES = 1 << 40  # type: ignore[misc]
+        try:
+            replay(_replay.StreamingReplay).close()
+        finally:
+            _replay._FLUSH_BYTES = limit  # type: ignore[misc]
+
+    def write() -> float:
+        driver = replay(_replay.StreamingReplay)
+        with tempfile.TemporaryFile("w", encoding="utf-8") as out:
+            start = time.process_time()
+            driver.write(out)
+            spent = time.process_time() - start
+        driver.close()
+        return spent
+
+    def best(stage: Callable[[], object]) -> float:
+        runs = []
+        for _ in range(3):
+            start = time.process_time()
+            stage()
+            runs.append(time.process_time() - start)
+        return min(runs) / events * 1e6
+
+    stages = [
+        ("read lines (1 MB blocks, decode, split)", best(read)),
+        ("+ match the plain shape, int()", best(match)),
+        ("+ ledger and the core's plain_step", best(lambda: replay(NoIds).close())),
+        ("+ call-id set", best(lambda: replay(NoKeep).close())),
+        ("+ keep records (template and fields)", best(unflushed)),
+        ("+ spill (marshal, counts)", best(lambda: replay(_replay.StreamingReplay).close())),
+    ]
+    print(f"\nwhere one event's CPU time goes ({events:,} events, best of 3):")
+    before = 0.0
+    for name, total in stages:
+        print(f"  {name:44} {total - before:5.2f} us")
+        before = total
+    writing = min(write() for _ in range(3)) / events * 1e6
+    print(f"  {'write the receipt (format, hash, output)':44} {writing:5.2f} us")
+    total = before + writing
+    print(f"  {'total':44} {total:5.2f} us = {1e6 / total:,.0f} events per CPU-second")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 20, 200], help="MB")
     parser.add_argument("--summary", action="store_true", help="replay with --summary")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="CPU time per event, stage by stage (20 MB)"
+    )
     args = parser.parse_args()
     extra = ["--summary"] if args.summary else []
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus")
@@ -103,6 +190,9 @@ def main() -> None:
                 f"{peak:>7.0f}MB {size / 1024 / 1024:>8.0f}MB"
             )
             trace.unlink()
+        if args.breakdown:
+            trace = Path(folder) / "trace-breakdown.jsonl"
+            breakdown(trace, write_trace(trace, 20))
 
 
 if __name__ == "__main__":
