@@ -44,6 +44,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -299,6 +300,10 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         """
         if self._bound().stopped is not None:
             ctx.cancel()
+            # The run's task gets the cancellation at its next await, which may come after
+            # this hook's task has asked the model: end this hook's task here instead. The
+            # run ends with RunCancelled all the same (the run's own cancellation decides).
+            raise asyncio.CancelledError
         return request_context
 
     async def wrap_tool_execute(
