@@ -54,6 +54,13 @@ async def until(condition: Callable[[], bool]) -> None:
         await asyncio.sleep(0.005)
 
 
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.005)
+
+
 class Tools:
     """The three tool bodies, against the real service; records what they lived through."""
 
@@ -88,6 +95,25 @@ class Tools:
         headers = {"Idempotency-Key": idempotency_key}
         return await self._request("open_ticket", "POST", "/tickets", json=body, headers=headers)
 
+    # The same bodies for frameworks that run sync tools in threads.
+
+    def _sync_request(self, name: str, method: str, path: str) -> Any:
+        reply = httpx.request(method, self.service.url + path, timeout=30)
+        reply.raise_for_status()
+        self.finished.append(name)
+        return reply.json()
+
+    def sync_order_status(self, order_id: str, sibling: str) -> Any:
+        wait_until(lambda: self.service.hits.get(sibling, 0) >= 1)
+        return self._sync_request("order_status", "GET", f"/orders/{order_id}")
+
+    def sync_list_tickets(self) -> Any:
+        return self._sync_request("list_tickets", "GET", "/tickets")
+
+    def sync_search(self, q: str) -> Any:
+        wait_until(lambda: self.helpdesk.state.phase == "open")
+        return self._sync_request("search", "GET", f"/search?q={urllib.parse.quote(q)}")
+
     async def search(self, q: str) -> Any:
         if not self.calm:
             # Finishes after the opening: an independent call is not cancelled by it.
@@ -106,7 +132,8 @@ def arrange(service: ToolService, *, write: bool) -> str:
 def check_turn(turn: SiblingOutcome | None, sibling: str) -> None:
     """The outcome the caller gets lists all three calls, each with how it ended."""
     assert turn is not None
-    assert [b.name for b in turn.branches] == ["order_status", sibling, "search"]
+    # In the order the calls began (threads may begin in any order).
+    assert sorted(b.name for b in turn.branches) == sorted(["order_status", sibling, "search"])
     assert turn.completed == ("search",)
     assert turn["search"].result["query"] == "usb cable"
     assert turn["search"].result["results"]  # the real result
@@ -288,3 +315,107 @@ def test_pydantic_ai_a_turn_where_nothing_opens_is_unchanged(service):
     assert outcome.complete
     assert outcome.to_result()["partial"] is False
     assert guard.stopped is None
+
+
+# -- LangChain / LangGraph ToolNode --------------------------------------------------------------
+
+
+def _langchain_agent(tools: Tools, registry: Registry, first_turn: list[tuple[str, Any]]) -> Any:
+    """``create_agent`` with the middleware; its fake model issues ``first_turn`` at once."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import StructuredTool
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
+    class Model(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Model:
+            return self
+
+    calls = [{"name": t, "args": a, "id": f"call-{n}"} for n, (t, a) in enumerate(first_turn)]
+    model = Model(messages=iter([AIMessage("", tool_calls=calls), AIMessage("done")]))
+    options: dict[str, Any] = {
+        "order_status": {"dependency": "helpdesk", "required": True},
+        "list_tickets": {"dependency": "helpdesk"},
+        "search": {"dependency": "catalog"},
+    }
+    middleware = ToolbreakerMiddleware(registry=registry, tools=options)
+    made = [
+        StructuredTool.from_function(
+            func=getattr(tools, f"sync_{name}", None),
+            coroutine=getattr(tools, name),
+            name=name,
+            description=name,
+        )
+        for name in options
+    ]
+    return create_agent(model, made, middleware=[middleware]), middleware
+
+
+def check_langchain(out: dict[str, Any], sibling: str) -> dict[str, Any]:
+    from langchain_core.messages import ToolMessage
+
+    from toolbreaker.integrations.langchain import STOP_KEY, TURN_KEY
+
+    replies = {m.name: m for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert set(replies) == {"order_status", sibling, "search"}
+    assert replies[sibling].status == "error"
+    check_cancelled_answer(json.loads(replies[sibling].content), sibling)
+    assert json.loads(replies["search"].content)["results"]  # the real result
+    assert out[STOP_KEY]["condition"] == "dependency-open"  # the run stopped ...
+    assert out["messages"][-1].additional_kwargs[STOP_KEY]["condition"] == "dependency-open"
+    turn = out[TURN_KEY]  # ... with the turn as a bounded partial outcome
+    assert set(turn["results"]) == {"search"}
+    assert {(m["branch"], m["status"]) for m in turn["missing"]} == {
+        ("order_status", "degraded"),
+        (sibling, "cancelled"),
+    }
+    return turn
+
+
+def test_langchain_async_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
+    pytest.importorskip("langchain")
+    route = arrange(service, write=False)
+    registry = make_registry()
+    tools = Tools(service, registry)
+    first_turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("list_tickets", {}),
+        ("search", {"q": "usb cable"}),
+    ]
+    agent, middleware = _langchain_agent(tools, registry, first_turn)
+
+    async def main() -> Any:
+        out = await agent.ainvoke(
+            {"messages": [("user", "go")]}, context={"task_id": "langchain-async"}
+        )
+        assert no_other_task()  # structured: nothing outlives the turn
+        return out
+
+    out = asyncio.run(main())
+    check_langchain(out, "list_tickets")
+    assert tools.cancelled == ["list_tickets"]  # the task running it was cancelled
+    assert tools.finished == ["search"]
+    outcome = middleware.guard_for("langchain-async").turn_outcome()
+    check_turn(outcome, "list_tickets")
+    assert [m for m in out["messages"] if m.type == "ai"][-1].content.startswith("Run stopped")
+
+
+def test_langchain_sync_abandons_the_sibling_that_needs_the_opened_dependency(service):
+    """ToolNode runs sync tools in threads: the call in flight is abandoned (a thread
+    cannot be interrupted), its result discarded; the independent one completes."""
+    pytest.importorskip("langchain")
+    route = arrange(service, write=False)
+    registry = make_registry()
+    tools = Tools(service, registry)
+    first_turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("list_tickets", {}),
+        ("search", {"q": "usb cable"}),
+    ]
+    agent, middleware = _langchain_agent(tools, registry, first_turn)
+    out = agent.invoke({"messages": [("user", "go")]}, context={"task_id": "langchain-sync"})
+    check_langchain(out, "list_tickets")
+    assert "list_tickets" not in tools.finished  # abandoned: its result never arrived
+    check_turn(middleware.guard_for("langchain-sync").turn_outcome(), "list_tickets")

@@ -417,6 +417,7 @@ class RunGuard:
         if turn is None:
             return fn()
         group, member = turn
+        group.refresh(member, self._required_breakers())
         ran = group.run(member, fn)
         if not is_policy(ran):
             return ran  # type: ignore[return-value] # R: the tool's own result
@@ -433,6 +434,7 @@ class RunGuard:
         if turn is None:
             return await fn()
         group, member = turn
+        group.refresh(member, self._required_breakers())
         ran = await group.arun(member, fn)
         if not is_policy(ran):
             return ran  # type: ignore[return-value] # R: the tool's own result

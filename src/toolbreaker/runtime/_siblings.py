@@ -443,6 +443,15 @@ class TurnGroup:
             self._members.append(member)
         return member
 
+    def refresh(self, member: TurnMember, required: Iterable[Breaker]) -> None:
+        """Before ``member`` runs: take the run's required breakers as they are now.
+
+        Some frameworks describe tools lazily, so what the call needs is decided again.
+        """
+        self.required = tuple(required)
+        if member.need is None and member.breaker is not None:
+            member.need = self._need(member.breaker)
+
     def answered(self, member: TurnMember, answer: Any) -> None:
         """Record the answer the model reads for ``member`` (the first one counts)."""
         if member.outcome is None:
