@@ -419,3 +419,95 @@ def test_langchain_sync_abandons_the_sibling_that_needs_the_opened_dependency(se
     check_langchain(out, "list_tickets")
     assert "list_tickets" not in tools.finished  # abandoned: its result never arrived
     check_turn(middleware.guard_for("langchain-sync").turn_outcome(), "list_tickets")
+
+
+# -- OpenAI Agents SDK ---------------------------------------------------------------------------
+
+
+def _outputs(call: Any) -> dict[str, Any]:
+    """The function-call outputs the scripted model was sent, by call id."""
+    import ast
+
+    found: dict[str, Any] = {}
+    for item in call.input if isinstance(call.input, list) else []:
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            text = item["output"]
+            try:
+                found[item["call_id"]] = json.loads(text)
+            except ValueError:
+                found[item["call_id"]] = ast.literal_eval(text)
+    return found
+
+
+def test_openai_agents_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
+    pytest.importorskip("agents")
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
+    from agents.testing import function_call as fcall
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
+    set_tracing_disabled(True)
+    route = arrange(service, write=False)
+    registry = make_registry()
+    tools = Tools(service, registry)
+
+    @function_tool
+    async def order_status(order_id: str, sibling: str) -> Any:
+        """Look an order up."""
+        return await tools.order_status(order_id, sibling)
+
+    @function_tool
+    async def list_tickets() -> Any:
+        """List the support tickets."""
+        return await tools.list_tickets()
+
+    @function_tool
+    async def search(q: str) -> Any:
+        """Search the catalog."""
+        return await tools.search(q)
+
+    read: list[dict[str, Any]] = []
+
+    def last_turn(call: ModelCall) -> list[Any]:
+        read.append(_outputs(call))
+        return [assistant_message("done")]
+
+    steps = [
+        [
+            fcall("order_status", {"order_id": "A-1001", "sibling": route}, call_id="c-order"),
+            fcall("list_tickets", {}, call_id="c-tickets"),
+            fcall("search", {"q": "usb cable"}, call_id="c-search"),
+        ],
+        ModelStep.respond(last_turn),
+    ]
+    guard = RunGuard("agents-siblings")
+    guard.ensure_tool("order_status", required=True)
+    helpdesk = registry.get("helpdesk")
+    breakers = {
+        "order_status": helpdesk,
+        "list_tickets": helpdesk,
+        "search": registry.get("catalog"),
+    }
+    agent = protect(
+        Agent(name="desk", model=ScriptedModel(steps), tools=[order_status, list_tickets, search]),
+        guard=guard,
+        breakers=breakers,
+    )
+
+    async def main() -> Any:
+        result = await Runner.run(agent, "go", run_config=run_config())
+        assert no_other_task()  # structured: nothing outlives the turn
+        return result
+
+    result = asyncio.run(main())
+    assert result.final_output == "done"
+    (outputs,) = read  # the model read all three answers of the turn
+    check_cancelled_answer(outputs["c-tickets"], "list_tickets")
+    assert outputs["c-order"]["tool_unavailable"] is True
+    assert outputs["c-search"]["results"]  # the real result
+    assert tools.cancelled == ["list_tickets"]  # the task running it was cancelled
+    assert tools.finished == ["search"]
+    check_turn(guard.turn_outcome(), "list_tickets")
+    assert guard.stopped is not None  # any further call of the run is answered with the stop
+    assert guard.stopped.condition == "dependency-open"

@@ -50,6 +50,7 @@ from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import RunGuard
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import hidden_tools_line
+from toolbreaker.runtime._siblings import CancelledByPolicy
 from toolbreaker.runtime._step import Step
 
 require("agents", "openai-agents")
@@ -282,6 +283,10 @@ class _Call:
                 if raised is not exc:
                     raise
 
+    def settled_by_policy(self) -> None:
+        """The run guard settled the call: the turn cancelled it by policy."""
+        self._settle()
+
     def _settle(self) -> bool:
         if self.settled:
             return False
@@ -412,8 +417,15 @@ class _Protection:
                 call = self.calls[ctx.tool_call_id]
             call.started = True
             token = _RUNNING.set(call)
+            given = call.run_input or input
             try:
-                result = await inner(ctx, call.run_input or input)
+                if self.guard is None:
+                    result = await inner(ctx, given)
+                else:
+                    # One call of the model turn's sibling group: the task running the
+                    # tool is cancelled by policy when a required dependency it needs
+                    # opens, and the SDK's task gets the answer as the tool's output.
+                    result = await self.guard.arun_step(call.step, lambda: inner(ctx, given))
             except asyncio.CancelledError as exc:
                 if not timed:
                     call.cancel(exc)
@@ -427,6 +439,9 @@ class _Protection:
                 raise
             finally:
                 _RUNNING.reset(token)
+            if isinstance(result, CancelledByPolicy):
+                call.settled_by_policy()
+                return _text(result.answer)
             # A failure the SDK caught was settled by format_tool_error; this is its text.
             return result if call.settled else call.succeed(result)
 

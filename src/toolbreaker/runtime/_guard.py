@@ -438,7 +438,7 @@ class RunGuard:
         ran = await group.arun(member, fn)
         if not is_policy(ran):
             return ran  # type: ignore[return-value] # R: the tool's own result
-        if step.permit is not None:
+        if not step.settled and step.permit is not None:
             await step.permit.arecord("ignored")
         answer = await self._off_loop(step, self._cancelled, step, group, member, False)
         return CancelledByPolicy(answer)
@@ -712,11 +712,13 @@ class RunGuard:
     # -- settle: the Step's owner callbacks ---------------------------------------------
 
     def _step_succeeded(self, step: Step, result: Any) -> Any:
+        self._settling(step)
         if step.permit is not None:
             step.permit.breaker.record_result(step.permit, result)
         return self._told(step, self._succeeded(step, result))
 
     def _step_failed(self, step: Step, exc: BaseException) -> Any:
+        self._settling(step)
         if step.permit is not None:
             step.permit.record(exc)
         if not isinstance(exc, Exception):
@@ -725,11 +727,13 @@ class RunGuard:
         return self._told(step, self._failed(step, exc))
 
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
+        self._settling(step)
         if step.permit is not None:
             await step.permit.arecord(step.permit.breaker.result_verdict(result))
         return self._told(step, await self._off_loop(step, self._succeeded, step, result))
 
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
+        self._settling(step)
         if step.permit is not None:
             await step.permit.arecord(exc)
         if not isinstance(exc, Exception):
@@ -764,6 +768,12 @@ class RunGuard:
         plan: _Plan | None = step.plan
         return None if plan is None else plan.turn
 
+    def _settling(self, step: Step) -> None:
+        """The step is being settled: an opening its own outcome causes never cancels it."""
+        turn = self._turn_of(step)
+        if turn is not None:
+            turn[1].settling = True
+
     def _told(self, step: Step, answer: Any, cancelled: BaseException | None = None) -> Any:
         """Note the answer the model reads in the turn's outcome; returns it."""
         turn = self._turn_of(step)
@@ -784,6 +794,13 @@ class RunGuard:
         replayed); one that never started certainly did not happen. The required
         dependency is down, so the run stops, as when a required tool is unavailable.
         """
+        if step.settled:
+            # Settled while its cancellation was on its way (the framework's own error
+            # path): that settlement stands.
+            if member.outcome is not None:
+                return member.outcome.result  # type: ignore[no-any-return]
+            assert member.need is not None
+            return cancelled_result(step.tool, member.need.key)
         step._settle()
         plan: _Plan = step.plan
         if record and step.permit is not None:

@@ -391,6 +391,7 @@ class TurnMember:
         "need",
         "opened",
         "outcome",
+        "settling",
         "started",
     )
 
@@ -401,6 +402,8 @@ class TurnMember:
         self.cancelled_because: str | None = None
         self.opened: Breaker | None = None
         self.started = False
+        #: Its step is being settled: an opening it causes itself never cancels it.
+        self.settling = False
         self.outcome: BranchOutcome | None = None
         self._cancel: Callable[[], None] | None = None
 
@@ -605,6 +608,7 @@ class TurnGroup:
                 m
                 for m in self._flight
                 if m.cancelled_because is None
+                and not m.settling
                 and m.need is not None
                 and (m.need is breaker or m.need.dependency == breaker.dependency)
             ]
