@@ -454,6 +454,11 @@ class TurnGroup:
         self.required = tuple(required)
         if member.need is None and member.breaker is not None:
             member.need = self._need(member.breaker)
+        need = member.need
+        if need is not None and member.cancelled_because is None and _is_open(need):
+            # Opened after the call was admitted and before it started: it never starts.
+            member.cancelled_because = f"required dependency {need.key!r} opened"
+            member.opened = need
 
     def answered(self, member: TurnMember, answer: Any) -> None:
         """Record the answer the model reads for ``member`` (the first one counts)."""
@@ -559,7 +564,7 @@ class TurnGroup:
         with self._lock:
             needs = {id(m.need): m.need for m in self._flight if m.need is not None}
         for need in needs.values():
-            if need.state.phase == OPEN and not need.policy.admits_all:
+            if _is_open(need):
                 self._opened(need)
 
     # -- internals ----------------------------------------------------------------------
@@ -604,9 +609,11 @@ class TurnGroup:
         """A required breaker (or one of its scopes) opened: cancel the calls that need it."""
         why = f"required dependency {breaker.key!r} opened"
         with self._lock:
+            # In flight, or admitted and not started yet (it then never starts).
+            waiting = [m for m in self._members if m._cancel is None and m.outcome is None]
             hit = [
                 m
-                for m in self._flight
+                for m in (*self._flight, *waiting)
                 if m.cancelled_because is None
                 and not m.settling
                 and m.need is not None
@@ -622,6 +629,10 @@ class TurnGroup:
     def _heard(self, record: Transition, breaker: Breaker) -> None:
         if record.to_phase == OPEN:
             self._opened(breaker)
+
+
+def _is_open(breaker: Breaker) -> bool:
+    return breaker.state.phase == OPEN and not breaker.policy.admits_all
 
 
 def _listener(group: weakref.ref[TurnGroup]) -> Callable[[Transition, Breaker], None]:
