@@ -28,6 +28,18 @@ model reads: the tool's own message on success, a JSON result it can act on on f
 (a tool-unavailable result naming the fallback, or ``{"ok": false, "error": ...,
 "retryable": ...}``), never "please try again".
 
+Sibling calls
+-------------
+``ToolNode`` runs one model message's tool calls in parallel (async tasks, or threads for
+sync tools); they are one sibling group of the run guard (the turn is the message that
+issued them). When a required dependency (a tool with ``required: True``) opens while
+they run, the calls in flight that need it are cancelled by policy: async, the task the
+middleware runs the handler in is cancelled (never ``ToolNode``'s, which would fail the
+node); sync, the call is abandoned and its result discarded. The model reads a
+cancelled-by-policy answer (a write that may have started: unknown outcome, journaled,
+never replayed); independent calls finish with their results. The run stops at the next
+``before_model``, with the turn's outcome next to the stop packet (see below).
+
 Which run a call belongs to
 ---------------------------
 Breakers are shared through the :class:`~toolbreaker.Registry`; run guards are per task.
@@ -46,7 +58,9 @@ When the run guard stops the run, the next ``before_model`` ends it without call
 model and adds an ``AIMessage`` whose text says why and whose
 ``additional_kwargs["toolbreaker_stop"]`` holds the packet (``StopPacket.to_dict()``); the
 same dict is in the final state under ``"toolbreaker_stop"``, and
-:meth:`ToolbreakerMiddleware.stop_packet` returns the packet itself.
+:meth:`ToolbreakerMiddleware.stop_packet` returns the packet itself. The last turn's calls,
+as a bounded partial outcome (``SiblingOutcome.to_result()``: the completed results, and
+which calls degraded or were cancelled and why), are under ``"toolbreaker_turn"`` in both.
 """
 
 from __future__ import annotations

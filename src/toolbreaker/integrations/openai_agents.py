@@ -28,6 +28,16 @@ a protected tool (SDK 0.24) goes like this:
   without one, is enforced by the SDK, and its timeouts skip the formatter: the tool's
   ``timeout_error_function`` records them as timeouts (``timeout_behavior`` is kept).
 
+- **siblings**: the SDK runs one model response's calls in parallel tasks; they are one
+  sibling group of the run guard (the turn is the model request count). When a required
+  dependency (a tool declared ``required`` on the guard) opens while they run, the calls
+  in flight that need it are cancelled by policy: the task the wrapped invoker runs the
+  tool in is cancelled (never the SDK's, which would fail the run) and the invoker
+  answers with the cancelled-by-policy result (a write that may have started: unknown
+  outcome, journaled, never replayed). Independent calls finish; the run is stopped, so
+  any call of the next turn raises the tripwire with the stop packet;
+  ``guard.turn_outcome()`` lists the turn's calls and how each ended.
+
 The guardrail, the invoker, the formatter and the timeout function all receive the
 call's ``ToolContext`` and its ``tool_call_id``: the step begun before the call is kept
 under that id and settled by exactly one of the after paths.

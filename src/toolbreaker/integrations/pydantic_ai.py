@@ -16,10 +16,19 @@ the agent; it holds no breaker logic of its own and only translates:
   Pydantic AI's own signals (``ModelRetry``, a tool's ``ToolFailed``, deferrals) are settled
   and passed on unchanged unless the guard's answer must win (tool unavailable, write
   outcome unknown, run stopped);
+- Pydantic AI runs one model response's tool calls in parallel tasks; they are one
+  sibling group of the run guard (the turn is ``RunContext.run_step``). When a required
+  dependency (a tool declared ``required``) opens while its siblings run, the calls in
+  flight that need it are cancelled by policy: the task toolbreaker runs the tool in is
+  cancelled (never the framework's, which would end the run) and the model reads a
+  cancelled-by-policy answer (a write that may have started: unknown outcome, journaled,
+  never replayed); independent calls finish with their results;
 - when the run guard stops the run (budget, repeated action, loop, required dependency
-  down), the capability calls ``ctx.cancel()``: the run ends with the framework's
-  ``RunCancelled``, which keeps the message history; :func:`run_stop` pairs it with the
-  guard's stop packet.
+  down), the capability calls ``ctx.cancel()``: at once when the turn has no other call,
+  else in ``before_model_request``, once every call of the turn has its answer and before
+  the model is asked again. The run ends with the framework's ``RunCancelled``, which
+  keeps the message history; :func:`run_stop` pairs it with the guard's stop packet and
+  the last turn's outcome (which calls completed, degraded or were cancelled, and why).
 
 A breaker's ``timeout`` becomes the tool's ``ToolDefinition.timeout`` when the tool has
 none, so the framework enforces the dependency's deadline and the timeout counts as a
