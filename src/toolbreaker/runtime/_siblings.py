@@ -586,24 +586,22 @@ class TurnGroup:
     def _enter(self, member: TurnMember, cancel: Callable[[], None]) -> None:
         member._cancel = cancel
         with self._lock:
-            first = not self._flight
+            if not self._flight:
+                # One listener per required row while a call that needs one is in flight
+                # (registered and removed under the lock: an entry and a leave may race).
+                heard = _listener(weakref.ref(self))
+                self._removers = [breaker.add_listener(heard) for breaker in self.required]
             self._flight.add(member)
-        if first:
-            # One listener per required row while a call that needs one is in flight.
-            heard = _listener(weakref.ref(self))
-            removers = [breaker.add_listener(heard) for breaker in self.required]
-            with self._lock:
-                self._removers.extend(removers)
 
     def _leave(self, member: TurnMember, *, policy: bool) -> None:
         with self._lock:
             self._flight.discard(member)
             if not policy:
                 member.cancelled_because = None  # it finished first: its outcome stands
-            removers = [] if self._flight else self._removers
-            self._removers = [] if not self._flight else self._removers
-        for remove in removers:
-            _quietly(remove)
+            if not self._flight:
+                for remove in self._removers:
+                    _quietly(remove)
+                self._removers = []
 
     def _opened(self, breaker: Breaker) -> None:
         """A required breaker (or one of its scopes) opened: cancel the calls that need it."""
