@@ -429,6 +429,8 @@ class TurnGroup:
         self.turn = turn
         self.required: tuple[Breaker, ...] = tuple(required)
         self._members: list[TurnMember] = []
+        self._names: dict[str, int] = {}
+        self._taken: set[str] = set()
         self._flight: set[TurnMember] = set()
         self._removers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
@@ -437,11 +439,12 @@ class TurnGroup:
         """A call of this turn; ``breaker``: the breaker that admitted it (else answered)."""
         need = None if breaker is None else self._need(breaker)
         with self._lock:
-            taken = {m.name for m in self._members}
-            name, n = tool, 1
-            while name in taken:
-                n += 1
+            n = self._names[tool] = self._names.get(tool, 0) + 1
+            name = tool if n == 1 else f"{tool}#{n}"
+            while name in self._taken:  # a tool literally named "x#2"
+                n = self._names[tool] = n + 1
                 name = f"{tool}#{n}"
+            self._taken.add(name)
             member = TurnMember(name, breaker, need)
             self._members.append(member)
         return member
