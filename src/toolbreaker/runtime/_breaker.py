@@ -1175,8 +1175,8 @@ class Breaker:
         loop.
 
         Raises:
-            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
-            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            CircuitOpen: as :meth:`call` (rejected locally, with the model's result).
+            TimeoutError: an attempt's deadline passed; the attempt was cancelled.
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
         state = self._view.state
