@@ -36,6 +36,7 @@ from typing import Any, Final, Literal, TypeVar
 from toolbreaker.core.breaker.state import OPEN, Transition
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import siblings_result
 
 __all__ = [
@@ -567,7 +568,12 @@ class TurnGroup:
         with self._lock:
             needs = {id(m.need): m.need for m in self._flight if m.need is not None}
         for need in needs.values():
-            if _is_open(need):
+            try:
+                opened = _is_open(need)
+            except Exception as exc:  # noqa: BLE001 - a poll that fails never changes a call
+                hook_failed(f"the turn's look at {need.key} failed; the calls run on", exc)
+                continue
+            if opened:
                 self._opened(need)
 
     # -- internals ----------------------------------------------------------------------
