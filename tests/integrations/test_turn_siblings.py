@@ -320,7 +320,9 @@ def test_pydantic_ai_a_turn_where_nothing_opens_is_unchanged(service):
 # -- LangChain / LangGraph ToolNode --------------------------------------------------------------
 
 
-def _langchain_agent(tools: Tools, registry: Registry, first_turn: list[tuple[str, Any]]) -> Any:
+def _langchain_agent(
+    tools: Tools, registry: Registry, first_turn: list[tuple[str, Any]], middleware: Any = None
+) -> Any:
     """``create_agent`` with the middleware; its fake model issues ``first_turn`` at once."""
     from langchain.agents import create_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -338,9 +340,15 @@ def _langchain_agent(tools: Tools, registry: Registry, first_turn: list[tuple[st
     options: dict[str, Any] = {
         "order_status": {"dependency": "helpdesk", "required": True},
         "list_tickets": {"dependency": "helpdesk"},
+        "open_ticket": {
+            "dependency": "helpdesk",
+            "risk": "reversible_write",
+            "business_key": ["title"],
+        },
         "search": {"dependency": "catalog"},
     }
-    middleware = ToolbreakerMiddleware(registry=registry, tools=options)
+    if middleware is None:
+        middleware = ToolbreakerMiddleware(registry=registry, tools=options)
     made = [
         StructuredTool.from_function(
             func=getattr(tools, f"sync_{name}", None),
@@ -400,6 +408,42 @@ def test_langchain_async_cancels_only_the_sibling_that_needs_the_opened_dependen
     outcome = middleware.guard_for("langchain-async").turn_outcome()
     check_turn(outcome, "list_tickets")
     assert [m for m in out["messages"] if m.type == "ai"][-1].content.startswith("Run stopped")
+
+
+def test_langchain_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
+    pytest.importorskip("langchain")
+    route = arrange(service, write=True)
+    registry = make_registry()
+    tools = Tools(service, registry)
+    first_turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("open_ticket", {"title": "Refund A-1001"}),
+        ("search", {"q": "usb cable"}),
+    ]
+    agent, middleware = _langchain_agent(tools, registry, first_turn)
+    out = asyncio.run(
+        agent.ainvoke({"messages": [("user", "go")]}, context={"task_id": "langchain-write"})
+    )
+    check_langchain(out, "open_ticket")
+    assert tools.cancelled == ["open_ticket"]
+    guard = middleware.guard_for("langchain-write")
+    answer = guard.turn_outcome()["open_ticket"].result
+    assert answer["outcome_unknown"] is True
+    key = answer["idempotency_key"]
+    assert middleware.journal.journal_get("langchain-write", key)["status"] == "unknown"
+
+    # A new run of the task asks for the write again: answered, never replayed.
+    middleware.forget("langchain-write")
+    again, _ = _langchain_agent(
+        tools, registry, [("open_ticket", {"title": "Refund A-1001"})], middleware
+    )
+    out = asyncio.run(
+        again.ainvoke({"messages": [("user", "go")]}, context={"task_id": "langchain-write"})
+    )
+    (reply,) = [m for m in out["messages"] if m.type == "tool"]
+    assert json.loads(reply.content)["outcome_unknown"] is True
+    assert service.hits["POST /tickets"] == 1
+    assert service.created("tickets") == []
 
 
 def test_langchain_sync_abandons_the_sibling_that_needs_the_opened_dependency(service):

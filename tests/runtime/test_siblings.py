@@ -431,3 +431,33 @@ def test_cancelled_result_is_pinned():
         "do not estimate or invent its data. " + unknown["instruction"],
     }
     assert write["outcome_unknown"] is True
+
+
+def test_a_cancelled_hook_cancels_and_awaits_its_call():
+    """Structured: when the framework cancels the hook running a call that needs a
+    required dependency, the task running the tool is cancelled and awaited with it."""
+    inventory = inventory_breaker()
+    guard = RunGuard("structured")
+    guard.add_tool(GuardedTool("stock", lambda **_: None, breaker=inventory, required=True))
+    cancelled: list[str] = []
+
+    async def main() -> None:
+        async def forever() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append("stock")
+                raise
+
+        guard.mark_turn(1)
+        step = await guard.abegin("stock", {})
+        hook = asyncio.create_task(guard.arun_step(step, forever))
+        await auntil(lambda: len(asyncio.all_tasks()) == 3)  # main, the hook, the tool
+        hook.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hook
+        assert all(t is asyncio.current_task() or t.done() for t in asyncio.all_tasks())
+
+    asyncio.run(main())
+    assert cancelled == ["stock"]
+    assert inventory._listeners == []
