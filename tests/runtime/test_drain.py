@@ -1,8 +1,8 @@
 """Draining queued work: exactly once per key, after recovery, even when a drainer dies.
 
 Real parts only: the ToolService counts every POST it receives, the stores are real (an
-SQLite file, a redis-server), and the drainer that is killed is a real ``toolbreaker
-drain`` process sent SIGKILL while its call is in flight.
+SQLite file, a redis-server, a PostgreSQL server), and the drainer that is killed is a
+real ``toolbreaker drain`` process sent SIGKILL while its call is in flight.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,17 @@ def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[An
     if kind == "sqlite":
         path = tmp_path / "tb.db"
         return SQLiteStore(str(path)), f"sqlite:///{path}"
-    from toolbreaker import RedisStore
+    if kind == "redis":
+        from toolbreaker import RedisStore
 
-    url = request.getfixturevalue("redis_url")
-    prefix = f"tb-{tmp_path.name}"
-    return RedisStore(url, prefix=prefix), f"{url}?prefix={prefix}"
+        url = request.getfixturevalue("redis_url")
+        prefix = f"tb-{tmp_path.name}"
+        return RedisStore(url, prefix=prefix), f"{url}?prefix={prefix}"
+    from toolbreaker import PostgresStore
+
+    url = request.getfixturevalue("postgres_url")
+    prefix = f"tb_{uuid.uuid4().hex[:12]}"
+    return PostgresStore(url, prefix=prefix), f"{url}?prefix={prefix}"
 
 
 def _usable(store: Any, kind: str) -> None:
@@ -50,7 +57,7 @@ def _usable(store: Any, kind: str) -> None:
         pytest.skip(f"{kind}: records not on this store yet")
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     made, _ = _open(request.param, tmp_path, request)
     _usable(made, request.param)
@@ -59,7 +66,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         made.close()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """A store other processes can reach, and its URL."""
     made, url = _open(request.param, tmp_path, request)
@@ -343,3 +350,36 @@ def test_drain_without_tools_is_one_error_line(shared, capsys):
     _, url = shared
     assert main(["drain", "--store", url]) == 2
     assert capsys.readouterr().err == "error: drain needs --tools MODULE:NAME (or --list)\n"
+
+
+@pytest.mark.slow
+def test_queued_work_and_its_drain_survive_a_crash_of_postgresql(postgres_bindir, service):
+    """The model was told its work is queued: a PostgreSQL crash right after must not
+    forget it; nor may a crash forget that a drain started or finished an item (a lost
+    ``running`` would run the work again). The server's WAL writer is made lazy (10 s) so
+    that an asynchronously committed record is certainly lost by the crash."""
+    from stores.conftest import PostgresServer
+    from toolbreaker import PostgresStore
+
+    server = PostgresServer(postgres_bindir, "-c", "wal_writer_delay=10000")
+    server.start()
+    prefix = f"tb_{uuid.uuid4().hex[:12]}"
+    try:
+        with PostgresStore(server.url, prefix=prefix) as store:
+            registry = registry_for(store)
+            ids = queue_tickets(registry, service, 3)
+        server.kill()
+        server.start()
+        with PostgresStore(server.url, prefix=prefix) as store:
+            assert sorted(item["id"] for item in queued_items(store)) == sorted(ids)
+            registry_for(store).get("tickets", "write").release()
+            report = drain(store, {"create_ticket": tickets_tool(service)})
+            assert sorted(report.done) == sorted(ids)
+        server.kill()
+        server.start()
+        with PostgresStore(server.url, prefix=prefix) as store:
+            assert [item["status"] for item in queued_items(store)] == ["done"] * 3
+            assert drain(store, {"create_ticket": tickets_tool(service)}).done == ()
+        assert len(service.created("tickets")) == 3
+    finally:
+        server.remove()
