@@ -159,10 +159,10 @@ def _drain(args: argparse.Namespace, store: Any) -> int:
         older_than = parse_older_than(args.prune_done)
         if args.tools or args.reconcile or args.sheet:
             raise PolicyError("--prune-done runs nothing: no --tools, --reconcile or --sheet")
-        report = prune_done(
+        pruned = prune_done(
             store, older_than=older_than, dependency=args.dependency, dry_run=args.dry_run
         )
-        _print_pruned(report, args.prune_done.strip())
+        _print_pruned(pruned, args.prune_done.strip())
         return 0
     registry = Registry.from_toml(args.sheet, store=store) if args.sheet else None
     if not args.tools:
