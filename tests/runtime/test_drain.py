@@ -197,6 +197,7 @@ def test_a_timeout_after_commit_is_never_replayed_but_reconciled(store, service)
     assert report.reconciled == (queue_id,)
     assert report.done == ()
     assert len(service.created("tickets")) == 1
+    assert isinstance(queued_items(store)[0]["finished_at"], int)  # prunable later
     assert service.hits["POST /tickets"] == 2  # the outage's 503, then the one attempt
 
 
@@ -515,4 +516,23 @@ def test_drain_prune_done_with_a_bad_bound_is_one_error_line(shared, capsys, bou
     err = capsys.readouterr().err
     assert err.startswith("error: --prune-done must be a duration such as 7d, 12h, 30m or ")
     assert err.count("\n") == 1
+    assert store.record_get(QUEUE, "q-old") is not None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dry-run"], "error: --dry-run goes with --prune-done\n"),
+        (
+            ["--prune-done", "7d", "--tools", "x:y"],
+            "error: --prune-done runs nothing: no --tools, --reconcile or --sheet\n",
+        ),
+    ],
+)
+def test_drain_prune_options_that_do_not_fit_are_one_error_line(shared, capsys, extra, message):
+    """``--dry-run`` alone, or a prune with tools to run: one error line, exit 2."""
+    store, url = shared
+    _hand_made(store, "q-old", "done")
+    assert main(["drain", "--store", url, *extra]) == 2
+    assert capsys.readouterr().err == message
     assert store.record_get(QUEUE, "q-old") is not None
