@@ -166,6 +166,8 @@ def find_charge(key, args):
     return None
 """,
     "from toolbreaker import Registry, SQLiteStore": _PUBLISHED,
+    "from toolbreaker import Budget, RunGuard": "",
+    "from toolbreaker import SQLiteStore, prune_done": "",
     'breakers = Registry.from_toml("breakers.toml", store=store)': """
 from toolbreaker import SQLiteStore
 store = SQLiteStore("{sqlite}")

@@ -912,6 +912,8 @@ class Breaker:
         self.stats.rejected += 1
         if why == _SATURATED:
             self.stats.saturated += 1
+            limit = self._bulkhead.limit if self._bulkhead is not None else None
+            self.degradation.saturated("bulkhead", limit, deadline)  # for listeners
             # A slot is free again within one deadline unless its call hangs.
             return Rejection(self, _SATURATED, deadline)
         return Rejection(self, _STORE_DOWN, None)
@@ -1443,6 +1445,7 @@ class Breaker:
                 self.stats.admitted -= 1
             self.stats.rejected += 1
             self.stats.saturated += 1
+            self.degradation.saturated("workers", self._max_workers, deadline)  # for listeners
             # A busy worker is free again within one deadline unless its call hangs.
             raise circuit_open(self.key, _SATURATED, deadline, self._render)
         return worker

@@ -41,7 +41,7 @@ from toolbreaker.runtime._breaker import Breaker, Permit, Rejection, watch_openi
 from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._commit import may_have_committed
-from toolbreaker.runtime._degrade import Degradation
+from toolbreaker.runtime._degrade import Degradation, Notices, deferred_notice
 from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._packet import StopPacket
@@ -178,6 +178,9 @@ class RunGuard:
         self._group: TurnGroup | None = None
         #: Stop listener calls that raised (logged; the run's decisions stood).
         self.listener_errors = 0
+        #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
+        #: ``guard.notices.add_listener(fn)``.
+        self.notices = Notices()
 
     # -- configuration ------------------------------------------------------------------
 
@@ -605,6 +608,9 @@ class RunGuard:
             # Not made, not queued: the model reads that it may issue it next turn.
             limit = self.budget.max_calls_per_turn
             assert limit is not None
+            if self.notices:
+                key = spec.breaker.key if spec.breaker is not None else None
+                self.notices.emit(deferred_notice(self.task, tool, limit=limit, breaker=key))
             return _answered(step, deferred_result(tool, limit=limit))
         if verdict in ("writes-blocked", "stopped"):
             assert decision.stop is not None
