@@ -10,8 +10,11 @@ Success rows: ``Breaker.begin`` + ``step.succeeded`` on a closed breaker, for a 
 no chain, a ``stale`` row refreshing its kept answer at most every 5 s (the default), and
 a ``stale`` row writing it on every success (``stale_every = 0``). Rejection rows: an
 isolated breaker's ``begin``, plain, ``omit``, and ``stale`` (a record read per call).
-Queue rows: queueing an item (``begin`` on an isolated ``queue`` row) and draining it
-(claim, start and done: three compare-and-sets, plus the breaker's admission).
+Queue rows: queueing an item (``begin`` on an isolated ``queue`` row), draining it
+(claim, start and done: three compare-and-sets, plus the breaker's admission) and pruning
+it once done (``prune_done``: one listing, then a versioned delete per item).
+``--postgres URL`` adds a PostgreSQL store (a running server; nothing is started here),
+whose queue records commit synchronously (``synchronous_commit = on``) like its journal.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolbreaker import MemoryStore, Registry, SQLiteStore, drain
+from toolbreaker import MemoryStore, Registry, SQLiteStore, drain, prune_done
 
 RESULT = {"results": [{"sku": f"C-{n}", "price": 10 + n} for n in range(5)]}
 
@@ -81,8 +84,8 @@ def rows(store: Any) -> dict[str, Callable[[int], None]]:
     }
 
 
-def queue_rows(store: Any, items: int) -> tuple[float, float]:
-    """ns per item to queue ``items`` items, and to drain them."""
+def queue_rows(store: Any, items: int) -> tuple[float, float, float]:
+    """ns per item to queue ``items`` items, to drain them, and to prune them."""
     breaker = breaker_for(store, degrade="queue")
     breaker.isolate()
     start = time.perf_counter_ns()
@@ -95,13 +98,18 @@ def queue_rows(store: Any, items: int) -> tuple[float, float]:
         store, {"make": lambda n, idempotency_key: {"n": n}}, dependency=breaker.dependency
     )
     assert len(report.done) == items
-    return (queued - start) / items, (time.perf_counter_ns() - queued) / items
+    drained = time.perf_counter_ns()
+    pruned = prune_done(store, older_than=0, dependency=breaker.dependency)
+    assert len(pruned.pruned) == items
+    end = time.perf_counter_ns()
+    return (queued - start) / items, (drained - queued) / items, (end - drained) / items
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--postgres", metavar="URL", help="add a PostgreSQL store")
     args = parser.parse_args()
     calls = 200 if args.quick else 5_000
     with tempfile.TemporaryDirectory() as tmp:
@@ -112,6 +120,10 @@ def main() -> int:
             stores["sqlite"] = sqlite
         except NotImplementedError:
             print("sqlite: records not on this store yet, skipped", file=sys.stderr)
+        if args.postgres:
+            from toolbreaker import PostgresStore
+
+            stores["postgres"] = PostgresStore(args.postgres, prefix=f"bench_{time.time_ns()}")
         for name, store in stores.items():
             table = rows(store)
             samples: dict[str, list[float]] = {row: [] for row in table}
@@ -124,10 +136,13 @@ def main() -> int:
             print(f"\n{name} store, median of {args.repeats} (ns/call)")
             for row, values in samples.items():
                 print(f"  {row:<55} {statistics.median(values):>10,.0f}")
-            queue, drained = queue_rows(store, 30 if args.quick else 300)
+            queue, drained, pruned = queue_rows(store, 30 if args.quick else 300)
             print(f"  {'queue one item (ns/item)':<55} {queue:>10,.0f}")
             print(f"  {'drain one item (ns/item)':<55} {drained:>10,.0f}")
-        sqlite.close()
+            print(f"  {'prune one done item (ns/item)':<55} {pruned:>10,.0f}")
+        for store in stores.values():
+            if store is not stores["memory"]:
+                store.close()
     return 0
 
 

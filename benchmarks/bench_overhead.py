@@ -14,7 +14,10 @@ toolbreaker's rejection and two-step rows also check its counters after timing.
 Each table lists toolbreaker's *default* mode first (marked ``d``: ``call`` runs the
 function in a worker thread and returns at the deadline, ``acall`` cancels it at the
 deadline through the loop's watchdog), then the other modes, then the peers; every row
-names its mode in brackets. The peers enforce no deadline at all.
+names its mode in brackets. The peers enforce no deadline at all. The sync table also
+has a ``floor`` row: a bare hand-off to a waiting thread and back (two locks, no breaker),
+the least any deadline that answers its caller while a sync call runs on can cost in
+CPython; on an idle virtual machine it is dominated by waking the sleeping threads.
 
 ``overhead`` is the row minus the table's bare call (loop and no-op included in both);
 ``x tb`` divides a row's overhead by the overhead of the table's toolbreaker reference
@@ -38,6 +41,7 @@ import platform
 import random
 import statistics
 import sys
+import threading
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -72,6 +76,7 @@ WARMUP = 300  # untimed calls on every fresh breaker before its sample
 _names = itertools.count(1)
 THREADED: list[Breaker] = []  # breakers with worker threads, closed after their table
 POOLS: list[concurrent.futures.ThreadPoolExecutor] = []  # the same for plain pools
+STOPS: list[Callable[[], object]] = []  # stop the floor rows' threads after their table
 
 SyncRun = Callable[[int], int]
 AsyncRun = Callable[[int], Awaitable[int]]
@@ -396,6 +401,38 @@ def closed_sync_table(n: int, n_thread: int) -> Table:
 
         return run
 
+    def handoff_floor() -> SyncRun:
+        # The least any deadline that answers the caller while the call runs on can cost
+        # in CPython: hand the call to a waiting thread and wait for it (two locks, one
+        # wake-up each way), with no breaker at all. The default row is measured against it.
+        go, done = threading.Lock(), threading.Lock()
+        go.acquire()
+        done.acquire()
+        calls: list[Callable[[], object]] = []
+
+        def serve() -> None:
+            while True:
+                go.acquire()
+                if not calls:
+                    return
+                calls[0]()
+                done.release()
+
+        worker = threading.Thread(target=serve, daemon=True)
+        worker.start()
+        calls.append(noop)
+        STOPS.append(lambda: (calls.clear(), go.release()))
+
+        def run(count: int) -> int:
+            release, acquire = go.release, done.acquire
+            start = perf_counter_ns()
+            for _ in repeat(None, count):
+                release()
+                acquire()
+            return perf_counter_ns() - start
+
+        return run
+
     def pyb_call() -> SyncRun:
         return loop1(pyb_breaker(opened=False).call, noop)
 
@@ -417,6 +454,7 @@ def closed_sync_table(n: int, n_thread: int) -> Table:
                 n_thread,
                 default=True,
             ),
+            Row("floor: hand-off to a thread, no breaker", "floor", handoff_floor, n_thread),
             Row("toolbreaker call(fn) [cooperative]", "toolbreaker", tb_call, n, True),
             Row("toolbreaker @breaker.guard [cooperative]", "toolbreaker", tb_guard, n),
             Row(
@@ -973,6 +1011,8 @@ def main(argv: list[str] | None = None) -> int:
             THREADED.pop().close()
         while POOLS:
             POOLS.pop().shutdown(wait=False)
+        while STOPS:
+            STOPS.pop()()
     results: dict[str, Any] = {"environment": env, "quick": args.quick, "repeats": repeats}
     results["tables"] = {table.key: print_table(table) for table in tables}
 

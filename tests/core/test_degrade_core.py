@@ -13,6 +13,7 @@ from toolbreaker.core.degrade import (
     Offer,
     check_chain,
     choose,
+    prunable,
     queue_action,
     stale_label,
     stale_write_due,
@@ -174,3 +175,17 @@ def test_choose_serves_only_what_is_offered(chain, stale_at, degraded, queue, ma
         assert NOON - stale_at <= max_stale
     assert choice.mode != "degraded" or degraded
     assert choice.mode != "queue" or queue
+
+
+@given(
+    status=st.sampled_from([*QUEUE_STATUSES, "odd", None]),
+    finished=st.one_of(st.none(), st.booleans(), st.integers(0, 2 * NOON), st.text(max_size=3)),
+    now=st.integers(0, 2 * NOON),
+    older_than=st.integers(0, 10 * MINUTE),
+)
+def test_only_done_work_older_than_the_bound_is_prunable(status, finished, now, older_than):
+    """Pending, claimed, running, failed and unknown items are never pruned; a done item
+    only once its finish time (a whole number) is at least ``older_than`` in the past."""
+    item = {"status": status, "finished_at": finished}
+    expected = status == "done" and type(finished) is int and finished <= now - older_than
+    assert prunable(item, now, older_than) is expected

@@ -42,3 +42,29 @@ def test_saturated_calls_and_record_faults_are_exported():
     assert got[("toolbreaker_saturated_total", "orders")] == 0
     assert got[("toolbreaker_record_faults_total", "orders")] == 1
     assert ("toolbreaker_record_faults_total", "search") not in got
+
+
+def test_deferred_calls_of_run_guards_are_exported():
+    """``_deferred_total{tool}``: calls the per-turn limit deferred, counted from the run
+    guards' notices; the totals outlive the runs, and a masked tool name is the label."""
+    from toolbreaker import Budget, GuardedTool, RunGuard
+    from toolbreaker.instrumentation.prometheus import register_guards
+
+    prom = CollectorRegistry()
+    counter = register_guards(prom)
+    for task in ("run-1", "run-2"):
+        guard = RunGuard(task, budget=Budget(max_calls_per_turn=1))
+        guard.add_tool(GuardedTool(name="search", fn=lambda q: q))
+        detach = counter.attach(guard)
+        guard.mark_turn(1)
+        for q in "abc":
+            guard.call("search", {"q": q})
+        detach()
+        guard.call("search", {"q": "after detach"})  # not counted
+    text = generate_latest(prom).decode()
+    found = {
+        (s.name, s.labels.get("tool")): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert found[("toolbreaker_deferred_total", "search")] == 4

@@ -7,6 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
+# The store tests' real PostgreSQL (one server per session, fsync on, as in production):
+# the same fixtures, so no second kind of server. Tests keep apart by table prefix.
+from stores.conftest import postgres_bindir, postgres_server, postgres_url
+
+__all__ = ["postgres_bindir", "postgres_server", "postgres_url"]
+
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -517,6 +517,64 @@ def test_each_event_loop_has_its_own_watchdog():
     assert len({id(first), id(second), id(other[0])}) == 3
 
 
+def test_a_loop_run_in_one_thread_then_another_keeps_its_deadlines():
+    """The watchdog of the loop that runs now is found, whichever thread ran which loop
+    before: a loop moved to another thread, and a thread that runs another loop later,
+    both cancel at the deadline."""
+    moved = asyncio.new_event_loop()
+    try:
+        with pytest.raises(TimeoutError):
+            moved.run_until_complete(within(hang(), 0.01))
+        errors: list[BaseException] = []
+
+        def elsewhere() -> None:
+            try:
+                moved.run_until_complete(within(hang(), 0.01))
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                errors.append(exc)
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join(PATIENCE)
+        assert [type(e) for e in errors] == [TimeoutError]
+        with pytest.raises(TimeoutError):
+            asyncio.run(within(hang(), 0.01))  # another loop, in the first thread again
+        with pytest.raises(TimeoutError):
+            moved.run_until_complete(within(hang(), 0.01))
+    finally:
+        moved.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_inside_a_running_loop_keeps_its_own_deadlines():
+    """A child forked while a loop ran (its thread id copied along) finds the loop it
+    runs itself, and that loop's deadlines hold."""
+
+    async def fork_here() -> str:
+        await within(asyncio.sleep(0), 1.0)  # this thread's watchdog is cached
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            try:
+                signal.alarm(int(PATIENCE))  # a deadline that never fires ends the child
+                try:
+                    asyncio.run(within(hang(), 0.01))
+                    answer = "no timeout"
+                except TimeoutError:
+                    answer = "timeout"
+                os.write(write, answer.encode())
+            finally:
+                os._exit(0)
+        os.close(write)  # the child's end only: a child that wrote nothing reads as ""
+        try:
+            os.waitpid(pid, 0)
+            return os.read(read, 100).decode()
+        finally:
+            os.close(read)
+
+    assert asyncio.run(fork_here()) == "timeout"
+
+
 def test_within_outside_a_task_is_an_error():
     """within() needs a task to cancel: outside one it raises (and closes the coroutine
     it was given, so nothing warns that it was never awaited)."""

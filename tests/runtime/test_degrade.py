@@ -1,7 +1,8 @@
 """The degradation matrix against the real local ToolService and real stores.
 
 Every mode is served by a breaker whose dependency is really down (the service answers
-503), with its records in a real store: memory, an SQLite file and a redis-server.
+503), with its records in a real store: memory, an SQLite file, a redis-server and a
+PostgreSQL server.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ MINUTE = 60_000
 # -- fixtures -----------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A real store that keeps records."""
     kind = request.param
@@ -46,11 +47,16 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         made: Any = MemoryStore()
     elif kind == "sqlite":
         made = SQLiteStore(str(tmp_path / "tb.db"))
-    else:
+    elif kind == "redis":
         from toolbreaker import RedisStore
 
         url = request.getfixturevalue("redis_url")
         made = RedisStore(url, prefix=f"tb-{tmp_path.name}")
+    else:
+        from toolbreaker import PostgresStore
+
+        url = request.getfixturevalue("postgres_url")
+        made = PostgresStore(url, prefix=f"tb_{uuid.uuid4().hex[:12]}")
     try:
         made.record_get("probe", "probe")
     except NotImplementedError:
@@ -602,3 +608,11 @@ def test_sibling_branches_count_a_queued_write_as_degraded_and_a_stale_read_as_c
     assert outcome["ticket"].reason == "queue"
     assert outcome.completed == ("search",)
     assert outcome["search"].result["stale"] is True
+
+
+def test_the_spaces_of_queued_work_and_handoffs_are_kept_durably():
+    """The stores commit queued work and handoff packets as they commit the journal."""
+    from toolbreaker.runtime._degrade import QUEUE_SPACE
+    from toolbreaker.stores._records import DURABLE_SPACES
+
+    assert {QUEUE_SPACE, HANDOFF_SPACE} <= DURABLE_SPACES

@@ -1,8 +1,8 @@
 """Draining queued work: exactly once per key, after recovery, even when a drainer dies.
 
 Real parts only: the ToolService counts every POST it receives, the stores are real (an
-SQLite file, a redis-server), and the drainer that is killed is a real ``toolbreaker
-drain`` process sent SIGKILL while its call is in flight.
+SQLite file, a redis-server, a PostgreSQL server), and the drainer that is killed is a
+real ``toolbreaker drain`` process sent SIGKILL while its call is in flight.
 """
 
 from __future__ import annotations
@@ -15,18 +15,21 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from toolbreaker import MemoryStore, Registry, SQLiteStore, drain, queued_items
+from toolbreaker import MemoryStore, Registry, SQLiteStore, drain, prune_done, queued_items
 from toolbreaker.cli import main
+from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
 QUEUE = "toolbreaker.queue"
+HOUR = 3600
 
 
 def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, str]:
@@ -35,11 +38,17 @@ def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[An
     if kind == "sqlite":
         path = tmp_path / "tb.db"
         return SQLiteStore(str(path)), f"sqlite:///{path}"
-    from toolbreaker import RedisStore
+    if kind == "redis":
+        from toolbreaker import RedisStore
 
-    url = request.getfixturevalue("redis_url")
-    prefix = f"tb-{tmp_path.name}"
-    return RedisStore(url, prefix=prefix), f"{url}?prefix={prefix}"
+        url = request.getfixturevalue("redis_url")
+        prefix = f"tb-{tmp_path.name}"
+        return RedisStore(url, prefix=prefix), f"{url}?prefix={prefix}"
+    from toolbreaker import PostgresStore
+
+    url = request.getfixturevalue("postgres_url")
+    prefix = f"tb_{uuid.uuid4().hex[:12]}"
+    return PostgresStore(url, prefix=prefix), f"{url}?prefix={prefix}"
 
 
 def _usable(store: Any, kind: str) -> None:
@@ -50,7 +59,7 @@ def _usable(store: Any, kind: str) -> None:
         pytest.skip(f"{kind}: records not on this store yet")
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     made, _ = _open(request.param, tmp_path, request)
     _usable(made, request.param)
@@ -59,7 +68,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         made.close()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "postgres"])
 def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """A store other processes can reach, and its URL."""
     made, url = _open(request.param, tmp_path, request)
@@ -188,6 +197,7 @@ def test_a_timeout_after_commit_is_never_replayed_but_reconciled(store, service)
     assert report.reconciled == (queue_id,)
     assert report.done == ()
     assert len(service.created("tickets")) == 1
+    assert isinstance(queued_items(store)[0]["finished_at"], int)  # prunable later
     assert service.hits["POST /tickets"] == 2  # the outage's 503, then the one attempt
 
 
@@ -343,3 +353,186 @@ def test_drain_without_tools_is_one_error_line(shared, capsys):
     _, url = shared
     assert main(["drain", "--store", url]) == 2
     assert capsys.readouterr().err == "error: drain needs --tools MODULE:NAME (or --list)\n"
+
+
+@pytest.mark.slow
+def test_queued_work_and_its_drain_survive_a_crash_of_postgresql(postgres_bindir, service):
+    """The model was told its work is queued: a PostgreSQL crash right after must not
+    forget it; nor may a crash forget that a drain started or finished an item (a lost
+    ``running`` would run the work again). The server's WAL writer is made lazy (10 s) so
+    that an asynchronously committed record is certainly lost by the crash."""
+    from stores.conftest import PostgresServer
+    from toolbreaker import PostgresStore
+
+    server = PostgresServer(postgres_bindir, "-c", "wal_writer_delay=10000")
+    server.start()
+    prefix = f"tb_{uuid.uuid4().hex[:12]}"
+    try:
+        with PostgresStore(server.url, prefix=prefix) as store:
+            registry = registry_for(store)
+            ids = queue_tickets(registry, service, 3)
+        server.kill()
+        server.start()
+        with PostgresStore(server.url, prefix=prefix) as store:
+            assert sorted(item["id"] for item in queued_items(store)) == sorted(ids)
+            registry_for(store).get("tickets", "write").release()
+            report = drain(store, {"create_ticket": tickets_tool(service)})
+            assert sorted(report.done) == sorted(ids)
+        server.kill()
+        server.start()
+        with PostgresStore(server.url, prefix=prefix) as store:
+            assert [item["status"] for item in queued_items(store)] == ["done"] * 3
+            assert drain(store, {"create_ticket": tickets_tool(service)}).done == ()
+        assert len(service.created("tickets")) == 3
+    finally:
+        server.remove()
+
+
+# -- pruning done work ----------------------------------------------------------------------
+
+
+def _hand_made(store: Any, queue_id: str, status: str, **fields: Any) -> None:
+    """A queue item written by hand, long ago (finished at 1 ms past the epoch)."""
+    item = {
+        "schema": "toolbreaker.queue/v1",
+        "id": queue_id,
+        "breaker": "tickets.write",
+        "dependency": "tickets",
+        "operation": "write",
+        "tool": "create_ticket",
+        "args": {"title": "t", "body": "b", "idempotency_key": queue_id},
+        "idempotency_key": queue_id,
+        "status": status,
+        "queued_at": 1,
+        "finished_at": 1,
+        "until": 1,
+        **fields,
+    }
+    assert store.record_put(QUEUE, queue_id, item, version=0) is not None
+
+
+def test_prune_done_deletes_only_done_work_older_than_the_bound(store, service):
+    """Done and reconciled items past the bound go; newer done items, and every item that
+    is pending, claimed, running, failed or unknown, stay, however old."""
+    registry = registry_for(store)
+    ids = queue_tickets(registry, service, 3)
+    registry.get("tickets", "write").release()
+    assert sorted(drain(store, {"create_ticket": tickets_tool(service)}).done) == sorted(ids)
+    _hand_made(store, "q-reconciled", "done", reconciled=True)
+    others = [f"q-{status}" for status in ("queued", "claimed", "running", "failed", "unknown")]
+    for queue_id in others:
+        _hand_made(store, queue_id, queue_id[2:])
+
+    first = prune_done(store, older_than=HOUR)
+    assert [item["id"] for item in first.pruned] == ["q-reconciled"]
+    assert first.kept == 3  # done within the hour: still dedupe markers
+
+    dry = prune_done(
+        store, older_than=HOUR, dry_run=True, wall_clock=lambda: wall_ms() + 2 * HOUR * 1000
+    )
+    assert sorted(item["id"] for item in dry.pruned) == sorted(ids)
+    assert len(queued_items(store)) == 3 + len(others)  # a dry run deletes nothing
+
+    later = prune_done(store, older_than=HOUR, wall_clock=lambda: wall_ms() + 2 * HOUR * 1000)
+    assert sorted(item["id"] for item in later.pruned) == sorted(ids)
+    assert later.kept == 0
+    assert sorted(item["id"] for item in queued_items(store)) == sorted(others)
+
+
+def test_a_pruned_key_can_be_queued_again(store, service):
+    """Pruning ends the dedupe window: while a done item is kept, the same call is
+    "already queued"; once it is pruned, the same call is queued (and drained) anew."""
+    registry = registry_for(store)
+    [queue_id] = queue_tickets(registry, service, 1)
+    breaker = registry.get("tickets", "write")
+    breaker.release()
+    assert drain(store, {"create_ticket": tickets_tool(service)}).done == (queue_id,)
+    args = {"title": "T0", "body": "b", "idempotency_key": "key-0"}
+    breaker.isolate()
+    kept = breaker.begin("create_ticket", args).answer
+    assert kept["queue_id"] == queue_id
+    assert "already queued" in kept["instruction"]
+    assert [item["id"] for item in prune_done(store, older_than=0).pruned] == [queue_id]
+    again = breaker.begin("create_ticket", args).answer
+    assert again["queue_id"] == queue_id
+    assert "already queued" not in again["instruction"]
+    assert queued_items(store)[0]["status"] == "queued"
+
+
+def test_prune_refuses_a_negative_bound(store):
+    """``older_than`` is seconds from 0: anything else is a PolicyError naming it."""
+    with pytest.raises(PolicyError) as caught:
+        prune_done(store, older_than=-1)
+    assert caught.value.field == "older_than"
+
+
+def test_drain_prune_done_prints_one_escaped_line_per_item(shared, capsys):
+    """``toolbreaker drain --prune-done 7d``: a line per pruned item, then a summary line;
+    untrusted text from the store is escaped, never sent raw to the terminal."""
+    store, url = shared
+    _hand_made(
+        store,
+        "q-evil",
+        "done",
+        dependency="tick\x1b[31mets",
+        tool="create\x1b]0;pwned\x07_ticket",
+        idempotency_key="k\nforged: line",
+    )
+    _hand_made(store, "q-waiting", "queued")
+    assert main(["drain", "--store", url, "--prune-done", "7d"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    lines = out.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("pruned q-evil ")
+    assert "\\x1b" in lines[0]
+    assert "1970-01-01T00:00:00Z" in lines[0]
+    assert lines[1] == (
+        "pruned 1 done item finished more than 7d ago (0 newer kept; pending, in-flight, "
+        "failed and unknown items are never pruned)"
+    )
+    assert store.record_get(QUEUE, "q-evil") is None
+    assert store.record_get(QUEUE, "q-waiting") is not None
+
+
+def test_drain_prune_done_dry_run_deletes_nothing(shared, capsys):
+    """``--dry-run`` says what would be pruned, and keeps it."""
+    store, url = shared
+    _hand_made(store, "q-old", "done")
+    assert main(["drain", "--store", url, "--prune-done", "1h", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("would prune q-old ")
+    assert lines[1].startswith("would prune 1 done item finished more than 1h ago")
+    assert store.record_get(QUEUE, "q-old") is not None
+
+
+@pytest.mark.parametrize("bound", ["soon", "-5", "7w", "", "1e9999"])
+def test_drain_prune_done_with_a_bad_bound_is_one_error_line(shared, capsys, bound):
+    """A bound that is not a duration: one error line, exit 2, nothing deleted."""
+    store, url = shared
+    _hand_made(store, "q-old", "done")
+    assert main(["drain", "--store", url, "--prune-done", bound]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --prune-done must be a duration such as 7d, 12h, 30m or ")
+    assert err.count("\n") == 1
+    assert store.record_get(QUEUE, "q-old") is not None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--dry-run"], "error: --dry-run goes with --prune-done\n"),
+        (
+            ["--prune-done", "7d", "--tools", "x:y"],
+            "error: --prune-done runs nothing: no --tools, --reconcile or --sheet\n",
+        ),
+    ],
+)
+def test_drain_prune_options_that_do_not_fit_are_one_error_line(shared, capsys, extra, message):
+    """``--dry-run`` alone, or a prune with tools to run: one error line, exit 2."""
+    store, url = shared
+    _hand_made(store, "q-old", "done")
+    assert main(["drain", "--store", url, *extra]) == 2
+    assert capsys.readouterr().err == message
+    assert store.record_get(QUEUE, "q-old") is not None

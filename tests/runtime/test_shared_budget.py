@@ -202,3 +202,215 @@ def test_a_run_guard_on_the_loop_pays_the_models_retry_off_the_loop(service):
     assert service.hits["GET /search"] == 2
     assert store.inner.record_get(BUDGET_SPACE, "search:read")[0] == {"milli": 0}
     assert breaker.stats.retries == {"model-retry": 1, "model-retry-refused": 1}
+
+
+# -- compare-and-set conflicts under contention ---------------------------------------------
+
+CONTENDERS = 12
+SPENDS = 25
+
+
+def _open_store(kind: str, target: str) -> Any:
+    if kind == "sqlite":
+        from toolbreaker import SQLiteStore
+
+        return SQLiteStore(target)
+    from toolbreaker import RedisStore
+
+    url, prefix = target.split("|")
+    return RedisStore(url, prefix=prefix)
+
+
+def _contend(kind: str, target: str, start: Any, out: Any) -> None:
+    """One process: its own store connection, SPENDS decisions on the shared bucket."""
+    from toolbreaker.core.retry import spend
+    from toolbreaker.runtime._shared_budget import SharedBudget
+
+    store = _open_store(kind, target)
+    faults = []
+    budget = SharedBudget(
+        "search:read",
+        RetryPolicy(budget=CONTENDERS * SPENDS),
+        store,
+        lambda: faults.append(1),
+    )
+    start.wait(60)
+    allowed = sum(bool(budget.update(spend)) for _ in range(SPENDS))
+    store.close()
+    out.put((allowed, len(faults)))
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def contended(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[tuple[str, str, Any]]:
+    """A real shared store, its address for other processes, and a store to look with."""
+    if request.param == "sqlite":
+        target = str(tmp_path / "tb.db")
+    else:
+        target = f"{request.getfixturevalue('redis_url')}|tb-budget-{tmp_path.name}"
+    store = _open_store(request.param, target)
+    yield request.param, target, store
+    store.close()
+
+
+@pytest.mark.slow
+def test_contending_processes_resolve_conflicts_without_a_spurious_no(contended):
+    """Twelve processes spend a budget large enough for all of them at once: every
+    decision is "retry" (conflicts back off and resolve; none is refused for want of a
+    write), no fault is counted, and the bucket holds exactly what was not spent."""
+    import multiprocessing
+
+    kind, target, store = contended
+    context = multiprocessing.get_context("fork")
+    start, out = context.Event(), context.Queue()
+    workers = [
+        context.Process(target=_contend, args=(kind, target, start, out)) for _ in range(CONTENDERS)
+    ]
+    for worker in workers:
+        worker.start()
+    start.set()
+    results = [out.get(timeout=120) for _ in workers]
+    for worker in workers:
+        worker.join(30)
+    assert [faults for _, faults in results] == [0] * CONTENDERS
+    assert sum(allowed for allowed, _ in results) == CONTENDERS * SPENDS
+    assert store.record_get(BUDGET_SPACE, "search:read")[0] == {"milli": 0}
+
+
+def test_a_real_store_that_is_down_still_decides_no_retry(tmp_path):
+    """A redis-server that is gone: the decision is "no retry" at once (a fault is not a
+    conflict: no backoff, no second round trip), counted as a fault."""
+    import shutil
+
+    from stores.conftest import RedisServer
+    from toolbreaker import RedisStore
+    from toolbreaker.core.retry import spend
+    from toolbreaker.runtime import _shared_budget
+    from toolbreaker.runtime._shared_budget import SharedBudget
+
+    binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
+    assert binary is not None, "redis-server is not installed"
+    server = RedisServer(binary, tmp_path)
+    server.start()
+    store = RedisStore(server.url, prefix="tb-down")
+    faults: list[int] = []
+    budget = SharedBudget("search:read", RetryPolicy(budget=5), store, lambda: faults.append(1))
+    assert budget.update(spend) is True
+    server.stop()
+    slept: list[float] = []
+    original = _shared_budget._sleep
+    _shared_budget._sleep = slept.append
+    try:
+        assert budget.update(spend) is False
+    finally:
+        _shared_budget._sleep = original
+        store.close()
+    assert faults == [1]
+    assert slept == []
+
+
+class Conflicting(SharedMemory):
+    """A shared store whose first ``conflicts`` compare-and-sets lose to another writer."""
+
+    def __init__(self, conflicts: int) -> None:
+        super().__init__()
+        self.conflicts = conflicts
+
+    def record_put(self, *args: Any, **kwargs: Any) -> Any:
+        if self.conflicts > 0:
+            self.conflicts -= 1
+            self.inner.record_put(BUDGET_SPACE, "search:read", {"milli": 5000})  # the other
+            return None
+        return super().record_put(*args, **kwargs)
+
+
+def test_conflicts_back_off_with_growing_bounded_jitter(monkeypatch):
+    """Each conflict waits a jittered while before reading again: the windows grow and
+    stay under the cap, and the decision is made once a write wins."""
+    from toolbreaker.core.retry import spend
+    from toolbreaker.runtime import _shared_budget
+    from toolbreaker.runtime._shared_budget import BACKOFF_CAP_S, SharedBudget
+
+    slept: list[float] = []
+    monkeypatch.setattr(_shared_budget, "_sleep", slept.append)
+    store = Conflicting(conflicts=6)
+    budget = SharedBudget("search:read", RetryPolicy(budget=5), store)
+    assert budget.update(spend) is True
+    assert len(slept) == 6
+    assert all(0 <= s <= BACKOFF_CAP_S for s in slept)
+    assert store.inner.record_get(BUDGET_SPACE, "search:read")[0] == {"milli": 4000}
+
+
+def test_conflicts_that_never_end_decide_no_retry_within_a_bounded_wait(monkeypatch):
+    """A write that loses every time: "no retry" once MAX_BACKOFF_S has passed (on a
+    clock the sleeps advance), having waited at most that plus one window."""
+    from toolbreaker.core.retry import spend
+    from toolbreaker.runtime import _shared_budget
+    from toolbreaker.runtime._shared_budget import (
+        ATTEMPTS,
+        BACKOFF_CAP_S,
+        MAX_BACKOFF_S,
+        SharedBudget,
+    )
+
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(_shared_budget, "_sleep", sleep)
+    monkeypatch.setattr(_shared_budget, "_clock", lambda: int(now[0] * 1000))
+    faults: list[int] = []
+    budget = SharedBudget(
+        "search:read", RetryPolicy(budget=5), Conflicting(10_000), lambda: faults.append(1)
+    )
+    assert budget.update(spend) is False
+    assert MAX_BACKOFF_S <= sum(slept) <= MAX_BACKOFF_S + BACKOFF_CAP_S
+    assert len(slept) < ATTEMPTS
+    assert faults == [1]
+
+
+def test_conflicts_on_a_loop_thread_end_after_attempts_without_sleeping():
+    """Asked on an event loop's own thread, a decision never sleeps: at most ATTEMPTS
+    immediate tries, then "no retry"."""
+    from toolbreaker.core.retry import spend
+    from toolbreaker.runtime._shared_budget import ATTEMPTS, SharedBudget
+
+    store = Conflicting(10_000)
+
+    async def main() -> bool:
+        return SharedBudget("search:read", RetryPolicy(budget=5), store).update(spend)
+
+    assert asyncio.run(main()) is False
+    assert store.conflicts == 10_000 - ATTEMPTS
+
+
+def test_conflicts_on_the_event_loop_never_sleep_there(monkeypatch, service):
+    """Async callers pay the shared budget in a worker thread, so a backoff never blocks
+    the loop; a decision asked on the loop thread itself retries without sleeping."""
+    from toolbreaker.core.retry import spend
+    from toolbreaker.runtime import _shared_budget
+    from toolbreaker.runtime._shared_budget import SharedBudget
+
+    where: list[int] = []
+    monkeypatch.setattr(_shared_budget, "_sleep", lambda s: where.append(threading.get_ident()))
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        direct = SharedBudget("search:read", RetryPolicy(budget=5), Conflicting(3))
+        assert direct.update(spend) is True  # on the loop thread: no sleep at all
+        assert where == []
+        store = Conflicting(3)
+        breaker = make(store, budget=1)
+        service.inject("GET /search", Fault(status=503))
+
+        async def asearch() -> dict[str, Any]:
+            return await asyncio.to_thread(search, service)
+
+        assert (await breaker.acall(asearch))["query"] == "cable"
+        return loop_thread
+
+    loop_thread = asyncio.run(main())
+    assert len(where) == 3
+    assert loop_thread not in where

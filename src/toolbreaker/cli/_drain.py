@@ -3,24 +3,30 @@
 The tool code cannot come from the command line: ``--tools MODULE:NAME`` names a mapping
 of tool name to callable in an importable module (the current directory is on the path),
 ``--reconcile MODULE:NAME`` a mapping of tool name to read-only status check. ``--list``
-shows the queue (arguments masked) without running anything.
+shows the queue (arguments masked) without running anything. ``--prune-done OLDER_THAN``
+deletes done work that finished longer ago than that (``7d``, ``12h``, ``30m``, ``90s`` or
+plain seconds), one line per item, with ``--dry-run`` to see first.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import json
+import math
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError
-from toolbreaker.runtime import Registry, drain, queued_items
+from toolbreaker.runtime import PruneReport, Registry, drain, prune_done, queued_items
 
-__all__ = ["add_command", "open_store"]
+__all__ = ["add_command", "open_store", "parse_older_than"]
 
 
 def add_command(commands: Any) -> None:
@@ -36,8 +42,37 @@ def add_command(commands: Any) -> None:
     )
     cmd.add_argument("--sheet", help="the boundary sheet (the breakers' policies and deadlines)")
     cmd.add_argument("--lease-ms", type=int, help="how long a claim holds (ms)")
-    cmd.add_argument("--list", action="store_true", help="show the queue; run nothing")
+    action = cmd.add_mutually_exclusive_group()
+    action.add_argument("--list", action="store_true", help="show the queue; run nothing")
+    action.add_argument(
+        "--prune-done",
+        metavar="OLDER_THAN",
+        help="delete done work finished longer ago (7d, 12h, 30m, 90s, or seconds); run "
+        "nothing. A pruned key can be queued again",
+    )
+    cmd.add_argument("--dry-run", action="store_true", help="with --prune-done: delete nothing")
     cmd.set_defaults(run_command=_run_drain)
+
+
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_BOUND = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([smhd]?)")
+
+
+def parse_older_than(text: str) -> float:
+    """``7d``, ``12h``, ``30m``, ``90s`` or plain seconds, as seconds.
+
+    Raises:
+        PolicyError: anything else (field ``prune-done``).
+    """
+    match = _BOUND.fullmatch(text.strip())
+    seconds = float(match[1]) * _UNITS[match[2]] if match else math.nan
+    if not 0 <= seconds <= 10 * 366 * 86400:
+        raise PolicyError(
+            "--prune-done must be a duration such as 7d, 12h, 30m or 3600 (seconds, up to "
+            f"ten years), got {shown(text)}",
+            field="prune-done",
+        )
+    return seconds
 
 
 def open_store(url: str) -> Any:
@@ -114,9 +149,20 @@ def _drain(args: argparse.Namespace, store: Any) -> int:
         raise PolicyError(
             f"--store: {type(store).__name__} keeps no records (no queue)", field="store"
         )
+    if args.dry_run and args.prune_done is None:
+        raise PolicyError("--dry-run goes with --prune-done", field="dry-run")
     if args.list:
         for item in queued_items(store, dependency=args.dependency):
             sys.stdout.write(json.dumps(item, sort_keys=True, default=str) + "\n")
+        return 0
+    if args.prune_done is not None:
+        older_than = parse_older_than(args.prune_done)
+        if args.tools or args.reconcile or args.sheet:
+            raise PolicyError("--prune-done runs nothing: no --tools, --reconcile or --sheet")
+        pruned = prune_done(
+            store, older_than=older_than, dependency=args.dependency, dry_run=args.dry_run
+        )
+        _print_pruned(pruned, args.prune_done.strip())
         return 0
     registry = Registry.from_toml(args.sheet, store=store) if args.sheet else None
     if not args.tools:
@@ -133,3 +179,29 @@ def _drain(args: argparse.Namespace, store: Any) -> int:
     )
     sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True) + "\n")
     return 0
+
+
+def _print_pruned(report: PruneReport, bound: str) -> None:
+    """One line per item (untrusted text escaped), then one summary line."""
+    verb = "would prune" if report.dry_run else "pruned"
+    for item in report.pruned:
+        finished = item.get("finished_at")
+        when = (
+            datetime.datetime.fromtimestamp(finished / 1000, tz=datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+            if isinstance(finished, int)
+            else "?"
+        )
+        row = shown(f"{item.get('dependency')}.{item.get('operation')}", width=80)
+        how = "reconciled" if item.get("reconciled") else "done"
+        sys.stdout.write(
+            f"{verb} {printable(str(item.get('id')))} {row} tool {shown(item.get('tool'))} "
+            f"key {shown(item.get('idempotency_key'))} {how} {when}\n"
+        )
+    count = len(report.pruned)
+    sys.stdout.write(
+        f"{verb} {count} done item{'' if count == 1 else 's'} finished more than "
+        f"{printable(bound)} ago ({report.kept} newer kept; pending, in-flight, failed and "
+        "unknown items are never pruned)\n"
+    )

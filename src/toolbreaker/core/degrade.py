@@ -38,6 +38,7 @@ __all__ = [
     "Offer",
     "check_chain",
     "choose",
+    "prunable",
     "queue_action",
     "stale_label",
     "stale_write_due",
@@ -229,3 +230,21 @@ def queue_action(item: Mapping[str, object], now_ms: int) -> str:
     if status == "unknown":
         return "reconcile"
     return "skip"
+
+
+def prunable(item: Mapping[str, object], now_ms: int, older_than_ms: int) -> bool:
+    """Whether a queued item may be deleted at wall-clock ``now_ms``.
+
+    Only ``done`` work (made, or found made by a reconcile check) whose ``finished_at``
+    is at least ``older_than_ms`` in the past. Everything else is kept, however old:
+    pending and in-flight work must still run or be reconciled, and ``failed`` and
+    ``unknown`` items wait for a person. A done item is the queue's dedupe marker: once
+    it is deleted, the same idempotency key can be queued again. A finish time that is
+    not a whole number keeps the item (fail closed: the marker stays).
+    """
+    finished = item.get("finished_at")
+    return (
+        item.get("status") == "done"
+        and type(finished) is int
+        and finished <= now_ms - older_than_ms
+    )

@@ -6,6 +6,8 @@ Usage::
     from toolbreaker.instrumentation.prometheus import register
 
     register(breakers)          # a toolbreaker Registry
+    deferred = register_guards()
+    deferred.attach(guard)      # each RunGuard, while its run lasts
     start_http_server(9108)
 
 The collector reads each breaker's counters and state when Prometheus scrapes, so guarded
@@ -15,22 +17,26 @@ open breaker suppresses calls, so total failures alone would make it look health
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import PHASES
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
+from toolbreaker.runtime._guard import RunGuard
 from toolbreaker.runtime._registry import Registry
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
 
-__all__ = ["BreakerCollector", "register"]
+__all__ = ["BreakerCollector", "DeferredCollector", "register", "register_guards"]
 
 _LABELS = ("dependency", "operation", "tool")
+#: The most tool labels a :class:`DeferredCollector` keeps; later ones count as ``other``.
+MAX_TOOL_LABELS: Final = 1000
 
 
 class BreakerCollector:
@@ -193,6 +199,66 @@ def register(
     It goes on the default Prometheus registry unless another is given.
     """
     collector = BreakerCollector(registry, namespace=namespace)
+    target = prometheus_registry or require("prometheus_client", "prometheus").REGISTRY
+    target.register(collector)
+    return collector
+
+
+class DeferredCollector:
+    """Calls the per-turn limit deferred, from the run guards' notices.
+
+    Series: ``<namespace>_deferred_total{tool}`` (tool names masked; past
+    :data:`MAX_TOOL_LABELS` distinct names, ``other``). Run guards come and go with their
+    runs: :meth:`attach` each one; the totals outlive them. Saturated calls are counted
+    per breaker by :class:`BreakerCollector` (``_saturated_total``).
+    """
+
+    def __init__(self, *, namespace: str = "toolbreaker") -> None:
+        self._prom = require("prometheus_client.core", "prometheus")
+        self.namespace = namespace
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def attach(self, guard: RunGuard) -> Callable[[], None]:
+        """Count ``guard``'s deferred calls from now on; returns a detacher."""
+        return guard.notices.add_listener(self)
+
+    def __call__(self, record: Mapping[str, Any]) -> None:
+        """Count one notice (run guard notice listener signature)."""
+        if record.get("schema") != "toolbreaker.limit/v1" or record.get("kind") != "deferred":
+            return
+        tool = redact_text(str(record.get("tool", "")))
+        with self._lock:
+            if tool not in self._counts and len(self._counts) >= MAX_TOOL_LABELS:
+                tool = "other"
+            self._counts[tool] = self._counts.get(tool, 0) + 1
+
+    def describe(self) -> list[Metric]:
+        """Nothing up front: the series depend on the tools deferred so far."""
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the deferred-calls family, a sample per tool."""
+        deferred = self._prom.CounterMetricFamily(
+            f"{self.namespace}_deferred",
+            "Tool calls deferred to a later model turn by max_calls_per_turn.",
+            labels=("tool",),
+        )
+        with self._lock:
+            counts = sorted(self._counts.items())
+        for tool, count in counts:
+            deferred.add_metric([tool], count)
+        yield deferred
+
+
+def register_guards(
+    prometheus_registry: CollectorRegistry | None = None, *, namespace: str = "toolbreaker"
+) -> DeferredCollector:
+    """Register a :class:`DeferredCollector` (attach run guards to it) and return it.
+
+    It goes on the default Prometheus registry unless another is given.
+    """
+    collector = DeferredCollector(namespace=namespace)
     target = prometheus_registry or require("prometheus_client", "prometheus").REGISTRY
     target.register(collector)
     return collector

@@ -25,7 +25,9 @@ degradation path the model is offered, or null), ``instructions_version`` (a has
 unavailable-instruction templates the model reads), ``policy_version`` (and the whole
 ``policy`` on a publisher's first entry of a breaker and on every change of phase),
 the receipt ``record`` and, for a failed outcome, its ``class`` (``http-503``,
-``timeout``...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``.
+``timeout``...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``;
+or ``kind`` ``degrade`` (a degradation choice) or ``limit`` (a ``saturated`` or
+``deferred`` answer) with the listener's record as ``notice``.
 Both carry ``wall`` (Unix seconds, for ``--since``) and ``source`` (host and process).
 Times in records are the breakers' clock: a Redis store's clock is the server's, so
 records of many hosts compare; SQLite's is the host's monotonic clock.
@@ -422,10 +424,11 @@ class StreamPublisher:
         for target in targets:
             if isinstance(target, RunGuard):
                 removers.append(target.add_stop_listener(self.stop))
-            elif isinstance(target, Breaker):
-                removers.append(target.add_listener(self))
+                removers.append(target.notices.add_listener(self.notice))
             else:
-                removers.extend(breaker.add_listener(self) for breaker in target)
+                for breaker in [target] if isinstance(target, Breaker) else target:
+                    removers.append(breaker.add_listener(self))
+                    removers.append(breaker.degradation.add_listener(self.notice))
         self._removers.extend(removers)
 
         def detach() -> None:
@@ -483,6 +486,19 @@ class StreamPublisher:
                 "source": self._source,
                 "task": guard.task,
                 "packet": packet.to_dict(),
+            }
+        )
+
+    def notice(self, record: Mapping[str, Any]) -> None:
+        """Append one notice (degradation and run guard notice listener signature)."""
+        kind = "limit" if record.get("schema") == "toolbreaker.limit/v1" else "degrade"
+        self._append(
+            {
+                "schema": STREAM_SCHEMA,
+                "kind": kind,
+                "wall": time.time(),
+                "source": self._source,
+                "notice": dict(record),
             }
         )
 

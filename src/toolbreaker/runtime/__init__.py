@@ -17,7 +17,7 @@ from toolbreaker.runtime._classify import (
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._degrade import Degradation
-from toolbreaker.runtime._drain import DrainReport, drain, queued_items
+from toolbreaker.runtime._drain import DrainReport, PruneReport, drain, prune_done, queued_items
 from toolbreaker.runtime._guard import (
     ActionRequest,
     GuardedTool,
@@ -38,7 +38,12 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._scope import current_scope, scope
-from toolbreaker.runtime._siblings import BranchOutcome, SiblingOutcome, Siblings
+from toolbreaker.runtime._siblings import (
+    BranchOutcome,
+    CancelledByPolicy,
+    SiblingOutcome,
+    Siblings,
+)
 from toolbreaker.runtime._step import Step
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "BranchOutcome",
     "Breaker",
     "BreakerStats",
+    "CancelledByPolicy",
     "Classifier",
     "Clock",
     "Degradation",
@@ -62,6 +68,7 @@ __all__ = [
     "Listener",
     "Permit",
     "PolicyFollower",
+    "PruneReport",
     "PublishedSheet",
     "Registry",
     "Rejection",
@@ -83,6 +90,7 @@ __all__ = [
     "monotonic_ms",
     "parse_duration",
     "parse_retry_after",
+    "prune_done",
     "publish_policy",
     "queued_items",
     "scope",

@@ -912,6 +912,8 @@ class Breaker:
         self.stats.rejected += 1
         if why == _SATURATED:
             self.stats.saturated += 1
+            limit = self._bulkhead.limit if self._bulkhead is not None else None
+            self.degradation.saturated("bulkhead", limit, deadline)  # for listeners
             # A slot is free again within one deadline unless its call hangs.
             return Rejection(self, _SATURATED, deadline)
         return Rejection(self, _STORE_DOWN, None)
@@ -1175,8 +1177,8 @@ class Breaker:
         loop.
 
         Raises:
-            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
-            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            CircuitOpen: as :meth:`call` (rejected locally, with the model's result).
+            TimeoutError: an attempt's deadline passed; the attempt was cancelled.
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
         state = self._view.state
@@ -1259,11 +1261,7 @@ class Breaker:
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return target.call(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._required_deadline(timeout)
-        state = self._view.state
-        now = self.clock()
-        if state is not None and state.phase == OPEN:
-            self._reject_if_cooling(state, now)
+        deadline, state, now = self._attempt(timeout)
         if not self._inline:
             return self._run_in_thread(state, now, fn, args, kwargs, deadline)
         permit = self._enter(now, deadline)
@@ -1285,20 +1283,10 @@ class Breaker:
         timeout: float | None = _UNSET,
         **kwargs: Any,
     ) -> R:
-        """One attempt of :meth:`acall` past the quiet fast path, cancelled at its deadline.
-
-        Raises:
-            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
-            TimeoutError: the deadline passed (recorded as a qualifying failure).
-            Exception: whatever ``fn`` raised, after recording it.
-        """
+        """:meth:`_call_once` for :meth:`acall`: the call is cancelled at its deadline."""
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.acall(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._required_deadline(timeout)
-        state = self._view.state
-        now = self.clock()
-        if state is not None and state.phase == OPEN:
-            self._reject_if_cooling(state, now)
+        deadline, _, now = self._attempt(timeout)
         permit = await self._aenter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
@@ -1325,6 +1313,19 @@ class Breaker:
             permit.record(outcome)
         else:
             self.record_result(permit, outcome)
+
+    def _attempt(self, timeout: float | None) -> tuple[int, BreakerState | None, int]:
+        """An attempt's deadline in ms, the state this process sees and the time.
+
+        Raises:
+            CircuitOpen: the breaker is open and cooling down.
+        """
+        deadline = self._required_deadline(timeout)
+        state = self._view.state
+        now = self.clock()
+        if state is not None and state.phase == OPEN:
+            self._reject_if_cooling(state, now)
+        return deadline, state, now
 
     def _required_deadline(self, timeout: float | None) -> int:
         """The call's deadline in ms (``timeout`` or the default); every call needs one."""
@@ -1444,6 +1445,7 @@ class Breaker:
                 self.stats.admitted -= 1
             self.stats.rejected += 1
             self.stats.saturated += 1
+            self.degradation.saturated("workers", self._max_workers, deadline)  # for listeners
             # A busy worker is free again within one deadline unless its call hangs.
             raise circuit_open(self.key, _SATURATED, deadline, self._render)
         return worker

@@ -370,6 +370,9 @@ _pools: weakref.WeakSet[Workers] = weakref.WeakSet()
 def _after_fork_in_child() -> None:
     for pool in list(_pools):
         pool._forget_threads()
+    # A loop that was running in the parent looks as if it still ran here (its thread id
+    # was copied): the child finds its running loop afresh.
+    _dogs.clear()
 
 
 # -- async -------------------------------------------------------------------------------
@@ -381,10 +384,14 @@ class Watchdog:
     Calls are watched with :func:`within`; :func:`watchdog` returns the running loop's.
     """
 
-    __slots__ = ("_due", "_fired", "_next", "_tasks", "_timer", "loop", "time")
+    __slots__ = ("_base", "_due", "_fired", "_next", "_tasks", "_timer", "loop", "time")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        # asyncio's own loops record the thread running them (``_thread_id``): whether
+        # this loop is the one running in a thread is then one attribute read, without
+        # ``asyncio._get_running_loop``, which makes a getpid() system call every time.
+        self._base = isinstance(loop, asyncio.BaseEventLoop)
         #: The loop's clock; ``time.monotonic`` itself when the loop does not override it
         #: (what asyncio's loops do), sparing a Python frame per call.
         self.time: Callable[[], float] = (
@@ -463,13 +470,10 @@ class Watchdog:
         return f"<Watchdog armed={len(self._due)} next={self._next}>"
 
 
-class _Local(threading.local):
-    watchdog: Watchdog | None = None
-
-
-# A thread runs one loop at a time: its last watchdog is checked first, so finding the
-# running loop's costs one attribute read and one identity test.
-_local = _Local()
+# A thread runs one loop at a time: the watchdog of the loop it ran last, by thread id.
+# Checked first: when that loop is running in this thread, it is the running loop.
+_dogs: dict[int, Watchdog] = {}
+_get_ident = threading.get_ident
 
 
 def watchdog() -> Watchdog:
@@ -479,9 +483,10 @@ def watchdog() -> Watchdog:
         RuntimeError: no event loop is running in this thread.
     """
     loop = asyncio.get_running_loop()
-    dog = _local.watchdog
+    ident = _get_ident()
+    dog = _dogs.get(ident)
     if dog is None or dog.loop is not loop:
-        dog = _local.watchdog = Watchdog(loop)
+        dog = _dogs[ident] = Watchdog(loop)
     return dog
 
 
@@ -497,15 +502,19 @@ def watch(awaitable: object, seconds: float) -> Watchdog:
     Raises:
         RuntimeError: not inside an asyncio task.
     """
-    loop = _running_loop()
-    task = _current_tasks.get(loop) if loop is not None else None
-    if task is None or loop is None:
+    ident = _get_ident()
+    dog = _dogs.get(ident)
+    if dog is None or not dog._base or dog.loop._thread_id != ident:  # type: ignore[attr-defined]
+        loop = _running_loop()
+        if loop is None:
+            dog = None
+        elif dog is None or dog.loop is not loop:
+            dog = _dogs[ident] = Watchdog(loop)
+    task = _current_tasks.get(dog.loop) if dog is not None else None
+    if task is None or dog is None:
         if asyncio.iscoroutine(awaitable):
             awaitable.close()  # never awaited: no "never awaited" warning either
         raise RuntimeError("a deadline must be awaited inside an asyncio task")
-    dog = _local.watchdog
-    if dog is None or dog.loop is not loop:
-        dog = _local.watchdog = Watchdog(loop)
     when = dog.time() + seconds
     dog._due[awaitable] = (when, task, _cancelling(task))
     if when < dog._next:

@@ -46,19 +46,27 @@ from toolbreaker.runtime._result import (
 from toolbreaker.stores._protocol import Records
 
 __all__ = [
+    "DEGRADE_SCHEMA",
     "HANDOFF_SPACE",
+    "LIMIT_SCHEMA",
     "MAX_STALE_BYTES",
     "QUEUE_SCHEMA",
     "QUEUE_SPACE",
     "STALE_SPACE",
     "Degradation",
+    "Notices",
     "check_store",
+    "deferred_notice",
 ]
 
 STALE_SPACE: Final = "toolbreaker.stale"
 QUEUE_SPACE: Final = "toolbreaker.queue"
 HANDOFF_SPACE: Final = "toolbreaker.handoff"
 QUEUE_SCHEMA: Final = "toolbreaker.queue/v1"
+#: The schema of a degradation choice given to listeners.
+DEGRADE_SCHEMA: Final = "toolbreaker.degrade/v1"
+#: The schema of a limit's answer given to listeners: ``saturated`` or ``deferred``.
+LIMIT_SCHEMA: Final = "toolbreaker.limit/v1"
 #: The largest answer kept for ``stale``, in bytes of JSON; a larger one is not kept.
 MAX_STALE_BYTES: Final = 64 * 1024
 #: Reasons that are not the dependency being out: a full bulkhead passes in seconds.
@@ -86,6 +94,62 @@ def check_store(boundaries: Mapping[tuple[str, str], Boundary], store: object) -
             )
 
 
+Notice = dict[str, Any]
+
+
+class Notices:
+    """Listeners of notices: JSON-ready records of answers that are not transitions.
+
+    A degradation choice (``toolbreaker.degrade/v1``), a ``saturated`` bulkhead or worker
+    pool, a ``deferred`` call (``toolbreaker.limit/v1``). A listener only watches: one
+    that raises is counted in :attr:`faults` and logged, masked; the answer stands. With
+    no listener nothing is built (``bool(notices)`` is false).
+    """
+
+    __slots__ = ("_listeners", "_on_fault", "faults")
+
+    def __init__(self, on_fault: Callable[[str, BaseException], None] | None = None) -> None:
+        self._listeners: list[Callable[[Notice], None]] = []
+        self._on_fault = on_fault
+        self.faults = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._listeners)
+
+    def add_listener(self, listener: Callable[[Notice], None]) -> Callable[[], None]:
+        """Call ``listener(record)`` for every notice; returns a remover."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def emit(self, record: Notice) -> None:
+        """Give ``record`` to every listener (each sees it, whatever the others do)."""
+        for listener in tuple(self._listeners):
+            try:
+                listener(record)
+            except Exception as exc:  # noqa: BLE001 - a listener never changes an answer
+                if self._on_fault is not None:
+                    self._on_fault(f"notice listener {listener!r}", exc)
+                else:
+                    self.faults += 1
+                    hook_failed(f"notice listener {listener!r} failed; the answer stands", exc)
+
+
+def deferred_notice(task: str, tool: str, *, limit: int, breaker: str | None) -> Notice:
+    """The notice of a call deferred by the per-turn limit (masked)."""
+    record: Notice = {
+        "schema": LIMIT_SCHEMA,
+        "kind": "deferred",
+        "task": task,
+        "tool": tool,
+        "limit": limit,
+        "at": wall_ms(),
+    }
+    if breaker is not None:
+        record["breaker"] = breaker
+    masked: Notice = redact(record)
+    return masked
+
+
 class Degradation:
     """One breaker's degradation chain, carried out.
 
@@ -111,7 +175,7 @@ class Degradation:
         self._every_ms = round(boundary.stale_every * 1000)
         self._written: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._listeners: list[Callable[[dict[str, Any]], None]] = []
+        self.notices = Notices(self._fault)
         if self._store is None and _STORED.intersection(self.chain):
             check_store({(boundary.dependency, boundary.operation): boundary}, store)
 
@@ -121,30 +185,51 @@ class Degradation:
         return bool(self.chain)
 
     def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
-        """Call ``listener(record)`` for every choice made; returns a remover.
+        """Call ``listener(record)`` for every choice made and every saturated answer.
 
-        A record is JSON-ready: ``{"schema": "toolbreaker.degrade/v1", "breaker", "tool",
-        "reason", "at", "mode"}``, plus ``skipped`` (the modes passed over, and why) and
-        ``stale_age_ms`` when they apply; ``mode`` is ``None`` when the plain result was
-        given. A listener that raises is counted in :attr:`faults` and logged.
+        Returns a remover. A record is JSON-ready, of one of two schemas:
+
+        - ``{"schema": "toolbreaker.degrade/v1", "breaker", "tool", "reason", "at",
+          "mode"}``, plus ``skipped`` (the modes passed over, and why) and
+          ``stale_age_ms`` when they apply; ``mode`` is ``None`` when the plain result
+          was given;
+        - ``{"schema": "toolbreaker.limit/v1", "kind": "saturated", "breaker",
+          "dependency", "operation", "by", "limit", "retry_after_ms", "at"}``: a call
+          answered ``saturated`` at once, ``by`` the ``bulkhead`` (``max_concurrent``) or
+          the sync ``workers``.
+
+        ``at`` is wall-clock milliseconds. A listener that raises is counted in
+        :attr:`faults` and logged.
         """
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+        return self.notices.add_listener(listener)
 
     def _record(self, choice: Choice, tool: str, reason: str, at: int) -> None:
         record = {
-            "schema": "toolbreaker.degrade/v1",
+            "schema": DEGRADE_SCHEMA,
             "breaker": self.key,
             "tool": tool,
             "reason": reason,
             "at": at,
             **choice.to_dict(),
         }
-        for listener in tuple(self._listeners):
-            try:
-                listener(record)
-            except Exception as exc:  # noqa: BLE001 - a listener never changes an answer
-                self._fault(f"degrade listener {listener!r}", exc)
+        self.notices.emit(record)
+
+    def saturated(self, by: str, limit: int | None, retry_after_ms: int | None) -> None:
+        """Tell the listeners a call was answered ``saturated`` (nothing without them)."""
+        if not self.notices:
+            return
+        record = {
+            "schema": LIMIT_SCHEMA,
+            "kind": "saturated",
+            "breaker": self.key,
+            "dependency": self.boundary.dependency,
+            "operation": self.boundary.operation,
+            "by": by,
+            "limit": limit,
+            "retry_after_ms": retry_after_ms,
+            "at": self.wall_clock(),
+        }
+        self.notices.emit(redact(record))
 
     # -- stale: keep the last good answer ---------------------------------------------------
 
@@ -253,7 +338,7 @@ class Degradation:
             now = self.wall_clock()
             choice = choose(self.chain, offer, now_ms=now, max_stale_ms=self.boundary.max_stale_ms)
             mode = choice.mode
-            if self._listeners:
+            if self.notices:
                 self._record(choice, tool, reason, now)
             if mode is None:
                 return plain

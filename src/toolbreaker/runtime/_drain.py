@@ -30,7 +30,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
-from toolbreaker.core.degrade import queue_action
+from toolbreaker.core.degrade import prunable, queue_action
 from toolbreaker.core.run.redact import redact, redact_text
 from toolbreaker.errors import CircuitOpen, PolicyError, StoreUnavailable
 from toolbreaker.runtime._boundary import Boundary
@@ -42,11 +42,14 @@ from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.stores._protocol import Records, Store
 
-__all__ = ["DrainReport", "drain", "queued_items"]
+__all__ = ["DrainReport", "PruneReport", "drain", "prune_done", "queued_items"]
 
 #: How much longer than the tool's deadline a drainer's lease lasts.
 LEASE_MARGIN_MS: Final = 10_000
 _MAX_RESULT: Final = 64 * 1024
+#: The longest prune bound: ten years, in seconds.
+_MAX_PRUNE_S: Final = 10 * 366 * 86400
+_PRUNE_FIELDS: Final = ("dependency", "operation", "tool", "idempotency_key", "finished_at")
 
 Reconcile = Callable[[str, Mapping[str, Any]], Any]
 
@@ -90,6 +93,85 @@ def queued_items(store: Records, *, dependency: str | None = None) -> list[dict[
         and (dependency is None or value.get("dependency") == dependency)
     ]
     return sorted(items, key=lambda v: (v.get("queued_at", 0), v.get("id", "")))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What one prune did (or, in a dry run, would do).
+
+    Attributes:
+        pruned: the items deleted, oldest first: ``id``, ``dependency``, ``operation``,
+            ``tool``, ``idempotency_key``, ``finished_at`` and ``reconciled`` (masked).
+        kept: done items not old enough yet (still dedupe markers).
+        dry_run: nothing was deleted.
+    """
+
+    pruned: tuple[Mapping[str, Any], ...] = ()
+    kept: int = 0
+    dry_run: bool = False
+
+
+def prune_done(
+    store: Records,
+    *,
+    older_than: float,
+    dependency: str | None = None,
+    dry_run: bool = False,
+    wall_clock: Callable[[], int] = wall_ms,
+) -> PruneReport:
+    """Delete the done work that finished more than ``older_than`` seconds ago.
+
+    A done item is the queue's dedupe marker: while it is kept, the same idempotency key
+    is answered "already queued" and never queued again. Pruning ends that window: a key
+    pruned can be queued (and drained) again, so keep done work longer than a caller
+    may retry the same work (a run guard's journal still answers its own run). Only
+    ``done`` items are deleted (:func:`toolbreaker.core.degrade.prunable`): pending,
+    claimed, running, failed and unknown items never are. Each deletion is a
+    compare-and-set on the version read, so an item that changed meanwhile stays.
+
+    Args:
+        store: the store the work was queued in.
+        older_than: seconds since the item finished (0: every done item).
+        dependency: only this dependency's items.
+        dry_run: report what would be deleted; delete nothing.
+        wall_clock: wall-clock milliseconds (finish times compare across hosts).
+
+    Raises:
+        PolicyError: ``older_than`` is not a number of seconds from 0 (field
+            ``older_than``).
+        StoreUnavailable: the queue could not be listed.
+    """
+    if (
+        isinstance(older_than, bool)
+        or not isinstance(older_than, (int, float))
+        or not 0 <= older_than <= _MAX_PRUNE_S
+    ):
+        raise PolicyError(
+            f"older_than must be seconds from 0 to {_MAX_PRUNE_S}, got {older_than!r}",
+            field="older_than",
+        )
+    bound_ms = round(older_than * 1000)
+    now = wall_clock()
+    pruned: list[tuple[int, Mapping[str, Any]]] = []
+    kept = 0
+    for key, item, version in store.record_list(QUEUE_SPACE):
+        if item.get("schema") != QUEUE_SCHEMA or item.get("status") != "done":
+            continue
+        if dependency is not None and item.get("dependency") != dependency:
+            continue
+        if not prunable(item, now, bound_ms):
+            kept += 1
+            continue
+        if not dry_run and not store.record_delete(QUEUE_SPACE, key, version=version):
+            continue  # changed meanwhile: not this prune's to delete
+        summary = {name: item.get(name) for name in _PRUNE_FIELDS}
+        summary["id"] = key
+        summary["reconciled"] = item.get("reconciled") is True
+        pruned.append((int(item["finished_at"]), redact(summary)))
+        if not dry_run:
+            log.info("toolbreaker: pruned the done queue item %s", key)
+    pruned.sort(key=lambda p: (p[0], str(p[1]["id"])))
+    return PruneReport(tuple(s for _, s in pruned), kept, dry_run)
 
 
 def drain(
@@ -254,6 +336,7 @@ class _Drainer:
                 hook_failed(f"the reconcile check of {item.get('tool')} raised", exc)
         if found:
             done = {**unknown, "status": "done", "reconciled": True, "result": _kept(found)}
+            done["finished_at"] = self.wall()
             if self._put(key, done, version) is not None:
                 self._journal(done)
                 if key in self.out["unknown"]:

@@ -10,12 +10,13 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import trace_event
 from toolbreaker.core.retry import RetryRecord
 from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._guard import RunGuard
 
 __all__ = ["TraceRecorder"]
 
@@ -36,10 +37,22 @@ class TraceRecorder:
     can carry a time a few microseconds older than the one before it; the recorder writes
     times that never decrease per dependency (a trace must not go back in time), which
     moves such an event by at most that race window.
+
+    Args:
+        target: the breaker trace (a path, appended to, or a text stream).
+        retries: where retry decisions go (``toolbreaker.retry/v1`` JSON Lines).
+        notices: where answers that are not transitions go, as JSON Lines: degradation
+            choices (``toolbreaker.degrade/v1``), ``saturated`` and ``deferred`` answers
+            (``toolbreaker.limit/v1``). Attached run guards report their deferrals here.
+            The breaker trace stays exactly as without it, and so do receipts.
     """
 
     def __init__(
-        self, target: str | Path | TextIO, *, retries: str | Path | TextIO | None = None
+        self,
+        target: str | Path | TextIO,
+        *,
+        retries: str | Path | TextIO | None = None,
+        notices: str | Path | TextIO | None = None,
     ) -> None:
         if isinstance(target, (str, Path)):
             self._out: TextIO = Path(target).open("a", encoding="utf-8")  # noqa: SIM115
@@ -54,18 +67,34 @@ class TraceRecorder:
             self._retries = Path(retries).open("a", encoding="utf-8")  # noqa: SIM115
         elif retries is not None:
             self._retries = retries
+        self._notices: TextIO | None = None
+        self._notices_owned = isinstance(notices, (str, Path))
+        if isinstance(notices, (str, Path)):
+            self._notices = Path(notices).open("a", encoding="utf-8")  # noqa: SIM115
+        elif notices is not None:
+            self._notices = notices
         self._lock = threading.Lock()
         self._removers: list[Callable[[], None]] = []
         self._last: dict[str, int] = {}
 
-    def attach(self, *targets: Breaker | Iterable[Breaker]) -> Callable[[], None]:
-        """Record the given breakers (or a registry's breakers as they are now)."""
+    def attach(self, *targets: Breaker | RunGuard | Iterable[Breaker]) -> Callable[[], None]:
+        """Record the given breakers (or a registry's breakers as they are now).
+
+        A run guard is recorded only when there is a notices file (its deferrals).
+        """
         breakers: list[Breaker] = []
+        guards: list[RunGuard] = []
         for target in targets:
-            breakers.extend([target] if isinstance(target, Breaker) else target)
+            if isinstance(target, RunGuard):
+                guards.append(target)
+            else:
+                breakers.extend([target] if isinstance(target, Breaker) else target)
         removers = [breaker.add_listener(self) for breaker in breakers]
         if self._retries is not None:
             removers += [breaker.add_retry_listener(self.retry) for breaker in breakers]
+        if self._notices is not None:
+            removers += [breaker.degradation.add_listener(self.notice) for breaker in breakers]
+            removers += [guard.notices.add_listener(self.notice) for guard in guards]
         self._removers.extend(removers)
 
         def detach() -> None:
@@ -94,6 +123,15 @@ class TraceRecorder:
             out.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
             out.flush()
 
+    def notice(self, record: dict[str, Any]) -> None:
+        """Write one notice to the notices file (degradation listener signature)."""
+        out = self._notices
+        if out is None:
+            return
+        with self._lock:
+            out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+            out.flush()
+
     def close(self) -> None:
         """Detach from every breaker and close the file if this recorder opened it."""
         for remove in self._removers:
@@ -103,6 +141,8 @@ class TraceRecorder:
             self._out.close()
         if self._retries_owned and self._retries is not None:
             self._retries.close()
+        if self._notices_owned and self._notices is not None:
+            self._notices.close()
 
     def __enter__(self) -> TraceRecorder:
         return self

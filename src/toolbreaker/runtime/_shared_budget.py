@@ -9,8 +9,16 @@ shell only carries the core's decisions to it:
 1. load the record (absent: a full bucket; unreadable: an empty one, fail closed);
 2. apply the successes this process saw since its last write (``refill``, once each);
 3. let the core decide on that bucket (a retry, a model's re-call);
-4. write the bucket back by compare-and-set on the version it read; on a conflict start
-   again from 1, at most :data:`ATTEMPTS` times.
+4. write the bucket back by compare-and-set on the version it read; on a conflict wait
+   a little and start again from 1, at most :data:`ATTEMPTS` times.
+
+Conflicts back off with full jitter: before try ``n + 1`` the shell sleeps a random time
+in a window that doubles from :data:`BACKOFF_FIRST_S` up to :data:`BACKOFF_CAP_S`, so
+contending processes spread out instead of colliding again. A decision stops trying
+after :data:`MAX_BACKOFF_S` (or :data:`ATTEMPTS` tries), so it waits at most that plus
+one window. The sleep is never on an event loop: async callers pay the budget in a worker
+thread, and a decision asked on a loop's own thread retries without sleeping (up to
+:data:`ATTEMPTS` tries). A store fault is not a conflict: no wait, no second try.
 
 A store fault, or a conflict every time, leaves the decision to an **empty** bucket: no
 retry is paid for with a budget nobody could check (the call's own outcome stands). It is
@@ -24,21 +32,42 @@ are lost, which errs on the side of fewer retries.
 
 from __future__ import annotations
 
+import asyncio
+import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
 from toolbreaker.core.retry import RetryBudget, RetryPolicy, refill
 from toolbreaker.errors import StoreUnavailable
+from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.stores._protocol import Records
 
-__all__ = ["ATTEMPTS", "BUDGET_SPACE", "SharedBudget"]
+__all__ = [
+    "ATTEMPTS",
+    "BACKOFF_CAP_S",
+    "BACKOFF_FIRST_S",
+    "BUDGET_SPACE",
+    "MAX_BACKOFF_S",
+    "SharedBudget",
+]
 
 #: The record space of shared retry budgets.
 BUDGET_SPACE: Final = "retry-budget"
-#: Compare-and-set attempts per decision before it is made on an empty bucket.
-ATTEMPTS: Final = 8
+#: The most compare-and-sets one decision makes before it is made on an empty bucket.
+ATTEMPTS: Final = 64
+#: The first backoff window after a conflict, in seconds (it doubles per conflict).
+BACKOFF_FIRST_S: Final = 0.001
+#: The widest backoff window, in seconds.
+BACKOFF_CAP_S: Final = 0.05
+#: How long one decision keeps trying through conflicts, in seconds: no new try starts
+#: after it (so a decision waits at most this plus one window).
+MAX_BACKOFF_S: Final = 1.0
+_sleep: Callable[[float], None] = time.sleep  # the tests watch these two
+_clock: Callable[[], int] = monotonic_ms
+_jitter = random.Random()  # noqa: S311 - spreading contenders, not secrets
 
 T = TypeVar("T")
 _FAULTS: Final = (StoreUnavailable, NotImplementedError, ValueError, TypeError)
@@ -82,7 +111,12 @@ class SharedBudget:
         with self._lock:
             refills, self._refills = self._refills, 0
         try:
-            for _ in range(ATTEMPTS):
+            give_up = _clock() + round(MAX_BACKOFF_S * 1000)
+            for attempt in range(ATTEMPTS):
+                if attempt:
+                    if _clock() >= give_up:
+                        break
+                    _back_off(attempt)
                 bucket, version = self._load()
                 for _ in range(refills):
                     bucket = refill(bucket, self.policy)
@@ -138,3 +172,12 @@ class SharedBudget:
             # Unreadable: an empty bucket (fail closed); successes refill it from there.
             return RetryBudget(0), version
         return RetryBudget(min(milli, capacity)), version
+
+
+def _back_off(conflicts: int) -> None:
+    """Sleep a jittered while after ``conflicts`` lost writes; never on an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        window = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** (conflicts - 1))
+        _sleep(_jitter.uniform(0, window))

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.stores._protocol import Records
 
 __all__ = [
+    "DURABLE_SPACES",
     "MAX_NAME",
     "MAX_RECORD",
     "acquire_lease",
@@ -31,6 +32,11 @@ __all__ = [
 MAX_NAME = 512
 #: The largest record, in bytes of canonical JSON.
 MAX_RECORD = 1 << 20
+#: Spaces whose writes must survive a crash of the store, as journal entries do: work a
+#: model was told is queued, a drain's progress through it (a forgotten ``running`` would
+#: run the work again) and handoff packets. A store commits them as it commits its
+#: journal; other records (leases, budgets, kept answers) may be lost by a crash.
+DURABLE_SPACES: Final = frozenset({"toolbreaker.queue", "toolbreaker.handoff"})
 
 
 def _check_name(what: str, name: object) -> None:

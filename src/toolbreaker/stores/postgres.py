@@ -42,7 +42,9 @@ used again without a restart.
 Records (:class:`~toolbreaker.stores.Records`) are rows of ``<prefix>_records`` (space,
 key, value, version); each operation is one statement (``INSERT ... ON CONFLICT``,
 ``UPDATE ... WHERE version = n``, ``DELETE ... WHERE version = n``), so one short
-transaction, committed like breaker state (``synchronous_commit = off``).
+transaction, committed like breaker state (``synchronous_commit = off``), except in the
+spaces that must survive a crash (:data:`~toolbreaker.stores._records.DURABLE_SPACES`:
+queued work), which commit like the journal.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._records import DURABLE_SPACES
 from toolbreaker.stores._shell import SharedStore
 from toolbreaker.stores._views import SharedView, decode_state, encode_state
 
@@ -388,7 +391,15 @@ class PostgresStore(SharedStore):
 
     def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
         table = f"{self.prefix}_records"
-        insert = f"INSERT INTO {table} AS r (space, key, value, version) VALUES (%s, %s, %s, 1) "  # noqa: S608 - validated prefix
+        # A durable space commits synchronously, as the journal does: the one statement's
+        # own transaction sets it for its commit.
+        durable = "(SELECT set_config('synchronous_commit', 'on', true))"
+        if space not in DURABLE_SPACES:
+            durable = "(SELECT 1)"
+        insert = (
+            f"INSERT INTO {table} AS r (space, key, value, version) "  # noqa: S608 - validated prefix
+            f"SELECT %s, %s, %s, 1 FROM {durable} AS d "
+        )
         if version is None:
             sql = (
                 insert + "ON CONFLICT (space, key) DO UPDATE "
@@ -400,8 +411,8 @@ class PostgresStore(SharedStore):
             params = (space, key, text)
         else:
             sql = (
-                f"UPDATE {table} SET value = %s, version = version + 1 "  # noqa: S608 - validated prefix
-                "WHERE space = %s AND key = %s AND version = %s RETURNING version"
+                f"UPDATE {table} AS r SET value = %s, version = r.version + 1 FROM {durable} AS d "  # noqa: S608 - validated prefix
+                "WHERE r.space = %s AND r.key = %s AND r.version = %s RETURNING r.version"
             )
             params = (text, space, key, version)
         row = self._execute(space, sql, params, records=True)

@@ -40,6 +40,7 @@ from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._records import DURABLE_SPACES
 from toolbreaker.stores._shell import SharedStore
 from toolbreaker.stores._views import SharedView, decode_state, encode_state
 
@@ -231,7 +232,18 @@ class SQLiteStore(SharedStore):
                 )
                 return current + 1
 
-        return self._locked(space, put)
+        if space not in DURABLE_SPACES:
+            return self._locked(space, put)
+
+        def durable_put(conn: sqlite3.Connection) -> int | None:
+            # Queued work must survive a power loss, as a confirmed journal entry does.
+            conn.execute("PRAGMA synchronous = FULL")
+            try:
+                return put(conn)
+            finally:
+                conn.execute("PRAGMA synchronous = NORMAL")
+
+        return self._locked(space, durable_put)
 
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:
         sql = "DELETE FROM toolbreaker_records WHERE space = ? AND key = ?"

@@ -1,0 +1,292 @@
+"""The Python in README.md and docs/*.md is what users copy, so every block runs here.
+
+Each block runs as the body of a coroutine (so the fragments' ``await`` and ``return``
+work) in a fresh temporary directory holding the example sheets, after a short setup
+that binds the names the block takes for granted (a tool, a store, a breaker). Server
+addresses in the text are swapped for this suite's real local servers (the fixtures
+live beside this file), paths for temporary ones; nothing else is changed. A block
+without a setup here fails :func:`test_every_block_has_a_setup`: a new example is
+either run or it does not ship.
+
+Every block also uses public names only: no import of a private module or name, no
+attribute starting with an underscore.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import dataclasses
+import re
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int
+    code: str
+
+    @property
+    def key(self) -> str:
+        """The block's first line, without its comment: what its setup is found by."""
+        return self.code.strip().splitlines()[0].split("  #")[0].strip()
+
+    def __str__(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def _blocks() -> list[Block]:
+    found = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for match in BLOCK.finditer(text):
+            line = text.count("\n", 0, match.start()) + 2
+            found.append(Block(path, line, match.group(1)))
+    return found
+
+
+BLOCKS = _blocks()
+
+# -- what each block takes for granted ------------------------------------------------------
+
+_SHEET = """
+from toolbreaker import Registry
+breakers = registry = Registry.from_toml("breakers.toml")
+"""
+
+_TOOLS = """
+query = "desk lamp"
+
+def fn(query):
+    return {"hits": [query]}
+
+async def afn(query):
+    return {"hits": [query]}
+
+def run_the_tool(query):
+    return {"hits": [query]}
+
+def search_snapshot(query):
+    return {"hits": [], "snapshot": True}
+"""
+
+_SIBLINGS = """
+from toolbreaker import Breaker
+inventory = Breaker("inventory", timeout=1.0)
+sku = "A-1001"
+
+async def check_stock(sku):
+    return await inventory.acall(_stock, sku)
+
+async def _stock(sku):
+    return {"sku": sku, "in_stock": 3}
+
+async def reserve_item(sku):
+    return await inventory.acall(_stock, sku)
+
+async def fetch_reviews(sku):
+    return {"sku": sku, "stars": 4.5}
+"""
+
+_BILLING = """
+from toolbreaker import Registry
+with open("breakers.toml", "a", encoding="utf-8") as sheet:  # the row of the example above
+    sheet.write("health_check = { interval_ms = 5000, timeout = 2.0 }\\n")
+breakers = Registry.from_toml("breakers.toml", store=store)
+
+class BillingClient:
+    def ping(self):
+        return True
+
+billing_client = BillingClient()
+"""
+
+_PUBLISHED = """
+from toolbreaker import SQLiteStore, publish_policy
+publish_policy(SQLiteStore("{sqlite}"), "breakers.toml", note="docs")
+"""
+
+#: Block (by its first line) -> the setup run before it.
+SETUP: dict[str, str] = {
+    "from toolbreaker import Registry": "",
+    "result = search.call(fn, query, timeout=4.0)": _SHEET
+    + _TOOLS
+    + 'search = breakers.get("search", operation="read")\n',
+    'registry.register_local("search_catalog_snapshot", search_snapshot)': _SHEET + _TOOLS,
+    "from toolbreaker import Budget, RunGuard, Siblings": _SIBLINGS,
+    "from toolbreaker.instrumentation.stream import StreamPublisher, open_stream": _SHEET
+    + 'from toolbreaker import RunGuard\nguard = RunGuard("task-1")\n',
+    "from toolbreaker import Budget, Registry, RunGuard": """
+from toolbreaker import SQLiteStore
+store = SQLiteStore("{sqlite}")
+
+def find_ticket(key):
+    return None
+""",
+    "from toolbreaker import PostgresStore, Registry, RedisStore, SQLiteStore": "",
+    'version = store.record_put("leases", "checker", {"holder": "w1", "until": t}, version=0)': """
+from toolbreaker import SQLiteStore
+store = SQLiteStore("{sqlite}")
+t, t2 = 1_700_000_000_000, 1_700_000_005_000
+""",
+    'breakers = Registry.from_store(RedisStore("redis://cache:6379/0"), poll=5.0)': """
+from toolbreaker import RedisStore, Registry, publish_policy
+publish_policy(RedisStore("redis://cache:6379/0"), "breakers.toml", note="docs")
+""",
+    'breakers.health_check("billing", billing_client.ping, operation="write")': """
+from toolbreaker import SQLiteStore
+store = SQLiteStore("{sqlite}")
+"""
+    + _BILLING,
+    "from toolbreaker import TraceRecorder": _SHEET,
+    "from toolbreaker import BreakerState, Event, Policy, apply": "",
+    'guard = RunGuard("task-42", budget=Budget(max_calls_per_turn=8, max_tool_calls=50))': (
+        "from toolbreaker import Budget, RunGuard\n"
+    ),
+    "from toolbreaker import Siblings": _SIBLINGS,
+    "import toolbreaker": """
+from toolbreaker import Registry, SQLiteStore
+store = SQLiteStore("{sqlite}")
+registry = Registry.from_toml("breakers.toml", store=store)
+
+def charge_card(**args):
+    return {"id": "ch_1"}
+
+def find_charge(key, args):
+    return None
+""",
+    "from toolbreaker import Registry, SQLiteStore": _PUBLISHED,
+    "from toolbreaker import Budget, RunGuard": "",
+    "from toolbreaker import SQLiteStore, prune_done": "",
+    'breakers = Registry.from_toml("breakers.toml", store=store)': """
+from toolbreaker import SQLiteStore
+store = SQLiteStore("{sqlite}")
+"""
+    + _BILLING,
+}
+
+#: Addresses and paths in the text -> what they become here.
+SWAPS = {
+    "/var/lib/myapp/breakers.db": "{sqlite}",
+    "/var/lib/app/breakers.db": "{sqlite}",
+    "sqlite:///var/tb/breakers.db": "sqlite:///{sqlite}",
+    "redis://cache:6379/0": "{redis}",
+    "redis://node-1:7000/0": "{cluster}",
+    "postgresql://app@db/agents": "{postgres}",
+}
+
+
+def _servers_of(code: str) -> set[str]:
+    swapped = " ".join(value for key, value in SWAPS.items() if key in code)
+    return set(re.findall(r"\{(redis|cluster|postgres)\}", swapped))
+
+
+# -- the tests ------------------------------------------------------------------------------
+
+
+def test_blocks_are_told_apart_by_their_first_line() -> None:
+    """Two blocks never share a first line, so each setup belongs to one block."""
+    keys = [block.key for block in BLOCKS]
+    assert len(keys) == len(set(keys))
+    assert set(SETUP) <= set(keys), f"setups for blocks that are gone: {set(SETUP) - set(keys)}"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=str)
+def test_every_block_has_a_setup(block: Block) -> None:
+    """Every Python block in the docs is run by this file (a setup, maybe empty)."""
+    assert block.key in SETUP, (
+        f"{block}: add a setup for this block to tests/stores/test_docs.py SETUP "
+        f"(its first line is {block.key!r})"
+    )
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=str)
+def test_every_block_uses_public_names_only(block: Block) -> None:
+    """No block imports a private module or name, or reads an underscored attribute."""
+    tree = ast.parse(_as_coroutine(block.code))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            parts = (node.module or "").split(".") + [a.name for a in node.names]
+        elif isinstance(node, ast.Import):
+            parts = [p for a in node.names for p in a.name.split(".")]
+        elif isinstance(node, ast.Attribute):
+            parts = [node.attr]
+        else:
+            continue
+        private = [p for p in parts if p.startswith("_") and not p.startswith("__")]
+        assert not private, f"{block}: private name {private[0]!r} in the docs"
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=str)
+def test_every_block_runs(
+    block: Block, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The block runs as written (addresses swapped for local servers) and raises nothing."""
+    if block.key not in SETUP:
+        pytest.fail(f"{block}: no setup (see test_every_block_has_a_setup)")
+    values = {"sqlite": str(tmp_path / "breakers.db")}
+    for server in _servers_of(block.code + SETUP[block.key]):
+        values[server] = _server_url(server, request)
+    for name in ("breakers.toml", "budget.toml"):
+        shutil.copy(ROOT / "examples" / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    code = block.code
+    for text, swap in SWAPS.items():
+        code = code.replace(text, swap)
+    setup = SETUP[block.key].replace('"redis://cache:6379/0"', '"{redis}"')
+    namespace: dict[str, Any] = {"__name__": "docs_block"}
+    try:
+        exec(compile(_fill(setup, values), f"setup of {block}", "exec"), namespace)
+        program = _as_coroutine(_fill(code, values))
+        exec(compile(program, str(block), "exec"), namespace)
+        asyncio.run(namespace["__block__"]())
+    finally:
+        for value in namespace.values():  # no thread a block started outlives it
+            if type(value).__module__.startswith("toolbreaker") and hasattr(value, "close"):
+                value.close()
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _as_coroutine(code: str) -> str:
+    """The block as the body of ``__block__()``; the names it binds stay module globals."""
+    names = sorted(_bound(ast.parse(code, feature_version=(3, 10))))
+    body = f"global {', '.join(names)}\n{code}" if names else code
+    return "async def __block__():\n" + textwrap.indent(body, "    ") + "    pass\n"
+
+
+def _bound(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        else:
+            for child in ast.walk(node):
+                if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                    names.add(child.id)
+    return names
+
+
+def _fill(code: str, values: dict[str, str]) -> str:
+    for name, value in values.items():
+        code = code.replace("{" + name + "}", value)
+    return code
+
+
+def _server_url(server: str, request: pytest.FixtureRequest) -> str:
+    if server == "cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
+    return str(request.getfixturevalue(f"{server}_url"))
