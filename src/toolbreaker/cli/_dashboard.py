@@ -232,6 +232,7 @@ class Board:
         horizon = second - self.seconds
         old = [s for s in self._notice_seconds if s <= horizon]
         if old:
+            self.revision += 1
             self.notices_rev = self.revision
             for s in old:
                 for slot, n in self._notice_seconds.pop(s).items():
