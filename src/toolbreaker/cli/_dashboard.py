@@ -35,7 +35,7 @@ from toolbreaker._extras import require
 from toolbreaker.core.breaker.calibration import calibrate, findings
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.run.redact import redact
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, ToolbreakerError
 from toolbreaker.instrumentation.stream import (
     EventStream,
@@ -357,9 +357,26 @@ class Board:
         return {"window_s": self.seconds, "counts": counts, "recent": recent}
 
 
+_MASKED: dict[str, str] = {}
+_MASKED_KEEP: Final = 4096
+
+
 def _text(value: object) -> str | None:
-    """A string from the stream, bounded; ``None`` for anything else."""
-    return value[:_MAX_TEXT] if isinstance(value, str) else None
+    """A string from the stream, bounded and masked; ``None`` for anything else.
+
+    Masking is the costly part of the fold and the same few tool names and reasons come
+    again and again (a saturated bulkhead answers thousands of calls), so the masked
+    text of each is kept, for up to :data:`_MASKED_KEEP` texts.
+    """
+    if not isinstance(value, str):
+        return None
+    text = value[:_MAX_TEXT]
+    masked = _MASKED.get(text)
+    if masked is None:
+        if len(_MASKED) >= _MASKED_KEEP:
+            _MASKED.clear()
+        masked = _MASKED[text] = redact_text(text)
+    return masked
 
 
 def _int(value: object) -> int | None:
@@ -382,9 +399,9 @@ def _notice_item(
         "wall": wall,
         "kind": category,
         "key": _text(notice.get("breaker")),
-        "dependency": _text(notice.get("dependency")) or row.get("dependency"),
-        "tool": _text(notice.get("tool")) or row.get("tool"),
-        "source": source[:_MAX_TEXT],
+        "dependency": _text(notice.get("dependency")) or _text(row.get("dependency")),
+        "tool": _text(notice.get("tool")) or _text(row.get("tool")),
+        "source": _text(source),
     }
     if category == "degrade":
         mode = notice.get("mode")
@@ -415,8 +432,7 @@ def _notice_item(
             item["reason"] = f"max_calls_per_turn {limit} reached"
         else:
             item["reason"] = ""
-    masked: dict[str, Any] = redact(item)
-    return masked
+    return item
 
 
 def _wall(entry: Mapping[str, Any]) -> float:
