@@ -7,14 +7,26 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+import urllib.error
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from toolbreaker import Breaker, Policy, PolicyError, SiblingOutcome, Siblings
-from toolbreaker.testing import ToolService, request_json
+from toolbreaker import (
+    Breaker,
+    GuardedTool,
+    Policy,
+    PolicyError,
+    RunGuard,
+    SiblingOutcome,
+    Siblings,
+)
+from toolbreaker.runtime import CancelledByPolicy
+from toolbreaker.runtime._result import cancelled_result, unknown_result
+from toolbreaker.stores import MemoryStore
+from toolbreaker.testing import Fault, ToolService, request_json
 
 PATIENCE = 20.0
 
@@ -206,3 +218,246 @@ def test_branch_names_are_unique():
     group.add("a", lambda: 1)
     with pytest.raises(PolicyError):
         group.add("a", lambda: 2)
+
+
+# -- one model turn's calls through a RunGuard (what the framework adapters use) ------------
+
+
+def until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.005)
+
+
+async def auntil(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.005)
+
+
+def turn_guard(inventory: Breaker, reviews: Breaker, journal: MemoryStore) -> RunGuard:
+    """``stock`` needs the required inventory; so do the write ``reserve`` and ``price``;
+    ``reviews`` is independent. The functions are run by the test (the framework's part)."""
+    guard = RunGuard("turn", journal=journal)
+    unused = lambda **_: None  # noqa: E731 - the test runs the tools itself
+    guard.add_tool(GuardedTool("stock", unused, breaker=inventory, required=True))
+    guard.add_tool(GuardedTool("reserve", unused, risk="reversible_write", breaker=inventory))
+    guard.add_tool(GuardedTool("price", unused, breaker=inventory))
+    guard.add_tool(GuardedTool("reviews", unused, breaker=reviews))
+    return guard
+
+
+def check_turn(guard: RunGuard, journal: MemoryStore, reserve: Any, price: Any) -> None:
+    """reviews completed, stock degraded (it opened the breaker), the write in flight and
+    the call not yet started cancelled by policy; the run stopped."""
+    assert isinstance(reserve, CancelledByPolicy)
+    assert reserve.answer["cancelled"] is True
+    assert reserve.answer["outcome_unknown"] is True  # it may have committed
+    key = reserve.answer["idempotency_key"]
+    assert journal.journal_get("turn", key)["status"] == "unknown"
+    assert isinstance(price, CancelledByPolicy)
+    assert "outcome_unknown" not in price.answer
+    turn = guard.turn_outcome()
+    assert turn is not None
+    assert turn.completed == ("reviews",)
+    assert turn.degraded == ("stock",)
+    assert set(turn.cancelled) == {"reserve", "price"}
+    assert turn["price"].reason == "required dependency 'inventory' opened"
+    assert turn["reserve"].reason.startswith("required dependency 'inventory' opened; ")
+    assert guard.stopped is not None
+    assert guard.stopped.condition == "dependency-open"
+
+
+def test_run_guard_turn_cancels_the_calls_that_need_an_opened_required_dependency(service):
+    """asyncio: the task running the write in flight is cancelled (and awaited), a call
+    admitted but not started never starts, the independent call completes."""
+    service.outage("GET /orders")
+    inventory, reviews = inventory_breaker(), Breaker("reviews", timeout=5, enforce="cooperative")
+    journal = MemoryStore()
+    guard = turn_guard(inventory, reviews, journal)
+    started: list[str] = []
+    cancelled: list[str] = []
+
+    async def main() -> tuple[Any, Any]:
+        async with httpx.AsyncClient(base_url=service.url) as client:
+
+            async def hang() -> Any:
+                started.append("reserve")
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    cancelled.append("reserve")
+                    raise
+
+            async def fetch(path: str) -> Any:
+                reply = await client.get(path)
+                reply.raise_for_status()
+                return reply.json()
+
+            guard.mark_turn(1)
+            steps = {
+                name: await guard.abegin(name, {"sku": "A-1001"})
+                for name in ("stock", "reserve", "price", "reviews")
+            }
+            writing = asyncio.create_task(guard.arun_step(steps["reserve"], hang))
+            await auntil(lambda: started == ["reserve"])
+            with pytest.raises(httpx.HTTPStatusError) as failed:
+                await guard.arun_step(steps["stock"], lambda: fetch("/orders/A-1001"))
+            assert (await steps["stock"].afailed(failed.value))["tool_unavailable"]
+            price = await guard.arun_step(steps["price"], lambda: fetch("/orders/A-1002"))
+            found = await guard.arun_step(steps["reviews"], lambda: fetch("/search?q=cable"))
+            assert (await steps["reviews"].asucceeded(found))["results"]
+            reserve = await writing
+            assert all(t is asyncio.current_task() or t.done() for t in asyncio.all_tasks())
+            return reserve, price
+
+    reserve, price = asyncio.run(main())
+    check_turn(guard, journal, reserve, price)
+    assert cancelled == ["reserve"]
+    assert service.hits["GET /orders"] == 1  # price never started
+    assert inventory._listeners == []  # nothing of the turn outlives it
+
+
+def test_run_guard_turn_abandons_a_thread_that_needs_an_opened_required_dependency(service):
+    """Threads: the write in flight is abandoned at once (its result is discarded when it
+    comes), a call not started never starts, the independent call completes."""
+    service.outage("GET /orders")
+    service.inject("POST /tickets", Fault(delay=30))  # in flight until the service stops
+    inventory, reviews = inventory_breaker(), Breaker("reviews", timeout=5, enforce="cooperative")
+    journal = MemoryStore()
+    guard = turn_guard(inventory, reviews, journal)
+    guard.mark_turn(1)
+    names = ("stock", "reserve", "price", "reviews")
+    steps = {name: guard.begin(name, {"sku": "A-1001"}) for name in names}
+
+    def get(path: str) -> Any:
+        return request_json("GET", service.url + path, timeout=5)
+
+    def post() -> Any:
+        body = {"title": "reserve A-1001", "body": "hold one"}
+        return request_json("POST", f"{service.url}/tickets", body=body, timeout=40)
+
+    results: dict[str, Any] = {}
+    writer = threading.Thread(
+        target=lambda: results.setdefault("reserve", guard.run_step(steps["reserve"], post))
+    )
+    writer.start()
+    until(lambda: service.hits.get("POST /tickets", 0) == 1)
+    with pytest.raises(urllib.error.HTTPError) as failed:  # the 503 that opens the breaker
+        guard.run_step(steps["stock"], lambda: get("/orders/A-1001"))
+    assert steps["stock"].failed(failed.value)["tool_unavailable"]
+    writer.join(PATIENCE)
+    assert not writer.is_alive()
+    assert service.in_flight == 1  # abandoned: the write is still at the service
+    price = guard.run_step(steps["price"], lambda: get("/orders/A-1002"))
+    found = guard.run_step(steps["reviews"], lambda: get("/search?q=a"))
+    assert steps["reviews"].succeeded(found)["results"]
+    check_turn(guard, journal, results["reserve"], price)
+
+
+def test_an_opening_seen_only_in_the_store_cancels_by_poll(tmp_path):
+    """Another process opens the required breaker (a second store on the same SQLite
+    file): no listener here hears it, the turn's poll of the view sees it."""
+    from toolbreaker.stores import SQLiteStore
+
+    path = tmp_path / "breakers.db"
+    with SQLiteStore(path) as mine, SQLiteStore(path) as theirs:
+        here = Breaker("inventory", policy=Policy(failure_threshold=1), store=mine, timeout=5)
+        there = Breaker("inventory", policy=Policy(failure_threshold=1), store=theirs, timeout=5)
+        guard = RunGuard("poll")
+        guard.add_tool(GuardedTool("stock", lambda **_: None, breaker=here, required=True))
+        guard.mark_turn(1)
+        step = guard.begin("stock", {})
+
+        async def main() -> Any:
+            async def hang() -> None:
+                await asyncio.Event().wait()
+
+            running = asyncio.create_task(guard.arun_step(step, hang))
+            await asyncio.sleep(0)
+            with pytest.raises(ConnectionError):
+                there.call(_refused)  # the other process's failure opens it
+            return await running
+
+        answer = asyncio.run(main())
+    assert isinstance(answer, CancelledByPolicy)
+    assert answer.answer["dependency"] == "inventory"
+    assert guard.turn_outcome().cancelled == ("stock",)
+
+
+def _refused() -> None:
+    raise ConnectionError("refused")
+
+
+def test_a_turn_where_nothing_opens_runs_as_before(service):
+    inventory, reviews = inventory_breaker(), Breaker("reviews", timeout=5, enforce="cooperative")
+    guard = turn_guard(inventory, reviews, MemoryStore())
+    guard.mark_turn(1)
+    stock = guard.begin("stock", {"sku": "A-1001"})
+    url = f"{service.url}/orders/A-1001"
+    result = guard.run_step(stock, lambda: request_json("GET", url, timeout=5))
+    assert stock.succeeded(result) is result
+    turn = guard.turn_outcome()
+    assert turn is not None
+    assert turn.complete
+    assert guard.stopped is None
+    assert inventory._listeners == []
+
+
+def test_cancelled_result_is_pinned():
+    """The exact shape the model reads for a call cancelled by policy."""
+    assert cancelled_result("price", "inventory") == {
+        "ok": False,
+        "tool": "price",
+        "cancelled": True,
+        "reason": "required-dependency-opened",
+        "dependency": "inventory",
+        "retryable": False,
+        "instruction": "\"price\" was cancelled by policy: required dependency 'inventory' "
+        "opened while it ran, so its result is missing. Do not call it again in this run; "
+        "do not estimate or invent its data.",
+    }
+    unknown = unknown_result("reserve", "tb1-k", why="cancelled by policy while it ran")
+    write = cancelled_result("reserve", "inventory", unknown=unknown)
+    assert write == {
+        **unknown,
+        "cancelled": True,
+        "reason": "required-dependency-opened",
+        "dependency": "inventory",
+        "instruction": "\"reserve\" was cancelled by policy: required dependency 'inventory' "
+        "opened while it ran, so its result is missing. Do not call it again in this run; "
+        "do not estimate or invent its data. " + unknown["instruction"],
+    }
+    assert write["outcome_unknown"] is True
+
+
+def test_a_cancelled_hook_cancels_and_awaits_its_call():
+    """Structured: when the framework cancels the hook running a call that needs a
+    required dependency, the task running the tool is cancelled and awaited with it."""
+    inventory = inventory_breaker()
+    guard = RunGuard("structured")
+    guard.add_tool(GuardedTool("stock", lambda **_: None, breaker=inventory, required=True))
+    cancelled: list[str] = []
+
+    async def main() -> None:
+        async def forever() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append("stock")
+                raise
+
+        guard.mark_turn(1)
+        step = await guard.abegin("stock", {})
+        hook = asyncio.create_task(guard.arun_step(step, forever))
+        await auntil(lambda: len(asyncio.all_tasks()) == 3)  # main, the hook, the tool
+        hook.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hook
+        assert all(t is asyncio.current_task() or t.done() for t in asyncio.all_tasks())
+
+    asyncio.run(main())
+    assert cancelled == ["stock"]
+    assert inventory._listeners == []

@@ -28,6 +28,18 @@ model reads: the tool's own message on success, a JSON result it can act on on f
 (a tool-unavailable result naming the fallback, or ``{"ok": false, "error": ...,
 "retryable": ...}``), never "please try again".
 
+Sibling calls
+-------------
+``ToolNode`` runs one model message's tool calls in parallel (async tasks, or threads for
+sync tools); they are one sibling group of the run guard (the turn is the message that
+issued them). When a required dependency (a tool with ``required: True``) opens while
+they run, the calls in flight that need it are cancelled by policy: async, the task the
+middleware runs the handler in is cancelled (never ``ToolNode``'s, which would fail the
+node); sync, the call is abandoned and its result discarded. The model reads a
+cancelled-by-policy answer (a write that may have started: unknown outcome, journaled,
+never replayed); independent calls finish with their results. The run stops at the next
+``before_model``, with the turn's outcome next to the stop packet (see below).
+
 Which run a call belongs to
 ---------------------------
 Breakers are shared through the :class:`~toolbreaker.Registry`; run guards are per task.
@@ -46,7 +58,9 @@ When the run guard stops the run, the next ``before_model`` ends it without call
 model and adds an ``AIMessage`` whose text says why and whose
 ``additional_kwargs["toolbreaker_stop"]`` holds the packet (``StopPacket.to_dict()``); the
 same dict is in the final state under ``"toolbreaker_stop"``, and
-:meth:`ToolbreakerMiddleware.stop_packet` returns the packet itself.
+:meth:`ToolbreakerMiddleware.stop_packet` returns the packet itself. The last turn's calls,
+as a bounded partial outcome (``SiblingOutcome.to_result()``: the completed results, and
+which calls degraded or were cancelled and why), are under ``"toolbreaker_turn"`` in both.
 """
 
 from __future__ import annotations
@@ -71,6 +85,7 @@ from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
+from toolbreaker.runtime._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.runtime._step import Step
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
@@ -99,6 +114,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 
 __all__ = [
     "STOP_KEY",
+    "TURN_KEY",
     "ToolError",
     "ToolOptions",
     "ToolbreakerMiddleware",
@@ -109,6 +125,9 @@ __all__ = [
 
 #: The state key (and ``additional_kwargs`` key) that carries the stop packet dict.
 STOP_KEY: Final = "toolbreaker_stop"
+#: The state key (and ``additional_kwargs`` key) that carries the last turn's outcome
+#: (``SiblingOutcome.to_result()``) when the run stopped.
+TURN_KEY: Final = "toolbreaker_turn"
 
 _CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "toolbreaker_idempotency_key", default=None
@@ -184,6 +203,7 @@ class ToolbreakerState(AgentState[Any]):
     """The agent state with the stop packet dict under :data:`STOP_KEY` once stopped."""
 
     toolbreaker_stop: NotRequired[dict[str, Any] | None]
+    toolbreaker_turn: NotRequired[dict[str, Any] | None]
 
 
 class ToolError(ToolReportedError):
@@ -204,14 +224,27 @@ def idempotency_key() -> str | None:
     return _CURRENT_KEY.get()
 
 
-def stop_message(packet: StopPacket) -> AIMessage:
-    """The final message of a stopped run: the reason in words, the packet in kwargs."""
+def stop_message(packet: StopPacket, turn: SiblingOutcome | None = None) -> AIMessage:
+    """The final message of a stopped run: the reason in words, the packet in kwargs.
+
+    ``turn``: the last model turn's calls (``RunGuard.turn_outcome()``); when given, the
+    text says which completed and which did not, and ``additional_kwargs[TURN_KEY]``
+    holds ``turn.to_result()``.
+    """
     data = packet.to_dict()
     text = (
         f"Run stopped by toolbreaker ({packet.condition}): {packet.detail}. "
         f"Next safe action: {packet.next_safe_action}."
     )
-    return AIMessage(content=text, additional_kwargs={STOP_KEY: data})
+    kwargs: dict[str, Any] = {STOP_KEY: data}
+    if turn is not None and turn.branches:
+        result = turn.to_result()
+        kwargs[TURN_KEY] = result
+        done = ", ".join(turn.completed) or "none"
+        text += f" Last turn's calls completed: {done}."
+        if result.get("instruction"):
+            text += f" {result['instruction']}"
+    return AIMessage(content=text, additional_kwargs=kwargs)
 
 
 def _with_system_line(request: ModelRequest[Any], line: str) -> ModelRequest[Any]:
@@ -385,9 +418,13 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         call = request.tool_call
         with _carrying(pending.step.idempotency_key):
             try:
-                result = handler(pending.request)
+                # One call of the model turn's sibling group: abandoned by policy when a
+                # required dependency it needs opens (see RunGuard.run_step).
+                result = guard.run_step(pending.step, lambda: handler(pending.request))
             except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
                 return _failed(pending.step, call, exc, pending.step.failed(_raised(exc)))
+        if isinstance(result, CancelledByPolicy):
+            return _message(call, result.answer)
         failure, value = _outcome(result)
         answer = pending.step.failed(failure) if failure else pending.step.succeeded(value)
         return _reply(call, result, value, answer)
@@ -409,9 +446,15 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         call = request.tool_call
         with _carrying(pending.step.idempotency_key):
             try:
-                result = await _within(handler(pending.request), pending.timeout)
+                # One call of the model turn's sibling group: the task running it is
+                # cancelled by policy when a required dependency it needs opens.
+                result = await guard.arun_step(
+                    pending.step, lambda: _within(handler(pending.request), pending.timeout)
+                )
             except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
                 return _failed(pending.step, call, exc, await pending.step.afailed(_raised(exc)))
+        if isinstance(result, CancelledByPolicy):
+            return _message(call, result.answer)
         failure, value = _outcome(result)
         step = pending.step
         answer = await step.afailed(failure) if failure else await step.asucceeded(value)
@@ -474,8 +517,8 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
 
     def stop_node(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
         """A graph node that adds the stop message (packet in its ``additional_kwargs``)."""
-        packet = self.guard_for(self.task_of(runtime)).stop_packet()
-        return {"messages": [stop_message(packet)]}
+        guard = self.guard_for(self.task_of(runtime))
+        return {"messages": [stop_message(guard.stop_packet(), guard.turn_outcome())]}
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -549,20 +592,31 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         call = request.tool_call
         name = call["name"]
         guard = self._guard_of(request.runtime)
-        known = request.tool is not None or name in self.tool_options
+        # Every configured tool is described before any call of the turn runs: which
+        # dependencies are required must be known to the turn's sibling group at once.
+        for configured in self.tool_options:
+            self._describe(guard, configured, known=True)
+        turn = _turn_of(request)
+        if turn is not None:
+            # The model message that issued the call is the turn (one mark per turn, also
+            # in a hand-built graph without before_model).
+            guard.mark_turn(("langchain", turn))
+        spec = self._describe(guard, name, known=request.tool is not None)
+        args = dict(call["args"])
+        if spec.risk != "read" and spec.idempotency_arg:
+            args.pop(spec.idempotency_arg, None)  # the key is the guard's, never the model's
+        return guard, name, args, spec
+
+    def _describe(self, guard: RunGuard, name: str, *, known: bool) -> GuardedTool:
+        """The guard's description of tool ``name``, registered on first use."""
+        known = known or name in self.tool_options
         given: Mapping[str, Any] = self.tool_options.get(name, {})
         options = {k: v for k, v in given.items() if k in _GUARD_OPTIONS}
         if "business_key" in options:
             options["business_key"] = tuple(options["business_key"])
         # An unknown tool name (a model's invention) is counted by the run guard but gets
         # no breaker: the registry is not grown by whatever the model makes up.
-        spec: GuardedTool = guard.ensure_tool(
-            name, breaker=self.breaker_of(name) if known else None, **options
-        )
-        args = dict(call["args"])
-        if spec.risk != "read" and spec.idempotency_arg:
-            args.pop(spec.idempotency_arg, None)  # the key is the guard's, never the model's
-        return guard, name, args, spec
+        return guard.ensure_tool(name, breaker=self.breaker_of(name) if known else None, **options)
 
     def _pending(
         self, request: ToolCallRequest, step: Step, spec: GuardedTool
@@ -589,11 +643,30 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
                 guard.mark_turn()
             return None
         packet = guard.stop_packet()
-        return {
+        turn = guard.turn_outcome()
+        update: dict[str, Any] = {
             "jump_to": "end",
-            "messages": [stop_message(packet)],
+            "messages": [stop_message(packet, turn)],
             STOP_KEY: packet.to_dict(),
         }
+        if turn is not None and turn.branches:
+            update[TURN_KEY] = turn.to_result()
+        return update
+
+
+def _turn_of(request: ToolCallRequest) -> str | None:
+    """The id of the model message that issued the call, if the state shows it."""
+    state = request.state
+    messages = state.get("messages") if isinstance(state, Mapping) else state
+    if not isinstance(messages, list):
+        return None
+    call_id = request.tool_call.get("id")
+    for message in reversed(messages):
+        if isinstance(message, AIMessage) and any(
+            c.get("id") == call_id for c in message.tool_calls
+        ):
+            return message.id
+    return None
 
 
 def _checked(name: str, options: Mapping[str, Any]) -> ToolOptions:

@@ -28,6 +28,16 @@ a protected tool (SDK 0.24) goes like this:
   without one, is enforced by the SDK, and its timeouts skip the formatter: the tool's
   ``timeout_error_function`` records them as timeouts (``timeout_behavior`` is kept).
 
+- **siblings**: the SDK runs one model response's calls in parallel tasks; they are one
+  sibling group of the run guard (the turn is the model request count). When a required
+  dependency (a tool declared ``required`` on the guard) opens while they run, the calls
+  in flight that need it are cancelled by policy: the task the wrapped invoker runs the
+  tool in is cancelled (never the SDK's, which would fail the run) and the invoker
+  answers with the cancelled-by-policy result (a write that may have started: unknown
+  outcome, journaled, never replayed). Independent calls finish; the run is stopped, so
+  any call of the next turn raises the tripwire with the stop packet;
+  ``guard.turn_outcome()`` lists the turn's calls and how each ended.
+
 The guardrail, the invoker, the formatter and the timeout function all receive the
 call's ``ToolContext`` and its ``tool_call_id``: the step begun before the call is kept
 under that id and settled by exactly one of the after paths.
@@ -50,6 +60,7 @@ from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._guard import RunGuard
 from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import hidden_tools_line
+from toolbreaker.runtime._siblings import CancelledByPolicy
 from toolbreaker.runtime._step import Step
 
 require("agents", "openai-agents")
@@ -282,6 +293,10 @@ class _Call:
                 if raised is not exc:
                     raise
 
+    def settled_by_policy(self) -> None:
+        """The run guard settled the call: the turn cancelled it by policy."""
+        self._settle()
+
     def _settle(self) -> bool:
         if self.settled:
             return False
@@ -412,8 +427,15 @@ class _Protection:
                 call = self.calls[ctx.tool_call_id]
             call.started = True
             token = _RUNNING.set(call)
+            given = call.run_input or input
             try:
-                result = await inner(ctx, call.run_input or input)
+                if self.guard is None:
+                    result = await inner(ctx, given)
+                else:
+                    # One call of the model turn's sibling group: the task running the
+                    # tool is cancelled by policy when a required dependency it needs
+                    # opens, and the SDK's task gets the answer as the tool's output.
+                    result = await self.guard.arun_step(call.step, lambda: inner(ctx, given))
             except asyncio.CancelledError as exc:
                 if not timed:
                     call.cancel(exc)
@@ -427,6 +449,9 @@ class _Protection:
                 raise
             finally:
                 _RUNNING.reset(token)
+            if isinstance(result, CancelledByPolicy):
+                call.settled_by_policy()
+                return _text(result.answer)
             # A failure the SDK caught was settled by format_tool_error; this is its text.
             return result if call.settled else call.succeed(result)
 

@@ -16,10 +16,19 @@ the agent; it holds no breaker logic of its own and only translates:
   Pydantic AI's own signals (``ModelRetry``, a tool's ``ToolFailed``, deferrals) are settled
   and passed on unchanged unless the guard's answer must win (tool unavailable, write
   outcome unknown, run stopped);
+- Pydantic AI runs one model response's tool calls in parallel tasks; they are one
+  sibling group of the run guard (the turn is ``RunContext.run_step``). When a required
+  dependency (a tool declared ``required``) opens while its siblings run, the calls in
+  flight that need it are cancelled by policy: the task toolbreaker runs the tool in is
+  cancelled (never the framework's, which would end the run) and the model reads a
+  cancelled-by-policy answer (a write that may have started: unknown outcome, journaled,
+  never replayed); independent calls finish with their results;
 - when the run guard stops the run (budget, repeated action, loop, required dependency
-  down), the capability calls ``ctx.cancel()``: the run ends with the framework's
-  ``RunCancelled``, which keeps the message history; :func:`run_stop` pairs it with the
-  guard's stop packet.
+  down), the capability calls ``ctx.cancel()``: at once when the turn has no other call,
+  else in ``before_model_request``, once every call of the turn has its answer and before
+  the model is asked again. The run ends with the framework's ``RunCancelled``, which
+  keeps the message history; :func:`run_stop` pairs it with the guard's stop packet and
+  the last turn's outcome (which calls completed, degraded or were cancelled, and why).
 
 A breaker's ``timeout`` becomes the tool's ``ToolDefinition.timeout`` when the tool has
 none, so the framework enforces the dependency's deadline and the timeout counts as a
@@ -44,6 +53,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -73,6 +83,7 @@ from pydantic_ai.exceptions import (  # noqa: E402
     UnexpectedModelBehavior,
 )
 from pydantic_ai.messages import ModelMessage, ToolCallPart  # noqa: E402
+from pydantic_ai.models import ModelRequestContext  # noqa: E402
 from pydantic_ai.tools import AgentDepsT, ToolDefinition  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
 
@@ -82,6 +93,7 @@ from toolbreaker.runtime._breaker import Breaker  # noqa: E402
 from toolbreaker.runtime._guard import GuardedTool, RunGuard, StopPacket  # noqa: E402
 from toolbreaker.runtime._registry import Registry  # noqa: E402
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
+from toolbreaker.runtime._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
 
@@ -164,11 +176,15 @@ class RunStop:
         packet: the guard's stop packet (condition, confirmed work, next safe action).
         messages: the run's complete history, ready to pass as ``message_history``.
         cancelled: the framework's ``RunCancelled`` (usage, run id, new messages).
+        turn: the last model turn's calls as a bounded partial outcome: which completed
+            (with their results), degraded, failed or were cancelled by policy, and why
+            (``turn.to_result()`` is the JSON form); ``None`` if no turn was marked.
     """
 
     packet: StopPacket
     messages: list[ModelMessage]
     cancelled: RunCancelled
+    turn: SiblingOutcome | None = None
 
 
 def run_stop(exc: BaseException, guard: RunGuard) -> RunStop | None:
@@ -186,7 +202,7 @@ def run_stop(exc: BaseException, guard: RunGuard) -> RunStop | None:
     cancelled = RunCancelled.from_cancellation(exc)
     if cancelled is None or guard.stopped is None:
         return None
-    return RunStop(guard.stop_packet(), cancelled.all_messages(), cancelled)
+    return RunStop(guard.stop_packet(), cancelled.all_messages(), cancelled, guard.turn_outcome())
 
 
 #: A run guard, or a callable that finds the run's guard from its ``RunContext``.
@@ -282,6 +298,23 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             prepared.append(dataclasses.replace(tool_def, **changes) if changes else tool_def)
         return prepared
 
+    async def before_model_request(
+        self, ctx: RunContext[AgentDepsT], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """End a run the guard stopped before the model is asked for more calls.
+
+        A stop during a turn with sibling calls lets the turn finish (independent calls
+        complete, calls that need the opened dependency are cancelled by policy); the
+        run ends here, with ``RunCancelled`` and every answer of the turn in its history.
+        """
+        if self._bound().stopped is not None:
+            ctx.cancel()
+            # The run's task gets the cancellation at its next await, which may come after
+            # this hook's task has asked the model: end this hook's task here instead. The
+            # run ends with RunCancelled all the same (the run's own cancellation decides).
+            raise asyncio.CancelledError
+        return request_context
+
     async def wrap_tool_execute(
         self,
         ctx: RunContext[AgentDepsT],
@@ -313,19 +346,23 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             return _answer(ctx, guard, step.answer)
         if key_arg is not None and step.idempotency_key is not None:
             args = {**args, key_arg: step.idempotency_key}
+        ready = args
         try:
-            result = await handler(args)
+            # One call of the model turn's sibling group: cancelled by policy (its own
+            # task, not the framework's) when a required dependency it needs opens.
+            result = await guard.arun_step(step, lambda: handler(ready))
         except BaseException as exc:
             timeout = _as_timeout(exc)
             # records the outcome; re-raises cancellations
             seen = await step.afailed(timeout or exc)
-            if guard.stopped is not None:
-                ctx.cancel()
+            _stop_if_alone(ctx, guard)
             if timeout is None and isinstance(exc, _SIGNALS) and not _overrides(seen):
                 raise
             # A deadline is toolbreaker's to word: the framework would turn it into a
             # retry prompt and, after its retry count, an internal error the model reads.
             raise ToolFailed(_encode(seen)) from exc
+        if isinstance(result, CancelledByPolicy):
+            return _answer(ctx, guard, result.answer)
         seen = await step.asucceeded(result)
         if seen is result:
             return result
@@ -427,11 +464,24 @@ def _hide_argument(tool_def: ToolDefinition, spec: GuardedTool) -> dict[str, Any
 
 def _answer(ctx: RunContext[Any], guard: RunGuard, answer: Any) -> Any:
     """Hand the guard's answer to the model; cancel the run if the guard stopped it."""
-    if guard.stopped is not None:
-        ctx.cancel()
+    _stop_if_alone(ctx, guard)
     if isinstance(answer, Mapping) and answer.get("ok") is False:
         raise ToolFailed(_encode(answer))
     return answer
+
+
+def _stop_if_alone(ctx: RunContext[Any], guard: RunGuard) -> None:
+    """Cancel the run now if the guard stopped it and this is the turn's only call.
+
+    With siblings in the turn the run is cancelled before the next model request
+    instead (:meth:`ToolbreakerCapability.before_model_request`): cancelling now would
+    cancel them and discard their results (``RunContext.cancel``).
+    """
+    if guard.stopped is None:
+        return
+    turn = guard.turn_outcome()
+    if turn is None or len(turn.branches) <= 1:
+        ctx.cancel()
 
 
 def _as_timeout(exc: BaseException) -> TimeoutError | None:

@@ -38,7 +38,12 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._scope import current_scope, scope
-from toolbreaker.runtime._siblings import BranchOutcome, SiblingOutcome, Siblings
+from toolbreaker.runtime._siblings import (
+    BranchOutcome,
+    CancelledByPolicy,
+    SiblingOutcome,
+    Siblings,
+)
 from toolbreaker.runtime._step import Step
 
 __all__ = [
@@ -50,6 +55,7 @@ __all__ = [
     "BranchOutcome",
     "Breaker",
     "BreakerStats",
+    "CancelledByPolicy",
     "Classifier",
     "Clock",
     "Degradation",

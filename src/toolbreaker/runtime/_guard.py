@@ -46,6 +46,7 @@ from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import (
+    cancelled_result,
     deferred_result,
     denied_result,
     error_result,
@@ -53,6 +54,14 @@ from toolbreaker.runtime._result import (
     queued_result,
     stopped_result,
     unknown_result,
+)
+from toolbreaker.runtime._siblings import (
+    BranchOutcome,
+    CancelledByPolicy,
+    SiblingOutcome,
+    TurnGroup,
+    TurnMember,
+    is_policy,
 )
 from toolbreaker.runtime._step import Step
 from toolbreaker.stores._protocol import Journal
@@ -166,6 +175,7 @@ class RunGuard:
         self._resumed = False
         self._stop_listeners: list[Callable[[StopPacket, RunGuard], None]] = []
         self._turn: object = _NO_TURN
+        self._group: TurnGroup | None = None
         #: Stop listener calls that raised (logged; the run's decisions stood).
         self.listener_errors = 0
         #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
@@ -287,7 +297,21 @@ class RunGuard:
             if turn is not None and turn == self._turn:
                 return
             self._turn = turn
+            # The calls this turn starts are one sibling group (see run_step).
+            self._group = TurnGroup(turn, ())
         self._feed(RunEvent("turn", self.clock()))
+
+    def turn_outcome(self) -> SiblingOutcome | None:
+        """The calls of the current (or last) model turn and how each ended.
+
+        ``None`` before the first :meth:`mark_turn`. Each call is ``completed``,
+        ``degraded`` (a tool-unavailable, deferred or degraded answer), ``failed`` or
+        ``cancelled`` (by policy: a required dependency it needs opened while it ran, or
+        the run had stopped before it started), with the reason; ``to_result()`` is the
+        bounded partial outcome a model or caller reads.
+        """
+        group = self._group
+        return None if group is None else group.outcome()
 
     def stop(self, detail: str = "stopped by an operator") -> StopPacket:
         """Stop the run by hand (condition ``operator``) and return the packet."""
@@ -379,6 +403,49 @@ class RunGuard:
             return await step.afailed(exc)
         return await step.asucceeded(result)
 
+    def run_step(self, step: Step, fn: Callable[[], R]) -> R | CancelledByPolicy:
+        """Run a begun step's tool, ``fn()``, as one call of the current model turn.
+
+        Adapters call it where the framework runs a model response's tool calls in
+        parallel. When a required dependency this call needs opens while it runs, the
+        call is cancelled by policy: abandoned in its worker thread (its result
+        discarded), never started if it had not; the step is then settled and
+        :class:`~toolbreaker.runtime.CancelledByPolicy` carries what the model reads (a
+        write that may have started is an unknown outcome: journaled, reconciled, never
+        replayed) and the run stops, as for any required dependency going down.
+        Otherwise ``fn()``'s result (or exception) is returned as is: settle the step
+        with it. Independent calls, and calls outside a turn, run as they are.
+        """
+        turn = self._turn_of(step)
+        if turn is None:
+            return fn()
+        group, member = turn
+        group.refresh(member, self._required_breakers())
+        ran = group.run(member, fn)
+        if not is_policy(ran):
+            return ran  # type: ignore[return-value] # R: the tool's own result
+        return CancelledByPolicy(self._cancelled(step, group, member, record=True))
+
+    async def arun_step(self, step: Step, fn: Callable[[], Awaitable[R]]) -> R | CancelledByPolicy:
+        """:meth:`run_step` on the event loop: the task running the tool is cancelled.
+
+        A call that needs a required dependency runs in a task of its own; a cancellation
+        by policy cancels that task and awaits it, so nothing outlives the call, and the
+        framework's own task gets an ordinary answer. A cancelled caller cancels it too.
+        """
+        turn = self._turn_of(step)
+        if turn is None:
+            return await fn()
+        group, member = turn
+        group.refresh(member, self._required_breakers())
+        ran = await group.arun(member, fn)
+        if not is_policy(ran):
+            return ran  # type: ignore[return-value] # R: the tool's own result
+        if not step.settled and step.permit is not None:
+            await step.permit.arecord("ignored")
+        answer = await self._off_loop(step, self._cancelled, step, group, member, False)
+        return CancelledByPolicy(answer)
+
     def begin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
         """Decide one call; the :class:`~toolbreaker.runtime.Step` says what to do.
 
@@ -392,7 +459,7 @@ class RunGuard:
         if step.answer is None and step.plan.spec.breaker is not None and self._may_retry(step):
             breaker = step.plan.spec.breaker.for_scope()  # a scoped row: this tenant's
             self._admitted(step, breaker._enter(breaker.clock(), breaker._default_deadline))
-        return self._journal_pending(step)
+        return self._joined(self._journal_pending(step))
 
     async def abegin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
         """:meth:`begin` for the event loop: store round trips never block it.
@@ -413,7 +480,7 @@ class RunGuard:
                 # The degradation's store round trips run off the loop.
                 served = await self._adegraded(step.plan, admission.result_for(step.tool))
             self._admitted(step, admission, served)
-        return await self._off_loop(step, self._journal_pending, step)
+        return self._joined(await self._off_loop(step, self._journal_pending, step))
 
     async def _off_loop(self, step: Step | None, fn: Callable[..., R], /, *args: Any) -> R:
         """``fn(*args)`` where it cannot block the event loop on a shared store.
@@ -651,28 +718,120 @@ class RunGuard:
     # -- settle: the Step's owner callbacks ---------------------------------------------
 
     def _step_succeeded(self, step: Step, result: Any) -> Any:
+        self._settling(step)
         if step.permit is not None:
             step.permit.breaker.record_result(step.permit, result)
-        return self._succeeded(step, result)
+        return self._told(step, self._succeeded(step, result))
 
     def _step_failed(self, step: Step, exc: BaseException) -> Any:
+        self._settling(step)
         if step.permit is not None:
             step.permit.record(exc)
         if not isinstance(exc, Exception):
+            self._told(step, None, exc)
             raise exc  # a cancellation: a write stays pending, reconciled on resume
-        return self._failed(step, exc)
+        return self._told(step, self._failed(step, exc))
 
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
+        self._settling(step)
         if step.permit is not None:
             await step.permit.arecord(step.permit.breaker.result_verdict(result))
-        return await self._off_loop(step, self._succeeded, step, result)
+        return self._told(step, await self._off_loop(step, self._succeeded, step, result))
 
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
+        self._settling(step)
         if step.permit is not None:
             await step.permit.arecord(exc)
         if not isinstance(exc, Exception):
+            self._told(step, None, exc)
             raise exc
-        return await self._off_loop(step, self._failed, step, exc)
+        return self._told(step, await self._off_loop(step, self._failed, step, exc))
+
+    # -- the model turn's sibling group ----------------------------------------------------
+
+    def _required_breakers(self) -> tuple[Breaker, ...]:
+        found: dict[int, Breaker] = {}
+        for spec in tuple(self._tools.values()):
+            if spec.required and spec.breaker is not None:
+                found.setdefault(id(spec.breaker), spec.breaker)
+        return tuple(found.values())
+
+    def _joined(self, step: Step) -> Step:
+        """A step begun within a model turn joins the turn's group (answered ones too)."""
+        group = self._group
+        if group is None:
+            return step
+        group.required = self._required_breakers()
+        breaker = step.permit.breaker if isinstance(step.permit, Permit) else None
+        member = group.join(step.tool, None if step.answer is not None else breaker)
+        if step.answer is not None:
+            group.answered(member, step.answer)
+        elif step.plan is not None:
+            step.plan.turn = (group, member)
+        return step
+
+    def _turn_of(self, step: Step) -> tuple[TurnGroup, TurnMember] | None:
+        plan: _Plan | None = step.plan
+        return None if plan is None else plan.turn
+
+    def _settling(self, step: Step) -> None:
+        """The step is being settled: an opening its own outcome causes never cancels it."""
+        turn = self._turn_of(step)
+        if turn is not None:
+            turn[1].settling = True
+
+    def _told(self, step: Step, answer: Any, cancelled: BaseException | None = None) -> Any:
+        """Note the answer the model reads in the turn's outcome; returns it."""
+        turn = self._turn_of(step)
+        if turn is not None:
+            group, member = turn
+            if cancelled is not None and member.outcome is None:
+                member.outcome = BranchOutcome(member.name, "cancelled", type(cancelled).__name__)
+            else:
+                group.answered(member, answer)
+        return answer
+
+    def _cancelled(
+        self, step: Step, group: TurnGroup, member: TurnMember, record: bool
+    ) -> dict[str, Any]:
+        """Settle a call the turn cancelled by policy; what the model reads.
+
+        A write that may have started is an unknown outcome (journaled, reconciled, never
+        replayed); one that never started certainly did not happen. The required
+        dependency is down, so the run stops, as when a required tool is unavailable.
+        """
+        if step.settled:
+            # Settled while its cancellation was on its way (the framework's own error
+            # path): that settlement stands.
+            if member.outcome is not None:
+                return member.outcome.result  # type: ignore[no-any-return]
+            assert member.need is not None
+            return cancelled_result(step.tool, member.need.key)
+        step._settle()
+        plan: _Plan = step.plan
+        if record and step.permit is not None:
+            step.permit.record("ignored")
+        opened = member.opened or member.need
+        assert opened is not None
+        dependency = opened.key
+        why = member.cancelled_because or f"required dependency {dependency!r} opened"
+        answer: dict[str, Any]
+        if plan.spec.risk in WRITES and member.started:
+            unknown = self._unknown(
+                step, f"cancelled by policy while it ran ({why}): the write may have committed"
+            )
+            answer = cancelled_result(step.tool, dependency, unknown=unknown)
+        else:
+            self._finish(plan, "ignored")
+            self._forget(plan)
+            answer = cancelled_result(step.tool, dependency)
+        if plan.action is not None:
+            detail = f"{why}; a call of {plan.spec.name!r} that needs it was cancelled by policy"
+            self._feed(
+                RunEvent("dependency-down", self.clock(), plan.action, required=True, detail=detail)
+            )
+        group.answered(member, answer)
+        return answer
 
     # -- execute, verify, record -------------------------------------------------------------
 
@@ -946,6 +1105,7 @@ class _Plan:
     action: Action | None = None
     begun: bool = False
     opened: list[Breaker] = dataclasses.field(default_factory=list)
+    turn: tuple[TurnGroup, TurnMember] | None = None
 
 
 def _queue_id(entry: Mapping[str, Any] | None) -> str | None:

@@ -19,6 +19,8 @@ fallback to use, and not to invent the data. The shapes, one builder each:
   carries ``"degradation": MODE`` and a ``user_message`` to show a person.
 - :func:`siblings_result`: parallel sibling calls as a bounded partial outcome: what
   came in, and which branches degraded, failed or were cancelled by policy, and why;
+- :func:`cancelled_result`: one call of a model turn, cancelled by policy because a
+  required dependency it needs opened while it ran (a write's outcome is then unknown);
 - :func:`deferred_result`: the model turn already started ``max_calls_per_turn`` calls:
   this one was not made (nor queued); the model may issue it again next turn.
 
@@ -40,6 +42,7 @@ from toolbreaker.errors import PolicyError, whole_seconds
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
     "SYSTEM_PROMPT_LINE",
+    "cancelled_result",
     "deferred_result",
     "degraded_result",
     "denied_result",
@@ -498,6 +501,41 @@ def deferred_result(tool: str, *, limit: int) -> dict[str, Any]:
         "instruction": f'"{tool}" was not called: this turn already started {calls}, the '
         "most one turn may start. It was not queued either. Read the results you have; if "
         "you still need it, call it again in your next turn (this is not a provider failure).",
+    }
+
+
+def cancelled_result(
+    tool: str, dependency: str, *, unknown: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A call cancelled by policy: a required dependency it needs opened while it ran.
+
+    Args:
+        tool: the cancelled tool.
+        dependency: the required dependency (breaker key) that opened.
+        unknown: for a write that may have started, its :func:`unknown_result`: the
+            outcome is unknown, never replayed, reconciled.
+    """
+    why = redact_text(f"required dependency {dependency!r} opened")
+    text = (
+        f'"{tool}" was cancelled by policy: {why} while it ran, so its result is '
+        "missing. Do not call it again in this run; do not estimate or invent its data."
+    )
+    if unknown is not None:
+        return {
+            **unknown,
+            "cancelled": True,
+            "reason": "required-dependency-opened",
+            "dependency": redact_text(dependency),
+            "instruction": f"{text} {unknown.get('instruction', '')}".strip(),
+        }
+    return {
+        "ok": False,
+        "tool": tool,
+        "cancelled": True,
+        "reason": "required-dependency-opened",
+        "dependency": redact_text(dependency),
+        "retryable": False,
+        "instruction": text,
     }
 
 

@@ -29,15 +29,27 @@ import contextlib
 import contextvars
 import dataclasses
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.core.breaker.state import OPEN, Transition
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._breaker import Breaker
+from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import siblings_result
 
-__all__ = ["POLL_S", "BranchOutcome", "SiblingOutcome", "Siblings"]
+__all__ = [
+    "POLL_S",
+    "BranchOutcome",
+    "CancelledByPolicy",
+    "SiblingOutcome",
+    "Siblings",
+    "TurnGroup",
+    "TurnMember",
+    "classified",
+    "is_policy",
+]
 
 #: How often the group looks at the required breakers' views (openings elsewhere).
 POLL_S: Final = 0.05
@@ -305,19 +317,28 @@ class Siblings:
             if isinstance(error, CircuitOpen):
                 return BranchOutcome(name, "degraded", error.reason, error.result_for(name))
             return BranchOutcome(name, "failed", type(error).__name__, error=error)
-        result = done.result()
-        if isinstance(result, Mapping) and result.get("ok") is False:
-            if (
-                result.get("tool_unavailable")
-                or result.get("deferred")
-                or result.get("degradation")
-            ):
-                # A queued, handed-off or omitted call (the degradation matrix) is degraded,
-                # not failed; a stale or substitute answer (ok) completed, labelled as such.
-                why = result.get("reason") or result.get("degradation")
-                return BranchOutcome(name, "degraded", str(why), result)
-            return BranchOutcome(name, "failed", "error-result", result)
-        return BranchOutcome(name, "completed", None, result)
+        return classified(name, done.result())
+
+
+def classified(name: str, result: Any) -> BranchOutcome:
+    """How a branch ended, from what it returned (the answer the model reads)."""
+    if isinstance(result, Mapping) and result.get("ok") is False:
+        if result.get("cancelled"):
+            # Cancelled by policy while it ran (a write's outcome is then unknown).
+            why = f"required dependency {result.get('dependency')!r} opened"
+            if result.get("outcome_unknown"):
+                why += "; the write's outcome is unknown (reconcile, never replay)"
+            return BranchOutcome(name, "cancelled", why, result)
+        if result.get("tool_unavailable") or result.get("deferred") or result.get("degradation"):
+            # A queued, handed-off or omitted call (the degradation matrix) is degraded,
+            # not failed; a stale or substitute answer (ok) completed, labelled as such.
+            reason = result.get("reason") or result.get("degradation")
+            return BranchOutcome(name, "degraded", str(reason), result)
+        if result.get("run_stopped"):
+            # Not started: the run had stopped (a required dependency went down).
+            return BranchOutcome(name, "cancelled", f"run stopped: {result.get('detail')}", result)
+        return BranchOutcome(name, "failed", "error-result", result)
+    return BranchOutcome(name, "completed", None, result)
 
 
 async def _awaited(branch: _Branch) -> Any:
@@ -328,3 +349,313 @@ async def _awaited(branch: _Branch) -> Any:
 def _quietly(remove: Callable[[], None]) -> None:
     with contextlib.suppress(ValueError):  # removed twice
         remove()
+
+
+# -- one model turn's tool calls, as the framework adapters run them ---------------------
+
+R = TypeVar("R")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelledByPolicy:
+    """A call the model turn cancelled by policy; its step is settled already.
+
+    :meth:`RunGuard.run_step <toolbreaker.RunGuard.run_step>` returns it instead of the
+    tool's result; ``answer`` is what the model reads.
+    """
+
+    answer: Any
+
+
+#: A call the turn cancelled by policy (never seen outside this package).
+_POLICY: Final = object()
+
+
+class TurnMember:
+    """One tool call of a model turn: its name in the outcome, what it needs, how it ended.
+
+    Attributes:
+        name: the branch name in the turn's outcome (the tool, ``#2`` ... when repeated).
+        breaker: the breaker the call was admitted by, ``None`` when it was answered.
+        need: the required breaker the call needs, ``None`` when it is independent.
+        cancelled_because: why the turn cancelled it by policy, ``None`` while it was not.
+        opened: the required breaker whose opening cancelled it.
+        started: whether the tool began to run (a write may then have committed).
+        outcome: how it ended, once its answer is known.
+    """
+
+    __slots__ = (
+        "_cancel",
+        "breaker",
+        "cancelled_because",
+        "name",
+        "need",
+        "opened",
+        "outcome",
+        "settling",
+        "started",
+    )
+
+    def __init__(self, name: str, breaker: Breaker | None, need: Breaker | None) -> None:
+        self.name = name
+        self.breaker = breaker
+        self.need = need
+        self.cancelled_because: str | None = None
+        self.opened: Breaker | None = None
+        self.started = False
+        #: Its step is being settled: an opening it causes itself never cancels it.
+        self.settling = False
+        self.outcome: BranchOutcome | None = None
+        self._cancel: Callable[[], None] | None = None
+
+
+class TurnGroup:
+    """The tool calls one model turn started through a run guard, as one sibling group.
+
+    The framework runs the calls (in its own tasks or threads); each call runs its tool
+    through :meth:`arun` or :meth:`run`, so the group can cancel it by policy: when a
+    required breaker opens (its listener hears this process's transition; a poll of its
+    view every :data:`POLL_S` seconds sees another process's), every call in flight that
+    needs it is cancelled (asyncio: the task running the tool is cancelled and awaited;
+    threads: the call is abandoned, its result discarded). Independent calls finish.
+    Listeners are registered only while a call that needs a required breaker is in
+    flight. :meth:`outcome` lists every call of the turn with how it ended.
+
+    Args:
+        turn: the turn's identity (what the adapter passed to ``mark_turn``).
+        required: the breakers of the run's required tools.
+    """
+
+    def __init__(self, turn: object, required: Iterable[Breaker]) -> None:
+        self.turn = turn
+        self.required: tuple[Breaker, ...] = tuple(required)
+        self._members: list[TurnMember] = []
+        self._names: dict[str, int] = {}
+        self._taken: set[str] = set()
+        self._flight: set[TurnMember] = set()
+        self._removers: list[Callable[[], None]] = []
+        self._lock = threading.Lock()
+
+    def join(self, tool: str, breaker: Breaker | None) -> TurnMember:
+        """A call of this turn; ``breaker``: the breaker that admitted it (else answered)."""
+        need = None if breaker is None else self._need(breaker)
+        with self._lock:
+            n = self._names[tool] = self._names.get(tool, 0) + 1
+            name = tool if n == 1 else f"{tool}#{n}"
+            while name in self._taken:  # a tool literally named "x#2"
+                n = self._names[tool] = n + 1
+                name = f"{tool}#{n}"
+            self._taken.add(name)
+            member = TurnMember(name, breaker, need)
+            self._members.append(member)
+        return member
+
+    def refresh(self, member: TurnMember, required: Iterable[Breaker]) -> None:
+        """Before ``member`` runs: take the run's required breakers as they are now.
+
+        Some frameworks describe tools lazily, so what the call needs is decided again.
+        """
+        self.required = tuple(required)
+        if member.need is None and member.breaker is not None:
+            member.need = self._need(member.breaker)
+        need = member.need
+        if need is not None and member.cancelled_because is None and _is_open(need):
+            # Opened after the call was admitted and before it started: it never starts.
+            member.cancelled_because = f"required dependency {need.key!r} opened"
+            member.opened = need
+
+    def answered(self, member: TurnMember, answer: Any) -> None:
+        """Record the answer the model reads for ``member`` (the first one counts)."""
+        if member.outcome is None:
+            member.outcome = classified(member.name, answer)
+
+    def outcome(self) -> SiblingOutcome:
+        """Every call of the turn so far, in the order they began.
+
+        A call still running is listed as ``cancelled`` with the reason ``running``.
+        """
+        with self._lock:
+            members = tuple(self._members)
+        return SiblingOutcome(
+            tuple(m.outcome or BranchOutcome(m.name, "cancelled", "running") for m in members)
+        )
+
+    # -- running a member ---------------------------------------------------------------
+
+    async def arun(self, member: TurnMember, fn: Callable[[], Awaitable[R]]) -> R | object:
+        """Await ``fn()`` as ``member``; :data:`_POLICY` when cancelled by policy.
+
+        An independent call is awaited as it is. A call that needs a required breaker
+        runs in a task of its own, which the group cancels (and this awaits) when that
+        breaker opens; a cancelled caller cancels and awaits it too.
+        """
+        if member.need is None:
+            member.started = True
+            return await fn()
+        if member.cancelled_because is not None:
+            return _POLICY  # never started
+        loop = asyncio.get_running_loop()
+        task: asyncio.Task[R] = loop.create_task(_started(member, fn))
+
+        def cancel() -> None:
+            loop.call_soon_threadsafe(task.cancel)
+
+        self._enter(member, cancel)
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=POLL_S)
+                if not task.done():
+                    self.poll()
+        except BaseException:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        finally:
+            self._leave(member, policy=task.done() and task.cancelled())
+        if member.cancelled_because is not None:
+            return _POLICY
+        return task.result()
+
+    def run(self, member: TurnMember, fn: Callable[[], R]) -> R | object:
+        """Call ``fn()`` as ``member``; :data:`_POLICY` when cancelled by policy.
+
+        An independent call runs in the caller's thread. A call that needs a required
+        breaker runs in a worker thread the caller waits on: when that breaker opens, the
+        caller stops waiting (the call is abandoned; its result, whenever it comes, is
+        discarded). A call cancelled before it started never starts.
+        """
+        if member.need is None:
+            member.started = True
+            return fn()
+        if member.cancelled_because is not None:
+            return _POLICY
+        done: concurrent.futures.Future[R] = concurrent.futures.Future()
+        context = contextvars.copy_context()
+        cancelled = threading.Event()
+        gate = threading.Lock()  # a call starts, or is abandoned unstarted: never both
+
+        def work() -> None:
+            with gate:
+                if cancelled.is_set() or not done.set_running_or_notify_cancel():
+                    return
+                member.started = True
+            try:
+                done.set_result(context.run(fn))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                done.set_exception(exc)
+
+        self._enter(member, cancelled.set)
+        abandoned = False
+        try:
+            threading.Thread(target=work, name=f"toolbreaker-{member.name}", daemon=True).start()
+            while not done.done() and not cancelled.is_set():
+                concurrent.futures.wait([done], timeout=POLL_S)
+                if not done.done():
+                    self.poll()
+            with gate:
+                abandoned = not done.done()
+        finally:
+            self._leave(member, policy=abandoned)
+        if member.cancelled_because is not None:
+            return _POLICY
+        return done.result()
+
+    def poll(self) -> None:
+        """Cancel the calls in flight whose required breaker is open now.
+
+        This process's view of the store: how an opening decided by another process is seen.
+        """
+        with self._lock:
+            needs = {id(m.need): m.need for m in self._flight if m.need is not None}
+        for need in needs.values():
+            try:
+                opened = _is_open(need)
+            except Exception as exc:  # noqa: BLE001 - a poll that fails never changes a call
+                hook_failed(f"the turn's look at {need.key} failed; the calls run on", exc)
+                continue
+            if opened:
+                self._opened(need)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _need(self, breaker: Breaker) -> Breaker | None:
+        """The required breaker a call admitted by ``breaker`` needs, if any.
+
+        Itself, a scope of a required row, or another operation row of the same
+        dependency (and scope).
+        """
+        for required in self.required:
+            if breaker is required or breaker.dependency == required.dependency:
+                return breaker if breaker is required else required
+            for child in required.scopes().values():
+                if breaker is child or breaker.dependency == child.dependency:
+                    return child
+        return None
+
+    def _enter(self, member: TurnMember, cancel: Callable[[], None]) -> None:
+        member._cancel = cancel
+        with self._lock:
+            if not self._flight:
+                # One listener per required row while a call that needs one is in flight
+                # (registered and removed under the lock: an entry and a leave may race).
+                heard = _listener(weakref.ref(self))
+                self._removers = [breaker.add_listener(heard) for breaker in self.required]
+            self._flight.add(member)
+
+    def _leave(self, member: TurnMember, *, policy: bool) -> None:
+        with self._lock:
+            self._flight.discard(member)
+            if not policy:
+                member.cancelled_because = None  # it finished first: its outcome stands
+            if not self._flight:
+                for remove in self._removers:
+                    _quietly(remove)
+                self._removers = []
+
+    def _opened(self, breaker: Breaker) -> None:
+        """A required breaker (or one of its scopes) opened: cancel the calls that need it."""
+        why = f"required dependency {breaker.key!r} opened"
+        with self._lock:
+            # In flight, or admitted and not started yet (it then never starts).
+            waiting = [m for m in self._members if m._cancel is None and m.outcome is None]
+            hit = [
+                m
+                for m in (*self._flight, *waiting)
+                if m.cancelled_because is None
+                and not m.settling
+                and m.need is not None
+                and (m.need is breaker or m.need.dependency == breaker.dependency)
+            ]
+            for member in hit:
+                member.cancelled_because = why
+                member.opened = breaker
+        for member in hit:
+            if member._cancel is not None:
+                member._cancel()
+
+    def _heard(self, record: Transition, breaker: Breaker) -> None:
+        if record.to_phase == OPEN:
+            self._opened(breaker)
+
+
+def _is_open(breaker: Breaker) -> bool:
+    return breaker.state.phase == OPEN and not breaker.policy.admits_all
+
+
+def _listener(group: weakref.ref[TurnGroup]) -> Callable[[Transition, Breaker], None]:
+    def heard(record: Transition, breaker: Breaker) -> None:
+        alive = group()
+        if alive is not None:
+            alive._heard(record, breaker)
+
+    return heard
+
+
+async def _started(member: TurnMember, fn: Callable[[], Awaitable[R]]) -> R:
+    member.started = True
+    return await fn()
+
+
+def is_policy(value: object) -> bool:
+    """Whether :meth:`TurnGroup.run` / :meth:`TurnGroup.arun` cancelled the call by policy."""
+    return value is _POLICY

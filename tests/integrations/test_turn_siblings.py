@@ -1,0 +1,557 @@
+"""Sibling tool calls inside the framework adapters (issue 12), with their offline models.
+
+One model response issues three calls at once, and the framework runs them in parallel:
+``order_status`` needs the *required* dependency ``helpdesk`` and opens its breaker on a
+real 503; a second helpdesk call (``list_tickets``, or the write ``open_ticket``) is in
+flight on the real local service when that happens; ``search`` needs only the catalog.
+The call in flight is cancelled by policy (the task running it is cancelled), ``search``
+completes with its real result, and the caller gets the turn as a bounded partial
+outcome listing all three. The run still stops before the model issues more calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from toolbreaker import Policy, Registry, RunGuard, SiblingOutcome
+from toolbreaker.stores import MemoryStore
+from toolbreaker.testing import Fault, ToolService
+
+PATIENCE = 20.0
+#: The breakers' deadline: far longer than the test needs, so only the policy cancels.
+DEADLINE = 15.0
+CANCELLED = "required dependency 'helpdesk' opened"
+
+
+@pytest.fixture
+def service() -> Iterator[ToolService]:
+    with ToolService() as running:
+        yield running
+
+
+def make_registry() -> Registry:
+    registry = Registry(
+        Policy(failure_threshold=1), default_timeout=DEADLINE, default_enforce="cooperative"
+    )
+    registry.get("helpdesk", tool="order_status")
+    registry.get("catalog", tool="search")
+    return registry
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Bounded polling: never a timed assertion."""
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        await asyncio.sleep(0.005)
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + PATIENCE
+    while not condition():
+        assert time.monotonic() < deadline, "condition never held"
+        time.sleep(0.005)
+
+
+class Tools:
+    """The three tool bodies, against the real service; records what they lived through."""
+
+    def __init__(self, service: ToolService, registry: Registry, *, calm: bool = False) -> None:
+        self.service = service
+        self.calm = calm
+        self.helpdesk = registry.get("helpdesk")
+        self.cancelled: list[str] = []
+        self.finished: list[str] = []
+
+    async def _request(self, name: str, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            async with httpx.AsyncClient(base_url=self.service.url, timeout=30) as client:
+                reply = await client.request(method, path, **kwargs)
+                reply.raise_for_status()
+                self.finished.append(name)
+                return reply.json()
+        except asyncio.CancelledError:
+            self.cancelled.append(name)
+            raise
+
+    async def order_status(self, order_id: str, sibling: str) -> Any:
+        # Fails (503) only once the sibling's request is in flight at the service.
+        await until(lambda: self.service.hits.get(sibling, 0) >= 1)
+        return await self._request("order_status", "GET", f"/orders/{order_id}")
+
+    async def list_tickets(self) -> Any:
+        return await self._request("list_tickets", "GET", "/tickets")
+
+    async def open_ticket(self, title: str, idempotency_key: str = "") -> Any:
+        body = {"title": title, "body": "from the agent"}
+        headers = {"Idempotency-Key": idempotency_key}
+        return await self._request("open_ticket", "POST", "/tickets", json=body, headers=headers)
+
+    # The same bodies for frameworks that run sync tools in threads.
+
+    def _sync_request(self, name: str, method: str, path: str) -> Any:
+        reply = httpx.request(method, self.service.url + path, timeout=30)
+        reply.raise_for_status()
+        self.finished.append(name)
+        return reply.json()
+
+    def sync_order_status(self, order_id: str, sibling: str) -> Any:
+        wait_until(lambda: self.service.hits.get(sibling, 0) >= 1)
+        return self._sync_request("order_status", "GET", f"/orders/{order_id}")
+
+    def sync_list_tickets(self) -> Any:
+        return self._sync_request("list_tickets", "GET", "/tickets")
+
+    def sync_search(self, q: str) -> Any:
+        wait_until(lambda: self.helpdesk.state.phase == "open")
+        return self._sync_request("search", "GET", f"/search?q={urllib.parse.quote(q)}")
+
+    async def search(self, q: str) -> Any:
+        if not self.calm:
+            # Finishes after the opening: an independent call is not cancelled by it.
+            await until(lambda: self.helpdesk.state.phase == "open")
+        return await self._request("search", "GET", f"/search?q={urllib.parse.quote(q)}")
+
+
+def arrange(service: ToolService, *, write: bool) -> str:
+    """The service's faults; returns the route of the helpdesk call left in flight."""
+    service.outage("GET /orders")
+    route = "POST /tickets" if write else "GET /tickets"
+    service.inject(route, Fault(delay=30))  # in flight until the service stops
+    return route
+
+
+def check_turn(turn: SiblingOutcome | None, sibling: str) -> None:
+    """The outcome the caller gets lists all three calls, each with how it ended."""
+    assert turn is not None
+    # In the order the calls began (threads may begin in any order).
+    assert sorted(b.name for b in turn.branches) == sorted(["order_status", sibling, "search"])
+    assert turn.completed == ("search",)
+    assert turn["search"].result["query"] == "usb cable"
+    assert turn["search"].result["results"]  # the real result
+    assert turn.degraded == ("order_status",)  # its failure opened the breaker
+    assert turn.cancelled == (sibling,)
+    assert turn[sibling].reason.startswith(CANCELLED)
+    result = turn.to_result()
+    assert result["partial"] is True
+    assert set(result["results"]) == {"search"}
+    assert {m["branch"] for m in result["missing"]} == {"order_status", sibling}
+
+
+def check_cancelled_answer(answer: dict[str, Any], tool: str) -> None:
+    assert answer["ok"] is False
+    assert answer["cancelled"] is True
+    assert answer["tool"] == tool
+    assert answer["dependency"] == "helpdesk"
+    assert answer["reason"] == "required-dependency-opened"
+    assert "cancelled by policy" in answer["instruction"]
+    assert "do not estimate or invent its data" in answer["instruction"]
+
+
+def no_other_task() -> bool:
+    return all(t is asyncio.current_task() or t.done() for t in asyncio.all_tasks())
+
+
+# -- Pydantic AI ------------------------------------------------------------------------------
+
+
+def _pydantic_run(
+    service: ToolService,
+    registry: Registry,
+    guard: RunGuard,
+    first_turn: list[tuple[str, dict[str, Any]]],
+    *,
+    calm: bool = False,
+) -> tuple[Any, Tools, list[list[Any]]]:
+    """Run a Pydantic AI agent whose first response issues ``first_turn`` at once."""
+    from pydantic_ai import Agent
+    from pydantic_ai.exceptions import RunCancelled
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
+
+    tools = Tools(service, registry, calm=calm)
+    read: list[list[Any]] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+        read.append([(p.tool_name, p.content) for p in returns])
+        if len(read) == 1:
+            return ModelResponse(parts=[ToolCallPart(t, a) for t, a in first_turn])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+    helpdesk = tool_metadata(dependency="helpdesk", required=True)
+    agent.tool_plain(metadata=helpdesk)(tools.order_status)
+    agent.tool_plain(metadata=tool_metadata(dependency="helpdesk"))(tools.list_tickets)
+    agent.tool_plain(
+        metadata=tool_metadata(
+            risk="reversible_write", dependency="helpdesk", business_key=["title"]
+        )
+    )(tools.open_ticket)
+    agent.tool_plain(metadata=tool_metadata(dependency="catalog"))(tools.search)
+    capability = ToolbreakerCapability(guard, registry=registry)
+
+    async def main() -> Any:
+        try:
+            outcome: Any = await agent.run("go", capabilities=[capability])
+        except RunCancelled as exc:
+            outcome = exc
+        assert no_other_task()  # structured: nothing outlives the turn
+        return outcome
+
+    return asyncio.run(main()), tools, read
+
+
+def test_pydantic_ai_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.exceptions import RunCancelled
+    from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+    from toolbreaker.integrations.pydantic_ai import run_stop
+
+    route = arrange(service, write=False)
+    registry = make_registry()
+    guard = RunGuard("pydantic-siblings")
+    turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("list_tickets", {}),
+        ("search", {"q": "usb cable"}),
+    ]
+    outcome, tools, read = _pydantic_run(service, registry, guard, turn)
+
+    assert isinstance(outcome, RunCancelled)  # the stop still ends the run ...
+    assert len(read) == 1  # ... before the model is asked for more calls
+    stop = run_stop(outcome, guard)
+    assert stop is not None
+    assert stop.packet.condition == "dependency-open"
+    check_turn(stop.turn, "list_tickets")
+    assert tools.cancelled == ["list_tickets"]  # the task running it was cancelled
+    assert sorted(tools.finished) == ["search"]
+    # The history the caller resumes from holds all three answers, the policy's included.
+    returns = {
+        p.tool_name: p
+        for m in stop.messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    }
+    assert set(returns) == {"order_status", "list_tickets", "search"}
+    check_cancelled_answer(json.loads(str(returns["list_tickets"].content)), "list_tickets")
+    assert returns["search"].content["results"]
+
+
+def test_pydantic_ai_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.exceptions import RunCancelled
+
+    from toolbreaker.integrations.pydantic_ai import run_stop
+
+    route = arrange(service, write=True)
+    registry = make_registry()
+    journal = MemoryStore()
+    guard = RunGuard("pydantic-write", journal=journal)
+    turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("open_ticket", {"title": "Refund A-1001"}),
+        ("search", {"q": "usb cable"}),
+    ]
+    outcome, tools, _ = _pydantic_run(service, registry, guard, turn)
+
+    assert isinstance(outcome, RunCancelled)
+    stop = run_stop(outcome, guard)
+    assert stop is not None
+    check_turn(stop.turn, "open_ticket")
+    assert "unknown" in stop.turn["open_ticket"].reason
+    answer = stop.turn["open_ticket"].result
+    check_cancelled_answer(answer, "open_ticket")
+    assert answer["outcome_unknown"] is True
+    key = answer["idempotency_key"]
+    assert journal.journal_get("pydantic-write", key)["status"] == "unknown"
+    assert [u["idempotency_key"] for u in stop.packet.uncertain] == [key]
+    assert tools.cancelled == ["open_ticket"]
+
+    # A resumed run asking for the same write is answered from the journal: never replayed.
+    resumed = RunGuard("pydantic-write", journal=journal)
+    again, tools, read = _pydantic_run(
+        service, registry, resumed, [("open_ticket", {"title": "Refund A-1001"})]
+    )
+    assert not isinstance(again, RunCancelled)
+    ((name, content),) = read[1]
+    assert name == "open_ticket"
+    assert json.loads(str(content))["outcome_unknown"] is True
+    assert tools.cancelled == tools.finished == []
+    assert service.hits["POST /tickets"] == 1
+    assert service.created("tickets") == []
+
+
+def test_pydantic_ai_a_turn_where_nothing_opens_is_unchanged(service):
+    pytest.importorskip("pydantic_ai")
+    registry = make_registry()
+    guard = RunGuard("pydantic-calm")
+    service.inject("GET /tickets", Fault(delay=0.2))
+    turn = [("list_tickets", {}), ("search", {"q": "usb cable"})]
+    outcome, tools, read = _pydantic_run(service, registry, guard, turn, calm=True)
+    assert outcome.output == "done"
+    assert sorted(tools.finished) == ["list_tickets", "search"]
+    assert [name for name, _ in read[1]] == ["list_tickets", "search"]
+    outcome = guard.turn_outcome()
+    assert outcome is not None
+    assert outcome.complete
+    assert outcome.to_result()["partial"] is False
+    assert guard.stopped is None
+
+
+# -- LangChain / LangGraph ToolNode --------------------------------------------------------------
+
+
+def _langchain_agent(
+    tools: Tools, registry: Registry, first_turn: list[tuple[str, Any]], middleware: Any = None
+) -> Any:
+    """``create_agent`` with the middleware; its fake model issues ``first_turn`` at once."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import StructuredTool
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
+    class Model(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Model:
+            return self
+
+    calls = [{"name": t, "args": a, "id": f"call-{n}"} for n, (t, a) in enumerate(first_turn)]
+    model = Model(messages=iter([AIMessage("", tool_calls=calls), AIMessage("done")]))
+    options: dict[str, Any] = {
+        "order_status": {"dependency": "helpdesk", "required": True},
+        "list_tickets": {"dependency": "helpdesk"},
+        "open_ticket": {
+            "dependency": "helpdesk",
+            "risk": "reversible_write",
+            "business_key": ["title"],
+        },
+        "search": {"dependency": "catalog"},
+    }
+    if middleware is None:
+        middleware = ToolbreakerMiddleware(registry=registry, tools=options)
+    made = [
+        StructuredTool.from_function(
+            func=getattr(tools, f"sync_{name}", None),
+            coroutine=getattr(tools, name),
+            name=name,
+            description=name,
+        )
+        for name in options
+    ]
+    return create_agent(model, made, middleware=[middleware]), middleware
+
+
+def check_langchain(out: dict[str, Any], sibling: str) -> dict[str, Any]:
+    from langchain_core.messages import ToolMessage
+
+    from toolbreaker.integrations.langchain import STOP_KEY, TURN_KEY
+
+    replies = {m.name: m for m in out["messages"] if isinstance(m, ToolMessage)}
+    assert set(replies) == {"order_status", sibling, "search"}
+    assert replies[sibling].status == "error"
+    check_cancelled_answer(json.loads(replies[sibling].content), sibling)
+    assert json.loads(replies["search"].content)["results"]  # the real result
+    assert out[STOP_KEY]["condition"] == "dependency-open"  # the run stopped ...
+    assert out["messages"][-1].additional_kwargs[STOP_KEY]["condition"] == "dependency-open"
+    turn = out[TURN_KEY]  # ... with the turn as a bounded partial outcome
+    assert set(turn["results"]) == {"search"}
+    assert {(m["branch"], m["status"]) for m in turn["missing"]} == {
+        ("order_status", "degraded"),
+        (sibling, "cancelled"),
+    }
+    return turn
+
+
+def test_langchain_async_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
+    pytest.importorskip("langchain")
+    route = arrange(service, write=False)
+    registry = make_registry()
+    tools = Tools(service, registry)
+    first_turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("list_tickets", {}),
+        ("search", {"q": "usb cable"}),
+    ]
+    agent, middleware = _langchain_agent(tools, registry, first_turn)
+
+    async def main() -> Any:
+        out = await agent.ainvoke(
+            {"messages": [("user", "go")]}, context={"task_id": "langchain-async"}
+        )
+        assert no_other_task()  # structured: nothing outlives the turn
+        return out
+
+    out = asyncio.run(main())
+    check_langchain(out, "list_tickets")
+    assert tools.cancelled == ["list_tickets"]  # the task running it was cancelled
+    assert tools.finished == ["search"]
+    outcome = middleware.guard_for("langchain-async").turn_outcome()
+    check_turn(outcome, "list_tickets")
+    assert [m for m in out["messages"] if m.type == "ai"][-1].content.startswith("Run stopped")
+
+
+def test_langchain_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
+    pytest.importorskip("langchain")
+    route = arrange(service, write=True)
+    registry = make_registry()
+    tools = Tools(service, registry)
+    first_turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("open_ticket", {"title": "Refund A-1001"}),
+        ("search", {"q": "usb cable"}),
+    ]
+    agent, middleware = _langchain_agent(tools, registry, first_turn)
+    out = asyncio.run(
+        agent.ainvoke({"messages": [("user", "go")]}, context={"task_id": "langchain-write"})
+    )
+    check_langchain(out, "open_ticket")
+    assert tools.cancelled == ["open_ticket"]
+    guard = middleware.guard_for("langchain-write")
+    answer = guard.turn_outcome()["open_ticket"].result
+    assert answer["outcome_unknown"] is True
+    key = answer["idempotency_key"]
+    assert middleware.journal.journal_get("langchain-write", key)["status"] == "unknown"
+
+    # A new run of the task asks for the write again: answered, never replayed.
+    middleware.forget("langchain-write")
+    again, _ = _langchain_agent(
+        tools, registry, [("open_ticket", {"title": "Refund A-1001"})], middleware
+    )
+    out = asyncio.run(
+        again.ainvoke({"messages": [("user", "go")]}, context={"task_id": "langchain-write"})
+    )
+    (reply,) = [m for m in out["messages"] if m.type == "tool"]
+    assert json.loads(reply.content)["outcome_unknown"] is True
+    assert service.hits["POST /tickets"] == 1
+    assert service.created("tickets") == []
+
+
+def test_langchain_sync_abandons_the_sibling_that_needs_the_opened_dependency(service):
+    """ToolNode runs sync tools in threads: the call in flight is abandoned (a thread
+    cannot be interrupted), its result discarded; the independent one completes."""
+    pytest.importorskip("langchain")
+    route = arrange(service, write=False)
+    registry = make_registry()
+    tools = Tools(service, registry)
+    first_turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("list_tickets", {}),
+        ("search", {"q": "usb cable"}),
+    ]
+    agent, middleware = _langchain_agent(tools, registry, first_turn)
+    out = agent.invoke({"messages": [("user", "go")]}, context={"task_id": "langchain-sync"})
+    check_langchain(out, "list_tickets")
+    assert "list_tickets" not in tools.finished  # abandoned: its result never arrived
+    check_turn(middleware.guard_for("langchain-sync").turn_outcome(), "list_tickets")
+
+
+# -- OpenAI Agents SDK ---------------------------------------------------------------------------
+
+
+def _outputs(call: Any) -> dict[str, Any]:
+    """The function-call outputs the scripted model was sent, by call id."""
+    import ast
+
+    found: dict[str, Any] = {}
+    for item in call.input if isinstance(call.input, list) else []:
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            text = item["output"]
+            try:
+                found[item["call_id"]] = json.loads(text)
+            except ValueError:
+                found[item["call_id"]] = ast.literal_eval(text)
+    return found
+
+
+def test_openai_agents_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
+    pytest.importorskip("agents")
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
+    from agents.testing import function_call as fcall
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
+    set_tracing_disabled(True)
+    route = arrange(service, write=False)
+    registry = make_registry()
+    tools = Tools(service, registry)
+
+    @function_tool
+    async def order_status(order_id: str, sibling: str) -> Any:
+        """Look an order up."""
+        return await tools.order_status(order_id, sibling)
+
+    @function_tool
+    async def list_tickets() -> Any:
+        """List the support tickets."""
+        return await tools.list_tickets()
+
+    @function_tool
+    async def search(q: str) -> Any:
+        """Search the catalog."""
+        return await tools.search(q)
+
+    read: list[dict[str, Any]] = []
+
+    def last_turn(call: ModelCall) -> list[Any]:
+        read.append(_outputs(call))
+        return [assistant_message("done")]
+
+    steps = [
+        [
+            fcall("order_status", {"order_id": "A-1001", "sibling": route}, call_id="c-order"),
+            fcall("list_tickets", {}, call_id="c-tickets"),
+            fcall("search", {"q": "usb cable"}, call_id="c-search"),
+        ],
+        ModelStep.respond(last_turn),
+    ]
+    guard = RunGuard("agents-siblings")
+    guard.ensure_tool("order_status", required=True)
+    helpdesk = registry.get("helpdesk")
+    breakers = {
+        "order_status": helpdesk,
+        "list_tickets": helpdesk,
+        "search": registry.get("catalog"),
+    }
+    agent = protect(
+        Agent(name="desk", model=ScriptedModel(steps), tools=[order_status, list_tickets, search]),
+        guard=guard,
+        breakers=breakers,
+    )
+
+    async def main() -> Any:
+        result = await Runner.run(agent, "go", run_config=run_config())
+        assert no_other_task()  # structured: nothing outlives the turn
+        return result
+
+    result = asyncio.run(main())
+    assert result.final_output == "done"
+    (outputs,) = read  # the model read all three answers of the turn
+    check_cancelled_answer(outputs["c-tickets"], "list_tickets")
+    assert outputs["c-order"]["tool_unavailable"] is True
+    assert outputs["c-search"]["results"]  # the real result
+    assert tools.cancelled == ["list_tickets"]  # the task running it was cancelled
+    assert tools.finished == ["search"]
+    check_turn(guard.turn_outcome(), "list_tickets")
+    assert guard.stopped is not None  # any further call of the run is answered with the stop
+    assert guard.stopped.condition == "dependency-open"
