@@ -62,6 +62,11 @@
     return parts.length ? parts.join(" · ") : "–";
   }
 
+  function noticeCell(kind, obj) {
+    const hot = Object.keys(obj || {}).length > 0;
+    return h("td", { class: kind + (hot ? " hot" : "") }, noticeCounts(obj));
+  }
+
   function noticeDetail(n) {
     const parts = [];
     if (n.stale_age_ms != null) parts.push("age " + ago(n.stale_age_ms / 1000));
@@ -107,8 +112,8 @@
       const tr = h("tr", { "data-key": r.key, "data-phase": r.phase, class: r.key === selected ? "selected" : "" },
         h("td", {}, r.dependency), h("td", {}, r.operation), h("td", {}, r.tool),
         h("td", {}, h("span", { class: "state " + r.phase }, phaseLabel(r))),
-        h("td", { class: "degrade" }, noticeCounts(r.notices && r.notices.degrade)),
-        h("td", { class: "limit" }, noticeCounts(r.notices && r.notices.limit)),
+        noticeCell("degrade", r.notices && r.notices.degrade),
+        noticeCell("limit", r.notices && r.notices.limit),
         h("td", { class: "for" }, since(r)),
         h("td", {}, r.fallback || "–"),
         h("td", { class: "n" }, r.demand), h("td", { class: "n" }, r.admitted), h("td", { class: "n" }, r.rejected),
