@@ -26,7 +26,7 @@ import pytest
 from test_dashboard_api import incident
 
 from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
-from toolbreaker import Breaker, Policy, Registry, RunGuard
+from toolbreaker import Breaker, Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli._dashboard import Board, build_app, store_actor
 from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher
 from toolbreaker.stores import SQLiteStore
@@ -287,6 +287,12 @@ def test_degradation_choices_and_limit_notices_show_live(page, shots):
     stream = MemoryStream()
     publisher = StreamPublisher(stream)
     catalog, _, _ = incident(stream, publisher=publisher)
+    notes = RunGuard("triage-7", budget=Budget(max_calls_per_turn=1))
+    notes.add_tool(GuardedTool(name="take_note", fn=lambda text: {"kept": text}))  # no breaker
+    publisher.attach(notes)
+    notes.mark_turn(1)
+    notes.call("take_note", {"text": "a"})
+    assert notes.call("take_note", {"text": "b"})["deferred"] is True
     with Server(build_app(stream)) as server:
         page.goto(server.url)
         catalog_row = 'tr[data-key="catalog:read"]'
@@ -304,14 +310,19 @@ def test_degradation_choices_and_limit_notices_show_live(page, shots):
         assert "search_catalog" in saturated
         assert "bulkhead full (limit 2)" in saturated
         assert "retry after 10 s" in saturated
-        deferred = page.inner_text('#notices tr[data-name="deferred"]')
+        deferred = page.inner_text('#notices tr[data-name="deferred"]:has-text("lookup_order")')
         assert "max_calls_per_turn 1 reached" in deferred
         assert "task refund-42" in deferred
         assert "last 10 min" in page.inner_text("#notices-window")
+        unbound = page.inner_text("#notices-unbound")
+        assert unbound == "run guard limits on tools without a breaker: deferred 1"
+        assert "task triage-7" in page.inner_text(
+            '#notices tr[data-name="deferred"]:has-text("take_note")'
+        )
 
         assert catalog.guard(lambda: 1, tool="search_catalog")()["degradation"] == "omit"
         page.wait_for_selector(f'{catalog_row} td.degrade:has-text("omit 2")')
-        page.wait_for_selector("#notices tbody tr:nth-child(5)")
+        page.wait_for_selector("#notices tbody tr:nth-child(6)")
         page.screenshot(path=str(shots / "dashboard-notices.png"), full_page=True)
 
         rows = {row["key"]: row["notices"] for row in snapshot_of(server.url)["breakers"]}
