@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -22,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_dashboard_api import incident
 
 from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
-from toolbreaker import Policy, Registry, RunGuard
+from toolbreaker import Breaker, Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli._dashboard import Board, build_app, store_actor
 from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher
 from toolbreaker.stores import SQLiteStore
@@ -268,3 +270,91 @@ def test_read_only_by_default(tmp_path):
             urllib.request.urlopen(request, timeout=10)
         assert refused.value.code == 400
         refused.value.close()
+
+
+def snapshot_of(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url + "api/snapshot", timeout=10) as response:
+        doc: dict[str, Any] = json.loads(response.read())
+        return doc
+
+
+def test_degradation_choices_and_limit_notices_show_live(page, shots):
+    """A saturated bulkhead (real concurrent calls), an isolated ``degrade = ["omit"]``
+    row, a stale answer and a run guard's per-turn deferral reach the page through the
+    real stream and server: counts beside each breaker's state, the newest in the list
+    with time, tool, mode or kind and reason, the stale one with its age; a new choice
+    is pushed live; the API has the same counts."""
+    stream = MemoryStream()
+    publisher = StreamPublisher(stream)
+    catalog, _, _ = incident(stream, publisher=publisher)
+    notes = RunGuard("triage-7", budget=Budget(max_calls_per_turn=1))
+    notes.add_tool(GuardedTool(name="take_note", fn=lambda text: {"kept": text}))  # no breaker
+    publisher.attach(notes)
+    notes.mark_turn(1)
+    notes.call("take_note", {"text": "a"})
+    assert notes.call("take_note", {"text": "b"})["deferred"] is True
+    with Server(build_app(stream)) as server:
+        page.goto(server.url)
+        catalog_row = 'tr[data-key="catalog:read"]'
+        page.wait_for_selector(f'{catalog_row}[data-phase="open"] td.degrade:has-text("omit 1")')
+        assert page.inner_text(f"{catalog_row} td.limit") == "saturated 1"
+        assert page.inner_text('tr[data-key="prices:read"] td.degrade') == "stale 1"
+        assert page.inner_text('tr[data-key="orders:read"] td.limit') == "deferred 1"
+        assert page.inner_text('tr[data-key="orders:read"] td.degrade') == "\u2013"  # none
+
+        stale = page.inner_text('#notices tr[data-name="stale"]')
+        assert stale.split("\t")[1:6] == ["prices", "get_price", "degradation", "stale", "isolated"]
+        assert re.search(r"\bage 1 min \d+ s\b", stale), stale
+        assert re.match(r"\d{1,2}:\d{2}:\d{2}", stale)  # its time
+        saturated = page.inner_text('#notices tr[data-name="saturated"]')
+        assert "search_catalog" in saturated
+        assert "bulkhead full (limit 2)" in saturated
+        assert "retry after 10 s" in saturated
+        deferred = page.inner_text('#notices tr[data-name="deferred"]:has-text("lookup_order")')
+        assert "max_calls_per_turn 1 reached" in deferred
+        assert "task refund-42" in deferred
+        assert "last 10 min" in page.inner_text("#notices-window")
+        unbound = page.inner_text("#notices-unbound")
+        assert unbound == "run guard limits on tools without a breaker: deferred 1"
+        assert "task triage-7" in page.inner_text(
+            '#notices tr[data-name="deferred"]:has-text("take_note")'
+        )
+
+        assert catalog.guard(lambda: 1, tool="search_catalog")()["degradation"] == "omit"
+        page.wait_for_selector(f'{catalog_row} td.degrade:has-text("omit 2")')
+        page.wait_for_selector("#notices tbody tr:nth-child(6)")
+        page.screenshot(path=str(shots / "dashboard-notices.png"), full_page=True)
+
+        rows = {row["key"]: row["notices"] for row in snapshot_of(server.url)["breakers"]}
+        assert rows["catalog:read"] == {"degrade": {"omit": 2}, "limit": {"saturated": 1}}
+        assert rows["prices:read"] == {"degrade": {"stale": 1}, "limit": {}}
+        assert rows["orders:read"] == {"degrade": {}, "limit": {"deferred": 1}}
+
+
+HOSTILE = "<img src=x onerror=alert(1)>\x1b[31m\u202e\x00"
+
+
+def test_hostile_names_in_notices_are_shown_inert(page):
+    """A dependency and tool named with markup, ESC, a right-to-left override and NUL are
+    shown as text, the control characters as visible escapes: no element is made from
+    them, no script runs."""
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    stream = MemoryStream()
+    breaker = Breaker(HOSTILE, tool=HOSTILE, timeout=5, enforce="cooperative", degrade=["omit"])
+    StreamPublisher(stream).attach(breaker)
+    breaker.isolate(HOSTILE)
+    assert breaker.guard(lambda: 1, tool=HOSTILE)()["degradation"] == "omit"
+    shown = "<img src=x onerror=alert(1)>\\x1b[31m\\u202e\\x00"
+    with Server(build_app(stream)) as server:
+        page.goto(server.url)
+        row = page.wait_for_selector('#notices tr[data-name="omit"]')
+        cells = row.inner_text().split("\t")
+        assert cells[1:5] == [shown, shown, "degradation", "omit"]
+        assert shown in page.inner_text("#breakers tbody tr")
+        assert page.evaluate("document.images.length") == 0
+        assert page.evaluate("/[\\u0000\\u001b\\u202e]/.test(document.body.textContent)") is False
+        page.reload()  # the embedded first snapshot renders the same way
+        page.wait_for_selector('#notices tr[data-name="omit"]')
+        assert page.evaluate("document.images.length") == 0
+    assert dialogs == []

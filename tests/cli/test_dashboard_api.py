@@ -6,12 +6,13 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
 import pytest
 
-from toolbreaker import Policy, Registry
+from toolbreaker import Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli import main
 from toolbreaker.cli._dashboard import Board, build_app, store_actor
 from toolbreaker.instrumentation.stream import (
@@ -242,3 +243,187 @@ def test_the_first_snapshot_in_the_page_cannot_break_out():
     assert page.count("<script") == 3  # the data block, uPlot and app.js
     assert "alert(1)" in page  # it is there, escaped, as data
     assert hostile not in page
+
+
+# -- degradation choices and limit notices ------------------------------------------------
+
+SECRET = "sk-live-abcdefghijklmnopqrstuvwx"
+STALE_AGE_MS = 65_000
+
+
+def incident(stream, *, publisher=None):
+    """A real incident on real breakers, published to ``stream``; returns the breakers.
+
+    - ``catalog.read`` (bulkhead of 2, ``degrade = ["omit"]``): two real concurrent calls
+      hold both slots, a third is answered ``saturated``; then the row is isolated and
+      a call is answered ``omit``;
+    - ``prices.read`` (``degrade = ["stale", "omit"]``): a success is kept, the row is
+      isolated, the same call gets the kept answer, 65 s old on the degradation's clock;
+    - ``orders.read``: a run guard with ``max_calls_per_turn = 1`` defers the second call
+      of a turn.
+    """
+    registry = Registry.from_dict(
+        {
+            "defaults": {"timeout": 10.0, "enforce": "cooperative"},
+            "catalog": {
+                "read": {"tool": "search_catalog", "max_concurrent": 2, "degrade": ["omit"]}
+            },
+            "prices": {
+                "read": {"tool": "get_price", "degrade": ["stale", "omit"], "max_stale": 900}
+            },
+            "orders": {"read": {"tool": "lookup_order"}},
+        }
+    )
+    catalog, prices, orders = (registry.get(d, "read") for d in ("catalog", "prices", "orders"))
+    publisher = publisher or StreamPublisher(stream)
+    publisher.attach(registry)
+
+    gate, entered = threading.Event(), threading.Semaphore(0)
+
+    @catalog.guard(tool="search_catalog")
+    def search_catalog(q):
+        entered.release()
+        assert gate.wait(30)
+        return {"q": q, "hits": []}
+
+    holders = [threading.Thread(target=search_catalog, args=(f"q{n}",)) for n in range(2)]
+    for holder in holders:
+        holder.start()
+    try:
+        assert all(entered.acquire(timeout=30) for _ in holders), "the calls did not start"
+        assert search_catalog("q3")["reason"] == "saturated"  # both slots are held
+    finally:
+        gate.set()
+        for holder in holders:
+            holder.join(30)
+    catalog.isolate("provider incident 9")
+    assert search_catalog("q4")["degradation"] == "omit"
+
+    @prices.guard(tool="get_price")
+    def get_price(sku):
+        return {"sku": sku, "price": 3}
+
+    assert get_price("a") == {"sku": "a", "price": 3}
+    prices.isolate("provider incident 9")
+    real = prices.degradation.wall_clock
+    prices.degradation.wall_clock = lambda: real() + STALE_AGE_MS
+    assert get_price("a")["degradation"] == "stale"
+
+    guard = RunGuard("refund-42", budget=Budget(max_calls_per_turn=1))
+    guard.add_tool(GuardedTool(name="lookup_order", fn=lambda id: {"id": id}, breaker=orders))
+    publisher.attach(guard)
+    guard.mark_turn(1)
+    guard.call("lookup_order", {"id": "1"})
+    assert guard.call("lookup_order", {"id": "2"})["deferred"] is True
+    return catalog, prices, orders
+
+
+def board_of(stream):
+    board = Board()
+    board.feed(entry for _, entry in stream.read())
+    return board
+
+
+def test_the_board_counts_notices_per_breaker_beside_its_state():
+    """Degradation choices by mode and limit notices by kind, per breaker row."""
+    stream = MemoryStream()
+    incident(stream)
+    board = board_of(stream)
+    rows = {row["key"]: row for row in board.snapshot()["breakers"]}
+    assert rows["catalog:read"]["phase"] == "open"
+    assert rows["catalog:read"]["notices"] == {"degrade": {"omit": 1}, "limit": {"saturated": 1}}
+    assert rows["prices:read"]["notices"] == {"degrade": {"stale": 1}, "limit": {}}
+    assert rows["orders:read"]["notices"] == {"degrade": {}, "limit": {"deferred": 1}}
+
+
+def test_the_newest_notices_are_listed_with_tool_mode_and_reason():
+    """Newest first: time, breaker and dependency, tool, mode or kind, reason; a stale
+    answer carries its age, a saturated one the limit, a deferral the task."""
+    stream = MemoryStream()
+    incident(stream)
+    notices = board_of(stream).snapshot()["notices"]
+    assert notices["window_s"] == 600
+    recent = notices["recent"]
+    assert [(n["kind"], n["name"], n["dependency"], n["tool"]) for n in recent] == [
+        ("limit", "deferred", "orders", "lookup_order"),
+        ("degrade", "stale", "prices", "get_price"),
+        ("degrade", "omit", "catalog", "search_catalog"),
+        ("limit", "saturated", "catalog", "search_catalog"),
+    ]
+    deferred, stale, omit, saturated = recent
+    assert deferred["task"] == "refund-42"
+    assert deferred["reason"] == "max_calls_per_turn 1 reached"
+    assert STALE_AGE_MS <= stale["stale_age_ms"] < STALE_AGE_MS + 60_000
+    assert (stale["reason"], omit["reason"]) == ("isolated", "isolated")
+    assert saturated["reason"] == "bulkhead full (limit 2)"
+    assert saturated["retry_after_ms"] == 10_000
+    assert all(isinstance(n["wall"], float) and n["source"] for n in recent)
+    assert [c["key"] for c in notices["counts"]] == ["catalog:read", "orders:read", "prices:read"]
+
+
+def test_notice_counts_cover_the_window_and_leave_it():
+    """Counts are over the series' window, ending at the stream's newest second: when
+    newer entries move it past a notice, its count goes (the row is pushed again), and
+    the list keeps it."""
+    stream = MemoryStream()
+    incident(stream)
+    entries = [entry for _, entry in stream.read()]
+    board = Board(seconds=60)
+    board.feed(entries)
+    revision = board.revision
+    later = [
+        {**entry, "wall": entry["wall"] + 61}
+        for entry in entries
+        if entry["kind"] == "transition" and entry["key"] == "orders:read"
+    ]
+    board.feed(later[:1])
+    changed = board.snapshot(revision)
+    rows = {row["key"]: row for row in changed["breakers"]}
+    assert board.notice_counts("catalog:read") == {"degrade": {}, "limit": {}}
+    assert "catalog:read" in rows  # pushed again: its counts changed
+    assert rows["catalog:read"]["notices"] == {"degrade": {}, "limit": {}}
+    assert changed["notices"]["counts"] == []
+    assert len(changed["notices"]["recent"]) == 4
+    # Incremental snapshots carry the notices only when they changed.
+    assert board.snapshot(board.revision)["notices"] is None
+
+
+def test_notices_from_other_processes_are_bounded_and_skipped_when_unreadable():
+    """Unknown modes and kinds count as ``other``; long texts are cut; a notice that is
+    not an object is skipped; none of it can grow the board or break the fold."""
+    board = Board()
+    board.feed(
+        [
+            {"kind": "degrade", "wall": 5.0, "notice": {"breaker": "a", "mode": "x" * 5000}},
+            {"kind": "limit", "wall": 5.0, "notice": {"breaker": "a", "kind": "flood"}},
+            {"kind": "degrade", "wall": 5.0, "notice": {"breaker": "a", "tool": "t" * 5000}},
+            {"kind": "degrade", "wall": "soon", "notice": {"mode": None, "skipped": [1, [2]]}},
+            {"kind": "limit", "notice": "nonsense"},
+            {"kind": "degrade"},
+        ]
+    )
+    assert board.notice_counts("a") == {"degrade": {"other": 1, "plain": 1}, "limit": {"other": 1}}
+    assert board.notice_counts("") == {"degrade": {"plain": 1}, "limit": {}}
+    recent = board.snapshot()["notices"]["recent"]
+    assert len(recent) == 4
+    assert max(len(json.dumps(n)) for n in recent) < 1000
+    assert board.entries == 6
+
+
+def test_the_api_exposes_notice_counts_masked():
+    """/api/snapshot and /api/breaker carry the counts and the recent notices; a secret
+    in a tool name a caller passed is masked there, as stop packets are."""
+    stream = MemoryStream()
+    publisher = StreamPublisher(stream)
+    catalog, _, _ = incident(stream, publisher=publisher)
+    assert catalog.guard(lambda: 1, tool=f"export_api_key={SECRET}")()["degradation"] == "omit"
+    with TestClient(build_app(stream), base_url=ORIGIN) as client:
+        snapshot = client.get("/api/snapshot")
+        one = client.get("/api/breaker", params={"key": "catalog:read"}).json()
+    assert SECRET not in snapshot.text
+    assert SECRET not in json.dumps(one)
+    rows = {row["key"]: row for row in snapshot.json()["breakers"]}
+    assert rows["catalog:read"]["notices"]["degrade"] == {"omit": 2}
+    assert one["notices"] == {"degrade": {"omit": 2}, "limit": {"saturated": 1}}
+    assert [n["name"] for n in one["recent_notices"]] == ["omit", "omit", "saturated"]
+    assert "[REDACTED]" in one["recent_notices"][0]["tool"]

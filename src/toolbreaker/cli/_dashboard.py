@@ -5,9 +5,11 @@ its chart library ship in the wheel (``dashboard_assets/``), so it works offline
 
 What it serves, on 127.0.0.1 only: ``/`` (the page), ``/api/events`` (Server-Sent Events:
 a full snapshot first, then the breakers that changed, the per-second demand, admitted
-and rejected series, calibration findings and recent run stops with their masked
-packets), ``/api/snapshot`` (the same as one JSON document), ``/api/breaker?key=K`` (one breaker's
-last transitions with their receipt fields, and its calibration signals) and, only with
+and rejected series, calibration findings, recent run stops with their masked packets,
+and the degradation choices and limit notices: counts per breaker over the series'
+window and the most recent ones, masked), ``/api/snapshot`` (the same as one JSON
+document), ``/api/breaker?key=K`` (one breaker's last transitions with their receipt
+fields, its calibration signals and its recent notices) and, only with
 ``--allow-actions``, ``POST /api/action`` to isolate or release a breaker with an operator
 reason. An action needs the token printed at start-up in ``X-Toolbreaker-Token``, a JSON
 body, and an ``Origin`` that is this server; the Host header must be ``127.0.0.1`` or
@@ -33,6 +35,7 @@ from toolbreaker._extras import require
 from toolbreaker.core.breaker.calibration import calibrate, findings
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, ToolbreakerError
 from toolbreaker.instrumentation.stream import (
     EventStream,
@@ -67,6 +70,16 @@ _ASSETS: Final = {
     "LICENSE.uPlot.txt": "text/plain",
 }
 
+#: Degradation modes a ``toolbreaker.degrade/v1`` notice may name (``None``: the plain
+#: unavailable answer, counted as ``plain``); limit kinds of ``toolbreaker.limit/v1``.
+#: Anything else from the stream is counted as ``other``, so names from other processes
+#: cannot grow the board without bound.
+_DEGRADE_MODES: Final = frozenset({"omit", "stale", "degraded", "queue", "handoff", "stop"})
+_LIMIT_KINDS: Final = frozenset({"saturated", "deferred"})
+_NOTICE_KINDS: Final = frozenset({"degrade", "limit"})
+#: How long a text from the stream may be on the page (tool, reason, task, key).
+_MAX_TEXT: Final = 200
+
 #: ``act(key, action, reason)`` carries out an operator action and returns its record.
 Actor = Callable[[str, str, str], Mapping[str, Any]]
 
@@ -76,11 +89,21 @@ class Board:
 
     Args:
         history: last transitions kept per breaker.
-        seconds: seconds of the demand / admitted / rejected series.
+        seconds: seconds of the demand / admitted / rejected series, and the window the
+            degradation choices and limit notices are counted over (both end at the
+            newest second the stream holds).
         records: transition records kept for the calibration findings.
+        recent: degradation choices and limit notices kept for the page's list.
     """
 
-    def __init__(self, *, history: int = 12, seconds: int = 600, records: int = 50_000) -> None:
+    def __init__(
+        self,
+        *,
+        history: int = 12,
+        seconds: int = 600,
+        records: int = 50_000,
+        recent: int = 50,
+    ) -> None:
         self.breakers: dict[str, dict[str, Any]] = {}
         self.revision = 0
         self.entries = 0
@@ -94,15 +117,29 @@ class Board:
         self._policies: dict[str, dict[str, Any]] = {}
         self.findings: list[dict[str, Any]] = []
         self.signals: dict[str, dict[str, Any]] = {}
+        # The newest degradation choices and limit notices, newest first: (key, masked item).
+        self._recent: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(
+            maxlen=recent
+        )
+        self.notices_rev = 0
+        # Notice counts per second, and their sums over the window, per breaker key ("" for
+        # a run guard's deferral of a tool without a breaker): {key: {"degrade": {mode: n}}}.
+        self._notice_seconds: dict[int, dict[tuple[str, str, str], int]] = {}
+        self._notice_counts: dict[str, dict[str, dict[str, int]]] = {}
+        self._newest = 0
 
     def feed(self, entries: Iterable[Mapping[str, Any]]) -> None:
         """Fold entries in, in stream order."""
         changed = False
         for entry in entries:
             self.entries += 1
-            if entry.get("kind") == "stop":
+            kind = entry.get("kind")
+            if kind == "stop":
                 self._stop(entry)
                 changed = True
+                continue
+            if kind in _NOTICE_KINDS:
+                self._notice(entry)
                 continue
             record = record_of(entry)
             if record is not None:
@@ -112,9 +149,20 @@ class Board:
             self._calibrate()
 
     def breaker(self, key: str) -> dict[str, Any] | None:
-        """One breaker's row with its last transitions and calibration signals."""
+        """One breaker's row with its last transitions, calibration signals and notices."""
         row = self.breakers.get(key)
-        return None if row is None else {**row, "signals": self.signals.get(key)}
+        if row is None:
+            return None
+        recent = [item for k, item in self._recent if k == key]
+        return {**self._row(row), "signals": self.signals.get(key), "recent_notices": recent}
+
+    def notice_counts(self, key: str) -> dict[str, dict[str, int]]:
+        """Degradation choices by mode and limit notices by kind for ``key``, in the window."""
+        found = self._notice_counts.get(key, {})
+        return {kind: dict(found.get(kind, {})) for kind in ("degrade", "limit")}
+
+    def _row(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, "notices": self.notice_counts(row["key"])}
 
     def policy_of(self, key: str) -> dict[str, Any] | None:
         """The policy last seen in force for ``key``."""
@@ -133,8 +181,66 @@ class Board:
             }
         )
 
+    def _notice(self, entry: Mapping[str, Any]) -> None:
+        """Fold one ``degrade`` or ``limit`` entry: count it, keep it for the list."""
+        notice = entry.get("notice")
+        if not isinstance(notice, dict):
+            return
+        wall = _wall(entry)
+        category = "degrade" if entry.get("kind") == "degrade" else "limit"
+        # Other processes wrote it: keep only known fields, bounded and masked (a degrade
+        # record carries the model's tool name and reason as they were).
+        key = notice.get("breaker")
+        key = key if isinstance(key, str) else ""
+        row = self.breakers.get(key)
+        item = _notice_item(
+            category,
+            notice,
+            wall,
+            str(entry.get("source", "")),
+            row or {},
+        )
+        self.revision += 1
+        self.notices_rev = self.revision
+        self._recent.appendleft((key, item))
+        second = int(wall)
+        self._slide(second)
+        if second <= self._newest - self.seconds:
+            return  # older than the window (a stream read from its start): listed only
+        slot = (key, category, item["name"])
+        bucket = self._notice_seconds.setdefault(second, {})
+        bucket[slot] = bucket.get(slot, 0) + 1
+        self._add(slot, 1)
+
+    def _add(self, slot: tuple[str, str, str], n: int) -> None:
+        key, category, name = slot
+        per = self._notice_counts.setdefault(key, {}).setdefault(category, {})
+        per[name] = per.get(name, 0) + n
+        if per[name] <= 0:
+            del per[name]
+            if not any(self._notice_counts[key].values()):
+                del self._notice_counts[key]
+        row = self.breakers.get(key)
+        if row is not None:
+            row["rev"] = self.revision
+
+    def _slide(self, second: int) -> None:
+        """Move the window's end to ``second`` (if newer); drop the counts it leaves."""
+        if second <= self._newest:
+            return
+        self._newest = second
+        horizon = second - self.seconds
+        old = [s for s in self._notice_seconds if s <= horizon]
+        if old:
+            self.revision += 1
+            self.notices_rev = self.revision
+            for s in old:
+                for slot, n in self._notice_seconds.pop(s).items():
+                    self._add(slot, -n)
+
     def _transition(self, entry: Mapping[str, Any], record: Transition) -> None:
         wall = _wall(entry)
+        self._slide(int(wall))
         key = record.dependency
         row = self.breakers.get(key)
         self.revision += 1
@@ -213,7 +319,9 @@ class Board:
         """What changed after revision ``since`` (everything for 0), as one document."""
         # Rows carry their newest transition only; the page asks for one breaker's history.
         rows = [
-            {**row, "last": row["last"][:1]} for row in self.breakers.values() if row["rev"] > since
+            {**self._row(row), "last": row["last"][:1]}
+            for row in self.breakers.values()
+            if row["rev"] > since
         ]
         # A continuous window of at least two minutes ending at the newest second, so the
         # chart shows quiet seconds as zeros rather than joining distant points.
@@ -236,7 +344,95 @@ class Board:
             },
             "findings": self.findings,
             "stops": list(self.stops) if since == 0 or self.stops_rev > since else None,
+            "notices": self._notices_document() if since == 0 or self.notices_rev > since else None,
         }
+
+    def _notices_document(self) -> dict[str, Any]:
+        counts = [
+            {"key": key or None, **self.notice_counts(key)}
+            for key in sorted(self._notice_counts)
+            if any(self._notice_counts[key].values())
+        ]
+        recent = [item for _, item in self._recent]
+        return {"window_s": self.seconds, "counts": counts, "recent": recent}
+
+
+_MASKED: dict[str, str] = {}
+_MASKED_KEEP: Final = 4096
+
+
+def _text(value: object) -> str | None:
+    """A string from the stream, bounded and masked; ``None`` for anything else.
+
+    Masking is the costly part of the fold and the same few tool names and reasons come
+    again and again (a saturated bulkhead answers thousands of calls), so the masked
+    text of each is kept, for up to :data:`_MASKED_KEEP` texts.
+    """
+    if not isinstance(value, str):
+        return None
+    text = value[:_MAX_TEXT]
+    masked = _MASKED.get(text)
+    if masked is None:
+        if len(_MASKED) >= _MASKED_KEEP:
+            _MASKED.clear()
+        masked = _MASKED[text] = redact_text(text)
+    return masked
+
+
+def _int(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _notice_item(
+    category: str,
+    notice: Mapping[str, Any],
+    wall: float,
+    source: str,
+    row: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What the page lists of one notice: known fields, bounded, masked.
+
+    ``row`` is the notice's breaker row, if the board has one: it names the dependency
+    and tool a ``saturated`` or ``degrade`` record does not carry.
+    """
+    item: dict[str, Any] = {
+        "wall": wall,
+        "kind": category,
+        "key": _text(notice.get("breaker")),
+        "dependency": _text(notice.get("dependency")) or _text(row.get("dependency")),
+        "tool": _text(notice.get("tool")) or _text(row.get("tool")),
+        "source": _text(source),
+    }
+    if category == "degrade":
+        mode = notice.get("mode")
+        item["name"] = "plain" if mode is None else mode if mode in _DEGRADE_MODES else "other"
+        item["reason"] = _text(notice.get("reason")) or ""
+        age = _int(notice.get("stale_age_ms"))
+        if age is not None:
+            item["stale_age_ms"] = age
+        skipped = notice.get("skipped")
+        if isinstance(skipped, list):
+            item["skipped"] = [
+                [_text(s[0]) or "", _text(s[1]) or ""]
+                for s in skipped[:8]
+                if isinstance(s, list) and len(s) == 2
+            ]
+    else:
+        kind = notice.get("kind")
+        item["name"] = kind if kind in _LIMIT_KINDS else "other"
+        limit = _int(notice.get("limit"))
+        item["limit"] = limit
+        if kind == "saturated":
+            by = _text(notice.get("by")) or "bulkhead"
+            item["by"] = by
+            item["retry_after_ms"] = _int(notice.get("retry_after_ms"))
+            item["reason"] = f"{by} full (limit {limit})"
+        elif kind == "deferred":
+            item["task"] = _text(notice.get("task"))
+            item["reason"] = f"max_calls_per_turn {limit} reached"
+        else:
+            item["reason"] = ""
+    return item
 
 
 def _wall(entry: Mapping[str, Any]) -> float:

@@ -1,5 +1,7 @@
 // toolbreaker dashboard: renders the snapshots /api/events pushes. Everything shown comes
-// from other processes' streams, so text goes through textContent, never innerHTML.
+// from other processes' streams, so text goes through textContent, never innerHTML, and
+// control and bidi characters are shown as visible escapes (\x1b, \u202e), as the CLI's
+// printable() does for a terminal.
 "use strict";
 (function () {
   const breakers = new Map();
@@ -12,6 +14,17 @@
   let dirty = false;
   let actions = false;
 
+  // C0 and C1 controls (but tab and newline), DEL, and the bidi/format characters that
+  // reorder or hide text on screen.
+  const UNPRINTABLE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]/g;
+
+  function printable(text) {
+    return String(text).replace(UNPRINTABLE, (c) => {
+      const code = c.charCodeAt(0);
+      return code <= 0xff ? "\\x" + code.toString(16).padStart(2, "0") : "\\u" + code.toString(16).padStart(4, "0");
+    });
+  }
+
   function h(tag, attrs, ...children) {
     const el = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
@@ -19,7 +32,7 @@
       else if (k.startsWith("data-")) el.setAttribute(k, v);
       else el[k] = v;
     }
-    for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    for (const c of children) el.append(c instanceof Node ? c : document.createTextNode(printable(c)));
     return el;
   }
 
@@ -44,6 +57,44 @@
     return parts.length ? parts.join(", ") : "–";
   }
 
+  function noticeCounts(obj) {
+    const parts = Object.entries(obj || {}).sort().map(([k, v]) => k + " " + v);
+    return parts.length ? parts.join(" · ") : "–";
+  }
+
+  function noticeCell(kind, obj) {
+    const hot = Object.keys(obj || {}).length > 0;
+    return h("td", { class: kind + (hot ? " hot" : "") }, noticeCounts(obj));
+  }
+
+  function noticeDetail(n) {
+    const parts = [];
+    if (n.stale_age_ms != null) parts.push("age " + ago(n.stale_age_ms / 1000));
+    if (n.retry_after_ms != null) parts.push("retry after " + ago(n.retry_after_ms / 1000));
+    if (n.task) parts.push("task " + n.task);
+    for (const [mode, why] of n.skipped || []) parts.push("skipped " + mode + ": " + why);
+    return parts.join(" · ");
+  }
+
+  function renderNotices(doc) {
+    const minutes = Math.round(doc.window_s / 60);
+    document.getElementById("notices-window").textContent = "counts over the last " + minutes + " min of the stream";
+    const loose = doc.counts.filter((c) => c.key === null);
+    document.getElementById("notices-unbound").textContent = loose.length
+      ? "run guard limits on tools without a breaker: " + noticeCounts(loose[0].limit) : "";
+    const body = document.createDocumentFragment();
+    for (const n of doc.recent) {
+      body.append(h("tr", { "data-kind": n.kind, "data-name": n.name },
+        h("td", {}, new Date(n.wall * 1000).toLocaleTimeString()),
+        h("td", {}, n.dependency || n.key || "–"), h("td", {}, n.tool || "–"),
+        h("td", {}, n.kind === "degrade" ? "degradation" : "limit"),
+        h("td", { class: "name" }, n.name), h("td", {}, n.reason || ""),
+        h("td", {}, noticeDetail(n)), h("td", { class: "muted" }, n.source)));
+    }
+    if (!doc.recent.length) body.append(h("tr", {}, h("td", { class: "muted", colSpan: 8 }, "none yet")));
+    document.querySelector("#notices tbody").replaceChildren(body);
+  }
+
   function lastText(row) {
     const t = row.last && row.last[0];
     if (!t) return "–";
@@ -61,6 +112,8 @@
       const tr = h("tr", { "data-key": r.key, "data-phase": r.phase, class: r.key === selected ? "selected" : "" },
         h("td", {}, r.dependency), h("td", {}, r.operation), h("td", {}, r.tool),
         h("td", {}, h("span", { class: "state " + r.phase }, phaseLabel(r))),
+        noticeCell("degrade", r.notices && r.notices.degrade),
+        noticeCell("limit", r.notices && r.notices.limit),
         h("td", { class: "for" }, since(r)),
         h("td", {}, r.fallback || "–"),
         h("td", { class: "n" }, r.demand), h("td", { class: "n" }, r.admitted), h("td", { class: "n" }, r.rejected),
@@ -165,6 +218,7 @@
     renderChart();
     renderFindings(doc.findings);
     if (doc.stops) renderStops(doc.stops);
+    if (doc.notices) renderNotices(doc.notices);
     const status = document.getElementById("status");
     status.textContent = doc.error ? "stream unavailable: " + doc.error : "live";
     status.className = "pill " + (doc.error ? "down" : "live");
