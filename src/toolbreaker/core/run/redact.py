@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import enum
+import functools
 import numbers
 import re
 import sys
@@ -132,6 +133,11 @@ _WORD: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 _NOT_ALNUM: Final = re.compile(r"[^0-9a-z]")
 
 
+#: Texts up to this long are masked (and key names judged) once and remembered: names,
+#: reasons and keys recur on every notice and record. Longer ones, payloads, are never kept.
+_CACHED_LENGTH: Final = 256
+
+
 def _compact(name: str) -> str:
     return _NOT_ALNUM.sub("", name.lower())
 
@@ -143,6 +149,17 @@ def _extra_parts(extra_keys: Iterable[str]) -> frozenset[str]:
 
 
 def _is_secret(name: str, extra: frozenset[str]) -> bool:
+    if len(name) <= _CACHED_LENGTH:
+        return _is_secret_name(name, extra)
+    return _judge(name, extra)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_secret_name(name: str, extra: frozenset[str]) -> bool:
+    return _judge(name, extra)
+
+
+def _judge(name: str, extra: frozenset[str]) -> bool:
     compact = _compact(name)
     if any(part in compact for part in extra):
         return True
@@ -433,6 +450,17 @@ def redact_text(text: str) -> str:
     ``password%3D[REDACTED]``.
     """
     out = str.__str__(text)
+    if len(out) <= _CACHED_LENGTH:
+        return _short_text(out)
+    return _mask_fully(out)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_text(text: str) -> str:
+    return _mask_fully(text)
+
+
+def _mask_fully(out: str) -> str:
     # Masking can join a secret to what follows it (a header value runs to the end of
     # its line); masking again until nothing changes makes the result a fixed point.
     for _ in range(_ROUNDS):
