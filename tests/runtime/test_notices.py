@@ -212,3 +212,23 @@ def test_notice_records_hold_no_secret(kind):
         guard.call("search", {"q": "b"})
     assert heard
     assert secret not in json.dumps(heard)
+
+
+def test_a_degradation_choice_is_masked_where_it_is_made():
+    """A tool name carrying a secret never reaches a listener of degradation choices
+    unmasked (lesson: mask where the object is built, not where it is printed)."""
+    secret = "sk-proj-" + "A1b2C3d4" * 5
+    registry = Registry.from_dict(
+        {"search": {"read": {"tool": "search", "timeout": 5, "degrade": ["omit"]}}}
+    )
+    breaker = registry.get("search", "read")
+    heard: list[dict[str, Any]] = []
+    breaker.degradation.add_listener(heard.append)
+    breaker.isolate("maintenance")
+    step = breaker.begin(f"search-{secret}", {"q": "lamp"})
+    assert step.answer is not None
+    [record] = heard
+    assert record["schema"] == "toolbreaker.degrade/v1"
+    assert record["mode"] == "omit"
+    assert secret not in json.dumps(record)
+    assert "[REDACTED]" in record["tool"]

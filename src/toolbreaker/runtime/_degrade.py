@@ -204,6 +204,8 @@ class Degradation:
         return self.notices.add_listener(listener)
 
     def _record(self, choice: Choice, tool: str, reason: str, at: int) -> None:
+        if not self.notices:
+            return
         record = {
             "schema": DEGRADE_SCHEMA,
             "breaker": self.key,
@@ -212,7 +214,7 @@ class Degradation:
             "at": at,
             **choice.to_dict(),
         }
-        self.notices.emit(record)
+        self.notices.emit(redact(record))  # masked where it is made, as every notice
 
     def saturated(self, by: str, limit: int | None, retry_after_ms: int | None) -> None:
         """Tell the listeners a call was answered ``saturated`` (nothing without them)."""
