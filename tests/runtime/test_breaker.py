@@ -261,6 +261,30 @@ def test_cooperative_late_success_is_ambiguous():
     assert breaker.stats.failures == {"late-result": 1}
 
 
+def test_cooperative_late_success_on_the_real_clock_is_ambiguous():
+    """The same on the default clock, whose fast path times calls in nanoseconds: a
+    result after the deadline is never a quiet success, sync or async."""
+
+    def slow() -> str:
+        time.sleep(0.03)
+        return "late"
+
+    async def aslow() -> str:
+        await asyncio.sleep(0.03)
+        return "late"
+
+    sync = Breaker("slow-sync", policy=Policy(failure_threshold=1), timeout=0.01,
+                   enforce="cooperative")  # fmt: skip
+    assert sync.call(slow) == "late"
+    assert sync.state.phase == "open"
+    assert sync.stats.failures == {"late-result": 1}
+    coop = Breaker("slow-async", policy=Policy(failure_threshold=1), timeout=0.01,
+                   enforce="cooperative")  # fmt: skip
+    assert asyncio.run(coop.acall(aslow)) == "late"
+    assert coop.state.phase == "open"
+    assert coop.stats.failures == {"late-result": 1}
+
+
 def test_async_deadline_cancels_the_call():
     """An async call is cancelled at its deadline and counted as a timeout."""
     breaker = Breaker("slow", policy=Policy(failure_threshold=1), timeout=0.02)

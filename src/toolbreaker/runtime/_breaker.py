@@ -513,6 +513,11 @@ class Breaker:
         self.policy = boundary.policy
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock or clock_of(self.store)
+        # The quiet fast paths time a call in the clock's own ticks: time.monotonic_ns
+        # itself for the default clock (no Python frame per reading), else the clock.
+        fast = self.clock is monotonic_ms
+        self._ticks: Callable[[], int] = time.monotonic_ns if fast else self.clock
+        self._per_ms = 1_000_000 if fast else 1
         self.classify = boundary.classifier
         self.result_is_failure = boundary.result_is_failure
         self.tool = boundary.tool or boundary.dependency
@@ -1112,8 +1117,6 @@ class Breaker:
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
         state = self._view.state
-        if state is not None and state.phase == OPEN and self._plain:
-            self._reject_if_cooling(state, self.clock())  # the open hot path: raises
         if state is self._quiet and state is not None and self._plain and self._inline:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
             if deadline is not None:
@@ -1122,25 +1125,29 @@ class Breaker:
                 if slots is not None and not slots.enter():
                     raise self._no_slot(_SATURATED, deadline).error()
                 self.stats.admitted += 1
+                ticks = self._ticks
                 try:
-                    start = self.clock()
+                    start = ticks()
                     try:
                         result = fn(*args, **kwargs)
                     except BaseException as exc:
-                        self._quiet_outcome(state, start, deadline, exc)
+                        self._quiet_outcome(state, start // self._per_ms, deadline, exc)
                         raise
                     # Settle after all only if the core may care: a result predicate, a late
                     # result, or a state that changed meanwhile.
                     if (
                         self.result_is_failure is not None
-                        or self.clock() - start > deadline
+                        or ticks() - start > deadline * self._per_ms
                         or self._view.state is not state
                     ):
-                        self._quiet_outcome(state, start, deadline, result)
+                        self._quiet_outcome(state, start // self._per_ms, deadline, result)
                     return result
                 finally:
                     if slots is not None:
                         slots.leave()
+        elif state is not None and state.phase == OPEN and self._plain:
+            # The open hot path: raises while cooling down.
+            self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
@@ -1182,8 +1189,6 @@ class Breaker:
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
         state = self._view.state
-        if state is not None and state.phase == OPEN and self._plain:
-            self._reject_if_cooling(state, self.clock())  # the open hot path: raises
         if state is self._quiet and state is not None and self._plain:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
             if deadline is not None:
@@ -1192,8 +1197,9 @@ class Breaker:
                 if slots is not None and not slots.enter():
                     raise self._no_slot(_SATURATED, deadline).error()
                 self.stats.admitted += 1
+                ticks = self._ticks
                 try:
-                    start = self.clock()
+                    start = ticks()
                     try:
                         if self._inline:
                             result = await fn(*args, **kwargs)
@@ -1208,16 +1214,19 @@ class Breaker:
                                 raise
                             dog.done(call)
                     except TimeoutError:
+                        start //= self._per_ms
                         await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
                         raise
                     except BaseException as exc:
+                        start //= self._per_ms
                         await self._quiet_permit(state, start, deadline).arecord(exc)
                         raise
                     if (
                         self.result_is_failure is not None
-                        or self.clock() - start > deadline
+                        or ticks() - start > deadline * self._per_ms
                         or self._view.state is not state
                     ):
+                        start //= self._per_ms
                         await self._quiet_permit(state, start, deadline).arecord(
                             self.result_verdict(result)
                         )
@@ -1225,6 +1234,9 @@ class Breaker:
                 finally:
                     if slots is not None:
                         slots.leave()
+        elif state is not None and state.phase == OPEN and self._plain:
+            # The open hot path: raises while cooling down.
+            self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
         deadline = self._required_deadline(timeout)
