@@ -689,10 +689,12 @@ class RedisStore(SharedStore):
 
 #: How many callers of a batch are woken per turn of the event loop.
 _WAKE = 16
+#: The most scripts one pipeline carries (a batch of more is sent as several).
+_PIPELINE = 32
 
 
 class _Batch:
-    """The asyncio round trips of one event loop that are due together, as one pipeline.
+    """The asyncio round trips of one event loop that are due together, as few pipelines.
 
     A task's script call joins the batch of the loop's current iteration; the batch is
     sent once every task made ready in that iteration has had its turn. Two hundred
@@ -728,9 +730,12 @@ class _Batch:
 
     def _flush(self) -> None:
         batch, self._pending = self._pending, []
-        task = asyncio.ensure_future(self._send(batch))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
+        # Pipelines of at most _PIPELINE scripts, on connections of their own: a crowd of
+        # replies is parsed in several turns of the loop, not all in one.
+        for start in range(0, len(batch), _PIPELINE):
+            task = asyncio.ensure_future(self._send(batch[start : start + _PIPELINE]))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
 
     async def _send(self, batch: list[tuple[_Args, asyncio.Future[object]]]) -> None:
         try:
