@@ -73,16 +73,20 @@ def read_text(path: str | Path, error: Located, *, limit: int = MAX_FILE_BYTES) 
         _located(error, "not UTF-8 text", name, line)
 
 
+def _opened(path: str | Path, error: Located) -> BinaryIO:
+    """``path`` opened for reading bytes; an OS error is ``error``, located at the file."""
+    try:
+        return Path(path).open("rb")
+    except OSError as exc:
+        _located(error, f"cannot read: {exc.strerror or exc}", str(path))
+
+
 def iter_lines(
     path: str | Path, error: Located, *, limit: int = MAX_LINE_BYTES
 ) -> Iterator[tuple[int, str]]:
     """Yield ``(line number, text)`` of ``path`` as a stream, each line at most ``limit``."""
     name = str(path)
-    try:
-        handle: BinaryIO = Path(path).open("rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        _located(error, f"cannot read: {exc.strerror or exc}", name)
-    with handle:
+    with _opened(path, error) as handle:
         number = 0
         while True:
             try:
@@ -111,11 +115,7 @@ def iter_line_blocks(
     block of about ``block`` bytes, instead of a call per line.
     """
     name = str(path)
-    try:
-        handle: BinaryIO = Path(path).open("rb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        _located(error, f"cannot read: {exc.strerror or exc}", name)
-    with handle:
+    with _opened(path, error) as handle:
         number = 0  # lines yielded so far
         carry = b""
         while True:
