@@ -456,6 +456,8 @@ def test_the_window_ends_at_the_given_time_while_the_stream_is_quiet():
     assert board.notice_counts("catalog:read")["limit"] == {"saturated": 1}
 
     revision = board.revision
+    assert not board.advance(float("nan"))  # a broken clock moves nothing
+    assert not board.advance(float("inf"))
     assert not board.advance(newest + 30)  # still inside the window
     assert board.revision == revision
     assert board.snapshot(revision, now=newest + 30)["breakers"] == []

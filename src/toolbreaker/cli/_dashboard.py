@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import hmac
 import json
+import math
 import secrets
 import sys
 import threading
@@ -162,8 +163,11 @@ class Board:
         The board reads no clock: its shell passes the current time, a test its own. The
         counts and series seconds that leave the window are dropped; returns whether any
         did (the revision moved, so connected pages are pushed the change). Cheap when
-        the second has not changed or nothing is in the window.
+        the second has not changed or nothing is in the window. A time that is not a
+        finite number is ignored (the window stays where the stream put it).
         """
+        if not isinstance(now, (int, float)) or not math.isfinite(now):
+            return False
         before = self.revision
         self._slide(int(now))
         return self.revision != before
