@@ -555,3 +555,112 @@ def test_openai_agents_cancels_only_the_sibling_that_needs_the_opened_dependency
     check_turn(guard.turn_outcome(), "list_tickets")
     assert guard.stopped is not None  # any further call of the run is answered with the stop
     assert guard.stopped.condition == "dependency-open"
+
+
+def _agents_run(
+    service: ToolService,
+    registry: Registry,
+    guard: RunGuard,
+    first_turn: list[tuple[str, dict[str, Any]]],
+) -> tuple[Any, Tools, list[dict[str, Any]]]:
+    """Run an OpenAI Agents SDK agent whose first response issues ``first_turn`` at once."""
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
+    from agents.testing import function_call as fcall
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
+    set_tracing_disabled(True)
+    tools = Tools(service, registry)
+
+    @function_tool
+    async def order_status(order_id: str, sibling: str) -> Any:
+        """Look an order up."""
+        return await tools.order_status(order_id, sibling)
+
+    @function_tool
+    async def open_ticket(title: str, idempotency_key: str = "") -> Any:
+        """Open a support ticket."""
+        return await tools.open_ticket(title, idempotency_key)
+
+    @function_tool
+    async def search(q: str) -> Any:
+        """Search the catalog."""
+        return await tools.search(q)
+
+    read: list[dict[str, Any]] = []
+
+    def last_turn(call: ModelCall) -> list[Any]:
+        read.append(_outputs(call))
+        return [assistant_message("done")]
+
+    steps = [
+        [fcall(t, a, call_id=f"c-{t}") for t, a in first_turn],
+        ModelStep.respond(last_turn),
+    ]
+    guard.ensure_tool("order_status", required=True)
+    guard.ensure_tool("open_ticket", risk="reversible_write", business_key=("title",))
+    helpdesk = registry.get("helpdesk")
+    breakers = {
+        "order_status": helpdesk,
+        "open_ticket": helpdesk,
+        "search": registry.get("catalog"),
+    }
+    agent = protect(
+        Agent(name="desk", model=ScriptedModel(steps), tools=[order_status, open_ticket, search]),
+        guard=guard,
+        breakers=breakers,
+    )
+
+    async def main() -> Any:
+        result = await Runner.run(agent, "go", run_config=run_config())
+        assert no_other_task()  # structured: nothing outlives the turn
+        return result
+
+    return asyncio.run(main()), tools, read
+
+
+def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
+    pytest.importorskip("agents")
+    route = arrange(service, write=True)
+    registry = make_registry()
+    journal = MemoryStore()
+    guard = RunGuard("agents-write", journal=journal)
+    turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("open_ticket", {"title": "Refund A-1001"}),
+        ("search", {"q": "usb cable"}),
+    ]
+    result, tools, read = _agents_run(service, registry, guard, turn)
+
+    assert result.final_output == "done"
+    (outputs,) = read  # the model read all three answers of the turn
+    check_cancelled_answer(outputs["c-open_ticket"], "open_ticket")
+    assert outputs["c-open_ticket"]["outcome_unknown"] is True
+    assert outputs["c-search"]["results"]  # the real result
+    assert tools.cancelled == ["open_ticket"]  # the task running it was cancelled
+    assert tools.finished == ["search"]
+    outcome = guard.turn_outcome()
+    check_turn(outcome, "open_ticket")
+    assert "unknown" in outcome["open_ticket"].reason
+    answer = outcome["open_ticket"].result
+    check_cancelled_answer(answer, "open_ticket")
+    assert answer["outcome_unknown"] is True
+    key = answer["idempotency_key"]
+    assert outputs["c-open_ticket"]["idempotency_key"] == key
+    assert journal.journal_get("agents-write", key)["status"] == "unknown"
+    assert guard.stopped is not None
+    assert [u["idempotency_key"] for u in guard.stop_packet().uncertain] == [key]
+
+    # A resumed run asking for the same write is answered from the journal: never replayed.
+    resumed = RunGuard("agents-write", journal=journal)
+    again, tools, read = _agents_run(
+        service, registry, resumed, [("open_ticket", {"title": "Refund A-1001"})]
+    )
+    assert again.final_output == "done"
+    (outputs,) = read
+    assert outputs["c-open_ticket"]["outcome_unknown"] is True
+    assert outputs["c-open_ticket"]["idempotency_key"] == key
+    assert tools.cancelled == tools.finished == []
+    assert service.hits["POST /tickets"] == 1
+    assert service.created("tickets") == []
