@@ -664,3 +664,115 @@ def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed
     assert tools.cancelled == tools.finished == []
     assert service.hits["POST /tickets"] == 1
     assert service.created("tickets") == []
+
+
+# -- Pydantic AI: a response that also ends the run ----------------------------------------------
+#
+# The stop is normally applied before the next model request; a response that also carries
+# the run's final result (an output tool call) never reaches one. The run must still end as
+# a stopped run (``RunCancelled``, which ``run_stop`` pairs with the stop packet and the
+# turn's outcome): the output is never presented as a normal completion, and an output
+# function (which may act) never runs on a stopped run.
+
+
+def _pydantic_final_run(
+    service: ToolService,
+    registry: Registry,
+    guard: RunGuard,
+    *,
+    end_strategy: str = "graceful",
+    output_function: bool = False,
+) -> tuple[Any, Tools, list[str]]:
+    from pydantic import BaseModel
+    from pydantic_ai import Agent, ToolOutput
+    from pydantic_ai.exceptions import RunCancelled
+    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
+
+    route = arrange(service, write=False)
+    tools = Tools(service, registry)
+    acted: list[str] = []
+    asked: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.append(len(messages))
+        output = info.output_tools[0].name
+        return ModelResponse(
+            parts=[
+                ToolCallPart("order_status", {"order_id": "A-1001", "sibling": route}),
+                ToolCallPart("list_tickets", {}),
+                ToolCallPart("search", {"q": "usb cable"}),
+                ToolCallPart(output, {"summary": "all good"}),
+            ]
+        )
+
+    class Answer(BaseModel):
+        summary: str
+
+    def send(summary: str) -> dict[str, str]:
+        """Send the answer to the customer (an output function that acts)."""
+        acted.append(summary)
+        return {"summary": summary}
+
+    output: Any = ToolOutput(send if output_function else Answer)
+    agent: Agent[Any, Any] = Agent(
+        FunctionModel(model), output_type=output, end_strategy=end_strategy
+    )
+    agent.tool_plain(metadata=tool_metadata(dependency="helpdesk", required=True))(
+        tools.order_status
+    )
+    agent.tool_plain(metadata=tool_metadata(dependency="helpdesk"))(tools.list_tickets)
+    agent.tool_plain(metadata=tool_metadata(dependency="catalog"))(tools.search)
+    capability = ToolbreakerCapability(guard, registry=registry)
+
+    async def main() -> Any:
+        try:
+            outcome: Any = await agent.run("go", capabilities=[capability])
+        except RunCancelled as exc:
+            outcome = exc
+        assert no_other_task()
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert asked == [1]  # one model response: the model was never asked again
+    return outcome, tools, acted
+
+
+@pytest.mark.parametrize("end_strategy", ["graceful", "exhaustive"])
+def test_pydantic_ai_a_response_that_ends_the_run_still_ends_as_a_stopped_run(
+    service, end_strategy
+):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.exceptions import RunCancelled
+
+    from toolbreaker.integrations.pydantic_ai import run_stop
+
+    registry = make_registry()
+    guard = RunGuard(f"pydantic-final-{end_strategy}")
+    outcome, tools, _ = _pydantic_final_run(service, registry, guard, end_strategy=end_strategy)
+
+    assert isinstance(outcome, RunCancelled), f"a stopped run completed: {outcome!r}"
+    stop = run_stop(outcome, guard)
+    assert stop is not None
+    assert stop.packet.condition == "dependency-open"
+    check_turn(stop.turn, "list_tickets")
+    assert tools.cancelled == ["list_tickets"]
+    assert tools.finished == ["search"]
+    assert stop.messages  # the history to resume from
+
+
+def test_pydantic_ai_an_output_function_never_acts_on_a_stopped_run(service):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.exceptions import RunCancelled
+
+    from toolbreaker.integrations.pydantic_ai import run_stop
+
+    registry = make_registry()
+    guard = RunGuard("pydantic-final-act")
+    outcome, _, acted = _pydantic_final_run(service, registry, guard, output_function=True)
+
+    assert isinstance(outcome, RunCancelled)
+    assert run_stop(outcome, guard) is not None
+    assert acted == []  # graceful: the function tools ran first, the stop came before it
