@@ -29,9 +29,10 @@ the agent; it holds no breaker logic of its own and only translates:
   the model is asked again. A response that also ends the run (an output tool call next
   to its sibling calls) is stopped all the same: its output is not processed
   (``wrap_output_process``), and a stop that came after it was (``end_strategy=
-  "exhaustive"``) cancels the run in ``after_run``: a stopped run never completes. The run ends with the framework's ``RunCancelled``, which
-  keeps the message history; :func:`run_stop` pairs it with the guard's stop packet and
-  the last turn's outcome (which calls completed, degraded or were cancelled, and why).
+  "exhaustive"``) cancels the run in ``after_run``: a stopped run never completes. The
+  run ends with the framework's ``RunCancelled``, which keeps the message history;
+  :func:`run_stop` pairs it with the guard's stop packet and the last turn's outcome
+  (which calls completed, degraded or were cancelled, and why).
 
 A breaker's ``timeout`` becomes the tool's ``ToolDefinition.timeout`` when the tool has
 none, so the framework enforces the dependency's deadline and the timeout counts as a
