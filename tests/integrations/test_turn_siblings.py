@@ -652,8 +652,20 @@ def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed
     assert guard.stopped is not None
     assert [u["idempotency_key"] for u in guard.stop_packet().uncertain] == [key]
 
-    # A resumed run asking for the same write is answered from the journal: never replayed.
+    # A resumed run asking for the same write is reconciled (a read-only status check
+    # against the real service), answered, and never replayed.
+    checked: list[str] = []
+
+    def reconcile(key: str, args: Any) -> Any:
+        checked.append(key)
+        reply = httpx.get(service.url + "/tickets", params={"idempotency_key": key}, timeout=30)
+        reply.raise_for_status()
+        return reply.json()["tickets"]
+
     resumed = RunGuard("agents-write", journal=journal)
+    resumed.ensure_tool(
+        "open_ticket", risk="reversible_write", business_key=("title",), reconcile=reconcile
+    )
     again, tools, read = _agents_run(
         service, registry, resumed, [("open_ticket", {"title": "Refund A-1001"})]
     )
@@ -661,6 +673,10 @@ def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed
     (outputs,) = read
     assert outputs["c-open_ticket"]["outcome_unknown"] is True
     assert outputs["c-open_ticket"]["idempotency_key"] == key
+    assert outputs["c-open_ticket"]["reconciled"] is None  # checked: not found
+    assert "status check did not find the write" in outputs["c-open_ticket"]["instruction"]
+    assert checked == [key]
+    assert journal.journal_get("agents-write", key)["status"] == "reconciled-absent"
     assert tools.cancelled == tools.finished == []
     assert service.hits["POST /tickets"] == 1
     assert service.created("tickets") == []
