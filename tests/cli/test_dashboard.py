@@ -331,6 +331,38 @@ def test_degradation_choices_and_limit_notices_show_live(page, shots):
         assert rows["orders:read"] == {"degrade": {}, "limit": {"deferred": 1}}
 
 
+def test_counts_leave_the_page_when_the_window_passes_without_new_entries(page, shots):
+    """No entry arrives after the incident; the server's clock (moved by the test, no
+    real wait) passes the 600 s window: the page is pushed the change, the counts beside
+    each breaker go, the list keeps the notices, and the page says the window's end."""
+    stream = MemoryStream()
+    incident(stream)
+    newest = max(entry["wall"] for _, entry in stream.read())
+    clock = {"now": newest + 1}
+    app = build_app(stream, clock=lambda: clock["now"])
+    with Server(app) as server:
+        page.goto(server.url)
+        catalog_row = 'tr[data-key="catalog:read"]'
+        page.wait_for_selector(f'{catalog_row} td.limit:has-text("saturated 1")')
+        page.wait_for_selector("body[data-as-of]")
+        assert page.get_attribute("body", "data-as-of") == str(int(newest + 1))
+        assert "up to" in page.inner_text("#notices-window")
+        assert "up to" in page.inner_text("#series-window")
+        before = page.get_attribute("body", "data-revision")
+
+        clock["now"] = newest + 601
+        page.wait_for_selector(f'{catalog_row} td.limit:not(.hot):has-text("\u2013")')
+        page.wait_for_selector(f'{catalog_row} td.degrade:not(.hot):has-text("\u2013")')
+        assert page.inner_text('tr[data-key="prices:read"] td.degrade') == "\u2013"
+        assert page.inner_text('tr[data-key="orders:read"] td.limit') == "\u2013"
+        assert page.get_attribute("body", "data-as-of") == str(int(newest + 601))
+        assert page.get_attribute("body", "data-revision") != before
+        assert page.query_selector('#notices tr[data-name="saturated"]') is not None  # listed
+        end = page.evaluate(f"new Date({int(newest + 601)} * 1000).toLocaleTimeString()")
+        assert end in page.inner_text("#notices-window")
+        page.screenshot(path=str(shots / "dashboard-window-passed.png"), full_page=True)
+
+
 HOSTILE = "<img src=x onerror=alert(1)>\x1b[31m\u202e\x00"
 
 

@@ -427,3 +427,86 @@ def test_the_api_exposes_notice_counts_masked():
     assert one["notices"] == {"degrade": {"omit": 2}, "limit": {"saturated": 1}}
     assert [n["name"] for n in one["recent_notices"]] == ["omit", "omit", "saturated"]
     assert "[REDACTED]" in one["recent_notices"][0]["tool"]
+
+
+class WallClock:
+    """A wall clock a test moves by hand (Unix seconds)."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_window_ends_at_the_given_time_while_the_stream_is_quiet():
+    """The fold reads no clock, but ``now`` moves the window's end: with no new entry,
+    counts and the chart's seconds leave it once it has passed them, the revision moves
+    (so pages are pushed the change), and every document says the second it ends at."""
+    stream = MemoryStream()
+    incident(stream)
+    entries = [entry for _, entry in stream.read()]
+    newest = int(max(entry["wall"] for entry in entries))
+    board = Board(seconds=60)
+    board.feed(entries)
+    first = board.snapshot()
+    assert first["as_of"] == first["notices"]["as_of"] == newest
+    assert first["window_s"] == 60
+    assert board.snapshot(now=newest - 30)["as_of"] == newest  # an earlier clock: no change
+    assert board.notice_counts("catalog:read")["limit"] == {"saturated": 1}
+
+    revision = board.revision
+    assert not board.advance(float("nan"))  # a broken clock moves nothing
+    assert not board.advance(float("inf"))
+    assert not board.advance(newest + 30)  # still inside the window
+    assert board.revision == revision
+    assert board.snapshot(revision, now=newest + 30)["breakers"] == []
+
+    changed = board.snapshot(revision, now=newest + 61)
+    assert changed["as_of"] == newest + 61
+    assert changed["revision"] > revision
+    rows = {row["key"]: row["notices"] for row in changed["breakers"]}
+    assert rows["catalog:read"] == {"degrade": {}, "limit": {}}
+    assert changed["notices"]["counts"] == []
+    assert len(changed["notices"]["recent"]) == 4  # the list keeps them
+    assert changed["series"]["t"][-1] == newest + 61
+    assert not any(changed["series"]["demand"])
+    one = board.breaker("catalog:read", now=newest + 62)
+    assert one is not None
+    assert one["as_of"] == newest + 62
+    # An entry older than the window, read late, is listed but not counted.
+    late = {**entries[-1], "wall": float(newest)}
+    board.feed([late])
+    assert len(board.snapshot()["notices"]["recent"]) == 5
+    assert board.notice_counts(late["notice"].get("breaker") or "") == {"degrade": {}, "limit": {}}
+
+
+def test_the_api_counts_fall_off_with_the_servers_clock():
+    """/api/snapshot and /api/breaker end the window at the server's clock: while the
+    stream is quiet, the counts leave it when the clock passes them."""
+    stream = MemoryStream()
+    incident(stream)
+    newest = max(entry["wall"] for _, entry in stream.read())
+    clock = WallClock(newest + 1)
+    with TestClient(build_app(stream, clock=clock), base_url=ORIGIN) as client:
+        before = client.get("/api/snapshot").json()
+        assert before["as_of"] == int(newest + 1)
+        rows = {row["key"]: row["notices"] for row in before["breakers"]}
+        assert rows["catalog:read"] == {"degrade": {"omit": 1}, "limit": {"saturated": 1}}
+        assert sum(before["series"]["demand"]) > 0
+
+        clock.now = newest + 601
+        after = client.get("/api/snapshot").json()
+        one = client.get("/api/breaker", params={"key": "catalog:read"}).json()
+    assert after["as_of"] == int(newest + 601)
+    assert after["notices"]["as_of"] == int(newest + 601)
+    rows = {row["key"]: row["notices"] for row in after["breakers"]}
+    assert all(n == {"degrade": {}, "limit": {}} for n in rows.values())
+    assert after["notices"]["counts"] == []
+    assert sum(after["series"]["demand"]) == 0
+    assert one["notices"] == {"degrade": {}, "limit": {}}
+    assert one["as_of"] == int(newest + 601)
+    assert one["window_s"] == 600
+    # Totals are not windowed: they say what the stream held.
+    assert after["breakers"]
+    assert after["total"] == before["total"]

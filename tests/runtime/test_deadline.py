@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import os
 import signal
 import sys
 import threading
+import weakref
 
 import pytest
 
@@ -573,6 +575,23 @@ def test_a_child_forked_inside_a_running_loop_keeps_its_own_deadlines():
             os.close(read)
 
     assert asyncio.run(fork_here()) == "timeout"
+
+
+def test_a_finished_thread_leaves_no_watchdog_behind():
+    """A thread that ran a loop with deadlines, and ended, holds nothing: its watchdog
+    (and through it the loop) goes with the thread, however many threads come and go."""
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def main() -> None:
+        await within(asyncio.sleep(0), 1.0)
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+
+    thread = threading.Thread(target=lambda: asyncio.run(main()))
+    thread.start()
+    thread.join(PATIENCE)
+    gc.collect()
+    assert len(loops) == 1
+    assert loops[0]() is None
 
 
 def test_within_outside_a_task_is_an_error():

@@ -15,6 +15,12 @@ reason. An action needs the token printed at start-up in ``X-Toolbreaker-Token``
 body, and an ``Origin`` that is this server; the Host header must be ``127.0.0.1`` or
 ``localhost`` (no DNS rebinding), and the page may not be framed. The board only reads the
 stream: it never takes part in a breaker's decision.
+
+The series and the counts are over the 600 s ending at ``as_of`` (Unix seconds, in
+every document): the later of the stream's newest entry and the server's current time,
+so while the stream is quiet they fall off with real time, and a connected page is
+pushed the change (its event stream ticks every 0.25 s and moves the window; the board
+works only when the second changed and pushes only when something left the window).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import collections
 import hmac
 import json
+import math
 import secrets
 import sys
 import threading
@@ -90,8 +97,10 @@ class Board:
     Args:
         history: last transitions kept per breaker.
         seconds: seconds of the demand / admitted / rejected series, and the window the
-            degradation choices and limit notices are counted over (both end at the
-            newest second the stream holds).
+            degradation choices and limit notices are counted over. Both end at the
+            newest second the stream holds or, once a shell has called :meth:`advance`
+            with the current time (or passed ``now`` to :meth:`snapshot`), at that
+            second if it is later: counts leave the window while the stream is quiet.
         records: transition records kept for the calibration findings.
         recent: degradation choices and limit notices kept for the page's list.
     """
@@ -148,13 +157,44 @@ class Board:
         if changed:
             self._calibrate()
 
-    def breaker(self, key: str) -> dict[str, Any] | None:
-        """One breaker's row with its last transitions, calibration signals and notices."""
+    def advance(self, now: float) -> bool:
+        """Move the window's end to the wall time ``now`` (Unix seconds) if that is later.
+
+        The board reads no clock: its shell passes the current time, a test its own. The
+        counts and series seconds that leave the window are dropped; returns whether any
+        did (the revision moved, so connected pages are pushed the change). Cheap when
+        the second has not changed or nothing is in the window. A time that is not a
+        finite number is ignored (the window stays where the stream put it).
+        """
+        if not isinstance(now, (int, float)) or not math.isfinite(now):
+            return False
+        before = self.revision
+        self._slide(int(now))
+        return self.revision != before
+
+    @property
+    def as_of(self) -> int:
+        """The second the window ends at (Unix seconds; 0 before anything was seen)."""
+        return self._newest
+
+    def breaker(self, key: str, *, now: float | None = None) -> dict[str, Any] | None:
+        """One breaker's row with its last transitions, calibration signals and notices.
+
+        ``now`` (Unix seconds), if given, first moves the window's end (:meth:`advance`).
+        """
+        if now is not None:
+            self.advance(now)
         row = self.breakers.get(key)
         if row is None:
             return None
         recent = [item for k, item in self._recent if k == key]
-        return {**self._row(row), "signals": self.signals.get(key), "recent_notices": recent}
+        return {
+            **self._row(row),
+            "signals": self.signals.get(key),
+            "recent_notices": recent,
+            "as_of": self._newest,
+            "window_s": self.seconds,
+        }
 
     def notice_counts(self, key: str) -> dict[str, dict[str, int]]:
         """Degradation choices by mode and limit notices by kind for ``key``, in the window."""
@@ -237,6 +277,12 @@ class Board:
             for s in old:
                 for slot, n in self._notice_seconds.pop(s).items():
                     self._add(slot, -n)
+        gone = [s for s in self.series if s <= horizon]
+        if gone:
+            # The chart's seconds left the window: a new revision pushes the shorter series.
+            self.revision += 1
+            for s in gone:
+                del self.series[s]
 
     def _transition(self, entry: Mapping[str, Any], record: Transition) -> None:
         wall = _wall(entry)
@@ -299,6 +345,8 @@ class Board:
 
     def _count(self, wall: float, column: int) -> None:
         second = int(wall)
+        if second <= self._newest - self.seconds:
+            return  # older than the window (the clock moved it past this entry)
         bucket = self.series.get(second)
         if bucket is None:
             bucket = self.series[second] = [0, 0, 0]
@@ -315,24 +363,35 @@ class Board:
             for f in findings(signals)
         ]
 
-    def snapshot(self, since: int = 0) -> dict[str, Any]:
-        """What changed after revision ``since`` (everything for 0), as one document."""
+    def snapshot(self, since: int = 0, *, now: float | None = None) -> dict[str, Any]:
+        """What changed after revision ``since`` (everything for 0), as one document.
+
+        ``now`` (Unix seconds), if given, first moves the window's end (:meth:`advance`).
+        ``as_of`` is the second the window ends at: the series and the notice counts are
+        over the ``seconds`` before it; a row's demand, admitted, rejected, opens and
+        probes are totals over what the stream held when the board read it.
+        """
+        if now is not None:
+            self.advance(now)
         # Rows carry their newest transition only; the page asks for one breaker's history.
         rows = [
             {**self._row(row), "last": row["last"][:1]}
             for row in self.breakers.values()
             if row["rev"] > since
         ]
-        # A continuous window of at least two minutes ending at the newest second, so the
+        # A continuous window of at least two minutes ending at the window's end, so the
         # chart shows quiet seconds as zeros rather than joining distant points.
-        last = max(self.series, default=0)
-        first = min(self.series, default=0)
+        # Once the clock has moved every second out, the chart is a quiet window of zeros.
+        last = max(self._newest, max(self.series, default=0))
+        first = min(self.series, default=last)
         width = min(self.seconds, max(120, last - first + 1))
-        seconds = list(range(last - width + 1, last + 1)) if self.series else []
+        seconds = list(range(last - width + 1, last + 1)) if last else []
         empty = (0, 0, 0)
         return {
             "revision": self.revision,
             "full": since == 0,
+            "as_of": self._newest,
+            "window_s": self.seconds,
             "breakers": rows,
             "total": len(self.breakers),
             "entries": self.entries,
@@ -354,7 +413,7 @@ class Board:
             if any(self._notice_counts[key].values())
         ]
         recent = [item for _, item in self._recent]
-        return {"window_s": self.seconds, "counts": counts, "recent": recent}
+        return {"window_s": self.seconds, "as_of": self._newest, "counts": counts, "recent": recent}
 
 
 _MASKED: dict[str, str] = {}
@@ -441,12 +500,22 @@ def _wall(entry: Mapping[str, Any]) -> float:
 
 
 class _Feed:
-    """Reads new stream entries into the board, at most every ``interval`` seconds."""
+    """Reads new stream entries into the board, at most every ``interval`` seconds.
 
-    def __init__(self, stream: EventStream, board: Board, interval: float) -> None:
+    Every call also moves the board's window to ``clock()`` (wall time, Unix seconds).
+    """
+
+    def __init__(
+        self,
+        stream: EventStream,
+        board: Board,
+        interval: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.stream = stream
         self.board = board
         self.interval = interval
+        self.clock = clock
         self.cursor: str | None = None
         self.error: str | None = None
         self._lock = threading.Lock()
@@ -454,21 +523,29 @@ class _Feed:
 
     def refresh(self) -> None:
         with self._lock:
-            now = time.monotonic()
-            if now - self._last < self.interval:
-                return
-            self._last = now
             try:
-                while True:
-                    rows = self.stream.read(self.cursor, 5_000)
-                    if rows:
-                        self.cursor = rows[-1][0]
-                        self.board.feed(entry for _, entry in rows)
-                    if len(rows) < 5_000:
-                        break
-                self.error = None
-            except ToolbreakerError as exc:
-                self.error = str(exc)
+                self._read()
+            finally:
+                # After the read, so the window ends at least at the newest entry; a no-op
+                # within the same second, so at most once a second does it do any work.
+                self.board.advance(self.clock())
+
+    def _read(self) -> None:
+        now = time.monotonic()
+        if now - self._last < self.interval:
+            return
+        self._last = now
+        try:
+            while True:
+                rows = self.stream.read(self.cursor, 5_000)
+                if rows:
+                    self.cursor = rows[-1][0]
+                    self.board.feed(entry for _, entry in rows)
+                if len(rows) < 5_000:
+                    break
+            self.error = None
+        except ToolbreakerError as exc:
+            self.error = str(exc)
 
 
 class StoreActor:
@@ -581,8 +658,15 @@ def build_app(
     token: str | None = None,
     interval: float = 0.25,
     board: Board | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> Any:
-    """The Starlette application; actions are enabled when ``actor`` and ``token`` are."""
+    """The Starlette application; actions are enabled when ``actor`` and ``token`` are.
+
+    ``clock`` gives the current wall time (Unix seconds; a test passes its own): every
+    request and every tick of a connected page's event stream (each ``interval``) move
+    the board's window to it, so counts leave the window while the stream is quiet and
+    connected pages are pushed the change.
+    """
     require("starlette", "dashboard")
     import anyio
     from starlette.applications import Starlette
@@ -593,7 +677,7 @@ def build_app(
     from starlette.routing import Route
 
     board = board or Board()
-    feed = _Feed(stream, board, interval)
+    feed = _Feed(stream, board, interval, clock)
     assets = resources.files("toolbreaker.cli") / "dashboard_assets"
     actions = actor is not None and token is not None
 
@@ -632,6 +716,7 @@ def build_app(
         return JSONResponse(document(0), headers=_SECURITY_HEADERS)
 
     async def one(request: Request) -> Response:
+        await anyio.to_thread.run_sync(feed.refresh)
         row = board.breaker(request.query_params.get("key", ""))
         if row is None:
             return JSONResponse({"error": "no such breaker"}, status_code=404)

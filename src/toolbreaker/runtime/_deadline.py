@@ -372,7 +372,7 @@ def _after_fork_in_child() -> None:
         pool._forget_threads()
     # A loop that was running in the parent looks as if it still ran here (its thread id
     # was copied): the child finds its running loop afresh.
-    _dogs.clear()
+    _local.watchdog = None
 
 
 # -- async -------------------------------------------------------------------------------
@@ -470,9 +470,14 @@ class Watchdog:
         return f"<Watchdog armed={len(self._due)} next={self._next}>"
 
 
-# A thread runs one loop at a time: the watchdog of the loop it ran last, by thread id.
-# Checked first: when that loop is running in this thread, it is the running loop.
-_dogs: dict[int, Watchdog] = {}
+class _Local(threading.local):
+    watchdog: Watchdog | None = None
+
+
+# A thread runs one loop at a time: the watchdog of the loop it ran last (thread-local, so
+# it goes with its thread). Checked first: when that loop is running in this thread, it
+# is the running loop.
+_local = _Local()
 _get_ident = threading.get_ident
 
 
@@ -483,10 +488,9 @@ def watchdog() -> Watchdog:
         RuntimeError: no event loop is running in this thread.
     """
     loop = asyncio.get_running_loop()
-    ident = _get_ident()
-    dog = _dogs.get(ident)
+    dog = _local.watchdog
     if dog is None or dog.loop is not loop:
-        dog = _dogs[ident] = Watchdog(loop)
+        dog = _local.watchdog = Watchdog(loop)
     return dog
 
 
@@ -502,14 +506,13 @@ def watch(awaitable: object, seconds: float) -> Watchdog:
     Raises:
         RuntimeError: not inside an asyncio task.
     """
-    ident = _get_ident()
-    dog = _dogs.get(ident)
-    if dog is None or not dog._base or dog.loop._thread_id != ident:  # type: ignore[attr-defined]
+    dog = _local.watchdog
+    if dog is None or not dog._base or dog.loop._thread_id != _get_ident():  # type: ignore[attr-defined]
         loop = _running_loop()
         if loop is None:
             dog = None
         elif dog is None or dog.loop is not loop:
-            dog = _dogs[ident] = Watchdog(loop)
+            dog = _local.watchdog = Watchdog(loop)
     task = _current_tasks.get(dog.loop) if dog is not None else None
     if task is None or dog is None:
         if asyncio.iscoroutine(awaitable):

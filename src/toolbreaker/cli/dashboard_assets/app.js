@@ -76,9 +76,20 @@
     return parts.join(" · ");
   }
 
-  function renderNotices(doc) {
+  // The series and the counts are over the window_s seconds up to as_of: the later of the
+  // stream's newest entry and the server's clock. The server pushes when something leaves.
+  function renderWindow(doc) {
+    if (doc.as_of == null) return;
     const minutes = Math.round(doc.window_s / 60);
-    document.getElementById("notices-window").textContent = "counts over the last " + minutes + " min of the stream";
+    const end = doc.as_of ? new Date(doc.as_of * 1000).toLocaleTimeString() : "–";
+    document.getElementById("notices-window").textContent =
+      "counts over the last " + minutes + " min, up to " + end + " (server clock)";
+    document.getElementById("series-window").textContent =
+      "per second, all breakers, last " + minutes + " min up to " + end;
+    document.body.dataset.asOf = String(doc.as_of);
+  }
+
+  function renderNotices(doc) {
     const loose = doc.counts.filter((c) => c.key === null);
     document.getElementById("notices-unbound").textContent = loose.length
       ? "run guard limits on tools without a breaker: " + noticeCounts(loose[0].limit) : "";
@@ -219,6 +230,7 @@
     renderFindings(doc.findings);
     if (doc.stops) renderStops(doc.stops);
     if (doc.notices) renderNotices(doc.notices);
+    renderWindow(doc);
     const status = document.getElementById("status");
     status.textContent = doc.error ? "stream unavailable: " + doc.error : "live";
     status.className = "pill " + (doc.error ? "down" : "live");
