@@ -555,3 +555,252 @@ def test_openai_agents_cancels_only_the_sibling_that_needs_the_opened_dependency
     check_turn(guard.turn_outcome(), "list_tickets")
     assert guard.stopped is not None  # any further call of the run is answered with the stop
     assert guard.stopped.condition == "dependency-open"
+
+
+def _agents_run(
+    service: ToolService,
+    registry: Registry,
+    guard: RunGuard,
+    first_turn: list[tuple[str, dict[str, Any]]],
+) -> tuple[Any, Tools, list[dict[str, Any]]]:
+    """Run an OpenAI Agents SDK agent whose first response issues ``first_turn`` at once."""
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
+    from agents.testing import function_call as fcall
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
+    set_tracing_disabled(True)
+    tools = Tools(service, registry)
+
+    @function_tool
+    async def order_status(order_id: str, sibling: str) -> Any:
+        """Look an order up."""
+        return await tools.order_status(order_id, sibling)
+
+    @function_tool
+    async def open_ticket(title: str, idempotency_key: str = "") -> Any:
+        """Open a support ticket."""
+        return await tools.open_ticket(title, idempotency_key)
+
+    @function_tool
+    async def search(q: str) -> Any:
+        """Search the catalog."""
+        return await tools.search(q)
+
+    read: list[dict[str, Any]] = []
+
+    def last_turn(call: ModelCall) -> list[Any]:
+        read.append(_outputs(call))
+        return [assistant_message("done")]
+
+    steps = [
+        [fcall(t, a, call_id=f"c-{t}") for t, a in first_turn],
+        ModelStep.respond(last_turn),
+    ]
+    guard.ensure_tool("order_status", required=True)
+    guard.ensure_tool("open_ticket", risk="reversible_write", business_key=("title",))
+    helpdesk = registry.get("helpdesk")
+    breakers = {
+        "order_status": helpdesk,
+        "open_ticket": helpdesk,
+        "search": registry.get("catalog"),
+    }
+    agent = protect(
+        Agent(name="desk", model=ScriptedModel(steps), tools=[order_status, open_ticket, search]),
+        guard=guard,
+        breakers=breakers,
+    )
+
+    async def main() -> Any:
+        result = await Runner.run(agent, "go", run_config=run_config())
+        assert no_other_task()  # structured: nothing outlives the turn
+        return result
+
+    return asyncio.run(main()), tools, read
+
+
+def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
+    pytest.importorskip("agents")
+    route = arrange(service, write=True)
+    registry = make_registry()
+    journal = MemoryStore()
+    guard = RunGuard("agents-write", journal=journal)
+    turn = [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        ("open_ticket", {"title": "Refund A-1001"}),
+        ("search", {"q": "usb cable"}),
+    ]
+    result, tools, read = _agents_run(service, registry, guard, turn)
+
+    assert result.final_output == "done"
+    (outputs,) = read  # the model read all three answers of the turn
+    check_cancelled_answer(outputs["c-open_ticket"], "open_ticket")
+    assert outputs["c-open_ticket"]["outcome_unknown"] is True
+    assert outputs["c-search"]["results"]  # the real result
+    assert tools.cancelled == ["open_ticket"]  # the task running it was cancelled
+    assert tools.finished == ["search"]
+    outcome = guard.turn_outcome()
+    check_turn(outcome, "open_ticket")
+    assert "unknown" in outcome["open_ticket"].reason
+    answer = outcome["open_ticket"].result
+    check_cancelled_answer(answer, "open_ticket")
+    assert answer["outcome_unknown"] is True
+    key = answer["idempotency_key"]
+    assert outputs["c-open_ticket"]["idempotency_key"] == key
+    assert journal.journal_get("agents-write", key)["status"] == "unknown"
+    assert guard.stopped is not None
+    assert [u["idempotency_key"] for u in guard.stop_packet().uncertain] == [key]
+
+    # A resumed run asking for the same write is reconciled (a read-only status check
+    # against the real service), answered, and never replayed.
+    checked: list[str] = []
+
+    def reconcile(key: str, args: Any) -> Any:
+        checked.append(key)
+        reply = httpx.get(service.url + "/tickets", params={"idempotency_key": key}, timeout=30)
+        reply.raise_for_status()
+        return reply.json()["tickets"]
+
+    resumed = RunGuard("agents-write", journal=journal)
+    resumed.ensure_tool(
+        "open_ticket", risk="reversible_write", business_key=("title",), reconcile=reconcile
+    )
+    again, tools, read = _agents_run(
+        service, registry, resumed, [("open_ticket", {"title": "Refund A-1001"})]
+    )
+    assert again.final_output == "done"
+    (outputs,) = read
+    assert outputs["c-open_ticket"]["outcome_unknown"] is True
+    assert outputs["c-open_ticket"]["idempotency_key"] == key
+    assert outputs["c-open_ticket"]["reconciled"] is None  # checked: not found
+    assert "status check did not find the write" in outputs["c-open_ticket"]["instruction"]
+    assert checked == [key]
+    assert journal.journal_get("agents-write", key)["status"] == "reconciled-absent"
+    assert tools.cancelled == tools.finished == []
+    assert service.hits["POST /tickets"] == 1
+    assert service.created("tickets") == []
+
+
+# -- Pydantic AI: a response that also ends the run ----------------------------------------------
+#
+# The stop is normally applied before the next model request; a response that also carries
+# the run's final result (an output tool call) never reaches one. The run must still end as
+# a stopped run (``RunCancelled``, which ``run_stop`` pairs with the stop packet and the
+# turn's outcome): the output is never presented as a normal completion, and an output
+# function (which may act) never runs on a stopped run.
+
+
+def _pydantic_final_run(
+    service: ToolService,
+    registry: Registry,
+    guard: RunGuard,
+    *,
+    end_strategy: str = "graceful",
+    output_function: bool = False,
+) -> tuple[Any, Tools, list[str]]:
+    from pydantic import BaseModel
+    from pydantic_ai import Agent, ToolOutput
+    from pydantic_ai.exceptions import RunCancelled
+    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
+
+    route = arrange(service, write=False)
+    tools = Tools(service, registry)
+    acted: list[str] = []
+    asked: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        asked.append(len(messages))
+        output = info.output_tools[0].name
+        return ModelResponse(
+            parts=[
+                ToolCallPart("order_status", {"order_id": "A-1001", "sibling": route}),
+                ToolCallPart("list_tickets", {}),
+                ToolCallPart("search", {"q": "usb cable"}),
+                ToolCallPart(output, {"summary": "all good"}),
+            ]
+        )
+
+    class Answer(BaseModel):
+        summary: str
+
+    def send(summary: str) -> dict[str, str]:
+        """Send the answer to the customer (an output function that acts)."""
+        acted.append(summary)
+        return {"summary": summary}
+
+    output: Any = ToolOutput(send if output_function else Answer)
+    agent: Agent[Any, Any] = Agent(
+        FunctionModel(model), output_type=output, end_strategy=end_strategy
+    )
+    agent.tool_plain(metadata=tool_metadata(dependency="helpdesk", required=True))(
+        tools.order_status
+    )
+    agent.tool_plain(metadata=tool_metadata(dependency="helpdesk"))(tools.list_tickets)
+    agent.tool_plain(metadata=tool_metadata(dependency="catalog"))(tools.search)
+    capability = ToolbreakerCapability(guard, registry=registry)
+
+    async def main() -> Any:
+        try:
+            outcome: Any = await agent.run("go", capabilities=[capability])
+        except RunCancelled as exc:
+            outcome = exc
+        assert no_other_task()
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert asked == [1]  # one model response: the model was never asked again
+    return outcome, tools, acted
+
+
+@pytest.mark.parametrize("end_strategy", ["graceful", "exhaustive"])
+def test_pydantic_ai_a_response_that_ends_the_run_still_ends_as_a_stopped_run(
+    service, end_strategy
+):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.exceptions import RunCancelled
+    from pydantic_ai.messages import ModelRequest, ToolReturnPart
+
+    from toolbreaker.integrations.pydantic_ai import run_stop
+
+    registry = make_registry()
+    guard = RunGuard(f"pydantic-final-{end_strategy}")
+    outcome, tools, _ = _pydantic_final_run(service, registry, guard, end_strategy=end_strategy)
+
+    assert isinstance(outcome, RunCancelled), f"a stopped run completed: {outcome!r}"
+    stop = run_stop(outcome, guard)
+    assert stop is not None
+    assert stop.packet.condition == "dependency-open"
+    check_turn(stop.turn, "list_tickets")
+    assert tools.cancelled == ["list_tickets"]
+    assert tools.finished == ["search"]
+    # The history to resume from holds the turn's answers. Under "graceful" the output
+    # was never processed (no return answers it: the framework repairs that call on
+    # resume); under "exhaustive" it may have run alongside the siblings, and is discarded.
+    returned = {
+        p.tool_name
+        for m in stop.messages
+        if isinstance(m, ModelRequest)
+        for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    }
+    maybe = {"final_result"} if end_strategy == "exhaustive" else set()
+    assert returned - maybe == {"order_status", "list_tickets", "search"}
+
+
+def test_pydantic_ai_an_output_function_never_acts_on_a_stopped_run(service):
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai.exceptions import RunCancelled
+
+    from toolbreaker.integrations.pydantic_ai import run_stop
+
+    registry = make_registry()
+    guard = RunGuard("pydantic-final-act")
+    outcome, _, acted = _pydantic_final_run(service, registry, guard, output_function=True)
+
+    assert isinstance(outcome, RunCancelled)
+    assert run_stop(outcome, guard) is not None
+    assert acted == []  # graceful: the function tools ran first, the stop came before it

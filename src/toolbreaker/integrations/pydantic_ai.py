@@ -26,9 +26,13 @@ the agent; it holds no breaker logic of its own and only translates:
 - when the run guard stops the run (budget, repeated action, loop, required dependency
   down), the capability calls ``ctx.cancel()``: at once when the turn has no other call,
   else in ``before_model_request``, once every call of the turn has its answer and before
-  the model is asked again. The run ends with the framework's ``RunCancelled``, which
-  keeps the message history; :func:`run_stop` pairs it with the guard's stop packet and
-  the last turn's outcome (which calls completed, degraded or were cancelled, and why).
+  the model is asked again. A response that also ends the run (an output tool call next
+  to its sibling calls) is stopped all the same: its output is not processed
+  (``wrap_output_process``), and a stop that came after it was (``end_strategy=
+  "exhaustive"``) cancels the run in ``after_run``: a stopped run never completes. The
+  run ends with the framework's ``RunCancelled``, which keeps the message history;
+  :func:`run_stop` pairs it with the guard's stop packet and the last turn's outcome
+  (which calls completed, degraded or were cancelled, and why).
 
 A breaker's ``timeout`` becomes the tool's ``ToolDefinition.timeout`` when the tool has
 none, so the framework enforces the dependency's deadline and the timeout counts as a
@@ -69,6 +73,7 @@ from pydantic_ai import RunContext  # noqa: E402 - after the check that names th
 from pydantic_ai.capabilities import (  # noqa: E402
     AbstractCapability,
     ValidatedToolArgs,
+    WrapOutputProcessHandler,
     WrapToolExecuteHandler,
 )
 from pydantic_ai.exceptions import (  # noqa: E402
@@ -84,6 +89,8 @@ from pydantic_ai.exceptions import (  # noqa: E402
 )
 from pydantic_ai.messages import ModelMessage, ToolCallPart  # noqa: E402
 from pydantic_ai.models import ModelRequestContext  # noqa: E402
+from pydantic_ai.output import OutputContext  # noqa: E402
+from pydantic_ai.run import AgentRunResult  # noqa: E402
 from pydantic_ai.tools import AgentDepsT, ToolDefinition  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
 
@@ -314,6 +321,40 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             # run ends with RunCancelled all the same (the run's own cancellation decides).
             raise asyncio.CancelledError
         return request_context
+
+    async def wrap_output_process(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        output_context: OutputContext,
+        output: Any,
+        handler: WrapOutputProcessHandler,
+    ) -> Any:
+        """Never process the final output of a run the guard stopped.
+
+        A model response may issue sibling calls and the run's final result at once (an
+        output tool call): when the guard stopped the run during that turn there is no
+        next model request to end it, so it ends here, before the output (or an output
+        function, which may act) is processed: ``RunCancelled``, as for any stop.
+        """
+        if self._bound().stopped is not None:
+            ctx.cancel()
+            raise asyncio.CancelledError  # as in before_model_request: end this task now
+        return await handler(output)
+
+    async def after_run(
+        self, ctx: RunContext[AgentDepsT], *, result: AgentRunResult[Any]
+    ) -> AgentRunResult[Any]:
+        """A run the guard stopped never ends as a normal completion.
+
+        The guard may stop the run after its final output was processed (with
+        ``end_strategy="exhaustive"`` the output tool runs alongside the turn's siblings):
+        the run is cancelled here, so it ends with ``RunCancelled`` and :func:`run_stop`
+        gives the stop packet and the turn's outcome, never the output.
+        """
+        if self._bound().stopped is not None:
+            ctx.cancel()  # honoured at the run's exit: the run raises RunCancelled
+        return result
 
     async def wrap_tool_execute(
         self,
