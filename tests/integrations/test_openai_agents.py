@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from agents import (
     Agent,
+    AgentHooks,
     FunctionTool,
     RunConfig,
     Runner,
@@ -695,3 +696,86 @@ def test_hide_open_tools_disables_them_and_names_them_in_the_instructions(servic
     else:
         assert "search_catalog" in offered
         assert "hidden" not in instructions
+
+
+# -- a stopped run asks the model nothing more ------------------------------------------------
+
+
+class Recorder(AgentHooks[Any]):
+    """An agent's own hooks: protect() keeps them, in order, around its own rule."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        self.seen.append("start")
+
+    async def on_llm_start(self, context: Any, agent: Any, prompt: Any, items: Any) -> None:
+        self.seen.append("llm_start")
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        self.seen.append("llm_end")
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self.seen.append(f"tool_start:{tool.name}")
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        self.seen.append(f"tool_end:{tool.name}")
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        self.seen.append("end")
+
+
+def test_the_agents_own_hooks_still_run(service, registry):
+    """protect() wraps the agent's hooks; every one of them is still called."""
+    shop = Shop(service)
+    hooks = Recorder()
+    agent = Agent(
+        name="shop",
+        model=ScriptedModel(
+            [search("usb", "c1"), ModelStep.respond(lambda _: [assistant_message("ok")])]
+        ),
+        tools=list(shop.tools),
+        hooks=hooks,
+    )
+    result = run(protect(agent, registry=registry, guard=RunGuard("task-hooks")))
+    assert result.final_output == "ok"
+    assert hooks.seen == [
+        "start",
+        "llm_start",
+        "llm_end",
+        "tool_start:search_catalog",
+        "tool_end:search_catalog",
+        "llm_start",
+        "llm_end",
+        "end",
+    ]
+
+
+def test_a_stop_between_turns_ends_the_run_before_the_model_is_asked(service, registry):
+    """A stop decided while a turn ran (here by an operator) lets that turn's answers in;
+    the next model request raises the tripwire with the stop packet, so the model cannot
+    end the run with an answer as if nothing had stopped it."""
+    shop = Shop(service)
+    guard = RunGuard("task-stop")
+
+    def stop_then_search(query: str) -> dict[str, Any]:
+        guard.stop("maintenance window")
+        return {"results": [], "query": query}
+
+    tool = function_tool(stop_then_search, name_override="search_catalog")
+    agent = Agent(
+        name="shop",
+        model=ScriptedModel(
+            [search("usb", "c1"), ModelStep.respond(lambda _: [assistant_message("ok")])]
+        ),
+        tools=[tool],
+    )
+    protected = protect(agent, registry=registry, guard=guard)
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as tripped:
+        run(protected)
+    packet = tripped.value.output.output_info
+    assert packet["condition"] == "operator"
+    assert packet == guard.stop_packet().to_dict()
+    assert len(model_of(protected).calls) == 1  # asked once; never after the stop
+    assert shop.entered == Counter()

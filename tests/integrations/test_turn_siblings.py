@@ -485,7 +485,13 @@ def _outputs(call: Any) -> dict[str, Any]:
 
 def test_openai_agents_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
     pytest.importorskip("agents")
-    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents import (
+        Agent,
+        Runner,
+        ToolInputGuardrailTripwireTriggered,
+        function_tool,
+        set_tracing_disabled,
+    )
     from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
     from agents.testing import function_call as fcall
 
@@ -540,20 +546,24 @@ def test_openai_agents_cancels_only_the_sibling_that_needs_the_opened_dependency
     )
 
     async def main() -> Any:
-        result = await Runner.run(agent, "go", run_config=run_config())
-        assert no_other_task()  # structured: nothing outlives the turn
-        return result
+        try:
+            return await Runner.run(agent, "go", run_config=run_config())
+        finally:
+            assert no_other_task()  # structured: nothing outlives the turn
 
-    result = asyncio.run(main())
-    assert result.final_output == "done"
-    (outputs,) = read  # the model read all three answers of the turn
-    check_cancelled_answer(outputs["c-tickets"], "list_tickets")
-    assert outputs["c-order"]["tool_unavailable"] is True
-    assert outputs["c-search"]["results"]  # the real result
+    # The run stops before the model is asked again, with the stop packet.
+    with pytest.raises(ToolInputGuardrailTripwireTriggered) as stopped:
+        asyncio.run(main())
+    assert stopped.value.output.output_info["condition"] == "dependency-open"
+    assert read == []  # the model was not asked for more calls
+    outcome = guard.turn_outcome()  # the turn's bounded partial outcome, all three calls
+    check_turn(outcome, "list_tickets")
+    check_cancelled_answer(outcome["list_tickets"].result, "list_tickets")
+    assert outcome["order_status"].result["tool_unavailable"] is True
+    assert outcome["search"].result["results"]  # the real result
     assert tools.cancelled == ["list_tickets"]  # the task running it was cancelled
     assert tools.finished == ["search"]
-    check_turn(guard.turn_outcome(), "list_tickets")
-    assert guard.stopped is not None  # any further call of the run is answered with the stop
+    assert guard.stopped is not None
     assert guard.stopped.condition == "dependency-open"
 
 
@@ -564,7 +574,13 @@ def _agents_run(
     first_turn: list[tuple[str, dict[str, Any]]],
 ) -> tuple[Any, Tools, list[dict[str, Any]]]:
     """Run an OpenAI Agents SDK agent whose first response issues ``first_turn`` at once."""
-    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents import (
+        Agent,
+        Runner,
+        ToolInputGuardrailTripwireTriggered,
+        function_tool,
+        set_tracing_disabled,
+    )
     from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
     from agents.testing import function_call as fcall
 
@@ -613,9 +629,12 @@ def _agents_run(
     )
 
     async def main() -> Any:
-        result = await Runner.run(agent, "go", run_config=run_config())
-        assert no_other_task()  # structured: nothing outlives the turn
-        return result
+        try:
+            return await Runner.run(agent, "go", run_config=run_config())
+        except ToolInputGuardrailTripwireTriggered as stopped:
+            return stopped  # the run stopped before the model was asked again
+        finally:
+            assert no_other_task()  # structured: nothing outlives the turn
 
     return asyncio.run(main()), tools, read
 
@@ -631,23 +650,20 @@ def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed
         ("open_ticket", {"title": "Refund A-1001"}),
         ("search", {"q": "usb cable"}),
     ]
-    result, tools, read = _agents_run(service, registry, guard, turn)
+    stopped, tools, read = _agents_run(service, registry, guard, turn)
 
-    assert result.final_output == "done"
-    (outputs,) = read  # the model read all three answers of the turn
-    check_cancelled_answer(outputs["c-open_ticket"], "open_ticket")
-    assert outputs["c-open_ticket"]["outcome_unknown"] is True
-    assert outputs["c-search"]["results"]  # the real result
+    assert stopped.output.output_info["condition"] == "dependency-open"
+    assert read == []  # the run stopped before the model was asked again
     assert tools.cancelled == ["open_ticket"]  # the task running it was cancelled
     assert tools.finished == ["search"]
     outcome = guard.turn_outcome()
     check_turn(outcome, "open_ticket")
+    assert outcome["search"].result["results"]  # the real result
     assert "unknown" in outcome["open_ticket"].reason
     answer = outcome["open_ticket"].result
     check_cancelled_answer(answer, "open_ticket")
     assert answer["outcome_unknown"] is True
     key = answer["idempotency_key"]
-    assert outputs["c-open_ticket"]["idempotency_key"] == key
     assert journal.journal_get("agents-write", key)["status"] == "unknown"
     assert guard.stopped is not None
     assert [u["idempotency_key"] for u in guard.stop_packet().uncertain] == [key]

@@ -35,8 +35,9 @@ a protected tool (SDK 0.24) goes like this:
   tool in is cancelled (never the SDK's, which would fail the run) and the invoker
   answers with the cancelled-by-policy result (a write that may have started: unknown
   outcome, journaled, never replayed). Independent calls finish; the run is stopped, so
-  any call of the next turn raises the tripwire with the stop packet;
-  ``guard.turn_outcome()`` lists the turn's calls and how each ended.
+  the next model request raises the tripwire with the stop packet (the protected agent's
+  hooks refuse it; the agent's own hooks still run); ``guard.turn_outcome()`` lists the
+  turn's calls and how each ended.
 
 The guardrail, the invoker, the formatter and the timeout function all receive the
 call's ``ToolContext`` and its ``tool_call_id``: the step begun before the call is kept
@@ -67,6 +68,7 @@ require("agents", "openai-agents")
 
 from agents import (  # noqa: E402 - after the check that names the extra to install
     Agent,
+    AgentHooks,
     FunctionTool,
     RunConfig,
     RunContextWrapper,
@@ -74,7 +76,11 @@ from agents import (  # noqa: E402 - after the check that names the extra to ins
     ToolGuardrailFunctionOutput,
     ToolInputGuardrail,
     ToolInputGuardrailData,
+    ToolInputGuardrailTripwireTriggered,
 )
+from agents.items import ModelResponse, TResponseInputItem  # noqa: E402 - see above
+from agents.run_context import AgentHookContext  # noqa: E402 - see above
+from agents.tool import Tool  # noqa: E402 - see above
 from agents.tool_context import ToolContext  # noqa: E402 - see above
 
 __all__ = ["GUARDRAIL_NAME", "format_tool_error", "protect", "run_config"]
@@ -160,8 +166,10 @@ def protect(
         properties = tool.params_json_schema.get("properties") or {}
         inject = spec.idempotency_arg if write and spec.idempotency_arg in properties else None
         tools.append(protection.adopt(tool, spec.breaker, inject=inject, write=write))
+    # A run the guard stopped asks the model nothing more (see _StopHooks).
+    hooks = agent.hooks if guard is None else _StopHooks(agent.hooks, protection)
     if not hide_open_tools:
-        return agent.clone(tools=tools)
+        return agent.clone(tools=tools, hooks=hooks)
     hideable: dict[str, Breaker] = {}
     for tool in tools:
         if not isinstance(tool, FunctionTool) or tool.name not in protection.adopted:
@@ -172,7 +180,67 @@ def protect(
         if breaker is not None:
             hideable[tool.name] = breaker
             tool.is_enabled = _enabled_unless_open(tool.is_enabled, breaker)
-    return agent.clone(tools=tools, instructions=_with_hidden_line(agent.instructions, hideable))
+    return agent.clone(
+        tools=tools, hooks=hooks, instructions=_with_hidden_line(agent.instructions, hideable)
+    )
+
+
+class _StopHooks(AgentHooks[Any]):
+    """The agent's own hooks, and one rule: a run the guard stopped asks the model nothing.
+
+    A stop decided while a turn's calls ran (a required dependency opened, a budget ran
+    out) lets that turn's answers in; the next model request then raises the same
+    ``ToolInputGuardrailTripwireTriggered`` as a call refused by the stop, with the stop
+    packet as ``output.output_info``. Without this the model would be asked once more
+    and could end the run with a final answer as if nothing had stopped it.
+    """
+
+    def __init__(self, inner: AgentHooks[Any] | None, protection: _Protection) -> None:
+        self._inner = inner
+        self._protection = protection
+
+    async def on_llm_start(
+        self,
+        context: RunContextWrapper[Any],
+        agent: Agent[Any],
+        system_prompt: str | None,
+        input_items: list[TResponseInputItem],
+    ) -> None:
+        self._protection.refuse_if_stopped()
+        if self._inner is not None:
+            await self._inner.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        if self._inner is not None:
+            await self._inner.on_llm_end(context, agent, response)
+
+    async def on_start(self, context: AgentHookContext[Any], agent: Agent[Any]) -> None:
+        if self._inner is not None:
+            await self._inner.on_start(context, agent)
+
+    async def on_end(self, context: AgentHookContext[Any], agent: Agent[Any], output: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_end(context, agent, output)
+
+    async def on_handoff(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], source: Agent[Any]
+    ) -> None:
+        if self._inner is not None:
+            await self._inner.on_handoff(context, agent, source)
+
+    async def on_tool_start(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool
+    ) -> None:
+        if self._inner is not None:
+            await self._inner.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], tool: Tool, result: object
+    ) -> None:
+        if self._inner is not None:
+            await self._inner.on_tool_end(context, agent, tool, result)
 
 
 async def _resolved(value: Any, *args: Any) -> Any:
@@ -389,10 +457,24 @@ class _Protection:
         if answer is None:
             return ToolGuardrailFunctionOutput.allow()
         if self.guard is not None and isinstance(answer, Mapping) and answer.get("run_stopped"):
-            return ToolGuardrailFunctionOutput.raise_exception(
-                output_info=self.guard.stop_packet().to_dict()
-            )
+            return self._stopped(self.guard)
         return ToolGuardrailFunctionOutput.reject_content(_text(answer), output_info=answer)
+
+    @staticmethod
+    def _stopped(guard: RunGuard) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.raise_exception(
+            output_info=guard.stop_packet().to_dict()
+        )
+
+    def refuse_if_stopped(self) -> None:
+        """Raise the stop's tripwire if the guard stopped the run (before a model request).
+
+        Raises:
+            agents.ToolInputGuardrailTripwireTriggered: the run was stopped; the stop
+                packet is ``output.output_info``.
+        """
+        if self.guard is not None and self.guard.stopped is not None:
+            raise ToolInputGuardrailTripwireTriggered(self.guardrail, self._stopped(self.guard))
 
     def _open(self, tool: str, call_id: str, arguments: str) -> Any:
         """Begin a call; its answer if it must not run, else ``None`` (the call is kept)."""
