@@ -129,6 +129,43 @@ def arrange(service: ToolService, *, write: bool) -> str:
     return route
 
 
+def three_calls(service: ToolService, sibling: str) -> list[tuple[str, dict[str, Any]]]:
+    """The service's faults arranged, and the turn's three calls: ``order_status`` (its
+    failure opens the required ``helpdesk``), ``sibling`` (needs ``helpdesk``; in flight
+    when it opens: ``list_tickets``, or the write ``open_ticket``) and ``search``."""
+    write = sibling == "open_ticket"
+    route = arrange(service, write=write)
+    args: dict[str, Any] = {"title": "Refund A-1001"} if write else {}
+    return [
+        ("order_status", {"order_id": "A-1001", "sibling": route}),
+        (sibling, args),
+        ("search", {"q": "usb cable"}),
+    ]
+
+
+def check_unknown_write(
+    turn: SiblingOutcome | None, journal: Any, task: str, uncertain: Any
+) -> str:
+    """The write cancelled in flight: an unknown outcome, journaled and in the stop packet's
+    uncertain work; returns its idempotency key."""
+    check_turn(turn, "open_ticket")
+    assert turn is not None
+    assert "unknown" in turn["open_ticket"].reason
+    answer = turn["open_ticket"].result
+    check_cancelled_answer(answer, "open_ticket")
+    assert answer["outcome_unknown"] is True
+    key: str = answer["idempotency_key"]
+    assert journal.journal_get(task, key)["status"] == "unknown"
+    assert [u["idempotency_key"] for u in uncertain] == [key]
+    return key
+
+
+def check_never_replayed(service: ToolService) -> None:
+    """The write reached the service once (the call cancelled in flight), never again."""
+    assert service.hits["POST /tickets"] == 1
+    assert service.created("tickets") == []
+
+
 def check_turn(turn: SiblingOutcome | None, sibling: str) -> None:
     """The outcome the caller gets lists all three calls, each with how it ended."""
     assert turn is not None
@@ -225,14 +262,9 @@ def test_pydantic_ai_cancels_only_the_sibling_that_needs_the_opened_dependency(s
 
     from toolbreaker.integrations.pydantic_ai import run_stop
 
-    route = arrange(service, write=False)
     registry = make_registry()
     guard = RunGuard("pydantic-siblings")
-    turn = [
-        ("order_status", {"order_id": "A-1001", "sibling": route}),
-        ("list_tickets", {}),
-        ("search", {"q": "usb cable"}),
-    ]
+    turn = three_calls(service, "list_tickets")
     outcome, tools, read = _pydantic_run(service, registry, guard, turn)
 
     assert isinstance(outcome, RunCancelled)  # the stop still ends the run ...
@@ -262,28 +294,16 @@ def test_pydantic_ai_a_write_cancelled_in_flight_is_unknown_and_never_replayed(s
 
     from toolbreaker.integrations.pydantic_ai import run_stop
 
-    route = arrange(service, write=True)
     registry = make_registry()
     journal = MemoryStore()
     guard = RunGuard("pydantic-write", journal=journal)
-    turn = [
-        ("order_status", {"order_id": "A-1001", "sibling": route}),
-        ("open_ticket", {"title": "Refund A-1001"}),
-        ("search", {"q": "usb cable"}),
-    ]
+    turn = three_calls(service, "open_ticket")
     outcome, tools, _ = _pydantic_run(service, registry, guard, turn)
 
     assert isinstance(outcome, RunCancelled)
     stop = run_stop(outcome, guard)
     assert stop is not None
-    check_turn(stop.turn, "open_ticket")
-    assert "unknown" in stop.turn["open_ticket"].reason
-    answer = stop.turn["open_ticket"].result
-    check_cancelled_answer(answer, "open_ticket")
-    assert answer["outcome_unknown"] is True
-    key = answer["idempotency_key"]
-    assert journal.journal_get("pydantic-write", key)["status"] == "unknown"
-    assert [u["idempotency_key"] for u in stop.packet.uncertain] == [key]
+    check_unknown_write(stop.turn, journal, "pydantic-write", stop.packet.uncertain)
     assert tools.cancelled == ["open_ticket"]
 
     # A resumed run asking for the same write is answered from the journal: never replayed.
@@ -296,8 +316,7 @@ def test_pydantic_ai_a_write_cancelled_in_flight_is_unknown_and_never_replayed(s
     assert name == "open_ticket"
     assert json.loads(str(content))["outcome_unknown"] is True
     assert tools.cancelled == tools.finished == []
-    assert service.hits["POST /tickets"] == 1
-    assert service.created("tickets") == []
+    check_never_replayed(service)
 
 
 def test_pydantic_ai_a_turn_where_nothing_opens_is_unchanged(service):
@@ -384,14 +403,9 @@ def check_langchain(out: dict[str, Any], sibling: str) -> dict[str, Any]:
 
 def test_langchain_async_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
     pytest.importorskip("langchain")
-    route = arrange(service, write=False)
     registry = make_registry()
     tools = Tools(service, registry)
-    first_turn = [
-        ("order_status", {"order_id": "A-1001", "sibling": route}),
-        ("list_tickets", {}),
-        ("search", {"q": "usb cable"}),
-    ]
+    first_turn = three_calls(service, "list_tickets")
     agent, middleware = _langchain_agent(tools, registry, first_turn)
 
     async def main() -> Any:
@@ -412,14 +426,9 @@ def test_langchain_async_cancels_only_the_sibling_that_needs_the_opened_dependen
 
 def test_langchain_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
     pytest.importorskip("langchain")
-    route = arrange(service, write=True)
     registry = make_registry()
     tools = Tools(service, registry)
-    first_turn = [
-        ("order_status", {"order_id": "A-1001", "sibling": route}),
-        ("open_ticket", {"title": "Refund A-1001"}),
-        ("search", {"q": "usb cable"}),
-    ]
+    first_turn = three_calls(service, "open_ticket")
     agent, middleware = _langchain_agent(tools, registry, first_turn)
     out = asyncio.run(
         agent.ainvoke({"messages": [("user", "go")]}, context={"task_id": "langchain-write"})
@@ -442,22 +451,16 @@ def test_langchain_a_write_cancelled_in_flight_is_unknown_and_never_replayed(ser
     )
     (reply,) = [m for m in out["messages"] if m.type == "tool"]
     assert json.loads(reply.content)["outcome_unknown"] is True
-    assert service.hits["POST /tickets"] == 1
-    assert service.created("tickets") == []
+    check_never_replayed(service)
 
 
 def test_langchain_sync_abandons_the_sibling_that_needs_the_opened_dependency(service):
     """ToolNode runs sync tools in threads: the call in flight is abandoned (a thread
     cannot be interrupted), its result discarded; the independent one completes."""
     pytest.importorskip("langchain")
-    route = arrange(service, write=False)
     registry = make_registry()
     tools = Tools(service, registry)
-    first_turn = [
-        ("order_status", {"order_id": "A-1001", "sibling": route}),
-        ("list_tickets", {}),
-        ("search", {"q": "usb cable"}),
-    ]
+    first_turn = three_calls(service, "list_tickets")
     agent, middleware = _langchain_agent(tools, registry, first_turn)
     out = agent.invoke({"messages": [("user", "go")]}, context={"task_id": "langchain-sync"})
     check_langchain(out, "list_tickets")
@@ -485,76 +488,17 @@ def _outputs(call: Any) -> dict[str, Any]:
 
 def test_openai_agents_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
     pytest.importorskip("agents")
-    from agents import (
-        Agent,
-        Runner,
-        ToolInputGuardrailTripwireTriggered,
-        function_tool,
-        set_tracing_disabled,
-    )
-    from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
-    from agents.testing import function_call as fcall
+    from agents import ToolInputGuardrailTripwireTriggered
 
-    from toolbreaker.integrations.openai_agents import protect, run_config
-
-    set_tracing_disabled(True)
-    route = arrange(service, write=False)
     registry = make_registry()
-    tools = Tools(service, registry)
-
-    @function_tool
-    async def order_status(order_id: str, sibling: str) -> Any:
-        """Look an order up."""
-        return await tools.order_status(order_id, sibling)
-
-    @function_tool
-    async def list_tickets() -> Any:
-        """List the support tickets."""
-        return await tools.list_tickets()
-
-    @function_tool
-    async def search(q: str) -> Any:
-        """Search the catalog."""
-        return await tools.search(q)
-
-    read: list[dict[str, Any]] = []
-
-    def last_turn(call: ModelCall) -> list[Any]:
-        read.append(_outputs(call))
-        return [assistant_message("done")]
-
-    steps = [
-        [
-            fcall("order_status", {"order_id": "A-1001", "sibling": route}, call_id="c-order"),
-            fcall("list_tickets", {}, call_id="c-tickets"),
-            fcall("search", {"q": "usb cable"}, call_id="c-search"),
-        ],
-        ModelStep.respond(last_turn),
-    ]
     guard = RunGuard("agents-siblings")
-    guard.ensure_tool("order_status", required=True)
-    helpdesk = registry.get("helpdesk")
-    breakers = {
-        "order_status": helpdesk,
-        "list_tickets": helpdesk,
-        "search": registry.get("catalog"),
-    }
-    agent = protect(
-        Agent(name="desk", model=ScriptedModel(steps), tools=[order_status, list_tickets, search]),
-        guard=guard,
-        breakers=breakers,
+    stopped, tools, read = _agents_run(
+        service, registry, guard, three_calls(service, "list_tickets")
     )
-
-    async def main() -> Any:
-        try:
-            return await Runner.run(agent, "go", run_config=run_config())
-        finally:
-            assert no_other_task()  # structured: nothing outlives the turn
 
     # The run stops before the model is asked again, with the stop packet.
-    with pytest.raises(ToolInputGuardrailTripwireTriggered) as stopped:
-        asyncio.run(main())
-    assert stopped.value.output.output_info["condition"] == "dependency-open"
+    assert isinstance(stopped, ToolInputGuardrailTripwireTriggered)
+    assert stopped.output.output_info["condition"] == "dependency-open"
     assert read == []  # the model was not asked for more calls
     outcome = guard.turn_outcome()  # the turn's bounded partial outcome, all three calls
     check_turn(outcome, "list_tickets")
@@ -595,6 +539,11 @@ def _agents_run(
         return await tools.order_status(order_id, sibling)
 
     @function_tool
+    async def list_tickets() -> Any:
+        """List the support tickets."""
+        return await tools.list_tickets()
+
+    @function_tool
     async def open_ticket(title: str, idempotency_key: str = "") -> Any:
         """Open a support ticket."""
         return await tools.open_ticket(title, idempotency_key)
@@ -619,11 +568,16 @@ def _agents_run(
     helpdesk = registry.get("helpdesk")
     breakers = {
         "order_status": helpdesk,
+        "list_tickets": helpdesk,
         "open_ticket": helpdesk,
         "search": registry.get("catalog"),
     }
     agent = protect(
-        Agent(name="desk", model=ScriptedModel(steps), tools=[order_status, open_ticket, search]),
+        Agent(
+            name="desk",
+            model=ScriptedModel(steps),
+            tools=[order_status, list_tickets, open_ticket, search],
+        ),
         guard=guard,
         breakers=breakers,
     )
@@ -641,32 +595,20 @@ def _agents_run(
 
 def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
     pytest.importorskip("agents")
-    route = arrange(service, write=True)
     registry = make_registry()
     journal = MemoryStore()
     guard = RunGuard("agents-write", journal=journal)
-    turn = [
-        ("order_status", {"order_id": "A-1001", "sibling": route}),
-        ("open_ticket", {"title": "Refund A-1001"}),
-        ("search", {"q": "usb cable"}),
-    ]
+    turn = three_calls(service, "open_ticket")
     stopped, tools, read = _agents_run(service, registry, guard, turn)
 
     assert stopped.output.output_info["condition"] == "dependency-open"
     assert read == []  # the run stopped before the model was asked again
     assert tools.cancelled == ["open_ticket"]  # the task running it was cancelled
     assert tools.finished == ["search"]
-    outcome = guard.turn_outcome()
-    check_turn(outcome, "open_ticket")
-    assert outcome["search"].result["results"]  # the real result
-    assert "unknown" in outcome["open_ticket"].reason
-    answer = outcome["open_ticket"].result
-    check_cancelled_answer(answer, "open_ticket")
-    assert answer["outcome_unknown"] is True
-    key = answer["idempotency_key"]
-    assert journal.journal_get("agents-write", key)["status"] == "unknown"
     assert guard.stopped is not None
-    assert [u["idempotency_key"] for u in guard.stop_packet().uncertain] == [key]
+    key = check_unknown_write(
+        guard.turn_outcome(), journal, "agents-write", guard.stop_packet().uncertain
+    )
 
     # A resumed run asking for the same write is reconciled (a read-only status check
     # against the real service), answered, and never replayed.
@@ -694,8 +636,7 @@ def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed
     assert checked == [key]
     assert journal.journal_get("agents-write", key)["status"] == "reconciled-absent"
     assert tools.cancelled == tools.finished == []
-    assert service.hits["POST /tickets"] == 1
-    assert service.created("tickets") == []
+    check_never_replayed(service)
 
 
 # -- Pydantic AI: a response that also ends the run ----------------------------------------------
