@@ -611,3 +611,17 @@ def test_ordinary_structures_are_kept() -> None:
     assert {k: v for k, v in out.items() if k != b"raw"} == {
         k: v for k, v in result.items() if k != b"raw"
     }
+
+
+def test_masking_remembers_short_texts_without_keeping_the_secret():
+    """Short texts are masked once and remembered (names and reasons recur on every
+    notice), by digest: nothing the cache holds contains the secret it masked."""
+    from toolbreaker.core.run import redact as module
+
+    secret = "sk-proj-" + "Q7w8E9r0" * 5
+    text = f"tool search-{secret}"
+    first = redact_text(text)
+    assert secret not in first
+    assert redact_text(text) == first
+    assert all(isinstance(key, bytes) and len(key) == 32 for key in module._MASKED)  # digests
+    assert not any(secret in masked for masked in module._MASKED.values())

@@ -43,6 +43,7 @@ import bisect
 import datetime
 import enum
 import functools
+import hashlib
 import numbers
 import re
 import sys
@@ -450,14 +451,22 @@ def redact_text(text: str) -> str:
     ``password%3D[REDACTED]``.
     """
     out = str.__str__(text)
-    if len(out) <= _CACHED_LENGTH:
-        return _short_text(out)
-    return _mask_fully(out)
+    if len(out) > _CACHED_LENGTH:
+        return _mask_fully(out)
+    # Remembered by digest, never by the text itself: the cache keeps no secret alive.
+    digest = hashlib.sha256(out.encode("utf-8", "surrogatepass")).digest()
+    masked = _MASKED.get(digest)
+    if masked is None:
+        masked = _mask_fully(out)
+        if len(_MASKED) >= _MASKED_MAX:
+            _MASKED.clear()
+        _MASKED[digest] = masked
+    return masked
 
 
-@functools.lru_cache(maxsize=4096)
-def _short_text(text: str) -> str:
-    return _mask_fully(text)
+#: Masked short texts by the SHA-256 of the text (at most :data:`_MASKED_MAX`).
+_MASKED: dict[bytes, str] = {}
+_MASKED_MAX: Final = 4096
 
 
 def _mask_fully(out: str) -> str:
