@@ -4,4 +4,5 @@ import sys
 
 from toolbreaker.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # not when a replay worker process imports this module
+    sys.exit(main())

@@ -103,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the counts and final state per dependency, without the transitions",
     )
+    _add_jobs(cmd)
     cmd.set_defaults(run_command=_run_replay)
 
     cmd = commands.add_parser(
@@ -113,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("trace", help="the trace it claims to be the receipt of")
     cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
     cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
+    _add_jobs(cmd)
     cmd.set_defaults(run_command=_run_verify)
 
     cmd = commands.add_parser("diff", help="compare two receipts (exit 1 when they differ)")
@@ -156,13 +158,34 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_jobs(cmd: argparse.ArgumentParser) -> None:
+    cmd.add_argument(
+        "--jobs",
+        type=_positive,
+        metavar="N",
+        help=(
+            "processes to split a trace of 8 MB or more across, by dependency "
+            "(default: one per usable CPU, at most 4; 1 replays in one process)"
+        ),
+    )
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, got {text!r}")
+    return value
+
+
 def _run_replay(args: argparse.Namespace) -> int:
-    from toolbreaker.cli._replay import StreamingReplay
+    from toolbreaker.cli._replay import replay_trace
 
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
-    with StreamingReplay(policy, initial) as driver:
-        driver.feed_trace(args.trace)
+    with replay_trace(policy, initial, args.trace, jobs=args.jobs) as driver:
         if args.summary:
             sys.stdout.write(dump_receipt(driver.summary()))
         else:
@@ -171,12 +194,11 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from toolbreaker.cli._replay import StreamingReplay, verify
+    from toolbreaker.cli._replay import replay_trace, verify
 
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
-    with StreamingReplay(policy, initial) as driver:
-        driver.feed_trace(args.trace)
+    with replay_trace(policy, initial, args.trace, jobs=args.jobs) as driver:
         return verify(args.receipt, driver, args.trace, sys.stdout)
 
 

@@ -25,21 +25,28 @@ from __future__ import annotations
 import hashlib
 import json
 import marshal
+import multiprocessing
 import os
 import re
+import shutil
+import stat
+import sys
 import tempfile
+import threading
+import zlib
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from multiprocessing.connection import Connection
 from typing import IO, Any, Final, NamedTuple, TextIO, cast
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import RECEIPT_SCHEMA, Ledger, Replay
 from toolbreaker.core.breaker.state import OPEN, BreakerState, Transition
 from toolbreaker.core.files import MAX_LINE_BYTES, printable
-from toolbreaker.errors import ReceiptError
+from toolbreaker.errors import ReceiptError, TraceError
 
-__all__ = ["StreamingReplay", "verify"]
+__all__ = ["MAX_JOBS", "PARALLEL_BYTES", "StreamingReplay", "replay_trace", "verify"]
 
 _string = json.encoder.encode_basestring  # json.dumps(text, ensure_ascii=False), in C
 _FLUSH_BYTES: Final = 4 * 1024 * 1024
@@ -124,8 +131,14 @@ class _Spill:
     templates too.
     """
 
-    def __init__(self) -> None:
-        self._file: IO[bytes] | None = None  # created at the first flush
+    def __init__(self, directory: str | None = None) -> None:
+        # Created at the first flush: anonymous, or named in ``directory`` for a process
+        # that hands its spill to another (see _replay_share).
+        self._directory = directory
+        self._file: IO[bytes] | None = None
+        # The files of the dependencies other processes replayed (see adopt()).
+        self._files: dict[str, IO[bytes]] = {}
+        self._adopted: list[IO[bytes]] = []
         self.pending: dict[str, list[object]] = {}
         # Per dependency: position in its buffer -> canonical template, where not derived.
         self._exact: dict[str, dict[int, str]] = {}
@@ -156,7 +169,12 @@ class _Spill:
         if not self.buffered:
             return
         if self._file is None:
-            self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+            if self._directory is None:
+                self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
+            else:
+                self._file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
+                    dir=self._directory, delete=False
+                )
         out = self._file
         for dependency, items in self.pending.items():
             if not items:
@@ -184,14 +202,32 @@ class _Spill:
             items.clear()
         self.buffered = 0
 
+    def handover(self) -> str | None:
+        """Flush, close, and name the file (made in ``directory``) another process adopts."""
+        self.flush()
+        if self._file is None:
+            return None
+        self._file.close()
+        return str(self._file.name)
+
+    def adopt(self, share: _Share) -> None:
+        """Take the records another process spilled: its dependencies and its file."""
+        self.counts.update(share.counts)
+        self.chunks.update(share.chunks)
+        if share.spill is not None:
+            handle = open(share.spill, "rb")  # noqa: SIM115 - closed in close()
+            self._adopted.append(handle)
+            self._files.update(dict.fromkeys(share.chunks, handle))
+
     def chunks_of(self, dependency: str) -> Iterator[tuple[bytes, bytes]]:
         """A dependency's records as (printed, canonical) text, chunk by chunk."""
         self.flush()
+        handle = self._files.get(dependency, self._file)
         for index, (offset, length) in enumerate(self.chunks.get(dependency, ())):
-            assert self._file is not None
-            self._file.seek(offset)
-            # Our own temporary file, written by flush() above: not untrusted input.
-            templates, canonical, fields = marshal.loads(self._file.read(length))  # noqa: S302
+            assert handle is not None
+            handle.seek(offset)
+            # Our own temporary file, written by flush(): not untrusted input.
+            templates, canonical, fields = marshal.loads(handle.read(length))  # noqa: S302
             values = tuple(fields)
             printed = ("".join(templates) % values).encode("utf-8")
             if canonical is None:
@@ -203,8 +239,9 @@ class _Spill:
             yield printed, compact
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
+        for handle in (self._file, *self._adopted):
+            if handle is not None:
+                handle.close()
 
 
 def _flags(template: str) -> tuple[int, int, int]:
@@ -219,11 +256,18 @@ def _flags(template: str) -> tuple[int, int, int]:
 class StreamingReplay(Replay):
     """A :class:`Replay` that spills transitions instead of keeping them."""
 
-    def __init__(self, policy: Policy, initial: Mapping[str, BreakerState] | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        initial: Mapping[str, BreakerState] | None = None,
+        *,
+        directory: str | None = None,
+    ) -> None:
         super().__init__(policy, initial)
         self._ids = _CallIds()
-        self._spill = _Spill()
+        self._spill = _Spill(directory)
         self._counts = self._spill.counts
+        self._scratch: str | None = None  # a directory close() removes
 
     def _seen(self, ledger: Ledger, dependency: str, call: str) -> bool:
         return self._ids.add(ledger, dependency, call)
@@ -301,6 +345,21 @@ class StreamingReplay(Replay):
     def close(self) -> None:
         """Remove the temporary files."""
         self._spill.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def share(self) -> _Share:
+        """What this replay of a share of the dependencies hands to the process that asked."""
+        spill = self._spill
+        path = spill.handover()
+        states = {name: ledger.state for name, ledger in self.ledgers().items()}
+        return _Share(states, spill.counts, spill.chunks, path, None)
+
+    def adopt(self, share: _Share) -> None:
+        """Take the dependencies another process replayed (none of them are this one's)."""
+        for name, state in share.states.items():
+            self._ledgers[name] = Ledger(state)
+        self._spill.adopt(share)
 
     def __enter__(self) -> StreamingReplay:
         return self
@@ -378,6 +437,158 @@ class StreamingReplay(Replay):
         if self.policy.admits_all or counts.would_reject:
             return {"would_reject": counts.would_reject}
         return {}
+
+
+class _Share(NamedTuple):
+    """What a process that replayed a share of the dependencies hands back."""
+
+    states: dict[str, BreakerState]
+    counts: dict[str, _Counts]
+    chunks: dict[str, list[tuple[int, int]]]
+    spill: str | None  # the file the chunks are in
+    error: tuple[int, str] | None  # its first error: (line, message)
+
+
+#: A trace at least this big (a regular file) is replayed by several processes.
+PARALLEL_BYTES: Final = 8 * 1024 * 1024
+#: At most this many: each reads and matches every line, so more add less and less.
+MAX_JOBS: Final = 4
+
+
+def replay_trace(
+    policy: Policy,
+    initial: Mapping[str, BreakerState] | None,
+    path: str,
+    *,
+    jobs: int | None = None,
+) -> StreamingReplay:
+    """Replay the trace at ``path``: the driver, ready to write its receipt or summary.
+
+    A breaker's transitions depend on its own dependency's events only, so a regular file
+    of :data:`PARALLEL_BYTES` or more is split by dependency across ``jobs`` processes
+    (by default one per usable CPU, at most :data:`MAX_JOBS`; 1 replays in this process).
+    Each reads the whole trace, feeds the events of its own dependencies and spills their
+    transitions to a file this process writes the receipt from. The receipt is
+    byte-identical to a replay in one process, and an invalid trace fails at the same
+    first line with the same message: each process stops at its own first error, which
+    is the first error among its dependencies' lines and the lines no process can place.
+    """
+    size = _regular_size(path)
+    if jobs is None:
+        jobs = 1 if size is None or size < PARALLEL_BYTES else _usable_cpus()
+    driver = StreamingReplay(policy, initial)
+    try:
+        if jobs <= 1 or size is None:
+            driver.feed_trace(path)
+        else:
+            _feed_in_processes(driver, path, size, min(jobs, MAX_JOBS))
+    except BaseException:
+        driver.close()
+        raise
+    return driver
+
+
+def _regular_size(path: str) -> int | None:
+    """The size of a regular file (which several processes can read), else ``None``."""
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return None  # feed_trace() says what is wrong with it
+    return status.st_size if stat.S_ISREG(status.st_mode) else None
+
+
+def _usable_cpus() -> int:
+    affinity = getattr(os, "sched_getaffinity", None)
+    return min(MAX_JOBS, len(affinity(0)) if affinity else os.cpu_count() or 1)
+
+
+def _feed_in_processes(driver: StreamingReplay, path: str, size: int, jobs: int) -> None:
+    """Replay the first ``size`` bytes of ``path`` in ``jobs`` processes into ``driver``."""
+    driver._scratch = directory = tempfile.mkdtemp(prefix="toolbreaker-replay-")
+    # fork starts at once and shares the imported modules; a process running other threads
+    # is not forked (a lock held by one of them would stay held in the child).
+    fork = sys.platform.startswith("linux") and threading.active_count() == 1
+    context = multiprocessing.get_context("fork" if fork else "spawn")
+    initial = {name: ledger.state for name, ledger in driver.ledgers().items()}
+    workers, pipes = [], []
+    try:
+        for index in range(jobs):
+            receive, send = context.Pipe(duplex=False)
+            worker = context.Process(  # type: ignore[attr-defined]
+                target=_replay_share,
+                args=(send, driver.policy, initial, path, size, index, jobs, directory),
+                name=f"toolbreaker-replay-{index}",
+                daemon=True,
+            )
+            worker.start()
+            send.close()
+            workers.append(worker)
+            pipes.append(receive)
+        shares = []
+        for index, receive in enumerate(pipes):
+            try:
+                shares.append(receive.recv())
+            except EOFError:
+                workers[index].join()
+                raise TraceError(
+                    f"replay process {index} ended without an answer "
+                    f"(exit code {workers[index].exitcode})",
+                    file=path,
+                ) from None
+    finally:
+        for worker in workers:
+            worker.join(timeout=5)
+            if worker.is_alive():  # pragma: no cover - only after an interrupt
+                worker.terminate()
+                worker.join()
+        for receive in pipes:
+            receive.close()
+    errors = [share.error for share in shares if share.error is not None]
+    if errors:
+        line, message = min(errors)
+        raise TraceError(message, file=path, line=line or None)
+    for share in shares:  # each holds its initial states too, as they ended
+        driver.adopt(share)
+
+
+class _Owners(dict[str, bool]):
+    """Per dependency: whether another process replays it (decided once per name)."""
+
+    def __init__(self, index: int, jobs: int) -> None:
+        super().__init__()
+        self._index, self._jobs = index, jobs
+
+    def __missing__(self, dependency: str) -> bool:
+        key = zlib.crc32(dependency.encode("utf-8", "surrogatepass"))
+        other = self[dependency] = key % self._jobs != self._index
+        return other
+
+
+def _replay_share(  # noqa: PLR0917 - a process's entry point, called once
+    answer: Connection,
+    policy: Policy,
+    initial: Mapping[str, BreakerState],
+    path: str,
+    size: int,
+    index: int,
+    jobs: int,
+    directory: str,
+) -> None:
+    """In a process of its own: replay the dependencies of share ``index`` and answer."""
+    try:
+        others = _Owners(index, jobs)
+        mine = {name: state for name, state in initial.items() if not others[name]}
+        with StreamingReplay(policy, mine, directory=directory) as driver:
+            try:
+                driver.feed_trace(path, skip=others.__getitem__, size=size)
+            except TraceError as exc:
+                answer.send(_Share({}, {}, {}, None, (exc.line or 0, exc.message)))
+                return
+            answer.send(driver.share())
+    except KeyboardInterrupt:  # pragma: no cover - interactive only; the parent reports it
+        pass
+    finally:
+        answer.close()
 
 
 def _sink(out: TextIO) -> Callable[[bytes], object]:

@@ -105,24 +105,35 @@ def iter_lines(
 
 
 def iter_line_blocks(
-    path: str | Path, error: Located, *, limit: int = MAX_LINE_BYTES, block: int = BLOCK_BYTES
+    path: str | Path,
+    error: Located,
+    *,
+    limit: int = MAX_LINE_BYTES,
+    block: int = BLOCK_BYTES,
+    size: int | None = None,
 ) -> Iterator[tuple[int, list[str]]]:
     r"""The lines of :func:`iter_lines` in blocks: ``(number of the first line, lines)``.
 
     The lines come without their ``"\n"``, and a failure (a line over ``limit``, bytes
     that are not UTF-8, a read error) is raised at the same line as :func:`iter_lines`
     raises it, after every line before it was yielded. One read and one decode take a
-    block of about ``block`` bytes, instead of a call per line.
+    block of about ``block`` bytes, instead of a call per line. With ``size``, the first
+    ``size`` bytes are read and no more; a file that has fewer is an error.
     """
     name = str(path)
+    left = -1 if size is None else size
     with _opened(path, error) as handle:
         number = 0  # lines yielded so far
         carry = b""
         while True:
             try:
-                data = handle.read(block)
+                data = handle.read(block if left < 0 else min(block, left))
             except OSError as exc:
                 _located(error, f"cannot read: {exc.strerror or exc}", name, number + 1)
+            if left > 0:
+                if not data:
+                    _located(error, "the file shrank while it was read", name, number + 1)
+                left -= len(data)
             if not data:
                 if carry:
                     yield from _block(carry, number, limit, error, name)

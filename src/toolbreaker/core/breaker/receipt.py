@@ -131,7 +131,13 @@ class Replay:
                 ledger.rejected[event.call] = None
         return records
 
-    def feed_trace(self, path: str) -> None:  # noqa: PLR0915 - the hot loop stays in one frame
+    def feed_trace(  # noqa: PLR0915 - the hot loop stays in one frame
+        self,
+        path: str,
+        *,
+        skip: Callable[[str], bool] | None = None,
+        size: int | None = None,
+    ) -> None:
         """Feed every event of a trace file, streaming; errors carry the file and line.
 
         The same as feeding each event of ``iter_trace(path)`` in order, faster: a line in
@@ -142,6 +148,13 @@ class Replay:
         :meth:`_keep_plain`. Every other line (and any line ``plain_step`` leaves, the
         dependency's first, or one that is an error) is parsed by
         :func:`~toolbreaker.core.breaker.trace.parse_line` and fed by :meth:`feed`.
+
+        ``skip``, when given, names the dependencies whose events are not fed: a replay
+        split across processes by dependency gives each its share. A line of a skipped
+        dependency in a plain shape is not checked further (the replay it belongs to
+        checks it); any other line is, so a line no process can place raises in each.
+        ``size``, when given, reads that many bytes of the file, no more, and raises if it
+        has fewer.
         """
         match = PLAIN_LINE.fullmatch
         ledgers = self._ledgers
@@ -149,7 +162,7 @@ class Replay:
         seen = self._seen_check()
         keep = self._keep_plain
         feed = self.feed
-        for first, lines in iter_line_blocks(path, TraceError):
+        for first, lines in iter_line_blocks(path, TraceError, size=size):
             number = first - 1
             try:
                 for line in lines:
@@ -159,8 +172,10 @@ class Replay:
                         text, dep, kind, call, call2, dep2, kind2 = found.groups()
                         if dep is None:
                             dep, kind, call = dep2, kind2, call2
-                        at = int(text)
                         ledger = ledgers.get(dep)
+                        if ledger is None and skip is not None and skip(dep):
+                            continue  # its own replay takes the line, and any error in it
+                        at = int(text)
                         # What feed() does with Event(kind, at, dep, call) when quick answers.
                         if (
                             quick is not None
@@ -198,7 +213,7 @@ class Replay:
                             feed(Event(kind, at, dep, call))
                             continue
                     event = parse_line(line, path, number)
-                    if event is not None:
+                    if event is not None and not (skip is not None and skip(event.dependency)):
                         feed(event)
             except TraceError as exc:
                 exc.file, exc.line = path, number
