@@ -7,6 +7,7 @@ replay processes), except the one that makes this process start them with ``spaw
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from test_stream import NAMES, OUTCOMES
 
 from toolbreaker.cli import _replay, main
+from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.files import iter_line_blocks
 from toolbreaker.errors import TraceError
 
@@ -179,9 +181,9 @@ def test_a_big_trace_is_split_by_default_and_leaves_no_files(tmp_path, monkeypat
         "_replay.PARALLEL_BYTES = 1024\n"
         "started = []\n"
         "real = _replay._feed_in_processes\n"
-        "def counted(driver, path, size, jobs):\n"
+        "def counted(driver, path, size, jobs, **options):\n"
         "    started.append(jobs)\n"
-        "    real(driver, path, size, jobs)\n"
+        "    real(driver, path, size, jobs, **options)\n"
         "_replay._feed_in_processes = counted\n"
         "code = main(sys.argv[1:])\n"
         "sys.stderr.write(f'jobs {started}')\n"
@@ -277,3 +279,23 @@ def test_a_replay_reads_the_bytes_the_file_had_when_it_began(tmp_path):
     with pytest.raises(TraceError) as error:
         list(iter_line_blocks(trace, TraceError, size=100))
     assert error.value.located() == f"{trace}:4: the file shrank while it was read"
+
+
+def test_a_process_stops_reading_past_an_earlier_error(tmp_path):
+    """An error one process found ends the others' reading at their next block."""
+    trace = write_lines(tmp_path / "t.jsonl", [request("s", i, f"c{i}") for i in range(10)])
+    size = trace.stat().st_size
+    receive, send = multiprocessing.Pipe(duplex=False)
+    first_error = multiprocessing.Value("q", 0)  # an error before the first line
+    share = _replay._ShareOf(str(trace), size, 0, 1, True, first_error)
+    _replay._replay_share(send, Policy(), {}, share)
+    assert receive.recv() == _replay._Share({}, {}, stopped=True)
+    first_error.value = _replay._NO_ERROR
+    bad = write_lines(tmp_path / "bad.jsonl", [request("s", 5, "a"), request("s", 4, "b")])
+    share = share._replace(path=str(bad), size=bad.stat().st_size)
+    receive, send = multiprocessing.Pipe(duplex=False)
+    _replay._replay_share(send, Policy(), {}, share)
+    answer = receive.recv()
+    assert answer.error[0] == 2
+    assert answer.error[1].startswith("time went backwards")
+    assert first_error.value == 2  # the others stop past it

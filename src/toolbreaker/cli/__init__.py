@@ -185,7 +185,9 @@ def _run_replay(args: argparse.Namespace) -> int:
 
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
-    with replay_trace(policy, initial, args.trace, jobs=args.jobs) as driver:
+    with replay_trace(
+        policy, initial, args.trace, jobs=args.jobs, transitions=not args.summary
+    ) as driver:
         if args.summary:
             sys.stdout.write(dump_receipt(driver.summary()))
         else:

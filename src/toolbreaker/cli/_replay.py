@@ -28,25 +28,33 @@ import marshal
 import multiprocessing
 import os
 import re
-import shutil
 import stat
 import sys
 import tempfile
 import threading
 import zlib
 from array import array
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from multiprocessing.sharedctypes import Synchronized
 from typing import IO, Any, Final, NamedTuple, TextIO, cast
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import RECEIPT_SCHEMA, Ledger, Replay
 from toolbreaker.core.breaker.state import OPEN, BreakerState, Transition
-from toolbreaker.core.files import MAX_LINE_BYTES, printable
+from toolbreaker.core.files import MAX_LINE_BYTES, iter_line_blocks, printable
 from toolbreaker.errors import ReceiptError, TraceError
 
-__all__ = ["MAX_JOBS", "PARALLEL_BYTES", "StreamingReplay", "replay_trace", "verify"]
+__all__ = [
+    "INBOX_BYTES",
+    "MAX_JOBS",
+    "PARALLEL_BYTES",
+    "StreamingReplay",
+    "replay_trace",
+    "verify",
+]
 
 _string = json.encoder.encode_basestring  # json.dumps(text, ensure_ascii=False), in C
 _FLUSH_BYTES: Final = 4 * 1024 * 1024
@@ -131,14 +139,8 @@ class _Spill:
     templates too.
     """
 
-    def __init__(self, directory: str | None = None) -> None:
-        # Created at the first flush: anonymous, or named in ``directory`` for a process
-        # that hands its spill to another (see _replay_share).
-        self._directory = directory
-        self._file: IO[bytes] | None = None
-        # The files of the dependencies other processes replayed (see adopt()).
-        self._files: dict[str, IO[bytes]] = {}
-        self._adopted: list[IO[bytes]] = []
+    def __init__(self) -> None:
+        self._file: IO[bytes] | None = None  # created at the first flush
         self.pending: dict[str, list[object]] = {}
         # Per dependency: position in its buffer -> canonical template, where not derived.
         self._exact: dict[str, dict[int, str]] = {}
@@ -169,12 +171,7 @@ class _Spill:
         if not self.buffered:
             return
         if self._file is None:
-            if self._directory is None:
-                self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-            else:
-                self._file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
-                    dir=self._directory, delete=False
-                )
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
         out = self._file
         for dependency, items in self.pending.items():
             if not items:
@@ -202,32 +199,14 @@ class _Spill:
             items.clear()
         self.buffered = 0
 
-    def handover(self) -> str | None:
-        """Flush, close, and name the file (made in ``directory``) another process adopts."""
-        self.flush()
-        if self._file is None:
-            return None
-        self._file.close()
-        return str(self._file.name)
-
-    def adopt(self, share: _Share) -> None:
-        """Take the records another process spilled: its dependencies and its file."""
-        self.counts.update(share.counts)
-        self.chunks.update(share.chunks)
-        if share.spill is not None:
-            handle = open(share.spill, "rb")  # noqa: SIM115 - closed in close()
-            self._adopted.append(handle)
-            self._files.update(dict.fromkeys(share.chunks, handle))
-
     def chunks_of(self, dependency: str) -> Iterator[tuple[bytes, bytes]]:
         """A dependency's records as (printed, canonical) text, chunk by chunk."""
         self.flush()
-        handle = self._files.get(dependency, self._file)
         for index, (offset, length) in enumerate(self.chunks.get(dependency, ())):
-            assert handle is not None
-            handle.seek(offset)
-            # Our own temporary file, written by flush(): not untrusted input.
-            templates, canonical, fields = marshal.loads(handle.read(length))  # noqa: S302
+            assert self._file is not None
+            self._file.seek(offset)
+            # Our own temporary file, written by flush() above: not untrusted input.
+            templates, canonical, fields = marshal.loads(self._file.read(length))  # noqa: S302
             values = tuple(fields)
             printed = ("".join(templates) % values).encode("utf-8")
             if canonical is None:
@@ -239,9 +218,8 @@ class _Spill:
             yield printed, compact
 
     def close(self) -> None:
-        for handle in (self._file, *self._adopted):
-            if handle is not None:
-                handle.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def _flags(template: str) -> tuple[int, int, int]:
@@ -256,18 +234,17 @@ def _flags(template: str) -> tuple[int, int, int]:
 class StreamingReplay(Replay):
     """A :class:`Replay` that spills transitions instead of keeping them."""
 
-    def __init__(
-        self,
-        policy: Policy,
-        initial: Mapping[str, BreakerState] | None = None,
-        *,
-        directory: str | None = None,
-    ) -> None:
+    def __init__(self, policy: Policy, initial: Mapping[str, BreakerState] | None = None) -> None:
         super().__init__(policy, initial)
         self._ids = _CallIds()
-        self._spill = _Spill(directory)
+        self._spill = _Spill()
         self._counts = self._spill.counts
-        self._scratch: str | None = None  # a directory close() removes
+        # Dependencies other processes replayed: the pipe each sends its transitions on.
+        self._sources: dict[str, Connection] = {}
+        self._inbox: _Inbox | None = None
+        self._workers: list[BaseProcess] = []
+        self._pipes: list[Connection] = []
+        self._trace: str | None = None  # the trace those processes read
 
     def _seen(self, ledger: Ledger, dependency: str, call: str) -> bool:
         return self._ids.add(ledger, dependency, call)
@@ -343,23 +320,50 @@ class StreamingReplay(Replay):
         }
 
     def close(self) -> None:
-        """Remove the temporary files."""
+        """Remove the temporary files; stop the processes that replayed a share, if any."""
         self._spill.close()
-        if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+        for pipe in self._pipes:
+            pipe.close()  # a process still sending gets a broken pipe and ends
+        _stop(self._workers)
 
-    def share(self) -> _Share:
-        """What this replay of a share of the dependencies hands to the process that asked."""
-        spill = self._spill
-        path = spill.handover()
+    def _share(self) -> _Share:
+        """What this replay of a share of the dependencies tells the process that asked."""
+        self._spill.flush()
         states = {name: ledger.state for name, ledger in self.ledgers().items()}
-        return _Share(states, spill.counts, spill.chunks, path, None)
+        return _Share(states, self._counts)
 
-    def adopt(self, share: _Share) -> None:
-        """Take the dependencies another process replayed (none of them are this one's)."""
+    def _send_transitions(self, answer: Connection) -> None:
+        """Send the transitions of each dependency, in order, as :meth:`write` reads them."""
+        for name in sorted(self.ledgers()):
+            if self._counts.get(name, _Counts()).transitions:
+                for printed, canonical in self._spill.chunks_of(name):
+                    answer.send_bytes(printed)
+                    answer.send_bytes(canonical)
+                answer.send_bytes(b"")
+
+    def _adopt(self, share: _Share, source: Connection) -> None:
+        """Take the dependencies another process replayed; ``source`` sends their records."""
+        self._counts.update(share.counts)
         for name, state in share.states.items():
             self._ledgers[name] = Ledger(state)
-        self._spill.adopt(share)
+            self._sources[name] = source
+
+    def _chunks_of(self, name: str) -> Iterator[tuple[bytes, bytes]]:
+        """A dependency's transitions as (printed, canonical) text, from wherever they are."""
+        source = self._sources.get(name)
+        if source is None:
+            yield from self._spill.chunks_of(name)
+            return
+        if self._inbox is None:
+            self._inbox = _Inbox(self._pipes)
+        take = self._inbox.take
+        try:
+            while printed := take(source):
+                yield printed, take(source)
+        except (EOFError, OSError):
+            raise TraceError(
+                "a replay process ended before it sent every transition", file=self._trace
+            ) from None
 
     def __enter__(self) -> StreamingReplay:
         return self
@@ -397,7 +401,7 @@ class StreamingReplay(Replay):
                 emit(b'\n      "transitions": []' + printed_tail + b"\n    }")
             else:
                 emit(b'\n      "transitions": [')
-                for printed, canonical in spill.chunks_of(name):
+                for printed, canonical in self._chunks_of(name):
                     emit(printed)
                     hashed(canonical)
                 emit(b"\n      ]" + printed_tail + b"\n    }")
@@ -440,13 +444,13 @@ class StreamingReplay(Replay):
 
 
 class _Share(NamedTuple):
-    """What a process that replayed a share of the dependencies hands back."""
+    """What a process that replayed a share of the dependencies says when it has read all."""
 
     states: dict[str, BreakerState]
     counts: dict[str, _Counts]
-    chunks: dict[str, list[tuple[int, int]]]
-    spill: str | None  # the file the chunks are in
-    error: tuple[int, str] | None  # its first error: (line, message)
+    error: tuple[int, str] | None = None  # its first error in the trace: (line, message)
+    failure: str | None = None  # anything else that stopped it
+    stopped: bool = False  # another process's error came before where it had read to
 
 
 #: A trace at least this big (a regular file) is replayed by several processes.
@@ -461,17 +465,20 @@ def replay_trace(
     path: str,
     *,
     jobs: int | None = None,
+    transitions: bool = True,
 ) -> StreamingReplay:
     """Replay the trace at ``path``: the driver, ready to write its receipt or summary.
 
     A breaker's transitions depend on its own dependency's events only, so a regular file
     of :data:`PARALLEL_BYTES` or more is split by dependency across ``jobs`` processes
     (by default one per usable CPU, at most :data:`MAX_JOBS`; 1 replays in this process).
-    Each reads the whole trace, feeds the events of its own dependencies and spills their
-    transitions to a file this process writes the receipt from. The receipt is
-    byte-identical to a replay in one process, and an invalid trace fails at the same
-    first line with the same message: each process stops at its own first error, which
-    is the first error among its dependencies' lines and the lines no process can place.
+    Each reads the whole trace and feeds the events of its own dependencies; when
+    ``transitions`` (the receipt, not just the summary) is wanted, each then formats its
+    dependencies' transitions and sends them down a pipe, in the order :meth:`write`
+    reads them. The receipt is byte-identical to a replay in one process, and an invalid
+    trace fails at the same first line with the same message: each process stops at its
+    own first error, which is the first error among its dependencies' lines and the lines
+    no process can place. Close the driver (it is a context manager) when done.
     """
     size = _regular_size(path)
     if jobs is None:
@@ -481,7 +488,7 @@ def replay_trace(
         if jobs <= 1 or size is None:
             driver.feed_trace(path)
         else:
-            _feed_in_processes(driver, path, size, min(jobs, MAX_JOBS))
+            _feed_in_processes(driver, path, size, min(jobs, MAX_JOBS), transitions=transitions)
     except BaseException:
         driver.close()
         raise
@@ -502,53 +509,66 @@ def _usable_cpus() -> int:
     return min(MAX_JOBS, len(affinity(0)) if affinity else os.cpu_count() or 1)
 
 
-def _feed_in_processes(driver: StreamingReplay, path: str, size: int, jobs: int) -> None:
-    """Replay the first ``size`` bytes of ``path`` in ``jobs`` processes into ``driver``."""
-    driver._scratch = directory = tempfile.mkdtemp(prefix="toolbreaker-replay-")
+def _feed_in_processes(
+    driver: StreamingReplay, path: str, size: int, jobs: int, *, transitions: bool
+) -> None:
+    """Replay the first ``size`` bytes of ``path`` in ``jobs`` processes, into ``driver``."""
     # fork starts at once and shares the imported modules; a process running other threads
-    # is not forked (a lock held by one of them would stay held in the child).
+    # is not forked (a lock one of them holds would stay held in the child).
     fork = sys.platform.startswith("linux") and threading.active_count() == 1
     context = multiprocessing.get_context("fork" if fork else "spawn")
     initial = {name: ledger.state for name, ledger in driver.ledgers().items()}
-    workers, pipes = [], []
-    try:
-        for index in range(jobs):
-            receive, send = context.Pipe(duplex=False)
-            worker = context.Process(  # type: ignore[attr-defined]
-                target=_replay_share,
-                args=(send, driver.policy, initial, path, size, index, jobs, directory),
-                name=f"toolbreaker-replay-{index}",
-                daemon=True,
-            )
-            worker.start()
-            send.close()
-            workers.append(worker)
-            pipes.append(receive)
-        shares = []
-        for index, receive in enumerate(pipes):
-            try:
-                shares.append(receive.recv())
-            except EOFError:
-                workers[index].join()
-                raise TraceError(
-                    f"replay process {index} ended without an answer "
-                    f"(exit code {workers[index].exitcode})",
-                    file=path,
-                ) from None
-    finally:
-        for worker in workers:
-            worker.join(timeout=5)
-            if worker.is_alive():  # pragma: no cover - only after an interrupt
-                worker.terminate()
-                worker.join()
-        for receive in pipes:
-            receive.close()
+    driver._trace = path
+    pipes = driver._pipes
+    # The first line with an error any process has found: the others stop reading past it.
+    first_error = context.Value("q", _NO_ERROR)
+    for index in range(jobs):
+        receive, send = context.Pipe(duplex=False)
+        share = _ShareOf(path, size, index, jobs, transitions, first_error)
+        worker = context.Process(  # type: ignore[attr-defined]
+            target=_replay_share,
+            args=(send, driver.policy, initial, share),
+            name=f"toolbreaker-replay-{index}",
+            daemon=True,
+        )
+        driver._workers.append(worker)
+        pipes.append(receive)
+        worker.start()
+        send.close()
+    shares = []
+    for index, receive in enumerate(pipes):
+        try:
+            shares.append(receive.recv())
+        except EOFError:
+            worker = driver._workers[index]
+            worker.join()
+            raise TraceError(
+                f"replay process {index} ended without an answer (exit code {worker.exitcode})",
+                file=path,
+            ) from None
+    for index, share in enumerate(shares):
+        if share.failure is not None:
+            raise TraceError(f"replay process {index} failed: {share.failure}", file=path)
     errors = [share.error for share in shares if share.error is not None]
     if errors:
         line, message = min(errors)
         raise TraceError(message, file=path, line=line or None)
-    for share in shares:  # each holds its initial states too, as they ended
-        driver.adopt(share)
+    assert not any(share.stopped for share in shares)  # only past another one's error
+    for share, receive in zip(shares, pipes, strict=True):  # with their initial states, as ended
+        driver._adopt(share, receive)
+    if not transitions:
+        _stop(driver._workers)
+
+
+def _stop(workers: list[BaseProcess]) -> None:
+    for worker in workers:
+        if worker.pid is None:
+            continue  # never started
+        worker.join(timeout=5)
+        if worker.is_alive():  # pragma: no cover - a process stuck in a write
+            worker.terminate()
+            worker.join()
+    workers.clear()
 
 
 class _Owners(dict[str, bool]):
@@ -564,29 +584,99 @@ class _Owners(dict[str, bool]):
         return other
 
 
-def _replay_share(  # noqa: PLR0917 - a process's entry point, called once
+_NO_ERROR: Final = 2**63 - 1
+#: How much of the transitions a replay process sends may wait here, per process.
+INBOX_BYTES: Final = 16 * 1024 * 1024
+
+
+class _Inbox:
+    """The transitions replay processes send, read as they come.
+
+    The receipt takes each dependency's transitions in turn from the process that
+    replayed it. Reading only that process's pipe would make the others wait, their
+    pipes full, so every pipe is read as it has something, and what is not needed yet
+    waits here: up to :data:`INBOX_BYTES` per process, past which that process waits.
+    """
+
+    def __init__(self, pipes: list[Connection]) -> None:
+        self._waiting: dict[Connection, deque[bytes]] = {pipe: deque() for pipe in pipes}
+        self._bytes = dict.fromkeys(pipes, 0)
+        self._open = set(pipes)  # not ended
+
+    def take(self, pipe: Connection) -> bytes:
+        """The next message from ``pipe``; :class:`EOFError` if it ended without one."""
+        waiting = self._waiting[pipe]
+        while not waiting:
+            if pipe not in self._open:
+                raise EOFError
+            readable = [
+                other for other in self._open if other is pipe or self._bytes[other] < INBOX_BYTES
+            ]
+            for ready in wait(readable):
+                assert isinstance(ready, Connection)
+                try:
+                    message = ready.recv_bytes()
+                except EOFError:
+                    self._open.discard(ready)
+                    continue
+                self._waiting[ready].append(message)
+                self._bytes[ready] += len(message)
+        message = waiting.popleft()
+        self._bytes[pipe] -= len(message)
+        return message
+
+
+class _ShareOf(NamedTuple):
+    """Which share of which trace a replay process replays."""
+
+    path: str
+    size: int  # bytes to read: the file's size when the replay began
+    number: int  # of this share, from 0
+    jobs: int
+    transitions: bool  # send them (for the receipt), or only the counts (for a summary)
+    first_error: Synchronized[int]  # the first line with an error any process found
+
+
+class _Stopped(Exception):
+    """Another replay process found an error before the lines this one would read next."""
+
+
+def _blocks(share: _ShareOf) -> Iterator[tuple[int, list[str]]]:
+    for first, lines in iter_line_blocks(share.path, TraceError, size=share.size):
+        if first > share.first_error.value:
+            raise _Stopped
+        yield first, lines
+
+
+def _replay_share(
     answer: Connection,
     policy: Policy,
     initial: Mapping[str, BreakerState],
-    path: str,
-    size: int,
-    index: int,
-    jobs: int,
-    directory: str,
+    share: _ShareOf,
 ) -> None:
-    """In a process of its own: replay the dependencies of share ``index`` and answer."""
+    """In a process of its own: replay the dependencies of one share and answer."""
     try:
-        others = _Owners(index, jobs)
+        others = _Owners(share.number, share.jobs)
         mine = {name: state for name, state in initial.items() if not others[name]}
-        with StreamingReplay(policy, mine, directory=directory) as driver:
+        with StreamingReplay(policy, mine) as driver:
             try:
-                driver.feed_trace(path, skip=others.__getitem__, size=size)
+                driver.feed_trace(share.path, skip=others.__getitem__, blocks=_blocks(share))
             except TraceError as exc:
-                answer.send(_Share({}, {}, {}, None, (exc.line or 0, exc.message)))
+                line = exc.line or 0
+                with share.first_error.get_lock():
+                    share.first_error.value = min(share.first_error.value, line)
+                answer.send(_Share({}, {}, error=(line, exc.message)))
                 return
-            answer.send(driver.share())
-    except KeyboardInterrupt:  # pragma: no cover - interactive only; the parent reports it
-        pass
+            except _Stopped:
+                answer.send(_Share({}, {}, stopped=True))
+                return
+            answer.send(driver._share())
+            if share.transitions:
+                driver._send_transitions(answer)
+    except (KeyboardInterrupt, BrokenPipeError):  # pragma: no cover - the parent stopped
+        pass  # reading (an interrupt, a closed output) and says why
+    except Exception as exc:  # noqa: BLE001 - told to the parent, which reports it
+        answer.send(_Share({}, {}, failure=f"{type(exc).__name__}: {exc}"))
     finally:
         answer.close()
 

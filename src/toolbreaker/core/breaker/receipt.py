@@ -136,7 +136,7 @@ class Replay:
         path: str,
         *,
         skip: Callable[[str], bool] | None = None,
-        size: int | None = None,
+        blocks: Iterable[tuple[int, list[str]]] | None = None,
     ) -> None:
         """Feed every event of a trace file, streaming; errors carry the file and line.
 
@@ -153,8 +153,9 @@ class Replay:
         split across processes by dependency gives each its share. A line of a skipped
         dependency in a plain shape is not checked further (the replay it belongs to
         checks it); any other line is, so a line no process can place raises in each.
-        ``size``, when given, reads that many bytes of the file, no more, and raises if it
-        has fewer.
+        ``blocks``, when given, are the lines of ``path`` as
+        :func:`~toolbreaker.core.files.iter_line_blocks` gives them (a reader that bounds
+        or stops the reading).
         """
         match = PLAIN_LINE.fullmatch
         ledgers = self._ledgers
@@ -162,7 +163,9 @@ class Replay:
         seen = self._seen_check()
         keep = self._keep_plain
         feed = self.feed
-        for first, lines in iter_line_blocks(path, TraceError, size=size):
+        if blocks is None:
+            blocks = iter_line_blocks(path, TraceError)
+        for first, lines in blocks:
             number = first - 1
             try:
                 for line in lines:
