@@ -7,9 +7,9 @@ and prints the events per second (wall clock, and per CPU-second of the child an
 processes it starts, which a busy machine disturbs less) and their peak RSS, summed
 over the processes. Each size runs twice: with the defaults (a trace of 8 MB or more
 is split by dependency across one process per usable CPU) and with ``--jobs 1`` (one
-process). The trace: 200
-dependencies, each request settled by an explicit outcome, failures in bursts so every
-breaker opens, rejects and probes.
+process). With ``--repeat N`` each row is the median of N runs (and the highest peak).
+The trace: 200 dependencies, each request settled by an explicit outcome, failures in
+bursts so every breaker opens, rejects and probes.
 
 Targets (issue 11): a 200 MB trace under 200 MB of peak RSS, at 150,000 events/s or more
 on a 2-core machine with CPython 3.11.
@@ -202,6 +202,9 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 20, 200], help="MB")
     parser.add_argument("--summary", action="store_true", help="replay with --summary")
     parser.add_argument(
+        "--repeat", type=int, default=1, help="runs per size and mode: the median is shown"
+    )
+    parser.add_argument(
         "--breakdown", action="store_true", help="CPU time per event, stage by stage (20 MB)"
     )
     args = parser.parse_args()
@@ -222,7 +225,9 @@ def main() -> None:
             trace = Path(folder) / f"trace-{megabytes}.jsonl"
             events = write_trace(trace, megabytes)
             for mode, flags in modes:
-                rate, cpu_rate, peak, size = measure(trace, events, extra + flags)
+                runs = sorted(measure(trace, events, extra + flags) for _ in range(args.repeat))
+                rate, cpu_rate, _, size = runs[len(runs) // 2]  # the median by events/s
+                peak = max(run[2] for run in runs)
                 print(
                     f"{megabytes:>6}MB {mode:>9} {events:>11,} {rate:>10,.0f} "
                     f"{cpu_rate:>10,.0f} {peak:>7.0f}MB {size / 1024 / 1024:>8.0f}MB"

@@ -299,3 +299,53 @@ def test_a_process_stops_reading_past_an_earlier_error(tmp_path):
     assert answer.error[0] == 2
     assert answer.error[1].startswith("time went backwards")
     assert first_error.value == 2  # the others stop past it
+
+
+def test_a_closed_pipe_or_a_full_disk_ends_every_process(tmp_path):
+    """Output that cannot be written ends the replay and its processes, without a traceback."""
+    trace = mixed_trace(tmp_path / "t.jsonl")
+    command = [sys.executable, "-m", "toolbreaker", "replay", str(trace), "--jobs", "2"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdout.read(10)
+        proc.stdout.close()
+        err = proc.stderr.read().decode()
+        proc.wait(timeout=60)
+    assert err == ""
+    assert proc.returncode in (0, 141)
+    if Path("/dev/full").exists():
+        with open("/dev/full", "w") as full:
+            answer = subprocess.run(
+                command, stdout=full, stderr=subprocess.PIPE, timeout=60, check=False
+            )
+        assert answer.returncode == 2
+        assert answer.stderr.startswith(b"error: cannot write output")
+        assert answer.stderr.count(b"\n") == 1
+
+
+def test_closing_the_replay_ends_its_processes_at_once(tmp_path):
+    """Closed before the receipt is read, the processes see a broken pipe and end.
+
+    A forked process used to keep a copy of the read ends, so its pipe never broke: it
+    waited, blocked, until it was terminated.
+    """
+    trace = mixed_trace(tmp_path / "t.jsonl")
+    script = (
+        "import sys\n"
+        "from toolbreaker.cli._replay import replay_trace\n"
+        "from toolbreaker.core.breaker.policy import Policy\n"
+        "driver = replay_trace(Policy(), None, sys.argv[1], jobs=2)\n"
+        "workers = list(driver._workers)\n"
+        "driver.close()\n"
+        "print([worker.exitcode for worker in workers])\n"
+    )
+    answer = subprocess.run(
+        [sys.executable, "-c", script, str(trace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert answer.returncode == 0, answer.stderr
+    assert answer.stdout == "[0, 0]\n"

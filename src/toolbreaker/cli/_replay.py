@@ -524,7 +524,11 @@ def _feed_in_processes(
     first_error = context.Value("q", _NO_ERROR)
     for index in range(jobs):
         receive, send = context.Pipe(duplex=False)
-        share = _ShareOf(path, size, index, jobs, transitions, first_error)
+        pipes.append(receive)
+        # A forked process holds a copy of every read end made so far: it closes them, so
+        # that closing ours (an output that failed) breaks its pipe at once.
+        inherited = tuple(pipe.fileno() for pipe in pipes) if fork else ()
+        share = _ShareOf(path, size, index, jobs, transitions, first_error, inherited)
         worker = context.Process(  # type: ignore[attr-defined]
             target=_replay_share,
             args=(send, driver.policy, initial, share),
@@ -532,7 +536,6 @@ def _feed_in_processes(
             daemon=True,
         )
         driver._workers.append(worker)
-        pipes.append(receive)
         worker.start()
         send.close()
     shares = []
@@ -635,6 +638,7 @@ class _ShareOf(NamedTuple):
     jobs: int
     transitions: bool  # send them (for the receipt), or only the counts (for a summary)
     first_error: Synchronized[int]  # the first line with an error any process found
+    inherited: tuple[int, ...] = ()  # descriptors of the parent's read ends, to close
 
 
 class _Stopped(Exception):
@@ -655,6 +659,8 @@ def _replay_share(
     share: _ShareOf,
 ) -> None:
     """In a process of its own: replay the dependencies of one share and answer."""
+    for descriptor in share.inherited:
+        os.close(descriptor)
     try:
         others = _Owners(share.number, share.jobs)
         mine = {name: state for name, state in initial.items() if not others[name]}
