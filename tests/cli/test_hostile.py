@@ -344,22 +344,24 @@ def test_output_to_dev_full_is_one_error(tmp_path):
     assert proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_output_to_a_closed_pipe_is_quiet(tmp_path):
-    """A reader that stops early (``| head``) ends the command quietly."""
-    trace = write(tmp_path, "t.jsonl", lines(*({**REQ, "call": f"c{i}"} for i in range(5000))))
-    with subprocess.Popen(
-        [sys.executable, "-m", "toolbreaker", "replay", trace],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    ) as proc:
+def read_then_close(command: list[str]) -> tuple[int, str]:
+    """Run ``command``, read 10 bytes of its output, close it (``| head``): (code, stderr)."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert proc.stdout is not None
         assert proc.stderr is not None
         proc.stdout.read(10)
         proc.stdout.close()
         err = proc.stderr.read().decode()
         proc.wait(timeout=60)
+    return proc.returncode, err
+
+
+def test_output_to_a_closed_pipe_is_quiet(tmp_path):
+    """A reader that stops early (``| head``) ends the command quietly."""
+    trace = write(tmp_path, "t.jsonl", lines(*({**REQ, "call": f"c{i}"} for i in range(5000))))
+    code, err = read_then_close([sys.executable, "-m", "toolbreaker", "replay", trace])
     assert "Traceback" not in err, err
-    assert proc.returncode in (0, 141), err
+    assert code in (0, 141), err
 
 
 def test_check_run_streams_a_long_run(tmp_path):

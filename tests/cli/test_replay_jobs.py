@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from test_hostile import read_then_close
 from test_stream import NAMES, OUTCOMES
 
 from toolbreaker.cli import _replay, main
@@ -305,15 +306,9 @@ def test_a_closed_pipe_or_a_full_disk_ends_every_process(tmp_path):
     """Output that cannot be written ends the replay and its processes, without a traceback."""
     trace = mixed_trace(tmp_path / "t.jsonl")
     command = [sys.executable, "-m", "toolbreaker", "replay", str(trace), "--jobs", "2"]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        proc.stdout.read(10)
-        proc.stdout.close()
-        err = proc.stderr.read().decode()
-        proc.wait(timeout=60)
+    code, err = read_then_close(command)
     assert err == ""
-    assert proc.returncode in (0, 141)
+    assert code in (0, 141)
     if Path("/dev/full").exists():
         with open("/dev/full", "w") as full:
             answer = subprocess.run(
