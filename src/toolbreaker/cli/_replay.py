@@ -22,6 +22,7 @@ the in-memory receipt; tests compare the two on generated traces.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import marshal
@@ -39,6 +40,7 @@ from collections.abc import Callable, Iterator, Mapping
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from multiprocessing.sharedctypes import Synchronized
+from types import ModuleType
 from typing import IO, Any, Final, NamedTuple, TextIO, cast
 
 from toolbreaker.core.breaker.policy import Policy
@@ -46,6 +48,12 @@ from toolbreaker.core.breaker.receipt import RECEIPT_SCHEMA, Ledger, Replay
 from toolbreaker.core.breaker.state import OPEN, BreakerState, Transition
 from toolbreaker.core.files import MAX_LINE_BYTES, iter_line_blocks, printable
 from toolbreaker.errors import ReceiptError, TraceError
+
+fcntl: ModuleType | None
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
 __all__ = [
     "INBOX_BYTES",
@@ -524,6 +532,7 @@ def _feed_in_processes(
     first_error = context.Value("q", _NO_ERROR)
     for index in range(jobs):
         receive, send = context.Pipe(duplex=False)
+        _widen(send)
         pipes.append(receive)
         # A forked process holds a copy of every read end made so far: it closes them, so
         # that closing ours (an output that failed) breaks its pipe at once.
@@ -563,6 +572,19 @@ def _feed_in_processes(
         _stop(driver._workers)
 
 
+def _widen(pipe: Connection) -> None:
+    """Give a pipe a 1 MiB buffer where the system allows it (Linux; 64 KiB otherwise).
+
+    With the default, a process formatting transitions and the one writing them take
+    turns every 64 KiB; measured on the 20 MB trace of ``benchmarks/bench_replay.py``,
+    the receipt's writing took about a fifth less time with 1 MiB.
+    """
+    setting = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if fcntl is not None and setting is not None:
+        with contextlib.suppress(OSError):  # over the user's pipe quota: keep the default
+            fcntl.fcntl(pipe.fileno(), setting, _PIPE_BYTES)
+
+
 def _stop(workers: list[BaseProcess]) -> None:
     for worker in workers:
         if worker.pid is None:
@@ -588,6 +610,7 @@ class _Owners(dict[str, bool]):
 
 
 _NO_ERROR: Final = 2**63 - 1
+_PIPE_BYTES: Final = 1024 * 1024  # the most /proc/sys/fs/pipe-max-size allows by default
 #: How much of the transitions a replay process sends may wait here, per process.
 INBOX_BYTES: Final = 16 * 1024 * 1024
 
