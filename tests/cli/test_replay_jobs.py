@@ -344,3 +344,27 @@ def test_closing_the_replay_ends_its_processes_at_once(tmp_path):
     )
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout == "[0, 0]\n"
+
+
+def test_a_process_that_fails_is_one_clear_error(tmp_path):
+    """Anything but a trace error in a replay process (a full disk) is one error line."""
+    trace = mixed_trace(tmp_path / "t.jsonl")
+    script = (
+        "import sys\n"
+        "from toolbreaker.cli import _replay, main\n"
+        "def full(self):\n"
+        "    raise OSError(28, 'No space left on device')\n"
+        "_replay.StreamingReplay._share = full\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    answer = subprocess.run(
+        [sys.executable, "-c", script, "replay", str(trace), "--jobs", "2"],
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert answer.returncode == 2
+    assert answer.stdout == b""
+    assert answer.stderr.decode() == (
+        f"error: {trace}: replay process 0 failed: OSError: [Errno 28] No space left on device\n"
+    )

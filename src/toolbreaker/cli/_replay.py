@@ -705,7 +705,8 @@ def _replay_share(
     except (KeyboardInterrupt, BrokenPipeError):  # pragma: no cover - the parent stopped
         pass  # reading (an interrupt, a closed output) and says why
     except Exception as exc:  # noqa: BLE001 - told to the parent, which reports it
-        answer.send(_Share({}, {}, failure=f"{type(exc).__name__}: {exc}"))
+        with contextlib.suppress(OSError):  # unless it is gone: then it reports nothing
+            answer.send(_Share({}, {}, failure=f"{type(exc).__name__}: {exc}"))
     finally:
         answer.close()
 
