@@ -510,3 +510,83 @@ def test_the_api_counts_fall_off_with_the_servers_clock():
     # Totals are not windowed: they say what the stream held.
     assert after["breakers"]
     assert after["total"] == before["total"]
+
+
+class WatchedBoard(Board):
+    """A board that notes every use, and takes its time, so overlapping uses show."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside = 0
+        self.overlaps = 0
+        self.uses = 0
+        self._watch = threading.Lock()
+
+    def _use(self, method, *args, **kwargs):
+        with self._watch:
+            self.inside += 1
+            self.uses += 1
+            self.overlaps += self.inside > 1
+        try:
+            time.sleep(0.002)  # widen the window a concurrent use would fall into
+            return method(*args, **kwargs)
+        finally:
+            with self._watch:
+                self.inside -= 1
+
+    def feed(self, entries):
+        return self._use(super().feed, list(entries))
+
+    def advance(self, now):
+        return self._use(super().advance, now)
+
+    def snapshot(self, since=0):
+        return self._use(super().snapshot, since)
+
+    def breaker(self, key, **kwargs):
+        return self._use(super().breaker, key, **kwargs)
+
+
+def test_requests_never_read_the_board_while_a_refresh_changes_it():
+    """Each request refreshes the board on a worker thread, then reads it on the event
+    loop: another request's refresh could change it mid-read (a dict changing size while
+    it is iterated). Every use of the board is now one at a time."""
+    stream = MemoryStream()
+    registry = Registry(Policy(), default_timeout=1.0, default_enforce="cooperative")
+    publisher = StreamPublisher(stream)
+    stop = threading.Event()
+
+    def traffic() -> None:
+        for i in range(1_000_000):
+            if stop.wait(0.0005):
+                return
+            breaker = registry.get(f"dep-{i % 300}", "read")  # new rows, then new calls
+            if i < 300:
+                publisher.attach(breaker)
+            breaker.call(lambda: "ok")
+
+    board = WatchedBoard()
+    errors: list[object] = []
+    with TestClient(build_app(stream, board=board, interval=0.0), base_url=ORIGIN) as client:
+
+        def reader() -> None:
+            for n in range(20):
+                path = "/api/snapshot" if n % 2 else "/api/breaker?key=dep-1:read"
+                status = client.get(path).status_code
+                if status not in (200, 404):
+                    errors.append(status)
+
+        writer = threading.Thread(target=traffic)
+        writer.start()
+        readers = [threading.Thread(target=reader) for _ in range(3)]
+        try:
+            for thread in readers:
+                thread.start()
+            for thread in readers:
+                thread.join(timeout=120)
+        finally:
+            stop.set()
+            writer.join(timeout=60)
+    assert errors == []
+    assert board.uses >= 60  # 60 reads, and the refreshes' folds
+    assert board.overlaps == 0

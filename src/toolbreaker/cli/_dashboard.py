@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 from toolbreaker._extras import require
@@ -499,10 +499,16 @@ def _wall(entry: Mapping[str, Any]) -> float:
     return float(wall) if isinstance(wall, (int, float)) else 0.0
 
 
+_T = TypeVar("_T")
+
+
 class _Feed:
     """Reads new stream entries into the board, at most every ``interval`` seconds.
 
     Every call also moves the board's window to ``clock()`` (wall time, Unix seconds).
+    Refreshes run on worker threads while requests read the board on the event loop, so
+    the board is only folded into and read under :meth:`look`'s lock (held for the fold
+    or the read, never for the stream's I/O).
     """
 
     def __init__(
@@ -518,8 +524,14 @@ class _Feed:
         self.clock = clock
         self.cursor: str | None = None
         self.error: str | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one refresh at a time
+        self._board = threading.Lock()  # one use of the board at a time
         self._last = 0.0
+
+    def look(self, read: Callable[[], _T]) -> _T:
+        """``read()``, while no refresh changes the board."""
+        with self._board:
+            return read()
 
     def refresh(self) -> None:
         with self._lock:
@@ -528,7 +540,9 @@ class _Feed:
             finally:
                 # After the read, so the window ends at least at the newest entry; a no-op
                 # within the same second, so at most once a second does it do any work.
-                self.board.advance(self.clock())
+                now = self.clock()
+                with self._board:
+                    self.board.advance(now)
 
     def _read(self) -> None:
         now = time.monotonic()
@@ -540,7 +554,8 @@ class _Feed:
                 rows = self.stream.read(self.cursor, 5_000)
                 if rows:
                     self.cursor = rows[-1][0]
-                    self.board.feed(entry for _, entry in rows)
+                    with self._board:
+                        self.board.feed(entry for _, entry in rows)
                 if len(rows) < 5_000:
                     break
             self.error = None
@@ -705,7 +720,7 @@ def build_app(
 
     def document(since: int) -> dict[str, Any]:
         return {
-            **board.snapshot(since),
+            **feed.look(lambda: board.snapshot(since)),
             "actions": actions,
             "stream": stream.url,
             "error": feed.error,
@@ -717,7 +732,8 @@ def build_app(
 
     async def one(request: Request) -> Response:
         await anyio.to_thread.run_sync(feed.refresh)
-        row = board.breaker(request.query_params.get("key", ""))
+        key = request.query_params.get("key", "")
+        row = feed.look(lambda: board.breaker(key))
         if row is None:
             return JSONResponse({"error": "no such breaker"}, status_code=404)
         return JSONResponse(row, headers=_SECURITY_HEADERS)
