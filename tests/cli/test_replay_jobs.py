@@ -102,12 +102,20 @@ def test_the_receipt_is_the_same_in_any_number_of_processes(tmp_path, policy):
     receipt = json.loads(one.stdout)
     assert len(receipt["dependencies"]) == len(NAMES) + 40 + 3
     assert receipt["dependencies"]["tool-7"]["recovered_from_corruption"] is True
+    # --summary counts without keeping a record: the receipt's counts, all the same.
+    summary = json.loads(run("replay", *args, "--jobs", "1", "--summary").stdout)
+    for name, dep in receipt["dependencies"].items():
+        counted = summary["dependencies"][name]
+        assert counted["transitions"] == len(dep["transitions"])
+        for key in ("remote_attempts", "local_rejections", "opens"):
+            assert counted[key] == dep[key], (name, key)
+        assert counted["final_state"] == dep["final_state"]["state"]
     for jobs in ("2", "3"):
         split = run("replay", *args, "--jobs", jobs)
         assert split.returncode == 0, split.stderr
         assert split.stdout == one.stdout
-        summary = run("replay", *args, "--jobs", jobs, "--summary")
-        assert summary.stdout == run("replay", *args, "--jobs", "1", "--summary").stdout
+        counted = json.loads(run("replay", *args, "--jobs", jobs, "--summary").stdout)
+        assert counted == summary
     (tmp_path / "r.json").write_bytes(one.stdout)
     verified = run("verify", str(tmp_path / "r.json"), *args, "--jobs", "2")
     assert verified.returncode == 0, verified.stdout
@@ -368,3 +376,10 @@ def test_a_process_that_fails_is_one_clear_error(tmp_path):
     assert answer.stderr.decode() == (
         f"error: {trace}: replay process 0 failed: OSError: [Errno 28] No space left on device\n"
     )
+
+
+def test_a_summary_writes_no_temporary_file(tmp_path):
+    trace = mixed_trace(tmp_path / "t.jsonl")
+    with _replay.replay_trace(Policy(), None, str(trace), jobs=1, transitions=False) as driver:
+        assert driver.summary()["dependencies"]
+        assert driver._spill._file is None

@@ -60,6 +60,7 @@ __all__ = [
     "MAX_JOBS",
     "PARALLEL_BYTES",
     "StreamingReplay",
+    "SummaryReplay",
     "replay_trace",
     "verify",
 ]
@@ -451,6 +452,47 @@ class StreamingReplay(Replay):
         return {}
 
 
+class SummaryReplay(StreamingReplay):
+    """A streaming replay that counts transitions instead of keeping them: ``--summary``.
+
+    The counts are those :meth:`StreamingReplay.summary` gives, without spilling a record
+    or formatting one; it writes no temporary file.
+    """
+
+    def _keep(self, ledger: Ledger, dependency: str, records: tuple[Transition, ...]) -> None:
+        counts = self._counts.get(dependency)
+        if counts is None:
+            counts = self._counts[dependency] = _Counts()
+        for record in records:
+            counts.transitions += 1
+            counts.remote += record.attempted
+            counts.rejected += record.rejected
+            counts.would_reject += record.would_reject
+            counts.opens += record.to_phase == OPEN and record.from_phase != OPEN
+
+    def _keep_plain(  # noqa: PLR0917 - called once per event by feed_trace
+        self,
+        dependency: str,
+        kind: str,
+        at: int,
+        call: str,
+        generation: int | None,
+        before: BreakerState,
+        after: BreakerState,
+        reason: str,
+    ) -> None:
+        counts = self._counts.get(dependency)
+        if counts is None:
+            counts = self._counts[dependency] = _Counts()
+        counts.transitions += 1
+        if reason in _ADMITTED:
+            counts.remote += 1
+        elif kind == "request":
+            counts.rejected += 1
+        if after.phase == OPEN and before.phase != OPEN:
+            counts.opens += 1
+
+
 class _Share(NamedTuple):
     """What a process that replayed a share of the dependencies says when it has read all."""
 
@@ -491,7 +533,7 @@ def replay_trace(
     size = _regular_size(path)
     if jobs is None:
         jobs = 1 if size is None or size < PARALLEL_BYTES else _usable_cpus()
-    driver = StreamingReplay(policy, initial)
+    driver = (StreamingReplay if transitions else SummaryReplay)(policy, initial)
     try:
         if jobs <= 1 or size is None:
             driver.feed_trace(path)
@@ -687,7 +729,7 @@ def _replay_share(
     try:
         others = _Owners(share.number, share.jobs)
         mine = {name: state for name, state in initial.items() if not others[name]}
-        with StreamingReplay(policy, mine) as driver:
+        with (StreamingReplay if share.transitions else SummaryReplay)(policy, mine) as driver:
             try:
                 driver.feed_trace(share.path, skip=others.__getitem__, blocks=_blocks(share))
             except TraceError as exc:
