@@ -234,12 +234,11 @@ def test_a_stream_is_replayed_in_one_process(tmp_path):
     assert json.loads(answer.stdout)["dependencies"]["s"]["remote_attempts"] == 100
 
 
-def test_a_process_that_dies_is_one_clear_error(tmp_path):
-    trace = mixed_trace(tmp_path / "t.jsonl")
+def split_with(patch: str, trace: Path) -> str:
+    """Replay ``trace`` in two processes after running ``patch`` (which forked processes
+    inherit); the one error line it ends with (exit 2, nothing on stdout)."""
     script = (
-        "import os, sys\n"
-        "from toolbreaker.cli import _replay, main\n"
-        "_replay._replay_share = lambda *args: os._exit(3)\n"
+        f"import os, sys\nfrom toolbreaker.cli import _replay, main\n{patch}\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     answer = subprocess.run(
@@ -250,9 +249,13 @@ def test_a_process_that_dies_is_one_clear_error(tmp_path):
     )
     assert answer.returncode == 2
     assert answer.stdout == b""
-    assert answer.stderr.decode() == (
-        f"error: {trace}: replay process 0 ended without an answer (exit code 3)\n"
-    )
+    return answer.stderr.decode()
+
+
+def test_a_process_that_dies_is_one_clear_error(tmp_path):
+    trace = mixed_trace(tmp_path / "t.jsonl")
+    err = split_with("_replay._replay_share = lambda *args: os._exit(3)", trace)
+    assert err == f"error: {trace}: replay process 0 ended without an answer (exit code 3)\n"
 
 
 def test_spawned_processes_give_the_same_receipt(tmp_path, capsysbinary):
@@ -357,23 +360,12 @@ def test_closing_the_replay_ends_its_processes_at_once(tmp_path):
 def test_a_process_that_fails_is_one_clear_error(tmp_path):
     """Anything but a trace error in a replay process (a full disk) is one error line."""
     trace = mixed_trace(tmp_path / "t.jsonl")
-    script = (
-        "import sys\n"
-        "from toolbreaker.cli import _replay, main\n"
+    patch = (
         "def full(self):\n"
         "    raise OSError(28, 'No space left on device')\n"
-        "_replay.StreamingReplay._share = full\n"
-        "sys.exit(main(sys.argv[1:]))\n"
+        "_replay.StreamingReplay._share = full"
     )
-    answer = subprocess.run(
-        [sys.executable, "-c", script, "replay", str(trace), "--jobs", "2"],
-        capture_output=True,
-        timeout=300,
-        check=False,
-    )
-    assert answer.returncode == 2
-    assert answer.stdout == b""
-    assert answer.stderr.decode() == (
+    assert split_with(patch, trace) == (
         f"error: {trace}: replay process 0 failed: OSError: [Errno 28] No space left on device\n"
     )
 
