@@ -14,6 +14,7 @@ import os
 import signal
 import sqlite3
 import time
+import traceback
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -89,6 +90,23 @@ def hammer(
     admitted_ns, settling_ns) or ("reject", started_ns, reason). A probe's lease is held
     at least from admitted_ns (allow() returned) to settling_ns (record() was called).
     """
+    try:
+        return _hammer(kind, target, key, policy_fields, timeline, fail_every, options)
+    except Exception:  # noqa: BLE001 - every failure is sent back, as text
+        # Whatever a worker raises reaches the test (a store's error may hold a lock, which
+        # the pool cannot send back: the test then saw only "cannot pickle").
+        raise RuntimeError(traceback.format_exc()) from None
+
+
+def _hammer(
+    kind: str,
+    target: str,
+    key: str,
+    policy_fields: dict[str, Any],
+    timeline: tuple[int, int, int, int],
+    fail_every: int,
+    options: dict[str, Any] | None,
+) -> Log:
     start, outage, recovery, stop = timeline
     store = make_store(kind, target, **(options or {}))
     log: Log = []

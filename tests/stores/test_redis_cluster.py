@@ -10,6 +10,7 @@ views of exactly the lost master's slots before the replica can take writes.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 
@@ -246,3 +247,28 @@ def test_a_sharded_feed_refused_ssubscribe_backs_off(private_cluster):
         _, records = store.apply(key, Event("failure", 1, key, call="a", generation=0), POLICY)
         assert records[-1].reason == "qualifying-failure"
         assert view.state is None
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["server", "cluster"])
+def test_any_client_failure_denies_the_call(cluster, redis_url, redis_cluster):
+    """The client may raise what is not a RedisError: redis-py's cluster client lets an
+    internal error of a topology change through, with the connection attached to it (for
+    its metrics), so it holds a lock. The store is then unavailable: the call is denied,
+    never crashed (a worker of a test once died of such an exception, unpicklable)."""
+    url = redis_cluster.url if cluster else redis_url
+    with RedisStore(url, cluster=cluster, volatile_journal=True) as store:
+        breaker = Breaker(f"flaky-client-{uuid.uuid4()}", store=store, timeout=1.0)
+        breaker.allow().record("failure")  # a state that is not quiet: calls ask the store
+        permit = breaker.allow()
+        assert permit.admitted
+
+        def broken(*args, **kwargs):
+            error = IndexError("list index out of range")
+            error.connection = threading.Lock()  # what redis-py attaches: unpicklable
+            raise error
+
+        store._script = broken
+        assert permit.record("failure") is None  # the outcome is lost, nothing raised
+        rejection = breaker.allow()
+        assert not rejection.admitted
+        assert rejection.reason == "store-unavailable"

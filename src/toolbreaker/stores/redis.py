@@ -302,9 +302,12 @@ class RedisStore(SharedStore):
         self._client: Any = client_class.from_url(
             url, retry=redis.retry.Retry(redis.backoff.NoBackoff(), 0), **self._options
         )
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        if self.cluster:  # e.g. no node reachable to learn the slots from: not a RedisError
-            self._errors += (redis.RedisClusterException,)
+        # Any failure of a client call is the store being unavailable (a call is denied, a
+        # feed reconnects), never a crash: redis-py raises more than RedisError. Its
+        # cluster client raises RedisClusterException when no node answers, and lets the
+        # internal errors of a topology change through (an IndexError, with the connection
+        # attached for its metrics).
+        self._errors: tuple[type[BaseException], ...] = (Exception,)
         self._source = resources.files(__package__).joinpath(_SCRIPT_FILE).read_text("utf-8")
         self._script: Any = self._client.register_script(self._source)
         self._refresh: Any = self._client.register_script(_REFRESH_TTL)
