@@ -25,7 +25,7 @@ from typing import Any
 
 from toolbreaker.core.retry import RetryPolicy, spend
 from toolbreaker.runtime import _shared_budget
-from toolbreaker.runtime._shared_budget import SharedBudget
+from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 
 
 def _open(kind: str, target: str) -> Any:

@@ -113,6 +113,43 @@ def test_imports_point_down_only():
     assert wrong == []
 
 
+#: Inside runtime/, what each wing may import (besides itself and the shared modules at
+#: the top of runtime/: the step, the model-facing results, the clock, the log, packets).
+WINGS = {
+    "breaker": {"breaker"},
+    "run": {"breaker", "run"},
+    "fleet": {"breaker", "run", "fleet"},
+}
+
+
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["toolbreaker", "runtime"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in WINGS else None
+
+
+def test_runtime_wings_point_one_way():
+    """The breaker shell never imports the run shell or the fleet; the run shell never the fleet.
+
+    The shared modules at runtime/'s top import no wing at all (``runtime/__init__.py``
+    is the public surface and re-exports them all).
+    """
+    wrong = []
+    runtime = SRC / "runtime"
+    for path in sorted(runtime.rglob("*.py")):
+        parts = path.relative_to(runtime).parts
+        if parts == ("__init__.py",):
+            continue
+        own = parts[0] if len(parts) > 1 else None
+        allowed = WINGS[own] if own is not None else set()
+        for module, _names in _imports(path):
+            wing = _wing(module)
+            if wing is not None and wing not in allowed:
+                wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert wrong == []
+
+
 def test_no_module_imports_another_modules_private_name():
     """``from toolbreaker.x import _name`` reaches into another module's internals."""
     wrong = []

@@ -18,7 +18,7 @@ import pytest
 
 from records_helpers import SharedMemory
 from toolbreaker import Breaker, CircuitOpen, GuardedTool, PolicyError, Registry, RunGuard
-from toolbreaker.runtime._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
+from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 

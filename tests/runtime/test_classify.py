@@ -28,7 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolbreaker.core.breaker.state import OUTCOME_TYPES
-from toolbreaker.runtime._classify import (
+from toolbreaker.runtime.breaker._classify import (
     SUCCESS,
     Kind,
     Verdict,
@@ -984,7 +984,7 @@ def test_default_classifier_is_classify_exception(exc):
 def test_importing_the_classifier_imports_no_http_library():
     """The classifier recognises libraries by name and never imports them."""
     code = (
-        "import sys, toolbreaker.runtime._classify; "
+        "import sys, toolbreaker.runtime.breaker._classify; "
         "print([m for m in ('httpx', 'httpcore', 'requests', 'urllib3', 'aiohttp', 'openai', "
         "'anthropic', 'pydantic', 'jsonschema', 'trio', 'anyio') if m in sys.modules])"
     )

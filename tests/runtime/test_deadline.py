@@ -14,7 +14,7 @@ import weakref
 import pytest
 
 from toolbreaker import Breaker, Policy
-from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, watchdog, within
+from toolbreaker.runtime.breaker._deadline import OVERDUE, Worker, Workers, watchdog, within
 
 # A worker call or a watched await that should finish at once gets this much room on a
 # loaded machine; it is never reached when things work.

@@ -17,7 +17,7 @@ import pytest
 
 from toolbreaker import Breaker, Policy, PolicyError
 from toolbreaker.core.run.budget import Budget, ClassLimits
-from toolbreaker.runtime._guard import RunGuard
+from toolbreaker.runtime.run._guard import RunGuard
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 

@@ -18,7 +18,7 @@ import pytest
 from records_helpers import SharedMemory
 from toolbreaker import Breaker, Policy
 from toolbreaker.core.retry import RetryBudget, RetryPolicy
-from toolbreaker.runtime._shared_budget import BUDGET_SPACE
+from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
 
@@ -224,7 +224,7 @@ def _open_store(kind: str, target: str) -> Any:
 def _contend(kind: str, target: str, start: Any, out: Any) -> None:
     """One process: its own store connection, SPENDS decisions on the shared bucket."""
     from toolbreaker.core.retry import spend
-    from toolbreaker.runtime._shared_budget import SharedBudget
+    from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 
     store = _open_store(kind, target)
     faults = []
@@ -285,7 +285,7 @@ def test_a_real_store_that_is_down_still_decides_no_retry(tmp_path):
     from toolbreaker import RedisStore
     from toolbreaker.core.retry import spend
     from toolbreaker.runtime import _shared_budget
-    from toolbreaker.runtime._shared_budget import SharedBudget
+    from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 
     binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
     assert binary is not None, "redis-server is not installed"
@@ -328,7 +328,7 @@ def test_conflicts_back_off_with_growing_bounded_jitter(monkeypatch):
     stay under the cap, and the decision is made once a write wins."""
     from toolbreaker.core.retry import spend
     from toolbreaker.runtime import _shared_budget
-    from toolbreaker.runtime._shared_budget import BACKOFF_CAP_S, SharedBudget
+    from toolbreaker.runtime.breaker._shared_budget import BACKOFF_CAP_S, SharedBudget
 
     slept: list[float] = []
     monkeypatch.setattr(_shared_budget, "_sleep", slept.append)
@@ -345,7 +345,7 @@ def test_conflicts_that_never_end_decide_no_retry_within_a_bounded_wait(monkeypa
     clock the sleeps advance), having waited at most that plus one window."""
     from toolbreaker.core.retry import spend
     from toolbreaker.runtime import _shared_budget
-    from toolbreaker.runtime._shared_budget import (
+    from toolbreaker.runtime.breaker._shared_budget import (
         ATTEMPTS,
         BACKOFF_CAP_S,
         MAX_BACKOFF_S,
@@ -375,7 +375,7 @@ def test_conflicts_on_a_loop_thread_end_after_attempts_without_sleeping():
     """Asked on an event loop's own thread, a decision never sleeps: at most ATTEMPTS
     immediate tries, then "no retry"."""
     from toolbreaker.core.retry import spend
-    from toolbreaker.runtime._shared_budget import ATTEMPTS, SharedBudget
+    from toolbreaker.runtime.breaker._shared_budget import ATTEMPTS, SharedBudget
 
     store = Conflicting(10_000)
 
@@ -391,7 +391,7 @@ def test_conflicts_on_the_event_loop_never_sleep_there(monkeypatch, service):
     the loop; a decision asked on the loop thread itself retries without sleeping."""
     from toolbreaker.core.retry import spend
     from toolbreaker.runtime import _shared_budget
-    from toolbreaker.runtime._shared_budget import SharedBudget
+    from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 
     where: list[int] = []
     monkeypatch.setattr(_shared_budget, "_sleep", lambda s: where.append(threading.get_ident()))

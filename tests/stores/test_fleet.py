@@ -23,7 +23,7 @@ import pytest
 
 from toolbreaker import Breaker, Registry, publish_policy
 from toolbreaker.core.breaker.state import OPEN
-from toolbreaker.runtime._published import POLICY_SPACE
+from toolbreaker.runtime.fleet._published import POLICY_SPACE
 from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 from toolbreaker.testing import ToolService, request_json
 

@@ -21,8 +21,8 @@ import pytest
 
 from toolbreaker import Breaker, CircuitOpen, Policy
 from toolbreaker.core.retry import RetryPolicy
-from toolbreaker.runtime._bulkhead import MARGIN_MS
-from toolbreaker.runtime._shared_budget import BUDGET_SPACE
+from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS
+from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.stores import RedisStore, SQLiteStore
 from toolbreaker.testing import Fault, ToolService, request_json
 

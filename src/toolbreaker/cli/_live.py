@@ -21,8 +21,8 @@ from toolbreaker.core.breaker.receipt import dump_receipt, summarise
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import trace_event
 from toolbreaker.runtime._clock import monotonic_ms
-from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import system_prompt_line
+from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.testing import ToolService, request_json
 
 __all__ = ["run_live"]

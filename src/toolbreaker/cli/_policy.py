@@ -88,7 +88,7 @@ def _shared(url: str) -> Any:
 
 
 def _run_publish(args: argparse.Namespace) -> int:
-    from toolbreaker.runtime._registry import publish_policy
+    from toolbreaker.runtime.fleet._registry import publish_policy
 
     store = _shared(args.store)
     try:
@@ -103,7 +103,7 @@ def _run_publish(args: argparse.Namespace) -> int:
 
 
 def _run_show(args: argparse.Namespace) -> int:
-    from toolbreaker.runtime._published import read_published
+    from toolbreaker.runtime.fleet._published import read_published
 
     store = _shared(args.store)
     try:

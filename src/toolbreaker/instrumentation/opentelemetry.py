@@ -21,8 +21,8 @@ from typing import Any
 
 from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import Transition
-from toolbreaker.runtime._breaker import Breaker
-from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.fleet._registry import Registry
 
 __all__ = ["instrument"]
 

@@ -25,8 +25,8 @@ from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import PHASES
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.runtime._guard import RunGuard
-from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime.fleet._registry import Registry
+from toolbreaker.runtime.run._guard import RunGuard
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

@@ -53,11 +53,11 @@ from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.runtime._breaker import Breaker
-from toolbreaker.runtime._guard import RunGuard, StopPacket
 from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
+from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.fleet._registry import Registry
+from toolbreaker.runtime.run._guard import RunGuard, StopPacket
 
 __all__ = [
     "STREAM_SCHEMA",

@@ -80,13 +80,13 @@ from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
-from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Enforce, HealthCheck
-from toolbreaker.runtime._breaker import Breaker
-from toolbreaker.runtime._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
-from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
-from toolbreaker.runtime._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, Enforce, HealthCheck
+from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.fleet._registry import Registry
+from toolbreaker.runtime.run._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
+from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
 

@@ -57,12 +57,12 @@ from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
-from toolbreaker.runtime._breaker import Breaker
-from toolbreaker.runtime._guard import RunGuard
-from toolbreaker.runtime._registry import Registry
 from toolbreaker.runtime._result import hidden_tools_line
-from toolbreaker.runtime._siblings import CancelledByPolicy
 from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.fleet._registry import Registry
+from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime.run._siblings import CancelledByPolicy
 
 require("agents", "openai-agents")
 

@@ -96,11 +96,11 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 
 from toolbreaker.core.run.budget import RiskClass  # noqa: E402
 from toolbreaker.errors import PolicyError  # noqa: E402
-from toolbreaker.runtime._breaker import Breaker  # noqa: E402
-from toolbreaker.runtime._guard import GuardedTool, RunGuard, StopPacket  # noqa: E402
-from toolbreaker.runtime._registry import Registry  # noqa: E402
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
-from toolbreaker.runtime._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
+from toolbreaker.runtime.breaker._breaker import Breaker  # noqa: E402
+from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
+from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, StopPacket  # noqa: E402
+from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
 

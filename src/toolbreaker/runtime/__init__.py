@@ -4,9 +4,18 @@ Only this layer reads clocks, runs calls and takes locks; every decision still c
 from :mod:`toolbreaker.core`.
 """
 
-from toolbreaker.runtime._boundary import BREAKER_OPTIONS, Boundary, Enforce, HealthCheck
-from toolbreaker.runtime._breaker import Breaker, BreakerStats, Listener, Permit, Rejection
-from toolbreaker.runtime._classify import (
+from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._result import (
+    SYSTEM_PROMPT_LINE,
+    error_result,
+    hidden_tools_line,
+    system_prompt_line,
+    unavailable_result,
+)
+from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, Boundary, Enforce, HealthCheck
+from toolbreaker.runtime.breaker._breaker import Breaker, BreakerStats, Listener, Permit, Rejection
+from toolbreaker.runtime.breaker._classify import (
     SUCCESS,
     Classifier,
     Verdict,
@@ -15,10 +24,20 @@ from toolbreaker.runtime._classify import (
     parse_duration,
     parse_retry_after,
 )
-from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._degrade import Degradation
-from toolbreaker.runtime._drain import DrainReport, PruneReport, drain, prune_done, queued_items
-from toolbreaker.runtime._guard import (
+from toolbreaker.runtime.breaker._degrade import Degradation
+from toolbreaker.runtime.breaker._scope import current_scope, scope
+from toolbreaker.runtime.fleet._drain import (
+    DrainReport,
+    PruneReport,
+    drain,
+    prune_done,
+    queued_items,
+)
+from toolbreaker.runtime.fleet._health import HealthChecker, HealthStats
+from toolbreaker.runtime.fleet._published import PolicyFollower, PublishedSheet
+from toolbreaker.runtime.fleet._recorder import TraceRecorder
+from toolbreaker.runtime.fleet._registry import Registry, publish_policy
+from toolbreaker.runtime.run._guard import (
     ActionRequest,
     GuardedTool,
     RunGuard,
@@ -26,25 +45,12 @@ from toolbreaker.runtime._guard import (
     evidence_digest,
     may_have_committed,
 )
-from toolbreaker.runtime._health import HealthChecker, HealthStats
-from toolbreaker.runtime._published import PolicyFollower, PublishedSheet
-from toolbreaker.runtime._recorder import TraceRecorder
-from toolbreaker.runtime._registry import Registry, publish_policy
-from toolbreaker.runtime._result import (
-    SYSTEM_PROMPT_LINE,
-    error_result,
-    hidden_tools_line,
-    system_prompt_line,
-    unavailable_result,
-)
-from toolbreaker.runtime._scope import current_scope, scope
-from toolbreaker.runtime._siblings import (
+from toolbreaker.runtime.run._siblings import (
     BranchOutcome,
     CancelledByPolicy,
     SiblingOutcome,
     Siblings,
 )
-from toolbreaker.runtime._step import Step
 
 __all__ = [
     "BREAKER_OPTIONS",

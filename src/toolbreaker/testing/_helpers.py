@@ -7,8 +7,8 @@ import threading
 from collections.abc import Iterable, Iterator
 
 from toolbreaker.core.breaker.state import HALF_OPEN, OPEN, BreakerState, Lease, Transition
-from toolbreaker.runtime._breaker import Breaker
-from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.fleet._registry import Registry
 
 __all__ = ["FakeClock", "capture_transitions", "force_state"]
 

@@ -42,18 +42,18 @@ from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
 from toolbreaker.core.files import read_text, shown
 from toolbreaker.errors import PolicyError, RegistryFull
-from toolbreaker.runtime._boundary import (
+from toolbreaker.runtime._clock import Clock
+from toolbreaker.runtime.breaker._boundary import (
     POLICY_FIELDS,
     Boundary,
     Enforce,
     HealthCheck,
     check_seconds,
 )
-from toolbreaker.runtime._breaker import Breaker, clock_of
-from toolbreaker.runtime._clock import Clock
-from toolbreaker.runtime._degrade import check_store
-from toolbreaker.runtime._health import HealthChecker
-from toolbreaker.runtime._published import (
+from toolbreaker.runtime.breaker._breaker import Breaker, clock_of
+from toolbreaker.runtime.breaker._degrade import check_store
+from toolbreaker.runtime.fleet._health import HealthChecker
+from toolbreaker.runtime.fleet._published import (
     PolicyFollower,
     PublishedSheet,
     read_published,

@@ -35,9 +35,9 @@ from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.core.breaker.state import OPEN, Transition
 from toolbreaker.errors import CircuitOpen, PolicyError
-from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import siblings_result
+from toolbreaker.runtime.breaker._breaker import Breaker
 
 __all__ = [
     "POLL_S",

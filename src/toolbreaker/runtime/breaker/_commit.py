@@ -10,7 +10,7 @@ import json
 from typing import Final
 
 from toolbreaker.errors import CircuitOpen, NotSent, ToolReportedError
-from toolbreaker.runtime._classify import Verdict
+from toolbreaker.runtime.breaker._classify import Verdict
 
 __all__ = ["may_have_committed"]
 

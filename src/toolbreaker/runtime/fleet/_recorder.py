@@ -15,8 +15,8 @@ from typing import Any, TextIO
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import trace_event
 from toolbreaker.core.retry import RetryRecord
-from toolbreaker.runtime._breaker import Breaker
-from toolbreaker.runtime._guard import RunGuard
+from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.run._guard import RunGuard
 
 __all__ = ["TraceRecorder"]
 

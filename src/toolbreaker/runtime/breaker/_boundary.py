@@ -19,8 +19,8 @@ from toolbreaker.core.degrade import check_chain
 from toolbreaker.core.files import shown
 from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.errors import PolicyError
-from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS, validate_template
+from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
 
 __all__ = [
     "BREAKER_OPTIONS",

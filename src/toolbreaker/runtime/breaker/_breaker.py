@@ -57,23 +57,23 @@ from toolbreaker.errors import (
     StoreUnavailable,
     circuit_open,
 )
-from toolbreaker.runtime._boundary import Boundary, Enforce, HealthCheck, check_seconds
-from toolbreaker.runtime._bulkhead import Bulkhead, Slot, shares_records
-from toolbreaker.runtime._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._commit import may_have_committed
-from toolbreaker.runtime._deadline import OVERDUE, Worker, Workers, watch, within
-from toolbreaker.runtime._degrade import Degradation
-from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
     unavailable_result,
 )
-from toolbreaker.runtime._scope import current_scope
-from toolbreaker.runtime._shared_budget import SharedBudget
 from toolbreaker.runtime._step import Step, no_deadline
+from toolbreaker.runtime.breaker._boundary import Boundary, Enforce, HealthCheck, check_seconds
+from toolbreaker.runtime.breaker._bulkhead import Bulkhead, Slot, shares_records
+from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict, classify_exception
+from toolbreaker.runtime.breaker._commit import may_have_committed
+from toolbreaker.runtime.breaker._deadline import OVERDUE, Worker, Workers, watch, within
+from toolbreaker.runtime.breaker._degrade import Degradation
+from toolbreaker.runtime.breaker._layers import warn_nested_retries
+from toolbreaker.runtime.breaker._scope import current_scope
+from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
 

@@ -9,7 +9,7 @@ gathers what it can offer, serves the chosen mode, and builds the answer in
   wall-clock time; written on a success at most once per ``stale_every`` seconds (masked,
   at most :data:`MAX_STALE_BYTES`);
 - ``toolbreaker.queue``: queued work, one record per idempotency key (see
-  :mod:`toolbreaker.runtime._drain`, which runs it once the breaker closes);
+  :mod:`toolbreaker.runtime.fleet._drain`, which runs it once the breaker closes);
 - ``toolbreaker.handoff``: the packets handed to a person, by reconciliation id.
 
 A fault here (a store that is down, a degraded tool that raises) never changes the
@@ -31,7 +31,6 @@ from toolbreaker.core.canonical import sha256_hex
 from toolbreaker.core.degrade import Choice, Offer, choose, stale_label, stale_write_due
 from toolbreaker.core.run.redact import redact
 from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable
-from toolbreaker.runtime._boundary import Boundary
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._packet import StopPacket
@@ -43,6 +42,7 @@ from toolbreaker.runtime._result import (
     queued_result,
     stale_result,
 )
+from toolbreaker.runtime.breaker._boundary import Boundary
 from toolbreaker.stores._protocol import Records
 
 __all__ = [

@@ -33,13 +33,13 @@ from typing import Any, Final, cast
 from toolbreaker.core.degrade import prunable, queue_action
 from toolbreaker.core.run.redact import redact, redact_text
 from toolbreaker.errors import CircuitOpen, PolicyError, StoreUnavailable
-from toolbreaker.runtime._boundary import Boundary
-from toolbreaker.runtime._breaker import Breaker
 from toolbreaker.runtime._clock import wall_ms
-from toolbreaker.runtime._commit import may_have_committed
-from toolbreaker.runtime._degrade import QUEUE_SCHEMA, QUEUE_SPACE
 from toolbreaker.runtime._log import hook_failed, log
-from toolbreaker.runtime._registry import Registry
+from toolbreaker.runtime.breaker._boundary import Boundary
+from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.breaker._commit import may_have_committed
+from toolbreaker.runtime.breaker._degrade import QUEUE_SCHEMA, QUEUE_SPACE
+from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.stores._protocol import Records, Store
 
 __all__ = ["DrainReport", "PruneReport", "drain", "prune_done", "queued_items"]

@@ -42,10 +42,10 @@ from typing import Any, Final
 from toolbreaker.core.breaker.machine import due_expiry
 from toolbreaker.core.breaker.state import CLOSED, OPEN, BreakerState
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.runtime._boundary import HealthCheck
-from toolbreaker.runtime._breaker import Breaker, Permit
-from toolbreaker.runtime._classify import SUCCESS, Verdict
 from toolbreaker.runtime._log import hook_failed, log
+from toolbreaker.runtime.breaker._boundary import HealthCheck
+from toolbreaker.runtime.breaker._breaker import Breaker, Permit
+from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict
 from toolbreaker.stores._protocol import Records
 from toolbreaker.stores._records import acquire_lease, release_lease
 

@@ -37,12 +37,7 @@ from toolbreaker.errors import (
     PolicyError,
     StoreUnavailable,
 )
-from toolbreaker.runtime._breaker import Breaker, Permit, Rejection, watch_openings
-from toolbreaker.runtime._classify import Verdict, classify_exception
 from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._commit import may_have_committed
-from toolbreaker.runtime._degrade import Degradation, Notices, deferred_notice
-from toolbreaker.runtime._layers import warn_nested_retries
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import (
@@ -55,7 +50,13 @@ from toolbreaker.runtime._result import (
     stopped_result,
     unknown_result,
 )
-from toolbreaker.runtime._siblings import (
+from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection, watch_openings
+from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
+from toolbreaker.runtime.breaker._commit import may_have_committed
+from toolbreaker.runtime.breaker._degrade import Degradation, Notices, deferred_notice
+from toolbreaker.runtime.breaker._layers import warn_nested_retries
+from toolbreaker.runtime.run._siblings import (
     BranchOutcome,
     CancelledByPolicy,
     SiblingOutcome,
@@ -63,7 +64,6 @@ from toolbreaker.runtime._siblings import (
     TurnMember,
     is_policy,
 )
-from toolbreaker.runtime._step import Step
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
 

@@ -1,0 +1,7 @@
+"""The run shell: may this run take its next action?
+
+:class:`~toolbreaker.RunGuard` feeds the run machine (:mod:`toolbreaker.core.run`) and
+carries out its verdicts: the journal, writes that plan, authorize, execute, verify and
+record, turns and their sibling calls, stop packets. It drives dependency breakers through
+:mod:`toolbreaker.runtime.breaker`; it never imports the fleet.
+"""
