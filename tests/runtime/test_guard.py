@@ -420,3 +420,25 @@ def test_a_raising_stop_listener_is_counted_and_the_decision_stands(caplog):
     assert seen == [guard.stopped.condition]
     assert guard.listener_errors == 1
     remove()
+
+
+def test_a_write_the_status_check_did_not_find_is_never_replayed(service):
+    """A write whose verification fails and whose status check finds nothing stays
+    unresolved: the next identical call is not made again (the key reaches the service
+    once), although one uncertain write is within ``max_uncertain_side_effects``."""
+    guard = make_guard(service, budget=Budget(max_uncertain_side_effects=1))
+    # A 2xx answer of the wrong shape, and nothing committed: the check finds nothing.
+    service.inject("POST /tickets", Fault(malformed="shape", commit=False))
+    args = {"customer": "c-77", "title": "Replace router"}
+    first = guard.call("create_ticket", args)
+    assert first["outcome_unknown"] is True
+    assert first["reconciled"] is None
+    assert "Do not repeat this action" in first["instruction"]
+    assert guard.writes_blocked is None  # one uncertain write is allowed
+    again = guard.call("create_ticket", args)  # the model repeats it anyway
+    assert again["outcome_unknown"] is True
+    assert again["idempotency_key"] == first["idempotency_key"]
+    assert service.hits["POST /tickets"] == 1  # the key reached the service once
+    assert service.created("tickets") == []
+    [uncertain] = guard.stop_packet().uncertain
+    assert uncertain["idempotency_key"] == first["idempotency_key"]
