@@ -378,8 +378,10 @@ def test_stop_mode_stops_the_run_with_the_guards_packet(service):
     assert later["run_stopped"] is True  # the run stays stopped
 
 
-def test_a_guard_queues_a_write_and_journals_it_pending(service):
-    """Through a run guard, the queued item carries the write's key and its task."""
+def test_a_guard_queues_a_write_and_journals_it_queued(service):
+    """Through a run guard, the queued item carries the write's key and its task, and the
+    journal says it is queued (with its id): a resumed run answers it so, never makes it,
+    and its other writes are not blocked by it (a queued write is owned, not uncertain)."""
     store = MemoryStore()
     registry = Registry.from_dict(
         sheet(tickets__write={"tool": "create_ticket", "degrade": "queue"}), store=store
@@ -401,8 +403,23 @@ def test_a_guard_queues_a_write_and_journals_it_pending(service):
     assert item["args"]["idempotency_key"] == answer["idempotency_key"]
     entry = store.journal_get("task-8", answer["idempotency_key"])
     assert entry is not None
-    assert entry["status"] == "pending"
+    assert (entry["status"], entry["queue_id"]) == ("queued", answer["queue_id"])
     assert guard.stopped is None  # a queued write lets the run go on
+    registry.get("tickets", "write").release()
+    resumed = RunGuard("task-8", journal=store)
+    resumed.add_tool(
+        GuardedTool(
+            "create_ticket",
+            ticket_tool(service),
+            risk="reversible_write",
+            breaker=registry.get("tickets", "write"),
+        )
+    )
+    again = resumed.call("create_ticket", {"title": "t", "body": "b"})
+    assert (again["queued"], again["queue_id"]) == (True, answer["queue_id"])
+    assert resumed.writes_blocked is None
+    assert resumed.call("create_ticket", {"title": "other", "body": "b"})["id"] == "T-1"
+    assert service.hits.get("POST /tickets") == 1  # only the other write
 
 
 # -- the loader -----------------------------------------------------------------------------

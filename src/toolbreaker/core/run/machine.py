@@ -30,7 +30,9 @@ is what the shell must carry out. A ``request`` gets one of five verdicts:
   A ``turn`` event (the adapter saw the model start a new turn) starts the count again.
 
 Outcome events settle a ``run`` call: ``unknown`` for a write that may have committed
-counts toward the uncertain writes (and may block writes); ``resolved`` records that an
+counts toward the uncertain writes (and may block writes), as does ``uncertain``, a write
+that became so after its call was recorded (the store's write of its queued item got no
+answer: it may be queued, see :mod:`toolbreaker.core.run.protocol`); ``resolved`` records that an
 uncertain write's outcome became known (a reconcile check found it, or an operator
 decided); ``resume`` carries the writes an earlier run of the task left unresolved in the
 journal, so a resumed run refuses writes exactly as the original did. ``dependency-down``
@@ -95,6 +97,7 @@ EVENT_TYPES: Final = (
     "request",
     "outcome",
     "dependency-down",
+    "uncertain",
     "resolved",
     "resume",
     "cost",
@@ -217,6 +220,9 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         )
         run = budgets.stop(run, stop)
         return run, RunDecision("stopped", run.stopped)
+    if kind == "uncertain":
+        run = dataclasses.replace(run, uncertain=run.uncertain + 1)
+        return _block_if_uncertain(run, event.action, at, budget, event.detail), _RECORDED
     if kind == "resolved":
         uncertain = max(0, run.uncertain - max(1, event.count))
         blocked = run.writes_blocked if uncertain > budget.max_uncertain_side_effects else None

@@ -90,6 +90,7 @@ __all__ = [
     "read",
     "reconciliation_id",
     "resolves",
+    "settled_by",
     "settled_move",
     "uncertain",
     "unresolved",
@@ -242,6 +243,24 @@ def unresolved(status: Status | None) -> bool:
 def uncertain(status: Status | None) -> bool:
     """Whether the write counts against ``max_uncertain_side_effects``."""
     return status in _UNCERTAIN
+
+
+def settled_by(status: Status | None) -> Literal["status-check", "drain", "person"] | None:
+    """Who settles an unresolved write: a status check (then an operator), a drain, a person.
+
+    ``None`` for a settled write (or no entry).
+    """
+    return _SETTLED_BY.get(status)
+
+
+_SETTLED_BY: Final[Mapping[Status | None, Literal["status-check", "drain", "person"]]] = {
+    "pending": "status-check",
+    "unknown": "status-check",
+    "reconciled-absent": "status-check",
+    "queued": "drain",
+    "maybe-queued": "drain",
+    "handed-off": "person",
+}
 
 
 def made(status: Status | None) -> bool:
