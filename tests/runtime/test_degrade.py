@@ -633,3 +633,137 @@ def test_the_spaces_of_queued_work_and_handoffs_are_kept_durably():
     from toolbreaker.stores._records import DURABLE_SPACES
 
     assert {QUEUE_SPACE, HANDOFF_SPACE} <= DURABLE_SPACES
+
+
+# -- one owner per piece of work: a drainer or a person ----------------------------------
+
+
+def test_a_person_and_a_drain_never_both_own_the_work(store, service):
+    """Work is handed to a person only by creating its queue record as handed-off: a
+    drain never runs it and queuing it again answers the handoff (same reference); work a
+    drainer owns is answered "already queued" by a handoff row, never handed off too."""
+    from toolbreaker import drain
+
+    queue_rows = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": "queue"}), store=store
+    )
+    handoff_rows = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": "handoff"}), store=store
+    )
+    queued = queue_rows.get("tickets", "write")
+    handed = handoff_rows.get("tickets", "write")
+    queued.isolate()
+    handed.isolate()
+    tool = ticket_tool(service)
+    person = handed.guard(tool, tool="create_ticket")(title="a", body="b", idempotency_key="k1")
+    assert person["degradation"] == "handoff"
+    again = queued.guard(tool, tool="create_ticket")(title="a", body="b", idempotency_key="k1")
+    assert (again["degradation"], again["reconciliation_id"]) == (
+        "handoff",
+        person["reconciliation_id"],
+    )
+    first = queued.guard(tool, tool="create_ticket")(title="c", body="d", idempotency_key="k2")
+    assert first["queued"] is True
+    later = handed.guard(tool, tool="create_ticket")(title="c", body="d", idempotency_key="k2")
+    assert (later["degradation"], later["queue_id"]) == ("queue", first["queue_id"])
+    assert "already queued" in later["instruction"]
+    assert [rid for rid, _, _ in store.record_list(HANDOFF_SPACE)] == [person["reconciliation_id"]]
+    queued.release()
+    handed.release()
+    report = drain(store, {"create_ticket": tool})
+    assert (report.done, report.skipped) == ((first["queue_id"],), ())
+    assert service.hits["POST /tickets"] == 1
+    assert [t["title"] for t in service.created("tickets")] == ["c"]
+
+
+def test_a_guard_journals_a_handed_off_write_and_never_makes_it(service):
+    """A write handed to a person is journaled handed-off: a resumed run answers it as
+    handed off and never calls the tool; the packet says it is a person's."""
+    store = MemoryStore()
+    registry = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": "handoff"}), store=store
+    )
+    breaker = registry.get("tickets", "write")
+
+    def guard() -> RunGuard:
+        made = RunGuard("task-h", journal=store)
+        made.add_tool(
+            GuardedTool(
+                "create_ticket", ticket_tool(service), risk="reversible_write", breaker=breaker
+            )
+        )
+        return made
+
+    first = guard()
+    breaker.isolate()
+    answer = first.call("create_ticket", {"title": "t", "body": "b"})
+    assert answer["degradation"] == "handoff"
+    [entry] = store.journal_entries("task-h")
+    assert (entry["status"], entry["reconciliation_id"]) == (
+        "handed-off",
+        answer["reconciliation_id"],
+    )
+    assert first.writes_blocked is None  # a person owns it: nothing is uncertain
+    breaker.release()
+    resumed = guard()
+    again = resumed.call("create_ticket", {"title": "t", "body": "b"})
+    assert (again["handoff"], again["reconciliation_id"]) == (True, answer["reconciliation_id"])
+    assert service.hits.get("POST /tickets") is None
+    stopped = resumed.stop()
+    assert stopped.uncertain[0]["reconciliation_id"] == answer["reconciliation_id"]
+    assert "a person's to carry out or drop" in stopped.next_safe_action
+
+
+class QueueDown(MemoryStore):
+    """A store whose queue space cannot be written; ``late``: the write is made, its answer lost."""
+
+    def __init__(self, *, late: bool = False) -> None:
+        super().__init__()
+        self.late = late
+
+    def record_put(self, space, key, value, *, version=None):
+        from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
+
+        if space != "toolbreaker.queue":
+            return super().record_put(space, key, value, version=version)
+        if self.late:
+            super().record_put(space, key, value, version=version)
+            raise StoreWriteUnknown("the answer was lost")
+        raise StoreUnavailable("the queue is down")
+
+
+def test_a_queue_write_that_may_have_been_made_is_never_handed_off():
+    """A queued item whose store write may have been made is unknown: the caller is told
+    it may already be queued, and the chain never goes on to hand it to a person."""
+    store = QueueDown(late=True)
+    breaker = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": ["queue", "handoff"]}),
+        store=store,
+    ).get("tickets", "write")
+    breaker.isolate()
+    answer = breaker.begin("create_ticket", {"title": "t", "idempotency_key": "k"}).answer
+    assert (answer["degradation"], answer["queued"], answer["outcome_unknown"]) == (
+        "queue",
+        None,
+        True,
+    )
+    assert "may already be queued" in answer["instruction"]
+    assert store.record_list(HANDOFF_SPACE) == []
+    [(queue_id, item, _)] = store.record_list("toolbreaker.queue")
+    assert (queue_id, item["status"]) == (answer["queue_id"], "queued")
+
+
+def test_a_handoff_that_could_not_check_the_queue_says_to_look_first():
+    """When the queue cannot be asked, the work is still handed off, and the packet tells
+    the person to make sure it is not queued before carrying it out."""
+    store = QueueDown()
+    breaker = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": ["queue", "handoff"]}),
+        store=store,
+    ).get("tickets", "write")
+    breaker.isolate()
+    answer = breaker.begin("create_ticket", {"title": "t", "idempotency_key": "k"}).answer
+    assert answer["degradation"] == "handoff"
+    action = answer["packet"]["next_safe_action"]
+    assert "The queue could not be checked" in action
+    assert "toolbreaker drain --list" in action

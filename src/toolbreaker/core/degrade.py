@@ -48,6 +48,7 @@ __all__ = [
     "attempt_move",
     "check_chain",
     "choose",
+    "is_done",
     "owner",
     "passing",
     "prunable",
@@ -312,6 +313,11 @@ def attempt_move(*, may_have_committed: bool, retryable: bool) -> QueueMove:
     if may_have_committed:
         return "lose"
     return "requeue" if retryable else "fail"
+
+
+def is_done(item: Mapping[str, object]) -> bool:
+    """Whether ``item`` was made (``done``): the queue's dedupe marker for its key."""
+    return item.get("status") == "done"
 
 
 def settled(item: Mapping[str, object]) -> bool:
