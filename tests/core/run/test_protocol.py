@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from toolbreaker.core.degrade import QUEUE_STATUSES
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import Action, Budget, RunState
 from toolbreaker.core.run.machine import JOURNAL_STATUSES, RunEvent, apply
@@ -205,3 +209,86 @@ def test_the_run_machine_refuses_a_status_the_protocol_does_not_know():
     an impossible event."""
     with pytest.raises(RunStateError):
         RunEvent("request", 1, WRITE, journal="reconciled-present")
+
+
+# -- one home: no shell keeps a list of statuses or compares one -------------------------
+
+SRC = Path(__file__).resolve().parents[3] / "src" / "toolbreaker"
+#: Journal statuses and queued-item statuses: the words only the core may compare.
+STATUS_WORDS = frozenset(protocol.STATUSES) | frozenset(QUEUE_STATUSES)
+
+
+def _shell_modules() -> list[tuple[Path, ast.Module]]:
+    return [
+        (path, ast.parse(path.read_text(encoding="utf-8")))
+        for path in sorted(SRC.rglob("*.py"))
+        if path.relative_to(SRC).parts[0] != "core"
+    ]
+
+
+def _statusish(node: ast.expr) -> bool:
+    """``status``, ``x.status``, ``x.get("status")``, ``x["status"]``."""
+    if isinstance(node, ast.Name):
+        return "status" in node.id
+    if isinstance(node, ast.Attribute):
+        return "status" in node.attr
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        first = node.args[0] if node.args else None
+        return (
+            node.func.attr == "get" and isinstance(first, ast.Constant) and first.value == "status"
+        )
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.slice, ast.Constant) and node.slice.value == "status"
+    return False
+
+
+def _words(node: ast.expr) -> set[str]:
+    """The string constants of ``node``, or of the tuple, list or set it is."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+
+
+def test_no_status_is_compared_outside_the_core():
+    """No shell compares a journal or queue status with a status word: ``status ==
+    "unknown"``, ``entry.get("status") in ("pending", ...)``. They ask the protocol."""
+    found = []
+    for path, tree in _shell_modules():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            if any(map(_statusish, operands)) and any(_words(o) & STATUS_WORDS for o in operands):
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert found == []
+
+
+def test_no_shell_keeps_a_list_of_statuses():
+    """No tuple, list or set outside the core names two statuses or more: the lists live
+    in the write protocol and the queue's lifecycle, once."""
+    found = []
+    for path, tree in _shell_modules():
+        for node in ast.walk(tree):
+            listed = isinstance(node, (ast.Tuple, ast.List, ast.Set))
+            if listed and len(_words(node) & STATUS_WORDS) >= 2:
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert found == []
+
+
+def test_the_scan_sees_the_comparisons_it_forbids():
+    """The two scans above find what they look for (so an empty answer means something)."""
+    tree = ast.parse(
+        'a = entry.get("status") == "unknown"\n'
+        'b = status in ("pending", "unknown")\n'
+        'c = item["status"] != "done"\n'
+        'd = self.status is not "queued"\n'
+        '_UNRESOLVED = ("unknown", "pending")\n'
+    )
+    compares = [n for n in ast.walk(tree) if isinstance(n, ast.Compare)]
+    assert all(
+        any(map(_statusish, [c.left, *c.comparators]))
+        and any(_words(o) & STATUS_WORDS for o in [c.left, *c.comparators])
+        for c in compares
+    )
+    assert len(compares) == 4
+    lists = [n for n in ast.walk(tree) if isinstance(n, ast.Tuple)]
+    assert [len(_words(t) & STATUS_WORDS) for t in lists] == [2, 2]
