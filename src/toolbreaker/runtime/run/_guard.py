@@ -485,11 +485,15 @@ class RunGuard:
         ):
             breaker = step.plan.spec.breaker.for_scope()
             admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
-            served = None
-            if isinstance(admission, Rejection) and breaker.degradation.chain:
-                # The degradation's store round trips run off the loop.
-                served = await self._adegraded(step.plan, admission.result_for(step.tool))
-            self._admitted(step, admission, served)
+            if isinstance(admission, Rejection):
+                served = None
+                if breaker.degradation.chain:
+                    # The degradation's store round trips run off the loop.
+                    served = await self._adegraded(step.plan, admission.result_for(step.tool))
+                # So does journaling what it did with a write.
+                await self._off_loop(step, self._admitted, step, admission, served)
+            else:
+                self._admitted(step, admission)
         return self._joined(await self._off_loop(step, self._journal_pending, step))
 
     async def _off_loop(self, step: Step | None, fn: Callable[..., R], /, *args: Any) -> R:
