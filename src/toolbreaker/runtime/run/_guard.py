@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
@@ -59,6 +58,13 @@ from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._degrade import Degradation, Notices, deferred_notice
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
+from toolbreaker.runtime.run._journal import (
+    entry_for,
+    journaled,
+    packet_steps,
+    settle_first,
+    step_of,
+)
 from toolbreaker.runtime.run._siblings import (
     BranchOutcome,
     CancelledByPolicy,
@@ -79,7 +85,6 @@ __all__ = [
     "may_have_committed",
 ]
 
-_MAX_JOURNALED_RESULT: Final = 64 * 1024
 Authorizer = Callable[["ActionRequest"], bool]
 
 
@@ -350,7 +355,7 @@ class RunGuard:
         )
         update = {**(found or {}), "status": status, "resolved_by": "operator", "at": self.clock()}
         if result is not None:
-            update["result"] = _journaled(result)
+            update["result"] = journaled(result)
         self.journal.journal_put(self.task, idempotency_key, redact(update))
         # Known now, by the operator's word: it no longer counts (once, if it counted).
         self._settled(idempotency_key)
@@ -362,9 +367,7 @@ class RunGuard:
             entries = self.journal.journal_entries(self.task)
         except StoreUnavailable:
             entries = [{"status": "journal-unavailable"}]
-        read = [(protocol.read(e), e) for e in entries]
-        confirmed = tuple(_step(e) for s, e in read if protocol.made(s) and e.get("tool"))
-        uncertain = tuple(_step(e) for s, e in read if protocol.unresolved(s))
+        confirmed, uncertain = packet_steps(entries)
         return StopPacket(
             task=self.task,
             condition=stop.condition if stop else "running",
@@ -619,7 +622,7 @@ class RunGuard:
             return _answered(step, queued_result(tool, queued, key, already=True, maybe=maybe))
         if verdict == "handed-off" and key is not None:
             rid = protocol.reconciliation_id(done) or "unknown"
-            return _answered(step, handoff_result(tool, rid, _step(done or {})))
+            return _answered(step, handoff_result(tool, rid, step_of(done or {})))
         if verdict == "reconcile":
             return _answered(
                 step, self._reconcile(plan, why="an earlier attempt's outcome is unknown")
@@ -1137,34 +1140,27 @@ class RunGuard:
         result: Any,
         extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "tool": plan.spec.name,
-            "risk": plan.spec.risk,
-            "fingerprint": plan.fingerprint,
-            "idempotency_key": plan.key,
-            "status": status,
-            "at": self.clock(),
-            **(extra or {}),
-        }
-        if result is not None:
-            if plan.spec.external_id is not None:
-                try:
-                    entry["external_id"] = plan.spec.external_id(result)
-                except Exception:  # noqa: BLE001 - an id we cannot read is just absent
-                    entry["external_id"] = None
-            journaled = _journaled(result)
-            if journaled is not None:
-                entry["result"] = journaled
-        # The journal keeps what resume and reconcile need, with secrets masked.
-        masked: dict[str, Any] = redact(entry)
-        return masked
+        spec = plan.spec
+        return entry_for(
+            {
+                "tool": spec.name,
+                "risk": spec.risk,
+                "fingerprint": plan.fingerprint,
+                "idempotency_key": plan.key,
+                "status": status,
+                "at": self.clock(),
+                **(extra or {}),
+            },
+            result,
+            external_id=spec.external_id,
+        )
 
     def _next_safe_action(self, stop: Stop | None, uncertain: tuple[Mapping[str, Any], ...]) -> str:
         if stop is None:
             return "continue the run"
         condition = stop.condition
         if condition == "uncertain-side-effect" or uncertain:
-            return _settle_first(self.task, uncertain)
+            return settle_first(self.task, uncertain)
         if condition == "dependency-open":
             return (
                 f"wait for the dependency to recover ({stop.detail}), then resume task "
@@ -1195,38 +1191,6 @@ class _Plan:
     begun: bool = False
     opened: list[Breaker] = dataclasses.field(default_factory=list)
     turn: tuple[TurnGroup, TurnMember] | None = None
-
-
-def _settle_first(task: str, unresolved: tuple[Mapping[str, Any], ...]) -> str:
-    """What an operator does first about the run's unresolved writes, by who owns them."""
-    checks, queued, people = [], [], []
-    for entry in unresolved:
-        status = protocol.read(entry)
-        key = str(entry.get("idempotency_key"))
-        owner = protocol.settled_by(status)
-        if owner == "drain":
-            where = entry.get("queue_id") or "the queue"
-            maybe = " (it may not be queued: look first)" if protocol.uncertain(status) else ""
-            queued.append(f"{key} as {where}{maybe}")
-        elif owner == "person":
-            people.append(f"{key} ({entry.get('reconciliation_id')})")
-        else:
-            checks.append(key)
-    steps = []
-    if checks or not (queued or people):
-        keys = ", ".join(checks) or "the last write"
-        steps.append(
-            f"reconcile {keys} with a read-only status check before any new write "
-            "(RunGuard.resolve records the answer)"
-        )
-    if queued:
-        steps.append(
-            f"{', '.join(queued)} will be made by a drain (toolbreaker drain --list shows "
-            "the queue): do not carry them out by hand"
-        )
-    if people:
-        steps.append(f"{', '.join(people)} are a person's to carry out or drop")
-    return "; ".join(steps) + f"; then resume task {task!r}: confirmed steps are skipped"
 
 
 def _answered(step: Step, answer: Any) -> Step:
@@ -1267,39 +1231,5 @@ def evidence_digest(result: Any, rules: FingerprintRules | None = None) -> str:
     return evidence(result, rules)
 
 
-def _journaled(result: Any) -> Any:
-    """A result as the journal keeps it (JSON, at most 64 KiB), else ``None``."""
-    try:
-        encoded = json.dumps(result, default=str)
-    except (TypeError, ValueError, RecursionError):
-        return None
-    if len(encoded) > _MAX_JOURNALED_RESULT:
-        return None
-    return json.loads(encoded)
-
-
 def _not_callable(**_kwargs: Any) -> Any:
     raise PolicyError("this tool is run by its framework, not by RunGuard.call()")
-
-
-_STEP_FIELDS: Final = (
-    "tool",
-    "idempotency_key",
-    "external_id",
-    "status",
-    "fingerprint",
-    "at",
-    "queue_id",
-    "reconciliation_id",
-)
-
-
-def _step(entry: Mapping[str, Any]) -> dict[str, Any]:
-    step = {k: entry.get(k) for k in _STEP_FIELDS if entry.get(k) is not None}
-    # Old entries kept the ids in their result.
-    ids = {
-        "queue_id": protocol.queue_id(entry),
-        "reconciliation_id": protocol.reconciliation_id(entry),
-    }
-    step.update({name: found for name, found in ids.items() if found is not None})
-    return step
