@@ -443,12 +443,16 @@ def queued_result(
             "retryable": False,
             "queue_id": queue_id,
             "idempotency_key": idempotency_key,
-            "instruction": f'"{tool}" could not be made now (its service is out). The '
-            f"request may already be queued as {queue_id}: the queue did not confirm it. If "
-            "it is queued, it will be made once the service recovers. It has NOT happened "
-            "yet: do not tell the user it is done, and do not call it again.",
-            "user_message": f"Your request ({tool}) may be queued as {queue_id}; it has not "
-            "been carried out yet, and an operator will check that it is.",
+            "instruction": redact_text(
+                f'"{tool}" could not be made now (its service is out). The request may '
+                f"already be queued as {queue_id}: the queue did not confirm it. If it is "
+                "queued, it will be made once the service recovers. It has NOT happened "
+                "yet: do not tell the user it is done, and do not call it again."
+            ),
+            "user_message": redact_text(
+                f"Your request ({tool}) may be queued as {queue_id}; it has not been "
+                "carried out yet, and an operator will check that it is."
+            ),
         }
     when = "was already queued" if already else "is queued"
     return {

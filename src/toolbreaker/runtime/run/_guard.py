@@ -13,6 +13,12 @@ is *unknown*, whatever the transport says (see :func:`may_have_committed`), and 
 replayed: the run's write breaker opens and a read-only reconcile check decides whether
 the write happened. Resuming a task with the same id skips everything its journal
 confirms, and refuses writes while an earlier write of the task is still unresolved.
+
+Every journal write is a move of the write protocol (:mod:`toolbreaker.core.run.protocol`),
+from the status the guard knows: the protocol says where it goes, what proves a write,
+what a request, a resume and an operator's :meth:`RunGuard.resolve` do with each status,
+and what counts as uncertain. A journal write whose answer was lost
+(:class:`~toolbreaker.errors.StoreWriteUnknown`) is believed made and never confirmed.
 """
 
 from __future__ import annotations
