@@ -767,3 +767,40 @@ def test_a_handoff_that_could_not_check_the_queue_says_to_look_first():
     action = answer["packet"]["next_safe_action"]
     assert "The queue could not be checked" in action
     assert "toolbreaker drain --list" in action
+
+
+def test_a_write_the_stop_mode_gave_a_person_is_made_by_a_resumed_run_only_if_they_say_so(
+    service,
+):
+    """``stop`` hands the attempted write to a person (journaled handed-off, the packet
+    names its key and how to record what they did): a resumed run never makes it on its
+    own, and makes it once the operator records it as not made."""
+    store = MemoryStore()
+    registry = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": "stop"}), store=store
+    )
+    breaker = registry.get("tickets", "write")
+
+    def guard() -> RunGuard:
+        made = RunGuard("task-s", journal=store)
+        made.add_tool(
+            GuardedTool(
+                "create_ticket", ticket_tool(service), risk="reversible_write", breaker=breaker
+            )
+        )
+        return made
+
+    breaker.isolate()
+    stopped = guard().call("create_ticket", {"title": "t", "body": "b"})
+    assert stopped["degradation"] == "stop"
+    key = stopped["packet"]["attempted"]["idempotency_key"]
+    assert f"RunGuard.resolve({key!r}, committed=True)" in stopped["packet"]["next_safe_action"]
+    assert store.journal_get("task-s", key)["status"] == "handed-off"
+    breaker.release()
+    resumed = guard()
+    again = resumed.call("create_ticket", {"title": "t", "body": "b"})
+    assert again["handoff"] is True
+    assert service.hits.get("POST /tickets") is None
+    resumed.resolve(key, committed=False)
+    assert resumed.call("create_ticket", {"title": "t", "body": "b"})["id"] == "T-1"
+    assert service.hits["POST /tickets"] == 1

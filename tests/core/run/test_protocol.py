@@ -179,7 +179,8 @@ def test_recorded_and_degraded_outcomes_map_to_moves():
     assert protocol.degraded_move("queue") == "queued"
     assert protocol.degraded_move("queue", maybe=True) == "queue-unknown"
     assert protocol.degraded_move("handoff") == "handed-off"
-    assert protocol.degraded_move("stop") is None
+    assert protocol.degraded_move("stop") == "handed-off"
+    assert protocol.degraded_move("omit") is None
     assert protocol.degraded_move(None) is None
 
 

@@ -31,8 +31,9 @@ The statuses::
 - ``maybe-queued``: saving it for a drainer got no answer from the store: it may be
   queued (and then a drain makes it) or not. Never made by the run, never handed to a
   person: a drain, or an operator who looked at the queue, settles it;
-- ``handed-off``: a person took the write over (a reconciliation id); no run and no
-  drain makes it.
+- ``handed-off``: a person took the write over (a reconciliation id: the degradation's
+  ``handoff``, or its ``stop``, whose packet gives the attempted write to a person); no
+  run and no drain makes it until an operator says it was not made.
 
 Unresolved (:func:`unresolved`) is everything but ``confirmed`` and ``failed``: the stop
 packet lists those writes. Uncertain (:func:`uncertain`) is the subset that counts
@@ -306,12 +307,13 @@ def degraded_move(mode: object, *, maybe: bool = False) -> Move | None:
     """The move a degradation answer for a write makes, or ``None``.
 
     ``queue`` is ``queued`` (``queue-unknown`` when the store's write of the item was
-    ambiguous, ``maybe``); ``handoff`` is ``handed-off``. Other modes leave no entry: the
-    write was not made, and nobody owns it.
+    ambiguous, ``maybe``); ``handoff`` and ``stop`` (whose packet gives the write to a
+    person) are ``handed-off``. Other modes leave no entry: the write was not made, and
+    nobody owns it.
     """
     if mode == "queue":
         return "queue-unknown" if maybe else "queued"
-    if mode == "handoff":
+    if mode in ("handoff", "stop"):
         return "handed-off"
     return None
 

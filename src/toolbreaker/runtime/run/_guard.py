@@ -996,13 +996,27 @@ class RunGuard:
             args[spec.idempotency_arg] = plan.key  # the drained call carries the same key
 
         def packet(detail: str) -> StopPacket:
+            if plan.key is None:
+                action = (
+                    f"once the dependency of {spec.name!r} recovers, carry out or drop the "
+                    f"attempted action, then resume task {self.task!r}: confirmed steps are "
+                    "skipped"
+                )
+            else:
+                # The write is handed to the person (journaled so): a resumed run never
+                # makes it unless they say it was not made.
+                action = (
+                    f"the attempted write {plan.key} is yours: once the dependency of "
+                    f"{spec.name!r} recovers, carry it out and record it with "
+                    f"RunGuard.resolve({plan.key!r}, committed=True), or drop it; to let "
+                    f"the resumed run make it, record committed=False. Then resume task "
+                    f"{self.task!r}: confirmed steps are skipped"
+                )
             return dataclasses.replace(
                 self.stop_packet(),
                 condition="dependency-open",
                 detail=detail,
-                next_safe_action=f"once the dependency of {spec.name!r} recovers, carry out "
-                f"or drop the attempted action, then resume task {self.task!r}: confirmed "
-                "steps are skipped",
+                next_safe_action=action,
             )
 
         return spec.breaker.for_scope().degradation, args, packet
