@@ -349,6 +349,9 @@ def check_handoff(store: Any, secret: str) -> None:
     [(rid, kept, _)] = store.record_list(HANDOFF_SPACE)
     assert rid == answer["reconciliation_id"]
     assert not leaks(json.dumps(kept), secret)
+    [(_, marker, _)] = store.record_list("toolbreaker.queue")  # the person owns the work
+    assert marker["status"] == "handed-off"
+    assert not leaks(json.dumps(marker), secret)
     # The same request handed off again keeps its reconciliation id.
     assert breaker.begin("send_email", args).answer["reconciliation_id"] == rid
 

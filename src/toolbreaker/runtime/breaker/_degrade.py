@@ -546,7 +546,8 @@ class Degradation:
         if task is not None:
             marker["task"] = task
         try:
-            written = store.record_put(QUEUE_SPACE, queue_id, marker, version=0) is not None
+            # Masked where it is made: unlike queued work, nothing ever runs from it.
+            written = store.record_put(QUEUE_SPACE, queue_id, redact(marker), version=0) is not None
         except StoreUnavailable as exc:
             self._fault(f"marking {queue_id} handed off", exc)
             return None, False
