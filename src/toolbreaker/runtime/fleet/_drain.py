@@ -42,7 +42,7 @@ from toolbreaker.core.degrade import (
 )
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.redact import redact, redact_text
-from toolbreaker.errors import CircuitOpen, PolicyError, StoreUnavailable
+from toolbreaker.errors import CircuitOpen, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime.breaker._boundary import Boundary
@@ -315,7 +315,9 @@ class _Drainer:
         done = {**started, "status": queue_after(started["status"], "finish")}
         done.update(finished_at=self.wall(), result=_kept(result))
         if self._put(key, done, version_after) is None:
-            log.error("toolbreaker: %s was done but its record changed meanwhile", key)
+            # It stays running: once its lease runs out a drainer reconciles it, never
+            # runs it again.
+            log.error("toolbreaker: %s was done but could not be recorded as done", key)
         self._journal(done)
         self.out["done"].append(key)
 
@@ -434,8 +436,17 @@ class _Drainer:
         return self.lease_ms
 
     def _put(self, key: str, value: Mapping[str, Any], version: int) -> int | None:
+        """Move the item by compare-and-set; ``None`` unless the store confirmed it.
+
+        A move whose answer was lost may have been made: the drainer goes on as if it was
+        not (it never runs work it did not confirm it holds), and a move it did make is
+        found later by its lease running out (claimed: claimed again; running: reconciled).
+        """
         try:
             return self.store.record_put(QUEUE_SPACE, key, value, version=version)
+        except StoreWriteUnknown as exc:
+            hook_failed(f"the queue record {key} may have been written (no answer)", exc)
+            return None
         except StoreUnavailable as exc:
             hook_failed(f"the queue record {key} could not be written", exc)
             return None
