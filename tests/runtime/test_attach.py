@@ -5,11 +5,23 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import threading
 
 import pytest
 
-from toolbreaker import Breaker, Policy, Registry, RunGuard, TraceRecorder, replay, scope
+from toolbreaker import (
+    Breaker,
+    Policy,
+    PolicyError,
+    Registry,
+    RunGuard,
+    TraceRecorder,
+    replay,
+    scope,
+)
 from toolbreaker.core import read_trace
+from toolbreaker.runtime import Attachment, breakers_of
 from toolbreaker.testing import FakeClock, capture_transitions
 
 
@@ -152,3 +164,167 @@ def test_detach_removes_the_recorder_from_current_and_future_breakers(tmp_path):
         breakers.get("orders").call(lambda: "ok")
         detach()
     assert reasons(path) == {"search": ["call-admitted", "success"]}
+
+
+# -- the mechanism ----------------------------------------------------------------------------
+
+
+def test_an_attachment_lists_every_breaker_it_hears_scoped_ones_included():
+    """breakers() is what the attachment hears now: the registry's breakers, a breaker
+    attached on its own, and each scoped row's live tenant breakers."""
+    clock = FakeClock()
+    breakers = registry(clock, search={"read": {"scope": "tenant"}})
+    alone = Breaker("alone", timeout=1.0, clock=clock)
+    seen = Attachment(transition=lambda record, breaker: None)
+    seen.attach(breakers, alone)
+    orders = breakers.get("orders")
+    with scope(tenant="acme"):
+        breakers.get("search", "read").call(lambda: "ok")
+    tenant = breakers.get("search", "read").for_scope("acme")
+    assert set(seen.breakers()) == {alone, orders, breakers.get("search", "read"), tenant}
+    assert set(breakers_of(breakers)) == {orders, breakers.get("search", "read"), tenant}
+    assert seen.attached
+    seen.close()
+    assert not seen.attached
+    assert seen.breakers() == ()
+
+
+def test_a_breaker_reached_by_two_targets_stays_attached_until_both_detach():
+    """Detaching one target keeps the listener on a breaker another attached target
+    still reaches; detaching both removes it."""
+    clock = FakeClock()
+    breakers = registry(clock)
+    search = breakers.get("search")
+    guard = RunGuard("task-1", clock=clock)
+    guard.tool("search", breaker=search)(lambda q: {"hits": [q]})
+    records: list[str] = []
+    seen = Attachment(transition=lambda record, breaker: records.append(record.reason))
+    from_registry = seen.attach(breakers)
+    from_guard = seen.attach(guard)
+    from_registry()
+    search.call(lambda: "ok")
+    assert records == ["call-admitted", "success"]
+    from_guard()
+    search.call(lambda: "ok")
+    assert records == ["call-admitted", "success"]
+
+
+def test_a_raising_listener_on_a_late_breaker_never_changes_the_outcome():
+    """A listener attached through the registry that raises on a breaker made later:
+    the call returns its result, the fault is counted on that breaker."""
+    clock = FakeClock()
+    breakers = registry(clock)
+
+    def broken(record: object, breaker: object) -> None:
+        raise RuntimeError("metrics backend down")
+
+    Attachment(transition=broken).attach(breakers)
+    search = breakers.get("search")
+    assert search.call(lambda: "ok") == "ok"
+    assert search.stats.listener_errors == 2  # call-admitted, success
+
+
+def test_a_raising_watcher_never_stops_a_breaker_being_made():
+    """A registry watcher that raises is counted on the breaker and logged; get() still
+    hands the breaker out and it works."""
+    clock = FakeClock()
+    breakers = registry(clock)
+
+    def broken(breaker: Breaker) -> None:
+        raise RuntimeError("observer bug")
+
+    breakers.watch_breakers(broken)
+    search = breakers.get("search")
+    assert search.call(lambda: "ok") == "ok"
+    assert search.stats.listener_errors == 1
+
+
+def test_a_watcher_hears_each_breaker_once_and_stops_when_removed():
+    """watch_breakers tells of the breakers there are, then of each new one, once; the
+    remover stops it (and removing twice does nothing)."""
+    clock = FakeClock()
+    breakers = registry(clock)
+    first = breakers.get("first")
+    heard: list[str] = []
+    remove = breakers.watch_breakers(lambda breaker: heard.append(breaker.key))
+    breakers.get("second")
+    breakers.get("second")
+    breakers.get("first")
+    remove()
+    remove()
+    breakers.get("third")
+    assert heard == [first.key, "second"]
+
+
+def test_breakers_made_while_attaching_are_each_attached_once():
+    """Threads making breakers while another attaches: every breaker ends up with the
+    listener exactly once (one record per event), whichever came first."""
+    clock = FakeClock()
+    breakers = registry(clock)
+    records: list[str] = []
+    seen = Attachment(transition=lambda record, breaker: records.append(record.dependency))
+    start = threading.Barrier(5)
+
+    def make(n: int) -> None:
+        start.wait()
+        for i in range(50):
+            breakers.get(f"dep-{n}-{i}")
+
+    threads = [threading.Thread(target=make, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    seen.attach(breakers)
+    for thread in threads:
+        thread.join()
+    assert len(breakers) == 200
+    for breaker in breakers:
+        breaker.call(lambda: "ok")
+    assert sorted(records) == sorted(b.key for b in breakers for _ in range(2))
+
+
+def test_attaching_to_nothing_or_to_the_wrong_thing_is_refused():
+    """attach() with no target, or with something that holds no breakers, raises a
+    PolicyError naming the target, and attaches nothing."""
+    seen = Attachment(transition=lambda record, breaker: None)
+    with pytest.raises(PolicyError, match="attach needs") as nothing:
+        seen.attach()
+    assert nothing.value.field == "target"
+    search = Breaker("search", timeout=1.0)
+    with pytest.raises(PolicyError, match="cannot attach to str"):
+        seen.attach(search, "search")
+    assert not seen.attached
+    assert seen.breakers() == ()
+
+
+# -- faults around the call -------------------------------------------------------------------
+
+
+def test_a_full_disk_never_changes_an_outcome_and_is_counted(caplog):
+    """A recorder writing to a full disk (/dev/full): every call returns its result, the
+    failed writes are counted on the recorder and logged once per failing streak."""
+    clock = FakeClock()
+    breakers = registry(clock)
+    recorder = TraceRecorder("/dev/full")
+    recorder.attach(breakers)
+    with caplog.at_level(logging.ERROR, logger="toolbreaker"):
+        results = [breakers.get("search").call(lambda: "ok") for _ in range(3)]
+    recorder.close()
+    assert results == ["ok"] * 3
+    assert recorder.write_errors >= 6
+    assert recorder.recorded == 0
+    assert breakers.get("search").stats.listener_errors == 0
+    failures = [r for r in caplog.records if "a write failed" in r.getMessage()]
+    assert len(failures) == 1
+
+
+def test_a_recorder_closed_without_being_attached_says_it_recorded_nothing(tmp_path, caplog):
+    """No false all-clear: a recorder that was never attached logs that the trace is
+    empty because it was attached to nothing."""
+    with caplog.at_level(logging.WARNING, logger="toolbreaker"), TraceRecorder(tmp_path / "t"):
+        pass
+    assert "closed without being attached to anything" in caplog.text
+    caplog.clear()
+    with TraceRecorder(tmp_path / "u") as recorder:
+        recorder.attach(Registry())
+    assert "without being attached" not in caplog.text
