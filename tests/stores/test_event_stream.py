@@ -301,6 +301,34 @@ def test_export_filters_and_drops_orphan_outcomes():
     assert export_trace(entries, out, dependency="b") == (0, 1)
 
 
+def test_an_empty_stream_is_never_an_all_clear(capsys, tmp_path):
+    """No false all-clear: advise and export of a stream nothing was published to say
+    that there was nothing to judge (and how to publish), never "no findings"; the same
+    for an empty trace."""
+    url = f"memory://{uuid.uuid4().hex}"
+    assert main(["advise", "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "no findings" not in out
+    assert f"{url} holds no breaker events" in out
+    assert "StreamPublisher" in out
+    assert main(["export", "--store", url]) == 0
+    err = capsys.readouterr().err
+    assert "exported 0 events" in err
+    assert f"{url} holds no breaker events" in err
+    empty = tmp_path / "trace.jsonl"
+    empty.write_text("")
+    assert main(["advise", str(empty)]) == 0
+    out = capsys.readouterr().out
+    assert "no findings" not in out
+    assert f"{empty} holds no breaker events" in out
+    # Entries, but none of them a transition: the same words, with what there was.
+    opened(url).append({"kind": "stop", "task": "t", "wall": 0})
+    assert main(["advise", "--store", url, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["signals"] == []
+    assert f"{url} holds no breaker events (only 1 entries of other kinds)" in captured.err
+
+
 def rec(key, kind, call):
     return {
         "event": {"type": kind, "at": 5, "call": call},
