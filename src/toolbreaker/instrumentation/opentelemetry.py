@@ -31,7 +31,8 @@ __all__ = ["instrument"]
 
 
 def instrument(
-    *targets: Target,
+    breakers: Target,
+    *more: Target,
     meter_provider: Any = None,
     state_changes_only: bool = False,
 ) -> Callable[[], None]:
@@ -41,13 +42,14 @@ def instrument(
     the targets).
 
     Args:
-        targets: registries (every breaker, now and later), run guards (their tools'
-            breakers) or breakers.
+        breakers: a registry (every breaker it holds, now and later), a run guard (its
+            tools' breakers, now and later), a breaker or breakers.
+        more: more targets of the same kinds (one breaker reached twice is traced once).
         meter_provider: an OpenTelemetry ``MeterProvider``; the global one by default.
         state_changes_only: record only transitions that change the phase.
 
     Raises:
-        PolicyError: no target, or one that is none of these.
+        PolicyError: a target is none of these.
     """
     trace = require("opentelemetry.trace", "opentelemetry")
     metrics = require("opentelemetry.metrics", "opentelemetry")
@@ -85,4 +87,4 @@ def instrument(
                 },
             )
 
-    return Attachment(transition=listener).attach(*targets)
+    return Attachment(transition=listener).attach(breakers, *more)
