@@ -160,3 +160,19 @@ def test_scoped_breakers_are_exported_under_their_own_labels():
 
 def _raise() -> None:
     raise Unavailable
+
+
+def test_a_run_guards_tools_breakers_are_exported_as_tools_are_added():
+    """Registered for a run guard, the collector exports its tools' breakers, those of
+    tools added after it was registered included."""
+    from toolbreaker import Breaker, RunGuard
+
+    guard = RunGuard("task-1")
+    prom = CollectorRegistry()
+    register(guard, prom)
+    guard.tool("lookup", breaker=Breaker("orders", timeout=1.0, enforce="cooperative"))(
+        lambda order: {"order": order}
+    )
+    guard.call("lookup", {"order": "A-1"})
+    labels = (("dependency", "orders"), ("operation", "default"), ("tool", "orders"))
+    assert samples(prom)[("toolbreaker_requests_total", labels)] == 1

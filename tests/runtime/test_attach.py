@@ -328,3 +328,17 @@ def test_a_recorder_closed_without_being_attached_says_it_recorded_nothing(tmp_p
     with TraceRecorder(tmp_path / "u") as recorder:
         recorder.attach(Registry())
     assert "without being attached" not in caplog.text
+
+
+def test_capture_transitions_follows_a_registry_through_the_block():
+    """capture_transitions(registry) collects the records of breakers the registry
+    makes while the block runs, and nothing after it."""
+    clock = FakeClock()
+    breakers = registry(clock)
+    with capture_transitions(breakers) as records:
+        breakers.get("search").call(lambda: "ok")
+    breakers.get("search").call(lambda: "ok")
+    assert [(r.dependency, r.reason) for r in records] == [
+        ("search", "call-admitted"),
+        ("search", "success"),
+    ]
