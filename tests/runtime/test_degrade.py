@@ -807,3 +807,33 @@ def test_a_write_the_stop_mode_gave_a_person_is_made_by_a_resumed_run_only_if_th
     resumed.resolve(key, committed=False)
     assert resumed.call("create_ticket", {"title": "t", "body": "b"})["id"] == "T-1"
     assert service.hits["POST /tickets"] == 1
+
+
+def test_a_queued_write_journaled_before_the_protocol_had_queued_still_reads_queued(service):
+    """Journals written by earlier versions kept a queued write as ``pending`` with its
+    queue id: a resumed run answers it as queued, never makes it, and blocks no write."""
+    from toolbreaker.core.run.fingerprint import write_key
+
+    store = MemoryStore()
+    registry = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": "queue"}), store=store
+    )
+    args = {"title": "t", "body": "b"}
+    key = write_key("create_ticket", args, None, task="task-old")
+    old = {"tool": "create_ticket", "idempotency_key": key, "status": "pending"}
+    store.journal_put("task-old", key, {**old, "result": {"queue_id": "q-old"}})
+    resumed = RunGuard("task-old", journal=store)
+    resumed.add_tool(
+        GuardedTool(
+            "create_ticket",
+            ticket_tool(service),
+            risk="reversible_write",
+            breaker=registry.get("tickets", "write"),
+        )
+    )
+    answer = resumed.call("create_ticket", args)
+    assert (answer["queued"], answer["queue_id"]) == (True, "q-old")
+    assert resumed.writes_blocked is None
+    assert resumed.call("create_ticket", {"title": "u", "body": "b"})["id"] == "T-1"
+    assert service.hits["POST /tickets"] == 1  # only the other write
+    assert [u["queue_id"] for u in resumed.stop_packet().uncertain] == ["q-old"]
