@@ -837,3 +837,28 @@ def test_a_queued_write_journaled_before_the_protocol_had_queued_still_reads_que
     assert resumed.call("create_ticket", {"title": "u", "body": "b"})["id"] == "T-1"
     assert service.hits["POST /tickets"] == 1  # only the other write
     assert [u["queue_id"] for u in resumed.stop_packet().uncertain] == ["q-old"]
+
+
+def test_an_async_run_journals_a_maybe_queued_write_as_uncertain(service):
+    """On the event loop too: a queue write whose answer was lost is journaled
+    maybe-queued, counts as uncertain (writes blocked), and is never handed off."""
+    store = QueueDown(late=True)
+    breaker = Registry.from_dict(
+        sheet(tickets__write={"tool": "create_ticket", "degrade": ["queue", "handoff"]}),
+        store=store,
+    ).get("tickets", "write")
+
+    async def create_ticket(title: str, body: str, idempotency_key: str) -> Any:
+        return await asyncio.to_thread(ticket_tool(service), title, body, idempotency_key)
+
+    guard = RunGuard("task-async", journal=store)
+    guard.add_tool(
+        GuardedTool("create_ticket", create_ticket, risk="reversible_write", breaker=breaker)
+    )
+    breaker.isolate()
+    answer = asyncio.run(guard.acall("create_ticket", {"title": "t", "body": "b"}))
+    assert (answer["degradation"], answer["outcome_unknown"]) == ("queue", True)
+    entry = store.journal_get("task-async", answer["idempotency_key"])
+    assert (entry["status"], entry["queue_id"]) == ("maybe-queued", answer["queue_id"])
+    assert guard.writes_blocked is not None
+    assert store.record_list(HANDOFF_SPACE) == []
