@@ -671,6 +671,8 @@ def test_a_person_and_a_drain_never_both_own_the_work(store, service):
     assert (later["degradation"], later["queue_id"]) == ("queue", first["queue_id"])
     assert "already queued" in later["instruction"]
     assert [rid for rid, _, _ in store.record_list(HANDOFF_SPACE)] == [person["reconciliation_id"]]
+    for breaker in (queued, handed):  # each counts the mode it served
+        assert breaker.stats.to_dict()["degraded"] == {"handoff": 1, "queue": 1}
     queued.release()
     handed.release()
     report = drain(store, {"create_ticket": tool})

@@ -379,7 +379,10 @@ class Degradation:
                 # The item may be queued: a drainer may make it; nobody else may.
                 key = self._work_key(call, tool, args)
                 answer = queued_result(tool, self._queue_id(key), key, maybe=True)
-            self.counts[mode] = self.counts.get(mode, 0) + 1
+            # The mode served: queuing work a person owns answers the handoff, and
+            # handing off work a drainer owns answers "already queued".
+            served = str(answer.get("degradation", mode))
+            self.counts[served] = self.counts.get(served, 0) + 1
             return answer
 
     def _answer(  # noqa: PLR0917 - one dispatch over the modes
