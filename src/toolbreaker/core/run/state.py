@@ -36,7 +36,9 @@ from toolbreaker.core.run._values import (
 from toolbreaker.errors import RunStateError
 
 __all__ = [
+    "EFFECTS",
     "EVIDENCE_LIMIT",
+    "FIRED_LIMIT",
     "HISTORY_LIMIT",
     "MAX_CYCLE",
     "MAX_LOOP_CYCLES",
@@ -47,10 +49,13 @@ __all__ = [
     "TALLY_LIMIT",
     "Action",
     "Attempt",
+    "Effect",
+    "Fired",
     "Outcome",
     "RunState",
     "Stop",
     "Tally",
+    "fired",
 ]
 
 #: How a call ended; ``unknown`` means a write may or may not have happened.
@@ -226,6 +231,88 @@ class Tally:
             )
 
 
+#: Why a condition fired: it stopped the run, or it blocked the run's writes.
+Effect = Literal["stopped", "writes-blocked"]
+#: The effects, in the order they are listed.
+EFFECTS: Final[tuple[Effect, ...]] = ("stopped", "writes-blocked")
+#: Conditions a run keeps (its first writes block and its stop always among them).
+FIRED_LIMIT: Final = 16
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fired:
+    """One condition that fired in a run: it stopped the run or blocked its writes.
+
+    A run keeps them in the order they fired (:attr:`RunState.conditions`), so a stop
+    packet shows the whole story: writes blocked by an unknown outcome at step 2, then
+    the run stopped on a repeat at step 9, not the last condition alone.
+
+    Attributes:
+        stop: the condition, its words and numbers, when, and the action's risk class and
+            fingerprint (when an action crossed it).
+        effect: ``stopped`` or ``writes-blocked``.
+        step: the run's step it fired at (:attr:`RunState.steps`: the tool requests the
+            run was asked about, numbered from 1); 0 before the first step (a resumed
+            run's unresolved writes).
+        tool: the tool of the step's action, when there was one.
+    """
+
+    stop: Stop
+    effect: Effect
+    step: int
+    tool: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stop, Stop):
+            raise RunStateError(f"stop must be a Stop, got {self.stop!r}", field="stop")
+        if self.effect not in EFFECTS:
+            raise RunStateError(
+                f"effect must be one of {', '.join(EFFECTS)}, got {self.effect!r}",
+                field="effect",
+            )
+        as_count(self.step, "step")
+        if self.tool is not None:
+            as_name(self.tool, "tool")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The condition as a JSON-ready dict: the stop's fields, the effect, step and tool."""
+        return {**self.stop.to_dict(), "effect": self.effect, "step": self.step, "tool": self.tool}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Fired:
+        """Load a condition written by :meth:`to_dict`.
+
+        Raises:
+            RunStateError: the data is not exactly such a dict.
+        """
+        own = ("effect", "step", "tool")
+        stop_fields = ("condition", "detail", "at", "risk", "fingerprint")
+        if not isinstance(data, Mapping) or set(data) != {*stop_fields, *own}:
+            raise RunStateError(
+                f"a fired condition must be an object with keys {', '.join((*stop_fields, *own))}"
+            )
+        stop = Stop.from_dict({name: data[name] for name in stop_fields})
+        return cls(stop, data["effect"], data["step"], data["tool"])
+
+
+def fired(run: RunState, entry: Fired) -> RunState:
+    """``run`` with ``entry`` added to its conditions, bounded by :data:`FIRED_LIMIT`.
+
+    Beyond the bound the oldest condition is forgotten, but never the first of each effect
+    (the first writes block, the stop): those are what an operator reads first.
+    """
+    kept = (*run.conditions, entry)
+    if len(kept) > FIRED_LIMIT:
+        firsts = {next(i for i, f in enumerate(kept) if f.effect == e) for e in _effects(kept)}
+        drop = next(i for i in range(len(kept)) if i not in firsts)
+        kept = kept[:drop] + kept[drop + 1 :]
+    return dataclasses.replace(run, conditions=kept)
+
+
+def _effects(conditions: tuple[Fired, ...]) -> set[Effect]:
+    return {f.effect for f in conditions}
+
+
 _NO_CALLS: Final[Mapping[RiskClass, int]] = RiskMap(dict.fromkeys(RISK_CLASSES, 0))
 _NO_COST: Final[Mapping[RiskClass, Decimal]] = RiskMap(dict.fromkeys(RISK_CLASSES, ZERO))
 
@@ -253,9 +340,16 @@ class RunState:
         turn: model turns begun (counted only under ``Budget.max_calls_per_turn``).
         turn_calls: tool calls begun in the current turn (likewise).
         deferred: calls deferred to a later turn by ``max_calls_per_turn``.
+        steps: the tool requests the run was asked about, whatever their verdict (the
+            step numbers of :attr:`conditions`).
+        conditions: every condition that stopped the run or blocked its writes, in the
+            order it fired, each with its step (:class:`Fired`); at most
+            :data:`FIRED_LIMIT`, the first of each effect always kept.
 
     The three turn counters are left out of :meth:`counters` and :meth:`to_dict` while
-    zero, so runs without a turn limit serialise as before.
+    zero, so runs without a turn limit serialise as before; ``steps`` and ``conditions``
+    are in :meth:`to_dict` (not :meth:`counters`: a stop packet shows the conditions on
+    their own) once the run has any.
     """
 
     task: str
@@ -275,6 +369,8 @@ class RunState:
     turn: int = 0
     turn_calls: int = 0
     deferred: int = 0
+    steps: int = 0
+    conditions: tuple[Fired, ...] = ()
 
     def __post_init__(self) -> None:
         # Cheap checks only: this runs on every transition. from_dict checks the rest.
@@ -285,6 +381,7 @@ class RunState:
             "uncertain",
             "evidence",
             "recovery_calls",
+            "steps",
             *_TURN_KEYS,
         ):
             as_count(getattr(self, name), name)
@@ -325,6 +422,16 @@ class RunState:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Stop):
                 raise RunStateError(f"{name} must be a Stop, got {value!r}", field=name)
+        conditions = self.conditions
+        if conditions and (
+            type(conditions) is not tuple
+            or len(conditions) > FIRED_LIMIT
+            or not all(isinstance(f, Fired) for f in conditions)
+        ):
+            raise RunStateError(
+                f"conditions must be a tuple of at most {FIRED_LIMIT} fired conditions",
+                field="conditions",
+            )
 
     @classmethod
     def start(cls, task: str, now: int) -> RunState:
@@ -372,6 +479,9 @@ class RunState:
                 for t in self.tallies
             ],
             "digests": list(self.digests),
+            # Only once there are any: a run that never stopped serialises as before.
+            **({"steps": self.steps} if self.steps else {}),
+            **({"conditions": [f.to_dict() for f in self.conditions]} if self.conditions else {}),
         }
 
     @classmethod
@@ -384,7 +494,7 @@ class RunState:
         """
         if not isinstance(data, Mapping):
             raise RunStateError(f"a run state must be an object, got {type(data).__name__}")
-        expected = set(_STATE_KEYS) | {name for name in _TURN_KEYS if name in data}
+        expected = set(_STATE_KEYS) | {name for name in _OPTIONAL_KEYS if name in data}
         if data.get("schema") == _RUN_SCHEMA_V1:
             # v1 had no write breaker in the state: it loads with writes not blocked.
             expected.discard("writes_blocked")
@@ -419,6 +529,8 @@ class RunState:
             if data.get("writes_blocked") is None
             else _json_stop(data["writes_blocked"], "writes_blocked"),
             **{name: data[name] for name in _TURN_KEYS if name in data},
+            steps=data.get("steps", 0),
+            conditions=_json_conditions(data.get("conditions", [])),
         )
         _check_consistent(state)
         return state
@@ -426,6 +538,8 @@ class RunState:
 
 #: Optional counters of :class:`RunState`, present only when non-zero.
 _TURN_KEYS: Final = ("turn", "turn_calls", "deferred")
+#: Keys of :meth:`RunState.to_dict` present only when the run has any.
+_OPTIONAL_KEYS: Final = (*_TURN_KEYS, "steps", "conditions")
 
 _STATE_KEYS: Final = (
     "schema",
@@ -511,6 +625,23 @@ def _json_stop(value: object, name: str = "stopped") -> Stop:
     except RunStateError as exc:
         field = f"{name}.{exc.field}" if exc.field else name
         raise RunStateError(f"{name}: {exc.message}", field=field) from None
+
+
+def _json_conditions(value: object) -> tuple[Fired, ...]:
+    if not isinstance(value, list) or len(value) > FIRED_LIMIT:
+        raise RunStateError(
+            f"conditions must be a list of at most {FIRED_LIMIT}, got {value!r}",
+            field="conditions",
+        )
+    out = []
+    for i, item in enumerate(value):
+        try:
+            out.append(Fired.from_dict(item))
+        except RunStateError as exc:
+            where = f"conditions[{i}]"
+            field = f"{where}.{exc.field}" if exc.field else where
+            raise RunStateError(f"{where}: {exc.message}", field=field) from None
+    return tuple(out)
 
 
 def _check_consistent(state: RunState) -> None:
