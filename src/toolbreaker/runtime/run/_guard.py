@@ -401,7 +401,8 @@ class RunGuard:
 
     def stop_packet(self) -> StopPacket:
         """The operator packet for the run as it is now."""
-        stop = self._run.stopped or self._run.writes_blocked
+        run = self._run  # one state: the stop, counters and history agree
+        stop = run.stopped or run.writes_blocked
         try:
             entries = self.journal.journal_entries(self.task)
         except StoreUnavailable:
@@ -414,8 +415,9 @@ class RunGuard:
             confirmed=confirmed,
             uncertain=uncertain,
             attempted=self._attempted,
-            counters=self._run.counters(),
+            counters=run.counters(),
             next_safe_action=self._next_safe_action(stop, uncertain),
+            history=tuple(fired.to_dict() for fired in run.conditions),
         )
 
     # -- running tools --------------------------------------------------------------------
@@ -650,6 +652,7 @@ class RunGuard:
             )
         )
         step.decision = decision
+        plan.step = decision.step
         verdict = decision.verdict
         if verdict == "journal":
             # A confirmed write is never executed again (how a resumed task skips work).
@@ -892,7 +895,14 @@ class RunGuard:
         if plan.action is not None:
             detail = f"{why}; a call of {plan.spec.name!r} that needs it was cancelled by policy"
             self._feed(
-                RunEvent("dependency-down", self.clock(), plan.action, required=True, detail=detail)
+                RunEvent(
+                    "dependency-down",
+                    self.clock(),
+                    plan.action,
+                    required=True,
+                    detail=detail,
+                    step=plan.step,
+                )
             )
         group.answered(member, answer)
         return answer
@@ -996,6 +1006,7 @@ class RunGuard:
                 reason=reason,
                 mode=None if mode is None else str(mode),
                 detail=detail,
+                step=plan.step,
             )
         )
         if decision.stop is None or mode is not None:
@@ -1080,6 +1091,7 @@ class RunGuard:
                     self.clock(),
                     plan.action,
                     detail=f"it may be queued as {ids.get('queue_id')}",
+                    step=plan.step,
                 )
             )
 
@@ -1138,6 +1150,7 @@ class RunGuard:
                 outcome=outcome,
                 evidence=evidence,
                 detail=detail,
+                step=plan.step,
             )
         )
 
@@ -1241,6 +1254,8 @@ class _Plan:
     action: Action | None = None
     #: The write's journal status as this guard knows it (the protocol's).
     status: protocol.Status | None = None
+    #: The run machine's number for this step (the events about its outcome name it).
+    step: int = 0
     begun: bool = False
     opened: list[Breaker] = dataclasses.field(default_factory=list)
     turn: tuple[TurnGroup, TurnMember] | None = None
