@@ -6,7 +6,8 @@ it: fingerprint the intended action, read the write's journal entry, let the run
 decide (budgets, loops, repeats, the write breaker, journal deduplication, stops), journal
 writes before they run, execute through the dependency's breaker, verify, and record.
 The guard decides nothing itself: it feeds events to ``apply()`` and carries out the
-verdict. ``toolbreaker check-run`` drives the same machine, so the two cannot disagree.
+verdict. ``toolbreaker check-run`` replays a recorded run through a guard
+(:mod:`toolbreaker.runtime.run._recorded`), so the two cannot disagree.
 
 Writes follow plan, authorize, execute, verify, record. An outcome that may have committed
 is *unknown*, whatever the transport says (see :func:`may_have_committed`), and is never
@@ -367,7 +368,14 @@ class RunGuard:
         return self.stop_packet()
 
     def add_cost(self, amount: Decimal | str | int, *, risk: RiskClass | None = None) -> None:
-        """Report the cost of a model step (or anything outside a tool call)."""
+        """Report a cost: of a model step, or of a tool call while (or once) it runs.
+
+        A model step's cost counts toward ``max_cost`` only; a tool call's is reported with
+        its tool's ``risk`` class, so it counts against the class's ``max_cost`` too. A
+        call the guard refused (or answered from the journal) did not run and spends
+        nothing: report a call's cost from the call, never for a step that carried an
+        answer. ``toolbreaker check-run`` spends a recorded step's cost the same way.
+        """
         from toolbreaker.core.run import budget as budgets
 
         with self._lock:
