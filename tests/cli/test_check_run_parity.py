@@ -97,10 +97,22 @@ def tool_step(draw: st.DrawFn, at: int) -> dict[str, Any]:
 def recorded_runs(draw: st.DrawFn) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     at = draw(st.integers(0, 50))
-    for _ in range(draw(st.integers(1, 24))):
+    length = draw(st.integers(1, 24))
+    while len(steps) < length:
         at += draw(st.sampled_from([0, 1, 40, 250]))
-        if draw(st.integers(0, 6)) == 0:
+        kind = draw(st.integers(0, 9))
+        if kind == 0:
             steps.append({"at": at, "cost": draw(costs)})  # a model step
+        elif kind == 1:
+            # An alternation: two reads taking turns, each maybe reworded.
+            q = draw(queries)
+            for n in range(draw(st.integers(4, 8))):
+                tool = ("search", "refine")[n % 2]
+                step = {"at": at + n, "tool": tool, "args": {"q": q, **draw(extras)}}
+                if draw(st.booleans()):
+                    step["result"] = draw(read_results)
+                steps.append(step)
+            at += 8
         else:
             steps.append(draw(tool_step(at)))
     return steps
