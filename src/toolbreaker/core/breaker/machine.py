@@ -40,7 +40,7 @@ Shells feed events through :func:`apply` (or :func:`step`) and carry out the res
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Literal
 
 from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
 from toolbreaker.core.breaker.state import (
@@ -57,13 +57,18 @@ from toolbreaker.errors import TraceError
 __all__ = [
     "OPERATOR_TYPES",
     "admission",
+    "admits_all",
     "apply",
+    "check_due",
     "due_expiry",
     "fast_path_safe",
     "idle_rejection",
     "is_evictable",
     "is_quiet",
+    "may_probe",
+    "may_start_rejecting",
     "plain_step",
+    "rejects_callers",
     "retry_after_ms",
     "step",
 ]
@@ -121,7 +126,7 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
     # The open branch of admission(), minus the cases where step() changes the state.
     if policy.force == "open":
         return "forced-open"
-    if state.phase != OPEN or (_admits_all(state, policy) and not state.isolated):
+    if state.phase != OPEN or (admits_all(state, policy) and not state.isolated):
         return None
     if state.isolated:
         return "isolated"
@@ -130,6 +135,66 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
         return None
     # Under health-check probes a user's request waits for the checker, past the deadline too.
     return "cooldown" if at < until or policy.probes == "health-check" else None
+
+
+def admits_all(state: BreakerState, policy: Policy) -> bool:
+    """Whether requests that enforcement would reject are admitted (and recorded as such).
+
+    Shadow mode, a policy forced closed, and an operator's forced close (unless the
+    policy forces the breaker open). Isolation and ``force = "open"`` still reject:
+    :func:`rejects_callers` says what a caller gets.
+    """
+    return policy.admits_all or (state.forced_closed and policy.force is None)
+
+
+def rejects_callers(state: BreakerState, policy: Policy) -> bool:
+    """Whether the breaker refuses its callers now: the question every shell asks.
+
+    True while the policy forces it open, while an operator isolates it, and while it is
+    open under enforcement (a probe may still be admitted once the cooldown is over).
+    False while closed or half-open, and while open in shadow mode or forced closed: those
+    admit every request, so nothing that needs the dependency should be cancelled, told
+    it is unavailable, or denied a retry because of the phase alone.
+    """
+    if policy.force == "open" or state.isolated:
+        return True
+    return state.phase == OPEN and not admits_all(state, policy)
+
+
+def may_start_rejecting(record: Transition) -> bool:
+    """Whether after this transition the breaker may refuse callers it admitted before.
+
+    It opened, or an operator isolated it. Whether it then refuses anyone depends on the
+    state and policy (a forced close, shadow mode): ask :func:`rejects_callers`. A
+    listener uses this to look at the state only when something may have changed.
+    """
+    return record.reason == "isolated" or (record.to_phase == OPEN and record.from_phase != OPEN)
+
+
+def may_probe(state: BreakerState) -> bool:
+    """Whether a request admitted now may be a probe (the breaker is not closed).
+
+    A shell keeps a reserve for probes (a worker thread) that such a request may take.
+    """
+    return state.phase != CLOSED
+
+
+def check_due(state: BreakerState, at: int, policy: Policy) -> Literal["due", "wait", "idle"]:
+    """What a health checker should do for ``state`` at ``at``.
+
+    ``idle`` while closed, isolated or forced closed (nothing to check, or an operator
+    decides); ``due`` while open past its deadline (or with no deadline: a recovered
+    corrupt state), and while half-open with a free probe slot or a probe lease due to
+    expire (a lease of a process that died expires only when an event reaches the core:
+    the checker's request makes the core reopen the breaker); ``wait`` otherwise.
+    """
+    if state.phase == CLOSED or state.isolated or state.forced_closed:
+        return "idle"
+    if state.phase == OPEN:
+        until = state.open_until
+        return "due" if until is None or at >= until else "wait"
+    free = len(state.leases) < policy.probe_limit
+    return "due" if free or due_expiry(state, at, policy) is not None else "wait"
 
 
 def is_quiet(state: BreakerState, policy: Policy) -> bool:
@@ -354,7 +419,7 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
         new, reason = _request(state, event, policy)
         if reason not in _ADMITTED and reason not in ("isolated", "forced-open"):
             # Shadow mode and a forced close admit what enforcement rejects, and record it.
-            would_reject = _admits_all(state, policy)
+            would_reject = admits_all(state, policy)
     elif kind in ("success", "failure", "ambiguous", "ignored", "lease-expired"):
         new, reason = _outcome(state, event, policy)
     elif kind == "isolate":
@@ -581,8 +646,3 @@ def _with(
         forced_closed=state.forced_closed,
         operator_reason=state.operator_reason,
     )
-
-
-def _admits_all(state: BreakerState, policy: Policy) -> bool:
-    """Whether requests enforcement rejects are admitted (and recorded as such)."""
-    return policy.admits_all or (state.forced_closed and policy.force is None)

@@ -29,6 +29,12 @@ __all__ = [
     "Event",
     "Lease",
     "Transition",
+    "admitted_probe",
+    "changed_phase",
+    "half_opened",
+    "opened",
+    "opening",
+    "reopened",
 ]
 
 CLOSED: Final = "closed"
@@ -396,3 +402,46 @@ class Transition:
         if self.would_reject:
             out["would_reject"] = True
         return out
+
+
+# -- what a record (or a pair of states) says happened: the only place phases are compared ---
+# Shells (the breaker's counters, replay, tuning, the dashboard, listeners) ask these
+# instead of comparing phases themselves, so "did it open" has one meaning everywhere.
+
+
+def opened(record: Transition) -> bool:
+    """Whether the transition opened the breaker: from closed, or back from half-open.
+
+    An event seen while the breaker was already open (a rejection, an isolation of an
+    open breaker) did not open it.
+    """
+    return record.to_phase == OPEN and record.from_phase != OPEN
+
+
+def opening(before: BreakerState, after: BreakerState) -> bool:
+    """:func:`opened` for a transition known by its two states (a replay's fast path)."""
+    return after.phase == OPEN and before.phase != OPEN
+
+
+def reopened(record: Transition) -> bool:
+    """Whether a failed, slow or expired probe sent a half-open breaker back to open."""
+    return record.to_phase == OPEN and record.from_phase == HALF_OPEN
+
+
+def half_opened(record: Transition) -> bool:
+    """Whether the transition moved the breaker to half-open (its first probe)."""
+    return record.to_phase == HALF_OPEN and record.from_phase != HALF_OPEN
+
+
+def changed_phase(record: Transition) -> bool:
+    """Whether the breaker is in another phase after the transition than before it."""
+    return record.to_phase != record.from_phase
+
+
+def admitted_probe(record: Transition) -> bool:
+    """Whether the record admitted a probe: a call whose outcome decides recovery.
+
+    A request admitted only because the policy admits everything (``would_reject``) is
+    not a probe, even while half-open.
+    """
+    return record.attempted and record.to_phase == HALF_OPEN and not record.would_reject
