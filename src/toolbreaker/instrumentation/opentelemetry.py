@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.breaker.state import Transition, changed_phase
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
 
@@ -52,7 +52,7 @@ def instrument(
     )
 
     def listener(record: Transition, breaker: Breaker) -> None:
-        if state_changes_only and record.from_phase == record.to_phase:
+        if state_changes_only and not changed_phase(record):
             return
         attributes = {
             "toolbreaker.dependency": breaker.dependency,

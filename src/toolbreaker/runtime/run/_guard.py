@@ -30,7 +30,7 @@ from toolbreaker.core.run.fingerprint import FingerprintRules, evidence, fingerp
 from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
-from toolbreaker.core.run.retrying import ModelRetries, is_retry, observe
+from toolbreaker.core.run.retrying import ModelRetries, failed_retryably, is_retry, observe
 from toolbreaker.errors import (
     CircuitOpen,
     FingerprintError,
@@ -663,9 +663,7 @@ class RunGuard:
 
     def _observe_retry(self, plan: _Plan, result: Any) -> None:
         """Remember whether the action's attempt ended in a failure worth retrying."""
-        retryable = isinstance(result, dict) and (
-            result.get("retryable") is True or result.get("reason") == "retry-budget"
-        )
+        retryable = failed_retryably(result)
         with self._lock:
             self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
 
