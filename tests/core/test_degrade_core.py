@@ -15,6 +15,7 @@ from toolbreaker.core.degrade import (
     choose,
     prunable,
     queue_action,
+    refuses_stale,
     stale_label,
     stale_write_due,
 )
@@ -189,3 +190,12 @@ def test_only_done_work_older_than_the_bound_is_prunable(status, finished, now, 
     item = {"status": status, "finished_at": finished}
     expected = status == "done" and type(finished) is int and finished <= now - older_than
     assert prunable(item, now, older_than) is expected
+
+
+def test_only_a_read_is_ever_answered_stale():
+    """One rule for sheet rows (operation classes) and run-guard tools (risk classes): a
+    chain with ``stale`` serves a read only; any write, by either name, is refused."""
+    for kind in ("write", "default", "search", "reversible_write", "irreversible"):
+        assert refuses_stale(kind, ("stale", "omit"))
+        assert not refuses_stale(kind, ("omit",))
+    assert not refuses_stale("read", ("stale", "omit"))

@@ -40,6 +40,7 @@ __all__ = [
     "choose",
     "prunable",
     "queue_action",
+    "refuses_stale",
     "stale_label",
     "stale_write_due",
 ]
@@ -82,8 +83,7 @@ def check_chain(
                 field="degrade",
             )
     if "stale" in seen:
-        if operation != "read":
-            # A stale answer to a write would tell the model a change happened that did not.
+        if refuses_stale(operation, chain):
             raise PolicyError(
                 f"a {operation!r} row never falls back to 'stale' (only a read row may: "
                 "a write is queued, handed off or stopped instead)",
@@ -175,6 +175,17 @@ def choose(chain: Sequence[str], offer: Offer, *, now_ms: int, max_stale_ms: int
             continue
         return Choice(mode, tuple(skipped))
     return Choice(None, tuple(skipped))
+
+
+def refuses_stale(kind: str, chain: Sequence[str]) -> bool:
+    """Whether ``chain`` could answer a call of ``kind`` with a stale result it must not get.
+
+    ``kind`` is a sheet row's operation class or a tool's risk class: only a ``read``
+    (the same word in both) may be answered from the last good result. A stale answer to
+    a write would tell the model a change happened that did not. Sheets (a row's chain)
+    and run guards (a write tool behind a row) both ask this.
+    """
+    return kind != "read" and "stale" in chain
 
 
 def stale_write_due(last_ms: int | None, now_ms: int, every_ms: int) -> bool:

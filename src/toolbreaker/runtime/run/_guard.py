@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final, Literal, TypeVar
 
+from toolbreaker.core.degrade import refuses_stale
 from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState, Stop
 from toolbreaker.core.run.fingerprint import FingerprintRules, evidence, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent
@@ -193,11 +194,7 @@ class RunGuard:
                 f"irreversible tool {tool.name!r} needs an authorize callback",
                 field=f"{tool.name}.authorize",
             )
-        if (
-            tool.risk != "read"
-            and tool.breaker is not None
-            and "stale" in tool.breaker.degradation.chain
-        ):
+        if tool.breaker is not None and refuses_stale(tool.risk, tool.breaker.degradation.chain):
             raise PolicyError(
                 f"write tool {tool.name!r} goes through {tool.breaker.key!r}, whose degrade "
                 "chain has 'stale': a write never falls back to a stale answer",
