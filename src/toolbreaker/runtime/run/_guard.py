@@ -74,7 +74,10 @@ __all__ = [
     "RunGuard",
     "StopPacket",
     "evidence_digest",
+    "key_argument",
     "may_have_committed",
+    "with_key",
+    "without_key",
 ]
 
 _MAX_JOURNALED_RESULT: Final = 64 * 1024
@@ -549,6 +552,7 @@ class RunGuard:
         spec = self._tools.get(tool)
         if spec is None:
             raise PolicyError(f"unknown tool {tool!r} for run {self.task!r}", field="tool")
+        args = without_key(spec, args)
         try:
             action_fp = fingerprint(tool, args, self.rules)
             key = None
@@ -618,8 +622,8 @@ class RunGuard:
         if spec.risk == "irreversible" and not self._authorized(step):
             self._finish(plan, "ignored")
             return _answered(step, denied_result(tool))
-        if key is not None and spec.idempotency_arg:
-            step.args = {**args, spec.idempotency_arg: key}
+        if key is not None:
+            step.args = with_key(spec, args, key)
         return step
 
     def _may_retry(self, step: Step) -> bool:
@@ -946,9 +950,7 @@ class RunGuard:
         """The row's degradation, the arguments queued work runs with, the packet maker."""
         spec = plan.spec
         assert spec.breaker is not None
-        args = dict(plan.args)
-        if plan.key is not None and spec.idempotency_arg:
-            args[spec.idempotency_arg] = plan.key  # the drained call carries the same key
+        args = with_key(spec, plan.args, plan.key)  # the drained call carries the same key
 
         def packet(detail: str) -> StopPacket:
             return dataclasses.replace(
@@ -1171,3 +1173,35 @@ def _step(entry: Mapping[str, Any]) -> dict[str, Any]:
         for k in ("tool", "idempotency_key", "external_id", "status", "fingerprint", "at")
         if entry.get(k) is not None
     }
+
+
+# -- the idempotency argument: the guard's to fill in, never the model's ------------------
+
+
+def key_argument(tool: GuardedTool) -> str | None:
+    """The argument that carries a write's idempotency key, or ``None``.
+
+    A read has none, nor a write described with ``idempotency_arg=None``. Its value is the
+    run guard's: adapters hide it from the schema the model sees and hand the tool the
+    guard's key (:func:`with_key`); a value the model sends anyway is dropped
+    (:func:`without_key`).
+    """
+    return tool.idempotency_arg if tool.risk in WRITES and tool.idempotency_arg else None
+
+
+def without_key(tool: GuardedTool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` without a value the model gave for the key argument.
+
+    Dropped before the action is fingerprinted: a made-up key would make the same write
+    look like another one, with another idempotency key (a duplicate at the provider).
+    """
+    arg = key_argument(tool)
+    if arg is None or arg not in args:
+        return dict(args)
+    return {k: v for k, v in args.items() if k != arg}
+
+
+def with_key(tool: GuardedTool, args: Mapping[str, Any], key: str | None) -> dict[str, Any]:
+    """``args`` carrying the guard's idempotency ``key`` in the key argument, if it has one."""
+    arg = key_argument(tool)
+    return {**args, arg: key} if arg is not None and key is not None else dict(args)
