@@ -13,7 +13,9 @@ from toolbreaker.core.breaker.machine import (
     admits_all,
     apply,
     check_due,
+    held_by_operator,
     idle_rejection,
+    is_evictable,
     may_probe,
     may_start_rejecting,
     rejects_callers,
@@ -184,3 +186,12 @@ def test_check_due():
     assert check_due(probing, 59, policy) == "wait"
     assert check_due(probing, 60, policy) == "due"  # the lease expires: the core reopens
     assert check_due(BreakerState(phase="half_open", generation=2, opens=1), 0, policy) == "due"
+
+
+def test_held_by_operator():
+    """Isolated or forced closed until released; such a breaker is never forgotten."""
+    assert held_by_operator(BreakerState(phase="open", isolated=True))
+    assert held_by_operator(BreakerState(forced_closed=True))
+    assert not held_by_operator(BreakerState())
+    assert not is_evictable(BreakerState(forced_closed=True))
+    assert is_evictable(BreakerState())

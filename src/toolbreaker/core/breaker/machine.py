@@ -62,6 +62,7 @@ __all__ = [
     "check_due",
     "due_expiry",
     "fast_path_safe",
+    "held_by_operator",
     "idle_rejection",
     "is_evictable",
     "is_quiet",
@@ -188,7 +189,7 @@ def check_due(state: BreakerState, at: int, policy: Policy) -> Literal["due", "w
     expire (a lease of a process that died expires only when an event reaches the core:
     the checker's request makes the core reopen the breaker); ``wait`` otherwise.
     """
-    if state.phase == CLOSED or state.isolated or state.forced_closed:
+    if state.phase == CLOSED or held_by_operator(state):
         return "idle"
     if state.phase == OPEN:
         until = state.open_until
@@ -211,13 +212,21 @@ def is_quiet(state: BreakerState, policy: Policy) -> bool:
     )
 
 
+def held_by_operator(state: BreakerState) -> bool:
+    """Whether an operator holds the breaker where it is (isolated, or forced closed).
+
+    Such a state lasts until released: no cooldown, expiry or health check moves it.
+    """
+    return state.isolated or state.forced_closed
+
+
 def is_evictable(state: BreakerState) -> bool:
     """Whether a process may forget its breaker object for this state (a scope limit).
 
     Only a closed breaker with nothing an operator set: an open, half-open, isolated or
     forced breaker is never dropped to make room.
     """
-    return state.phase == CLOSED and not state.forced_closed
+    return state.phase == CLOSED and not held_by_operator(state)
 
 
 def fast_path_safe(state: BreakerState) -> bool:
