@@ -195,3 +195,63 @@ def test_held_by_operator():
     assert not held_by_operator(BreakerState())
     assert not is_evictable(BreakerState(forced_closed=True))
     assert is_evictable(BreakerState())
+
+
+# -- the core's fast builders ----------------------------------------------------------------
+
+ints = st.integers(0, 2**53 - 1)
+maybe_ints = st.one_of(st.none(), ints)
+texts = st.one_of(st.none(), st.text(max_size=5))
+
+
+@given(
+    st.tuples(
+        st.sampled_from(["closed", "open", "half_open"]),
+        ints,
+        st.lists(ints, max_size=3).map(tuple),
+        maybe_ints,
+        ints,
+        ints,
+        st.lists(st.builds(Lease, st.text(max_size=3), ints), max_size=2).map(tuple),
+        st.booleans(),
+        st.booleans(),
+        st.lists(st.tuples(ints, ints, ints, ints), max_size=2).map(tuple),
+        st.booleans(),
+        texts,
+    )
+)
+def test_built_state_is_the_constructor(fields):
+    """built_state(...) is BreakerState(...): equal, same hash, same dict."""
+    from toolbreaker.core.breaker.state import built_state
+
+    fast, slow = built_state(*fields), BreakerState(*fields)
+    assert type(fast) is BreakerState
+    assert fast == slow
+    assert hash(fast) == hash(slow)
+    assert fast.to_dict() == slow.to_dict()
+
+
+@given(
+    st.text(max_size=4),
+    st.sampled_from(KINDS),
+    st.tuples(
+        st.sampled_from(["closed", "open", "half_open"]),
+        st.sampled_from(["closed", "open", "half_open"]),
+        st.booleans(),
+        st.booleans(),
+        st.sampled_from(["call-admitted", "cooldown", "success"]),
+        ints,
+        maybe_ints,
+        st.booleans(),
+    ),
+)
+def test_built_record_is_the_constructor(dependency, kind, rest):
+    """built_record(...) is Transition(...) with no policy version: equal, same dict."""
+    from toolbreaker.core.breaker.state import Transition, built_record
+
+    event = Event(kind, 1, dependency)
+    fast, slow = built_record(dependency, event, *rest), Transition(dependency, event, *rest)
+    assert type(fast) is Transition
+    assert fast == slow
+    assert fast.policy_version is None
+    assert fast.to_dict() == slow.to_dict()

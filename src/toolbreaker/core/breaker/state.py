@@ -30,6 +30,8 @@ __all__ = [
     "Lease",
     "Transition",
     "admitted_probe",
+    "built_record",
+    "built_state",
     "changed_phase",
     "half_opened",
     "opened",
@@ -402,6 +404,102 @@ class Transition:
         if self.would_reject:
             out["would_reject"] = True
         return out
+
+
+# -- building states and records fast, for the core's hot path ------------------------------
+# A frozen dataclass's __init__ sets each field through object.__setattr__ (a lookup and a
+# generic call per field); setting the slots through their own descriptors builds the same
+# object in well under half the time. The core builds a state or a record per event, so
+# step() and a replay spend much of their time here. Only the core calls these; a
+# property test holds them equal to the constructors (tests/core/breaker/test_predicates.py).
+
+_new = object.__new__
+(
+    _s_phase,
+    _s_generation,
+    _s_failures,
+    _s_open_until,
+    _s_opens,
+    _s_successes,
+    _s_leases,
+    _s_isolated,
+    _s_recovered,
+    _s_window,
+    _s_forced_closed,
+    _s_operator_reason,
+) = (BreakerState.__dict__[f.name].__set__ for f in dataclasses.fields(BreakerState))
+(
+    _t_dependency,
+    _t_event,
+    _t_from_phase,
+    _t_to_phase,
+    _t_attempted,
+    _t_rejected,
+    _t_reason,
+    _t_generation,
+    _t_open_until,
+    _t_would_reject,
+    _t_policy_version,
+) = (Transition.__dict__[f.name].__set__ for f in dataclasses.fields(Transition))
+
+
+def built_state(  # noqa: PLR0917 - every field, in order, for speed
+    phase: str,
+    generation: int,
+    failures: tuple[int, ...],
+    open_until: int | None,
+    opens: int,
+    successes: int,
+    leases: tuple[Lease, ...],
+    isolated: bool,
+    recovered_from_corruption: bool,
+    window: tuple[tuple[int, int, int, int], ...],
+    forced_closed: bool,
+    operator_reason: str | None,
+) -> BreakerState:
+    """``BreakerState(...)`` with every field given in order, built faster (core only)."""
+    state: BreakerState = _new(BreakerState)
+    _s_phase(state, phase)
+    _s_generation(state, generation)
+    _s_failures(state, failures)
+    _s_open_until(state, open_until)
+    _s_opens(state, opens)
+    _s_successes(state, successes)
+    _s_leases(state, leases)
+    _s_isolated(state, isolated)
+    _s_recovered(state, recovered_from_corruption)
+    _s_window(state, window)
+    _s_forced_closed(state, forced_closed)
+    _s_operator_reason(state, operator_reason)
+    return state
+
+
+def built_record(  # noqa: PLR0917 - every field but the policy version, for speed
+    dependency: str,
+    event: Event,
+    from_phase: str,
+    to_phase: str,
+    attempted: bool,
+    rejected: bool,
+    reason: str,
+    generation: int,
+    open_until: int | None,
+    would_reject: bool,
+) -> Transition:
+    """``Transition(...)`` with every field but ``policy_version`` (``None``), built faster."""
+    record: Transition = _new(Transition)
+    _t_dependency(record, dependency)
+    _t_event(record, event)
+    _t_from_phase(record, from_phase)
+    _t_to_phase(record, to_phase)
+    _t_attempted(record, attempted)
+    _t_rejected(record, rejected)
+    _t_reason(record, reason)
+    _t_generation(record, generation)
+    _t_open_until(record, open_until)
+    _t_would_reject(record, would_reject)
+    _t_policy_version(record, None)
+    return record
 
 
 # -- what a record (or a pair of states) says happened: the only place phases are compared ---
