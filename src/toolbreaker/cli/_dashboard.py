@@ -582,8 +582,11 @@ class StoreActor:
         breaker = Breaker(
             row["dependency"], operation=row["operation"], policy=policy, store=self.store
         )
-        breaker.add_listener(self.publisher)
-        record = breaker.isolate(reason) if action == "isolate" else breaker.release(reason)
+        detach = self.publisher.attach(breaker)  # one action's breaker: detached after it
+        try:
+            record = breaker.isolate(reason) if action == "isolate" else breaker.release(reason)
+        finally:
+            detach()
         return record.to_dict()
 
     def close(self) -> None:

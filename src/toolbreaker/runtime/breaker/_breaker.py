@@ -607,7 +607,10 @@ class Breaker:
         """Call ``listener(record, breaker)`` for every transition; returns a remover.
 
         While a listener is registered every request goes through the core, so the
-        listener also sees ``call-admitted`` and ``cooldown`` records.
+        listener also sees ``call-admitted`` and ``cooldown`` records. A scoped row's
+        listeners hear each of its scoped breakers too, made before or after (as do its
+        retry and degradation listeners). To hear every breaker of a registry or a run
+        guard, now and later, attach there (:class:`~toolbreaker.runtime.Attachment`).
         """
         self._listeners.append(listener)
         self._quiet = None
@@ -752,6 +755,18 @@ class Breaker:
         with self._scopes_lock:
             return dict(self._scoped or {})
 
+    def family(self) -> tuple[Breaker, ...]:
+        """This breaker and every live breaker of its scopes, the shared overflow one last.
+
+        What an exporter reads to see every breaker a row holds: a scoped row's calls are
+        counted by its tenants' breakers, not by the row's own. They hear the row's
+        listeners (see :meth:`add_listener`).
+        """
+        with self._scopes_lock:
+            children = tuple((self._scoped or {}).values())
+        overflow = self._overflow
+        return (self, *children, *(() if overflow is None else (overflow,)))
+
     def _new_scope(
         self, name: str, value: str, children: collections.OrderedDict[str, Breaker]
     ) -> Breaker:
@@ -790,7 +805,12 @@ class Breaker:
             boundary=row,
             max_workers=self._max_workers,
         )
+        # One list of listeners for the row and its scoped breakers (transitions, retry
+        # decisions, notices): whatever attaches to the row hears every tenant's breaker,
+        # made before or after it attached, and detaching from the row detaches from all.
         child._listeners = self._listeners
+        child._retry_listeners = self._retry_listeners
+        child.degradation.notices.follow(self.degradation.notices)
         child.degradation.tools = self.degradation.tools
         child._stamp = self._stamp
         return child

@@ -121,6 +121,15 @@ class Notices:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
 
+    def follow(self, row: Notices) -> None:
+        """Give every notice to ``row``'s listeners, those there are and those added later.
+
+        A scoped breaker follows its row's notices: one list of listeners, so attaching
+        to the row (or detaching) covers every tenant's breaker, made before or after.
+        Faults stay counted where the notice was made.
+        """
+        self._listeners = row._listeners
+
     def emit(self, record: Notice) -> None:
         """Give ``record`` to every listener (each sees it, whatever the others do)."""
         for listener in tuple(self._listeners):

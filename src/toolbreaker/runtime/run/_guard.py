@@ -57,6 +57,7 @@ from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._degrade import Degradation, Notices, deferred_notice
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
+from toolbreaker.runtime.breaker._watch import BreakerWatch
 from toolbreaker.runtime.run._siblings import (
     BranchOutcome,
     CancelledByPolicy,
@@ -185,6 +186,9 @@ class RunGuard:
         #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
         #: ``guard.notices.add_listener(fn)``.
         self.notices = Notices()
+        # The observers of the tools' breakers, now and later (see watch_breakers).
+        self._watch = BreakerWatch()
+        self._watch_lock = threading.Lock()
 
     # -- configuration ------------------------------------------------------------------
 
@@ -210,8 +214,37 @@ class RunGuard:
         # The model re-issuing failed calls is a retry layer already; a client that also
         # retries inside the tool multiplies the attempts. Found here, reported with the fix.
         warn_nested_retries(tool.fn, tool.name, "the model (its re-calls are retries)")
-        self._tools[tool.name] = tool
+        with self._watch_lock:
+            breaker = tool.breaker
+            if breaker is not None and breaker not in self.breakers():
+                self._watch.tell(breaker)  # before the tool can be called: from its first call
+            self._tools[tool.name] = tool
         return tool
+
+    def breakers(self) -> tuple[Breaker, ...]:
+        """The breakers the run's tools go through, each once, in the order tools came."""
+        found: dict[int, Breaker] = {}
+        for spec in tuple(self._tools.values()):
+            if spec.breaker is not None:
+                found.setdefault(id(spec.breaker), spec.breaker)
+        return tuple(found.values())
+
+    def watch_breakers(self, fn: Callable[[Breaker], None]) -> Callable[[], None]:
+        """Call ``fn(breaker)`` for each of :meth:`breakers`, now and as tools are added.
+
+        Each breaker once, before a tool added later can be called through it; ``fn``
+        must be quick and must not add tools. One that raises is counted in the breaker's
+        ``stats.listener_errors`` and logged. Returns a remover. Observers use this
+        through :class:`~toolbreaker.runtime.Attachment` (``TraceRecorder.attach(guard)``).
+        """
+        with self._watch_lock:
+            remove = self._watch.watch(fn, self.breakers())
+
+        def unwatch() -> None:
+            with self._watch_lock:
+                remove()
+
+        return unwatch
 
     def tool(
         self,
