@@ -686,3 +686,26 @@ def test_run_guard_turn_keeps_the_calls_of_a_forced_closed_required_dependency(s
     assert guard.stopped is None
     key = next(e["idempotency_key"] for e in journal.journal_entries("turn"))
     assert journal.journal_get("turn", key)["status"] == "confirmed"
+
+
+def test_a_half_open_breaker_probed_by_its_health_checker_cancels_before_starting():
+    """Under ``probes = "health-check"`` a half-open breaker refuses every user's call
+    (only the checker probes): the branches that need it are cancelled, as while open."""
+    from toolbreaker.runtime import HealthCheck
+    from toolbreaker.testing import force_state
+
+    inventory = Breaker(
+        "inventory",
+        policy=Policy(failure_threshold=1, probes="health-check"),
+        timeout=5,
+        enforce="cooperative",
+        health_check=HealthCheck(check=lambda: True),
+    )
+    force_state(inventory, "half_open")
+    ran: list[str] = []
+    group = Siblings(required=[inventory])
+    group.add("stock", lambda: ran.append("stock"), needs=[inventory])
+    outcome = group.run()
+    assert outcome.cancelled == ("stock",)
+    assert outcome["stock"].reason == "required dependency 'inventory' is open"
+    assert ran == []

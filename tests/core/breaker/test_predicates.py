@@ -169,6 +169,9 @@ def test_shadow_and_forced_policies():
     assert not rejects_callers(BreakerState(), Policy())
     half_open = BreakerState(phase="half_open", generation=2, opens=1)
     assert not rejects_callers(half_open, Policy())
+    # Under health-check probes a half-open breaker lets only the checker's probe through.
+    assert rejects_callers(half_open, Policy(probes="health-check"))
+    assert not rejects_callers(half_open, Policy(probes="health-check", mode="shadow"))
 
 
 def test_check_due():

@@ -165,15 +165,19 @@ def admits_all(state: BreakerState, policy: Policy) -> bool:
 def rejects_callers(state: BreakerState, policy: Policy) -> bool:
     """Whether the breaker refuses its callers now: the question every shell asks.
 
-    True while the policy forces it open, while an operator isolates it, and while it is
-    open under enforcement (a probe may still be admitted once the cooldown is over).
-    False while closed or half-open, and while open in shadow mode or forced closed: those
-    admit every request, so nothing that needs the dependency should be cancelled, told
-    it is unavailable, or denied a retry because of the phase alone.
+    True while the policy forces it open, while an operator isolates it, while it is open
+    under enforcement (a probe may still be admitted once the cooldown is over), and while
+    it is half-open under ``probes = "health-check"`` (only the checker's probe gets
+    through). False while closed, half-open with probes from calls, and whenever shadow
+    mode or a forced close admits every request: then nothing that needs the dependency
+    should be cancelled, told it is unavailable, or denied a retry because of the phase.
     """
     if policy.force == "open" or state.isolated:
         return True
-    return state.phase == OPEN and not admits_all(state, policy)
+    phase = state.phase
+    if phase == CLOSED or admits_all(state, policy):
+        return False
+    return phase == OPEN or policy.probes == "health-check"
 
 
 def may_start_rejecting(record: Transition) -> bool:
