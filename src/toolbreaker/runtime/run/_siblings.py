@@ -19,6 +19,11 @@ How an opening is noticed: a listener on each required breaker sees the transiti
 this process at once; a poll of the breaker's view every :data:`POLL_S` seconds sees an
 opening decided by another process sharing the store. A required dependency already open
 when the group starts cancels its branches before they start.
+
+"Open" is the core's :func:`~toolbreaker.core.breaker.machine.rejects_callers`: a breaker
+that admits every request (shadow mode, an operator's forced close) cancels nothing when
+its phase opens; an isolated or forced-open one cancels. Which required breaker a call
+needs is one rule for both groups (:func:`_required_row`).
 """
 
 from __future__ import annotations
