@@ -21,6 +21,7 @@ from toolbreaker.core.degrade import (
     prunable,
     queue_action,
     queue_after,
+    refuses_stale,
     settled,
     stale_label,
     stale_write_due,
@@ -266,3 +267,12 @@ def test_how_a_failed_attempt_ends_and_what_the_chain_walks_past():
     assert walks_past("degraded", maybe_written=True)
     assert passing("saturated")
     assert not passing("opened")
+
+
+def test_only_a_read_is_ever_answered_stale():
+    """One rule for sheet rows (operation classes) and run-guard tools (risk classes): a
+    chain with ``stale`` serves a read only; any write, by either name, is refused."""
+    for kind in ("write", "default", "search", "reversible_write", "irreversible"):
+        assert refuses_stale(kind, ("stale", "omit"))
+        assert not refuses_stale(kind, ("omit",))
+    assert not refuses_stale("read", ("stale", "omit"))

@@ -517,3 +517,27 @@ def test_an_operator_cannot_say_a_confirmed_write_was_not_made(service):
         guard.resolve(made["idempotency_key"], committed=False)
     assert (caught.value.status, caught.value.move) == ("confirmed", "operator-not-made")
     assert journal.journal_get("task-1", made["idempotency_key"])["status"] == "confirmed"
+
+
+def test_a_key_argument_the_caller_gives_is_the_guards_to_fill():
+    """The write's idempotency argument is the guard's: a value given for it is dropped
+    before the action is fingerprinted (the same write, the same key, whatever was made
+    up) and replaced by the guard's key; a read's argument of that name is left alone."""
+    from toolbreaker import GuardedTool
+
+    def guard() -> RunGuard:
+        made = RunGuard("keys")
+        made.add_tool(
+            GuardedTool("pay", lambda **_: None, risk="reversible_write", idempotency_arg="op")
+        )
+        made.add_tool(GuardedTool("look", lambda **_: None, idempotency_arg="op"))
+        return made
+
+    plain = guard().begin("pay", {"amount": 5})
+    made_up = guard().begin("pay", {"amount": 5, "op": "model-1"})
+    assert made_up.answer is None
+    assert made_up.fingerprint == plain.fingerprint
+    assert made_up.idempotency_key == plain.idempotency_key
+    assert made_up.args == {"amount": 5, "op": plain.idempotency_key}
+    read = guard().begin("look", {"q": "x", "op": "kept"})
+    assert read.args == {"q": "x", "op": "kept"}

@@ -54,6 +54,7 @@ __all__ = [
     "prunable",
     "queue_action",
     "queue_after",
+    "refuses_stale",
     "settled",
     "stale_label",
     "stale_write_due",
@@ -109,8 +110,7 @@ def check_chain(
                 field="degrade",
             )
     if "stale" in seen:
-        if operation != "read":
-            # A stale answer to a write would tell the model a change happened that did not.
+        if refuses_stale(operation, chain):
             raise PolicyError(
                 f"a {operation!r} row never falls back to 'stale' (only a read row may: "
                 "a write is queued, handed off or stopped instead)",
@@ -211,6 +211,17 @@ def walks_past(mode: str, *, maybe_written: bool) -> bool:
     item that may exist is never walked past (see the module); every other failure is.
     """
     return not (mode == "queue" and maybe_written)
+
+
+def refuses_stale(kind: str, chain: Sequence[str]) -> bool:
+    """Whether ``chain`` could answer a call of ``kind`` with a stale result it must not get.
+
+    ``kind`` is a sheet row's operation class or a tool's risk class: only a ``read``
+    (the same word in both) may be answered from the last good result. A stale answer to
+    a write would tell the model a change happened that did not. Sheets (a row's chain)
+    and run guards (a write tool behind a row) both ask this.
+    """
+    return kind != "read" and "stale" in chain
 
 
 def stale_write_due(last_ms: int | None, now_ms: int, every_ms: int) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.breaker.state import Transition, changed_phase
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._attach import Attachment, Target
 
@@ -63,7 +63,7 @@ def instrument(
     )
 
     def listener(record: Transition, breaker: Breaker) -> None:
-        if state_changes_only and record.from_phase == record.to_phase:
+        if state_changes_only and not changed_phase(record):
             return
         attributes = {
             "toolbreaker.dependency": breaker.dependency,

@@ -51,7 +51,7 @@ from typing import Any, Final, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition
+from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition, changed_phase
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
@@ -444,7 +444,7 @@ class StreamPublisher:
             "wall": time.time(),
             "record": record.to_dict(),
         }
-        if record.from_phase != record.to_phase:
+        if changed_phase(record):
             entry["policy"] = breaker.policy.to_dict()
         if record.policy_version is not None and record.policy_version != entry["policy_version"]:
             # Decided under the policy before a swap the listener runs after: name that one.

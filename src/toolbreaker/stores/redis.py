@@ -69,6 +69,7 @@ from importlib import resources
 from typing import Any, Final, NamedTuple
 
 from toolbreaker.core.breaker.machine import apply as core_apply
+from toolbreaker.core.breaker.machine import held_by_operator
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
@@ -622,7 +623,7 @@ class RedisStore(SharedStore):
         return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key)
 
     def _ttl_ms(self, state: BreakerState, policy: Policy) -> int:
-        if state.isolated or state.forced_closed:
+        if held_by_operator(state):
             return 0  # an operator's isolation (or forced close) lasts until released
         return max(self.idle_ttl_ms, 2 * (policy.cooldown_max_ms + policy.lease_ttl_ms))
 

@@ -31,13 +31,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final, Literal, TypeVar
 
+from toolbreaker.core.degrade import refuses_stale
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState, Stop
 from toolbreaker.core.run.fingerprint import FingerprintRules, evidence, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
-from toolbreaker.core.run.retrying import ModelRetries, is_retry, observe
+from toolbreaker.core.run.retrying import ModelRetries, failed_retryably, is_retry, observe
 from toolbreaker.errors import (
     CircuitOpen,
     FingerprintError,
@@ -90,7 +91,10 @@ __all__ = [
     "RunGuard",
     "StopPacket",
     "evidence_digest",
+    "key_argument",
     "may_have_committed",
+    "with_key",
+    "without_key",
 ]
 
 Authorizer = Callable[["ActionRequest"], bool]
@@ -213,11 +217,7 @@ class RunGuard:
                 f"irreversible tool {tool.name!r} needs an authorize callback",
                 field=f"{tool.name}.authorize",
             )
-        if (
-            tool.risk != "read"
-            and tool.breaker is not None
-            and "stale" in tool.breaker.degradation.chain
-        ):
+        if tool.breaker is not None and refuses_stale(tool.risk, tool.breaker.degradation.chain):
             raise PolicyError(
                 f"write tool {tool.name!r} goes through {tool.breaker.key!r}, whose degrade "
                 "chain has 'stale': a write never falls back to a stale answer",
@@ -620,6 +620,7 @@ class RunGuard:
         spec = self._tools.get(tool)
         if spec is None:
             raise PolicyError(f"unknown tool {tool!r} for run {self.task!r}", field="tool")
+        args = without_key(spec, args)
         try:
             action_fp = fingerprint(tool, args, self.rules)
             key = None
@@ -694,8 +695,8 @@ class RunGuard:
         if spec.risk == "irreversible" and not self._authorized(step):
             self._finish(plan, "ignored")
             return _answered(step, denied_result(tool))
-        if key is not None and spec.idempotency_arg:
-            step.args = {**args, spec.idempotency_arg: key}
+        if key is not None:
+            step.args = with_key(spec, args, key)
         return step
 
     def _may_retry(self, step: Step) -> bool:
@@ -735,9 +736,7 @@ class RunGuard:
 
     def _observe_retry(self, plan: _Plan, result: Any) -> None:
         """Remember whether the action's attempt ended in a failure worth retrying."""
-        retryable = isinstance(result, dict) and (
-            result.get("retryable") is True or result.get("reason") == "retry-budget"
-        )
+        retryable = failed_retryably(result)
         with self._lock:
             self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
 
@@ -1043,9 +1042,7 @@ class RunGuard:
         """The row's degradation, the arguments queued work runs with, the packet maker."""
         spec = plan.spec
         assert spec.breaker is not None
-        args = dict(plan.args)
-        if plan.key is not None and spec.idempotency_arg:
-            args[spec.idempotency_arg] = plan.key  # the drained call carries the same key
+        args = with_key(spec, plan.args, plan.key)  # the drained call carries the same key
 
         def packet(detail: str) -> StopPacket:
             if plan.key is None:
@@ -1309,3 +1306,35 @@ def evidence_digest(result: Any, rules: FingerprintRules | None = None) -> str:
 
 def _not_callable(**_kwargs: Any) -> Any:
     raise PolicyError("this tool is run by its framework, not by RunGuard.call()")
+
+
+# -- the idempotency argument: the guard's to fill in, never the model's ------------------
+
+
+def key_argument(tool: GuardedTool) -> str | None:
+    """The argument that carries a write's idempotency key, or ``None``.
+
+    A read has none, nor a write described with ``idempotency_arg=None``. Its value is the
+    run guard's: adapters hide it from the schema the model sees and hand the tool the
+    guard's key (:func:`with_key`); a value the model sends anyway is dropped
+    (:func:`without_key`).
+    """
+    return tool.idempotency_arg if tool.risk in WRITES and tool.idempotency_arg else None
+
+
+def without_key(tool: GuardedTool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` without a value the model gave for the key argument.
+
+    Dropped before the action is fingerprinted: a made-up key would make the same write
+    look like another one, with another idempotency key (a duplicate at the provider).
+    """
+    arg = key_argument(tool)
+    if arg is None or arg not in args:
+        return dict(args)
+    return {k: v for k, v in args.items() if k != arg}
+
+
+def with_key(tool: GuardedTool, args: Mapping[str, Any], key: str | None) -> dict[str, Any]:
+    """``args`` carrying the guard's idempotency ``key`` in the key argument, if it has one."""
+    arg = key_argument(tool)
+    return {**args, arg: key} if arg is not None and key is not None else dict(args)
