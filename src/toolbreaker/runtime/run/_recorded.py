@@ -256,4 +256,3 @@ def _error_of(answer: Any) -> str:
     if isinstance(answer, Mapping):
         return str(answer.get("error") or answer)
     return str(answer)
-
