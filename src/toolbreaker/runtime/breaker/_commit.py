@@ -7,12 +7,14 @@ retries never replay such an attempt unless the row is idempotent.
 from __future__ import annotations
 
 import json
-from typing import Final
+from typing import Final, TypeVar
 
 from toolbreaker.errors import CircuitOpen, NotSent, ToolReportedError
 from toolbreaker.runtime.breaker._classify import Verdict
 
-__all__ = ["may_have_committed"]
+__all__ = ["in_chain", "may_have_committed"]
+
+_E = TypeVar("_E", bound=BaseException)
 
 #: Network failures that happen before a byte of the request can have left.
 _NOT_CONNECTED: Final = (
@@ -44,11 +46,11 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     validation error, a refused or unresolvable connection, a 4xx, 429 and 503 (the
     server refused the request).
     """
-    if _in_chain(exc, NotSent) or isinstance(exc, CircuitOpen):
+    if in_chain(exc, NotSent) or isinstance(exc, CircuitOpen):
         return False  # a local rejection (a saturated bulkhead) sent nothing
     if isinstance(exc, ToolReportedError) and verdict.status is None:
         return False  # the tool answered with an error: a definite answer, not silence
-    if _in_chain(exc, json.JSONDecodeError):
+    if in_chain(exc, json.JSONDecodeError):
         return True
     if verdict.kind == "ambiguous":
         return True
@@ -67,12 +69,16 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     return False
 
 
-def _in_chain(exc: BaseException, kind: type[BaseException]) -> bool:
+def in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of ``kind`` along ``exc``'s causes and contexts, or ``None``.
+
+    The one walk of an exception chain: 32 links at most, a cycle walked once.
+    """
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen and len(seen) < 32:
         if isinstance(link, kind):
-            return True
+            return link
         seen.add(id(link))
         link = link.__cause__ or link.__context__
-    return False
+    return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import WRITES
@@ -27,14 +27,12 @@ from toolbreaker.runtime._result import error_result, stopped_result, unknown_re
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Permit
 from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
-from toolbreaker.runtime.breaker._commit import may_have_committed
+from toolbreaker.runtime.breaker._commit import in_chain, may_have_committed
 from toolbreaker.runtime.run._driver import Degrade, Flow, Record, adrive, drive
 from toolbreaker.runtime.run._shell import CallPlan, RunShell
 from toolbreaker.runtime.run._tools import evidence_digest, with_key
 
 __all__ = ["Settling"]
-
-_E = TypeVar("_E", bound=BaseException)
 
 
 class Settling(RunShell):
@@ -116,7 +114,7 @@ class Settling(RunShell):
             return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
         self._finish(plan, "failure" if verdict.kind == "failure" else "ignored")
         self._forget(plan)
-        inner = _found(exc, CircuitOpen)
+        inner = in_chain(exc, CircuitOpen)
         if inner is not None:
             # A breaker inside the tool (an httpx transport ...) rejected the call.
             return self._dependency_down(plan, inner.result_for(spec.name), inner.reason)
@@ -294,18 +292,6 @@ class Settling(RunShell):
         retryable = failed_retryably(result)
         with self._lock:
             self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
-
-
-def _found(exc: BaseException, kind: type[_E]) -> _E | None:
-    """The first exception of ``kind`` along ``exc``'s causes and contexts (32 at most)."""
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen and len(seen) < 32:
-        if isinstance(link, kind):
-            return link
-        seen.add(id(link))
-        link = link.__cause__ or link.__context__
-    return None
 
 
 def _classify(exc: BaseException) -> Verdict:
