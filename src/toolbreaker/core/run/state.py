@@ -570,6 +570,11 @@ def _state_amount(value: object, field: str) -> Decimal:
 
 
 def _risk_map(value: object, field: str, convert: Any) -> RiskMap[Any]:
+    if type(value) is RiskMap:
+        # Built by a transition from values already checked (a count plus one, an exact
+        # sum of checked amounts): checking them again on every step costs more than the
+        # step itself. Anything else (a dict from a caller or a file) is checked here.
+        return value
     if not isinstance(value, Mapping) or set(value) != set(RISK_CLASSES):
         raise RunStateError(
             f"{field} must map exactly {', '.join(RISK_CLASSES)}, got {value!r}", field=field
