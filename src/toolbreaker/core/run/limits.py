@@ -214,8 +214,11 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
     )
 
 
-def begin(run: RunState, action: Action, now: int) -> RunState:
+def begin(run: RunState, action: Action, now: int, *, steps: int | None = None) -> RunState:
     """Count an allowed action as it starts: calls, its class, its tally, the history.
+
+    ``steps``: the run's step count to record with it (the run machine numbers every
+    request a step, and counts this one in the same state change).
 
     Raises:
         RunStateError: ``now`` is not an integer or lies before the run's start.
@@ -235,6 +238,7 @@ def begin(run: RunState, action: Action, now: int) -> RunState:
         recovery_calls=run.recovery_calls + (run.stopped is not None),
         history=(*run.history, Attempt(action.tool, fingerprint, run.evidence))[-HISTORY_LIMIT:],
         tallies=tallies[-TALLY_LIMIT:],
+        steps=run.steps if steps is None else steps,
     )
 
 

@@ -215,7 +215,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
     at = event.at
     if kind == "request":
         assert event.action is not None
-        return _request(dataclasses.replace(run, steps=run.steps + 1), event.action, event, budget)
+        return _request(run, event.action, event, budget)
     step = event.step or run.steps
     if kind == "outcome":
         assert event.action is not None
@@ -265,37 +265,39 @@ def _request(
     run: RunState, action: Action, event: RunEvent, budget: Budget
 ) -> tuple[RunState, RunDecision]:
     at = event.at
-    step = run.steps
+    step = run.steps + 1  # every request is a step, counted in the state it leaves
     # RunEvent validated the status against the protocol's.
     status = cast("protocol.Status | None", event.journal if action.risk in WRITES else None)
     answer = protocol.on_request(status)
     if answer == "reconcile" or answer == "queued" or answer == "handed-off":  # noqa: PLR1714
         # Never made here: its outcome is unknown (only a status check may look), or a
         # drainer or a person owns it.
-        return run, RunDecision(answer, step=step)
+        return dataclasses.replace(run, steps=step), RunDecision(answer, step=step)
     decision = budgets.check(run, action, budget, at)
     if answer == "journal":
         if decision.allowed:
-            run = budgets.begin(run, action, at)
+            run = budgets.begin(run, action, at, steps=step)
             run = budgets.finish(run, action, "success", at, evidence=event.evidence)
             return run, RunDecision("journal", repeat=decision.repeat, step=step)
         assert decision.stop is not None
         if decision.stop.condition == "uncertain-side-effect":
             # Answering a completed write from the journal changes nothing outside.
+            run = dataclasses.replace(run, steps=step)
             return run, RunDecision("journal", repeat=decision.repeat, step=step)
     if decision.allowed:
         limit = budget.max_calls_per_turn
         if limit is None:
-            run = budgets.begin(run, action, at)
+            run = budgets.begin(run, action, at, steps=step)
             return run, RunDecision("run", repeat=decision.repeat, step=step)
         if run.turn_calls >= limit and run.stopped is None:
-            run = dataclasses.replace(run, deferred=run.deferred + 1)
+            run = dataclasses.replace(run, deferred=run.deferred + 1, steps=step)
             return run, RunDecision("deferred", repeat=decision.repeat, step=step)
-        run = budgets.begin(run, action, at)
+        run = budgets.begin(run, action, at, steps=step)
         run = dataclasses.replace(run, turn_calls=run.turn_calls + 1)
         return run, RunDecision("run", repeat=decision.repeat, step=step)
     stop = decision.stop
     assert stop is not None
+    run = dataclasses.replace(run, steps=step)
     if stop.condition == "uncertain-side-effect" and run.stopped is None:
         run = _blocked(run, stop, step, action.tool)
         return run, RunDecision("writes-blocked", run.writes_blocked, decision.repeat, step)
