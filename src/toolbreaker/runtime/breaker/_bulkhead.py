@@ -13,7 +13,8 @@ Theory of operation:
   so a lost permit cannot shrink the bulkhead for good. Nothing waits.
 - **Across processes**, when the breaker's store keeps :class:`~toolbreaker.stores.Records`
   and is shared (not a :class:`~toolbreaker.stores.MemoryStore`): slot ``i`` of the
-  dependency is the lease ``slot-<i>`` in the record space ``bulkhead/<key>``, taken by
+  dependency is the lease ``slot-<i>`` in the record space ``bulkhead/{<key>}`` (in the
+  breaker's own cluster slot, see :func:`~toolbreaker.stores._records.breaker_space`), taken by
   compare-and-set (:func:`~toolbreaker.stores._records.acquire_lease`) for the call's
   deadline plus the margin, so a slot held by a killed process comes back when its lease
   runs out. The process's own table is asked first (no store round trip when this process
@@ -41,6 +42,7 @@ from typing import Final
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.stores._protocol import Records
+from toolbreaker.stores._records import breaker_space
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["BULKHEAD_SPACE", "MARGIN_MS", "Bulkhead", "Slot", "shares_records"]
@@ -124,7 +126,7 @@ class Bulkhead:
         self._held: dict[str, int] = {}
         self._running = 0  # slots of calls that give them back in a ``finally``
         self._ids = itertools.count(1)
-        self.space = f"{BULKHEAD_SPACE}/{key}"
+        self.space = breaker_space(BULKHEAD_SPACE, key)  # in the breaker's cluster slot
         self._names = tuple(f"slot-{i}" for i in range(limit))
 
     @property
