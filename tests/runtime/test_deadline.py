@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import weakref
 
 import pytest
@@ -179,30 +180,46 @@ def test_a_call_not_started_by_its_deadline_never_starts():
     assert ran == []
 
 
-def test_no_free_worker_means_none_at_once_never_a_queue():
-    """When every ordinary worker is busy, acquire() answers None immediately."""
-    pool = Workers(3, reserved=1)
+def test_busy_workers_never_refuse_a_call_a_new_worker_takes_it():
+    """When every worker is busy with calls within their deadline, acquire() starts a
+    new worker at once: no queue, and no cap on calls whose callers still wait."""
+    pool = Workers(1, reserved=0)
     try:
-        first, second = pool.acquire(), pool.acquire()
-        assert first is not None
-        assert second is not None
-        assert pool.acquire() is None
-        first.release()
-        assert pool.acquire() is first
+        busy = [pool.acquire() for _ in range(5)]
+        assert all(worker is not None for worker in busy)
+        assert len({id(worker) for worker in busy}) == 5
+        assert pool.busy == 5
+        busy[0].release()
+        assert pool.acquire() is busy[0]  # an idle one is used first
     finally:
         pool.close()
 
 
-def test_the_reserved_worker_serves_probes_only():
-    """A probe may take the reserved worker that ordinary calls may not."""
+def test_hung_calls_bound_the_pool_and_the_reserved_one_serves_probes_only():
+    """Once hung calls (pinned workers) hold ``max_hung - reserved`` workers, an
+    ordinary call gets None at once; a probe may still run beside the reserved one."""
+    release = threading.Event()
     pool = Workers(2, reserved=1)
     try:
-        assert pool.acquire() is not None
+        worker = pool.acquire()
+        assert worker is not None
+        assert worker.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
+        assert pool.refuses() == 1
         assert pool.acquire() is None
-        assert pool.acquire(probe=True) is not None
+        probe = pool.acquire(probe=True)
+        assert probe is not None
+        assert probe.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
+        assert pool.refuses(probe=True) == 2
         assert pool.acquire(probe=True) is None
     finally:
-        pool.close()
+        release.set()
+    give_up = time.monotonic() + PATIENCE
+    while pool.pinned:  # the hung calls return
+        assert time.monotonic() < give_up
+        time.sleep(0.005)
+    assert pool.refuses() is None
+    assert pool.acquire() is not None
+    pool.close()
 
 
 def test_a_single_worker_pool_reserves_nothing():
