@@ -9,6 +9,7 @@ counts are exact and nothing depends on timing.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
@@ -475,3 +476,37 @@ def test_a_hung_calls_lease_is_renewed_until_the_call_ends():
     wait_for(lambda: store.inner.record_list(space) == [], "the slot came back")
     assert two.allow().admitted
     one.close()
+
+
+# Python 3.12+ warns that forking a multi-threaded process may deadlock; the child here
+# only counts its bulkhead's slots, writes to a pipe and exits.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_child_does_not_count_its_parents_hung_calls():
+    """A hung call holds its slot in the parent; a forked child (a pre-forking server's
+    worker) starts with every slot free: the parent's calls do not run there."""
+    dependency = Dependency()
+    breaker = Breaker("search", timeout=STARTS_WITHIN, max_concurrent=1,
+                      policy=Policy(failure_threshold=100))  # fmt: skip
+    assert breaker._bulkhead is not None
+    try:
+        with pytest.raises(TimeoutError):
+            breaker.call(dependency)
+        assert breaker._bulkhead.in_use == 1
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            try:
+                os.write(write, str(breaker._bulkhead.in_use).encode())
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        child = os.read(read, 100).decode()
+        os.close(read)
+        os.close(write)
+        assert child == "0"
+        assert breaker._bulkhead.in_use == 1
+    finally:
+        dependency.release.set()
+    wait_for(lambda: breaker._bulkhead.in_use == 0, "the hung call returned")
+    breaker.close()

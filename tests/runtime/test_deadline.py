@@ -222,6 +222,67 @@ def test_hung_calls_bound_the_pool_and_the_reserved_one_serves_probes_only():
     pool.close()
 
 
+def test_idle_workers_beyond_the_kept_ones_retire_after_a_burst(monkeypatch):
+    """A burst of 6 concurrent calls on a pool that keeps 2 idle workers starts 6
+    threads; once the burst is over, the idle ones beyond 2 retire after the keep-alive
+    (shortened here), and the 2 kept ones still serve calls."""
+    from toolbreaker.runtime.breaker import _deadline
+
+    monkeypatch.setattr(_deadline, "KEEP_ALIVE_S", 0.05)
+    pool = Workers(2, name="test-burst")
+    try:
+        burst = [pool.acquire() for _ in range(6)]
+        assert all(worker is not None for worker in burst)
+        for worker in burst:
+            assert worker.run(int, ("1",), {}, PATIENCE) == 1
+        assert pool.busy == 0
+
+        def threads() -> int:
+            return sum(t.name.startswith("test-burst-") for t in threading.enumerate())
+
+        give_up = time.monotonic() + PATIENCE
+        while threads() > 2:  # the four extra workers end their threads
+            assert time.monotonic() < give_up, threads()
+            time.sleep(0.01)
+        assert len(pool._idle) == 2
+        worker = pool.acquire()
+        assert worker is not None
+        assert worker.run(int, ("7",), {}, PATIENCE) == 7
+    finally:
+        pool.close()
+
+
+def test_then_is_called_once_when_the_call_is_over():
+    """``then`` runs once: in the caller for a call that returned or raised in time or
+    never started; in the worker, when it returns, for a call that outlived its deadline."""
+    pool = Workers(3, reserved=0)
+    over: list[str] = []
+    release = threading.Event()
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        assert worker.run(int, ("3",), {}, PATIENCE, lambda: over.append("returned")) == 3
+        worker = pool.acquire()
+        assert worker is not None
+        with pytest.raises(ValueError, match="boom"):
+            worker.run(int, ("boom",), {}, PATIENCE, lambda: over.append("raised"))
+        assert over == ["returned", "raised"]
+        late = threading.Event()
+        worker = pool.acquire()
+        assert worker is not None
+        hung = worker.run(hang_until, (release,), {}, STARTS_WITHIN, late.set)
+        assert hung is OVERDUE
+        assert not late.is_set()  # still running: it still holds what it was given
+        release.set()
+        assert late.wait(PATIENCE)
+        never = Worker(pool)  # no thread: its call cannot start before the deadline
+        assert never.run(int, (), {}, 0.01, lambda: over.append("never started")) is OVERDUE
+        assert over == ["returned", "raised", "never started"]
+    finally:
+        release.set()
+        pool.close()
+
+
 def test_a_single_worker_pool_reserves_nothing():
     """With one worker nothing can be kept for probes: ordinary calls may use it."""
     pool = Workers(1, reserved=1)

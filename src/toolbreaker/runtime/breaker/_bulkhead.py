@@ -176,7 +176,8 @@ class Bulkhead:
     @property
     def hung(self) -> int:
         """Slots this process holds for calls still running past their deadline."""
-        return sum(until == _FOREVER for until in tuple(self._held.values()))
+        with self._lock:
+            return sum(until == _FOREVER for until in self._held.values())
 
     def enter(self) -> bool:
         """Take a slot of this process for a call that surely gives it back (``leave``).
