@@ -296,3 +296,40 @@ def test_ordinary_concurrency_is_never_refused_by_the_deadline_workers():
     stats = breaker.stats
     assert (stats.admitted, stats.rejected, stats.saturated) == (256, 0, 0)
     assert breaker.state.phase == "closed"
+
+
+@pytest.mark.parametrize(
+    ("enforce", "flavour"),
+    [("cooperative", "sync"), ("thread", "sync"), ("cooperative", "async"), ("thread", "async")],
+)
+def test_every_quiet_fast_path_settles_a_late_or_refused_result_after_all(enforce, flavour):
+    """The quiet fast paths skip the store for a success, but not for a result that came
+    after its deadline (ambiguous, never a success) nor for one the result predicate
+    calls a failure: each path (inline, in a worker, on the loop) settles those."""
+    clock = FakeClock()
+    breaker = Breaker("search", clock=clock, timeout=1, enforce=enforce,
+                      result_is_failure=lambda result: result == "error page")  # fmt: skip
+
+    def late() -> str:
+        clock.advance(1_001)  # the result comes after the 1 s deadline
+        return "late"
+
+    async def alate() -> str:
+        return late()
+
+    async def apage() -> str:
+        return "error page"
+
+    def through(fn, afn):
+        if flavour == "sync":
+            return breaker.call(fn)
+        return asyncio.run(breaker.acall(afn))
+
+    for _ in range(2):  # quiet from here on: the fast path serves the calls
+        assert through(lambda: "ok", lambda: asyncio.sleep(0, "ok")) == "ok"
+    assert breaker.state is breaker._quiet
+    assert through(late, alate) == "late"
+    assert through(lambda: "error page", apage) == "error page"
+    assert breaker.stats.late_results == 1
+    assert breaker.stats.failures == {"late-result": 1, "result-predicate": 1}
+    breaker.close()
