@@ -1344,17 +1344,24 @@ class Breaker:
         As inline, the call is settled after all only when the core may care (a failure,
         a timeout, a late or a predicate's result, a state that changed meanwhile). A
         bulkhead of this process is a counter, given back when the call is over, which
-        may be long after its deadline.
+        may be long after its deadline. :meth:`_worker` and :meth:`_unquiet` are
+        inlined: the caller's every step here also keeps the worker's CPU idle longer,
+        and waking it from idle is most of what a hand-off costs.
         """
         slots = self._slots
         if slots is not None and not slots.enter():
             raise self._no_slot(_SATURATED, deadline).error()
+        pool = self._workers or self._start_workers()
         try:
-            worker = self._worker(False)
+            worker = pool.acquire()
         except BaseException:
             if slots is not None:
                 slots.leave()
             raise
+        if worker is None:
+            if slots is not None:
+                slots.leave()
+            raise self._no_worker(pool, False, False)
         self.stats.admitted += 1
         ticks = self._ticks
         start = ticks()
@@ -1367,7 +1374,11 @@ class Breaker:
         if result is OVERDUE:
             self._quiet_permit(state, start // self._per_ms, deadline).record(_TIMEOUT)
             raise self._overdue(deadline)
-        if self._unquiet(state, start, deadline):
+        if (
+            self.result_is_failure is not None
+            or ticks() - start > deadline * self._per_ms
+            or self._view.state is not state
+        ):
             self._quiet_outcome(state, start // self._per_ms, deadline, result)
         return result
 
@@ -1377,7 +1388,8 @@ class Breaker:
         The fast paths of ``call``, ``acall`` and a worker skip the store because the
         core says a success in a quiet state changes nothing; that holds unless the row
         has a result predicate, the result came after the deadline (late: ambiguous,
-        never a success) or the state changed meanwhile. ``start`` is in ticks.
+        never a success) or the state changed meanwhile. ``start`` is in ticks. The two
+        sync paths inline it (see there); a test drives all of them through both cases.
         """
         return (
             self.result_is_failure is not None
