@@ -454,7 +454,8 @@ class Breaker:
             callable of no arguments) that a health checker runs while the breaker is
             open; only the checker then probes (see :class:`~toolbreaker.HealthChecker`).
         max_concurrent: the bulkhead: the most calls in flight at once, across processes
-            when the store is shared (see :class:`Boundary`); ``None``: no limit.
+            when the store is shared, until they really end (see :class:`Boundary`);
+            ``None``: no limit.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
