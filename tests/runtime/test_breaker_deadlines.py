@@ -333,3 +333,37 @@ def test_every_quiet_fast_path_settles_a_late_or_refused_result_after_all(enforc
     assert breaker.stats.late_results == 1
     assert breaker.stats.failures == {"late-result": 1, "result-predicate": 1}
     breaker.close()
+
+
+def test_a_required_tool_answered_hung_stops_the_run_a_saturated_one_does_not():
+    """Through a run guard: ``hung`` means the dependency stopped answering (its calls
+    run on past their deadline), so a required tool answered ``hung`` stops the run as
+    a dependency that is down does; ``saturated`` is only a full bulkhead and never
+    stops it."""
+    from toolbreaker import GuardedTool, RunGuard
+
+    release = threading.Event()
+    hung = Breaker("crm", timeout=STARTS_WITHIN, max_workers=1)
+    guard = RunGuard("hung-required")
+    guard.add_tool(
+        GuardedTool("lookup", fn=lambda q: hang_until(release), breaker=hung, required=True)
+    )
+    try:
+        assert guard.call("lookup", {"q": "a"})["ok"] is False  # the timeout
+        assert guard.stopped is None
+        answer = guard.call("lookup", {"q": "b"})
+        assert answer["reason"] == "hung"
+        assert guard.stopped is not None
+        assert "hung" in guard.stopped.detail
+    finally:
+        release.set()
+    wait_for(lambda: hung.stats.pinned_workers == 0, "the hung call returned")
+    hung.close()
+
+    full = Breaker("crm", timeout=5, max_concurrent=1, enforce="cooperative")
+    guard = RunGuard("saturated-required")
+    guard.add_tool(GuardedTool("lookup", fn=lambda q: q, breaker=full, required=True))
+    held = guard.begin("lookup", {"q": "a"})
+    assert guard.begin("lookup", {"q": "b"}).answer["reason"] == "saturated"
+    assert guard.stopped is None
+    held.succeeded("a")
