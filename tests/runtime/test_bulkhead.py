@@ -442,23 +442,32 @@ def test_a_hung_run_guard_call_keeps_its_slot_until_it_really_ends():
     breaker.close()
 
 
-def test_a_hung_calls_lease_is_renewed_until_the_call_ends():
-    """Two breakers share a store (two processes, in effect), one slot in all. A call of
-    the first hangs past its deadline; long after its lease would have run out, both
-    still count it (the lease is renewed while the call runs) and answer ``saturated``.
-    Once the call returns, the slot is free for the other process."""
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_hung_calls_lease_is_renewed_until_the_call_ends(kind, tmp_path):
+    """Two breakers share a store (two processes, in effect: with SQLite, two store
+    objects on one file), one slot in all. A call of the first hangs past its deadline;
+    long after its lease would have run out, both still count it (the lease is renewed
+    while the call runs) and answer ``saturated``. Once the call returns, the slot is
+    free for the other process."""
+    from toolbreaker.stores import SQLiteStore
+
     clock = FakeClock()
-    store = SharedMemory()
-    one = Breaker("search", timeout=STARTS_WITHIN, max_concurrent=1, store=store, clock=clock,
-                  policy=Policy(failure_threshold=100))  # fmt: skip
-    two = Breaker("search", timeout=5, max_concurrent=1, store=store, clock=clock,
+    if kind == "memory":
+        store_one = store_two = SharedMemory()
+        records: Any = store_one.inner
+    else:
+        store_one = SQLiteStore(str(tmp_path / "shared.db"))
+        store_two = records = SQLiteStore(str(tmp_path / "shared.db"))
+    one = Breaker("search", timeout=STARTS_WITHIN, max_concurrent=1, store=store_one,
+                  clock=clock, policy=Policy(failure_threshold=100))  # fmt: skip
+    two = Breaker("search", timeout=5, max_concurrent=1, store=store_two, clock=clock,
                   enforce="cooperative")  # fmt: skip
     assert one._bulkhead is not None
     space = one._bulkhead.space
     dependency = Dependency()
 
     def renewed() -> bool:
-        [(_, lease, _)] = store.inner.record_list(space)
+        [(_, lease, _)] = records.record_list(space)
         return bool(lease["until"] > clock())
 
     try:
@@ -473,9 +482,12 @@ def test_a_hung_calls_lease_is_renewed_until_the_call_ends():
         assert dependency.calls == 1
     finally:
         dependency.release.set()
-    wait_for(lambda: store.inner.record_list(space) == [], "the slot came back")
+    wait_for(lambda: records.record_list(space) == [], "the slot came back")
     assert two.allow().admitted
     one.close()
+    if kind == "sqlite":
+        store_one.close()
+        store_two.close()
 
 
 # Python 3.12+ warns that forking a multi-threaded process may deadlock; the child here
