@@ -102,6 +102,7 @@ _ABANDONED: Final = 5
 _STOP: Final = 6
 
 _NO_CONTEXT: Final = contextvars.Context()
+_NO_KWARGS: Final[dict[str, Any]] = {}  # what an idle worker holds; never written to
 
 
 def _nothing() -> None:
@@ -138,7 +139,7 @@ class Worker:
         self._context = _NO_CONTEXT
         self._call: Callable[..., Any] = _nothing
         self._args: tuple[Any, ...] = ()
-        self._kwargs: dict[str, Any] = {}
+        self._kwargs: dict[str, Any] = _NO_KWARGS
         self._result: Any = None
         self._error: BaseException | None = None
         self._then: Callable[[], None] | None = None
@@ -266,7 +267,7 @@ class Worker:
                 else:
                     self._state = _DONE
             self._call, self._context = _nothing, _NO_CONTEXT
-            self._args, self._kwargs = (), {}
+            self._args, self._kwargs = (), _NO_KWARGS
             if not late:
                 self._done.release()
                 continue
@@ -282,7 +283,7 @@ class Worker:
 
     def _clear(self) -> None:
         self._call, self._context = _nothing, _NO_CONTEXT
-        self._args, self._kwargs = (), {}
+        self._args, self._kwargs = (), _NO_KWARGS
         self._result = self._error = None
         self._then = None
 
