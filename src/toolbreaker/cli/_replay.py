@@ -45,7 +45,7 @@ from typing import IO, Any, Final, NamedTuple, TextIO, cast
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import RECEIPT_SCHEMA, Ledger, Replay
-from toolbreaker.core.breaker.state import OPEN, BreakerState, Transition
+from toolbreaker.core.breaker.state import BreakerState, Transition, opened, opening
 from toolbreaker.core.files import MAX_LINE_BYTES, iter_line_blocks, printable
 from toolbreaker.errors import ReceiptError, TraceError
 
@@ -264,7 +264,7 @@ class StreamingReplay(Replay):
     def _keep(self, ledger: Ledger, dependency: str, records: tuple[Transition, ...]) -> None:
         spill = self._spill
         for record in records:
-            if record.to_phase == OPEN and record.from_phase != OPEN:
+            if opened(record):
                 spill.counts.setdefault(dependency, _Counts()).opens += 1
             compact, pretty = _formats(record)
             # A literal template: it takes (and prints nothing of) four empty fields.
@@ -287,7 +287,7 @@ class StreamingReplay(Replay):
         if template is None:
             template = _plain_templates(key)
         spill = self._spill
-        if before.phase != after.phase and after.phase == OPEN:
+        if opening(before, after):
             spill.counts.setdefault(dependency, _Counts()).opens += 1
         until = after.open_until
         record = (
@@ -468,7 +468,7 @@ class SummaryReplay(StreamingReplay):
             counts.remote += record.attempted
             counts.rejected += record.rejected
             counts.would_reject += record.would_reject
-            counts.opens += record.to_phase == OPEN and record.from_phase != OPEN
+            counts.opens += opened(record)
 
     def _keep_plain(  # noqa: PLR0917 - called once per event by feed_trace
         self,
@@ -489,7 +489,7 @@ class SummaryReplay(StreamingReplay):
             counts.remote += 1
         elif kind == "request":
             counts.rejected += 1
-        if after.phase == OPEN and before.phase != OPEN:
+        if opening(before, after):
             counts.opens += 1
 
 

@@ -38,11 +38,14 @@ breakers' clock::
 
 Fail closed. A refused connection, a timeout (``socket_timeout``, 0.25 s by default) or a
 reply that does not validate raises ``StoreUnavailable``: the breaker denies the call with
-the reason ``store-unavailable``. A stored state that does not validate loads as the
-core's recovered-from-corruption open state. A server that comes back is used again
-without a restart. Idle breakers expire after ``idle_ttl`` (never an isolated one, and
-never one a process still views: the feed refreshes those), and probe leases carry their
-owner and admission time, so a crashed worker cannot leave a breaker half-open forever.
+the reason ``store-unavailable``. A journal or record write whose request may have
+reached the server before it failed (a timeout waiting for the reply) raises its
+subclass ``StoreWriteUnknown``: the write may have been made. A stored state that does
+not validate loads as the core's recovered-from-corruption open state. A server that
+comes back is used again without a restart. Idle breakers expire after ``idle_ttl``
+(never an isolated one, and never one a process still views: the feed refreshes those),
+and probe leases carry their owner and admission time, so a crashed worker cannot leave
+a breaker half-open forever.
 
 Records (:class:`~toolbreaker.stores.Records`). One hash per space,
 ``<prefix>:{records:<space>}:records``, maps each key to ``"<version> <json>"``; a
@@ -68,6 +71,7 @@ from importlib import resources
 from typing import Any, Final, NamedTuple
 
 from toolbreaker.core.breaker.machine import apply as core_apply
+from toolbreaker.core.breaker.machine import held_by_operator
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
@@ -414,7 +418,7 @@ class RedisStore(SharedStore):
                 keys=keys, args=[key, text, "1" if only_new else "0", self.journal_ttl_ms]
             )
         except self._errors as exc:
-            raise self._journal_fault(task, exc) from exc
+            raise self._journal_fault(task, exc, maybe_written=_maybe_sent(exc)) from exc
         return bool(written)
 
     def _journal_read(self, task: str, key: str) -> object:
@@ -455,7 +459,7 @@ class RedisStore(SharedStore):
         try:
             written = self._record_put(keys=[self._records_key(space)], args=[key, text, expected])
         except self._errors as exc:
-            raise self._record_fault(space, exc) from exc
+            raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
         if type(written) is not int or written < 0:
             raise StoreUnavailable(f"a record in space {space!r} does not validate")
         return written or None
@@ -465,7 +469,7 @@ class RedisStore(SharedStore):
         try:
             removed = self._record_delete(keys=[self._records_key(space)], args=[key, expected])
         except self._errors as exc:
-            raise self._record_fault(space, exc) from exc
+            raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
         return bool(removed == 1)
 
     def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
@@ -621,7 +625,7 @@ class RedisStore(SharedStore):
         return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key)
 
     def _ttl_ms(self, state: BreakerState, policy: Policy) -> int:
-        if state.isolated or state.forced_closed:
+        if held_by_operator(state):
             return 0  # an operator's isolation (or forced close) lasts until released
         return max(self.idle_ttl_ms, 2 * (policy.cooldown_max_ms + policy.lease_ttl_ms))
 
@@ -794,6 +798,21 @@ class _Failed:
 
     def __init__(self, error: BaseException) -> None:
         self.error = error
+
+
+def _maybe_sent(exc: BaseException) -> bool:
+    """Whether a failed command may have reached the server (its write may be made).
+
+    Not when the server answered with an error (it refused the command), nor when no
+    connection could be made (redis-py words those "... connecting to ..."). Anything
+    else (a reply slower than ``socket_timeout``, a connection lost mid-way, an error
+    of the client's own) may have come after the server ran the command.
+    """
+    errors = _redis().exceptions
+    if isinstance(exc, errors.ResponseError):
+        return False
+    connecting = isinstance(exc, (errors.ConnectionError, errors.TimeoutError))
+    return not (connecting and "connecting to" in str(exc))
 
 
 def _no_script(answer: object) -> bool:
