@@ -50,7 +50,9 @@ a breaker half-open forever.
 Records (:class:`~toolbreaker.stores.Records`). One hash per space,
 ``<prefix>:{records:<space>}:records``, maps each key to ``"<version> <json>"``; a
 compare-and-set is one script on that hash. The space is the hash tag, so on a cluster a
-whole space lives in one slot and listing it is one ``HGETALL`` on one node. Records
+whole space lives in one slot and listing it is one ``HGETALL`` on one node. A space that
+carries a hash tag of its own (a breaker's, ``bulkhead/{<key>}``) is the hash
+``<prefix>:<space>:records``: it lives in the slot of that breaker's state. Records
 never expire (a lease carries its own end) and follow the server's persistence settings.
 """
 
@@ -640,6 +642,8 @@ class RedisStore(SharedStore):
         return f"{self.prefix}:{{{task}}}:journal-order"
 
     def _records_key(self, space: str) -> str:
+        if _tagged(space):
+            return f"{self.prefix}:{space}:records"  # in the slot its tag names
         return f"{self.prefix}:{{records:{space}}}:records"
 
     def _async_script(self) -> Any:
@@ -1181,6 +1185,12 @@ class _ShardedFeed:
         self._calm_since = 0.0
         self._retry_at = time.monotonic() + random.uniform(self._wait / 2, self._wait)  # noqa: S311 - jitter only
         self._wait = min(self._wait * 2, _FEED_WAIT_MAX)
+
+
+def _tagged(name: str) -> bool:
+    """Whether ``name`` has a Redis Cluster hash tag: ``{``, then a ``}`` after one char."""
+    start = name.find("{")
+    return start >= 0 and name.find("}", start + 1) > start + 1
 
 
 def _split_record(raw: object, space: str) -> tuple[object, int]:
