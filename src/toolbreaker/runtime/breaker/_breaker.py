@@ -155,6 +155,7 @@ _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
 _SATURATED: Final = "saturated"
+_RETRY_BUDGET: Final = "retry-budget"
 _HUNG: Final = "hung"
 _PLAIN_SCOPE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
@@ -838,10 +839,38 @@ class Breaker:
         Settle the returned :class:`Permit` with ``record()``, or hand
         :attr:`Rejection.result` to the model instead of calling the tool.
         """
+        return self.admit(timeout=timeout)
+
+    def admit(self, *, retry: bool = False, timeout: float | None = _UNSET) -> Permit | Rejection:
+        """Admission and retries, the one way in.
+
+        What :meth:`allow`, :meth:`begin` and a :class:`~toolbreaker.RunGuard` ask.
+        ``retry``: the call re-issues one whose last attempt failed retryably (the model
+        is a retry layer; the caller's ledger of failed calls says so: the breaker's own
+        for :meth:`begin` steps, the run's for a run guard). It spends one retry of this
+        breaker's budget first; when none is left the answer is a :class:`Rejection`
+        with reason ``retry-budget``: the call is not made, and the model reads that the
+        tool is unavailable for this run. A scoped row admits through the current
+        scope's breaker (its budget, its state).
+        """
         if self._scoped is not None and (target := self.for_scope()) is not self:
-            return target.allow(timeout=timeout)
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        return self._enter(self.clock(), deadline)
+            return target.admit(retry=retry, timeout=timeout)
+        if retry and not self._spend_model_retry():
+            return Rejection(self, _RETRY_BUDGET, None)
+        return self._enter(self.clock(), self._deadline_for(timeout))
+
+    async def aadmit(
+        self, *, retry: bool = False, timeout: float | None = _UNSET
+    ) -> Permit | Rejection:
+        """:meth:`admit` for the event loop: the store round trip is awaited.
+
+        A retry budget shared through the store is paid in a worker thread.
+        """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.aadmit(retry=retry, timeout=timeout)
+        if retry and not await self._aspend_model_retry():
+            return Rejection(self, _RETRY_BUDGET, None)
+        return await self._aenter(self.clock(), self._deadline_for(timeout))
 
     def begin(
         self,
@@ -859,13 +888,11 @@ class Breaker:
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return target.begin(tool, args, timeout=timeout)
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        refused = self._model_retry(tool or self.tool, dict(args or {}))
-        if refused is None:
-            refused = self._step(tool, args, self._enter(self.clock(), deadline), deadline)
-        if refused.answer is not None and self.degradation.chain:
-            refused.answer = self.degradation.result(refused.tool, refused.args, refused.answer)
-        return refused
+        retry = self._retried(tool or self.tool, dict(args or {}))
+        step = self._step(tool, args, self.admit(retry=retry, timeout=timeout), timeout)
+        if step.answer is not None and self.degradation.chain:
+            step.answer = self.degradation.result(step.tool, step.args, step.answer)
+        return step
 
     async def abegin(
         self,
@@ -877,23 +904,26 @@ class Breaker:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.abegin(tool, args, timeout=timeout)
-        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        refused = await self._amodel_retry(tool or self.tool, dict(args or {}))
-        if refused is None:
-            refused = self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
-        if refused.answer is not None and self.degradation.chain:
-            degraded = self.degradation.aresult(refused.tool, refused.args, refused.answer)
-            refused.answer = await degraded
-        return refused
+        retry = self._retried(tool or self.tool, dict(args or {}))
+        admission = await self.aadmit(retry=retry, timeout=timeout)
+        step = self._step(tool, args, admission, timeout)
+        if step.answer is not None and self.degradation.chain:
+            step.answer = await self.degradation.aresult(step.tool, step.args, step.answer)
+        return step
+
+    def _deadline_for(self, timeout: float | None) -> int | None:
+        """The deadline of a call given ``timeout`` (the breaker's own when not given)."""
+        return self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
 
     def _step(
         self,
         tool: str | None,
         args: Mapping[str, Any] | None,
         admission: Permit | Rejection,
-        deadline: int | None,
+        timeout: float | None,
     ) -> Step:
         name = tool or self.tool
+        deadline = self._deadline_for(timeout)
         seconds = None if deadline is None else deadline / 1000
         if isinstance(admission, Permit):
             return Step(self, name, dict(args or {}), deadline=seconds, permit=admission)
@@ -901,7 +931,7 @@ class Breaker:
 
     def _step_succeeded(self, step: Step, result: Any) -> Any:
         step.permit.record(self.result_verdict(result))
-        self._retry_succeeded()
+        self.retry_succeeded()
         self._model_retry_ended(step.tool, step.args)
         self.degradation.remember(step.tool, step.args, result)
         return result
@@ -915,7 +945,7 @@ class Breaker:
 
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
         await step.permit.arecord(self.result_verdict(result))
-        self._retry_succeeded()
+        self.retry_succeeded()
         self._model_retry_ended(step.tool, step.args)
         await self.degradation.aremember(step.tool, step.args, result)
         return result
@@ -1232,7 +1262,7 @@ class Breaker:
                 if self._overran(operation):
                     raise  # the wait overran the end-to-end deadline: no attempt after it
                 continue
-            self._retry_succeeded()
+            self.retry_succeeded()
             return result
 
     async def acall(  # noqa: PLR0915 - the quiet fast path stays in one frame
@@ -1319,7 +1349,7 @@ class Breaker:
                 if self._overran(operation):
                     raise  # the wait overran the end-to-end deadline: no attempt after it
                 continue
-            self._retry_succeeded()
+            self.retry_succeeded()
             return result
 
     def _call_once(
@@ -1793,8 +1823,11 @@ class Breaker:
         retries = self.stats.retries
         retries[reason] = retries.get(reason, 0) + 1
 
-    def _retry_succeeded(self) -> None:
-        """A success refills the retry budget."""
+    def retry_succeeded(self) -> None:
+        """A call through this breaker succeeded: its retry budget refills.
+
+        Its own call paths do this; so does a run guard for the calls it settles.
+        """
         policy = self._retry
         if self._shared_budget is not None:
             self._shared_budget.succeeded()  # no round trip here: written with the next one
@@ -1846,9 +1879,8 @@ class Breaker:
                     target = self if self._scoped is None else self.for_scope()
                     # The call's keywords by signature: the identity of the model's re-call.
                     call = bound(args, kwargs) if target._retry_budget is not None else {}
-                    refused = await target._amodel_retry(name, call)
-                    if refused is not None:
-                        return refused.answer
+                    if target._retried(name, call) and not await target._aspend_model_retry():
+                        return Rejection(target, _RETRY_BUDGET, None).result_for(name)
                     try:
                         result = await target.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
@@ -1871,9 +1903,8 @@ class Breaker:
                 target = self if self._scoped is None else self.for_scope()
                 # The call's keywords by signature: the identity of the model's re-call.
                 call = bound(args, kwargs) if target._retry_budget is not None else {}
-                refused = target._model_retry(name, call)
-                if refused is not None:
-                    return refused.answer
+                if target._retried(name, call) and not target._spend_model_retry():
+                    return Rejection(target, _RETRY_BUDGET, None).result_for(name)
                 try:
                     result = target.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
@@ -1922,7 +1953,7 @@ class Breaker:
         """:meth:`failure_result`, remembering how the call ended for the retry ledger.
 
         The model re-issuing a call whose failure invites a retry is then counted as a
-        retry (see :meth:`_model_retry`); the core decides both.
+        retry (see :meth:`admit`); the core decides both.
         """
         result = self.failure_result(tool, exc)
         if self._retry_budget is not None:
@@ -1958,25 +1989,11 @@ class Breaker:
         self._count_retry("model-retry" if allowed else "model-retry-refused")
         return allowed
 
-    def _model_retry(self, tool: str, call: Mapping[str, Any]) -> Step | None:
-        """The model is a retry layer: a re-issued call that just failed spends a retry.
-
-        Returns a step carrying the ``retry-budget`` answer when the budget is spent
-        (the call is not made), else ``None`` (the call goes ahead).
-        """
-        if not self._retried(tool, call) or self._spend_model_retry():
-            return None
-        return self._model_retry_refused(tool, call)
-
-    async def _amodel_retry(self, tool: str, call: Mapping[str, Any]) -> Step | None:
-        """:meth:`_model_retry` for the event loop: a shared budget is paid in a thread."""
-        if not self._retried(tool, call):
-            return None
+    async def _aspend_model_retry(self) -> bool:
+        """:meth:`_spend_model_retry` for the event loop: a shared budget in a thread."""
         if self._shared_budget is None:
-            allowed = self._spend_model_retry()
-        else:
-            allowed = await asyncio.to_thread(self._spend_model_retry)
-        return None if allowed else self._model_retry_refused(tool, call)
+            return self._spend_model_retry()
+        return await asyncio.to_thread(self._spend_model_retry)
 
     def _retried(self, tool: str, call: Mapping[str, Any]) -> bool:
         """Whether the call re-issues one whose last attempt failed retryably (a retry).
@@ -1988,10 +2005,6 @@ class Breaker:
             return False
         action = action_of(tool, call)
         return action is not None and is_retry(ledger, action)
-
-    def _model_retry_refused(self, tool: str, call: Mapping[str, Any]) -> Step:
-        answer = self._unavailable("retry-budget", None, tool=tool)
-        return Step(self, tool, dict(call), answer=answer)
 
     def _renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
         """The renderer of a rejection; with an operator's ``note`` when there is one."""

@@ -46,7 +46,6 @@ __all__ = [
     "Invoke",
     "Record",
     "RunTool",
-    "SpendRetry",
     "adrive",
     "drive",
 ]
@@ -128,36 +127,22 @@ class Blocking:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Admit:
-    """The dependency breaker's admission of one call: a permit or a rejection."""
+    """The dependency breaker's admission of one call (``Breaker.admit``).
+
+    A permit or a rejection; ``retry``: the call re-issues one that just failed, and
+    spends a retry of the breaker's budget first.
+    """
 
     breaker: Breaker
+    retry: bool = False
 
     def run(self) -> Permit | Rejection:
         """Ask the breaker (a store round trip, if one is needed, blocks)."""
-        breaker = self.breaker
-        return breaker._enter(breaker.clock(), breaker._default_deadline)
+        return self.breaker.admit(retry=self.retry)
 
     async def arun(self) -> Permit | Rejection:
-        """Ask the breaker; its store round trip is awaited."""
-        breaker = self.breaker
-        return await breaker._aenter(breaker.clock(), breaker._default_deadline)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SpendRetry:
-    """Spend one retry of the breaker's budget on the model re-issuing a failed call."""
-
-    breaker: Breaker
-
-    def run(self) -> bool:
-        """Whether the retry may go ahead."""
-        return self.breaker._spend_model_retry()
-
-    async def arun(self) -> bool:
-        """:meth:`run`; a budget shared through a store is paid in a worker thread."""
-        if self.breaker._shared_budget is None:
-            return self.breaker._spend_model_retry()
-        return await asyncio.to_thread(self.breaker._spend_model_retry)
+        """Ask the breaker; its round trip is awaited, a shared budget paid in a thread."""
+        return await self.breaker.aadmit(retry=self.retry)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

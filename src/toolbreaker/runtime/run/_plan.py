@@ -33,7 +33,7 @@ from toolbreaker.runtime._result import (
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Permit, Rejection, watch_openings
 from toolbreaker.runtime.breaker._degrade import deferred_notice
-from toolbreaker.runtime.run._driver import Admit, Flow, SpendRetry
+from toolbreaker.runtime.run._driver import Admit, Flow
 from toolbreaker.runtime.run._journal import step_of
 from toolbreaker.runtime.run._settle import Settling
 from toolbreaker.runtime.run._shell import CallPlan
@@ -46,14 +46,22 @@ class Planning(Settling):
     """The start of a call: the run machine's verdict, the breaker, the journal."""
 
     def _begin(self, tool: str, args: dict[str, Any]) -> Flow[Step]:
-        """Decide one call (``begin`` and ``abegin``): the step says what to do."""
+        """Decide one call (``begin`` and ``abegin``): the step says what to do.
+
+        A call the run machine lets run asks its dependency breaker next. The model is a
+        retry layer: re-issuing an action whose last attempt failed retryably (this run's
+        ledger says so) spends a retry of the breaker's budget first, and once it is
+        spent the tool is unavailable for the run (a required tool stops it).
+        """
         step: Step = yield self.blocking(None, self._plan, tool, args)
         plan: CallPlan | None = step.plan
         breaker = None if plan is None or step.answer is not None else plan.spec.breaker
-        if breaker is not None and (yield from self._may_retry(step)):
+        if breaker is not None:
             assert plan is not None
+            with self._lock:
+                retrying = is_retry(self._retries, plan.fingerprint)
             breaker = breaker.for_scope()  # a scoped row: this tenant's
-            admission = yield Admit(breaker)
+            admission = yield Admit(breaker, retrying)
             if isinstance(admission, Permit):
                 step.permit = admission
             else:
@@ -63,24 +71,6 @@ class Planning(Settling):
                 yield self.blocking(step, self._refused, step, admission, served)
         step = yield self.blocking(step, self._journal_pending, step)
         return self._joined(step)
-
-    def _may_retry(self, step: Step) -> Flow[bool]:
-        """The model is a retry layer: re-issuing an action that just failed spends a retry.
-
-        The dependency's retry budget pays for it; once it is spent the tool is unavailable
-        for the run (and a required tool stops it): ``False``, the step answered.
-        """
-        plan: CallPlan = step.plan
-        breaker = plan.spec.breaker
-        assert breaker is not None
-        with self._lock:
-            retrying = is_retry(self._retries, plan.fingerprint)
-        if not retrying or (yield SpendRetry(breaker)):
-            return True
-        answer = breaker._unavailable("retry-budget", None, tool=step.tool)
-        down = yield self.blocking(step, self._dependency_down, plan, answer, "retry-budget")
-        step.give(down)
-        return False
 
     def _refused(
         self, step: Step, admission: Rejection, served: dict[str, Any] | None = None

@@ -98,8 +98,10 @@ class Settling(RunShell):
         self._finish(plan, "success", evidence=evidence_digest(result, self.rules))
         self._observe_retry(plan, result)
         if spec.breaker is not None:
-            spec.breaker._retry_succeeded()  # a success refills the retry budget
-            spec.breaker.for_scope().degradation.remember(spec.name, plan.args, result)
+            # The breaker that admitted it (a scoped row's tenant breaker) hears it.
+            owner = step.permit.breaker if isinstance(step.permit, Permit) else spec.breaker
+            owner.retry_succeeded()  # a success refills the retry budget
+            owner.degradation.remember(spec.name, plan.args, result)
         if plan.key is not None:
             # The write happened; if the journal is down now, its idempotency key still
             # protects a retry at the provider.
