@@ -215,15 +215,24 @@ def test_the_phase_comparison_finder_finds_them(tmp_path):
 
 
 def _own_names(tree: Any) -> set[str]:
-    """Every name a module defines for itself: functions, classes, methods, names and
-    attributes it assigns (``self._x = ...``, ``obj._x = ...``), class fields, slots."""
+    """Every name a module defines for itself: functions, classes, methods, the names it
+    assigns, the attributes it gives ``self`` or ``cls``, class fields, slots.
+
+    Setting another object's attribute (``step._settled = True``) defines nothing: that
+    is reaching into it too.
+    """
     import ast
 
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
             names.add(node.attr)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             names.add(node.id)
@@ -281,8 +290,8 @@ def test_no_module_reaches_into_another_modules_private_attributes():
 
 
 def test_the_private_attribute_check_finds_what_it_looks_for(tmp_path, monkeypatch):
-    """The check is not blind: a module reaching into another's private method is found,
-    and one using its own private names, or ``self``'s, is not."""
+    """The check is not blind: a module calling another's private method, or setting its
+    private attribute, is found; one using its own private names, or ``self``'s, is not."""
     package = tmp_path / "toolbreaker"
     package.mkdir()
     (package / "a.py").write_text(
@@ -290,8 +299,12 @@ def test_the_private_attribute_check_finds_what_it_looks_for(tmp_path, monkeypat
         "    def _hidden2(self):\n        return 1\n"
     )
     (package / "b.py").write_text(
-        "def use(a, b):\n    b._mine = 1\n    return a._hidden(), b._mine\n"
+        "class B:\n    def __init__(self):\n        self._mine = 1\n\n\n"
+        "def use(a, b):\n    a._hidden2 = 2\n    return a._hidden(), b._mine\n"
     )
     monkeypatch.setattr(sys.modules[__name__], "SRC", package)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
-    assert private_attribute_uses() == ["toolbreaker/b.py:3: a._hidden"]
+    assert sorted(private_attribute_uses()) == [
+        "toolbreaker/b.py:7: a._hidden2",
+        "toolbreaker/b.py:8: a._hidden",
+    ]

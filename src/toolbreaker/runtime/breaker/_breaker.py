@@ -687,6 +687,14 @@ class Breaker:
             and (self._bulkhead is None or self._slots is not None)
         )
 
+    def stamp_policy_version(self) -> None:
+        """From now on, name in every record the policy version it was decided under.
+
+        What a breaker following a published sheet does (:meth:`adopt` turns it on too):
+        a registry whose follower runs calls it for each breaker it holds and makes.
+        """
+        self._stamp = True
+
     def adopt(self, boundary: Boundary) -> None:
         """Take a new sheet row (a published policy) between calls, keeping the state.
 
