@@ -845,9 +845,13 @@ class Breaker:
         """Ask to make one call.
 
         Settle the returned :class:`Permit` with ``record()``, or hand
-        :attr:`Rejection.result` to the model instead of calling the tool.
+        :attr:`Rejection.result` to the model instead of calling the tool. It is
+        :meth:`admit` without a retry, spelled out: the fastest two-step path.
         """
-        return self.admit(timeout=timeout)
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.allow(timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        return self._enter(self.clock(), deadline)
 
     def admit(self, *, retry: bool = False, timeout: float | None = _UNSET) -> Permit | Rejection:
         """Admission and retries, the one way in.
@@ -863,9 +867,14 @@ class Breaker:
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return target.admit(retry=retry, timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        return self._admission(retry, deadline)
+
+    def _admission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
+        """:meth:`admit` once the scope and the deadline are known."""
         if retry and not self._spend_model_retry():
             return Rejection(self, _RETRY_BUDGET, None)
-        return self._enter(self.clock(), self._deadline_for(timeout))
+        return self._enter(self.clock(), deadline)
 
     async def aadmit(
         self, *, retry: bool = False, timeout: float | None = _UNSET
@@ -876,9 +885,14 @@ class Breaker:
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.aadmit(retry=retry, timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        return await self._aadmission(retry, deadline)
+
+    async def _aadmission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
+        """:meth:`_admission` for the event loop."""
         if retry and not await self._aspend_model_retry():
             return Rejection(self, _RETRY_BUDGET, None)
-        return await self._aenter(self.clock(), self._deadline_for(timeout))
+        return await self._aenter(self.clock(), deadline)
 
     def begin(
         self,
@@ -896,8 +910,9 @@ class Breaker:
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return target.begin(tool, args, timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         retry = self._retried(tool or self.tool, dict(args or {}))
-        step = self._step(tool, args, self.admit(retry=retry, timeout=timeout), timeout)
+        step = self._step(tool, args, self._admission(retry, deadline), deadline)
         if step.answer is not None and self.degradation.chain:
             step.answer = self.degradation.result(step.tool, step.args, step.answer)
         return step
@@ -912,26 +927,21 @@ class Breaker:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.abegin(tool, args, timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         retry = self._retried(tool or self.tool, dict(args or {}))
-        admission = await self.aadmit(retry=retry, timeout=timeout)
-        step = self._step(tool, args, admission, timeout)
+        step = self._step(tool, args, await self._aadmission(retry, deadline), deadline)
         if step.answer is not None and self.degradation.chain:
             step.answer = await self.degradation.aresult(step.tool, step.args, step.answer)
         return step
-
-    def _deadline_for(self, timeout: float | None) -> int | None:
-        """The deadline of a call given ``timeout`` (the breaker's own when not given)."""
-        return self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
 
     def _step(
         self,
         tool: str | None,
         args: Mapping[str, Any] | None,
         admission: Permit | Rejection,
-        timeout: float | None,
+        deadline: int | None,
     ) -> Step:
         name = tool or self.tool
-        deadline = self._deadline_for(timeout)
         seconds = None if deadline is None else deadline / 1000
         if isinstance(admission, Permit):
             return Step(self, name, dict(args or {}), deadline=seconds, permit=admission)
