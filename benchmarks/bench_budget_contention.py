@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from toolbreaker.core.retry import RetryPolicy, spend
-from toolbreaker.runtime import _shared_budget
+from toolbreaker.runtime.breaker import _shared_budget
 from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 
 

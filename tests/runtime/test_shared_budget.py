@@ -284,7 +284,7 @@ def test_a_real_store_that_is_down_still_decides_no_retry(tmp_path):
     from stores.conftest import RedisServer
     from toolbreaker import RedisStore
     from toolbreaker.core.retry import spend
-    from toolbreaker.runtime import _shared_budget
+    from toolbreaker.runtime.breaker import _shared_budget
     from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 
     binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
@@ -327,7 +327,7 @@ def test_conflicts_back_off_with_growing_bounded_jitter(monkeypatch):
     """Each conflict waits a jittered while before reading again: the windows grow and
     stay under the cap, and the decision is made once a write wins."""
     from toolbreaker.core.retry import spend
-    from toolbreaker.runtime import _shared_budget
+    from toolbreaker.runtime.breaker import _shared_budget
     from toolbreaker.runtime.breaker._shared_budget import BACKOFF_CAP_S, SharedBudget
 
     slept: list[float] = []
@@ -344,7 +344,7 @@ def test_conflicts_that_never_end_decide_no_retry_within_a_bounded_wait(monkeypa
     """A write that loses every time: "no retry" once MAX_BACKOFF_S has passed (on a
     clock the sleeps advance), having waited at most that plus one window."""
     from toolbreaker.core.retry import spend
-    from toolbreaker.runtime import _shared_budget
+    from toolbreaker.runtime.breaker import _shared_budget
     from toolbreaker.runtime.breaker._shared_budget import (
         ATTEMPTS,
         BACKOFF_CAP_S,
@@ -390,7 +390,7 @@ def test_conflicts_on_the_event_loop_never_sleep_there(monkeypatch, service):
     """Async callers pay the shared budget in a worker thread, so a backoff never blocks
     the loop; a decision asked on the loop thread itself retries without sleeping."""
     from toolbreaker.core.retry import spend
-    from toolbreaker.runtime import _shared_budget
+    from toolbreaker.runtime.breaker import _shared_budget
     from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 
     where: list[int] = []
