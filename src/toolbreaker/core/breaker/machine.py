@@ -55,6 +55,7 @@ from toolbreaker.core.breaker.state import (
 from toolbreaker.errors import TraceError
 
 __all__ = [
+    "ADMITTED",
     "OPERATOR_TYPES",
     "admission",
     "apply",
@@ -63,7 +64,9 @@ __all__ = [
     "idle_rejection",
     "is_evictable",
     "is_quiet",
+    "plain_record",
     "plain_step",
+    "record_flags",
     "retry_after_ms",
     "step",
 ]
@@ -72,7 +75,8 @@ __all__ = [
 #: it keeps deciding and recording but admits every request), or end either (``release``).
 OPERATOR_TYPES: Final = frozenset({"isolate", "force-closed", "release"})
 
-_ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
+#: The reasons of a request that reaches the dependency (a call, or a probe).
+ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
 _Window = tuple[tuple[int, int, int, int], ...]
 
 _OUTCOME_REASONS: Final = {
@@ -237,9 +241,7 @@ def plain_step(policy: Policy) -> PlainStep | None:
     reason)``, exactly what :func:`apply` decides when it makes one record, or ``None``
     when it would not answer that cheaply: a probe lease is due to expire (two records),
     or an operator forced the breaker closed (records that carry ``would_reject``). The
-    record :func:`apply` would make is then ``Transition(dependency, event, state.phase,
-    new.phase, reason in {call-admitted, probe-admitted}, type == "request" and not
-    that, reason, new.generation, new.open_until)``.
+    record :func:`apply` would make is then :func:`plain_record` of the same fields.
 
     It follows the branches of :func:`step` for such a policy without building an event
     or a record (which cost more than the decision); a hypothesis test holds it equal to
@@ -336,6 +338,45 @@ def plain_step(policy: Policy) -> PlainStep | None:
     return quick
 
 
+def record_flags(kind: str, reason: str, would_reject: bool = False) -> tuple[bool, bool]:
+    """``(attempted, rejected)`` of the record of a ``kind`` event decided for ``reason``.
+
+    A call reaches the dependency when it is admitted (or admitted although enforcement
+    would reject it: ``would_reject``); a request that does not is rejected locally.
+    """
+    attempted = reason in ADMITTED or would_reject
+    return attempted, kind == "request" and not attempted
+
+
+def plain_record(  # noqa: PLR0917 - the fields plain_step() decided, in its order
+    dependency: str,
+    kind: str,
+    at: int,
+    call: str | None,
+    generation: int | None,
+    before: BreakerState,
+    after: BreakerState,
+    reason: str,
+) -> Transition:
+    """The record :func:`apply` makes for an event :func:`plain_step` answered.
+
+    The event is ``Event(kind, at, dependency, call, generation)``; ``plain_step`` turned
+    ``before`` into ``after`` for ``reason``.
+    """
+    attempted, rejected = record_flags(kind, reason)
+    return Transition(
+        dependency=dependency,
+        event=Event(kind, at, dependency, call, generation),
+        from_phase=before.phase,
+        to_phase=after.phase,
+        attempted=attempted,
+        rejected=rejected,
+        reason=reason,
+        generation=after.generation,
+        open_until=after.open_until,
+    )
+
+
 def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, Transition]:
     """Apply one event to one breaker's state and say what happened.
 
@@ -352,7 +393,7 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
     would_reject = False
     if kind == "request":
         new, reason = _request(state, event, policy)
-        if reason not in _ADMITTED and reason not in ("isolated", "forced-open"):
+        if reason not in ADMITTED and reason not in ("isolated", "forced-open"):
             # Shadow mode and a forced close admit what enforcement rejects, and record it.
             would_reject = _admits_all(state, policy)
     elif kind in ("success", "failure", "ambiguous", "ignored", "lease-expired"):
@@ -383,14 +424,14 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
         reason = "released"
     else:
         raise TraceError(f"unknown event type {kind!r}")
-    admitted = reason in _ADMITTED or would_reject
+    attempted, rejected = record_flags(kind, reason, would_reject)
     return new, Transition(
         dependency=event.dependency,
         event=event,
         from_phase=state.phase,
         to_phase=new.phase,
-        attempted=admitted,
-        rejected=kind == "request" and not admitted,
+        attempted=attempted,
+        rejected=rejected,
         reason=reason,
         generation=new.generation,
         open_until=new.open_until,

@@ -22,7 +22,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from toolbreaker.core.breaker.machine import apply, plain_step
+from toolbreaker.core.breaker.machine import (
+    ADMITTED,
+    apply,
+    plain_record,
+    plain_step,
+    record_flags,
+)
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import (
     MAX_TIME_MS,
@@ -39,16 +45,18 @@ from toolbreaker.errors import PolicyError, ReceiptError, TraceError
 
 __all__ = [
     "RECEIPT_SCHEMA",
+    "Counts",
     "Replay",
+    "dependency_entry",
     "diff",
     "dump_receipt",
     "load_receipt",
+    "receipt_body",
     "replay",
     "summarise",
 ]
 
 RECEIPT_SCHEMA: Final = "toolbreaker.receipt/v1"
-_ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
 
 
 @dataclasses.dataclass(slots=True)
@@ -193,7 +201,7 @@ class Replay:
                                     if seen(ledger, dep, call):
                                         _duplicate(dep, call)
                                     new, reason = result
-                                    if reason in _ADMITTED:
+                                    if reason in ADMITTED:
                                         ledger.unsettled[call] = new.generation
                                     else:
                                         ledger.rejected[call] = None
@@ -249,18 +257,7 @@ class Replay:
         reason: str,
     ) -> None:
         """Keep the one record of an event :meth:`feed_trace` decided on its fast path."""
-        attempted = reason in _ADMITTED
-        record = Transition(
-            dependency=dependency,
-            event=Event(kind, at, dependency, call, generation),
-            from_phase=before.phase,
-            to_phase=after.phase,
-            attempted=attempted,
-            rejected=kind == "request" and not attempted,
-            reason=reason,
-            generation=after.generation,
-            open_until=after.open_until,
-        )
+        record = plain_record(dependency, kind, at, call, generation, before, after, reason)
         self._keep(self._ledgers[dependency], dependency, (record,))
 
     def ledgers(self) -> Mapping[str, Ledger]:
@@ -291,6 +288,78 @@ def replay(
     return driver.receipt()
 
 
+@dataclasses.dataclass(slots=True)
+class Counts:
+    """What a receipt counts of one dependency's transitions.
+
+    Attributes:
+        transitions: records.
+        remote: ``remote_attempts``: calls that reached the dependency.
+        rejected: ``local_rejections``: requests rejected without a call.
+        opens: records that moved the breaker to open from another phase.
+        would_reject: admitted although enforcement would reject them (shadow mode, a
+            forced close).
+    """
+
+    transitions: int = 0
+    remote: int = 0
+    rejected: int = 0
+    opens: int = 0
+    would_reject: int = 0
+
+    def add(self, record: Transition) -> None:
+        """Count one record."""
+        self.transitions += 1
+        self.remote += record.attempted
+        self.rejected += record.rejected
+        self.would_reject += record.would_reject
+        self.opens += record.to_phase == OPEN and record.from_phase != OPEN
+
+    def add_plain(self, kind: str, reason: str, before: BreakerState, after: BreakerState) -> None:
+        """Count the record of an event ``plain_step()`` decided, without building it.
+
+        The same counts as :meth:`add` of its
+        :func:`~toolbreaker.core.breaker.machine.plain_record`.
+        """
+        attempted, rejected = record_flags(kind, reason)
+        self.transitions += 1
+        self.remote += attempted
+        self.rejected += rejected
+        self.opens += after.phase == OPEN and before.phase != OPEN
+
+
+def dependency_entry(
+    transitions: object, counts: Counts, final: BreakerState, policy: Policy
+) -> dict[str, Any]:
+    """One dependency's entry of a receipt, around its ``transitions`` (as given).
+
+    ``transitions`` is the list of record dicts, or whatever stands for it in a receipt
+    that is written as it streams (:mod:`toolbreaker.replaying`).
+    """
+    entry: dict[str, Any] = {
+        "transitions": transitions,
+        "remote_attempts": counts.remote,
+        "local_rejections": counts.rejected,
+        "opens": counts.opens,
+        "final_state": final.to_dict(),
+        "recovered_from_corruption": final.recovered_from_corruption,
+    }
+    if policy.admits_all or counts.would_reject:
+        # Only under shadow mode or a forced close, so other receipts keep their bytes.
+        entry["would_reject"] = counts.would_reject
+    return entry
+
+
+def receipt_body(policy: Policy, dependencies: Mapping[str, Any]) -> dict[str, Any]:
+    """A receipt without its hash: the policy and the entries (:func:`dependency_entry`)."""
+    return {
+        "schema": RECEIPT_SCHEMA,
+        "policy": policy.to_dict(),
+        "policy_version": policy.version,
+        "dependencies": dependencies,
+    }
+
+
 def summarise(
     policy: Policy,
     dependencies: Mapping[str, tuple[Iterable[Transition], BreakerState]],
@@ -298,24 +367,13 @@ def summarise(
     """Build a receipt from per-dependency transitions and final states."""
     deps: dict[str, Any] = {}
     for name, (transitions, final) in dependencies.items():
-        records = list(transitions)
-        deps[name] = {
-            "transitions": [record.to_dict() for record in records],
-            "remote_attempts": sum(record.attempted for record in records),
-            "local_rejections": sum(record.rejected for record in records),
-            "opens": sum(r.to_phase == OPEN and r.from_phase != OPEN for r in records),
-            "final_state": final.to_dict(),
-            "recovered_from_corruption": final.recovered_from_corruption,
-        }
-        if policy.admits_all or any(record.would_reject for record in records):
-            # Only under shadow mode or a forced close, so other receipts keep their bytes.
-            deps[name]["would_reject"] = sum(record.would_reject for record in records)
-    body: dict[str, Any] = {
-        "schema": RECEIPT_SCHEMA,
-        "policy": policy.to_dict(),
-        "policy_version": policy.version,
-        "dependencies": deps,
-    }
+        counts = Counts()
+        records = []
+        for record in transitions:
+            counts.add(record)
+            records.append(record.to_dict())
+        deps[name] = dependency_entry(records, counts, final, policy)
+    body = receipt_body(policy, deps)
     return {**body, "receipt_hash": sha256_hex(body)}
 
 
