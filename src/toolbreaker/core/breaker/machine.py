@@ -66,6 +66,7 @@ __all__ = [
     "is_quiet",
     "plain_record",
     "plain_step",
+    "record",
     "record_flags",
     "retry_after_ms",
     "step",
@@ -348,6 +349,29 @@ def record_flags(kind: str, reason: str, would_reject: bool = False) -> tuple[bo
     return attempted, kind == "request" and not attempted
 
 
+def record(
+    event: Event,
+    before: BreakerState,
+    after: BreakerState,
+    reason: str,
+    would_reject: bool = False,
+) -> Transition:
+    """The record of ``event`` turning ``before`` into ``after`` for ``reason``."""
+    attempted, rejected = record_flags(event.type, reason, would_reject)
+    return Transition(
+        event.dependency,
+        event,
+        before.phase,
+        after.phase,
+        attempted,
+        rejected,
+        reason,
+        after.generation,
+        after.open_until,
+        would_reject,
+    )
+
+
 def plain_record(  # noqa: PLR0917 - the fields plain_step() decided, in its order
     dependency: str,
     kind: str,
@@ -363,18 +387,7 @@ def plain_record(  # noqa: PLR0917 - the fields plain_step() decided, in its ord
     The event is ``Event(kind, at, dependency, call, generation)``; ``plain_step`` turned
     ``before`` into ``after`` for ``reason``.
     """
-    attempted, rejected = record_flags(kind, reason)
-    return Transition(
-        dependency=dependency,
-        event=Event(kind, at, dependency, call, generation),
-        from_phase=before.phase,
-        to_phase=after.phase,
-        attempted=attempted,
-        rejected=rejected,
-        reason=reason,
-        generation=after.generation,
-        open_until=after.open_until,
-    )
+    return record(Event(kind, at, dependency, call, generation), before, after, reason)
 
 
 def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, Transition]:
@@ -424,19 +437,7 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
         reason = "released"
     else:
         raise TraceError(f"unknown event type {kind!r}")
-    attempted, rejected = record_flags(kind, reason, would_reject)
-    return new, Transition(
-        dependency=event.dependency,
-        event=event,
-        from_phase=state.phase,
-        to_phase=new.phase,
-        attempted=attempted,
-        rejected=rejected,
-        reason=reason,
-        generation=new.generation,
-        open_until=new.open_until,
-        would_reject=would_reject,
-    )
+    return new, record(event, state, new, reason, would_reject)
 
 
 def _request(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:

@@ -22,13 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from toolbreaker.core.breaker.machine import (
-    ADMITTED,
-    apply,
-    plain_record,
-    plain_step,
-    record_flags,
-)
+from toolbreaker.core.breaker.machine import ADMITTED, apply, plain_record, plain_step
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import (
     MAX_TIME_MS,
@@ -314,18 +308,6 @@ class Counts:
         self.rejected += record.rejected
         self.would_reject += record.would_reject
         self.opens += record.to_phase == OPEN and record.from_phase != OPEN
-
-    def add_plain(self, kind: str, reason: str, before: BreakerState, after: BreakerState) -> None:
-        """Count the record of an event ``plain_step()`` decided, without building it.
-
-        The same counts as :meth:`add` of its
-        :func:`~toolbreaker.core.breaker.machine.plain_record`.
-        """
-        attempted, rejected = record_flags(kind, reason)
-        self.transitions += 1
-        self.remote += attempted
-        self.rejected += rejected
-        self.opens += after.phase == OPEN and before.phase != OPEN
 
 
 def dependency_entry(
