@@ -166,3 +166,53 @@ def test_no_module_imports_another_modules_private_name():
                 if name.startswith("_") and not name.startswith("__"):
                     wrong.append(f"{path.relative_to(ROOT)}: from {module} import {name}")
     assert wrong == []
+
+
+# -- one home per rule: phases are compared in the core only ------------------------------
+
+#: Attributes that hold a breaker phase: a state's, and a transition record's two.
+PHASE_ATTRIBUTES = frozenset({"phase", "to_phase", "from_phase"})
+
+
+def _phase_comparisons(path: Path, label: str) -> list[str]:
+    """Comparisons in ``path`` that involve a phase attribute (``x.phase == OPEN``,
+    ``record.to_phase != "open"``, ``r.from_phase != r.to_phase``, ``s.phase in (...)``)."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        if any(isinstance(o, ast.Attribute) and o.attr in PHASE_ATTRIBUTES for o in operands):
+            found.append(f"{label}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_shell_compares_a_phase_itself():
+    """Outside ``core/`` nothing compares a phase: shells ask the core's predicates
+    (``rejects_callers``, ``opened``, ``changed_phase``, ``may_probe`` ...), so a rule such as
+    "a forced close admits an open breaker's callers" has one home."""
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        if path.relative_to(SRC).parts[0] == "core":
+            continue
+        wrong.extend(_phase_comparisons(path, str(path.relative_to(ROOT))))
+    assert wrong == []
+
+
+def test_the_phase_comparison_finder_finds_them(tmp_path):
+    """The finder above sees each shape of phase comparison (a finder that finds nothing
+    would pass the test above vacuously)."""
+    sample = tmp_path / "sample.py"
+    code = (
+        "a = state.phase == OPEN\n"
+        "b = record.to_phase != 'open'\n"
+        "c = record.from_phase != record.to_phase\n"
+        "d = s.phase in (OPEN, HALF_OPEN)\n"
+        "e = phase == OPEN  # a plain name: an argument, not a state's phase\n"
+    )
+    sample.write_text(code, encoding="utf-8")
+    found = _phase_comparisons(sample, "sample.py")
+    assert [line.split(": ", 1)[0] for line in found] == [f"sample.py:{n}" for n in (1, 2, 3, 4)]

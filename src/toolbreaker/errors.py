@@ -9,12 +9,14 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── ReceiptError         a file that is not a toolbreaker receipt
     ├── CircuitOpen          a call rejected locally by an open breaker (retry_after, result)
     ├── StoreUnavailable     breaker state could not be read or written (fail closed)
+    │   └── StoreWriteUnknown    a write that may have reached the store (its reply was lost)
     ├── JournalNotDurable    a store that would forget the run journal on a restart
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
     ├── NotSent              raised by a write tool: nothing left, the write certainly failed
     ├── ToolReportedError    a failure a tool reported as a result (adapters; never raised)
     ├── RunStateError        a run state that does not load, or an impossible run input
+    │   └── WriteTransitionError   a move a write's lifecycle does not allow (status, move)
     └── FingerprintError     a value that cannot be fingerprinted (also a ValueError)
         ├── UnsupportedTypeError   a type the canonical form does not define
         └── BusinessKeyError       a declared business-key field is missing or empty
@@ -39,10 +41,12 @@ __all__ = [
     "RegistryFull",
     "RunStateError",
     "StoreUnavailable",
+    "StoreWriteUnknown",
     "ToolReportedError",
     "ToolbreakerError",
     "TraceError",
     "UnsupportedTypeError",
+    "WriteTransitionError",
 ]
 
 
@@ -195,6 +199,21 @@ class StoreUnavailable(ToolbreakerError):
         self.dependency = dependency
 
 
+class StoreWriteUnknown(StoreUnavailable):
+    """A store write failed after it may have reached the store: it may have been made.
+
+    A timeout waiting for the reply, a connection lost after the request was sent: the
+    store may have applied the write and only its answer was lost. The write is
+    *unknown*, never *failed*: a queued item may be queued, a journal entry may be
+    written. It is a :class:`StoreUnavailable` (a caller that fails closed on one fails
+    closed on this too); a write refused before anything was sent (no connection, a
+    statement the server rejected) raises a plain :class:`StoreUnavailable`.
+
+    Attributes:
+        dependency: the breaker key, task or record space whose write it was, when known.
+    """
+
+
 class JournalNotDurable(ToolbreakerError):
     """A store was asked to keep a run journal that a restart would silently forget.
 
@@ -255,6 +274,23 @@ class RunStateError(ToolbreakerError, ValueError):
 
     def __str__(self) -> str:
         return self.message
+
+
+class WriteTransitionError(RunStateError):
+    """A move a write's lifecycle does not allow (see :mod:`toolbreaker.core.run.protocol`).
+
+    An operator saying a confirmed write was not made, a write asked to run again from
+    an unknown outcome: the journal is left as it was.
+
+    Attributes:
+        status: the write's status before the move (``None``: not journaled).
+        move: the move that was refused.
+    """
+
+    def __init__(self, message: str, *, status: str | None, move: str) -> None:
+        super().__init__(message, field="status")
+        self.status = status
+        self.move = move
 
 
 class FingerprintError(ToolbreakerError, ValueError):

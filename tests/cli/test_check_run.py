@@ -109,3 +109,27 @@ def test_check_run_derives_the_same_keys_as_a_run_guard(tmp_path, capsys):
     guard.ensure_tool("send", risk="reversible_write")
     step = guard.begin("send", {**args, "requested_at": "11:00"})
     assert packet["uncertain"][0]["idempotency_key"] == step.idempotency_key
+
+
+def test_writes_follow_the_write_protocol(tmp_path, capsys):
+    """A certainly failed write may run again; one whose outcome is unknown is never
+    replayed (reconcile); the packet lists confirmed writes in the order they ended."""
+    email = {"risk": "reversible_write", "business_key": ["to"]}
+    run = write_run(
+        tmp_path,
+        call(0, "send_email", args={"to": "a"}, outcome="failure", **email),
+        call(1, "send_email", args={"to": "b"}, **email),
+        call(2, "send_email", args={"to": "a"}, **email),
+        call(3, "send_email", args={"to": "c"}, outcome="unknown", **email),
+        call(4, "send_email", args={"to": "c"}, **email),
+        call(5, "send_email", args={"to": "d"}, **email),
+    )
+    assert main(["check-run", run]) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "allowed (success, repeat 1)" in lines[3]
+    assert "reconcile" in lines[5]
+    assert "BLOCKED uncertain-side-effect" in lines[6]
+    packet = json.loads(out.split(f"{run}:6\n", 1)[1])
+    assert [step["line"] for step in packet["confirmed"]] == [2, 3]
+    assert [step["line"] for step in packet["uncertain"]] == [4]

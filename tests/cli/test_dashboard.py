@@ -390,3 +390,14 @@ def test_hostile_names_in_notices_are_shown_inert(page):
         page.wait_for_selector('#notices tr[data-name="omit"]')
         assert page.evaluate("document.images.length") == 0
     assert dialogs == []
+
+
+def test_an_empty_stream_is_not_shown_as_all_clear(page):
+    """A stream nothing was published to: the page says there are no breakers yet and
+    that there is nothing to judge, never "nothing crosses a rule of thumb"."""
+    with Server(build_app(MemoryStream())) as server:
+        page.goto(server.url)
+        page.wait_for_selector("#no-breakers")
+        assert "no breakers in the stream yet" in page.inner_text("#summary")
+        assert "nothing crosses" not in page.inner_text("#findings")
+        assert "StreamPublisher" in page.inner_text("#findings")

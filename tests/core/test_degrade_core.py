@@ -9,16 +9,25 @@ from hypothesis import strategies as st
 from toolbreaker.core.degrade import (
     MODES,
     QUEUE_STATUSES,
+    QUEUE_TRANSITIONS,
     Choice,
     Offer,
+    attempt_move,
     check_chain,
     choose,
+    is_done,
+    owner,
+    passing,
     prunable,
     queue_action,
+    queue_after,
+    refuses_stale,
+    settled,
     stale_label,
     stale_write_due,
+    walks_past,
 )
-from toolbreaker.errors import PolicyError
+from toolbreaker.errors import PolicyError, WriteTransitionError
 
 MINUTE = 60_000
 NOON = 1_796_040_000_000 - 1_796_040_000_000 % 86_400_000 + 12 * 3_600_000  # 12:00 UTC
@@ -189,3 +198,81 @@ def test_only_done_work_older_than_the_bound_is_prunable(status, finished, now, 
     item = {"status": status, "finished_at": finished}
     expected = status == "done" and type(finished) is int and finished <= now - older_than
     assert prunable(item, now, older_than) is expected
+
+
+def test_the_queued_items_lifecycle_is_the_table():
+    """Every move of a queued item, and only those; each lands on a queue status."""
+    assert dict(QUEUE_TRANSITIONS) == {
+        (None, "enqueue"): "queued",
+        (None, "hand-off"): "handed-off",
+        ("queued", "claim"): "claimed",
+        ("claimed", "claim"): "claimed",
+        ("claimed", "release"): "queued",
+        ("claimed", "start"): "running",
+        ("running", "finish"): "done",
+        ("running", "release"): "queued",
+        ("running", "requeue"): "queued",
+        ("running", "fail"): "failed",
+        ("running", "lose"): "unknown",
+        ("running", "found"): "done",
+        ("unknown", "found"): "done",
+        ("running", "not-found"): "unknown",
+        ("unknown", "not-found"): "unknown",
+    }
+    assert set(QUEUE_TRANSITIONS.values()) <= set(QUEUE_STATUSES)
+
+
+@pytest.mark.parametrize(
+    ("status", "move"),
+    [
+        ("handed-off", "claim"),
+        ("done", "start"),
+        ("unknown", "start"),
+        (None, "claim"),
+        (7, "claim"),
+    ],
+)
+def test_an_illegal_queue_move_raises(status, move):
+    """A handed-off, done or unknown item is never started; a bad status is refused."""
+    with pytest.raises(WriteTransitionError):
+        queue_after(status, move)
+
+
+def test_who_owns_and_what_settles_an_item():
+    """A handed-off item is a person's; done, failed and handed-off items are settled."""
+    assert owner({"status": "handed-off"}) == "person"
+    assert owner({"status": "queued"}) == "queue"
+    assert [settled({"status": s}) for s in QUEUE_STATUSES] == [
+        False,
+        False,
+        False,
+        True,
+        True,
+        False,
+        True,
+    ]
+    assert is_done({"status": "done"})
+    assert not is_done({"status": "handed-off"})
+    assert queue_action({"status": "handed-off"}, NOON) == "skip"
+
+
+def test_how_a_failed_attempt_ends_and_what_the_chain_walks_past():
+    """A failed attempt that may have committed is lost (never replayed); a queue write that
+    may have been made is never walked past; a saturated rejection is not degraded."""
+    assert attempt_move(may_have_committed=True, retryable=True) == "lose"
+    assert attempt_move(may_have_committed=False, retryable=True) == "requeue"
+    assert attempt_move(may_have_committed=False, retryable=False) == "fail"
+    assert not walks_past("queue", maybe_written=True)
+    assert walks_past("queue", maybe_written=False)
+    assert walks_past("degraded", maybe_written=True)
+    assert passing("saturated")
+    assert not passing("opened")
+
+
+def test_only_a_read_is_ever_answered_stale():
+    """One rule for sheet rows (operation classes) and run-guard tools (risk classes): a
+    chain with ``stale`` serves a read only; any write, by either name, is refused."""
+    for kind in ("write", "default", "search", "reversible_write", "irreversible"):
+        assert refuses_stale(kind, ("stale", "omit"))
+        assert not refuses_stale(kind, ("omit",))
+    assert not refuses_stale("read", ("stale", "omit"))

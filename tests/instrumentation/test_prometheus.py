@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolbreaker import Policy, Registry
+from toolbreaker import Policy, Registry, scope
 from toolbreaker.testing import FakeClock
 
 prometheus_client = pytest.importorskip("prometheus_client")
@@ -136,3 +136,43 @@ def test_degraded_answers_are_counted_by_mode():
     register(breakers, prom)
     labels = (("dependency", "tickets"), ("mode", "handoff"), ("operation", "write"))
     assert samples(prom)[("toolbreaker_degraded_total", (*labels, ("tool", "tickets")))] == 1
+
+
+def test_scoped_breakers_are_exported_under_their_own_labels():
+    """A scoped row's calls are counted by the tenant's breaker: the collector exports
+    those breakers (made after it was registered) with the tenant in the dependency."""
+    breakers = Registry.from_dict(
+        {
+            "defaults": {"timeout": 1.0, "enforce": "cooperative", "failure_threshold": 1},
+            "orders": {"read": {"scope": "tenant"}},
+        }
+    )
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    with scope(tenant="acme"), pytest.raises(Unavailable):
+        breakers.get("orders", "read").call(_raise)
+    got = samples(prom)
+    labels = (("dependency", "orders[tenant=acme]"), ("operation", "read"), ("tool", "orders"))
+    assert got[("toolbreaker_requests_total", labels)] == 1
+    assert got[("toolbreaker_failures_total", (("class", "http-503"), *labels))] == 1
+    assert got[("toolbreaker_state", (*labels[:2], ("state", "open"), labels[2]))] == 1
+
+
+def _raise() -> None:
+    raise Unavailable
+
+
+def test_a_run_guards_tools_breakers_are_exported_as_tools_are_added():
+    """Registered for a run guard, the collector exports its tools' breakers, those of
+    tools added after it was registered included."""
+    from toolbreaker import Breaker, RunGuard
+
+    guard = RunGuard("task-1")
+    prom = CollectorRegistry()
+    register(guard, prom)
+    guard.tool("lookup", breaker=Breaker("orders", timeout=1.0, enforce="cooperative"))(
+        lambda order: {"order": order}
+    )
+    guard.call("lookup", {"order": "A-1"})
+    labels = (("dependency", "orders"), ("operation", "default"), ("tool", "orders"))
+    assert samples(prom)[("toolbreaker_requests_total", labels)] == 1

@@ -13,7 +13,8 @@ import anyio
 import httpx
 import pytest
 
-from toolbreaker import CircuitOpen, Policy, PolicyError, Registry
+from toolbreaker import CircuitOpen, Policy, PolicyError, Registry, TraceRecorder, replay
+from toolbreaker.core import read_trace
 from toolbreaker.core.breaker.state import CLOSED, OPEN
 from toolbreaker.integrations.httpx import (
     REJECTED_HEADER,
@@ -277,3 +278,27 @@ def test_the_request_that_opens_a_transport_breaker_is_unavailable_to_the_model(
     assert opened["tool"] == "search"
     assert rejected["tool_unavailable"] is True
     assert service.hits["GET /search"] == 2
+
+
+def test_a_recorder_on_the_registry_records_the_transports_breaker_from_its_first_request(
+    service, clock, tmp_path
+):
+    """The transport makes the host's breaker on its first request, after the recorder
+    attached to the registry: the trace holds every request from that first one and
+    replays to the breaker's own transitions (the opening included)."""
+    registry = make_registry(clock)
+    path = tmp_path / "trace.jsonl"
+    service.outage("GET /search")
+    with TraceRecorder(path) as recorder, guarded(registry, service.url) as client:
+        recorder.attach(registry)
+        assert len(registry) == 0
+        for _ in range(3):
+            assert client.get("/search", params={"q": "cable"}).status_code == 503
+        with pytest.raises(CircuitOpen):
+            client.get("/search", params={"q": "cable"})
+    key = host_key(httpx.Request("GET", service.url))
+    receipt = replay([event for _, event in read_trace(path)], registry.get(key).policy)
+    recorded = receipt["dependencies"][key]
+    assert recorded["remote_attempts"] == 3
+    assert recorded["local_rejections"] == 1
+    assert recorded["opens"] == 1

@@ -755,3 +755,33 @@ def test_hide_open_tools_removes_them_from_the_model_and_says_until_when(shop, r
         assert "hidden" not in system
         assert payload(rejected[0])["tool_unavailable"] is True
     assert shop.entered["search"] == 0
+
+
+def test_a_publisher_on_the_run_guard_sees_the_breakers_the_middleware_makes_later(
+    service, shop, registry
+):
+    """The event stream attached to the run guard before the agent runs: the middleware
+    makes the tool's breaker on its first call and gives it to the guard, and the stream
+    holds that breaker's transitions from that call, with the guard's stop after."""
+    from toolbreaker import Budget, RunGuard
+    from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, iter_entries
+
+    fixed = RunGuard("order-7", budget=Budget(max_tool_calls=1), clock=registry.clock)
+    stream = MemoryStream()
+    StreamPublisher(stream).attach(fixed)
+    middleware = ToolbreakerMiddleware(registry=registry, guard=fixed)
+    assert len(registry) == 0
+    orders = ["A-1", "A-2"]
+    model = scripted(
+        lambda results: (
+            call("track_order", order_id=orders[len(results)])
+            if len(results) < len(orders)
+            else AIMessage("done")
+        )
+    )
+    create_agent(model, shop.tools(), middleware=[middleware]).invoke(ask("where is A-1?"))
+    entries = [entry for _, entry in iter_entries(stream)]
+    transitions = [(e["key"], e["record"]["reason"]) for e in entries if e["kind"] == "transition"]
+    assert transitions[0] == ("track_order", "call-admitted")  # its very first call
+    assert {key for key, _ in transitions} == {"track_order"}
+    assert [e["packet"]["condition"] for e in entries if e["kind"] == "stop"] == ["max-tool-calls"]

@@ -340,6 +340,39 @@ def test_a_write_keeps_its_idempotency_key_across_retries_and_resumes(service, r
     assert "idempotency_key" not in schema["required"]
 
 
+def test_a_key_the_model_makes_up_never_changes_the_writes_key(service, registry):
+    """The idempotency argument is the guard's: a value the model sends for it (here a
+    custom ``op_token``, which no fingerprint rule drops by name) is dropped before the
+    action is fingerprinted, so a retry that makes up another value is the same write
+    with the same key, and the tool receives the guard's key, never the model's."""
+    service.inject("POST /tickets", Fault(status=503))
+    seen: list[str] = []
+
+    @function_tool
+    def create_ticket(title: str, body: str, op_token: str = "") -> dict[str, Any]:
+        """Open a support ticket."""
+        seen.append(op_token)
+        headers = {"Idempotency-Key": op_token}
+        payload = {"title": title, "body": body}
+        return request_json(
+            "POST", f"{service.url}/tickets", body=payload, headers=headers, timeout=2
+        )
+
+    def attempt(call_id: str, made_up: str) -> list[Any]:
+        return [function_call("create_ticket", {**TICKET, "op_token": made_up}, call_id=call_id)]
+
+    guard = RunGuard("task-made-up")
+    guard.ensure_tool("create_ticket", risk="reversible_write", idempotency_arg="op_token")
+    steps = [attempt("c1", "model-1"), attempt("c2", "model-2"), [assistant_message("done")]]
+    agent = Agent(name="shop", model=ScriptedModel(steps), tools=[create_ticket])
+    run(protect(agent, registry=registry, guard=guard))
+    assert len(seen) == 2
+    assert seen[0] == seen[1]
+    assert seen[0].startswith("tb1-")
+    tickets = service.created("tickets")
+    assert [t["idempotency_key"] for t in tickets] == [seen[0]]
+
+
 # -- 5. one breaker per dependency, whoever calls it ----------------------------------------
 
 

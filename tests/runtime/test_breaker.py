@@ -467,7 +467,7 @@ def test_forked_children_get_their_own_call_ids():
     """Call ids carry a per-process token that a fork renews."""
     import os
 
-    from toolbreaker.runtime import _breaker
+    from toolbreaker.runtime.breaker import _breaker
 
     before = _breaker._process_token
     read, write = os.pipe()

@@ -536,3 +536,79 @@ def test_drain_prune_options_that_do_not_fit_are_one_error_line(shared, capsys, 
     assert main(["drain", "--store", url, *extra]) == 2
     assert capsys.readouterr().err == message
     assert store.record_get(QUEUE, "q-old") is not None
+
+
+# -- a queue write the store acknowledged late -------------------------------------------
+
+
+@pytest.fixture
+def late_queue(redis_url: str, tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]:
+    """(a store whose queue writes are answered late, the proxy, a direct store): Redis.
+
+    The proxy holds the reply to the armed queue write: the server makes it, the store's
+    client times out first (its socket timeout), as on a slow or overloaded server.
+    """
+    from lag_proxy import LaggingProxy
+    from toolbreaker import RedisStore
+
+    prefix = f"tb-{tmp_path.name}"
+    port = int(redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
+    direct = RedisStore(redis_url, prefix=prefix)
+    direct.record_put("warm", "k", {})  # the record script is loaded on the server
+    with LaggingProxy(port, QUEUE.encode()) as proxy:
+        url = proxy.url("redis")
+        slow = RedisStore(url, prefix=prefix, socket_timeout=0.2, volatile_journal=True)
+        try:
+            yield slow, proxy, direct
+        finally:
+            slow.close()
+            direct.close()
+
+
+def test_a_queue_write_answered_late_is_maybe_queued_and_done_once(late_queue, service):
+    """The store makes the queued item but its answer comes after the client gave up: the
+    write is unknown, not failed. The model is told it may already be queued (with its
+    id), never that a person took it over; the run journals it maybe-queued (writes are
+    blocked, the packet names the queue id and says a drain makes it), no handoff packet
+    exists, and the drain makes it once."""
+    from toolbreaker import GuardedTool, RunGuard
+    from toolbreaker.runtime.breaker._degrade import HANDOFF_SPACE
+
+    slow, proxy, direct = late_queue
+    registry = registry_for(slow)
+    breaker = registry.get("tickets", "write")
+    guard = RunGuard("task-late", journal=direct)
+    guard.add_tool(
+        GuardedTool(
+            "create_ticket", tickets_tool(service), risk="reversible_write", breaker=breaker
+        )
+    )
+    breaker.isolate()
+    proxy.arm()
+    answer = guard.call("create_ticket", {"title": "Refund", "body": "order A-1001"})
+    proxy.held()  # the queue write reached the server; its answer is being held
+    proxy.release()
+    assert answer.get("degradation") == "queue", answer
+    assert answer["outcome_unknown"] is True
+    assert answer["queued"] is None
+    assert f"may already be queued as {answer['queue_id']}" in answer["instruction"]
+    assert direct.record_list(HANDOFF_SPACE) == []  # nobody was asked to do it by hand
+    [(queue_id, item, _)] = direct.record_list(QUEUE)
+    assert (queue_id, item["status"]) == (answer["queue_id"], "queued")
+    entry = direct.journal_get("task-late", answer["idempotency_key"])
+    assert (entry["status"], entry["queue_id"]) == ("maybe-queued", queue_id)
+    assert guard.writes_blocked is not None  # an unknown write, within no allowance
+    packet = guard.stop_packet()
+    [uncertain] = packet.uncertain
+    assert uncertain["queue_id"] == queue_id
+    assert "will be made by a drain" in packet.next_safe_action
+    assert "do not carry them out by hand" in packet.next_safe_action
+
+    breaker.release()
+    report = drain(direct, {"create_ticket": tickets_tool(service)})
+    assert report.done == (queue_id,)
+    assert drain(direct, {"create_ticket": tickets_tool(service)}).done == ()
+    assert service.hits["POST /tickets"] == 1
+    assert len(service.created("tickets")) == 1
+    # The drain confirmed it in the run's journal: a resumed run answers it from there.
+    assert direct.journal_get("task-late", answer["idempotency_key"])["status"] == "confirmed"

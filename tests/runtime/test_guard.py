@@ -420,3 +420,124 @@ def test_a_raising_stop_listener_is_counted_and_the_decision_stands(caplog):
     assert seen == [guard.stopped.condition]
     assert guard.listener_errors == 1
     remove()
+
+
+def test_a_write_the_status_check_did_not_find_is_never_replayed(service):
+    """A write whose verification fails and whose status check finds nothing stays
+    unresolved: the next identical call is not made again (the key reaches the service
+    once), although one uncertain write is within ``max_uncertain_side_effects``."""
+    guard = make_guard(service, budget=Budget(max_uncertain_side_effects=1))
+    # A 2xx answer of the wrong shape, and nothing committed: the check finds nothing.
+    service.inject("POST /tickets", Fault(malformed="shape", commit=False))
+    args = {"customer": "c-77", "title": "Replace router"}
+    first = guard.call("create_ticket", args)
+    assert first["outcome_unknown"] is True
+    assert first["reconciled"] is None
+    assert "Do not repeat this action" in first["instruction"]
+    assert guard.writes_blocked is None  # one uncertain write is allowed
+    again = guard.call("create_ticket", args)  # the model repeats it anyway
+    assert again["outcome_unknown"] is True
+    assert again["idempotency_key"] == first["idempotency_key"]
+    assert service.hits["POST /tickets"] == 1  # the key reached the service once
+    assert service.created("tickets") == []
+    [uncertain] = guard.stop_packet().uncertain
+    assert uncertain["idempotency_key"] == first["idempotency_key"]
+
+
+class LateJournal(MemoryStore):
+    """A journal whose next writes are made but answered late (the answer is lost)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late = 0
+
+    def journal_put(self, task, key, entry, *, only_new=False):
+        from toolbreaker import StoreWriteUnknown
+
+        written = super().journal_put(task, key, entry, only_new=only_new)
+        if self.late:
+            self.late -= 1
+            raise StoreWriteUnknown("the journal's answer was lost")
+        return written
+
+
+def test_a_pending_entry_whose_answer_was_lost_does_not_strand_the_write():
+    """The pending entry may have been written although the journal did not say so: the
+    write is not made (fail closed), the entry is set to "not made", and the next call
+    makes it, instead of reconciling a write that never ran."""
+    journal = LateJournal()
+    guard = RunGuard("t-late", journal=journal)
+    made = []
+
+    @guard.tool(risk="reversible_write", idempotency_arg=None)
+    def create(title: str) -> dict:
+        made.append(title)
+        return {"id": len(made)}
+
+    journal.late = 1
+    first = create(title="x")
+    assert first["reason"] == "store-unavailable"
+    assert made == []
+    [entry] = journal.journal_entries("t-late")
+    assert entry["status"] == "failed"
+    assert create(title="x") == {"id": 1}
+    assert guard.writes_blocked is None
+
+
+def test_an_operators_word_whose_answer_was_lost_counts_once_on_the_retry(service):
+    """resolve() raises when the journal's answer is lost (the word may be recorded): the
+    operator calls again, and the write stops counting then, once."""
+    from toolbreaker import StoreWriteUnknown
+
+    journal = LateJournal()
+    guard = make_guard(service, journal=journal)
+    service.inject("POST /tickets", Fault(commit_then_delay=1.0))
+    service.outage("GET /tickets")
+    first = guard.call("create_ticket", {"customer": "c-1", "title": "Refund"})
+    assert guard.writes_blocked is not None
+    journal.late = 1
+    with pytest.raises(StoreWriteUnknown):
+        guard.resolve(first["idempotency_key"], committed=True)
+    assert guard.writes_blocked is not None  # not known to be recorded yet
+    guard.resolve(first["idempotency_key"], committed=True)
+    assert guard.writes_blocked is None
+    assert guard.state.uncertain == 0
+    guard.resolve(first["idempotency_key"], committed=True)  # said again: nothing changes
+    assert guard.state.uncertain == 0
+
+
+def test_an_operator_cannot_say_a_confirmed_write_was_not_made(service):
+    """The protocol refuses to call a proven write not made; the journal is left as is."""
+    from toolbreaker import WriteTransitionError
+
+    journal = MemoryStore()
+    guard = make_guard(service, journal=journal)
+    made = guard.call("create_ticket", {"customer": "c-2", "title": "Invoice"})
+    with pytest.raises(WriteTransitionError) as caught:
+        guard.resolve(made["idempotency_key"], committed=False)
+    assert (caught.value.status, caught.value.move) == ("confirmed", "operator-not-made")
+    assert journal.journal_get("task-1", made["idempotency_key"])["status"] == "confirmed"
+
+
+def test_a_key_argument_the_caller_gives_is_the_guards_to_fill():
+    """The write's idempotency argument is the guard's: a value given for it is dropped
+    before the action is fingerprinted (the same write, the same key, whatever was made
+    up) and replaced by the guard's key; a read's argument of that name is left alone."""
+    from toolbreaker import GuardedTool
+
+    def guard() -> RunGuard:
+        made = RunGuard("keys")
+        made.add_tool(
+            GuardedTool("pay", lambda **_: None, risk="reversible_write", idempotency_arg="op")
+        )
+        made.add_tool(GuardedTool("look", lambda **_: None, idempotency_arg="op"))
+        return made
+
+    plain = guard().begin("pay", {"amount": 5})
+    made_up = guard().begin("pay", {"amount": 5, "op": "model-1"})
+    assert made_up.answer is None
+    assert made_up.fingerprint == plain.fingerprint
+    assert made_up.idempotency_key == plain.idempotency_key
+    assert made_up.args == {"amount": 5, "op": plain.idempotency_key}
+    read = guard().begin("look", {"q": "x", "op": "kept"})
+    assert read.args == {"q": "x", "op": "kept"}

@@ -90,6 +90,18 @@ def test_no_retry_once_the_breaker_is_open(service: ToolService) -> None:
     assert service.hits["GET /search"] == 2
 
 
+def test_a_forced_close_keeps_retrying_after_the_phase_opens(service: ToolService) -> None:
+    """An operator's forced close admits every attempt, so the failure that moves the
+    phase to open does not end the retries: they go on as without a breaker (the core's
+    ``rejects_callers``, not the phase, says whether the next attempt would be refused)."""
+    service.inject("GET /search", Fault(status=503), Fault(status=503))
+    breaker = make(FakeClock(), failure_threshold=2, max_attempts=3)
+    breaker.force_close("incident 7")
+    assert breaker.call(search, service)["query"] == "cable"
+    assert service.hits["GET /search"] == 3
+    assert breaker.stats.retries == {"retry": 2}
+
+
 def test_an_unknown_write_outcome_is_never_replayed(service: ToolService) -> None:
     """A write reset after it committed may have happened: it is not retried."""
     service.inject("POST /tickets", Fault(reset=True, commit=True))
@@ -211,6 +223,84 @@ def test_begin_counts_the_model_as_a_retry_layer(service: ToolService) -> None:
     assert step.answer is not None
     assert step.answer["reason"] == "retry-budget"
     assert service.hits["GET /search"] == 1
+
+
+def _begun_failure(breaker: Breaker, service: ToolService, args: dict[str, Any]) -> Any:
+    """One call through the step API that fails on the real service; the model's answer."""
+    step = breaker.begin("search", args)
+    if step.answer is not None:
+        return step.answer
+    try:
+        search(service, str(args.get("q", "cable")).strip())
+    except Exception as exc:  # noqa: BLE001 - settled here
+        return step.failed(exc)
+    raise AssertionError("the service was meant to fail")
+
+
+def test_a_reworded_re_call_is_the_same_action_for_the_breaker_as_for_a_run_guard(
+    service: ToolService,
+) -> None:
+    """One identity of "the same call": the semantic fingerprint a run guard uses. Keys
+    reordered, case and spacing changed: the model re-issuing a failed call reworded is
+    still retrying, and spends the budget; once it is spent the call is not made."""
+    service.outage("GET /search", status=503)
+    breaker = make(FakeClock(), max_attempts=1, budget=1)
+    first = _begun_failure(breaker, service, {"q": "cable", "page": 1})
+    assert first["retryable"] is True
+    second = _begun_failure(breaker, service, {"page": 1.0, "q": "  Cable "})
+    assert second["reason"] == "retry-budget"
+    assert breaker.stats.retries == {"model-retry": 1}
+    third = _begun_failure(breaker, service, {"q": "CABLE", "page": 1})
+    assert third["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 2
+    assert breaker.stats.retries == {"model-retry": 1, "model-retry-refused": 1}
+
+
+def test_a_decorated_tool_called_by_keyword_or_by_position_is_one_action(
+    service: ToolService,
+) -> None:
+    """``tool("cable")`` and ``tool(q="cable")`` are the same call of the tool: the second,
+    after the first failed, is the model retrying."""
+    service.outage("GET /search", status=503)
+    breaker = make(FakeClock(), max_attempts=1, budget=0)
+    tool = breaker.guard(lambda q: search(service, q), tool="search")
+    assert tool("cable")["reason"] == "retry-budget"  # the budget is empty already
+    refused = tool(q="cable")
+    assert refused["reason"] == "retry-budget"
+    assert service.hits["GET /search"] == 1
+    assert breaker.stats.retries["model-retry-refused"] == 1
+
+
+def test_the_ledger_forgets_its_oldest_failed_calls_first(service: ToolService) -> None:
+    """After more than 1,024 failed calls, the re-issue of one that failed just before
+    the last is still a retry: the ledger forgets its oldest entries first (one cleared
+    whole when full forgot it)."""
+    breaker = make(FakeClock(), max_attempts=1, budget=0, failure_threshold=5_000)
+
+    def flaky(q: str) -> None:
+        raise ConnectionError(f"refused {q}")
+
+    tool = breaker.guard(flaky, tool="search")
+    for n in range(1_025):
+        tool(f"q{n}")
+    assert "model-retry-refused" not in breaker.stats.retries
+    assert tool("q1023")["reason"] == "retry-budget"
+    assert breaker.stats.retries["model-retry-refused"] == 1
+    assert "model-retry" not in breaker.stats.retries
+
+
+def test_a_success_ends_the_retrying(service: ToolService) -> None:
+    """A call that failed, was re-issued and then succeeded is done: issuing it again
+    later is a new call, not a retry (nothing is spent)."""
+    service.inject("GET /search", Fault(status=503))
+    breaker = make(FakeClock(), max_attempts=1, budget=1)
+    tool = breaker.guard(lambda q: search(service, q), tool="search")
+    assert tool("cable")["retryable"] is True
+    assert tool("cable")["query"] == "cable"  # the model's retry: spends the one retry
+    assert tool("cable")["query"] == "cable"  # a new call: nothing to spend, still made
+    assert service.hits["GET /search"] == 3
+    assert breaker.stats.retries["model-retry"] == 1
+    assert "model-retry-refused" not in breaker.stats.retries
 
 
 def test_async_calls_retry_without_blocking_the_loop(service: ToolService) -> None:

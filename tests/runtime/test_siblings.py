@@ -461,3 +461,251 @@ def test_a_cancelled_hook_cancels_and_awaits_its_call():
     asyncio.run(main())
     assert cancelled == ["stock"]
     assert inventory._listeners == []
+
+
+# -- breakers that admit every caller: a forced close, shadow mode (issue 21, item 2) --------
+
+
+def forced_inventory() -> Breaker:
+    """The inventory breaker, forced closed by an operator: it keeps deciding and
+    recording (a failure moves its phase to open) but admits every request."""
+    inventory = inventory_breaker()
+    inventory.force_close("incident 7: keep serving while we look")
+    return inventory
+
+
+def shadow_inventory() -> Breaker:
+    """The inventory breaker in shadow mode: it decides and records, admits everything."""
+    return Breaker(
+        "inventory",
+        policy=Policy(failure_threshold=1, mode="shadow"),
+        timeout=5,
+        enforce="cooperative",
+    )
+
+
+def _admitting_group_outcome(service: ToolService, inventory: Breaker) -> SiblingOutcome:
+    """``stock`` fails on a real 503 (the phase moves to open); ``reserve``, in flight
+    meanwhile, then calls inventory itself; ``reviews`` is independent."""
+    service.outage("GET /orders")
+
+    async def main() -> SiblingOutcome:
+        opened = asyncio.Event()
+        async with httpx.AsyncClient(base_url=service.url) as client:
+
+            async def fetch(path: str) -> Any:
+                reply = await client.get(path)
+                reply.raise_for_status()
+                return reply.json()
+
+            @inventory.guard(tool="stock")
+            async def stock_call() -> Any:
+                return await fetch("/orders/A-1001")
+
+            async def stock() -> Any:
+                answer = await stock_call()
+                opened.set()
+                return answer
+
+            @inventory.guard(tool="reserve")
+            async def search() -> Any:
+                return await fetch("/search?q=reserve")
+
+            async def reserve() -> Any:
+                await opened.wait()
+                return await search()
+
+            async def reviews() -> Any:
+                return await fetch("/search?q=reviews")
+
+            group = Siblings(required=[inventory])
+            group.add("stock", stock, needs=[inventory])
+            group.add("reserve", reserve, needs=[inventory])
+            group.add("reviews", reviews)
+            return await asyncio.wait_for(group.arun(), PATIENCE)
+
+    return asyncio.run(main())
+
+
+def test_a_forced_close_cancels_no_branch_when_its_phase_opens(service):
+    """After ``force_close()`` a failure moves the phase to open while the breaker keeps
+    admitting: the branch in flight that needs it is not cancelled, and its call goes
+    through (the operator said: keep serving)."""
+    inventory = forced_inventory()
+    outcome = _admitting_group_outcome(service, inventory)
+    assert inventory.state.phase == "open"  # the core still decides and records
+    assert outcome.cancelled == ()
+    assert outcome.completed == ("reserve", "reviews")
+    assert outcome["reserve"].result["query"] == "reserve"
+    assert outcome.failed == ("stock",)  # an error result, not "tool unavailable"
+    assert outcome["stock"].result.get("tool_unavailable") is None
+
+
+def test_a_forced_close_abandons_no_thread_when_its_phase_opens(service):
+    """The same with sync branches in threads: the branch that needs the forced-closed
+    breaker is not abandoned when its phase opens, and completes."""
+    service.outage("GET /orders")
+    inventory = forced_inventory()
+    opened = threading.Event()
+
+    @inventory.guard(tool="stock")
+    def stock_call() -> Any:
+        return request_json("GET", f"{service.url}/orders/A-1001", timeout=5)
+
+    def stock() -> Any:
+        answer = stock_call()
+        opened.set()
+        return answer
+
+    @inventory.guard(tool="reserve")
+    def reserve() -> Any:
+        assert opened.wait(PATIENCE)
+        return request_json("GET", f"{service.url}/search?q=reserve", timeout=5)
+
+    group = Siblings(required=[inventory])
+    group.add("stock", stock, needs=[inventory])
+    group.add("reserve", reserve, needs=[inventory])
+    outcome = group.run()
+    assert inventory.state.phase == "open"
+    assert outcome.cancelled == ()
+    assert outcome.completed == ("reserve",)
+    assert outcome["reserve"].result["query"] == "reserve"
+
+
+def test_shadow_mode_cancels_no_branch_when_its_phase_opens(service):
+    """Shadow mode admits every request: an opening it records cancels nothing."""
+    inventory = shadow_inventory()
+    outcome = _admitting_group_outcome(service, inventory)
+    assert inventory.state.phase == "open"
+    assert outcome.cancelled == ()
+    assert outcome.completed == ("reserve", "reviews")
+
+
+def test_a_forced_close_already_open_at_the_start_cancels_nothing():
+    """A forced-closed breaker whose phase is open when the group starts still admits:
+    the branches that need it start (threads too)."""
+    inventory = forced_inventory()
+    with pytest.raises(ConnectionError):
+        inventory.call(_refused)
+    assert inventory.state.phase == "open"
+
+    async def needs_it() -> str:
+        return inventory.call(lambda: "in stock")
+
+    group = Siblings(required=[inventory])
+    group.add("stock", needs_it, needs=[inventory])
+    assert asyncio.run(group.arun()).completed == ("stock",)
+    threads = Siblings(required=[inventory])
+    threads.add("stock", lambda: inventory.call(lambda: "in stock"), needs=[inventory])
+    assert threads.run().completed == ("stock",)
+
+
+def test_an_isolated_breaker_in_shadow_mode_cancels_before_starting():
+    """Isolation rejects every request, in shadow mode too: a branch that needs an
+    isolated required breaker is cancelled before it starts (not run to be refused)."""
+    inventory = shadow_inventory()
+    inventory.isolate("maintenance")
+    ran: list[str] = []
+
+    async def needs_it() -> None:
+        ran.append("stock")
+
+    group = Siblings(required=[inventory])
+    group.add("stock", needs_it, needs=[inventory])
+    outcome = asyncio.run(group.arun())
+    assert outcome.cancelled == ("stock",)
+    assert outcome["stock"].reason == "required dependency 'inventory' is open"
+    assert ran == []
+
+
+def test_a_forced_open_policy_cancels_before_starting():
+    """The kill switch (``force = "open"``) rejects every request although the phase is
+    closed: the branches that need it are cancelled before they start."""
+    inventory = Breaker("inventory", policy=Policy(force="open"), timeout=5, enforce="cooperative")
+    assert inventory.state.phase == "closed"
+    ran: list[str] = []
+    group = Siblings(required=[inventory])
+    group.add("stock", lambda: ran.append("stock"), needs=[inventory])
+    outcome = group.run()
+    assert outcome.cancelled == ("stock",)
+    assert ran == []
+
+
+def test_run_guard_turn_keeps_the_calls_of_a_forced_closed_required_dependency(service):
+    """A RunGuard turn: the required inventory breaker is forced closed; ``stock`` fails
+    on a real 503 and moves its phase to open. The write in flight is not cancelled (it
+    completes and is confirmed), a call admitted meanwhile starts and completes, and the
+    run goes on."""
+    service.outage("GET /orders")
+    inventory = forced_inventory()
+    reviews = Breaker("reviews", timeout=5, enforce="cooperative")
+    journal = MemoryStore()
+    guard = turn_guard(inventory, reviews, journal)
+
+    async def main() -> tuple[Any, Any]:
+        failed_over = asyncio.Event()
+        async with httpx.AsyncClient(base_url=service.url) as client:
+
+            async def fetch(path: str) -> Any:
+                reply = await client.get(path)
+                reply.raise_for_status()
+                return reply.json()
+
+            async def write() -> Any:
+                await failed_over.wait()
+                return await fetch("/search?q=reserved")
+
+            guard.mark_turn(1)
+            steps = {
+                name: await guard.abegin(name, {"sku": "A-1001"})
+                for name in ("stock", "reserve", "price")
+            }
+            assert all(step.answer is None for step in steps.values())
+            writing = asyncio.create_task(guard.arun_step(steps["reserve"], write))
+            await asyncio.sleep(0)
+            with pytest.raises(httpx.HTTPStatusError) as failed:
+                await guard.arun_step(steps["stock"], lambda: fetch("/orders/A-1001"))
+            answer = await steps["stock"].afailed(failed.value)
+            assert answer.get("tool_unavailable") is None
+            assert inventory.state.phase == "open"
+            failed_over.set()
+            reserve = await writing
+            assert not isinstance(reserve, CancelledByPolicy)
+            assert (await steps["reserve"].asucceeded(reserve))["query"] == "reserved"
+            price = await guard.arun_step(steps["price"], lambda: fetch("/search?q=price"))
+            assert not isinstance(price, CancelledByPolicy)
+            assert (await steps["price"].asucceeded(price))["query"] == "price"
+            return reserve, price
+
+    asyncio.run(main())
+    turn = guard.turn_outcome()
+    assert turn is not None
+    assert turn.cancelled == ()
+    assert turn.completed == ("reserve", "price")
+    assert turn.failed == ("stock",)
+    assert guard.stopped is None
+    key = next(e["idempotency_key"] for e in journal.journal_entries("turn"))
+    assert journal.journal_get("turn", key)["status"] == "confirmed"
+
+
+def test_a_half_open_breaker_probed_by_its_health_checker_cancels_before_starting():
+    """Under ``probes = "health-check"`` a half-open breaker refuses every user's call
+    (only the checker probes): the branches that need it are cancelled, as while open."""
+    from toolbreaker.runtime import HealthCheck
+    from toolbreaker.testing import force_state
+
+    inventory = Breaker(
+        "inventory",
+        policy=Policy(failure_threshold=1, probes="health-check"),
+        timeout=5,
+        enforce="cooperative",
+        health_check=HealthCheck(check=lambda: True),
+    )
+    force_state(inventory, "half_open")
+    ran: list[str] = []
+    group = Siblings(required=[inventory])
+    group.add("stock", lambda: ran.append("stock"), needs=[inventory])
+    outcome = group.run()
+    assert outcome.cancelled == ("stock",)
+    assert outcome["stock"].reason == "required dependency 'inventory' is open"
+    assert ran == []

@@ -8,6 +8,10 @@ A test module subclasses :class:`StoreContract` and provides:
 - :meth:`StoreContract.write_raw`: put raw text where the state of a key is persisted;
 - ``shared``: whether states are shared between handles (tests of propagation need it).
 
+Stores that talk to a server also subclass :class:`AmbiguousWriteContract`: a write whose
+answer is lost raises ``StoreWriteUnknown`` (it may have been made). The in-memory and
+SQLite stores commit in the calling process: a write of theirs that fails was not made.
+
 Every transition is checked against the pure core: a store must return exactly what
 :func:`toolbreaker.core.apply` returns for the same state and event.
 """
@@ -28,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import BreakerState, Event, Policy, Transition
+from toolbreaker import BreakerState, Event, Policy, StoreUnavailable, StoreWriteUnknown, Transition
 from toolbreaker.core import apply
 from toolbreaker.core.breaker.state import CORRUPT
 
@@ -567,3 +571,86 @@ class RecordsContract:
         assert not release_lease(store, space, "checker", "p1")
         assert release_lease(twin, space, "checker", "p2")
         assert acquire_lease(store, space, "checker", "p1", ttl_ms=1_000, now_ms=12_000)
+
+
+class AmbiguousWriteContract:
+    """A store that talks to a server: a write whose answer is lost may have been made.
+
+    Such a write raises :class:`~toolbreaker.errors.StoreWriteUnknown` (a
+    ``StoreUnavailable``), never a plain failure: a queued item or a journal entry the
+    store did not confirm may be there, and a caller that treated it as absent would
+    give the same work to someone else. A write refused before anything was sent, and a
+    read, raise a plain ``StoreUnavailable``. A test module provides:
+
+    - ``lagging``: ``lagging(pattern)`` gives a context manager yielding ``(store,
+      proxy)``: a fresh store that reaches the server through a
+      :class:`lag_proxy.LaggingProxy` holding the answer to the armed request that
+      contains ``pattern``;
+    - ``refused``: a store whose server refuses every connection;
+    - ``twin``: a direct handle on the same server.
+    """
+
+    @pytest.fixture
+    def pattern(self) -> str:
+        return f"lagged-{uuid.uuid4().hex[:12]}"
+
+    def test_a_record_write_answered_late_may_have_been_made(self, lagging, twin, pattern):
+        twin.record_put("conformance.lag", "warm", {"n": 0})  # the server is ready for it
+        with lagging(pattern) as (store, proxy):
+            store.record_get("conformance.lag", "warm")  # connected before the lag
+            proxy.arm()
+            with pytest.raises(StoreWriteUnknown):
+                store.record_put("conformance.lag", pattern, {"n": 1}, version=0)
+            proxy.release()
+        assert twin.record_get("conformance.lag", pattern) == ({"n": 1}, 1)
+
+    def test_a_record_delete_answered_late_may_have_been_made(self, lagging, twin, pattern):
+        twin.record_put("conformance.lag", pattern, {"n": 1})
+        twin.record_delete("conformance.lag", "absent")  # the server is ready for it
+        with lagging(pattern) as (store, proxy):
+            store.record_get("conformance.lag", "warm")
+            proxy.arm()
+            with pytest.raises(StoreWriteUnknown):
+                store.record_delete("conformance.lag", pattern, version=1)
+            proxy.release()
+        assert twin.record_get("conformance.lag", pattern) is None
+
+    def test_a_journal_write_answered_late_may_have_been_made(self, lagging, twin, pattern):
+        twin.journal_put(pattern + "-warm", "k", {"status": "pending"})
+        with lagging(pattern) as (store, proxy):
+            store.journal_get("warm-" + uuid.uuid4().hex, "k")
+            proxy.arm()
+            with pytest.raises(StoreWriteUnknown):
+                store.journal_put(pattern, "k", {"status": "pending"})
+            proxy.release()
+        assert twin.journal_get(pattern, "k") == {"status": "pending"}
+
+    def test_a_read_answered_late_is_only_unavailable(self, lagging, twin, pattern):
+        twin.record_put("conformance.lag", pattern, {"n": 1})
+        with lagging(pattern) as (store, proxy):
+            store.record_get("conformance.lag", "warm")
+            proxy.arm()
+            with pytest.raises(StoreUnavailable) as caught:
+                store.record_get("conformance.lag", pattern)
+            proxy.release()
+        assert not isinstance(caught.value, StoreWriteUnknown)
+
+    def test_a_write_refused_before_it_was_sent_certainly_failed(self, refused, pattern):
+        for write in (
+            lambda: refused.record_put("conformance.lag", pattern, {"n": 1}),
+            lambda: refused.record_delete("conformance.lag", pattern),
+            lambda: refused.journal_put(pattern, "k", {"status": "pending"}),
+        ):
+            with pytest.raises(StoreUnavailable) as caught:
+                write()
+            assert not isinstance(caught.value, StoreWriteUnknown)
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port

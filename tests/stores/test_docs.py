@@ -149,6 +149,9 @@ store = SQLiteStore("{sqlite}")
 """
     + _BILLING,
     "from toolbreaker import TraceRecorder": _SHEET,
+    "from toolbreaker import Registry, TraceRecorder, replay": _TOOLS,
+    "from toolbreaker import RunGuard": _SHEET,
+    "from toolbreaker.runtime import Attachment": _SHEET,
     "from toolbreaker import BreakerState, Event, Policy, apply": "",
     'guard = RunGuard("task-42", budget=Budget(max_calls_per_turn=8, max_tool_calls=50))': (
         "from toolbreaker import Budget, RunGuard\n"

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
-from toolbreaker import Budget, Policy, Registry, RunGuard, replay
+from toolbreaker import Budget, Policy, Registry, RunGuard, replay, scope
 from toolbreaker.cli import main
 from toolbreaker.cli._observe import export_trace
 from toolbreaker.core import read_trace
@@ -101,6 +101,47 @@ def test_export_replays_to_the_same_transitions(stream_url, tmp_path, capsys):
         r.reason for r in live
     ]
     assert main(["replay", str(out)]) == 0
+
+
+def test_a_publisher_attached_to_a_registry_publishes_breakers_made_later(
+    stream_url, tmp_path, capsys
+):
+    """The README's pattern: the publisher attaches to the registry before any breaker
+    exists; what the breakers made later (a tenant's scoped one too) did reaches the
+    stream, so export, replay and advise see it."""
+    clock = FakeClock()
+    breakers = Registry.from_dict(
+        {
+            "defaults": {
+                "timeout": 1.0,
+                "enforce": "cooperative",
+                "failure_threshold": 2,
+                "cooldown_ms": 1_000,
+            },
+            "orders": {"read": {"scope": "tenant", "degrade": ["omit"]}},
+        },
+        clock=clock,
+    )
+    stream = opened(stream_url)
+    StreamPublisher(stream).attach(breakers)
+    outage(breakers, clock)
+    with scope(tenant="acme"):
+        step = breakers.get("orders", "read").begin("orders", {"id": 1})
+        assert step.answer is None
+        step.succeeded({"id": 1})
+    entries = [entry for _, entry in iter_entries(stream)]
+    keys = {e.get("key") for e in entries if e["kind"] == "transition"}
+    assert keys == {"search", "orders[tenant=acme]:read"}
+    out = tmp_path / "trace.jsonl"
+    assert main(["export", "--store", stream_url, "--out", str(out)]) == 0
+    receipt = replay([event for _, event in read_trace(out)], POLICY)
+    search = receipt["dependencies"]["search"]
+    assert search["opens"] == 1
+    assert search["local_rejections"] == 2
+    capsys.readouterr()
+    assert main(["advise", "--store", stream_url, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert sorted(s["key"] for s in doc["signals"]) == ["orders[tenant=acme]:read", "search"]
 
 
 def test_run_guard_stops_go_to_the_stream_masked(stream_url):
@@ -258,6 +299,34 @@ def test_export_filters_and_drops_orphan_outcomes():
     assert export_trace(entries, out) == (2, 1)
     out = io.StringIO()
     assert export_trace(entries, out, dependency="b") == (0, 1)
+
+
+def test_an_empty_stream_is_never_an_all_clear(capsys, tmp_path):
+    """No false all-clear: advise and export of a stream nothing was published to say
+    that there was nothing to judge (and how to publish), never "no findings"; the same
+    for an empty trace."""
+    url = f"memory://{uuid.uuid4().hex}"
+    assert main(["advise", "--store", url]) == 0
+    out = capsys.readouterr().out
+    assert "no findings" not in out
+    assert f"{url} holds no breaker events" in out
+    assert "StreamPublisher" in out
+    assert main(["export", "--store", url]) == 0
+    err = capsys.readouterr().err
+    assert "exported 0 events" in err
+    assert f"{url} holds no breaker events" in err
+    empty = tmp_path / "trace.jsonl"
+    empty.write_text("")
+    assert main(["advise", str(empty)]) == 0
+    out = capsys.readouterr().out
+    assert "no findings" not in out
+    assert f"{empty} holds no breaker events" in out
+    # Entries, but none of them a transition: the same words, with what there was.
+    opened(url).append({"kind": "stop", "task": "t", "wall": 0})
+    assert main(["advise", "--store", url, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["signals"] == []
+    assert f"{url} holds no breaker events (only 1 entries of other kinds)" in captured.err
 
 
 def rec(key, kind, call):

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 
 import pytest
-from conformance import POLICY, RecordsContract, StoreContract, Twin, fork_and_check, wait_for
+from conformance import (
+    POLICY,
+    AmbiguousWriteContract,
+    RecordsContract,
+    StoreContract,
+    Twin,
+    closed_port,
+    fork_and_check,
+    wait_for,
+)
+
+from lag_proxy import LaggingProxy
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -43,10 +55,27 @@ def fed(store: PostgresStore, key: str, policy: Policy = POLICY):
     return view
 
 
-class TestPostgresStore(StoreContract, RecordsContract):
+class TestPostgresStore(StoreContract, RecordsContract, AmbiguousWriteContract):
     @pytest.fixture
     def store(self, postgres_url):
         with PostgresStore(postgres_url) as store:
+            yield store
+
+    @pytest.fixture
+    def lagging(self, postgres_server):
+        @contextlib.contextmanager
+        def through(pattern: str):
+            with LaggingProxy(postgres_server.port, pattern.encode()) as proxy:
+                url = f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres"
+                with PostgresStore(url, timeout=0.2) as store:
+                    yield store, proxy
+
+        return through
+
+    @pytest.fixture
+    def refused(self):
+        url = f"postgresql://postgres@127.0.0.1:{closed_port()}/postgres"
+        with PostgresStore(url, timeout=0.2, backoff=0.0) as store:
             yield store
 
     @pytest.fixture

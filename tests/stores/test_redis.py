@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 
 import pytest
 import redis
-from conformance import POLICY, RecordsContract, StoreContract, Twin, fork_and_check, wait_for
+from conformance import (
+    POLICY,
+    AmbiguousWriteContract,
+    RecordsContract,
+    StoreContract,
+    Twin,
+    closed_port,
+    fork_and_check,
+    wait_for,
+)
 
+from lag_proxy import LaggingProxy
 from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
 from toolbreaker.core import apply
 from toolbreaker.core.breaker.state import CORRUPT
@@ -49,11 +60,28 @@ def fed(store: RedisStore, key: str, policy: Policy = POLICY):
     return view
 
 
-class TestRedisStore(StoreContract, RecordsContract):
+class TestRedisStore(StoreContract, RecordsContract, AmbiguousWriteContract):
     # The session's server keeps nothing on disk: the journal tests opt out of durability.
     @pytest.fixture
     def store(self, redis_url):
         with RedisStore(redis_url, volatile_journal=True) as store:
+            yield store
+
+    @pytest.fixture
+    def lagging(self, redis_server):
+        @contextlib.contextmanager
+        def through(pattern: str):
+            with LaggingProxy(redis_server.port, pattern.encode()) as proxy:
+                url = proxy.url("redis")
+                with RedisStore(url, socket_timeout=0.2, volatile_journal=True) as store:
+                    yield store, proxy
+
+        return through
+
+    @pytest.fixture
+    def refused(self):
+        url = f"redis://127.0.0.1:{closed_port()}/0"
+        with RedisStore(url, backoff=0.0, volatile_journal=True) as store:
             yield store
 
     @pytest.fixture

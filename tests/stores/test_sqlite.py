@@ -12,7 +12,7 @@ import time
 import pytest
 from conformance import POLICY, RecordsContract, StoreContract, fork_and_check, wait_for
 
-from toolbreaker import Breaker, Event, Policy, StoreUnavailable
+from toolbreaker import Breaker, Event, Policy, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.errors import JournalNotDurable
 from toolbreaker.stores import SQLiteStore
 
@@ -93,6 +93,30 @@ def test_a_locked_file_makes_the_store_unavailable_and_then_recovers(tmp_path):
             locker.close()
         _, records = store.apply("k", Event("request", 1, "k", call="b"), POLICY)
         assert records[-1].reason == "call-admitted"
+
+
+def test_a_write_refused_by_a_lock_certainly_was_not_made(tmp_path):
+    """SQLite commits in the calling process: a journal or record write that fails was not
+    made, so it is a plain StoreUnavailable, never StoreWriteUnknown."""
+    path = tmp_path / "w.db"
+    with SQLiteStore(path, timeout=0.05, backoff=0) as store:
+        store.journal_get("t", "k")
+        store.record_get("s", "k")
+        locker = sqlite3.connect(path, isolation_level=None)
+        try:
+            locker.execute("BEGIN EXCLUSIVE")
+            for write in (
+                lambda: store.journal_put("t", "k", {"status": "pending"}),
+                lambda: store.record_put("s", "k", {"n": 1}),
+            ):
+                with pytest.raises(StoreUnavailable) as caught:
+                    write()
+                assert not isinstance(caught.value, StoreWriteUnknown)
+            locker.execute("ROLLBACK")
+        finally:
+            locker.close()
+        assert store.journal_get("t", "k") is None
+        assert store.record_get("s", "k") is None
 
 
 def test_a_breaker_denies_while_the_file_is_locked_and_recovers_without_restart(tmp_path):

@@ -41,7 +41,7 @@ from urllib.parse import urlsplit
 from toolbreaker._extras import require
 from toolbreaker.core.breaker.calibration import calibrate, findings
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.breaker.state import Transition, changed_phase, opened
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, ToolbreakerError
 from toolbreaker.instrumentation.stream import (
@@ -314,9 +314,9 @@ class Board:
         policy = entry.get("policy")
         if isinstance(policy, dict):
             self._policies[key] = policy
-        if record.from_phase != record.to_phase:
+        if changed_phase(record):
             row["since"], row["since_known"] = wall, True
-            if record.to_phase == "open":
+            if opened(record):
                 row["opens"][record.reason] = row["opens"].get(record.reason, 0) + 1
         row["phase"] = record.to_phase
         row["isolated"] = record.reason == "isolated" or (
@@ -582,8 +582,11 @@ class StoreActor:
         breaker = Breaker(
             row["dependency"], operation=row["operation"], policy=policy, store=self.store
         )
-        breaker.add_listener(self.publisher)
-        record = breaker.isolate(reason) if action == "isolate" else breaker.release(reason)
+        detach = self.publisher.attach(breaker)  # one action's breaker: detached after it
+        try:
+            record = breaker.isolate(reason) if action == "isolate" else breaker.release(reason)
+        finally:
+            detach()
         return record.to_dict()
 
     def close(self) -> None:

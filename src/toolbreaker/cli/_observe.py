@@ -136,7 +136,29 @@ def export_trace(
     return written, dropped
 
 
+_PUBLISH_HINT = (
+    "Publish to it with StreamPublisher(open_stream(URL)).attach(registry): every breaker "
+    "the registry holds, now and later."
+)
+_RECORD_HINT = (
+    "Record one with TraceRecorder(PATH).attach(registry): every breaker the registry "
+    "holds, now and later."
+)
+
+
+def _nothing(source: str, others: int, since: str | None, hint: str) -> str:
+    """What to say when there was nothing to judge: never an all-clear (no findings)."""
+    window = f" since {since}" if since else ""
+    other = f" (only {others} entries of other kinds)" if others else ""
+    return (
+        f"{source} holds no breaker events{window}{other}: nothing to advise on, which is "
+        f"not an all-clear. {hint}"
+    )
+
+
 def _run_export(args: argparse.Namespace) -> int:
+    from toolbreaker.instrumentation.stream import masked_url
+
     entries = _entries(args.store, args.since)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
@@ -145,6 +167,9 @@ def _run_export(args: argparse.Namespace) -> int:
         written, dropped = export_trace(entries, sys.stdout, dependency=args.dependency)
     note = f"; {dropped} outcomes of calls requested before the window dropped" if dropped else ""
     print(f"exported {written} events{note}", file=sys.stderr)
+    if written == 0 and not dropped and args.dependency is None:
+        others = len(entries)
+        print(_nothing(masked_url(args.store), others, args.since, _PUBLISH_HINT), file=sys.stderr)
     return 0
 
 
@@ -187,13 +212,18 @@ def _trace_signals(path: str, policy: Policy) -> dict[str, Signals]:
 def _run_advise(args: argparse.Namespace) -> int:
     if (args.trace is None) == (args.store is None):
         raise PolicyError("advise needs a TRACE or --store URL (one of them)", field="advise")
+    from toolbreaker.instrumentation.stream import masked_url
+
     tools: dict[str, str] = {}
     obeyed: list[Compliance] = []
     if args.store:
-        signals, tools, obeyed = stream_signals(_entries(args.store, args.since))
+        entries = _entries(args.store, args.since)
+        signals, tools, obeyed = stream_signals(entries)
+        nothing = _nothing(masked_url(args.store), len(entries), args.since, _PUBLISH_HINT)
     else:
         policy = Policy.from_toml(args.policy) if args.policy else Policy()
         signals = _trace_signals(args.trace, policy)
+        nothing = _nothing(args.trace, 0, None, _RECORD_HINT)
     found = findings(signals)
     if args.json:
         doc = {
@@ -202,6 +232,11 @@ def _run_advise(args: argparse.Namespace) -> int:
             "compliance": [c.to_dict() for c in obeyed],
         }
         print(json.dumps(doc, indent=2, sort_keys=True))
+        if not signals:
+            print(nothing, file=sys.stderr)
+        return 0
+    if not signals:
+        print(nothing)
         return 0
     print(f"{'breaker':<28} {'opens/h':>8} {'open':>6} {'reopen':>7} {'re-calls':>9}  failures")
     for key in sorted(signals):

@@ -23,6 +23,7 @@ from typing import Any, TextIO, get_args
 
 from toolbreaker.core.breaker.state import MAX_TIME_MS
 from toolbreaker.core.files import iter_lines, loads_json, shown
+from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState
 from toolbreaker.core.run.fingerprint import FingerprintError, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent, apply
@@ -47,9 +48,9 @@ def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
     """
     lines = _read(path)
     run: RunState | None = None
-    journal: dict[str, tuple[str, Any]] = {}  # write key -> (status, result)
-    confirmed: list[dict[str, Any]] = []
-    uncertain: list[dict[str, Any]] = []
+    # write key -> (status, result): the write protocol's moves, kept in memory
+    journal: dict[str, tuple[protocol.Status, Any]] = {}
+    steps: dict[str, dict[str, Any]] = {}  # write key -> the step the packet shows
     first: tuple[int, Action, str | None, RunDecision] | None = None
     out.write(f"{'line':>5}  {'at ms':>7}  {'tool':<20} decision\n")
     for number, data in lines:
@@ -68,7 +69,7 @@ def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
                     at,
                     action,
                     journal=status,
-                    evidence=evidence_digest(journaled) if status == "confirmed" else None,
+                    evidence=evidence_digest(journaled) if protocol.made(status) else None,
                 ),
                 budget,
             )
@@ -80,13 +81,13 @@ def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
                     "outcome", at, action, outcome=outcome, evidence=evidence, cost=data.get("cost")
                 )
                 run, _ = apply(run, event, budget)
-                step = {"line": number, "tool": action.tool, "idempotency_key": key}
-                if key and outcome == "success":
-                    journal[key] = ("confirmed", result)
-                    confirmed.append(step)
-                elif key and outcome == "unknown":
-                    journal[key] = ("unknown", None)
-                    uncertain.append(step)
+                move = protocol.settled_move(outcome)
+                if key and move is not None:
+                    # As the guard journals it: attempted, then how it ended.
+                    written = protocol.after(protocol.after(status, "attempt"), move)
+                    journal.pop(key, None)  # the packet lists writes in the order they ended
+                    journal[key] = (written, result if protocol.made(written) else None)
+                    steps[key] = {"line": number, "tool": action.tool, "idempotency_key": key}
                 note = f"allowed ({outcome}" + (
                     f", repeat {decision.repeat})" if decision.repeat else ")"
                 )
@@ -115,8 +116,8 @@ def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
         task=task,
         condition=decision.stop.condition,
         detail=decision.stop.detail,
-        confirmed=tuple(confirmed),
-        uncertain=tuple(uncertain),
+        confirmed=tuple(steps[k] for k, (s, _) in journal.items() if protocol.made(s)),
+        uncertain=tuple(steps[k] for k, (s, _) in journal.items() if protocol.unresolved(s)),
         attempted={
             "line": number,
             "tool": action.tool,

@@ -51,7 +51,7 @@ from toolbreaker.cli._simulate import (
 from toolbreaker.core.breaker.calibration import calibrate
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import diff
-from toolbreaker.core.breaker.state import OPEN, Event, Transition
+from toolbreaker.core.breaker.state import Event, Transition, opened
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
 from toolbreaker.replaying import StreamingReplay
@@ -574,7 +574,7 @@ class _Side:
         self.length += 1
         self.remote += record.attempted
         self.rejected += record.rejected
-        self.opens += record.to_phase == OPEN and record.from_phase != OPEN
+        self.opens += opened(record)
         if tracking:
             self.queue.append(record.to_dict())
 

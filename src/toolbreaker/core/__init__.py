@@ -7,7 +7,9 @@
 
 Nothing in this package reads a clock, does I/O (beyond loading files it is asked to
 load), takes a lock or keeps a global. Time arrives inside events. This module
-re-exports the breaker machine's names.
+re-exports the breaker machine's names, with the two predicates a listener of your own
+needs: :func:`opened` (did this record open the breaker) and :func:`rejects_callers`
+(are callers refused now, shadow mode and forced states included).
 """
 
 from toolbreaker.core.breaker.machine import (
@@ -17,6 +19,7 @@ from toolbreaker.core.breaker.machine import (
     idle_rejection,
     is_evictable,
     is_quiet,
+    rejects_callers,
     retry_after_ms,
     step,
 )
@@ -38,6 +41,7 @@ from toolbreaker.core.breaker.state import (
     Event,
     Lease,
     Transition,
+    opened,
 )
 from toolbreaker.core.breaker.trace import parse_event, parse_lines, read_trace
 from toolbreaker.core.canonical import canonical_json, sha256_hex
@@ -63,9 +67,11 @@ __all__ = [
     "is_evictable",
     "is_quiet",
     "load_receipt",
+    "opened",
     "parse_event",
     "parse_lines",
     "read_trace",
+    "rejects_callers",
     "replay",
     "retry_after_ms",
     "sha256_hex",

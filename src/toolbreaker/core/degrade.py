@@ -18,8 +18,15 @@ the chain, first mode that can be served wins:
 
 No mode servable (or no chain): the plain tool-unavailable result. A mode the shell then
 fails to serve (the store refused the queued item, the degraded tool raised) is reported
-back with :meth:`Offer.without` and the chain walked again. Pure: time arrives as
-arguments; nothing here reads a clock or does I/O.
+back with :meth:`Offer.without` and the chain walked again, with one exception
+(:func:`walks_past`): a queued item whose write may have reached the store (its reply
+was lost) may be queued, so the chain stops there and the caller is told the work may
+already be queued. Walking on to ``handoff`` or ``stop`` would give the same work to a
+person while a drainer may make it.
+
+Queued work has one record per idempotency key, and its lifecycle
+(:data:`QUEUE_TRANSITIONS`) gives it one owner at a time: the drainers, or a person it
+was handed to. Pure: time arrives as arguments; nothing here reads a clock or does I/O.
 """
 
 from __future__ import annotations
@@ -27,29 +34,50 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Final, Literal
 
-from toolbreaker.errors import PolicyError
+from toolbreaker.errors import PolicyError, WriteTransitionError
 
 __all__ = [
     "MODES",
     "QUEUE_STATUSES",
+    "QUEUE_TRANSITIONS",
     "Choice",
     "Offer",
+    "QueueMove",
+    "attempt_move",
     "check_chain",
     "choose",
+    "is_done",
+    "owner",
+    "passing",
     "prunable",
     "queue_action",
+    "queue_after",
+    "refuses_stale",
+    "settled",
     "stale_label",
     "stale_write_due",
+    "walks_past",
 ]
 
 #: Every mode, in the order the docs list them.
 MODES: Final = ("omit", "stale", "degraded", "queue", "handoff", "stop")
 #: Modes that can always be served: nothing after one of them in a chain is ever reached.
 _ALWAYS: Final = frozenset({"omit", "handoff", "stop"})
+#: Rejection reasons that are not the dependency being out: a full bulkhead clears in
+#: seconds. No mode is served for them, and they stop no run.
+_PASSING: Final = frozenset({"saturated"})
 #: The longest ``max_stale`` a row may set: 30 days, in milliseconds.
 MAX_STALE_MS: Final = 30 * 24 * 3600 * 1000
+
+
+def passing(reason: object) -> bool:
+    """Whether a rejection ``reason`` passes by itself (``saturated``): not degraded.
+
+    The caller is told to resubmit; a run guard does not count the tool as down.
+    """
+    return reason in _PASSING
 
 
 def check_chain(
@@ -82,8 +110,7 @@ def check_chain(
                 field="degrade",
             )
     if "stale" in seen:
-        if operation != "read":
-            # A stale answer to a write would tell the model a change happened that did not.
+        if refuses_stale(operation, chain):
             raise PolicyError(
                 f"a {operation!r} row never falls back to 'stale' (only a read row may: "
                 "a write is queued, handed off or stopped instead)",
@@ -177,6 +204,26 @@ def choose(chain: Sequence[str], offer: Offer, *, now_ms: int, max_stale_ms: int
     return Choice(None, tuple(skipped))
 
 
+def walks_past(mode: str, *, maybe_written: bool) -> bool:
+    """Whether the chain goes on past ``mode`` when serving it failed.
+
+    ``maybe_written``: the failure was a store write that may have been made. A queued
+    item that may exist is never walked past (see the module); every other failure is.
+    """
+    return not (mode == "queue" and maybe_written)
+
+
+def refuses_stale(kind: str, chain: Sequence[str]) -> bool:
+    """Whether ``chain`` could answer a call of ``kind`` with a stale result it must not get.
+
+    ``kind`` is a sheet row's operation class or a tool's risk class: only a ``read``
+    (the same word in both) may be answered from the last good result. A stale answer to
+    a write would tell the model a change happened that did not. Sheets (a row's chain)
+    and run guards (a write tool behind a row) both ask this.
+    """
+    return kind != "read" and "stale" in chain
+
+
 def stale_write_due(last_ms: int | None, now_ms: int, every_ms: int) -> bool:
     """Whether a success should refresh the kept answer (at most once per ``every_ms``)."""
     return last_ms is None or now_ms - last_ms >= every_ms or now_ms < last_ms
@@ -205,8 +252,97 @@ def stale_label(at_ms: int, now_ms: int) -> str:
 #: The statuses of a queued item: ``queued`` (waiting), ``claimed`` (a drainer holds its
 #: lease and has not started it), ``running`` (started: its outcome is not known until the
 #: drainer records it), ``done``, ``failed`` (certainly not made, and not worth retrying),
-#: ``unknown`` (started, outcome unknown: never replayed, reconciled instead).
-QUEUE_STATUSES: Final = ("queued", "claimed", "running", "done", "failed", "unknown")
+#: ``unknown`` (started, outcome unknown: never replayed, reconciled instead),
+#: ``handed-off`` (a person took the work over: no drainer ever runs it).
+QUEUE_STATUSES: Final = (
+    "queued",
+    "claimed",
+    "running",
+    "done",
+    "failed",
+    "unknown",
+    "handed-off",
+)
+
+QueueMove = Literal[
+    "enqueue",
+    "hand-off",
+    "claim",
+    "release",
+    "start",
+    "finish",
+    "requeue",
+    "fail",
+    "lose",
+    "found",
+    "not-found",
+]
+#: The queued item's lifecycle, ``(status before, move) -> status after`` (``None``: no
+#: record yet). One record per idempotency key, every move a compare-and-set on it, so
+#: the work has one owner at a time: a drainer (``claimed``, ``running``) or a person
+#: (``handed-off``), never both.
+QUEUE_TRANSITIONS: Final[Mapping[tuple[str | None, QueueMove], str]] = {
+    (None, "enqueue"): "queued",
+    (None, "hand-off"): "handed-off",
+    ("queued", "claim"): "claimed",
+    ("claimed", "claim"): "claimed",  # its holder's lease ran out before it started
+    ("claimed", "release"): "queued",  # never started (the breaker refused it)
+    ("claimed", "start"): "running",
+    ("running", "finish"): "done",
+    ("running", "release"): "queued",  # no worker was free: it never started
+    ("running", "requeue"): "queued",  # certainly not made, and a retry may help
+    ("running", "fail"): "failed",  # certainly not made, and no retry can help
+    ("running", "lose"): "unknown",  # may have been made: never replayed
+    ("running", "found"): "done",
+    ("unknown", "found"): "done",
+    ("running", "not-found"): "unknown",
+    ("unknown", "not-found"): "unknown",
+}
+#: Statuses a drainer neither runs nor reports: the work is settled or a person's.
+_SETTLED: Final = frozenset({"done", "failed", "handed-off"})
+
+
+def queue_after(status: object, move: QueueMove) -> str:
+    """Where ``move`` takes a queued item at ``status``.
+
+    Raises:
+        WriteTransitionError: the item's lifecycle has no such move from ``status``.
+    """
+    known = status if status is None or isinstance(status, str) else "?"
+    found = QUEUE_TRANSITIONS.get((known, move))
+    if found is None:
+        raise WriteTransitionError(
+            f"a queued item that is {known or 'absent'} cannot move by {move!r}",
+            status=known,
+            move=move,
+        )
+    return found
+
+
+def attempt_move(*, may_have_committed: bool, retryable: bool) -> QueueMove:
+    """How a drained item's failed attempt ends: ``lose``, ``requeue`` or ``fail``."""
+    if may_have_committed:
+        return "lose"
+    return "requeue" if retryable else "fail"
+
+
+def is_done(item: Mapping[str, object]) -> bool:
+    """Whether ``item`` was made (``done``): the queue's dedupe marker for its key."""
+    return item.get("status") == "done"
+
+
+def settled(item: Mapping[str, object]) -> bool:
+    """Whether no drainer has anything to do or report about ``item``.
+
+    Done, failed, or handed to a person. (Items held by a live drainer, or that do not
+    validate, are skipped too, but reported: :func:`queue_action`.)
+    """
+    return item.get("status") in _SETTLED
+
+
+def owner(item: Mapping[str, object]) -> Literal["queue", "person"]:
+    """Who owns the work of an existing item: the queue's drainers, or a person."""
+    return "person" if item.get("status") == "handed-off" else "queue"
 
 
 def queue_action(item: Mapping[str, object], now_ms: int) -> str:

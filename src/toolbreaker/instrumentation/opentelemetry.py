@@ -4,8 +4,11 @@ Usage::
 
     from toolbreaker.instrumentation.opentelemetry import instrument
 
-    instrument(breakers)        # a toolbreaker Registry, or breakers
+    instrument(registry)        # every breaker it holds, now and later
 
+A registry is followed: the breakers it makes after ``instrument`` (every adapter's, on a
+tool's first call; a tenant's scoped breaker) are traced from their first call. A run
+guard (its tools' breakers) and breakers made outside a registry can be instrumented too.
 Every transition the core produces for an instrumented breaker becomes an event on the
 span that is current when it happens (the tool call's span, if the framework makes one),
 and increments ``toolbreaker.transitions`` with the dependency, operation, reason and the
@@ -16,29 +19,37 @@ transitions you want traced, and use the Prometheus collector for plain counters
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.breaker.state import Transition, changed_phase
 from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
+from toolbreaker.runtime.fleet._attach import Attachment, Target
 
 __all__ = ["instrument"]
 
 
 def instrument(
-    breakers: Registry | Iterable[Breaker],
-    *,
+    breakers: Target,
+    *more: Target,
     meter_provider: Any = None,
     state_changes_only: bool = False,
 ) -> Callable[[], None]:
-    """Trace and count the transitions of ``breakers``; returns a function that undoes it.
+    """Trace and count the transitions of every breaker the targets hold, now and later.
+
+    Returns a function that undoes it (from the breakers there were and stops following
+    the targets).
 
     Args:
-        breakers: a registry (its breakers as they exist now) or breakers.
+        breakers: a registry (every breaker it holds, now and later), a run guard (its
+            tools' breakers, now and later), a breaker or breakers.
+        more: more targets of the same kinds (one breaker reached twice is traced once).
         meter_provider: an OpenTelemetry ``MeterProvider``; the global one by default.
         state_changes_only: record only transitions that change the phase.
+
+    Raises:
+        PolicyError: a target is none of these.
     """
     trace = require("opentelemetry.trace", "opentelemetry")
     metrics = require("opentelemetry.metrics", "opentelemetry")
@@ -52,7 +63,7 @@ def instrument(
     )
 
     def listener(record: Transition, breaker: Breaker) -> None:
-        if state_changes_only and record.from_phase == record.to_phase:
+        if state_changes_only and not changed_phase(record):
             return
         attributes = {
             "toolbreaker.dependency": breaker.dependency,
@@ -76,10 +87,4 @@ def instrument(
                 },
             )
 
-    removers = [breaker.add_listener(listener) for breaker in breakers]
-
-    def undo() -> None:
-        for remove in removers:
-            remove()
-
-    return undo
+    return Attachment(transition=listener).attach(breakers, *more)

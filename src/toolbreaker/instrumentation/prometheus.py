@@ -5,14 +5,17 @@ Usage::
     from prometheus_client import start_http_server
     from toolbreaker.instrumentation.prometheus import register
 
-    register(breakers)          # a toolbreaker Registry
+    register(registry)          # every breaker it holds, scoped ones too
     deferred = register_guards()
     deferred.attach(guard)      # each RunGuard, while its run lasts
     start_http_server(9108)
 
 The collector reads each breaker's counters and state when Prometheus scrapes, so guarded
-calls pay nothing for it. Demand and admitted attempts are separate series on purpose: an
-open breaker suppresses calls, so total failures alone would make it look healthier.
+calls pay nothing for it; it reads the breakers the registry holds at that moment (those
+made since the last scrape, and the live breakers of scoped rows, each under its own
+``dependency`` label such as ``search[tenant=acme]``). Demand and admitted attempts are
+separate series on purpose: an open breaker suppresses calls, so total failures alone
+would make it look healthier.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import PHASES
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.runtime.fleet._registry import Registry
+from toolbreaker.runtime.fleet._attach import Target, breakers_of
 from toolbreaker.runtime.run._guard import RunGuard
 
 if TYPE_CHECKING:
@@ -40,7 +43,11 @@ MAX_TOOL_LABELS: Final = 1000
 
 
 class BreakerCollector:
-    """A Prometheus collector for the breakers of one :class:`~toolbreaker.Registry`.
+    """A Prometheus collector for every breaker of a :class:`~toolbreaker.Registry`.
+
+    ``registry`` may also be a run guard (its tools' breakers), a breaker or breakers;
+    the breakers are read at each scrape (:func:`~toolbreaker.runtime.breakers_of`), so
+    breakers made later and the tenant breakers of scoped rows are exported too.
 
     Series (``namespace`` prefix, ``toolbreaker`` by default; labels ``dependency``,
     ``operation``, ``tool``):
@@ -59,8 +66,9 @@ class BreakerCollector:
       ``queue`` ...), once a breaker has served one.
     """
 
-    def __init__(self, registry: Registry, *, namespace: str = "toolbreaker") -> None:
+    def __init__(self, registry: Target, *, namespace: str = "toolbreaker") -> None:
         self._prom = require("prometheus_client.core", "prometheus")
+        breakers_of(registry)  # refuses a target that holds no breakers, at once
         self.registry = registry
         self.namespace = namespace
 
@@ -130,7 +138,7 @@ class BreakerCollector:
             "Share of half-open episodes that reopened.",
             labels=_LABELS,
         )
-        for breaker in self.registry:
+        for breaker in breakers_of(self.registry):
             # Names are configuration, yet a key built from a URL can carry a credential.
             labels = [redact_text(x) for x in (breaker.dependency, breaker.operation, breaker.tool)]
             stats = breaker.stats
@@ -189,14 +197,16 @@ def _phase(breaker: Any) -> str | None:
 
 
 def register(
-    registry: Registry,
+    registry: Target,
     prometheus_registry: CollectorRegistry | None = None,
     *,
     namespace: str = "toolbreaker",
 ) -> BreakerCollector:
-    """Register a :class:`BreakerCollector` and return it.
+    """Register a :class:`BreakerCollector` of ``registry`` and return it.
 
-    It goes on the default Prometheus registry unless another is given.
+    ``registry`` is a toolbreaker registry (or a run guard, a breaker, breakers); its
+    breakers are read at every scrape. It goes on the default Prometheus registry unless
+    another is given.
     """
     collector = BreakerCollector(registry, namespace=namespace)
     target = prometheus_registry or require("prometheus_client", "prometheus").REGISTRY

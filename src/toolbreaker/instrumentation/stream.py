@@ -5,7 +5,7 @@ Usage::
     from toolbreaker.instrumentation.stream import StreamPublisher, open_stream
 
     publisher = StreamPublisher(open_stream("redis://cache:6379/0"))
-    publisher.attach(registry, guard)      # breakers, registries and RunGuards
+    publisher.attach(registry, guard)      # every breaker they hold, now and later
 
 Each process appends what its breakers and run guards did to one stream, addressed by a
 URL: ``memory://NAME`` (one process), ``sqlite:///path/events.db`` (processes of a host;
@@ -44,19 +44,20 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+import weakref
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition
+from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition, changed_phase
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
 from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
+from toolbreaker.runtime.fleet._attach import Attachment, Target
 from toolbreaker.runtime.run._guard import RunGuard, StopPacket
 
 __all__ = [
@@ -410,32 +411,31 @@ class StreamPublisher:
         self.appended = 0
         self.append_errors = 0
         self._source = f"{socket.gethostname()}:{os.getpid()}"
-        self._consumed: dict[int, dict[str, int]] = {}
-        self._fields: dict[int, tuple[object, dict[str, Any]]] = {}
+        # Per breaker, dropped with it: a registry's scoped breakers come and go, and a
+        # new one must never inherit a gone one's fields by a reused id().
+        self._consumed: weakref.WeakKeyDictionary[Breaker, dict[str, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._fields: weakref.WeakKeyDictionary[Breaker, tuple[object, dict[str, Any]]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._lock = threading.Lock()
         self._failing = False
-        self._removers: list[Callable[[], None]] = []
+        #: What the publisher is attached to (``attachment.breakers()``).
+        self.attachment = Attachment(transition=self, notice=self.notice, stop=self.stop)
 
-    def attach(
-        self, *targets: Breaker | Registry | RunGuard | Iterable[Breaker]
-    ) -> Callable[[], None]:
-        """Publish what the given breakers, registries (as they are now) and guards do."""
-        removers: list[Callable[[], None]] = []
-        for target in targets:
-            if isinstance(target, RunGuard):
-                removers.append(target.add_stop_listener(self.stop))
-                removers.append(target.notices.add_listener(self.notice))
-            else:
-                for breaker in [target] if isinstance(target, Breaker) else target:
-                    removers.append(breaker.add_listener(self))
-                    removers.append(breaker.degradation.add_listener(self.notice))
-        self._removers.extend(removers)
+    def attach(self, *targets: Target) -> Callable[[], None]:
+        """Publish what the targets' breakers do, now and later; returns ``detach``.
 
-        def detach() -> None:
-            for remove in removers:
-                remove()
+        A registry: every breaker it holds and every one it makes later, from its first
+        call (scoped ones too); a run guard: its tools' breakers, its stops and its
+        notices; a breaker made outside a registry on its own. One breaker reached two
+        ways is published once.
 
-        return detach
+        Raises:
+            PolicyError: no target, or one that is none of these.
+        """
+        return self.attachment.attach(*targets)
 
     def __call__(self, record: Transition, breaker: Breaker) -> None:
         """Append one transition (breaker listener signature)."""
@@ -444,7 +444,7 @@ class StreamPublisher:
             "wall": time.time(),
             "record": record.to_dict(),
         }
-        if record.from_phase != record.to_phase:
+        if changed_phase(record):
             entry["policy"] = breaker.policy.to_dict()
         if record.policy_version is not None and record.policy_version != entry["policy_version"]:
             # Decided under the policy before a swap the listener runs after: name that one.
@@ -458,7 +458,7 @@ class StreamPublisher:
 
     def _static(self, breaker: Breaker) -> dict[str, Any]:
         # What never changes for a breaker, computed once (the policy version is a hash).
-        found = self._fields.get(id(breaker))
+        found = self._fields.get(breaker)
         if found is None or found[0] is not breaker.policy:
             fields = {
                 "schema": STREAM_SCHEMA,
@@ -472,7 +472,7 @@ class StreamPublisher:
                 "policy_version": breaker.policy.version,
                 "instructions_version": instructions_version(breaker.instructions),
             }
-            found = self._fields[id(breaker)] = (breaker.policy, fields)
+            found = self._fields[breaker] = (breaker.policy, fields)
             return {**fields, "policy": breaker.policy.to_dict()}
         return found[1]
 
@@ -507,7 +507,7 @@ class StreamPublisher:
         # the class this record settled is the one whose count grew since we last looked.
         # Two concurrent failures of one breaker may swap classes; the totals stay right.
         with self._lock:
-            seen = self._consumed.setdefault(id(breaker), {})
+            seen = self._consumed.setdefault(breaker, {})
             for name, count in sorted(breaker.stats.failures.items()):
                 if count > seen.get(name, 0):
                     seen[name] = seen.get(name, 0) + 1
@@ -532,6 +532,4 @@ class StreamPublisher:
 
     def close(self) -> None:
         """Detach from everything attached."""
-        for remove in self._removers:
-            remove()
-        self._removers.clear()
+        self.attachment.close()

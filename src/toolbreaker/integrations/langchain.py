@@ -85,7 +85,13 @@ from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, Enforce, HealthCheck
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import ActionRequest, GuardedTool, RunGuard, StopPacket
+from toolbreaker.runtime.run._guard import (
+    ActionRequest,
+    GuardedTool,
+    RunGuard,
+    StopPacket,
+    key_argument,
+)
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
@@ -602,10 +608,8 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             # in a hand-built graph without before_model).
             guard.mark_turn(("langchain", turn))
         spec = self._describe(guard, name, known=request.tool is not None)
-        args = dict(call["args"])
-        if spec.risk != "read" and spec.idempotency_arg:
-            args.pop(spec.idempotency_arg, None)  # the key is the guard's, never the model's
-        return guard, name, args, spec
+        # The key argument is the guard's: begin() drops a value the model made up.
+        return guard, name, dict(call["args"]), spec
 
     def _describe(self, guard: RunGuard, name: str, *, known: bool) -> GuardedTool:
         """The guard's description of tool ``name``, registered on first use."""
@@ -625,7 +629,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         call = request.tool_call
         if step.answer is not None:
             return _message(call, step.answer)
-        key_arg = spec.idempotency_arg if spec.risk != "read" else None
+        key_arg = key_argument(spec)
         run_args = step.args
         if key_arg and (request.tool is None or key_arg not in request.tool.args):
             # The tool does not take the key as a parameter (it reads idempotency_key());

@@ -55,13 +55,14 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
+from toolbreaker.core.run.budget import WRITES
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._result import hidden_tools_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime.run._guard import RunGuard, key_argument
 from toolbreaker.runtime.run._siblings import CancelledByPolicy
 
 require("agents", "openai-agents")
@@ -91,7 +92,6 @@ GUARDRAIL_NAME: Final = "toolbreaker"
 TContext = TypeVar("TContext")
 _Formatter = Callable[[ToolErrorFormatterArgs[Any]], "str | Awaitable[str | None] | None"]
 _TimeoutFunction = Callable[[RunContextWrapper[Any], Exception], "str | Awaitable[str]"]
-_WRITES: Final = ("reversible_write", "irreversible")
 
 #: The protected call whose tool is running in this task; the error formatter, which
 #: the SDK calls from inside the tool's invoker, finds its call here.
@@ -162,9 +162,10 @@ def protect(
         spec = guard.ensure_tool(tool.name)
         if breaker is not None and (spec.breaker is None or tool.name in explicit):
             spec = guard.add_tool(dataclasses.replace(spec, breaker=breaker))
-        write = spec.risk in _WRITES
+        write = spec.risk in WRITES
         properties = tool.params_json_schema.get("properties") or {}
-        inject = spec.idempotency_arg if write and spec.idempotency_arg in properties else None
+        key_arg = key_argument(spec)
+        inject = key_arg if key_arg is not None and key_arg in properties else None
         tools.append(protection.adopt(tool, spec.breaker, inject=inject, write=write))
     # A run the guard stopped asks the model nothing more (see _StopHooks).
     hooks = agent.hooks if guard is None else _StopHooks(agent.hooks, protection)

@@ -99,7 +99,14 @@ from toolbreaker.errors import PolicyError  # noqa: E402
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
 from toolbreaker.runtime.breaker._breaker import Breaker  # noqa: E402
 from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, StopPacket  # noqa: E402
+from toolbreaker.runtime.run._guard import (  # noqa: E402
+    GuardedTool,
+    RunGuard,
+    StopPacket,
+    key_argument,
+    with_key,
+    without_key,
+)
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
@@ -296,7 +303,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             breaker = spec.breaker
             if breaker is not None and breaker.timeout is not None and tool_def.timeout is None:
                 changes["timeout"] = breaker.timeout
-            if _injects_key(spec):
+            if key_argument(spec) is not None:
                 changes["parameters_json_schema"] = _hide_argument(tool_def, spec)
             if self.hide_open_tools and breaker is not None:
                 self._hideable[tool_def.name] = breaker
@@ -372,11 +379,9 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         """
         guard = self._bound()
         spec = self._spec(guard, tool_def)
-        key_arg = spec.idempotency_arg if _injects_key(spec) else None
-        if key_arg is not None:
-            # The key is the guard's to give; one the model made up must not leak into the
-            # fingerprint or reach the tool.
-            args = {k: v for k, v in args.items() if k != key_arg}
+        # The key is the guard's to give; one the model made up must not leak into the
+        # fingerprint or reach the tool.
+        args = without_key(spec, args)
         # One model response is one turn: its step number marks the turn once, however
         # many tool calls it issued (Budget.max_calls_per_turn counts them).
         guard.mark_turn(("pydantic-ai", ctx.run_step))
@@ -385,8 +390,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         step = await guard.abegin(spec.name, to_jsonable_python(args))
         if step.answer is not None:
             return _answer(ctx, guard, step.answer)
-        if key_arg is not None and step.idempotency_key is not None:
-            args = {**args, key_arg: step.idempotency_key}
+        args = with_key(spec, args, step.idempotency_key)
         ready = args
         try:
             # One call of the model turn's sibling group: cancelled by policy (its own
@@ -476,10 +480,6 @@ def _check_against_sheet(
             "operation class",
             field=f"{where}.operation",
         )
-
-
-def _injects_key(spec: GuardedTool) -> bool:
-    return spec.risk != "read" and bool(spec.idempotency_arg)
 
 
 def _hide_argument(tool_def: ToolDefinition, spec: GuardedTool) -> dict[str, Any]:

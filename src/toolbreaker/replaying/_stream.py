@@ -31,7 +31,7 @@ from toolbreaker.core.breaker.receipt import (
     dependency_entry,
     receipt_body,
 )
-from toolbreaker.core.breaker.state import OPEN, BreakerState, Transition
+from toolbreaker.core.breaker.state import BreakerState, Transition, opened, opening
 from toolbreaker.replaying._spill import CallIds, Spill
 from toolbreaker.replaying._text import (
     CANONICAL_OF,
@@ -81,7 +81,7 @@ class StreamingReplay(Replay):
     def _keep(self, ledger: Ledger, dependency: str, records: tuple[Transition, ...]) -> None:
         spill = self._spill
         for record in records:
-            if record.to_phase == OPEN and record.from_phase != OPEN:
+            if opened(record):
                 spill.counts.setdefault(dependency, Counts()).opens += 1
             # A literal template: it takes (and prints nothing of) four empty fields.
             printed, canonical = literal(record)
@@ -103,7 +103,7 @@ class StreamingReplay(Replay):
         if template is None:
             template = plain_template(key)
         spill = self._spill
-        if before.phase != after.phase and after.phase == OPEN:
+        if opening(before, after):
             spill.counts.setdefault(dependency, Counts()).opens += 1
         until = after.open_until
         record = (
@@ -259,5 +259,5 @@ class SummaryReplay(StreamingReplay):
         counts.transitions += 1
         counts.remote += flags[0]
         counts.rejected += flags[1]
-        if after.phase == OPEN and before.phase != OPEN:
+        if opening(before, after):
             counts.opens += 1

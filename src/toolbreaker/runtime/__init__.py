@@ -26,6 +26,7 @@ from toolbreaker.runtime.breaker._classify import (
 )
 from toolbreaker.runtime.breaker._degrade import Degradation
 from toolbreaker.runtime.breaker._scope import current_scope, scope
+from toolbreaker.runtime.fleet._attach import Attachment, breakers_of
 from toolbreaker.runtime.fleet._drain import (
     DrainReport,
     PruneReport,
@@ -57,6 +58,7 @@ __all__ = [
     "SUCCESS",
     "SYSTEM_PROMPT_LINE",
     "ActionRequest",
+    "Attachment",
     "Boundary",
     "BranchOutcome",
     "Breaker",
@@ -85,6 +87,7 @@ __all__ = [
     "StopPacket",
     "TraceRecorder",
     "Verdict",
+    "breakers_of",
     "classify_exception",
     "classify_status",
     "current_scope",

@@ -25,7 +25,9 @@ class StopPacket:
         condition: the exact condition that stopped the run.
         detail: the condition in words, with the numbers.
         confirmed: completed steps with their idempotency keys and external ids.
-        uncertain: writes whose outcome is unknown or was reconciled.
+        uncertain: writes whose outcome is not settled, each with its journal status:
+            unknown, in flight, not found by the status check, queued or maybe queued
+            (with the queue id), or handed to a person (with the reconciliation id).
         attempted: the attempted action (tool, fingerprint, idempotency key).
         counters: the budget counters when the run stopped.
         next_safe_action: what to do now.

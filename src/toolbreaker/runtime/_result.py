@@ -424,9 +424,36 @@ def degraded_result(tool: str, fallback: str, result: Any, *, note: str = "") ->
 
 
 def queued_result(
-    tool: str, queue_id: str, idempotency_key: str, *, already: bool = False
+    tool: str, queue_id: str, idempotency_key: str, *, already: bool = False, maybe: bool = False
 ) -> dict[str, Any]:
-    """``queue``: the work is saved and will be made later; it has NOT happened yet."""
+    """``queue``: the work is saved and will be made later; it has NOT happened yet.
+
+    ``maybe``: the store did not confirm the queued item (its answer was lost): the work
+    may be queued or not, so ``queued`` is ``None`` and ``outcome_unknown`` is set. It is
+    never handed to a person as well: a drain would make it too.
+    """
+    if maybe:
+        return {
+            "ok": False,
+            "queued": None,
+            "outcome_unknown": True,
+            "done": False,
+            "tool": tool,
+            "degradation": "queue",
+            "retryable": False,
+            "queue_id": queue_id,
+            "idempotency_key": idempotency_key,
+            "instruction": redact_text(
+                f'"{tool}" could not be made now (its service is out). The request may '
+                f"already be queued as {queue_id}: the queue did not confirm it. If it is "
+                "queued, it will be made once the service recovers. It has NOT happened "
+                "yet: do not tell the user it is done, and do not call it again."
+            ),
+            "user_message": redact_text(
+                f"Your request ({tool}) may be queued as {queue_id}; it has not been "
+                "carried out yet, and an operator will check that it is."
+            ),
+        }
     when = "was already queued" if already else "is queued"
     return {
         "ok": False,

@@ -71,8 +71,10 @@ class Journal(Protocol):
     """The run journal: what a task has done, by idempotency key.
 
     Entries are JSON-ready dicts. Run guards write a ``pending`` entry before a write
-    runs and ``confirmed`` (or ``unknown``) after, so a resumed task skips what is
-    confirmed and never repeats a write whose outcome is unknown.
+    runs and ``confirmed`` (or ``unknown`` ...) after, so a resumed task skips what is
+    confirmed and never repeats a write whose outcome is unknown; the statuses are the
+    write protocol's (:mod:`toolbreaker.core.run.protocol`). A write whose answer was
+    lost raises :class:`~toolbreaker.errors.StoreWriteUnknown`: it may have been made.
 
     The stores shipped here also answer ``journal_durable()``: whether a restart of the
     store keeps every entry it confirmed. A shared store whose journal is not durable

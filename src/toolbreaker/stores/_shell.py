@@ -14,6 +14,13 @@ on the way in, validation on the way out. So are records: names, size and versio
 checked on the way in, JSON and version validated on the way out, one atomic
 compare-and-set per write in the subclass. A subclass provides the ``_``-methods below.
 
+A journal or record write that fails after its request may have reached the server (a
+reply slower than the timeout, a connection lost after sending) raises
+:class:`~toolbreaker.errors.StoreWriteUnknown`: the write may have been made. One that
+certainly was not (no connection, a statement the server refused) raises a plain
+:class:`~toolbreaker.errors.StoreUnavailable`. The subclass tells which (it knows its
+driver); :meth:`SharedStore._write_fault` builds the error.
+
 The stores whose server only guards a write (Redis, PostgreSQL) share the
 compare-and-set loop too, :class:`CompareAndSetStore`: the core computes the next state
 from the version this process last saw, the server writes it only if that version is
@@ -38,7 +45,7 @@ from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.errors import JournalNotDurable, StoreUnavailable
+from toolbreaker.errors import JournalNotDurable, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.stores._records import check_version, decode_record, encode_record
 from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
 
@@ -124,7 +131,8 @@ class SharedStore(ABC):
         Returns whether the entry was written.
 
         Raises:
-            StoreUnavailable: the store is unreachable or too slow.
+            StoreWriteUnknown: the store's answer was lost: the entry may be written.
+            StoreUnavailable: the store is unreachable or too slow; nothing was written.
             JournalNotDurable: the store would forget the entry on a restart (see
                 ``volatile_journal``).
         """
@@ -181,7 +189,8 @@ class SharedStore(ABC):
         """Write ``value`` atomically if ``version`` matches; the new version or ``None``.
 
         Raises:
-            StoreUnavailable: the store is unreachable or too slow.
+            StoreWriteUnknown: the store's answer was lost: the record may be written.
+            StoreUnavailable: the store is unreachable or too slow; nothing was written.
         """
         text = encode_record(space, key, value)
         check_version(version)
@@ -192,7 +201,8 @@ class SharedStore(ABC):
         """Remove the record if ``version`` matches; whether it was removed.
 
         Raises:
-            StoreUnavailable: the store is unreachable or too slow.
+            StoreWriteUnknown: the store's answer was lost: the record may be removed.
+            StoreUnavailable: the store is unreachable or too slow; nothing was removed.
         """
         encode_record(space, key, {})
         check_version(version)
@@ -303,10 +313,23 @@ class SharedStore(ABC):
             raise JournalNotDurable(self._what, reason)
         self._journal_checked = True
 
-    def _journal_fault(self, task: str, exc: BaseException) -> StoreUnavailable:
+    def _journal_fault(
+        self, task: str, exc: BaseException, *, maybe_written: bool = False
+    ) -> StoreUnavailable:
         """A journal round trip failed: the store may come back configured otherwise."""
         self._journal_checked = False
-        return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=task)
+        return self._write_fault(task, exc, maybe_written=maybe_written)
+
+    def _write_fault(
+        self, name: str, exc: BaseException, *, maybe_written: bool
+    ) -> StoreUnavailable:
+        """The error of a failed round trip on ``name`` (a task, a space, a key).
+
+        ``maybe_written``: it was a write whose request may have reached the server.
+        """
+        kind = StoreWriteUnknown if maybe_written else StoreUnavailable
+        what = "did not answer a write that may have been made" if maybe_written else "unavailable"
+        return kind(f"{self._what} {what}: {exc}", dependency=name)
 
     def _forked(self) -> None:
         """In a child right after fork: distrust every view; subclasses drop their feed."""

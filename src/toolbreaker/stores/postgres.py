@@ -291,7 +291,7 @@ class PostgresStore(CompareAndSetStore):
 
     def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
         sql = f"SELECT {self.prefix}_journal_put(%s, %s, %s, %s)"
-        row = self._execute(task, sql, (task, key, text, only_new), journal=True)
+        row = self._execute(task, sql, (task, key, text, only_new), journal=True, write=True)
         return bool(row and row[0])
 
     def _journal_read(self, task: str, key: str) -> object:
@@ -342,7 +342,7 @@ class PostgresStore(CompareAndSetStore):
                 "WHERE r.space = %s AND r.key = %s AND r.version = %s RETURNING r.version"
             )
             params = (text, space, key, version)
-        row = self._execute(space, sql, params, records=True)
+        row = self._execute(space, sql, params, records=True, write=True)
         return None if row is None else row[0]
 
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:
@@ -350,7 +350,9 @@ class PostgresStore(CompareAndSetStore):
         params: tuple[Any, ...] = (space, key)
         if version is not None:
             sql, params = sql + " AND version = %s", (space, key, version)
-        return self._execute(space, sql + " RETURNING 1", params, records=True) is not None
+        return (
+            self._execute(space, sql + " RETURNING 1", params, records=True, write=True) is not None
+        )
 
     def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
         sql = f"SELECT key, value, version FROM {self.prefix}_records WHERE space = %s"  # noqa: S608 - validated prefix
@@ -445,16 +447,23 @@ class PostgresStore(CompareAndSetStore):
         journal: bool = False,
         records: bool = False,
         every: bool = False,
+        write: bool = False,
     ) -> Any:
-        """One statement on the store's connection; a failure is ``StoreUnavailable``."""
+        """One statement on the store's connection; a failure is ``StoreUnavailable``.
+
+        ``write``: a journal or record write, whose failure after the statement was sent
+        and before the server answered is ``StoreWriteUnknown`` (it may have committed).
+        """
         if self._closed:
             raise StoreUnavailable(f"{self._what} is closed", dependency=key)
         with self._lock:
             bound: _Bound | None = None
+            sent = False
             try:
                 if self._conn is None:
                     self._conn = self._connect()
                 with self._watchdog.bound(self._conn, self._bound) as bound:
+                    sent = True
                     cursor = self._conn.execute(sql, params)
                     return cursor.fetchall() if every else cursor.fetchone()
             except self._errors as error:
@@ -467,12 +476,14 @@ class PostgresStore(CompareAndSetStore):
                 errors = _psycopg().errors
                 if isinstance(exc, (errors.UndefinedTable, errors.UndefinedFunction)):
                     self._schema_ready = False  # dropped, or a server restored without it
+                # A statement the server answered with an error (a SQLSTATE) was rolled
+                # back; one that got no answer (a lost connection, the watchdog) may have
+                # committed: autocommit commits each statement as it ends.
+                maybe = write and sent and getattr(exc, "sqlstate", None) is None
                 if journal:
-                    raise self._journal_fault(key, exc) from error
+                    raise self._journal_fault(key, exc, maybe_written=maybe) from error
                 if records:  # records take no part in breaker decisions: views stay
-                    raise StoreUnavailable(
-                        f"{self._what} unavailable: {exc}", dependency=key
-                    ) from error
+                    raise self._write_fault(key, exc, maybe_written=maybe) from error
                 self._book.fail()
                 raise StoreUnavailable(
                     f"{self._what} unavailable: {exc}", dependency=key

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 
 from toolbreaker.core.breaker.state import HALF_OPEN, OPEN, BreakerState, Lease, Transition
 from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
+from toolbreaker.runtime.fleet._attach import Attachment, Target
 
 __all__ = ["FakeClock", "capture_transitions", "force_state"]
 
@@ -46,10 +46,11 @@ class FakeClock:
 
 
 @contextlib.contextmanager
-def capture_transitions(
-    *breakers: Breaker | Registry | Iterable[Breaker],
-) -> Iterator[list[Transition]]:
-    """Collect every transition of some breakers (or a registry's) while the block runs.
+def capture_transitions(*targets: Target) -> Iterator[list[Transition]]:
+    """Collect every transition of some breakers while the block runs.
+
+    Targets are breakers, registries (every breaker they hold and every one they make
+    during the block) and run guards (their tools' breakers); each record once.
 
     Example::
 
@@ -58,18 +59,15 @@ def capture_transitions(
         assert [r.reason for r in records] == [...]
     """
     records: list[Transition] = []
-    targets: list[Breaker] = []
-    for item in breakers:
-        if isinstance(item, Breaker):
-            targets.append(item)
-        else:
-            targets.extend(item)
-    removers = [b.add_listener(lambda record, _b: records.append(record)) for b in targets]
+
+    def heard(record: Transition, _breaker: Breaker) -> None:
+        records.append(record)
+
+    detach = Attachment(transition=heard).attach(*targets)
     try:
         yield records
     finally:
-        for remove in removers:
-            remove()
+        detach()
 
 
 def force_state(breaker: Breaker, phase: str, *, open_for_ms: int | None = None) -> None:

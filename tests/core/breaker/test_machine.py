@@ -394,3 +394,35 @@ def test_stored_json_round_trips():
 
     state = BreakerState(failures=(1, 2), generation=3)
     assert BreakerState.from_json(canonical_json(state.to_dict()), Policy()) == state
+
+
+# -- the transition table --------------------------------------------------------------------
+
+
+def test_the_table_has_a_move_for_every_event_in_every_phase_but_one():
+    """Every event type a trace or an operator may send is a move of every phase; the
+    core's own ``lease-expired`` is a move of a half-open breaker only."""
+    from toolbreaker.core.breaker.machine import MOVES, OPERATOR_TYPES
+    from toolbreaker.core.breaker.state import EVENT_TYPES, PHASES
+
+    for kind in EVENT_TYPES | OPERATOR_TYPES:
+        assert set(MOVES[kind]) == set(PHASES), kind
+    assert set(MOVES["lease-expired"]) == {"half_open"}
+    assert set(MOVES) == EVENT_TYPES | OPERATOR_TYPES | {"lease-expired"}
+
+
+@pytest.mark.parametrize(
+    "state",
+    [BreakerState(), BreakerState(phase="open", generation=1, open_until=50, opens=1)],
+)
+def test_an_illegal_move_raises(state):
+    """A lease expiring outside half-open is no move: a TraceError, never a silent no-op."""
+    expired = Event("lease-expired", 10, "d", call="c", generation=state.generation)
+    with pytest.raises(TraceError, match="lease-expired is no move of a"):
+        step(state, expired, POLICY)
+
+
+def test_a_state_of_no_known_phase_is_no_move():
+    """A state built by hand with a phase the core does not know cannot be stepped."""
+    with pytest.raises(TraceError, match="no move of a sideways breaker"):
+        step(BreakerState(phase="sideways"), Event("request", 0, "d"), POLICY)

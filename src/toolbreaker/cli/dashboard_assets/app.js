@@ -145,8 +145,9 @@
     const all = [...breakers.values()];
     const open = all.filter((r) => r.phase === "open").length;
     const half = all.filter((r) => r.phase === "half_open").length;
-    document.getElementById("summary").textContent =
-      all.length + " breakers · " + open + " open · " + half + " half-open";
+    document.getElementById("summary").textContent = all.length
+      ? all.length + " breakers · " + open + " open · " + half + " half-open"
+      : "no breakers in the stream yet";
     renderDetail();
   }
 
@@ -186,6 +187,13 @@
 
   function renderFindings(list) {
     const ul = document.getElementById("findings");
+    // No breaker in the stream is nothing to judge, never an all-clear.
+    if (!list.length && !breakers.size) {
+      ul.replaceChildren(h("li", { class: "muted", id: "no-breakers" },
+        "no breaker events in the stream yet: nothing to judge. Publish them with " +
+        "StreamPublisher(open_stream(URL)).attach(registry)"));
+      return;
+    }
     if (!list.length) { ul.replaceChildren(h("li", { class: "muted" }, "nothing crosses a rule of thumb")); return; }
     ul.replaceChildren(...list.map((f) => h("li", { "data-rule": f.rule },
       h("span", { class: "rule" }, "[" + f.rule + "] "), f.key + (f.tool !== f.key ? " (tool " + f.tool + ")" : "") + ": " + f.message,

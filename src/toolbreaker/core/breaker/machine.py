@@ -33,6 +33,16 @@ reject: the state evolves
 exactly as it would under enforcement (outcomes of calls enforcement would not have made
 are stale), and each such request's record carries ``would_reject`` and the reason.
 
+The table. :func:`step` looks the event up in :data:`MOVES` by its type and the state's
+phase and calls the move found there; a pair with no move (the core's own
+``lease-expired`` outside half-open, a phase it does not know) raises ``TraceError``.
+
+The predicates. Shells never compare phases: they ask :func:`rejects_callers` (does a
+caller get refused: forced states, isolation and shadow mode included),
+:func:`~toolbreaker.core.breaker.state.opened` (did this record open the breaker),
+:func:`retry_after_ms`, :func:`may_probe`, :func:`check_due` and the others here, so a
+rule has one home (``tests/test_quality.py`` finds any phase comparison outside the core).
+
 Everything here is pure: time arrives inside events, nothing is read, locked or stored.
 Shells feed events through :func:`apply` (or :func:`step`) and carry out the result.
 """
@@ -40,34 +50,43 @@ Shells feed events through :func:`apply` (or :func:`step`) and carry out the res
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Literal
 
 from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
 from toolbreaker.core.breaker.state import (
     CLOSED,
     HALF_OPEN,
     OPEN,
+    PHASES,
     BreakerState,
     Event,
     Lease,
     Transition,
+    built_record,
+    built_state,
 )
 from toolbreaker.errors import TraceError
 
 __all__ = [
     "ADMITTED",
+    "MOVES",
     "OPERATOR_TYPES",
     "admission",
+    "admits_all",
     "apply",
+    "check_due",
     "due_expiry",
     "fast_path_safe",
+    "held_by_operator",
     "idle_rejection",
     "is_evictable",
     "is_quiet",
+    "may_probe",
+    "may_start_rejecting",
     "plain_record",
     "plain_step",
-    "record",
     "record_flags",
+    "rejects_callers",
     "retry_after_ms",
     "step",
 ]
@@ -126,7 +145,7 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
     # The open branch of admission(), minus the cases where step() changes the state.
     if policy.force == "open":
         return "forced-open"
-    if state.phase != OPEN or (_admits_all(state, policy) and not state.isolated):
+    if state.phase != OPEN or (admits_all(state, policy) and not state.isolated):
         return None
     if state.isolated:
         return "isolated"
@@ -135,6 +154,70 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
         return None
     # Under health-check probes a user's request waits for the checker, past the deadline too.
     return "cooldown" if at < until or policy.probes == "health-check" else None
+
+
+def admits_all(state: BreakerState, policy: Policy) -> bool:
+    """Whether requests that enforcement would reject are admitted (and recorded as such).
+
+    Shadow mode, a policy forced closed, and an operator's forced close (unless the
+    policy forces the breaker open). Isolation and ``force = "open"`` still reject:
+    :func:`rejects_callers` says what a caller gets.
+    """
+    return policy.admits_all or (state.forced_closed and policy.force is None)
+
+
+def rejects_callers(state: BreakerState, policy: Policy) -> bool:
+    """Whether the breaker refuses its callers now: the question every shell asks.
+
+    True while the policy forces it open, while an operator isolates it, while it is open
+    under enforcement (a probe may still be admitted once the cooldown is over), and while
+    it is half-open under ``probes = "health-check"`` (only the checker's probe gets
+    through). False while closed, half-open with probes from calls, and whenever shadow
+    mode or a forced close admits every request: then nothing that needs the dependency
+    should be cancelled, told it is unavailable, or denied a retry because of the phase.
+    """
+    if policy.force == "open" or state.isolated:
+        return True
+    phase = state.phase
+    if phase == CLOSED or admits_all(state, policy):
+        return False
+    return phase == OPEN or policy.probes == "health-check"
+
+
+def may_start_rejecting(record: Transition) -> bool:
+    """Whether after this transition the breaker may refuse callers it admitted before.
+
+    It opened, or an operator isolated it. Whether it then refuses anyone depends on the
+    state and policy (a forced close, shadow mode): ask :func:`rejects_callers`. A
+    listener uses this to look at the state only when something may have changed.
+    """
+    return record.reason == "isolated" or (record.to_phase == OPEN and record.from_phase != OPEN)
+
+
+def may_probe(state: BreakerState) -> bool:
+    """Whether a request admitted now may be a probe (the breaker is not closed).
+
+    A shell keeps a reserve for probes (a worker thread) that such a request may take.
+    """
+    return state.phase != CLOSED
+
+
+def check_due(state: BreakerState, at: int, policy: Policy) -> Literal["due", "wait", "idle"]:
+    """What a health checker should do for ``state`` at ``at``.
+
+    ``idle`` while closed, isolated or forced closed (nothing to check, or an operator
+    decides); ``due`` while open past its deadline (or with no deadline: a recovered
+    corrupt state), and while half-open with a free probe slot or a probe lease due to
+    expire (a lease of a process that died expires only when an event reaches the core:
+    the checker's request makes the core reopen the breaker); ``wait`` otherwise.
+    """
+    if state.phase == CLOSED or held_by_operator(state):
+        return "idle"
+    if state.phase == OPEN:
+        until = state.open_until
+        return "due" if until is None or at >= until else "wait"
+    free = len(state.leases) < policy.probe_limit
+    return "due" if free or due_expiry(state, at, policy) is not None else "wait"
 
 
 def is_quiet(state: BreakerState, policy: Policy) -> bool:
@@ -151,13 +234,21 @@ def is_quiet(state: BreakerState, policy: Policy) -> bool:
     )
 
 
+def held_by_operator(state: BreakerState) -> bool:
+    """Whether an operator holds the breaker where it is (isolated, or forced closed).
+
+    Such a state lasts until released: no cooldown, expiry or health check moves it.
+    """
+    return state.isolated or state.forced_closed
+
+
 def is_evictable(state: BreakerState) -> bool:
     """Whether a process may forget its breaker object for this state (a scope limit).
 
     Only a closed breaker with nothing an operator set: an open, half-open, isolated or
     forced breaker is never dropped to make room.
     """
-    return state.phase == CLOSED and not state.forced_closed
+    return state.phase == CLOSED and not held_by_operator(state)
 
 
 def fast_path_safe(state: BreakerState) -> bool:
@@ -299,15 +390,21 @@ def plain_step(policy: Policy) -> PlainStep | None:
                 return state, "not-admitted" if generation is None else "stale-outcome"
             if at < until:
                 return state, "cooldown"
-            opened = BreakerState(
-                phase=HALF_OPEN,
-                generation=state.generation + 1,
-                opens=state.opens,
-                leases=(Lease(call or "", at),),
-                recovered_from_corruption=state.recovered_from_corruption,
-                operator_reason=state.operator_reason,
+            probing = built_state(
+                HALF_OPEN,
+                state.generation + 1,
+                (),
+                None,
+                state.opens,
+                0,
+                (Lease(call or "", at),),
+                False,
+                state.recovered_from_corruption,
+                (),
+                False,
+                state.operator_reason,
             )
-            return opened, "probe-admitted"
+            return probing, "probe-admitted"
         leases = state.leases
         if leases and due_expiry(state, at, policy) is not None:
             return None
@@ -327,12 +424,7 @@ def plain_step(policy: Policy) -> PlainStep | None:
         if kind == "success":
             successes = state.successes + 1
             if successes >= quorum:
-                closed = BreakerState(
-                    generation=state.generation + 1,
-                    recovered_from_corruption=state.recovered_from_corruption,
-                    operator_reason=state.operator_reason,
-                )
-                return closed, "probe-quorum"
+                return _closed(state), "probe-quorum"
             return _with(state, leases=kept, successes=successes), "probe-success"
         return _open(state, at, policy, opening=state.opens + 1), _OUTCOME_REASONS[kind][1]
 
@@ -342,34 +434,15 @@ def plain_step(policy: Policy) -> PlainStep | None:
 def record_flags(kind: str, reason: str, would_reject: bool = False) -> tuple[bool, bool]:
     """``(attempted, rejected)`` of the record of a ``kind`` event decided for ``reason``.
 
-    A call reaches the dependency when it is admitted (or admitted although enforcement
-    would reject it: ``would_reject``); a request that does not is rejected locally.
+    The one rule: a request reaches the dependency when it is admitted (or admitted
+    although enforcement would reject it: ``would_reject``), and is rejected locally
+    otherwise; any other event is neither. :func:`step` has it inlined (its hot path), and
+    a property test holds every record it makes to it.
     """
-    attempted = reason in ADMITTED or would_reject
-    return attempted, kind == "request" and not attempted
-
-
-def record(
-    event: Event,
-    before: BreakerState,
-    after: BreakerState,
-    reason: str,
-    would_reject: bool = False,
-) -> Transition:
-    """The record of ``event`` turning ``before`` into ``after`` for ``reason``."""
-    attempted, rejected = record_flags(event.type, reason, would_reject)
-    return Transition(
-        event.dependency,
-        event,
-        before.phase,
-        after.phase,
-        attempted,
-        rejected,
-        reason,
-        after.generation,
-        after.open_until,
-        would_reject,
-    )
+    if kind != "request":
+        return False, False
+    attempted = would_reject or reason in ADMITTED
+    return attempted, not attempted
 
 
 def plain_record(  # noqa: PLR0917 - the fields plain_step() decided, in its order
@@ -387,129 +460,142 @@ def plain_record(  # noqa: PLR0917 - the fields plain_step() decided, in its ord
     The event is ``Event(kind, at, dependency, call, generation)``; ``plain_step`` turned
     ``before`` into ``after`` for ``reason``.
     """
-    return record(Event(kind, at, dependency, call, generation), before, after, reason)
+    attempted, rejected = record_flags(kind, reason)
+    event = Event(kind, at, dependency, call, generation)
+    return built_record(
+        dependency,
+        event,
+        before.phase,
+        after.phase,
+        attempted,
+        rejected,
+        reason,
+        after.generation,
+        after.open_until,
+        False,
+    )
 
 
 def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, Transition]:
     """Apply one event to one breaker's state and say what happened.
 
+    The move is looked up in :data:`MOVES` by the event's type and the state's phase.
+
     Raises:
-        TraceError: the event type is unknown or its time is negative.
+        TraceError: the event type is unknown, it is no move of the state's phase (a
+            ``lease-expired`` outside half-open), or its time is negative.
     """
     at = event.at
     if at < 0:
         raise TraceError(f"time must not be negative, got {at}")
-    if state.phase == OPEN and state.open_until is None and not state.isolated:
+    if state.open_until is None and state.phase == OPEN and not state.isolated:
         # A recovered corrupt state: its cooldown starts at the first event touching it.
         state = _open(state, at, policy, opening=max(state.opens, 1), generation=state.generation)
     kind = event.type
-    would_reject = False
-    if kind == "request":
-        new, reason = _request(state, event, policy)
-        if reason not in ADMITTED and reason not in ("isolated", "forced-open"):
-            # Shadow mode and a forced close admit what enforcement rejects, and record it.
-            would_reject = _admits_all(state, policy)
-    elif kind in ("success", "failure", "ambiguous", "ignored", "lease-expired"):
-        new, reason = _outcome(state, event, policy)
-    elif kind == "isolate":
-        new = BreakerState(
-            phase=OPEN,
-            generation=state.generation + 1,
-            opens=state.opens,
-            isolated=True,
-            recovered_from_corruption=state.recovered_from_corruption,
-            operator_reason=event.reason,
-        )
-        reason = "isolated"
-    elif kind == "force-closed":
-        new = BreakerState(
-            generation=state.generation + 1,
-            recovered_from_corruption=state.recovered_from_corruption,
-            forced_closed=True,
-            operator_reason=event.reason,
-        )
-        reason = "forced-closed"
-    elif kind == "release":
-        new = BreakerState(
-            generation=state.generation + 1,
-            recovered_from_corruption=state.recovered_from_corruption,
-        )
-        reason = "released"
-    else:
+    moves = MOVES.get(kind)
+    if moves is None:
         raise TraceError(f"unknown event type {kind!r}")
-    return new, record(event, state, new, reason, would_reject)
-
-
-def _request(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
-    if policy.force == "open":
-        return state, "forced-open"
     phase = state.phase
-    if phase == CLOSED:
-        return state, "call-admitted"
+    move = moves.get(phase)
+    if move is None:
+        raise TraceError(f"{kind} is no move of a {phase} breaker")
+    new, reason = move(state, event, policy)
+    if kind == "request":
+        # Shadow mode and a forced close admit what enforcement rejects, and record it.
+        would_reject = reason in _SHADOWED and admits_all(state, policy)
+        admitted = would_reject or reason in ADMITTED  # record_flags(), inlined
+        return new, built_record(
+            event.dependency,
+            event,
+            phase,
+            new.phase,
+            admitted,
+            not admitted,
+            reason,
+            new.generation,
+            new.open_until,
+            would_reject,
+        )
+    return new, built_record(
+        event.dependency,
+        event,
+        phase,
+        new.phase,
+        False,
+        False,
+        reason,
+        new.generation,
+        new.open_until,
+        False,
+    )
+
+
+# -- the moves: one function per (event type, phase) entry of MOVES ----------------------
+# Each takes the state (a recovered corrupt one already given its cooldown), the event and
+# the policy, and returns the new state and the reason of the record.
+
+_Move = Callable[[BreakerState, Event, Policy], tuple[BreakerState, str]]
+#: Rejections that shadow mode and a forced close admit (recorded ``would_reject``).
+_SHADOWED: Final = frozenset({"cooldown", "probe-limit"})
+
+
+def _request_closed(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    return state, "forced-open" if policy.force == "open" else "call-admitted"
+
+
+def _request_open(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
     reason = admission(state, event.at, policy, health_check=event.health_check)
     if reason != "probe-admitted":
         return state, reason
-    if phase == OPEN:
-        return (
-            BreakerState(
-                phase=HALF_OPEN,
-                generation=state.generation + 1,
-                opens=state.opens,
-                leases=(Lease(event.call or "", event.at),),
-                recovered_from_corruption=state.recovered_from_corruption,
-                forced_closed=state.forced_closed,
-                operator_reason=state.operator_reason,
-            ),
-            "probe-admitted",
-        )
-    return _with(state, leases=(*state.leases, Lease(event.call or "", event.at))), "probe-admitted"
+    probing = built_state(
+        HALF_OPEN,
+        state.generation + 1,
+        (),
+        None,
+        state.opens,
+        0,
+        (Lease(event.call or "", event.at),),
+        False,
+        state.recovered_from_corruption,
+        (),
+        state.forced_closed,
+        state.operator_reason,
+    )
+    return probing, reason
 
 
-def _outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
-    kind = event.type
-    if event.generation is None and kind != "lease-expired":
+def _request_half_open(
+    state: BreakerState, event: Event, policy: Policy
+) -> tuple[BreakerState, str]:
+    reason = admission(state, event.at, policy, health_check=event.health_check)
+    if reason != "probe-admitted":
+        return state, reason
+    return _with(state, leases=(*state.leases, Lease(event.call or "", event.at))), reason
+
+
+def _unsettled(state: BreakerState, event: Event) -> str | None:
+    """Why an outcome settles nothing in this generation, or ``None``."""
+    if event.generation is None:
         # The call never reached the dependency under this policy (a replay of a trace
         # recorded under another one): its outcome says nothing about health.
-        return state, "not-admitted"
+        return "not-admitted"
+    if event.generation != state.generation:
+        return "stale-outcome"
+    return None
+
+
+def _outcome_open(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
     # No call is ever admitted in the open phase, so every outcome seen there is stale.
-    if event.generation != state.generation or state.phase == OPEN:
-        return state, "stale-outcome"
-    if state.phase == CLOSED:
-        return _closed_outcome(state, event, policy)
-    leases = tuple(x for x in state.leases if x.call != event.call)
-    if len(leases) == len(state.leases):
-        # Not one of this generation's probes: nothing it says can be trusted.
-        return state, "stale-outcome"
-    if kind == "ignored":
-        return _with(state, leases=leases), "non-qualifying"
-    if kind == "success":
-        if policy.slow_call_rate_permille is not None and _slow(event, policy):
-            # Slow is down: a slow probe does not vouch for the dependency.
-            return _open(state, event.at, policy, opening=state.opens + 1), "slow-probe"
-        successes = state.successes + 1
-        if successes >= policy.success_threshold:
-            closed = BreakerState(
-                generation=state.generation + 1,
-                recovered_from_corruption=state.recovered_from_corruption,
-                forced_closed=state.forced_closed,
-                operator_reason=state.operator_reason,
-            )
-            return closed, "probe-quorum"
-        return _with(state, leases=leases, successes=successes), "probe-success"
-    if kind == "lease-expired":
-        return _open(state, event.at, policy, opening=state.opens + 1), "lease-expired"
-    reason = _OUTCOME_REASONS[kind][1]
-    return _open(
-        state, event.at, policy, opening=state.opens + 1, hint=event.retry_after_ms
-    ), reason
+    return state, "not-admitted" if event.generation is None else "stale-outcome"
 
 
-def _closed_outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+def _outcome_closed(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    unsettled = _unsettled(state, event)
+    if unsettled is not None:
+        return state, unsettled
     kind = event.type
     if kind == "ignored":
         return state, "non-qualifying"
-    if kind == "lease-expired":  # only made by apply() while half-open
-        raise TraceError("lease-expired outside half_open")
     at = event.at
     failed = kind != "success"
     if failed:
@@ -537,6 +623,116 @@ def _closed_outcome(state: BreakerState, event: Event, policy: Policy) -> tuple[
     if len(failures) >= policy.failure_threshold:
         return _open(state, at, policy, opening=state.opens + 1, hint=event.retry_after_ms), reason
     return _with(state, failures=failures, window=window), reason
+
+
+def _outcome_half_open(
+    state: BreakerState, event: Event, policy: Policy
+) -> tuple[BreakerState, str]:
+    unsettled = _unsettled(state, event)
+    if unsettled is not None:
+        return state, unsettled
+    leases = tuple(x for x in state.leases if x.call != event.call)
+    if len(leases) == len(state.leases):
+        # Not one of this generation's probes: nothing it says can be trusted.
+        return state, "stale-outcome"
+    kind = event.type
+    if kind == "ignored":
+        return _with(state, leases=leases), "non-qualifying"
+    if kind == "success":
+        if policy.slow_call_rate_permille is not None and _slow(event, policy):
+            # Slow is down: a slow probe does not vouch for the dependency.
+            return _open(state, event.at, policy, opening=state.opens + 1), "slow-probe"
+        successes = state.successes + 1
+        if successes >= policy.success_threshold:
+            return _closed(state), "probe-quorum"
+        return _with(state, leases=leases, successes=successes), "probe-success"
+    reason = _OUTCOME_REASONS[kind][1]
+    return _open(
+        state, event.at, policy, opening=state.opens + 1, hint=event.retry_after_ms
+    ), reason
+
+
+def _lease_expired(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    # Made by apply() for this generation's oldest probe; checked like any probe outcome.
+    if event.generation != state.generation or all(x.call != event.call for x in state.leases):
+        return state, "stale-outcome"
+    return _open(state, event.at, policy, opening=state.opens + 1), "lease-expired"
+
+
+def _isolate(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    isolated = built_state(
+        OPEN,
+        state.generation + 1,
+        (),
+        None,
+        state.opens,
+        0,
+        (),
+        True,
+        state.recovered_from_corruption,
+        (),
+        False,
+        event.reason,
+    )
+    return isolated, "isolated"
+
+
+def _force_closed(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    forced = built_state(
+        CLOSED,
+        state.generation + 1,
+        (),
+        None,
+        0,
+        0,
+        (),
+        False,
+        state.recovered_from_corruption,
+        (),
+        True,
+        event.reason,
+    )
+    return forced, "forced-closed"
+
+
+def _release(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, str]:
+    released = built_state(
+        CLOSED,
+        state.generation + 1,
+        (),
+        None,
+        0,
+        0,
+        (),
+        False,
+        state.recovered_from_corruption,
+        (),
+        False,
+        None,
+    )
+    return released, "released"
+
+
+_OUTCOME_MOVES: Final[dict[str, _Move]] = {
+    CLOSED: _outcome_closed,
+    OPEN: _outcome_open,
+    HALF_OPEN: _outcome_half_open,
+}
+
+#: The transition table: event type -> phase -> move. A pair that is missing is no move
+#: at all, and step() raises TraceError for it (``lease-expired`` is made by apply() for
+#: a half-open breaker's expired probe, nowhere else).
+MOVES: Final[dict[str, dict[str, _Move]]] = {
+    "request": {CLOSED: _request_closed, OPEN: _request_open, HALF_OPEN: _request_half_open},
+    "success": _OUTCOME_MOVES,
+    "failure": _OUTCOME_MOVES,
+    "ambiguous": _OUTCOME_MOVES,
+    "ignored": _OUTCOME_MOVES,
+    "lease-expired": {HALF_OPEN: _lease_expired},
+    "isolate": dict.fromkeys(PHASES, _isolate),
+    "force-closed": dict.fromkeys(PHASES, _force_closed),
+    "release": dict.fromkeys(PHASES, _release),
+}
 
 
 def _slow(event: Event, policy: Policy) -> bool:
@@ -589,14 +785,37 @@ def _open(
     wait = policy.cooldown_for(opening)
     if hint is not None and hint > wait:
         wait = hint
-    return BreakerState(
-        phase=OPEN,
-        generation=state.generation + 1 if generation is None else generation,
-        open_until=at + wait,
-        opens=opening,
-        recovered_from_corruption=state.recovered_from_corruption,
-        forced_closed=state.forced_closed,
-        operator_reason=state.operator_reason,
+    return built_state(
+        OPEN,
+        state.generation + 1 if generation is None else generation,
+        (),
+        at + wait,
+        opening,
+        0,
+        (),
+        False,
+        state.recovered_from_corruption,
+        (),
+        state.forced_closed,
+        state.operator_reason,
+    )
+
+
+def _closed(state: BreakerState) -> BreakerState:
+    """Closed again after a probe quorum: a new generation, what an operator set kept."""
+    return built_state(
+        CLOSED,
+        state.generation + 1,
+        (),
+        None,
+        0,
+        0,
+        (),
+        False,
+        state.recovered_from_corruption,
+        (),
+        state.forced_closed,
+        state.operator_reason,
     )
 
 
@@ -609,22 +828,17 @@ def _with(
     window: _Window | None = None,
 ) -> BreakerState:
     """The same phase and generation with some counters changed."""
-    return BreakerState(
-        phase=state.phase,
-        generation=state.generation,
-        failures=state.failures if failures is None else failures,
-        open_until=state.open_until,
-        opens=state.opens,
-        successes=state.successes if successes is None else successes,
-        leases=state.leases if leases is None else leases,
-        isolated=state.isolated,
-        recovered_from_corruption=state.recovered_from_corruption,
-        window=state.window if window is None else window,
-        forced_closed=state.forced_closed,
-        operator_reason=state.operator_reason,
+    return built_state(
+        state.phase,
+        state.generation,
+        state.failures if failures is None else failures,
+        state.open_until,
+        state.opens,
+        state.successes if successes is None else successes,
+        state.leases if leases is None else leases,
+        state.isolated,
+        state.recovered_from_corruption,
+        state.window if window is None else window,
+        state.forced_closed,
+        state.operator_reason,
     )
-
-
-def _admits_all(state: BreakerState, policy: Policy) -> bool:
-    """Whether requests enforcement rejects are admitted (and recorded as such)."""
-    return policy.admits_all or (state.forced_closed and policy.force is None)

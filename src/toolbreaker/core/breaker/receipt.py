@@ -26,11 +26,11 @@ from toolbreaker.core.breaker.machine import ADMITTED, apply, plain_record, plai
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import (
     MAX_TIME_MS,
-    OPEN,
     OUTCOME_TYPES,
     BreakerState,
     Event,
     Transition,
+    opened,
 )
 from toolbreaker.core.breaker.trace import PLAIN_LINE, parse_line
 from toolbreaker.core.canonical import sha256_hex
@@ -307,7 +307,7 @@ class Counts:
         self.remote += record.attempted
         self.rejected += record.rejected
         self.would_reject += record.would_reject
-        self.opens += record.to_phase == OPEN and record.from_phase != OPEN
+        self.opens += opened(record)
 
 
 def dependency_entry(

@@ -29,6 +29,14 @@ __all__ = [
     "Event",
     "Lease",
     "Transition",
+    "admitted_probe",
+    "built_record",
+    "built_state",
+    "changed_phase",
+    "half_opened",
+    "opened",
+    "opening",
+    "reopened",
 ]
 
 CLOSED: Final = "closed"
@@ -396,3 +404,142 @@ class Transition:
         if self.would_reject:
             out["would_reject"] = True
         return out
+
+
+# -- building states and records fast, for the core's hot path ------------------------------
+# A frozen dataclass's __init__ sets each field through object.__setattr__ (a lookup and a
+# generic call per field); setting the slots through their own descriptors builds the same
+# object in well under half the time. The core builds a state or a record per event, so
+# step() and a replay spend much of their time here. Only the core calls these; a
+# property test holds them equal to the constructors (tests/core/breaker/test_predicates.py).
+
+_new = object.__new__
+(
+    _s_phase,
+    _s_generation,
+    _s_failures,
+    _s_open_until,
+    _s_opens,
+    _s_successes,
+    _s_leases,
+    _s_isolated,
+    _s_recovered,
+    _s_window,
+    _s_forced_closed,
+    _s_operator_reason,
+) = (BreakerState.__dict__[f.name].__set__ for f in dataclasses.fields(BreakerState))
+(
+    _t_dependency,
+    _t_event,
+    _t_from_phase,
+    _t_to_phase,
+    _t_attempted,
+    _t_rejected,
+    _t_reason,
+    _t_generation,
+    _t_open_until,
+    _t_would_reject,
+    _t_policy_version,
+) = (Transition.__dict__[f.name].__set__ for f in dataclasses.fields(Transition))
+
+
+def built_state(  # noqa: PLR0917 - every field, in order, for speed
+    phase: str,
+    generation: int,
+    failures: tuple[int, ...],
+    open_until: int | None,
+    opens: int,
+    successes: int,
+    leases: tuple[Lease, ...],
+    isolated: bool,
+    recovered_from_corruption: bool,
+    window: tuple[tuple[int, int, int, int], ...],
+    forced_closed: bool,
+    operator_reason: str | None,
+) -> BreakerState:
+    """``BreakerState(...)`` with every field given in order, built faster (core only)."""
+    state: BreakerState = _new(BreakerState)
+    _s_phase(state, phase)
+    _s_generation(state, generation)
+    _s_failures(state, failures)
+    _s_open_until(state, open_until)
+    _s_opens(state, opens)
+    _s_successes(state, successes)
+    _s_leases(state, leases)
+    _s_isolated(state, isolated)
+    _s_recovered(state, recovered_from_corruption)
+    _s_window(state, window)
+    _s_forced_closed(state, forced_closed)
+    _s_operator_reason(state, operator_reason)
+    return state
+
+
+def built_record(  # noqa: PLR0917 - every field but the policy version, for speed
+    dependency: str,
+    event: Event,
+    from_phase: str,
+    to_phase: str,
+    attempted: bool,
+    rejected: bool,
+    reason: str,
+    generation: int,
+    open_until: int | None,
+    would_reject: bool,
+) -> Transition:
+    """``Transition(...)`` with every field but ``policy_version`` (``None``), built faster."""
+    record: Transition = _new(Transition)
+    _t_dependency(record, dependency)
+    _t_event(record, event)
+    _t_from_phase(record, from_phase)
+    _t_to_phase(record, to_phase)
+    _t_attempted(record, attempted)
+    _t_rejected(record, rejected)
+    _t_reason(record, reason)
+    _t_generation(record, generation)
+    _t_open_until(record, open_until)
+    _t_would_reject(record, would_reject)
+    _t_policy_version(record, None)
+    return record
+
+
+# -- what a record (or a pair of states) says happened: the only place phases are compared ---
+# Shells (the breaker's counters, replay, tuning, the dashboard, listeners) ask these
+# instead of comparing phases themselves, so "did it open" has one meaning everywhere.
+
+
+def opened(record: Transition) -> bool:
+    """Whether the transition opened the breaker: from closed, or back from half-open.
+
+    An event seen while the breaker was already open (a rejection, an isolation of an
+    open breaker) did not open it.
+    """
+    return record.to_phase == OPEN and record.from_phase != OPEN
+
+
+def opening(before: BreakerState, after: BreakerState) -> bool:
+    """:func:`opened` for a transition known by its two states (a replay's fast path)."""
+    return after.phase == OPEN and before.phase != OPEN
+
+
+def reopened(record: Transition) -> bool:
+    """Whether a failed, slow or expired probe sent a half-open breaker back to open."""
+    return record.to_phase == OPEN and record.from_phase == HALF_OPEN
+
+
+def half_opened(record: Transition) -> bool:
+    """Whether the transition moved the breaker to half-open (its first probe)."""
+    return record.to_phase == HALF_OPEN and record.from_phase != HALF_OPEN
+
+
+def changed_phase(record: Transition) -> bool:
+    """Whether the breaker is in another phase after the transition than before it."""
+    return record.to_phase != record.from_phase
+
+
+def admitted_probe(record: Transition) -> bool:
+    """Whether the record admitted a probe: a call whose outcome decides recovery.
+
+    A request admitted only because the policy admits everything (``would_reject``) is
+    not a probe, even while half-open.
+    """
+    return record.attempted and record.to_phase == HALF_OPEN and not record.would_reject

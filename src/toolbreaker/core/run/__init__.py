@@ -1,4 +1,6 @@
 """The run machine: budgets, fingerprints, secret masking and the run's decisions.
 
+``machine`` decides a run's requests and events; ``protocol`` is the write protocol (a
+write's journal statuses, their lifecycle, and what every reader does with each).
 Pure like the breaker machine: every function takes ``now`` and returns new values.
 """

@@ -13,8 +13,11 @@ is what the shell must carry out. A ``request`` gets one of five verdicts:
 - ``run``: execute the call (it is counted against the budgets);
 - ``journal``: a write the journal confirms was already made: answer from the journal and
   never execute it again (how a resumed task skips completed work);
-- ``reconcile``: an earlier attempt of this write has an unknown outcome (``unknown``, or
-  ``pending`` after a crash): never replay it, run the read-only reconcile check;
+- ``reconcile``: an earlier attempt of this write has an unknown outcome (``unknown``,
+  ``reconciled-absent``, or ``pending`` after a crash): never replay it, run the
+  read-only reconcile check;
+- ``queued`` / ``handed-off``: the write was saved for a drainer (or may have been) or
+  handed to a person: answer so, never make it here;
 - ``writes-blocked``: a write while more writes have an unknown outcome than
   ``max_uncertain_side_effects`` allows: refused, and the run goes on with reads (the
   run's *write breaker*; ``RunState.writes_blocked`` records why, for the stop packet);
@@ -27,22 +30,32 @@ is what the shell must carry out. A ``request`` gets one of five verdicts:
   A ``turn`` event (the adapter saw the model start a new turn) starts the count again.
 
 Outcome events settle a ``run`` call: ``unknown`` for a write that may have committed
-counts toward the uncertain writes (and may block writes); ``resolved`` records that an
+counts toward the uncertain writes (and may block writes), as does ``uncertain``, a write
+that became so after its call was recorded (the store's write of its queued item got no
+answer: it may be queued, see :mod:`toolbreaker.core.run.protocol`); ``resolved`` records that an
 uncertain write's outcome became known (a reconcile check found it, or an operator
 decided); ``resume`` carries the writes an earlier run of the task left unresolved in the
 journal, so a resumed run refuses writes exactly as the original did. ``dependency-down``
-stops the run when the tool was required. Every denial names the exact condition.
+(a tool's dependency is out) stops the run when the degradation matrix served ``stop``,
+or, when it served nothing, when the tool was required and the reason is not a passing
+one (a full bulkhead clears in seconds: :func:`toolbreaker.core.degrade.passing`); any
+other mode served lets the run go on (the sheet chose what the caller gets). Every
+denial names the exact condition.
 
-Everything here is pure: ``now`` arrives inside events; the journal is read by the shell
-and its answer arrives as the event's ``journal`` status.
+What a journal status means for a request is the write protocol's
+(:mod:`toolbreaker.core.run.protocol`). Everything here is pure: ``now`` arrives inside
+events; the journal is read by the shell and its answer arrives as the event's
+``journal`` status.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Final, Literal
+from typing import Final, Literal, cast
 
+from toolbreaker.core.degrade import passing
 from toolbreaker.core.run import budget as budgets
+from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
 from toolbreaker.errors import RunStateError
 
@@ -58,12 +71,22 @@ __all__ = [
 
 #: What a decision tells the shell to do.
 Verdict = Literal[
-    "run", "journal", "reconcile", "writes-blocked", "stopped", "deferred", "recorded"
+    "run",
+    "journal",
+    "reconcile",
+    "queued",
+    "handed-off",
+    "writes-blocked",
+    "stopped",
+    "deferred",
+    "recorded",
 ]
 VERDICTS: Final = (
     "run",
     "journal",
     "reconcile",
+    "queued",
+    "handed-off",
     "writes-blocked",
     "stopped",
     "deferred",
@@ -74,16 +97,15 @@ EVENT_TYPES: Final = (
     "request",
     "outcome",
     "dependency-down",
+    "uncertain",
     "resolved",
     "resume",
     "cost",
     "stop",
     "turn",
 )
-#: Journal statuses a shell may report with a write request. ``unknown`` and ``pending``
-#: mean an earlier attempt may have committed; ``confirmed`` means it did.
-JOURNAL_STATUSES: Final = ("confirmed", "unknown", "pending", "reconciled-absent", "failed")
-_UNRESOLVED: Final = ("unknown", "pending")
+#: Journal statuses a shell may report with a write request (the write protocol's).
+JOURNAL_STATUSES: Final = protocol.STATUSES
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,6 +122,9 @@ class RunEvent:
             result (a ``request`` the journal confirms).
         cost: the call's (or, for ``cost``, the model step's) cost.
         required: for ``dependency-down``, the run cannot go on without the tool.
+        reason: for ``dependency-down``, why the tool is unavailable (the breaker's
+            rejection reason: ``opened``, ``saturated``, ``retry-budget`` ...).
+        mode: for ``dependency-down``, the degradation mode served instead, if any.
         detail: words for the stop or the block (``dependency-down``, ``stop``, ``resume``).
         count: for ``resume``, how many writes of earlier runs are unresolved.
     """
@@ -114,6 +139,8 @@ class RunEvent:
     required: bool = False
     detail: str = ""
     count: int = 0
+    reason: str = ""
+    mode: str | None = None
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:
@@ -186,13 +213,16 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         return run, _RECORDED
     if kind == "dependency-down":
         assert event.action is not None
-        if not event.required:
+        if not _stops(event):
             return run, _RECORDED
         stop = Stop(
             "dependency-open", event.detail, at, event.action.risk, event.action.fingerprint
         )
         run = budgets.stop(run, stop)
         return run, RunDecision("stopped", run.stopped)
+    if kind == "uncertain":
+        run = dataclasses.replace(run, uncertain=run.uncertain + 1)
+        return _block_if_uncertain(run, event.action, at, budget, event.detail), _RECORDED
     if kind == "resolved":
         uncertain = max(0, run.uncertain - max(1, event.count))
         blocked = run.writes_blocked if uncertain > budget.max_uncertain_side_effects else None
@@ -217,12 +247,15 @@ def _request(
     run: RunState, action: Action, event: RunEvent, budget: Budget
 ) -> tuple[RunState, RunDecision]:
     at = event.at
-    journal = event.journal if action.risk in WRITES else None
-    if journal in _UNRESOLVED:
-        # Never replayed: its outcome is unknown, so only a status check may look.
-        return run, RunDecision("reconcile")
+    # RunEvent validated the status against the protocol's.
+    status = cast("protocol.Status | None", event.journal if action.risk in WRITES else None)
+    answer = protocol.on_request(status)
+    if answer == "reconcile" or answer == "queued" or answer == "handed-off":  # noqa: PLR1714
+        # Never made here: its outcome is unknown (only a status check may look), or a
+        # drainer or a person owns it.
+        return run, RunDecision(answer)
     decision = budgets.check(run, action, budget, at)
-    if journal == "confirmed":
+    if answer == "journal":
         if decision.allowed:
             run = budgets.begin(run, action, at)
             run = budgets.finish(run, action, "success", at, evidence=event.evidence)
@@ -249,6 +282,13 @@ def _request(
         return run, RunDecision("writes-blocked", blocked, decision.repeat)
     run = budgets.stop(run, stop)
     return run, RunDecision("stopped", run.stopped, decision.repeat)
+
+
+def _stops(event: RunEvent) -> bool:
+    """Whether a dependency going down stops the run (see the module)."""
+    if event.mode is not None:
+        return event.mode == "stop"  # the sheet's row chose what the caller gets
+    return event.required and not passing(event.reason)
 
 
 def _block_if_uncertain(

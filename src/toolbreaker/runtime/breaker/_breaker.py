@@ -29,11 +29,26 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
 
-from toolbreaker.core.breaker.machine import idle_rejection, is_evictable, is_quiet
+from toolbreaker.core.breaker.machine import (
+    idle_rejection,
+    is_evictable,
+    is_quiet,
+    may_probe,
+    rejects_callers,
+)
 from toolbreaker.core.breaker.machine import retry_after_ms as core_retry_after_ms
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Event, Transition
-from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.core.breaker.state import (
+    PHASES,
+    BreakerState,
+    Event,
+    Transition,
+    admitted_probe,
+    changed_phase,
+    half_opened,
+    opened,
+    reopened,
+)
 from toolbreaker.core.retry import (
     Failure,
     RetryBudget,
@@ -50,6 +65,13 @@ from toolbreaker.core.retry import (
     unavailable_reason,
 )
 from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core.run.retrying import (
+    ModelRetries,
+    action_of,
+    failed_retryably,
+    is_retry,
+    observe,
+)
 from toolbreaker.errors import (
     CircuitOpen,
     PermitError,
@@ -206,7 +228,7 @@ class BreakerStats:
         self.would_reject = 0
         self.scope_overflows = 0
         self.record_faults = 0
-        self.time_in_state_ms: dict[str, int] = {CLOSED: 0, OPEN: 0, HALF_OPEN: 0}
+        self.time_in_state_ms: dict[str, int] = dict.fromkeys(PHASES, 0)
         self.retries: dict[str, int] = {}
         self.degraded: dict[str, int] = {}
         self._workers: Workers | None = None
@@ -544,7 +566,8 @@ class Breaker:
         self._retry_listeners: list[RetryListener] = []
         self._sleep = sleep
         self._seeds = random.Random(retry_seed) if retry_seed is not None else None  # noqa: S311 - jitter, not secrets
-        self._failed_calls: dict[str, int] = {}
+        #: The model as a retry layer: the calls whose last attempt failed retryably.
+        self._model_retries = ModelRetries()
         self._scoped: collections.OrderedDict[str, Breaker] | None = (
             None if boundary.scope is None else collections.OrderedDict()
         )
@@ -584,7 +607,10 @@ class Breaker:
         """Call ``listener(record, breaker)`` for every transition; returns a remover.
 
         While a listener is registered every request goes through the core, so the
-        listener also sees ``call-admitted`` and ``cooldown`` records.
+        listener also sees ``call-admitted`` and ``cooldown`` records. A scoped row's
+        listeners hear each of its scoped breakers too, made before or after (as do its
+        retry and degradation listeners). To hear every breaker of a registry or a run
+        guard, now and later, attach there (:class:`~toolbreaker.runtime.Attachment`).
         """
         self._listeners.append(listener)
         self._quiet = None
@@ -729,6 +755,18 @@ class Breaker:
         with self._scopes_lock:
             return dict(self._scoped or {})
 
+    def family(self) -> tuple[Breaker, ...]:
+        """This breaker and every live breaker of its scopes, the shared overflow one last.
+
+        What an exporter reads to see every breaker a row holds: a scoped row's calls are
+        counted by its tenants' breakers, not by the row's own. They hear the row's
+        listeners (see :meth:`add_listener`).
+        """
+        with self._scopes_lock:
+            children = tuple((self._scoped or {}).values())
+        overflow = self._overflow
+        return (self, *children, *(() if overflow is None else (overflow,)))
+
     def _new_scope(
         self, name: str, value: str, children: collections.OrderedDict[str, Breaker]
     ) -> Breaker:
@@ -767,7 +805,12 @@ class Breaker:
             boundary=row,
             max_workers=self._max_workers,
         )
+        # One list of listeners for the row and its scoped breakers (transitions, retry
+        # decisions, notices): whatever attaches to the row hears every tenant's breaker,
+        # made before or after it attached, and detaching from the row detaches from all.
         child._listeners = self._listeners
+        child._retry_listeners = self._retry_listeners
+        child.degradation.notices.follow(self.degradation.notices)
         child.degradation.tools = self.degradation.tools
         child._stamp = self._stamp
         return child
@@ -844,6 +887,7 @@ class Breaker:
     def _step_succeeded(self, step: Step, result: Any) -> Any:
         step.permit.record(self.result_verdict(result))
         self._retry_succeeded()
+        self._model_retry_ended(step.tool, step.args)
         self.degradation.remember(step.tool, step.args, result)
         return result
 
@@ -857,6 +901,7 @@ class Breaker:
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
         await step.permit.arecord(self.result_verdict(result))
         self._retry_succeeded()
+        self._model_retry_ended(step.tool, step.args)
         await self.degradation.aremember(step.tool, step.args, result)
         return result
 
@@ -941,7 +986,7 @@ class Breaker:
                 stats.rejected += 1
                 wait = core_retry_after_ms(state, now, self.policy)
                 return Rejection(self, reason, wait, state.operator_reason)
-            if state.phase != OPEN and self._remember_quiet(state):
+            if self._remember_quiet(state):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
         return None
@@ -990,7 +1035,7 @@ class Breaker:
             self.stats.admitted += 1
             if last.would_reject:
                 self.stats.would_reject += 1
-            probe = last.to_phase == HALF_OPEN and not last.would_reject
+            probe = admitted_probe(last)
             return Permit(self, last.event.call, last.generation, now, deadline, probe, policy)
         self.stats.rejected += 1
         return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
@@ -1064,19 +1109,19 @@ class Breaker:
             records = tuple(dataclasses.replace(r, policy_version=version) for r in records)
         stats = self.stats
         for record in records:
-            if record.from_phase != record.to_phase:
+            if changed_phase(record):
                 if self._phase_since is not None:
                     spent = max(0, record.event.at - self._phase_since)
                     stats.time_in_state_ms[record.from_phase] += spent
                 self._phase_since = record.event.at
-                if record.to_phase == OPEN:
+                if opened(record):
                     stats.opens[record.reason] = stats.opens.get(record.reason, 0) + 1
-                    if record.from_phase == HALF_OPEN:
+                    if reopened(record):
                         stats.reopens_from_half_open += 1
                     watching = _OPENED.get()
                     if watching is not None:
                         watching.append(self)
-                elif record.to_phase == HALF_OPEN:
+                elif half_opened(record):
                     stats.half_opens += 1
             elif self._phase_since is None:
                 self._phase_since = record.event.at
@@ -1145,8 +1190,8 @@ class Breaker:
                 finally:
                     if slots is not None:
                         slots.leave()
-        elif state is not None and state.phase == OPEN and self._plain:
-            # The open hot path: raises while cooling down.
+        elif state is not None and self._plain:
+            # The open hot path: raises while the core says a request is rejected locally.
             self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
@@ -1234,8 +1279,8 @@ class Breaker:
                 finally:
                     if slots is not None:
                         slots.leave()
-        elif state is not None and state.phase == OPEN and self._plain:
-            # The open hot path: raises while cooling down.
+        elif state is not None and self._plain:
+            # The open hot path: raises while the core says a request is rejected locally.
             self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
@@ -1335,7 +1380,7 @@ class Breaker:
         deadline = self._required_deadline(timeout)
         state = self._view.state
         now = self.clock()
-        if state is not None and state.phase == OPEN:
+        if state is not None:
             self._reject_if_cooling(state, now)
         return deadline, state, now
 
@@ -1357,11 +1402,7 @@ class Breaker:
         reason = idle_rejection(state, now, self.policy)
         if reason is not None:
             self.stats.rejected += 1
-            # retry_after_ms() of the core, inlined: this is the hot path while open.
-            until = state.open_until
-            wait = None if until is None or state.isolated or self.policy.force else until - now
-            if wait is not None and wait <= 0:
-                wait = None  # past the deadline: waiting for the health checker
+            wait = core_retry_after_ms(state, now, self.policy)
             render = (
                 self._render
                 if state.operator_reason is None
@@ -1426,7 +1467,7 @@ class Breaker:
         round trip. Unless closed, an admitted call may be a probe: it may take the worker
         kept for probes, so hung calls cannot starve recovery.
         """
-        worker = self._worker(state is not None and state.phase != CLOSED, deadline)
+        worker = self._worker(state is not None and may_probe(state), deadline)
         try:
             permit = self._enter(now, deadline)
         except BaseException:
@@ -1562,7 +1603,7 @@ class Breaker:
             status=verdict.status,
             retry_after_ms=verdict.retry_after_ms,
             may_have_committed=not self.boundary.idempotent and may_have_committed(exc, verdict),
-            breaker_open=state is not None and state.phase == OPEN,
+            breaker_open=state is not None and rejects_callers(state, self.policy),
         )
 
     def _attempt_timeout(self, operation: _Operation, deadline: int) -> float:
@@ -1681,7 +1722,8 @@ class Breaker:
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
                     target = self if self._scoped is None else self.for_scope()
-                    call = {"args": args, "kwargs": kwargs}
+                    # The call's keywords by signature: the identity of the model's re-call.
+                    call = bound(args, kwargs) if target._retry_budget is not None else {}
                     refused = await target._amodel_retry(name, call)
                     if refused is not None:
                         return refused.answer
@@ -1692,6 +1734,7 @@ class Breaker:
                     except Exception as exc:  # noqa: BLE001 - turned into a tool result
                         answer = target._failed_call(name, call, exc)
                     else:
+                        target._model_retry_ended(name, call)
                         if degrading:
                             await target.degradation.aremember(name, bound(args, kwargs), result)
                         return result
@@ -1704,7 +1747,8 @@ class Breaker:
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
                 target = self if self._scoped is None else self.for_scope()
-                call = {"args": args, "kwargs": kwargs}
+                # The call's keywords by signature: the identity of the model's re-call.
+                call = bound(args, kwargs) if target._retry_budget is not None else {}
                 refused = target._model_retry(name, call)
                 if refused is not None:
                     return refused.answer
@@ -1715,6 +1759,7 @@ class Breaker:
                 except Exception as exc:  # noqa: BLE001 - turned into a tool result
                     answer = target._failed_call(name, call, exc)
                 else:
+                    target._model_retry_ended(name, call)
                     if degrading:
                         target.degradation.remember(name, bound(args, kwargs), result)
                     return result
@@ -1736,12 +1781,7 @@ class Breaker:
         # A shared store's view may not be trusted for admission yet, but the state this
         # process last saw (the failure's own round trip) says whether it just opened.
         state = self._view.state or getattr(self._view, "known", None)
-        if (
-            state is not None
-            and state.phase == OPEN
-            and not self.policy.admits_all
-            and not (state.forced_closed and self.policy.force is None)
-        ):
+        if state is not None and rejects_callers(state, self.policy):
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
@@ -1756,22 +1796,29 @@ class Breaker:
         retryable = self.retryable and is_transient(failure.kind, failure.detail, failure.status)
         return error_result(tool, exc, retryable=retryable)
 
-    def _failed_call(self, tool: str, call: Any, exc: Exception) -> dict[str, Any]:
-        """:meth:`failure_result`, remembering a transient failure.
+    def _failed_call(self, tool: str, call: Mapping[str, Any], exc: Exception) -> dict[str, Any]:
+        """:meth:`failure_result`, remembering how the call ended for the retry ledger.
 
-        The model re-issuing the same call is then counted as a retry (see
-        :meth:`_model_retry`).
+        The model re-issuing a call whose failure invites a retry is then counted as a
+        retry (see :meth:`_model_retry`); the core decides both.
         """
         result = self.failure_result(tool, exc)
-        if self._retry_budget is not None and (
-            result.get("retryable") or result.get("reason") == "retry-budget"
-        ):
-            key = _call_key(tool, call)
-            if key is not None:
-                if len(self._failed_calls) >= 1024:
-                    self._failed_calls.clear()
-                self._failed_calls[key] = self.clock()
+        if self._retry_budget is not None:
+            self._observe_model_retry(tool, call, retryable=failed_retryably(result))
         return result
+
+    def _model_retry_ended(self, tool: str, call: Mapping[str, Any]) -> None:
+        """A call succeeded: issuing it again is a new call, not a retry."""
+        if self._retry_budget is not None and self._model_retries.failed:
+            self._observe_model_retry(tool, call, retryable=False)
+
+    def _observe_model_retry(self, tool: str, call: Mapping[str, Any], *, retryable: bool) -> None:
+        action = action_of(tool, call)
+        if action is not None:
+            with self._retry_lock:
+                self._model_retries = observe(
+                    self._model_retries, action, retryable_failure=retryable
+                )
 
     def _spend_model_retry(self) -> bool:
         """Spend one retry of the budget on the model's re-call; whether it may go ahead.
@@ -1789,43 +1836,40 @@ class Breaker:
         self._count_retry("model-retry" if allowed else "model-retry-refused")
         return allowed
 
-    def _model_retry(self, tool: str, call: Any) -> Step | None:
+    def _model_retry(self, tool: str, call: Mapping[str, Any]) -> Step | None:
         """The model is a retry layer: a re-issued call that just failed spends a retry.
 
         Returns a step carrying the ``retry-budget`` answer when the budget is spent
         (the call is not made), else ``None`` (the call goes ahead).
         """
-        key = self._retried(tool, call)
-        if key is None or self._spend_model_retry():
+        if not self._retried(tool, call) or self._spend_model_retry():
             return None
-        return self._model_retry_refused(tool, call, key)
+        return self._model_retry_refused(tool, call)
 
-    async def _amodel_retry(self, tool: str, call: Any) -> Step | None:
+    async def _amodel_retry(self, tool: str, call: Mapping[str, Any]) -> Step | None:
         """:meth:`_model_retry` for the event loop: a shared budget is paid in a thread."""
-        key = self._retried(tool, call)
-        if key is None:
+        if not self._retried(tool, call):
             return None
         if self._shared_budget is None:
             allowed = self._spend_model_retry()
         else:
             allowed = await asyncio.to_thread(self._spend_model_retry)
-        return None if allowed else self._model_retry_refused(tool, call, key)
+        return None if allowed else self._model_retry_refused(tool, call)
 
-    def _retried(self, tool: str, call: Any) -> str | None:
-        """The call's key when it re-issues a call that just failed (a retry), else ``None``."""
-        if self._retry_budget is None or not self._failed_calls:
-            return None
-        key = _call_key(tool, call)
-        if key is None or self._failed_calls.pop(key, None) is None:
-            return None
-        return key
+    def _retried(self, tool: str, call: Mapping[str, Any]) -> bool:
+        """Whether the call re-issues one whose last attempt failed retryably (a retry).
 
-    def _model_retry_refused(self, tool: str, call: Any, key: str) -> Step:
-        self._failed_calls[key] = self.clock()
-        args = call if isinstance(call, Mapping) else {}
-        return Step(
-            self, tool, dict(args), answer=self._unavailable("retry-budget", None, tool=tool)
-        )
+        The refused call stays in the ledger: issuing it again is a retry again.
+        """
+        ledger = self._model_retries
+        if self._retry_budget is None or not ledger.failed:
+            return False
+        action = action_of(tool, call)
+        return action is not None and is_retry(ledger, action)
+
+    def _model_retry_refused(self, tool: str, call: Mapping[str, Any]) -> Step:
+        answer = self._unavailable("retry-budget", None, tool=tool)
+        return Step(self, tool, dict(call), answer=answer)
 
     def _renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
         """The renderer of a rejection; with an operator's ``note`` when there is one."""
@@ -1932,14 +1976,6 @@ def _binder(
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
 
     return bind
-
-
-def _call_key(tool: str, call: Any) -> str | None:
-    """A digest of one call, to recognise the model re-issuing it; ``None`` if not JSON."""
-    try:
-        return sha256_hex([tool, call])
-    except (TypeError, ValueError):
-        return None
 
 
 class _Operation:

@@ -9,17 +9,25 @@ gathers what it can offer, serves the chosen mode, and builds the answer in
   wall-clock time; written on a success at most once per ``stale_every`` seconds (masked,
   at most :data:`MAX_STALE_BYTES`);
 - ``toolbreaker.queue``: queued work, one record per idempotency key (see
-  :mod:`toolbreaker.runtime.fleet._drain`, which runs it once the breaker closes);
+  :mod:`toolbreaker.runtime.fleet._drain`, which runs it once the breaker closes). The
+  record is the work's one owner: a drainer claims it by compare-and-set; work is
+  handed (or stopped) to a person only by creating its record as ``handed-off`` (so no
+  drainer ever runs it), and answered "already queued" when a drainer owns it;
 - ``toolbreaker.handoff``: the packets handed to a person, by reconciliation id.
 
 A fault here (a store that is down, a degraded tool that raises) never changes the
 call's outcome: it is counted (``stats.degrade_faults``), logged masked, and the chain
-goes on to its next mode, down to the plain tool-unavailable result.
+goes on to its next mode, down to the plain tool-unavailable result. Except one: a
+queued item whose write may have reached the store (its answer was lost,
+:class:`~toolbreaker.errors.StoreWriteUnknown`) may be queued, so the caller is told it
+may already be queued, and the chain never goes on to hand the same work to a person
+(:func:`toolbreaker.core.degrade.walks_past`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import inspect
 import json
@@ -28,9 +36,19 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from toolbreaker.core.canonical import sha256_hex
-from toolbreaker.core.degrade import Choice, Offer, choose, stale_label, stale_write_due
+from toolbreaker.core.degrade import (
+    Choice,
+    Offer,
+    choose,
+    owner,
+    passing,
+    queue_after,
+    stale_label,
+    stale_write_due,
+    walks_past,
+)
 from toolbreaker.core.run.redact import redact
-from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable
+from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._packet import StopPacket
@@ -69,8 +87,6 @@ DEGRADE_SCHEMA: Final = "toolbreaker.degrade/v1"
 LIMIT_SCHEMA: Final = "toolbreaker.limit/v1"
 #: The largest answer kept for ``stale``, in bytes of JSON; a larger one is not kept.
 MAX_STALE_BYTES: Final = 64 * 1024
-#: Reasons that are not the dependency being out: a full bulkhead passes in seconds.
-_NOT_DEGRADED: Final = frozenset({"saturated"})
 #: Modes that keep something in the store.
 _STORED: Final = frozenset({"stale", "queue"})
 _MAX_REMEMBERED: Final = 4096
@@ -120,6 +136,15 @@ class Notices:
         """Call ``listener(record)`` for every notice; returns a remover."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener)
+
+    def follow(self, row: Notices) -> None:
+        """Give every notice to ``row``'s listeners, those there are and those added later.
+
+        A scoped breaker follows its row's notices: one list of listeners, so attaching
+        to the row (or detaching) covers every tenant's breaker, made before or after.
+        Faults stay counted where the notice was made.
+        """
+        self._listeners = row._listeners
 
     def emit(self, record: Notice) -> None:
         """Give ``record`` to every listener (each sees it, whatever the others do)."""
@@ -348,9 +373,16 @@ class Degradation:
                 answer = self._answer(choice, tool, args, reason, kept, call, loop)
             except Exception as exc:  # noqa: BLE001 - a mode that fails passes to the next
                 self._fault(f"degrade mode {mode!r} of {self.key}", exc)
-                offer = offer.without(mode)
-                continue
-            self.counts[mode] = self.counts.get(mode, 0) + 1
+                if walks_past(mode, maybe_written=isinstance(exc, StoreWriteUnknown)):
+                    offer = offer.without(mode)
+                    continue
+                # The item may be queued: a drainer may make it; nobody else may.
+                key = self._work_key(call, tool, args)
+                answer = queued_result(tool, self._queue_id(key), key, maybe=True)
+            # The mode served: queuing work a person owns answers the handoff, and
+            # handing off work a drainer owns answers "already queued".
+            served = str(answer.get("degradation", mode))
+            self.counts[served] = self.counts.get(served, 0) + 1
             return answer
 
     def _answer(  # noqa: PLR0917 - one dispatch over the modes
@@ -384,14 +416,28 @@ class Degradation:
             assert fallback is not None
             value = _run_local(self.tools[fallback], args, loop)
             return degraded_result(tool, fallback, value, note=self.boundary.fallback_note)
-        key = call.idempotency_key or _idempotency_key(self.key, tool, args)
-        if mode == "queue":
-            queue_id, already = self._enqueue(tool, args, key, call.task)
-            return queued_result(tool, queue_id, key, already=already)
+        key = self._work_key(call, tool, args)
         rid = "rc-" + sha256_hex([self.key, tool, key])[:20]
+        checked = True
+        if mode == "queue":
+            queue_id, already, person = self._enqueue(tool, args, key, call.task)
+            if not person:
+                return queued_result(tool, queue_id, key, already=already)
+            mode = "handoff"  # handed to a person before: theirs, never a drainer's
+        else:
+            queued, checked = self._claim_for_person(tool, key, rid, call.task)
+            if queued is not None:
+                return queued  # a drainer owns the work: never a person too
         detail = f"required tool {tool!r} is unavailable ({reason})"
         packet = call.packet
         built = packet(detail) if packet is not None else self._packet(tool, args, key, detail)
+        if not checked:
+            built = dataclasses.replace(
+                built,
+                next_safe_action=f"{built.next_safe_action}. The queue could not be "
+                f"checked: before carrying it out, make sure {self._queue_id(key)} is not "
+                "queued (toolbreaker drain --list), or a drain would make it too",
+            )
         document = {**built.to_dict(), "reconciliation_id": rid}
         self._keep_handoff(rid, document)
         if mode == "handoff":
@@ -421,15 +467,29 @@ class Degradation:
                 self._fault(f"forgetting an expired answer of {self.key}", exc)
         return at, found[0]["result"]
 
+    def _work_key(self, call: _Call, tool: str, args: Mapping[str, Any]) -> str:
+        return call.idempotency_key or _idempotency_key(self.key, tool, args)
+
+    def _queue_id(self, key: str) -> str:
+        """The one queue record of the work under ``key`` (for this breaker)."""
+        return "q-" + sha256_hex([self.key, key])[:24]
+
     def _enqueue(
         self, tool: str, args: Mapping[str, Any], key: str, task: str | None
-    ) -> tuple[str, bool]:
-        """Save the work once per key; ``(queue id, whether it was queued already)``."""
+    ) -> tuple[str, bool, bool]:
+        """Save the work once per key.
+
+        Returns ``(queue id, whether it was there already, whether a person owns it)``.
+
+        Raises:
+            StoreWriteUnknown: the store did not answer the write: it may be queued.
+            StoreUnavailable: the work could not be queued.
+        """
         store = self._store
         if store is None:
             raise StoreUnavailable("this store keeps no records")
         self._check_durable(store)
-        queue_id = "q-" + sha256_hex([self.key, key])[:24]
+        queue_id = self._queue_id(key)
         item = {
             "schema": QUEUE_SCHEMA,
             "id": queue_id,
@@ -440,15 +500,75 @@ class Degradation:
             "args": json.loads(json.dumps(dict(args))),  # must be JSON, as it will be run
             "idempotency_key": key,
             "timeout": self.boundary.timeout,
-            "status": "queued",
+            "status": queue_after(None, "enqueue"),
             "queued_at": self.wall_clock(),
         }
         if task is not None:
             item["task"] = task
         if store.record_put(QUEUE_SPACE, queue_id, item, version=0) is not None:
             log.info("toolbreaker: queued %s for %s", queue_id, self.key)
-            return queue_id, False
-        return queue_id, True
+            return queue_id, False, False
+        # There already; unreadable, it is still there: "already queued".
+        return queue_id, True, self._owner(store, queue_id) == "person"
+
+    def _owner(self, store: Records, queue_id: str) -> str | None:
+        """Who owns the existing record of ``queue_id`` (``None``: it cannot be read)."""
+        try:
+            found = store.record_get(QUEUE_SPACE, queue_id)
+        except StoreUnavailable as exc:
+            self._fault(f"reading the queue record {queue_id}", exc)
+            return None
+        return "queue" if found is None else owner(found[0])
+
+    def _claim_for_person(
+        self, tool: str, key: str, rid: str, task: str | None
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """Before handing work to a person, make its queue record theirs.
+
+        Any row of this breaker may have queued it (this sheet's, or an earlier one's).
+
+        Returns ``(answer, checked)``: the "already queued" answer when a drainer owns the
+        work (it was queued earlier, maybe by a write whose answer was lost), or ``None``
+        to hand it off; ``checked`` is false when the queue could not be asked (the
+        handoff goes on, and its packet says to look first).
+        """
+        store = self._store
+        if store is None:
+            return None, True  # no records: nothing can be queued here
+        try:
+            self._check_durable(store)
+        except JournalNotDurable:
+            return None, True  # the row cannot queue on this store: nothing to claim
+        except StoreUnavailable as exc:
+            self._fault(f"checking the queue of {self.key}", exc)
+            return None, False
+        queue_id = self._queue_id(key)
+        marker = {
+            "schema": QUEUE_SCHEMA,
+            "id": queue_id,
+            "breaker": self.key,
+            "dependency": self.boundary.dependency,
+            "operation": self.boundary.operation,
+            "tool": tool,
+            "idempotency_key": key,
+            "status": queue_after(None, "hand-off"),
+            "reconciliation_id": rid,
+            "handed_off_at": self.wall_clock(),
+        }
+        if task is not None:
+            marker["task"] = task
+        try:
+            # Masked where it is made: unlike queued work, nothing ever runs from it.
+            written = store.record_put(QUEUE_SPACE, queue_id, redact(marker), version=0) is not None
+        except StoreUnavailable as exc:
+            self._fault(f"marking {queue_id} handed off", exc)
+            return None, False
+        if written:
+            return None, True
+        found = self._owner(store, queue_id)
+        if found == "queue":
+            return queued_result(tool, queue_id, key, already=True), True
+        return None, found is not None  # a person's already: the same reference again
 
     def _check_durable(self, store: Records) -> None:
         """Refuse to queue work a shared store would forget on a restart.
@@ -522,7 +642,7 @@ def _unavailable(result: Any) -> bool:
     return (
         isinstance(result, dict)
         and result.get("tool_unavailable") is True
-        and result.get("reason") not in _NOT_DEGRADED
+        and not passing(result.get("reason"))
         and "degradation" not in result
     )
 

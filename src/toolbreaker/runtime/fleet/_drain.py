@@ -13,13 +13,15 @@ decides what a drainer does with it (:func:`toolbreaker.core.degrade.queue_actio
    failure certainly made nothing (a refused connection, a 503) and may be retried,
    ``failed`` when no retry can help (a 4xx), ``unknown`` when it may have committed.
 
-A drainer killed between 1 and 3 leaves a ``claimed`` item whose lease runs out: another
-drainer claims it again (it never started). A drainer killed after 3 leaves a ``running``
-item: the write protocol's rule for an unknown outcome applies, it is never replayed. It
-goes to reconcile: the tool's read-only status check (by idempotency key) says whether
-the work happened (``done``) or not (it stays ``unknown`` for a person to decide). The
-lease is longer than the tool's deadline, so a live drainer always records its outcome
-before its lease runs out.
+Each move is the queued item's lifecycle (:data:`toolbreaker.core.degrade.QUEUE_TRANSITIONS`):
+the drainer holds no list of statuses. An item handed to a person (``handed-off``) is
+never run. A drainer killed between 1 and 3 leaves a ``claimed`` item whose lease runs
+out: another drainer claims it again (it never started). A drainer killed after 3 leaves
+a ``running`` item: the write protocol's rule for an unknown outcome applies, it is never
+replayed. It goes to reconcile: the tool's read-only status check (by idempotency key)
+says whether the work happened (``done``) or not (it stays ``unknown`` for a person to
+decide). The lease is longer than the tool's deadline, so a live drainer always records
+its outcome before its lease runs out.
 """
 
 from __future__ import annotations
@@ -30,9 +32,17 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
-from toolbreaker.core.degrade import prunable, queue_action
+from toolbreaker.core.degrade import (
+    attempt_move,
+    is_done,
+    prunable,
+    queue_action,
+    queue_after,
+    settled,
+)
+from toolbreaker.core.run import protocol
 from toolbreaker.core.run.redact import redact, redact_text
-from toolbreaker.errors import CircuitOpen, PolicyError, StoreUnavailable
+from toolbreaker.errors import CircuitOpen, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime.breaker._boundary import Boundary
@@ -40,7 +50,7 @@ from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._degrade import QUEUE_SCHEMA, QUEUE_SPACE
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.stores._protocol import Records, Store
+from toolbreaker.stores._protocol import Journal, Records, Store
 
 __all__ = ["DrainReport", "PruneReport", "drain", "prune_done", "queued_items"]
 
@@ -155,7 +165,7 @@ def prune_done(
     pruned: list[tuple[int, Mapping[str, Any]]] = []
     kept = 0
     for key, item, version in store.record_list(QUEUE_SPACE):
-        if item.get("schema") != QUEUE_SCHEMA or item.get("status") != "done":
+        if item.get("schema") != QUEUE_SCHEMA or not is_done(item):
             continue
         if dependency is not None and item.get("dependency") != dependency:
             continue
@@ -249,7 +259,7 @@ class _Drainer:
             self._reconcile(key, item, version)
             return
         if action == "skip":
-            if item.get("status") not in ("done", "failed"):
+            if not settled(item):  # held by a live drainer, or an item that does not validate
                 self.out["skipped"].append(key)
             return
         tool = item.get("tool")
@@ -260,7 +270,12 @@ class _Drainer:
             return
         breaker = self._breaker(item)
         lease = self._lease_ms(breaker)
-        claimed = {**item, "status": "claimed", "holder": self.holder, "until": self.wall() + lease}
+        claimed = {
+            **item,
+            "status": queue_after(item.get("status"), "claim"),
+            "holder": self.holder,
+            "until": self.wall() + lease,
+        }
         version_after = self._put(key, claimed, version)
         if version_after is None:
             self.out["skipped"].append(key)  # another drainer was first
@@ -268,10 +283,13 @@ class _Drainer:
         step = breaker.begin(str(tool), args)
         if step.answer is not None:
             self.closed_out.add(str(item.get("breaker")))
-            self._put(key, {**item, "status": "queued"}, version_after)
+            self._put(
+                key, {**item, "status": queue_after(claimed["status"], "release")}, version_after
+            )
             self.out["waiting"].append(key)
             return
-        started = {**claimed, "status": "running", "until": self.wall() + lease}
+        started = {**claimed, "status": queue_after(claimed["status"], "start")}
+        started["until"] = self.wall() + lease
         started["started_at"] = self.wall()
         version_after = self._put(key, started, version_after)
         if version_after is None:
@@ -285,16 +303,21 @@ class _Drainer:
         except CircuitOpen:
             # No worker was free (saturated): the call never started.
             step.permit.record("ignored")
-            self._put(key, {**item, "status": "queued"}, version_after)
+            self._put(
+                key, {**item, "status": queue_after(started["status"], "release")}, version_after
+            )
             self.out["waiting"].append(key)
             return
         except Exception as exc:  # noqa: BLE001 - every failure is recorded on the item
             self._failed(key, started, version_after, breaker, step, exc)
             return
         step.succeeded(result)
-        done = {**started, "status": "done", "finished_at": self.wall(), "result": _kept(result)}
+        done = {**started, "status": queue_after(started["status"], "finish")}
+        done.update(finished_at=self.wall(), result=_kept(result))
         if self._put(key, done, version_after) is None:
-            log.error("toolbreaker: %s was done but its record changed meanwhile", key)
+            # It stays running: once its lease runs out a drainer reconciles it, never
+            # runs it again.
+            log.error("toolbreaker: %s was done but could not be recorded as done", key)
         self._journal(done)
         self.out["done"].append(key)
 
@@ -310,24 +333,28 @@ class _Drainer:
         verdict = breaker.verdict_of(exc)
         step.failed(exc)
         error = redact_text(f"{type(exc).__name__}: {exc}")[:300]
-        if may_have_committed(exc, verdict):
-            status, bucket = "unknown", "unknown"
-        elif verdict.kind == "failure":
-            status, bucket = "queued", "requeued"  # certainly not made: a later drain
-        else:
-            status, bucket = "failed", "failed"
+        # Certainly not made and retryable: a later drain; not retryable: failed; may have
+        # been made: unknown, never replayed (reconciled below).
+        move = attempt_move(
+            may_have_committed=may_have_committed(exc, verdict),
+            retryable=verdict.kind == "failure",
+        )
         update = {k: v for k, v in started.items() if k not in ("holder", "until")}
-        update.update(status=status, error=error, attempts=int(started.get("attempts", 0)) + 1)
+        update.update(
+            status=queue_after(started["status"], move),
+            error=error,
+            attempts=int(started.get("attempts", 0)) + 1,
+        )
         self._put(key, update, version)
-        self.out[bucket].append(key)
-        if status == "unknown":
+        self.out[_BUCKETS[move]].append(key)
+        if move == "lose":
             self._reconcile(key, update, version + 1)
 
     def _reconcile(self, key: str, item: dict[str, Any], version: int) -> None:
         """An item that may have been made: ask the status check, never run it again."""
         check = self.reconcile.get(str(item.get("tool")))
         unknown = {k: v for k, v in item.items() if k not in ("holder", "until")}
-        unknown["status"] = "unknown"
+        unknown["status"] = queue_after(item.get("status"), "not-found")
         found: Any = None
         if check is not None:
             try:
@@ -335,34 +362,42 @@ class _Drainer:
             except Exception as exc:  # noqa: BLE001 - an unreachable check proves nothing
                 hook_failed(f"the reconcile check of {item.get('tool')} raised", exc)
         if found:
-            done = {**unknown, "status": "done", "reconciled": True, "result": _kept(found)}
-            done["finished_at"] = self.wall()
+            done = {**unknown, "status": queue_after(item.get("status"), "found")}
+            done.update(reconciled=True, result=_kept(found), finished_at=self.wall())
             if self._put(key, done, version) is not None:
                 self._journal(done)
                 if key in self.out["unknown"]:
                     self.out["unknown"].remove(key)
                 self.out["reconciled"].append(key)
                 return
-        elif item.get("status") != "unknown":
+        elif unknown["status"] != item.get("status"):
             self._put(key, unknown, version)
         if key not in self.out["unknown"]:
             self.out["unknown"].append(key)
 
     def _journal(self, item: Mapping[str, Any]) -> None:
-        """Work a run guard queued is confirmed in its run's journal: a resumed run skips it."""
+        """Work a run guard queued is confirmed in its run's journal: a resumed run skips it.
+
+        The write protocol's ``drained`` move: whatever the entry said (queued, maybe
+        queued, unknown ...), the drainer made it.
+        """
         task, key = item.get("task"), item.get("idempotency_key")
-        put = getattr(self.store, "journal_put", None)
-        if not isinstance(task, str) or not isinstance(key, str) or put is None:
+        journal = self.store
+        if not isinstance(task, str) or not isinstance(key, str):
             return
-        entry = {
-            "tool": item.get("tool"),
-            "idempotency_key": key,
-            "status": "confirmed",
-            "queue_id": item.get("id"),
-            "result": item.get("result"),
-        }
+        if not isinstance(journal, Journal):
+            return
         try:
-            put(task, key, redact(entry))
+            before = journal.journal_get(task, key)
+            entry = {
+                **(before or {}),
+                "tool": item.get("tool"),
+                "idempotency_key": key,
+                "status": protocol.after(protocol.read(before), "drained"),
+                "queue_id": item.get("id"),
+                "result": item.get("result"),
+            }
+            journal.journal_put(task, key, redact(entry))
         except Exception as exc:  # noqa: BLE001 - the work is done; the journal is a note
             hook_failed(f"journaling the drained {item.get('id')} in task {task!r}", exc)
 
@@ -401,11 +436,24 @@ class _Drainer:
         return self.lease_ms
 
     def _put(self, key: str, value: Mapping[str, Any], version: int) -> int | None:
+        """Move the item by compare-and-set; ``None`` unless the store confirmed it.
+
+        A move whose answer was lost may have been made: the drainer goes on as if it was
+        not (it never runs work it did not confirm it holds), and a move it did make is
+        found later by its lease running out (claimed: claimed again; running: reconciled).
+        """
         try:
             return self.store.record_put(QUEUE_SPACE, key, value, version=version)
+        except StoreWriteUnknown as exc:
+            hook_failed(f"the queue record {key} may have been written (no answer)", exc)
+            return None
         except StoreUnavailable as exc:
             hook_failed(f"the queue record {key} could not be written", exc)
             return None
+
+
+#: The report's bucket of each way a started item's failed attempt ends.
+_BUCKETS: Final = {"lose": "unknown", "requeue": "requeued", "fail": "failed"}
 
 
 def _kept(result: Any) -> Any:

@@ -39,8 +39,8 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from toolbreaker.core.breaker.machine import due_expiry
-from toolbreaker.core.breaker.state import CLOSED, OPEN, BreakerState
+from toolbreaker.core.breaker.machine import check_due
+from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime.breaker._boundary import HealthCheck
@@ -189,17 +189,7 @@ class HealthChecker:
         Read from the store, not the view: another process may have opened it.
         """
         state: BreakerState = breaker.store.load(breaker.key, breaker.policy)
-        if state.phase == CLOSED or state.isolated or state.forced_closed:
-            return "idle"
-        now = breaker.clock()
-        if state.phase == OPEN:
-            until = state.open_until
-            return "due" if until is None or now >= until else "wait"
-        # A probe lease of a process that died expires only when an event reaches the
-        # core: a due one makes the checker ask, and the core reopens the breaker.
-        policy = breaker.policy
-        free = len(state.leases) < policy.probe_limit
-        return "due" if free or due_expiry(state, now, policy) is not None else "wait"
+        return check_due(state, breaker.clock(), breaker.policy)
 
     def _interval(self, check: HealthCheck) -> float:
         return check.interval_ms / 1000 * self._jitter.uniform(0.8, 1.2)

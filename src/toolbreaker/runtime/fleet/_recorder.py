@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import trace_event
 from toolbreaker.core.retry import RetryRecord
+from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime.fleet._attach import Attachment, Target
 
 __all__ = ["TraceRecorder"]
 
@@ -27,8 +28,14 @@ class TraceRecorder:
     Example::
 
         with TraceRecorder("trace.jsonl") as recorder:
-            recorder.attach(registry)
+            recorder.attach(registry)       # every breaker it holds, now and later
             ...  # run the agent
+
+    Attached to a registry, the recorder records every breaker the registry holds and
+    every one it makes later (the breakers adapters make on a tool's first call), each
+    from its first call; attached to a run guard, its tools' breakers and its notices;
+    a breaker made outside a registry can be attached on its own (see
+    :class:`~toolbreaker.runtime.Attachment`).
 
     Recording routes every request of an attached breaker through the core (a listener
     sees every record), so it costs the fast paths: attach it where the trace is worth it.
@@ -38,6 +45,11 @@ class TraceRecorder:
     times that never decrease per dependency (a trace must not go back in time), which
     moves such an event by at most that race window.
 
+    A write that fails (a full disk, a closed stream) never reaches the call: it is
+    counted in :attr:`write_errors` and logged once per run of failures, and the call's
+    outcome stands. A trace with a failed write may miss lines (or end in a cut one,
+    which ``replay`` reports with its line number): check :attr:`write_errors`.
+
     Args:
         target: the breaker trace (a path, appended to, or a text stream).
         retries: where retry decisions go (``toolbreaker.retry/v1`` JSON Lines).
@@ -45,6 +57,11 @@ class TraceRecorder:
             choices (``toolbreaker.degrade/v1``), ``saturated`` and ``deferred`` answers
             (``toolbreaker.limit/v1``). Attached run guards report their deferrals here.
             The breaker trace stays exactly as without it, and so do receipts.
+
+    Attributes:
+        recorded: lines written (trace, retries and notices).
+        write_errors: lines that could not be written.
+        attachment: what the recorder is attached to (``attachment.breakers()``).
     """
 
     def __init__(
@@ -59,6 +76,7 @@ class TraceRecorder:
             self._owned = True
         else:
             self._out, self._owned = target, False
+        self._name = str(target) if isinstance(target, (str, Path)) else repr(target)
         # Retry decisions go to their own JSON Lines file (toolbreaker.retry/v1 records,
         # seeds included): the breaker trace format stays as it is.
         self._retries: TextIO | None = None
@@ -74,33 +92,29 @@ class TraceRecorder:
         elif notices is not None:
             self._notices = notices
         self._lock = threading.Lock()
-        self._removers: list[Callable[[], None]] = []
         self._last: dict[str, int] = {}
+        self.recorded = 0
+        self.write_errors = 0
+        self._failing = False
+        self._attached = False
+        self.attachment = Attachment(
+            transition=self,
+            retry=self.retry if self._retries is not None else None,
+            notice=self.notice if self._notices is not None else None,
+        )
 
-    def attach(self, *targets: Breaker | RunGuard | Iterable[Breaker]) -> Callable[[], None]:
-        """Record the given breakers (or a registry's breakers as they are now).
+    def attach(self, *targets: Target) -> Callable[[], None]:
+        """Record every breaker the targets hold, now and later; returns ``detach``.
 
-        A run guard is recorded only when there is a notices file (its deferrals).
+        Targets are registries, run guards (their tools' breakers, and their deferrals
+        when there is a notices file) and breakers. One breaker reached two ways is
+        recorded once. ``detach()`` stops recording what these targets reached.
+
+        Raises:
+            PolicyError: no target, or one that is none of these.
         """
-        breakers: list[Breaker] = []
-        guards: list[RunGuard] = []
-        for target in targets:
-            if isinstance(target, RunGuard):
-                guards.append(target)
-            else:
-                breakers.extend([target] if isinstance(target, Breaker) else target)
-        removers = [breaker.add_listener(self) for breaker in breakers]
-        if self._retries is not None:
-            removers += [breaker.add_retry_listener(self.retry) for breaker in breakers]
-        if self._notices is not None:
-            removers += [breaker.degradation.add_listener(self.notice) for breaker in breakers]
-            removers += [guard.notices.add_listener(self.notice) for guard in guards]
-        self._removers.extend(removers)
-
-        def detach() -> None:
-            for remove in removers:
-                remove()
-
+        detach = self.attachment.attach(*targets)
+        self._attached = True
         return detach
 
     def __call__(self, record: Transition, breaker: Breaker) -> None:
@@ -111,8 +125,7 @@ class TraceRecorder:
         with self._lock:
             at = max(line["at"], self._last.get(record.dependency, 0))
             self._last[record.dependency] = at
-            self._out.write(json.dumps({**line, "at": at}, sort_keys=True) + "\n")
-            self._out.flush()
+            self._write(self._out, json.dumps({**line, "at": at}, sort_keys=True))
 
     def retry(self, record: RetryRecord) -> None:
         """Write one retry decision to the retry trace (retry listener signature)."""
@@ -120,29 +133,53 @@ class TraceRecorder:
         if out is None:
             return
         with self._lock:
-            out.write(json.dumps(record.to_dict(), sort_keys=True) + "\n")
-            out.flush()
+            self._write(out, json.dumps(record.to_dict(), sort_keys=True))
 
-    def notice(self, record: dict[str, Any]) -> None:
+    def notice(self, record: Mapping[str, Any]) -> None:
         """Write one notice to the notices file (degradation listener signature)."""
         out = self._notices
         if out is None:
             return
         with self._lock:
-            out.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+            self._write(out, json.dumps(record, sort_keys=True, default=str))
+
+    def _write(self, out: TextIO, text: str) -> None:
+        # Under self._lock. A recorder is history: its fault is counted, never raised.
+        try:
+            out.write(text + "\n")
             out.flush()
+        except (OSError, ValueError) as exc:  # a full disk, a closed file
+            self.write_errors += 1
+            first, self._failing = not self._failing, True
+            if first:
+                hook_failed(
+                    f"trace recorder {self._name}: a write failed ({exc}); lines are "
+                    "missing from the trace until writes succeed again, outcomes stand"
+                )
+            return
+        self.recorded += 1
+        self._failing = False
 
     def close(self) -> None:
-        """Detach from every breaker and close the file if this recorder opened it."""
-        for remove in self._removers:
-            remove()
-        self._removers.clear()
-        if self._owned:
-            self._out.close()
-        if self._retries_owned and self._retries is not None:
-            self._retries.close()
-        if self._notices_owned and self._notices is not None:
-            self._notices.close()
+        """Detach from every target and close the files this recorder opened."""
+        self.attachment.close()
+        if not self._attached:
+            log.warning(
+                "toolbreaker: trace recorder %s closed without being attached to anything: "
+                "it recorded nothing",
+                self._name,
+            )
+        for out, owned in (
+            (self._out, self._owned),
+            (self._retries, self._retries_owned),
+            (self._notices, self._notices_owned),
+        ):
+            if owned and out is not None:
+                try:
+                    out.close()
+                except OSError as exc:  # the last buffered lines could not be written
+                    self.write_errors += 1
+                    hook_failed(f"trace recorder {self._name}: closing failed ({exc})")
 
     def __enter__(self) -> TraceRecorder:
         return self

@@ -52,6 +52,7 @@ from toolbreaker.runtime.breaker._boundary import (
 )
 from toolbreaker.runtime.breaker._breaker import Breaker, clock_of
 from toolbreaker.runtime.breaker._degrade import check_store
+from toolbreaker.runtime.breaker._watch import BreakerWatch, Watcher
 from toolbreaker.runtime.fleet._health import HealthChecker
 from toolbreaker.runtime.fleet._published import (
     PolicyFollower,
@@ -114,6 +115,8 @@ class Registry:
         self.follower: PolicyFollower | None = None
         self.health_checker: HealthChecker | None = None
         self._checks: dict[tuple[str, str], Callable[[], Any]] = {}
+        # The observers of every breaker made here, now and later (see watch_breakers).
+        self._watch = BreakerWatch()
         _check_fallbacks(self._boundaries, self._local_tools)
         check_store(self._boundaries, self.store)
 
@@ -413,6 +416,8 @@ class Registry:
                 if len(self._breakers) >= self.max_breakers:
                     raise RegistryFull(self.max_breakers, f"{dependency}:{operation}")
                 breaker = self._create(dependency, operation, options)
+                # Observers attach before anyone can call it: recorded from its first call.
+                self._watch.tell(breaker)
                 self._breakers[key] = breaker
                 if options:
                     self._options[key] = dict(options)
@@ -437,6 +442,29 @@ class Registry:
         breaker = Breaker(dependency, store=self.store, clock=self.clock, boundary=row)
         breaker.degradation.tools = self._callables
         return breaker
+
+    def watch_breakers(self, fn: Watcher) -> Callable[[], None]:
+        """Call ``fn(breaker)`` for every breaker this registry holds, now and later.
+
+        ``fn`` hears each breaker the registry has, then each one :meth:`get` makes, before
+        that breaker is handed out (so what ``fn`` attaches hears its first call); each
+        exactly once. It runs under the registry's lock: it must be quick and must not
+        call back into the registry. One that raises is counted in the breaker's
+        ``stats.listener_errors`` and logged; the breaker is made all the same. A scoped
+        row's tenant breakers are not told apart: they hear the row's listeners
+        (:meth:`Breaker.family` lists them). Returns a remover.
+
+        Observers use this through :class:`~toolbreaker.runtime.Attachment`
+        (``TraceRecorder.attach(registry)`` and the like).
+        """
+        with self._lock:
+            remove = self._watch.watch(fn, tuple(self._breakers.values()))
+
+        def unwatch() -> None:
+            with self._lock:
+                remove()
+
+        return unwatch
 
     def register_local(self, name: str, fn: Callable[..., Any]) -> None:
         """Register the code of a local tool, run by rows whose ``degrade`` names ``degraded``.

@@ -13,29 +13,37 @@ is *unknown*, whatever the transport says (see :func:`may_have_committed`), and 
 replayed: the run's write breaker opens and a read-only reconcile check decides whether
 the write happened. Resuming a task with the same id skips everything its journal
 confirms, and refuses writes while an earlier write of the task is still unresolved.
+
+Every journal write is a move of the write protocol (:mod:`toolbreaker.core.run.protocol`),
+from the status the guard knows: the protocol says where it goes, what proves a write,
+what a request, a resume and an operator's :meth:`RunGuard.resolve` do with each status,
+and what counts as uncertain. A journal write whose answer was lost
+(:class:`~toolbreaker.errors.StoreWriteUnknown`) is believed made and never confirmed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final, Literal, TypeVar
 
+from toolbreaker.core.degrade import refuses_stale
+from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState, Stop
 from toolbreaker.core.run.fingerprint import FingerprintRules, evidence, fingerprint, write_key
 from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.redact import redact
-from toolbreaker.core.run.retrying import ModelRetries, is_retry, observe
+from toolbreaker.core.run.retrying import ModelRetries, failed_retryably, is_retry, observe
 from toolbreaker.errors import (
     CircuitOpen,
     FingerprintError,
     PolicyError,
     StoreUnavailable,
+    StoreWriteUnknown,
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._log import hook_failed
@@ -45,6 +53,7 @@ from toolbreaker.runtime._result import (
     deferred_result,
     denied_result,
     error_result,
+    handoff_result,
     journal_down_result,
     queued_result,
     stopped_result,
@@ -56,6 +65,14 @@ from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._degrade import Degradation, Notices, deferred_notice
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
+from toolbreaker.runtime.breaker._watch import BreakerWatch
+from toolbreaker.runtime.run._journal import (
+    entry_for,
+    journaled,
+    packet_steps,
+    settle_first,
+    step_of,
+)
 from toolbreaker.runtime.run._siblings import (
     BranchOutcome,
     CancelledByPolicy,
@@ -73,12 +90,12 @@ __all__ = [
     "RunGuard",
     "StopPacket",
     "evidence_digest",
+    "key_argument",
     "may_have_committed",
+    "with_key",
+    "without_key",
 ]
 
-_MAX_JOURNALED_RESULT: Final = 64 * 1024
-#: Journal statuses of a write whose outcome is not known to be settled.
-_UNRESOLVED: Final = ("unknown", "pending", "reconciled-absent")
 Authorizer = Callable[["ActionRequest"], bool]
 
 
@@ -173,6 +190,9 @@ class RunGuard:
         self._retries = ModelRetries()
         self._attempted: dict[str, Any] | None = None
         self._resumed = False
+        # The keys of the writes counted as uncertain in this run: an operator's word
+        # lifts the count once per key, whatever the journal said.
+        self._uncertain_keys: set[str] = set()
         self._stop_listeners: list[Callable[[StopPacket, RunGuard], None]] = []
         self._turn: object = _NO_TURN
         self._group: TurnGroup | None = None
@@ -181,6 +201,9 @@ class RunGuard:
         #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
         #: ``guard.notices.add_listener(fn)``.
         self.notices = Notices()
+        # The observers of the tools' breakers, now and later (see watch_breakers).
+        self._watch = BreakerWatch()
+        self._watch_lock = threading.Lock()
 
     # -- configuration ------------------------------------------------------------------
 
@@ -193,11 +216,7 @@ class RunGuard:
                 f"irreversible tool {tool.name!r} needs an authorize callback",
                 field=f"{tool.name}.authorize",
             )
-        if (
-            tool.risk != "read"
-            and tool.breaker is not None
-            and "stale" in tool.breaker.degradation.chain
-        ):
+        if tool.breaker is not None and refuses_stale(tool.risk, tool.breaker.degradation.chain):
             raise PolicyError(
                 f"write tool {tool.name!r} goes through {tool.breaker.key!r}, whose degrade "
                 "chain has 'stale': a write never falls back to a stale answer",
@@ -210,8 +229,37 @@ class RunGuard:
         # The model re-issuing failed calls is a retry layer already; a client that also
         # retries inside the tool multiplies the attempts. Found here, reported with the fix.
         warn_nested_retries(tool.fn, tool.name, "the model (its re-calls are retries)")
-        self._tools[tool.name] = tool
+        with self._watch_lock:
+            breaker = tool.breaker
+            if breaker is not None and breaker not in self.breakers():
+                self._watch.tell(breaker)  # before the tool can be called: from its first call
+            self._tools[tool.name] = tool
         return tool
+
+    def breakers(self) -> tuple[Breaker, ...]:
+        """The breakers the run's tools go through, each once, in the order tools came."""
+        found: dict[int, Breaker] = {}
+        for spec in tuple(self._tools.values()):
+            if spec.breaker is not None:
+                found.setdefault(id(spec.breaker), spec.breaker)
+        return tuple(found.values())
+
+    def watch_breakers(self, fn: Callable[[Breaker], None]) -> Callable[[], None]:
+        """Call ``fn(breaker)`` for each of :meth:`breakers`, now and as tools are added.
+
+        Each breaker once, before a tool added later can be called through it; ``fn``
+        must be quick and must not add tools. One that raises is counted in the breaker's
+        ``stats.listener_errors`` and logged. Returns a remover. Observers use this
+        through :class:`~toolbreaker.runtime.Attachment` (``TraceRecorder.attach(guard)``).
+        """
+        with self._watch_lock:
+            remove = self._watch.watch(fn, self.breakers())
+
+        def unwatch() -> None:
+            with self._watch_lock:
+                remove()
+
+        return unwatch
 
     def tool(
         self,
@@ -330,19 +378,26 @@ class RunGuard:
 
         ``committed=True`` journals it as confirmed (a resumed run answers it from the
         journal); ``False`` as failed (it may be made again). Either way the write stops
-        counting as uncertain, so writes may run again once few enough remain.
+        counting as uncertain, so writes may run again once few enough remain. The write
+        protocol (:mod:`toolbreaker.core.run.protocol`) refuses ``committed=False`` for a
+        write that is confirmed, or queued (a drain may still make it).
 
         Raises:
-            StoreUnavailable: the journal cannot be written; nothing changed.
+            WriteTransitionError: the protocol refuses the move; nothing changed.
+            StoreWriteUnknown: the journal's answer was lost: the word may be recorded
+                or not; call again.
+            StoreUnavailable: the journal cannot be read or written; nothing changed.
         """
-        entry = self.journal.journal_get(self.task, idempotency_key) or {}
-        status = "confirmed" if committed else "failed"
-        update = {**entry, "status": status, "resolved_by": "operator", "at": self.clock()}
+        found = self.journal.journal_get(self.task, idempotency_key)
+        status = protocol.after(
+            protocol.read(found), "operator-made" if committed else "operator-not-made"
+        )
+        update = {**(found or {}), "status": status, "resolved_by": "operator", "at": self.clock()}
         if result is not None:
-            update["result"] = _journaled(result)
+            update["result"] = journaled(result)
         self.journal.journal_put(self.task, idempotency_key, redact(update))
-        if entry.get("status") in _UNRESOLVED:
-            self._feed(RunEvent("resolved", self.clock(), count=1))
+        # Known now, by the operator's word: it no longer counts (once, if it counted).
+        self._settled(idempotency_key)
 
     def stop_packet(self) -> StopPacket:
         """The operator packet for the run as it is now."""
@@ -351,10 +406,7 @@ class RunGuard:
             entries = self.journal.journal_entries(self.task)
         except StoreUnavailable:
             entries = [{"status": "journal-unavailable"}]
-        confirmed = tuple(
-            _step(e) for e in entries if e.get("status") == "confirmed" and e.get("tool")
-        )
-        uncertain = tuple(_step(e) for e in entries if e.get("status") in _UNRESOLVED)
+        confirmed, uncertain = packet_steps(entries)
         return StopPacket(
             task=self.task,
             condition=stop.condition if stop else "running",
@@ -475,11 +527,15 @@ class RunGuard:
         ):
             breaker = step.plan.spec.breaker.for_scope()
             admission = await breaker._aenter(breaker.clock(), breaker._default_deadline)
-            served = None
-            if isinstance(admission, Rejection) and breaker.degradation.chain:
-                # The degradation's store round trips run off the loop.
-                served = await self._adegraded(step.plan, admission.result_for(step.tool))
-            self._admitted(step, admission, served)
+            if isinstance(admission, Rejection):
+                served = None
+                if breaker.degradation.chain:
+                    # The degradation's store round trips run off the loop.
+                    served = await self._adegraded(step.plan, admission.result_for(step.tool))
+                # So does journaling what it did with a write.
+                await self._off_loop(step, self._admitted, step, admission, served)
+            else:
+                self._admitted(step, admission)
         return self._joined(await self._off_loop(step, self._journal_pending, step))
 
     async def _off_loop(self, step: Step | None, fn: Callable[..., R], /, *args: Any) -> R:
@@ -536,7 +592,9 @@ class RunGuard:
         except StoreUnavailable:
             return  # writes are refused while the journal is down anyway; try again later
         self._resumed = True
-        unresolved = [e for e in entries if e.get("status") in _UNRESOLVED]
+        unresolved = [e for e in entries if protocol.uncertain(protocol.read(e))]
+        with self._lock:
+            self._uncertain_keys.update(str(e.get("idempotency_key")) for e in unresolved)
         if unresolved:
             keys = ", ".join(str(e.get("idempotency_key")) for e in unresolved[:5])
             self._feed(
@@ -552,6 +610,7 @@ class RunGuard:
         spec = self._tools.get(tool)
         if spec is None:
             raise PolicyError(f"unknown tool {tool!r} for run {self.task!r}", field="tool")
+        args = without_key(spec, args)
         try:
             action_fp = fingerprint(tool, args, self.rules)
             key = None
@@ -578,7 +637,7 @@ class RunGuard:
             done = self.journal.journal_get(self.task, key) if key else None
         except StoreUnavailable:
             return _answered(step, journal_down_result(tool))
-        status = done.get("status") if done is not None else None
+        plan.status = status = protocol.read(done)
         journaled = done.get("result", {"ok": True, "deduplicated": True}) if done else None
         action = Action(tool=tool, fingerprint=action_fp, risk=spec.risk, recovery=spec.recovery)
         plan.action = action
@@ -587,8 +646,8 @@ class RunGuard:
                 "request",
                 self.clock(),
                 action,
-                journal=status if status in _JOURNAL_STATUSES else None,
-                evidence=evidence_digest(journaled, self.rules) if status == "confirmed" else None,
+                journal=status,
+                evidence=evidence_digest(journaled, self.rules) if protocol.made(status) else None,
             )
         )
         step.decision = decision
@@ -596,11 +655,15 @@ class RunGuard:
         if verdict == "journal":
             # A confirmed write is never executed again (how a resumed task skips work).
             return _answered(step, journaled)
+        if verdict == "queued" and key is not None:
+            # Queued by the degradation matrix (or maybe): a drainer makes it, not this run.
+            queued = protocol.queue_id(done) or "unknown"
+            maybe = protocol.uncertain(status)
+            return _answered(step, queued_result(tool, queued, key, already=True, maybe=maybe))
+        if verdict == "handed-off" and key is not None:
+            rid = protocol.reconciliation_id(done) or "unknown"
+            return _answered(step, handoff_result(tool, rid, step_of(done or {})))
         if verdict == "reconcile":
-            queued = _queue_id(done)
-            if queued is not None and key is not None:
-                # A write the degradation matrix queued: a drainer makes it, not this run.
-                return _answered(step, queued_result(tool, queued, key, already=True))
             return _answered(
                 step, self._reconcile(plan, why="an earlier attempt's outcome is unknown")
             )
@@ -621,8 +684,8 @@ class RunGuard:
         if spec.risk == "irreversible" and not self._authorized(step):
             self._finish(plan, "ignored")
             return _answered(step, denied_result(tool))
-        if key is not None and spec.idempotency_arg:
-            step.args = {**args, spec.idempotency_arg: key}
+        if key is not None:
+            step.args = with_key(spec, args, key)
         return step
 
     def _may_retry(self, step: Step) -> bool:
@@ -656,16 +719,13 @@ class RunGuard:
         plan: _Plan = step.plan
         breaker = plan.spec.breaker
         assert breaker is not None
-        self._finish(plan, "ignored")
         answer = breaker._unavailable("retry-budget", None, tool=step.tool)
         _answered(step, self._dependency_down(plan, answer, "retry-budget"))
         return False
 
     def _observe_retry(self, plan: _Plan, result: Any) -> None:
         """Remember whether the action's attempt ended in a failure worth retrying."""
-        retryable = isinstance(result, dict) and (
-            result.get("retryable") is True or result.get("reason") == "retry-budget"
-        )
+        retryable = failed_retryably(result)
         with self._lock:
             self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
 
@@ -680,7 +740,6 @@ class RunGuard:
             step.permit = admission
             return
         plan: _Plan = step.plan
-        self._finish(plan, "ignored")
         answer = admission.result_for(step.tool) if served is None else served
         _answered(step, self._dependency_down(plan, answer, admission.reason, served=served))
 
@@ -689,12 +748,16 @@ class RunGuard:
         plan: _Plan | None = step.plan
         if step.answer is not None or plan is None or plan.key is None:
             return step
-        if not self._journal(plan, "pending"):
+        if not self._journal(plan, "attempt"):
             # A write we could not journal could later be neither skipped nor reconciled.
             if step.permit is not None:
                 step.permit.record("ignored")
                 step.permit = None
             self._finish(plan, "ignored")
+            if protocol.unresolved(plan.status):
+                # The pending entry may have been written: this attempt certainly was not
+                # made, so say so (best effort: a pending entry left is only reconciled).
+                self._journal(plan, "not-made")
             _answered(step, journal_down_result(step.tool))
         return step
 
@@ -839,12 +902,14 @@ class RunGuard:
         plan: _Plan = step.plan
         spec = plan.spec
         if spec.risk in WRITES:
-            try:
-                ok = bool(spec.verify(result)) if spec.verify is not None else result is not None
-            except Exception as exc:  # noqa: BLE001 - a verifier that crashes proves nothing
-                hook_failed(f"the verify check of {spec.name} raised", exc)
-                ok = False
-            if not ok:
+            verified: bool | None = None
+            if spec.verify is not None:
+                try:
+                    verified = bool(spec.verify(result))
+                except Exception as exc:  # noqa: BLE001 - a verifier that crashes proves nothing
+                    hook_failed(f"the verify check of {spec.name} raised", exc)
+                    verified = False
+            if not protocol.proves(result, verified):
                 return self._unknown(
                     step, "verification failed: the result does not prove the write happened"
                 )
@@ -856,7 +921,7 @@ class RunGuard:
         if plan.key is not None:
             # The write happened; if the journal is down now, its idempotency key still
             # protects a retry at the provider.
-            self._journal(plan, "confirmed", result=result)
+            self._journal(plan, "proven", result=result)
         return result
 
     def _failed(self, step: Step, exc: Exception) -> Any:
@@ -896,12 +961,12 @@ class RunGuard:
         *,
         served: dict[str, Any] | None = None,
     ) -> Any:
-        """A dependency is out: the model hears so; a required one also stops the run.
+        """A dependency is out: the model hears so, and the run machine decides the rest.
 
-        A saturated bulkhead is a local, passing condition, not a dependency going down:
-        the model is told to resubmit, and the run goes on. When the tool's sheet row has
-        a degradation chain, the mode it serves decides instead: ``stop`` stops the run,
-        any other mode lets it go on (the sheet chose what the caller gets).
+        The tool's sheet row may have a degradation chain: its mode is served here (or was,
+        ``served``, on the event loop) and a write it queued or handed off is journaled so.
+        Whether the run stops is the run machine's (the mode served, the reason, whether
+        the tool is required: see :mod:`toolbreaker.core.run.machine`).
         """
         mode = None
         if served is not None:
@@ -909,24 +974,31 @@ class RunGuard:
         elif plan.spec.breaker is not None and plan.spec.breaker.degradation.chain:
             result = self._degraded(plan, result)
             mode = result.get("degradation")
-        if mode == "stop" and plan.action is not None:
-            detail = str(result.get("detail") or f"required tool {plan.spec.name!r} is unavailable")
-            self._feed(
-                RunEvent("dependency-down", self.clock(), plan.action, required=True, detail=detail)
-            )
-            return result
         if mode is not None:
+            self._after_degraded(plan, result)
+        self._finish(plan, "ignored")  # it was not made (a queued one is not made yet)
+        if plan.action is None:
             return result
-        if plan.action is None or not plan.spec.required or reason == "saturated":
-            return result
-        seconds = result.get("retry_after_seconds")
-        detail = f"required tool {plan.spec.name!r} is unavailable ({reason})"
-        if seconds is not None:
-            detail += f"; retry after {seconds} s"
+        if mode == "stop":
+            detail = str(result.get("detail") or f"required tool {plan.spec.name!r} is unavailable")
+        else:
+            seconds = result.get("retry_after_seconds")
+            detail = f"required tool {plan.spec.name!r} is unavailable ({reason})"
+            if seconds is not None:
+                detail += f"; retry after {seconds} s"
         decision = self._feed(
-            RunEvent("dependency-down", self.clock(), plan.action, required=True, detail=detail)
+            RunEvent(
+                "dependency-down",
+                self.clock(),
+                plan.action,
+                required=plan.spec.required,
+                reason=reason,
+                mode=None if mode is None else str(mode),
+                detail=detail,
+            )
         )
-        assert decision.stop is not None
+        if decision.stop is None or mode is not None:
+            return result  # a mode's answer says what the caller gets, the stop included
         return {**result, **stopped_result(decision.stop)}
 
     def _degraded(self, plan: _Plan, result: dict[str, Any]) -> dict[str, Any]:
@@ -935,7 +1007,7 @@ class RunGuard:
         answer: dict[str, Any] = degradation.result(
             plan.spec.name, args, result, idempotency_key=plan.key, packet=packet, task=self.task
         )
-        return self._after_degraded(plan, answer)
+        return answer
 
     async def _adegraded(self, plan: _Plan, result: dict[str, Any]) -> dict[str, Any]:
         """:meth:`_degraded` with its store round trips off the event loop."""
@@ -943,7 +1015,7 @@ class RunGuard:
         answer: dict[str, Any] = await degradation.aresult(
             plan.spec.name, args, result, idempotency_key=plan.key, packet=packet, task=self.task
         )
-        return self._after_degraded(plan, answer)
+        return answer
 
     def _degrade_call(
         self, plan: _Plan
@@ -951,33 +1023,70 @@ class RunGuard:
         """The row's degradation, the arguments queued work runs with, the packet maker."""
         spec = plan.spec
         assert spec.breaker is not None
-        args = dict(plan.args)
-        if plan.key is not None and spec.idempotency_arg:
-            args[spec.idempotency_arg] = plan.key  # the drained call carries the same key
+        args = with_key(spec, plan.args, plan.key)  # the drained call carries the same key
 
         def packet(detail: str) -> StopPacket:
+            if plan.key is None:
+                action = (
+                    f"once the dependency of {spec.name!r} recovers, carry out or drop the "
+                    f"attempted action, then resume task {self.task!r}: confirmed steps are "
+                    "skipped"
+                )
+            else:
+                # The write is handed to the person (journaled so): a resumed run never
+                # makes it unless they say it was not made.
+                action = (
+                    f"the attempted write {plan.key} is yours: once the dependency of "
+                    f"{spec.name!r} recovers, carry it out and record it with "
+                    f"RunGuard.resolve({plan.key!r}, committed=True), or drop it; to let "
+                    f"the resumed run make it, record committed=False. Then resume task "
+                    f"{self.task!r}: confirmed steps are skipped"
+                )
             return dataclasses.replace(
                 self.stop_packet(),
                 condition="dependency-open",
                 detail=detail,
-                next_safe_action=f"once the dependency of {spec.name!r} recovers, carry out "
-                f"or drop the attempted action, then resume task {self.task!r}: confirmed "
-                "steps are skipped",
+                next_safe_action=action,
             )
 
         return spec.breaker.for_scope().degradation, args, packet
 
-    def _after_degraded(self, plan: _Plan, answer: dict[str, Any]) -> dict[str, Any]:
-        if answer.get("degradation") == "queue" and plan.key is not None:
-            # Until a drainer confirms it, the write is pending: never made twice here.
-            self._journal(plan, "pending", result={"queue_id": answer.get("queue_id")})
-        return answer
+    def _after_degraded(self, plan: _Plan, answer: Mapping[str, Any]) -> None:
+        """Journal what a degradation answer did with a write (the protocol's move).
+
+        Queued: a drainer makes it, never this run. Maybe queued (the queue's store did
+        not answer): it counts as uncertain. Handed off: a person owns it.
+        """
+        if plan.key is None:
+            return
+        maybe = answer.get("outcome_unknown") is True
+        move = protocol.degraded_move(answer.get("degradation"), maybe=maybe)
+        if move is None:
+            return
+        ids = {
+            name: answer[name]
+            for name in ("queue_id", "reconciliation_id")
+            if isinstance(answer.get(name), str)
+        }
+        self._journal(plan, move, extra=ids)
+        if protocol.uncertain(plan.status) and plan.action is not None:
+            self._counted(plan.key)
+            self._feed(
+                RunEvent(
+                    "uncertain",
+                    self.clock(),
+                    plan.action,
+                    detail=f"it may be queued as {ids.get('queue_id')}",
+                )
+            )
 
     def _unknown(self, step: Step, why: str) -> dict[str, Any]:
         """An unknown write outcome: never replay, let the core block writes, reconcile."""
         plan: _Plan = step.plan
+        if plan.begun and plan.key is not None:
+            self._counted(plan.key)
         self._finish(plan, "unknown", detail=why)
-        self._journal(plan, "unknown")
+        self._journal(plan, "maybe-made")
         return self._reconcile(plan, why=why)
 
     def _reconcile(self, plan: _Plan, *, why: str) -> dict[str, Any]:
@@ -991,13 +1100,13 @@ class RunGuard:
             except Exception as exc:  # noqa: BLE001 - an unreachable status check proves nothing
                 hook_failed(f"the reconcile check of {spec.name} raised", exc)
         if checked and found:
-            if self._journal(plan, "confirmed", result=found):
+            if self._journal(plan, "found", result=found) and plan.key is not None:
                 # The outcome is known now: it no longer counts as uncertain.
-                self._feed(RunEvent("resolved", self.clock(), count=1))
+                self._settled(plan.key)
         elif checked:
             # Not found is not proof of absence (a lagging index): it stays unresolved
             # until an operator decides (RunGuard.resolve).
-            self._journal(plan, "reconciled-absent")
+            self._journal(plan, "not-found")
         return unknown_result(
             spec.name,
             plan.key,
@@ -1032,51 +1141,76 @@ class RunGuard:
     def _forget(self, plan: _Plan) -> None:
         """A write that certainly did not happen leaves no pending entry behind."""
         if plan.key is not None:
-            self._journal(plan, "failed")
+            self._journal(plan, "not-made")
 
-    def _journal(self, plan: _Plan, status: str, *, result: Any = None) -> bool:
-        """Journal the write's status; ``False`` when the store is unavailable."""
+    def _journal(
+        self,
+        plan: _Plan,
+        move: protocol.Move,
+        *,
+        result: Any = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Journal the protocol's move of the write; whether the store confirmed it.
+
+        A write the store may have made (its answer was lost) is believed made for the
+        moves that follow (they overwrite it), but not confirmed: ``False``.
+        """
         if plan.key is None:
             return False
+        status = protocol.after(plan.status, move)
+        entry = self._entry(plan, status, result, extra)
         try:
-            self.journal.journal_put(self.task, plan.key, self._entry(plan, status, result))
+            self.journal.journal_put(self.task, plan.key, entry)
+        except StoreWriteUnknown:
+            plan.status = status
+            return False
         except StoreUnavailable:
             return False
+        plan.status = status
         return True
 
-    def _entry(self, plan: _Plan, status: str, result: Any) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "tool": plan.spec.name,
-            "risk": plan.spec.risk,
-            "fingerprint": plan.fingerprint,
-            "idempotency_key": plan.key,
-            "status": status,
-            "at": self.clock(),
-        }
-        if result is not None:
-            if plan.spec.external_id is not None:
-                try:
-                    entry["external_id"] = plan.spec.external_id(result)
-                except Exception:  # noqa: BLE001 - an id we cannot read is just absent
-                    entry["external_id"] = None
-            journaled = _journaled(result)
-            if journaled is not None:
-                entry["result"] = journaled
-        # The journal keeps what resume and reconcile need, with secrets masked.
-        masked: dict[str, Any] = redact(entry)
-        return masked
+    def _counted(self, key: str) -> None:
+        """The write under ``key`` counts as uncertain in this run from now on."""
+        with self._lock:
+            self._uncertain_keys.add(key)
+
+    def _settled(self, key: str) -> None:
+        """The write under ``key`` is known now: it stops counting (once, if it counted)."""
+        with self._lock:
+            counted = key in self._uncertain_keys
+            self._uncertain_keys.discard(key)
+        if counted:
+            self._feed(RunEvent("resolved", self.clock(), count=1))
+
+    def _entry(
+        self,
+        plan: _Plan,
+        status: protocol.Status,
+        result: Any,
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        spec = plan.spec
+        return entry_for(
+            {
+                "tool": spec.name,
+                "risk": spec.risk,
+                "fingerprint": plan.fingerprint,
+                "idempotency_key": plan.key,
+                "status": status,
+                "at": self.clock(),
+                **(extra or {}),
+            },
+            result,
+            external_id=spec.external_id,
+        )
 
     def _next_safe_action(self, stop: Stop | None, uncertain: tuple[Mapping[str, Any], ...]) -> str:
         if stop is None:
             return "continue the run"
         condition = stop.condition
         if condition == "uncertain-side-effect" or uncertain:
-            keys = ", ".join(str(u.get("idempotency_key")) for u in uncertain) or "the last write"
-            return (
-                f"reconcile {keys} with a read-only status check before any new write "
-                "(RunGuard.resolve records the answer); then resume task "
-                f"{self.task!r}: confirmed steps are skipped"
-            )
+            return settle_first(self.task, uncertain)
         if condition == "dependency-open":
             return (
                 f"wait for the dependency to recover ({stop.detail}), then resume task "
@@ -1093,7 +1227,6 @@ class RunGuard:
 
 
 _NO_TURN: Final = object()
-_JOURNAL_STATUSES: Final = ("confirmed", "unknown", "pending", "reconciled-absent", "failed")
 
 
 @dataclasses.dataclass(slots=True)
@@ -1103,18 +1236,11 @@ class _Plan:
     key: str | None
     args: dict[str, Any]
     action: Action | None = None
+    #: The write's journal status as this guard knows it (the protocol's).
+    status: protocol.Status | None = None
     begun: bool = False
     opened: list[Breaker] = dataclasses.field(default_factory=list)
     turn: tuple[TurnGroup, TurnMember] | None = None
-
-
-def _queue_id(entry: Mapping[str, Any] | None) -> str | None:
-    """The queue id of a pending journal entry the degradation matrix queued, if any."""
-    if entry is None or entry.get("status") != "pending":
-        return None
-    result = entry.get("result")
-    queued = result.get("queue_id") if isinstance(result, Mapping) else None
-    return queued if isinstance(queued, str) else None
 
 
 def _answered(step: Step, answer: Any) -> Step:
@@ -1155,24 +1281,37 @@ def evidence_digest(result: Any, rules: FingerprintRules | None = None) -> str:
     return evidence(result, rules)
 
 
-def _journaled(result: Any) -> Any:
-    """A result as the journal keeps it (JSON, at most 64 KiB), else ``None``."""
-    try:
-        encoded = json.dumps(result, default=str)
-    except (TypeError, ValueError, RecursionError):
-        return None
-    if len(encoded) > _MAX_JOURNALED_RESULT:
-        return None
-    return json.loads(encoded)
-
-
 def _not_callable(**_kwargs: Any) -> Any:
     raise PolicyError("this tool is run by its framework, not by RunGuard.call()")
 
 
-def _step(entry: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        k: entry.get(k)
-        for k in ("tool", "idempotency_key", "external_id", "status", "fingerprint", "at")
-        if entry.get(k) is not None
-    }
+# -- the idempotency argument: the guard's to fill in, never the model's ------------------
+
+
+def key_argument(tool: GuardedTool) -> str | None:
+    """The argument that carries a write's idempotency key, or ``None``.
+
+    A read has none, nor a write described with ``idempotency_arg=None``. Its value is the
+    run guard's: adapters hide it from the schema the model sees and hand the tool the
+    guard's key (:func:`with_key`); a value the model sends anyway is dropped
+    (:func:`without_key`).
+    """
+    return tool.idempotency_arg if tool.risk in WRITES and tool.idempotency_arg else None
+
+
+def without_key(tool: GuardedTool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` without a value the model gave for the key argument.
+
+    Dropped before the action is fingerprinted: a made-up key would make the same write
+    look like another one, with another idempotency key (a duplicate at the provider).
+    """
+    arg = key_argument(tool)
+    if arg is None or arg not in args:
+        return dict(args)
+    return {k: v for k, v in args.items() if k != arg}
+
+
+def with_key(tool: GuardedTool, args: Mapping[str, Any], key: str | None) -> dict[str, Any]:
+    """``args`` carrying the guard's idempotency ``key`` in the key argument, if it has one."""
+    arg = key_argument(tool)
+    return {**args, arg: key} if arg is not None and key is not None else dict(args)

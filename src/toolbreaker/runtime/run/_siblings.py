@@ -19,6 +19,11 @@ How an opening is noticed: a listener on each required breaker sees the transiti
 this process at once; a poll of the breaker's view every :data:`POLL_S` seconds sees an
 opening decided by another process sharing the store. A required dependency already open
 when the group starts cancels its branches before they start.
+
+"Open" is the core's :func:`~toolbreaker.core.breaker.machine.rejects_callers`: a breaker
+that admits every request (shadow mode, an operator's forced close) cancels nothing when
+its phase opens; an isolated or forced-open one cancels. Which required breaker a call
+needs is one rule for both groups (:func:`_required_row`).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
-from toolbreaker.core.breaker.state import OPEN, Transition
+from toolbreaker.core.breaker.machine import may_start_rejecting, rejects_callers
+from toolbreaker.core.breaker.state import Transition
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import siblings_result
@@ -193,11 +199,10 @@ class Siblings:
                     task.cancel()
 
         def heard(record: Transition, breaker: Breaker) -> None:
-            if record.to_phase == OPEN:
-                root = self._root(breaker)
-                if root is not None:
-                    why = f"required dependency {root.key!r} opened"
-                    loop.call_soon_threadsafe(cancel, root, why)
+            root = self._shut(record, breaker)
+            if root is not None:
+                why = f"required dependency {root.key!r} opened"
+                loop.call_soon_threadsafe(cancel, root, why)
 
         self._check_open(cancel_at_start=True)
         for branch in self._branches:
@@ -240,10 +245,9 @@ class Siblings:
                     future.cancel()  # never starts if it had not; else abandoned
 
         def heard(record: Transition, breaker: Breaker) -> None:
-            if record.to_phase == OPEN:
-                root = self._root(breaker)
-                if root is not None:
-                    cancel(root, f"required dependency {root.key!r} opened")
+            root = self._shut(record, breaker)
+            if root is not None:
+                cancel(root, f"required dependency {root.key!r} opened")
 
         self._check_open(cancel_at_start=True)
         removers = [breaker.add_listener(heard) for breaker in self.required]
@@ -277,12 +281,19 @@ class Siblings:
 
     # -- shared -----------------------------------------------------------------------
 
-    def _root(self, breaker: Breaker) -> Breaker | None:
-        """The required breaker a transition belongs to (a scoped child's row)."""
-        for required in self.required:
-            if breaker is required or breaker in required.scopes().values():
-                return required
-        return None
+    def _shut(self, record: Transition, breaker: Breaker) -> Breaker | None:
+        """The required row whose branches ``record`` (of ``breaker``) cancels, if any.
+
+        Only a transition after which the breaker refuses its callers does: a breaker
+        that admits everything (shadow mode, an operator's forced close) cancels nothing
+        when its phase opens.
+        """
+        if not may_start_rejecting(record):
+            return None
+        found = _required_row(breaker, self.required)
+        if found is None or not _refuses(breaker):
+            return None
+        return found[0]
 
     def _needing(self, breaker: Breaker, why: str) -> list[_Branch]:
         """Mark the branches that need ``breaker`` cancelled (once); returns them."""
@@ -298,8 +309,7 @@ class Siblings:
         """Required breakers open now (this process's view), with the reason to give."""
         found = []
         for breaker in self.required:
-            state = breaker.for_scope().state
-            if state.phase == OPEN and not breaker.policy.admits_all:
+            if _refuses(breaker.for_scope()):
                 verb = "is open" if cancel_at_start else "opened"
                 why = f"required dependency {breaker.key!r} {verb}"
                 if cancel_at_start:
@@ -459,7 +469,7 @@ class TurnGroup:
         if member.need is None and member.breaker is not None:
             member.need = self._need(member.breaker)
         need = member.need
-        if need is not None and member.cancelled_because is None and _is_open(need):
+        if need is not None and member.cancelled_because is None and _refuses(need):
             # Opened after the call was admitted and before it started: it never starts.
             member.cancelled_because = f"required dependency {need.key!r} opened"
             member.opened = need
@@ -569,7 +579,7 @@ class TurnGroup:
             needs = {id(m.need): m.need for m in self._flight if m.need is not None}
         for need in needs.values():
             try:
-                opened = _is_open(need)
+                opened = _refuses(need)
             except Exception as exc:  # noqa: BLE001 - a poll that fails never changes a call
                 hook_failed(f"the turn's look at {need.key} failed; the calls run on", exc)
                 continue
@@ -579,18 +589,9 @@ class TurnGroup:
     # -- internals ----------------------------------------------------------------------
 
     def _need(self, breaker: Breaker) -> Breaker | None:
-        """The required breaker a call admitted by ``breaker`` needs, if any.
-
-        Itself, a scope of a required row, or another operation row of the same
-        dependency (and scope).
-        """
-        for required in self.required:
-            if breaker is required or breaker.dependency == required.dependency:
-                return breaker if breaker is required else required
-            for child in required.scopes().values():
-                if breaker is child or breaker.dependency == child.dependency:
-                    return child
-        return None
+        """The required breaker (a row, or a scope of one) a call of ``breaker`` needs."""
+        found = _required_row(breaker, self.required)
+        return None if found is None else found[1]
 
     def _enter(self, member: TurnMember, cancel: Callable[[], None]) -> None:
         member._cancel = cancel
@@ -634,12 +635,35 @@ class TurnGroup:
                 member._cancel()
 
     def _heard(self, record: Transition, breaker: Breaker) -> None:
-        if record.to_phase == OPEN:
+        if may_start_rejecting(record) and _refuses(breaker):
             self._opened(breaker)
 
 
-def _is_open(breaker: Breaker) -> bool:
-    return breaker.state.phase == OPEN and not breaker.policy.admits_all
+def _required_row(breaker: Breaker, required: Iterable[Breaker]) -> tuple[Breaker, Breaker] | None:
+    """Which required breaker a call of ``breaker`` needs: ``(row, watched)``, or ``None``.
+
+    The one rule for :class:`Siblings` and :class:`TurnGroup`. ``breaker`` belongs to a
+    required row when it is the row, another operation row of the same dependency, one
+    of the row's scopes, or another operation row of that scope's dependency. ``row`` is
+    the required breaker (what a branch names in ``needs``); ``watched`` is the one whose
+    state decides (the scope's breaker for a scoped call, else the row).
+    """
+    for row in required:
+        if breaker is row or breaker.dependency == row.dependency:
+            return row, row
+        for child in row.scopes().values():
+            if breaker is child or breaker.dependency == child.dependency:
+                return row, child
+    return None
+
+
+def _refuses(breaker: Breaker) -> bool:
+    """Whether ``breaker`` refuses its callers now (the core's :func:`rejects_callers`).
+
+    Read from this process's view of the store, so an opening decided by another process
+    sharing it is seen.
+    """
+    return rejects_callers(breaker.state, breaker.policy)
 
 
 def _listener(group: weakref.ref[TurnGroup]) -> Callable[[Transition, Breaker], None]:

@@ -40,11 +40,14 @@ breakers' clock::
 
 Fail closed. A refused connection, a timeout (``socket_timeout``, 0.25 s by default) or a
 reply that does not validate raises ``StoreUnavailable``: the breaker denies the call with
-the reason ``store-unavailable``. A stored state that does not validate loads as the
-core's recovered-from-corruption open state. A server that comes back is used again
-without a restart. Idle breakers expire after ``idle_ttl`` (never an isolated one, and
-never one a process still views: the feed refreshes those), and probe leases carry their
-owner and admission time, so a crashed worker cannot leave a breaker half-open forever.
+the reason ``store-unavailable``. A journal or record write whose request may have
+reached the server before it failed (a timeout waiting for the reply) raises its
+subclass ``StoreWriteUnknown``: the write may have been made. A stored state that does
+not validate loads as the core's recovered-from-corruption open state. A server that
+comes back is used again without a restart. Idle breakers expire after ``idle_ttl``
+(never an isolated one, and never one a process still views: the feed refreshes those),
+and probe leases carry their owner and admission time, so a crashed worker cannot leave
+a breaker half-open forever.
 
 Records (:class:`~toolbreaker.stores.Records`). One hash per space,
 ``<prefix>:{records:<space>}:records``, maps each key to ``"<version> <json>"``; a

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Final
 
+from toolbreaker.core.breaker.machine import held_by_operator
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.errors import PolicyError, StoreUnavailable
@@ -227,7 +228,7 @@ class RedisStore(CompareAndSetStore):
                 keys=keys, args=[key, text, "1" if only_new else "0", self.journal_ttl_ms]
             )
         except self._errors as exc:
-            raise self._journal_fault(task, exc) from exc
+            raise self._journal_fault(task, exc, maybe_written=_maybe_sent(exc)) from exc
         return bool(written)
 
     def _journal_read(self, task: str, key: str) -> object:
@@ -268,7 +269,7 @@ class RedisStore(CompareAndSetStore):
         try:
             written = self._record_put(keys=[self._records_key(space)], args=[key, text, expected])
         except self._errors as exc:
-            raise self._record_fault(space, exc) from exc
+            raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
         if type(written) is not int or written < 0:
             raise StoreUnavailable(f"a record in space {space!r} does not validate")
         return written or None
@@ -278,7 +279,7 @@ class RedisStore(CompareAndSetStore):
         try:
             removed = self._record_delete(keys=[self._records_key(space)], args=[key, expected])
         except self._errors as exc:
-            raise self._record_fault(space, exc) from exc
+            raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
         return bool(removed == 1)
 
     def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
@@ -409,7 +410,7 @@ class RedisStore(CompareAndSetStore):
         return StoreUnavailable(f"{self._what} unavailable: {exc}", dependency=key)
 
     def _ttl_ms(self, state: BreakerState, policy: Policy) -> int:
-        if state.isolated or state.forced_closed:
+        if held_by_operator(state):
             return 0  # an operator's isolation (or forced close) lasts until released
         return max(self.idle_ttl_ms, 2 * (policy.cooldown_max_ms + policy.lease_ttl_ms))
 
@@ -504,6 +505,21 @@ def _driver_options(redis: Any) -> dict[str, Any]:
     except ImportError:  # pragma: no cover - redis < 7 takes the (later deprecated) kwarg
         return {"lib_version": version}
     return {"driver_info": driver_info.DriverInfo(lib_version=version)}
+
+
+def _maybe_sent(exc: BaseException) -> bool:
+    """Whether a failed command may have reached the server (its write may be made).
+
+    Not when the server answered with an error (it refused the command), nor when no
+    connection could be made (redis-py words those "... connecting to ..."). Anything
+    else (a reply slower than ``socket_timeout``, a connection lost mid-way, an error
+    of the client's own) may have come after the server ran the command.
+    """
+    errors = redis_module().exceptions
+    if isinstance(exc, errors.ResponseError):
+        return False
+    connecting = isinstance(exc, (errors.ConnectionError, errors.TimeoutError))
+    return not (connecting and "connecting to" in str(exc))
 
 
 def _split_record(raw: object, space: str) -> tuple[object, int]:
