@@ -464,20 +464,33 @@ def test_corrupt_state_in_the_view_still_starts_its_cooldown():
 # only writes to a pipe and exits.
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 def test_forked_children_get_their_own_call_ids():
-    """Call ids carry a per-process token that a fork renews."""
+    """Call ids and bulkhead slot holders carry one per-process token, which a fork renews."""
     import os
 
-    from toolbreaker.runtime.breaker import _breaker
+    from toolbreaker.runtime._process import process_token
+    from toolbreaker.runtime.breaker._bulkhead import Bulkhead
 
-    before = _breaker._process_token
+    def ids() -> tuple[str, str, str]:
+        breaker = Breaker("forked", timeout=1, clock=FakeClock())
+        with capture_transitions(breaker) as records:  # every request then has a call id
+            breaker.allow()
+        slot = Bulkhead("forked", 1, None, FakeClock()).acquire(1_000)
+        assert not isinstance(slot, str)
+        return process_token(), records[0].event.call or "", slot.holder
+
+    token, call, holder = ids()
+    assert call.startswith(f"{token}.")
+    assert holder.startswith(f"{token}.")
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
-        os.write(write, _breaker._process_token.encode())
+        os.write(write, " ".join(ids()).encode())
         os._exit(0)
     os.waitpid(pid, 0)
-    child = os.read(read, 100).decode()
+    child, child_call, child_holder = os.read(read, 200).decode().split()
     os.close(read)
     os.close(write)
-    assert child != before
-    assert _breaker._process_token == before
+    assert child != token
+    assert child_call.startswith(f"{child}.")
+    assert child_holder.startswith(f"{child}.")
+    assert process_token() == token

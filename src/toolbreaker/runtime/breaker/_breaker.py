@@ -81,6 +81,7 @@ from toolbreaker.errors import (
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._log import hook_failed, log
+from toolbreaker.runtime._process import process_token
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
@@ -137,18 +138,6 @@ def watch_openings() -> list[Breaker]:
     return opened
 
 
-_process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
-
-
-def _new_process_token() -> None:
-    # A forked worker must not reuse its parent's call ids: two probes with one id would
-    # make the shared state invalid (duplicate leases load as corrupt).
-    global _process_token  # noqa: PLW0603 - one token per process, by design
-    _process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_new_process_token)
 _TIMEOUT: Final = Verdict("failure", "timeout")
 _LATE: Final = Verdict("ambiguous", "late-result")
 _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
@@ -1014,7 +1003,7 @@ class Breaker:
         return self._admitted(state, records, now, deadline, policy)
 
     def _request(self, now: int, health_check: bool = False) -> Event:
-        call = f"{_process_token}.{next(self._ids)}"
+        call = f"{process_token()}.{next(self._ids)}"
         return Event("request", now, self.key, call=call, health_check=health_check)
 
     def _store_down(self) -> Rejection:
@@ -1590,7 +1579,7 @@ class Breaker:
         """A new logical operation with a fresh seed."""
         seeds = self._seeds
         seed = int.from_bytes(os.urandom(8), "big") if seeds is None else seeds.getrandbits(64)
-        return _Operation(f"{_process_token}.op{next(self._ids)}", start(self.clock(), seed))
+        return _Operation(f"{process_token()}.op{next(self._ids)}", start(self.clock(), seed))
 
     def _failure(self, exc: BaseException) -> Failure:
         """What a failed attempt tells the retry core."""

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import random
 import threading
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from typing import Final
 
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._process import process_token
 from toolbreaker.stores._protocol import Records
 from toolbreaker.stores.memory import MemoryStore
 
@@ -53,17 +53,6 @@ MARGIN_MS: Final = 2_000
 SATURATED: Final = "saturated"
 _TRIES: Final = 3  # free slots tried per call before it counts as saturated
 STORE_DOWN: Final = "store-unavailable"
-
-_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
-
-
-def _new_token() -> None:
-    global _token  # noqa: PLW0603 - one token per process, by design
-    _token = f"{os.getpid():x}.{os.urandom(3).hex()}"
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_new_token)
 
 
 def shares_records(store: object) -> bool:
@@ -194,7 +183,7 @@ class Bulkhead:
             held = self._held
             if len(held) + self._running >= self.limit and not self._expire():
                 return None
-            holder = f"{_token}.{next(self._ids)}"
+            holder = f"{process_token()}.{next(self._ids)}"
             held[holder] = now + ttl
             return holder
 
