@@ -26,8 +26,8 @@ import random
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
 
 from toolbreaker.core.breaker.machine import (
     idle_rejection,
@@ -1184,27 +1184,9 @@ class Breaker:
             self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._required_deadline(timeout)
-        operation = self._operation()
-        while True:
-            try:
-                result = self._call_once(
-                    fn, *args, timeout=self._attempt_timeout(operation, deadline), **kwargs
-                )
-            except CircuitOpen:
-                raise
-            except Exception as exc:
-                wait = self._retry_wait(operation, exc)
-                if wait is None:
-                    raise
-                (self._sleep or time.sleep)(wait)
-                if self._overran(operation):
-                    raise  # the wait overran the end-to-end deadline: no attempt after it
-                continue
-            self._retry_succeeded()
-            return result
+        return self._call_retrying(fn, args, kwargs, timeout)
 
-    async def acall(  # noqa: PLR0915 - the quiet fast path stays in one frame
+    async def acall(
         self,
         fn: Callable[..., Awaitable[R]],
         /,
@@ -1273,27 +1255,7 @@ class Breaker:
             self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._required_deadline(timeout)
-        operation = self._operation()
-        while True:
-            try:
-                result = await self._acall_once(
-                    fn, *args, timeout=self._attempt_timeout(operation, deadline), **kwargs
-                )
-            except CircuitOpen:
-                raise
-            except Exception as exc:
-                wait = await self._aretry_wait(operation, exc)
-                if wait is None:
-                    raise
-                waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
-                if inspect.isawaitable(waited):
-                    await waited
-                if self._overran(operation):
-                    raise  # the wait overran the end-to-end deadline: no attempt after it
-                continue
-            self._retry_succeeded()
-            return result
+        return await self._acall_retrying(fn, args, kwargs, timeout)
 
     def _call_once(
         self, fn: Callable[..., R], /, *args: Any, timeout: float | None = _UNSET, **kwargs: Any
@@ -1574,6 +1536,89 @@ class Breaker:
         """
         shared = self._shared_budget
         return self._retry_budget if shared is None else shared.last
+
+    def _retry_plan(self, timeout: float | None) -> _RetryPlan:
+        """The retry loop of :meth:`call` and :meth:`acall`, free of I/O: written once.
+
+        It yields what to do next and is sent what came of it: ``("attempt", seconds)``,
+        an attempt with that deadline (send back the exception it raised, or
+        ``_Done(result)``); ``("wait", (operation, exc))``, ask the retry core about the
+        failed attempt and wait as it says (send back the wait in seconds, or ``None``:
+        no retry). It returns the result of the attempt that succeeded, and raises the
+        attempt's exception when no attempt may follow: a local rejection, the core's "no
+        retry", or a wait that overran the end-to-end deadline.
+        """
+        deadline = self._required_deadline(timeout)
+        operation = self._operation()
+        while True:
+            outcome = yield "attempt", self._attempt_timeout(operation, deadline)
+            if isinstance(outcome, _Done):
+                self._retry_succeeded()
+                return outcome.result
+            if isinstance(outcome, CircuitOpen):
+                raise outcome  # rejected locally: nothing was attempted, nothing to retry
+            assert isinstance(outcome, Exception)
+            waited = yield "wait", (operation, outcome)
+            if waited is None or self._overran(operation):
+                raise outcome
+
+    def _call_retrying(
+        self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: Any
+    ) -> R:
+        """:meth:`call` with retries: carries out :meth:`_retry_plan`, blocking."""
+        plan = self._retry_plan(timeout)
+        try:
+            action = next(plan)
+            while True:
+                action = plan.send(self._retry_step(action, fn, args, kwargs))
+        except StopIteration as done:
+            return cast("R", done.value)
+
+    def _retry_step(
+        self, action: tuple[str, Any], fn: Callable[..., Any], args: Any, kwargs: Any
+    ) -> object:
+        kind, value = action
+        if kind == "wait":
+            wait = self._retry_wait(*value)
+            if wait is not None:
+                (self._sleep or time.sleep)(wait)
+            return wait
+        try:
+            return _Done(self._call_once(fn, *args, timeout=value, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - the plan decides, and re-raises
+            return exc
+
+    async def _acall_retrying(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: Any,
+    ) -> R:
+        """:meth:`acall` with retries: carries out :meth:`_retry_plan` on the event loop."""
+        plan = self._retry_plan(timeout)
+        try:
+            action = next(plan)
+            while True:
+                action = plan.send(await self._aretry_step(action, fn, args, kwargs))
+        except StopIteration as done:
+            return cast("R", done.value)
+
+    async def _aretry_step(
+        self, action: tuple[str, Any], fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
+    ) -> object:
+        kind, value = action
+        if kind == "attempt":
+            try:
+                return _Done(await self._acall_once(fn, *args, timeout=value, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - the plan decides, and re-raises
+                return exc
+        wait = await self._aretry_wait(*value)
+        if wait is not None:
+            waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
+            if inspect.isawaitable(waited):
+                await waited
+        return wait
 
     def _operation(self) -> _Operation:
         """A new logical operation with a fresh seed."""
@@ -1965,6 +2010,19 @@ def _binder(
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
 
     return bind
+
+
+#: What :meth:`Breaker._retry_plan` yields (an action and its argument), is sent, returns.
+_RetryPlan = Generator[tuple[str, Any], object, Any]
+
+
+class _Done:
+    """An attempt that succeeded, with its result (sent to a retry plan)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: object) -> None:
+        self.result = result
 
 
 class _Operation:
