@@ -27,7 +27,7 @@ import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
-from typing import Any, Final, Literal, ParamSpec, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, cast, overload
 
 from toolbreaker.core.breaker.machine import (
     idle_rejection,
@@ -88,9 +88,15 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._step import Step, no_deadline
-from toolbreaker.runtime.breaker._boundary import Boundary, Enforce, HealthCheck, check_seconds
+from toolbreaker.runtime.breaker._boundary import (
+    BREAKER_OPTIONS,
+    Boundary,
+    BreakerOptions,
+    Enforce,
+    check_seconds,
+)
 from toolbreaker.runtime.breaker._bulkhead import Bulkhead, Slot, shares_records
-from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict, classify_exception
+from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._deadline import OVERDUE, Worker, Workers, watch, within
 from toolbreaker.runtime.breaker._degrade import Degradation
@@ -99,6 +105,9 @@ from toolbreaker.runtime.breaker._scope import current_scope
 from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
+
+if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
+    from typing_extensions import Unpack
 
 __all__ = [
     "Breaker",
@@ -461,63 +470,21 @@ class Breaker:
         dependency: str,
         *,
         operation: str = "default",
-        policy: Policy | None = None,
         store: Store | None = None,
         clock: Clock | None = None,
-        timeout: float | None = None,
-        enforce: Enforce = "thread",
-        classifier: Callable[[BaseException], Verdict] = classify_exception,
-        result_is_failure: Callable[[Any], bool] | None = None,
-        tool: str | None = None,
-        fallback: str | None = None,
-        fallback_note: str = "",
-        retryable: bool = True,
-        owner: str | None = None,
-        instructions: Mapping[str, str] | None = None,
-        scope: str | None = None,
-        max_scopes: int = 1000,
         max_workers: int = 16,
-        retry: RetryPolicy | Mapping[str, Any] | None = None,
-        max_retry_after_ms: int | None = None,
         sleep: Callable[[float], Any] | None = None,
         retry_seed: int | None = None,
-        degrade: str | tuple[str, ...] | list[str] = (),
-        max_stale: float | None = None,
-        stale_every: float = 5.0,
-        health_check: HealthCheck | Callable[[], Any] | None = None,
-        max_concurrent: int | None = None,
         boundary: Boundary | None = None,
+        **options: Unpack[BreakerOptions],
     ) -> None:
         if boundary is None:
-            # The one validation of every option: Boundary's.
-            boundary = Boundary(
-                dependency,
-                operation,
-                policy or Policy(),
-                tool=tool,
-                timeout=timeout,
-                enforce=enforce,
-                retryable=retryable,
-                fallback=fallback,
-                fallback_note=fallback_note,
-                owner=owner,
-                instructions=instructions or {},
-                classifier=classifier,
-                result_is_failure=result_is_failure,
-                retry=retry,  # type: ignore[arg-type] # a table is converted by Boundary
-                max_retry_after_ms=max_retry_after_ms,
-                scope=scope,
-                max_scopes=max_scopes,
-                degrade=degrade,  # type: ignore[arg-type] # a mode or a list: Boundary checks
-                max_stale=max_stale,
-                stale_every=stale_every,
-                health_check=(
-                    HealthCheck(check=health_check)
-                    if callable(health_check) and not isinstance(health_check, HealthCheck)
-                    else health_check
-                ),
-                max_concurrent=max_concurrent,
-            )
+            unknown = options.keys() - BREAKER_OPTIONS
+            if unknown:
+                raise TypeError(f"Breaker() got an unexpected keyword argument {min(unknown)!r}")
+            # The one list and the one validation of every option: Boundary's, which also
+            # converts a retry table, a degrade mode, a health check callable and None.
+            boundary = Boundary(dependency, operation, **options)  # type: ignore[arg-type]
         self.dependency = boundary.dependency
         self.operation = boundary.operation
         self.key = boundary.key
