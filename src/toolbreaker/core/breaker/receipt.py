@@ -405,19 +405,20 @@ _JSON_NAMES: Final = {
 _RECEIPT_KEYS: Final = frozenset(
     {"schema", "policy", "policy_version", "dependencies", "receipt_hash"}
 )
-_DEPENDENCY_KEYS: Final = frozenset(
-    {
-        "transitions",
-        "remote_attempts",
-        "local_rejections",
-        "opens",
-        "final_state",
-        "recovered_from_corruption",
-    }
-)
+#: The fields a receipt gives every dependency (as :func:`dependency_entry` writes them)
+#: and every transition record (as ``Transition.to_dict`` does); ``would_reject`` is in
+#: both only under shadow mode or a forced close.
+_DEPENDENCY_KEYS: Final = frozenset(dependency_entry([], Counts(), BreakerState(), Policy()))
 _TRANSITION_KEYS: Final = frozenset(
     {"event", "from", "to", "attempted", "rejected", "reason", "generation", "open_until"}
 )
+_SHADOW_KEY: Final = "would_reject"
+
+
+def _check_fields(found: Mapping[str, Any], required: frozenset[str], where: str) -> None:
+    if set(found) - {_SHADOW_KEY} != required:
+        extra = f" (and {_SHADOW_KEY} under shadow mode or a forced close)"
+        raise ReceiptError(f"{where} must have the fields {', '.join(sorted(required))}{extra}")
 
 
 def _check_shape(doc: Mapping[str, Any]) -> None:
@@ -437,12 +438,10 @@ def _check_shape(doc: Mapping[str, Any]) -> None:
     for name, dep in doc["dependencies"].items():
         where = f"dependencies[{shown(name)}]"
         _expect(dep, dict, where)
-        if set(dep) != _DEPENDENCY_KEYS:
-            raise ReceiptError(
-                f"{where} must have the fields {', '.join(sorted(_DEPENDENCY_KEYS))}"
-            )
-        for key in ("remote_attempts", "local_rejections", "opens"):
-            _expect(dep[key], int, f"{where}.{key}")
+        _check_fields(dep, _DEPENDENCY_KEYS, where)
+        for key in ("remote_attempts", "local_rejections", "opens", _SHADOW_KEY):
+            if key in dep:
+                _expect(dep[key], int, f"{where}.{key}")
         _expect(dep["recovered_from_corruption"], bool, f"{where}.recovered_from_corruption")
         _expect(dep["final_state"], dict, f"{where}.final_state")
         _expect(dep["final_state"].get("state"), str, f"{where}.final_state.state")
@@ -450,10 +449,9 @@ def _check_shape(doc: Mapping[str, Any]) -> None:
         for index, record in enumerate(dep["transitions"]):
             at = f"{where}.transitions[{index}]"
             _expect(record, dict, at)
-            if set(record) != _TRANSITION_KEYS:
-                raise ReceiptError(
-                    f"{at} must have the fields {', '.join(sorted(_TRANSITION_KEYS))}"
-                )
+            _check_fields(record, _TRANSITION_KEYS, at)
+            if _SHADOW_KEY in record and record[_SHADOW_KEY] is not True:
+                raise ReceiptError(f"{at}.{_SHADOW_KEY} must be true when it is there")
             event = record["event"]
             _expect(event, dict, f"{at}.event")
             _expect(event.get("type"), str, f"{at}.event.type")
