@@ -941,8 +941,17 @@ def summary_line(table: Table) -> dict[str, Any]:
     )
     if table.overhead(best_tb) < 0.95 * ours:  # a toolbreaker path clearly cheaper than (*)
         line += f"; cheapest toolbreaker path: {best_tb.label} {fmt_ns(table.overhead(best_tb))} ns"
+    floor = next((r for r in table.rows if r.lib == "floor"), None)
+    over_floor = None if floor is None else default.median / floor.median
+    if over_floor is not None:
+        # The sync default's target: within 1.25x of the bare hand-off measured beside it.
+        line += f"\n  {'':<13} default / floor (bare hand-off to a thread): {over_floor:.2f}x"
+    elif table.key == "closed_async":
+        # The async default's target: within 1 us of the cooperative path.
+        line += f"\n  {'':<13} default - cooperative: {fmt_ns(ours_default - ours)} ns"
     print("  " + line)
     return {
+        "ratio_default_over_floor": over_floor,
         "category": table.key,
         "default_row": default.label,
         "default_overhead_ns": ours_default,

@@ -116,7 +116,9 @@ class CircuitOpen(ToolbreakerError):
     Attributes:
         dependency: the breaker's key.
         reason: the core's reason (``cooldown``, ``probe-limit``, ``isolated``),
-            ``store-unavailable``, or ``saturated`` (no worker free for a sync call).
+            ``store-unavailable``, ``saturated`` (the bulkhead is full) or ``hung``
+            (calls still running past their deadline hold every worker a sync call may
+            use).
         retry_after_ms: milliseconds until a call may be admitted again, if known.
     """
 

@@ -590,3 +590,27 @@ def test_requests_never_read_the_board_while_a_refresh_changes_it():
     assert errors == []
     assert board.uses >= 60  # 60 reads, and the refreshes' folds
     assert board.overlaps == 0
+
+
+def test_a_call_refused_for_hung_calls_is_listed_with_how_many_hang():
+    """A sync call refused because a call hung past its deadline holds the only worker
+    it may use: the board counts a ``hung`` limit notice and says how many hang."""
+    stream = MemoryStream()
+    registry = Registry.from_dict({"search": {"read": {"timeout": 0.3}}})
+    breaker = registry.get("search", "read")
+    breaker._max_workers = 1  # one hung call holds every worker
+    StreamPublisher(stream).attach(registry)
+    release = threading.Event()
+    try:
+        with pytest.raises(TimeoutError):
+            breaker.call(release.wait, 30)
+        with pytest.raises(Exception, match="hung"):
+            breaker.call(lambda: None)
+    finally:
+        release.set()
+        breaker.close()
+    board = board_of(stream)
+    assert board.notice_counts("search:read")["limit"] == {"hung": 1}
+    [notice] = board.snapshot()["notices"]["recent"]
+    assert notice["reason"] == "calls still running past their deadline: 1 (limit 1)"
+    assert notice["retry_after_ms"] == breaker.policy.cooldown_ms

@@ -9,6 +9,7 @@ counts are exact and nothing depends on timing.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from typing import Any
@@ -17,7 +18,15 @@ import httpx
 import pytest
 
 from records_helpers import SharedMemory
-from toolbreaker import Breaker, CircuitOpen, GuardedTool, PolicyError, Registry, RunGuard
+from toolbreaker import (
+    Breaker,
+    CircuitOpen,
+    GuardedTool,
+    Policy,
+    PolicyError,
+    Registry,
+    RunGuard,
+)
 from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
@@ -91,7 +100,7 @@ def test_64_threads_never_exceed_the_limit(service, shared):
     assert breaker._bulkhead is not None
     assert breaker._bulkhead.in_use == 0
     if shared:
-        assert store.inner.record_list("bulkhead/search") == []  # every lease given back
+        assert store.inner.record_list(breaker._bulkhead.space) == []  # every lease given back
     # The slots are free again: the next call runs.
     assert breaker.call(lambda: "ok") == "ok"
     breaker.close()
@@ -316,7 +325,7 @@ def test_a_lost_permit_and_the_fast_path_share_the_count():
 def test_a_published_row_keeps_a_shared_bulkhead_on_the_slow_path():
     """A live policy change (adopt) that turns retries off must not put a breaker with a
     bulkhead shared across processes on the quiet fast path, which takes no slot."""
-    from toolbreaker import Boundary, Policy
+    from toolbreaker import Boundary
 
     store = SharedMemory()
     retrying = {"max_attempts": 2, "deadline_ms": 5_000}
@@ -334,3 +343,182 @@ def test_a_published_row_keeps_a_shared_bulkhead_on_the_slow_path():
     assert info.value.reason == "saturated"
     held.record("success")
     assert one.call(lambda: "ok") == "ok"
+
+
+# A deadline by which a waiting worker thread surely starts its call, so that the call
+# is running (and hung: its worker pinned) when the deadline passes.
+STARTS_WITHIN = 0.3
+
+
+class Dependency:
+    """An in-process dependency that counts the calls it is handling at once; every call
+    hangs until :attr:`release` is set (so a caller's deadline passes while it runs)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.in_flight = self.peak = self.calls = 0
+
+    def __call__(self) -> str:
+        with self.lock:
+            self.calls += 1
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            assert self.release.wait(PATIENCE)
+            return "late"
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def worker_threads(breaker: Breaker) -> int:
+    return sum(t.name.startswith(f"toolbreaker-{breaker.key}-") for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["process", "leases"])
+def test_a_hung_call_keeps_its_slot_until_it_really_ends(shared):
+    """``max_concurrent=4`` and calls that hang past their deadline (default ``thread``
+    mode): each caller is answered at its deadline, but its call still runs, so it keeps
+    its slot. The dependency never sees more than 4 calls at once; later callers are
+    answered ``saturated`` at once, by the bulkhead (limit 4), and never take a worker.
+    Once the hung calls return, their slots come back."""
+    store = SharedMemory() if shared else MemoryStore()
+    breaker = Breaker(
+        "search",
+        timeout=STARTS_WITHIN,
+        max_concurrent=4,
+        store=store,
+        policy=Policy(failure_threshold=100),  # the timeouts must not open it
+    )
+    heard: list[dict[str, Any]] = []
+    breaker.degradation.add_listener(heard.append)
+    dependency = Dependency()
+    try:
+        for _ in range(4):
+            with pytest.raises(TimeoutError):
+                breaker.call(dependency)
+        assert breaker.stats.pinned_workers == 4  # all four still running
+        refused = []
+        for _ in range(8):
+            with pytest.raises(CircuitOpen) as info:
+                breaker.call(dependency)
+            refused.append(info.value.reason)
+        assert refused == ["saturated"] * 8
+        assert (dependency.calls, dependency.peak) == (4, 4)
+        assert [(n["kind"], n["by"], n["limit"]) for n in heard] == [
+            ("saturated", "bulkhead", 4)
+        ] * 8
+        assert worker_threads(breaker) == 4  # a refused caller took no worker
+    finally:
+        dependency.release.set()
+    wait_for(lambda: breaker.stats.late_results == 4, "the hung calls returned")
+    wait_for(lambda: breaker._bulkhead.in_use == 0, "their slots came back")
+    if shared:
+        assert store.inner.record_list(breaker._bulkhead.space) == []
+    assert breaker.call(lambda: "fresh") == "fresh"
+    breaker.close()
+
+
+def test_a_hung_run_guard_call_keeps_its_slot_until_it_really_ends():
+    """Through a run guard (``Breaker.run`` for an admitted step, what the adapters use):
+    the step is settled at its deadline, but the hung call keeps its slot until it
+    returns, so the next call is answered ``saturated`` instead of reaching the
+    dependency a second time."""
+    dependency = Dependency()
+    breaker = Breaker("search", timeout=STARTS_WITHIN, max_concurrent=1)
+    guard = RunGuard("hung-run")
+    guard.add_tool(GuardedTool("search", fn=lambda q: dependency(), breaker=breaker))
+    try:
+        first = guard.call("search", {"q": "a"})
+        assert first["ok"] is False  # the timeout, as the model reads it
+        second = guard.call("search", {"q": "b"})
+        assert second["reason"] == "saturated"
+        assert dependency.peak == 1
+    finally:
+        dependency.release.set()
+    wait_for(lambda: breaker._bulkhead.in_use == 0, "the hung call returned")
+    assert guard.call("search", {"q": "c"}) == "late"
+    breaker.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_a_hung_calls_lease_is_renewed_until_the_call_ends(kind, tmp_path):
+    """Two breakers share a store (two processes, in effect: with SQLite, two store
+    objects on one file), one slot in all. A call of the first hangs past its deadline;
+    long after its lease would have run out, both still count it (the lease is renewed
+    while the call runs) and answer ``saturated``. Once the call returns, the slot is
+    free for the other process."""
+    from toolbreaker.stores import SQLiteStore
+
+    clock = FakeClock()
+    if kind == "memory":
+        store_one = store_two = SharedMemory()
+        records: Any = store_one.inner
+    else:
+        store_one = SQLiteStore(str(tmp_path / "shared.db"))
+        store_two = records = SQLiteStore(str(tmp_path / "shared.db"))
+    one = Breaker("search", timeout=STARTS_WITHIN, max_concurrent=1, store=store_one,
+                  clock=clock, policy=Policy(failure_threshold=100))  # fmt: skip
+    two = Breaker("search", timeout=5, max_concurrent=1, store=store_two, clock=clock,
+                  enforce="cooperative")  # fmt: skip
+    assert one._bulkhead is not None
+    space = one._bulkhead.space
+    dependency = Dependency()
+
+    def renewed() -> bool:
+        [(_, lease, _)] = records.record_list(space)
+        return bool(lease["until"] > clock())
+
+    try:
+        with pytest.raises(TimeoutError):
+            one.call(dependency)
+        clock.advance(60_000)  # far past the deadline plus the margin
+        wait_for(renewed, "the hung call's lease was renewed")
+        assert two.allow().reason == "saturated"
+        with pytest.raises(CircuitOpen) as info:
+            one.call(dependency)
+        assert info.value.reason == "saturated"
+        assert dependency.calls == 1
+    finally:
+        dependency.release.set()
+    wait_for(lambda: records.record_list(space) == [], "the slot came back")
+    assert two.allow().admitted
+    one.close()
+    if kind == "sqlite":
+        store_one.close()
+        store_two.close()
+
+
+# Python 3.12+ warns that forking a multi-threaded process may deadlock; the child here
+# only counts its bulkhead's slots, writes to a pipe and exits.
+@pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_child_does_not_count_its_parents_hung_calls():
+    """A hung call holds its slot in the parent; a forked child (a pre-forking server's
+    worker) starts with every slot free: the parent's calls do not run there."""
+    dependency = Dependency()
+    breaker = Breaker("search", timeout=STARTS_WITHIN, max_concurrent=1,
+                      policy=Policy(failure_threshold=100))  # fmt: skip
+    assert breaker._bulkhead is not None
+    try:
+        with pytest.raises(TimeoutError):
+            breaker.call(dependency)
+        assert breaker._bulkhead.in_use == 1
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            try:
+                os.write(write, str(breaker._bulkhead.in_use).encode())
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        child = os.read(read, 100).decode()
+        os.close(read)
+        os.close(write)
+        assert child == "0"
+        assert breaker._bulkhead.in_use == 1
+    finally:
+        dependency.release.set()
+    wait_for(lambda: breaker._bulkhead.in_use == 0, "the hung call returned")
+    breaker.close()

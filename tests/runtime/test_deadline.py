@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import weakref
 
 import pytest
@@ -179,29 +180,106 @@ def test_a_call_not_started_by_its_deadline_never_starts():
     assert ran == []
 
 
-def test_no_free_worker_means_none_at_once_never_a_queue():
-    """When every ordinary worker is busy, acquire() answers None immediately."""
-    pool = Workers(3, reserved=1)
+def test_busy_workers_never_refuse_a_call_a_new_worker_takes_it():
+    """When every worker is busy with calls within their deadline, acquire() starts a
+    new worker at once: no queue, and no cap on calls whose callers still wait."""
+    pool = Workers(1, reserved=0)
     try:
-        first, second = pool.acquire(), pool.acquire()
-        assert first is not None
-        assert second is not None
-        assert pool.acquire() is None
-        first.release()
-        assert pool.acquire() is first
+        busy = [pool.acquire() for _ in range(5)]
+        assert all(worker is not None for worker in busy)
+        assert len({id(worker) for worker in busy}) == 5
+        assert pool.busy == 5
+        busy[0].release()
+        assert pool.acquire() is busy[0]  # an idle one is used first
     finally:
         pool.close()
 
 
-def test_the_reserved_worker_serves_probes_only():
-    """A probe may take the reserved worker that ordinary calls may not."""
+def test_hung_calls_bound_the_pool_and_the_reserved_one_serves_probes_only():
+    """Once hung calls (pinned workers) hold ``max_hung - reserved`` workers, an
+    ordinary call gets None at once; a probe may still run beside the reserved one."""
+    release = threading.Event()
     pool = Workers(2, reserved=1)
     try:
-        assert pool.acquire() is not None
+        worker = pool.acquire()
+        assert worker is not None
+        assert worker.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
+        assert pool.refuses() == 1
         assert pool.acquire() is None
-        assert pool.acquire(probe=True) is not None
+        probe = pool.acquire(probe=True)
+        assert probe is not None
+        assert probe.run(hang_until, (release,), {}, STARTS_WITHIN) is OVERDUE
+        assert pool.refuses(probe=True) == 2
         assert pool.acquire(probe=True) is None
     finally:
+        release.set()
+    give_up = time.monotonic() + PATIENCE
+    while pool.pinned:  # the hung calls return
+        assert time.monotonic() < give_up
+        time.sleep(0.005)
+    assert pool.refuses() is None
+    assert pool.acquire() is not None
+    pool.close()
+
+
+def test_idle_workers_beyond_the_kept_ones_retire_after_a_burst(monkeypatch):
+    """A burst of 6 concurrent calls on a pool that keeps 2 idle workers starts 6
+    threads; once the burst is over, the idle ones beyond 2 retire after the keep-alive
+    (shortened here), and the 2 kept ones still serve calls."""
+    from toolbreaker.runtime.breaker import _deadline
+
+    monkeypatch.setattr(_deadline, "KEEP_ALIVE_S", 0.05)
+    pool = Workers(2, name="test-burst")
+    try:
+        burst = [pool.acquire() for _ in range(6)]
+        assert all(worker is not None for worker in burst)
+        for worker in burst:
+            assert worker.run(int, ("1",), {}, PATIENCE) == 1
+        assert pool.busy == 0
+
+        def threads() -> int:
+            return sum(t.name.startswith("test-burst-") for t in threading.enumerate())
+
+        give_up = time.monotonic() + PATIENCE
+        while threads() > 2:  # the four extra workers end their threads
+            assert time.monotonic() < give_up, threads()
+            time.sleep(0.01)
+        assert len(pool._idle) == 2
+        worker = pool.acquire()
+        assert worker is not None
+        assert worker.run(int, ("7",), {}, PATIENCE) == 7
+    finally:
+        pool.close()
+
+
+def test_then_is_called_once_when_the_call_is_over():
+    """``then`` runs once: in the caller for a call that returned or raised in time or
+    never started; in the worker, when it returns, for a call that outlived its deadline."""
+    pool = Workers(3, reserved=0)
+    over: list[str] = []
+    release = threading.Event()
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        assert worker.run(int, ("3",), {}, PATIENCE, lambda: over.append("returned")) == 3
+        worker = pool.acquire()
+        assert worker is not None
+        with pytest.raises(ValueError, match="boom"):
+            worker.run(int, ("boom",), {}, PATIENCE, lambda: over.append("raised"))
+        assert over == ["returned", "raised"]
+        late = threading.Event()
+        worker = pool.acquire()
+        assert worker is not None
+        hung = worker.run(hang_until, (release,), {}, STARTS_WITHIN, late.set)
+        assert hung is OVERDUE
+        assert not late.is_set()  # still running: it still holds what it was given
+        release.set()
+        assert late.wait(PATIENCE)
+        never = Worker(pool)  # no thread: its call cannot start before the deadline
+        assert never.run(int, (), {}, 0.01, lambda: over.append("never started")) is OVERDUE
+        assert over == ["returned", "raised", "never started"]
+    finally:
+        release.set()
         pool.close()
 
 

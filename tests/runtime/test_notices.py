@@ -19,6 +19,7 @@ import pytest
 from toolbreaker import (
     Breaker,
     Budget,
+    CircuitOpen,
     GuardedTool,
     Registry,
     RunGuard,
@@ -54,26 +55,28 @@ def test_a_saturated_bulkhead_answer_is_a_limit_notice():
     assert breaker.stats.saturated == 1
 
 
-def test_a_saturated_worker_pool_answer_is_a_limit_notice():
-    """A sync call with no free worker (the thread pool is full) is a notice too."""
-    breaker = Breaker("search", timeout=5, max_workers=2)  # one worker kept for probes
+def test_a_call_refused_for_hung_calls_is_a_limit_notice():
+    """A sync call refused because hung calls hold the workers it may use is a notice of
+    its own kind, ``hung``, naming how many are hung and the limit."""
+    breaker = Breaker("search", timeout=0.3, max_workers=2)  # one worker kept for probes
     heard: list[dict[str, Any]] = []
     breaker.degradation.add_listener(heard.append)
     release = threading.Event()
-    holder = threading.Thread(target=lambda: breaker.call(release.wait, 10))
-    holder.start()
     try:
-        for _ in range(2000):  # bounded: until the one worker is busy
-            try:
-                breaker.call(lambda: None)
-            except Exception:  # noqa: BLE001 - the saturated answer we wait for
-                break
-            threading.Event().wait(0.005)
-        assert [r["by"] for r in heard] == ["workers"]
-        assert heard[0]["kind"] == "saturated"
+        with pytest.raises(TimeoutError):
+            breaker.call(release.wait, 10)  # runs on past its deadline
+        with pytest.raises(CircuitOpen) as info:
+            breaker.call(lambda: None)
+        assert info.value.reason == "hung"
+        [record] = heard
+        assert record["schema"] == "toolbreaker.limit/v1"
+        assert (record["kind"], record["hung"], record["limit"]) == ("hung", 1, 1)
+        assert record["retry_after_ms"] == breaker.policy.cooldown_ms
+        assert (record["dependency"], record["operation"]) == ("search", "default")
+        json.dumps(record)  # JSON-ready
     finally:
         release.set()
-        holder.join(10)
+        breaker.close()
 
 
 def test_a_listener_that_raises_never_changes_the_saturated_answer():

@@ -272,3 +272,72 @@ def test_any_client_failure_denies_the_call(cluster, redis_url, redis_cluster):
         rejection = breaker.allow()
         assert not rejection.admitted
         assert rejection.reason == "store-unavailable"
+
+
+# A breaker key chosen so that a record space that is not tagged with the breaker's key
+# (``{records:bulkhead/inventory}``, how bulkhead slots were named before they were put in
+# their breaker's slot) hashes to another master than the breaker's state does.
+SPREAD_KEY = "inventory"
+
+
+def cluster_keys(cluster, prefix: str) -> set[str]:
+    """Every key of ``prefix`` on the cluster's nodes (replicas repeat their master's)."""
+    found: set[str] = set()
+    for node in cluster.nodes:
+        with redis.Redis(port=node.port, socket_timeout=2) as client:
+            found.update(k.decode() for k in client.keys(f"{prefix}:*"))
+    return found
+
+
+def test_every_key_of_a_breaker_with_a_bulkhead_lives_in_its_slot(redis_cluster):
+    """A breaker with ``max_concurrent`` holding a slot: its state and the record of its
+    bulkhead's slots hash to one slot (``CLUSTER KEYSLOT``), its state's."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_cluster.url, prefix=prefix, cluster=True) as store:
+        breaker = Breaker(SPREAD_KEY, store=store, clock=store.clock, timeout=5,
+                          max_concurrent=2, enforce="cooperative")  # fmt: skip
+        breaker.allow().record("failure")  # the state is written to the store
+        permit = breaker.allow()  # holds a slot: a lease in the store
+        assert permit.admitted
+        try:
+            keys = cluster_keys(redis_cluster, prefix)
+            with redis.Redis(port=redis_cluster.nodes[0].port) as node:
+                slots = {name: node.execute_command("CLUSTER", "KEYSLOT", name) for name in keys}
+            state = store._state_key(breaker.key)
+            assert state in slots
+            assert len(slots) >= 2, slots  # the state and the slots' record
+            assert set(slots.values()) == {slots[state]}, slots
+        finally:
+            permit.record("success")
+
+
+def test_a_breaker_with_a_bulkhead_needs_only_the_master_of_its_slot(private_cluster):
+    """Every master but the one that owns the breaker's slot stops taking writes
+    (``CLIENT PAUSE ... WRITE``: alive to the cluster, so nothing fails over). The
+    breaker's calls, each of which takes a bulkhead slot in the store and gives it back,
+    are still admitted."""
+    with (
+        RedisStore(private_cluster.url, cluster=True) as store,
+        redis.RedisCluster.from_url(private_cluster.url) as client,
+    ):
+        breaker = Breaker(SPREAD_KEY, store=store, clock=store.clock, timeout=5,
+                          max_concurrent=2, enforce="cooperative")  # fmt: skip
+        assert breaker.call(lambda: "warm") == "warm"
+        owner = client.get_node_from_key(store._state_key(breaker.key)).port
+        masters = [n for n in private_cluster.nodes if role(n.port) == b"master"]
+        others = [n for n in masters if n.port != owner]
+        assert len(others) == 2
+        for node in others:
+            node.command("CLIENT", "PAUSE", "30000", "WRITE")
+        try:
+            answers = []
+            for _ in range(5):
+                try:
+                    answers.append(breaker.call(lambda: "ok"))
+                except Exception as exc:  # noqa: BLE001 - what the test reports
+                    answers.append(getattr(exc, "reason", repr(exc)))
+        finally:
+            for node in others:
+                node.command("CLIENT", "UNPAUSE")
+        assert answers == ["ok"] * 5
+        assert breaker.stats.record_faults == 0

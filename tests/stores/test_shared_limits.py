@@ -24,6 +24,7 @@ from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS
 from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.stores._records import breaker_space
 from toolbreaker.testing import Fault, ToolService, request_json
 
 PATIENCE = 30.0
@@ -125,7 +126,11 @@ def target(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator
     url = str(request.getfixturevalue("redis_url"))
     yield url
     store = RedisStore(url)  # keys are per dependency: leave nothing for the next test
-    for space in ("bulkhead/search", "bulkhead/held", BUDGET_SPACE):
+    for space in (
+        breaker_space("bulkhead", "search"),
+        breaker_space("bulkhead", "held"),
+        BUDGET_SPACE,
+    ):
         for key, _, _ in store.record_list(space):
             store.record_delete(space, key)
     store.close()
@@ -153,7 +158,7 @@ def test_processes_never_exceed_the_shared_limit(pool, kind, target, service):
     assert 1 <= service.peak_in_flight <= 3
     assert service.hits["GET /search"] == admitted
     store = make_store(kind, target)
-    assert store.record_list("bulkhead/search") == []  # every slot given back
+    assert store.record_list(breaker_space("bulkhead", "search")) == []  # every slot given back
     store.close()
 
 
@@ -180,7 +185,7 @@ def test_a_slot_held_by_a_killed_process_comes_back(kind, target):
         assert time.monotonic() < give_up, "the dead holder's slot never came back"
         time.sleep(0.05)
     permit.record("success")
-    assert store.record_list("bulkhead/held") == []
+    assert store.record_list(breaker_space("bulkhead", "held")) == []
     store.close()
 
 

@@ -82,7 +82,7 @@ _ASSETS: Final = {
 #: Anything else from the stream is counted as ``other``, so names from other processes
 #: cannot grow the board without bound.
 _DEGRADE_MODES: Final = frozenset({"omit", "stale", "degraded", "queue", "handoff", "stop"})
-_LIMIT_KINDS: Final = frozenset({"saturated", "deferred"})
+_LIMIT_KINDS: Final = frozenset({"saturated", "hung", "deferred"})
 _NOTICE_KINDS: Final = frozenset({"degrade", "limit"})
 #: How long a text from the stream may be on the page (tool, reason, task, key).
 _MAX_TEXT: Final = 200
@@ -486,6 +486,11 @@ def _notice_item(
             item["by"] = by
             item["retry_after_ms"] = _int(notice.get("retry_after_ms"))
             item["reason"] = f"{by} full (limit {limit})"
+        elif kind == "hung":
+            hung = _int(notice.get("hung"))
+            item["hung"] = hung
+            item["retry_after_ms"] = _int(notice.get("retry_after_ms"))
+            item["reason"] = f"calls still running past their deadline: {hung} (limit {limit})"
         elif kind == "deferred":
             item["task"] = _text(notice.get("task"))
             item["reason"] = f"max_calls_per_turn {limit} reached"

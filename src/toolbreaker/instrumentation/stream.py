@@ -26,8 +26,8 @@ unavailable-instruction templates the model reads), ``policy_version`` (and the 
 ``policy`` on a publisher's first entry of a breaker and on every change of phase),
 the receipt ``record`` and, for a failed outcome, its ``class`` (``http-503``,
 ``timeout``...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``;
-or ``kind`` ``degrade`` (a degradation choice) or ``limit`` (a ``saturated`` or
-``deferred`` answer) with the listener's record as ``notice``.
+or ``kind`` ``degrade`` (a degradation choice) or ``limit`` (a ``saturated``, ``hung``
+or ``deferred`` answer) with the listener's record as ``notice``.
 Both carry ``wall`` (Unix seconds, for ``--since``) and ``source`` (host and process).
 Times in records are the breakers' clock: a Redis store's clock is the server's, so
 records of many hosts compare; SQLite's is the host's monotonic clock.

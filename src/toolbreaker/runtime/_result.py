@@ -5,7 +5,8 @@ out of service, for how many whole seconds, that retrying is pointless and why, 
 fallback to use, and not to invent the data. The shapes, one builder each:
 
 - :func:`unavailable_result`: the dependency's breaker rejected the call (or this failure
-  opened it), the store cannot be read, the tool is saturated; or the tool is unavailable
+  opened it), the store cannot be read, the tool is saturated, or its earlier calls hang
+  past their deadline and hold every worker this call could use; or the tool is unavailable
   for the rest of the run (``rate-limited`` beyond ``max_retry_after_ms``,
   ``quota-exhausted``, ``retry-budget`` spent), with no wait to count down;
 - :func:`error_result`: a failure while closed, retryable or not;
@@ -75,6 +76,7 @@ _REASONS: Final = {
     "quota-exhausted": "quota-exhausted",
     "retry-budget": "retry-budget",
     "saturated": "saturated",
+    "hung": "hung",
 }
 #: Reasons that hold for the rest of the run: no wait the model could count down.
 _FOR_THE_RUN: Final = frozenset({"isolated", "rate-limited", "quota-exhausted", "retry-budget"})
@@ -112,6 +114,12 @@ DEFAULT_INSTRUCTIONS: Final = {
     "saturated": 'The tool "{tool}" is saturated: as many calls as it may run at once are '
     "in progress, so this call was not made (this is not a provider failure). Resubmit it after "
     "{seconds} seconds. {fallback_sentence} Do not estimate or invent the data.",
+    # The provider stopped answering: earlier calls still run long past their deadline
+    # and hold every worker this call could have used. Nothing was sent.
+    "hung": 'The tool "{tool}" is not responding: earlier calls to it are still running past '
+    "their deadline, so this call was not made. "
+    + _NO_REPEAT
+    + " {fallback_sentence} Do not estimate or invent the data.",
 }
 
 _FIELDS: Final = frozenset({"tool", "seconds", "fallback_sentence", "fallback"})

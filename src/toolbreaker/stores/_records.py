@@ -5,6 +5,11 @@ printable names. A lease is a record ``{"holder", "until"}`` taken and renewed b
 compare-and-set, so one holder at a time across every process that shares the store,
 until its time runs out. The caller passes the time (wall-clock milliseconds): leases
 assume the fleet's clocks agree to well within a lease's length.
+
+A space that belongs to one breaker is named with :func:`breaker_space`: the breaker key
+in braces, the hash tag Redis Cluster places keys by, so a store that shards (Redis
+Cluster) keeps the space in the breaker's own slot, beside its state. Losing another
+shard then cannot deny that breaker's calls.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ __all__ = [
     "MAX_NAME",
     "MAX_RECORD",
     "acquire_lease",
+    "breaker_space",
     "check_version",
     "decode_record",
     "encode_record",
@@ -37,6 +43,15 @@ MAX_RECORD = 1 << 20
 #: run the work again) and handoff packets. A store commits them as it commits its
 #: journal; other records (leases, budgets, kept answers) may be lost by a crash.
 DURABLE_SPACES: Final = frozenset({"toolbreaker.queue", "toolbreaker.handoff"})
+
+
+def breaker_space(kind: str, key: str) -> str:
+    """The record space ``kind`` of the breaker ``key``: ``<kind>/{<key>}``.
+
+    The braces are the breaker's hash tag (its state's in a sharded store): every record
+    of the space lives where the breaker does.
+    """
+    return f"{kind}/{{{key}}}"
 
 
 def _check_name(what: str, name: object) -> None:

@@ -173,8 +173,10 @@ class Boundary:
             (:class:`HealthCheck`, or its sheet table); it sets the policy's
             ``probes = "health-check"``, so only the checker probes.
         max_concurrent: the bulkhead: the most calls of this row in flight at once (in
-            this process, and across processes when the store is shared); a call over
-            the limit is answered at once with reason ``saturated``. ``None``: no limit.
+            this process, and across processes when the store is shared), counted until
+            they really end (a sync call still running past its deadline too); a call
+            over the limit is answered at once with reason ``saturated``. ``None``: no
+            limit.
     """
 
     dependency: str

@@ -153,6 +153,7 @@ _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
 _SATURATED: Final = "saturated"
+_HUNG: Final = "hung"
 _PLAIN_SCOPE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 
@@ -170,8 +171,11 @@ class BreakerStats:
         late_results: results that arrived after their deadline (never successes).
         listener_errors: listener calls that raised (logged; the outcome stood).
         hook_errors: classifier or result predicate calls that raised (fail closed).
-        saturated: sync calls denied at once because no worker was free (also counted in
-            ``rejected``); they are never queued.
+        saturated: calls denied at once because the bulkhead (``max_concurrent``) was full
+            (also counted in ``rejected``); they are never queued.
+        hung: sync calls denied at once because calls still running past their deadline
+            held as many worker threads as may hang (``max_workers``; also counted in
+            ``rejected``); in ``to_dict`` only once non-zero.
         pinned_workers: worker threads held right now by calls still running past their
             deadline (a gauge).
         time_in_state_ms: time spent in each phase, up to the last transition.
@@ -199,6 +203,7 @@ class BreakerStats:
         "failures",
         "half_opens",
         "hook_errors",
+        "hung",
         "late_results",
         "listener_errors",
         "opens",
@@ -223,6 +228,7 @@ class BreakerStats:
         self.listener_errors = 0
         self.hook_errors = 0
         self.saturated = 0
+        self.hung = 0
         self.would_reject = 0
         self.scope_overflows = 0
         self.record_faults = 0
@@ -273,6 +279,8 @@ class BreakerStats:
             out["degraded"] = dict(self.degraded)
         if self.record_faults:
             out["record_faults"] = self.record_faults
+        if self.hung:
+            out["hung"] = self.hung
         return out
 
 
@@ -347,7 +355,9 @@ class Permit:
         self.admitted_at = admitted_at
         self.deadline_ms = deadline_ms
         self.probe = probe
-        self.slot: Slot | None = None  # the bulkhead slot, given back when settled
+        # The bulkhead slot, given back when settled; a sync call run in a worker takes
+        # it along and gives it back when it is over (past its deadline, perhaps).
+        self.slot: Slot | None = None
         self._settled = False
 
     def record(
@@ -439,10 +449,14 @@ class Breaker:
         instructions: per-reason instruction templates overriding the defaults.
         scope: key one breaker per value of this scope (see :class:`Boundary`).
         max_scopes: the most scoped breakers kept in this process.
-        max_workers: worker threads for ``enforce="thread"`` calls, one of them kept for
-            probes (when there are two or more). A call that finds no worker free is
-            rejected at once with reason ``saturated``, never queued; a call that hangs
-            past its deadline keeps its worker until it returns.
+        max_workers: for ``enforce="thread"`` calls, the most worker threads calls that
+            hang past their deadline may hold (one of them kept for probes, when there
+            are two or more), and the idle threads kept between calls. Calls within
+            their deadline are never limited by it: every call gets a worker at once (a
+            new thread if none is idle), never a queue. A call that hangs past its
+            deadline keeps its worker (and its bulkhead slot) until it returns; while
+            such calls hold all the workers they may, a call is rejected at once with
+            reason ``hung``.
         retry: the retry policy ``call()``/``acall()`` follow (a
             :class:`~toolbreaker.core.retry.RetryPolicy` or a table of its fields);
             ``None``: no retries here. Pick one layer: see :meth:`call`.
@@ -460,7 +474,8 @@ class Breaker:
             callable of no arguments) that a health checker runs while the breaker is
             open; only the checker then probes (see :class:`~toolbreaker.HealthChecker`).
         max_concurrent: the bulkhead: the most calls in flight at once, across processes
-            when the store is shared (see :class:`Boundary`); ``None``: no limit.
+            when the store is shared, until they really end (see :class:`Boundary`);
+            ``None``: no limit.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
@@ -881,7 +896,10 @@ class Breaker:
         except BaseException:
             slot.release()
             raise
-        return self._holding(admission, slot)
+        spare = self._holding(admission, slot)
+        if spare is not None:
+            spare.release()
+        return admission
 
     async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
         """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
@@ -896,22 +914,22 @@ class Breaker:
         except BaseException:
             await slot.arelease()
             raise
-        if isinstance(admission, Permit):
-            admission.slot = slot
-        else:
-            await slot.arelease()
+        spare = self._holding(admission, slot)
+        if spare is not None:
+            await spare.arelease()
         return admission
 
     def _slot_ms(self, deadline: int | None) -> int:
         """How long a slot may be held: the call's deadline (a probe lease without one)."""
         return self.policy.lease_ttl_ms if deadline is None else deadline
 
-    def _holding(self, admission: Permit | Rejection, slot: Slot) -> Permit | Rejection:
+    @staticmethod
+    def _holding(admission: Permit | Rejection, slot: Slot) -> Slot | None:
+        """An admitted call holds ``slot``; a rejected one gives it back: returned."""
         if isinstance(admission, Permit):
             admission.slot = slot
-        else:
-            slot.release()
-        return admission
+            return None
+        return slot
 
     def _no_slot(self, why: str, deadline: int | None) -> Rejection:
         """The bulkhead is full (``saturated``) or its store is down: denied at once."""
@@ -1118,8 +1136,10 @@ class Breaker:
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
         state = self._view.state
-        if state is self._quiet and state is not None and self._plain and self._inline:
+        if state is self._quiet and state is not None and self._plain:
             deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+            if deadline is not None and not self._inline:
+                return self._quiet_in_thread(state, deadline, fn, args, kwargs)
             if deadline is not None:
                 # Quiet fast path: no permit, no lock, no record unless something happens.
                 slots = self._slots  # a bulkhead of this process only: a counter
@@ -1134,8 +1154,8 @@ class Breaker:
                     except BaseException as exc:
                         self._quiet_outcome(state, start // self._per_ms, deadline, exc)
                         raise
-                    # Settle after all only if the core may care: a result predicate, a late
-                    # result, or a state that changed meanwhile.
+                    # Settle after all only if the core may care: _unquiet(), inlined on
+                    # the cheapest path of all (a call frame costs a fifth of its overhead).
                     if (
                         self.result_is_failure is not None
                         or ticks() - start > deadline * self._per_ms
@@ -1204,11 +1224,7 @@ class Breaker:
                         start //= self._per_ms
                         await self._quiet_permit(state, start, deadline).arecord(exc)
                         raise
-                    if (
-                        self.result_is_failure is not None
-                        or ticks() - start > deadline * self._per_ms
-                        or self._view.state is not state
-                    ):
+                    if self._unquiet(state, start, deadline):
                         start //= self._per_ms
                         await self._quiet_permit(state, start, deadline).arecord(
                             self.result_verdict(result)
@@ -1278,6 +1294,72 @@ class Breaker:
             raise
         await permit.arecord(self.result_verdict(result))
         return result
+
+    def _quiet_in_thread(
+        self,
+        state: BreakerState,
+        deadline: int,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """call()'s quiet fast path in a worker thread: no permit, no store round trip.
+
+        As inline, the call is settled after all only when the core may care (a failure,
+        a timeout, a late or a predicate's result, a state that changed meanwhile). A
+        bulkhead of this process is a counter, given back when the call is over, which
+        may be long after its deadline. :meth:`_worker` and :meth:`_unquiet` are
+        inlined: the caller's every step here also keeps the worker's CPU idle longer,
+        and waking it from idle is most of what a hand-off costs.
+        """
+        slots = self._slots
+        if slots is not None and not slots.enter():
+            raise self._no_slot(_SATURATED, deadline).error()
+        pool = self._workers or self._start_workers()
+        try:
+            worker = pool.acquire()
+        except BaseException:
+            if slots is not None:
+                slots.leave()
+            raise
+        if worker is None:
+            if slots is not None:
+                slots.leave()
+            raise self._no_worker(pool, False, False)
+        self.stats.admitted += 1
+        ticks = self._ticks
+        start = ticks()
+        then = None if slots is None else slots.leave
+        try:
+            result = worker.run(fn, args, kwargs, deadline / 1000, then)
+        except BaseException as exc:
+            self._quiet_outcome(state, start // self._per_ms, deadline, exc)
+            raise
+        if result is OVERDUE:
+            self._quiet_permit(state, start // self._per_ms, deadline).record(_TIMEOUT)
+            raise self._overdue(deadline)
+        if (
+            self.result_is_failure is not None
+            or ticks() - start > deadline * self._per_ms
+            or self._view.state is not state
+        ):
+            self._quiet_outcome(state, start // self._per_ms, deadline, result)
+        return result
+
+    def _unquiet(self, state: BreakerState, start: int, deadline: int) -> bool:
+        """Whether a success on a quiet fast path must be settled after all.
+
+        The fast paths of ``call``, ``acall`` and a worker skip the store because the
+        core says a success in a quiet state changes nothing; that holds unless the row
+        has a result predicate, the result came after the deadline (late: ambiguous,
+        never a success) or the state changed meanwhile. ``start`` is in ticks. The two
+        sync paths inline it (see there); a test drives all of them through both cases.
+        """
+        return (
+            self.result_is_failure is not None
+            or self._ticks() - start > deadline * self._per_ms
+            or self._view.state is not state
+        )
 
     def _quiet_outcome(
         self, state: BreakerState, start: int, deadline: int, outcome: object
@@ -1379,23 +1461,38 @@ class Breaker:
         kwargs: dict[str, Any],
         deadline: int,
     ) -> R:
-        """Run a sync call in a worker of the bulkhead; the caller returns at the deadline.
+        """Run a sync call in a worker thread; the caller returns at the deadline.
 
-        The worker is taken before admission, so a saturated pool rejects without a store
-        round trip. Unless closed, an admitted call may be a probe: it may take the worker
-        kept for probes, so hung calls cannot starve recovery.
+        First the bulkhead slot, then the worker, then admission: a call the bulkhead
+        refuses never takes a worker, and one refused a worker (hung calls hold them)
+        never reaches the store. Unless closed, the call may be a probe: it may run
+        beside the hung calls the reserved worker is kept for, so they cannot starve
+        recovery. The slot goes with the call and comes back when the call is over.
         """
-        worker = self._worker(state is not None and may_probe(state), deadline)
+        slot = None
+        if self._bulkhead is not None:
+            taken = self._bulkhead.acquire(self._slot_ms(deadline))
+            if not isinstance(taken, Slot):
+                raise self._no_slot(taken, deadline).error()
+            slot = taken
         try:
-            permit = self._enter(now, deadline)
+            worker = self._worker(state is not None and may_probe(state))
+            try:
+                permit = self._local(now, deadline) or self._admit(now, deadline)
+            except BaseException:
+                worker.release()
+                raise
         except BaseException:
-            worker.release()
+            if slot is not None:
+                slot.release()
             raise
         if not isinstance(permit, Permit):
             worker.release()
+            if slot is not None:
+                slot.release()
             raise permit.error()
         try:
-            result = self._in_thread(worker, fn, args, kwargs, deadline)
+            result = self._in_thread(worker, fn, args, kwargs, deadline, slot)
         except TimeoutError:
             permit.record(_TIMEOUT)
             raise
@@ -1405,52 +1502,77 @@ class Breaker:
         self.record_result(permit, result)
         return result
 
-    def _worker(self, probe: bool, deadline: int | None, *, admitted: bool = False) -> Worker:
-        """A free worker of the bulkhead, or the ``saturated`` rejection: never a queue.
+    def _worker(self, probe: bool, *, admitted: bool = False) -> Worker:
+        """A worker for the call, or the ``hung`` rejection; never a queue.
 
-        ``admitted``: the call was counted as admitted already (a step); it is not, after all.
+        Calls within their deadline never limit it. ``admitted``: the call was counted
+        as admitted already (a step); it is not, after all.
         """
-        worker = (self._workers or self._start_workers()).acquire(probe=probe)
+        pool = self._workers or self._start_workers()
+        worker = pool.acquire(probe=probe)
         if worker is None:
-            if admitted:
-                self.stats.admitted -= 1
-            self.stats.rejected += 1
-            self.stats.saturated += 1
-            self.degradation.saturated("workers", self._max_workers, deadline)  # for listeners
-            # A busy worker is free again within one deadline unless its call hangs.
-            raise circuit_open(self.key, _SATURATED, deadline, self._render)
+            raise self._no_worker(pool, probe, admitted)
         return worker
 
-    def _in_thread(
+    def _no_worker(self, pool: Workers, probe: bool, admitted: bool) -> CircuitOpen:
+        """Calls hung past their deadline hold the workers this call may use: denied."""
+        stats = self.stats
+        if admitted:
+            stats.admitted -= 1
+        stats.rejected += 1
+        stats.hung += 1
+        # Nothing says when a hung call returns: the model waits out a cooldown.
+        wait = self.policy.cooldown_ms
+        self.degradation.hung(pool.pinned, pool.limit(probe=probe), wait)  # for listeners
+        return circuit_open(self.key, _HUNG, wait, self._render)
+
+    def _in_thread(  # noqa: PLR0917 - the pieces of one call
         self,
         worker: Worker,
         fn: Callable[..., R],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         deadline: int | None,
+        slot: Slot | None = None,
     ) -> R:
-        """Run ``fn`` in ``worker``; ``TimeoutError`` at the deadline. Settles nothing."""
-        result = worker.run(fn, args, kwargs, -1 if deadline is None else deadline / 1000)
+        """Run ``fn`` in ``worker``; ``TimeoutError`` at the deadline. Settles nothing.
+
+        ``slot`` is given back once the call is over; a call still running at its
+        deadline holds it until it returns.
+        """
+        then = None if slot is None else slot.release
+        result = worker.run(fn, args, kwargs, -1 if deadline is None else deadline / 1000, then)
         if result is OVERDUE:
-            raise TimeoutError(
-                f"{self.tool!r} exceeded its {deadline} ms deadline; if the call had started "
-                "it keeps its worker until it returns, and its result is treated as ambiguous"
-            )
+            if slot is not None:
+                slot.hang()
+            raise self._overdue(deadline)
         return result
+
+    def _overdue(self, deadline: int | None) -> TimeoutError:
+        return TimeoutError(
+            f"{self.tool!r} exceeded its {deadline} ms deadline; if the call had started "
+            "it keeps its worker (and its bulkhead slot) until it returns, and its result "
+            "is treated as ambiguous"
+        )
 
     def run(self, step: Step, fn: Callable[..., R], /, **kwargs: Any) -> R:
         """Run ``fn(**kwargs)`` for an admitted ``step`` within its deadline.
 
         Settles nothing: settle the step with what this returns or raises. In the default
-        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline, and
-        :class:`~toolbreaker.CircuitOpen` (reason ``saturated``) when no worker is free.
+        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline (a call
+        still running then keeps the step's bulkhead slot until it returns), and
+        :class:`~toolbreaker.CircuitOpen` (reason ``hung``) when calls hung past their
+        deadline hold the workers this one may use.
         """
         deadline = None if step.deadline is None else max(1, round(step.deadline * 1000))
         if self._inline:
             return fn(**kwargs)
-        probe = bool(getattr(step.permit, "probe", False))
-        worker = self._worker(probe, deadline, admitted=True)
-        return self._in_thread(worker, fn, (), kwargs, deadline)
+        permit = step.permit
+        worker = self._worker(bool(getattr(permit, "probe", False)), admitted=True)
+        slot: Slot | None = getattr(permit, "slot", None)
+        if slot is not None:
+            permit.slot = None  # it goes with the call: back when the call is over
+        return self._in_thread(worker, fn, (), kwargs, deadline, slot)
 
     async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
         """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""

@@ -1,25 +1,34 @@
 """Bulkheads: at most ``max_concurrent`` calls of one dependency in flight at once.
 
-A call takes a slot before its breaker admits it and gives it back when its permit is
-settled. A call that finds no slot free is answered at once (reason ``saturated``, the
-same answer and counter as a saturated worker pool): never queued, since a queue would
-start calls whose callers were answered long ago.
+A call takes a slot before its breaker admits it (and before it takes a worker) and
+gives it back when it is over: when its permit is settled, or, for a sync call that runs
+on in a worker thread past its deadline, when it really returns. A call whose caller was
+answered is done for the caller, but it still runs at the dependency, so it still
+counts. A call that finds no slot free is answered at once (reason ``saturated``): never
+queued, since a queue would start calls whose callers were answered long ago.
 
 Theory of operation:
 
 - **In a process**: a table of holders, each with the time its slot runs out (the call's
   deadline plus :data:`MARGIN_MS`). Taking a slot is one lock and a dict insert; a slot
   whose time ran out (a permit that was never settled) is taken back by the next caller,
-  so a lost permit cannot shrink the bulkhead for good. Nothing waits.
+  so a lost permit cannot shrink the bulkhead for good. Nothing waits. A slot of a call
+  still running past its deadline (:meth:`Slot.hang`) never runs out: it comes back when
+  the call returns.
 - **Across processes**, when the breaker's store keeps :class:`~toolbreaker.stores.Records`
   and is shared (not a :class:`~toolbreaker.stores.MemoryStore`): slot ``i`` of the
-  dependency is the lease ``slot-<i>`` in the record space ``bulkhead/<key>``, taken by
+  dependency is the lease ``slot-<i>`` in the record space ``bulkhead/{<key>}`` (in the
+  breaker's own cluster slot, see :func:`~toolbreaker.stores._records.breaker_space`), taken by
   compare-and-set (:func:`~toolbreaker.stores._records.acquire_lease`) for the call's
   deadline plus the margin, so a slot held by a killed process comes back when its lease
   runs out. The process's own table is asked first (no store round trip when this process
   alone fills the bulkhead); then one listing of the space finds the free (or expired)
   slots and at most three compare-and-sets take one. The async path takes and gives back
-  leases in a worker thread: the event loop never waits on the store.
+  leases in a worker thread: the event loop never waits on the store. The lease of a call
+  still running past its deadline is renewed (for its deadline plus the margin, every
+  :data:`RENEW_EVERY_S`, by one thread per bulkhead that ends when no call is hung) until
+  the call returns, so other processes keep counting it; if this process dies, the lease
+  runs out within that time of its last renewal.
 - **A store fault** while taking a slot denies the call (``store-unavailable``, counted
   in ``BreakerStats.record_faults``): fail closed, never waved through. A fault while
   giving one back is counted and logged; the lease runs out on its own.
@@ -32,8 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import random
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Final
 
@@ -41,9 +53,10 @@ from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._process import process_token
 from toolbreaker.stores._protocol import Records
+from toolbreaker.stores._records import breaker_space
 from toolbreaker.stores.memory import MemoryStore
 
-__all__ = ["BULKHEAD_SPACE", "MARGIN_MS", "Bulkhead", "Slot", "shares_records"]
+__all__ = ["BULKHEAD_SPACE", "MARGIN_MS", "RENEW_EVERY_S", "Bulkhead", "Slot", "shares_records"]
 
 #: The record space of cross-process bulkhead slots.
 BULKHEAD_SPACE: Final = "bulkhead"
@@ -53,6 +66,21 @@ MARGIN_MS: Final = 2_000
 SATURATED: Final = "saturated"
 _TRIES: Final = 3  # free slots tried per call before it counts as saturated
 STORE_DOWN: Final = "store-unavailable"
+#: How often the lease of a call still running past its deadline is renewed, in seconds:
+#: well within the margin the lease has left at the deadline.
+RENEW_EVERY_S: Final = MARGIN_MS / 2000
+_FOREVER: Final = 1 << 62  # a hung call's slot in this process: until the call returns
+
+
+def _forget_calls_in_child() -> None:
+    # A forked child holds none of its parent's calls (and has a token of its own:
+    # runtime/_process), so no slot it renews or gives back is its parent's.
+    for bulkhead in list(_bulkheads):
+        bulkhead._forget_calls()
+
+
+if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
+    os.register_at_fork(after_in_child=_forget_calls_in_child)
 
 
 def shares_records(store: object) -> bool:
@@ -63,19 +91,33 @@ def shares_records(store: object) -> bool:
 class Slot:
     """One slot of a bulkhead, held by one call; give it back exactly once (idempotent)."""
 
-    __slots__ = ("_bulkhead", "holder", "lease", "version")
+    __slots__ = ("_bulkhead", "holder", "lease", "ttl", "version")
 
     def __init__(
-        self, bulkhead: Bulkhead, holder: str, lease: str | None, version: int = 0
+        self,
+        bulkhead: Bulkhead,
+        holder: str,
+        lease: str | None,
+        version: int = 0,
+        ttl: int = MARGIN_MS,
     ) -> None:
         self._bulkhead = bulkhead
         self.holder = holder
         self.lease = lease
         self.version = version  # the lease record's version as this holder wrote it
+        self.ttl = ttl  # how long the lease lasts from a renewal
 
     def release(self) -> None:
         """Give the slot back (a store lease with one round trip)."""
         self._bulkhead._release(self)
+
+    def hang(self) -> None:
+        """The call runs on past its deadline: hold the slot until :meth:`release`.
+
+        It no longer runs out in this process, and its store lease is renewed. Nothing
+        when the slot was given back already (the call ended meanwhile).
+        """
+        self._bulkhead._hang(self)
 
     async def arelease(self) -> None:
         """Give the slot back; a store lease is given back in a worker thread."""
@@ -113,8 +155,12 @@ class Bulkhead:
         self._held: dict[str, int] = {}
         self._running = 0  # slots of calls that give them back in a ``finally``
         self._ids = itertools.count(1)
-        self.space = f"{BULKHEAD_SPACE}/{key}"
+        self.space = breaker_space(BULKHEAD_SPACE, key)  # in the breaker's cluster slot
         self._names = tuple(f"slot-{i}" for i in range(limit))
+        self._hung: dict[str, Slot] = {}  # leases of calls running past their deadline
+        self._renewer: threading.Thread | None = None
+        self._renewing = threading.Lock()  # a renewal and the hung lease's release
+        _bulkheads.add(self)
 
     @property
     def shared(self) -> bool:
@@ -125,6 +171,12 @@ class Bulkhead:
     def in_use(self) -> int:
         """Slots this process holds now (expired ones included until taken back)."""
         return len(self._held) + self._running
+
+    @property
+    def hung(self) -> int:
+        """Slots this process holds for calls still running past their deadline."""
+        with self._lock:
+            return sum(until == _FOREVER for until in self._held.values())
 
     def enter(self) -> bool:
         """Take a slot of this process for a call that surely gives it back (``leave``).
@@ -219,7 +271,7 @@ class Bulkhead:
                     self.space, name, wanted, version=versions.get(name, 0)
                 )
                 if written is not None:
-                    return Slot(self, holder, name, written)
+                    return Slot(self, holder, name, written, ttl)
         except (StoreUnavailable, NotImplementedError, ValueError, TypeError) as exc:
             self._forget(holder)
             self._on_fault()
@@ -235,9 +287,18 @@ class Bulkhead:
     def _release(self, slot: Slot) -> None:
         with self._lock:
             self._held.pop(slot.holder, None)
+            renewed = self._hung.pop(slot.holder, None) is not None
             lease, slot.lease = slot.lease, None  # given back once
         if lease is None or self._records is None:
             return
+        if renewed:
+            with self._renewing:  # after a renewal in flight: its version is the one
+                self._delete(slot, lease)
+        else:
+            self._delete(slot, lease)
+
+    def _delete(self, slot: Slot, lease: str) -> None:
+        assert self._records is not None
         try:
             # One round trip, and only the version this holder wrote: a successor that
             # took the slot over after its time ran out keeps it.
@@ -248,3 +309,69 @@ class Bulkhead:
                 f"the bulkhead of {self.key} could not give back {lease}; it expires on its own",
                 exc,
             )
+
+    def _hang(self, slot: Slot) -> None:
+        """Hold ``slot`` until it is released: its call runs on past its deadline."""
+        with self._lock:
+            if slot.holder not in self._held:
+                return  # the call is over: given back already
+            self._held[slot.holder] = _FOREVER
+            if slot.lease is None:
+                return
+            self._hung[slot.holder] = slot
+            if self._renewer is None:
+                self._renewer = threading.Thread(
+                    target=self._renew, name=f"toolbreaker-bulkhead-{self.key}", daemon=True
+                )
+                self._renewer.start()
+
+    def _renew(self) -> None:
+        """The renewer thread: renew every hung lease, until no call is hung."""
+        while True:
+            time.sleep(RENEW_EVERY_S)
+            with self._lock:
+                hung = list(self._hung.values())
+                if not hung:
+                    self._renewer = None
+                    return
+            for slot in hung:
+                with self._renewing:
+                    self._renew_one(slot)
+
+    def _renew_one(self, slot: Slot) -> None:
+        """One renewal of a hung call's lease (``_renewing`` held)."""
+        records, lease = self._records, slot.lease
+        if records is None or lease is None:
+            return  # given back meanwhile
+        try:
+            wanted = {"holder": slot.holder, "until": self.clock() + slot.ttl}
+            written = records.record_put(self.space, lease, wanted, version=slot.version)
+        except (StoreUnavailable, NotImplementedError, ValueError, TypeError) as exc:
+            self._on_fault()
+            hook_failed(f"the bulkhead of {self.key} could not renew {lease}; retried", exc)
+            return
+        if written is not None:
+            slot.version = written
+            return
+        # Its time ran out before this renewal (the store was out of reach for that long)
+        # and another holder took it: other processes no longer count this call.
+        with self._lock:
+            self._hung.pop(slot.holder, None)
+        slot.lease = None
+        hook_failed(
+            f"the bulkhead of {self.key} lost {lease} of a call still running past its "
+            "deadline; other processes no longer count it",
+            None,
+        )
+
+    def _forget_calls(self) -> None:
+        """In a forked child: the parent's calls (and its renewer) do not exist here."""
+        self._lock = threading.Lock()
+        self._renewing = threading.Lock()
+        self._held = {}
+        self._running = 0
+        self._hung = {}
+        self._renewer = None
+
+
+_bulkheads: weakref.WeakSet[Bulkhead] = weakref.WeakSet()

@@ -1,4 +1,4 @@
-"""Deadlines that hold: a bulkhead of worker threads for sync calls, a watchdog per loop.
+"""Deadlines that hold: worker threads for sync calls, a watchdog per event loop.
 
 Nothing here decides anything about a dependency's health; it only runs calls and gives
 up on them at their deadline. The breaker turns what happened into events.
@@ -6,18 +6,27 @@ up on them at their deadline. The breaker turns what happened into events.
 Sync: :class:`Workers`. A sync call cannot be interrupted, so it runs in a worker thread
 and its caller waits at most until the deadline. Theory of operation:
 
-- A pool has ``size`` persistent worker threads, started lazily, one call at a time each.
-  A caller takes an idle worker (:meth:`Workers.acquire`) before it runs anything; when
-  none is free the call is *denied at once* (``None``), never queued: a queue would start
-  calls whose callers were answered long ago, possibly after the breaker opened.
-- ``reserved`` workers (1 by default) only serve probes, so calls that hang while the
+- A caller takes a worker (:meth:`Workers.acquire`) before it runs anything: an idle
+  one, else a new thread. Ordinary concurrency is never refused and never queued: a call
+  within its deadline has its caller waiting for it, so the callers the application
+  already runs bound these workers (a queue would start calls whose callers were
+  answered long ago, possibly after the breaker opened).
+- The bound is against *hung* calls. A caller whose deadline passes gets
+  :data:`OVERDUE`. If the call had not started yet it never starts; if it is running,
+  its worker stays *pinned* to it (counted in :attr:`Workers.pinned`) until it returns:
+  no caller waits for it any more, so nothing else bounds such threads. Once
+  ``max_hung`` workers are pinned, :meth:`Workers.acquire` answers ``None`` at once (the
+  breaker answers ``hung``) until one returns; ``on_late`` is then called and its worker
+  is idle again.
+- ``reserved`` of those (1 by default) are only for probes: calls that hang while the
   dependency is down cannot starve the probe that would find it healthy again.
+- A call holds what it was given (a bulkhead slot) until it is over, not until its
+  caller was answered: :meth:`Worker.run` calls its ``then`` once the call is over, in
+  the worker thread for a call that outlived its deadline.
+- Up to ``max_hung`` idle workers are kept; an idle worker beyond those retires after
+  :data:`KEEP_ALIVE_S` without a call, so a burst leaves no crowd of threads behind.
 - The hand-off is two locks per worker used as binary semaphores (``go`` and ``done``):
   no future, no queue, one wake-up each way.
-- A caller whose deadline passes gets :data:`OVERDUE`. If the call had not started yet
-  it never starts; if it is running, its worker stays *pinned* to it (counted in
-  :attr:`Workers.pinned`) until it returns, and then ``on_late`` is called and the worker
-  is idle again.
 - After ``os.fork`` the child forgets the parent's threads (they do not exist there) and
   starts its own; nothing in the child waits on a lock a parent thread held.
 
@@ -51,7 +60,17 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Literal, TypeVar
 
-__all__ = ["OVERDUE", "TICK_S", "Watchdog", "Worker", "Workers", "watch", "watchdog", "within"]
+__all__ = [
+    "KEEP_ALIVE_S",
+    "OVERDUE",
+    "TICK_S",
+    "Watchdog",
+    "Worker",
+    "Workers",
+    "watch",
+    "watchdog",
+    "within",
+]
 
 R = TypeVar("R")
 _log = logging.getLogger("toolbreaker")
@@ -67,6 +86,9 @@ OVERDUE: Final = _Overdue.OVERDUE
 #: The watchdog's shortest re-arm interval, in seconds: its worst lateness (see above).
 TICK_S: Final = 0.001
 
+#: Seconds an idle worker beyond the ones a pool keeps waits for a call before it retires.
+KEEP_ALIVE_S: Final = 30.0
+
 # A worker's life: the caller moves it IDLE -> SUBMITTED; the worker thread moves it to
 # STARTED (or, if the caller gave up first, finds CANCELLED and skips the call); at the
 # end DONE (the caller takes the result) or ABANDONED (the caller gave up while it ran:
@@ -80,6 +102,7 @@ _ABANDONED: Final = 5
 _STOP: Final = 6
 
 _NO_CONTEXT: Final = contextvars.Context()
+_NO_KWARGS: Final[dict[str, Any]] = {}  # what an idle worker holds; never written to
 
 
 def _nothing() -> None:
@@ -103,6 +126,7 @@ class Worker:
         "_pool",
         "_result",
         "_state",
+        "_then",
     )
 
     def __init__(self, pool: Workers) -> None:
@@ -115,9 +139,10 @@ class Worker:
         self._context = _NO_CONTEXT
         self._call: Callable[..., Any] = _nothing
         self._args: tuple[Any, ...] = ()
-        self._kwargs: dict[str, Any] = {}
+        self._kwargs: dict[str, Any] = _NO_KWARGS
         self._result: Any = None
         self._error: BaseException | None = None
+        self._then: Callable[[], None] | None = None
 
     def run(
         self,
@@ -125,16 +150,23 @@ class Worker:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         timeout: float,
+        then: Callable[[], None] | None = None,
     ) -> R | Literal[_Overdue.OVERDUE]:
         """Run ``fn(*args, **kwargs)`` in this worker, in a copy of the caller's context.
 
         Returns the result, or :data:`OVERDUE` once ``timeout`` seconds have passed (a
         negative ``timeout`` waits as long as the call takes); raises what ``fn`` raised.
+
+        ``then`` is called exactly once, when the call is over: here, before this returns
+        or raises, unless the call is still running (it returned :data:`OVERDUE`, or the
+        wait was interrupted); then in the worker thread, once the call returns. Give it
+        what must be held until the call really ends (a bulkhead slot). It must not raise.
         """
         self._context = contextvars.copy_context()
         self._call = fn
         self._args = args
         self._kwargs = kwargs
+        self._then = then
         self._state = _SUBMITTED
         self._go.release()
         try:
@@ -145,14 +177,22 @@ class Worker:
             # finished, a signal handler may have run just *after* the acquire succeeded:
             # whether ``done`` is held is unknown, so this worker retires and a fresh one
             # takes its place.
-            if self._give_up():
+            state = self._give_up()
+            if state == _DONE:
                 self._pool._retire(self)
+            if state != _STARTED and then is not None:
+                then()  # the call is over (or never began)
             raise
         if not finished:
-            if not self._give_up():
+            state = self._give_up()
+            if state != _DONE:
+                if state == _SUBMITTED and then is not None:
+                    then()  # cancelled: it never starts
                 return OVERDUE
             self._done.acquire()  # it finished as we gave up: the result is here
         result, error = self._take()
+        if then is not None:
+            then()
         if error is not None:
             try:
                 raise error
@@ -164,30 +204,40 @@ class Worker:
         """Give the worker back without running anything."""
         self._pool._put(self)
 
-    def _give_up(self) -> bool:
-        """The caller stops waiting; whether the call had finished anyway."""
+    def _give_up(self) -> int:
+        """The caller stops waiting; returns the state the call was in.
+
+        ``_SUBMITTED``: it will never start; ``_STARTED``: it runs on, pinned, and the
+        worker calls ``then`` when it returns; ``_DONE``: it had finished anyway.
+        """
         pool = self._pool
         with pool._lock:
             state = self._state
             if state == _SUBMITTED:
                 self._state = _CANCELLED  # the worker skips it and goes back idle
+                self._then = None  # the caller calls it
             elif state == _STARTED:
                 self._state = _ABANDONED  # pinned until the call returns
                 pool._pinned += 1
-        return state == _DONE
+        return state
 
     def _take(self) -> tuple[Any, BaseException | None]:
         """The finished call's outcome (``done`` acquired); the worker goes back idle."""
         outcome = self._result, self._error
         self._result = self._error = None
+        self._then = None
         self._pool._put(self)
         return outcome
 
     def _serve(self) -> None:
         """The worker thread: wait for a call, run it, hand back the outcome, repeat."""
         pool = self._pool
+        go = self._go
         while True:
-            self._go.acquire()
+            if not go.acquire(True, KEEP_ALIVE_S):
+                if pool._expire(self):
+                    return  # idle too long, beyond the workers the pool keeps
+                continue  # taken just now: the caller releases ``go``
             with pool._lock:
                 state = self._state
                 if state == _SUBMITTED:
@@ -198,8 +248,16 @@ class Worker:
                 self._clear()
                 pool._put(self)
                 continue
+            call, args, kwargs = self._call, self._args, self._kwargs
             try:
-                self._result = self._context.run(self._call, *self._args, **self._kwargs)
+                # No empty tuple or dict spread into Context.run: building them is a tenth
+                # of what a hand-off costs, and the caller waits for it.
+                if kwargs:
+                    self._result = self._context.run(call, *args, **kwargs)
+                elif args:
+                    self._result = self._context.run(call, *args)
+                else:
+                    self._result = self._context.run(call)
             except BaseException as exc:  # noqa: BLE001 - handed to the caller, who re-raises
                 self._error = exc
             with pool._lock:
@@ -209,26 +267,34 @@ class Worker:
                 else:
                     self._state = _DONE
             self._call, self._context = _nothing, _NO_CONTEXT
-            self._args, self._kwargs = (), {}
+            self._args, self._kwargs = (), _NO_KWARGS
             if not late:
                 self._done.release()
                 continue
+            then = self._then
             self._clear()
+            if then is not None:
+                try:
+                    then()
+                except Exception:  # noqa: BLE001 - a release must not kill the worker
+                    _log.exception("toolbreaker: giving back what a late call held failed")
             pool._put(self)
             pool._late()
 
     def _clear(self) -> None:
         self._call, self._context = _nothing, _NO_CONTEXT
-        self._args, self._kwargs = (), {}
+        self._args, self._kwargs = (), _NO_KWARGS
         self._result = self._error = None
+        self._then = None
 
 
 class Workers:
-    """A bulkhead of persistent worker threads that never queues a call.
+    """Worker threads for sync calls: never a queue, and a bound against hung calls only.
 
     Args:
-        size: worker threads at most (started when first needed).
-        reserved: of those, how many only probes may take (at most ``size - 1``).
+        max_hung: the most workers calls running past their deadline may hold (see the
+            module docstring); also the idle workers kept between calls.
+        reserved: of those, how many only probes may hold (at most ``max_hung - 1``).
         name: the threads' name prefix.
         on_late: called (in the worker thread) when a call its caller gave up on returns.
     """
@@ -240,6 +306,7 @@ class Workers:
         "_lock",
         "_name",
         "_on_late",
+        "_ordinary",
         "_pinned",
         "_reserved",
         "_size",
@@ -248,16 +315,17 @@ class Workers:
 
     def __init__(
         self,
-        size: int,
+        max_hung: int,
         *,
         reserved: int = 1,
         name: str = "toolbreaker",
         on_late: Callable[[], None] | None = None,
     ) -> None:
-        if size < 1:
-            raise ValueError(f"a pool needs at least one worker, got {size}")
-        self._size = size
-        self._reserved = max(0, min(reserved, size - 1))
+        if max_hung < 1:
+            raise ValueError(f"a pool needs at least one worker, got {max_hung}")
+        self._size = max_hung
+        self._reserved = max(0, min(reserved, max_hung - 1))
+        self._ordinary = max_hung - self._reserved
         self._name = name
         self._on_late = on_late
         self._lock = threading.Lock()
@@ -268,13 +336,13 @@ class Workers:
         _pools.add(self)
 
     @property
-    def size(self) -> int:
-        """Worker threads at most."""
+    def max_hung(self) -> int:
+        """The most workers hung calls may hold (probes included)."""
         return self._size
 
     @property
     def reserved(self) -> int:
-        """Workers only probes may take."""
+        """Of :attr:`max_hung`, the workers only probes may take."""
         return self._reserved
 
     @property
@@ -288,10 +356,20 @@ class Workers:
         with self._lock:
             return self._spawned - len(self._idle)
 
-    def acquire(self, *, probe: bool = False) -> Worker | None:
-        """An idle worker for one call, or ``None`` when the pool is saturated.
+    def refuses(self, *, probe: bool = False) -> int | None:
+        """How many hung calls hold the workers ``acquire`` would refuse, else ``None``."""
+        pinned = self._pinned
+        return pinned if pinned >= (self._size if probe else self._ordinary) else None
 
-        ``probe`` may take one of the reserved workers.
+    def limit(self, *, probe: bool = False) -> int:
+        """The most hung calls a call (a probe, with ``probe``) may run beside."""
+        return self._size if probe else self._ordinary
+
+    def acquire(self, *, probe: bool = False) -> Worker | None:
+        """A worker for one call (an idle one, else a new thread), or ``None`` when hung.
+
+        ``None`` when hung calls hold as many workers as this call may run beside (see
+        :meth:`refuses`); a ``probe`` may run beside the reserved ones too.
 
         Raises:
             RuntimeError: the pool was closed.
@@ -299,8 +377,7 @@ class Workers:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{self._name}: the worker pool is closed")
-            free = len(self._idle) + self._size - self._spawned
-            if free <= (0 if probe else self._reserved):
+            if self._pinned >= (self._size if probe else self._ordinary):
                 return None
             if self._idle:
                 return self._idle.pop()
@@ -334,6 +411,20 @@ class Workers:
         worker._state = _STOP
         worker._go.release()
 
+    def _expire(self, worker: Worker) -> bool:
+        """``worker`` waited :data:`KEEP_ALIVE_S` idle: whether it retires now.
+
+        It does when it is still idle and the pool keeps more idle workers than
+        :attr:`max_hung`; ``False`` also when a caller took it meanwhile.
+        """
+        with self._lock:
+            idle = self._idle
+            if len(idle) <= self._size or worker not in idle:
+                return False
+            idle.remove(worker)
+            self._spawned -= 1
+            return True
+
     def _put(self, worker: Worker) -> None:
         with self._lock:
             if not self._closed:
@@ -359,7 +450,7 @@ class Workers:
 
     def __repr__(self) -> str:
         return (
-            f"<Workers {self._name!r} size={self._size} reserved={self._reserved} "
+            f"<Workers {self._name!r} max_hung={self._size} reserved={self._reserved} "
             f"started={self._spawned} idle={len(self._idle)} pinned={self._pinned}>"
         )
 

@@ -83,7 +83,8 @@ HANDOFF_SPACE: Final = "toolbreaker.handoff"
 QUEUE_SCHEMA: Final = "toolbreaker.queue/v1"
 #: The schema of a degradation choice given to listeners.
 DEGRADE_SCHEMA: Final = "toolbreaker.degrade/v1"
-#: The schema of a limit's answer given to listeners: ``saturated`` or ``deferred``.
+#: The schema of a limit's answer given to listeners: ``saturated``, ``hung`` or
+#: ``deferred``.
 LIMIT_SCHEMA: Final = "toolbreaker.limit/v1"
 #: The largest answer kept for ``stale``, in bytes of JSON; a larger one is not kept.
 MAX_STALE_BYTES: Final = 64 * 1024
@@ -116,8 +117,9 @@ Notice = dict[str, Any]
 class Notices:
     """Listeners of notices: JSON-ready records of answers that are not transitions.
 
-    A degradation choice (``toolbreaker.degrade/v1``), a ``saturated`` bulkhead or worker
-    pool, a ``deferred`` call (``toolbreaker.limit/v1``). A listener only watches: one
+    A degradation choice (``toolbreaker.degrade/v1``), a ``saturated`` bulkhead, a call
+    refused because calls ``hung`` past their deadline hold the workers, a ``deferred``
+    call (``toolbreaker.limit/v1``). A listener only watches: one
     that raises is counted in :attr:`faults` and logged, masked; the answer stands. With
     no listener nothing is built (``bool(notices)`` is false).
     """
@@ -220,8 +222,13 @@ class Degradation:
           was given;
         - ``{"schema": "toolbreaker.limit/v1", "kind": "saturated", "breaker",
           "dependency", "operation", "by", "limit", "retry_after_ms", "at"}``: a call
-          answered ``saturated`` at once, ``by`` the ``bulkhead`` (``max_concurrent``) or
-          the sync ``workers``.
+          answered ``saturated`` at once, ``by`` the ``bulkhead`` (``max_concurrent``,
+          its ``limit``);
+        - ``{"schema": "toolbreaker.limit/v1", "kind": "hung", "breaker", "dependency",
+          "operation", "hung", "limit", "retry_after_ms", "at"}``: a sync call answered
+          ``hung`` at once: ``hung`` calls of this breaker are still running past their
+          deadline, as many as ``limit`` (``max_workers``, less the worker kept for
+          probes unless the call was one) allows.
 
         ``at`` is wall-clock milliseconds. A listener that raises is counted in
         :attr:`faults` and logged.
@@ -240,6 +247,23 @@ class Degradation:
             **choice.to_dict(),
         }
         self.notices.emit(redact(record))  # masked where it is made, as every notice
+
+    def hung(self, hung: int, limit: int, retry_after_ms: int | None) -> None:
+        """Tell the listeners a call was answered ``hung`` (nothing without them)."""
+        if not self.notices:
+            return
+        record = {
+            "schema": LIMIT_SCHEMA,
+            "kind": "hung",
+            "breaker": self.key,
+            "dependency": self.boundary.dependency,
+            "operation": self.boundary.operation,
+            "hung": hung,
+            "limit": limit,
+            "retry_after_ms": retry_after_ms,
+            "at": self.wall_clock(),
+        }
+        self.notices.emit(redact(record))
 
     def saturated(self, by: str, limit: int | None, retry_after_ms: int | None) -> None:
         """Tell the listeners a call was answered ``saturated`` (nothing without them)."""

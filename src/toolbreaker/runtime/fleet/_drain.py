@@ -301,7 +301,7 @@ class _Drainer:
         try:
             result = breaker.run(step, fn, **args)
         except CircuitOpen:
-            # No worker was free (saturated): the call never started.
+            # Hung calls hold the workers (reason "hung"): the call never started.
             step.permit.record("ignored")
             self._put(
                 key, {**item, "status": queue_after(started["status"], "release")}, version_after

@@ -54,8 +54,8 @@ class TraceRecorder:
         target: the breaker trace (a path, appended to, or a text stream).
         retries: where retry decisions go (``toolbreaker.retry/v1`` JSON Lines).
         notices: where answers that are not transitions go, as JSON Lines: degradation
-            choices (``toolbreaker.degrade/v1``), ``saturated`` and ``deferred`` answers
-            (``toolbreaker.limit/v1``). Attached run guards report their deferrals here.
+            choices (``toolbreaker.degrade/v1``), ``saturated``, ``hung`` and ``deferred``
+            answers (``toolbreaker.limit/v1``). Attached run guards report their deferrals here.
             The breaker trace stays exactly as without it, and so do receipts.
 
     Attributes:

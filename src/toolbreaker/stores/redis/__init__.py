@@ -52,7 +52,9 @@ a breaker half-open forever.
 Records (:class:`~toolbreaker.stores.Records`). One hash per space,
 ``<prefix>:{records:<space>}:records``, maps each key to ``"<version> <json>"``; a
 compare-and-set is one script on that hash. The space is the hash tag, so on a cluster a
-whole space lives in one slot and listing it is one ``HGETALL`` on one node. Records
+whole space lives in one slot and listing it is one ``HGETALL`` on one node. A space that
+carries a hash tag of its own (a breaker's, ``bulkhead/{<key>}``) is the hash
+``<prefix>:<space>:records``: it lives in the slot of that breaker's state. Records
 never expire (a lease carries its own end) and follow the server's persistence settings.
 
 Modules: ``_store`` (:class:`RedisStore`: round trips, journal, records, the server's

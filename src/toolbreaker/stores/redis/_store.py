@@ -427,6 +427,8 @@ class RedisStore(CompareAndSetStore):
         return f"{self.prefix}:{{{task}}}:journal-order"
 
     def _records_key(self, space: str) -> str:
+        if _tagged(space):
+            return f"{self.prefix}:{space}:records"  # in the slot its tag names
         return f"{self.prefix}:{{records:{space}}}:records"
 
     def _async_script(self) -> Any:
@@ -520,6 +522,12 @@ def _maybe_sent(exc: BaseException) -> bool:
         return False
     connecting = isinstance(exc, (errors.ConnectionError, errors.TimeoutError))
     return not (connecting and "connecting to" in str(exc))
+
+
+def _tagged(name: str) -> bool:
+    """Whether ``name`` has a Redis Cluster hash tag: ``{``, then a ``}`` after one char."""
+    start = name.find("{")
+    return start >= 0 and name.find("}", start + 1) > start + 1
 
 
 def _split_record(raw: object, space: str) -> tuple[object, int]:
