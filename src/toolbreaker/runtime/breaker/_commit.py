@@ -7,12 +7,14 @@ retries never replay such an attempt unless the row is idempotent.
 from __future__ import annotations
 
 import json
-from typing import Final
+from typing import Final, TypeVar
 
 from toolbreaker.errors import CircuitOpen, NotSent, ToolReportedError
 from toolbreaker.runtime.breaker._classify import Verdict
 
-__all__ = ["may_have_committed"]
+__all__ = ["found_in_chain", "may_have_committed"]
+
+_E = TypeVar("_E", bound=BaseException)
 
 #: Network failures that happen before a byte of the request can have left.
 _NOT_CONNECTED: Final = (
@@ -67,12 +69,20 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     return False
 
 
-def _in_chain(exc: BaseException, kind: type[BaseException]) -> bool:
+def found_in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of ``kind`` along ``exc``'s causes and contexts (32 at most).
+
+    Each link is its explicit cause, else its context; a cycle ends the walk.
+    """
     seen: set[int] = set()
     link: BaseException | None = exc
     while link is not None and id(link) not in seen and len(seen) < 32:
         if isinstance(link, kind):
-            return True
+            return link
         seen.add(id(link))
         link = link.__cause__ or link.__context__
-    return False
+    return None
+
+
+def _in_chain(exc: BaseException, kind: type[BaseException]) -> bool:
+    return found_in_chain(exc, kind) is not None

@@ -62,7 +62,7 @@ from toolbreaker.runtime._result import (
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection, watch_openings
 from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
-from toolbreaker.runtime.breaker._commit import may_have_committed
+from toolbreaker.runtime.breaker._commit import found_in_chain, may_have_committed
 from toolbreaker.runtime.breaker._degrade import Degradation, Notices, deferred_notice
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
 from toolbreaker.runtime.breaker._watch import BreakerWatch
@@ -932,7 +932,7 @@ class RunGuard:
             return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
         self._finish(plan, "failure" if verdict.kind == "failure" else "ignored")
         self._forget(plan)
-        inner = _found(exc, CircuitOpen)
+        inner = found_in_chain(exc, CircuitOpen)
         if inner is not None:
             # A breaker inside the tool (an httpx transport ...) rejected the call.
             return self._dependency_down(plan, inner.result_for(spec.name), inner.reason)
@@ -1249,20 +1249,7 @@ def _answered(step: Step, answer: Any) -> Step:
     return step
 
 
-_E = TypeVar("_E", bound=BaseException)
 R = TypeVar("R")
-
-
-def _found(exc: BaseException, kind: type[_E]) -> _E | None:
-    """The first exception of ``kind`` along ``exc``'s causes and contexts (32 at most)."""
-    seen: set[int] = set()
-    link: BaseException | None = exc
-    while link is not None and id(link) not in seen and len(seen) < 32:
-        if isinstance(link, kind):
-            return link
-        seen.add(id(link))
-        link = link.__cause__ or link.__context__
-    return None
 
 
 def _classify(exc: BaseException) -> Verdict:
