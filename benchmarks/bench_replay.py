@@ -121,11 +121,11 @@ def measure(trace: Path, events: int, extra: list[str]) -> tuple[float, float, f
 
 def breakdown(trace: Path, events: int) -> None:
     """CPU microseconds per event that each stage of the replay adds (best of three)."""
-    from toolbreaker.cli import _replay
     from toolbreaker.core.breaker.policy import Policy
     from toolbreaker.core.breaker.trace import PLAIN_LINE
     from toolbreaker.core.files import iter_line_blocks
     from toolbreaker.errors import TraceError
+    from toolbreaker.replaying import StreamingReplay, _spill
 
     path = str(trace)
 
@@ -140,7 +140,7 @@ def breakdown(trace: Path, events: int) -> None:
                 if found is not None:
                     int(found.group(1))
 
-    class NoKeep(_replay.StreamingReplay):
+    class NoKeep(StreamingReplay):
         def _keep_plain(self, *args: object) -> None:  # type: ignore[override]
             pass
 
@@ -148,21 +148,21 @@ def breakdown(trace: Path, events: int) -> None:
         def _seen_check(self):  # type: ignore[no-untyped-def]
             return lambda ledger, dependency, call: False
 
-    def replay(kind: type[_replay.StreamingReplay]) -> _replay.StreamingReplay:
+    def replay(kind: type[StreamingReplay]) -> StreamingReplay:
         driver = kind(Policy())
         driver.feed_trace(path)
         return driver
 
     def unflushed() -> None:
-        limit = _replay._FLUSH_BYTES
-        _replay._FLUSH_BYTES = 1 << 40  # type: ignore[misc]
+        limit = _spill._FLUSH_BYTES
+        _spill._FLUSH_BYTES = 1 << 40  # type: ignore[misc]
         try:
-            replay(_replay.StreamingReplay).close()
+            replay(StreamingReplay).close()
         finally:
-            _replay._FLUSH_BYTES = limit  # type: ignore[misc]
+            _spill._FLUSH_BYTES = limit  # type: ignore[misc]
 
     def write() -> float:
-        driver = replay(_replay.StreamingReplay)
+        driver = replay(StreamingReplay)
         with tempfile.TemporaryFile("w", encoding="utf-8") as out:
             start = time.process_time()
             driver.write(out)
@@ -184,7 +184,7 @@ def breakdown(trace: Path, events: int) -> None:
         ("+ ledger and the core's plain_step", best(lambda: replay(NoIds).close())),
         ("+ call-id set", best(lambda: replay(NoKeep).close())),
         ("+ keep records (template and fields)", best(unflushed)),
-        ("+ spill (marshal, counts)", best(lambda: replay(_replay.StreamingReplay).close())),
+        ("+ spill (marshal, counts)", best(lambda: replay(StreamingReplay).close())),
     ]
     print(f"\nwhere one event's CPU time goes ({events:,} events, best of 3):")
     before = 0.0

@@ -608,13 +608,75 @@ def records_cost(
     return costs
 
 
+def cas_cost(
+    url: str, pg_url: str | None, rounds: int = 2000, repeat: int = 5
+) -> dict[str, tuple[float, float]]:
+    """Microseconds per state-changing ``apply`` (one compare-and-set write), sync and async.
+
+    Failures and successes alternate on a closed breaker that never opens, so every event
+    changes the state and costs one compare-and-set; one thread, the best of ``repeat``.
+    """
+    from toolbreaker.core.breaker.state import Event
+
+    policy = Policy(failure_threshold=10**6)
+    stores: dict[str, Any] = {"Redis": lambda: RedisStore(url, prefix="bench-cas")}
+    if CLUSTER_URLS:
+        stores["Redis Cluster"] = lambda: RedisStore(
+            CLUSTER_URLS[0], cluster=True, prefix="bench-cas"
+        )
+    if pg_url:
+        stores["PostgreSQL"] = lambda: PostgresStore(pg_url, prefix="bench_cas")
+
+    def events(key: str) -> list[Event]:
+        kinds = ("failure", "success") * (rounds // 2)
+        return [Event(kind, n, key, "c", 0) for n, kind in enumerate(kinds)]
+
+    async def drive(store: Any, todo: list[Event]) -> float:
+        started = time.perf_counter()
+        for event in todo:
+            await store.aapply(event.dependency, event, policy)
+        return time.perf_counter() - started
+
+    costs = {}
+    for name, make in stores.items():
+        store = make()
+        loop = asyncio.new_event_loop()  # a store's asyncio client keeps to one loop
+        with store:
+            sync_best = async_best = float("inf")
+            for _ in range(repeat):
+                todo = events(f"cas-{uuid.uuid4().hex[:8]}")
+                store.apply(todo[0].dependency, Event("request", 0, todo[0].dependency), policy)
+                started = time.perf_counter()
+                for event in todo:
+                    store.apply(event.dependency, event, policy)
+                sync_best = min(sync_best, time.perf_counter() - started)
+                todo = events(f"acas-{uuid.uuid4().hex[:8]}")
+                async_best = min(async_best, loop.run_until_complete(drive(store, todo)))
+            costs[name] = (sync_best / rounds * 1e6, async_best / rounds * 1e6)
+            loop.run_until_complete(store.aclose())
+        loop.close()
+    return costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each measurement")
     parser.add_argument("--procs", default="1,4,8", help="worker process counts, e.g. 1,4,8")
     parser.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL rows")
     parser.add_argument("--no-cluster", action="store_true", help="skip the Redis Cluster rows")
+    parser.add_argument(
+        "--cas-only", action="store_true", help="measure only the compare-and-set path"
+    )
     args = parser.parse_args()
+    if args.cas_only:
+        with contextlib.ExitStack() as stack:
+            url = stack.enter_context(redis_server())
+            pg_url = None if args.no_postgres else stack.enter_context(postgres_server())
+            nodes = None if args.no_cluster else stack.enter_context(cluster_server())
+            if nodes is not None:
+                CLUSTER_URLS.extend(nodes)
+            print_cas(cas_cost(url, pg_url))
+        return
     counts = [int(n) for n in args.procs.split(",")]
     versions = {name: metadata.version(name) for name in ("redis", "pybreaker", "purgatory")}
     with contextlib.ExitStack() as stack:
@@ -642,6 +704,7 @@ def main() -> None:
         on_sqlite = round_trips_of("SQLite", url, directory)
         on_pg = round_trips_of("PostgreSQL", url, directory, pg_url) if pg_url else None
         records = records_cost(url, pg_url, directory)
+        cas = cas_cost(url, pg_url)
 
     print(
         f"redis-server {server}, redis-py {versions['redis']}, "
@@ -690,9 +753,17 @@ def main() -> None:
     for name, micros in records.items():
         print(f"  {name:<26} {micros:8.0f} us")
     print()
+    print_cas(cas)
+    print()
     print("contention: 4 processes x 10 failures at once, threshold 40:")
     for lib, verdict in fights:
         print(f"  {lib:<22} {verdict}")
+
+
+def print_cas(costs: dict[str, tuple[float, float]]) -> None:
+    print("compare-and-set path: one state-changing apply, one thread (best of 5):")
+    for name, (sync_us, async_us) in costs.items():
+        print(f"  {name:<26} apply {sync_us:7.1f} us   aapply {async_us:7.1f} us")
 
 
 if __name__ == "__main__":

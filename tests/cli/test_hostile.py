@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from process_helpers import read_then_close
 from toolbreaker.cli import main
 from toolbreaker.core.canonical import sha256_hex
 
@@ -342,18 +343,6 @@ def test_output_to_dev_full_is_one_error(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: "), proc.stderr
     assert proc.stderr.count("\n") == 1, proc.stderr
-
-
-def read_then_close(command: list[str]) -> tuple[int, str]:
-    """Run ``command``, read 10 bytes of its output, close it (``| head``): (code, stderr)."""
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        proc.stdout.read(10)
-        proc.stdout.close()
-        err = proc.stderr.read().decode()
-        proc.wait(timeout=60)
-    return proc.returncode, err
 
 
 def test_output_to_a_closed_pipe_is_quiet(tmp_path):

@@ -129,6 +129,20 @@ def test_decorrelated_jitter_stays_between_base_and_cap() -> None:
         assert 50 <= decision.wait_ms <= 400
 
 
+def test_decorrelated_jitter_spreads_the_first_retry() -> None:
+    """Callers that fail together do not retry together: the first decorrelated wait is
+    drawn from ``[base, 3 * base]`` by each operation's seed, not ``base`` for everyone."""
+    policy = RetryPolicy(base_ms=100, max_backoff_ms=5_000, jitter="decorrelated")
+    waits = {decide(start(0, seed), fail(), policy, FULL)[2].wait_ms for seed in range(64)}
+    assert all(100 <= wait <= 300 for wait in waits)
+    assert len(waits) > 32  # 64 seeds over 201 possible waits
+    assert max(waits) > 250
+    capped = RetryPolicy(base_ms=100, max_backoff_ms=150, jitter="decorrelated")
+    assert all(
+        100 <= decide(start(0, seed), fail(), capped, FULL)[2].wait_ms <= 150 for seed in range(64)
+    )
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [

@@ -464,20 +464,83 @@ def test_corrupt_state_in_the_view_still_starts_its_cooldown():
 # only writes to a pipe and exits.
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 def test_forked_children_get_their_own_call_ids():
-    """Call ids carry a per-process token that a fork renews."""
+    """Call ids and bulkhead slot holders carry one per-process token, which a fork renews."""
     import os
 
-    from toolbreaker.runtime.breaker import _breaker
+    from toolbreaker.runtime._process import process_token
+    from toolbreaker.runtime.breaker._bulkhead import Bulkhead
 
-    before = _breaker._process_token
+    def ids() -> tuple[str, str, str]:
+        breaker = Breaker("forked", timeout=1, clock=FakeClock())
+        with capture_transitions(breaker) as records:  # every request then has a call id
+            breaker.allow()
+        slot = Bulkhead("forked", 1, None, FakeClock()).acquire(1_000)
+        assert not isinstance(slot, str)
+        return process_token(), records[0].event.call or "", slot.holder
+
+    token, call, holder = ids()
+    assert call.startswith(f"{token}.")
+    assert holder.startswith(f"{token}.")
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
-        os.write(write, _breaker._process_token.encode())
+        os.write(write, " ".join(ids()).encode())
         os._exit(0)
     os.waitpid(pid, 0)
-    child = os.read(read, 100).decode()
+    child, child_call, child_holder = os.read(read, 200).decode().split()
     os.close(read)
     os.close(write)
-    assert child != before
-    assert _breaker._process_token == before
+    assert child != token
+    assert child_call.startswith(f"{child}.")
+    assert child_holder.startswith(f"{child}.")
+    assert process_token() == token
+
+
+def test_the_breaker_options_are_one_list():
+    """Boundary's fields are the one list of breaker options: the typed keyword view that
+    Breaker(...) and the adapters take holds exactly them, and the adapters' tool options
+    are all of them but the tool's name and the code-only classifier and predicate."""
+    import dataclasses
+
+    from toolbreaker.runtime import BREAKER_OPTIONS, Boundary, BreakerOptions, BreakerToolOptions
+
+    fields = {f.name for f in dataclasses.fields(Boundary)} - {"dependency", "operation"}
+    assert fields == BREAKER_OPTIONS
+    assert BreakerOptions.__optional_keys__ == fields
+    assert BreakerOptions.__required_keys__ == frozenset()
+    assert BreakerToolOptions.__optional_keys__ == fields - {
+        "tool",
+        "classifier",
+        "result_is_failure",
+    }
+
+
+def test_breaker_options_are_boundarys():
+    """Breaker(...) builds its row from its options with Boundary's defaults and checks: a
+    None policy or instructions is the default, a callable is a health check, a retry table
+    is converted, and a name that is no option is a TypeError naming it."""
+    from toolbreaker.runtime import Boundary, HealthCheck
+
+    def check() -> bool:
+        return True
+
+    breaker = Breaker(
+        "opts",
+        policy=None,
+        instructions=None,
+        timeout=2,
+        health_check=check,
+        retry={"max_attempts": 2},
+    )
+    row = breaker.boundary
+    assert row.policy == Policy(probes="health-check")
+    assert row.instructions == {}
+    assert row.health_check == HealthCheck(check=check)
+    assert row.retry is not None
+    assert row.retry.max_attempts == 2
+    assert Breaker("plain").boundary == Boundary("plain")
+    with pytest.raises(TypeError, match="'timout'"):
+        Breaker("typo", timout=2)  # type: ignore[call-arg]
+    with pytest.raises(PolicyError) as err:
+        Breaker("bad", max_concurrent=0)
+    assert err.value.field == "max_concurrent"

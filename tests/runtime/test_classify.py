@@ -1034,3 +1034,32 @@ def test_real_aiohttp_exceptions():
     assert classify_exception(aiohttp.ServerTimeoutError()).detail == "timeout"
     assert classify_exception(aiohttp.ServerDisconnectedError()).kind == "failure"
     assert classify_exception(aiohttp.ClientConnectionError()).kind == "failure"
+
+
+def test_the_exception_chain_walk_finds_the_first_of_a_kind_and_ends():
+    """found_in_chain (the one walk the write rule and the run guard share) follows each
+    link's cause, else its context; it ends at a cycle and after 32 links."""
+    from toolbreaker.runtime.breaker._commit import found_in_chain
+
+    inner = KeyError("inner")
+    try:
+        try:
+            raise inner
+        except KeyError as exc:
+            raise ValueError("middle") from exc
+    except ValueError as exc:
+        outer = RuntimeError("outer")
+        outer.__context__ = exc
+    assert found_in_chain(outer, KeyError) is inner
+    assert found_in_chain(outer, RuntimeError) is outer
+    assert found_in_chain(outer, TypeError) is None
+    looped = ValueError("a")
+    other = ValueError("b")
+    looped.__cause__, other.__cause__ = other, looped
+    assert found_in_chain(looped, KeyError) is None
+    deep: BaseException = KeyError("deep")
+    for n in range(40):
+        link = ValueError(n)
+        link.__cause__ = deep
+        deep = link
+    assert found_in_chain(deep, KeyError) is None  # 41 links away: past the bound

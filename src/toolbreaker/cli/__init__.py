@@ -181,7 +181,7 @@ def _positive(text: str) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
-    from toolbreaker.cli._replay import replay_trace
+    from toolbreaker.replaying import replay_trace
 
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
@@ -196,7 +196,7 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    from toolbreaker.cli._replay import replay_trace, verify
+    from toolbreaker.replaying import replay_trace, verify
 
     policy = Policy.from_toml(args.policy) if args.policy else Policy()
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None

@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from toolbreaker.cli._plot import MISSING, check_output, draw, load_matplotlib
-from toolbreaker.cli._replay import StreamingReplay
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import Event, Transition
 from toolbreaker.core.breaker.trace import iter_trace, parse_lines
 from toolbreaker.core.config import loads_toml
 from toolbreaker.core.files import printable
 from toolbreaker.errors import PolicyError, TraceError
+from toolbreaker.replaying import StreamingReplay
 
 __all__ = [
     "BINS",

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import IO, Any, Final, overload
 
 from toolbreaker.cli._plot import FIGURE_SUFFIXES, MISSING, check_output, draw, load_matplotlib
-from toolbreaker.cli._replay import StreamingReplay
 from toolbreaker.cli._simulate import (
     CountingReplay,
     EventSource,
@@ -55,6 +54,7 @@ from toolbreaker.core.breaker.receipt import diff
 from toolbreaker.core.breaker.state import Event, Transition, opened
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
+from toolbreaker.replaying import StreamingReplay
 
 __all__ = [
     "MAX_CANDIDATES",

@@ -24,10 +24,11 @@ reasons are checked in this order, and the first that applies wins:
 
 The wait is exponential backoff, ``base_ms * 2 ** (retry - 1)`` capped at
 ``max_backoff_ms``, with *full* jitter (uniform in ``[0, backoff]``) or *decorrelated*
-jitter (uniform in ``[base_ms, 3 * previous wait]``, capped), and never shorter than the
-server's hint. Jitter comes from a deterministic PRNG (splitmix64) seeded per operation;
-the seed is in every :class:`RetryRecord`, so :func:`replay` recomputes every decision of
-a recorded operation exactly, on any machine.
+jitter (uniform in ``[base_ms, 3 * previous wait]``, capped, the first retry's
+previous wait being ``base_ms``), and never shorter than the server's hint. Jitter comes
+from a deterministic PRNG (splitmix64) seeded per operation; the seed is in every
+:class:`RetryRecord`, so :func:`replay` recomputes every decision of a recorded operation
+exactly, on any machine.
 
 Pure: ``now`` arrives in the failure; nothing here reads a clock, sleeps or locks.
 """
@@ -334,7 +335,11 @@ def decide(
         backoff = policy.base_ms << min(n - 1, 40)
         wait = draw % (min(backoff, policy.max_backoff_ms) + 1)
     else:
-        high = min(policy.max_backoff_ms, max(policy.base_ms, state.last_wait_ms * 3))
+        # The first retry grows from base_ms too ([base, 3 * base]): a first wait of
+        # exactly base_ms for every caller would send callers that fail together back
+        # together.
+        previous = state.last_wait_ms or policy.base_ms
+        high = min(policy.max_backoff_ms, max(policy.base_ms, previous * 3))
         wait = policy.base_ms + draw % (high - policy.base_ms + 1)
     hint = failure.retry_after_ms
     if hint is not None and hint > wait:

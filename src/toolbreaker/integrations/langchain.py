@@ -73,16 +73,14 @@ import dataclasses
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from typing import Any, Final, TypedDict, cast
+from typing import Any, Final, cast
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, Enforce, HealthCheck
+from toolbreaker.runtime.breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.runtime.run._guard import (
@@ -140,35 +138,28 @@ _CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 
 _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
-#: Breaker options a tool may set: taken from Boundary, so they cannot drift.
-_BREAKER_OPTIONS: Final = BREAKER_OPTIONS - {"tool", "classifier", "result_is_failure"}
-_GUARD_OPTIONS: Final = frozenset(
-    {
-        "risk",
-        "business_key",
-        "idempotency_arg",
-        "verify",
-        "reconcile",
-        "external_id",
-        "authorize",
-        "required",
-        "recovery",
-    }
-)
+#: Breaker options a tool may set, and the run guard's: taken from Boundary and
+#: GuardedTool, so they cannot drift.
+_BREAKER_OPTIONS: Final = BREAKER_TOOL_OPTIONS
+_GUARD_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(GuardedTool)) - {
+    "name",
+    "fn",
+    "breaker",
+}
 
 
-class ToolOptions(TypedDict, total=False):
+class ToolOptions(BreakerToolOptions, total=False):
     """How one tool is guarded; every key is optional.
 
     Which breaker: ``breaker`` (a ready one), else ``registry.get(dependency,
     operation)`` (``dependency`` defaults to the tool name), else a sheet row whose
-    ``tool`` is the tool name. Breaker options apply when the registry creates the
-    breaker: ``policy``, ``timeout``, ``enforce``, ``retryable``, ``fallback``,
-    ``fallback_note``, ``owner``, ``instructions``, ``scope``, ``max_scopes``, ``retry``
-    (its budget counts the model's re-calls), ``max_retry_after_ms``, ``max_concurrent``
-    (the bulkhead), ``health_check``, and the degradation matrix's ``degrade``,
-    ``max_stale``, ``stale_every``. The rest
-    are the run guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
+    ``tool`` is the tool name. Breaker options (:class:`~toolbreaker.runtime.BreakerToolOptions`)
+    apply when the registry creates the breaker: ``policy``, ``timeout``, ``enforce``,
+    ``retryable``, ``fallback``, ``fallback_note``, ``owner``, ``instructions``, ``scope``,
+    ``max_scopes``, ``retry`` (its budget counts the model's re-calls),
+    ``max_retry_after_ms``, ``max_concurrent`` (the bulkhead), ``health_check``, and the
+    degradation matrix's ``degrade``, ``max_stale``, ``stale_every``. The rest are the run
+    guard's :class:`~toolbreaker.GuardedTool` fields (``risk``, ``business_key``,
     ``idempotency_arg``, ``verify``, ``reconcile``, ``external_id``, ``authorize``,
     ``required``, ``recovery``); ``verify`` and ``external_id`` receive the tool's output
     as the model would read it, JSON-decoded when it is JSON.
@@ -177,23 +168,6 @@ class ToolOptions(TypedDict, total=False):
     dependency: str
     operation: str
     breaker: Breaker
-    policy: Policy
-    timeout: float
-    enforce: Enforce
-    retryable: bool
-    fallback: str
-    fallback_note: str
-    owner: str
-    instructions: Mapping[str, str]
-    retry: RetryPolicy
-    max_retry_after_ms: int
-    health_check: HealthCheck
-    scope: str | None
-    max_scopes: int
-    degrade: str | Sequence[str]
-    max_stale: float
-    stale_every: float
-    max_concurrent: int
     risk: RiskClass
     business_key: Sequence[str]
     idempotency_arg: str | None

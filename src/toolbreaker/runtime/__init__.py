@@ -13,7 +13,14 @@ from toolbreaker.runtime._result import (
     unavailable_result,
 )
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, Boundary, Enforce, HealthCheck
+from toolbreaker.runtime.breaker._boundary import (
+    BREAKER_OPTIONS,
+    Boundary,
+    BreakerOptions,
+    BreakerToolOptions,
+    Enforce,
+    HealthCheck,
+)
 from toolbreaker.runtime.breaker._breaker import Breaker, BreakerStats, Listener, Permit, Rejection
 from toolbreaker.runtime.breaker._classify import (
     SUCCESS,
@@ -62,7 +69,9 @@ __all__ = [
     "Boundary",
     "BranchOutcome",
     "Breaker",
+    "BreakerOptions",
     "BreakerStats",
+    "BreakerToolOptions",
     "CancelledByPolicy",
     "Classifier",
     "Clock",

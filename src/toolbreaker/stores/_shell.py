@@ -20,24 +20,45 @@ reply slower than the timeout, a connection lost after sending) raises
 certainly was not (no connection, a statement the server refused) raises a plain
 :class:`~toolbreaker.errors.StoreUnavailable`. The subclass tells which (it knows its
 driver); :meth:`SharedStore._write_fault` builds the error.
+
+The stores whose server only guards a write (Redis, PostgreSQL) share the
+compare-and-set loop too, :class:`CompareAndSetStore`: the core computes the next state
+from the version this process last saw, the server writes it only if that version is
+still current, and on a conflict the loop computes again from what the server answered
+(bounded, then ``StoreUnavailable``). The loop is free of I/O (a generator that yields a
+:class:`Write` and receives a :class:`Reply`), so the blocking and the asyncio round
+trips run the same one; a subclass only sends one write (``_send``, ``_asend``) and says
+how long to pause after a conflict (``_pause``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from collections.abc import Generator, Mapping
+from typing import Any, Final, NamedTuple, TypeVar
 
+from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import JournalNotDurable, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.stores._records import check_version, decode_record, encode_record
-from toolbreaker.stores._views import SharedView, ViewBook, on_fork
+from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
 
-__all__ = ["SharedStore", "decode_entry"]
+__all__ = [
+    "READ",
+    "VERIFIED",
+    "WRITTEN",
+    "CompareAndSetStore",
+    "Reply",
+    "SharedStore",
+    "Write",
+    "decode_entry",
+]
 
 _S = TypeVar("_S", bound="SharedStore")
 Result = tuple[BreakerState, tuple[Transition, ...]]
@@ -313,6 +334,152 @@ class SharedStore(ABC):
     def _forked(self) -> None:
         """In a child right after fork: distrust every view; subclasses drop their feed."""
         self._book.forked()
+
+
+#: A compare-and-set wrote the new state.
+WRITTEN: Final = 1
+#: The state was unchanged and still current: nothing to write.
+VERIFIED: Final = 2
+
+
+class Write(NamedTuple):
+    """One compare-and-set the loop asks a store to send.
+
+    Attributes:
+        expected: the version ``payload`` was computed from; -1 asks only for the current
+            state (a read, never a write).
+        payload: the new state's canonical JSON; empty when the state is unchanged (the
+            server then only confirms that ``expected`` is still current).
+        state: the state ``payload`` encodes (``None`` for a read).
+        attempt: which try of the event this is, from 0 (-1 for a read).
+        pause: seconds to wait before sending (after a conflict).
+        writer: this event's number in the process (the same for every try of it).
+    """
+
+    expected: int
+    payload: str
+    state: BreakerState | None
+    attempt: int
+    pause: float = 0.0
+    writer: int = 0
+
+
+#: The write that only reads the current state.
+READ: Final = Write(-1, "", None, -1)
+
+
+class Reply(NamedTuple):
+    """What the server answered to a :class:`Write`.
+
+    Attributes:
+        status: :data:`WRITTEN`, :data:`VERIFIED`, or anything else: a conflict (or the
+            answer to a read), with the current state.
+        version: the current version (0: the key was never written).
+        state: the current state's JSON text, for a conflict or a read.
+    """
+
+    status: int
+    version: int
+    state: str | bytes | None
+
+
+_Loop = Generator[Write, Reply, tuple[BreakerState, tuple[Transition, ...]]]
+
+
+class CompareAndSetStore(SharedStore):
+    """A shared store whose server only guards each write: the compare-and-set loop, once.
+
+    Subclasses set ``max_attempts`` (tries per event before ``StoreUnavailable``) and
+    implement :meth:`_send` and :meth:`_asend` (one write, one round trip, failures
+    raised as ``StoreUnavailable`` after ``self._book.fail()``) and may change
+    :meth:`_pause`.
+    """
+
+    max_attempts: int
+
+    def __init__(self, *, backoff: float, volatile_journal: bool) -> None:
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+        self._writers = itertools.count(1)
+
+    def _round_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:
+        """The loop on the blocking connection; the threads of this process take turns."""
+        with view.lock:
+            steps = self._transaction(view, event, policy)
+            try:
+                write = next(steps)
+                while True:
+                    if write.pause:
+                        time.sleep(write.pause)
+                    write = steps.send(self._send(view, write, policy))
+            except StopIteration as done:
+                result: Result = done.value
+                return result
+            finally:
+                steps.close()
+
+    async def _around_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:
+        """The same loop on the asyncio connection."""
+        steps = self._transaction(view, event, policy)
+        try:
+            write = next(steps)
+            while True:
+                if write.pause:
+                    await asyncio.sleep(write.pause)
+                write = steps.send(await self._asend(view, write, policy))
+        except StopIteration as done:
+            result: Result = done.value
+            return result
+        finally:
+            steps.close()
+
+    def _read(self, view: SharedView, policy: Policy) -> BreakerState:
+        token = self._book.token(view)
+        reply = self._send(view, READ, policy)
+        state = decode_state(reply.state, policy)
+        self._book.learn(view, state, reply.version, token)
+        return state
+
+    def _transaction(self, view: SharedView, event: Event, policy: Policy) -> _Loop:
+        """The compare-and-set loop, free of I/O: it yields writes and gets replies."""
+        token = self._book.token(view)
+        state, version = view.known, view.version
+        fresh = False
+        if state is None:
+            reply = yield READ
+            state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            self._book.learn(view, state, version, token)
+        writer = next(self._writers)
+        pause = 0.0
+        for attempt in range(self.max_attempts):
+            new, records = core_apply(state, event, policy)
+            unchanged = new == state
+            if unchanged and fresh:
+                return new, records  # computed on what the server just said: nothing to write
+            payload = "" if unchanged else encode_state(new)
+            reply = yield Write(version, payload, new, attempt, pause, writer)
+            if reply.status in (WRITTEN, VERIFIED):
+                self._book.learn(view, new, reply.version, token)
+                return new, records
+            state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            self._book.learn(view, state, version, token)
+            pause = self._pause(attempt, reply.status)
+        self._book.fail()
+        raise StoreUnavailable(
+            f"{self._what}: {self.max_attempts} conflicting writes in a row on {view.key!r}",
+            dependency=view.key,
+        )
+
+    def _pause(self, attempt: int, status: int) -> float:
+        """Seconds to wait after the conflict of try ``attempt`` (0 after the first)."""
+        return 0.0
+
+    @abstractmethod
+    def _send(self, view: SharedView, write: Write, policy: Policy) -> Reply:
+        """Send one write on the blocking connection and return the validated reply."""
+
+    @abstractmethod
+    async def _asend(self, view: SharedView, write: Write, policy: Policy) -> Reply:
+        """Send one write on the asyncio connection and return the validated reply."""
 
 
 def _stored_version(version: object, space: str) -> int:

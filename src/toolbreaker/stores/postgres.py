@@ -59,21 +59,17 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Generator, Iterator
-from typing import Any, Final, NamedTuple
+from collections.abc import Iterator
+from typing import Any, Final
 
-from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import DURABLE_SPACES
-from toolbreaker.stores._shell import SharedStore
-from toolbreaker.stores._views import SharedView, decode_state, encode_state
+from toolbreaker.stores._shell import CompareAndSetStore, Reply, Write
+from toolbreaker.stores._views import SharedView, decode_state
 
 __all__ = ["PostgresStore"]
 
-_WRITTEN: Final = 1
-_VERIFIED: Final = 2
 _PREFIX: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 _NOTIFY_LIMIT: Final = 7000  # bytes of state sent inline; PostgreSQL's payload limit is 8000
 _WAIT_FIRST: Final = 0.02
@@ -158,17 +154,6 @@ END $$;
 """
 
 
-class _Reply(NamedTuple):
-    status: int
-    version: int
-    state: str | None
-
-
-_Transaction = Generator[
-    tuple[int, str, float], _Reply, tuple[BreakerState, tuple[Transition, ...]]
-]
-
-
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -179,7 +164,7 @@ def _psycopg() -> Any:
     return psycopg
 
 
-def _reply(row: object) -> _Reply:
+def _reply(row: object) -> Reply:
     """The CAS function's row; anything else is a store fault."""
     if not isinstance(row, tuple) or len(row) != 3:
         raise ValueError(row)
@@ -188,10 +173,10 @@ def _reply(row: object) -> _Reply:
         raise ValueError(row)
     if state is not None and not isinstance(state, str):
         raise ValueError(row)
-    return _Reply(status, version, state)
+    return Reply(status, version, state)
 
 
-class PostgresStore(SharedStore):
+class PostgresStore(CompareAndSetStore):
     """Breaker states and the run journal in PostgreSQL, shared by processes and hosts.
 
     Args:
@@ -283,82 +268,24 @@ class PostgresStore(SharedStore):
     def _resume_feed(self) -> None:
         self._start_listener()
 
-    def _round_trip(
-        self, view: SharedView, event: Event, policy: Policy
-    ) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """One compare-and-set statement (more on conflict)."""
-        with view.lock:
-            steps = self._transaction(view, event, policy)
-            try:
-                expected, payload, pause = next(steps)
-                while True:
-                    if pause:
-                        time.sleep(pause)
-                    row = self._execute(view.key, self._cas_sql, (view.key, expected, payload))
-                    expected, payload, pause = steps.send(self._validate(row, view.key))
-            except StopIteration as done:
-                result: tuple[BreakerState, tuple[Transition, ...]] = done.value
-                return result
-            finally:
-                steps.close()
+    def _send(self, view: SharedView, write: Write, policy: Policy) -> Reply:
+        """One compare-and-set statement."""
+        params = (view.key, write.expected, write.payload)
+        return self._validate(self._execute(view.key, self._cas_sql, params), view.key)
 
-    async def _around_trip(
-        self, view: SharedView, event: Event, policy: Policy
-    ) -> tuple[BreakerState, tuple[Transition, ...]]:
+    async def _asend(self, view: SharedView, write: Write, policy: Policy) -> Reply:
         """The same on psycopg's asyncio connection, bound to the loop that first uses it."""
-        steps = self._transaction(view, event, policy)
-        try:
-            expected, payload, pause = next(steps)
-            while True:
-                if pause:
-                    await asyncio.sleep(pause)
-                row = await self._aexecute(view.key, (view.key, expected, payload))
-                expected, payload, pause = steps.send(self._validate(row, view.key))
-        except StopIteration as done:
-            result: tuple[BreakerState, tuple[Transition, ...]] = done.value
-            return result
-        finally:
-            steps.close()
+        params = (view.key, write.expected, write.payload)
+        return self._validate(await self._aexecute(view.key, params), view.key)
 
-    def _read(self, view: SharedView, policy: Policy) -> BreakerState:
-        token = self._book.token(view)
-        reply = self._validate(self._execute(view.key, self._cas_sql, (view.key, -1, "")), view.key)
-        state = decode_state(reply.state, policy)
-        self._book.learn(view, state, reply.version, token)
-        return state
+    def _pause(self, attempt: int, status: int) -> float:
+        """After two conflicts in a row, a little jittered (and growing) wait.
 
-    def _transaction(self, view: SharedView, event: Event, policy: Policy) -> _Transaction:
-        """The compare-and-set loop, free of I/O: yields (expected version, payload, pause).
-
-        After two conflicts in a row a writer waits a little (jittered, growing) before it
-        tries again, so that writers contending for one row do not starve each other.
+        Writers contending for one row then do not starve each other.
         """
-        token = self._book.token(view)
-        state, version = view.known, view.version
-        fresh = False
-        if state is None:
-            reply = yield (-1, "", 0.0)
-            state, version, fresh = decode_state(reply.state, policy), reply.version, True
-            self._book.learn(view, state, version, token)
-        pause = 0.0
-        for attempt in range(self.max_attempts):
-            new, records = core_apply(state, event, policy)
-            unchanged = new == state
-            if unchanged and fresh:
-                return new, records  # computed on what the server just said
-            reply = yield (version, "" if unchanged else encode_state(new), pause)
-            ceiling = min(0.025, 0.0005 * 2 ** min(attempt, 6))
-            pause = random.uniform(0.0, ceiling) if attempt >= 1 else 0.0  # noqa: S311 - jitter
-            if reply.status in (_WRITTEN, _VERIFIED):
-                self._book.learn(view, new, reply.version, token)
-                return new, records
-            state, version, fresh = decode_state(reply.state, policy), reply.version, True
-            self._book.learn(view, state, version, token)
-        self._book.fail()
-        raise StoreUnavailable(
-            f"{self._what}: {self.max_attempts} conflicting writes in a row on {view.key!r}",
-            dependency=view.key,
-        )
+        if attempt < 1:
+            return 0.0
+        return random.uniform(0.0, min(0.025, 0.0005 * 2 ** min(attempt, 6)))  # noqa: S311 - jitter
 
     # -- journal ------------------------------------------------------------------------
 
@@ -598,7 +525,7 @@ class PostgresStore(SharedStore):
             self.conninfo, autocommit=True, **self._options
         )
 
-    def _validate(self, row: object, key: str) -> _Reply:
+    def _validate(self, row: object, key: str) -> Reply:
         try:
             return _reply(row)
         except (ValueError, TypeError) as exc:

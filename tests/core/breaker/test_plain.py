@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker.core.breaker.machine import apply, plain_step
+from toolbreaker.core.breaker.machine import apply, plain_record, plain_step, record_flags
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
 from toolbreaker.core.breaker.trace import parse_line, plain_fields
@@ -73,7 +73,9 @@ def is_plain(policy: Policy) -> bool:
     ),
 )
 def test_plain_step_is_apply(policy, start, steps):
-    """Wherever plain_step answers, it answers what apply decides, record for record."""
+    """Wherever plain_step answers, it answers what apply decides, record for record; the
+    record plain_record builds from its answer is apply's; every record's attempted and
+    rejected flags are record_flags' (shadow mode and forced states included)."""
     quick = plain_step(policy)
     assert (quick is None) == (not is_plain(policy))
     state, at, issued = start, 0, []
@@ -94,6 +96,10 @@ def test_plain_step_is_apply(policy, start, steps):
             call = None
         event = Event(kind, at, "dep", call, generation)
         new, records = apply(state, event, policy)
+        for made in records:  # step() inlines the record-from-reason rule: it is the rule
+            assert (made.attempted, made.rejected) == record_flags(
+                made.event.type, made.reason, made.would_reject
+            )
         if quick is not None and kind not in ("isolate", "force-closed", "release"):
             answer = quick(state, kind, at, "dep", call, generation)
             if answer is not None:
@@ -111,6 +117,11 @@ def test_plain_step_is_apply(policy, start, steps):
                     reason,
                     fast.generation,
                     fast.open_until,
+                )
+                # The core's own record-from-reason rule gives the same record.
+                assert (
+                    plain_record("dep", kind, at, call, generation, state, fast, reason)
+                    == (records[0])
                 )
         if kind == "request" and records[-1].attempted and call is not None:
             issued.append((call, records[-1].generation))

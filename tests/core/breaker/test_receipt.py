@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from toolbreaker import Event, Policy, diff, replay
 from toolbreaker.core import dump_receipt, read_trace, sha256_hex
@@ -146,3 +149,59 @@ def test_named_outcome_of_a_rejected_call_is_not_admitted():
     receipt = replay(events, Policy(failure_threshold=1))
     last = receipt["dependencies"]["d"]["transitions"][-1]
     assert (last["reason"], last["from"], last["to"]) == ("not-admitted", "open", "open")
+
+
+def three_calls(dependency: str) -> list[Event]:
+    """A call that fails, and one more: with a threshold of 1 the second would be rejected."""
+    return [
+        Event("request", 1, dependency, "a"),
+        Event("failure", 2, dependency, "a"),
+        Event("request", 3, dependency, "b"),
+    ]
+
+
+def test_receipts_of_shadow_mode_and_forced_closes_load_and_diff(tmp_path):
+    """A receipt toolbreaker wrote under shadow mode or an operator's forced close (its
+    records and counts carry would_reject) loads and diffs like any other; it was refused
+    as having fields a receipt does not have."""
+    from toolbreaker.core import load_receipt
+
+    shadow = replay(three_calls("s"), Policy(mode="shadow", failure_threshold=1))
+    closed = Event("force-closed", 0, "f", reason="operator")
+    forced = replay([closed, *three_calls("f")], Policy(failure_threshold=1))
+    for name, receipt in (("shadow", shadow), ("forced", forced)):
+        assert "would_reject" in next(iter(receipt["dependencies"].values())), name
+        path = tmp_path / f"{name}.json"
+        path.write_text(dump_receipt(receipt), encoding="utf-8")
+        assert load_receipt(path) == receipt
+        done = subprocess.run(
+            [sys.executable, "-m", "toolbreaker", "diff", str(path), str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert (done.returncode, done.stdout, done.stderr) == (0, "receipts are equal\n", "")
+
+
+def test_a_receipt_with_a_field_no_receipt_has_is_refused(tmp_path):
+    """Only the fields a receipt is written with load (would_reject only as a count on a
+    dependency and as true on a record), even when the hash was made again."""
+    from toolbreaker.core import load_receipt
+    from toolbreaker.errors import ReceiptError
+
+    receipt = replay(three_calls("s"), Policy(mode="shadow", failure_threshold=1))
+    for field, value, where in (
+        ("extra", 1, "entry"),
+        ("would_reject", "many", "entry"),
+        ("would_reject", False, "record"),
+        ("extra", 1, "record"),
+    ):
+        edited = json.loads(json.dumps(receipt))
+        entry = edited["dependencies"]["s"]
+        (entry if where == "entry" else entry["transitions"][-1])[field] = value
+        body = {key: value for key, value in edited.items() if key != "receipt_hash"}
+        edited["receipt_hash"] = sha256_hex(body)
+        path = tmp_path / "edited.json"
+        path.write_text(dump_receipt(edited), encoding="utf-8")
+        with pytest.raises(ReceiptError):
+            load_receipt(path)

@@ -68,6 +68,7 @@ from toolbreaker.core.breaker.state import (
 from toolbreaker.errors import TraceError
 
 __all__ = [
+    "ADMITTED",
     "MOVES",
     "OPERATOR_TYPES",
     "admission",
@@ -82,7 +83,9 @@ __all__ = [
     "is_quiet",
     "may_probe",
     "may_start_rejecting",
+    "plain_record",
     "plain_step",
+    "record_flags",
     "rejects_callers",
     "retry_after_ms",
     "step",
@@ -92,7 +95,8 @@ __all__ = [
 #: it keeps deciding and recording but admits every request), or end either (``release``).
 OPERATOR_TYPES: Final = frozenset({"isolate", "force-closed", "release"})
 
-_ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
+#: The reasons of a request that reaches the dependency (a call, or a probe).
+ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
 _Window = tuple[tuple[int, int, int, int], ...]
 
 _OUTCOME_REASONS: Final = {
@@ -329,9 +333,7 @@ def plain_step(policy: Policy) -> PlainStep | None:
     reason)``, exactly what :func:`apply` decides when it makes one record, or ``None``
     when it would not answer that cheaply: a probe lease is due to expire (two records),
     or an operator forced the breaker closed (records that carry ``would_reject``). The
-    record :func:`apply` would make is then ``Transition(dependency, event, state.phase,
-    new.phase, reason in {call-admitted, probe-admitted}, type == "request" and not
-    that, reason, new.generation, new.open_until)``.
+    record :func:`apply` would make is then :func:`plain_record` of the same fields.
 
     It follows the branches of :func:`step` for such a policy without building an event
     or a record (which cost more than the decision); a hypothesis test holds it equal to
@@ -429,6 +431,51 @@ def plain_step(policy: Policy) -> PlainStep | None:
     return quick
 
 
+def record_flags(kind: str, reason: str, would_reject: bool = False) -> tuple[bool, bool]:
+    """``(attempted, rejected)`` of the record of a ``kind`` event decided for ``reason``.
+
+    The one rule: a request reaches the dependency when it is admitted (or admitted
+    although enforcement would reject it: ``would_reject``), and is rejected locally
+    otherwise; any other event is neither. :func:`step` has it inlined (its hot path), and
+    a property test holds every record it makes to it.
+    """
+    if kind != "request":
+        return False, False
+    attempted = would_reject or reason in ADMITTED
+    return attempted, not attempted
+
+
+def plain_record(  # noqa: PLR0917 - the fields plain_step() decided, in its order
+    dependency: str,
+    kind: str,
+    at: int,
+    call: str | None,
+    generation: int | None,
+    before: BreakerState,
+    after: BreakerState,
+    reason: str,
+) -> Transition:
+    """The record :func:`apply` makes for an event :func:`plain_step` answered.
+
+    The event is ``Event(kind, at, dependency, call, generation)``; ``plain_step`` turned
+    ``before`` into ``after`` for ``reason``.
+    """
+    attempted, rejected = record_flags(kind, reason)
+    event = Event(kind, at, dependency, call, generation)
+    return built_record(
+        dependency,
+        event,
+        before.phase,
+        after.phase,
+        attempted,
+        rejected,
+        reason,
+        after.generation,
+        after.open_until,
+        False,
+    )
+
+
 def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerState, Transition]:
     """Apply one event to one breaker's state and say what happened.
 
@@ -456,7 +503,7 @@ def step(state: BreakerState, event: Event, policy: Policy) -> tuple[BreakerStat
     if kind == "request":
         # Shadow mode and a forced close admit what enforcement rejects, and record it.
         would_reject = reason in _SHADOWED and admits_all(state, policy)
-        admitted = would_reject or reason in _ADMITTED
+        admitted = would_reject or reason in ADMITTED  # record_flags(), inlined
         return new, built_record(
             event.dependency,
             event,

@@ -22,15 +22,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from toolbreaker.core.breaker.machine import apply, plain_step
+from toolbreaker.core.breaker.machine import ADMITTED, apply, plain_record, plain_step
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import (
     MAX_TIME_MS,
-    OPEN,
     OUTCOME_TYPES,
     BreakerState,
     Event,
     Transition,
+    opened,
 )
 from toolbreaker.core.breaker.trace import PLAIN_LINE, parse_line
 from toolbreaker.core.canonical import sha256_hex
@@ -39,16 +39,18 @@ from toolbreaker.errors import PolicyError, ReceiptError, TraceError
 
 __all__ = [
     "RECEIPT_SCHEMA",
+    "Counts",
     "Replay",
+    "dependency_entry",
     "diff",
     "dump_receipt",
     "load_receipt",
+    "receipt_body",
     "replay",
     "summarise",
 ]
 
 RECEIPT_SCHEMA: Final = "toolbreaker.receipt/v1"
-_ADMITTED: Final = frozenset({"call-admitted", "probe-admitted"})
 
 
 @dataclasses.dataclass(slots=True)
@@ -193,7 +195,7 @@ class Replay:
                                     if seen(ledger, dep, call):
                                         _duplicate(dep, call)
                                     new, reason = result
-                                    if reason in _ADMITTED:
+                                    if reason in ADMITTED:
                                         ledger.unsettled[call] = new.generation
                                     else:
                                         ledger.rejected[call] = None
@@ -249,18 +251,7 @@ class Replay:
         reason: str,
     ) -> None:
         """Keep the one record of an event :meth:`feed_trace` decided on its fast path."""
-        attempted = reason in _ADMITTED
-        record = Transition(
-            dependency=dependency,
-            event=Event(kind, at, dependency, call, generation),
-            from_phase=before.phase,
-            to_phase=after.phase,
-            attempted=attempted,
-            rejected=kind == "request" and not attempted,
-            reason=reason,
-            generation=after.generation,
-            open_until=after.open_until,
-        )
+        record = plain_record(dependency, kind, at, call, generation, before, after, reason)
         self._keep(self._ledgers[dependency], dependency, (record,))
 
     def ledgers(self) -> Mapping[str, Ledger]:
@@ -291,6 +282,66 @@ def replay(
     return driver.receipt()
 
 
+@dataclasses.dataclass(slots=True)
+class Counts:
+    """What a receipt counts of one dependency's transitions.
+
+    Attributes:
+        transitions: records.
+        remote: ``remote_attempts``: calls that reached the dependency.
+        rejected: ``local_rejections``: requests rejected without a call.
+        opens: records that moved the breaker to open from another phase.
+        would_reject: admitted although enforcement would reject them (shadow mode, a
+            forced close).
+    """
+
+    transitions: int = 0
+    remote: int = 0
+    rejected: int = 0
+    opens: int = 0
+    would_reject: int = 0
+
+    def add(self, record: Transition) -> None:
+        """Count one record."""
+        self.transitions += 1
+        self.remote += record.attempted
+        self.rejected += record.rejected
+        self.would_reject += record.would_reject
+        self.opens += opened(record)
+
+
+def dependency_entry(
+    transitions: object, counts: Counts, final: BreakerState, policy: Policy
+) -> dict[str, Any]:
+    """One dependency's entry of a receipt, around its ``transitions`` (as given).
+
+    ``transitions`` is the list of record dicts, or whatever stands for it in a receipt
+    that is written as it streams (:mod:`toolbreaker.replaying`).
+    """
+    entry: dict[str, Any] = {
+        "transitions": transitions,
+        "remote_attempts": counts.remote,
+        "local_rejections": counts.rejected,
+        "opens": counts.opens,
+        "final_state": final.to_dict(),
+        "recovered_from_corruption": final.recovered_from_corruption,
+    }
+    if policy.admits_all or counts.would_reject:
+        # Only under shadow mode or a forced close, so other receipts keep their bytes.
+        entry["would_reject"] = counts.would_reject
+    return entry
+
+
+def receipt_body(policy: Policy, dependencies: Mapping[str, Any]) -> dict[str, Any]:
+    """A receipt without its hash: the policy and the entries (:func:`dependency_entry`)."""
+    return {
+        "schema": RECEIPT_SCHEMA,
+        "policy": policy.to_dict(),
+        "policy_version": policy.version,
+        "dependencies": dependencies,
+    }
+
+
 def summarise(
     policy: Policy,
     dependencies: Mapping[str, tuple[Iterable[Transition], BreakerState]],
@@ -298,24 +349,13 @@ def summarise(
     """Build a receipt from per-dependency transitions and final states."""
     deps: dict[str, Any] = {}
     for name, (transitions, final) in dependencies.items():
-        records = list(transitions)
-        deps[name] = {
-            "transitions": [record.to_dict() for record in records],
-            "remote_attempts": sum(record.attempted for record in records),
-            "local_rejections": sum(record.rejected for record in records),
-            "opens": sum(r.to_phase == OPEN and r.from_phase != OPEN for r in records),
-            "final_state": final.to_dict(),
-            "recovered_from_corruption": final.recovered_from_corruption,
-        }
-        if policy.admits_all or any(record.would_reject for record in records):
-            # Only under shadow mode or a forced close, so other receipts keep their bytes.
-            deps[name]["would_reject"] = sum(record.would_reject for record in records)
-    body: dict[str, Any] = {
-        "schema": RECEIPT_SCHEMA,
-        "policy": policy.to_dict(),
-        "policy_version": policy.version,
-        "dependencies": deps,
-    }
+        counts = Counts()
+        records = []
+        for record in transitions:
+            counts.add(record)
+            records.append(record.to_dict())
+        deps[name] = dependency_entry(records, counts, final, policy)
+    body = receipt_body(policy, deps)
     return {**body, "receipt_hash": sha256_hex(body)}
 
 
@@ -365,19 +405,20 @@ _JSON_NAMES: Final = {
 _RECEIPT_KEYS: Final = frozenset(
     {"schema", "policy", "policy_version", "dependencies", "receipt_hash"}
 )
-_DEPENDENCY_KEYS: Final = frozenset(
-    {
-        "transitions",
-        "remote_attempts",
-        "local_rejections",
-        "opens",
-        "final_state",
-        "recovered_from_corruption",
-    }
-)
+#: The fields a receipt gives every dependency (as :func:`dependency_entry` writes them)
+#: and every transition record (as ``Transition.to_dict`` does); ``would_reject`` is in
+#: both only under shadow mode or a forced close.
+_DEPENDENCY_KEYS: Final = frozenset(dependency_entry([], Counts(), BreakerState(), Policy()))
 _TRANSITION_KEYS: Final = frozenset(
     {"event", "from", "to", "attempted", "rejected", "reason", "generation", "open_until"}
 )
+_SHADOW_KEY: Final = "would_reject"
+
+
+def _check_fields(found: Mapping[str, Any], required: frozenset[str], where: str) -> None:
+    if set(found) - {_SHADOW_KEY} != required:
+        extra = f" (and {_SHADOW_KEY} under shadow mode or a forced close)"
+        raise ReceiptError(f"{where} must have the fields {', '.join(sorted(required))}{extra}")
 
 
 def _check_shape(doc: Mapping[str, Any]) -> None:
@@ -397,12 +438,10 @@ def _check_shape(doc: Mapping[str, Any]) -> None:
     for name, dep in doc["dependencies"].items():
         where = f"dependencies[{shown(name)}]"
         _expect(dep, dict, where)
-        if set(dep) != _DEPENDENCY_KEYS:
-            raise ReceiptError(
-                f"{where} must have the fields {', '.join(sorted(_DEPENDENCY_KEYS))}"
-            )
-        for key in ("remote_attempts", "local_rejections", "opens"):
-            _expect(dep[key], int, f"{where}.{key}")
+        _check_fields(dep, _DEPENDENCY_KEYS, where)
+        for key in ("remote_attempts", "local_rejections", "opens", _SHADOW_KEY):
+            if key in dep:
+                _expect(dep[key], int, f"{where}.{key}")
         _expect(dep["recovered_from_corruption"], bool, f"{where}.recovered_from_corruption")
         _expect(dep["final_state"], dict, f"{where}.final_state")
         _expect(dep["final_state"].get("state"), str, f"{where}.final_state.state")
@@ -410,10 +449,9 @@ def _check_shape(doc: Mapping[str, Any]) -> None:
         for index, record in enumerate(dep["transitions"]):
             at = f"{where}.transitions[{index}]"
             _expect(record, dict, at)
-            if set(record) != _TRANSITION_KEYS:
-                raise ReceiptError(
-                    f"{at} must have the fields {', '.join(sorted(_TRANSITION_KEYS))}"
-                )
+            _check_fields(record, _TRANSITION_KEYS, at)
+            if _SHADOW_KEY in record and record[_SHADOW_KEY] is not True:
+                raise ReceiptError(f"{at}.{_SHADOW_KEY} must be true when it is there")
             event = record["event"]
             _expect(event, dict, f"{at}.event")
             _expect(event.get("type"), str, f"{at}.event.type")

@@ -4,15 +4,17 @@ A :class:`Boundary` is the only place a breaker option is declared and checked. 
 :class:`~toolbreaker.Breaker` constructor builds one from its keyword arguments, the
 registry builds one per sheet row (:meth:`Boundary.from_row`), and the framework adapters
 take their option names from :data:`BREAKER_OPTIONS`; adding an option means adding a
-field here.
+field here, and its key to :class:`BreakerOptions` (the options as typed keyword
+arguments, which ``Breaker(...)`` and the adapters' tool options take; a test holds its
+keys to the fields).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
-from typing import Any, Final, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, Literal, TypedDict
 
 from toolbreaker.core.breaker.policy import MAX_DURATION_MS, Policy
 from toolbreaker.core.degrade import check_chain
@@ -24,9 +26,12 @@ from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
 
 __all__ = [
     "BREAKER_OPTIONS",
+    "BREAKER_TOOL_OPTIONS",
     "POLICY_FIELDS",
     "SHEET_OPTIONS",
     "Boundary",
+    "BreakerOptions",
+    "BreakerToolOptions",
     "Enforce",
     "HealthCheck",
     "check_seconds",
@@ -99,13 +104,15 @@ class HealthCheck:
 
     @classmethod
     def from_value(cls, value: object) -> HealthCheck:
-        """A sheet's ``health_check`` table (or a ready :class:`HealthCheck`).
+        """A sheet's ``health_check`` table (or a ready :class:`HealthCheck`, or a check).
 
         Raises:
             PolicyError: not a table, an unknown key, or a bad value.
         """
         if isinstance(value, HealthCheck):
             return value
+        if callable(value):  # a check registered in code
+            return cls(check=value)
         if not isinstance(value, Mapping):
             raise PolicyError(
                 "health_check must be a table: { url = ..., interval_ms = ..., timeout = ... }",
@@ -200,6 +207,8 @@ class Boundary:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise PolicyError(f"{name} must be a non-empty string, got {value!r}", field=name)
+        if self.policy is None:  # the default, as a keyword argument can say
+            object.__setattr__(self, "policy", Policy())
         if not isinstance(self.policy, Policy):
             raise PolicyError(f"policy must be a Policy, got {self.policy!r}", field="policy")
         if self.timeout is not None:
@@ -223,6 +232,8 @@ class Boundary:
                 raise PolicyError(f"{name} must be a non-empty string", field=name)
         if not isinstance(self.fallback_note, str):
             raise PolicyError("fallback_note must be a string", field="fallback_note")
+        if self.instructions is None:
+            object.__setattr__(self, "instructions", {})
         if not isinstance(self.instructions, Mapping):
             raise PolicyError("instructions must be a table of templates", field="instructions")
         checked = {}
@@ -390,6 +401,49 @@ BREAKER_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(Boundary))
 }
 #: The options a TOML sheet row may set besides policy fields (code-only ones excluded).
 SHEET_OPTIONS: Final = BREAKER_OPTIONS - {"policy", "classifier", "result_is_failure"}
+
+
+class BreakerToolOptions(TypedDict, total=False):
+    """The breaker options an adapter's tool may set, as keyword arguments.
+
+    Every option but the tool's name and the code-only classifier and result predicate
+    (the adapter sets or keeps those); see :class:`Boundary` for what each means.
+    """
+
+    policy: Policy | None
+    timeout: float | None
+    enforce: Enforce
+    retryable: bool
+    fallback: str | None
+    fallback_note: str
+    owner: str | None
+    instructions: Mapping[str, str] | None
+    scope: str | None
+    max_scopes: int
+    retry: RetryPolicy | Mapping[str, Any] | None
+    max_retry_after_ms: int | None
+    degrade: str | Sequence[str]
+    max_stale: float | None
+    stale_every: float
+    health_check: HealthCheck | Mapping[str, Any] | Callable[[], Any] | None
+    max_concurrent: int | None
+
+
+class BreakerOptions(BreakerToolOptions, total=False):
+    """Every breaker option (:data:`BREAKER_OPTIONS`) as keyword arguments, typed.
+
+    ``Breaker(dependency, **options)``; :class:`Boundary` converts and checks them (a
+    retry table, a degrade mode or list, a health check callable or table, ``None`` for
+    the default policy or instructions).
+    """
+
+    tool: str | None
+    classifier: Callable[[BaseException], Verdict]
+    result_is_failure: Callable[[Any], bool] | None
+
+
+#: The option names of :class:`BreakerToolOptions`.
+BREAKER_TOOL_OPTIONS: Final = frozenset(BreakerToolOptions.__optional_keys__)
 
 
 #: The longest deadline, in seconds: a probe lease (at most 30 days) must outlive it.

@@ -26,8 +26,8 @@ import random
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from typing import Any, Final, Literal, ParamSpec, TypeVar, overload
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, cast, overload
 
 from toolbreaker.core.breaker.machine import (
     idle_rejection,
@@ -81,15 +81,22 @@ from toolbreaker.errors import (
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._log import hook_failed, log
+from toolbreaker.runtime._process import process_token
 from toolbreaker.runtime._result import (
     error_result,
     retry_after_seconds,
     unavailable_result,
 )
 from toolbreaker.runtime._step import Step, no_deadline
-from toolbreaker.runtime.breaker._boundary import Boundary, Enforce, HealthCheck, check_seconds
+from toolbreaker.runtime.breaker._boundary import (
+    BREAKER_OPTIONS,
+    Boundary,
+    BreakerOptions,
+    Enforce,
+    check_seconds,
+)
 from toolbreaker.runtime.breaker._bulkhead import Bulkhead, Slot, shares_records
-from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict, classify_exception
+from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._deadline import OVERDUE, Worker, Workers, watch, within
 from toolbreaker.runtime.breaker._degrade import Degradation
@@ -98,6 +105,9 @@ from toolbreaker.runtime.breaker._scope import current_scope
 from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 from toolbreaker.stores._protocol import Store, aapply
 from toolbreaker.stores.memory import MemoryStore
+
+if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
+    from typing_extensions import Unpack
 
 __all__ = [
     "Breaker",
@@ -137,18 +147,6 @@ def watch_openings() -> list[Breaker]:
     return opened
 
 
-_process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
-
-
-def _new_process_token() -> None:
-    # A forked worker must not reuse its parent's call ids: two probes with one id would
-    # make the shared state invalid (duplicate leases load as corrupt).
-    global _process_token  # noqa: PLW0603 - one token per process, by design
-    _process_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_new_process_token)
 _TIMEOUT: Final = Verdict("failure", "timeout")
 _LATE: Final = Verdict("ambiguous", "late-result")
 _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
@@ -488,63 +486,21 @@ class Breaker:
         dependency: str,
         *,
         operation: str = "default",
-        policy: Policy | None = None,
         store: Store | None = None,
         clock: Clock | None = None,
-        timeout: float | None = None,
-        enforce: Enforce = "thread",
-        classifier: Callable[[BaseException], Verdict] = classify_exception,
-        result_is_failure: Callable[[Any], bool] | None = None,
-        tool: str | None = None,
-        fallback: str | None = None,
-        fallback_note: str = "",
-        retryable: bool = True,
-        owner: str | None = None,
-        instructions: Mapping[str, str] | None = None,
-        scope: str | None = None,
-        max_scopes: int = 1000,
         max_workers: int = 16,
-        retry: RetryPolicy | Mapping[str, Any] | None = None,
-        max_retry_after_ms: int | None = None,
         sleep: Callable[[float], Any] | None = None,
         retry_seed: int | None = None,
-        degrade: str | tuple[str, ...] | list[str] = (),
-        max_stale: float | None = None,
-        stale_every: float = 5.0,
-        health_check: HealthCheck | Callable[[], Any] | None = None,
-        max_concurrent: int | None = None,
         boundary: Boundary | None = None,
+        **options: Unpack[BreakerOptions],
     ) -> None:
         if boundary is None:
-            # The one validation of every option: Boundary's.
-            boundary = Boundary(
-                dependency,
-                operation,
-                policy or Policy(),
-                tool=tool,
-                timeout=timeout,
-                enforce=enforce,
-                retryable=retryable,
-                fallback=fallback,
-                fallback_note=fallback_note,
-                owner=owner,
-                instructions=instructions or {},
-                classifier=classifier,
-                result_is_failure=result_is_failure,
-                retry=retry,  # type: ignore[arg-type] # a table is converted by Boundary
-                max_retry_after_ms=max_retry_after_ms,
-                scope=scope,
-                max_scopes=max_scopes,
-                degrade=degrade,  # type: ignore[arg-type] # a mode or a list: Boundary checks
-                max_stale=max_stale,
-                stale_every=stale_every,
-                health_check=(
-                    HealthCheck(check=health_check)
-                    if callable(health_check) and not isinstance(health_check, HealthCheck)
-                    else health_check
-                ),
-                max_concurrent=max_concurrent,
-            )
+            unknown = options.keys() - BREAKER_OPTIONS
+            if unknown:
+                raise TypeError(f"Breaker() got an unexpected keyword argument {min(unknown)!r}")
+            # The one list and the one validation of every option: Boundary's, which also
+            # converts a retry table, a degrade mode, a health check callable and None.
+            boundary = Boundary(dependency, operation, **options)  # type: ignore[arg-type]
         self.dependency = boundary.dependency
         self.operation = boundary.operation
         self.key = boundary.key
@@ -1080,7 +1036,7 @@ class Breaker:
         return self._admitted(state, records, now, deadline, policy)
 
     def _request(self, now: int, health_check: bool = False) -> Event:
-        call = f"{_process_token}.{next(self._ids)}"
+        call = f"{process_token()}.{next(self._ids)}"
         return Event("request", now, self.key, call=call, health_check=health_check)
 
     def _store_down(self) -> Rejection:
@@ -1263,27 +1219,9 @@ class Breaker:
             self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._required_deadline(timeout)
-        operation = self._operation()
-        while True:
-            try:
-                result = self._call_once(
-                    fn, *args, timeout=self._attempt_timeout(operation, deadline), **kwargs
-                )
-            except CircuitOpen:
-                raise
-            except Exception as exc:
-                wait = self._retry_wait(operation, exc)
-                if wait is None:
-                    raise
-                (self._sleep or time.sleep)(wait)
-                if self._overran(operation):
-                    raise  # the wait overran the end-to-end deadline: no attempt after it
-                continue
-            self.retry_succeeded()
-            return result
+        return self._call_retrying(fn, args, kwargs, timeout)
 
-    async def acall(  # noqa: PLR0915 - the quiet fast path stays in one frame
+    async def acall(
         self,
         fn: Callable[..., Awaitable[R]],
         /,
@@ -1348,27 +1286,7 @@ class Breaker:
             self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
-        deadline = self._required_deadline(timeout)
-        operation = self._operation()
-        while True:
-            try:
-                result = await self._acall_once(
-                    fn, *args, timeout=self._attempt_timeout(operation, deadline), **kwargs
-                )
-            except CircuitOpen:
-                raise
-            except Exception as exc:
-                wait = await self._aretry_wait(operation, exc)
-                if wait is None:
-                    raise
-                waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
-                if inspect.isawaitable(waited):
-                    await waited
-                if self._overran(operation):
-                    raise  # the wait overran the end-to-end deadline: no attempt after it
-                continue
-            self.retry_succeeded()
-            return result
+        return await self._acall_retrying(fn, args, kwargs, timeout)
 
     def _call_once(
         self, fn: Callable[..., R], /, *args: Any, timeout: float | None = _UNSET, **kwargs: Any
@@ -1756,11 +1674,94 @@ class Breaker:
         shared = self._shared_budget
         return self._retry_budget if shared is None else shared.last
 
+    def _retry_plan(self, timeout: float | None) -> _RetryPlan:
+        """The retry loop of :meth:`call` and :meth:`acall`, free of I/O: written once.
+
+        It yields what to do next and is sent what came of it: ``("attempt", seconds)``,
+        an attempt with that deadline (send back the exception it raised, or
+        ``_Done(result)``); ``("wait", (operation, exc))``, ask the retry core about the
+        failed attempt and wait as it says (send back the wait in seconds, or ``None``:
+        no retry). It returns the result of the attempt that succeeded, and raises the
+        attempt's exception when no attempt may follow: a local rejection, the core's "no
+        retry", or a wait that overran the end-to-end deadline.
+        """
+        deadline = self._required_deadline(timeout)
+        operation = self._operation()
+        while True:
+            outcome = yield "attempt", self._attempt_timeout(operation, deadline)
+            if isinstance(outcome, _Done):
+                self.retry_succeeded()
+                return outcome.result
+            if isinstance(outcome, CircuitOpen):
+                raise outcome  # rejected locally: nothing was attempted, nothing to retry
+            assert isinstance(outcome, Exception)
+            waited = yield "wait", (operation, outcome)
+            if waited is None or self._overran(operation):
+                raise outcome
+
+    def _call_retrying(
+        self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: Any
+    ) -> R:
+        """:meth:`call` with retries: carries out :meth:`_retry_plan`, blocking."""
+        plan = self._retry_plan(timeout)
+        try:
+            action = next(plan)
+            while True:
+                action = plan.send(self._retry_step(action, fn, args, kwargs))
+        except StopIteration as done:
+            return cast("R", done.value)
+
+    def _retry_step(
+        self, action: tuple[str, Any], fn: Callable[..., Any], args: Any, kwargs: Any
+    ) -> object:
+        kind, value = action
+        if kind == "wait":
+            wait = self._retry_wait(*value)
+            if wait is not None:
+                (self._sleep or time.sleep)(wait)
+            return wait
+        try:
+            return _Done(self._call_once(fn, *args, timeout=value, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - the plan decides, and re-raises
+            return exc
+
+    async def _acall_retrying(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: Any,
+    ) -> R:
+        """:meth:`acall` with retries: carries out :meth:`_retry_plan` on the event loop."""
+        plan = self._retry_plan(timeout)
+        try:
+            action = next(plan)
+            while True:
+                action = plan.send(await self._aretry_step(action, fn, args, kwargs))
+        except StopIteration as done:
+            return cast("R", done.value)
+
+    async def _aretry_step(
+        self, action: tuple[str, Any], fn: Callable[..., Awaitable[Any]], args: Any, kwargs: Any
+    ) -> object:
+        kind, value = action
+        if kind == "attempt":
+            try:
+                return _Done(await self._acall_once(fn, *args, timeout=value, **kwargs))
+            except Exception as exc:  # noqa: BLE001 - the plan decides, and re-raises
+                return exc
+        wait = await self._aretry_wait(*value)
+        if wait is not None:
+            waited = asyncio.sleep(wait) if self._sleep is None else self._sleep(wait)
+            if inspect.isawaitable(waited):
+                await waited
+        return wait
+
     def _operation(self) -> _Operation:
         """A new logical operation with a fresh seed."""
         seeds = self._seeds
         seed = int.from_bytes(os.urandom(8), "big") if seeds is None else seeds.getrandbits(64)
-        return _Operation(f"{_process_token}.op{next(self._ids)}", start(self.clock(), seed))
+        return _Operation(f"{process_token()}.op{next(self._ids)}", start(self.clock(), seed))
 
     def _failure(self, exc: BaseException) -> Failure:
         """What a failed attempt tells the retry core."""
@@ -2129,6 +2130,19 @@ def _binder(
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
 
     return bind
+
+
+#: What :meth:`Breaker._retry_plan` yields (an action and its argument), is sent, returns.
+_RetryPlan = Generator[tuple[str, Any], object, Any]
+
+
+class _Done:
+    """An attempt that succeeded, with its result (sent to a retry plan)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: object) -> None:
+        self.result = result
 
 
 class _Operation:

@@ -51,6 +51,7 @@ from typing import Final
 
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._process import process_token
 from toolbreaker.stores._protocol import Records
 from toolbreaker.stores._records import breaker_space
 from toolbreaker.stores.memory import MemoryStore
@@ -70,18 +71,16 @@ STORE_DOWN: Final = "store-unavailable"
 RENEW_EVERY_S: Final = MARGIN_MS / 2000
 _FOREVER: Final = 1 << 62  # a hung call's slot in this process: until the call returns
 
-_token = f"{os.getpid():x}.{os.urandom(3).hex()}"
 
-
-def _new_token() -> None:
-    global _token  # noqa: PLW0603 - one token per process, by design
-    _token = f"{os.getpid():x}.{os.urandom(3).hex()}"
+def _forget_calls_in_child() -> None:
+    # A forked child holds none of its parent's calls (and has a token of its own:
+    # runtime/_process), so no slot it renews or gives back is its parent's.
     for bulkhead in list(_bulkheads):
         bulkhead._forget_calls()
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX
-    os.register_at_fork(after_in_child=_new_token)
+    os.register_at_fork(after_in_child=_forget_calls_in_child)
 
 
 def shares_records(store: object) -> bool:
@@ -236,7 +235,7 @@ class Bulkhead:
             held = self._held
             if len(held) + self._running >= self.limit and not self._expire():
                 return None
-            holder = f"{_token}.{next(self._ids)}"
+            holder = f"{process_token()}.{next(self._ids)}"
             held[holder] = now + ttl
             return holder
 

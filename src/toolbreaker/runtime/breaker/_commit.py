@@ -12,7 +12,7 @@ from typing import Final, TypeVar
 from toolbreaker.errors import CircuitOpen, NotSent, ToolReportedError
 from toolbreaker.runtime.breaker._classify import Verdict
 
-__all__ = ["in_chain", "may_have_committed"]
+__all__ = ["found_in_chain", "may_have_committed"]
 
 _E = TypeVar("_E", bound=BaseException)
 
@@ -46,11 +46,11 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     validation error, a refused or unresolvable connection, a 4xx, 429 and 503 (the
     server refused the request).
     """
-    if in_chain(exc, NotSent) or isinstance(exc, CircuitOpen):
+    if _in_chain(exc, NotSent) or isinstance(exc, CircuitOpen):
         return False  # a local rejection (a saturated bulkhead) sent nothing
     if isinstance(exc, ToolReportedError) and verdict.status is None:
         return False  # the tool answered with an error: a definite answer, not silence
-    if in_chain(exc, json.JSONDecodeError):
+    if _in_chain(exc, json.JSONDecodeError):
         return True
     if verdict.kind == "ambiguous":
         return True
@@ -69,10 +69,10 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
     return False
 
 
-def in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
-    """The first exception of ``kind`` along ``exc``'s causes and contexts, or ``None``.
+def found_in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first exception of ``kind`` along ``exc``'s causes and contexts (32 at most).
 
-    The one walk of an exception chain: 32 links at most, a cycle walked once.
+    Each link is its explicit cause, else its context; a cycle ends the walk.
     """
     seen: set[int] = set()
     link: BaseException | None = exc
@@ -82,3 +82,7 @@ def in_chain(exc: BaseException, kind: type[_E]) -> _E | None:
         seen.add(id(link))
         link = link.__cause__ or link.__context__
     return None
+
+
+def _in_chain(exc: BaseException, kind: type[BaseException]) -> bool:
+    return found_in_chain(exc, kind) is not None

@@ -27,7 +27,7 @@ from toolbreaker.runtime._result import error_result, stopped_result, unknown_re
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Permit
 from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
-from toolbreaker.runtime.breaker._commit import in_chain, may_have_committed
+from toolbreaker.runtime.breaker._commit import found_in_chain, may_have_committed
 from toolbreaker.runtime.run._driver import Degrade, Flow, Record, adrive, drive
 from toolbreaker.runtime.run._shell import CallPlan, RunShell
 from toolbreaker.runtime.run._tools import evidence_digest, with_key
@@ -116,7 +116,7 @@ class Settling(RunShell):
             return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
         self._finish(plan, "failure" if verdict.kind == "failure" else "ignored")
         self._forget(plan)
-        inner = in_chain(exc, CircuitOpen)
+        inner = found_in_chain(exc, CircuitOpen)
         if inner is not None:
             # A breaker inside the tool (an httpx transport ...) rejected the call.
             return self._dependency_down(plan, inner.result_for(spec.name), inner.reason)

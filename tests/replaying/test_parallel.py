@@ -16,13 +16,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from test_hostile import read_then_close
 from test_stream import NAMES, OUTCOMES
 
-from toolbreaker.cli import _replay, main
+from process_helpers import read_then_close
+from toolbreaker.cli import main
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.files import iter_line_blocks
 from toolbreaker.errors import TraceError
+from toolbreaker.replaying import _parallel, replay_trace
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +42,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 def owned_by(share: int, jobs: int, prefix: str) -> str:
     """A dependency name the replay process ``share`` of ``jobs`` owns."""
-    owners = _replay._Owners(share, jobs)
+    owners = _parallel._Owners(share, jobs)
     return next(f"{prefix}{i}" for i in range(1000) if not owners[f"{prefix}{i}"])
 
 
@@ -186,14 +187,15 @@ def test_a_big_trace_is_split_by_default_and_leaves_no_files(tmp_path, monkeypat
     # the threshold smaller in the child and count the processes it starts.
     probe = (
         "import sys, multiprocessing\n"
-        "from toolbreaker.cli import _replay, main\n"
-        "_replay.PARALLEL_BYTES = 1024\n"
+        "from toolbreaker.cli import main\n"
+        "from toolbreaker.replaying import _parallel\n"
+        "_parallel.PARALLEL_BYTES = 1024\n"
         "started = []\n"
-        "real = _replay._feed_in_processes\n"
+        "real = _parallel._feed_in_processes\n"
         "def counted(driver, path, size, jobs, **options):\n"
         "    started.append(jobs)\n"
         "    real(driver, path, size, jobs, **options)\n"
-        "_replay._feed_in_processes = counted\n"
+        "_parallel._feed_in_processes = counted\n"
         "code = main(sys.argv[1:])\n"
         "sys.stderr.write(f'jobs {started}')\n"
         "sys.exit(code)\n"
@@ -238,7 +240,8 @@ def split_with(patch: str, trace: Path) -> str:
     """Replay ``trace`` in two processes after running ``patch`` (which forked processes
     inherit); the one error line it ends with (exit 2, nothing on stdout)."""
     script = (
-        f"import os, sys\nfrom toolbreaker.cli import _replay, main\n{patch}\n"
+        "import os, sys\nfrom toolbreaker.cli import main\n"
+        f"from toolbreaker.replaying import _parallel, _stream\n{patch}\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     answer = subprocess.run(
@@ -254,7 +257,7 @@ def split_with(patch: str, trace: Path) -> str:
 
 def test_a_process_that_dies_is_one_clear_error(tmp_path):
     trace = mixed_trace(tmp_path / "t.jsonl")
-    err = split_with("_replay._replay_share = lambda *args: os._exit(3)", trace)
+    err = split_with("_parallel._replay_share = lambda *args: os._exit(3)", trace)
     assert err == f"error: {trace}: replay process 0 ended without an answer (exit code 3)\n"
 
 
@@ -299,14 +302,14 @@ def test_a_process_stops_reading_past_an_earlier_error(tmp_path):
     size = trace.stat().st_size
     receive, send = multiprocessing.Pipe(duplex=False)
     first_error = multiprocessing.Value("q", 0)  # an error before the first line
-    share = _replay._ShareOf(str(trace), size, 0, 1, True, first_error)
-    _replay._replay_share(send, Policy(), {}, share)
-    assert receive.recv() == _replay._Share({}, {}, stopped=True)
-    first_error.value = _replay._NO_ERROR
+    share = _parallel._ShareOf(str(trace), size, 0, 1, True, first_error)
+    _parallel._replay_share(send, Policy(), {}, share)
+    assert receive.recv() == _parallel._Share({}, {}, stopped=True)
+    first_error.value = _parallel._NO_ERROR
     bad = write_lines(tmp_path / "bad.jsonl", [request("s", 5, "a"), request("s", 4, "b")])
     share = share._replace(path=str(bad), size=bad.stat().st_size)
     receive, send = multiprocessing.Pipe(duplex=False)
-    _replay._replay_share(send, Policy(), {}, share)
+    _parallel._replay_share(send, Policy(), {}, share)
     answer = receive.recv()
     assert answer.error[0] == 2
     assert answer.error[1].startswith("time went backwards")
@@ -339,10 +342,10 @@ def test_closing_the_replay_ends_its_processes_at_once(tmp_path):
     trace = mixed_trace(tmp_path / "t.jsonl")
     script = (
         "import sys\n"
-        "from toolbreaker.cli._replay import replay_trace\n"
+        "from toolbreaker.replaying import replay_trace\n"
         "from toolbreaker.core.breaker.policy import Policy\n"
         "driver = replay_trace(Policy(), None, sys.argv[1], jobs=2)\n"
-        "workers = list(driver._workers)\n"
+        "workers = [worker for split in driver._others for worker in split.workers]\n"
         "driver.close()\n"
         "print([worker.exitcode for worker in workers])\n"
     )
@@ -363,7 +366,7 @@ def test_a_process_that_fails_is_one_clear_error(tmp_path):
     patch = (
         "def full(self):\n"
         "    raise OSError(28, 'No space left on device')\n"
-        "_replay.StreamingReplay._share = full"
+        "_stream.StreamingReplay.share = full"
     )
     assert split_with(patch, trace) == (
         f"error: {trace}: replay process 0 failed: OSError: [Errno 28] No space left on device\n"
@@ -372,6 +375,6 @@ def test_a_process_that_fails_is_one_clear_error(tmp_path):
 
 def test_a_summary_writes_no_temporary_file(tmp_path):
     trace = mixed_trace(tmp_path / "t.jsonl")
-    with _replay.replay_trace(Policy(), None, str(trace), jobs=1, transitions=False) as driver:
+    with replay_trace(Policy(), None, str(trace), jobs=1, transitions=False) as driver:
         assert driver.summary()["dependencies"]
         assert driver._spill._file is None

@@ -1,0 +1,80 @@
+"""``toolbreaker verify``: the receipt a file holds against the replay, line by line."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from typing import Final, TextIO
+
+from toolbreaker.core.files import MAX_LINE_BYTES, printable
+from toolbreaker.errors import ReceiptError
+from toolbreaker.replaying._stream import StreamingReplay
+from toolbreaker.replaying._text import RECORD_INDENT, string
+
+__all__ = ["verify"]
+
+_DEPENDENCY_LINE: Final = re.compile(r'^    ("(?:[^"\\]|\\.)*"): \{$')
+
+
+def verify(receipt: str, driver: StreamingReplay, trace: str, out: TextIO) -> int:
+    """Compare the receipt file with the replay, line by line; one line of verdict.
+
+    Exit 0 when the file is byte for byte the receipt ``replay`` prints, 1 at the first
+    line that differs (named with its dependency and transition).
+    """
+    with tempfile.TemporaryFile("w+", encoding="utf-8", newline="") as expected:
+        receipt_hash = driver.write(expected)
+        expected.seek(0)
+        try:
+            handle = open(receipt, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise ReceiptError(f"cannot read: {exc.strerror or exc}", file=receipt) from None
+        with handle:
+            dependency, transition, number = None, 0, 0
+            while True:
+                want = expected.readline().encode("utf-8")
+                try:
+                    got = handle.readline(MAX_LINE_BYTES + 1)
+                except OSError as exc:
+                    raise ReceiptError(
+                        f"cannot read: {exc.strerror or exc}", file=receipt
+                    ) from None
+                number += 1
+                if want != got:
+                    break
+                if not want:
+                    out.write(
+                        f"verified: {printable(receipt)} is exactly the receipt of "
+                        f"{printable(trace)} under policy {driver.policy.version} "
+                        f"(receipt_hash {receipt_hash})\n"
+                    )
+                    return 0
+                line = want.decode("utf-8")
+                found = _DEPENDENCY_LINE.match(line.rstrip("\n"))
+                if found:
+                    dependency, transition = json.loads(found.group(1)), 0
+                elif line == RECORD_INDENT + "{\n":
+                    transition += 1
+    where = ""
+    if dependency is not None:
+        where = f" in dependency {string(dependency)}"
+        if transition or want.startswith(RECORD_INDENT.encode() + b"{"):
+            where += f" transition #{transition + want.startswith(RECORD_INDENT.encode() + b'{')}"
+    if not got or (not got.endswith(b"\n") and want.startswith(got)):
+        detail = f"the file ends early; the replay has {_shown_line(want)}"
+    elif not want:
+        detail = f"the replay ends here; the file goes on with {_shown_line(got)}"
+    else:
+        detail = f"the replay has {_shown_line(want)}, the file {_shown_line(got)}"
+    out.write(
+        f"{printable(receipt)}:{number}: differs from the replay of {printable(trace)}"
+        f"{printable(where)}: {detail}\n"
+    )
+    return 1
+
+
+def _shown_line(data: bytes, width: int = 80) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    text = text[:width] + ("…" if len(text) > width else "")
+    return printable(repr(text))
