@@ -216,3 +216,19 @@ def test_check_run_prints_the_packet_a_live_guard_gives(tmp_path, capsys):
         "uncertain-side-effect",
         "repeated-action",
     ]
+
+
+def test_a_tool_is_described_once(tmp_path, capsys):
+    """A live guard knows a tool once: a run whose lines give one tool two risk classes is
+    bad input (exit 2, the line named); a read's business key, which names nothing, may
+    come and go."""
+    run = write_run(
+        tmp_path,
+        call(0, "lookup", args={"id": 1}),
+        call(1, "lookup", args={"id": 2}, business_key=["id"]),
+        call(2, "lookup", args={"id": 3}, risk="reversible_write"),
+    )
+    assert main(["check-run", run]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run}:3: ")
+    assert "tool 'lookup' was recorded as read" in err

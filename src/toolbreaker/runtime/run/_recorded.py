@@ -186,8 +186,10 @@ class RecordedRun:
     def _ensure(self, guard: RunGuard, step: RecordedStep) -> None:
         """Register the step's tool on first sight; later steps must describe it the same."""
         assert step.tool is not None
-        # The core grants a write's recovery flag nothing: registered as it means.
-        described = (step.risk, step.business_key, step.recovery and step.risk == "read")
+        # Registered as it means: a business key names a write's action (a read has
+        # none), and the core grants a write's recovery flag nothing.
+        write = step.risk in WRITES
+        described = (step.risk, step.business_key if write else None, step.recovery and not write)
         known = self._tools.get(step.tool)
         if known is None:
             risk, business_key, recovery = described
