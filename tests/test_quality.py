@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import toolbreaker
 
@@ -216,3 +217,99 @@ def test_the_phase_comparison_finder_finds_them(tmp_path):
     sample.write_text(code, encoding="utf-8")
     found = _phase_comparisons(sample, "sample.py")
     assert [line.split(": ", 1)[0] for line in found] == [f"sample.py:{n}" for n in (1, 2, 3, 4)]
+
+
+def _own_names(tree: Any) -> set[str]:
+    """Every name a module defines for itself: functions, classes, methods, the names it
+    assigns, the attributes it gives ``self`` or ``cls``, class fields, slots.
+
+    Setting another object's attribute (``step._settled = True``) defines nothing: that
+    is reaching into it too.
+    """
+    import ast
+
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Tuple | ast.List)
+            and any(isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets)
+        ):
+            names.update(
+                e.value
+                for e in node.value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            )
+    # Class fields (``_x: int``) are ast.Name stores inside AnnAssign: counted above.
+    return names
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attribute_uses() -> list[str]:
+    """``x._name`` in a module of the package, where ``_name`` is another module's.
+
+    Precise rather than noisy: ``self._x`` and ``cls._x`` are a class's own business, and
+    a module's own private names (a class's slots used by a helper beside it) are its
+    own; an attribute counts as another module's private name only when some other
+    module of the package defines it and this one does not. A third party's private
+    attributes (``asyncio``'s, a framework's) are out of this test's scope.
+    """
+    import ast
+
+    paths = sorted(SRC.rglob("*.py"))
+    trees = {path: ast.parse(path.read_text(encoding="utf-8")) for path in paths}
+    own = {path: _own_names(tree) for path, tree in trees.items()}
+    defined_somewhere = {name for names in own.values() for name in names if _private(name)}
+    wrong = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute) or not _private(node.attr):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if node.attr in own[path] or node.attr not in defined_somewhere:
+                continue
+            wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return wrong
+
+
+def test_no_module_reaches_into_another_modules_private_attributes():
+    """No ``x._name`` on another module's private name: a shell drives another through its
+    public (or documented internal) interface, as the run guard drives ``Breaker`` through
+    ``admit``/``aadmit`` and settles a ``Step`` through ``give``/``claim``."""
+    assert private_attribute_uses() == []
+
+
+def test_the_private_attribute_check_finds_what_it_looks_for(tmp_path, monkeypatch):
+    """The check is not blind: a module calling another's private method, or setting its
+    private attribute, is found; one using its own private names, or ``self``'s, is not."""
+    package = tmp_path / "toolbreaker"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "class A:\n    def _hidden(self):\n        return self._hidden2()\n"
+        "    def _hidden2(self):\n        return 1\n"
+    )
+    (package / "b.py").write_text(
+        "class B:\n    def __init__(self):\n        self._mine = 1\n\n\n"
+        "def use(a, b):\n    a._hidden2 = 2\n    return a._hidden(), b._mine\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "SRC", package)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert sorted(private_attribute_uses()) == [
+        "toolbreaker/b.py:7: a._hidden2",
+        "toolbreaker/b.py:8: a._hidden",
+    ]

@@ -57,9 +57,9 @@ def test_unknown_write_blocks_the_next_write(tmp_path, capsys):
     )
     assert main(["check-run", run]) == 1
     out = capsys.readouterr().out
-    assert "BLOCKED uncertain-side-effect" in out
-    assert "writes would be blocked at" in out
-    packet = json.loads(out.split(f"{run}:3\n", 1)[1])
+    assert "BLOCKED uncertain-side-effect" in out.splitlines()[3]
+    # Writes were blocked where the unknown outcome came back (line 3 was refused).
+    packet = json.loads(out.split(f"writes would be blocked at {run}:1\n", 1)[1])
     assert packet["uncertain"][0]["idempotency_key"].startswith("tb1-")
 
 
@@ -104,7 +104,7 @@ def test_check_run_derives_the_same_keys_as_a_run_guard(tmp_path, capsys):
         call(1, "send", args={"to": "b"}, risk="reversible_write"),
     )
     assert main(["check-run", run, "--task", "t-9"]) == 1
-    packet = json.loads(capsys.readouterr().out.split(f"{run}:2\n", 1)[1])
+    packet = json.loads(capsys.readouterr().out.split(f"{run}:1\n", 1)[1])
     guard = RunGuard("t-9")
     guard.ensure_tool("send", risk="reversible_write")
     step = guard.begin("send", {**args, "requested_at": "11:00"})
@@ -113,7 +113,10 @@ def test_check_run_derives_the_same_keys_as_a_run_guard(tmp_path, capsys):
 
 def test_writes_follow_the_write_protocol(tmp_path, capsys):
     """A certainly failed write may run again; one whose outcome is unknown is never
-    replayed (reconcile); the packet lists confirmed writes in the order they ended."""
+    replayed (reconcile); the packet lists the confirmed and the unresolved writes.
+
+    (Line 3 was "repeat 1" before check-run ran the live guard: line 2's call returned
+    nothing, and a live guard counts that first result as new evidence.)"""
     email = {"risk": "reversible_write", "business_key": ["to"]}
     run = write_run(
         tmp_path,
@@ -127,9 +130,105 @@ def test_writes_follow_the_write_protocol(tmp_path, capsys):
     assert main(["check-run", run]) == 1
     out = capsys.readouterr().out
     lines = out.splitlines()
-    assert "allowed (success, repeat 1)" in lines[3]
+    assert "allowed (failure)" in lines[1]
+    assert "allowed (success)" in lines[3]
     assert "reconcile" in lines[5]
     assert "BLOCKED uncertain-side-effect" in lines[6]
-    packet = json.loads(out.split(f"{run}:6\n", 1)[1])
-    assert [step["line"] for step in packet["confirmed"]] == [2, 3]
-    assert [step["line"] for step in packet["uncertain"]] == [4]
+    packet = json.loads(out.split(f"{run}:4\n", 1)[1])
+    assert sorted(step["at"] for step in packet["confirmed"]) == [1, 2]
+    assert [(step["at"], step["status"]) for step in packet["uncertain"]] == [(3, "unknown")]
+
+
+def test_one_unknown_write_blocks_writes_even_when_no_write_follows(tmp_path, capsys):
+    """Issue 21, defect 3: a run whose one write has an unknown outcome, followed by reads
+    only, blocks writes, as a live guard decides: exit 1, the block at the write's line
+    and in the packet's history (before: exit 0, "completes within the budget")."""
+    run = write_run(
+        tmp_path,
+        call(0, "send", args={"to": "a"}, risk="reversible_write", outcome="unknown"),
+        call(5, "lookup", args={"id": 1}, result={"id": 1}),
+    )
+    assert main(["check-run", run]) == 1
+    out = capsys.readouterr().out
+    packet = json.loads(out.split(f"writes would be blocked at {run}:1\n", 1)[1])
+    assert packet["condition"] == "uncertain-side-effect"
+    assert [(c["condition"], c["effect"], c["step"]) for c in packet["history"]] == [
+        ("uncertain-side-effect", "writes-blocked", 1)
+    ]
+    assert packet["counters"]["uncertain"] == 1
+
+
+def test_a_refused_step_spends_nothing_and_says_so(tmp_path, capsys):
+    """Issue 21, defect 3: a tool call's cost is spent by the call, against its class; a
+    call the budget refused did not run and spends nothing, and its line says so. A model
+    step's cost counts toward the total only."""
+    run = write_run(
+        tmp_path,
+        {"at": 0, "cost": "0.05"},
+        call(1, "search", args={"q": "a"}, result={"n": 1}, cost="0.10"),
+        call(2, "search", args={"q": "b"}, result={"n": 2}, cost="0.40"),
+    )
+    budget = tmp_path / "b.toml"
+    budget.write_text("max_tool_calls = 1\n")
+    assert main(["check-run", run, "--budget", str(budget)]) == 1
+    out = capsys.readouterr().out
+    assert "STOP max-tool-calls" in out.splitlines()[2]
+    assert "its cost is not spent: the call did not run" in out.splitlines()[2]
+    packet = json.loads(out.split(f"the run would stop at {run}:3\n", 1)[1])
+    assert packet["counters"]["cost"] == "0.15"
+    assert packet["counters"]["class_cost"]["read"] == "0.1"
+
+
+def test_check_run_prints_the_packet_a_live_guard_gives(tmp_path, capsys):
+    """Issue 21, defect 3: the packet check-run prints is the live guard's for the same
+    run (the same steps, counters, next safe action and history), not one of its own."""
+    from toolbreaker import RunGuard
+    from toolbreaker.testing import FakeClock
+
+    records = [
+        call(0, "search", args={"q": "a"}, result={"n": 1}),
+        call(10, "send", args={"to": "a"}, risk="reversible_write", result={"id": 1}),
+        call(20, "send", args={"to": "b"}, risk="reversible_write", outcome="unknown"),
+        *(call(30 + i, "search", args={"q": "b"}, result={"n": 2}) for i in range(5)),
+    ]
+    run = write_run(tmp_path, *records)
+    assert main(["check-run", run, "--task", "t-live"]) == 1
+    printed = json.loads(capsys.readouterr().out.split(f"{run}:8\n", 1)[1])
+
+    clock = FakeClock()
+    guard = RunGuard("t-live", clock=clock)
+    answers = iter(records)
+
+    def tool(**_kwargs):
+        record = next(answers)
+        if record.get("outcome") == "unknown":
+            raise TimeoutError("no reply")
+        return record["result"]
+
+    guard.tool("search")(tool)
+    guard.tool("send", risk="reversible_write")(tool)
+    for record in records:
+        clock.set(record["at"])
+        guard.call(record["tool"], record["args"])
+    live = json.loads(guard.stop_packet().to_json())
+    assert printed == live
+    assert [c["condition"] for c in live["history"]] == [
+        "uncertain-side-effect",
+        "repeated-action",
+    ]
+
+
+def test_a_tool_is_described_once(tmp_path, capsys):
+    """A live guard knows a tool once: a run whose lines give one tool two risk classes is
+    bad input (exit 2, the line named); a read's business key, which names nothing, may
+    come and go."""
+    run = write_run(
+        tmp_path,
+        call(0, "lookup", args={"id": 1}),
+        call(1, "lookup", args={"id": 2}, business_key=["id"]),
+        call(2, "lookup", args={"id": 3}, risk="reversible_write"),
+    )
+    assert main(["check-run", run]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run}:3: ")
+    assert "tool 'lookup' was recorded as read" in err

@@ -9,9 +9,15 @@ A run trace is JSON Lines, one tool call (or model step) per line::
     {"at": 950, "cost": "0.004"}
 
 ``at`` is milliseconds since the run started; ``risk`` defaults to ``read``; ``outcome`` is
-``success``, ``failure``, ``unknown`` or ``ignored``; ``result`` (any JSON) is the evidence
-the call brought back; ``cost`` is a decimal string. The command prints each decision and,
-if the budget would stop the run, where and why, with the operator's stop packet.
+``success``, ``failure``, ``unknown`` or ``ignored``; ``result`` (any JSON) is what the call
+returned; ``cost`` is a decimal string: a tool call's cost is spent only when the call
+ran (a refused call spends nothing), a line without a tool is a model step. The command
+prints each decision and, if the budget would stop the run or block its writes, where
+and why, with the operator's stop packet.
+
+The replay is a live :class:`~toolbreaker.RunGuard` fed the recorded steps
+(:mod:`toolbreaker.runtime.run._recorded`): this module parses and prints, and decides
+nothing.
 """
 
 from __future__ import annotations
@@ -19,137 +25,121 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
-from typing import Any, TextIO, get_args
+from typing import Any, Final, TextIO, get_args
 
 from toolbreaker.core.breaker.state import MAX_TIME_MS
 from toolbreaker.core.files import iter_lines, loads_json, shown
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass, RunState
-from toolbreaker.core.run.fingerprint import FingerprintError, fingerprint, write_key
-from toolbreaker.core.run.machine import RunDecision, RunEvent, apply
+from toolbreaker.core.run.budget import OUTCOMES, Budget, RiskClass
+from toolbreaker.core.run.fingerprint import FingerprintError
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import ToolbreakerError, TraceError
-from toolbreaker.runtime import StopPacket, evidence_digest
+from toolbreaker.runtime.run._recorded import RecordedRun, RecordedStep, Replayed
 
 __all__ = ["check_run"]
 
 _FIELDS = frozenset(
     {"at", "tool", "args", "risk", "recovery", "outcome", "result", "cost", "business_key"}
 )
+#: What check-run prints for answers other than a run or a stop.
+_ANSWERED: Final = {
+    "journal": "answered from the journal (not repeated)",
+    "reconcile": "reconcile (an earlier attempt's outcome is unknown)",
+    "queued": "answered as queued (a drainer makes it)",
+    "handed-off": "answered as handed off (a person owns it)",
+    "deferred": "deferred to the next turn",
+}
 
 
 def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
-    """Replay the run at ``path``; exit 0 if it completes, 1 if the budget stops it.
+    """Replay the run at ``path``; exit 0 if it completes, 1 if it stops or blocks writes.
 
-    The records drive :func:`toolbreaker.core.run.machine.apply`, the machine a live
-    :class:`~toolbreaker.RunGuard` drives, with a journal kept in memory: every line gets
-    the decision the guard would make (``run``, ``journal``, ``reconcile``,
-    ``writes-blocked``, ``stopped``). Reads go on after a blocked write, as they do live.
+    Every line goes through a live :class:`~toolbreaker.RunGuard` with a journal in
+    memory and its clock at the line's ``at``, whose tools end as recorded, so each line
+    gets the decision the guard makes (``run``, ``journal``, ``reconcile``,
+    ``writes-blocked``, ``stopped``), and the packet is the guard's. Reads go on after a
+    blocked write, as they do live.
     """
-    lines = _read(path)
-    run: RunState | None = None
-    # write key -> (status, result): the write protocol's moves, kept in memory
-    journal: dict[str, tuple[protocol.Status, Any]] = {}
-    steps: dict[str, dict[str, Any]] = {}  # write key -> the step the packet shows
-    first: tuple[int, Action, str | None, RunDecision] | None = None
+    replay = RecordedRun(task, budget)
+    lines: dict[int, int] = {}  # the run's step number -> the line it came from
     out.write(f"{'line':>5}  {'at ms':>7}  {'tool':<20} decision\n")
-    for number, data in lines:
+    for number, data in _read(path):
         try:
-            at = data["at"]
-            run = run or RunState.start(task, at)
-            if "tool" not in data:
-                run, _ = apply(run, RunEvent("cost", at, cost=data.get("cost", "0")), budget)
-                continue
-            action, key = _action(data, task)
-            status, journaled = journal.get(key, (None, None)) if key else (None, None)
-            run, decision = apply(
-                run,
-                RunEvent(
-                    "request",
-                    at,
-                    action,
-                    journal=status,
-                    evidence=evidence_digest(journaled) if protocol.made(status) else None,
-                ),
-                budget,
-            )
-            if decision.runs:
-                outcome = data.get("outcome", "success")
-                result = data.get("result")
-                evidence = evidence_digest(result) if "result" in data else None
-                event = RunEvent(
-                    "outcome", at, action, outcome=outcome, evidence=evidence, cost=data.get("cost")
-                )
-                run, _ = apply(run, event, budget)
-                move = protocol.settled_move(outcome)
-                if key and move is not None:
-                    # As the guard journals it: attempted, then how it ended.
-                    written = protocol.after(protocol.after(status, "attempt"), move)
-                    journal.pop(key, None)  # the packet lists writes in the order they ended
-                    journal[key] = (written, result if protocol.made(written) else None)
-                    steps[key] = {"line": number, "tool": action.tool, "idempotency_key": key}
-                note = f"allowed ({outcome}" + (
-                    f", repeat {decision.repeat})" if decision.repeat else ")"
-                )
-            elif decision.stop is not None:
-                word = "STOP" if decision.verdict == "stopped" else "BLOCKED"
-                note = f"{word} {decision.stop.condition}: {decision.stop.detail}"
-                if first is None or (
-                    decision.verdict == "stopped" and first[3].verdict != "stopped"
-                ):
-                    first = (number, action, key, decision)
-            else:
-                note = {"journal": "answered from the journal (not repeated)"}.get(
-                    decision.verdict, "reconcile (an earlier attempt's outcome is unknown)"
-                )
-            # What an operator reads is masked, tool names and stop details included.
-            out.write(redact_text(f"{number:>5}  {at:>7}  {action.tool:<20} {note}") + "\n")
+            done = replay.replay(_step(data))
         except (ToolbreakerError, KeyError, TypeError, ValueError) as exc:
             raise TraceError(_message(exc), file=path, line=number) from None
-    if first is None or run is None:
-        counters = run.counters() if run else {}
+        if done.decision is None:
+            continue  # a model step
+        lines[done.decision.step] = number
+        # What an operator reads is masked, tool names and stop details included.
+        text = f"{number:>5}  {data['at']:>7}  {done.step.tool:<20} {_note(done)}"
+        out.write(redact_text(text) + "\n")
+    packet = replay.packet()
+    history = [] if packet is None else list(packet.history)
+    stopped = [c for c in history if c["effect"] == "stopped"]
+    blocked = [c for c in history if c["effect"] == "writes-blocked"]
+    if packet is None or not (stopped or blocked):
+        guard = replay.guard
+        counters = guard.state.counters() if guard is not None else {}
         out.write(f"\nthe run completes within the budget: {json.dumps(counters, default=str)}\n")
         return 0
-    number, action, key, decision = first
-    assert decision.stop is not None
-    packet = StopPacket(
-        task=task,
-        condition=decision.stop.condition,
-        detail=decision.stop.detail,
-        confirmed=tuple(steps[k] for k, (s, _) in journal.items() if protocol.made(s)),
-        uncertain=tuple(steps[k] for k, (s, _) in journal.items() if protocol.unresolved(s)),
-        attempted={
-            "line": number,
-            "tool": action.tool,
-            "fingerprint": action.fingerprint,
-            "idempotency_key": key,
-        },
-        counters=run.counters(),
-        next_safe_action="tune the budget, or fix the plan that led here",
-    )
-    what = "the run would stop" if decision.verdict == "stopped" else "writes would be blocked"
-    out.write(f"\n{what} at {path}:{number}\n{packet.to_json()}\n")
+    where = stopped[0] if stopped else blocked[0]
+    what = "the run would stop" if stopped else "writes would be blocked"
+    line = lines.get(where["step"])
+    place = path if line is None else f"{path}:{line}"
+    out.write(f"\n{what} at {place}\n{packet.to_json()}\n")
     return 1
 
 
-def _action(data: Mapping[str, Any], task: str) -> tuple[Action, str | None]:
+def _note(done: Replayed) -> str:
+    decision = done.decision
+    assert decision is not None
+    step = done.step
+    if decision.runs:
+        repeat = f", repeat {decision.repeat}" if decision.repeat else ""
+        return f"allowed ({step.outcome}{repeat})"
+    if decision.stop is not None:
+        word = "STOP" if decision.verdict == "stopped" else "BLOCKED"
+        note = f"{word} {decision.stop.condition}: {decision.stop.detail}"
+    else:
+        note = _ANSWERED.get(decision.verdict, decision.verdict)
+    if step.cost is not None:
+        note += " (its cost is not spent: the call did not run)"
+    return note
+
+
+def _step(data: Mapping[str, Any]) -> RecordedStep:
+    """A line as a recorded step; the error names the field that is wrong."""
+    at = data["at"]
+    if "tool" not in data:
+        return RecordedStep(at=at, cost=data.get("cost", "0"))
     tool, args = data["tool"], data.get("args", {})
     if not isinstance(tool, str) or not isinstance(args, Mapping):
         raise TypeError("tool must be a string and args an object")
-    risk = data.get("risk", "read")
+    risk: RiskClass = data.get("risk", "read")
     if risk not in get_args(RiskClass):
         raise ValueError(f"risk must be one of {', '.join(get_args(RiskClass))}, got {shown(risk)}")
     recovery = data.get("recovery", False)
     if type(recovery) is not bool:
         raise TypeError(f"recovery must be true or false, got {shown(recovery)}")
-    action = Action(
+    outcome = data.get("outcome", "success")
+    if outcome not in OUTCOMES:
+        raise ValueError(f"outcome must be one of {', '.join(OUTCOMES)}, got {shown(outcome)}")
+    fields = data.get("business_key")
+    if fields is not None and (
+        not isinstance(fields, list) or not all(isinstance(k, str) for k in fields)
+    ):
+        raise TypeError(f"business_key must be a list of strings, got {shown(fields)}")
+    return RecordedStep(
+        at=at,
         tool=tool,
-        fingerprint=fingerprint(tool, args),
+        args=args,
         risk=risk,
         recovery=recovery,
+        business_key=tuple(fields) if fields else None,
+        outcome=outcome,
+        result=data.get("result"),
+        cost=data.get("cost"),
     )
-    key = write_key(tool, args, data.get("business_key"), task=task) if risk in WRITES else None
-    return action, key
 
 
 def _read(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -1,7 +1,9 @@
 """The stop packet: what a person gets instead of "something went wrong".
 
-Built by :class:`~toolbreaker.RunGuard` when a run stops, and by the degradation matrix
-(``handoff`` and ``stop``) when a dependency is out. Secrets are masked when it is built.
+Built by :class:`~toolbreaker.RunGuard` when a run stops (``toolbreaker check-run`` prints
+the same packet), and by the degradation matrix (``handoff`` and ``stop``) when a
+dependency is out. Secrets are masked when it is built. ``history`` was added to
+``toolbreaker.stop/v1`` as a new key: readers that ignore unknown keys read it as before.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ class StopPacket:
         attempted: the attempted action (tool, fingerprint, idempotency key).
         counters: the budget counters when the run stopped.
         next_safe_action: what to do now.
+        history: every condition that stopped the run or blocked its writes, in the order
+            it fired, each with its step (the run's request number), the tool, the effect
+            (``stopped`` or ``writes-blocked``) and the stop's words and numbers: a run
+            whose writes were blocked before it stopped shows both.
     """
 
     task: str
@@ -41,6 +47,7 @@ class StopPacket:
     attempted: Mapping[str, Any] | None
     counters: Mapping[str, Any]
     next_safe_action: str
+    history: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         # Masked where it is built: every way of reading a packet (its fields, str(),
@@ -52,6 +59,7 @@ class StopPacket:
         attempted = self.attempted
         object.__setattr__(self, "attempted", redact(dict(attempted)) if attempted else None)
         object.__setattr__(self, "counters", redact(dict(self.counters)))
+        object.__setattr__(self, "history", tuple(redact(dict(x)) for x in self.history))
 
     def to_dict(self) -> dict[str, Any]:
         """The packet as a JSON-ready dict (secrets were masked when it was built)."""
@@ -65,6 +73,7 @@ class StopPacket:
             "attempted": dict(self.attempted) if self.attempted else None,
             "counters": dict(self.counters),
             "next_safe_action": self.next_safe_action,
+            "history": [dict(x) for x in self.history],
         }
 
     def to_json(self) -> str:

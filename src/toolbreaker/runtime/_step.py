@@ -103,7 +103,7 @@ class Step:
         Raises:
             PermitError: the step was settled already, or carried an answer.
         """
-        self._settle()
+        self.claim()
         return self._owner._step_succeeded(self, result)
 
     def failed(self, exc: BaseException) -> Any:
@@ -114,20 +114,37 @@ class Step:
         Raises:
             PermitError: the step was settled already, or carried an answer.
         """
-        self._settle()
+        self.claim()
         return self._owner._step_failed(self, exc)
 
     async def asucceeded(self, result: Any) -> Any:
         """:meth:`succeeded` for the event loop: never blocks it on the store."""
-        self._settle()
+        self.claim()
         return await self._owner._step_asucceeded(self, result)
 
     async def afailed(self, exc: BaseException) -> Any:
         """:meth:`failed` for the event loop: never blocks it on the store."""
-        self._settle()
+        self.claim()
         return await self._owner._step_afailed(self, exc)
 
-    def _settle(self) -> None:
+    def give(self, answer: Any) -> Step:
+        """The owner's answer instead of a run: the step carries ``answer`` and is settled.
+
+        For the step's owner (a breaker or run guard) while it decides; returns the step.
+        """
+        self.answer = answer
+        self._settled = True
+        return self
+
+    def claim(self) -> None:
+        """Mark the step settled, before settling it.
+
+        What :meth:`succeeded`, :meth:`failed` (and their async twins) do first, and what
+        an owner does when it settles a step itself (a call its turn cancelled by policy).
+
+        Raises:
+            PermitError: the step was settled already, or carried an answer.
+        """
         if self._settled:
             raise PermitError(f"step for {self.tool!r} settled twice or not runnable")
         self._settled = True

@@ -1,6 +1,8 @@
 """The run machine: budgets, fingerprints, secret masking and the run's decisions.
 
 ``machine`` decides a run's requests and events; ``protocol`` is the write protocol (a
-write's journal statuses, their lifecycle, and what every reader does with each).
+write's journal statuses, their lifecycle, and what every reader does with each);
+``budget`` is how far a run may go, ``state`` what a run has done, ``limits`` the limit
+decisions (``budget`` re-exports both).
 Pure like the breaker machine: every function takes ``now`` and returns new values.
 """

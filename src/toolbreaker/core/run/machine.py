@@ -42,6 +42,12 @@ one (a full bulkhead clears in seconds: :func:`toolbreaker.core.degrade.passing`
 other mode served lets the run go on (the sheet chose what the caller gets). Every
 denial names the exact condition.
 
+Every request is a *step* of the run, numbered from 1 (``RunState.steps``; the decision
+carries the number, and the shell names it in the events about that call). Each
+condition that stops the run or blocks its writes is kept in ``RunState.conditions`` in
+the order it fired, with its step: a run whose writes were blocked at step 2 and that
+stopped on a repeat at step 9 keeps both, so its stop packet tells the whole story.
+
 What a journal status means for a request is the write protocol's
 (:mod:`toolbreaker.core.run.protocol`). Everything here is pure: ``now`` arrives inside
 events; the journal is read by the shell and its answer arrives as the event's
@@ -57,6 +63,7 @@ from toolbreaker.core.degrade import passing
 from toolbreaker.core.run import budget as budgets
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
+from toolbreaker.core.run.state import Fired, fired
 from toolbreaker.errors import RunStateError
 
 __all__ = [
@@ -127,6 +134,8 @@ class RunEvent:
         mode: for ``dependency-down``, the degradation mode served instead, if any.
         detail: words for the stop or the block (``dependency-down``, ``stop``, ``resume``).
         count: for ``resume``, how many writes of earlier runs are unresolved.
+        step: for ``outcome``, ``dependency-down`` and ``uncertain``, the step the event
+            is about (the :attr:`RunDecision.step` its request got); 0: the run's latest.
     """
 
     type: str
@@ -141,6 +150,7 @@ class RunEvent:
     count: int = 0
     reason: str = ""
     mode: str | None = None
+    step: int = 0
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:
@@ -166,11 +176,15 @@ class RunDecision:
         verdict: one of :data:`VERDICTS` (``recorded`` for events that are not requests).
         stop: the condition behind ``stopped`` and ``writes-blocked``.
         repeat: for requests, the action's repeat number without new evidence.
+        step: for requests, the run's number for this step (``RunState.steps``, from 1):
+            the step a condition it fires is recorded with, and that the shell names
+            in the events about its outcome.
     """
 
     verdict: Verdict
     stop: Stop | None = None
     repeat: int = 0
+    step: int = 0
 
     @property
     def runs(self) -> bool:
@@ -183,6 +197,7 @@ class RunDecision:
             "verdict": self.verdict,
             "stop": None if self.stop is None else self.stop.to_dict(),
             "repeat": self.repeat,
+            "step": self.step,
         }
 
 
@@ -201,6 +216,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
     if kind == "request":
         assert event.action is not None
         return _request(run, event.action, event, budget)
+    step = event.step or run.steps
     if kind == "outcome":
         assert event.action is not None
         if event.outcome is None:
@@ -209,7 +225,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
             run, event.action, event.outcome, at, evidence=event.evidence, cost=event.cost
         )
         if event.outcome == "unknown" and event.action.risk in WRITES:
-            run = _block_if_uncertain(run, event.action, at, budget, event.detail)
+            run = _block_if_uncertain(run, event.action, at, budget, event.detail, step=step)
         return run, _RECORDED
     if kind == "dependency-down":
         assert event.action is not None
@@ -218,11 +234,13 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         stop = Stop(
             "dependency-open", event.detail, at, event.action.risk, event.action.fingerprint
         )
-        run = budgets.stop(run, stop)
-        return run, RunDecision("stopped", run.stopped)
+        run = _stopped(run, stop, step, event.action.tool)
+        return run, RunDecision("stopped", run.stopped, step=step)
     if kind == "uncertain":
         run = dataclasses.replace(run, uncertain=run.uncertain + 1)
-        return _block_if_uncertain(run, event.action, at, budget, event.detail), _RECORDED
+        return _block_if_uncertain(
+            run, event.action, at, budget, event.detail, step=step
+        ), _RECORDED
     if kind == "resolved":
         uncertain = max(0, run.uncertain - max(1, event.count))
         blocked = run.writes_blocked if uncertain > budget.max_uncertain_side_effects else None
@@ -231,7 +249,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         if event.count <= 0:
             return run, _RECORDED
         run = dataclasses.replace(run, uncertain=run.uncertain + event.count)
-        return _block_if_uncertain(run, None, at, budget, event.detail), _RECORDED
+        return _block_if_uncertain(run, None, at, budget, event.detail, step=step), _RECORDED
     if kind == "cost":
         return budgets.add_cost(run, event.cost or 0), _RECORDED
     if kind == "turn":
@@ -239,49 +257,52 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
             return run, _RECORDED  # nothing is counted without a turn limit
         return dataclasses.replace(run, turn=run.turn + 1, turn_calls=0), _RECORDED
     # kind == "stop": an operator's
-    run = budgets.stop(run, Stop("operator", event.detail or "stopped by an operator", at))
-    return run, RunDecision("stopped", run.stopped)
+    run = _stopped(run, Stop("operator", event.detail or "stopped by an operator", at), step)
+    return run, RunDecision("stopped", run.stopped, step=step)
 
 
 def _request(
     run: RunState, action: Action, event: RunEvent, budget: Budget
 ) -> tuple[RunState, RunDecision]:
     at = event.at
+    step = run.steps + 1  # every request is a step, counted in the state it leaves
     # RunEvent validated the status against the protocol's.
     status = cast("protocol.Status | None", event.journal if action.risk in WRITES else None)
     answer = protocol.on_request(status)
     if answer == "reconcile" or answer == "queued" or answer == "handed-off":  # noqa: PLR1714
         # Never made here: its outcome is unknown (only a status check may look), or a
         # drainer or a person owns it.
-        return run, RunDecision(answer)
+        return dataclasses.replace(run, steps=step), RunDecision(answer, step=step)
     decision = budgets.check(run, action, budget, at)
     if answer == "journal":
         if decision.allowed:
-            run = budgets.begin(run, action, at)
+            run = budgets.begin(run, action, at, steps=step)
             run = budgets.finish(run, action, "success", at, evidence=event.evidence)
-            return run, RunDecision("journal", repeat=decision.repeat)
+            return run, RunDecision("journal", repeat=decision.repeat, step=step)
         assert decision.stop is not None
         if decision.stop.condition == "uncertain-side-effect":
             # Answering a completed write from the journal changes nothing outside.
-            return run, RunDecision("journal", repeat=decision.repeat)
+            run = dataclasses.replace(run, steps=step)
+            return run, RunDecision("journal", repeat=decision.repeat, step=step)
     if decision.allowed:
         limit = budget.max_calls_per_turn
         if limit is None:
-            return budgets.begin(run, action, at), RunDecision("run", repeat=decision.repeat)
+            run = budgets.begin(run, action, at, steps=step)
+            return run, RunDecision("run", repeat=decision.repeat, step=step)
         if run.turn_calls >= limit and run.stopped is None:
-            run = dataclasses.replace(run, deferred=run.deferred + 1)
-            return run, RunDecision("deferred", repeat=decision.repeat)
-        run = budgets.begin(run, action, at)
+            run = dataclasses.replace(run, deferred=run.deferred + 1, steps=step)
+            return run, RunDecision("deferred", repeat=decision.repeat, step=step)
+        run = budgets.begin(run, action, at, steps=step)
         run = dataclasses.replace(run, turn_calls=run.turn_calls + 1)
-        return run, RunDecision("run", repeat=decision.repeat)
+        return run, RunDecision("run", repeat=decision.repeat, step=step)
     stop = decision.stop
     assert stop is not None
+    run = dataclasses.replace(run, steps=step)
     if stop.condition == "uncertain-side-effect" and run.stopped is None:
-        blocked = run.writes_blocked or stop
-        run = dataclasses.replace(run, writes_blocked=blocked)
-        return run, RunDecision("writes-blocked", blocked, decision.repeat)
-    run = budgets.stop(run, stop)
-    return run, RunDecision("stopped", run.stopped, decision.repeat)
+        run = _blocked(run, stop, step, action.tool)
+        return run, RunDecision("writes-blocked", run.writes_blocked, decision.repeat, step)
+    run = _stopped(run, stop, step, action.tool)
+    return run, RunDecision("stopped", run.stopped, decision.repeat, step)
 
 
 def _stops(event: RunEvent) -> bool:
@@ -291,8 +312,24 @@ def _stops(event: RunEvent) -> bool:
     return event.required and not passing(event.reason)
 
 
+def _stopped(run: RunState, stop: Stop, step: int, tool: str | None = None) -> RunState:
+    """The run stopped by ``stop``, the condition kept; the first stop wins."""
+    if run.stopped is not None:
+        return run
+    return fired(budgets.stop(run, stop), Fired(stop, "stopped", step, tool))
+
+
+def _blocked(run: RunState, stop: Stop, step: int, tool: str | None) -> RunState:
+    """The run's writes blocked by ``stop``, the condition kept; a block in force stays."""
+    if run.writes_blocked is not None:
+        return run
+    return fired(
+        dataclasses.replace(run, writes_blocked=stop), Fired(stop, "writes-blocked", step, tool)
+    )
+
+
 def _block_if_uncertain(
-    run: RunState, action: Action | None, at: int, budget: Budget, why: str
+    run: RunState, action: Action | None, at: int, budget: Budget, why: str, *, step: int
 ) -> RunState:
     """Open the run's write breaker once too many writes have an unknown outcome."""
     if run.uncertain <= budget.max_uncertain_side_effects or run.writes_blocked is not None:
@@ -311,4 +348,4 @@ def _block_if_uncertain(
         None if action is None else action.risk,
         None if action is None else action.fingerprint,
     )
-    return dataclasses.replace(run, writes_blocked=stop)
+    return _blocked(run, stop, step, None if action is None else action.tool)

@@ -153,6 +153,7 @@ _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _STORE_DOWN: Final = "store-unavailable"
 _SATURATED: Final = "saturated"
+_RETRY_BUDGET: Final = "retry-budget"
 _HUNG: Final = "hung"
 _PLAIN_SCOPE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
@@ -642,6 +643,14 @@ class Breaker:
             and (self._bulkhead is None or self._slots is not None)
         )
 
+    def stamp_policy_version(self) -> None:
+        """From now on, name in every record the policy version it was decided under.
+
+        What a breaker following a published sheet does (:meth:`adopt` turns it on too):
+        a registry whose follower runs calls it for each breaker it holds and makes.
+        """
+        self._stamp = True
+
     def adopt(self, boundary: Boundary) -> None:
         """Take a new sheet row (a published policy) between calls, keeping the state.
 
@@ -792,12 +801,54 @@ class Breaker:
         """Ask to make one call.
 
         Settle the returned :class:`Permit` with ``record()``, or hand
-        :attr:`Rejection.result` to the model instead of calling the tool.
+        :attr:`Rejection.result` to the model instead of calling the tool. It is
+        :meth:`admit` without a retry, spelled out: the fastest two-step path.
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return target.allow(timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
         return self._enter(self.clock(), deadline)
+
+    def admit(self, *, retry: bool = False, timeout: float | None = _UNSET) -> Permit | Rejection:
+        """Admission and retries, the one way in.
+
+        What :meth:`allow`, :meth:`begin` and a :class:`~toolbreaker.RunGuard` ask.
+        ``retry``: the call re-issues one whose last attempt failed retryably (the model
+        is a retry layer; the caller's ledger of failed calls says so: the breaker's own
+        for :meth:`begin` steps, the run's for a run guard). It spends one retry of this
+        breaker's budget first; when none is left the answer is a :class:`Rejection`
+        with reason ``retry-budget``: the call is not made, and the model reads that the
+        tool is unavailable for this run. A scoped row admits through the current
+        scope's breaker (its budget, its state).
+        """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.admit(retry=retry, timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        return self._admission(retry, deadline)
+
+    def _admission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
+        """:meth:`admit` once the scope and the deadline are known."""
+        if retry and not self._spend_model_retry():
+            return Rejection(self, _RETRY_BUDGET, None)
+        return self._enter(self.clock(), deadline)
+
+    async def aadmit(
+        self, *, retry: bool = False, timeout: float | None = _UNSET
+    ) -> Permit | Rejection:
+        """:meth:`admit` for the event loop: the store round trip is awaited.
+
+        A retry budget shared through the store is paid in a worker thread.
+        """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.aadmit(retry=retry, timeout=timeout)
+        deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
+        return await self._aadmission(retry, deadline)
+
+    async def _aadmission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
+        """:meth:`_admission` for the event loop."""
+        if retry and not await self._aspend_model_retry():
+            return Rejection(self, _RETRY_BUDGET, None)
+        return await self._aenter(self.clock(), deadline)
 
     def begin(
         self,
@@ -816,12 +867,11 @@ class Breaker:
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return target.begin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        refused = self._model_retry(tool or self.tool, dict(args or {}))
-        if refused is None:
-            refused = self._step(tool, args, self._enter(self.clock(), deadline), deadline)
-        if refused.answer is not None and self.degradation.chain:
-            refused.answer = self.degradation.result(refused.tool, refused.args, refused.answer)
-        return refused
+        retry = self._retried(tool or self.tool, dict(args or {}))
+        step = self._step(tool, args, self._admission(retry, deadline), deadline)
+        if step.answer is not None and self.degradation.chain:
+            step.answer = self.degradation.result(step.tool, step.args, step.answer)
+        return step
 
     async def abegin(
         self,
@@ -834,13 +884,11 @@ class Breaker:
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.abegin(tool, args, timeout=timeout)
         deadline = self._default_deadline if timeout is _UNSET else self._deadline_ms(timeout)
-        refused = await self._amodel_retry(tool or self.tool, dict(args or {}))
-        if refused is None:
-            refused = self._step(tool, args, await self._aenter(self.clock(), deadline), deadline)
-        if refused.answer is not None and self.degradation.chain:
-            degraded = self.degradation.aresult(refused.tool, refused.args, refused.answer)
-            refused.answer = await degraded
-        return refused
+        retry = self._retried(tool or self.tool, dict(args or {}))
+        step = self._step(tool, args, await self._aadmission(retry, deadline), deadline)
+        if step.answer is not None and self.degradation.chain:
+            step.answer = await self.degradation.aresult(step.tool, step.args, step.answer)
+        return step
 
     def _step(
         self,
@@ -857,7 +905,7 @@ class Breaker:
 
     def _step_succeeded(self, step: Step, result: Any) -> Any:
         step.permit.record(self.result_verdict(result))
-        self._retry_succeeded()
+        self.retry_succeeded()
         self._model_retry_ended(step.tool, step.args)
         self.degradation.remember(step.tool, step.args, result)
         return result
@@ -871,7 +919,7 @@ class Breaker:
 
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
         await step.permit.arecord(self.result_verdict(result))
-        self._retry_succeeded()
+        self.retry_succeeded()
         self._model_retry_ended(step.tool, step.args)
         await self.degradation.aremember(step.tool, step.args, result)
         return result
@@ -1642,7 +1690,7 @@ class Breaker:
         while True:
             outcome = yield "attempt", self._attempt_timeout(operation, deadline)
             if isinstance(outcome, _Done):
-                self._retry_succeeded()
+                self.retry_succeeded()
                 return outcome.result
             if isinstance(outcome, CircuitOpen):
                 raise outcome  # rejected locally: nothing was attempted, nothing to retry
@@ -1794,8 +1842,11 @@ class Breaker:
         retries = self.stats.retries
         retries[reason] = retries.get(reason, 0) + 1
 
-    def _retry_succeeded(self) -> None:
-        """A success refills the retry budget."""
+    def retry_succeeded(self) -> None:
+        """A call through this breaker succeeded: its retry budget refills.
+
+        Its own call paths do this; so does a run guard for the calls it settles.
+        """
         policy = self._retry
         if self._shared_budget is not None:
             self._shared_budget.succeeded()  # no round trip here: written with the next one
@@ -1847,9 +1898,8 @@ class Breaker:
                     target = self if self._scoped is None else self.for_scope()
                     # The call's keywords by signature: the identity of the model's re-call.
                     call = bound(args, kwargs) if target._retry_budget is not None else {}
-                    refused = await target._amodel_retry(name, call)
-                    if refused is not None:
-                        return refused.answer
+                    if target._retried(name, call) and not await target._aspend_model_retry():
+                        return Rejection(target, _RETRY_BUDGET, None).result_for(name)
                     try:
                         result = await target.acall(func, *args, timeout=timeout, **kwargs)
                     except CircuitOpen as exc:
@@ -1872,9 +1922,8 @@ class Breaker:
                 target = self if self._scoped is None else self.for_scope()
                 # The call's keywords by signature: the identity of the model's re-call.
                 call = bound(args, kwargs) if target._retry_budget is not None else {}
-                refused = target._model_retry(name, call)
-                if refused is not None:
-                    return refused.answer
+                if target._retried(name, call) and not target._spend_model_retry():
+                    return Rejection(target, _RETRY_BUDGET, None).result_for(name)
                 try:
                     result = target.call(func, *args, timeout=timeout, **kwargs)
                 except CircuitOpen as exc:
@@ -1923,7 +1972,7 @@ class Breaker:
         """:meth:`failure_result`, remembering how the call ended for the retry ledger.
 
         The model re-issuing a call whose failure invites a retry is then counted as a
-        retry (see :meth:`_model_retry`); the core decides both.
+        retry (see :meth:`admit`); the core decides both.
         """
         result = self.failure_result(tool, exc)
         if self._retry_budget is not None:
@@ -1959,25 +2008,11 @@ class Breaker:
         self._count_retry("model-retry" if allowed else "model-retry-refused")
         return allowed
 
-    def _model_retry(self, tool: str, call: Mapping[str, Any]) -> Step | None:
-        """The model is a retry layer: a re-issued call that just failed spends a retry.
-
-        Returns a step carrying the ``retry-budget`` answer when the budget is spent
-        (the call is not made), else ``None`` (the call goes ahead).
-        """
-        if not self._retried(tool, call) or self._spend_model_retry():
-            return None
-        return self._model_retry_refused(tool, call)
-
-    async def _amodel_retry(self, tool: str, call: Mapping[str, Any]) -> Step | None:
-        """:meth:`_model_retry` for the event loop: a shared budget is paid in a thread."""
-        if not self._retried(tool, call):
-            return None
+    async def _aspend_model_retry(self) -> bool:
+        """:meth:`_spend_model_retry` for the event loop: a shared budget in a thread."""
         if self._shared_budget is None:
-            allowed = self._spend_model_retry()
-        else:
-            allowed = await asyncio.to_thread(self._spend_model_retry)
-        return None if allowed else self._model_retry_refused(tool, call)
+            return self._spend_model_retry()
+        return await asyncio.to_thread(self._spend_model_retry)
 
     def _retried(self, tool: str, call: Mapping[str, Any]) -> bool:
         """Whether the call re-issues one whose last attempt failed retryably (a retry).
@@ -1989,10 +2024,6 @@ class Breaker:
             return False
         action = action_of(tool, call)
         return action is not None and is_retry(ledger, action)
-
-    def _model_retry_refused(self, tool: str, call: Mapping[str, Any]) -> Step:
-        answer = self._unavailable("retry-budget", None, tool=tool)
-        return Step(self, tool, dict(call), answer=answer)
 
     def _renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
         """The renderer of a rejection; with an operator's ``note`` when there is one."""

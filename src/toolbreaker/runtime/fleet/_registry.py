@@ -259,7 +259,7 @@ class Registry:
         if follower.poll != poll:
             follower.poll = _poll(follower, poll)
         for breaker in self:
-            breaker._stamp = True
+            breaker.stamp_policy_version()
         follower.refresh()
         follower.start()
         return follower
@@ -422,7 +422,7 @@ class Registry:
                 if options:
                     self._options[key] = dict(options)
                 if self.follower is not None:
-                    breaker._stamp = True
+                    breaker.stamp_policy_version()
         if breaker.boundary.health_check is not None and self.health_checker is None:
             self._ensure_checker()
         return breaker

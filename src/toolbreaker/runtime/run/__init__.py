@@ -2,6 +2,8 @@
 
 :class:`~toolbreaker.RunGuard` feeds the run machine (:mod:`toolbreaker.core.run`) and
 carries out its verdicts: the journal, writes that plan, authorize, execute, verify and
-record, turns and their sibling calls, stop packets. It drives dependency breakers through
-:mod:`toolbreaker.runtime.breaker`; it never imports the fleet.
+record, turns and their sibling calls, stop packets; ``_recorded`` replays a recorded run
+through a live guard (what ``toolbreaker check-run`` runs: one driver, so the two never
+disagree). It drives dependency breakers through :mod:`toolbreaker.runtime.breaker`; it
+never imports the fleet.
 """

@@ -1,0 +1,355 @@
+"""The limit decisions: may this action run next, and what its start and end change.
+
+Three pure functions move a run forward, one tool call at a time (the theory of
+operation is :mod:`toolbreaker.core.run.budget`'s)::
+
+    decision = check(run, action, budget, now)   # before: may this action run?
+    run = begin(run, action, now)                # it runs: count the attempt
+    run = finish(run, action, outcome, now, evidence=digest, cost=cost)   # after
+
+plus :func:`add_cost`, :func:`stop` (the first stop wins) and :func:`admit` (check and
+begin in one step). Pure: ``now`` is passed in; states are frozen values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from toolbreaker.core.run._values import (
+    DIGEST_LENGTH,
+    WRITES,
+    RiskClass,
+    as_amount,
+    as_risk,
+    decimal_text,
+    exact_sum,
+    times,
+    with_risk,
+)
+from toolbreaker.core.run.state import (
+    EVIDENCE_LIMIT,
+    HISTORY_LIMIT,
+    MAX_CYCLE,
+    OUTCOMES,
+    PRECEDENCE,
+    TALLY_LIMIT,
+    Action,
+    Attempt,
+    Outcome,
+    RunState,
+    Stop,
+    Tally,
+)
+from toolbreaker.errors import RunStateError
+
+if TYPE_CHECKING:
+    # Only for annotations: the budget module re-exports this one's names.
+    from toolbreaker.core.run.budget import Budget
+
+__all__ = ["PRECEDENCE", "Decision", "add_cost", "admit", "begin", "check", "finish", "stop"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    """What :func:`check` says about one action.
+
+    Attributes:
+        allowed: the action may run.
+        stop: why not; ``None`` exactly when allowed.
+        repeat: how many times in a row this exact action would be repeated without new
+            evidence (0: first occurrence, or new evidence since the last one).
+    """
+
+    allowed: bool
+    stop: Stop | None = None
+    repeat: int = 0
+
+    def __post_init__(self) -> None:
+        if self.allowed != (self.stop is None):
+            raise RunStateError("a decision carries a stop exactly when it denies", field="stop")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The decision as a JSON-ready dict."""
+        return {
+            "allowed": self.allowed,
+            "stop": None if self.stop is None else self.stop.to_dict(),
+            "repeat": self.repeat,
+        }
+
+
+def _check_now(run: RunState, now: int) -> None:
+    if type(now) is not int or now < run.started_at:
+        raise RunStateError(
+            f"now must be integer ms, not before the run started at {run.started_at}; got {now!r}",
+            field="now",
+        )
+
+
+def _tally(run: RunState, fingerprint: str) -> Tally | None:
+    for tally in reversed(run.tallies):  # the most recently begun first
+        if tally.fingerprint == fingerprint:
+            return tally
+    return None
+
+
+def _repeat(run: RunState, action: Action) -> int:
+    """The repeat number ``action`` would have if it began now."""
+    tally = _tally(run, action.fingerprint)
+    if tally is None or run.evidence != tally.evidence:
+        return 0
+    return tally.repeats + 1
+
+
+def _loop(run: RunState, action: Action, budget: Budget) -> str | None:
+    """Describe the loop ``action`` would complete, or return ``None``."""
+    history = run.history
+    sequence = [attempt.fingerprint for attempt in history]
+    sequence.append(action.fingerprint)
+    for n in range(2, MAX_CYCLE + 1):
+        if len(sequence) < 2 * n:
+            break
+        pattern = sequence[-n:]
+        if len(set(pattern)) != n:
+            continue
+        times = 1
+        while times < budget.loop_cycles and sequence[-(times + 1) * n : -times * n] == pattern:
+            times += 1
+        # history[-(n - 1)] began the last pass; the candidate action closes it.
+        tools = ", ".join([attempt.tool for attempt in history[-(n - 1) :]] + [action.tool])
+        if times >= budget.loop_cycles:
+            return f"cycle [{tools}] repeated {times} times (loop_cycles={budget.loop_cycles})"
+        if times >= 2 and run.evidence == history[-(n - 1)].evidence:
+            return f"cycle [{tools}] repeated {times} times without new evidence"
+    return None
+
+
+def _crossing(
+    run: RunState, action: Action, budget: Budget, now: int, repeat: int
+) -> tuple[str, str] | None:
+    """The first limit (in :data:`PRECEDENCE` order) that ``action`` would cross."""
+    risk = action.risk
+    limits = budget.classes[risk]
+    deadline = budget.deadline_ms
+    if deadline is not None and now - run.started_at >= deadline:
+        elapsed = now - run.started_at
+        return "deadline", f"{elapsed} ms since the run started reaches deadline_ms={deadline}"
+    if risk in WRITES and run.uncertain > budget.max_uncertain_side_effects:
+        n = run.uncertain
+        writes = "1 write" if n == 1 else f"{n} writes"
+        return "uncertain-side-effect", (
+            f"{writes} with unknown outcome, more than max_uncertain_side_effects="
+            f"{budget.max_uncertain_side_effects}: {action.tool} ({risk}) may not run "
+            "until reconciled"
+        )
+    if budget.max_cost is not None and run.cost >= budget.max_cost:
+        return "max-cost", (
+            f"cost {decimal_text(run.cost)} reaches max_cost={decimal_text(budget.max_cost)}"
+        )
+    if limits.max_cost is not None and run.class_cost[risk] >= limits.max_cost:
+        return "class-max-cost", (
+            f"{risk} cost {decimal_text(run.class_cost[risk])} reaches "
+            f"classes.{risk}.max_cost={decimal_text(limits.max_cost)}"
+        )
+    if run.calls >= budget.max_tool_calls:
+        return "max-tool-calls", (
+            f"tool call {run.calls + 1} exceeds max_tool_calls={budget.max_tool_calls}"
+        )
+    if limits.max_calls is not None and run.class_calls[risk] >= limits.max_calls:
+        return "class-max-calls", (
+            f"{risk} call {run.class_calls[risk] + 1} ({action.tool}) exceeds "
+            f"classes.{risk}.max_calls={limits.max_calls}"
+        )
+    loop = _loop(run, action, budget)
+    if loop is not None:
+        return "loop", loop
+    limit, name = budget.repeats_for(risk)
+    if repeat > limit:
+        return "repeated-action", (
+            f"{action.tool} repeated {times(repeat)} without new evidence ({name}={limit})"
+        )
+    return None
+
+
+def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
+    """Decide whether ``action`` may run next, without recording anything.
+
+    The run is judged as it would be with the action counted: call ``N`` is allowed
+    when the limit is ``N`` and call ``N + 1`` is denied. When several limits are
+    crossed the stop names the first in :data:`PRECEDENCE`. A stopped run denies
+    everything with its original stop, except recovery reads while fewer than
+    ``budget.max_recovery_calls`` have begun since the stop; those skip every other
+    limit, since the run is already stopped and they only look.
+
+    Args:
+        run: the run so far.
+        action: the intended call.
+        budget: the run's limits.
+        now: integer ms on the run's monotonic clock.
+
+    Returns:
+        The decision; its ``repeat`` says how often the action repeats without new
+        evidence, whether it is allowed or not.
+
+    Raises:
+        RunStateError: ``now`` is not an integer or lies before the run's start.
+    """
+    _check_now(run, now)
+    repeat = _repeat(run, action)
+    if run.stopped is not None:
+        recovery = action.recovery and action.risk == "read"
+        if recovery and run.recovery_calls < budget.max_recovery_calls:
+            return Decision(allowed=True, repeat=repeat)
+        return Decision(allowed=False, stop=run.stopped, repeat=repeat)
+    crossed = _crossing(run, action, budget, now, repeat)
+    if crossed is None:
+        return Decision(allowed=True, repeat=repeat)
+    condition, detail = crossed
+    return Decision(
+        allowed=False,
+        stop=Stop(condition, detail, now, action.risk, action.fingerprint),
+        repeat=repeat,
+    )
+
+
+def begin(run: RunState, action: Action, now: int, *, steps: int | None = None) -> RunState:
+    """Count an allowed action as it starts: calls, its class, its tally, the history.
+
+    ``steps``: the run's step count to record with it (the run machine numbers every
+    request a step, and counts this one in the same state change).
+
+    Raises:
+        RunStateError: ``now`` is not an integer or lies before the run's start.
+    """
+    _check_now(run, now)
+    fingerprint = action.fingerprint
+    tally = _tally(run, fingerprint)
+    occurrences = 1 if tally is None else tally.occurrences + 1
+    tallies = (
+        *(t for t in run.tallies if t.fingerprint != fingerprint),
+        Tally(fingerprint, occurrences, run.evidence, _repeat(run, action)),
+    )
+    return dataclasses.replace(
+        run,
+        calls=run.calls + 1,
+        class_calls=with_risk(run.class_calls, action.risk, run.class_calls[action.risk] + 1),
+        recovery_calls=run.recovery_calls + (run.stopped is not None),
+        history=(*run.history, Attempt(action.tool, fingerprint, run.evidence))[-HISTORY_LIMIT:],
+        tallies=tallies[-TALLY_LIMIT:],
+        steps=run.steps if steps is None else steps,
+    )
+
+
+def _digest(evidence: str) -> str:
+    return hashlib.sha256(evidence.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_LENGTH]
+
+
+def finish(
+    run: RunState,
+    action: Action,
+    outcome: Outcome,
+    now: int,
+    *,
+    evidence: str | None = None,
+    cost: Decimal | int | str | None = None,
+) -> RunState:
+    """Record how a begun action ended.
+
+    Args:
+        run: the run after :func:`begin`.
+        action: the action that ran.
+        outcome: ``success``, ``failure``, ``unknown`` (a write that may or may not have
+            happened: it counts toward ``uncertain``) or ``ignored``.
+        now: integer ms on the run's monotonic clock.
+        evidence: a digest of the observed result; the run's evidence grows when it was
+            not seen among the last :data:`EVIDENCE_LIMIT` distinct digests.
+        cost: the call's cost, recorded in total and against the action's risk class.
+
+    Returns:
+        The run with the outcome recorded.
+
+    Raises:
+        RunStateError: an unknown outcome, a non-string evidence, an invalid cost, or a
+            ``now`` before the run's start.
+    """
+    _check_now(run, now)
+    if outcome not in OUTCOMES:
+        raise RunStateError(
+            f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}", field="outcome"
+        )
+    count = run.evidence
+    digests = run.digests
+    if evidence is not None:
+        if not isinstance(evidence, str):
+            raise RunStateError(f"evidence must be a string, got {evidence!r}", field="evidence")
+        digest = _digest(evidence)
+        if digest in digests:
+            # Seen again: keep it among the remembered ones.
+            digests = (*(d for d in digests if d != digest), digest)
+        else:
+            count += 1
+            digests = (*digests, digest)[-EVIDENCE_LIMIT:]
+    tallies = run.tallies
+    if action.risk in WRITES:
+        # A write's own result (a receipt, a new id) is no reason to write again.
+        for i in range(len(tallies) - 1, -1, -1):
+            if tallies[i].fingerprint == action.fingerprint:
+                mark = dataclasses.replace(tallies[i], evidence=count)
+                tallies = (*tallies[:i], mark, *tallies[i + 1 :])
+                break
+    unknown_write = outcome == "unknown" and action.risk in WRITES
+    return dataclasses.replace(
+        run,
+        evidence=count,
+        digests=digests,
+        tallies=tallies,
+        uncertain=run.uncertain + unknown_write,
+        **({} if cost is None else _costs(run, cost, action.risk)),
+    )
+
+
+def add_cost(
+    run: RunState, amount: Decimal | int | str, *, risk: RiskClass | None = None
+) -> RunState:
+    """Add a cost to the run, e.g. of a model step; with ``risk``, also to that class.
+
+    Raises:
+        RunStateError: the amount is a float, negative, not finite, has more than 18
+            decimal places, or the total would reach 10**18.
+    """
+    return dataclasses.replace(run, **_costs(run, amount, risk))
+
+
+def _costs(run: RunState, amount: object, risk: RiskClass | None) -> dict[str, Any]:
+    """The cost fields of ``run`` with ``amount`` added, exactly."""
+    try:
+        value = as_amount(amount)
+    except (TypeError, ValueError) as exc:
+        raise RunStateError(f"cost {exc}", field="cost") from None
+    total = exact_sum(run.cost, value, "cost")
+    if risk is None:
+        return {"cost": total}
+    risk = as_risk(risk, "risk")
+    spent = exact_sum(run.class_cost[risk], value, "class_cost")
+    return {"cost": total, "class_cost": with_risk(run.class_cost, risk, spent)}
+
+
+def stop(run: RunState, reason: Stop) -> RunState:
+    """Record why the run stopped; the first stop wins and later ones are dropped."""
+    if not isinstance(reason, Stop):
+        raise RunStateError(f"reason must be a Stop, got {reason!r}", field="reason")
+    if run.stopped is not None:
+        return run
+    return dataclasses.replace(run, stopped=reason)
+
+
+def admit(run: RunState, action: Action, budget: Budget, now: int) -> tuple[Decision, RunState]:
+    """:func:`check`, then :func:`begin` if allowed, as one step on one state.
+
+    Use it inside a store's atomic apply so two concurrent calls cannot both take the
+    last slot. A denial leaves the run unchanged: recording the stop is the shell's call.
+    """
+    decision = check(run, action, budget, now)
+    return decision, begin(run, action, now) if decision.allowed else run

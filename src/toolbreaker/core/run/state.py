@@ -1,0 +1,665 @@
+"""A run's state: what one task has done so far, as the budget's decisions see it.
+
+:class:`RunState` counts what the run has done: tool calls in total and per risk class,
+cost, writes whose outcome is unknown, the distinct results it has observed (its
+*evidence*), its recent actions and, per action fingerprint, how often that action came
+back without new evidence; and why it stopped or blocks writes. The decisions that move
+it are :mod:`toolbreaker.core.run.limits` (``check``, ``begin``, ``finish``) and the run
+machine (:mod:`toolbreaker.core.run.machine`); the limits are a
+:class:`~toolbreaker.core.run.budget.Budget`.
+
+The state stays small whatever the agent does (see :data:`HISTORY_LIMIT`,
+:data:`TALLY_LIMIT`, :data:`EVIDENCE_LIMIT`), and round-trips through JSON
+(:meth:`RunState.to_dict`, :meth:`RunState.from_dict`) exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, Final, Literal
+
+from toolbreaker.core.run._values import (
+    DIGEST_LENGTH,
+    RISK_CLASSES,
+    ZERO,
+    RiskClass,
+    RiskMap,
+    as_amount,
+    as_count,
+    as_name,
+    as_risk,
+    decimal_text,
+    exact_sum,
+)
+from toolbreaker.errors import RunStateError
+
+__all__ = [
+    "EFFECTS",
+    "EVIDENCE_LIMIT",
+    "FIRED_LIMIT",
+    "HISTORY_LIMIT",
+    "MAX_CYCLE",
+    "MAX_LOOP_CYCLES",
+    "OUTCOMES",
+    "PRECEDENCE",
+    "RUN_SCHEMA",
+    "STOP_CONDITIONS",
+    "TALLY_LIMIT",
+    "Action",
+    "Attempt",
+    "Effect",
+    "Fired",
+    "Outcome",
+    "RunState",
+    "Stop",
+    "Tally",
+    "fired",
+]
+
+#: How a call ended; ``unknown`` means a write may or may not have happened.
+Outcome = Literal["success", "failure", "unknown", "ignored"]
+#: The outcomes :func:`~toolbreaker.core.run.limits.finish` accepts.
+OUTCOMES: Final[tuple[Outcome, ...]] = ("success", "failure", "unknown", "ignored")
+
+#: The conditions :func:`~toolbreaker.core.run.limits.check` can name, in its order.
+PRECEDENCE: Final = (
+    "deadline",
+    "uncertain-side-effect",
+    "max-cost",
+    "class-max-cost",
+    "max-tool-calls",
+    "class-max-calls",
+    "loop",
+    "repeated-action",
+)
+#: Every condition a :class:`Stop` may carry; the last two are set by shells.
+STOP_CONDITIONS: Final = (*PRECEDENCE, "operator", "dependency-open")
+
+#: The longest cycle loop detection looks for.
+MAX_CYCLE: Final = 4
+#: The largest ``loop_cycles`` a budget may ask for; it bounds the history kept.
+MAX_LOOP_CYCLES: Final = 8
+#: Recent actions kept: enough to see a :data:`MAX_CYCLE` cycle :data:`MAX_LOOP_CYCLES` times.
+HISTORY_LIMIT: Final = MAX_CYCLE * MAX_LOOP_CYCLES
+#: Per-fingerprint tallies kept, the most recently begun ones.
+TALLY_LIMIT: Final = 256
+#: Distinct result digests kept, the most recently observed ones.
+EVIDENCE_LIMIT: Final = 256
+#: The schema tag of :meth:`RunState.to_dict`.
+RUN_SCHEMA: Final = "toolbreaker.run/v2"
+_RUN_SCHEMA_V1: Final = "toolbreaker.run/v1"
+
+_HEX: Final = frozenset("0123456789abcdef")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Action:
+    """One intended tool call, as the budget sees it.
+
+    Attributes:
+        tool: the tool name.
+        fingerprint: the semantic fingerprint of the call (see
+            :mod:`toolbreaker.core.run.fingerprint`); equal intentions share it.
+        risk: the tool's risk class.
+        recovery: a read-only status check or reconcile call that may still run after
+            the run stopped. Only reads can be recovery actions; the flag on a write
+            grants nothing.
+    """
+
+    tool: str
+    fingerprint: str
+    risk: RiskClass = "read"
+    recovery: bool = False
+
+    def __post_init__(self) -> None:
+        as_name(self.tool, "tool")
+        as_name(self.fingerprint, "fingerprint")
+        as_risk(self.risk, "risk")
+        if type(self.recovery) is not bool:
+            raise RunStateError(
+                f"recovery must be a boolean, got {self.recovery!r}", field="recovery"
+            )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stop:
+    """Why a run stopped (or would stop): the exact condition and its numbers.
+
+    Attributes:
+        condition: one of :data:`STOP_CONDITIONS`.
+        detail: the condition in words with the numbers, e.g. ``"tool call 51 exceeds
+            max_tool_calls=50"``.
+        at: when it was decided, integer ms on the run's monotonic clock.
+        risk: the risk class of the action that crossed the limit, when there was one.
+        fingerprint: the fingerprint of that action, when there was one.
+    """
+
+    condition: str
+    detail: str
+    at: int
+    risk: RiskClass | None = None
+    fingerprint: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.condition not in STOP_CONDITIONS:
+            raise RunStateError(
+                f"condition must be one of {', '.join(STOP_CONDITIONS)}, got {self.condition!r}",
+                field="condition",
+            )
+        if not isinstance(self.detail, str):
+            raise RunStateError(f"detail must be a string, got {self.detail!r}", field="detail")
+        as_count(self.at, "at")
+        if self.risk is not None:
+            as_risk(self.risk, "risk")
+        if self.fingerprint is not None:
+            as_name(self.fingerprint, "fingerprint")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stop as a JSON-ready dict."""
+        return {
+            "condition": self.condition,
+            "detail": self.detail,
+            "at": self.at,
+            "risk": self.risk,
+            "fingerprint": self.fingerprint,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Stop:
+        """Load a stop written by :meth:`to_dict`.
+
+        Raises:
+            RunStateError: the data is not exactly such a dict.
+        """
+        fields = ("condition", "detail", "at", "risk", "fingerprint")
+        if not isinstance(data, Mapping) or set(data) != set(fields):
+            raise RunStateError(f"a stop must be an object with keys {', '.join(fields)}")
+        return cls(**{name: data[name] for name in fields})
+
+
+# -- run state ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attempt:
+    """One entry of a run's recent history: an action that began.
+
+    Attributes:
+        tool: the tool name (stop details name cycles by their tools).
+        fingerprint: the action's fingerprint.
+        evidence: the run's evidence count when it began.
+    """
+
+    tool: str
+    fingerprint: str
+    evidence: int
+
+    def __post_init__(self) -> None:
+        as_name(self.tool, "tool")
+        as_name(self.fingerprint, "fingerprint")
+        as_count(self.evidence, "evidence")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tally:
+    """How one fingerprint has come back during a run.
+
+    Attributes:
+        fingerprint: the action's fingerprint.
+        occurrences: how many times it began.
+        evidence: the run's evidence count when its last occurrence began; for a write,
+            raised to the count after its result when that occurrence finished. A new
+            occurrence with the run's evidence still at this value is a repeat.
+        repeats: the repeat number of its last occurrence.
+    """
+
+    fingerprint: str
+    occurrences: int
+    evidence: int
+    repeats: int
+
+    def __post_init__(self) -> None:
+        as_name(self.fingerprint, "fingerprint")
+        as_count(self.evidence, "evidence")
+        as_count(self.repeats, "repeats")
+        if as_count(self.occurrences, "occurrences") <= self.repeats:
+            raise RunStateError(
+                f"occurrences ({self.occurrences}) must exceed repeats ({self.repeats})",
+                field="occurrences",
+            )
+
+
+#: Why a condition fired: it stopped the run, or it blocked the run's writes.
+Effect = Literal["stopped", "writes-blocked"]
+#: The effects, in the order they are listed.
+EFFECTS: Final[tuple[Effect, ...]] = ("stopped", "writes-blocked")
+#: Conditions a run keeps (its first writes block and its stop always among them).
+FIRED_LIMIT: Final = 16
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fired:
+    """One condition that fired in a run: it stopped the run or blocked its writes.
+
+    A run keeps them in the order they fired (:attr:`RunState.conditions`), so a stop
+    packet shows the whole story: writes blocked by an unknown outcome at step 2, then
+    the run stopped on a repeat at step 9, not the last condition alone.
+
+    Attributes:
+        stop: the condition, its words and numbers, when, and the action's risk class and
+            fingerprint (when an action crossed it).
+        effect: ``stopped`` or ``writes-blocked``.
+        step: the run's step it fired at (:attr:`RunState.steps`: the tool requests the
+            run was asked about, numbered from 1); 0 before the first step (a resumed
+            run's unresolved writes).
+        tool: the tool of the step's action, when there was one.
+    """
+
+    stop: Stop
+    effect: Effect
+    step: int
+    tool: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.stop, Stop):
+            raise RunStateError(f"stop must be a Stop, got {self.stop!r}", field="stop")
+        if self.effect not in EFFECTS:
+            raise RunStateError(
+                f"effect must be one of {', '.join(EFFECTS)}, got {self.effect!r}",
+                field="effect",
+            )
+        as_count(self.step, "step")
+        if self.tool is not None:
+            as_name(self.tool, "tool")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The condition as a JSON-ready dict: the stop's fields, the effect, step and tool."""
+        return {**self.stop.to_dict(), "effect": self.effect, "step": self.step, "tool": self.tool}
+
+    @classmethod
+    def from_dict(cls, data: object) -> Fired:
+        """Load a condition written by :meth:`to_dict`.
+
+        Raises:
+            RunStateError: the data is not exactly such a dict.
+        """
+        own = ("effect", "step", "tool")
+        stop_fields = ("condition", "detail", "at", "risk", "fingerprint")
+        if not isinstance(data, Mapping) or set(data) != {*stop_fields, *own}:
+            raise RunStateError(
+                f"a fired condition must be an object with keys {', '.join((*stop_fields, *own))}"
+            )
+        stop = Stop.from_dict({name: data[name] for name in stop_fields})
+        return cls(stop, data["effect"], data["step"], data["tool"])
+
+
+def fired(run: RunState, entry: Fired) -> RunState:
+    """``run`` with ``entry`` added to its conditions, bounded by :data:`FIRED_LIMIT`.
+
+    Beyond the bound the oldest condition is forgotten, but never the first of each effect
+    (the first writes block, the stop): those are what an operator reads first.
+    """
+    kept = (*run.conditions, entry)
+    if len(kept) > FIRED_LIMIT:
+        firsts = {next(i for i, f in enumerate(kept) if f.effect == e) for e in _effects(kept)}
+        drop = next(i for i in range(len(kept)) if i not in firsts)
+        kept = kept[:drop] + kept[drop + 1 :]
+    return dataclasses.replace(run, conditions=kept)
+
+
+def _effects(conditions: tuple[Fired, ...]) -> set[Effect]:
+    return {f.effect for f in conditions}
+
+
+_NO_CALLS: Final[Mapping[RiskClass, int]] = RiskMap(dict.fromkeys(RISK_CLASSES, 0))
+_NO_COST: Final[Mapping[RiskClass, Decimal]] = RiskMap(dict.fromkeys(RISK_CLASSES, ZERO))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunState:
+    """The counters of one run (one task). Start one with :meth:`RunState.start`.
+
+    Attributes:
+        task: the task id.
+        started_at: when the run started, integer ms on a monotonic clock.
+        calls: tool calls begun, recovery reads included.
+        class_calls: tool calls begun per risk class; they sum to ``calls``.
+        cost: the cost recorded so far, tool calls and model steps.
+        class_cost: the part of ``cost`` recorded against each risk class.
+        uncertain: writes whose outcome was unknown.
+        evidence: distinct results observed so far.
+        recovery_calls: recovery reads begun after the run stopped.
+        history: the last :data:`HISTORY_LIMIT` actions begun, oldest first.
+        tallies: per fingerprint, the :data:`TALLY_LIMIT` most recently begun, oldest first.
+        digests: the last :data:`EVIDENCE_LIMIT` distinct result digests, oldest first.
+        stopped: why the run stopped; the first stop is kept.
+        writes_blocked: why writes are refused (too many writes with an unknown
+            outcome); reads go on. Set and cleared by :mod:`toolbreaker.core.run.machine`.
+        turn: model turns begun (counted only under ``Budget.max_calls_per_turn``).
+        turn_calls: tool calls begun in the current turn (likewise).
+        deferred: calls deferred to a later turn by ``max_calls_per_turn``.
+        steps: the tool requests the run was asked about, whatever their verdict (the
+            step numbers of :attr:`conditions`).
+        conditions: every condition that stopped the run or blocked its writes, in the
+            order it fired, each with its step (:class:`Fired`); at most
+            :data:`FIRED_LIMIT`, the first of each effect always kept.
+
+    The three turn counters are left out of :meth:`counters` and :meth:`to_dict` while
+    zero, so runs without a turn limit serialise as before; ``steps`` and ``conditions``
+    are in :meth:`to_dict` (not :meth:`counters`: a stop packet shows the conditions on
+    their own) once the run has any.
+    """
+
+    task: str
+    started_at: int
+    calls: int = 0
+    class_calls: Mapping[RiskClass, int] = _NO_CALLS
+    cost: Decimal = ZERO
+    class_cost: Mapping[RiskClass, Decimal] = _NO_COST
+    uncertain: int = 0
+    evidence: int = 0
+    recovery_calls: int = 0
+    history: tuple[Attempt, ...] = ()
+    tallies: tuple[Tally, ...] = ()
+    digests: tuple[str, ...] = ()
+    stopped: Stop | None = None
+    writes_blocked: Stop | None = None
+    turn: int = 0
+    turn_calls: int = 0
+    deferred: int = 0
+    steps: int = 0
+    conditions: tuple[Fired, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Cheap checks only: this runs on every transition. from_dict checks the rest.
+        as_name(self.task, "task")
+        for name in (
+            "started_at",
+            "calls",
+            "uncertain",
+            "evidence",
+            "recovery_calls",
+            "steps",
+            *_TURN_KEYS,
+        ):
+            as_count(getattr(self, name), name)
+        calls = _risk_map(self.class_calls, "class_calls", as_count)
+        if sum(calls.values()) != self.calls:
+            raise RunStateError(
+                f"class_calls sum to {sum(calls.values())}, not calls={self.calls}",
+                field="class_calls",
+            )
+        object.__setattr__(self, "class_calls", calls)
+        object.__setattr__(self, "cost", _state_amount(self.cost, "cost"))
+        costs = _risk_map(self.class_cost, "class_cost", _state_amount)
+        spent = ZERO
+        for risk in RISK_CLASSES:
+            spent = exact_sum(spent, costs[risk], "class_cost")
+        if spent > self.cost:
+            raise RunStateError(
+                f"class_cost sum to {decimal_text(spent)}, more than cost="
+                f"{decimal_text(self.cost)}",
+                field="class_cost",
+            )
+        object.__setattr__(self, "class_cost", costs)
+        if self.recovery_calls > self.calls or (self.recovery_calls and self.stopped is None):
+            raise RunStateError(
+                "recovery_calls count calls begun after a stop", field="recovery_calls"
+            )
+        for name, limit in (
+            ("history", HISTORY_LIMIT),
+            ("tallies", TALLY_LIMIT),
+            ("digests", EVIDENCE_LIMIT),
+        ):
+            items = getattr(self, name)
+            if type(items) is not tuple or len(items) > limit:
+                raise RunStateError(f"{name} must be a tuple of at most {limit}", field=name)
+        if len(self.digests) > self.evidence:
+            raise RunStateError("more digests than evidence", field="digests")
+        for name in ("stopped", "writes_blocked"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Stop):
+                raise RunStateError(f"{name} must be a Stop, got {value!r}", field=name)
+        conditions = self.conditions
+        if conditions and (
+            type(conditions) is not tuple
+            or len(conditions) > FIRED_LIMIT
+            or not all(isinstance(f, Fired) for f in conditions)
+        ):
+            raise RunStateError(
+                f"conditions must be a tuple of at most {FIRED_LIMIT} fired conditions",
+                field="conditions",
+            )
+
+    @classmethod
+    def start(cls, task: str, now: int) -> RunState:
+        """A fresh run of ``task`` starting at ``now`` (integer ms, monotonic)."""
+        return cls(task=task, started_at=now)
+
+    def counters(self) -> dict[str, Any]:
+        """The counters alone, JSON-ready: what a stop packet shows an operator."""
+        return {
+            "task": self.task,
+            "started_at": self.started_at,
+            "calls": self.calls,
+            "class_calls": dict(self.class_calls),
+            "cost": decimal_text(self.cost),
+            "class_cost": {risk: decimal_text(v) for risk, v in self.class_cost.items()},
+            "uncertain": self.uncertain,
+            "evidence": self.evidence,
+            "recovery_calls": self.recovery_calls,
+            "stopped": None if self.stopped is None else self.stopped.to_dict(),
+            "writes_blocked": None
+            if self.writes_blocked is None
+            else self.writes_blocked.to_dict(),
+            **{name: getattr(self, name) for name in _TURN_KEYS if getattr(self, name)},
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole state as a JSON-ready dict tagged with :data:`RUN_SCHEMA`.
+
+        Decimals are exact text; :meth:`from_dict` restores an equal state.
+        """
+        return {
+            "schema": RUN_SCHEMA,
+            **self.counters(),
+            "history": [
+                {"tool": a.tool, "fingerprint": a.fingerprint, "evidence": a.evidence}
+                for a in self.history
+            ],
+            "tallies": [
+                {
+                    "fingerprint": t.fingerprint,
+                    "occurrences": t.occurrences,
+                    "evidence": t.evidence,
+                    "repeats": t.repeats,
+                }
+                for t in self.tallies
+            ],
+            "digests": list(self.digests),
+            # Only once there are any: a run that never stopped serialises as before.
+            **({"steps": self.steps} if self.steps else {}),
+            **({"conditions": [f.to_dict() for f in self.conditions]} if self.conditions else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> RunState:
+        """Load a state written by :meth:`to_dict`, validating everything.
+
+        Raises:
+            RunStateError: a key is missing or unknown, a value has the wrong type or
+                range, or the parts contradict each other; ``field`` names the place.
+        """
+        if not isinstance(data, Mapping):
+            raise RunStateError(f"a run state must be an object, got {type(data).__name__}")
+        expected = set(_STATE_KEYS) | {name for name in _OPTIONAL_KEYS if name in data}
+        if data.get("schema") == _RUN_SCHEMA_V1:
+            # v1 had no write breaker in the state: it loads with writes not blocked.
+            expected.discard("writes_blocked")
+        if set(data) != expected:
+            missing = sorted(expected - set(data))
+            extra = sorted(str(k) for k in set(data) - expected)
+            raise RunStateError(
+                f"run state keys differ: missing {missing}, unknown {extra}",
+                field=(missing or extra)[0],
+            )
+        if data["schema"] not in (RUN_SCHEMA, _RUN_SCHEMA_V1):
+            raise RunStateError(
+                f"schema must be {RUN_SCHEMA!r}, got {data['schema']!r}", field="schema"
+            )
+        state = cls(
+            task=data["task"],
+            started_at=data["started_at"],
+            calls=data["calls"],
+            class_calls=data["class_calls"],
+            cost=_json_amount(data["cost"], "cost"),
+            class_cost=_risk_map(data["class_cost"], "class_cost", _json_amount),
+            uncertain=data["uncertain"],
+            evidence=data["evidence"],
+            recovery_calls=data["recovery_calls"],
+            history=_json_items(data["history"], "history", Attempt),
+            tallies=_json_items(data["tallies"], "tallies", Tally),
+            digests=tuple(
+                _json_digest(x, f"digests[{i}]") for i, x in enumerate(_json_list(data, "digests"))
+            ),
+            stopped=None if data["stopped"] is None else _json_stop(data["stopped"]),
+            writes_blocked=None
+            if data.get("writes_blocked") is None
+            else _json_stop(data["writes_blocked"], "writes_blocked"),
+            **{name: data[name] for name in _TURN_KEYS if name in data},
+            steps=data.get("steps", 0),
+            conditions=_json_conditions(data.get("conditions", [])),
+        )
+        _check_consistent(state)
+        return state
+
+
+#: Optional counters of :class:`RunState`, present only when non-zero.
+_TURN_KEYS: Final = ("turn", "turn_calls", "deferred")
+#: Keys of :meth:`RunState.to_dict` present only when the run has any.
+_OPTIONAL_KEYS: Final = (*_TURN_KEYS, "steps", "conditions")
+
+_STATE_KEYS: Final = (
+    "schema",
+    "task",
+    "started_at",
+    "calls",
+    "class_calls",
+    "cost",
+    "class_cost",
+    "uncertain",
+    "evidence",
+    "recovery_calls",
+    "history",
+    "tallies",
+    "digests",
+    "stopped",
+    "writes_blocked",
+)
+
+
+def _state_amount(value: object, field: str) -> Decimal:
+    if not isinstance(value, Decimal):
+        raise RunStateError(f"{field} must be a Decimal, got {value!r}", field=field)
+    try:
+        return as_amount(value)
+    except (TypeError, ValueError) as exc:
+        raise RunStateError(f"{field} {exc}", field=field) from None
+
+
+def _risk_map(value: object, field: str, convert: Any) -> RiskMap[Any]:
+    if type(value) is RiskMap:
+        # Built by a transition from values already checked (a count plus one, an exact
+        # sum of checked amounts): checking them again on every step costs more than the
+        # step itself. Anything else (a dict from a caller or a file) is checked here.
+        return value
+    if not isinstance(value, Mapping) or set(value) != set(RISK_CLASSES):
+        raise RunStateError(
+            f"{field} must map exactly {', '.join(RISK_CLASSES)}, got {value!r}", field=field
+        )
+    return RiskMap({risk: convert(value[risk], f"{field}.{risk}") for risk in RISK_CLASSES})
+
+
+def _json_list(data: Mapping[str, Any], field: str) -> list[Any]:
+    value = data[field]
+    if not isinstance(value, list):
+        raise RunStateError(f"{field} must be a list, got {value!r}", field=field)
+    return value
+
+
+def _json_amount(value: object, field: str) -> Decimal:
+    if not isinstance(value, str):
+        raise RunStateError(f"{field} must be a decimal string, got {value!r}", field=field)
+    try:
+        return as_amount(value)
+    except (TypeError, ValueError) as exc:
+        raise RunStateError(f"{field} {exc}", field=field) from None
+
+
+def _json_items(value: object, field: str, kind: Any) -> tuple[Any, ...]:
+    if not isinstance(value, list):
+        raise RunStateError(f"{field} must be a list, got {value!r}", field=field)
+    names = [f.name for f in dataclasses.fields(kind)]
+    out = []
+    for i, item in enumerate(value):
+        where = f"{field}[{i}]"
+        if not isinstance(item, Mapping) or set(item) != set(names):
+            raise RunStateError(
+                f"{where} must be an object with keys {', '.join(names)}", field=where
+            )
+        try:
+            out.append(kind(**{name: item[name] for name in names}))
+        except RunStateError as exc:
+            raise RunStateError(f"{where}.{exc.message}", field=f"{where}.{exc.field}") from None
+    return tuple(out)
+
+
+def _json_digest(value: object, field: str) -> str:
+    if not isinstance(value, str) or len(value) != DIGEST_LENGTH or not set(value) <= _HEX:
+        raise RunStateError(
+            f"{field} must be {DIGEST_LENGTH} lowercase hex digits, got {value!r}", field=field
+        )
+    return value
+
+
+def _json_stop(value: object, name: str = "stopped") -> Stop:
+    try:
+        return Stop.from_dict(value)
+    except RunStateError as exc:
+        field = f"{name}.{exc.field}" if exc.field else name
+        raise RunStateError(f"{name}: {exc.message}", field=field) from None
+
+
+def _json_conditions(value: object) -> tuple[Fired, ...]:
+    if not isinstance(value, list) or len(value) > FIRED_LIMIT:
+        raise RunStateError(
+            f"conditions must be a list of at most {FIRED_LIMIT}, got {value!r}",
+            field="conditions",
+        )
+    out = []
+    for i, item in enumerate(value):
+        try:
+            out.append(Fired.from_dict(item))
+        except RunStateError as exc:
+            where = f"conditions[{i}]"
+            field = f"{where}.{exc.field}" if exc.field else where
+            raise RunStateError(f"{where}: {exc.message}", field=field) from None
+    return tuple(out)
+
+
+def _check_consistent(state: RunState) -> None:
+    """What the cheap constructor checks leave out: uniqueness and evidence marks."""
+    if len({t.fingerprint for t in state.tallies}) != len(state.tallies):
+        raise RunStateError("tallies name a fingerprint twice", field="tallies")
+    if len(set(state.digests)) != len(state.digests):
+        raise RunStateError("digests hold a digest twice", field="digests")
+    marks = [(f"history[{i}]", a.evidence) for i, a in enumerate(state.history)]
+    marks += [(f"tallies[{i}]", t.evidence) for i, t in enumerate(state.tallies)]
+    for where, mark in marks:
+        if mark > state.evidence:
+            raise RunStateError(
+                f"{where}.evidence ({mark}) exceeds evidence ({state.evidence})",
+                field=f"{where}.evidence",
+            )

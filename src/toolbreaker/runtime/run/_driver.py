@@ -1,0 +1,241 @@
+"""One driver for the run guard's sync and async twins: each flow is written once.
+
+A flow of the run guard (begin a call, settle it, run a tool, run it in its turn) is a
+generator. Wherever it needs something that may block (a journal or store round trip,
+the breaker's admission, a degradation's answer, recording an outcome, running the tool)
+it yields an *effect* and receives the effect's value (or its exception) back::
+
+    def _begin(self, tool, args):             # the rules, once
+        step = yield self.blocking(None, self._plan, tool, args)
+        ...
+        admission = yield Admit(breaker)
+        ...
+
+    begin  = lambda tool, args: drive(self._begin(tool, args))          # the sync twin
+    abegin = lambda tool, args: adrive(self._begin(tool, args))         # the async twin
+
+:func:`drive` carries every effect out inline; :func:`adrive` awaits it, or runs it in a
+worker thread when it would block the event loop on a shared store. So the sync and the
+async guard cannot decide differently: they run the same generator (the pattern of the
+stores' compare-and-set loop, ``stores/_shell.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+
+from toolbreaker.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    from toolbreaker.runtime._step import Step
+    from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection
+    from toolbreaker.runtime.breaker._classify import Verdict
+    from toolbreaker.runtime.breaker._degrade import Degradation
+    from toolbreaker.runtime.run._siblings import TurnGroup, TurnMember
+
+__all__ = [
+    "Admit",
+    "Blocking",
+    "Degrade",
+    "Effect",
+    "Flow",
+    "InGroup",
+    "Invoke",
+    "Record",
+    "RunTool",
+    "adrive",
+    "drive",
+]
+
+R = TypeVar("R")
+
+
+class Effect(Protocol):
+    """Something a flow needs done: inline (:meth:`run`) or on the event loop (:meth:`arun`)."""
+
+    def run(self) -> Any:
+        """Do it now, blocking."""
+        ...
+
+    async def arun(self) -> Any:
+        """Do it without blocking the event loop."""
+        ...
+
+
+#: A flow: yields effects, receives their values, returns its answer.
+Flow = Generator[Effect, Any, R]
+
+
+def drive(flow: Flow[R]) -> R:
+    """Run ``flow`` to its end, every effect inline (the sync twins)."""
+    value: Any = None
+    raised: BaseException | None = None
+    while True:
+        try:
+            effect = flow.send(value) if raised is None else flow.throw(raised)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return] # R: the flow's answer
+        value, raised = None, None
+        try:
+            value = effect.run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the flow, which decides
+            raised = exc
+
+
+async def adrive(flow: Flow[R]) -> R:
+    """Run ``flow`` to its end on the event loop, every effect awaited (the async twins)."""
+    value: Any = None
+    raised: BaseException | None = None
+    while True:
+        try:
+            effect = flow.send(value) if raised is None else flow.throw(raised)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return] # R: the flow's answer
+        value, raised = None, None
+        try:
+            value = await effect.arun()
+        except BaseException as exc:  # noqa: BLE001 - handed to the flow, which decides
+            raised = exc
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Blocking:
+    """``fn(*args)``: journal and store work of the guard's own.
+
+    On the event loop it runs inline when every store it may touch lives in this process
+    (a :class:`~toolbreaker.stores.MemoryStore`: nothing to wait for), else in a worker
+    thread.
+    """
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    stores: Sequence[object]
+
+    def run(self) -> Any:
+        """Call it."""
+        return self.fn(*self.args)
+
+    async def arun(self) -> Any:
+        """Call it inline, or in a worker thread when a shared store may block."""
+        if all(isinstance(store, MemoryStore) for store in self.stores):
+            return self.fn(*self.args)
+        return await asyncio.to_thread(self.fn, *self.args)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Admit:
+    """The dependency breaker's admission of one call (``Breaker.admit``).
+
+    A permit or a rejection; ``retry``: the call re-issues one that just failed, and
+    spends a retry of the breaker's budget first.
+    """
+
+    breaker: Breaker
+    retry: bool = False
+
+    def run(self) -> Permit | Rejection:
+        """Ask the breaker (a store round trip, if one is needed, blocks)."""
+        return self.breaker.admit(retry=self.retry)
+
+    async def arun(self) -> Permit | Rejection:
+        """Ask the breaker; its round trip is awaited, a shared budget paid in a thread."""
+        return await self.breaker.aadmit(retry=self.retry)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Degrade:
+    """A sheet row's degradation of a tool-unavailable answer (stores may be involved)."""
+
+    degradation: Degradation
+    tool: str
+    args: dict[str, Any]
+    answer: dict[str, Any]
+    options: dict[str, Any]
+
+    def run(self) -> dict[str, Any]:
+        """The degraded answer."""
+        found: dict[str, Any] = self.degradation.result(
+            self.tool, self.args, self.answer, **self.options
+        )
+        return found
+
+    async def arun(self) -> dict[str, Any]:
+        """The degraded answer, its store round trips awaited."""
+        found: dict[str, Any] = await self.degradation.aresult(
+            self.tool, self.args, self.answer, **self.options
+        )
+        return found
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """Settle the dependency breaker's permit: a verdict, an exception, an outcome name."""
+
+    permit: Permit
+    outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"]
+
+    def run(self) -> None:
+        """Record it (a store round trip, if one is needed, blocks)."""
+        self.permit.record(self.outcome)
+
+    async def arun(self) -> None:
+        """Record it; the store round trip is awaited."""
+        await self.permit.arecord(self.outcome)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Invoke:
+    """Call ``fn()``: a function (sync twins) or a coroutine function (async twins)."""
+
+    fn: Callable[[], Any]
+
+    def run(self) -> Any:
+        """Call it."""
+        return self.fn()
+
+    async def arun(self) -> Any:
+        """Await it."""
+        awaitable: Awaitable[Any] = self.fn()
+        return await awaitable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunTool:
+    """Run a begun step's tool, through its breaker (within its deadline) if it has one."""
+
+    breaker: Breaker | None
+    step: Step
+    fn: Callable[..., Any]
+
+    def run(self) -> Any:
+        """Call the tool."""
+        if self.breaker is not None:
+            return self.breaker.run(self.step, self.fn, **self.step.args)
+        return self.fn(**self.step.args)
+
+    async def arun(self) -> Any:
+        """Await the coroutine tool."""
+        if self.breaker is not None:
+            return await self.breaker.arun(self.step, self.fn, **self.step.args)
+        awaitable: Awaitable[Any] = self.fn(**self.step.args)
+        return await awaitable
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InGroup:
+    """Run a call in its model turn's sibling group (cancelled by policy there)."""
+
+    group: TurnGroup
+    member: TurnMember
+    fn: Callable[[], Any]
+
+    def run(self) -> Any:
+        """The call in a worker thread, abandoned if cancelled."""
+        return self.group.run(self.member, self.fn)
+
+    async def arun(self) -> Any:
+        """The call in a task of its own, cancelled and awaited if cancelled."""
+        return await self.group.arun(self.member, self.fn)

@@ -1,0 +1,223 @@
+"""Plan and authorize: how a run guard decides a call before it runs.
+
+A call is fingerprinted, a write gets its idempotency key and its journal entry is read;
+the run machine decides (:mod:`toolbreaker.core.run.machine`), and the guard carries the
+verdict out: an answer from the journal, a reconcile check, a stop, or a run. A call that
+runs asks its dependency breaker next (the model re-issuing a failed call spends a retry
+of the breaker's budget first), an irreversible one its authority check, and a write is
+journaled pending before it runs. :meth:`Planning._begin` is the one flow behind
+``begin`` and ``abegin`` (:mod:`toolbreaker.runtime.run._driver`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from toolbreaker.core.run import protocol
+from toolbreaker.core.run.budget import WRITES, Action
+from toolbreaker.core.run.fingerprint import fingerprint, write_key
+from toolbreaker.core.run.machine import RunEvent
+from toolbreaker.core.run.redact import redact
+from toolbreaker.core.run.retrying import is_retry
+from toolbreaker.errors import FingerprintError, PolicyError, StoreUnavailable
+from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._result import (
+    deferred_result,
+    denied_result,
+    error_result,
+    handoff_result,
+    journal_down_result,
+    queued_result,
+    stopped_result,
+)
+from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.breaker._breaker import Permit, Rejection, watch_openings
+from toolbreaker.runtime.breaker._degrade import deferred_notice
+from toolbreaker.runtime.run._driver import Admit, Flow
+from toolbreaker.runtime.run._journal import step_of
+from toolbreaker.runtime.run._settle import Settling
+from toolbreaker.runtime.run._shell import CallPlan
+from toolbreaker.runtime.run._tools import ActionRequest, evidence_digest, with_key, without_key
+
+__all__ = ["Planning"]
+
+
+class Planning(Settling):
+    """The start of a call: the run machine's verdict, the breaker, the journal."""
+
+    def _begin(self, tool: str, args: dict[str, Any]) -> Flow[Step]:
+        """Decide one call (``begin`` and ``abegin``): the step says what to do.
+
+        A call the run machine lets run asks its dependency breaker next. The model is a
+        retry layer: re-issuing an action whose last attempt failed retryably (this run's
+        ledger says so) spends a retry of the breaker's budget first, and once it is
+        spent the tool is unavailable for the run (a required tool stops it).
+        """
+        step: Step = yield self.blocking(None, self._plan, tool, args)
+        plan: CallPlan | None = step.plan
+        breaker = None if plan is None or step.answer is not None else plan.spec.breaker
+        if breaker is not None:
+            assert plan is not None
+            with self._lock:
+                retrying = is_retry(self._retries, plan.fingerprint)
+            breaker = breaker.for_scope()  # a scoped row: this tenant's
+            admission = yield Admit(breaker, retrying)
+            if isinstance(admission, Permit):
+                step.permit = admission
+            else:
+                served = None
+                if breaker.degradation.chain:
+                    served = yield self._degrade(plan, admission.result_for(step.tool))
+                yield self.blocking(step, self._refused, step, admission, served)
+        step = yield self.blocking(step, self._journal_pending, step)
+        return self._joined(step)
+
+    def _refused(
+        self, step: Step, admission: Rejection, served: dict[str, Any] | None = None
+    ) -> None:
+        """The dependency breaker refused a step the run machine let through.
+
+        ``served``: the rejection's degradation, already made.
+        """
+        plan: CallPlan = step.plan
+        answer = admission.result_for(step.tool) if served is None else served
+        step.give(self._dependency_down(plan, answer, admission.reason, served=served))
+
+    def _resume(self) -> None:
+        """Once per guard: writes an earlier run left unresolved block writes here too."""
+        if self._resumed:
+            return
+        try:
+            entries = self.journal.journal_entries(self.task)
+        except StoreUnavailable:
+            return  # writes are refused while the journal is down anyway; try again later
+        self._resumed = True
+        unresolved = [e for e in entries if protocol.uncertain(protocol.read(e))]
+        with self._lock:
+            self._uncertain_keys.update(str(e.get("idempotency_key")) for e in unresolved)
+        if unresolved:
+            keys = ", ".join(str(e.get("idempotency_key")) for e in unresolved[:5])
+            self._feed(
+                RunEvent(
+                    "resume",
+                    self.clock(),
+                    count=len(unresolved),
+                    detail=f"left unresolved by an earlier run of {self.task!r}: {keys}",
+                )
+            )
+
+    def _plan(self, tool: str, args: dict[str, Any]) -> Step:
+        spec = self._tools.get(tool)
+        if spec is None:
+            raise PolicyError(f"unknown tool {tool!r} for run {self.task!r}", field="tool")
+        args = without_key(spec, args)
+        try:
+            action_fp = fingerprint(tool, args, self.rules)
+            key = None
+            if spec.risk in WRITES:
+                key = write_key(tool, args, spec.business_key, task=self.task, rules=self.rules)
+        except (FingerprintError, RecursionError) as exc:
+            # Arguments that cannot be checked are never run: the guard could neither
+            # count them nor give a write its key.
+            return Step(self, tool, args, answer=error_result(tool, exc, retryable=False))
+        plan = CallPlan(spec, action_fp, key, args)
+        step = Step(
+            self,
+            tool,
+            args,
+            idempotency_key=key,
+            fingerprint=action_fp,
+            deadline=spec.breaker.timeout if spec.breaker is not None else None,
+            plan=plan,
+        )
+        self._attempted = {"tool": tool, "fingerprint": action_fp, "idempotency_key": key}
+        self._resume()
+        done: dict[str, Any] | None = None
+        try:
+            done = self.journal.journal_get(self.task, key) if key else None
+        except StoreUnavailable:
+            return step.give(journal_down_result(tool))
+        plan.status = status = protocol.read(done)
+        journaled = done.get("result", {"ok": True, "deduplicated": True}) if done else None
+        action = Action(tool=tool, fingerprint=action_fp, risk=spec.risk, recovery=spec.recovery)
+        plan.action = action
+        decision = self._feed(
+            RunEvent(
+                "request",
+                self.clock(),
+                action,
+                journal=status,
+                evidence=evidence_digest(journaled, self.rules) if protocol.made(status) else None,
+            )
+        )
+        step.decision = decision
+        plan.step = decision.step
+        verdict = decision.verdict
+        if verdict == "journal":
+            # A confirmed write is never executed again (how a resumed task skips work).
+            return step.give(journaled)
+        if verdict == "queued" and key is not None:
+            # Queued by the degradation matrix (or maybe): a drainer makes it, not this run.
+            queued = protocol.queue_id(done) or "unknown"
+            maybe = protocol.uncertain(status)
+            return step.give(queued_result(tool, queued, key, already=True, maybe=maybe))
+        if verdict == "handed-off" and key is not None:
+            rid = protocol.reconciliation_id(done) or "unknown"
+            return step.give(handoff_result(tool, rid, step_of(done or {})))
+        if verdict == "reconcile":
+            return step.give(self._reconcile(plan, why="an earlier attempt's outcome is unknown"))
+        if verdict == "deferred":
+            # Not made, not queued: the model reads that it may issue it next turn.
+            limit = self.budget.max_calls_per_turn
+            assert limit is not None
+            if self.notices:
+                key = spec.breaker.key if spec.breaker is not None else None
+                self.notices.emit(deferred_notice(self.task, tool, limit=limit, breaker=key))
+            return step.give(deferred_result(tool, limit=limit))
+        if verdict in ("writes-blocked", "stopped"):
+            assert decision.stop is not None
+            stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
+            return step.give(stop_answer)
+        plan.begun = True
+        plan.opened = watch_openings()
+        if spec.risk == "irreversible" and not self._authorized(step):
+            self._finish(plan, "ignored")
+            return step.give(denied_result(tool))
+        if key is not None:
+            step.args = with_key(spec, args, key)
+        return step
+
+    def _journal_pending(self, step: Step) -> Step:
+        """Journal a write as pending before it runs; no record of the attempt, no attempt."""
+        plan: CallPlan | None = step.plan
+        if step.answer is not None or plan is None or plan.key is None:
+            return step
+        if not self._journal(plan, "attempt"):
+            # A write we could not journal could later be neither skipped nor reconciled.
+            if step.permit is not None:
+                step.permit.record("ignored")
+                step.permit = None
+            self._finish(plan, "ignored")
+            if protocol.unresolved(plan.status):
+                # The pending entry may have been written: this attempt certainly was not
+                # made, so say so (best effort: a pending entry left is only reconciled).
+                self._journal(plan, "not-made")
+            step.give(journal_down_result(step.tool))
+        return step
+
+    def _authorized(self, step: Step) -> bool:
+        spec = step.plan.spec
+        assert spec.authorize is not None
+        request = ActionRequest(
+            task=self.task,
+            tool=spec.name,
+            args=redact(step.args),
+            fingerprint=step.plan.fingerprint,
+            idempotency_key=step.plan.key,
+            risk=spec.risk,
+        )
+        try:
+            return spec.authorize(request) is True
+        except Exception as exc:  # noqa: BLE001 - a failing authority check denies
+            hook_failed(f"the authority check of {spec.name} raised; denied", exc)
+            return False

@@ -1,0 +1,260 @@
+"""A recorded run, replayed through a live run guard: the one run driver check-run uses.
+
+``toolbreaker check-run`` decides nothing itself. It builds a real
+:class:`~toolbreaker.RunGuard` (an in-memory journal, a clock set from each step's ``at``)
+and replays every recorded step through it, as an adapter would: ``begin``, run a tool
+that reproduces the recorded outcome, result and cost, settle. So a recorded run stops
+at the step, for the condition, with the counters and the packet a live guard gives
+when its tools behave as recorded; a test replays generated runs through both and
+compares them.
+
+What a recorded step means, as a live tool:
+
+- ``outcome`` ``success``: the tool returns ``result`` (``None`` when the step has none);
+  a write's ``success`` is a verified one (its ``verify`` passes);
+- ``failure``: the tool raises an error that certainly sent nothing (a refused
+  connection): a write that failed so may be made again;
+- ``unknown``: the tool times out (``TimeoutError``): a write's outcome is unknown
+  (never replayed, it counts against ``max_uncertain_side_effects``); a read failed;
+- ``ignored``: the tool raises an error that is no failure of the dependency (a
+  ``ValueError`` of its own argument check);
+- ``cost``: what the call spent, against the tool's risk class, spent only when the call
+  ran: a step the guard refused (or answered from the journal) did not run and spends
+  nothing. A step without a tool is a model step: its cost counts toward ``max_cost``
+  and no class;
+- an irreversible tool's authority check approved it (the recorded call ran).
+
+A tool keeps the risk class, business key and recovery flag of its first step: a run
+whose steps give one tool two of them is refused (a live guard knows a tool once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from toolbreaker.core.run._values import as_amount
+from toolbreaker.core.run.budget import WRITES, Budget, Outcome, RiskClass
+from toolbreaker.core.run.machine import RunDecision
+from toolbreaker.runtime._packet import StopPacket
+from toolbreaker.runtime.run._guard import GuardedTool, RunGuard
+from toolbreaker.stores.memory import MemoryStore
+
+__all__ = ["RecordedRun", "RecordedStep", "Replayed", "raised_for"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecordedStep:
+    """One step of a recorded run, validated.
+
+    Attributes:
+        at: milliseconds since the run started (the guard's clock at this step).
+        tool: the tool called; ``None`` for a model step (only its cost counts).
+        args: the call's arguments.
+        risk: the tool's risk class.
+        recovery: the tool is a read-only status check that may run after a stop.
+        business_key: argument fields naming a write's business action.
+        outcome: how the call ended when it ran.
+        result: what it returned (``None`` when the step has none).
+        cost: what it spent (a decimal string or an integer), if anything.
+    """
+
+    at: int
+    tool: str | None = None
+    args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    risk: RiskClass = "read"
+    recovery: bool = False
+    business_key: tuple[str, ...] | None = None
+    outcome: Outcome = "success"
+    result: Any = None
+    cost: str | int | Decimal | None = None
+
+    def __post_init__(self) -> None:
+        if self.cost is not None:
+            # Checked here: a cost the guard refuses inside the call would read as the
+            # tool failing.
+            try:
+                as_amount(self.cost)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"cost {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Replayed:
+    """What the live guard did with one recorded step.
+
+    Attributes:
+        step: the recorded step.
+        decision: the run machine's decision for its request (``None``: a model step).
+        answer: what the model read (the tool's result, or the guard's answer).
+        ran: the tool ran (so the step's cost was spent).
+    """
+
+    step: RecordedStep
+    decision: RunDecision | None
+    answer: Any
+    ran: bool
+
+
+class _Clock:
+    """The guard's clock: each recorded step sets it to the step's ``at``."""
+
+    __slots__ = ("now",)
+
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class RecordedRun:
+    """A live run guard fed a recorded run, one step at a time.
+
+    Args:
+        task: the task id the run had (write idempotency keys derive from it).
+        budget: the budget to replay the run under.
+    """
+
+    def __init__(self, task: str, budget: Budget) -> None:
+        self.task = task
+        self.budget = budget
+        self._clock: _Clock | None = None
+        self._guard: RunGuard | None = None
+        self._current: RecordedStep | None = None
+        self._tools: dict[str, tuple[RiskClass, tuple[str, ...] | None, bool]] = {}
+        #: The packet as the run stopped (after the step that stopped it), once it did.
+        self.stopped_packet: StopPacket | None = None
+
+    @property
+    def guard(self) -> RunGuard | None:
+        """The live guard (``None`` before the first step)."""
+        return self._guard
+
+    def replay(self, step: RecordedStep) -> Replayed:
+        """Feed one recorded step to the guard; what it decided and what the model read.
+
+        Raises:
+            ValueError: the step names a tool with another risk class, business key or
+                recovery flag than its first step did, or arguments the guard cannot
+                check (they cannot be fingerprinted).
+        """
+        guard = self._guard_at(step.at)
+        if step.tool is None:
+            if step.cost is not None:
+                guard.add_cost(step.cost)  # a model step: toward max_cost, no class
+            return Replayed(step, None, None, ran=False)
+        self._ensure(guard, step)
+        self._current = step
+        ran = False
+        begun = guard.begin(step.tool, dict(step.args))
+        if begun.decision is None:
+            # The guard refused to fingerprint the arguments (no request was made).
+            raise ValueError(f"the arguments cannot be checked: {_error_of(begun.answer)}")
+        if begun.answer is not None:
+            answer = begun.answer
+        else:
+            ran = True
+            try:
+                result = self._call(**begun.args)
+            except Exception as exc:  # noqa: BLE001 - the guard classifies it, as live
+                answer = begun.failed(exc)
+            else:
+                answer = begun.succeeded(result)
+        if self.stopped_packet is None and guard.stopped is not None:
+            self.stopped_packet = guard.stop_packet()
+        return Replayed(step, begun.decision, answer, ran=ran)
+
+    def packet(self) -> StopPacket | None:
+        """The operator's packet: as the run stopped, else as it ends; ``None`` before any step."""
+        if self.stopped_packet is not None:
+            return self.stopped_packet
+        return None if self._guard is None else self._guard.stop_packet()
+
+    def _guard_at(self, at: int) -> RunGuard:
+        if self._guard is None:
+            self._clock = _Clock(at)
+            self._guard = RunGuard(
+                self.task, budget=self.budget, journal=MemoryStore(), clock=self._clock
+            )
+        assert self._clock is not None
+        self._clock.now = at
+        return self._guard
+
+    def _ensure(self, guard: RunGuard, step: RecordedStep) -> None:
+        """Register the step's tool on first sight; later steps must describe it the same."""
+        assert step.tool is not None
+        # Registered as it means: a business key names a write's action (a read has
+        # none), and the core grants a write's recovery flag nothing.
+        write = step.risk in WRITES
+        described = (step.risk, step.business_key if write else None, step.recovery and not write)
+        known = self._tools.get(step.tool)
+        if known is None:
+            risk, business_key, recovery = described
+            guard.add_tool(
+                GuardedTool(
+                    name=step.tool,
+                    fn=self._call,
+                    risk=risk,
+                    business_key=business_key,
+                    verify=self._verified if risk in WRITES else None,
+                    authorize=_approved if risk == "irreversible" else None,
+                    recovery=recovery,
+                )
+            )
+            self._tools[step.tool] = described
+        elif known != described:
+            raise ValueError(
+                f"tool {step.tool!r} was recorded as {_described(known)} before, "
+                f"as {_described(described)} here: a tool has one risk class, business "
+                "key and recovery flag"
+            )
+
+    def _call(self, **_args: Any) -> Any:
+        """The recorded tool: spends the step's cost, then ends as recorded."""
+        step = self._current
+        assert step is not None
+        assert self._guard is not None
+        if step.cost is not None:
+            self._guard.add_cost(step.cost, risk=step.risk)  # spent: the call ran
+        raised = raised_for(step.outcome)
+        if raised is not None:
+            raise raised
+        return step.result
+
+    def _verified(self, _result: Any) -> bool:
+        """A recorded write's ``success`` is a verified one."""
+        return self._current is not None and self._current.outcome == "success"
+
+
+def raised_for(outcome: str) -> Exception | None:
+    """The exception a live tool raises to end as ``outcome`` (``None``: it returns).
+
+    ``failure``: a refused connection (nothing was sent); ``unknown``: a timeout (a write
+    may have committed); ``ignored``: the tool's own argument check.
+    """
+    if outcome == "failure":
+        return ConnectionRefusedError(111, "recorded failure")
+    if outcome == "unknown":
+        return TimeoutError("recorded unknown outcome")
+    if outcome == "ignored":
+        return ValueError("recorded ignored outcome")
+    return None
+
+
+def _approved(_request: Any) -> bool:
+    return True  # the recorded irreversible call ran: its authority check approved it
+
+
+def _described(known: tuple[RiskClass, Sequence[str] | None, bool]) -> str:
+    risk, business_key, recovery = known
+    key = "no business key" if business_key is None else f"business key {list(business_key)}"
+    return f"{risk} with {key}" + (", a recovery read" if recovery else "")
+
+
+def _error_of(answer: Any) -> str:
+    if isinstance(answer, Mapping):
+        return str(answer.get("error") or answer)
+    return str(answer)

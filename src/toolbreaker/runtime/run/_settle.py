@@ -1,0 +1,303 @@
+"""Settle, verify, reconcile: how a run guard carries out the end of a call.
+
+A call's outcome reaches the dependency breaker first, then the run: a write's result is
+verified (what proves a write is the write protocol's
+:func:`~toolbreaker.core.run.protocol.proves`); a failure that may have committed is an
+unknown outcome (journaled, reconciled, never replayed: :func:`may_have_committed`); a
+dependency that is out is served by its sheet row's degradation, and the run machine
+decides whether the run goes on. The settle flows (:meth:`Settling._settle_success`,
+:meth:`Settling._settle_failure`) are written once for the sync and async twins
+(:mod:`toolbreaker.runtime.run._driver`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from toolbreaker.core.run import protocol
+from toolbreaker.core.run.budget import WRITES
+from toolbreaker.core.run.machine import RunEvent
+from toolbreaker.core.run.retrying import failed_retryably, observe
+from toolbreaker.errors import CircuitOpen
+from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._packet import StopPacket
+from toolbreaker.runtime._result import error_result, stopped_result, unknown_result
+from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.breaker._breaker import Permit
+from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
+from toolbreaker.runtime.breaker._commit import found_in_chain, may_have_committed
+from toolbreaker.runtime.run._driver import Degrade, Flow, Record, adrive, drive
+from toolbreaker.runtime.run._shell import CallPlan, RunShell
+from toolbreaker.runtime.run._tools import evidence_digest, with_key
+
+__all__ = ["Settling"]
+
+
+class Settling(RunShell):
+    """The end of a call: settle the breaker, verify, reconcile, journal (see the module)."""
+
+    # -- the settle flows: one for the sync and the async twins ----------------------------
+
+    def _settle_success(self, step: Step, result: Any) -> Flow[Any]:
+        """A begun (and claimed) step returned ``result``: what the model reads."""
+        self._settling(step)
+        permit = step.permit
+        if permit is not None:
+            yield Record(permit, permit.breaker.result_verdict(result))
+        answer = yield self.blocking(step, self._succeeded, step, result)
+        return self._told(step, answer)
+
+    def _settle_failure(self, step: Step, exc: BaseException) -> Flow[Any]:
+        """A begun (and claimed) step raised ``exc``: what the model reads.
+
+        A cancellation (anything not an ``Exception``) is recorded, then raised again: a
+        write stays pending, reconciled on resume.
+        """
+        self._settling(step)
+        if step.permit is not None:
+            yield Record(step.permit, exc)
+        if not isinstance(exc, Exception):
+            self._told(step, None, exc)
+            raise exc
+        answer = yield self.blocking(step, self._failed, step, exc)
+        return self._told(step, answer)
+
+    # -- the Step's owner callbacks: both twins drive the one flow -------------------------
+
+    def _step_succeeded(self, step: Step, result: Any) -> Any:
+        return drive(self._settle_success(step, result))
+
+    def _step_failed(self, step: Step, exc: BaseException) -> Any:
+        return drive(self._settle_failure(step, exc))
+
+    async def _step_asucceeded(self, step: Step, result: Any) -> Any:
+        return await adrive(self._settle_success(step, result))
+
+    async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
+        return await adrive(self._settle_failure(step, exc))
+
+    # -- execute, verify, record -------------------------------------------------------------
+
+    def _succeeded(self, step: Step, result: Any) -> Any:
+        plan: CallPlan = step.plan
+        spec = plan.spec
+        if spec.risk in WRITES:
+            verified: bool | None = None
+            if spec.verify is not None:
+                try:
+                    verified = bool(spec.verify(result))
+                except Exception as exc:  # noqa: BLE001 - a verifier that crashes proves nothing
+                    hook_failed(f"the verify check of {spec.name} raised", exc)
+                    verified = False
+            if not protocol.proves(result, verified):
+                return self._unknown(
+                    step, "verification failed: the result does not prove the write happened"
+                )
+        self._finish(plan, "success", evidence=evidence_digest(result, self.rules))
+        self._observe_retry(plan, result)
+        if spec.breaker is not None:
+            # The breaker that admitted it (a scoped row's tenant breaker) hears it.
+            owner = step.permit.breaker if isinstance(step.permit, Permit) else spec.breaker
+            owner.retry_succeeded()  # a success refills the retry budget
+            owner.degradation.remember(spec.name, plan.args, result)
+        if plan.key is not None:
+            # The write happened; if the journal is down now, its idempotency key still
+            # protects a retry at the provider.
+            self._journal(plan, "proven", result=result)
+        return result
+
+    def _failed(self, step: Step, exc: Exception) -> Any:
+        plan: CallPlan = step.plan
+        spec = plan.spec
+        verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
+        if spec.risk in WRITES and may_have_committed(exc, verdict):
+            return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
+        self._finish(plan, "failure" if verdict.kind == "failure" else "ignored")
+        self._forget(plan)
+        inner = found_in_chain(exc, CircuitOpen)
+        if inner is not None:
+            # A breaker inside the tool (an httpx transport ...) rejected the call.
+            return self._dependency_down(plan, inner.result_for(spec.name), inner.reason)
+        opened = [b for b in plan.opened if b is not spec.breaker]
+        if opened:
+            # A breaker inside the tool opened on this very failure: say so now.
+            result = opened[-1].failure_result(spec.name, exc)
+            if result.get("tool_unavailable"):
+                return self._dependency_down(plan, result, "opened")
+        if spec.breaker is None:
+            return error_result(spec.name, exc, retryable=verdict.kind == "failure")
+        owner = step.permit.breaker if isinstance(step.permit, Permit) else spec.breaker
+        result = owner.failure_result(spec.name, exc)
+        self._observe_retry(plan, result)
+        if result.get("tool_unavailable"):
+            # This failure opened the dependency's breaker, or left the tool unavailable
+            # for the run (a spent quota or retry budget, a rate limit too long to wait).
+            return self._dependency_down(plan, result, str(result.get("reason", "opened")))
+        return result
+
+    def _dependency_down(
+        self,
+        plan: CallPlan,
+        result: dict[str, Any],
+        reason: str,
+        *,
+        served: dict[str, Any] | None = None,
+    ) -> Any:
+        """A dependency is out: the model hears so, and the run machine decides the rest.
+
+        The tool's sheet row may have a degradation chain: its mode is served here (or was,
+        ``served``, on the event loop) and a write it queued or handed off is journaled so.
+        Whether the run stops is the run machine's (the mode served, the reason, whether
+        the tool is required: see :mod:`toolbreaker.core.run.machine`).
+        """
+        mode = None
+        if served is not None:
+            result, mode = served, served.get("degradation")
+        elif plan.spec.breaker is not None and plan.spec.breaker.degradation.chain:
+            result = self._degrade(plan, result).run()  # off the loop already
+            mode = result.get("degradation")
+        if mode is not None:
+            self._after_degraded(plan, result)
+        self._finish(plan, "ignored")  # it was not made (a queued one is not made yet)
+        if plan.action is None:
+            return result
+        if mode == "stop":
+            detail = str(result.get("detail") or f"required tool {plan.spec.name!r} is unavailable")
+        else:
+            seconds = result.get("retry_after_seconds")
+            detail = f"required tool {plan.spec.name!r} is unavailable ({reason})"
+            if seconds is not None:
+                detail += f"; retry after {seconds} s"
+        decision = self._feed(
+            RunEvent(
+                "dependency-down",
+                self.clock(),
+                plan.action,
+                required=plan.spec.required,
+                reason=reason,
+                mode=None if mode is None else str(mode),
+                detail=detail,
+                step=plan.step,
+            )
+        )
+        if decision.stop is None or mode is not None:
+            return result  # a mode's answer says what the caller gets, the stop included
+        return {**result, **stopped_result(decision.stop)}
+
+    def _degrade(self, plan: CallPlan, result: dict[str, Any]) -> Degrade:
+        """The sheet row's degradation of ``result``, as an effect.
+
+        Queued work runs with the write's idempotency key; a handoff's packet gives the
+        attempted write to a person.
+        """
+        spec = plan.spec
+        assert spec.breaker is not None
+        args = with_key(spec, plan.args, plan.key)  # the drained call carries the same key
+
+        def packet(detail: str) -> StopPacket:
+            if plan.key is None:
+                action = (
+                    f"once the dependency of {spec.name!r} recovers, carry out or drop the "
+                    f"attempted action, then resume task {self.task!r}: confirmed steps are "
+                    "skipped"
+                )
+            else:
+                # The write is handed to the person (journaled so): a resumed run never
+                # makes it unless they say it was not made.
+                action = (
+                    f"the attempted write {plan.key} is yours: once the dependency of "
+                    f"{spec.name!r} recovers, carry it out and record it with "
+                    f"RunGuard.resolve({plan.key!r}, committed=True), or drop it; to let "
+                    f"the resumed run make it, record committed=False. Then resume task "
+                    f"{self.task!r}: confirmed steps are skipped"
+                )
+            return dataclasses.replace(
+                self.stop_packet(),
+                condition="dependency-open",
+                detail=detail,
+                next_safe_action=action,
+            )
+
+        options = {"idempotency_key": plan.key, "packet": packet, "task": self.task}
+        return Degrade(spec.breaker.for_scope().degradation, spec.name, args, result, options)
+
+    def _after_degraded(self, plan: CallPlan, answer: Mapping[str, Any]) -> None:
+        """Journal what a degradation answer did with a write (the protocol's move).
+
+        Queued: a drainer makes it, never this run. Maybe queued (the queue's store did
+        not answer): it counts as uncertain. Handed off: a person owns it.
+        """
+        if plan.key is None:
+            return
+        maybe = answer.get("outcome_unknown") is True
+        move = protocol.degraded_move(answer.get("degradation"), maybe=maybe)
+        if move is None:
+            return
+        ids = {
+            name: answer[name]
+            for name in ("queue_id", "reconciliation_id")
+            if isinstance(answer.get(name), str)
+        }
+        self._journal(plan, move, extra=ids)
+        if protocol.uncertain(plan.status) and plan.action is not None:
+            self._counted(plan.key)
+            self._feed(
+                RunEvent(
+                    "uncertain",
+                    self.clock(),
+                    plan.action,
+                    detail=f"it may be queued as {ids.get('queue_id')}",
+                    step=plan.step,
+                )
+            )
+
+    def _unknown(self, step: Step, why: str) -> dict[str, Any]:
+        """An unknown write outcome: never replay, let the core block writes, reconcile."""
+        plan: CallPlan = step.plan
+        if plan.begun and plan.key is not None:
+            self._counted(plan.key)
+        self._finish(plan, "unknown", detail=why)
+        self._journal(plan, "maybe-made")
+        return self._reconcile(plan, why=why)
+
+    def _reconcile(self, plan: CallPlan, *, why: str) -> dict[str, Any]:
+        spec = plan.spec
+        found: Any = None
+        checked = False
+        if spec.reconcile is not None and plan.key is not None:
+            try:
+                found = spec.reconcile(plan.key, plan.args)
+                checked = True
+            except Exception as exc:  # noqa: BLE001 - an unreachable status check proves nothing
+                hook_failed(f"the reconcile check of {spec.name} raised", exc)
+        if checked and found:
+            if self._journal(plan, "found", result=found) and plan.key is not None:
+                # The outcome is known now: it no longer counts as uncertain.
+                self._settled(plan.key)
+        elif checked:
+            # Not found is not proof of absence (a lagging index): it stays unresolved
+            # until an operator decides (RunGuard.resolve).
+            self._journal(plan, "not-found")
+        return unknown_result(
+            spec.name,
+            plan.key,
+            why=why,
+            found=found,
+            checked=checked,
+            writes_blocked=self._run.writes_blocked is not None,
+        )
+
+    def _observe_retry(self, plan: CallPlan, result: Any) -> None:
+        """Remember whether the action's attempt ended in a failure worth retrying."""
+        retryable = failed_retryably(result)
+        with self._lock:
+            self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
+
+
+def _classify(exc: BaseException) -> Verdict:
+    try:
+        return classify_exception(exc)
+    except Exception:  # noqa: BLE001 - never raises by contract; fail closed anyway
+        return Verdict("ambiguous", "classifier-error")

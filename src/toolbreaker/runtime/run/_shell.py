@@ -1,0 +1,351 @@
+"""What every part of a run guard shares: its state, the run machine's feed, the journal.
+
+:class:`RunShell` is the bottom of the run guard (:class:`~toolbreaker.RunGuard`): the
+state a guard keeps, feeding the run machine (:mod:`toolbreaker.core.run.machine`) and
+telling stop listeners, journaling a write by the write protocol's moves
+(:mod:`toolbreaker.core.run.protocol`), the stop packet, and a call's membership of its
+model turn. The parts above it plan and authorize calls (``_plan``), settle, verify and
+reconcile them (``_settle``), and run a model turn's calls (``_turns``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Literal
+
+from toolbreaker.core.run import protocol
+from toolbreaker.core.run.budget import Action, Budget, RunState, Stop
+from toolbreaker.core.run.fingerprint import FingerprintRules
+from toolbreaker.core.run.machine import RunDecision, RunEvent
+from toolbreaker.core.run.machine import apply as run_apply
+from toolbreaker.core.run.retrying import ModelRetries
+from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
+from toolbreaker.runtime._clock import Clock
+from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._packet import StopPacket
+from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.breaker._breaker import Breaker, Permit
+from toolbreaker.runtime.breaker._degrade import Notices
+from toolbreaker.runtime.breaker._watch import BreakerWatch
+from toolbreaker.runtime.run._driver import Blocking
+from toolbreaker.runtime.run._journal import entry_for, packet_steps, settle_first
+from toolbreaker.runtime.run._siblings import BranchOutcome, TurnGroup, TurnMember
+from toolbreaker.runtime.run._tools import GuardedTool
+from toolbreaker.stores._protocol import Journal
+
+__all__ = ["NO_TURN", "CallPlan", "RunShell"]
+
+#: No model turn marked yet.
+NO_TURN: Final = object()
+
+
+@dataclasses.dataclass(slots=True)
+class CallPlan:
+    """One call of a run as the guard carries it from its request to its outcome.
+
+    Attributes:
+        spec: the tool.
+        fingerprint: the action's semantic fingerprint.
+        key: a write's idempotency key, else ``None``.
+        args: the call's arguments (without a key the model made up).
+        action: the action as the run machine sees it (once the request was fed).
+        status: the write's journal status as this guard knows it (the protocol's).
+        step: the run machine's number for this step (the events about its outcome name it).
+        begun: the run machine counted it as running and has not heard its outcome.
+        opened: breakers that opened while it ran (a breaker inside the tool).
+        turn: its model turn's group and its place in it.
+    """
+
+    spec: GuardedTool
+    fingerprint: str
+    key: str | None
+    args: dict[str, Any]
+    action: Action | None = None
+    status: protocol.Status | None = None
+    step: int = 0
+    begun: bool = False
+    opened: list[Breaker] = dataclasses.field(default_factory=list)
+    turn: tuple[TurnGroup, TurnMember] | None = None
+
+
+class RunShell:
+    """A run guard's state and the parts every flow shares (see the module)."""
+
+    task: str
+    budget: Budget
+    journal: Journal
+    clock: Clock
+    rules: FingerprintRules
+    #: Stop listener calls that raised (logged; the run's decisions stood).
+    listener_errors: int
+    #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
+    #: ``guard.notices.add_listener(fn)``.
+    notices: Notices
+    _tools: dict[str, GuardedTool]
+    _lock: threading.Lock
+    _run: RunState
+    _retries: ModelRetries
+    _attempted: dict[str, Any] | None
+    _resumed: bool
+    # The keys of the writes counted as uncertain in this run: an operator's word lifts
+    # the count once per key, whatever the journal said.
+    _uncertain_keys: set[str]
+    _stop_listeners: list[Callable[[StopPacket, Any], None]]
+    _turn: object
+    _group: TurnGroup | None
+    # The observers of the tools' breakers, now and later (see watch_breakers).
+    _watch: BreakerWatch
+    _watch_lock: threading.Lock
+
+    def _start(
+        self, task: str, budget: Budget, journal: Journal, clock: Clock, rules: FingerprintRules
+    ) -> None:
+        """Set the state of a fresh guard for ``task``."""
+        self.task = task
+        self.budget = budget
+        self.journal = journal
+        self.clock = clock
+        self.rules = rules
+        self._tools = {}
+        self._lock = threading.Lock()
+        self._run = RunState.start(task, clock())
+        self._retries = ModelRetries()
+        self._attempted = None
+        self._resumed = False
+        self._uncertain_keys = set()
+        self._stop_listeners = []
+        self._turn = NO_TURN
+        self._group = None
+        self.listener_errors = 0
+        self.notices = Notices()
+        self._watch = BreakerWatch()
+        self._watch_lock = threading.Lock()
+
+    # -- inspection -----------------------------------------------------------------------
+
+    @property
+    def stopped(self) -> Stop | None:
+        """Why the run stopped, or ``None`` while it may continue."""
+        return self._run.stopped
+
+    @property
+    def writes_blocked(self) -> Stop | None:
+        """Why writes are refused for now (writes with an unknown outcome), else ``None``."""
+        return self._run.writes_blocked
+
+    @property
+    def state(self) -> RunState:
+        """The run's state: counters, the stop and the write breaker, as the core keeps it."""
+        return self._run
+
+    def stop_packet(self) -> StopPacket:
+        """The operator packet for the run as it is now."""
+        run = self._run  # one state: the stop, counters and history agree
+        stop = run.stopped or run.writes_blocked
+        try:
+            entries = self.journal.journal_entries(self.task)
+        except StoreUnavailable:
+            entries = [{"status": "journal-unavailable"}]
+        confirmed, uncertain = packet_steps(entries)
+        return StopPacket(
+            task=self.task,
+            condition=stop.condition if stop else "running",
+            detail=stop.detail if stop else "the run has not stopped",
+            confirmed=confirmed,
+            uncertain=uncertain,
+            attempted=self._attempted,
+            counters=run.counters(),
+            next_safe_action=self._next_safe_action(stop, uncertain),
+            history=tuple(fired.to_dict() for fired in run.conditions),
+        )
+
+    # -- the run machine -------------------------------------------------------------------
+
+    def _feed(self, event: RunEvent) -> RunDecision:
+        with self._lock:
+            before = (self._run.stopped, self._run.writes_blocked)
+            self._run, decision = run_apply(self._run, event, self.budget)
+            after = (self._run.stopped, self._run.writes_blocked)
+        if self._stop_listeners and after != before and any(after):
+            self._notify_stop()
+        return decision
+
+    def _notify_stop(self) -> None:
+        packet = self.stop_packet()
+        for listener in tuple(self._stop_listeners):
+            try:
+                listener(packet, self)
+            except Exception as exc:  # noqa: BLE001 - a listener never changes a decision
+                self.listener_errors += 1
+                hook_failed(f"stop listener {listener!r} failed; the run's decision stands", exc)
+
+    def _finish(
+        self,
+        plan: CallPlan,
+        outcome: Literal["success", "failure", "unknown", "ignored"],
+        *,
+        evidence: str | None = None,
+        detail: str = "",
+    ) -> None:
+        if plan.action is None or not plan.begun:
+            return
+        plan.begun = False
+        self._feed(
+            RunEvent(
+                "outcome",
+                self.clock(),
+                plan.action,
+                outcome=outcome,
+                evidence=evidence,
+                detail=detail,
+                step=plan.step,
+            )
+        )
+
+    # -- the journal, by the write protocol's moves ------------------------------------------
+
+    def _forget(self, plan: CallPlan) -> None:
+        """A write that certainly did not happen leaves no pending entry behind."""
+        if plan.key is not None:
+            self._journal(plan, "not-made")
+
+    def _journal(
+        self,
+        plan: CallPlan,
+        move: protocol.Move,
+        *,
+        result: Any = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Journal the protocol's move of the write; whether the store confirmed it.
+
+        A write the store may have made (its answer was lost) is believed made for the
+        moves that follow (they overwrite it), but not confirmed: ``False``.
+        """
+        if plan.key is None:
+            return False
+        status = protocol.after(plan.status, move)
+        entry = self._entry(plan, status, result, extra)
+        try:
+            self.journal.journal_put(self.task, plan.key, entry)
+        except StoreWriteUnknown:
+            plan.status = status
+            return False
+        except StoreUnavailable:
+            return False
+        plan.status = status
+        return True
+
+    def _counted(self, key: str) -> None:
+        """The write under ``key`` counts as uncertain in this run from now on."""
+        with self._lock:
+            self._uncertain_keys.add(key)
+
+    def _settled(self, key: str) -> None:
+        """The write under ``key`` is known now: it stops counting (once, if it counted)."""
+        with self._lock:
+            counted = key in self._uncertain_keys
+            self._uncertain_keys.discard(key)
+        if counted:
+            self._feed(RunEvent("resolved", self.clock(), count=1))
+
+    def _entry(
+        self,
+        plan: CallPlan,
+        status: protocol.Status,
+        result: Any,
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        spec = plan.spec
+        return entry_for(
+            {
+                "tool": spec.name,
+                "risk": spec.risk,
+                "fingerprint": plan.fingerprint,
+                "idempotency_key": plan.key,
+                "status": status,
+                "at": self.clock(),
+                **(extra or {}),
+            },
+            result,
+            external_id=spec.external_id,
+        )
+
+    def _next_safe_action(self, stop: Stop | None, uncertain: tuple[Mapping[str, Any], ...]) -> str:
+        if stop is None:
+            return "continue the run"
+        condition = stop.condition
+        if condition == "uncertain-side-effect" or uncertain:
+            return settle_first(self.task, uncertain)
+        if condition == "dependency-open":
+            return (
+                f"wait for the dependency to recover ({stop.detail}), then resume task "
+                f"{self.task!r}: the confirmed steps will not be repeated"
+            )
+        if condition in ("repeated-action", "loop"):
+            return (
+                "stop calling tools; summarise what is known and ask the user or an "
+                "operator how to proceed (the plan is looping)"
+            )
+        if condition == "operator":
+            return "wait for the operator's decision"
+        return f"summarise progress; an operator may raise the budget and resume task {self.task!r}"
+
+    # -- the model turn's sibling group ----------------------------------------------------
+
+    def _required_breakers(self) -> tuple[Breaker, ...]:
+        found: dict[int, Breaker] = {}
+        for spec in tuple(self._tools.values()):
+            if spec.required and spec.breaker is not None:
+                found.setdefault(id(spec.breaker), spec.breaker)
+        return tuple(found.values())
+
+    def _joined(self, step: Step) -> Step:
+        """A step begun within a model turn joins the turn's group (answered ones too)."""
+        group = self._group
+        if group is None:
+            return step
+        group.required = self._required_breakers()
+        breaker = step.permit.breaker if isinstance(step.permit, Permit) else None
+        member = group.join(step.tool, None if step.answer is not None else breaker)
+        if step.answer is not None:
+            group.answered(member, step.answer)
+        elif step.plan is not None:
+            step.plan.turn = (group, member)
+        return step
+
+    def _turn_of(self, step: Step) -> tuple[TurnGroup, TurnMember] | None:
+        plan: CallPlan | None = step.plan
+        return None if plan is None else plan.turn
+
+    def _settling(self, step: Step) -> None:
+        """The step is being settled: an opening its own outcome causes never cancels it."""
+        turn = self._turn_of(step)
+        if turn is not None:
+            turn[1].settling = True
+
+    def _told(self, step: Step, answer: Any, cancelled: BaseException | None = None) -> Any:
+        """Note the answer the model reads in the turn's outcome; returns it."""
+        turn = self._turn_of(step)
+        if turn is not None:
+            group, member = turn
+            if cancelled is not None and member.outcome is None:
+                member.outcome = BranchOutcome(member.name, "cancelled", type(cancelled).__name__)
+            else:
+                group.answered(member, answer)
+        return answer
+
+    # -- effects ---------------------------------------------------------------------------
+
+    def blocking(self, step: Step | None, fn: Callable[..., Any], /, *args: Any) -> Blocking:
+        """``fn(*args)`` as an effect (:class:`~toolbreaker.runtime.run._driver.Blocking`).
+
+        Inline on the event loop when the journal, and the store of the step's breaker,
+        live in this process; in a worker thread otherwise.
+        """
+        stores: list[object] = [self.journal]
+        if step is not None and step.plan is not None and step.plan.spec.breaker is not None:
+            stores.append(step.plan.spec.breaker.store)
+        return Blocking(fn, args, stores)

@@ -1,0 +1,136 @@
+"""The tools a run guard knows, and whose their idempotency argument is.
+
+A :class:`GuardedTool` is a tool as the guard knows it; an :class:`ActionRequest` is what
+an irreversible tool's authority check is asked; a write's idempotency argument is the
+guard's to fill in, never the model's (:func:`key_argument`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from toolbreaker.core.run.budget import WRITES, RiskClass
+from toolbreaker.core.run.fingerprint import FingerprintRules, evidence
+from toolbreaker.errors import PolicyError
+
+if TYPE_CHECKING:
+    from toolbreaker.runtime.breaker._breaker import Breaker
+
+__all__ = [
+    "ActionRequest",
+    "Authorizer",
+    "GuardedTool",
+    "evidence_digest",
+    "key_argument",
+    "not_callable",
+    "with_key",
+    "without_key",
+]
+
+Authorizer = Callable[["ActionRequest"], bool]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActionRequest:
+    """What an authority check (or an approval hook) is asked to approve.
+
+    Attributes:
+        task: the run's task id.
+        tool: the tool name.
+        args: the arguments, secrets masked.
+        fingerprint: the semantic fingerprint of the action.
+        idempotency_key: the key the write will carry.
+        risk: the tool's risk class.
+    """
+
+    task: str
+    tool: str
+    args: Mapping[str, Any]
+    fingerprint: str
+    idempotency_key: str | None
+    risk: RiskClass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GuardedTool:
+    """A tool as the run guard knows it.
+
+    Attributes:
+        name: the tool name the model calls.
+        fn: the implementation, called with the arguments as keywords.
+        risk: ``read``, ``reversible_write`` or ``irreversible``.
+        breaker: the dependency breaker the call goes through (and its deadline).
+        business_key: argument fields (dotted paths) naming the business action, from
+            which a write's idempotency key is derived; default: the whole canonical
+            action.
+        idempotency_arg: the keyword argument that receives the idempotency key.
+        verify: a write's result check; a falsy answer or an exception makes the
+            outcome unknown.
+        reconcile: a read-only status check, called with the idempotency key and the
+            arguments; returns the committed record or ``None``.
+        external_id: extracts the external id (ticket number ...) from a result.
+        authorize: the authority check every irreversible call must pass.
+        required: the run cannot go on without this tool: its breaker opening stops it.
+        recovery: a read-only status check that may still run after the run stopped.
+    """
+
+    name: str
+    fn: Callable[..., Any]
+    risk: RiskClass = "read"
+    breaker: Breaker | None = None
+    business_key: tuple[str, ...] | None = None
+    idempotency_arg: str | None = "idempotency_key"
+    verify: Callable[[Any], bool] | None = None
+    reconcile: Callable[[str, Mapping[str, Any]], Any] | None = None
+    external_id: Callable[[Any], str | None] | None = None
+    authorize: Authorizer | None = None
+    required: bool = False
+    recovery: bool = False
+
+
+def evidence_digest(result: Any, rules: FingerprintRules | None = None) -> str:
+    """What a result proves, as a digest (the core's ``fingerprint.evidence``).
+
+    Results that differ only in volatile fields (a fresh ``request_id`` or ``timestamp``)
+    are the same evidence, so an identical search repeated is caught as a repeat.
+    """
+    return evidence(result, rules)
+
+
+def not_callable(**_kwargs: Any) -> Any:
+    """The ``fn`` of a tool its framework runs (:meth:`RunGuard.ensure_tool`)."""
+    raise PolicyError("this tool is run by its framework, not by RunGuard.call()")
+
+
+# -- the idempotency argument: the guard's to fill in, never the model's ------------------
+
+
+def key_argument(tool: GuardedTool) -> str | None:
+    """The argument that carries a write's idempotency key, or ``None``.
+
+    A read has none, nor a write described with ``idempotency_arg=None``. Its value is the
+    run guard's: adapters hide it from the schema the model sees and hand the tool the
+    guard's key (:func:`with_key`); a value the model sends anyway is dropped
+    (:func:`without_key`).
+    """
+    return tool.idempotency_arg if tool.risk in WRITES and tool.idempotency_arg else None
+
+
+def without_key(tool: GuardedTool, args: Mapping[str, Any]) -> dict[str, Any]:
+    """``args`` without a value the model gave for the key argument.
+
+    Dropped before the action is fingerprinted: a made-up key would make the same write
+    look like another one, with another idempotency key (a duplicate at the provider).
+    """
+    arg = key_argument(tool)
+    if arg is None or arg not in args:
+        return dict(args)
+    return {k: v for k, v in args.items() if k != arg}
+
+
+def with_key(tool: GuardedTool, args: Mapping[str, Any], key: str | None) -> dict[str, Any]:
+    """``args`` carrying the guard's idempotency ``key`` in the key argument, if it has one."""
+    arg = key_argument(tool)
+    return {**args, arg: key} if arg is not None and key is not None else dict(args)

@@ -1,0 +1,150 @@
+"""A model turn's calls: one sibling group per turn, cancelled by policy together.
+
+Adapters mark where the framework starts a model turn (:meth:`Turns.mark_turn`); the
+calls the turn starts are one :class:`~toolbreaker.runtime.run._siblings.TurnGroup`. A
+call run through :meth:`Turns.run_step` (or ``arun_step``) is cancelled by policy when a
+required dependency it needs opens while it runs: settled here, the run stopped as for
+any required dependency going down. One flow serves the sync and the async twin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from toolbreaker.core.run.budget import WRITES
+from toolbreaker.core.run.machine import RunEvent
+from toolbreaker.runtime._result import cancelled_result
+from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.run._driver import Flow, InGroup, Invoke, Record, adrive, drive
+from toolbreaker.runtime.run._plan import Planning
+from toolbreaker.runtime.run._shell import CallPlan
+from toolbreaker.runtime.run._siblings import (
+    CancelledByPolicy,
+    SiblingOutcome,
+    TurnGroup,
+    TurnMember,
+    is_policy,
+)
+
+__all__ = ["Turns"]
+
+R = TypeVar("R")
+
+
+class Turns(Planning):
+    """A run guard's model turns and their sibling calls (see the module)."""
+
+    def mark_turn(self, turn: object = None) -> None:
+        """A model turn begins: the per-turn call count starts again.
+
+        Adapters call it where the framework starts a model turn. ``turn`` identifies the
+        turn (a step number, a request count): calls with the same value mark it once, so
+        every tool call of a turn may mark it; ``None`` always starts a new turn. Without
+        ``Budget.max_calls_per_turn`` nothing is counted.
+        """
+        with self._lock:
+            if turn is not None and turn == self._turn:
+                return
+            self._turn = turn
+            # The calls this turn starts are one sibling group (see run_step).
+            self._group = TurnGroup(turn, ())
+        self._feed(RunEvent("turn", self.clock()))
+
+    def turn_outcome(self) -> SiblingOutcome | None:
+        """The calls of the current (or last) model turn and how each ended.
+
+        ``None`` before the first :meth:`mark_turn`. Each call is ``completed``,
+        ``degraded`` (a tool-unavailable, deferred or degraded answer), ``failed`` or
+        ``cancelled`` (by policy: a required dependency it needs opened while it ran, or
+        the run had stopped before it started), with the reason; ``to_result()`` is the
+        bounded partial outcome a model or caller reads.
+        """
+        group = self._group
+        return None if group is None else group.outcome()
+
+    def run_step(self, step: Step, fn: Callable[[], R]) -> R | CancelledByPolicy:
+        """Run a begun step's tool, ``fn()``, as one call of the current model turn.
+
+        Adapters call it where the framework runs a model response's tool calls in
+        parallel. When a required dependency this call needs opens while it runs, the
+        call is cancelled by policy: abandoned in its worker thread (its result
+        discarded), never started if it had not; the step is then settled and
+        :class:`~toolbreaker.runtime.CancelledByPolicy` carries what the model reads (a
+        write that may have started is an unknown outcome: journaled, reconciled, never
+        replayed) and the run stops, as for any required dependency going down.
+        Otherwise ``fn()``'s result (or exception) is returned as is: settle the step
+        with it. Independent calls, and calls outside a turn, run as they are.
+        """
+        ran: R | CancelledByPolicy = drive(self._in_turn(step, fn))
+        return ran
+
+    async def arun_step(self, step: Step, fn: Callable[[], Awaitable[R]]) -> R | CancelledByPolicy:
+        """:meth:`run_step` on the event loop: the task running the tool is cancelled.
+
+        A call that needs a required dependency runs in a task of its own; a cancellation
+        by policy cancels that task and awaits it, so nothing outlives the call, and the
+        framework's own task gets an ordinary answer. A cancelled caller cancels it too.
+        """
+        ran: R | CancelledByPolicy = await adrive(self._in_turn(step, fn))
+        return ran
+
+    def _in_turn(self, step: Step, fn: Callable[[], Any]) -> Flow[Any]:
+        """Run ``fn`` as one call of the step's turn (``run_step``, ``arun_step``)."""
+        turn = self._turn_of(step)
+        if turn is None:
+            return (yield Invoke(fn))
+        group, member = turn
+        group.refresh(member, self._required_breakers())
+        ran = yield InGroup(group, member, fn)
+        if not is_policy(ran):
+            return ran  # the tool's own result
+        if not step.settled and step.permit is not None:
+            yield Record(step.permit, "ignored")
+        answer = yield self.blocking(step, self._cancelled, step, group, member)
+        return CancelledByPolicy(answer)
+
+    def _cancelled(self, step: Step, group: TurnGroup, member: TurnMember) -> dict[str, Any]:
+        """Settle a call the turn cancelled by policy; what the model reads.
+
+        A write that may have started is an unknown outcome (journaled, reconciled, never
+        replayed); one that never started certainly did not happen. The required
+        dependency is down, so the run stops, as when a required tool is unavailable.
+        """
+        if step.settled:
+            # Settled while its cancellation was on its way (the framework's own error
+            # path): that settlement stands.
+            if member.outcome is not None:
+                return member.outcome.result  # type: ignore[no-any-return]
+            assert member.need is not None
+            return cancelled_result(step.tool, member.need.key)
+        step.claim()
+        plan: CallPlan = step.plan
+        opened = member.opened or member.need
+        assert opened is not None
+        dependency = opened.key
+        why = member.cancelled_because or f"required dependency {dependency!r} opened"
+        answer: dict[str, Any]
+        if plan.spec.risk in WRITES and member.started:
+            unknown = self._unknown(
+                step, f"cancelled by policy while it ran ({why}): the write may have committed"
+            )
+            answer = cancelled_result(step.tool, dependency, unknown=unknown)
+        else:
+            self._finish(plan, "ignored")
+            self._forget(plan)
+            answer = cancelled_result(step.tool, dependency)
+        if plan.action is not None:
+            detail = f"{why}; a call of {plan.spec.name!r} that needs it was cancelled by policy"
+            self._feed(
+                RunEvent(
+                    "dependency-down",
+                    self.clock(),
+                    plan.action,
+                    required=True,
+                    detail=detail,
+                    step=plan.step,
+                )
+            )
+        group.answered(member, answer)
+        return answer

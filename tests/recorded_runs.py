@@ -1,0 +1,275 @@
+"""Generated recorded runs, and a live RunGuard that runs one with real tool functions.
+
+A recorded run (the ``toolbreaker check-run`` format) has reads after a refused write,
+unknown writes, costs on refused steps, reworded repeats, alternations, deadlines and
+model steps. :func:`live` runs it through a live :class:`RunGuard` whose tools behave as
+each step recorded: return its result, time out, refuse the connection, fail their own
+argument check, spend its cost while they run (sync or coroutine tools).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hypothesis import strategies as st
+
+from toolbreaker import Breaker, GuardedTool, Policy, RetryPolicy, RunGuard
+from toolbreaker.core.run.budget import WRITES, Budget, ClassLimits
+from toolbreaker.testing import FakeClock
+
+TASK = "t-parity"
+
+#: name -> (risk, business key, recovery)
+TOOLS: dict[str, tuple[str, tuple[str, ...] | None, bool]] = {
+    "search": ("read", None, False),
+    "refine": ("read", None, False),
+    "status": ("read", None, True),
+    "send": ("reversible_write", ("to",), False),
+    "refund": ("irreversible", ("order",), False),
+}
+
+# Reworded variants of one intention: case, spacing, a prose reason, a volatile field.
+queries = st.sampled_from(["usb cable", "USB  cable", " usb cable", "hdmi"])
+extras = st.fixed_dictionaries(
+    {},
+    optional={
+        "reason": st.sampled_from(["the user asked", "again, politely"]),
+        "requested_at": st.sampled_from(["10:00", "10:05"]),
+    },
+)
+ARGS: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    "search": st.builds(lambda q, e: {"q": q, **e}, queries, extras),
+    "refine": st.builds(lambda q, e: {"q": q, **e}, queries, extras),
+    "status": st.fixed_dictionaries({"id": st.sampled_from([1, 2])}),
+    "send": st.builds(
+        lambda to, body, e: {"to": to, "body": body, **e},
+        st.sampled_from(["c-1", "C-1 ", "c-2"]),
+        st.sampled_from(["hi", "hello"]),
+        extras,
+    ),
+    "refund": st.fixed_dictionaries(
+        {"order": st.sampled_from(["A-1", "A-2"]), "amount": st.sampled_from([5, 7])}
+    ),
+}
+read_results = st.sampled_from(
+    [{"n": 1}, {"n": 2}, {"n": 1, "request_id": "r-7"}, {"items": ["cable"], "n": 3}]
+)
+write_results = st.builds(lambda n: {"id": f"m-{n}"}, st.integers(1, 3))
+costs = st.sampled_from(["0", "0.01", "0.25"])
+
+
+@st.composite
+def tool_step(draw: st.DrawFn, at: int) -> dict[str, Any]:
+    tool = draw(st.sampled_from(sorted(TOOLS)))
+    risk, business_key, recovery = TOOLS[tool]
+    step: dict[str, Any] = {"at": at, "tool": tool, "args": draw(ARGS[tool])}
+    if risk != "read":
+        step["risk"] = risk
+    if business_key is not None:
+        step["business_key"] = list(business_key)
+    if recovery:
+        step["recovery"] = True
+    outcome = draw(
+        st.sampled_from(["success", "success", "success", "failure", "unknown", "ignored"])
+    )
+    if outcome != "success" or draw(st.booleans()):
+        step["outcome"] = outcome
+    if outcome == "success":
+        if risk in WRITES:
+            step["result"] = draw(write_results)  # a write's success carries its proof
+        elif draw(st.booleans()):
+            step["result"] = draw(read_results)
+    if draw(st.booleans()):
+        step["cost"] = draw(costs)
+    return step
+
+
+@st.composite
+def recorded_runs(draw: st.DrawFn) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = []
+    at = draw(st.integers(0, 50))
+    length = draw(st.integers(1, 24))
+    while len(steps) < length:
+        at += draw(st.sampled_from([0, 1, 40, 250]))
+        kind = draw(st.integers(0, 9))
+        if kind == 0:
+            steps.append({"at": at, "cost": draw(costs)})  # a model step
+        elif kind == 1:
+            # An alternation: two reads taking turns, each maybe reworded.
+            q = draw(queries)
+            for n in range(draw(st.integers(4, 8))):
+                tool = ("search", "refine")[n % 2]
+                step = {"at": at + n, "tool": tool, "args": {"q": q, **draw(extras)}}
+                if draw(st.booleans()):
+                    step["result"] = draw(read_results)
+                steps.append(step)
+            at += 8
+        else:
+            steps.append(draw(tool_step(at)))
+    return steps
+
+
+budgets = st.builds(
+    Budget,
+    max_tool_calls=st.integers(3, 14),
+    max_repeats=st.integers(0, 3),
+    max_cost=st.one_of(st.none(), st.sampled_from(["0.3", "1"])),
+    deadline_ms=st.one_of(st.none(), st.integers(300, 3000)),
+    max_uncertain_side_effects=st.integers(0, 2),
+    loop_cycles=st.integers(2, 4),
+    max_recovery_calls=st.integers(0, 2),
+    classes=st.fixed_dictionaries(
+        {},
+        optional={
+            "reversible_write": st.builds(
+                ClassLimits, max_calls=st.integers(1, 4), max_repeats=st.integers(0, 2)
+            ),
+            "read": st.builds(ClassLimits, max_cost=st.sampled_from([None, "0.2"])),
+        },
+    ),
+)
+
+
+# -- a run guard whose tools behave as the steps recorded --------------------------------
+
+
+def live_tools(
+    guard: RunGuard,
+    script: dict[str, Any],
+    *,
+    coroutines: bool = False,
+    breakers: Callable[[str], Breaker] | None = None,
+) -> dict[str, Callable[..., Any]]:
+    """Real tool functions (coroutine functions with ``coroutines``): each does what the
+    step it is called for recorded; with ``breakers``, each goes through the breaker it
+    makes for the tool's name."""
+
+    def make(risk: str) -> Callable[..., Any]:
+        def tool(**_kwargs: Any) -> Any:
+            step = script["step"]
+            if "cost" in step:
+                guard.add_cost(step["cost"], risk=risk)  # a call spends while it runs
+            outcome = step.get("outcome", "success")
+            if outcome == "failure":
+                raise ConnectionRefusedError(111, "connection refused")
+            if outcome == "unknown":
+                raise TimeoutError("the service did not answer in time")
+            if outcome == "ignored":
+                raise ValueError("the tool's own argument check refused it")
+            return copy.deepcopy(step.get("result"))
+
+        async def atool(**kwargs: Any) -> Any:
+            await asyncio.sleep(0)  # a coroutine that yields to the loop, as real ones do
+            return tool(**kwargs)
+
+        return atool if coroutines else tool
+
+    made = {}
+    for name, (risk, business_key, recovery) in TOOLS.items():
+        made[name] = make(risk)
+        guard.add_tool(
+            GuardedTool(
+                name=name,
+                fn=made[name],
+                breaker=None if breakers is None else breakers(name),
+                risk=risk,  # type: ignore[arg-type]
+                business_key=business_key,
+                verify=(lambda r: isinstance(r, Mapping) and "id" in r) if risk in WRITES else None,
+                authorize=(lambda _request: True) if risk == "irreversible" else None,
+                recovery=recovery,
+            )
+        )
+    return made
+
+
+def live(
+    records: list[dict[str, Any]],
+    budget: Budget,
+    *,
+    settle: bool,
+    coroutines: bool = False,
+    breakers: bool = False,
+) -> dict[str, Any]:
+    """Run the records through a live guard; what an operator would see.
+
+    ``settle``: drive each call as an adapter does (begin, run, settle) and note each
+    decision; else with ``guard.call`` (only the end state and packet are compared).
+    ``coroutines``: the tools are coroutine functions and the guard's async twins
+    (``abegin``, ``asucceeded``, ``afailed``, ``acall``) drive them, on an event loop.
+    ``breakers``: every tool goes through a dependency breaker of its own (opening after
+    two failures, on the run's clock, with a retry budget the model's re-calls spend).
+    """
+    return asyncio.run(
+        _live(records, budget, settle=settle, coroutines=coroutines, breakers=breakers)
+    )
+
+
+async def _live(
+    records: list[dict[str, Any]],
+    budget: Budget,
+    *,
+    settle: bool,
+    coroutines: bool,
+    breakers: bool,
+) -> dict[str, Any]:
+    clock = FakeClock(records[0]["at"])
+    guard = RunGuard(TASK, budget=budget, clock=clock)
+    script: dict[str, Any] = {}
+
+    def breaker(name: str) -> Breaker:
+        return Breaker(
+            f"svc-{name}",
+            policy=Policy(failure_threshold=2, cooldown_ms=300),
+            clock=clock,
+            timeout=30.0,
+            enforce="cooperative",
+            retry=RetryPolicy(max_attempts=1, budget=2),
+        )
+
+    tools = live_tools(guard, script, coroutines=coroutines, breakers=breaker if breakers else None)
+    decisions: list[tuple[int, str, str | None]] = []
+    answers: list[Any] = []
+    lines: dict[int, int] = {}
+    stopped_packet = None
+    for number, record in enumerate(records, 1):
+        clock.set(record["at"])
+        if "tool" not in record:
+            guard.add_cost(record["cost"])  # a model step
+            continue
+        script["step"] = record
+        tool, args = record["tool"], record["args"]
+        if settle:
+            step = await guard.abegin(tool, args) if coroutines else guard.begin(tool, args)
+            assert step.decision is not None
+            stop = step.decision.stop
+            decisions.append((number, step.decision.verdict, stop and stop.condition))
+            lines[step.decision.step] = number
+            answer = step.answer
+            if answer is None:
+                try:
+                    result = tools[tool](**step.args)
+                    if coroutines:
+                        result = await result
+                except Exception as exc:  # noqa: BLE001 - settled as a failure
+                    answer = await step.afailed(exc) if coroutines else step.failed(exc)
+                else:
+                    answer = await step.asucceeded(result) if coroutines else step.succeeded(result)
+        else:
+            lines[guard.state.steps + 1] = number
+            answer = await guard.acall(tool, args) if coroutines else guard.call(tool, args)
+        answers.append(answer)
+        if stopped_packet is None and guard.stopped is not None:
+            stopped_packet = guard.stop_packet()
+    packet = stopped_packet or guard.stop_packet()
+    return {
+        "decisions": decisions,
+        "answers": json.loads(json.dumps(answers, default=str)),
+        "lines": lines,
+        "counters": json.loads(json.dumps(guard.state.counters(), default=str)),
+        "packet": json.loads(packet.to_json()),
+        "stops": bool(packet.history),
+    }
