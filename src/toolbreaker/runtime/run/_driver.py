@@ -230,11 +230,12 @@ class InGroup:
 
     group: TurnGroup
     member: TurnMember
+    step: Step
     fn: Callable[[], Any]
 
     def run(self) -> Any:
-        """The call in a worker thread, abandoned if cancelled."""
-        return self.group.run(self.member, self.fn)
+        """The call in a worker thread, let go if cancelled (it counts until it ends)."""
+        return self.group.run(self.member, self.step, self.fn)
 
     async def arun(self) -> Any:
         """The call in a task of its own, cancelled and awaited if cancelled."""

@@ -13,7 +13,9 @@ Structured like ``asyncio.TaskGroup``: no branch outlives the group (a cancelled
 cancels every branch and waits for them), and it works the same on Python 3.10. The
 thread flavour (:meth:`Siblings.run`) runs sync branches in worker threads; a running
 thread cannot be interrupted, so a branch cancelled by policy is *abandoned* (its result,
-whenever it comes, is discarded) and a branch not yet started never starts.
+whenever it comes, is discarded) and a branch not yet started never starts. An abandoned
+branch is answered, not over: what its own calls hold (a breaker's bulkhead slot, its
+lease) they keep until they return.
 
 How an opening is noticed: a listener on each required breaker sees the transitions of
 this process at once; a poll of the breaker's view every :data:`POLL_S` seconds sees an
@@ -43,7 +45,9 @@ from toolbreaker.core.breaker.state import Transition
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import siblings_result
+from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.breaker._deadline import OVERDUE
 
 __all__ = [
     "POLL_S",
@@ -427,7 +431,9 @@ class TurnGroup:
     required breaker opens (its listener hears this process's transition; a poll of its
     view every :data:`POLL_S` seconds sees another process's), every call in flight that
     needs it is cancelled (asyncio: the task running the tool is cancelled and awaited;
-    threads: the call is abandoned, its result discarded). Independent calls finish.
+    threads: the call is let go in its worker, its result discarded, and it keeps its
+    bulkhead slot and lease until it returns, as a call past its deadline does).
+    Independent calls finish.
     Listeners are registered only while a call that needs a required breaker is in
     flight. :meth:`outcome` lists every call of the turn with how it ended.
 
@@ -526,49 +532,54 @@ class TurnGroup:
             return _POLICY
         return task.result()
 
-    def run(self, member: TurnMember, fn: Callable[[], R]) -> R | object:
-        """Call ``fn()`` as ``member``; :data:`_POLICY` when cancelled by policy.
+    def run(self, member: TurnMember, step: Step, fn: Callable[[], R]) -> R | object:
+        """Call ``fn()`` as ``member`` (of ``step``); :data:`_POLICY` when cancelled by policy.
 
         An independent call runs in the caller's thread. A call that needs a required
-        breaker runs in a worker thread the caller waits on: when that breaker opens, the
-        caller stops waiting (the call is abandoned; its result, whenever it comes, is
-        discarded). A call cancelled before it started never starts.
+        breaker runs in a worker of the breaker that admitted it, which the caller waits
+        on (:meth:`Breaker.run_until <toolbreaker.Breaker.run_until>`): when that
+        required breaker opens, the caller stops waiting and the call is let go exactly
+        as a call past its deadline is. One not started never starts; a running one is
+        abandoned (its result, whenever it comes, is discarded) but still counts until it
+        returns: its worker stays pinned, and it keeps the step's bulkhead slot (and
+        renews its lease) until then.
+
+        Raises:
+            CircuitOpen: reason ``hung``: calls hung past their deadline hold the workers
+                this call may use (settle the step with it).
         """
         if member.need is None:
             member.started = True
             return fn()
         if member.cancelled_because is not None:
             return _POLICY
-        done: concurrent.futures.Future[R] = concurrent.futures.Future()
-        context = contextvars.copy_context()
+        breaker: Breaker = step.permit.breaker  # the one that admitted it (its pool, its slot)
         cancelled = threading.Event()
-        gate = threading.Lock()  # a call starts, or is abandoned unstarted: never both
+        gate = threading.Lock()  # a call starts, or is let go unstarted: never both
 
-        def work() -> None:
+        def work() -> R | object:
             with gate:
-                if cancelled.is_set() or not done.set_running_or_notify_cancel():
-                    return
+                if cancelled.is_set():
+                    return _POLICY  # let go before it started: it never starts
                 member.started = True
-            try:
-                done.set_result(context.run(fn))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
-                done.set_exception(exc)
+            return fn()
+
+        def stop() -> bool:
+            if not cancelled.is_set():
+                self.poll()  # an opening decided by another process
+            return cancelled.is_set()
 
         self._enter(member, cancelled.set)
-        abandoned = False
+        policy = False
         try:
-            threading.Thread(target=work, name=f"toolbreaker-{member.name}", daemon=True).start()
-            while not done.done() and not cancelled.is_set():
-                concurrent.futures.wait([done], timeout=POLL_S)
-                if not done.done():
-                    self.poll()
-            with gate:
-                abandoned = not done.done()
+            ran = breaker.run_until(step, work, stop, every=POLL_S)
+            with gate:  # a start racing the cancellation has happened, or never will
+                policy = ran is OVERDUE or ran is _POLICY
         finally:
-            self._leave(member, policy=abandoned)
+            self._leave(member, policy=policy)
         if member.cancelled_because is not None:
             return _POLICY
-        return done.result()
+        return ran
 
     def poll(self) -> None:
         """Cancel the calls in flight whose required breaker is open now.

@@ -69,7 +69,9 @@ class Turns(Planning):
         Adapters call it where the framework runs a model response's tool calls in
         parallel. When a required dependency this call needs opens while it runs, the
         call is cancelled by policy: abandoned in its worker thread (its result
-        discarded), never started if it had not; the step is then settled and
+        discarded), never started if it had not. An abandoned call still counts until it
+        returns: it keeps its bulkhead slot (and its store lease, renewed) and its
+        worker, as a call past its deadline does. The step is then settled and
         :class:`~toolbreaker.runtime.CancelledByPolicy` carries what the model reads (a
         write that may have started is an unknown outcome: journaled, reconciled, never
         replayed) and the run stops, as for any required dependency going down.
@@ -96,7 +98,7 @@ class Turns(Planning):
             return (yield Invoke(fn))
         group, member = turn
         group.refresh(member, self._required_breakers())
-        ran = yield InGroup(group, member, fn)
+        ran = yield InGroup(group, member, step, fn)
         if not is_policy(ran):
             return ran  # the tool's own result
         if not step.settled and step.permit is not None:
