@@ -31,7 +31,7 @@ from toolbreaker.runtime._result import (
     stopped_result,
 )
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.breaker._breaker import Permit, Rejection, watch_openings
+from toolbreaker.runtime.breaker._breaker import Permit, watch_openings
 from toolbreaker.runtime.breaker._degrade import deferred_notice
 from toolbreaker.runtime.run._driver import Admit, Flow
 from toolbreaker.runtime.run._journal import step_of
@@ -65,23 +65,11 @@ class Planning(Settling):
             if isinstance(admission, Permit):
                 step.permit = admission
             else:
-                served = None
-                if breaker.degradation.chain:
-                    served = yield self._degrade(plan, admission.result_for(step.tool))
-                yield self.blocking(step, self._refused, step, admission, served)
+                # Refused by its dependency breaker after the run machine let it through.
+                result = admission.result_for(step.tool)
+                step.give((yield from self._down(step, result, admission.reason)))
         step = yield self.blocking(step, self._journal_pending, step)
         return self._joined(step)
-
-    def _refused(
-        self, step: Step, admission: Rejection, served: dict[str, Any] | None = None
-    ) -> None:
-        """The dependency breaker refused a step the run machine let through.
-
-        ``served``: the rejection's degradation, already made.
-        """
-        plan: CallPlan = step.plan
-        answer = admission.result_for(step.tool) if served is None else served
-        step.give(self._dependency_down(plan, answer, admission.reason, served=served))
 
     def _resume(self) -> None:
         """Once per guard: writes an earlier run left unresolved block writes here too."""
