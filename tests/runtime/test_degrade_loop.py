@@ -12,7 +12,6 @@ running an event loop: nothing is timed, so the checks hold on a loaded machine.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,15 +22,6 @@ import pytest
 from loop_helpers import LoopSpy
 from toolbreaker import Breaker, GuardedTool, MemoryStore, Registry, RunGuard
 from toolbreaker.stores import SQLiteStore
-
-PATIENCE = 20.0
-
-
-async def await_for(condition: Any, what: str) -> None:
-    give_up = time.monotonic() + PATIENCE
-    while not condition():
-        assert time.monotonic() < give_up, what
-        await asyncio.sleep(0.005)
 
 
 @pytest.fixture(params=["sqlite", "redis"])
