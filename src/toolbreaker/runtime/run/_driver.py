@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from toolbreaker.stores.memory import MemoryStore
@@ -48,6 +48,7 @@ __all__ = [
     "RunTool",
     "adrive",
     "drive",
+    "in_process",
 ]
 
 R = TypeVar("R")
@@ -120,9 +121,19 @@ class Blocking:
 
     async def arun(self) -> Any:
         """Call it inline, or in a worker thread when a shared store may block."""
-        if all(isinstance(store, MemoryStore) for store in self.stores):
+        if in_process(self.stores):
             return self.fn(*self.args)
         return await asyncio.to_thread(self.fn, *self.args)
+
+
+def in_process(stores: Iterable[object]) -> bool:
+    """Whether every one of ``stores`` lives in this process: nothing there can block.
+
+    A :class:`~toolbreaker.stores.MemoryStore` answers at once; any other store (SQLite,
+    Redis, PostgreSQL, a wrapper around one) may wait on I/O, so an event loop asks it
+    from a worker thread.
+    """
+    return all(isinstance(store, MemoryStore) for store in stores)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

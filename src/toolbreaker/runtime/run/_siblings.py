@@ -48,6 +48,7 @@ from toolbreaker.runtime._result import siblings_result
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._deadline import OVERDUE
+from toolbreaker.runtime.run._driver import in_process
 
 __all__ = [
     "POLL_S",
@@ -203,12 +204,18 @@ class Siblings:
                     task.cancel()
 
         def heard(record: Transition, breaker: Breaker) -> None:
-            root = self._shut(record, breaker)
-            if root is not None:
-                why = f"required dependency {root.key!r} opened"
-                loop.call_soon_threadsafe(cancel, root, why)
+            def look() -> None:
+                root = self._shut(record, breaker)
+                if root is not None:
+                    why = f"required dependency {root.key!r} opened"
+                    loop.call_soon_threadsafe(cancel, root, why)
 
-        self._check_open(cancel_at_start=True)
+            if may_start_rejecting(record):
+                _aside(breaker, look)
+
+        # Looks at the required breakers' state: round trips on a shared store.
+        local = in_process(breaker.store for breaker in self.required)
+        await _looked(local, self._check_open, True)
         for branch in self._branches:
             if branch.cancelled_because is None:
                 tasks[branch.name] = loop.create_task(_awaited(branch))
@@ -217,7 +224,7 @@ class Siblings:
             pending: set[asyncio.Task[Any]] = set(tasks.values())
             while pending:
                 _, pending = await asyncio.wait(pending, timeout=POLL_S)
-                for breaker, why in self._check_open():
+                for breaker, why in await _looked(local, self._check_open, False):
                     cancel(breaker, why)
         except asyncio.CancelledError:
             for task in tasks.values():
@@ -249,11 +256,15 @@ class Siblings:
                     future.cancel()  # never starts if it had not; else abandoned
 
         def heard(record: Transition, breaker: Breaker) -> None:
-            root = self._shut(record, breaker)
-            if root is not None:
-                cancel(root, f"required dependency {root.key!r} opened")
+            def look() -> None:
+                root = self._shut(record, breaker)
+                if root is not None:
+                    cancel(root, f"required dependency {root.key!r} opened")
 
-        self._check_open(cancel_at_start=True)
+            if may_start_rejecting(record):
+                _aside(breaker, look)
+
+        self._check_open(True)
         removers = [breaker.add_listener(heard) for breaker in self.required]
         try:
             for branch in branches:
@@ -309,7 +320,7 @@ class Siblings:
                     marked.append(branch)
         return marked
 
-    def _check_open(self, *, cancel_at_start: bool = False) -> list[tuple[Breaker, str]]:
+    def _check_open(self, cancel_at_start: bool = False) -> list[tuple[Breaker, str]]:
         """Required breakers open now (this process's view), with the reason to give."""
         found = []
         for breaker in self.required:
@@ -521,7 +532,7 @@ class TurnGroup:
             while not task.done():
                 await asyncio.wait({task}, timeout=POLL_S)
                 if not task.done():
-                    self.poll()
+                    await self.apoll()
         except BaseException:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -597,6 +608,12 @@ class TurnGroup:
             if opened:
                 self._opened(need)
 
+    async def apoll(self) -> None:
+        """:meth:`poll` on the event loop: a look that may be a round trip runs off it."""
+        with self._lock:
+            stores = [m.need.store for m in self._flight if m.need is not None]
+        await _looked(in_process(stores), self.poll)
+
     # -- internals ----------------------------------------------------------------------
 
     def _need(self, breaker: Breaker) -> Breaker | None:
@@ -646,8 +663,12 @@ class TurnGroup:
                 member._cancel()
 
     def _heard(self, record: Transition, breaker: Breaker) -> None:
-        if may_start_rejecting(record) and _refuses(breaker):
-            self._opened(breaker)
+        def look() -> None:
+            if _refuses(breaker):
+                self._opened(breaker)
+
+        if may_start_rejecting(record):
+            _aside(breaker, look)
 
 
 def _required_row(breaker: Breaker, required: Iterable[Breaker]) -> tuple[Breaker, Breaker] | None:
@@ -675,6 +696,45 @@ def _refuses(breaker: Breaker) -> bool:
     sharing it is seen.
     """
     return rejects_callers(breaker.state, breaker.policy)
+
+
+L = TypeVar("L")
+
+
+async def _looked(local: bool, look: Callable[..., L], *args: Any) -> L:
+    """``look(*args)`` from the event loop, which a round trip must not block.
+
+    Inline when every store it reads lives in this process (``local``), else in a
+    worker thread.
+    """
+    if local:
+        return look(*args)
+    return await asyncio.to_thread(look, *args)
+
+
+def _aside(breaker: Breaker, look: Callable[[], None]) -> None:
+    """Run a listener's ``look`` at ``breaker``'s state without blocking an event loop.
+
+    A listener runs in the thread that applied the transition: on an event loop's thread
+    for an async call. There a look that may be a round trip (a shared store) runs in the
+    loop's default executor instead, so the loop goes on; anywhere else it runs now. A
+    look that fails changes nothing (the group's poll looks again).
+    """
+
+    def guarded() -> None:
+        try:
+            look()
+        except Exception as exc:  # noqa: BLE001 - a look that fails never changes a call
+            hook_failed(f"the group's look at {breaker.key} failed; the calls run on", exc)
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None or in_process((breaker.store,)):
+        look()  # as before: a fault here is the breaker's listener fault to count
+    else:
+        loop.run_in_executor(None, guarded)
 
 
 def _listener(group: weakref.ref[TurnGroup]) -> Callable[[Transition, Breaker], None]:

@@ -16,7 +16,15 @@ from toolbreaker.core.run.budget import WRITES
 from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.runtime._result import cancelled_result
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.run._driver import Flow, InGroup, Invoke, Record, adrive, drive
+from toolbreaker.runtime.run._driver import (
+    Blocking,
+    Flow,
+    InGroup,
+    Invoke,
+    Record,
+    adrive,
+    drive,
+)
 from toolbreaker.runtime.run._plan import Planning
 from toolbreaker.runtime.run._shell import CallPlan
 from toolbreaker.runtime.run._siblings import (
@@ -97,7 +105,9 @@ class Turns(Planning):
         if turn is None:
             return (yield Invoke(fn))
         group, member = turn
-        group.refresh(member, self._required_breakers())
+        required = self._required_breakers()
+        # A look at the required breakers' state (a round trip on a shared store).
+        yield Blocking(group.refresh, (member, required), [b.store for b in required])
         ran = yield InGroup(group, member, step, fn)
         if not is_policy(ran):
             return ran  # the tool's own result
