@@ -184,6 +184,42 @@ def test_the_lease_of_a_cancelled_call_is_renewed_while_it_runs(tmp_path):
         here.close()
 
 
+def test_a_turns_call_running_past_its_deadline_keeps_its_slot(tmp_path):
+    """``run_step`` enforces no deadline (the framework runs the tool), but the caller
+    knows the call still runs: past its deadline its slot does not run out as if its
+    permit were lost. Long after the deadline plus the margin the other process still
+    counts it (the lease is renewed); once it returns and is settled, the slot is free."""
+    clock = FakeClock()
+    path = tmp_path / "fleet.db"
+    with SQLiteStore(path) as mine, SQLiteStore(path) as theirs:
+        here, there = inventory(mine, clock), inventory(theirs, clock)
+        dependency = Dependency()
+        guard = turn_guard(here)
+        guard.mark_turn(1)
+        step = guard.begin("stock", {})
+        answers: list[Any] = []
+        caller = threading.Thread(target=lambda: answers.append(guard.run_step(step, dependency)))
+        caller.start()
+        try:
+            wait_for(lambda: dependency.running == 1, "the tool is running")
+            clock.advance(60_000)  # far past the call's deadline plus the margin
+
+            def renewed() -> bool:
+                leases = theirs.record_list(f"bulkhead/{{{here.key}}}")
+                return len(leases) == 1 and leases[0][1]["until"] > clock()
+
+            wait_for(renewed, "the running call's lease was renewed")
+            assert admission(there) == "saturated"
+            assert admission(here) == "saturated"
+        finally:
+            dependency.release.set()
+        caller.join(PATIENCE)
+        assert answers == ["late"]
+        step.succeeded("late")
+        wait_for(lambda: admission(there) == "admitted", "the slot came back")
+        here.close()
+
+
 def test_an_async_call_cancelled_by_policy_counts_until_its_task_has_ended():
     """``arun_step``: the task running the tool is cancelled and awaited, so the caller is
     answered only once the task has really ended; while the tool's own clean-up still

@@ -1654,7 +1654,9 @@ class Breaker:
         :data:`~toolbreaker.runtime.breaker._deadline.OVERDUE` once ``stop()`` was true
         first: a call that had not started never starts; a running one goes on in its
         worker (pinned, as a call past its deadline) and keeps the step's bulkhead slot,
-        its lease renewed, until it returns. Answered, it still counts until it ends.
+        its lease renewed, until it returns. Answered, it still counts until it ends. A
+        call still running past the step's deadline keeps its slot the same way (it does
+        not run out as a lost permit's would).
 
         Raises:
             CircuitOpen: reason ``hung``: calls hung past their deadline (or let go
@@ -1677,7 +1679,27 @@ class Breaker:
         slot: Slot | None = getattr(permit, "slot", None)
         if slot is not None:
             permit.slot = None  # it goes with the call: back when the call is over
+            if stop is not None and permit.deadline_ms is not None:
+                stop = self._held_past(permit.admitted_at + permit.deadline_ms, slot, stop)
         return self._hand_off(worker, fn, (), kwargs, deadline, slot, stop, every)
+
+    def _held_past(self, due: int, slot: Slot, stop: Callable[[], bool]) -> Callable[[], bool]:
+        """``stop``, which also holds ``slot`` once the call runs past ``due`` (ms).
+
+        A caller that waits with no deadline of its own knows the call still runs: past
+        its deadline its slot must not run out (nor its lease) as if its permit were
+        lost. It is held, its lease renewed, until the call returns.
+        """
+        held = False
+
+        def asked() -> bool:
+            nonlocal held
+            if not held and self.clock() >= due:
+                held = True
+                slot.hang()
+            return stop()
+
+        return asked
 
     async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
         """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
