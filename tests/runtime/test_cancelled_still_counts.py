@@ -220,6 +220,45 @@ def test_a_turns_call_running_past_its_deadline_keeps_its_slot(tmp_path):
         here.close()
 
 
+def test_an_async_turn_call_running_past_its_deadline_keeps_its_slot(tmp_path):
+    """``arun_step`` of a coroutine tool that runs past its deadline (the framework did
+    not cancel it): while the turn waits on the task, the slot is held from the deadline
+    on, its lease renewed, so the other process still counts the call long after the
+    deadline plus the margin; settled, the slot is free again."""
+    clock = FakeClock()
+    path = tmp_path / "fleet.db"
+    with SQLiteStore(path) as mine, SQLiteStore(path) as theirs:
+        here, there = inventory(mine, clock), inventory(theirs, clock)
+        guard = turn_guard(here)
+
+        def renewed() -> bool:
+            leases = theirs.record_list(f"bulkhead/{{{here.key}}}")
+            return len(leases) == 1 and leases[0][1]["until"] > clock()
+
+        async def main() -> Any:
+            finish = asyncio.Event()
+
+            async def tool() -> str:
+                await finish.wait()
+                return "late"
+
+            guard.mark_turn(1)
+            step = await guard.abegin("stock", {})
+            hook = asyncio.create_task(guard.arun_step(step, tool))
+            await await_for(lambda: len(asyncio.all_tasks()) == 3, "the tool is running")
+            clock.advance(60_000)  # far past the call's deadline plus the margin
+            await await_for(renewed, "the running call's lease was renewed")
+            assert admission(there) == "saturated"
+            finish.set()
+            ran = await hook
+            assert await step.asucceeded(ran) == "late"
+            return ran
+
+        assert asyncio.run(main()) == "late"
+        wait_for(lambda: admission(there) == "admitted", "the slot came back")
+        here.close()
+
+
 def test_an_async_call_cancelled_by_policy_counts_until_its_task_has_ended():
     """``arun_step``: the task running the tool is cancelled and awaited, so the caller is
     answered only once the task has really ended; while the tool's own clean-up still

@@ -397,6 +397,23 @@ class Permit:
             if self.slot is not None:
                 await self.slot.arelease()
 
+    def hold_past_deadline(self, slot: Slot | None = None) -> bool:
+        """The call still runs (its caller waits on it): past its deadline, hold its slot.
+
+        For a caller that knows the call has not ended: from its deadline on, the call's
+        bulkhead slot (``slot``, by default the permit's) no longer runs out as a lost
+        permit's would, and its store lease is renewed, until it is given back (when the
+        permit is settled, or the call run in a worker returns). Returns whether it is
+        held now; nothing before the deadline, without one, or without a slot.
+        """
+        slot = self.slot if slot is None else slot
+        if slot is None or self.deadline_ms is None:
+            return False
+        if self.breaker.clock() - self.admitted_at < self.deadline_ms:
+            return False
+        slot.hang()
+        return True
+
     def _verdict(
         self,
         outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
@@ -1679,27 +1696,9 @@ class Breaker:
         slot: Slot | None = getattr(permit, "slot", None)
         if slot is not None:
             permit.slot = None  # it goes with the call: back when the call is over
-            if stop is not None and permit.deadline_ms is not None:
-                stop = self._held_past(permit.admitted_at + permit.deadline_ms, slot, stop)
+            if stop is not None:
+                stop = _held_past(permit, slot, stop)
         return self._hand_off(worker, fn, (), kwargs, deadline, slot, stop, every)
-
-    def _held_past(self, due: int, slot: Slot, stop: Callable[[], bool]) -> Callable[[], bool]:
-        """``stop``, which also holds ``slot`` once the call runs past ``due`` (ms).
-
-        A caller that waits with no deadline of its own knows the call still runs: past
-        its deadline its slot must not run out (nor its lease) as if its permit were
-        lost. It is held, its lease renewed, until the call returns.
-        """
-        held = False
-
-        def asked() -> bool:
-            nonlocal held
-            if not held and self.clock() >= due:
-                held = True
-                slot.hang()
-            return stop()
-
-        return asked
 
     async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
         """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
@@ -2186,6 +2185,24 @@ class Breaker:
     def __repr__(self) -> str:
         state = self._view.state
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
+
+
+def _held_past(permit: Permit, slot: Slot, stop: Callable[[], bool]) -> Callable[[], bool]:
+    """``stop``, which also holds ``slot`` once the call runs past its deadline.
+
+    A caller that waits with no deadline of its own (``run_until``) knows the call
+    still runs: past its deadline its slot must not run out as a lost permit's would
+    (:meth:`Permit.hold_past_deadline`); it is held until the call returns.
+    """
+    held = False
+
+    def asked() -> bool:
+        nonlocal held
+        if not held:
+            held = permit.hold_past_deadline(slot)
+        return stop()
+
+    return asked
 
 
 def _binder(

@@ -250,4 +250,4 @@ class InGroup:
 
     async def arun(self) -> Any:
         """The call in a task of its own, cancelled and awaited if cancelled."""
-        return await self.group.arun(self.member, self.fn)
+        return await self.group.arun(self.member, self.step, self.fn)

@@ -509,12 +509,16 @@ class TurnGroup:
 
     # -- running a member ---------------------------------------------------------------
 
-    async def arun(self, member: TurnMember, fn: Callable[[], Awaitable[R]]) -> R | object:
-        """Await ``fn()`` as ``member``; :data:`_POLICY` when cancelled by policy.
+    async def arun(
+        self, member: TurnMember, step: Step, fn: Callable[[], Awaitable[R]]
+    ) -> R | object:
+        """Await ``fn()`` as ``member`` (of ``step``); :data:`_POLICY` when cancelled by policy.
 
         An independent call is awaited as it is. A call that needs a required breaker
         runs in a task of its own, which the group cancels (and this awaits) when that
-        breaker opens; a cancelled caller cancels and awaits it too.
+        breaker opens; a cancelled caller cancels and awaits it too. While the task runs
+        past the step's deadline its bulkhead slot is held (it still runs, so it still
+        counts) until the step is settled.
         """
         if member.need is None:
             member.started = True
@@ -528,11 +532,14 @@ class TurnGroup:
             loop.call_soon_threadsafe(task.cancel)
 
         self._enter(member, cancel)
+        permit = step.permit
+        held = False
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=POLL_S)
                 if not task.done():
                     await self.apoll()
+                    held = held or permit.hold_past_deadline()
         except BaseException:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
