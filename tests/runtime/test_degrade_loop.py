@@ -173,3 +173,21 @@ def test_a_sync_substitute_on_the_async_path_runs_off_the_loop():
 
     asyncio.run(main())
     assert on_loop == [False, False]
+
+
+def test_the_stop_packet_on_the_event_loop_reads_the_journal_off_it(shared):
+    """``RunGuard.astop_packet()``: the packet an async hook hands over once the run has
+    stopped (what ``stop_packet()`` builds, the same object) reads the shared journal in
+    a worker thread."""
+    guard, _ = write_guard(shared, ["handoff"])
+    guard.stop("an operator stopped it")
+    spy = LoopSpy(shared)
+
+    async def main() -> Any:
+        return await closed(shared, await guard.astop_packet())
+
+    packet = asyncio.run(main())
+    assert packet == guard.stop_packet()
+    assert packet.condition == "operator"
+    assert spy.called("journal_entries") == 2
+    assert spy.on_loop == []

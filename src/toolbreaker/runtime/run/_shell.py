@@ -161,6 +161,15 @@ class RunShell:
             history=tuple(fired.to_dict() for fired in run.conditions),
         )
 
+    async def astop_packet(self) -> StopPacket:
+        """:meth:`stop_packet` for the event loop: a shared journal is read off it.
+
+        What an async hook hands over once the run has stopped; a journal of this
+        process is read inline, any other in a worker thread.
+        """
+        packet: StopPacket = await self.blocking(None, self.stop_packet).arun()
+        return packet
+
     # -- the run machine -------------------------------------------------------------------
 
     def _feed(self, event: RunEvent) -> RunDecision:
