@@ -53,7 +53,7 @@ class Planning(Settling):
         ledger says so) spends a retry of the breaker's budget first, and once it is
         spent the tool is unavailable for the run (a required tool stops it).
         """
-        step: Step = yield self.blocking(None, self._plan, tool, args)
+        step: Step = yield self.blocking(None, self._plan, tool, args, tool=tool)
         plan: CallPlan | None = step.plan
         breaker = None if plan is None or step.answer is not None else plan.spec.breaker
         if breaker is not None:
