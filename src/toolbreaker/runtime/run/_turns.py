@@ -24,6 +24,7 @@ from toolbreaker.runtime.run._driver import (
     Record,
     adrive,
     drive,
+    in_process,
 )
 from toolbreaker.runtime.run._plan import Planning
 from toolbreaker.runtime.run._shell import CallPlan
@@ -106,8 +107,11 @@ class Turns(Planning):
             return (yield Invoke(fn))
         group, member = turn
         required = self._required_breakers()
-        # A look at the required breakers' state (a round trip on a shared store).
-        yield Blocking(group.refresh, (member, required), [b.store for b in required])
+        stores = [b.store for b in required]
+        if in_process(stores):
+            group.refresh(member, required)
+        else:  # a look at the required breakers' state: a round trip on a shared store
+            yield Blocking(group.refresh, (member, required), stores)
         ran = yield InGroup(group, member, step, fn)
         if not is_policy(ran):
             return ran  # the tool's own result
