@@ -320,3 +320,40 @@ def test_a_sibling_branch_abandoned_by_policy_keeps_its_slot_until_it_ends(store
     wait_for(lambda: dependency.running == 0, "the abandoned branch returned")
     wait_for(lambda: admission(there) == "admitted", "the slot came back")
     here.close()
+
+
+def test_an_async_sibling_branch_cancelled_by_policy_counts_until_it_has_ended():
+    """``Siblings.arun`` on its own: the branch that needs the isolated breaker is
+    cancelled, and the group returns only once its task has really ended; while the
+    branch's clean-up still runs, its call (``acall``) holds the slot: ``saturated``."""
+    here = inventory(MemoryStore())
+
+    async def main() -> Any:
+        running = asyncio.Event()
+        cleaning = asyncio.Event()
+        finish = asyncio.Event()
+
+        async def tool() -> Any:
+            running.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cleaning.set()
+                await finish.wait()  # its clean-up still talks to the dependency
+                raise
+
+        group = Siblings(required=[here])
+        group.add("stock", here.acall, tool, needs=[here])
+        outcome = asyncio.create_task(group.arun())
+        await running.wait()
+        here.isolate()
+        await cleaning.wait()
+        here.release()
+        assert not outcome.done()  # the group waits for the branch to end
+        assert admission(here) == "saturated"
+        finish.set()
+        done = await outcome
+        assert admission(here) == "admitted"
+        return done
+
+    assert asyncio.run(main()).cancelled == ("stock",)
