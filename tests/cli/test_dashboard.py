@@ -27,7 +27,8 @@ from test_dashboard_api import incident
 
 from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
 from toolbreaker import Breaker, Budget, GuardedTool, Policy, Registry, RunGuard
-from toolbreaker.cli._dashboard import Board, build_app, store_actor
+from toolbreaker.cli._board import Board
+from toolbreaker.cli._dashboard import build_app, store_actor
 from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher
 from toolbreaker.stores import SQLiteStore
 

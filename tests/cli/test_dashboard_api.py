@@ -14,7 +14,8 @@ import pytest
 
 from toolbreaker import Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli import main
-from toolbreaker.cli._dashboard import Board, build_app, store_actor
+from toolbreaker.cli._board import Board
+from toolbreaker.cli._dashboard import build_app, store_actor
 from toolbreaker.instrumentation.stream import (
     MemoryStream,
     SQLiteStream,

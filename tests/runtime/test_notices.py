@@ -171,7 +171,7 @@ def test_the_recorder_keeps_notices_apart_and_the_trace_unchanged(tmp_path, seed
 def test_the_event_stream_carries_notices_and_readers_skip_what_they_do_not_know(capsys):
     """The dashboard feed gets ``kind: limit`` and ``kind: degrade`` entries; export and
     the dashboard's fold keep working on a stream that holds them."""
-    from toolbreaker.cli._dashboard import Board  # the dashboard's state
+    from toolbreaker.cli._board import Board  # the dashboard's state
 
     stream = MemoryStream()
     publisher = StreamPublisher(stream)

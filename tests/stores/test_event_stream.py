@@ -399,7 +399,8 @@ def test_the_dashboard_reads_and_acts_on_redis(redis_url):
     pytest.importorskip("starlette")
     from starlette.testclient import TestClient
 
-    from toolbreaker.cli._dashboard import Board, build_app, store_actor
+    from toolbreaker.cli._board import Board
+    from toolbreaker.cli._dashboard import build_app, store_actor
     from toolbreaker.stores import RedisStore
 
     name = f"search-{uuid.uuid4().hex[:8]}"

@@ -12,18 +12,17 @@ needs: :func:`opened` (did this record open the breaker) and :func:`rejects_call
 (are callers refused now, shadow mode and forced states included).
 """
 
-from toolbreaker.core.breaker.machine import (
+from toolbreaker.core.breaker.machine import apply, step
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.predicates import (
     admission,
-    apply,
     due_expiry,
     idle_rejection,
     is_evictable,
     is_quiet,
     rejects_callers,
     retry_after_ms,
-    step,
 )
-from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import (
     RECEIPT_SCHEMA,
     Replay,

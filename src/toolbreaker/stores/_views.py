@@ -25,8 +25,9 @@ import threading
 import time
 import weakref
 
-from toolbreaker.core.breaker.machine import apply, fast_path_safe
+from toolbreaker.core.breaker.machine import apply
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.predicates import fast_path_safe
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import StoreUnavailable

@@ -9,9 +9,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker.core.breaker.machine import (
+from toolbreaker.core.breaker.machine import apply, step
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.predicates import (
     admits_all,
-    apply,
     check_due,
     held_by_operator,
     idle_rejection,
@@ -19,9 +20,7 @@ from toolbreaker.core.breaker.machine import (
     may_probe,
     may_start_rejecting,
     rejects_callers,
-    step,
 )
-from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import (
     CORRUPT,
     BreakerState,

@@ -39,7 +39,7 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from toolbreaker.core.breaker.machine import check_due
+from toolbreaker.core.breaker.predicates import check_due
 from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed, log

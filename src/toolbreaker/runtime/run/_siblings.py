@@ -40,7 +40,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
-from toolbreaker.core.breaker.machine import may_start_rejecting, rejects_callers
+from toolbreaker.core.breaker.predicates import may_start_rejecting, rejects_callers
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._log import hook_failed

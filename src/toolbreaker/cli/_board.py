@@ -1,0 +1,450 @@
+"""The dashboard's board: everything the page shows, folded from stream entries.
+
+Pure of I/O and of clocks (a shell passes the time in), so the page, the JSON API and the
+tests read one model; :mod:`toolbreaker.cli._dashboard` serves it. Every text from the
+stream is bounded and masked here, where the board's items are built.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from toolbreaker.core.breaker.calibration import calibrate, findings
+from toolbreaker.core.breaker.state import Transition, changed_phase, opened
+from toolbreaker.core.run.redact import redact_text
+from toolbreaker.instrumentation.stream import record_of
+
+__all__ = ["Board"]
+
+_PROBE_RESULTS: Final = {
+    "probe-success": "ok",
+    "probe-quorum": "ok",
+    "probe-failed": "failed",
+    "lease-expired": "expired",
+}
+
+#: Degradation modes a ``toolbreaker.degrade/v1`` notice may name (``None``: the plain
+#: unavailable answer, counted as ``plain``); limit kinds of ``toolbreaker.limit/v1``.
+#: Anything else from the stream is counted as ``other``, so names from other processes
+#: cannot grow the board without bound.
+_DEGRADE_MODES: Final = frozenset({"omit", "stale", "degraded", "queue", "handoff", "stop"})
+_LIMIT_KINDS: Final = frozenset({"saturated", "hung", "deferred"})
+_NOTICE_KINDS: Final = frozenset({"degrade", "limit"})
+#: How long a text from the stream may be on the page (tool, reason, task, key).
+_MAX_TEXT: Final = 200
+
+
+class Board:
+    """Everything the page shows, folded from stream entries (no I/O, no clock reads).
+
+    Args:
+        history: last transitions kept per breaker.
+        seconds: seconds of the demand / admitted / rejected series, and the window the
+            degradation choices and limit notices are counted over. Both end at the
+            newest second the stream holds or, once a shell has called :meth:`advance`
+            with the current time (or passed ``now`` to :meth:`snapshot`), at that
+            second if it is later: counts leave the window while the stream is quiet.
+        records: transition records kept for the calibration findings.
+        recent: degradation choices and limit notices kept for the page's list.
+    """
+
+    def __init__(
+        self,
+        *,
+        history: int = 12,
+        seconds: int = 600,
+        records: int = 50_000,
+        recent: int = 50,
+    ) -> None:
+        self.breakers: dict[str, dict[str, Any]] = {}
+        self.revision = 0
+        self.entries = 0
+        self.history = history
+        self.seconds = seconds
+        self.series: dict[int, list[int]] = {}
+        self.stops: collections.deque[dict[str, Any]] = collections.deque(maxlen=20)
+        self.stops_rev = 0
+        self._records: collections.deque[Transition] = collections.deque(maxlen=records)
+        self._classes: dict[str, dict[str, int]] = {}
+        self._policies: dict[str, dict[str, Any]] = {}
+        self.findings: list[dict[str, Any]] = []
+        self.signals: dict[str, dict[str, Any]] = {}
+        # The newest degradation choices and limit notices, newest first: (key, masked item).
+        self._recent: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(
+            maxlen=recent
+        )
+        self.notices_rev = 0
+        # Notice counts per second, and their sums over the window, per breaker key ("" for
+        # a run guard's deferral of a tool without a breaker): {key: {"degrade": {mode: n}}}.
+        self._notice_seconds: dict[int, dict[tuple[str, str, str], int]] = {}
+        self._notice_counts: dict[str, dict[str, dict[str, int]]] = {}
+        self._newest = 0
+
+    def feed(self, entries: Iterable[Mapping[str, Any]]) -> None:
+        """Fold entries in, in stream order."""
+        changed = False
+        for entry in entries:
+            self.entries += 1
+            kind = entry.get("kind")
+            if kind == "stop":
+                self._stop(entry)
+                changed = True
+                continue
+            if kind in _NOTICE_KINDS:
+                self._notice(entry)
+                continue
+            record = record_of(entry)
+            if record is not None:
+                self._transition(entry, record)
+                changed = True
+        if changed:
+            self._calibrate()
+
+    def advance(self, now: float) -> bool:
+        """Move the window's end to the wall time ``now`` (Unix seconds) if that is later.
+
+        The board reads no clock: its shell passes the current time, a test its own. The
+        counts and series seconds that leave the window are dropped; returns whether any
+        did (the revision moved, so connected pages are pushed the change). Cheap when
+        the second has not changed or nothing is in the window. A time that is not a
+        finite number is ignored (the window stays where the stream put it).
+        """
+        if not isinstance(now, (int, float)) or not math.isfinite(now):
+            return False
+        before = self.revision
+        self._slide(int(now))
+        return self.revision != before
+
+    @property
+    def as_of(self) -> int:
+        """The second the window ends at (Unix seconds; 0 before anything was seen)."""
+        return self._newest
+
+    def breaker(self, key: str, *, now: float | None = None) -> dict[str, Any] | None:
+        """One breaker's row with its last transitions, calibration signals and notices.
+
+        ``now`` (Unix seconds), if given, first moves the window's end (:meth:`advance`).
+        """
+        if now is not None:
+            self.advance(now)
+        row = self.breakers.get(key)
+        if row is None:
+            return None
+        recent = [item for k, item in self._recent if k == key]
+        return {
+            **self._row(row),
+            "signals": self.signals.get(key),
+            "recent_notices": recent,
+            "as_of": self._newest,
+            "window_s": self.seconds,
+        }
+
+    def notice_counts(self, key: str) -> dict[str, dict[str, int]]:
+        """Degradation choices by mode and limit notices by kind for ``key``, in the window."""
+        found = self._notice_counts.get(key, {})
+        return {kind: dict(found.get(kind, {})) for kind in ("degrade", "limit")}
+
+    def _row(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, "notices": self.notice_counts(row["key"])}
+
+    def policy_of(self, key: str) -> dict[str, Any] | None:
+        """The policy last seen in force for ``key``."""
+        return self._policies.get(key)
+
+    def _stop(self, entry: Mapping[str, Any]) -> None:
+        self.revision += 1
+        self.stops_rev = self.revision
+        packet = entry.get("packet")
+        self.stops.appendleft(
+            {
+                "wall": _wall(entry),
+                "task": str(entry.get("task", "")),
+                "source": str(entry.get("source", "")),
+                "packet": packet if isinstance(packet, dict) else {},
+            }
+        )
+
+    def _notice(self, entry: Mapping[str, Any]) -> None:
+        """Fold one ``degrade`` or ``limit`` entry: count it, keep it for the list."""
+        notice = entry.get("notice")
+        if not isinstance(notice, dict):
+            return
+        wall = _wall(entry)
+        category = "degrade" if entry.get("kind") == "degrade" else "limit"
+        # Other processes wrote it: keep only known fields, bounded and masked (a degrade
+        # record carries the model's tool name and reason as they were).
+        key = notice.get("breaker")
+        key = key if isinstance(key, str) else ""
+        row = self.breakers.get(key)
+        item = _notice_item(
+            category,
+            notice,
+            wall,
+            str(entry.get("source", "")),
+            row or {},
+        )
+        self.revision += 1
+        self.notices_rev = self.revision
+        self._recent.appendleft((key, item))
+        second = int(wall)
+        self._slide(second)
+        if second <= self._newest - self.seconds:
+            return  # older than the window (a stream read from its start): listed only
+        slot = (key, category, item["name"])
+        bucket = self._notice_seconds.setdefault(second, {})
+        bucket[slot] = bucket.get(slot, 0) + 1
+        self._add(slot, 1)
+
+    def _add(self, slot: tuple[str, str, str], n: int) -> None:
+        key, category, name = slot
+        per = self._notice_counts.setdefault(key, {}).setdefault(category, {})
+        per[name] = per.get(name, 0) + n
+        if per[name] <= 0:
+            del per[name]
+            if not any(self._notice_counts[key].values()):
+                del self._notice_counts[key]
+        row = self.breakers.get(key)
+        if row is not None:
+            row["rev"] = self.revision
+
+    def _slide(self, second: int) -> None:
+        """Move the window's end to ``second`` (if newer); drop the counts it leaves."""
+        if second <= self._newest:
+            return
+        self._newest = second
+        horizon = second - self.seconds
+        old = [s for s in self._notice_seconds if s <= horizon]
+        if old:
+            self.revision += 1
+            self.notices_rev = self.revision
+            for s in old:
+                for slot, n in self._notice_seconds.pop(s).items():
+                    self._add(slot, -n)
+        gone = [s for s in self.series if s <= horizon]
+        if gone:
+            # The chart's seconds left the window: a new revision pushes the shorter series.
+            self.revision += 1
+            for s in gone:
+                del self.series[s]
+
+    def _transition(self, entry: Mapping[str, Any], record: Transition) -> None:
+        wall = _wall(entry)
+        self._slide(int(wall))
+        key = record.dependency
+        row = self.breakers.get(key)
+        self.revision += 1
+        if row is None:
+            row = self.breakers[key] = {
+                "key": key,
+                "dependency": str(entry.get("dependency") or key),
+                "operation": str(entry.get("operation") or "default"),
+                "tool": str(entry.get("tool") or key),
+                "phase": record.from_phase,
+                "since": wall,
+                "since_known": False,
+                "demand": 0,
+                "admitted": 0,
+                "rejected": 0,
+                "opens": {},
+                "probes": {"ok": 0, "failed": 0, "expired": 0},
+                "isolated": False,
+                "last": [],
+            }
+        row["rev"] = self.revision
+        row["policy_version"] = str(entry.get("policy_version", ""))
+        fallback = entry.get("fallback")
+        row["fallback"] = fallback if isinstance(fallback, str) else None
+        policy = entry.get("policy")
+        if isinstance(policy, dict):
+            self._policies[key] = policy
+        if changed_phase(record):
+            row["since"], row["since_known"] = wall, True
+            if opened(record):
+                row["opens"][record.reason] = row["opens"].get(record.reason, 0) + 1
+        row["phase"] = record.to_phase
+        row["isolated"] = record.reason == "isolated" or (
+            row["isolated"] and record.reason != "released"
+        )
+        if record.event.type == "request":
+            row["demand"] += 1
+            self._count(wall, 0)
+        if record.attempted:
+            row["admitted"] += 1
+            self._count(wall, 1)
+        if record.rejected:
+            row["rejected"] += 1
+            self._count(wall, 2)
+        probe = _PROBE_RESULTS.get(record.reason)
+        if probe is not None:
+            row["probes"][probe] += 1
+        last = {"wall": wall, "policy_version": row["policy_version"], **record.to_dict()}
+        if isinstance(entry.get("class"), str):
+            last["class"] = entry["class"]
+            if record.event.type == "failure":
+                per = self._classes.setdefault(key, {})
+                per[entry["class"]] = per.get(entry["class"], 0) + 1
+        row["last"] = [last, *row["last"][: self.history - 1]]
+        self._records.append(record)
+
+    def _count(self, wall: float, column: int) -> None:
+        second = int(wall)
+        if second <= self._newest - self.seconds:
+            return  # older than the window (the clock moved it past this entry)
+        bucket = self.series.get(second)
+        if bucket is None:
+            bucket = self.series[second] = [0, 0, 0]
+            if len(self.series) > self.seconds:
+                for old in sorted(self.series)[: len(self.series) - self.seconds]:
+                    del self.series[old]
+        bucket[column] += 1
+
+    def _calibrate(self) -> None:
+        signals = calibrate(self._records, self._classes)
+        self.signals = {key: s.to_dict() for key, s in signals.items()}
+        self.findings = [
+            {**f.to_dict(), "tool": self.breakers.get(f.key, {}).get("tool", f.key)}
+            for f in findings(signals)
+        ]
+
+    def snapshot(self, since: int = 0, *, now: float | None = None) -> dict[str, Any]:
+        """What changed after revision ``since`` (everything for 0), as one document.
+
+        ``now`` (Unix seconds), if given, first moves the window's end (:meth:`advance`).
+        ``as_of`` is the second the window ends at: the series and the notice counts are
+        over the ``seconds`` before it; a row's demand, admitted, rejected, opens and
+        probes are totals over what the stream held when the board read it.
+        """
+        if now is not None:
+            self.advance(now)
+        # Rows carry their newest transition only; the page asks for one breaker's history.
+        rows = [
+            {**self._row(row), "last": row["last"][:1]}
+            for row in self.breakers.values()
+            if row["rev"] > since
+        ]
+        # A continuous window of at least two minutes ending at the window's end, so the
+        # chart shows quiet seconds as zeros rather than joining distant points.
+        # Once the clock has moved every second out, the chart is a quiet window of zeros.
+        last = max(self._newest, max(self.series, default=0))
+        first = min(self.series, default=last)
+        width = min(self.seconds, max(120, last - first + 1))
+        seconds = list(range(last - width + 1, last + 1)) if last else []
+        empty = (0, 0, 0)
+        return {
+            "revision": self.revision,
+            "full": since == 0,
+            "as_of": self._newest,
+            "window_s": self.seconds,
+            "breakers": rows,
+            "total": len(self.breakers),
+            "entries": self.entries,
+            "series": {
+                "t": seconds,
+                "demand": [self.series.get(s, empty)[0] for s in seconds],
+                "admitted": [self.series.get(s, empty)[1] for s in seconds],
+                "rejected": [self.series.get(s, empty)[2] for s in seconds],
+            },
+            "findings": self.findings,
+            "stops": list(self.stops) if since == 0 or self.stops_rev > since else None,
+            "notices": self._notices_document() if since == 0 or self.notices_rev > since else None,
+        }
+
+    def _notices_document(self) -> dict[str, Any]:
+        counts = [
+            {"key": key or None, **self.notice_counts(key)}
+            for key in sorted(self._notice_counts)
+            if any(self._notice_counts[key].values())
+        ]
+        recent = [item for _, item in self._recent]
+        return {"window_s": self.seconds, "as_of": self._newest, "counts": counts, "recent": recent}
+
+
+_MASKED: dict[str, str] = {}
+_MASKED_KEEP: Final = 4096
+
+
+def _text(value: object) -> str | None:
+    """A string from the stream, bounded and masked; ``None`` for anything else.
+
+    Masking is the costly part of the fold and the same few tool names and reasons come
+    again and again (a saturated bulkhead answers thousands of calls), so the masked
+    text of each is kept, for up to :data:`_MASKED_KEEP` texts.
+    """
+    if not isinstance(value, str):
+        return None
+    text = value[:_MAX_TEXT]
+    masked = _MASKED.get(text)
+    if masked is None:
+        if len(_MASKED) >= _MASKED_KEEP:
+            _MASKED.clear()
+        masked = _MASKED[text] = redact_text(text)
+    return masked
+
+
+def _int(value: object) -> int | None:
+    return value if type(value) is int else None
+
+
+def _notice_item(
+    category: str,
+    notice: Mapping[str, Any],
+    wall: float,
+    source: str,
+    row: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What the page lists of one notice: known fields, bounded, masked.
+
+    ``row`` is the notice's breaker row, if the board has one: it names the dependency
+    and tool a ``saturated`` or ``degrade`` record does not carry.
+    """
+    item: dict[str, Any] = {
+        "wall": wall,
+        "kind": category,
+        "key": _text(notice.get("breaker")),
+        "dependency": _text(notice.get("dependency")) or _text(row.get("dependency")),
+        "tool": _text(notice.get("tool")) or _text(row.get("tool")),
+        "source": _text(source),
+    }
+    if category == "degrade":
+        mode = notice.get("mode")
+        item["name"] = "plain" if mode is None else mode if mode in _DEGRADE_MODES else "other"
+        item["reason"] = _text(notice.get("reason")) or ""
+        age = _int(notice.get("stale_age_ms"))
+        if age is not None:
+            item["stale_age_ms"] = age
+        skipped = notice.get("skipped")
+        if isinstance(skipped, list):
+            item["skipped"] = [
+                [_text(s[0]) or "", _text(s[1]) or ""]
+                for s in skipped[:8]
+                if isinstance(s, list) and len(s) == 2
+            ]
+    else:
+        kind = notice.get("kind")
+        item["name"] = kind if kind in _LIMIT_KINDS else "other"
+        limit = _int(notice.get("limit"))
+        item["limit"] = limit
+        if kind == "saturated":
+            by = _text(notice.get("by")) or "bulkhead"
+            item["by"] = by
+            item["retry_after_ms"] = _int(notice.get("retry_after_ms"))
+            item["reason"] = f"{by} full (limit {limit})"
+        elif kind == "hung":
+            hung = _int(notice.get("hung"))
+            item["hung"] = hung
+            item["retry_after_ms"] = _int(notice.get("retry_after_ms"))
+            item["reason"] = f"calls still running past their deadline: {hung} (limit {limit})"
+        elif kind == "deferred":
+            item["task"] = _text(notice.get("task"))
+            item["reason"] = f"max_calls_per_turn {limit} reached"
+        else:
+            item["reason"] = ""
+    return item
+
+
+def _wall(entry: Mapping[str, Any]) -> float:
+    wall = entry.get("wall")
+    return float(wall) if isinstance(wall, (int, float)) else 0.0

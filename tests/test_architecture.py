@@ -1,0 +1,89 @@
+"""docs/architecture.md is true to the code: its paths exist, its tables are the rules the
+layering tests enforce, and every test it names exists."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from test_quality import ALLOWED, WINGS
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+SRC = ROOT / "src" / "toolbreaker"
+LAYERS = tuple(ALLOWED)
+
+
+def _code_spans(text: str) -> list[str]:
+    return re.findall(r"`([^`\n]+)`", text)
+
+
+def _table(heading: str) -> dict[str, set[str]]:
+    """The two first columns of the markdown table whose header row starts with ``heading``."""
+    rows: dict[str, set[str]] = {}
+    lines = DOC.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {heading} |"))
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        name = cells[0].strip("`").rstrip("/")
+        rows[name] = {c.strip("`").rstrip("/") for c in re.findall(r"`[^`]+`", cells[1])}
+    return rows
+
+
+def test_every_path_the_page_names_exists():
+    """A source path or package in backticks (``runtime/run/_driver.py``, ``core/run/``)
+    names a file or folder of src/toolbreaker/; a ``tests/...`` path one of the tests."""
+    missing = []
+    for span in _code_spans(DOC):
+        path = span.split("::")[0]
+        if path.startswith("tests/"):
+            found = (ROOT / path).exists()
+        elif path.split("/")[0] in LAYERS and "/" in path and " " not in path:
+            found = (SRC / path).exists()
+        else:
+            continue
+        if not found:
+            missing.append(span)
+    assert missing == []
+
+
+def test_every_test_the_page_names_exists():
+    """``tests/x.py::test_name`` names a test function of that file."""
+    missing = []
+    for span in _code_spans(DOC):
+        if not span.startswith("tests/") or "::" not in span:
+            continue
+        path, name = span.split("::")
+        tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+        names = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        if name not in names:
+            missing.append(span)
+    assert missing == []
+
+
+def test_the_layer_table_is_the_layering_rule():
+    """The page's table of layers says what the layering test enforces, row by row."""
+    table = _table("layer")
+    assert set(table) == set(ALLOWED)
+    for layer, allowed in table.items():
+        assert allowed | {layer} == ALLOWED[layer], layer
+
+
+def test_the_wing_table_is_the_wing_rule():
+    """The page's table of runtime wings says what the wing test enforces."""
+    table = _table("wing")
+    assert set(table) == set(WINGS)
+    for wing, allowed in table.items():
+        assert allowed | {wing} == WINGS[wing], wing
+
+
+def test_every_shell_the_page_lists_exists():
+    """Each row of "Around the call" names modules that exist."""
+    table = _table("shell")
+    assert table
+    for shell in table:
+        for path in re.findall(r"[a-z_/]+\.py", shell):
+            assert (SRC / path).is_file(), path
