@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from records_helpers import SharedMemory
-from toolbreaker import Breaker, GuardedTool, Policy, RunGuard, Siblings
+from toolbreaker import Breaker, CircuitOpen, GuardedTool, Policy, RunGuard, Siblings
 from toolbreaker.runtime import CancelledByPolicy
 from toolbreaker.stores import MemoryStore, SQLiteStore
 from toolbreaker.testing import FakeClock
@@ -357,3 +357,39 @@ def test_an_async_sibling_branch_cancelled_by_policy_counts_until_it_has_ended()
         return done
 
     assert asyncio.run(main()).cancelled == ("stock",)
+
+
+def test_a_turns_calls_let_go_still_running_count_against_the_workers():
+    """A call cancelled by policy that still runs pins its worker, as a call past its
+    deadline does: once such calls hold every worker an ordinary call may use, the next
+    turn's call of that breaker is refused ``hung`` (and its step answered so) instead of
+    starting one more thread against a dependency that has not answered."""
+    here = Breaker("inventory", timeout=5, max_workers=2, policy=Policy(failure_threshold=100))
+    dependency = Dependency()
+    first = turn_guard(here)
+    first.mark_turn(1)
+    step = first.begin("stock", {})
+    answers: list[Any] = []
+    caller = threading.Thread(target=lambda: answers.append(first.run_step(step, dependency)))
+    caller.start()
+    try:
+        wait_for(lambda: dependency.running == 1, "the tool is running")
+        here.isolate()
+        caller.join(PATIENCE)
+        assert isinstance(answers[0], CancelledByPolicy)
+        here.release()
+        assert here.stats.pinned_workers == 1
+        second = turn_guard(here)  # another run of the same agent
+        second.mark_turn(1)
+        again = second.begin("stock", {})
+        with pytest.raises(CircuitOpen) as refused:
+            second.run_step(again, dependency)
+        assert refused.value.reason == "hung"
+        answer = again.failed(refused.value)
+        assert answer["tool_unavailable"] is True
+        assert answer["reason"] == "hung"
+        assert dependency.calls == 1  # never started
+    finally:
+        dependency.release.set()
+    wait_for(lambda: here.stats.pinned_workers == 0, "the let-go call returned")
+    here.close()
