@@ -108,7 +108,8 @@ class Blocking:
 
     On the event loop it runs inline when every store it may touch lives in this process
     (a :class:`~toolbreaker.stores.MemoryStore`: nothing to wait for), else in a worker
-    thread.
+    thread. ``stores`` also lists anything else it may run that may wait (a user's check,
+    a stop listener) as one more object that is no such store.
     """
 
     fn: Callable[..., Any]
