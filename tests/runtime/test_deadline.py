@@ -283,6 +283,54 @@ def test_then_is_called_once_when_the_call_is_over():
         pool.close()
 
 
+def test_a_caller_told_to_stop_lets_the_call_go_as_at_a_deadline():
+    """``stop`` (asked while the caller waits): once it is true the caller gets OVERDUE
+    with no deadline at all; the running call keeps its worker (pinned) and what it was
+    given (``then`` runs when it returns); a call not started yet never starts."""
+    pool = Workers(2, reserved=0)
+    release = threading.Event()
+    started = threading.Event()
+    told = threading.Event()
+    over: list[str] = []
+
+    def call() -> str:
+        started.set()
+        hang_until(release)
+        return "late"
+
+    def stop() -> bool:
+        if started.is_set():
+            told.set()
+        return told.is_set()
+
+    try:
+        worker = pool.acquire()
+        assert worker is not None
+        let_go = worker.run(call, (), {}, -1, lambda: over.append("ended"), stop=stop, every=0.001)
+        assert let_go is OVERDUE
+        assert pool.pinned == 1
+        assert over == []  # still running: it still holds what it was given
+        release.set()
+        wait = time.monotonic() + PATIENCE
+        while over != ["ended"]:
+            assert time.monotonic() < wait, "the let-go call never ended"
+            time.sleep(0.005)
+        ran: list[int] = []
+        never = Worker(pool)  # no thread: the call cannot start before it is let go
+        assert (
+            never.run(ran.append, (1,), {}, -1, lambda: over.append("never"), stop=lambda: True)
+            is OVERDUE
+        )
+        assert over == ["ended", "never"]
+        assert ran == []
+        finished = pool.acquire()
+        assert finished is not None
+        assert finished.run(int, ("7",), {}, -1, stop=lambda: False, every=0.001) == 7
+    finally:
+        release.set()
+        pool.close()
+
+
 def test_a_single_worker_pool_reserves_nothing():
     """With one worker nothing can be kept for probes: ordinary calls may use it."""
     pool = Workers(1, reserved=1)

@@ -98,7 +98,7 @@ from toolbreaker.runtime.breaker._boundary import (
 from toolbreaker.runtime.breaker._bulkhead import Bulkhead, Slot, shares_records
 from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict
 from toolbreaker.runtime.breaker._commit import may_have_committed
-from toolbreaker.runtime.breaker._deadline import OVERDUE, Worker, Workers, watch, within
+from toolbreaker.runtime.breaker._deadline import OVERDUE, Overdue, Worker, Workers, watch, within
 from toolbreaker.runtime.breaker._degrade import Degradation
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
 from toolbreaker.runtime.breaker._scope import current_scope
@@ -396,6 +396,23 @@ class Permit:
         finally:
             if self.slot is not None:
                 await self.slot.arelease()
+
+    def hold_past_deadline(self, slot: Slot | None = None) -> bool:
+        """The call still runs (its caller waits on it): past its deadline, hold its slot.
+
+        For a caller that knows the call has not ended: from its deadline on, the call's
+        bulkhead slot (``slot``, by default the permit's) no longer runs out as a lost
+        permit's would, and its store lease is renewed, until it is given back (when the
+        permit is settled, or the call run in a worker returns). Returns whether it is
+        held now; nothing before the deadline, without one, or without a slot.
+        """
+        slot = self.slot if slot is None else slot
+        if slot is None or self.deadline_ms is None:
+            return False
+        if self.breaker.clock() - self.admitted_at < self.deadline_ms:
+            return False
+        slot.hang()
+        return True
 
     def _verdict(
         self,
@@ -1588,12 +1605,33 @@ class Breaker:
         ``slot`` is given back once the call is over; a call still running at its
         deadline holds it until it returns.
         """
-        then = None if slot is None else slot.release
-        result = worker.run(fn, args, kwargs, -1 if deadline is None else deadline / 1000, then)
+        result = self._hand_off(worker, fn, args, kwargs, deadline, slot)
         if result is OVERDUE:
-            if slot is not None:
-                slot.hang()
             raise self._overdue(deadline)
+        return result
+
+    def _hand_off(  # noqa: PLR0917 - the pieces of one call
+        self,
+        worker: Worker,
+        fn: Callable[..., R],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        deadline: int | None,
+        slot: Slot | None,
+        stop: Callable[[], bool] | None = None,
+        every: float = 0.0,
+    ) -> R | Overdue:
+        """Run ``fn`` in ``worker``: :data:`OVERDUE` if its caller stopped waiting first.
+
+        The one rule for what a call holds: ``slot`` is given back once the call is over,
+        and a call still running when its caller stops waiting (its deadline passed, or
+        ``stop()`` said so) holds it, its lease renewed, until it returns.
+        """
+        then = None if slot is None else slot.release
+        timeout = -1 if deadline is None else deadline / 1000
+        result = worker.run(fn, args, kwargs, timeout, then, stop=stop, every=every)
+        if result is OVERDUE and slot is not None:
+            slot.hang()
         return result
 
     def _overdue(self, deadline: int | None) -> TimeoutError:
@@ -1615,12 +1653,52 @@ class Breaker:
         deadline = None if step.deadline is None else max(1, round(step.deadline * 1000))
         if self._inline:
             return fn(**kwargs)
+        result = self._run_step(step, fn, kwargs, deadline)
+        if result is OVERDUE:
+            raise self._overdue(deadline)
+        return result
+
+    def run_until(
+        self, step: Step, fn: Callable[[], R], stop: Callable[[], bool], *, every: float
+    ) -> R | Overdue:
+        """Run ``fn()`` for an admitted ``step`` in a worker until it returns or ``stop()``.
+
+        For a caller that may let the call go (a run guard's model turn cancels a call by
+        policy when a required dependency opens): ``stop`` is asked every ``every``
+        seconds while the call runs; no deadline is enforced, and a worker is used
+        whatever ``enforce`` says (a call in the caller's thread could not be let go).
+        Settles nothing. Returns ``fn()``'s result (raises what it raised), or
+        :data:`~toolbreaker.runtime.breaker._deadline.OVERDUE` once ``stop()`` was true
+        first: a call that had not started never starts; a running one goes on in its
+        worker (pinned, as a call past its deadline) and keeps the step's bulkhead slot,
+        its lease renewed, until it returns. Answered, it still counts until it ends. A
+        call still running past the step's deadline keeps its slot the same way (it does
+        not run out as a lost permit's would).
+
+        Raises:
+            CircuitOpen: reason ``hung``: calls hung past their deadline (or let go
+                while they ran) hold the workers this one may use.
+        """
+        return self._run_step(step, fn, {}, None, stop, every)
+
+    def _run_step(  # noqa: PLR0917 - the pieces of one call
+        self,
+        step: Step,
+        fn: Callable[..., R],
+        kwargs: dict[str, Any],
+        deadline: int | None,
+        stop: Callable[[], bool] | None = None,
+        every: float = 0.0,
+    ) -> R | Overdue:
+        """An admitted step's call in a worker; its bulkhead slot goes with the call."""
         permit = step.permit
         worker = self._worker(bool(getattr(permit, "probe", False)), admitted=True)
         slot: Slot | None = getattr(permit, "slot", None)
         if slot is not None:
             permit.slot = None  # it goes with the call: back when the call is over
-        return self._in_thread(worker, fn, (), kwargs, deadline, slot)
+            if stop is not None:
+                stop = _held_past(permit, slot, stop)
+        return self._hand_off(worker, fn, (), kwargs, deadline, slot, stop, every)
 
     async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
         """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
@@ -1638,8 +1716,8 @@ class Breaker:
         return workers
 
     def _late(self) -> None:
-        # The timeout already counted as the call's failure; a late result is ambiguous
-        # evidence, never a success, and it must not count the same call twice.
+        # The timeout (or the caller's cancellation) already settled the call; a late
+        # result is ambiguous evidence, never a success, and must not count it twice.
         self.stats.late_results += 1
 
     def close(self) -> None:
@@ -2107,6 +2185,24 @@ class Breaker:
     def __repr__(self) -> str:
         state = self._view.state
         return f"<Breaker {self.key!r} {state.phase if state else '?'}>"
+
+
+def _held_past(permit: Permit, slot: Slot, stop: Callable[[], bool]) -> Callable[[], bool]:
+    """``stop``, which also holds ``slot`` once the call runs past its deadline.
+
+    A caller that waits with no deadline of its own (``run_until``) knows the call
+    still runs: past its deadline its slot must not run out as a lost permit's would
+    (:meth:`Permit.hold_past_deadline`); it is held until the call returns.
+    """
+    held = False
+
+    def asked() -> bool:
+        nonlocal held
+        if not held:
+            held = permit.hold_past_deadline(slot)
+        return stop()
+
+    return asked
 
 
 def _binder(

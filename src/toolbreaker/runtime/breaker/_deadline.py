@@ -23,6 +23,9 @@ and its caller waits at most until the deadline. Theory of operation:
 - A call holds what it was given (a bulkhead slot) until it is over, not until its
   caller was answered: :meth:`Worker.run` calls its ``then`` once the call is over, in
   the worker thread for a call that outlived its deadline.
+- A caller may also stop waiting because it was told to (``stop``: a model turn's call
+  cancelled by policy): the call is let go exactly as at its deadline, pinned and
+  holding what it was given until it returns.
 - Up to ``max_hung`` idle workers are kept; an idle worker beyond those retires after
   :data:`KEEP_ALIVE_S` without a call, so a burst leaves no crowd of threads behind.
 - The hand-off is two locks per worker used as binary semaphores (``go`` and ``done``):
@@ -58,12 +61,13 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeAlias, TypeVar
 
 __all__ = [
     "KEEP_ALIVE_S",
     "OVERDUE",
     "TICK_S",
+    "Overdue",
     "Watchdog",
     "Worker",
     "Workers",
@@ -80,8 +84,11 @@ class _Overdue(enum.Enum):
     OVERDUE = "overdue"
 
 
-#: What :meth:`Worker.run` returns when the deadline passed before the call returned.
+#: What :meth:`Worker.run` returns when the deadline passed (or its caller stopped
+#: waiting) before the call returned.
 OVERDUE: Final = _Overdue.OVERDUE
+#: The type of :data:`OVERDUE`.
+Overdue: TypeAlias = Literal[_Overdue.OVERDUE]
 
 #: The watchdog's shortest re-arm interval, in seconds: its worst lateness (see above).
 TICK_S: Final = 0.001
@@ -151,11 +158,18 @@ class Worker:
         kwargs: dict[str, Any],
         timeout: float,
         then: Callable[[], None] | None = None,
-    ) -> R | Literal[_Overdue.OVERDUE]:
+        *,
+        stop: Callable[[], bool] | None = None,
+        every: float = 0.05,
+    ) -> R | Overdue:
         """Run ``fn(*args, **kwargs)`` in this worker, in a copy of the caller's context.
 
         Returns the result, or :data:`OVERDUE` once ``timeout`` seconds have passed (a
         negative ``timeout`` waits as long as the call takes); raises what ``fn`` raised.
+        With ``stop``, the caller also asks ``stop()`` every ``every`` seconds while it
+        waits, and gives up as at the deadline once it is true (:data:`OVERDUE`): a call
+        its caller cancelled (a sibling call cancelled by policy) is let go the same way
+        as one that ran out of time.
 
         ``then`` is called exactly once, when the call is over: here, before this returns
         or raises, unless the call is still running (it returned :data:`OVERDUE`, or the
@@ -170,7 +184,10 @@ class Worker:
         self._state = _SUBMITTED
         self._go.release()
         try:
-            finished = self._done.acquire(True, timeout)
+            if stop is None:
+                finished = self._done.acquire(True, timeout)
+            else:
+                finished = self._wait(timeout, stop, every)
         except BaseException:
             # Interrupted while waiting (KeyboardInterrupt in the main thread): give up as
             # at the deadline, so the worker is not lost to the pool. If the call had
@@ -199,6 +216,23 @@ class Worker:
             finally:
                 error = None  # no cycle through this frame's traceback
         return result  # type: ignore[no-any-return]
+
+    def _wait(self, timeout: float, stop: Callable[[], bool], every: float) -> bool:
+        """Wait for the call in slices of ``every`` seconds; whether it finished.
+
+        ``False`` once ``stop()`` said so, or ``timeout`` (unless negative) passed; the
+        give-up that follows still finds a call that finished meanwhile.
+        """
+        done = self._done
+        end = None if timeout < 0 else time.monotonic() + timeout
+        while True:
+            left = every if end is None else min(every, end - time.monotonic())
+            if left <= 0:
+                return False
+            if done.acquire(True, left):
+                return True
+            if stop():
+                return False
 
     def release(self) -> None:
         """Give the worker back without running anything."""

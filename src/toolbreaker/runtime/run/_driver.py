@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from toolbreaker.stores.memory import MemoryStore
@@ -48,6 +48,7 @@ __all__ = [
     "RunTool",
     "adrive",
     "drive",
+    "in_process",
 ]
 
 R = TypeVar("R")
@@ -107,7 +108,8 @@ class Blocking:
 
     On the event loop it runs inline when every store it may touch lives in this process
     (a :class:`~toolbreaker.stores.MemoryStore`: nothing to wait for), else in a worker
-    thread.
+    thread. ``stores`` also lists anything else it may run that may wait (a user's check,
+    a stop listener) as one more object that is no such store.
     """
 
     fn: Callable[..., Any]
@@ -120,9 +122,19 @@ class Blocking:
 
     async def arun(self) -> Any:
         """Call it inline, or in a worker thread when a shared store may block."""
-        if all(isinstance(store, MemoryStore) for store in self.stores):
+        if in_process(self.stores):
             return self.fn(*self.args)
         return await asyncio.to_thread(self.fn, *self.args)
+
+
+def in_process(stores: Iterable[object]) -> bool:
+    """Whether every one of ``stores`` lives in this process: nothing there can block.
+
+    A :class:`~toolbreaker.stores.MemoryStore` answers at once; any other store (SQLite,
+    Redis, PostgreSQL, a wrapper around one) may wait on I/O, so an event loop asks it
+    from a worker thread.
+    """
+    return all(isinstance(store, MemoryStore) for store in stores)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -230,12 +242,13 @@ class InGroup:
 
     group: TurnGroup
     member: TurnMember
+    step: Step
     fn: Callable[[], Any]
 
     def run(self) -> Any:
-        """The call in a worker thread, abandoned if cancelled."""
-        return self.group.run(self.member, self.fn)
+        """The call in a worker thread, let go if cancelled (it counts until it ends)."""
+        return self.group.run(self.member, self.step, self.fn)
 
     async def arun(self) -> Any:
         """The call in a task of its own, cancelled and awaited if cancelled."""
-        return await self.group.arun(self.member, self.fn)
+        return await self.group.arun(self.member, self.step, self.fn)

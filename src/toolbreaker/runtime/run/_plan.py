@@ -31,7 +31,7 @@ from toolbreaker.runtime._result import (
     stopped_result,
 )
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.breaker._breaker import Permit, Rejection, watch_openings
+from toolbreaker.runtime.breaker._breaker import Permit, watch_openings
 from toolbreaker.runtime.breaker._degrade import deferred_notice
 from toolbreaker.runtime.run._driver import Admit, Flow
 from toolbreaker.runtime.run._journal import step_of
@@ -53,7 +53,7 @@ class Planning(Settling):
         ledger says so) spends a retry of the breaker's budget first, and once it is
         spent the tool is unavailable for the run (a required tool stops it).
         """
-        step: Step = yield self.blocking(None, self._plan, tool, args)
+        step: Step = yield self.blocking(None, self._plan, tool, args, tool=tool)
         plan: CallPlan | None = step.plan
         breaker = None if plan is None or step.answer is not None else plan.spec.breaker
         if breaker is not None:
@@ -65,23 +65,11 @@ class Planning(Settling):
             if isinstance(admission, Permit):
                 step.permit = admission
             else:
-                served = None
-                if breaker.degradation.chain:
-                    served = yield self._degrade(plan, admission.result_for(step.tool))
-                yield self.blocking(step, self._refused, step, admission, served)
+                # Refused by its dependency breaker after the run machine let it through.
+                result = admission.result_for(step.tool)
+                step.give((yield from self._down(step, result, admission.reason)))
         step = yield self.blocking(step, self._journal_pending, step)
         return self._joined(step)
-
-    def _refused(
-        self, step: Step, admission: Rejection, served: dict[str, Any] | None = None
-    ) -> None:
-        """The dependency breaker refused a step the run machine let through.
-
-        ``served``: the rejection's degradation, already made.
-        """
-        plan: CallPlan = step.plan
-        answer = admission.result_for(step.tool) if served is None else served
-        step.give(self._dependency_down(plan, answer, admission.reason, served=served))
 
     def _resume(self) -> None:
         """Once per guard: writes an earlier run left unresolved block writes here too."""

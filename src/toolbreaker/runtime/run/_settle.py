@@ -62,7 +62,24 @@ class Settling(RunShell):
             self._told(step, None, exc)
             raise exc
         answer = yield self.blocking(step, self._failed, step, exc)
+        if isinstance(answer, _Down):
+            answer = yield from self._down(step, answer.result, answer.reason)
         return self._told(step, answer)
+
+    def _down(self, step: Step, result: dict[str, Any], reason: str) -> Flow[Any]:
+        """The step's dependency is out (refused, or opened by this call): the answer.
+
+        The sheet row's degradation, if it has one, is an effect of its own (on the event
+        loop its store round trips, its packet's journal read and an async substitute are
+        awaited, never run inside another effect); then the run machine decides.
+        """
+        plan: CallPlan = step.plan
+        breaker = plan.spec.breaker
+        served = None
+        if breaker is not None and breaker.for_scope().degradation.chain:
+            served = yield self._degrade(plan, result)
+        answer = yield self.blocking(step, self._dependency_down, plan, result, reason, served)
+        return answer
 
     # -- the Step's owner callbacks: both twins drive the one flow -------------------------
 
@@ -109,6 +126,7 @@ class Settling(RunShell):
         return result
 
     def _failed(self, step: Step, exc: Exception) -> Any:
+        """What the model reads for a failure; :class:`_Down` when the dependency is out."""
         plan: CallPlan = step.plan
         spec = plan.spec
         verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
@@ -119,13 +137,13 @@ class Settling(RunShell):
         inner = found_in_chain(exc, CircuitOpen)
         if inner is not None:
             # A breaker inside the tool (an httpx transport ...) rejected the call.
-            return self._dependency_down(plan, inner.result_for(spec.name), inner.reason)
+            return _Down(inner.result_for(spec.name), inner.reason)
         opened = [b for b in plan.opened if b is not spec.breaker]
         if opened:
             # A breaker inside the tool opened on this very failure: say so now.
             result = opened[-1].failure_result(spec.name, exc)
             if result.get("tool_unavailable"):
-                return self._dependency_down(plan, result, "opened")
+                return _Down(result, "opened")
         if spec.breaker is None:
             return error_result(spec.name, exc, retryable=verdict.kind == "failure")
         owner = step.permit.breaker if isinstance(step.permit, Permit) else spec.breaker
@@ -134,7 +152,7 @@ class Settling(RunShell):
         if result.get("tool_unavailable"):
             # This failure opened the dependency's breaker, or left the tool unavailable
             # for the run (a spent quota or retry budget, a rate limit too long to wait).
-            return self._dependency_down(plan, result, str(result.get("reason", "opened")))
+            return _Down(result, str(result.get("reason", "opened")))
         return result
 
     def _dependency_down(
@@ -142,22 +160,18 @@ class Settling(RunShell):
         plan: CallPlan,
         result: dict[str, Any],
         reason: str,
-        *,
-        served: dict[str, Any] | None = None,
+        served: dict[str, Any] | None,
     ) -> Any:
         """A dependency is out: the model hears so, and the run machine decides the rest.
 
-        The tool's sheet row may have a degradation chain: its mode is served here (or was,
-        ``served``, on the event loop) and a write it queued or handed off is journaled so.
-        Whether the run stops is the run machine's (the mode served, the reason, whether
-        the tool is required: see :mod:`toolbreaker.core.run.machine`).
+        ``served``: the sheet row's degradation of ``result`` (made by :meth:`_down`, an
+        effect of its own), ``None`` without a chain; a write it queued or handed off is
+        journaled so. Whether the run stops is the run machine's (the mode served, the
+        reason, whether the tool is required: see :mod:`toolbreaker.core.run.machine`).
         """
         mode = None
         if served is not None:
             result, mode = served, served.get("degradation")
-        elif plan.spec.breaker is not None and plan.spec.breaker.degradation.chain:
-            result = self._degrade(plan, result).run()  # off the loop already
-            mode = result.get("degradation")
         if mode is not None:
             self._after_degraded(plan, result)
         self._finish(plan, "ignored")  # it was not made (a queued one is not made yet)
@@ -294,6 +308,14 @@ class Settling(RunShell):
         retryable = failed_retryably(result)
         with self._lock:
             self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Down:
+    """A failure that leaves the dependency out: its unavailable result, and why."""
+
+    result: dict[str, Any]
+    reason: str
 
 
 def _classify(exc: BaseException) -> Verdict:

@@ -39,6 +39,9 @@ __all__ = ["NO_TURN", "CallPlan", "RunShell"]
 
 #: No model turn marked yet.
 NO_TURN: Final = object()
+#: What a Blocking effect lists as a "store" when it may run a user's function, which
+#: may wait on I/O like a shared store's round trip (never a MemoryStore: never inline).
+_CALLBACKS: Final = object()
 
 
 @dataclasses.dataclass(slots=True)
@@ -160,6 +163,15 @@ class RunShell:
             next_safe_action=self._next_safe_action(stop, uncertain),
             history=tuple(fired.to_dict() for fired in run.conditions),
         )
+
+    async def astop_packet(self) -> StopPacket:
+        """:meth:`stop_packet` for the event loop: a shared journal is read off it.
+
+        What an async hook hands over once the run has stopped; a journal of this
+        process is read inline, any other in a worker thread.
+        """
+        packet: StopPacket = await self.blocking(None, self.stop_packet).arun()
+        return packet
 
     # -- the run machine -------------------------------------------------------------------
 
@@ -339,13 +351,28 @@ class RunShell:
 
     # -- effects ---------------------------------------------------------------------------
 
-    def blocking(self, step: Step | None, fn: Callable[..., Any], /, *args: Any) -> Blocking:
+    def blocking(
+        self, step: Step | None, fn: Callable[..., Any], /, *args: Any, tool: str | None = None
+    ) -> Blocking:
         """``fn(*args)`` as an effect (:class:`~toolbreaker.runtime.run._driver.Blocking`).
 
-        Inline on the event loop when the journal, and the store of the step's breaker,
-        live in this process; in a worker thread otherwise.
+        Inline on the event loop only when nothing it may run can wait: the journal and
+        the store of the step's breaker (or ``tool``'s) live in this process, the tool has
+        no check of its own (``authorize``, ``verify``, ``reconcile``: plain functions
+        that may ask a service) and no stop listener is registered (one may send an
+        alert). In a worker thread otherwise.
         """
+        spec = self._tools.get(tool) if tool is not None else None
+        if step is not None and step.plan is not None:
+            spec = step.plan.spec
         stores: list[object] = [self.journal]
-        if step is not None and step.plan is not None and step.plan.spec.breaker is not None:
-            stores.append(step.plan.spec.breaker.store)
+        if spec is not None and spec.breaker is not None:
+            stores.append(spec.breaker.store)
+        if self._stop_listeners or (spec is not None and _has_checks(spec)):
+            stores.append(_CALLBACKS)
         return Blocking(fn, args, stores)
+
+
+def _has_checks(spec: GuardedTool) -> bool:
+    """Whether the tool has a check of its own that may ask a service."""
+    return spec.authorize is not None or spec.verify is not None or spec.reconcile is not None

@@ -13,7 +13,9 @@ Structured like ``asyncio.TaskGroup``: no branch outlives the group (a cancelled
 cancels every branch and waits for them), and it works the same on Python 3.10. The
 thread flavour (:meth:`Siblings.run`) runs sync branches in worker threads; a running
 thread cannot be interrupted, so a branch cancelled by policy is *abandoned* (its result,
-whenever it comes, is discarded) and a branch not yet started never starts.
+whenever it comes, is discarded) and a branch not yet started never starts. An abandoned
+branch is answered, not over: what its own calls hold (a breaker's bulkhead slot, its
+lease) they keep until they return.
 
 How an opening is noticed: a listener on each required breaker sees the transitions of
 this process at once; a poll of the breaker's view every :data:`POLL_S` seconds sees an
@@ -43,7 +45,10 @@ from toolbreaker.core.breaker.state import Transition
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import siblings_result
+from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.runtime.breaker._deadline import OVERDUE
+from toolbreaker.runtime.run._driver import in_process
 
 __all__ = [
     "POLL_S",
@@ -199,12 +204,18 @@ class Siblings:
                     task.cancel()
 
         def heard(record: Transition, breaker: Breaker) -> None:
-            root = self._shut(record, breaker)
-            if root is not None:
-                why = f"required dependency {root.key!r} opened"
-                loop.call_soon_threadsafe(cancel, root, why)
+            def look() -> None:
+                root = self._shut(record, breaker)
+                if root is not None:
+                    why = f"required dependency {root.key!r} opened"
+                    loop.call_soon_threadsafe(cancel, root, why)
 
-        self._check_open(cancel_at_start=True)
+            if may_start_rejecting(record):
+                _aside(breaker, look)
+
+        # Looks at the required breakers' state: round trips on a shared store.
+        local = in_process(breaker.store for breaker in self.required)
+        await _looked(local, self._check_open, True)
         for branch in self._branches:
             if branch.cancelled_because is None:
                 tasks[branch.name] = loop.create_task(_awaited(branch))
@@ -213,7 +224,7 @@ class Siblings:
             pending: set[asyncio.Task[Any]] = set(tasks.values())
             while pending:
                 _, pending = await asyncio.wait(pending, timeout=POLL_S)
-                for breaker, why in self._check_open():
+                for breaker, why in await _looked(local, self._check_open, False):
                     cancel(breaker, why)
         except asyncio.CancelledError:
             for task in tasks.values():
@@ -245,11 +256,15 @@ class Siblings:
                     future.cancel()  # never starts if it had not; else abandoned
 
         def heard(record: Transition, breaker: Breaker) -> None:
-            root = self._shut(record, breaker)
-            if root is not None:
-                cancel(root, f"required dependency {root.key!r} opened")
+            def look() -> None:
+                root = self._shut(record, breaker)
+                if root is not None:
+                    cancel(root, f"required dependency {root.key!r} opened")
 
-        self._check_open(cancel_at_start=True)
+            if may_start_rejecting(record):
+                _aside(breaker, look)
+
+        self._check_open(True)
         removers = [breaker.add_listener(heard) for breaker in self.required]
         try:
             for branch in branches:
@@ -305,7 +320,7 @@ class Siblings:
                     marked.append(branch)
         return marked
 
-    def _check_open(self, *, cancel_at_start: bool = False) -> list[tuple[Breaker, str]]:
+    def _check_open(self, cancel_at_start: bool = False) -> list[tuple[Breaker, str]]:
         """Required breakers open now (this process's view), with the reason to give."""
         found = []
         for breaker in self.required:
@@ -427,7 +442,9 @@ class TurnGroup:
     required breaker opens (its listener hears this process's transition; a poll of its
     view every :data:`POLL_S` seconds sees another process's), every call in flight that
     needs it is cancelled (asyncio: the task running the tool is cancelled and awaited;
-    threads: the call is abandoned, its result discarded). Independent calls finish.
+    threads: the call is let go in its worker, its result discarded, and it keeps its
+    bulkhead slot and lease until it returns, as a call past its deadline does).
+    Independent calls finish.
     Listeners are registered only while a call that needs a required breaker is in
     flight. :meth:`outcome` lists every call of the turn with how it ended.
 
@@ -492,12 +509,16 @@ class TurnGroup:
 
     # -- running a member ---------------------------------------------------------------
 
-    async def arun(self, member: TurnMember, fn: Callable[[], Awaitable[R]]) -> R | object:
-        """Await ``fn()`` as ``member``; :data:`_POLICY` when cancelled by policy.
+    async def arun(
+        self, member: TurnMember, step: Step, fn: Callable[[], Awaitable[R]]
+    ) -> R | object:
+        """Await ``fn()`` as ``member`` (of ``step``); :data:`_POLICY` when cancelled by policy.
 
         An independent call is awaited as it is. A call that needs a required breaker
         runs in a task of its own, which the group cancels (and this awaits) when that
-        breaker opens; a cancelled caller cancels and awaits it too.
+        breaker opens; a cancelled caller cancels and awaits it too. While the task runs
+        past the step's deadline its bulkhead slot is held (it still runs, so it still
+        counts) until the step is settled.
         """
         if member.need is None:
             member.started = True
@@ -511,11 +532,14 @@ class TurnGroup:
             loop.call_soon_threadsafe(task.cancel)
 
         self._enter(member, cancel)
+        permit = step.permit
+        held = False
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=POLL_S)
                 if not task.done():
-                    self.poll()
+                    await self.apoll()
+                    held = held or permit.hold_past_deadline()
         except BaseException:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
@@ -526,49 +550,54 @@ class TurnGroup:
             return _POLICY
         return task.result()
 
-    def run(self, member: TurnMember, fn: Callable[[], R]) -> R | object:
-        """Call ``fn()`` as ``member``; :data:`_POLICY` when cancelled by policy.
+    def run(self, member: TurnMember, step: Step, fn: Callable[[], R]) -> R | object:
+        """Call ``fn()`` as ``member`` (of ``step``); :data:`_POLICY` when cancelled by policy.
 
         An independent call runs in the caller's thread. A call that needs a required
-        breaker runs in a worker thread the caller waits on: when that breaker opens, the
-        caller stops waiting (the call is abandoned; its result, whenever it comes, is
-        discarded). A call cancelled before it started never starts.
+        breaker runs in a worker of the breaker that admitted it, which the caller waits
+        on (:meth:`Breaker.run_until <toolbreaker.Breaker.run_until>`): when that
+        required breaker opens, the caller stops waiting and the call is let go exactly
+        as a call past its deadline is. One not started never starts; a running one is
+        abandoned (its result, whenever it comes, is discarded) but still counts until it
+        returns: its worker stays pinned, and it keeps the step's bulkhead slot (and
+        renews its lease) until then.
+
+        Raises:
+            CircuitOpen: reason ``hung``: calls hung past their deadline hold the workers
+                this call may use (settle the step with it).
         """
         if member.need is None:
             member.started = True
             return fn()
         if member.cancelled_because is not None:
             return _POLICY
-        done: concurrent.futures.Future[R] = concurrent.futures.Future()
-        context = contextvars.copy_context()
+        breaker: Breaker = step.permit.breaker  # the one that admitted it (its pool, its slot)
         cancelled = threading.Event()
-        gate = threading.Lock()  # a call starts, or is abandoned unstarted: never both
+        gate = threading.Lock()  # a call starts, or is let go unstarted: never both
 
-        def work() -> None:
+        def work() -> R | object:
             with gate:
-                if cancelled.is_set() or not done.set_running_or_notify_cancel():
-                    return
+                if cancelled.is_set():
+                    return _POLICY  # let go before it started: it never starts
                 member.started = True
-            try:
-                done.set_result(context.run(fn))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
-                done.set_exception(exc)
+            return fn()
+
+        def stop() -> bool:
+            if not cancelled.is_set():
+                self.poll()  # an opening decided by another process
+            return cancelled.is_set()
 
         self._enter(member, cancelled.set)
-        abandoned = False
+        policy = False
         try:
-            threading.Thread(target=work, name=f"toolbreaker-{member.name}", daemon=True).start()
-            while not done.done() and not cancelled.is_set():
-                concurrent.futures.wait([done], timeout=POLL_S)
-                if not done.done():
-                    self.poll()
-            with gate:
-                abandoned = not done.done()
+            ran = breaker.run_until(step, work, stop, every=POLL_S)
+            with gate:  # a start racing the cancellation has happened, or never will
+                policy = ran is OVERDUE or ran is _POLICY
         finally:
-            self._leave(member, policy=abandoned)
+            self._leave(member, policy=policy)
         if member.cancelled_because is not None:
             return _POLICY
-        return done.result()
+        return ran
 
     def poll(self) -> None:
         """Cancel the calls in flight whose required breaker is open now.
@@ -585,6 +614,12 @@ class TurnGroup:
                 continue
             if opened:
                 self._opened(need)
+
+    async def apoll(self) -> None:
+        """:meth:`poll` on the event loop: a look that may be a round trip runs off it."""
+        with self._lock:
+            stores = [m.need.store for m in self._flight if m.need is not None]
+        await _looked(in_process(stores), self.poll)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -635,8 +670,12 @@ class TurnGroup:
                 member._cancel()
 
     def _heard(self, record: Transition, breaker: Breaker) -> None:
-        if may_start_rejecting(record) and _refuses(breaker):
-            self._opened(breaker)
+        def look() -> None:
+            if _refuses(breaker):
+                self._opened(breaker)
+
+        if may_start_rejecting(record):
+            _aside(breaker, look)
 
 
 def _required_row(breaker: Breaker, required: Iterable[Breaker]) -> tuple[Breaker, Breaker] | None:
@@ -664,6 +703,45 @@ def _refuses(breaker: Breaker) -> bool:
     sharing it is seen.
     """
     return rejects_callers(breaker.state, breaker.policy)
+
+
+L = TypeVar("L")
+
+
+async def _looked(local: bool, look: Callable[..., L], *args: Any) -> L:
+    """``look(*args)`` from the event loop, which a round trip must not block.
+
+    Inline when every store it reads lives in this process (``local``), else in a
+    worker thread.
+    """
+    if local:
+        return look(*args)
+    return await asyncio.to_thread(look, *args)
+
+
+def _aside(breaker: Breaker, look: Callable[[], None]) -> None:
+    """Run a listener's ``look`` at ``breaker``'s state without blocking an event loop.
+
+    A listener runs in the thread that applied the transition: on an event loop's thread
+    for an async call. There a look that may be a round trip (a shared store) runs in the
+    loop's default executor instead, so the loop goes on; anywhere else it runs now. A
+    look that fails changes nothing (the group's poll looks again).
+    """
+
+    def guarded() -> None:
+        try:
+            look()
+        except Exception as exc:  # noqa: BLE001 - a look that fails never changes a call
+            hook_failed(f"the group's look at {breaker.key} failed; the calls run on", exc)
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    if loop is None or in_process((breaker.store,)):
+        look()  # as before: a fault here is the breaker's listener fault to count
+    else:
+        loop.run_in_executor(None, guarded)
 
 
 def _listener(group: weakref.ref[TurnGroup]) -> Callable[[Transition, Breaker], None]:

@@ -16,7 +16,16 @@ from toolbreaker.core.run.budget import WRITES
 from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.runtime._result import cancelled_result
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.run._driver import Flow, InGroup, Invoke, Record, adrive, drive
+from toolbreaker.runtime.run._driver import (
+    Blocking,
+    Flow,
+    InGroup,
+    Invoke,
+    Record,
+    adrive,
+    drive,
+    in_process,
+)
 from toolbreaker.runtime.run._plan import Planning
 from toolbreaker.runtime.run._shell import CallPlan
 from toolbreaker.runtime.run._siblings import (
@@ -69,7 +78,9 @@ class Turns(Planning):
         Adapters call it where the framework runs a model response's tool calls in
         parallel. When a required dependency this call needs opens while it runs, the
         call is cancelled by policy: abandoned in its worker thread (its result
-        discarded), never started if it had not; the step is then settled and
+        discarded), never started if it had not. An abandoned call still counts until it
+        returns: it keeps its bulkhead slot (and its store lease, renewed) and its
+        worker, as a call past its deadline does. The step is then settled and
         :class:`~toolbreaker.runtime.CancelledByPolicy` carries what the model reads (a
         write that may have started is an unknown outcome: journaled, reconciled, never
         replayed) and the run stops, as for any required dependency going down.
@@ -95,8 +106,13 @@ class Turns(Planning):
         if turn is None:
             return (yield Invoke(fn))
         group, member = turn
-        group.refresh(member, self._required_breakers())
-        ran = yield InGroup(group, member, fn)
+        required = self._required_breakers()
+        stores = [b.store for b in required]
+        if in_process(stores):
+            group.refresh(member, required)
+        else:  # a look at the required breakers' state: a round trip on a shared store
+            yield Blocking(group.refresh, (member, required), stores)
+        ran = yield InGroup(group, member, step, fn)
         if not is_policy(ran):
             return ran  # the tool's own result
         if not step.settled and step.permit is not None:
