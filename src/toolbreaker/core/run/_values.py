@@ -11,7 +11,7 @@ from __future__ import annotations
 import decimal
 from collections.abc import Iterator, Mapping
 from decimal import Decimal
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal, TypeVar, get_args
 
 from toolbreaker.errors import PolicyError, RunStateError
 
@@ -39,7 +39,7 @@ __all__ = [
 RiskClass = Literal["read", "reversible_write", "irreversible"]
 
 #: The risk classes, in the order they are listed everywhere.
-RISK_CLASSES: Final[tuple[RiskClass, ...]] = ("read", "reversible_write", "irreversible")
+RISK_CLASSES: Final[tuple[RiskClass, ...]] = get_args(RiskClass)
 #: The risk classes that change something outside.
 WRITES: Final = frozenset({"reversible_write", "irreversible"})
 #: The longest tool name or fingerprint a run keeps.

@@ -57,7 +57,7 @@ events; the journal is read by the shell and its answer arrives as the event's
 from __future__ import annotations
 
 import dataclasses
-from typing import Final, Literal, cast
+from typing import Final, Literal, cast, get_args
 
 from toolbreaker.core.degrade import passing
 from toolbreaker.core.run import budget as budgets
@@ -88,17 +88,7 @@ Verdict = Literal[
     "deferred",
     "recorded",
 ]
-VERDICTS: Final = (
-    "run",
-    "journal",
-    "reconcile",
-    "queued",
-    "handed-off",
-    "writes-blocked",
-    "stopped",
-    "deferred",
-    "recorded",
-)
+VERDICTS: Final[tuple[Verdict, ...]] = get_args(Verdict)
 #: The events the run machine accepts.
 EVENT_TYPES: Final = (
     "request",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from toolbreaker.core.run._values import (
     DIGEST_LENGTH,
@@ -61,7 +61,7 @@ __all__ = [
 #: How a call ended; ``unknown`` means a write may or may not have happened.
 Outcome = Literal["success", "failure", "unknown", "ignored"]
 #: The outcomes :func:`~toolbreaker.core.run.limits.finish` accepts.
-OUTCOMES: Final[tuple[Outcome, ...]] = ("success", "failure", "unknown", "ignored")
+OUTCOMES: Final[tuple[Outcome, ...]] = get_args(Outcome)
 
 #: The conditions :func:`~toolbreaker.core.run.limits.check` can name, in its order.
 PRECEDENCE: Final = (
@@ -234,7 +234,7 @@ class Tally:
 #: Why a condition fired: it stopped the run, or it blocked the run's writes.
 Effect = Literal["stopped", "writes-blocked"]
 #: The effects, in the order they are listed.
-EFFECTS: Final[tuple[Effect, ...]] = ("stopped", "writes-blocked")
+EFFECTS: Final[tuple[Effect, ...]] = get_args(Effect)
 #: Conditions a run keeps (its first writes block and its stop always among them).
 FIRED_LIMIT: Final = 16
 
