@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from toolbreaker.errors import PolicyError, TraceError
 
@@ -63,7 +63,7 @@ __all__ = [
 
 #: Jitter strategies.
 Jitter = Literal["full", "decorrelated"]
-JITTERS: Final = ("full", "decorrelated")
+JITTERS: Final[tuple[Jitter, ...]] = get_args(Jitter)
 #: Every reason :func:`decide` gives, ``retry`` first.
 REASONS: Final = (
     "retry",
