@@ -16,6 +16,7 @@ from toolbreaker.core.breaker.predicates import rejects_callers
 from toolbreaker.core.retry import is_transient, unavailable_reason
 from toolbreaker.core.run.retrying import failed_retryably
 from toolbreaker.errors import CircuitOpen
+from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._result import error_result
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._admission import UNSET, Permit, Rejection
@@ -102,12 +103,7 @@ class Steps(Calls):
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return target.begin(tool, args, timeout=timeout)
-        deadline = self._deadline_of(timeout)
-        retry = self._retried(tool or self.tool, dict(args or {}))
-        step = self._step(tool, args, self._admission(retry, deadline), deadline)
-        if step.answer is not None and self.degradation.chain:
-            step.answer = self.degradation.result(step.tool, step.args, step.answer)
-        return step
+        return drive(self._beginning(tool, args, timeout))
 
     async def abegin(
         self,
@@ -119,53 +115,60 @@ class Steps(Calls):
         """:meth:`begin` for the event loop: a store round trip is awaited."""
         if self._scoped is not None and (target := self.for_scope()) is not self:
             return await target.abegin(tool, args, timeout=timeout)
+        return await adrive(self._beginning(tool, args, timeout))
+
+    def _beginning(
+        self, tool: str | None, args: Mapping[str, Any] | None, timeout: float | None
+    ) -> Flow[Step]:
+        """:meth:`begin`'s rules, once (both twins)."""
         deadline = self._deadline_of(timeout)
         retry = self._retried(tool or self.tool, dict(args or {}))
-        step = self._step(tool, args, await self._aadmission(retry, deadline), deadline)
-        if step.answer is not None and self.degradation.chain:
-            step.answer = await self.degradation.aresult(step.tool, step.args, step.answer)
-        return step
-
-    def _step(
-        self,
-        tool: str | None,
-        args: Mapping[str, Any] | None,
-        admission: Permit | Rejection,
-        deadline: int | None,
-    ) -> Step:
-        name = tool or self.tool
-        seconds = None if deadline is None else deadline / 1000
+        admission = yield Twin(self._admission, self._aadmission, (retry, deadline))
+        name, call = tool or self.tool, dict(args or {})
         if isinstance(admission, Permit):
-            return Step(self, name, dict(args or {}), deadline=seconds, permit=admission)
-        return Step(self, name, dict(args or {}), answer=admission.result_for(name))
+            seconds = None if deadline is None else deadline / 1000
+            return Step(self, name, call, deadline=seconds, permit=admission)
+        answer = admission.result_for(name)
+        degradation = self.degradation
+        if degradation.chain:
+            answer = yield Twin(degradation.result, degradation.aresult, (name, call, answer))
+        return Step(self, name, call, answer=answer)
+
+    def _succeeding(self, step: Step, result: Any) -> Flow[Any]:
+        """A step's success, recorded (both twins): what the model reads is ``result``."""
+        yield Twin(step.permit.record, step.permit.arecord, (self.result_verdict(result),))
+        self.retry_succeeded()
+        self._model_retry_ended(step.tool, step.args)
+        degradation = self.degradation
+        if degradation.chain:  # only a stale row keeps answers
+            yield Twin(degradation.remember, degradation.aremember, (step.tool, step.args, result))
+        return result
+
+    def _failing(self, step: Step, exc: BaseException) -> Flow[Any]:
+        """A step's failure, recorded (both twins); a cancellation is raised again."""
+        yield Twin(step.permit.record, step.permit.arecord, (exc,))
+        if not isinstance(exc, Exception):
+            raise exc
+        failed = self._failed_call(step.tool, step.args, exc)
+        degradation = self.degradation
+        if not degradation.chain:
+            return failed
+        answer = yield Twin(degradation.result, degradation.aresult, (step.tool, step.args, failed))
+        return answer
+
+    # -- the Step's owner callbacks: both twins drive the one flow -------------------------
 
     def _step_succeeded(self, step: Step, result: Any) -> Any:
-        step.permit.record(self.result_verdict(result))
-        self.retry_succeeded()
-        self._model_retry_ended(step.tool, step.args)
-        self.degradation.remember(step.tool, step.args, result)
-        return result
+        return drive(self._succeeding(step, result))
 
     def _step_failed(self, step: Step, exc: BaseException) -> Any:
-        step.permit.record(exc)
-        if not isinstance(exc, Exception):
-            raise exc
-        failed = self._failed_call(step.tool, step.args, exc)
-        return self.degradation.result(step.tool, step.args, failed)
+        return drive(self._failing(step, exc))
 
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
-        await step.permit.arecord(self.result_verdict(result))
-        self.retry_succeeded()
-        self._model_retry_ended(step.tool, step.args)
-        await self.degradation.aremember(step.tool, step.args, result)
-        return result
+        return await adrive(self._succeeding(step, result))
 
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
-        await step.permit.arecord(exc)
-        if not isinstance(exc, Exception):
-            raise exc
-        failed = self._failed_call(step.tool, step.args, exc)
-        return await self.degradation.aresult(step.tool, step.args, failed)
+        return await adrive(self._failing(step, exc))
 
     @overload
     def guard(

@@ -1,31 +1,21 @@
-"""One driver for the run guard's sync and async twins: each flow is written once.
+"""The run guard's effects: what its flows yield for the driver to carry out.
 
 A flow of the run guard (begin a call, settle it, run a tool, run it in its turn) is a
-generator. Wherever it needs something that may block (a journal or store round trip,
-the breaker's admission, a degradation's answer, recording an outcome, running the tool)
-it yields an *effect* and receives the effect's value (or its exception) back::
-
-    def _begin(self, tool, args):             # the rules, once
-        step = yield self.blocking(None, self._plan, tool, args)
-        ...
-        admission = yield Admit(breaker)
-        ...
-
-    begin  = lambda tool, args: drive(self._begin(tool, args))          # the sync twin
-    abegin = lambda tool, args: adrive(self._begin(tool, args))         # the async twin
-
-:func:`drive` carries every effect out inline; :func:`adrive` awaits it, or runs it in a
-worker thread when it would block the event loop on a shared store. So the sync and the
-async guard cannot decide differently: they run the same generator (the pattern of the
-stores' compare-and-set loop, ``stores/_shell.py``).
+generator driven by :func:`~toolbreaker.runtime._flow.drive` (its sync twin) or
+:func:`~toolbreaker.runtime._flow.adrive` (its async twin): the one driver the breaker's
+twins use too. Wherever it needs something that may block (a journal or store round
+trip, the breaker's admission, a degradation's answer, recording an outcome, running the
+tool) it yields one of the effects here; each knows how to do it inline (``run``) and
+without blocking the event loop (``arun``), so the sync and the async guard cannot
+decide differently.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from toolbreaker.stores.memory import MemoryStore
 
@@ -40,66 +30,14 @@ __all__ = [
     "Admit",
     "Blocking",
     "Degrade",
-    "Effect",
-    "Flow",
     "InGroup",
     "Invoke",
     "Record",
     "RunTool",
-    "adrive",
-    "drive",
     "in_process",
 ]
 
 R = TypeVar("R")
-
-
-class Effect(Protocol):
-    """Something a flow needs done: inline (:meth:`run`) or on the event loop (:meth:`arun`)."""
-
-    def run(self) -> Any:
-        """Do it now, blocking."""
-        ...
-
-    async def arun(self) -> Any:
-        """Do it without blocking the event loop."""
-        ...
-
-
-#: A flow: yields effects, receives their values, returns its answer.
-Flow = Generator[Effect, Any, R]
-
-
-def drive(flow: Flow[R]) -> R:
-    """Run ``flow`` to its end, every effect inline (the sync twins)."""
-    value: Any = None
-    raised: BaseException | None = None
-    while True:
-        try:
-            effect = flow.send(value) if raised is None else flow.throw(raised)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return] # R: the flow's answer
-        value, raised = None, None
-        try:
-            value = effect.run()
-        except BaseException as exc:  # noqa: BLE001 - handed to the flow, which decides
-            raised = exc
-
-
-async def adrive(flow: Flow[R]) -> R:
-    """Run ``flow`` to its end on the event loop, every effect awaited (the async twins)."""
-    value: Any = None
-    raised: BaseException | None = None
-    while True:
-        try:
-            effect = flow.send(value) if raised is None else flow.throw(raised)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return] # R: the flow's answer
-        value, raised = None, None
-        try:
-            value = await effect.arun()
-        except BaseException as exc:  # noqa: BLE001 - handed to the flow, which decides
-            raised = exc
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

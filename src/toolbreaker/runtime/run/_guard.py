@@ -26,7 +26,7 @@ feed, the journal, the stop packet), ``_settle`` (settle, verify, reconcile), ``
 (plan and authorize), ``_turns`` (a model turn's sibling calls), and this module, the
 public surface. Every sync and async twin (``begin``/``abegin``, ``call``/``acall``, the
 settle callbacks, ``run_step``/``arun_step``) runs one flow through one driver
-(:mod:`toolbreaker.runtime.run._driver`), so no rule is written twice for the two.
+(:mod:`toolbreaker.runtime._flow`), so no rule is written twice for the two.
 """
 
 from __future__ import annotations
@@ -44,12 +44,13 @@ from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.core.run.redact import redact
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
-from toolbreaker.runtime.run._driver import Flow, RunTool, adrive, drive
+from toolbreaker.runtime.run._driver import RunTool
 from toolbreaker.runtime.run._journal import journaled
 from toolbreaker.runtime.run._tools import (
     ActionRequest,

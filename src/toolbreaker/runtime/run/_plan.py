@@ -6,7 +6,7 @@ verdict out: an answer from the journal, a reconcile check, a stop, or a run. A 
 runs asks its dependency breaker next (the model re-issuing a failed call spends a retry
 of the breaker's budget first), an irreversible one its authority check, and a write is
 journaled pending before it runs. :meth:`Planning._begin` is the one flow behind
-``begin`` and ``abegin`` (:mod:`toolbreaker.runtime.run._driver`).
+``begin`` and ``abegin`` (:mod:`toolbreaker.runtime._flow`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.core.run.redact import redact
 from toolbreaker.core.run.retrying import is_retry
 from toolbreaker.errors import FingerprintError, PolicyError, StoreUnavailable
+from toolbreaker.runtime._flow import Flow
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
     deferred_result,
@@ -33,7 +34,7 @@ from toolbreaker.runtime._result import (
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Permit, watch_openings
 from toolbreaker.runtime.breaker._degrade import deferred_notice
-from toolbreaker.runtime.run._driver import Admit, Flow
+from toolbreaker.runtime.run._driver import Admit
 from toolbreaker.runtime.run._journal import step_of
 from toolbreaker.runtime.run._settle import Settling
 from toolbreaker.runtime.run._shell import CallPlan

@@ -7,7 +7,7 @@ unknown outcome (journaled, reconciled, never replayed: :func:`may_have_committe
 dependency that is out is served by its sheet row's degradation, and the run machine
 decides whether the run goes on. The settle flows (:meth:`Settling._settle_success`,
 :meth:`Settling._settle_failure`) are written once for the sync and async twins
-(:mod:`toolbreaker.runtime.run._driver`).
+(:mod:`toolbreaker.runtime._flow`; the effects are in :mod:`._driver`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from toolbreaker.core.run.budget import WRITES
 from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.core.run.retrying import failed_retryably, observe
 from toolbreaker.errors import CircuitOpen
+from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import error_result, stopped_result, unknown_result
@@ -28,7 +29,7 @@ from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Permit
 from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
 from toolbreaker.runtime.breaker._commit import found_in_chain, may_have_committed
-from toolbreaker.runtime.run._driver import Degrade, Flow, Record, adrive, drive
+from toolbreaker.runtime.run._driver import Degrade, Record
 from toolbreaker.runtime.run._shell import CallPlan, RunShell
 from toolbreaker.runtime.run._tools import evidence_digest, with_key
 

@@ -14,18 +14,10 @@ from typing import Any, TypeVar
 
 from toolbreaker.core.run.budget import WRITES
 from toolbreaker.core.run.machine import RunEvent
+from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._result import cancelled_result
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.run._driver import (
-    Blocking,
-    Flow,
-    InGroup,
-    Invoke,
-    Record,
-    adrive,
-    drive,
-    in_process,
-)
+from toolbreaker.runtime.run._driver import Blocking, InGroup, Invoke, Record, in_process
 from toolbreaker.runtime.run._plan import Planning
 from toolbreaker.runtime.run._shell import CallPlan
 from toolbreaker.runtime.run._siblings import (

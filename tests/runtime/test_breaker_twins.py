@@ -1,0 +1,194 @@
+"""The breaker's sync and async twins decide alike: the same calls, the same answers.
+
+``call``/``acall``, ``begin``/``abegin``, ``admit``/``aadmit`` and a guarded sync tool
+against a guarded coroutine are twins: each pair shares every decision (the fast paths'
+tests, admission, the outcome, the retry plan, the model's retry ledger) and differs only
+in how it waits. Random runs drive both twins of one path on two breakers with the same
+row and clock, and require the same answer at every step, the same counters and, when
+something listens (no fast path then), the same records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolbreaker import Breaker, CircuitOpen, Policy, RetryPolicy
+from toolbreaker.testing import FakeClock, capture_transitions
+
+
+class Unavailable(Exception):
+    """A dependency's 503: transient, qualifying."""
+
+    status_code = 503
+
+
+class NotFound(Exception):
+    """A dependency's 404: the caller's mistake, not the dependency's health."""
+
+    status_code = 404
+
+
+OUTCOMES = ["ok", "ok", "unavailable", "unavailable", "not-found"]
+steps = st.lists(
+    st.tuples(st.sampled_from([*OUTCOMES, "wait"]), st.integers(0, 1_500), st.integers(0, 2)),
+    max_size=30,
+)
+
+
+def breaker(clock: FakeClock, *, retries: bool, enforce: str) -> Breaker:
+    return Breaker(
+        "search",
+        clock=clock,
+        policy=Policy(failure_threshold=2, cooldown_ms=1_000, success_threshold=1),
+        timeout=5.0,
+        enforce=enforce,  # type: ignore[arg-type]
+        retry=RetryPolicy(max_attempts=2, base_ms=10, budget=2) if retries else None,
+        retry_seed=7,
+        sleep=(lambda seconds: clock.advance(seconds=seconds)) if retries else None,
+    )
+
+
+def outcome(kind: str) -> Any:
+    if kind == "unavailable":
+        raise Unavailable("503")
+    if kind == "not-found":
+        raise NotFound("404")
+    return {"ok": True}
+
+
+def answer(value: Any) -> Any:
+    """What the caller got, without object identities."""
+    if isinstance(value, CircuitOpen):
+        return ("open", value.reason, value.retry_after_ms, value.result)
+    if isinstance(value, BaseException):
+        return ("raised", type(value).__name__)
+    return value
+
+
+def run_sync(b: Breaker, clock: FakeClock, path: str, plan: list[tuple[str, int, int]]) -> list:
+    def lookup(kind: str) -> Any:
+        return outcome(kind)
+
+    seen: list[Any] = []
+    tool = b.guard(lookup)
+    for kind, gap, arg in plan:
+        clock.advance(gap)
+        if kind == "wait":
+            continue
+        args = {"q": kind, "n": arg}
+        if path == "call":
+            try:
+                seen.append(b.call(outcome, kind))
+            except Exception as exc:  # noqa: BLE001 - the answer is what is compared
+                seen.append(answer(exc))
+        elif path == "begin":
+            step = b.begin("search", args)
+            if step.answer is not None:
+                seen.append(step.answer)
+                continue
+            try:
+                result = outcome(kind)
+            except Exception as exc:  # noqa: BLE001 - settled as a failure
+                seen.append(step.failed(exc))
+            else:
+                seen.append(step.succeeded(result))
+        elif path == "admit":
+            permit = b.admit(retry=arg == 0)
+            if not permit.admitted:
+                seen.append(("rejected", permit.reason, permit.retry_after_ms, permit.result))
+                continue
+            try:
+                outcome(kind)
+            except Exception as exc:  # noqa: BLE001 - recorded as the outcome
+                seen.append(answer(permit.record(exc)))
+            else:
+                seen.append(answer(permit.record("success")))
+        else:
+            seen.append(tool(kind))
+    return seen
+
+
+async def run_async(
+    b: Breaker, clock: FakeClock, path: str, plan: list[tuple[str, int, int]]
+) -> list:
+    async def lookup(kind: str) -> Any:
+        return outcome(kind)
+
+    seen: list[Any] = []
+    tool = b.guard(lookup)
+    for kind, gap, arg in plan:
+        clock.advance(gap)
+        if kind == "wait":
+            continue
+        args = {"q": kind, "n": arg}
+        if path == "call":
+            try:
+                seen.append(await b.acall(lookup, kind))
+            except Exception as exc:  # noqa: BLE001 - the answer is what is compared
+                seen.append(answer(exc))
+        elif path == "begin":
+            step = await b.abegin("search", args)
+            if step.answer is not None:
+                seen.append(step.answer)
+                continue
+            try:
+                result = outcome(kind)
+            except Exception as exc:  # noqa: BLE001 - settled as a failure
+                seen.append(await step.afailed(exc))
+            else:
+                seen.append(await step.asucceeded(result))
+        elif path == "admit":
+            permit = await b.aadmit(retry=arg == 0)
+            if not permit.admitted:
+                seen.append(("rejected", permit.reason, permit.retry_after_ms, permit.result))
+                continue
+            try:
+                outcome(kind)
+            except Exception as exc:  # noqa: BLE001 - recorded as the outcome
+                seen.append(answer(await permit.arecord(exc)))
+            else:
+                seen.append(answer(await permit.arecord("success")))
+        else:
+            seen.append(await tool(kind))
+    return seen
+
+
+def plain(records: list) -> list[dict[str, Any]]:
+    """Records without the call ids, which name the process and the breaker's counter."""
+    out = []
+    for record in records:
+        data = record.to_dict()
+        data.pop("call", None)
+        data.get("event", {}).pop("call", None)
+        out.append(data)
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    plan=steps,
+    path=st.sampled_from(["call", "begin", "admit", "guard"]),
+    retries=st.booleans(),
+    listening=st.booleans(),
+    enforce=st.sampled_from(["cooperative", "thread"]),
+)
+def test_the_sync_and_the_async_breaker_decide_alike(plan, path, retries, listening, enforce):
+    """Every answer, every counter and every record of a sync path and its async twin."""
+    results = []
+    for twin in ("sync", "async"):
+        clock = FakeClock()
+        b = breaker(clock, retries=retries, enforce=enforce)
+        listen = capture_transitions(b) if listening else contextlib.nullcontext([])
+        with listen as records:
+            if twin == "sync":
+                seen = run_sync(b, clock, path, plan)
+            else:
+                seen = asyncio.run(run_async(b, clock, path, plan))
+        results.append((seen, b.stats.to_dict(), plain(records), clock()))
+        b.close()
+    assert results[1] == results[0]
