@@ -432,9 +432,9 @@ class Admission:
         """The core's idle window that holds ``state`` at ``now``, or ``None``: ask the store.
 
         Kept while it holds (the same state and policy objects, ``now`` inside it), so a
-        breaker that stays open rejects with a few comparisons: the open hot path. The
-        fast paths of ``call``/``acall`` inline this test. While a listener is registered
-        every request goes through the core, so the listener sees its record.
+        breaker that stays open rejects with a few comparisons: the open hot path. While a
+        listener is registered every request goes through the core, so the listener sees
+        its record.
         """
         idle = self._idle
         if (

@@ -84,20 +84,8 @@ class Calls(Retries):
                     if slots is not None:
                         slots.leave()
         elif state is not None and self._plain:
-            # The open hot path: raises while the core's idle window holds (_reject_if_cooling
-            # with _idle_at's test inlined: a call frame is a third of what it costs).
-            now = self._ticks() // self._per_ms
-            idle = self._idle
-            if (
-                idle is not None
-                and idle.state is state
-                and idle.policy is self.policy
-                and idle.since <= now < idle.until
-            ):
-                self.stats.rejected += 1
-                wait = None if idle.admits_at is None else idle.admits_at - now
-                raise circuit_open(self.key, idle.reason, wait, idle.render)
-            self._reject_if_cooling(state, now)
+            # The open hot path: raises while the core's idle window holds.
+            self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
         return self._call_retrying(
@@ -165,20 +153,8 @@ class Calls(Retries):
                     if slots is not None:
                         slots.leave()
         elif state is not None and self._plain:
-            # The open hot path: raises while the core's idle window holds (_reject_if_cooling
-            # with _idle_at's test inlined: a call frame is a third of what it costs).
-            now = self._ticks() // self._per_ms
-            idle = self._idle
-            if (
-                idle is not None
-                and idle.state is state
-                and idle.policy is self.policy
-                and idle.since <= now < idle.until
-            ):
-                self.stats.rejected += 1
-                wait = None if idle.admits_at is None else idle.admits_at - now
-                raise circuit_open(self.key, idle.reason, wait, idle.render)
-            self._reject_if_cooling(state, now)
+            # The open hot path: raises while the core's idle window holds.
+            self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
         return await self._acall_retrying(
