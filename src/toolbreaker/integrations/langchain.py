@@ -75,17 +75,21 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
 
-from toolbreaker.core.run.budget import Budget, RiskClass
+from toolbreaker.core.run.budget import Budget
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
+from toolbreaker.runtime.breaker._boundary import (
+    BREAKER_TOOL_OPTIONS,
+    BreakerOptions,
+    BreakerToolOptions,
+)
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.runtime.run._guard import (
-    ActionRequest,
     GuardedTool,
+    GuardToolOptions,
     RunGuard,
     StopPacket,
     key_argument,
@@ -141,14 +145,10 @@ _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
 #: Breaker options a tool may set, and the run guard's: taken from Boundary and
 #: GuardedTool, so they cannot drift.
 _BREAKER_OPTIONS: Final = BREAKER_TOOL_OPTIONS
-_GUARD_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(GuardedTool)) - {
-    "name",
-    "fn",
-    "breaker",
-}
+_GUARD_OPTIONS: Final = frozenset(GuardToolOptions.__optional_keys__)
 
 
-class ToolOptions(BreakerToolOptions, total=False):
+class ToolOptions(BreakerToolOptions, GuardToolOptions, total=False):
     """How one tool is guarded; every key is optional.
 
     Which breaker: ``breaker`` (a ready one), else ``registry.get(dependency,
@@ -168,15 +168,6 @@ class ToolOptions(BreakerToolOptions, total=False):
     dependency: str
     operation: str
     breaker: Breaker
-    risk: RiskClass
-    business_key: Sequence[str]
-    idempotency_arg: str | None
-    verify: Callable[[Any], bool]
-    reconcile: Callable[[str, Mapping[str, Any]], Any]
-    external_id: Callable[[Any], str | None]
-    authorize: Callable[[ActionRequest], bool]
-    required: bool
-    recovery: bool
 
 
 class ToolbreakerState(AgentState[Any]):
@@ -512,7 +503,9 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         given = options.get("breaker")
         if given is not None:
             return given
-        creation = {k: v for k, v in options.items() if k in _BREAKER_OPTIONS}
+        # The tool's breaker options (_checked let only known ones in).
+        chosen = {k: v for k, v in options.items() if k in _BREAKER_OPTIONS}
+        creation = cast("BreakerOptions", chosen)
         fallback = creation.get("fallback")
         if (
             isinstance(fallback, str)
@@ -590,8 +583,6 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         known = known or name in self.tool_options
         given: Mapping[str, Any] = self.tool_options.get(name, {})
         options = {k: v for k, v in given.items() if k in _GUARD_OPTIONS}
-        if "business_key" in options:
-            options["business_key"] = tuple(options["business_key"])
         # An unknown tool name (a model's invention) is counted by the run guard but gets
         # no breaker: the registry is not grown by whatever the model makes up.
         return guard.ensure_tool(name, breaker=self.breaker_of(name) if known else None, **options)

@@ -77,6 +77,7 @@ from toolbreaker.integrations import require
 from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
+    BreakerOptions,
     GuardedTool,
     Registry,
     RunGuard,
@@ -394,7 +395,7 @@ class GuardedClient:
 
     def _get(self, tool: str, *, with_fallback: bool) -> Breaker:
         dependency, operation = self.key(tool)
-        options: dict[str, Any] = {}
+        options: BreakerOptions = {}
         if (dependency, operation) not in self.registry.boundaries():
             # A boundary-sheet row configures the breaker; these only fill in for none.
             options["tool"] = tool

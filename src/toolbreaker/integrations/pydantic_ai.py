@@ -97,6 +97,7 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 from toolbreaker.core.run.budget import RiskClass  # noqa: E402
 from toolbreaker.errors import PolicyError  # noqa: E402
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
+from toolbreaker.runtime.breaker._boundary import BreakerOptions  # noqa: E402
 from toolbreaker.runtime.breaker._breaker import Breaker  # noqa: E402
 from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime.run._guard import (  # noqa: E402
@@ -108,6 +109,7 @@ from toolbreaker.runtime.run._guard import (  # noqa: E402
     without_key,
 )
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
+from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS  # noqa: E402
 
 __all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
 
@@ -435,11 +437,11 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
                 f"unknown field(s) {unknown} in {where} (known: {sorted(_METADATA_FIELDS)})",
                 field=f"{where}.{unknown[0]}",
             )
+        # The run guard's options among the metadata (GuardedToolOptions; a business key
+        # listed in JSON becomes a tuple there).
         options: dict[str, Any] = {
-            k: raw[k] for k in ("risk", "required", "recovery", "idempotency_arg") if k in raw
+            k: raw[k] for k in _METADATA_FIELDS & GUARDED_TOOL_OPTIONS if k in raw
         }
-        if raw.get("business_key"):
-            options["business_key"] = tuple(raw["business_key"])
         dependency = raw.get("dependency")
         if dependency is not None:
             if self.registry is None:
@@ -450,7 +452,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             operation = raw.get("operation") or "default"
             _check_against_sheet(name, dependency, operation, self.registry, where)
             described = (dependency, operation) in self.registry.boundaries()
-            extra = {} if described else {"tool": name}  # the sheet's own name wins
+            extra: BreakerOptions = {} if described else {"tool": name}  # the sheet's name wins
             options["breaker"] = self.registry.get(dependency, operation, **extra)
         elif self.registry is not None:
             # A tool the registry does not know has no breaker: only the run's budgets apply.
