@@ -231,12 +231,17 @@ def _phase_comparisons(path: Path, label: str) -> list[str]:
 def test_no_shell_compares_a_phase_itself():
     """Outside ``core/`` nothing compares a phase: shells ask the core's predicates
     (``rejects_callers``, ``opened``, ``changed_phase``, ``may_probe`` ...), so a rule such as
-    "a forced close admits an open breaker's callers" has one home."""
+    "a forced close admits an open breaker's callers" has one home. The examples and the
+    benchmarks are shells too: they ask the same predicates (the examples by their public
+    names, from ``toolbreaker.core``)."""
     wrong = []
     for path in sorted(SRC.rglob("*.py")):
         if path.relative_to(SRC).parts[0] == "core":
             continue
         wrong.extend(_phase_comparisons(path, str(path.relative_to(ROOT))))
+    for folder in ("examples", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            wrong.extend(_phase_comparisons(path, str(path.relative_to(ROOT))))
     assert wrong == []
 
 
