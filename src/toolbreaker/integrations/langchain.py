@@ -61,6 +61,9 @@ same dict is in the final state under ``"toolbreaker_stop"``, and
 :meth:`ToolbreakerMiddleware.stop_packet` returns the packet itself. The last turn's calls,
 as a bounded partial outcome (``SiblingOutcome.to_result()``: the completed results, and
 which calls degraded or were cancelled and why), are under ``"toolbreaker_turn"`` in both.
+On an event loop (``ainvoke``, ``astream``) the async hooks build the packet with the
+journal read off the loop; there use ``astop_packet`` and, in a hand-built graph,
+``astop_node``.
 """
 
 from __future__ import annotations
@@ -367,6 +370,10 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         """The stop packet of ``task`` as it is now (condition ``running`` if not stopped)."""
         return self.guard_for(task).stop_packet()
 
+    async def astop_packet(self, task: str) -> StopPacket:
+        """:meth:`stop_packet` for the event loop: a shared journal is read off it."""
+        return await self.guard_for(task).astop_packet()
+
     def breaker_of(self, tool: str) -> Breaker:
         """The breaker that guards ``tool``, created in the registry on first use."""
         breaker = self._breakers.get(tool)
@@ -453,14 +460,20 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
 
         Otherwise a model turn begins: the run guard's per-turn call count starts again.
         """
-        return self._stop_update(runtime, new_turn=True)
+        guard = self._guard_of(runtime)
+        if _goes_on(guard, new_turn=True):
+            return None
+        return _stop_update(guard.stop_packet(), guard.turn_outcome())
 
     @hook_config(can_jump_to=["end"])
     async def abefore_model(
         self, state: ToolbreakerState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """The async twin of :meth:`before_model`."""
-        return self._stop_update(runtime, new_turn=True)
+        """The async twin of :meth:`before_model`: the stop packet is built off the loop."""
+        guard = self._guard_of(runtime)
+        if _goes_on(guard, new_turn=True):
+            return None
+        return _stop_update(await guard.astop_packet(), guard.turn_outcome())
 
     # -- hand-built LangGraph -----------------------------------------------------------------
 
@@ -487,9 +500,18 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         return router
 
     def stop_node(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
-        """A graph node that adds the stop message (packet in its ``additional_kwargs``)."""
+        """A graph node that adds the stop message (packet in its ``additional_kwargs``).
+
+        For a graph run with ``ainvoke``/``astream`` use :meth:`astop_node`: LangGraph runs
+        a plain function node on the event loop.
+        """
         guard = self.guard_for(self.task_of(runtime))
         return {"messages": [stop_message(guard.stop_packet(), guard.turn_outcome())]}
+
+    async def astop_node(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
+        """:meth:`stop_node` for a graph run on an event loop: the packet is built off it."""
+        guard = self.guard_for(self.task_of(runtime))
+        return {"messages": [stop_message(await guard.astop_packet(), guard.turn_outcome())]}
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -605,22 +627,26 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         timeout = spec.breaker.timeout if spec.breaker is not None else None
         return _Pending(step, request, timeout)
 
-    def _stop_update(self, runtime: Any, *, new_turn: bool = False) -> dict[str, Any] | None:
-        guard = self._guard_of(runtime)
-        if guard.stopped is None:
-            if new_turn:
-                guard.mark_turn()
-            return None
-        packet = guard.stop_packet()
-        turn = guard.turn_outcome()
-        update: dict[str, Any] = {
-            "jump_to": "end",
-            "messages": [stop_message(packet, turn)],
-            STOP_KEY: packet.to_dict(),
-        }
-        if turn is not None and turn.branches:
-            update[TURN_KEY] = turn.to_result()
-        return update
+
+def _goes_on(guard: RunGuard, *, new_turn: bool) -> bool:
+    """Whether the run goes on to its model call (a new turn marked if so)."""
+    if guard.stopped is not None:
+        return False
+    if new_turn:
+        guard.mark_turn()
+    return True
+
+
+def _stop_update(packet: StopPacket, turn: SiblingOutcome | None) -> dict[str, Any]:
+    """The state update that ends a stopped run: the jump, the stop message, the packet."""
+    update: dict[str, Any] = {
+        "jump_to": "end",
+        "messages": [stop_message(packet, turn)],
+        STOP_KEY: packet.to_dict(),
+    }
+    if turn is not None and turn.branches:
+        update[TURN_KEY] = turn.to_result()
+    return update
 
 
 def _turn_of(request: ToolCallRequest) -> str | None:
