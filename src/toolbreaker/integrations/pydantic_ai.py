@@ -111,7 +111,14 @@ from toolbreaker.runtime.run._guard import (  # noqa: E402
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS  # noqa: E402
 
-__all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
+__all__ = [
+    "TOOL_METADATA_KEY",
+    "RunStop",
+    "ToolbreakerCapability",
+    "arun_stop",
+    "run_stop",
+    "tool_metadata",
+]
 
 #: The key of ``ToolDefinition.metadata`` that describes a tool to the run guard.
 TOOL_METADATA_KEY: Final = "toolbreaker"
@@ -215,10 +222,29 @@ def run_stop(exc: BaseException, guard: RunGuard) -> RunStop | None:
         ``None`` when the run was cancelled by something else (a ``CancellationToken``,
         a timeout): re-raise the exception then.
     """
-    cancelled = RunCancelled.from_cancellation(exc)
-    if cancelled is None or guard.stopped is None:
+    cancelled = _stopped_by(exc, guard)
+    if cancelled is None:
         return None
     return RunStop(guard.stop_packet(), cancelled.all_messages(), cancelled, guard.turn_outcome())
+
+
+async def arun_stop(exc: BaseException, guard: RunGuard) -> RunStop | None:
+    """:func:`run_stop` for the event loop: the packet's journal read is made off it.
+
+    Use it where the run was awaited (``await agent.run(...)``); a shared journal (SQLite,
+    Redis, PostgreSQL) is read in a worker thread, so the loop never waits on it.
+    """
+    cancelled = _stopped_by(exc, guard)
+    if cancelled is None:
+        return None
+    packet = await guard.astop_packet()
+    return RunStop(packet, cancelled.all_messages(), cancelled, guard.turn_outcome())
+
+
+def _stopped_by(exc: BaseException, guard: RunGuard) -> RunCancelled | None:
+    """The run's ``RunCancelled`` if the guard stopped it, else ``None``."""
+    cancelled = RunCancelled.from_cancellation(exc)
+    return None if cancelled is None or guard.stopped is None else cancelled
 
 
 #: A run guard, or a callable that finds the run's guard from its ``RunContext``.
