@@ -81,7 +81,9 @@ def test_a_langchain_agent_stopped_on_the_loop_reads_its_journal_off_it(journal)
         registry=registry(), journal=journal, budget=Budget(max_repeats=2)
     )
     spy = LoopSpy(journal)
-    agent = create_agent(langchain_model(repeating_search), langchain_tools(), middleware=[middleware])
+    agent = create_agent(
+        langchain_model(repeating_search), langchain_tools(), middleware=[middleware]
+    )
 
     state = asyncio.run(
         agent.ainvoke({"messages": [HumanMessage("usb cable")]}, context={"task_id": "lc-1"})
@@ -315,3 +317,193 @@ def test_a_pydantic_ai_run_stopped_on_the_loop_reads_its_journal_off_it(journal)
     sync = run_stop(cancelled, guard)  # the sync twin, outside any loop, says the same
     assert sync is not None
     assert sync.packet.to_dict() == stop.packet.to_dict()
+
+
+# -- hide open tools: each model request asks the breakers, off the loop -----------------------
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[SQLiteStore]:
+    """The breakers' shared store, polling for other processes' changes once an hour: its
+    views are never trusted, so every look at a breaker's state is a round trip (what
+    any shared store does until its feed confirms a key, and after a fault)."""
+    with SQLiteStore(tmp_path / "fleet.db", poll_interval=3600) as store:
+        yield store
+
+
+def isolated(store: SQLiteStore, *names: str) -> Registry:
+    """A registry on ``store`` whose breakers of ``names`` an operator isolated."""
+    made = Registry(
+        Policy(failure_threshold=5), store=store, default_timeout=2.0, default_enforce="cooperative"
+    )
+    for name in names:
+        made.get(name, tool=name).isolate("maintenance")
+    return made
+
+
+def test_langchain_hides_open_tools_without_blocking_the_loop(fleet):
+    """``awrap_model_call`` with ``hide_open_tools``: the isolated tool is left out of the
+    model's tools and named in its system prompt; each breaker's state was read from the
+    store in a worker thread."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
+    prompts: list[Any] = []
+    offered: list[list[str]] = []
+
+    class Scripted(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Scripted:
+            offered.append([getattr(t, "name", None) or t["name"] for t in tools])
+            return self
+
+        def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any):
+            prompts.append(list(messages))
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kw)
+
+    from langchain_core.tools import tool
+
+    @tool
+    async def lookup(q: str) -> dict:
+        """Look an order up."""
+        return {"q": q}
+
+    registry = isolated(fleet, "search")
+    middleware = ToolbreakerMiddleware(
+        registry=registry, tools={"search": {}, "lookup": {}}, hide_open_tools=True
+    )
+    spy = LoopSpy(fleet)
+    agent = create_agent(
+        Scripted(messages=iter([AIMessage("done")])),
+        [*langchain_tools(), lookup],
+        middleware=[middleware],
+    )
+    asyncio.run(agent.ainvoke({"messages": [HumanMessage("hi")]}, context={"task_id": "h-1"}))
+
+    assert offered[-1] == ["lookup"]
+    assert '"search"' in prompts[0][0].content
+    assert spy.called("load") >= 2
+    assert spy.on_loop == []
+
+
+@pytest.mark.usefixtures("_no_tracing")
+def test_openai_agents_hides_open_tools_without_blocking_the_loop(fleet):
+    """``protect(..., hide_open_tools=True)``: the isolated tool's ``is_enabled`` and the
+    instructions' hidden line ask its breaker, each from a worker thread."""
+    from agents import Agent, Runner, function_tool
+    from agents.testing import ModelStep, ScriptedModel, assistant_message
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
+    @function_tool
+    async def search(query: str) -> dict[str, Any]:
+        """Search the catalog."""
+        return {"query": query}
+
+    @function_tool
+    async def lookup(order: str) -> dict[str, Any]:
+        """Look an order up."""
+        return {"order": order}
+
+    seen: list[Any] = []
+
+    def respond(call: Any) -> list[Any]:
+        seen.append(call)
+        return [assistant_message("ok")]
+
+    registry = isolated(fleet, "search")
+    registry.get("lookup", tool="lookup")
+    agent = Agent(
+        name="shop",
+        instructions="You sell cables.",
+        model=ScriptedModel([ModelStep.respond(respond)]),
+        tools=[search, lookup],
+    )
+    spy = LoopSpy(fleet)
+    asyncio.run(
+        Runner.run(
+            protect(agent, registry=registry, hide_open_tools=True), "hi", run_config=run_config()
+        )
+    )
+
+    assert {tool.name for tool in seen[0].tools} == {"lookup"}
+    assert '"search"' in (seen[0].system_instructions or "")
+    assert spy.called("load") >= 2
+    assert spy.on_loop == []
+
+
+def test_mcp_hides_open_tools_without_blocking_the_loop(fleet):
+    """``list_tools`` with ``hide_open_tools``: the isolated tool is left out and named by
+    ``hidden_tools_line()``; every breaker was asked from a worker thread."""
+    import anyio
+    from mcp import Client
+    from mcp.server.mcpserver import MCPServer
+
+    from toolbreaker.integrations.mcp import GuardedClient
+
+    server = MCPServer("catalog")
+
+    @server.tool()
+    async def search(q: str) -> str:
+        return q
+
+    @server.tool()
+    async def lookup(order: str) -> str:
+        return order
+
+    registry = Registry(Policy(failure_threshold=5), store=fleet, default_timeout=2.0)
+    registry.get("catalog", "search", tool="search").isolate("maintenance")
+    spy = LoopSpy(fleet)
+
+    async def main() -> Any:
+        async with Client(server) as client:
+            proxy = GuardedClient(client, server="catalog", registry=registry, hide_open_tools=True)
+            listing = await proxy.list_tools()
+            return [t.name for t in listing.tools], proxy.hidden_tools_line()
+
+    names, line = anyio.run(main)
+    assert names == ["lookup"]
+    assert '"search"' in line
+    assert spy.called("load") >= 2
+    assert spy.on_loop == []
+
+
+def test_pydantic_ai_hides_open_tools_without_blocking_the_loop(fleet):
+    """``prepare_tools`` with ``hide_open_tools``: the isolated tool is not offered to the
+    model; its breaker was asked from a worker thread (the hidden line's instruction
+    function is a plain one, which Pydantic AI runs in its executor)."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
+    offered: list[set[str]] = []
+
+    def model(messages: Any, info: Any) -> ModelResponse:
+        offered.append({tool.name for tool in info.function_tools})
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    async def search(q: str) -> str:
+        """Search the catalog."""
+        return q
+
+    @agent.tool_plain
+    async def lookup(order: str) -> str:
+        """Look an order up."""
+        return order
+
+    registry = isolated(fleet, "search", "lookup")
+    registry.get("lookup", tool="lookup").release()
+    capability = ToolbreakerCapability(RunGuard("h-pa"), registry=registry, hide_open_tools=True)
+    spy = LoopSpy(fleet)
+    asyncio.run(agent.run("hi", capabilities=[capability]))
+
+    assert offered == [{"lookup"}]
+    assert spy.called("load") >= 2
+    assert spy.on_loop == []

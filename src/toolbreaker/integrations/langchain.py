@@ -81,6 +81,7 @@ from typing import Any, Final, cast
 from toolbreaker.core.run.budget import Budget
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
+from toolbreaker.integrations._loop import ahidden_for_ms
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._boundary import (
@@ -444,15 +445,17 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """Tell the model the tool-unavailable protocol; hide open tools if asked to."""
-        return handler(self._hidden(self._instructed(request)))
+        looks = {name: self._down(name) for name in self._hideable(request)}
+        return handler(self._hidden(self._instructed(request), looks))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """The async twin of :meth:`wrap_model_call`."""
-        return await handler(self._hidden(self._instructed(request)))
+        """The async twin of :meth:`wrap_model_call`: breakers are asked off the loop."""
+        looks = {name: await self._adown(name) for name in self._hideable(request)}
+        return await handler(self._hidden(self._instructed(request), looks))
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: ToolbreakerState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -547,15 +550,22 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             creation.setdefault("tool", tool)
         return self.registry.get(dependency, operation, **creation)
 
-    def _hidden(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def _hideable(self, request: ModelRequest[Any]) -> list[str]:
+        """The names of the request's tools to ask about (none unless hiding open tools)."""
         if not self.hide_open_tools:
-            return request
+            return []
+        return [name for name in map(_tool_name, request.tools) if name is not None]
+
+    def _hidden(
+        self, request: ModelRequest[Any], looks: Mapping[str, tuple[bool, int | None]]
+    ) -> ModelRequest[Any]:
+        """The request without the tools ``looks`` found down, with a line naming them."""
         kept: list[Any] = []
         hidden: dict[str, int | None] = {}
         for tool in request.tools:
-            name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
-            down, wait = (False, None) if not isinstance(name, str) else self._down(name)
-            if down and isinstance(name, str):
+            name = _tool_name(tool)
+            down, wait = looks.get(name, (False, None)) if name is not None else (False, None)
+            if down and name is not None:
                 hidden[name] = wait
             else:
                 kept.append(tool)
@@ -563,12 +573,19 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             return request
         return _with_system_line(request.override(tools=kept), hidden_tools_line(hidden))
 
-    def _down(self, tool: str) -> tuple[bool, int | None]:
+    def _breaker_to_ask(self, tool: str) -> Breaker | None:
         try:
-            breaker = self.breaker_of(tool)
+            return self.breaker_of(tool)
         except PolicyError:  # a strict registry without a row for it: never hidden
-            return False, None
-        return breaker.hidden_for_ms()
+            return None
+
+    def _down(self, tool: str) -> tuple[bool, int | None]:
+        breaker = self._breaker_to_ask(tool)
+        return (False, None) if breaker is None else breaker.hidden_for_ms()
+
+    async def _adown(self, tool: str) -> tuple[bool, int | None]:
+        breaker = self._breaker_to_ask(tool)
+        return (False, None) if breaker is None else await ahidden_for_ms(breaker)
 
     def _instructed(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         line = system_prompt_line()
@@ -647,6 +664,12 @@ def _stop_update(packet: StopPacket, turn: SiblingOutcome | None) -> dict[str, A
     if turn is not None and turn.branches:
         update[TURN_KEY] = turn.to_result()
     return update
+
+
+def _tool_name(tool: Any) -> str | None:
+    """A model request's tool's name (a tool object or a provider's dict)."""
+    name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
+    return name if isinstance(name, str) else None
 
 
 def _turn_of(request: ToolCallRequest) -> str | None:

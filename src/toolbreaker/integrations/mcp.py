@@ -75,6 +75,7 @@ from typing import Any, Final, cast
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
+from toolbreaker.integrations._loop import ahidden_for_ms
 from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
@@ -359,7 +360,7 @@ class GuardedClient:
         """The client's ``list_tools``; the proxy also learns each tool's annotations.
 
         With ``hide_open_tools``, tools whose breaker rejects every call now are left out
-        (see :meth:`hidden_tools_line`).
+        (see :meth:`hidden_tools_line`); a shared store is asked off the event loop.
         """
         listing: ListToolsResult = await self.client.list_tools(*args, **kwargs)
         self._learn(listing)
@@ -367,7 +368,7 @@ class GuardedClient:
             return listing
         kept = []
         for tool in listing.tools:
-            down, wait = self.breaker_for(tool.name).hidden_for_ms()
+            down, wait = await ahidden_for_ms(self.breaker_for(tool.name))
             if down:
                 self._hidden[tool.name] = wait
             else:
