@@ -90,11 +90,11 @@ def test_a_langchain_agent_stopped_on_the_loop_reads_its_journal_off_it(journal)
     )
     assert state[STOP_KEY]["condition"] == "repeated-action"
     assert spy.called("journal_entries") >= 1  # the stop's packet
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
 
     packet = asyncio.run(middleware.astop_packet("lc-1"))
     assert packet.to_dict() == middleware.stop_packet("lc-1").to_dict()  # the sync twin
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
 
 
 def test_a_hand_built_langgraph_stopped_on_the_loop_reads_its_journal_off_it(journal):
@@ -136,7 +136,7 @@ def test_a_hand_built_langgraph_stopped_on_the_loop_reads_its_journal_off_it(jou
     )
     assert out["messages"][-1].additional_kwargs[STOP_KEY]["condition"] == "repeated-action"
     assert spy.called("journal_entries") >= 1
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
 
 
 # -- OpenAI Agents SDK: Runner.run ---------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_an_openai_agent_stopped_on_the_loop_reads_its_journal_off_it(journal):
     packet = tripped.value.output.output_info
     assert packet["condition"] == "repeated-action"
     assert spy.called("journal_entries") >= 1
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
 
 
 @pytest.mark.usefixtures("_no_tracing")
@@ -271,7 +271,7 @@ def test_an_mcp_clients_stop_result_is_built_off_the_loop(journal):
     assert packet is not None
     assert packet.condition == "repeated-action"
     assert spy.called("journal_entries") >= 2
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
 
 
 # -- Pydantic AI: agent.run and arun_stop -----------------------------------------------------
@@ -313,7 +313,7 @@ def test_a_pydantic_ai_run_stopped_on_the_loop_reads_its_journal_off_it(journal)
     assert stop.packet.condition == "repeated-action"
     assert stop.turn is not None
     assert spy.called("journal_entries") >= 1
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
     sync = run_stop(cancelled, guard)  # the sync twin, outside any loop, says the same
     assert sync is not None
     assert sync.packet.to_dict() == stop.packet.to_dict()
@@ -385,7 +385,7 @@ def test_langchain_hides_open_tools_without_blocking_the_loop(fleet):
     assert offered[-1] == ["lookup"]
     assert '"search"' in prompts[0][0].content
     assert spy.called("load") >= 2
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
 
 
 @pytest.mark.usefixtures("_no_tracing")
@@ -431,7 +431,7 @@ def test_openai_agents_hides_open_tools_without_blocking_the_loop(fleet):
     assert {tool.name for tool in seen[0].tools} == {"lookup"}
     assert '"search"' in (seen[0].system_instructions or "")
     assert spy.called("load") >= 2
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
 
 
 def test_mcp_hides_open_tools_without_blocking_the_loop(fleet):
@@ -467,7 +467,7 @@ def test_mcp_hides_open_tools_without_blocking_the_loop(fleet):
     assert names == ["lookup"]
     assert '"search"' in line
     assert spy.called("load") >= 2
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
 
 
 def test_pydantic_ai_hides_open_tools_without_blocking_the_loop(fleet):
@@ -506,4 +506,40 @@ def test_pydantic_ai_hides_open_tools_without_blocking_the_loop(fleet):
 
     assert offered == [{"lookup"}]
     assert spy.called("load") >= 2
-    assert spy.on_loop == []
+    assert spy.on_loop == [], spy.on_loop
+
+
+# -- httpx: the async transport ------------------------------------------------------------------
+
+
+def test_the_async_httpx_transport_never_blocks_the_loop_on_the_store(fleet):
+    """``AsyncBreakerTransport`` over real HTTP to a failing service, its breaker on a
+    shared SQLite store: the admissions, the failures that open the breaker and the
+    rejection after it reach the store from worker threads or awaited, never inline on
+    the loop (the sync transport keeps its blocking ``allow()``/``record()``)."""
+    import httpx
+
+    from toolbreaker import CircuitOpen
+    from toolbreaker.integrations.httpx import AsyncBreakerTransport
+    from toolbreaker.testing import ToolService
+
+    registry = Registry(Policy(failure_threshold=2, cooldown_ms=60_000), store=fleet)
+    spy = LoopSpy(fleet)
+
+    async def main(url: str) -> list[Any]:
+        transport = AsyncBreakerTransport(registry=registry)
+        seen: list[Any] = []
+        async with httpx.AsyncClient(transport=transport, base_url=url) as client:
+            for _ in range(3):
+                try:
+                    seen.append((await client.get("/search", params={"q": "x"})).status_code)
+                except CircuitOpen as refused:
+                    seen.append(refused.reason)
+        return seen
+
+    with ToolService() as service:
+        service.outage("GET /search")
+        seen = asyncio.run(main(service.url))
+        assert service.hits["GET /search"] == 2
+    assert seen == [503, 503, "cooldown"]  # the opening went through the store (aapply)
+    assert spy.on_loop == [], spy.on_loop
