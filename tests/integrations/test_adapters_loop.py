@@ -543,3 +543,59 @@ def test_the_async_httpx_transport_never_blocks_the_loop_on_the_store(fleet):
         assert service.hits["GET /search"] == 2
     assert seen == [503, 503, "cooldown"]  # the opening went through the store (aapply)
     assert spy.on_loop == [], spy.on_loop
+
+
+# -- and a look at the source: no coroutine of an adapter calls a blocking twin ---------------
+
+#: The methods of the run guard, its steps and the breaker that may wait on a store and
+#: have an async twin (``astop_packet``, ``abegin``, ``asucceeded`` ...).
+BLOCKING_TWINS = frozenset(
+    {"stop_packet", "begin", "succeeded", "failed", "run_step", "admit", "record", "hidden_for_ms"}
+)
+
+
+def _blocking_calls(source: str, label: str) -> list[str]:
+    """Calls of a blocking twin made directly in the body of an ``async def``."""
+    import ast
+
+    found = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, ast.AsyncFunctionDef):
+            continue
+        for node in ast.walk(fn):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in BLOCKING_TWINS
+            ):
+                found.append(f"{label}:{node.lineno}: {fn.name}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_no_adapter_coroutine_calls_a_blocking_twin():
+    """Every ``async def`` of ``toolbreaker.integrations`` awaits the async twin of a run
+    guard's, a step's or a breaker's store-touching method, never the blocking one (the
+    tests above drive each path; this catches a new one)."""
+    import toolbreaker.integrations as package
+
+    root = Path(package.__file__).parent
+    wrong = []
+    for path in sorted(root.glob("*.py")):
+        wrong.extend(_blocking_calls(path.read_text(encoding="utf-8"), path.name))
+    assert wrong == []
+
+
+def test_the_blocking_twin_finder_finds_them():
+    """The finder sees a blocking call in a coroutine, nested ones too, and leaves sync
+    functions and awaited twins alone."""
+    code = (
+        "async def hook(guard, step):\n"
+        "    packet = guard.stop_packet()\n"
+        "    def inner():\n"
+        "        return step.succeeded(1)\n"
+        "    await step.afailed(None)\n"
+        "def sync(guard):\n"
+        "    return guard.stop_packet()\n"
+    )
+    found = _blocking_calls(code, "sample.py")
+    assert [line.split(": ")[0] for line in found] == ["sample.py:2", "sample.py:4"]
