@@ -87,3 +87,25 @@ def test_every_shell_the_page_lists_exists():
     for shell in table:
         for path in re.findall(r"[a-z_/]+\.py", shell):
             assert (SRC / path).is_file(), path
+
+
+def test_the_breaker_layers_are_the_class_and_each_uses_only_those_below_it():
+    """The page's table of ``Breaker``'s layers is its class hierarchy, bottom first, and
+    no layer's module imports a layer above it (the class itself only for typing, or
+    lazily to make a scoped breaker)."""
+    from toolbreaker import Breaker
+
+    lines = DOC.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| breaker layer |"))
+    modules = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        modules.append(re.findall(r"`runtime/breaker/(_\w+)\.py`", line)[0])
+    hierarchy = [c.__module__.rsplit(".", 1)[1] for c in Breaker.__mro__[::-1] if c is not object]
+    assert hierarchy == modules
+    for below, module in enumerate(modules):
+        tree = ast.parse((SRC / "runtime" / "breaker" / f"{module}.py").read_text())
+        top_level = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
+        imported = {n.module.rsplit(".", 1)[-1] for n in top_level if n.module}
+        assert not imported & set(modules[below + 1 :]), module

@@ -16,10 +16,12 @@ from toolbreaker.core.breaker.predicates import (
     check_due,
     held_by_operator,
     idle_rejection,
+    idle_window,
     is_evictable,
     may_probe,
     may_start_rejecting,
     rejects_callers,
+    retry_after_ms,
 )
 from toolbreaker.core.breaker.state import (
     CORRUPT,
@@ -257,3 +259,29 @@ def test_built_record_is_the_constructor(dependency, kind, rest):
     assert fast == slow
     assert fast.policy_version is None
     assert fast.to_dict() == slow.to_dict()
+
+
+@settings(max_examples=400, deadline=None)
+@given(policies(), st.sampled_from([BreakerState(), CORRUPT]), walks, st.lists(st.integers(0, 400)))
+def test_an_idle_window_holds_what_the_predicates_say_at_every_moment_in_it(
+    policy, start, steps, offsets
+):
+    """Inside an idle window every moment gets the window's reason from
+    :func:`idle_rejection`, the window's wait from :func:`retry_after_ms`, and a request
+    there changes nothing in :func:`step`; with no window, :func:`idle_rejection` says
+    ``None``: a shell that rejects for the whole window decides as the core would."""
+    for before, event, _new, _records in _walk(policy, start, steps):
+        window = idle_window(before, event.at, policy)
+        if window is None:
+            assert idle_rejection(before, event.at, policy) is None
+            continue
+        for t in [event.at, *(event.at + o for o in offsets)]:
+            if t >= window.until:
+                continue
+            assert idle_rejection(before, t, policy) == window.reason
+            wait = retry_after_ms(before, t, policy)
+            assert wait == (None if window.admits_at is None else window.admits_at - t)
+            new, record = step(before, Event("request", t, "dep", "x"), policy)
+            assert new == before
+            assert not record.attempted
+            assert record.reason == window.reason

@@ -54,21 +54,7 @@ from collections.abc import Callable
 from typing import Final
 
 from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
-from toolbreaker.core.breaker.predicates import (
-    admission,
-    admits_all,
-    check_due,
-    due_expiry,
-    fast_path_safe,
-    held_by_operator,
-    idle_rejection,
-    is_evictable,
-    is_quiet,
-    may_probe,
-    may_start_rejecting,
-    rejects_callers,
-    retry_after_ms,
-)
+from toolbreaker.core.breaker.predicates import admission, admits_all, due_expiry
 from toolbreaker.core.breaker.state import (
     CLOSED,
     HALF_OPEN,
@@ -87,23 +73,10 @@ __all__ = [
     "ADMITTED",
     "MOVES",
     "OPERATOR_TYPES",
-    "admission",
-    "admits_all",
     "apply",
-    "check_due",
-    "due_expiry",
-    "fast_path_safe",
-    "held_by_operator",
-    "idle_rejection",
-    "is_evictable",
-    "is_quiet",
-    "may_probe",
-    "may_start_rejecting",
     "plain_record",
     "plain_step",
     "record_flags",
-    "rejects_callers",
-    "retry_after_ms",
     "step",
 ]
 

@@ -2,20 +2,22 @@
 
 A shell never compares a phase or restates a rule of the machine: it asks here. Does a
 caller get refused now (:func:`rejects_callers`: forced states, isolation and shadow mode
-included)? What would a request get, cheaply (:func:`admission`, :func:`idle_rejection`),
-and may the shell skip the store (:func:`is_quiet`, :func:`fast_path_safe`)? How long until
-a call could be admitted (:func:`retry_after_ms`)? Is a health check due
-(:func:`check_due`)? The record predicates (did this transition open the breaker ...) are
-in :mod:`toolbreaker.core.breaker.state`, beside the records they read.
+included)? What would a request get, cheaply (:func:`admission`, :func:`idle_rejection`,
+and for how long: :func:`idle_window`), and may the shell skip the store
+(:func:`is_quiet`, :func:`fast_path_safe`)? How long until a call could be admitted
+(:func:`retry_after_ms`)? Is a health check due (:func:`check_due`)? The record
+predicates (did this transition open the breaker ...) are in
+:mod:`toolbreaker.core.breaker.state`, beside the records they read.
 
-Each is a pure function of a state (or a record) and a policy; :mod:`.machine` re-exports
-them, and ``tests/core/breaker/test_predicates.py`` holds each to :func:`~.machine.apply`
-on random walks.
+Each is a pure function of a state (or a record) and a policy;
+``tests/core/breaker/test_predicates.py`` holds each to :func:`~.machine.apply` on random
+walks.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import sys
+from typing import Final, Literal, NamedTuple
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import (
@@ -28,6 +30,8 @@ from toolbreaker.core.breaker.state import (
 )
 
 __all__ = [
+    "FOREVER",
+    "IdleWindow",
     "admission",
     "admits_all",
     "check_due",
@@ -35,6 +39,7 @@ __all__ = [
     "fast_path_safe",
     "held_by_operator",
     "idle_rejection",
+    "idle_window",
     "is_evictable",
     "is_quiet",
     "may_probe",
@@ -83,7 +88,8 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
     """
     # The open branch of admission(), minus the cases where step() changes the state.
     if policy.force == "open":
-        return "forced-open"
+        # A recovered corrupt state starts its cooldown at its next event, forced or not.
+        return "forced-open" if fast_path_safe(state) else None
     if state.phase != OPEN or (admits_all(state, policy) and not state.isolated):
         return None
     if state.isolated:
@@ -93,6 +99,42 @@ def idle_rejection(state: BreakerState, at: int, policy: Policy) -> str | None:
         return None
     # Under health-check probes a user's request waits for the checker, past the deadline too.
     return "cooldown" if at < until or policy.probes == "health-check" else None
+
+
+#: The end of a window no time ends: an isolation or a forced open lasts until an operator acts.
+FOREVER: Final = sys.maxsize
+
+
+class IdleWindow(NamedTuple):
+    """What :func:`idle_window` found: a rejection that holds, unchanged, for a while."""
+
+    #: The reason every user's request gets (:func:`idle_rejection`'s answer).
+    reason: str
+    #: The window ends here (exclusive): from then on, ask again. :data:`FOREVER` if never.
+    until: int
+    #: When a request could be admitted (:func:`retry_after_ms` is the time left until
+    #: then), or ``None`` when that is unknown (isolated, forced open, waiting for checks).
+    admits_at: int | None
+
+
+def idle_window(state: BreakerState, at: int, policy: Policy) -> IdleWindow | None:
+    """:func:`idle_rejection` at ``at``, with how long its answer holds; ``None`` if none.
+
+    For every ``t`` with ``at <= t < until``, a user's request at ``t`` is rejected with
+    ``reason`` without changing the state, and :func:`retry_after_ms` at ``t`` is
+    ``admits_at - t`` (``None`` with ``admits_at``). A shell rejects locally for the
+    whole window, as long as the state and the policy are the same objects, without
+    asking again: the open state's hot path.
+    """
+    reason = idle_rejection(state, at, policy)
+    if reason is None:
+        return None
+    until = state.open_until
+    if reason != "cooldown" or until is None or at >= until:
+        # Isolated, forced open, or (health-check probes) waiting past the cooldown for a
+        # passing check: nothing but an event ends it, and the wait is unknown.
+        return IdleWindow(reason, FOREVER, None)
+    return IdleWindow(reason, until, until)
 
 
 def admits_all(state: BreakerState, policy: Policy) -> bool:

@@ -1,0 +1,341 @@
+"""A breaker's two-step API and tool wrapper: ``allow``/``admit``, ``begin``, ``guard``.
+
+What an adapter or a run guard drives: admission (a model's re-call spends a retry
+first), a :class:`~toolbreaker.runtime.Step` settled with the call's outcome, and the
+result the model reads after a failure.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Final, ParamSpec, TypeVar, overload
+
+from toolbreaker.core.breaker.predicates import rejects_callers
+from toolbreaker.core.retry import is_transient, unavailable_reason
+from toolbreaker.core.run.retrying import failed_retryably
+from toolbreaker.errors import CircuitOpen
+from toolbreaker.runtime._result import error_result
+from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.breaker._admission import UNSET, Permit, Rejection
+from toolbreaker.runtime.breaker._calls import Calls
+from toolbreaker.runtime.breaker._layers import warn_nested_retries
+
+__all__ = ["Steps"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_RETRY_BUDGET: Final = "retry-budget"
+
+
+class Steps(Calls):
+    """The two-step API (admit, then settle) and the tool wrapper ``guard``."""
+
+    def allow(self, *, timeout: float | None = UNSET) -> Permit | Rejection:
+        """Ask to make one call.
+
+        Settle the returned :class:`Permit` with ``record()``, or hand
+        :attr:`Rejection.result` to the model instead of calling the tool. It is
+        :meth:`admit` without a retry, spelled out: the fastest two-step path.
+        """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.allow(timeout=timeout)
+        deadline = self._deadline_of(timeout)
+        return self._enter(self.clock(), deadline)
+
+    def admit(self, *, retry: bool = False, timeout: float | None = UNSET) -> Permit | Rejection:
+        """Admission and retries, the one way in.
+
+        What :meth:`allow`, :meth:`begin` and a :class:`~toolbreaker.RunGuard` ask.
+        ``retry``: the call re-issues one whose last attempt failed retryably (the model
+        is a retry layer; the caller's ledger of failed calls says so: the breaker's own
+        for :meth:`begin` steps, the run's for a run guard). It spends one retry of this
+        breaker's budget first; when none is left the answer is a :class:`Rejection`
+        with reason ``retry-budget``: the call is not made, and the model reads that the
+        tool is unavailable for this run. A scoped row admits through the current
+        scope's breaker (its budget, its state).
+        """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.admit(retry=retry, timeout=timeout)
+        deadline = self._deadline_of(timeout)
+        return self._admission(retry, deadline)
+
+    def _admission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
+        """:meth:`admit` once the scope and the deadline are known."""
+        if retry and not self._spend_model_retry():
+            return Rejection(self, _RETRY_BUDGET, None)
+        return self._enter(self.clock(), deadline)
+
+    async def aadmit(
+        self, *, retry: bool = False, timeout: float | None = UNSET
+    ) -> Permit | Rejection:
+        """:meth:`admit` for the event loop: the store round trip is awaited.
+
+        A retry budget shared through the store is paid in a worker thread.
+        """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.aadmit(retry=retry, timeout=timeout)
+        deadline = self._deadline_of(timeout)
+        return await self._aadmission(retry, deadline)
+
+    async def _aadmission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
+        """:meth:`_admission` for the event loop."""
+        if retry and not await self._aspend_model_retry():
+            return Rejection(self, _RETRY_BUDGET, None)
+        return await self._aenter(self.clock(), deadline)
+
+    def begin(
+        self,
+        tool: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = UNSET,
+    ) -> Step:
+        """Ask to make one call of ``tool``; the :class:`~toolbreaker.runtime.Step` says how.
+
+        If ``step.answer`` is set the call was rejected locally: hand the answer (the
+        tool-unavailable result, worded for ``tool``) to the model. Otherwise run the tool
+        within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
+        ``failed(exc)``, whose return value is what the model reads.
+        """
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return target.begin(tool, args, timeout=timeout)
+        deadline = self._deadline_of(timeout)
+        retry = self._retried(tool or self.tool, dict(args or {}))
+        step = self._step(tool, args, self._admission(retry, deadline), deadline)
+        if step.answer is not None and self.degradation.chain:
+            step.answer = self.degradation.result(step.tool, step.args, step.answer)
+        return step
+
+    async def abegin(
+        self,
+        tool: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = UNSET,
+    ) -> Step:
+        """:meth:`begin` for the event loop: a store round trip is awaited."""
+        if self._scoped is not None and (target := self.for_scope()) is not self:
+            return await target.abegin(tool, args, timeout=timeout)
+        deadline = self._deadline_of(timeout)
+        retry = self._retried(tool or self.tool, dict(args or {}))
+        step = self._step(tool, args, await self._aadmission(retry, deadline), deadline)
+        if step.answer is not None and self.degradation.chain:
+            step.answer = await self.degradation.aresult(step.tool, step.args, step.answer)
+        return step
+
+    def _step(
+        self,
+        tool: str | None,
+        args: Mapping[str, Any] | None,
+        admission: Permit | Rejection,
+        deadline: int | None,
+    ) -> Step:
+        name = tool or self.tool
+        seconds = None if deadline is None else deadline / 1000
+        if isinstance(admission, Permit):
+            return Step(self, name, dict(args or {}), deadline=seconds, permit=admission)
+        return Step(self, name, dict(args or {}), answer=admission.result_for(name))
+
+    def _step_succeeded(self, step: Step, result: Any) -> Any:
+        step.permit.record(self.result_verdict(result))
+        self.retry_succeeded()
+        self._model_retry_ended(step.tool, step.args)
+        self.degradation.remember(step.tool, step.args, result)
+        return result
+
+    def _step_failed(self, step: Step, exc: BaseException) -> Any:
+        step.permit.record(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        failed = self._failed_call(step.tool, step.args, exc)
+        return self.degradation.result(step.tool, step.args, failed)
+
+    async def _step_asucceeded(self, step: Step, result: Any) -> Any:
+        await step.permit.arecord(self.result_verdict(result))
+        self.retry_succeeded()
+        self._model_retry_ended(step.tool, step.args)
+        await self.degradation.aremember(step.tool, step.args, result)
+        return result
+
+    async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
+        await step.permit.arecord(exc)
+        if not isinstance(exc, Exception):
+            raise exc
+        failed = self._failed_call(step.tool, step.args, exc)
+        return await self.degradation.aresult(step.tool, step.args, failed)
+
+    @overload
+    def guard(
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> Callable[P, Coroutine[Any, Any, R | dict[str, Any]]]: ...
+
+    @overload
+    def guard(self, fn: Callable[P, R], /) -> Callable[P, R | dict[str, Any]]: ...
+
+    @overload
+    def guard(
+        self, fn: None = None, /, *, timeout: float | None = ..., tool: str | None = ...
+    ) -> Callable[[Callable[P, R]], Callable[P, R | dict[str, Any]]]: ...
+
+    def guard(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        timeout: float | None = UNSET,
+        tool: str | None = None,
+    ) -> Any:
+        """Decorate a tool function (sync or async) so it returns results, never raises.
+
+        A local rejection, or the failure that just opened the breaker, returns the
+        tool-unavailable result; any other failure returns ``{"ok": false, "error": ...,
+        "retryable": ...}``; a success returns the function's own result unchanged.
+        """
+
+        def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+            name: str = tool or getattr(func, "__name__", None) or self.tool
+            if self._retry is not None:
+                warn_nested_retries(func, name, "the breaker's retry policy")
+            tool_call = _ToolCall(func, name, _binder(func), timeout)
+            if inspect.iscoroutinefunction(func):
+
+                @functools.wraps(func)
+                async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    target = self if self._scoped is None else self.for_scope()
+                    return await target._atool_call(tool_call, args, kwargs)
+
+                return async_tool
+
+            @functools.wraps(func)
+            def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                target = self if self._scoped is None else self.for_scope()
+                return target._tool_call(tool_call, args, kwargs)
+
+            return sync_tool
+
+        return decorate(fn) if fn is not None else decorate
+
+    def _tool_call(self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One call of a :meth:`guard`-ed sync tool, by this (scope's) breaker."""
+        name = tool.name
+        # The call's keywords by signature: the identity of the model's re-call.
+        call = tool.bind(args, kwargs) if self._retry_budget is not None else {}
+        if self._retried(name, call) and not self._spend_model_retry():
+            return Rejection(self, _RETRY_BUDGET, None).result_for(name)
+        try:
+            result = self.call(tool.func, *args, timeout=tool.timeout, **kwargs)
+        except CircuitOpen as exc:
+            answer = exc.result_for(name)
+        except Exception as exc:  # noqa: BLE001 - turned into a tool result
+            answer = self._failed_call(name, call, exc)
+        else:
+            self._model_retry_ended(name, call)
+            if self.degradation.chain:
+                self.degradation.remember(name, tool.bind(args, kwargs), result)
+            return result
+        if not self.degradation.chain:
+            return answer
+        return self.degradation.result(name, tool.bind(args, kwargs), answer)
+
+    async def _atool_call(
+        self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """:meth:`_tool_call` for an async tool: every store round trip is awaited."""
+        name = tool.name
+        call = tool.bind(args, kwargs) if self._retry_budget is not None else {}
+        if self._retried(name, call) and not await self._aspend_model_retry():
+            return Rejection(self, _RETRY_BUDGET, None).result_for(name)
+        try:
+            result = await self.acall(tool.func, *args, timeout=tool.timeout, **kwargs)
+        except CircuitOpen as exc:
+            answer = exc.result_for(name)
+        except Exception as exc:  # noqa: BLE001 - turned into a tool result
+            answer = self._failed_call(name, call, exc)
+        else:
+            self._model_retry_ended(name, call)
+            if self.degradation.chain:
+                await self.degradation.aremember(name, tool.bind(args, kwargs), result)
+            return result
+        if not self.degradation.chain:
+            return answer
+        return await self.degradation.aresult(name, tool.bind(args, kwargs), answer)
+
+    def failure_result(self, tool: str, exc: BaseException) -> dict[str, Any]:
+        """What the model should read after ``tool`` failed with ``exc`` (already recorded).
+
+        The tool-unavailable result when the breaker is now open (this failure may just
+        have opened it: the model hears it now, not one wasted call later); otherwise an
+        error result that says whether retrying can help.
+        """
+        # A shared store's view may not be trusted for admission yet, but the state this
+        # process last saw (the failure's own round trip) says whether it just opened.
+        state = self._view.state or getattr(self._view, "known", None)
+        if state is not None and rejects_callers(state, self.policy):
+            # This failure (or a concurrent one) just opened the breaker: tell the model now,
+            # not on its next attempt.
+            return self._unavailable("opened", self.retry_after_ms(), tool=tool)
+        failure = self._failure(exc)
+        why = unavailable_reason(
+            failure, self.retry_budget, max_retry_after_ms=self.boundary.max_retry_after_ms
+        )
+        if why is not None:
+            # A spent quota, a hint too long to wait out, or a spent retry budget: the
+            # model must not retry either, for the rest of the run.
+            return self._unavailable(why, None, tool=tool)
+        retryable = self.retryable and is_transient(failure.kind, failure.detail, failure.status)
+        return error_result(tool, exc, retryable=retryable)
+
+    def _failed_call(self, tool: str, call: Mapping[str, Any], exc: Exception) -> dict[str, Any]:
+        """:meth:`failure_result`, remembering how the call ended for the retry ledger.
+
+        The model re-issuing a call whose failure invites a retry is then counted as a
+        retry (see :meth:`admit`); the core decides both.
+        """
+        result = self.failure_result(tool, exc)
+        if self._retry_budget is not None:
+            self._observe_model_retry(tool, call, retryable=failed_retryably(result))
+        return result
+
+
+def _binder(
+    func: Callable[..., Any],
+) -> Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]]:
+    """Turns a call's positional and keyword arguments into keywords, by ``func``'s signature.
+
+    The degradation matrix keys kept answers and queued work by keyword arguments.
+    """
+    try:
+        signature: inspect.Signature | None = inspect.signature(func)
+    except (TypeError, ValueError):
+        signature = None
+
+    def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        if signature is not None:
+            try:
+                return dict(signature.bind(*args, **kwargs).arguments)
+            except TypeError:
+                pass
+        return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
+
+    return bind
+
+
+class _ToolCall:
+    """What :meth:`Steps.guard` knows of a tool: the function, its name, its binder."""
+
+    __slots__ = ("bind", "func", "name", "timeout")
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        name: str,
+        bind: Callable[[tuple[Any, ...], dict[str, Any]], dict[str, Any]],
+        timeout: float | None,
+    ) -> None:
+        self.func = func
+        self.name = name
+        self.bind = bind
+        self.timeout = timeout
