@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolbreaker import Breaker, Registry, SQLiteStore, publish_policy
+from toolbreaker.core.breaker.predicates import may_probe
 from toolbreaker.stores import RedisStore
 from toolbreaker.testing import ToolService, request_json
 
@@ -150,7 +151,7 @@ def main() -> None:
         user_calls = service.hits.get("GET /search", 0)
         healed = time.monotonic()
         service.recover("GET /health")
-        while user.state.phase != "closed":
+        while may_probe(user.state):  # until it is closed again
             time.sleep(0.005)
         closed = time.monotonic()
         print(

@@ -52,7 +52,8 @@ from typing import Any
 
 import toolbreaker
 from toolbreaker import Breaker, BreakerState, CircuitOpen, Event, Policy, Rejection
-from toolbreaker.core import Replay, apply, step
+from toolbreaker.core import Replay, apply, rejects_callers, step
+from toolbreaker.core.breaker.state import admitted_probe
 
 try:
     import aiobreaker
@@ -230,7 +231,7 @@ def tb_breaker(*, opened: bool, enforce: str = "cooperative") -> Breaker:
         permit = breaker.allow()
         assert permit.admitted
         permit.record("failure")  # type: ignore[union-attr]
-    expect(breaker.state.phase == ("open" if opened else "closed"), breaker)
+    expect(rejects_callers(breaker.state, breaker.policy) == opened, breaker)
     return breaker
 
 
@@ -727,7 +728,7 @@ def mixed_stream(count: int, dependencies: tuple[str, ...], seed: int = 7) -> li
         events.append(request)
         if not record.attempted:
             continue
-        probe = record.to_phase == "half_open"
+        probe = admitted_probe(record)
         if probe and rng.random() < 0.05:
             continue  # a lost probe: its lease expires
         if now < outage_until[dep]:
@@ -861,7 +862,7 @@ def memory_section(n_toolbreaker: int, n_purgatory: int) -> dict[str, Any]:
     begun = begin_trace()
     tb_run(n_toolbreaker)
     tb = end_trace(begun, n_toolbreaker)
-    expect(breaker.state.phase == "open", breaker)
+    expect(rejects_callers(breaker.state, breaker.policy), breaker)
 
     async def purgatory_memory() -> dict[str, Any]:
         guarded, brk = await purgatory_pair(opened=True)

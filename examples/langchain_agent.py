@@ -27,6 +27,7 @@ from langchain_core.tools import tool
 from pydantic import Field
 
 from toolbreaker import Breaker, Policy, Registry, Transition
+from toolbreaker.core import changed_phase
 from toolbreaker.integrations.langchain import STOP_KEY, ToolbreakerMiddleware
 from toolbreaker.testing import ToolService, request_json
 
@@ -113,7 +114,7 @@ def main() -> None:
         )
 
         def report(record: Transition, _breaker: Breaker) -> None:
-            if record.from_phase != record.to_phase:
+            if changed_phase(record):
                 print(f"  >> breaker {record.dependency}: {record.from_phase} -> {record.to_phase}")
 
         guard.breaker_of("search").add_listener(report)

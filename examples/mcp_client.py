@@ -28,6 +28,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from toolbreaker import Breaker, Policy, Registry, RunGuard, Transition, system_prompt_line
+from toolbreaker.core import changed_phase
 from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY, GuardedClient
 from toolbreaker.testing import ToolService, request_json
 
@@ -114,7 +115,7 @@ def looping_model(transcript: Transcript) -> tuple[str, Any]:
 
 
 def show(record: Transition, breaker: Breaker) -> None:
-    if record.from_phase != record.to_phase:
+    if changed_phase(record):
         print(f"  [breaker {breaker.key}: {record.from_phase} -> {record.to_phase}]")
 
 

@@ -28,6 +28,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 import toolbreaker
 from toolbreaker import Policy, Registry, RunGuard, Transition
+from toolbreaker.core import changed_phase
 from toolbreaker.integrations.openai_agents import protect, run_config
 from toolbreaker.testing import ToolService, request_json
 
@@ -108,7 +109,7 @@ def main() -> None:
         )
 
         def show(record: Transition, _breaker: Any) -> None:
-            if record.from_phase != record.to_phase:
+            if changed_phase(record):
                 print(f"  breaker {record.dependency}: {record.from_phase} -> {record.to_phase}")
 
         catalog.add_listener(show)

@@ -27,6 +27,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from toolbreaker import Breaker, Budget, MemoryStore, Registry, RunGuard, Transition
+from toolbreaker.core import changed_phase
 from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, run_stop, tool_metadata
 from toolbreaker.testing import ToolService, request_json
 
@@ -103,7 +104,7 @@ def build_agent(model: FunctionModel, base: str) -> Agent[None, str]:
 
 
 def show_transition(record: Transition, breaker: Breaker) -> None:
-    if record.from_phase != record.to_phase:
+    if changed_phase(record):
         print(
             f"  breaker {breaker.key}: {record.from_phase} -> {record.to_phase} ({record.reason})"
         )

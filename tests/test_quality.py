@@ -36,6 +36,43 @@ def test_mypy_strict_is_clean():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+#: Code that misspells one option of each typed option list (breaker and tool options).
+MISSPELT = """
+from toolbreaker import Breaker, Registry, RunGuard
+
+registry = Registry()
+registry.get("search", timout=3.0)
+Breaker("search", fallbak="snapshot")
+guard = RunGuard("typo")
+guard.ensure_tool("pay", rsk="irreversible")
+guard.tool("look", requried=True)
+registry.get("search", timeout="3")
+"""
+
+
+def test_mypy_rejects_a_misspelt_option(tmp_path):
+    """The option lists are typed where they are taken (``Registry.get``, ``Breaker``,
+    ``RunGuard.ensure_tool`` and ``RunGuard.tool``): mypy names each misspelt option and
+    an option of the wrong type, so a typo fails before the code runs."""
+    import os
+
+    sample = tmp_path / "misspelt.py"
+    sample.write_text(MISSPELT, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(sample)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "MYPYPATH": str(ROOT / "src")},
+    )
+    errors = [line for line in done.stdout.splitlines() if "misspelt.py:" in line]
+    lines = {int(line.split(":")[1]) for line in errors}
+    assert lines == {5, 6, 8, 9, 10}, done.stdout + done.stderr
+    for name in ("timout", "fallbak", "rsk", "requried"):
+        assert any(f'"{name}"' in line for line in errors), (name, done.stdout)
+
+
 def test_public_names_are_exported_and_sorted():
     """__all__ is sorted, every name in it exists, and every public name is in it."""
     names = [n for n in toolbreaker.__all__ if n != "__version__"]
@@ -194,12 +231,17 @@ def _phase_comparisons(path: Path, label: str) -> list[str]:
 def test_no_shell_compares_a_phase_itself():
     """Outside ``core/`` nothing compares a phase: shells ask the core's predicates
     (``rejects_callers``, ``opened``, ``changed_phase``, ``may_probe`` ...), so a rule such as
-    "a forced close admits an open breaker's callers" has one home."""
+    "a forced close admits an open breaker's callers" has one home. The examples and the
+    benchmarks are shells too: they ask the same predicates (the examples by their public
+    names, from ``toolbreaker.core``)."""
     wrong = []
     for path in sorted(SRC.rglob("*.py")):
         if path.relative_to(SRC).parts[0] == "core":
             continue
         wrong.extend(_phase_comparisons(path, str(path.relative_to(ROOT))))
+    for folder in ("examples", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            wrong.extend(_phase_comparisons(path, str(path.relative_to(ROOT))))
     assert wrong == []
 
 

@@ -541,3 +541,69 @@ def test_a_key_argument_the_caller_gives_is_the_guards_to_fill():
     assert made_up.args == {"amount": 5, "op": plain.idempotency_key}
     read = guard().begin("look", {"q": "x", "op": "kept"})
     assert read.args == {"q": "x", "op": "kept"}
+
+
+# -- a tool's options are GuardedTool's fields, listed once -----------------------------------
+
+
+def test_a_tools_options_are_guarded_tools_fields():
+    """GuardedTool's fields are the one list of a tool's options: the typed keyword view
+    that RunGuard.tool() and ensure_tool() take holds exactly them (but the name and the
+    function), and the adapters' part of it all of them but the breaker."""
+    import dataclasses
+
+    from toolbreaker import GuardedTool
+    from toolbreaker.runtime import GuardedToolOptions
+    from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS, GuardToolOptions
+
+    fields = {f.name for f in dataclasses.fields(GuardedTool)} - {"name", "fn"}
+    assert fields == GUARDED_TOOL_OPTIONS
+    assert GuardedToolOptions.__optional_keys__ == fields
+    assert GuardedToolOptions.__required_keys__ == frozenset()
+    assert GuardToolOptions.__optional_keys__ == fields - {"breaker"}
+
+
+def test_the_decorator_builds_the_tool_from_its_options():
+    """``RunGuard.tool(...)`` makes the GuardedTool its options describe, every option left
+    out at GuardedTool's own default; a business key given as a list is a tuple."""
+    from toolbreaker import GuardedTool
+
+    guard = RunGuard("decorated")
+    breaker = Breaker("mail", timeout=1.0)
+
+    def send(to: str, idempotency_key: str = "") -> str:
+        return to
+
+    def search(q: str) -> str:
+        return q
+
+    guard.tool(risk="reversible_write", breaker=breaker, business_key=["to"], required=True)(send)
+    guarded = guard.tool("look")(search)
+
+    sent = guard.ensure_tool("send")
+    assert (sent.fn, sent.risk, sent.breaker) == (send, "reversible_write", breaker)
+    assert (sent.business_key, sent.required) == (("to",), True)
+    assert guard.ensure_tool("look") == GuardedTool("look", search)
+    assert guarded(q="x") == "x"
+
+
+@pytest.mark.parametrize("how", ["tool", "ensure_tool"])
+def test_a_misspelt_tool_option_is_refused_by_name(how):
+    """An option that is no GuardedTool field is a PolicyError naming it and the tool
+    (and its field), whether given to the decorator or to ensure_tool; nothing is added."""
+    guard = RunGuard("typo")
+    options: dict[str, Any] = {"risk": "reversible_write", "requried": True}
+
+    def register() -> None:
+        if how == "tool":
+            guard.tool("pay", **options)(lambda **_: None)
+        else:
+            guard.ensure_tool("pay", **options)
+
+    with pytest.raises(PolicyError) as refused:
+        register()
+    assert "'requried'" in str(refused.value)
+    assert "'pay'" in str(refused.value)
+    assert refused.value.field == "pay.requried"
+    assert guard.breakers() == ()
+    assert guard.ensure_tool("pay").risk == "read"  # never registered by the failed call

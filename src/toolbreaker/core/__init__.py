@@ -7,9 +7,10 @@
 
 Nothing in this package reads a clock, does I/O (beyond loading files it is asked to
 load), takes a lock or keeps a global. Time arrives inside events. This module
-re-exports the breaker machine's names, with the two predicates a listener of your own
-needs: :func:`opened` (did this record open the breaker) and :func:`rejects_callers`
-(are callers refused now, shadow mode and forced states included).
+re-exports the breaker machine's names, with the predicates a listener of your own
+needs instead of comparing phases: :func:`opened` (did this record open the breaker),
+:func:`changed_phase` (is the breaker in another phase after the record) and
+:func:`rejects_callers` (are callers refused now, shadow mode and forced states included).
 """
 
 from toolbreaker.core.breaker.machine import apply, step
@@ -40,6 +41,7 @@ from toolbreaker.core.breaker.state import (
     Event,
     Lease,
     Transition,
+    changed_phase,
     opened,
 )
 from toolbreaker.core.breaker.trace import parse_event, parse_lines, read_trace
@@ -59,6 +61,7 @@ __all__ = [
     "admission",
     "apply",
     "canonical_json",
+    "changed_phase",
     "diff",
     "due_expiry",
     "dump_receipt",

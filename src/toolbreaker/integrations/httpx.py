@@ -104,13 +104,14 @@ class _Guarding:
             return self.registry.get(*key)
         return self.registry.get(key)
 
-    def _admit(self, request: httpx.Request) -> Permit | httpx.Response:
-        """A permit to send ``request``, or the response that replaces it.
+    def _admitted(
+        self, request: httpx.Request, admission: Permit | Rejection
+    ) -> Permit | httpx.Response:
+        """The permit to send ``request``, or the response that replaces it.
 
         Raises:
             CircuitOpen: the breaker rejected the request and ``on_reject`` is ``raise``.
         """
-        admission = self.breaker_for(request).allow()
         if isinstance(admission, Permit):
             return admission
         return self._rejected(request, admission)
@@ -125,10 +126,6 @@ class _Guarding:
             json=error.result,
             request=request,
         )
-
-    def _settle(self, permit: Permit, response: httpx.Response) -> httpx.Response:
-        permit.record(self.classify(response))
-        return response
 
 
 class BreakerTransport(_Guarding, httpx.BaseTransport):
@@ -166,7 +163,7 @@ class BreakerTransport(_Guarding, httpx.BaseTransport):
             CircuitOpen: rejected locally (with ``on_reject="raise"``); nothing was sent.
             httpx.TransportError: whatever the inner transport raised, after recording it.
         """
-        permit = self._admit(request)
+        permit = self._admitted(request, self.breaker_for(request).allow())
         if isinstance(permit, httpx.Response):
             return permit
         try:
@@ -174,7 +171,8 @@ class BreakerTransport(_Guarding, httpx.BaseTransport):
         except BaseException as exc:
             permit.record(exc)
             raise
-        return self._settle(permit, response)
+        permit.record(self.classify(response))
+        return response
 
     def close(self) -> None:
         """Close the inner transport."""
@@ -213,15 +211,17 @@ class AsyncBreakerTransport(_Guarding, httpx.AsyncBaseTransport):
             CircuitOpen: rejected locally (with ``on_reject="raise"``); nothing was sent.
             httpx.TransportError: whatever the inner transport raised, after recording it.
         """
-        permit = self._admit(request)
+        # The breaker's store round trips are awaited: a shared store never blocks the loop.
+        permit = self._admitted(request, await self.breaker_for(request).aadmit())
         if isinstance(permit, httpx.Response):
             return permit
         try:
             response = await self.transport.handle_async_request(request)
         except BaseException as exc:
-            permit.record(exc)
+            await permit.arecord(exc)
             raise
-        return self._settle(permit, response)
+        await permit.arecord(self.classify(response))
+        return response
 
     async def aclose(self) -> None:
         """Close the inner transport."""

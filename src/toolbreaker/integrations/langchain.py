@@ -61,6 +61,9 @@ same dict is in the final state under ``"toolbreaker_stop"``, and
 :meth:`ToolbreakerMiddleware.stop_packet` returns the packet itself. The last turn's calls,
 as a bounded partial outcome (``SiblingOutcome.to_result()``: the completed results, and
 which calls degraded or were cancelled and why), are under ``"toolbreaker_turn"`` in both.
+On an event loop (``ainvoke``, ``astream``) the async hooks build the packet with the
+journal read off the loop; there use ``astop_packet`` and, in a hand-built graph,
+``astop_node``.
 """
 
 from __future__ import annotations
@@ -75,17 +78,22 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
 
-from toolbreaker.core.run.budget import Budget, RiskClass
+from toolbreaker.core.run.budget import Budget
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
+from toolbreaker.integrations._loop import ahidden_for_ms
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
+from toolbreaker.runtime.breaker._boundary import (
+    BREAKER_TOOL_OPTIONS,
+    BreakerOptions,
+    BreakerToolOptions,
+)
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.runtime.run._guard import (
-    ActionRequest,
     GuardedTool,
+    GuardToolOptions,
     RunGuard,
     StopPacket,
     key_argument,
@@ -141,14 +149,10 @@ _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
 #: Breaker options a tool may set, and the run guard's: taken from Boundary and
 #: GuardedTool, so they cannot drift.
 _BREAKER_OPTIONS: Final = BREAKER_TOOL_OPTIONS
-_GUARD_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(GuardedTool)) - {
-    "name",
-    "fn",
-    "breaker",
-}
+_GUARD_OPTIONS: Final = frozenset(GuardToolOptions.__optional_keys__)
 
 
-class ToolOptions(BreakerToolOptions, total=False):
+class ToolOptions(BreakerToolOptions, GuardToolOptions, total=False):
     """How one tool is guarded; every key is optional.
 
     Which breaker: ``breaker`` (a ready one), else ``registry.get(dependency,
@@ -168,15 +172,6 @@ class ToolOptions(BreakerToolOptions, total=False):
     dependency: str
     operation: str
     breaker: Breaker
-    risk: RiskClass
-    business_key: Sequence[str]
-    idempotency_arg: str | None
-    verify: Callable[[Any], bool]
-    reconcile: Callable[[str, Mapping[str, Any]], Any]
-    external_id: Callable[[Any], str | None]
-    authorize: Callable[[ActionRequest], bool]
-    required: bool
-    recovery: bool
 
 
 class ToolbreakerState(AgentState[Any]):
@@ -376,6 +371,10 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         """The stop packet of ``task`` as it is now (condition ``running`` if not stopped)."""
         return self.guard_for(task).stop_packet()
 
+    async def astop_packet(self, task: str) -> StopPacket:
+        """:meth:`stop_packet` for the event loop: a shared journal is read off it."""
+        return await self.guard_for(task).astop_packet()
+
     def breaker_of(self, tool: str) -> Breaker:
         """The breaker that guards ``tool``, created in the registry on first use."""
         breaker = self._breakers.get(tool)
@@ -446,15 +445,17 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """Tell the model the tool-unavailable protocol; hide open tools if asked to."""
-        return handler(self._hidden(self._instructed(request)))
+        looks = {name: self._down(name) for name in self._hideable(request)}
+        return handler(self._hidden(self._instructed(request), looks))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """The async twin of :meth:`wrap_model_call`."""
-        return await handler(self._hidden(self._instructed(request)))
+        """The async twin of :meth:`wrap_model_call`: breakers are asked off the loop."""
+        looks = {name: await self._adown(name) for name in self._hideable(request)}
+        return await handler(self._hidden(self._instructed(request), looks))
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: ToolbreakerState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -462,14 +463,20 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
 
         Otherwise a model turn begins: the run guard's per-turn call count starts again.
         """
-        return self._stop_update(runtime, new_turn=True)
+        guard = self._guard_of(runtime)
+        if _goes_on(guard, new_turn=True):
+            return None
+        return _stop_update(guard.stop_packet(), guard.turn_outcome())
 
     @hook_config(can_jump_to=["end"])
     async def abefore_model(
         self, state: ToolbreakerState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        """The async twin of :meth:`before_model`."""
-        return self._stop_update(runtime, new_turn=True)
+        """The async twin of :meth:`before_model`: the stop packet is built off the loop."""
+        guard = self._guard_of(runtime)
+        if _goes_on(guard, new_turn=True):
+            return None
+        return _stop_update(await guard.astop_packet(), guard.turn_outcome())
 
     # -- hand-built LangGraph -----------------------------------------------------------------
 
@@ -496,9 +503,18 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         return router
 
     def stop_node(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
-        """A graph node that adds the stop message (packet in its ``additional_kwargs``)."""
+        """A graph node that adds the stop message (packet in its ``additional_kwargs``).
+
+        For a graph run with ``ainvoke``/``astream`` use :meth:`astop_node`: LangGraph runs
+        a plain function node on the event loop.
+        """
         guard = self.guard_for(self.task_of(runtime))
         return {"messages": [stop_message(guard.stop_packet(), guard.turn_outcome())]}
+
+    async def astop_node(self, state: Any, runtime: Runtime[Any]) -> dict[str, Any]:
+        """:meth:`stop_node` for a graph run on an event loop: the packet is built off it."""
+        guard = self.guard_for(self.task_of(runtime))
+        return {"messages": [stop_message(await guard.astop_packet(), guard.turn_outcome())]}
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -512,7 +528,9 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         given = options.get("breaker")
         if given is not None:
             return given
-        creation = {k: v for k, v in options.items() if k in _BREAKER_OPTIONS}
+        # The tool's breaker options (_checked let only known ones in).
+        chosen = {k: v for k, v in options.items() if k in _BREAKER_OPTIONS}
+        creation = cast("BreakerOptions", chosen)
         fallback = creation.get("fallback")
         if (
             isinstance(fallback, str)
@@ -532,15 +550,22 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             creation.setdefault("tool", tool)
         return self.registry.get(dependency, operation, **creation)
 
-    def _hidden(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def _hideable(self, request: ModelRequest[Any]) -> list[str]:
+        """The names of the request's tools to ask about (none unless hiding open tools)."""
         if not self.hide_open_tools:
-            return request
+            return []
+        return [name for name in map(_tool_name, request.tools) if name is not None]
+
+    def _hidden(
+        self, request: ModelRequest[Any], looks: Mapping[str, tuple[bool, int | None]]
+    ) -> ModelRequest[Any]:
+        """The request without the tools ``looks`` found down, with a line naming them."""
         kept: list[Any] = []
         hidden: dict[str, int | None] = {}
         for tool in request.tools:
-            name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
-            down, wait = (False, None) if not isinstance(name, str) else self._down(name)
-            if down and isinstance(name, str):
+            name = _tool_name(tool)
+            down, wait = looks.get(name, (False, None)) if name is not None else (False, None)
+            if down and name is not None:
                 hidden[name] = wait
             else:
                 kept.append(tool)
@@ -548,12 +573,19 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             return request
         return _with_system_line(request.override(tools=kept), hidden_tools_line(hidden))
 
-    def _down(self, tool: str) -> tuple[bool, int | None]:
+    def _breaker_to_ask(self, tool: str) -> Breaker | None:
         try:
-            breaker = self.breaker_of(tool)
+            return self.breaker_of(tool)
         except PolicyError:  # a strict registry without a row for it: never hidden
-            return False, None
-        return breaker.hidden_for_ms()
+            return None
+
+    def _down(self, tool: str) -> tuple[bool, int | None]:
+        breaker = self._breaker_to_ask(tool)
+        return (False, None) if breaker is None else breaker.hidden_for_ms()
+
+    async def _adown(self, tool: str) -> tuple[bool, int | None]:
+        breaker = self._breaker_to_ask(tool)
+        return (False, None) if breaker is None else await ahidden_for_ms(breaker)
 
     def _instructed(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         line = system_prompt_line()
@@ -590,8 +622,6 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         known = known or name in self.tool_options
         given: Mapping[str, Any] = self.tool_options.get(name, {})
         options = {k: v for k, v in given.items() if k in _GUARD_OPTIONS}
-        if "business_key" in options:
-            options["business_key"] = tuple(options["business_key"])
         # An unknown tool name (a model's invention) is counted by the run guard but gets
         # no breaker: the registry is not grown by whatever the model makes up.
         return guard.ensure_tool(name, breaker=self.breaker_of(name) if known else None, **options)
@@ -614,22 +644,32 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         timeout = spec.breaker.timeout if spec.breaker is not None else None
         return _Pending(step, request, timeout)
 
-    def _stop_update(self, runtime: Any, *, new_turn: bool = False) -> dict[str, Any] | None:
-        guard = self._guard_of(runtime)
-        if guard.stopped is None:
-            if new_turn:
-                guard.mark_turn()
-            return None
-        packet = guard.stop_packet()
-        turn = guard.turn_outcome()
-        update: dict[str, Any] = {
-            "jump_to": "end",
-            "messages": [stop_message(packet, turn)],
-            STOP_KEY: packet.to_dict(),
-        }
-        if turn is not None and turn.branches:
-            update[TURN_KEY] = turn.to_result()
-        return update
+
+def _goes_on(guard: RunGuard, *, new_turn: bool) -> bool:
+    """Whether the run goes on to its model call (a new turn marked if so)."""
+    if guard.stopped is not None:
+        return False
+    if new_turn:
+        guard.mark_turn()
+    return True
+
+
+def _stop_update(packet: StopPacket, turn: SiblingOutcome | None) -> dict[str, Any]:
+    """The state update that ends a stopped run: the jump, the stop message, the packet."""
+    update: dict[str, Any] = {
+        "jump_to": "end",
+        "messages": [stop_message(packet, turn)],
+        STOP_KEY: packet.to_dict(),
+    }
+    if turn is not None and turn.branches:
+        update[TURN_KEY] = turn.to_result()
+    return update
+
+
+def _tool_name(tool: Any) -> str | None:
+    """A model request's tool's name (a tool object or a provider's dict)."""
+    name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
+    return name if isinstance(name, str) else None
 
 
 def _turn_of(request: ToolCallRequest) -> str | None:

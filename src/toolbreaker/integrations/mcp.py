@@ -54,7 +54,8 @@ loop detection and safe writes. A write's idempotency key travels in the request
 input schema need not change); the server reads it from
 ``ctx.request_context.meta``. MCP has no run of its own to stop: once the guard stops the
 run, every call answers with the stop result without reaching the server, and
-:meth:`GuardedClient.stop_packet` returns the packet; the host loop ends its run there.
+:meth:`GuardedClient.stop_packet` (``await astop_packet()`` on the event loop, which
+reads a shared journal off it) returns the packet; the host loop ends its run there.
 
 Risk classes come from the user first (``risk=``, or tools already added to the guard),
 then from the server's :class:`~mcp.types.ToolAnnotations` (see
@@ -74,9 +75,11 @@ from typing import Any, Final, cast
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
+from toolbreaker.integrations._loop import ahidden_for_ms
 from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
+    BreakerOptions,
     GuardedTool,
     Registry,
     RunGuard,
@@ -325,7 +328,7 @@ class GuardedClient:
             deadline = self._deadline(breaker, read_timeout_seconds)
             step = await self.guard.abegin(name, args)
         if step.answer is not None:
-            return self._answer(step.answer)
+            return await self._answer(step.answer)
         request_meta = dict(meta or {})
         if step.idempotency_key is not None:
             request_meta[self.meta_key] = step.idempotency_key
@@ -344,20 +347,20 @@ class GuardedClient:
             answer = await step.afailed(failure)
             if not isinstance(failure, (TimeoutError, ConnectionError)):
                 raise  # a protocol error: the caller handles it as without the proxy
-            return self._answer(answer)
+            return await self._answer(answer)
         error = self.classify_result(result)
         if error is not None:
             answer = await step.afailed(error)
-            return self._answer(answer) if _kind(answer) != "error" else result
+            return await self._answer(answer) if _kind(answer) != "error" else result
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         answer = await step.asucceeded(dumped)
-        return result if answer is dumped else self._answer(answer)
+        return result if answer is dumped else await self._answer(answer)
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> ListToolsResult:
         """The client's ``list_tools``; the proxy also learns each tool's annotations.
 
         With ``hide_open_tools``, tools whose breaker rejects every call now are left out
-        (see :meth:`hidden_tools_line`).
+        (see :meth:`hidden_tools_line`); a shared store is asked off the event loop.
         """
         listing: ListToolsResult = await self.client.list_tools(*args, **kwargs)
         self._learn(listing)
@@ -365,7 +368,7 @@ class GuardedClient:
             return listing
         kept = []
         for tool in listing.tools:
-            down, wait = self.breaker_for(tool.name).hidden_for_ms()
+            down, wait = await ahidden_for_ms(self.breaker_for(tool.name))
             if down:
                 self._hidden[tool.name] = wait
             else:
@@ -394,7 +397,7 @@ class GuardedClient:
 
     def _get(self, tool: str, *, with_fallback: bool) -> Breaker:
         dependency, operation = self.key(tool)
-        options: dict[str, Any] = {}
+        options: BreakerOptions = {}
         if (dependency, operation) not in self.registry.boundaries():
             # A boundary-sheet row configures the breaker; these only fill in for none.
             options["tool"] = tool
@@ -416,10 +419,20 @@ class GuardedClient:
 
     def stop_packet(self) -> StopPacket | None:
         """The operator packet once the run stopped or its writes are blocked, else ``None``."""
+        guard = self._stopped_guard()
+        return None if guard is None else guard.stop_packet()
+
+    async def astop_packet(self) -> StopPacket | None:
+        """:meth:`stop_packet` for the event loop: a shared journal is read off it."""
+        guard = self._stopped_guard()
+        return None if guard is None else await guard.astop_packet()
+
+    def _stopped_guard(self) -> RunGuard | None:
+        """The run guard, if it stopped the run or blocks its writes."""
         guard = self.guard
         if guard is None or (guard.stopped is None and guard.writes_blocked is None):
             return None
-        return guard.stop_packet()
+        return guard
 
     # -- helpers --------------------------------------------------------------------------
 
@@ -481,8 +494,11 @@ class GuardedClient:
             )
         return deadline
 
-    def _answer(self, answer: Any) -> CallToolResult:
-        """A guard's or breaker's answer as a tool result the host forwards unchanged."""
+    async def _answer(self, answer: Any) -> CallToolResult:
+        """A guard's or breaker's answer as a tool result the host forwards unchanged.
+
+        The stop packet it carries once the run stopped is built off the event loop.
+        """
         if isinstance(answer, Mapping) and "content" in answer:
             try:  # a confirmed write's result, answered from the journal
                 journaled = CallToolResult.model_validate(answer)
@@ -495,7 +511,7 @@ class GuardedClient:
         payload = dict(answer) if isinstance(answer, Mapping) else {"ok": True, "result": answer}
         kind = _kind(payload)
         meta: dict[str, Any] = {ANSWER_META_KEY: kind}
-        packet = self.stop_packet() if kind in _STOPPING else None
+        packet = await self.astop_packet() if kind in _STOPPING else None
         if packet is not None:
             meta[STOP_PACKET_META_KEY] = packet.to_dict()
         return CallToolResult.model_validate(

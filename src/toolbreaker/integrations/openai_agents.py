@@ -58,6 +58,7 @@ from typing import Any, Final, Literal, TypeVar
 from toolbreaker.core.run.budget import WRITES
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
+from toolbreaker.integrations._loop import ahidden_for_ms
 from toolbreaker.runtime._result import hidden_tools_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
@@ -207,7 +208,7 @@ class _StopHooks(AgentHooks[Any]):
         system_prompt: str | None,
         input_items: list[TResponseInputItem],
     ) -> None:
-        self._protection.refuse_if_stopped()
+        await self._protection.refuse_if_stopped()
         if self._inner is not None:
             await self._inner.on_llm_start(context, agent, system_prompt, input_items)
 
@@ -257,7 +258,7 @@ def _enabled_unless_open(
     enabled: Any, breaker: Breaker
 ) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
     async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-        if breaker.hidden_for_ms()[0]:
+        if (await ahidden_for_ms(breaker))[0]:  # a shared store is asked off the loop
             return False
         return bool(await _resolved(enabled, ctx, agent))
 
@@ -271,7 +272,7 @@ def _with_hidden_line(
         base = await _resolved(instructions, ctx, agent)
         hidden = {}
         for name, breaker in breakers.items():
-            down, wait = breaker.hidden_for_ms()
+            down, wait = await ahidden_for_ms(breaker)
             if down:
                 hidden[name] = wait
         return "\n\n".join(part for part in (base, hidden_tools_line(hidden)) if part)
@@ -279,13 +280,16 @@ def _with_hidden_line(
     return instructed
 
 
-def format_tool_error(args: ToolErrorFormatterArgs[Any]) -> str | None:
+def format_tool_error(args: ToolErrorFormatterArgs[Any]) -> Awaitable[str] | None:
     """``RunConfig.tool_error_formatter`` that records a protected tool's failure.
 
     The failure settles the call's step (the breaker counts it if it qualifies) and the
     model reads the guard's result: the tool-unavailable result when this failure opened
-    the breaker, ``{"ok": false, "error": ..., "retryable": ...}`` otherwise. Errors of
-    tools that are not protected get ``None``: the SDK's default message.
+    the breaker, ``{"ok": false, "error": ..., "retryable": ...}`` otherwise. For a
+    protected tool it returns an awaitable (the SDK awaits a formatter's answer): the
+    step settles with its store round trips awaited, never blocking the event loop.
+    Errors of tools that are not protected, or already settled, get ``None``: the SDK's
+    default message.
     """
     call = _RUNNING.get()
     if (
@@ -295,7 +299,7 @@ def format_tool_error(args: ToolErrorFormatterArgs[Any]) -> str | None:
         or call.call_id != args.call_id
     ):
         return None
-    return call.fail(args.error)
+    return call.fail(args.error)  # awaited by the SDK: the store round trips are awaited
 
 
 def run_config(base: RunConfig | None = None) -> RunConfig:
@@ -340,24 +344,31 @@ class _Call:
     started: bool = False
     settled: bool = False
 
-    def succeed(self, result: Any) -> Any:
+    async def succeed(self, result: Any) -> Any:
         """Record a success; the tool's own result, or the guard's verdict as text."""
         if not self._settle():
             return result
-        answer = self.step.succeeded(result)
+        answer = await self.step.asucceeded(result)
         return result if answer is result else _text(answer)
 
-    def fail(self, exc: BaseException) -> str | None:
-        """Record a failure; the guard's result as text (``None`` if already settled)."""
+    def fail(self, exc: BaseException) -> Awaitable[str] | None:
+        """Claim the call and record a failure, awaited; ``None`` if already settled.
+
+        The claim is made at once (exactly one after path settles a call); the awaitable
+        settles the step and answers with the guard's result as text.
+        """
         if not self._settle():
             return None
-        return _text(self.step.failed(exc))
+        return self._failed(exc)
 
-    def cancel(self, exc: asyncio.CancelledError) -> None:
+    async def _failed(self, exc: BaseException) -> str:
+        return _text(await self.step.afailed(exc))
+
+    async def cancel(self, exc: asyncio.CancelledError) -> None:
         """Record a cancellation (never a failure; a write stays pending, to reconcile)."""
         if self._settle():
             try:
-                self.step.failed(exc)
+                await self.step.afailed(exc)
             except asyncio.CancelledError as raised:
                 if raised is not exc:
                     raise
@@ -435,7 +446,7 @@ class _Protection:
 
     # -- before ----------------------------------------------------------------------
 
-    def _check(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+    async def _check(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         ctx = data.context
         if ctx.tool_name in self.needs_formatter and not _is_ours(
             ctx.run_config.tool_error_formatter if ctx.run_config is not None else None
@@ -454,20 +465,19 @@ class _Protection:
             # The model requests made so far number the turn: every call of one model
             # response marks it once (Budget.max_calls_per_turn counts them).
             self.guard.mark_turn(("openai-agents", ctx.usage.requests))
-        answer = self._open(ctx.tool_name, ctx.tool_call_id, ctx.tool_arguments)
+        answer = await self._open(ctx.tool_name, ctx.tool_call_id, ctx.tool_arguments)
         if answer is None:
             return ToolGuardrailFunctionOutput.allow()
         if self.guard is not None and isinstance(answer, Mapping) and answer.get("run_stopped"):
-            return self._stopped(self.guard)
+            return await self._stopped(self.guard)
         return ToolGuardrailFunctionOutput.reject_content(_text(answer), output_info=answer)
 
     @staticmethod
-    def _stopped(guard: RunGuard) -> ToolGuardrailFunctionOutput:
-        return ToolGuardrailFunctionOutput.raise_exception(
-            output_info=guard.stop_packet().to_dict()
-        )
+    async def _stopped(guard: RunGuard) -> ToolGuardrailFunctionOutput:
+        packet = await guard.astop_packet()  # a shared journal is read off the loop
+        return ToolGuardrailFunctionOutput.raise_exception(output_info=packet.to_dict())
 
-    def refuse_if_stopped(self) -> None:
+    async def refuse_if_stopped(self) -> None:
         """Raise the stop's tripwire if the guard stopped the run (before a model request).
 
         Raises:
@@ -475,15 +485,19 @@ class _Protection:
                 packet is ``output.output_info``.
         """
         if self.guard is not None and self.guard.stopped is not None:
-            raise ToolInputGuardrailTripwireTriggered(self.guardrail, self._stopped(self.guard))
+            stopped = await self._stopped(self.guard)
+            raise ToolInputGuardrailTripwireTriggered(self.guardrail, stopped)
 
-    def _open(self, tool: str, call_id: str, arguments: str) -> Any:
-        """Begin a call; its answer if it must not run, else ``None`` (the call is kept)."""
+    async def _open(self, tool: str, call_id: str, arguments: str) -> Any:
+        """Begin a call; its answer if it must not run, else ``None`` (the call is kept).
+
+        The run guard's (or the breaker's) store round trips are awaited.
+        """
         args, parsed = _parse(arguments)
         step = (
-            self.guard.begin(tool, args)
+            await self.guard.abegin(tool, args)
             if self.guard is not None
-            else self.breakers[tool].begin(tool, args)
+            else await self.breakers[tool].abegin(tool, args)
         )
         if step.answer is not None:
             return step.answer
@@ -504,7 +518,7 @@ class _Protection:
             if call is None or call.started:
                 # No guardrail ran for this call (invoked directly, or a nested agent-tool
                 # run resumed): ask here, and answer instead of running if refused.
-                answer = self._open(name, ctx.tool_call_id, input)
+                answer = await self._open(name, ctx.tool_call_id, input)
                 if answer is not None:
                     return _text(answer)
                 call = self.calls[ctx.tool_call_id]
@@ -521,14 +535,16 @@ class _Protection:
                     result = await self.guard.arun_step(call.step, lambda: inner(ctx, given))
             except asyncio.CancelledError as exc:
                 if not timed:
-                    call.cancel(exc)
+                    await call.cancel(exc)
                 # A timed tool is cancelled at its deadline too, and only the SDK knows
                 # which it was: its timeout function records a timeout; a cancelled run
                 # leaves the call unsettled (a probe's lease expires, a write stays
                 # pending in the journal and is reconciled on resume, never replayed).
                 raise
             except Exception as exc:
-                call.fail(exc)  # failure_error_function=None: the run fails, as configured
+                failing = call.fail(exc)  # failure_error_function=None: the run fails
+                if failing is not None:
+                    await failing
                 raise
             finally:
                 _RUNNING.reset(token)
@@ -536,7 +552,7 @@ class _Protection:
                 call.settled_by_policy()
                 return _text(result.answer)
             # A failure the SDK caught was settled by format_tool_error; this is its text.
-            return result if call.settled else call.succeed(result)
+            return result if call.settled else await call.succeed(result)
 
         return invoke
 
@@ -545,14 +561,19 @@ class _Protection:
         behavior: Literal["error_as_result", "raise_exception"],
         original: _TimeoutFunction | None,
     ) -> _TimeoutFunction:
-        def on_timeout(ctx: RunContextWrapper[Any], error: Exception) -> str | Awaitable[str]:
+        async def on_timeout(ctx: RunContextWrapper[Any], error: Exception) -> str:
+            # The SDK awaits a timeout function's answer: the settlement's round trips too.
             call = self.calls.get(ctx.tool_call_id) if isinstance(ctx, ToolContext) else None
-            text = call.fail(_as_timeout(error)) if call is not None and call.started else None
+            failing = call.fail(_as_timeout(error)) if call is not None and call.started else None
+            text = None if failing is None else await failing
             if behavior == "raise_exception":
                 raise error
             if text is not None:
                 return text
-            return original(ctx, error) if original is not None else str(error)
+            if original is None:
+                return str(error)
+            given = original(ctx, error)
+            return await given if inspect.isawaitable(given) else given
 
         return on_timeout
 

@@ -66,6 +66,7 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final, TypeAlias
 
 from toolbreaker.integrations import require
+from toolbreaker.integrations._loop import ahidden_for_ms
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -97,6 +98,7 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 from toolbreaker.core.run.budget import RiskClass  # noqa: E402
 from toolbreaker.errors import PolicyError  # noqa: E402
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
+from toolbreaker.runtime.breaker._boundary import BreakerOptions  # noqa: E402
 from toolbreaker.runtime.breaker._breaker import Breaker  # noqa: E402
 from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime.run._guard import (  # noqa: E402
@@ -108,8 +110,16 @@ from toolbreaker.runtime.run._guard import (  # noqa: E402
     without_key,
 )
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
+from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS  # noqa: E402
 
-__all__ = ["TOOL_METADATA_KEY", "RunStop", "ToolbreakerCapability", "run_stop", "tool_metadata"]
+__all__ = [
+    "TOOL_METADATA_KEY",
+    "RunStop",
+    "ToolbreakerCapability",
+    "arun_stop",
+    "run_stop",
+    "tool_metadata",
+]
 
 #: The key of ``ToolDefinition.metadata`` that describes a tool to the run guard.
 TOOL_METADATA_KEY: Final = "toolbreaker"
@@ -213,10 +223,29 @@ def run_stop(exc: BaseException, guard: RunGuard) -> RunStop | None:
         ``None`` when the run was cancelled by something else (a ``CancellationToken``,
         a timeout): re-raise the exception then.
     """
-    cancelled = RunCancelled.from_cancellation(exc)
-    if cancelled is None or guard.stopped is None:
+    cancelled = _stopped_by(exc, guard)
+    if cancelled is None:
         return None
     return RunStop(guard.stop_packet(), cancelled.all_messages(), cancelled, guard.turn_outcome())
+
+
+async def arun_stop(exc: BaseException, guard: RunGuard) -> RunStop | None:
+    """:func:`run_stop` for the event loop: the packet's journal read is made off it.
+
+    Use it where the run was awaited (``await agent.run(...)``); a shared journal (SQLite,
+    Redis, PostgreSQL) is read in a worker thread, so the loop never waits on it.
+    """
+    cancelled = _stopped_by(exc, guard)
+    if cancelled is None:
+        return None
+    packet = await guard.astop_packet()
+    return RunStop(packet, cancelled.all_messages(), cancelled, guard.turn_outcome())
+
+
+def _stopped_by(exc: BaseException, guard: RunGuard) -> RunCancelled | None:
+    """The run's ``RunCancelled`` if the guard stopped it, else ``None``."""
+    cancelled = RunCancelled.from_cancellation(exc)
+    return None if cancelled is None or guard.stopped is None else cancelled
 
 
 #: A run guard, or a callable that finds the run's guard from its ``RunContext``.
@@ -307,7 +336,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
                 changes["parameters_json_schema"] = _hide_argument(tool_def, spec)
             if self.hide_open_tools and breaker is not None:
                 self._hideable[tool_def.name] = breaker
-                if breaker.hidden_for_ms()[0]:
+                if (await ahidden_for_ms(breaker))[0]:  # a shared store: asked off the loop
                     continue  # the instruction line names it instead
             prepared.append(dataclasses.replace(tool_def, **changes) if changes else tool_def)
         return prepared
@@ -435,11 +464,11 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
                 f"unknown field(s) {unknown} in {where} (known: {sorted(_METADATA_FIELDS)})",
                 field=f"{where}.{unknown[0]}",
             )
+        # The run guard's options among the metadata (GuardedToolOptions; a business key
+        # listed in JSON becomes a tuple there).
         options: dict[str, Any] = {
-            k: raw[k] for k in ("risk", "required", "recovery", "idempotency_arg") if k in raw
+            k: raw[k] for k in _METADATA_FIELDS & GUARDED_TOOL_OPTIONS if k in raw
         }
-        if raw.get("business_key"):
-            options["business_key"] = tuple(raw["business_key"])
         dependency = raw.get("dependency")
         if dependency is not None:
             if self.registry is None:
@@ -450,7 +479,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             operation = raw.get("operation") or "default"
             _check_against_sheet(name, dependency, operation, self.registry, where)
             described = (dependency, operation) in self.registry.boundaries()
-            extra = {} if described else {"tool": name}  # the sheet's own name wins
+            extra: BreakerOptions = {} if described else {"tool": name}  # the sheet's name wins
             options["breaker"] = self.registry.get(dependency, operation, **extra)
         elif self.registry is not None:
             # A tool the registry does not know has no breaker: only the run's budgets apply.

@@ -48,6 +48,7 @@ from toolbreaker.runtime.fleet._registry import Registry, publish_policy
 from toolbreaker.runtime.run._guard import (
     ActionRequest,
     GuardedTool,
+    GuardedToolOptions,
     RunGuard,
     StopPacket,
     evidence_digest,
@@ -79,6 +80,7 @@ __all__ = [
     "DrainReport",
     "Enforce",
     "GuardedTool",
+    "GuardedToolOptions",
     "HealthCheck",
     "HealthChecker",
     "HealthStats",

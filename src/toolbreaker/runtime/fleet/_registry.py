@@ -36,7 +36,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
@@ -46,6 +46,7 @@ from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime.breaker._boundary import (
     POLICY_FIELDS,
     Boundary,
+    BreakerOptions,
     Enforce,
     HealthCheck,
     check_seconds,
@@ -62,6 +63,9 @@ from toolbreaker.runtime.fleet._published import (
 )
 from toolbreaker.stores._protocol import Records, Store
 from toolbreaker.stores.memory import MemoryStore
+
+if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
+    from typing_extensions import Unpack
 
 __all__ = ["Boundary", "Registry", "publish_policy"]
 
@@ -393,11 +397,14 @@ class Registry:
         if self.health_checker is None:
             self.start_health_checks()
 
-    def get(self, dependency: str, operation: str = "default", **options: Any) -> Breaker:
+    def get(
+        self, dependency: str, operation: str = "default", **options: Unpack[BreakerOptions]
+    ) -> Breaker:
         """The breaker of ``(dependency, operation)``, created on first use.
 
-        ``options`` (``tool``, ``fallback``, ``timeout`` ...) apply only when the breaker
-        is created; a sheet row takes precedence over the registry defaults.
+        ``options`` (``tool``, ``fallback``, ``timeout`` ...: the breaker's own,
+        :class:`~toolbreaker.runtime.BreakerOptions`) apply only when the breaker is
+        created; a sheet row takes precedence over the registry defaults.
 
         Raises:
             RegistryFull: the registry already holds ``max_breakers`` breakers.

@@ -31,9 +31,9 @@ settle callbacks, ``run_step``/``arun_step``) runs one flow through one driver
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core.degrade import refuses_stale
 from toolbreaker.core.run import budget as budgets
@@ -56,7 +56,10 @@ from toolbreaker.runtime.run._tools import (
     ActionRequest,
     Authorizer,
     GuardedTool,
+    GuardedToolOptions,
+    GuardToolOptions,
     evidence_digest,
+    guarded_tool,
     key_argument,
     not_callable,
     with_key,
@@ -66,10 +69,15 @@ from toolbreaker.runtime.run._turns import Turns
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
 
+if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
+    from typing_extensions import Unpack
+
 __all__ = [
     "ActionRequest",
     "Authorizer",
+    "GuardToolOptions",
     "GuardedTool",
+    "GuardedToolOptions",
     "RunGuard",
     "StopPacket",
     "evidence_digest",
@@ -167,39 +175,21 @@ class RunGuard(Turns):
         return unwatch
 
     def tool(
-        self,
-        name: str | None = None,
-        *,
-        risk: RiskClass = "read",
-        breaker: Breaker | None = None,
-        business_key: Sequence[str] | None = None,
-        idempotency_arg: str | None = "idempotency_key",
-        verify: Callable[[Any], bool] | None = None,
-        reconcile: Callable[[str, Mapping[str, Any]], Any] | None = None,
-        external_id: Callable[[Any], str | None] | None = None,
-        authorize: Authorizer | None = None,
-        required: bool = False,
-        recovery: bool = False,
+        self, name: str | None = None, **options: Unpack[GuardedToolOptions]
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator form of :meth:`add_tool`; the decorated function becomes guarded."""
+        """Decorator form of :meth:`add_tool`; the decorated function becomes guarded.
+
+        ``options`` are :class:`~toolbreaker.GuardedTool`'s fields
+        (:class:`~toolbreaker.runtime.GuardedToolOptions`); ``name`` defaults to the
+        function's name.
+
+        Raises:
+            PolicyError: an option that is no tool option (named), or the tool is refused
+                (see :meth:`add_tool`).
+        """
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-            spec = self.add_tool(
-                GuardedTool(
-                    name=name or fn.__name__,
-                    fn=fn,
-                    risk=risk,
-                    breaker=breaker,
-                    business_key=tuple(business_key) if business_key else None,
-                    idempotency_arg=idempotency_arg,
-                    verify=verify,
-                    reconcile=reconcile,
-                    external_id=external_id,
-                    authorize=authorize,
-                    required=required,
-                    recovery=recovery,
-                )
-            )
+            spec = self.add_tool(guarded_tool(name or fn.__name__, fn, options))
 
             def guarded(**kwargs: Any) -> Any:
                 return self.call(spec.name, kwargs)
@@ -210,15 +200,19 @@ class RunGuard(Turns):
 
         return decorate
 
-    def ensure_tool(self, name: str, **options: Any) -> GuardedTool:
+    def ensure_tool(self, name: str, **options: Unpack[GuardedToolOptions]) -> GuardedTool:
         """The registered tool ``name``, registering it with ``options`` if unknown.
 
         Adapters use this for tools the user did not declare: they are reads unless the
         options (or the framework's annotations) say otherwise.
+
+        Raises:
+            PolicyError: an option that is no tool option (named), or the tool is refused
+                (see :meth:`add_tool`).
         """
         spec = self._tools.get(name)
         if spec is None:
-            spec = self.add_tool(GuardedTool(name=name, fn=not_callable, **options))
+            spec = self.add_tool(guarded_tool(name, not_callable, options))
         return spec
 
     # -- operators --------------------------------------------------------------------------

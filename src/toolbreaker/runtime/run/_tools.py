@@ -1,15 +1,17 @@
 """The tools a run guard knows, and whose their idempotency argument is.
 
-A :class:`GuardedTool` is a tool as the guard knows it; an :class:`ActionRequest` is what
-an irreversible tool's authority check is asked; a write's idempotency argument is the
-guard's to fill in, never the model's (:func:`key_argument`).
+A :class:`GuardedTool` is a tool as the guard knows it; its fields are the one list of a
+tool's options, which :class:`GuardedToolOptions` types as keyword arguments
+(``RunGuard.tool(...)``, ``RunGuard.ensure_tool(...)``, an adapter's tool options); an
+:class:`ActionRequest` is what an irreversible tool's authority check is asked; a write's
+idempotency argument is the guard's to fill in, never the model's (:func:`key_argument`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from toolbreaker.core.run.budget import WRITES, RiskClass
 from toolbreaker.core.run.fingerprint import FingerprintRules, evidence
@@ -19,10 +21,14 @@ if TYPE_CHECKING:
     from toolbreaker.runtime.breaker._breaker import Breaker
 
 __all__ = [
+    "GUARDED_TOOL_OPTIONS",
     "ActionRequest",
     "Authorizer",
+    "GuardToolOptions",
     "GuardedTool",
+    "GuardedToolOptions",
     "evidence_digest",
+    "guarded_tool",
     "key_argument",
     "not_callable",
     "with_key",
@@ -88,6 +94,64 @@ class GuardedTool:
     authorize: Authorizer | None = None
     required: bool = False
     recovery: bool = False
+
+
+class GuardToolOptions(TypedDict, total=False):
+    """The run guard's options an adapter's tool may set, as keyword arguments.
+
+    Every field of :class:`GuardedTool` but its name, its function and its breaker (an
+    adapter finds or makes the breaker); see :class:`GuardedTool` for what each means.
+    ``business_key`` may be any sequence of field paths.
+    """
+
+    risk: RiskClass
+    business_key: Sequence[str] | None
+    idempotency_arg: str | None
+    verify: Callable[[Any], bool] | None
+    reconcile: Callable[[str, Mapping[str, Any]], Any] | None
+    external_id: Callable[[Any], str | None] | None
+    authorize: Authorizer | None
+    required: bool
+    recovery: bool
+
+
+class GuardedToolOptions(GuardToolOptions, total=False):
+    """Every option of a :class:`GuardedTool` (:data:`GUARDED_TOOL_OPTIONS`), typed.
+
+    ``RunGuard.tool(name, **options)`` and ``RunGuard.ensure_tool(name, **options)``
+    take them; a name left out keeps :class:`GuardedTool`'s default.
+    """
+
+    breaker: Breaker | None
+
+
+#: The options of a tool: every field of :class:`GuardedTool` but its name and function.
+GUARDED_TOOL_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(GuardedTool)) - {
+    "name",
+    "fn",
+}
+
+
+def guarded_tool(name: str, fn: Callable[..., Any], options: Mapping[str, Any]) -> GuardedTool:
+    """The :class:`GuardedTool` ``name`` with ``options`` (:class:`GuardedToolOptions`).
+
+    An empty ``business_key`` is none; any other sequence becomes a tuple.
+
+    Raises:
+        PolicyError: an option that is no :class:`GuardedTool` field, named in the error.
+    """
+    unknown = sorted(set(options) - GUARDED_TOOL_OPTIONS)
+    if unknown:
+        raise PolicyError(
+            f"unknown tool option {unknown[0]!r} for tool {name!r} "
+            f"(known: {', '.join(sorted(GUARDED_TOOL_OPTIONS))})",
+            field=f"{name}.{unknown[0]}",
+        )
+    fields = dict(options)
+    if "business_key" in fields:
+        given = fields["business_key"]
+        fields["business_key"] = tuple(given) if given else None
+    return GuardedTool(name, fn, **fields)
 
 
 def evidence_digest(result: Any, rules: FingerprintRules | None = None) -> str:
