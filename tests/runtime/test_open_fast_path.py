@@ -118,3 +118,16 @@ def test_an_operator_state_is_a_window_of_its_own_with_its_note():
     assert rejection(breaker).reason == "isolated"
     breaker.release()
     assert breaker.call(lambda: "ran") == "ran"
+
+
+def test_hidden_for_ms_and_its_async_twin_read_the_same_idle_window():
+    """What the adapters' *hide open tools* mode asks, sync or on the loop: hidden with
+    the wait while cooling down, hidden with no wait while isolated, shown once closed."""
+    clock = FakeClock()
+    breaker = opened(clock)
+    clock.advance(250)
+    assert breaker.hidden_for_ms() == asyncio.run(breaker.ahidden_for_ms()) == (True, 750)
+    breaker.isolate("maintenance")
+    assert breaker.hidden_for_ms() == asyncio.run(breaker.ahidden_for_ms()) == (True, None)
+    breaker.release()
+    assert breaker.hidden_for_ms() == asyncio.run(breaker.ahidden_for_ms()) == (False, None)

@@ -81,7 +81,6 @@ from typing import Any, Final, cast
 from toolbreaker.core.run.budget import Budget
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
-from toolbreaker.integrations._loop import ahidden_for_ms
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._boundary import (
@@ -585,7 +584,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
 
     async def _adown(self, tool: str) -> tuple[bool, int | None]:
         breaker = self._breaker_to_ask(tool)
-        return (False, None) if breaker is None else await ahidden_for_ms(breaker)
+        return (False, None) if breaker is None else await breaker.ahidden_for_ms()
 
     def _instructed(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         line = system_prompt_line()

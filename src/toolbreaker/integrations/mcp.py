@@ -75,7 +75,6 @@ from typing import Any, Final, cast
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
-from toolbreaker.integrations._loop import ahidden_for_ms
 from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
@@ -368,7 +367,7 @@ class GuardedClient:
             return listing
         kept = []
         for tool in listing.tools:
-            down, wait = await ahidden_for_ms(self.breaker_for(tool.name))
+            down, wait = await self.breaker_for(tool.name).ahidden_for_ms()
             if down:
                 self._hidden[tool.name] = wait
             else:

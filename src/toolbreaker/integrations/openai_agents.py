@@ -58,7 +58,6 @@ from typing import Any, Final, Literal, TypeVar
 from toolbreaker.core.run.budget import WRITES
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
-from toolbreaker.integrations._loop import ahidden_for_ms
 from toolbreaker.runtime._result import hidden_tools_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
@@ -258,7 +257,7 @@ def _enabled_unless_open(
     enabled: Any, breaker: Breaker
 ) -> Callable[[RunContextWrapper[Any], Any], Awaitable[bool]]:
     async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-        if (await ahidden_for_ms(breaker))[0]:  # a shared store is asked off the loop
+        if (await breaker.ahidden_for_ms())[0]:  # a shared store is asked off the loop
             return False
         return bool(await _resolved(enabled, ctx, agent))
 
@@ -272,7 +271,7 @@ def _with_hidden_line(
         base = await _resolved(instructions, ctx, agent)
         hidden = {}
         for name, breaker in breakers.items():
-            down, wait = await ahidden_for_ms(breaker)
+            down, wait = await breaker.ahidden_for_ms()
             if down:
                 hidden[name] = wait
         return "\n\n".join(part for part in (base, hidden_tools_line(hidden)) if part)

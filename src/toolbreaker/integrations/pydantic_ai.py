@@ -66,7 +66,6 @@ from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final, TypeAlias
 
 from toolbreaker.integrations import require
-from toolbreaker.integrations._loop import ahidden_for_ms
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -336,7 +335,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
                 changes["parameters_json_schema"] = _hide_argument(tool_def, spec)
             if self.hide_open_tools and breaker is not None:
                 self._hideable[tool_def.name] = breaker
-                if (await ahidden_for_ms(breaker))[0]:  # a shared store: asked off the loop
+                if (await breaker.ahidden_for_ms())[0]:  # a shared store: asked off the loop
                     continue  # the instruction line names it instead
             prepared.append(dataclasses.replace(tool_def, **changes) if changes else tool_def)
         return prepared

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from toolbreaker.core.breaker.machine import apply
@@ -13,7 +13,7 @@ from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.stores._protocol import View
 from toolbreaker.stores._records import check_version, decode_record, encode_record
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "in_process"]
 
 
 class MemoryStore:
@@ -128,3 +128,13 @@ class MemoryStore:
         with self._lock:
             found = sorted(self._records.get(space, {}).items())
         return [(key, decode_record(text, space), version) for key, (text, version) in found]
+
+
+def in_process(stores: Iterable[object]) -> bool:
+    """Whether every one of ``stores`` lives in this process: nothing there can block.
+
+    A :class:`~toolbreaker.stores.MemoryStore` answers at once; any other store (SQLite,
+    Redis, PostgreSQL, a wrapper around one) may wait on I/O, so an event loop asks it
+    from a worker thread.
+    """
+    return all(isinstance(store, MemoryStore) for store in stores)

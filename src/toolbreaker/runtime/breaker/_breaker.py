@@ -18,6 +18,7 @@ The class is built in layers, one module each, every one using only those below 
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import itertools
@@ -27,8 +28,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from toolbreaker.core.breaker.predicates import idle_rejection
-from toolbreaker.core.breaker.predicates import retry_after_ms as core_retry_after_ms
+from toolbreaker.core.breaker.predicates import idle_window
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.run.retrying import ModelRetries
 from toolbreaker.errors import PolicyError
@@ -47,7 +47,7 @@ from toolbreaker.runtime.breaker._degrade import Degradation
 from toolbreaker.runtime.breaker._stats import BreakerStats
 from toolbreaker.runtime.breaker._steps import Steps
 from toolbreaker.stores._protocol import Store
-from toolbreaker.stores.memory import MemoryStore
+from toolbreaker.stores.memory import MemoryStore, in_process
 
 if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
     from typing_extensions import Unpack
@@ -226,12 +226,30 @@ class Breaker(Steps):
         """
         target = self.for_scope()
         state = target._view.state
+        return target._hidden(target.state if state is None else state)
+
+    async def ahidden_for_ms(self) -> tuple[bool, int | None]:
+        """:meth:`hidden_for_ms` for the event loop: never blocks it on a store.
+
+        What this process's view cannot answer is read from a shared store in a worker
+        thread (a :class:`~toolbreaker.stores.MemoryStore` answers inline).
+        """
+        target = self.for_scope()
+        state = target._view.state
         if state is None:
-            state = target.state
-        now = target.clock()
-        if idle_rejection(state, now, target.policy) is None:
+            store = target.store
+            if in_process((store,)):
+                state = store.load(target.key, target.policy)
+            else:
+                state = await asyncio.to_thread(store.load, target.key, target.policy)
+        return target._hidden(state)
+
+    def _hidden(self, state: BreakerState) -> tuple[bool, int | None]:
+        now = self.clock()
+        window = idle_window(state, now, self.policy)
+        if window is None:
             return False, None
-        return True, core_retry_after_ms(state, now, target.policy)
+        return True, None if window.admits_at is None else window.admits_at - now
 
     def _configure(self, boundary: Boundary) -> None:
         """Take the row's options that may change while the breaker lives (see adopt)."""

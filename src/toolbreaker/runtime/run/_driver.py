@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from toolbreaker.stores.memory import MemoryStore
+from toolbreaker.stores.memory import in_process
 
 if TYPE_CHECKING:
     from toolbreaker.runtime._step import Step
@@ -34,7 +34,6 @@ __all__ = [
     "Invoke",
     "Record",
     "RunTool",
-    "in_process",
 ]
 
 R = TypeVar("R")
@@ -63,16 +62,6 @@ class Blocking:
         if in_process(self.stores):
             return self.fn(*self.args)
         return await asyncio.to_thread(self.fn, *self.args)
-
-
-def in_process(stores: Iterable[object]) -> bool:
-    """Whether every one of ``stores`` lives in this process: nothing there can block.
-
-    A :class:`~toolbreaker.stores.MemoryStore` answers at once; any other store (SQLite,
-    Redis, PostgreSQL, a wrapper around one) may wait on I/O, so an event loop asks it
-    from a worker thread.
-    """
-    return all(isinstance(store, MemoryStore) for store in stores)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ from toolbreaker.runtime._result import siblings_result
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._deadline import OVERDUE
-from toolbreaker.runtime.run._driver import in_process
+from toolbreaker.stores.memory import in_process
 
 __all__ = [
     "POLL_S",

@@ -17,7 +17,7 @@ from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._result import cancelled_result
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.run._driver import Blocking, InGroup, Invoke, Record, in_process
+from toolbreaker.runtime.run._driver import Blocking, InGroup, Invoke, Record
 from toolbreaker.runtime.run._plan import Planning
 from toolbreaker.runtime.run._shell import CallPlan
 from toolbreaker.runtime.run._siblings import (
@@ -27,6 +27,7 @@ from toolbreaker.runtime.run._siblings import (
     TurnMember,
     is_policy,
 )
+from toolbreaker.stores.memory import in_process
 
 __all__ = ["Turns"]
 
