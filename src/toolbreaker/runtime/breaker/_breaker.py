@@ -6,9 +6,10 @@ through a store.
 Two paths, one decision-maker. Every transition is computed by the core's ``apply()``
 inside the store. The shell only skips the store when the core has already said what
 would happen: in a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a request is
-admitted and a success changes nothing; in a cooling-down open state
-(:func:`~toolbreaker.core.idle_rejection`) a request is rejected and changes nothing. Those
-two cases are most calls, and they cost no lock, no allocation of records and no I/O.
+admitted and a success changes nothing; in a cooling-down open state (the core's idle
+window, :func:`~toolbreaker.core.breaker.predicates.idle_window`) a request is rejected
+and changes nothing. Those two cases are most calls, and they cost no lock, no
+allocation of records and no I/O.
 
 The class is built in layers, one module each, every one using only those below it:
 :mod:`._admission` (permits, rejections, the core's records), :mod:`._scopes`,

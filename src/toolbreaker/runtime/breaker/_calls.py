@@ -2,8 +2,9 @@
 
 In a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a call is admitted and a
 success changes nothing, so the fast paths take no permit, no lock and no store round
-trip unless something happens; in a cooling-down open state
-(:func:`~toolbreaker.core.idle_rejection`) a call is rejected the same way. Sync calls
+trip unless something happens; while open and cooling down, a call is rejected the same
+way, from the core's idle window (:func:`~toolbreaker.core.breaker.predicates.idle_window`,
+kept by the admission layer while it holds). Sync calls
 run in a worker thread by default so a deadline can be kept; the bulkhead slot goes
 with the call and comes back when it really ends.
 """
