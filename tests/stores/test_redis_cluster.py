@@ -148,8 +148,15 @@ def test_no_quiet_call_is_admitted_while_a_slot_has_no_master(private_cluster):
         owner = client.get_node_from_key(store._state_key(key))
         victim = next(n for n in private_cluster.nodes if n.port == owner.port)
         victim_id = client.cluster_myid(owner)
-        with redis.Redis(port=owner.port) as node:
-            replicas = node.execute_command("CLUSTER", "REPLICAS", victim_id)
+
+        def replicas_of_victim() -> list[bytes]:
+            with redis.Redis(port=owner.port) as node:
+                return list(node.execute_command("CLUSTER", "REPLICAS", victim_id))
+
+        # A new cluster's master learns of its replica a moment after the cluster says ok
+        # (seen on a loaded machine: no replica listed yet, nothing to fail over to).
+        wait_for(lambda: bool(replicas_of_victim()), timeout=20)
+        replicas = replicas_of_victim()
         replica_port = int(replicas[0].split()[1].split(b"@")[0].rsplit(b":", 1)[1])
         victim.kill()
 
