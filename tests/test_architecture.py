@@ -109,3 +109,16 @@ def test_the_breaker_layers_are_the_class_and_each_uses_only_those_below_it():
         top_level = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
         imported = {n.module.rsplit(".", 1)[-1] for n in top_level if n.module}
         assert not imported & set(modules[below + 1 :]), module
+
+
+def test_the_tests_mirror_the_source_layout():
+    """Each folder of tests/ is a package of src/toolbreaker/ at the same path, so a test
+    is found where its module is (tests/runtime/breaker/ for runtime/breaker/)."""
+    folders = [
+        path.relative_to(ROOT / "tests")
+        for path in (ROOT / "tests").rglob("*")
+        if path.is_dir() and path.name != "__pycache__" and any(path.glob("test_*.py"))
+    ]
+    assert folders
+    strays = [str(folder) for folder in folders if not (SRC / folder / "__init__.py").is_file()]
+    assert strays == []

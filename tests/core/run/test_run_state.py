@@ -1,0 +1,98 @@
+"""A run's state round trips through JSON, and an invalid one is refused naming its field."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from budget_helpers import SEARCH, STATUS, UPDATE, done
+
+from toolbreaker.core.run.budget import RunState, RunStateError, Stop, add_cost, stop
+
+# --- RunState round trip ------------------------------------------------------------------
+
+
+def _busy_run() -> RunState:
+    run = RunState.start("task-42", 100)
+    run = done(run, SEARCH, 110, evidence="a", cost="0.25")
+    run = done(run, SEARCH, 120, evidence="a")
+    run = done(run, UPDATE, 130, outcome="unknown", cost=Decimal("1.10"))
+    run = add_cost(run, "0.005")
+    run = stop(run, Stop("uncertain-side-effect", "detail", 140, "irreversible", "fp-send"))
+    return done(run, STATUS, 150, evidence="status")
+
+
+def test_run_state_round_trips_through_json():
+    """to_dict → JSON → from_dict gives an equal state, Decimals kept exact."""
+    run = _busy_run()
+    data = json.loads(json.dumps(run.to_dict()))
+    assert data["cost"] == "1.355"
+    assert RunState.from_dict(data) == run
+    assert RunState.from_dict(data).to_dict() == run.to_dict()
+
+
+def _broken(path: str, value: Any) -> dict[str, Any]:
+    data = json.loads(json.dumps(_busy_run().to_dict()))
+    target = data
+    *parents, last = path.split(".")
+    for part in parents:
+        target = target[int(part)] if isinstance(target, list) else target[part]
+    if value is _DELETE:
+        del target[last]
+    else:
+        target[int(last) if isinstance(target, list) else last] = value
+    return data
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("schema", "toolbreaker.run/v0", "schema"),
+        ("calls", _DELETE, "calls"),
+        ("extra", 1, "extra"),
+        ("task", "", "task"),
+        ("calls", True, "calls"),
+        ("calls", -1, "calls"),
+        ("calls", 99, "class_calls"),
+        ("class_calls.read", "2", "class_calls.read"),
+        ("class_calls.write", 0, "class_calls"),
+        ("cost", 1.355, "cost"),
+        ("cost", "lots", "cost"),
+        ("cost", "0.01", "class_cost"),
+        ("class_cost.read", "-1", "class_cost.read"),
+        ("digests.0", "not-a-digest", "digests[0]"),
+        ("digests", ["0" * 16, "0" * 16], "digests"),
+        ("evidence", 0, "digests"),
+        ("tallies.0.repeats", 5, "tallies[0].occurrences"),
+        ("tallies.0.surprise", 1, "tallies[0]"),
+        (
+            "tallies",
+            [{"fingerprint": "x", "occurrences": 1, "evidence": 0, "repeats": 0}] * 2,
+            "tallies",
+        ),
+        ("history.0.evidence", 50, "history[0].evidence"),
+        ("history", [{"tool": "t", "fingerprint": "f", "evidence": 0}] * 33, "history"),
+        ("stopped.condition", "tired", "stopped.condition"),
+        ("stopped", "yes", "stopped"),
+        ("recovery_calls", 5, "recovery_calls"),
+        ("stopped", None, "recovery_calls"),
+        ("digests", "0" * 16, "digests"),
+        ("history", {}, "history"),
+    ],
+)
+def test_from_dict_refuses_invalid_state_naming_the_field(path, value, field):
+    """An invalid run state raises RunStateError naming the place; nothing is defaulted."""
+    with pytest.raises(RunStateError) as info:
+        RunState.from_dict(_broken(path, value))
+    assert info.value.field == field
+
+
+def test_from_dict_refuses_a_non_object():
+    """A run state must be a JSON object."""
+    with pytest.raises(RunStateError):
+        RunState.from_dict([1, 2])

@@ -1,0 +1,47 @@
+"""Fixtures the breaker shell's tests share: a real store that keeps records, the service."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolbreaker import MemoryStore, SQLiteStore
+from toolbreaker.testing import ToolService
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A real store that keeps records."""
+    kind = request.param
+    if kind == "memory":
+        made: Any = MemoryStore()
+    elif kind == "sqlite":
+        made = SQLiteStore(str(tmp_path / "tb.db"))
+    elif kind == "redis":
+        from toolbreaker import RedisStore
+
+        url = request.getfixturevalue("redis_url")
+        made = RedisStore(url, prefix=f"tb-{tmp_path.name}")
+    else:
+        from toolbreaker import PostgresStore
+
+        url = request.getfixturevalue("postgres_url")
+        made = PostgresStore(url, prefix=f"tb_{uuid.uuid4().hex[:12]}")
+    try:
+        made.record_get("probe", "probe")
+    except NotImplementedError:
+        made.close()
+        pytest.skip(f"{kind}: records not on this store yet")
+    yield made
+    if kind != "memory":
+        made.close()
+
+
+@pytest.fixture
+def service() -> Iterator[ToolService]:
+    with ToolService() as svc:
+        yield svc
