@@ -122,3 +122,13 @@ def test_the_tests_mirror_the_source_layout():
     assert folders
     strays = [str(folder) for folder in folders if not (SRC / folder / "__init__.py").is_file()]
     assert strays == []
+
+
+def test_every_module_of_the_tests_has_a_name_of_its_own():
+    """tests/ has no packages: pytest puts each test file's folder first on ``sys.path``,
+    so two modules of one name in two folders would shadow each other at collection."""
+    seen: dict[str, list[str]] = {}
+    for path in (ROOT / "tests").rglob("*.py"):
+        if path.name not in ("conftest.py", "__init__.py"):
+            seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
