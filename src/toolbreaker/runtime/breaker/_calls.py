@@ -55,7 +55,8 @@ class Calls(Retries):
         """
         state = self._view.state
         if state is self._quiet and state is not None and self._plain:
-            deadline = self._deadline_of(timeout)
+            # _deadline_of(), inlined: its call frame would add a third to this path.
+            deadline = self._default_deadline if timeout is UNSET else self._deadline_ms(timeout)
             if deadline is not None and not self._inline:
                 return self._quiet_in_thread(state, deadline, fn, args, kwargs)
             if deadline is not None:
@@ -89,9 +90,7 @@ class Calls(Retries):
             self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
-        return self._call_retrying(
-            lambda seconds: self._call_once(fn, *args, timeout=seconds, **kwargs), timeout
-        )
+        return self._retrying(fn, args, kwargs, timeout)
 
     async def acall(
         self,
@@ -113,7 +112,8 @@ class Calls(Retries):
         """
         state = self._view.state
         if state is self._quiet and state is not None and self._plain:
-            deadline = self._deadline_of(timeout)
+            # _deadline_of(), inlined: its call frame would add a third to this path.
+            deadline = self._default_deadline if timeout is UNSET else self._deadline_ms(timeout)
             if deadline is not None:
                 # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
                 slots = self._slots
@@ -158,6 +158,28 @@ class Calls(Retries):
             self._reject_if_cooling(state, self._ticks() // self._per_ms)
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
+        return await self._aretrying(fn, args, kwargs, timeout)
+
+    def _retrying(
+        self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: Any
+    ) -> R:
+        """:meth:`call` with retries: each attempt is one :meth:`_call_once`.
+
+        Its own frame, so that the closure is not :meth:`call`'s: a closure there would
+        make every name it captures a cell, slower on the quiet fast path too.
+        """
+        return self._call_retrying(
+            lambda seconds: self._call_once(fn, *args, timeout=seconds, **kwargs), timeout
+        )
+
+    async def _aretrying(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: Any,
+    ) -> R:
+        """:meth:`acall` with retries: each attempt is one :meth:`_acall_once`."""
         return await self._acall_retrying(
             lambda seconds: self._acall_once(fn, *args, timeout=seconds, **kwargs), timeout
         )
