@@ -131,3 +131,11 @@ def test_hidden_for_ms_and_its_async_twin_read_the_same_idle_window():
     assert breaker.hidden_for_ms() == asyncio.run(breaker.ahidden_for_ms()) == (True, None)
     breaker.release()
     assert breaker.hidden_for_ms() == asyncio.run(breaker.ahidden_for_ms()) == (False, None)
+
+
+def test_the_fast_paths_capture_nothing():
+    """``call`` and ``acall`` hold no closure: one would turn every name it captures
+    (``self``, ``fn``, ``args``) into a cell for the whole function, the quiet and open
+    fast paths included (a fifth more instructions a call, measured with callgrind)."""
+    for method in (Breaker.call, Breaker.acall, Breaker.allow, Breaker.admit):
+        assert method.__code__.co_cellvars == (), method.__name__
