@@ -123,6 +123,18 @@ def test_metrics_labels_hold_no_secret(name: str, secret: str) -> None:
     assert not leaks(generate_latest(target).decode(), secret), name
 
 
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_an_operators_reason_is_masked_where_its_event_is_made(name: str, secret: str) -> None:
+    """An isolation's reason rides in its record (call id and reason), the stored state
+    and every receipt, trace and stream entry made from them: masked in the event."""
+    breaker = Breaker("svc", timeout=1.0, enforce="cooperative")
+    for text in forms(secret):
+        for record in (breaker.isolate(f"paged: {text}"), breaker.force_close(text)):
+            assert not leaks(record.to_dict(), secret), (name, text)
+            assert not leaks(breaker.state.to_dict(), secret), (name, text)
+        assert "[REDACTED]" in str(breaker.release(text).event.call)
+
+
 #: The shapes of the slower end-to-end tests: every fifth, and issue 22's URL password.
 SOME = [s for i, s in enumerate(SECRETS) if i % 5 == 0 or s[0] == "https-url-password"]
 
@@ -153,9 +165,10 @@ def test_the_stream_and_the_dashboard_hold_no_secret(name: str, secret: str) -> 
     pytest.importorskip("starlette")
     stream = MemoryStream()
     registry = Registry(default_timeout=1.0, default_enforce="cooperative")
-    tool = f"lookup {secret}"
-    crm = registry.get(f"crm {secret}", "read", tool=tool)
-    guard = RunGuard(f"refund {secret}", budget=Budget(max_tool_calls=2, max_calls_per_turn=1))
+    tool = f"lookup {secret}"[:200]  # the registry's longest name
+    crm = registry.get(f"crm {secret}"[:200], "read", tool=tool)
+    task = f"refund {secret}"[:256]  # the longest task id
+    guard = RunGuard(task, budget=Budget(max_tool_calls=2, max_calls_per_turn=1))
     guard.add_tool(GuardedTool(name=tool, fn=lambda id: {"id": id}, breaker=crm))
     StreamPublisher(stream).attach(registry, guard)
     guard.mark_turn(1)

@@ -160,6 +160,35 @@ def test_isolate_and_release_go_through_the_store_and_into_the_stream(acting):
     assert calls[-2:] == ["operator:provider incident 7"] * 2
 
 
+def test_an_action_on_a_breaker_whose_name_was_masked_is_refused(tmp_path):
+    """A breaker named with a URL password shows masked on the board; isolating what
+    the page shows would isolate a breaker no call goes through, so it is refused and
+    the real breaker is left as it was."""
+    path = tmp_path / "breakers.db"
+    store = SQLiteStore(path)
+    breakers = Registry(store=store, default_timeout=5.0, default_enforce="cooperative")
+    crm = breakers.get(f"https://ops:{SECRET}@crm.example.com", "read")
+    stream = SQLiteStream(path)
+    StreamPublisher(stream).attach(crm)
+    crm.call(lambda: "ok")
+    board = Board()
+    actor = store_actor(f"sqlite://{path}", board, stream)
+    try:
+        app = build_app(stream, actor=actor, token="t0ken", board=board)
+        with TestClient(app, base_url=ORIGIN) as client:
+            (row,) = client.get("/api/snapshot").json()["breakers"]
+            assert SECRET not in row["key"]
+            body = {"key": row["key"], "action": "isolate", "reason": "incident"}
+            response = act(client, body)
+        assert response.status_code == 409
+        assert "masked or cut" in response.json()["error"]
+        assert crm.state.phase == "closed"
+    finally:
+        stream.close()
+        actor.close()
+        store.close()
+
+
 def test_assets_are_served_with_a_strict_policy():
     """The page and its vendored chart library come from the package; no framing."""
     with TestClient(build_app(MemoryStream()), base_url=ORIGIN) as client:

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from toolbreaker.core.breaker.calibration import calibrate, findings
 from toolbreaker.core.breaker.state import Transition, changed_phase, opened
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core.run.redact import redact, redact_text
 from toolbreaker.instrumentation.stream import record_of
 
 __all__ = ["Board"]
@@ -96,7 +96,7 @@ class Board:
             if kind in _NOTICE_KINDS:
                 self._notice(entry)
                 continue
-            record = record_of(entry)
+            record = record_of(entry, text=_shown)
             if record is not None:
                 self._transition(entry, record)
                 changed = True
@@ -158,12 +158,13 @@ class Board:
         self.revision += 1
         self.stops_rev = self.revision
         packet = entry.get("packet")
+        # Masked by the process that built it, if it is ours: the board cannot know.
         self.stops.appendleft(
             {
                 "wall": _wall(entry),
-                "task": str(entry.get("task", "")),
-                "source": str(entry.get("source", "")),
-                "packet": packet if isinstance(packet, dict) else {},
+                "task": _text(entry.get("task")) or "",
+                "source": _text(entry.get("source")) or "",
+                "packet": redact(packet) if isinstance(packet, dict) else {},
             }
         )
 
@@ -239,9 +240,9 @@ class Board:
         if row is None:
             row = self.breakers[key] = {
                 "key": key,
-                "dependency": str(entry.get("dependency") or key),
-                "operation": str(entry.get("operation") or "default"),
-                "tool": str(entry.get("tool") or key),
+                "dependency": _text(entry.get("dependency")) or key,
+                "operation": _text(entry.get("operation")) or "default",
+                "tool": _text(entry.get("tool")) or key,
                 "phase": record.from_phase,
                 "since": wall,
                 "since_known": False,
@@ -254,9 +255,8 @@ class Board:
                 "last": [],
             }
         row["rev"] = self.revision
-        row["policy_version"] = str(entry.get("policy_version", ""))
-        fallback = entry.get("fallback")
-        row["fallback"] = fallback if isinstance(fallback, str) else None
+        row["policy_version"] = _text(entry.get("policy_version")) or ""
+        row["fallback"] = _text(entry.get("fallback"))
         policy = entry.get("policy")
         if isinstance(policy, dict):
             self._policies[key] = policy
@@ -281,11 +281,12 @@ class Board:
         if probe is not None:
             row["probes"][probe] += 1
         last = {"wall": wall, "policy_version": row["policy_version"], **record.to_dict()}
-        if isinstance(entry.get("class"), str):
-            last["class"] = entry["class"]
+        failure_class = _text(entry.get("class"))
+        if failure_class is not None:
+            last["class"] = failure_class
             if record.event.type == "failure":
                 per = self._classes.setdefault(key, {})
-                per[entry["class"]] = per.get(entry["class"], 0) + 1
+                per[failure_class] = per.get(failure_class, 0) + 1
         row["last"] = [last, *row["last"][: self.history - 1]]
         self._records.append(record)
 
@@ -367,14 +368,17 @@ _MASKED_KEEP: Final = 4096
 
 
 def _text(value: object) -> str | None:
-    """A string from the stream, bounded and masked; ``None`` for anything else.
+    """A string from the stream, bounded and masked; ``None`` for anything else."""
+    return _shown(value) if isinstance(value, str) else None
+
+
+def _shown(value: str) -> str:
+    """A text from the stream as the page may show it: bounded and masked.
 
     Masking is the costly part of the fold and the same few tool names and reasons come
     again and again (a saturated bulkhead answers thousands of calls), so the masked
     text of each is kept, for up to :data:`_MASKED_KEEP` texts.
     """
-    if not isinstance(value, str):
-        return None
     text = value[:_MAX_TEXT]
     masked = _MASKED.get(text)
     if masked is None:
