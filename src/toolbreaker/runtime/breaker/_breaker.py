@@ -200,6 +200,7 @@ class Breaker(Steps):
         self._plain = self._is_plain()
         self._overflow: Breaker | None = None
         self._scopes_lock = threading.Lock()
+        self._forgotten = BreakerStats()  # the counters of scoped breakers let go of
         self._stamp = False  # set by adopt(): records then name their policy version
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
