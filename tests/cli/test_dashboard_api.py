@@ -92,6 +92,19 @@ def test_the_board_skips_what_it_cannot_read():
     assert board.entries == 3
 
 
+def test_the_board_keeps_keys_whole_while_it_cuts_what_it_shows():
+    """Two breakers whose names share their first 200 characters stay two rows (the page
+    names breakers by key); the tool name it shows is cut."""
+    stream = MemoryStream()
+    breakers = Registry(default_timeout=1.0, default_enforce="cooperative")
+    StreamPublisher(stream).attach(breakers)
+    for operation in ("read", "write"):
+        breakers.get("d" * 200, operation, tool="t" * 300).call(lambda: "ok")
+    board = board_of(stream)
+    assert sorted(board.breakers) == [f"{'d' * 200}:read", f"{'d' * 200}:write"]
+    assert {row["tool"] for row in board.breakers.values()} == {"t" * 200}
+
+
 @pytest.fixture
 def acting(tmp_path):
     path = tmp_path / "breakers.db"

@@ -33,8 +33,11 @@ _PROBE_RESULTS: Final = {
 _DEGRADE_MODES: Final = frozenset({"omit", "stale", "degraded", "queue", "handoff", "stop"})
 _LIMIT_KINDS: Final = frozenset({"saturated", "hung", "deferred"})
 _NOTICE_KINDS: Final = frozenset({"degrade", "limit"})
-#: How long a text from the stream may be on the page (tool, reason, task, key).
+#: How long a text from the stream may be on the page (tool, reason, task); keys stay
+#: whole, as the page names breakers by them.
 _MAX_TEXT: Final = 200
+#: How far into a text the board masks before cutting it to :data:`_MAX_TEXT`.
+_MASK_WINDOW: Final = 4 * _MAX_TEXT
 
 
 class Board:
@@ -368,23 +371,26 @@ _MASKED_KEEP: Final = 4096
 
 
 def _text(value: object) -> str | None:
-    """A string from the stream, bounded and masked; ``None`` for anything else."""
-    return _shown(value) if isinstance(value, str) else None
+    """A string from the stream, masked and bounded; ``None`` for anything else.
+
+    Masked before it is cut, so a secret the cut would split is masked whole (up to
+    :data:`_MASK_WINDOW` characters in).
+    """
+    return _shown(value[:_MASK_WINDOW])[:_MAX_TEXT] if isinstance(value, str) else None
 
 
 def _shown(value: str) -> str:
-    """A text from the stream as the page may show it: bounded and masked.
+    """A text from the stream masked, whole: a key, a call id, a reason.
 
-    Masking is the costly part of the fold and the same few tool names and reasons come
-    again and again (a saturated bulkhead answers thousands of calls), so the masked
-    text of each is kept, for up to :data:`_MASKED_KEEP` texts.
+    Masking is the costly part of the fold and the same few keys, tool names and reasons
+    come again and again (a saturated bulkhead answers thousands of calls), so the
+    masked text of each is kept, for up to :data:`_MASKED_KEEP` texts.
     """
-    text = value[:_MAX_TEXT]
-    masked = _MASKED.get(text)
+    masked = _MASKED.get(value)
     if masked is None:
         if len(_MASKED) >= _MASKED_KEEP:
             _MASKED.clear()
-        masked = _MASKED[text] = redact_text(text)
+        masked = _MASKED[value] = redact_text(value)
     return masked
 
 
