@@ -218,6 +218,26 @@ def test_a_scoped_rows_counters_never_go_back_when_its_breakers_are_forgotten():
     assert len(llm.scopes()) == 2
 
 
+def test_calls_on_a_scoped_rows_overflow_breaker_are_the_rows_too():
+    """With its one tenant breaker open (never forgotten), the row sends another tenant's
+    calls to its shared overflow breaker: they count on the row, and the overflow breaker
+    is one of the row's breakers by state."""
+    breakers = _scoped(max_scopes=1)
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    llm = breakers.get("llm", "chat")
+    with scope(tenant="acme"), pytest.raises(Unavailable):
+        llm.call(_raise)
+    with scope(tenant="globex"):
+        assert llm.call(lambda: "ok") == "ok"
+    got = samples(prom)
+    assert llm.stats.scope_overflows == 1
+    assert got[_llm("toolbreaker_requests_total")] == 2
+    assert got[_llm("toolbreaker_admitted_total")] == 2
+    assert got[_llm("toolbreaker_scoped_breakers", state="open")] == 1
+    assert got[_llm("toolbreaker_scoped_breakers", state="closed")] == 2  # the row's, overflow
+
+
 def _raise() -> None:
     raise Unavailable
 
