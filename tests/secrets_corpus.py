@@ -194,6 +194,7 @@ SHAPES: tuple[Shape, ...] = (
         "https://api.example.com/cb?state=xyz&access_token=",
         _url("qp-token", 40),
     ),
+    _labelled("https-url-password", "https://ops:", _password("https"), "@crm.example.com/t/7"),
     _labelled("postgres-url", "postgres://app_user:", _password("pg"), "@db.internal:5432/prod"),
     _labelled("mongodb-srv-url", "mongodb+srv://admin:", _password("mongo"), "@c0.example.net/db"),
     _labelled("redis-url", "redis://:", _password("redis"), "@cache:6379/0"),

@@ -1,10 +1,13 @@
-"""What the stream and dashboard tests share: closing what they open, waiting for views.
+"""What the stream and dashboard tests share: closing what they open, waiting for views,
+serving a dashboard on a real server.
 
 Import the helpers and the autouse fixture ``close_opened`` into a test module.
 """
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -54,3 +57,39 @@ class Unavailable(Exception):
 def fail() -> None:
     """A tool call that fails with a 503."""
     raise Unavailable
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class Server:
+    """uvicorn serving one dashboard app in a thread of the test process."""
+
+    def __init__(self, app: Any) -> None:
+        uvicorn = pytest.importorskip("uvicorn")
+        self.port = _free_port()
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=1
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.server.started, "dashboard server did not start"
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,83 @@ def test_metrics_labels_hold_no_secret(name: str, secret: str) -> None:
     target = CollectorRegistry()
     register(registry, target)
     assert not leaks(generate_latest(target).decode(), secret), name
+
+
+@pytest.mark.parametrize(("name", "secret"), SECRETS)
+def test_an_operators_reason_is_masked_where_its_event_is_made(name: str, secret: str) -> None:
+    """An isolation's reason rides in its record (call id and reason), the stored state
+    and every receipt, trace and stream entry made from them: masked in the event."""
+    breaker = Breaker("svc", timeout=1.0, enforce="cooperative")
+    for text in forms(secret):
+        for record in (breaker.isolate(f"paged: {text}"), breaker.force_close(text)):
+            assert not leaks(record.to_dict(), secret), (name, text)
+            assert not leaks(breaker.state.to_dict(), secret), (name, text)
+        assert "[REDACTED]" in str(breaker.release(text).event.call)
+
+
+#: The shapes of the slower end-to-end tests: every fifth, and issue 22's URL password.
+SOME = [s for i, s in enumerate(SECRETS) if i % 5 == 0 or s[0] == "https-url-password"]
+
+
+def _first_push(url: str) -> dict[str, Any]:
+    """The first document ``/api/events`` pushes (the full snapshot)."""
+    with urllib.request.urlopen(url + "api/events", timeout=20) as response:
+        for raw in response:
+            line = raw.decode()
+            if line.startswith("data: "):
+                pushed: dict[str, Any] = json.loads(line[len("data: ") :])
+                return pushed
+    raise AssertionError("the event stream closed before its first push")
+
+
+@pytest.mark.parametrize(("name", "secret"), SOME)
+def test_the_stream_and_the_dashboard_hold_no_secret(name: str, secret: str) -> None:
+    """Issue 22: a run whose task id, tool name, breaker name and operator reason carry
+    the secret goes through a real run guard and breaker, the event stream and a real
+    dashboard server: no stream entry (transitions, the notice of a deferred call, the
+    stop), nor the page, ``/api/snapshot``, ``/api/events`` or ``/api/breaker`` shows it,
+    while the task and the tool are still there, masked."""
+    from stream_helpers import Server
+    from toolbreaker import GuardedTool
+    from toolbreaker.cli._dashboard import build_app
+    from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, iter_entries
+
+    pytest.importorskip("starlette")
+    stream = MemoryStream()
+    registry = Registry(default_timeout=1.0, default_enforce="cooperative")
+    tool = f"lookup {secret}"[:200]  # the registry's longest name
+    crm = registry.get(f"crm {secret}"[:200], "read", tool=tool)
+    task = f"refund {secret}"[:256]  # the longest task id
+    guard = RunGuard(task, budget=Budget(max_tool_calls=2, max_calls_per_turn=1))
+    guard.add_tool(GuardedTool(name=tool, fn=lambda id: {"id": id}, breaker=crm))
+    StreamPublisher(stream).attach(registry, guard)
+    guard.mark_turn(1)
+    guard.call(tool, {"id": "1"})
+    assert guard.call(tool, {"id": "2"})["deferred"] is True
+    guard.mark_turn(2)
+    guard.call(tool, {"id": "2"})
+    guard.mark_turn(3)
+    guard.call(tool, {"id": "3"})  # past max_tool_calls: the run stops
+    crm.isolate(f"incident with {secret}")
+
+    entries = [entry for _, entry in iter_entries(stream)]
+    assert {e["kind"] for e in entries} == {"transition", "limit", "stop"}
+    for entry in entries:
+        assert not leaks(json.dumps(entry), secret), (name, entry["kind"])
+    with Server(build_app(stream)) as server:
+        with urllib.request.urlopen(server.url, timeout=20) as response:
+            page = response.read().decode()
+        with urllib.request.urlopen(server.url + "api/snapshot", timeout=20) as response:
+            snapshot = json.loads(response.read())
+        pushed = _first_push(server.url)
+        (row,) = snapshot["breakers"]
+        query = urllib.parse.urlencode({"key": row["key"]})
+        with urllib.request.urlopen(server.url + "api/breaker?" + query, timeout=20) as response:
+            one = json.loads(response.read())
+    for output in (page, snapshot, pushed, one):
+        assert not leaks(output, secret), name
+    (stop,) = snapshot["stops"]
+    assert stop["task"].startswith("refund ")
+    assert stop["task"] == stop["packet"]["task"]
+    assert row["tool"].startswith("lookup ")
+    assert one["last"][0]["reason"] == "isolated"

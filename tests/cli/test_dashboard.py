@@ -12,9 +12,7 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,7 +23,15 @@ from typing import Any
 import pytest
 from test_dashboard_api import incident
 
-from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
+from stream_helpers import (  # noqa: F401 - close_opened is an autouse fixture
+    Server,
+    Unavailable,
+    close_opened,
+    closing,
+    eventually,
+    fail,
+    opened,
+)
 from toolbreaker import Breaker, Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli._board import Board
 from toolbreaker.cli._dashboard import build_app, store_actor
@@ -85,41 +91,6 @@ def shots(tmp_path: Path) -> Path:
     target = Path(os.environ.get("TOOLBREAKER_SCREENSHOTS") or tmp_path)
     target.mkdir(parents=True, exist_ok=True)
     return target
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-class Server:
-    """uvicorn serving one dashboard app in a thread of the test process."""
-
-    def __init__(self, app: Any) -> None:
-        self.port = _free_port()
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=1
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
-
-    def __enter__(self) -> Server:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert self.server.started, "dashboard server did not start"
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
 
 
 def post(url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:

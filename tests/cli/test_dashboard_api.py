@@ -92,6 +92,19 @@ def test_the_board_skips_what_it_cannot_read():
     assert board.entries == 3
 
 
+def test_the_board_keeps_keys_whole_while_it_cuts_what_it_shows():
+    """Two breakers whose names share their first 200 characters stay two rows (the page
+    names breakers by key); the tool name it shows is cut."""
+    stream = MemoryStream()
+    breakers = Registry(default_timeout=1.0, default_enforce="cooperative")
+    StreamPublisher(stream).attach(breakers)
+    for operation in ("read", "write"):
+        breakers.get("d" * 200, operation, tool="t" * 300).call(lambda: "ok")
+    board = board_of(stream)
+    assert sorted(board.breakers) == [f"{'d' * 200}:read", f"{'d' * 200}:write"]
+    assert {row["tool"] for row in board.breakers.values()} == {"t" * 200}
+
+
 @pytest.fixture
 def acting(tmp_path):
     path = tmp_path / "breakers.db"
@@ -158,6 +171,35 @@ def test_isolate_and_release_go_through_the_store_and_into_the_stream(acting):
     assert eventually(lambda: search.state.phase == "closed" and not search.state.isolated)
     calls = [e["record"]["event"].get("call") for _, e in iter_entries(stream)]
     assert calls[-2:] == ["operator:provider incident 7"] * 2
+
+
+def test_an_action_on_a_breaker_whose_name_was_masked_is_refused(tmp_path):
+    """A breaker named with a URL password shows masked on the board; isolating what
+    the page shows would isolate a breaker no call goes through, so it is refused and
+    the real breaker is left as it was."""
+    path = tmp_path / "breakers.db"
+    store = SQLiteStore(path)
+    breakers = Registry(store=store, default_timeout=5.0, default_enforce="cooperative")
+    crm = breakers.get(f"https://ops:{SECRET}@crm.example.com", "read")
+    stream = SQLiteStream(path)
+    StreamPublisher(stream).attach(crm)
+    crm.call(lambda: "ok")
+    board = Board()
+    actor = store_actor(f"sqlite://{path}", board, stream)
+    try:
+        app = build_app(stream, actor=actor, token="t0ken", board=board)
+        with TestClient(app, base_url=ORIGIN) as client:
+            (row,) = client.get("/api/snapshot").json()["breakers"]
+            assert SECRET not in row["key"]
+            body = {"key": row["key"], "action": "isolate", "reason": "incident"}
+            response = act(client, body)
+        assert response.status_code == 409
+        assert "masked or cut" in response.json()["error"]
+        assert crm.state.phase == "closed"
+    finally:
+        stream.close()
+        actor.close()
+        store.close()
 
 
 def test_assets_are_served_with_a_strict_policy():

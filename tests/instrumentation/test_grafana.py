@@ -40,8 +40,13 @@ def exported_series() -> set[str]:
     with pytest.raises(Unavailable):
         search.call(fail)
     search.guard(lambda: "ok")()
+    tenants = Registry.from_dict(
+        {"defaults": {"timeout": 1.0}, "llm": {"chat": {"scope": "tenant"}}}
+    )
     prom = CollectorRegistry()
     register(breakers, prom)
+    tenants.get("llm", "chat")
+    register(tenants, prom)  # a scoped row has series of its own
     text = generate_latest(prom).decode()
     return {s.name for f in text_string_to_metric_families(text) for s in f.samples}
 

@@ -138,24 +138,104 @@ def test_degraded_answers_are_counted_by_mode():
     assert samples(prom)[("toolbreaker_degraded_total", (*labels, ("tool", "tickets")))] == 1
 
 
-def test_scoped_breakers_are_exported_under_their_own_labels():
-    """A scoped row's calls are counted by the tenant's breaker: the collector exports
-    those breakers (made after it was registered) with the tenant in the dependency."""
-    breakers = Registry.from_dict(
+def _scoped(**row: object) -> Registry:
+    return Registry.from_dict(
         {
             "defaults": {"timeout": 1.0, "enforce": "cooperative", "failure_threshold": 1},
-            "orders": {"read": {"scope": "tenant"}},
+            "llm": {"chat": {"scope": "tenant", **row}},
         }
     )
+
+
+LLM = (("dependency", "llm"), ("operation", "chat"), ("tool", "llm"))
+
+
+def _llm(name: str, **extra: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return name, tuple(sorted({**dict(LLM), **extra}.items()))
+
+
+def test_a_scoped_rows_calls_are_counted_in_the_rows_series():
+    """Issue 22: 1,001 calls from 1,001 tenants (one more than the row keeps breakers
+    for) are the row's demand: ``dependency="llm"`` counts them all, and no series is
+    labelled with a tenant (the labels stay the sheet's rows)."""
+    breakers = _scoped()
     prom = CollectorRegistry()
     register(breakers, prom)
-    with scope(tenant="acme"), pytest.raises(Unavailable):
-        breakers.get("orders", "read").call(_raise)
+    llm = breakers.get("llm", "chat")
+    for n in range(1001):
+        with scope(tenant=f"t{n}"):
+            assert llm.call(lambda: "ok") == "ok"
     got = samples(prom)
-    labels = (("dependency", "orders[tenant=acme]"), ("operation", "read"), ("tool", "orders"))
-    assert got[("toolbreaker_requests_total", labels)] == 1
-    assert got[("toolbreaker_failures_total", (("class", "http-503"), *labels))] == 1
-    assert got[("toolbreaker_state", (*labels[:2], ("state", "open"), labels[2]))] == 1
+    assert got[_llm("toolbreaker_requests_total")] == 1001
+    assert got[_llm("toolbreaker_admitted_total")] == 1001
+    assert got[_llm("toolbreaker_rejected_total")] == 0
+    assert {dict(labels)["dependency"] for _, labels in got} == {"llm"}
+    assert got[_llm("toolbreaker_state", state="closed")] == 1
+    assert got[_llm("toolbreaker_state", state="open")] == 0
+
+
+def test_a_tenants_outage_shows_in_its_rows_series():
+    """A tenant's breaker that opens shows on the row: its failure, its opening, the
+    local rejection, the row's state set (open, beside the closed breakers of the other
+    tenants) and how many of the row's breakers are in each state."""
+    breakers = _scoped()
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    llm = breakers.get("llm", "chat")
+    with scope(tenant="globex"):
+        llm.call(lambda: "ok")
+    with scope(tenant="acme"):
+        with pytest.raises(Unavailable):
+            llm.call(_raise)
+        with pytest.raises(Exception, match="rejected"):
+            llm.call(_raise)
+    got = samples(prom)
+    assert got[_llm("toolbreaker_requests_total")] == 3
+    assert got[_llm("toolbreaker_rejected_total")] == 1
+    assert got[_llm("toolbreaker_failures_total", **{"class": "http-503"})] == 1
+    assert got[_llm("toolbreaker_opens_total", reason="qualifying-failure")] == 1
+    assert got[_llm("toolbreaker_state", state="open")] == 1
+    assert got[_llm("toolbreaker_state", state="closed")] == 1
+    assert got[_llm("toolbreaker_scoped_breakers", state="open")] == 1
+    # the row's own (calls without a tenant) and globex's
+    assert got[_llm("toolbreaker_scoped_breakers", state="closed")] == 2
+    assert got[_llm("toolbreaker_time_in_state_seconds_total", state="open")] >= 0
+
+
+def test_a_scoped_rows_counters_never_go_back_when_its_breakers_are_forgotten():
+    """The row keeps two tenants' breakers; the calls of the eight it forgot stay in
+    its counters, so a scrape after each call reads a total that only grows."""
+    breakers = _scoped(max_scopes=2)
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    llm = breakers.get("llm", "chat")
+    totals = []
+    for n in range(10):
+        with scope(tenant=f"t{n}"):
+            llm.call(lambda: "ok")
+        totals.append(samples(prom)[_llm("toolbreaker_requests_total")])
+    assert totals == list(range(1, 11))
+    assert len(llm.scopes()) == 2
+
+
+def test_calls_on_a_scoped_rows_overflow_breaker_are_the_rows_too():
+    """With its one tenant breaker open (never forgotten), the row sends another tenant's
+    calls to its shared overflow breaker: they count on the row, and the overflow breaker
+    is one of the row's breakers by state."""
+    breakers = _scoped(max_scopes=1)
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    llm = breakers.get("llm", "chat")
+    with scope(tenant="acme"), pytest.raises(Unavailable):
+        llm.call(_raise)
+    with scope(tenant="globex"):
+        assert llm.call(lambda: "ok") == "ok"
+    got = samples(prom)
+    assert llm.stats.scope_overflows == 1
+    assert got[_llm("toolbreaker_requests_total")] == 2
+    assert got[_llm("toolbreaker_admitted_total")] == 2
+    assert got[_llm("toolbreaker_scoped_breakers", state="open")] == 1
+    assert got[_llm("toolbreaker_scoped_breakers", state="closed")] == 2  # the row's, overflow
 
 
 def _raise() -> None:

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from toolbreaker.core.breaker.calibration import calibrate, findings
 from toolbreaker.core.breaker.state import Transition, changed_phase, opened
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core.run.redact import redact, redact_text
 from toolbreaker.instrumentation.stream import record_of
 
 __all__ = ["Board"]
@@ -33,8 +33,11 @@ _PROBE_RESULTS: Final = {
 _DEGRADE_MODES: Final = frozenset({"omit", "stale", "degraded", "queue", "handoff", "stop"})
 _LIMIT_KINDS: Final = frozenset({"saturated", "hung", "deferred"})
 _NOTICE_KINDS: Final = frozenset({"degrade", "limit"})
-#: How long a text from the stream may be on the page (tool, reason, task, key).
+#: How long a text from the stream may be on the page (tool, reason, task); keys stay
+#: whole, as the page names breakers by them.
 _MAX_TEXT: Final = 200
+#: How far into a text the board masks before cutting it to :data:`_MAX_TEXT`.
+_MASK_WINDOW: Final = 4 * _MAX_TEXT
 
 
 class Board:
@@ -96,7 +99,7 @@ class Board:
             if kind in _NOTICE_KINDS:
                 self._notice(entry)
                 continue
-            record = record_of(entry)
+            record = record_of(entry, text=_shown)
             if record is not None:
                 self._transition(entry, record)
                 changed = True
@@ -158,12 +161,13 @@ class Board:
         self.revision += 1
         self.stops_rev = self.revision
         packet = entry.get("packet")
+        # Masked by the process that built it, if it is ours: the board cannot know.
         self.stops.appendleft(
             {
                 "wall": _wall(entry),
-                "task": str(entry.get("task", "")),
-                "source": str(entry.get("source", "")),
-                "packet": packet if isinstance(packet, dict) else {},
+                "task": _text(entry.get("task")) or "",
+                "source": _text(entry.get("source")) or "",
+                "packet": redact(packet) if isinstance(packet, dict) else {},
             }
         )
 
@@ -239,9 +243,9 @@ class Board:
         if row is None:
             row = self.breakers[key] = {
                 "key": key,
-                "dependency": str(entry.get("dependency") or key),
-                "operation": str(entry.get("operation") or "default"),
-                "tool": str(entry.get("tool") or key),
+                "dependency": _text(entry.get("dependency")) or key,
+                "operation": _text(entry.get("operation")) or "default",
+                "tool": _text(entry.get("tool")) or key,
                 "phase": record.from_phase,
                 "since": wall,
                 "since_known": False,
@@ -254,9 +258,8 @@ class Board:
                 "last": [],
             }
         row["rev"] = self.revision
-        row["policy_version"] = str(entry.get("policy_version", ""))
-        fallback = entry.get("fallback")
-        row["fallback"] = fallback if isinstance(fallback, str) else None
+        row["policy_version"] = _text(entry.get("policy_version")) or ""
+        row["fallback"] = _text(entry.get("fallback"))
         policy = entry.get("policy")
         if isinstance(policy, dict):
             self._policies[key] = policy
@@ -281,11 +284,12 @@ class Board:
         if probe is not None:
             row["probes"][probe] += 1
         last = {"wall": wall, "policy_version": row["policy_version"], **record.to_dict()}
-        if isinstance(entry.get("class"), str):
-            last["class"] = entry["class"]
+        failure_class = _text(entry.get("class"))
+        if failure_class is not None:
+            last["class"] = failure_class
             if record.event.type == "failure":
                 per = self._classes.setdefault(key, {})
-                per[entry["class"]] = per.get(entry["class"], 0) + 1
+                per[failure_class] = per.get(failure_class, 0) + 1
         row["last"] = [last, *row["last"][: self.history - 1]]
         self._records.append(record)
 
@@ -367,20 +371,26 @@ _MASKED_KEEP: Final = 4096
 
 
 def _text(value: object) -> str | None:
-    """A string from the stream, bounded and masked; ``None`` for anything else.
+    """A string from the stream, masked and bounded; ``None`` for anything else.
 
-    Masking is the costly part of the fold and the same few tool names and reasons come
-    again and again (a saturated bulkhead answers thousands of calls), so the masked
-    text of each is kept, for up to :data:`_MASKED_KEEP` texts.
+    Masked before it is cut, so a secret the cut would split is masked whole (up to
+    :data:`_MASK_WINDOW` characters in).
     """
-    if not isinstance(value, str):
-        return None
-    text = value[:_MAX_TEXT]
-    masked = _MASKED.get(text)
+    return _shown(value[:_MASK_WINDOW])[:_MAX_TEXT] if isinstance(value, str) else None
+
+
+def _shown(value: str) -> str:
+    """A text from the stream masked, whole: a key, a call id, a reason.
+
+    Masking is the costly part of the fold and the same few keys, tool names and reasons
+    come again and again (a saturated bulkhead answers thousands of calls), so the
+    masked text of each is kept, for up to :data:`_MASKED_KEEP` texts.
+    """
+    masked = _MASKED.get(value)
     if masked is None:
         if len(_MASKED) >= _MASKED_KEEP:
             _MASKED.clear()
-        masked = _MASKED[text] = redact_text(text)
+        masked = _MASKED[value] = redact_text(value)
     return masked
 
 

@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 from toolbreaker._extras import require
 from toolbreaker.cli._board import Board
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.run.redact import REDACTED
 from toolbreaker.errors import PolicyError, ToolbreakerError
 from toolbreaker.instrumentation.stream import (
     EventStream,
@@ -153,6 +154,14 @@ class StoreActor:
         breaker = Breaker(
             row["dependency"], operation=row["operation"], policy=policy, store=self.store
         )
+        if REDACTED in key or breaker.key != key:
+            # The board shows names masked and cut: acting on what it shows would isolate
+            # a breaker no call goes through.
+            raise PolicyError(
+                f"{key!r} is the breaker's name masked or cut on the page, not its key: "
+                "isolate or release it where its name is known (Breaker.isolate)",
+                field="key",
+            )
         detach = self.publisher.attach(breaker)  # one action's breaker: detached after it
         try:
             record = breaker.isolate(reason) if action == "isolate" else breaker.release(reason)

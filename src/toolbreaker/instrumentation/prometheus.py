@@ -12,10 +12,11 @@ Usage::
 
 The collector reads each breaker's counters and state when Prometheus scrapes, so guarded
 calls pay nothing for it; it reads the breakers the registry holds at that moment (those
-made since the last scrape, and the live breakers of scoped rows, each under its own
-``dependency`` label such as ``search[tenant=acme]``). Demand and admitted attempts are
-separate series on purpose: an open breaker suppresses calls, so total failures alone
-would make it look healthier.
+made since the last scrape too). A scoped row's calls are counted by its tenants'
+breakers: they are folded into the row's series (:meth:`~toolbreaker.Breaker.family_stats`),
+so the labels stay the sheet's rows however many tenants call, and a tenant's outage
+shows on its row. Demand and admitted attempts are separate series on purpose: an open
+breaker suppresses calls, so total failures alone would make it look healthier.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ class BreakerCollector:
 
     ``registry`` may also be a run guard (its tools' breakers), a breaker or breakers;
     the breakers are read at each scrape (:func:`~toolbreaker.runtime.breakers_of`), so
-    breakers made later and the tenant breakers of scoped rows are exported too.
+    breakers made later are exported too. A scoped row is one series per metric: its
+    counters are the sum over its tenants' breakers, the ones it has forgotten included
+    (:meth:`~toolbreaker.Breaker.family_stats`), so they never go back.
 
     Series (``namespace`` prefix, ``toolbreaker`` by default; labels ``dependency``,
     ``operation``, ``tool``):
@@ -59,7 +62,10 @@ class BreakerCollector:
     - ``_failures_total{class}``: failed outcomes by class (``http-503``, ``timeout`` ...);
     - ``_opens_total{reason}``: openings by the reason of the opening transition;
     - ``_state{state}``: 1 for the breaker's current phase, 0 for the others (a state set;
-      absent while the store cannot be read);
+      absent while the store cannot be read); for a scoped row, 1 for each phase one of
+      its breakers is in (``open`` beside ``closed`` while some tenants' breakers are open);
+    - ``_scoped_breakers{state}``: for a scoped row, how many of its live breakers are in
+      each phase (one per tenant kept, the shared overflow one, the row's own);
     - ``_time_in_state_seconds_total{state}``, ``_late_results_total``,
       ``_half_open_reopen_ratio``;
     - ``_degraded_total{mode}``: answers served by the degradation matrix (``stale``,
@@ -138,10 +144,16 @@ class BreakerCollector:
             "Share of half-open episodes that reopened.",
             labels=_LABELS,
         )
-        for breaker in breakers_of(self.registry):
+        scoped = gauge(
+            f"{name}_scoped_breakers",
+            "Live breakers of a scoped row in each state.",
+            labels=(*_LABELS, "state"),
+        )
+        for breaker in breakers_of(self.registry, scopes=False):
             # Names are configuration, yet a key built from a URL can carry a credential.
             labels = [redact_text(x) for x in (breaker.dependency, breaker.operation, breaker.tool)]
-            stats = breaker.stats
+            members = breaker.family()
+            stats = breaker.family_stats()
             requests.add_metric(labels, stats.demand)
             admitted.add_metric(labels, stats.admitted)
             rejected.add_metric(labels, stats.rejected)
@@ -160,15 +172,19 @@ class BreakerCollector:
                 retries.add_metric([*labels, reason], count)
             for mode, count in sorted(stats.degraded.items()):
                 degraded.add_metric([*labels, mode], count)
-            left = breaker.retry_budget
-            if left is not None:
-                budget.add_metric(labels, left.milli / 1000)
+            # The scarcest budget of the row's breakers: the tenant closest to no retries.
+            left = [b.milli for b in (m.retry_budget for m in members) if b is not None]
+            if left:
+                budget.add_metric(labels, min(left) / 1000)
             for phase, ms in sorted(stats.time_in_state_ms.items()):
                 spent.add_metric([*labels, phase], ms / 1000)
-            phase_now = _phase(breaker)
-            if phase_now is not None:
+            phases = [p for p in map(_phase, members) if p is not None]
+            if phases:
                 for phase in PHASES:
-                    state.add_metric([*labels, phase], 1.0 if phase == phase_now else 0.0)
+                    state.add_metric([*labels, phase], 1.0 if phase in phases else 0.0)
+            if breaker.boundary.scope is not None:
+                for phase in PHASES:
+                    scoped.add_metric([*labels, phase], phases.count(phase))
         yield from (
             requests,
             admitted,
@@ -184,6 +200,7 @@ class BreakerCollector:
             budget,
             spent,
             state,
+            scoped,
             ratio,
         )
 

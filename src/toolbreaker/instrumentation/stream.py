@@ -31,6 +31,13 @@ or ``deferred`` answer) with the listener's record as ``notice``.
 Both carry ``wall`` (Unix seconds, for ``--since``) and ``source`` (host and process).
 Times in records are the breakers' clock: a Redis store's clock is the server's, so
 records of many hosts compare; SQLite's is the host's monotonic clock.
+
+Every text a person reads is masked where the entry is built
+(:func:`~toolbreaker.core.run.redact.redact_text`): the breaker's key, dependency,
+operation, tool and fallback, the run's task (the packet's own, masked field), and the
+packet and notices (masked where they were built, as the operator's reason in an
+isolation's record is). Two breakers whose names differ only in a secret share one key in
+the stream.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from urllib.parse import parse_qs, urlsplit
 from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition, changed_phase
 from toolbreaker.core.canonical import canonical_json
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
@@ -356,10 +364,16 @@ def instructions_version(overrides: Mapping[str, str]) -> str:
     return hashlib.sha256(canonical_json(effective)).hexdigest()[:8]
 
 
-def record_of(entry: Mapping[str, Any]) -> Transition | None:
+def _same(text: str) -> str:
+    return text
+
+
+def record_of(entry: Mapping[str, Any], *, text: Callable[[str], str] = _same) -> Transition | None:
     """The :class:`Transition` of a ``transition`` entry, or ``None`` if it is not one.
 
-    Entries come from other processes: anything malformed gives ``None``.
+    Entries come from other processes: anything malformed gives ``None``. ``text`` is
+    applied to each text the record takes from the entry (the key, the call id, the
+    reasons): the dashboard passes its masking, as it cannot know who wrote an entry.
     """
     try:
         if entry.get("kind") != "transition":
@@ -369,27 +383,29 @@ def record_of(entry: Mapping[str, Any]) -> Transition | None:
         at = event["at"]
         if not (isinstance(key, str) and type(at) is int and isinstance(event["type"], str)):
             return None
+        key = text(key)
 
         def optional(name: str, kind: type) -> Any:
             value = event.get(name)
             return value if type(value) is kind else None
 
+        call, note = optional("call", str), optional("reason", str)
         return Transition(
             dependency=key,
             event=Event(
                 type=event["type"],
                 at=at,
                 dependency=key,
-                call=optional("call", str),
+                call=None if call is None else text(call),
                 retry_after_ms=optional("retry_after_ms", int),
                 duration_ms=optional("duration_ms", int),
-                reason=optional("reason", str),
+                reason=None if note is None else text(note),
             ),
             from_phase=str(rec["from"]),
             to_phase=str(rec["to"]),
             attempted=rec["attempted"] is True,
             rejected=rec["rejected"] is True,
-            reason=str(rec["reason"]),
+            reason=text(str(rec["reason"])),
             generation=int(rec["generation"]),
             open_until=rec["open_until"] if type(rec["open_until"]) is int else None,
             would_reject=rec.get("would_reject") is True,
@@ -460,15 +476,17 @@ class StreamPublisher:
         # What never changes for a breaker, computed once (the policy version is a hash).
         found = self._fields.get(breaker)
         if found is None or found[0] is not breaker.policy:
+            fallback = breaker.fallback
             fields = {
                 "schema": STREAM_SCHEMA,
                 "kind": "transition",
                 "source": self._source,
-                "key": breaker.key,
-                "dependency": breaker.dependency,
-                "operation": breaker.operation,
-                "tool": breaker.tool,
-                "fallback": breaker.fallback,
+                # Names are configuration, yet a name built from a URL can carry a password.
+                "key": redact_text(breaker.key),
+                "dependency": redact_text(breaker.dependency),
+                "operation": redact_text(breaker.operation),
+                "tool": redact_text(breaker.tool),
+                "fallback": None if fallback is None else redact_text(fallback),
                 "policy_version": breaker.policy.version,
                 "instructions_version": instructions_version(breaker.instructions),
             }
@@ -484,7 +502,7 @@ class StreamPublisher:
                 "kind": "stop",
                 "wall": time.time(),
                 "source": self._source,
-                "task": guard.task,
+                "task": packet.task,  # the id, masked when the packet was built
                 "packet": packet.to_dict(),
             }
         )

@@ -328,6 +328,7 @@ class Admission:
     _scoped: collections.OrderedDict[str, Breaker] | None
     _scopes_lock: threading.Lock
     _overflow: Breaker | None
+    _forgotten: BreakerStats
     _bulkhead: Bulkhead | None
     _slots: Bulkhead | None
     _plain: bool

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core.breaker.predicates import idle_window
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.core.run.retrying import ModelRetries
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
@@ -200,6 +201,7 @@ class Breaker(Steps):
         self._plain = self._is_plain()
         self._overflow: Breaker | None = None
         self._scopes_lock = threading.Lock()
+        self._forgotten = BreakerStats()  # the counters of scoped breakers let go of
         self._stamp = False  # set by adopt(): records then name their policy version
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
@@ -373,12 +375,14 @@ class Breaker(Steps):
 
     def _operator(self, kind: str, reason: str) -> Transition:
         now = self.clock()
-        note = " ".join(str(reason).split())[:300] or "operator"
+        # Masked where the event is made: the reason rides in the record, the store, the
+        # stream and what the model is told (masked before it is cut, so no part survives).
+        note = redact_text(" ".join(str(reason).split()))[:300] or "operator"
         event = Event(
             kind,
             now,
             self.key,
-            call=f"operator:{reason}",
+            call=f"operator:{redact_text(str(reason))}",
             reason=None if kind == "release" else note,
         )
         policy = self.policy

@@ -1,8 +1,9 @@
 """A scoped row's breakers: one per scope value (a tenant, an API key), made on first use.
 
 At most ``max_scopes`` live in a process; the oldest closed one is forgotten to make
-room (its state stays in the store), and when none can be, calls share one overflow
-breaker. Every scoped breaker shares the row's listeners.
+room (its state stays in the store, its counters in the row's sum), and when none can
+be, calls share one overflow breaker. Every scoped breaker shares the row's listeners;
+:meth:`Scopes.family_stats` sums what they all counted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from toolbreaker.core.run.redact import redact_text
 from toolbreaker.runtime._log import log
 from toolbreaker.runtime.breaker._admission import Admission
 from toolbreaker.runtime.breaker._scope import current_scope
+from toolbreaker.runtime.breaker._stats import BreakerStats
 
 if TYPE_CHECKING:
     from toolbreaker.runtime.breaker._breaker import Breaker
@@ -68,6 +70,27 @@ class Scopes(Admission):
         overflow = self._overflow
         return (self, *children, *(() if overflow is None else (overflow,)))
 
+    def family_stats(self) -> BreakerStats:
+        """The counters of this breaker and of every breaker its scopes had here, summed.
+
+        A scoped row's calls are counted by its tenants' breakers, not by the row's own:
+        this is what the row did, the breakers it has forgotten to make room included
+        (their counters are added to the row's when they go), so every total only grows.
+        What an exporter reads for the row (see
+        :class:`~toolbreaker.instrumentation.prometheus.BreakerCollector`). A new object,
+        read without stopping the calls; its ``pinned_workers`` is 0.
+        """
+        total = BreakerStats()
+        with self._scopes_lock:
+            # The forgotten ones' sum and the live ones in one look: one forgotten after
+            # it is summed here, as a live one, and never twice.
+            total.add(self._forgotten)
+            children = tuple((self._scoped or {}).values())
+        overflow = self._overflow
+        for member in (self, *children, *(() if overflow is None else (overflow,))):
+            total.add(member.stats)
+        return total
+
     def _new_scope(
         self, name: str, value: str, children: collections.OrderedDict[str, Breaker]
     ) -> Breaker:
@@ -75,7 +98,10 @@ class Scopes(Admission):
             for old, breaker in children.items():
                 if is_evictable(breaker.state):
                     # Its state stays in the store: a later call for ``old`` reloads it.
+                    # Its counters stay in the row's (a call still settling on it after
+                    # this is not counted: a total never goes back).
                     del children[old]
+                    self._forgotten.add(breaker.stats)
                     breaker.close()
                     break
             else:

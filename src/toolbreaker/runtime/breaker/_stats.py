@@ -90,6 +90,22 @@ class BreakerStats:
         self.degraded: dict[str, int] = {}
         self._workers: Workers | None = None
 
+    def add(self, other: BreakerStats) -> None:
+        """Add ``other``'s counters to these, as a scoped row sums its breakers'.
+
+        Every counter, each by key where it has keys; not the workers ``other`` has
+        pinned (a gauge of its own threads).
+        """
+        for name in BreakerStats.__slots__:
+            if name.startswith("_"):
+                continue
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if isinstance(mine, dict):
+                for key, count in theirs.items():
+                    mine[key] = mine.get(key, 0) + count
+            else:
+                setattr(self, name, mine + theirs)
+
     @property
     def pinned_workers(self) -> int:
         """Worker threads held by calls still running past their deadline."""

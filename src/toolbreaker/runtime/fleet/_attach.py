@@ -44,11 +44,13 @@ NoticeListener = Callable[[Mapping[str, Any]], None]
 StopListener = Callable[[StopPacket, RunGuard], None]
 
 
-def breakers_of(*targets: Target) -> tuple[Breaker, ...]:
+def breakers_of(*targets: Target, scopes: bool = True) -> tuple[Breaker, ...]:
     """Every breaker the targets hold now, each once, scoped ones included.
 
     A registry's breakers, a run guard's tools' breakers, the breakers given; each
-    followed by the live breakers of its scopes (:meth:`Breaker.family`).
+    followed by the live breakers of its scopes (:meth:`Breaker.family`). With
+    ``scopes=False``, the rows alone: a scoped row stands for its breakers (what an
+    exporter reads, with :meth:`Breaker.family_stats`).
 
     Raises:
         PolicyError: a target is none of these.
@@ -56,7 +58,7 @@ def breakers_of(*targets: Target) -> tuple[Breaker, ...]:
     found: dict[int, Breaker] = {}
     for target in targets:
         for breaker in _held(target):
-            for member in breaker.family():
+            for member in breaker.family() if scopes else (breaker,):
                 found.setdefault(id(member), member)
     return tuple(found.values())
 
