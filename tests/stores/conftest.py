@@ -16,7 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -57,14 +57,30 @@ class RedisServer:
         self.binary = binary
         self.directory = directory
         self.options = options
-        self.port = _free_port()
+        self.new_port: Callable[[], int] = _free_port
+        self.port = self.new_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.started = False
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Start the server; a first start that lost its port to another process (two
+        suites at once on one machine) retries on a new one, a restart keeps its port."""
+        tries = 0
+        while tries < 5:
+            tries += 1
+            if self._launch():
+                self.started = True
+                return
+            if self.started:
+                break
+            self.port = self.new_port()
+        pytest.fail(f"redis-server did not answer PING on port {self.port} ({tries} tries)")
+
+    def _launch(self) -> bool:
         assert self.process is None, "already running"
         self.process = subprocess.Popen(
             [
@@ -84,15 +100,15 @@ class RedisServer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.ping():
-                return
+                return True
             if self.process.poll() is not None:
-                break
+                break  # it exited: most likely its port was taken meanwhile
             time.sleep(0.02)
         self.stop()
-        pytest.fail(f"redis-server did not answer PING on port {self.port}")
+        return False
 
     def ping(self) -> bool:
         try:
@@ -214,8 +230,10 @@ class PostgresServer:
         self.directory = Path(tempfile.mkdtemp(prefix="toolbreaker-pg-"))
         self.data = self.directory / "data"
         self.options = options
-        self.port = _free_port()
+        self.new_port: Callable[[], int] = _free_port
+        self.port = self.new_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.started = False
         if self.user is not None:
             shutil.chown(self.directory, self.user)
         subprocess.run(
@@ -229,6 +247,20 @@ class PostgresServer:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def start(self) -> None:
+        """Start the server; a first start that lost its port to another process (two
+        suites at once on one machine) retries on a new one, a restart keeps its port."""
+        tries = 0
+        while tries < 5:
+            tries += 1
+            if self._launch():
+                self.started = True
+                return
+            if self.started:
+                break
+            self.port = self.new_port()
+        pytest.fail(f"postgres did not accept connections on port {self.port} ({tries} tries)")
+
+    def _launch(self) -> bool:
         assert self.process is None, "already running"
         self.process = subprocess.Popen(
             [str(self.bindir / "postgres"), "-D", str(self.data), "-p", str(self.port),
@@ -240,12 +272,12 @@ class PostgresServer:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.ready():
-                return
+                return True
             if self.process.poll() is not None:
-                break
+                break  # it exited: most likely its port was taken meanwhile
             time.sleep(0.05)
         self.kill()
-        pytest.fail(f"postgres did not accept connections on port {self.port}")
+        return False
 
     def ready(self) -> bool:
         import psycopg
@@ -379,6 +411,7 @@ class RedisCluster:
             node_dir = directory / f"node{n}"
             node_dir.mkdir()
             node = RedisServer(binary, node_dir)
+            node.new_port = _cluster_port
             node.port = _cluster_port()
             node.options = (
                 "--cluster-enabled", "yes",
