@@ -390,7 +390,8 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
     ) -> ToolMessage | Command[Any]:
         """Guard one tool call: answer it locally or run it and settle the outcome."""
         guard, name, args, spec = self._prepare(request)
-        pending = self._pending(request, guard.begin(name, args), spec)
+        step = guard.begin(name, args, call_id=_call_id(request))
+        pending = self._pending(request, step, spec)
         if not isinstance(pending, _Pending):
             return pending
         call = request.tool_call
@@ -418,7 +419,8 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         waits on them.
         """
         guard, name, args, spec = self._prepare(request)
-        pending = self._pending(request, await guard.abegin(name, args), spec)
+        step = await guard.abegin(name, args, call_id=_call_id(request))
+        pending = self._pending(request, step, spec)
         if not isinstance(pending, _Pending):
             return pending
         call = request.tool_call
@@ -740,6 +742,12 @@ def _raised(exc: BaseException) -> BaseException:
         paused.__cause__ = exc
         return paused
     return exc
+
+
+def _call_id(request: ToolCallRequest) -> str | None:
+    """The model's id of this tool call (the span's ``gen_ai.tool.call.id``), if it gave one."""
+    found = request.tool_call.get("id")
+    return found if isinstance(found, str) and found else None
 
 
 def _failed(step: Step, call: Mapping[str, Any], exc: BaseException, answer: Any) -> ToolMessage:

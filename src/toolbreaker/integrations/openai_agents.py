@@ -494,9 +494,9 @@ class _Protection:
         """
         args, parsed = _parse(arguments)
         step = (
-            await self.guard.abegin(tool, args)
+            await self.guard.abegin(tool, args, call_id=call_id or None)
             if self.guard is not None
-            else await self.breakers[tool].abegin(tool, args)
+            else await self.breakers[tool].abegin(tool, args, call_id=call_id or None)
         )
         if step.answer is not None:
             return step.answer

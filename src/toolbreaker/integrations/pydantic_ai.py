@@ -415,7 +415,9 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         guard.mark_turn(("pydantic-ai", ctx.run_step))
         # Validated arguments may be models, dates or sets: the guard fingerprints their
         # JSON form, the tool still receives them as validated.
-        step = await guard.abegin(spec.name, to_jsonable_python(args))
+        step = await guard.abegin(
+            spec.name, to_jsonable_python(args), call_id=call.tool_call_id or None
+        )
         if step.answer is not None:
             return _answer(ctx, guard, step.answer)
         args = with_key(spec, args, step.idempotency_key)

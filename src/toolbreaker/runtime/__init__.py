@@ -12,7 +12,7 @@ from toolbreaker.runtime._result import (
     system_prompt_line,
     unavailable_result,
 )
-from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._step import Step, StepObserver, StepStart, StepWatch
 from toolbreaker.runtime.breaker._boundary import (
     BREAKER_OPTIONS,
     Boundary,
@@ -95,6 +95,9 @@ __all__ = [
     "SiblingOutcome",
     "Siblings",
     "Step",
+    "StepObserver",
+    "StepStart",
+    "StepWatch",
     "StopPacket",
     "TraceRecorder",
     "Verdict",

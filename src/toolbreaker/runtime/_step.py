@@ -15,15 +15,34 @@ does the same three things with it::
 
 ``asucceeded`` / ``afailed`` are the same for code on an event loop: the store round trip
 they may need is awaited, never blocking the loop. A step settles exactly once.
+
+Step observers (OpenTelemetry's tool-call spans) hear every step from one place, here: a
+breaker or run guard opens the observers' watches when it begins deciding a call
+(:class:`StepObservers`), makes them current while it works on the step (admission,
+settling, and running the tool when it runs it itself) and ends them once, when the step
+carried an answer or was settled. No adapter does any of it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from toolbreaker.errors import PermitError, PolicyError
+from toolbreaker.runtime._log import hook_failed
 
-__all__ = ["Step", "no_deadline"]
+__all__ = [
+    "Step",
+    "StepObserver",
+    "StepObservers",
+    "StepStart",
+    "StepWatch",
+    "Watching",
+    "current",
+    "no_deadline",
+]
 
 
 class _Owner(Protocol):
@@ -38,6 +57,142 @@ class _Owner(Protocol):
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any: ...
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepStart:
+    """A tool call a breaker or run guard begins to decide, as step observers see it.
+
+    Attributes:
+        tool: the tool name the model called.
+        call_id: the framework's id of this tool call, when it gives one.
+        breaker: the dependency breaker the call goes through, when there is one.
+    """
+
+    tool: str
+    call_id: str | None
+    breaker: Any
+
+
+class StepWatch(Protocol):
+    """What a step observer keeps of one step, from its start to its end."""
+
+    def enter(self) -> object:
+        """The step is being worked on (in this context) until :meth:`exit`; a token."""
+        ...
+
+    def exit(self, token: object) -> None:
+        """The work :meth:`enter` began is over."""
+        ...
+
+    def end(self, step: Step | None, error: BaseException | None) -> None:
+        """The step ended: it carried an answer, or was settled (``error``: the failure).
+
+        ``step`` is ``None`` when the owner raised before a step existed.
+        """
+        ...
+
+
+#: Told of a step as it starts; what it returns hears the step until its end.
+StepObserver = Callable[[StepStart], "StepWatch | None"]
+
+
+class StepObservers:
+    """The step observers of one breaker (its scoped breakers share them) or run guard."""
+
+    __slots__ = ("_fns",)
+
+    def __init__(self) -> None:
+        self._fns: list[StepObserver] = []
+
+    def add(self, fn: StepObserver) -> Callable[[], None]:
+        """Tell ``fn`` of every step from now on; returns a remover."""
+        self._fns.append(fn)
+        return lambda: self._fns.remove(fn)
+
+    def share(self, other: StepObservers) -> None:
+        """Hear ``other``'s observers, those there are and those added later (one list)."""
+        self._fns = other._fns
+
+    def __bool__(self) -> bool:
+        return bool(self._fns)
+
+    def start(
+        self, start: StepStart, fault: Callable[[], None], *more: StepObservers
+    ) -> Watching | None:
+        """Tell every observer (of this and ``more``, each once) that ``start`` starts.
+
+        ``fault`` counts an observer that raised (it is logged; the call goes on).
+        Returns the watches, or ``None`` when nobody watches.
+        """
+        fns = list(self._fns)
+        for other in more:
+            fns.extend(fn for fn in other._fns if fn not in fns)
+        if not fns:
+            return None
+        watching = Watching(fault)
+        for fn in fns:
+            try:
+                watch = fn(start)
+            except Exception as exc:  # noqa: BLE001 - an observer never changes a call
+                watching.failed(fn, exc)
+                continue
+            if watch is not None:
+                watching.watches.append(watch)
+        return watching if watching.watches else None
+
+
+class Watching:
+    """The observers' watches of one step; their faults are counted and logged."""
+
+    __slots__ = ("ended", "fault", "watches")
+
+    def __init__(self, fault: Callable[[], None]) -> None:
+        self.watches: list[StepWatch] = []
+        self.fault = fault
+        self.ended = False
+
+    def failed(self, what: object, exc: Exception) -> None:
+        """Count and log an observer's fault; the call's outcome stands."""
+        self.fault()
+        hook_failed(f"step observer {what!r} failed; the call's outcome stands", exc)
+
+    @contextlib.contextmanager
+    def current(self) -> Iterator[None]:
+        """Every watch entered (made current) for the block."""
+        entered: list[tuple[StepWatch, object]] = []
+        for watch in self.watches:
+            try:
+                entered.append((watch, watch.enter()))
+            except Exception as exc:  # noqa: BLE001 - an observer never changes a call
+                self.failed(watch, exc)
+        try:
+            yield
+        finally:
+            for watch, token in reversed(entered):
+                try:
+                    watch.exit(token)
+                except Exception as exc:  # noqa: BLE001 - an observer never changes a call
+                    self.failed(watch, exc)
+
+    def end(self, step: Step | None, error: BaseException | None) -> None:
+        """End every watch, once."""
+        if self.ended:
+            return
+        self.ended = True
+        for watch in self.watches:
+            try:
+                watch.end(step, error)
+            except Exception as exc:  # noqa: BLE001 - an observer never changes a call
+                self.failed(watch, exc)
+
+
+_UNWATCHED = contextlib.nullcontext()
+
+
+def current(watching: Watching | None) -> contextlib.AbstractContextManager[Any]:
+    """``watching``'s watches made current for the block (nothing when ``None``)."""
+    return _UNWATCHED if watching is None else watching.current()
+
+
 class Step:
     """One tool call in flight; settle it exactly once.
 
@@ -50,6 +205,12 @@ class Step:
         deadline: seconds the tool may take (the breaker's timeout), ``None`` if unset.
         permit: the dependency breaker's permit, when one was granted.
         decision: the run machine's decision (run-guard steps), else ``None``.
+        call_id: the framework's id of this tool call, when the adapter knows one.
+        reason: why the step carries an answer instead of a run (a breaker's rejection
+            reason, a run's stop condition, ``journal`` ...), else ``None``.
+        refused: the answer refuses the call (the tool was not run and its result is not
+            in the answer); ``False`` for an answer that stands for the call's result
+            (a confirmed write's journaled result, a queued write).
     """
 
     __slots__ = (
@@ -57,13 +218,17 @@ class Step:
         "_settled",
         "answer",
         "args",
+        "call_id",
         "deadline",
         "decision",
         "fingerprint",
         "idempotency_key",
         "permit",
         "plan",
+        "reason",
+        "refused",
         "tool",
+        "watching",
     )
 
     def __init__(
@@ -79,6 +244,10 @@ class Step:
         fingerprint: str | None = None,
         decision: Any = None,
         plan: Any = None,
+        call_id: str | None = None,
+        reason: str | None = None,
+        refused: bool = False,
+        watching: Watching | None = None,
     ) -> None:
         self._owner = owner
         self.tool = tool
@@ -90,6 +259,11 @@ class Step:
         self.fingerprint = fingerprint
         self.decision = decision
         self.plan = plan
+        self.call_id = call_id
+        self.reason = reason
+        self.refused = refused
+        #: The step observers' watches (see :class:`StepObservers`), if any.
+        self.watching = watching
         self._settled = answer is not None
 
     @property
@@ -104,7 +278,14 @@ class Step:
             PermitError: the step was settled already, or carried an answer.
         """
         self.claim()
-        return self._owner._step_succeeded(self, result)
+        with self.current():
+            try:
+                answer = self._owner._step_succeeded(self, result)
+            except BaseException as exc:
+                self.end(exc)
+                raise
+        self.end()
+        return answer
 
     def failed(self, exc: BaseException) -> Any:
         """Record a failure; returns the result dict the model should read.
@@ -115,26 +296,58 @@ class Step:
             PermitError: the step was settled already, or carried an answer.
         """
         self.claim()
-        return self._owner._step_failed(self, exc)
+        try:
+            with self.current():
+                return self._owner._step_failed(self, exc)
+        finally:
+            self.end(exc)
 
     async def asucceeded(self, result: Any) -> Any:
         """:meth:`succeeded` for the event loop: never blocks it on the store."""
         self.claim()
-        return await self._owner._step_asucceeded(self, result)
+        with self.current():
+            try:
+                answer = await self._owner._step_asucceeded(self, result)
+            except BaseException as exc:
+                self.end(exc)
+                raise
+        self.end()
+        return answer
 
     async def afailed(self, exc: BaseException) -> Any:
         """:meth:`failed` for the event loop: never blocks it on the store."""
         self.claim()
-        return await self._owner._step_afailed(self, exc)
+        try:
+            with self.current():
+                return await self._owner._step_afailed(self, exc)
+        finally:
+            self.end(exc)
 
-    def give(self, answer: Any) -> Step:
+    def give(self, answer: Any, reason: str | None = None, *, refused: bool = True) -> Step:
         """The owner's answer instead of a run: the step carries ``answer`` and is settled.
 
         For the step's owner (a breaker or run guard) while it decides; returns the step.
+        ``reason`` and ``refused`` say why (see the attributes).
         """
         self.answer = answer
+        self.reason = reason
+        self.refused = refused
         self._settled = True
         return self
+
+    def current(self) -> contextlib.AbstractContextManager[Any]:
+        """The step observers' watches made current for the block (the owner's work)."""
+        return current(self.watching)
+
+    def end(self, error: BaseException | None = None) -> None:
+        """Tell the step observers the step ended (once; ``error``: how it failed).
+
+        :meth:`succeeded`, :meth:`failed` and their twins do it; so does the owner when
+        the step carries an answer, or when it settles the step itself.
+        """
+        watching = self.watching
+        if watching is not None:
+            watching.end(self, error)
 
     def claim(self) -> None:
         """Mark the step settled, before settling it.

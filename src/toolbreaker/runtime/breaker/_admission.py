@@ -38,7 +38,7 @@ from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._process import process_token
 from toolbreaker.runtime._result import retry_after_seconds, unavailable_result
-from toolbreaker.runtime._step import no_deadline
+from toolbreaker.runtime._step import StepObservers, no_deadline
 from toolbreaker.runtime.breaker._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime.breaker._bulkhead import SATURATED, STORE_DOWN, Bulkhead, Slot
 from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict
@@ -312,6 +312,7 @@ class Admission:
     _workers: Workers | None
     _workers_lock: threading.Lock
     _listeners: list[Listener]
+    step_observers: StepObservers
     _view: View
     _quiet: BreakerState | None
     _idle: Idle | None

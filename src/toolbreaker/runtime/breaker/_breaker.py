@@ -35,6 +35,7 @@ from toolbreaker.core.run.redact import redact_text
 from toolbreaker.core.run.retrying import ModelRetries
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._step import StepObserver, StepObservers
 from toolbreaker.runtime.breaker._admission import (
     Listener,
     Permit,
@@ -171,6 +172,8 @@ class Breaker(Steps):
         self._workers: Workers | None = None
         self._workers_lock = threading.Lock()
         self._listeners: list[Listener] = []
+        #: Who hears each tool call begun here (:meth:`add_step_observer`).
+        self.step_observers = StepObservers()
         self._view = self.store.view(self.key)
         self._quiet: BreakerState | None = None
         self._idle = None
@@ -217,6 +220,20 @@ class Breaker(Steps):
         for breaker in (self, *self.scopes().values()):  # scoped ones share the list
             breaker._quiet = breaker._idle = None  # no fast path may skip the listener now
         return lambda: self._listeners.remove(listener)
+
+    def add_step_observer(self, observer: StepObserver) -> Callable[[], None]:
+        """Tell ``observer`` of every tool call begun here (:meth:`begin`); returns a remover.
+
+        ``observer(start)`` gets a :class:`~toolbreaker.runtime.StepStart` as the call's
+        admission begins and may return a :class:`~toolbreaker.runtime.StepWatch`, which
+        is made current while the breaker works on the call and ended once when the step
+        carried an answer or was settled. A run guard's steps tell the observers of their
+        tool's breaker too (each observer once). A scoped row's scoped breakers share its
+        observers. One that raises is counted in ``stats.listener_errors`` and logged.
+        OpenTelemetry's tool-call spans are made this way
+        (:func:`toolbreaker.instrumentation.opentelemetry.instrument`).
+        """
+        return self.step_observers.add(observer)
 
     def hidden_for_ms(self) -> tuple[bool, int | None]:
         """Whether every call is rejected now without changing anything, and for how long.

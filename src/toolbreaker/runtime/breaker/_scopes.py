@@ -146,6 +146,7 @@ class Scopes(Admission):
         """
         self._listeners = row._listeners
         self._retry_listeners = row._retry_listeners
+        self.step_observers = row.step_observers
         self.degradation.notices.follow(row.degradation.notices)
         self.degradation.tools = row.degradation.tools
         self._stamp = row._stamp

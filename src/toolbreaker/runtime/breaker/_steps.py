@@ -18,7 +18,7 @@ from toolbreaker.core.run.retrying import failed_retryably
 from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._result import error_result
-from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._step import Step, StepObservers, StepStart, Watching, current
 from toolbreaker.runtime.breaker._admission import UNSET, Permit, Rejection
 from toolbreaker.runtime.breaker._calls import Calls
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
@@ -93,17 +93,20 @@ class Steps(Calls):
         args: Mapping[str, Any] | None = None,
         *,
         timeout: float | None = UNSET,
+        call_id: str | None = None,
     ) -> Step:
         """Ask to make one call of ``tool``; the :class:`~toolbreaker.runtime.Step` says how.
 
         If ``step.answer`` is set the call was rejected locally: hand the answer (the
         tool-unavailable result, worded for ``tool``) to the model. Otherwise run the tool
         within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
-        ``failed(exc)``, whose return value is what the model reads.
+        ``failed(exc)``, whose return value is what the model reads. ``call_id`` is the
+        framework's id of this tool call, for the step observers (a span's
+        ``gen_ai.tool.call.id``).
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
-            return target.begin(tool, args, timeout=timeout)
-        return drive(self._beginning(tool, args, timeout))
+            return target.begin(tool, args, timeout=timeout, call_id=call_id)
+        return drive(self._beginning(tool, args, timeout, call_id))
 
     async def abegin(
         self,
@@ -111,28 +114,75 @@ class Steps(Calls):
         args: Mapping[str, Any] | None = None,
         *,
         timeout: float | None = UNSET,
+        call_id: str | None = None,
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
         if self._scoped is not None and (target := self.for_scope()) is not self:
-            return await target.abegin(tool, args, timeout=timeout)
-        return await adrive(self._beginning(tool, args, timeout))
+            return await target.abegin(tool, args, timeout=timeout, call_id=call_id)
+        return await adrive(self._beginning(tool, args, timeout, call_id))
 
     def _beginning(
-        self, tool: str | None, args: Mapping[str, Any] | None, timeout: float | None
+        self,
+        tool: str | None,
+        args: Mapping[str, Any] | None,
+        timeout: float | None,
+        call_id: str | None,
     ) -> Flow[Step]:
         """:meth:`begin`'s rules, once (both twins)."""
         deadline = self._deadline_of(timeout)
-        retry = self._retried(tool or self.tool, dict(args or {}))
-        admission = yield Twin(self._admission, self._aadmission, (retry, deadline))
         name, call = tool or self.tool, dict(args or {})
-        if isinstance(admission, Permit):
-            seconds = None if deadline is None else deadline / 1000
-            return Step(self, name, call, deadline=seconds, permit=admission)
-        answer = admission.result_for(name)
-        degradation = self.degradation
-        if degradation.chain:
-            answer = yield Twin(degradation.result, degradation.aresult, (name, call, answer))
-        return Step(self, name, call, answer=answer)
+        watching = self.watch_step(name, call_id)
+        try:
+            with current(watching):
+                retry = self._retried(name, dict(args or {}))
+                admission = yield Twin(self._admission, self._aadmission, (retry, deadline))
+                if isinstance(admission, Permit):
+                    seconds = None if deadline is None else deadline / 1000
+                    return Step(
+                        self,
+                        name,
+                        call,
+                        deadline=seconds,
+                        permit=admission,
+                        call_id=call_id,
+                        watching=watching,
+                    )
+                answer = admission.result_for(name)
+                degradation = self.degradation
+                if degradation.chain:
+                    answer = yield Twin(
+                        degradation.result, degradation.aresult, (name, call, answer)
+                    )
+        except BaseException as exc:
+            if watching is not None:
+                watching.end(None, exc)
+            raise
+        step = Step(
+            self,
+            name,
+            call,
+            answer=answer,
+            call_id=call_id,
+            reason=admission.reason,
+            refused=True,
+            watching=watching,
+        )
+        step.end()
+        return step
+
+    def watch_step(self, tool: str, call_id: str | None, *more: StepObservers) -> Watching | None:
+        """The step observers' watches of a call of ``tool`` that starts now, if any.
+
+        What :meth:`begin` (and a run guard's ``begin``, with its own observers as
+        ``more``) asks first; ``None`` when nobody observes steps.
+        """
+        observers = self.step_observers
+        if not observers and not any(more):
+            return None
+        return observers.start(StepStart(tool, call_id, self), self._observer_failed, *more)
+
+    def _observer_failed(self) -> None:
+        self.stats.listener_errors += 1
 
     def _succeeding(self, step: Step, result: Any) -> Flow[Any]:
         """A step's success, recorded (both twins): what the model reads is ``result``."""

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 from toolbreaker.errors import PolicyError
+from toolbreaker.runtime._step import StepObserver
 from toolbreaker.runtime.breaker._breaker import Breaker, Listener, RetryListener
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.runtime.run._guard import RunGuard, StopPacket
@@ -122,6 +123,9 @@ class Attachment:
             (:meth:`Degradation.add_listener`) and every deferred call of a run guard.
         stop: called as ``stop(packet, guard)`` when an attached run guard stops or
             blocks writes (:meth:`RunGuard.add_stop_listener`).
+        step: told of every tool call begun by a breaker or run guard reached
+            (:meth:`Breaker.add_step_observer`, :meth:`RunGuard.add_step_observer`); a
+            run guard's call reached through both it and its tool's breaker is told once.
     """
 
     def __init__(
@@ -131,11 +135,13 @@ class Attachment:
         retry: RetryListener | None = None,
         notice: NoticeListener | None = None,
         stop: StopListener | None = None,
+        step: StepObserver | None = None,
     ) -> None:
         self.transition = transition
         self.retry = retry
         self.notice = notice
         self.stop = stop
+        self.step = step
         self._lock = threading.Lock()
         self._wired: dict[int, _Wired] = {}
         self._objects: dict[int, Breaker | RunGuard] = {}
@@ -229,6 +235,8 @@ class Attachment:
                 removers.append(thing.add_stop_listener(self.stop))
             if self.notice is not None:
                 removers.append(thing.notices.add_listener(self.notice))
+            if self.step is not None:
+                removers.append(thing.add_step_observer(self.step))
             return removers
         if self.transition is not None:
             removers.append(thing.add_listener(self.transition))
@@ -236,6 +244,8 @@ class Attachment:
             removers.append(thing.add_retry_listener(self.retry))
         if self.notice is not None:
             removers.append(thing.degradation.add_listener(self.notice))
+        if self.step is not None:
+            removers.append(thing.add_step_observer(self.step))
         return removers
 
     def _detach(self, link: _Link) -> None:

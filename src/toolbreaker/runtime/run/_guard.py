@@ -46,7 +46,7 @@ from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._packet import StopPacket
-from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._step import Step, StepObserver
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
@@ -174,6 +174,18 @@ class RunGuard(Turns):
 
         return unwatch
 
+    def add_step_observer(self, observer: StepObserver) -> Callable[[], None]:
+        """Tell ``observer`` of every tool call of this run; returns a remover.
+
+        As :meth:`Breaker.add_step_observer`: ``observer(start)`` hears each call as the
+        guard begins deciding it (:meth:`begin`, :meth:`call`), and the watch it returns
+        is current while the guard works on the call (and while it runs the tool itself:
+        :meth:`call`, :meth:`run_step`) and ended once. The observers of the tool's
+        breaker hear the call too (each observer once). One that raises is counted in
+        :attr:`listener_errors` and logged.
+        """
+        return self.step_observers.add(observer)
+
     def tool(
         self, name: str | None = None, **options: Unpack[GuardedToolOptions]
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -286,25 +298,30 @@ class RunGuard(Turns):
         """The async twin of :meth:`call` for coroutine tools."""
         return await adrive(self._calling(tool, dict(args or {})))
 
-    def begin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
+    def begin(
+        self, tool: str, args: Mapping[str, Any] | None = None, *, call_id: str | None = None
+    ) -> Step:
         """Decide one call; the :class:`~toolbreaker.runtime.Step` says what to do.
 
         If ``step.answer`` is set, do not run the tool: hand the answer to the model.
         Otherwise run it with ``step.args`` (a write's idempotency key is injected there)
         within ``step.deadline`` seconds, and settle the step with ``succeeded(result)``
         or ``failed(exc)``, whose return value is what the model should see. The tool's
-        dependency breaker is asked here and told there.
+        dependency breaker is asked here and told there. ``call_id`` is the framework's
+        id of this tool call, for the step observers (a span's ``gen_ai.tool.call.id``).
         """
-        step: Step = drive(self._begin(tool, dict(args or {})))
+        step: Step = drive(self._begin(tool, dict(args or {}), call_id))
         return step
 
-    async def abegin(self, tool: str, args: Mapping[str, Any] | None = None) -> Step:
+    async def abegin(
+        self, tool: str, args: Mapping[str, Any] | None = None, *, call_id: str | None = None
+    ) -> Step:
         """:meth:`begin` for the event loop: store round trips never block it.
 
         The breaker's round trip is awaited; the journal's (and a degradation's store's)
         run in a worker thread when the journal is a shared store.
         """
-        step: Step = await adrive(self._begin(tool, dict(args or {})))
+        step: Step = await adrive(self._begin(tool, dict(args or {}), call_id))
         return step
 
     def _calling(self, tool: str, args: dict[str, Any]) -> Flow[Any]:
@@ -313,10 +330,19 @@ class RunGuard(Turns):
         if step.answer is not None:
             return step.answer
         spec = self._tools[step.tool]
+        failure: BaseException | None = None
         try:
-            result = yield RunTool(spec.breaker, step, spec.fn)
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a result
-            step.claim()
-            return (yield from self._settle_failure(step, exc))
-        step.claim()
-        return (yield from self._settle_success(step, result))
+            with step.current():  # the tool runs inside the step observers' watches
+                try:
+                    result = yield RunTool(spec.breaker, step, spec.fn)
+                except Exception as exc:  # noqa: BLE001 - every failure becomes a result
+                    failure = exc
+                    step.claim()
+                    return (yield from self._settle_failure(step, exc))
+                step.claim()
+                return (yield from self._settle_success(step, result))
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            step.end(failure)

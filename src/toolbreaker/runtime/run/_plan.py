@@ -31,7 +31,7 @@ from toolbreaker.runtime._result import (
     queued_result,
     stopped_result,
 )
-from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._step import Step, StepStart, Watching, current
 from toolbreaker.runtime.breaker._breaker import Permit, watch_openings
 from toolbreaker.runtime.breaker._degrade import deferred_notice
 from toolbreaker.runtime.run._driver import Admit
@@ -46,14 +46,46 @@ __all__ = ["Planning"]
 class Planning(Settling):
     """The start of a call: the run machine's verdict, the breaker, the journal."""
 
-    def _begin(self, tool: str, args: dict[str, Any]) -> Flow[Step]:
+    def _begin(self, tool: str, args: dict[str, Any], call_id: str | None = None) -> Flow[Step]:
         """Decide one call (``begin`` and ``abegin``): the step says what to do.
 
         A call the run machine lets run asks its dependency breaker next. The model is a
         retry layer: re-issuing an action whose last attempt failed retryably (this run's
         ledger says so) spends a retry of the breaker's budget first, and once it is
         spent the tool is unavailable for the run (a required tool stops it).
+
+        The step observers (the guard's and the tool's breaker's) hear the call from
+        here: their watches are current while it is decided, and ended now if it carries
+        an answer.
         """
+        watching = self._watch_step(tool, call_id)
+        try:
+            with current(watching):
+                step = yield from self._deciding(tool, args)
+        except BaseException as exc:
+            if watching is not None:
+                watching.end(None, exc)
+            raise
+        step.call_id = call_id
+        step.watching = watching
+        if step.answer is not None:
+            step.end()
+        return self._joined(step)
+
+    def _watch_step(self, tool: str, call_id: str | None) -> Watching | None:
+        spec = self._tools.get(tool)
+        breaker = None if spec is None else spec.breaker
+        if breaker is not None:
+            return breaker.watch_step(tool, call_id, self.step_observers)
+        if not self.step_observers:
+            return None
+        return self.step_observers.start(StepStart(tool, call_id, None), self._observer_failed)
+
+    def _observer_failed(self) -> None:
+        self.listener_errors += 1
+
+    def _deciding(self, tool: str, args: dict[str, Any]) -> Flow[Step]:
+        """The run machine's verdict, then the breaker's, then the journal's."""
         step: Step = yield self.blocking(None, self._plan, tool, args, tool=tool)
         plan: CallPlan | None = step.plan
         breaker = None if plan is None or step.answer is not None else plan.spec.breaker
@@ -68,9 +100,10 @@ class Planning(Settling):
             else:
                 # Refused by its dependency breaker after the run machine let it through.
                 result = admission.result_for(step.tool)
-                step.give((yield from self._down(step, result, admission.reason)))
+                answer = yield from self._down(step, result, admission.reason)
+                step.give(answer, admission.reason)
         step = yield self.blocking(step, self._journal_pending, step)
-        return self._joined(step)
+        return step
 
     def _resume(self) -> None:
         """Once per guard: writes an earlier run left unresolved block writes here too."""
@@ -108,7 +141,14 @@ class Planning(Settling):
         except (FingerprintError, RecursionError) as exc:
             # Arguments that cannot be checked are never run: the guard could neither
             # count them nor give a write its key.
-            return Step(self, tool, args, answer=error_result(tool, exc, retryable=False))
+            return Step(
+                self,
+                tool,
+                args,
+                answer=error_result(tool, exc, retryable=False),
+                reason="invalid-arguments",
+                refused=True,
+            )
         plan = CallPlan(spec, action_fp, key, args)
         step = Step(
             self,
@@ -125,7 +165,7 @@ class Planning(Settling):
         try:
             done = self.journal.journal_get(self.task, key) if key else None
         except StoreUnavailable:
-            return step.give(journal_down_result(tool))
+            return step.give(journal_down_result(tool), "journal-unavailable")
         plan.status = status = protocol.read(done)
         journaled = done.get("result", {"ok": True, "deduplicated": True}) if done else None
         action = Action(tool=tool, fingerprint=action_fp, risk=spec.risk, recovery=spec.recovery)
@@ -144,17 +184,21 @@ class Planning(Settling):
         verdict = decision.verdict
         if verdict == "journal":
             # A confirmed write is never executed again (how a resumed task skips work).
-            return step.give(journaled)
+            return step.give(journaled, "journal", refused=False)
         if verdict == "queued" and key is not None:
             # Queued by the degradation matrix (or maybe): a drainer makes it, not this run.
             queued = protocol.queue_id(done) or "unknown"
             maybe = protocol.uncertain(status)
-            return step.give(queued_result(tool, queued, key, already=True, maybe=maybe))
+            answer = queued_result(tool, queued, key, already=True, maybe=maybe)
+            return step.give(answer, "queued", refused=False)
         if verdict == "handed-off" and key is not None:
             rid = protocol.reconciliation_id(done) or "unknown"
-            return step.give(handoff_result(tool, rid, step_of(done or {})))
+            return step.give(
+                handoff_result(tool, rid, step_of(done or {})), "handed-off", refused=False
+            )
         if verdict == "reconcile":
-            return step.give(self._reconcile(plan, why="an earlier attempt's outcome is unknown"))
+            answer = self._reconcile(plan, why="an earlier attempt's outcome is unknown")
+            return step.give(answer, "reconcile", refused=False)
         if verdict == "deferred":
             # Not made, not queued: the model reads that it may issue it next turn.
             limit = self.budget.max_calls_per_turn
@@ -162,16 +206,16 @@ class Planning(Settling):
             if self.notices:
                 key = spec.breaker.key if spec.breaker is not None else None
                 self.notices.emit(deferred_notice(self.task, tool, limit=limit, breaker=key))
-            return step.give(deferred_result(tool, limit=limit))
+            return step.give(deferred_result(tool, limit=limit), "deferred")
         if verdict in ("writes-blocked", "stopped"):
             assert decision.stop is not None
             stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
-            return step.give(stop_answer)
+            return step.give(stop_answer, decision.stop.condition)
         plan.begun = True
         plan.opened = watch_openings()
         if spec.risk == "irreversible" and not self._authorized(step):
             self._finish(plan, "ignored")
-            return step.give(denied_result(tool))
+            return step.give(denied_result(tool), "denied")
         if key is not None:
             step.args = with_key(spec, args, key)
         return step
@@ -191,7 +235,7 @@ class Planning(Settling):
                 # The pending entry may have been written: this attempt certainly was not
                 # made, so say so (best effort: a pending entry left is only reconciled).
                 self._journal(plan, "not-made")
-            step.give(journal_down_result(step.tool))
+            step.give(journal_down_result(step.tool), "journal-unavailable")
         return step
 
     def _authorized(self, step: Step) -> bool:

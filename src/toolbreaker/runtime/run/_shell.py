@@ -25,7 +25,7 @@ from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._packet import StopPacket
-from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._step import Step, StepObservers
 from toolbreaker.runtime.breaker._breaker import Breaker, Permit
 from toolbreaker.runtime.breaker._degrade import Notices
 from toolbreaker.runtime.breaker._watch import BreakerWatch
@@ -101,6 +101,8 @@ class RunShell:
     # The observers of the tools' breakers, now and later (see watch_breakers).
     _watch: BreakerWatch
     _watch_lock: threading.Lock
+    #: Who hears each tool call of the run (``RunGuard.add_step_observer``).
+    step_observers: StepObservers
 
     def _start(
         self, task: str, budget: Budget, journal: Journal, clock: Clock, rules: FingerprintRules
@@ -125,6 +127,7 @@ class RunShell:
         self.notices = Notices()
         self._watch = BreakerWatch()
         self._watch_lock = threading.Lock()
+        self.step_observers = StepObservers()
 
     # -- inspection -----------------------------------------------------------------------
 

@@ -80,7 +80,8 @@ class Turns(Planning):
         Otherwise ``fn()``'s result (or exception) is returned as is: settle the step
         with it. Independent calls, and calls outside a turn, run as they are.
         """
-        ran: R | CancelledByPolicy = drive(self._in_turn(step, fn))
+        with step.current():  # the tool runs inside the step observers' watches
+            ran: R | CancelledByPolicy = drive(self._in_turn(step, fn))
         return ran
 
     async def arun_step(self, step: Step, fn: Callable[[], Awaitable[R]]) -> R | CancelledByPolicy:
@@ -90,7 +91,8 @@ class Turns(Planning):
         by policy cancels that task and awaits it, so nothing outlives the call, and the
         framework's own task gets an ordinary answer. A cancelled caller cancels it too.
         """
-        ran: R | CancelledByPolicy = await adrive(self._in_turn(step, fn))
+        with step.current():
+            ran: R | CancelledByPolicy = await adrive(self._in_turn(step, fn))
         return ran
 
     def _in_turn(self, step: Step, fn: Callable[[], Any]) -> Flow[Any]:
@@ -111,6 +113,7 @@ class Turns(Planning):
         if not step.settled and step.permit is not None:
             yield Record(step.permit, "ignored")
         answer = yield self.blocking(step, self._cancelled, step, group, member)
+        step.end()  # settled here (or by the framework meanwhile, which ended it)
         return CancelledByPolicy(answer)
 
     def _cancelled(self, step: Step, group: TurnGroup, member: TurnMember) -> dict[str, Any]:
@@ -128,6 +131,7 @@ class Turns(Planning):
             assert member.need is not None
             return cancelled_result(step.tool, member.need.key)
         step.claim()
+        step.reason, step.refused = "cancelled-by-policy", True
         plan: CallPlan = step.plan
         opened = member.opened or member.need
         assert opened is not None
