@@ -14,9 +14,10 @@ def test_the_live_demo_says_its_receipt_hash_changes_per_run(capsys, tmp_path):
     assert "changes every run" in line
     assert "--save" in line
     digest = line.split("receipt_hash", 1)[1].split()[0]
-    assert main(
-        ["replay", str(tmp_path / "trace.jsonl"), "--policy", str(tmp_path / "policy.toml")]
-    ) == 0
+    assert (
+        main(["replay", str(tmp_path / "trace.jsonl"), "--policy", str(tmp_path / "policy.toml")])
+        == 0
+    )
     assert f'"receipt_hash": "{digest}"' in capsys.readouterr().out
 
 

@@ -61,6 +61,9 @@ def run_fixture(policy_text: str, trace_text: str, out: TextIO) -> tuple[int, di
             f"{dep['local_rejections']} local rejections, {dep['opens']} opening(s), "
             f"final state {dep['final_state']['state']}\n"
         )
-    out.write(f"\nreceipt_hash {receipt['receipt_hash']}\n")
+    out.write(
+        f"\nreceipt_hash {receipt['receipt_hash']} (a fixed trace: the same every run, on "
+        "every machine)\n"
+    )
     out.write("replay it yourself: toolbreaker replay TRACE.jsonl --policy POLICY.toml\n")
     return 0, receipt

@@ -129,7 +129,13 @@ def run_live(
     )
     p.line("  compare with a plain retrying agent:              toolbreaker demo --retry-only")
     receipt = _receipt(registry, records)
-    p.line(f"  receipt_hash {receipt['receipt_hash']}")
+    # Live: real sleeps and a real service, so the trace's instants and the hash change
+    # every run. Said where the hash is printed, with the way to reproduce it.
+    p.line(
+        f"  receipt_hash {receipt['receipt_hash']} (this run's: a live run's hash changes "
+        "every run, as its timings do; --save DIR keeps its trace, whose replay gives this "
+        "hash again; demo --fixture's is the same every run)"
+    )
     p.line(f"  system prompt line: {system_prompt_line()}")
     if save is not None:
         save(_files(registry, records, receipt))
