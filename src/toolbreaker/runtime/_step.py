@@ -40,7 +40,6 @@ __all__ = [
     "StepStart",
     "StepWatch",
     "Watching",
-    "current",
     "no_deadline",
 ]
 
@@ -98,22 +97,19 @@ StepObserver = Callable[[StepStart], "StepWatch | None"]
 class StepObservers:
     """The step observers of one breaker (its scoped breakers share them) or run guard."""
 
-    __slots__ = ("_fns",)
+    __slots__ = ("fns",)
 
     def __init__(self) -> None:
-        self._fns: list[StepObserver] = []
+        #: The observers (a plain list: shells test it on their hot paths).
+        self.fns: list[StepObserver] = []
 
     def add(self, fn: StepObserver) -> Callable[[], None]:
         """Tell ``fn`` of every step from now on; returns a remover."""
-        self._fns.append(fn)
-        return lambda: self._fns.remove(fn)
-
-    def share(self, other: StepObservers) -> None:
-        """Hear ``other``'s observers, those there are and those added later (one list)."""
-        self._fns = other._fns
+        self.fns.append(fn)
+        return lambda: self.fns.remove(fn)
 
     def __bool__(self) -> bool:
-        return bool(self._fns)
+        return bool(self.fns)
 
     def start(
         self, start: StepStart, fault: Callable[[], None], *more: StepObservers
@@ -123,9 +119,9 @@ class StepObservers:
         ``fault`` counts an observer that raised (it is logged; the call goes on).
         Returns the watches, or ``None`` when nobody watches.
         """
-        fns = list(self._fns)
+        fns = list(self.fns)
         for other in more:
-            fns.extend(fn for fn in other._fns if fn not in fns)
+            fns.extend(fn for fn in other.fns if fn not in fns)
         if not fns:
             return None
         watching = Watching(fault)
@@ -186,11 +182,6 @@ class Watching:
 
 
 _UNWATCHED = contextlib.nullcontext()
-
-
-def current(watching: Watching | None) -> contextlib.AbstractContextManager[Any]:
-    """``watching``'s watches made current for the block (nothing when ``None``)."""
-    return _UNWATCHED if watching is None else watching.current()
 
 
 class Step:
@@ -278,13 +269,16 @@ class Step:
             PermitError: the step was settled already, or carried an answer.
         """
         self.claim()
-        with self.current():
+        watching = self.watching
+        if watching is None:
+            return self._owner._step_succeeded(self, result)
+        with watching.current():
             try:
                 answer = self._owner._step_succeeded(self, result)
             except BaseException as exc:
-                self.end(exc)
+                watching.end(self, exc)
                 raise
-        self.end()
+        watching.end(self, None)
         return answer
 
     def failed(self, exc: BaseException) -> Any:
@@ -296,32 +290,41 @@ class Step:
             PermitError: the step was settled already, or carried an answer.
         """
         self.claim()
+        watching = self.watching
+        if watching is None:
+            return self._owner._step_failed(self, exc)
         try:
-            with self.current():
+            with watching.current():
                 return self._owner._step_failed(self, exc)
         finally:
-            self.end(exc)
+            watching.end(self, exc)
 
     async def asucceeded(self, result: Any) -> Any:
         """:meth:`succeeded` for the event loop: never blocks it on the store."""
         self.claim()
-        with self.current():
+        watching = self.watching
+        if watching is None:
+            return await self._owner._step_asucceeded(self, result)
+        with watching.current():
             try:
                 answer = await self._owner._step_asucceeded(self, result)
             except BaseException as exc:
-                self.end(exc)
+                watching.end(self, exc)
                 raise
-        self.end()
+        watching.end(self, None)
         return answer
 
     async def afailed(self, exc: BaseException) -> Any:
         """:meth:`failed` for the event loop: never blocks it on the store."""
         self.claim()
+        watching = self.watching
+        if watching is None:
+            return await self._owner._step_afailed(self, exc)
         try:
-            with self.current():
+            with watching.current():
                 return await self._owner._step_afailed(self, exc)
         finally:
-            self.end(exc)
+            watching.end(self, exc)
 
     def give(self, answer: Any, reason: str | None = None, *, refused: bool = True) -> Step:
         """The owner's answer instead of a run: the step carries ``answer`` and is settled.
@@ -337,7 +340,8 @@ class Step:
 
     def current(self) -> contextlib.AbstractContextManager[Any]:
         """The step observers' watches made current for the block (the owner's work)."""
-        return current(self.watching)
+        watching = self.watching
+        return _UNWATCHED if watching is None else watching.current()
 
     def end(self, error: BaseException | None = None) -> None:
         """Tell the step observers the step ended (once; ``error``: how it failed).

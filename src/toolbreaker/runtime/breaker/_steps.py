@@ -18,7 +18,7 @@ from toolbreaker.core.run.retrying import failed_retryably
 from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._result import error_result
-from toolbreaker.runtime._step import Step, StepObservers, StepStart, Watching, current
+from toolbreaker.runtime._step import Step, StepObservers, StepStart, Watching
 from toolbreaker.runtime.breaker._admission import UNSET, Permit, Rejection
 from toolbreaker.runtime.breaker._calls import Calls
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
@@ -128,36 +128,50 @@ class Steps(Calls):
         timeout: float | None,
         call_id: str | None,
     ) -> Flow[Step]:
-        """:meth:`begin`'s rules, once (both twins)."""
-        deadline = self._deadline_of(timeout)
-        name, call = tool or self.tool, dict(args or {})
-        watching = self.watch_step(name, call_id)
+        """:meth:`begin`'s rules, once (both twins), inside the step observers' watches."""
+        name = tool or self.tool
+        watching = self.watch_step(name, call_id) if self.step_observers.fns else None
+        if watching is None:
+            return (yield from self._deciding(name, args, timeout, call_id, None))
         try:
-            with current(watching):
-                retry = self._retried(name, dict(args or {}))
-                admission = yield Twin(self._admission, self._aadmission, (retry, deadline))
-                if isinstance(admission, Permit):
-                    seconds = None if deadline is None else deadline / 1000
-                    return Step(
-                        self,
-                        name,
-                        call,
-                        deadline=seconds,
-                        permit=admission,
-                        call_id=call_id,
-                        watching=watching,
-                    )
-                answer = admission.result_for(name)
-                degradation = self.degradation
-                if degradation.chain:
-                    answer = yield Twin(
-                        degradation.result, degradation.aresult, (name, call, answer)
-                    )
+            with watching.current():
+                step = yield from self._deciding(name, args, timeout, call_id, watching)
         except BaseException as exc:
-            if watching is not None:
-                watching.end(None, exc)
+            watching.end(None, exc)
             raise
-        step = Step(
+        if step.answer is not None:
+            step.end()
+        return step
+
+    def _deciding(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None,
+        timeout: float | None,
+        call_id: str | None,
+        watching: Watching | None,
+    ) -> Flow[Step]:
+        """Admission (a model's re-call spends a retry first), then the step."""
+        deadline = self._deadline_of(timeout)
+        call = dict(args or {})
+        retry = self._retried(name, dict(args or {}))
+        admission = yield Twin(self._admission, self._aadmission, (retry, deadline))
+        if isinstance(admission, Permit):
+            seconds = None if deadline is None else deadline / 1000
+            return Step(
+                self,
+                name,
+                call,
+                deadline=seconds,
+                permit=admission,
+                call_id=call_id,
+                watching=watching,
+            )
+        answer = admission.result_for(name)
+        degradation = self.degradation
+        if degradation.chain:
+            answer = yield Twin(degradation.result, degradation.aresult, (name, call, answer))
+        return Step(
             self,
             name,
             call,
@@ -167,8 +181,6 @@ class Steps(Calls):
             refused=True,
             watching=watching,
         )
-        step.end()
-        return step
 
     def watch_step(self, tool: str, call_id: str | None, *more: StepObservers) -> Watching | None:
         """The step observers' watches of a call of ``tool`` that starts now, if any.

@@ -31,7 +31,7 @@ from toolbreaker.runtime._result import (
     queued_result,
     stopped_result,
 )
-from toolbreaker.runtime._step import Step, StepStart, Watching, current
+from toolbreaker.runtime._step import Step, StepStart, Watching
 from toolbreaker.runtime.breaker._breaker import Permit, watch_openings
 from toolbreaker.runtime.breaker._degrade import deferred_notice
 from toolbreaker.runtime.run._driver import Admit
@@ -59,12 +59,15 @@ class Planning(Settling):
         an answer.
         """
         watching = self._watch_step(tool, call_id)
+        if watching is None:
+            step = yield from self._deciding(tool, args)
+            step.call_id = call_id
+            return self._joined(step)
         try:
-            with current(watching):
+            with watching.current():
                 step = yield from self._deciding(tool, args)
         except BaseException as exc:
-            if watching is not None:
-                watching.end(None, exc)
+            watching.end(None, exc)
             raise
         step.call_id = call_id
         step.watching = watching
