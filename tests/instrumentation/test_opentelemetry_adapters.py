@@ -184,3 +184,99 @@ def test_pydantic_ai_agent_calls_are_execute_tool_spans(service, exporter):
 
     assert result.output == "The catalog is down; try later."
     assert_outage_spans(tool_spans(memory), ids)
+
+
+def test_pydantic_ai_parallel_calls_keep_their_own_spans(service, exporter):
+    """One model response with two tool calls run concurrently: each call's span has its
+    own call id and outcome, neither is the other's parent, and both are ended."""
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
+    provider, memory = exporter
+    turns: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turns.append(1)
+        if len(turns) == 1:
+            return ModelResponse(
+                parts=[
+                    ToolCallPart("search", {"q": "cable"}, tool_call_id="p-search"),
+                    ToolCallPart("order_status", {"order_id": "A-1001"}, tool_call_id="p-order"),
+                ]
+            )
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent: Agent[Any, str] = Agent(FunctionModel(model))
+
+    @agent.tool_plain
+    def search(q: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        url = f"{service.url}/search?q={urllib.parse.quote(q)}"
+        return request_json("GET", url, timeout=TIMEOUT)
+
+    @agent.tool_plain
+    def order_status(order_id: str) -> dict[str, Any]:
+        """Look an order up."""
+        return request_json("GET", f"{service.url}/orders/{order_id}", timeout=TIMEOUT)
+
+    service.outage("GET /search")
+    breakers = registry()
+    breakers.get("orders", tool="order_status")
+    undo = instrument(breakers, tracer_provider=provider)
+    capability = ToolbreakerCapability(RunGuard("pyd-2"), registry=breakers)
+    assert asyncio.run(agent.run("a cable", capabilities=[capability])).output == "done"
+    undo()
+
+    spans = {s.attributes["gen_ai.tool.call.id"]: s for s in tool_spans(memory)}
+    assert set(spans) == {"p-search", "p-order"}
+    assert spans["p-search"].attributes["error.type"] == "urllib.error.HTTPError"
+    assert spans["p-order"].attributes["toolbreaker.outcome"] == "success"
+    assert spans["p-order"].attributes["toolbreaker.dependency"] == "orders"
+    ids = {s.context.span_id for s in spans.values()}
+    assert all(s.parent is None or s.parent.span_id not in ids for s in spans.values())
+
+
+# -- OpenAI Agents SDK: protect(), the SDK's ScriptedModel -----------------------------------
+
+
+def test_openai_agents_calls_are_execute_tool_spans(service, exporter):
+    """The same outage through the OpenAI Agents SDK: the spans carry the SDK's call ids
+    (the adapter begins the call in one hook and settles it in another)."""
+    pytest.importorskip("agents")
+    from agents import Agent, Runner, function_tool, set_tracing_disabled
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
+    set_tracing_disabled(True)  # the SDK's own tracing would try to reach OpenAI
+    provider, memory = exporter
+
+    @function_tool
+    def search(q: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        url = f"{service.url}/search?q={urllib.parse.quote(q)}"
+        return request_json("GET", url, timeout=TIMEOUT)
+
+    ids = ["oa_1", "oa_2", "oa_3"]
+    steps: list[Any] = [
+        [function_call("search", {"q": f"cable {n}"}, call_id=call_id)]
+        for n, call_id in enumerate(ids)
+    ]
+    steps.append(ModelStep.respond(lambda call: [assistant_message("The catalog is down.")]))
+    service.outage("GET /search")
+    breakers = registry()
+    undo = instrument(breakers, tracer_provider=provider)
+    agent = protect(
+        Agent(name="shop", model=ScriptedModel(steps), tools=[search]),
+        registry=breakers,
+        guard=RunGuard("oa-1"),
+    )
+    result = asyncio.run(Runner.run(agent, "a cable", run_config=run_config()))
+    undo()
+
+    assert result.final_output == "The catalog is down."
+    assert_outage_spans(tool_spans(memory), ids)

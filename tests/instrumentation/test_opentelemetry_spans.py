@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from toolbreaker import Breaker, Budget, GuardedTool, Policy, Registry, RunGuard
+from toolbreaker import Breaker, Budget, GuardedTool, Policy, Registry, RunGuard, scope
 
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -230,3 +230,28 @@ async def test_async_steps_make_the_same_spans(traced):
     assert failed.attributes["error.type"] == "TimeoutError"
     assert refused.attributes["error.type"] == REJECTED
     assert refused.attributes["toolbreaker.reason"] == rejected.reason
+
+
+def test_a_tenant_call_through_a_scoped_row_reads_its_tenants_breaker(traced):
+    """A run guard's tool on a tenant-scoped row: the span names the row and reads the
+    state the tenant's own breaker was left in (its transitions are the call's)."""
+    registry = Registry.from_dict(
+        {
+            "defaults": {"timeout": 1.0, "enforce": "cooperative", "failure_threshold": 1},
+            "orders": {"read": {"scope": "tenant"}},
+        }
+    )
+
+    def lookup(order: str) -> dict[str, str]:
+        raise Unavailable(order)
+
+    guard = RunGuard("task-4")
+    guard.add_tool(GuardedTool("lookup", lookup, breaker=registry.get("orders", "read")))
+    undo = instrument(registry, tracer_provider=traced.provider)
+    with scope(tenant="acme"):
+        guard.call("lookup", {"order": "A-1"})
+    undo()
+    (span,) = traced.spans()
+    assert span.attributes["toolbreaker.dependency"] == "orders"
+    assert span.attributes["toolbreaker.breaker.state"] == "open"
+    assert span.attributes["error.type"] == f"{__name__}.Unavailable"
