@@ -255,3 +255,33 @@ def test_a_tenant_call_through_a_scoped_row_reads_its_tenants_breaker(traced):
     assert span.attributes["toolbreaker.dependency"] == "orders"
     assert span.attributes["toolbreaker.breaker.state"] == "open"
     assert span.attributes["error.type"] == f"{__name__}.Unavailable"
+
+
+def test_a_result_counted_as_a_failure_and_an_unproven_write_are_errors(traced):
+    """The tool returned, but its breaker's result_is_failure counts the result as a
+    failure (tool_error), or a write's result does not prove it happened (its outcome is
+    unknown: toolbreaker.unverified)."""
+    search = Breaker(
+        "search",
+        timeout=1.0,
+        enforce="cooperative",
+        result_is_failure=lambda result: "error" in result,
+    )
+
+    def ticket(title: str, idempotency_key: str = "") -> dict[str, str]:
+        return {"status": "maybe"}
+
+    guard = RunGuard("task-5")
+    guard.add_tool(
+        GuardedTool("ticket", ticket, risk="reversible_write", verify=lambda r: "id" in r)
+    )
+    undo = instrument(search, guard, tracer_provider=traced.provider)
+    search.begin("search_catalog").succeeded({"error": "quota"})
+    guard.call("ticket", {"title": "broken"})
+    undo()
+    returned_error, unproven = traced.spans()
+    assert returned_error.attributes["error.type"] == "tool_error"
+    assert returned_error.attributes["toolbreaker.outcome"] == "failure"
+    assert returned_error.status.status_code is StatusCode.ERROR
+    assert unproven.attributes["error.type"] == "toolbreaker.unverified"
+    assert unproven.attributes["toolbreaker.outcome"] == "unknown"

@@ -22,19 +22,21 @@ What is emitted:
   status ``ERROR`` and ``error.type``:
 
   - the tool ran and failed: the exception's qualified type name (``TimeoutError``,
-    ``urllib.error.HTTPError``; ``tool_error`` for a failure the tool reported as its result,
-    :class:`~toolbreaker.errors.ToolReportedError`);
+    ``urllib.error.HTTPError``); ``tool_error`` for a failure the tool reported as its
+    result (:class:`~toolbreaker.errors.ToolReportedError`, a result the breaker's
+    ``result_is_failure`` counts as a failure); ``toolbreaker.unverified`` for a write
+    whose result does not prove it happened (its outcome is unknown);
   - the call was rejected locally and the tool never ran (an open breaker, a spent retry
     budget, a stopped run ...): ``toolbreaker.rejected``, with the reason in
     ``toolbreaker.reason``.
 
   Beside them, toolbreaker's own: ``toolbreaker.outcome`` (``success``, ``failure``,
-  ``rejected``, ``answered`` for an answer that stands for the result, a confirmed write's
-  journaled one say, ``cancelled``), ``toolbreaker.reason``, ``toolbreaker.dependency``,
-  ``toolbreaker.operation``, ``toolbreaker.breaker.state`` (the phase after the call, as
-  the breaker's last transition left it) and ``toolbreaker.policy_version``. Nothing the
-  call carried (arguments, results, exception messages) is recorded: they may hold
-  secrets.
+  ``unknown``, ``rejected``, ``cancelled``, ``answered`` for an answer that stands for the
+  result, a confirmed write's journaled one say), ``toolbreaker.reason``,
+  ``toolbreaker.dependency``, ``toolbreaker.operation``, ``toolbreaker.breaker.state`` (the
+  phase after the call, as the breaker's last transition left it) and
+  ``toolbreaker.policy_version``. Nothing the call carried (arguments, results, exception
+  messages) is recorded: they may hold secrets.
 - every transition of an instrumented breaker as a ``toolbreaker.transition`` event on
   the span current when it happens: the tool-call span while the breaker works on the
   call, else the caller's;
@@ -68,6 +70,8 @@ __all__ = ["REJECTED", "instrument"]
 REJECTED: Final = "toolbreaker.rejected"
 #: ``error.type`` of a failure the tool reported as its result.
 _TOOL_ERROR: Final = "tool_error"
+#: ``error.type`` of a write whose result does not prove it happened (outcome unknown).
+_UNVERIFIED: Final = "toolbreaker.unverified"
 
 # The tool-call span toolbreaker is working on in this context (transitions land on it).
 _WORKING: ContextVar[_ToolSpan | None] = ContextVar("toolbreaker_tool_span", default=None)
@@ -211,6 +215,12 @@ class _ToolSpan:
             kind = _TOOL_ERROR if isinstance(error, ToolReportedError) else _type_name(error)
             outcome = "failure" if isinstance(error, Exception) else "cancelled"
             attributes["toolbreaker.outcome"] = outcome
+            attributes["error.type"] = kind
+            span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, kind))
+        elif step is not None and step.failure is not None:
+            unverified = step.failure == "unverified"
+            kind = _UNVERIFIED if unverified else _TOOL_ERROR
+            attributes["toolbreaker.outcome"] = "unknown" if unverified else "failure"
             attributes["error.type"] = kind
             span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, kind))
         elif step is not None and (step.answer is not None or step.refused):

@@ -202,6 +202,10 @@ class Step:
         refused: the answer refuses the call (the tool was not run and its result is not
             in the answer); ``False`` for an answer that stands for the call's result
             (a confirmed write's journaled result, a queued write).
+        failure: why a step whose tool returned still did not succeed, set as it is
+            settled: ``result`` (its breaker counts the result as a failure,
+            ``result_is_failure``), ``unverified`` (a write whose result does not prove
+            it happened: its outcome is unknown); else ``None``.
     """
 
     __slots__ = (
@@ -212,6 +216,7 @@ class Step:
         "call_id",
         "deadline",
         "decision",
+        "failure",
         "fingerprint",
         "idempotency_key",
         "permit",
@@ -253,6 +258,7 @@ class Step:
         self.call_id = call_id
         self.reason = reason
         self.refused = refused
+        self.failure: str | None = None
         #: The step observers' watches (see :class:`StepObservers`), if any.
         self.watching = watching
         self._settled = answer is not None

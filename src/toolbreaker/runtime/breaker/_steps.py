@@ -21,6 +21,7 @@ from toolbreaker.runtime._result import error_result
 from toolbreaker.runtime._step import Step, StepObservers, StepStart, Watching
 from toolbreaker.runtime.breaker._admission import UNSET, Permit, Rejection
 from toolbreaker.runtime.breaker._calls import Calls
+from toolbreaker.runtime.breaker._classify import SUCCESS
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
 
 __all__ = ["Steps"]
@@ -198,7 +199,10 @@ class Steps(Calls):
 
     def _succeeding(self, step: Step, result: Any) -> Flow[Any]:
         """A step's success, recorded (both twins): what the model reads is ``result``."""
-        yield Twin(step.permit.record, step.permit.arecord, (self.result_verdict(result),))
+        verdict = self.result_verdict(result)
+        if verdict is not SUCCESS:
+            step.failure = "result"  # the tool returned what counts as a failure
+        yield Twin(step.permit.record, step.permit.arecord, (verdict,))
         self.retry_succeeded()
         self._model_retry_ended(step.tool, step.args)
         degradation = self.degradation

@@ -27,7 +27,7 @@ from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import error_result, stopped_result, unknown_result
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Permit
-from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
+from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime.breaker._commit import found_in_chain, may_have_committed
 from toolbreaker.runtime.run._driver import Degrade, Record
 from toolbreaker.runtime.run._shell import CallPlan, RunShell
@@ -46,7 +46,10 @@ class Settling(RunShell):
         self._settling(step)
         permit = step.permit
         if permit is not None:
-            yield Record(permit, permit.breaker.result_verdict(result))
+            verdict = permit.breaker.result_verdict(result)
+            if verdict is not SUCCESS:
+                step.failure = "result"  # the tool returned what counts as a failure
+            yield Record(permit, verdict)
         answer = yield self.blocking(step, self._succeeded, step, result)
         return self._told(step, answer)
 
@@ -110,6 +113,7 @@ class Settling(RunShell):
                     hook_failed(f"the verify check of {spec.name} raised", exc)
                     verified = False
             if not protocol.proves(result, verified):
+                step.failure = "unverified"
                 return self._unknown(
                     step, "verification failed: the result does not prove the write happened"
                 )
