@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from toolbreaker.instrumentation.opentelemetry import REJECTED, instrument
+from toolbreaker.runtime import CancelledByPolicy
 
 
 class Unavailable(Exception):
@@ -285,3 +286,31 @@ def test_a_result_counted_as_a_failure_and_an_unproven_write_are_errors(traced):
     assert returned_error.status.status_code is StatusCode.ERROR
     assert unproven.attributes["error.type"] == "toolbreaker.unverified"
     assert unproven.attributes["toolbreaker.outcome"] == "unknown"
+
+
+def test_a_call_its_turn_cancels_by_policy_is_a_cancelled_span(traced):
+    """A model turn's sibling needs a required dependency that opened before it started:
+    the guard cancels it by policy, and its span says so (toolbreaker.cancelled)."""
+    inventory = breaker(threshold=1)
+    guard = RunGuard("task-6")
+    guard.add_tool(GuardedTool("stock", lambda sku: None, breaker=inventory, required=True))
+    guard.add_tool(GuardedTool("price", lambda sku: None, breaker=inventory))
+    undo = instrument(guard, tracer_provider=traced.provider)
+    guard.mark_turn(1)
+    steps = {name: guard.begin(name, {"sku": "A-1"}) for name in ("stock", "price")}
+
+    def down() -> None:
+        raise Unavailable("503")
+
+    with pytest.raises(Unavailable) as failed:
+        guard.run_step(steps["stock"], down)
+    steps["stock"].failed(failed.value)
+    price = guard.run_step(steps["price"], lambda: {"price": 3})
+    undo()
+
+    assert isinstance(price, CancelledByPolicy)
+    spans = {s.name: s for s in traced.spans()}
+    assert spans["execute_tool stock"].attributes["error.type"] == f"{__name__}.Unavailable"
+    cancelled = spans["execute_tool price"]
+    assert cancelled.attributes["error.type"] == "toolbreaker.cancelled"
+    assert cancelled.attributes["toolbreaker.outcome"] == "cancelled"

@@ -26,6 +26,8 @@ What is emitted:
     result (:class:`~toolbreaker.errors.ToolReportedError`, a result the breaker's
     ``result_is_failure`` counts as a failure); ``toolbreaker.unverified`` for a write
     whose result does not prove it happened (its outcome is unknown);
+    ``toolbreaker.cancelled`` for a call its model turn cancelled by policy (a required
+    dependency opened while it ran);
   - the call was rejected locally and the tool never ran (an open breaker, a spent retry
     budget, a stopped run ...): ``toolbreaker.rejected``, with the reason in
     ``toolbreaker.reason``.
@@ -70,8 +72,13 @@ __all__ = ["REJECTED", "instrument"]
 REJECTED: Final = "toolbreaker.rejected"
 #: ``error.type`` of a failure the tool reported as its result.
 _TOOL_ERROR: Final = "tool_error"
-#: ``error.type`` of a write whose result does not prove it happened (outcome unknown).
-_UNVERIFIED: Final = "toolbreaker.unverified"
+#: A step that settled without an exception but did not succeed (``Step.failure``): its
+#: ``toolbreaker.outcome`` and ``error.type``.
+_FAILURES: Final = {
+    "result": ("failure", _TOOL_ERROR),
+    "unverified": ("unknown", "toolbreaker.unverified"),
+    "cancelled-by-policy": ("cancelled", "toolbreaker.cancelled"),
+}
 
 # The tool-call span toolbreaker is working on in this context (transitions land on it).
 _WORKING: ContextVar[_ToolSpan | None] = ContextVar("toolbreaker_tool_span", default=None)
@@ -218,9 +225,8 @@ class _ToolSpan:
             attributes["error.type"] = kind
             span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, kind))
         elif step is not None and step.failure is not None:
-            unverified = step.failure == "unverified"
-            kind = _UNVERIFIED if unverified else _TOOL_ERROR
-            attributes["toolbreaker.outcome"] = "unknown" if unverified else "failure"
+            outcome, kind = _FAILURES.get(step.failure, ("failure", "_OTHER"))
+            attributes["toolbreaker.outcome"] = outcome
             attributes["error.type"] = kind
             span.set_status(self.trace.Status(self.trace.StatusCode.ERROR, kind))
         elif step is not None and (step.answer is not None or step.refused):

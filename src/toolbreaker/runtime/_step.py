@@ -202,10 +202,11 @@ class Step:
         refused: the answer refuses the call (the tool was not run and its result is not
             in the answer); ``False`` for an answer that stands for the call's result
             (a confirmed write's journaled result, a queued write).
-        failure: why a step whose tool returned still did not succeed, set as it is
-            settled: ``result`` (its breaker counts the result as a failure,
+        failure: why a step settled without an exception did not succeed, set as it
+            is settled: ``result`` (its breaker counts the result as a failure,
             ``result_is_failure``), ``unverified`` (a write whose result does not prove
-            it happened: its outcome is unknown); else ``None``.
+            it happened: its outcome is unknown), ``cancelled-by-policy`` (its model
+            turn cancelled it: a required dependency opened); else ``None``.
     """
 
     __slots__ = (

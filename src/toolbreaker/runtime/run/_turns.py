@@ -131,7 +131,7 @@ class Turns(Planning):
             assert member.need is not None
             return cancelled_result(step.tool, member.need.key)
         step.claim()
-        step.reason, step.refused = "cancelled-by-policy", True
+        step.failure = "cancelled-by-policy"
         plan: CallPlan = step.plan
         opened = member.opened or member.need
         assert opened is not None
