@@ -20,13 +20,12 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime import PruneReport, Registry, drain, prune_done, queued_items
 
-__all__ = ["add_command", "open_store", "parse_older_than"]
+__all__ = ["add_command", "parse_older_than"]
 
 
 def add_command(commands: Any) -> None:
@@ -34,7 +33,9 @@ def add_command(commands: Any) -> None:
     cmd = commands.add_parser(
         "drain", help="run queued work whose breaker has closed, exactly once per key"
     )
-    cmd.add_argument("--store", required=True, help="sqlite:///PATH, redis://... or postgresql://")
+    cmd.add_argument(
+        "--store", required=True, help="sqlite:///PATH, redis://... or postgresql://... (existing)"
+    )
     cmd.add_argument("--dependency", help="only this dependency's work")
     cmd.add_argument("--tools", metavar="MODULE:NAME", help="a mapping: tool name -> callable")
     cmd.add_argument(
@@ -75,46 +76,6 @@ def parse_older_than(text: str) -> float:
     return seconds
 
 
-def open_store(url: str) -> Any:
-    """The shared store a URL names (``memory://`` is refused: no other process sees it).
-
-    ``?prefix=NAME`` sets a Redis or PostgreSQL store's key prefix.
-
-    Raises:
-        PolicyError: a URL no shared store takes (field ``store``).
-    """
-    parts = urlsplit(url)
-    scheme = parts.scheme
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    prefix = options.pop("prefix", None)
-    if options:
-        raise PolicyError(
-            f"--store: unknown option(s) {sorted(options)} (known: prefix)", field="store"
-        )
-    if scheme == "sqlite":
-        from toolbreaker.stores.sqlite import SQLiteStore
-
-        path = url[len("sqlite://") :].split("?", 1)[0]
-        if not path:
-            raise PolicyError("sqlite:// needs a path, e.g. sqlite:///var/tb/tb.db", field="store")
-        return SQLiteStore(path)
-    if scheme in ("redis", "rediss", "unix"):
-        from toolbreaker.stores.redis import RedisStore
-
-        base = url.split("?", 1)[0]
-        return RedisStore(base) if prefix is None else RedisStore(base, prefix=prefix)
-    if scheme in ("postgres", "postgresql"):
-        from toolbreaker.stores.postgres import PostgresStore
-
-        base = url.split("?", 1)[0]
-        return PostgresStore(base) if prefix is None else PostgresStore(base, prefix=prefix)
-    raise PolicyError(
-        f"--store: {scheme or url!r} is not a shared store (sqlite:///PATH, redis://..., "
-        "postgresql://...)",
-        field="store",
-    )
-
-
 def _mapping(spec: str, option: str) -> Mapping[str, Callable[..., Any]]:
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
@@ -133,7 +94,9 @@ def _mapping(spec: str, option: str) -> Mapping[str, Callable[..., Any]]:
 
 
 def _run_drain(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
+    from toolbreaker.cli._stores import open_store
+
+    store = open_store(args.store)  # never created: an empty new store would drain nothing
     try:
         return _drain(args, store)
     except NotImplementedError:

@@ -83,7 +83,7 @@ def parse_since(text: str, now: float) -> float:
 def _entries(url: str, since: str | None) -> list[dict[str, Any]]:
     from toolbreaker.instrumentation.stream import iter_entries, open_stream
 
-    stream = open_stream(url)
+    stream = open_stream(url, create=False)  # a reader never makes the stream it reads
     try:
         entries = [entry for _, entry in iter_entries(stream)]
     finally:
