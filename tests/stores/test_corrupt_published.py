@@ -76,7 +76,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         def garble_postgres(text: str) -> None:
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(
-                    f"UPDATE {prefix}_records SET value = %s WHERE space = %s AND key = %s",  # noqa: S608 - the test's own prefix
+                    f"UPDATE {prefix}_records SET value = %s WHERE space = %s AND key = %s",
                     (text, POLICY_SPACE, "default"),
                 )
 
@@ -92,7 +92,8 @@ def sheet(tmp_path: Path, text: str, name: str) -> str:
 
 
 def one_line(err: str, *words: str) -> None:
-    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert err.startswith("error: "), err
+    assert err.count("\n") == 1, err
     for word in words:
         assert word in err, err
 
@@ -116,7 +117,8 @@ def test_a_record_that_does_not_decode_is_refused_and_can_be_replaced(target, tm
     assert not follower.refresh()  # the same garbled record is one refusal
     assert (follower.refused, follower.read_errors) == (1, 0)
     assert breaker.policy.failure_threshold == 2
-    assert follower.current is not None and follower.current.revision == 2
+    assert follower.current is not None
+    assert follower.current.revision == 2
 
     assert main(["policy", "show", "--store", target.url]) == 2
     one_line(capsys.readouterr().err, "does not decode", "--over-corrupt")

@@ -27,6 +27,11 @@ def add_commands(commands: Any) -> None:
     cmd.add_argument("sheet", help="the boundary sheet (TOML)")
     cmd.add_argument("--store", required=True, help=_STORE_HELP)
     cmd.add_argument("--note", help="why (shown by policy show)")
+    cmd.add_argument(
+        "--over-corrupt",
+        metavar="REASON",
+        help="replace a published record that does not decode; the reason is recorded",
+    )
     cmd.add_argument("--name", default="default", help="the sheet's name (default: default)")
     cmd.set_defaults(run_command=_run_publish)
 
@@ -43,7 +48,9 @@ def _run_publish(args: argparse.Namespace) -> int:
 
     store = open_store(args.store, create=True)  # publishing may make the fleet's store
     try:
-        sheet = publish_policy(store, args.sheet, name=args.name, note=args.note)
+        sheet = publish_policy(
+            store, args.sheet, name=args.name, note=args.note, over_corrupt=args.over_corrupt
+        )
     finally:
         store.close()
     print(
@@ -76,6 +83,8 @@ def _run_show(args: argparse.Namespace) -> int:
         f"published  {printable(sheet.published_at)} by {printable(sheet.published_by)}",
         f"note       {printable(sheet.note) if sheet.note is not None else '-'}",
     ]
+    if sheet.over_corrupt is not None:
+        lines.append(f"replaced   a record that did not decode: {printable(sheet.over_corrupt)}")
     print("\n".join(lines))
     if args.text:
         print()
