@@ -4,10 +4,11 @@ A command that only reads (``advise``, ``export``, ``dashboard``, ``drain`` and
 ``policy show``) opens what is there and creates nothing: a mistyped SQLite path, or a
 file that is no toolbreaker store, is one error line naming it (exit 2), never an empty
 store reported on as if it were healthy. Only ``policy publish`` may make the store it
-writes to. A Redis or PostgreSQL store is there when it answers (an empty one is not an
-error). ``memory://`` is one process's memory: a command, run as its own process, can
-never see it, so it is refused with the reason. The event stream's readers open it with
-``open_stream(url, create=False)``, which keeps the same rules.
+writes to. A Redis store is there when it answers (an empty one is not an error); a
+PostgreSQL one when its database holds the prefix's tables. ``memory://`` is one
+process's memory: a command, run as its own process, can never see it, so it is refused
+with the reason. The event stream's readers open it with ``open_stream(url,
+create=False)``, which keeps the same rules.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
     Raises:
         PolicyError: a URL naming no shared store, ``memory://`` included (field
             ``store``).
-        StoreUnavailable: ``create`` is false and no SQLite store is at the path.
+        StoreUnavailable: ``create`` is false and no SQLite store is at the path (a
+            PostgreSQL database without the prefix's tables raises at its first use).
     """
     from toolbreaker.instrumentation.stream import masked_url
 
@@ -61,7 +63,9 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
 
         # libpq's own parameters (sslmode=...) stay in the URL; prefix is ours.
         conninfo = f"{base}?{urlencode(options)}" if options else base
-        return PostgresStore(conninfo) if prefix is None else PostgresStore(conninfo, prefix=prefix)
+        if prefix is None:
+            return PostgresStore(conninfo, create=create)
+        return PostgresStore(conninfo, prefix=prefix, create=create)
     if options:
         raise PolicyError(
             f"--store: unknown option(s) {sorted(options)} (known: prefix)", field="store"
