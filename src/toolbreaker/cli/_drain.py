@@ -96,6 +96,7 @@ def _mapping(spec: str, option: str) -> Mapping[str, Callable[..., Any]]:
 def _run_drain(args: argparse.Namespace) -> int:
     from toolbreaker.cli._stores import open_store
 
+    _check_usage(args)
     store = open_store(args.store)  # never created: an empty new store would drain nothing
     try:
         return _drain(args, store)
@@ -107,29 +108,40 @@ def _run_drain(args: argparse.Namespace) -> int:
         store.close()
 
 
+def _check_usage(args: argparse.Namespace) -> None:
+    """The arguments' own errors, before any store is opened (a bad sheet, say)."""
+    if args.dry_run and args.prune_done is None:
+        raise PolicyError("--dry-run goes with --prune-done", field="dry-run")
+    if args.list:
+        return
+    if args.prune_done is not None:
+        parse_older_than(args.prune_done)
+        if args.tools or args.reconcile or args.sheet:
+            raise PolicyError("--prune-done runs nothing: no --tools, --reconcile or --sheet")
+        return
+    if args.sheet:
+        Registry.from_toml(args.sheet).close()  # validated as drain will load it
+    if not args.tools:
+        raise PolicyError("drain needs --tools MODULE:NAME (or --list)", field="tools")
+
+
 def _drain(args: argparse.Namespace, store: Any) -> int:
     if not hasattr(store, "record_list"):
         raise PolicyError(
             f"--store: {type(store).__name__} keeps no records (no queue)", field="store"
         )
-    if args.dry_run and args.prune_done is None:
-        raise PolicyError("--dry-run goes with --prune-done", field="dry-run")
     if args.list:
         for item in queued_items(store, dependency=args.dependency):
             sys.stdout.write(json.dumps(item, sort_keys=True, default=str) + "\n")
         return 0
     if args.prune_done is not None:
         older_than = parse_older_than(args.prune_done)
-        if args.tools or args.reconcile or args.sheet:
-            raise PolicyError("--prune-done runs nothing: no --tools, --reconcile or --sheet")
         pruned = prune_done(
             store, older_than=older_than, dependency=args.dependency, dry_run=args.dry_run
         )
         _print_pruned(pruned, args.prune_done.strip())
         return 0
     registry = Registry.from_toml(args.sheet, store=store) if args.sheet else None
-    if not args.tools:
-        raise PolicyError("drain needs --tools MODULE:NAME (or --list)", field="tools")
     tools = _mapping(args.tools, "--tools")
     reconcile = _mapping(args.reconcile, "--reconcile") if args.reconcile else None
     report = drain(
