@@ -97,6 +97,7 @@ def test_the_stream_and_the_store_in_one_file_still_read(tmp_path, capsys):
     breakers = Registry(store=store, default_timeout=1.0, default_enforce="cooperative")
     StreamPublisher(stream).attach(breakers.get("search"))
     breakers.get("search").call(lambda: "ok")
+    breakers.close()
     stream.close()
     store.close()
     assert main(["export", "--store", url]) == 0
@@ -112,7 +113,9 @@ def test_a_store_without_a_stream_is_no_stream(tmp_path, capsys):
     never that there is nothing to advise on."""
     path = tmp_path / "breakers.db"
     store = SQLiteStore(path)
-    Registry(store=store, default_timeout=1.0).get("search").call(lambda: "ok")
+    breakers = Registry(store=store, default_timeout=1.0, default_enforce="cooperative")
+    breakers.get("search").call(lambda: "ok")
+    breakers.close()
     store.close()
     assert main(["advise", "--store", f"sqlite://{path}"]) == 2
     captured = capsys.readouterr()
