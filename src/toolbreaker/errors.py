@@ -9,7 +9,8 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── ReceiptError         a file that is not a toolbreaker receipt
     ├── CircuitOpen          a call rejected locally by an open breaker (retry_after, result)
     ├── StoreUnavailable     breaker state could not be read or written (fail closed)
-    │   └── StoreWriteUnknown    a write that may have reached the store (its reply was lost)
+    │   ├── StoreWriteUnknown    a write that may have reached the store (its reply was lost)
+    │   └── RecordCorrupt        a record the store holds that does not decode (space, key)
     ├── JournalNotDurable    a store that would forget the run journal on a restart
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
@@ -38,6 +39,7 @@ __all__ = [
     "PermitError",
     "PolicyError",
     "ReceiptError",
+    "RecordCorrupt",
     "RegistryFull",
     "RunStateError",
     "StoreUnavailable",
@@ -214,6 +216,27 @@ class StoreWriteUnknown(StoreUnavailable):
     Attributes:
         dependency: the breaker key, task or record space whose write it was, when known.
     """
+
+
+class RecordCorrupt(StoreUnavailable):
+    """A record is in the store but does not decode (its bytes are no JSON object).
+
+    A :class:`StoreUnavailable` (whoever fails closed on one fails closed on this), but
+    the store answered: a reader that must tell an outage from a bad record (a follower
+    of a published sheet counts a refusal) can, and a writer can replace exactly this
+    record by compare-and-set on ``version``.
+
+    Attributes:
+        space: the record's space.
+        key: the record's key.
+        version: the version the store holds it at; ``None`` when that is garbled too.
+    """
+
+    def __init__(self, message: str, *, space: str, key: str, version: int | None) -> None:
+        super().__init__(message, dependency=space)
+        self.space = space
+        self.key = key
+        self.version = version
 
 
 class JournalNotDurable(ToolbreakerError):

@@ -21,6 +21,7 @@ from toolbreaker.instrumentation.stream import (
     SQLiteStream,
     StreamPublisher,
     iter_entries,
+    open_stream,
 )
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import FakeClock
@@ -215,8 +216,12 @@ def test_assets_are_served_with_a_strict_policy():
 
 
 def test_actions_need_a_reachable_store(capsys):
-    """--allow-actions on memory:// (another process's memory) is a usage error."""
+    """--allow-actions on memory:// is a usage error: another process's memory is refused
+    as a stream, and even this process's memory stream is no breaker store."""
     assert main(["dashboard", "--store", "memory://x", "--allow-actions"]) == 2
+    assert "memory:// is one process's memory" in capsys.readouterr().err
+    open_stream("memory://actions-here")
+    assert main(["dashboard", "--store", "memory://actions-here", "--allow-actions"]) == 2
     assert "needs the breakers' store" in capsys.readouterr().err
 
 

@@ -306,6 +306,7 @@ def test_an_empty_stream_is_never_an_all_clear(capsys, tmp_path):
     that there was nothing to judge (and how to publish), never "no findings"; the same
     for an empty trace."""
     url = f"memory://{uuid.uuid4().hex}"
+    opened(url)  # this process's own stream (another process's is refused)
     assert main(["advise", "--store", url]) == 0
     out = capsys.readouterr().out
     assert "no findings" not in out

@@ -92,6 +92,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="toolbreaker",
         description="Circuit breakers around the tools an AI agent calls.",
     )
+    from toolbreaker import __version__
+
+    parser.add_argument("--version", action="version", version=f"toolbreaker {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     cmd = commands.add_parser("replay", help="replay a JSONL trace and print its receipt")

@@ -182,12 +182,11 @@ def store_actor(url: str, board: Board, stream: EventStream) -> StoreActor | Non
     and published to the stream like any transition. ``None`` for ``memory://``: another
     process's memory cannot be reached.
     """
-    from toolbreaker.cli._policy import open_store
+    from toolbreaker.cli._stores import open_store
 
     if urlsplit(url).scheme not in ("sqlite", "redis", "rediss", "unix"):
         return None  # the stream's URL: memory is unreachable, postgres is no stream
-    store = open_store(url)
-    return None if store is None else StoreActor(store, board, stream)
+    return StoreActor(open_store(url, stream_url=True), board, stream)
 
 
 async def _pushes(
@@ -365,7 +364,7 @@ def build_app(
 def serve(url: str, *, port: int = 8765, allow_actions: bool = False) -> int:
     """Serve the dashboard for the stream at ``url`` on 127.0.0.1 until interrupted."""
     uvicorn = require("uvicorn", "dashboard")
-    stream = open_stream(url)
+    stream = open_stream(url, create=False)  # a page of nothing would read as all clear
     board = Board()
     token = actor = None
     if allow_actions:

@@ -20,13 +20,12 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime import PruneReport, Registry, drain, prune_done, queued_items
 
-__all__ = ["add_command", "open_store", "parse_older_than"]
+__all__ = ["add_command", "parse_older_than"]
 
 
 def add_command(commands: Any) -> None:
@@ -34,7 +33,9 @@ def add_command(commands: Any) -> None:
     cmd = commands.add_parser(
         "drain", help="run queued work whose breaker has closed, exactly once per key"
     )
-    cmd.add_argument("--store", required=True, help="sqlite:///PATH, redis://... or postgresql://")
+    cmd.add_argument(
+        "--store", required=True, help="sqlite:///PATH, redis://... or postgresql://... (existing)"
+    )
     cmd.add_argument("--dependency", help="only this dependency's work")
     cmd.add_argument("--tools", metavar="MODULE:NAME", help="a mapping: tool name -> callable")
     cmd.add_argument(
@@ -75,46 +76,6 @@ def parse_older_than(text: str) -> float:
     return seconds
 
 
-def open_store(url: str) -> Any:
-    """The shared store a URL names (``memory://`` is refused: no other process sees it).
-
-    ``?prefix=NAME`` sets a Redis or PostgreSQL store's key prefix.
-
-    Raises:
-        PolicyError: a URL no shared store takes (field ``store``).
-    """
-    parts = urlsplit(url)
-    scheme = parts.scheme
-    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    prefix = options.pop("prefix", None)
-    if options:
-        raise PolicyError(
-            f"--store: unknown option(s) {sorted(options)} (known: prefix)", field="store"
-        )
-    if scheme == "sqlite":
-        from toolbreaker.stores.sqlite import SQLiteStore
-
-        path = url[len("sqlite://") :].split("?", 1)[0]
-        if not path:
-            raise PolicyError("sqlite:// needs a path, e.g. sqlite:///var/tb/tb.db", field="store")
-        return SQLiteStore(path)
-    if scheme in ("redis", "rediss", "unix"):
-        from toolbreaker.stores.redis import RedisStore
-
-        base = url.split("?", 1)[0]
-        return RedisStore(base) if prefix is None else RedisStore(base, prefix=prefix)
-    if scheme in ("postgres", "postgresql"):
-        from toolbreaker.stores.postgres import PostgresStore
-
-        base = url.split("?", 1)[0]
-        return PostgresStore(base) if prefix is None else PostgresStore(base, prefix=prefix)
-    raise PolicyError(
-        f"--store: {scheme or url!r} is not a shared store (sqlite:///PATH, redis://..., "
-        "postgresql://...)",
-        field="store",
-    )
-
-
 def _mapping(spec: str, option: str) -> Mapping[str, Callable[..., Any]]:
     module_name, _, name = spec.partition(":")
     if not module_name or not name:
@@ -133,7 +94,10 @@ def _mapping(spec: str, option: str) -> Mapping[str, Callable[..., Any]]:
 
 
 def _run_drain(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
+    from toolbreaker.cli._stores import open_store
+
+    _check_usage(args)
+    store = open_store(args.store)  # never created: an empty new store would drain nothing
     try:
         return _drain(args, store)
     except NotImplementedError:
@@ -144,29 +108,40 @@ def _run_drain(args: argparse.Namespace) -> int:
         store.close()
 
 
+def _check_usage(args: argparse.Namespace) -> None:
+    """The arguments' own errors, before any store is opened (a bad sheet, say)."""
+    if args.dry_run and args.prune_done is None:
+        raise PolicyError("--dry-run goes with --prune-done", field="dry-run")
+    if args.list:
+        return
+    if args.prune_done is not None:
+        parse_older_than(args.prune_done)
+        if args.tools or args.reconcile or args.sheet:
+            raise PolicyError("--prune-done runs nothing: no --tools, --reconcile or --sheet")
+        return
+    if args.sheet:
+        Registry.from_toml(args.sheet).close()  # validated as drain will load it
+    if not args.tools:
+        raise PolicyError("drain needs --tools MODULE:NAME (or --list)", field="tools")
+
+
 def _drain(args: argparse.Namespace, store: Any) -> int:
     if not hasattr(store, "record_list"):
         raise PolicyError(
             f"--store: {type(store).__name__} keeps no records (no queue)", field="store"
         )
-    if args.dry_run and args.prune_done is None:
-        raise PolicyError("--dry-run goes with --prune-done", field="dry-run")
     if args.list:
         for item in queued_items(store, dependency=args.dependency):
             sys.stdout.write(json.dumps(item, sort_keys=True, default=str) + "\n")
         return 0
     if args.prune_done is not None:
         older_than = parse_older_than(args.prune_done)
-        if args.tools or args.reconcile or args.sheet:
-            raise PolicyError("--prune-done runs nothing: no --tools, --reconcile or --sheet")
         pruned = prune_done(
             store, older_than=older_than, dependency=args.dependency, dry_run=args.dry_run
         )
         _print_pruned(pruned, args.prune_done.strip())
         return 0
     registry = Registry.from_toml(args.sheet, store=store) if args.sheet else None
-    if not args.tools:
-        raise PolicyError("drain needs --tools MODULE:NAME (or --list)", field="tools")
     tools = _mapping(args.tools, "--tools")
     reconcile = _mapping(args.reconcile, "--reconcile") if args.reconcile else None
     report = drain(

@@ -26,6 +26,7 @@ from toolbreaker.errors import PolicyError, TraceError
 
 __all__ = ["add_commands", "export_trace", "parse_since", "stream_signals"]
 
+_STREAM_HELP = "the event stream: sqlite:///PATH or redis://... (read, never created)"
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -35,7 +36,7 @@ def add_commands(commands: Any) -> None:
     cmd = commands.add_parser(
         "export", help="write the shared event stream as a trace that replay accepts"
     )
-    cmd.add_argument("--store", required=True, help="memory://, sqlite:///PATH or redis://...")
+    cmd.add_argument("--store", required=True, help=_STREAM_HELP)
     cmd.add_argument("--since", help="ISO time (UTC unless it says) or an age: 30s, 15m, 2h, 1d")
     cmd.add_argument("--dependency", help="only this dependency (or breaker key)")
     cmd.add_argument("--out", help="write here instead of stdout")
@@ -54,7 +55,7 @@ def add_commands(commands: Any) -> None:
     cmd = commands.add_parser(
         "dashboard", help="serve a live breaker dashboard on 127.0.0.1 (extra: dashboard)"
     )
-    cmd.add_argument("--store", required=True, help="memory://, sqlite:///PATH or redis://...")
+    cmd.add_argument("--store", required=True, help=_STREAM_HELP)
     cmd.add_argument("--port", type=int, default=8765)
     cmd.add_argument(
         "--allow-actions",
@@ -83,7 +84,7 @@ def parse_since(text: str, now: float) -> float:
 def _entries(url: str, since: str | None) -> list[dict[str, Any]]:
     from toolbreaker.instrumentation.stream import iter_entries, open_stream
 
-    stream = open_stream(url)
+    stream = open_stream(url, create=False)  # a reader never makes the stream it reads
     try:
         entries = [entry for _, entry in iter_entries(stream)]
     finally:

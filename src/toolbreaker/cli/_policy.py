@@ -6,52 +6,13 @@ import argparse
 import json
 import sys
 from typing import Any
-from urllib.parse import urlsplit
 
+from toolbreaker.cli._stores import SHARED_STORES as _STORE_HELP
+from toolbreaker.cli._stores import open_store
 from toolbreaker.core.files import printable
 from toolbreaker.errors import PolicyError
 
-__all__ = ["add_commands", "open_store"]
-
-_STORE_HELP = "sqlite:///PATH, redis://HOST:PORT/DB or postgresql://..."
-
-
-def open_store(url: str) -> Any | None:
-    """The breaker store a ``--store`` URL names; ``None`` for ``memory://``.
-
-    ``sqlite:///PATH``, ``redis://``/``rediss://``/``unix://`` and ``postgres://``/
-    ``postgresql://``. A ``memory://`` store is one process's memory, which no other
-    process can reach.
-
-    Raises:
-        PolicyError: a URL naming no store (field ``store``).
-    """
-    from toolbreaker.instrumentation.stream import masked_url
-
-    scheme = urlsplit(url).scheme
-    if scheme == "memory":
-        return None
-    if scheme == "sqlite":
-        from toolbreaker.stores.sqlite import SQLiteStore
-
-        path = url[len("sqlite://") :].split("?", 1)[0]
-        if not path:
-            raise PolicyError(
-                "sqlite:// needs a path, e.g. sqlite:///var/tb/state.db", field="store"
-            )
-        return SQLiteStore(path)
-    if scheme in ("redis", "rediss", "unix"):
-        from toolbreaker.stores.redis import RedisStore
-
-        return RedisStore(url.split("?", 1)[0])
-    if scheme in ("postgres", "postgresql"):
-        from toolbreaker.stores.postgres import PostgresStore
-
-        return PostgresStore(url)
-    raise PolicyError(
-        f"unknown store URL {masked_url(url)!r} (use {_STORE_HELP})",
-        field="store",
-    )
+__all__ = ["add_commands"]
 
 
 def add_commands(commands: Any) -> None:
@@ -66,6 +27,11 @@ def add_commands(commands: Any) -> None:
     cmd.add_argument("sheet", help="the boundary sheet (TOML)")
     cmd.add_argument("--store", required=True, help=_STORE_HELP)
     cmd.add_argument("--note", help="why (shown by policy show)")
+    cmd.add_argument(
+        "--over-corrupt",
+        metavar="REASON",
+        help="replace a published record that does not decode; the reason is recorded",
+    )
     cmd.add_argument("--name", default="default", help="the sheet's name (default: default)")
     cmd.set_defaults(run_command=_run_publish)
 
@@ -77,22 +43,14 @@ def add_commands(commands: Any) -> None:
     cmd.set_defaults(run_command=_run_show)
 
 
-def _shared(url: str) -> Any:
-    store = open_store(url)
-    if store is None:
-        raise PolicyError(
-            f"memory:// is one process's memory: publish to a shared store ({_STORE_HELP})",
-            field="store",
-        )
-    return store
-
-
 def _run_publish(args: argparse.Namespace) -> int:
     from toolbreaker.runtime.fleet._registry import publish_policy
 
-    store = _shared(args.store)
+    store = open_store(args.store, create=True)  # publishing may make the fleet's store
     try:
-        sheet = publish_policy(store, args.sheet, name=args.name, note=args.note)
+        sheet = publish_policy(
+            store, args.sheet, name=args.name, note=args.note, over_corrupt=args.over_corrupt
+        )
     finally:
         store.close()
     print(
@@ -105,7 +63,7 @@ def _run_publish(args: argparse.Namespace) -> int:
 def _run_show(args: argparse.Namespace) -> int:
     from toolbreaker.runtime.fleet._published import read_published
 
-    store = _shared(args.store)
+    store = open_store(args.store)
     try:
         sheet = read_published(store, args.name)
     finally:
@@ -125,6 +83,8 @@ def _run_show(args: argparse.Namespace) -> int:
         f"published  {printable(sheet.published_at)} by {printable(sheet.published_by)}",
         f"note       {printable(sheet.note) if sheet.note is not None else '-'}",
     ]
+    if sheet.over_corrupt is not None:
+        lines.append(f"replaced   a record that did not decode: {printable(sheet.over_corrupt)}")
     print("\n".join(lines))
     if args.text:
         print()

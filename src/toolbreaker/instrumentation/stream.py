@@ -164,14 +164,21 @@ class SQLiteStream:
     """The stream in an SQLite table, shared by the processes of one host.
 
     Keeps the newest ``retain`` rows: each append deletes the rows older than that, by
-    primary key, in the same transaction.
+    primary key, in the same transaction. ``create=False`` opens only a file that holds
+    a stream already and changes nothing in it (what ``export``, ``advise`` and the
+    dashboard do): anything else raises :class:`StoreUnavailable`.
     """
 
-    def __init__(self, path: str | Path, *, retain: int = _DEFAULT_KEEP) -> None:
+    def __init__(
+        self, path: str | Path, *, retain: int = _DEFAULT_KEEP, create: bool = True
+    ) -> None:
         self.path = str(path)
         self.url = f"sqlite://{self.path}"
         self.retain = _positive(retain, "retain")
         self._lock = threading.Lock()
+        if not create:
+            self._db = _existing_stream(self.path)
+            return
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=1.0, isolation_level=None, check_same_thread=False
@@ -225,6 +232,31 @@ class SQLiteStream:
         """Close the connection."""
         with self._lock:
             self._db.close()
+
+
+def _existing_stream(path: str) -> sqlite3.Connection:
+    """A connection to the stream in the file ``path``, which must hold one already."""
+    from toolbreaker.stores.sqlite import connect_existing
+
+    try:
+        db = connect_existing(path)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"event stream {path}: {exc}") from None
+    try:
+        db.execute("PRAGMA busy_timeout = 1000")
+        found = db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'toolbreaker_events'"
+        ).fetchone()
+    except sqlite3.Error as exc:
+        db.close()
+        raise StoreUnavailable(f"event stream {path}: {exc}") from None
+    if found is None:
+        db.close()
+        raise StoreUnavailable(
+            f"{path} holds no event stream (no toolbreaker_events table): nothing was "
+            "ever published to it, or it is another file"
+        )
+    return db
 
 
 class RedisStream:
@@ -291,11 +323,17 @@ def masked_url(url: str) -> str:
     return parts._replace(netloc=f"{user}:***@{host}").geturl()
 
 
-def open_stream(url: str) -> EventStream:
+def open_stream(url: str, *, create: bool = True) -> EventStream:
     """The stream a URL names: ``memory://NAME``, ``sqlite:///PATH``, ``redis://...``.
 
     Options go in the query: ``maxlen`` (memory, redis), ``retain`` (sqlite), ``key``
     (redis). Raises :class:`PolicyError` (field ``store``) for a URL it cannot use.
+
+    ``create=False`` is for readers: only a stream that is there and answers, else
+    :class:`StoreUnavailable` (an SQLite file that does not exist or holds no stream, a
+    Redis that does not answer; an empty Redis stream is there) or :class:`PolicyError`
+    (a ``memory://`` stream this process never opened: another process's memory, which
+    it cannot see).
     """
     parts = urlsplit(url)
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -312,6 +350,13 @@ def open_stream(url: str) -> EventStream:
         maxlen = number("maxlen")
         with _memory_lock:
             found = _memory_streams.get(name)
+            if found is None and not create:
+                raise PolicyError(
+                    f"{masked_url(url)} is not a stream of this process: memory:// is one "
+                    "process's memory, and a command run on its own is another process, "
+                    "which would see nothing (publish to sqlite:///PATH or redis://HOST:PORT/DB)",
+                    field="store",
+                )
             if found is None:
                 found = _memory_streams[name] = MemoryStream(maxlen, url=f"memory://{name}")
         stream = found
@@ -321,7 +366,7 @@ def open_stream(url: str) -> EventStream:
             raise PolicyError(
                 "sqlite:// needs a path, e.g. sqlite:///var/tb/events.db", field="store"
             )
-        stream = SQLiteStream(path, retain=number("retain"))
+        stream = SQLiteStream(path, retain=number("retain"), create=create)
     elif parts.scheme in ("redis", "rediss", "unix"):
         key = options.pop("key", "toolbreaker:events")
         maxlen = number("maxlen")
@@ -338,6 +383,12 @@ def open_stream(url: str) -> EventStream:
             f"unknown option(s) {', '.join(sorted(options))} in {masked_url(url)!r}",
             field="store",
         )
+    if not create:
+        try:
+            stream.read(None, 1)  # a reader is told now when the stream does not answer
+        except StoreUnavailable:
+            stream.close()
+            raise
     return stream
 
 

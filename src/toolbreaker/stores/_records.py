@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.errors import StoreUnavailable
+from toolbreaker.errors import RecordCorrupt
 from toolbreaker.stores._protocol import Records
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "acquire_lease",
     "breaker_space",
     "check_version",
+    "corrupt_record",
     "decode_record",
     "encode_record",
     "release_lease",
@@ -86,15 +87,26 @@ def encode_record(space: str, key: str, value: Mapping[str, Any]) -> bytes:
     return text
 
 
-def decode_record(raw: object, space: str) -> dict[str, Any]:
-    """A stored record's JSON text as a dict; anything else is a store fault."""
+def decode_record(raw: object, space: str, key: str, version: int | None) -> dict[str, Any]:
+    """A stored record's JSON text as a dict; anything else is :class:`RecordCorrupt`."""
     try:
         value = json.loads(raw) if isinstance(raw, (str, bytes)) else None
     except (ValueError, RecursionError):
         value = None
     if not isinstance(value, dict):
-        raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        raise corrupt_record(space, key, version)
     return value
+
+
+def corrupt_record(space: str, key: str, version: int | None) -> RecordCorrupt:
+    """The error for the record ``(space, key)`` that does not decode."""
+    at = f" (version {version})" if version is not None else " (its version unreadable)"
+    return RecordCorrupt(
+        f"the record {key!r} in space {space!r} does not decode{at}",
+        space=space,
+        key=key,
+        version=version,
+    )
 
 
 def acquire_lease(

@@ -175,13 +175,15 @@ class SharedStore(ABC):
         """The record and its version (see :class:`~toolbreaker.stores.Records`).
 
         Raises:
+            RecordCorrupt: the record is there but does not decode.
             StoreUnavailable: the store is unreachable, or the record does not validate.
         """
         encode_record(space, key, {})
         found = self._record_read(space, key)
         if found is None:
             return None
-        return decode_record(found[0], space), _stored_version(found[1], space)
+        version = _stored_version(found[1], space)
+        return decode_record(found[0], space, key, version), version
 
     def record_put(
         self, space: str, key: str, value: Mapping[str, Any], *, version: int | None = None
@@ -216,9 +218,9 @@ class SharedStore(ABC):
         """
         encode_record(space, "-", {})
         found = sorted(self._record_read_all(space), key=lambda row: row[0])
+        listed = [(key, raw, _stored_version(version, space)) for key, raw, version in found]
         return [
-            (key, decode_record(raw, space), _stored_version(version, space))
-            for key, raw, version in found
+            (key, decode_record(raw, space, key, version), version) for key, raw, version in listed
         ]
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -96,7 +96,7 @@ class MemoryStore:
         """A copy of the record and its version (see :class:`~toolbreaker.stores.Records`)."""
         with self._lock:
             found = self._records.get(space, {}).get(key)
-        return None if found is None else (decode_record(found[0], space), found[1])
+        return None if found is None else (decode_record(found[0], space, key, found[1]), found[1])
 
     def record_put(
         self, space: str, key: str, value: Mapping[str, Any], *, version: int | None = None
@@ -127,7 +127,10 @@ class MemoryStore:
         """Copies of every record of ``space``, sorted by key."""
         with self._lock:
             found = sorted(self._records.get(space, {}).items())
-        return [(key, decode_record(text, space), version) for key, (text, version) in found]
+        return [
+            (key, decode_record(text, space, key, version), version)
+            for key, (text, version) in found
+        ]
 
 
 def in_process(stores: Iterable[object]) -> bool:

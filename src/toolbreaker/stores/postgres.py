@@ -193,6 +193,9 @@ class PostgresStore(CompareAndSetStore):
         volatile_journal: keep the run journal even on a server running with
             ``fsync = off``; otherwise the first journal use raises
             :class:`~toolbreaker.errors.JournalNotDurable` there.
+        create: ``False`` uses only a store that is there: where the database holds no
+            tables of ``prefix`` (a mistyped prefix or database), every use raises
+            :class:`~toolbreaker.errors.StoreUnavailable` and nothing is created.
 
     Use it as a context manager, or call :meth:`close` (and ``await`` :meth:`aclose`
     after asyncio use), to stop the listener and close the connections.
@@ -208,6 +211,7 @@ class PostgresStore(CompareAndSetStore):
         backoff: float = 0.1,
         ping_interval: float = 1.0,
         volatile_journal: bool = False,
+        create: bool = True,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.001),
@@ -247,6 +251,7 @@ class PostgresStore(CompareAndSetStore):
         self._lock = threading.Lock()
         self._conn: Any = None
         self._schema_ready = False
+        self._create = bool(create)
         self._aconn: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._alock: asyncio.Lock | None = None
@@ -435,6 +440,11 @@ class PostgresStore(CompareAndSetStore):
                 ),
             ).fetchone()
             if not (exists and exists[0]):
+                if not self._create:
+                    raise StoreUnavailable(
+                        f"{self._what} holds no toolbreaker store with prefix "
+                        f"{self.prefix!r} (nothing was created)"
+                    )
                 conn.execute(schema)
         self._schema_ready = True
 

@@ -67,6 +67,10 @@ _WRITE: Final = (
 _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _CHUNK: Final = 500  # keys per IN (...) query, well under SQLite's variable limit
 _IN_MEMORY: Final = frozenset({"", ":memory:"})
+_OURS: Final = (
+    "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+    "('toolbreaker_breakers', 'toolbreaker_journal', 'toolbreaker_records')"
+)
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -99,6 +103,11 @@ class SQLiteStore(SharedStore):
 
     Args:
         path: the database file; created with its tables on first use.
+        create: ``False`` opens only an existing toolbreaker database, at once: a
+            missing file, or one without toolbreaker's tables, raises
+            :class:`~toolbreaker.errors.StoreUnavailable` and nothing is created (what
+            a command that only reads wants: a mistyped path is an error, not an empty
+            store).
         timeout: seconds to wait for the write lock before raising ``StoreUnavailable``.
         poll_interval: seconds between two checks for changes made by other processes.
         backoff: after a failure, seconds during which calls fail at once instead of
@@ -124,6 +133,7 @@ class SQLiteStore(SharedStore):
         poll_interval: float = 0.005,
         backoff: float = 0.1,
         volatile_journal: bool = False,
+        create: bool = True,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.0),
@@ -135,6 +145,7 @@ class SQLiteStore(SharedStore):
         self.path = str(path)
         self.timeout = float(timeout)
         self.poll_interval = float(poll_interval)
+        self._create = bool(create)
         self._what = f"SQLite store {self.path!r}"
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
@@ -142,6 +153,11 @@ class SQLiteStore(SharedStore):
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+        if not self._create:
+            try:
+                self._conn = _open(self.path, create=False)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"{self._what}: {exc}") from None
 
     # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
@@ -355,7 +371,7 @@ class SQLiteStore(SharedStore):
     def _connection(self) -> sqlite3.Connection:
         conn = self._conn
         if conn is None:
-            conn = self._conn = _open(self.path)
+            conn = self._conn = _open(self.path, create=self._create)
         return conn
 
     def _start_poller(self) -> None:
@@ -373,7 +389,7 @@ class SQLiteStore(SharedStore):
             while not self._stop.wait(self.poll_interval):
                 try:
                     if conn is None:
-                        conn = _open(self.path)
+                        conn = _open(self.path, create=self._create)
                         seen = None
                     changed = conn.execute("PRAGMA data_version").fetchone()[0]
                     views = [v for v in self._book.views() if v.wanted and v.policy is not None]
@@ -409,6 +425,33 @@ class SQLiteStore(SharedStore):
                 self._book.sync(view, state, version)
 
 
+def connect_existing(path: str) -> sqlite3.Connection:
+    """A connection to the SQLite file ``path`` that never creates it (``mode=rw``).
+
+    Raises:
+        sqlite3.OperationalError: no file is there (``the file does not exist``), or it
+            cannot be opened.
+    """
+    if path in _IN_MEMORY:
+        raise sqlite3.OperationalError("an in-memory database never exists already")
+    uri = f"{Path(path).absolute().as_uri()}?mode=rw"
+    try:
+        return sqlite3.connect(
+            uri, uri=True, timeout=0, isolation_level=None, check_same_thread=False
+        )
+    except sqlite3.OperationalError:
+        if not Path(path).exists():
+            raise sqlite3.OperationalError(
+                "the file does not exist (nothing was created)"
+            ) from None
+        raise
+
+
+def _check_ours(conn: sqlite3.Connection) -> None:
+    if not conn.execute(_OURS).fetchone()[0]:
+        raise sqlite3.DatabaseError("not a toolbreaker store (it has none of its tables)")
+
+
 @contextlib.contextmanager
 def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
     """One write transaction, taken at once (``BEGIN IMMEDIATE``), rolled back on error."""
@@ -422,10 +465,19 @@ def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
         raise
 
 
-def _open(path: str) -> sqlite3.Connection:
-    """A connection in WAL mode with the schema in place; busy errors are retried by callers."""
-    conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+def _open(path: str, *, create: bool = True) -> sqlite3.Connection:
+    """A connection in WAL mode with the schema in place; busy errors are retried by callers.
+
+    ``create=False``: only a file that exists and holds toolbreaker's tables (a table of
+    an older version that is missing is added, as any process of this version would).
+    """
+    if create:
+        conn = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
+    else:
+        conn = connect_existing(path)
     try:
+        if not create:
+            _check_ours(conn)
         conn.execute("PRAGMA busy_timeout = 0")
         if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             conn.execute("PRAGMA journal_mode = WAL")

@@ -9,8 +9,14 @@ one after the other, with two revisions; neither is lost.
 Followers (:class:`PolicyFollower`) poll the record on a thread (jittered), validate a
 new revision exactly as :meth:`~toolbreaker.Registry.from_toml` validates a file, and
 hand it to their registry. A revision that does not validate, or a record that does not
-decode, is refused: the follower keeps the last revision it validated, counts the
-refusal and logs it (masked). A store that cannot be read changes nothing either.
+decode (the store answered with bytes that are no record), is refused: the follower
+keeps the last revision it validated, counts the refusal and logs it (masked). A store
+that cannot be read changes nothing either; that is counted as a read error.
+
+A record that does not decode is never overwritten by accident: a publisher replaces it
+only when told to (``over_corrupt``, the operator's reason, kept in the new record beside
+who and when), by compare-and-set on the garbled record's version, with a revision above
+any it could have held.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from toolbreaker.core.files import shown
-from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.errors import PolicyError, RecordCorrupt, StoreUnavailable
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.stores._protocol import Records
 
@@ -46,6 +52,8 @@ POLICY_SPACE: Final = "toolbreaker.policy"
 POLICY_SCHEMA: Final = "toolbreaker.policy/v1"
 #: How many times a publisher retries a compare-and-set another publisher won.
 _PUBLISH_ATTEMPTS: Final = 64
+#: What a follower remembers it saw of a record that does not decode.
+_GARBLED: Final = object()
 #: The shortest and longest poll interval a follower accepts, in seconds.
 MIN_POLL_S: Final = 0.05
 MAX_POLL_S: Final = 3600.0
@@ -64,6 +72,8 @@ class PublishedSheet:
         published_by: who (``user@host`` unless the publisher said otherwise).
         note: the publisher's note, if any.
         record_version: the store record's version (changes on every write).
+        over_corrupt: the operator's reason, when this revision replaced a record that
+            did not decode.
     """
 
     name: str
@@ -74,6 +84,7 @@ class PublishedSheet:
     published_by: str
     note: str | None
     record_version: int
+    over_corrupt: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The revision without its text, JSON-ready (what ``policy show --json`` prints)."""
@@ -84,6 +95,7 @@ class PublishedSheet:
             "published_at": self.published_at,
             "published_by": self.published_by,
             "note": self.note,
+            "over_corrupt": self.over_corrupt,
             "bytes": len(self.text.encode("utf-8")),
         }
 
@@ -115,6 +127,7 @@ def _decode(name: str, value: Mapping[str, Any], version: int) -> PublishedSheet
             f"published sheet {name!r} revision {revision}: the text does not match its sha256"
         )
     at, by, note = value.get("published_at"), value.get("published_by"), value.get("note")
+    over = value.get("over_corrupt")
     return PublishedSheet(
         name=name,
         revision=revision,
@@ -124,6 +137,17 @@ def _decode(name: str, value: Mapping[str, Any], version: int) -> PublishedSheet
         published_by=by if isinstance(by, str) else "",
         note=note if isinstance(note, str) else None,
         record_version=version,
+        over_corrupt=over if isinstance(over, str) else None,
+    )
+
+
+def _corrupt(name: str, exc: RecordCorrupt) -> PolicyError:
+    at = f" (record version {exc.version})" if exc.version is not None else ""
+    return PolicyError(
+        f"published sheet {name!r} does not decode{at}: replace it with a valid revision "
+        "by toolbreaker policy publish SHEET --over-corrupt REASON (or publish_policy(..., "
+        "over_corrupt=REASON)); who and why are recorded",
+        field="over-corrupt",
     )
 
 
@@ -135,9 +159,12 @@ def read_published(store: Records, name: str = "default") -> PublishedSheet | No
 
     Raises:
         StoreUnavailable: the store could not be read.
-        PolicyError: the record does not decode as a published sheet.
+        PolicyError: the record does not decode as a published sheet (or at all).
     """
-    found = store.record_get(POLICY_SPACE, name)
+    try:
+        found = store.record_get(POLICY_SPACE, name)
+    except RecordCorrupt as exc:
+        raise _corrupt(name, exc) from None
     if found is None:
         return None
     return _decode(name, found[0], found[1])
@@ -150,25 +177,63 @@ def write_published(
     name: str = "default",
     note: str | None = None,
     by: str | None = None,
+    over_corrupt: str | None = None,
 ) -> PublishedSheet:
     """Publish ``text`` (already validated) as the next revision of ``name``.
 
     Compare-and-set on the record's version: a publisher that lost the race reads the
     winner's revision and tries again, so every publication lands with its own revision.
+    A record that does not decode is replaced only with ``over_corrupt`` (the reason,
+    kept in the new record), and then only that record: by its version when the store
+    can read it, its version + 1 becoming the revision (no revision it held was higher).
 
     Raises:
         StoreUnavailable: the store could not be reached, or publishers kept winning
             the race for longer than a publisher waits.
-        PolicyError: the sheet is too large to be a record, or ``note`` is not text.
+        PolicyError: the sheet is too large to be a record, ``note`` or ``over_corrupt``
+            is not text, the record does not decode and ``over_corrupt`` is not given,
+            or it is given and the record decodes (field ``over-corrupt``).
     """
     if note is not None and (not isinstance(note, str) or len(note) > 1000):
         raise PolicyError("a note is text of at most 1000 characters", field="note")
+    if over_corrupt is not None and (
+        not isinstance(over_corrupt, str) or not 0 < len(over_corrupt.strip()) <= 1000
+    ):
+        raise PolicyError(
+            "--over-corrupt needs a reason of 1 to 1000 characters", field="over-corrupt"
+        )
     digest = _sha256(text)
     who = by or published_by()
+    removed = False
+    corrupt: int | None  # the version of the record that does not decode, if one is there
     for _ in range(_PUBLISH_ATTEMPTS):
-        found = store.record_get(POLICY_SPACE, name)
+        try:
+            found = store.record_get(POLICY_SPACE, name)
+        except RecordCorrupt as exc:
+            if over_corrupt is None:
+                raise _corrupt(name, exc) from None
+            if exc.version is None:
+                # Not even its version reads: remove it, then publish into the empty slot.
+                removed = store.record_delete(POLICY_SPACE, name) or removed
+                continue
+            found, corrupt = None, exc.version
+        else:
+            corrupt = None
+            if over_corrupt is not None and not removed:
+                raise PolicyError(
+                    f"--over-corrupt: published sheet {name!r} decodes"
+                    + (
+                        f" (revision {found[0].get('revision')})"
+                        if found
+                        else " (none is published)"
+                    )
+                    + ": publish without it",
+                    field="over-corrupt",
+                )
         revision, expected = 1, 0
-        if found is not None:
+        if corrupt is not None:
+            revision, expected = corrupt + 1, corrupt
+        elif found is not None:
             previous = found[0].get("revision")
             # A corrupt record is overwritten, never trusted: its revision only if sane.
             if type(previous) is int and previous >= 1:
@@ -185,12 +250,16 @@ def write_published(
         }
         if note is not None:
             value["note"] = note
+        if over_corrupt is not None:
+            value["over_corrupt"] = over_corrupt
         try:
             version = store.record_put(POLICY_SPACE, name, value, version=expected)
         except ValueError as exc:
             raise PolicyError(f"cannot publish: {exc}", field="sheet") from None
         if version is not None:
-            return PublishedSheet(name, revision, digest, text, at, who, note, version)
+            return PublishedSheet(
+                name, revision, digest, text, at, who, note, version, over_corrupt
+            )
     raise StoreUnavailable(f"gave up publishing {name!r}: other publishers kept winning")
 
 
@@ -204,8 +273,9 @@ class PolicyFollower:
         current: the last revision this process validated and adopted (``None`` until
             one is).
         adopted: revisions adopted.
-        refused: revisions (or records) refused because they did not validate.
-        read_errors: polls that could not read the store.
+        refused: revisions (or records) refused because they did not validate or did
+            not decode; each is counted once, however often it is polled.
+        read_errors: polls that could not read the store (an outage).
     """
 
     def __init__(
@@ -234,7 +304,7 @@ class PolicyFollower:
         self.refused = 0
         self.read_errors = 0
         self._adopt = adopt
-        self._seen: tuple[int, object] | None = (
+        self._seen: tuple[int | None, object] | None = (
             None if current is None else (current.record_version, current.sha256)
         )
         self._lock = threading.Lock()
@@ -247,6 +317,10 @@ class PolicyFollower:
         with self._lock:
             try:
                 found = self.store.record_get(POLICY_SPACE, self.name)
+            except RecordCorrupt as exc:
+                # The store answered: a bad record is a refusal, not an outage.
+                self._refuse((exc.version, _GARBLED), _corrupt(self.name, exc))
+                return False
             except StoreUnavailable as exc:
                 self.read_errors += 1
                 log.warning(f"toolbreaker: cannot read published sheet {self.name!r}: {exc}")
@@ -269,11 +343,7 @@ class PolicyFollower:
                     return False
                 self._adopt(sheet)
             except PolicyError as exc:
-                self.refused += 1
-                hook_failed(
-                    f"published sheet {self.name!r} refused, keeping revision "
-                    f"{self.current.revision if self.current else 'none'}: {exc.located()}"
-                )
+                self._refuse(seen, exc)
                 return False
             self.current = sheet
             self.adopted += 1
@@ -282,6 +352,18 @@ class PolicyFollower:
                 f"({sheet.sha256[:12]})"
             )
             return True
+
+    def _refuse(self, seen: tuple[int | None, object], exc: PolicyError) -> None:
+        """Count and log one refused record (once: a record is seen again unchanged)."""
+        if seen[1] is _GARBLED:  # a record that decodes was marked seen before decoding
+            if seen == self._seen:
+                return
+            self._seen = seen
+        self.refused += 1
+        hook_failed(
+            f"published sheet {self.name!r} refused, keeping revision "
+            f"{self.current.revision if self.current else 'none'}: {exc.located()}"
+        )
 
     def start(self) -> None:
         """Poll on a daemon thread until :meth:`stop` (never on an event loop)."""

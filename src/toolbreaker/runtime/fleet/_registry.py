@@ -536,6 +536,7 @@ def publish_policy(
     name: str = "default",
     note: str | None = None,
     by: str | None = None,
+    over_corrupt: str | None = None,
 ) -> PublishedSheet:
     """Validate the boundary sheet file ``sheet`` and publish it to ``store``.
 
@@ -543,15 +544,20 @@ def publish_policy(
     the sheet becomes the next revision of ``name``, by compare-and-set, so concurrent
     publishers never lose one another's revision. Every registry following ``name``
     (:meth:`Registry.follow`, :meth:`Registry.from_store`) picks it up at its next poll.
+    A published record that does not decode is replaced only with ``over_corrupt``, the
+    operator's reason, which the new record keeps (see :func:`write_published`).
 
     Raises:
-        PolicyError: the sheet does not validate (nothing is published).
+        PolicyError: the sheet does not validate (nothing is published), or the record
+            does not decode and ``over_corrupt`` is not given.
         StoreUnavailable: the store could not be reached.
     """
     where = str(sheet)
     text = read_text(sheet, PolicyError, limit=MAX_CONFIG_BYTES)
     _build_text(Registry, text, where)
-    return write_published(_records(store), text, name=name, note=note, by=by)
+    return write_published(
+        _records(store), text, name=name, note=note, by=by, over_corrupt=over_corrupt
+    )
 
 
 def _build_text(cls: type[Registry], text: str, where: str, **kwargs: Any) -> Registry:

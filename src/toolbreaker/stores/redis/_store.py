@@ -21,6 +21,7 @@ from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.predicates import held_by_operator
 from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._records import corrupt_record
 from toolbreaker.stores._shell import CompareAndSetStore, Reply, Write
 from toolbreaker.stores._views import SharedView
 from toolbreaker.stores.redis._feeds import Feed, FeedSettings, ShardedFeed
@@ -262,7 +263,7 @@ class RedisStore(CompareAndSetStore):
             raw: object = self._client.hget(self._records_key(space), key)
         except self._errors as exc:
             raise self._record_fault(space, exc) from exc
-        return None if raw is None else _split_record(raw, space)
+        return None if raw is None else _split_record(raw, space, key)
 
     def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
         expected = "" if version is None else str(version)
@@ -293,8 +294,9 @@ class RedisStore(CompareAndSetStore):
         for name, raw in found.items():
             if not isinstance(name, bytes):
                 raise StoreUnavailable(f"the records of space {space!r} do not validate")
-            text, version = _split_record(raw, space)
-            rows.append((name.decode("utf-8", "replace"), text, version))
+            key = name.decode("utf-8", "replace")
+            text, version = _split_record(raw, space, key)
+            rows.append((key, text, version))
         return rows
 
     def _record_fault(self, space: str, exc: BaseException) -> StoreUnavailable:
@@ -530,11 +532,11 @@ def _tagged(name: str) -> bool:
     return start >= 0 and name.find("}", start + 1) > start + 1
 
 
-def _split_record(raw: object, space: str) -> tuple[object, int]:
-    """A stored ``b"<version> <json>"`` as (json, version); anything else is a store fault."""
+def _split_record(raw: object, space: str, key: str) -> tuple[object, int]:
+    """A stored ``b"<version> <json>"`` as (json, version); anything else is corrupt."""
     head, sep, body = raw.partition(b" ") if isinstance(raw, bytes) else (b"", b"", b"")
     if not sep or not head.isdigit() or int(head) < 1:
-        raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        raise corrupt_record(space, key, None)
     return body, int(head)
 
 
