@@ -15,7 +15,12 @@ from toolbreaker.testing import ToolService
 
 @pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    """A real store that keeps records."""
+    """A real store that keeps records.
+
+    Its timeouts are generous: these tests are about records, not timeouts, and a loaded
+    machine (two suites at once) can take longer than the 0.25 s default, which makes a
+    write's outcome unknown, as it should.
+    """
     kind = request.param
     if kind == "memory":
         made: Any = MemoryStore()
@@ -25,12 +30,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         from toolbreaker import RedisStore
 
         url = request.getfixturevalue("redis_url")
-        made = RedisStore(url, prefix=f"tb-{tmp_path.name}")
+        made = RedisStore(url, prefix=f"tb-{tmp_path.name}", socket_timeout=5)
     else:
         from toolbreaker import PostgresStore
 
         url = request.getfixturevalue("postgres_url")
-        made = PostgresStore(url, prefix=f"tb_{uuid.uuid4().hex[:12]}")
+        made = PostgresStore(url, prefix=f"tb_{uuid.uuid4().hex[:12]}", timeout=5)
     try:
         made.record_get("probe", "probe")
     except NotImplementedError:
