@@ -248,3 +248,19 @@ def test_bad_policy_and_retries(tmp_path, capsys):
     assert main(["simulate", "--retries", "-1", "--out", str(tmp_path / "f.svg")]) == 2
     assert capsys.readouterr().err == "error: --retries must be between 0 and 10, got -1\n"
     assert not (tmp_path / "f.svg").exists()
+
+
+def test_a_boundary_sheet_gives_each_dependency_its_row(tmp_path, capsys, seed_trace):
+    """simulate --policy SHEET: the breaker side is replay's totals under the same sheet."""
+    sheet = tmp_path / "sheet.toml"
+    sheet.write_text(
+        "[defaults]\ntimeout = 2.0\nfailure_threshold = 5\n\n"
+        "[search.default]\nfailure_threshold = 1\ncooldown_ms = 60000\n"
+    )
+    out = tmp_path / "f.svg"
+    assert main(["simulate", "--policy", str(sheet), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    remote, rejected = summary_totals(capsys, str(seed_trace), str(sheet))
+    assert rejected > 0  # the row's threshold of 1 opens search; the defaults' 5 would not
+    assert summary_totals(capsys, str(seed_trace), None) != (remote, rejected)
+    assert f"breaker:    {remote} remote attempts, {rejected} local rejection" in printed

@@ -141,7 +141,7 @@ class StreamingReplay(Replay):
                 "final_state": ledger.state.phase,
                 "recovered_from_corruption": ledger.state.recovered_from_corruption,
             }
-            if ledger.policy.version != self.policy.version:  # its own row of the sheet
+            if ledger.policy is not self.policy and ledger.policy.version != self.policy.version:
                 deps[name]["policy_version"] = ledger.policy.version
         return {
             "schema": RECEIPT_SCHEMA,

@@ -93,16 +93,16 @@ class Replay:
     ) -> None:
         self.sheet = policy if isinstance(policy, PolicySheet) else PolicySheet(policy)
         self.policy = self.sheet.defaults
-        self._quicks: dict[str, PlainStep | None] = {}  # per policy version
+        self._quicks: dict[int, PlainStep | None] = {}
         self._ledgers = {dep: self._ledger(dep, state) for dep, state in (initial or {}).items()}
 
     def _ledger(self, dependency: str, state: BreakerState) -> Ledger:
         """A new ledger of ``dependency``, under its policy."""
         policy = self.sheet.of(dependency)
-        version = policy.version
-        if version not in self._quicks:
-            self._quicks[version] = plain_step(policy)
-        return Ledger(state, policy, self._quicks[version])
+        key = id(policy)  # the sheet holds its policies: one decision function per policy
+        if key not in self._quicks:
+            self._quicks[key] = plain_step(policy)
+        return Ledger(state, policy, self._quicks[key])
 
     def feed(self, event: Event) -> tuple[Transition, ...]:
         """Apply one trace event; raises :class:`TraceError` for impossible input."""
@@ -357,7 +357,7 @@ def dependency_entry(
     if policy.admits_all or counts.would_reject:
         # Only under shadow mode or a forced close, so other receipts keep their bytes.
         entry["would_reject"] = counts.would_reject
-    if defaults is not None and policy.version != defaults.version:
+    if defaults is not None and policy is not defaults and policy.version != defaults.version:
         entry["policy"] = policy.to_dict()
         entry["policy_version"] = policy.version
     return entry
