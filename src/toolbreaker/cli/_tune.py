@@ -36,11 +36,20 @@ import math
 import re
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Final, overload
+from typing import IO, Any, Final, TextIO, overload
 
 from toolbreaker.cli._plot import FIGURE_SUFFIXES, MISSING, check_output, draw, load_matplotlib
+from toolbreaker.cli._sheet import (
+    is_sheet,
+    load_sheet_data,
+    sheet_of,
+    sheet_toml,
+    sheet_value,
+    split_field,
+    with_values,
+)
 from toolbreaker.cli._simulate import (
     CountingReplay,
     EventSource,
@@ -51,6 +60,7 @@ from toolbreaker.cli._simulate import (
 from toolbreaker.core.breaker.calibration import calibrate
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import diff
+from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import Event, Transition, opened
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
@@ -83,7 +93,7 @@ class Row:
 
     Attributes:
         number: the row number (from 1), what ``--write`` takes.
-        policy: the candidate.
+        policy: the candidate (a flat policy is a sheet of defaults alone).
         current: whether it is the current policy.
         remote_failing: remote attempts on dependencies that failed in the recording.
         remote: remote attempts on every dependency.
@@ -97,7 +107,7 @@ class Row:
     """
 
     number: int
-    policy: Policy
+    policy: PolicySheet
     current: bool
     remote_failing: int
     remote: int
@@ -125,14 +135,18 @@ def _value(text: str) -> int | str | None:
 
 
 def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[int | str | None]]]:
-    """``FIELD=V1,V2,...`` options as (field, values); values are checked by :class:`Policy`."""
+    """``FIELD=V1,V2,...`` options as (field, values); values are checked by :class:`Policy`.
+
+    ``FIELD`` is a policy field (of a boundary sheet's ``[defaults]``, which the rows
+    without a value of their own inherit) or ``DEPENDENCY.OPERATION.FIELD``: one row's.
+    """
     varied: list[tuple[str, list[int | str | None]]] = []
     for text in texts:
         name, sep, values = text.partition("=")
         name = name.strip()
         if not sep or not name:
             raise PolicyError(f"--vary needs FIELD=V1,V2,..., got {shown(text)}", field="vary")
-        if name not in _FIELDS:
+        if split_field(name)[2] not in _FIELDS:
             raise PolicyError(
                 f"--vary: unknown policy field {shown(name)} (known: {', '.join(_FIELDS)})",
                 field="vary",
@@ -149,9 +163,13 @@ def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[int | str | None]]]
 
 
 def candidates(
-    current: Policy, varied: Sequence[tuple[str, Sequence[int | str | None]]]
-) -> list[Policy]:
-    """The cartesian product of the varied values over ``current``, each validated."""
+    data: Mapping[str, Any], varied: Sequence[tuple[str, Sequence[int | str | None]]]
+) -> list[tuple[dict[str, Any], PolicySheet]]:
+    """The cartesian product of the varied values over the decoded policy file ``data``.
+
+    Each candidate is ``data`` with its values (:func:`~toolbreaker.cli._sheet.with_values`)
+    and its policies, validated by the one parser of sheets and policies.
+    """
     count = math.prod(len(values) for _, values in varied)
     if count > MAX_CANDIDATES:
         raise PolicyError(
@@ -159,13 +177,13 @@ def candidates(
             "vary fewer fields or fewer values",
             field="vary",
         )
-    base = current.to_dict()
-    out: list[Policy] = []
+    out: list[tuple[dict[str, Any], PolicySheet]] = []
     names = [name for name, _ in varied]
     for combination in itertools.product(*(values for _, values in varied)):
         changes = dict(zip(names, combination, strict=True))
         try:
-            out.append(Policy.from_dict({**base, **changes}))
+            candidate = with_values(data, changes)
+            out.append((candidate, sheet_of(candidate)))
         except PolicyError as exc:
             what = ", ".join(f"{k}={shown(v)}" for k, v in changes.items())
             raise PolicyError(
@@ -231,7 +249,7 @@ class ParsedTrace:
         self.close()
 
 
-def evaluate(inputs: EventSource, policy: Policy, number: int, current: bool) -> Row:
+def evaluate(inputs: EventSource, policy: Policy | PolicySheet, number: int, current: bool) -> Row:
     """Replay ``inputs`` once under ``policy`` through the core and count (streaming)."""
     remote: dict[str, int] = {}
     failing: set[str] = set()
@@ -254,7 +272,7 @@ def evaluate(inputs: EventSource, policy: Policy, number: int, current: bool) ->
         unknown = sum(len(ledger.unsettled) for ledger in driver.ledgers().values())
     return Row(
         number=number,
-        policy=policy,
+        policy=policy if isinstance(policy, PolicySheet) else PolicySheet(policy),
         current=current,
         remote_failing=sum(n for dep, n in remote.items() if dep in failing),
         remote=sum(remote.values()),
@@ -269,21 +287,34 @@ def evaluate(inputs: EventSource, policy: Policy, number: int, current: bool) ->
 
 
 def _grid(
-    current: Policy, varied: Sequence[tuple[str, Sequence[int | str | None]]]
-) -> list[Policy]:
-    """The rows' policies: the current one first when the grid does not hold it."""
-    grid = candidates(current, varied)
-    if all(p.version != current.version for p in grid):
-        grid.insert(0, current)
+    data: Mapping[str, Any],
+    current: PolicySheet,
+    varied: Sequence[tuple[str, Sequence[int | str | None]]],
+) -> list[tuple[dict[str, Any], PolicySheet]]:
+    """The rows' files and policies: the current one first when the grid does not hold it."""
+    grid = candidates(data, varied)
+    if all(sheet.version != current.version for _, sheet in grid):
+        grid.insert(0, (dict(data), current))
     return grid
 
 
-def tune(inputs: EventSource, grid: Sequence[Policy], current: Policy) -> list[Row]:
-    """One row per policy of ``grid``, each from its own replay of ``inputs``."""
-    return [
-        evaluate(inputs, policy, number, policy.version == current.version)
-        for number, policy in enumerate(grid, start=1)
-    ]
+def tune(
+    inputs: EventSource,
+    grid: Sequence[PolicySheet],
+    current: PolicySheet,
+    progress: TextIO | None = None,
+) -> list[Row]:
+    """One row per policy of ``grid``, each from its own replay of ``inputs``.
+
+    ``progress``, when given, hears a line per candidate replayed (stderr).
+    """
+    rows = []
+    for number, policy in enumerate(grid, start=1):
+        rows.append(evaluate(inputs, policy, number, policy.version == current.version))
+        if progress is not None:
+            progress.write(f"tune: replayed candidate {number} of {len(grid)}\n")
+            progress.flush()
+    return rows
 
 
 def add_command(commands: Any) -> None:
@@ -297,9 +328,15 @@ def add_command(commands: Any) -> None:
         action="append",
         default=[],
         metavar="FIELD=V1,V2",
-        help="a policy field and its candidate values (repeat for a grid)",
+        help=(
+            "a policy field and its candidate values (repeat for a grid); "
+            "DEPENDENCY.OPERATION.FIELD varies one row of a boundary sheet"
+        ),
     )
-    cmd.add_argument("--policy", help="the current policy TOML (default: built-in defaults)")
+    cmd.add_argument(
+        "--policy",
+        help="the current boundary sheet or flat policy TOML (default: built-in defaults)",
+    )
     cmd.add_argument(
         "--out",
         action="append",
@@ -340,7 +377,7 @@ def _table(rows: Sequence[Row], names: Sequence[str]) -> list[list[str]]:
         table.append(
             [
                 f"{'*' if row.current else ' '}{row.number}",
-                *(_cell(getattr(row.policy, name)) for name in names),
+                *(_cell(sheet_value(row.policy, name)) for name in names),
                 str(row.remote_failing),
                 str(row.rejected_succeeded),
                 str(row.unknown),
@@ -403,7 +440,7 @@ def _write_csv(rows: Sequence[Row], names: Sequence[str], target: Path) -> None:
                         row.number,
                         int(row.current),
                         *(
-                            "" if getattr(row.policy, n) is None else getattr(row.policy, n)
+                            "" if sheet_value(row.policy, n) is None else sheet_value(row.policy, n)
                             for n in names
                         ),
                         row.policy.version,
@@ -513,15 +550,15 @@ def run_tune(args: argparse.Namespace) -> int:
         except ImportError:
             print(f"error: {MISSING}", file=sys.stderr)
             return 2
-    current = Policy.from_toml(args.policy) if args.policy else Policy()
+    data, current = load_sheet_data(args.policy)
     varied = parse_vary(args.vary)
-    grid = _grid(current, varied)
+    grid = _grid(data, current, varied)
     if args.write is not None and not 1 <= args.write <= len(grid):
         raise PolicyError(
             f"--write: there are rows 1 to {len(grid)}, not {args.write}", field="write"
         )
     with ParsedTrace(trace_inputs(args.trace, current)) as parsed:
-        rows = tune(parsed, grid, current)
+        rows = tune(parsed, [sheet for _, sheet in grid], current, sys.stderr)
         names = _varied_names(varied)
         _print_table(rows, names, args.trace)
         for target in outs:
@@ -531,7 +568,7 @@ def run_tune(args: argparse.Namespace) -> int:
                 draw(matplotlib, target, _figure(rows, names, args.trace), (6.4, 4.6))
             print(f"wrote {printable(str(target))}")
         if to is not None and args.write is not None:
-            _write_policy(rows[args.write - 1], current, parsed, to)
+            _write_policy(rows[args.write - 1], grid[args.write - 1][0], current, parsed, to)
     return 0
 
 
@@ -601,7 +638,9 @@ class _Pair:
             qb.clear()
 
 
-def receipt_diff(inputs: EventSource, a: Policy, b: Policy) -> list[str]:
+def receipt_diff(
+    inputs: EventSource, a: Policy | PolicySheet, b: Policy | PolicySheet
+) -> list[str]:
     """``toolbreaker diff``'s lines for the receipts of ``inputs`` under ``a`` and ``b``.
 
     One streaming pass with both policies side by side: per dependency, the counts, the
@@ -624,9 +663,10 @@ def receipt_diff(inputs: EventSource, a: Policy, b: Policy) -> list[str]:
                     side.add(record, pair.differ is None)
             pair.compare()
         states = {name: (left.ledgers()[name].state, right.ledgers()[name].state) for name in pairs}
+    sheets = tuple(p if isinstance(p, PolicySheet) else PolicySheet(p) for p in (a, b))
     docs: tuple[dict[str, Any], dict[str, Any]] = (
-        {"policy": a.to_dict(), "dependencies": {}},
-        {"policy": b.to_dict(), "dependencies": {}},
+        {"policy": sheets[0].defaults.to_dict(), "dependencies": {}},
+        {"policy": sheets[1].defaults.to_dict(), "dependencies": {}},
     )
     for name, pair in pairs.items():
         pair.compare(final=True)
@@ -640,12 +680,18 @@ def receipt_diff(inputs: EventSource, a: Policy, b: Policy) -> list[str]:
                 "opens": side.opens,
                 "final_state": states[name][which].to_dict(),
             }
+            own = sheets[which].of(name)
+            if own.version != sheets[which].defaults.version:  # a row's, as the receipt has
+                doc["dependencies"][name]["policy"] = own.to_dict()
+                doc["dependencies"][name]["policy_version"] = own.version
     return diff(*docs)
 
 
-def _write_policy(row: Row, current: Policy, parsed: ParsedTrace, to: Path) -> None:
+def _write_policy(
+    row: Row, data: Mapping[str, Any], current: PolicySheet, parsed: ParsedTrace, to: Path
+) -> None:
     trace = parsed.name
-    text = _policy_toml(row.policy)
+    text = sheet_toml(data) if is_sheet(data) else _policy_toml(row.policy.defaults)
     try:
         with to.open("x", encoding="utf-8") as handle:
             handle.write(text)
