@@ -16,7 +16,8 @@ The retry-only side is a model, deterministic and stated in the figure:
   then; a retrying agent learns nothing from it);
 - a request the input holds no outcome for (the recording's breaker rejected it, or it
   was still running when the recording ended) gets the outcome of the latest outcome of
-  its dependency before it: retried as above after a failure, not after a success;
+  its dependency before it: retried as above after a failure, not after a success or an
+  ``ignored`` outcome (whatever failed before it);
 - an outcome without a call id settles the oldest request of its dependency still
   waiting for one (this agent sent every request), so the model does not depend on the
   breaker's policy.
@@ -228,8 +229,9 @@ class RetryOnly:
             call = event.call if event.call is not None else next(iter(pending), None)
             pending.pop(call or "", None)
             failed = event.type in _FAILED
-            if event.type != "ignored":
-                self._failing[event.dependency] = failed
+            # The latest outcome, ``ignored`` included: the dependency answered, and a
+            # request left without an outcome after it is not retried (docs/lab.md).
+            self._failing[event.dependency] = failed
             if failed:
                 self._retry(event.at)
 
