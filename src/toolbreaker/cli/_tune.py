@@ -31,14 +31,12 @@ import csv
 import dataclasses
 import itertools
 import json
-import marshal
 import math
 import re
 import sys
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Final, TextIO, overload
+from typing import Any, Final, TextIO, overload
 
 from toolbreaker.cli._plot import FIGURE_SUFFIXES, MISSING, check_output, draw, load_matplotlib
 from toolbreaker.cli._sheet import (
@@ -57,18 +55,16 @@ from toolbreaker.cli._simulate import (
     replay_records,
     trace_inputs,
 )
-from toolbreaker.core.breaker.calibration import calibrate
+from toolbreaker.cli._tuning import TuneReplay
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import diff
 from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import Event, Transition, opened
+from toolbreaker.core.breaker.state import Transition, opened
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
-from toolbreaker.replaying import StreamingReplay
 
 __all__ = [
     "MAX_CANDIDATES",
-    "ParsedTrace",
     "Row",
     "add_command",
     "candidates",
@@ -81,7 +77,6 @@ __all__ = [
 #: The most candidate policies one ``tune`` replays.
 MAX_CANDIDATES: Final = 100
 _MAX_VALUES: Final = 50
-_CHUNK: Final = 8192
 _FAILED: Final = frozenset({"failure", "ambiguous"})
 _INT: Final = re.compile(r"^[+-]?\d{1,30}$")
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(Policy))
@@ -192,98 +187,36 @@ def candidates(
     return out
 
 
-class ParsedTrace:
-    """A trace parsed and checked once, kept in a temporary file for the replays that follow.
-
-    Every candidate replays the same events: parsing the JSON and checking every field
-    is about half the work of one replay, so it is done once, and the events are spilled
-    as marshalled tuples in chunks of :data:`_CHUNK` (memory holds one chunk).
-    """
-
-    def __init__(self, inputs: Inputs) -> None:
-        self.name = inputs.name
-        self._file: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        try:
-            chunk: list[tuple[Any, ...]] = []
-            for line, e in inputs.events():
-                chunk.append(
-                    (
-                        line,
-                        e.type,
-                        e.at,
-                        e.dependency,
-                        e.call,
-                        e.retry_after_ms,
-                        e.duration_ms,
-                        e.reason,
-                    )
-                )
-                if len(chunk) >= _CHUNK:
-                    marshal.dump(chunk, self._file)
-                    chunk.clear()
-            if chunk:
-                marshal.dump(chunk, self._file)
-        except BaseException:
-            self._file.close()
-            raise
-
-    def events(self) -> Iterator[tuple[int, Event]]:
-        """The events from the start, with their line numbers."""
-        self._file.seek(0)
-        while True:
-            try:
-                chunk = marshal.load(self._file)  # noqa: S302 - our own private temp file
-            except EOFError:
-                return
-            for line, kind, at, dep, call, retry, duration, reason in chunk:
-                yield line, Event(kind, at, dep, call, None, retry, duration, reason)
-
-    def close(self) -> None:
-        """Remove the temporary file."""
-        self._file.close()
-
-    def __enter__(self) -> ParsedTrace:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
 def evaluate(inputs: EventSource, policy: Policy | PolicySheet, number: int, current: bool) -> Row:
-    """Replay ``inputs`` once under ``policy`` through the core and count (streaming)."""
-    remote: dict[str, int] = {}
-    failing: set[str] = set()
-    tally = {"rejected": 0, "rejected_succeeded": 0}
+    """Replay ``inputs`` once under ``policy`` through the core and count (streaming).
 
-    def records(driver: StreamingReplay) -> Iterator[Transition]:
-        for record in replay_records(driver, inputs):
-            if record.attempted:
-                remote[record.dependency] = remote.get(record.dependency, 0) + 1
-            elif record.rejected:
-                tally["rejected"] += 1
-            elif record.event.type in _FAILED:
-                failing.add(record.dependency)
-            if record.reason == "not-admitted":
-                tally["rejected_succeeded"] += record.event.type == "success"
-            yield record
-
-    with CountingReplay(policy) as driver:
-        signals = calibrate(records(driver)).values()
+    A trace file is fed by the core's fast path (:class:`~toolbreaker.cli._tuning.TuneReplay`,
+    about one ``replay --summary``); other inputs (the fixture's text) event by event.
+    """
+    driver = TuneReplay(policy)
+    with driver:
+        if isinstance(inputs, Inputs) and inputs.text is None:
+            driver.feed_trace(inputs.name)
+        else:
+            for _ in replay_records(driver, inputs):
+                pass
+        signals = driver.signals().values()
         unknown = sum(len(ledger.unsettled) for ledger in driver.ledgers().values())
-    return Row(
-        number=number,
-        policy=policy if isinstance(policy, PolicySheet) else PolicySheet(policy),
-        current=current,
-        remote_failing=sum(n for dep, n in remote.items() if dep in failing),
-        remote=sum(remote.values()),
-        rejected=tally["rejected"],
-        rejected_succeeded=tally["rejected_succeeded"],
-        unknown=unknown,
-        opens=sum(s.opens for s in signals),
-        time_open_ms=sum(s.time_open_ms for s in signals),
-        half_opens=sum(s.half_opens for s in signals),
-        reopens=sum(s.reopens for s in signals),
-    )
+        remote = driver.remote
+        return Row(
+            number=number,
+            policy=policy if isinstance(policy, PolicySheet) else PolicySheet(policy),
+            current=current,
+            remote_failing=sum(n for dep, n in remote.items() if dep in driver.failing),
+            remote=sum(remote.values()),
+            rejected=driver.rejected,
+            rejected_succeeded=driver.rejected_succeeded,
+            unknown=unknown,
+            opens=sum(s.opens for s in signals),
+            time_open_ms=sum(s.time_open_ms for s in signals),
+            half_opens=sum(s.half_opens for s in signals),
+            reopens=sum(s.reopens for s in signals),
+        )
 
 
 def _grid(
@@ -557,18 +490,18 @@ def run_tune(args: argparse.Namespace) -> int:
         raise PolicyError(
             f"--write: there are rows 1 to {len(grid)}, not {args.write}", field="write"
         )
-    with ParsedTrace(trace_inputs(args.trace, current)) as parsed:
-        rows = tune(parsed, [sheet for _, sheet in grid], current, sys.stderr)
-        names = _varied_names(varied)
-        _print_table(rows, names, args.trace)
-        for target in outs:
-            if target.suffix.lower() == ".csv":
-                _write_csv(rows, names, target)
-            else:
-                draw(matplotlib, target, _figure(rows, names, args.trace), (6.4, 4.6))
-            print(f"wrote {printable(str(target))}")
-        if to is not None and args.write is not None:
-            _write_policy(rows[args.write - 1], grid[args.write - 1][0], current, parsed, to)
+    inputs = trace_inputs(args.trace, current)
+    rows = tune(inputs, [sheet for _, sheet in grid], current, sys.stderr)
+    names = _varied_names(varied)
+    _print_table(rows, names, args.trace)
+    for target in outs:
+        if target.suffix.lower() == ".csv":
+            _write_csv(rows, names, target)
+        else:
+            draw(matplotlib, target, _figure(rows, names, args.trace), (6.4, 4.6))
+        print(f"wrote {printable(str(target))}")
+    if to is not None and args.write is not None:
+        _write_policy(rows[args.write - 1], grid[args.write - 1][0], current, inputs, to)
     return 0
 
 
@@ -688,9 +621,9 @@ def receipt_diff(
 
 
 def _write_policy(
-    row: Row, data: Mapping[str, Any], current: PolicySheet, parsed: ParsedTrace, to: Path
+    row: Row, data: Mapping[str, Any], current: PolicySheet, inputs: EventSource, to: Path
 ) -> None:
-    trace = parsed.name
+    trace = inputs.name
     text = sheet_toml(data) if is_sheet(data) else _policy_toml(row.policy.defaults)
     try:
         with to.open("x", encoding="utf-8") as handle:
@@ -698,7 +631,7 @@ def _write_policy(
     except OSError as exc:
         raise TraceError(f"cannot write: {exc.strerror or exc}", file=str(to)) from None
     print(f"\nwrote row {row.number} (policy {row.policy.version}) to {printable(str(to))}")
-    lines = receipt_diff(parsed, current, row.policy)
+    lines = receipt_diff(inputs, current, row.policy)
     print(
         f"receipt diff of {printable(trace)}, current policy {current.version} -> row {row.number}:"
     )

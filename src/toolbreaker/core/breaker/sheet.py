@@ -20,7 +20,7 @@ from toolbreaker.core.canonical import canonical_json
 __all__ = ["PolicySheet"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+@dataclasses.dataclass(frozen=True, slots=True)
 class PolicySheet:
     """The policy of each breaker key a sheet has a row for, and ``defaults`` for the rest.
 
