@@ -1,8 +1,10 @@
 """``toolbreaker tune``: a policy lab on recorded traffic.
 
 A recorded trace is replayed through the core once per candidate policy (the cartesian
-product of the ``--vary`` values, with every other field from the current policy), each
-replay streaming the file in bounded memory (:class:`~toolbreaker.cli._simulate.CountingReplay`).
+product of the ``--vary`` values over the current policy or boundary sheet), each replay
+streaming the file in bounded memory on the core's fast path, about the cost of one
+``replay --summary`` (:class:`~toolbreaker.cli._tuning.TuneReplay`); progress goes to
+stderr.
 Per candidate, in the table, the CSV and the figure:
 
 - ``remote@failing``: remote attempts on the dependencies that failed at least once in
