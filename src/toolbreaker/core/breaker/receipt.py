@@ -92,17 +92,34 @@ class Replay:
         self, policy: Policy | PolicySheet, initial: Mapping[str, BreakerState] | None = None
     ) -> None:
         self.sheet = policy if isinstance(policy, PolicySheet) else PolicySheet(policy)
-        self.policy = self.sheet.defaults
-        self._quicks: dict[int, PlainStep | None] = {}
+        self._quicks: dict[int, tuple[Policy, PlainStep | None]] = {}
         self._ledgers = {dep: self._ledger(dep, state) for dep, state in (initial or {}).items()}
+
+    @property
+    def policy(self) -> Policy:
+        """The policy of every dependency the sheet has no row for (the receipt's)."""
+        return self.sheet.defaults
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        """A new default policy, from the next event on (an operator's change mid-trace)."""
+        old = self.sheet.defaults
+        self.sheet = PolicySheet(policy, self.sheet.rows)
+        for ledger in self._ledgers.values():
+            if ledger.policy is old:
+                ledger.policy, ledger.quick = policy, self._quick(policy)
+
+    def _quick(self, policy: Policy) -> PlainStep | None:
+        """``plain_step(policy)``, made once per policy."""
+        found = self._quicks.get(id(policy))
+        if found is None:  # the policy is kept with it, so its id is never reused
+            found = self._quicks[id(policy)] = (policy, plain_step(policy))
+        return found[1]
 
     def _ledger(self, dependency: str, state: BreakerState) -> Ledger:
         """A new ledger of ``dependency``, under its policy."""
         policy = self.sheet.of(dependency)
-        key = id(policy)  # the sheet holds its policies: one decision function per policy
-        if key not in self._quicks:
-            self._quicks[key] = plain_step(policy)
-        return Ledger(state, policy, self._quicks[key])
+        return Ledger(state, policy, self._quick(policy))
 
     def feed(self, event: Event) -> tuple[Transition, ...]:
         """Apply one trace event; raises :class:`TraceError` for impossible input."""
