@@ -254,7 +254,7 @@ def test_a_boundary_sheet_gives_each_dependency_its_row(tmp_path, capsys, seed_t
     """simulate --policy SHEET: the breaker side is replay's totals under the same sheet."""
     sheet = tmp_path / "sheet.toml"
     sheet.write_text(
-        "[defaults]\ntimeout = 2.0\nfailure_threshold = 5\n\n"
+        "[defaults]\ntimeout_ms = 2000\nfailure_threshold = 5\n\n"
         "[search.default]\nfailure_threshold = 1\ncooldown_ms = 60000\n"
     )
     out = tmp_path / "f.svg"

@@ -13,7 +13,7 @@ from toolbreaker.cli._sheet import load_sheet
 
 SHEET = """\
 [defaults]
-timeout = 2.0
+timeout_ms = 2000
 failure_threshold = 3
 cooldown_ms = 5000
 success_threshold = 2

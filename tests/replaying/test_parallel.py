@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 SHADOW = 'mode = "shadow"\nfailure_threshold = 2\n'
 # A boundary sheet: rows of their own (one in shadow mode) among the defaults' breakers.
 SHEET = (
-    "[defaults]\ntimeout = 2.0\nfailure_threshold = 3\n\n"
+    "[defaults]\ntimeout_ms = 2000\nfailure_threshold = 3\n\n"
     "[tool-3.default]\nfailure_threshold = 1\ncooldown_ms = 100\n\n"
     '[tool-5.default]\nmode = "shadow"\nfailure_threshold = 1\n\n'
     "[search.default]\nfailure_threshold = 2\nprobe_limit = 2\n"
