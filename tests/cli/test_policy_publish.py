@@ -14,7 +14,7 @@ from toolbreaker.stores import SQLiteStore
 
 SHEET = """\
 [defaults]
-timeout = 1.0
+timeout_ms = 1000
 
 [search.read]
 failure_threshold = 2

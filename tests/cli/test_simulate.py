@@ -248,3 +248,96 @@ def test_bad_policy_and_retries(tmp_path, capsys):
     assert main(["simulate", "--retries", "-1", "--out", str(tmp_path / "f.svg")]) == 2
     assert capsys.readouterr().err == "error: --retries must be between 0 and 10, got -1\n"
     assert not (tmp_path / "f.svg").exists()
+
+
+def test_a_boundary_sheet_gives_each_dependency_its_row(tmp_path, capsys, seed_trace):
+    """simulate --policy SHEET: the breaker side is replay's totals under the same sheet."""
+    sheet = tmp_path / "sheet.toml"
+    sheet.write_text(
+        "[defaults]\ntimeout_ms = 2000\nfailure_threshold = 5\n\n"
+        "[search.default]\nfailure_threshold = 1\ncooldown_ms = 60000\n"
+    )
+    out = tmp_path / "f.svg"
+    assert main(["simulate", "--policy", str(sheet), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    remote, rejected = summary_totals(capsys, str(seed_trace), str(sheet))
+    assert rejected > 0  # the row's threshold of 1 opens search; the defaults' 5 would not
+    assert summary_totals(capsys, str(seed_trace), None) != (remote, rejected)
+    assert f"breaker:    {remote} remote attempts, {rejected} local rejection" in printed
+
+
+def retried_by_model(*events: dict) -> int:
+    """How many retries the retry-only model makes of these events (2 per retried call)."""
+    model = RetryOnly(2, 10, Timeline(["retry_remote"]))
+    for _, event in parse_lines(lines(*events).splitlines()):
+        model.feed(event)
+    model.finish()
+    return model.retried // 2
+
+
+def request(at: int, call: str) -> dict:
+    return {"at": at, "dependency": "a", "type": "request", "call": call}
+
+
+def outcome(at: int, kind: str, call: str) -> dict:
+    return {"at": at, "dependency": "a", "type": kind, "call": call}
+
+
+@pytest.mark.parametrize(
+    ("events", "retried"),
+    [
+        # docs/lab.md: a request without an outcome takes the latest outcome before it;
+        # after failure then ignored, the latest is ignored, which is not retried.
+        (
+            [
+                request(0, "1"),
+                outcome(1, "failure", "1"),
+                request(2, "2"),
+                outcome(3, "ignored", "2"),
+                request(4, "3"),
+            ],
+            1,
+        ),
+        (
+            [
+                request(0, "1"),
+                outcome(1, "ignored", "1"),
+                request(2, "2"),
+                outcome(3, "failure", "2"),
+                request(4, "3"),
+            ],
+            2,
+        ),
+        (
+            [
+                request(0, "1"),
+                outcome(1, "ambiguous", "1"),
+                request(2, "2"),
+                outcome(3, "ignored", "2"),
+                request(4, "3"),
+                outcome(5, "failure", "3"),
+                request(6, "4"),
+            ],
+            3,
+        ),
+        ([request(0, "1")], 0),  # no outcome before it at all: nothing says it failed
+        ([request(0, "1"), outcome(1, "ignored", "1")], 0),
+        # taken at the time of the request: a later failure does not reach back
+        ([request(0, "1"), request(1, "2"), outcome(2, "failure", "2")], 1),
+        (
+            [
+                request(0, "1"),
+                outcome(1, "failure", "1"),
+                request(2, "2"),
+                outcome(3, "success", "2"),
+                request(4, "3"),
+            ],
+            1,
+        ),
+    ],
+    ids=["failure-ignored", "ignored-failure", "mixed", "first", "ignored", "later", "success"],
+)
+def test_retry_only_takes_the_latest_outcome_even_ignored(events, retried):
+    """An unanswered request takes its dependency's latest outcome, ``ignored`` included:
+    after an ignored outcome it is not retried, whatever failed before (docs/lab.md)."""
+    assert retried_by_model(*events) == retried

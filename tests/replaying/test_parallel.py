@@ -28,6 +28,13 @@ from toolbreaker.replaying import _parallel, replay_trace
 pytestmark = pytest.mark.slow
 
 SHADOW = 'mode = "shadow"\nfailure_threshold = 2\n'
+# A boundary sheet: rows of their own (one in shadow mode) among the defaults' breakers.
+SHEET = (
+    "[defaults]\ntimeout_ms = 2000\nfailure_threshold = 3\n\n"
+    "[tool-3.default]\nfailure_threshold = 1\ncooldown_ms = 100\n\n"
+    '[tool-5.default]\nmode = "shadow"\nfailure_threshold = 1\n\n'
+    "[search.default]\nfailure_threshold = 2\nprobe_limit = 2\n"
+)
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -84,7 +91,7 @@ def mixed_trace(path: Path) -> Path:
     return write_lines(path, events)
 
 
-@pytest.mark.parametrize("policy", [None, SHADOW], ids=["plain", "shadow"])
+@pytest.mark.parametrize("policy", [None, SHADOW, SHEET], ids=["plain", "shadow", "sheet"])
 def test_the_receipt_is_the_same_in_any_number_of_processes(tmp_path, policy):
     trace = mixed_trace(tmp_path / "t.jsonl")
     args = [str(trace)]
@@ -103,6 +110,9 @@ def test_the_receipt_is_the_same_in_any_number_of_processes(tmp_path, policy):
     receipt = json.loads(one.stdout)
     assert len(receipt["dependencies"]) == len(NAMES) + 40 + 3
     assert receipt["dependencies"]["tool-7"]["recovered_from_corruption"] is True
+    if policy is SHEET:
+        rows = {name for name, dep in receipt["dependencies"].items() if "policy" in dep}
+        assert rows == {"tool-3", "tool-5", "search"}
     # --summary counts without keeping a record: the receipt's counts, all the same.
     summary = json.loads(run("replay", *args, "--jobs", "1", "--summary").stdout)
     for name, dep in receipt["dependencies"].items():

@@ -19,8 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import diff, dump_receipt, load_receipt
+from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.core.files import DUPLICATE_KEY, loads_json, printable, read_text
 from toolbreaker.errors import ToolbreakerError, TraceError
@@ -99,7 +99,10 @@ def _parser() -> argparse.ArgumentParser:
 
     cmd = commands.add_parser("replay", help="replay a JSONL trace and print its receipt")
     cmd.add_argument("trace", help="JSON Lines, one event per line")
-    cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
+    cmd.add_argument(
+        "--policy",
+        help="boundary sheet or flat policy TOML (default: built-in defaults)",
+    )
     cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
     cmd.add_argument(
         "--summary",
@@ -115,7 +118,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     cmd.add_argument("receipt", help="the receipt to check")
     cmd.add_argument("trace", help="the trace it claims to be the receipt of")
-    cmd.add_argument("--policy", help="policy TOML (default: built-in defaults)")
+    cmd.add_argument(
+        "--policy",
+        help="boundary sheet or flat policy TOML (default: built-in defaults)",
+    )
     cmd.add_argument("--initial-state", help="JSON object: dependency -> persisted state")
     _add_jobs(cmd)
     cmd.set_defaults(run_command=_run_verify)
@@ -184,9 +190,10 @@ def _positive(text: str) -> int:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._sheet import load_sheet
     from toolbreaker.replaying import replay_trace
 
-    policy = Policy.from_toml(args.policy) if args.policy else Policy()
+    policy = load_sheet(args.policy)
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
     with replay_trace(
         policy, initial, args.trace, jobs=args.jobs, transitions=not args.summary
@@ -199,15 +206,16 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._sheet import load_sheet
     from toolbreaker.replaying import replay_trace, verify
 
-    policy = Policy.from_toml(args.policy) if args.policy else Policy()
+    policy = load_sheet(args.policy)
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
     with replay_trace(policy, initial, args.trace, jobs=args.jobs) as driver:
         return verify(args.receipt, driver, args.trace, sys.stdout)
 
 
-def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:
+def _initial_states(path: str, policy: PolicySheet) -> dict[str, BreakerState]:
     text = read_text(path, TraceError)
     data = loads_json(text, TraceError, file=path, mark_duplicates=True)
     if not isinstance(data, dict):
@@ -216,7 +224,9 @@ def _initial_states(path: str, policy: Policy) -> dict[str, BreakerState]:
         raise TraceError("a dependency is named twice", file=path)
     # Each state fails closed on its own: a corrupt one (a duplicate key included) loads as
     # open, it does not abort.
-    return {str(dep): BreakerState.from_dict(state, policy) for dep, state in data.items()}
+    return {
+        str(dep): BreakerState.from_dict(state, policy.of(str(dep))) for dep, state in data.items()
+    }
 
 
 def _run_check(args: argparse.Namespace) -> int:

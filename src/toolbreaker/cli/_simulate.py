@@ -16,7 +16,8 @@ The retry-only side is a model, deterministic and stated in the figure:
   then; a retrying agent learns nothing from it);
 - a request the input holds no outcome for (the recording's breaker rejected it, or it
   was still running when the recording ended) gets the outcome of the latest outcome of
-  its dependency before it: retried as above after a failure, not after a success;
+  its dependency before it: retried as above after a failure, not after a success or an
+  ``ignored`` outcome (whatever failed before it);
 - an outcome without a call id settles the oldest request of its dependency still
   waiting for one (this agent sent every request), so the model does not depend on the
   breaker's policy.
@@ -36,7 +37,9 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from toolbreaker.cli._plot import MISSING, check_output, draw, load_matplotlib
+from toolbreaker.cli._sheet import load_sheet
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import Event, Transition
 from toolbreaker.core.breaker.trace import iter_trace, parse_lines
 from toolbreaker.core.config import loads_toml
@@ -87,13 +90,14 @@ class Inputs:
     Attributes:
         name: the file name, or :data:`FIXTURE_NAME`.
         synthetic: whether the events are made up (the fixture) rather than recorded.
-        policy: the policy given, or the fixture's own for the fixture, or the defaults.
+        policy: the policy or boundary sheet given, or the fixture's own for the fixture,
+            or the defaults.
         text: the fixture's lines; ``None`` for a file (read lazily, streaming).
     """
 
     name: str
     synthetic: bool
-    policy: Policy
+    policy: Policy | PolicySheet
     text: str | None = None
 
     def events(self) -> Iterator[tuple[int, Event]]:
@@ -107,14 +111,14 @@ def _fixture_text(name: str) -> str:
     return (resources.files("toolbreaker") / "fixtures" / name).read_text(encoding="utf-8")
 
 
-def fixture_inputs(policy: Policy | None = None) -> Inputs:
+def fixture_inputs(policy: Policy | PolicySheet | None = None) -> Inputs:
     """The seed article's fixture, under its own policy unless another is given."""
     if policy is None:
         policy = Policy.from_dict(loads_toml(_fixture_text("seed_policy.toml")))
     return Inputs(FIXTURE_NAME, True, policy, _fixture_text("seed_trace.jsonl"))
 
 
-def trace_inputs(path: str, policy: Policy | None = None) -> Inputs:
+def trace_inputs(path: str, policy: Policy | PolicySheet | None = None) -> Inputs:
     """A recorded trace, under ``policy`` (the built-in defaults when ``None``)."""
     return Inputs(path, False, policy or Policy())
 
@@ -225,8 +229,9 @@ class RetryOnly:
             call = event.call if event.call is not None else next(iter(pending), None)
             pending.pop(call or "", None)
             failed = event.type in _FAILED
-            if event.type != "ignored":
-                self._failing[event.dependency] = failed
+            # The latest outcome, ``ignored`` included: the dependency answered, and a
+            # request left without an outcome after it is not retried (docs/lab.md).
+            self._failing[event.dependency] = failed
             if failed:
                 self._retry(event.at)
 
@@ -254,7 +259,11 @@ def add_command(commands: Any) -> None:
         "events", nargs="?", help="a JSON Lines trace (default: the seed article's fixture)"
     )
     cmd.add_argument(
-        "--policy", help="policy TOML (default: the fixture's own, or the built-in defaults)"
+        "--policy",
+        help=(
+            "boundary sheet or flat policy TOML "
+            "(default: the fixture's own, or the built-in defaults)"
+        ),
     )
     cmd.add_argument("--out", required=True, help="the figure to write: FILE.svg or FILE.png")
     cmd.add_argument(
@@ -415,7 +424,7 @@ def run_simulate(args: argparse.Namespace) -> int:
     except ImportError:
         print(f"error: {MISSING}", file=sys.stderr)
         return 2
-    policy = Policy.from_toml(args.policy) if args.policy else None
+    policy = load_sheet(args.policy) if args.policy else None
     inputs = trace_inputs(args.events, policy) if args.events else fixture_inputs(policy)
     cascade, timeline = simulate(inputs, args.retries, args.backoff_ms)
     draw(

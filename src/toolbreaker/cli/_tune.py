@@ -1,8 +1,10 @@
 """``toolbreaker tune``: a policy lab on recorded traffic.
 
 A recorded trace is replayed through the core once per candidate policy (the cartesian
-product of the ``--vary`` values, with every other field from the current policy), each
-replay streaming the file in bounded memory (:class:`~toolbreaker.cli._simulate.CountingReplay`).
+product of the ``--vary`` values over the current policy or boundary sheet), each replay
+streaming the file in bounded memory on the core's fast path, about the cost of one
+``replay --summary`` (:class:`~toolbreaker.cli._tuning.TuneReplay`); progress goes to
+stderr.
 Per candidate, in the table, the CSV and the figure:
 
 - ``remote@failing``: remote attempts on the dependencies that failed at least once in
@@ -31,16 +33,23 @@ import csv
 import dataclasses
 import itertools
 import json
-import marshal
 import math
 import re
 import sys
-import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Final, overload
+from typing import Any, Final, TextIO, overload
 
 from toolbreaker.cli._plot import FIGURE_SUFFIXES, MISSING, check_output, draw, load_matplotlib
+from toolbreaker.cli._sheet import (
+    is_sheet,
+    load_sheet_data,
+    sheet_of,
+    sheet_toml,
+    sheet_value,
+    split_field,
+    with_values,
+)
 from toolbreaker.cli._simulate import (
     CountingReplay,
     EventSource,
@@ -48,17 +57,16 @@ from toolbreaker.cli._simulate import (
     replay_records,
     trace_inputs,
 )
-from toolbreaker.core.breaker.calibration import calibrate
+from toolbreaker.cli._tuning import TuneReplay
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import diff
-from toolbreaker.core.breaker.state import Event, Transition, opened
+from toolbreaker.core.breaker.sheet import PolicySheet
+from toolbreaker.core.breaker.state import Transition, opened
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
-from toolbreaker.replaying import StreamingReplay
 
 __all__ = [
     "MAX_CANDIDATES",
-    "ParsedTrace",
     "Row",
     "add_command",
     "candidates",
@@ -71,7 +79,6 @@ __all__ = [
 #: The most candidate policies one ``tune`` replays.
 MAX_CANDIDATES: Final = 100
 _MAX_VALUES: Final = 50
-_CHUNK: Final = 8192
 _FAILED: Final = frozenset({"failure", "ambiguous"})
 _INT: Final = re.compile(r"^[+-]?\d{1,30}$")
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(Policy))
@@ -83,7 +90,7 @@ class Row:
 
     Attributes:
         number: the row number (from 1), what ``--write`` takes.
-        policy: the candidate.
+        policy: the candidate (a flat policy is a sheet of defaults alone).
         current: whether it is the current policy.
         remote_failing: remote attempts on dependencies that failed in the recording.
         remote: remote attempts on every dependency.
@@ -97,7 +104,7 @@ class Row:
     """
 
     number: int
-    policy: Policy
+    policy: PolicySheet
     current: bool
     remote_failing: int
     remote: int
@@ -125,14 +132,18 @@ def _value(text: str) -> int | str | None:
 
 
 def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[int | str | None]]]:
-    """``FIELD=V1,V2,...`` options as (field, values); values are checked by :class:`Policy`."""
+    """``FIELD=V1,V2,...`` options as (field, values); values are checked by :class:`Policy`.
+
+    ``FIELD`` is a policy field (of a boundary sheet's ``[defaults]``, which the rows
+    without a value of their own inherit) or ``DEPENDENCY.OPERATION.FIELD``: one row's.
+    """
     varied: list[tuple[str, list[int | str | None]]] = []
     for text in texts:
         name, sep, values = text.partition("=")
         name = name.strip()
         if not sep or not name:
             raise PolicyError(f"--vary needs FIELD=V1,V2,..., got {shown(text)}", field="vary")
-        if name not in _FIELDS:
+        if split_field(name)[2] not in _FIELDS:
             raise PolicyError(
                 f"--vary: unknown policy field {shown(name)} (known: {', '.join(_FIELDS)})",
                 field="vary",
@@ -149,9 +160,13 @@ def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[int | str | None]]]
 
 
 def candidates(
-    current: Policy, varied: Sequence[tuple[str, Sequence[int | str | None]]]
-) -> list[Policy]:
-    """The cartesian product of the varied values over ``current``, each validated."""
+    data: Mapping[str, Any], varied: Sequence[tuple[str, Sequence[int | str | None]]]
+) -> list[tuple[dict[str, Any], PolicySheet]]:
+    """The cartesian product of the varied values over the decoded policy file ``data``.
+
+    Each candidate is ``data`` with its values (:func:`~toolbreaker.cli._sheet.with_values`)
+    and its policies, validated by the one parser of sheets and policies.
+    """
     count = math.prod(len(values) for _, values in varied)
     if count > MAX_CANDIDATES:
         raise PolicyError(
@@ -159,13 +174,13 @@ def candidates(
             "vary fewer fields or fewer values",
             field="vary",
         )
-    base = current.to_dict()
-    out: list[Policy] = []
+    out: list[tuple[dict[str, Any], PolicySheet]] = []
     names = [name for name, _ in varied]
     for combination in itertools.product(*(values for _, values in varied)):
         changes = dict(zip(names, combination, strict=True))
         try:
-            out.append(Policy.from_dict({**base, **changes}))
+            candidate = with_values(data, changes)
+            out.append((candidate, sheet_of(candidate)))
         except PolicyError as exc:
             what = ", ".join(f"{k}={shown(v)}" for k, v in changes.items())
             raise PolicyError(
@@ -174,116 +189,67 @@ def candidates(
     return out
 
 
-class ParsedTrace:
-    """A trace parsed and checked once, kept in a temporary file for the replays that follow.
+def evaluate(inputs: EventSource, policy: Policy | PolicySheet, number: int, current: bool) -> Row:
+    """Replay ``inputs`` once under ``policy`` through the core and count (streaming).
 
-    Every candidate replays the same events: parsing the JSON and checking every field
-    is about half the work of one replay, so it is done once, and the events are spilled
-    as marshalled tuples in chunks of :data:`_CHUNK` (memory holds one chunk).
+    A trace file is fed by the core's fast path (:class:`~toolbreaker.cli._tuning.TuneReplay`,
+    about one ``replay --summary``); other inputs (the fixture's text) event by event.
     """
-
-    def __init__(self, inputs: Inputs) -> None:
-        self.name = inputs.name
-        self._file: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close()
-        try:
-            chunk: list[tuple[Any, ...]] = []
-            for line, e in inputs.events():
-                chunk.append(
-                    (
-                        line,
-                        e.type,
-                        e.at,
-                        e.dependency,
-                        e.call,
-                        e.retry_after_ms,
-                        e.duration_ms,
-                        e.reason,
-                    )
-                )
-                if len(chunk) >= _CHUNK:
-                    marshal.dump(chunk, self._file)
-                    chunk.clear()
-            if chunk:
-                marshal.dump(chunk, self._file)
-        except BaseException:
-            self._file.close()
-            raise
-
-    def events(self) -> Iterator[tuple[int, Event]]:
-        """The events from the start, with their line numbers."""
-        self._file.seek(0)
-        while True:
-            try:
-                chunk = marshal.load(self._file)  # noqa: S302 - our own private temp file
-            except EOFError:
-                return
-            for line, kind, at, dep, call, retry, duration, reason in chunk:
-                yield line, Event(kind, at, dep, call, None, retry, duration, reason)
-
-    def close(self) -> None:
-        """Remove the temporary file."""
-        self._file.close()
-
-    def __enter__(self) -> ParsedTrace:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-def evaluate(inputs: EventSource, policy: Policy, number: int, current: bool) -> Row:
-    """Replay ``inputs`` once under ``policy`` through the core and count (streaming)."""
-    remote: dict[str, int] = {}
-    failing: set[str] = set()
-    tally = {"rejected": 0, "rejected_succeeded": 0}
-
-    def records(driver: StreamingReplay) -> Iterator[Transition]:
-        for record in replay_records(driver, inputs):
-            if record.attempted:
-                remote[record.dependency] = remote.get(record.dependency, 0) + 1
-            elif record.rejected:
-                tally["rejected"] += 1
-            elif record.event.type in _FAILED:
-                failing.add(record.dependency)
-            if record.reason == "not-admitted":
-                tally["rejected_succeeded"] += record.event.type == "success"
-            yield record
-
-    with CountingReplay(policy) as driver:
-        signals = calibrate(records(driver)).values()
+    driver = TuneReplay(policy)
+    with driver:
+        if isinstance(inputs, Inputs) and inputs.text is None:
+            driver.feed_trace(inputs.name)
+        else:
+            for _ in replay_records(driver, inputs):
+                pass
+        signals = driver.signals().values()
         unknown = sum(len(ledger.unsettled) for ledger in driver.ledgers().values())
-    return Row(
-        number=number,
-        policy=policy,
-        current=current,
-        remote_failing=sum(n for dep, n in remote.items() if dep in failing),
-        remote=sum(remote.values()),
-        rejected=tally["rejected"],
-        rejected_succeeded=tally["rejected_succeeded"],
-        unknown=unknown,
-        opens=sum(s.opens for s in signals),
-        time_open_ms=sum(s.time_open_ms for s in signals),
-        half_opens=sum(s.half_opens for s in signals),
-        reopens=sum(s.reopens for s in signals),
-    )
+        remote = driver.remote
+        return Row(
+            number=number,
+            policy=policy if isinstance(policy, PolicySheet) else PolicySheet(policy),
+            current=current,
+            remote_failing=sum(n for dep, n in remote.items() if dep in driver.failing),
+            remote=sum(remote.values()),
+            rejected=driver.rejected,
+            rejected_succeeded=driver.rejected_succeeded,
+            unknown=unknown,
+            opens=sum(s.opens for s in signals),
+            time_open_ms=sum(s.time_open_ms for s in signals),
+            half_opens=sum(s.half_opens for s in signals),
+            reopens=sum(s.reopens for s in signals),
+        )
 
 
 def _grid(
-    current: Policy, varied: Sequence[tuple[str, Sequence[int | str | None]]]
-) -> list[Policy]:
-    """The rows' policies: the current one first when the grid does not hold it."""
-    grid = candidates(current, varied)
-    if all(p.version != current.version for p in grid):
-        grid.insert(0, current)
+    data: Mapping[str, Any],
+    current: PolicySheet,
+    varied: Sequence[tuple[str, Sequence[int | str | None]]],
+) -> list[tuple[dict[str, Any], PolicySheet]]:
+    """The rows' files and policies: the current one first when the grid does not hold it."""
+    grid = candidates(data, varied)
+    if all(sheet.version != current.version for _, sheet in grid):
+        grid.insert(0, (dict(data), current))
     return grid
 
 
-def tune(inputs: EventSource, grid: Sequence[Policy], current: Policy) -> list[Row]:
-    """One row per policy of ``grid``, each from its own replay of ``inputs``."""
-    return [
-        evaluate(inputs, policy, number, policy.version == current.version)
-        for number, policy in enumerate(grid, start=1)
-    ]
+def tune(
+    inputs: EventSource,
+    grid: Sequence[PolicySheet],
+    current: PolicySheet,
+    progress: TextIO | None = None,
+) -> list[Row]:
+    """One row per policy of ``grid``, each from its own replay of ``inputs``.
+
+    ``progress``, when given, hears a line per candidate replayed (stderr).
+    """
+    rows = []
+    for number, policy in enumerate(grid, start=1):
+        rows.append(evaluate(inputs, policy, number, policy.version == current.version))
+        if progress is not None:
+            progress.write(f"tune: replayed candidate {number} of {len(grid)}\n")
+            progress.flush()
+    return rows
 
 
 def add_command(commands: Any) -> None:
@@ -297,9 +263,15 @@ def add_command(commands: Any) -> None:
         action="append",
         default=[],
         metavar="FIELD=V1,V2",
-        help="a policy field and its candidate values (repeat for a grid)",
+        help=(
+            "a policy field and its candidate values (repeat for a grid); "
+            "DEPENDENCY.OPERATION.FIELD varies one row of a boundary sheet"
+        ),
     )
-    cmd.add_argument("--policy", help="the current policy TOML (default: built-in defaults)")
+    cmd.add_argument(
+        "--policy",
+        help="the current boundary sheet or flat policy TOML (default: built-in defaults)",
+    )
     cmd.add_argument(
         "--out",
         action="append",
@@ -340,7 +312,7 @@ def _table(rows: Sequence[Row], names: Sequence[str]) -> list[list[str]]:
         table.append(
             [
                 f"{'*' if row.current else ' '}{row.number}",
-                *(_cell(getattr(row.policy, name)) for name in names),
+                *(_cell(sheet_value(row.policy, name)) for name in names),
                 str(row.remote_failing),
                 str(row.rejected_succeeded),
                 str(row.unknown),
@@ -403,7 +375,7 @@ def _write_csv(rows: Sequence[Row], names: Sequence[str], target: Path) -> None:
                         row.number,
                         int(row.current),
                         *(
-                            "" if getattr(row.policy, n) is None else getattr(row.policy, n)
+                            "" if sheet_value(row.policy, n) is None else sheet_value(row.policy, n)
                             for n in names
                         ),
                         row.policy.version,
@@ -513,25 +485,25 @@ def run_tune(args: argparse.Namespace) -> int:
         except ImportError:
             print(f"error: {MISSING}", file=sys.stderr)
             return 2
-    current = Policy.from_toml(args.policy) if args.policy else Policy()
+    data, current = load_sheet_data(args.policy)
     varied = parse_vary(args.vary)
-    grid = _grid(current, varied)
+    grid = _grid(data, current, varied)
     if args.write is not None and not 1 <= args.write <= len(grid):
         raise PolicyError(
             f"--write: there are rows 1 to {len(grid)}, not {args.write}", field="write"
         )
-    with ParsedTrace(trace_inputs(args.trace, current)) as parsed:
-        rows = tune(parsed, grid, current)
-        names = _varied_names(varied)
-        _print_table(rows, names, args.trace)
-        for target in outs:
-            if target.suffix.lower() == ".csv":
-                _write_csv(rows, names, target)
-            else:
-                draw(matplotlib, target, _figure(rows, names, args.trace), (6.4, 4.6))
-            print(f"wrote {printable(str(target))}")
-        if to is not None and args.write is not None:
-            _write_policy(rows[args.write - 1], current, parsed, to)
+    inputs = trace_inputs(args.trace, current)
+    rows = tune(inputs, [sheet for _, sheet in grid], current, sys.stderr)
+    names = _varied_names(varied)
+    _print_table(rows, names, args.trace)
+    for target in outs:
+        if target.suffix.lower() == ".csv":
+            _write_csv(rows, names, target)
+        else:
+            draw(matplotlib, target, _figure(rows, names, args.trace), (6.4, 4.6))
+        print(f"wrote {printable(str(target))}")
+    if to is not None and args.write is not None:
+        _write_policy(rows[args.write - 1], grid[args.write - 1][0], current, inputs, to)
     return 0
 
 
@@ -601,7 +573,9 @@ class _Pair:
             qb.clear()
 
 
-def receipt_diff(inputs: EventSource, a: Policy, b: Policy) -> list[str]:
+def receipt_diff(
+    inputs: EventSource, a: Policy | PolicySheet, b: Policy | PolicySheet
+) -> list[str]:
     """``toolbreaker diff``'s lines for the receipts of ``inputs`` under ``a`` and ``b``.
 
     One streaming pass with both policies side by side: per dependency, the counts, the
@@ -624,9 +598,10 @@ def receipt_diff(inputs: EventSource, a: Policy, b: Policy) -> list[str]:
                     side.add(record, pair.differ is None)
             pair.compare()
         states = {name: (left.ledgers()[name].state, right.ledgers()[name].state) for name in pairs}
+    sheets = tuple(p if isinstance(p, PolicySheet) else PolicySheet(p) for p in (a, b))
     docs: tuple[dict[str, Any], dict[str, Any]] = (
-        {"policy": a.to_dict(), "dependencies": {}},
-        {"policy": b.to_dict(), "dependencies": {}},
+        {"policy": sheets[0].defaults.to_dict(), "dependencies": {}},
+        {"policy": sheets[1].defaults.to_dict(), "dependencies": {}},
     )
     for name, pair in pairs.items():
         pair.compare(final=True)
@@ -640,19 +615,25 @@ def receipt_diff(inputs: EventSource, a: Policy, b: Policy) -> list[str]:
                 "opens": side.opens,
                 "final_state": states[name][which].to_dict(),
             }
+            own = sheets[which].of(name)
+            if own.version != sheets[which].defaults.version:  # a row's, as the receipt has
+                doc["dependencies"][name]["policy"] = own.to_dict()
+                doc["dependencies"][name]["policy_version"] = own.version
     return diff(*docs)
 
 
-def _write_policy(row: Row, current: Policy, parsed: ParsedTrace, to: Path) -> None:
-    trace = parsed.name
-    text = _policy_toml(row.policy)
+def _write_policy(
+    row: Row, data: Mapping[str, Any], current: PolicySheet, inputs: EventSource, to: Path
+) -> None:
+    trace = inputs.name
+    text = sheet_toml(data) if is_sheet(data) else _policy_toml(row.policy.defaults)
     try:
         with to.open("x", encoding="utf-8") as handle:
             handle.write(text)
     except OSError as exc:
         raise TraceError(f"cannot write: {exc.strerror or exc}", file=str(to)) from None
     print(f"\nwrote row {row.number} (policy {row.policy.version}) to {printable(str(to))}")
-    lines = receipt_diff(parsed, current, row.policy)
+    lines = receipt_diff(inputs, current, row.policy)
     print(
         f"receipt diff of {printable(trace)}, current policy {current.version} -> row {row.number}:"
     )

@@ -29,6 +29,7 @@ from typing import Final, NamedTuple
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import Counts
+from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.core.files import iter_line_blocks
 from toolbreaker.errors import TraceError
@@ -60,7 +61,7 @@ MAX_JOBS: Final = 4
 
 
 def replay_trace(
-    policy: Policy,
+    policy: Policy | PolicySheet,
     initial: Mapping[str, BreakerState] | None,
     path: str,
     *,
@@ -68,6 +69,9 @@ def replay_trace(
     transitions: bool = True,
 ) -> StreamingReplay:
     """Replay the trace at ``path``: the driver, ready to write its receipt or summary.
+
+    ``policy`` is one policy for every dependency or a boundary sheet's
+    (:class:`~toolbreaker.core.breaker.sheet.PolicySheet`): each under its row's policy.
 
     A breaker's transitions depend on its own dependency's events only, so a regular file
     of :data:`PARALLEL_BYTES` or more is split by dependency across ``jobs`` processes
@@ -142,7 +146,7 @@ def _split(
         share = _ShareOf(split.trace, size, index, jobs, transitions, first_error, inherited)
         worker = context.Process(  # type: ignore[attr-defined]
             target=_replay_share,
-            args=(send, driver.policy, initial, share),
+            args=(send, driver.sheet, initial, share),
             name=f"toolbreaker-replay-{index}",
             daemon=True,
         )
@@ -316,7 +320,7 @@ def _blocks(share: _ShareOf) -> Iterator[tuple[int, list[str]]]:
 
 def _replay_share(
     answer: Connection,
-    policy: Policy,
+    policy: PolicySheet,
     initial: Mapping[str, BreakerState],
     share: _ShareOf,
 ) -> None:

@@ -31,6 +31,7 @@ from toolbreaker.core.breaker.receipt import (
     dependency_entry,
     receipt_body,
 )
+from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import BreakerState, Transition, opened, opening
 from toolbreaker.replaying._spill import CallIds, Spill
 from toolbreaker.replaying._text import (
@@ -63,7 +64,9 @@ class StreamingReplay(Replay):
     Use it as a context manager (or call :meth:`close`): the spill is a temporary file.
     """
 
-    def __init__(self, policy: Policy, initial: Mapping[str, BreakerState] | None = None) -> None:
+    def __init__(
+        self, policy: Policy | PolicySheet, initial: Mapping[str, BreakerState] | None = None
+    ) -> None:
         super().__init__(policy, initial)
         self._ids = CallIds()
         self._spill = Spill()
@@ -138,6 +141,8 @@ class StreamingReplay(Replay):
                 "final_state": ledger.state.phase,
                 "recovered_from_corruption": ledger.state.recovered_from_corruption,
             }
+            if ledger.policy is not self.policy and ledger.policy.version != self.policy.version:
+                deps[name]["policy_version"] = ledger.policy.version
         return {
             "schema": RECEIPT_SCHEMA,
             "policy_version": self.policy.version,
@@ -154,7 +159,9 @@ class StreamingReplay(Replay):
         entries = {}
         for name, ledger in self.ledgers().items():
             counts = self._counts.get(name) or Counts()
-            entries[name] = dependency_entry(counts.transitions, counts, ledger.state, self.policy)
+            entries[name] = dependency_entry(
+                counts.transitions, counts, ledger.state, ledger.policy, self.policy
+            )
         return write_receipt(out, receipt_body(self.policy, entries), self._chunks_of)
 
     def close(self) -> None:
@@ -204,7 +211,7 @@ class StreamingReplay(Replay):
         """
         self._counts.update(counts)
         for name, state in states.items():
-            self._ledgers[name] = Ledger(state)
+            self._ledgers[name] = self._ledger(name, state)
             self._elsewhere[name] = elsewhere
         if all(other is not elsewhere for other in self._others):
             self._others.append(elsewhere)
@@ -224,7 +231,9 @@ class SummaryReplay(StreamingReplay):
     or formatting one; it writes no temporary file.
     """
 
-    def __init__(self, policy: Policy, initial: Mapping[str, BreakerState] | None = None) -> None:
+    def __init__(
+        self, policy: Policy | PolicySheet, initial: Mapping[str, BreakerState] | None = None
+    ) -> None:
         super().__init__(policy, initial)
         # The core's (attempted, rejected) per reason, of requests and of outcomes: the
         # fast path counts a record without a call per event.

@@ -46,7 +46,7 @@ def verify(receipt: str, driver: StreamingReplay, trace: str, out: TextIO) -> in
                 if not want:
                     out.write(
                         f"verified: {printable(receipt)} is exactly the receipt of "
-                        f"{printable(trace)} under policy {driver.policy.version} "
+                        f"{printable(trace)} under policy {driver.policy.version}{_rows(driver)} "
                         f"(receipt_hash {receipt_hash})\n"
                     )
                     return 0
@@ -72,6 +72,13 @@ def verify(receipt: str, driver: StreamingReplay, trace: str, out: TextIO) -> in
         f"{printable(where)}: {detail}\n"
     )
     return 1
+
+
+def _rows(driver: StreamingReplay) -> str:
+    rows = len(driver.sheet.rows)
+    if not rows:
+        return ""
+    return f" and the {rows} row{'s' if rows > 1 else ''} of its boundary sheet"
 
 
 def _shown_line(data: bytes, width: int = 80) -> str:

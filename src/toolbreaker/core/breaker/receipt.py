@@ -22,8 +22,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from toolbreaker.core.breaker.machine import ADMITTED, apply, plain_record, plain_step
+from toolbreaker.core.breaker.machine import (
+    ADMITTED,
+    PlainStep,
+    apply,
+    plain_record,
+    plain_step,
+)
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import (
     MAX_TIME_MS,
     OUTCOME_TYPES,
@@ -58,6 +65,9 @@ class Ledger:
     """The calls of one dependency: who was admitted in which generation."""
 
     state: BreakerState
+    policy: Policy = dataclasses.field(default_factory=Policy)
+    # plain_step(policy): the fast path's decision for this dependency, if it has one.
+    quick: PlainStep | None = None
     last_at: int = 0
     requests: int = 0
     seen: set[str] = dataclasses.field(default_factory=set)
@@ -73,20 +83,50 @@ class Replay:
 
     This is the trace driver only: it keeps the ledger of admitted calls (to find an
     outcome's generation and to reject impossible traces) and asks :func:`apply` for
-    every decision.
+    every decision. ``policy`` is one policy for every dependency, or a
+    :class:`~toolbreaker.core.breaker.sheet.PolicySheet`: each dependency under its
+    row's policy, the sheet's defaults for the rest (:attr:`policy` is the defaults).
     """
 
-    def __init__(self, policy: Policy, initial: Mapping[str, BreakerState] | None = None) -> None:
-        self.policy = policy
-        self._ledgers = {dep: Ledger(state) for dep, state in (initial or {}).items()}
-        self._quick = plain_step(policy)
+    def __init__(
+        self, policy: Policy | PolicySheet, initial: Mapping[str, BreakerState] | None = None
+    ) -> None:
+        self.sheet = policy if isinstance(policy, PolicySheet) else PolicySheet(policy)
+        self._quicks: dict[int, tuple[Policy, PlainStep | None]] = {}
+        self._ledgers = {dep: self._ledger(dep, state) for dep, state in (initial or {}).items()}
+
+    @property
+    def policy(self) -> Policy:
+        """The policy of every dependency the sheet has no row for (the receipt's)."""
+        return self.sheet.defaults
+
+    @policy.setter
+    def policy(self, policy: Policy) -> None:
+        """A new default policy, from the next event on (an operator's change mid-trace)."""
+        old = self.sheet.defaults
+        self.sheet = PolicySheet(policy, self.sheet.rows)
+        for ledger in self._ledgers.values():
+            if ledger.policy is old:
+                ledger.policy, ledger.quick = policy, self._quick(policy)
+
+    def _quick(self, policy: Policy) -> PlainStep | None:
+        """``plain_step(policy)``, made once per policy."""
+        found = self._quicks.get(id(policy))
+        if found is None:  # the policy is kept with it, so its id is never reused
+            found = self._quicks[id(policy)] = (policy, plain_step(policy))
+        return found[1]
+
+    def _ledger(self, dependency: str, state: BreakerState) -> Ledger:
+        """A new ledger of ``dependency``, under its policy."""
+        policy = self.sheet.of(dependency)
+        return Ledger(state, policy, self._quick(policy))
 
     def feed(self, event: Event) -> tuple[Transition, ...]:
         """Apply one trace event; raises :class:`TraceError` for impossible input."""
         dep = event.dependency
         ledger = self._ledgers.get(dep)
         if ledger is None:
-            ledger = self._ledgers[dep] = Ledger(BreakerState())
+            ledger = self._ledgers[dep] = self._ledger(dep, BreakerState())
         if event.at < ledger.last_at:
             raise TraceError(
                 f"time went backwards for dependency {json.dumps(dep)}: "
@@ -123,7 +163,7 @@ class Replay:
                 event.retry_after_ms,
                 event.duration_ms,
             )
-        ledger.state, records = apply(ledger.state, event, self.policy)
+        ledger.state, records = apply(ledger.state, event, ledger.policy)
         ledger.last_at = event.at
         self._keep(ledger, dep, records)
         if event.type == "request" and event.call is not None:
@@ -161,7 +201,6 @@ class Replay:
         """
         match = PLAIN_LINE.fullmatch
         ledgers = self._ledgers
-        quick = self._quick
         seen = self._seen_check()
         keep = self._keep_plain
         feed = self.feed
@@ -183,8 +222,8 @@ class Replay:
                         at = int(text)
                         # What feed() does with Event(kind, at, dep, call) when quick answers.
                         if (
-                            quick is not None
-                            and ledger is not None
+                            ledger is not None
+                            and (quick := ledger.quick) is not None
                             and ledger.last_at <= at <= MAX_TIME_MS
                         ):
                             state = ledger.state
@@ -261,7 +300,7 @@ class Replay:
     def receipt(self) -> dict[str, Any]:
         """The receipt of everything fed so far, with its hash."""
         return summarise(
-            self.policy,
+            self.sheet,
             {dep: (ledger.transitions, ledger.state) for dep, ledger in self._ledgers.items()},
         )
 
@@ -311,12 +350,18 @@ class Counts:
 
 
 def dependency_entry(
-    transitions: object, counts: Counts, final: BreakerState, policy: Policy
+    transitions: object,
+    counts: Counts,
+    final: BreakerState,
+    policy: Policy,
+    defaults: Policy | None = None,
 ) -> dict[str, Any]:
     """One dependency's entry of a receipt, around its ``transitions`` (as given).
 
     ``transitions`` is the list of record dicts, or whatever stands for it in a receipt
-    that is written as it streams (:mod:`toolbreaker.replaying`).
+    that is written as it streams (:mod:`toolbreaker.replaying`). ``policy`` is the
+    dependency's own; when it is not the receipt's (``defaults``, a boundary sheet's
+    row), the entry holds it and its version, so other receipts keep their bytes.
     """
     entry: dict[str, Any] = {
         "transitions": transitions,
@@ -329,6 +374,9 @@ def dependency_entry(
     if policy.admits_all or counts.would_reject:
         # Only under shadow mode or a forced close, so other receipts keep their bytes.
         entry["would_reject"] = counts.would_reject
+    if defaults is not None and policy is not defaults and policy.version != defaults.version:
+        entry["policy"] = policy.to_dict()
+        entry["policy_version"] = policy.version
     return entry
 
 
@@ -343,10 +391,16 @@ def receipt_body(policy: Policy, dependencies: Mapping[str, Any]) -> dict[str, A
 
 
 def summarise(
-    policy: Policy,
+    policy: Policy | PolicySheet,
     dependencies: Mapping[str, tuple[Iterable[Transition], BreakerState]],
 ) -> dict[str, Any]:
-    """Build a receipt from per-dependency transitions and final states."""
+    """Build a receipt from per-dependency transitions and final states.
+
+    Under a :class:`~toolbreaker.core.breaker.sheet.PolicySheet`, the receipt's policy is
+    the sheet's defaults and a dependency under a row of its own holds that row's policy.
+    """
+    sheet = policy if isinstance(policy, PolicySheet) else PolicySheet(policy)
+    policy = sheet.defaults
     deps: dict[str, Any] = {}
     for name, (transitions, final) in dependencies.items():
         counts = Counts()
@@ -354,7 +408,7 @@ def summarise(
         for record in transitions:
             counts.add(record)
             records.append(record.to_dict())
-        deps[name] = dependency_entry(records, counts, final, policy)
+        deps[name] = dependency_entry(records, counts, final, sheet.of(name), policy)
     body = receipt_body(policy, deps)
     return {**body, "receipt_hash": sha256_hex(body)}
 
@@ -413,12 +467,29 @@ _TRANSITION_KEYS: Final = frozenset(
     {"event", "from", "to", "attempted", "rejected", "reason", "generation", "open_until"}
 )
 _SHADOW_KEY: Final = "would_reject"
+#: The fields of a dependency under a boundary sheet's row of its own (both or neither).
+_ROW_KEYS: Final = frozenset({"policy", "policy_version"})
 
 
-def _check_fields(found: Mapping[str, Any], required: frozenset[str], where: str) -> None:
-    if set(found) - {_SHADOW_KEY} != required:
-        extra = f" (and {_SHADOW_KEY} under shadow mode or a forced close)"
+def _check_fields(
+    found: Mapping[str, Any], required: frozenset[str], where: str, rows: bool = False
+) -> None:
+    optional = {_SHADOW_KEY} | (_ROW_KEYS if rows else set())
+    if set(found) - optional != required or (rows and 0 < len(_ROW_KEYS & set(found)) < 2):
+        extra = f" (and {_SHADOW_KEY} under shadow mode or a forced close"
+        extra += ", policy and policy_version under a row of a boundary sheet)" if rows else ")"
         raise ReceiptError(f"{where} must have the fields {', '.join(sorted(required))}{extra}")
+
+
+def _check_policy(doc: Mapping[str, Any], where: str) -> None:
+    policy = doc.get("policy")
+    if not isinstance(policy, dict):
+        raise ReceiptError(f"{where}policy must be a JSON object")
+    try:
+        Policy.from_dict(policy)
+    except PolicyError as exc:
+        raise ReceiptError(f"{where}policy: {exc.message}") from None
+    _expect(doc.get("policy_version"), str, f"{where}policy_version")
 
 
 def _check_shape(doc: Mapping[str, Any]) -> None:
@@ -426,19 +497,14 @@ def _check_shape(doc: Mapping[str, Any]) -> None:
     unknown = set(doc) - _RECEIPT_KEYS
     if unknown:
         raise ReceiptError(f"unknown receipt field {shown(sorted(unknown)[0])}")
-    policy = doc.get("policy")
-    if not isinstance(policy, dict):
-        raise ReceiptError("policy must be a JSON object")
-    try:
-        Policy.from_dict(policy)
-    except PolicyError as exc:
-        raise ReceiptError(f"policy: {exc.message}") from None
-    _expect(doc.get("policy_version"), str, "policy_version")
+    _check_policy(doc, "")
     _expect(doc.get("receipt_hash"), str, "receipt_hash")
     for name, dep in doc["dependencies"].items():
         where = f"dependencies[{shown(name)}]"
         _expect(dep, dict, where)
-        _check_fields(dep, _DEPENDENCY_KEYS, where)
+        _check_fields(dep, _DEPENDENCY_KEYS, where, rows=True)
+        if "policy" in dep:
+            _check_policy(dep, f"{where}.")
         for key in ("remote_attempts", "local_rejections", "opens", _SHADOW_KEY):
             if key in dep:
                 _expect(dep[key], int, f"{where}.{key}")
@@ -494,6 +560,18 @@ def _diff_dependency(name: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> l
             lines.append(f"  A: {_describe(left)}")
             lines.append(f"  B: {_describe(right)}")
             break
+    pa, pb = a.get("policy"), b.get("policy")
+    if pa != pb:  # its own row of a boundary sheet (none: the receipt's policy)
+        if isinstance(pa, Mapping) and isinstance(pb, Mapping):
+            for key in sorted(set(pa) | set(pb)):
+                if pa.get(key) != pb.get(key):
+                    lines.append(f"[{name}] policy.{key}: {pa.get(key)} -> {pb.get(key)}")
+        else:
+            shown_a, shown_b = (
+                f"row policy {side.get('policy_version')}" if "policy" in side else "the defaults"
+                for side in (a, b)
+            )
+            lines.append(f"[{name}] policy: {shown_a} -> {shown_b}")
     for key in ("remote_attempts", "local_rejections", "opens"):
         if a.get(key) != b.get(key):
             lines.append(f"[{name}] {key}: {a.get(key)} -> {b.get(key)}")

@@ -35,6 +35,7 @@ __all__ = [
     "Enforce",
     "HealthCheck",
     "check_seconds",
+    "named_units",
 ]
 
 #: How a deadline is enforced: ``thread`` runs a sync call in a worker and returns at the
@@ -368,7 +369,7 @@ class Boundary:
                 )
         if row.get("timeout") is None:
             raise PolicyError(
-                f"{where} has no timeout: every call needs a deadline (set timeout in the row "
+                f"{where} has no timeout: every call needs a deadline (set timeout_ms in the row "
                 "or in [defaults])",
                 field=f"{where}.timeout",
             )
@@ -464,3 +465,57 @@ def check_seconds(value: object, field: str) -> float:
             field=field,
         )
     return float(value)
+
+
+#: A sheet's durations, each in milliseconds under a name that says so, and the old
+#: spelling in seconds each replaces (the field of :class:`Boundary` it fills).
+SHEET_DURATIONS: Final = (
+    ("timeout_ms", "timeout"),
+    ("max_stale_ms", "max_stale"),
+    ("stale_every_ms", "stale_every"),
+)
+
+
+def named_units(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A sheet table (``[defaults]`` or a row) with its durations as the row's fields.
+
+    Every duration of a sheet names its unit, milliseconds, like the policy fields
+    (``cooldown_ms``): ``timeout_ms``, ``max_stale_ms``, ``stale_every_ms`` and
+    ``health_check = { timeout_ms = ... }`` become the seconds :class:`Boundary` holds.
+    The old spellings in seconds (``timeout``, ``max_stale``, ``stale_every``,
+    ``health_check.timeout``) still load.
+
+    Raises:
+        PolicyError: both spellings of one field, or a value that is not a whole number
+            of milliseconds in range, named as ``<where>.<field>``.
+    """
+    out = dict(table)
+    for new, old in SHEET_DURATIONS:
+        _in_seconds(out, new, old, where)
+    check = out.get("health_check")
+    if isinstance(check, Mapping):
+        check = dict(check)
+        _in_seconds(check, "timeout_ms", "timeout", f"{where}.health_check")
+        out["health_check"] = check
+    return out
+
+
+def _in_seconds(table: dict[str, Any], new: str, old: str, where: str) -> None:
+    if new in table and old in table:
+        raise PolicyError(
+            f"{where}: {old} (in seconds) and {new} name one field: keep {new}",
+            field=f"{where}.{new}",
+        )
+    if old in table:  # the old spelling, in seconds: still what the row holds
+        return
+    if new not in table:
+        return
+    value = table.pop(new)
+    low = 0 if new == "stale_every_ms" else 1
+    if type(value) is not int or not low <= value <= MAX_DURATION_MS:
+        raise PolicyError(
+            f"{where}.{new} must be a whole number of milliseconds from {low} to "
+            f"{MAX_DURATION_MS}, got {shown(value)}",
+            field=f"{where}.{new}",
+        )
+    table[old] = value / 1000

@@ -4,7 +4,7 @@ A boundary sheet is TOML. ``[defaults]`` applies to every breaker; every other t
 dependency whose sub-tables are operation classes::
 
     [defaults]
-    timeout = 4.0                 # seconds; every call needs a deadline
+    timeout_ms = 4000             # every call needs a deadline; durations are in ms
     cooldown_ms = 30000
 
     [tools]
@@ -21,13 +21,15 @@ dependency whose sub-tables are operation classes::
 
     [billing.write]
     tool = "charge_card"
-    timeout = 10.0
+    timeout_ms = 10000
     retryable = false
     failure_threshold = 6
 
 A payment mutation never shares state or retry policy with a catalog read: each entry is
 its own breaker. Invalid sheets fail at load with the field (``search.read.fallback``) and
-line named.
+line named. Every duration names its unit, milliseconds (``timeout_ms``,
+``max_stale_ms``, ``stale_every_ms``, ``health_check.timeout_ms``); the old spellings in
+seconds (``timeout``...) still load.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from toolbreaker.runtime.breaker._boundary import (
     Enforce,
     HealthCheck,
     check_seconds,
+    named_units,
 )
 from toolbreaker.runtime.breaker._breaker import Breaker, clock_of
 from toolbreaker.runtime.breaker._degrade import check_store
@@ -154,7 +157,7 @@ class Registry:
         strict: bool = False,
     ) -> Registry:
         """Build a registry from a decoded boundary sheet."""
-        defaults = _table(data.get("defaults", {}), "defaults")
+        defaults = named_units(_table(data.get("defaults", {}), "defaults"), "defaults")
         for key in defaults:
             if key not in _DEFAULT_ONLY:
                 raise PolicyError(f"unknown field {key!r} in [defaults]", field=f"defaults.{key}")
@@ -178,7 +181,7 @@ class Registry:
             for operation, row in _table(operations, dependency).items():
                 where = f"{dependency}.{operation}"
                 _check_key(operation, where)
-                table = {**defaults, **_table(row, where)}
+                table = {**defaults, **named_units(_table(row, where), where)}
                 boundaries[(dependency, operation)] = Boundary.from_row(
                     dependency, operation, table, where
                 )

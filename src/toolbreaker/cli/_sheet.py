@@ -1,0 +1,173 @@
+"""``--policy FILE`` of the review commands: a boundary sheet, or a flat policy file.
+
+``replay``, ``verify``, ``simulate`` and ``tune`` replay a trace under a
+:class:`~toolbreaker.core.breaker.sheet.PolicySheet`. A file whose top level holds a
+table (``[defaults]``, ``[search.read]``...) is a boundary sheet, read by the one parser
+of sheets (:meth:`toolbreaker.Registry.from_dict`, the same errors as ``policy
+publish``): each breaker key it has a row for (``search:read``, as the event stream
+names it) is replayed under that row's policy, every other under the sheet's defaults.
+A file of top-level fields only is a flat policy: a sheet of defaults alone, whose
+receipts are what they always were.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.sheet import PolicySheet
+from toolbreaker.core.config import load_toml
+from toolbreaker.errors import PolicyError
+
+__all__ = [
+    "is_sheet",
+    "load_sheet",
+    "load_sheet_data",
+    "row_key",
+    "sheet_of",
+    "sheet_toml",
+    "sheet_value",
+    "split_field",
+    "with_values",
+]
+
+
+def is_sheet(data: Mapping[str, Any]) -> bool:
+    """Whether a decoded policy file is a boundary sheet (it has a table at the top)."""
+    return any(isinstance(value, dict) for value in data.values())
+
+
+def sheet_of(data: Mapping[str, Any]) -> PolicySheet:
+    """The policies of a decoded boundary sheet or flat policy file."""
+    if not is_sheet(data):
+        return PolicySheet(Policy.from_dict(data))
+    from toolbreaker.runtime import Registry  # only for a sheet: the runtime is slow to import
+
+    registry = Registry.from_dict(data)
+    rows = {row.key: row.policy for row in registry.boundaries().values()}
+    return PolicySheet(registry.default_policy, rows)
+
+
+def load_sheet(path: str | None) -> PolicySheet:
+    """The policies of the file at ``path`` (the built-in defaults when ``None``).
+
+    Errors are :class:`~toolbreaker.errors.PolicyError` with the file, line and field.
+    """
+    if path is None:
+        return PolicySheet(Policy())
+    sheet: PolicySheet = load_toml(path, sheet_of)
+    return sheet
+
+
+def load_sheet_data(path: str | None) -> tuple[dict[str, Any], PolicySheet]:
+    """The decoded file at ``path`` (``{}`` when ``None``) and its policies."""
+    if path is None:
+        return {}, PolicySheet(Policy())
+    found: tuple[dict[str, Any], PolicySheet] = load_toml(path, lambda data: (data, sheet_of(data)))
+    return found
+
+
+def split_field(name: str) -> tuple[str, str | None, str]:
+    """``FIELD`` or ``DEPENDENCY.OPERATION.FIELD`` as (dependency, operation, field).
+
+    A bare field is the defaults' (``("defaults", None, field)``).
+    """
+    parts = name.rsplit(".", 2)
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    if len(parts) == 2 and parts[0] == "defaults":
+        return "defaults", None, parts[1]
+    return "defaults", None, name
+
+
+def row_key(dependency: str, operation: str) -> str:
+    """The breaker key of a sheet row, as :attr:`toolbreaker.Boundary.key` makes it."""
+    from toolbreaker.runtime import Boundary
+
+    return Boundary(dependency, operation).key
+
+
+def with_values(data: Mapping[str, Any], changes: Mapping[str, object]) -> dict[str, Any]:
+    """A copy of a decoded sheet (or flat policy) with ``changes`` (see :func:`split_field`).
+
+    A bare field of a sheet goes in ``[defaults]``, which every row without its own value
+    inherits; of a flat file, at the top. A row's field goes in that row, which must be
+    in the sheet.
+    """
+    copy: dict[str, Any] = {
+        key: ({k: dict(v) if isinstance(v, dict) else v for k, v in value.items()})
+        if isinstance(value, dict)
+        else value
+        for key, value in data.items()
+    }
+    sheet = is_sheet(data)
+    for name, value in changes.items():
+        dependency, operation, field = split_field(name)
+        if operation is None:
+            target = copy.setdefault("defaults", {}) if sheet else copy
+        else:
+            row = copy.get(dependency, {}).get(operation) if sheet else None
+            if not isinstance(row, dict):
+                raise PolicyError(
+                    f"the policy has no row [{dependency}.{operation}] to vary", field="vary"
+                )
+            target = row
+        target[field] = value
+    return copy
+
+
+def sheet_value(sheet: PolicySheet, name: str) -> object:
+    """The value of a varied field in a candidate (``name`` as :func:`split_field` reads)."""
+    dependency, operation, field = split_field(name)
+    policy = sheet.defaults
+    if operation is not None:
+        policy = sheet.rows.get(row_key(dependency, operation), policy)
+    return getattr(policy, field, None)
+
+
+_BARE_KEY: Final = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def sheet_toml(data: Mapping[str, Any]) -> str:
+    """A decoded sheet (or flat policy) as TOML text that loads back to the same table."""
+    flat = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    lines = _items(flat)
+    for name, table in data.items():
+        if not isinstance(table, dict):
+            continue
+        if name in ("defaults", "tools"):
+            lines += ["", f"[{_key(name)}]", *_items(table)]
+            continue
+        for operation, row in table.items():
+            lines += ["", f"[{_key(name)}.{_key(operation)}]", *_items(row)]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _items(table: Mapping[str, Any]) -> list[str]:
+    return [f"{_key(k)} = {_value(v)}" for k, v in table.items() if v is not None]
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _string(key)
+
+
+def _string(text: str) -> str:
+    # JSON's escapes are TOML's, but for DEL, which TOML wants escaped too.
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _value(value: object) -> str:
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+    raise PolicyError(f"cannot write {type(value).__name__} as TOML")  # pragma: no cover
