@@ -46,25 +46,13 @@ def _free_port() -> int:
         return port
 
 
-class RedisServer:
-    """One redis-server process on 127.0.0.1; ``stop()`` and ``start()`` keep the port.
+class _LocalServer:
+    """A server process of the tests' own on 127.0.0.1, started on a port picked free."""
 
-    ``options`` are extra command-line options (``"--appendonly", "yes"``); later ones
-    win over the defaults.
-    """
-
-    def __init__(self, binary: str, directory: Path, *options: str) -> None:
-        self.binary = binary
-        self.directory = directory
-        self.options = options
-        self.new_port: Callable[[], int] = _free_port
-        self.port = self.new_port()
-        self.process: subprocess.Popen[bytes] | None = None
-        self.started = False
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+    port: int
+    started: bool
+    new_port: Callable[[], int]
+    what: str  # what fails to answer, for the failure message
 
     def start(self) -> None:
         """Start the server; a first start that lost its port to another process (two
@@ -78,7 +66,33 @@ class RedisServer:
             if self.started:
                 break
             self.port = self.new_port()
-        pytest.fail(f"redis-server did not answer PING on port {self.port} ({tries} tries)")
+        pytest.fail(f"{self.what} on port {self.port} ({tries} tries)")
+
+    def _launch(self) -> bool:
+        raise NotImplementedError
+
+
+class RedisServer(_LocalServer):
+    """One redis-server process on 127.0.0.1; ``stop()`` and ``start()`` keep the port.
+
+    ``options`` are extra command-line options (``"--appendonly", "yes"``); later ones
+    win over the defaults.
+    """
+
+    what = "redis-server did not answer PING"
+
+    def __init__(self, binary: str, directory: Path, *options: str) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.options = options
+        self.new_port: Callable[[], int] = _free_port
+        self.port = self.new_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started = False
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
 
     def _launch(self) -> bool:
         assert self.process is None, "already running"
@@ -216,12 +230,14 @@ def _server_user() -> str | None:
     return "postgres"
 
 
-class PostgresServer:
+class PostgresServer(_LocalServer):
     """One PostgreSQL server on 127.0.0.1 in a fresh data directory.
 
     ``stop()`` shuts it down, ``kill()`` SIGKILLs every process of it (a crash), and
     ``start()`` brings it back on the same port with the same data.
     """
+
+    what = "postgres did not accept connections"
 
     def __init__(self, bindir: Path, *options: str) -> None:
         self.bindir = bindir
@@ -245,20 +261,6 @@ class PostgresServer:
     @property
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
-
-    def start(self) -> None:
-        """Start the server; a first start that lost its port to another process (two
-        suites at once on one machine) retries on a new one, a restart keeps its port."""
-        tries = 0
-        while tries < 5:
-            tries += 1
-            if self._launch():
-                self.started = True
-                return
-            if self.started:
-                break
-            self.port = self.new_port()
-        pytest.fail(f"postgres did not accept connections on port {self.port} ({tries} tries)")
 
     def _launch(self) -> bool:
         assert self.process is None, "already running"
