@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 
+from toolbreaker.cli._sheet import load_sheet
 from toolbreaker.core.breaker.calibration import (
     Compliance,
     Signals,
@@ -18,8 +19,8 @@ from toolbreaker.core.breaker.calibration import (
     compliance,
     findings,
 )
-from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import Replay
+from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import read_trace, trace_event
 from toolbreaker.errors import PolicyError, TraceError
@@ -47,7 +48,10 @@ def add_commands(commands: Any) -> None:
     )
     cmd.add_argument("trace", nargs="?", help="a JSON Lines trace (or use --store)")
     cmd.add_argument("--store", help="read the shared event stream instead of a trace")
-    cmd.add_argument("--policy", help="policy TOML to replay a trace under (default: defaults)")
+    cmd.add_argument(
+        "--policy",
+        help="the boundary sheet (or a flat policy) to replay a trace under (default: defaults)",
+    )
     cmd.add_argument("--since", help="with --store: only entries this recent")
     cmd.add_argument("--json", action="store_true", help="print signals and findings as JSON")
     cmd.set_defaults(run_command=_run_advise)
@@ -198,8 +202,8 @@ def stream_signals(
     return calibrate(records, classes), tools, compliance(labelled)
 
 
-def _trace_signals(path: str, policy: Policy) -> dict[str, Signals]:
-    driver = Replay(policy)
+def _trace_signals(path: str, sheet: PolicySheet) -> dict[str, Signals]:
+    driver = Replay(sheet)
     records: list[Transition] = []
     for line, event in read_trace(path):
         try:
@@ -222,8 +226,7 @@ def _run_advise(args: argparse.Namespace) -> int:
         signals, tools, obeyed = stream_signals(entries)
         nothing = _nothing(masked_url(args.store), len(entries), args.since, _PUBLISH_HINT)
     else:
-        policy = Policy.from_toml(args.policy) if args.policy else Policy()
-        signals = _trace_signals(args.trace, policy)
+        signals = _trace_signals(args.trace, load_sheet(args.policy))
         nothing = _nothing(args.trace, 0, None, _RECORD_HINT)
     found = findings(signals)
     if args.json:

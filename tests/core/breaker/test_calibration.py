@@ -134,3 +134,30 @@ def test_compliance_is_counted_per_tool_and_wording():
     orders = by_tool["orders_tool", "v2"]
     assert orders.early_recalls == 0
     assert orders.to_dict()["recall_share"] == 0.0
+
+
+def test_advise_replays_a_trace_under_each_rows_policy(tmp_path, capsys):
+    """advise TRACE --policy takes the boundary sheet the review commands take: a row with
+    a threshold of its own opens its breaker, the defaults keep the others closed."""
+    lines = []
+    for n, dependency in enumerate(["search", "search", "orders", "orders"]):
+        lines += [
+            {"at": 10 * n, "dependency": dependency, "type": "request", "call": f"c{n}"},
+            {"at": 10 * n + 1, "dependency": dependency, "type": "failure", "call": f"c{n}"},
+        ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    sheet = tmp_path / "breakers.toml"
+    sheet.write_text(
+        "[defaults]\ntimeout_ms = 1000\nfailure_threshold = 5\n\n"
+        "[search.default]\nfailure_threshold = 1\ncooldown_ms = 60000\n"
+    )
+    assert main(["advise", str(trace), "--policy", str(sheet), "--json"]) == 0
+    opens = {s["key"]: s["opens"] for s in json.loads(capsys.readouterr().out)["signals"]}
+    assert opens == {"search": 1, "orders": 0}
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[search.default]\ntimeout_ms = 1000\nfailure_threshold = 0\n")
+    assert main(["advise", str(trace), "--policy", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "bad.toml" in err
