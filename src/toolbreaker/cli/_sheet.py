@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.config import load_toml
@@ -26,7 +27,6 @@ __all__ = [
     "is_sheet",
     "load_sheet",
     "load_sheet_data",
-    "row_key",
     "sheet_of",
     "sheet_toml",
     "sheet_value",
@@ -83,13 +83,6 @@ def split_field(name: str) -> tuple[str, str | None, str]:
     return "defaults", None, name
 
 
-def row_key(dependency: str, operation: str) -> str:
-    """The breaker key of a sheet row, as :attr:`toolbreaker.Boundary.key` makes it."""
-    from toolbreaker.runtime import Boundary
-
-    return Boundary(dependency, operation).key
-
-
 def with_values(data: Mapping[str, Any], changes: Mapping[str, object]) -> dict[str, Any]:
     """A copy of a decoded sheet (or flat policy) with ``changes`` (see :func:`split_field`).
 
@@ -124,7 +117,7 @@ def sheet_value(sheet: PolicySheet, name: str) -> object:
     dependency, operation, field = split_field(name)
     policy = sheet.defaults
     if operation is not None:
-        policy = sheet.rows.get(row_key(dependency, operation), policy)
+        policy = sheet.rows.get(breaker_key(dependency, operation), policy)
     return getattr(policy, field, None)
 
 

@@ -285,3 +285,19 @@ def test_an_idle_window_holds_what_the_predicates_say_at_every_moment_in_it(
             assert new == before
             assert not record.attempted
             assert record.reason == window.reason
+
+
+@given(
+    st.text(st.characters(blacklist_characters="[]:"), min_size=1, max_size=12),
+    st.sampled_from(["default", "read", "write"]),
+    st.text(st.characters(blacklist_characters="[]"), min_size=1, max_size=12),
+)
+def test_a_scoped_breakers_key_finds_its_rows_key(dependency, operation, label):
+    """The one format of breaker keys: a scope's breaker is named by its row's dependency
+    with the scope in brackets, and taking the brackets out gives the row's key back."""
+    from toolbreaker.core.breaker.keys import breaker_key, row_of, scoped_dependency
+
+    row = breaker_key(dependency, operation)
+    assert row == (dependency if operation == "default" else f"{dependency}:{operation}")
+    assert row_of(breaker_key(scoped_dependency(dependency, label), operation)) == row
+    assert row_of(row) == row

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping
 
+from toolbreaker.core.breaker.keys import row_of
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.canonical import canonical_json
 
@@ -44,10 +45,7 @@ class PolicySheet:
         found = rows.get(key)
         if found is not None:
             return found
-        start, end = key.find("["), key.rfind("]")
-        if 0 < start < end:
-            return rows.get(key[:start] + key[end + 1 :], self.defaults)
-        return self.defaults
+        return rows.get(row_of(key), self.defaults)
 
     @property
     def version(self) -> str:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, TypedDict
 
+from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import MAX_DURATION_MS, Policy
 from toolbreaker.core.degrade import check_chain
 from toolbreaker.core.files import shown
@@ -346,11 +347,7 @@ class Boundary:
     @property
     def key(self) -> str:
         """The breaker key: the dependency, with the operation class unless ``default``."""
-        return (
-            self.dependency
-            if self.operation == "default"
-            else (f"{self.dependency}:{self.operation}")
-        )
+        return breaker_key(self.dependency, self.operation)
 
     @classmethod
     def from_row(

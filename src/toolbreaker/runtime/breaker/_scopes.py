@@ -14,6 +14,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Final, cast
 
+from toolbreaker.core.breaker.keys import scoped_dependency
 from toolbreaker.core.breaker.predicates import is_evictable
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.runtime._log import log
@@ -123,7 +124,10 @@ class Scopes(Admission):
 
     def _child(self, label: str) -> Breaker:
         row = dataclasses.replace(
-            self.boundary, dependency=f"{self.dependency}[{label}]", tool=self.tool, scope=None
+            self.boundary,
+            dependency=scoped_dependency(self.dependency, label),
+            tool=self.tool,
+            scope=None,
         )
         from toolbreaker.runtime.breaker._breaker import Breaker  # the class above this layer
 
