@@ -40,7 +40,7 @@ from toolbreaker.cli._plot import MISSING, check_output, draw, load_matplotlib
 from toolbreaker.cli._sheet import load_sheet
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import Event, Transition
+from toolbreaker.core.breaker.state import FAILED_OUTCOMES, Event, Transition
 from toolbreaker.core.breaker.trace import iter_trace, parse_lines
 from toolbreaker.core.config import loads_toml
 from toolbreaker.core.files import printable
@@ -68,7 +68,6 @@ __all__ = [
 BINS: Final = 1024
 #: What the figure and errors call the bundled fixture.
 FIXTURE_NAME: Final = "seed fixture"
-_FAILED: Final = frozenset({"failure", "ambiguous"})
 _SETTLES: Final = frozenset({"success", "failure", "ignored", "ambiguous"})
 
 
@@ -228,7 +227,7 @@ class RetryOnly:
             # the oldest one still waiting, whatever the breaker made of it.
             call = event.call if event.call is not None else next(iter(pending), None)
             pending.pop(call or "", None)
-            failed = event.type in _FAILED
+            failed = event.type in FAILED_OUTCOMES
             # The latest outcome, ``ignored`` included: the dependency answered, and a
             # request left without an outcome after it is not retried (docs/lab.md).
             self._failing[event.dependency] = failed

@@ -79,7 +79,6 @@ __all__ = [
 #: The most candidate policies one ``tune`` replays.
 MAX_CANDIDATES: Final = 100
 _MAX_VALUES: Final = 50
-_FAILED: Final = frozenset({"failure", "ambiguous"})
 _INT: Final = re.compile(r"^[+-]?\d{1,30}$")
 _FIELDS: Final = tuple(f.name for f in dataclasses.fields(Policy))
 

@@ -19,12 +19,17 @@ from toolbreaker.core.breaker.calibration import Signals, calibrate
 from toolbreaker.core.breaker.machine import record_flags
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.core.breaker.state import (
+    FAILED_OUTCOMES,
+    BreakerState,
+    Event,
+    Transition,
+    changed_phase,
+    phase_changed,
+)
 from toolbreaker.replaying import StreamingReplay
 
 __all__ = ["TuneReplay"]
-
-_FAILED = frozenset({"failure", "ambiguous"})
 
 
 class TuneReplay(StreamingReplay):
@@ -60,6 +65,7 @@ class TuneReplay(StreamingReplay):
         rejected: bool,
         before: str,
         after: str,
+        changed: bool,
     ) -> None:
         span = self._spans.get(dependency)
         if span is None:
@@ -71,11 +77,11 @@ class TuneReplay(StreamingReplay):
             self.remote[dependency] = self.remote.get(dependency, 0) + 1
         elif rejected:
             self.rejected += 1
-        elif kind in _FAILED:
+        elif kind in FAILED_OUTCOMES:
             self.failing.add(dependency)
         if reason == "not-admitted" and kind == "success":
             self.rejected_succeeded += 1
-        if before != after:
+        if changed:
             self._changes[dependency].append((at, before, after))
 
     def _keep(self, ledger: object, dependency: str, records: tuple[Transition, ...]) -> None:
@@ -89,6 +95,7 @@ class TuneReplay(StreamingReplay):
                 record.rejected,
                 record.from_phase,
                 record.to_phase,
+                changed_phase(record),
             )
 
     def _keep_plain(  # noqa: PLR0917 - called once per event by feed_trace
@@ -105,7 +112,8 @@ class TuneReplay(StreamingReplay):
         flags = self._flags.get((kind, reason))
         if flags is None:
             flags = self._flags[kind, reason] = record_flags(kind, reason)
-        self._count(dependency, kind, at, reason, *flags, before.phase, after.phase)
+        changed = phase_changed(before, after)
+        self._count(dependency, kind, at, reason, *flags, before.phase, after.phase, changed)
 
     def signals(self) -> Mapping[str, Signals]:
         """Per dependency, :func:`calibrate`'s signals (opens, time open, half-opens, reopens)."""

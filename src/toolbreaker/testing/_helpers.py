@@ -6,7 +6,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from toolbreaker.core.breaker.state import HALF_OPEN, OPEN, BreakerState, Lease, Transition
+from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Lease, Transition
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._attach import Attachment, Target
 
@@ -86,7 +86,7 @@ def force_state(breaker: Breaker, phase: str, *, open_for_ms: int | None = None)
         state = BreakerState(
             phase=HALF_OPEN, generation=generation, opens=1, leases=tuple[Lease, ...]()
         )
-    elif phase == "closed":
+    elif phase == CLOSED:
         state = BreakerState(generation=generation)
     else:
         raise ValueError(f"unknown phase {phase!r}")

@@ -18,6 +18,7 @@ from toolbreaker.core.files import loads_json
 __all__ = [
     "CLOSED",
     "EVENT_TYPES",
+    "FAILED_OUTCOMES",
     "HALF_OPEN",
     "MAX_TIME_MS",
     "OPEN",
@@ -36,6 +37,7 @@ __all__ = [
     "half_opened",
     "opened",
     "opening",
+    "phase_changed",
     "reopened",
 ]
 
@@ -46,6 +48,8 @@ PHASES: Final = (CLOSED, OPEN, HALF_OPEN)
 
 #: Outcome events: they settle an admitted call.
 OUTCOME_TYPES: Final = frozenset({"success", "failure", "ignored", "ambiguous"})
+#: The outcomes that say the dependency did not serve the call (an ambiguous one may not have).
+FAILED_OUTCOMES: Final = frozenset({"failure", "ambiguous"})
 #: Events a trace may contain; ``lease-expired`` is only ever made by the core itself.
 EVENT_TYPES: Final = frozenset({"request"}) | OUTCOME_TYPES
 
@@ -534,6 +538,11 @@ def half_opened(record: Transition) -> bool:
 def changed_phase(record: Transition) -> bool:
     """Whether the breaker is in another phase after the transition than before it."""
     return record.to_phase != record.from_phase
+
+
+def phase_changed(before: BreakerState, after: BreakerState) -> bool:
+    """:func:`changed_phase` for a transition known by its two states (a replay's fast path)."""
+    return after.phase != before.phase
 
 
 def admitted_probe(record: Transition) -> bool:
