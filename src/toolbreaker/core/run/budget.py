@@ -196,6 +196,10 @@ _BUDGET_INTS: Final = (
 )
 
 
+#: Integer fields that may be ``None`` (no limit, or the default), each at least 1.
+_OPTIONAL_INTS: Final = ("max_calls_per_turn", "reservation_lease_ms", "max_tool_failures")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Budget:
     """How far one run may go: reviewed configuration, validated at construction.
@@ -205,7 +209,10 @@ class Budget:
         max_repeats: repeats of one action without new evidence allowed before the run
             stops (the first occurrence is not a repeat); a class limit overrides it.
         max_cost: spent cost at which the next call is denied (a call's own cost is only
-            known after it ran, so the total can overshoot by one call).
+            known after it ran, so the total can overshoot by one call). A call (or model
+            step) that declares its cost reserves it first: it is refused when spent plus
+            reserved plus its own would exceed ``max_cost`` (see
+            :mod:`toolbreaker.core.run.costs`).
         deadline_ms: the run's duration from its start; a call at or after
             ``started_at + deadline_ms`` is denied.
         max_uncertain_side_effects: writes with an unknown outcome tolerated; once there
@@ -220,6 +227,14 @@ class Budget:
             a turn begins, :meth:`~toolbreaker.RunGuard.mark_turn`); a call beyond it is
             *deferred*: not made, not queued, and the model reads that it may issue it
             again next turn. ``None``: no limit (and no key in :meth:`to_dict`).
+        reservation_lease_ms: how long a cost reservation is held for a call that does
+            not settle (a killed worker); then it is spent at its amount. ``None``: the
+            default lease, :data:`~toolbreaker.core.run.costs.DEFAULT_RESERVATION_LEASE_MS`
+            (and no key in :meth:`to_dict`).
+        max_tool_failures: the failure of one tool with one error class (the
+            classifier's: ``validation``, ``http-422`` ...), whatever its arguments, at
+            which the run stops calling that tool: the N-th such failure. ``None``: no
+            limit (and no key in :meth:`to_dict`).
     """
 
     max_tool_calls: int = 50
@@ -231,10 +246,13 @@ class Budget:
     max_recovery_calls: int = 10
     classes: Mapping[RiskClass, ClassLimits] = DEFAULT_CLASSES
     max_calls_per_turn: int | None = None
+    reservation_lease_ms: int | None = None
+    max_tool_failures: int | None = None
 
     def __post_init__(self) -> None:
-        if self.max_calls_per_turn is not None:
-            policy_int(self.max_calls_per_turn, "max_calls_per_turn", 1)
+        for name in _OPTIONAL_INTS:
+            if getattr(self, name) is not None:
+                policy_int(getattr(self, name), name, 1)
         for name, minimum in _BUDGET_INTS:
             policy_int(getattr(self, name), name, minimum)
         if self.loop_cycles > MAX_LOOP_CYCLES:
@@ -301,12 +319,12 @@ class Budget:
             "loop_cycles": self.loop_cycles,
             "max_recovery_calls": self.max_recovery_calls,
             "classes": {risk: self.classes[risk].to_dict() for risk in RISK_CLASSES},
-            # Only when set: a budget without it keeps its version (and its receipts).
-            **(
-                {}
-                if self.max_calls_per_turn is None
-                else {"max_calls_per_turn": self.max_calls_per_turn}
-            ),
+            # Only when set: a budget without them keeps its version (and its receipts).
+            **{
+                name: getattr(self, name)
+                for name in _OPTIONAL_INTS
+                if getattr(self, name) is not None
+            },
         }
 
     @property

@@ -27,7 +27,21 @@ is what the shell must carry out. A ``request`` gets one of five verdicts:
 - ``deferred``: the current model turn has started ``Budget.max_calls_per_turn`` calls
   already: this one is not made and not queued (the model may issue it again next turn);
   it is counted in ``RunState.deferred`` and does not count against any other limit.
-  A ``turn`` event (the adapter saw the model start a new turn) starts the count again.
+  A ``turn`` event (the adapter saw the model start a new turn) starts the count again;
+- ``over-budget``: the request declared its cost (``reserve``) and holding it would take
+  spent plus reserved cost over ``max_cost`` or its class's: refused before it runs, the
+  run goes on (a cheaper call may fit). Counted in ``RunState.over_budget``; the first
+  refusal of each tool is kept among the conditions;
+- ``tool-stopped``: the tool failed ``Budget.max_tool_failures`` times with one error
+  class in this run, whatever its arguments: it is not called again, the run goes on.
+
+A request that declares its cost and runs holds a reservation (the decision's
+``reservation``); its ``outcome`` event settles it (the actual ``cost``, or none reported:
+the amount held is spent), and an outcome's ``error`` (the classifier's class of a
+failure) counts toward the tool's failures. A model step reserves with a ``reserve``
+event (verdict ``reserved`` or ``over-budget``) and settles with ``settle``. Before any
+event, reservations whose lease ended are spent at their amount. The rules are
+:mod:`toolbreaker.core.run.costs`'.
 
 Outcome events settle a ``run`` call: ``unknown`` for a write that may have committed
 counts toward the uncertain writes (and may block writes), as does ``uncertain``, a write
@@ -57,11 +71,13 @@ events; the journal is read by the shell and its answer arrives as the event's
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
 from typing import Final, Literal, cast, get_args
 
 from toolbreaker.core.degrade import passing
 from toolbreaker.core.run import budget as budgets
-from toolbreaker.core.run import protocol
+from toolbreaker.core.run import costs, protocol
+from toolbreaker.core.run._values import RiskClass, decimal_text
 from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
 from toolbreaker.core.run.state import Fired, fired
 from toolbreaker.errors import RunStateError
@@ -86,6 +102,9 @@ Verdict = Literal[
     "writes-blocked",
     "stopped",
     "deferred",
+    "over-budget",
+    "tool-stopped",
+    "reserved",
     "recorded",
 ]
 VERDICTS: Final[tuple[Verdict, ...]] = get_args(Verdict)
@@ -100,6 +119,8 @@ EVENT_TYPES: Final = (
     "cost",
     "stop",
     "turn",
+    "reserve",
+    "settle",
 )
 #: Journal statuses a shell may report with a write request (the write protocol's).
 JOURNAL_STATUSES: Final = protocol.STATUSES
@@ -126,6 +147,13 @@ class RunEvent:
         count: for ``resume``, how many writes of earlier runs are unresolved.
         step: for ``outcome``, ``dependency-down`` and ``uncertain``, the step the event
             is about (the :attr:`RunDecision.step` its request got); 0: the run's latest.
+        reserve: for ``request`` and ``reserve``, the cost to hold before the call runs;
+            for ``outcome`` and ``settle``, the amount that was held (what a settle after
+            the lease ended compares the actual cost with).
+        reservation: for ``outcome`` and ``settle``, the reservation to settle (the
+            :attr:`RunDecision.reservation` its request got); 0: none.
+        error: for ``outcome``, the error class of a failure (the classifier's), which
+            counts toward ``Budget.max_tool_failures``.
     """
 
     type: str
@@ -141,6 +169,9 @@ class RunEvent:
     reason: str = ""
     mode: str | None = None
     step: int = 0
+    reserve: Decimal | str | int | None = None
+    reservation: int = 0
+    error: str | None = None
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:
@@ -169,12 +200,17 @@ class RunDecision:
         step: for requests, the run's number for this step (``RunState.steps``, from 1):
             the step a condition it fires is recorded with, and that the shell names
             in the events about its outcome.
+        reservation: the reservation held for a ``run`` (or ``reserved``) that declared
+            its cost; its outcome (or ``settle``) event names it. 0: none.
+        left: for ``over-budget``, what the binding cost limit leaves (exact text).
     """
 
     verdict: Verdict
     stop: Stop | None = None
     repeat: int = 0
     step: int = 0
+    reservation: int = 0
+    left: str | None = None
 
     @property
     def runs(self) -> bool:
@@ -188,6 +224,8 @@ class RunDecision:
             "stop": None if self.stop is None else self.stop.to_dict(),
             "repeat": self.repeat,
             "step": self.step,
+            **({"reservation": self.reservation} if self.reservation else {}),
+            **({"left": self.left} if self.left is not None else {}),
         }
 
 
@@ -203,6 +241,8 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
     """
     kind = event.type
     at = event.at
+    if run.reservations:
+        run = costs.expire(run, at)  # a lease that ended: spent at its amount
     if kind == "request":
         assert event.action is not None
         return _request(run, event.action, event, budget)
@@ -211,9 +251,20 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         assert event.action is not None
         if event.outcome is None:
             raise RunStateError("an outcome event needs its outcome", field="outcome")
+        held = event.reservation
         run = budgets.finish(
-            run, event.action, event.outcome, at, evidence=event.evidence, cost=event.cost
+            run,
+            event.action,
+            event.outcome,
+            at,
+            evidence=event.evidence,
+            cost=None if held else event.cost,
         )
+        if held:
+            run = _settle(run, event, event.action.risk)
+        if event.error is not None and event.outcome in ("failure", "ignored"):
+            run = costs.failed(run, event.action.tool, event.error, at, budget)
+            run = _tool_stopped(run, event.action, step)
         if event.outcome == "unknown" and event.action.risk in WRITES:
             run = _block_if_uncertain(run, event.action, at, budget, event.detail, step=step)
         return run, _RECORDED
@@ -242,6 +293,10 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         return _block_if_uncertain(run, None, at, budget, event.detail, step=step), _RECORDED
     if kind == "cost":
         return budgets.add_cost(run, event.cost or 0), _RECORDED
+    if kind == "reserve":
+        return _reserve_step(run, event, budget)
+    if kind == "settle":
+        return _settle(run, event, None), _RECORDED
     if kind == "turn":
         if budget.max_calls_per_turn is None:
             return run, _RECORDED  # nothing is counted without a turn limit
@@ -275,16 +330,40 @@ def _request(
             run = dataclasses.replace(run, steps=step)
             return run, RunDecision("journal", repeat=decision.repeat, step=step)
     if decision.allowed:
+        closed = costs.tool_stopped(run, action.tool)
+        if closed is not None:
+            why = Stop("tool-failures", closed.detail, at, action.risk, action.fingerprint)
+            run = dataclasses.replace(run, steps=step)
+            return run, RunDecision("tool-stopped", why, decision.repeat, step)
+        amount = None if event.reserve is None else costs.amount_of(event.reserve, "reserve")
+        if amount is not None:
+            short = costs.cover(
+                run,
+                budget,
+                amount,
+                risk=action.risk,
+                what=action.tool,
+                now=at,
+                fingerprint=action.fingerprint,
+            )
+            if short is not None:
+                run = _refused(run, short.stop, step, action.tool)
+                left = decimal_text(short.left)
+                return run, RunDecision("over-budget", short.stop, decision.repeat, step, 0, left)
         limit = budget.max_calls_per_turn
-        if limit is None:
-            run = budgets.begin(run, action, at, steps=step)
-            return run, RunDecision("run", repeat=decision.repeat, step=step)
-        if run.turn_calls >= limit and run.stopped is None:
+        if limit is not None and run.turn_calls >= limit and run.stopped is None:
             run = dataclasses.replace(run, deferred=run.deferred + 1, steps=step)
             return run, RunDecision("deferred", repeat=decision.repeat, step=step)
         run = budgets.begin(run, action, at, steps=step)
-        run = dataclasses.replace(run, turn_calls=run.turn_calls + 1)
-        return run, RunDecision("run", repeat=decision.repeat, step=step)
+        if limit is not None:
+            run = dataclasses.replace(run, turn_calls=run.turn_calls + 1)
+        held = 0
+        if amount is not None:
+            run, hold = costs.reserve(
+                run, amount, budget, risk=action.risk, tool=action.tool, now=at
+            )
+            held = hold.id
+        return run, RunDecision("run", repeat=decision.repeat, step=step, reservation=held)
     stop = decision.stop
     assert stop is not None
     run = dataclasses.replace(run, steps=step)
@@ -293,6 +372,41 @@ def _request(
         return run, RunDecision("writes-blocked", run.writes_blocked, decision.repeat, step)
     run = _stopped(run, stop, step, action.tool)
     return run, RunDecision("stopped", run.stopped, decision.repeat, step)
+
+
+def _reserve_step(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, RunDecision]:
+    """A model step's reservation: held, or refused (the run goes on)."""
+    amount = costs.amount_of(event.reserve or 0, "reserve")
+    short = costs.cover(run, budget, amount, risk=None, what="a model step", now=event.at)
+    if short is not None:
+        run = _refused(run, short.stop, run.steps, None)
+        return run, RunDecision("over-budget", short.stop, left=decimal_text(short.left))
+    run, hold = costs.reserve(run, amount, budget, risk=None, tool=None, now=event.at)
+    return run, RunDecision("reserved", reservation=hold.id)
+
+
+def _settle(run: RunState, event: RunEvent, risk: RiskClass | None) -> RunState:
+    actual = None if event.cost is None else costs.amount_of(event.cost)
+    estimate = None if event.reserve is None else costs.amount_of(event.reserve, "reserve")
+    return costs.settle(run, event.reservation, actual, estimate=estimate, risk=risk)
+
+
+def _refused(run: RunState, stop: Stop, step: int, tool: str | None) -> RunState:
+    """A refused reservation counted; the first refusal of each tool kept as a condition."""
+    first = not any(f.effect == "refused" and f.tool == tool for f in run.conditions)
+    run = dataclasses.replace(run, over_budget=run.over_budget + 1, steps=step)
+    return fired(run, Fired(stop, "refused", step, tool)) if first else run
+
+
+def _tool_stopped(run: RunState, action: Action, step: int) -> RunState:
+    """Keep the condition when this outcome stopped its tool."""
+    closed = costs.tool_stopped(run, action.tool)
+    if closed is None or any(
+        f.effect == "tool-stopped" and f.tool == action.tool for f in run.conditions
+    ):
+        return run
+    stop = Stop("tool-failures", closed.detail, closed.at, action.risk, action.fingerprint)
+    return fired(run, Fired(stop, "tool-stopped", step, action.tool))
 
 
 def _stops(event: RunEvent) -> bool:

@@ -33,6 +33,7 @@ from toolbreaker.core.run._values import (
     decimal_text,
     exact_sum,
 )
+from toolbreaker.core.run.holds import FAILURE_LIMIT, FailureCount, Reservation, ToolStop
 from toolbreaker.errors import RunStateError
 
 __all__ = [
@@ -74,8 +75,17 @@ PRECEDENCE: Final = (
     "loop",
     "repeated-action",
 )
-#: Every condition a :class:`Stop` may carry; the last two are set by shells.
-STOP_CONDITIONS: Final = (*PRECEDENCE, "operator", "dependency-open")
+#: Every condition a :class:`Stop` may carry. ``operator`` and ``dependency-open`` are set
+#: by shells' events; ``over-budget`` (a call whose cost reservation the budget cannot
+#: cover, refused without stopping the run) and ``tool-failures`` (a tool that failed too
+#: often with one error class, no longer called in the run) by the run machine.
+STOP_CONDITIONS: Final = (
+    *PRECEDENCE,
+    "operator",
+    "dependency-open",
+    "over-budget",
+    "tool-failures",
+)
 
 #: The longest cycle loop detection looks for.
 MAX_CYCLE: Final = 4
@@ -231,8 +241,9 @@ class Tally:
             )
 
 
-#: Why a condition fired: it stopped the run, or it blocked the run's writes.
-Effect = Literal["stopped", "writes-blocked"]
+#: Why a condition fired: it stopped the run, blocked its writes, refused a call its
+#: budget could not cover (the first such refusal of each tool), or stopped one tool.
+Effect = Literal["stopped", "writes-blocked", "refused", "tool-stopped"]
 #: The effects, in the order they are listed.
 EFFECTS: Final[tuple[Effect, ...]] = get_args(Effect)
 #: Conditions a run keeps (its first writes block and its stop always among them).
@@ -345,6 +356,14 @@ class RunState:
         conditions: every condition that stopped the run or blocked its writes, in the
             order it fired, each with its step (:class:`Fired`); at most
             :data:`FIRED_LIMIT`, the first of each effect always kept.
+        reservations: cost held for calls admitted and not settled yet, oldest first
+            (:mod:`toolbreaker.core.run.costs`); ``cost`` is what was committed.
+        reservations_made: reservations made in the run (the next one's id is this + 1).
+        over_budget: calls refused because their reservation would cross a cost limit.
+        expired: reservations whose lease ended unsettled (spent at their amount).
+        failures: failures per tool and error class, the :data:`FAILURE_LIMIT` most
+            recently failed, oldest first.
+        tools_stopped: tools the run no longer calls, each with why.
 
     The three turn counters are left out of :meth:`counters` and :meth:`to_dict` while
     zero, so runs without a turn limit serialise as before; ``steps`` and ``conditions``
@@ -371,6 +390,12 @@ class RunState:
     deferred: int = 0
     steps: int = 0
     conditions: tuple[Fired, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    reservations_made: int = 0
+    over_budget: int = 0
+    expired: int = 0
+    failures: tuple[FailureCount, ...] = ()
+    tools_stopped: tuple[ToolStop, ...] = ()
 
     def __post_init__(self) -> None:
         # Cheap checks only: this runs on every transition. from_dict checks the rest.
@@ -383,6 +408,7 @@ class RunState:
             "recovery_calls",
             "steps",
             *_TURN_KEYS,
+            *_COST_KEYS,
         ):
             as_count(getattr(self, name), name)
         calls = _risk_map(self.class_calls, "class_calls", as_count)
@@ -422,6 +448,19 @@ class RunState:
             value = getattr(self, name)
             if value is not None and not isinstance(value, Stop):
                 raise RunStateError(f"{name} must be a Stop, got {value!r}", field=name)
+        holds: tuple[tuple[str, type, int | None], ...] = (
+            ("reservations", Reservation, None),
+            ("failures", FailureCount, FAILURE_LIMIT),
+            ("tools_stopped", ToolStop, None),
+        )
+        for field, kind, bound in holds:
+            held = getattr(self, field)
+            if held and (
+                type(held) is not tuple
+                or (bound is not None and len(held) > bound)
+                or not all(isinstance(x, kind) for x in held)
+            ):
+                raise RunStateError(f"{field} must be a tuple of {kind.__name__}", field=field)
         conditions = self.conditions
         if conditions and (
             type(conditions) is not tuple
@@ -455,7 +494,31 @@ class RunState:
             if self.writes_blocked is None
             else self.writes_blocked.to_dict(),
             **{name: getattr(self, name) for name in _TURN_KEYS if getattr(self, name)},
+            # Only for runs that reserved: what is held beside what was committed (``cost``).
+            **(
+                {
+                    "reserved": decimal_text(self.reserved()),
+                    "reservations_held": len(self.reservations),
+                    "over_budget": self.over_budget,
+                    "expired": self.expired,
+                }
+                if self.reservations_made or self.over_budget
+                else {}
+            ),
+            **(
+                {"tools_stopped": [t.to_dict() for t in self.tools_stopped]}
+                if self.tools_stopped
+                else {}
+            ),
         }
+
+    def reserved(self, risk: RiskClass | None = None) -> Decimal:
+        """Cost held by unsettled reservations: all of it, or those of tool calls of ``risk``."""
+        total = ZERO
+        for hold in self.reservations:
+            if risk is None or hold.risk == risk:
+                total = exact_sum(total, hold.amount, "reserved")
+        return total
 
     def to_dict(self) -> dict[str, Any]:
         """The whole state as a JSON-ready dict tagged with :data:`RUN_SCHEMA`.
@@ -482,6 +545,12 @@ class RunState:
             # Only once there are any: a run that never stopped serialises as before.
             **({"steps": self.steps} if self.steps else {}),
             **({"conditions": [f.to_dict() for f in self.conditions]} if self.conditions else {}),
+            **{name: getattr(self, name) for name in _COST_KEYS if getattr(self, name)},
+            **{
+                name: [x.to_dict() for x in getattr(self, name)]
+                for name in _HOLD_KEYS
+                if getattr(self, name)
+            },
         }
 
     @classmethod
@@ -494,6 +563,8 @@ class RunState:
         """
         if not isinstance(data, Mapping):
             raise RunStateError(f"a run state must be an object, got {type(data).__name__}")
+        # What counters() derives for a stop packet is not state: dropped when loading.
+        data = {k: v for k, v in data.items() if k not in _DERIVED_KEYS}
         expected = set(_STATE_KEYS) | {name for name in _OPTIONAL_KEYS if name in data}
         if data.get("schema") == _RUN_SCHEMA_V1:
             # v1 had no write breaker in the state: it loads with writes not blocked.
@@ -531,6 +602,10 @@ class RunState:
             **{name: data[name] for name in _TURN_KEYS if name in data},
             steps=data.get("steps", 0),
             conditions=_json_conditions(data.get("conditions", [])),
+            **{name: data[name] for name in _COST_KEYS if name in data},
+            reservations=_json_holds(data.get("reservations", []), "reservations", Reservation),
+            failures=_json_holds(data.get("failures", []), "failures", FailureCount),
+            tools_stopped=_json_holds(data.get("tools_stopped", []), "tools_stopped", ToolStop),
         )
         _check_consistent(state)
         return state
@@ -538,8 +613,14 @@ class RunState:
 
 #: Optional counters of :class:`RunState`, present only when non-zero.
 _TURN_KEYS: Final = ("turn", "turn_calls", "deferred")
+#: Counters of reservations, present only when non-zero.
+_COST_KEYS: Final = ("reservations_made", "over_budget", "expired")
+#: Held values (reservations, failure counts, stopped tools), present only when any.
+_HOLD_KEYS: Final = ("reservations", "failures", "tools_stopped")
+#: What :meth:`RunState.counters` derives for people: not loaded back.
+_DERIVED_KEYS: Final = frozenset({"reserved", "reservations_held"})
 #: Keys of :meth:`RunState.to_dict` present only when the run has any.
-_OPTIONAL_KEYS: Final = (*_TURN_KEYS, "steps", "conditions")
+_OPTIONAL_KEYS: Final = (*_TURN_KEYS, "steps", "conditions", *_COST_KEYS, *_HOLD_KEYS)
 
 _STATE_KEYS: Final = (
     "schema",
@@ -630,6 +711,19 @@ def _json_stop(value: object, name: str = "stopped") -> Stop:
     except RunStateError as exc:
         field = f"{name}.{exc.field}" if exc.field else name
         raise RunStateError(f"{name}: {exc.message}", field=field) from None
+
+
+def _json_holds(value: object, field: str, kind: Any) -> tuple[Any, ...]:
+    if not isinstance(value, list):
+        raise RunStateError(f"{field} must be a list, got {value!r}", field=field)
+    out = []
+    for i, item in enumerate(value):
+        try:
+            out.append(kind.from_dict(item))
+        except RunStateError as exc:
+            where = f"{field}[{i}]"
+            raise RunStateError(f"{where}: {exc.message}", field=where) from None
+    return tuple(out)
 
 
 def _json_conditions(value: object) -> tuple[Fired, ...]:

@@ -1,0 +1,260 @@
+"""Cost reservations and failures per tool and error class: pure decisions on a run.
+
+Theory of operation
+-------------------
+A cost added after a call (``add_cost``) is counted only once the call ran, so calls
+admitted at once all spend before any of it counts: 1,000 concurrent calls under a $1
+budget at $0.01 each can all run. A call (or a model step) that *declares* its cost is
+admitted against what is committed **and** what is held::
+
+    short = cover(run, budget, amount, risk=risk, what=tool, now=now)  # None: it fits
+    run, hold = reserve(run, amount, budget, risk=risk, tool=tool, now=now)  # hold it
+    run = settle(run, hold.id, actual)   # commit the actual cost, release the rest
+
+:func:`cover` refuses a reservation that would take committed plus held cost over
+``max_cost``, or over its class's ``max_cost`` (a model step has no class). The refusal
+does not stop the run: a cheaper call may still fit, and held cost comes back when calls
+settle for less. Settling commits the actual cost (lower, or higher: then the excess is
+counted too) or, when none was reported, the amount held. A reservation whose call never
+settles (a killed worker) expires by its lease (``Budget.reservation_lease_ms``): its
+cost is unknown, so it is committed at the amount held (an ambiguous outcome is
+unknown, never free); a settle that comes after that commits only what the actual cost
+exceeds it by. Calls that declare no cost keep the counting after the fact.
+
+Failures per tool and error class
+---------------------------------
+A model stuck on a failing tool rewrites its arguments after every failure, so no two
+calls share a fingerprint (the repeat and loop limits never see it), and a validation
+error never trips the dependency's breaker. :func:`failed` counts a tool's failures by
+error class (the classifier's names: ``validation``, ``http-422``, ``timeout`` ...)
+whatever the arguments; the ``Budget.max_tool_failures``-th failure of one tool with one
+class stops calling that tool for the run (:func:`tool_stopped`), and the run goes on.
+
+Everything here is pure: ``now`` is passed in, states are frozen values. The run machine
+(:mod:`toolbreaker.core.run.machine`) applies these; shells never call them directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+from decimal import Decimal
+from typing import TYPE_CHECKING, Final
+
+from toolbreaker.core.run._values import (
+    ZERO,
+    RiskClass,
+    as_amount,
+    decimal_text,
+    exact_sum,
+    with_risk,
+)
+from toolbreaker.core.run.holds import FAILURE_LIMIT, FailureCount, Reservation, ToolStop
+from toolbreaker.core.run.state import RunState, Stop
+from toolbreaker.errors import RunStateError
+
+if TYPE_CHECKING:
+    from toolbreaker.core.run.budget import Budget
+
+__all__ = [
+    "DEFAULT_RESERVATION_LEASE_MS",
+    "Covered",
+    "amount_of",
+    "cover",
+    "expire",
+    "failed",
+    "reserve",
+    "settle",
+    "token_cost",
+    "tool_stopped",
+]
+
+#: The lease of a reservation when the budget names none: longer than any call's deadline
+#: should be, so only a call that will never settle outlives it.
+DEFAULT_RESERVATION_LEASE_MS: Final = 300_000
+
+_EXACT: Final = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
+
+
+def amount_of(value: object, field: str = "cost") -> Decimal:
+    """``value`` as a cost amount (a decimal string, an int or a Decimal; never a float).
+
+    Raises:
+        RunStateError: naming ``field``, when it is no valid amount.
+    """
+    try:
+        return as_amount(value)
+    except (TypeError, ValueError) as exc:
+        raise RunStateError(f"{field} {exc}", field=field) from None
+
+
+def token_cost(tokens: int, price_per_million: Decimal | str | int) -> Decimal:
+    """A model step's estimate: ``tokens`` (its maximum output, say) at a price per million.
+
+    Exact: ``token_cost(4096, "15")`` is ``Decimal("0.06144")``.
+
+    Raises:
+        RunStateError: ``tokens`` is not a non-negative integer, or the price no amount.
+    """
+    if type(tokens) is not int or tokens < 0:
+        raise RunStateError(
+            f"tokens must be a non-negative integer, got {tokens!r}", field="tokens"
+        )
+    price = amount_of(price_per_million, "price_per_million")
+    return amount_of(_EXACT.divide(_EXACT.multiply(price, tokens), 1_000_000))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Covered:
+    """Why a reservation does not fit: the refusal and what is left.
+
+    Attributes:
+        stop: the ``over-budget`` condition with its numbers.
+        left: what the binding limit leaves for calls (never negative).
+    """
+
+    stop: Stop
+    left: Decimal
+
+
+def _left(limit: Decimal, committed: Decimal, held: Decimal) -> Decimal:
+    return max(ZERO, _EXACT.subtract(limit, _EXACT.add(committed, held)))
+
+
+def cover(
+    run: RunState,
+    budget: Budget,
+    amount: Decimal,
+    *,
+    risk: RiskClass | None,
+    what: str,
+    now: int,
+    fingerprint: str | None = None,
+) -> Covered | None:
+    """``None`` when a reservation of ``amount`` fits the run's cost limits, else why not.
+
+    Committed plus held cost plus ``amount`` may reach ``max_cost`` but not exceed it;
+    likewise the class's ``max_cost`` for a tool call of ``risk``. ``what`` names the
+    call in the words (``search`` or ``a model step``).
+    """
+    checks: list[tuple[Decimal, Decimal, Decimal, str]] = []
+    if budget.max_cost is not None:
+        checks.append((budget.max_cost, run.cost, run.reserved(), "max_cost"))
+    if risk is not None:
+        limit = budget.classes[risk].max_cost
+        if limit is not None:
+            checks.append(
+                (limit, run.class_cost[risk], run.reserved(risk), f"classes.{risk}.max_cost")
+            )
+    for limit, committed, held, name in checks:
+        left = _left(limit, committed, held)
+        if amount > left:
+            detail = (
+                f"the budget for this run cannot cover another call of {what} "
+                f"({decimal_text(amount)}); {decimal_text(left)} left of {name}="
+                f"{decimal_text(limit)} ({decimal_text(committed)} spent, "
+                f"{decimal_text(held)} reserved)"
+            )
+            return Covered(Stop("over-budget", detail, now, risk, fingerprint), left)
+    return None
+
+
+def reserve(
+    run: RunState,
+    amount: Decimal,
+    budget: Budget,
+    *,
+    risk: RiskClass | None,
+    tool: str | None,
+    now: int,
+) -> tuple[RunState, Reservation]:
+    """Hold ``amount`` for a call of ``tool`` (``None``: a model step) admitted at ``now``."""
+    lease = budget.reservation_lease_ms or DEFAULT_RESERVATION_LEASE_MS
+    hold = Reservation(run.reservations_made + 1, amount, risk, now + lease, tool)
+    run = dataclasses.replace(
+        run, reservations=(*run.reservations, hold), reservations_made=hold.id
+    )
+    return run, hold
+
+
+def _commit(run: RunState, amount: Decimal, risk: RiskClass | None) -> RunState:
+    if not amount:
+        return run
+    total = exact_sum(run.cost, amount, "cost")
+    if risk is None:
+        return dataclasses.replace(run, cost=total)
+    spent = exact_sum(run.class_cost[risk], amount, "class_cost")
+    return dataclasses.replace(run, cost=total, class_cost=with_risk(run.class_cost, risk, spent))
+
+
+def settle(
+    run: RunState,
+    hold: int,
+    actual: Decimal | None,
+    *,
+    estimate: Decimal | None = None,
+    risk: RiskClass | None = None,
+) -> RunState:
+    """Settle reservation ``hold``: commit ``actual`` (``None``: the amount held), release it.
+
+    A reservation no longer held (its lease expired, and it was committed at its amount)
+    commits what ``actual`` exceeds ``estimate`` by, against ``risk``; settling one twice
+    does the same, so a duplicate settle never counts twice.
+    """
+    for i, found in enumerate(run.reservations):
+        if found.id == hold:
+            rest = (*run.reservations[:i], *run.reservations[i + 1 :])
+            run = dataclasses.replace(run, reservations=rest)
+            return _commit(run, found.amount if actual is None else actual, found.risk)
+    if actual is not None and estimate is not None and actual > estimate:
+        return _commit(run, _EXACT.subtract(actual, estimate), risk)
+    return run
+
+
+def expire(run: RunState, now: int) -> RunState:
+    """``run`` with every reservation whose lease ended by ``now`` committed at its amount."""
+    if not run.reservations or all(h.expires_at > now for h in run.reservations):
+        return run
+    kept = tuple(h for h in run.reservations if h.expires_at > now)
+    ended = [h for h in run.reservations if h.expires_at <= now]
+    run = dataclasses.replace(run, reservations=kept, expired=run.expired + len(ended))
+    for hold in ended:
+        run = _commit(run, hold.amount, hold.risk)
+    return run
+
+
+def tool_stopped(run: RunState, tool: str) -> ToolStop | None:
+    """Why the run no longer calls ``tool``, or ``None``."""
+    for found in run.tools_stopped:
+        if found.tool == tool:
+            return found
+    return None
+
+
+def failed(run: RunState, tool: str, error: str, now: int, budget: Budget) -> RunState:
+    """Count a failure of ``tool`` with error class ``error``; stop the tool at the limit.
+
+    Without ``Budget.max_tool_failures`` nothing is counted (the state stays as before).
+    """
+    limit = budget.max_tool_failures
+    if limit is None:
+        return run
+    count = 1
+    kept: list[FailureCount] = []
+    for found in run.failures:
+        if found.tool == tool and found.error == error:
+            count = found.count + 1
+        else:
+            kept.append(found)
+    kept.append(FailureCount(tool, error, count))
+    run = dataclasses.replace(run, failures=tuple(kept[-FAILURE_LIMIT:]))
+    if count < limit or tool_stopped(run, tool) is not None:
+        return run
+    failures = "1 failure" if count == 1 else f"{count} failures"
+    detail = (
+        f"{tool} ended in {failures} of class {error} in this run, whatever its arguments "
+        f"(max_tool_failures={limit}): it is not called again in this run"
+    )
+    return dataclasses.replace(
+        run, tools_stopped=(*run.tools_stopped, ToolStop(tool, error, detail, now))
+    )
