@@ -16,6 +16,7 @@ from toolbreaker.core import (
 )
 from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState, Stop
+from toolbreaker.core.run.costs import token_cost
 from toolbreaker.errors import (
     CircuitOpen,
     JournalNotDurable,
@@ -35,6 +36,7 @@ from toolbreaker.runtime import (
     Boundary,
     Breaker,
     BreakerStats,
+    CostReservation,
     Degradation,
     DrainReport,
     GuardedTool,
@@ -74,6 +76,7 @@ __all__ = [
     "Budget",
     "CircuitOpen",
     "ClassLimits",
+    "CostReservation",
     "Degradation",
     "DrainReport",
     "Event",
@@ -128,4 +131,5 @@ __all__ = [
     "scope",
     "step",
     "system_prompt_line",
+    "token_cost",
 ]

@@ -47,6 +47,7 @@ from toolbreaker.runtime.fleet._recorder import TraceRecorder
 from toolbreaker.runtime.fleet._registry import Registry, publish_policy
 from toolbreaker.runtime.run._guard import (
     ActionRequest,
+    CostReservation,
     GuardedTool,
     GuardedToolOptions,
     RunGuard,
@@ -76,6 +77,7 @@ __all__ = [
     "CancelledByPolicy",
     "Classifier",
     "Clock",
+    "CostReservation",
     "Degradation",
     "DrainReport",
     "Enforce",

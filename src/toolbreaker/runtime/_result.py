@@ -23,7 +23,11 @@ fallback to use, and not to invent the data. The shapes, one builder each:
 - :func:`cancelled_result`: one call of a model turn, cancelled by policy because a
   required dependency it needs opened while it ran (a write's outcome is then unknown);
 - :func:`deferred_result`: the model turn already started ``max_calls_per_turn`` calls:
-  this one was not made (nor queued); the model may issue it again next turn.
+  this one was not made (nor queued); the model may issue it again next turn;
+- :func:`over_budget_result`: the run's budget cannot cover the call's reserved cost: it
+  was not made, and the model reads how much is left;
+- :func:`tool_stopped_result`: the tool failed too often with one error class in this
+  run, whatever its arguments: it is not called again in the run.
 
 Every text that may carry data from outside (exception messages, stop details) is masked
 with :func:`~toolbreaker.core.run.redact.redact_text` here, where it is built.
@@ -53,12 +57,14 @@ __all__ = [
     "hidden_tools_line",
     "journal_down_result",
     "omitted_result",
+    "over_budget_result",
     "queued_result",
     "retry_after_seconds",
     "siblings_result",
     "stale_result",
     "stopped_result",
     "system_prompt_line",
+    "tool_stopped_result",
     "unavailable_result",
     "unknown_result",
     "validate_template",
@@ -536,6 +542,45 @@ def deferred_result(tool: str, *, limit: int) -> dict[str, Any]:
         "instruction": f'"{tool}" was not called: this turn already started {calls}, the '
         "most one turn may start. It was not queued either. Read the results you have; if "
         "you still need it, call it again in your next turn (this is not a provider failure).",
+    }
+
+
+def over_budget_result(tool: str | None, stop: Stop, *, left: str) -> dict[str, Any]:
+    """A call (or, ``tool=None``, a model step) whose reserved cost the budget cannot cover.
+
+    Not made; the run is not stopped (a cheaper call may fit). ``left``: what the binding
+    cost limit leaves, exact text.
+    """
+    what = f'another call of "{tool}"' if tool is not None else "another model step"
+    return {
+        "ok": False,
+        "tool": tool,
+        "over_budget": True,
+        "run_stopped": False,
+        "retryable": False,
+        "condition": stop.condition,
+        "budget_left": left,
+        "detail": redact_text(stop.detail),
+        "instruction": f"The budget for this run cannot cover {what}; {left} left. It was "
+        "not called (this is not a provider failure). Answer with the results you have, or "
+        "use a cheaper tool; do not call it again in this run. Do not invent results.",
+    }
+
+
+def tool_stopped_result(tool: str, stop: Stop) -> dict[str, Any]:
+    """A tool the run no longer calls: it kept failing with one error class."""
+    return {
+        "ok": False,
+        "tool": tool,
+        "tool_stopped": True,
+        "run_stopped": False,
+        "retryable": False,
+        "condition": stop.condition,
+        "detail": redact_text(stop.detail),
+        "instruction": f'"{tool}" was not called: it kept failing with the same kind of '
+        "error in this run, whatever its arguments, so it is not called again in this run. "
+        "Do not call it again or rewrite its arguments to try once more; continue with other "
+        "tools, or tell the user what failed. Do not invent results.",
     }
 
 

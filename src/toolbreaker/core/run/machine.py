@@ -162,7 +162,7 @@ class RunEvent:
     journal: str | None = None
     outcome: Outcome | None = None
     evidence: str | None = None
-    cost: str | int | None = None
+    cost: Decimal | str | int | None = None
     required: bool = False
     detail: str = ""
     count: int = 0

@@ -39,6 +39,7 @@ from toolbreaker.core.degrade import refuses_stale
 from toolbreaker.core.run import budget as budgets
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import Budget, RiskClass
+from toolbreaker.core.run.costs import amount_of
 from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.core.run.redact import redact
@@ -46,12 +47,14 @@ from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._packet import StopPacket
+from toolbreaker.runtime._result import over_budget_result
 from toolbreaker.runtime._step import Step, StepObserver
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
 from toolbreaker.runtime.run._driver import RunTool
 from toolbreaker.runtime.run._journal import journaled
+from toolbreaker.runtime.run._reserve import CostReservation
 from toolbreaker.runtime.run._tools import (
     ActionRequest,
     Authorizer,
@@ -75,6 +78,7 @@ if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a
 __all__ = [
     "ActionRequest",
     "Authorizer",
+    "CostReservation",
     "GuardToolOptions",
     "GuardedTool",
     "GuardedToolOptions",
@@ -245,6 +249,33 @@ class RunGuard(Turns):
         """
         with self._lock:
             self._run = budgets.add_cost(self._run, amount, risk=risk)
+
+    def reserve(self, amount: Decimal | str | int) -> CostReservation:
+        """Hold a model step's cost before its request is sent; settle it after.
+
+        ``amount`` is the step's most: its maximum output tokens times the price
+        (:func:`~toolbreaker.core.run.costs.token_cost`). Held against ``max_cost``
+        with every call's reservation, so steps and calls begun at once cannot spend
+        past it. When the budget cannot cover it the reservation is refused: its
+        ``admitted`` is false and its ``answer`` says so; do not send the request.
+        Settle an admitted one with the actual cost (``reservation.settle(actual)``);
+        one never settled is spent at ``amount`` when its lease ends
+        (``Budget.reservation_lease_ms``).
+
+        Raises:
+            RunStateError: ``amount`` is no amount (a float, a negative number ...).
+        """
+        held = amount_of(amount, "reserve")
+        decision = self._feed(RunEvent("reserve", self.clock(), reserve=held))
+        if decision.verdict == "over-budget":
+            assert decision.stop is not None
+            assert decision.left is not None
+            answer = over_budget_result(None, decision.stop, left=decision.left)
+            return CostReservation(held, 0, self._settle_step, answer)
+        return CostReservation(held, decision.reservation, self._settle_step)
+
+    def _settle_step(self, hold: int, amount: Decimal, actual: Decimal | None) -> None:
+        self._feed(RunEvent("settle", self.clock(), cost=actual, reserve=amount, reservation=hold))
 
     def resolve(self, idempotency_key: str, *, committed: bool, result: Any = None) -> None:
         """An operator's word on a write whose outcome was unknown.

@@ -11,12 +11,14 @@ journaled pending before it runs. :meth:`Planning._begin` is the one flow behind
 
 from __future__ import annotations
 
-from typing import Any
+from decimal import Decimal
+from typing import Any, Final
 
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import WRITES, Action
+from toolbreaker.core.run.costs import amount_of
 from toolbreaker.core.run.fingerprint import fingerprint, write_key
-from toolbreaker.core.run.machine import RunEvent
+from toolbreaker.core.run.machine import RunDecision, RunEvent
 from toolbreaker.core.run.redact import redact
 from toolbreaker.core.run.retrying import is_retry
 from toolbreaker.errors import FingerprintError, PolicyError, StoreUnavailable
@@ -28,8 +30,10 @@ from toolbreaker.runtime._result import (
     error_result,
     handoff_result,
     journal_down_result,
+    over_budget_result,
     queued_result,
     stopped_result,
+    tool_stopped_result,
 )
 from toolbreaker.runtime._step import Step, StepStart, Watching
 from toolbreaker.runtime.breaker._breaker import Permit, watch_openings
@@ -38,9 +42,20 @@ from toolbreaker.runtime.run._driver import Admit
 from toolbreaker.runtime.run._journal import step_of
 from toolbreaker.runtime.run._settle import Settling
 from toolbreaker.runtime.run._shell import CallPlan
-from toolbreaker.runtime.run._tools import ActionRequest, evidence_digest, with_key, without_key
+from toolbreaker.runtime.run._tools import (
+    ActionRequest,
+    GuardedTool,
+    evidence_digest,
+    with_key,
+    without_key,
+)
 
 __all__ = ["Planning"]
+
+#: The verdicts that refuse a call before it runs, each with its answer (``_refused``).
+_REFUSALS: Final = frozenset(
+    {"deferred", "over-budget", "tool-stopped", "writes-blocked", "stopped"}
+)
 
 
 class Planning(Settling):
@@ -152,7 +167,13 @@ class Planning(Settling):
                 reason="invalid-arguments",
                 refused=True,
             )
-        plan = CallPlan(spec, action_fp, key, args)
+        try:
+            reserve = _estimate(spec, args)
+        except Exception as exc:  # noqa: BLE001 - an unknown cost is never admitted
+            hook_failed(f"the cost estimate of {tool} failed; the call is refused", exc)
+            answer = error_result(tool, exc, retryable=False)
+            return Step(self, tool, args, answer=answer, reason="cost-unknown", refused=True)
+        plan = CallPlan(spec, action_fp, key, args, reserve=reserve)
         step = Step(
             self,
             tool,
@@ -180,10 +201,12 @@ class Planning(Settling):
                 action,
                 journal=status,
                 evidence=evidence_digest(journaled, self.rules) if protocol.made(status) else None,
+                reserve=reserve,
             )
         )
         step.decision = decision
         plan.step = decision.step
+        plan.reservation = decision.reservation
         verdict = decision.verdict
         if verdict == "journal":
             # A confirmed write is never executed again (how a resumed task skips work).
@@ -202,26 +225,42 @@ class Planning(Settling):
         if verdict == "reconcile":
             answer = self._reconcile(plan, why="an earlier attempt's outcome is unknown")
             return step.give(answer, "reconcile", refused=False)
+        if verdict in _REFUSALS:
+            return self._refused(step, decision)
+        plan.begun = True
+        plan.opened = watch_openings()
+        if spec.risk == "irreversible" and not self._authorized(step):
+            self._finish(plan, "ignored", spent=False)
+            return step.give(denied_result(tool), "denied")
+        if key is not None:
+            step.args = with_key(spec, args, key)
+        return step
+
+    def _refused(self, step: Step, decision: RunDecision) -> Step:
+        """A call the run machine refused: the answer the model reads, and why."""
+        tool = step.tool
+        verdict = decision.verdict
         if verdict == "deferred":
             # Not made, not queued: the model reads that it may issue it next turn.
             limit = self.budget.max_calls_per_turn
             assert limit is not None
             if self.notices:
-                key = spec.breaker.key if spec.breaker is not None else None
+                breaker = self._tools[tool].breaker
+                key = breaker.key if breaker is not None else None
                 self.notices.emit(deferred_notice(self.task, tool, limit=limit, breaker=key))
             return step.give(deferred_result(tool, limit=limit), "deferred")
-        if verdict in ("writes-blocked", "stopped"):
+        if verdict == "over-budget":
             assert decision.stop is not None
-            stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
-            return step.give(stop_answer, decision.stop.condition)
-        plan.begun = True
-        plan.opened = watch_openings()
-        if spec.risk == "irreversible" and not self._authorized(step):
-            self._finish(plan, "ignored")
-            return step.give(denied_result(tool), "denied")
-        if key is not None:
-            step.args = with_key(spec, args, key)
-        return step
+            assert decision.left is not None
+            return step.give(
+                over_budget_result(tool, decision.stop, left=decision.left), "over-budget"
+            )
+        if verdict == "tool-stopped":
+            assert decision.stop is not None
+            return step.give(tool_stopped_result(tool, decision.stop), decision.stop.condition)
+        assert decision.stop is not None  # writes-blocked or stopped
+        stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
+        return step.give(stop_answer, decision.stop.condition)
 
     def _journal_pending(self, step: Step) -> Step:
         """Journal a write as pending before it runs; no record of the attempt, no attempt."""
@@ -233,7 +272,7 @@ class Planning(Settling):
             if step.permit is not None:
                 step.permit.record("ignored")
                 step.permit = None
-            self._finish(plan, "ignored")
+            self._finish(plan, "ignored", spent=False)
             if protocol.unresolved(plan.status):
                 # The pending entry may have been written: this attempt certainly was not
                 # made, so say so (best effort: a pending entry left is only reconciled).
@@ -257,3 +296,11 @@ class Planning(Settling):
         except Exception as exc:  # noqa: BLE001 - a failing authority check denies
             hook_failed(f"the authority check of {spec.name} raised; denied", exc)
             return False
+
+
+def _estimate(spec: GuardedTool, args: dict[str, Any]) -> Decimal | None:
+    """The cost a call of ``spec`` reserves: its fixed amount or its estimator's answer."""
+    if spec.cost is None:
+        return None
+    estimate = spec.cost(args) if callable(spec.cost) else spec.cost
+    return amount_of(estimate, f"{spec.name}.cost")

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import WRITES
+from toolbreaker.core.run.costs import amount_of
 from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.core.run.retrying import failed_retryably, observe
 from toolbreaker.errors import CircuitOpen
@@ -117,7 +119,12 @@ class Settling(RunShell):
                 return self._unknown(
                     step, "verification failed: the result does not prove the write happened"
                 )
-        self._finish(plan, "success", evidence=evidence_digest(result, self.rules))
+        self._finish(
+            plan,
+            "success",
+            evidence=evidence_digest(result, self.rules),
+            cost=self._actual_cost(plan, result),
+        )
         self._observe_retry(plan, result)
         if spec.breaker is not None:
             # The breaker that admitted it (a scoped row's tenant breaker) hears it.
@@ -137,7 +144,8 @@ class Settling(RunShell):
         verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
         if spec.risk in WRITES and may_have_committed(exc, verdict):
             return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
-        self._finish(plan, "failure" if verdict.kind == "failure" else "ignored")
+        error = None if verdict.detail == "cancelled" else verdict.detail
+        self._finish(plan, "failure" if verdict.kind == "failure" else "ignored", error=error)
         self._forget(plan)
         inner = found_in_chain(exc, CircuitOpen)
         if inner is not None:
@@ -179,7 +187,8 @@ class Settling(RunShell):
             result, mode = served, served.get("degradation")
         if mode is not None:
             self._after_degraded(plan, result)
-        self._finish(plan, "ignored")  # it was not made (a queued one is not made yet)
+        # It was not made (a queued one is not made yet): it spent nothing.
+        self._finish(plan, "ignored", spent=False)
         if plan.action is None:
             return result
         if mode == "stop":
@@ -307,6 +316,18 @@ class Settling(RunShell):
             checked=checked,
             writes_blocked=self._run.writes_blocked is not None,
         )
+
+    def _actual_cost(self, plan: CallPlan, result: Any) -> Decimal | None:
+        """What a call that returned cost, by its tool's ``actual_cost``; ``None``: as held."""
+        read = plan.spec.actual_cost
+        if read is None or not plan.reservation:
+            return None
+        try:
+            found = read(result)
+            return None if found is None else amount_of(found, f"{plan.spec.name}.actual_cost")
+        except Exception as exc:  # noqa: BLE001 - an unreadable cost spends what was held
+            hook_failed(f"the actual cost of {plan.spec.name} could not be read", exc)
+            return None
 
     def _observe_retry(self, plan: CallPlan, result: Any) -> None:
         """Remember whether the action's attempt ended in a failure worth retrying."""

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from typing import Any, Final, Literal
 
 from toolbreaker.core.run import protocol
+from toolbreaker.core.run._values import ZERO
 from toolbreaker.core.run.budget import Action, Budget, RunState, Stop
 from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import RunDecision, RunEvent
@@ -59,6 +61,8 @@ class CallPlan:
         begun: the run machine counted it as running and has not heard its outcome.
         opened: breakers that opened while it ran (a breaker inside the tool).
         turn: its model turn's group and its place in it.
+        reserve: the cost its tool declared (held before it runs), else ``None``.
+        reservation: the run machine's reservation for it while held, else 0.
     """
 
     spec: GuardedTool
@@ -71,6 +75,8 @@ class CallPlan:
     begun: bool = False
     opened: list[Breaker] = dataclasses.field(default_factory=list)
     turn: tuple[TurnGroup, TurnMember] | None = None
+    reserve: Decimal | None = None
+    reservation: int = 0
 
 
 class RunShell:
@@ -203,10 +209,21 @@ class RunShell:
         *,
         evidence: str | None = None,
         detail: str = "",
+        cost: Decimal | None = None,
+        error: str | None = None,
+        spent: bool = True,
     ) -> None:
+        """Tell the run machine how a begun call ended.
+
+        A call that held a reservation settles it: ``cost`` is its actual cost (``None``:
+        what was held is spent); ``spent=False`` says it never ran (nothing spent).
+        ``error``: the classifier's class of a failure (for ``max_tool_failures``).
+        """
         if plan.action is None or not plan.begun:
             return
         plan.begun = False
+        held = plan.reservation
+        plan.reservation = 0
         self._feed(
             RunEvent(
                 "outcome",
@@ -216,6 +233,10 @@ class RunShell:
                 evidence=evidence,
                 detail=detail,
                 step=plan.step,
+                cost=(ZERO if not spent else cost) if held else None,
+                reserve=plan.reserve if held else None,
+                reservation=held,
+                error=error,
             )
         )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from toolbreaker.core.run.budget import WRITES, RiskClass
@@ -23,7 +24,9 @@ if TYPE_CHECKING:
 __all__ = [
     "GUARDED_TOOL_OPTIONS",
     "ActionRequest",
+    "Amount",
     "Authorizer",
+    "CostEstimate",
     "GuardToolOptions",
     "GuardedTool",
     "GuardedToolOptions",
@@ -36,6 +39,10 @@ __all__ = [
 ]
 
 Authorizer = Callable[["ActionRequest"], bool]
+#: An amount of money: a decimal string, an integer or a :class:`~decimal.Decimal`.
+Amount = Decimal | str | int
+#: What a tool's call is expected to cost: a fixed amount, or an estimator of its arguments.
+CostEstimate = Amount | Callable[[Mapping[str, Any]], Amount]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -80,6 +87,13 @@ class GuardedTool:
         authorize: the authority check every irreversible call must pass.
         required: the run cannot go on without this tool: its breaker opening stops it.
         recovery: a read-only status check that may still run after the run stopped.
+        cost: what one call is expected to cost, reserved against the budget before it
+            runs (a fixed amount, or a function of the arguments); a call the budget
+            cannot cover is refused before it runs. ``None``: the call's cost counts
+            only when reported (``RunGuard.add_cost``).
+        actual_cost: what a call that returned actually cost, from its result (``None``
+            or an answer of ``None``: the reserved ``cost`` is spent). A failed call
+            spends its reserved cost; a call that never ran spends nothing.
     """
 
     name: str
@@ -94,6 +108,8 @@ class GuardedTool:
     authorize: Authorizer | None = None
     required: bool = False
     recovery: bool = False
+    cost: CostEstimate | None = None
+    actual_cost: Callable[[Any], Amount | None] | None = None
 
 
 class GuardToolOptions(TypedDict, total=False):
@@ -113,6 +129,8 @@ class GuardToolOptions(TypedDict, total=False):
     authorize: Authorizer | None
     required: bool
     recovery: bool
+    cost: CostEstimate | None
+    actual_cost: Callable[[Any], Amount | None] | None
 
 
 class GuardedToolOptions(GuardToolOptions, total=False):

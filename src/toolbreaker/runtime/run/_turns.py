@@ -144,7 +144,7 @@ class Turns(Planning):
             )
             answer = cancelled_result(step.tool, dependency, unknown=unknown)
         else:
-            self._finish(plan, "ignored")
+            self._finish(plan, "ignored", spent=member.started)
             self._forget(plan)
             answer = cancelled_result(step.tool, dependency)
         if plan.action is not None:
