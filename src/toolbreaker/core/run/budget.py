@@ -196,6 +196,8 @@ _BUDGET_INTS: Final = (
 )
 
 
+#: The limits an operator may raise (:meth:`Budget.raised`).
+_RAISABLE: Final = ("max_cost", "max_tool_calls", "deadline_ms", "max_recovery_calls")
 #: Integer fields that may be ``None`` (no limit, or the default), each at least 1.
 _OPTIONAL_INTS: Final = ("max_calls_per_turn", "reservation_lease_ms", "max_tool_failures")
 
@@ -331,6 +333,33 @@ class Budget:
     def version(self) -> str:
         """A short SHA-256 of the canonical JSON of the fields; equal budgets share it."""
         return hashlib.sha256(canonical_json(self.to_dict())).hexdigest()[:12]
+
+    def raised(self, **fields: Any) -> Budget:
+        """This budget with ``fields`` raised: what an operator's extension makes.
+
+        The fields: ``max_cost``, ``max_tool_calls``, ``deadline_ms``,
+        ``max_recovery_calls``.
+
+        Raises:
+            PolicyError: a field that is not one of those, or a value that lowers the
+                limit (a limit that was ``None``, no limit, cannot be raised).
+        """
+        out: dict[str, Any] = {}
+        for name, value in fields.items():
+            if name not in _RAISABLE:
+                raise PolicyError(
+                    f"only {', '.join(_RAISABLE)} can be raised, not {name}", field=name
+                )
+            old = getattr(self, name)
+            new = policy_amount(value, name) if name == "max_cost" else value
+            if name != "max_cost":
+                policy_int(new, name, 1)
+            if old is None:
+                raise PolicyError(f"{name} has no limit to raise", field=name)
+            if new < old:
+                raise PolicyError(f"{name} may only be raised: {new} is below {old}", field=name)
+            out[name] = new
+        return dataclasses.replace(self, **out)
 
     def repeats_for(self, risk: RiskClass) -> tuple[int, str]:
         """The repeat limit that applies to ``risk`` and the name of the field it comes from."""

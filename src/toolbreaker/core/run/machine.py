@@ -40,7 +40,11 @@ A request that declares its cost and runs holds a reservation (the decision's
 the amount held is spent), and an outcome's ``error`` (the classifier's class of a
 failure) counts toward the tool's failures. A model step reserves with a ``reserve``
 event (verdict ``reserved`` or ``over-budget``) and settles with ``settle``. Before any
-event, reservations whose lease ended are spent at their amount. The rules are
+event, reservations whose lease ended are spent at their amount.
+
+``extend`` is an operator raising the budget (the event is applied with the new one): a
+run stopped by time, money or counts resumes (the stop stays in ``RunState.conditions``,
+followed by an ``extended`` condition with who and why); other stops stay. The rules are
 :mod:`toolbreaker.core.run.costs`'.
 
 Outcome events settle a ``run`` call: ``unknown`` for a write that may have committed
@@ -79,7 +83,7 @@ from toolbreaker.core.run import budget as budgets
 from toolbreaker.core.run import costs, protocol
 from toolbreaker.core.run._values import RiskClass, decimal_text
 from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
-from toolbreaker.core.run.state import Fired, fired
+from toolbreaker.core.run.state import BUDGET_CONDITIONS, Fired, fired
 from toolbreaker.errors import RunStateError
 
 __all__ = [
@@ -121,6 +125,7 @@ EVENT_TYPES: Final = (
     "turn",
     "reserve",
     "settle",
+    "extend",
 )
 #: Journal statuses a shell may report with a write request (the write protocol's).
 JOURNAL_STATUSES: Final = protocol.STATUSES
@@ -295,6 +300,8 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         return budgets.add_cost(run, event.cost or 0), _RECORDED
     if kind == "reserve":
         return _reserve_step(run, event, budget)
+    if kind == "extend":
+        return _extended(run, event, step)
     if kind == "settle":
         return _settle(run, event, None), _RECORDED
     if kind == "turn":
@@ -372,6 +379,21 @@ def _request(
         return run, RunDecision("writes-blocked", run.writes_blocked, decision.repeat, step)
     run = _stopped(run, stop, step, action.tool)
     return run, RunDecision("stopped", run.stopped, decision.repeat, step)
+
+
+def _extended(run: RunState, event: RunEvent, step: int) -> tuple[RunState, RunDecision]:
+    """An operator raised the budget (``budget`` is the new one): a budget stop is lifted.
+
+    Only stops a larger budget answers (:data:`~toolbreaker.core.run.state.BUDGET_CONDITIONS`)
+    are lifted; a loop, a repeat, an unknown write or an operator's stop stay. A limit
+    the new budget still crosses stops the run again at its next call.
+    """
+    stopped = run.stopped
+    if stopped is None or stopped.condition not in BUDGET_CONDITIONS:
+        return run, RunDecision("recorded", stopped, step=step)
+    run = dataclasses.replace(run, stopped=None, recovery_calls=0)
+    mark = Stop("extended", event.detail or "the budget was raised", event.at)
+    return fired(run, Fired(mark, "resumed", step)), RunDecision("recorded", step=step)
 
 
 def _reserve_step(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, RunDecision]:

@@ -37,6 +37,7 @@ from toolbreaker.core.run.holds import FAILURE_LIMIT, FailureCount, Reservation,
 from toolbreaker.errors import RunStateError
 
 __all__ = [
+    "BUDGET_CONDITIONS",
     "EFFECTS",
     "EVIDENCE_LIMIT",
     "FIRED_LIMIT",
@@ -75,6 +76,10 @@ PRECEDENCE: Final = (
     "loop",
     "repeated-action",
 )
+#: The stops a larger budget lifts (``RunGuard.extend``): time, money and counts.
+BUDGET_CONDITIONS: Final = frozenset(
+    {"deadline", "max-cost", "class-max-cost", "max-tool-calls", "class-max-calls"}
+)
 #: Every condition a :class:`Stop` may carry. ``operator`` and ``dependency-open`` are set
 #: by shells' events; ``over-budget`` (a call whose cost reservation the budget cannot
 #: cover, refused without stopping the run) and ``tool-failures`` (a tool that failed too
@@ -85,6 +90,7 @@ STOP_CONDITIONS: Final = (
     "dependency-open",
     "over-budget",
     "tool-failures",
+    "extended",
 )
 
 #: The longest cycle loop detection looks for.
@@ -242,8 +248,9 @@ class Tally:
 
 
 #: Why a condition fired: it stopped the run, blocked its writes, refused a call its
-#: budget could not cover (the first such refusal of each tool), or stopped one tool.
-Effect = Literal["stopped", "writes-blocked", "refused", "tool-stopped"]
+#: budget could not cover (the first such refusal of each tool), stopped one tool, or an
+#: operator raised the budget and resumed the run (condition ``extended``).
+Effect = Literal["stopped", "writes-blocked", "refused", "tool-stopped", "resumed"]
 #: The effects, in the order they are listed.
 EFFECTS: Final[tuple[Effect, ...]] = get_args(Effect)
 #: Conditions a run keeps (its first writes block and its stop always among them).

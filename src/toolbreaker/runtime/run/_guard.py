@@ -42,7 +42,7 @@ from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.core.run.costs import amount_of
 from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import RunEvent
-from toolbreaker.core.run.redact import redact
+from toolbreaker.core.run.redact import redact, redact_text
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._flow import Flow, adrive, drive
@@ -53,7 +53,7 @@ from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
 from toolbreaker.runtime.run._driver import RunTool
-from toolbreaker.runtime.run._journal import journaled
+from toolbreaker.runtime.run._journal import budget_extension, journaled
 from toolbreaker.runtime.run._reserve import CostReservation
 from toolbreaker.runtime.run._tools import (
     ActionRequest,
@@ -236,6 +236,68 @@ class RunGuard(Turns):
     def stop(self, detail: str = "stopped by an operator") -> StopPacket:
         """Stop the run by hand (condition ``operator``) and return the packet."""
         self._feed(RunEvent("stop", self.clock(), detail=detail))
+        return self.stop_packet()
+
+    def extend(
+        self,
+        *,
+        by: str,
+        why: str,
+        max_cost: Decimal | str | int | None = None,
+        max_tool_calls: int | None = None,
+        deadline_ms: int | None = None,
+        max_recovery_calls: int | None = None,
+    ) -> StopPacket:
+        """Raise the run's budget and resume a run it stopped; returns the packet.
+
+        An operator's act, recorded first in the journal (who, why, the limits before and
+        after, masked), under ``budget-extension:N``. A run stopped by time, money or
+        counts goes on (its packet's history shows the stop, then ``extended``); a stop
+        of another kind (a loop, an unknown write, an operator's) stays. Confirmed writes
+        are still answered from the journal, never repeated.
+
+        Raises:
+            PolicyError: no limit given, an empty ``by`` or ``why``, or a limit that
+                would be lowered (see :meth:`Budget.raised`).
+            StoreWriteUnknown: the journal's answer was lost: the record may be written
+                or not, and the budget is unchanged; call again.
+            StoreUnavailable: the journal cannot be written; nothing changed.
+        """
+        fields = {
+            name: value
+            for name, value in (
+                ("max_cost", max_cost),
+                ("max_tool_calls", max_tool_calls),
+                ("deadline_ms", deadline_ms),
+                ("max_recovery_calls", max_recovery_calls),
+            )
+            if value is not None
+        }
+        if not fields:
+            raise PolicyError("extend needs a limit to raise", field="max_cost")
+        for name, text in (("by", by), ("why", why)):
+            if not isinstance(text, str) or not text.strip():
+                raise PolicyError(f"extend needs {name!r}: who raised it and why", field=name)
+        budget = self.budget.raised(**fields)
+        before, after = self.budget.to_dict(), budget.to_dict()
+        changed = {name: {"from": before[name], "to": after[name]} for name in fields}
+        stopped = self._run.stopped
+        record = budget_extension(
+            by=by,
+            why=why,
+            changed=changed,
+            stopped=None if stopped is None else stopped.condition,
+            at=self.clock(),
+        )
+        n = 1
+        while not self.journal.journal_put(
+            self.task, f"budget-extension:{n}", record, only_new=True
+        ):
+            n += 1
+        limits = ", ".join(f"{k} {v['from']} -> {v['to']}" for k, v in changed.items())
+        with self._lock:
+            self.budget = budget
+        self._feed(RunEvent("extend", self.clock(), detail=redact_text(f"{by}: {why} ({limits})")))
         return self.stop_packet()
 
     def add_cost(self, amount: Decimal | str | int, *, risk: RiskClass | None = None) -> None:

@@ -17,6 +17,7 @@ from toolbreaker.core.run.redact import redact
 
 __all__ = [
     "MAX_JOURNALED_RESULT",
+    "budget_extension",
     "entry_for",
     "journaled",
     "packet_steps",
@@ -58,6 +59,28 @@ def entry_for(
         kept = journaled(result)
         if kept is not None:
             entry["result"] = kept
+    masked: dict[str, Any] = redact(entry)
+    return masked
+
+
+def budget_extension(
+    *, by: str, why: str, changed: Mapping[str, Any], stopped: str | None, at: int
+) -> dict[str, Any]:
+    """The journal's record of an operator raising a run's budget (``RunGuard.extend``).
+
+    Not a write: it names no tool and its status is ``confirmed`` (the act is done), so
+    a resume counts it as nothing unresolved and a stop packet lists no step for it.
+    Masked.
+    """
+    entry = {
+        "kind": "budget-extension",
+        "status": protocol.after(None, "operator-made"),
+        "by": by,
+        "why": why,
+        "changed": dict(changed),
+        "stopped": stopped,
+        "at": at,
+    }
     masked: dict[str, Any] = redact(entry)
     return masked
 
