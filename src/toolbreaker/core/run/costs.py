@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import decimal
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.run._values import (
     ZERO,
@@ -63,8 +63,10 @@ __all__ = [
     "cover",
     "expire",
     "failed",
+    "holding",
     "reserve",
     "settle",
+    "settling",
     "token_cost",
     "tool_stopped",
 ]
@@ -159,6 +161,24 @@ def cover(
     return None
 
 
+def holding(
+    run: RunState,
+    amount: Decimal,
+    budget: Budget,
+    *,
+    risk: RiskClass | None,
+    tool: str | None,
+    now: int,
+) -> tuple[dict[str, Any], Reservation]:
+    """The fields of ``run`` holding ``amount`` for ``tool``, and the reservation.
+
+    For the run machine, which sets them in the same state change that begins the call.
+    """
+    lease = budget.reservation_lease_ms or DEFAULT_RESERVATION_LEASE_MS
+    hold = Reservation(run.reservations_made + 1, amount, risk, now + lease, tool)
+    return {"reservations": (*run.reservations, hold), "reservations_made": hold.id}, hold
+
+
 def reserve(
     run: RunState,
     amount: Decimal,
@@ -169,22 +189,37 @@ def reserve(
     now: int,
 ) -> tuple[RunState, Reservation]:
     """Hold ``amount`` for a call of ``tool`` (``None``: a model step) admitted at ``now``."""
-    lease = budget.reservation_lease_ms or DEFAULT_RESERVATION_LEASE_MS
-    hold = Reservation(run.reservations_made + 1, amount, risk, now + lease, tool)
-    run = dataclasses.replace(
-        run, reservations=(*run.reservations, hold), reservations_made=hold.id
-    )
-    return run, hold
+    fields, hold = holding(run, amount, budget, risk=risk, tool=tool, now=now)
+    return dataclasses.replace(run, **fields), hold
 
 
-def _commit(run: RunState, amount: Decimal, risk: RiskClass | None) -> RunState:
+def _commit(run: RunState, amount: Decimal, risk: RiskClass | None) -> dict[str, Any]:
     if not amount:
-        return run
+        return {}
     total = exact_sum(run.cost, amount, "cost")
     if risk is None:
-        return dataclasses.replace(run, cost=total)
+        return {"cost": total}
     spent = exact_sum(run.class_cost[risk], amount, "class_cost")
-    return dataclasses.replace(run, cost=total, class_cost=with_risk(run.class_cost, risk, spent))
+    return {"cost": total, "class_cost": with_risk(run.class_cost, risk, spent)}
+
+
+def settling(
+    run: RunState,
+    hold: int,
+    actual: Decimal | None,
+    *,
+    estimate: Decimal | None = None,
+    risk: RiskClass | None = None,
+) -> dict[str, Any]:
+    """The fields of ``run`` with reservation ``hold`` settled (see :func:`settle`)."""
+    for i, found in enumerate(run.reservations):
+        if found.id == hold:
+            rest = (*run.reservations[:i], *run.reservations[i + 1 :])
+            spent = found.amount if actual is None else actual
+            return {"reservations": rest, **_commit(run, spent, found.risk)}
+    if actual is not None and estimate is not None and actual > estimate:
+        return _commit(run, _EXACT.subtract(actual, estimate), risk)
+    return {}
 
 
 def settle(
@@ -201,14 +236,8 @@ def settle(
     commits what ``actual`` exceeds ``estimate`` by, against ``risk``; settling one twice
     does the same, so a duplicate settle never counts twice.
     """
-    for i, found in enumerate(run.reservations):
-        if found.id == hold:
-            rest = (*run.reservations[:i], *run.reservations[i + 1 :])
-            run = dataclasses.replace(run, reservations=rest)
-            return _commit(run, found.amount if actual is None else actual, found.risk)
-    if actual is not None and estimate is not None and actual > estimate:
-        return _commit(run, _EXACT.subtract(actual, estimate), risk)
-    return run
+    fields = settling(run, hold, actual, estimate=estimate, risk=risk)
+    return dataclasses.replace(run, **fields) if fields else run
 
 
 def expire(run: RunState, now: int) -> RunState:
@@ -219,7 +248,7 @@ def expire(run: RunState, now: int) -> RunState:
     ended = [h for h in run.reservations if h.expires_at <= now]
     run = dataclasses.replace(run, reservations=kept, expired=run.expired + len(ended))
     for hold in ended:
-        run = _commit(run, hold.amount, hold.risk)
+        run = dataclasses.replace(run, **_commit(run, hold.amount, hold.risk))
     return run
 
 

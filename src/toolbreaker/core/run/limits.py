@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -214,11 +215,19 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
     )
 
 
-def begin(run: RunState, action: Action, now: int, *, steps: int | None = None) -> RunState:
+def begin(
+    run: RunState,
+    action: Action,
+    now: int,
+    *,
+    steps: int | None = None,
+    also: Mapping[str, Any] | None = None,
+) -> RunState:
     """Count an allowed action as it starts: calls, its class, its tally, the history.
 
     ``steps``: the run's step count to record with it (the run machine numbers every
-    request a step, and counts this one in the same state change).
+    request a step, and counts this one in the same state change). ``also``: other
+    fields of the state to set in the same change (the call's cost reservation).
 
     Raises:
         RunStateError: ``now`` is not an integer or lies before the run's start.
@@ -239,6 +248,7 @@ def begin(run: RunState, action: Action, now: int, *, steps: int | None = None) 
         history=(*run.history, Attempt(action.tool, fingerprint, run.evidence))[-HISTORY_LIMIT:],
         tallies=tallies[-TALLY_LIMIT:],
         steps=run.steps if steps is None else steps,
+        **(also or {}),
     )
 
 
@@ -254,6 +264,7 @@ def finish(
     *,
     evidence: str | None = None,
     cost: Decimal | int | str | None = None,
+    also: Mapping[str, Any] | None = None,
 ) -> RunState:
     """Record how a begun action ended.
 
@@ -266,6 +277,8 @@ def finish(
         evidence: a digest of the observed result; the run's evidence grows when it was
             not seen among the last :data:`EVIDENCE_LIMIT` distinct digests.
         cost: the call's cost, recorded in total and against the action's risk class.
+        also: other fields of the state to set in the same change (a settled
+            reservation); not together with ``cost``.
 
     Returns:
         The run with the outcome recorded.
@@ -307,6 +320,7 @@ def finish(
         tallies=tallies,
         uncertain=run.uncertain + unknown_write,
         **({} if cost is None else _costs(run, cost, action.risk)),
+        **(also or {}),
     )
 
 

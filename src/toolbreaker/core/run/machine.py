@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import dataclasses
 from decimal import Decimal
-from typing import Final, Literal, cast, get_args
+from typing import Any, Final, Literal, cast, get_args
 
 from toolbreaker.core.degrade import passing
 from toolbreaker.core.run import budget as budgets
@@ -264,9 +264,8 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
             at,
             evidence=event.evidence,
             cost=None if held else event.cost,
+            also=_settling(run, event, event.action.risk) if held else None,
         )
-        if held:
-            run = _settle(run, event, event.action.risk)
         if event.error is not None and event.outcome in ("failure", "ignored"):
             run = costs.failed(run, event.action.tool, event.error, at, budget)
             run = _tool_stopped(run, event.action, step)
@@ -361,15 +360,17 @@ def _request(
         if limit is not None and run.turn_calls >= limit and run.stopped is None:
             run = dataclasses.replace(run, deferred=run.deferred + 1, steps=step)
             return run, RunDecision("deferred", repeat=decision.repeat, step=step)
-        run = budgets.begin(run, action, at, steps=step)
+        also: dict[str, object] = {}
         if limit is not None:
-            run = dataclasses.replace(run, turn_calls=run.turn_calls + 1)
+            also["turn_calls"] = run.turn_calls + 1
         held = 0
         if amount is not None:
-            run, hold = costs.reserve(
+            fields, hold = costs.holding(
                 run, amount, budget, risk=action.risk, tool=action.tool, now=at
             )
+            also.update(fields)
             held = hold.id
+        run = budgets.begin(run, action, at, steps=step, also=also)
         return run, RunDecision("run", repeat=decision.repeat, step=step, reservation=held)
     stop = decision.stop
     assert stop is not None
@@ -407,10 +408,15 @@ def _reserve_step(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunSt
     return run, RunDecision("reserved", reservation=hold.id)
 
 
-def _settle(run: RunState, event: RunEvent, risk: RiskClass | None) -> RunState:
+def _settling(run: RunState, event: RunEvent, risk: RiskClass | None) -> dict[str, Any]:
     actual = None if event.cost is None else costs.amount_of(event.cost)
     estimate = None if event.reserve is None else costs.amount_of(event.reserve, "reserve")
-    return costs.settle(run, event.reservation, actual, estimate=estimate, risk=risk)
+    return costs.settling(run, event.reservation, actual, estimate=estimate, risk=risk)
+
+
+def _settle(run: RunState, event: RunEvent, risk: RiskClass | None) -> RunState:
+    fields = _settling(run, event, risk)
+    return dataclasses.replace(run, **fields) if fields else run
 
 
 def _refused(run: RunState, stop: Stop, step: int, tool: str | None) -> RunState:
