@@ -48,6 +48,8 @@ _ANSWERED: Final = {
     "handed-off": "answered as handed off (a person owns it)",
     "deferred": "deferred to the next turn",
 }
+#: The word check-run prints before a refusal's condition, by verdict (else BLOCKED).
+_WORDS: Final = {"stopped": "STOP", "tool-stopped": "TOOL-STOPPED", "over-budget": "REFUSED"}
 
 
 def check_run(path: str, budget: Budget, task: str, out: TextIO) -> int:
@@ -98,7 +100,7 @@ def _note(done: Replayed) -> str:
         repeat = f", repeat {decision.repeat}" if decision.repeat else ""
         return f"allowed ({step.outcome}{repeat})"
     if decision.stop is not None:
-        word = "STOP" if decision.verdict == "stopped" else "BLOCKED"
+        word = _WORDS.get(decision.verdict, "BLOCKED")
         note = f"{word} {decision.stop.condition}: {decision.stop.detail}"
     else:
         note = _ANSWERED.get(decision.verdict, decision.verdict)

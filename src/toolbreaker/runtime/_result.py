@@ -563,7 +563,7 @@ def over_budget_result(tool: str | None, stop: Stop, *, left: str) -> dict[str, 
         "detail": redact_text(stop.detail),
         "instruction": f"The budget for this run cannot cover {what}; {left} left. It was "
         "not called (this is not a provider failure). Answer with the results you have, or "
-        "use a cheaper tool; do not call it again in this run. Do not invent results.",
+        "use a cheaper tool. Do not invent results.",
     }
 
 
