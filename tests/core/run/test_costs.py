@@ -260,3 +260,18 @@ def test_without_the_setting_failures_stop_no_tool():
     assert "max_tool_failures" not in budget.to_dict()
     with pytest.raises(PolicyError):
         Budget(max_tool_failures=0)
+
+
+def test_a_budget_file_names_the_new_limits(tmp_path):
+    """``reservation_lease_ms`` and ``max_tool_failures`` load from TOML; a bad value is an
+    error naming the file and the field."""
+    good = tmp_path / "budget.toml"
+    good.write_text('max_cost = "1"\nreservation_lease_ms = 60000\nmax_tool_failures = 3\n')
+    loaded = Budget.from_toml(good)
+    assert (loaded.reservation_lease_ms, loaded.max_tool_failures) == (60000, 3)
+    assert loaded.to_dict()["max_tool_failures"] == 3
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max_tool_failures = 0\n")
+    with pytest.raises(PolicyError) as caught:
+        Budget.from_toml(bad)
+    assert caught.value.field == "max_tool_failures"

@@ -308,6 +308,10 @@ class RunGuard(Turns):
         call the guard refused (or answered from the journal) did not run and spends
         nothing: report a call's cost from the call, never for a step that carried an
         answer. ``toolbreaker check-run`` spends a recorded step's cost the same way.
+
+        A cost reported here counts once it is reported, so calls begun at once can all
+        spend before it counts; a tool that declares its ``cost`` (and a model step held
+        with :meth:`reserve`) is reserved before it runs instead.
         """
         with self._lock:
             self._run = budgets.add_cost(self._run, amount, risk=risk)
