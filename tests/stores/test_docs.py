@@ -157,6 +157,11 @@ store = SQLiteStore("{sqlite}")
         "from toolbreaker import Budget, RunGuard\n"
     ),
     "from toolbreaker import Siblings": _SIBLINGS,
+    "from decimal import Decimal": "",
+    'packet = guard.extend(max_cost="2", by="ops@example.com", why="the customer approved")': (
+        'from toolbreaker import Budget, RunGuard\nguard = RunGuard("task-42", '
+        'budget=Budget(max_cost="1"))\n'
+    ),
     "import toolbreaker": """
 from toolbreaker import Registry, SQLiteStore
 store = SQLiteStore("{sqlite}")
