@@ -16,6 +16,7 @@ The state stays small whatever the agent does (see :data:`HISTORY_LIMIT`,
 from __future__ import annotations
 
 import dataclasses
+import decimal
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final, Literal, get_args
@@ -108,6 +109,7 @@ RUN_SCHEMA: Final = "toolbreaker.run/v2"
 _RUN_SCHEMA_V1: Final = "toolbreaker.run/v1"
 
 _HEX: Final = frozenset("0123456789abcdef")
+_EXACT: Final = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -521,11 +523,13 @@ class RunState:
 
     def reserved(self, risk: RiskClass | None = None) -> Decimal:
         """Cost held by unsettled reservations: all of it, or those of tool calls of ``risk``."""
-        total = ZERO
+        # One context for the whole sum (this runs on every request that reserves): amounts
+        # below 10**18 with at most 18 places add exactly in 60 digits.
+        total = _EXACT.add(ZERO, ZERO)
         for hold in self.reservations:
             if risk is None or hold.risk == risk:
-                total = exact_sum(total, hold.amount, "reserved")
-        return total
+                total = _EXACT.add(total, hold.amount)
+        return exact_sum(total, ZERO, "reserved")
 
     def to_dict(self) -> dict[str, Any]:
         """The whole state as a JSON-ready dict tagged with :data:`RUN_SCHEMA`.
