@@ -231,9 +231,9 @@ print("done")
 def test_long_adversarial_text_is_linear() -> None:
     """Masking takes linear time: a 1 MB run of each near-match finishes inside a CPU limit.
 
-    Linear masking takes about half a second of CPU per megabyte here; a quadratic pattern would take hours,
-    so a 60 s limit on CPU time (not the wall clock: a busy machine does not move it)
-    tells the two apart without timing anything.
+    Linear masking takes about half a second of CPU per megabyte here; a quadratic
+    pattern would take hours, so a 60 s limit on CPU time (not the wall clock: a busy
+    machine does not move it) tells the two apart without timing anything.
     """
     done = subprocess.run(
         [sys.executable, "-c", _MASK_ALL, *_ADVERSARIAL],
