@@ -21,6 +21,12 @@ certainly was not (no connection, a statement the server refused) raises a plain
 :class:`~toolbreaker.errors.StoreUnavailable`. The subclass tells which (it knows its
 driver); :meth:`SharedStore._write_fault` builds the error.
 
+History: every apply that writes a new state appends its records' entries
+(:func:`~toolbreaker.core.breaker.history.history_texts`) to the store's history in the
+same atomic step, so the history is the store's order of a breaker's states, and fails
+or is unknown with the state write (there is no second failure path). ``history=0``
+keeps none; :meth:`SharedStore.history` reads it.
+
 The stores whose server only guards a write (Redis, PostgreSQL) share the
 compare-and-set loop too, :class:`CompareAndSetStore`: the core computes the next state
 from the version this process last saw, the server writes it only if that version is
@@ -41,11 +47,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
 from typing import Any, Final, NamedTuple, TypeVar
 
+from toolbreaker.core.breaker.history import DEFAULT_HISTORY, history_texts
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.errors import JournalNotDurable, StoreUnavailable, StoreWriteUnknown
+from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.stores._records import check_version, decode_record, encode_record
 from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
 
@@ -75,7 +82,16 @@ class SharedStore(ABC):
 
     _what: str
 
-    def __init__(self, *, backoff: float, volatile_journal: bool) -> None:
+    def __init__(
+        self, *, backoff: float, volatile_journal: bool, history: int = DEFAULT_HISTORY
+    ) -> None:
+        if type(history) is not int or history < 0:
+            raise PolicyError(
+                f"history must be a whole number of entries >= 0, got {history!r}",
+                field="history",
+            )
+        #: Transition entries kept (0: none); see the subclass for what it counts.
+        self.history_retain = history
         self._book = ViewBook(backoff)
         self._closed = False
         self._refeed = False
@@ -120,6 +136,33 @@ class SharedStore(ABC):
             return view.state
         self._book.check(self._what, key)
         return self._read(view, policy)
+
+    # -- history ------------------------------------------------------------------------
+
+    def history(self, key: str | None = None) -> list[dict[str, Any]]:
+        """Every transition entry the store keeps (of ``key``, or all), in the store's order.
+
+        Each entry is a ``toolbreaker.stream/v1`` transition entry with ``seq``, the
+        store's sequence for it (increasing per breaker; see the store for the order
+        across breakers). An entry that does not decode is skipped, as a stream's is.
+
+        Raises:
+            StoreUnavailable: the store is unreachable.
+        """
+        out: list[dict[str, Any]] = []
+        for seq, raw in self._history_read(key):
+            try:
+                entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
+            except (ValueError, RecursionError):
+                entry = None
+            if isinstance(entry, dict):
+                entry["seq"] = seq
+                out.append(entry)
+        return out
+
+    def _history_texts(self, records: tuple[Transition, ...]) -> tuple[str, ...]:
+        """What an apply that writes a new state appends to the history."""
+        return history_texts(records, time.time()) if self.history_retain else ()
 
     # -- journal ------------------------------------------------------------------------
 
@@ -258,6 +301,10 @@ class SharedStore(ABC):
         """Read the state of ``view``'s key (fail closed)."""
 
     @abstractmethod
+    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
+        """``(seq, raw entry text)`` of every history entry kept (of ``key``), in order."""
+
+    @abstractmethod
     def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
         """Write one entry's canonical JSON ``text`` atomically."""
 
@@ -356,6 +403,7 @@ class Write(NamedTuple):
         attempt: which try of the event this is, from 0 (-1 for a read).
         pause: seconds to wait before sending (after a conflict).
         writer: this event's number in the process (the same for every try of it).
+        history: the entries to append to the history if ``payload`` is written.
     """
 
     expected: int
@@ -364,6 +412,7 @@ class Write(NamedTuple):
     attempt: int
     pause: float = 0.0
     writer: int = 0
+    history: tuple[str, ...] = ()
 
 
 #: The write that only reads the current state.
@@ -399,8 +448,10 @@ class CompareAndSetStore(SharedStore):
 
     max_attempts: int
 
-    def __init__(self, *, backoff: float, volatile_journal: bool) -> None:
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+    def __init__(
+        self, *, backoff: float, volatile_journal: bool, history: int = DEFAULT_HISTORY
+    ) -> None:
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
         self._writers = itertools.count(1)
 
     def _round_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:
@@ -458,7 +509,8 @@ class CompareAndSetStore(SharedStore):
             if unchanged and fresh:
                 return new, records  # computed on what the server just said: nothing to write
             payload = "" if unchanged else encode_state(new)
-            reply = yield Write(version, payload, new, attempt, pause, writer)
+            history = () if unchanged else self._history_texts(records)
+            reply = yield Write(version, payload, new, attempt, pause, writer, history)
             if reply.status in (WRITTEN, VERIFIED):
                 self._book.learn(view, new, reply.version, token)
                 return new, records

@@ -20,6 +20,12 @@ store raise :class:`~toolbreaker.errors.StoreUnavailable`, and every view of the
 emptied so that later calls ask the store, and are denied, until a transaction succeeds.
 A row that does not validate loads as the core's recovered-from-corruption open state.
 
+History: an event that writes a new state appends its transition entries to
+``toolbreaker_history`` (``seq``, key, entry) in the same transaction, so ``seq`` is the
+order in which the file's transactions committed, across every breaker; the newest
+``history`` rows of the file are kept (each append deletes the rows older than that, by
+primary key). ``toolbreaker export --store sqlite:///PATH`` reads it.
+
 Records (:class:`~toolbreaker.stores.Records`) are rows of ``toolbreaker_records`` (space,
 key, value, version); each write is one ``BEGIN IMMEDIATE`` transaction that checks the
 version and writes, committed like breaker state (``synchronous = NORMAL``).
@@ -36,6 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from toolbreaker.core.breaker.history import DEFAULT_HISTORY
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
@@ -57,7 +64,11 @@ _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS toolbreaker_records ("
     " space TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, version INTEGER NOT NULL,"
     " PRIMARY KEY (space, key)) WITHOUT ROWID",
+    # Added in the version that keeps a history; a file of an earlier one gets it on open.
+    "CREATE TABLE IF NOT EXISTS toolbreaker_history ("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, entry TEXT NOT NULL)",
 )
+_HISTORY_PUT: Final = "INSERT INTO toolbreaker_history (key, entry) VALUES (?, ?)"
 _RECORD_READ: Final = "SELECT value, version FROM toolbreaker_records WHERE space = ? AND key = ?"
 _READ: Final = "SELECT version, state FROM toolbreaker_breakers WHERE key = ?"
 _WRITE: Final = (
@@ -115,6 +126,8 @@ class SQLiteStore(SharedStore):
         volatile_journal: allow a run journal in an in-memory database (``":memory:"``
             or ``""``), which a reconnect forgets; otherwise the first journal use
             raises :class:`~toolbreaker.errors.JournalNotDurable`.
+        history: transition entries the file keeps, of all its breakers together
+            (0 keeps none); written in the transaction that writes the state.
 
     The journal is durable on a file: each journal write commits with
     ``synchronous = FULL`` (fsynced before it returns), so neither a killed process nor
@@ -134,6 +147,7 @@ class SQLiteStore(SharedStore):
         backoff: float = 0.1,
         volatile_journal: bool = False,
         create: bool = True,
+        history: int = DEFAULT_HISTORY,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.0),
@@ -152,7 +166,7 @@ class SQLiteStore(SharedStore):
         self._poller_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
         if not self._create:
             try:
                 self._conn = _open(self.path, create=False)
@@ -323,12 +337,39 @@ class SQLiteStore(SharedStore):
             if new != state or not valid:
                 version = _next_version(version)
                 conn.execute(_WRITE, (key, version, encode_state(new)))
+                if new != state:
+                    self._append_history(conn, key, records)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
         return (new, records), version
+
+    def _append_history(
+        self, conn: sqlite3.Connection, key: str, records: tuple[Transition, ...]
+    ) -> None:
+        """Append the records' entries and drop the rows past ``history_retain``."""
+        row = None
+        for text in self._history_texts(records):
+            row = conn.execute(_HISTORY_PUT, (key, text)).lastrowid
+        if row is not None and row > self.history_retain:
+            conn.execute(
+                "DELETE FROM toolbreaker_history WHERE seq <= ?", (row - self.history_retain,)
+            )
+
+    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
+        sql = "SELECT seq, entry FROM toolbreaker_history ORDER BY seq"
+        params: tuple[str, ...] = ()
+        if key is not None:
+            sql, params = (
+                "SELECT seq, entry FROM toolbreaker_history WHERE key = ? ORDER BY seq",
+                (key,),
+            )
+        rows = self._locked(
+            key or "history", lambda conn: conn.execute(sql, params).fetchall(), write=False
+        )
+        return [(str(seq), raw) for seq, raw in rows]
 
     def _locked(
         self, key: str, work: Callable[[sqlite3.Connection], T], *, write: bool = True

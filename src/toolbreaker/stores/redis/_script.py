@@ -110,6 +110,13 @@ class Args(NamedTuple):
     writer: str = ""
     reserve: bool = False
     sharded: bool = False  # on a cluster: announce with SPUBLISH too
+    history_key: str = ""
+    history_keep: int = 0
+    history: tuple[str, ...] = ()
+
+    def keys(self) -> list[str]:
+        """``KEYS``: the state and the history (one hash tag: one slot)."""
+        return [self.key, self.history_key]
 
     def argv(self) -> list[str | int]:
         """``ARGV`` in the script's order."""
@@ -122,6 +129,8 @@ class Args(NamedTuple):
             "1" if self.reserve else "0",
             TURN_MS,
             "1" if self.sharded else "0",
+            self.history_keep,
+            *self.history,
         ]
 
 
@@ -227,7 +236,7 @@ class Batch:
             pipe = self._client.pipeline(transaction=False)
             for index in todo:
                 args = batch[index]
-                pipe.evalsha(self._script.sha, 1, args.key, *args.argv())
+                pipe.evalsha(self._script.sha, 2, *args.keys(), *args.argv())
             answers = await pipe.execute(raise_on_error=False)
             missing = []
             for index, answer in zip(todo, answers, strict=True):

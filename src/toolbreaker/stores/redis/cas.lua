@@ -11,6 +11,9 @@
 -- ARGV[7]  how long a turn lasts, in ms
 -- ARGV[8]  '1' on a cluster: announce on the sharded channel too (SPUBLISH), which
 --          reaches the subscribers on the slot's master only
+-- KEYS[2]  the breaker's history, a stream in the breaker's slot (it shares the hash tag)
+-- ARGV[9]  how many entries the history keeps, about (XADD MAXLEN ~)
+-- ARGV[10...] the transition entries of this write, appended only if the state is written
 --
 -- Reply: {status, version, state, server_ms}
 --   1  written; version is the new version
@@ -79,6 +82,13 @@ if kind ~= 'hash' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
 redis.call('HSET', KEYS[1], 'v', new, 's', ARGV[2])
 redis.call('HDEL', KEYS[1], 't', 'u')
 if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) else redis.call('PERSIST', KEYS[1]) end
+-- The history goes in with the state it made, or not at all; it lives as long as the state.
+if #ARGV >= 10 then
+  for i = 10, #ARGV do
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', 'e', ARGV[i])
+  end
+  if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) else redis.call('PERSIST', KEYS[2]) end
+end
 -- Classic PUBLISH also on a cluster, for processes of earlier versions (they SUBSCRIBE).
 redis.call('PUBLISH', ARGV[4], new .. ' ' .. ARGV[2])
 if ARGV[8] == '1' then redis.call('SPUBLISH', ARGV[4], new .. ' ' .. ARGV[2]) end
