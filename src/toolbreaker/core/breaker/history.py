@@ -17,7 +17,7 @@ closed, a request rejected while open). Applying the history's events in its ord
 new breaker under the same policy therefore passes through exactly the states the store
 held. A state-changing outcome settles a call admitted in the current generation; when
 its request changed nothing (a call admitted while closed) the history has no entry for
-it, so :func:`history_lines` writes one just before the outcome, which a replay admits in
+it, so :func:`replayable` writes one just before the outcome, which a replay admits in
 the same generation, as the store did.
 
 Every text a person reads is masked where the entry is built: the key with
@@ -31,15 +31,15 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition
+from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition, changed_phase
 from toolbreaker.core.run.redact import redact_text
 
 __all__ = [
     "DEFAULT_HISTORY",
     "STREAM_SCHEMA",
-    "history_lines",
     "history_texts",
     "record_of",
+    "replayable",
     "transition_entry",
 ]
 
@@ -126,35 +126,39 @@ def record_of(entry: Mapping[str, Any], *, text: Callable[[str], str] = _same) -
         return None
 
 
-def history_lines(records: Iterable[Transition]) -> Iterator[Transition]:
-    """A store history's records, with the requests a replay needs written in.
+def replayable(entries: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    """A store history's entries, with the requests a replay needs written in.
 
     For each outcome whose call's request is not in the history (it changed nothing, so
-    the store wrote nothing), a ``request`` of that call at the outcome's instant comes
-    just before it: a replay under the store's policy admits it in the generation the
-    store admitted it in (see the module's docstring). Records come out in the order
-    they went in.
+    the store wrote nothing), a ``request`` entry of that call at the outcome's instant
+    comes just before it (with the outcome's ``wall`` and ``seq``): a replay under the
+    store's policy admits it in the generation the store admitted it in (see the
+    module's docstring). Entries come out in the order they went in; an entry that is
+    no transition passes as it is.
     """
     requested: dict[str, set[str]] = {}
-    for record in records:
-        event = record.event
-        calls = requested.setdefault(record.dependency, set())
-        if event.type == "request" and event.call is not None:
-            calls.add(event.call)
-        elif event.type in OUTCOME_TYPES and event.call is not None:
-            if event.call not in calls:
-                request = Event("request", event.at, record.dependency, event.call)
-                yield Transition(
+    for entry in entries:
+        record = record_of(entry)
+        event = record.event if record is not None else None
+        if record is not None and event is not None and event.call is not None:
+            calls = requested.setdefault(record.dependency, set())
+            if event.type == "request":
+                calls.add(event.call)
+            elif event.type in OUTCOME_TYPES and event.call not in calls:
+                request = Transition(
                     record.dependency,
-                    request,
+                    Event("request", event.at, record.dependency, event.call),
                     record.from_phase,
                     record.from_phase,
                     True,
                     False,
                     "call-admitted",
-                    record.generation,
+                    record.generation - 1 if changed_phase(record) else record.generation,
                     None,
                 )
-            else:
+                wall = entry.get("wall")
+                made = transition_entry(request, wall if isinstance(wall, (int, float)) else 0.0)
+                yield {**made, "seq": entry.get("seq")}
+            elif event.type in OUTCOME_TYPES:
                 calls.discard(event.call)
-        yield record
+        yield entry
