@@ -89,7 +89,7 @@ def parse_since(text: str, now: float) -> float:
     return when.timestamp()
 
 
-def _entries(url: str, since: str | None, *, ordered: bool) -> list[dict[str, Any]]:
+def _entries(url: str, since: str | None, *, ordered: bool) -> list[Mapping[str, Any]]:
     """What ``url`` holds: the store's history of its breakers and the event stream.
 
     A breaker whose store keeps a history has its transitions from one of the two:
@@ -125,7 +125,7 @@ def _entries(url: str, since: str | None, *, ordered: bool) -> list[dict[str, An
         seen = {str(e.get("key")) for e in streamed if e.get("kind") == "transition"}
         kept -= seen
         history = [e for e in history if str(e.get("key")) in kept]
-    entries = [
+    entries: list[Mapping[str, Any]] = [
         e for e in streamed if e.get("kind") != "transition" or str(e.get("key")) not in kept
     ]
     entries.extend(replayable(history) if ordered else history)

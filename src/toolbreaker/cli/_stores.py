@@ -57,7 +57,7 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     prefix = options.pop("prefix", None)
     cluster = options.pop("cluster", None)
-    if cluster is not None and (cluster not in ("1", "true", "yes") or scheme == "memory"):
+    if cluster is not None and cluster not in ("1", "true", "yes"):
         raise PolicyError(f"--store: cluster takes 1, got {cluster!r}", field="store")
     if cluster is not None and scheme not in ("redis", "rediss"):
         raise PolicyError("--store: only a Redis store takes cluster", field="store")
@@ -89,6 +89,8 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
     if scheme in ("redis", "rediss", "unix"):
         from toolbreaker.stores.redis import RedisStore
 
-        named = {} if prefix is None else {"prefix": prefix}
-        return RedisStore(base, cluster=cluster is not None, **named)
+        on_cluster = cluster is not None
+        if prefix is None:
+            return RedisStore(base, cluster=on_cluster)
+        return RedisStore(base, prefix=prefix, cluster=on_cluster)
     raise PolicyError(f"unknown store URL {masked_url(url)!r} (use {SHARED_STORES})", field="store")
