@@ -47,7 +47,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
 from typing import Any, Final, NamedTuple, TypeVar
 
-from toolbreaker.core.breaker.history import DEFAULT_HISTORY, history_texts
+from toolbreaker.core.breaker.history import DEFAULT_HISTORY, history_texts, in_store_order
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
@@ -58,6 +58,7 @@ from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode
 
 __all__ = [
     "READ",
+    "RETIME",
     "VERIFIED",
     "WRITTEN",
     "CompareAndSetStore",
@@ -389,6 +390,8 @@ class SharedStore(ABC):
 WRITTEN: Final = 1
 #: The state was unchanged and still current: nothing to write.
 VERIFIED: Final = 2
+#: The version matched, but a later event wrote the state: compute again at its instant.
+RETIME: Final = 5
 
 
 class Write(NamedTuple):
@@ -404,6 +407,9 @@ class Write(NamedTuple):
         pause: seconds to wait before sending (after a conflict).
         writer: this event's number in the process (the same for every try of it).
         history: the entries to append to the history if ``payload`` is written.
+        at: the instant of the event ``payload`` was computed with; the server refuses
+            (:data:`RETIME`) a write of an event earlier than the one that wrote the
+            state (see :func:`~toolbreaker.core.breaker.history.in_store_order`).
     """
 
     expected: int
@@ -413,6 +419,7 @@ class Write(NamedTuple):
     pause: float = 0.0
     writer: int = 0
     history: tuple[str, ...] = ()
+    at: int = 0
 
 
 #: The write that only reads the current state.
@@ -427,11 +434,13 @@ class Reply(NamedTuple):
             answer to a read), with the current state.
         version: the current version (0: the key was never written).
         state: the current state's JSON text, for a conflict or a read.
+        at: the instant of the event that wrote the current state (0: not known).
     """
 
     status: int
     version: int
     state: str | bytes | None
+    at: int = 0
 
 
 _Loop = Generator[Write, Reply, tuple[BreakerState, tuple[Transition, ...]]]
@@ -497,24 +506,31 @@ class CompareAndSetStore(SharedStore):
         token = self._book.token(view)
         state, version = view.known, view.version
         fresh = False
+        floor = 0  # the instant of the event that wrote ``state``, once the server said
         if state is None:
             reply = yield READ
             state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            floor = reply.at
             self._book.learn(view, state, version, token)
         writer = next(self._writers)
         pause = 0.0
         for attempt in range(self.max_attempts):
-            new, records = core_apply(state, event, policy)
+            applied = in_store_order(event, floor)
+            new, records = core_apply(state, applied, policy)
             unchanged = new == state
             if unchanged and fresh:
                 return new, records  # computed on what the server just said: nothing to write
             payload = "" if unchanged else encode_state(new)
             history = () if unchanged else self._history_texts(records)
-            reply = yield Write(version, payload, new, attempt, pause, writer, history)
+            reply = yield Write(version, payload, new, attempt, pause, writer, history, applied.at)
             if reply.status in (WRITTEN, VERIFIED):
                 self._book.learn(view, new, reply.version, token)
                 return new, records
+            if reply.status == RETIME:  # the same state, written by a later event
+                floor, fresh, pause = reply.at, True, 0.0
+                continue
             state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            floor = max(floor, reply.at)
             self._book.learn(view, state, version, token)
             pause = self._pause(attempt, reply.status)
         self._book.fail()

@@ -97,6 +97,8 @@ CREATE TABLE IF NOT EXISTS {p}_records (
   PRIMARY KEY (space, key));
 CREATE TABLE IF NOT EXISTS {p}_history (
   seq bigserial PRIMARY KEY, key text NOT NULL, entry text NOT NULL);
+-- The instant of the event that wrote a state: a breaker's time never goes backwards.
+ALTER TABLE {p}_breakers ADD COLUMN IF NOT EXISTS at bigint;
 CREATE OR REPLACE FUNCTION {p}_cas(p_key text, p_expected bigint, p_payload text)
 RETURNS TABLE (status int, version bigint, state text) LANGUAGE plpgsql AS $$
 DECLARE
@@ -133,40 +135,48 @@ BEGIN
 END $$;
 -- The compare-and-set with its history: the entries go in with the state they made.
 CREATE OR REPLACE FUNCTION {p}_cas_history(
-  p_key text, p_expected bigint, p_payload text, p_history text[], p_retain bigint)
-RETURNS TABLE (status int, version bigint, state text) LANGUAGE plpgsql AS $$
+  p_key text, p_expected bigint, p_payload text, p_history text[], p_retain bigint,
+  p_at bigint)
+RETURNS TABLE (status int, version bigint, state text, at bigint) LANGUAGE plpgsql AS $$
 DECLARE
   cur_version bigint;
   cur_state text;
+  cur_at bigint;
   new_version bigint;
   last_seq bigint;
   added bigint;
   e_text text;
 BEGIN
-  SELECT b.version, b.state INTO cur_version, cur_state
+  SELECT b.version, b.state, b.at INTO cur_version, cur_state, cur_at
     FROM {p}_breakers b WHERE b.key = p_key FOR UPDATE;
+  cur_at := coalesce(cur_at, 0);
   IF p_expected < 0 OR coalesce(cur_version, 0) <> p_expected THEN
-    RETURN QUERY SELECT 0, coalesce(cur_version, 0), cur_state;  -- a read, or a conflict
+    RETURN QUERY SELECT 0, coalesce(cur_version, 0), cur_state, cur_at;  -- a read, a conflict
     RETURN;
   END IF;
   IF p_payload = '' THEN
-    RETURN QUERY SELECT 2, p_expected, NULL::text;  -- unchanged, and still current
+    RETURN QUERY SELECT 2, p_expected, NULL::text, cur_at;  -- unchanged, and still current
+    RETURN;
+  END IF;
+  IF p_at < cur_at THEN  -- a later event wrote this state: compute again at its instant
+    RETURN QUERY SELECT 5, p_expected, NULL::text, cur_at;
     RETURN;
   END IF;
   -- Versions only grow, even across a deleted row: anchored to the wall clock.
   new_version := greatest(coalesce(cur_version, 0) + 1,
                           (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   IF cur_version IS NULL THEN
-    INSERT INTO {p}_breakers (key, version, state) VALUES (p_key, new_version, p_payload)
-      ON CONFLICT (key) DO NOTHING;
+    INSERT INTO {p}_breakers (key, version, state, at)
+      VALUES (p_key, new_version, p_payload, p_at) ON CONFLICT (key) DO NOTHING;
     IF NOT FOUND THEN  -- another writer created the row first
-      SELECT b.version, b.state INTO cur_version, cur_state
+      SELECT b.version, b.state, coalesce(b.at, 0) INTO cur_version, cur_state, cur_at
         FROM {p}_breakers b WHERE b.key = p_key;
-      RETURN QUERY SELECT 0, cur_version, cur_state;
+      RETURN QUERY SELECT 0, cur_version, cur_state, cur_at;
       RETURN;
     END IF;
   ELSE
-    UPDATE {p}_breakers b SET version = new_version, state = p_payload WHERE b.key = p_key;
+    UPDATE {p}_breakers b SET version = new_version, state = p_payload, at = p_at
+      WHERE b.key = p_key;
   END IF;
   -- After the row lock: one breaker's entries take their seq in the order of its states.
   added := 0;
@@ -178,7 +188,7 @@ BEGIN
   IF added > 0 AND p_retain > 0 AND last_seq / 64 <> (last_seq - added) / 64 THEN
     DELETE FROM {p}_history h WHERE h.seq <= last_seq - p_retain;
   END IF;
-  RETURN QUERY SELECT 1, new_version, NULL::text;  -- {p}_notify() tells the listeners
+  RETURN QUERY SELECT 1, new_version, NULL::text, p_at;  -- {p}_notify() tells the listeners
 END $$;
 -- Every change of a row is notified, an operator's hand edit included.
 CREATE OR REPLACE FUNCTION {p}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -226,14 +236,14 @@ def _psycopg() -> Any:
 
 def _reply(row: object) -> Reply:
     """The CAS function's row; anything else is a store fault."""
-    if not isinstance(row, tuple) or len(row) != 3:
+    if not isinstance(row, tuple) or len(row) != 4:
         raise ValueError(row)
-    status, version, state = row
-    if status not in (0, 1, 2) or type(version) is not int or version < 0:
+    status, version, state, at = row
+    if status not in (0, 1, 2, 5) or type(version) is not int or version < 0:
         raise ValueError(row)
-    if state is not None and not isinstance(state, str):
+    if (state is not None and not isinstance(state, str)) or type(at) is not int or at < 0:
         raise ValueError(row)
-    return Reply(status, version, state)
+    return Reply(status, version, state, at)
 
 
 class PostgresStore(CompareAndSetStore):
@@ -312,8 +322,8 @@ class PostgresStore(CompareAndSetStore):
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error, OSError)
         # The prefix is validated above; every value travels as a parameter.
         self._cas_sql = (
-            f"SELECT status, version, state FROM {prefix}_cas_history"  # noqa: S608
-            "(%s, %s::bigint, %s, %s::text[], %s::bigint)"
+            f"SELECT status, version, state, at FROM {prefix}_cas_history"  # noqa: S608
+            "(%s, %s::bigint, %s, %s::text[], %s::bigint, %s::bigint)"
         )
         self._channel = f"{prefix}_events"
         self._what = f"PostgreSQL store {_safe_conninfo(conninfo)}"
@@ -353,7 +363,8 @@ class PostgresStore(CompareAndSetStore):
         return self._validate(await self._aexecute(view.key, params), view.key)
 
     def _cas_params(self, key: str, write: Write) -> tuple[Any, ...]:
-        return (key, write.expected, write.payload, list(write.history), self.history_retain)
+        history = list(write.history)
+        return (key, write.expected, write.payload, history, self.history_retain, write.at)
 
     def _history_read(self, key: str | None) -> list[tuple[str, object]]:
         table = f"{self.prefix}_history"

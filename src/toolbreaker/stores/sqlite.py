@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from toolbreaker.core.breaker.history import DEFAULT_HISTORY
+from toolbreaker.core.breaker.history import DEFAULT_HISTORY, in_store_order
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
@@ -72,9 +72,13 @@ _HISTORY_PUT: Final = "INSERT INTO toolbreaker_history (key, entry) VALUES (?, ?
 _RECORD_READ: Final = "SELECT value, version FROM toolbreaker_records WHERE space = ? AND key = ?"
 _READ: Final = "SELECT version, state FROM toolbreaker_breakers WHERE key = ?"
 _WRITE: Final = (
-    "INSERT INTO toolbreaker_breakers (key, version, state) VALUES (?, ?, ?) "
-    "ON CONFLICT (key) DO UPDATE SET version = excluded.version, state = excluded.state"
+    "INSERT INTO toolbreaker_breakers (key, version, state, at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET version = excluded.version, state = excluded.state, "
+    "at = excluded.at"
 )
+#: With the instant of the event that wrote the state (see ``in_store_order``); the
+#: column is added to a file of an earlier version on open.
+_READ_AT: Final = "SELECT version, state, at FROM toolbreaker_breakers WHERE key = ?"
 _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _CHUNK: Final = 500  # keys per IN (...) query, well under SQLite's variable limit
 _IN_MEMORY: Final = frozenset({"", ":memory:"})
@@ -332,11 +336,14 @@ class SQLiteStore(SharedStore):
     ) -> tuple[tuple[BreakerState, tuple[Transition, ...]], int]:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            state, version, valid = _row(conn.execute(_READ, (key,)).fetchone(), policy)
+            row = conn.execute(_READ_AT, (key,)).fetchone()
+            state, version, valid = _row(None if row is None else row[:2], policy)
+            if row is not None and type(row[2]) is int:
+                event = in_store_order(event, row[2])
             new, records = core_apply(state, event, policy)
             if new != state or not valid:
                 version = _next_version(version)
-                conn.execute(_WRITE, (key, version, encode_state(new)))
+                conn.execute(_WRITE, (key, version, encode_state(new), event.at))
                 if new != state:
                     self._append_history(conn, key, records)
             conn.execute("COMMIT")
@@ -525,6 +532,10 @@ def _open(path: str, *, create: bool = True) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         for statement in _SCHEMA:
             conn.execute(statement)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(toolbreaker_breakers)")}
+        if "at" not in columns:  # a file of an earlier version
+            with contextlib.suppress(sqlite3.OperationalError):  # another process was first
+                conn.execute("ALTER TABLE toolbreaker_breakers ADD COLUMN at INTEGER")
     except BaseException:
         conn.close()
         raise

@@ -20,6 +20,15 @@ its request changed nothing (a call admitted while closed) the history has no en
 it, so :func:`replayable` writes one just before the outcome, which a replay admits in
 the same generation, as the store did.
 
+Time in the store's order. Each process reads its own clock before its event reaches the
+store, so a process may apply an event stamped a little before the event that wrote the
+state it applies to (another process read its clock later and wrote first). A store
+applies such an event at that later instant (:func:`in_store_order`): a breaker's times
+never go backwards in its history, as :class:`~toolbreaker.core.breaker.state.Event`
+promises per dependency, and a replay of the history meets every deadline where the
+store met it. The shift is the time the two writes raced by (well under a millisecond
+on a healthy store) and only ever later.
+
 Every text a person reads is masked where the entry is built: the key with
 :func:`~toolbreaker.core.run.redact.redact_text`; an operator's reason was masked where
 its event was made.
@@ -27,6 +36,7 @@ its event was made.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
@@ -38,6 +48,7 @@ __all__ = [
     "DEFAULT_HISTORY",
     "STREAM_SCHEMA",
     "history_texts",
+    "in_store_order",
     "record_of",
     "replayable",
     "transition_entry",
@@ -66,6 +77,14 @@ def transition_entry(record: Transition, wall: float) -> dict[str, Any]:
     if record.policy_version is not None:
         entry["policy_version"] = record.policy_version
     return entry
+
+
+def in_store_order(event: Event, floor: int) -> Event:
+    """``event`` as a store applies it after the event stamped ``floor`` wrote the state.
+
+    The same event when it is not earlier; otherwise the same event at ``floor``.
+    """
+    return event if event.at >= floor else dataclasses.replace(event, at=floor)
 
 
 def history_texts(records: Iterable[Transition], wall: float) -> tuple[str, ...]:

@@ -113,6 +113,7 @@ class Args(NamedTuple):
     history_key: str = ""
     history_keep: int = 0
     history: tuple[str, ...] = ()
+    at: int = 0
 
     def keys(self) -> list[str]:
         """``KEYS``: the state and the history (one hash tag: one slot)."""
@@ -130,6 +131,7 @@ class Args(NamedTuple):
             TURN_MS,
             "1" if self.sharded else "0",
             self.history_keep,
+            self.at,
             *self.history,
         ]
 
@@ -147,15 +149,15 @@ def redis_module() -> Any:
 
 def parse_reply(reply: object) -> tuple[Reply, int]:
     """The script's reply and the server's time in ms; anything else is a store fault."""
-    if not isinstance(reply, list) or len(reply) != 4:
+    if not isinstance(reply, list) or len(reply) != 5:
         raise ValueError(reply)
-    status, version, state, server_ms = reply
-    if status not in (0, 1, 2, 3, 4) or not isinstance(server_ms, int):
+    status, version, state, server_ms, written_at = reply
+    if status not in (0, 1, 2, 3, 4, 5) or not isinstance(server_ms, int):
         raise ValueError(reply)
-    number = int(version)  # bytes of digits, or ValueError
-    if number < 0 or (state is not None and not isinstance(state, bytes)):
+    number, at = int(version), int(written_at)  # bytes of digits, or ValueError
+    if number < 0 or at < 0 or (state is not None and not isinstance(state, bytes)):
         raise ValueError(reply)
-    return Reply(status, number, state), server_ms
+    return Reply(status, number, state, at), server_ms
 
 
 #: How many callers of a batch are woken per turn of the event loop.

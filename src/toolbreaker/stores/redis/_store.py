@@ -414,6 +414,7 @@ class RedisStore(CompareAndSetStore):
             self._history_key(key),
             self.history_retain,
             write.history,
+            write.at,
         )
 
     def _pause(self, attempt: int, status: int) -> float:
