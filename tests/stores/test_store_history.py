@@ -22,7 +22,6 @@ from test_multiprocess import WORKERS, make_breaker, make_store, sleep_until, wa
 from toolbreaker import Event, Policy, replay
 from toolbreaker.cli import main
 from toolbreaker.core import read_trace
-from toolbreaker.core.breaker.history import replayable
 from toolbreaker.core.breaker.state import opened
 from toolbreaker.errors import PolicyError
 from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
@@ -179,37 +178,6 @@ def test_only_writes_of_a_new_state_go_into_the_history(tmp_path):
         ("failure", "open"),
     ]
     assert int(history[0]["seq"]) < int(history[1]["seq"])
-
-
-def test_the_history_is_written_in_replayable_form():
-    """Each outcome whose request changed nothing gets a request just before it."""
-    with_requests = list(
-        replayable(
-            [
-                {"kind": "transition", "key": "k", "seq": "1", "wall": 1.0, "record": rec("f", 1)},
-                {"kind": "transition", "key": "k", "seq": "2", "wall": 2.0, "record": rec("f", 2)},
-            ]
-        )
-    )
-    assert [(e["record"]["event"]["type"], e["seq"]) for e in with_requests] == [
-        ("request", "1"),
-        ("failure", "1"),
-        ("request", "2"),
-        ("failure", "2"),
-    ]
-
-
-def rec(call: str, at: int) -> dict[str, Any]:
-    return {
-        "event": {"type": "failure", "at": at, "call": f"{call}{at}"},
-        "from": "closed",
-        "to": "closed",
-        "attempted": False,
-        "rejected": False,
-        "reason": "qualifying-failure",
-        "generation": 0,
-        "open_until": None,
-    }
 
 
 def test_the_history_is_bounded(tmp_path):
