@@ -13,6 +13,13 @@ URL: ``memory://NAME`` (one process), ``sqlite:///path/events.db`` (processes of
 ``MAXLEN``, ``?maxlen=N&key=K``). ``toolbreaker export`` turns it into a trace that
 ``toolbreaker replay`` accepts; ``toolbreaker advise`` and the dashboard read it.
 
+The record of a shared breaker's transitions is its store's history, not the stream: a
+shared store (SQLite, Redis, PostgreSQL) appends the same ``transition`` entries in the
+step that writes the state, in the store's order (:mod:`toolbreaker.core.breaker.history`),
+and ``toolbreaker export`` takes a breaker's transitions from there when the URL names its
+store. The stream is where run stops, notices, the tool, fallback and failure class, and
+the breakers of a ``MemoryStore`` are.
+
 The stream never takes part in a decision: entries are appended after the store has
 applied an event, and an append that fails is counted in
 :attr:`StreamPublisher.append_errors` (and logged once per failure streak), never raised

@@ -39,9 +39,10 @@ THEIR_TURN: Final = 4
 #: How long a starving writer's reserved turn lasts at most (ms).
 TURN_MS: Final = 25
 _SCRIPT_FILE: Final = "cas.lua"
-#: Keep a viewed breaker's key alive (an idle one expires).
+#: Keep a viewed breaker's key alive (an idle one expires), and its history with it.
 REFRESH_TTL: Final = """
 if redis.call('PTTL', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+if KEYS[2] and redis.call('PTTL', KEYS[2]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
 return 1
 """
 #: Write one journal entry (only if new, with ``ARGV[3] == '1'``) and keep its order.

@@ -457,6 +457,9 @@ class RedisStore(CompareAndSetStore):
     def _history_key(self, key: str) -> str:
         return f"{self.prefix}:{{{key}}}:history"
 
+    def _breaker_keys(self, key: str) -> list[str]:
+        return [self._state_key(key), self._history_key(key)]
+
     def _channel(self, key: str) -> str:
         return f"{self.prefix}:{{{key}}}:events"
 
@@ -523,14 +526,14 @@ class RedisStore(CompareAndSetStore):
             for view in views:
                 ttl = self._ttl_ms(view.known or BreakerState(), view.policy or Policy())
                 if ttl:
-                    self._refresh(keys=[self._state_key(view.key)], args=[ttl])
+                    self._refresh(keys=self._breaker_keys(view.key), args=[ttl])
             return
         with self._client.pipeline(transaction=False) as pipe:
             for view in views:
                 known = view.known or BreakerState()
                 ttl = self._ttl_ms(known, view.policy or Policy())
                 if ttl:
-                    self._refresh(keys=[self._state_key(view.key)], args=[ttl], client=pipe)
+                    self._refresh(keys=self._breaker_keys(view.key), args=[ttl], client=pipe)
             pipe.execute()
 
 
