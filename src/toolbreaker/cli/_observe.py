@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker.cli._sheet import load_sheet
 from toolbreaker.core.breaker.calibration import (
@@ -144,11 +144,16 @@ def _history(url: str, failed: Exception | None) -> list[dict[str, Any]] | None:
 
     ``failed``: why the URL opened no stream, raised if the store does not answer either
     (what the command said before stores kept a history). A URL that names no store
-    (``memory://``, an SQLite file that holds only a stream) gives ``None``.
+    (``memory://``, an SQLite file that holds only a stream, a stream named by its
+    ``?key=`` without a ``?prefix=``) gives ``None``.
     """
     from toolbreaker.cli._stores import open_store
 
-    postgres = urlsplit(url).scheme in _NO_STREAM
+    parts = urlsplit(url)
+    postgres = parts.scheme in _NO_STREAM
+    named = parse_qs(parts.query)
+    if "key" in named and "prefix" not in named:
+        return None  # the URL names a stream by its key: that stream, and no store
     try:
         store = open_store(url, stream_url=True)  # never created
     except (PolicyError, StoreUnavailable):

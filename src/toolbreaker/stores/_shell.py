@@ -514,7 +514,8 @@ class CompareAndSetStore(SharedStore):
             self._book.learn(view, state, version, token)
         writer = next(self._writers)
         pause = 0.0
-        for attempt in range(self.max_attempts):
+        attempt = retimed = 0
+        while attempt < self.max_attempts:
             applied = in_store_order(event, floor)
             new, records = core_apply(state, applied, policy)
             unchanged = new == state
@@ -526,13 +527,15 @@ class CompareAndSetStore(SharedStore):
             if reply.status in (WRITTEN, VERIFIED):
                 self._book.learn(view, new, reply.version, token)
                 return new, records
-            if reply.status == RETIME:  # the same state, written by a later event
-                floor, fresh, pause = reply.at, True, 0.0
+            if reply.status == RETIME and retimed < self.max_attempts:
+                # The same state, written by a later event: no conflict, so no try is spent.
+                floor, fresh, pause, retimed = reply.at, True, 0.0, retimed + 1
                 continue
             state, version, fresh = decode_state(reply.state, policy), reply.version, True
             floor = max(floor, reply.at)
             self._book.learn(view, state, version, token)
             pause = self._pause(attempt, reply.status)
+            attempt += 1
         self._book.fail()
         raise StoreUnavailable(
             f"{self._what}: {self.max_attempts} conflicting writes in a row on {view.key!r}",
