@@ -1,5 +1,10 @@
 """The PostgreSQL store: breaker state and the run journal for stacks that run on Postgres.
 
+(Over 800 lines for a reason: the server side, ``_SCHEMA``, is in this file, and it holds
+the compare-and-set twice while processes of the earlier version, which call
+``<prefix>_cas()``, may share the database; it may move to a file of its own, as Redis's
+``cas.lua`` did.)
+
 Needs the ``postgres`` extra (``pip install 'toolbreaker[postgres]'``, psycopg 3);
 ``psycopg`` is imported only when a :class:`PostgresStore` is built.
 
