@@ -39,7 +39,7 @@ def statements(conn) -> int:
     """Compare-and-set statements the server ran (pg_stat_statements counts at once)."""
     row = conn.execute(
         "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE query LIKE %s",
-        ("%toolbreaker_cas(%",),
+        ("%toolbreaker_cas_history(%",),
     ).fetchone()
     return int(row[0])
 

@@ -65,7 +65,7 @@ def test_a_corrupt_version_column_fails_closed(tmp_path):
         store.load("k", POLICY)
         raw_write(
             path,
-            "INSERT INTO toolbreaker_breakers VALUES (?, ?, ?)",
+            "INSERT INTO toolbreaker_breakers (key, version, state) VALUES (?, ?, ?)",
             "k",
             "seven",
             '{"state": "closed"}',

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
+from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker.cli._sheet import load_sheet
 from toolbreaker.core.breaker.calibration import (
@@ -23,11 +24,14 @@ from toolbreaker.core.breaker.receipt import Replay
 from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import read_trace, trace_event
-from toolbreaker.errors import PolicyError, TraceError
+from toolbreaker.errors import PolicyError, StoreUnavailable, TraceError
 
 __all__ = ["add_commands", "export_trace", "parse_since", "stream_signals"]
 
-_STREAM_HELP = "the event stream: sqlite:///PATH or redis://... (read, never created)"
+_STREAM_HELP = (
+    "the breakers' store (its history) and the event stream: sqlite:///PATH, redis://... "
+    "(?cluster=1 for a Redis Cluster) or postgresql://... (read, never created)"
+)
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
@@ -85,18 +89,86 @@ def parse_since(text: str, now: float) -> float:
     return when.timestamp()
 
 
-def _entries(url: str, since: str | None) -> list[dict[str, Any]]:
+def _entries(url: str, since: str | None, *, ordered: bool) -> list[Mapping[str, Any]]:
+    """What ``url`` holds: the store's history of its breakers and the event stream.
+
+    A breaker whose store keeps a history has its transitions from one of the two:
+    ``ordered`` (export, which needs the store's order) takes the history's, where the
+    requests a replay needs are written in (:func:`replayable`); otherwise (advise,
+    which counts what each process saw, local rejections included) the stream's, and
+    the history's only for a breaker the stream never saw. Entries of other kinds come
+    from the stream. A URL that opens neither is an error (the stream's, or for a
+    PostgreSQL URL, which has no stream, the store's).
+    """
+    from toolbreaker.core.breaker.history import replayable
     from toolbreaker.instrumentation.stream import iter_entries, open_stream
 
-    stream = open_stream(url, create=False)  # a reader never makes the stream it reads
-    try:
-        entries = [entry for _, entry in iter_entries(stream)]
-    finally:
-        stream.close()
+    streamed: list[dict[str, Any]] | None = None
+    failed: Exception | None = None
+    if urlsplit(url).scheme not in _NO_STREAM:
+        try:
+            stream = open_stream(url, create=False)  # a reader never makes what it reads
+        except (PolicyError, StoreUnavailable) as exc:
+            failed = exc
+        else:
+            try:
+                streamed = [entry for _, entry in iter_entries(stream)]
+            finally:
+                stream.close()
+    history = _history(url, failed)
+    if streamed is None and history is None:
+        assert failed is not None
+        raise failed
+    streamed, history = streamed or [], history or []
+    kept = {str(e.get("key")) for e in history}
+    if not ordered:
+        seen = {str(e.get("key")) for e in streamed if e.get("kind") == "transition"}
+        kept -= seen
+        history = [e for e in history if str(e.get("key")) in kept]
+    entries: list[Mapping[str, Any]] = [
+        e for e in streamed if e.get("kind") != "transition" or str(e.get("key")) not in kept
+    ]
+    entries.extend(replayable(history) if ordered else history)
     if since is not None:
         cutoff = parse_since(since, time.time())
         entries = [e for e in entries if _wall(e) >= cutoff]
     return entries
+
+
+#: URL schemes whose stores keep a history and have no event stream.
+_NO_STREAM = ("postgres", "postgresql")
+
+
+def _history(url: str, failed: Exception | None) -> list[dict[str, Any]] | None:
+    """The history of the breaker store ``url`` names, or ``None`` if it names none.
+
+    ``failed``: why the URL opened no stream, raised if the store does not answer either
+    (what the command said before stores kept a history). A URL that names no store
+    (``memory://``, an SQLite file that holds only a stream, a stream named by its
+    ``?key=`` without a ``?prefix=``) gives ``None``.
+    """
+    from toolbreaker.cli._stores import open_store
+
+    parts = urlsplit(url)
+    postgres = parts.scheme in _NO_STREAM
+    named = parse_qs(parts.query)
+    if "key" in named and "prefix" not in named:
+        return None  # the URL names a stream by its key: that stream, and no store
+    try:
+        store = open_store(url, stream_url=True)  # never created
+    except (PolicyError, StoreUnavailable):
+        if postgres:
+            raise
+        return None
+    try:
+        found: list[dict[str, Any]] = store.history()
+    except StoreUnavailable:
+        if failed is not None:
+            raise failed from None
+        raise
+    finally:
+        store.close()
+    return found
 
 
 def _wall(entry: Mapping[str, Any]) -> float:
@@ -105,13 +177,19 @@ def _wall(entry: Mapping[str, Any]) -> float:
 
 
 def export_trace(
-    entries: Iterable[Mapping[str, Any]], out: TextIO, *, dependency: str | None = None
+    entries: Iterable[Mapping[str, Any]],
+    out: TextIO,
+    *,
+    dependency: str | None = None,
+    late: list[int] | None = None,
 ) -> tuple[int, int]:
     """Write ``entries``' input events as trace lines; returns ``(written, dropped)``.
 
     Outcomes whose request is not in the window (``--since`` cut it off, or the stream
     trimmed it) are dropped: a replay could not tell what they settle. Times never
-    decrease per key (entries of concurrent processes may arrive a little out of order).
+    decrease per key: an event that reached the store (or the stream) after a later one
+    of its breaker is written at that later time, and ``late``, when given, gets how
+    many milliseconds each such event moved.
     """
     from toolbreaker.instrumentation.stream import record_of
 
@@ -135,7 +213,10 @@ def export_trace(
                 dropped += 1
                 continue
             calls.discard(event.call)
-        line["at"] = last[key] = max(event.at, last.get(key, 0))
+        before = last.get(key, 0)
+        if late is not None and event.at < before:
+            late.append(before - event.at)
+        line["at"] = last[key] = max(event.at, before)
         out.write(json.dumps(line, sort_keys=True) + "\n")
         written += 1
     return written, dropped
@@ -164,14 +245,23 @@ def _nothing(source: str, others: int, since: str | None, hint: str) -> str:
 def _run_export(args: argparse.Namespace) -> int:
     from toolbreaker.instrumentation.stream import masked_url
 
-    entries = _entries(args.store, args.since)
+    entries = _entries(args.store, args.since, ordered=True)
+    late: list[int] = []
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
-            written, dropped = export_trace(entries, handle, dependency=args.dependency)
+            written, dropped = export_trace(entries, handle, dependency=args.dependency, late=late)
     else:
-        written, dropped = export_trace(entries, sys.stdout, dependency=args.dependency)
+        written, dropped = export_trace(entries, sys.stdout, dependency=args.dependency, late=late)
     note = f"; {dropped} outcomes of calls requested before the window dropped" if dropped else ""
     print(f"exported {written} events{note}", file=sys.stderr)
+    if late:
+        # Never a silent approximation: say where the replay may part from the store.
+        print(
+            f"{len(late)} events reached the store after a later event of their breaker (by "
+            f"at most {max(late)} ms) and are written at that later time: a replay differs "
+            "from the store only where such a shift moved a deadline",
+            file=sys.stderr,
+        )
     if written == 0 and not dropped and args.dependency is None:
         others = len(entries)
         print(_nothing(masked_url(args.store), others, args.since, _PUBLISH_HINT), file=sys.stderr)
@@ -222,7 +312,7 @@ def _run_advise(args: argparse.Namespace) -> int:
     tools: dict[str, str] = {}
     obeyed: list[Compliance] = []
     if args.store:
-        entries = _entries(args.store, args.since)
+        entries = _entries(args.store, args.since, ordered=False)
         signals, tools, obeyed = stream_signals(entries)
         nothing = _nothing(masked_url(args.store), len(entries), args.since, _PUBLISH_HINT)
     else:

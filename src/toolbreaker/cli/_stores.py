@@ -34,6 +34,7 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
 
     ``sqlite:///PATH``, ``redis://``/``rediss://``/``unix://`` and ``postgres://``/
     ``postgresql://``; ``?prefix=NAME`` sets a Redis or PostgreSQL store's key prefix.
+    ``?cluster=1`` names one node of a Redis Cluster.
     ``stream_url``: the URL names the event stream too (the dashboard's), whose options
     are left to the stream.
 
@@ -55,6 +56,11 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
         )
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     prefix = options.pop("prefix", None)
+    cluster = options.pop("cluster", None)
+    if cluster is not None and cluster not in ("1", "true", "yes"):
+        raise PolicyError(f"--store: cluster takes 1, got {cluster!r}", field="store")
+    if cluster is not None and scheme not in ("redis", "rediss"):
+        raise PolicyError("--store: only a Redis store takes cluster", field="store")
     for name in _STREAM_OPTIONS if stream_url else ():
         options.pop(name, None)
     base = url.split("?", 1)[0]
@@ -68,7 +74,8 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
         return PostgresStore(conninfo, prefix=prefix, create=create)
     if options:
         raise PolicyError(
-            f"--store: unknown option(s) {sorted(options)} (known: prefix)", field="store"
+            f"--store: unknown option(s) {sorted(options)} (known: prefix, cluster)",
+            field="store",
         )
     if scheme == "sqlite":
         from toolbreaker.stores.sqlite import SQLiteStore
@@ -82,5 +89,8 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
     if scheme in ("redis", "rediss", "unix"):
         from toolbreaker.stores.redis import RedisStore
 
-        return RedisStore(base) if prefix is None else RedisStore(base, prefix=prefix)
+        on_cluster = cluster is not None
+        if prefix is None:
+            return RedisStore(base, cluster=on_cluster)
+        return RedisStore(base, prefix=prefix, cluster=on_cluster)
     raise PolicyError(f"unknown store URL {masked_url(url)!r} (use {SHARED_STORES})", field="store")

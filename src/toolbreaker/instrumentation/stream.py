@@ -13,6 +13,13 @@ URL: ``memory://NAME`` (one process), ``sqlite:///path/events.db`` (processes of
 ``MAXLEN``, ``?maxlen=N&key=K``). ``toolbreaker export`` turns it into a trace that
 ``toolbreaker replay`` accepts; ``toolbreaker advise`` and the dashboard read it.
 
+The record of a shared breaker's transitions is its store's history, not the stream: a
+shared store (SQLite, Redis, PostgreSQL) appends the same ``transition`` entries in the
+step that writes the state, in the store's order (:mod:`toolbreaker.core.breaker.history`),
+and ``toolbreaker export`` takes a breaker's transitions from there when the URL names its
+store. The stream is where run stops, notices, the tool, fallback and failure class, and
+the breakers of a ``MemoryStore`` are.
+
 The stream never takes part in a decision: entries are appended after the store has
 applied an event, and an append that fails is counted in
 :attr:`StreamPublisher.append_errors` (and logged once per failure streak), never raised
@@ -58,7 +65,8 @@ from typing import Any, Final, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import OUTCOME_TYPES, Event, Transition, changed_phase
+from toolbreaker.core.breaker.history import STREAM_SCHEMA, record_of, transition_entry
+from toolbreaker.core.breaker.state import OUTCOME_TYPES, Transition, changed_phase
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, StoreUnavailable
@@ -82,7 +90,6 @@ __all__ = [
     "record_of",
 ]
 
-STREAM_SCHEMA: Final = "toolbreaker.stream/v1"
 _DEFAULT_KEEP: Final = 100_000
 
 
@@ -415,56 +422,6 @@ def instructions_version(overrides: Mapping[str, str]) -> str:
     return hashlib.sha256(canonical_json(effective)).hexdigest()[:8]
 
 
-def _same(text: str) -> str:
-    return text
-
-
-def record_of(entry: Mapping[str, Any], *, text: Callable[[str], str] = _same) -> Transition | None:
-    """The :class:`Transition` of a ``transition`` entry, or ``None`` if it is not one.
-
-    Entries come from other processes: anything malformed gives ``None``. ``text`` is
-    applied to each text the record takes from the entry (the key, the call id, the
-    reasons): the dashboard passes its masking, as it cannot know who wrote an entry.
-    """
-    try:
-        if entry.get("kind") != "transition":
-            return None
-        key, rec = entry["key"], entry["record"]
-        event = rec["event"]
-        at = event["at"]
-        if not (isinstance(key, str) and type(at) is int and isinstance(event["type"], str)):
-            return None
-        key = text(key)
-
-        def optional(name: str, kind: type) -> Any:
-            value = event.get(name)
-            return value if type(value) is kind else None
-
-        call, note = optional("call", str), optional("reason", str)
-        return Transition(
-            dependency=key,
-            event=Event(
-                type=event["type"],
-                at=at,
-                dependency=key,
-                call=None if call is None else text(call),
-                retry_after_ms=optional("retry_after_ms", int),
-                duration_ms=optional("duration_ms", int),
-                reason=None if note is None else text(note),
-            ),
-            from_phase=str(rec["from"]),
-            to_phase=str(rec["to"]),
-            attempted=rec["attempted"] is True,
-            rejected=rec["rejected"] is True,
-            reason=text(str(rec["reason"])),
-            generation=int(rec["generation"]),
-            open_until=rec["open_until"] if type(rec["open_until"]) is int else None,
-            would_reject=rec.get("would_reject") is True,
-        )
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-
-
 class StreamPublisher:
     """Appends the transitions of breakers and the stops of run guards to a stream.
 
@@ -506,16 +463,13 @@ class StreamPublisher:
 
     def __call__(self, record: Transition, breaker: Breaker) -> None:
         """Append one transition (breaker listener signature)."""
-        entry: dict[str, Any] = {
-            **self._static(breaker),
-            "wall": time.time(),
-            "record": record.to_dict(),
-        }
+        static = self._static(breaker)
+        entry: dict[str, Any] = {**static, **transition_entry(record, time.time())}
         if changed_phase(record):
             entry["policy"] = breaker.policy.to_dict()
-        if record.policy_version is not None and record.policy_version != entry["policy_version"]:
-            # Decided under the policy before a swap the listener runs after: name that one.
-            entry["policy_version"] = record.policy_version
+        if record.policy_version is not None and record.policy_version != static["policy_version"]:
+            # Decided under the policy before a swap the listener runs after: name that one
+            # (transition_entry() did), not the one the breaker holds now.
             entry.pop("policy", None)
         if record.event.type in OUTCOME_TYPES and record.event.type != "success":
             failure_class = self._failure_class(breaker)

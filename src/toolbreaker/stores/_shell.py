@@ -21,6 +21,12 @@ certainly was not (no connection, a statement the server refused) raises a plain
 :class:`~toolbreaker.errors.StoreUnavailable`. The subclass tells which (it knows its
 driver); :meth:`SharedStore._write_fault` builds the error.
 
+History: every apply that writes a new state appends its records' entries
+(:func:`~toolbreaker.core.breaker.history.history_texts`) to the store's history in the
+same atomic step, so the history is the store's order of a breaker's states, and fails
+or is unknown with the state write (there is no second failure path). ``history=0``
+keeps none; :meth:`SharedStore.history` reads it.
+
 The stores whose server only guards a write (Redis, PostgreSQL) share the
 compare-and-set loop too, :class:`CompareAndSetStore`: the core computes the next state
 from the version this process last saw, the server writes it only if that version is
@@ -41,16 +47,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
 from typing import Any, Final, NamedTuple, TypeVar
 
+from toolbreaker.core.breaker.history import DEFAULT_HISTORY, history_texts, in_store_order
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.errors import JournalNotDurable, StoreUnavailable, StoreWriteUnknown
+from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.stores._records import check_version, decode_record, encode_record
 from toolbreaker.stores._views import SharedView, ViewBook, decode_state, encode_state, on_fork
 
 __all__ = [
     "READ",
+    "RETIME",
     "VERIFIED",
     "WRITTEN",
     "CompareAndSetStore",
@@ -75,7 +83,16 @@ class SharedStore(ABC):
 
     _what: str
 
-    def __init__(self, *, backoff: float, volatile_journal: bool) -> None:
+    def __init__(
+        self, *, backoff: float, volatile_journal: bool, history: int = DEFAULT_HISTORY
+    ) -> None:
+        if type(history) is not int or history < 0:
+            raise PolicyError(
+                f"history must be a whole number of entries >= 0, got {history!r}",
+                field="history",
+            )
+        #: Transition entries kept (0: none); see the subclass for what it counts.
+        self.history_retain = history
         self._book = ViewBook(backoff)
         self._closed = False
         self._refeed = False
@@ -120,6 +137,33 @@ class SharedStore(ABC):
             return view.state
         self._book.check(self._what, key)
         return self._read(view, policy)
+
+    # -- history ------------------------------------------------------------------------
+
+    def history(self, key: str | None = None) -> list[dict[str, Any]]:
+        """Every transition entry the store keeps (of ``key``, or all), in the store's order.
+
+        Each entry is a ``toolbreaker.stream/v1`` transition entry with ``seq``, the
+        store's sequence for it (increasing per breaker; see the store for the order
+        across breakers). An entry that does not decode is skipped, as a stream's is.
+
+        Raises:
+            StoreUnavailable: the store is unreachable.
+        """
+        out: list[dict[str, Any]] = []
+        for seq, raw in self._history_read(key):
+            try:
+                entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
+            except (ValueError, RecursionError):
+                entry = None
+            if isinstance(entry, dict):
+                entry["seq"] = seq
+                out.append(entry)
+        return out
+
+    def _history_texts(self, records: tuple[Transition, ...]) -> tuple[str, ...]:
+        """What an apply that writes a new state appends to the history."""
+        return history_texts(records, time.time()) if self.history_retain else ()
 
     # -- journal ------------------------------------------------------------------------
 
@@ -258,6 +302,10 @@ class SharedStore(ABC):
         """Read the state of ``view``'s key (fail closed)."""
 
     @abstractmethod
+    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
+        """``(seq, raw entry text)`` of every history entry kept (of ``key``), in order."""
+
+    @abstractmethod
     def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
         """Write one entry's canonical JSON ``text`` atomically."""
 
@@ -342,6 +390,8 @@ class SharedStore(ABC):
 WRITTEN: Final = 1
 #: The state was unchanged and still current: nothing to write.
 VERIFIED: Final = 2
+#: The version matched, but a later event wrote the state: compute again at its instant.
+RETIME: Final = 5
 
 
 class Write(NamedTuple):
@@ -356,6 +406,10 @@ class Write(NamedTuple):
         attempt: which try of the event this is, from 0 (-1 for a read).
         pause: seconds to wait before sending (after a conflict).
         writer: this event's number in the process (the same for every try of it).
+        history: the entries to append to the history if ``payload`` is written.
+        at: the instant of the event ``payload`` was computed with; the server refuses
+            (:data:`RETIME`) a write of an event earlier than the one that wrote the
+            state (see :func:`~toolbreaker.core.breaker.history.in_store_order`).
     """
 
     expected: int
@@ -364,6 +418,8 @@ class Write(NamedTuple):
     attempt: int
     pause: float = 0.0
     writer: int = 0
+    history: tuple[str, ...] = ()
+    at: int = 0
 
 
 #: The write that only reads the current state.
@@ -378,11 +434,13 @@ class Reply(NamedTuple):
             answer to a read), with the current state.
         version: the current version (0: the key was never written).
         state: the current state's JSON text, for a conflict or a read.
+        at: the instant of the event that wrote the current state (0: not known).
     """
 
     status: int
     version: int
     state: str | bytes | None
+    at: int = 0
 
 
 _Loop = Generator[Write, Reply, tuple[BreakerState, tuple[Transition, ...]]]
@@ -399,8 +457,10 @@ class CompareAndSetStore(SharedStore):
 
     max_attempts: int
 
-    def __init__(self, *, backoff: float, volatile_journal: bool) -> None:
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+    def __init__(
+        self, *, backoff: float, volatile_journal: bool, history: int = DEFAULT_HISTORY
+    ) -> None:
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
         self._writers = itertools.count(1)
 
     def _round_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:
@@ -446,25 +506,36 @@ class CompareAndSetStore(SharedStore):
         token = self._book.token(view)
         state, version = view.known, view.version
         fresh = False
+        floor = 0  # the instant of the event that wrote ``state``, once the server said
         if state is None:
             reply = yield READ
             state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            floor = reply.at
             self._book.learn(view, state, version, token)
         writer = next(self._writers)
         pause = 0.0
-        for attempt in range(self.max_attempts):
-            new, records = core_apply(state, event, policy)
+        attempt = retimed = 0
+        while attempt < self.max_attempts:
+            applied = in_store_order(event, floor)
+            new, records = core_apply(state, applied, policy)
             unchanged = new == state
             if unchanged and fresh:
                 return new, records  # computed on what the server just said: nothing to write
             payload = "" if unchanged else encode_state(new)
-            reply = yield Write(version, payload, new, attempt, pause, writer)
+            history = () if unchanged else self._history_texts(records)
+            reply = yield Write(version, payload, new, attempt, pause, writer, history, applied.at)
             if reply.status in (WRITTEN, VERIFIED):
                 self._book.learn(view, new, reply.version, token)
                 return new, records
+            if reply.status == RETIME and retimed < self.max_attempts:
+                # The same state, written by a later event: no conflict, so no try is spent.
+                floor, fresh, pause, retimed = reply.at, True, 0.0, retimed + 1
+                continue
             state, version, fresh = decode_state(reply.state, policy), reply.version, True
+            floor = max(floor, reply.at)
             self._book.learn(view, state, version, token)
             pause = self._pause(attempt, reply.status)
+            attempt += 1
         self._book.fail()
         raise StoreUnavailable(
             f"{self._what}: {self.max_attempts} conflicting writes in a row on {view.key!r}",

@@ -1,5 +1,10 @@
 """The PostgreSQL store: breaker state and the run journal for stacks that run on Postgres.
 
+(Over 800 lines for a reason: the server side, ``_SCHEMA``, is in this file, and it holds
+the compare-and-set twice while processes of the earlier version, which call
+``<prefix>_cas()``, may share the database; it may move to a file of its own, as Redis's
+``cas.lua`` did.)
+
 Needs the ``postgres`` extra (``pip install 'toolbreaker[postgres]'``, psycopg 3);
 ``psycopg`` is imported only when a :class:`PostgresStore` is built.
 
@@ -39,6 +44,14 @@ is unknown, and the call is denied. A stored state that does not validate
 loads as the core's recovered-from-corruption open state. A server that comes back is
 used again without a restart.
 
+History. The compare-and-set that writes a new state (``<prefix>_cas_history()``) also
+appends the event's transition entries to ``<prefix>_history`` (``seq``, key, entry), in
+the same statement, after taking the breaker's row lock: one breaker's entries take
+increasing ``seq`` in the order of its states. Across breakers ``seq`` is the order in
+which the statements drew it, which two concurrent transactions may commit the other
+way round. Processes of an earlier version keep calling ``<prefix>_cas()``, which writes
+no history.
+
 Records (:class:`~toolbreaker.stores.Records`) are rows of ``<prefix>_records`` (space,
 key, value, version); each operation is one statement (``INSERT ... ON CONFLICT``,
 ``UPDATE ... WHERE version = n``, ``DELETE ... WHERE version = n``), so one short
@@ -62,6 +75,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Final
 
+from toolbreaker.core.breaker.history import DEFAULT_HISTORY
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import DURABLE_SPACES
@@ -86,6 +100,10 @@ CREATE TABLE IF NOT EXISTS {p}_journal (
 CREATE TABLE IF NOT EXISTS {p}_records (
   space text NOT NULL, key text NOT NULL, value text NOT NULL, version bigint NOT NULL,
   PRIMARY KEY (space, key));
+CREATE TABLE IF NOT EXISTS {p}_history (
+  seq bigserial PRIMARY KEY, key text NOT NULL, entry text NOT NULL);
+-- The instant of the event that wrote a state: a breaker's time never goes backwards.
+ALTER TABLE {p}_breakers ADD COLUMN IF NOT EXISTS at bigint;
 CREATE OR REPLACE FUNCTION {p}_cas(p_key text, p_expected bigint, p_payload text)
 RETURNS TABLE (status int, version bigint, state text) LANGUAGE plpgsql AS $$
 DECLARE
@@ -119,6 +137,63 @@ BEGIN
     UPDATE {p}_breakers b SET version = new_version, state = p_payload WHERE b.key = p_key;
   END IF;
   RETURN QUERY SELECT 1, new_version, NULL::text;  -- {p}_notify() tells the listeners
+END $$;
+-- The compare-and-set with its history: the entries go in with the state they made.
+CREATE OR REPLACE FUNCTION {p}_cas_history(
+  p_key text, p_expected bigint, p_payload text, p_history text[], p_retain bigint,
+  p_at bigint)
+RETURNS TABLE (status int, version bigint, state text, at bigint) LANGUAGE plpgsql AS $$
+DECLARE
+  cur_version bigint;
+  cur_state text;
+  cur_at bigint;
+  new_version bigint;
+  last_seq bigint;
+  added bigint;
+  e_text text;
+BEGIN
+  SELECT b.version, b.state, b.at INTO cur_version, cur_state, cur_at
+    FROM {p}_breakers b WHERE b.key = p_key FOR UPDATE;
+  cur_at := coalesce(cur_at, 0);
+  IF p_expected < 0 OR coalesce(cur_version, 0) <> p_expected THEN
+    RETURN QUERY SELECT 0, coalesce(cur_version, 0), cur_state, cur_at;  -- a read, a conflict
+    RETURN;
+  END IF;
+  IF p_payload = '' THEN
+    RETURN QUERY SELECT 2, p_expected, NULL::text, cur_at;  -- unchanged, and still current
+    RETURN;
+  END IF;
+  IF p_at < cur_at THEN  -- a later event wrote this state: compute again at its instant
+    RETURN QUERY SELECT 5, p_expected, NULL::text, cur_at;
+    RETURN;
+  END IF;
+  -- Versions only grow, even across a deleted row: anchored to the wall clock.
+  new_version := greatest(coalesce(cur_version, 0) + 1,
+                          (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+  IF cur_version IS NULL THEN
+    INSERT INTO {p}_breakers (key, version, state, at)
+      VALUES (p_key, new_version, p_payload, p_at) ON CONFLICT (key) DO NOTHING;
+    IF NOT FOUND THEN  -- another writer created the row first
+      SELECT b.version, b.state, coalesce(b.at, 0) INTO cur_version, cur_state, cur_at
+        FROM {p}_breakers b WHERE b.key = p_key;
+      RETURN QUERY SELECT 0, cur_version, cur_state, cur_at;
+      RETURN;
+    END IF;
+  ELSE
+    UPDATE {p}_breakers b SET version = new_version, state = p_payload, at = p_at
+      WHERE b.key = p_key;
+  END IF;
+  -- After the row lock: one breaker's entries take their seq in the order of its states.
+  added := 0;
+  FOREACH e_text IN ARRAY p_history LOOP
+    INSERT INTO {p}_history (key, entry) VALUES (p_key, e_text) RETURNING seq INTO last_seq;
+    added := added + 1;
+  END LOOP;
+  -- Trim about every 64 entries, not on each: keeps the delete off the hot path.
+  IF added > 0 AND p_retain > 0 AND last_seq / 64 <> (last_seq - added) / 64 THEN
+    DELETE FROM {p}_history h WHERE h.seq <= last_seq - p_retain;
+  END IF;
+  RETURN QUERY SELECT 1, new_version, NULL::text, p_at;  -- {p}_notify() tells the listeners
 END $$;
 -- Every change of a row is notified, an operator's hand edit included.
 CREATE OR REPLACE FUNCTION {p}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -166,14 +241,14 @@ def _psycopg() -> Any:
 
 def _reply(row: object) -> Reply:
     """The CAS function's row; anything else is a store fault."""
-    if not isinstance(row, tuple) or len(row) != 3:
+    if not isinstance(row, tuple) or len(row) != 4:
         raise ValueError(row)
-    status, version, state = row
-    if status not in (0, 1, 2) or type(version) is not int or version < 0:
+    status, version, state, at = row
+    if status not in (0, 1, 2, 5) or type(version) is not int or version < 0:
         raise ValueError(row)
-    if state is not None and not isinstance(state, str):
+    if (state is not None and not isinstance(state, str)) or type(at) is not int or at < 0:
         raise ValueError(row)
-    return Reply(status, version, state)
+    return Reply(status, version, state, at)
 
 
 class PostgresStore(CompareAndSetStore):
@@ -195,7 +270,12 @@ class PostgresStore(CompareAndSetStore):
             :class:`~toolbreaker.errors.JournalNotDurable` there.
         create: ``False`` uses only a store that is there: where the database holds no
             tables of ``prefix`` (a mistyped prefix or database), every use raises
-            :class:`~toolbreaker.errors.StoreUnavailable` and nothing is created.
+            :class:`~toolbreaker.errors.StoreUnavailable` and nothing is created (a
+            store of an earlier version is given its history table, as any process of
+            this version would).
+        history: transition entries kept, of all the prefix's breakers together, about
+            (trimmed every 64 entries); 0 keeps none. Written by the compare-and-set
+            statement that writes the state.
 
     Use it as a context manager, or call :meth:`close` (and ``await`` :meth:`aclose`
     after asyncio use), to stop the listener and close the connections.
@@ -212,6 +292,7 @@ class PostgresStore(CompareAndSetStore):
         ping_interval: float = 1.0,
         volatile_journal: bool = False,
         create: bool = True,
+        history: int = DEFAULT_HISTORY,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.001),
@@ -245,7 +326,10 @@ class PostgresStore(CompareAndSetStore):
         }
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error, OSError)
         # The prefix is validated above; every value travels as a parameter.
-        self._cas_sql = f"SELECT status, version, state FROM {prefix}_cas(%s, %s::bigint, %s)"  # noqa: S608
+        self._cas_sql = (
+            f"SELECT status, version, state, at FROM {prefix}_cas_history"  # noqa: S608
+            "(%s, %s::bigint, %s, %s::text[], %s::bigint, %s::bigint)"
+        )
         self._channel = f"{prefix}_events"
         self._what = f"PostgreSQL store {_safe_conninfo(conninfo)}"
         self._lock = threading.Lock()
@@ -263,7 +347,7 @@ class PostgresStore(CompareAndSetStore):
         # after ``timeout``; this only catches a server that cannot answer at all.
         self._bound = max(2 * self.timeout, self.timeout + 1.0)
         self._watchdog = _Watchdog("toolbreaker-postgres-watchdog")
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
 
     # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
@@ -275,13 +359,30 @@ class PostgresStore(CompareAndSetStore):
 
     def _send(self, view: SharedView, write: Write, policy: Policy) -> Reply:
         """One compare-and-set statement."""
-        params = (view.key, write.expected, write.payload)
+        params = self._cas_params(view.key, write)
         return self._validate(self._execute(view.key, self._cas_sql, params), view.key)
 
     async def _asend(self, view: SharedView, write: Write, policy: Policy) -> Reply:
         """The same on psycopg's asyncio connection, bound to the loop that first uses it."""
-        params = (view.key, write.expected, write.payload)
+        params = self._cas_params(view.key, write)
         return self._validate(await self._aexecute(view.key, params), view.key)
+
+    def _cas_params(self, key: str, write: Write) -> tuple[Any, ...]:
+        history = list(write.history)
+        return (key, write.expected, write.payload, history, self.history_retain, write.at)
+
+    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
+        table = f"{self.prefix}_history"
+        if key is None:
+            sql = f"SELECT seq, entry FROM {table} ORDER BY seq"  # noqa: S608 - validated prefix
+            params: tuple[str, ...] = ()
+        else:
+            sql, params = (
+                f"SELECT seq, entry FROM {table} WHERE key = %s ORDER BY seq",  # noqa: S608 - validated prefix
+                (key,),
+            )
+        rows = self._execute(key or "history", sql, params, records=True, every=True)
+        return [(str(seq), raw) for seq, raw in rows]
 
     def _pause(self, attempt: int, status: int) -> float:
         """After two conflicts in a row, a little jittered (and growing) wait.
@@ -431,16 +532,21 @@ class PostgresStore(CompareAndSetStore):
             conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"{self.prefix}-schema",))
             exists = conn.execute(
                 "SELECT to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL "
-                "AND to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                "AND to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL, "
+                "to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
                 (
                     f"{self.prefix}_cas",
                     f"{self.prefix}_journal_put",
                     f"{self.prefix}_notify",
                     f"{self.prefix}_records",
+                    f"{self.prefix}_cas_history",
+                    f"{self.prefix}_history",
                 ),
             ).fetchone()
-            if not (exists and exists[0]):
-                if not self._create:
+            if not (exists and exists[0] and exists[1]):
+                # A store of an earlier version gains the history here, even for a reader,
+                # as any process of this version would add it.
+                if not self._create and not (exists and exists[0]):
                     raise StoreUnavailable(
                         f"{self._what} holds no toolbreaker store with prefix "
                         f"{self.prefix!r} (nothing was created)"

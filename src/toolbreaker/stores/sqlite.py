@@ -20,6 +20,12 @@ store raise :class:`~toolbreaker.errors.StoreUnavailable`, and every view of the
 emptied so that later calls ask the store, and are denied, until a transaction succeeds.
 A row that does not validate loads as the core's recovered-from-corruption open state.
 
+History: an event that writes a new state appends its transition entries to
+``toolbreaker_history`` (``seq``, key, entry) in the same transaction, so ``seq`` is the
+order in which the file's transactions committed, across every breaker; the newest
+``history`` rows of the file are kept (each append deletes the rows older than that, by
+primary key). ``toolbreaker export --store sqlite:///PATH`` reads it.
+
 Records (:class:`~toolbreaker.stores.Records`) are rows of ``toolbreaker_records`` (space,
 key, value, version); each write is one ``BEGIN IMMEDIATE`` transaction that checks the
 version and writes, committed like breaker state (``synchronous = NORMAL``).
@@ -36,6 +42,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from toolbreaker.core.breaker.history import DEFAULT_HISTORY, in_store_order
 from toolbreaker.core.breaker.machine import apply as core_apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
@@ -57,13 +64,21 @@ _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS toolbreaker_records ("
     " space TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, version INTEGER NOT NULL,"
     " PRIMARY KEY (space, key)) WITHOUT ROWID",
+    # Added in the version that keeps a history; a file of an earlier one gets it on open.
+    "CREATE TABLE IF NOT EXISTS toolbreaker_history ("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, entry TEXT NOT NULL)",
 )
+_HISTORY_PUT: Final = "INSERT INTO toolbreaker_history (key, entry) VALUES (?, ?)"
 _RECORD_READ: Final = "SELECT value, version FROM toolbreaker_records WHERE space = ? AND key = ?"
 _READ: Final = "SELECT version, state FROM toolbreaker_breakers WHERE key = ?"
 _WRITE: Final = (
-    "INSERT INTO toolbreaker_breakers (key, version, state) VALUES (?, ?, ?) "
-    "ON CONFLICT (key) DO UPDATE SET version = excluded.version, state = excluded.state"
+    "INSERT INTO toolbreaker_breakers (key, version, state, at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET version = excluded.version, state = excluded.state, "
+    "at = excluded.at"
 )
+#: With the instant of the event that wrote the state (see ``in_store_order``); the
+#: column is added to a file of an earlier version on open.
+_READ_AT: Final = "SELECT version, state, at FROM toolbreaker_breakers WHERE key = ?"
 _BUSY_CODES: Final = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
 _CHUNK: Final = 500  # keys per IN (...) query, well under SQLite's variable limit
 _IN_MEMORY: Final = frozenset({"", ":memory:"})
@@ -115,6 +130,8 @@ class SQLiteStore(SharedStore):
         volatile_journal: allow a run journal in an in-memory database (``":memory:"``
             or ``""``), which a reconnect forgets; otherwise the first journal use
             raises :class:`~toolbreaker.errors.JournalNotDurable`.
+        history: transition entries the file keeps, of all its breakers together
+            (0 keeps none); written in the transaction that writes the state.
 
     The journal is durable on a file: each journal write commits with
     ``synchronous = FULL`` (fsynced before it returns), so neither a killed process nor
@@ -134,6 +151,7 @@ class SQLiteStore(SharedStore):
         backoff: float = 0.1,
         volatile_journal: bool = False,
         create: bool = True,
+        history: int = DEFAULT_HISTORY,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.0),
@@ -152,7 +170,7 @@ class SQLiteStore(SharedStore):
         self._poller_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
         if not self._create:
             try:
                 self._conn = _open(self.path, create=False)
@@ -318,17 +336,47 @@ class SQLiteStore(SharedStore):
     ) -> tuple[tuple[BreakerState, tuple[Transition, ...]], int]:
         conn.execute("BEGIN IMMEDIATE")
         try:
-            state, version, valid = _row(conn.execute(_READ, (key,)).fetchone(), policy)
+            row = conn.execute(_READ_AT, (key,)).fetchone()
+            state, version, valid = _row(None if row is None else row[:2], policy)
+            if row is not None and type(row[2]) is int:
+                event = in_store_order(event, row[2])
             new, records = core_apply(state, event, policy)
             if new != state or not valid:
                 version = _next_version(version)
-                conn.execute(_WRITE, (key, version, encode_state(new)))
+                conn.execute(_WRITE, (key, version, encode_state(new), event.at))
+                if new != state:
+                    self._append_history(conn, key, records)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
         return (new, records), version
+
+    def _append_history(
+        self, conn: sqlite3.Connection, key: str, records: tuple[Transition, ...]
+    ) -> None:
+        """Append the records' entries and drop the rows past ``history_retain``."""
+        row = None
+        for text in self._history_texts(records):
+            row = conn.execute(_HISTORY_PUT, (key, text)).lastrowid
+        if row is not None and row > self.history_retain:
+            conn.execute(
+                "DELETE FROM toolbreaker_history WHERE seq <= ?", (row - self.history_retain,)
+            )
+
+    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
+        sql = "SELECT seq, entry FROM toolbreaker_history ORDER BY seq"
+        params: tuple[str, ...] = ()
+        if key is not None:
+            sql, params = (
+                "SELECT seq, entry FROM toolbreaker_history WHERE key = ? ORDER BY seq",
+                (key,),
+            )
+        rows = self._locked(
+            key or "history", lambda conn: conn.execute(sql, params).fetchall(), write=False
+        )
+        return [(str(seq), raw) for seq, raw in rows]
 
     def _locked(
         self, key: str, work: Callable[[sqlite3.Connection], T], *, write: bool = True
@@ -484,6 +532,10 @@ def _open(path: str, *, create: bool = True) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         for statement in _SCHEMA:
             conn.execute(statement)
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(toolbreaker_breakers)")}
+        if "at" not in columns:  # a file of an earlier version
+            with contextlib.suppress(sqlite3.OperationalError):  # another process was first
+                conn.execute("ALTER TABLE toolbreaker_breakers ADD COLUMN at INTEGER")
     except BaseException:
         conn.close()
         raise

@@ -39,9 +39,10 @@ THEIR_TURN: Final = 4
 #: How long a starving writer's reserved turn lasts at most (ms).
 TURN_MS: Final = 25
 _SCRIPT_FILE: Final = "cas.lua"
-#: Keep a viewed breaker's key alive (an idle one expires).
+#: Keep a viewed breaker's key alive (an idle one expires), and its history with it.
 REFRESH_TTL: Final = """
 if redis.call('PTTL', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+if KEYS[2] and redis.call('PTTL', KEYS[2]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
 return 1
 """
 #: Write one journal entry (only if new, with ``ARGV[3] == '1'``) and keep its order.
@@ -110,6 +111,14 @@ class Args(NamedTuple):
     writer: str = ""
     reserve: bool = False
     sharded: bool = False  # on a cluster: announce with SPUBLISH too
+    history_key: str = ""
+    history_keep: int = 0
+    history: tuple[str, ...] = ()
+    at: int = 0
+
+    def keys(self) -> list[str]:
+        """``KEYS``: the state and the history (one hash tag: one slot)."""
+        return [self.key, self.history_key]
 
     def argv(self) -> list[str | int]:
         """``ARGV`` in the script's order."""
@@ -122,6 +131,9 @@ class Args(NamedTuple):
             "1" if self.reserve else "0",
             TURN_MS,
             "1" if self.sharded else "0",
+            self.history_keep,
+            self.at,
+            *self.history,
         ]
 
 
@@ -138,15 +150,15 @@ def redis_module() -> Any:
 
 def parse_reply(reply: object) -> tuple[Reply, int]:
     """The script's reply and the server's time in ms; anything else is a store fault."""
-    if not isinstance(reply, list) or len(reply) != 4:
+    if not isinstance(reply, list) or len(reply) != 5:
         raise ValueError(reply)
-    status, version, state, server_ms = reply
-    if status not in (0, 1, 2, 3, 4) or not isinstance(server_ms, int):
+    status, version, state, server_ms, written_at = reply
+    if status not in (0, 1, 2, 3, 4, 5) or not isinstance(server_ms, int):
         raise ValueError(reply)
-    number = int(version)  # bytes of digits, or ValueError
-    if number < 0 or (state is not None and not isinstance(state, bytes)):
+    number, at = int(version), int(written_at)  # bytes of digits, or ValueError
+    if number < 0 or at < 0 or (state is not None and not isinstance(state, bytes)):
         raise ValueError(reply)
-    return Reply(status, number, state), server_ms
+    return Reply(status, number, state, at), server_ms
 
 
 #: How many callers of a batch are woken per turn of the event loop.
@@ -227,7 +239,7 @@ class Batch:
             pipe = self._client.pipeline(transaction=False)
             for index in todo:
                 args = batch[index]
-                pipe.evalsha(self._script.sha, 1, args.key, *args.argv())
+                pipe.evalsha(self._script.sha, 2, *args.keys(), *args.argv())
             answers = await pipe.execute(raise_on_error=False)
             missing = []
             for index, answer in zip(todo, answers, strict=True):

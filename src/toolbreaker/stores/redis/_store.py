@@ -83,7 +83,8 @@ class RedisStore(CompareAndSetStore):
         prefix: the first part of every key and channel name.
         socket_timeout: seconds to connect, or to wait for a reply, before the store is
             unavailable.
-        idle_ttl: seconds after which a breaker no process uses is forgotten.
+        idle_ttl: seconds after which a breaker no process uses is forgotten (its
+            history with it).
         journal_ttl: seconds a task's journal is kept after its last entry; 0 keeps it.
         max_attempts: compare-and-set attempts per event before giving up.
         backoff: after a failure, seconds during which calls fail at once.
@@ -102,6 +103,9 @@ class RedisStore(CompareAndSetStore):
             :class:`~toolbreaker.errors.JournalNotDurable` otherwise, because a
             restarted server that forgot confirmed writes makes a resumed run repeat
             them. Breaker state needs no durability (it fails closed and relearns).
+        history: transition entries each breaker keeps, about (``XADD MAXLEN ~``; 0
+            keeps none): a stream per breaker, ``<prefix>:{<key>}:history``, in the
+            breaker's slot, appended by the script that writes the state.
 
     Use it as a context manager, or call :meth:`close` (and ``await`` :meth:`aclose`
     after asyncio use), to stop the feed and close the connections.
@@ -120,6 +124,7 @@ class RedisStore(CompareAndSetStore):
         ping_interval: float = 1.0,
         cluster: bool = False,
         volatile_journal: bool = False,
+        history: int = 1_000,
     ) -> None:
         for name, value, least in (
             ("socket_timeout", socket_timeout, 0.001),
@@ -178,7 +183,7 @@ class RedisStore(CompareAndSetStore):
         self._feed: Feed | ShardedFeed | None = None
         self._feed_lock = threading.Lock()
         self._what = f"Redis store {_safe_url(url)}"
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal)
+        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
 
     # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
@@ -190,7 +195,7 @@ class RedisStore(CompareAndSetStore):
         args = self._args(view.key, write, policy)
         started = time.monotonic_ns()
         try:
-            raw = self._script(keys=[args.key], args=args.argv())
+            raw = self._script(keys=args.keys(), args=args.argv())
         except self._errors as exc:
             raise self._fault(view.key, exc) from exc
         return self._reply(raw, started, view.key)
@@ -207,7 +212,7 @@ class RedisStore(CompareAndSetStore):
             if self._batch is not None:
                 raw = await self._batch.run(args)
             else:
-                raw = await script(keys=[args.key], args=args.argv())
+                raw = await script(keys=args.keys(), args=args.argv())
         except self._errors as exc:
             raise self._fault(view.key, exc) from exc
         return self._reply(raw, started, view.key)
@@ -219,6 +224,31 @@ class RedisStore(CompareAndSetStore):
         Until the first round trip it follows the local wall clock.
         """
         return self._clock()
+
+    # -- history ------------------------------------------------------------------------
+
+    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
+        """Each breaker's stream, merged by stream id (the servers' clocks; see the docs)."""
+        head, tail = f"{self.prefix}:{{", "}:history"
+        try:
+            if key is not None:
+                names = [self._history_key(key).encode("utf-8")]
+            else:
+                pattern = _glob_escape(self.prefix) + ":{*}:history"
+                names = sorted(set(self._client.scan_iter(match=pattern, count=1000)))
+            rows: list[tuple[tuple[int, int], str, object]] = []
+            for name in names:
+                text = name.decode("utf-8", "surrogateescape")
+                if not (text.startswith(head) and text.endswith(tail)):
+                    continue
+                for raw_id, fields in self._client.xrange(name, "-", "+"):
+                    stream_id = raw_id.decode()
+                    ms, _, seq = stream_id.partition("-")
+                    rows.append(((int(ms), int(seq or 0)), stream_id, fields.get(b"e")))
+        except self._errors as exc:
+            raise self._record_fault(key or "history", exc) from exc
+        rows.sort(key=lambda row: row[0])
+        return [(stream_id, raw) for _, stream_id, raw in rows]
 
     # -- journal ------------------------------------------------------------------------
 
@@ -370,7 +400,8 @@ class RedisStore(CompareAndSetStore):
     def _args(self, key: str, write: Write, policy: Policy) -> Args:
         """The script's arguments for one write of the compare-and-set loop."""
         if write.state is None:  # only read
-            return Args(self._state_key(key), -1, "", 0, self._channel(key))
+            state_key, history_key = self._state_key(key), self._history_key(key)
+            return Args(state_key, -1, "", 0, self._channel(key), history_key=history_key)
         return Args(
             self._state_key(key),
             write.expected,
@@ -380,6 +411,10 @@ class RedisStore(CompareAndSetStore):
             f"{os.getpid():x}.{self._writer_token}.{write.writer}",
             write.attempt >= _RESERVE_AFTER,
             self.cluster,
+            self._history_key(key),
+            self.history_retain,
+            write.history,
+            write.at,
         )
 
     def _pause(self, attempt: int, status: int) -> float:
@@ -418,6 +453,12 @@ class RedisStore(CompareAndSetStore):
 
     def _state_key(self, key: str) -> str:
         return f"{self.prefix}:{{{key}}}:state"
+
+    def _history_key(self, key: str) -> str:
+        return f"{self.prefix}:{{{key}}}:history"
+
+    def _breaker_keys(self, key: str) -> list[str]:
+        return [self._state_key(key), self._history_key(key)]
 
     def _channel(self, key: str) -> str:
         return f"{self.prefix}:{{{key}}}:events"
@@ -485,14 +526,14 @@ class RedisStore(CompareAndSetStore):
             for view in views:
                 ttl = self._ttl_ms(view.known or BreakerState(), view.policy or Policy())
                 if ttl:
-                    self._refresh(keys=[self._state_key(view.key)], args=[ttl])
+                    self._refresh(keys=self._breaker_keys(view.key), args=[ttl])
             return
         with self._client.pipeline(transaction=False) as pipe:
             for view in views:
                 known = view.known or BreakerState()
                 ttl = self._ttl_ms(known, view.policy or Policy())
                 if ttl:
-                    self._refresh(keys=[self._state_key(view.key)], args=[ttl], client=pipe)
+                    self._refresh(keys=self._breaker_keys(view.key), args=[ttl], client=pipe)
             pipe.execute()
 
 
@@ -542,6 +583,11 @@ def _split_record(raw: object, space: str, key: str) -> tuple[object, int]:
 
 def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a ``SCAN MATCH`` pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def _safe_url(url: str) -> str:
