@@ -294,7 +294,10 @@ def test_degradation_choices_and_limit_notices_show_live(page, shots):
 
         assert catalog.guard(lambda: 1, tool="search_catalog")()["degradation"] == "omit"
         page.wait_for_selector(f'{catalog_row} td.degrade:has-text("omit 2")')
-        page.wait_for_selector("#notices tbody tr:nth-child(6)")
+        # The same choice again is the same line, counted (identical notices are grouped).
+        again = page.wait_for_selector('#notices tr[data-name="omit"][data-count="2"]')
+        assert "\u00d72" in again.inner_text()  # x2
+        assert len(page.query_selector_all('#notices tr[data-name="omit"]')) == 1
         page.screenshot(path=str(shots / "dashboard-notices.png"), full_page=True)
 
         rows = {row["key"]: row["notices"] for row in snapshot_of(server.url)["breakers"]}
@@ -356,6 +359,14 @@ def test_hostile_names_in_notices_are_shown_inert(page):
         cells = row.inner_text().split("\t")
         assert cells[1:5] == [shown, shown, "degradation", "omit"]
         assert shown in page.inner_text("#breakers tbody tr")
+        # The operator's reason (the same text) is on the row, inert, with who isolated.
+        operator = page.inner_text("#breakers tbody tr .operator")
+        assert operator == shown
+        assert "by " in page.inner_text("#breakers tbody tr .operator.muted")
+        page.click("#breakers tbody tr")
+        assert shown in page.wait_for_selector("#detail-operator").inner_text()
+        assert shown in page.wait_for_selector(f"#detail-key:has-text('{shown[:12]}')").inner_text()
+        assert page.evaluate("/[\\u0000\\u001b\\u202e]/.test(document.body.textContent)") is False
         assert page.evaluate("document.images.length") == 0
         assert page.evaluate("/[\\u0000\\u001b\\u202e]/.test(document.body.textContent)") is False
         page.reload()  # the embedded first snapshot renders the same way
@@ -373,3 +384,145 @@ def test_an_empty_stream_is_not_shown_as_all_clear(page):
         assert "no breakers in the stream yet" in page.inner_text("#summary")
         assert "nothing crosses" not in page.inner_text("#findings")
         assert "StreamPublisher" in page.inner_text("#findings")
+
+
+LONG = "payments-gateway-eu-west-1-primary-cluster"
+REASON = (
+    "provider incident 4411: card network degraded in eu-west-1, failing over to the "
+    "secondary processor; on-call payments, see the status page before releasing"
+)
+
+
+def busy(stream: MemoryStream, breakers: int = 150) -> str:
+    """A realistic board: the notices incident, many breakers with long names, some open
+    with many local rejections, some isolated with a long reason, a run stop; returns the
+    key of an open breaker."""
+    publisher = StreamPublisher(stream)
+    incident(stream, publisher=publisher)
+    registry = Registry(
+        Policy(failure_threshold=2, cooldown_ms=600_000, cooldown_max_ms=600_000),
+        default_timeout=5.0,
+        default_enforce="cooperative",
+        max_breakers=breakers + 10,
+    )
+    opened_key = ""
+    for n in range(breakers):
+        tool = f"lookup_customer_invoice_history_{n}"
+        breaker = registry.get(f"{LONG}-{n:03d}", "read" if n % 2 else "write", tool=tool)
+        publisher.attach(breaker)
+        breaker.call(lambda: "ok")
+        if n % 15 == 3:
+            for _ in range(2):
+                with pytest.raises(Unavailable):
+                    breaker.call(fail)
+            for _ in range(60):
+                breaker.guard(lambda: "ok")()  # re-called while open: rejected locally
+            opened_key = opened_key or breaker.key
+        elif n % 25 == 11:
+            breaker.isolate(REASON)
+    guard = RunGuard("refund-4411-a-long-task-name-for-the-eu-west-1-payments-run")
+    publisher.attach(guard)
+    guard.stop(f"operator stop: {REASON}")
+    return opened_key
+
+
+def inside(page: Any, selector: str) -> dict[str, float]:
+    box: dict[str, float] = page.evaluate(
+        "(s) => { const r = document.querySelector(s).getBoundingClientRect();"
+        " return {left: r.left, right: r.right, width: r.width}; }",
+        selector,
+    )
+    return box
+
+
+@pytest.mark.parametrize(("width", "height"), [(1280, 800), (1440, 900), (1920, 1080)])
+def test_the_page_fits_its_window(browser, shots, width, height):
+    """In real headless Chromium at 1280, 1440 and 1920 px with a realistic board (long
+    names and reasons, open and isolated breakers, notices, a stop): the page is no
+    wider than the window, and the header bar, the findings card and the rightmost
+    column of every table are inside it. The transition that opened a breaker stays in
+    view beside its counted rejections, and times are wall-clock times."""
+    stream = MemoryStream()
+    key = busy(stream)
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    try:
+        with Server(build_app(stream)) as server:
+            page.goto(server.url)
+            page.wait_for_selector("#findings [data-rule='model-recalls']")
+            page.click(f'tr[data-key="{key}"]')
+            page.wait_for_selector('#transitions tr[data-group="rejected"]')
+            page.wait_for_selector('.stop[data-task^="refund-4411"]')
+            assert page.evaluate("document.documentElement.scrollWidth") <= width
+            assert page.evaluate("window.innerWidth") == width
+            header = inside(page, "header")
+            assert header["left"] == 0
+            assert header["right"] == width  # the bar spans the whole window
+            for selector in (
+                ".top .card:last-child",  # the findings card
+                "#breakers thead th:last-child",
+                "#breakers tbody tr:first-child td:last-child",
+                "#transitions thead th:last-child",
+                "#notices thead th:last-child",
+                "#stops",
+            ):
+                box = inside(page, selector)
+                assert box["left"] >= 0, (selector, box)
+                assert box["right"] <= width, (selector, box)
+                assert box["width"] > 0, selector
+
+            # Read in one go: the page may re-render the table between two reads.
+            texts = page.eval_on_selector_all(
+                "#transitions tbody tr", "rows => rows.map((r) => r.innerText)"
+            )
+            assert "60 rejected locally" in texts[0]
+            assert "cooldown 60" in texts[0]
+            assert "closed → open" in texts[1]
+            assert "qualifying-failure" in texts[1]
+            doc = json.loads(page.evaluate(f"fetch('/api/breaker?key={key}').then(r => r.text())"))
+            opening = doc["last"][1]
+            shown = page.evaluate(
+                f"new Date({opening['open_until_wall']} * 1000).toLocaleTimeString()"
+            )
+            assert texts[1].split("\t")[6] == shown  # open until, on the wall clock
+            assert str(opening["open_until"]) not in page.inner_text("#transitions")
+            signals = page.inner_text("#detail-signals")
+            assert re.match(r"1 open in the last \d+ s · ", signals), signals
+            assert "/h" not in signals
+
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=str(shots / f"dashboard-{width}.png"))
+            if width == 1440:
+                page.locator("#detail").scroll_into_view_if_needed()
+                page.screenshot(path=str(shots / "dashboard-detail.png"))
+    finally:
+        context.close()
+
+
+def test_rows_look_and_act_clickable(page):
+    """A row shows a pointer and a hover; it takes the focus, and Enter (or Space) on
+    it opens its detail, as a click does."""
+    stream = MemoryStream()
+    busy(stream, breakers=20)
+    with Server(build_app(stream)) as server:
+        page.goto(server.url)
+        row = f'tr[data-key="{LONG}-005:read"]'
+        page.wait_for_selector(row)
+        assert page.eval_on_selector(row, "el => getComputedStyle(el).cursor") == "pointer"
+        before = page.eval_on_selector(row, "el => getComputedStyle(el).backgroundColor")
+        page.hover(row)
+        hovered = page.eval_on_selector(row, "el => getComputedStyle(el).backgroundColor")
+        assert hovered != before
+        assert page.get_attribute(row, "tabindex") == "0"
+        page.focus(row)
+        page.keyboard.press("Enter")
+        page.wait_for_selector(f"#detail-key:has-text('{LONG}-005:read')")
+        page.wait_for_selector(f'{row}[aria-selected="true"]')
+        other = f'tr[data-key="{LONG}-007:read"]'
+        page.focus(other)
+        page.keyboard.press(" ")
+        page.wait_for_selector(f"#detail-key:has-text('{LONG}-007:read')")
+        page.wait_for_selector(f'{other}[aria-selected="true"]')
+        # The table was rebuilt with the selection: the focus stayed on the chosen row.
+        assert page.evaluate("document.activeElement.dataset.key") == f"{LONG}-007:read"

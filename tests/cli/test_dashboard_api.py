@@ -30,6 +30,7 @@ pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
 ORIGIN = "http://127.0.0.1"
+SECRET = "sk-live-abcdefghijklmnopqrstuvwx"
 
 
 def eventually(check):
@@ -525,7 +526,10 @@ def test_the_window_ends_at_the_given_time_while_the_stream_is_quiet():
     # An entry older than the window, read late, is listed but not counted.
     late = {**entries[-1], "wall": float(newest)}
     board.feed([late])
-    assert len(board.snapshot()["notices"]["recent"]) == 5
+    recent = board.snapshot()["notices"]["recent"]
+    assert len(recent) == 4  # the same notice again: its line counts it
+    assert recent[0]["count"] == 2
+    assert recent[0]["first_wall"] == newest
     assert board.notice_counts(late["notice"].get("breaker") or "") == {"degrade": {}, "limit": {}}
 
 
@@ -662,3 +666,77 @@ def test_a_call_refused_for_hung_calls_is_listed_with_how_many_hang():
     [notice] = board.snapshot()["notices"]["recent"]
     assert notice["reason"] == "calls still running past their deadline: 1 (limit 1)"
     assert notice["retry_after_ms"] == breaker.policy.cooldown_ms
+
+
+def test_open_until_is_a_wall_clock_time():
+    """The breaker's clock is monotonic: a line carries its open-until time as wall time
+    (the entry's own wall plus the offset), beside the raw instant, never instead of it."""
+    clock = FakeClock(773_000)
+    stream = MemoryStream()
+    breakers = Registry(
+        Policy(failure_threshold=1, cooldown_ms=30_000, cooldown_max_ms=30_000),
+        clock=clock,
+        default_timeout=1.0,
+        default_enforce="cooperative",
+    )
+    search = breakers.get("search", "read")
+    StreamPublisher(stream).attach(search)
+    with pytest.raises(Unavailable):
+        search.call(fail)
+    clock.advance(500)
+    search.guard(lambda: "ok")()
+    board = Board()
+    board.feed(entry for _, entry in stream.read())
+    rejected, opening, _ = board.breaker("search:read")["last"]
+    assert opening["open_until"] == 803_000  # the breaker's clock, for the receipt
+    assert opening["open_until_wall"] == opening["wall"] + 30.0
+    assert rejected["group"] == "rejected"
+    assert rejected["open_until_wall"] == rejected["last_wall"] + 29.5
+
+
+def test_the_operators_reason_and_who_are_on_the_row():
+    """An isolation puts its reason (masked) and its source on the row; a release clears it."""
+    stream = MemoryStream()
+    breakers = Registry(default_timeout=1.0, default_enforce="cooperative")
+    search = breakers.get("search", "read")
+    StreamPublisher(stream).attach(search)
+    search.isolate(f"provider incident 7, token={SECRET}")
+    board = Board()
+    board.feed(entry for _, entry in stream.read())
+    (row,) = board.snapshot()["breakers"]
+    operator = row["operator"]
+    assert operator["action"] == "isolate"
+    assert operator["reason"].startswith("provider incident 7")
+    assert SECRET not in json.dumps(row)
+    (entry,) = [e for _, e in stream.read()]
+    assert operator["by"] == entry["source"]
+    assert operator["wall"] == entry["wall"]
+    search.release("fixed")
+    board.feed(entry for _, entry in stream.read()[1:])
+    assert board.snapshot()["breakers"][0]["operator"] is None
+
+
+def test_the_boards_advice_knows_the_degraded_answers_served():
+    """The page's findings say what the model was served instead, and ask for no fallback."""
+    clock = FakeClock()
+    stream = MemoryStream()
+    breakers = Registry.from_dict(
+        {
+            "defaults": {"timeout": 1.0, "enforce": "cooperative", "failure_threshold": 1},
+            "search": {"read": {"degrade": ["omit"]}},
+            "orders": {"read": {}},
+        },
+        clock=clock,
+    )
+    StreamPublisher(stream).attach(breakers)
+    for name in ("search", "orders"):
+        breaker = breakers.get(name, "read")
+        with pytest.raises(Unavailable):
+            breaker.call(fail)
+        breaker.guard(lambda: "ok")()  # a re-call before the retry time
+    board = Board()
+    board.feed(entry for _, entry in stream.read())
+    advice = {f["key"]: f["advice"] for f in board.snapshot()["findings"]}
+    assert "it already has 1 degraded answer served (omit 1)" in advice["search:read"]
+    assert "name a fallback" not in advice["search:read"]
+    assert "name a fallback" in advice["orders:read"]

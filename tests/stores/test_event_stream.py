@@ -384,6 +384,35 @@ def test_advise_reads_the_stream(stream_url, capsys):
     assert "model compliance" in capsys.readouterr().out
 
 
+def test_advise_knows_what_the_model_was_served_instead(stream_url, capsys):
+    """advise --store: a breaker whose model was served degraded answers while it was
+    open is not told to name a fallback (the advice says what it had); one that served
+    nothing is."""
+    clock = FakeClock()
+    breakers = Registry.from_dict(
+        {
+            "defaults": {
+                "timeout": 1.0,
+                "enforce": "cooperative",
+                "failure_threshold": 2,
+                "cooldown_ms": 1_000,
+                "cooldown_max_ms": 1_000,
+            },
+            "search": {"default": {"degrade": ["omit"]}},
+        },
+        clock=clock,
+    )
+    publisher = StreamPublisher(opened(stream_url))
+    publisher.attach(breakers)
+    outage(breakers, clock)  # its two re-calls are answered "omit"
+    outage(breakers, clock, "orders")  # plainly unavailable
+    assert main(["advise", "--store", stream_url, "--json"]) == 0
+    advice = {f["key"]: f["advice"] for f in json.loads(capsys.readouterr().out)["findings"]}
+    assert "name a fallback" not in advice["search"]
+    assert "it already has 2 degraded answers served (omit 2)" in advice["search"]
+    assert "name a fallback" in advice["orders"]
+
+
 def test_instruction_wordings_get_their_own_version():
     """Breakers whose models read other words carry another instructions version."""
     plain = Registry(default_timeout=1.0).get("a")
@@ -418,10 +447,11 @@ def test_the_dashboard_reads_and_acts_on_redis(redis_url):
     with TestClient(build_app(stream, actor=actor, token="t", board=board), base_url=origin) as c:
         doc = c.get("/api/snapshot").json()
         (row,) = doc["breakers"]
-        assert (row["key"], row["demand"], row["last"][0]["class"]) == (
+        # Below the threshold the failure changed nothing: a run of calls, by class.
+        assert (row["key"], row["demand"], row["last"][0]["classes"]) == (
             search.key,
             1,
-            "http-503",
+            {"http-503": 1},
         )
         headers = {"Origin": origin, "Content-Type": "application/json", "X-Toolbreaker-Token": "t"}
         body = {"key": search.key, "action": "isolate", "reason": "incident 9"}

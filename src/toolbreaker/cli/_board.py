@@ -12,10 +12,12 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from toolbreaker.core.breaker.calibration import calibrate, findings
+from toolbreaker.cli._history import add_line, add_notice
+from toolbreaker.core.breaker.calibration import Signals, calibrate, covered_by, findings
+from toolbreaker.core.breaker.history import record_of, wall_of
+from toolbreaker.core.breaker.machine import OPERATOR_TYPES
 from toolbreaker.core.breaker.state import Transition, changed_phase, opened
 from toolbreaker.core.run.redact import redact, redact_text
-from toolbreaker.instrumentation.stream import record_of
 
 __all__ = ["Board"]
 
@@ -44,20 +46,22 @@ class Board:
     """Everything the page shows, folded from stream entries (no I/O, no clock reads).
 
     Args:
-        history: last transitions kept per breaker.
+        history: lines of history kept per breaker, newest first (a run of rejections,
+            or of calls that changed nothing, is one line: :mod:`toolbreaker.cli._history`).
         seconds: seconds of the demand / admitted / rejected series, and the window the
             degradation choices and limit notices are counted over. Both end at the
             newest second the stream holds or, once a shell has called :meth:`advance`
             with the current time (or passed ``now`` to :meth:`snapshot`), at that
             second if it is later: counts leave the window while the stream is quiet.
         records: transition records kept for the calibration findings.
-        recent: degradation choices and limit notices kept for the page's list.
+        recent: lines of degradation choices and limit notices kept for the page's list
+            (identical notices are one line with a count).
     """
 
     def __init__(
         self,
         *,
-        history: int = 12,
+        history: int = 20,
         seconds: int = 600,
         records: int = 50_000,
         recent: int = 50,
@@ -75,10 +79,14 @@ class Board:
         self._policies: dict[str, dict[str, Any]] = {}
         self.findings: list[dict[str, Any]] = []
         self.signals: dict[str, dict[str, Any]] = {}
-        # The newest degradation choices and limit notices, newest first: (key, masked item).
-        self._recent: collections.deque[tuple[str, dict[str, Any]]] = collections.deque(
-            maxlen=recent
-        )
+        self._signals: dict[str, Signals] = {}
+        # Degraded answers served per breaker key and mode, over the whole stream read:
+        # what the model already had, for the findings' advice.
+        self._served: dict[str, dict[str, int]] = {}
+        # The newest degradation choices and limit notices, newest first, identical ones
+        # one line (masked items, each with its breaker's row key in "row").
+        self._recent: list[dict[str, Any]] = []
+        self._recent_limit = recent
         self.notices_rev = 0
         # Notice counts per second, and their sums over the window, per breaker key ("" for
         # a run guard's deferral of a tool without a breaker): {key: {"degrade": {mode: n}}}.
@@ -136,7 +144,7 @@ class Board:
         row = self.breakers.get(key)
         if row is None:
             return None
-        recent = [item for k, item in self._recent if k == key]
+        recent = [item for item in self._recent if item["row"] == key]
         return {
             **self._row(row),
             "signals": self.signals.get(key),
@@ -181,7 +189,7 @@ class Board:
         # Other processes wrote it: keep only known fields, bounded and masked (a degrade
         # record carries the model's tool name and reason as they were).
         key = notice.get("breaker")
-        key = key if isinstance(key, str) else ""
+        key = _shown(key) if isinstance(key, str) else ""  # rows are keyed masked
         row = self.breakers.get(key)
         item = _notice_item(
             category,
@@ -190,9 +198,15 @@ class Board:
             str(entry.get("source", "")),
             row or {},
         )
+        item["row"] = key
         self.revision += 1
         self.notices_rev = self.revision
-        self._recent.appendleft((key, item))
+        self._recent = add_notice(self._recent, item, self._recent_limit)
+        if category == "degrade" and key:
+            per = self._served.setdefault(key, {})
+            per[item["name"]] = per.get(item["name"], 0) + 1
+            if per[item["name"]] == 1:
+                self._find()  # the model now has something: the advice says so
         second = int(wall)
         self._slide(second)
         if second <= self._newest - self.seconds:
@@ -255,6 +269,7 @@ class Board:
                 "opens": {},
                 "probes": {"ok": 0, "failed": 0, "expired": 0},
                 "isolated": False,
+                "operator": None,
                 "last": [],
             }
         row["rev"] = self.revision
@@ -271,6 +286,19 @@ class Board:
         row["isolated"] = record.reason == "isolated" or (
             row["isolated"] and record.reason != "released"
         )
+        if record.event.type in OPERATOR_TYPES:
+            # Who held it and why, on the row: the reason masked where it was made (and
+            # again here: another process wrote it), the source the stream names.
+            row["operator"] = (
+                None
+                if record.event.type == "release"
+                else {
+                    "action": record.event.type,
+                    "reason": _text(record.event.reason) or "",
+                    "by": _text(entry.get("source")) or "",
+                    "wall": wall,
+                }
+            )
         if record.event.type == "request":
             row["demand"] += 1
             self._count(wall, 0)
@@ -284,13 +312,16 @@ class Board:
         if probe is not None:
             row["probes"][probe] += 1
         last = {"wall": wall, "policy_version": row["policy_version"], **record.to_dict()}
+        # The breaker's clock is its own (monotonic, or the Redis server's): a person
+        # reads the open-until time on the wall clock of the entry that carries it.
+        last["open_until_wall"] = wall_of(wall, record.event.at, record.open_until)
         failure_class = _text(entry.get("class"))
         if failure_class is not None:
             last["class"] = failure_class
             if record.event.type == "failure":
                 per = self._classes.setdefault(key, {})
                 per[failure_class] = per.get(failure_class, 0) + 1
-        row["last"] = [last, *row["last"][: self.history - 1]]
+        row["last"] = add_line(row["last"], last, self.history)
         self._records.append(record)
 
     def _count(self, wall: float, column: int) -> None:
@@ -306,11 +337,21 @@ class Board:
         bucket[column] += 1
 
     def _calibrate(self) -> None:
-        signals = calibrate(self._records, self._classes)
-        self.signals = {key: s.to_dict() for key, s in signals.items()}
+        self._signals = calibrate(self._records, self._classes)
+        self.signals = {key: s.to_dict() for key, s in self._signals.items()}
+        self._find()
+
+    def _find(self) -> None:
+        """The findings over the signals, knowing what each breaker's model already has."""
+        covered = {}
+        for key in self._signals:
+            row = self.breakers.get(key, {})
+            has = covered_by(row.get("fallback"), (), self._served.get(key))
+            if has is not None:
+                covered[key] = has
         self.findings = [
             {**f.to_dict(), "tool": self.breakers.get(f.key, {}).get("tool", f.key)}
-            for f in findings(signals)
+            for f in findings(self._signals, covered)
         ]
 
     def snapshot(self, since: int = 0, *, now: float | None = None) -> dict[str, Any]:
@@ -323,7 +364,7 @@ class Board:
         """
         if now is not None:
             self.advance(now)
-        # Rows carry their newest transition only; the page asks for one breaker's history.
+        # Rows carry their newest history line only; the page asks for one breaker's history.
         rows = [
             {**self._row(row), "last": row["last"][:1]}
             for row in self.breakers.values()
@@ -362,8 +403,12 @@ class Board:
             for key in sorted(self._notice_counts)
             if any(self._notice_counts[key].values())
         ]
-        recent = [item for _, item in self._recent]
-        return {"window_s": self.seconds, "as_of": self._newest, "counts": counts, "recent": recent}
+        return {
+            "window_s": self.seconds,
+            "as_of": self._newest,
+            "counts": counts,
+            "recent": self._recent,
+        }
 
 
 _MASKED: dict[str, str] = {}

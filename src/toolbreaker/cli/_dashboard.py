@@ -8,8 +8,9 @@ a full snapshot first, then the breakers that changed, the per-second demand, ad
 and rejected series, calibration findings, recent run stops with their masked packets,
 and the degradation choices and limit notices: counts per breaker over the series'
 window and the most recent ones, masked), ``/api/snapshot`` (the same as one JSON
-document), ``/api/breaker?key=K`` (one breaker's last transitions with their receipt
-fields, its calibration signals and its recent notices) and, only with
+document), ``/api/breaker?key=K`` (one breaker's history with its receipt fields, runs
+of local rejections collapsed into counted lines, times also on the wall clock; its
+calibration signals and its recent notices) and, only with
 ``--allow-actions``, ``POST /api/action`` to isolate or release a breaker with an operator
 reason. An action needs the token printed at start-up in ``X-Toolbreaker-Token``, a JSON
 body, and an ``Origin`` that is this server; the Host header must be ``127.0.0.1`` or

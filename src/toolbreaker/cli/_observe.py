@@ -12,21 +12,24 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
-from toolbreaker.cli._sheet import load_sheet
+from toolbreaker.cli._sheet import load_sheet_data, sheet_coverage
 from toolbreaker.core.breaker.calibration import (
     Compliance,
     Signals,
     calibrate,
     compliance,
+    covered_by,
     findings,
+    opens_rate,
 )
+from toolbreaker.core.breaker.keys import row_of
 from toolbreaker.core.breaker.receipt import Replay
 from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import read_trace, trace_event
 from toolbreaker.errors import PolicyError, StoreUnavailable, TraceError
 
-__all__ = ["add_commands", "export_trace", "parse_since", "stream_signals"]
+__all__ = ["add_commands", "export_trace", "parse_since", "stream_coverage", "stream_signals"]
 
 _STREAM_HELP = (
     "the breakers' store (its history) and the event stream: sqlite:///PATH, redis://... "
@@ -292,6 +295,37 @@ def stream_signals(
     return calibrate(records, classes), tools, compliance(labelled)
 
 
+def stream_coverage(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Per breaker key, what the model already had instead of the tool, from the stream.
+
+    The fallback its breaker offers (a transition entry's ``fallback``) and the degraded
+    answers it was served (``degrade`` notices), said by
+    :func:`~toolbreaker.core.breaker.calibration.covered_by`.
+    """
+    fallbacks: dict[str, str] = {}
+    served: dict[str, dict[str, int]] = {}
+    for entry in entries:
+        kind = entry.get("kind")
+        if kind == "transition":
+            key, fallback = entry.get("key"), entry.get("fallback")
+            if isinstance(key, str) and isinstance(fallback, str) and fallback:
+                fallbacks[key] = fallback
+        elif kind == "degrade":
+            notice = entry.get("notice")
+            key = notice.get("breaker") if isinstance(notice, dict) else None
+            if isinstance(notice, dict) and isinstance(key, str):
+                mode = notice.get("mode")
+                name = mode if isinstance(mode, str) else "plain"
+                per = served.setdefault(key, {})
+                per[name] = per.get(name, 0) + 1
+    out: dict[str, str] = {}
+    for key in fallbacks.keys() | served.keys():
+        has = covered_by(fallbacks.get(key), (), served.get(key))
+        if has is not None:
+            out[key] = has
+    return out
+
+
 def _trace_signals(path: str, sheet: PolicySheet) -> dict[str, Signals]:
     driver = Replay(sheet)
     records: list[Transition] = []
@@ -314,11 +348,16 @@ def _run_advise(args: argparse.Namespace) -> int:
     if args.store:
         entries = _entries(args.store, args.since, ordered=False)
         signals, tools, obeyed = stream_signals(entries)
+        covered = stream_coverage(entries)
         nothing = _nothing(masked_url(args.store), len(entries), args.since, _PUBLISH_HINT)
     else:
-        signals = _trace_signals(args.trace, load_sheet(args.policy))
+        data, sheet = load_sheet_data(args.policy)
+        signals = _trace_signals(args.trace, sheet)
+        rows = sheet_coverage(data)
+        # A scoped breaker (llm[tenant=acme]:read) has its row's fallback and chain.
+        covered = {k: rows[row_of(k)] for k in signals if row_of(k) in rows}
         nothing = _nothing(args.trace, 0, None, _RECORD_HINT)
-    found = findings(signals)
+    found = findings(signals, covered)
     if args.json:
         doc = {
             "signals": [signals[k].to_dict() | {"tool": tools.get(k, k)} for k in sorted(signals)],
@@ -332,13 +371,13 @@ def _run_advise(args: argparse.Namespace) -> int:
     if not signals:
         print(nothing)
         return 0
-    print(f"{'breaker':<28} {'opens/h':>8} {'open':>6} {'reopen':>7} {'re-calls':>9}  failures")
+    print(f"{'breaker':<28} {'opens':<32} {'open':>6} {'reopen':>7} {'re-calls':>9}  failures")
     for key in sorted(signals):
         s = signals[key]
         classes = ", ".join(f"{c}:{n}" for c, n in sorted(s.failures_by_class.items())) or "-"
         print(
-            f"{key:<28} {s.opens_per_hour:>8.1f} {s.open_share:>6.0%} {s.reopen_ratio:>7.0%} "
-            f"{s.early_recalls:>9}  {classes}"
+            f"{key:<28} {opens_rate(s.opens, s.span_ms):<32} {s.open_share:>6.0%} "
+            f"{s.reopen_ratio:>7.0%} {s.early_recalls:>9}  {classes}"
         )
     if any(c.open_episodes or c.early_recalls for c in obeyed):
         print("\nmodel compliance (re-calls before the retry time it was told)")

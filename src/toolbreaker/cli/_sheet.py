@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from toolbreaker.core.breaker.calibration import covered_by
 from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.sheet import PolicySheet
@@ -27,6 +28,7 @@ __all__ = [
     "is_sheet",
     "load_sheet",
     "load_sheet_data",
+    "sheet_coverage",
     "sheet_of",
     "sheet_toml",
     "sheet_value",
@@ -49,6 +51,24 @@ def sheet_of(data: Mapping[str, Any]) -> PolicySheet:
     registry = Registry.from_dict(data)
     rows = {row.key: row.policy for row in registry.boundaries().values()}
     return PolicySheet(registry.default_policy, rows)
+
+
+def sheet_coverage(data: Mapping[str, Any]) -> dict[str, str]:
+    """Per row's breaker key, what the sheet gives the model instead of the tool.
+
+    A row's ``fallback`` and ``degrade`` chain (:func:`~toolbreaker.core.breaker.
+    calibration.covered_by`); rows with neither, and a flat policy file, give nothing.
+    """
+    if not is_sheet(data):
+        return {}
+    from toolbreaker.runtime import Registry  # as sheet_of: the one parser of sheets
+
+    out: dict[str, str] = {}
+    for row in Registry.from_dict(data).boundaries().values():
+        has = covered_by(row.fallback, row.degrade)
+        if has is not None:
+            out[row.key] = has
+    return out
 
 
 def load_sheet(path: str | None) -> PolicySheet:

@@ -65,7 +65,12 @@ from typing import Any, Final, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.history import STREAM_SCHEMA, record_of, transition_entry
+from toolbreaker.core.breaker.history import (
+    STREAM_SCHEMA,
+    record_of,
+    transition_entry,
+    wall_of,
+)
 from toolbreaker.core.breaker.state import OUTCOME_TYPES, Transition, changed_phase
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.core.run.redact import redact_text
@@ -88,6 +93,7 @@ __all__ = [
     "masked_url",
     "open_stream",
     "record_of",
+    "wall_of",
 ]
 
 _DEFAULT_KEEP: Final = 100_000

@@ -6,7 +6,14 @@ import json
 
 from toolbreaker import Policy
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.calibration import calibrate, compliance, findings, is_client_error
+from toolbreaker.core.breaker.calibration import (
+    calibrate,
+    compliance,
+    covered_by,
+    findings,
+    is_client_error,
+    opens_rate,
+)
 from toolbreaker.core.breaker.receipt import Replay
 from toolbreaker.core.breaker.state import Event
 
@@ -161,3 +168,93 @@ def test_advise_replays_a_trace_under_each_rows_policy(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "bad.toml" in err
+
+
+def test_openings_are_said_as_counted_over_a_short_span():
+    """Under an hour the rate is the count and the span, never an hourly extrapolation;
+    from an hour on, the hourly rate too; one opening is singular."""
+    assert opens_rate(3, 96_000) == "3 opens in the last 96 s"
+    assert opens_rate(1, 1_500) == "1 open in the last 1 s"
+    assert opens_rate(0, 0) == "0 opens in the last 0 s"
+    assert opens_rate(5, 600_000) == "5 opens in the last 10 min"
+    assert opens_rate(4, 3_599_999) == "4 opens in the last 59 min"
+    assert opens_rate(4, 3_600_000) == "4 opens in the last 60 min (4.0/h)"
+    assert opens_rate(14, 12_600_000) == "14 opens in the last 3.5 h (4.0/h)"
+
+
+def test_a_short_span_is_not_extrapolated_in_the_mostly_open_finding():
+    """The mostly-open finding over 96 s says how many opens in how long, not per hour."""
+    script = [(0, "request"), (0, "failure")]
+    for n in range(1, 3):
+        script += [(n * 1_000, "request"), (n * 1_000, "failure")]
+    signals = calibrate(drive(script), until=96_000)
+    (finding,) = [f for f in findings(signals) if f.rule == "mostly-open"]
+    assert "(3 opens in the last 96 s)" in finding.message
+    assert "/h" not in finding.message
+    assert signals["search"].to_dict()["opens_rate"] == "3 opens in the last 96 s"
+
+
+def test_what_the_model_already_has_is_said_once():
+    """A fallback, a degradation chain and degraded answers served, in words; nothing: None."""
+    assert covered_by() is None
+    assert covered_by(None, [], {"omit": 0}) is None
+    assert covered_by("search_cache") == "fallback search_cache"
+    assert covered_by(degrade=["stale", "omit"]) == "degrade stale > omit"
+    assert covered_by(degraded={"omit": 1}) == "1 degraded answer served (omit 1)"
+    assert (
+        covered_by("cache", ["omit"], {"stale": 2, "omit": 1})
+        == "fallback cache; degrade omit; 3 degraded answers served (omit 1, stale 2)"
+    )
+
+
+def test_advice_never_asks_for_a_fallback_the_model_has():
+    """Mostly open and re-called: without cover the advice asks for a fallback; with one
+    it names what the model has and asks for none."""
+    script = [(0, "request"), (0, "failure"), (10, "request")]
+    signals = calibrate(drive(script), until=120_000)
+    bare = {f.rule: f.advice for f in findings(signals)}
+    assert "give the model a fallback" in bare["mostly-open"]
+    assert "name a fallback" in bare["model-recalls"]
+    covered = {f.rule: f.advice for f in findings(signals, {"search": "fallback search_cache"})}
+    assert "fallback" not in covered["mostly-open"].replace("fallback search_cache", "")
+    assert "the model already has fallback search_cache" in covered["mostly-open"]
+    assert "name a fallback" not in covered["model-recalls"]
+    assert "it already has fallback search_cache" in covered["model-recalls"]
+
+
+def test_advise_on_a_trace_reads_the_sheets_fallback_and_chain(tmp_path, capsys):
+    """advise TRACE --policy SHEET: a row with a fallback and one with a degradation chain
+    are not told to give the model a fallback; a row with neither is."""
+    lines = []
+    for n, key in enumerate(["search", "orders:read", "crm"]):
+        base = {"dependency": key}  # a trace names a breaker by its key
+        lines += [
+            {**base, "at": 0, "type": "request", "call": f"a{n}"},
+            {**base, "at": 1, "type": "failure", "call": f"a{n}"},
+            {**base, "at": 5, "type": "request", "call": f"b{n}"},
+            {**base, "at": 90_000, "type": "request", "call": f"c{n}"},
+        ]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    sheet = tmp_path / "breakers.toml"
+    sheet.write_text(
+        "[defaults]\ntimeout_ms = 1000\nfailure_threshold = 1\ncooldown_ms = 600000\n\n"
+        '[tools]\nlocal = ["search_cache"]\n\n'
+        '[search.default]\nfallback = "search_cache"\n\n'
+        '[orders.read]\ndegrade = ["stale", "omit"]\nmax_stale_ms = 60000\n\n'
+        "[crm.default]\n"
+    )
+    assert main(["advise", str(trace), "--policy", str(sheet), "--json"]) == 0
+    advice = {
+        (f["key"], f["rule"]): f["advice"] for f in json.loads(capsys.readouterr().out)["findings"]
+    }
+    assert "the model already has fallback search_cache" in advice["search", "mostly-open"]
+    assert "it already has degrade stale > omit" in advice["orders:read", "model-recalls"]
+    assert "give the model a fallback" in advice["crm", "mostly-open"]
+    for key in ("search", "orders:read"):
+        assert "give the model a fallback" not in advice[key, "mostly-open"]
+        assert "name a fallback" not in advice[key, "model-recalls"]
+    assert main(["advise", str(trace), "--policy", str(sheet)]) == 0
+    out = capsys.readouterr().out
+    assert "1 open in the last 90 s" in out
+    assert "/h" not in out.split("\n\n")[0]  # the table: no hourly rate from 90 s

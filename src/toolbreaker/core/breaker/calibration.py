@@ -3,8 +3,10 @@
 Pure functions of transition records (from a receipt, a replayed trace or the event
 stream); no clock is read, ``until`` closes the last interval. Per breaker key:
 
-- opens per hour and the share of time open (above ~20 % the provider is the problem, not
-  the thresholds);
+- the openings over the observed span, said as a person reads them (:func:`opens_rate`:
+  ``3 opens in the last 96 s``; per hour only once an hour has been observed, never
+  extrapolated from a few seconds) and the share of time open (above ~20 % the provider
+  is the problem, not the thresholds);
 - the half-open reopen ratio: probes that failed over half-open episodes (above ~70 %
   the cooldown is shorter than the provider's recovery, so the breaker flaps);
 - qualifying failures by class, when the caller knows the classes: a breaker that trips
@@ -16,7 +18,10 @@ stream); no clock is read, ``until`` closes the last interval. Per breaker key:
   it was told does not move during one open episode. Several agents sharing a breaker
   each count: a re-call may come from a run that had not been told yet.
 
-:func:`findings` turns the signals into the rules of thumb, each with its numbers.
+:func:`findings` turns the signals into the rules of thumb, each with its numbers. Its
+advice knows what the model already has instead of the tool (:func:`covered_by`: the
+sheet row's fallback or degradation chain, or degraded answers it was served), and never
+tells the user to give it a fallback it has.
 """
 
 from __future__ import annotations
@@ -32,13 +37,16 @@ __all__ = [
     "FLAPPING_RATIO",
     "MIN_SPAN_MS",
     "OPEN_SHARE",
+    "RATE_SPAN_MS",
     "Compliance",
     "Finding",
     "Signals",
     "calibrate",
     "compliance",
+    "covered_by",
     "findings",
     "is_client_error",
+    "opens_rate",
 ]
 
 #: Above this half-open reopen ratio the cooldown is too short.
@@ -50,6 +58,59 @@ CLIENT_ERROR_SHARE: Final = 0.2
 #: Rates and shares over less than a minute of observation say nothing; no finding.
 MIN_SPAN_MS: Final = 60_000
 _HOUR_MS: Final = 3_600_000
+#: Openings are said per hour only over at least this much observation (an hour); over
+#: less they are said as counted, with the span (:func:`opens_rate`).
+RATE_SPAN_MS: Final = _HOUR_MS
+
+
+def _duration(ms: int) -> str:
+    seconds = max(0, ms) // 1000
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def opens_rate(opens: int, span_ms: int) -> str:
+    """Openings over an observed span, as a person reads them (the one rule for it).
+
+    Under :data:`RATE_SPAN_MS` the count and the span: ``3 opens in the last 96 s``
+    (a rate per hour from a few seconds would say 112/h of a breaker seen for a minute and
+    a half); from an hour on, the rate too: ``14 opens in the last 3.5 h (4.0/h)``.
+    """
+    noun = "open" if opens == 1 else "opens"
+    said = f"{opens} {noun} in the last {_duration(span_ms)}"
+    if span_ms >= RATE_SPAN_MS:
+        said += f" ({opens * _HOUR_MS / span_ms:.1f}/h)"
+    return said
+
+
+def covered_by(
+    fallback: str | None = None,
+    degrade: Iterable[str] = (),
+    degraded: Mapping[str, int] | None = None,
+) -> str | None:
+    """What the model already has instead of an unavailable tool, in words; ``None``: nothing.
+
+    Args:
+        fallback: the tool the model is offered instead (the sheet row's ``fallback``).
+        degrade: the row's degradation chain (``["stale", "omit"]``).
+        degraded: degraded answers the model was served, by mode (from the stream).
+    """
+    parts = []
+    if fallback:
+        parts.append(f"fallback {fallback}")
+    chain = list(degrade)
+    if chain:
+        parts.append("degrade " + " > ".join(chain))
+    served = {mode: n for mode, n in (degraded or {}).items() if n > 0}
+    if served:
+        total = sum(served.values())
+        modes = ", ".join(f"{mode} {n}" for mode, n in sorted(served.items()))
+        answers = "answer" if total == 1 else "answers"
+        parts.append(f"{total} degraded {answers} served ({modes})")
+    return "; ".join(parts) or None
 
 
 def is_client_error(failure_class: str) -> bool:
@@ -118,6 +179,7 @@ class Signals:
             "span_ms": self.span_ms,
             "opens": self.opens,
             "opens_per_hour": round(self.opens_per_hour, 3),
+            "opens_rate": opens_rate(self.opens, self.span_ms),
             "time_open_ms": self.time_open_ms,
             "open_share": round(self.open_share, 4),
             "half_opens": self.half_opens,
@@ -229,11 +291,18 @@ class Finding:
         return dataclasses.asdict(self)
 
 
-def findings(signals: Mapping[str, Signals]) -> list[Finding]:
-    """The seed's rules of thumb over ``signals``, by key then rule."""
+def findings(
+    signals: Mapping[str, Signals], covered: Mapping[str, str] | None = None
+) -> list[Finding]:
+    """The seed's rules of thumb over ``signals``, by key then rule.
+
+    ``covered`` says, per key, what the model already has instead of the tool
+    (:func:`covered_by`): its advice then names that instead of asking for a fallback.
+    """
     out: list[Finding] = []
     for key in sorted(signals):
         s = signals[key]
+        has = (covered or {}).get(key)
         if s.half_opens and s.reopen_ratio > FLAPPING_RATIO:
             out.append(
                 Finding(
@@ -251,9 +320,13 @@ def findings(signals: Mapping[str, Signals]) -> list[Finding]:
                     key,
                     "mostly-open",
                     f"open {s.open_share:.0%} of {s.span_ms / 1000:.0f} s "
-                    f"({s.opens} opens, {s.opens_per_hour:.1f}/h)",
-                    "the provider is the problem, not the thresholds: escalate to its "
-                    "owner, or give the model a fallback",
+                    f"({opens_rate(s.opens, s.span_ms)})",
+                    "the provider is the problem, not the thresholds: escalate to its owner"
+                    + (
+                        f" (the model already has {has})"
+                        if has
+                        else ", or give the model a fallback"
+                    ),
                 )
             )
         qualifying = sum(s.failures_by_class.values())
@@ -283,7 +356,12 @@ def findings(signals: Mapping[str, Signals]) -> list[Finding]:
                     f"the tool was called {s.early_recalls} {times} before the retry time "
                     f"the model was told, in {s.early_recall_episodes} of {episodes} "
                     "open episodes",
-                    "reword the unavailable instruction (or name a fallback): the model "
+                    (
+                        "reword the unavailable instruction: the model did not take "
+                        f"'unavailable' for an answer (it already has {has})"
+                    )
+                    if has
+                    else "reword the unavailable instruction (or name a fallback): the model "
                     "did not take 'unavailable' for an answer",
                 )
             )

@@ -52,6 +52,7 @@ __all__ = [
     "record_of",
     "replayable",
     "transition_entry",
+    "wall_of",
 ]
 
 STREAM_SCHEMA: Final = "toolbreaker.stream/v1"
@@ -92,6 +93,19 @@ def history_texts(records: Iterable[Transition], wall: float) -> tuple[str, ...]
     return tuple(
         json.dumps(transition_entry(record, wall), separators=(",", ":")) for record in records
     )
+
+
+def wall_of(wall: float, at: int, instant: int | None) -> float | None:
+    """The wall time (Unix seconds) of ``instant``, a time on a breaker's clock (ms).
+
+    The one rule for it: a breaker's clock is monotonic (SQLite, memory) or the Redis
+    server's, never the wall clock, so an instant of a record (its ``open_until``) is
+    read against the entry that carries it: the entry's ``wall`` plus the instant's
+    offset from the record's event time ``at``. ``None`` for no instant.
+    """
+    if instant is None:
+        return None
+    return wall + (instant - at) / 1000
 
 
 def _same(text: str) -> str:
