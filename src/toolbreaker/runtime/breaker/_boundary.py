@@ -43,6 +43,7 @@ __all__ = [
     "Enforce",
     "HealthCheck",
     "OldSpellings",
+    "as_written",
     "check_seconds",
     "named_units",
     "old_spelling_notes",
@@ -71,8 +72,9 @@ class HealthCheck:
     calls are never admitted as probes (the policy's ``probes = "health-check"``).
 
     In a sheet row: ``health_check = { url = "http://host/health", interval_ms = 2000,
-    timeout = 1.0 }`` (a ``GET``: any 2xx passes), or without ``url`` for a check
-    registered in code with :meth:`~toolbreaker.Registry.health_check`.
+    timeout_ms = 1000 }`` (a ``GET``: any 2xx passes), or without ``url`` for a check
+    registered in code with :meth:`~toolbreaker.Registry.health_check`. In code the
+    check's deadline is ``timeout``, in seconds, as every deadline keyword is.
 
     Attributes:
         check: a callable or coroutine function of no arguments (code only): it passes
@@ -127,14 +129,14 @@ class HealthCheck:
             return cls(check=value)
         if not isinstance(value, Mapping):
             raise PolicyError(
-                "health_check must be a table: { url = ..., interval_ms = ..., timeout = ... }",
+                "health_check must be a table: { url = ..., interval_ms = ..., timeout_ms = ... }",
                 field="health_check",
             )
         for key in value:
             if key not in ("url", "interval_ms", "timeout"):
                 raise PolicyError(
                     f"unknown field {shown(key)} in health_check (known: interval_ms, "
-                    "timeout, url)",
+                    "timeout_ms, url)",
                     field=f"health_check.{key}",
                 )
         return cls(**value)
@@ -522,6 +524,23 @@ def named_units(
             found.setdefault(f"health_check.{before}", []).append((where, check[before]))
         out["health_check"] = check
     return out
+
+
+def as_written(exc: PolicyError, written: Mapping[str, Any], where: str) -> PolicyError:
+    """``exc`` about a row's duration, named as the row spelt it (``timeout_ms``).
+
+    :class:`Boundary` checks the seconds a row's ``timeout_ms`` became, and names
+    ``timeout``; the error names the field the file holds, so its line is found.
+    """
+    spelt = {new: before for new, before in SHEET_DURATIONS if new in written}
+    check = written.get("health_check")
+    if isinstance(check, Mapping) and CHECK_DURATION[0] in check:
+        spelt[f"health_check.{CHECK_DURATION[0]}"] = f"health_check.{CHECK_DURATION[1]}"
+    for new, before in spelt.items():
+        if exc.field == f"{where}.{before}":
+            message = exc.message.replace(f"{where}.{before}", f"{where}.{new}", 1)
+            return PolicyError(message, field=f"{where}.{new}", file=exc.file, line=exc.line)
+    return exc
 
 
 def old_spelling_notes(old: OldSpellings) -> list[str]:

@@ -29,7 +29,10 @@ A payment mutation never shares state or retry policy with a catalog read: each 
 its own breaker. Invalid sheets fail at load with the field (``search.read.fallback``) and
 line named. Every duration names its unit, milliseconds (``timeout_ms``,
 ``max_stale_ms``, ``stale_every_ms``, ``health_check.timeout_ms``); the old spellings in
-seconds (``timeout``...) still load.
+seconds (``timeout``...) still load, with a
+:class:`~toolbreaker.errors.ToolbreakerDeprecationWarning` per field and load. The keyword
+arguments of code (``Breaker(timeout=2.0)``, ``registry.get(..., timeout=...)``) are not
+sheet fields: they stay in seconds, like every deadline a Python call takes.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from toolbreaker.runtime.breaker._boundary import (
     Enforce,
     HealthCheck,
     OldSpellings,
+    as_written,
     check_seconds,
     named_units,
     old_spelling_notes,
@@ -212,10 +216,14 @@ class Registry:
             for operation, row in _table(operations, dependency).items():
                 where = f"{dependency}.{operation}"
                 _check_key(operation, where)
-                table = {**defaults, **named_units(_table(row, where), where, old)}
-                boundaries[(dependency, operation)] = Boundary.from_row(
-                    dependency, operation, table, where
-                )
+                written = _table(row, where)
+                table = {**defaults, **named_units(written, where, old)}
+                try:
+                    boundaries[(dependency, operation)] = Boundary.from_row(
+                        dependency, operation, table, where
+                    )
+                except PolicyError as exc:
+                    raise as_written(exc, written, where) from None
         return cls(
             base_policy,
             store=store,
