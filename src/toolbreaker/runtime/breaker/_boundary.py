@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -591,10 +592,11 @@ def _as_ms(value: object) -> int | None:
     if not math.isfinite(value):
         return None
     ms = value * 1000
-    return round(ms) if abs(ms - round(ms)) < 1e-6 and ms > 0 else None
+    return round(ms) if abs(ms - round(ms)) < 1e-6 and ms >= 0 else None
 
 
-_PACKAGE: Final = str(Path(__file__).resolve().parents[2])
+#: This package's directory, spelt as its modules' code objects name their files.
+_PACKAGE: Final = str(Path(__file__).parents[2]) + os.sep
 
 
 def _user_stacklevel() -> int:
