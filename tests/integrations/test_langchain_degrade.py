@@ -24,8 +24,8 @@ STALE_CATALOG = {
         "dependency": "catalog",
         "operation": "read",
         "degrade": ["stale", "omit"],
-        "max_stale_ms": 600_000,
-        "stale_every_ms": 0,
+        "max_stale": 600,
+        "stale_every": 0,
     }
 }
 
