@@ -8,7 +8,7 @@ file when SQLite keeps records (skipped otherwise).
 
 Success rows: ``Breaker.begin`` + ``step.succeeded`` on a closed breaker, for a row with
 no chain, a ``stale`` row refreshing its kept answer at most every 5 s (the default), and
-a ``stale`` row writing it on every success (``stale_every = 0``). Rejection rows: an
+a ``stale`` row writing it on every success (``stale_every_ms = 0``). Rejection rows: an
 isolated breaker's ``begin``, plain, ``omit``, and ``stale`` (a record read per call).
 Queue rows: queueing an item (``begin`` on an isolated ``queue`` row), draining it
 (claim, start and done: three compare-and-sets, plus the breaker's admission) and pruning
@@ -39,7 +39,7 @@ _names = iter(range(1_000_000))
 def breaker_for(store: Any, **row: Any) -> Any:
     """A breaker of its own (rows share the store, never a key)."""
     name = f"search{next(_names)}"
-    sheet = {"defaults": {"timeout": 2.0, "enforce": "cooperative"}, name: {"read": row}}
+    sheet = {"defaults": {"timeout_ms": 2000, "enforce": "cooperative"}, name: {"read": row}}
     return Registry.from_dict(sheet, store=store).get(name, "read")
 
 
@@ -68,19 +68,19 @@ def rejection_row(store: Any, **row: Any) -> Callable[[int], None]:
     return run
 
 
-STALE = {"degrade": ["stale", "omit"], "max_stale": 600}
+STALE = {"degrade": ["stale", "omit"], "max_stale_ms": 600_000}
 
 
 def rows(store: Any) -> dict[str, Callable[[int], None]]:
     return {
         "success, no chain": success_row(store),
-        "success, stale (stale_every=5, default)": success_row(store, **STALE),
-        "success, stale (stale_every=0: a write per success)": success_row(
-            store, **STALE, stale_every=0
+        "success, stale (stale_every_ms=5000, default)": success_row(store, **STALE),
+        "success, stale (stale_every_ms=0: a write per success)": success_row(
+            store, **STALE, stale_every_ms=0
         ),
         "rejected, plain": rejection_row(store),
         "rejected, omit": rejection_row(store, degrade="omit"),
-        "rejected, stale served (a record read)": rejection_row(store, **STALE, stale_every=0),
+        "rejected, stale served (a record read)": rejection_row(store, **STALE, stale_every_ms=0),
     }
 
 

@@ -33,7 +33,7 @@ from toolbreaker.testing import ToolService, request_json
 
 SHEET = """\
 [defaults]
-timeout = 1.0
+timeout_ms = 1000
 enforce = "cooperative"
 
 [search.read]
@@ -41,7 +41,7 @@ failure_threshold = 1
 cooldown_ms = 50
 lease_ttl_ms = 5000
 success_threshold = 2
-health_check = {{ interval_ms = {interval}, timeout = 1.0 }}
+health_check = {{ interval_ms = {interval}, timeout_ms = 1000 }}
 # round {n}
 """
 

@@ -25,7 +25,7 @@ from toolbreaker.testing import ToolService
 
 # The boundary sheet, as Registry.from_toml() would read it.
 SHEET = {
-    "defaults": {"cooldown_ms": 30_000, "timeout": 4.0},
+    "defaults": {"cooldown_ms": 30_000, "timeout_ms": 4000},
     "catalog": {
         "search": {"tool": "search", "fallback": "search_snapshot", "failure_threshold": 2},
         "search_snapshot": {"tool": "search_snapshot"},

@@ -201,3 +201,55 @@ def test_the_stream_and_the_dashboard_hold_no_secret(name: str, secret: str) -> 
     assert stop["task"] == stop["packet"]["task"]
     assert row["tool"].startswith("lookup ")
     assert one["last"][0]["reason"] == "isolated"
+
+
+@pytest.mark.parametrize(("name", "secret"), SOME)
+def test_trace_retry_and_notice_lines_hold_no_secret(
+    name: str, secret: str, tmp_path: Path
+) -> None:
+    """Issue 22: the trace recorder's lines are masked where each is built. A breaker
+    whose dependency, operation and tool carry the secret fails with it in its error
+    message (a classifier keeps the message as the verdict's detail), retries, is
+    isolated with it in the reason, and serves a run guard whose task id carries it: no
+    trace line (dependency, call id, reason), retry line (dependency, operation, detail,
+    decision) or notice (task, tool, breaker) shows it, and the trace still replays."""
+    import io
+
+    from toolbreaker import RetryPolicy, TraceRecorder, Verdict
+    from toolbreaker.testing import FakeClock
+
+    clock = FakeClock()
+    tool = f"lookup {secret}"[:200]
+    breaker = Breaker(
+        f"crm {secret}"[:200],
+        operation=f"read {secret}"[:200],
+        tool=tool,
+        timeout=1.0,
+        enforce="cooperative",
+        clock=clock,
+        retry=RetryPolicy(max_attempts=3, base_ms=10, deadline_ms=60_000),
+        classifier=lambda exc: Verdict("failure", detail=f"failed: {exc}"),
+        sleep=lambda seconds: clock.advance(seconds=seconds),
+    )
+
+    def down() -> None:
+        raise ConnectionResetError(f"reset by {secret}")
+
+    guard = RunGuard(f"refund {secret}"[:256], budget=Budget(max_calls_per_turn=1), clock=clock)
+    guard.tool(tool, breaker=breaker)(lambda id: {"id": id})
+    trace, retries, notices = io.StringIO(), io.StringIO(), io.StringIO()
+    with TraceRecorder(trace, retries=retries, notices=notices) as recorder:
+        recorder.attach(breaker, guard)
+        with pytest.raises(ConnectionResetError):
+            breaker.call(down)
+        guard.mark_turn(1)
+        guard.call(tool, {"id": "1"})
+        assert guard.call(tool, {"id": "2"})["deferred"] is True
+        breaker.isolate(f"incident with {secret}")
+    outputs = {"trace": trace, "retries": retries, "notices": notices}
+    for what, out in outputs.items():
+        assert out.getvalue(), what
+        assert not leaks(out.getvalue(), secret), (name, what)
+    path = tmp_path / "trace.jsonl"
+    path.write_text(trace.getvalue(), encoding="utf-8")
+    assert main(["replay", str(path)]) == 0

@@ -23,6 +23,9 @@ so ``except ToolbreakerError`` catches them all and nothing else::
         └── BusinessKeyError       a declared business-key field is missing or empty
 
 Errors carry machine-readable fields so callers never parse messages.
+
+Beside the tree, one warning category: :class:`ToolbreakerDeprecationWarning` (a
+:class:`DeprecationWarning`), for a spelling that still works and will not for ever.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ __all__ = [
     "StoreUnavailable",
     "StoreWriteUnknown",
     "ToolReportedError",
+    "ToolbreakerDeprecationWarning",
     "ToolbreakerError",
     "TraceError",
     "UnsupportedTypeError",
@@ -64,6 +68,17 @@ def whole_seconds(ms: int | None) -> int:
 
 class ToolbreakerError(Exception):
     """Base class of every error toolbreaker raises on purpose."""
+
+
+class ToolbreakerDeprecationWarning(DeprecationWarning):
+    """A deprecated spelling that still works: the message says what to write instead.
+
+    A boundary sheet's durations in seconds (``timeout``, ``max_stale``, ``stale_every``,
+    ``health_check.timeout``) are one: each is reported once per sheet load, with the
+    file, line and row, and the sheet loads as before. Filter it by this category::
+
+        warnings.filterwarnings("error", category=ToolbreakerDeprecationWarning)
+    """
 
 
 class _Located(ToolbreakerError):

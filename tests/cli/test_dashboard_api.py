@@ -313,12 +313,12 @@ def incident(stream, *, publisher=None):
     """
     registry = Registry.from_dict(
         {
-            "defaults": {"timeout": 10.0, "enforce": "cooperative"},
+            "defaults": {"timeout_ms": 10_000, "enforce": "cooperative"},
             "catalog": {
                 "read": {"tool": "search_catalog", "max_concurrent": 2, "degrade": ["omit"]}
             },
             "prices": {
-                "read": {"tool": "get_price", "degrade": ["stale", "omit"], "max_stale": 900}
+                "read": {"tool": "get_price", "degrade": ["stale", "omit"], "max_stale_ms": 900_000}
             },
             "orders": {"read": {"tool": "lookup_order"}},
         }
@@ -648,7 +648,7 @@ def test_a_call_refused_for_hung_calls_is_listed_with_how_many_hang():
     """A sync call refused because a call hung past its deadline holds the only worker
     it may use: the board counts a ``hung`` limit notice and says how many hang."""
     stream = MemoryStream()
-    registry = Registry.from_dict({"search": {"read": {"timeout": 0.3}}})
+    registry = Registry.from_dict({"search": {"read": {"timeout_ms": 300}}})
     breaker = registry.get("search", "read")
     breaker._max_workers = 1  # one hung call holds every worker
     StreamPublisher(stream).attach(registry)

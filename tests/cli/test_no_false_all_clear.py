@@ -156,7 +156,7 @@ def test_version(capsys):
 def test_publishing_may_create_the_store(tmp_path, capsys):
     """policy publish writes: it may make the store the fleet will follow."""
     sheet = tmp_path / "sheet.toml"
-    sheet.write_text("[defaults]\ntimeout = 1.0\n")
+    sheet.write_text("[defaults]\ntimeout_ms = 1000\n")
     path = tmp_path / "new.db"
     assert main(["policy", "publish", str(sheet), "--store", f"sqlite://{path}"]) == 0
     assert path.exists()

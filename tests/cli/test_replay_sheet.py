@@ -14,7 +14,7 @@ from toolbreaker.core.canonical import sha256_hex
 
 SHEET = """\
 [defaults]
-timeout = 4.0
+timeout_ms = 4000
 failure_threshold = 3
 cooldown_ms = 20000
 
@@ -28,7 +28,7 @@ failure_threshold = 1
 cooldown_ms = 5000
 
 [billing.default]
-timeout = 10.0
+timeout_ms = 10000
 failure_threshold = 2
 """
 
@@ -172,7 +172,7 @@ def test_summary_names_a_row_policy(files, capsys):
     [
         ("[defaults]\nfailure_threshold = 0\n", 2, "defaults.failure_threshold"),
         ("[defaults]\ncooldown_ms = 1\n\n[search.read]\nbogus = 1\n", 5, "'bogus'"),
-        ("[search.read]\ntimeout = 1.0\nfallback = 'nowhere'\n", 3, "not a registered tool"),
+        ("[search.read]\ntimeout_ms = 1000\nfallback = 'nowhere'\n", 3, "not a registered tool"),
     ],
 )
 def test_a_bad_sheet_is_one_located_line(files, tmp_path, capsys, text, line, message):

@@ -41,7 +41,7 @@ def exported_series() -> set[str]:
         search.call(fail)
     search.guard(lambda: "ok")()
     tenants = Registry.from_dict(
-        {"defaults": {"timeout": 1.0}, "llm": {"chat": {"scope": "tenant"}}}
+        {"defaults": {"timeout_ms": 1000}, "llm": {"chat": {"scope": "tenant"}}}
     )
     prom = CollectorRegistry()
     register(breakers, prom)

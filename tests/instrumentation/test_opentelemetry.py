@@ -70,7 +70,7 @@ def test_breakers_made_after_instrument_are_traced_too():
     reader = InMemoryMetricReader()
     breakers = Registry.from_dict(
         {
-            "defaults": {"timeout": 1.0, "enforce": "cooperative", "failure_threshold": 1},
+            "defaults": {"timeout_ms": 1000, "enforce": "cooperative", "failure_threshold": 1},
             "orders": {"read": {"scope": "tenant"}},
         }
     )

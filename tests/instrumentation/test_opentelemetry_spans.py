@@ -238,7 +238,7 @@ def test_a_tenant_call_through_a_scoped_row_reads_its_tenants_breaker(traced):
     state the tenant's own breaker was left in (its transitions are the call's)."""
     registry = Registry.from_dict(
         {
-            "defaults": {"timeout": 1.0, "enforce": "cooperative", "failure_threshold": 1},
+            "defaults": {"timeout_ms": 1000, "enforce": "cooperative", "failure_threshold": 1},
             "orders": {"read": {"scope": "tenant"}},
         }
     )

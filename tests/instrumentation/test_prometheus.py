@@ -141,7 +141,7 @@ def test_degraded_answers_are_counted_by_mode():
 def _scoped(**row: object) -> Registry:
     return Registry.from_dict(
         {
-            "defaults": {"timeout": 1.0, "enforce": "cooperative", "failure_threshold": 1},
+            "defaults": {"timeout_ms": 1000, "enforce": "cooperative", "failure_threshold": 1},
             "llm": {"chat": {"scope": "tenant", **row}},
         }
     )

@@ -22,7 +22,7 @@ from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 
 V1 = """\
 [defaults]
-timeout = 1.0
+timeout_ms = 1000
 enforce = "cooperative"
 
 [search.read]

@@ -101,7 +101,7 @@ async def fetch_reviews(sku):
 _BILLING = """
 from toolbreaker import Registry
 with open("breakers.toml", "a", encoding="utf-8") as sheet:  # the row of the example above
-    sheet.write("health_check = { interval_ms = 5000, timeout = 2.0 }\\n")
+    sheet.write("health_check = { interval_ms = 5000, timeout_ms = 2000 }\\n")
 breakers = Registry.from_toml("breakers.toml", store=store)
 
 class BillingClient:

@@ -113,7 +113,7 @@ def test_a_publisher_attached_to_a_registry_publishes_breakers_made_later(
     breakers = Registry.from_dict(
         {
             "defaults": {
-                "timeout": 1.0,
+                "timeout_ms": 1000,
                 "enforce": "cooperative",
                 "failure_threshold": 2,
                 "cooldown_ms": 1_000,

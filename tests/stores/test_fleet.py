@@ -29,7 +29,7 @@ from toolbreaker.testing import ToolService, request_json
 
 V1 = """\
 [defaults]
-timeout = 1.0
+timeout_ms = 1000
 enforce = "cooperative"
 
 [search.read]
@@ -39,13 +39,13 @@ cooldown_ms = 60000
 V2 = V1.replace("failure_threshold = 2", "failure_threshold = 5")
 
 HEALTH_ROW = {
-    "defaults": {"timeout": 1.0, "enforce": "cooperative"},
+    "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
     "search": {
         "read": {
             "failure_threshold": 1,
             "cooldown_ms": 20,
             "lease_ttl_ms": 2000,  # a probe of a killed checker expires soon
-            "health_check": {"interval_ms": 100, "timeout": 1.0},
+            "health_check": {"interval_ms": 100, "timeout_ms": 1000},
         }
     },
 }

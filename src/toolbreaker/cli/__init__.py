@@ -7,6 +7,8 @@ Untrusted text (dependency names, call ids, tool names, values echoed in errors)
 printed with control and bidi characters escaped; JSON output stays exact. A reader that
 stops early (``| head``) ends the command quietly with exit 141, like a tool killed by
 SIGPIPE; output that cannot be written (``> /dev/full``) is one error line and exit 2.
+A deprecated spelling in an input (a sheet's ``timeout`` in seconds) is one line,
+``warning: FILE:LINE: ...``, and the command carries on.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -23,7 +26,7 @@ from toolbreaker.core.breaker.receipt import diff, dump_receipt, load_receipt
 from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.core.files import DUPLICATE_KEY, loads_json, printable, read_text
-from toolbreaker.errors import ToolbreakerError, TraceError
+from toolbreaker.errors import ToolbreakerDeprecationWarning, ToolbreakerError, TraceError
 
 __all__ = ["main"]
 
@@ -41,7 +44,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         try:
-            code: int = args.run_command(args)
+            with warnings.catch_warnings():
+                _deprecations_as_lines()
+                code: int = args.run_command(args)
             sys.stdout.flush()
         except BrokenPipeError:
             raise
@@ -62,6 +67,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_PIPE
     return code
+
+
+def _deprecations_as_lines() -> None:
+    """Print a deprecated spelling (an old sheet field) as one ``warning:`` line.
+
+    Always, on stderr, and the command carries on; every other warning goes where it went.
+    """
+    shown_before = warnings.showwarning
+
+    def show(  # noqa: PLR0917 - warnings.showwarning's signature
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if issubclass(category, ToolbreakerDeprecationWarning):
+            print(f"warning: {printable(str(message))}", file=sys.stderr)
+            return
+        shown_before(message, category, filename, lineno, file, line)
+
+    warnings.filterwarnings("always", category=ToolbreakerDeprecationWarning)
+    warnings.showwarning = show
 
 
 def _silence_stdout() -> None:

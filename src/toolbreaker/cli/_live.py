@@ -29,7 +29,7 @@ __all__ = ["run_live"]
 
 # Compressed time: a real policy would cool down for tens of seconds.
 SHEET: dict[str, Any] = {
-    "defaults": {"timeout": 1.0, "enforce": "cooperative"},
+    "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
     "tools": {"local": ["search_catalog_snapshot"]},
     "catalog": {
         "read": {

@@ -5,6 +5,7 @@ Shared by both cores (breaker policies, run budgets) and by the registry's bound
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import re
 import sys
@@ -20,7 +21,14 @@ if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
 else:  # pragma: no cover - version dependent
     import tomli as tomllib
 
-__all__ = ["MAX_CONFIG_BYTES", "build_toml", "known_fields", "load_toml", "loads_toml"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "build_toml",
+    "known_fields",
+    "load_toml",
+    "loads_toml",
+    "where_in_source",
+]
 
 #: The largest policy, budget or boundary sheet file read.
 MAX_CONFIG_BYTES: Final = 1024 * 1024
@@ -51,9 +59,30 @@ def load_toml(path: str | Path, build: Any) -> Any:
     return build_toml(text, name, build)
 
 
+#: The file ``build_toml`` is building, and its text, for :func:`where_in_source`.
+_SOURCE: Final[contextvars.ContextVar[tuple[str, str] | None]] = contextvars.ContextVar(
+    "toolbreaker_config_source", default=None
+)
+
+
+def where_in_source(field: str) -> str | None:
+    """``file:line`` of a dotted ``field`` in the file :func:`build_toml` is building.
+
+    What locates a warning about a field the way an error is located; ``None`` when no
+    file is being built (a table handed to ``from_dict`` in code).
+    """
+    source = _SOURCE.get()
+    if source is None:
+        return None
+    name, text = source
+    line = _line_of_key(text, field)
+    return name if line is None else f"{name}:{line}"
+
+
 def build_toml(text: str, name: str, build: Any) -> Any:
     """:func:`load_toml` for text already read: ``name`` is the file errors point at."""
     data = loads_toml(text, file=name)
+    token = _SOURCE.set((name, text))
     try:
         return build(data)
     except PolicyError as exc:
@@ -64,6 +93,8 @@ def build_toml(text: str, name: str, build: Any) -> Any:
         exc.message = printable(exc.message)
         exc.args = (exc.message,)
         raise
+    finally:
+        _SOURCE.reset(token)
 
 
 def loads_toml(text: str, *, file: str | None = None) -> dict[str, Any]:

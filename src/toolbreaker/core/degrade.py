@@ -118,7 +118,8 @@ def check_chain(
             )
         if max_stale_ms is None:
             raise PolicyError(
-                "degrade 'stale' needs max_stale (the oldest answer, in seconds, it may serve)",
+                "degrade 'stale' needs max_stale_ms (the oldest answer it may serve; "
+                "max_stale, in seconds, in code)",
                 field="degrade",
             )
     elif max_stale_ms is not None:

@@ -39,6 +39,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, get_args
 
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, TraceError
 
 __all__ = [
@@ -391,6 +392,11 @@ def _splitmix(x: int) -> tuple[int, int]:
 class RetryRecord:
     """One decision of one operation, as a trace line (schema :data:`RETRY_SCHEMA`).
 
+    Its texts (the breaker key, the operation id, the failure's detail, which a
+    classifier may have made from an error message) are masked where the record is
+    built (:func:`~toolbreaker.core.run.redact.redact_text`), so every retry listener
+    and the retry trace see them masked.
+
     Attributes:
         dependency: the breaker key.
         operation: the operation's id (unique per process run).
@@ -408,6 +414,13 @@ class RetryRecord:
     failure: Failure
     budget_milli: int
     decision: RetryDecision
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dependency", redact_text(self.dependency))
+        object.__setattr__(self, "operation", redact_text(self.operation))
+        detail = redact_text(self.failure.detail)
+        if detail != self.failure.detail:
+            object.__setattr__(self, "failure", dataclasses.replace(self.failure, detail=detail))
 
     def to_dict(self) -> dict[str, Any]:
         """The record as a JSON-ready dict."""

@@ -11,7 +11,7 @@ from toolbreaker.testing import ToolService, request_json
 
 def sheet(**rows: dict[str, Any]) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "defaults": {"timeout": 2.0, "failure_threshold": 1, "cooldown_ms": 30_000},
+        "defaults": {"timeout_ms": 2000, "failure_threshold": 1, "cooldown_ms": 30_000},
         "tools": {"local": ["search_snapshot"]},
     }
     for name, row in rows.items():

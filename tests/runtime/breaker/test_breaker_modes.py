@@ -98,7 +98,7 @@ def test_a_sheet_row_forced_open_rejects_with_the_operators_reason(service):
     operator's reason and no time to wait for."""
     registry = Registry.from_dict(
         {
-            "defaults": {"timeout": 1.0, "enforce": "cooperative"},
+            "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
             "search": {"read": {"force": "open", "force_reason": "incident 12: bad results"}},
         }
     )
@@ -119,7 +119,7 @@ def test_a_sheet_row_forced_closed_keeps_calling_an_open_dependency(service):
     """A row forced closed admits calls the breaker would reject, and counts them."""
     registry = Registry.from_dict(
         {
-            "defaults": {"timeout": 1.0, "enforce": "cooperative"},
+            "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
             "search": {"read": {"force": "closed", "failure_threshold": 1}},
         }
     )
@@ -135,7 +135,7 @@ def test_a_sheet_row_forced_closed_keeps_calling_an_open_dependency(service):
 def test_a_bad_mode_in_the_sheet_names_the_row_and_field():
     """mode and force are validated with the row's fields."""
     with pytest.raises(PolicyError) as info:
-        Registry.from_dict({"search": {"read": {"mode": "dry-run", "timeout": 1.0}}})
+        Registry.from_dict({"search": {"read": {"mode": "dry-run", "timeout_ms": 1000}}})
     assert info.value.field == "search.read.mode"
 
 
@@ -179,7 +179,7 @@ def test_a_fleet_forced_close_keeps_calls_flowing_for_every_process(service, tmp
 def tenant_registry(**row: Any) -> Registry:
     return Registry.from_dict(
         {
-            "defaults": {"timeout": 1.0, "enforce": "cooperative"},
+            "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
             "search": {"read": {"scope": "tenant", "failure_threshold": 1, **row}},
         }
     )

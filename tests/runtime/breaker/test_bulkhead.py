@@ -246,12 +246,12 @@ def test_only_shared_stores_use_leases():
 def test_the_sheet_declares_max_concurrent(tmp_path):
     """``max_concurrent`` is a row setting; a bad value names the row and the field."""
     sheet = tmp_path / "boundaries.toml"
-    sheet.write_text("[search.read]\ntimeout = 5\nmax_concurrent = 8\n")
+    sheet.write_text("[search.read]\ntimeout_ms = 5000\nmax_concurrent = 8\n")
     registry = Registry.from_toml(sheet)
     breaker = registry.get("search", "read")
     assert breaker.boundary.max_concurrent == 8
     assert breaker._bulkhead is not None
-    sheet.write_text("[search.read]\ntimeout = 5\nmax_concurrent = 0\n")
+    sheet.write_text("[search.read]\ntimeout_ms = 5000\nmax_concurrent = 0\n")
     with pytest.raises(PolicyError, match="max_concurrent"):
         Registry.from_toml(sheet)
 

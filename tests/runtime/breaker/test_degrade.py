@@ -54,8 +54,8 @@ def test_stale_serves_the_last_good_answer_with_its_age_then_cuts_off(store, ser
             search__read={
                 "tool": "search",
                 "degrade": ["stale", "omit"],
-                "max_stale": 600,
-                "stale_every": 0,
+                "max_stale_ms": 600_000,
+                "stale_every_ms": 0,
             }
         ),
         store=store,
@@ -92,7 +92,7 @@ def test_stale_serves_the_last_good_answer_with_its_age_then_cuts_off(store, ser
 def test_a_busy_read_refreshes_its_kept_answer_at_most_once_per_stale_every(store, service):
     """Successes within ``stale_every`` write the kept answer once (no round trip per call)."""
     registry = Registry.from_dict(
-        sheet(search__read={"degrade": "stale", "max_stale": 60, "stale_every": 30}),
+        sheet(search__read={"degrade": "stale", "max_stale_ms": 60_000, "stale_every_ms": 30_000}),
         store=store,
     )
     breaker = registry.get("search", "read")
@@ -111,7 +111,7 @@ def test_a_busy_read_refreshes_its_kept_answer_at_most_once_per_stale_every(stor
 def test_stale_through_the_two_step_api_on_the_event_loop(store, service):
     """``abegin``/``asucceeded`` keep and serve the answer off the loop, the same way."""
     registry = Registry.from_dict(
-        sheet(search__read={"degrade": ["stale"], "max_stale": 60, "stale_every": 0}),
+        sheet(search__read={"degrade": ["stale"], "max_stale_ms": 60_000, "stale_every_ms": 0}),
         store=store,
     )
     breaker = registry.get("search", "read")
@@ -361,8 +361,8 @@ def test_the_loader_refuses_stale_for_a_write_with_file_and_line(tmp_path):
     """``degrade = ["stale"]`` on a write row is refused at load: ``FILE:LINE:``."""
     path = tmp_path / "sheet.toml"
     path.write_text(
-        "[defaults]\ntimeout = 2.0\n\n[billing.write]\ntool = 'charge_card'\n"
-        'degrade = ["stale", "queue"]\nmax_stale = 60\n'
+        "[defaults]\ntimeout_ms = 2000\n\n[billing.write]\ntool = 'charge_card'\n"
+        'degrade = ["stale", "queue"]\nmax_stale_ms = 60000\n'
     )
     with pytest.raises(PolicyError) as caught:
         Registry.from_toml(path)
@@ -375,7 +375,7 @@ def test_the_loader_refuses_stale_for_a_write_with_file_and_line(tmp_path):
 def test_drain_reports_a_bad_sheet_as_one_located_line(tmp_path, capsys):
     """``toolbreaker drain --sheet`` with a bad row: ``error: FILE:LINE: ...``, exit 2."""
     path = tmp_path / "sheet.toml"
-    path.write_text("[search.read]\ntimeout = 2.0\ndegrade = 'stale'\n")
+    path.write_text("[search.read]\ntimeout_ms = 2000\ndegrade = 'stale'\n")
     db = tmp_path / "tb.db"
     code = main(["drain", "--store", f"sqlite:///{db}", "--sheet", str(path), "--tools", "x:y"])
     assert code == 2
@@ -388,11 +388,11 @@ def test_drain_reports_a_bad_sheet_as_one_located_line(tmp_path, capsys):
     ("row", "field"),
     [
         ({"degrade": "later"}, "search.read.degrade"),
-        ({"degrade": ["omit", "stale"], "max_stale": 5}, "search.read.degrade"),
+        ({"degrade": ["omit", "stale"], "max_stale_ms": 5000}, "search.read.degrade"),
         ({"degrade": "degraded"}, "search.read.degrade"),
-        ({"degrade": "omit", "max_stale": 5}, "search.read.max_stale"),
-        ({"degrade": "stale", "max_stale": -1}, "search.read.max_stale"),
-        ({"stale_every": 7200}, "search.read.stale_every"),
+        ({"degrade": "omit", "max_stale_ms": 5000}, "search.read.max_stale_ms"),
+        ({"degrade": "stale", "max_stale_ms": -1}, "search.read.max_stale_ms"),
+        ({"stale_every_ms": 7_200_000}, "search.read.stale_every_ms"),
     ],
 )
 def test_bad_rows_name_their_field(row, field):
@@ -448,7 +448,7 @@ def test_a_queued_write_called_again_in_the_run_is_still_queued_then_journaled(s
 def test_every_choice_is_recorded_for_listeners(store):
     """A listener sees each choice: the mode, and why earlier modes were passed over."""
     registry = Registry.from_dict(
-        sheet(search__read={"degrade": ["stale", "omit"], "max_stale": 60}), store=store
+        sheet(search__read={"degrade": ["stale", "omit"], "max_stale_ms": 60_000}), store=store
     )
     breaker = registry.get("search", "read")
     breaker.degradation.wall_clock = Wall()
@@ -491,7 +491,7 @@ def test_stop_packets_hold_no_secret(name, secret):
 def test_a_write_tool_may_not_use_a_row_that_serves_stale():
     """A run guard refuses a write tool whose breaker row could answer it with a stale read."""
     registry = Registry.from_dict(
-        sheet(search__read={"degrade": "stale", "max_stale": 60}), store=MemoryStore()
+        sheet(search__read={"degrade": "stale", "max_stale_ms": 60_000}), store=MemoryStore()
     )
     guard = RunGuard("task-w")
     spec = GuardedTool(
@@ -540,7 +540,7 @@ def test_sibling_branches_count_a_queued_write_as_degraded_and_a_stale_read_as_c
     registry = Registry.from_dict(
         sheet(
             tickets__write={"tool": "create_ticket", "degrade": "queue"},
-            search__read={"degrade": "stale", "max_stale": 60, "stale_every": 0},
+            search__read={"degrade": "stale", "max_stale_ms": 60_000, "stale_every_ms": 0},
         ),
         store=store,
     )

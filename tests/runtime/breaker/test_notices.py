@@ -132,7 +132,7 @@ def test_the_recorder_keeps_notices_apart_and_the_trace_unchanged(tmp_path, seed
         clock = FakeClock()
         registry = Registry.from_dict(
             {
-                "defaults": {"timeout": 5.0, "enforce": "cooperative"},
+                "defaults": {"timeout_ms": 5000, "enforce": "cooperative"},
                 "search": {"read": {"tool": "search", "max_concurrent": 1, "degrade": "omit"}},
             },
             clock=clock,
@@ -222,7 +222,7 @@ def test_a_degradation_choice_is_masked_where_it_is_made():
     unmasked (lesson: mask where the object is built, not where it is printed)."""
     secret = "sk-proj-" + "A1b2C3d4" * 5
     registry = Registry.from_dict(
-        {"search": {"read": {"tool": "search", "timeout": 5, "degrade": ["omit"]}}}
+        {"search": {"read": {"tool": "search", "timeout_ms": 5000, "degrade": ["omit"]}}}
     )
     breaker = registry.get("search", "read")
     heard: list[dict[str, Any]] = []

@@ -579,7 +579,7 @@ def test_a_boundary_sheet_row_configures_retries() -> None:
     sheet = {
         "search": {
             "read": {
-                "timeout": 2,
+                "timeout_ms": 2000,
                 "max_retry_after_ms": 30_000,
                 "retry": {"max_attempts": 4, "jitter": "decorrelated", "budget": 5},
             }
@@ -591,5 +591,5 @@ def test_a_boundary_sheet_row_configures_retries() -> None:
     assert breaker.retry_budget is not None
     assert breaker.retry_budget.retries == 5
     with pytest.raises(PolicyError) as err:
-        Registry.from_dict({"search": {"read": {"timeout": 2, "retry": {"max_attempts": 0}}}})
+        Registry.from_dict({"search": {"read": {"timeout_ms": 2000, "retry": {"max_attempts": 0}}}})
     assert err.value.field == "search.read.retry.max_attempts"

@@ -41,7 +41,7 @@ def registry(clock: FakeClock, **sheet: object) -> Registry:
     return Registry.from_dict(
         {
             "defaults": {
-                "timeout": 1.0,
+                "timeout_ms": 1000,
                 "enforce": "cooperative",
                 "failure_threshold": 2,
                 "cooldown_ms": 1_000,

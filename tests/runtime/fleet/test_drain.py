@@ -104,10 +104,10 @@ def reconcile_tool(service: ToolService) -> Callable[..., Any]:
     return find
 
 
-def registry_for(store: Any, clock: FakeClock | None = None, timeout: float = 5.0) -> Registry:
+def registry_for(store: Any, clock: FakeClock | None = None, timeout_ms: int = 5000) -> Registry:
     return Registry.from_dict(
         {
-            "defaults": {"timeout": timeout, "failure_threshold": 1, "cooldown_ms": 30_000},
+            "defaults": {"timeout_ms": timeout_ms, "failure_threshold": 1, "cooldown_ms": 30_000},
             "tickets": {"write": {"tool": "create_ticket", "degrade": ["queue", "handoff"]}},
         },
         store=store,
@@ -186,7 +186,7 @@ def test_a_failure_without_effect_is_requeued_and_a_refusal_fails(store, service
 
 def test_a_timeout_after_commit_is_never_replayed_but_reconciled(store, service):
     """The write committed, then the call timed out: unknown, then found by the check."""
-    registry = registry_for(store, timeout=0.5)
+    registry = registry_for(store, timeout_ms=500)
     [queue_id] = queue_tickets(registry, service, 1)
     registry.get("tickets", "write").release()
     service.inject("POST /tickets", Fault(commit_then_delay=2.0))
@@ -279,7 +279,7 @@ def test_a_drainer_killed_mid_call_is_finished_by_another_without_a_duplicate(
     """SIGKILL while the first item's call is in flight: the next drainer reconciles that
     item (found made, not replayed) and makes the others, each exactly once."""
     store, url = shared
-    registry = registry_for(store, timeout=20.0)
+    registry = registry_for(store, timeout_ms=20_000)
     ids = queue_tickets(registry, service, 3)
     registry.get("tickets", "write").release()
     (tmp_path / "drain_tools.py").write_text(textwrap.dedent(_TOOLS_MODULE))

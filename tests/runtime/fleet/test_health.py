@@ -46,14 +46,14 @@ def sheet(tmp_path: Path, service: ToolService, **extra: str) -> Path:
     check = extra.get("check", f'url = "{service.url}/health", ')
     text = f"""\
 [defaults]
-timeout = 1.0
+timeout_ms = 1000
 enforce = "cooperative"
 
 [search.read]
 failure_threshold = 2
 cooldown_ms = 50
 success_threshold = 2
-health_check = {{ {check}interval_ms = 20, timeout = 0.5 }}
+health_check = {{ {check}interval_ms = 20, timeout_ms = 500 }}
 """
     path = tmp_path / "sheet.toml"
     path.write_text(text)
@@ -244,10 +244,10 @@ def test_a_store_without_records_checks_without_a_lease():
 @pytest.mark.parametrize(
     ("table", "field", "line"),
     [
-        ("{ interval_ms = 0, timeout = 0.5 }", "search.read.health_check.interval_ms", 8),
-        ('{ url = "ftp://x", timeout = 0.5 }', "search.read.health_check.url", 8),
+        ("{ interval_ms = 0, timeout_ms = 500 }", "search.read.health_check.interval_ms", 8),
+        ('{ url = "ftp://x", timeout_ms = 500 }', "search.read.health_check.url", 8),
         ("{ interval = 5 }", "search.read.health_check.interval", 8),
-        ("{ timeout = 99.0 }", "search.read.health_check.timeout", 8),
+        ("{ timeout_ms = 99000 }", "search.read.health_check.timeout_ms", 8),
         ('"http://x"', "search.read.health_check", 8),
     ],
 )
@@ -255,7 +255,7 @@ def test_sheet_errors_name_the_field_and_line(tmp_path, table, field, line):
     """A bad health_check table is a located PolicyError."""
     path = tmp_path / "s.toml"
     path.write_text(
-        "[defaults]\ntimeout = 1.0\n\n[search.read]\nfailure_threshold = 2\n"
+        "[defaults]\ntimeout_ms = 1000\n\n[search.read]\nfailure_threshold = 2\n"
         "lease_ttl_ms = 30000\n\nhealth_check = " + table + "\n"
     )
     with pytest.raises(PolicyError) as info:

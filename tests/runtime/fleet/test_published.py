@@ -24,7 +24,7 @@ from toolbreaker.testing import FakeClock
 
 V1 = """\
 [defaults]
-timeout = 1.0
+timeout_ms = 1000
 enforce = "cooperative"
 
 [search.read]

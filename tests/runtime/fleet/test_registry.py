@@ -11,7 +11,7 @@ from toolbreaker import Policy, PolicyError, Registry, RegistryFull
 
 SHEET = """\
 [defaults]
-timeout = 4.0
+timeout_ms = 4000
 cooldown_ms = 30000
 
 [tools]
@@ -26,7 +26,7 @@ failure_threshold = 4
 
 [billing.write]
 tool = "charge_card"
-timeout = 10.0
+timeout_ms = 10000
 retryable = false
 failure_threshold = 6
 """
@@ -111,9 +111,9 @@ def test_strict_registry_refuses_unknown_keys(tmp_path):
             10,
         ),
         (SHEET.replace("owner =", "ownr ="), "search.read.ownr", 12),
-        (SHEET.replace("timeout = 10.0", "timeout = 60.0"), "billing.write.timeout", 17),
+        (SHEET.replace("timeout_ms = 10000", "timeout_ms = 60000"), "billing.write.timeout_ms", 17),
         (SHEET.replace("retryable = false", 'retryable = "no"'), "billing.write.retryable", 18),
-        (SHEET.replace("timeout = 4.0", "timeout = -1"), "defaults.timeout", 2),
+        (SHEET.replace("timeout_ms = 4000", "timeout_ms = -1"), "defaults.timeout_ms", 2),
     ],
 )
 def test_invalid_sheets_name_the_field_and_line(tmp_path, text, field, line):

@@ -25,7 +25,7 @@ def test_deep_nesting_is_a_policy_error(tmp_path):
 def test_a_5000_digit_integer_is_a_policy_error(tmp_path):
     """A 5,000-digit integer is a PolicyError, not a ValueError."""
     path = sheet(
-        tmp_path, "[defaults]\ntimeout = 1.0\n[s.read]\ncooldown_ms = " + "9" * 5000 + "\n"
+        tmp_path, "[defaults]\ntimeout_ms = 1000\n[s.read]\ncooldown_ms = " + "9" * 5000 + "\n"
     )
     with pytest.raises(PolicyError):
         Registry.from_toml(path)
@@ -60,7 +60,9 @@ def test_a_timeout_must_be_finite_and_bounded(tmp_path, timeout):
 )
 def test_instruction_templates_are_checked_at_load(tmp_path, template, why):
     """Templates use known placeholders only, with no format spec or conversion."""
-    path = sheet(tmp_path, f"[s.read]\ntimeout = 1.0\n[s.read.instructions]\nopen = {template!r}\n")
+    path = sheet(
+        tmp_path, f"[s.read]\ntimeout_ms = 1000\n[s.read.instructions]\nopen = {template!r}\n"
+    )
     with pytest.raises(PolicyError) as info:
         Registry.from_toml(path)
     assert why in str(info.value)
@@ -69,7 +71,7 @@ def test_instruction_templates_are_checked_at_load(tmp_path, template, why):
 
 def test_unknown_instruction_reasons_are_an_error(tmp_path):
     """An instruction for a reason that does not exist is not silently ignored."""
-    path = sheet(tmp_path, "[s.read]\ntimeout = 1.0\n[s.read.instructions]\nsideways = 'x'\n")
+    path = sheet(tmp_path, "[s.read]\ntimeout_ms = 1000\n[s.read.instructions]\nsideways = 'x'\n")
     with pytest.raises(PolicyError) as info:
         Registry.from_toml(path)
     assert info.value.field == "s.read.instructions.sideways"
@@ -77,7 +79,7 @@ def test_unknown_instruction_reasons_are_an_error(tmp_path):
 
 def test_dotted_keys_keep_their_line(tmp_path):
     """A row written with dotted keys still has its error located on its line."""
-    path = sheet(tmp_path, '[search]\nread.timeout = 1.0\nread.fallback = "nope"\n')
+    path = sheet(tmp_path, '[search]\nread.timeout_ms = 1000\nread.fallback = "nope"\n')
     with pytest.raises(PolicyError) as info:
         Registry.from_toml(path)
     assert str(info.value).startswith(f"{path}:3:")
@@ -85,7 +87,7 @@ def test_dotted_keys_keep_their_line(tmp_path):
 
 def test_inline_tables_keep_their_line(tmp_path):
     """A row written as an inline table still has its error located on its line."""
-    path = sheet(tmp_path, '[search]\n\nread = { timeout = 1.0, fallback = "nope" }\n')
+    path = sheet(tmp_path, '[search]\n\nread = { timeout_ms = 1000, fallback = "nope" }\n')
     with pytest.raises(PolicyError) as info:
         Registry.from_toml(path)
     assert str(info.value).startswith(f"{path}:3:")

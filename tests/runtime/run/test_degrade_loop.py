@@ -44,7 +44,7 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
 def sheet(degrade: list[str]) -> dict[str, Any]:
     return {
-        "defaults": {"timeout": 2.0, "failure_threshold": 1, "cooldown_ms": 30_000},
+        "defaults": {"timeout_ms": 2000, "failure_threshold": 1, "cooldown_ms": 30_000},
         "tools": {"local": ["snapshot"]},
         "tickets": {
             "write": {"tool": "create_ticket", "degrade": degrade},

@@ -26,6 +26,7 @@ from typing import Any, Final
 from toolbreaker.core.breaker.machine import OPERATOR_TYPES
 from toolbreaker.core.breaker.state import EVENT_TYPES, MAX_TIME_MS, Event, Transition
 from toolbreaker.core.files import iter_lines, loads_json, shown
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import TraceError
 
 __all__ = [
@@ -214,10 +215,16 @@ def trace_event(record: Transition) -> dict[str, Any] | None:
     again. Lines written from a breaker's records replay to the same transitions.
     A name holding lone surrogates (``os.fsdecode(b"search-\xff")``) is written with
     them escaped (``search-\udcff``), so a recorded trace always replays.
+
+    Every text a person reads (the dependency, the call id, an operator's reason) is
+    masked here, where the line is built (:func:`~toolbreaker.core.run.redact.redact_text`:
+    a key or a call id that carries a token or a URL's password is written with it
+    masked; masking is deterministic, so the line still replays).
     """
     if record.event.type not in TRACE_TYPES:
         return None
-    line = {**record.event.to_dict(), "dependency": _text(record.dependency)}
-    if "call" in line:
-        line["call"] = _text(line["call"])
+    line = {**record.event.to_dict(), "dependency": redact_text(_text(record.dependency))}
+    for field in ("call", "reason"):
+        if field in line:
+            line[field] = redact_text(_text(line[field]))
     return line

@@ -12,31 +12,43 @@ keys to the fields).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
+import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Literal, TypedDict
 
 from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import MAX_DURATION_MS, Policy
+from toolbreaker.core.config import where_in_source
 from toolbreaker.core.degrade import check_chain
-from toolbreaker.core.files import shown
+from toolbreaker.core.files import printable, shown
 from toolbreaker.core.retry import RetryPolicy
-from toolbreaker.errors import PolicyError
+from toolbreaker.core.run.redact import redact_text
+from toolbreaker.errors import PolicyError, ToolbreakerDeprecationWarning
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS, validate_template
 from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
 
 __all__ = [
     "BREAKER_OPTIONS",
     "BREAKER_TOOL_OPTIONS",
+    "CHECK_DURATION",
     "POLICY_FIELDS",
+    "SHEET_DURATIONS",
     "SHEET_OPTIONS",
     "Boundary",
     "BreakerOptions",
     "BreakerToolOptions",
     "Enforce",
     "HealthCheck",
+    "OldSpellings",
+    "as_written",
     "check_seconds",
     "named_units",
+    "old_spelling_notes",
+    "warn_old_spellings",
 ]
 
 #: How a deadline is enforced: ``thread`` runs a sync call in a worker and returns at the
@@ -61,8 +73,9 @@ class HealthCheck:
     calls are never admitted as probes (the policy's ``probes = "health-check"``).
 
     In a sheet row: ``health_check = { url = "http://host/health", interval_ms = 2000,
-    timeout = 1.0 }`` (a ``GET``: any 2xx passes), or without ``url`` for a check
-    registered in code with :meth:`~toolbreaker.Registry.health_check`.
+    timeout_ms = 1000 }`` (a ``GET``: any 2xx passes), or without ``url`` for a check
+    registered in code with :meth:`~toolbreaker.Registry.health_check`. In code the
+    check's deadline is ``timeout``, in seconds, as every deadline keyword is.
 
     Attributes:
         check: a callable or coroutine function of no arguments (code only): it passes
@@ -117,14 +130,14 @@ class HealthCheck:
             return cls(check=value)
         if not isinstance(value, Mapping):
             raise PolicyError(
-                "health_check must be a table: { url = ..., interval_ms = ..., timeout = ... }",
+                "health_check must be a table: { url = ..., interval_ms = ..., timeout_ms = ... }",
                 field="health_check",
             )
         for key in value:
             if key not in ("url", "interval_ms", "timeout"):
                 raise PolicyError(
                     f"unknown field {shown(key)} in health_check (known: interval_ms, "
-                    "timeout, url)",
+                    "timeout_ms, url)",
                     field=f"health_check.{key}",
                 )
         return cls(**value)
@@ -465,48 +478,149 @@ def check_seconds(value: object, field: str) -> float:
 
 
 #: A sheet's durations, each in milliseconds under a name that says so, and the old
-#: spelling in seconds each replaces (the field of :class:`Boundary` it fills).
+#: spelling in seconds each replaces (the field of :class:`Boundary` it fills). The one
+#: table of spellings: loading, the deprecation warning and its advice all read it.
 SHEET_DURATIONS: Final = (
     ("timeout_ms", "timeout"),
     ("max_stale_ms", "max_stale"),
     ("stale_every_ms", "stale_every"),
 )
+#: The same for a row's ``health_check`` table.
+CHECK_DURATION: Final = ("timeout_ms", "timeout")
+
+#: Old spellings met in one sheet load: the old field (``timeout``,
+#: ``health_check.timeout``) -> every (table, value) that used it, in file order.
+OldSpellings = dict[str, list[tuple[str, object]]]
+
+#: How many tables one warning names besides the first.
+_ALSO_SHOWN: Final = 3
 
 
-def named_units(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+def named_units(
+    table: Mapping[str, Any], where: str, old: OldSpellings | None = None
+) -> dict[str, Any]:
     """A sheet table (``[defaults]`` or a row) with its durations as the row's fields.
 
     Every duration of a sheet names its unit, milliseconds, like the policy fields
     (``cooldown_ms``): ``timeout_ms``, ``max_stale_ms``, ``stale_every_ms`` and
     ``health_check = { timeout_ms = ... }`` become the seconds :class:`Boundary` holds.
     The old spellings in seconds (``timeout``, ``max_stale``, ``stale_every``,
-    ``health_check.timeout``) still load.
+    ``health_check.timeout``) still load; each one met is added to ``old`` (see
+    :func:`warn_old_spellings`).
 
     Raises:
         PolicyError: both spellings of one field, or a value that is not a whole number
             of milliseconds in range, named as ``<where>.<field>``.
     """
+    found: OldSpellings = {} if old is None else old
     out = dict(table)
-    for new, old in SHEET_DURATIONS:
-        _in_seconds(out, new, old, where)
+    for new, before in SHEET_DURATIONS:
+        if _in_seconds(out, new, before, where):
+            found.setdefault(before, []).append((where, out[before]))
     check = out.get("health_check")
     if isinstance(check, Mapping):
         check = dict(check)
-        _in_seconds(check, "timeout_ms", "timeout", f"{where}.health_check")
+        new, before = CHECK_DURATION
+        if _in_seconds(check, new, before, f"{where}.health_check"):
+            found.setdefault(f"health_check.{before}", []).append((where, check[before]))
         out["health_check"] = check
     return out
 
 
-def _in_seconds(table: dict[str, Any], new: str, old: str, where: str) -> None:
+def as_written(exc: PolicyError, written: Mapping[str, Any], where: str) -> PolicyError:
+    """``exc`` about a row's duration, named as the row spelt it (``timeout_ms``).
+
+    :class:`Boundary` checks the seconds a row's ``timeout_ms`` became, and names
+    ``timeout``; the error names the field the file holds, so its line is found.
+    """
+    spelt = {new: before for new, before in SHEET_DURATIONS if new in written}
+    check = written.get("health_check")
+    if isinstance(check, Mapping) and CHECK_DURATION[0] in check:
+        spelt[f"health_check.{CHECK_DURATION[0]}"] = f"health_check.{CHECK_DURATION[1]}"
+    for new, before in spelt.items():
+        if exc.field == f"{where}.{before}":
+            message = exc.message.replace(f"{where}.{before}", f"{where}.{new}", 1)
+            return PolicyError(message, field=f"{where}.{new}", file=exc.file, line=exc.line)
+    return exc
+
+
+def old_spelling_notes(old: OldSpellings) -> list[str]:
+    """One line per old spelling met in a sheet load: where, and what to write instead.
+
+    The first table that used it is located by file and line when a sheet file is being
+    built (:func:`~toolbreaker.core.config.where_in_source`); the others are named.
+    """
+    notes = []
+    for field, uses in old.items():
+        (where, value), others = uses[0], [w for w, _ in uses[1:]]
+        new = _NEW_NAMES[field]
+        located = where_in_source(f"{where}.{field}")
+        ms = _as_ms(value)
+        advice = f"write {new} = {ms}" if ms is not None else f"write {new} in milliseconds"
+        text = f"[{where}] {field} = {shown(value)} (seconds) is deprecated: {advice}"
+        if others:
+            named = ", ".join(f"[{w}]" for w in others[:_ALSO_SHOWN])
+            more = len(others) - _ALSO_SHOWN
+            text += f"; {field} is also in {named}{f' and {more} more' if more > 0 else ''}"
+        notes.append(printable(redact_text(f"{located}: {text}" if located else text)))
+    return notes
+
+
+def warn_old_spellings(notes: Sequence[str]) -> None:
+    """Each note as a :class:`~toolbreaker.errors.ToolbreakerDeprecationWarning`.
+
+    Attributed to the first caller outside toolbreaker (the user's ``from_toml`` or
+    ``from_dict`` line), so Python's default filters show it in a script.
+    """
+    if not notes:
+        return
+    level = _user_stacklevel()
+    for note in notes:
+        warnings.warn(note, ToolbreakerDeprecationWarning, stacklevel=level)
+
+
+#: Each old spelling's new name.
+_NEW_NAMES: Final = {before: new for new, before in SHEET_DURATIONS} | {
+    f"health_check.{CHECK_DURATION[1]}": f"health_check.{CHECK_DURATION[0]}"
+}
+
+
+def _as_ms(value: object) -> int | None:
+    """Seconds as the whole milliseconds to write, if they are whole."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if not math.isfinite(value):
+        return None
+    ms = value * 1000
+    return round(ms) if abs(ms - round(ms)) < 1e-6 and ms >= 0 else None
+
+
+#: This package's directory, spelt as its modules' code objects name their files.
+_PACKAGE: Final = str(Path(__file__).parents[2]) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside toolbreaker, seen from the caller."""
+    frame = inspect.currentframe()
+    frame = frame.f_back if frame is not None else None  # warn_old_spellings
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
+def _in_seconds(table: dict[str, Any], new: str, old: str, where: str) -> bool:
+    """Convert ``new`` (ms) to ``old`` (seconds) in ``table``; whether ``old`` was used."""
     if new in table and old in table:
         raise PolicyError(
             f"{where}: {old} (in seconds) and {new} name one field: keep {new}",
             field=f"{where}.{new}",
         )
     if old in table:  # the old spelling, in seconds: still what the row holds
-        return
+        return True
     if new not in table:
-        return
+        return False
     value = table.pop(new)
     low = 0 if new == "stale_every_ms" else 1
     if type(value) is not int or not low <= value <= MAX_DURATION_MS:
@@ -516,3 +630,4 @@ def _in_seconds(table: dict[str, Any], new: str, old: str, where: str) -> None:
             field=f"{where}.{new}",
         )
     table[old] = value / 1000
+    return False

@@ -29,7 +29,10 @@ A payment mutation never shares state or retry policy with a catalog read: each 
 its own breaker. Invalid sheets fail at load with the field (``search.read.fallback``) and
 line named. Every duration names its unit, milliseconds (``timeout_ms``,
 ``max_stale_ms``, ``stale_every_ms``, ``health_check.timeout_ms``); the old spellings in
-seconds (``timeout``...) still load.
+seconds (``timeout``...) still load, with a
+:class:`~toolbreaker.errors.ToolbreakerDeprecationWarning` per field and load. The keyword
+arguments of code (``Breaker(timeout=2.0)``, ``registry.get(..., timeout=...)``) are not
+sheet fields: they stay in seconds, like every deadline a Python call takes.
 """
 
 from __future__ import annotations
@@ -45,14 +48,19 @@ from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
 from toolbreaker.core.files import read_text, shown
 from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._clock import Clock
+from toolbreaker.runtime._log import log
 from toolbreaker.runtime.breaker._boundary import (
     POLICY_FIELDS,
     Boundary,
     BreakerOptions,
     Enforce,
     HealthCheck,
+    OldSpellings,
+    as_written,
     check_seconds,
     named_units,
+    old_spelling_notes,
+    warn_old_spellings,
 )
 from toolbreaker.runtime.breaker._breaker import Breaker, clock_of
 from toolbreaker.runtime.breaker._degrade import check_store
@@ -137,14 +145,20 @@ class Registry:
         max_breakers: int = 10_000,
         strict: bool = False,
     ) -> Registry:
-        """Load a boundary sheet; errors name the file, the line and the field."""
-        registry: Registry = load_toml(
+        """Load a boundary sheet; errors name the file, the line and the field.
+
+        A duration in its old spelling, in seconds (``timeout``...), loads as before
+        and is reported once per field with its file, line and the new spelling, as a
+        :class:`~toolbreaker.errors.ToolbreakerDeprecationWarning`.
+        """
+        built: tuple[Registry, list[str]] = load_toml(
             path,
-            lambda data: cls.from_dict(
-                data, store=store, clock=clock, max_breakers=max_breakers, strict=strict
+            lambda data: _sheet(
+                cls, data, store=store, clock=clock, max_breakers=max_breakers, strict=strict
             ),
         )
-        return registry
+        warn_old_spellings(built[1])
+        return built[0]
 
     @classmethod
     def from_dict(
@@ -156,8 +170,29 @@ class Registry:
         max_breakers: int = 10_000,
         strict: bool = False,
     ) -> Registry:
-        """Build a registry from a decoded boundary sheet."""
-        defaults = named_units(_table(data.get("defaults", {}), "defaults"), "defaults")
+        """Build a registry from a decoded boundary sheet.
+
+        Old spellings warn as in :meth:`from_toml`, naming the table (no file).
+        """
+        registry, notes = _sheet(
+            cls, data, store=store, clock=clock, max_breakers=max_breakers, strict=strict
+        )
+        warn_old_spellings(notes)
+        return registry
+
+    @classmethod
+    def _from_sheet(
+        cls,
+        data: Mapping[str, Any],
+        old: OldSpellings,
+        *,
+        store: Store | None = None,
+        clock: Clock | None = None,
+        max_breakers: int = 10_000,
+        strict: bool = False,
+    ) -> Registry:
+        """:meth:`from_dict`, adding the old spellings it meets to ``old``."""
+        defaults = named_units(_table(data.get("defaults", {}), "defaults"), "defaults", old)
         for key in defaults:
             if key not in _DEFAULT_ONLY:
                 raise PolicyError(f"unknown field {key!r} in [defaults]", field=f"defaults.{key}")
@@ -181,10 +216,14 @@ class Registry:
             for operation, row in _table(operations, dependency).items():
                 where = f"{dependency}.{operation}"
                 _check_key(operation, where)
-                table = {**defaults, **named_units(_table(row, where), where)}
-                boundaries[(dependency, operation)] = Boundary.from_row(
-                    dependency, operation, table, where
-                )
+                written = _table(row, where)
+                table = {**defaults, **named_units(written, where, old)}
+                try:
+                    boundaries[(dependency, operation)] = Boundary.from_row(
+                        dependency, operation, table, where
+                    )
+                except PolicyError as exc:
+                    raise as_written(exc, written, where) from None
         return cls(
             base_policy,
             store=store,
@@ -227,7 +266,7 @@ class Registry:
                 "(toolbreaker policy publish SHEET.toml --store URL)",
                 field="store",
             )
-        registry = _build_text(
+        registry, notes = _build_text(
             cls,
             sheet.text,
             _origin(sheet),
@@ -236,6 +275,7 @@ class Registry:
             max_breakers=max_breakers,
             strict=strict,
         )
+        warn_old_spellings(notes)
         registry._follower(records, name, poll, sheet)
         if follow:
             registry.follow(poll=poll, name=name)
@@ -290,7 +330,7 @@ class Registry:
         Raises:
             PolicyError: the revision does not validate (nothing changed).
         """
-        new = _build_text(
+        new, notes = _build_text(
             type(self),
             sheet.text,
             _origin(sheet),
@@ -320,6 +360,13 @@ class Registry:
             self._local_tools = new._local_tools
             for key, row in rows.items():
                 self._breakers[key].adopt(row)
+        # Adopted, never refused for a spelling; a poll runs on the follower's thread,
+        # where a warning would reach no one: the log says it, once per revision.
+        for note in notes:
+            log.warning(
+                f"toolbreaker: published sheet {sheet.name!r} revision {sheet.revision} uses "
+                f"an old spelling: {note}"
+            )
 
     def _row(
         self, key: tuple[str, str], options: Mapping[str, Any], *, keep: Boundary | None = None
@@ -557,16 +604,36 @@ def publish_policy(
     """
     where = str(sheet)
     text = read_text(sheet, PolicyError, limit=MAX_CONFIG_BYTES)
-    _build_text(Registry, text, where)
+    _, notes = _build_text(Registry, text, where)
+    warn_old_spellings(notes)  # published as written: a follower logs them per revision
     return write_published(
         _records(store), text, name=name, note=note, by=by, over_corrupt=over_corrupt
     )
 
 
-def _build_text(cls: type[Registry], text: str, where: str, **kwargs: Any) -> Registry:
-    """A registry from sheet text, validated and located exactly as from_toml does."""
-    registry: Registry = build_toml(text, where, lambda data: cls.from_dict(data, **kwargs))
-    return registry
+def _sheet(
+    cls: type[Registry], data: Mapping[str, Any], **kwargs: Any
+) -> tuple[Registry, list[str]]:
+    """A registry from a decoded sheet, and a note per old spelling it used.
+
+    The notes are located by file and line when a file is being built.
+    """
+    old: OldSpellings = {}
+    registry = cls._from_sheet(data, old, **kwargs)
+    return registry, old_spelling_notes(old)
+
+
+def _build_text(
+    cls: type[Registry], text: str, where: str, **kwargs: Any
+) -> tuple[Registry, list[str]]:
+    """A registry from sheet text, validated and located exactly as from_toml does.
+
+    With its old spellings' notes, not yet warned.
+    """
+    built: tuple[Registry, list[str]] = build_toml(
+        text, where, lambda data: _sheet(cls, data, **kwargs)
+    )
+    return built
 
 
 def _origin(sheet: PublishedSheet) -> str:
