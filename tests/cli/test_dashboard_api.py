@@ -722,7 +722,7 @@ def test_the_boards_advice_knows_the_degraded_answers_served():
     stream = MemoryStream()
     breakers = Registry.from_dict(
         {
-            "defaults": {"timeout": 1.0, "enforce": "cooperative", "failure_threshold": 1},
+            "defaults": {"timeout_ms": 1_000, "enforce": "cooperative", "failure_threshold": 1},
             "search": {"read": {"degrade": ["omit"]}},
             "orders": {"read": {}},
         },

@@ -392,7 +392,7 @@ def test_advise_knows_what_the_model_was_served_instead(stream_url, capsys):
     breakers = Registry.from_dict(
         {
             "defaults": {
-                "timeout": 1.0,
+                "timeout_ms": 1_000,
                 "enforce": "cooperative",
                 "failure_threshold": 2,
                 "cooldown_ms": 1_000,
