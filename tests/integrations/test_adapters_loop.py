@@ -72,6 +72,7 @@ def test_a_langchain_agent_stopped_on_the_loop_reads_its_journal_off_it(journal)
     """``create_agent(...).ainvoke``: a model repeating one search is stopped; the
     middleware's ``abefore_model`` ends the run with the stop packet, whose journal read
     ran in a worker thread; so did every other journal round trip of the run."""
+    pytest.importorskip("langchain", reason="the langchain extra is not installed")
     from langchain.agents import create_agent
     from langchain_core.messages import HumanMessage
 
@@ -101,6 +102,7 @@ def test_a_hand_built_langgraph_stopped_on_the_loop_reads_its_journal_off_it(jou
     """A LangGraph of our ``tool_node``, ``route`` and ``astop_node`` run with ``ainvoke``:
     the stop node adds the stop message, its packet built off the loop (LangGraph runs a
     sync node on the loop under ``ainvoke``: ``astop_node`` is the async graph's node)."""
+    pytest.importorskip("langchain", reason="the langchain extra is not installed")
     from langchain_core.messages import HumanMessage
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import tools_condition
@@ -154,6 +156,7 @@ def test_an_openai_agent_stopped_on_the_loop_reads_its_journal_off_it(journal):
     """``Runner.run`` of a protected agent whose model repeats one search: the tool input
     guardrail asks the run guard without blocking the loop, and the tripwire that ends
     the run carries the stop packet, built off the loop."""
+    pytest.importorskip("agents", reason="the openai-agents extra is not installed")
     from agents import Agent, Runner, ToolInputGuardrailTripwireTriggered, function_tool
     from agents.testing import ScriptedModel, function_call
 
@@ -189,6 +192,7 @@ def test_an_openai_agents_write_journals_off_the_loop(journal, how):
     settlement (a success, a reset answered by the run's error formatter, a deadline
     answered by the tool's timeout function, each an unknown outcome that is reconciled)
     reach the journal from worker threads, never from the loop."""
+    pytest.importorskip("agents", reason="the openai-agents extra is not installed")
     from agents import Agent, Runner, function_tool
     from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -240,6 +244,7 @@ def test_an_mcp_clients_stop_result_is_built_off_the_loop(journal):
     """``GuardedClient.call_tool`` of a run that repeats one search: the stop result
     carries the stop packet in its ``_meta``, its journal read made in a worker thread, as
     is ``astop_packet()``'s."""
+    pytest.importorskip("mcp", reason="the mcp extra is not installed")
     import anyio
     from mcp import Client
     from mcp.server.mcpserver import MCPServer
@@ -281,6 +286,7 @@ def test_a_pydantic_ai_run_stopped_on_the_loop_reads_its_journal_off_it(journal)
     """``agent.run`` with the capability and a model repeating one lookup: the run ends
     with ``RunCancelled``, and ``arun_stop()`` (``run_stop()``'s async twin) gives the
     stop packet, its journal read made off the loop."""
+    pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
     from pydantic_ai import Agent
     from pydantic_ai.exceptions import RunCancelled
     from pydantic_ai.messages import ModelResponse, ToolCallPart
@@ -345,6 +351,7 @@ def test_langchain_hides_open_tools_without_blocking_the_loop(fleet):
     """``awrap_model_call`` with ``hide_open_tools``: the isolated tool is left out of the
     model's tools and named in its system prompt; each breaker's state was read from the
     store in a worker thread."""
+    pytest.importorskip("langchain", reason="the langchain extra is not installed")
     from langchain.agents import create_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage, HumanMessage
@@ -392,6 +399,7 @@ def test_langchain_hides_open_tools_without_blocking_the_loop(fleet):
 def test_openai_agents_hides_open_tools_without_blocking_the_loop(fleet):
     """``protect(..., hide_open_tools=True)``: the isolated tool's ``is_enabled`` and the
     instructions' hidden line ask its breaker, each from a worker thread."""
+    pytest.importorskip("agents", reason="the openai-agents extra is not installed")
     from agents import Agent, Runner, function_tool
     from agents.testing import ModelStep, ScriptedModel, assistant_message
 
@@ -437,6 +445,7 @@ def test_openai_agents_hides_open_tools_without_blocking_the_loop(fleet):
 def test_mcp_hides_open_tools_without_blocking_the_loop(fleet):
     """``list_tools`` with ``hide_open_tools``: the isolated tool is left out and named by
     ``hidden_tools_line()``; every breaker was asked from a worker thread."""
+    pytest.importorskip("mcp", reason="the mcp extra is not installed")
     import anyio
     from mcp import Client
     from mcp.server.mcpserver import MCPServer
@@ -474,6 +483,7 @@ def test_pydantic_ai_hides_open_tools_without_blocking_the_loop(fleet):
     """``prepare_tools`` with ``hide_open_tools``: the isolated tool is not offered to the
     model; its breaker was asked from a worker thread (the hidden line's instruction
     function is a plain one, which Pydantic AI runs in its executor)."""
+    pytest.importorskip("pydantic_ai", reason="the pydantic-ai extra is not installed")
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelResponse, TextPart
     from pydantic_ai.models.function import FunctionModel

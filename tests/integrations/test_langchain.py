@@ -17,6 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
+pytest.importorskip("langchain", reason="the langchain extra is not installed")
+
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import (

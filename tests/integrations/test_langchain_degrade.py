@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+pytest.importorskip("langchain", reason="the langchain extra is not installed")
+
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, ToolMessage
 from test_langchain import Shop, ask, call, payload, scripted, seen_by_model

@@ -25,6 +25,9 @@ from typing import Any
 
 import anyio
 import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError

@@ -16,6 +16,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+
+pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+
 from agents import (
     Agent,
     AgentHooks,

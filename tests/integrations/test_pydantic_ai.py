@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pydantic_ai")
+pytest.importorskip(
+    "pydantic_ai",
+    reason="the pydantic-ai extra is not installed (it installs nothing before Python 3.11)",
+)
 
 from pydantic import BaseModel
 from pydantic_ai import Agent, CancellationToken
