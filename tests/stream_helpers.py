@@ -6,6 +6,7 @@ Import the helpers and the autouse fixture ``close_opened`` into a test module.
 
 from __future__ import annotations
 
+import signal
 import socket
 import threading
 import time
@@ -67,15 +68,17 @@ def _free_port() -> int:
 
 
 class Server:
-    """uvicorn serving one dashboard app in a thread of the test process."""
+    """The dashboard of ``stream`` (``build_app``'s options), served in a thread of the test
+    process by the command's own server, which ends connected pages' streams on exit."""
 
-    def __init__(self, app: Any) -> None:
-        uvicorn = pytest.importorskip("uvicorn")
+    def __init__(self, stream: Any, **options: Any) -> None:
+        pytest.importorskip("uvicorn")
+        from toolbreaker.cli._dashboard import build_app, dashboard_server
+
         self.port = _free_port()
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, log_level="warning", timeout_graceful_shutdown=1
-        )
-        self.server = uvicorn.Server(config)
+        closing = threading.Event()
+        app = build_app(stream, closing=closing, **options)
+        self.server = dashboard_server(app, self.port, closing=closing)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     @property
@@ -91,5 +94,6 @@ class Server:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self.server.should_exit = True
+        self.server.handle_exit(signal.SIGINT, None)
         self.thread.join(10)
+        assert not self.thread.is_alive(), "dashboard server did not stop"

@@ -159,7 +159,6 @@ def test_the_stream_and_the_dashboard_hold_no_secret(name: str, secret: str) -> 
     while the task and the tool are still there, masked."""
     from stream_helpers import Server
     from toolbreaker import GuardedTool
-    from toolbreaker.cli._dashboard import build_app
     from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, iter_entries
 
     pytest.importorskip("starlette")
@@ -184,7 +183,7 @@ def test_the_stream_and_the_dashboard_hold_no_secret(name: str, secret: str) -> 
     assert {e["kind"] for e in entries} == {"transition", "limit", "stop"}
     for entry in entries:
         assert not leaks(json.dumps(entry), secret), (name, entry["kind"])
-    with Server(build_app(stream)) as server:
+    with Server(stream) as server:
         with urllib.request.urlopen(server.url, timeout=20) as response:
             page = response.read().decode()
         with urllib.request.urlopen(server.url + "api/snapshot", timeout=20) as response:

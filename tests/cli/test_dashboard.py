@@ -34,7 +34,7 @@ from stream_helpers import (  # noqa: F401 - close_opened is an autouse fixture
 )
 from toolbreaker import Breaker, Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli._board import Board
-from toolbreaker.cli._dashboard import build_app, store_actor
+from toolbreaker.cli._dashboard import store_actor
 from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher
 from toolbreaker.stores import SQLiteStore
 
@@ -114,7 +114,7 @@ def test_the_page_loads_1000_breakers(page, shots):
         breaker = breakers.get(f"service-{n:04d}", "read" if n % 2 else "write")
         publisher.attach(breaker)
         breaker.call(lambda: "ok")
-    with Server(build_app(stream)) as server:
+    with Server(stream) as server:
         page.goto(server.url)
         page.wait_for_selector("#breakers tbody tr:nth-child(1000)")
         # Measured in the page (navigation start to the first full table), not asserted.
@@ -145,7 +145,7 @@ def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
     guard = RunGuard("refund-42")
     publisher.attach(guard)
     guard.stop(f"operator stop: the agent pasted api_key={SECRET} into a ticket")
-    with Server(build_app(opened(url))) as server:
+    with Server(opened(url)) as server:
         page.goto(server.url)
         page.wait_for_selector('tr[data-key="orders:write"][data-phase="closed"]')
         for _ in range(2):
@@ -180,7 +180,7 @@ def test_a_stop_packet_shows_masked(page):
     guard = RunGuard("refund-42")
     StreamPublisher(stream).attach(guard)
     guard.stop(f"operator stop: the agent pasted api_key={SECRET} into a note")
-    with Server(build_app(stream)) as server:
+    with Server(stream) as server:
         page.goto(server.url)
         stop = page.wait_for_selector('.stop[data-task="refund-42"]')
         text = stop.inner_text()
@@ -200,7 +200,7 @@ def test_actions_need_the_token_and_this_origin(page, tmp_path):
     search.call(lambda: "ok")
     stream, board = opened(url), Board()
     actor = closing(store_actor(url, board, stream))
-    with Server(build_app(stream, actor=actor, token="t0ken", board=board)) as server:
+    with Server(stream, actor=actor, token="t0ken", board=board) as server:
         page.goto(server.url)
         page.click('tr[data-key="search:read"]')
         page.fill("#reason", "provider incident 123")
@@ -228,7 +228,7 @@ def test_actions_need_the_token_and_this_origin(page, tmp_path):
 
 def test_read_only_by_default(tmp_path):
     """Without --allow-actions every action is refused, whatever it carries."""
-    with Server(build_app(MemoryStream())) as server:
+    with Server(MemoryStream()) as server:
         headers = {
             "Origin": server.url.rstrip("/"),
             "Content-Type": "application/json",
@@ -265,7 +265,7 @@ def test_degradation_choices_and_limit_notices_show_live(page, shots):
     notes.mark_turn(1)
     notes.call("take_note", {"text": "a"})
     assert notes.call("take_note", {"text": "b"})["deferred"] is True
-    with Server(build_app(stream)) as server:
+    with Server(stream) as server:
         page.goto(server.url)
         catalog_row = 'tr[data-key="catalog:read"]'
         page.wait_for_selector(f'{catalog_row}[data-phase="open"] td.degrade:has-text("omit 1")')
@@ -314,8 +314,7 @@ def test_counts_leave_the_page_when_the_window_passes_without_new_entries(page, 
     incident(stream)
     newest = max(entry["wall"] for _, entry in stream.read())
     clock = {"now": newest + 1}
-    app = build_app(stream, clock=lambda: clock["now"])
-    with Server(app) as server:
+    with Server(stream, clock=lambda: clock["now"]) as server:
         page.goto(server.url)
         catalog_row = 'tr[data-key="catalog:read"]'
         page.wait_for_selector(f'{catalog_row} td.limit:has-text("saturated 1")')
@@ -353,7 +352,7 @@ def test_hostile_names_in_notices_are_shown_inert(page):
     breaker.isolate(HOSTILE)
     assert breaker.guard(lambda: 1, tool=HOSTILE)()["degradation"] == "omit"
     shown = "<img src=x onerror=alert(1)>\\x1b[31m\\u202e\\x00"
-    with Server(build_app(stream)) as server:
+    with Server(stream) as server:
         page.goto(server.url)
         row = page.wait_for_selector('#notices tr[data-name="omit"]')
         cells = row.inner_text().split("\t")
@@ -378,7 +377,7 @@ def test_hostile_names_in_notices_are_shown_inert(page):
 def test_an_empty_stream_is_not_shown_as_all_clear(page):
     """A stream nothing was published to: the page says there are no breakers yet and
     that there is nothing to judge, never "nothing crosses a rule of thumb"."""
-    with Server(build_app(MemoryStream())) as server:
+    with Server(MemoryStream()) as server:
         page.goto(server.url)
         page.wait_for_selector("#no-breakers")
         assert "no breakers in the stream yet" in page.inner_text("#summary")
@@ -448,7 +447,7 @@ def test_the_page_fits_its_window(browser, shots, width, height):
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)
     try:
-        with Server(build_app(stream)) as server:
+        with Server(stream) as server:
             page.goto(server.url)
             page.wait_for_selector("#findings [data-rule='model-recalls']")
             page.click(f'tr[data-key="{key}"]')
@@ -505,7 +504,7 @@ def test_rows_look_and_act_clickable(page):
     it opens its detail, as a click does."""
     stream = MemoryStream()
     busy(stream, breakers=20)
-    with Server(build_app(stream)) as server:
+    with Server(stream) as server:
         page.goto(server.url)
         row = f'tr[data-key="{LONG}-005:read"]'
         page.wait_for_selector(row)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -264,6 +265,40 @@ def test_the_command_serves_the_stream(tmp_path):
     finally:
         server.terminate()
         server.communicate(timeout=10)
+
+
+@pytest.mark.slow
+def test_an_interrupt_with_a_page_connected_ends_the_command_cleanly(tmp_path):
+    """Ctrl-C while a page holds /api/events open: the event stream ends, the command
+    exits 130 as every command does on an interrupt, with no traceback (uvicorn used to
+    cancel the open stream after its grace period and print the CancelledError)."""
+    path = tmp_path / "events.db"
+    SQLiteStream(path).close()
+    port = _free_port()
+    command = [sys.executable, "-m", "toolbreaker", "dashboard", "--store", f"sqlite://{path}"]
+    server = subprocess.Popen(
+        [*command, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline, page = time.monotonic() + 30, None
+        while page is None and time.monotonic() < deadline:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/events", timeout=30)
+            except OSError:
+                time.sleep(0.1)
+        assert page is not None, "the dashboard did not answer"
+        assert page.readline().startswith(b"data: ")
+        server.send_signal(signal.SIGINT)
+        output, _ = server.communicate(timeout=30)
+        page.close()
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.communicate()
+    text = output.decode()
+    assert server.returncode == 130, text
+    assert "Traceback" not in text
+    assert "CancelledError" not in text
 
 
 def test_a_missing_extra_says_what_to_install(monkeypatch, capsys):

@@ -196,13 +196,19 @@ async def _pushes(
     document: Callable[[int], dict[str, Any]],
     interval: float,
     since: int,
+    *,
+    closing: threading.Event,
 ) -> AsyncIterator[str]:
-    """Server-Sent Events: what changed after revision ``since`` (everything for -1)."""
+    """Server-Sent Events: what changed after revision ``since`` (everything for -1).
+
+    It ends when the server is ``closing``, so shutting down never waits for (and then
+    cancels) a page that stays connected.
+    """
     import anyio
 
     # A page from before a restart of this server asks for a revision it never reached.
     seen, idle = (since if since <= board.revision else -1), 0
-    while True:
+    while not closing.is_set():
         await anyio.to_thread.run_sync(feed.refresh)
         if board.revision != seen:
             payload = document(max(seen, 0))
@@ -215,6 +221,8 @@ async def _pushes(
         await anyio.sleep(interval)
 
 
+#: The ``closing`` of an app built without one: it is never set.
+_NEVER: Final = threading.Event()
 _NOT_JSON: Final = "actions are JSON"
 
 
@@ -257,13 +265,15 @@ def build_app(
     interval: float = 0.25,
     board: Board | None = None,
     clock: Callable[[], float] = time.time,
+    closing: threading.Event | None = None,
 ) -> Any:
     """The Starlette application; actions are enabled when ``actor`` and ``token`` are.
 
     ``clock`` gives the current wall time (Unix seconds; a test passes its own): every
     request and every tick of a connected page's event stream (each ``interval``) move
     the board's window to it, so counts leave the window while the stream is quiet and
-    connected pages are pushed the change.
+    connected pages are pushed the change. Once ``closing`` is set the pages' event
+    streams end (see :func:`dashboard_server`).
     """
     require("starlette", "dashboard")
     import anyio
@@ -325,7 +335,7 @@ def build_app(
         headers = {**_SECURITY_HEADERS, "X-Accel-Buffering": "no"}
         raw = request.query_params.get("since", "-1")
         since = int(raw) if raw.lstrip("-").isdigit() else -1
-        body = _pushes(feed, board, document, interval, max(since, -1))
+        body = _pushes(feed, board, document, interval, max(since, -1), closing=closing or _NEVER)
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
 
     async def action(request: Request) -> Response:
@@ -362,9 +372,30 @@ def build_app(
     return Starlette(routes=routes, middleware=middleware)
 
 
+def dashboard_server(app: Any, port: int, *, closing: threading.Event) -> Any:
+    """The uvicorn server of ``app`` on 127.0.0.1:``port``; ``closing`` is the app's.
+
+    Asked to exit (a signal, or ``handle_exit`` from another thread), it first sets
+    ``closing``, the event :func:`build_app` was given, which ends the pages' event
+    streams: it stops at once with pages still connected instead of cancelling them
+    after a grace period with a traceback.
+    """
+    uvicorn = require("uvicorn", "dashboard")
+
+    class Server(uvicorn.Server):  # type: ignore[misc, name-defined]
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            closing.set()
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=5
+    )
+    return Server(config)
+
+
 def serve(url: str, *, port: int = 8765, allow_actions: bool = False) -> int:
     """Serve the dashboard for the stream at ``url`` on 127.0.0.1 until interrupted."""
-    uvicorn = require("uvicorn", "dashboard")
+    require("uvicorn", "dashboard")
     stream = open_stream(url, create=False)  # a page of nothing would read as all clear
     board = Board()
     token = actor = None
@@ -376,10 +407,11 @@ def serve(url: str, *, port: int = 8765, allow_actions: bool = False) -> int:
                 field="allow-actions",
             )
         token = secrets.token_urlsafe(24)
-    app = build_app(stream, actor=actor, token=token, board=board)
+    closing = threading.Event()
+    app = build_app(stream, actor=actor, token=token, board=board, closing=closing)
     print(f"toolbreaker dashboard: http://127.0.0.1:{port}/  (stream {stream.url})")
     if token:
         print(f"actions enabled; operator token: {token}", flush=True)
     sys.stdout.flush()
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=1)
+    dashboard_server(app, port, closing=closing).run()
     return 0
