@@ -7,6 +7,7 @@ edit would leave them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,7 +48,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         path = tmp_path / "breakers.db"
 
         def garble_sqlite(text: str) -> None:
-            with sqlite3.connect(path) as db:
+            with contextlib.closing(sqlite3.connect(path)) as db, db:
                 db.execute(
                     "UPDATE toolbreaker_records SET value = ? WHERE space = ? AND key = ?",
                     (text, POLICY_SPACE, "default"),

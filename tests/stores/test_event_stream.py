@@ -171,6 +171,7 @@ def test_the_stream_is_bounded(tmp_path):
     assert [e["n"] for _, e in sqlite.read()] == [7, 8, 9]
     cursor = sqlite.read()[0][0]
     assert [e["n"] for _, e in sqlite.read(cursor)] == [8, 9]
+    sqlite.close()
 
 
 def test_redis_stream_is_capped(redis_url):

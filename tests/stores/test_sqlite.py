@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 import subprocess
@@ -34,7 +35,7 @@ class TestSQLiteStore(StoreContract, RecordsContract):
 
     def write_raw(self, store, key, raw, policy):
         store.load(key, policy)  # creates the file and its tables
-        with sqlite3.connect(store.path) as conn:
+        with contextlib.closing(sqlite3.connect(store.path)) as conn, conn:
             conn.execute(
                 "INSERT OR REPLACE INTO toolbreaker_breakers (key, version, state) "
                 "VALUES (?, ?, ?)",
@@ -326,7 +327,7 @@ def test_a_corrupt_record_fails_closed(tmp_path):
     with SQLiteStore(path) as store:
         store.record_put("s", "json", {"ok": 1})
         store.record_put("s", "version", {"ok": 1})
-        with sqlite3.connect(path) as raw:
+        with contextlib.closing(sqlite3.connect(path)) as raw, raw:
             raw.execute("UPDATE toolbreaker_records SET value = '{nope' WHERE key = 'json'")
             raw.execute("UPDATE toolbreaker_records SET version = 'x' WHERE key = 'version'")
         for key in ("json", "version"):

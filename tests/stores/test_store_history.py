@@ -7,6 +7,7 @@ history replays to exactly the openings the processes' breakers made, in the sto
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import sqlite3
@@ -231,7 +232,10 @@ def test_an_sqlite_store_of_the_previous_version_gains_its_history(tmp_path, cap
     with SQLiteStore(path) as store:
         outage(store, "search")
         state = store.load("search", POLICY)
-    with sqlite3.connect(path) as conn:  # the tables as the previous version made them
+    with (
+        contextlib.closing(sqlite3.connect(path)) as conn,
+        conn,
+    ):  # the tables as the previous version made them
         conn.execute("DROP TABLE toolbreaker_history")
         conn.execute("ALTER TABLE toolbreaker_breakers RENAME TO new")
         conn.execute(

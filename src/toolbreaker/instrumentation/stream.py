@@ -189,22 +189,10 @@ class SQLiteStream:
         self.url = f"sqlite://{self.path}"
         self.retain = _positive(retain, "retain")
         self._lock = threading.Lock()
-        if not create:
-            self._db = _existing_stream(self.path)
-            return
-        try:
-            self._db = sqlite3.connect(
-                self.path, timeout=1.0, isolation_level=None, check_same_thread=False
-            )
-            self._db.execute("PRAGMA journal_mode=WAL")
-            # History, not state: a power cut may lose the last entries, never corrupt them.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS toolbreaker_events "
-                "(id INTEGER PRIMARY KEY AUTOINCREMENT, entry TEXT NOT NULL)"
-            )
-        except sqlite3.Error as exc:
-            raise StoreUnavailable(f"event stream {self.path}: {exc}") from None
+        self._db = _existing_stream(self.path) if not create else _new_stream(self.path)
+        # A publisher attached for the life of a process is rarely closed: its connection
+        # is closed when the stream is collected, not left to sqlite3's ResourceWarning.
+        weakref.finalize(self, self._db.close)
 
     def append(self, entry: Mapping[str, Any]) -> None:
         """Append one entry and drop the rows past ``retain``."""
@@ -245,6 +233,26 @@ class SQLiteStream:
         """Close the connection."""
         with self._lock:
             self._db.close()
+
+
+def _new_stream(path: str) -> sqlite3.Connection:
+    """A connection to the stream in the file ``path``, made (file and table) if absent."""
+    try:
+        db = sqlite3.connect(path, timeout=1.0, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreUnavailable(f"event stream {path}: {exc}") from None
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        # History, not state: a power cut may lose the last entries, never corrupt them.
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS toolbreaker_events "
+            "(id INTEGER PRIMARY KEY AUTOINCREMENT, entry TEXT NOT NULL)"
+        )
+    except sqlite3.Error as exc:
+        db.close()
+        raise StoreUnavailable(f"event stream {path}: {exc}") from None
+    return db
 
 
 def _existing_stream(path: str) -> sqlite3.Connection:

@@ -38,6 +38,7 @@ import random
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -167,13 +168,14 @@ class SQLiteStore(SharedStore):
         self._what = f"SQLite store {self.path!r}"
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._closers: list[weakref.finalize[[], SQLiteStore]] = []
         self._poller_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
         super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
         if not self._create:
             try:
-                self._conn = _open(self.path, create=False)
+                self._conn = self._owned(_open(self.path, create=False))
             except sqlite3.Error as exc:
                 raise StoreUnavailable(f"{self._what}: {exc}") from None
 
@@ -327,6 +329,9 @@ class SQLiteStore(SharedStore):
         self._lock = threading.Lock()
         self._poller_lock = threading.Lock()
         self._conn = None
+        for closer in self._closers:
+            closer.detach()
+        self._closers = []
         self._stop = threading.Event()
         self._refeed = self._poller is not None
         self._poller = None
@@ -419,7 +424,16 @@ class SQLiteStore(SharedStore):
     def _connection(self) -> sqlite3.Connection:
         conn = self._conn
         if conn is None:
-            conn = self._conn = _open(self.path, create=self._create)
+            conn = self._conn = self._owned(_open(self.path, create=self._create))
+        return conn
+
+    def _owned(self, conn: sqlite3.Connection) -> sqlite3.Connection:
+        # A store that is dropped, never closed (a registry's for the life of a process),
+        # closes its connection when it is collected rather than leave it to sqlite3's
+        # ResourceWarning; never at exit (a daemon poller may still run) nor in a fork.
+        closer = weakref.finalize(self, conn.close)
+        closer.atexit = False
+        self._closers = [c for c in self._closers if c.alive] + [closer]
         return conn
 
     def _start_poller(self) -> None:
