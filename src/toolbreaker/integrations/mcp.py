@@ -341,27 +341,34 @@ class GuardedClient:
         args = dict(arguments or {})
         server = self.server_breaker_for(name)
         breaker: Breaker | None
+        permit: Permit | Rejection | None = None
         if self.guard is None:
             breaker = self.breaker_for(name)
             deadline = self._deadline(breaker, read_timeout_seconds)
+            if server is not None:
+                # The server first: a dead one is rejected before the tool's breaker hears
+                # of the call.
+                permit = await server.aadmit(timeout=deadline)
+                if isinstance(permit, Rejection):
+                    rejected = self._server_rejection(permit, name)
+                    return await self._answer(rejected.result_for(name))
             step = await breaker.abegin(name, args)
         else:
             spec = await self._spec(self.guard, name, read_timeout_seconds)
             breaker = spec.breaker
             deadline = self._deadline(breaker, read_timeout_seconds)
             step = await self.guard.abegin(name, args)
+            if step.answer is None and server is not None:
+                # The run guard first (a stopped run, the turn's limit ...), then the server:
+                # a rejection is a local one for the guard (a breaker inside the tool).
+                permit = await server.aadmit(timeout=deadline)
+                if isinstance(permit, Rejection):
+                    answer = await step.afailed(self._server_rejection(permit, name))
+                    return await self._answer(answer)
         if step.answer is not None:
+            if isinstance(permit, Permit):
+                await permit.arecord("ignored")  # not sent: no evidence about the server
             return await self._answer(step.answer)
-        permit: Permit | None = None
-        if server is not None:
-            admission = await server.aadmit(timeout=deadline)
-            if isinstance(admission, Rejection):
-                # The server is out: nothing is sent. The tool's own step hears a local
-                # rejection (ignored by its breaker); the run guard words it as one.
-                rejected = self._server_rejection(admission, name)
-                answer = await step.afailed(rejected)
-                return await self._answer(answer if self.guard else rejected.result_for(name))
-            permit = admission
         request_meta = dict(meta or {})
         if step.idempotency_key is not None:
             request_meta[self.meta_key] = step.idempotency_key
@@ -486,7 +493,7 @@ class GuardedClient:
     async def _settle_server(
         self,
         server: Breaker | None,
-        permit: Permit | None,
+        permit: Permit | Rejection | None,
         tool: str,
         failure: BaseException | None,
         raised: BaseException | None,
@@ -497,7 +504,7 @@ class GuardedClient:
         connection or a timeout is a failure; anything else (a cancellation) is ignored.
         Returns the tool-unavailable result naming the server when this failure opened it.
         """
-        if server is None or permit is None:
+        if server is None or not isinstance(permit, Permit):
             return None
         if failure is None or (isinstance(raised, MCPError) and failure is raised):
             await permit.arecord("success")  # a JSON-RPC response: the server is reachable
