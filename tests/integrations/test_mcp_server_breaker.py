@@ -225,3 +225,42 @@ def test_after_the_cooldown_one_probe_closes_the_servers_breaker_when_it_is_back
     assert server.state.phase == CLOSED
     assert "HTTP 503" in seen["after"].content[0].text  # reaches the live server again
     assert seen["sent"] == {"search": 1, "billing": 1}
+
+
+def test_the_servers_sheet_row_configures_its_breaker(tmp_path):
+    """The server's breaker is the sheet's ``[catalog.default]`` row (key ``catalog``):
+    with ``failure_threshold = 1`` one lost connection opens it, and the other tools are
+    rejected without a round trip. ``server_breaker=False`` leaves it out."""
+    sheet = tmp_path / "breakers.toml"
+    sheet.write_text(
+        "[catalog.default]\nfailure_threshold = 1\ncooldown_ms = 30000\ntimeout_ms = 10000\n",
+        encoding="utf-8",
+    )
+
+    async def main(registry: Registry, server_breaker: bool) -> tuple[CallToolResult, dict]:
+        async with Client(PARAMS) as client:
+            wire = Counting(client)
+            proxy = GuardedClient(  # type: ignore[arg-type]
+                wire,
+                server="catalog",
+                registry=registry,
+                server_breaker=server_breaker,
+                # The tools' deadline is the server's row's; without it, timeout=.
+                timeout=None if server_breaker else 10,
+            )
+            _kill(int((await proxy.call_tool("pid")).content[0].text))
+            await proxy.call_tool("search", {"q": "a"})
+            other = await proxy.call_tool("billing", {"customer": "c1"})
+            return other, dict(wire.sent)
+
+    registry = Registry.from_toml(sheet)
+    other, sent = anyio.run(main, registry, True)
+    assert registry.get("catalog", "default").state.phase == OPEN
+    assert payload(other)["server"] == "catalog"
+    assert sent == {"pid": 1, "search": 1}
+
+    registry = Registry.from_toml(sheet)
+    other, sent = anyio.run(main, registry, False)
+    assert registry.get("catalog", "default").state.phase == CLOSED
+    assert "server" not in payload(other)  # billing's own failed round trip
+    assert sent == {"pid": 1, "search": 1, "billing": 1}

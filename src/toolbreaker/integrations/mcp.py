@@ -38,7 +38,8 @@ What counts
   ``Retry-After``. 5xx and 429 are failures, other statuses and errors without a status
   are ignored: an error the server does not explain is no evidence against it. Pass
   ``classify_result`` for a server that words its errors differently.
-- deadlines: every call has one (``timeout``, or the breaker's from the boundary sheet).
+- deadlines: every call has one (``timeout``, or the breaker's from the boundary sheet,
+  or the server's row's).
   It is the SDK's read timeout, with an :func:`anyio.fail_after` a moment later
   (:data:`BACKSTOP_GRACE`) around the whole call for what the read timeout does not
   cover (several input-required rounds, a re-list, a stuck send), so a hung *or dead*
@@ -591,6 +592,8 @@ class GuardedClient:
 
     def _deadline(self, breaker: Breaker | None, requested: float | None) -> float:
         deadline = breaker.timeout if breaker is not None else None
+        if deadline is None and self._server_breaker is not None:
+            deadline = self._server_breaker.timeout  # the server's sheet row
         if deadline is None:
             deadline = self.timeout
         if requested is not None:
