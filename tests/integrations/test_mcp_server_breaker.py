@@ -200,6 +200,11 @@ def test_after_the_cooldown_one_probe_closes_the_servers_breaker_when_it_is_back
             wire = Counting(client)
             proxy = GuardedClient(wire, server="catalog", registry=registry, timeout=10)  # type: ignore[arg-type]
             early = await proxy.call_tool("search", {"q": "early"})
+            hiding = GuardedClient(  # type: ignore[arg-type]
+                wire, server="catalog", registry=registry, timeout=10, hide_open_tools=True
+            )
+            listed = await hiding.list_tools()  # every tool of an open server is hidden
+            hidden = ([tool.name for tool in listed.tools], hiding.hidden_tools_line())
             clock.advance(seconds=31)
             probe = server.allow()  # someone else's probe holds the lease
             assert server.state.phase == HALF_OPEN
@@ -209,6 +214,7 @@ def test_after_the_cooldown_one_probe_closes_the_servers_breaker_when_it_is_back
             after = await proxy.call_tool("billing", {"customer": "c1"})
             return {
                 "early": early,
+                "hidden": hidden,
                 "refused": refused,
                 "probed": probed,
                 "after": after,
@@ -217,6 +223,10 @@ def test_after_the_cooldown_one_probe_closes_the_servers_breaker_when_it_is_back
 
     seen = anyio.run(back)
     assert payload(seen["early"])["server"] == "catalog"
+    shown, line = seen["hidden"]
+    assert shown == []
+    assert '"billing"' in line
+    assert '"search"' in line
     refused = payload(seen["refused"])
     assert refused["reason"] == "recovering"
     assert refused["server"] == "catalog"

@@ -14,13 +14,13 @@ One breaker per server *and* tool: the server name is the breaker's dependency a
 tool name its operation (``registry.get(server, tool)``, key ``"catalog:search"``). A
 server often fronts several upstreams (search and billing behind one process): a sick
 search upstream must not sideline billing, and a boundary sheet configures each tool as
-its own ``[catalog.search]`` row with its timeout, fallback and owner. A server that dies
-fails every tool, so each tool's breaker opens on its own evidence. For one breaker per
-server pass ``key=lambda tool: (server, "default")``.
+its own ``[catalog.search]`` row with its timeout, fallback and owner. For one breaker
+per server pass ``key=lambda tool: (server, "default")``.
 
 Beside them, one *transport* breaker per server, shared by all of its tools: the
 server's own row (``registry.get(server, "default")``, key ``"catalog"``, configured by
-a ``[catalog]`` sheet row). It judges the round trip, not the tool: any JSON-RPC
+a ``[catalog.default]`` sheet row, whose ``timeout_ms`` is also the deadline of tools
+without one). It judges the round trip, not the tool: any JSON-RPC
 response (a result, ``is_error`` or not, or a protocol error) is a success, so a tool's
 error never trips it; a lost connection, a dead process or a timeout with no response is
 a failure. A dead server is learned once: once its breaker is open every tool of the
