@@ -385,7 +385,7 @@ class GuardedClient:
                 )
         except BaseException as exc:
             failure = _dependency_failure(exc)
-            dead = isinstance(failure, (TimeoutError, ConnectionError))
+            dead = _server_unreachable(failure)
             opened = await self._settle_server(server, permit, name, failure, exc)
             answer = await step.afailed(failure)
             if not dead:
@@ -510,7 +510,7 @@ class GuardedClient:
         if failure is None or (isinstance(raised, MCPError) and failure is raised):
             await permit.arecord("success")  # a JSON-RPC response: the server is reachable
             return None
-        if not isinstance(failure, (TimeoutError, ConnectionError)):
+        if not _server_unreachable(failure):
             await permit.arecord("ignored")
             return None
         await permit.arecord(failure)
@@ -663,6 +663,11 @@ def _dependency_failure(exc: BaseException) -> BaseException:
         return exc
     failure.__cause__ = exc
     return failure
+
+
+def _server_unreachable(failure: BaseException) -> bool:
+    """Whether ``failure`` (from :func:`_dependency_failure`) means no response came back."""
+    return isinstance(failure, (TimeoutError, ConnectionError))
 
 
 def _text_of(result: CallToolResult) -> str:
