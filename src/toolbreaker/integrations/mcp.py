@@ -14,9 +14,21 @@ One breaker per server *and* tool: the server name is the breaker's dependency a
 tool name its operation (``registry.get(server, tool)``, key ``"catalog:search"``). A
 server often fronts several upstreams (search and billing behind one process): a sick
 search upstream must not sideline billing, and a boundary sheet configures each tool as
-its own ``[catalog.search]`` row with its timeout, fallback and owner. A server that dies
-fails every tool, so each tool's breaker opens on its own evidence. For one breaker per
-server pass ``key=lambda tool: (server, "default")``.
+its own ``[catalog.search]`` row with its timeout, fallback and owner. For one breaker
+per server pass ``key=lambda tool: (server, "default")``.
+
+Beside them, one *transport* breaker per server, shared by all of its tools: the
+server's own row (``registry.get(server, "default")``, key ``"catalog"``, configured by
+a ``[catalog.default]`` sheet row, whose ``timeout_ms`` is also the deadline of tools
+without one). It judges the round trip, not the tool: any JSON-RPC
+response (a result, ``is_error`` or not, or a protocol error) is a success, so a tool's
+error never trips it; a lost connection, a dead process or a timeout with no response is
+a failure. A dead server is learned once: once its breaker is open every tool of the
+server is rejected locally, without a round trip, with the tool-unavailable result
+naming the server (:func:`~toolbreaker.runtime.server_unavailable_result`); after the
+cooldown one call probes it under the core's probe lease. A tool whose ``key`` is the
+server's own row (one breaker per server) has no second breaker. Pass
+``server_breaker=False`` to leave it out.
 
 What counts
 -----------
@@ -26,7 +38,8 @@ What counts
   ``Retry-After``. 5xx and 429 are failures, other statuses and errors without a status
   are ignored: an error the server does not explain is no evidence against it. Pass
   ``classify_result`` for a server that words its errors differently.
-- deadlines: every call has one (``timeout``, or the breaker's from the boundary sheet).
+- deadlines: every call has one (``timeout``, or the breaker's from the boundary sheet,
+  or the server's row's).
   It is the SDK's read timeout, with an :func:`anyio.fail_after` a moment later
   (:data:`BACKSTOP_GRACE`) around the whole call for what the read timeout does not
   cover (several input-required rounds, a re-list, a stuck send), so a hung *or dead*
@@ -73,17 +86,20 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
 from toolbreaker.core.run.budget import RiskClass, Stop
-from toolbreaker.errors import PolicyError, ToolReportedError
+from toolbreaker.errors import CircuitOpen, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
     BreakerOptions,
     GuardedTool,
+    Permit,
     Registry,
+    Rejection,
     RunGuard,
     StopPacket,
     hidden_tools_line,
+    server_unavailable_result,
 )
 
 require("mcp", "mcp")
@@ -253,7 +269,10 @@ class GuardedClient:
         meta_key: the request ``_meta`` key of the idempotency key.
         hide_open_tools: opt in to leaving out of :meth:`list_tools` every tool whose
             breaker rejects all calls now; :meth:`hidden_tools_line` is the system-prompt
-            line for the host that names them and until when.
+            line for the host that names them and until when (a tool whose server's
+            breaker is open is hidden too).
+        server_breaker: keep one transport breaker for the whole server (its row is
+            ``(server, "default")``) beside the per-tool breakers; see the module doc.
     """
 
     def __init__(
@@ -272,6 +291,7 @@ class GuardedClient:
         classify_result: Callable[[CallToolResult], BaseException | None] = result_error,
         meta_key: str = IDEMPOTENCY_META_KEY,
         hide_open_tools: bool = False,
+        server_breaker: bool = True,
     ) -> None:
         if not server:
             raise PolicyError("GuardedClient needs the server's name", field="server")
@@ -292,6 +312,10 @@ class GuardedClient:
         self._annotations: dict[str, ToolAnnotations | None] = {}
         self._listed = False
         self._breakers: dict[str, Breaker] = {}
+        self.use_server_breaker = server_breaker
+        #: The server's transport breaker's row: ``(server, "default")``, key ``server``.
+        self.server_key: tuple[str, str] = (server, "default")
+        self._server_breaker: Breaker | None = None
 
     # -- the proxied calls ----------------------------------------------------------------
 
@@ -316,17 +340,35 @@ class GuardedClient:
             MCPError: a protocol error that says nothing about the server's health.
         """
         args = dict(arguments or {})
+        server = self.server_breaker_for(name)
         breaker: Breaker | None
+        permit: Permit | Rejection | None = None
         if self.guard is None:
             breaker = self.breaker_for(name)
             deadline = self._deadline(breaker, read_timeout_seconds)
+            if server is not None:
+                # The server first: a dead one is rejected before the tool's breaker hears
+                # of the call.
+                permit = await server.aadmit(timeout=deadline)
+                if isinstance(permit, Rejection):
+                    rejected = self._server_rejection(permit, name)
+                    return await self._answer(rejected.result_for(name))
             step = await breaker.abegin(name, args)
         else:
             spec = await self._spec(self.guard, name, read_timeout_seconds)
             breaker = spec.breaker
             deadline = self._deadline(breaker, read_timeout_seconds)
             step = await self.guard.abegin(name, args)
+            if step.answer is None and server is not None:
+                # The run guard first (a stopped run, the turn's limit ...), then the server:
+                # a rejection is a local one for the guard (a breaker inside the tool).
+                permit = await server.aadmit(timeout=deadline)
+                if isinstance(permit, Rejection):
+                    answer = await step.afailed(self._server_rejection(permit, name))
+                    return await self._answer(answer)
         if step.answer is not None:
+            if isinstance(permit, Permit):
+                await permit.arecord("ignored")  # not sent: no evidence about the server
             return await self._answer(step.answer)
         request_meta = dict(meta or {})
         if step.idempotency_key is not None:
@@ -343,10 +385,20 @@ class GuardedClient:
                 )
         except BaseException as exc:
             failure = _dependency_failure(exc)
+            dead = _server_unreachable(failure)
+            opened = await self._settle_server(server, permit, name, failure, exc)
             answer = await step.afailed(failure)
-            if not isinstance(failure, (TimeoutError, ConnectionError)):
+            if not dead:
                 raise  # a protocol error: the caller handles it as without the proxy
+            if opened is not None:
+                # This failure opened the server's breaker: the model hears it now.
+                kind = _kind(answer)
+                if kind == "error":
+                    answer = opened
+                elif kind == "tool_unavailable":
+                    answer = server_unavailable_result(answer, self.server)
             return await self._answer(answer)
+        await self._settle_server(server, permit, name, None, None)
         error = self.classify_result(result)
         if error is not None:
             answer = await step.afailed(error)
@@ -367,7 +419,10 @@ class GuardedClient:
             return listing
         kept = []
         for tool in listing.tools:
-            down, wait = await self.breaker_for(tool.name).ahidden_for_ms()
+            server = self.server_breaker_for(tool.name)
+            down, wait = await server.ahidden_for_ms() if server is not None else (False, None)
+            if not down:
+                down, wait = await self.breaker_for(tool.name).ahidden_for_ms()
             if down:
                 self._hidden[tool.name] = wait
             else:
@@ -394,22 +449,75 @@ class GuardedClient:
             breaker = self._breakers[tool] = self._get(tool, with_fallback=True)
         return breaker
 
+    def server_breaker_for(self, tool: str) -> Breaker | None:
+        """The server's transport breaker that guards calls of ``tool``, created on first use.
+
+        ``None`` with ``server_breaker=False``, or when ``tool``'s own breaker is the
+        server's row already (a ``key`` that maps every tool to ``(server, "default")``).
+        """
+        if not self.use_server_breaker or self.key(tool) == self.server_key:
+            return None
+        if self._server_breaker is None:
+            self._server_breaker = self._row(self.server_key, self.server, None)
+        return self._server_breaker
+
     def _get(self, tool: str, *, with_fallback: bool) -> Breaker:
-        dependency, operation = self.key(tool)
+        fallback = self.fallbacks.get(tool) if with_fallback else None
+        if fallback is not None and fallback not in self.registry.tool_names():
+            # A fallback served by this server gets its breaker first, so the registry
+            # knows the name it points the model at.
+            self._get(fallback, with_fallback=False)
+        return self._row(self.key(tool), tool, fallback)
+
+    def _row(self, row: tuple[str, str], tool: str, fallback: str | None) -> Breaker:
+        """The breaker of ``row``: a boundary-sheet row configures it, else these options."""
+        dependency, operation = row
         options: BreakerOptions = {}
-        if (dependency, operation) not in self.registry.boundaries():
-            # A boundary-sheet row configures the breaker; these only fill in for none.
+        if row not in self.registry.boundaries():
             options["tool"] = tool
             if self.timeout is not None and self.registry.default_timeout is None:
                 options["timeout"] = self.timeout
-            fallback = self.fallbacks.get(tool) if with_fallback else None
             if fallback is not None:
-                if fallback not in self.registry.tool_names():
-                    # A fallback served by this server gets its breaker first, so the
-                    # registry knows the name it points the model at.
-                    self._get(fallback, with_fallback=False)
                 options["fallback"] = fallback
         return self.registry.get(dependency, operation, **options)
+
+    def _server_rejection(self, rejection: Rejection, tool: str) -> CircuitOpen:
+        """The server breaker's rejection as the local rejection of ``tool``, naming the server."""
+
+        def render(_reason: str, _ms: int | None, *, tool: str = tool) -> dict[str, Any]:
+            return server_unavailable_result(rejection.result_for(tool), self.server)
+
+        return CircuitOpen(
+            rejection.breaker.key, rejection.reason, rejection.retry_after_ms, render
+        )
+
+    async def _settle_server(
+        self,
+        server: Breaker | None,
+        permit: Permit | Rejection | None,
+        tool: str,
+        failure: BaseException | None,
+        raised: BaseException | None,
+    ) -> dict[str, Any] | None:
+        """Record the round trip on the server's breaker.
+
+        Any response is a success (``failure`` is ``None``, or a protocol error); a lost
+        connection or a timeout is a failure; anything else (a cancellation) is ignored.
+        Returns the tool-unavailable result naming the server when this failure opened it.
+        """
+        if server is None or not isinstance(permit, Permit):
+            return None
+        if failure is None or (isinstance(raised, MCPError) and failure is raised):
+            await permit.arecord("success")  # a JSON-RPC response: the server is reachable
+            return None
+        if not _server_unreachable(failure):
+            await permit.arecord("ignored")
+            return None
+        await permit.arecord(failure)
+        opened = server.failure_result(tool, failure)
+        if not opened.get("tool_unavailable"):
+            return None
+        return server_unavailable_result(opened, self.server)
 
     @property
     def stopped(self) -> Stop | None:
@@ -457,6 +565,9 @@ class GuardedClient:
         A listing that fails leaves the tools unknown (``default_risk``) and is tried
         again for the next unknown tool.
         """
+        server = self._server_breaker
+        if server is not None and (await server.ahidden_for_ms())[0]:
+            return  # the server is out: no round trip (the tools stay unknown)
         cursor: str | None = None
         try:
             with anyio.fail_after(deadline):
@@ -481,6 +592,8 @@ class GuardedClient:
 
     def _deadline(self, breaker: Breaker | None, requested: float | None) -> float:
         deadline = breaker.timeout if breaker is not None else None
+        if deadline is None and self._server_breaker is not None:
+            deadline = self._server_breaker.timeout  # the server's sheet row
         if deadline is None:
             deadline = self.timeout
         if requested is not None:
@@ -550,6 +663,11 @@ def _dependency_failure(exc: BaseException) -> BaseException:
         return exc
     failure.__cause__ = exc
     return failure
+
+
+def _server_unreachable(failure: BaseException) -> bool:
+    """Whether ``failure`` (from :func:`_dependency_failure`) means no response came back."""
+    return isinstance(failure, (TimeoutError, ConnectionError))
 
 
 def _text_of(result: CallToolResult) -> str:

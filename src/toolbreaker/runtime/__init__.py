@@ -9,6 +9,7 @@ from toolbreaker.runtime._result import (
     SYSTEM_PROMPT_LINE,
     error_result,
     hidden_tools_line,
+    server_unavailable_result,
     system_prompt_line,
     unavailable_result,
 )
@@ -119,6 +120,7 @@ __all__ = [
     "publish_policy",
     "queued_items",
     "scope",
+    "server_unavailable_result",
     "system_prompt_line",
     "unavailable_result",
 ]

@@ -9,6 +9,8 @@ fallback to use, and not to invent the data. The shapes, one builder each:
   past their deadline and hold every worker this call could use; or the tool is unavailable
   for the rest of the run (``rate-limited`` beyond ``max_retry_after_ms``,
   ``quota-exhausted``, ``retry-budget`` spent), with no wait to count down;
+  :func:`server_unavailable_result` adds the server that serves the tool, when it is the
+  server's breaker (every tool of one server) that is open;
 - :func:`error_result`: a failure while closed, retryable or not;
 - :func:`denied_result`: the authority check refused the call;
 - :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
@@ -60,6 +62,7 @@ __all__ = [
     "over_budget_result",
     "queued_result",
     "retry_after_seconds",
+    "server_unavailable_result",
     "siblings_result",
     "stale_result",
     "stopped_result",
@@ -247,6 +250,25 @@ def unavailable_result(
         result["operator_reason"] = note
         result["instruction"] += f" The operator's reason: {note.rstrip('.')}."
     return result
+
+
+def server_unavailable_result(result: Mapping[str, Any], server: str) -> dict[str, Any]:
+    """A tool-unavailable ``result`` of a tool whose *server* is out of service.
+
+    The server's breaker (shared by every tool it serves) rejected the call, or this
+    failure opened it: the result names the server (``"server"``) and tells the model
+    that the server's other tools are out of service too, so it does not try them one
+    by one. Any other result is returned unchanged (as a copy).
+    """
+    named = dict(result)
+    if not named.get("tool_unavailable"):
+        return named
+    named["server"] = server
+    named["instruction"] = (
+        f'{named.get("instruction", "")} The tool\'s server "{server}" is out of service: '
+        "so is every other tool it serves."
+    ).strip()
+    return named
 
 
 def _exception_text(exc: BaseException) -> str:
