@@ -73,6 +73,35 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 3.0) -> float:
     return time.monotonic() - start
 
 
+#: Seconds after which a call is taken to hang: a guard against hangs, never a claim about
+#: speed (the suite runs twice at once on two shared cores).
+HANG_GUARD = 60.0
+
+
+def without_hanging(call: Callable[[], Any]) -> Any:
+    """Return what ``call()`` returns (or raise what it raises); fail if it hangs.
+
+    The call runs in a daemon thread so that a hang fails the test with a message instead
+    of stalling the suite.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(HANG_GUARD)
+    if worker.is_alive():
+        pytest.fail(f"the call hung for {HANG_GUARD:.0f} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 def fork_and_check(check) -> int:
     """Run ``check()`` in a forked child; return its exit code (0 when it returned True)."""
     with warnings.catch_warnings():
