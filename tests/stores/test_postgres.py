@@ -177,7 +177,7 @@ def test_a_stopped_server_denies_and_a_restarted_one_is_used_again(private_postg
         breaker = Breaker("search", store=store, timeout=1, enforce="cooperative")
         wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
         private_postgres.kill()
-        wait_for(lambda: breaker._view.state is None, timeout=5)
+        wait_for(lambda: breaker._view.state is None)
         for _ in range(3):
             rejection = breaker.allow()
             assert not rejection.admitted
@@ -190,8 +190,8 @@ def test_a_stopped_server_denies_and_a_restarted_one_is_used_again(private_postg
                 permit.record("success")
             return permit.admitted
 
-        wait_for(works, timeout=10)
-        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None, 10)
+        wait_for(works)
+        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
 
 
 @pytest.mark.slow
@@ -203,10 +203,10 @@ def test_a_frozen_server_fails_closed_within_a_bound_and_recovers(private_postgr
     key, quiet = f"dep-{uuid.uuid4().hex[:8]}", f"quiet-{uuid.uuid4().hex[:8]}"
     with PostgresStore(private_postgres.url, timeout=1.0, backoff=0, ping_interval=0.2) as store:
         watched = Breaker(quiet, store=store, timeout=1, enforce="cooperative")
-        wait_for(lambda: watched.allow().admitted and watched._view.state is not None, 10)
+        wait_for(lambda: watched.allow().admitted and watched._view.state is not None)
         private_postgres.freeze()
         try:
-            wait_for(lambda: watched._view.state is None, timeout=10)  # the listener
+            wait_for(lambda: watched._view.state is None)  # the listener
             # The server stays frozen until the test thaws it: a call that returns at all,
             # and with this error, did not block until the thaw (as it once did).
             with pytest.raises(StoreUnavailable, match="did not answer"):
@@ -222,7 +222,7 @@ def test_a_frozen_server_fails_closed_within_a_bound_and_recovers(private_postgr
                 store.record_put("s", key, {"n": 1})
         finally:
             private_postgres.thaw()
-        wait_for(lambda: watched.allow().admitted and watched._view.state is not None, 20)
+        wait_for(lambda: watched.allow().admitted and watched._view.state is not None)
         assert store.record_put("s", key, {"n": 1}) is not None
 
 
@@ -364,7 +364,7 @@ def test_a_confirmed_journal_entry_survives_a_killed_server(private_postgres):
             except StoreUnavailable:
                 return None
 
-        wait_for(lambda: read() == entry, timeout=10)
+        wait_for(lambda: read() == entry)
 
 
 def test_an_operators_hand_edit_reaches_every_view(postgres_url, client):

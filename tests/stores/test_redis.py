@@ -242,7 +242,7 @@ def test_a_stopped_server_denies_and_a_restarted_one_is_used_again(private_redis
         )
         wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
         private_redis.stop()
-        wait_for(lambda: breaker._view.state is None, timeout=2)
+        wait_for(lambda: breaker._view.state is None)
         for _ in range(3):
             rejection = breaker.allow()
             assert not rejection.admitted
@@ -255,7 +255,7 @@ def test_a_stopped_server_denies_and_a_restarted_one_is_used_again(private_redis
                 permit.record("success")
             return permit.admitted
 
-        wait_for(works, timeout=3)
+        wait_for(works)
         wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
 
 
@@ -344,7 +344,7 @@ def test_read_only_keys_fall_back_locally_and_writes_are_denied(redis_binary, tm
         assert rejection.reason == "store-unavailable"
         server.start()
         try:
-            wait_for(lambda: write.allow().admitted, timeout=3)
+            wait_for(lambda: write.allow().admitted)
         finally:
             server.stop()
 
@@ -399,7 +399,7 @@ def test_a_starving_writers_turn_holds_writes_back_briefly_and_lapses(redis_url,
         )
         results: list = []
         writing.start()
-        wait_for(lambda: len(refusals) >= 2, timeout=HANG_GUARD)  # refused, and retrying
+        wait_for(lambda: len(refusals) >= 2)  # refused, and retrying
         assert set(refusals) == {THEIR_TURN}
         assert not results  # held back while the turn lasts
         assert client.hget(state_key(key), "v") == version  # and nothing was written
@@ -420,7 +420,7 @@ def test_a_forked_child_trusts_no_inherited_view(redis_url):
         def child() -> bool:
             if view.state is not None:
                 return False
-            deadline = time.monotonic() + 3
+            deadline = time.monotonic() + HANG_GUARD
             while view.state is None and time.monotonic() < deadline:
                 store.apply(key, Event("request", 0, key, call="x"), POLICY)
                 time.sleep(0.01)
@@ -577,7 +577,7 @@ def wait_until_answered(read):
             return False
         return True
 
-    wait_for(answered, timeout=5)
+    wait_for(answered)
     return answers[-1]
 
 

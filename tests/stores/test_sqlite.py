@@ -52,7 +52,7 @@ class TestSQLiteStore(StoreContract, RecordsContract):
         # Another process's write reaches this process's views through the change poller:
         # wait (bounded) until it has, as a process would after one poll interval.
         view = store._book.entry(key)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + HANG_GUARD
         while view.wanted and view.version != 7 and time.monotonic() < deadline:
             time.sleep(0.001)
 
@@ -93,7 +93,9 @@ def test_a_locked_file_makes_the_store_unavailable_and_then_recovers(tmp_path):
         try:
             locker.execute("BEGIN EXCLUSIVE")
             with pytest.raises(StoreUnavailable):  # it gave up: it did not wait for the lock
-                without_hanging(lambda: store.apply("k", Event("request", 0, "k", call="a"), POLICY))
+                without_hanging(
+                    lambda: store.apply("k", Event("request", 0, "k", call="a"), POLICY)
+                )
             locker.execute("ROLLBACK")
         finally:
             locker.close()
@@ -242,7 +244,7 @@ def test_a_forked_child_trusts_no_inherited_view(tmp_path):
         def child() -> bool:
             if view.state is not None:
                 return False
-            deadline = time.monotonic() + 3
+            deadline = time.monotonic() + HANG_GUARD
             while view.state is None and time.monotonic() < deadline:
                 store.apply("k", Event("request", 0, "k", call="x"), POLICY)
                 time.sleep(0.01)
