@@ -51,12 +51,15 @@ def outage(breakers: Registry, clock: FakeClock, name: str = "search") -> None:
     search.call(lambda: "ok")
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
 def stream_url(request, tmp_path):
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex}"
     if request.param == "sqlite":
         return f"sqlite://{tmp_path / 'events.db'}"
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        return f"{url}{'&' if '?' in url else '?'}prefix=tb_{uuid.uuid4().hex[:12]}"
     url = request.getfixturevalue("redis_url")
     return f"{url}?key=tb-test:{uuid.uuid4().hex}"
 
@@ -461,6 +464,54 @@ def test_the_dashboard_reads_and_acts_on_redis(redis_url):
     assert eventually(lambda: search.state.isolated)
     assert search.guard(lambda: "ok")()["reason"] == "isolated"
     store.close()
+
+
+def test_the_dashboard_reads_and_acts_on_postgres(postgres_url):
+    """Breakers on a PostgreSQL store publish to the stream beside its tables (one URL
+    for both); the dashboard shows them and isolates through the same database."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from toolbreaker.cli._board import Board
+    from toolbreaker.cli._dashboard import build_app, store_actor
+    from toolbreaker.stores import PostgresStore
+
+    prefix = f"tb_{uuid.uuid4().hex[:12]}"
+    url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}prefix={prefix}"
+    store = PostgresStore(postgres_url, prefix=prefix)
+    breakers = Registry(POLICY, store=store, default_timeout=5.0)
+    search = breakers.get("search", "read")
+    StreamPublisher(opened(url)).attach(search)
+    with pytest.raises(Unavailable):
+        search.call(fail)
+    stream, board = opened(url), Board()
+    actor = closing(store_actor(url, board, stream))
+    origin = "http://127.0.0.1"
+    with TestClient(build_app(stream, actor=actor, token="t", board=board), base_url=origin) as c:
+        (row,) = c.get("/api/snapshot").json()["breakers"]
+        assert (row["key"], row["last"][0]["classes"]) == (search.key, {"http-503": 1})
+        headers = {"Origin": origin, "Content-Type": "application/json", "X-Toolbreaker-Token": "t"}
+        body = {"key": search.key, "action": "isolate", "reason": "incident 9"}
+        response = c.post("/api/action", content=json.dumps(body), headers=headers)
+        assert response.status_code == 200, response.text
+    assert eventually(lambda: search.state.isolated)
+    assert search.guard(lambda: "ok")()["reason"] == "isolated"
+    store.close()
+
+
+def test_a_postgres_database_without_a_stream_is_no_all_clear(postgres_url, capsys):
+    """A reader never creates the stream's table: a database without one (and without the
+    store's tables) is one line and exit 2; a bad prefix is a usage error."""
+    url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}prefix=tb_{uuid.uuid4().hex[:12]}"
+    with pytest.raises(StoreUnavailable, match="holds no event stream"):
+        open_stream(url, create=False)
+    for command in (["export", "--store", url], ["advise", "--store", url]):
+        assert main(command) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ")
+        assert err.count("\n") == 1
+    with pytest.raises(PolicyError, match="prefix"):
+        open_stream(f"{postgres_url}{'&' if '?' in postgres_url else '?'}prefix=x;drop")
 
 
 def test_stream_urls_never_show_a_password():

@@ -176,7 +176,7 @@ class StoreActor:
 
 
 def store_actor(url: str, board: Board, stream: EventStream) -> StoreActor | None:
-    """Isolate and release through the breaker store at ``url`` (SQLite file or Redis).
+    """Isolate and release through the breaker store at ``url`` (SQLite, Redis, PostgreSQL).
 
     The action is applied with the policy last seen for the key (the defaults when the
     stream no longer holds one; isolate and release force their outcome whatever it is)
@@ -185,8 +185,8 @@ def store_actor(url: str, board: Board, stream: EventStream) -> StoreActor | Non
     """
     from toolbreaker.cli._stores import open_store
 
-    if urlsplit(url).scheme not in ("sqlite", "redis", "rediss", "unix"):
-        return None  # the stream's URL: memory is unreachable, postgres is no stream
+    if urlsplit(url).scheme == "memory":
+        return None  # another process's memory is unreachable
     return StoreActor(open_store(url, stream_url=True), board, stream)
 
 

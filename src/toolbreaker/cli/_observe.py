@@ -101,23 +101,22 @@ def _entries(url: str, since: str | None, *, ordered: bool) -> list[Mapping[str,
     which counts what each process saw, local rejections included) the stream's, and
     the history's only for a breaker the stream never saw. Entries of other kinds come
     from the stream. A URL that opens neither is an error (the stream's, or for a
-    PostgreSQL URL, which has no stream, the store's).
+    PostgreSQL URL, the store's).
     """
     from toolbreaker.core.breaker.history import replayable
     from toolbreaker.instrumentation.stream import iter_entries, open_stream
 
     streamed: list[dict[str, Any]] | None = None
     failed: Exception | None = None
-    if urlsplit(url).scheme not in _NO_STREAM:
+    try:
+        stream = open_stream(url, create=False)  # a reader never makes what it reads
+    except (PolicyError, StoreUnavailable) as exc:
+        failed = exc
+    else:
         try:
-            stream = open_stream(url, create=False)  # a reader never makes what it reads
-        except (PolicyError, StoreUnavailable) as exc:
-            failed = exc
-        else:
-            try:
-                streamed = [entry for _, entry in iter_entries(stream)]
-            finally:
-                stream.close()
+            streamed = [entry for _, entry in iter_entries(stream)]
+        finally:
+            stream.close()
     history = _history(url, failed)
     if streamed is None and history is None:
         assert failed is not None
@@ -138,8 +137,8 @@ def _entries(url: str, since: str | None, *, ordered: bool) -> list[Mapping[str,
     return entries
 
 
-#: URL schemes whose stores keep a history and have no event stream.
-_NO_STREAM = ("postgres", "postgresql")
+#: URL schemes whose store's error, not the stream's, is the one to report.
+_STORE_FIRST = ("postgres", "postgresql")
 
 
 def _history(url: str, failed: Exception | None) -> list[dict[str, Any]] | None:
@@ -153,19 +152,21 @@ def _history(url: str, failed: Exception | None) -> list[dict[str, Any]] | None:
     from toolbreaker.cli._stores import open_store
 
     parts = urlsplit(url)
-    postgres = parts.scheme in _NO_STREAM
+    postgres = parts.scheme in _STORE_FIRST
     named = parse_qs(parts.query)
     if "key" in named and "prefix" not in named:
         return None  # the URL names a stream by its key: that stream, and no store
     try:
         store = open_store(url, stream_url=True)  # never created
     except (PolicyError, StoreUnavailable):
-        if postgres:
-            raise
+        if postgres and failed is not None:
+            raise  # neither a stream nor a store: the store's reason
         return None
     try:
         found: list[dict[str, Any]] = store.history()
     except StoreUnavailable:
+        if postgres and failed is None:
+            return None  # the database answered with a stream: it holds no store's tables
         if failed is not None:
             raise failed from None
         raise

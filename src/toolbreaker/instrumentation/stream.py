@@ -62,7 +62,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 from toolbreaker._extras import require
 from toolbreaker.core.breaker.history import (
@@ -85,6 +85,7 @@ __all__ = [
     "STREAM_SCHEMA",
     "EventStream",
     "MemoryStream",
+    "PostgresStream",
     "RedisStream",
     "SQLiteStream",
     "StreamPublisher",
@@ -330,6 +331,104 @@ class RedisStream:
         self._client.close()
 
 
+class PostgresStream:
+    """The stream in a PostgreSQL table ``<prefix>_events``, shared by every host of a database.
+
+    Needs the ``postgres`` extra. Appends take a transaction-scoped advisory lock, so ids
+    commit in the order they are given and a reader's cursor never skips a row committed
+    late; each append deletes the rows past ``retain`` in the same transaction.
+    ``create=False`` opens only a database that holds the table already and changes nothing.
+    Every round trip is bounded by ``statement_timeout`` (``timeout`` seconds).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "toolbreaker",
+        retain: int = _DEFAULT_KEEP,
+        create: bool = True,
+        timeout: float = 1.0,
+    ) -> None:
+        psycopg = require("psycopg", "postgres")
+        if not (prefix.isascii() and prefix.replace("_", "").isalnum()):
+            raise PolicyError(
+                f"prefix takes ASCII letters, digits and _, got {prefix!r}", field="store"
+            )
+        self.url = masked_url(url)
+        self.table = table = f"{prefix}_events"  # checked above: safe to name in SQL
+        self._insert = f"INSERT INTO {table} (entry) VALUES (%s) RETURNING id"  # noqa: S608
+        self._trim = f"DELETE FROM {table} WHERE id <= %s"  # noqa: S608
+        self._select = f"SELECT id, entry FROM {table} WHERE id > %s ORDER BY id LIMIT %s"  # noqa: S608
+        self.retain = _positive(retain, "retain")
+        self._errors = psycopg.Error
+        self._lock = threading.Lock()
+        self._lock_id = int.from_bytes(hashlib.sha256(self.table.encode()).digest()[:4], "big")
+        try:
+            self._db = psycopg.connect(
+                url,
+                autocommit=True,
+                connect_timeout=max(2, int(timeout + 0.999)),
+                options=f"-c statement_timeout={int(timeout * 1000)}",
+                application_name="toolbreaker-stream",
+            )
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"event stream {self.url}: {_first_line(exc)}") from None
+        try:
+            if create:
+                self._db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self.table} "
+                    "(id BIGSERIAL PRIMARY KEY, entry TEXT NOT NULL)"
+                )
+                found = True
+            else:
+                found = self._db.execute(
+                    "SELECT to_regclass(%s) IS NOT NULL", (self.table,)
+                ).fetchone()[0]
+        except psycopg.Error as exc:
+            self._db.close()
+            raise StoreUnavailable(f"event stream {self.url}: {_first_line(exc)}") from None
+        if not found:
+            self._db.close()
+            raise StoreUnavailable(
+                f"{self.url} holds no event stream (no {self.table} table): nothing was "
+                "ever published to it, or it is another database"
+            )
+
+    def append(self, entry: Mapping[str, Any]) -> None:
+        """Append one entry and drop the rows past ``retain``."""
+        text = _encode(entry)
+        try:
+            with self._lock, self._db.transaction():
+                self._db.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_id,))
+                (new,) = self._db.execute(self._insert, (text,)).fetchone()
+                self._db.execute(self._trim, (new - self.retain,))
+        except self._errors as exc:
+            raise StoreUnavailable(f"event stream {self.url}: {_first_line(exc)}") from None
+
+    def read(
+        self, after: str | None = None, limit: int = 10_000
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Entries after the cursor ``after``, oldest first."""
+        try:
+            with self._lock:
+                rows = self._db.execute(
+                    self._select, (int(after) if after else 0, limit)
+                ).fetchall()
+        except self._errors as exc:
+            raise StoreUnavailable(f"event stream {self.url}: {_first_line(exc)}") from None
+        return [(str(i), e) for i, t in rows if (e := _decode(t)) is not None]
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 _memory_streams: dict[str, MemoryStream] = {}
 _memory_lock = threading.Lock()
 
@@ -345,10 +444,12 @@ def masked_url(url: str) -> str:
 
 
 def open_stream(url: str, *, create: bool = True) -> EventStream:
-    """The stream a URL names: ``memory://NAME``, ``sqlite:///PATH``, ``redis://...``.
+    """The stream a URL names: ``memory://NAME``, ``sqlite:///PATH``, ``redis://...``, ``postgresql://...``.
 
-    Options go in the query: ``maxlen`` (memory, redis), ``retain`` (sqlite), ``key``
-    (redis). Raises :class:`PolicyError` (field ``store``) for a URL it cannot use.
+    Options go in the query: ``maxlen`` (memory, redis), ``retain`` (sqlite, postgresql),
+    ``key`` (redis), ``prefix`` (postgresql: the table ``<prefix>_events``, beside the
+    store's tables of the same prefix). Raises :class:`PolicyError` (field ``store``) for a
+    URL it cannot use.
 
     ``create=False`` is for readers: only a stream that is there and answers, else
     :class:`StoreUnavailable` (an SQLite file that does not exist or holds no stream, a
@@ -393,10 +494,17 @@ def open_stream(url: str, *, create: bool = True) -> EventStream:
         maxlen = number("maxlen")
         base = url.split("?", 1)[0]
         stream = RedisStream(base, key=key, maxlen=maxlen)
+    elif parts.scheme in ("postgres", "postgresql"):
+        prefix = options.pop("prefix", "toolbreaker")
+        retain = number("retain")
+        # libpq's own parameters (sslmode=...) stay in the URL; prefix and retain are ours.
+        libpq, options = urlencode(options), {}
+        base = url.split("?", 1)[0] + (f"?{libpq}" if libpq else "")
+        stream = PostgresStream(base, prefix=prefix, retain=retain, create=create)
     else:
         raise PolicyError(
-            f"unknown stream URL {masked_url(url)!r} "
-            "(use memory://NAME, sqlite:///PATH or redis://HOST:PORT/DB)",
+            f"unknown stream URL {masked_url(url)!r} (use memory://NAME, sqlite:///PATH, "
+            "redis://HOST:PORT/DB or postgresql://...)",
             field="store",
         )
     if options:
