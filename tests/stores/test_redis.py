@@ -653,8 +653,9 @@ def test_concurrent_async_round_trips_share_one_pipeline(private_redis):
 
         before = round_trips(client)
         states, connections = asyncio.run(main())
-        # A read and a compare-and-set per new key, none resent.
-        assert round_trips(client) - before == 400
+        # At most a read and a compare-and-set per new key, none resent: how many scripts
+        # go out depends on how the tasks' round trips meet (fewer, 328, seen under load).
+        assert round_trips(client) - before <= 400
         assert connections <= 3  # this client, plus the pipeline's one or two
         assert states == [ONE_FAILURE] * 200
         for key, _ in events:
