@@ -15,7 +15,7 @@ from toolbreaker.core import (
     step,
 )
 from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
-from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState, Stop
+from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice, RunState, Stop
 from toolbreaker.core.run.costs import token_cost
 from toolbreaker.errors import (
     CircuitOpen,
@@ -87,6 +87,7 @@ __all__ = [
     "JournalNotDurable",
     "LocalFallback",
     "MemoryStore",
+    "ModelPrice",
     "NotSent",
     "Permit",
     "PermitError",

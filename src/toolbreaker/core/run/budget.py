@@ -75,7 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
@@ -87,6 +87,7 @@ from toolbreaker.core.run._values import (
     WRITES,
     RiskClass,
     RiskMap,
+    as_amount,
     decimal_text,
     policy_amount,
     policy_int,
@@ -129,7 +130,9 @@ __all__ = [
     "Budget",
     "ClassLimits",
     "Decision",
+    "ModelPrice",
     "Outcome",
+    "Prices",
     "RiskClass",
     "RunState",
     "RunStateError",
@@ -175,6 +178,65 @@ class ClassLimits:
             "max_repeats": self.max_repeats,
             "max_cost": None if self.max_cost is None else decimal_text(self.max_cost),
         }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelPrice:
+    """What one model's tokens cost, per million, as the user's price table says.
+
+    toolbreaker ships no price list (one would go stale); a budget's ``prices`` table is
+    the user's. Amounts are exact decimals (strings or integers, never floats); 0 is a
+    free model.
+
+    Attributes:
+        input_per_million: the price of a million input (prompt) tokens.
+        output_per_million: the price of a million output (completion) tokens.
+    """
+
+    input_per_million: Decimal
+    output_per_million: Decimal
+
+    def __post_init__(self) -> None:
+        for name in ("input_per_million", "output_per_million"):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, as_amount(value))
+            except (TypeError, ValueError) as exc:
+                raise PolicyError(f"{name} {exc}", field=name) from None
+
+    def to_dict(self) -> dict[str, str]:
+        """The prices as exact text."""
+        return {
+            "input_per_million": decimal_text(self.input_per_million),
+            "output_per_million": decimal_text(self.output_per_million),
+        }
+
+
+class Prices(Mapping[str, ModelPrice]):
+    """A budget's price table: an immutable, hashable mapping of model names to prices."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, values: Mapping[str, ModelPrice] | None = None) -> None:
+        self._items: dict[str, ModelPrice] = dict(values or {})
+
+    def __getitem__(self, key: str) -> ModelPrice:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._items.items())))
+
+    def __repr__(self) -> str:
+        return f"Prices({self._items!r})"
 
 
 #: The per-class limits of a :class:`Budget` that names none: five repeated searches are
@@ -237,6 +299,12 @@ class Budget:
             classifier's: ``validation``, ``http-422`` ...), whatever its arguments, at
             which the run stops calling that tool: the N-th such failure. ``None``: no
             limit (and no key in :meth:`to_dict`).
+        prices: the user's price table, model name to :class:`ModelPrice`: what a model's
+            reported usage (``RunGuard.add_usage``, which every adapter feeds) costs
+            against ``max_cost``. A key may hold ``*`` wildcards (``"gpt-4o*"``): the
+            exact name wins, then the longest pattern. Empty (the default): the model's
+            tokens are counted, its cost is not. With a table, a model it does not
+            price stops a run that has a ``max_cost``: its cost would be unknown.
     """
 
     max_tool_calls: int = 50
@@ -250,6 +318,7 @@ class Budget:
     max_calls_per_turn: int | None = None
     reservation_lease_ms: int | None = None
     max_tool_failures: int | None = None
+    prices: Mapping[str, ModelPrice] = Prices()
 
     def __post_init__(self) -> None:
         for name in _OPTIONAL_INTS:
@@ -283,6 +352,7 @@ class Budget:
                 )
             merged[risk] = limits
         object.__setattr__(self, "classes", RiskMap(merged))
+        object.__setattr__(self, "prices", _prices(self.prices))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Budget:
@@ -299,6 +369,8 @@ class Budget:
         fields = known_fields(data, cls, "budget")
         if "classes" in fields:
             fields["classes"] = _classes_from(fields["classes"])
+        if "prices" in fields:
+            fields["prices"] = _prices_from(fields["prices"])
         return cls(**fields)
 
     @classmethod
@@ -327,6 +399,11 @@ class Budget:
                 for name in _OPTIONAL_INTS
                 if getattr(self, name) is not None
             },
+            **(
+                {"prices": {model: p.to_dict() for model, p in sorted(self.prices.items())}}
+                if self.prices
+                else {}
+            ),
         }
 
     @property
@@ -392,6 +469,43 @@ def _classes_from(value: object) -> dict[str, ClassLimits]:
                 )
         try:
             out[risk] = dataclasses.replace(DEFAULT_CLASSES[risk], **table)
+        except PolicyError as exc:
+            raise PolicyError(f"{where}.{exc.message}", field=f"{where}.{exc.field}") from None
+    return out
+
+
+def _prices(value: object) -> Prices:
+    """A budget's price table, checked: model names to :class:`ModelPrice`."""
+    if not isinstance(value, Mapping):
+        raise PolicyError(f"prices must map model names to prices, got {value!r}", field="prices")
+    for model, price in value.items():
+        if not isinstance(model, str) or not model.strip():
+            raise PolicyError(f"prices: a model name must be text, got {model!r}", field="prices")
+        if not isinstance(price, ModelPrice):
+            raise PolicyError(
+                f"prices.{model} must be a ModelPrice, got {price!r}", field=f"prices.{model}"
+            )
+    return value if isinstance(value, Prices) else Prices(value)
+
+
+def _prices_from(value: object) -> dict[str, ModelPrice]:
+    """``[prices."MODEL"]`` tables of ``input_per_million`` and ``output_per_million``."""
+    if not isinstance(value, Mapping):
+        raise PolicyError(f"prices must be a table of models, got {value!r}", field="prices")
+    known = [f.name for f in dataclasses.fields(ModelPrice)]
+    out: dict[str, ModelPrice] = {}
+    for model, table in value.items():
+        where = f"prices.{model}"
+        if not isinstance(table, Mapping):
+            raise PolicyError(f"{where} must be a table of prices, got {table!r}", field=where)
+        wrong = sorted(set(table) ^ set(known))
+        if wrong:
+            raise PolicyError(
+                f"{where} takes exactly {', '.join(known)} (per million tokens)",
+                field=f"{where}.{wrong[0]}",
+            )
+        try:
+            out[model] = ModelPrice(**table)
         except PolicyError as exc:
             raise PolicyError(f"{where}.{exc.message}", field=f"{where}.{exc.field}") from None
     return out

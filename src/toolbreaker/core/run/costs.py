@@ -30,6 +30,18 @@ error class (the classifier's names: ``validation``, ``http-422``, ``timeout`` .
 whatever the arguments; the ``Budget.max_tool_failures``-th failure of one tool with one
 class stops calling that tool for the run (:func:`tool_stopped`), and the run goes on.
 
+A model's own usage
+-------------------
+Every adapter reports each model response's usage (input and output tokens, with the
+model's name). :func:`price_of` finds the model in the budget's price table (the user's:
+toolbreaker ships none) and :func:`used` commits what the tokens cost, keeping each
+model's tokens and cost apart (``RunState.usage``) so a stop packet shows the models'
+part of the spend beside the tools'. A usage that settles a model step's reservation
+commits its priced cost instead of the amount held. Without a price table the tokens are
+counted and cost nothing; with one, a model it does not price leaves the cost unknown,
+and an unknown cost under a ``max_cost`` stops the run (``max-cost``): the budget cannot
+hold what it cannot count.
+
 Everything here is pure: ``now`` is passed in, states are frozen values. The run machine
 (:mod:`toolbreaker.core.run.machine`) applies these; shells never call them directly.
 """
@@ -38,6 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import fnmatch
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
@@ -49,12 +62,19 @@ from toolbreaker.core.run._values import (
     exact_sum,
     with_risk,
 )
-from toolbreaker.core.run.holds import FAILURE_LIMIT, FailureCount, Reservation, ToolStop
+from toolbreaker.core.run.holds import (
+    FAILURE_LIMIT,
+    USAGE_LIMIT,
+    FailureCount,
+    ModelUsage,
+    Reservation,
+    ToolStop,
+)
 from toolbreaker.core.run.state import RunState, Stop
 from toolbreaker.errors import RunStateError
 
 if TYPE_CHECKING:
-    from toolbreaker.core.run.budget import Budget
+    from toolbreaker.core.run.budget import Budget, ModelPrice
 
 __all__ = [
     "DEFAULT_RESERVATION_LEASE_MS",
@@ -64,12 +84,18 @@ __all__ = [
     "expire",
     "failed",
     "holding",
+    "price_of",
     "reserve",
     "settle",
     "settling",
     "token_cost",
     "tool_stopped",
+    "usage_cost",
+    "used",
 ]
+
+#: Where the usage of models a run no longer keeps apart (beyond ``USAGE_LIMIT``) is summed.
+OTHER_MODELS: Final = "(other models)"
 
 #: The lease of a reservation when the budget names none: longer than any call's deadline
 #: should be, so only a call that will never settle outlives it.
@@ -287,3 +313,95 @@ def failed(run: RunState, tool: str, error: str, now: int, budget: Budget) -> Ru
     return dataclasses.replace(
         run, tools_stopped=(*run.tools_stopped, ToolStop(tool, error, detail, now))
     )
+
+
+def price_of(budget: Budget, model: str) -> ModelPrice | None:
+    """The budget's price for ``model``: its exact name, else the longest ``*`` pattern."""
+    prices = budget.prices
+    found = prices.get(model)
+    if found is not None:
+        return found
+    best: str | None = None
+    for pattern in prices:
+        longer = best is None or len(pattern) > len(best)
+        if longer and "*" in pattern and fnmatch.fnmatchcase(model, pattern):
+            best = pattern
+    return None if best is None else prices[best]
+
+
+def usage_cost(price: ModelPrice, input_tokens: int, output_tokens: int) -> Decimal:
+    """What ``input_tokens`` and ``output_tokens`` cost at ``price``, exactly."""
+    return amount_of(
+        _EXACT.add(
+            token_cost(input_tokens, price.input_per_million),
+            token_cost(output_tokens, price.output_per_million),
+        )
+    )
+
+
+def used(
+    run: RunState,
+    budget: Budget,
+    model: str,
+    tokens: tuple[int, int],
+    now: int,
+    *,
+    reservation: int = 0,
+    estimate: Decimal | None = None,
+) -> tuple[RunState, Stop | None]:
+    """Count a response's ``tokens`` (input, output); the stop an unpriced model makes.
+
+    The priced cost is committed (settling ``reservation`` with it when the step held
+    one); the model's tokens and cost are kept apart in ``RunState.usage``. A model the
+    price table does not price (when there is a table) costs nothing known: a run with a
+    ``max_cost`` gets a ``max-cost`` stop naming it, which the caller records.
+    """
+    input_tokens, output_tokens = tokens
+    for name, count in (("input_tokens", input_tokens), ("output_tokens", output_tokens)):
+        if type(count) is not int or count < 0:
+            raise RunStateError(f"{name} must be a non-negative integer, got {count!r}", field=name)
+    price = price_of(budget, model) if budget.prices else None
+    cost = None if price is None else usage_cost(price, input_tokens, output_tokens)
+    if reservation:
+        run = settle(run, reservation, cost, estimate=estimate)
+    elif cost:
+        run = dataclasses.replace(run, **_commit(run, cost, None))
+    run = dataclasses.replace(
+        run, usage=_kept(run.usage, ModelUsage(model, input_tokens, output_tokens, 1, cost))
+    )
+    if price is None and budget.prices and budget.max_cost is not None:
+        detail = (
+            f"model {model} has no price in the budget's prices: what its "
+            f"{input_tokens + output_tokens} tokens cost is unknown, so max_cost="
+            f"{decimal_text(budget.max_cost)} cannot hold (add its price to the budget's prices)"
+        )
+        return run, Stop("max-cost", detail, now)
+    return run, None
+
+
+def _kept(usage: tuple[ModelUsage, ...], response: ModelUsage) -> tuple[ModelUsage, ...]:
+    """``usage`` with ``response`` added to its model's, the most recent model last."""
+    model = response.model
+    before = next((u for u in usage if u.model == model), None)
+    rest = [u for u in usage if u.model != model]
+    rest.append(response if before is None else _summed(model, before, response))
+    while len(rest) > USAGE_LIMIT:  # the oldest two summed, so no token is forgotten
+        first, second, *others = rest
+        rest = [_summed(OTHER_MODELS, first, second), *others]
+    return tuple(rest)
+
+
+def _summed(model: str, a: ModelUsage, b: ModelUsage) -> ModelUsage:
+    return ModelUsage(
+        model,
+        a.input_tokens + b.input_tokens,
+        a.output_tokens + b.output_tokens,
+        a.requests + b.requests,
+        _sum_cost(a.cost, b.cost),
+    )
+
+
+def _sum_cost(a: Decimal | None, b: Decimal | None) -> Decimal | None:
+    if a is None and b is None:
+        return None
+    return exact_sum(a or ZERO, b or ZERO, "cost")

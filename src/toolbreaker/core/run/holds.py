@@ -22,10 +22,13 @@ from toolbreaker.core.run._values import (
 )
 from toolbreaker.errors import RunStateError
 
-__all__ = ["FAILURE_LIMIT", "FailureCount", "Reservation", "ToolStop"]
+__all__ = ["FAILURE_LIMIT", "USAGE_LIMIT", "FailureCount", "ModelUsage", "Reservation", "ToolStop"]
 
 #: Per (tool, error class) failure counts kept, the most recently failed ones.
 FAILURE_LIMIT: Final = 64
+#: Models whose usage a run keeps apart, the most recently used ones (the run's ``cost``
+#: keeps every model's spend whatever this bound forgets).
+USAGE_LIMIT: Final = 32
 
 
 def _fields(data: object, names: tuple[str, ...], what: str) -> Mapping[str, Any]:
@@ -164,4 +167,57 @@ class ToolStop:
         """
         names = ("tool", "error", "detail", "at")
         found = _fields(data, names, "a tool stop")
+        return cls(**{name: found[name] for name in names})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelUsage:
+    """What one model used in a run, as the framework reported it, and what it cost.
+
+    Attributes:
+        model: the model's name, as the framework reported it.
+        input_tokens: input (prompt) tokens, summed over the run's requests.
+        output_tokens: output (completion) tokens, likewise.
+        requests: the responses whose usage was reported.
+        cost: what the budget's price table made of them; ``None`` when the table has no
+            price for the model (its tokens are counted, its cost is unknown).
+    """
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    requests: int
+    cost: Decimal | None
+
+    def __post_init__(self) -> None:
+        as_name(self.model, "model")
+        for name in ("input_tokens", "output_tokens", "requests"):
+            as_count(getattr(self, name), name)
+        if self.cost is not None and not isinstance(self.cost, Decimal):
+            try:
+                object.__setattr__(self, "cost", as_amount(self.cost))
+            except (TypeError, ValueError) as exc:
+                raise RunStateError(f"cost {exc}", field="cost") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The usage as a JSON-ready dict; the cost as exact text (``None``: unpriced)."""
+        return {
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "requests": self.requests,
+            "cost": None if self.cost is None else decimal_text(self.cost),
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> ModelUsage:
+        """Load a usage written by :meth:`to_dict`.
+
+        Raises:
+            RunStateError: the data is not exactly such a dict.
+        """
+        names = ("model", "input_tokens", "output_tokens", "requests", "cost")
+        found = _fields(data, names, "a model's usage")
+        if found["cost"] is not None and not isinstance(found["cost"], str):
+            raise RunStateError("a usage's cost must be a decimal string", field="cost")
         return cls(**{name: found[name] for name in names})

@@ -39,7 +39,10 @@ A request that declares its cost and runs holds a reservation (the decision's
 ``reservation``); its ``outcome`` event settles it (the actual ``cost``, or none reported:
 the amount held is spent), and an outcome's ``error`` (the classifier's class of a
 failure) counts toward the tool's failures. A model step reserves with a ``reserve``
-event (verdict ``reserved`` or ``over-budget``) and settles with ``settle``. Before any
+event (verdict ``reserved`` or ``over-budget``) and settles with ``settle``, or with
+the ``usage`` its response reported (the model's tokens, priced by the budget's table:
+:func:`toolbreaker.core.run.costs.used`; a ``usage`` without a reservation commits its
+cost at once). Before any
 event, reservations whose lease ended are spent at their amount.
 
 ``extend`` is an operator raising the budget (the event is applied with the new one): a
@@ -126,6 +129,7 @@ EVENT_TYPES: Final = (
     "reserve",
     "settle",
     "extend",
+    "usage",
 )
 #: Journal statuses a shell may report with a write request (the write protocol's).
 JOURNAL_STATUSES: Final = protocol.STATUSES
@@ -159,6 +163,9 @@ class RunEvent:
             :attr:`RunDecision.reservation` its request got); 0: none.
         error: for ``outcome``, the error class of a failure (the classifier's), which
             counts toward ``Budget.max_tool_failures``.
+        model: for ``usage``, the model whose response reported it.
+        input_tokens: for ``usage``, the response's input (prompt) tokens.
+        output_tokens: for ``usage``, the response's output (completion) tokens.
     """
 
     type: str
@@ -177,6 +184,9 @@ class RunEvent:
     reserve: Decimal | str | int | None = None
     reservation: int = 0
     error: str | None = None
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:
@@ -186,6 +196,8 @@ class RunEvent:
             )
         if self.type in ("request", "outcome", "dependency-down") and self.action is None:
             raise RunStateError(f"a {self.type} event needs its action", field="action")
+        if self.type == "usage" and not self.model:
+            raise RunStateError("a usage event needs its model", field="model")
         if self.journal is not None and self.journal not in JOURNAL_STATUSES:
             raise RunStateError(
                 f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
@@ -303,6 +315,8 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         return _extended(run, event, step)
     if kind == "settle":
         return _settle(run, event, None), _RECORDED
+    if kind == "usage":
+        return _used(run, event, budget, step)
     if kind == "turn":
         if budget.max_calls_per_turn is None:
             return run, _RECORDED  # nothing is counted without a turn limit
@@ -406,6 +420,27 @@ def _reserve_step(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunSt
         return run, RunDecision("over-budget", short.stop, left=decimal_text(short.left))
     run, hold = costs.reserve(run, amount, budget, risk=None, tool=None, now=event.at)
     return run, RunDecision("reserved", reservation=hold.id)
+
+
+def _used(
+    run: RunState, event: RunEvent, budget: Budget, step: int
+) -> tuple[RunState, RunDecision]:
+    """A model response's usage, priced by the budget's table (see :func:`costs.used`)."""
+    assert event.model is not None
+    estimate = None if event.reserve is None else costs.amount_of(event.reserve, "reserve")
+    run, unknown = costs.used(
+        run,
+        budget,
+        event.model,
+        (event.input_tokens, event.output_tokens),
+        event.at,
+        reservation=event.reservation,
+        estimate=estimate,
+    )
+    if unknown is None:
+        return run, _RECORDED
+    run = _stopped(run, unknown, step)
+    return run, RunDecision("stopped", run.stopped, step=step)
 
 
 def _settling(run: RunState, event: RunEvent, risk: RiskClass | None) -> dict[str, Any]:

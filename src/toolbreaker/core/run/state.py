@@ -34,7 +34,14 @@ from toolbreaker.core.run._values import (
     decimal_text,
     exact_sum,
 )
-from toolbreaker.core.run.holds import FAILURE_LIMIT, FailureCount, Reservation, ToolStop
+from toolbreaker.core.run.holds import (
+    FAILURE_LIMIT,
+    USAGE_LIMIT,
+    FailureCount,
+    ModelUsage,
+    Reservation,
+    ToolStop,
+)
 from toolbreaker.errors import RunStateError
 
 __all__ = [
@@ -373,6 +380,9 @@ class RunState:
         failures: failures per tool and error class, the :data:`FAILURE_LIMIT` most
             recently failed, oldest first.
         tools_stopped: tools the run no longer calls, each with why.
+        usage: per model, the tokens the framework reported and what they cost (the
+            :data:`~toolbreaker.core.run.holds.USAGE_LIMIT` most recently used); their
+            cost is part of ``cost``.
 
     The three turn counters are left out of :meth:`counters` and :meth:`to_dict` while
     zero, so runs without a turn limit serialise as before; ``steps`` and ``conditions``
@@ -405,6 +415,7 @@ class RunState:
     expired: int = 0
     failures: tuple[FailureCount, ...] = ()
     tools_stopped: tuple[ToolStop, ...] = ()
+    usage: tuple[ModelUsage, ...] = ()
 
     def __post_init__(self) -> None:
         # Cheap checks only: this runs on every transition. from_dict checks the rest.
@@ -461,6 +472,7 @@ class RunState:
             ("reservations", Reservation, None),
             ("failures", FailureCount, FAILURE_LIMIT),
             ("tools_stopped", ToolStop, None),
+            ("usage", ModelUsage, USAGE_LIMIT),
         )
         for field, kind, bound in holds:
             held = getattr(self, field)
@@ -519,7 +531,24 @@ class RunState:
                 if self.tools_stopped
                 else {}
             ),
+            # Only for runs whose model usage was reported: the models' part of ``cost``.
+            **(
+                {
+                    "model_cost": decimal_text(self.model_cost()),
+                    "usage": [u.to_dict() for u in self.usage],
+                }
+                if self.usage
+                else {}
+            ),
         }
+
+    def model_cost(self) -> Decimal:
+        """The part of ``cost`` the models' reported usage made (priced models only)."""
+        total = ZERO
+        for found in self.usage:
+            if found.cost is not None:
+                total = exact_sum(total, found.cost, "model_cost")
+        return total
 
     def reserved(self, risk: RiskClass | None = None) -> Decimal:
         """Cost held by unsettled reservations: all of it, or those of tool calls of ``risk``."""
@@ -617,6 +646,7 @@ class RunState:
             reservations=_json_holds(data.get("reservations", []), "reservations", Reservation),
             failures=_json_holds(data.get("failures", []), "failures", FailureCount),
             tools_stopped=_json_holds(data.get("tools_stopped", []), "tools_stopped", ToolStop),
+            usage=_json_holds(data.get("usage", []), "usage", ModelUsage),
         )
         _check_consistent(state)
         return state
@@ -627,9 +657,9 @@ _TURN_KEYS: Final = ("turn", "turn_calls", "deferred")
 #: Counters of reservations, present only when non-zero.
 _COST_KEYS: Final = ("reservations_made", "over_budget", "expired")
 #: Held values (reservations, failure counts, stopped tools), present only when any.
-_HOLD_KEYS: Final = ("reservations", "failures", "tools_stopped")
+_HOLD_KEYS: Final = ("reservations", "failures", "tools_stopped", "usage")
 #: What :meth:`RunState.counters` derives for people: not loaded back.
-_DERIVED_KEYS: Final = frozenset({"reserved", "reservations_held"})
+_DERIVED_KEYS: Final = frozenset({"reserved", "reservations_held", "model_cost"})
 #: Keys of :meth:`RunState.to_dict` present only when the run has any.
 _OPTIONAL_KEYS: Final = (*_TURN_KEYS, "steps", "conditions", *_COST_KEYS, *_HOLD_KEYS)
 

@@ -39,7 +39,7 @@ from toolbreaker.core.degrade import refuses_stale
 from toolbreaker.core.run import budget as budgets
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import Budget, RiskClass
-from toolbreaker.core.run.costs import amount_of
+from toolbreaker.core.run.costs import amount_of, price_of, usage_cost
 from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.core.run.redact import redact, redact_text
@@ -339,6 +339,54 @@ class RunGuard(Turns):
             answer = over_budget_result(None, decision.stop, left=decision.left)
             return CostReservation(held, 0, self._settle_step, answer)
         return CostReservation(held, decision.reservation, self._settle_step)
+
+    def reserve_model(
+        self, model: str, *, max_output_tokens: int, input_tokens: int = 0
+    ) -> CostReservation:
+        """Hold a model request's most before it is sent: its tokens at the model's price.
+
+        ``max_output_tokens`` (the request's limit) and ``input_tokens`` (its prompt, when
+        known) are priced by the budget's ``prices``; a model it does not price holds
+        nothing (its usage then tells). Settle it with the response's usage:
+        ``add_usage(model, ..., reservation=held)``. Refused like :meth:`reserve`.
+        """
+        price = price_of(self.budget, model)
+        amount = 0 if price is None else usage_cost(price, input_tokens, max_output_tokens)
+        return self.reserve(amount)
+
+    def add_usage(
+        self,
+        model: str,
+        *,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        reservation: CostReservation | None = None,
+    ) -> None:
+        """Count a model response's usage: its tokens, priced by the budget's ``prices``.
+
+        Every adapter calls this with the framework's own usage object (the model's name,
+        input and output tokens), so ``max_cost`` covers the model beside the tools; the
+        stop packet's counters show ``model_cost`` and each model's ``usage``. Without a
+        price table the tokens are counted and cost nothing; with one, a model it does
+        not price stops a run that has a ``max_cost`` (the cost would be unknown).
+        ``reservation`` (from :meth:`reserve_model` or :meth:`reserve`) is settled with
+        the priced cost instead of its amount.
+
+        Raises:
+            RunStateError: a token count that is not a non-negative integer.
+        """
+        hold = 0 if reservation is None else reservation.claim()
+        self._feed(
+            RunEvent(
+                "usage",
+                self.clock(),
+                model=model,
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                reservation=hold,
+                reserve=reservation.amount if hold and reservation is not None else None,
+            )
+        )
 
     def _settle_step(self, hold: int, amount: Decimal, actual: Decimal | None) -> None:
         self._feed(RunEvent("settle", self.clock(), cost=actual, reserve=amount, reservation=hold))

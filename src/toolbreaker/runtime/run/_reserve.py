@@ -65,6 +65,16 @@ class CostReservation:
         self._done = True
         self._settle(self.id, self.amount, value)
 
+    def claim(self) -> int:
+        """Take the reservation to settle it another way (a model's usage); its id.
+
+        0 when it is refused or settled already: the caller then settles nothing.
+        """
+        if self._done:
+            return 0
+        self._done = True
+        return self.id
+
     def release(self) -> None:
         """The step was not made: nothing is spent, the amount held is released."""
         self.settle(0)
