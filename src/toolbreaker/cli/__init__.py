@@ -187,10 +187,12 @@ def _parser() -> argparse.ArgumentParser:
     add_policy_commands(commands)
 
     from toolbreaker.cli._drain import add_command as add_drain
+    from toolbreaker.cli._runs import add_command as add_runs
     from toolbreaker.cli._simulate import add_command as add_simulate
     from toolbreaker.cli._tune import add_command as add_tune
 
     add_drain(commands)
+    add_runs(commands)
     add_simulate(commands)
     add_tune(commands)
     return parser

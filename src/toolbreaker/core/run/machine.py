@@ -90,6 +90,7 @@ from toolbreaker.core.run.state import BUDGET_CONDITIONS, Fired, fired
 from toolbreaker.errors import RunStateError
 
 __all__ = [
+    "ANSWERED",
     "EVENT_TYPES",
     "JOURNAL_STATUSES",
     "VERDICTS",
@@ -131,6 +132,10 @@ EVENT_TYPES: Final = (
     "extend",
     "usage",
 )
+#: The events whose decision a shell acts on: a caller waits for these. The others are
+#: facts to record (an outcome, a cost, a usage, a turn ...): a shell that shares the run
+#: through a store may write them later, in order, without changing any decision.
+ANSWERED: Final = frozenset({"request", "reserve", "dependency-down", "stop", "extend"})
 #: Journal statuses a shell may report with a write request (the write protocol's).
 JOURNAL_STATUSES: Final = protocol.STATUSES
 
@@ -166,6 +171,7 @@ class RunEvent:
         model: for ``usage``, the model whose response reported it.
         input_tokens: for ``usage``, the response's input (prompt) tokens.
         output_tokens: for ``usage``, the response's output (completion) tokens.
+        risk: for ``cost``, the risk class of the tool call it is the cost of, if any.
     """
 
     type: str
@@ -187,6 +193,7 @@ class RunEvent:
     model: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
+    risk: RiskClass | None = None
 
     def __post_init__(self) -> None:
         if self.type not in EVENT_TYPES:
@@ -308,7 +315,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         run = dataclasses.replace(run, uncertain=run.uncertain + event.count)
         return _block_if_uncertain(run, None, at, budget, event.detail, step=step), _RECORDED
     if kind == "cost":
-        return budgets.add_cost(run, event.cost or 0), _RECORDED
+        return budgets.add_cost(run, event.cost or 0, risk=event.risk), _RECORDED
     if kind == "reserve":
         return _reserve_step(run, event, budget)
     if kind == "extend":

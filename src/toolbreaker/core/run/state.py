@@ -92,6 +92,9 @@ BUDGET_CONDITIONS: Final = frozenset(
 #: by shells' events; ``over-budget`` (a call whose cost reservation the budget cannot
 #: cover, refused without stopping the run) and ``tool-failures`` (a tool that failed too
 #: often with one error class, no longer called in the run) by the run machine.
+#: ``budget-unavailable`` is what a guard sharing its run through a store answers while
+#: the store cannot be read: no call is admitted against an unknown budget (it is never
+#: recorded in a state: nothing could be written).
 STOP_CONDITIONS: Final = (
     *PRECEDENCE,
     "operator",
@@ -99,6 +102,7 @@ STOP_CONDITIONS: Final = (
     "over-budget",
     "tool-failures",
     "extended",
+    "budget-unavailable",
 )
 
 #: The longest cycle loop detection looks for.

@@ -36,15 +36,14 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core.degrade import refuses_stale
-from toolbreaker.core.run import budget as budgets
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.core.run.costs import amount_of, price_of, usage_cost
 from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.core.run.redact import redact, redact_text
-from toolbreaker.errors import PolicyError
-from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.runtime._clock import Clock, monotonic_ms, wall_ms
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import over_budget_result
@@ -55,6 +54,7 @@ from toolbreaker.runtime.breaker._layers import warn_nested_retries
 from toolbreaker.runtime.run._driver import RunTool
 from toolbreaker.runtime.run._journal import budget_extension, journaled
 from toolbreaker.runtime.run._reserve import CostReservation
+from toolbreaker.runtime.run._shared import SharedRun
 from toolbreaker.runtime.run._tools import (
     ActionRequest,
     Authorizer,
@@ -69,7 +69,7 @@ from toolbreaker.runtime.run._tools import (
     without_key,
 )
 from toolbreaker.runtime.run._turns import Turns
-from toolbreaker.stores._protocol import Journal
+from toolbreaker.stores._protocol import Journal, Records
 from toolbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
@@ -99,8 +99,17 @@ class RunGuard(Turns):
         task: the task id; a resumed run uses the same id and skips confirmed work.
         budget: the run's limits.
         journal: where completed actions are journaled (a store); shared by resumed runs.
-        clock: integer-millisecond monotonic clock.
+        clock: integer-millisecond clock; by default the monotonic clock, or the wall
+            clock for a shared run (its processes must agree on the time).
         rules: fingerprint rules (volatile and prose fields).
+        shared: share the run's counters, reservations and stops with every guard of
+            ``task`` through the journal's store (a store with records: SQLite, Redis,
+            PostgreSQL, or a MemoryStore within one process): one budget for a run
+            spread over workers and processes, applied by compare-and-set. While the
+            store cannot be reached no call is admitted (``budget-unavailable``); what
+            was recorded waits and is written later, never lost. The run's budget is the
+            one its first guard wrote (raised by :meth:`extend`); see
+            ``docs/concurrency.md``.
     """
 
     def __init__(
@@ -109,18 +118,26 @@ class RunGuard(Turns):
         *,
         budget: Budget | None = None,
         journal: Journal | None = None,
-        clock: Clock = monotonic_ms,
+        clock: Clock | None = None,
         rules: FingerprintRules | None = None,
+        shared: bool = False,
     ) -> None:
         if not isinstance(task, str) or not task:
             raise PolicyError("a run guard needs a task id", field="task")
-        self._start(
-            task,
-            budget or Budget(),
-            journal if journal is not None else MemoryStore(),
-            clock,
-            rules or FingerprintRules.default(),
-        )
+        store = journal if journal is not None else MemoryStore()
+        budget = budget or Budget()
+        run: SharedRun | None = None
+        if shared:
+            if not isinstance(store, Records):
+                raise PolicyError(
+                    f"a shared run keeps its budget in the journal's records; "
+                    f"{type(store).__name__} has none",
+                    field="shared",
+                )
+            clock = clock or wall_ms
+            run = SharedRun(store, task, budget, clock)
+        clock = clock or monotonic_ms
+        self._start(task, budget, store, clock, rules or FingerprintRules.default(), shared=run)
 
     # -- configuration ------------------------------------------------------------------
 
@@ -275,6 +292,8 @@ class RunGuard(Turns):
         }
         if not fields:
             raise PolicyError("extend needs a limit to raise", field="max_cost")
+        if self._shared is not None:  # raise the run's budget, as its store holds it
+            self._view(self._shared.flush())
         for name, text in (("by", by), ("why", why)):
             if not isinstance(text, str) or not text.strip():
                 raise PolicyError(f"extend needs {name!r}: who raised it and why", field=name)
@@ -295,9 +314,10 @@ class RunGuard(Turns):
         ):
             n += 1
         limits = ", ".join(f"{k} {v['from']} -> {v['to']}" for k, v in changed.items())
-        with self._lock:
-            self.budget = budget
-        self._feed(RunEvent("extend", self.clock(), detail=redact_text(f"{by}: {why} ({limits})")))
+        detail = redact_text(f"{by}: {why} ({limits})")
+        decision = self._feed(RunEvent("extend", self.clock(), detail=detail), raised=fields)
+        if decision.stop is not None and decision.stop.condition == "budget-unavailable":
+            raise StoreUnavailable(decision.stop.detail)
         return self.stop_packet()
 
     def add_cost(self, amount: Decimal | str | int, *, risk: RiskClass | None = None) -> None:
@@ -313,8 +333,7 @@ class RunGuard(Turns):
         spend before it counts; a tool that declares its ``cost`` (and a model step held
         with :meth:`reserve`) is reserved before it runs instead.
         """
-        with self._lock:
-            self._run = budgets.add_cost(self._run, amount, risk=risk)
+        self._feed(RunEvent("cost", self.clock(), cost=amount_of(amount), risk=risk))
 
     def reserve(self, amount: Decimal | str | int) -> CostReservation:
         """Hold a model step's cost before its request is sent; settle it after.

@@ -20,7 +20,7 @@ from toolbreaker.core.run import protocol
 from toolbreaker.core.run._values import ZERO
 from toolbreaker.core.run.budget import Action, Budget, RunState, Stop
 from toolbreaker.core.run.fingerprint import FingerprintRules
-from toolbreaker.core.run.machine import RunDecision, RunEvent
+from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.retrying import ModelRetries
 from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
@@ -33,6 +33,7 @@ from toolbreaker.runtime.breaker._degrade import Notices
 from toolbreaker.runtime.breaker._watch import BreakerWatch
 from toolbreaker.runtime.run._driver import Blocking
 from toolbreaker.runtime.run._journal import entry_for, packet_steps, settle_first
+from toolbreaker.runtime.run._shared import SharedRun, later, on_loop
 from toolbreaker.runtime.run._siblings import BranchOutcome, TurnGroup, TurnMember
 from toolbreaker.runtime.run._tools import GuardedTool
 from toolbreaker.stores._protocol import Journal
@@ -104,6 +105,7 @@ class RunShell:
     _stop_listeners: list[Callable[[StopPacket, Any], None]]
     _turn: object
     _group: TurnGroup | None
+    _shared: SharedRun | None
     # The observers of the tools' breakers, now and later (see watch_breakers).
     _watch: BreakerWatch
     _watch_lock: threading.Lock
@@ -111,9 +113,17 @@ class RunShell:
     step_observers: StepObservers
 
     def _start(
-        self, task: str, budget: Budget, journal: Journal, clock: Clock, rules: FingerprintRules
+        self,
+        task: str,
+        budget: Budget,
+        journal: Journal,
+        clock: Clock,
+        rules: FingerprintRules,
+        *,
+        shared: SharedRun | None = None,
     ) -> None:
         """Set the state of a fresh guard for ``task``."""
+        self._shared = shared
         self.task = task
         self.budget = budget
         self.journal = journal
@@ -152,8 +162,15 @@ class RunShell:
         """The run's state: counters, the stop and the write breaker, as the core keeps it."""
         return self._run
 
+    @property
+    def shared(self) -> SharedRun | None:
+        """The run's side in its store when the run is shared (``shared=True``), else ``None``."""
+        return self._shared
+
     def stop_packet(self) -> StopPacket:
-        """The operator packet for the run as it is now."""
+        """The operator packet for the run as it is now (a shared run: as its store holds it)."""
+        if self._shared is not None:
+            self._view(self._shared.flush())
         run = self._run  # one state: the stop, counters and history agree
         stop = run.stopped or run.writes_blocked
         try:
@@ -184,14 +201,52 @@ class RunShell:
 
     # -- the run machine -------------------------------------------------------------------
 
-    def _feed(self, event: RunEvent) -> RunDecision:
-        with self._lock:
-            before = (self._run.stopped, self._run.writes_blocked)
-            self._run, decision = run_apply(self._run, event, self.budget)
-            after = (self._run.stopped, self._run.writes_blocked)
+    def _feed(self, event: RunEvent, *, raised: Mapping[str, Any] | None = None) -> RunDecision:
+        """Feed the run machine; ``raised``: an ``extend``'s limits to raise the budget to."""
+        before = (self._run.stopped, self._run.writes_blocked)
+        shared = self._shared
+        if shared is None:
+            with self._lock:
+                if raised is not None:
+                    self.budget = self.budget.raised(**raised)
+                self._run, decision = run_apply(self._run, event, self.budget)
+        elif event.type not in ANSWERED and on_loop():
+            # A fact on the event loop: recorded in this guard's view now, written to the
+            # store from a worker thread (a round trip never blocks the loop).
+            decision = self._local(event)
+            shared.post(event)
+            later(self._write_shared)
+        else:
+            written = shared.feed(event, raised=raised)
+            if written is None:
+                decision = shared.refused(event) if event.type in ANSWERED else self._local(event)
+            else:
+                state, budget, decision = written
+                self._view((state, budget))
+        after = (self._run.stopped, self._run.writes_blocked)
         if self._stop_listeners and after != before and any(after):
             self._notify_stop()
         return decision
+
+    def _local(self, event: RunEvent) -> RunDecision:
+        """``event`` applied to this guard's view alone (the store will hear it later)."""
+        with self._lock:
+            self._run, decision = run_apply(self._run, event, self.budget)
+        return decision
+
+    def _view(self, found: tuple[RunState, Budget] | None) -> None:
+        """This guard's view of a shared run, as its store holds it (``None``: unreachable)."""
+        if found is not None:
+            with self._lock:
+                self._run, self.budget = found
+
+    def _write_shared(self) -> None:
+        assert self._shared is not None
+        before = (self._run.stopped, self._run.writes_blocked)
+        self._view(self._shared.flush())
+        after = (self._run.stopped, self._run.writes_blocked)
+        if self._stop_listeners and after != before and any(after):
+            self._notify_stop()
 
     def _notify_stop(self) -> None:
         packet = self.stop_packet()

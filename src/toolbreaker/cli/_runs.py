@@ -1,0 +1,76 @@
+"""``toolbreaker run show|extend TASK --store URL``: an operator's view of a shared run.
+
+A run shared by its guards (``RunGuard(..., shared=True)``) keeps its counters, stops and
+budget in the store. ``show`` prints its stop packet as JSON; ``extend`` raises its budget
+and resumes it exactly as ``guard.extend`` does (it *is* a guard's ``extend``, run by a
+guard of the task that joins the run): recorded first in the journal with who and why,
+then the run's record raised by compare-and-set, so every process of the run sees it.
+A store without that run is one error line, exit 2: never a fresh run reported as healthy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from toolbreaker.cli._stores import SHARED_STORES, open_store
+from toolbreaker.core.files import shown
+from toolbreaker.errors import PolicyError
+
+__all__ = ["add_command"]
+
+
+def add_command(commands: Any) -> None:
+    """Register ``run`` (``show``, ``extend``) on the top-level subparsers."""
+    cmd = commands.add_parser("run", help="show or extend a run shared through a store")
+    actions = cmd.add_subparsers(dest="run_action", required=True, metavar="ACTION")
+    for name, text in (
+        ("show", "print the run's stop packet (JSON)"),
+        ("extend", "raise a stopped run's budget and resume it (recorded with who and why)"),
+    ):
+        action = actions.add_parser(name, help=text)
+        action.add_argument("task", help="the run's task id")
+        action.add_argument("--store", required=True, help=f"{SHARED_STORES} (existing)")
+        if name == "extend":
+            action.add_argument("--by", required=True, help="who raises it")
+            action.add_argument("--why", required=True, help="why (kept in the journal)")
+            action.add_argument("--max-cost", help="the new cost limit (a decimal)")
+            action.add_argument("--max-tool-calls", type=int, help="the new call limit")
+            action.add_argument("--deadline-ms", type=int, help="the new deadline (ms)")
+            action.add_argument("--max-recovery-calls", type=int, help="recovery reads")
+        action.set_defaults(run_command=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from toolbreaker.runtime.run._guard import RunGuard
+    from toolbreaker.runtime.run._shared import read_shared
+
+    store = open_store(args.store)
+    try:
+        if read_shared(store, args.task) is None:
+            raise PolicyError(
+                f"no shared run {shown(args.task)} in {args.store} (a run is shared by "
+                "RunGuard(..., shared=True))",
+                field="task",
+            )
+        guard = RunGuard(args.task, journal=store, shared=True)
+        if args.run_action == "extend":
+            packet = guard.extend(
+                by=args.by,
+                why=args.why,
+                max_cost=args.max_cost,
+                max_tool_calls=args.max_tool_calls,
+                deadline_ms=args.deadline_ms,
+                max_recovery_calls=args.max_recovery_calls,
+            )
+        else:
+            packet = guard.stop_packet()
+        json.dump(json.loads(packet.to_json()), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
+    return 0

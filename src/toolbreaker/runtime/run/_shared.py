@@ -1,0 +1,280 @@
+"""One run's budget shared by every guard of its task, through a store's records.
+
+A run served by several workers or processes (the same task id) must spend one budget:
+each guard alone would let its own share of calls through. With ``RunGuard(...,
+shared=True)`` the run's state (:class:`~toolbreaker.core.run.state.RunState`: counters,
+reservations, stops) and its budget live in one record of the journal's store
+(space ``toolbreaker.runs``, key the task), and every event the guard feeds the run
+machine is applied to that record by compare-and-set: read it, apply the event with the
+pure core (:func:`toolbreaker.core.run.machine.apply`), write it back at the version
+read; a guard that lost the race reads again. Nothing here decides anything the core
+does not.
+
+The record holds, beside the state, the budget the run was started with (raised by an
+operator's extension: one budget for one run, whatever each process was built with) and
+the ids of the events applied last, so an event written again after a write whose answer
+was lost is never applied twice.
+
+Fail closed
+-----------
+An event a caller waits for (:data:`~toolbreaker.core.run.machine.ANSWERED`: a request,
+a reservation ...) while the record cannot be read or written is answered
+``budget-unavailable``: no call is admitted against a budget nobody can read. An event
+that records a fact (an outcome, a cost, a usage) is never lost and never changes the
+call's outcome: it stays in the guard's outbox, in order, and is written with the next
+event that reaches the store; the fault is counted (:attr:`SharedRun.faults`). A
+request whose write's answer was lost may have been admitted in the store while its
+caller was refused: it then holds its reservation until its lease ends, spending
+nothing more than it held (never less safe than refusing).
+
+Clocks: the run's times (its start, deadline, leases) are wall-clock milliseconds, so
+processes on hosts whose clocks are synchronised agree on them; a skew shifts a deadline
+or a lease by the skew (an event stamped before the run started, by a clock behind the
+one that started it, counts as at the start).
+
+A run's ``resume`` (the writes an earlier run of the task left unresolved) is applied only
+when the record is created: a guard that joins a run already shared finds the count in
+the state, and counting it again would block writes twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from toolbreaker.core.run.budget import Budget, RunState, Stop
+from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
+from toolbreaker.core.run.machine import apply as run_apply
+from toolbreaker.errors import (
+    PolicyError,
+    RecordCorrupt,
+    RunStateError,
+    StoreUnavailable,
+    StoreWriteUnknown,
+)
+from toolbreaker.runtime._clock import Clock
+from toolbreaker.runtime._log import hook_failed
+from toolbreaker.stores._protocol import Records
+
+__all__ = ["RUNS_SPACE", "SharedRun", "read_shared"]
+
+#: The records space that holds shared runs, one record per task.
+RUNS_SPACE: Final = "toolbreaker.runs"
+#: The ids of the events applied last that a record keeps (a lost answer's event is
+#: written again at most a few events later).
+APPLIED_LIMIT: Final = 256
+#: Compare-and-set rounds before a write is given up as unavailable (a hot run under
+#: many writers wins well before; each round backs off a little longer).
+CAS_ROUNDS: Final = 200
+_SCHEMA: Final = "toolbreaker.shared-run/v1"
+
+
+def read_shared(records: Records, task: str) -> tuple[RunState, Budget, int] | None:
+    """The shared run of ``task``: its state, its budget and the record's version.
+
+    ``None`` when the store holds no shared run of that task.
+
+    Raises:
+        StoreUnavailable: the store cannot be read.
+        RecordCorrupt: the record does not decode into a run and a budget.
+    """
+    found = records.record_get(RUNS_SPACE, task)
+    if found is None:
+        return None
+    doc, version = found
+    state, budget, _ = _decode(doc, task, version)
+    return state, budget, version
+
+
+def _decode(doc: Mapping[str, Any], task: str, version: int) -> tuple[RunState, Budget, list[str]]:
+
+    def corrupt(why: str) -> RecordCorrupt:
+        return RecordCorrupt(
+            f"the shared run {task!r} {why}", space=RUNS_SPACE, key=task, version=version
+        )
+
+    if doc.get("schema") != _SCHEMA:
+        raise corrupt(f"is not a {_SCHEMA} record")
+    try:
+        state = RunState.from_dict(doc["state"])
+        budget = Budget.from_dict(doc["budget"])
+        applied = [str(x) for x in doc["applied"]]
+    except (KeyError, TypeError, RunStateError, PolicyError) as exc:
+        raise corrupt(f"does not decode: {exc}") from None
+    if state.task != task:
+        raise corrupt(f"holds the state of {state.task!r}")
+    return state, budget, applied
+
+
+class SharedRun:
+    """A guard's side of one shared run (see the module).
+
+    Attributes:
+        faults: writes and reads of the record that failed (each one counted once);
+            the events they carried stay in the outbox or were refused.
+    """
+
+    def __init__(self, records: Records, task: str, budget: Budget, clock: Clock) -> None:
+        self.records = records
+        self.task = task
+        self.clock = clock
+        self.faults = 0
+        self._budget = budget
+        self._outbox: list[tuple[str, RunEvent, Mapping[str, Any] | None]] = []
+        self._lock = threading.Lock()
+        self._rng = random.Random()  # noqa: S311 - jitter, not secrecy
+        # The decision of a round whose write's answer was lost, by its last event's id:
+        # the answer, once a read shows that write landed.
+        self._unanswered: tuple[str, RunDecision] | None = None
+
+    @property
+    def pending(self) -> int:
+        """Events recorded here and not yet written to the store."""
+        return len(self._outbox)
+
+    def feed(
+        self, event: RunEvent, *, raised: Mapping[str, Any] | None = None
+    ) -> tuple[RunState, Budget, RunDecision] | None:
+        """Apply ``event`` (and every event still in the outbox) to the shared record.
+
+        ``raised``: for ``extend``, the limits to raise the run's budget to.
+
+        Returns the state and budget the store now holds and the event's decision; or
+        ``None`` when the store could not be reached: an answered event was refused
+        (:meth:`refused`), any other stays in the outbox for the next write.
+
+        Raises:
+            PolicyError: ``raised`` would lower the run's budget.
+        """
+        with self._lock:
+            self._outbox.append((uuid.uuid4().hex[:16], event, raised))
+            try:
+                return self._flush()
+            except StoreUnavailable as exc:
+                self.faults += 1
+                if event.type in ANSWERED:
+                    self._outbox.pop()  # never admitted here (see the module)
+                hook_failed(f"the shared run {self.task!r} could not be written", exc)
+                return None
+            except PolicyError:
+                self._outbox.pop()
+                raise
+
+    def post(self, event: RunEvent) -> None:
+        """Keep ``event`` (a fact, not :data:`ANSWERED`) for the next write (:meth:`flush`)."""
+        with self._lock:
+            self._outbox.append((uuid.uuid4().hex[:16], event, None))
+
+    def flush(self) -> tuple[RunState, Budget] | None:
+        """Write what the outbox holds; the state the store holds (``None``: unreachable)."""
+        with self._lock:
+            try:
+                if not self._outbox:
+                    return self._read()
+                state, budget, _ = self._flush()
+            except StoreUnavailable as exc:
+                self.faults += 1
+                hook_failed(f"the shared run {self.task!r} could not be read", exc)
+                return None
+            return state, budget
+
+    def refused(self, event: RunEvent) -> RunDecision:
+        """The answer to ``event`` while the run's record cannot be reached: fail closed."""
+        detail = (
+            f"the budget of run {self.task!r} is shared through a store that cannot be "
+            "reached: no call is admitted against a budget nobody can read"
+        )
+        stop = Stop("budget-unavailable", detail, event.at)
+        return RunDecision("stopped", stop)
+
+    # -- the record ------------------------------------------------------------------------
+
+    def _read(self) -> tuple[RunState, Budget]:
+        found = self.records.record_get(RUNS_SPACE, self.task)
+        if found is None:
+            return RunState.start(self.task, self.clock()), self._budget
+        state, budget, _ = _decode(found[0], self.task, found[1])
+        return state, budget
+
+    def _flush(self) -> tuple[RunState, Budget, RunDecision]:
+        for round_ in range(CAS_ROUNDS):
+            written = self._round()
+            if written is not None:
+                self._outbox.clear()
+                return written
+            time.sleep(self._rng.uniform(0, 0.0005 * min(round_ + 1, 20)))
+        raise StoreUnavailable(f"the shared run {self.task!r} lost {CAS_ROUNDS} writes in a row")
+
+    def _round(self) -> tuple[RunState, Budget, RunDecision] | None:
+        """One compare-and-set round; ``None`` when another writer came first."""
+        found = self.records.record_get(RUNS_SPACE, self.task)
+        created = found is None
+        applied: list[str] = []
+        if found is None:
+            state, budget, version = RunState.start(self.task, self.clock()), self._budget, 0
+        else:
+            version = found[1]
+            state, budget, applied = _decode(found[0], self.task, version)
+        decision = RunDecision("recorded")
+        seen = set(applied)
+        last = self._outbox[-1][0]
+        if last in seen:  # the lost write landed: nothing left to write
+            answer = self._unanswered
+            self._unanswered = None
+            return state, budget, answer[1] if answer and answer[0] == last else decision
+        for event_id, event, raised in self._outbox:
+            if event_id in seen:
+                continue  # written already by a write whose answer was lost
+            applied.append(event_id)
+            if event.type == "resume" and not created:
+                continue  # the run's state counts them already (see the module)
+            if raised is not None:
+                budget = budget.raised(**raised)
+            fed = event
+            if event.at < state.started_at:  # another host's clock started the run
+                fed = dataclasses.replace(event, at=state.started_at)
+            state, decision = run_apply(state, fed, budget)
+        doc = {
+            "schema": _SCHEMA,
+            "state": state.to_dict(),
+            "budget": budget.to_dict(),
+            "applied": applied[-APPLIED_LIMIT:],
+        }
+        try:
+            if self.records.record_put(RUNS_SPACE, self.task, doc, version=version) is None:
+                return None
+        except StoreWriteUnknown:
+            # Written or not: the next round reads which, by the ids it holds.
+            self._unanswered = (last, decision)
+            return None
+        self._unanswered = None
+        return state, budget, decision
+
+
+def on_loop() -> bool:
+    """Whether this thread is running an event loop (a store round trip would block it)."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def later(fn: Callable[[], object]) -> None:
+    """Run ``fn`` in the event loop's default executor, its failure logged."""
+    import asyncio
+
+    future = asyncio.get_running_loop().run_in_executor(None, fn)
+
+    def done(f: asyncio.Future[object]) -> None:
+        if not f.cancelled() and f.exception() is not None:
+            hook_failed("writing the shared run failed", f.exception())
+
+    future.add_done_callback(done)
