@@ -12,6 +12,18 @@ Each scenario runs twice: ``after the fact`` (the tool declares no cost and repo
 rows show the calls admitted (the tool ran), the money spent, and whether spent stayed
 within the budget plus one call's overshoot (the target).
 
+- ``4 processes``: four OS processes of one run (the same task id), 4 threads each calling
+  in a loop, through one SQLite file. ``after the fact`` is each process with a guard of
+  its own (what a run spread over workers had before), ``shared, reserved`` is
+  ``RunGuard(..., shared=True)``: one budget in the store, reserved by compare-and-set.
+
+Then what one call costs when the run is shared, per store (wall-clock median µs of a
+sync ``guard.call`` of a no-op tool with a declared cost, one thread): in memory (not
+shared), and shared through SQLite, Redis (a ``redis-server`` started on 127.0.0.1 when
+one is on the PATH) and PostgreSQL (``--postgres URL``). The physical floor beside them
+is one read and one compare-and-set write of the store's record, the two round trips a
+shared admission needs.
+
 The last table is what a reservation costs per call in a process: a sync ``guard.call``
 of a no-op tool with and without a declared cost (median µs/call of ``--repeats``
 samples, interleaved), and the run machine alone (``apply`` of a request and its outcome).
@@ -95,6 +107,132 @@ def thread_run(threads: int, calls: int, reserved: bool) -> tuple[int, Decimal]:
     return ran, guard.state.cost
 
 
+def process_run(path: str, task: str, shared: bool, threads: int, calls: int) -> tuple[int, str]:
+    """In a worker process: ``threads`` threads of ``calls`` calls each of one run."""
+    from toolbreaker.stores import SQLiteStore
+
+    with SQLiteStore(path) as store:
+        guard = RunGuard(task, budget=budget(4 * threads * calls), journal=store, shared=shared)
+        ran = 0
+        lock = threading.Lock()
+
+        def search(q: str) -> dict[str, str]:
+            nonlocal ran
+            with lock:
+                ran += 1
+            time.sleep(0.001)
+            if not shared:
+                guard.add_cost(PRICE, risk="read")
+            return {"q": q}
+
+        guard.tool("search", cost=PRICE if shared else None)(search)
+
+        def worker(w: int) -> None:
+            for i in range(calls):
+                guard.call("search", {"q": f"{w}-{i}"})
+
+        pool = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        return ran, str(guard.stop_packet().counters["cost"])
+
+
+def processes_run(shared: bool, threads: int, calls: int) -> tuple[int, Decimal]:
+    """4 processes of one run through one SQLite file; calls admitted, money spent in all."""
+    import multiprocessing
+    import tempfile
+    import uuid
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/runs.db"
+        task = f"bench-{uuid.uuid4().hex[:8]}"
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(4) as pool:
+            found = pool.starmap(process_run, [(path, task, shared, threads, calls)] * 4)
+        ran = sum(r for r, _ in found)
+        if shared:  # one run, one record: every process reads the same total
+            return ran, Decimal(found[0][1])
+        return ran, sum((Decimal(c) for _, c in found), Decimal(0))
+
+
+def per_call_shared(store: object, n: int) -> float:
+    """Wall-clock µs per sync ``guard.call`` with a declared cost, the run shared (or not)."""
+    import uuid
+
+    policy = Budget(max_cost="1000000", max_tool_calls=n + 1, max_repeats=n, classes=OPEN)
+    task = f"bench-{uuid.uuid4().hex[:8]}"
+    guard = RunGuard(task, budget=policy, journal=store, shared=store is not None)  # type: ignore[arg-type]
+    guard.tool("noop", cost="0.01")(lambda i: None)
+    start = time.perf_counter_ns()
+    for i in range(n):
+        guard.call("noop", {"i": i})
+    return (time.perf_counter_ns() - start) / n / 1000
+
+
+def floor_round_trips(store: object, n: int) -> float:
+    """Wall-clock µs of one record read and one compare-and-set write: the floor."""
+    import uuid
+
+    key = uuid.uuid4().hex
+    version = store.record_put("bench", key, {"n": 0}, version=0)  # type: ignore[attr-defined]
+    start = time.perf_counter_ns()
+    for i in range(n):
+        store.record_get("bench", key)  # type: ignore[attr-defined]
+        version = store.record_put("bench", key, {"n": i}, version=version)  # type: ignore[attr-defined]
+    return (time.perf_counter_ns() - start) / n / 1000
+
+
+def shared_stores(postgres: str | None, tmp: str) -> dict[str, object]:
+    """The stores to time a shared run on: SQLite, Redis when it can run, PostgreSQL by URL."""
+    import shutil
+    import socket
+    import subprocess
+
+    from toolbreaker.stores import SQLiteStore
+
+    stores: dict[str, object] = {"sqlite (file)": SQLiteStore(f"{tmp}/shared.db")}
+    binary = shutil.which("redis-server")
+    if binary is not None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        _SERVERS.append(server)
+        from toolbreaker.stores import RedisStore
+
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        url = f"redis://127.0.0.1:{port}/0"
+        stores["redis (127.0.0.1)"] = RedisStore(url, volatile_journal=True)
+    if postgres:
+        from toolbreaker.stores import PostgresStore
+
+        stores["postgresql"] = PostgresStore(postgres)
+    return stores
+
+
+_SERVERS: list[object] = []
+
+
 def per_call_guard(n: int, reserved: bool) -> float:
     """µs per sync ``guard.call`` of a no-op tool, with or without a declared cost."""
     policy = Budget(max_cost="1000000", max_tool_calls=n + 1, max_repeats=n, classes=OPEN)
@@ -146,6 +284,7 @@ def main() -> None:
     parser.add_argument("--calls-per-thread", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--postgres", metavar="URL", help="time a shared run on PostgreSQL too")
     args = parser.parse_args()
     n, repeats = (1000, 2) if args.quick else (4000, args.repeats)
     target = BUDGET + PRICE
@@ -158,9 +297,30 @@ def main() -> None:
         results.append((f"{args.tasks} asyncio tasks, {mode}", async_run(args.tasks, reserved)))
         label = f"{args.threads} threads x {args.calls_per_thread}, {mode}"
         results.append((label, thread_run(args.threads, args.calls_per_thread, reserved)))
+        label = f"4 processes x 4 threads, {'shared, reserved' if reserved else mode}"
+        results.append((label, processes_run(reserved, 4, 50 if not args.quick else 10)))
     for label, (admitted, spent) in results:
         within = "yes" if spent <= target else "NO"
         print(f"{label:<34}{admitted:>9}{spent:>10}{spent / BUDGET:>10.2f}  {within}")
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = shared_stores(args.postgres, tmp)
+        calls = 200 if args.quick else 1000
+        print()
+        print(f"{'a shared run, per call':<30}{'µs/call':>10}{'floor µs':>10}{'x floor':>9}")
+        memory = statistics.median(per_call_shared(None, calls) for _ in range(repeats))
+        print(f"{'memory (not shared)':<30}{memory:>10.1f}")
+        for name, store in stores.items():
+            value = statistics.median(per_call_shared(store, calls) for _ in range(repeats))
+            floor = statistics.median(floor_round_trips(store, calls) for _ in range(repeats))
+            print(f"{name:<30}{value:>10.1f}{floor:>10.1f}{value / floor:>9.2f}")
+            store.close()  # type: ignore[attr-defined]
+        for server in _SERVERS:
+            server.terminate()  # type: ignore[attr-defined]
+    if not args.postgres:
+        print("postgresql: not timed (pass --postgres URL)")
 
     rows: dict[str, Callable[[], float]] = {
         "guard.call, no cost": lambda: per_call_guard(n, reserved=False),

@@ -131,6 +131,9 @@ class SharedRun:
         # The decision of a round whose write's answer was lost, by its last event's id:
         # the answer, once a read shows that write landed.
         self._unanswered: tuple[str, RunDecision] | None = None
+        # The record this guard wrote last, decoded, by its version: a read that finds
+        # that version (no other writer came between) needs no decoding.
+        self._known: tuple[int, RunState, Budget, list[str]] | None = None
 
     @property
     def pending(self) -> int:
@@ -219,7 +222,11 @@ class SharedRun:
             state, budget, version = RunState.start(self.task, self.clock()), self._budget, 0
         else:
             version = found[1]
-            state, budget, applied = _decode(found[0], self.task, version)
+            known = self._known
+            if known is not None and known[0] == version:
+                state, budget, applied = known[1], known[2], list(known[3])
+            else:
+                state, budget, applied = _decode(found[0], self.task, version)
         decision = RunDecision("recorded")
         seen = set(applied)
         last = self._outbox[-1][0]
@@ -239,20 +246,23 @@ class SharedRun:
             if event.at < state.started_at:  # another host's clock started the run
                 fed = dataclasses.replace(event, at=state.started_at)
             state, decision = run_apply(state, fed, budget)
+        kept = applied[-APPLIED_LIMIT:]
         doc = {
             "schema": _SCHEMA,
             "state": state.to_dict(),
             "budget": budget.to_dict(),
-            "applied": applied[-APPLIED_LIMIT:],
+            "applied": kept,
         }
         try:
-            if self.records.record_put(RUNS_SPACE, self.task, doc, version=version) is None:
+            written = self.records.record_put(RUNS_SPACE, self.task, doc, version=version)
+            if written is None:
                 return None
         except StoreWriteUnknown:
             # Written or not: the next round reads which, by the ids it holds.
             self._unanswered = (last, decision)
             return None
         self._unanswered = None
+        self._known = (written, state, budget, kept)
         return state, budget, decision
 
 
