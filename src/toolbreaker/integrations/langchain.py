@@ -80,7 +80,8 @@ from typing import Any, Final, cast
 
 from toolbreaker.core.run.budget import Budget
 from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
-from toolbreaker.integrations import require
+from toolbreaker.integrations import count_usage, require
+from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._boundary import (
@@ -445,9 +446,15 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
-        """Tell the model the tool-unavailable protocol; hide open tools if asked to."""
+        """Tell the model the tool-unavailable protocol; hide open tools if asked to.
+
+        The response's usage (each ``AIMessage.usage_metadata``) goes into the run's
+        budget, priced by the budget's ``prices``.
+        """
         looks = {name: self._down(name) for name in self._hideable(request)}
-        return handler(self._hidden(self._instructed(request), looks))
+        response = handler(self._hidden(self._instructed(request), looks))
+        _count(lambda: self._guard_of(request.runtime), request, response)
+        return response
 
     async def awrap_model_call(
         self,
@@ -456,7 +463,9 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
     ) -> ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]:
         """The async twin of :meth:`wrap_model_call`: breakers are asked off the loop."""
         looks = {name: await self._adown(name) for name in self._hideable(request)}
-        return await handler(self._hidden(self._instructed(request), looks))
+        response = await handler(self._hidden(self._instructed(request), looks))
+        _count(lambda: self._guard_of(request.runtime), request, response)
+        return response
 
     @hook_config(can_jump_to=["end"])
     def before_model(self, state: ToolbreakerState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -789,3 +798,24 @@ def _value(result: ToolMessage | Command[Any]) -> Any:
 
 def _text(content: Any) -> str:
     return content if isinstance(content, str) else json.dumps(content, default=str)
+
+
+def _count(guard: Callable[[], RunGuard], request: ModelRequest[Any], response: object) -> None:
+    """Report the usage of every ``AIMessage`` the model call returned (never raises)."""
+    try:
+        _counted(guard(), request, response)
+    except Exception as exc:  # noqa: BLE001 - usage never changes a response
+        hook_failed("the model's usage could not be counted; the response stands", exc)
+
+
+def _counted(guard: RunGuard, request: ModelRequest[Any], response: object) -> None:
+    found = getattr(response, "model_response", response)
+    messages = [found] if isinstance(found, AIMessage) else getattr(found, "result", [])
+    fallback = getattr(request.model, "model_name", None) or getattr(request.model, "model", None)
+    for message in messages:
+        usage = getattr(message, "usage_metadata", None)
+        if not isinstance(message, AIMessage) or not usage:
+            continue
+        meta = message.response_metadata or {}
+        model = meta.get("model_name") or meta.get("model") or fallback
+        count_usage(guard, model, usage.get("input_tokens"), usage.get("output_tokens"))

@@ -57,7 +57,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from toolbreaker.core.run.budget import WRITES
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import require
+from toolbreaker.integrations import count_usage, require
 from toolbreaker.runtime._result import hidden_tools_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
@@ -214,6 +214,14 @@ class _StopHooks(AgentHooks[Any]):
     async def on_llm_end(
         self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
     ) -> None:
+        guard = self._protection.guard
+        usage = getattr(response, "usage", None)
+        if guard is not None and usage is not None:  # the model's usage, into the budget
+            chosen = agent.model
+            model = chosen if isinstance(chosen, str) else getattr(chosen, "model", None)
+            if model is None and chosen is not None:
+                model = type(chosen).__name__  # a model object that names no model
+            count_usage(guard, model, usage.input_tokens, usage.output_tokens)
         if self._inner is not None:
             await self._inner.on_llm_end(context, agent, response)
 

@@ -65,7 +65,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final, TypeAlias
 
-from toolbreaker.integrations import require
+from toolbreaker.integrations import count_usage, require
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -87,7 +87,7 @@ from pydantic_ai.exceptions import (  # noqa: E402
     ToolRetryError,
     UnexpectedModelBehavior,
 )
-from pydantic_ai.messages import ModelMessage, ToolCallPart  # noqa: E402
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart  # noqa: E402
 from pydantic_ai.models import ModelRequestContext  # noqa: E402
 from pydantic_ai.output import OutputContext  # noqa: E402
 from pydantic_ai.run import AgentRunResult  # noqa: E402
@@ -356,6 +356,18 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             # run ends with RunCancelled all the same (the run's own cancellation decides).
             raise asyncio.CancelledError
         return request_context
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        """The response's usage (``ModelResponse.usage``) goes into the run's budget."""
+        usage = response.usage
+        count_usage(self._bound(), response.model_name, usage.input_tokens, usage.output_tokens)
+        return response
 
     async def wrap_output_process(
         self,
