@@ -175,6 +175,8 @@ def find_charge(key, args):
 """,
     "from toolbreaker import Registry, SQLiteStore": _PUBLISHED,
     "from toolbreaker import Budget, RunGuard": "",
+    "from toolbreaker import Budget, ModelPrice, RunGuard": "",
+    "from toolbreaker import Budget, RunGuard, SQLiteStore": "",
     "from toolbreaker import SQLiteStore, prune_done": "",
     'breakers = Registry.from_toml("breakers.toml", store=store)': """
 from toolbreaker import SQLiteStore
