@@ -6,7 +6,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState, Lease, Transition
+from toolbreaker.core.breaker.state import Transition, forced
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._attach import Attachment, Target
 
@@ -77,19 +77,8 @@ def force_state(breaker: Breaker, phase: str, *, open_for_ms: int | None = None)
     starts with no probe in flight. The store must support ``force`` (the memory store
     does).
     """
-    now = breaker.clock()
-    generation = breaker.state.generation + 1
-    if phase == OPEN:
-        wait = breaker.policy.cooldown_ms if open_for_ms is None else open_for_ms
-        state = BreakerState(phase=OPEN, generation=generation, open_until=now + wait, opens=1)
-    elif phase == HALF_OPEN:
-        state = BreakerState(
-            phase=HALF_OPEN, generation=generation, opens=1, leases=tuple[Lease, ...]()
-        )
-    elif phase == CLOSED:
-        state = BreakerState(generation=generation)
-    else:
-        raise ValueError(f"unknown phase {phase!r}")
+    wait = breaker.policy.cooldown_ms if open_for_ms is None else open_for_ms
+    state = forced(phase, breaker.state.generation + 1, open_until=breaker.clock() + wait)
     force = getattr(breaker.store, "force", None)
     if force is None:
         raise TypeError(f"{type(breaker.store).__name__} cannot force a state")

@@ -34,6 +34,7 @@ __all__ = [
     "built_record",
     "built_state",
     "changed_phase",
+    "forced",
     "half_opened",
     "opened",
     "opening",
@@ -509,6 +510,24 @@ def built_record(  # noqa: PLR0917 - every field but the policy version, for spe
 # -- what a record (or a pair of states) says happened: the only place phases are compared ---
 # Shells (the breaker's counters, replay, tuning, the dashboard, listeners) ask these
 # instead of comparing phases themselves, so "did it open" has one meaning everywhere.
+
+
+def forced(phase: str, generation: int, *, open_until: int = 0) -> BreakerState:
+    """The state an operator or a test puts a breaker in: ``phase`` from now on.
+
+    ``open`` lasts until ``open_until``; ``half_open`` starts with no probe in flight;
+    ``closed`` has empty counters. Every forced state counts as a fresh ``generation``.
+
+    Raises:
+        ValueError: ``phase`` is none of :data:`CLOSED`, :data:`OPEN`, :data:`HALF_OPEN`.
+    """
+    if phase == OPEN:
+        return BreakerState(phase=OPEN, generation=generation, open_until=open_until, opens=1)
+    if phase == HALF_OPEN:
+        return BreakerState(phase=HALF_OPEN, generation=generation, opens=1, leases=())
+    if phase == CLOSED:
+        return BreakerState(generation=generation)
+    raise ValueError(f"unknown phase {phase!r}")
 
 
 def opened(record: Transition) -> bool:
