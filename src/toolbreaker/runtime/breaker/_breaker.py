@@ -77,22 +77,9 @@ class Breaker(Steps):
     Args:
         dependency: the smallest remote dependency whose health can be observed.
         operation: the operation class (``read``, ``write`` ...); it gets its own state.
-        policy: thresholds and cooldowns; defaults to :class:`Policy`'s.
         store: where state lives; a private :class:`MemoryStore` by default.
         clock: integer milliseconds, monotonic (``FakeClock`` in tests); by default the
             store's own clock if it has one (Redis: the server's), else this host's.
-        timeout: the default deadline in seconds; every call needs one.
-        enforce: how sync deadlines are enforced (see :data:`Enforce`).
-        classifier: turns an exception into a :class:`Verdict`.
-        result_is_failure: a predicate on results, e.g. a 200 whose body is an error.
-        tool: the tool name the model sees (defaults to the dependency).
-        fallback: the tool the model should use instead while this one is unavailable.
-        fallback_note: what the model must say when it uses the fallback.
-        retryable: whether the model may retry a transient failure while closed.
-        owner: the team to page; shown on dashboards.
-        instructions: per-reason instruction templates overriding the defaults.
-        scope: key one breaker per value of this scope (see :class:`Boundary`).
-        max_scopes: the most scoped breakers kept in this process.
         max_workers: for ``enforce="thread"`` calls, the most worker threads calls that
             hang past their deadline may hold (one of them kept for probes, when there
             are two or more), and the idle threads kept between calls. Calls within
@@ -101,25 +88,41 @@ class Breaker(Steps):
             deadline keeps its worker (and its bulkhead slot) until it returns; while
             such calls hold all the workers they may, a call is rejected at once with
             reason ``hung``.
-        retry: the retry policy ``call()``/``acall()`` follow (a
-            :class:`~toolbreaker.core.retry.RetryPolicy` or a table of its fields);
-            ``None``: no retries here. Pick one layer: see :meth:`call`.
-        max_retry_after_ms: a server hint longer than this is never waited out: the tool
-            is unavailable for the run.
         sleep: how ``call()`` waits between attempts (``time.sleep`` by default; tests
             pass a fake clock's advance). ``acall()`` awaits it if it returns an awaitable,
             else uses ``asyncio.sleep`` when it is not set.
         retry_seed: seeds the per-operation jitter seeds, for a reproducible run; by
             default each operation's seed is random. Every seed is in the retry records.
-        degrade: the degradation chain while the tool may not be called (see
-            :mod:`toolbreaker.core.degrade`); ``max_stale`` and ``stale_every`` go with
-            ``stale``.
-        health_check: a cheap check of the dependency (a :class:`HealthCheck`, or a
-            callable of no arguments) that a health checker runs while the breaker is
-            open; only the checker then probes (see :class:`~toolbreaker.HealthChecker`).
-        max_concurrent: the bulkhead: the most calls in flight at once, across processes
-            when the store is shared, until they really end (see :class:`Boundary`);
-            ``None``: no limit.
+        **options: the breaker's options (:class:`BreakerOptions`), each validated once,
+            by :class:`Boundary`:
+
+            - ``policy``: thresholds and cooldowns; defaults to :class:`Policy`'s.
+            - ``timeout``: the default deadline in seconds; every call needs one.
+            - ``enforce``: how sync deadlines are enforced (see :data:`Enforce`).
+            - ``classifier``: turns an exception into a :class:`Verdict`.
+            - ``result_is_failure``: a predicate on results, e.g. a 200 whose body is an error.
+            - ``tool``: the tool name the model sees (defaults to the dependency).
+            - ``fallback``: the tool the model should use instead while this one is unavailable.
+            - ``fallback_note``: what the model must say when it uses the fallback.
+            - ``retryable``: whether the model may retry a transient failure while closed.
+            - ``owner``: the team to page; shown on dashboards.
+            - ``instructions``: per-reason instruction templates overriding the defaults.
+            - ``scope``: key one breaker per value of this scope (see :class:`Boundary`).
+            - ``max_scopes``: the most scoped breakers kept in this process.
+            - ``retry``: the retry policy ``call()``/``acall()`` follow (a
+              :class:`~toolbreaker.core.retry.RetryPolicy` or a table of its fields);
+              ``None``: no retries here. Pick one layer: see :meth:`call`.
+            - ``max_retry_after_ms``: a server hint longer than this is never waited out: the tool
+              is unavailable for the run.
+            - ``degrade``: the degradation chain while the tool may not be called (see
+              :mod:`toolbreaker.core.degrade`); ``max_stale`` and ``stale_every`` go with
+              ``stale``.
+            - ``health_check``: a cheap check of the dependency (a :class:`HealthCheck`, or a
+              callable of no arguments) that a health checker runs while the breaker is
+              open; only the checker then probes (see :class:`~toolbreaker.HealthChecker`).
+            - ``max_concurrent``: the bulkhead: the most calls in flight at once, across processes
+              when the store is shared, until they really end (see :class:`Boundary`);
+              ``None``: no limit.
         boundary: a ready :class:`~toolbreaker.Boundary` (a sheet row) instead of the
             options above; every option is validated once, by :class:`Boundary`.
     """
