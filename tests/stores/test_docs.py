@@ -1,4 +1,5 @@
-"""The Python in README.md and docs/*.md is what users copy, so every block runs here.
+"""The Python in README.md and every page under docs/ is what users copy, so every block
+runs here.
 
 Each block runs as the body of a coroutine (so the fragments' ``await`` and ``return``
 work) in a fresh temporary directory holding the example sheets, after a short setup
@@ -6,7 +7,8 @@ that binds the names the block takes for granted (a tool, a store, a breaker). S
 addresses in the text are swapped for this suite's real local servers (the fixtures
 live beside this file), paths for temporary ones; nothing else is changed. A block
 without a setup here fails :func:`test_every_block_has_a_setup`: a new example is
-either run or it does not ship.
+either run or it does not ship. A block that needs a framework (the adapter pages) is
+skipped, saying so, on a Python where its extra installs nothing.
 
 Every block also uses public names only: no import of a private module or name, no
 attribute starting with an underscore.
@@ -26,7 +28,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 
@@ -35,6 +37,11 @@ class Block:
     path: Path
     line: int
     code: str
+
+    @property
+    def page(self) -> str:
+        """The page, relative to the repository: the first key of :data:`SETUP`."""
+        return self.path.relative_to(ROOT).as_posix()
 
     @property
     def key(self) -> str:
@@ -116,53 +123,98 @@ from toolbreaker import SQLiteStore, publish_policy
 publish_policy(SQLiteStore("{sqlite}"), "breakers.toml", note="docs")
 """
 
-#: Block (by its first line) -> the setup run before it.
-SETUP: dict[str, str] = {
-    "from toolbreaker import Registry": "",
-    "result = search.call(fn, query, timeout=4.0)": _SHEET
-    + _TOOLS
-    + 'search = breakers.get("search", operation="read")\n',
-    'registry.register_local("search_catalog_snapshot", search_snapshot)': _SHEET + _TOOLS,
-    "from toolbreaker import Budget, RunGuard, Siblings": _SIBLINGS,
-    "from toolbreaker.instrumentation.stream import StreamPublisher, open_stream": _SHEET
-    + 'from toolbreaker import RunGuard\nguard = RunGuard("task-1")\n',
-    "from toolbreaker import Budget, Registry, RunGuard": """
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What a block takes for granted, where a plain string of setup code is not enough."""
+
+    code: str = ""
+    #: the framework the block needs: where it is missing (its extra installs nothing on
+    #: this Python) the block is skipped, saying so
+    needs: str | None = None
+    #: this block's own stand-ins: a placeholder of the text (``[...]``) -> what runs
+    swaps: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _setup_of(block: Block) -> Setup:
+    found = SETUP[block.page][block.key]
+    return found if isinstance(found, Setup) else Setup(found)
+
+
+#: Page -> block (by its first line) -> the setup run before it. Keyed by page, so two
+#: pages may open blocks alike (every adapter page has its ``import toolbreaker``).
+SETUP: dict[str, dict[str, str | Setup]] = {
+    "README.md": {
+        "from toolbreaker import Registry": "",
+    },
+    "docs/guide/guard-a-tool.md": {
+        "from toolbreaker import Registry": "",
+        "result = search.call(fn, query, timeout=4.0)": _SHEET
+        + _TOOLS
+        + 'search = breakers.get("search", operation="read")\n',
+    },
+    "docs/guide/failing-well.md": {
+        'registry.register_local("search_catalog_snapshot", search_snapshot)': _SHEET + _TOOLS,
+        "from toolbreaker import Budget, RunGuard, Siblings": _SIBLINGS,
+    },
+    "docs/guide/watching.md": {
+        "from toolbreaker.instrumentation.stream import StreamPublisher, open_stream": _SHEET
+        + 'from toolbreaker import RunGuard\nguard = RunGuard("task-1")\n',
+    },
+    "docs/guide/run-guard.md": {
+        "from toolbreaker import Budget, Registry, RunGuard": """
 from toolbreaker import SQLiteStore
 store = SQLiteStore("{sqlite}")
 
 def find_ticket(key):
     return None
 """,
-    "from toolbreaker import PostgresStore, Registry, RedisStore, SQLiteStore": "",
-    'version = store.record_put("leases", "checker", {"holder": "w1", "until": t}, version=0)': """
+    },
+    "docs/guide/stores-and-fleet.md": {
+        "from toolbreaker import PostgresStore, Registry, RedisStore, SQLiteStore": "",
+        'version = store.record_put("leases", "checker", '
+        '{"holder": "w1", "until": t}, version=0)': """
 from toolbreaker import SQLiteStore
 store = SQLiteStore("{sqlite}")
 t, t2 = 1_700_000_000_000, 1_700_000_005_000
 """,
-    'breakers = Registry.from_store(RedisStore("redis://cache:6379/0"), poll=5.0)': """
+        'breakers = Registry.from_store(RedisStore("redis://cache:6379/0"), poll=5.0)': """
 from toolbreaker import RedisStore, Registry, publish_policy
 publish_policy(RedisStore("redis://cache:6379/0"), "breakers.toml", note="docs")
 """,
-    'breakers.health_check("billing", billing_client.ping, operation="write")': """
+        'breakers.health_check("billing", billing_client.ping, operation="write")': """
 from toolbreaker import SQLiteStore
 store = SQLiteStore("{sqlite}")
 """
-    + _BILLING,
-    "from toolbreaker import TraceRecorder": _SHEET,
-    "from toolbreaker import Registry, TraceRecorder, replay": _TOOLS,
-    "from toolbreaker import RunGuard": _SHEET,
-    "from toolbreaker.runtime import Attachment": _SHEET,
-    "from toolbreaker import BreakerState, Event, Policy, apply": "",
-    'guard = RunGuard("task-42", budget=Budget(max_calls_per_turn=8, max_tool_calls=50))': (
-        "from toolbreaker import Budget, RunGuard\n"
-    ),
-    "from toolbreaker import Siblings": _SIBLINGS,
-    "from decimal import Decimal": "",
-    'packet = guard.extend(max_cost="2", by="ops@example.com", why="the customer approved")': (
-        'from toolbreaker import Budget, RunGuard\nguard = RunGuard("task-42", '
-        'budget=Budget(max_cost="1"))\n'
-    ),
-    "import toolbreaker": """
+        + _BILLING,
+    },
+    "docs/guide/replay.md": {
+        "from toolbreaker import TraceRecorder": _SHEET,
+    },
+    "docs/guide/state-machine.md": {
+        "from toolbreaker import BreakerState, Event, Policy, apply": "",
+    },
+    "docs/observing.md": {
+        "from toolbreaker import Registry, TraceRecorder, replay": _TOOLS,
+        "from toolbreaker import RunGuard": _SHEET,
+        "from toolbreaker.runtime import Attachment": _SHEET,
+    },
+    "docs/concurrency.md": {
+        'guard = RunGuard("task-42", budget=Budget(max_calls_per_turn=8, max_tool_calls=50))': (
+            "from toolbreaker import Budget, RunGuard\n"
+        ),
+        "from toolbreaker import Budget, RunGuard": "",
+        "from decimal import Decimal": "",
+        'packet = guard.extend(max_cost="2", by="ops@example.com", why="the customer approved")': (
+            'from toolbreaker import Budget, RunGuard\nguard = RunGuard("task-42", '
+            'budget=Budget(max_cost="1"))\n'
+        ),
+        "from toolbreaker import Siblings": _SIBLINGS,
+        "from toolbreaker import Budget, ModelPrice, RunGuard": "",
+        "from toolbreaker import Budget, RunGuard, SQLiteStore": "",
+    },
+    "docs/degradation.md": {
+        "import toolbreaker": """
 from toolbreaker import Registry, SQLiteStore
 store = SQLiteStore("{sqlite}")
 registry = Registry.from_toml("breakers.toml", store=store)
@@ -173,16 +225,16 @@ def charge_card(**args):
 def find_charge(key, args):
     return None
 """,
-    "from toolbreaker import Registry, SQLiteStore": _PUBLISHED,
-    "from toolbreaker import Budget, RunGuard": "",
-    "from toolbreaker import Budget, ModelPrice, RunGuard": "",
-    "from toolbreaker import Budget, RunGuard, SQLiteStore": "",
-    "from toolbreaker import SQLiteStore, prune_done": "",
-    'breakers = Registry.from_toml("breakers.toml", store=store)': """
+        "from toolbreaker import SQLiteStore, prune_done": "",
+    },
+    "docs/fleet.md": {
+        "from toolbreaker import Registry, SQLiteStore": _PUBLISHED,
+        'breakers = Registry.from_toml("breakers.toml", store=store)': """
 from toolbreaker import SQLiteStore
 store = SQLiteStore("{sqlite}")
 """
-    + _BILLING,
+        + _BILLING,
+    },
 }
 
 #: Addresses and paths in the text -> what they become here.
@@ -205,18 +257,20 @@ def _servers_of(code: str) -> set[str]:
 
 
 def test_blocks_are_told_apart_by_their_first_line() -> None:
-    """Two blocks never share a first line, so each setup belongs to one block."""
-    keys = [block.key for block in BLOCKS]
-    assert len(keys) == len(set(keys))
-    assert set(SETUP) <= set(keys), f"setups for blocks that are gone: {set(SETUP) - set(keys)}"
+    """Two blocks of a page never share a first line, so each setup belongs to one block,
+    and every setup still has its block."""
+    keys = [(block.page, block.key) for block in BLOCKS]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
+    setups = {(page, key) for page, blocks in SETUP.items() for key in blocks}
+    assert setups <= set(keys), f"setups for blocks that are gone: {setups - set(keys)}"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
 def test_every_block_has_a_setup(block: Block) -> None:
     """Every Python block in the docs is run by this file (a setup, maybe empty)."""
-    assert block.key in SETUP, (
-        f"{block}: add a setup for this block to tests/stores/test_docs.py SETUP "
-        f"(its first line is {block.key!r})"
+    assert block.key in SETUP.get(block.page, {}), (
+        f"{block}: add a setup for this block to tests/stores/test_docs.py "
+        f"SETUP[{block.page!r}] (its first line is {block.key!r})"
     )
 
 
@@ -242,21 +296,25 @@ def test_every_block_runs(
     block: Block, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The block runs as written (addresses swapped for local servers) and raises nothing."""
-    if block.key not in SETUP:
+    if block.key not in SETUP.get(block.page, {}):
         pytest.fail(f"{block}: no setup (see test_every_block_has_a_setup)")
+    setup = _setup_of(block)
+    if setup.needs is not None:
+        pytest.importorskip(setup.needs, reason=f"{block} needs {setup.needs}")
     values = {"sqlite": str(tmp_path / "breakers.db")}
-    for server in _servers_of(block.code + SETUP[block.key]):
+    for server in _servers_of(block.code + setup.code):
         values[server] = _server_url(server, request)
     for name in ("breakers.toml", "budget.toml"):
         shutil.copy(ROOT / "examples" / name, tmp_path / name)
     monkeypatch.chdir(tmp_path)
     code = block.code
-    for text, swap in SWAPS.items():
+    for text, swap in {**SWAPS, **setup.swaps}.items():
+        assert text in code or text in SWAPS, f"{block}: {text!r} is no longer in the block"
         code = code.replace(text, swap)
-    setup = SETUP[block.key].replace('"redis://cache:6379/0"', '"{redis}"')
+    code_of_setup = setup.code.replace('"redis://cache:6379/0"', '"{redis}"')
     namespace: dict[str, Any] = {"__name__": "docs_block"}
     try:
-        exec(compile(_fill(setup, values), f"setup of {block}", "exec"), namespace)
+        exec(compile(_fill(code_of_setup, values), f"setup of {block}", "exec"), namespace)
         program = _as_coroutine(_fill(code, values))
         exec(compile(program, str(block), "exec"), namespace)
         asyncio.run(namespace["__block__"]())
@@ -264,6 +322,9 @@ def test_every_block_runs(
         for value in namespace.values():  # no thread a block started outlives it
             if type(value).__module__.startswith("toolbreaker") and hasattr(value, "close"):
                 value.close()
+        cleanup = namespace.get("__cleanup__")
+        if cleanup is not None:
+            cleanup()
 
 
 # -- helpers --------------------------------------------------------------------------------
