@@ -124,6 +124,145 @@ publish_policy(SQLiteStore("{sqlite}"), "breakers.toml", note="docs")
 """
 
 
+# -- the adapter pages: each framework's own offline model, tools that answer locally ----
+
+_LANGCHAIN = """
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+from toolbreaker import Registry
+from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
+class Model(GenericFakeChatModel):  # LangChain's offline model, able to take tools
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+def searches(times):  # a model's replies: the same search `times` times, then an answer
+    for n in range(times):
+        call = {"name": "search", "args": {"query": "desk lamp"}, "id": f"call-{n}"}
+        yield AIMessage("", tool_calls=[call])
+    yield AIMessage("One desk lamp is in stock.")
+
+@tool
+def search(query: str) -> dict:
+    \"\"\"Search the catalog.\"\"\"
+    return {"hits": [query]}
+
+@tool
+def search_snapshot(query: str) -> dict:
+    \"\"\"Search yesterday's snapshot of the catalog.\"\"\"
+    return {"hits": [], "snapshot": True}
+
+tools = [search, search_snapshot]
+registry = Registry.from_toml("breakers.toml")
+"""
+
+_LANGGRAPH = (
+    _LANGCHAIN
+    + """
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import tools_condition
+
+model = Model(messages=searches(1))
+guard = ToolbreakerMiddleware(registry=registry)
+
+def call_model(state):
+    return {"messages": [model.invoke(state["messages"])]}
+"""
+)
+
+_LANGCHAIN_STOPPED = (
+    _LANGCHAIN
+    + """
+model = Model(messages=searches(10))  # the same search again and again: a repeated action
+guard = ToolbreakerMiddleware(registry=registry)
+agent = create_agent(model, tools, middleware=[guard])
+"""
+)
+
+
+_HTTPX = """
+import httpx
+from toolbreaker import Registry
+from toolbreaker.integrations.httpx import BreakerTransport
+registry = Registry.from_toml("breakers.toml")
+"""
+
+_HTTPX_OPEN = (
+    _HTTPX
+    + """
+import toolbreaker
+from toolbreaker.testing import ToolService, force_state
+
+service = ToolService().start()
+client = httpx.Client(transport=BreakerTransport(registry=registry))
+q = "desk lamp"
+force_state(registry.get(service.url.removeprefix("http://")), "open")  # its host's breaker
+
+def __cleanup__():
+    client.close()
+    service.stop()
+    assert not service.hits, service.hits  # rejected by the open breaker: never sent
+"""
+)
+
+
+_PYDANTIC_AI = """
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import FunctionModel
+from toolbreaker import Budget, Registry, RunGuard, SQLiteStore
+from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, arun_stop
+
+store = SQLiteStore("{sqlite}")
+registry = Registry.from_toml("breakers.toml")
+prompt = "Find a desk lamp"
+
+def searching(times):  # Pydantic AI's scripted model: the same search `times` times
+    def reply(messages, info):
+        parts = [p for m in messages for p in m.parts]
+        if sum(isinstance(p, ToolCallPart) for p in parts) < times:
+            return ModelResponse(parts=[ToolCallPart("search", {"query": "desk lamp"})])
+        return ModelResponse(parts=[TextPart("One desk lamp is in stock.")])
+    return FunctionModel(reply)
+
+def agent_with(model):
+    agent = Agent(model)
+
+    @agent.tool_plain
+    def search(query: str) -> dict:
+        \"\"\"Search the catalog.\"\"\"
+        return {"hits": [query]}
+
+    return agent
+"""
+
+_PYDANTIC_AI_DEPS = (
+    _PYDANTIC_AI
+    + """
+model = searching(0)
+
+class Deps:  # the run's dependencies: its guard
+    def __init__(self, guard):
+        self.guard = guard
+"""
+)
+
+_PYDANTIC_AI_STOPPED = (
+    _PYDANTIC_AI
+    + """
+guard = RunGuard("task-42", budget=Budget(max_repeats=2))
+agent = agent_with(searching(10))  # the same search again and again: a repeated action
+alerts, saved = [], []
+alert, save = alerts.append, saved.append
+
+def __cleanup__():
+    assert alerts and saved, "the run should have been stopped"
+"""
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What a block takes for granted, where a plain string of setup code is not enough."""
@@ -227,6 +366,39 @@ def find_charge(key, args):
 """,
         "from toolbreaker import SQLiteStore, prune_done": "",
     },
+    "docs/integrations/httpx.md": {
+        "from toolbreaker import Registry": Setup("import httpx\n", needs="httpx"),
+        "def route(request: httpx.Request) -> tuple[str, str]:": Setup(_HTTPX, needs="httpx"),
+        "try:": Setup(
+            _HTTPX_OPEN,
+            needs="httpx",
+            swaps={'"https://api.example.com/search"': 'service.url + "/search"'},
+        ),
+        "import toolbreaker": "",
+    },
+    "docs/integrations/langchain.md": {
+        "from toolbreaker import Budget, Registry": Setup(
+            _LANGCHAIN + "model = Model(messages=searches(1))\n", needs="langchain"
+        ),
+        "from toolbreaker.integrations.langchain import idempotency_key": Setup(
+            "from langchain_core.tools import tool\n", needs="langchain"
+        ),
+        'result = agent.invoke({"messages": [...]}, context={"task_id": "task-42"})': Setup(
+            _LANGCHAIN_STOPPED, needs="langchain"
+        ),
+        "builder = StateGraph(MessagesState)": Setup(_LANGGRAPH, needs="langgraph"),
+        "import toolbreaker": "",
+    },
+    "docs/integrations/pydantic_ai.md": {
+        "from toolbreaker import Budget, Registry, RunGuard": Setup(
+            _PYDANTIC_AI + "agent = agent_with(searching(1))\n", needs="pydantic_ai"
+        ),
+        "agent = Agent(": Setup(_PYDANTIC_AI_DEPS, needs="pydantic_ai"),
+        "from pydantic_ai.exceptions import RunCancelled": Setup(
+            _PYDANTIC_AI_STOPPED, needs="pydantic_ai"
+        ),
+        "import toolbreaker": "",
+    },
     "docs/fleet.md": {
         "from toolbreaker import Registry, SQLiteStore": _PUBLISHED,
         'breakers = Registry.from_toml("breakers.toml", store=store)': """
@@ -245,6 +417,7 @@ SWAPS = {
     "redis://cache:6379/0": "{redis}",
     "redis://node-1:7000/0": "{cluster}",
     "postgresql://app@db/agents": "{postgres}",
+    '{"messages": [...]}': '{"messages": [{"role": "user", "content": "Find a desk lamp"}]}',
 }
 
 
