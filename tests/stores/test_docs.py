@@ -263,6 +263,87 @@ def __cleanup__():
 )
 
 
+_OPENAI_AGENTS = """
+from agents import Agent, Runner, ToolInputGuardrailTripwireTriggered, function_tool
+from agents import set_tracing_disabled
+from agents.testing import ScriptedModel, assistant_message, function_call
+import toolbreaker
+from toolbreaker import Budget, Registry, RunGuard, SQLiteStore
+from toolbreaker.integrations.openai_agents import protect, run_config
+
+set_tracing_disabled(True)  # the SDK would export traces to OpenAI: stay offline
+store = SQLiteStore("{sqlite}")
+registry = Registry.from_toml("breakers.toml")
+prompt = "Find a desk lamp"
+
+@function_tool
+def search_catalog(query: str) -> dict:
+    \"\"\"Search the catalog.\"\"\"
+    return {"hits": [query]}
+
+def searches(times):  # the SDK's scripted model: the same search `times` times
+    call = {"query": "desk lamp"}
+    steps = [[function_call("search_catalog", call, call_id=f"c{n}")] for n in range(times)]
+    return ScriptedModel([*steps, [assistant_message("One desk lamp is in stock.")]])
+
+agent = Agent(name="shop", model=searches(1), tools=[search_catalog])
+"""
+
+_OPENAI_AGENTS_STOPPED = (
+    _OPENAI_AGENTS
+    + """
+guard = RunGuard("ticket-4711", budget=Budget(max_repeats=2))
+agent = protect(Agent(name="shop", model=searches(10), tools=[search_catalog]),
+                registry=registry, guard=guard)  # the same search again and again
+told = []
+
+def notify_operator(condition, next_safe_action, packet):
+    told.append(condition)
+
+def __cleanup__():
+    assert told, "the run should have been stopped"
+"""
+)
+
+
+_MCP = """
+from mcp import Client
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+from toolbreaker import Budget, Registry, RunGuard, SQLiteStore
+from toolbreaker.integrations.mcp import GuardedClient
+
+store = SQLiteStore("{sqlite}")
+registry = Registry.from_toml("breakers.toml")
+server = MCPServer("catalog")  # a real MCP server, reached over the SDK's in-process transport
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def search(q: str) -> dict:
+    return {"hits": [q]}
+"""
+
+_MCP_LOOP = (
+    _MCP
+    + """
+guard = RunGuard("task-42", budget=Budget(max_repeats=2))
+calls = [("search", {"q": "usb cable"})] * 5  # the same call again and again: a repeat
+alerts = []
+alert = alerts.append
+
+def __cleanup__():
+    assert alerts, "the run should have been stopped"
+"""
+)
+
+#: The host loop the MCP page's fragment sits in (its ``break`` ends the loop).
+_MCP_HOST_LOOP = """
+async with Client(server) as client:
+    tools = GuardedClient(client, server="catalog", registry=registry, guard=guard)
+    for name, args in calls:
+        {block}
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What a block takes for granted, where a plain string of setup code is not enough."""
@@ -273,6 +354,8 @@ class Setup:
     needs: str | None = None
     #: this block's own stand-ins: a placeholder of the text (``[...]``) -> what runs
     swaps: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: for a fragment of a loop or a ``with``: the code it sits in, at ``{block}``
+    around: str | None = None
 
 
 def _setup_of(block: Block) -> Setup:
@@ -389,6 +472,31 @@ def find_charge(key, args):
         "builder = StateGraph(MessagesState)": Setup(_LANGGRAPH, needs="langgraph"),
         "import toolbreaker": "",
     },
+    "docs/integrations/mcp.md": {
+        "from toolbreaker import Registry, RunGuard": Setup(
+            _MCP, needs="mcp", swaps={'Client("https://catalog.example.com/mcp")': "Client(server)"}
+        ),
+        "@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))": (
+            Setup(
+                _MCP + "tickets = None  # never called: the block only declares the tool\n",
+                needs="mcp",
+            )
+        ),
+        "result = await tools.call_tool(name, args)": Setup(
+            _MCP_LOOP, needs="mcp", around=_MCP_HOST_LOOP
+        ),
+        "import toolbreaker": "",
+    },
+    "docs/integrations/openai_agents.md": {
+        "from toolbreaker.integrations.openai_agents import protect, run_config": Setup(
+            _OPENAI_AGENTS, needs="agents"
+        ),
+        'guard = RunGuard("ticket-4711", journal=store)': Setup(_OPENAI_AGENTS, needs="agents"),
+        'instructions = f"You help shoppers. {toolbreaker.system_prompt_line()}"': (
+            "import toolbreaker\n"
+        ),
+        "try:": Setup(_OPENAI_AGENTS_STOPPED, needs="agents"),
+    },
     "docs/integrations/pydantic_ai.md": {
         "from toolbreaker import Budget, Registry, RunGuard": Setup(
             _PYDANTIC_AI + "agent = agent_with(searching(1))\n", needs="pydantic_ai"
@@ -488,6 +596,8 @@ def test_every_block_runs(
     namespace: dict[str, Any] = {"__name__": "docs_block"}
     try:
         exec(compile(_fill(code_of_setup, values), f"setup of {block}", "exec"), namespace)
+        if setup.around is not None:
+            code = _around(setup.around, code)
         program = _as_coroutine(_fill(code, values))
         exec(compile(program, str(block), "exec"), namespace)
         asyncio.run(namespace["__block__"]())
@@ -508,6 +618,13 @@ def _as_coroutine(code: str) -> str:
     names = sorted(_bound(ast.parse(code, feature_version=(3, 10))))
     body = f"global {', '.join(names)}\n{code}" if names else code
     return "async def __block__():\n" + textwrap.indent(body, "    ") + "    pass\n"
+
+
+def _around(template: str, code: str) -> str:
+    """``code`` put in ``template`` at ``{block}``, indented as that line is."""
+    line = next(line for line in template.splitlines() if line.strip() == "{block}")
+    indent = line[: len(line) - len(line.lstrip())]
+    return template.replace(line, textwrap.indent(code, indent).rstrip("\n"))
 
 
 def _bound(tree: ast.Module) -> set[str]:
