@@ -89,7 +89,8 @@ def test_a_file_that_is_no_toolbreaker_store_is_an_error_and_stays_unchanged(
 
 
 def test_the_stream_and_the_store_in_one_file_still_read(tmp_path, capsys):
-    """A file that holds both (the README's setup) is read by every reading command."""
+    """A file that holds both (docs/guide/watching.md's setup) is read by every
+    reading command."""
     path = tmp_path / "breakers.db"
     url = f"sqlite://{path}"
     store = SQLiteStore(path)

@@ -109,8 +109,8 @@ def test_export_replays_to_the_same_transitions(stream_url, tmp_path, capsys):
 def test_a_publisher_attached_to_a_registry_publishes_breakers_made_later(
     stream_url, tmp_path, capsys
 ):
-    """The README's pattern: the publisher attaches to the registry before any breaker
-    exists; what the breakers made later (a tenant's scoped one too) did reaches the
+    """docs/guide/watching.md's pattern: the publisher attaches to the registry before any
+    breaker exists; what the breakers made later (a tenant's scoped one too) did reaches the
     stream, so export, replay and advise see it."""
     clock = FakeClock()
     breakers = Registry.from_dict(

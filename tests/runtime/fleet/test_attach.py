@@ -73,7 +73,7 @@ def reasons(path: object) -> dict[str, list[str]]:
 
 
 def test_a_recorder_attached_to_a_registry_records_breakers_made_later(tmp_path):
-    """The README's pattern: attach to the registry first, the breakers come later (the
+    """docs/guide/replay.md's pattern: attach to the registry first, the breakers come later (the
     way every adapter makes them); each one is recorded from its first call."""
     clock = FakeClock()
     breakers = registry(clock)
