@@ -11,7 +11,7 @@ from typing import Any
 import toolbreaker
 
 ROOT = Path(__file__).resolve().parents[1]
-CODE = [d for d in ("src", "tests", "benchmarks", "examples") if (ROOT / d).is_dir()]
+CODE = [d for d in ("src", "tests", "benchmarks", "examples", "docs") if (ROOT / d).is_dir()]
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:
