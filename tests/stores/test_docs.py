@@ -581,7 +581,9 @@ def test_every_block_runs(
         pytest.fail(f"{block}: no setup (see test_every_block_has_a_setup)")
     setup = _setup_of(block)
     if setup.needs is not None:
-        pytest.importorskip(setup.needs, reason=f"{block} needs {setup.needs}")
+        pytest.importorskip(
+            setup.needs, reason=f"{block} needs {setup.needs}: its extra installs nothing here"
+        )
     values = {"sqlite": str(tmp_path / "breakers.db")}
     for server in _servers_of(block.code + setup.code):
         values[server] = _server_url(server, request)
