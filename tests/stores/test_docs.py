@@ -8,7 +8,9 @@ addresses in the text are swapped for this suite's real local servers (the fixtu
 live beside this file), paths for temporary ones; nothing else is changed. A block
 without a setup here fails :func:`test_every_block_has_a_setup`: a new example is
 either run or it does not ship. A block that needs a framework (the adapter pages) is
-skipped, saying so, on a Python where its extra installs nothing.
+skipped, saying so, on a Python where its extra installs nothing. A setup may define
+``__cleanup__()``, called after the block: it stops what the setup started and checks
+that the block did what its page says (a stopped run was stopped).
 
 Every block also uses public names only: no import of a private module or name, no
 attribute starting with an underscore.
