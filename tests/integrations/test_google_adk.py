@@ -35,7 +35,15 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 from pydantic import ConfigDict
 
-from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, system_prompt_line
+from toolbreaker import (
+    Budget,
+    ModelPrice,
+    Policy,
+    PolicyError,
+    Registry,
+    RunGuard,
+    system_prompt_line,
+)
 from toolbreaker.integrations.google_adk import (
     STOP_KEY,
     ModelUsage,
@@ -597,6 +605,35 @@ def test_model_usage_reads_the_responses_token_counts():
     assert model_usage(response) == ModelUsage("gemini-x-001", 120, 42)
     assert model_usage(LlmResponse(usage_metadata=usage, partial=True), "m") is None
     assert model_usage(LlmResponse(), "m") is None
+
+
+def test_the_models_usage_counts_against_the_runs_cost():
+    """Each model response's usage (1000 prompt and 200 candidate tokens, as the scripted
+    model reports) is priced from the budget's price table into the run's cost: the stop
+    packet's counters show the model's part, per model, and max_cost stops the run."""
+    ran: Counter[str] = Counter()
+    script = Script(lambda s, _new: call("lookup", q=f"renewal {s.steps}"))
+    prices = {"scripted-*": ModelPrice("2.50", "10")}  # 0.0025 + 0.002 = 0.0045 a response
+    guard = RunGuard("task-cost", budget=Budget(max_cost="0.01", prices=prices))
+
+    events = run(agent_of(script, looping_tools(ran)), ToolbreakerPlugin(guard), "renew")
+
+    packet = stop_of(events)
+    assert packet is not None
+    assert packet["condition"] == "max-cost"
+    assert script.models[0] == "scripted-model"
+    counters = packet["counters"]
+    assert counters["model_cost"] == "0.0135"  # three responses, the third over the limit
+    assert counters["usage"] == [
+        {
+            "model": "scripted-model",
+            "input_tokens": 3000,
+            "output_tokens": 600,
+            "requests": 3,
+            "cost": "0.0135",
+        }
+    ]
+    assert ran["lookup"] == 2  # the call of the response that spent the budget never ran
 
 
 def test_missing_extra_names_what_to_install(monkeypatch):

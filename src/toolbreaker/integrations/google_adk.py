@@ -27,8 +27,10 @@ the app, and it only translates ADK's own hooks into run-guard calls:
   answers instead of the model with a final response whose text says why and whose
   ``custom_metadata`` holds the stop packet (:data:`STOP_KEY`) and the last turn's outcome
   (:data:`TURN_KEY`); :func:`stop_of` reads them back from the run's events;
-- ``after_model_callback`` also hands each model response's token counts to the run
-  (:func:`model_usage` reads them from ADK's ``usage_metadata``).
+- ``after_model_callback`` also hands each model response's token counts to
+  :meth:`RunGuard.add_usage` (:func:`model_usage` reads them from ADK's
+  ``usage_metadata``), which prices them from the budget's price table into the run's
+  cost: ``Budget.max_cost`` covers the model beside the tools.
 
 Tools are described to the guard by the guard itself (``guard.ensure_tool``), by their
 ``custom_metadata`` (:func:`tool_metadata`) or by the registry (``registry.for_tool``); any
@@ -316,7 +318,11 @@ class ToolbreakerPlugin(BasePlugin):
         key = (callback_context.invocation_id, callback_context.agent_name)
         usage = model_usage(llm_response, self._models.get(key))
         if usage is not None:
-            _add_usage(guard, usage)
+            # Priced by the budget's price table into the run's cost (a shared run's
+            # record is written from a worker thread: the loop never waits on it).
+            guard.add_usage(
+                usage.model, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
+            )
         return None
 
     # -- the tools ----------------------------------------------------------------------
@@ -455,13 +461,6 @@ def _hide_keys(request: LlmRequest, specs: Mapping[str, GuardedTool]) -> None:
                 parameters.properties = {k: v for k, v in properties.items() if k != arg}
             else:
                 without_key_argument(spec.name, {}, spec)  # no arguments: raises
-
-
-def _add_usage(guard: RunGuard, usage: ModelUsage) -> None:
-    """Price the response's tokens into the run's cost, where the guard can."""
-    add = getattr(guard, "add_usage", None)
-    if add is not None:
-        add(usage.model, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
 
 
 async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:
