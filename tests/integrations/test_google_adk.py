@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip(
     "google.adk",
-    reason="the google-adk extra is not installed (google-adk 2.12+ needs Python 3.11)",
+    reason="the google-adk extra is not installed",
 )
 
 from google.adk.agents import LlmAgent
