@@ -642,3 +642,72 @@ def test_missing_extra_names_what_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "toolbreaker.integrations.google_adk")
     with pytest.raises(ImportError, match=r"toolbreaker\[google-adk\]"):
         importlib.import_module("toolbreaker.integrations.google_adk")
+
+
+def test_a_write_in_flight_when_the_run_is_cancelled_is_recorded_and_never_replayed():
+    """The caller cancels the invocation while a write runs: the plugin records the
+    cancellation (not a failure), the journal keeps the write as not confirmed, and a
+    resumed run asking for it again is refused rather than sending it twice."""
+    journal = MemoryStore()
+    entered = asyncio.Event()
+    sent: list[str] = []
+
+    async def pay(order_id: str, idempotency_key: str = "") -> dict[str, Any]:
+        """Charge an order."""
+        sent.append(idempotency_key)
+        entered.set()
+        await asyncio.Event().wait()  # the provider never answers
+        return {"paid": order_id}  # pragma: no cover
+
+    tool = FunctionTool(pay)
+    tool.custom_metadata = tool_metadata(risk="reversible_write", business_key=["order_id"])
+
+    def policy(script: Script, new: list[types.FunctionResponse]) -> Any:
+        return call("pay", order_id="A-1") if script.steps == 1 else "done"
+
+    async def cancelled_run(guard: RunGuard) -> list[Event]:
+        runner = InMemoryRunner(
+            app=App(
+                name="shop",
+                root_agent=agent_of(Script(policy), [tool]),
+                plugins=[ToolbreakerPlugin(guard)],
+            )
+        )
+        seen: list[Event] = []
+        try:
+            session = await runner.session_service.create_session(app_name="shop", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="pay")])
+
+            async def consume() -> None:
+                async for event in runner.run_async(
+                    user_id="u", session_id=session.id, new_message=message
+                ):
+                    seen.append(event)
+
+            task = asyncio.create_task(consume())
+            await entered.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        finally:
+            await runner.close()
+        return seen
+
+    guard = RunGuard("task-cancel", journal=journal)
+    asyncio.run(cancelled_run(guard))
+    ((entry),) = journal.journal_entries("task-cancel")
+    assert entry["status"] == "pending"  # may have been sent: to reconcile, never resent
+    outcome = guard.turn_outcome()
+    assert outcome is not None
+    assert outcome["pay"].status == "cancelled"
+    assert outcome["pay"].reason == "CancelledError"  # settled as cancelled, not "running"
+    assert len(sent) == 1
+
+    resumed = RunGuard("task-cancel", journal=journal)
+    script = Script(policy)
+    events = run(agent_of(script, [tool]), ToolbreakerPlugin(resumed))
+    assert final_text(events) == "done"
+    (answer,) = script.returns("pay")
+    assert answer["outcome_unknown"] is True  # refused: its outcome is not known
+    assert answer["idempotency_key"] == sent[0]
+    assert len(sent) == 1  # never sent again

@@ -13,7 +13,8 @@ the app, and it only translates ADK's own hooks into run-guard calls:
   declaration in each model request);
 - ``after_tool_callback`` settles a success (``Step.asucceeded``); ``on_tool_error_callback``
   settles a failure (``Step.afailed``) and answers with the guard's result, so a failing
-  tool never ends the run with an exception; a cancelled call is recorded as cancelled;
+  tool never ends the run with an exception; a call ADK cancels (a sibling raised, the
+  invocation was cancelled) is recorded as cancelled;
 - ADK runs one model response's function calls concurrently, each in its own task; they
   are one sibling group of the run guard (``after_model_callback`` marks the turn). To be
   cancellable by policy a call's tool runs through :meth:`RunGuard.arun_step`: in each
@@ -379,11 +380,7 @@ class ToolbreakerPlugin(BasePlugin):
         if call is None:
             return None
         if isinstance(failure, asyncio.CancelledError):
-            try:
-                await call.step.afailed(failure)
-            except asyncio.CancelledError as raised:  # recorded, and raised again
-                if raised is not failure:
-                    raise
+            await _cancelled(call.step, failure)
             return None
         return _as_response(await call.step.afailed(failure))
 
@@ -418,9 +415,18 @@ class ToolbreakerPlugin(BasePlugin):
                 return await inner(args=args, tool_context=tool_context)
             call.started = True
             deadline = call.step.deadline
-            ran = await call.guard.arun_step(
-                call.step, lambda: _within(inner(args=args, tool_context=tool_context), deadline)
-            )
+            try:
+                ran = await call.guard.arun_step(
+                    call.step,
+                    lambda: _within(inner(args=args, tool_context=tool_context), deadline),
+                )
+            except asyncio.CancelledError as exc:
+                # ADK cancelled the batch or the invocation (releases before 2.13 never
+                # tell on_tool_error_callback): recorded here, for every release.
+                cancelled = self._claim(tool_context)
+                if cancelled is not None:
+                    await _cancelled(cancelled.step, exc)
+                raise
             if isinstance(ran, CancelledByPolicy):
                 self._claim(tool_context)  # settled by the turn; after_tool_callback skips it
                 return _as_response(ran.answer)
@@ -461,6 +467,15 @@ def _hide_keys(request: LlmRequest, specs: Mapping[str, GuardedTool]) -> None:
                 parameters.properties = {k: v for k, v in properties.items() if k != arg}
             else:
                 without_key_argument(spec.name, {}, spec)  # no arguments: raises
+
+
+async def _cancelled(step: Step, exc: asyncio.CancelledError) -> None:
+    """Record a cancellation (never a failure: a write stays pending, to reconcile)."""
+    try:
+        await step.afailed(exc)
+    except asyncio.CancelledError as raised:  # recorded, and raised again
+        if raised is not exc:
+            raise
 
 
 async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:
