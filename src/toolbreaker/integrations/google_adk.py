@@ -29,8 +29,8 @@ the app, and it only translates ADK's own hooks into run-guard calls:
   ``custom_metadata`` holds the stop packet (:data:`STOP_KEY`) and the last turn's outcome
   (:data:`TURN_KEY`); :func:`stop_of` reads them back from the run's events;
 - ``after_model_callback`` also hands each model response's token counts to
-  :meth:`RunGuard.add_usage` (:func:`model_usage` reads them from ADK's
-  ``usage_metadata``), which prices them from the budget's price table into the run's
+  :meth:`RunGuard.add_usage` through ``count_usage`` (:func:`model_usage` reads them
+  from ADK's ``usage_metadata``), which prices them from the budget's price table into the run's
   cost: ``Budget.max_cost`` covers the model beside the tools.
 
 Tools are described to the guard by the guard itself (``guard.ensure_tool``), by their
@@ -57,7 +57,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeAlias
 
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import require
+from toolbreaker.integrations import count_usage, require
 
 require("google.adk", "google-adk")
 
@@ -320,10 +320,9 @@ class ToolbreakerPlugin(BasePlugin):
         usage = model_usage(llm_response, self._models.get(key))
         if usage is not None:
             # Priced by the budget's price table into the run's cost (a shared run's
-            # record is written from a worker thread: the loop never waits on it).
-            guard.add_usage(
-                usage.model, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens
-            )
+            # record is written from a worker thread: the loop never waits on it); a
+            # usage that cannot be counted is logged, the response stands.
+            count_usage(guard, usage.model, usage.input_tokens, usage.output_tokens)
         return None
 
     # -- the tools ----------------------------------------------------------------------
