@@ -2,7 +2,8 @@
 
 Each adapter is driven through its real framework's async entry point (LangChain's
 ``ainvoke``, a hand-built LangGraph's ``ainvoke``, the OpenAI Agents SDK's
-``Runner.run``, an MCP client session, Pydantic AI's ``agent.run``) with the run's
+``Runner.run``, an MCP client session, Pydantic AI's ``agent.run``, Google ADK's
+``Runner.run_async``) with the run's
 journal in a real SQLite file. :class:`~loop_helpers.LoopSpy` notes every blocking call
 of that store made on a thread running an event loop: the stop packet's journal read,
 a write's journal entries, its reconcile. On the async paths they all run in a worker
@@ -323,6 +324,75 @@ def test_a_pydantic_ai_run_stopped_on_the_loop_reads_its_journal_off_it(journal)
     sync = run_stop(cancelled, guard)  # the sync twin, outside any loop, says the same
     assert sync is not None
     assert sync.packet.to_dict() == stop.packet.to_dict()
+
+
+# -- Google ADK: the Runner's run_async with the plugin ----------------------------------------
+
+
+def test_a_google_adk_run_stopped_on_the_loop_reads_its_journal_off_it(journal):
+    """An ADK ``Runner.run_async`` whose app carries the plugin: a write, then a model
+    repeating one lookup until the guard stops it; the write's journal entries, the
+    settlements and the stop packet's journal read (in ``before_model_callback``, which
+    ends the run) were all made in worker threads."""
+    pytest.importorskip("google.adk", reason="the google-adk extra is not installed")
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.models import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.adk.tools.function_tool import FunctionTool
+    from google.genai import types
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of, tool_metadata
+
+    asked = itertools.count()
+
+    class Model(BaseLlm):
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            if next(asked) == 0:
+                call = types.FunctionCall(name="note", args={"text": "renewal asked"})
+            else:
+                call = types.FunctionCall(name="lookup", args={"q": "renewal"})
+            parts = [types.Part(function_call=call)]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    async def note(text: str, idempotency_key: str = "") -> dict[str, Any]:
+        """Write a note on the ticket."""
+        return {"noted": text, "key": idempotency_key}
+
+    async def lookup(q: str) -> dict[str, Any]:
+        """A read that always answers the same."""
+        return {"q": q, "hits": 0}
+
+    write = FunctionTool(note)
+    write.custom_metadata = tool_metadata(risk="reversible_write")
+    agent = LlmAgent(name="desk", model=Model(model="scripted"), tools=[write, lookup])
+    guard = RunGuard("adk-1", budget=Budget(max_repeats=2), journal=journal)
+    plugin = ToolbreakerPlugin(guard)
+    spy = LoopSpy(journal)
+
+    async def main() -> list[Any]:
+        runner = InMemoryRunner(app=App(name="desk", root_agent=agent, plugins=[plugin]))
+        try:
+            session = await runner.session_service.create_session(app_name="desk", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="renew")])
+            return [
+                e
+                async for e in runner.run_async(
+                    user_id="u", session_id=session.id, new_message=message
+                )
+            ]
+        finally:
+            await runner.close()
+
+    events = asyncio.run(main())
+    packet = stop_of(events)
+    assert packet is not None
+    assert packet["condition"] == "repeated-action"
+    assert [e["status"] for e in journal.journal_entries("adk-1")] == ["confirmed"]
+    assert spy.called("journal_put") >= 2  # the write: pending, then confirmed
+    assert spy.called("journal_entries") >= 1  # the stop's packet
+    assert spy.on_loop == [], spy.on_loop
 
 
 # -- hide open tools: each model request asks the breakers, off the loop -----------------------

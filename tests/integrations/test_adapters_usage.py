@@ -130,6 +130,65 @@ def test_pydantic_ai_counts_each_responses_usage():
     assert counters["model_cost"] == "0.004"
 
 
+def test_google_adk_counts_each_responses_usage():
+    pytest.importorskip("google.adk")
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.models import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
+    turns = itertools.count()
+
+    class Model(BaseLlm):
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            if next(turns) == 0:
+                call = types.FunctionCall(name="search", args={"q": "usb"})
+                parts = [types.Part(function_call=call)]
+            else:
+                parts = [types.Part(text="found it")]
+            usage = types.GenerateContentResponseUsageMetadata(
+                prompt_token_count=1_000, candidates_token_count=500
+            )
+            yield LlmResponse(
+                content=types.Content(role="model", parts=parts), usage_metadata=usage
+            )
+
+    entered: list[str] = []
+    agent = LlmAgent(name="shop", model=Model(model="gemini-x"), tools=[search_tool(entered)])
+    guard = RunGuard("t", budget=Budget(max_cost="1", prices=PRICES))
+    app = App(name="shop", root_agent=agent, plugins=[ToolbreakerPlugin(guard)])
+
+    async def main() -> None:
+        runner = InMemoryRunner(app=app)
+        try:
+            session = await runner.session_service.create_session(app_name="shop", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="find a usb cable")])
+            async for _ in runner.run_async(
+                user_id="u", session_id=session.id, new_message=message
+            ):
+                pass
+        finally:
+            await runner.close()
+
+    asyncio.run(main())
+    counters = guard.stop_packet().counters
+    assert entered == ["usb"]
+    assert counters["usage"] == [
+        {
+            "model": "gemini-x",
+            "input_tokens": 2000,
+            "output_tokens": 1000,
+            "requests": 2,
+            "cost": "0.004",
+        }
+    ]
+    assert counters["model_cost"] == "0.004"
+
+
 def test_a_usage_the_guard_cannot_count_never_changes_the_response(caplog):
     """A framework's odd usage (no counts, a negative one) is logged, never raised."""
     from toolbreaker.integrations import count_usage

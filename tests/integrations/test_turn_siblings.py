@@ -761,3 +761,170 @@ def test_pydantic_ai_an_output_function_never_acts_on_a_stopped_run(service):
     assert isinstance(outcome, RunCancelled)
     assert run_stop(outcome, guard) is not None
     assert acted == []  # graceful: the function tools ran first, the stop came before it
+
+
+# -- Google ADK ----------------------------------------------------------------------------------
+
+
+def _adk_run(
+    service: ToolService,
+    registry: Registry,
+    guard: RunGuard,
+    first_turn: list[tuple[str, dict[str, Any]]],
+    *,
+    calm: bool = False,
+) -> tuple[list[Any], Tools, list[list[Any]]]:
+    """Run a Google ADK agent whose first model response issues ``first_turn`` at once.
+
+    ADK runs the response's function calls concurrently (one task each, gathered); the
+    plugin runs each tool through the run guard's turn. Returns the run's events, the
+    tools, and the function responses the model read on each later request.
+    """
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.models import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.adk.tools.function_tool import FunctionTool
+    from google.genai import types
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin, tool_metadata
+
+    tools = Tools(service, registry, calm=calm)
+    read: list[list[Any]] = []
+
+    class Model(BaseLlm):
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            last = llm_request.contents[-1]
+            answers = [p.function_response for p in last.parts or () if p.function_response]
+            if not answers:
+                parts = [
+                    types.Part(function_call=types.FunctionCall(name=t, args=a))
+                    for t, a in first_turn
+                ]
+            else:
+                read.append([(r.name, dict(r.response or {})) for r in answers])
+                parts = [types.Part(text="done")]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    async def order_status(order_id: str, sibling: str) -> Any:
+        """Look an order up."""
+        return await tools.order_status(order_id, sibling)
+
+    async def list_tickets() -> Any:
+        """List the support tickets."""
+        return await tools.list_tickets()
+
+    async def open_ticket(title: str, idempotency_key: str = "") -> Any:
+        """Open a support ticket."""
+        return await tools.open_ticket(title, idempotency_key)
+
+    async def search(q: str) -> Any:
+        """Search the catalog."""
+        return await tools.search(q)
+
+    described = {
+        order_status: tool_metadata(dependency="helpdesk", required=True),
+        list_tickets: tool_metadata(dependency="helpdesk"),
+        open_ticket: tool_metadata(
+            risk="reversible_write", dependency="helpdesk", business_key=["title"]
+        ),
+        search: tool_metadata(dependency="catalog"),
+    }
+    adk_tools = []
+    for fn, metadata in described.items():
+        tool = FunctionTool(fn)
+        tool.custom_metadata = metadata
+        adk_tools.append(tool)
+    agent = LlmAgent(name="desk", model=Model(model="scripted"), tools=adk_tools)
+    plugin = ToolbreakerPlugin(guard, registry=registry)
+
+    async def main() -> list[Any]:
+        runner = InMemoryRunner(app=App(name="desk", root_agent=agent, plugins=[plugin]))
+        try:
+            session = await runner.session_service.create_session(app_name="desk", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="go")])
+            return [
+                e
+                async for e in runner.run_async(
+                    user_id="u", session_id=session.id, new_message=message
+                )
+            ]
+        finally:
+            await runner.close()
+            assert no_other_task()  # structured: nothing outlives the turn
+
+    return asyncio.run(main()), tools, read
+
+
+def _adk_answers(events: list[Any]) -> dict[str, dict[str, Any]]:
+    """The function responses the turn produced, by tool name (what the session keeps)."""
+    return {r.name: dict(r.response or {}) for e in events for r in e.get_function_responses()}
+
+
+def test_google_adk_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
+    pytest.importorskip("google.adk")
+    from toolbreaker.integrations.google_adk import TURN_KEY, stop_of
+
+    registry = make_registry()
+    guard = RunGuard("adk-siblings")
+    events, tools, read = _adk_run(service, registry, guard, three_calls(service, "list_tickets"))
+
+    packet = stop_of(events)  # the stop still ends the run ...
+    assert packet is not None
+    assert packet["condition"] == "dependency-open"
+    assert read == []  # ... before the model is asked for more calls
+    check_turn(guard.turn_outcome(), "list_tickets")
+    assert tools.cancelled == ["list_tickets"]  # the task running it was cancelled
+    assert tools.finished == ["search"]
+    # The session keeps all three answers, the policy's included, and the final event
+    # carries the turn's bounded partial outcome.
+    answers = _adk_answers(events)
+    assert set(answers) == {"order_status", "list_tickets", "search"}
+    check_cancelled_answer(answers["list_tickets"], "list_tickets")
+    assert answers["order_status"]["tool_unavailable"] is True
+    assert answers["search"]["results"]
+    assert events[-1].custom_metadata[TURN_KEY]["partial"] is True
+
+
+def test_google_adk_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
+    pytest.importorskip("google.adk")
+    from toolbreaker.integrations.google_adk import stop_of
+
+    registry = make_registry()
+    journal = MemoryStore()
+    guard = RunGuard("adk-write", journal=journal)
+    events, tools, _ = _adk_run(service, registry, guard, three_calls(service, "open_ticket"))
+
+    packet = stop_of(events)
+    assert packet is not None
+    check_unknown_write(guard.turn_outcome(), journal, "adk-write", packet["uncertain"])
+    assert tools.cancelled == ["open_ticket"]
+
+    # A resumed run asking for the same write is answered from the journal: never replayed.
+    resumed = RunGuard("adk-write", journal=journal)
+    again, tools, read = _adk_run(
+        service, registry, resumed, [("open_ticket", {"title": "Refund A-1001"})]
+    )
+    assert stop_of(again) is None
+    ((name, answer),) = read[0]
+    assert name == "open_ticket"
+    assert answer["outcome_unknown"] is True
+    assert tools.cancelled == tools.finished == []
+    check_never_replayed(service)
+
+
+def test_google_adk_a_turn_where_nothing_opens_is_unchanged(service):
+    pytest.importorskip("google.adk")
+    registry = make_registry()
+    guard = RunGuard("adk-calm")
+    service.inject("GET /tickets", Fault(delay=0.2))
+    turn = [("list_tickets", {}), ("search", {"q": "usb cable"})]
+    events, tools, read = _adk_run(service, registry, guard, turn, calm=True)
+    assert events[-1].content.parts[0].text == "done"
+    assert sorted(tools.finished) == ["list_tickets", "search"]
+    assert [name for name, _ in read[0]] == ["list_tickets", "search"]
+    outcome = guard.turn_outcome()
+    assert outcome is not None
+    assert outcome.complete
+    assert guard.stopped is None

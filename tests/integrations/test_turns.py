@@ -225,3 +225,82 @@ def _outputs(call: Any) -> dict[str, Any]:
                 except (ValueError, SyntaxError):
                     found[item["call_id"]] = text
     return found
+
+
+def test_google_adk_defers_calls_beyond_the_turn_limit(service):
+    pytest.importorskip("google.adk")
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.models import BaseLlm
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
+    ran: list[str] = []
+
+    async def search(q: str) -> dict[str, Any]:
+        """Search the catalog."""
+        ran.append(q)
+        url = f"{service.url}/search?q={urllib.parse.quote(q)}"
+        return await asyncio.to_thread(request_json, "GET", url, timeout=2)
+
+    read: list[list[dict[str, Any]]] = []
+
+    def calls(queries: list[str]) -> list[Any]:
+        return [
+            types.Part(function_call=types.FunctionCall(name="search", args={"q": q}))
+            for q in queries
+        ]
+
+    class Model(BaseLlm):
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            last = llm_request.contents[-1]
+            read.append(
+                [
+                    dict(p.function_response.response or {})
+                    for p in last.parts or ()
+                    if p.function_response
+                ]
+            )
+            if len(read) == 1:  # turn 1: ten searches at once
+                parts = calls(QUERIES)
+            elif len(read) == 2:  # turn 2: re-issue what was deferred
+                again = [q for q, r in zip(QUERIES, read[1], strict=True) if r.get("deferred")]
+                parts = calls(again)
+            else:
+                parts = [types.Part(text="done")]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    run_guard = guard()
+    agent = LlmAgent(name="shop", model=Model(model="scripted"), tools=[search])
+    plugin = ToolbreakerPlugin(run_guard, registry=registry())
+
+    async def main() -> list[Any]:
+        runner = InMemoryRunner(app=App(name="shop", root_agent=agent, plugins=[plugin]))
+        try:
+            session = await runner.session_service.create_session(app_name="shop", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="find cables")])
+            return [
+                e
+                async for e in runner.run_async(
+                    user_id="u", session_id=session.id, new_message=message
+                )
+            ]
+        finally:
+            await runner.close()
+
+    events = asyncio.run(main())
+
+    assert events[-1].content.parts[0].text == "done"
+    first, second = read[1], read[2]
+    deferred = [r for r in first if r.get("deferred")]
+    assert len(first) == 10
+    assert len(deferred) == 7
+    assert deferred[0]["reason"] == "turn-limit"
+    assert sum(1 for r in second if r.get("deferred")) == 4  # 3 of the 7 ran in turn 2
+    assert len(ran) == 6
+    assert service.hits["GET /search"] == 6
+    assert run_guard.state.deferred == 11
+    assert run_guard.state.calls == 6

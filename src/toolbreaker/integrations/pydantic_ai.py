@@ -58,10 +58,9 @@ Example::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final, TypeAlias
 
@@ -94,10 +93,14 @@ from pydantic_ai.run import AgentRunResult  # noqa: E402
 from pydantic_ai.tools import AgentDepsT, ToolDefinition  # noqa: E402
 from pydantic_core import to_jsonable_python  # noqa: E402
 
-from toolbreaker.core.run.budget import RiskClass  # noqa: E402
 from toolbreaker.errors import PolicyError  # noqa: E402
+from toolbreaker.integrations._described import (  # noqa: E402
+    TOOL_METADATA_KEY,
+    described,
+    tool_metadata,
+    without_key_argument,
+)
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
-from toolbreaker.runtime.breaker._boundary import BreakerOptions  # noqa: E402
 from toolbreaker.runtime.breaker._breaker import Breaker  # noqa: E402
 from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime.run._guard import (  # noqa: E402
@@ -109,7 +112,6 @@ from toolbreaker.runtime.run._guard import (  # noqa: E402
     without_key,
 )
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
-from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS  # noqa: E402
 
 __all__ = [
     "TOOL_METADATA_KEY",
@@ -120,20 +122,6 @@ __all__ = [
     "tool_metadata",
 ]
 
-#: The key of ``ToolDefinition.metadata`` that describes a tool to the run guard.
-TOOL_METADATA_KEY: Final = "toolbreaker"
-
-_METADATA_FIELDS: Final = frozenset(
-    {
-        "risk",
-        "dependency",
-        "operation",
-        "required",
-        "recovery",
-        "business_key",
-        "idempotency_arg",
-    }
-)
 #: Pydantic AI's control-flow signals: settled, then passed on unchanged.
 _SIGNALS: Final = (
     ToolRetryError,
@@ -146,49 +134,6 @@ _SIGNALS: Final = (
 )
 #: Guard answers that replace a framework signal: retrying would be useless or unsafe.
 _OVERRIDING: Final = ("tool_unavailable", "outcome_unknown", "run_stopped")
-
-
-def tool_metadata(
-    *,
-    risk: RiskClass = "read",
-    dependency: str | None = None,
-    operation: str = "default",
-    required: bool = False,
-    recovery: bool = False,
-    business_key: Sequence[str] | None = None,
-    idempotency_arg: str | None = "idempotency_key",
-) -> dict[str, Any]:
-    """Tool metadata that tells :class:`ToolbreakerCapability` how to guard a tool.
-
-    Pass it as ``metadata=`` to ``@agent.tool`` / ``@agent.tool_plain`` / ``Tool(...)``.
-
-    Args:
-        risk: ``read``, ``reversible_write`` or ``irreversible`` (irreversible tools need an
-            authority check: register them on the guard with ``authorize=`` instead).
-        dependency: the remote dependency whose breaker (from the capability's registry)
-            the tool goes through.
-        operation: the dependency's operation class (``read``, ``write`` ...).
-        required: the run cannot go on without this tool: its breaker opening stops it.
-        recovery: a read-only status check that may still run after the run stopped.
-        business_key: argument fields naming the business action, from which a write's
-            idempotency key is derived.
-        idempotency_arg: the keyword argument that receives a write's idempotency key;
-            the tool must accept it with a default (``idempotency_key: str = ""``).
-
-    Returns:
-        ``{"toolbreaker": {...}}``, to merge into any other metadata the tool carries.
-    """
-    return {
-        TOOL_METADATA_KEY: {
-            "risk": risk,
-            "dependency": dependency,
-            "operation": operation,
-            "required": required,
-            "recovery": recovery,
-            "business_key": list(business_key) if business_key else None,
-            "idempotency_arg": idempotency_arg,
-        }
-    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +277,9 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             if breaker is not None and breaker.timeout is not None and tool_def.timeout is None:
                 changes["timeout"] = breaker.timeout
             if key_argument(spec) is not None:
-                changes["parameters_json_schema"] = _hide_argument(tool_def, spec)
+                changes["parameters_json_schema"] = without_key_argument(
+                    tool_def.name, tool_def.parameters_json_schema, spec
+                )
             if self.hide_open_tools and breaker is not None:
                 self._hideable[tool_def.name] = breaker
                 if (await breaker.ahidden_for_ms())[0]:  # a shared store: asked off the loop
@@ -464,85 +411,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
 
     def _spec(self, guard: RunGuard, tool_def: ToolDefinition) -> GuardedTool:
         """The guard's description of a tool, registering it from metadata or the registry."""
-        name = tool_def.name
-        raw = (tool_def.metadata or {}).get(TOOL_METADATA_KEY)
-        if raw is None:
-            raw = {}
-        where = f"{name}.metadata.{TOOL_METADATA_KEY}"
-        if not isinstance(raw, Mapping):
-            raise PolicyError(f"{where} must be a mapping (use tool_metadata())", field=where)
-        unknown = sorted(set(raw) - _METADATA_FIELDS)
-        if unknown:
-            raise PolicyError(
-                f"unknown field(s) {unknown} in {where} (known: {sorted(_METADATA_FIELDS)})",
-                field=f"{where}.{unknown[0]}",
-            )
-        # The run guard's options among the metadata (GuardedToolOptions; a business key
-        # listed in JSON becomes a tuple there).
-        options: dict[str, Any] = {
-            k: raw[k] for k in _METADATA_FIELDS & GUARDED_TOOL_OPTIONS if k in raw
-        }
-        dependency = raw.get("dependency")
-        if dependency is not None:
-            if self.registry is None:
-                raise PolicyError(
-                    f"{where} names dependency {dependency!r} but the capability has no registry",
-                    field=f"{where}.dependency",
-                )
-            operation = raw.get("operation") or "default"
-            _check_against_sheet(name, dependency, operation, self.registry, where)
-            described = (dependency, operation) in self.registry.boundaries()
-            extra: BreakerOptions = {} if described else {"tool": name}  # the sheet's name wins
-            options["breaker"] = self.registry.get(dependency, operation, **extra)
-        elif self.registry is not None:
-            # A tool the registry does not know has no breaker: only the run's budgets apply.
-            with contextlib.suppress(KeyError):
-                options["breaker"] = self.registry.for_tool(name)
-        return guard.ensure_tool(name, **options)
-
-
-def _check_against_sheet(
-    tool: str, dependency: str, operation: str, registry: Registry, where: str
-) -> None:
-    """Metadata that contradicts the boundary sheet is an error, never a second breaker.
-
-    A tool whose metadata names a row the sheet lacks, while the sheet describes that
-    dependency (or that tool) under another operation class, would silently get a separate
-    breaker with defaults and shadow the reviewed row.
-    """
-    rows = registry.boundaries()
-    if (dependency, operation) in rows:
-        return
-    mine = [f"[{d}.{o}]" for (d, o), row in rows.items() if (row.tool or d) == tool]
-    same = [f"[{d}.{o}]" for (d, o) in rows if d == dependency]
-    if mine or same:
-        raise PolicyError(
-            f"{where} names dependency {dependency!r} with operation {operation!r}, but the "
-            f"boundary sheet describes {', '.join(mine or same)}: set operation= to that row's "
-            "operation class",
-            field=f"{where}.operation",
-        )
-
-
-def _hide_argument(tool_def: ToolDefinition, spec: GuardedTool) -> dict[str, Any]:
-    """The tool's JSON schema without the idempotency argument the guard fills in."""
-    arg = spec.idempotency_arg
-    schema = tool_def.parameters_json_schema
-    properties = schema.get("properties") or {}
-    where = f"{tool_def.name}.{arg}"
-    if arg not in properties:
-        raise PolicyError(
-            f"write tool {tool_def.name!r} does not accept its idempotency argument {arg!r}: "
-            f"add `{arg}: str = ''` to it, or describe it with idempotency_arg=None",
-            field=where,
-        )
-    if arg in (schema.get("required") or ()):
-        raise PolicyError(
-            f"write tool {tool_def.name!r} requires {arg!r} from the model: give it a default "
-            f"(`{arg}: str = ''`) so the run guard can fill it in",
-            field=where,
-        )
-    return {**schema, "properties": {k: v for k, v in properties.items() if k != arg}}
+        return described(guard, tool_def.name, tool_def.metadata, self.registry)
 
 
 def _answer(ctx: RunContext[Any], guard: RunGuard, answer: Any) -> Any:
