@@ -16,7 +16,9 @@ import sys
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,15 +26,17 @@ import pytest
 pytest.importorskip("llama_index.core", reason="the llama-index extra is not installed")
 
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
-from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
+from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms import MockFunctionCallingLLM, MockLLM
 from llama_index.core.tools import FunctionTool
 
-from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard
+from toolbreaker import Budget, ModelPrice, Policy, PolicyError, Registry, RunGuard
 from toolbreaker.integrations.llama_index import (
     STOP_KEY,
     ProtectedTool,
     idempotency_key,
+    llm_usage,
     protect,
     protect_tool,
     run_stop,
@@ -546,3 +550,92 @@ def test_missing_extra_names_what_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "toolbreaker.integrations.llama_index")
     with pytest.raises(ImportError, match=r"toolbreaker\[llama-index\]"):
         importlib.import_module("toolbreaker.integrations.llama_index")
+
+
+# -- the model's usage is priced into the run -------------------------------------------------
+
+PRICES = {"gpt-4o*": ModelPrice("2.50", "10")}
+
+
+class MeteredLLM(MockFunctionCallingLLM):
+    """LlamaIndex's mock, reporting usage as its OpenAI integration does: the provider's
+    response (model, usage) as ``raw`` and the token counts in ``additional_kwargs``."""
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Any, **kwargs: Any) -> Any:
+        message = self._get_response_generator()(messages, **kwargs)
+        usage = {"prompt_tokens": 2_000, "completion_tokens": 1_000, "total_tokens": 3_000}
+
+        async def stream() -> Any:
+            yield ChatResponse(
+                message=message,
+                delta=message.content or "",
+                raw={"model": "gpt-4o-mini-2024-07-18", "usage": usage},
+                additional_kwargs=usage,
+            )
+
+        return stream()
+
+
+def test_each_model_response_is_priced_into_the_stop_packet():
+    """Every request of a looping model (2,000 tokens in and 1,000 out each, at 2.50 and 10
+    per million: 0.015) is in the stop packet's counters: model cost and the model's usage."""
+    script = Script(lambda s, _new: s.call(("lookup", {"q": "renewal"})))
+    guard = RunGuard("task-usage", budget=Budget(max_repeats=2, max_cost="1", prices=PRICES))
+    agent = FunctionAgent(tools=looping_tools(Counter()), llm=MeteredLLM(response_generator=script))
+
+    stop = run_stop(run(protect(agent, guard=guard), "renew"), guard)
+
+    assert stop is not None
+    assert stop.packet.condition == "repeated-action"
+    counters = stop.packet.to_dict()["counters"]
+    requests = script.steps  # the model was not asked once the run stopped
+    cost = str(Decimal("0.015") * requests)
+    assert counters["model_cost"] == cost
+    assert counters["usage"] == [
+        {
+            "model": "gpt-4o-mini-2024-07-18",
+            "input_tokens": 2_000 * requests,
+            "output_tokens": 1_000 * requests,
+            "requests": requests,
+            "cost": cost,
+        }
+    ]
+
+
+def test_the_models_usage_spends_the_runs_cost_limit():
+    """With max_cost 0.02, the second request's usage spends it: the run stops (max-cost)
+    and the model is not asked a third time."""
+    script = Script(lambda s, _new: s.call(("lookup", {"q": f"renewal {s.steps}"})))
+    guard = RunGuard("task-cost", budget=Budget(max_cost="0.02", prices=PRICES))
+    agent = FunctionAgent(tools=looping_tools(Counter()), llm=MeteredLLM(response_generator=script))
+
+    stop = run_stop(run(protect(agent, guard=guard), "renew"), guard)
+
+    assert stop is not None
+    assert stop.packet.condition == "max-cost"
+    assert script.steps == 2
+    assert stop.packet.to_dict()["counters"]["model_cost"] == "0.03"
+
+
+@pytest.mark.parametrize(
+    ("response", "found"),
+    [
+        (ChatResponse(message=say("x"), additional_kwargs={"prompt_tokens": 3}), ("m", 3, 0)),
+        (
+            ChatResponse(
+                message=say("x"),
+                raw=SimpleNamespace(
+                    model="claude-x", usage=SimpleNamespace(input_tokens=5, output_tokens=7)
+                ),
+            ),
+            ("claude-x", 5, 7),
+        ),
+        (ChatResponse(message=say("x"), raw={"content": "x"}), None),
+    ],
+    ids=["openai-kwargs", "anthropic-object", "no-usage"],
+)
+def test_llm_usage_reads_what_the_integrations_report(response, found):
+    """Token counts from additional_kwargs or the raw response's usage (a mapping or an
+    SDK object); the raw response's model name wins over the LLM's."""
+    assert llm_usage(response, "m") == found

@@ -368,16 +368,19 @@ def _tokens(usage: Any) -> tuple[int, int] | None:
 
 
 def _spend(guard: RunGuard, agent: BaseWorkflowAgent, responses: Sequence[ChatResponse]) -> None:
-    """Price the model request's usage into the run; a fault here never changes the run."""
-    add_usage = getattr(guard, "add_usage", None)
-    if add_usage is None or not responses:
-        return
-    try:
-        found = llm_usage(responses[-1], agent.llm.metadata.model_name)
-        if found is not None:
-            add_usage(found[0], input_tokens=found[1], output_tokens=found[2])
-    except Exception as exc:  # noqa: BLE001 - the model's answer stands whatever usage says
-        hook_failed("reading a LlamaIndex model response's usage failed; the run goes on", exc)
+    """Price each of the model request's responses into the run (:meth:`RunGuard.add_usage`).
+
+    A fault here (an integration's odd usage object) never changes the model's answer.
+    A usage that stops the run (``max_cost`` spent, an unpriced model) lets this turn's
+    calls be answered by the guard; the next ``take_step`` ends the run.
+    """
+    for response in responses:
+        try:
+            found = llm_usage(response, agent.llm.metadata.model_name)
+            if found is not None:
+                guard.add_usage(found[0], input_tokens=found[1], output_tokens=found[2])
+        except Exception as exc:  # noqa: BLE001 - the model's answer stands whatever usage says
+            hook_failed("reading a LlamaIndex model response's usage failed; the run goes on", exc)
 
 
 class _Responses(BaseEventHandler):
@@ -388,8 +391,11 @@ class _Responses(BaseEventHandler):
         return "ToolbreakerResponses"
 
     def handle(self, event: BaseEvent, **kwargs: Any) -> None:
+        if not isinstance(event, LLMChatEndEvent) or event.response is None:
+            return
         sink = _RESPONSES.get()
-        if sink is not None and isinstance(event, LLMChatEndEvent) and event.response is not None:
+        # A decorated chat method calling another reports one response twice: count it once.
+        if sink is not None and not any(r is event.response for r in sink):
             sink.append(event.response)
 
 
