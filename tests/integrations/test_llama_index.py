@@ -16,8 +16,8 @@ import sys
 import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from dataclasses import dataclass, field
+from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,8 +27,8 @@ pytest.importorskip("llama_index.core", reason="the llama-index extra is not ins
 
 from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
-from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms import MockFunctionCallingLLM, MockLLM
+from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.tools import FunctionTool
 
 from toolbreaker import Budget, ModelPrice, Policy, PolicyError, Registry, RunGuard

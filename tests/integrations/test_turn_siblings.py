@@ -642,9 +642,7 @@ def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed
 # -- LlamaIndex agent workflow ---------------------------------------------------------------------
 
 #: The workflows package walks an agent's attributes (pydantic's deprecated ones too).
-_LLAMA_WARNINGS = pytest.mark.filterwarnings(
-    "ignore::pydantic.warnings.PydanticDeprecationWarning"
-)
+_LLAMA_WARNINGS = pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
 
 
 def _llama_run(

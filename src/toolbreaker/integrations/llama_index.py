@@ -10,7 +10,7 @@ Install ``toolbreaker[llama-index]``, then, once per run::
 
 :func:`protect` takes a ``FunctionAgent``, a ``ReActAgent`` (any agent of
 ``llama_index.core.agent.workflow``) or an ``AgentWorkflow`` and returns a copy whose
-``FunctionTool``\\ s are :class:`ProtectedTool`\\ s; the agent and its tools are left as
+function tools are :class:`ProtectedTool` objects; the agent and its tools are left as
 they were. A protected tool is a ``FunctionTool`` with the same ``metadata`` object (name,
 description, ``fn_schema``, ``return_direct``), so the model is offered exactly what it was
 offered before. One call of it, ``acall`` (what the agent workflow's ``call_tool`` step
@@ -81,7 +81,11 @@ from llama_index.core.base.llms.types import (  # noqa: E402
     ChatResponse,
     MessageRole,
 )
-from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
+
+# LlamaIndex re-exports the dispatcher without listing it as public (mypy's strict view).
+from llama_index.core.instrumentation import (  # type: ignore[attr-defined]  # noqa: E402
+    get_dispatcher,
+)
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
 from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent  # noqa: E402
@@ -230,14 +234,14 @@ def protect(
     """
     _listen_for_usage()
     if isinstance(workflow, BaseWorkflowAgent):
-        return _protected_agent(workflow, guard, registry, breakers or {})  # type: ignore[return-value]
+        return _protected_agent(workflow, guard, registry, breakers or {})
     if isinstance(workflow, AgentWorkflow):
         protected = copy.copy(workflow)
         protected.agents = {
             name: _protected_agent(agent, guard, registry, breakers or {})
             for name, agent in workflow.agents.items()
         }
-        return protected  # type: ignore[return-value]
+        return protected
     raise PolicyError(
         f"protect() takes a LlamaIndex agent or AgentWorkflow, not {type(workflow).__name__}",
         field="workflow",
@@ -564,4 +568,3 @@ async def _within(awaitable: Awaitable[ToolOutput], timeout: float | None) -> To
     if timeout is None:
         return await awaitable
     return await asyncio.wait_for(awaitable, timeout)
-
