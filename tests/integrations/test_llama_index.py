@@ -31,7 +31,15 @@ from llama_index.core.llms import MockFunctionCallingLLM, MockLLM
 from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.tools import FunctionTool
 
-from toolbreaker import Budget, ModelPrice, Policy, PolicyError, Registry, RunGuard
+from toolbreaker import (
+    Budget,
+    ModelPrice,
+    Policy,
+    PolicyError,
+    Registry,
+    RunGuard,
+    system_prompt_line,
+)
 from toolbreaker.integrations.llama_index import (
     STOP_KEY,
     ProtectedTool,
@@ -100,6 +108,7 @@ class Script:
     received: list[Read] = field(default_factory=list)
     issued: dict[str, str] = field(default_factory=dict)
     offered: list[dict[str, Any]] = field(default_factory=list)
+    system: list[str] = field(default_factory=list)
     steps: int = 0
 
     def __call__(self, messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
@@ -107,6 +116,7 @@ class Script:
         assert self.steps < 30, "the guard should have stopped this run long ago"
         tools = kwargs.get("tools") or []
         self.offered.append({t.metadata.name: t.metadata for t in tools})
+        self.system.extend(m.content or "" for m in messages if m.role == MessageRole.SYSTEM)
         new: list[Read] = []
         for message in reversed(messages):
             if message.role != MessageRole.TOOL:
@@ -205,6 +215,24 @@ def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
     assert ran["search_snapshot"] == 1
     assert str(result.response.content).startswith("From the snapshot of")
     assert registry.for_tool("search").state.phase == "open"
+    assert system_prompt_line() in script.system[0]
+
+
+def test_the_system_prompt_line_joins_the_agents_own_or_can_be_left_out():
+    """The agent's system prompt is kept, the line appended once; instructions=False
+    leaves the prompt alone."""
+    for instructions, expected in [
+        (True, f"Be brief.\n\n{system_prompt_line()}"),
+        (False, "Be brief."),
+    ]:
+        script = Script(lambda s, new: say("ok"))
+        agent = FunctionAgent(
+            tools=looping_tools(Counter()), llm=script.llm(), system_prompt="Be brief."
+        )
+        guarded = protect(agent, guard=RunGuard("t"), instructions=instructions)
+        run(guarded, "x")
+        assert script.system == [expected]
+        assert agent.system_prompt == "Be brief."
 
 
 # -- 2. a 404 is the caller's mistake, not the dependency's ----------------------------------

@@ -63,6 +63,7 @@ from typing import Any, Final, TypeVar
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
@@ -207,6 +208,7 @@ def protect(
     guard: RunGuard,
     registry: Registry | None = None,
     breakers: Mapping[str, Breaker] | None = None,
+    instructions: bool = True,
 ) -> W:
     """A copy of an agent (or of an ``AgentWorkflow`` and its agents) guarded by toolbreaker.
 
@@ -224,6 +226,9 @@ def protect(
         guard: the run's guard: budgets, loop detection, idempotent writes, stops.
         registry: where breakers are found by tool name (sheet rows and live breakers).
         breakers: breakers by tool name, taking precedence over the other sources.
+        instructions: append :func:`toolbreaker.system_prompt_line` to each agent's
+            ``system_prompt`` (unless it is there already), so the model knows what a
+            tool-unavailable result means.
 
     Returns:
         The protected copy, of the same type.
@@ -234,11 +239,11 @@ def protect(
     """
     _listen_for_usage()
     if isinstance(workflow, BaseWorkflowAgent):
-        return _protected_agent(workflow, guard, registry, breakers or {})
+        return _protected_agent(workflow, guard, registry, breakers or {}, instructions)
     if isinstance(workflow, AgentWorkflow):
         protected = copy.copy(workflow)
         protected.agents = {
-            name: _protected_agent(agent, guard, registry, breakers or {})
+            name: _protected_agent(agent, guard, registry, breakers or {}, instructions)
             for name, agent in workflow.agents.items()
         }
         return protected
@@ -288,6 +293,7 @@ def _protected_agent(
     guard: RunGuard,
     registry: Registry | None,
     breakers: Mapping[str, Breaker],
+    instructions: bool,
 ) -> BaseWorkflowAgent:
     tools: list[Any] = []
     for tool in agent.tools or ():
@@ -297,7 +303,13 @@ def _protected_agent(
             tools.append(protect_tool(tool, guard=guard, registry=registry, breaker=given))
         else:
             tools.append(tool)
-    protected = agent.model_copy(update={"tools": tools})
+    update: dict[str, Any] = {"tools": tools}
+    prompt = agent.system_prompt or ""
+    if instructions and SYSTEM_PROMPT_LINE not in prompt:
+        update["system_prompt"] = (
+            f"{prompt}\n\n{SYSTEM_PROMPT_LINE}" if prompt else SYSTEM_PROMPT_LINE
+        )
+    protected = agent.model_copy(update=update)
     inner = protected.take_step
     # The instance's own take_step: the workflow's run_agent_step (and AgentWorkflow's)
     # calls it through the instance, so the agent's class and its steps stay as they are.
