@@ -566,6 +566,64 @@ def test_a_failing_tool_reaches_the_model_as_the_guards_result():
     assert "ConnectionResetError" in answer["error"]
 
 
+def test_a_tool_that_takes_the_workflow_context_still_gets_it():
+    """The workflow passes its Context to a tool that asks for it; the protected tool hands
+    it on and the guard fingerprints only the model's arguments."""
+    from llama_index.core.workflow import Context
+
+    seen: list[Any] = []
+
+    async def remember(ctx: Context, note: str) -> str:
+        """Keep a note in the run's state."""
+        await ctx.store.set("note", note)
+        seen.append(type(ctx).__name__)
+        return "kept"
+
+    # LlamaIndex finds the Context parameter by its annotation object; this module's
+    # ``from __future__ import annotations`` made it a string.
+    remember.__annotations__.update(ctx=Context, note=str)
+
+    script = Script(
+        lambda s, new: s.call(("remember", {"note": "hi"})) if s.steps == 1 else say("ok")
+    )
+    guard = RunGuard("task-ctx")
+    agent = FunctionAgent(tools=[remember], llm=script.llm())
+    assert run(protect(agent, guard=guard), "x").response.content == "ok"
+    assert script.returns("remember") == ["kept"]
+    assert seen == ["Context"]
+    assert script.returns("remember") == ["kept"]
+    assert guard.state.calls == 1
+
+
+def test_the_breakers_timeout_cuts_a_hung_tool_and_counts():
+    """A hung tool is cut at the breaker's timeout; two timeouts open the breaker and the
+    model reads tool_unavailable."""
+    registry = Registry(Policy(failure_threshold=2), default_enforce="cooperative")
+    registry.get("slow-api", tool="slow", timeout=0.05)
+    entered: list[int] = []
+
+    async def slow() -> str:
+        """Never answers."""
+        entered.append(1)
+        await asyncio.Event().wait()
+        return "never"  # pragma: no cover
+
+    def policy(script: Script, new: list[Read]) -> ChatMessage:
+        return script.call(("slow", {})) if len(script.returns("slow")) < 3 else say("gave up")
+
+    script = Script(policy)
+    agent = FunctionAgent(tools=[slow], llm=script.llm())
+    result = run(protect(agent, guard=RunGuard("task-slow"), registry=registry), "x")
+    assert result.response.content == "gave up"
+    first, opened, rejected = script.returns("slow")
+    assert first["error"].startswith("TimeoutError")
+    assert first["retryable"] is True
+    assert opened["tool_unavailable"] is True
+    assert rejected["tool_unavailable"] is True
+    assert len(entered) == 2
+    assert registry.for_tool("slow").stats.failures == {"timeout": 2}
+
+
 def test_protect_refuses_what_is_no_agent():
     """protect() names what it takes."""
     with pytest.raises(PolicyError, match="agent or AgentWorkflow"):
