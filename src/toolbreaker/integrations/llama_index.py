@@ -55,6 +55,7 @@ import contextlib
 import contextvars
 import copy
 import dataclasses
+import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -454,6 +455,11 @@ class ProtectedTool(FunctionTool):
         schema = tool.metadata.fn_schema
         fields = getattr(schema, "model_fields", {}) if schema is not None else {}
         self._key_arg = key_arg if key_arg is not None and key_arg in fields else None
+        # A sync function whose async side is LlamaIndex's own executor wrapper.
+        wrapper = getattr(tool.async_fn, "__qualname__", "")
+        self._sync_only = not inspect.iscoroutinefunction(tool.real_fn) and wrapper.startswith(
+            "sync_to_async."
+        )
 
     # FunctionTool's call/acall wrap a raw output; ours answer with a whole ToolOutput.
 
@@ -488,7 +494,7 @@ class ProtectedTool(FunctionTool):
                 # One call of the model turn's sibling group: the task running it is
                 # cancelled by policy when a required dependency it needs opens.
                 ran = await self.guard.arun_step(
-                    step, lambda: _within(self.tool.acall(**run_kwargs), deadline)
+                    step, lambda: _within(self._acall_inner(run_kwargs), deadline)
                 )
             except BaseException as exc:  # noqa: BLE001 - re-raised by afailed() if it must be
                 return self._output(await step.afailed(exc), given, exc)
@@ -498,6 +504,16 @@ class ProtectedTool(FunctionTool):
             return self._output(await step.afailed(_ToolError(ran)), given, ran.exception)
         seen = await step.asucceeded(ran.raw_output)
         return ran if seen is ran.raw_output else self._output(seen, given)
+
+    def _acall_inner(self, kwargs: dict[str, Any]) -> Awaitable[ToolOutput]:
+        """The wrapped tool's ``acall``; a sync-only tool's ``call`` in a worker thread.
+
+        LlamaIndex runs a sync function in its executor, before 0.14.22 without this
+        context: run here with it, the tool's :func:`idempotency_key` is the guard's.
+        """
+        if self._sync_only:
+            return asyncio.to_thread(self.tool.call, **kwargs)
+        return self.tool.acall(**kwargs)
 
     def _settled(
         self, step: Step, ran: Any, given: dict[str, Any], succeeded: Callable[[Any], Any]
