@@ -624,6 +624,38 @@ def test_the_breakers_timeout_cuts_a_hung_tool_and_counts():
     assert registry.for_tool("slow").stats.failures == {"timeout": 2}
 
 
+def test_an_error_output_of_the_tools_callback_is_a_failure_that_does_not_count():
+    """A tool whose callback answers with an error ToolOutput (LlamaIndex's way of
+    reporting without raising) settles as a failure the classifier ignores: the model
+    reads the guard's result and the breaker counts nothing."""
+    from llama_index.core.tools import ToolOutput
+
+    def lookup(q: str) -> str:
+        """Look up."""
+        return q
+
+    def refuse(result: Any) -> ToolOutput:
+        return ToolOutput(
+            content="no such entry",
+            tool_name="lookup",
+            raw_input={},
+            raw_output=result,
+            is_error=True,
+        )
+
+    tool = FunctionTool.from_defaults(lookup, callback=refuse)
+    registry = Registry(Policy(failure_threshold=1))
+    script = Script(lambda s, new: s.call(("lookup", {"q": "x"})) if s.steps == 1 else say("no"))
+    agent = FunctionAgent(tools=[tool], llm=script.llm())
+    run(protect(agent, guard=RunGuard("task-callback"), registry=registry), "x")
+    (answer,) = script.returns("lookup")
+    assert answer["ok"] is False
+    assert "no such entry" in answer["error"]
+    breaker = registry.for_tool("lookup")
+    assert breaker.state.phase == "closed"  # one counted failure would have opened it
+    assert breaker.stats.failures == {"unknown-exception:ToolError": 1}  # seen, ignored
+
+
 def test_protect_refuses_what_is_no_agent():
     """protect() names what it takes."""
     with pytest.raises(PolicyError, match="agent or AgentWorkflow"):

@@ -61,7 +61,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
-from toolbreaker.errors import PolicyError
+from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
@@ -98,6 +98,7 @@ __all__ = [
     "TURN_KEY",
     "ProtectedTool",
     "RunStop",
+    "ToolError",
     "arun_stop",
     "idempotency_key",
     "llm_usage",
@@ -501,7 +502,7 @@ class ProtectedTool(FunctionTool):
         if isinstance(ran, CancelledByPolicy):
             return self._output(ran.answer, given)
         if ran.is_error:
-            return self._output(await step.afailed(_ToolError(ran)), given, ran.exception)
+            return self._output(await step.afailed(ToolError(ran.content)), given, ran.exception)
         seen = await step.asucceeded(ran.raw_output)
         return ran if seen is ran.raw_output else self._output(seen, given)
 
@@ -521,7 +522,7 @@ class ProtectedTool(FunctionTool):
         if isinstance(ran, CancelledByPolicy):
             return self._output(ran.answer, given)
         if ran.is_error:
-            return self._output(step.failed(_ToolError(ran)), given, ran.exception)
+            return self._output(step.failed(ToolError(ran.content)), given, ran.exception)
         seen = succeeded(ran.raw_output)
         return ran if seen is ran.raw_output else self._output(seen, given)
 
@@ -562,12 +563,12 @@ class ProtectedTool(FunctionTool):
         )
 
 
-class _ToolError(Exception):
-    """A wrapped tool answered with an error output instead of raising (its own callback)."""
+class ToolError(ToolReportedError):
+    """A wrapped tool answered with an error ``ToolOutput`` instead of raising (a callback).
 
-    def __init__(self, output: ToolOutput) -> None:
-        super().__init__(output.content)
-        self.output = output
+    The output is all there is of the failure: the default classifier ignores it, so it
+    never counts against the dependency.
+    """
 
 
 def _positional(tool: ProtectedTool, args: tuple[Any, ...]) -> dict[str, Any]:
