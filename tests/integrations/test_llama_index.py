@@ -679,6 +679,8 @@ class MeteredLLM(MockFunctionCallingLLM):
     """LlamaIndex's mock, reporting usage as its OpenAI integration does: the provider's
     response (model, usage) as ``raw`` and the token counts in ``additional_kwargs``."""
 
+    reported_model: str = "gpt-4o-mini-2024-07-18"
+
     @llm_chat_callback()
     async def astream_chat(self, messages: Any, **kwargs: Any) -> Any:
         message = self._get_response_generator()(messages, **kwargs)
@@ -688,7 +690,7 @@ class MeteredLLM(MockFunctionCallingLLM):
             yield ChatResponse(
                 message=message,
                 delta=message.content or "",
-                raw={"model": "gpt-4o-mini-2024-07-18", "usage": usage},
+                raw={"model": self.reported_model, "usage": usage},
                 additional_kwargs=usage,
             )
 
@@ -734,6 +736,24 @@ def test_the_models_usage_spends_the_runs_cost_limit():
     assert stop.packet.condition == "max-cost"
     assert script.steps == 2
     assert stop.packet.to_dict()["counters"]["model_cost"] == "0.03"
+
+
+def test_a_final_answer_from_an_unpriced_model_ends_as_a_stopped_run():
+    """Under a max_cost, a model the price table does not price stops the run when its
+    usage is counted, here with its final answer: the run ends with the stop packet, never
+    as a completion (the answer stays in the run's memory)."""
+    script = Script(lambda s, _new: say("ok"))
+    guard = RunGuard("task-unpriced", budget=Budget(max_cost="1", prices=PRICES))
+    llm = MeteredLLM(response_generator=script, reported_model="claude-x")
+    agent = FunctionAgent(tools=looping_tools(Counter()), llm=llm)
+
+    result = run(protect(agent, guard=guard), "x")
+
+    stop = run_stop(result, guard)
+    assert stop is not None
+    assert "claude-x" in stop.packet.detail
+    assert script.steps == 1
+    assert result.response.content != "ok"
 
 
 @pytest.mark.parametrize(

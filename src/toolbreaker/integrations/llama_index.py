@@ -335,6 +335,11 @@ def _guarded_step(
         finally:
             _RESPONSES.reset(token)
         _spend(guard, agent, responses)
+        if guard.stopped is not None and not output.tool_calls and not output.retry_messages:
+            # The response's own usage stopped the run (max_cost): a stopped run never
+            # ends as a completion. Its calls, had it made any, get the guard's answers
+            # first (the history stays whole) and the next take_step ends the run.
+            return _stopped_output(agent, await guard.astop_packet(), guard)
         return output
 
     return take_step
