@@ -770,8 +770,9 @@ def test_a_final_answer_from_an_unpriced_model_ends_as_a_stopped_run():
             ("claude-x", 5, 7),
         ),
         (ChatResponse(message=say("x"), raw={"content": "x"}), None),
+        (ChatResponse(message=say("x"), raw={"usage": {"input_tokens": 1}}), ("m", 1, 0)),
     ],
-    ids=["openai-kwargs", "anthropic-object", "no-usage"],
+    ids=["openai-kwargs", "anthropic-object", "no-usage", "model-of-the-llm"],
 )
 def test_llm_usage_reads_what_the_integrations_report(response, found):
     """Token counts from additional_kwargs or the raw response's usage (a mapping or an

@@ -62,7 +62,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from toolbreaker.errors import PolicyError, ToolReportedError
-from toolbreaker.integrations import require
+from toolbreaker.integrations import count_usage, require
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
 from toolbreaker.runtime._step import Step
@@ -348,13 +348,16 @@ def _guarded_step(
 # -- model usage ---------------------------------------------------------------------------------
 
 
-def llm_usage(response: ChatResponse, model: str | None = None) -> tuple[str, int, int] | None:
+def llm_usage(
+    response: ChatResponse, model: str | None = None
+) -> tuple[str | None, int, int] | None:
     """``(model, input_tokens, output_tokens)`` of one LLM response, or ``None`` if unknown.
 
     Reads what LlamaIndex's LLM integrations report: ``additional_kwargs`` token counts
     (``prompt_tokens`` / ``completion_tokens``, or ``input_tokens`` / ``output_tokens``),
     else the ``usage`` of ``raw`` (a mapping or an object, as the provider's SDK returns
-    it). The model name is ``raw``'s ``model`` when it has one, else ``model``.
+    it). The model name is ``raw``'s ``model`` when it has one, else ``model`` (``None``
+    when neither names it: :func:`count_usage` counts it as ``"unknown"``).
 
     Args:
         response: the ``ChatResponse`` (the last one of a stream carries the usage).
@@ -366,9 +369,7 @@ def llm_usage(response: ChatResponse, model: str | None = None) -> tuple[str, in
         return None
     name = _field(raw, "model")
     name = name if isinstance(name, str) and name else model
-    if not name:
-        return None
-    return name, counts[0], counts[1]
+    return name or None, counts[0], counts[1]
 
 
 def _field(value: Any, name: str) -> Any:
@@ -391,19 +392,20 @@ def _tokens(usage: Any) -> tuple[int, int] | None:
 
 
 def _spend(guard: RunGuard, agent: BaseWorkflowAgent, responses: Sequence[ChatResponse]) -> None:
-    """Price each of the model request's responses into the run (:meth:`RunGuard.add_usage`).
+    """Count each of the model request's responses (:func:`count_usage`).
 
-    A fault here (an integration's odd usage object) never changes the model's answer.
-    A usage that stops the run (``max_cost`` spent, an unpriced model) lets this turn's
+    A usage object the adapter cannot read is logged and never changes the model's answer.
+    A usage that stops the run (an unpriced model under a ``max_cost``) lets this turn's
     calls be answered by the guard; the next ``take_step`` ends the run.
     """
     for response in responses:
         try:
             found = llm_usage(response, agent.llm.metadata.model_name)
-            if found is not None:
-                guard.add_usage(found[0], input_tokens=found[1], output_tokens=found[2])
         except Exception as exc:  # noqa: BLE001 - the model's answer stands whatever usage says
-            hook_failed("reading a LlamaIndex model response's usage failed; the run goes on", exc)
+            hook_failed("reading a LlamaIndex response's usage failed; the response stands", exc)
+            continue
+        if found is not None:
+            count_usage(guard, *found)
 
 
 class _Responses(BaseEventHandler):
