@@ -393,6 +393,65 @@ def test_a_google_adk_run_stopped_on_the_loop_reads_its_journal_off_it(journal):
     assert spy.called("journal_put") >= 2  # the write: pending, then confirmed
     assert spy.called("journal_entries") >= 1  # the stop's packet
     assert spy.on_loop == [], spy.on_loop
+# -- LlamaIndex: the agent workflow's run, and arun_stop -----------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
+@pytest.mark.parametrize("write", [False, True], ids=["read", "write"])
+def test_a_llama_index_workflow_stopped_on_the_loop_reads_its_journal_off_it(journal, write):
+    """A protected ``FunctionAgent`` run whose model repeats one call (a read, or a write
+    whose journal entries are written before and after it runs): the run ends with the
+    stop packet built in the agent's ``take_step``, and ``arun_stop()`` (``run_stop()``'s
+    async twin) reads it again; every journal round trip ran in a worker thread."""
+    pytest.importorskip("llama_index.core", reason="the llama-index extra is not installed")
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
+    from toolbreaker.integrations.llama_index import STOP_KEY, arun_stop, protect, run_stop
+
+    counter = itertools.count()
+    name = "create_ticket" if write else "search"
+
+    def model(messages: Any, **kwargs: Any) -> ChatMessage:
+        block = ToolCallBlock(
+            tool_call_id=f"c{next(counter)}", tool_name=name, tool_kwargs={"q": "usb"}
+        )
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+
+    async def search(q: str) -> dict[str, Any]:
+        """Search the catalog."""
+        return {"q": q, "hits": 0}
+
+    async def create_ticket(q: str, idempotency_key: str = "") -> dict[str, Any]:
+        """Open a ticket."""
+        return {"id": "T-1", "key": idempotency_key}
+
+    guard = RunGuard("li-1", budget=Budget(max_repeats=2), journal=journal)
+    if write:
+        guard.ensure_tool("create_ticket", risk="reversible_write")
+    tool = FunctionTool.from_defaults(create_ticket if write else search)
+    agent = FunctionAgent(tools=[tool], llm=MockFunctionCallingLLM(response_generator=model))
+    guarded = protect(agent, guard=guard, registry=registry())
+    spy = LoopSpy(journal)
+
+    async def main() -> Any:
+        result = await guarded.run(user_msg="usb cable")
+        return result, await arun_stop(result, guard)
+
+    result, stop = asyncio.run(main())
+    assert stop is not None
+    assert result.response.additional_kwargs[STOP_KEY]["condition"] == "repeated-action"
+    assert stop.packet.condition == "repeated-action"
+    assert spy.called("journal_entries") >= 2  # take_step's packet and arun_stop's
+    if write:
+        assert spy.called("journal_put") >= 2  # the write's entries, before and after
+        assert stop.packet.confirmed
+    assert spy.on_loop == [], spy.on_loop
+    sync = run_stop(result, guard)  # the sync twin, outside any loop, says the same
+    assert sync is not None
+    assert sync.packet.to_dict() == stop.packet.to_dict()
 
 
 # -- hide open tools: each model request asks the breakers, off the loop -----------------------

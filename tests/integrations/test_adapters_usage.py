@@ -180,6 +180,58 @@ def test_google_adk_counts_each_responses_usage():
     assert counters["usage"] == [
         {
             "model": "gemini-x",
+@pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
+def test_llama_index_counts_each_responses_usage():
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.base.llms.types import (
+        ChatMessage,
+        ChatResponse,
+        MessageRole,
+        ToolCallBlock,
+    )
+    from llama_index.core.llms import MockFunctionCallingLLM
+    from llama_index.core.llms.callbacks import llm_chat_callback
+
+    from toolbreaker.integrations.llama_index import protect
+
+    turns = itertools.count()
+    usage = {"prompt_tokens": 1_000, "completion_tokens": 500, "total_tokens": 1_500}
+
+    class Metered(MockFunctionCallingLLM):
+        """LlamaIndex's mock, reporting usage as its OpenAI integration does."""
+
+        @llm_chat_callback()
+        async def astream_chat(self, messages: Any, **kwargs: Any) -> Any:
+            if next(turns) == 0:
+                block = ToolCallBlock(
+                    tool_call_id="c1", tool_name="search", tool_kwargs={"q": "usb"}
+                )
+                message = ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+            else:
+                message = ChatMessage(role=MessageRole.ASSISTANT, content="found it")
+
+            async def stream() -> Any:
+                yield ChatResponse(
+                    message=message, raw={"model": "gpt-4o-mini"}, additional_kwargs=usage
+                )
+
+            return stream()
+
+    entered: list[str] = []
+    guard = RunGuard("t", budget=Budget(max_cost="1", prices=PRICES))
+    agent = FunctionAgent(tools=[search_tool(entered)], llm=Metered())
+
+    async def main() -> Any:
+        return await protect(agent, guard=guard).run(user_msg="find a usb cable")
+
+    result = asyncio.run(main())
+    counters = guard.stop_packet().counters
+    assert result.response.content == "found it"
+    assert entered == ["usb"]
+    assert counters["usage"] == [
+        {
+            "model": "gpt-4o-mini",
             "input_tokens": 2000,
             "output_tokens": 1000,
             "requests": 2,

@@ -639,6 +639,133 @@ def test_openai_agents_a_write_cancelled_in_flight_is_unknown_and_never_replayed
     check_never_replayed(service)
 
 
+# -- LlamaIndex agent workflow ---------------------------------------------------------------------
+
+#: The workflows package walks an agent's attributes (pydantic's deprecated ones too).
+_LLAMA_WARNINGS = pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
+
+
+def _llama_run(
+    service: ToolService,
+    registry: Registry,
+    guard: RunGuard,
+    first_turn: list[tuple[str, dict[str, Any]]],
+    *,
+    calm: bool = False,
+) -> tuple[Any, Tools, list[list[Any]], list[Any]]:
+    """A protected FunctionAgent whose first response issues ``first_turn`` at once; the
+    workflow's call_tool step runs them in parallel. Returns its result, the tools, what
+    the model read at each request and the run's memory."""
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
+    from toolbreaker.integrations.llama_index import protect
+
+    tools = Tools(service, registry, calm=calm)
+    read: list[list[Any]] = []
+
+    def model(messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
+        read.append([m for m in messages if m.role == MessageRole.TOOL])
+        if len(read) == 1:
+            blocks = [
+                ToolCallBlock(tool_call_id=f"call-{n}", tool_name=t, tool_kwargs=a)
+                for n, (t, a) in enumerate(first_turn)
+            ]
+            return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
+        return ChatMessage(role=MessageRole.ASSISTANT, content="done")
+
+    helpdesk, catalog = registry.get("helpdesk"), registry.get("catalog")
+    guard.ensure_tool("order_status", breaker=helpdesk, required=True)
+    guard.ensure_tool("list_tickets", breaker=helpdesk)
+    guard.ensure_tool(
+        "open_ticket", breaker=helpdesk, risk="reversible_write", business_key=("title",)
+    )
+    guard.ensure_tool("search", breaker=catalog)
+    made = [
+        FunctionTool.from_defaults(getattr(tools, name))
+        for name in ("order_status", "list_tickets", "open_ticket", "search")
+    ]
+    agent = FunctionAgent(tools=made, llm=MockFunctionCallingLLM(response_generator=model))
+    guarded = protect(agent, guard=guard, registry=registry)
+
+    async def main() -> tuple[Any, list[Any]]:
+        handler = guarded.run(user_msg="go")
+        result = await handler
+        memory = await handler.ctx.store.get("memory")
+        assert no_other_task()  # structured: nothing outlives the turn
+        return result, await memory.aget()
+
+    result, history = asyncio.run(main())
+    return result, tools, read, history
+
+
+@_LLAMA_WARNINGS
+def test_llama_index_cancels_only_the_sibling_that_needs_the_opened_dependency(service):
+    pytest.importorskip("llama_index.core")
+    from toolbreaker.integrations.llama_index import STOP_KEY, TURN_KEY, run_stop
+
+    registry = make_registry()
+    guard = RunGuard("llama-siblings")
+    turn = three_calls(service, "list_tickets")
+    result, tools, read, history = _llama_run(service, registry, guard, turn)
+
+    assert len(read) == 1  # the stop ends the run before the model is asked again
+    stop = run_stop(result, guard)
+    assert stop is not None
+    assert stop.packet.condition == "dependency-open"
+    assert result.response.additional_kwargs[STOP_KEY]["condition"] == "dependency-open"
+    assert set(result.response.additional_kwargs[TURN_KEY]["results"]) == {"search"}
+    check_turn(stop.turn, "list_tickets")
+    assert tools.cancelled == ["list_tickets"]  # the task running it was cancelled
+    assert tools.finished == ["search"]
+    # The run's memory (what a resumed conversation starts from) holds all three answers.
+    answers = {m.additional_kwargs["tool_call_id"]: m.content for m in history if m.role == "tool"}
+    assert set(answers) == {"call-0", "call-1", "call-2"}
+    check_cancelled_answer(json.loads(answers["call-1"]), "list_tickets")
+
+
+@_LLAMA_WARNINGS
+def test_llama_index_a_write_cancelled_in_flight_is_unknown_and_never_replayed(service):
+    pytest.importorskip("llama_index.core")
+    from toolbreaker.integrations.llama_index import run_stop
+
+    registry = make_registry()
+    journal = MemoryStore()
+    guard = RunGuard("llama-write", journal=journal)
+    turn = three_calls(service, "open_ticket")
+    result, tools, _, _ = _llama_run(service, registry, guard, turn)
+
+    stop = run_stop(result, guard)
+    assert stop is not None
+    check_unknown_write(stop.turn, journal, "llama-write", stop.packet.uncertain)
+    assert tools.cancelled == ["open_ticket"]
+
+    # A resumed run asking for the same write is answered from the journal: never replayed.
+    resumed = RunGuard("llama-write", journal=journal)
+    again, tools, read, _ = _llama_run(
+        service, registry, resumed, [("open_ticket", {"title": "Refund A-1001"})]
+    )
+    assert run_stop(again, resumed) is None
+    (reply,) = read[1]
+    assert json.loads(reply.content)["outcome_unknown"] is True
+    assert tools.cancelled == tools.finished == []
+    check_never_replayed(service)
+
+
+@_LLAMA_WARNINGS
+def test_llama_index_a_turn_where_nothing_opens_is_unchanged(service):
+    pytest.importorskip("llama_index.core")
+    registry = make_registry()
+    guard = RunGuard("llama-calm")
+    service.inject("GET /tickets", Fault(delay=0.2))
+    turn = [("list_tickets", {}), ("search", {"q": "usb cable"})]
+    result, tools, _, _ = _llama_run(service, registry, guard, turn, calm=True)
+    assert result.response.content == "done"
+    assert sorted(tools.finished) == ["list_tickets", "search"]
+
+
 # -- Pydantic AI: a response that also ends the run ----------------------------------------------
 #
 # The stop is normally applied before the next model request; a response that also carries

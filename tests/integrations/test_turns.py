@@ -304,3 +304,65 @@ def test_google_adk_defers_calls_beyond_the_turn_limit(service):
     assert service.hits["GET /search"] == 6
     assert run_guard.state.deferred == 11
     assert run_guard.state.calls == 6
+@pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
+def test_llama_index_defers_calls_beyond_the_turn_limit(service):
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms import MockFunctionCallingLLM
+
+    from toolbreaker.integrations.llama_index import protect
+
+    ran: list[str] = []
+
+    def search(q: str) -> dict[str, Any]:
+        """Search the catalog."""
+        ran.append(q)
+        return request_json("GET", f"{service.url}/search?q={urllib.parse.quote(q)}", timeout=2)
+
+    read: list[dict[str, Any]] = []
+
+    def calls(queries: list[str], prefix: str) -> ChatMessage:
+        blocks = [
+            ToolCallBlock(tool_call_id=f"{prefix}{n}", tool_name="search", tool_kwargs={"q": q})
+            for n, q in enumerate(queries)
+        ]
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
+
+    def model(messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
+        results: dict[str, Any] = {}
+        for message in reversed(messages):
+            if message.role != MessageRole.TOOL:
+                break
+            results[message.additional_kwargs["tool_call_id"]] = _decoded(message.content)
+        read.append(results)
+        if len(read) == 1:  # turn 1: ten searches at once
+            return calls(QUERIES, "c")
+        if len(read) == 2:  # turn 2: re-issue what was deferred
+            again = [QUERIES[int(cid[1:])] for cid, r in sorted(results.items()) if _deferred(r)]
+            return calls(again, "r")
+        return ChatMessage(role=MessageRole.ASSISTANT, content="done")
+
+    run_guard = guard()
+    agent = FunctionAgent(tools=[search], llm=MockFunctionCallingLLM(response_generator=model))
+    guarded = protect(agent, guard=run_guard, registry=registry())
+
+    async def main() -> Any:
+        return await guarded.run(user_msg="find cables")
+
+    result = asyncio.run(main())
+
+    assert result.response.content == "done"
+    first, second = read[1], read[2]
+    deferred = [r for r in first.values() if _deferred(r)]
+    assert len(first) == 10
+    assert len(deferred) == 7
+    assert all(r["reason"] == "turn-limit" for r in deferred)
+    assert sum(1 for r in second.values() if _deferred(r)) == 4  # 3 of the 7 ran in turn 2
+    assert len(ran) == 6
+    assert service.hits["GET /search"] == 6
+    assert run_guard.state.deferred == 11
+
+
+def _deferred(result: Any) -> bool:
+    return isinstance(result, dict) and bool(result.get("deferred"))
