@@ -119,7 +119,9 @@ def test_repeated_503s_open_the_deployment_and_the_fallback_serves_without_touch
 
 def test_a_400_never_opens_the_deployment(primary):
     """Bad requests (a context window exceeded) are the caller's: the breaker stays closed."""
-    body = openai_error("This model's maximum context length is 8 tokens", kind="invalid_request_error")
+    body = openai_error(
+        "This model's maximum context length is 8 tokens", kind="invalid_request_error"
+    )
     primary.inject(CHAT_ROUTE, *[Fault(status=400, body=body)] * 4)
     router = make_router(primary, registry=Registry(Policy(failure_threshold=2)))
     for _ in range(4):
@@ -214,7 +216,9 @@ def test_two_routers_share_one_breaker_through_a_sqlite_store(tmp_path, primary,
     path = tmp_path / "breakers.db"
     primary.outage(CHAT_ROUTE, 503)
     with SQLiteStore(path) as one_store, SQLiteStore(path) as other_store:
-        one = make_router(primary, backup, registry=Registry(Policy(failure_threshold=2), store=one_store))
+        one = make_router(
+            primary, backup, registry=Registry(Policy(failure_threshold=2), store=one_store)
+        )
         other = make_router(
             primary, backup, registry=Registry(Policy(failure_threshold=2), store=other_store)
         )
@@ -251,7 +255,9 @@ def test_the_async_path_awaits_the_store_and_leaves_the_loop_free(tmp_path, prim
     settling is a store round trip, none of them on the loop's thread; the fallback serves."""
     primary.outage(CHAT_ROUTE, 503)
     with SQLiteStore(tmp_path / "fleet.db", poll_interval=3600) as store:
-        router = make_router(primary, backup, registry=Registry(Policy(failure_threshold=2), store=store))
+        router = make_router(
+            primary, backup, registry=Registry(Policy(failure_threshold=2), store=store)
+        )
         spy = LoopSpy(store)
         # aapply runs the store's round trip in a worker thread: watch the round trip too.
         store._round_trip = spy._watched("_round_trip", "SQLiteStore", store._round_trip)
@@ -304,7 +310,9 @@ def test_each_responses_usage_goes_into_the_run_budget(primary, backup):
     primary.outage(CHAT_ROUTE, 503)
     prices = {"gpt-b*": ModelPrice("1000", "2000")}  # per million tokens
     guard = RunGuard("t-1", budget=Budget(max_cost="1", prices=prices))
-    router = make_router(primary, backup, registry=Registry(Policy(failure_threshold=2)), guard=guard)
+    router = make_router(
+        primary, backup, registry=Registry(Policy(failure_threshold=2)), guard=guard
+    )
     for _ in range(3):
         router.completion(model="primary", messages=HI)  # 2 prompt + 3 completion tokens
     assert guard.state.cost == Decimal("0.024")

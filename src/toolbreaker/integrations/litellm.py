@@ -72,8 +72,8 @@ from toolbreaker.runtime.run._guard import RunGuard
 
 require("litellm", "litellm")
 
-from litellm import Router  # noqa: E402 - after require(), which words the missing-extra error
-from litellm.router import router_arguments  # noqa: E402
+# After require(), which words the missing-extra error.
+from litellm.router import Router, router_arguments  # noqa: E402
 from litellm.router_config import build_router_config  # noqa: E402
 from litellm.router_python_host import PythonHost  # noqa: E402
 
@@ -194,9 +194,7 @@ class _Guarding:
             usage = usage_of(response, str(params.get("model") or ""))
             if usage is not None:
                 model, input_tokens, output_tokens = usage
-                self.guard.add_usage(
-                    model, input_tokens=input_tokens, output_tokens=output_tokens
-                )
+                self.guard.add_usage(model, input_tokens=input_tokens, output_tokens=output_tokens)
         except Exception as exc:  # noqa: BLE001 - the model's answer stands
             hook_failed("counting a LiteLLM response's usage failed", exc)
 
@@ -221,7 +219,7 @@ class BreakerHost(PythonHost):
     ) -> None:
         self._guarding = _Guarding(registry, key, guard)
 
-    def invoke(self, op: str) -> Callable[..., Any]:  # type: ignore[override]
+    def invoke(self, op: str) -> Callable[..., Any]:
         """The litellm endpoint ``op``; the chat completion ones guarded."""
         endpoint = super().invoke(op)
         if op == _SYNC:
