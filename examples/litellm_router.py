@@ -21,9 +21,17 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no cost-map dow
 warnings.filterwarnings("ignore", module="pydantic")  # LiteLLM's types, as pydantic builds them
 logging.getLogger("LiteLLM Router").setLevel(logging.CRITICAL)  # its fallback tracebacks
 
-from toolbreaker import Budget, DeploymentsUnavailable, ModelPrice, Policy, Registry, RunGuard
-from toolbreaker.integrations.litellm import GuardedRouter
-from toolbreaker.testing import CHAT_ROUTE, ToolService
+# LiteLLM is imported by the adapter, after the settings above.
+from toolbreaker import (  # noqa: E402
+    Budget,
+    DeploymentsUnavailable,
+    ModelPrice,
+    Policy,
+    Registry,
+    RunGuard,
+)
+from toolbreaker.integrations.litellm import GuardedRouter  # noqa: E402
+from toolbreaker.testing import CHAT_ROUTE, ToolService  # noqa: E402
 
 ASK = [{"role": "user", "content": "Which cable fits a USB-C laptop charger?"}]
 
