@@ -207,6 +207,13 @@ def test_every_deployment_open_gives_a_typed_error_naming_each_and_its_wait(prim
     assert result["retry_after_seconds"] == 20
     assert [d["reason"] for d in result["deployments"]] == ["open", "open"]
     assert "primary" in result["instruction"]
+
+    async def asked() -> DeploymentsUnavailable:
+        with pytest.raises(DeploymentsUnavailable) as caught:
+            await router.acompletion(model="primary", messages=HI)
+        return caught.value
+
+    assert set(asyncio.run(asked()).deployments) == set(error.deployments)  # async says the same
     assert (primary.hits, backup.hits) == hits
 
 
