@@ -12,7 +12,7 @@ first try, each retry, each fallback) asks its deployment's breaker first::
     )
     router.completion(model="primary", messages=[...])  # or await router.acompletion(...)
 
-Where it hooks. LiteLLM's router (1.110 and later) runs every attempt through its *host*:
+Where it hooks. LiteLLM's router (1.109 and later) runs every attempt through its *host*:
 ``PythonHost.invoke(op)`` hands out the litellm function (``completion``,
 ``acompletion``) an attempt calls with the one deployment the routing core picked.
 :class:`GuardedRouter` builds the router with ``Router.from_config(config, host=...)``
