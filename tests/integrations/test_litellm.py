@@ -350,6 +350,7 @@ def test_deployment_keys_name_the_model_and_host_or_the_given_id():
     assert deployment_key(params) == "openai/gpt-a@eu.example.com:8443"
     assert deployment_key(params, named=frozenset({"eu-1"})) == "eu-1"
     assert deployment_key({"model": "anthropic/claude"}) == "anthropic/claude"
+    assert deployment_key({"model": "m", "api_base": "http://h:port/v1"}) == "m@h"
 
 
 def test_a_deployment_named_in_the_model_list_keys_its_breaker(primary):

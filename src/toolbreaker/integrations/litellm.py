@@ -112,10 +112,13 @@ def deployment_key(params: Mapping[str, Any], *, named: frozenset[str] = frozens
     model = str(params.get("model") or "unknown-model")
     base = params.get("api_base")
     if isinstance(base, str) and base:
-        host = urllib.parse.urlsplit(base).hostname
-        port = urllib.parse.urlsplit(base).port
-        if host:
-            return f"{model}@{host}:{port}" if port else f"{model}@{host}"
+        where = urllib.parse.urlsplit(base)
+        try:
+            port = where.port
+        except ValueError:  # a port that is no number: the host alone
+            port = None
+        if where.hostname:
+            return f"{model}@{where.hostname}:{port}" if port else f"{model}@{where.hostname}"
     return model
 
 
