@@ -51,7 +51,8 @@ same in every process that reads the same model list. Pass ``key=`` to choose an
 
 The run budget. Given a :class:`~toolbreaker.RunGuard`, each response's ``usage``
 (prompt and completion tokens, with the model that answered, see :func:`usage_of`) goes
-into :meth:`~toolbreaker.RunGuard.add_usage`, priced by the budget's price table.
+into the guard through :func:`~toolbreaker.integrations.count_usage`
+(:meth:`~toolbreaker.RunGuard.add_usage`), priced by the budget's price table.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable
-from toolbreaker.integrations import require
+from toolbreaker.integrations import count_usage, require
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import deployments_unavailable_result
 from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection
@@ -195,11 +196,11 @@ class _Guarding:
             return
         try:
             usage = usage_of(response, str(params.get("model") or ""))
-            if usage is not None:
-                model, input_tokens, output_tokens = usage
-                self.guard.add_usage(model, input_tokens=input_tokens, output_tokens=output_tokens)
         except Exception as exc:  # noqa: BLE001 - the model's answer stands
-            hook_failed("counting a LiteLLM response's usage failed", exc)
+            hook_failed("reading a LiteLLM response's usage failed; the response stands", exc)
+            return
+        if usage is not None:
+            count_usage(self.guard, *usage)
 
 
 class BreakerHost(PythonHost):
