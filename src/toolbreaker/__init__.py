@@ -19,6 +19,7 @@ from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice,
 from toolbreaker.core.run.costs import token_cost
 from toolbreaker.errors import (
     CircuitOpen,
+    DeploymentsUnavailable,
     JournalNotDurable,
     NotSent,
     PermitError,
@@ -79,6 +80,7 @@ __all__ = [
     "ClassLimits",
     "CostReservation",
     "Degradation",
+    "DeploymentsUnavailable",
     "DrainReport",
     "Event",
     "GuardedTool",

@@ -8,6 +8,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── TraceError           an event or trace that cannot be replayed (line)
     ├── ReceiptError         a file that is not a toolbreaker receipt
     ├── CircuitOpen          a call rejected locally by an open breaker (retry_after, result)
+    │   └── DeploymentsUnavailable   every deployment a model call may use is rejected
     ├── StoreUnavailable     breaker state could not be read or written (fail closed)
     │   ├── StoreWriteUnknown    a write that may have reached the store (its reply was lost)
     │   └── RecordCorrupt        a record the store holds that does not decode (space, key)
@@ -36,6 +37,7 @@ from typing import Any
 __all__ = [
     "BusinessKeyError",
     "CircuitOpen",
+    "DeploymentsUnavailable",
     "FingerprintError",
     "JournalNotDurable",
     "NotSent",
@@ -204,6 +206,54 @@ def circuit_open(
     exc.retry_after_ms = retry_after_ms
     exc._render = render
     return exc
+
+
+class DeploymentsUnavailable(CircuitOpen):
+    """A model call was not sent: every deployment it may use was rejected locally.
+
+    The LiteLLM adapter raises it when the router's deployments and fallbacks were all
+    turned away by their breakers (open, probing, isolated, or a store that cannot be
+    read), so no request reached a provider. It is a :class:`CircuitOpen` whose
+    ``dependency`` is the model group asked for; ``retry_after_ms`` is the soonest any
+    of them may be admitted again.
+
+    Attributes:
+        model: the model (group) the call asked for.
+        rejections: the rejection of each deployment, in the order they were tried.
+        deployments: each rejected deployment's breaker key and the milliseconds until
+            it may be admitted again (``None``: not before an operator restores it).
+    """
+
+    __slots__ = ("rejections",)
+
+    def __init__(
+        self,
+        model: str,
+        rejections: tuple[CircuitOpen, ...],
+        render: Callable[..., dict[str, Any]],
+    ) -> None:
+        waits = [r.retry_after_ms for r in rejections if r.retry_after_ms is not None]
+        soonest = min(waits) if waits else None
+        first = next((r for r in rejections if r.retry_after_ms == soonest), None)
+        super().__init__(model, "unavailable" if first is None else first.reason, soonest, render)
+        self.rejections = rejections
+
+    @property
+    def model(self) -> str:
+        """The model (group) the call asked for."""
+        return self.dependency
+
+    @property
+    def deployments(self) -> dict[str, int | None]:
+        """Each rejected deployment's breaker key and its wait in ms (``None``: unknown)."""
+        return {r.dependency: r.retry_after_ms for r in self.rejections}
+
+    def __str__(self) -> str:
+        named = ", ".join(
+            f"{key} (retry after {whole_seconds(ms)} s)" if ms is not None else key
+            for key, ms in self.deployments.items()
+        )
+        return f"every deployment of model {self.model!r} is unavailable: {named}"
 
 
 class StoreUnavailable(ToolbreakerError):

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from toolbreaker.testing import (
+    CHAT_ROUTE,
     ORDER_IDS,
     SNAPSHOT_AS_OF,
     Fault,
     ToolService,
+    openai_error,
     request_json,
 )
 from toolbreaker.testing._service import _Handler
@@ -558,3 +560,42 @@ def test_slow_proxy_holds_every_request_and_forwards_the_answer():
         waited = time.monotonic() - started
     assert answer == {"ok": True}
     assert waited >= 0.2  # held at least once: a lower bound, never a timing upper bound
+
+
+# -- the model route: OpenAI chat completions ----------------------------------------------
+
+
+def test_chat_completions_echo_the_last_user_message_with_word_count_usage(service):
+    """``POST /v1/chat/completions`` answers a chat.completion: the model asked, the last
+    user message echoed, tokens counted as words."""
+    body = {
+        "model": "gpt-local",
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hello there"},
+        ],
+    }
+    answer = request_json(
+        "POST", f"{service.url}/v1/chat/completions", body=body, timeout=HANG_GUARD
+    )
+    assert answer["object"] == "chat.completion"
+    assert answer["model"] == "gpt-local"
+    assert answer["choices"][0]["message"] == {"role": "assistant", "content": "echo: hello there"}
+    assert answer["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    assert service.hits == {CHAT_ROUTE: 1}
+
+
+def test_a_chat_body_without_messages_is_a_400_with_an_openai_error(service):
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        request_json("POST", f"{service.url}/v1/chat/completions", body={}, timeout=HANG_GUARD)
+    assert caught.value.code == 400
+    assert json.loads(caught.value.read())["error"]["type"] == "invalid_request_error"
+
+
+def test_chat_faults_are_scripted_on_the_chat_route(service):
+    """A scripted 400 carries the OpenAI error body it was given."""
+    service.inject(CHAT_ROUTE, Fault(status=400, body=openai_error("context length exceeded")))
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        request_json("POST", f"{service.url}/v1/chat/completions", body=body, timeout=HANG_GUARD)
+    assert json.loads(caught.value.read())["error"]["message"] == "context length exceeded"

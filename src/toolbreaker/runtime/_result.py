@@ -11,6 +11,8 @@ fallback to use, and not to invent the data. The shapes, one builder each:
   ``quota-exhausted``, ``retry-budget`` spent), with no wait to count down;
   :func:`server_unavailable_result` adds the server that serves the tool, when it is the
   server's breaker (every tool of one server) that is open;
+  :func:`deployments_unavailable_result` gathers the results of every deployment of one
+  model call (LiteLLM's router) when all of them were rejected;
 - :func:`error_result`: a failure while closed, retryable or not;
 - :func:`denied_result`: the authority check refused the call;
 - :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import json
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from toolbreaker.core.run.budget import Stop
@@ -54,6 +56,7 @@ __all__ = [
     "degraded_result",
     "denied_result",
     "dependency_stop_result",
+    "deployments_unavailable_result",
     "error_result",
     "handoff_result",
     "hidden_tools_line",
@@ -269,6 +272,43 @@ def server_unavailable_result(result: Mapping[str, Any], server: str) -> dict[st
         "so is every other tool it serves."
     ).strip()
     return named
+
+
+def deployments_unavailable_result(
+    model: str, results: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A model call that was sent nowhere: every deployment it may use is out of service.
+
+    ``results`` are the deployments' own tool-unavailable results (each names its
+    deployment as ``tool``, with its ``retry_after_seconds`` and ``reason``); they are
+    kept under ``"deployments"``. ``retry_after_seconds`` is the soonest of them
+    (``None`` when none will come back on its own).
+    """
+    waits = [r["retry_after_seconds"] for r in results if r.get("retry_after_seconds")]
+    soonest = min(waits) if waits else None
+    names = ", ".join(
+        f'"{r.get("tool")}" (for {r["retry_after_seconds"]} s)'
+        if r.get("retry_after_seconds")
+        else f'"{r.get("tool")}"'
+        for r in results
+    )
+    again = (
+        f"Do not ask it again for {soonest} seconds: every request will be rejected without "
+        "reaching a provider."
+        if soonest is not None
+        else "Do not ask it again in this run."
+    )
+    reasons = sorted({str(r.get("reason")) for r in results})
+    return {
+        "ok": False,
+        "tool_unavailable": True,
+        "tool": model,
+        "retry_after_seconds": soonest,
+        "reason": reasons[0] if len(reasons) == 1 else "unavailable",
+        "deployments": [dict(r) for r in results],
+        "instruction": f'Every deployment of the model "{model}" is out of service: {names}. '
+        f"{again} Tell the user the answer is unavailable instead of estimating or inventing it.",
+    }
 
 
 def _exception_text(exc: BaseException) -> str:

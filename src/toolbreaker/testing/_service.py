@@ -16,6 +16,8 @@ Routes (JSON in and out)::
     GET  /tickets?idempotency_key=K      {"tickets": [0 or 1 record]}: the reconcile check
     GET  /tickets/<id>                   one ticket, or 404
     POST /emails, GET /emails[...]       the same for {"to", "template", "period"?}
+    POST /v1/chat/completions            an OpenAI chat completion echoing the last user
+                                         message, with word-count usage (testing._chat)
 
 Faults are scripted per *route key*, ``"METHOD /first-segment"``: ``"GET /search"``,
 ``"POST /tickets"``, ``"GET /orders"`` (every order lookup), ``"GET /tickets"`` (list,
@@ -54,6 +56,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, cast
 
+from toolbreaker.testing._chat import chat_reply
 from toolbreaker.testing._faults import MALFORMED_SHAPE, MALFORMED_TRUNCATED, NO_FAULT, Fault
 
 __all__ = [
@@ -340,6 +343,11 @@ class ToolService:
             payload.update(as_of=SNAPSHOT_AS_OF, stale=True)
         return _Reply(200, payload)
 
+    def _chat(self, request: _Request) -> _Reply:
+        if request.rest != ("chat", "completions"):
+            return _Reply(404, {"error": "not found"})
+        return _Reply(*chat_reply(request.body))
+
     def _order(self, request: _Request) -> _Reply:
         order_id = request.rest[0]
         order = _ORDERS.get(order_id)
@@ -412,6 +420,7 @@ _ROUTES: Final[Mapping[tuple[str, str, int], _Route]] = {
     ("GET", "emails", 0): ToolService._list,
     ("GET", "emails", 1): ToolService._get,
     ("POST", "emails", 0): ToolService._create,
+    ("POST", "v1", 2): ToolService._chat,
 }
 
 

@@ -149,6 +149,23 @@ def test_library_timeouts_fail(module, name):
     assert classify_exception(fake(name, module)()) == Verdict("failure", "timeout")
 
 
+def test_a_timeout_class_stamped_408_is_a_timeout():
+    """LiteLLM's Timeout (an openai APITimeoutError) carries status_code 408: still a timeout."""
+    api_timeout = fake("APITimeoutError", "openai._exceptions")
+    litellm_timeout = fake("Timeout", "litellm.exceptions", api_timeout)
+    assert classify_exception(make(litellm_timeout, status_code=408)) == Verdict(
+        "failure", "timeout"
+    )
+
+
+def test_a_408_without_a_timeout_class_is_ignored():
+    """A 408 answered by a server (any other class) stays an ignored 4xx."""
+    cls = fake("HTTPStatusError", "httpx")
+    assert classify_exception(make(cls, status_code=408)) == Verdict(
+        "ignored", "http-408", status=408
+    )
+
+
 def test_user_subclass_of_a_library_timeout_is_a_timeout():
     """A class derived from a recognised library class is recognised through its MRO."""
     read_timeout = fake("ReadTimeout", "httpx")

@@ -48,7 +48,9 @@ Precedence
 One exception (a *link*) is judged by the first rule that matches:
 
 1. cancellation;
-2. an HTTP status;
+2. an HTTP status, except a 408 on a known timeout class (LiteLLM's ``Timeout``
+   subclasses openai's ``APITimeoutError`` and stamps ``status_code = 408`` on the
+   client's own timeout: no server answered, so it is a timeout);
 3. timeout;
 4. network;
 5. validation;
@@ -703,7 +705,8 @@ def _judge(exc: BaseException, category: str | None, now: float | None) -> Verdi
     if category == _CANCELLED:
         return _CANCELLED_VERDICT
     status = _status_of(exc)
-    if status is not None:
+    # A client's own timeout stamped 408 (LiteLLM's Timeout) is a timeout, not a 408 answer.
+    if status is not None and not (status == 408 and category == _TIMEOUT):
         return _raised_status_verdict(exc, status, now)
     if category == _TIMEOUT:
         return _TIMEOUT_VERDICT
