@@ -38,10 +38,11 @@ with warnings.catch_warnings():  # crewai's own import warns (ImportWarning, dep
     from crewai.tools import BaseTool
     from pydantic import BaseModel
 
-from toolbreaker import Budget, ModelPrice, Policy, PolicyError, Registry, RunGuard
-from toolbreaker.integrations.crewai import arun_stop, idempotency_key, protect, run_stop
-from toolbreaker.stores import MemoryStore
-from toolbreaker.testing import Fault, ToolService, request_json
+from toolbreaker import Budget, ModelPrice, Policy, PolicyError, Registry, RunGuard  # noqa: E402 - after the environment is set
+from toolbreaker.integrations import crewai as adapter  # noqa: E402 - after the environment is set
+from toolbreaker.integrations.crewai import arun_stop, protect, run_stop  # noqa: E402
+from toolbreaker.stores import MemoryStore  # noqa: E402 - after the environment is set
+from toolbreaker.testing import Fault, ToolService, request_json  # noqa: E402 - after the environment is set
 
 TIMEOUT = 1.0
 
@@ -347,7 +348,7 @@ class TicketTool(BaseTool):
     keys: Any  # Any: pydantic would copy a list field
 
     def _run(self, customer: str, title: str, idempotency_key: str = "") -> Any:
-        assert idempotency_key == globals()["idempotency_key"]()  # both routes agree
+        assert idempotency_key == adapter.idempotency_key()  # both routes agree
         self.keys.append(idempotency_key)
         body = {"title": title, "body": f"for {customer}"}
         headers = {"Idempotency-Key": idempotency_key}

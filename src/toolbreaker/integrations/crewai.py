@@ -356,7 +356,7 @@ class _Hooks:
             # CrewAI caches a tool's observation by its arguments: never the guard's answer.
             original = getattr(getattr(tool, "_original_tool", None), "cache_function", None)
             runner.cache = original
-            tool.cache_function = runner.should_cache
+            tool.cache_function = runner.should_cache  # type: ignore[attr-defined]
         call = _Call(binding, spec, step, tool)
         call.token = _CALL.set(call)
         return None  # a refusal is answered by the runner: CrewAI's "blocked" is not ours
