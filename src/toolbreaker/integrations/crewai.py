@@ -51,7 +51,9 @@ so the budget's ``max_cost`` and the stop packet's counters include the model.
 ``kickoff_async()`` runs ``kickoff()`` in a worker thread in CrewAI 1.6, so the hooks (and
 the guard's store round trips) never run on the event loop; :func:`arun_stop` reads the
 stop packet off the loop. CrewAI's tools have no deadline of their own: a tool passes its
-breaker's timeout to its client (the registry's ``enforce="cooperative"``).
+breaker's timeout to its client (the registry's ``enforce="cooperative"``). ``agent.kickoff()``
+(CrewAI's ``LiteAgent``) runs the tool hooks but not the LLM hooks in CrewAI 1.6: its tool
+calls are guarded, but a stop does not end it; kick off a crew for stops, turns and usage.
 """
 
 from __future__ import annotations
