@@ -1,4 +1,4 @@
-"""A stdio MCP server that speaks the 2026-07-28 revision, for tests/integrations/test_mcp_rounds.py.
+"""A stdio MCP server speaking the 2026-07-28 revision, for test_mcp_rounds.py.
 
 - ``confirm_refund`` asks for input once (an ``InputRequiredResult`` with an elicitation),
   then answers with the answer it got;
