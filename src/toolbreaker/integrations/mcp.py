@@ -49,6 +49,24 @@ What counts
 - other SDK errors (invalid parameters, an unknown method ...) are ignored by the breaker
   and raised to the caller unchanged, as the plain client would.
 
+Rounds and tasks
+----------------
+The 2026-07-28 revision's answers that are not a call's outcome (the core decides what
+each is: :mod:`toolbreaker.core.run.rounds`):
+
+- an ``input_required`` round counts as nothing (no success, no failure, no repeat): one
+  call spans its rounds, with one run-guard step and the breakers' permits (a probe's
+  lease, a bulkhead slot) held until the final answer. :class:`mcp.Client` answers the
+  rounds itself; a caller that drives them (``allow_input_required=True`` on a
+  :class:`mcp.ClientSession`) gets the ``InputRequiredResult`` and sends the same call
+  again with ``input_responses``/``request_state``, which continues the open call;
+- a ``task`` result (the tasks extension; give the client :class:`TasksExtension`) is
+  no committed write: the proxy polls ``tasks/get`` while a write stays ``pending`` in the
+  journal (never sent again by a resumed run), and the task's final status settles it:
+  ``completed`` is the call's result, ``failed`` a certain failure
+  (:class:`TaskFailedError`), anything else an unknown outcome
+  (:class:`TaskOutcomeUnknown`; also past ``task_timeout``).
+
 What the model sees
 -------------------
 A rejected call is not sent: the proxy returns ``CallToolResult(is_error=True)`` whose
