@@ -203,3 +203,37 @@ def test_a_write_whose_task_is_still_running_is_pending_and_never_sent_again():
     assert again.meta[ANSWER_META_KEY] == "outcome_unknown"
     assert sent == 1
     assert [entry["status"] for entry in packet.uncertain] == ["pending"]
+
+
+def test_closing_a_round_nobody_answers_gives_the_probe_back():
+    """A caller that will not send the call again closes its round: the half-open
+    breaker's probe lease is given back without an outcome (still half-open), so the next
+    call is admitted as the probe."""
+    registry = Registry(Policy(failure_threshold=1, cooldown_ms=30_000, success_threshold=1))
+
+    async def main() -> tuple[Any, ...]:
+        async with Client(PARAMS, elicitation_callback=say_yes) as client:
+            guard = RunGuard("refunds")
+            proxy = GuardedClient(
+                client.session, server="shop", registry=registry, guard=guard, timeout=10
+            )
+            breaker = proxy.breaker_for("confirm_refund")
+            force_state(breaker, "half_open")
+            first = await proxy.call_tool(
+                "confirm_refund", {"order": "A-3"}, allow_input_required=True
+            )
+            closed = await proxy.aclose_rounds()
+            phase = breaker.state.phase
+            after = await proxy.call_tool(
+                "confirm_refund", {"order": "A-4"}, allow_input_required=True
+            )
+            open_rounds = proxy.open_rounds
+            await proxy.aclose_rounds()
+            return first, closed, phase, after, open_rounds
+
+    first, closed, phase, after, open_rounds = anyio.run(main)
+    assert isinstance(first, InputRequiredResult)
+    assert closed == 1
+    assert phase == HALF_OPEN
+    assert isinstance(after, InputRequiredResult)  # admitted as the probe: the server asked
+    assert open_rounds == 1

@@ -14,7 +14,8 @@ Imported by :mod:`toolbreaker.integrations.mcp` after it checked the ``mcp`` ext
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import anyio
@@ -37,12 +38,15 @@ from toolbreaker.errors import ToolbreakerError, ToolReportedError
 __all__ = [
     "TASKS_EXTENSION",
     "TASK_META_KEY",
+    "RoundsAbandoned",
     "TaskFailedError",
     "TaskHandle",
     "TaskOutcomeUnknown",
     "TaskState",
     "TasksExtension",
     "await_task",
+    "result_type_of",
+    "rounds_key",
     "task_of",
 ]
 
@@ -119,6 +123,14 @@ class TaskOutcomeUnknown(ToolbreakerError):
         super().__init__(f"task {task_id}: {why}")
         self.task_id = task_id
         self.status = status
+
+
+class RoundsAbandoned(ToolbreakerError):
+    """A call left waiting for its input-required answers, closed by the caller.
+
+    Ignored by the breaker's default classifier; a write's outcome is unknown (a server
+    may have acted before it asked). Never raised to the caller.
+    """
 
 
 async def _hand_over(handle: TaskHandle, _ctx: ClaimContext) -> CallToolResult:
@@ -218,3 +230,13 @@ def _interval(poll_interval_ms: int | None) -> float:
 def _lost_reply(exc: MCPError) -> bool:
     """A poll that timed out or lost its connection: the proxy's own failure handling."""
     return exc.code in (REQUEST_TIMEOUT, CONNECTION_CLOSED)
+
+
+def rounds_key(name: str, args: Mapping[str, Any]) -> str:
+    """Which open call a call sent again continues: the same tool with the same arguments."""
+    return name + "\x00" + json.dumps(args, sort_keys=True, default=str)
+
+
+def result_type_of(result: object) -> object:
+    """A result's ``resultType`` tag (``None`` when it has none)."""
+    return getattr(result, "result_type", None)

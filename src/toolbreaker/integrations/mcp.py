@@ -59,7 +59,8 @@ each is: :mod:`toolbreaker.core.run.rounds`):
   lease, a bulkhead slot) held until the final answer. :class:`mcp.Client` answers the
   rounds itself; a caller that drives them (``allow_input_required=True`` on a
   :class:`mcp.ClientSession`) gets the ``InputRequiredResult`` and sends the same call
-  again with ``input_responses``/``request_state``, which continues the open call;
+  again with ``input_responses``/``request_state``, which continues the open call
+  (:meth:`GuardedClient.aclose_rounds` settles the calls it will not send again);
 - a ``task`` result (the tasks extension; give the client :class:`TasksExtension`) is
   no committed write: the proxy polls ``tasks/get`` while a write stays ``pending`` in the
   journal (never sent again by a resumed run), and the task's final status settles it:
@@ -142,10 +143,13 @@ from pydantic import ValidationError  # noqa: E402
 from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
     TASK_META_KEY,
     TASKS_EXTENSION,
+    RoundsAbandoned,
     TaskFailedError,
     TaskOutcomeUnknown,
     TasksExtension,
     await_task,
+    result_type_of,
+    rounds_key,
     task_of,
 )
 
@@ -158,6 +162,7 @@ __all__ = [
     "TASKS_EXTENSION",
     "TASK_META_KEY",
     "GuardedClient",
+    "RoundsAbandoned",
     "TaskFailedError",
     "TaskOutcomeUnknown",
     "TasksExtension",
@@ -392,8 +397,8 @@ class GuardedClient:
             MCPError: a protocol error that says nothing about the server's health.
         """
         args = dict(arguments or {})
-        rounds_key = _rounds_key(name, args)
-        held = self._held_round(rounds_key, kwargs)
+        call_key = rounds_key(name, args)
+        held = self._held_round(call_key, kwargs)
         if held is not None:
             step, permit, server, deadline = held  # the call goes on: not a second call
         else:
@@ -415,11 +420,11 @@ class GuardedClient:
                     **kwargs,
                 )
             handle = task_of(result)
-            answered = answer_kind(_result_type(result if handle is None else handle))
+            answered = answer_kind(result_type_of(result if handle is None else handle))
             if answered == "interim":
                 # An input-required round: no outcome for anyone; the call (its permits,
                 # a probe's lease, a bulkhead slot) stays open until it is sent again.
-                self._rounds.setdefault(rounds_key, []).append((step, permit, server, deadline))
+                self._rounds.setdefault(call_key, []).append((step, permit, server, deadline))
                 return cast("CallToolResult", result)
             if answered == "task" and handle is not None:
                 # Accepted as a task: the server answered (its transport breaker hears
@@ -509,6 +514,19 @@ class GuardedClient:
     def open_rounds(self) -> int:
         """Calls waiting to be sent again with the answers an input-required round asked for."""
         return sum(len(waiting) for waiting in self._rounds.values())
+
+    async def aclose_rounds(self) -> int:
+        """Settle every call still waiting to be sent again with its answers; how many.
+
+        Each is :class:`RoundsAbandoned` for its breaker (ignored: a probe's lease and a
+        bulkhead slot are given back) and the run guard (a write's outcome is unknown).
+        """
+        held = [call for waiting in self._rounds.values() for call in waiting]
+        self._rounds.clear()
+        for step, permit, server, _deadline in held:
+            await self._settle_server(server, permit, step.tool, None, None)
+            await step.afailed(RoundsAbandoned(f"{step.tool}: its input-required round was closed"))
+        return len(held)
 
     def _session(self) -> ClientSession:
         return self.client.session if isinstance(self.client, Client) else self.client
@@ -752,15 +770,6 @@ def _kind(answer: Any) -> str:
     if answer.get("denied"):
         return "denied"
     return "error" if answer.get("ok") is False else "result"
-
-
-def _rounds_key(name: str, args: Mapping[str, Any]) -> str:
-    """Which open call a call sent again continues: the same tool with the same arguments."""
-    return name + "\x00" + json.dumps(args, sort_keys=True, default=str)
-
-
-def _result_type(result: object) -> object:
-    return getattr(result, "result_type", None)
 
 
 def _dependency_failure(exc: BaseException) -> BaseException:
