@@ -25,7 +25,7 @@ from mcp.types import ElicitResult, InputRequiredResult, TextContent
 from toolbreaker import Budget, MemoryStore, Policy, Registry, RunGuard
 from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN
 from toolbreaker.integrations.mcp import ANSWER_META_KEY, GuardedClient, TasksExtension
-from toolbreaker.testing import force_state
+from toolbreaker.testing import FakeClock, force_state
 
 SERVER = Path(__file__).with_name("mcp_rounds_server.py")
 PARAMS = StdioServerParameters(command=sys.executable, args=[str(SERVER)])
@@ -67,8 +67,13 @@ def test_a_round_the_caller_drives_is_no_outcome_and_the_call_sent_again_is_the_
     interim result; sending the call again with the answers continues the same call: one
     call for the guard (no repeat, even with max_repeats=0), and the half-open breaker's
     probe lease is held across the rounds: another call waits its turn (rejected), and the
-    final answer closes the breaker."""
-    registry = Registry(Policy(failure_threshold=1, cooldown_ms=30_000, success_threshold=1))
+    final answer closes the breaker, though the user took longer than the call's deadline
+    to answer (the final round is judged by its own time: not a late result)."""
+    clock = FakeClock()
+    policy = Policy(
+        failure_threshold=1, cooldown_ms=30_000, success_threshold=1, lease_ttl_ms=120_000
+    )
+    registry = Registry(policy, clock=clock)
 
     async def main() -> dict[str, Any]:
         async with Client(PARAMS, elicitation_callback=say_yes) as client:
@@ -89,6 +94,7 @@ def test_a_round_the_caller_drives_is_no_outcome_and_the_call_sent_again_is_the_
             other = await proxy.call_tool("confirm_refund", {"order": "B-9"})
             seen["other"] = other
             assert isinstance(first, InputRequiredResult)
+            clock.advance(seconds=60)  # the user thinks for a minute (the deadline is 10 s)
             answers = {"confirm": ElicitResult(action="accept", content={"yes": True})}
             final = await proxy.call_tool(
                 "confirm_refund",

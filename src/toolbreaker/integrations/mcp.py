@@ -401,6 +401,7 @@ class GuardedClient:
         held = self._held_round(call_key, kwargs)
         if held is not None:
             step, permit, server, deadline = held  # the call goes on: not a second call
+            _continued(step.permit, permit)
         else:
             begun = await self._begin(name, args, read_timeout_seconds)
             if isinstance(begun, CallToolResult):
@@ -434,6 +435,7 @@ class GuardedClient:
                 result = await await_task(
                     self._session(), handle, read_timeout=deadline, wait=self.task_timeout
                 )
+                _continued(step.permit)  # each poll had its deadline: none was late
         except BaseException as exc:
             failure = _dependency_failure(exc)
             dead = _server_unreachable(failure)
@@ -759,6 +761,13 @@ class GuardedClient:
                 "_meta": meta,
             }
         )
+
+
+def _continued(*permits: object) -> None:
+    """The call goes on after an answer that was not its outcome (see Permit.continued)."""
+    for permit in permits:
+        if isinstance(permit, Permit):
+            permit.continued()
 
 
 def _kind(answer: Any) -> str:
