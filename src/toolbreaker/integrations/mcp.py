@@ -49,6 +49,25 @@ What counts
 - other SDK errors (invalid parameters, an unknown method ...) are ignored by the breaker
   and raised to the caller unchanged, as the plain client would.
 
+Rounds and tasks
+----------------
+The 2026-07-28 revision's answers that are not a call's outcome (the core decides what
+each is: :mod:`toolbreaker.core.run.rounds`):
+
+- an ``input_required`` round counts as nothing (no success, no failure, no repeat): one
+  call spans its rounds, with one run-guard step and the breakers' permits (a probe's
+  lease, a bulkhead slot) held until the final answer. :class:`mcp.Client` answers the
+  rounds itself; a caller that drives them (``allow_input_required=True`` on a
+  :class:`mcp.ClientSession`) gets the ``InputRequiredResult`` and sends the same call
+  again with ``input_responses``/``request_state``, which continues the open call
+  (:meth:`GuardedClient.aclose_rounds` settles the calls it will not send again);
+- a ``task`` result (the tasks extension; give the client :class:`TasksExtension`) is
+  no committed write: the proxy polls ``tasks/get`` while a write stays ``pending`` in the
+  journal (never sent again by a resumed run), and the task's final status settles it:
+  ``completed`` is the call's result, ``failed`` a certain failure
+  (:class:`TaskFailedError`), anything else an unknown outcome
+  (:class:`TaskOutcomeUnknown`; also past ``task_timeout``).
+
 What the model sees
 -------------------
 A rejected call is not sent: the proxy returns ``CallToolResult(is_error=True)`` whose
@@ -83,9 +102,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final, cast
+from typing import Any, Final, TypeAlias, cast
 
 from toolbreaker.core.run.budget import RiskClass, Stop
+from toolbreaker.core.run.rounds import answer_kind
 from toolbreaker.errors import CircuitOpen, PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime import (
@@ -97,6 +117,7 @@ from toolbreaker.runtime import (
     Registry,
     Rejection,
     RunGuard,
+    Step,
     StopPacket,
     hidden_tools_line,
     server_unavailable_result,
@@ -119,12 +140,32 @@ from mcp.types import (  # noqa: E402
 )
 from pydantic import ValidationError  # noqa: E402
 
+from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
+    TASK_META_KEY,
+    TASKS_EXTENSION,
+    RoundsAbandoned,
+    TaskFailedError,
+    TaskOutcomeUnknown,
+    TasksExtension,
+    await_task,
+    result_type_of,
+    rounds_key,
+    task_of,
+)
+
 __all__ = [
     "ANSWER_META_KEY",
     "BACKSTOP_GRACE",
+    "DEFAULT_TASK_TIMEOUT",
     "IDEMPOTENCY_META_KEY",
     "STOP_PACKET_META_KEY",
+    "TASKS_EXTENSION",
+    "TASK_META_KEY",
     "GuardedClient",
+    "RoundsAbandoned",
+    "TaskFailedError",
+    "TaskOutcomeUnknown",
+    "TasksExtension",
     "ToolResultError",
     "result_error",
     "risk_from_annotations",
@@ -133,6 +174,8 @@ __all__ = [
 #: Seconds after the deadline at which the backstop cancels a call the SDK's read timeout
 #: did not end.
 BACKSTOP_GRACE: Final = 0.1
+#: Seconds a call accepted as a task waits for the task's outcome, by default.
+DEFAULT_TASK_TIMEOUT: Final = 600.0
 #: The request ``_meta`` key that carries a write's idempotency key.
 IDEMPOTENCY_META_KEY: Final = "toolbreaker/idempotency-key"
 #: The result ``_meta`` key naming what a synthesized result is: ``tool_unavailable``,
@@ -154,6 +197,9 @@ _RETRY_AFTER_TEXT: Final = re.compile(r"\bretry[\s_-]*after\s*[:=]?\s*(\d+(?:\.\
 _STATUS_FIELDS: Final = ("status_code", "status", "statusCode", "http_status")
 _RETRY_AFTER_FIELDS: Final = ("retry_after", "retryAfter", "retry_after_seconds")
 _MAX_PAGES: Final = 100
+# One call in flight across its rounds: its step, the server's permit and breaker, and its
+# deadline.
+_Round: TypeAlias = "tuple[Step, Permit | Rejection | None, Breaker | None, float]"
 
 
 class ToolResultError(ToolReportedError):
@@ -273,6 +319,8 @@ class GuardedClient:
             breaker is open is hidden too).
         server_breaker: keep one transport breaker for the whole server (its row is
             ``(server, "default")``) beside the per-tool breakers; see the module doc.
+        task_timeout: seconds a call the server accepted as a task waits for the task's
+            outcome; past it the outcome is unknown (a write is never sent again).
     """
 
     def __init__(
@@ -292,6 +340,7 @@ class GuardedClient:
         meta_key: str = IDEMPOTENCY_META_KEY,
         hide_open_tools: bool = False,
         server_breaker: bool = True,
+        task_timeout: float = DEFAULT_TASK_TIMEOUT,
     ) -> None:
         if not server:
             raise PolicyError("GuardedClient needs the server's name", field="server")
@@ -316,6 +365,8 @@ class GuardedClient:
         #: The server's transport breaker's row: ``(server, "default")``, key ``server``.
         self.server_key: tuple[str, str] = (server, "default")
         self._server_breaker: Breaker | None = None
+        self.task_timeout = task_timeout
+        self._rounds: dict[str, list[_Round]] = {}
 
     # -- the proxied calls ----------------------------------------------------------------
 
@@ -331,51 +382,37 @@ class GuardedClient:
     ) -> CallToolResult:
         """Call a tool through its breaker (and the run guard); same signature as the SDK's.
 
+        A call the caller sends again with ``input_responses`` or ``request_state`` (it
+        drives the input-required rounds itself) continues the call whose round asked
+        for them: see "Rounds and tasks" in the module doc.
+
         Returns:
             The server's result, or a synthesized ``is_error`` result when the call was
-            rejected, stopped, timed out or lost its connection (see the module doc).
+            rejected, stopped, timed out or lost its connection (see the module doc); an
+            :class:`~mcp.types.InputRequiredResult` when the caller drives the rounds
+            (``allow_input_required=True`` on a :class:`mcp.ClientSession`).
 
         Raises:
             PolicyError: no deadline is configured for the tool.
             MCPError: a protocol error that says nothing about the server's health.
         """
         args = dict(arguments or {})
-        server = self.server_breaker_for(name)
-        breaker: Breaker | None
-        permit: Permit | Rejection | None = None
-        if self.guard is None:
-            breaker = self.breaker_for(name)
-            deadline = self._deadline(breaker, read_timeout_seconds)
-            if server is not None:
-                # The server first: a dead one is rejected before the tool's breaker hears
-                # of the call.
-                permit = await server.aadmit(timeout=deadline)
-                if isinstance(permit, Rejection):
-                    rejected = self._server_rejection(permit, name)
-                    return await self._answer(rejected.result_for(name))
-            step = await breaker.abegin(name, args)
+        call_key = rounds_key(name, args)
+        held = self._held_round(call_key, kwargs)
+        if held is not None:
+            step, permit, server, deadline = held  # the call goes on: not a second call
+            _continued(step.permit, permit)
         else:
-            spec = await self._spec(self.guard, name, read_timeout_seconds)
-            breaker = spec.breaker
-            deadline = self._deadline(breaker, read_timeout_seconds)
-            step = await self.guard.abegin(name, args)
-            if step.answer is None and server is not None:
-                # The run guard first (a stopped run, the turn's limit ...), then the server:
-                # a rejection is a local one for the guard (a breaker inside the tool).
-                permit = await server.aadmit(timeout=deadline)
-                if isinstance(permit, Rejection):
-                    answer = await step.afailed(self._server_rejection(permit, name))
-                    return await self._answer(answer)
-        if step.answer is not None:
-            if isinstance(permit, Permit):
-                await permit.arecord("ignored")  # not sent: no evidence about the server
-            return await self._answer(step.answer)
+            begun = await self._begin(name, args, read_timeout_seconds)
+            if isinstance(begun, CallToolResult):
+                return begun
+            step, permit, server, deadline = begun
         request_meta = dict(meta or {})
         if step.idempotency_key is not None:
             request_meta[self.meta_key] = step.idempotency_key
         try:
             with anyio.fail_after(deadline + BACKSTOP_GRACE):
-                result = await self.client.call_tool(
+                result: Any = await self.client.call_tool(
                     name,
                     step.args,
                     read_timeout_seconds=deadline,
@@ -383,11 +420,29 @@ class GuardedClient:
                     meta=cast("RequestParamsMeta", request_meta) if request_meta else None,
                     **kwargs,
                 )
+            handle = task_of(result)
+            answered = answer_kind(result_type_of(result if handle is None else handle))
+            if answered == "interim":
+                # An input-required round: no outcome for anyone; the call (its permits,
+                # a probe's lease, a bulkhead slot) stays open until it is sent again.
+                self._rounds.setdefault(call_key, []).append((step, permit, server, deadline))
+                return cast("CallToolResult", result)
+            if answered == "task" and handle is not None:
+                # Accepted as a task: the server answered (its transport breaker hears
+                # so now); the call, and a write's pending entry, wait for its outcome.
+                await self._settle_server(server, permit, name, None, None)
+                server = None
+                result = await await_task(
+                    self._session(), handle, read_timeout=deadline, wait=self.task_timeout
+                )
+                _continued(step.permit)  # each poll had its deadline: none was late
         except BaseException as exc:
             failure = _dependency_failure(exc)
             dead = _server_unreachable(failure)
             opened = await self._settle_server(server, permit, name, failure, exc)
             answer = await step.afailed(failure)
+            if isinstance(exc, (TaskFailedError, TaskOutcomeUnknown)):
+                return await self._answer(answer)
             if not dead:
                 raise  # a protocol error: the caller handles it as without the proxy
             if opened is not None:
@@ -406,6 +461,77 @@ class GuardedClient:
         dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
         answer = await step.asucceeded(dumped)
         return result if answer is dumped else await self._answer(answer)
+
+    async def _begin(
+        self, name: str, args: dict[str, Any], requested: float | None
+    ) -> CallToolResult | _Round:
+        """Admit a new call: the run guard, the server's breaker, the tool's breaker.
+
+        Returns the call's round (its step, the server's permit, the server's breaker and
+        the deadline), or the result of a call that is not sent.
+        """
+        server = self.server_breaker_for(name)
+        permit: Permit | Rejection | None = None
+        if self.guard is None:
+            breaker = self.breaker_for(name)
+            deadline = self._deadline(breaker, requested)
+            if server is not None:
+                # The server first: a dead one is rejected before the tool's breaker hears
+                # of the call.
+                permit = await server.aadmit(timeout=deadline)
+                if isinstance(permit, Rejection):
+                    rejected = self._server_rejection(permit, name)
+                    return await self._answer(rejected.result_for(name))
+            step = await breaker.abegin(name, args)
+        else:
+            spec = await self._spec(self.guard, name, requested)
+            deadline = self._deadline(spec.breaker, requested)
+            step = await self.guard.abegin(name, args)
+            if step.answer is None and server is not None:
+                # The run guard first (a stopped run, the turn's limit ...), then the server:
+                # a rejection is a local one for the guard (a breaker inside the tool).
+                permit = await server.aadmit(timeout=deadline)
+                if isinstance(permit, Rejection):
+                    answer = await step.afailed(self._server_rejection(permit, name))
+                    return await self._answer(answer)
+        if step.answer is not None:
+            if isinstance(permit, Permit):
+                await permit.arecord("ignored")  # not sent: no evidence about the server
+            return await self._answer(step.answer)
+        return step, permit, server, deadline
+
+    def _held_round(self, key: str, kwargs: Mapping[str, Any]) -> _Round | None:
+        """The open call that a call sent again with input answers continues, if any."""
+        if kwargs.get("input_responses") is None and kwargs.get("request_state") is None:
+            return None
+        waiting = self._rounds.get(key)
+        if not waiting:
+            return None  # e.g. resumed from a persisted round: a new call
+        held = waiting.pop(0)
+        if not waiting:
+            del self._rounds[key]
+        return held
+
+    @property
+    def open_rounds(self) -> int:
+        """Calls waiting to be sent again with the answers an input-required round asked for."""
+        return sum(len(waiting) for waiting in self._rounds.values())
+
+    async def aclose_rounds(self) -> int:
+        """Settle every call still waiting to be sent again with its answers; how many.
+
+        Each is :class:`RoundsAbandoned` for its breaker (ignored: a probe's lease and a
+        bulkhead slot are given back) and the run guard (a write's outcome is unknown).
+        """
+        held = [call for waiting in self._rounds.values() for call in waiting]
+        self._rounds.clear()
+        for step, permit, server, _deadline in held:
+            await self._settle_server(server, permit, step.tool, None, None)
+            await step.afailed(RoundsAbandoned(f"{step.tool}: its input-required round was closed"))
+        return len(held)
+
+    def _session(self) -> ClientSession:
+        return self.client.session if isinstance(self.client, Client) else self.client
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> ListToolsResult:
         """The client's ``list_tools``; the proxy also learns each tool's annotations.
@@ -635,6 +761,13 @@ class GuardedClient:
                 "_meta": meta,
             }
         )
+
+
+def _continued(*permits: object) -> None:
+    """The call goes on after an answer that was not its outcome (see Permit.continued)."""
+    for permit in permits:
+        if isinstance(permit, Permit):
+            permit.continued()
 
 
 def _kind(answer: Any) -> str:

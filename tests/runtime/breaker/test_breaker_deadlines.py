@@ -10,6 +10,7 @@ import time
 import pytest
 
 from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError
+from toolbreaker.runtime import Permit, Rejection
 from toolbreaker.runtime._result import unavailable_result
 from toolbreaker.testing import FakeClock
 
@@ -367,3 +368,22 @@ def test_a_required_tool_answered_hung_stops_the_run_a_saturated_one_does_not():
     assert guard.begin("lookup", {"q": "b"}).answer["reason"] == "saturated"
     assert guard.stopped is None
     held.succeeded("a")
+
+
+def test_a_call_that_goes_on_is_judged_by_its_last_round():
+    """A permit whose call went on after an interim answer (``continued``: an MCP
+    input-required round, a task's polls) counts its deadline from then: a result after
+    the first deadline but within the last round's is a success, not a late result, and
+    its bulkhead slot stays held until it is settled."""
+    clock = FakeClock()
+    breaker = Breaker("search", clock=clock, timeout=1, max_concurrent=1,
+                      policy=Policy(failure_threshold=1))  # fmt: skip
+    permit = breaker.admit()
+    clock.advance(5_000)  # the user answered after 5 s; the deadline is 1 s
+    permit.continued()
+    assert isinstance(breaker.admit(), Rejection)  # the call that goes on holds the slot
+    clock.advance(500)
+    permit.record("success")
+    assert breaker.stats.late_results == 0
+    assert breaker.state.phase == "closed"
+    assert isinstance(breaker.admit(), Permit)  # the slot was given back

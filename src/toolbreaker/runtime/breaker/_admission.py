@@ -226,6 +226,18 @@ class Permit:
         slot.hang()
         return True
 
+    def continued(self) -> None:
+        """The call goes on after an answer that was not its outcome (an interim round).
+
+        For a call that spans several answers (an input-required round and the call sent
+        again, a task and its polls): its deadline counts from now, so the final answer
+        is judged by its own round's time, and its bulkhead slot is held until the permit
+        is settled. A half-open probe's lease is the core's: it runs out as always.
+        """
+        if self.slot is not None:
+            self.slot.hang()
+        self.admitted_at = self.breaker.clock()
+
     def _verdict(
         self,
         outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
