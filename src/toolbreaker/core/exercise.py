@@ -652,4 +652,6 @@ def judge(scenario: Scenario, measured: Measured) -> Judgement:
         )
     else:
         told = "never told a tool was unavailable"
+    if condition not in (None, RUNNING):
+        told += f"; the run stopped ({condition})"
     return Judgement((before, understandable, resumption), told)

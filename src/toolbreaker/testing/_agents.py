@@ -16,7 +16,7 @@ Run them as a user runs their own agent::
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any, Final
 
 from toolbreaker.runtime.fleet._registry import Registry
@@ -24,7 +24,14 @@ from toolbreaker.runtime.run._guard import RunGuard
 from toolbreaker.testing._exercise import ExerciseContext
 from toolbreaker.testing._service import request_json
 
-__all__ = ["model_script", "scripted_agent", "service_tools", "unprotected_agent"]
+__all__ = [
+    "MalformedAnswer",
+    "model_plan",
+    "model_script",
+    "scripted_agent",
+    "service_tools",
+    "unprotected_agent",
+]
 
 Tool = Callable[..., Any]
 
@@ -36,27 +43,40 @@ INSIST: Final = 4  # calls a model that insists makes after "unavailable"
 ALTERNATIONS: Final = 16
 
 
+class MalformedAnswer(Exception):
+    """A 2xx answer of the wrong shape, raised by a tool as the bad gateway it is (502)."""
+
+    status_code = 502
+
+
 def service_tools(ctx: ExerciseContext) -> dict[str, Tool]:
-    """The bundled service's tools as plain functions over HTTP, through ``ctx.base_url``."""
+    """The bundled service's tools as plain functions over HTTP, through ``ctx.base_url``.
+
+    A read whose answer lacks what it must hold (or does not parse) raises
+    :class:`MalformedAnswer`: a malformed success is a failure of the dependency.
+    """
     base, timeout = ctx.base_url, ctx.timeout
 
-    def get(path: str) -> dict[str, Any]:
+    def get(path: str, needs: str) -> dict[str, Any]:
         try:
-            return request_json("GET", base + path, timeout=timeout)
-        except ValueError:  # cut-off JSON: the tool answers something of the wrong shape
-            return {"unreadable": True}
+            answer = request_json("GET", base + path, timeout=timeout)
+        except ValueError as exc:
+            raise MalformedAnswer(f"unreadable answer from {path}: {exc}") from exc
+        if needs not in answer:
+            raise MalformedAnswer(f"answer from {path} has no {needs!r}")
+        return answer
 
     def search_catalog(query: str) -> dict[str, Any]:
-        return get(f"/search?q={urllib.parse.quote(query)}")
+        return get(f"/search?q={urllib.parse.quote(query)}", "results")
 
     def refine_search(query: str) -> dict[str, Any]:
-        return get(f"/search?q={urllib.parse.quote(query + ' refined')}")
+        return get(f"/search?q={urllib.parse.quote(query + ' refined')}", "results")
 
     def search_catalog_snapshot(query: str) -> dict[str, Any]:
-        return get(f"/search_snapshot?q={urllib.parse.quote(query)}")
+        return get(f"/search_snapshot?q={urllib.parse.quote(query)}", "results")
 
     def get_order(order_id: str) -> dict[str, Any]:
-        return get(f"/orders/{urllib.parse.quote(order_id)}")
+        return get(f"/orders/{urllib.parse.quote(order_id)}", "status")
 
     def create_ticket(customer: str, title: str, idempotency_key: str = "") -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
@@ -81,7 +101,7 @@ def service_tools(ctx: ExerciseContext) -> dict[str, Tool]:
 
 
 def _failed(result: Any) -> bool:
-    return not isinstance(result, Mapping) or result.get("ok") is False or "unexpected" in result
+    return not isinstance(result, Mapping) or result.get("ok") is False
 
 
 def _stopped(result: Any) -> bool:
@@ -92,63 +112,77 @@ def _unavailable(result: Any) -> bool:
     return isinstance(result, Mapping) and bool(result.get("tool_unavailable"))
 
 
-def _ask(tool: Tool, **args: Any) -> Any:
+#: One step of the scripted model: the tool it calls and the arguments.
+Call = tuple[str, dict[str, Any]]
+#: The scripted model: yields its calls, is sent each call's result, returns when done.
+Plan = Generator[Call, Any, None]
+
+
+def _ask(name: str, args: dict[str, Any]) -> Generator[Call, Any, Any]:
     """One tool call as a model makes it: again while the result says it may retry."""
-    result = tool(**args)
+    result = yield (name, args)
     for _ in range(MODEL_RETRIES):
         if not _failed(result) or _unavailable(result) or _stopped(result):
             break
         if isinstance(result, Mapping) and result.get("retryable") is False:
             break
-        result = tool(**args)
+        result = yield (name, args)
     return result
 
 
-def model_script(tools: Mapping[str, Tool], behaviour: str) -> list[str]:
-    """The scripted model: runs ``behaviour`` with ``tools``; returns what it did, in words."""
-    did: list[str] = []
+def model_plan(behaviour: str) -> Plan:
+    """The scripted model as a generator of ``(tool, arguments)``, sent each result.
+
+    A result is the tool's JSON result, or what toolbreaker told the model instead.
+
+    Being a generator, the same model drives plain functions (:func:`model_script`) and
+    a framework's fake chat model (replay the results of a turn, take the next call).
+    """
     if behaviour == "alternate":
         for n in range(ALTERNATIONS):
-            name = ("search_catalog", "refine_search")[n % 2]
-            result = tools[name](query="usb-c cable")
-            did.append(name)
+            result = yield (("search_catalog", "refine_search")[n % 2], {"query": "usb-c cable"})
             if _stopped(result):
-                did.append("stopped")
-                return did
-        return did
+                return
+        return
     if behaviour == "reword":
         for title in TITLES:
-            result = tools["create_ticket"](customer=CUSTOMER, title=title)
-            did.append(f"create_ticket({title!r})")
+            result = yield ("create_ticket", {"customer": CUSTOMER, "title": title})
             if not _failed(result) or _stopped(result) or _unavailable(result):
-                break
-        return did
+                return
+        return
     for query in QUERIES:
-        result = _ask(tools["search_catalog"], query=query)
-        did.append("search_catalog")
+        result = yield from _ask("search_catalog", {"query": query})
         if _stopped(result):
-            return did
+            return
         if _unavailable(result):
-            if behaviour == "insist":
-                for _ in range(INSIST):
-                    tools["search_catalog"](query=query)
-                    did.append("search_catalog (insisting)")
+            for _ in range(INSIST if behaviour == "insist" else 0):
+                result = yield ("search_catalog", {"query": query})
+                if _stopped(result):
+                    return
             fallback = result.get("fallback")
-            if fallback in tools:
-                tools[fallback](query=query)
-                did.append(str(fallback))
+            if isinstance(fallback, str):
+                yield (fallback, {"query": query})
             break
         if _failed(result):
             break  # a model gives up on the catalog here
-    for name, args in (
-        ("get_order", {"order_id": "A-1001"}),
-        ("create_ticket", {"customer": CUSTOMER, "title": TITLES[0]}),
-    ):
-        result = _ask(tools[name], **args)
-        did.append(name)
-        if _stopped(result):
-            break
-    return did
+    result = yield from _ask("get_order", {"order_id": "A-1001"})
+    if _stopped(result):
+        return
+    yield from _ask("create_ticket", {"customer": CUSTOMER, "title": TITLES[0]})
+
+
+def model_script(tools: Mapping[str, Tool], behaviour: str) -> list[str]:
+    """Run the scripted model with plain ``tools``; the calls it made, in order."""
+    plan, did = model_plan(behaviour), []
+    try:
+        name, args = next(plan)
+        while True:
+            did.append(name)
+            tool = tools.get(name)
+            result = tool(**args) if tool else {"ok": False, "error": f"no tool {name!r}"}
+            name, args = plan.send(result)
+    except StopIteration:
+        return did
 
 
 def _sheet(ctx: ExerciseContext) -> dict[str, Any]:
@@ -165,10 +199,6 @@ def _sheet(ctx: ExerciseContext) -> dict[str, Any]:
     }
 
 
-def _malformed_read(result: Any) -> bool:
-    return isinstance(result, Mapping) and ("unexpected" in result or "unreadable" in result)
-
-
 def scripted_agent(ctx: ExerciseContext) -> RunGuard:
     """The scripted model with every tool guarded: breakers per dependency, a run guard.
 
@@ -180,7 +210,7 @@ def scripted_agent(ctx: ExerciseContext) -> RunGuard:
     registry = Registry.from_dict(_sheet(ctx))
     ctx.watch(registry)
     registry.register_local("search_catalog_snapshot", raw["search_catalog_snapshot"])
-    catalog = registry.get("catalog", "read", result_is_failure=_malformed_read)
+    catalog = registry.get("catalog", "read")
     orders = registry.get("orders", "read")
     tickets = registry.get("tickets", "write")
     guard = ctx.run_guard()
