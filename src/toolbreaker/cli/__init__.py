@@ -1,8 +1,8 @@
 """The ``toolbreaker`` command line.
 
 User mistakes become one line on stderr, ``error: FILE:LINE: what is wrong``, and exit
-code 2; never a traceback. ``diff`` exits 0 when receipts are equal and 1 when not; ``exercise`` exits 1 when a
-promise failed.
+code 2; never a traceback. ``diff`` exits 0 when receipts are equal and 1 when not;
+``exercise`` exits 1 when a promise failed.
 
 Untrusted text (dependency names, call ids, tool names, values echoed in errors) is
 printed with control and bidi characters escaped; JSON output stays exact. A reader that
