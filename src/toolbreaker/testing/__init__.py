@@ -21,7 +21,13 @@ Test your own agent against the outages it will meet, with real sockets and no m
 Standard library only, like the core.
 """
 
-from toolbreaker.testing._agents import scripted_agent, unprotected_agent
+from toolbreaker.testing._agents import (
+    model_plan,
+    model_script,
+    scripted_agent,
+    service_tools,
+    unprotected_agent,
+)
 from toolbreaker.testing._exercise import (
     ExerciseContext,
     ExerciseReport,
@@ -60,8 +66,11 @@ __all__ = [
     "capture_transitions",
     "exercise",
     "force_state",
+    "model_plan",
+    "model_script",
     "request_json",
     "scripted_agent",
+    "service_tools",
     "shipped_scenarios",
     "unprotected_agent",
 ]
