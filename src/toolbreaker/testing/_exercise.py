@@ -173,6 +173,15 @@ class ExerciseReport:
             if not p.held
         ]
 
+    def assert_held(self) -> None:
+        """Raise ``AssertionError`` listing every promise that failed, one per line."""
+        failures = self.failures()
+        if failures:
+            raise AssertionError(
+                f"{len(failures)} promise(s) failed under toolbreaker exercise:\n"
+                + "\n".join(failures)
+            )
+
     def to_dict(self) -> dict[str, Any]:
         """As a JSON-ready dict (``toolbreaker exercise --json``)."""
         return {
