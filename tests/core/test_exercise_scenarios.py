@@ -164,9 +164,14 @@ def test_judge_fails_each_promise_on_its_own_evidence():
         resumed_actions=(),
         opened=("catalog:read",),
         refused_locally=2,
+        called_again=3,
     )
     assert judge(scenario, clean).held
-    assert "2 call(s) refused locally" in judge(scenario, clean).after_unavailable
+    told = judge(scenario, clean).after_unavailable
+    assert told == (
+        "told catalog:read unavailable; called again 3 time(s): 2 refused by a breaker, "
+        "0 reached the service"
+    )
 
     leaked = Measured(
         targets=(TargetCount("GET /search", attempts=9, failed=7, after_open=2, duplicates=1),),

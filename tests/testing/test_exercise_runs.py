@@ -69,6 +69,16 @@ def test_the_unprotected_agent_fails_the_report(path):
 ALTERNATE = next(p for p in SHIPPED if p.stem == "alternate")
 
 
+def test_what_the_model_did_once_told_is_reported():
+    """The insisting model calls search again after being told it is unavailable: the
+    calls are counted, none reached the service, and the run guard stopped the run."""
+    report = _one(next(p for p in SHIPPED if p.stem == "insist"), scripted_agent)
+    assert report.measured.opened == ("catalog:read",)
+    assert report.measured.called_again >= 1
+    assert report.measured.targets[0].after_open == 0
+    assert report.judgement.after_unavailable.endswith("the run stopped (repeated-action)")
+
+
 def per_tool_breakers(ctx: ExerciseContext) -> Any:
     """Guarded, but each catalog tool has its own breaker: when search's opens, refine
     still reaches the failing provider (the queries differ, so no loop is detected)."""

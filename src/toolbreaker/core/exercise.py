@@ -539,6 +539,8 @@ class Measured:
         resume_error: why the resumed run could not be measured, if it could not.
         opened: breakers that opened in the first run.
         refused_locally: calls the breakers refused without reaching the service.
+        called_again: tool calls the model made through a breaker after it opened (what
+            the model did once told the tool was unavailable).
         agent_error: the exception the agent raised, as text (it is a finding).
     """
 
@@ -550,6 +552,7 @@ class Measured:
     resume_error: str | None = None
     opened: tuple[str, ...] = ()
     refused_locally: int = 0
+    called_again: int = 0
     agent_error: str | None = None
 
 
@@ -647,8 +650,9 @@ def judge(scenario: Scenario, measured: Measured) -> Judgement:
         )
     if measured.opened:
         told = (
-            f"told {', '.join(measured.opened)} unavailable; {measured.refused_locally} "
-            f"call(s) refused locally, {after_open} reached the service"
+            f"told {', '.join(measured.opened)} unavailable; called again "
+            f"{measured.called_again} time(s): {measured.refused_locally} refused by a "
+            f"breaker, {after_open} reached the service"
         )
     else:
         told = "never told a tool was unavailable"

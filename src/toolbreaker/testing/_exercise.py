@@ -28,6 +28,7 @@ from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.exercise import Judgement, Measured, Scenario, judge, load_scenario
 from toolbreaker.core.files import printable
 from toolbreaker.runtime._packet import StopPacket
+from toolbreaker.runtime._step import StepStart
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._attach import Attachment, Target
 from toolbreaker.runtime.fleet._registry import Registry
@@ -81,12 +82,14 @@ class ExerciseContext:
         self._lock = threading.Lock()
         self._opened: list[str] = []
         self._refused = 0
+        self._open: list[Breaker] = []
+        self._again = 0
         self._detach: list[Callable[[], None]] = []
         self.watch(self.registry)
 
     def watch(self, *targets: Target) -> None:
         """Watch the breakers of a registry, a run guard or breakers the agent made itself."""
-        attachment = Attachment(transition=self._heard)
+        attachment = Attachment(transition=self._heard, step=self._step)
         self._detach.append(attachment.attach(*targets))
 
     def wrap(self, name: str, fn: Callable[..., Any], *, write: bool = False) -> Callable[..., Any]:
@@ -112,9 +115,16 @@ class ExerciseContext:
             with self._lock:
                 if breaker.key not in self._opened:
                     self._opened.append(breaker.key)
+                    self._open.append(breaker)
         if record.rejected:
             with self._lock:
                 self._refused += 1
+
+    def _step(self, start: StepStart) -> None:
+        """A tool call begins: one the model makes through a breaker that opened counts."""
+        with self._lock:
+            if any(start.breaker is breaker for breaker in self._open):
+                self._again += 1
 
     def _close(self) -> None:
         for detach in self._detach:
@@ -147,6 +157,7 @@ class ScenarioReport:
             "targets": [t.to_dict() for t in m.targets],
             "opened": list(m.opened),
             "refused_locally": m.refused_locally,
+            "called_again": m.called_again,
             "packet": None if m.packet is None else dict(m.packet),
             "agent_error": m.agent_error,
             "resume_error": m.resume_error,
@@ -262,6 +273,7 @@ def exercise_one(scenario: Scenario, agent: Agent, *, service: str | None = None
         resume_error=resume_error,
         opened=tuple(first._opened),
         refused_locally=first._refused,
+        called_again=first._again,
         agent_error=agent_error,
     )
     return ScenarioReport(scenario, measured, judge(scenario, measured))
