@@ -141,7 +141,8 @@ PACKET = {
 
 def test_packet_problems_name_what_is_missing():
     """A valid packet has no problem; one without a committed write's key, with an
-    unknown condition or without counters has one each; no packet at all is one too."""
+    unknown condition, without counters, or whose history does not hold its condition
+    has one each; no packet at all is one too."""
     assert packet_problems(PACKET, ["k1"]) == []
     assert packet_problems(PACKET, ["k1"], ("loop",)) == [
         "condition 'running', expected one of loop"
@@ -149,6 +150,10 @@ def test_packet_problems_name_what_is_missing():
     assert packet_problems(PACKET, ["k1", "k2"]) == ["1 committed write(s) missing from the packet"]
     broken = {**PACKET, "condition": "tired", "counters": None, "schema": "x"}
     assert len(packet_problems(broken, [])) == 3
+    stopped = {**PACKET, "condition": "loop", "history": [{"condition": "max-cost"}]}
+    assert packet_problems(stopped, ["k1"]) == ["condition 'loop' is missing from the history"]
+    stopped["history"] = [{"condition": "loop"}, {"condition": "bored"}]
+    assert packet_problems(stopped, ["k1"]) == ["the history names an unknown condition 'bored'"]
     assert packet_problems(None, []) == ["no stop packet: the agent ran without a run guard"]
 
 

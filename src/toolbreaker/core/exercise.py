@@ -590,8 +590,9 @@ def packet_problems(
     """What is wrong with a stop packet; empty when there is nothing.
 
     A valid packet has the stop schema, a known condition (one of ``conditions`` when
-    given), a next safe action and counters, and accounts for every write the service
-    committed: its idempotency key is in ``confirmed`` or ``uncertain``.
+    given) that its history of conditions holds (each of them known), a next safe action
+    and counters, and accounts for every write the service committed: its idempotency
+    key is in ``confirmed`` or ``uncertain``.
     """
     if packet is None:
         return ["no stop packet: the agent ran without a run guard"]
@@ -607,6 +608,16 @@ def packet_problems(
         problems.append("no next safe action")
     if not isinstance(packet.get("counters"), Mapping):
         problems.append("no counters")
+    history = packet.get("history", [])
+    if not isinstance(history, list) or not all(isinstance(h, Mapping) for h in history):
+        problems.append("the history is not a list of conditions")
+    else:
+        fired = [h.get("condition") for h in history]
+        strange = [c for c in fired if c not in STOP_CONDITIONS]
+        if strange:
+            problems.append(f"the history names an unknown condition {shown(strange[0])}")
+        if condition in STOP_CONDITIONS and condition not in fired:
+            problems.append(f"condition {condition!r} is missing from the history")
     steps = [*packet.get("confirmed", ()), *packet.get("uncertain", ())]
     known = {s.get("idempotency_key") for s in steps if isinstance(s, Mapping)}
     missing = [key for key in committed_keys if key not in known]
