@@ -22,6 +22,7 @@ Standard library only, like the core.
 """
 
 from toolbreaker.testing._agents import (
+    MalformedAnswer,
     model_plan,
     model_script,
     scripted_agent,
@@ -60,6 +61,7 @@ __all__ = [
     "FaultProxy",
     "InjectedFault",
     "Ledger",
+    "MalformedAnswer",
     "ScenarioReport",
     "SlowProxy",
     "ToolService",
