@@ -9,6 +9,7 @@ as MCP servers do. MCP has no model: the host loop drives the scripted model's p
 from __future__ import annotations
 
 import json
+import sys
 import urllib.error
 from collections.abc import Callable
 from typing import Any
@@ -144,3 +145,106 @@ def test_a_guarded_mcp_host_holds_every_promise(path):
     counts = {t.target: t for t in report.measured.targets}
     for target in report.scenario.targets:
         assert counts[target].failed >= 1
+
+
+# -- a stdio server, its faults injected on the wire by ctx.mcp_stdio ---------------------
+
+STDIO_SHOP = """
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+server = MCPServer("shop")
+READ = ToolAnnotations(read_only_hint=True)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
+tickets = {}
+
+@server.tool(annotations=READ)
+def search_catalog(query: str) -> dict:
+    return {"query": query, "results": [{"sku": "SKU-1", "price": 9.99}]}
+
+@server.tool(annotations=READ)
+def search_catalog_snapshot(query: str) -> dict:
+    return {"query": query, "results": [], "stale": True}
+
+@server.tool(annotations=READ)
+def get_order(order_id: str) -> dict:
+    return {"id": order_id, "status": "shipped"}
+
+@server.tool(annotations=WRITE)
+def create_ticket(customer: str, title: str, context: Context) -> dict:
+    key = dict(context.request_context.meta or {}).get("toolbreaker/idempotency-key")
+    if key in tickets:
+        return tickets[key]
+    ticket = {"id": "T-%d" % (len(tickets) + 1), "title": title}
+    tickets[key or ticket["id"]] = ticket
+    return ticket
+
+server.run("stdio")
+"""
+
+STDIO_FAULTS = {
+    "outage": ("search_catalog", 'kind = "outage"'),
+    "slow": ("search_catalog", 'kind = "slow"\ndelay = 1.5'),
+    "rate-limit": ("search_catalog", 'kind = "rate-limit"\nretry_after = 30'),
+    "credential": ("get_order", 'kind = "credential"'),
+    "commit-then-timeout": ("create_ticket", 'kind = "commit-then-timeout"\nsteps = [1]'),
+    "late-success": ("create_ticket", 'kind = "late-success"\nsteps = [1]\ndelay = 1.5'),
+}
+
+
+def stdio_scenario(kind: str) -> Any:
+    from toolbreaker.core.exercise import parse_scenario
+
+    tool, fault = STDIO_FAULTS[kind]
+    text = f'name = "stdio-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
+    return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")
+
+
+def stdio_host(ctx: ExerciseContext) -> Any:
+    """A host that launches its stdio server through ctx.mcp_stdio: the same host code."""
+    from mcp import StdioServerParameters
+
+    from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY
+
+    guard = ctx.run_guard()
+    command = ctx.mcp_stdio([sys.executable, "-c", STDIO_SHOP], meta_key=IDEMPOTENCY_META_KEY)
+    params = StdioServerParameters(command=command[0], args=command[1:])
+
+    async def host() -> None:
+        async with Client(params) as client:
+            proxy = GuardedClient(
+                client,
+                server="shop",
+                registry=ctx.registry,
+                guard=guard,
+                fallbacks={"search_catalog": "search_catalog_snapshot"},
+            )
+            await proxy.list_tools()
+            plan = model_plan(ctx.scenario.behaviour)
+            try:
+                name, args = next(plan)
+                for _ in range(MAX_STEPS):
+                    result = await proxy.call_tool(name, args)
+                    if proxy.stopped is not None:
+                        return
+                    name, args = plan.send(seen(result))
+            except StopIteration:
+                return
+
+    anyio.run(host)
+    return guard
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(STDIO_FAULTS))
+def test_faults_injected_into_a_stdio_server_are_held(kind):
+    """The wrapper counts each tools/call as an attempt and carries its fault out on the
+    wire; the guarded host holds every promise, and every fault was met."""
+    (report,) = exercise([stdio_scenario(kind)], stdio_host).scenarios
+    assert report.held, report.to_dict()
+    counts = {t.target: t for t in report.measured.targets}
+    tool = STDIO_FAULTS[kind][0]
+    assert counts[tool].failed >= 1
+    if tool == "create_ticket":
+        assert counts[tool].commits == 1
+        assert len(report.measured.committed_keys) == 1

@@ -4,11 +4,12 @@ The contract with the agent is one function, ``agent(ctx)``, called twice per sc
 with an :class:`ExerciseContext`: once with the faults on, then (``ctx.resumed``) once
 more as a new process would, with the same task id and journal and the faults gone. It
 points its HTTP tools at ``ctx.base_url`` (the fault proxy), wraps its plain Python tools
-with ``ctx.wrap(...)``, makes its breakers in ``ctx.registry`` (or its own registry,
-handed to ``ctx.watch``), gives its run guard ``ctx.task`` and ``ctx.journal`` (or uses
-``ctx.run_guard()``), and returns what holds its stop packet: a ``RunGuard``, an adapter
-with ``stop_packet(task)`` (``ToolbreakerMiddleware``...), a ``StopPacket``, or nothing
-when it used ``ctx.run_guard()``.
+with ``ctx.wrap(...)``, launches its stdio MCP servers through ``ctx.mcp_stdio(...)``,
+makes its breakers in ``ctx.registry`` (or its own registry, handed to ``ctx.watch``),
+gives its run guard ``ctx.task`` and ``ctx.journal`` (or uses ``ctx.run_guard()``), and
+returns what holds its stop packet: a ``RunGuard``, an adapter with ``stop_packet(task)``
+(``ToolbreakerMiddleware``...), a ``StopPacket``, or nothing when it used
+``ctx.run_guard()``.
 
 The judgement is the core's (:func:`toolbreaker.core.exercise.judge`); this module only
 runs and counts.
@@ -35,6 +36,7 @@ from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.runtime.run._guard import RunGuard
 from toolbreaker.stores.memory import MemoryStore
 from toolbreaker.testing._fault_proxy import FaultProxy, Ledger, wrap_tool
+from toolbreaker.testing._mcp_faults import CONTROL_PREFIX, mcp_stdio_command
 from toolbreaker.testing._service import ToolService
 
 __all__ = [
@@ -98,6 +100,20 @@ class ExerciseContext:
         ``write``: the tool has side effects; a call that returns has committed.
         """
         return wrap_tool(self._ledger, name, fn, write=write)
+
+    def mcp_stdio(self, command: Sequence[str], *, meta_key: str | None = None) -> list[str]:
+        """The command to launch instead of a stdio MCP server's: the server, with faults.
+
+        The scenario's faults for ``tool = NAME`` apply to the server's ``tools/call``
+        requests (see :mod:`toolbreaker.testing._mcp_faults`), counted with the rest.
+
+        Args:
+            command: the real server's argv (``[sys.executable, "server.py"]``).
+            meta_key: the request ``_meta`` key holding a write's idempotency key
+                (``toolbreaker.integrations.mcp.IDEMPOTENCY_META_KEY`` for
+                ``GuardedClient``); ``None``: keys are not read.
+        """
+        return mcp_stdio_command(self.base_url + CONTROL_PREFIX, meta_key or "", command)
 
     def run_guard(self, **options: Any) -> RunGuard:
         """A run guard for this run (``ctx.task``, ``ctx.journal``); its packet is reported.

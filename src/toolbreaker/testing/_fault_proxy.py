@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import functools
 import http.client
 import json
@@ -34,6 +35,7 @@ from toolbreaker.core.exercise import (
     route_key,
 )
 from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.testing._mcp_faults import CONTROL_PREFIX
 
 __all__ = ["FaultProxy", "InjectedFault", "Ledger", "wrap_tool"]
 
@@ -260,6 +262,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         proxy = cast(_ProxyServer, self.server).proxy
         ledger = proxy.ledger
         body = self._body()
+        if self.path.startswith(CONTROL_PREFIX):
+            self._control(ledger, self.path[len(CONTROL_PREFIX) :], body)
+            return
         target = route_key(method, self.path)
         rule = ledger.attempt(target)
         if rule is not None and rule.answers_status:
@@ -293,6 +298,27 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self._send(200 if method == "GET" else status, wrong or b"{", ())
             return
         self._send(status, payload, headers)
+
+    def _control(self, ledger: Ledger, question: str, body: bytes) -> None:
+        """The MCP wrapper's questions: which fault an attempt gets; a commit it saw."""
+        data = _arguments(body)
+        target = str(data.get("target", ""))
+        answer: dict[str, Any]
+        if question == "attempt":
+            rule = ledger.attempt(target)
+            answer = {"rule": None if rule is None else dataclasses.asdict(rule)}
+        elif question == "commit":
+            key, args = data.get("key"), data.get("args")
+            ledger.committed(
+                target,
+                key if isinstance(key, str) and key else None,
+                args if isinstance(args, dict) else {},
+            )
+            answer = {"ok": True}
+        else:
+            self._send(404, b'{"error": "unknown control route"}', ())
+            return
+        self._send(200, json.dumps(answer).encode(), ())
 
     def _body(self) -> bytes:
         try:
