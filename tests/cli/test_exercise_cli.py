@@ -88,6 +88,20 @@ def test_untrusted_text_is_escaped_in_the_table(capsys, tmp_path):
     assert "evil\\x1b[2J" in out
 
 
+def test_a_fault_no_attempt_got_is_a_warning(capsys, tmp_path):
+    """A misspelt route is never met: the promises hold vacuously, and a warning says so."""
+    path = tmp_path / "typo.toml"
+    path.write_text(
+        'name = "typo"\ntimeout = 0.5\n[faults.down]\nroute = "GET /serch"\nkind = "outage"\n',
+        encoding="utf-8",
+    )
+    code, out, _ = run(capsys, str(path), "--agent", GUARDED, "--json")
+    assert code == 0
+    assert json.loads(out)["scenarios"][0]["unmet_faults"] == ["down"]
+    code, out, _ = run(capsys, str(path), "--agent", GUARDED)
+    assert "warning: typo: no attempt got the fault down" in out
+
+
 @pytest.mark.parametrize(
     ("text", "line", "words"),
     [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from toolbreaker.core.exercise import (
@@ -172,6 +174,9 @@ def test_judge_fails_each_promise_on_its_own_evidence():
         called_again=3,
     )
     assert judge(scenario, clean).held
+    assert judge(scenario, clean).unmet == ("search-late", "first-ticket", "tool")
+    met = dataclasses.replace(clean, faults_met=("search-late", "tool"))
+    assert judge(scenario, met).unmet == ("first-ticket",)
     told = judge(scenario, clean).after_unavailable
     assert told == (
         "told catalog:read unavailable; called again 3 time(s): 2 refused by a breaker, "

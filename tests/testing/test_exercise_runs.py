@@ -39,6 +39,7 @@ def test_the_guarded_scripted_agent_holds_every_promise(path):
     resumed run that repeats nothing, in every shipped scenario."""
     report = _one(path, scripted_agent)
     assert report.held, report.to_dict()
+    assert report.judgement.unmet == ()
     assert report.measured.packet is not None
     counts = {t.target: t for t in report.measured.targets}
     for target in report.scenario.targets:

@@ -142,6 +142,11 @@ def table(report: dict[str, Any]) -> str:
                 failures.append(f"  {name}: {promise['name']}: {printable(promise['detail'])}")
         cells.append(printable(entry["after_unavailable"]))
         rows.append(tuple(cells))
+        for fault in entry.get("unmet_faults", ()):
+            failures.append(
+                f"  warning: {name}: no attempt got the fault {printable(fault)!s}: "
+                "the promises say nothing about it"
+            )
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADERS) - 1)]
     lines = [
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))

@@ -69,6 +69,7 @@ __all__ = [
     "is_write",
     "judge",
     "load_scenario",
+    "normal_route",
     "packet_problems",
     "parse_scenario",
     "route_key",
@@ -117,7 +118,7 @@ PROMISES: Final = ("before-damage", "understandable", "resumption")
 #: The schema tag a valid stop packet carries.
 STOP_SCHEMA: Final = "toolbreaker.stop/v1"
 
-_ROUTE: Final = re.compile(r"([A-Z]+) (/[^/?#\s]*)")
+_ROUTE: Final = re.compile(r"([A-Z]+) (/[^/?#\s]*)/?")
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 _MAX_STEP: Final = 1_000_000
 _MAX_SECONDS: Final = 600.0
@@ -127,6 +128,16 @@ def route_key(method: str, path: str) -> str:
     """The route key of a request: ``"METHOD /first-segment"`` (``"GET /orders"``)."""
     first = path.split("?", 1)[0].split("#", 1)[0].strip("/").split("/", 1)[0]
     return f"{method.upper()} /{first}"
+
+
+def normal_route(text: object) -> str | None:
+    """``text`` as a route key, or ``None`` when it is not one.
+
+    ``"GET /search"``; blanks around it and a trailing ``/`` are dropped. The one
+    spelling of route keys: scenarios and the tool service's faults both take it.
+    """
+    match = _ROUTE.fullmatch(text.strip()) if isinstance(text, str) else None
+    return None if match is None else f"{match[1]} {match[2]}"
 
 
 def is_write(target: str) -> bool:
@@ -404,12 +415,13 @@ def _fault(name: str, table: object, timeout: float) -> FaultRule:
     if (route is None) == (tool is None):
         raise PolicyError(f"{where} needs exactly one of route and tool", field=where)
     if route is not None:
-        if not isinstance(route, str) or _ROUTE.fullmatch(route.strip()) is None:
+        normal = normal_route(route)
+        if normal is None:
             raise PolicyError(
                 f"{where}.route is 'METHOD /first-segment', such as 'GET /search': {shown(route)}",
                 field=f"{where}.route",
             )
-        target = route.strip()
+        target = normal
     else:
         if not isinstance(tool, str) or not tool.strip():
             raise PolicyError(f"{where}.tool must be a tool name", field=f"{where}.tool")
@@ -541,6 +553,7 @@ class Measured:
         refused_locally: calls the breakers refused without reaching the service.
         called_again: tool calls the model made through a breaker after it opened (what
             the model did once told the tool was unavailable).
+        faults_met: the names of the scenario's faults that at least one attempt got.
         agent_error: the exception the agent raised, as text (it is a finding).
     """
 
@@ -553,6 +566,7 @@ class Measured:
     opened: tuple[str, ...] = ()
     refused_locally: int = 0
     called_again: int = 0
+    faults_met: tuple[str, ...] = ()
     agent_error: str | None = None
 
 
@@ -571,10 +585,15 @@ class Promise:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Judgement:
-    """The three promises of one scenario, and what the model did once told."""
+    """The three promises of one scenario, and what the model did once told.
+
+    ``unmet`` names the scenario's faults no attempt got: the promises say nothing about
+    them (the agent never reached the target, or the target is misspelt).
+    """
 
     promises: tuple[Promise, ...]
     after_unavailable: str
+    unmet: tuple[str, ...] = ()
 
     @property
     def held(self) -> bool:
@@ -669,4 +688,5 @@ def judge(scenario: Scenario, measured: Measured) -> Judgement:
         told = "never told a tool was unavailable"
     if condition not in (None, RUNNING):
         told += f"; the run stopped ({condition})"
-    return Judgement((before, understandable, resumption), told)
+    unmet = tuple(r.name for r in scenario.faults if r.name not in measured.faults_met)
+    return Judgement((before, understandable, resumption), told, unmet)

@@ -170,6 +170,7 @@ class ScenarioReport:
             "held": self.held,
             "promises": [p.to_dict() for p in self.judgement.promises],
             "after_unavailable": self.judgement.after_unavailable,
+            "unmet_faults": list(self.judgement.unmet),
             "targets": [t.to_dict() for t in m.targets],
             "opened": list(m.opened),
             "refused_locally": m.refused_locally,
@@ -290,6 +291,7 @@ def exercise_one(scenario: Scenario, agent: Agent, *, service: str | None = None
         opened=tuple(first._opened),
         refused_locally=first._refused,
         called_again=first._again,
+        faults_met=tuple(sorted(ledger.faults_met)),
         agent_error=agent_error,
     )
     return ScenarioReport(scenario, measured, judge(scenario, measured))

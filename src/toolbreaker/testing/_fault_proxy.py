@@ -77,6 +77,7 @@ class Ledger:
         self.committed_keys: list[str] = []
         self.committed_actions: list[str] = []
         self.resumed_actions: list[str] = []
+        self.faults_met: set[str] = set()
         self.resumed = False
 
     def _count(self, target: str) -> collections.Counter[str]:
@@ -94,6 +95,7 @@ class Ledger:
             if rule is not None:
                 counts["failed"] += 1
                 self._faulted.add(target)
+                self.faults_met.add(rule.name)
         # A breaker's state is read outside the lock: a store may take its time.
         if any(rejects_callers(b.state, b.policy) for b in watched):
             with self._lock:
