@@ -164,8 +164,12 @@ def test_the_agent_is_imported_from_the_current_directory(capsys, tmp_path, monk
 
 
 def test_the_pytest_fixture_passes_a_guarded_agent_and_fails_an_unprotected_one(tmp_path):
-    """The pytest11 plugin's fixture: a test of the guarded agent passes, one of the
-    unprotected agent fails naming the broken promises (a real pytest run)."""
+    """The plugin's fixture (pytest_plugins in a conftest): a test of the guarded agent
+    passes, one of the unprotected agent fails naming the broken promises (a real
+    pytest run)."""
+    (tmp_path / "conftest.py").write_text(
+        'pytest_plugins = ["toolbreaker.testing.pytest_plugin"]\n', encoding="utf-8"
+    )
     tests = tmp_path / "test_mine.py"
     tests.write_text(
         textwrap.dedent(
@@ -190,8 +194,6 @@ def test_the_pytest_fixture_passes_a_guarded_agent_and_fails_an_unprotected_one(
             sys.executable,
             "-m",
             "pytest",
-            "-p",
-            "toolbreaker.testing.pytest_plugin",
             "-p",
             "no:cacheprovider",
             "-q",

@@ -1,15 +1,17 @@
-"""The pytest plugin: the ``toolbreaker_exercise`` fixture (registered as ``pytest11``).
+"""The pytest plugin: the ``toolbreaker_exercise`` fixture.
 
-Installed with toolbreaker, pytest loads it by itself; a test asks for the fixture and
-hands it its agent::
+Opt in with one line in your ``conftest.py``, ``pytest_plugins =
+["toolbreaker.testing.pytest_plugin"]`` (or ``pytest -p toolbreaker.testing.pytest_plugin``);
+it is no automatic ``pytest11`` plugin, so a suite that measures toolbreaker's coverage
+never imports toolbreaker before coverage starts. A test asks for the fixture and hands
+it its agent::
 
     def test_my_agent_holds_under_faults(toolbreaker_exercise):
         toolbreaker_exercise(my_agent)                 # every shipped scenario
         toolbreaker_exercise(my_agent, ["ci/my-outage.toml"], service=my_service_url)
 
 The fixture runs :func:`toolbreaker.testing.exercise` and fails the test with one line
-per promise that failed (``assert_held=False`` returns the report instead). Nothing of
-toolbreaker is imported until a test asks for the fixture.
+per promise that failed (``assert_held=False`` returns the report instead).
 """
 
 from __future__ import annotations
