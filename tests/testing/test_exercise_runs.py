@@ -204,3 +204,19 @@ def test_a_stop_packet_holder_is_read_from_what_the_agent_returns():
         "understandable",
         "resumption",
     ]
+
+
+def test_the_proxy_fronts_the_users_own_service():
+    """service= puts the fault proxy in front of a service the user runs: the faults are
+    injected there and the writes land in it, once."""
+    from toolbreaker.testing import ToolService
+
+    path = next(p for p in SHIPPED if p.stem == "commit-then-timeout")
+    with ToolService() as own:
+        (report,) = exercise([path], scripted_agent, service=own.url).scenarios
+        created = own.created("tickets")
+        hits = own.hits
+    assert report.held, report.to_dict()
+    assert len(created) == 1
+    assert created[0]["idempotency_key"] == report.measured.committed_keys[0]
+    assert hits["POST /tickets"] == 1  # the resumed run answered it from the journal
