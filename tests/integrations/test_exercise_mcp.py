@@ -192,10 +192,9 @@ STDIO_FAULTS = {
 }
 
 
-def stdio_scenario(kind: str) -> Any:
+def stdio_scenario(kind: str, tool: str, fault: str) -> Any:
     from toolbreaker.core.exercise import parse_scenario
 
-    tool, fault = STDIO_FAULTS[kind]
     text = f'name = "stdio-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
     return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")
 
@@ -240,11 +239,25 @@ def stdio_host(ctx: ExerciseContext) -> Any:
 def test_faults_injected_into_a_stdio_server_are_held(kind):
     """The wrapper counts each tools/call as an attempt and carries its fault out on the
     wire; the guarded host holds every promise, and every fault was met."""
-    (report,) = exercise([stdio_scenario(kind)], stdio_host).scenarios
+    tool, fault = STDIO_FAULTS[kind]
+    (report,) = exercise([stdio_scenario(kind, tool, fault)], stdio_host).scenarios
     assert report.held, report.to_dict()
     counts = {t.target: t for t in report.measured.targets}
-    tool = STDIO_FAULTS[kind][0]
     assert counts[tool].failed >= 1
     if tool == "create_ticket":
         assert counts[tool].commits == 1
         assert len(report.measured.committed_keys) == 1
+
+
+@pytest.mark.slow
+def test_a_malformed_success_over_stdio_is_measured_as_damage():
+    """The wrapper answers every search with a success of the wrong shape. GuardedClient
+    judges ``is_error`` results only, so its breaker never opens and the model goes on
+    searching: the report says so (more failed attempts than the scenario allows)."""
+    scenario = stdio_scenario("malformed", "search_catalog", 'kind = "malformed"')
+    (report,) = exercise([scenario], stdio_host).scenarios
+    before = report.judgement.promises[0]
+    assert not before.held
+    (search,) = [t for t in report.measured.targets if t.target == "search_catalog"]
+    assert search.failed > report.scenario.max_failed_attempts
+    assert report.measured.opened == ()
