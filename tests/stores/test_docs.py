@@ -125,6 +125,99 @@ from toolbreaker import SQLiteStore, publish_policy
 publish_policy(SQLiteStore("{sqlite}"), "breakers.toml", note="docs")
 """
 
+_EXERCISE = """
+import itertools, json, urllib.parse
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from toolbreaker.integrations.langchain import idempotency_key
+from toolbreaker.testing import model_plan, request_json
+
+class _Model(GenericFakeChatModel):
+    prompts: list = []
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.prompts.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+def _replies():
+    ids = itertools.count(1)
+    while True:
+        prompt = model.prompts[-1]
+        turn = max(i for i, m in enumerate(prompt) if isinstance(m, HumanMessage))
+        plan = model_plan("plain")
+        try:
+            name, args = next(plan)
+            for message in prompt[turn:]:
+                if isinstance(message, ToolMessage):
+                    try:
+                        result = json.loads(message.content)
+                    except ValueError:
+                        result = message.content
+                    name, args = plan.send(result)
+        except StopIteration:
+            yield AIMessage("Done.")
+            continue
+        yield AIMessage("", tool_calls=[{"name": name, "args": args, "id": f"c{next(ids)}"}])
+
+model = _Model(messages=_replies(), prompts=[])
+
+TOOL_OPTIONS = {
+    "search_catalog": {"dependency": "catalog", "fallback": "search_catalog_snapshot"},
+    "search_catalog_snapshot": {"dependency": "catalog-snapshot"},
+    "get_order": {"dependency": "orders"},
+    "create_ticket": {"dependency": "tickets", "operation": "write",
+                      "risk": "reversible_write", "business_key": ["customer", "title"],
+                      "verify": lambda r: isinstance(r, dict) and "id" in r},
+}
+
+def make_tools(base, timeout):
+    def get(path, needs):
+        answer = request_json("GET", base + path, timeout=timeout)
+        if needs not in answer:
+            raise ConnectionResetError("malformed answer")
+        return answer
+
+    @tool
+    def search_catalog(query: str) -> dict:
+        \"\"\"Search the live catalog.\"\"\"
+        return get("/search?q=" + urllib.parse.quote(query), "results")
+
+    @tool
+    def search_catalog_snapshot(query: str) -> dict:
+        \"\"\"Search yesterday's snapshot.\"\"\"
+        return get("/search_snapshot?q=" + urllib.parse.quote(query), "results")
+
+    @tool
+    def get_order(order_id: str) -> dict:
+        \"\"\"Track an order.\"\"\"
+        return get("/orders/" + urllib.parse.quote(order_id), "status")
+
+    @tool
+    def create_ticket(customer: str, title: str) -> dict:
+        \"\"\"Open a support ticket.\"\"\"
+        key = idempotency_key() or ""
+        return request_json("POST", base + "/tickets", body={"title": title, "body": customer},
+                            headers={"Idempotency-Key": key}, timeout=timeout)
+
+    return [search_catalog, search_catalog_snapshot, get_order, create_ticket]
+"""
+
+_EXERCISE_RUN = """
+from langchain.agents import create_agent
+from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
+def run(ctx):
+    guard = ToolbreakerMiddleware(registry=ctx.registry, journal=ctx.journal, tools=TOOL_OPTIONS)
+    agent = create_agent(model, make_tools(ctx.base_url, ctx.timeout), middleware=[guard])
+    agent.invoke({"messages": [("user", ctx.scenario.prompt)]}, context={"task_id": ctx.task})
+    return guard
+"""
+
+
 
 # -- the adapter pages: each framework's own offline model, tools that answer locally ----
 
@@ -376,6 +469,12 @@ SETUP: dict[str, dict[str, str | Setup]] = {
         "result = search.call(fn, query, timeout=4.0)": _SHEET
         + _TOOLS
         + 'search = breakers.get("search", operation="read")\n',
+    },
+    "docs/exercise.md": {
+        "from langchain.agents import create_agent": Setup(_EXERCISE, needs="langchain"),
+        "from toolbreaker.testing import exercise, shipped_scenarios": Setup(
+            _EXERCISE + _EXERCISE_RUN, needs="langchain"
+        ),
     },
     "docs/guide/failing-well.md": {
         'registry.register_local("search_catalog_snapshot", search_snapshot)': _SHEET + _TOOLS,

@@ -1,7 +1,8 @@
 """The ``toolbreaker`` command line.
 
 User mistakes become one line on stderr, ``error: FILE:LINE: what is wrong``, and exit
-code 2; never a traceback. ``diff`` exits 0 when receipts are equal and 1 when not.
+code 2; never a traceback. ``diff`` exits 0 when receipts are equal and 1 when not;
+``exercise`` exits 1 when a promise failed.
 
 Untrusted text (dependency names, call ids, tool names, values echoed in errors) is
 printed with control and bidi characters escaped; JSON output stays exact. A reader that
@@ -187,12 +188,14 @@ def _parser() -> argparse.ArgumentParser:
     add_policy_commands(commands)
 
     from toolbreaker.cli._drain import add_command as add_drain
+    from toolbreaker.cli._exercise import add_command as add_exercise
     from toolbreaker.cli._runs import add_command as add_runs
     from toolbreaker.cli._simulate import add_command as add_simulate
     from toolbreaker.cli._tune import add_command as add_tune
 
     add_drain(commands)
     add_runs(commands)
+    add_exercise(commands)
     add_simulate(commands)
     add_tune(commands)
     return parser

@@ -11,6 +11,12 @@ Test your own agent against the outages it will meet, with real sockets and no m
 - :func:`request_json`: a small standard-library JSON client for it.
 - :class:`SlowProxy`: a TCP proxy that holds every request, making any real server (Redis,
   PostgreSQL, your own service) slow on demand.
+- :func:`exercise`: run your own agent (``agent(ctx)``, see :class:`ExerciseContext`)
+  against fault scenarios (TOML; :func:`shipped_scenarios`) through a real fault proxy
+  (:class:`FaultProxy`) or wrapped Python tools, and measure whether its breakers held
+  (:class:`ExerciseReport`); :func:`scripted_agent` and :func:`unprotected_agent` are
+  the demo's scripted model with and without toolbreaker. ``toolbreaker exercise`` is
+  the same from the command line.
 - :class:`FakeClock`: a monotonic millisecond clock you move by hand; no sleeps.
 - :func:`capture_transitions`: collect every transition of some breakers.
 - :func:`force_state`: put a breaker in a given phase for a test.
@@ -19,6 +25,22 @@ Standard library only, like the core.
 """
 
 from toolbreaker.testing._chat import CHAT_ROUTE, openai_error
+from toolbreaker.testing._agents import (
+    MalformedAnswer,
+    model_plan,
+    model_script,
+    scripted_agent,
+    service_tools,
+    unprotected_agent,
+)
+from toolbreaker.testing._exercise import (
+    ExerciseContext,
+    ExerciseReport,
+    ScenarioReport,
+    exercise,
+    shipped_scenarios,
+)
+from toolbreaker.testing._fault_proxy import FaultProxy, InjectedFault, Ledger
 from toolbreaker.testing._helpers import FakeClock, capture_transitions, force_state
 from toolbreaker.testing._proxy import SlowProxy
 from toolbreaker.testing._service import (
@@ -37,12 +59,26 @@ __all__ = [
     "MALFORMED_TRUNCATED",
     "ORDER_IDS",
     "SNAPSHOT_AS_OF",
+    "ExerciseContext",
+    "ExerciseReport",
     "FakeClock",
     "Fault",
+    "FaultProxy",
+    "InjectedFault",
+    "Ledger",
+    "MalformedAnswer",
+    "ScenarioReport",
     "SlowProxy",
     "ToolService",
     "capture_transitions",
+    "exercise",
     "force_state",
     "openai_error",
+    "model_plan",
+    "model_script",
     "request_json",
+    "scripted_agent",
+    "service_tools",
+    "shipped_scenarios",
+    "unprotected_agent",
 ]

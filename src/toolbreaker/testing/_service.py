@@ -41,7 +41,6 @@ import hashlib
 import io
 import itertools
 import json
-import re
 import socket
 import socketserver
 import struct
@@ -57,6 +56,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, cast
 
 from toolbreaker.testing._chat import chat_reply
+from toolbreaker.core.exercise import normal_route, route_key
 from toolbreaker.testing._faults import MALFORMED_SHAPE, MALFORMED_TRUNCATED, NO_FAULT, Fault
 
 __all__ = [
@@ -92,7 +92,6 @@ _HANDLER_TIMEOUT: Final = 5.0  # an idle or stalled client cannot pin a handler 
 _POLL_INTERVAL: Final = 0.01  # bounds how long shutdown() waits for the accept loop
 _STOP_GRACE: Final = 0.25  # handlers get this long to finish before their sockets are shut
 _STOP_LIMIT: Final = 1.0
-_ROUTE_RE: Final = re.compile(r"([A-Z]+) (/[^/?#\s]*)/?")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -425,12 +424,12 @@ _ROUTES: Final[Mapping[tuple[str, str, int], _Route]] = {
 
 
 def _normalise_route(route: str) -> str:
-    match = _ROUTE_RE.fullmatch(route.strip()) if isinstance(route, str) else None
-    if match is None:
+    key = normal_route(route)
+    if key is None:
         raise ValueError(
             f"a route key is 'METHOD /first-segment', such as 'GET /search': {route!r}"
         )
-    return f"{match[1]} {match[2]}"
+    return key
 
 
 def _catalog(query: str) -> list[dict[str, Any]]:
@@ -626,7 +625,7 @@ class _Handler(BaseHTTPRequestHandler):
             body=self._read_body() if method == "POST" else None,
             idempotency_key=None if key is None else key.strip(),
         )
-        fault = service._admit(f"{method} /{request.head}")
+        fault = service._admit(route_key(method, split.path))
         if fault.delay and stopping.wait(fault.delay):
             self._drop()
             return

@@ -54,6 +54,7 @@ __all__ = [
     "MAX_LOOP_CYCLES",
     "OUTCOMES",
     "PRECEDENCE",
+    "RUNNING",
     "RUN_SCHEMA",
     "STOP_CONDITIONS",
     "TALLY_LIMIT",
@@ -104,6 +105,9 @@ STOP_CONDITIONS: Final = (
     "extended",
     "budget-unavailable",
 )
+
+#: The condition a stop packet names while the run has not stopped.
+RUNNING: Final = "running"
 
 #: The longest cycle loop detection looks for.
 MAX_CYCLE: Final = 4

@@ -23,6 +23,7 @@ from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.retrying import ModelRetries
+from toolbreaker.core.run.state import RUNNING
 from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed
@@ -180,7 +181,7 @@ class RunShell:
         confirmed, uncertain = packet_steps(entries)
         return StopPacket(
             task=self.task,
-            condition=stop.condition if stop else "running",
+            condition=stop.condition if stop else RUNNING,
             detail=stop.detail if stop else "the run has not stopped",
             confirmed=confirmed,
             uncertain=uncertain,

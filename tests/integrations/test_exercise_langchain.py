@@ -1,0 +1,197 @@
+"""toolbreaker exercise against a real LangChain agent, in every shipped scenario.
+
+The agent is what a user writes: ``create_agent`` with LangChain's own
+``GenericFakeChatModel`` (taught to take tools) following the scenario's behaviour, its
+tools calling the fault proxy over real HTTP, guarded by ``ToolbreakerMiddleware`` with
+the exercise's registry and journal. Its report holds in every scenario; the same agent
+without the middleware fails.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langchain", reason="the langchain extra is not installed")
+
+from langchain.agents import create_agent
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.tools import BaseTool, tool
+from pydantic import Field
+
+from toolbreaker.integrations.langchain import ToolbreakerMiddleware, idempotency_key
+from toolbreaker.testing import (
+    ExerciseContext,
+    exercise,
+    model_plan,
+    service_tools,
+    shipped_scenarios,
+)
+
+SHIPPED = shipped_scenarios()
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """LangChain's fake chat model, able to take tools; records every prompt it gets."""
+
+    prompts: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.prompts.append(list(messages))
+        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+
+
+_ids = itertools.count(1)
+
+
+def payload(message: ToolMessage) -> Any:
+    try:
+        return json.loads(message.content)
+    except ValueError:
+        return message.content
+
+
+def following(behaviour: str) -> ScriptedModel:
+    """A model that replays the turn's tool results into the scripted model's plan and
+    answers with its next call (or a final answer once the plan is done)."""
+
+    def replies() -> Iterator[AIMessage]:
+        while True:
+            prompt = model.prompts[-1]
+            turn = max(i for i, m in enumerate(prompt) if isinstance(m, HumanMessage))
+            results = [m for m in prompt[turn:] if isinstance(m, ToolMessage)]
+            plan = model_plan(behaviour)
+            try:
+                name, args = next(plan)
+                for message in results:
+                    name, args = plan.send(payload(message))
+            except StopIteration:
+                yield AIMessage("Done.")
+                continue
+            call = {"name": name, "args": args, "id": f"call-{next(_ids)}"}
+            yield AIMessage("", tool_calls=[call])
+
+    model = ScriptedModel(messages=replies())
+    return model
+
+
+def langchain_tools(
+    ctx: ExerciseContext, wrap: Callable[[Any], Any] = lambda fn: fn
+) -> list[BaseTool]:
+    raw = {name: wrap(fn) for name, fn in service_tools(ctx).items()}
+
+    @tool
+    def search_catalog(query: str) -> dict:
+        """Search the live catalog."""
+        return raw["search_catalog"](query)
+
+    @tool
+    def refine_search(query: str) -> dict:
+        """Refine a catalog search."""
+        return raw["refine_search"](query)
+
+    @tool
+    def search_catalog_snapshot(query: str) -> dict:
+        """Search yesterday's catalog snapshot."""
+        return raw["search_catalog_snapshot"](query)
+
+    @tool
+    def get_order(order_id: str) -> dict:
+        """Track an order."""
+        return raw["get_order"](order_id)
+
+    @tool
+    def create_ticket(customer: str, title: str) -> dict:
+        """Open a support ticket."""
+        return raw["create_ticket"](customer, title, idempotency_key() or "")
+
+    return [search_catalog, refine_search, search_catalog_snapshot, get_order, create_ticket]
+
+
+def options(ctx: ExerciseContext) -> dict[str, Any]:
+    find_ticket = service_tools(ctx)["find_ticket"]
+    return {
+        "search_catalog": {
+            "dependency": "catalog",
+            "fallback": "search_catalog_snapshot",
+            "fallback_note": "say that prices may be out of date",
+        },
+        "refine_search": {"dependency": "catalog"},
+        "search_catalog_snapshot": {"dependency": "catalog-snapshot"},
+        "get_order": {"dependency": "orders"},
+        "create_ticket": {
+            "dependency": "tickets",
+            "operation": "write",
+            "risk": "reversible_write",
+            "business_key": ["customer", "title"],
+            "verify": lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
+            "reconcile": lambda key, _args: find_ticket(key),
+            "external_id": lambda r: r["id"],
+        },
+    }
+
+
+def langchain_agent(ctx: ExerciseContext) -> ToolbreakerMiddleware:
+    """The user's LangChain agent under toolbreaker: three names come from the exercise
+    (the registry, the journal, the task id); the rest is ordinary LangChain."""
+    middleware = ToolbreakerMiddleware(
+        registry=ctx.registry, journal=ctx.journal, tools=options(ctx)
+    )
+    agent = create_agent(
+        following(ctx.scenario.behaviour), langchain_tools(ctx), middleware=[middleware]
+    )
+    agent.invoke({"messages": [HumanMessage(ctx.scenario.prompt)]}, context={"task_id": ctx.task})
+    return middleware
+
+
+def naive(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def tool(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the model reads the error
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
+
+    return tool
+
+
+def bare_langchain_agent(ctx: ExerciseContext) -> None:
+    """The same agent without toolbreaker; a failing tool's error goes back to the model,
+    as an error it may retry (what a framework's error handler does)."""
+    agent = create_agent(following(ctx.scenario.behaviour), langchain_tools(ctx, naive))
+    agent.invoke({"messages": [HumanMessage(ctx.scenario.prompt)]}, context={"task_id": ctx.task})
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_guarded_langchain_agent_holds_every_promise(path):
+    """create_agent + ToolbreakerMiddleware: every shipped scenario's three promises hold,
+    measured at the service, and every fault was really met."""
+    (report,) = exercise([path], langchain_agent).scenarios
+    assert report.held, report.to_dict()
+    assert report.measured.agent_error is None
+    counts = {t.target: t for t in report.measured.targets}
+    for target in report.scenario.targets:
+        assert counts[target].failed >= 1
+    if report.scenario.behaviour in ("alternate", "insist"):
+        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+
+
+@pytest.mark.parametrize(
+    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
+)
+def test_the_same_langchain_agent_without_toolbreaker_fails(name):
+    """Without the middleware the report fails: no packet, and the provider hit too often
+    or a ticket opened twice."""
+    path = next(p for p in SHIPPED if p.stem == name)
+    (report,) = exercise([path], bare_langchain_agent).scenarios
+    assert not report.held
+    before, understandable, _ = report.judgement.promises
+    assert not before.held
+    assert not understandable.held

@@ -1,0 +1,263 @@
+"""toolbreaker exercise against an MCP host, in every shipped scenario.
+
+The MCP server is the SDK's ``MCPServer`` (in process, through the SDK's own transport);
+its tools call the fault proxy over real HTTP and turn failures into ``is_error`` results
+as MCP servers do. MCP has no model: the host loop drives the scripted model's plan
+(``model_plan``) with what ``GuardedClient`` returns, and ends on ``proxy.stopped``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+from mcp import Client
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY, GuardedClient
+from toolbreaker.testing import (
+    ExerciseContext,
+    exercise,
+    model_plan,
+    service_tools,
+    shipped_scenarios,
+)
+
+SHIPPED = shipped_scenarios()
+READ = ToolAnnotations(read_only_hint=True)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
+MAX_STEPS = 100
+
+
+def server_error(call: Callable[[], Any]) -> Any:
+    """Run an upstream call; its failure becomes the MCP tool error a server reports."""
+    try:
+        return call()
+    except urllib.error.HTTPError as exc:
+        wait = exc.headers.get("Retry-After")
+        raise ToolError(
+            f"HTTP {exc.code} {exc.reason}" + (f"; Retry-After: {wait}" if wait else "")
+        ) from None
+    except TimeoutError:
+        raise ToolError("HTTP 504 upstream timed out") from None
+    except Exception as exc:  # noqa: BLE001 - a malformed answer, a reset: a bad gateway
+        raise ToolError(f"HTTP 502 {type(exc).__name__}: {exc}") from None
+
+
+def mcp_server(ctx: ExerciseContext) -> MCPServer:
+    raw = service_tools(ctx)
+    server = MCPServer("shop")
+
+    @server.tool(annotations=READ)
+    def search_catalog(query: str) -> dict[str, Any]:
+        return server_error(lambda: raw["search_catalog"](query))
+
+    @server.tool(annotations=READ)
+    def refine_search(query: str) -> dict[str, Any]:
+        return server_error(lambda: raw["refine_search"](query))
+
+    @server.tool(annotations=READ)
+    def search_catalog_snapshot(query: str) -> dict[str, Any]:
+        return server_error(lambda: raw["search_catalog_snapshot"](query))
+
+    @server.tool(annotations=READ)
+    def get_order(order_id: str) -> dict[str, Any]:
+        return server_error(lambda: raw["get_order"](order_id))
+
+    @server.tool(annotations=WRITE)
+    def create_ticket(customer: str, title: str, context: Context) -> dict[str, Any]:
+        key = dict(context.request_context.meta or {}).get(IDEMPOTENCY_META_KEY, "")
+        return server_error(lambda: raw["create_ticket"](customer, title, key))
+
+    return server
+
+
+def seen(result: CallToolResult) -> Any:
+    """What the host hands its model: toolbreaker's JSON, the tool's data, or its error."""
+    block = result.content[0] if result.content else None
+    text = block.text if isinstance(block, TextContent) else ""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    if result.is_error:
+        return {"ok": False, "error": text, "retryable": True}
+    return result.structured_content or text
+
+
+KEYS = {"search_catalog": ("catalog", "read"), "refine_search": ("catalog", "read")}
+
+
+def mcp_agent(ctx: ExerciseContext) -> Any:
+    """The user's MCP host: GuardedClient with the exercise's registry and run guard."""
+    guard = ctx.run_guard()
+    find_ticket = service_tools(ctx)["find_ticket"]
+    guard.ensure_tool(
+        "create_ticket",
+        risk="reversible_write",
+        business_key=["customer", "title"],
+        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
+        reconcile=lambda key, _args: find_ticket(key),
+    )
+
+    async def host() -> None:
+        async with Client(mcp_server(ctx)) as client:
+            proxy = GuardedClient(
+                client,
+                server="shop",
+                registry=ctx.registry,
+                guard=guard,
+                fallbacks={"search_catalog": "search_catalog_snapshot"},
+                key=lambda tool: KEYS.get(tool, ("shop", tool)),
+            )
+            plan = model_plan(ctx.scenario.behaviour)
+            try:
+                name, args = next(plan)
+                for _ in range(MAX_STEPS):
+                    result = await proxy.call_tool(name, args)
+                    if proxy.stopped is not None:
+                        return
+                    name, args = plan.send(seen(result))
+            except StopIteration:
+                return
+
+    anyio.run(host)
+    return guard
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_guarded_mcp_host_holds_every_promise(path):
+    """GuardedClient around a real MCP client: every shipped scenario's three promises
+    hold, measured at the service, and every fault was really met."""
+    (report,) = exercise([path], mcp_agent).scenarios
+    assert report.held, report.to_dict()
+    assert report.measured.agent_error is None
+    counts = {t.target: t for t in report.measured.targets}
+    for target in report.scenario.targets:
+        assert counts[target].failed >= 1
+
+
+# -- a stdio server, its faults injected on the wire by ctx.mcp_stdio ---------------------
+
+STDIO_SHOP = """
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+server = MCPServer("shop")
+READ = ToolAnnotations(read_only_hint=True)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
+tickets = {}
+
+@server.tool(annotations=READ)
+def search_catalog(query: str) -> dict:
+    return {"query": query, "results": [{"sku": "SKU-1", "price": 9.99}]}
+
+@server.tool(annotations=READ)
+def search_catalog_snapshot(query: str) -> dict:
+    return {"query": query, "results": [], "stale": True}
+
+@server.tool(annotations=READ)
+def get_order(order_id: str) -> dict:
+    return {"id": order_id, "status": "shipped"}
+
+@server.tool(annotations=WRITE)
+def create_ticket(customer: str, title: str, context: Context) -> dict:
+    key = dict(context.request_context.meta or {}).get("toolbreaker/idempotency-key")
+    if key in tickets:
+        return tickets[key]
+    ticket = {"id": "T-%d" % (len(tickets) + 1), "title": title}
+    tickets[key or ticket["id"]] = ticket
+    return ticket
+
+server.run("stdio")
+"""
+
+STDIO_FAULTS = {
+    "outage": ("search_catalog", 'kind = "outage"'),
+    "slow": ("search_catalog", 'kind = "slow"\ndelay = 1.5'),
+    "rate-limit": ("search_catalog", 'kind = "rate-limit"\nretry_after = 30'),
+    "credential": ("get_order", 'kind = "credential"'),
+    "commit-then-timeout": ("create_ticket", 'kind = "commit-then-timeout"\nsteps = [1]'),
+    "late-success": ("create_ticket", 'kind = "late-success"\nsteps = [1]\ndelay = 1.5'),
+}
+
+
+def stdio_scenario(kind: str, tool: str, fault: str) -> Any:
+    from toolbreaker.core.exercise import parse_scenario
+
+    text = f'name = "stdio-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
+    return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")
+
+
+def stdio_host(ctx: ExerciseContext) -> Any:
+    """A host that launches its stdio server through ctx.mcp_stdio: the same host code."""
+    from mcp import StdioServerParameters
+
+    from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY
+
+    guard = ctx.run_guard()
+    command = ctx.mcp_stdio([sys.executable, "-c", STDIO_SHOP], meta_key=IDEMPOTENCY_META_KEY)
+    params = StdioServerParameters(command=command[0], args=command[1:])
+
+    async def host() -> None:
+        async with Client(params) as client:
+            proxy = GuardedClient(
+                client,
+                server="shop",
+                registry=ctx.registry,
+                guard=guard,
+                fallbacks={"search_catalog": "search_catalog_snapshot"},
+            )
+            await proxy.list_tools()
+            plan = model_plan(ctx.scenario.behaviour)
+            try:
+                name, args = next(plan)
+                for _ in range(MAX_STEPS):
+                    result = await proxy.call_tool(name, args)
+                    if proxy.stopped is not None:
+                        return
+                    name, args = plan.send(seen(result))
+            except StopIteration:
+                return
+
+    anyio.run(host)
+    return guard
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(STDIO_FAULTS))
+def test_faults_injected_into_a_stdio_server_are_held(kind):
+    """The wrapper counts each tools/call as an attempt and carries its fault out on the
+    wire; the guarded host holds every promise, and every fault was met."""
+    tool, fault = STDIO_FAULTS[kind]
+    (report,) = exercise([stdio_scenario(kind, tool, fault)], stdio_host).scenarios
+    assert report.held, report.to_dict()
+    counts = {t.target: t for t in report.measured.targets}
+    assert counts[tool].failed >= 1
+    if tool == "create_ticket":
+        assert counts[tool].commits == 1
+        assert len(report.measured.committed_keys) == 1
+
+
+@pytest.mark.slow
+def test_a_malformed_success_over_stdio_is_measured_as_damage():
+    """The wrapper answers every search with a success of the wrong shape. GuardedClient
+    judges ``is_error`` results only, so its breaker never opens and the model goes on
+    searching: the report says so (more failed attempts than the scenario allows)."""
+    scenario = stdio_scenario("malformed", "search_catalog", 'kind = "malformed"')
+    (report,) = exercise([scenario], stdio_host).scenarios
+    before = report.judgement.promises[0]
+    assert not before.held
+    (search,) = [t for t in report.measured.targets if t.target == "search_catalog"]
+    assert search.failed > report.scenario.max_failed_attempts
+    assert report.measured.opened == ()

@@ -1,0 +1,173 @@
+"""toolbreaker exercise against a real OpenAI Agents SDK agent, in every shipped scenario.
+
+The model is the SDK's own ``agents.testing.ScriptedModel``, each step replaying the
+tool results it read into the scripted model's plan (``model_plan``); the tools are
+``function_tool``s calling the fault proxy over real HTTP, guarded by ``protect()`` with
+the exercise's registry and run guard.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+
+from agents import (
+    Agent,
+    Runner,
+    ToolInputGuardrailTripwireTriggered,
+    function_tool,
+    set_tracing_disabled,
+)
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
+from toolbreaker.integrations.openai_agents import protect, run_config
+from toolbreaker.testing import (
+    ExerciseContext,
+    exercise,
+    model_plan,
+    service_tools,
+    shipped_scenarios,
+)
+
+SHIPPED = shipped_scenarios()
+MAX_STEPS = 100
+
+
+@pytest.fixture(autouse=True)
+def _no_tracing() -> None:
+    """The SDK exports traces to OpenAI unless told not to; these tests stay offline."""
+    set_tracing_disabled(True)
+
+
+def decoded(text: str) -> Any:
+    """A tool result as the model read it: toolbreaker's JSON, or the SDK's repr of a dict."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+
+
+def following(behaviour: str) -> ScriptedModel:
+    """The scripted model's plan, replayed at each step from the results read so far."""
+
+    def respond(call: ModelCall) -> list[Any]:
+        items = call.input if isinstance(call.input, list) else []
+        results = [
+            decoded(item["output"])
+            for item in items
+            if isinstance(item, dict) and item.get("type") == "function_call_output"
+        ]
+        plan = model_plan(behaviour)
+        try:
+            name, args = next(plan)
+            for result in results:
+                name, args = plan.send(result)
+        except StopIteration:
+            return [assistant_message("Done.")]
+        return [function_call(name, args, call_id=f"c{len(results) + 1}")]
+
+    return ScriptedModel([ModelStep.respond(respond) for _ in range(MAX_STEPS)])
+
+
+def sdk_tools(ctx: ExerciseContext) -> list[Any]:
+    raw = service_tools(ctx)
+
+    @function_tool
+    def search_catalog(query: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        return raw["search_catalog"](query)
+
+    @function_tool
+    def refine_search(query: str) -> dict[str, Any]:
+        """Refine a catalog search."""
+        return raw["refine_search"](query)
+
+    @function_tool
+    def search_catalog_snapshot(query: str) -> dict[str, Any]:
+        """Search yesterday's catalog snapshot."""
+        return raw["search_catalog_snapshot"](query)
+
+    @function_tool
+    def get_order(order_id: str) -> dict[str, Any]:
+        """Track an order."""
+        return raw["get_order"](order_id)
+
+    @function_tool
+    def create_ticket(customer: str, title: str, idempotency_key: str = "") -> dict[str, Any]:
+        """Open a support ticket."""
+        return raw["create_ticket"](customer, title, idempotency_key)
+
+    return [search_catalog, refine_search, search_catalog_snapshot, get_order, create_ticket]
+
+
+def sdk_agent(ctx: ExerciseContext) -> Any:
+    """The user's OpenAI Agents SDK agent, protected with the exercise's registry and guard."""
+    raw = service_tools(ctx)
+    registry = ctx.registry
+    snapshot = registry.get("catalog-snapshot", "read", tool="search_catalog_snapshot")
+    catalog = registry.get(
+        "catalog", "read", tool="search_catalog", fallback="search_catalog_snapshot"
+    )
+    breakers = {
+        "search_catalog": catalog,
+        "refine_search": catalog,
+        "search_catalog_snapshot": snapshot,
+        "get_order": registry.get("orders", "read"),
+        "create_ticket": registry.get("tickets", "write"),
+    }
+    guard = ctx.run_guard()
+    find_ticket = raw["find_ticket"]
+    guard.ensure_tool(
+        "create_ticket",
+        risk="reversible_write",
+        business_key=["customer", "title"],
+        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
+        reconcile=lambda key, _args: find_ticket(key),
+        external_id=lambda r: r["id"],
+    )
+    agent = Agent(name="shop", model=following(ctx.scenario.behaviour), tools=sdk_tools(ctx))
+    protected = protect(agent, registry=registry, guard=guard, breakers=breakers)
+    # The SDK ends a run the guard stopped with this exception; the packet says why.
+    with contextlib.suppress(ToolInputGuardrailTripwireTriggered):
+        asyncio.run(
+            Runner.run(protected, ctx.scenario.prompt, run_config=run_config(), max_turns=MAX_STEPS)
+        )
+    return guard
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_protected_sdk_agent_holds_every_promise(path):
+    """protect(agent): every shipped scenario's three promises hold, measured at the
+    service, and every fault was really met."""
+    (report,) = exercise([path], sdk_agent).scenarios
+    assert report.held, report.to_dict()
+    assert report.measured.agent_error is None
+    counts = {t.target: t for t in report.measured.targets}
+    for target in report.scenario.targets:
+        assert counts[target].failed >= 1
+    if report.scenario.behaviour in ("alternate", "insist"):
+        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+
+
+def test_the_same_sdk_agent_unprotected_fails():
+    """Without protect() (the SDK's default error handler gives the model each failure)
+    a lost write's answer makes the model open the ticket twice."""
+
+    def bare(ctx: ExerciseContext) -> None:
+        agent = Agent(name="shop", model=following(ctx.scenario.behaviour), tools=sdk_tools(ctx))
+        asyncio.run(Runner.run(agent, ctx.scenario.prompt, max_turns=MAX_STEPS))
+
+    path = next(p for p in SHIPPED if p.stem == "commit-then-timeout")
+    (report,) = exercise([path], bare).scenarios
+    assert not report.held
+    assert report.measured.targets[0].duplicates >= 1

@@ -1,0 +1,132 @@
+"""toolbreaker exercise against a real Pydantic AI agent, in every shipped scenario.
+
+``FunctionModel`` plays the model: at each step it replays the tool returns it has read
+into the scripted model's plan (``model_plan``); the tools call the fault proxy over real
+HTTP and are guarded by ``ToolbreakerCapability`` with the exercise's registry and guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "pydantic_ai",
+    reason="the pydantic-ai extra is not installed (it installs nothing before Python 3.11)",
+)
+
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import RunCancelled
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
+from toolbreaker.testing import (
+    ExerciseContext,
+    exercise,
+    model_plan,
+    service_tools,
+    shipped_scenarios,
+)
+
+SHIPPED = shipped_scenarios()
+
+
+def payload(part: ToolReturnPart) -> Any:
+    content = part.content
+    if isinstance(content, str):
+        with contextlib.suppress(ValueError):
+            return json.loads(content)
+    return content
+
+
+def following(behaviour: str) -> FunctionModel:
+    """The scripted model's plan, replayed at each step from every tool return so far."""
+
+    def step(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [
+            payload(part)
+            for message in messages
+            for part in message.parts
+            if isinstance(part, ToolReturnPart)
+        ]
+        plan = model_plan(behaviour)
+        try:
+            name, args = next(plan)
+            for result in returns:
+                name, args = plan.send(result)
+        except StopIteration:
+            return ModelResponse(parts=[TextPart("Done.")])
+        return ModelResponse(parts=[ToolCallPart(name, args)])
+
+    return FunctionModel(step)
+
+
+def pydantic_agent(ctx: ExerciseContext) -> Any:
+    """The user's Pydantic AI agent with the capability, the exercise's registry and guard."""
+    raw = service_tools(ctx)
+    registry = ctx.registry
+    registry.get("catalog-snapshot", tool="search_catalog_snapshot")
+    registry.get("catalog", tool="search_catalog", fallback="search_catalog_snapshot")
+    guard = ctx.run_guard()
+    find_ticket = raw["find_ticket"]
+    guard.ensure_tool(
+        "create_ticket",
+        risk="reversible_write",
+        breaker=registry.get("tickets", "write"),
+        business_key=["customer", "title"],
+        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
+        reconcile=lambda key, _args: find_ticket(key),
+        external_id=lambda r: r["id"],
+    )
+    agent: Agent[Any, str] = Agent(following(ctx.scenario.behaviour))
+    catalog = tool_metadata(dependency="catalog")
+
+    @agent.tool_plain(metadata=catalog)
+    def search_catalog(query: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        return raw["search_catalog"](query)
+
+    @agent.tool_plain(metadata=catalog)
+    def refine_search(query: str) -> dict[str, Any]:
+        """Refine a catalog search."""
+        return raw["refine_search"](query)
+
+    @agent.tool_plain(metadata=tool_metadata(dependency="catalog-snapshot"))
+    def search_catalog_snapshot(query: str) -> dict[str, Any]:
+        """Search yesterday's catalog snapshot."""
+        return raw["search_catalog_snapshot"](query)
+
+    @agent.tool_plain(metadata=tool_metadata(dependency="orders"))
+    def get_order(order_id: str) -> dict[str, Any]:
+        """Track an order."""
+        return raw["get_order"](order_id)
+
+    @agent.tool_plain
+    def create_ticket(customer: str, title: str, idempotency_key: str = "") -> dict[str, Any]:
+        """Open a support ticket."""
+        return raw["create_ticket"](customer, title, idempotency_key)
+
+    capability = ToolbreakerCapability(guard, registry=registry)
+    # A run the guard stopped ends with RunCancelled; the packet says why.
+    with contextlib.suppress(RunCancelled):
+        asyncio.run(agent.run(ctx.scenario.prompt, capabilities=[capability]))
+    return guard
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_guarded_pydantic_ai_agent_holds_every_promise(path):
+    """ToolbreakerCapability: every shipped scenario's three promises hold, measured at
+    the service, and every fault was really met."""
+    (report,) = exercise([path], pydantic_agent).scenarios
+    assert report.held, report.to_dict()
+    assert report.measured.agent_error is None
+    counts = {t.target: t for t in report.measured.targets}
+    for target in report.scenario.targets:
+        assert counts[target].failed >= 1
+    if report.scenario.behaviour in ("alternate", "insist"):
+        assert report.measured.packet["condition"] in ("loop", "repeated-action")
