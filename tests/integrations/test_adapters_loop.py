@@ -393,6 +393,8 @@ def test_a_google_adk_run_stopped_on_the_loop_reads_its_journal_off_it(journal):
     assert spy.called("journal_put") >= 2  # the write: pending, then confirmed
     assert spy.called("journal_entries") >= 1  # the stop's packet
     assert spy.on_loop == [], spy.on_loop
+
+
 # -- LlamaIndex: the agent workflow's run, and arun_stop -----------------------------------------
 
 

@@ -180,6 +180,15 @@ def test_google_adk_counts_each_responses_usage():
     assert counters["usage"] == [
         {
             "model": "gemini-x",
+            "input_tokens": 2000,
+            "output_tokens": 1000,
+            "requests": 2,
+            "cost": "0.004",
+        }
+    ]
+    assert counters["model_cost"] == "0.004"
+
+
 @pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
 def test_llama_index_counts_each_responses_usage():
     pytest.importorskip("llama_index.core")

@@ -304,6 +304,8 @@ def test_google_adk_defers_calls_beyond_the_turn_limit(service):
     assert service.hits["GET /search"] == 6
     assert run_guard.state.deferred == 11
     assert run_guard.state.calls == 6
+
+
 @pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
 def test_llama_index_defers_calls_beyond_the_turn_limit(service):
     pytest.importorskip("llama_index.core")

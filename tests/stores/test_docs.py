@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import dataclasses
+import inspect
 import re
 import shutil
 import textwrap
@@ -216,7 +217,6 @@ def run(ctx):
     agent.invoke({"messages": [("user", ctx.scenario.prompt)]}, context={"task_id": ctx.task})
     return guard
 """
-
 
 
 # -- the adapter pages: each framework's own offline model, tools that answer locally ----
@@ -439,6 +439,171 @@ async with Client(server) as client:
 """
 
 
+# -- the four newer adapter pages: the examples' own scripted agents -------------------------
+
+_EXAMPLE = f"""
+import importlib.util, sys
+from toolbreaker import MemoryStore
+from toolbreaker.testing import ToolService
+
+def load_example(name):  # the example module of examples/, its builders and scripted models
+    path = {str(ROOT / "examples")!r} + "/" + name + ".py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # pydantic models resolve their annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+service = ToolService().start()
+store = MemoryStore()
+alerts = []
+alert = alerts.append
+
+def __cleanup__():
+    service.stop()
+"""
+
+_ADK = (
+    _EXAMPLE
+    + """
+from google.adk.apps import App
+from google.adk.runners import InMemoryRunner
+from google.genai import types
+example = load_example("google_adk_agent")
+agent = example.build_agent(example.looping, service.url)
+"""
+)
+
+_ADK_RUN = (
+    _ADK
+    + """
+from toolbreaker import Budget, Registry, RunGuard
+from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of
+registry = Registry.from_toml("breakers.toml")
+guard = RunGuard("task-42", budget=Budget(max_repeats=2), journal=store)
+runner = InMemoryRunner(app=App(name="shop", root_agent=agent,
+                                plugins=[ToolbreakerPlugin(guard, registry=registry)]))
+user = "user"
+msg = types.Content(role="user", parts=[types.Part(text="where is A-1001?")])
+stopped = __cleanup__
+
+def __cleanup__():
+    stopped()
+    assert alerts and alerts[0]["condition"] == "repeated-action", alerts
+"""
+)
+
+_CREWAI = (
+    _EXAMPLE
+    + """
+example = load_example("crewai_agent")
+crew = example.crew_of(example.LoopingModel(), service.url)
+"""
+)
+
+_CREWAI_RUN = (
+    _CREWAI
+    + """
+from toolbreaker import Registry
+from toolbreaker.integrations.crewai import protect, run_stop
+registry = Registry.from_toml("breakers.toml")
+guard = example.guard_for("task-42", store, registry, max_repeats=2)
+stopped = __cleanup__
+
+def __cleanup__():
+    stopped()
+    assert guard.stopped is not None
+"""
+)
+
+_LLAMA = (
+    _EXAMPLE
+    + """
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.llms import MockFunctionCallingLLM
+example = load_example("llama_index_agent")
+llm = MockFunctionCallingLLM(response_generator=example.looping_model())
+agent = FunctionAgent(tools=example.tools(service.url), llm=llm)
+prompt = "where is A-1001?"
+"""
+)
+
+_LLAMA_RUN = (
+    _LLAMA
+    + """
+from toolbreaker import Budget, Registry, RunGuard
+from toolbreaker.integrations.llama_index import arun_stop, protect
+registry = Registry.from_toml("breakers.toml")
+guard = RunGuard("task-42", budget=Budget(max_repeats=2), journal=store)
+stopped = __cleanup__
+
+def __cleanup__():
+    stopped()
+    assert alerts and alerts[0]["condition"] == "repeated-action", alerts
+"""
+)
+
+_LITELLM = (
+    _EXAMPLE
+    + """
+import os
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+example = load_example("litellm_router")
+backup = ToolService().start()
+model_list = [example.deployment("primary", "gpt-primary", service),
+              example.deployment("backup", "gpt-backup", backup)]
+messages = example.ASK
+stopped = __cleanup__
+
+def __cleanup__():
+    stopped()
+    backup.stop()
+"""
+)
+
+_LITELLM_DOWN = (
+    _LITELLM
+    + """
+from toolbreaker import DeploymentsUnavailable, Policy, Registry
+from toolbreaker.integrations.litellm import GuardedRouter
+from toolbreaker.testing import CHAT_ROUTE
+service.outage(CHAT_ROUTE, 503)
+router = GuardedRouter(registry=Registry(Policy(failure_threshold=1, cooldown_ms=30_000)),
+                       model_list=model_list[:1], num_retries=0)
+try:
+    router.completion(model="primary", messages=messages)
+except Exception:
+    pass  # the 503 that opens the primary's breaker
+"""
+)
+
+
+_MCP_ROUNDS = f"""
+import sys
+from mcp import Client, StdioServerParameters
+from mcp.types import ElicitResult, InputRequiredResult
+from toolbreaker import RunGuard
+from toolbreaker.integrations.mcp import GuardedClient, TasksExtension
+
+# the suite's stdio server that speaks the 2026-07-28 revision (an input round, a task)
+server = StdioServerParameters(
+    command=sys.executable, args=[{str(ROOT / "tests" / "integrations" / "mcp_rounds_server.py")!r}]
+)
+guard = RunGuard("refunds")
+
+async def ask_user(request):  # the user says yes
+    return ElicitResult(action="accept", content={{"yes": True}})
+"""
+
+_MCP_ROUND_AROUND = """
+async with Client(server) as client:
+    tools = GuardedClient(client.session, server="shop", guard=guard, timeout=10)
+    {block}
+    assert not isinstance(result, InputRequiredResult), result
+    assert guard.state.calls == 1
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Setup:
     """What a block takes for granted, where a plain string of setup code is not enough."""
@@ -475,6 +640,55 @@ SETUP: dict[str, dict[str, str | Setup]] = {
         "from toolbreaker.testing import exercise, shipped_scenarios": Setup(
             _EXERCISE + _EXERCISE_RUN, needs="langchain"
         ),
+    },
+    "docs/integrations/google_adk.md": {
+        "from toolbreaker import Budget, Registry, RunGuard": Setup(_ADK, needs="google.adk"),
+        "guards = {}": Setup(
+            _ADK_RUN.replace(
+                "stopped = __cleanup__",
+                "stopped = __cleanup__\nalert({'condition': 'repeated-action'})",
+            ),
+            needs="google.adk",
+        ),
+        "events = [e async for e in runner.run_async("
+        "user_id=user, session_id=sid, new_message=msg)]": Setup(
+            _ADK_RUN,
+            needs="google.adk",
+            around="session = await runner.session_service.create_session("
+            'app_name="shop", user_id=user)\nsid = session.id\n{block}',
+        ),
+    },
+    "docs/integrations/crewai.md": {
+        "from toolbreaker import Budget, Registry, RunGuard": Setup(
+            _CREWAI,
+            needs="crewai",
+            around=(
+                "try:\n    {block}\nexcept ValueError:  # the looping crew is stopped\n    pass\n"
+            ),
+        ),
+        "with protect(crew, guard=guard, registry=registry):": Setup(_CREWAI_RUN, needs="crewai"),
+    },
+    "docs/integrations/llama_index.md": {
+        "from toolbreaker import Budget, Registry, RunGuard": Setup(
+            _LLAMA, needs="llama_index.core"
+        ),
+        "guard.ensure_tool(": Setup(
+            _LLAMA_RUN,
+            needs="llama_index.core",
+            swaps={},
+            around="alert({'condition': 'repeated-action'})\n{block}",
+        ),
+        "from toolbreaker.integrations.llama_index import idempotency_key": Setup(
+            _LLAMA + "def post(path, body, headers):\n    return {'id': 'T-1', **body}\n",
+            needs="llama_index.core",
+        ),
+        "handler = protect(agent, guard=guard, registry=registry).run(user_msg=prompt)": Setup(
+            _LLAMA_RUN, needs="llama_index.core"
+        ),
+    },
+    "docs/integrations/litellm.md": {
+        "from toolbreaker import Registry": Setup(_LITELLM, needs="litellm"),
+        "try:": Setup(_LITELLM_DOWN, needs="litellm"),
     },
     "docs/guide/failing-well.md": {
         'registry.register_local("search_catalog_snapshot", search_snapshot)': _SHEET + _TOOLS,
@@ -587,6 +801,11 @@ def find_charge(key, args):
             _MCP_LOOP, needs="mcp", around=_MCP_HOST_LOOP
         ),
         "import toolbreaker": "",
+        'first = await tools.call_tool("confirm_refund", {"order": "A-2"}, '
+        "allow_input_required=True)": Setup(_MCP_ROUNDS, needs="mcp", around=_MCP_ROUND_AROUND),
+        "async with Client(server, extensions=[TasksExtension()]) as client:": Setup(
+            _MCP_ROUNDS, needs="mcp"
+        ),
     },
     "docs/integrations/openai_agents.md": {
         "from toolbreaker.integrations.openai_agents import protect, run_config": Setup(
@@ -707,7 +926,9 @@ def test_every_block_runs(
     finally:
         for value in namespace.values():  # no thread a block started outlives it
             if type(value).__module__.startswith("toolbreaker") and hasattr(value, "close"):
-                value.close()
+                closed = value.close()
+                if inspect.iscoroutine(closed):  # an async close (an ADK plugin's)
+                    asyncio.run(closed)
         cleanup = namespace.get("__cleanup__")
         if cleanup is not None:
             cleanup()

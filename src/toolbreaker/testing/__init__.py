@@ -24,7 +24,6 @@ Test your own agent against the outages it will meet, with real sockets and no m
 Standard library only, like the core.
 """
 
-from toolbreaker.testing._chat import CHAT_ROUTE, openai_error
 from toolbreaker.testing._agents import (
     MalformedAnswer,
     model_plan,
@@ -33,6 +32,7 @@ from toolbreaker.testing._agents import (
     service_tools,
     unprotected_agent,
 )
+from toolbreaker.testing._chat import CHAT_ROUTE, openai_error
 from toolbreaker.testing._exercise import (
     ExerciseContext,
     ExerciseReport,
@@ -73,9 +73,9 @@ __all__ = [
     "capture_transitions",
     "exercise",
     "force_state",
-    "openai_error",
     "model_plan",
     "model_script",
+    "openai_error",
     "request_json",
     "scripted_agent",
     "service_tools",

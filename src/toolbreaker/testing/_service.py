@@ -55,8 +55,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, cast
 
-from toolbreaker.testing._chat import chat_reply
 from toolbreaker.core.exercise import normal_route, route_key
+from toolbreaker.testing._chat import chat_reply
 from toolbreaker.testing._faults import MALFORMED_SHAPE, MALFORMED_TRUNCATED, NO_FAULT, Fault
 
 __all__ = [
