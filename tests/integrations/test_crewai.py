@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-for name in ("CREWAI_DISABLE_TELEMETRY", "OTEL_SDK_DISABLED", "CREWAI_TESTING"):
+for name in ("CREWAI_DISABLE_TELEMETRY", "CREWAI_TESTING"):  # never OTel's: other tests trace
     os.environ[name] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
 

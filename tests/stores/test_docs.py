@@ -496,8 +496,16 @@ def __cleanup__():
 _CREWAI = (
     _EXAMPLE
     + """
-example = load_example("crewai_agent")
+import os
+environment = dict(os.environ)
+example = load_example("crewai_agent")  # it turns CrewAI's (and OTel's) telemetry off
 crew = example.crew_of(example.LoopingModel(), service.url)
+stopped_service = __cleanup__
+
+def __cleanup__():
+    stopped_service()
+    os.environ.clear()
+    os.environ.update(environment)
 """
 )
 
@@ -553,11 +561,19 @@ backup = ToolService().start()
 model_list = [example.deployment("primary", "gpt-primary", service),
               example.deployment("backup", "gpt-backup", backup)]
 messages = example.ASK
+opened_stores = []
+
+def opened(store):  # a store the block makes, closed after it (its poller with it)
+    opened_stores.append(store)
+    return store
+
 stopped = __cleanup__
 
 def __cleanup__():
     stopped()
     backup.stop()
+    for store in opened_stores:
+        store.close()
 """
 )
 
@@ -687,7 +703,11 @@ SETUP: dict[str, dict[str, str | Setup]] = {
         ),
     },
     "docs/integrations/litellm.md": {
-        "from toolbreaker import Registry": Setup(_LITELLM, needs="litellm"),
+        "from toolbreaker import Registry": Setup(
+            _LITELLM,
+            needs="litellm",
+            swaps={'SQLiteStore("breakers.db")': 'opened(SQLiteStore("breakers.db"))'},
+        ),
         "try:": Setup(_LITELLM_DOWN, needs="litellm"),
     },
     "docs/guide/failing-well.md": {

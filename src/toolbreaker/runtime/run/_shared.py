@@ -47,6 +47,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from toolbreaker.core.run._values import ZERO
 from toolbreaker.core.run.budget import Budget, RunState, Stop
 from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
@@ -68,9 +69,12 @@ RUNS_SPACE: Final = "toolbreaker.runs"
 #: The ids of the events applied last that a record keeps (a lost answer's event is
 #: written again at most a few events later).
 APPLIED_LIMIT: Final = 256
-#: Compare-and-set rounds before a write is given up as unavailable (a hot run under
-#: many writers wins well before; each round backs off a little longer).
-CAS_ROUNDS: Final = 200
+#: How long a write keeps trying while other writers win the compare-and-set (a hot run
+#: under many writers wins well before; each round backs off a little longer).
+CONTENTION_PATIENCE_S: Final = 30.0
+#: How long a write keeps trying while the store answers with faults (a busy SQLite file,
+#: a Redis failing over) before the event is refused or kept for later.
+FAULT_PATIENCE_S: Final = 2.0
 _SCHEMA: Final = "toolbreaker.shared-run/v1"
 
 
@@ -134,6 +138,8 @@ class SharedRun:
         # The record this guard wrote last, decoded, by its version: a read that finds
         # that version (no other writer came between) needs no decoding.
         self._known: tuple[int, RunState, Budget, list[str]] | None = None
+        # Answered events refused here whose write may have landed anyway.
+        self._orphans: list[tuple[str, RunEvent, RunDecision]] = []
 
     @property
     def pending(self) -> int:
@@ -161,7 +167,12 @@ class SharedRun:
             except StoreUnavailable as exc:
                 self.faults += 1
                 if event.type in ANSWERED:
-                    self._outbox.pop()  # never admitted here (see the module)
+                    event_id, _, _ = self._outbox.pop()  # never admitted here (see the module)
+                    answer = self._unanswered
+                    if answer is not None and answer[0] == event_id:
+                        # Its write's answer was lost: it may be admitted in the store. The
+                        # next read tells; then its reservation is released (see _round).
+                        self._orphans.append((event_id, event, answer[1]))
                 hook_failed(f"the shared run {self.task!r} could not be written", exc)
                 return None
             except PolicyError:
@@ -205,13 +216,38 @@ class SharedRun:
         return state, budget
 
     def _flush(self) -> tuple[RunState, Budget, RunDecision]:
-        for round_ in range(CAS_ROUNDS):
-            written = self._round()
+        start = time.monotonic()
+        faulted: float | None = None
+        round_ = 0
+        while True:
+            round_ += 1
+            try:
+                written = self._round()
+            except RecordCorrupt:
+                raise
+            except StoreUnavailable:
+                now = time.monotonic()
+                faulted = now if faulted is None else faulted
+                if now - faulted >= FAULT_PATIENCE_S:
+                    raise
+                written = None
+            else:
+                faulted = None
             if written is not None:
                 self._outbox.clear()
                 return written
-            time.sleep(self._rng.uniform(0, 0.0005 * min(round_ + 1, 20)))
-        raise StoreUnavailable(f"the shared run {self.task!r} lost {CAS_ROUNDS} writes in a row")
+            if time.monotonic() - start >= CONTENTION_PATIENCE_S:
+                raise StoreUnavailable(
+                    f"the shared run {self.task!r} lost {round_} writes in a row"
+                )
+            time.sleep(self._rng.uniform(0, 0.0005 * min(round_, 20)))
+
+    def _settle_orphans(self, seen: set[str]) -> None:
+        """An orphan the record applied ran nowhere: its admission is released (spent 0)."""
+        for event_id, event, decision in self._orphans:
+            if event_id in seen and decision.verdict == "run" and event.action is not None:
+                self._outbox.insert(0, (uuid.uuid4().hex[:16], _release(event, decision), None))
+        self._orphans.clear()
 
     def _round(self) -> tuple[RunState, Budget, RunDecision] | None:
         """One compare-and-set round; ``None`` when another writer came first."""
@@ -229,8 +265,9 @@ class SharedRun:
                 state, budget, applied = _decode(found[0], self.task, version)
         decision = RunDecision("recorded")
         seen = set(applied)
+        self._settle_orphans(seen)
         last = self._outbox[-1][0]
-        if last in seen:  # the lost write landed: nothing left to write
+        if all(eid in seen for eid, _, _ in self._outbox):  # the lost write landed
             answer = self._unanswered
             self._unanswered = None
             return state, budget, answer[1] if answer and answer[0] == last else decision
@@ -264,6 +301,21 @@ class SharedRun:
         self._unanswered = None
         self._known = (written, state, budget, kept)
         return state, budget, decision
+
+
+def _release(event: RunEvent, decision: RunDecision) -> RunEvent:
+    """The outcome that releases what an orphaned admission held: it never ran."""
+    return RunEvent(
+        "outcome",
+        event.at,
+        event.action,
+        outcome="ignored",
+        detail="admitted in the store after the caller was refused: it never ran",
+        step=decision.step,
+        cost=ZERO,
+        reserve=event.reserve,
+        reservation=decision.reservation,
+    )
 
 
 def on_loop() -> bool:
