@@ -506,8 +506,21 @@ def __cleanup__():
     stopped_service()
     os.environ.clear()
     os.environ.update(environment)
+    import gc, warnings
+    with warnings.catch_warnings():  # CrewAI leaves its task-output SQLite files open
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 """
 )
+
+#: CrewAI 1.6 leaves the SQLite connections of its task-output storage open, and Python
+#: 3.13 warns when a collection finds them: not the block's doing.
+_CREWAI_QUIET = """
+import warnings
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "unclosed database", ResourceWarning)
+    {block}
+"""
 
 _CREWAI_RUN = (
     _CREWAI
@@ -678,11 +691,15 @@ SETUP: dict[str, dict[str, str | Setup]] = {
         "from toolbreaker import Budget, Registry, RunGuard": Setup(
             _CREWAI,
             needs="crewai",
-            around=(
-                "try:\n    {block}\nexcept ValueError:  # the looping crew is stopped\n    pass\n"
+            around=_CREWAI_QUIET.replace(
+                "{block}",
+                "try:\n        {block}\n    except ValueError:  # the looping crew is stopped\n"
+                "        pass",
             ),
         ),
-        "with protect(crew, guard=guard, registry=registry):": Setup(_CREWAI_RUN, needs="crewai"),
+        "with protect(crew, guard=guard, registry=registry):": Setup(
+            _CREWAI_RUN, needs="crewai", around=_CREWAI_QUIET
+        ),
     },
     "docs/integrations/llama_index.md": {
         "from toolbreaker import Budget, Registry, RunGuard": Setup(
