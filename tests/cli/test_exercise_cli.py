@@ -163,6 +163,21 @@ def test_the_agent_is_imported_from_the_current_directory(capsys, tmp_path, monk
     assert "raised ImportError: boom" in err
 
 
+def test_the_examples_command_exercises_the_refund_agent(capsys, monkeypatch):
+    """The command docs/exercise.md gives for examples/exercise_refunds.py, run where it
+    says: the guarded refund agent holds both of its own scenarios; the naive one fails."""
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    monkeypatch.chdir(examples)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(examples))])
+    scenarios = sorted(str(p.relative_to(examples)) for p in examples.glob("scenarios/*.toml"))
+    code, out, err = run(capsys, *scenarios, "--agent", "exercise_refunds:guarded")
+    assert code == 0, out + err
+    assert out.rstrip().endswith("2 of 2 scenario(s) held every promise")
+    code, out, _ = run(capsys, *scenarios, "--agent", "exercise_refunds:naive")
+    assert code == 1
+    assert "refund-lost-answer: resumption: 3 completed write(s) repeated of 1 committed" in out
+
+
 def test_the_pytest_fixture_passes_a_guarded_agent_and_fails_an_unprotected_one(tmp_path):
     """The plugin's fixture (pytest_plugins in a conftest): a test of the guarded agent
     passes, one of the unprotected agent fails naming the broken promises (a real
