@@ -1,0 +1,192 @@
+"""toolbreaker exercise against a real LlamaIndex agent, in every shipped scenario.
+
+The agent is what a user writes: a ``FunctionAgent`` whose model is LlamaIndex's own
+``MockFunctionCallingLLM``, its response generator replaying every tool result it has
+read into the scripted model's plan (``model_plan``) and answering with the next call;
+the tools are ``FunctionTool``s calling the fault proxy over real HTTP, guarded by
+``protect()`` with the exercise's registry and run guard. Its report holds in every
+scenario; the same agent without toolbreaker fails.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import itertools
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("llama_index.core", reason="the llama-index extra is not installed")
+
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+from llama_index.core.llms import MockFunctionCallingLLM
+from llama_index.core.tools import FunctionTool
+
+from toolbreaker.integrations.llama_index import protect
+from toolbreaker.testing import (
+    ExerciseContext,
+    exercise,
+    model_plan,
+    service_tools,
+    shipped_scenarios,
+)
+
+SHIPPED = shipped_scenarios()
+#: Far more model requests than any scenario's plan makes: the guard, or the plan's end,
+#: finishes a run long before LlamaIndex's own iteration limit would.
+MAX_ITERATIONS = 100
+
+#: The workflows package finds an agent's steps by walking all its attributes, pydantic's
+#: deprecated ones included: their warnings are LlamaIndex's, not ours.
+pytestmark = pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
+
+
+def decoded(text: str) -> Any:
+    """A tool message as data: toolbreaker's JSON, or LlamaIndex's ``str()`` of a dict."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+
+
+def following(behaviour: str) -> MockFunctionCallingLLM:
+    """LlamaIndex's mock LLM as the scripted model: at each request it replays the tool
+    results in the messages it is sent into the plan and answers with the next call (or a
+    final answer once the plan is done)."""
+    ids = itertools.count(1)
+
+    def respond(messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
+        results = [decoded(m.content or "") for m in messages if m.role == MessageRole.TOOL]
+        plan = model_plan(behaviour)
+        try:
+            name, args = next(plan)
+            for result in results:
+                name, args = plan.send(result)
+        except StopIteration:
+            return ChatMessage(role=MessageRole.ASSISTANT, content="Done.")
+        call = ToolCallBlock(tool_call_id=f"call-{next(ids)}", tool_name=name, tool_kwargs=args)
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[call])
+
+    return MockFunctionCallingLLM(response_generator=respond)
+
+
+def llama_tools(
+    ctx: ExerciseContext, wrap: Callable[[Any], Any] = lambda fn: fn
+) -> list[FunctionTool]:
+    """The agent's tools: sync functions over HTTP (the workflow runs them off its loop)."""
+    raw = {name: wrap(fn) for name, fn in service_tools(ctx).items()}
+
+    def search_catalog(query: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        return raw["search_catalog"](query)
+
+    def refine_search(query: str) -> dict[str, Any]:
+        """Refine a catalog search."""
+        return raw["refine_search"](query)
+
+    def search_catalog_snapshot(query: str) -> dict[str, Any]:
+        """Search yesterday's catalog snapshot."""
+        return raw["search_catalog_snapshot"](query)
+
+    def get_order(order_id: str) -> dict[str, Any]:
+        """Track an order."""
+        return raw["get_order"](order_id)
+
+    def create_ticket(customer: str, title: str, idempotency_key: str = "") -> dict[str, Any]:
+        """Open a support ticket."""
+        return raw["create_ticket"](customer, title, idempotency_key)
+
+    tools = (search_catalog, refine_search, search_catalog_snapshot, get_order, create_ticket)
+    return [FunctionTool.from_defaults(fn) for fn in tools]
+
+
+def run(workflow: Any, ctx: ExerciseContext) -> Any:
+    """The workflow run, awaited on a loop of its own."""
+
+    async def main() -> Any:
+        return await workflow.run(user_msg=ctx.scenario.prompt, max_iterations=MAX_ITERATIONS)
+
+    return asyncio.run(main())
+
+
+def llama_agent(ctx: ExerciseContext) -> Any:
+    """The user's LlamaIndex agent, protected with the exercise's registry and guard."""
+    raw = service_tools(ctx)
+    registry = ctx.registry
+    snapshot = registry.get("catalog-snapshot", "read", tool="search_catalog_snapshot")
+    catalog = registry.get(
+        "catalog", "read", tool="search_catalog", fallback="search_catalog_snapshot"
+    )
+    breakers = {
+        "search_catalog": catalog,
+        "refine_search": catalog,
+        "search_catalog_snapshot": snapshot,
+        "get_order": registry.get("orders", "read"),
+        "create_ticket": registry.get("tickets", "write"),
+    }
+    guard = ctx.run_guard()
+    find_ticket = raw["find_ticket"]
+    guard.ensure_tool(
+        "create_ticket",
+        risk="reversible_write",
+        business_key=["customer", "title"],
+        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
+        reconcile=lambda key, _args: find_ticket(key),
+        external_id=lambda r: r["id"],
+    )
+    agent = FunctionAgent(tools=llama_tools(ctx), llm=following(ctx.scenario.behaviour))
+    # A run the guard stopped ends through the workflow's own path; the packet says why.
+    run(protect(agent, guard=guard, registry=registry, breakers=breakers), ctx)
+    return guard
+
+
+def naive(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def tool(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the model reads the error
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
+
+    return tool
+
+
+def bare_llama_agent(ctx: ExerciseContext) -> None:
+    """The same agent without toolbreaker; a failing tool's error goes back to the model,
+    as an error it may retry."""
+    agent = FunctionAgent(tools=llama_tools(ctx, naive), llm=following(ctx.scenario.behaviour))
+    run(agent, ctx)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_protected_llama_index_agent_holds_every_promise(path):
+    """protect(FunctionAgent): every shipped scenario's three promises hold, measured at
+    the service, and every fault was really met."""
+    (report,) = exercise([path], llama_agent).scenarios
+    assert report.held, report.to_dict()
+    assert report.measured.agent_error is None
+    counts = {t.target: t for t in report.measured.targets}
+    for target in report.scenario.targets:
+        assert counts[target].failed >= 1
+    if report.scenario.behaviour in ("alternate", "insist"):
+        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+
+
+@pytest.mark.parametrize(
+    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
+)
+def test_the_same_llama_index_agent_without_toolbreaker_fails(name):
+    """Without protect() the report fails: no packet, and the provider hit too often or a
+    ticket opened twice."""
+    path = next(p for p in SHIPPED if p.stem == name)
+    (report,) = exercise([path], bare_llama_agent).scenarios
+    assert not report.held
+    before, understandable, _ = report.judgement.promises
+    assert not before.held
+    assert not understandable.held
