@@ -150,6 +150,8 @@ def test_a_guarded_mcp_host_holds_every_promise(path):
 # -- a stdio server, its faults injected on the wire by ctx.mcp_stdio ---------------------
 
 STDIO_SHOP = """
+from typing_extensions import TypedDict
+
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
@@ -158,8 +160,24 @@ READ = ToolAnnotations(read_only_hint=True)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
 tickets = {}
 
+
+class Item(TypedDict):
+    sku: str
+    price: float
+
+
+class Catalog(TypedDict):  # a declared result: the tool's output schema
+    query: str
+    results: list[Item]
+
+
+class Ticket(TypedDict):
+    id: str
+    title: str
+
+
 @server.tool(annotations=READ)
-def search_catalog(query: str) -> dict:
+def search_catalog(query: str) -> Catalog:
     return {"query": query, "results": [{"sku": "SKU-1", "price": 9.99}]}
 
 @server.tool(annotations=READ)
@@ -171,7 +189,7 @@ def get_order(order_id: str) -> dict:
     return {"id": order_id, "status": "shipped"}
 
 @server.tool(annotations=WRITE)
-def create_ticket(customer: str, title: str, context: Context) -> dict:
+def create_ticket(customer: str, title: str, context: Context) -> Ticket:
     key = dict(context.request_context.meta or {}).get("toolbreaker/idempotency-key")
     if key in tickets:
         return tickets[key]
@@ -250,14 +268,34 @@ def test_faults_injected_into_a_stdio_server_are_held(kind):
 
 
 @pytest.mark.slow
-def test_a_malformed_success_over_stdio_is_measured_as_damage():
-    """The wrapper answers every search with a success of the wrong shape. GuardedClient
-    judges ``is_error`` results only, so its breaker never opens and the model goes on
-    searching: the report says so (more failed attempts than the scenario allows)."""
-    scenario = stdio_scenario("malformed", "search_catalog", 'kind = "malformed"')
+@pytest.mark.parametrize("malformed", ["shape", "truncated"])
+def test_a_malformed_success_over_stdio_is_a_failure_of_the_tool(malformed):
+    """The wrapper answers every search with a success its output schema refuses (the
+    wrong shape, or text without the structured result): the SDK's own check refuses it,
+    GuardedClient counts it against the tool's breaker (a bad gateway, never raised to
+    the host), the breaker opens and the model is sent to the snapshot."""
+    fault = f'kind = "malformed"\nmalformed = "{malformed}"'
+    scenario = stdio_scenario("malformed", "search_catalog", fault)
     (report,) = exercise([scenario], stdio_host).scenarios
-    before = report.judgement.promises[0]
-    assert not before.held
+    assert report.held, report.to_dict()
+    assert report.measured.agent_error is None
+    assert report.measured.opened == ("shop:search_catalog",)
     (search,) = [t for t in report.measured.targets if t.target == "search_catalog"]
-    assert search.failed > report.scenario.max_failed_attempts
-    assert report.measured.opened == ()
+    assert 1 <= search.failed <= report.scenario.max_failed_attempts
+    assert search.after_open == 0
+
+
+@pytest.mark.slow
+def test_a_malformed_answer_to_a_write_is_an_unknown_outcome_never_sent_again():
+    """The ticket is made, then its answer is cut off: whether it was made is unknown, so
+    neither the model's next try nor the resumed run sends it again."""
+    fault = 'kind = "malformed"\nmalformed = "truncated"\nsteps = [1]'
+    scenario = stdio_scenario("malformed-write", "create_ticket", fault)
+    (report,) = exercise([scenario], stdio_host).scenarios
+    assert report.held, report.to_dict()
+    (ticket,) = [t for t in report.measured.targets if t.target == "create_ticket"]
+    assert ticket.commits == 1
+    assert ticket.duplicates == 0
+    assert report.measured.packet["condition"] == "uncertain-side-effect"
+    assert report.measured.packet["counters"]["uncertain"] == 1
+    assert "MalformedResult" in report.measured.packet["counters"]["writes_blocked"]["detail"]

@@ -38,6 +38,10 @@ What counts
   ``Retry-After``. 5xx and 429 are failures, other statuses and errors without a status
   are ignored: an error the server does not explain is no evidence against it. Pass
   ``classify_result`` for a server that words its errors differently.
+- malformed successes: a result that does not match the tool's declared output schema
+  (the SDK refuses it) is a bad gateway, :class:`MalformedResult` (502): a failure of
+  the tool, an unknown outcome for a write, and an ``is_error`` result for the model,
+  never raised to the host; the server's transport breaker hears a success (it answered).
 - deadlines: every call has one (``timeout``, or the breaker's from the boundary sheet,
   or the server's row's).
   It is the SDK's read timeout, with an :func:`anyio.fail_after` a moment later
@@ -100,13 +104,12 @@ tools you do not trust the server to describe.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, cast
 
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.core.run.rounds import answer_kind
-from toolbreaker.errors import CircuitOpen, PolicyError, ToolReportedError
+from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.runtime import (
     ActionRequest,
@@ -140,6 +143,12 @@ from mcp.types import (  # noqa: E402
 )
 from pydantic import ValidationError  # noqa: E402
 
+from toolbreaker.integrations._mcp_results import (  # noqa: E402
+    MalformedResult,
+    ToolResultError,
+    malformed_result,
+    result_error,
+)
 from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
     TASK_META_KEY,
     TASKS_EXTENSION,
@@ -162,6 +171,7 @@ __all__ = [
     "TASKS_EXTENSION",
     "TASK_META_KEY",
     "GuardedClient",
+    "MalformedResult",
     "RoundsAbandoned",
     "TaskFailedError",
     "TaskOutcomeUnknown",
@@ -189,74 +199,10 @@ STOP_PACKET_META_KEY: Final = "toolbreaker/stop-packet"
 # Guard answers, most specific first: a required tool's outage also stops the run.
 _ANSWER_KINDS: Final = ("run_stopped", "writes_blocked", "tool_unavailable", "outcome_unknown")
 _STOPPING: Final = ("run_stopped", "writes_blocked")
-_STATUS_TEXT: Final = re.compile(
-    r"\b(?:HTTP(?:/\d(?:\.\d)?)?(?:\s+error)?|status(?:[\s_-]*code)?)\s*[:=]?\s*([1-5]\d\d)\b",
-    re.IGNORECASE,
-)
-_RETRY_AFTER_TEXT: Final = re.compile(r"\bretry[\s_-]*after\s*[:=]?\s*(\d+(?:\.\d+)?)", re.I)
-_STATUS_FIELDS: Final = ("status_code", "status", "statusCode", "http_status")
-_RETRY_AFTER_FIELDS: Final = ("retry_after", "retryAfter", "retry_after_seconds")
 _MAX_PAGES: Final = 100
 # One call in flight across its rounds: its step, the server's permit and breaker, and its
 # deadline.
 _Round: TypeAlias = "tuple[Step, Permit | Rejection | None, Breaker | None, float]"
-
-
-class ToolResultError(ToolReportedError):
-    """An ``is_error`` tool result, as the breaker and the run guard judge it.
-
-    It is never raised to the caller: it carries the result's evidence to the
-    classifier, which reads ``status_code`` and ``headers`` as it does for an HTTP error.
-
-    Attributes:
-        result: the tool result.
-        status_code: the HTTP status the result reports, if any.
-        headers: ``Retry-After`` as the result reported it, header-style.
-    """
-
-    def __init__(
-        self,
-        result: CallToolResult,
-        *,
-        status_code: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        message = _text_of(result)[:300] or "the tool reported an error"
-        super().__init__(message, status_code=status_code, headers=headers)
-        self.result = result
-
-
-def result_error(result: CallToolResult) -> ToolResultError | None:
-    """The default result classifier: ``None`` for a success, else the error's evidence.
-
-    The status comes from ``structured_content`` (``status_code``, ``status``,
-    ``statusCode``, ``http_status``) or from the text (``HTTP 503``, ``HTTP/1.1 503``,
-    ``HTTP Error 429``, ``status code: 502``); ``Retry-After`` likewise
-    (``retry_after``, ``Retry-After: 30``).
-    """
-    if not result.is_error:
-        return None
-    status: int | None = None
-    wait: str | None = None
-    data = result.structured_content
-    if isinstance(data, Mapping):
-        for field in _STATUS_FIELDS:
-            value = data.get(field)
-            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value <= 599:
-                status = value
-                break
-        for field in _RETRY_AFTER_FIELDS:
-            value = data.get(field)
-            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-                wait = str(value)
-                break
-    text = _text_of(result)
-    if status is None and (found := _STATUS_TEXT.search(text)):
-        status = int(found.group(1))
-    if wait is None and (found := _RETRY_AFTER_TEXT.search(text)):
-        wait = found.group(1)
-    headers = {"retry-after": wait} if wait is not None else None
-    return ToolResultError(result, status_code=status, headers=headers)
 
 
 def risk_from_annotations(
@@ -437,6 +383,12 @@ class GuardedClient:
                 )
                 _continued(step.permit)  # each poll had its deadline: none was late
         except BaseException as exc:
+            malformed = malformed_result(name, exc)
+            if malformed is not None:
+                # The server answered, with a success its own schema refuses: the round
+                # trip proves it reachable; the tool failed (and a write may be made).
+                await self._settle_server(server, permit, name, None, None)
+                return await self._answer(await step.afailed(malformed))
             failure = _dependency_failure(exc)
             dead = _server_unreachable(failure)
             opened = await self._settle_server(server, permit, name, failure, exc)
@@ -801,7 +753,3 @@ def _dependency_failure(exc: BaseException) -> BaseException:
 def _server_unreachable(failure: BaseException) -> bool:
     """Whether ``failure`` (from :func:`_dependency_failure`) means no response came back."""
     return isinstance(failure, (TimeoutError, ConnectionError))
-
-
-def _text_of(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
