@@ -1,0 +1,205 @@
+"""toolbreaker exercise against a real Google ADK agent, in every shipped scenario.
+
+The agent is an ``LlmAgent`` in ADK's ``InMemoryRunner``; its model is a ``BaseLlm``
+subclass that, at each request, replays every function response ADK put in the request
+into the scripted model's plan (``model_plan``) and answers with its next call. The tools
+call the fault proxy over real HTTP (off ADK's loop) and are guarded by
+``ToolbreakerPlugin`` with the exercise's registry and run guard. Its report holds in
+every scenario; the same agent without the plugin fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("google.adk", reason="the google-adk extra is not installed")
+
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.models import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins import BasePlugin
+from google.adk.runners import InMemoryRunner
+from google.adk.tools.function_tool import FunctionTool
+from google.genai import types
+
+from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of, tool_metadata
+from toolbreaker.testing import (
+    ExerciseContext,
+    exercise,
+    model_plan,
+    service_tools,
+    shipped_scenarios,
+)
+
+SHIPPED = shipped_scenarios()
+
+
+class Following(BaseLlm):
+    """ADK's model interface, answered offline by the scripted model's plan.
+
+    ``behaviour`` is the scenario's; each request's function responses (all the model has
+    read, in order) are replayed into a fresh plan, whose next call is the answer.
+    """
+
+    behaviour: str = "plain"
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        results = [
+            dict(part.function_response.response or {})
+            for content in llm_request.contents
+            for part in content.parts or ()
+            if part.function_response is not None
+        ]
+        plan = model_plan(self.behaviour)
+        try:
+            name, args = next(plan)
+            for result in results:
+                name, args = plan.send(result)
+        except StopIteration:
+            parts = [types.Part(text="Done.")]
+        else:
+            parts = [types.Part(function_call=types.FunctionCall(name=name, args=args))]
+        # Token counts, as a real model reports them (the plugin hands them to the run).
+        usage = types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=100, candidates_token_count=20
+        )
+        yield LlmResponse(content=types.Content(role="model", parts=parts), usage_metadata=usage)
+
+
+def adk_tools(ctx: ExerciseContext, wrap: Callable[[Any], Any] = lambda fn: fn) -> list[Any]:
+    """The shop's tools as a user writes them for ADK: async, the HTTP call in a thread."""
+    raw = {name: wrap(fn) for name, fn in service_tools(ctx).items()}
+
+    async def search_catalog(query: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        return await asyncio.to_thread(raw["search_catalog"], query)
+
+    async def refine_search(query: str) -> dict[str, Any]:
+        """Refine a catalog search."""
+        return await asyncio.to_thread(raw["refine_search"], query)
+
+    async def search_catalog_snapshot(query: str) -> dict[str, Any]:
+        """Search yesterday's catalog snapshot."""
+        return await asyncio.to_thread(raw["search_catalog_snapshot"], query)
+
+    async def get_order(order_id: str) -> dict[str, Any]:
+        """Track an order."""
+        return await asyncio.to_thread(raw["get_order"], order_id)
+
+    async def create_ticket(customer: str, title: str, idempotency_key: str = "") -> dict[str, Any]:
+        """Open a support ticket."""
+        return await asyncio.to_thread(raw["create_ticket"], customer, title, idempotency_key)
+
+    described = {
+        search_catalog: tool_metadata(dependency="catalog"),
+        refine_search: tool_metadata(dependency="catalog"),
+        search_catalog_snapshot: tool_metadata(dependency="catalog-snapshot"),
+        get_order: tool_metadata(dependency="orders"),
+        create_ticket: None,  # described to the guard itself (verify, reconcile)
+    }
+    tools = []
+    for fn, metadata in described.items():
+        tool = FunctionTool(fn)
+        tool.custom_metadata = metadata
+        tools.append(tool)
+    return tools
+
+
+def run(ctx: ExerciseContext, tools: list[Any], plugins: list[BasePlugin]) -> None:
+    """One invocation of the shop agent with the scenario's prompt, in a fresh runner."""
+    model = Following(model="scripted-model", behaviour=ctx.scenario.behaviour)
+    agent = LlmAgent(name="shop", model=model, instruction="You help shoppers.", tools=tools)
+
+    async def main() -> None:
+        runner = InMemoryRunner(app=App(name="shop", root_agent=agent, plugins=plugins))
+        try:
+            session = await runner.session_service.create_session(app_name="shop", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text=ctx.scenario.prompt)])
+            events = [
+                event
+                async for event in runner.run_async(
+                    user_id="u", session_id=session.id, new_message=message
+                )
+            ]
+        finally:
+            await runner.close()
+        assert events[-1].is_final_response()
+        if (packet := stop_of(events)) is not None:
+            assert packet["schema"] == "toolbreaker.stop/v1"
+
+    asyncio.run(main())
+
+
+def adk_agent(ctx: ExerciseContext) -> Any:
+    """The user's ADK agent with the plugin, the exercise's registry and run guard."""
+    find_ticket = service_tools(ctx)["find_ticket"]
+    registry = ctx.registry
+    registry.get("catalog-snapshot", tool="search_catalog_snapshot")
+    registry.get("catalog", tool="search_catalog", fallback="search_catalog_snapshot")
+    guard = ctx.run_guard()
+    guard.ensure_tool(
+        "create_ticket",
+        risk="reversible_write",
+        breaker=registry.get("tickets", "write"),
+        business_key=["customer", "title"],
+        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
+        reconcile=lambda key, _args: find_ticket(key),
+        external_id=lambda r: r["id"],
+    )
+    run(ctx, adk_tools(ctx), [ToolbreakerPlugin(guard, registry=registry)])
+    return guard
+
+
+def naive(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """What a user without toolbreaker writes: every error back to the model, retryable."""
+
+    def tool(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - the model reads the error
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
+
+    return tool
+
+
+def bare_adk_agent(ctx: ExerciseContext) -> None:
+    """The same agent without toolbreaker; a failing tool's error goes back to the model,
+    as an error it may retry (ADK would otherwise end the run on the exception)."""
+    run(ctx, adk_tools(ctx, naive), [])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_guarded_adk_agent_holds_every_promise(path):
+    """LlmAgent + ToolbreakerPlugin: every shipped scenario's three promises hold,
+    measured at the service, and every fault was really met."""
+    (report,) = exercise([path], adk_agent).scenarios
+    assert report.held, report.to_dict()
+    assert report.measured.agent_error is None
+    counts = {t.target: t for t in report.measured.targets}
+    for target in report.scenario.targets:
+        assert counts[target].failed >= 1
+    if report.scenario.behaviour in ("alternate", "insist"):
+        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+
+
+@pytest.mark.parametrize(
+    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
+)
+def test_the_same_adk_agent_without_toolbreaker_fails(name):
+    """Without the plugin the report fails: no packet, and the provider hit too often
+    or a ticket opened twice."""
+    path = next(p for p in SHIPPED if p.stem == name)
+    (report,) = exercise([path], bare_adk_agent).scenarios
+    assert report.measured.agent_error is None  # it ran to its end: the failure is its own
+    assert not report.held
+    before, understandable, _ = report.judgement.promises
+    assert not before.held
+    assert not understandable.held
