@@ -24,6 +24,7 @@ from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.runtime._result import system_prompt_line
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.testing import ToolService, request_json
+from toolbreaker.testing._agents import Call, Plan, ask, failed, naive, unavailable
 
 __all__ = ["run_live"]
 
@@ -49,6 +50,7 @@ TURNS = 6
 OUTAGE_TURNS = 4  # the provider recovers before turn 5
 TURN_GAP_S = 0.45
 MODEL_RETRIES = 3  # a model that sees "error, retryable" tries again, up to this many times
+QUERY = "usb-c cable"
 
 
 class _Printer:
@@ -149,46 +151,58 @@ def _saved(p: _Printer, folder: Path) -> None:
     p.line(f"  toolbreaker replay {folder / 'trace.jsonl'} --policy {folder / 'policy.toml'}")
 
 
+def _turn() -> Plan:
+    """One customer turn of the scripted model: the catalog, then the order.
+
+    It retries what it is told it may retry and goes to the fallback it is told of.
+    """
+    result = yield from ask("search_catalog", {"query": QUERY}, retries=MODEL_RETRIES)
+    fallback = result.get("fallback") if unavailable(result) else None
+    if isinstance(fallback, str):
+        yield (fallback, {"query": QUERY})
+    yield ("get_order", {"order_id": "A-1001"})
+
+
 def _model_turn(
     turn: int, tools: dict[str, Callable[..., Any]], p: _Printer, remote: Callable[[], int]
 ) -> dict[str, Any] | None:
-    """One scripted model turn; returns the first tool-unavailable result it saw."""
+    """One scripted model turn, a row per call; the first tool-unavailable result it saw."""
     seen: dict[str, Any] | None = None
-    for _attempt in range(1 + MODEL_RETRIES):
+    plan = _turn()
+    call: Call | None = next(plan)
+    while call is not None:
+        name, args = call
         before = remote()
-        result = tools["search_catalog"]("usb-c cable")
+        result = tools[name](**args)
         where = "remote" if remote() > before else "local, nothing sent"
-        if result.get("tool_unavailable"):
-            p.row(
-                turn,
-                "search_catalog",
-                f"OUT OF SERVICE ({where}): told not to retry for "
-                f"{result['retry_after_seconds']} s",
-            )
+        try:
+            call = plan.send(result)
+        except StopIteration:
+            call = None
+        again = call is not None and call[0] == name
+        p.row(turn, name, _outcome(name, result, where, again))
+        if seen is None and unavailable(result):
             seen = result
-            fallback = result.get("fallback")
-            if fallback:
-                snap = tools[fallback]("usb-c cable")
-                p.row(
-                    turn,
-                    fallback,
-                    f"ok, {len(snap['results'])} items as of "
-                    f"{snap['as_of'][:10]}: answer flags stale prices",
-                )
-            break
-        if result.get("ok") is False:
-            status = result["error"].split(":", 1)[-1].strip()[:30]
-            p.row(turn, "search_catalog", f"error ({where}: {status}), model retries")
-            if not result.get("retryable", True):
-                break
-            continue
-        p.row(turn, "search_catalog", f"ok ({where}), {len(result['results'])} live items")
-        break
-    else:
-        p.row(turn, "search_catalog", "gave up: a model here starts guessing prices")
-    order = tools["get_order"]("A-1001")
-    p.row(turn, "get_order", f"ok, {order.get('status', order)}")
     return seen
+
+
+def _outcome(name: str, result: dict[str, Any], where: str, again: bool) -> str:
+    """What a demo row says of one call's result."""
+    if unavailable(result):
+        seconds = result["retry_after_seconds"]
+        return f"OUT OF SERVICE ({where}): told not to retry for {seconds} s"
+    if failed(result):
+        status = result["error"].split(":", 1)[-1].strip()[:40]
+        then = "model retries" if again else "gave up: a model here starts guessing prices"
+        return f"error ({where}: {status}), {then}"
+    if name == "get_order":
+        return f"ok, {result.get('status', result)}"
+    if "as_of" in result:
+        return (
+            f"ok, {len(result['results'])} items as of {result['as_of'][:10]}: "
+            "answer flags stale prices"
+        )
+    return f"ok ({where}), {len(result['results'])} live items"
 
 
 def _registry(records: list[Transition], p: _Printer) -> Registry:
@@ -209,20 +223,8 @@ def _tools(
     registry: Registry | None, raw: dict[str, Callable[..., Any]]
 ) -> dict[str, Callable[..., Any]]:
     if registry is None:
-        return {name: _naive(fn) for name, fn in raw.items()}
+        return {name: naive(fn) for name, fn in raw.items()}
     return {name: registry.for_tool(name).guard(fn) for name, fn in raw.items()}
-
-
-def _naive(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A tool wrapper without a breaker: every error goes back to the model as retryable."""
-
-    def tool(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - the model sees the error text
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
-
-    return tool
 
 
 def _receipt(registry: Registry, records: list[Transition]) -> dict[str, Any]:

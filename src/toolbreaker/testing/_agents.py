@@ -100,7 +100,8 @@ def service_tools(ctx: ExerciseContext) -> dict[str, Tool]:
     }
 
 
-def _failed(result: Any) -> bool:
+def failed(result: Any) -> bool:
+    """Whether a tool's result (or what toolbreaker told the model) is a failure."""
     return not isinstance(result, Mapping) or result.get("ok") is False
 
 
@@ -108,7 +109,8 @@ def _stopped(result: Any) -> bool:
     return isinstance(result, Mapping) and bool(result.get("run_stopped"))
 
 
-def _unavailable(result: Any) -> bool:
+def unavailable(result: Any) -> bool:
+    """Whether the model was told the tool is out of service (a breaker is open)."""
     return isinstance(result, Mapping) and bool(result.get("tool_unavailable"))
 
 
@@ -118,11 +120,17 @@ Call = tuple[str, dict[str, Any]]
 Plan = Generator[Call, Any, None]
 
 
-def _ask(name: str, args: dict[str, Any]) -> Generator[Call, Any, Any]:
-    """One tool call as a model makes it: again while the result says it may retry."""
+def ask(
+    name: str, args: dict[str, Any], *, retries: int = MODEL_RETRIES
+) -> Generator[Call, Any, Any]:
+    """One tool call as a model makes it; the last result.
+
+    Sent again (``retries`` times at most) while the result is a failure that does not
+    say it is final.
+    """
     result = yield (name, args)
-    for _ in range(MODEL_RETRIES):
-        if not _failed(result) or _unavailable(result) or _stopped(result):
+    for _ in range(retries):
+        if not failed(result) or unavailable(result) or _stopped(result):
             break
         if isinstance(result, Mapping) and result.get("retryable") is False:
             break
@@ -147,14 +155,14 @@ def model_plan(behaviour: str) -> Plan:
     if behaviour == "reword":
         for title in TITLES:
             result = yield ("create_ticket", {"customer": CUSTOMER, "title": title})
-            if not _failed(result) or _stopped(result) or _unavailable(result):
+            if not failed(result) or _stopped(result) or unavailable(result):
                 return
         return
     for query in QUERIES:
-        result = yield from _ask("search_catalog", {"query": query})
+        result = yield from ask("search_catalog", {"query": query})
         if _stopped(result):
             return
-        if _unavailable(result):
+        if unavailable(result):
             for _ in range(INSIST if behaviour == "insist" else 0):
                 result = yield ("search_catalog", {"query": query})
                 if _stopped(result):
@@ -163,12 +171,12 @@ def model_plan(behaviour: str) -> Plan:
             if isinstance(fallback, str):
                 yield (fallback, {"query": query})
             break
-        if _failed(result):
+        if failed(result):
             break  # a model gives up on the catalog here
-    result = yield from _ask("get_order", {"order_id": "A-1001"})
+    result = yield from ask("get_order", {"order_id": "A-1001"})
     if _stopped(result):
         return
-    yield from _ask("create_ticket", {"customer": CUSTOMER, "title": TITLES[0]})
+    yield from ask("create_ticket", {"customer": CUSTOMER, "title": TITLES[0]})
 
 
 def model_script(tools: Mapping[str, Tool], behaviour: str) -> list[str]:
@@ -244,12 +252,12 @@ def _through(guard: RunGuard, name: str) -> Tool:
     return tool
 
 
-def _naive(fn: Tool) -> Tool:
+def naive(fn: Tool) -> Tool:
     """A tool wrapper without a breaker: every error goes back to the model as retryable."""
 
-    def tool(**args: Any) -> Any:
+    def tool(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(**args)
+            return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the model sees the error text
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
 
@@ -259,4 +267,4 @@ def _naive(fn: Tool) -> Tool:
 def unprotected_agent(ctx: ExerciseContext) -> None:
     """The same scripted model with no toolbreaker at all: its report must fail."""
     raw = service_tools(ctx)
-    model_script({name: _naive(fn) for name, fn in raw.items()}, ctx.scenario.behaviour)
+    model_script({name: naive(fn) for name, fn in raw.items()}, ctx.scenario.behaviour)
