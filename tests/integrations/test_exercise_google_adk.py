@@ -32,9 +32,10 @@ from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of, tool
 from toolbreaker.testing import (
     ExerciseContext,
     exercise,
-    model_plan,
+    next_call,
     service_tools,
     shipped_scenarios,
+    ticket_options,
 )
 
 SHIPPED = shipped_scenarios()
@@ -58,14 +59,11 @@ class Following(BaseLlm):
             for part in content.parts or ()
             if part.function_response is not None
         ]
-        plan = model_plan(self.behaviour)
-        try:
-            name, args = next(plan)
-            for result in results:
-                name, args = plan.send(result)
-        except StopIteration:
+        call = next_call(self.behaviour, results)
+        if call is None:
             parts = [types.Part(text="Done.")]
         else:
+            name, args = call
             parts = [types.Part(function_call=types.FunctionCall(name=name, args=args))]
         # Token counts, as a real model reports them (the plugin hands them to the run).
         usage = types.GenerateContentResponseUsageMetadata(
@@ -140,20 +138,12 @@ def run(ctx: ExerciseContext, tools: list[Any], plugins: list[BasePlugin]) -> No
 
 def adk_agent(ctx: ExerciseContext) -> Any:
     """The user's ADK agent with the plugin, the exercise's registry and run guard."""
-    find_ticket = service_tools(ctx)["find_ticket"]
     registry = ctx.registry
     registry.get("catalog-snapshot", tool="search_catalog_snapshot")
     registry.get("catalog", tool="search_catalog", fallback="search_catalog_snapshot")
     guard = ctx.run_guard()
-    guard.ensure_tool(
-        "create_ticket",
-        risk="reversible_write",
-        breaker=registry.get("tickets", "write"),
-        business_key=["customer", "title"],
-        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
-        reconcile=lambda key, _args: find_ticket(key),
-        external_id=lambda r: r["id"],
-    )
+    tickets = registry.get("tickets", "write")
+    guard.ensure_tool("create_ticket", breaker=tickets, **ticket_options(ctx))
     run(ctx, adk_tools(ctx), [ToolbreakerPlugin(guard, registry=registry)])
     return guard
 

@@ -28,9 +28,10 @@ from toolbreaker.integrations.langchain import ToolbreakerMiddleware, idempotenc
 from toolbreaker.testing import (
     ExerciseContext,
     exercise,
-    model_plan,
+    next_call,
     service_tools,
     shipped_scenarios,
+    ticket_options,
 )
 
 SHIPPED = shipped_scenarios()
@@ -68,14 +69,11 @@ def following(behaviour: str) -> ScriptedModel:
             prompt = model.prompts[-1]
             turn = max(i for i, m in enumerate(prompt) if isinstance(m, HumanMessage))
             results = [m for m in prompt[turn:] if isinstance(m, ToolMessage)]
-            plan = model_plan(behaviour)
-            try:
-                name, args = next(plan)
-                for message in results:
-                    name, args = plan.send(payload(message))
-            except StopIteration:
+            found = next_call(behaviour, (payload(message) for message in results))
+            if found is None:
                 yield AIMessage("Done.")
                 continue
+            name, args = found
             call = {"name": name, "args": args, "id": f"call-{next(_ids)}"}
             yield AIMessage("", tool_calls=[call])
 
@@ -117,7 +115,6 @@ def langchain_tools(
 
 
 def options(ctx: ExerciseContext) -> dict[str, Any]:
-    find_ticket = service_tools(ctx)["find_ticket"]
     return {
         "search_catalog": {
             "dependency": "catalog",
@@ -127,15 +124,7 @@ def options(ctx: ExerciseContext) -> dict[str, Any]:
         "refine_search": {"dependency": "catalog"},
         "search_catalog_snapshot": {"dependency": "catalog-snapshot"},
         "get_order": {"dependency": "orders"},
-        "create_ticket": {
-            "dependency": "tickets",
-            "operation": "write",
-            "risk": "reversible_write",
-            "business_key": ["customer", "title"],
-            "verify": lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
-            "reconcile": lambda key, _args: find_ticket(key),
-            "external_id": lambda r: r["id"],
-        },
+        "create_ticket": {"dependency": "tickets", "operation": "write", **ticket_options(ctx)},
     }
 
 

@@ -30,9 +30,10 @@ from toolbreaker.integrations.llama_index import protect
 from toolbreaker.testing import (
     ExerciseContext,
     exercise,
-    model_plan,
+    next_call,
     service_tools,
     shipped_scenarios,
+    ticket_options,
 )
 
 SHIPPED = shipped_scenarios()
@@ -64,15 +65,12 @@ def following(behaviour: str) -> MockFunctionCallingLLM:
 
     def respond(messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
         results = [decoded(m.content or "") for m in messages if m.role == MessageRole.TOOL]
-        plan = model_plan(behaviour)
-        try:
-            name, args = next(plan)
-            for result in results:
-                name, args = plan.send(result)
-        except StopIteration:
+        call = next_call(behaviour, results)
+        if call is None:
             return ChatMessage(role=MessageRole.ASSISTANT, content="Done.")
-        call = ToolCallBlock(tool_call_id=f"call-{next(ids)}", tool_name=name, tool_kwargs=args)
-        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[call])
+        name, args = call
+        block = ToolCallBlock(tool_call_id=f"call-{next(ids)}", tool_name=name, tool_kwargs=args)
+        return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
 
     return MockFunctionCallingLLM(response_generator=respond)
 
@@ -118,7 +116,6 @@ def run(workflow: Any, ctx: ExerciseContext) -> Any:
 
 def llama_agent(ctx: ExerciseContext) -> Any:
     """The user's LlamaIndex agent, protected with the exercise's registry and guard."""
-    raw = service_tools(ctx)
     registry = ctx.registry
     snapshot = registry.get("catalog-snapshot", "read", tool="search_catalog_snapshot")
     catalog = registry.get(
@@ -132,15 +129,7 @@ def llama_agent(ctx: ExerciseContext) -> Any:
         "create_ticket": registry.get("tickets", "write"),
     }
     guard = ctx.run_guard()
-    find_ticket = raw["find_ticket"]
-    guard.ensure_tool(
-        "create_ticket",
-        risk="reversible_write",
-        business_key=["customer", "title"],
-        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
-        reconcile=lambda key, _args: find_ticket(key),
-        external_id=lambda r: r["id"],
-    )
+    guard.ensure_tool("create_ticket", **ticket_options(ctx))
     agent = FunctionAgent(tools=llama_tools(ctx), llm=following(ctx.scenario.behaviour))
     # A run the guard stopped ends through the workflow's own path; the packet says why.
     run(protect(agent, guard=guard, registry=registry, breakers=breakers), ctx)

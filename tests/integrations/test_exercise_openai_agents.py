@@ -31,9 +31,10 @@ from toolbreaker.integrations.openai_agents import protect, run_config
 from toolbreaker.testing import (
     ExerciseContext,
     exercise,
-    model_plan,
+    next_call,
     service_tools,
     shipped_scenarios,
+    ticket_options,
 )
 
 SHIPPED = shipped_scenarios()
@@ -67,13 +68,10 @@ def following(behaviour: str) -> ScriptedModel:
             for item in items
             if isinstance(item, dict) and item.get("type") == "function_call_output"
         ]
-        plan = model_plan(behaviour)
-        try:
-            name, args = next(plan)
-            for result in results:
-                name, args = plan.send(result)
-        except StopIteration:
+        call = next_call(behaviour, results)
+        if call is None:
             return [assistant_message("Done.")]
+        name, args = call
         return [function_call(name, args, call_id=f"c{len(results) + 1}")]
 
     return ScriptedModel([ModelStep.respond(respond) for _ in range(MAX_STEPS)])
@@ -112,7 +110,6 @@ def sdk_tools(ctx: ExerciseContext) -> list[Any]:
 
 def sdk_agent(ctx: ExerciseContext) -> Any:
     """The user's OpenAI Agents SDK agent, protected with the exercise's registry and guard."""
-    raw = service_tools(ctx)
     registry = ctx.registry
     snapshot = registry.get("catalog-snapshot", "read", tool="search_catalog_snapshot")
     catalog = registry.get(
@@ -126,15 +123,7 @@ def sdk_agent(ctx: ExerciseContext) -> Any:
         "create_ticket": registry.get("tickets", "write"),
     }
     guard = ctx.run_guard()
-    find_ticket = raw["find_ticket"]
-    guard.ensure_tool(
-        "create_ticket",
-        risk="reversible_write",
-        business_key=["customer", "title"],
-        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
-        reconcile=lambda key, _args: find_ticket(key),
-        external_id=lambda r: r["id"],
-    )
+    guard.ensure_tool("create_ticket", **ticket_options(ctx))
     agent = Agent(name="shop", model=following(ctx.scenario.behaviour), tools=sdk_tools(ctx))
     protected = protect(agent, registry=registry, guard=guard, breakers=breakers)
     # The SDK ends a run the guard stopped with this exception; the packet says why.

@@ -28,9 +28,10 @@ from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_met
 from toolbreaker.testing import (
     ExerciseContext,
     exercise,
-    model_plan,
+    next_call,
     service_tools,
     shipped_scenarios,
+    ticket_options,
 )
 
 SHIPPED = shipped_scenarios()
@@ -54,13 +55,10 @@ def following(behaviour: str) -> FunctionModel:
             for part in message.parts
             if isinstance(part, ToolReturnPart)
         ]
-        plan = model_plan(behaviour)
-        try:
-            name, args = next(plan)
-            for result in returns:
-                name, args = plan.send(result)
-        except StopIteration:
+        call = next_call(behaviour, returns)
+        if call is None:
             return ModelResponse(parts=[TextPart("Done.")])
+        name, args = call
         return ModelResponse(parts=[ToolCallPart(name, args)])
 
     return FunctionModel(step)
@@ -73,16 +71,8 @@ def pydantic_agent(ctx: ExerciseContext) -> Any:
     registry.get("catalog-snapshot", tool="search_catalog_snapshot")
     registry.get("catalog", tool="search_catalog", fallback="search_catalog_snapshot")
     guard = ctx.run_guard()
-    find_ticket = raw["find_ticket"]
-    guard.ensure_tool(
-        "create_ticket",
-        risk="reversible_write",
-        breaker=registry.get("tickets", "write"),
-        business_key=["customer", "title"],
-        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
-        reconcile=lambda key, _args: find_ticket(key),
-        external_id=lambda r: r["id"],
-    )
+    tickets = registry.get("tickets", "write")
+    guard.ensure_tool("create_ticket", breaker=tickets, **ticket_options(ctx))
     agent: Agent[Any, str] = Agent(following(ctx.scenario.behaviour))
     catalog = tool_metadata(dependency="catalog")
 

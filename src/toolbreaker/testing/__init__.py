@@ -28,8 +28,10 @@ from toolbreaker.testing._agents import (
     MalformedAnswer,
     model_plan,
     model_script,
+    next_call,
     scripted_agent,
     service_tools,
+    ticket_options,
     unprotected_agent,
 )
 from toolbreaker.testing._chat import CHAT_ROUTE, openai_error
@@ -75,10 +77,12 @@ __all__ = [
     "force_state",
     "model_plan",
     "model_script",
+    "next_call",
     "openai_error",
     "request_json",
     "scripted_agent",
     "service_tools",
     "shipped_scenarios",
+    "ticket_options",
     "unprotected_agent",
 ]

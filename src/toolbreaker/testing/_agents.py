@@ -16,7 +16,7 @@ Run them as a user runs their own agent::
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, Final
 
 from toolbreaker.runtime.fleet._registry import Registry
@@ -28,8 +28,10 @@ __all__ = [
     "MalformedAnswer",
     "model_plan",
     "model_script",
+    "next_call",
     "scripted_agent",
     "service_tools",
+    "ticket_options",
     "unprotected_agent",
 ]
 
@@ -193,6 +195,46 @@ def model_script(tools: Mapping[str, Tool], behaviour: str) -> list[str]:
         return did
 
 
+def next_call(behaviour: str, results: Iterable[Any]) -> Call | None:
+    """The scripted model's next call once it has read ``results``; ``None`` when done.
+
+    ``results`` are the results of the calls it made so far, in order (a tool's JSON, or
+    what toolbreaker told the model instead). A framework's fake chat model reads them from
+    the conversation at each request and answers with this call, stateless as a real
+    model is::
+
+        call = next_call(ctx.scenario.behaviour, results_in(messages))
+        return final_answer("Done.") if call is None else tool_call(*call)
+    """
+    plan = model_plan(behaviour)
+    try:
+        call = next(plan)
+        for result in results:
+            call = plan.send(result)
+    except StopIteration:
+        return None
+    return call
+
+
+def ticket_options(ctx: ExerciseContext) -> dict[str, Any]:
+    """How the reference agents guard the bundled service's ticket write, as tool options.
+
+    A reversible write whose business action is the customer and the title, verified by
+    the ticket id it returns, reconciled by a read-only lookup of its idempotency key and
+    recorded with that id: a timeout after its commit is settled, never repeated. Give
+    them to ``guard.tool("create_ticket", ...)``, ``guard.ensure_tool`` or an adapter's
+    per-tool options.
+    """
+    find_ticket = service_tools(ctx)["find_ticket"]
+    return {
+        "risk": "reversible_write",
+        "business_key": ["customer", "title"],
+        "verify": lambda r: isinstance(r, Mapping) and str(r.get("id", "")).startswith("T-"),
+        "reconcile": lambda key, _args: find_ticket(key),
+        "external_id": lambda r: r["id"],
+    }
+
+
 def _sheet(ctx: ExerciseContext) -> dict[str, Any]:
     deadline_ms = round(ctx.timeout * 2000)
     return {
@@ -226,16 +268,7 @@ def scripted_agent(ctx: ExerciseContext) -> RunGuard:
         guard.tool(name, breaker=catalog)(raw[name])
     guard.tool("search_catalog_snapshot")(raw["search_catalog_snapshot"])
     guard.tool("get_order", breaker=orders)(raw["get_order"])
-    find_ticket = raw["find_ticket"]
-    guard.tool(
-        "create_ticket",
-        risk="reversible_write",
-        breaker=tickets,
-        business_key=["customer", "title"],
-        verify=lambda r: isinstance(r, Mapping) and str(r.get("id", "")).startswith("T-"),
-        reconcile=lambda key, _args: find_ticket(key),
-        external_id=lambda r: r["id"],
-    )(raw["create_ticket"])
+    guard.tool("create_ticket", breaker=tickets, **ticket_options(ctx))(raw["create_ticket"])
     names = ("search_catalog", "refine_search", "search_catalog_snapshot", "get_order")
     tools = {name: _through(guard, name) for name in (*names, "create_ticket")}
     model_script(tools, ctx.scenario.behaviour)
