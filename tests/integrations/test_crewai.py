@@ -423,6 +423,30 @@ def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
     assert service.hits["POST /tickets"] == 3
 
 
+def test_the_model_may_retry_the_same_call_after_a_retryable_failure(service):
+    """A failure the model is told is retryable is no result CrewAI remembers: the same
+    call again reaches the tool (CrewAI's repeated-input check refuses only the repeat of
+    a call that ran), and the model reads the answer."""
+    service.inject("GET /search", Fault(status=503))
+    registry = make_registry(threshold=3)
+    ran: Counter[str] = Counter()
+
+    def retry_once(script: Script) -> str:
+        if script.steps <= 2:
+            return act("search", q="usb cable")
+        return answer(f"{len(script.last()['results'])} results")
+
+    script = Script(retry_once)
+    crew = crew_of(script, search_tools(service, ran))
+    with protect(crew, guard=RunGuard("task-retry"), registry=registry):
+        assert crew.kickoff().raw == "3 results"
+
+    first = json.loads(script.observations[0])
+    assert first["retryable"] is True
+    assert ran["search"] == 2
+    assert service.hits["GET /search"] == 2
+
+
 # -- 5. two crews share one breaker ----------------------------------------------------------
 
 

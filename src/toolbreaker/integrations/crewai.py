@@ -34,7 +34,10 @@ its name, description and ``args_schema``. One call of a tool goes like this (Cr
 - **after** (``after_tool_call``): the observation is the guard's answer whenever there
   is one; a permitted call that CrewAI answered itself without running the tool (its
   tool cache, its repeated-input check, a usage limit, arguments its schema rejects) is
-  settled as never sent, so the breaker counts nothing.
+  settled as never sent, so the breaker counts nothing. A call the guard answered is not
+  remembered as the agent's last tool call, as a tool that raised is not: CrewAI's
+  repeated-input check refuses only the repeat of a call that returned its own result,
+  so the model may retry a failure it was told is retryable.
 
 CrewAI 1.6 runs one tool call per model response (its ReAct loop), so each model request
 is one turn of the run guard (``before_llm_call`` marks it; ``Budget.max_calls_per_turn``
@@ -210,10 +213,24 @@ class _Call:
     spec: GuardedTool
     step: Step
     tool: object  # the CrewStructuredTool the call runs through
+    #: The agent's ``ToolsHandler`` and the call it remembered as last used before this one.
+    handler: Any = None
+    last_used: Any = None
     token: contextvars.Token[_Call | None] | None = None
     ran: bool = False
     #: What the model reads instead of CrewAI's observation, if anything.
     answer: Any = None
+
+    def forget(self) -> None:
+        """The guard answered instead of the tool: CrewAI does not remember the call.
+
+        CrewAI remembers a call that returned as the last one used and refuses the same
+        call straight after it (its repeated-input check); a tool that raised is not
+        remembered, so the model may try it again. The guard's answer (a failure it may
+        retry, a refusal) is what CrewAI would not have remembered, so neither is it.
+        """
+        if self.handler is not None and hasattr(self.handler, "last_used_tool"):
+            self.handler.last_used_tool = self.last_used
 
 
 class _Runner:
@@ -359,7 +376,8 @@ class _Hooks:
             original = getattr(getattr(tool, "_original_tool", None), "cache_function", None)
             runner.cache = original
             tool.cache_function = runner.should_cache  # type: ignore[attr-defined]
-        call = _Call(binding, spec, step, tool)
+        handler = getattr(context.agent, "tools_handler", None)
+        call = _Call(binding, spec, step, tool, handler, getattr(handler, "last_used_tool", None))
         call.token = _CALL.set(call)
         return None  # a refusal is answered by the runner: CrewAI's "blocked" is not ours
 
@@ -372,12 +390,13 @@ class _Hooks:
             with contextlib.suppress(ValueError):  # reset in another context: leave it
                 _CALL.reset(call.token)
         step = call.step
-        if step.answer is not None:
-            return _text(step.answer)
+        answer = step.answer if step.answer is not None else call.answer
+        if answer is not None:
+            call.forget()
+            return _text(answer)
         if not call.ran and not step.settled:
             step.failed(NotSent(_NOT_RUN))  # the breaker counts nothing; CrewAI's text stands
-            return None
-        return None if call.answer is None else _text(call.answer)
+        return None
 
 
 _HOOKS: Final = _Hooks()
