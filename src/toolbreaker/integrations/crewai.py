@@ -26,8 +26,9 @@ its name, description and ``args_schema``. One call of a tool goes like this (Cr
   runs through toolbreaker (below);
 - **run**: the call's ``CrewStructuredTool`` (CrewAI's per-execution view of the tool) runs
   the tool's function with the guard's arguments: a write's idempotency key fills the
-  tool's key argument when its ``args_schema`` has one (a value the model made up is
-  dropped) and :func:`idempotency_key` returns it inside the tool either way. The tool's
+  tool's key argument when its ``args_schema`` has one, before CrewAI checks the
+  arguments (its ``@tool`` makes every parameter required; a value the model made up is
+  dropped), and :func:`idempotency_key` returns it inside the tool either way. The tool's
   exception settles the call (:meth:`Step.failed`) and the model reads the guard's result
   (``tool_unavailable`` when it opened the breaker, ``{"ok": false, ...}`` otherwise), so
   CrewAI's own retry of a raising tool never calls a failing dependency again;
@@ -369,6 +370,13 @@ class _Hooks:
         # The key argument is the guard's: one the model made up is not fingerprinted.
         args = without_key(spec, context.tool_input or {})
         step = binding.guard.begin(tool.name, args)
+        key_arg = key_argument(spec)
+        key = step.idempotency_key
+        if key_arg is not None and key is not None and key_arg in _fields(tool):
+            # Before CrewAI checks the arguments: its ``@tool`` makes every parameter
+            # required, the key argument too, which the model rightly leaves out. In
+            # place: the hook's dict is the call's arguments.
+            context.tool_input[key_arg] = key
         if not isinstance(tool.func, _Runner):
             runner = _Runner(tool, tool.func)
             tool.func = runner
@@ -463,6 +471,11 @@ def _owners(target: Crew | Agent | Iterable[Agent]) -> list[object]:
     if isinstance(target, Agent):
         return [target]
     return list(target)
+
+
+def _fields(tool: object) -> Any:
+    """The argument names of a tool's ``args_schema`` (none when it has no schema)."""
+    return getattr(getattr(tool, "args_schema", None), "model_fields", None) or {}
 
 
 def _summary(llm: Any) -> Any:
