@@ -37,6 +37,7 @@ with warnings.catch_warnings():  # crewai's own import warns (ImportWarning, dep
     from crewai.hooks import get_before_tool_call_hooks
     from crewai.llms.base_llm import BaseLLM
     from crewai.tools import BaseTool
+    from crewai.tools import tool as crewai_tool
     from pydantic import BaseModel
 
 from toolbreaker import Budget, ModelPrice, Policy, PolicyError, Registry, RunGuard  # noqa: E402 - after the environment is set
@@ -421,6 +422,71 @@ def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
     assert keys[0].startswith("tb1-")
     assert len(service.created("tickets")) == 1
     assert service.hits["POST /tickets"] == 3
+
+
+def test_a_write_made_with_the_tool_decorator_gets_the_key_the_model_left_out(service):
+    """CrewAI's ``@tool`` makes every parameter of its function required, the key argument
+    too: the guard's key fills it before CrewAI checks the arguments, so a model that
+    (rightly) leaves the key out opens the ticket once, under the guard's key."""
+    registry = make_registry()
+    keys: list[str] = []
+
+    @crewai_tool("create_ticket")
+    def create_ticket(customer: str, title: str, idempotency_key: str = "") -> dict[str, Any]:
+        """Open a support ticket."""
+        keys.append(idempotency_key)
+        body = {"title": title, "body": f"for {customer}"}
+        headers = {"Idempotency-Key": idempotency_key}
+        return request_json(
+            "POST", f"{service.url}/tickets", body=body, headers=headers, timeout=TIMEOUT
+        )
+
+    guard = RunGuard("task-decorated", journal=MemoryStore())
+    guard.ensure_tool(
+        "create_ticket",
+        risk="reversible_write",
+        business_key=("customer", "title"),
+        breaker=registry.get("tickets", "write", tool="create_ticket"),
+    )
+    script = Script(
+        lambda s: (
+            act("create_ticket", customer="c-7", title="Refund A-1001")
+            if s.steps == 1
+            else answer(f"ticket {s.last()['id']}")
+        )
+    )
+    crew = crew_of(script, [create_ticket])
+    with protect(crew, guard=guard, registry=registry):
+        assert crew.kickoff().raw == "ticket T-1"
+
+    assert len(keys) == 1
+    assert keys[0].startswith("tb1-")
+    (ticket,) = service.created("tickets")
+    assert ticket["idempotency_key"] == keys[0]
+
+
+def test_the_model_may_retry_the_same_call_after_a_retryable_failure(service):
+    """A failure the model is told is retryable is no result CrewAI remembers: the same
+    call again reaches the tool (CrewAI's repeated-input check refuses only the repeat of
+    a call that ran), and the model reads the answer."""
+    service.inject("GET /search", Fault(status=503))
+    registry = make_registry(threshold=3)
+    ran: Counter[str] = Counter()
+
+    def retry_once(script: Script) -> str:
+        if script.steps <= 2:
+            return act("search", q="usb cable")
+        return answer(f"{len(script.last()['results'])} results")
+
+    script = Script(retry_once)
+    crew = crew_of(script, search_tools(service, ran))
+    with protect(crew, guard=RunGuard("task-retry"), registry=registry):
+        assert crew.kickoff().raw == "3 results"
+
+    first = json.loads(script.observations[0])
+    assert first["retryable"] is True
+    assert ran["search"] == 2
+    assert service.hits["GET /search"] == 2
 
 
 # -- 5. two crews share one breaker ----------------------------------------------------------

@@ -26,15 +26,19 @@ its name, description and ``args_schema``. One call of a tool goes like this (Cr
   runs through toolbreaker (below);
 - **run**: the call's ``CrewStructuredTool`` (CrewAI's per-execution view of the tool) runs
   the tool's function with the guard's arguments: a write's idempotency key fills the
-  tool's key argument when its ``args_schema`` has one (a value the model made up is
-  dropped) and :func:`idempotency_key` returns it inside the tool either way. The tool's
+  tool's key argument when its ``args_schema`` has one, before CrewAI checks the
+  arguments (its ``@tool`` makes every parameter required; a value the model made up is
+  dropped), and :func:`idempotency_key` returns it inside the tool either way. The tool's
   exception settles the call (:meth:`Step.failed`) and the model reads the guard's result
   (``tool_unavailable`` when it opened the breaker, ``{"ok": false, ...}`` otherwise), so
   CrewAI's own retry of a raising tool never calls a failing dependency again;
 - **after** (``after_tool_call``): the observation is the guard's answer whenever there
   is one; a permitted call that CrewAI answered itself without running the tool (its
   tool cache, its repeated-input check, a usage limit, arguments its schema rejects) is
-  settled as never sent, so the breaker counts nothing.
+  settled as never sent, so the breaker counts nothing. A call the guard answered is not
+  remembered as the agent's last tool call, as a tool that raised is not: CrewAI's
+  repeated-input check refuses only the repeat of a call that returned its own result,
+  so the model may retry a failure it was told is retryable.
 
 CrewAI 1.6 runs one tool call per model response (its ReAct loop), so each model request
 is one turn of the run guard (``before_llm_call`` marks it; ``Budget.max_calls_per_turn``
@@ -210,10 +214,24 @@ class _Call:
     spec: GuardedTool
     step: Step
     tool: object  # the CrewStructuredTool the call runs through
+    #: The agent's ``ToolsHandler`` and the call it remembered as last used before this one.
+    handler: Any = None
+    last_used: Any = None
     token: contextvars.Token[_Call | None] | None = None
     ran: bool = False
     #: What the model reads instead of CrewAI's observation, if anything.
     answer: Any = None
+
+    def forget(self) -> None:
+        """The guard answered instead of the tool: CrewAI does not remember the call.
+
+        CrewAI remembers a call that returned as the last one used and refuses the same
+        call straight after it (its repeated-input check); a tool that raised is not
+        remembered, so the model may try it again. The guard's answer (a failure it may
+        retry, a refusal) is what CrewAI would not have remembered, so neither is it.
+        """
+        if self.handler is not None and hasattr(self.handler, "last_used_tool"):
+            self.handler.last_used_tool = self.last_used
 
 
 class _Runner:
@@ -352,6 +370,13 @@ class _Hooks:
         # The key argument is the guard's: one the model made up is not fingerprinted.
         args = without_key(spec, context.tool_input or {})
         step = binding.guard.begin(tool.name, args)
+        key_arg = key_argument(spec)
+        key = step.idempotency_key
+        if key_arg is not None and key is not None and key_arg in _fields(tool):
+            # Before CrewAI checks the arguments: its ``@tool`` makes every parameter
+            # required, the key argument too, which the model rightly leaves out. In
+            # place: the hook's dict is the call's arguments.
+            context.tool_input[key_arg] = key
         if not isinstance(tool.func, _Runner):
             runner = _Runner(tool, tool.func)
             tool.func = runner
@@ -359,7 +384,8 @@ class _Hooks:
             original = getattr(getattr(tool, "_original_tool", None), "cache_function", None)
             runner.cache = original
             tool.cache_function = runner.should_cache  # type: ignore[attr-defined]
-        call = _Call(binding, spec, step, tool)
+        handler = getattr(context.agent, "tools_handler", None)
+        call = _Call(binding, spec, step, tool, handler, getattr(handler, "last_used_tool", None))
         call.token = _CALL.set(call)
         return None  # a refusal is answered by the runner: CrewAI's "blocked" is not ours
 
@@ -372,12 +398,13 @@ class _Hooks:
             with contextlib.suppress(ValueError):  # reset in another context: leave it
                 _CALL.reset(call.token)
         step = call.step
-        if step.answer is not None:
-            return _text(step.answer)
+        answer = step.answer if step.answer is not None else call.answer
+        if answer is not None:
+            call.forget()
+            return _text(answer)
         if not call.ran and not step.settled:
             step.failed(NotSent(_NOT_RUN))  # the breaker counts nothing; CrewAI's text stands
-            return None
-        return None if call.answer is None else _text(call.answer)
+        return None
 
 
 _HOOKS: Final = _Hooks()
@@ -444,6 +471,11 @@ def _owners(target: Crew | Agent | Iterable[Agent]) -> list[object]:
     if isinstance(target, Agent):
         return [target]
     return list(target)
+
+
+def _fields(tool: object) -> Any:
+    """The argument names of a tool's ``args_schema`` (none when it has no schema)."""
+    return getattr(getattr(tool, "args_schema", None), "model_fields", None) or {}
 
 
 def _summary(llm: Any) -> Any:

@@ -1,0 +1,191 @@
+"""toolbreaker exercise against a real CrewAI crew, in every shipped scenario.
+
+A ``BaseLLM`` subclass plays the model: at each request it replays every observation of
+the task so far into the scripted model's plan (``model_plan``) and answers with its next
+call in CrewAI's own ReAct format. The tools are CrewAI ``@tool`` functions calling the
+fault proxy over real HTTP, guarded by ``protect()`` with the exercise's registry and run
+guard. Its report holds in every scenario; the same crew without ``protect()`` fails.
+CrewAI's environment (telemetry, tracing, its open SQLite files) is the one its own
+adapter tests set up, imported from them.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+from typing import Any
+
+import pytest
+
+# CrewAI's offline environment (no telemetry, no tracing) is set by its adapter tests'
+# module, which also skips without crewai: imported before crewai itself.
+from test_crewai import (  # noqa: F401 - collect_crewai_connections is an autouse fixture
+    act,
+    answer,
+    collect_crewai_connections,
+)
+from test_crewai import pytestmark as crewai_marks
+
+pytestmark = crewai_marks
+
+from crewai import Agent, Crew, Task  # noqa: E402 - after the environment is set
+from crewai.llms.base_llm import BaseLLM  # noqa: E402
+from crewai.tools import BaseTool, tool  # noqa: E402
+
+from toolbreaker.integrations.crewai import idempotency_key, protect  # noqa: E402
+from toolbreaker.testing import (  # noqa: E402
+    ExerciseContext,
+    exercise,
+    model_plan,
+    service_tools,
+    shipped_scenarios,
+)
+
+SHIPPED = shipped_scenarios()
+MAX_STEPS = 60  # far above any scenario's calls: CrewAI forces an answer at max_iter
+
+
+def observed(text: str) -> Any:
+    """An observation as the model read it: toolbreaker's JSON, CrewAI's ``str()`` of a
+    tool's dict, or CrewAI's own words (its format reminder, after a blank line, dropped)."""
+    text = text.strip().split("\n\n", 1)[0].strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
+
+
+class Following(BaseLLM):
+    """CrewAI's LLM interface, answered by the scripted model's plan for ``behaviour``."""
+
+    def __init__(self, behaviour: str) -> None:
+        super().__init__(model="scripted-1")
+        self.behaviour = behaviour
+
+    def call(self, messages: Any, *args: Any, **kwargs: Any) -> str:
+        # CrewAI appends each observation to the model's own message that asked for it.
+        seen = [
+            observed(message["content"].split("\nObservation:", 1)[1])
+            for message in messages
+            if message["role"] == "assistant" and "\nObservation:" in message["content"]
+        ]
+        plan = model_plan(self.behaviour)
+        try:
+            name, args = next(plan)
+            for result in seen:
+                name, args = plan.send(result)
+        except StopIteration:
+            return answer("Done.")
+        return act(name, **args)
+
+    def supports_function_calling(self) -> bool:
+        return False
+
+
+def crewai_tools(ctx: ExerciseContext) -> list[BaseTool]:
+    raw = service_tools(ctx)
+
+    @tool("search_catalog")
+    def search_catalog(query: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        return raw["search_catalog"](query)
+
+    @tool("refine_search")
+    def refine_search(query: str) -> dict[str, Any]:
+        """Refine a catalog search."""
+        return raw["refine_search"](query)
+
+    @tool("search_catalog_snapshot")
+    def search_catalog_snapshot(query: str) -> dict[str, Any]:
+        """Search yesterday's catalog snapshot."""
+        return raw["search_catalog_snapshot"](query)
+
+    @tool("get_order")
+    def get_order(order_id: str) -> dict[str, Any]:
+        """Track an order."""
+        return raw["get_order"](order_id)
+
+    @tool("create_ticket")
+    def create_ticket(customer: str, title: str) -> dict[str, Any]:
+        """Open a support ticket."""
+        return raw["create_ticket"](customer, title, idempotency_key() or "")
+
+    return [search_catalog, refine_search, search_catalog_snapshot, get_order, create_ticket]
+
+
+def crew_of(ctx: ExerciseContext, tools: list[BaseTool]) -> Crew:
+    agent = Agent(
+        role="support",
+        goal="help the customer",
+        backstory="a careful support agent",
+        llm=Following(ctx.scenario.behaviour),
+        tools=tools,
+        max_iter=MAX_STEPS,
+        verbose=False,
+    )
+    task = Task(description=ctx.scenario.prompt, expected_output="an answer", agent=agent)
+    return Crew(agents=[agent], tasks=[task], verbose=False)
+
+
+def crewai_agent(ctx: ExerciseContext) -> Any:
+    """The user's crew under protect(), with the exercise's registry and run guard."""
+    raw = service_tools(ctx)
+    registry = ctx.registry
+    registry.get("catalog-snapshot", tool="search_catalog_snapshot")
+    catalog = registry.get("catalog", tool="search_catalog", fallback="search_catalog_snapshot")
+    registry.get("orders", tool="get_order")
+    guard = ctx.run_guard()
+    guard.ensure_tool("refine_search", breaker=catalog)  # one provider, whichever tool
+    find_ticket = raw["find_ticket"]
+    guard.ensure_tool(
+        "create_ticket",
+        risk="reversible_write",
+        breaker=registry.get("tickets", "write"),
+        business_key=["customer", "title"],
+        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
+        reconcile=lambda key, _args: find_ticket(key),
+        external_id=lambda r: r["id"],
+    )
+    crew = crew_of(ctx, crewai_tools(ctx))
+    # A run the guard stopped ends with CrewAI's ValueError; the packet says why.
+    with protect(crew, guard=guard, registry=registry), contextlib.suppress(ValueError):
+        crew.kickoff()
+    return guard
+
+
+def bare_crewai_agent(ctx: ExerciseContext) -> None:
+    """The same crew without toolbreaker: a tool's error goes to CrewAI's own handler,
+    which runs the tool again (up to three times in all) and tells the model the error."""
+    crew_of(ctx, crewai_tools(ctx)).kickoff()
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_a_protected_crew_holds_every_promise(path):
+    """protect(crew): every shipped scenario's three promises hold, measured at the
+    service, and every fault was really met."""
+    (report,) = exercise([path], crewai_agent).scenarios
+    assert report.held, report.to_dict()
+    assert report.measured.agent_error is None
+    counts = {t.target: t for t in report.measured.targets}
+    for target in report.scenario.targets:
+        assert counts[target].failed >= 1
+    if report.scenario.behaviour in ("alternate", "insist"):
+        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+
+
+@pytest.mark.parametrize(
+    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
+)
+def test_the_same_crew_without_toolbreaker_fails(name):
+    """Without protect() the report fails: no packet, and the provider hit too often or a
+    ticket opened twice."""
+    path = next(p for p in SHIPPED if p.stem == name)
+    (report,) = exercise([path], bare_crewai_agent).scenarios
+    assert not report.held
+    before, understandable, _ = report.judgement.promises
+    assert not before.held
+    assert not understandable.held
