@@ -37,9 +37,10 @@ from toolbreaker.integrations.crewai import idempotency_key, protect  # noqa: E4
 from toolbreaker.testing import (  # noqa: E402
     ExerciseContext,
     exercise,
-    model_plan,
+    next_call,
     service_tools,
     shipped_scenarios,
+    ticket_options,
 )
 
 SHIPPED = shipped_scenarios()
@@ -73,13 +74,10 @@ class Following(BaseLLM):
             for message in messages
             if message["role"] == "assistant" and "\nObservation:" in message["content"]
         ]
-        plan = model_plan(self.behaviour)
-        try:
-            name, args = next(plan)
-            for result in seen:
-                name, args = plan.send(result)
-        except StopIteration:
+        call = next_call(self.behaviour, seen)
+        if call is None:
             return answer("Done.")
+        name, args = call
         return act(name, **args)
 
     def supports_function_calling(self) -> bool:
@@ -133,23 +131,14 @@ def crew_of(ctx: ExerciseContext, tools: list[BaseTool]) -> Crew:
 
 def crewai_agent(ctx: ExerciseContext) -> Any:
     """The user's crew under protect(), with the exercise's registry and run guard."""
-    raw = service_tools(ctx)
     registry = ctx.registry
     registry.get("catalog-snapshot", tool="search_catalog_snapshot")
     catalog = registry.get("catalog", tool="search_catalog", fallback="search_catalog_snapshot")
     registry.get("orders", tool="get_order")
     guard = ctx.run_guard()
     guard.ensure_tool("refine_search", breaker=catalog)  # one provider, whichever tool
-    find_ticket = raw["find_ticket"]
-    guard.ensure_tool(
-        "create_ticket",
-        risk="reversible_write",
-        breaker=registry.get("tickets", "write"),
-        business_key=["customer", "title"],
-        verify=lambda r: isinstance(r, dict) and str(r.get("id", "")).startswith("T-"),
-        reconcile=lambda key, _args: find_ticket(key),
-        external_id=lambda r: r["id"],
-    )
+    tickets = registry.get("tickets", "write")
+    guard.ensure_tool("create_ticket", breaker=tickets, **ticket_options(ctx))
     crew = crew_of(ctx, crewai_tools(ctx))
     # A run the guard stopped ends with CrewAI's ValueError; the packet says why.
     with protect(crew, guard=guard, registry=registry), contextlib.suppress(ValueError):
