@@ -13,9 +13,12 @@ fails.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -24,7 +27,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm", reason="the litellm extra is not installed")
 
 from toolbreaker import RunGuard  # noqa: E402
-from toolbreaker.integrations.litellm import GuardedRouter  # noqa: E402
+from toolbreaker.integrations.litellm import GuardedRouter, RunStopped  # noqa: E402
 from toolbreaker.testing import (  # noqa: E402
     ExerciseContext,
     exercise,
@@ -79,16 +82,20 @@ class ScriptedModel(litellm.CustomLLM):
 
     The behaviour is the deployment's model name (``scripted/alternate``). Each request's
     tool messages are replayed, in order, into a fresh ``model_plan``; its next call is
-    the answer, or a final text once the plan is done. ``requests`` counts what reached it.
+    the answer, or a final text once the plan is done. ``requests`` counts what reached it;
+    ``after_stop`` the requests that carried a result saying the run had stopped.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.requests = 0
+        self.after_stop = 0
 
     def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
         self.requests += 1
         results = [_read(_field(m, "content")) for m in messages if _field(m, "role") == "tool"]
+        if any(isinstance(r, Mapping) and r.get("run_stopped") for r in results):
+            self.after_stop += 1
         plan = model_plan(model)
         try:
             name, arguments = next(plan)
@@ -114,6 +121,16 @@ class ScriptedModel(litellm.CustomLLM):
                 "total_tokens": len(messages) + 1,
             },
         )
+
+
+@pytest.fixture(autouse=True)
+def collect_litellm_loops() -> Iterator[None]:
+    """Collect the event loops LiteLLM's sync path left behind now, not after the session:
+    collected there, out of every test, their ResourceWarnings fail the run."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @pytest.fixture(autouse=True)
@@ -201,9 +218,11 @@ def guarded_tools(ctx: ExerciseContext) -> RunGuard:
 
 def litellm_agent(ctx: ExerciseContext) -> RunGuard:
     """The user's LiteLLM agent under toolbreaker: the router counts the model's usage
-    into the run guard, which runs every tool call the model makes."""
+    into the run guard, which runs every tool call the model makes; once the guard has
+    stopped the run the router refuses to ask the model again, and the loop ends."""
     guard = guarded_tools(ctx)
-    run_loop(router_for(ctx, guard), ctx.scenario.prompt, guard.call)
+    with contextlib.suppress(RunStopped):  # the stop packet is the guard's, returned below
+        run_loop(router_for(ctx, guard), ctx.scenario.prompt, guard.call)
     return guard
 
 
@@ -234,6 +253,7 @@ def test_a_guarded_litellm_agent_holds_every_promise(path, model):
     if report.scenario.behaviour in ("alternate", "insist"):
         assert report.measured.packet["condition"] in ("loop", "repeated-action")
     assert model.requests > 0  # the calls came from the model behind the router
+    assert model.after_stop == 0  # a stopped run never asked the model again
 
 
 @pytest.mark.parametrize(
