@@ -6,9 +6,10 @@ call's result back as a ``tool`` message), every tool call run by the exercise's
 guard, whose tools call the fault proxy over real HTTP with breakers from
 ``ctx.registry``. The model is a deployment of the router: a LiteLLM custom provider
 (``litellm.custom_provider_map``) that reads the tool messages it is sent, replays them
-into the scripted model's plan (``model_plan``) and answers with its next call. Nothing
-leaves the machine. Its report holds in every scenario; the same loop without toolbreaker
-fails.
+into the scripted model's plan (``model_plan``) and answers with its next call. Once
+the guard has stopped the run the router refuses the next model call (``RunStopped``)
+and the loop ends there: the model is never asked again. Nothing leaves the machine. Its
+report holds in every scenario; the same loop without toolbreaker fails.
 """
 
 from __future__ import annotations

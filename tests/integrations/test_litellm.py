@@ -430,6 +430,28 @@ def test_a_router_built_on_the_breaker_host_refuses_a_stopped_run_too(primary, b
     assert (primary.hits, backup.hits) == ({}, {})
 
 
+def test_each_answer_begins_a_model_turn(primary):
+    """Budget.max_calls_per_turn counts the calls one answer starts: the call deferred
+    past the limit ("call it again in your next turn") runs after the next answer."""
+    guard = RunGuard("t-1", budget=Budget(max_calls_per_turn=1))
+    looked: list[str] = []
+
+    @guard.tool("lookup")
+    def lookup(query: str) -> dict[str, Any]:
+        looked.append(query)
+        return {"ok": True, "query": query}
+
+    router = make_router(primary, registry=Registry(), guard=guard)
+    router.completion(model="primary", messages=HI)
+    assert lookup(query="a") == {"ok": True, "query": "a"}
+    deferred = lookup(query="b")
+    assert deferred["deferred"] is True
+    assert deferred["resubmit"] == "next-turn"
+    router.completion(model="primary", messages=HI)
+    assert lookup(query="b") == {"ok": True, "query": "b"}
+    assert looked == ["a", "b"]
+
+
 def test_usage_of_reads_the_model_and_tokens_of_a_litellm_response():
     """The one extraction: the answering model, prompt and completion tokens."""
     response = litellm.ModelResponse(

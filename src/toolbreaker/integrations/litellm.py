@@ -52,7 +52,9 @@ same in every process that reads the same model list. Pass ``key=`` to choose an
 The run budget. Given a :class:`~toolbreaker.RunGuard`, each response's ``usage``
 (prompt and completion tokens, with the model that answered, see :func:`usage_of`) goes
 into the guard through :func:`~toolbreaker.integrations.count_usage`
-(:meth:`~toolbreaker.RunGuard.add_usage`), priced by the budget's price table.
+(:meth:`~toolbreaker.RunGuard.add_usage`), priced by the budget's price table, and each
+answer begins a model turn (:meth:`~toolbreaker.RunGuard.mark_turn`): the tool calls it
+asks for are one turn's, as ``Budget.max_calls_per_turn`` counts them.
 
 A stopped run. Every adapter ends a run the guard stopped without asking the model
 again; a LiteLLM agent's loop is the caller's own, so once the guard has stopped the run
@@ -252,9 +254,18 @@ class _Guarding:
             call.sent = True
 
     def answered(self, params: Mapping[str, Any], response: object) -> None:
-        """Count the response's usage into the run guard; a fault there changes nothing."""
+        """Begin a model turn and count the response's usage into the run guard.
+
+        The answer begins the turn: the tool calls it asks for are that turn's calls
+        (``Budget.max_calls_per_turn``; a call deferred past the limit runs after the next
+        answer). A fault in either changes nothing: the answer stands.
+        """
         if self.guard is None:
             return
+        try:
+            self.guard.mark_turn()
+        except Exception as exc:  # noqa: BLE001 - the model's answer stands
+            hook_failed("beginning a model turn failed; the LiteLLM response stands", exc)
         try:
             usage = usage_of(response, str(params.get("model") or ""))
         except Exception as exc:  # noqa: BLE001 - the model's answer stands
@@ -371,8 +382,9 @@ class GuardedRouter:
         registry: where the deployments' breakers live; give routers in several
             processes one shared store (SQLite, Redis, PostgreSQL) to share them. A
             private :class:`~toolbreaker.Registry` when omitted.
-        guard: the run guard each response's usage is counted into, if any; once it has
-            stopped the run, model calls raise :class:`RunStopped` and nothing is sent.
+        guard: the run guard each response's usage is counted into (each answer begins
+            one of its model turns), if any; once it has stopped the run, model calls
+            raise :class:`RunStopped` and nothing is sent.
         key: maps an attempt to its breaker's dependency name (default
             :func:`deployment_key`, knowing the ids the model list names).
         **arguments: :class:`litellm.Router`'s own arguments (``model_list``,
