@@ -11,9 +11,11 @@ bundled cost map (``LITELLM_LOCAL_MODEL_COST_MAP``) and has no other lookups her
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sqlite3
+import warnings
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -22,6 +24,9 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm", reason="the litellm extra is not installed")
+
+from litellm.router import router_arguments  # noqa: E402
+from litellm.router_config import build_router_config  # noqa: E402
 
 from loop_helpers import LoopSpy  # noqa: E402
 from toolbreaker import (  # noqa: E402
@@ -33,7 +38,13 @@ from toolbreaker import (  # noqa: E402
     Registry,
     RunGuard,
 )
-from toolbreaker.integrations.litellm import GuardedRouter, deployment_key, usage_of  # noqa: E402
+from toolbreaker.integrations.litellm import (  # noqa: E402
+    BreakerHost,
+    GuardedRouter,
+    RunStopped,
+    deployment_key,
+    usage_of,
+)
 from toolbreaker.stores import SQLiteStore  # noqa: E402
 from toolbreaker.testing import CHAT_ROUTE, FakeClock, Fault, ToolService, openai_error  # noqa: E402
 
@@ -45,6 +56,16 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Items? .* using the `ReadOnly` qualifier:UserWarning"),
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def collect_litellm_loops() -> Iterator[None]:
+    """Collect the event loops LiteLLM's sync path left behind now, not after the session:
+    collected there, out of every test, their ResourceWarnings fail the run."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
 
 
 @pytest.fixture
@@ -328,6 +349,107 @@ def test_each_responses_usage_goes_into_the_run_budget(primary, backup):
     assert counters["usage"] == [
         {"model": "gpt-b", "input_tokens": 6, "output_tokens": 9, "requests": 3, "cost": "0.024"}
     ]
+
+
+def test_a_run_the_guard_stopped_sends_no_more_model_calls(primary, backup):
+    """Once the run guard stopped the run, a model call is refused before any deployment
+    is asked (the fallback neither): the caller gets the stop packet, in the words every
+    adapter ends a stopped run with, and nothing reaches a provider."""
+    guard = RunGuard("t-1")
+    router = make_router(primary, backup, registry=Registry(), guard=guard)
+    router.completion(model="primary", messages=HI)
+    guard.stop("the operator ended the task")
+
+    with pytest.raises(RunStopped) as caught:
+        router.completion(model="primary", messages=HI)
+    stopped = caught.value
+    assert stopped.packet.condition == "operator"
+    assert stopped.packet.task == "t-1"
+    assert str(stopped).startswith("Run stopped by toolbreaker (operator): ")
+    assert stopped.packet.next_safe_action in str(stopped)
+
+    async def asked() -> RunStopped:
+        with pytest.raises(RunStopped) as caught:
+            await router.acompletion(model="primary", messages=HI)
+        return caught.value
+
+    assert asyncio.run(asked()).packet.condition == "operator"  # async says the same
+    assert primary.hits == {CHAT_ROUTE: 1}
+    assert backup.hits == {}
+    assert all(b.state.phase == "closed" for b in router.breakers)  # no breaker was asked
+
+
+def test_the_answer_that_stops_the_run_is_the_last_one_sent(primary):
+    """A model the budget's price table does not price stops a run with a max_cost (its
+    cost is unknown): that answer is the caller's, the next call is never sent."""
+    guard = RunGuard("t-1", budget=Budget(max_cost="1", prices={"other*": ModelPrice("1", "1")}))
+    router = make_router(primary, registry=Registry(), guard=guard)
+    assert router.completion(model="primary", messages=HI).model == "gpt-a"
+    assert guard.stopped is not None
+    with pytest.raises(RunStopped) as caught:
+        router.completion(model="primary", messages=HI)
+    assert caught.value.packet.condition == "max-cost"
+    assert primary.hits == {CHAT_ROUTE: 1}
+
+
+def test_a_stop_during_a_call_keeps_its_fallback_from_being_sent(primary, backup):
+    """The run stops while the primary's attempt is out (here as its breaker is looked
+    up, so the moment is exact) and the primary fails: LiteLLM's fallback attempt is
+    refused, the backup is never asked, and the caller gets the stop, not the 503."""
+    primary.outage(CHAT_ROUTE, 503)
+    guard = RunGuard("t-1")
+
+    def key(params: Any) -> str:
+        if params.get("model") == "openai/gpt-a":
+            guard.stop("a required dependency went down")
+        return deployment_key(params)
+
+    router = make_router(primary, backup, registry=Registry(), guard=guard, key=key)
+    with pytest.raises(RunStopped) as caught:
+        router.completion(model="primary", messages=HI)
+    assert caught.value.packet.detail == "a required dependency went down"
+    assert isinstance(caught.value.__cause__, litellm.ServiceUnavailableError)
+    assert primary.hits == {CHAT_ROUTE: 1}
+    assert backup.hits == {}
+
+
+def test_a_router_built_on_the_breaker_host_refuses_a_stopped_run_too(primary, backup):
+    """LiteLLM's own Router.from_config with a BreakerHost: every attempt of a stopped
+    run is refused (the fallback's too), and LiteLLM hands the caller the stop."""
+    guard = RunGuard("t-1")
+    models = [deployment("primary", "gpt-a", primary), deployment("backup", "gpt-b", backup)]
+    arguments = router_arguments(
+        model_list=models, fallbacks=[{"primary": ["backup"]}], num_retries=0
+    )
+    router = litellm.Router.from_config(
+        build_router_config(arguments), host=BreakerHost(Registry(), guard=guard)
+    )
+    guard.stop("the operator ended the task")
+    with pytest.raises(RunStopped):
+        router.completion(model="primary", messages=HI)
+    assert (primary.hits, backup.hits) == ({}, {})
+
+
+def test_each_answer_begins_a_model_turn(primary):
+    """Budget.max_calls_per_turn counts the calls one answer starts: the call deferred
+    past the limit ("call it again in your next turn") runs after the next answer."""
+    guard = RunGuard("t-1", budget=Budget(max_calls_per_turn=1))
+    looked: list[str] = []
+
+    @guard.tool("lookup")
+    def lookup(query: str) -> dict[str, Any]:
+        looked.append(query)
+        return {"ok": True, "query": query}
+
+    router = make_router(primary, registry=Registry(), guard=guard)
+    router.completion(model="primary", messages=HI)
+    assert lookup(query="a") == {"ok": True, "query": "a"}
+    deferred = lookup(query="b")
+    assert deferred["deferred"] is True
+    assert deferred["resubmit"] == "next-turn"
+    router.completion(model="primary", messages=HI)
+    assert lookup(query="b") == {"ok": True, "query": "b"}
+    assert looked == ["a", "b"]
 
 
 def test_usage_of_reads_the_model_and_tokens_of_a_litellm_response():

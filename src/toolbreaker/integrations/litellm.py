@@ -52,7 +52,17 @@ same in every process that reads the same model list. Pass ``key=`` to choose an
 The run budget. Given a :class:`~toolbreaker.RunGuard`, each response's ``usage``
 (prompt and completion tokens, with the model that answered, see :func:`usage_of`) goes
 into the guard through :func:`~toolbreaker.integrations.count_usage`
-(:meth:`~toolbreaker.RunGuard.add_usage`), priced by the budget's price table.
+(:meth:`~toolbreaker.RunGuard.add_usage`), priced by the budget's price table, and each
+answer begins a model turn (:meth:`~toolbreaker.RunGuard.mark_turn`): the tool calls it
+asks for are one turn's, as ``Budget.max_calls_per_turn`` counts them.
+
+A stopped run. Every adapter ends a run the guard stopped without asking the model
+again; a LiteLLM agent's loop is the caller's own, so once the guard has stopped the run
+(a loop, a budget, a required dependency, an operator) a model call raises
+:class:`RunStopped` before any deployment is asked: nothing is sent, no breaker is
+consulted, and the error carries the stop packet. An attempt the run's stop reaches
+inside a call (a retry, a fallback) is refused the same way, also on a router built
+with :class:`BreakerHost` directly.
 """
 
 from __future__ import annotations
@@ -63,13 +73,14 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable
+from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, ToolbreakerError
 from toolbreaker.integrations import count_usage, require
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import deployments_unavailable_result
 from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime.run._guard import RunGuard, StopPacket
+from toolbreaker.runtime.run._siblings import SiblingOutcome
 
 require("litellm", "litellm")
 
@@ -83,6 +94,7 @@ __all__ = [
     "BreakerHost",
     "GuardedRouter",
     "KeyFunction",
+    "RunStopped",
     "deployment_key",
     "usage_of",
 ]
@@ -146,12 +158,41 @@ def usage_of(response: object, requested: str = "") -> tuple[str, int, int] | No
     )
 
 
+class RunStopped(ToolbreakerError):
+    """A model call of a run the guard stopped: refused before anything was sent.
+
+    What the other adapters' stopped runs end with, as an error: a LiteLLM agent's loop
+    is the caller's, so the router cannot end it, only refuse to ask the model again.
+    The message is the words every adapter ends a stopped run with.
+
+    Attributes:
+        packet: the guard's stop packet (condition, confirmed work, next safe action).
+        turn: the last model turn's calls and how each ended (``None`` before any turn).
+    """
+
+    def __init__(self, packet: StopPacket, turn: SiblingOutcome | None = None) -> None:
+        text = (
+            f"Run stopped by toolbreaker ({packet.condition}): {packet.detail}. "
+            f"Next safe action: {packet.next_safe_action}."
+        )
+        if turn is not None and turn.branches:
+            text += f" Last turn's calls completed: {', '.join(turn.completed) or 'none'}."
+        super().__init__(text)
+        self.packet = packet
+        self.turn = turn
+
+
 @dataclasses.dataclass(slots=True)
 class _Call:
-    """One caller's model call: the rejections its attempts met, and whether one was sent."""
+    """One caller's model call: what its attempts met, and whether one was sent.
+
+    ``rejections``: the breakers' rejections; ``stopped``: the refusal of a run the guard
+    stopped (the run is over, whatever else the call met).
+    """
 
     rejections: list[CircuitOpen] = dataclasses.field(default_factory=list)
     sent: bool = False
+    stopped: RunStopped | None = None
 
 
 # The model call in progress in this context; the router's attempts run inside it.
@@ -167,6 +208,28 @@ class _Guarding:
         self.registry = registry
         self.key = key
         self.guard = guard
+
+    # The refusal is raised where it is made: bound to a local of the raising frame, it
+    # would hold that frame (and the router) in a cycle through its own traceback.
+    def refuse_if_stopped(self) -> None:
+        """Raise :class:`RunStopped` once the guard has stopped the run."""
+        guard = self.guard
+        if guard is not None and guard.stopped is not None:
+            raise self._noted(RunStopped(guard.stop_packet(), guard.turn_outcome()))
+
+    async def arefuse_if_stopped(self) -> None:
+        """:meth:`refuse_if_stopped` for the event loop: a shared journal is read off it."""
+        guard = self.guard
+        if guard is not None and guard.stopped is not None:
+            packet = await guard.astop_packet()
+            raise self._noted(RunStopped(packet, guard.turn_outcome()))
+
+    @staticmethod
+    def _noted(error: RunStopped) -> RunStopped:
+        call = _CALL.get()
+        if call is not None:
+            call.stopped = error
+        return error
 
     def breaker_for(self, params: Mapping[str, Any]) -> Breaker:
         """The breaker of the deployment ``params`` go to (created on first use)."""
@@ -191,9 +254,18 @@ class _Guarding:
             call.sent = True
 
     def answered(self, params: Mapping[str, Any], response: object) -> None:
-        """Count the response's usage into the run guard; a fault there changes nothing."""
+        """Begin a model turn and count the response's usage into the run guard.
+
+        The answer begins the turn: the tool calls it asks for are that turn's calls
+        (``Budget.max_calls_per_turn``; a call deferred past the limit runs after the next
+        answer). A fault in either changes nothing: the answer stands.
+        """
         if self.guard is None:
             return
+        try:
+            self.guard.mark_turn()
+        except Exception as exc:  # noqa: BLE001 - the model's answer stands
+            hook_failed("beginning a model turn failed; the LiteLLM response stands", exc)
         try:
             usage = usage_of(response, str(params.get("model") or ""))
         except Exception as exc:  # noqa: BLE001 - the model's answer stands
@@ -207,7 +279,8 @@ class BreakerHost(PythonHost):
     """LiteLLM's Python host, with every chat completion attempt behind its breaker.
 
     ``invoke("completion")`` and ``invoke("acompletion")`` return the litellm function
-    wrapped: admit through the deployment's breaker, call, settle with the outcome.
+    wrapped: admit through the deployment's breaker, call, settle with the outcome. An
+    attempt of a run the guard stopped raises :class:`RunStopped` first.
     Every other endpoint is LiteLLM's own. :class:`GuardedRouter` builds one; pass one to
     ``Router.from_config(config, host=...)`` to build the router yourself.
     """
@@ -236,6 +309,7 @@ class BreakerHost(PythonHost):
         guarding = self._guarding
 
         def completion(*args: Any, **params: Any) -> Any:
+            guarding.refuse_if_stopped()
             admission = guarding.breaker_for(params).allow()
             if not isinstance(admission, Permit):
                 raise guarding.rejected(params, admission)
@@ -255,6 +329,7 @@ class BreakerHost(PythonHost):
         guarding = self._guarding
 
         async def acompletion(*args: Any, **params: Any) -> Any:
+            await guarding.arefuse_if_stopped()
             # The store round trips are awaited: a shared store never blocks the loop.
             admission = await guarding.breaker_for(params).aadmit()
             if not isinstance(admission, Permit):
@@ -307,7 +382,9 @@ class GuardedRouter:
         registry: where the deployments' breakers live; give routers in several
             processes one shared store (SQLite, Redis, PostgreSQL) to share them. A
             private :class:`~toolbreaker.Registry` when omitted.
-        guard: the run guard each response's usage is counted into, if any.
+        guard: the run guard each response's usage is counted into (each answer begins
+            one of its model turns), if any; once it has stopped the run, model calls
+            raise :class:`RunStopped` and nothing is sent.
         key: maps an attempt to its breaker's dependency name (default
             :func:`deployment_key`, knowing the ids the model list names).
         **arguments: :class:`litellm.Router`'s own arguments (``model_list``,
@@ -342,13 +419,19 @@ class GuardedRouter:
         """:meth:`litellm.Router.completion`, every attempt behind its breaker.
 
         Raises:
+            RunStopped: the run guard has stopped the run; nothing was sent.
             DeploymentsUnavailable: every attempt was rejected locally; nothing was sent.
         """
+        self.host._guarding.refuse_if_stopped()
         call = _Call()
         token = _CALL.set(call)
         try:
             return self.router.completion(model=model, messages=messages, **kwargs)
         except Exception as exc:
+            if call.stopped is not None:  # an attempt met the run's stop: the run is over
+                if call.stopped is exc:
+                    raise
+                raise call.stopped from exc
             error = _unavailable(model, call)
             if error is None:
                 raise
@@ -360,13 +443,19 @@ class GuardedRouter:
         """:meth:`litellm.Router.acompletion`, every attempt behind its breaker.
 
         Raises:
+            RunStopped: the run guard has stopped the run; nothing was sent.
             DeploymentsUnavailable: every attempt was rejected locally; nothing was sent.
         """
+        await self.host._guarding.arefuse_if_stopped()
         call = _Call()
         token = _CALL.set(call)
         try:
             return await self.router.acompletion(model=model, messages=messages, **kwargs)
         except Exception as exc:
+            if call.stopped is not None:  # an attempt met the run's stop: the run is over
+                if call.stopped is exc:
+                    raise
+                raise call.stopped from exc
             error = _unavailable(model, call)
             if error is None:
                 raise
