@@ -17,6 +17,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── PermitError          a permit or step settled twice
     ├── NotSent              raised by a write tool: nothing left, the write certainly failed
     ├── ToolReportedError    a failure a tool reported as a result (adapters; never raised)
+    ├── RunStopped           a model call of a run the guard stopped, refused unsent (packet)
     ├── RunStateError        a run state that does not load, or an impossible run input
     │   └── WriteTransitionError   a move a write's lifecycle does not allow (status, move)
     └── FingerprintError     a value that cannot be fingerprinted (also a ValueError)
@@ -32,7 +33,11 @@ Beside the tree, one warning category: :class:`ToolbreakerDeprecationWarning` (a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolbreaker.runtime._packet import StopPacket
+    from toolbreaker.runtime.run._siblings import SiblingOutcome
 
 __all__ = [
     "BusinessKeyError",
@@ -47,6 +52,7 @@ __all__ = [
     "RecordCorrupt",
     "RegistryFull",
     "RunStateError",
+    "RunStopped",
     "StoreUnavailable",
     "StoreWriteUnknown",
     "ToolReportedError",
@@ -342,6 +348,26 @@ class RegistryFull(ToolbreakerError):
 
 class PermitError(ToolbreakerError):
     """A permit was settled more than once."""
+
+
+class RunStopped(ToolbreakerError):
+    """A model call of a run the guard stopped: refused before anything was sent.
+
+    What the other adapters' stopped runs end with, as an exception, where the agent's
+    loop is the caller's own (the LiteLLM adapter's ``GuardedRouter``): the router cannot
+    end the loop, only refuse to ask the model again. Its message is the words every
+    adapter ends a stopped run with (:meth:`StopPacket.final_text
+    <toolbreaker.StopPacket.final_text>`).
+
+    Attributes:
+        packet: the guard's stop packet (condition, confirmed work, next safe action).
+        turn: the last model turn's calls and how each ended (``None`` before any turn).
+    """
+
+    def __init__(self, packet: StopPacket, turn: SiblingOutcome | None = None) -> None:
+        super().__init__(packet.final_text(turn))
+        self.packet = packet
+        self.turn = turn
 
 
 class RunStateError(ToolbreakerError, ValueError):

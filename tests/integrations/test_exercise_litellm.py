@@ -6,7 +6,7 @@ call's result back as a ``tool`` message), every tool call run by the exercise's
 guard, whose tools call the fault proxy over real HTTP with breakers from
 ``ctx.registry``. The model is a deployment of the router: a LiteLLM custom provider
 (``litellm.custom_provider_map``) that reads the tool messages it is sent, replays them
-into the scripted model's plan (``model_plan``) and answers with its next call. Once
+into the scripted model (``next_call``) and answers with its next call. Once
 the guard has stopped the run the router refuses the next model call (``RunStopped``)
 and the loop ends there: the model is never asked again. Nothing leaves the machine. Its
 report holds in every scenario; the same loop without toolbreaker fails.
@@ -32,9 +32,10 @@ from toolbreaker.integrations.litellm import GuardedRouter, RunStopped  # noqa: 
 from toolbreaker.testing import (  # noqa: E402
     ExerciseContext,
     exercise,
-    model_plan,
+    next_call,
     service_tools,
     shipped_scenarios,
+    ticket_options,
 )
 
 SHIPPED = shipped_scenarios()
@@ -82,7 +83,7 @@ class ScriptedModel(litellm.CustomLLM):
     """The model behind the router: the scripted model's next call, from what it was sent.
 
     The behaviour is the deployment's model name (``scripted/alternate``). Each request's
-    tool messages are replayed, in order, into a fresh ``model_plan``; its next call is
+    tool messages are read, in order, by the scripted model (``next_call``); its next call is
     the answer, or a final text once the plan is done. ``requests`` counts what reached it;
     ``after_stop`` the requests that carried a result saying the run had stopped.
     """
@@ -97,15 +98,12 @@ class ScriptedModel(litellm.CustomLLM):
         results = [_read(_field(m, "content")) for m in messages if _field(m, "role") == "tool"]
         if any(isinstance(r, Mapping) and r.get("run_stopped") for r in results):
             self.after_stop += 1
-        plan = model_plan(model)
-        try:
-            name, arguments = next(plan)
-            for result in results:
-                name, arguments = plan.send(result)
-        except StopIteration:
+        found = next_call(model, results)
+        if found is None:
             message: dict[str, Any] = {"role": "assistant", "content": "Done."}
             finish = "stop"
         else:
+            name, arguments = found
             call = {
                 "id": f"call-{self.requests}",
                 "type": "function",
@@ -204,16 +202,8 @@ def guarded_tools(ctx: ExerciseContext) -> RunGuard:
         raw["search_catalog_snapshot"]
     )
     guard.tool("get_order", breaker=registry.get("orders", "read"))(raw["get_order"])
-    find_ticket = raw["find_ticket"]
-    guard.tool(
-        "create_ticket",
-        risk="reversible_write",
-        breaker=registry.get("tickets", "write"),
-        business_key=["customer", "title"],
-        verify=lambda r: isinstance(r, Mapping) and str(r.get("id", "")).startswith("T-"),
-        reconcile=lambda key, _args: find_ticket(key),
-        external_id=lambda r: r["id"],
-    )(raw["create_ticket"])
+    tickets = registry.get("tickets", "write")
+    guard.tool("create_ticket", breaker=tickets, **ticket_options(ctx))(raw["create_ticket"])
     return guard
 
 

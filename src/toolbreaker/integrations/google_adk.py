@@ -157,15 +157,10 @@ def stop_response(packet: StopPacket, turn: SiblingOutcome | None = None) -> Llm
     ``turn``: the last model turn's calls; when it has any, the text says which completed
     and ``custom_metadata[TURN_KEY]`` holds ``turn.to_result()``.
     """
-    text = (
-        f"Run stopped by toolbreaker ({packet.condition}): {packet.detail}. "
-        f"Next safe action: {packet.next_safe_action}."
-    )
+    text = packet.final_text(turn)
     metadata: dict[str, Any] = {STOP_KEY: packet.to_dict()}
     if turn is not None and turn.branches:
-        result = turn.to_result()
-        metadata[TURN_KEY] = result
-        text += f" Last turn's calls completed: {', '.join(turn.completed) or 'none'}."
+        metadata[TURN_KEY] = turn.to_result()
     return LlmResponse(
         content=types.Content(role="model", parts=[types.Part(text=text)]),
         custom_metadata=metadata,

@@ -207,18 +207,10 @@ def stop_message(packet: StopPacket, turn: SiblingOutcome | None = None) -> AIMe
     holds ``turn.to_result()``.
     """
     data = packet.to_dict()
-    text = (
-        f"Run stopped by toolbreaker ({packet.condition}): {packet.detail}. "
-        f"Next safe action: {packet.next_safe_action}."
-    )
+    text = packet.final_text(turn)
     kwargs: dict[str, Any] = {STOP_KEY: data}
     if turn is not None and turn.branches:
-        result = turn.to_result()
-        kwargs[TURN_KEY] = result
-        done = ", ".join(turn.completed) or "none"
-        text += f" Last turn's calls completed: {done}."
-        if result.get("instruction"):
-            text += f" {result['instruction']}"
+        kwargs[TURN_KEY] = turn.to_result()
     return AIMessage(content=text, additional_kwargs=kwargs)
 
 

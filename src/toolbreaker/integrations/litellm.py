@@ -73,14 +73,13 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, ToolbreakerError
+from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, RunStopped
 from toolbreaker.integrations import count_usage, require
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import deployments_unavailable_result
 from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard, StopPacket
-from toolbreaker.runtime.run._siblings import SiblingOutcome
+from toolbreaker.runtime.run._guard import RunGuard
 
 require("litellm", "litellm")
 
@@ -156,30 +155,6 @@ def usage_of(response: object, requested: str = "") -> tuple[str, int, int] | No
         prompt if isinstance(prompt, int) else 0,
         completion if isinstance(completion, int) else 0,
     )
-
-
-class RunStopped(ToolbreakerError):
-    """A model call of a run the guard stopped: refused before anything was sent.
-
-    What the other adapters' stopped runs end with, as an error: a LiteLLM agent's loop
-    is the caller's, so the router cannot end it, only refuse to ask the model again.
-    The message is the words every adapter ends a stopped run with.
-
-    Attributes:
-        packet: the guard's stop packet (condition, confirmed work, next safe action).
-        turn: the last model turn's calls and how each ended (``None`` before any turn).
-    """
-
-    def __init__(self, packet: StopPacket, turn: SiblingOutcome | None = None) -> None:
-        text = (
-            f"Run stopped by toolbreaker ({packet.condition}): {packet.detail}. "
-            f"Next safe action: {packet.next_safe_action}."
-        )
-        if turn is not None and turn.branches:
-            text += f" Last turn's calls completed: {', '.join(turn.completed) or 'none'}."
-        super().__init__(text)
-        self.packet = packet
-        self.turn = turn
 
 
 @dataclasses.dataclass(slots=True)

@@ -183,18 +183,11 @@ def _stop_output(result: Any, guard: RunGuard) -> AgentOutput | None:
 def _stopped_output(agent: BaseWorkflowAgent, packet: StopPacket, guard: RunGuard) -> AgentOutput:
     """The output that ends a stopped run: no tool calls, the reason, the packet."""
     data = packet.to_dict()
-    text = (
-        f"Run stopped by toolbreaker ({packet.condition}): {packet.detail}. "
-        f"Next safe action: {packet.next_safe_action}."
-    )
-    kwargs: dict[str, Any] = {STOP_KEY: data}
     turn = guard.turn_outcome()
+    text = packet.final_text(turn)
+    kwargs: dict[str, Any] = {STOP_KEY: data}
     if turn is not None and turn.branches:
-        result = turn.to_result()
-        kwargs[TURN_KEY] = result
-        text += f" Last turn's calls completed: {', '.join(turn.completed) or 'none'}."
-        if result.get("instruction"):
-            text += f" {result['instruction']}"
+        kwargs[TURN_KEY] = turn.to_result()
     message = ChatMessage(role=MessageRole.ASSISTANT, content=text, additional_kwargs=kwargs)
     return AgentOutput(
         response=message, tool_calls=[], raw={STOP_KEY: data}, current_agent_name=agent.name

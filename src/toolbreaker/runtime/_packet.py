@@ -11,9 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core.run.redact import redact
+
+if TYPE_CHECKING:
+    from toolbreaker.runtime.run._siblings import SiblingOutcome
 
 __all__ = ["StopPacket"]
 
@@ -60,6 +63,23 @@ class StopPacket:
         object.__setattr__(self, "attempted", redact(dict(attempted)) if attempted else None)
         object.__setattr__(self, "counters", redact(dict(self.counters)))
         object.__setattr__(self, "history", tuple(redact(dict(x)) for x in self.history))
+
+    def final_text(self, turn: SiblingOutcome | None = None) -> str:
+        """The words every adapter ends a stopped run with (its final message's text).
+
+        ``turn``: the last model turn's calls (``RunGuard.turn_outcome()``); when it has
+        any, the text says which completed, and the turn's instruction follows.
+        """
+        text = (
+            f"Run stopped by toolbreaker ({self.condition}): {self.detail}. "
+            f"Next safe action: {self.next_safe_action}."
+        )
+        if turn is not None and turn.branches:
+            text += f" Last turn's calls completed: {', '.join(turn.completed) or 'none'}."
+            instruction = turn.to_result().get("instruction")
+            if instruction:
+                text += f" {instruction}"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """The packet as a JSON-ready dict (secrets were masked when it was built)."""
