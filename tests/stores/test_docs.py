@@ -669,6 +669,7 @@ SETUP: dict[str, dict[str, str | Setup]] = {
         "from toolbreaker.testing import exercise, shipped_scenarios": Setup(
             _EXERCISE + _EXERCISE_RUN, needs="langchain"
         ),
+        "import json": "",
     },
     "docs/integrations/google_adk.md": {
         "from toolbreaker import Budget, Registry, RunGuard": Setup(_ADK, needs="google.adk"),
