@@ -73,15 +73,13 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
-import json
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, cast
 
 from toolbreaker.core.run.budget import Budget
-from toolbreaker.errors import NotSent, PolicyError, ToolReportedError
-from toolbreaker.integrations import count_usage, require
-from toolbreaker.runtime._log import hook_failed
+from toolbreaker.errors import PolicyError, ToolReportedError
+from toolbreaker.integrations import require
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._boundary import (
@@ -98,7 +96,7 @@ from toolbreaker.runtime.run._guard import (
     StopPacket,
     key_argument,
 )
-from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome
+from toolbreaker.runtime.run._siblings import CancelledByPolicy
 from toolbreaker.stores._protocol import Journal
 from toolbreaker.stores.memory import MemoryStore
 
@@ -111,9 +109,8 @@ try:
         ModelResponse,
         hook_config,
     )
-    from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+    from langchain_core.messages import AIMessage, ToolMessage
     from langchain_core.tools import BaseTool
-    from langgraph.errors import GraphBubbleUp
     from langgraph.graph import END
     from langgraph.prebuilt import ToolNode
     from langgraph.prebuilt.tool_node import ToolCallRequest
@@ -123,6 +120,24 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed extras
     require("langchain.agents", "langchain")  # raises with the install hint
     raise
+
+from toolbreaker.integrations._langchain_messages import (
+    STOP_KEY,
+    TURN_KEY,
+    answer_message,
+    call_id_of,
+    content_text,
+    count_response,
+    failed_reply,
+    settles_with,
+    stop_message,
+    stop_update,
+    tool_name_of,
+    tool_reply,
+    tool_value,
+    turn_of,
+    with_system_line,
+)
 
 __all__ = [
     "STOP_KEY",
@@ -134,12 +149,6 @@ __all__ = [
     "idempotency_key",
     "stop_message",
 ]
-
-#: The state key (and ``additional_kwargs`` key) that carries the stop packet dict.
-STOP_KEY: Final = "toolbreaker_stop"
-#: The state key (and ``additional_kwargs`` key) that carries the last turn's outcome
-#: (``SiblingOutcome.to_result()``) when the run stopped.
-TURN_KEY: Final = "toolbreaker_turn"
 
 _CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "toolbreaker_idempotency_key", default=None
@@ -197,34 +206,6 @@ def idempotency_key() -> str | None:
     Tools that declare the idempotency argument as a parameter also receive it there.
     """
     return _CURRENT_KEY.get()
-
-
-def stop_message(packet: StopPacket, turn: SiblingOutcome | None = None) -> AIMessage:
-    """The final message of a stopped run: the reason in words, the packet in kwargs.
-
-    ``turn``: the last model turn's calls (``RunGuard.turn_outcome()``); when given, the
-    text says which completed and which did not, and ``additional_kwargs[TURN_KEY]``
-    holds ``turn.to_result()``.
-    """
-    data = packet.to_dict()
-    text = packet.final_text(turn)
-    kwargs: dict[str, Any] = {STOP_KEY: data}
-    if turn is not None and turn.branches:
-        kwargs[TURN_KEY] = turn.to_result()
-    return AIMessage(content=text, additional_kwargs=kwargs)
-
-
-def _with_system_line(request: ModelRequest[Any], line: str) -> ModelRequest[Any]:
-    """``request`` with ``line`` appended to its system message (or as the message)."""
-    current = request.system_message
-    if current is None:
-        return request.override(system_message=SystemMessage(line))
-    content: str | list[str | dict[str, Any]]
-    if isinstance(current.content, str):
-        content = f"{current.content}\n\n{line}" if current.content else line
-    else:
-        content = [*current.content, {"type": "text", "text": line}]
-    return request.override(system_message=current.model_copy(update={"content": content}))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -383,7 +364,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
     ) -> ToolMessage | Command[Any]:
         """Guard one tool call: answer it locally or run it and settle the outcome."""
         guard, name, args, spec = self._prepare(request)
-        step = guard.begin(name, args, call_id=_call_id(request))
+        step = guard.begin(name, args, call_id=call_id_of(request))
         pending = self._pending(request, step, spec)
         if not isinstance(pending, _Pending):
             return pending
@@ -394,12 +375,12 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
                 # required dependency it needs opens (see RunGuard.run_step).
                 result = guard.run_step(pending.step, lambda: handler(pending.request))
             except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-                return _failed(pending.step, call, exc, pending.step.failed(_raised(exc)))
+                return failed_reply(pending.step, call, exc, pending.step.failed(settles_with(exc)))
         if isinstance(result, CancelledByPolicy):
-            return _message(call, result.answer)
+            return answer_message(call, result.answer)
         failure, value = _outcome(result)
         answer = pending.step.failed(failure) if failure else pending.step.succeeded(value)
-        return _reply(call, result, value, answer)
+        return tool_reply(call, result, value, answer)
 
     async def awrap_tool_call(
         self,
@@ -412,7 +393,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         waits on them.
         """
         guard, name, args, spec = self._prepare(request)
-        step = await guard.abegin(name, args, call_id=_call_id(request))
+        step = await guard.abegin(name, args, call_id=call_id_of(request))
         pending = self._pending(request, step, spec)
         if not isinstance(pending, _Pending):
             return pending
@@ -425,13 +406,15 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
                     pending.step, lambda: _within(handler(pending.request), pending.timeout)
                 )
             except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-                return _failed(pending.step, call, exc, await pending.step.afailed(_raised(exc)))
+                return failed_reply(
+                    pending.step, call, exc, await pending.step.afailed(settles_with(exc))
+                )
         if isinstance(result, CancelledByPolicy):
-            return _message(call, result.answer)
+            return answer_message(call, result.answer)
         failure, value = _outcome(result)
         step = pending.step
         answer = await step.afailed(failure) if failure else await step.asucceeded(value)
-        return _reply(call, result, value, answer)
+        return tool_reply(call, result, value, answer)
 
     def wrap_model_call(
         self,
@@ -445,7 +428,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         """
         looks = {name: self._down(name) for name in self._hideable(request)}
         response = handler(self._hidden(self._instructed(request), looks))
-        _count(lambda: self._guard_of(request.runtime), request, response)
+        count_response(lambda: self._guard_of(request.runtime), request, response)
         return response
 
     async def awrap_model_call(
@@ -456,7 +439,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         """The async twin of :meth:`wrap_model_call`: breakers are asked off the loop."""
         looks = {name: await self._adown(name) for name in self._hideable(request)}
         response = await handler(self._hidden(self._instructed(request), looks))
-        _count(lambda: self._guard_of(request.runtime), request, response)
+        count_response(lambda: self._guard_of(request.runtime), request, response)
         return response
 
     @hook_config(can_jump_to=["end"])
@@ -468,7 +451,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         guard = self._guard_of(runtime)
         if _goes_on(guard, new_turn=True):
             return None
-        return _stop_update(guard.stop_packet(), guard.turn_outcome())
+        return stop_update(guard.stop_packet(), guard.turn_outcome())
 
     @hook_config(can_jump_to=["end"])
     async def abefore_model(
@@ -478,7 +461,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         guard = self._guard_of(runtime)
         if _goes_on(guard, new_turn=True):
             return None
-        return _stop_update(await guard.astop_packet(), guard.turn_outcome())
+        return stop_update(await guard.astop_packet(), guard.turn_outcome())
 
     # -- hand-built LangGraph -----------------------------------------------------------------
 
@@ -556,7 +539,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         """The names of the request's tools to ask about (none unless hiding open tools)."""
         if not self.hide_open_tools:
             return []
-        return [name for name in map(_tool_name, request.tools) if name is not None]
+        return [name for name in map(tool_name_of, request.tools) if name is not None]
 
     def _hidden(
         self, request: ModelRequest[Any], looks: Mapping[str, tuple[bool, int | None]]
@@ -565,7 +548,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         kept: list[Any] = []
         hidden: dict[str, int | None] = {}
         for tool in request.tools:
-            name = _tool_name(tool)
+            name = tool_name_of(tool)
             down, wait = looks.get(name, (False, None)) if name is not None else (False, None)
             if down and name is not None:
                 hidden[name] = wait
@@ -573,7 +556,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
                 kept.append(tool)
         if not hidden:
             return request
-        return _with_system_line(request.override(tools=kept), hidden_tools_line(hidden))
+        return with_system_line(request.override(tools=kept), hidden_tools_line(hidden))
 
     def _breaker_to_ask(self, tool: str) -> Breaker | None:
         try:
@@ -594,7 +577,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         current = request.system_message
         if not self.instructions or (current is not None and line in current.text):
             return request
-        return _with_system_line(request, line)
+        return with_system_line(request, line)
 
     def _guard_of(self, runtime: Any) -> RunGuard:
         return self.guard_for(self.task_of(runtime))
@@ -610,7 +593,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         # dependencies are required must be known to the turn's sibling group at once.
         for configured in self.tool_options:
             self._describe(guard, configured, known=True)
-        turn = _turn_of(request)
+        turn = turn_of(request)
         if turn is not None:
             # The model message that issued the call is the turn (one mark per turn, also
             # in a hand-built graph without before_model).
@@ -634,7 +617,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         """The begun step's answer as a message, or the request to run with its arguments."""
         call = request.tool_call
         if step.answer is not None:
-            return _message(call, step.answer)
+            return answer_message(call, step.answer)
         key_arg = key_argument(spec)
         run_args = step.args
         if key_arg and (request.tool is None or key_arg not in request.tool.args):
@@ -654,39 +637,6 @@ def _goes_on(guard: RunGuard, *, new_turn: bool) -> bool:
     if new_turn:
         guard.mark_turn()
     return True
-
-
-def _stop_update(packet: StopPacket, turn: SiblingOutcome | None) -> dict[str, Any]:
-    """The state update that ends a stopped run: the jump, the stop message, the packet."""
-    update: dict[str, Any] = {
-        "jump_to": "end",
-        "messages": [stop_message(packet, turn)],
-        STOP_KEY: packet.to_dict(),
-    }
-    if turn is not None and turn.branches:
-        update[TURN_KEY] = turn.to_result()
-    return update
-
-
-def _tool_name(tool: Any) -> str | None:
-    """A model request's tool's name (a tool object or a provider's dict)."""
-    name = tool.get("name") if isinstance(tool, Mapping) else getattr(tool, "name", None)
-    return name if isinstance(name, str) else None
-
-
-def _turn_of(request: ToolCallRequest) -> str | None:
-    """The id of the model message that issued the call, if the state shows it."""
-    state = request.state
-    messages = state.get("messages") if isinstance(state, Mapping) else state
-    if not isinstance(messages, list):
-        return None
-    call_id = request.tool_call.get("id")
-    for message in reversed(messages):
-        if isinstance(message, AIMessage) and any(
-            c.get("id") == call_id for c in message.tool_calls
-        ):
-            return message.id
-    return None
 
 
 def _checked(name: str, options: Mapping[str, Any]) -> ToolOptions:
@@ -720,94 +670,5 @@ def _outcome(result: ToolMessage | Command[Any]) -> tuple[ToolError | None, Any]
     """How a handler's return settles: a failure LangChain worded, or the tool's value."""
     if isinstance(result, ToolMessage) and result.status == "error":
         # LangChain already turned the failure into text (invalid arguments, unknown tool).
-        return ToolError(_text(result.content)), None
-    return None, _value(result)
-
-
-def _reply(
-    call: Mapping[str, Any], result: ToolMessage | Command[Any], value: Any, answer: Any
-) -> ToolMessage | Command[Any]:
-    """The tool's own message when the guard let its value through, else the guard's."""
-    return result if answer is value else _message(call, answer)
-
-
-def _raised(exc: BaseException) -> BaseException:
-    """What the step settles with when the handler raised.
-
-    A LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop pause) settles as
-    :class:`~toolbreaker.NotSent`: LangGraph runs the tool again from its start on resume,
-    with the same idempotency key, so a write is not uncertain.
-    """
-    if isinstance(exc, GraphBubbleUp):
-        paused = NotSent("paused by a LangGraph interrupt")
-        paused.__cause__ = exc
-        return paused
-    return exc
-
-
-def _call_id(request: ToolCallRequest) -> str | None:
-    """The model's id of this tool call (the span's ``gen_ai.tool.call.id``), if it gave one."""
-    found = request.tool_call.get("id")
-    return found if isinstance(found, str) and found else None
-
-
-def _failed(step: Step, call: Mapping[str, Any], exc: BaseException, answer: Any) -> ToolMessage:
-    """What the model reads once the handler raised (the step is settled already).
-
-    A cancellation (``KeyboardInterrupt``, ``CancelledError``) was raised again by the
-    step; a LangGraph interrupt is raised again here, so the framework stops or pauses as
-    it would without us.
-    """
-    if isinstance(exc, GraphBubbleUp):
-        raise exc
-    return _message(call, answer)
-
-
-def _message(call: Mapping[str, Any], answer: Any) -> ToolMessage:
-    """A guard answer as the tool message the model reads."""
-    failed = isinstance(answer, Mapping) and answer.get("ok") is False
-    content = answer if isinstance(answer, str) else json.dumps(answer, default=str)
-    return ToolMessage(
-        content=content,
-        tool_call_id=call.get("id") or "",
-        name=call.get("name"),
-        status="error" if failed else "success",
-    )
-
-
-def _value(result: ToolMessage | Command[Any]) -> Any:
-    """A tool's output as the model reads it, JSON-decoded when it is JSON."""
-    if not isinstance(result, ToolMessage):
-        return result
-    content = result.content
-    if isinstance(content, str):
-        try:
-            return json.loads(content)
-        except ValueError:
-            return content
-    return content
-
-
-def _text(content: Any) -> str:
-    return content if isinstance(content, str) else json.dumps(content, default=str)
-
-
-def _count(guard: Callable[[], RunGuard], request: ModelRequest[Any], response: object) -> None:
-    """Report the usage of every ``AIMessage`` the model call returned (never raises)."""
-    try:
-        _counted(guard(), request, response)
-    except Exception as exc:  # noqa: BLE001 - usage never changes a response
-        hook_failed("the model's usage could not be counted; the response stands", exc)
-
-
-def _counted(guard: RunGuard, request: ModelRequest[Any], response: object) -> None:
-    found = getattr(response, "model_response", response)
-    messages = [found] if isinstance(found, AIMessage) else getattr(found, "result", [])
-    fallback = getattr(request.model, "model_name", None) or getattr(request.model, "model", None)
-    for message in messages:
-        usage = getattr(message, "usage_metadata", None)
-        if not isinstance(message, AIMessage) or not usage:
-            continue
-        meta = message.response_metadata or {}
-        model = meta.get("model_name") or meta.get("model") or fallback
-        count_usage(guard, model, usage.get("input_tokens"), usage.get("output_tokens"))
+        return ToolError(content_text(result.content)), None
+    return None, tool_value(result)
