@@ -11,14 +11,26 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from toolbreaker.core.run.redact import redact
 
-if TYPE_CHECKING:
-    from toolbreaker.runtime.run._siblings import SiblingOutcome
+__all__ = ["StopPacket", "Turn"]
 
-__all__ = ["StopPacket"]
+
+class Turn(Protocol):
+    """What :meth:`StopPacket.final_text` reads of a model turn (a ``SiblingOutcome``)."""
+
+    @property
+    def branches(self) -> tuple[object, ...]:
+        """Every call of the turn."""
+
+    @property
+    def completed(self) -> tuple[str, ...]:
+        """The names of the calls that completed."""
+
+    def to_result(self) -> dict[str, Any]:
+        """What the model reads of the turn."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,7 +76,7 @@ class StopPacket:
         object.__setattr__(self, "counters", redact(dict(self.counters)))
         object.__setattr__(self, "history", tuple(redact(dict(x)) for x in self.history))
 
-    def final_text(self, turn: SiblingOutcome | None = None) -> str:
+    def final_text(self, turn: Turn | None = None) -> str:
         """The words every adapter ends a stopped run with (its final message's text).
 
         ``turn``: the last model turn's calls (``RunGuard.turn_outcome()``); when it has
