@@ -393,3 +393,38 @@ def test_records_on_a_file_that_is_not_a_database_are_unavailable(tmp_path):
         ):
             with pytest.raises(StoreUnavailable):
                 call()
+
+
+OLD_BREAKERS = (
+    "CREATE TABLE toolbreaker_breakers ("
+    " key TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL) WITHOUT ROWID"
+)
+
+
+def test_a_file_of_an_earlier_version_gets_its_column_even_while_another_process_writes(
+    tmp_path,
+):
+    """Opening a file whose breaker table predates the ``at`` column adds it. While another
+    process holds the write lock the column cannot be added yet: the open is busy (retried
+    by the store, as any busy file), never a connection without the column, whose every
+    breaker call would fail with "no such column: at" (seen with 8 processes on one file)."""
+    from toolbreaker.stores.sqlite import _SCHEMA, _open
+
+    path = str(tmp_path / "old.db")
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as old:
+        old.execute("PRAGMA journal_mode = WAL")
+        old.execute(OLD_BREAKERS)
+        for statement in _SCHEMA[1:]:  # the other tables as this version has them
+            old.execute(statement)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as writer:
+        writer.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError, match=r"locked|busy"):
+            _open(path)
+        writer.execute("COMMIT")
+    with contextlib.closing(_open(path)) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(toolbreaker_breakers)")}
+    assert "at" in columns
+    with SQLiteStore(path) as store:  # the breaker's row is written with its instant
+        failure = Event("failure", 5, "search:read", call="c-1", generation=0)
+        state, _ = store.apply("search:read", failure, Policy())
+        assert len(state.failures) == 1

@@ -58,7 +58,8 @@ T = TypeVar("T")
 
 _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS toolbreaker_breakers ("
-    " key TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL) WITHOUT ROWID",
+    " key TEXT PRIMARY KEY, version INTEGER NOT NULL, state TEXT NOT NULL, at INTEGER)"
+    " WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS toolbreaker_journal ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, task TEXT NOT NULL, key TEXT NOT NULL,"
     " entry TEXT NOT NULL, UNIQUE (task, key))",
@@ -548,8 +549,13 @@ def _open(path: str, *, create: bool = True) -> sqlite3.Connection:
             conn.execute(statement)
         columns = {row[1] for row in conn.execute("PRAGMA table_info(toolbreaker_breakers)")}
         if "at" not in columns:  # a file of an earlier version
-            with contextlib.suppress(sqlite3.OperationalError):  # another process was first
+            try:
                 conn.execute("ALTER TABLE toolbreaker_breakers ADD COLUMN at INTEGER")
+            except sqlite3.OperationalError as exc:
+                # Another process was first; a busy file is raised, retried by the caller
+                # (never a connection without the column).
+                if "duplicate column" not in str(exc):
+                    raise
     except BaseException:
         conn.close()
         raise
