@@ -33,17 +33,21 @@ from crewai import Agent, Crew, Task  # noqa: E402 - after the environment is se
 from crewai.llms.base_llm import BaseLLM  # noqa: E402
 from crewai.tools import BaseTool, tool  # noqa: E402
 
+from exercise_checks import (  # noqa: E402
+    IDS,
+    SHIPPED,
+    UNGUARDED,
+    fails_without_toolbreaker,
+    holds_every_promise,
+)
 from toolbreaker.integrations.crewai import idempotency_key, protect  # noqa: E402
 from toolbreaker.testing import (  # noqa: E402
     ExerciseContext,
-    exercise,
     next_call,
     service_tools,
-    shipped_scenarios,
     ticket_options,
 )
 
-SHIPPED = shipped_scenarios()
 MAX_STEPS = 60  # far above any scenario's calls: CrewAI forces an answer at max_iter
 
 
@@ -152,29 +156,15 @@ def bare_crewai_agent(ctx: ExerciseContext) -> None:
     crew_of(ctx, crewai_tools(ctx)).kickoff()
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", SHIPPED, ids=IDS)
 def test_a_protected_crew_holds_every_promise(path):
     """protect(crew): every shipped scenario's three promises hold, measured at the
     service, and every fault was really met."""
-    (report,) = exercise([path], crewai_agent).scenarios
-    assert report.held, report.to_dict()
-    assert report.measured.agent_error is None
-    counts = {t.target: t for t in report.measured.targets}
-    for target in report.scenario.targets:
-        assert counts[target].failed >= 1
-    if report.scenario.behaviour in ("alternate", "insist"):
-        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+    holds_every_promise(path, crewai_agent)
 
 
-@pytest.mark.parametrize(
-    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
-)
+@pytest.mark.parametrize("name", UNGUARDED)
 def test_the_same_crew_without_toolbreaker_fails(name):
     """Without protect() the report fails: no packet, and the provider hit too often or a
     ticket opened twice."""
-    path = next(p for p in SHIPPED if p.stem == name)
-    (report,) = exercise([path], bare_crewai_agent).scenarios
-    assert not report.held
-    before, understandable, _ = report.judgement.promises
-    assert not before.held
-    assert not understandable.held
+    fails_without_toolbreaker(name, bare_crewai_agent)

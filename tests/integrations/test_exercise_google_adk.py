@@ -28,17 +28,14 @@ from google.adk.runners import InMemoryRunner
 from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 
+from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
 from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of, tool_metadata
 from toolbreaker.testing import (
     ExerciseContext,
-    exercise,
     next_call,
     service_tools,
-    shipped_scenarios,
     ticket_options,
 )
-
-SHIPPED = shipped_scenarios()
 
 
 class Following(BaseLlm):
@@ -166,30 +163,15 @@ def bare_adk_agent(ctx: ExerciseContext) -> None:
     run(ctx, adk_tools(ctx, naive), [])
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", SHIPPED, ids=IDS)
 def test_a_guarded_adk_agent_holds_every_promise(path):
     """LlmAgent + ToolbreakerPlugin: every shipped scenario's three promises hold,
     measured at the service, and every fault was really met."""
-    (report,) = exercise([path], adk_agent).scenarios
-    assert report.held, report.to_dict()
-    assert report.measured.agent_error is None
-    counts = {t.target: t for t in report.measured.targets}
-    for target in report.scenario.targets:
-        assert counts[target].failed >= 1
-    if report.scenario.behaviour in ("alternate", "insist"):
-        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+    holds_every_promise(path, adk_agent)
 
 
-@pytest.mark.parametrize(
-    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
-)
+@pytest.mark.parametrize("name", UNGUARDED)
 def test_the_same_adk_agent_without_toolbreaker_fails(name):
     """Without the plugin the report fails: no packet, and the provider hit too often
     or a ticket opened twice."""
-    path = next(p for p in SHIPPED if p.stem == name)
-    (report,) = exercise([path], bare_adk_agent).scenarios
-    assert report.measured.agent_error is None  # it ran to its end: the failure is its own
-    assert not report.held
-    before, understandable, _ = report.judgement.promises
-    assert not before.held
-    assert not understandable.held
+    fails_without_toolbreaker(name, bare_adk_agent)

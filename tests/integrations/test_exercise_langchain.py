@@ -24,17 +24,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.tools import BaseTool, tool
 from pydantic import Field
 
+from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
 from toolbreaker.integrations.langchain import ToolbreakerMiddleware, idempotency_key
 from toolbreaker.testing import (
     ExerciseContext,
-    exercise,
     next_call,
     service_tools,
-    shipped_scenarios,
     ticket_options,
 )
-
-SHIPPED = shipped_scenarios()
 
 
 class ScriptedModel(GenericFakeChatModel):
@@ -158,29 +155,15 @@ def bare_langchain_agent(ctx: ExerciseContext) -> None:
     agent.invoke({"messages": [HumanMessage(ctx.scenario.prompt)]}, context={"task_id": ctx.task})
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", SHIPPED, ids=IDS)
 def test_a_guarded_langchain_agent_holds_every_promise(path):
     """create_agent + ToolbreakerMiddleware: every shipped scenario's three promises hold,
     measured at the service, and every fault was really met."""
-    (report,) = exercise([path], langchain_agent).scenarios
-    assert report.held, report.to_dict()
-    assert report.measured.agent_error is None
-    counts = {t.target: t for t in report.measured.targets}
-    for target in report.scenario.targets:
-        assert counts[target].failed >= 1
-    if report.scenario.behaviour in ("alternate", "insist"):
-        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+    holds_every_promise(path, langchain_agent)
 
 
-@pytest.mark.parametrize(
-    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
-)
+@pytest.mark.parametrize("name", UNGUARDED)
 def test_the_same_langchain_agent_without_toolbreaker_fails(name):
     """Without the middleware the report fails: no packet, and the provider hit too often
     or a ticket opened twice."""
-    path = next(p for p in SHIPPED if p.stem == name)
-    (report,) = exercise([path], bare_langchain_agent).scenarios
-    assert not report.held
-    before, understandable, _ = report.judgement.promises
-    assert not before.held
-    assert not understandable.held
+    fails_without_toolbreaker(name, bare_langchain_agent)

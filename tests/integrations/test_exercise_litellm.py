@@ -27,18 +27,22 @@ import pytest
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm", reason="the litellm extra is not installed")
 
+from exercise_checks import (  # noqa: E402
+    IDS,
+    SHIPPED,
+    UNGUARDED,
+    fails_without_toolbreaker,
+    holds_every_promise,
+)
 from toolbreaker import RunGuard  # noqa: E402
 from toolbreaker.integrations.litellm import GuardedRouter, RunStopped  # noqa: E402
 from toolbreaker.testing import (  # noqa: E402
     ExerciseContext,
-    exercise,
     next_call,
     service_tools,
-    shipped_scenarios,
     ticket_options,
 )
 
-SHIPPED = shipped_scenarios()
 MAX_STEPS = 100  # a user's loop has a bound; the scripted model never comes near it
 PROVIDER = "scripted"
 
@@ -231,31 +235,17 @@ def bare_litellm_agent(ctx: ExerciseContext) -> None:
     run_loop(router_for(ctx), ctx.scenario.prompt, call)
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", SHIPPED, ids=IDS)
 def test_a_guarded_litellm_agent_holds_every_promise(path, model):
     """GuardedRouter and a run guard: every shipped scenario's three promises hold,
     measured at the service, and every fault was really met."""
-    (report,) = exercise([path], litellm_agent).scenarios
-    assert report.held, report.to_dict()
-    assert report.measured.agent_error is None
-    counts = {t.target: t for t in report.measured.targets}
-    for target in report.scenario.targets:
-        assert counts[target].failed >= 1
-    if report.scenario.behaviour in ("alternate", "insist"):
-        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+    holds_every_promise(path, litellm_agent)
     assert model.requests > 0  # the calls came from the model behind the router
     assert model.after_stop == 0  # a stopped run never asked the model again
 
 
-@pytest.mark.parametrize(
-    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
-)
+@pytest.mark.parametrize("name", UNGUARDED)
 def test_the_same_litellm_agent_without_toolbreaker_fails(name):
     """Without toolbreaker the report fails: no packet, and the provider hit too often or
     a ticket opened twice."""
-    path = next(p for p in SHIPPED if p.stem == name)
-    (report,) = exercise([path], bare_litellm_agent).scenarios
-    assert not report.held
-    before, understandable, _ = report.judgement.promises
-    assert not before.held
-    assert not understandable.held
+    fails_without_toolbreaker(name, bare_litellm_agent)

@@ -26,17 +26,15 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallB
 from llama_index.core.llms import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
+from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
 from toolbreaker.integrations.llama_index import protect
 from toolbreaker.testing import (
     ExerciseContext,
-    exercise,
     next_call,
     service_tools,
-    shipped_scenarios,
     ticket_options,
 )
 
-SHIPPED = shipped_scenarios()
 #: Far more model requests than any scenario's plan makes: the guard, or the plan's end,
 #: finishes a run long before LlamaIndex's own iteration limit would.
 MAX_ITERATIONS = 100
@@ -153,29 +151,15 @@ def bare_llama_agent(ctx: ExerciseContext) -> None:
     run(agent, ctx)
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", SHIPPED, ids=IDS)
 def test_a_protected_llama_index_agent_holds_every_promise(path):
     """protect(FunctionAgent): every shipped scenario's three promises hold, measured at
     the service, and every fault was really met."""
-    (report,) = exercise([path], llama_agent).scenarios
-    assert report.held, report.to_dict()
-    assert report.measured.agent_error is None
-    counts = {t.target: t for t in report.measured.targets}
-    for target in report.scenario.targets:
-        assert counts[target].failed >= 1
-    if report.scenario.behaviour in ("alternate", "insist"):
-        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+    holds_every_promise(path, llama_agent)
 
 
-@pytest.mark.parametrize(
-    "name", ["outage", "commit-then-timeout", "alternate"], ids=lambda name: name
-)
+@pytest.mark.parametrize("name", UNGUARDED)
 def test_the_same_llama_index_agent_without_toolbreaker_fails(name):
     """Without protect() the report fails: no packet, and the provider hit too often or a
     ticket opened twice."""
-    path = next(p for p in SHIPPED if p.stem == name)
-    (report,) = exercise([path], bare_llama_agent).scenarios
-    assert not report.held
-    before, understandable, _ = report.judgement.promises
-    assert not before.held
-    assert not understandable.held
+    fails_without_toolbreaker(name, bare_llama_agent)

@@ -27,17 +27,16 @@ from agents import (
 )
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
+from exercise_checks import IDS, SHIPPED, holds_every_promise
 from toolbreaker.integrations.openai_agents import protect, run_config
 from toolbreaker.testing import (
     ExerciseContext,
     exercise,
     next_call,
     service_tools,
-    shipped_scenarios,
     ticket_options,
 )
 
-SHIPPED = shipped_scenarios()
 MAX_STEPS = 100
 
 
@@ -134,18 +133,11 @@ def sdk_agent(ctx: ExerciseContext) -> Any:
     return guard
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", SHIPPED, ids=IDS)
 def test_a_protected_sdk_agent_holds_every_promise(path):
     """protect(agent): every shipped scenario's three promises hold, measured at the
     service, and every fault was really met."""
-    (report,) = exercise([path], sdk_agent).scenarios
-    assert report.held, report.to_dict()
-    assert report.measured.agent_error is None
-    counts = {t.target: t for t in report.measured.targets}
-    for target in report.scenario.targets:
-        assert counts[target].failed >= 1
-    if report.scenario.behaviour in ("alternate", "insist"):
-        assert report.measured.packet["condition"] in ("loop", "repeated-action")
+    holds_every_promise(path, sdk_agent)
 
 
 def test_the_same_sdk_agent_unprotected_fails():
