@@ -7,10 +7,13 @@ every fault; the same agent without toolbreaker fails, so the report can fail.
 
 from __future__ import annotations
 
+import ast
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from toolbreaker import Breaker, Registry
 from toolbreaker.testing import ScenarioReport, exercise, shipped_scenarios
 
 SHIPPED = shipped_scenarios()
@@ -23,6 +26,35 @@ UNGUARDED = ("outage", "commit-then-timeout", "alternate")
 def shipped(name: str) -> Path:
     """The shipped scenario file called ``name``."""
     return next(p for p in SHIPPED if p.stem == name)
+
+
+def shop_breakers(registry: Registry) -> dict[str, Breaker]:
+    """The breakers of the bundled service's tools, by tool, as the reference agent has
+    them: one ``catalog`` breaker for both catalog tools (its fallback the snapshot), one
+    for the snapshot, the orders and the ticket write."""
+    snapshot = registry.get("catalog-snapshot", "read", tool="search_catalog_snapshot")
+    catalog = registry.get(
+        "catalog", "read", tool="search_catalog", fallback="search_catalog_snapshot"
+    )
+    return {
+        "search_catalog": catalog,
+        "refine_search": catalog,
+        "search_catalog_snapshot": snapshot,
+        "get_order": registry.get("orders", "read"),
+        "create_ticket": registry.get("tickets", "write"),
+    }
+
+
+def result_of(text: str) -> Any:
+    """A tool result as the model read it: toolbreaker's JSON, a framework's ``str()`` of a
+    tool's dict, or else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            return text
 
 
 def holds_every_promise(path: Path, agent: Callable[[Any], Any]) -> ScenarioReport:

@@ -11,9 +11,7 @@ adapter tests set up, imported from them.
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import json
 from typing import Any
 
 import pytest
@@ -39,6 +37,7 @@ from exercise_checks import (  # noqa: E402
     UNGUARDED,
     fails_without_toolbreaker,
     holds_every_promise,
+    result_of,
 )
 from toolbreaker.integrations.crewai import idempotency_key, protect  # noqa: E402
 from toolbreaker.testing import (  # noqa: E402
@@ -54,14 +53,7 @@ MAX_STEPS = 60  # far above any scenario's calls: CrewAI forces an answer at max
 def observed(text: str) -> Any:
     """An observation as the model read it: toolbreaker's JSON, CrewAI's ``str()`` of a
     tool's dict, or CrewAI's own words (its format reminder, after a blank line, dropped)."""
-    text = text.strip().split("\n\n", 1)[0].strip()
-    try:
-        return json.loads(text)
-    except ValueError:
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
+    return result_of(text.strip().split("\n\n", 1)[0].strip())
 
 
 class Following(BaseLLM):

@@ -35,6 +35,7 @@ from toolbreaker.testing import (
     next_call,
     service_tools,
     ticket_options,
+    unguarded,
 )
 
 
@@ -145,22 +146,10 @@ def adk_agent(ctx: ExerciseContext) -> Any:
     return guard
 
 
-def naive(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """What a user without toolbreaker writes: every error back to the model, retryable."""
-
-    def tool(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - the model reads the error
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
-
-    return tool
-
-
 def bare_adk_agent(ctx: ExerciseContext) -> None:
     """The same agent without toolbreaker; a failing tool's error goes back to the model,
     as an error it may retry (ADK would otherwise end the run on the exception)."""
-    run(ctx, adk_tools(ctx, naive), [])
+    run(ctx, adk_tools(ctx, unguarded), [])
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=IDS)

@@ -31,6 +31,7 @@ from toolbreaker.testing import (
     next_call,
     service_tools,
     ticket_options,
+    unguarded,
 )
 
 
@@ -138,20 +139,10 @@ def langchain_agent(ctx: ExerciseContext) -> ToolbreakerMiddleware:
     return middleware
 
 
-def naive(fn: Callable[..., Any]) -> Callable[..., Any]:
-    def tool(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - the model reads the error
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
-
-    return tool
-
-
 def bare_langchain_agent(ctx: ExerciseContext) -> None:
     """The same agent without toolbreaker; a failing tool's error goes back to the model,
     as an error it may retry (what a framework's error handler does)."""
-    agent = create_agent(following(ctx.scenario.behaviour), langchain_tools(ctx, naive))
+    agent = create_agent(following(ctx.scenario.behaviour), langchain_tools(ctx, unguarded))
     agent.invoke({"messages": [HumanMessage(ctx.scenario.prompt)]}, context={"task_id": ctx.task})
 
 

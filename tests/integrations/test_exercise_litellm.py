@@ -41,6 +41,7 @@ from toolbreaker.testing import (  # noqa: E402
     next_call,
     service_tools,
     ticket_options,
+    unguarded,
 )
 
 MAX_STEPS = 100  # a user's loop has a bound; the scripted model never comes near it
@@ -224,15 +225,8 @@ def litellm_agent(ctx: ExerciseContext) -> RunGuard:
 def bare_litellm_agent(ctx: ExerciseContext) -> None:
     """The same loop on LiteLLM's own router, without toolbreaker: a failing tool's error
     goes back to the model as an error it may retry."""
-    raw = service_tools(ctx)
-
-    def call(name: str, args: dict[str, Any]) -> Any:
-        try:
-            return raw[name](**args)
-        except Exception as exc:  # noqa: BLE001 - the model reads the error
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
-
-    run_loop(router_for(ctx), ctx.scenario.prompt, call)
+    tools = {name: unguarded(fn) for name, fn in service_tools(ctx).items()}
+    run_loop(router_for(ctx), ctx.scenario.prompt, lambda name, args: tools[name](**args))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=IDS)

@@ -10,10 +10,8 @@ scenario; the same agent without toolbreaker fails.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import itertools
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -26,13 +24,22 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallB
 from llama_index.core.llms import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
+from exercise_checks import (
+    IDS,
+    SHIPPED,
+    UNGUARDED,
+    fails_without_toolbreaker,
+    holds_every_promise,
+    result_of,
+    shop_breakers,
+)
 from toolbreaker.integrations.llama_index import protect
 from toolbreaker.testing import (
     ExerciseContext,
     next_call,
     service_tools,
     ticket_options,
+    unguarded,
 )
 
 #: Far more model requests than any scenario's plan makes: the guard, or the plan's end,
@@ -44,17 +51,6 @@ MAX_ITERATIONS = 100
 pytestmark = pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
 
 
-def decoded(text: str) -> Any:
-    """A tool message as data: toolbreaker's JSON, or LlamaIndex's ``str()`` of a dict."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-
-
 def following(behaviour: str) -> MockFunctionCallingLLM:
     """LlamaIndex's mock LLM as the scripted model: at each request it replays the tool
     results in the messages it is sent into the plan and answers with the next call (or a
@@ -62,7 +58,7 @@ def following(behaviour: str) -> MockFunctionCallingLLM:
     ids = itertools.count(1)
 
     def respond(messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
-        results = [decoded(m.content or "") for m in messages if m.role == MessageRole.TOOL]
+        results = [result_of(m.content or "") for m in messages if m.role == MessageRole.TOOL]
         call = next_call(behaviour, results)
         if call is None:
             return ChatMessage(role=MessageRole.ASSISTANT, content="Done.")
@@ -115,17 +111,7 @@ def run(workflow: Any, ctx: ExerciseContext) -> Any:
 def llama_agent(ctx: ExerciseContext) -> Any:
     """The user's LlamaIndex agent, protected with the exercise's registry and guard."""
     registry = ctx.registry
-    snapshot = registry.get("catalog-snapshot", "read", tool="search_catalog_snapshot")
-    catalog = registry.get(
-        "catalog", "read", tool="search_catalog", fallback="search_catalog_snapshot"
-    )
-    breakers = {
-        "search_catalog": catalog,
-        "refine_search": catalog,
-        "search_catalog_snapshot": snapshot,
-        "get_order": registry.get("orders", "read"),
-        "create_ticket": registry.get("tickets", "write"),
-    }
+    breakers = shop_breakers(registry)
     guard = ctx.run_guard()
     guard.ensure_tool("create_ticket", **ticket_options(ctx))
     agent = FunctionAgent(tools=llama_tools(ctx), llm=following(ctx.scenario.behaviour))
@@ -134,20 +120,10 @@ def llama_agent(ctx: ExerciseContext) -> Any:
     return guard
 
 
-def naive(fn: Callable[..., Any]) -> Callable[..., Any]:
-    def tool(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - the model reads the error
-            return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "retryable": True}
-
-    return tool
-
-
 def bare_llama_agent(ctx: ExerciseContext) -> None:
     """The same agent without toolbreaker; a failing tool's error goes back to the model,
     as an error it may retry."""
-    agent = FunctionAgent(tools=llama_tools(ctx, naive), llm=following(ctx.scenario.behaviour))
+    agent = FunctionAgent(tools=llama_tools(ctx, unguarded), llm=following(ctx.scenario.behaviour))
     run(agent, ctx)
 
 

@@ -8,10 +8,8 @@ the exercise's registry and run guard.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
-import json
 from typing import Any
 
 import pytest
@@ -27,7 +25,7 @@ from agents import (
 )
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
-from exercise_checks import IDS, SHIPPED, holds_every_promise
+from exercise_checks import IDS, SHIPPED, holds_every_promise, result_of, shop_breakers
 from toolbreaker.integrations.openai_agents import protect, run_config
 from toolbreaker.testing import (
     ExerciseContext,
@@ -46,24 +44,13 @@ def _no_tracing() -> None:
     set_tracing_disabled(True)
 
 
-def decoded(text: str) -> Any:
-    """A tool result as the model read it: toolbreaker's JSON, or the SDK's repr of a dict."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-
-
 def following(behaviour: str) -> ScriptedModel:
     """The scripted model's plan, replayed at each step from the results read so far."""
 
     def respond(call: ModelCall) -> list[Any]:
         items = call.input if isinstance(call.input, list) else []
         results = [
-            decoded(item["output"])
+            result_of(item["output"])
             for item in items
             if isinstance(item, dict) and item.get("type") == "function_call_output"
         ]
@@ -110,17 +97,7 @@ def sdk_tools(ctx: ExerciseContext) -> list[Any]:
 def sdk_agent(ctx: ExerciseContext) -> Any:
     """The user's OpenAI Agents SDK agent, protected with the exercise's registry and guard."""
     registry = ctx.registry
-    snapshot = registry.get("catalog-snapshot", "read", tool="search_catalog_snapshot")
-    catalog = registry.get(
-        "catalog", "read", tool="search_catalog", fallback="search_catalog_snapshot"
-    )
-    breakers = {
-        "search_catalog": catalog,
-        "refine_search": catalog,
-        "search_catalog_snapshot": snapshot,
-        "get_order": registry.get("orders", "read"),
-        "create_ticket": registry.get("tickets", "write"),
-    }
+    breakers = shop_breakers(registry)
     guard = ctx.run_guard()
     guard.ensure_tool("create_ticket", **ticket_options(ctx))
     agent = Agent(name="shop", model=following(ctx.scenario.behaviour), tools=sdk_tools(ctx))

@@ -23,8 +23,8 @@ from toolbreaker.core.breaker.trace import trace_event
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.runtime._result import system_prompt_line
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.testing import ToolService, request_json
-from toolbreaker.testing._agents import Call, Plan, ask, failed, naive, unavailable
+from toolbreaker.testing import ToolService, request_json, unguarded
+from toolbreaker.testing._agents import Call, Plan, ask, failed, unavailable
 
 __all__ = ["run_live"]
 
@@ -223,7 +223,7 @@ def _tools(
     registry: Registry | None, raw: dict[str, Callable[..., Any]]
 ) -> dict[str, Callable[..., Any]]:
     if registry is None:
-        return {name: naive(fn) for name, fn in raw.items()}
+        return {name: unguarded(fn) for name, fn in raw.items()}
     return {name: registry.for_tool(name).guard(fn) for name, fn in raw.items()}
 
 

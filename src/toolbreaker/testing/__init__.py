@@ -32,6 +32,7 @@ from toolbreaker.testing._agents import (
     scripted_agent,
     service_tools,
     ticket_options,
+    unguarded,
     unprotected_agent,
 )
 from toolbreaker.testing._chat import CHAT_ROUTE, openai_error
@@ -84,5 +85,6 @@ __all__ = [
     "service_tools",
     "shipped_scenarios",
     "ticket_options",
+    "unguarded",
     "unprotected_agent",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "scripted_agent",
     "service_tools",
     "ticket_options",
+    "unguarded",
     "unprotected_agent",
 ]
 
@@ -285,8 +286,12 @@ def _through(guard: RunGuard, name: str) -> Tool:
     return tool
 
 
-def naive(fn: Tool) -> Tool:
-    """A tool wrapper without a breaker: every error goes back to the model as retryable."""
+def unguarded(fn: Tool) -> Tool:
+    """``fn`` as a tool without toolbreaker: every error goes back to the model as retryable.
+
+    What a framework's plain error handler does; the other side of a comparison (the
+    reference :func:`unprotected_agent`, ``toolbreaker demo --retry-only``).
+    """
 
     def tool(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -300,4 +305,4 @@ def naive(fn: Tool) -> Tool:
 def unprotected_agent(ctx: ExerciseContext) -> None:
     """The same scripted model with no toolbreaker at all: its report must fail."""
     raw = service_tools(ctx)
-    model_script({name: naive(fn) for name, fn in raw.items()}, ctx.scenario.behaviour)
+    model_script({name: unguarded(fn) for name, fn in raw.items()}, ctx.scenario.behaviour)
