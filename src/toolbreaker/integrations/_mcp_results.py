@@ -26,7 +26,7 @@ from mcp.types import CallToolResult, TextContent
 
 from toolbreaker.errors import ToolReportedError
 
-__all__ = ["MalformedResult", "ToolResultError", "malformed_result", "result_error", "text_of"]
+__all__ = ["MalformedResult", "ToolResultError", "malformed_result", "result_error"]
 
 _STATUS_TEXT: Final = re.compile(
     r"\b(?:HTTP(?:/\d(?:\.\d)?)?(?:\s+error)?|status(?:[\s_-]*code)?)\s*[:=]?\s*([1-5]\d\d)\b",
@@ -56,7 +56,7 @@ class ToolResultError(ToolReportedError):
         status_code: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        message = text_of(result)[:300] or "the tool reported an error"
+        message = _text_of(result)[:300] or "the tool reported an error"
         super().__init__(message, status_code=status_code, headers=headers)
         self.result = result
 
@@ -85,7 +85,7 @@ def result_error(result: CallToolResult) -> ToolResultError | None:
             if isinstance(value, (int, float, str)) and not isinstance(value, bool):
                 wait = str(value)
                 break
-    text = text_of(result)
+    text = _text_of(result)
     if status is None and (found := _STATUS_TEXT.search(text)):
         status = int(found.group(1))
     if wait is None and (found := _RETRY_AFTER_TEXT.search(text)):
@@ -143,6 +143,6 @@ def malformed_result(tool: str, exc: BaseException) -> MalformedResult | None:
 MISSING_STRUCTURED: Final = "Tool {tool} has an output schema but did not return structured content"
 
 
-def text_of(result: CallToolResult) -> str:
+def _text_of(result: CallToolResult) -> str:
     """The text blocks of ``result``, joined by spaces."""
     return " ".join(block.text for block in result.content if isinstance(block, TextContent))
