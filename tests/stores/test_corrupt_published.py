@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patient import patient_postgres
 
 from toolbreaker import Registry
 from toolbreaker.cli import main
 from toolbreaker.runtime.fleet._published import POLICY_SPACE
-from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
+from toolbreaker.stores import RedisStore, SQLiteStore
 
 V1 = """\
 [defaults]
@@ -81,7 +82,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
                     (text, POLICY_SPACE, "default"),
                 )
 
-        found = Target(f"{url}?prefix={prefix}", PostgresStore(url, prefix=prefix), garble_postgres)
+        found = Target(
+            f"{url}?prefix={prefix}", patient_postgres(url, prefix=prefix), garble_postgres
+        )
     yield found
     found.store.close()
 

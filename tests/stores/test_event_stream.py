@@ -470,15 +470,15 @@ def test_the_dashboard_reads_and_acts_on_postgres(postgres_url):
     """Breakers on a PostgreSQL store publish to the stream beside its tables (one URL
     for both); the dashboard shows them and isolates through the same database."""
     pytest.importorskip("starlette")
+    from patient import patient_postgres
     from starlette.testclient import TestClient
 
     from toolbreaker.cli._board import Board
     from toolbreaker.cli._dashboard import build_app, store_actor
-    from toolbreaker.stores import PostgresStore
 
     prefix = f"tb_{uuid.uuid4().hex[:12]}"
     url = f"{postgres_url}{'&' if '?' in postgres_url else '?'}prefix={prefix}"
-    store = PostgresStore(postgres_url, prefix=prefix)
+    store = patient_postgres(postgres_url, prefix=prefix)
     breakers = Registry(POLICY, store=store, default_timeout=5.0)
     search = breakers.get("search", "read")
     StreamPublisher(opened(url)).attach(search)

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from patient import patient_postgres
 
 from toolbreaker import Breaker, Registry, publish_policy
 from toolbreaker.core.breaker.state import OPEN
 from toolbreaker.runtime.fleet._published import POLICY_SPACE
-from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
+from toolbreaker.stores import RedisStore, SQLiteStore
 from toolbreaker.testing import ToolService, request_json
 
 V1 = """\
@@ -56,7 +57,7 @@ def make_store(kind: str, target: str) -> Any:
         return SQLiteStore(target)
     url, prefix = target.split("|")  # a prefix of the test's own on the shared server
     if kind == "postgres":
-        return PostgresStore(url, prefix=prefix)
+        return patient_postgres(url, prefix=prefix)
     return RedisStore(url, prefix=prefix)
 
 

@@ -19,6 +19,7 @@ from conformance import (
     wait_for,
     without_hanging,
 )
+from patient import patient_postgres
 
 from lag_proxy import LaggingProxy
 
@@ -59,7 +60,7 @@ def fed(store: PostgresStore, key: str, policy: Policy = POLICY):
 class TestPostgresStore(StoreContract, RecordsContract, AmbiguousWriteContract):
     @pytest.fixture
     def store(self, postgres_url):
-        with PostgresStore(postgres_url) as store:
+        with patient_postgres(postgres_url) as store:
             yield store
 
     @pytest.fixture
@@ -81,7 +82,7 @@ class TestPostgresStore(StoreContract, RecordsContract, AmbiguousWriteContract):
 
     @pytest.fixture
     def twin(self, postgres_url):
-        with PostgresStore(postgres_url) as twin:
+        with patient_postgres(postgres_url) as twin:
             yield twin
 
     def write_raw(self, store, key, raw, policy):
@@ -243,7 +244,7 @@ def test_a_slow_statement_is_cancelled_and_unavailable(postgres_url, client):
 def test_a_lost_listener_empties_views_until_confirmed_again(postgres_url, client):
     """Terminating the listening backend drops the views; they come back by themselves."""
     key = f"dep-{uuid.uuid4().hex[:8]}"
-    with PostgresStore(postgres_url) as store:
+    with patient_postgres(postgres_url) as store:
         view = fed(store, key)
         client.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -257,7 +258,7 @@ def test_a_big_state_reaches_views_through_a_read(postgres_url):
     """A state too big for a notification is read by the listener instead."""
     key = f"dep-{uuid.uuid4().hex[:8]}"
     policy = Policy(failure_threshold=2000, window_ms=10**9)
-    with PostgresStore(postgres_url) as store, PostgresStore(postgres_url) as other:
+    with patient_postgres(postgres_url) as store, patient_postgres(postgres_url) as other:
         view = fed(store, key, policy)
         for n in range(1000):  # well over the 7000 bytes sent inline
             other.apply(key, Event("failure", 10**9 + n, key, call=f"c{n}", generation=0), policy)
@@ -306,7 +307,7 @@ def test_aapply_does_not_block_the_loop(postgres_url, client):
 def test_a_forked_child_trusts_no_inherited_view(postgres_url):
     """After fork, the child's views are empty and it still works on its own connection."""
     key = f"dep-{uuid.uuid4().hex[:8]}"
-    with PostgresStore(postgres_url) as store:
+    with patient_postgres(postgres_url) as store:
         view = fed(store, key)
 
         def check() -> bool:
@@ -321,7 +322,7 @@ def test_a_forked_child_trusts_no_inherited_view(postgres_url):
 
 def test_a_corrupt_row_loads_open(postgres_url):
     key = f"dep-{uuid.uuid4().hex[:8]}"
-    with PostgresStore(postgres_url) as store:
+    with patient_postgres(postgres_url) as store:
         TestPostgresStore().write_raw(store, key, "{nope", POLICY)
         assert store.load(key, POLICY) == CORRUPT
 
@@ -372,7 +373,7 @@ def test_an_operators_hand_edit_reaches_every_view(postgres_url, client):
     from toolbreaker.stores._views import encode_state
 
     key = f"dep-{uuid.uuid4().hex[:8]}"
-    with PostgresStore(postgres_url) as store:
+    with patient_postgres(postgres_url) as store:
         Twin(store, key, POLICY).trip()
         opened = store.load(key, POLICY)
         view = fed(store, key)
@@ -411,7 +412,7 @@ def test_records_on_an_unreachable_server_are_unavailable():
 def test_a_corrupt_record_fails_closed(postgres_url, client):
     """A record row that does not validate (bad JSON, bad version): StoreUnavailable."""
     space = f"s-{uuid.uuid4().hex[:8]}"
-    with PostgresStore(postgres_url) as store:
+    with patient_postgres(postgres_url) as store:
         store.record_put(space, "json", {"ok": 1})
         store.record_put(space, "version", {"ok": 1})
         client.execute(

@@ -88,8 +88,7 @@ def test_postgres_without_our_tables_is_an_error_and_nothing_is_created(
     """A mistyped prefix (or database) on a PostgreSQL that answers: one line, exit 2,
     no tables made; the same prefix once a store made them reads as empty."""
     import psycopg
-
-    from toolbreaker.stores import PostgresStore
+    from patient import patient_postgres
 
     prefix = f"typo_{uuid.uuid4().hex[:8]}"
     url = f"{postgres_url}?prefix={prefix}"
@@ -98,7 +97,7 @@ def test_postgres_without_our_tables_is_an_error_and_nothing_is_created(
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         row = conn.execute("SELECT to_regclass(%s)", (f"{prefix}_records",)).fetchone()
     assert row == (None,)
-    store = PostgresStore(postgres_url, prefix=prefix)
+    store = patient_postgres(postgres_url, prefix=prefix)
     store.record_get("toolbreaker.probe", "x")  # a store's first use makes its tables
     store.close()
     code = main(STORE_READERS[command](url))

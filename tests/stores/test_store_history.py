@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from patient import patient_postgres
 from test_multiprocess import WORKERS, make_breaker, make_store, sleep_until, warm
 
 from toolbreaker import Event, Policy, replay
@@ -25,7 +26,7 @@ from toolbreaker.cli import main
 from toolbreaker.core import read_trace
 from toolbreaker.core.breaker.state import opened
 from toolbreaker.errors import PolicyError
-from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
+from toolbreaker.stores import RedisStore, SQLiteStore
 from toolbreaker.testing import capture_transitions
 
 #: Every call fails but one in three: the breaker opens, probes, closes and opens again.
@@ -257,7 +258,7 @@ def test_a_postgres_store_of_the_previous_version_gains_its_history(postgres_url
     """A prefix made before stores kept a history (no <prefix>_history, no
     <prefix>_cas_history, no at column) keeps working, and a reader gives it the history."""
     prefix = f"old_{uuid.uuid4().hex[:8]}"
-    with PostgresStore(postgres_url, prefix=prefix) as store:
+    with patient_postgres(postgres_url, prefix=prefix) as store:
         outage(store, "search")
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f"DROP TABLE {prefix}_history")
@@ -268,7 +269,7 @@ def test_a_postgres_store_of_the_previous_version_gains_its_history(postgres_url
     url = f"{postgres_url}?prefix={prefix}"
     assert main(["export", "--store", url]) == 0
     assert "exported 0 events" in capsys.readouterr().err
-    with PostgresStore(postgres_url, prefix=prefix) as store:
+    with patient_postgres(postgres_url, prefix=prefix) as store:
         assert store.load("search", POLICY).phase == "open"
         store.apply("search", Event("request", 2_000, "search", call="p"), POLICY)
         assert [e["record"]["reason"] for e in store.history()] == ["probe-admitted"]

@@ -32,10 +32,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
         url = request.getfixturevalue("redis_url")
         made = RedisStore(url, prefix=f"tb-{tmp_path.name}", socket_timeout=5)
     else:
-        from toolbreaker import PostgresStore
+        from stores.patient import patient_postgres
 
         url = request.getfixturevalue("postgres_url")
-        made = PostgresStore(url, prefix=f"tb_{uuid.uuid4().hex[:12]}", timeout=5)
+        made = patient_postgres(url, prefix=f"tb_{uuid.uuid4().hex[:12]}")
     try:
         made.record_get("probe", "probe")
     except NotImplementedError:

@@ -44,11 +44,11 @@ def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[An
         url = request.getfixturevalue("redis_url")
         prefix = f"tb-{tmp_path.name}"
         return RedisStore(url, prefix=prefix), f"{url}?prefix={prefix}"
-    from toolbreaker import PostgresStore
+    from stores.patient import patient_postgres
 
     url = request.getfixturevalue("postgres_url")
     prefix = f"tb_{uuid.uuid4().hex[:12]}"
-    return PostgresStore(url, prefix=prefix), f"{url}?prefix={prefix}"
+    return patient_postgres(url, prefix=prefix), f"{url}?prefix={prefix}"
 
 
 def _usable(store: Any, kind: str) -> None:
