@@ -107,7 +107,7 @@ def test_options_are_validated(postgres_url):
 @pytest.mark.slow
 def test_round_trips_per_call(postgres_bindir):
     """Quiet closed calls and local rejections cost none; each change costs one statement."""
-    from conftest import PostgresServer
+    from stores.conftest import PostgresServer
 
     server = PostgresServer(postgres_bindir, "-c", "shared_preload_libraries=pg_stat_statements")
     server.start()
@@ -332,7 +332,7 @@ def test_a_corrupt_row_loads_open(postgres_url):
 
 def test_the_journal_is_durable_and_refused_on_a_server_without_fsync(postgres_bindir):
     """fsync = off: JournalNotDurable unless volatile_journal=True."""
-    from conftest import PostgresServer
+    from stores.conftest import PostgresServer
     from toolbreaker.errors import JournalNotDurable
 
     server = PostgresServer(postgres_bindir, "-c", "fsync=off")

@@ -217,7 +217,7 @@ def test_an_unreachable_server_is_unavailable_fast_and_denies(redis_binary, tmp_
 
     "At once" without a clock: the socket timeout is longer than the hang guard, so a
     store that waited it out (or retried until it ran out) would fail the guard."""
-    from conftest import RedisServer
+    from stores.conftest import RedisServer
 
     port = RedisServer(redis_binary, tmp_path).port  # a free port, no server on it
     url = f"redis://127.0.0.1:{port}/0"
@@ -330,7 +330,7 @@ def test_aapply_belongs_to_one_event_loop(redis_url):
 
 def test_read_only_keys_fall_back_locally_and_writes_are_denied(redis_binary, tmp_path):
     """With the server down, a named read key gets a local breaker; a write key is denied."""
-    from conftest import RedisServer
+    from stores.conftest import RedisServer
 
     server = RedisServer(redis_binary, tmp_path)
     with RedisStore(server.url, backoff=0) as primary:
@@ -517,7 +517,7 @@ def test_journal_durability_follows_the_servers_persistence(
     redis_binary, tmp_path, options, durable, reason
 ):
     """Only appendonly yes with appendfsync always counts; a hidden CONFIG cannot vouch."""
-    from conftest import RedisServer
+    from stores.conftest import RedisServer
 
     server = RedisServer(redis_binary, tmp_path, *options)
     server.start()
@@ -541,7 +541,7 @@ def test_a_confirmed_journal_entry_survives_a_killed_server(redis_binary, tmp_pa
     The volatile run is the control: the same kill loses the entry, which is exactly
     what the refusal above protects a resumed run from.
     """
-    from conftest import RedisServer
+    from stores.conftest import RedisServer
 
     options = ("--appendonly", "yes", "--appendfsync", "always") if durable else ()
     server = RedisServer(redis_binary, tmp_path, *options)
@@ -586,7 +586,7 @@ def wait_until_answered(read):
 
 def test_records_on_an_unreachable_server_are_unavailable(redis_binary, tmp_path):
     """Every record operation fails closed with StoreUnavailable."""
-    from conftest import RedisServer
+    from stores.conftest import RedisServer
 
     port = RedisServer(redis_binary, tmp_path).port  # a free port, no server on it
     with RedisStore(f"redis://127.0.0.1:{port}/0", backoff=0) as store:

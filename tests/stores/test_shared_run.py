@@ -166,7 +166,7 @@ def test_guards_that_join_a_run_take_its_budget_and_an_extension_reaches_them(tm
 @pytest.fixture
 def durable_redis(redis_binary: str, tmp_path) -> Iterator[Any]:
     """A server of the test's own that keeps what it holds through a stop and a start."""
-    from conftest import RedisServer
+    from stores.conftest import RedisServer
 
     server = RedisServer(redis_binary, tmp_path, "--appendonly", "yes", "--appendfsync", "always")
     server.start()
