@@ -1,12 +1,15 @@
-"""Shared fixtures: paths to the bundled seed fixture."""
+"""Shared fixtures: the bundled tool service, and paths to the bundled seed fixture."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from toolbreaker.testing import ToolService
 
 # Machines here are shared and noisy: a slow draw is not a failing property, and timing
 # belongs in benchmarks/, not in tests.
@@ -26,3 +29,11 @@ def seed_trace() -> Path:
 @pytest.fixture
 def seed_policy() -> Path:
     return Path(str(resources.files("toolbreaker") / "fixtures" / "seed_policy.toml"))
+
+
+@pytest.fixture
+def service() -> Iterator[ToolService]:
+    """The bundled tool service on 127.0.0.1; a handler's own exception fails the test."""
+    with ToolService() as running:
+        yield running
+        assert running.errors == ()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from toolbreaker import Policy, Registry, RunGuard
-from toolbreaker.testing import ToolService, request_json
+from toolbreaker.testing import request_json
 
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -29,12 +29,6 @@ from opentelemetry.trace import SpanKind, StatusCode
 from toolbreaker.instrumentation.opentelemetry import REJECTED, instrument
 
 TIMEOUT = 2.0
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 @pytest.fixture

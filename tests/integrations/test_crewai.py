@@ -66,12 +66,6 @@ def collect_crewai_connections() -> Iterator[None]:
         gc.collect()
 
 
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
-
-
 def make_registry(threshold: int = 2) -> Registry:
     registry = Registry(
         Policy(failure_threshold=threshold),

@@ -13,7 +13,7 @@ import importlib
 import sys
 import urllib.parse
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,12 +56,6 @@ from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
 TIMEOUT = 1.0
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 def make_registry(threshold: int = 2) -> Registry:

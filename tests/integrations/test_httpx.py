@@ -6,7 +6,6 @@ answers 503, 429 with ``Retry-After``, 404, resets the connection or stalls.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -23,12 +22,6 @@ from toolbreaker.integrations.httpx import (
     host_key,
 )
 from toolbreaker.testing import FakeClock, Fault, ToolService
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 @pytest.fixture

@@ -165,12 +165,6 @@ class Shop:
 
 
 @pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
-
-
-@pytest.fixture
 def shop(service: ToolService) -> Shop:
     return Shop(service)
 

@@ -7,7 +7,6 @@ tool calling the local ToolService over HTTP; the sheet row of the catalog searc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from test_langchain import Shop, ask, call, payload, scripted, seen_by_model
 
 from toolbreaker import MemoryStore, Policy, Registry, system_prompt_line
 from toolbreaker.integrations.langchain import ToolbreakerMiddleware
-from toolbreaker.testing import FakeClock, ToolService
+from toolbreaker.testing import FakeClock
 
 STALE_CATALOG = {
     "search": {
@@ -31,12 +30,6 @@ STALE_CATALOG = {
         "stale_every": 0,
     }
 }
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 def reader(results: list[ToolMessage]) -> AIMessage:

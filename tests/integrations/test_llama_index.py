@@ -15,7 +15,7 @@ import json
 import sys
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import SimpleNamespace
@@ -57,12 +57,6 @@ TIMEOUT = 1.0
 #: The workflows package finds an agent's steps by walking all its attributes, pydantic's
 #: deprecated ones included: their warnings are LlamaIndex's, not ours.
 pytestmark = pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 def make_registry(threshold: int = 2) -> Registry:

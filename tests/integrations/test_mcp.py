@@ -19,7 +19,7 @@ import sys
 import urllib.error
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -53,12 +53,6 @@ from toolbreaker.testing import Fault, ToolService, request_json
 READ = ToolAnnotations(read_only_hint=True)
 ADDITIVE_WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
 DESTRUCTIVE = ToolAnnotations(destructive_hint=True, idempotent_hint=True)
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 class Catalog:

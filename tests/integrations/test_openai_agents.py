@@ -12,7 +12,7 @@ import asyncio
 import json
 import urllib.parse
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -49,13 +49,6 @@ TICKET = {"title": "Refund order A-1001", "body": "The cable arrived broken."}
 def _no_tracing() -> None:
     """The SDK exports traces to OpenAI unless told not to; these tests stay offline."""
     set_tracing_disabled(True)
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
-        assert running.errors == ()
 
 
 @pytest.fixture

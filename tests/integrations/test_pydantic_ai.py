@@ -13,7 +13,7 @@ import json
 import sys
 import urllib.parse
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -48,12 +48,6 @@ from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
 TIMEOUT = 1.0
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 def make_registry(threshold: int = 2) -> Registry:

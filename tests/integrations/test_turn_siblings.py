@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -29,12 +29,6 @@ PATIENCE = 20.0
 #: The breakers' deadline: far longer than the test needs, so only the policy cancels.
 DEADLINE = 15.0
 CANCELLED = "required dependency 'helpdesk' opened"
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 def make_registry() -> Registry:

@@ -17,15 +17,9 @@ from typing import Any
 import pytest
 
 from toolbreaker import Budget, Policy, Registry, RunGuard
-from toolbreaker.testing import ToolService, request_json
+from toolbreaker.testing import request_json
 
 QUERIES = [f"cable {n}" for n in range(10)]
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 def registry() -> Registry:

@@ -8,7 +8,6 @@ unresolved; what people and models read is masked where it is built.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,12 +27,6 @@ from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
 BEARER = "Bearer sk-proj-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as svc:
-        yield svc
 
 
 def ticket_guard(

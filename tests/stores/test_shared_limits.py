@@ -25,7 +25,7 @@ from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS
 from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.stores import RedisStore, SQLiteStore
 from toolbreaker.stores._records import breaker_space
-from toolbreaker.testing import Fault, ToolService, request_json
+from toolbreaker.testing import Fault, request_json
 
 PATIENCE = 30.0
 PROCESSES = 4
@@ -134,12 +134,6 @@ def target(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator
         for key, _, _ in store.record_list(space):
             store.record_delete(space, key)
     store.close()
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 # -- tests ---------------------------------------------------------------------------

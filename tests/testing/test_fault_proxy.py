@@ -8,7 +8,6 @@ counted from its ledger.
 from __future__ import annotations
 
 import urllib.error
-from collections.abc import Iterator
 
 import pytest
 
@@ -30,13 +29,6 @@ TICKET = {"title": "Broken cable", "body": "for c-1842"}
 
 def scenario(faults: str, extra: str = ""):
     return parse_scenario(f"timeout = {TIMEOUT}\n{extra}\n{faults}", "test.toml")
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
-        assert running.errors == ()
 
 
 def proxied(service: ToolService, faults: str, extra: str = ""):

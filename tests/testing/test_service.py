@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import urllib.error
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,13 +30,6 @@ HANG_GUARD = 60.0
 
 TICKET = {"title": "Refund order A-1001", "body": "The cable arrived broken."}
 EMAIL = {"to": "ops@example.com", "template": "monthly-report", "period": "2024-04"}
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
-        assert running.errors == ()
 
 
 def _get(service: ToolService, path: str, timeout: float = HANG_GUARD) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from toolbreaker import MemoryStore, SQLiteStore
-from toolbreaker.testing import ToolService
 
 
 @pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
@@ -44,9 +43,3 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     yield made
     if kind != "memory":
         made.close()
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as svc:
-        yield svc

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,12 +10,6 @@ import toolbreaker
 from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError, Registry
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, capture_transitions, request_json
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as svc:
-        yield svc
 
 
 def search_tool(service: ToolService, breaker: Breaker, clock: FakeClock | None = None) -> Any:

@@ -29,7 +29,7 @@ from toolbreaker import (
 )
 from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
 from toolbreaker.stores import MemoryStore
-from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
+from toolbreaker.testing import FakeClock, Fault, request_json
 
 PATIENCE = 20.0
 
@@ -46,12 +46,6 @@ async def await_for(condition: Any, what: str) -> None:
     while not condition():
         assert time.monotonic() < give_up, what
         await asyncio.sleep(0.005)
-
-
-@pytest.fixture
-def service():
-    with ToolService() as running:
-        yield running
 
 
 @pytest.mark.parametrize("shared", [False, True], ids=["process", "leases"])

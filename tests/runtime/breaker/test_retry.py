@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,12 +13,6 @@ from toolbreaker.core.retry import RetryPolicy, RetryRecord, replay
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime.breaker._boundary import Boundary
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as svc:
-        yield svc
 
 
 def make(

@@ -22,12 +22,6 @@ from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
 
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as svc:
-        yield svc
-
-
 def make(store: Any, clock: FakeClock | None = None, **retry: Any) -> Breaker:
     clock = clock or FakeClock()
     options = {"max_attempts": 3, "base_ms": 100, "deadline_ms": 60_000, **retry}

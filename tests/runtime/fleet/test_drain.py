@@ -77,12 +77,6 @@ def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
     made.close()
 
 
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as svc:
-        yield svc
-
-
 def tickets_tool(service: ToolService) -> Callable[..., Any]:
     def create_ticket(title: str, body: str, idempotency_key: str) -> Any:
         return request_json(

@@ -27,12 +27,6 @@ from toolbreaker.core.breaker.state import CLOSED, OPEN
 from toolbreaker.testing import ToolService, request_json
 
 
-@pytest.fixture
-def service():
-    with ToolService() as running:
-        yield running
-
-
 def wait_for(predicate, *, seconds: float = 20.0) -> None:
     """Bounded polling: never a timed assertion."""
     end = time.monotonic() + seconds

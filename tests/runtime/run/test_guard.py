@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -20,12 +19,6 @@ from toolbreaker.core.run.budget import Budget, ClassLimits
 from toolbreaker.runtime.run._guard import RunGuard
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as svc:
-        yield svc
 
 
 def make_guard(

@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
-
-import pytest
 
 from toolbreaker import Breaker, Budget, ClassLimits, RunGuard, token_cost
 from toolbreaker.core import rejects_callers
@@ -24,12 +21,6 @@ def budget(**fields: Any) -> Budget:
     return Budget(
         **{"max_cost": "1", "max_tool_calls": 100_000, "classes": OPEN, **fields},
     )
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as svc:
-        yield svc
 
 
 def test_asyncio_tasks_begun_at_once_spend_no_more_than_the_budget():

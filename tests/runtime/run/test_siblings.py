@@ -8,7 +8,7 @@ import asyncio
 import threading
 import time
 import urllib.error
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -29,12 +29,6 @@ from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
 PATIENCE = 20.0
-
-
-@pytest.fixture
-def service() -> Iterator[ToolService]:
-    with ToolService() as running:
-        yield running
 
 
 def inventory_breaker() -> Breaker:
