@@ -29,7 +29,6 @@ from langgraph.types import Command
 from toolbreaker.errors import NotSent
 from toolbreaker.integrations import count_usage
 from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.run._guard import RunGuard, StopPacket
 from toolbreaker.runtime.run._siblings import SiblingOutcome
 
@@ -164,9 +163,7 @@ def tool_reply(
     return result if answer is value else answer_message(call, answer)
 
 
-def failed_reply(
-    step: Step, call: Mapping[str, Any], exc: BaseException, answer: Any
-) -> ToolMessage:
+def failed_reply(call: Mapping[str, Any], exc: BaseException, answer: Any) -> ToolMessage:
     """What the model reads once the handler raised (the step is settled already).
 
     A cancellation (``KeyboardInterrupt``, ``CancelledError``) was raised again by the

@@ -375,7 +375,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
                 # required dependency it needs opens (see RunGuard.run_step).
                 result = guard.run_step(pending.step, lambda: handler(pending.request))
             except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-                return failed_reply(pending.step, call, exc, pending.step.failed(settles_with(exc)))
+                return failed_reply(call, exc, pending.step.failed(settles_with(exc)))
         if isinstance(result, CancelledByPolicy):
             return answer_message(call, result.answer)
         failure, value = _outcome(result)
@@ -406,9 +406,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
                     pending.step, lambda: _within(handler(pending.request), pending.timeout)
                 )
             except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-                return failed_reply(
-                    pending.step, call, exc, await pending.step.afailed(settles_with(exc))
-                )
+                return failed_reply(call, exc, await pending.step.afailed(settles_with(exc)))
         if isinstance(result, CancelledByPolicy):
             return answer_message(call, result.answer)
         failure, value = _outcome(result)

@@ -14,7 +14,7 @@ The state stays small whatever the agent does (see :data:`HISTORY_LIMIT`,
 
 The records it is built from (:class:`Action`, :class:`Stop` and the conditions it may
 name, :class:`Attempt`, :class:`Tally`, :class:`Fired`) are defined in
-``core/run/_records.py`` and imported from here.
+``core/run/_state_parts.py`` and imported from here.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final, Literal, get_args
 
-from toolbreaker.core.run._records import (
+from toolbreaker.core.run._state_parts import (
     BUDGET_CONDITIONS,
     EFFECTS,
     PRECEDENCE,
