@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from patient import patient_postgres
+from patient import patient_postgres, patient_redis
 
 from toolbreaker import Registry
 from toolbreaker.cli import main
 from toolbreaker.runtime.fleet._published import POLICY_SPACE
-from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.stores import SQLiteStore
 
 V1 = """\
 [defaults]
@@ -68,7 +68,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
                 version = client.hget(key, "default").split(b" ", 1)[0]
                 client.hset(key, "default", version + b" " + text.encode())  # "<version> <json>"
 
-        found = Target(f"{url}?prefix={prefix}", RedisStore(url, prefix=prefix), garble_redis)
+        found = Target(f"{url}?prefix={prefix}", patient_redis(url, prefix=prefix), garble_redis)
     else:
         import psycopg
 
@@ -161,7 +161,7 @@ def test_a_garbled_redis_version_is_replaceable_too(redis_url, tmp_path, capsys)
     url = f"{redis_url}?prefix={prefix}"
     v1, v2 = sheet(tmp_path, V1, "v1.toml"), sheet(tmp_path, V2, "v2.toml")
     assert main(["policy", "publish", v1, "--store", url]) == 0
-    store = RedisStore(redis_url, prefix=prefix)
+    store = patient_redis(redis_url, prefix=prefix)
     registry = Registry.from_store(store, follow=False)
     with redis.Redis.from_url(redis_url) as client:
         (key,) = client.keys(f"{prefix}:*records*")

@@ -431,14 +431,14 @@ def test_the_dashboard_reads_and_acts_on_redis(redis_url):
     """Breakers on a Redis store publish to a Redis stream; the dashboard shows them and
     isolates through the same Redis, and every process's breaker sees it."""
     pytest.importorskip("starlette")
+    from patient import patient_redis
     from starlette.testclient import TestClient
 
     from toolbreaker.cli._board import Board
     from toolbreaker.cli._dashboard import build_app, store_actor
-    from toolbreaker.stores import RedisStore
 
     name = f"search-{uuid.uuid4().hex[:8]}"
-    store = RedisStore(redis_url)  # the dashboard's actor uses the default prefix too
+    store = patient_redis(redis_url)  # the dashboard's actor uses the default prefix too
     url = f"{redis_url}?key=tb-test:{name}:events"
     breakers = Registry(POLICY, store=store, clock=store.clock, default_timeout=5.0)
     search = breakers.get(name, "read")

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from patient import patient_postgres
+from patient import patient_postgres, patient_redis
 
 from toolbreaker import Breaker, Registry, publish_policy
 from toolbreaker.core.breaker.state import OPEN
 from toolbreaker.runtime.fleet._published import POLICY_SPACE
-from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import ToolService, request_json
 
 V1 = """\
@@ -58,7 +58,7 @@ def make_store(kind: str, target: str) -> Any:
     url, prefix = target.split("|")  # a prefix of the test's own on the shared server
     if kind == "postgres":
         return patient_postgres(url, prefix=prefix)
-    return RedisStore(url, prefix=prefix)
+    return patient_redis(url, prefix=prefix)
 
 
 # -- what runs in the worker processes ---------------------------------------------------

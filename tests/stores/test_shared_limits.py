@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from patient import patient_redis
 
 from toolbreaker import Breaker, CircuitOpen, Policy
 from toolbreaker.core.retry import RetryPolicy
@@ -35,7 +36,7 @@ THREADS = 8
 
 
 def make_store(kind: str, target: str) -> Any:
-    return SQLiteStore(target) if kind == "sqlite" else RedisStore(target)
+    return SQLiteStore(target) if kind == "sqlite" else patient_redis(target)
 
 
 def crowd(kind: str, target: str, url: str, start_ns: int) -> dict[str, int]:
@@ -125,7 +126,7 @@ def target(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator
         return
     url = str(request.getfixturevalue("redis_url"))
     yield url
-    store = RedisStore(url)  # keys are per dependency: leave nothing for the next test
+    store = patient_redis(url)  # keys are per dependency: leave nothing for the next test
     for space in (
         breaker_space("bulkhead", "search"),
         breaker_space("bulkhead", "held"),

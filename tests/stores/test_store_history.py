@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from patient import patient_postgres
+from patient import patient_postgres, patient_redis
 from test_multiprocess import WORKERS, make_breaker, make_store, sleep_until, warm
 
 from toolbreaker import Event, Policy, replay
@@ -26,7 +26,7 @@ from toolbreaker.cli import main
 from toolbreaker.core import read_trace
 from toolbreaker.core.breaker.state import opened
 from toolbreaker.errors import PolicyError
-from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import capture_transitions
 
 #: Every call fails but one in three: the breaker opens, probes, closes and opens again.
@@ -201,7 +201,7 @@ def test_history_zero_keeps_none(tmp_path, redis_url):
         assert store.history() == []
         assert store.load("search", POLICY).phase == "open"
     key = f"off-{uuid.uuid4().hex[:8]}"
-    with RedisStore(redis_url, history=0) as store:
+    with patient_redis(redis_url, history=0) as store:
         outage(store, key)
         assert store.history(key) == []
     with pytest.raises(PolicyError):
@@ -212,7 +212,7 @@ def test_a_redis_history_is_capped_and_in_the_breakers_slot(redis_url, redis_clu
     """A Redis breaker's history is a stream beside its state (one hash tag), capped at
     about ``history`` entries."""
     key = f"capped-{uuid.uuid4().hex[:8]}"
-    with RedisStore(redis_url, history=10) as store:
+    with patient_redis(redis_url, history=10) as store:
         for n in range(500):
             store.apply(key, Event("failure", n, key, call=f"c{n}", generation=0), POLICY_MANY)
         history = store.history(key)
@@ -220,7 +220,7 @@ def test_a_redis_history_is_capped_and_in_the_breakers_slot(redis_url, redis_clu
         assert history[-1]["record"]["event"]["call"] == "c499"
         names = store._client.keys(f"tb:{{{key}}}:*")
     assert {n.decode() for n in names} == {f"tb:{{{key}}}:state", f"tb:{{{key}}}:history"}
-    with RedisStore(redis_cluster.url, cluster=True) as store:
+    with patient_redis(redis_cluster.url, cluster=True) as store:
         outage(store, key)  # one script, two keys: a cross-slot pair would be refused
         assert len(store.history(key)) == 2
 

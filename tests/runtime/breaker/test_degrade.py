@@ -224,7 +224,7 @@ def test_work_is_never_queued_on_a_store_that_would_forget_it(tmp_path, service)
     the run journal refuses such a store; ``volatile_journal=True`` is the explicit
     opt-out."""
     from stores.conftest import RedisServer
-    from toolbreaker import RedisStore
+    from stores.patient import patient_redis
 
     binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
     assert binary is not None, "redis-server is not installed"
@@ -234,13 +234,13 @@ def test_work_is_never_queued_on_a_store_that_would_forget_it(tmp_path, service)
     sheet_data = sheet(tickets__write={"tool": "create_ticket", "degrade": ["queue", "handoff"]})
     args = {"title": "Refund", "body": "order A-1001", "idempotency_key": "key-1"}
     service.outage("POST /tickets")
-    with RedisStore(redis_url, prefix=f"tb-{uuid.uuid4().hex[:8]}") as volatile:
+    with patient_redis(redis_url, prefix=f"tb-{uuid.uuid4().hex[:8]}") as volatile:
         breaker = Registry.from_dict(sheet_data, store=volatile).get("tickets", "write")
         answer = breaker.guard(ticket_tool(service), tool="create_ticket")(**args)
         assert answer.get("queued") is not True
         assert answer["degradation"] == "handoff"
         assert volatile.record_list("toolbreaker.queue") == []
-    with RedisStore(
+    with patient_redis(
         redis_url, prefix=f"tb-{uuid.uuid4().hex[:8]}", volatile_journal=True
     ) as accepted:
         breaker = Registry.from_dict(sheet_data, store=accepted).get("tickets", "write")

@@ -209,10 +209,10 @@ def _open_store(kind: str, target: str) -> Any:
         from toolbreaker import SQLiteStore
 
         return SQLiteStore(target)
-    from toolbreaker import RedisStore
+    from stores.patient import patient_redis
 
     url, prefix = target.split("|")
-    return RedisStore(url, prefix=prefix)
+    return patient_redis(url, prefix=prefix)
 
 
 def _contend(kind: str, target: str, start: Any, out: Any) -> None:

@@ -39,11 +39,11 @@ def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[An
         path = tmp_path / "tb.db"
         return SQLiteStore(str(path)), f"sqlite:///{path}"
     if kind == "redis":
-        from toolbreaker import RedisStore
+        from stores.patient import patient_redis
 
         url = request.getfixturevalue("redis_url")
         prefix = f"tb-{tmp_path.name}"
-        return RedisStore(url, prefix=prefix), f"{url}?prefix={prefix}"
+        return patient_redis(url, prefix=prefix), f"{url}?prefix={prefix}"
     from stores.patient import patient_postgres
 
     url = request.getfixturevalue("postgres_url")
@@ -543,11 +543,12 @@ def late_queue(redis_url: str, tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]
     client times out first (its socket timeout), as on a slow or overloaded server.
     """
     from lag_proxy import LaggingProxy
+    from stores.patient import patient_redis
     from toolbreaker import RedisStore
 
     prefix = f"tb-{tmp_path.name}"
     port = int(redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
-    direct = RedisStore(redis_url, prefix=prefix)
+    direct = patient_redis(redis_url, prefix=prefix)
     direct.record_put("warm", "k", {})  # the record script is loaded on the server
     with LaggingProxy(port, QUEUE.encode()) as proxy:
         url = proxy.url("redis")
