@@ -45,7 +45,7 @@ import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
 from toolbreaker.core.config import build_toml, load_toml
 from toolbreaker.core.files import shown
@@ -56,10 +56,12 @@ from toolbreaker.errors import PolicyError
 __all__ = [
     "BEHAVIOURS",
     "FAULT_KINDS",
+    "MALFORMED",
     "PROMISES",
     "STOP_SCHEMA",
     "FaultRule",
     "Judgement",
+    "Malformed",
     "Measured",
     "Promise",
     "Scenario",
@@ -101,6 +103,11 @@ _CARRIED_OUT: Final = frozenset({"commit-then-timeout", "malformed", "late-succe
 #: The kinds that hold the attempt past the deadline.
 _DELAYED: Final = frozenset({"slow", "commit-then-timeout", "late-success"})
 _DEFAULT_STATUS: Final = {"outage": 503, "rate-limit": 429, "credential": 401}
+#: How a ``malformed`` answer is wrong: its JSON parses but has the wrong shape
+#: (``"shape"``), or it is cut off and does not parse (``"truncated"``). The first is the
+#: default. The fault proxy, the bundled service and the MCP wrapper read these names.
+Malformed = Literal["shape", "truncated"]
+MALFORMED: Final[tuple[Malformed, ...]] = get_args(Malformed)
 _STATUSES: Final = {
     "outage": range(500, 600),
     "rate-limit": (429, 503),
@@ -175,7 +182,7 @@ class FaultRule:
     status: int | None = None
     retry_after: float | None = None
     delay: float = 0.0
-    malformed: str = "shape"
+    malformed: str = MALFORMED[0]
 
     @property
     def carried_out(self) -> bool:
@@ -500,10 +507,10 @@ def _delay(table: Mapping[str, Any], kind: str, where: str, timeout: float) -> f
 
 def _malformed(table: Mapping[str, Any], kind: str, where: str) -> str:
     _only_for(table, "malformed", ("malformed",), kind, where)
-    value = table.get("malformed", "shape")
-    if value not in ("shape", "truncated"):
+    value = table.get("malformed", MALFORMED[0])
+    if value not in MALFORMED:
         raise PolicyError(
-            f"{where}.malformed must be 'shape' or 'truncated', got {shown(value)}",
+            f"{where}.malformed must be one of {', '.join(MALFORMED)}, got {shown(value)}",
             field=f"{where}.malformed",
         )
     return str(value)

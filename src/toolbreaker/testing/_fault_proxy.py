@@ -35,6 +35,7 @@ from toolbreaker.core.exercise import (
     route_key,
 )
 from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.testing._faults import MALFORMED_SHAPE
 from toolbreaker.testing._mcp_faults import CONTROL_PREFIX
 
 __all__ = ["FaultProxy", "InjectedFault", "Ledger", "wrap_tool"]
@@ -294,7 +295,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if rule is not None and rule.kind == "malformed":
             wrong = (
                 b'{"unexpected": true}'
-                if rule.malformed == "shape"
+                if rule.malformed == MALFORMED_SHAPE
                 else payload[: len(payload) // 2]
             )
             self._send(200 if method == "GET" else status, wrong or b"{", ())
@@ -425,7 +426,9 @@ def wrap_tool(
             ledger.stopping.wait(rule.delay)
             raise TimeoutError(f"injected timeout after the commit by fault {rule.name!r}")
         if rule is not None and rule.kind == "malformed":
-            return {"unexpected": True} if rule.malformed == "shape" else '{"unexpected": tr'
+            return (
+                {"unexpected": True} if rule.malformed == MALFORMED_SHAPE else '{"unexpected": tr'
+            )
         return result
 
     return faulty

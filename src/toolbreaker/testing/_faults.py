@@ -9,15 +9,16 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
+
+from toolbreaker.core.exercise import MALFORMED, Malformed
 
 __all__ = ["MALFORMED_SHAPE", "MALFORMED_TRUNCATED", "NO_FAULT", "Fault"]
 
 #: ``Fault.malformed`` value: a 2xx answer whose JSON parses but has the wrong shape.
-MALFORMED_SHAPE: Final = "shape"
+MALFORMED_SHAPE: Final = MALFORMED[0]
 #: ``Fault.malformed`` value: a 2xx answer whose JSON is cut off and does not parse.
-MALFORMED_TRUNCATED: Final = "truncated"
-_MISBEHAVIOURS: Final = (MALFORMED_SHAPE, MALFORMED_TRUNCATED)
+MALFORMED_TRUNCATED: Final = MALFORMED[1]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,7 +57,7 @@ class Fault:
     retry_after: float | str | None = None
     delay: float = 0.0
     commit_then_delay: float = 0.0
-    malformed: Literal["shape", "truncated"] | None = None
+    malformed: Malformed | None = None
     commit: bool | None = None
     reset: bool = False
     headers: Mapping[str, str] | None = None
@@ -79,8 +80,10 @@ class Fault:
                     raise ValueError("Fault.retry_after as text must be one non-empty line")
             else:
                 _check_seconds("retry_after", self.retry_after)
-        if self.malformed is not None and self.malformed not in _MISBEHAVIOURS:
-            raise ValueError(f"Fault.malformed must be 'shape' or 'truncated': {self.malformed!r}")
+        if self.malformed is not None and self.malformed not in MALFORMED:
+            raise ValueError(
+                f"Fault.malformed must be one of {', '.join(MALFORMED)}: {self.malformed!r}"
+            )
         answers = [self.status is not None, self.malformed is not None, self.reset]
         if sum(answers) > 1:
             raise ValueError("Fault takes at most one of status, malformed and reset")

@@ -16,7 +16,7 @@ import functools
 import random
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, Literal, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.predicates import IdleWindow, idle_window, is_quiet
@@ -41,7 +41,7 @@ from toolbreaker.runtime._result import retry_after_seconds, unavailable_result
 from toolbreaker.runtime._step import StepObservers, no_deadline
 from toolbreaker.runtime.breaker._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime.breaker._bulkhead import SATURATED, STORE_DOWN, Bulkhead, Slot
-from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict
+from toolbreaker.runtime.breaker._classify import SUCCESS, Kind, Verdict
 from toolbreaker.runtime.breaker._deadline import Workers
 from toolbreaker.runtime.breaker._degrade import Degradation
 from toolbreaker.runtime.breaker._shared_budget import SharedBudget
@@ -175,7 +175,7 @@ class Permit:
 
     def record(
         self,
-        outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
+        outcome: Verdict | BaseException | Kind,
     ) -> Transition | None:
         """Settle the call with an outcome.
 
@@ -195,7 +195,7 @@ class Permit:
 
     async def arecord(
         self,
-        outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
+        outcome: Verdict | BaseException | Kind,
     ) -> Transition | None:
         """:meth:`record` for the event loop: the store round trip is awaited, never blocks.
 
@@ -240,7 +240,7 @@ class Permit:
 
     def _verdict(
         self,
-        outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"],
+        outcome: Verdict | BaseException | Kind,
     ) -> tuple[Verdict, int]:
         if self._settled:
             raise PermitError(f"permit {self.call or ''} for {self.breaker.key!r} settled twice")

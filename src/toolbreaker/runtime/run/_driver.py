@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolbreaker.stores.memory import in_process
 
 if TYPE_CHECKING:
     from toolbreaker.runtime._step import Step
     from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection
-    from toolbreaker.runtime.breaker._classify import Verdict
+    from toolbreaker.runtime.breaker._classify import Kind, Verdict
     from toolbreaker.runtime.breaker._degrade import Degradation
     from toolbreaker.runtime.run._siblings import TurnGroup, TurnMember
 
@@ -114,7 +114,7 @@ class Record:
     """Settle the dependency breaker's permit: a verdict, an exception, an outcome name."""
 
     permit: Permit
-    outcome: Verdict | BaseException | Literal["success", "failure", "ignored", "ambiguous"]
+    outcome: Verdict | BaseException | Kind
 
     def run(self) -> None:
         """Record it (a store round trip, if one is needed, blocks)."""

@@ -14,7 +14,7 @@ import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run._values import ZERO
@@ -23,7 +23,7 @@ from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.core.run.retrying import ModelRetries
-from toolbreaker.core.run.state import RUNNING
+from toolbreaker.core.run.state import RUNNING, Outcome
 from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed
@@ -261,7 +261,7 @@ class RunShell:
     def _finish(
         self,
         plan: CallPlan,
-        outcome: Literal["success", "failure", "unknown", "ignored"],
+        outcome: Outcome,
         *,
         evidence: str | None = None,
         detail: str = "",
