@@ -92,7 +92,7 @@ from crewai.hooks import (  # noqa: E402
 
 from toolbreaker.errors import NotSent, PolicyError  # noqa: E402
 from toolbreaker.runtime._packet import StopPacket  # noqa: E402
-from toolbreaker.runtime._step import Step  # noqa: E402
+from toolbreaker.runtime._step import Step, idempotency_key  # noqa: E402
 from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime.run._guard import (  # noqa: E402
     GuardedTool,
@@ -117,23 +117,10 @@ __all__ = [
 _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
     "toolbreaker_crewai_call", default=None
 )
-#: The idempotency key of the guarded write running in this context.
-_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "toolbreaker_crewai_key", default=None
-)
 _NOT_RUN: Final = (
     "CrewAI answered the call without running the tool (its tool cache, its repeated-input "
     "check, a usage limit or arguments its schema rejected)"
 )
-
-
-def idempotency_key() -> str | None:
-    """The idempotency key of the guarded write running in this context, else ``None``.
-
-    Call it inside a write tool whose ``args_schema`` does not carry the key argument;
-    a tool that declares it (``idempotency_key: str = ""``) also receives it there.
-    """
-    return _KEY.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,14 +250,11 @@ class _Runner:
         key_arg = key_argument(spec)
         if key_arg is not None and key_arg in kwargs:
             kwargs = with_key(spec, without_key(spec, kwargs), step.idempotency_key)
-        token = _KEY.set(step.idempotency_key)
         try:
             ran = call.binding.guard.run_step(step, lambda: _resolved(self.inner(**kwargs)))
         except BaseException as exc:  # noqa: BLE001 - interrupts are recorded, then re-raised
             call.answer = step.failed(exc)
             return _text(call.answer)
-        finally:
-            _KEY.reset(token)
         if isinstance(ran, CancelledByPolicy):
             call.answer = ran.answer
             return _text(ran.answer)

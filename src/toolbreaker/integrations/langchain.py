@@ -70,18 +70,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
-import contextvars
 import dataclasses
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from toolbreaker.core.run.budget import Budget
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
-from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._step import Step, idempotency_key
 from toolbreaker.runtime.breaker._boundary import (
     BREAKER_TOOL_OPTIONS,
     BreakerOptions,
@@ -150,10 +148,6 @@ __all__ = [
     "stop_message",
 ]
 
-_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "toolbreaker_idempotency_key", default=None
-)
-
 _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
 #: Breaker options a tool may set, and the run guard's: taken from Boundary and
 #: GuardedTool, so they cannot drift.
@@ -196,16 +190,6 @@ class ToolError(ToolReportedError):
     The message is all that is left of the failure; the default classifier ignores it,
     so it never counts against the dependency.
     """
-
-
-def idempotency_key() -> str | None:
-    """The idempotency key of the guarded write running in this context, else ``None``.
-
-    Call it inside a write tool to get the key without putting it in the tool's schema
-    (LangGraph strips ``InjectedToolArg`` values from tool calls, so that route is closed).
-    Tools that declare the idempotency argument as a parameter also receive it there.
-    """
-    return _CURRENT_KEY.get()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -369,13 +353,12 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         if not isinstance(pending, _Pending):
             return pending
         call = request.tool_call
-        with _carrying(pending.step.idempotency_key):
-            try:
-                # One call of the model turn's sibling group: abandoned by policy when a
-                # required dependency it needs opens (see RunGuard.run_step).
-                result = guard.run_step(pending.step, lambda: handler(pending.request))
-            except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-                return failed_reply(call, exc, pending.step.failed(settles_with(exc)))
+        try:
+            # One call of the model turn's sibling group: abandoned by policy when a
+            # required dependency it needs opens (see RunGuard.run_step).
+            result = guard.run_step(pending.step, lambda: handler(pending.request))
+        except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
+            return failed_reply(call, exc, pending.step.failed(settles_with(exc)))
         if isinstance(result, CancelledByPolicy):
             return answer_message(call, result.answer)
         failure, value = _outcome(result)
@@ -398,15 +381,14 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         if not isinstance(pending, _Pending):
             return pending
         call = request.tool_call
-        with _carrying(pending.step.idempotency_key):
-            try:
-                # One call of the model turn's sibling group: the task running it is
-                # cancelled by policy when a required dependency it needs opens.
-                result = await guard.arun_step(
-                    pending.step, lambda: _within(handler(pending.request), pending.timeout)
-                )
-            except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
-                return failed_reply(call, exc, await pending.step.afailed(settles_with(exc)))
+        try:
+            # One call of the model turn's sibling group: the task running it is
+            # cancelled by policy when a required dependency it needs opens.
+            result = await guard.arun_step(
+                pending.step, lambda: _within(handler(pending.request), pending.timeout)
+            )
+        except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
+            return failed_reply(call, exc, await pending.step.afailed(settles_with(exc)))
         if isinstance(result, CancelledByPolicy):
             return answer_message(call, result.answer)
         failure, value = _outcome(result)
@@ -648,16 +630,6 @@ def _checked(name: str, options: Mapping[str, Any]) -> ToolOptions:
             field=f"tools.{name}.breaker",
         )
     return cast(ToolOptions, dict(options))
-
-
-@contextlib.contextmanager
-def _carrying(key: str | None) -> Iterator[None]:
-    """:func:`idempotency_key` answers ``key`` inside the block."""
-    token = _CURRENT_KEY.set(key)
-    try:
-        yield
-    finally:
-        _CURRENT_KEY.reset(token)
 
 
 async def _within(awaitable: Awaitable[Any], timeout: float | None) -> Any:

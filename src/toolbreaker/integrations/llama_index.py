@@ -51,21 +51,20 @@ name) by :func:`llm_usage`, and priced into the run's cost.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import copy
 import dataclasses
 import inspect
 import json
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import count_usage, require
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
-from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._step import Step, idempotency_key
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, StopPacket, key_argument
@@ -114,22 +113,10 @@ TURN_KEY: Final = "toolbreaker_turn"
 
 W = TypeVar("W", BaseWorkflowAgent, AgentWorkflow)
 
-_CURRENT_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "toolbreaker_llama_index_key", default=None
-)
 #: Where the LLM responses of the model request running in this context are collected.
 _RESPONSES: contextvars.ContextVar[list[ChatResponse] | None] = contextvars.ContextVar(
     "toolbreaker_llama_index_responses", default=None
 )
-
-
-def idempotency_key() -> str | None:
-    """The idempotency key of the protected write running in this context, else ``None``.
-
-    Call it inside a write tool that does not take the key as an argument; a tool whose
-    ``fn_schema`` has the key argument receives it there too.
-    """
-    return _CURRENT_KEY.get()
 
 
 # -- the stop -------------------------------------------------------------------------------
@@ -473,11 +460,10 @@ class ProtectedTool(FunctionTool):
         if step.answer is not None:
             return self._output(step.answer, given)
         run_kwargs = {**self._run_args(step, given), **passed}
-        with _carrying(step.idempotency_key):
-            try:
-                ran = self.guard.run_step(step, lambda: self.tool.call(**run_kwargs))
-            except BaseException as exc:  # noqa: BLE001 - re-raised by failed() if it must be
-                return self._output(step.failed(exc), given, exc)
+        try:
+            ran = self.guard.run_step(step, lambda: self.tool.call(**run_kwargs))
+        except BaseException as exc:  # noqa: BLE001 - re-raised by failed() if it must be
+            return self._output(step.failed(exc), given, exc)
         return self._settled(step, ran, given, step.succeeded)
 
     async def acall(self, *args: Any, **kwargs: Any) -> ToolOutput:
@@ -490,15 +476,14 @@ class ProtectedTool(FunctionTool):
             return self._output(step.answer, given)
         run_kwargs = {**self._run_args(step, given), **passed}
         deadline = step.deadline
-        with _carrying(step.idempotency_key):
-            try:
-                # One call of the model turn's sibling group: the task running it is
-                # cancelled by policy when a required dependency it needs opens.
-                ran = await self.guard.arun_step(
-                    step, lambda: _within(self._acall_inner(run_kwargs), deadline)
-                )
-            except BaseException as exc:  # noqa: BLE001 - re-raised by afailed() if it must be
-                return self._output(await step.afailed(exc), given, exc)
+        try:
+            # One call of the model turn's sibling group: the task running it is
+            # cancelled by policy when a required dependency it needs opens.
+            ran = await self.guard.arun_step(
+                step, lambda: _within(self._acall_inner(run_kwargs), deadline)
+            )
+        except BaseException as exc:  # noqa: BLE001 - re-raised by afailed() if it must be
+            return self._output(await step.afailed(exc), given, exc)
         if isinstance(ran, CancelledByPolicy):
             return self._output(ran.answer, given)
         if ran.is_error:
@@ -581,16 +566,6 @@ def _positional(tool: ProtectedTool, args: tuple[Any, ...]) -> dict[str, Any]:
             field=f"{tool.metadata.name}.args",
         )
     return dict(zip(names, args, strict=False))
-
-
-@contextlib.contextmanager
-def _carrying(key: str | None) -> Iterator[None]:
-    """:func:`idempotency_key` answers ``key`` inside the block."""
-    token = _CURRENT_KEY.set(key)
-    try:
-        yield
-    finally:
-        _CURRENT_KEY.reset(token)
 
 
 async def _within(awaitable: Awaitable[ToolOutput], timeout: float | None) -> ToolOutput:

@@ -13,7 +13,7 @@ from toolbreaker.runtime._result import (
     system_prompt_line,
     unavailable_result,
 )
-from toolbreaker.runtime._step import Step, StepObserver, StepStart, StepWatch
+from toolbreaker.runtime._step import Step, StepObserver, StepStart, StepWatch, idempotency_key
 from toolbreaker.runtime.breaker._boundary import (
     BREAKER_OPTIONS,
     Boundary,
@@ -112,6 +112,7 @@ __all__ = [
     "error_result",
     "evidence_digest",
     "hidden_tools_line",
+    "idempotency_key",
     "may_have_committed",
     "monotonic_ms",
     "parse_duration",

@@ -26,6 +26,7 @@ carried an answer or was settled. No adapter does any of it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -40,6 +41,7 @@ __all__ = [
     "StepStart",
     "StepWatch",
     "Watching",
+    "idempotency_key",
     "no_deadline",
 ]
 
@@ -182,6 +184,48 @@ class Watching:
 
 
 _UNWATCHED = contextlib.nullcontext()
+
+#: The step whose tool runs in this context (see :meth:`Step.current`).
+_RUNNING: contextvars.ContextVar[Step | None] = contextvars.ContextVar(
+    "toolbreaker_running_step", default=None
+)
+
+
+def idempotency_key() -> str | None:
+    """The idempotency key of the guarded write whose tool runs in this context, else ``None``.
+
+    Call it inside a write tool to send the key its service deduplicates by, without
+    putting the key in the tool's schema (where the model would fill it). It answers
+    inside every tool a run guard runs: ``guard.call``, ``guard.tool`` and each framework
+    adapter's tools, in the tool's thread or task. A tool that declares the key argument
+    (``idempotency_key``, or the tool's ``key_argument``) receives the same key there.
+    A read, and code outside a guarded tool, get ``None``.
+    """
+    step = _RUNNING.get()
+    return None if step is None else step.idempotency_key
+
+
+class _Current:
+    """:meth:`Step.current`'s block: the step is the running one, its watches entered."""
+
+    __slots__ = ("_step", "_token", "_watched")
+
+    def __init__(self, step: Step, watched: contextlib.AbstractContextManager[Any]) -> None:
+        self._step = step
+        self._watched = watched
+
+    def __enter__(self) -> None:
+        self._token = _RUNNING.set(self._step)
+        self._watched.__enter__()
+
+    def __exit__(self, *exc_info: Any) -> bool | None:
+        try:
+            return self._watched.__exit__(*exc_info)
+        finally:
+            try:
+                _RUNNING.reset(self._token)
+            except ValueError:  # left in another context (a generator resumed elsewhere)
+                _RUNNING.set(None)
 
 
 class Step:
@@ -345,10 +389,14 @@ class Step:
         self._settled = True
         return self
 
-    def current(self) -> contextlib.AbstractContextManager[Any]:
-        """The step observers' watches made current for the block (the owner's work)."""
+    def current(self) -> contextlib.AbstractContextManager[None]:
+        """The block that runs the step's tool (the owner's work).
+
+        The step is the running one (:func:`idempotency_key` answers its key) and its
+        observers' watches are made current.
+        """
         watching = self.watching
-        return _UNWATCHED if watching is None else watching.current()
+        return _Current(self, _UNWATCHED if watching is None else watching.current())
 
     def end(self, error: BaseException | None = None) -> None:
         """Tell the step observers the step ended (once; ``error``: how it failed).
