@@ -326,3 +326,60 @@ def test_the_cli_shows_and_extends_a_shared_run(tmp_path, capsys):
     assert main(["run", "show", "nope", "--store", url]) == 2
     assert "no shared run" in capsys.readouterr().err
     assert main(["run", "show", "task-9", "--store", f"sqlite://{tmp_path}/missing.db"]) == 2
+
+
+class Counting:
+    """A real store whose record reads and writes are counted (refused writes apart)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self.reads = 0
+        self.writes = 0
+        self.refused = 0
+
+    def record_get(self, space: str, key: str) -> Any:
+        self.reads += 1
+        return self.store.record_get(space, key)
+
+    def record_put(self, space: str, key: str, value: Any, *, version: Any = None) -> Any:
+        written = self.store.record_put(space, key, value, version=version)
+        self.writes += 1
+        self.refused += written is None
+        return written
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_a_guard_alone_on_its_run_writes_without_reading_again(tmp_path):
+    """The guard writes at the version it wrote last: with no other writer between, an
+    admission and an outcome are one compare-and-set each, no read, nothing decoded."""
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        counting = Counting(store)
+        guard, search = shared_guard(counting, "t", [])
+        search(q="first")  # reads once: the run's record is made
+        reads, writes = counting.reads, counting.writes
+        for n in range(10):
+            assert "hits" in search(q=str(n))
+        assert counting.reads == reads
+        assert counting.writes == writes + 20
+        assert counting.refused == 0
+        assert guard.stop_packet().counters["calls"] == 11
+
+
+def test_a_write_another_guard_came_before_is_refused_then_read_and_applied(tmp_path):
+    """Two guards of one run take turns: each one's write at its stale version is refused
+    by the compare-and-set, it reads the other's, and applies its event to that; the
+    budget counts every call of both, once, and refuses the 101st."""
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as one, SQLiteStore(path) as two:
+        a, b = Counting(one), Counting(two)
+        (_, search_a), (_, search_b) = shared_guard(a, "t", []), shared_guard(b, "t", [])
+        answers = [(search_a if n % 2 else search_b)(q=str(n)) for n in range(101)]
+        assert sum("hits" in x for x in answers) == 100
+        assert answers[-1]["condition"] == "max-cost"
+        assert a.refused > 0
+        assert b.refused > 0
+        packet = RunGuard("t", journal=one, shared=True).stop_packet()
+        assert packet.counters["calls"] == 100
+        assert packet.counters["cost"] == "1"

@@ -7,8 +7,10 @@ reservations, stops) and its budget live in one record of the journal's store
 (space ``toolbreaker.runs``, key the task), and every event the guard feeds the run
 machine is applied to that record by compare-and-set: read it, apply the event with the
 pure core (:func:`toolbreaker.core.run.machine.apply`), write it back at the version
-read; a guard that lost the race reads again. Nothing here decides anything the core
-does not.
+read; a guard that lost the race reads again. A guard that wrote the record last skips
+the read: it applies the event to what it wrote and writes at that version, which the
+compare-and-set refuses if anyone wrote since (one round trip a write while a guard is
+alone on its run). Nothing here decides anything the core does not.
 
 The record holds, beside the state, the budget the run was started with (raised by an
 operator's extension: one budget for one run, whatever each process was built with) and
@@ -135,8 +137,8 @@ class SharedRun:
         # The decision of a round whose write's answer was lost, by its last event's id:
         # the answer, once a read shows that write landed.
         self._unanswered: tuple[str, RunDecision] | None = None
-        # The record this guard wrote last, decoded, by its version: a read that finds
-        # that version (no other writer came between) needs no decoding.
+        # The record this guard wrote last, decoded, by its version: the next round
+        # writes at that version without reading it (see _round).
         self._known: tuple[int, RunState, Budget, list[str]] | None = None
         # Answered events refused here whose write may have landed anyway.
         self._orphans: list[tuple[str, RunEvent, RunDecision]] = []
@@ -250,19 +252,29 @@ class SharedRun:
         self._orphans.clear()
 
     def _round(self) -> tuple[RunState, Budget, RunDecision] | None:
-        """One compare-and-set round; ``None`` when another writer came first."""
-        found = self.records.record_get(RUNS_SPACE, self.task)
-        created = found is None
-        applied: list[str] = []
-        if found is None:
-            state, budget, version = RunState.start(self.task, self.clock()), self._budget, 0
+        """One compare-and-set round; ``None`` when another writer came first.
+
+        A guard that wrote the record last writes again at that version without reading
+        it: when no other writer came between, the write is the whole round; when one
+        did, the compare-and-set refuses it and the next round reads. A lost answer or an
+        orphan to settle always reads first (what landed is only in the record).
+        """
+        known = self._known
+        created = False
+        if known is not None and self._unanswered is None and not self._orphans:
+            version, state, budget, applied = known[0], known[1], known[2], list(known[3])
         else:
-            version = found[1]
-            known = self._known
-            if known is not None and known[0] == version:
-                state, budget, applied = known[1], known[2], list(known[3])
+            found = self.records.record_get(RUNS_SPACE, self.task)
+            created = found is None
+            applied = []
+            if found is None:
+                state, budget, version = RunState.start(self.task, self.clock()), self._budget, 0
             else:
-                state, budget, applied = _decode(found[0], self.task, version)
+                version = found[1]
+                if known is not None and known[0] == version:
+                    state, budget, applied = known[1], known[2], list(known[3])
+                else:
+                    state, budget, applied = _decode(found[0], self.task, version)
         decision = RunDecision("recorded")
         seen = set(applied)
         self._settle_orphans(seen)
@@ -293,6 +305,7 @@ class SharedRun:
         try:
             written = self.records.record_put(RUNS_SPACE, self.task, doc, version=version)
             if written is None:
+                self._known = None  # another writer came first: the next round reads
                 return None
         except StoreWriteUnknown:
             # Written or not: the next round reads which, by the ids it holds.
