@@ -8,7 +8,6 @@ Tools call the local ToolService over real sockets.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import importlib
 import json
@@ -22,6 +21,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+
+from exercise_checks import result_of
 
 pytest.importorskip("llama_index.core", reason="the llama-index extra is not installed")
 
@@ -82,18 +83,6 @@ class Read:
     content: Any
 
 
-def decoded(text: str) -> Any:
-    """A tool message as data: JSON for the guard's answers, a Python repr for dict results
-    (LlamaIndex writes a tool's raw output with ``str()``)."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        try:
-            return ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            return text
-
-
 @dataclass
 class Script:
     """A response generator for MockFunctionCallingLLM that records what the model read."""
@@ -116,7 +105,7 @@ class Script:
             if message.role != MessageRole.TOOL:
                 break
             name = self.issued[message.additional_kwargs["tool_call_id"]]
-            new.insert(0, Read(name, decoded(message.content or "")))
+            new.insert(0, Read(name, result_of(message.content or "")))
         self.received.extend(new)
         return self.policy(self, new)
 
