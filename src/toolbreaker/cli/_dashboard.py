@@ -29,6 +29,7 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+import signal
 import sys
 import threading
 import time
@@ -378,13 +379,17 @@ def dashboard_server(app: Any, port: int, *, closing: threading.Event) -> Any:
     Asked to exit (a signal, or ``handle_exit`` from another thread), it first sets
     ``closing``, the event :func:`build_app` was given, which ends the pages' event
     streams: it stops at once with pages still connected instead of cancelling them
-    after a grace period with a traceback.
+    after a grace period with a traceback. ``interrupted`` says whether a Ctrl-C
+    (``SIGINT``) asked it.
     """
     uvicorn = require("uvicorn", "dashboard")
 
     class Server(uvicorn.Server):  # type: ignore[misc, name-defined]
+        interrupted = False
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             closing.set()
+            self.interrupted = self.interrupted or sig == signal.SIGINT
             super().handle_exit(sig, frame)
 
     config = uvicorn.Config(
@@ -413,5 +418,11 @@ def serve(url: str, *, port: int = 8765, allow_actions: bool = False) -> int:
     if token:
         print(f"actions enabled; operator token: {token}", flush=True)
     sys.stdout.flush()
-    dashboard_server(app, port, closing=closing).run()
+    server = dashboard_server(app, port, closing=closing)
+    server.run()
+    if server.interrupted:
+        # uvicorn raises a Ctrl-C it caught again once it has stopped, but asyncio's own
+        # handler can swallow it when the server's task ends first: the command still
+        # ends as every command does on an interrupt (exit 130, from main).
+        raise KeyboardInterrupt
     return 0
