@@ -274,8 +274,9 @@ def test_degradation_choices_and_limit_notices_show_live(page, shots):
         assert page.inner_text('tr[data-key="orders:read"] td.limit') == "deferred 1"
         assert page.inner_text('tr[data-key="orders:read"] td.degrade') == "\u2013"  # none
 
-        stale = page.inner_text('#notices tr[data-name="stale"]')
-        assert stale.split("\t")[1:6] == ["prices", "get_price", "degradation", "stale", "isolated"]
+        (stale_cells,) = cells(page, '#notices tr[data-name="stale"]')
+        stale = "\t".join(stale_cells)
+        assert stale_cells[1:6] == ["prices", "get_price", "degradation", "stale", "isolated"]
         assert re.search(r"\bage 1 min \d+ s\b", stale), stale
         assert re.match(r"\d{1,2}:\d{2}:\d{2}", stale)  # its time
         saturated = page.inner_text('#notices tr[data-name="saturated"]')
@@ -354,9 +355,9 @@ def test_hostile_names_in_notices_are_shown_inert(page):
     shown = "<img src=x onerror=alert(1)>\\x1b[31m\\u202e\\x00"
     with Server(stream) as server:
         page.goto(server.url)
-        row = page.wait_for_selector('#notices tr[data-name="omit"]')
-        cells = row.inner_text().split("\t")
-        assert cells[1:5] == [shown, shown, "degradation", "omit"]
+        page.wait_for_selector('#notices tr[data-name="omit"]')
+        (omit,) = cells(page, '#notices tr[data-name="omit"]')
+        assert omit[1:5] == [shown, shown, "degradation", "omit"]
         assert shown in page.inner_text("#breakers tbody tr")
         # The operator's reason (the same text) is on the row, inert, with who isolated.
         operator = page.inner_text("#breakers tbody tr .operator")
@@ -425,6 +426,16 @@ def busy(stream: MemoryStream, breakers: int = 150) -> str:
     return opened_key
 
 
+def cells(page: Any, selector: str) -> list[list[str]]:
+    """The text of each cell of each row `selector` matches, read in one go (the page may
+    re-render a table between two reads). A row's innerText separates its cells with tabs
+    only while the row is laid out, so a loaded machine can read one without them."""
+    rows: list[list[str]] = page.eval_on_selector_all(
+        selector, "rows => rows.map((r) => [...r.cells].map((c) => c.textContent))"
+    )
+    return rows
+
+
 def inside(page: Any, selector: str) -> dict[str, float]:
     box: dict[str, float] = page.evaluate(
         "(s) => { const r = document.querySelector(s).getBoundingClientRect();"
@@ -471,10 +482,10 @@ def test_the_page_fits_its_window(browser, shots, width, height):
                 assert box["right"] <= width, (selector, box)
                 assert box["width"] > 0, selector
 
-            # Read in one go: the page may re-render the table between two reads.
-            texts = page.eval_on_selector_all(
-                "#transitions tbody tr", "rows => rows.map((r) => r.innerText)"
-            )
+            assert page.is_visible("#transitions")
+            rows = cells(page, "#transitions tbody tr")
+            texts = ["\t".join(row) for row in rows]
+            assert all(len(row) == 9 for row in rows), rows
             assert "60 rejected locally" in texts[0]
             assert "cooldown 60" in texts[0]
             assert "closed → open" in texts[1]
@@ -484,7 +495,7 @@ def test_the_page_fits_its_window(browser, shots, width, height):
             shown = page.evaluate(
                 f"new Date({opening['open_until_wall']} * 1000).toLocaleTimeString()"
             )
-            assert texts[1].split("\t")[6] == shown  # open until, on the wall clock
+            assert rows[1][6] == shown  # open until, on the wall clock
             assert str(opening["open_until"]) not in page.inner_text("#transitions")
             signals = page.inner_text("#detail-signals")
             assert re.match(r"1 open in the last \d+ s · ", signals), signals
