@@ -7,7 +7,6 @@ Import the helpers and the autouse fixture ``close_opened`` into a test module.
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from ports import free_port
 from toolbreaker.instrumentation.stream import open_stream
 
 _OPENED: list[Any] = []
@@ -60,13 +60,6 @@ def fail() -> None:
     raise Unavailable
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 class Server:
     """The dashboard of ``stream`` (``build_app``'s options), served in a thread of the test
     process by the command's own server, which ends connected pages' streams on exit."""
@@ -75,7 +68,7 @@ class Server:
         pytest.importorskip("uvicorn")
         from toolbreaker.cli._dashboard import build_app, dashboard_server
 
-        self.port = _free_port()
+        self.port = free_port()
         closing = threading.Event()
         app = build_app(stream, closing=closing, **options)
         self.server = dashboard_server(app, self.port, closing=closing)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +12,7 @@ import urllib.request
 
 import pytest
 
+from ports import free_port
 from toolbreaker import Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli import main
 from toolbreaker.cli._board import Board
@@ -227,13 +227,6 @@ def test_actions_need_a_reachable_store(capsys):
     assert "needs the breakers' store" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.mark.slow
 def test_the_command_serves_the_stream(tmp_path):
     """toolbreaker dashboard --store sqlite:///... serves the stream's breakers on loopback."""
@@ -243,7 +236,7 @@ def test_the_command_serves_the_stream(tmp_path):
     StreamPublisher(stream).attach(breakers.get("search"))
     breakers.get("search").call(lambda: "ok")
     stream.close()
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "toolbreaker", "dashboard", "--store", f"sqlite://{path}"]
     server = subprocess.Popen(
         [*command, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -274,7 +267,7 @@ def test_an_interrupt_with_a_page_connected_ends_the_command_cleanly(tmp_path):
     cancel the open stream after its grace period and print the CancelledError)."""
     path = tmp_path / "events.db"
     SQLiteStream(path).close()
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "toolbreaker", "dashboard", "--store", f"sqlite://{path}"]
     server = subprocess.Popen(
         [*command, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT

@@ -40,13 +40,12 @@ with warnings.catch_warnings():  # crewai's own import warns (ImportWarning, dep
     from crewai.tools import tool as crewai_tool
     from pydantic import BaseModel
 
-from toolbreaker import Budget, ModelPrice, Policy, PolicyError, Registry, RunGuard  # noqa: E402 - after the environment is set
+from adapter_registry import TIMEOUT, make_registry  # noqa: E402 - after the environment is set
+from toolbreaker import Budget, ModelPrice, PolicyError, RunGuard  # noqa: E402 - after the environment is set
 from toolbreaker.integrations import crewai as adapter  # noqa: E402 - after the environment is set
 from toolbreaker.integrations.crewai import arun_stop, protect, run_stop  # noqa: E402
 from toolbreaker.stores import MemoryStore  # noqa: E402 - after the environment is set
 from toolbreaker.testing import Fault, ToolService, request_json  # noqa: E402 - after the environment is set
-
-TIMEOUT = 1.0
 
 # CrewAI's own deprecations (newer Pythons deprecate calls it makes) are not ours to fail on.
 pytestmark = [
@@ -64,18 +63,6 @@ def collect_crewai_connections() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         gc.collect()
-
-
-def make_registry(threshold: int = 2) -> Registry:
-    registry = Registry(
-        Policy(failure_threshold=threshold),
-        default_timeout=TIMEOUT,
-        default_enforce="cooperative",
-        local_tools={"search_snapshot"},
-    )
-    registry.get("search", tool="search", fallback="search_snapshot")
-    registry.get("orders", tool="order_status")
-    return registry
 
 
 # -- the scripted model ----------------------------------------------------------------------

@@ -35,6 +35,7 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 from pydantic import ConfigDict
 
+from adapter_registry import TIMEOUT, make_registry
 from toolbreaker import (
     Budget,
     ModelPrice,
@@ -54,20 +55,6 @@ from toolbreaker.integrations.google_adk import (
 )
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
-
-TIMEOUT = 1.0
-
-
-def make_registry(threshold: int = 2) -> Registry:
-    registry = Registry(
-        Policy(failure_threshold=threshold),
-        default_timeout=TIMEOUT,
-        default_enforce="cooperative",
-        local_tools={"search_snapshot"},
-    )
-    registry.get("search", tool="search", fallback="search_snapshot")
-    registry.get("orders", tool="order_status")
-    return registry
 
 
 async def fetch(method: str, url: str, **kwargs: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from adapter_registry import TIMEOUT, make_registry
 from exercise_checks import result_of
 
 pytest.importorskip("llama_index.core", reason="the llama-index extra is not installed")
@@ -53,23 +54,9 @@ from toolbreaker.integrations.llama_index import (
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
-TIMEOUT = 1.0
-
 #: The workflows package finds an agent's steps by walking all its attributes, pydantic's
 #: deprecated ones included: their warnings are LlamaIndex's, not ours.
 pytestmark = pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
-
-
-def make_registry(threshold: int = 2) -> Registry:
-    registry = Registry(
-        Policy(failure_threshold=threshold),
-        default_timeout=TIMEOUT,
-        default_enforce="cooperative",
-        local_tools={"search_snapshot"},
-    )
-    registry.get("search", tool="search", fallback="search_snapshot")
-    registry.get("orders", tool="order_status")
-    return registry
 
 
 # -- the scripted model ----------------------------------------------------------------------

@@ -38,6 +38,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from adapter_registry import TIMEOUT, make_registry
 from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, system_prompt_line
 from toolbreaker.integrations.pydantic_ai import (
     ToolbreakerCapability,
@@ -46,21 +47,6 @@ from toolbreaker.integrations.pydantic_ai import (
 )
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
-
-TIMEOUT = 1.0
-
-
-def make_registry(threshold: int = 2) -> Registry:
-    """Cooperative deadlines: Pydantic AI already runs sync tools in its own threads."""
-    registry = Registry(
-        Policy(failure_threshold=threshold),
-        default_timeout=TIMEOUT,
-        default_enforce="cooperative",
-        local_tools={"search_snapshot"},
-    )
-    registry.get("search", tool="search", fallback="search_snapshot")
-    registry.get("orders", tool="order_status")
-    return registry
 
 
 def run(agent: Agent[Any, str], prompt: str, **kwargs: Any) -> Any:

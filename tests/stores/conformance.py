@@ -32,6 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ports import free_port
 from toolbreaker import BreakerState, Event, Policy, StoreUnavailable, StoreWriteUnknown, Transition
 from toolbreaker.core import apply
 from toolbreaker.core.breaker.state import CORRUPT
@@ -681,9 +682,4 @@ class AmbiguousWriteContract:
 
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+    return free_port()

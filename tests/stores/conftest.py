@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from ports import free_port
+
 
 def _redis_server_binary() -> str:
     found = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin:/usr/sbin")
@@ -37,13 +39,6 @@ def _redis_server_binary() -> str:
         "redis-server is not installed and could not be installed "
         "(apt-get install redis-server, as root)"
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class _LocalServer:
@@ -85,7 +80,7 @@ class RedisServer(_LocalServer):
         self.binary = binary
         self.directory = directory
         self.options = options
-        self.new_port: Callable[[], int] = _free_port
+        self.new_port: Callable[[], int] = free_port
         self.port = self.new_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.started = False
@@ -246,7 +241,7 @@ class PostgresServer(_LocalServer):
         self.directory = Path(tempfile.mkdtemp(prefix="toolbreaker-pg-"))
         self.data = self.directory / "data"
         self.options = options
-        self.new_port: Callable[[], int] = _free_port
+        self.new_port: Callable[[], int] = free_port
         self.port = self.new_port()
         self.process: subprocess.Popen[bytes] | None = None
         self.started = False
@@ -391,7 +386,7 @@ def private_postgres(postgres_bindir: Path) -> Iterator[PostgresServer]:
 def _cluster_port() -> int:
     """A free port whose cluster bus port (+10000) is free and valid too."""
     for _ in range(200):
-        port = _free_port()
+        port = free_port()
         if port + 10000 > 65535:
             continue
         with socket.socket() as probe:

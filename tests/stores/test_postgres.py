@@ -22,6 +22,7 @@ from conformance import (
 from patient import patient_postgres
 
 from lag_proxy import LaggingProxy
+from ports import free_port
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -155,11 +156,7 @@ def test_an_unreachable_server_is_unavailable_fast_and_denies():
 
     "At once" without a clock: the store's timeout (and so its connect timeout) is longer
     than the hang guard, so a store that waited it out or retried would fail the guard."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
     with PostgresStore(url, backoff=0, timeout=2 * HANG_GUARD) as store:
         with pytest.raises(StoreUnavailable):
@@ -393,11 +390,7 @@ def test_an_operators_hand_edit_reaches_every_view(postgres_url, client):
 
 def test_records_on_an_unreachable_server_are_unavailable():
     """Every record operation fails closed with StoreUnavailable."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     with PostgresStore(f"postgresql://postgres@127.0.0.1:{port}/postgres", backoff=0) as store:
         for call in (
             lambda: store.record_get("s", "k"),

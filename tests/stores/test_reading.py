@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from ports import free_port
 from toolbreaker.cli import main
 
 #: The reading commands that take a breaker store (the stream's readers are below).
@@ -111,11 +112,7 @@ def test_postgres_without_our_tables_is_an_error_and_nothing_is_created(
 @pytest.mark.parametrize("command", sorted(STORE_READERS))
 def test_a_postgres_that_does_not_answer_is_an_error(command, postgres_bindir, capsys):
     """Nothing listens on the port: one line naming the server, password masked."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     url = f"postgresql://tb:hunter2@127.0.0.1:{port}/postgres"
     assert main(STORE_READERS[command](url)) == 2
     one_error_line(capsys.readouterr().err, f"127.0.0.1:{port}")
