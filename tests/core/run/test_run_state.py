@@ -78,6 +78,8 @@ _DELETE = object()
         ("tallies", [["x", 1, 0, 0]] * 2, "tallies"),
         ("history.0.2", 50, "history[0].evidence"),
         ("history.0", ["t", "f"], "history[0]"),
+        ("history.1.1", "", "history[1].fingerprint"),  # an item after a good one
+        ("history.1", ["t"], "history[1]"),
         ("history", [["t", "f", 0]] * 33, "history"),
         ("stopped.condition", "tired", "stopped.condition"),
         ("stopped", "yes", "stopped"),

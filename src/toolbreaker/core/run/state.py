@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import functools
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final, Literal, get_args
@@ -508,28 +509,39 @@ def _json_amount(value: object, field: str) -> Decimal:
 def _json_items(value: object, field: str, kind: Any, *, rows: bool) -> tuple[Any, ...]:
     """The items of ``field``: rows in the dataclass's field order, or (before v3) objects.
 
-    Every value is checked by the item's own constructor.
+    Every value is checked by the item's own constructor. A shared run decodes a few
+    hundred items on every read, so the loop builds an item's name (``field[i]``, ``i``
+    being how many items came before) only for an error.
     """
     if not isinstance(value, list):
         raise RunStateError(f"{field} must be a list, got {value!r}", field=field)
-    names = [f.name for f in dataclasses.fields(kind)]
-    out = []
-    for i, item in enumerate(value):
-        where = f"{field}[{i}]"
+    names = _field_names(kind)
+    count = len(names)
+    out: list[Any] = []
+    for item in value:
         if rows:
-            if not isinstance(item, list) or len(item) != len(names):
+            if not isinstance(item, list) or len(item) != count:
+                where = f"{field}[{len(out)}]"
                 raise RunStateError(
-                    f"{where} must be a list of {len(names)}: {', '.join(names)}", field=where
+                    f"{where} must be a list of {count}: {', '.join(names)}", field=where
                 )
         elif not isinstance(item, Mapping) or set(item) != set(names):
+            where = f"{field}[{len(out)}]"
             raise RunStateError(
                 f"{where} must be an object with keys {', '.join(names)}", field=where
             )
         try:
             out.append(kind(*item) if rows else kind(**{name: item[name] for name in names}))
         except RunStateError as exc:
+            where = f"{field}[{len(out)}]"
             raise RunStateError(f"{where}.{exc.message}", field=f"{where}.{exc.field}") from None
     return tuple(out)
+
+
+@functools.cache
+def _field_names(kind: Any) -> tuple[str, ...]:
+    """The field names of the dataclass ``kind``, in order."""
+    return tuple(f.name for f in dataclasses.fields(kind))
 
 
 def _json_digest(value: object, field: str) -> str:
