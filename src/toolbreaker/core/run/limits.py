@@ -89,19 +89,24 @@ def _check_now(run: RunState, now: int) -> None:
         )
 
 
-def _tally(run: RunState, fingerprint: str) -> Tally | None:
-    for tally in reversed(run.tallies):  # the most recently begun first
-        if tally.fingerprint == fingerprint:
-            return tally
-    return None
+def _tally(run: RunState, fingerprint: str) -> int:
+    """The index of ``fingerprint``'s tally in the run's, or -1."""
+    tallies = run.tallies
+    for i in range(len(tallies) - 1, -1, -1):  # the most recently begun first
+        if tallies[i].fingerprint == fingerprint:
+            return i
+    return -1
 
 
-def _repeat(run: RunState, action: Action) -> int:
-    """The repeat number ``action`` would have if it began now."""
-    tally = _tally(run, action.fingerprint)
-    if tally is None or run.evidence != tally.evidence:
+def _repeat(run: RunState, action: Action, at: int | None = None) -> int:
+    """The repeat number ``action`` would have if it began now.
+
+    ``at``: the index of its tally (:func:`_tally`), when the caller has found it.
+    """
+    i = _tally(run, action.fingerprint) if at is None else at
+    if i < 0 or run.evidence != run.tallies[i].evidence:
         return 0
-    return tally.repeats + 1
+    return run.tallies[i].repeats + 1
 
 
 def _loop(run: RunState, action: Action, budget: Budget) -> str | None:
@@ -234,12 +239,14 @@ def begin(
     """
     _check_now(run, now)
     fingerprint = action.fingerprint
-    tally = _tally(run, fingerprint)
-    occurrences = 1 if tally is None else tally.occurrences + 1
-    tallies = (
-        *(t for t in run.tallies if t.fingerprint != fingerprint),
-        Tally(fingerprint, occurrences, run.evidence, _repeat(run, action)),
+    i = _tally(run, fingerprint)
+    tally = Tally(
+        fingerprint,
+        1 if i < 0 else run.tallies[i].occurrences + 1,
+        run.evidence,
+        _repeat(run, action, i),
     )
+    tallies = (*run.tallies, tally) if i < 0 else (*run.tallies[:i], *run.tallies[i + 1 :], tally)
     return dataclasses.replace(
         run,
         calls=run.calls + 1,
@@ -307,11 +314,10 @@ def finish(
     tallies = run.tallies
     if action.risk in WRITES:
         # A write's own result (a receipt, a new id) is no reason to write again.
-        for i in range(len(tallies) - 1, -1, -1):
-            if tallies[i].fingerprint == action.fingerprint:
-                mark = dataclasses.replace(tallies[i], evidence=count)
-                tallies = (*tallies[:i], mark, *tallies[i + 1 :])
-                break
+        i = _tally(run, action.fingerprint)
+        if i >= 0:
+            mark = dataclasses.replace(tallies[i], evidence=count)
+            tallies = (*tallies[:i], mark, *tallies[i + 1 :])
     unknown_write = outcome == "unknown" and action.risk in WRITES
     return dataclasses.replace(
         run,
