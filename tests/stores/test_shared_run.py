@@ -21,6 +21,7 @@ from test_multiprocess import make_store, sleep_until, warm
 from toolbreaker import Budget, ClassLimits, ModelPrice, RunGuard
 from toolbreaker.cli import main
 from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.runtime.run._shared import RUNS_SPACE
 from toolbreaker.stores import MemoryStore, SQLiteStore
 
 PROCESSES = 4
@@ -289,6 +290,34 @@ def test_a_shared_run_needs_a_store_with_records_and_a_corrupt_record_admits_not
         guard.extend(by="ops", why="more", max_cost="2")
 
 
+@pytest.mark.parametrize("task", ["refund\x1b[31m", "a\nb", "t" * 513])
+def test_a_task_id_that_is_no_record_key_is_refused_where_the_guard_is_built(task):
+    """A shared run lives in a record keyed by its task: a task id no store can key (not
+    printable, too long) is a PolicyError naming ``task`` when the guard is built, never a
+    ValueError out of its first call; nothing is written."""
+    store = MemoryStore()
+    with pytest.raises(PolicyError) as info:
+        RunGuard(task, journal=store, shared=True)
+    assert info.value.field == "task"
+    assert "\x1b" not in str(info.value)
+    assert "\n" not in str(info.value)
+    assert store.record_list(RUNS_SPACE) == []
+
+
+def test_the_cli_refuses_a_task_id_that_is_no_record_key(tmp_path, capsys):
+    """``run show`` of a task id with a terminal escape: one escaped error line, exit 2."""
+    url = f"sqlite://{tmp_path / 'runs.db'}"
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        shared_guard(store, "refund", [])[1](q="x")
+    for action in (["show"], ["extend", "--by", "ops", "--why", "w", "--max-cost", "2"]):
+        assert main(["run", action[0], "refund\x1b[31m", "--store", url, *action[1:]]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert err.startswith("error: ")
+        assert "\x1b" not in err
+        assert "\\x1b" in err
+
+
 def test_the_cli_shows_and_extends_a_shared_run(tmp_path, capsys):
     path = tmp_path / "runs.db"
     url = f"sqlite://{path}"
@@ -296,10 +325,18 @@ def test_the_cli_shows_and_extends_a_shared_run(tmp_path, capsys):
         guard, search = shared_guard(store, "task-9", [])
         for n in range(101):
             search(q=str(n))
-    assert main(["run", "show", "task-9", "--store", url]) == 0
+    assert main(["run", "show", "task-9", "--store", url, "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["condition"] == "max-cost"
     assert shown["counters"]["cost"] == "1"
+    # Without --json: the state read against the run's budget, for an operator to decide.
+    assert main(["run", "show", "task-9", "--store", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"run 'task-9': stopped (max-cost): {shown['detail']}"
+    assert lines[1].split() == ["cost", "1", "of", "1", "(0", "reserved)"]
+    calls = shown["counters"]["calls"]
+    assert lines[2].split()[:4] == ["calls", str(calls), "of", str(budget().max_tool_calls)]
+    assert lines[-1].split(maxsplit=1) == ["next", shown["next_safe_action"]]
     code = main(
         [
             "run",
@@ -316,8 +353,9 @@ def test_the_cli_shows_and_extends_a_shared_run(tmp_path, capsys):
         ]
     )
     assert code == 0
-    extended = json.loads(capsys.readouterr().out)
-    assert extended["condition"] == "running"
+    extended = capsys.readouterr().out.splitlines()
+    assert extended[0].startswith("run 'task-9': running")
+    assert extended[1].split()[:4] == ["cost", "1", "of", "2"]  # the raised limit
     with SQLiteStore(path) as store:
         guard, search = shared_guard(store, "task-9", [])
         assert "hits" in search(q="again")

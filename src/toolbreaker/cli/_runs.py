@@ -1,7 +1,9 @@
 """``toolbreaker run show|extend TASK --store URL``: an operator's view of a shared run.
 
 A run shared by its guards (``RunGuard(..., shared=True)``) keeps its counters, stops and
-budget in the store. ``show`` prints its stop packet as JSON; ``extend`` raises its budget
+budget in the store. ``show`` prints what an operator decides on: whether the run stopped
+and why, what it spent and called against its limits, its uncertain writes and the next
+safe action (``--json``: the stop packet, ``toolbreaker.stop/v1``); ``extend`` raises its budget
 and resumes it exactly as ``guard.extend`` does (it *is* a guard's ``extend``, run by a
 guard of the task that joins the run): recorded first in the journal with who and why,
 then the run's record raised by compare-and-set, so every process of the run sees it.
@@ -13,13 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from toolbreaker.cli._stores import SHARED_STORES, open_store
-from toolbreaker.core.files import shown
+from toolbreaker.core.files import printable, shown
+from toolbreaker.core.run._values import RISK_CLASSES, decimal_text
+from toolbreaker.core.run.budget import Budget
 from toolbreaker.errors import PolicyError
 
-__all__ = ["add_command"]
+__all__ = ["add_command", "summary"]
 
 
 def add_command(commands: Any) -> None:
@@ -27,12 +32,15 @@ def add_command(commands: Any) -> None:
     cmd = commands.add_parser("run", help="show or extend a run shared through a store")
     actions = cmd.add_subparsers(dest="run_action", required=True, metavar="ACTION")
     for name, text in (
-        ("show", "print the run's stop packet (JSON)"),
+        ("show", "print the run's state against its budget (--json: its stop packet)"),
         ("extend", "raise a stopped run's budget and resume it (recorded with who and why)"),
     ):
         action = actions.add_parser(name, help=text)
         action.add_argument("task", help="the run's task id")
         action.add_argument("--store", required=True, help=f"{SHARED_STORES} (existing)")
+        action.add_argument(
+            "--json", action="store_true", help="print the stop packet (toolbreaker.stop/v1)"
+        )
         if name == "extend":
             action.add_argument("--by", required=True, help="who raises it")
             action.add_argument("--why", required=True, help="why (kept in the journal)")
@@ -67,10 +75,46 @@ def _run(args: argparse.Namespace) -> int:
             )
         else:
             packet = guard.stop_packet()
-        json.dump(json.loads(packet.to_json()), sys.stdout, indent=2, sort_keys=True)
-        sys.stdout.write("\n")
+        if args.json:
+            json.dump(json.loads(packet.to_json()), sys.stdout, indent=2, sort_keys=True)
+            sys.stdout.write("\n")
+        else:
+            sys.stdout.write(summary(packet.to_dict(), guard.budget))
     finally:
         close = getattr(store, "close", None)
         if close is not None:
             close()
     return 0
+
+
+def summary(packet: Mapping[str, Any], budget: Budget) -> str:
+    """The lines ``run show`` prints: a stop packet read against the run's budget.
+
+    ``packet`` is ``StopPacket.to_dict()``; every text from the store is made printable.
+    """
+    counters = packet["counters"]
+    calls = counters["class_calls"]
+
+    def of(value: object, limit: object) -> str:
+        return f"{value} of {'no limit' if limit is None else limit}"
+
+    classes = ", ".join(
+        f"{risk} {of(calls[risk], budget.classes[risk].max_calls)}" for risk in RISK_CLASSES
+    )
+    max_cost = None if budget.max_cost is None else decimal_text(budget.max_cost)
+    reserved = counters.get("reserved", "0")
+    state = "running" if packet["condition"] == "running" else f"stopped ({packet['condition']})"
+    lines = [
+        f"run {shown(packet['task'], 200)}: {state}: {packet['detail']}",
+        f"  cost       {of(counters['cost'], max_cost)} ({reserved} reserved)",
+        f"  calls      {of(counters['calls'], budget.max_tool_calls)} ({classes})",
+        f"  confirmed  {len(packet['confirmed'])} step(s)",
+    ]
+    uncertain = packet["uncertain"]
+    lines.append(f"  uncertain  {len(uncertain)} write(s)" + (":" if uncertain else ""))
+    lines += [
+        f"    {entry.get('tool')}: {entry.get('status')}, key {entry.get('idempotency_key')}"
+        for entry in uncertain
+    ]
+    lines.append(f"  next       {packet['next_safe_action']}")
+    return "".join(printable(line) + "\n" for line in lines)

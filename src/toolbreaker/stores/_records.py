@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RECORD",
     "acquire_lease",
     "breaker_space",
+    "check_name",
     "check_version",
     "corrupt_record",
     "decode_record",
@@ -55,7 +56,14 @@ def breaker_space(kind: str, key: str) -> str:
     return f"{kind}/{{{key}}}"
 
 
-def _check_name(what: str, name: object) -> None:
+def check_name(what: str, name: object) -> None:
+    """Refuse a record ``space`` or ``key`` (``what``) that no store can name.
+
+    A name is a printable string of 1 to :data:`MAX_NAME` characters.
+
+    Raises:
+        ValueError: saying which.
+    """
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise ValueError(f"a record {what} must be a string of 1 to {MAX_NAME} characters")
     if not name.isprintable():
@@ -77,8 +85,8 @@ def encode_record(space: str, key: str, value: Mapping[str, Any]) -> bytes:
         ValueError: a bad name, or a value too large.
         TypeError: a value that is not a JSON object.
     """
-    _check_name("space", space)
-    _check_name("key", key)
+    check_name("space", space)
+    check_name("key", key)
     if not isinstance(value, Mapping):
         raise TypeError("a record is a JSON object")
     text = canonical_json(dict(value))

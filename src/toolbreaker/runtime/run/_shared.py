@@ -49,6 +49,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from toolbreaker.core.files import shown
 from toolbreaker.core.run._values import ZERO
 from toolbreaker.core.run.budget import Budget, RunState, Stop
 from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
@@ -63,8 +64,9 @@ from toolbreaker.errors import (
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.stores._protocol import Records
+from toolbreaker.stores._records import check_name
 
-__all__ = ["RUNS_SPACE", "SharedRun", "read_shared"]
+__all__ = ["RUNS_SPACE", "SharedRun", "read_shared", "record_key"]
 
 #: The records space that holds shared runs, one record per task.
 RUNS_SPACE: Final = "toolbreaker.runs"
@@ -89,12 +91,28 @@ def read_shared(records: Records, task: str) -> tuple[RunState, Budget, int] | N
         StoreUnavailable: the store cannot be read.
         RecordCorrupt: the record does not decode into a run and a budget.
     """
-    found = records.record_get(RUNS_SPACE, task)
+    found = records.record_get(RUNS_SPACE, record_key(task))
     if found is None:
         return None
     doc, version = found
     state, budget, _ = _decode(doc, task, version)
     return state, budget, version
+
+
+def record_key(task: str) -> str:
+    """``task`` as the key of its run's record.
+
+    Raises:
+        PolicyError: no store can key a record by it (not printable, or too long): a
+            guard of that task is refused where it is built, never at its first call.
+    """
+    try:
+        check_name("key", task)
+    except ValueError as exc:
+        raise PolicyError(
+            f"a shared run's task id {shown(task)} cannot key its record: {exc}", field="task"
+        ) from None
+    return task
 
 
 def _decode(doc: Mapping[str, Any], task: str, version: int) -> tuple[RunState, Budget, list[str]]:
@@ -127,7 +145,7 @@ class SharedRun:
 
     def __init__(self, records: Records, task: str, budget: Budget, clock: Clock) -> None:
         self.records = records
-        self.task = task
+        self.task = record_key(task)
         self.clock = clock
         self.faults = 0
         self._budget = budget
