@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -19,6 +20,19 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("toolbreaker")
+
+# CrewAI and LiteLLM, wherever a test imports them (their adapters' tests, the exercise
+# of their scripted agents, their docs pages; CrewAI imports LiteLLM): nothing sent to
+# their servers, which this machine has no route to (CrewAI's telemetry exporter retries
+# for seconds, LiteLLM fetches its cost map on import), and no CrewAI first-run tracing
+# prompt (it saves a preference file in the home directory). Never OpenTelemetry's own
+# switch: other tests trace.
+os.environ.update(
+    CREWAI_DISABLE_TELEMETRY="true",
+    CREWAI_TESTING="true",
+    CREWAI_TRACING_ENABLED="false",
+    LITELLM_LOCAL_MODEL_COST_MAP="True",
+)
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 Every test kicks off a real ``Crew``: a ``BaseLLM`` subclass plays the model, answering in
 CrewAI's own ReAct format from the observations it was sent, so the assertions are on what
 the model actually read. Tools call the local ToolService over real sockets. CrewAI's
-telemetry, tracing and first-run prompt are off (its own environment switches).
+telemetry, tracing and first-run prompt are off (tests/conftest.py sets its switches).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import ast
 import asyncio
 import gc
 import json
-import os
 import sys
 import threading
 import urllib.parse
@@ -23,10 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
-for name in ("CREWAI_DISABLE_TELEMETRY", "CREWAI_TESTING"):  # never OTel's: other tests trace
-    os.environ[name] = "true"
-os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
 if sys.version_info >= (3, 14):  # pragma: no cover - crewai 1.6 declares <3.14
     pytest.skip("crewai 1.6 supports Python 3.10 to 3.13", allow_module_level=True)
@@ -40,12 +35,12 @@ with warnings.catch_warnings():  # crewai's own import warns (ImportWarning, dep
     from crewai.tools import tool as crewai_tool
     from pydantic import BaseModel
 
-from adapter_registry import TIMEOUT, make_registry  # noqa: E402 - after the environment is set
-from toolbreaker import Budget, ModelPrice, PolicyError, RunGuard  # noqa: E402 - after the environment is set
-from toolbreaker.integrations import crewai as adapter  # noqa: E402 - after the environment is set
-from toolbreaker.integrations.crewai import arun_stop, protect, run_stop  # noqa: E402
-from toolbreaker.stores import MemoryStore  # noqa: E402 - after the environment is set
-from toolbreaker.testing import Fault, ToolService, request_json  # noqa: E402 - after the environment is set
+from adapter_registry import TIMEOUT, make_registry
+from toolbreaker import Budget, ModelPrice, PolicyError, RunGuard
+from toolbreaker.integrations import crewai as adapter
+from toolbreaker.integrations.crewai import arun_stop, protect, run_stop
+from toolbreaker.stores import MemoryStore
+from toolbreaker.testing import Fault, ToolService, request_json
 
 # CrewAI's own deprecations (newer Pythons deprecate calls it makes) are not ours to fail on.
 pytestmark = [

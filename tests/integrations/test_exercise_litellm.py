@@ -17,14 +17,12 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm", reason="the litellm extra is not installed")
 
 from exercise_checks import (  # noqa: E402

@@ -5,7 +5,8 @@ completions on 127.0.0.1 (``POST /v1/chat/completions``), reached by LiteLLM's o
 OpenAI provider through ``api_base``: every attempt crosses a real socket, and the
 service counts the requests that reached it. Faults (503 outages, 429 with Retry-After,
 400s, hangs) are scripted on the service. Nothing leaves the machine: LiteLLM reads its
-bundled cost map (``LITELLM_LOCAL_MODEL_COST_MAP``) and has no other lookups here.
+bundled cost map (``LITELLM_LOCAL_MODEL_COST_MAP``, set by tests/conftest.py) and has no
+other lookups here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import os
 import sqlite3
 import warnings
 from collections.abc import Iterator
@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 litellm = pytest.importorskip("litellm", reason="the litellm extra is not installed")
 
 from litellm.router import router_arguments  # noqa: E402

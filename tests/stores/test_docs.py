@@ -567,8 +567,6 @@ def __cleanup__():
 _LITELLM = (
     _EXAMPLE
     + """
-import os
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 example = load_example("litellm_router")
 backup = ToolService().start()
 model_list = [example.deployment("primary", "gpt-primary", service),
