@@ -38,6 +38,31 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
     assert "Guard a tool in three lines" in home  # the README is the home page
     reference = (site / "reference/toolbreaker/index.html").read_text(encoding="utf-8")
     assert 'id="toolbreaker.Registry"' in reference
+    commands = (site / "reference/cli/index.html").read_text(encoding="utf-8")
+    assert "usage: toolbreaker run show [-h] --store STORE [--json] task" in commands
+
+
+def test_the_command_line_page_is_every_commands_own_help() -> None:
+    """docs/reference/cli.md is the parser's help of ``toolbreaker`` and of each command
+    and subcommand, in the parser's order (docs/hooks.py writes it into the page)."""
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import hooks
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    from toolbreaker.cli import _parser
+
+    page = (ROOT / "docs/reference/cli.md").read_text(encoding="utf-8")
+    assert hooks.COMMANDS_MARKER in page
+    written = hooks.cli_reference()
+    headings = re.findall(r"^## `(.+)`$", written, re.M)
+    assert headings[:2] == ["toolbreaker", "toolbreaker replay"]
+    assert "toolbreaker run show" in headings
+    assert "toolbreaker run extend" in headings
+    commands = [p.prog for p in hooks._commands(_parser())]
+    assert headings == ["toolbreaker", *commands]
+    assert len(set(headings)) == len(headings)
+    assert "--json" in written.split("## `toolbreaker run show`")[1].split("## ")[0]
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)
