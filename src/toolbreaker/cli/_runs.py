@@ -22,6 +22,7 @@ from toolbreaker.cli._stores import SHARED_STORES, open_store
 from toolbreaker.core.files import printable, shown
 from toolbreaker.core.run._values import RISK_CLASSES, decimal_text
 from toolbreaker.core.run.budget import Budget
+from toolbreaker.core.run.state import RUNNING
 from toolbreaker.errors import PolicyError
 
 __all__ = ["add_command", "summary"]
@@ -103,7 +104,8 @@ def summary(packet: Mapping[str, Any], budget: Budget) -> str:
     )
     max_cost = None if budget.max_cost is None else decimal_text(budget.max_cost)
     reserved = counters.get("reserved", "0")
-    state = "running" if packet["condition"] == "running" else f"stopped ({packet['condition']})"
+    condition = packet["condition"]
+    state = RUNNING if condition == RUNNING else f"stopped ({condition})"
     lines = [
         f"run {shown(packet['task'], 200)}: {state}: {packet['detail']}",
         f"  cost       {of(counters['cost'], max_cost)} ({reserved} reserved)",
