@@ -98,12 +98,11 @@ def _tally(run: RunState, fingerprint: str) -> int:
     return -1
 
 
-def _repeat(run: RunState, action: Action, at: int | None = None) -> int:
-    """The repeat number ``action`` would have if it began now.
+def _repeat(run: RunState, i: int) -> int:
+    """The repeat number an action would have if it began now.
 
-    ``at``: the index of its tally (:func:`_tally`), when the caller has found it.
+    ``i`` is the index of the action's tally (:func:`_tally`), -1 for none.
     """
-    i = _tally(run, action.fingerprint) if at is None else at
     if i < 0 or run.evidence != run.tallies[i].evidence:
         return 0
     return run.tallies[i].repeats + 1
@@ -203,7 +202,7 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
         RunStateError: ``now`` is not an integer or lies before the run's start.
     """
     _check_now(run, now)
-    repeat = _repeat(run, action)
+    repeat = _repeat(run, _tally(run, action.fingerprint))
     if run.stopped is not None:
         recovery = action.recovery and action.risk == "read"
         if recovery and run.recovery_calls < budget.max_recovery_calls:
@@ -244,7 +243,7 @@ def begin(
         fingerprint,
         1 if i < 0 else run.tallies[i].occurrences + 1,
         run.evidence,
-        _repeat(run, action, i),
+        _repeat(run, i),
     )
     tallies = (*run.tallies, tally) if i < 0 else (*run.tallies[:i], *run.tallies[i + 1 :], tally)
     return dataclasses.replace(
