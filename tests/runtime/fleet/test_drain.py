@@ -552,7 +552,11 @@ def late_queue(redis_url: str, tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]
     direct.record_put("warm", "k", {})  # the record script is loaded on the server
     with LaggingProxy(port, QUEUE.encode()) as proxy:
         url = proxy.url("redis")
-        slow = RedisStore(url, prefix=prefix, socket_timeout=0.2, volatile_journal=True)
+        # The held answer is never sent before the client gives up, however long it waits:
+        # a timeout of seconds costs the test that once, and keeps the breaker's other
+        # round trips through the proxy (isolate, admit, release) from timing out on a
+        # loaded machine (0.2 s did once, in CI).
+        slow = RedisStore(url, prefix=prefix, socket_timeout=2.0, volatile_journal=True)
         try:
             yield slow, proxy, direct
         finally:
