@@ -8,20 +8,24 @@ at the step, for the condition, with the counters and the packet a live guard gi
 when its tools behave as recorded; a test replays generated runs through both and
 compares them.
 
-What a recorded step means, as a live tool:
+What a recorded step means, as a live tool (the format is
+:mod:`toolbreaker.runtime.run._recorded_step`):
 
 - ``outcome`` ``success``: the tool returns ``result`` (``None`` when the step has none);
-  a write's ``success`` is a verified one (its ``verify`` passes);
-- ``failure``: the tool raises an error that certainly sent nothing (a refused
-  connection): a write that failed so may be made again;
-- ``unknown``: the tool times out (``TimeoutError``): a write's outcome is unknown
-  (never replayed, it counts against ``max_uncertain_side_effects``); a read failed;
-- ``ignored``: the tool raises an error that is no failure of the dependency (a
-  ``ValueError`` of its own argument check);
+  a write's ``success`` is a verified one (its ``verify`` passes), unless its
+  ``result_error`` says the write failed: then the tool refuses the call itself (a
+  :class:`~toolbreaker.errors.ToolReportedError`, nothing made);
+- ``failure``, ``unknown``, ``ignored``: the tool raises the exception the classifier
+  reads as the step's ``error`` (:func:`raised_for`); without one, a refused connection
+  (nothing was sent: a write that failed so may be made again), a timeout (a write's
+  outcome is unknown, never replayed, and counts against
+  ``max_uncertain_side_effects``; a read failed) and a ``ValueError`` of the tool's own
+  argument check;
 - ``cost``: what the call spent, against the tool's risk class, spent only when the call
   ran: a step the guard refused (or answered from the journal) did not run and spends
-  nothing. A step without a tool is a model step: its cost counts toward ``max_cost``
-  and no class;
+  nothing. A step without a tool is a model step: its usage is counted
+  (:meth:`~toolbreaker.RunGuard.add_usage`) and its cost counts toward ``max_cost`` and
+  no class, unless the budget prices its model (then the priced usage is its cost);
 - an irreversible tool's authority check approved it (the recorded call ran).
 
 A tool keeps the risk class, business key and recovery flag of its first step: a run
@@ -32,53 +36,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
-from toolbreaker.core.run._values import as_amount
-from toolbreaker.core.run.budget import WRITES, Budget, Outcome, RiskClass
+from toolbreaker.core.run.budget import WRITES, Budget, RiskClass
+from toolbreaker.core.run.costs import price_of
 from toolbreaker.core.run.machine import RunDecision
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime.run._guard import GuardedTool, RunGuard
+from toolbreaker.runtime.run._recorded_step import RecordedStep, raised_for
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["RecordedRun", "RecordedStep", "Replayed", "raised_for"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RecordedStep:
-    """One step of a recorded run, validated.
-
-    Attributes:
-        at: milliseconds since the run started (the guard's clock at this step).
-        tool: the tool called; ``None`` for a model step (only its cost counts).
-        args: the call's arguments.
-        risk: the tool's risk class.
-        recovery: the tool is a read-only status check that may run after a stop.
-        business_key: argument fields naming a write's business action.
-        outcome: how the call ended when it ran.
-        result: what it returned (``None`` when the step has none).
-        cost: what it spent (a decimal string or an integer), if anything.
-    """
-
-    at: int
-    tool: str | None = None
-    args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    risk: RiskClass = "read"
-    recovery: bool = False
-    business_key: tuple[str, ...] | None = None
-    outcome: Outcome = "success"
-    result: Any = None
-    cost: str | int | Decimal | None = None
-
-    def __post_init__(self) -> None:
-        if self.cost is not None:
-            # Checked here: a cost the guard refuses inside the call would read as the
-            # tool failing.
-            try:
-                as_amount(self.cost)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"cost {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -143,8 +111,7 @@ class RecordedRun:
         """
         guard = self._guard_at(step.at)
         if step.tool is None:
-            if step.cost is not None:
-                guard.add_cost(step.cost)  # a model step: toward max_cost, no class
+            self._model_step(guard, step)
             return Replayed(step, None, None, ran=False)
         self._ensure(guard, step)
         self._current = step
@@ -172,6 +139,20 @@ class RecordedRun:
         if self.stopped_packet is not None:
             return self.stopped_packet
         return None if self._guard is None else self._guard.stop_packet()
+
+    def _model_step(self, guard: RunGuard, step: RecordedStep) -> None:
+        """A model turn: its usage is counted; its cost spent unless the budget prices it."""
+        priced = False
+        if step.usage:
+            assert step.model is not None
+            guard.add_usage(
+                step.model,
+                input_tokens=step.input_tokens or 0,
+                output_tokens=step.output_tokens or 0,
+            )
+            priced = price_of(self.budget, step.model) is not None
+        if step.cost is not None and not priced:
+            guard.add_cost(step.cost)  # toward max_cost, no class
 
     def _guard_at(self, at: int) -> RunGuard:
         if self._guard is None:
@@ -219,29 +200,19 @@ class RecordedRun:
         assert self._guard is not None
         if step.cost is not None:
             self._guard.add_cost(step.cost, risk=step.risk)  # spent: the call ran
-        raised = raised_for(step.outcome)
+        raised = raised_for(
+            step.outcome, step.error, result_error=step.result_error, risk=step.risk
+        )
         if raised is not None:
             raise raised
         return step.result
 
     def _verified(self, _result: Any) -> bool:
-        """A recorded write's ``success`` is a verified one."""
+        """A recorded write's ``success`` is a verified one.
+
+        One whose result reports an error never returns (it is the tool's refusal).
+        """
         return self._current is not None and self._current.outcome == "success"
-
-
-def raised_for(outcome: str) -> Exception | None:
-    """The exception a live tool raises to end as ``outcome`` (``None``: it returns).
-
-    ``failure``: a refused connection (nothing was sent); ``unknown``: a timeout (a write
-    may have committed); ``ignored``: the tool's own argument check.
-    """
-    if outcome == "failure":
-        return ConnectionRefusedError(111, "recorded failure")
-    if outcome == "unknown":
-        return TimeoutError("recorded unknown outcome")
-    if outcome == "ignored":
-        return ValueError("recorded ignored outcome")
-    return None
 
 
 def _approved(_request: Any) -> bool:
