@@ -114,7 +114,18 @@ ALLOWED = {
     "testing": {"core", "stores", "runtime", "testing"},
     # The replay engine: the core's trace driver carried out in bounded memory.
     "replaying": {"core", "replaying"},
-    "cli": {"core", "stores", "runtime", "cli", "testing", "instrumentation", "replaying"},
+    # Recorded runs from other formats: the recorded-run format and the classifier.
+    "importing": {"core", "runtime", "importing"},
+    "cli": {
+        "core",
+        "stores",
+        "runtime",
+        "cli",
+        "testing",
+        "instrumentation",
+        "replaying",
+        "importing",
+    },
 }
 
 

@@ -70,11 +70,13 @@ from toolbreaker.runtime.breaker._commit import may_have_committed
 __all__ = [
     "ERROR_FORMS",
     "FIELDS",
+    "RESULT_ERROR_FORMS",
     "HTTPStatusError",
     "NetworkError",
-    "RESULT_ERROR_FORMS",
     "RecordedStep",
     "error_exception",
+    "error_of_type",
+    "outcome_for",
     "parse_step",
     "raised_for",
     "read_recorded_run",
@@ -292,6 +294,55 @@ def error_exception(error: str) -> Exception:
             raise ValueError(f"error {error} is not what the classifier says of {name}: {detail}")
         return exc
     raise ValueError(f"error must be one of {', '.join(ERROR_FORMS)}, got {shown(error)}")
+
+
+def outcome_for(error: str, *, write: bool) -> Outcome:
+    """The outcome of a call that failed with ``error``, as a live guard settles it.
+
+    A write that may have been made is ``unknown``; otherwise a failure of the dependency
+    is ``failure`` and anything else ``ignored``.
+
+    Raises:
+        ValueError: ``error`` is none of :data:`ERROR_FORMS`.
+    """
+    exc = error_exception(error)
+    verdict = classify_exception(exc)
+    if write and may_have_committed(exc, verdict):
+        return "unknown"
+    return "failure" if verdict.kind == "failure" else "ignored"
+
+
+def error_of_type(name: str) -> str:
+    """The class the classifier gives an exception of type ``name``, by name alone.
+
+    ``name`` is a type name as traces record it (OpenTelemetry's ``error.type``): a
+    builtin (``TimeoutError``), a qualified name (``httpx.ConnectTimeout``,
+    ``pydantic_core._pydantic_core.ValidationError``) or an HTTP status (``"503"``).
+    Third-party classes are known by their name and top-level module, as the classifier
+    knows them (it never imports them); a name it does not know is
+    ``unknown-exception:<Name>``. Always a class :func:`error_exception` reproduces.
+    """
+    text = name.strip()
+    if len(text) == 3 and text.isdigit() and 100 <= int(text) <= 599:
+        return f"http-{text}"
+    module, _, short = text.rpartition(".")
+    if not _NAME.fullmatch(short):
+        return "unknown-exception:Exception"
+    if not module:
+        found = getattr(builtins, short, None)
+        if isinstance(found, type) and issubclass(found, Exception):
+            exc = _named_exception(short)
+            return _reproducible(classify_exception(exc).detail, short)
+    stand_in: type[Exception] = type(short, (Exception,), {"__module__": module or "recorded"})
+    return _reproducible(classify_exception(stand_in()).detail, short)
+
+
+def _reproducible(detail: str, name: str) -> str:
+    try:
+        error_exception(detail)
+    except ValueError:
+        return f"unknown-exception:{name}"
+    return detail
 
 
 def _named_exception(name: str) -> Exception:
