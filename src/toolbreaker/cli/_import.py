@@ -17,7 +17,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Final, get_args
+from typing import Any, Final, cast, get_args
 
 from toolbreaker.core.files import printable
 from toolbreaker.core.run.budget import RiskClass
@@ -103,7 +103,7 @@ def _risks(pairs: list[str]) -> dict[str, RiskClass]:
         tool, _, risk = pair.partition("=")
         if not tool or risk not in known:
             raise TraceError(f"--risk takes TOOL=CLASS, CLASS one of {', '.join(known)}: {pair!r}")
-        risks[tool] = risk  # type: ignore[assignment] - checked against RiskClass just above
+        risks[tool] = cast(RiskClass, risk)  # one of RiskClass's values, checked above
     return risks
 
 
