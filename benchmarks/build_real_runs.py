@@ -19,23 +19,12 @@ evidence are judged as on the whole results (see :mod:`toolbreaker.importing._co
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gzip
 import json
 import sys
 from pathlib import Path
 
-from toolbreaker.importing import FORMATS, ImportedRun, import_runs, read_resolved
-
-
-def judged(run: ImportedRun, yes: set[str], no: set[str] | None) -> ImportedRun:
-    """The run with the outcome a SWE-bench report gives its instance."""
-    instance = str(run.detail.get("instance_id") or run.name)
-    if instance in yes:
-        return dataclasses.replace(run, outcome="success")
-    if no is None or instance in no:
-        return dataclasses.replace(run, outcome="failure")
-    return run
+from toolbreaker.importing import FORMATS, ImportedRun, import_runs, judged, read_resolved
 
 
 def main(argv: list[str] | None = None) -> int:

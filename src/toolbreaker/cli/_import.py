@@ -67,7 +67,7 @@ def add_command(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from toolbreaker.importing import import_runs, read_resolved
+    from toolbreaker.importing import import_runs, judged, read_resolved
 
     risks = _risks(args.risk)
     if args.trim is not None and args.trim < 1:
@@ -76,7 +76,7 @@ def _run(args: argparse.Namespace) -> int:
     runs = []
     for path in args.files:
         for run in import_runs(args.format, path, risks=risks, trim=args.trim):
-            runs.append(run if resolved is None else _judged(run, *resolved))
+            runs.append(run if resolved is None else judged(run, *resolved))
     out = Path(args.out)
     if out.suffix == ".jsonl":
         if len(runs) != 1:
@@ -105,18 +105,6 @@ def _risks(pairs: list[str]) -> dict[str, RiskClass]:
             raise TraceError(f"--risk takes TOOL=CLASS, CLASS one of {', '.join(known)}: {pair!r}")
         risks[tool] = cast(RiskClass, risk)  # one of RiskClass's values, checked above
     return risks
-
-
-def _judged(run: Any, resolved: set[str], unresolved: set[str] | None) -> Any:
-    """The run with the outcome a SWE-bench report gives its instance."""
-    import dataclasses
-
-    instance = run.detail.get("instance_id") or run.name
-    if instance in resolved:
-        return dataclasses.replace(run, outcome="success")
-    if unresolved is None or instance in unresolved:
-        return dataclasses.replace(run, outcome="failure")
-    return run
 
 
 def _directory(out: Path, runs: list[Any]) -> list[tuple[Path, Any]]:

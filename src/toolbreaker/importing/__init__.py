@@ -34,6 +34,7 @@ recorded-run format's, checked by its parser as they are written.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -56,6 +57,7 @@ __all__ = [
     "Outcome",
     "RunBuilder",
     "import_runs",
+    "judged",
     "read_resolved",
 ]
 
@@ -131,6 +133,21 @@ def read_resolved(path: str | Path) -> tuple[set[str], set[str] | None]:
         return resolved_ids(data, source)
     except ValueError as exc:
         raise TraceError(str(exc), file=source) from None
+
+
+def judged(run: ImportedRun, resolved: set[str], unresolved: set[str] | None) -> ImportedRun:
+    """``run`` with the outcome a SWE-bench report (:func:`read_resolved`) gives it.
+
+    Its instance (``detail["instance_id"]``, else its name) resolved: ``success``; named
+    unresolved, or not resolved by a report that names only the resolved: ``failure``;
+    else the run as it was.
+    """
+    instance = str(run.detail.get("instance_id") or run.name)
+    if instance in resolved:
+        return dataclasses.replace(run, outcome="success")
+    if unresolved is None or instance in unresolved:
+        return dataclasses.replace(run, outcome="failure")
+    return run
 
 
 def _documents(source: str, *, streams: bool) -> list[tuple[int | None, Any]]:
