@@ -8,7 +8,8 @@ make them. Every trace is one run, its steps in the order its spans started, ``a
 counted from its first span.
 
 - a ``function`` span is a tool call: its ``name``, the JSON ``input`` as arguments, the
-  ``output`` as result (JSON text decoded). A span with an ``error`` failed; the export
+  ``output`` as result (the SDK exports ``str()`` of what the tool returned; JSON text is
+  decoded). A span with an ``error`` failed; the export
   keeps its message but not its exception's class, so the class is
   ``unknown-exception:Exception`` (a write's outcome is then unknown), with a warning;
 - a ``generation`` span is a model step with its ``model`` and ``usage``; a ``response``
