@@ -1,8 +1,9 @@
 """A LangGraph run's message history, as a recorded run.
 
 The run is LangChain's own: ``create_agent`` with real tools (one raises a
-``ToolException`` it handles, so the tool message is an error) and LangChain's ``GenericFakeChatModel``, taught
-to take tools, replying with tool calls, usage and its model's name. The history is
+``ToolException`` it handles, so the tool message is an error) and LangChain's
+``GenericFakeChatModel``, taught to take tools, replying with tool calls, usage and its
+model's name. The history is
 dumped as users keep it: ``messages_to_dict``, and the LangGraph state serialised with
 ``dumpd``.
 """

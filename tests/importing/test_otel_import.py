@@ -158,16 +158,18 @@ def test_json_lines_of_exports_with_hex_ids_are_one_run_a_trace(tmp_path, spans)
     provider, exporter = spans
     tracer = provider.get_tracer("agent")
     for name in ("first", "second"):
-        with tracer.start_as_current_span(f"invoke_agent {name}"):
-            with tracer.start_as_current_span("execute_tool t") as span:
-                span.set_attributes(
-                    {
-                        "gen_ai.operation.name": "execute_tool",
-                        "gen_ai.tool.name": name,
-                        "gen_ai.tool.call.arguments": "{}",
-                        "gen_ai.tool.call.result": "ok",
-                    }
-                )
+        with (
+            tracer.start_as_current_span(f"invoke_agent {name}"),
+            tracer.start_as_current_span("execute_tool t") as span,
+        ):
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "execute_tool",
+                    "gen_ai.tool.name": name,
+                    "gen_ai.tool.call.arguments": "{}",
+                    "gen_ai.tool.call.result": "ok",
+                }
+            )
     lines = []
     for span in exporter.get_finished_spans():
         request = MessageToDict(encode_spans([span]))
