@@ -80,7 +80,7 @@ def test_tau_bench_runs_keep_their_reward_risk_and_error_answers(tmp_path):
     assert (first.name, first.outcome, first.detail["reward"]) == ("task-7-trial-1", "success", 1.0)
     assert second.outcome == "failure"
     assert second.name == "task-7-trial-1-2"  # the same task and trial twice in one file
-    refused = [s for s in second.steps if "tool" in s][0]
+    refused = next(s for s in second.steps if "tool" in s)
     assert refused == {
         "at": 0,
         "tool": "book_reservation",
