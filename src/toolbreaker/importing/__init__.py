@@ -130,7 +130,7 @@ def read_resolved(path: str | Path) -> tuple[set[str], set[str] | None]:
     source = str(path)
     data = loads_json(read_text(source, TraceError), TraceError, file=source)
     try:
-        return resolved_ids(data, source)
+        return resolved_ids(data)
     except ValueError as exc:
         raise TraceError(str(exc), file=source) from None
 

@@ -254,7 +254,7 @@ def _changes_state(tool: str, args: Mapping[str, Any]) -> bool | None:
     return True if tool in _EDITS else False if tool in _LOOKS else None
 
 
-def resolved_ids(data: Any, source: str) -> tuple[set[str], set[str] | None]:
+def resolved_ids(data: Any) -> tuple[set[str], set[str] | None]:
     """The instances a SWE-bench report says were resolved, and those it says were not.
 
     Reads the evaluation report's ``resolved_ids`` (and ``unresolved_ids``), an older
@@ -278,4 +278,4 @@ def resolved_ids(data: Any, source: str) -> tuple[set[str], set[str] | None]:
         if data and all(isinstance(v, dict) and "resolved" in v for v in data.values()):
             yes = {str(k) for k, v in data.items() if v["resolved"] is True}
             return yes, {str(k) for k in data} - yes
-    raise ValueError(f"{source} is no SWE-bench report: no resolved instances found")
+    raise ValueError("no SWE-bench report: it names no resolved instances")
