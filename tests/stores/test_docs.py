@@ -743,6 +743,22 @@ def find_ticket(key):
     return None
 """,
     },
+    "docs/guide/recorded-runs.md": {
+        "from toolbreaker.importing import import_runs": """
+import json
+# A LangChain history, as messages_to_dict writes it: one tool call and its answer.
+ai = {"content": "", "tool_calls": [{"name": "search", "args": {"q": "lamp"}, "id": "c1"}],
+      "usage_metadata": {"input_tokens": 900, "output_tokens": 12, "total_tokens": 912},
+      "response_metadata": {"model_name": "gpt-4o"}}
+tool = {"content": '{"hits": 3}', "tool_call_id": "c1", "status": "success"}
+with open("history.json", "w", encoding="utf-8") as history:
+    json.dump([{"type": "ai", "data": ai}, {"type": "tool", "data": tool}], history)
+
+def __cleanup__():
+    from toolbreaker.cli import main
+    assert main(["check-run", "history.jsonl"]) == 0
+""",
+    },
     "docs/guide/stores-and-fleet.md": {
         "from toolbreaker import PostgresStore, Registry, RedisStore, SQLiteStore": "",
         'version = store.record_put("leases", "checker", '
