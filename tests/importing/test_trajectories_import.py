@@ -195,6 +195,31 @@ def test_mini_swe_agent_maps_commands_exit_statuses_and_model_turns(tmp_path):
     )
 
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["mini-text", "mini-toolcall"])
+def test_mini_swe_agent_v2_runs_made_by_mini_swe_agent_itself(name):
+    """mini-swe-agent 2.4.6's own agent, scripted model and local shell (fixtures/README.md):
+    ``ls`` returned, ``test -f missing.txt`` exited 1 (a result, not a failure), ``sleep
+    5`` outlived the shell's 1 s timeout; each reply is a model step with its cost."""
+    [run] = import_runs("mini-swe-agent", FIXTURES / f"{name}.traj.json")
+    loads(run)
+    calls = [s for s in run.steps if "tool" in s]
+    assert [c["args"]["command"] for c in calls][:3] == ["ls", "test -f missing.txt", "sleep 5"]
+    assert calls[0]["result"]["returncode"] == 0
+    assert calls[1]["result_error"] == "exit-1"
+    assert (calls[2]["outcome"], calls[2]["error"]) == ("failure", "timeout")
+    assert all(s.get("model") == "scripted" and "cost" in s for s in run.steps if "tool" not in s)
+    # The scripted replies are stamped before the observations they follow.
+    assert run.warnings[0].startswith("a step recorded before the step it follows")
+    if name == "mini-text":
+        assert run.detail["exit_status"] == "Submitted"
+        # The submission command's output is in v2's exit message.
+        assert calls[-1]["args"]["command"] == "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+        assert sum(1 for s in run.steps if "tool" not in s) == 5  # a reply without a command too
+
+
 def test_mini_swe_agent_real_run():
     """A real mini-swe-agent run (v1 format) from a public SWE-bench Verified run: every
     command is a bash call with its exit status, every reply a model step with the

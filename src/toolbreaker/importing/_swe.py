@@ -13,7 +13,8 @@
 - the observation that follows is its result: ``{"returncode": N, "output": text}`` with
   the text the model read; a non-zero exit status is a result that reports a failure
   (``result_error`` ``exit-N``), never a failure of the dependency; a command the
-  environment killed after its timeout is a ``timeout``;
+  environment killed after its timeout is a ``timeout``; v2's final ``exit`` message
+  carries what the submission command printed;
 - without a per-step cost the run's ``model_stats.instance_cost`` is one model step at
   the end, with a warning.
 
@@ -83,6 +84,11 @@ def read_mini_swe_agent(
             pending.extend(_commands(message, extra, where))
         elif role in ("user", "tool") and position > 1 and pending:
             _observation(builder, at, pending.pop(0), message)
+        elif role == "exit" and pending:
+            # v2 ends on the submission command: the exit message carries what it printed.
+            builder.tool(
+                at, pending[0]["tool"], pending.pop(0)["args"], result=extra.get("submission")
+            )
     _unanswered(builder, pending)
     stats = obj(info.get("model_stats"))
     total = as_cost(stats.get("instance_cost"))
@@ -165,12 +171,15 @@ def _observation(
 ) -> None:
     content = message.get("content")
     text = content if isinstance(content, str) else json.dumps(content)
-    code = obj(message.get("extra")).get("returncode")
+    extra = obj(message.get("extra"))
+    code = extra.get("returncode")
     found = _RETURNCODE.match(text)
     if found is not None:
         code = int(found.group(1))
         text = text[found.end() :]
-    if _TIMED_OUT in text[:400] and code is None:
+    exception = extra.get("exception_info")
+    timed_out = isinstance(exception, str) and "timed out" in exception
+    if timed_out or (_TIMED_OUT in text[:400] and code is None):
         builder.tool(at, call["tool"], call["args"], error="timeout")
         return
     if not isinstance(code, int) or isinstance(code, bool):
