@@ -17,7 +17,7 @@ import dataclasses
 import hashlib
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.run._values import (
     DIGEST_LENGTH,
@@ -50,7 +50,17 @@ if TYPE_CHECKING:
     # Only for annotations: the budget module re-exports this one's names.
     from toolbreaker.core.run.budget import Budget
 
-__all__ = ["PRECEDENCE", "Decision", "add_cost", "admit", "begin", "check", "finish", "stop"]
+__all__ = [
+    "PRECEDENCE",
+    "Decision",
+    "add_cost",
+    "admit",
+    "begin",
+    "changes_world",
+    "check",
+    "finish",
+    "stop",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -271,6 +281,7 @@ def finish(
     evidence: str | None = None,
     cost: Decimal | int | str | None = None,
     also: Mapping[str, Any] | None = None,
+    made: bool = True,
 ) -> RunState:
     """Record how a begun action ended.
 
@@ -285,6 +296,8 @@ def finish(
         cost: the call's cost, recorded in total and against the action's risk class.
         also: other fields of the state to set in the same change (a settled
             reservation); not together with ``cost``.
+        made: the call was made in this run; ``False`` for a write answered from the
+            journal (made by an earlier run: it changes nothing now).
 
     Returns:
         The run with the outcome recorded.
@@ -310,6 +323,8 @@ def finish(
         else:
             count += 1
             digests = (*digests, digest)[-EVIDENCE_LIMIT:]
+    if made and changes_world(action, outcome):
+        count += 1  # the world may have changed: new evidence for every other action
     tallies = run.tallies
     if action.risk in WRITES:
         # A write's own result (a receipt, a new id) is no reason to write again.
@@ -327,6 +342,20 @@ def finish(
         **({} if cost is None else _costs(run, cost, action.risk)),
         **(also or {}),
     )
+
+
+def changes_world(action: Action, outcome: Outcome) -> bool:
+    """Whether a call that ended with ``outcome`` may have changed the world.
+
+    A write (its risk class says it changes state, see :data:`WRITES`) that succeeded, or
+    whose outcome is unknown (it may have committed), did; a write that failed (nothing
+    was sent) or was refused by its own check (``ignored``) did not, nor does a read.
+    Such a change is new evidence for every action that comes back after it.
+    """
+    return action.risk in WRITES and outcome in _MADE
+
+
+_MADE: Final = frozenset({"success", "unknown"})
 
 
 def add_cost(

@@ -349,7 +349,8 @@ def _request(
     if answer == "journal":
         if decision.allowed:
             run = budgets.begin(run, action, at, steps=step)
-            run = budgets.finish(run, action, "success", at, evidence=event.evidence)
+            # Made by an earlier run: its result is evidence, but nothing changed now.
+            run = budgets.finish(run, action, "success", at, evidence=event.evidence, made=False)
             return run, RunDecision("journal", repeat=decision.repeat, step=step)
         assert decision.stop is not None
         if decision.stop.condition == "uncertain-side-effect":
