@@ -218,17 +218,58 @@ def test_check_run_prints_the_packet_a_live_guard_gives(tmp_path, capsys):
     ]
 
 
-def test_a_tool_is_described_once(tmp_path, capsys):
-    """A live guard knows a tool once: a run whose lines give one tool two risk classes is
-    bad input (exit 2, the line named); a read's business key, which names nothing, may
-    come and go."""
+def test_a_tools_risk_may_vary_per_call(tmp_path, capsys):
+    """Issue 33, item 4: one generic tool (a shell) reads with some calls and writes with
+    others, as a live guard whose tool's risk is a function of its arguments: each line's
+    risk counts in its class, and the edit between two identical test runs is new
+    evidence (before: exit 2, "a tool has one risk class")."""
+    test = {"args": {"command": "pytest -q"}, "result": {"exit": 1, "output": "1 failed"}}
     run = write_run(
         tmp_path,
-        call(0, "lookup", args={"id": 1}),
-        call(1, "lookup", args={"id": 2}, business_key=["id"]),
-        call(2, "lookup", args={"id": 3}, risk="reversible_write"),
+        call(0, "bash", args={"command": "cat calc.py"}, result={"exit": 0}),
+        *(call(1 + n, "bash", **test) for n in range(3)),
+        call(4, "bash", args={"command": "sed -i 's/-/+/' calc.py"}, risk="reversible_write"),
+        call(5, "bash", **test),
+        call(6, "bash", args={"command": "sed -i 's/+/*/' calc.py"}, risk="reversible_write"),
+        call(7, "bash", **test),
+    )
+    assert main(["check-run", run]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "allowed (success, repeat 1)" in lines[4]  # the same failure, nothing changed
+    assert "repeat" not in lines[6]  # after an edit: not a repeat
+    assert "repeat" not in lines[8]
+    counters = json.loads(out.split("the run completes within the budget: ", 1)[1])
+    assert counters["class_calls"] == {"read": 6, "reversible_write": 2, "irreversible": 0}
+
+
+def test_a_tool_keeps_one_business_key_and_recovery_flag(tmp_path, capsys):
+    """What a live guard knows of a tool once: its writes' business key, and whether it is
+    a recovery read (which never writes). A run that says otherwise is bad input (exit 2,
+    the line named); a read's business key, which names nothing, may come and go."""
+    run = write_run(
+        tmp_path,
+        call(0, "send", args={"to": "a"}, risk="reversible_write", business_key=["to"]),
+        call(1, "send", args={"to": "b"}, business_key=["id"]),
+        call(2, "send", args={"to": "c"}, risk="reversible_write", business_key=["to", "cc"]),
     )
     assert main(["check-run", run]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {run}:3: ")
-    assert "tool 'lookup' was recorded as read" in err
+    assert "tool 'send' was recorded with business key ['to'] before" in err
+    run = write_run(
+        tmp_path,
+        call(0, "status", args={"id": 1}, recovery=True),
+        call(1, "status", args={"id": 1}, risk="reversible_write"),
+    )
+    assert main(["check-run", run]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run}:2: ")
+    assert "a recovery read never writes" in err
+    run = write_run(
+        tmp_path,
+        call(0, "status", args={"id": 1}, recovery=True),
+        call(1, "status", args={"id": 2}),
+    )
+    assert main(["check-run", run]) == 2
+    assert "was recorded as a recovery read before" in capsys.readouterr().err
