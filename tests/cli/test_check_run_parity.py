@@ -38,6 +38,8 @@ def recorded(records: list[dict[str, Any]], budget: Budget) -> dict[str, Any]:
     table, _, tail = text.partition("\n\n")
     decisions = []
     for row in table.splitlines()[1:]:
+        if "(model step)" in row:
+            continue  # a model step's cost, not a decision
         number, _at, _tool, word, *rest = row.split()
         if word in _WORDS:
             condition = rest[0].rstrip(":") if word != "allowed" else None
