@@ -40,7 +40,7 @@ from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import ToolbreakerError, TraceError
 from toolbreaker.runtime.run._recorded import RecordedRun, RecordedStep, Replayed
 
-__all__ = ["check_run"]
+__all__ = ["check_run", "read_recorded_run"]
 
 _FIELDS = frozenset(
     {"at", "tool", "args", "risk", "recovery", "outcome", "result", "cost", "business_key"}
@@ -187,6 +187,20 @@ def _step(data: Mapping[str, Any]) -> RecordedStep:
         result=data.get("result"),
         cost=data.get("cost"),
     )
+
+
+def read_recorded_run(path: str) -> Iterator[tuple[int, RecordedStep]]:
+    """Stream a recorded run's steps with their line numbers, each validated.
+
+    Raises:
+        TraceError: naming the file and the line of what is wrong.
+    """
+    for number, data in _read(path):
+        try:
+            step = _step(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TraceError(_message(exc), file=path, line=number) from None
+        yield number, step
 
 
 def _read(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

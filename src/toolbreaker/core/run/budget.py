@@ -99,12 +99,14 @@ from toolbreaker.core.run._values import (
 )
 from toolbreaker.core.run.limits import (
     Decision,
+    Needs,
     add_cost,
     admit,
     begin,
     changes_world,
     check,
     finish,
+    needs,
     stop,
 )
 from toolbreaker.core.run.state import (
@@ -145,6 +147,7 @@ __all__ = [
     "ClassLimits",
     "Decision",
     "ModelPrice",
+    "Needs",
     "Outcome",
     "Prices",
     "RiskClass",
@@ -158,6 +161,7 @@ __all__ = [
     "changes_world",
     "check",
     "finish",
+    "needs",
     "stop",
 ]
 

@@ -34,6 +34,7 @@ from toolbreaker.core.run.state import (
     EVIDENCE_LIMIT,
     HISTORY_LIMIT,
     MAX_CYCLE,
+    MAX_LOOP_CYCLES,
     OUTCOMES,
     PRECEDENCE,
     TALLY_LIMIT,
@@ -53,12 +54,14 @@ if TYPE_CHECKING:
 __all__ = [
     "PRECEDENCE",
     "Decision",
+    "Needs",
     "add_cost",
     "admit",
     "begin",
     "changes_world",
     "check",
     "finish",
+    "needs",
     "stop",
 ]
 
@@ -118,8 +121,8 @@ def _repeat(run: RunState, i: int) -> int:
     return run.tallies[i].repeats + 1
 
 
-def _loop(run: RunState, action: Action, budget: Budget) -> str | None:
-    """Describe the loop ``action`` would complete, or return ``None``."""
+def _loop(run: RunState, action: Action, loop_cycles: int) -> str | None:
+    """Describe the loop ``action`` would complete (under ``loop_cycles``), or ``None``."""
     history = run.history
     sequence = [attempt.fingerprint for attempt in history]
     sequence.append(action.fingerprint)
@@ -130,12 +133,12 @@ def _loop(run: RunState, action: Action, budget: Budget) -> str | None:
         if len(set(pattern)) != n:
             continue
         times = 1
-        while times < budget.loop_cycles and sequence[-(times + 1) * n : -times * n] == pattern:
+        while times < loop_cycles and sequence[-(times + 1) * n : -times * n] == pattern:
             times += 1
         # history[-(n - 1)] began the last pass; the candidate action closes it.
         tools = ", ".join([attempt.tool for attempt in history[-(n - 1) :]] + [action.tool])
-        if times >= budget.loop_cycles:
-            return f"cycle [{tools}] repeated {times} times (loop_cycles={budget.loop_cycles})"
+        if times >= loop_cycles:
+            return f"cycle [{tools}] repeated {times} times (loop_cycles={loop_cycles})"
         if times >= 2 and run.evidence == history[-(n - 1)].evidence:
             return f"cycle [{tools}] repeated {times} times without new evidence"
     return None
@@ -177,7 +180,7 @@ def _crossing(
             f"{risk} call {run.class_calls[risk] + 1} ({action.tool}) exceeds "
             f"classes.{risk}.max_calls={limits.max_calls}"
         )
-    loop = _loop(run, action, budget)
+    loop = _loop(run, action, budget.loop_cycles)
     if loop is not None:
         return "loop", loop
     limit, name = budget.repeats_for(risk)
@@ -226,6 +229,65 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
         allowed=False,
         stop=Stop(condition, detail, now, action.risk, action.fingerprint),
         repeat=repeat,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Needs:
+    """What an action needs from a budget not to be refused now: the least of each limit.
+
+    The inverse of :func:`check`, for calibrating a budget on recorded runs
+    (:mod:`toolbreaker.core.run.calibration`): the action passes a limit exactly when the
+    limit is at least (for a cost or the deadline: above) the need.
+
+    Attributes:
+        calls: ``max_tool_calls`` at least this: the run's tool calls with this one.
+        class_calls: its class's ``max_calls`` at least this.
+        repeats: its class's repeat limit at least this: its repeat number.
+        loop_cycles: ``loop_cycles`` at least this; 0: it completes no cycle; above
+            :data:`~toolbreaker.core.run.state.MAX_LOOP_CYCLES`: a loop under any (a
+            cycle completed twice without new evidence, or more often than any limit).
+        cost: ``max_cost`` above this: the cost spent before it.
+        class_cost: its class's ``max_cost`` above this.
+        elapsed: ``deadline_ms`` above this: ms since the run started.
+        blocked: a write refused by the write breaker under the budget it was measured
+            with (too many writes of unknown outcome): only the deadline can stop the run
+            at it, the other limits are not asked.
+    """
+
+    calls: int
+    class_calls: int
+    repeats: int
+    loop_cycles: int
+    cost: Decimal
+    class_cost: Decimal
+    elapsed: int
+    blocked: bool = False
+
+
+def needs(run: RunState, action: Action, budget: Budget, now: int) -> Needs:
+    """What ``action`` needs from a budget to run next (see :class:`Needs`).
+
+    ``budget`` decides only what is not a limit to calibrate: whether writes are blocked
+    (``max_uncertain_side_effects``).
+
+    Raises:
+        RunStateError: ``now`` is not an integer or lies before the run's start.
+    """
+    _check_now(run, now)
+    risk = action.risk
+    # The least loop_cycles it passes (a loop at n is one at every lower n); 0: any.
+    passes = (n for n in range(2, MAX_LOOP_CYCLES + 1) if _loop(run, action, n) is None)
+    loop = next(passes, MAX_LOOP_CYCLES + 1)
+    return Needs(
+        calls=run.calls + 1,
+        class_calls=run.class_calls[risk] + 1,
+        repeats=_repeat(run, _tally(run, action.fingerprint)),
+        loop_cycles=0 if loop == 2 else loop,
+        cost=run.cost,
+        class_cost=run.class_cost[risk],
+        elapsed=now - run.started_at,
+        blocked=risk in WRITES and run.uncertain > budget.max_uncertain_side_effects,
     )
 
 

@@ -41,7 +41,7 @@ from decimal import Decimal
 from typing import Any
 
 from toolbreaker.core.run._values import as_amount
-from toolbreaker.core.run.budget import WRITES, Budget, Outcome, RiskClass
+from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RiskClass
 from toolbreaker.core.run.machine import RunDecision
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime.run._guard import GuardedTool, RunGuard
@@ -95,12 +95,14 @@ class Replayed:
         decision: the run machine's decision for its request (``None``: a model step).
         answer: what the model read (the tool's result, or the guard's answer).
         ran: the tool ran (so the step's cost was spent).
+        action: the action as the run machine saw it (``None``: a model step).
     """
 
     step: RecordedStep
     decision: RunDecision | None
     answer: Any
     ran: bool
+    action: Action | None = None
 
 
 class _Clock:
@@ -173,7 +175,8 @@ class RecordedRun:
                 answer = begun.succeeded(result)
         if self.stopped_packet is None and guard.stopped is not None:
             self.stopped_packet = guard.stop_packet()
-        return Replayed(step, begun.decision, answer, ran=ran)
+        action = None if begun.plan is None else begun.plan.action
+        return Replayed(step, begun.decision, answer, ran=ran, action=action)
 
     def packet(self) -> StopPacket | None:
         """The operator's packet: as the run stopped, else as it ends; ``None`` before any step."""
