@@ -126,21 +126,27 @@ def test_a_rate_lets_the_suggestion_stop_a_successful_run(runs, capsys):
     assert "successful runs stopped or touched: 1 of 5 (20.0%)" in under
 
 
-def test_real_customer_service_runs(capsys):
+def test_real_customer_service_runs(tmp_path, capsys):
     """tau-bench airline (GPT-4o): the default budget stops no successful run and five
     failed ones (a fourth cancellation, loops while a payment kept failing); the tightest
-    budget at a rate of 0 stops no successful run either, and more failed ones."""
+    budget at a rate of 0 stops no successful run either, and six failed ones. The
+    numbers are docs/guide/run-guard.md's."""
     assert main(["check-run", str(TAU)]) == 0
     out = capsys.readouterr().out
     assert "runs:   19 (10 successful, 9 failed)" in out
     table = rows(out)
-    assert table["class-max-calls"][3:5] == ["0", "2"]
-    assert table["loop"][3:5] == ["0", "3"]
-    assert main(["check-run", str(TAU), "--suggest", "--max-false-stops", "0"]) == 0
+    assert table["class-max-calls"][3:] == ["0", "2", "4", "0"]
+    assert table["loop"][3:] == ["0", "3", "20", "0"]
+    target = tmp_path / "airline.toml"
+    args = ["check-run", str(TAU), "--suggest", "--max-false-stops", "0", "--to", str(target)]
+    assert main(args) == 0
     under = capsys.readouterr().out.split("under the suggested budget", 1)[1]
     assert "successful runs stopped or touched: 0 of 10" in under
-    stopped = int(under.split("failed runs stopped or touched: ")[1].split()[0])
-    assert stopped > 5
+    assert "failed runs stopped or touched: 6 of 9" in under
+    suggested = Budget.from_toml(target)
+    assert (suggested.max_tool_calls, suggested.loop_cycles) == (13, 2)
+    assert suggested.classes["read"] == ClassLimits(max_calls=12, max_repeats=0)
+    assert suggested.classes["irreversible"].max_calls == 2
 
 
 @pytest.mark.parametrize(
