@@ -323,6 +323,7 @@ async def _live(
     decisions: list[tuple[int, str, str | None]] = []
     answers: list[Any] = []
     lines: dict[int, int] = {}
+    model_stop: int | None = None
     stopped_packet = None
     for number, record in enumerate(records, 1):
         clock.set(record["at"])
@@ -337,6 +338,8 @@ async def _live(
                 )
             if record.get("model") not in budget.prices:
                 guard.add_cost(record["cost"])
+            if model_stop is None and (guard.state.stopped or guard.state.writes_blocked):
+                model_stop = number  # this model step's usage or cost stopped the run
             continue
         script["step"] = record
         tool, args = record["tool"], record["args"]
@@ -367,6 +370,7 @@ async def _live(
         "decisions": decisions,
         "answers": json.loads(json.dumps(answers, default=str)),
         "lines": lines,
+        "model_stop": model_stop,
         "counters": json.loads(json.dumps(guard.state.counters(), default=str)),
         "packet": json.loads(packet.to_json()),
         "stops": bool(packet.history),

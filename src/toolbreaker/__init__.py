@@ -17,6 +17,7 @@ from toolbreaker.core import (
 from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice, RunState, Stop
 from toolbreaker.core.run.costs import token_cost
+from toolbreaker.core.run.shell import shell_risk, shell_risk_of
 from toolbreaker.errors import (
     CircuitOpen,
     DeploymentsUnavailable,
@@ -138,6 +139,8 @@ __all__ = [
     "queued_items",
     "replay",
     "scope",
+    "shell_risk",
+    "shell_risk_of",
     "step",
     "system_prompt_line",
     "token_cost",

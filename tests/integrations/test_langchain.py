@@ -35,7 +35,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 from pydantic import Field
 
-from toolbreaker import Policy, PolicyError, Registry, system_prompt_line
+from toolbreaker import Policy, PolicyError, Registry, shell_risk_of, system_prompt_line
 from toolbreaker.integrations.langchain import (
     STOP_KEY,
     ToolbreakerMiddleware,
@@ -782,3 +782,35 @@ def test_a_publisher_on_the_run_guard_sees_the_breakers_the_middleware_makes_lat
     assert transitions[0] == ("track_order", "call-admitted")  # its very first call
     assert {key for key, _ in transitions} == {"track_order"}
     assert [e["packet"]["condition"] for e in entries if e["kind"] == "stop"] == ["max-tool-calls"]
+
+
+def test_a_tools_risk_may_be_a_function_of_its_arguments(registry):
+    """Issue 33: ``tools={"bash": {"risk": shell_risk_of("command")}}``: each call of one
+    shell tool is counted in its command's class inside the agent loop."""
+    from toolbreaker import RunGuard
+
+    ran: list[str] = []
+
+    @tool
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        ran.append(command)
+        return "ok"
+
+    commands = iter(["cat calc.py", "sed -i 's/-/+/' calc.py"])
+
+    def plan(_results: list[ToolMessage]) -> AIMessage:
+        command = next(commands, None)
+        return AIMessage("fixed") if command is None else call("bash", command=command)
+
+    guards: dict[str, RunGuard] = {}
+    middleware = ToolbreakerMiddleware(
+        registry=registry,
+        guard_factory=lambda task: guards.setdefault(task, RunGuard(task)),
+        tools={"bash": {"risk": shell_risk_of("command"), "idempotency_arg": None}},
+    )
+    agent = create_agent(scripted(plan), [bash], middleware=[middleware])
+    agent.invoke(ask("fix calc.py"), context={"task_id": "fix-1"})
+    assert ran == ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+    counted = dict(guards["fix-1"].state.class_calls)
+    assert counted == {"read": 1, "reversible_write": 1, "irreversible": 0}

@@ -39,7 +39,15 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from adapter_registry import TIMEOUT, make_registry
-from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, system_prompt_line
+from toolbreaker import (
+    Budget,
+    Policy,
+    PolicyError,
+    Registry,
+    RunGuard,
+    shell_risk_of,
+    system_prompt_line,
+)
 from toolbreaker.integrations.pydantic_ai import (
     ToolbreakerCapability,
     run_stop,
@@ -714,3 +722,29 @@ def test_hide_open_tools_leaves_them_out_of_the_request_and_names_them(service, 
     else:
         assert "search" in offered[0]
         assert payload(script.returns("search")[0])["tool_unavailable"] is True
+
+
+def test_a_tools_risk_may_be_a_function_of_its_arguments():
+    """Issue 33: ``tool_metadata(risk=shell_risk_of("command"))`` describes one shell tool
+    whose calls differ: ``cat`` is counted a read, ``sed -i`` a write, inside the real
+    agent loop."""
+
+    def plan(script: Script, _new: list[ToolReturnPart]) -> ModelResponse:
+        commands = ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+        if script.steps <= len(commands):
+            return call("bash", command=commands[script.steps - 1])
+        return say("fixed")
+
+    agent: Agent[Any, str] = Agent(Script(plan).model())
+    ran: list[str] = []
+
+    @agent.tool_plain(metadata=tool_metadata(risk=shell_risk_of("command"), idempotency_arg=None))
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        ran.append(command)
+        return "ok"
+
+    guard = RunGuard("fix-issue")
+    run(agent, "fix calc.py", capabilities=[ToolbreakerCapability(guard)])
+    assert ran == ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+    assert dict(guard.state.class_calls) == {"read": 1, "reversible_write": 1, "irreversible": 0}

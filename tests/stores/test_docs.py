@@ -742,6 +742,13 @@ store = SQLiteStore("{sqlite}")
 def find_ticket(key):
     return None
 """,
+        # A real shell in the block's temporary directory; the page's counts are checked.
+        "import subprocess": """
+def __cleanup__():
+    assert dict(guard.state.class_calls)["reversible_write"] == 2
+    assert guard.stopped is None
+""",
+        "from toolbreaker import shell_risk": "",
     },
     "docs/guide/recorded-runs.md": {
         "from toolbreaker.importing import import_runs": """

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core.run._values import Risk
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime.breaker._boundary import BreakerOptions
 from toolbreaker.runtime.fleet._registry import Registry
@@ -50,7 +50,7 @@ METADATA_FIELDS: Final = frozenset(
 
 def tool_metadata(
     *,
-    risk: RiskClass = "read",
+    risk: Risk = "read",
     dependency: str | None = None,
     operation: str = "default",
     required: bool = False,
@@ -65,7 +65,8 @@ def tool_metadata(
 
     Args:
         risk: ``read``, ``reversible_write`` or ``irreversible`` (irreversible tools need an
-            authority check: register them on the guard with ``authorize=`` instead).
+            authority check: register them on the guard with ``authorize=`` instead), or
+            a function of a call's arguments that answers one (``shell_risk_of("command")``).
         dependency: the remote dependency whose breaker (from the adapter's registry)
             the tool goes through.
         operation: the dependency's operation class (``read``, ``write`` ...).

@@ -107,6 +107,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, cast
 
+from toolbreaker.core.run._values import Risk
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.core.run.rounds import answer_kind
 from toolbreaker.errors import CircuitOpen, PolicyError
@@ -249,7 +250,9 @@ class GuardedClient:
         guard: the run guard of the current run; without one only breakers apply.
         timeout: the deadline in seconds of calls whose breaker has none (no sheet row
             timeout, no registry default).
-        risk: risk classes by tool name; they override the server's annotations.
+        risk: risk classes by tool name (a class, or a function of a call's arguments:
+            ``{"run_shell": shell_risk_of("command")}``); they override the server's
+            annotations.
         default_risk: the risk class of a tool without risk hints.
         authorize: the authority check of irreversible calls; without it they are denied.
         fallbacks: fallback tool by tool name, for the tool-unavailable result of
@@ -277,7 +280,7 @@ class GuardedClient:
         registry: Registry | None = None,
         guard: RunGuard | None = None,
         timeout: float | None = None,
-        risk: Mapping[str, RiskClass] | None = None,
+        risk: Mapping[str, Risk] | None = None,
         default_risk: RiskClass = "read",
         authorize: Callable[[ActionRequest], bool] | None = None,
         fallbacks: Mapping[str, str] | None = None,
@@ -623,7 +626,7 @@ class GuardedClient:
 
     async def _spec(self, guard: RunGuard, name: str, requested: float | None) -> GuardedTool:
         breaker = self.breaker_for(name)
-        risk = self.risk.get(name)
+        risk: Risk | None = self.risk.get(name)
         if risk is None:
             if name not in self._annotations and not self._listed:
                 await self._discover(self._deadline(breaker, requested))
@@ -634,7 +637,7 @@ class GuardedClient:
             risk=risk,
             breaker=breaker,
             idempotency_arg=None,
-            authorize=authorize if risk == "irreversible" else None,
+            authorize=authorize if risk == "irreversible" or callable(risk) else None,
         )
 
     async def _discover(self, deadline: float) -> None:

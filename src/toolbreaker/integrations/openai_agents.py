@@ -55,14 +55,13 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
-from toolbreaker.core.run.budget import WRITES
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import count_usage, require
 from toolbreaker.runtime._result import hidden_tools_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard, key_argument
+from toolbreaker.runtime.run._guard import RunGuard, key_argument, may_write
 from toolbreaker.runtime.run._siblings import CancelledByPolicy
 
 require("agents", "openai-agents")
@@ -162,7 +161,7 @@ def protect(
         spec = guard.ensure_tool(tool.name)
         if breaker is not None and (spec.breaker is None or tool.name in explicit):
             spec = guard.add_tool(dataclasses.replace(spec, breaker=breaker))
-        write = spec.risk in WRITES
+        write = may_write(spec)
         properties = tool.params_json_schema.get("properties") or {}
         key_arg = key_argument(spec)
         inject = key_arg if key_arg is not None and key_arg in properties else None

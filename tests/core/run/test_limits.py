@@ -164,6 +164,61 @@ def test_a_failure_retried_without_new_evidence_is_a_repeat():
     )
 
 
+PYTEST = Action("bash", "fp-pytest")
+EDIT = Action("bash", "fp-sed-i", risk="reversible_write")
+
+
+def test_a_write_in_between_is_new_evidence():
+    """Issue 33, item 4: an edit between two identical test runs is new evidence: the
+    rerun follows a change of the world, although it prints the same thing."""
+    run = done(RunState.start("t", 0), PYTEST, evidence="1 failed")
+    run = done(run, PYTEST, 1, evidence="1 failed")
+    assert check(run, PYTEST, Budget(), 2).repeat == 1  # nothing changed: a repeat
+    run = done(run, EDIT, 2)  # an edit that prints nothing
+    assert check(run, PYTEST, Budget(), 3).repeat == 0
+    run = done(run, PYTEST, 3, evidence="1 failed")
+    assert check(run, PYTEST, Budget(), 4).repeat == 1  # nothing changed since
+
+
+def test_an_unknown_write_in_between_is_new_evidence():
+    """A write whose outcome is unknown may have changed the world: new evidence too."""
+    run = done(RunState.start("t", 0), PYTEST)
+    run = done(run, EDIT, 1, outcome="unknown")
+    assert check(run, PYTEST, Budget(), 2).repeat == 0
+    assert check(done(RunState.start("t", 0), PYTEST), PYTEST, Budget(), 1).repeat == 1
+
+
+@pytest.mark.parametrize("outcome", ["failure", "ignored"])
+def test_a_write_that_certainly_did_not_happen_is_no_evidence(outcome):
+    """A write that failed (nothing was sent) or was refused by its own check changed
+    nothing: the rerun is a repeat."""
+    run = done(RunState.start("t", 0), PYTEST)
+    run = done(run, EDIT, 1, outcome=outcome)
+    assert check(run, PYTEST, Budget(), 2).repeat == 1
+
+
+def test_a_writes_own_change_does_not_license_it_again():
+    """The same edit made twice in a row, nothing else between: a repeat (its own change
+    is no reason to make it again)."""
+    run = done(RunState.start("t", 0), EDIT)
+    assert check(run, EDIT, Budget(), 1).repeat == 1
+    run = done(run, EDIT, 1)
+    assert check(run, EDIT, Budget(), 2).repeat == 2
+
+
+def test_edit_and_test_is_iteration_not_a_loop():
+    """edit/test/edit/test with the same output is not a loop after two passes: each
+    edit changed the world. The same edit again after a test that printed the same thing
+    is: nothing new since that test began."""
+    budget = Budget(classes=OPEN_CLASSES)
+    run = allowed_run(budget, [EDIT, PYTEST, EDIT], evidence=[None, "same", None])
+    assert check(run, PYTEST, budget, 3).allowed
+    run = done(run, PYTEST, 3, evidence="same")
+    decision = check(run, EDIT, budget, 4)
+    assert decision.stop is not None
+    assert decision.stop.detail == "cycle [bash, bash] repeated 2 times without new evidence"
+
+
 def test_a_class_repeat_limit_wins_over_the_budget_one():
     """Irreversible actions allow 0 repeats although the budget allows 2."""
     budget = Budget()

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core.degrade import refuses_stale
 from toolbreaker.core.run import protocol
+from toolbreaker.core.run._values import check_risk
 from toolbreaker.core.run.budget import Budget, RiskClass
 from toolbreaker.core.run.costs import amount_of, price_of, usage_cost
 from toolbreaker.core.run.fingerprint import FingerprintRules
@@ -64,6 +65,7 @@ from toolbreaker.runtime.run._tools import (
     evidence_digest,
     guarded_tool,
     key_argument,
+    may_write,
     not_callable,
     with_key,
     without_key,
@@ -87,6 +89,7 @@ __all__ = [
     "evidence_digest",
     "key_argument",
     "may_have_committed",
+    "may_write",
     "with_key",
     "without_key",
 ]
@@ -142,23 +145,33 @@ class RunGuard(Turns):
     # -- configuration ------------------------------------------------------------------
 
     def add_tool(self, tool: GuardedTool) -> GuardedTool:
-        """Register a tool; irreversible tools must have an authority check."""
-        if tool.risk not in ("read", "reversible_write", "irreversible"):
-            raise PolicyError(f"unknown risk class {tool.risk!r}", field=f"{tool.name}.risk")
+        """Register a tool; irreversible tools must have an authority check.
+
+        ``risk`` is a class or a function of a call's arguments (each call's class); a
+        tool whose calls may write is no recovery read and never falls back to a stale
+        answer.
+
+        Raises:
+            PolicyError: the tool is refused, naming the field to blame.
+        """
+        check_risk(tool.risk, f"{tool.name}.risk")
         if tool.risk == "irreversible" and tool.authorize is None:
             raise PolicyError(
                 f"irreversible tool {tool.name!r} needs an authorize callback",
                 field=f"{tool.name}.authorize",
             )
-        if tool.breaker is not None and refuses_stale(tool.risk, tool.breaker.degradation.chain):
+        kind = "write" if may_write(tool) else "read"
+        if tool.breaker is not None and refuses_stale(kind, tool.breaker.degradation.chain):
             raise PolicyError(
                 f"write tool {tool.name!r} goes through {tool.breaker.key!r}, whose degrade "
                 "chain has 'stale': a write never falls back to a stale answer",
                 field=f"{tool.name}.breaker",
             )
-        if tool.recovery and tool.risk != "read":
+        if tool.recovery and kind != "read":
             raise PolicyError(
-                f"recovery tool {tool.name!r} must be a read", field=f"{tool.name}.recovery"
+                f"recovery tool {tool.name!r} must be a read (a tool whose risk is a "
+                "function of its arguments may write)",
+                field=f"{tool.name}.recovery",
             )
         # The model re-issuing failed calls is a retry layer already; a client that also
         # retries inside the tool multiplies the attempts. Found here, reported with the fix.

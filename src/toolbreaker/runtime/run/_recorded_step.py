@@ -61,7 +61,7 @@ from typing import Any, Final, get_args
 
 from toolbreaker.core.breaker.state import MAX_TIME_MS
 from toolbreaker.core.files import iter_lines, loads_json, shown
-from toolbreaker.core.run._values import as_amount
+from toolbreaker.core.run._values import as_amount, decimal_text
 from toolbreaker.core.run.budget import OUTCOMES, WRITES, Outcome, RiskClass
 from toolbreaker.errors import ToolReportedError, TraceError
 from toolbreaker.runtime.breaker._classify import classify_exception
@@ -108,7 +108,7 @@ class RecordedStep:
         at: milliseconds since the run started (the guard's clock at this step).
         tool: the tool called; ``None`` for a model step.
         args: the call's arguments.
-        risk: the tool's risk class.
+        risk: the call's risk class (one tool's calls may differ: a shell's).
         recovery: the tool is a read-only status check that may run after a stop.
         business_key: argument fields naming a write's business action.
         outcome: how the call ended when it ran.
@@ -405,11 +405,7 @@ def parse_step(data: Mapping[str, Any], after: int | None = None) -> RecordedSte
     unknown = set(data) - FIELDS
     if unknown:
         raise ValueError(f"unknown field(s) {', '.join(shown(k) for k in sorted(unknown))}")
-    at = data.get("at")
-    if type(at) is not int or not 0 <= at <= MAX_TIME_MS:
-        raise ValueError(
-            f"at must be a non-negative integer of at most {MAX_TIME_MS}, got {shown(at)}"
-        )
+    at = _at(data.get("at"))
     if after is not None and at < after:
         raise ValueError(f"time went backwards: {at} after {after}")
     if "tool" not in data:
@@ -422,8 +418,10 @@ def parse_step(data: Mapping[str, Any], after: int | None = None) -> RecordedSte
             **{name: data[name] for name in _TOOL_FIELDS if name in data},
         )
     tool, args = data["tool"], data.get("args", {})
-    if not isinstance(tool, str) or not isinstance(args, Mapping):
-        raise TypeError("tool must be a string and args an object")
+    if not isinstance(tool, str) or not tool.strip():
+        raise ValueError(f"tool must name the tool that was called, got {shown(tool)}")
+    if not isinstance(args, Mapping):
+        raise TypeError(f"args must be an object of the call's arguments, got {shown(args)}")
     risk: RiskClass = data.get("risk", "read")
     if risk not in get_args(RiskClass):
         raise ValueError(f"risk must be one of {', '.join(get_args(RiskClass))}, got {shown(risk)}")
@@ -453,6 +451,30 @@ def parse_step(data: Mapping[str, Any], after: int | None = None) -> RecordedSte
         changes_state=data.get("changes_state"),
         **{name: data[name] for name in _MODEL_FIELDS if name in data},
     )
+
+
+def _at(value: object) -> int:
+    """A line's ``at``: whole milliseconds since the run started, however it is written.
+
+    ``1500`` and ``1500.0`` are taken; a fraction such as ``0.5`` (most often a time in
+    seconds) is refused.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        raise TypeError(f"at must be a number of milliseconds, got {shown(value)}")
+    if isinstance(value, Decimal):
+        if not value.is_finite() or value != value.to_integral_value():
+            text = format(value, "f") if value.is_finite() else str(value)
+            seconds = f" (seconds? {text} s is {decimal_text(value * 1000)} ms)"
+            raise ValueError(
+                f"at is whole milliseconds since the run started, got {text}"
+                + (seconds if value.is_finite() and abs(value) < 10**9 else "")
+            )
+        value = int(value)
+    if not 0 <= value <= MAX_TIME_MS:
+        raise ValueError(
+            f"at must be a non-negative integer of at most {MAX_TIME_MS}, got {shown(value)}"
+        )
+    return value
 
 
 def read_recorded_run(path: str | Path) -> Iterator[tuple[int, RecordedStep]]:

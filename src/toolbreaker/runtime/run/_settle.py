@@ -106,7 +106,7 @@ class Settling(RunShell):
     def _succeeded(self, step: Step, result: Any) -> Any:
         plan: CallPlan = step.plan
         spec = plan.spec
-        if spec.risk in WRITES:
+        if plan.risk in WRITES:
             verified: bool | None = None
             if spec.verify is not None:
                 try:
@@ -142,7 +142,7 @@ class Settling(RunShell):
         plan: CallPlan = step.plan
         spec = plan.spec
         verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
-        if spec.risk in WRITES and may_have_committed(exc, verdict):
+        if plan.risk in WRITES and may_have_committed(exc, verdict):
             return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
         error = None if verdict.detail == "cancelled" else verdict.detail
         self._finish(plan, "failure" if verdict.kind == "failure" else "ignored", error=error)

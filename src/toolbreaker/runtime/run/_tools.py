@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
+from toolbreaker.core.run._values import Risk
 from toolbreaker.core.run.budget import WRITES, RiskClass
 from toolbreaker.core.run.fingerprint import FingerprintRules, evidence
 from toolbreaker.errors import PolicyError
@@ -33,6 +34,7 @@ __all__ = [
     "evidence_digest",
     "guarded_tool",
     "key_argument",
+    "may_write",
     "not_callable",
     "with_key",
     "without_key",
@@ -55,7 +57,7 @@ class ActionRequest:
         args: the arguments, secrets masked.
         fingerprint: the semantic fingerprint of the action.
         idempotency_key: the key the write will carry.
-        risk: the tool's risk class.
+        risk: the call's risk class (the tool's, or what its risk function answered).
     """
 
     task: str
@@ -73,7 +75,14 @@ class GuardedTool:
     Attributes:
         name: the tool name the model calls.
         fn: the implementation, called with the arguments as keywords.
-        risk: ``read``, ``reversible_write`` or ``irreversible``.
+        risk: ``read``, ``reversible_write`` or ``irreversible``; or a function of a call's
+            arguments that answers one, so each call has its own class (a generic shell
+            tool: ``risk=shell_risk_of("command")``). A call of such a tool that writes is
+            journaled, keyed and verified as any write, but keyed per call when the tool
+            has no ``business_key`` (the same command after a change is made again, and
+            counted as a repeat when nothing changed in between); one that is
+            irreversible needs ``authorize`` or is denied; the tool can be no recovery
+            read and its breaker may not serve stale answers.
         breaker: the dependency breaker the call goes through (and its deadline).
         business_key: argument fields (dotted paths) naming the business action, from
             which a write's idempotency key is derived; default: the whole canonical
@@ -98,7 +107,7 @@ class GuardedTool:
 
     name: str
     fn: Callable[..., Any]
-    risk: RiskClass = "read"
+    risk: Risk = "read"
     breaker: Breaker | None = None
     business_key: tuple[str, ...] | None = None
     idempotency_arg: str | None = "idempotency_key"
@@ -120,7 +129,7 @@ class GuardToolOptions(TypedDict, total=False):
     ``business_key`` may be any sequence of field paths.
     """
 
-    risk: RiskClass
+    risk: Risk
     business_key: Sequence[str] | None
     idempotency_arg: str | None
     verify: Callable[[Any], bool] | None
@@ -189,15 +198,21 @@ def not_callable(**_kwargs: Any) -> Any:
 # -- the idempotency argument: the guard's to fill in, never the model's ------------------
 
 
+def may_write(tool: GuardedTool) -> bool:
+    """Whether a call of ``tool`` may be a write: its class is one, or each call has its own."""
+    return callable(tool.risk) or tool.risk in WRITES
+
+
 def key_argument(tool: GuardedTool) -> str | None:
     """The argument that carries a write's idempotency key, or ``None``.
 
-    A read has none, nor a write described with ``idempotency_arg=None``. Its value is the
-    run guard's: adapters hide it from the schema the model sees and hand the tool the
+    A read has none, nor a write described with ``idempotency_arg=None``; a tool whose
+    risk is a function of its arguments has one (its writes carry the key). Its value is
+    the run guard's: adapters hide it from the schema the model sees and hand the tool the
     guard's key (:func:`with_key`); a value the model sends anyway is dropped
     (:func:`without_key`).
     """
-    return tool.idempotency_arg if tool.risk in WRITES and tool.idempotency_arg else None
+    return tool.idempotency_arg if may_write(tool) and tool.idempotency_arg else None
 
 
 def without_key(tool: GuardedTool, args: Mapping[str, Any]) -> dict[str, Any]:
