@@ -18,6 +18,7 @@ from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice, RunState, Stop
 from toolbreaker.core.run.costs import token_cost
 from toolbreaker.errors import (
+    AsyncCallError,
     CircuitOpen,
     DeploymentsUnavailable,
     JournalNotDurable,
@@ -26,6 +27,7 @@ from toolbreaker.errors import (
     PolicyError,
     ReceiptError,
     RegistryFull,
+    RowNotFound,
     RunStopped,
     StoreUnavailable,
     StoreWriteUnknown,
@@ -73,6 +75,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Action",
     "ActionRequest",
+    "AsyncCallError",
     "Boundary",
     "Breaker",
     "BreakerState",
@@ -109,6 +112,7 @@ __all__ = [
     "RetryBudget",
     "RetryPolicy",
     "RetryRecord",
+    "RowNotFound",
     "RunGuard",
     "RunState",
     "RunStopped",

@@ -62,6 +62,7 @@ from typing import Any, Final, TypeVar
 
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations._described import tool_breaker
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
 from toolbreaker.runtime._step import Step, idempotency_key
@@ -264,10 +265,7 @@ def protect_tool(
 
 
 def _breaker_for(name: str, registry: Registry) -> Breaker:
-    try:
-        return registry.for_tool(name)
-    except KeyError:
-        return registry.get(name, tool=name)
+    return tool_breaker(registry, name, where=f"tools.{name}")
 
 
 def _protected_agent(

@@ -548,16 +548,21 @@ class GuardedClient:
         return self._row(self.key(tool), tool, fallback)
 
     def _row(self, row: tuple[str, str], tool: str, fallback: str | None) -> Breaker:
-        """The breaker of ``row``: a boundary-sheet row configures it, else these options."""
+        """The breaker of ``row``: a boundary-sheet row configures it, else these options.
+
+        The key is taken as given (``exact``): a tool the sheet has no row for runs on the
+        defaults (and says so), never on another tool's row; a server name close to one
+        the sheet has is refused, naming it.
+        """
         dependency, operation = row
         options: BreakerOptions = {}
-        if row not in self.registry.boundaries():
+        if not self.registry.resolve(dependency, operation, exact=True).row:
             options["tool"] = tool
             if self.timeout is not None and self.registry.default_timeout is None:
                 options["timeout"] = self.timeout
             if fallback is not None:
                 options["fallback"] = fallback
-        return self.registry.get(dependency, operation, **options)
+        return self.registry.get(dependency, operation, exact=True, **options)
 
     def _server_rejection(self, rejection: Rejection, tool: str) -> CircuitOpen:
         """The server breaker's rejection as the local rejection of ``tool``, naming the server."""

@@ -47,6 +47,9 @@ class BreakerStats:
             (``max_concurrent``) or the shared retry budget: a slot that could not be
             taken was denied, a retry that could not be paid for was not made; in
             ``to_dict`` only once non-zero.
+        on_defaults: not a counter: the breaker runs on the registry's defaults (the
+            boundary sheet has no row for it; see :meth:`~toolbreaker.Registry.resolve`);
+            in ``to_dict`` only when true.
     """
 
     __slots__ = (
@@ -59,6 +62,7 @@ class BreakerStats:
         "hung",
         "late_results",
         "listener_errors",
+        "on_defaults",
         "opens",
         "record_faults",
         "rejected",
@@ -88,16 +92,17 @@ class BreakerStats:
         self.time_in_state_ms: dict[str, int] = dict.fromkeys(PHASES, 0)
         self.retries: dict[str, int] = {}
         self.degraded: dict[str, int] = {}
+        self.on_defaults = False
         self._workers: Workers | None = None
 
     def add(self, other: BreakerStats) -> None:
         """Add ``other``'s counters to these, as a scoped row sums its breakers'.
 
         Every counter, each by key where it has keys; not the workers ``other`` has
-        pinned (a gauge of its own threads).
+        pinned (a gauge of its own threads), nor ``on_defaults`` (not a counter).
         """
         for name in BreakerStats.__slots__:
-            if name.startswith("_"):
+            if name.startswith("_") or name == "on_defaults":
                 continue
             mine, theirs = getattr(self, name), getattr(other, name)
             if isinstance(mine, dict):
@@ -150,4 +155,6 @@ class BreakerStats:
             out["record_faults"] = self.record_faults
         if self.hung:
             out["hung"] = self.hung
+        if self.on_defaults:
+            out["on_defaults"] = True
         return out

@@ -142,23 +142,17 @@ class RunGuard(Turns):
     # -- configuration ------------------------------------------------------------------
 
     def add_tool(self, tool: GuardedTool) -> GuardedTool:
-        """Register a tool; irreversible tools must have an authority check."""
-        if tool.risk not in ("read", "reversible_write", "irreversible"):
-            raise PolicyError(f"unknown risk class {tool.risk!r}", field=f"{tool.name}.risk")
-        if tool.risk == "irreversible" and tool.authorize is None:
-            raise PolicyError(
-                f"irreversible tool {tool.name!r} needs an authorize callback",
-                field=f"{tool.name}.authorize",
-            )
+        """Register a tool (checked as it was built: see :class:`GuardedTool`).
+
+        Raises:
+            PolicyError: a write tool whose breaker's degrade chain would serve it a stale
+                answer.
+        """
         if tool.breaker is not None and refuses_stale(tool.risk, tool.breaker.degradation.chain):
             raise PolicyError(
                 f"write tool {tool.name!r} goes through {tool.breaker.key!r}, whose degrade "
                 "chain has 'stale': a write never falls back to a stale answer",
                 field=f"{tool.name}.breaker",
-            )
-        if tool.recovery and tool.risk != "read":
-            raise PolicyError(
-                f"recovery tool {tool.name!r} must be a read", field=f"{tool.name}.recovery"
             )
         # The model re-issuing failed calls is a retry layer already; a client that also
         # retries inside the tool multiplies the attempts. Found here, reported with the fix.
