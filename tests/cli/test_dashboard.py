@@ -536,3 +536,39 @@ def test_rows_look_and_act_clickable(page):
         page.wait_for_selector(f'{other}[aria-selected="true"]')
         # The table was rebuilt with the selection: the focus stayed on the chosen row.
         assert page.evaluate("document.activeElement.dataset.key") == f"{LONG}-007:read"
+
+
+def test_a_breaker_on_the_defaults_and_its_unclassified_exceptions_show(page, shots):
+    """The page marks a breaker that runs on the sheet's defaults and names the exception
+    types its classifier never counted, with how often."""
+
+    class MyAPIError(Exception):
+        pass
+
+    def unknown() -> None:
+        raise MyAPIError("no")
+
+    stream = MemoryStream()
+    registry = Registry.from_dict(
+        {
+            "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
+            "search": {"read": {"owner": "catalog-team"}},
+        }
+    )
+    StreamPublisher(stream).attach(registry)
+    registry.get("search").call(lambda: "ok")
+    weather = registry.get("weather")
+    for _ in range(4):
+        with pytest.raises(MyAPIError):
+            weather.call(unknown)
+    with Server(stream) as server:
+        page.goto(server.url)
+        row = page.wait_for_selector('#breakers tbody tr[data-key="weather"]')
+        text = row.inner_text()
+        assert "defaults" in text
+        assert "MyAPIError" in text
+        assert "4" in row.inner_text()
+        other = page.wait_for_selector('#breakers tbody tr[data-key="search:read"]')
+        assert "defaults" not in other.inner_text()
+        assert "unclassified" not in other.inner_text()
+        page.screenshot(path=str(shots / "dashboard-defaults-unclassified.png"))
