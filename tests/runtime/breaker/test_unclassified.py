@@ -45,11 +45,14 @@ def test_ten_unknown_errors_leave_it_closed_and_are_counted_and_logged_once(enfo
     log line naming the type, the breaker and what to do; a second type, a second line."""
     breaker = Breaker("search", policy=Policy(failure_threshold=3), timeout=2.0, enforce=enforce)
     with caplog.at_level(logging.WARNING, logger="toolbreaker"):
-        for _ in range(10):
-            with pytest.raises(MyAPIError):
-                breaker.call(fail)
-        with pytest.raises(QuotaGone):
-            breaker.call(fail, QuotaGone)
+        try:
+            for _ in range(10):
+                with pytest.raises(MyAPIError):
+                    breaker.call(fail)
+            with pytest.raises(QuotaGone):
+                breaker.call(fail, QuotaGone)
+        finally:
+            breaker.close()  # its idle worker threads go
     assert breaker.state.phase == "closed"
     assert breaker.stats.unclassified == {"MyAPIError": 10, "QuotaGone": 1}
     assert breaker.stats.to_dict()["unclassified"] == {"MyAPIError": 10, "QuotaGone": 1}

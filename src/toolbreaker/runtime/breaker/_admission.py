@@ -36,12 +36,19 @@ from toolbreaker.core.files import printable
 from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.core.run.retrying import ModelRetries
-from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
+from toolbreaker.errors import (
+    AsyncCallError,
+    CircuitOpen,
+    PermitError,
+    PolicyError,
+    StoreUnavailable,
+)
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._process import process_token
 from toolbreaker.runtime._result import retry_after_seconds, unavailable_result
 from toolbreaker.runtime._step import StepObservers, no_deadline
+from toolbreaker.runtime._sync_path import NOT_AWAITED_DETAIL
 from toolbreaker.runtime.breaker._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime.breaker._bulkhead import SATURATED, STORE_DOWN, Bulkhead, Slot
 from toolbreaker.runtime.breaker._classify import SUCCESS, Kind, Verdict
@@ -97,6 +104,8 @@ UNSET: Final[Any] = object()
 _LATE: Final = Verdict("ambiguous", "late-result")
 _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
+#: A sync call that returned an awaitable ran nothing: never a success, no evidence either.
+_NOT_AWAITED: Final = Verdict("ignored", NOT_AWAITED_DETAIL)
 
 
 class Rejection:
@@ -681,7 +690,11 @@ class Admission:
         A classifier that raises (or returns something else than a
         :class:`~toolbreaker.Verdict`) gives ``ambiguous`` (``classifier-error``): the
         call counts as a failure and, for a write, its outcome is unknown (fail closed).
+        An :class:`~toolbreaker.AsyncCallError` (a sync call that got a coroutine back,
+        which ran nothing) is ``ignored`` (``not-awaited``) whatever the classifier says.
         """
+        if isinstance(exc, AsyncCallError):
+            return _NOT_AWAITED
         failure: Exception | None = None
         try:
             verdict = self.classify(exc)

@@ -15,7 +15,7 @@ from typing import Any, Final, ParamSpec, TypeVar, overload
 from toolbreaker.core.breaker.predicates import rejects_callers
 from toolbreaker.core.retry import is_transient, unavailable_reason
 from toolbreaker.core.run.retrying import failed_retryably
-from toolbreaker.errors import CircuitOpen
+from toolbreaker.errors import AsyncCallError, CircuitOpen
 from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._result import error_result
 from toolbreaker.runtime._step import Step, StepObservers, StepStart, Watching
@@ -296,6 +296,8 @@ class Steps(Calls):
             return Rejection(self, _RETRY_BUDGET, None).result_for(name)
         try:
             result = self.call(tool.func, *args, timeout=tool.timeout, **kwargs)
+        except AsyncCallError:
+            raise  # the program's mistake (a coroutine on the sync path), not the model's
         except CircuitOpen as exc:
             answer = exc.result_for(name)
         except Exception as exc:  # noqa: BLE001 - turned into a tool result
