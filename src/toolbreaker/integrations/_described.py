@@ -21,6 +21,8 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from toolbreaker.core.files import shown
+from toolbreaker.core.run._values import RISK_CLASSES
 from toolbreaker.core.run.budget import RiskClass
 from toolbreaker.errors import PolicyError, RowNotFound
 from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS
@@ -32,6 +34,7 @@ from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS, guarded_tool, n
 __all__ = [
     "METADATA_FIELDS",
     "TOOL_METADATA_KEY",
+    "check_adapter",
     "described",
     "guard_options",
     "tool_breaker",
@@ -86,7 +89,24 @@ def tool_metadata(
 
     Returns:
         ``{"toolbreaker": {...}}``, to merge into any other metadata the tool carries.
+
+    Raises:
+        PolicyError: a wrong type or value, named ``metadata.<field>``, where the tool is
+            declared (not at the run's first call of it).
     """
+    for name, value in (("dependency", dependency), ("operation", operation)):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise PolicyError(
+                f"{name} must be a name, got {shown(value)}", field=f"metadata.{name}"
+            )
+    given = {
+        "risk": risk,
+        "required": required,
+        "recovery": recovery,
+        "business_key": business_key,
+        "idempotency_arg": idempotency_arg,
+    }
+    guard_options("tool", given, "metadata")
     return {
         TOOL_METADATA_KEY: {
             "risk": risk,
@@ -210,6 +230,65 @@ def tool_breaker(
         return registry.get(found.dependency, found.operation, **creation)
     except PolicyError as exc:
         raise _located(exc, where) from None
+
+
+def check_adapter(
+    *,
+    registry: object = None,
+    guard: object = None,
+    flags: Mapping[str, object] | None = None,
+    hooks: Mapping[str, object] | None = None,
+    functions: Mapping[str, object] | None = None,
+    breakers: object = None,
+    risks: object = None,
+) -> None:
+    """The options every adapter takes, checked the same way when the adapter is built.
+
+    Args:
+        registry: ``None`` or a :class:`~toolbreaker.Registry`.
+        guard: ``None`` or a :class:`~toolbreaker.RunGuard`.
+        flags: options that are ``True`` or ``False``, by name.
+        hooks: options that are ``None`` or callable, by name.
+        functions: options that must be callable, by name.
+        breakers: ``None`` or a mapping of tool names to breakers (field ``breakers``).
+        risks: ``None`` or a mapping of tool names to risk classes (field ``risk``).
+
+    Raises:
+        PolicyError: naming the option (``registry``, ``hide_open_tools``,
+            ``breakers.search``, ``risk.delete_all`` ...).
+    """
+    if registry is not None and not isinstance(registry, Registry):
+        raise PolicyError(
+            f"registry must be a Registry (Registry.from_toml(path) ...), got {shown(registry)}",
+            field="registry",
+        )
+    if guard is not None and not isinstance(guard, RunGuard):
+        raise PolicyError(f"guard must be a RunGuard, got {shown(guard)}", field="guard")
+    for name, flag in (flags or {}).items():
+        if type(flag) is not bool:
+            raise PolicyError(f"{name} must be True or False, got {shown(flag)}", field=name)
+    for name, hook in (hooks or {}).items():
+        if hook is not None and not callable(hook):
+            raise PolicyError(f"{name} must be callable, got {shown(hook)}", field=name)
+    for name, function in (functions or {}).items():
+        if not callable(function):
+            raise PolicyError(f"{name} must be a function, got {shown(function)}", field=name)
+    for field, mapping in (("breakers", breakers), ("risk", risks)):
+        if mapping is None:
+            continue
+        if not isinstance(mapping, Mapping):
+            raise PolicyError(f"{field} must map tool names, got {shown(mapping)}", field=field)
+        for tool, value in mapping.items():
+            if field == "breakers" and not isinstance(value, Breaker):
+                raise PolicyError(
+                    f"breakers[{tool!r}] must be a Breaker, got {shown(value)}",
+                    field=f"breakers.{tool}",
+                )
+            if field == "risk" and value not in RISK_CLASSES:
+                raise PolicyError(
+                    f"risk[{tool!r}] must be one of {', '.join(RISK_CLASSES)}, got {shown(value)}",
+                    field=f"risk.{tool}",
+                )
 
 
 def guard_options(tool: str, options: Mapping[str, Any], where: str) -> None:

@@ -115,7 +115,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     require("langchain.agents", "langchain")  # raises with the install hint
     raise
 
-from toolbreaker.integrations._described import guard_options, tool_breaker
+from toolbreaker.integrations._described import check_adapter, guard_options, tool_breaker
 from toolbreaker.integrations._langchain_messages import (
     STOP_KEY,
     TURN_KEY,
@@ -247,6 +247,12 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         super().__init__()
         if guard is not None and guard_factory is not None:
             raise PolicyError("pass guard or guard_factory, not both", field="guard_factory")
+        check_adapter(
+            registry=registry,
+            guard=guard,
+            flags={"instructions": instructions, "hide_open_tools": hide_open_tools},
+            hooks={"guard_factory": guard_factory, "task_id": task_id},
+        )
         if type(max_runs) is not int or max_runs <= 0:
             raise PolicyError("max_runs must be a positive integer", field="max_runs")
         self.registry = registry if registry is not None else Registry()

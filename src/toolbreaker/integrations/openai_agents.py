@@ -58,7 +58,7 @@ from typing import Any, Final, Literal, TypeVar
 from toolbreaker.core.run.budget import WRITES
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import count_usage, require
-from toolbreaker.integrations._described import tool_breaker
+from toolbreaker.integrations._described import check_adapter, tool_breaker
 from toolbreaker.runtime._result import hidden_tools_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
@@ -143,6 +143,12 @@ def protect(
             already protected, or a tool with a breaker (or a write) has its own
             ``failure_error_function``, whose failures toolbreaker cannot see.
     """
+    check_adapter(
+        registry=registry,
+        guard=guard,
+        breakers=breakers,
+        flags={"hide_open_tools": hide_open_tools},
+    )
     if registry is None and guard is None and not breakers:
         raise PolicyError("protect() needs a registry, breakers or a run guard", field="registry")
     explicit = breakers or {}
