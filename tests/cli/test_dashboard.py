@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_dashboard_api import incident
+from test_dashboard_api import defaults_and_unknown, incident
 
 from stream_helpers import (  # noqa: F401 - close_opened is an autouse fixture
     Server,
@@ -541,26 +541,7 @@ def test_rows_look_and_act_clickable(page):
 def test_a_breaker_on_the_defaults_and_its_unclassified_exceptions_show(page, shots):
     """The page marks a breaker that runs on the sheet's defaults and names the exception
     types its classifier never counted, with how often."""
-
-    class MyAPIError(Exception):
-        pass
-
-    def unknown() -> None:
-        raise MyAPIError("no")
-
-    stream = MemoryStream()
-    registry = Registry.from_dict(
-        {
-            "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
-            "search": {"read": {"owner": "catalog-team"}},
-        }
-    )
-    StreamPublisher(stream).attach(registry)
-    registry.get("search").call(lambda: "ok")
-    weather = registry.get("weather")
-    for _ in range(4):
-        with pytest.raises(MyAPIError):
-            weather.call(unknown)
+    stream = defaults_and_unknown(4)
     with Server(stream) as server:
         page.goto(server.url)
         row = page.wait_for_selector('#breakers tbody tr[data-key="weather"]')

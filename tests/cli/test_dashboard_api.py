@@ -770,12 +770,13 @@ def test_the_boards_advice_knows_the_degraded_answers_served():
     assert "name a fallback" in advice["orders:read"]
 
 
-def test_the_board_shows_breakers_on_the_defaults_and_unclassified_exceptions():
-    """A row says when its breaker runs on the sheet's defaults (no row of its own), and
-    counts, by type, the exceptions its classifier never counted."""
+class MyAPIError(Exception):
+    """An exception no classifier knows."""
 
-    class MyAPIError(Exception):
-        pass
+
+def defaults_and_unknown(raised: int) -> MemoryStream:
+    """A stream where ``search:read`` has a sheet row and ``weather`` runs on the sheet's
+    defaults and raised ``MyAPIError`` (never counted) ``raised`` times."""
 
     def unknown() -> None:
         raise MyAPIError("no")
@@ -790,9 +791,16 @@ def test_the_board_shows_breakers_on_the_defaults_and_unclassified_exceptions():
     StreamPublisher(stream).attach(registry)
     registry.get("search").call(lambda: "ok")
     weather = registry.get("weather")
-    for _ in range(3):
+    for _ in range(raised):
         with pytest.raises(MyAPIError):
             weather.call(unknown)
+    return stream
+
+
+def test_the_board_shows_breakers_on_the_defaults_and_unclassified_exceptions():
+    """A row says when its breaker runs on the sheet's defaults (no row of its own), and
+    counts, by type, the exceptions its classifier never counted."""
+    stream = defaults_and_unknown(3)
     board = Board()
     board.feed(entry for _, entry in stream.read())
     assert board.breakers["weather"]["on_defaults"] is True
