@@ -25,7 +25,7 @@ from toolbreaker.core.files import shown
 from toolbreaker.core.run._values import RISK_CLASSES
 from toolbreaker.core.run.budget import RiskClass
 from toolbreaker.errors import PolicyError, RowNotFound
-from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS
+from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, check_seconds
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.runtime.run._guard import GuardedTool, RunGuard
@@ -239,8 +239,11 @@ def check_adapter(
     flags: Mapping[str, object] | None = None,
     hooks: Mapping[str, object] | None = None,
     functions: Mapping[str, object] | None = None,
+    seconds: Mapping[str, object] | None = None,
+    names: Mapping[str, object] | None = None,
     breakers: object = None,
     risks: object = None,
+    fallbacks: object = None,
 ) -> None:
     """The options every adapter takes, checked the same way when the adapter is built.
 
@@ -250,8 +253,13 @@ def check_adapter(
         flags: options that are ``True`` or ``False``, by name.
         hooks: options that are ``None`` or callable, by name.
         functions: options that must be callable, by name.
+        seconds: deadlines (``None``: none given) that must be positive seconds, by name.
+        names: options that must be a non-empty string (a risk class where the option's
+            name ends in ``risk``), by name.
         breakers: ``None`` or a mapping of tool names to breakers (field ``breakers``).
         risks: ``None`` or a mapping of tool names to risk classes (field ``risk``).
+        fallbacks: ``None`` or a mapping of tool names to tool names (field
+            ``fallbacks``).
 
     Raises:
         PolicyError: naming the option (``registry``, ``hide_open_tools``,
@@ -273,7 +281,12 @@ def check_adapter(
     for name, function in (functions or {}).items():
         if not callable(function):
             raise PolicyError(f"{name} must be a function, got {shown(function)}", field=name)
-    for field, mapping in (("breakers", breakers), ("risk", risks)):
+    for name, value in (seconds or {}).items():
+        if value is not None:
+            check_seconds(value, name)
+    for name, value in (names or {}).items():
+        _check_name(value, name, risk=name.endswith("risk"))
+    for field, mapping in (("breakers", breakers), ("risk", risks), ("fallbacks", fallbacks)):
         if mapping is None:
             continue
         if not isinstance(mapping, Mapping):
@@ -284,11 +297,17 @@ def check_adapter(
                     f"breakers[{tool!r}] must be a Breaker, got {shown(value)}",
                     field=f"breakers.{tool}",
                 )
-            if field == "risk" and value not in RISK_CLASSES:
-                raise PolicyError(
-                    f"risk[{tool!r}] must be one of {', '.join(RISK_CLASSES)}, got {shown(value)}",
-                    field=f"risk.{tool}",
-                )
+            if field != "breakers":
+                _check_name(value, f"{field}.{tool}", risk=field == "risk")
+
+
+def _check_name(value: object, field: str, *, risk: bool) -> None:
+    if risk and value not in RISK_CLASSES:
+        raise PolicyError(
+            f"{field} must be one of {', '.join(RISK_CLASSES)}, got {shown(value)}", field=field
+        )
+    if not isinstance(value, str) or not value.strip():
+        raise PolicyError(f"{field} must be a name, got {shown(value)}", field=field)
 
 
 def guard_options(tool: str, options: Mapping[str, Any], where: str) -> None:

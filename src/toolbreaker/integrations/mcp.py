@@ -107,8 +107,6 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, cast
 
-from toolbreaker.core.files import shown
-from toolbreaker.core.run._values import RISK_CLASSES
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.core.run.rounds import answer_kind
 from toolbreaker.errors import CircuitOpen, PolicyError
@@ -128,7 +126,6 @@ from toolbreaker.runtime import (
     hidden_tools_line,
     server_unavailable_result,
 )
-from toolbreaker.runtime.breaker._boundary import check_seconds
 
 require("mcp", "mcp")
 
@@ -294,20 +291,16 @@ class GuardedClient:
     ) -> None:
         if not isinstance(server, str) or not server:
             raise PolicyError("GuardedClient needs the server's name", field="server")
-        _check_options(
+        check_adapter(
             registry=registry,
             guard=guard,
-            timeout=timeout,
-            risk=risk,
-            default_risk=default_risk,
-            authorize=authorize,
+            flags={"hide_open_tools": hide_open_tools, "server_breaker": server_breaker},
+            hooks={"authorize": authorize, "key": key},
+            functions={"classify_result": classify_result},
+            seconds={"timeout": timeout, "task_timeout": task_timeout},
+            names={"default_risk": default_risk, "meta_key": meta_key},
+            risks=risk,
             fallbacks=fallbacks,
-            key=key,
-            classify_result=classify_result,
-            meta_key=meta_key,
-            hide_open_tools=hide_open_tools,
-            server_breaker=server_breaker,
-            task_timeout=task_timeout,
         )
         self.client = client
         self.server = server
@@ -777,41 +770,3 @@ def _dependency_failure(exc: BaseException) -> BaseException:
 def _server_unreachable(failure: BaseException) -> bool:
     """Whether ``failure`` (from :func:`_dependency_failure`) means no response came back."""
     return isinstance(failure, (TimeoutError, ConnectionError))
-
-
-def _check_options(**options: Any) -> None:
-    """A :class:`GuardedClient`'s options, checked when it is built (see check_adapter).
-
-    Raises:
-        PolicyError: naming the option (``timeout``, ``risk.delete_all``, ``fallbacks.search``).
-    """
-    check_adapter(
-        registry=options["registry"],
-        guard=options["guard"],
-        flags={name: options[name] for name in ("hide_open_tools", "server_breaker")},
-        hooks={"authorize": options["authorize"], "key": options["key"]},
-        functions={"classify_result": options["classify_result"]},
-        risks=options["risk"],
-    )
-    if options["default_risk"] not in RISK_CLASSES:
-        raise PolicyError(
-            f"default_risk must be one of {', '.join(RISK_CLASSES)}, "
-            f"got {shown(options['default_risk'])}",
-            field="default_risk",
-        )
-    if options["timeout"] is not None:
-        check_seconds(options["timeout"], "timeout")
-    check_seconds(options["task_timeout"], "task_timeout")
-    fallbacks = options["fallbacks"]
-    if fallbacks is not None:
-        if not isinstance(fallbacks, Mapping):
-            raise PolicyError("fallbacks must map tool names to tool names", field="fallbacks")
-        for tool, fallback in fallbacks.items():
-            if not isinstance(fallback, str) or not fallback:
-                raise PolicyError(
-                    f"fallbacks[{tool!r}] must be a tool's name, got {shown(fallback)}",
-                    field=f"fallbacks.{tool}",
-                )
-    meta_key = options["meta_key"]
-    if not isinstance(meta_key, str) or not meta_key:
-        raise PolicyError(f"meta_key must be a name, got {shown(meta_key)}", field="meta_key")

@@ -29,13 +29,13 @@ A payment mutation never shares state or retry policy with a catalog read: each 
 its own breaker. Invalid sheets fail at load with the field (``search.read.fallback``) and
 line named.
 
-Which row a breaker takes is one rule (:func:`~toolbreaker.core.breaker.sheet.resolve`,
-through :meth:`Registry.resolve`): the row asked for; a dependency asked for without an
-operation takes its one row; an operation the sheet has no row for, a dependency with
-several rows and no operation, and a name close to one the sheet has (``inventroy``) are
-refused with :class:`~toolbreaker.errors.RowNotFound`; any other name runs on
-``[defaults]``, and says so (one log line, ``stats.on_defaults``). ``[defaults] unlisted
-= ["research"]`` names dependencies left out of the sheet on purpose.
+Which row a breaker takes is one rule (:meth:`Registry.resolve`): the row asked for; a
+dependency asked for without an operation takes its one row; an operation the sheet has no
+row for (``exact=True`` for a key of its own), several rows and no operation, and a name
+close to one the sheet has (``inventroy``) are refused with
+:class:`~toolbreaker.errors.RowNotFound`; any other name runs on ``[defaults]`` and says
+so (a log line, ``stats.on_defaults``). ``[defaults] unlisted = ["research"]`` names
+dependencies left out on purpose.
 
 Every duration names its unit, milliseconds (``timeout_ms``,
 ``max_stale_ms``, ``stale_every_ms``, ``health_check.timeout_ms``); the old spellings in
@@ -485,13 +485,9 @@ class Registry:
     ) -> Resolution:
         """Where the breaker of ``(dependency, operation)`` takes its configuration.
 
-        The one rule (:func:`~toolbreaker.core.breaker.sheet.resolve`) that :meth:`get`,
-        and through it every adapter, follows: the sheet's row for the key; a dependency
-        asked for without an operation (or ``default``) takes its one row; a dependency
-        the sheet names under other operations is refused, listing its rows (with
-        ``exact``, the key runs on the defaults instead); a name close to one of the
-        sheet's dependencies or tools is refused naming that row, unless ``unlisted``;
-        anything else runs on the defaults. Makes no breaker.
+        The one rule :meth:`get`, and through it every adapter, follows (see
+        :func:`~toolbreaker.core.breaker.sheet.resolve`, and the module docs). Makes no
+        breaker.
 
         Raises:
             RowNotFound: the sheet does not describe the key as asked (see above), or the
@@ -520,12 +516,10 @@ class Registry:
     ) -> Breaker:
         """The breaker of ``(dependency, operation)``, created on first use.
 
-        Which row configures it is :meth:`resolve`'s answer: ``get("inventory")`` on a
-        sheet whose one inventory row is ``[inventory.read]`` is that row's breaker (key
-        ``inventory:read``). ``options`` (``tool``, ``fallback``, ``timeout`` ...: the
+        Its row is :meth:`resolve`'s answer: ``get("inventory")`` on a sheet whose one
+        inventory row is ``[inventory.read]`` is that row's breaker. ``options`` (the
         breaker's own, :class:`~toolbreaker.runtime.BreakerOptions`) apply only when the
-        breaker is created, over its row. A breaker on the defaults of a registry loaded
-        from a sheet is logged once, when made, and ``stats.on_defaults`` says so.
+        breaker is created, over its row.
 
         Raises:
             RegistryFull: the registry already holds ``max_breakers`` breakers.
