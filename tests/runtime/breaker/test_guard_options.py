@@ -8,6 +8,8 @@ options, and a guard whose calls could never have a deadline.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from toolbreaker import Breaker, PolicyError, RunGuard
@@ -74,13 +76,24 @@ def test_run_guard_tool_options_fail_when_the_decorator_is_built(options, field)
 
 @pytest.mark.parametrize("timeout", [-1, "4s", float("inf")])
 def test_call_acall_and_begin_refuse_a_bad_timeout_before_anything_runs(timeout):
-    """The per-call timeout of call() and begin() is checked before the call: typed, and
-    the function never runs."""
+    """The per-call timeout of call(), acall(), begin() and abegin() is checked before the
+    call: typed, and the function never runs."""
     breaker = Breaker("search", timeout=2.0, enforce="cooperative")
     ran: list[str] = []
     with pytest.raises(PolicyError):
         breaker.call(lambda: ran.append("x"), timeout=timeout)
     with pytest.raises(PolicyError):
         breaker.begin("search", timeout=timeout)
+
+    async def lookup_async() -> None:
+        ran.append("async")
+
+    async def on_the_loop() -> None:
+        with pytest.raises(PolicyError):
+            await breaker.acall(lookup_async, timeout=timeout)
+        with pytest.raises(PolicyError):
+            await breaker.abegin("search", timeout=timeout)
+
+    asyncio.run(on_the_loop())
     assert ran == []
     assert breaker.stats.demand == 0
