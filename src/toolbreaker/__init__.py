@@ -19,6 +19,7 @@ from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice,
 from toolbreaker.core.run.costs import token_cost
 from toolbreaker.core.run.shell import shell_risk, shell_risk_of
 from toolbreaker.errors import (
+    AsyncCallError,
     CircuitOpen,
     DeploymentsUnavailable,
     JournalNotDurable,
@@ -27,6 +28,7 @@ from toolbreaker.errors import (
     PolicyError,
     ReceiptError,
     RegistryFull,
+    RowNotFound,
     RunStopped,
     StoreUnavailable,
     StoreWriteUnknown,
@@ -74,6 +76,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Action",
     "ActionRequest",
+    "AsyncCallError",
     "Boundary",
     "Breaker",
     "BreakerState",
@@ -110,6 +113,7 @@ __all__ = [
     "RetryBudget",
     "RetryPolicy",
     "RetryRecord",
+    "RowNotFound",
     "RunGuard",
     "RunState",
     "RunStopped",

@@ -5,6 +5,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
 
     ToolbreakerError
     ├── PolicyError          invalid policy or configuration (field, line)
+    │   └── RowNotFound      a breaker the boundary sheet does not describe as asked (rows)
     ├── TraceError           an event or trace that cannot be replayed (line)
     ├── ReceiptError         a file that is not a toolbreaker receipt
     ├── CircuitOpen          a call rejected locally by an open breaker (retry_after, result)
@@ -15,6 +16,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     ├── JournalNotDurable    a store that would forget the run journal on a restart
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
+    ├── AsyncCallError       a coroutine on a sync path: ``acall`` / the async guard (TypeError)
     ├── NotSent              raised by a write tool: nothing left, the write certainly failed
     ├── ToolReportedError    a failure a tool reported as a result (adapters; never raised)
     ├── RunStopped           a model call of a run the guard stopped, refused unsent (packet)
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from toolbreaker.runtime.run._siblings import SiblingOutcome
 
 __all__ = [
+    "AsyncCallError",
     "BusinessKeyError",
     "CircuitOpen",
     "DeploymentsUnavailable",
@@ -51,6 +54,7 @@ __all__ = [
     "ReceiptError",
     "RecordCorrupt",
     "RegistryFull",
+    "RowNotFound",
     "RunStateError",
     "RunStopped",
     "StoreUnavailable",
@@ -125,6 +129,40 @@ class PolicyError(_Located):
     ) -> None:
         super().__init__(message, file=file, line=line)
         self.field = field
+
+
+class RowNotFound(PolicyError):
+    """A breaker the boundary sheet does not describe the way it was asked for.
+
+    A dependency the sheet names, asked for with an operation it has no row for (or with
+    none, when it has several rows); a name the sheet lacks that closely resembles one of
+    its dependencies or tools; any name it lacks, for a strict registry. Never a breaker
+    on the sheet's defaults made behind the sheet's back.
+
+    Attributes:
+        dependency: the dependency asked for.
+        operation: the operation asked for (``None``: none was named).
+        rows: the sheet's rows of the dependency (``"orders.read"`` ...), if it has any.
+        resembles: the row whose dependency or tool the name closely resembles, if any.
+        field: which argument is at fault: ``operation`` (name one of ``rows``) or
+            ``dependency`` (a slip of a name, or a name a strict sheet lacks).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        dependency: str,
+        operation: str | None,
+        rows: tuple[str, ...] = (),
+        resembles: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message, field=field)
+        self.dependency = dependency
+        self.operation = operation
+        self.rows = rows
+        self.resembles = resembles
 
 
 class TraceError(_Located):
@@ -344,6 +382,18 @@ class RegistryFull(ToolbreakerError):
         )
         self.limit = limit
         self.key = key
+
+
+class AsyncCallError(ToolbreakerError, TypeError):
+    """A coroutine function, or a call that returned an awaitable, on a sync path.
+
+    ``breaker.call(async_fn)``, a sync ``guard``-ed function that returns a coroutine,
+    ``step.succeeded(coroutine)``, ``RunGuard.call`` of a coroutine tool: the call would
+    never run, and nothing it did could be counted. The coroutine is closed (no "never
+    awaited" warning), nothing is counted as a success, and the message names the async
+    twin to use (``await breaker.acall(...)``, ``await step.asucceeded(...)`` ...). Also
+    a :class:`TypeError`: a program's mistake, never a result for the model.
+    """
 
 
 class PermitError(ToolbreakerError):

@@ -671,24 +671,41 @@ def test_repeated_timeouts_never_reach_the_model_as_a_framework_error():
     assert all(a["error"].startswith("TimeoutError") for a in answers)
 
 
-def test_metadata_that_contradicts_the_sheet_is_an_error_at_load():
-    """tool_metadata(dependency="tickets") without operation="write" would shadow the sheet's
-    [tickets.write] row with a default breaker: refused, naming the field."""
+def test_metadata_naming_a_dependency_takes_the_sheets_row_or_is_refused():
+    """tool_metadata(dependency="tickets") without an operation: the sheet's one tickets row,
+    [tickets.write], configures the tool (never a tickets breaker on the defaults beside
+    it); with operation="read", a row the sheet lacks, the run is refused naming the row."""
     from pathlib import Path
 
     sheet = Path(__file__).resolve().parents[2] / "examples" / "breakers.toml"
+
+    def agent_with(metadata: dict[str, Any]) -> Agent[Any, str]:
+        script = Script(lambda _script, _new: say("hi"))
+        agent: Agent[Any, str] = Agent(script.model())
+
+        @agent.tool_plain(metadata=metadata)
+        def create_ticket(title: str, idempotency_key: str = "") -> str:
+            """Open a ticket."""
+            return "T-1"  # pragma: no cover
+
+        return agent
+
     registry = Registry.from_toml(sheet)
-    script = Script(lambda _script, _new: say("hi"))
-    agent: Agent[Any, str] = Agent(script.model())
+    guard = RunGuard("t")
+    agent = agent_with(tool_metadata(risk="reversible_write", dependency="tickets"))
+    assert run(agent, "x", capabilities=[ToolbreakerCapability(guard, registry=registry)]).output
+    (breaker,) = guard.breakers()
+    assert breaker.key == "tickets:write"
+    assert breaker.timeout == 10.0  # the row's, not the defaults' 4 s
+    assert [b.key for b in registry] == ["tickets:write"]
 
-    @agent.tool_plain(metadata=tool_metadata(risk="reversible_write", dependency="tickets"))
-    def create_ticket(title: str, idempotency_key: str = "") -> str:
-        """Open a ticket."""
-        return "T-1"  # pragma: no cover
-
+    registry = Registry.from_toml(sheet)
+    metadata = tool_metadata(risk="reversible_write", dependency="tickets", operation="read")
+    agent = agent_with(metadata)
     capability = ToolbreakerCapability(RunGuard("t"), registry=registry)
-    with pytest.raises(PolicyError, match="operation"):
+    with pytest.raises(PolicyError, match=r"tickets\.write") as info:
         run(agent, "x", capabilities=[capability])
+    assert info.value.field == "create_ticket.metadata.toolbreaker.operation"
 
 
 @pytest.mark.parametrize("hide", [False, True])

@@ -658,9 +658,17 @@ SETUP: dict[str, dict[str, str | Setup]] = {
     },
     "docs/guide/guard-a-tool.md": {
         "from toolbreaker import Registry": "",
+        "from toolbreaker import AsyncCallError, Breaker": "",
         "result = search.call(fn, query, timeout=4.0)": _SHEET
         + _TOOLS
         + 'search = breakers.get("search", operation="read")\n',
+    },
+    "docs/guide/boundary-sheet.md": {
+        "from toolbreaker import Registry, RowNotFound": "",
+    },
+    "docs/guide/coming-from.md": {
+        "from toolbreaker import Breaker, Policy, Verdict, classify_exception": "",
+        "from toolbreaker import Breaker, RetryPolicy": "",
     },
     "docs/exercise.md": {
         "from langchain.agents import create_agent": Setup(_EXERCISE, needs="langchain"),

@@ -18,6 +18,7 @@ from toolbreaker.core.breaker.calibration import (
     Signals,
     calibrate,
     compliance,
+    count_class,
     covered_by,
     findings,
     opens_rate,
@@ -281,6 +282,7 @@ def stream_signals(
     records: list[Transition] = []
     labelled: list[tuple[str, str, Transition]] = []
     classes: dict[str, dict[str, int]] = {}
+    unclassified: dict[str, dict[str, int]] = {}
     tools: dict[str, str] = {}
     for entry in entries:
         record = record_of(entry)
@@ -290,10 +292,9 @@ def stream_signals(
         tools[record.dependency] = tool = str(entry.get("tool") or record.dependency)
         labelled.append((tool, str(entry.get("instructions_version") or "?"), record))
         name = entry.get("class")
-        if record.event.type == "failure" and isinstance(name, str):
-            per = classes.setdefault(record.dependency, {})
-            per[name] = per.get(name, 0) + 1
-    return calibrate(records, classes), tools, compliance(labelled)
+        count_class(classes, unclassified, record, name if isinstance(name, str) else None)
+    signals = calibrate(records, classes, unclassified=unclassified)
+    return signals, tools, compliance(labelled)
 
 
 def stream_coverage(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:

@@ -60,6 +60,9 @@ class BreakerCollector:
     - ``_would_reject_total``: requests admitted only because the row is in shadow mode or
       forced closed (only for such breakers, or once non-zero);
     - ``_failures_total{class}``: failed outcomes by class (``http-503``, ``timeout`` ...);
+    - ``_unclassified_total{exception}``: outcomes the classifier did not know, by
+      exception type (``MyAPIError``): they never count toward opening, so a breaker that
+      stays closed while this grows needs a classifier that knows the type;
     - ``_opens_total{reason}``: openings by the reason of the opening transition;
     - ``_state{state}``: 1 for the breaker's current phase, 0 for the others (a state set;
       absent while the store cannot be read); for a scoped row, 1 for each phase one of
@@ -117,6 +120,11 @@ class BreakerCollector:
         failures = counter(
             f"{name}_failures", "Failed outcomes by class.", labels=(*_LABELS, "class")
         )
+        unclassified = counter(
+            f"{name}_unclassified",
+            "Exceptions the classifier did not know, by type (never counted toward opening).",
+            labels=(*_LABELS, "exception"),
+        )
         opens = counter(f"{name}_opens", "Openings by reason.", labels=(*_LABELS, "reason"))
         retries = counter(
             f"{name}_retry_decisions",
@@ -166,6 +174,8 @@ class BreakerCollector:
             ratio.add_metric(labels, stats.half_open_reopen_ratio)
             for detail, count in sorted(stats.failures.items()):
                 failures.add_metric([*labels, detail], count)
+            for exception, count in sorted(stats.unclassified.items()):
+                unclassified.add_metric([*labels, redact_text(exception)], count)
             for reason, count in sorted(stats.opens.items()):
                 opens.add_metric([*labels, reason], count)
             for reason, count in sorted(stats.retries.items()):
@@ -194,6 +204,7 @@ class BreakerCollector:
             faults,
             late,
             failures,
+            unclassified,
             opens,
             retries,
             degraded,

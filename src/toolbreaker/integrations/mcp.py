@@ -112,6 +112,7 @@ from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.core.run.rounds import answer_kind
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.integrations import require
+from toolbreaker.integrations._described import check_adapter
 from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
@@ -291,8 +292,19 @@ class GuardedClient:
         server_breaker: bool = True,
         task_timeout: float = DEFAULT_TASK_TIMEOUT,
     ) -> None:
-        if not server:
+        if not isinstance(server, str) or not server:
             raise PolicyError("GuardedClient needs the server's name", field="server")
+        check_adapter(
+            registry=registry,
+            guard=guard,
+            flags={"hide_open_tools": hide_open_tools, "server_breaker": server_breaker},
+            hooks={"authorize": authorize, "key": key},
+            functions={"classify_result": classify_result},
+            seconds={"timeout": timeout, "task_timeout": task_timeout},
+            names={"default_risk": default_risk, "meta_key": meta_key},
+            risks=risk,
+            fallbacks=fallbacks,
+        )
         self.client = client
         self.server = server
         self.registry = registry if registry is not None else Registry()
@@ -551,16 +563,21 @@ class GuardedClient:
         return self._row(self.key(tool), tool, fallback)
 
     def _row(self, row: tuple[str, str], tool: str, fallback: str | None) -> Breaker:
-        """The breaker of ``row``: a boundary-sheet row configures it, else these options."""
+        """The breaker of ``row``: a boundary-sheet row configures it, else these options.
+
+        The key is taken as given (``exact``): a tool the sheet has no row for runs on the
+        defaults (and says so), never on another tool's row; a server name close to one
+        the sheet has is refused, naming it.
+        """
         dependency, operation = row
         options: BreakerOptions = {}
-        if row not in self.registry.boundaries():
+        if not self.registry.resolve(dependency, operation, exact=True).row:
             options["tool"] = tool
             if self.timeout is not None and self.registry.default_timeout is None:
                 options["timeout"] = self.timeout
             if fallback is not None:
                 options["fallback"] = fallback
-        return self.registry.get(dependency, operation, **options)
+        return self.registry.get(dependency, operation, exact=True, **options)
 
     def _server_rejection(self, rejection: Rejection, tool: str) -> CircuitOpen:
         """The server breaker's rejection as the local rejection of ``tool``, naming the server."""

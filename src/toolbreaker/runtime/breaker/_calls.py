@@ -16,8 +16,9 @@ from typing import Any, Final, TypeVar
 
 from toolbreaker.core.breaker.predicates import may_probe
 from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.errors import CircuitOpen, circuit_open
+from toolbreaker.errors import AsyncCallError, CircuitOpen, circuit_open
 from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._sync_path import PLAIN_TYPES, is_awaitable, not_awaited
 from toolbreaker.runtime.breaker._admission import UNSET, Permit
 from toolbreaker.runtime.breaker._bulkhead import SATURATED, Slot
 from toolbreaker.runtime.breaker._classify import Verdict
@@ -70,6 +71,8 @@ class Calls(Retries):
                     start = ticks()
                     try:
                         result = fn(*args, **kwargs)
+                        if type(result) not in PLAIN_TYPES and is_awaitable(result):
+                            raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
                     except BaseException as exc:
                         self._quiet_outcome(state, start // self._per_ms, deadline, exc)
                         raise
@@ -204,6 +207,8 @@ class Calls(Retries):
             raise permit.error()
         try:
             result = fn(*args, **kwargs)
+            if type(result) not in PLAIN_TYPES and is_awaitable(result):
+                raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
         except BaseException as exc:
             permit.record(exc)
             raise
@@ -276,6 +281,8 @@ class Calls(Retries):
         then = None if slots is None else slots.leave
         try:
             result = worker.run(fn, args, kwargs, deadline / 1000, then)
+            if type(result) not in PLAIN_TYPES and is_awaitable(result):
+                raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
         except BaseException as exc:
             self._quiet_outcome(state, start // self._per_ms, deadline, exc)
             raise
@@ -381,6 +388,8 @@ class Calls(Retries):
             raise permit.error()
         try:
             result = self._in_thread(worker, fn, args, kwargs, deadline, slot)
+            if type(result) not in PLAIN_TYPES and is_awaitable(result):
+                raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
         except TimeoutError:
             permit.record(_TIMEOUT)
             raise
@@ -542,6 +551,15 @@ class Calls(Retries):
         # The timeout (or the caller's cancellation) already settled the call; a late
         # result is ambiguous evidence, never a success, and must not count it twice.
         self.stats.late_results += 1
+
+
+def _not_awaited(result: object) -> AsyncCallError:
+    return not_awaited(
+        result,
+        "breaker.call()",
+        "await breaker.acall(fn, ...) instead (or breaker.guard(fn): a coroutine function "
+        "gets the async guard)",
+    )
 
 
 def _held_past(permit: Permit, slot: Slot, stop: Callable[[], bool]) -> Callable[[], bool]:

@@ -12,15 +12,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final, TypedDict
+from typing import Any, Final, TypedDict
 
-from toolbreaker.core.run._values import Risk
+from toolbreaker.core.files import shown
+from toolbreaker.core.run._values import Risk, check_risk
 from toolbreaker.core.run.budget import WRITES, RiskClass
+from toolbreaker.core.run.costs import amount_of
 from toolbreaker.core.run.fingerprint import FingerprintRules, evidence
-from toolbreaker.errors import PolicyError
-
-if TYPE_CHECKING:
-    from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.errors import PolicyError, RunStateError
+from toolbreaker.runtime.breaker._breaker import Breaker
 
 __all__ = [
     "GUARDED_TOOL_OPTIONS",
@@ -72,6 +72,9 @@ class ActionRequest:
 class GuardedTool:
     """A tool as the run guard knows it.
 
+    Every field is checked when the tool is described (a wrong type or value is a
+    :class:`~toolbreaker.PolicyError` naming ``<name>.<field>``), never at its first call.
+
     Attributes:
         name: the tool name the model calls.
         fn: the implementation, called with the arguments as keywords.
@@ -119,6 +122,64 @@ class GuardedTool:
     recovery: bool = False
     cost: CostEstimate | None = None
     actual_cost: Callable[[Any], Amount | None] | None = None
+
+    def __post_init__(self) -> None:
+        name = self.name
+        if not isinstance(name, str) or not name.strip():
+            raise PolicyError(f"a tool name must be a non-empty string, got {shown(name)}")
+        if not callable(self.fn):
+            raise PolicyError(f"tool {name!r} must be callable", field=f"{name}.fn")
+        check_risk(self.risk, f"{name}.risk")
+        if self.breaker is not None and not isinstance(self.breaker, Breaker):
+            raise PolicyError(
+                f"the breaker of tool {name!r} must be a Breaker, got {shown(self.breaker)}",
+                field=f"{name}.breaker",
+            )
+        for flag in ("required", "recovery"):
+            if type(getattr(self, flag)) is not bool:
+                raise PolicyError(
+                    f"{flag} of tool {name!r} must be true or false, "
+                    f"got {shown(getattr(self, flag))}",
+                    field=f"{name}.{flag}",
+                )
+        key = self.business_key
+        if key is not None and (
+            not isinstance(key, tuple) or not key or not all(isinstance(p, str) and p for p in key)
+        ):
+            raise PolicyError(
+                f"business_key of tool {name!r} must be a list of field paths, got {shown(key)}",
+                field=f"{name}.business_key",
+            )
+        arg = self.idempotency_arg
+        if arg is not None and (not isinstance(arg, str) or not arg.strip()):
+            raise PolicyError(
+                f"idempotency_arg of tool {name!r} must be an argument name, got {shown(arg)}",
+                field=f"{name}.idempotency_arg",
+            )
+        for hook in ("verify", "reconcile", "external_id", "authorize", "actual_cost"):
+            value = getattr(self, hook)
+            if value is not None and not callable(value):
+                raise PolicyError(
+                    f"{hook} of tool {name!r} must be callable, got {shown(value)}",
+                    field=f"{name}.{hook}",
+                )
+        if self.risk == "irreversible" and self.authorize is None:
+            raise PolicyError(
+                f"irreversible tool {name!r} needs an authorize callback",
+                field=f"{name}.authorize",
+            )
+        if self.recovery and (callable(self.risk) or self.risk != "read"):
+            raise PolicyError(
+                f"recovery tool {name!r} must be a read (a tool whose risk is a function of "
+                "its arguments may write)",
+                field=f"{name}.recovery",
+            )
+        cost = self.cost
+        if cost is not None and not callable(cost):
+            try:
+                amount_of(cost, f"{name}.cost")
+            except RunStateError as exc:
+                raise PolicyError(exc.message, field=f"{name}.cost") from None
 
 
 class GuardToolOptions(TypedDict, total=False):
@@ -177,7 +238,8 @@ def guarded_tool(name: str, fn: Callable[..., Any], options: Mapping[str, Any]) 
     fields = dict(options)
     if "business_key" in fields:
         given = fields["business_key"]
-        fields["business_key"] = tuple(given) if given else None
+        if not isinstance(given, str) and isinstance(given, Sequence):
+            fields["business_key"] = tuple(given) if given else None
     return GuardedTool(name, fn, **fields)
 
 
