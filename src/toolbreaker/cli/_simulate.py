@@ -41,7 +41,7 @@ from toolbreaker.cli._sheet import load_sheet
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import FAILED_OUTCOMES, Event, Transition
-from toolbreaker.core.breaker.trace import iter_trace, parse_lines
+from toolbreaker.core.breaker.trace import iter_trace, no_events, parse_lines
 from toolbreaker.core.config import loads_toml
 from toolbreaker.core.files import printable
 from toolbreaker.errors import PolicyError, TraceError
@@ -303,9 +303,10 @@ def simulate(inputs: Inputs, retries: int, backoff_ms: int) -> tuple[Cascade, Ti
     """Run the input events through the retry-only model and the core's replay."""
     timeline = Timeline(("retry_remote", "breaker_remote", "breaker_rejected"))
     model = RetryOnly(retries, backoff_ms, timeline)
-    remote = rejected = 0
+    remote = rejected = events = 0
     with CountingReplay(inputs.policy) as driver:
         for line, event in inputs.events():
+            events += 1
             try:
                 records = driver.feed(event)
             except TraceError as exc:
@@ -319,6 +320,8 @@ def simulate(inputs: Inputs, retries: int, backoff_ms: int) -> tuple[Cascade, Ti
                     rejected += 1
                     timeline.add("breaker_rejected", record.event.at)
             model.feed(event)
+    if not events:
+        raise no_events(inputs.name)  # a figure of nothing would read as an all-clear
     model.finish()
     cascade = Cascade(
         requests=model.requests,
