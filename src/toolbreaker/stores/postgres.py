@@ -75,6 +75,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Final
 
+from toolbreaker._extras import require
 from toolbreaker.core.breaker.history import DEFAULT_HISTORY
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.errors import PolicyError, StoreUnavailable
@@ -230,13 +231,7 @@ END $$;
 
 
 def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "PostgresStore needs psycopg 3: pip install 'toolbreaker[postgres]'"
-        ) from None
-    return psycopg
+    return require("psycopg", "postgres", what="a PostgreSQL store")
 
 
 def _reply(row: object) -> Reply:

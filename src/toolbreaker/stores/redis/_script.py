@@ -14,6 +14,7 @@ import asyncio
 from importlib import resources
 from typing import Any, Final, NamedTuple
 
+from toolbreaker._extras import require
 from toolbreaker.stores._shell import Reply
 
 __all__ = [
@@ -138,14 +139,12 @@ class Args(NamedTuple):
 
 
 def redis_module() -> Any:
-    """The ``redis`` package, imported on first use (it is the ``redis`` extra)."""
-    try:
-        import redis
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "RedisStore needs the redis client: pip install 'toolbreaker[redis]'"
-        ) from None
-    return redis
+    """The ``redis`` package, imported on first use (it is the ``redis`` extra).
+
+    Raises:
+        MissingExtra: the extra is not installed.
+    """
+    return require("redis", "redis", what="a Redis store")
 
 
 def parse_reply(reply: object) -> tuple[Reply, int]:
