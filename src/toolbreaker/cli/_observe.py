@@ -79,7 +79,9 @@ def add_commands(commands: Any) -> None:
     cmd.set_defaults(run_command=_run_dashboard)
 
 
-def _entries(url: str, window: Since | None, *, ordered: bool) -> list[Mapping[str, Any]]:
+def _entries(
+    url: str, window: Since | None, *, ordered: bool, unplaced: list[int] | None = None
+) -> list[Mapping[str, Any]]:
     """What ``url`` holds: the store's history of its breakers and the event stream.
 
     A breaker whose store keeps a history has its transitions from one of the two:
@@ -117,7 +119,7 @@ def _entries(url: str, window: Since | None, *, ordered: bool) -> list[Mapping[s
     entries: list[Mapping[str, Any]] = [
         e for e in streamed if e.get("kind") != "transition" or str(e.get("key")) not in kept
     ]
-    entries.extend(replayable(history) if ordered else history)
+    entries.extend(replayable(history, unplaced=unplaced) if ordered else history)
     if window is not None:
         cutoff = window.cutoff(time.time())
         entries = [e for e in entries if _wall(e) >= cutoff]
@@ -236,7 +238,8 @@ def _nothing(source: str, others: int, window: Since | None, hint: str) -> str:
 def _run_export(args: argparse.Namespace) -> int:
     from toolbreaker.instrumentation.stream import masked_url
 
-    entries = _entries(args.store, args.since, ordered=True)
+    unplaced: list[int] = []
+    entries = _entries(args.store, args.since, ordered=True, unplaced=unplaced)
     late: list[int] = []
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
@@ -245,6 +248,12 @@ def _run_export(args: argparse.Namespace) -> int:
         written, dropped = export_trace(entries, sys.stdout, dependency=args.dependency, late=late)
     note = f"; {dropped} outcomes of calls requested before the window dropped" if dropped else ""
     print(f"exported {written} events{note}", file=sys.stderr)
+    if unplaced:
+        print(
+            f"{sum(unplaced)} quiet calls could not be placed: the history no longer holds "
+            "the state they met (trimmed), so a replay counts fewer calls than were made",
+            file=sys.stderr,
+        )
     if late:
         # Never a silent approximation: say where the replay may part from the store.
         print(

@@ -18,6 +18,7 @@ from toolbreaker._extras import require
 from toolbreaker.stores._shell import Reply
 
 __all__ = [
+    "HISTORY_APPEND",
     "JOURNAL_ALL",
     "JOURNAL_PUT",
     "MY_TURN",
@@ -44,6 +45,16 @@ _SCRIPT_FILE: Final = "cas.lua"
 REFRESH_TTL: Final = """
 if redis.call('PTTL', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 if KEYS[2] and redis.call('PTTL', KEYS[2]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
+return 1
+"""
+#: Append one entry to a breaker's history, no state change (the quiet counts no write
+#: carried); the stream lives as long as the state (an idle breaker's for ``ARGV[3]`` ms).
+HISTORY_APPEND: Final = """
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'e', ARGV[2])
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl == -1 then redis.call('PERSIST', KEYS[1])
+elseif ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl)
+else redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return 1
 """
 #: Write one journal entry (only if new, with ``ARGV[3] == '1'``) and keep its order.
