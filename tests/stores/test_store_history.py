@@ -359,3 +359,24 @@ def test_a_history_entry_masks_the_key(tmp_path):
         texts = [json.dumps(e) for e in store.history()]
     assert texts
     assert not any("hunter2secret" in t for t in texts)
+
+
+def test_quiet_counts_no_write_carries_are_appended_within_seconds(tmp_path):
+    """A healthy breaker is never written: its process appends its counts on its own, one
+    short append every second or so, without closing the store and without a call
+    waiting on it."""
+    key = "healthy"
+    with SQLiteStore(tmp_path / "b.db") as store:
+        breaker = make_breaker(store, key, Policy())
+        for _ in range(50):
+            breaker.call(lambda: "ok")
+        deadline = time.monotonic() + 30
+
+        def counted() -> int:
+            quiet = [e for e in store.history(key) if e["kind"] == "quiet"]
+            return max((n for e in quiet for *_, n in e["calls"]), default=0)
+
+        while counted() < 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert counted() == 50
+        assert [e["kind"] for e in store.history(key)] == ["quiet"] * len(store.history(key))
