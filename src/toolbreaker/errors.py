@@ -14,6 +14,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     │   ├── StoreWriteUnknown    a write that may have reached the store (its reply was lost)
     │   └── RecordCorrupt        a record the store holds that does not decode (space, key)
     ├── JournalNotDurable    a store that would forget the run journal on a restart
+    ├── MissingExtra         an optional dependency that is not installed (also an ImportError)
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
     ├── AsyncCallError       a coroutine on a sync path: ``acall`` / the async guard (TypeError)
@@ -48,6 +49,7 @@ __all__ = [
     "DeploymentsUnavailable",
     "FingerprintError",
     "JournalNotDurable",
+    "MissingExtra",
     "NotSent",
     "PermitError",
     "PolicyError",
@@ -370,6 +372,24 @@ class JournalNotDurable(ToolbreakerError):
         )
         self.store = store
         self.reason = reason
+
+
+class MissingExtra(ToolbreakerError, ImportError):
+    """A part of toolbreaker needs an optional dependency that is not installed.
+
+    Also an :class:`ImportError`, as a failed import is. The message says the one
+    command that installs it; a command line prints it as one line, exit 2.
+
+    Attributes:
+        module: the module that could not be imported (``"redis"``).
+        extra: the toolbreaker extra that provides it (``"redis"``).
+    """
+
+    def __init__(self, module: str, extra: str, *, what: str = "this part of toolbreaker") -> None:
+        super().__init__(f"{what} needs {module!r}: pip install 'toolbreaker[{extra}]'")
+        self.module = module
+        self.extra = extra
+        self.name = module
 
 
 class RegistryFull(ToolbreakerError):

@@ -17,6 +17,7 @@ from toolbreaker import Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli import main
 from toolbreaker.cli._board import Board
 from toolbreaker.cli._dashboard import build_app, store_actor
+from toolbreaker.errors import MissingExtra
 from toolbreaker.instrumentation.stream import (
     MemoryStream,
     SQLiteStream,
@@ -298,10 +299,8 @@ def test_a_missing_extra_says_what_to_install(monkeypatch, capsys):
     """Without starlette/uvicorn the command prints the extra to install, exit 2."""
     import toolbreaker.cli._dashboard as dashboard
 
-    def missing(module: str, extra: str):
-        raise ImportError(
-            f"this toolbreaker adapter needs {module!r}: pip install 'toolbreaker[{extra}]'"
-        )
+    def missing(module: str, extra: str, **_: object):
+        raise MissingExtra(module, extra)
 
     monkeypatch.setattr(dashboard, "require", missing)
     assert main(["dashboard", "--store", "memory://y"]) == 2

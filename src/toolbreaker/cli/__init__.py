@@ -46,9 +46,8 @@ class _OutputError(ToolbreakerError):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
     try:
+        args = _parser().parse_args(argv)
         try:
             with warnings.catch_warnings():
                 _deprecations_as_lines()
@@ -123,7 +122,9 @@ class _Escaping:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from toolbreaker.cli._options import Parser
+
+    parser = Parser(
         prog="toolbreaker",
         description="Circuit breakers around the tools an AI agent calls.",
     )
@@ -238,25 +239,17 @@ def _add_check_run(commands: Any) -> None:
 
 
 def _add_jobs(cmd: argparse.ArgumentParser) -> None:
+    from toolbreaker.cli._options import whole
+
     cmd.add_argument(
         "--jobs",
-        type=_positive,
+        type=whole(1, 64),
         metavar="N",
         help=(
             "processes to split a trace of 8 MB or more across, by dependency "
             "(default: one per usable CPU, at most 4; 1 replays in one process)"
         ),
     )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, got {text!r}")
-    return value
 
 
 def _run_replay(args: argparse.Namespace) -> int:
@@ -277,9 +270,10 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 def _run_verify(args: argparse.Namespace) -> int:
     from toolbreaker.cli._sheet import load_sheet
-    from toolbreaker.replaying import replay_trace, verify
+    from toolbreaker.replaying import check_files, replay_trace, verify
 
     policy = load_sheet(args.policy)
+    check_files(args.receipt, args.trace)
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
     with replay_trace(policy, initial, args.trace, jobs=args.jobs) as driver:
         return verify(args.receipt, driver, args.trace, sys.stdout)

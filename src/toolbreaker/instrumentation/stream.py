@@ -297,7 +297,7 @@ class RedisStream:
         maxlen: int = _DEFAULT_KEEP,
         socket_timeout: float = 0.25,
     ) -> None:
-        redis = require("redis", "redis")
+        redis = require("redis", "redis", what="a Redis event stream")
         self.url = masked_url(url)
         self.key = key
         self.maxlen = _positive(maxlen, "maxlen")
@@ -352,7 +352,7 @@ class PostgresStream:
         create: bool = True,
         timeout: float = 1.0,
     ) -> None:
-        psycopg = require("psycopg", "postgres")
+        psycopg = require("psycopg", "postgres", what="a PostgreSQL event stream")
         if not (prefix.isascii() and prefix.replace("_", "").isalnum()):
             raise PolicyError(
                 f"prefix takes ASCII letters, digits and _, got {prefix!r}", field="store"

@@ -19,13 +19,18 @@ class View:
     has already declared the next request and success no-ops (see
     :func:`toolbreaker.core.is_quiet`) or the next request a local rejection. ``None``
     means the view knows nothing: ask the store.
+
+    ``tally``: where a shell counts the calls it decides that way, for a store that keeps
+    a history (:class:`~toolbreaker.stores._tally.Tally`); ``None`` for one that keeps
+    none (this process's memory).
     """
 
-    __slots__ = ("key", "state")
+    __slots__ = ("key", "state", "tally")
 
     def __init__(self, key: str, state: BreakerState | None = None) -> None:
         self.key = key
         self.state = state
+        self.tally: Any = None
 
 
 @runtime_checkable

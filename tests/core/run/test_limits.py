@@ -283,6 +283,39 @@ def test_a_four_cycle_is_a_loop():
     )
 
 
+SKU_A = "3f2a1c0d" + "0" * 56
+SKU_B = "9b07de55" + "1" * 56
+
+
+def test_a_cycle_of_one_tool_names_the_arguments_that_differed():
+    """check_stock(A), check_stock(B), check_stock(A), then B again: the stop names each
+    call by a short digest of its action (tool and arguments), so the two differ."""
+    budget = Budget()
+    a, b = Action("check_stock", SKU_A), Action("check_stock", SKU_B)
+    run = RunState.start("t", 0)
+    for n, action in enumerate((a, b, a)):
+        assert check(run, action, budget, n).allowed
+        run = done(run, action, n, evidence=None)
+    decision = check(run, b, budget, 3)
+    assert decision.stop is not None
+    assert decision.stop.detail == (
+        "cycle [check_stock (arguments 3f2a1c0d), check_stock (arguments 9b07de55)] "
+        "repeated 2 times without new evidence"
+    )
+
+
+def test_a_cycle_of_different_tools_reads_as_before():
+    """Tools that differ are named by name alone: nothing else to tell apart."""
+    budget = Budget()
+    a, b = Action("search", SKU_A), Action("refine", SKU_B)
+    run = RunState.start("t", 0)
+    for n, action in enumerate((a, b, a)):
+        run = done(run, action, n, evidence=None)
+    decision = check(run, b, budget, 3)
+    assert decision.stop is not None
+    assert decision.stop.detail == "cycle [search, refine] repeated 2 times without new evidence"
+
+
 def test_aabb_is_not_a_cycle():
     """A-A-B-B repeated is not a cycle of distinct actions, even with loop_cycles=2."""
     budget = Budget(loop_cycles=2, classes=OPEN_CLASSES)

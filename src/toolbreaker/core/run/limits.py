@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from toolbreaker.core.run.budget import Budget
 
 __all__ = [
+    "DIGEST_DIGITS",
     "PRECEDENCE",
     "Decision",
     "Needs",
@@ -121,6 +122,28 @@ def _repeat(run: RunState, i: int) -> int:
     return run.tallies[i].repeats + 1
 
 
+#: Hex digits of an action's fingerprint that tell two calls of one tool apart in a stop.
+DIGEST_DIGITS: Final = 8
+
+
+def _cycle_names(calls: Sequence[Attempt | Action]) -> str:
+    """The calls of one pass of a cycle, as a stop's detail names them.
+
+    By tool name; a tool that comes back within the pass with other arguments (the
+    calls of a cycle are distinct actions) is told apart by the first
+    :data:`DIGEST_DIGITS` hex digits of each call's fingerprint, a digest of the tool and
+    its canonical arguments that shows no argument (the packet has the whole
+    fingerprint): ``check_stock (arguments 3f2a1c0d)``.
+    """
+    tools = [call.tool for call in calls]
+    return ", ".join(
+        f"{call.tool} (arguments {call.fingerprint[:DIGEST_DIGITS]})"
+        if tools.count(call.tool) > 1
+        else call.tool
+        for call in calls
+    )
+
+
 def _loop(run: RunState, action: Action, loop_cycles: int) -> str | None:
     """Describe the loop ``action`` would complete (under ``loop_cycles``), or ``None``."""
     history = run.history
@@ -136,7 +159,7 @@ def _loop(run: RunState, action: Action, loop_cycles: int) -> str | None:
         while times < loop_cycles and sequence[-(times + 1) * n : -times * n] == pattern:
             times += 1
         # history[-(n - 1)] began the last pass; the candidate action closes it.
-        tools = ", ".join([attempt.tool for attempt in history[-(n - 1) :]] + [action.tool])
+        tools = _cycle_names([*history[-(n - 1) :], action])
         if times >= loop_cycles:
             return f"cycle [{tools}] repeated {times} times (loop_cycles={loop_cycles})"
         if times >= 2 and run.evidence == history[-(n - 1)].evidence:

@@ -447,6 +447,8 @@ class Admission:
             idle = self._idle_at(state, now)
             if idle is not None:
                 stats.rejected += 1
+                if (tally := self._view.tally) is not None:
+                    tally.reject(state, now)  # a quiet rejection of the history
                 wait = None if idle.admits_at is None else idle.admits_at - now
                 return Rejection(self, idle.reason, wait, state.operator_reason)
             if self._remember_quiet(state):
@@ -567,7 +569,16 @@ class Admission:
         elif not self._listeners:
             state = self._view.state
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
+                if (tally := self._view.tally) is not None:
+                    tally.settled(permit.call, state, now, permit.generation)
                 return None
+        call = permit.call
+        if call is None:
+            # Admitted from the view, unknown to the store: its outcome needs an id of its
+            # own, so the history can name the call (a replay writes its request in).
+            call = permit.call = self._request(now).call
+            if (tally := self._view.tally) is not None and call is not None:
+                tally.admitted_unsent(call)
         took = None
         if kind == "success" and permit.policy.slow_call_ms is not None:
             took = max(0, now - permit.admitted_at)  # only slow-call rules need it
@@ -575,7 +586,7 @@ class Admission:
             kind,
             now,
             self.key,
-            call=permit.call,
+            call=call,
             generation=permit.generation,
             retry_after_ms=verdict.retry_after_ms if kind == "failure" else None,
             duration_ms=took,

@@ -84,6 +84,13 @@ class Calls(Retries):
                         or self._view.state is not state
                     ):
                         self._quiet_outcome(state, start // self._per_ms, deadline, result)
+                    elif (tally := self._view.tally) is not None:
+                        # A quiet call of the history: Tally.call(), inlined for its state.
+                        hot = tally.hot_call
+                        if hot[0] is state:
+                            hot[1][0] += 1
+                        else:
+                            tally.call(state, start // self._per_ms)
                     return result
                 finally:
                     if slots is not None:
@@ -152,6 +159,8 @@ class Calls(Retries):
                         await self._quiet_permit(state, start, deadline).arecord(
                             self.result_verdict(result)
                         )
+                    elif (tally := self._view.tally) is not None:
+                        tally.call(state, start // self._per_ms)
                     return result
                 finally:
                     if slots is not None:
@@ -295,6 +304,8 @@ class Calls(Retries):
             or self._view.state is not state
         ):
             self._quiet_outcome(state, start // self._per_ms, deadline, result)
+        elif (tally := self._view.tally) is not None:
+            tally.call(state, start // self._per_ms)
         return result
 
     def _unquiet(self, state: BreakerState, start: int, deadline: int) -> bool:
@@ -344,6 +355,13 @@ class Calls(Retries):
         idle = self._idle_at(state, now)
         if idle is not None:
             self.stats.rejected += 1
+            if (tally := self._view.tally) is not None:
+                # A quiet rejection of the history: Tally.reject(), inlined for its state.
+                hot = tally.hot_reject
+                if hot[0] is state:
+                    hot[1][0] += 1
+                else:
+                    tally.reject(state, now)
             wait = None if idle.admits_at is None else idle.admits_at - now
             raise circuit_open(self.key, idle.reason, wait, idle.render)
 

@@ -277,7 +277,11 @@ class Planning(Settling):
             assert decision.stop is not None
             return step.give(tool_stopped_result(tool, decision.stop), decision.stop.condition)
         assert decision.stop is not None  # writes-blocked or stopped
-        stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
+        stop_answer = stopped_result(
+            decision.stop,
+            writes_blocked=self._run.writes_blocked is not None,
+            writes_only=verdict == "writes-blocked",
+        )
         return step.give(stop_answer, decision.stop.condition)
 
     def _journal_pending(self, step: Step) -> Step:

@@ -212,7 +212,10 @@ class Settling(RunShell):
         )
         if decision.stop is None or mode is not None:
             return result  # a mode's answer says what the caller gets, the stop included
-        return {**result, **stopped_result(decision.stop)}
+        return {
+            **result,
+            **stopped_result(decision.stop, writes_blocked=self._run.writes_blocked is not None),
+        }
 
     def _degrade(self, plan: CallPlan, result: dict[str, Any]) -> Degrade:
         """The sheet row's degradation of ``result``, as an effect.
