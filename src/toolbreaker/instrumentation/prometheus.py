@@ -150,8 +150,8 @@ class BreakerCollector:
             labels=(*_LABELS, "state"),
         )
         for breaker in breakers_of(self.registry, scopes=False):
-            # Names are configuration, yet a key built from a URL can carry a credential.
-            labels = [redact_text(x) for x in (breaker.dependency, breaker.operation, breaker.tool)]
+            shown = breaker.shown  # the names masked where the breaker was built
+            labels = [shown.dependency, shown.operation, shown.tool]
             members = breaker.family()
             stats = breaker.family_stats()
             requests.add_metric(labels, stats.demand)
