@@ -17,9 +17,10 @@ What is emitted:
   (:meth:`~toolbreaker.RunGuard.begin`, :meth:`~toolbreaker.RunGuard.call`) decides, so
   every adapter's calls, by the OpenTelemetry GenAI semantic conventions for tool
   execution: name ``execute_tool {gen_ai.tool.name}``, kind ``INTERNAL``,
-  ``gen_ai.operation.name`` ``execute_tool``, ``gen_ai.tool.name``, and
-  ``gen_ai.tool.call.id`` when the framework gives one. A call that ended in an error has
-  status ``ERROR`` and ``error.type``:
+  ``gen_ai.operation.name`` ``execute_tool``, ``gen_ai.tool.name``, and, when the
+  adapter knows them (every adapter does), ``gen_ai.tool.call.id``, ``gen_ai.tool.type``
+  (``function``, ``extension`` or ``datastore``) and ``gen_ai.tool.description``. A call
+  that ended in an error has status ``ERROR`` and ``error.type``:
 
   - the tool ran and failed: the exception's qualified type name (``TimeoutError``,
     ``urllib.error.HTTPError``); ``tool_error`` for a failure the tool reported as its
@@ -169,6 +170,10 @@ def instrument(
         }
         if start.call_id:
             attributes["gen_ai.tool.call.id"] = start.call_id
+        if start.tool_type is not None:
+            attributes["gen_ai.tool.type"] = start.tool_type
+        if start.description:
+            attributes["gen_ai.tool.description"] = redact_text(start.description)
         breaker = start.breaker
         if isinstance(breaker, Breaker):
             shown = breaker.shown  # the names masked where the breaker was built

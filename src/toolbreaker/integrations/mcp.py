@@ -110,7 +110,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias, TypedDict, cast
 
 from toolbreaker.core.breaker.transport import (
     CallEnd,
@@ -133,6 +133,7 @@ from toolbreaker.runtime import (
     RunGuard,
     Step,
     StopPacket,
+    ToolType,
     hidden_tools_line,
     server_unavailable_result,
 )
@@ -214,6 +215,15 @@ STOP_PACKET_META_KEY: Final = "toolbreaker/stop-packet"
 _ANSWER_KINDS: Final = ("run_stopped", "writes_blocked", "tool_unavailable", "outcome_unknown")
 _STOPPING: Final = ("run_stopped", "writes_blocked")
 _MAX_PAGES: Final = 100
+
+
+class _About(TypedDict):
+    """A tool as the step observers hear of it (``begin``'s keywords)."""
+
+    tool_type: ToolType
+    description: str | None
+
+
 # One call in flight across its rounds: its step, the server's permit and breaker, and its
 # deadline.
 _Round: TypeAlias = "tuple[Step, Permit | Rejection | None, Breaker | None, float]"
@@ -323,6 +333,7 @@ class GuardedClient:
         self.hide_open_tools = hide_open_tools
         self._hidden: dict[str, int | None] = {}
         self._annotations: dict[str, ToolAnnotations | None] = {}
+        self._descriptions: dict[str, str] = {}
         self._listed = False
         self._breakers: dict[str, Breaker] = {}
         self.use_server_breaker = server_breaker
@@ -453,11 +464,11 @@ class GuardedClient:
                 if isinstance(permit, Rejection):
                     rejected = self._server_rejection(permit, name)
                     return await self._answer(rejected.result_for(name))
-            step = await breaker.abegin(name, args)
+            step = await breaker.abegin(name, args, **self._about(name))
         else:
             spec = await self._spec(self.guard, name, requested)
             deadline = self._deadline(spec.breaker, requested)
-            step = await self.guard.abegin(name, args)
+            step = await self.guard.abegin(name, args, **self._about(name))
             if step.answer is None and server is not None:
                 # The run guard first (a stopped run, the turn's limit ...), then the server:
                 # a rejection is a local one for the guard (a breaker inside the tool).
@@ -724,6 +735,16 @@ class GuardedClient:
     def _learn(self, listing: ListToolsResult) -> None:
         for tool in listing.tools:
             self._annotations[tool.name] = tool.annotations
+            if tool.description:
+                self._descriptions[tool.name] = tool.description
+
+    def _about(self, name: str) -> _About:
+        """What the step observers hear of a tool: the server runs it, and its description.
+
+        The tool type is ``extension``; the description is known once a listing told it
+        (a host lists the tools before it calls one).
+        """
+        return {"tool_type": "extension", "description": self._descriptions.get(name)}
 
     def _deadline(self, breaker: Breaker | None, requested: float | None) -> float:
         deadline = breaker.timeout if breaker is not None else None
