@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from secrets_corpus import SECRETS, leaks, nested, variants
-from toolbreaker import ActionRequest, Breaker, Budget, Registry, RunGuard, StopPacket
+from toolbreaker import ActionRequest, Breaker, Budget, Policy, Registry, RunGuard, StopPacket
 from toolbreaker.cli import main
 from toolbreaker.stores import MemoryStore
 
@@ -252,3 +252,187 @@ def test_trace_retry_and_notice_lines_hold_no_secret(
     path = tmp_path / "trace.jsonl"
     path.write_text(trace.getvalue(), encoding="utf-8")
     assert main(["replay", str(path)]) == 0
+
+
+def _otel_outputs(registry: Registry, drive: Any) -> tuple[list[Any], list[Any]]:
+    """Run ``drive()`` with ``registry`` instrumented through the real OpenTelemetry SDK:
+    the finished spans and the ``toolbreaker.transitions`` data points."""
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from toolbreaker.instrumentation.opentelemetry import instrument
+
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    undo = instrument(
+        registry,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+        tracer_provider=tracer_provider,
+    )
+    try:
+        with tracer_provider.get_tracer("test").start_as_current_span("agent turn"):
+            drive()
+    finally:
+        undo()
+        tracer_provider.shutdown()
+    points = [
+        point
+        for resource in reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "toolbreaker.transitions"
+        for point in metric.data.data_points
+    ]
+    return list(spans.get_finished_spans()), points
+
+
+def _down() -> None:
+    raise ConnectionResetError("reset")
+
+
+def _span_texts(spans: list[Any]) -> list[Any]:
+    """Every name, attribute and event of ``spans``, as data."""
+    return [
+        {
+            "name": span.name,
+            "attributes": dict(span.attributes or {}),
+            "events": [(e.name, dict(e.attributes or {})) for e in span.events],
+        }
+        for span in spans
+    ]
+
+
+def test_a_breaker_named_after_a_url_with_a_password_is_masked_in_opentelemetry() -> None:
+    """Issue 34 item 14, as the docs word it: the span attribute, the transition event
+    and the metric labels read ``https://ops:[REDACTED]@crm.internal``."""
+    registry = Registry(Policy(failure_threshold=1), default_enforce="cooperative")
+    crm = registry.get("https://ops:s3cr3t@crm.internal", "read", timeout=1.0, tool="lookup")
+
+    def drive() -> None:
+        step = crm.begin("lookup", {"id": "1"}, call_id="call-1")
+        step.failed(ConnectionResetError("reset"))
+
+    spans, points = _otel_outputs(registry, drive)
+    masked = "https://ops:[REDACTED]@crm.internal"
+    (tool,) = [s for s in spans if s.name.startswith("execute_tool ")]
+    assert tool.attributes["toolbreaker.dependency"] == masked
+    events = [e for s in spans for e in s.events if e.name == "toolbreaker.transition"]
+    assert events
+    assert {e.attributes["toolbreaker.dependency"] for e in events} == {masked}
+    assert points
+    assert {p.attributes["toolbreaker.dependency"] for p in points} == {masked}
+    assert not leaks(_span_texts(spans), "s3cr3t")
+    assert not leaks([dict(p.attributes) for p in points], "s3cr3t")
+
+
+@pytest.mark.parametrize(("name", "secret"), SOME)
+def test_every_exporter_masks_a_breaker_whose_names_carry_a_secret(
+    name: str, secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One breaker whose dependency, operation and tool carry the secret, run through a
+    run guard, failing, opening and rejecting: no OpenTelemetry span (its name, its
+    attributes), transition event or metric label, no Prometheus label, no stream entry
+    and no log line shows it."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from toolbreaker.instrumentation.prometheus import register
+    from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, iter_entries
+
+    registry = Registry(Policy(failure_threshold=1), default_enforce="cooperative")
+    tool = f"lookup {secret}"[:200]
+    snapshot = f"snapshot {secret}"[:200]
+    registry.get(f"cache {secret}"[:200], tool=snapshot, timeout=1.0)
+    crm = registry.get(
+        f"crm {secret}"[:200], f"read {secret}"[:200], tool=tool, timeout=1.0, fallback=snapshot
+    )
+    guard = RunGuard("t", budget=Budget(max_repeats=50))
+    guard.tool(tool, breaker=crm)(lambda id: _down())
+    stream = MemoryStream()
+    StreamPublisher(stream).attach(registry, guard)
+    target = CollectorRegistry()
+    register(registry, target)
+
+    def drive() -> None:
+        for n in range(3):  # a failure opens it; the next calls are rejected
+            guard.call(tool, {"id": str(n)})
+        step = crm.begin(tool, {"id": "x"}, call_id="c-1")
+        assert step.answer is not None
+
+    with caplog.at_level(logging.DEBUG, logger="toolbreaker"):
+        spans, points = _otel_outputs(registry, drive)
+    assert [s for s in spans if s.name.startswith("execute_tool ")]
+    assert points
+    outputs = {
+        "spans": _span_texts(spans),
+        "metrics": [dict(p.attributes) for p in points],
+        "prometheus": generate_latest(target).decode(),
+        "stream": [entry for _, entry in iter_entries(stream)],
+        "logs": caplog.text,
+    }
+    for what, output in outputs.items():
+        assert not leaks(output, secret), (name, what)
+
+
+@pytest.mark.parametrize(("name", "secret"), SOME)
+def test_no_log_line_of_toolbreaker_can_show_a_secret(
+    name: str, secret: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every record of the ``toolbreaker`` logger is masked once, as it is made: its
+    message and arguments (a breaker's key in a queue line), its traceback, whatever
+    module logged it, so no log line can forget (the degradation queue logged a
+    breaker's raw key)."""
+    breaker = Breaker(
+        f"crm {secret}"[:200],
+        operation="write",
+        tool="create_ticket",
+        timeout=1.0,
+        enforce="cooperative",
+        degrade=["queue"],
+    )
+
+    @breaker.guard
+    def create_ticket(title: str, idempotency_key: str) -> dict[str, Any]:
+        return {"ok": True}
+
+    with caplog.at_level(logging.DEBUG, logger="toolbreaker"):
+        breaker.isolate("maintenance")
+        assert create_ticket(title="refund", idempotency_key="k-1")["queued"] is True
+        logger = logging.getLogger("toolbreaker")
+        logger.info("toolbreaker: %s said %r", f"crm {secret}", {"token": secret})
+        try:
+            raise ConnectionResetError(f"reset by {secret}")
+        except ConnectionResetError:
+            logger.exception("toolbreaker: lost %s", secret)
+    assert "queued" in caplog.text
+    assert len(caplog.records) >= 3
+    for record in caplog.records:
+        assert not leaks(record.getMessage(), secret), name
+    assert not leaks(caplog.text, secret), name
+
+
+def test_no_exporter_reads_a_breakers_raw_names() -> None:
+    """Every exporter (OpenTelemetry, Prometheus, the event stream) reads a breaker's
+    names from ``breaker.shown``, masked once where the breaker was built, never the raw
+    ``dependency``, ``operation``, ``tool``, ``key`` or ``fallback``: none can forget."""
+    import ast
+
+    import toolbreaker.instrumentation as package
+
+    raw = {"dependency", "operation", "tool", "key", "fallback"}
+    found: list[str] = []
+    for path in sorted(Path(package.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in raw
+                and isinstance(node.value, ast.Name)
+                and "breaker" in node.value.id
+            ):
+                found.append(f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert found == []

@@ -9,9 +9,12 @@ from the run guard's steps, whichever adapter begins them.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
+import sys
 import urllib.parse
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,6 +56,12 @@ def tool_spans(memory: InMemorySpanExporter) -> list[ReadableSpan]:
     return [s for s in memory.get_finished_spans() if s.name.startswith("execute_tool ")]
 
 
+def assert_described(span: ReadableSpan, tool_type: str, description: str) -> None:
+    """The span carries the tool's type and description, as the framework knows them."""
+    assert span.attributes["gen_ai.tool.type"] == tool_type
+    assert span.attributes["gen_ai.tool.description"] == description
+
+
 def assert_outage_spans(spans: list[ReadableSpan], ids: list[str]) -> None:
     """Two remote failures (the second opens the breaker), then a local rejection."""
     assert [s.name for s in spans] == ["execute_tool search"] * 3
@@ -61,6 +70,9 @@ def assert_outage_spans(spans: list[ReadableSpan], ids: list[str]) -> None:
         assert span.kind is SpanKind.INTERNAL
         assert span.attributes["gen_ai.operation.name"] == "execute_tool"
         assert span.attributes["gen_ai.tool.name"] == "search"
+        # a function tool of the application, described as the model reads it (the
+        # rejected call's span too: the tool is the same, only it never ran)
+        assert_described(span, "function", "Search the live catalog.")
         assert span.attributes["toolbreaker.dependency"] == "search"
         assert span.status.status_code is StatusCode.ERROR
     first, opened, rejected = spans
@@ -274,3 +286,249 @@ def test_openai_agents_calls_are_execute_tool_spans(service, exporter):
 
     assert result.final_output == "The catalog is down."
     assert_outage_spans(tool_spans(memory), ids)
+
+
+# -- LlamaIndex: protect(), MockFunctionCallingLLM --------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::pydantic.warnings.PydanticDeprecationWarning")
+def test_llama_index_tool_spans_carry_type_and_description(service, exporter):
+    """A LlamaIndex FunctionAgent's function tool: its span says ``function`` and the
+    tool's own description (its docstring, as LlamaIndex reads it)."""
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
+    from toolbreaker.integrations.llama_index import protect
+
+    provider, memory = exporter
+
+    def search(q: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        return request_json(
+            "GET", f"{service.url}/search?q={urllib.parse.quote(q)}", timeout=TIMEOUT
+        )
+
+    turns: list[int] = []
+
+    def respond(messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
+        turns.append(1)
+        if len(turns) == 1:
+            call = ToolCallBlock(tool_call_id="li-1", tool_name="search", tool_kwargs={"q": "x"})
+            return ChatMessage(role=MessageRole.ASSISTANT, blocks=[call])
+        return ChatMessage(role=MessageRole.ASSISTANT, content="done")
+
+    tool = FunctionTool.from_defaults(search)
+    agent = FunctionAgent(tools=[tool], llm=MockFunctionCallingLLM(response_generator=respond))
+    breakers = registry()
+    undo = instrument(breakers, tracer_provider=provider)
+    guarded = protect(agent, guard=RunGuard("li-1"), registry=breakers)
+
+    async def main() -> Any:
+        return await guarded.run(user_msg="a cable")
+
+    with warnings.catch_warnings():  # LlamaIndex's own pydantic deprecations
+        warnings.simplefilter("ignore")
+        asyncio.run(main())
+    undo()
+
+    (span,) = tool_spans(memory)
+    assert span.attributes["toolbreaker.outcome"] == "success", dict(span.attributes)
+    # LlamaIndex describes a function by its signature and docstring, and so does the span
+    assert "Search the live catalog." in tool.metadata.description
+    assert_described(span, "function", tool.metadata.description)
+
+
+# -- Google ADK: the plugin, a scripted BaseLlm ------------------------------------------------
+
+
+def test_google_adk_tool_spans_carry_type_and_description(service, exporter):
+    """An ADK agent's function tool: its span says ``function`` and the tool's
+    description (the function's docstring, as ADK declares it to the model); its
+    retrieval tool's says ``datastore``."""
+    pytest.importorskip("google.adk")
+    from collections.abc import AsyncGenerator
+
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.models import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.adk.tools.retrieval.base_retrieval_tool import BaseRetrievalTool
+    from google.genai import types
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
+    provider, memory = exporter
+
+    class Manuals(BaseRetrievalTool):
+        async def run_async(self, *, args: dict[str, Any], tool_context: Any) -> Any:
+            return {"passages": [f"how to use {args.get('query')}"]}
+
+    async def search(q: str) -> dict[str, Any]:
+        """Search the live catalog."""
+        url = f"{service.url}/search?q={urllib.parse.quote(q)}"
+        return await asyncio.to_thread(request_json, "GET", url, timeout=TIMEOUT)
+
+    class Model(BaseLlm):
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            last = llm_request.contents[-1]
+            if any(p.function_response for p in last.parts or ()):
+                parts = [types.Part(text="done")]
+            else:
+                parts = [
+                    types.Part(
+                        function_call=types.FunctionCall(name="search", args={"q": "x"}, id="s")
+                    ),
+                    types.Part(
+                        function_call=types.FunctionCall(
+                            name="manuals", args={"query": "cable"}, id="m"
+                        )
+                    ),
+                ]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    manuals = Manuals(name="manuals", description="Search the product manuals.")
+    agent = LlmAgent(name="shop", model=Model(model="scripted"), tools=[search, manuals])
+    breakers = registry()
+    breakers.get("manuals", tool="manuals")
+    undo = instrument(breakers, tracer_provider=provider)
+    plugin = ToolbreakerPlugin(RunGuard("adk-1"), registry=breakers)
+
+    async def main() -> None:
+        runner = InMemoryRunner(app=App(name="shop", root_agent=agent, plugins=[plugin]))
+        try:
+            session = await runner.session_service.create_session(app_name="shop", user_id="u")
+            message = types.Content(role="user", parts=[types.Part(text="a cable")])
+            async for _ in runner.run_async(
+                user_id="u", session_id=session.id, new_message=message
+            ):
+                pass
+        finally:
+            await runner.close()
+
+    asyncio.run(main())
+    undo()
+
+    spans = {s.attributes["gen_ai.tool.name"]: s for s in tool_spans(memory)}
+    assert set(spans) == {"search", "manuals"}
+    for span in spans.values():
+        assert span.attributes["toolbreaker.outcome"] == "success", dict(span.attributes)
+    assert_described(spans["search"], "function", "Search the live catalog.")
+    assert_described(spans["manuals"], "datastore", "Search the product manuals.")
+
+
+# -- CrewAI: protect(), a scripted BaseLLM ------------------------------------------------------
+
+
+def test_crewai_tool_spans_carry_type_and_description(service, exporter):
+    """A CrewAI agent's tool: its span says ``function`` and the tool's own description
+    (not the "Tool Name: ... Tool Arguments: ..." text CrewAI builds around it)."""
+    if sys.version_info >= (3, 14):  # pragma: no cover - crewai 1.6 declares <3.14
+        pytest.skip("crewai 1.6 supports Python 3.10 to 3.13")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pytest.importorskip("crewai")
+        from crewai import Agent, Crew, Task
+        from crewai.llms.base_llm import BaseLLM
+        from crewai.tools import BaseTool
+        from pydantic import BaseModel
+
+    from toolbreaker.integrations.crewai import protect
+
+    provider, memory = exporter
+
+    class Query(BaseModel):
+        q: str
+
+    class SearchTool(BaseTool):
+        name: str = "search"
+        description: str = "Search the live catalog."
+        args_schema: type[BaseModel] = Query
+
+        def _run(self, q: str) -> Any:
+            return request_json(
+                "GET", f"{service.url}/search?q={urllib.parse.quote(q)}", timeout=TIMEOUT
+            )
+
+    class Model(BaseLLM):
+        def call(self, messages: Any, *args: Any, **kwargs: Any) -> str:
+            if "\nObservation:" in messages[-1]["content"]:
+                return "Thought: I now know the final answer\nFinal Answer: done"
+            return 'Thought: search\nAction: search\nAction Input: {"q": "x"}'
+
+        def supports_function_calling(self) -> bool:
+            return False
+
+    agent = Agent(
+        role="support",
+        goal="help",
+        backstory="careful",
+        llm=Model(model="scripted"),
+        tools=[SearchTool()],
+        verbose=False,
+    )
+    crew = Crew(
+        agents=[agent],
+        tasks=[Task(description="help", expected_output="an answer", agent=agent)],
+        verbose=False,
+    )
+    breakers = registry()
+    undo = instrument(breakers, tracer_provider=provider)
+    with warnings.catch_warnings():  # CrewAI's own deprecations and open SQLite files
+        warnings.simplefilter("ignore")
+        with protect(crew, guard=RunGuard("crew-1"), registry=breakers):
+            crew.kickoff()
+        gc.collect()
+    undo()
+
+    (span,) = tool_spans(memory)
+    assert span.attributes["toolbreaker.outcome"] == "success", dict(span.attributes)
+    assert_described(span, "function", "Search the live catalog.")
+
+
+# -- MCP: GuardedClient, an MCP server through the SDK's own client ------------------------------
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["breakers-only", "run-guard"])
+def test_mcp_tool_spans_carry_type_and_description(service, exporter, guarded):
+    """An MCP server's tool runs on the server's side: its span says ``extension`` and
+    the description the server lists for it, with or without a run guard."""
+    pytest.importorskip("mcp")
+    import anyio
+    from mcp import Client
+    from mcp.server.mcpserver import MCPServer
+
+    from toolbreaker.integrations.mcp import GuardedClient
+
+    provider, memory = exporter
+    server = MCPServer("catalog")
+
+    @server.tool(description="Search the live catalog.")
+    def search(q: str) -> dict[str, Any]:
+        return request_json(
+            "GET", f"{service.url}/search?q={urllib.parse.quote(q)}", timeout=TIMEOUT
+        )
+
+    breakers = registry()
+    undo = instrument(breakers, tracer_provider=provider)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            guard = RunGuard("mcp-1") if guarded else None
+            proxy = GuardedClient(client, server="catalog", registry=breakers, guard=guard)
+            await proxy.list_tools()  # what a host does first: the model needs the list
+            result = await proxy.call_tool("search", {"q": "x"})
+            assert result.is_error is False
+
+    anyio.run(main)
+    undo()
+
+    (span,) = tool_spans(memory)
+    assert span.attributes["toolbreaker.outcome"] == "success", dict(span.attributes)
+    assert_described(span, "extension", "Search the live catalog.")

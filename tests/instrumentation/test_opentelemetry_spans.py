@@ -314,3 +314,27 @@ def test_a_call_its_turn_cancels_by_policy_is_a_cancelled_span(traced):
     cancelled = spans["execute_tool price"]
     assert cancelled.attributes["error.type"] == "toolbreaker.cancelled"
     assert cancelled.attributes["toolbreaker.outcome"] == "cancelled"
+
+
+def test_a_tool_type_nobody_knows_is_refused_where_the_call_begins(traced):
+    """begin(tool_type=...) takes the GenAI conventions' values only: a misspelt one is a
+    PolicyError naming ``tool_type`` (from a breaker and a run guard alike), never a span
+    that quietly carries it; a known one and the description reach the span."""
+    from toolbreaker import PolicyError
+    from toolbreaker.runtime import TOOL_TYPES
+
+    assert TOOL_TYPES == ("function", "extension", "datastore")
+    search = breaker()
+    guard = RunGuard("t")
+    guard.add_tool(GuardedTool(name="lookup", fn=lambda: {"ok": True}, breaker=search))
+    for begin in (search.begin, guard.begin):
+        with pytest.raises(PolicyError, match="tool_type") as refused:
+            begin("lookup", {}, tool_type="functions")
+        assert refused.value.field == "tool_type"
+    undo = instrument(search, tracer_provider=traced.provider)
+    step = search.begin("lookup", {}, tool_type="datastore", description="Find orders.")
+    step.succeeded({"ok": True})
+    undo()
+    (span,) = traced.tools()
+    assert span.attributes["gen_ai.tool.type"] == "datastore"
+    assert span.attributes["gen_ai.tool.description"] == "Find orders."

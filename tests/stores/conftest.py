@@ -140,6 +140,17 @@ class RedisServer(_LocalServer):
             process.kill()
             process.wait(5)
 
+    def freeze(self) -> None:
+        """SIGSTOP the server: its kernel still holds the connections open and acknowledges
+        data, but nothing answers (a hung server, a host cut off)."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT the server."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         process, self.process = self.process, None
         if process is None:

@@ -17,9 +17,10 @@ What is emitted:
   (:meth:`~toolbreaker.RunGuard.begin`, :meth:`~toolbreaker.RunGuard.call`) decides, so
   every adapter's calls, by the OpenTelemetry GenAI semantic conventions for tool
   execution: name ``execute_tool {gen_ai.tool.name}``, kind ``INTERNAL``,
-  ``gen_ai.operation.name`` ``execute_tool``, ``gen_ai.tool.name``, and
-  ``gen_ai.tool.call.id`` when the framework gives one. A call that ended in an error has
-  status ``ERROR`` and ``error.type``:
+  ``gen_ai.operation.name`` ``execute_tool``, ``gen_ai.tool.name``, and, when the
+  adapter knows them (every adapter does), ``gen_ai.tool.call.id``, ``gen_ai.tool.type``
+  (``function``, ``extension`` or ``datastore``) and ``gen_ai.tool.description``. A call
+  that ended in an error has status ``ERROR`` and ``error.type``:
 
   - the tool ran and failed: the exception's qualified type name (``TimeoutError``,
     ``urllib.error.HTTPError``); ``tool_error`` for a failure the tool reported as its
@@ -38,7 +39,10 @@ What is emitted:
   ``toolbreaker.dependency``, ``toolbreaker.operation``, ``toolbreaker.breaker.state`` (the
   phase after the call, as the breaker's last transition left it) and
   ``toolbreaker.policy_version``. Nothing the call carried (arguments, results, exception
-  messages) is recorded: they may hold secrets.
+  messages) is recorded: they may hold secrets. Names are masked: a breaker's as it was
+  built (:attr:`toolbreaker.Breaker.shown`, so a breaker named after a URL with a
+  password reads ``https://ops:[REDACTED]@crm.internal`` in spans, events and metric
+  labels alike), the tool's as the span is.
 - every transition of an instrumented breaker as a ``toolbreaker.transition`` event on
   the span current when it happens: the tool-call span while the breaker works on the
   call, else the caller's;
@@ -61,6 +65,7 @@ from typing import Any, Final
 
 from toolbreaker._extras import require
 from toolbreaker.core.breaker.state import Transition, changed_phase
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import ToolReportedError
 from toolbreaker.runtime._step import Step, StepStart
 from toolbreaker.runtime.breaker._breaker import Breaker
@@ -134,10 +139,11 @@ def instrument(
             working.heard(record, breaker)
         if state_changes_only and not changed_phase(record):
             return
+        shown = breaker.shown  # the names masked where the breaker was built
         attributes = {
-            "toolbreaker.dependency": breaker.dependency,
-            "toolbreaker.operation": breaker.operation,
-            "toolbreaker.tool": breaker.tool,
+            "toolbreaker.dependency": shown.dependency,
+            "toolbreaker.operation": shown.operation,
+            "toolbreaker.tool": shown.tool,
             "toolbreaker.reason": record.reason,
             "toolbreaker.from": record.from_phase,
             "toolbreaker.to": record.to_phase,
@@ -157,19 +163,25 @@ def instrument(
             )
 
     def observer(start: StepStart) -> _ToolSpan:
+        tool = redact_text(start.tool)  # a tool's name, like a breaker's, may carry a secret
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": start.tool,
+            "gen_ai.tool.name": tool,
         }
         if start.call_id:
             attributes["gen_ai.tool.call.id"] = start.call_id
+        if start.tool_type is not None:
+            attributes["gen_ai.tool.type"] = start.tool_type
+        if start.description:
+            attributes["gen_ai.tool.description"] = redact_text(start.description)
         breaker = start.breaker
         if isinstance(breaker, Breaker):
-            attributes["toolbreaker.dependency"] = breaker.dependency
-            attributes["toolbreaker.operation"] = breaker.operation
+            shown = breaker.shown  # the names masked where the breaker was built
+            attributes["toolbreaker.dependency"] = shown.dependency
+            attributes["toolbreaker.operation"] = shown.operation
             attributes["toolbreaker.policy_version"] = breaker.policy.version
         span = tracer.start_span(
-            f"execute_tool {start.tool}", kind=trace.SpanKind.INTERNAL, attributes=attributes
+            f"execute_tool {tool}", kind=trace.SpanKind.INTERNAL, attributes=attributes
         )
         return _ToolSpan(span, breaker if isinstance(breaker, Breaker) else None, trace, context)
 

@@ -158,8 +158,8 @@ class BreakerCollector:
             labels=(*_LABELS, "state"),
         )
         for breaker in breakers_of(self.registry, scopes=False):
-            # Names are configuration, yet a key built from a URL can carry a credential.
-            labels = [redact_text(x) for x in (breaker.dependency, breaker.operation, breaker.tool)]
+            shown = breaker.shown  # the names masked where the breaker was built
+            labels = [shown.dependency, shown.operation, shown.tool]
             members = breaker.family()
             stats = breaker.family_stats()
             requests.add_metric(labels, stats.demand)
@@ -172,16 +172,11 @@ class BreakerCollector:
             if stats.record_faults:
                 faults.add_metric(labels, stats.record_faults)
             ratio.add_metric(labels, stats.half_open_reopen_ratio)
-            for detail, count in sorted(stats.failures.items()):
-                failures.add_metric([*labels, detail], count)
-            for exception, count in sorted(stats.unclassified.items()):
-                unclassified.add_metric([*labels, redact_text(exception)], count)
-            for reason, count in sorted(stats.opens.items()):
-                opens.add_metric([*labels, reason], count)
-            for reason, count in sorted(stats.retries.items()):
-                retries.add_metric([*labels, reason], count)
-            for mode, count in sorted(stats.degraded.items()):
-                degraded.add_metric([*labels, mode], count)
+            _each(failures, labels, stats.failures)
+            _each(unclassified, labels, {redact_text(k): n for k, n in stats.unclassified.items()})
+            _each(opens, labels, stats.opens)
+            _each(retries, labels, stats.retries)
+            _each(degraded, labels, stats.degraded)
             # The scarcest budget of the row's breakers: the tenant closest to no retries.
             left = [b.milli for b in (m.retry_budget for m in members) if b is not None]
             if left:
@@ -300,3 +295,9 @@ def register_guards(
     target = prometheus_registry or require("prometheus_client", "prometheus").REGISTRY
     target.register(collector)
     return collector
+
+
+def _each(family: Any, labels: list[str], counts: Mapping[str, int]) -> None:
+    """A sample of ``family`` per key of ``counts``, the key as its last label."""
+    for key, count in sorted(counts.items()):
+        family.add_metric([*labels, key], count)

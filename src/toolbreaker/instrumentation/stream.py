@@ -41,12 +41,11 @@ Both carry ``wall`` (Unix seconds, for ``--since``) and ``source`` (host and pro
 Times in records are the breakers' clock: a Redis store's clock is the server's, so
 records of many hosts compare; SQLite's is the host's monotonic clock.
 
-Every text a person reads is masked where the entry is built
-(:func:`~toolbreaker.core.run.redact.redact_text`): the breaker's key, dependency,
-operation, tool and fallback, the run's task (the packet's own, masked field), and the
-packet and notices (masked where they were built, as the operator's reason in an
-isolation's record is). Two breakers whose names differ only in a secret share one key in
-the stream.
+Every text a person reads is masked where it was built: the breaker's key, dependency,
+operation, tool and fallback where the breaker was (:attr:`toolbreaker.Breaker.shown`,
+which every exporter reads), the run's task (the packet's own, masked field), and the
+packet and notices (as the operator's reason in an isolation's record is). Two breakers
+whose names differ only in a secret share one key in the stream.
 """
 
 from __future__ import annotations
@@ -75,7 +74,6 @@ from toolbreaker.core.breaker.history import (
 )
 from toolbreaker.core.breaker.state import OUTCOME_TYPES, Transition, changed_phase
 from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
@@ -605,17 +603,16 @@ class StreamPublisher:
         # What never changes for a breaker, computed once (the policy version is a hash).
         found = self._fields.get(breaker)
         if found is None or found[0] is not breaker.policy:
-            fallback = breaker.fallback
+            shown = breaker.shown  # the names masked where the breaker was built
             fields: dict[str, Any] = {
                 "schema": STREAM_SCHEMA,
                 "kind": "transition",
                 "source": self._source,
-                # Names are configuration, yet a name built from a URL can carry a password.
-                "key": redact_text(breaker.key),
-                "dependency": redact_text(breaker.dependency),
-                "operation": redact_text(breaker.operation),
-                "tool": redact_text(breaker.tool),
-                "fallback": None if fallback is None else redact_text(fallback),
+                "key": shown.key,
+                "dependency": shown.dependency,
+                "operation": shown.operation,
+                "tool": shown.tool,
+                "fallback": shown.fallback,
                 "policy_version": breaker.policy.version,
                 "instructions_version": instructions_version(breaker.instructions),
             }

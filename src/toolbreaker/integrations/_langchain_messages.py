@@ -141,6 +141,16 @@ def call_id_of(request: ToolCallRequest) -> str | None:
     return found if isinstance(found, str) and found else None
 
 
+def description_of(request: ToolCallRequest) -> str | None:
+    """The called tool's description as the model reads it, if the tool is known.
+
+    A span's ``gen_ai.tool.description``.
+    """
+    tool = request.tool
+    description = getattr(tool, "description", None) if tool is not None else None
+    return description if isinstance(description, str) and description else None
+
+
 def turn_of(request: ToolCallRequest) -> str | None:
     """The id of the model message that issued the call, if the state shows it."""
     state = request.state

@@ -93,7 +93,7 @@ from crewai.hooks import (  # noqa: E402
 
 from toolbreaker.errors import NotSent, PolicyError  # noqa: E402
 from toolbreaker.runtime._packet import StopPacket  # noqa: E402
-from toolbreaker.runtime._step import Step, idempotency_key  # noqa: E402
+from toolbreaker.runtime._step import Step, ToolType, idempotency_key  # noqa: E402
 from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime.run._guard import (  # noqa: E402
     GuardedTool,
@@ -354,7 +354,9 @@ class _Hooks:
         spec = binding.spec(tool.name)
         # The key argument is the guard's: one the model made up is not fingerprinted.
         args = without_key(spec, context.tool_input or {})
-        step = binding.guard.begin(tool.name, args)
+        step = binding.guard.begin(
+            tool.name, args, tool_type=_tool_type(tool), description=_description(tool)
+        )
         key_arg = key_argument(spec)
         key = step.idempotency_key
         if key_arg is not None and key is not None and key_arg in _fields(tool):
@@ -485,3 +487,25 @@ def _resolved(result: Any) -> Any:
 def _text(answer: Any) -> str:
     """A guard answer as the observation the model reads."""
     return answer if isinstance(answer, str) else json.dumps(answer, default=str)
+
+
+#: What CrewAI puts before a tool's own description when it describes the tool to the model.
+_DESCRIPTION_MARK: Final = "\nTool Description: "
+#: CrewAI's tools that run on an MCP server (``mcps=`` on an agent, or wrapped).
+_MCP_TOOLS: Final = frozenset({"MCPNativeTool", "MCPToolWrapper"})
+
+
+def _tool_type(tool: Any) -> ToolType:
+    """``extension`` for a tool an MCP server runs, else ``function`` (the crew runs it)."""
+    original = getattr(tool, "_original_tool", tool)
+    names = {kind.__name__ for kind in type(original).__mro__}
+    return "extension" if names & _MCP_TOOLS else "function"
+
+
+def _description(tool: Any) -> str | None:
+    """The tool's own description, without the name and arguments CrewAI writes before it."""
+    text = getattr(tool, "description", None)
+    if not isinstance(text, str) or not text:
+        return None
+    own = text.rpartition(_DESCRIPTION_MARK)[2] if text.startswith("Tool Name: ") else text
+    return own.strip() or None

@@ -80,7 +80,7 @@ from toolbreaker.integrations._described import (  # noqa: E402
     without_key_argument,
 )
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE  # noqa: E402
-from toolbreaker.runtime._step import Step  # noqa: E402
+from toolbreaker.runtime._step import Step, ToolType  # noqa: E402
 from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime.run._guard import (  # noqa: E402
     GuardedTool,
@@ -333,7 +333,13 @@ class ToolbreakerPlugin(BasePlugin):
         # The key is the guard's to give; one the model made up must not leak into the
         # fingerprint or reach the tool.
         args = without_key(spec, tool_args)
-        step = await guard.abegin(spec.name, args, call_id=tool_context.function_call_id or None)
+        step = await guard.abegin(
+            spec.name,
+            args,
+            call_id=tool_context.function_call_id or None,
+            tool_type=_tool_type(tool),
+            description=tool.description or None,
+        )
         if step.answer is not None:
             return _as_response(step.answer)
         # ADK hands the tool this very dict: the guard's arguments are what runs.
@@ -483,3 +489,18 @@ def _as_response(answer: Any) -> dict[str, Any]:
     if isinstance(answer, Mapping):
         return dict(answer)
     return {"result": answer}
+
+
+def _tool_type(tool: BaseTool) -> ToolType:
+    """What kind of tool an ADK tool is, by its class (never imported for the asking).
+
+    An MCP server's tool (``McpTool``) runs on the server's side of its API: ``extension``;
+    a retrieval tool (``BaseRetrievalTool``: RAG, files, LlamaIndex) reads a data store:
+    ``datastore``; every other tool runs in the application: ``function``.
+    """
+    names = {kind.__name__ for kind in type(tool).__mro__}
+    if "McpTool" in names:
+        return "extension"
+    if "BaseRetrievalTool" in names:
+        return "datastore"
+    return "function"

@@ -123,6 +123,7 @@ from toolbreaker.integrations._langchain_messages import (
     call_id_of,
     content_text,
     count_response,
+    description_of,
     failed_reply,
     settles_with,
     stop_message,
@@ -351,7 +352,13 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
     ) -> ToolMessage | Command[Any]:
         """Guard one tool call: answer it locally or run it and settle the outcome."""
         guard, name, args, spec = self._prepare(request)
-        step = guard.begin(name, args, call_id=call_id_of(request))
+        step = guard.begin(
+            name,
+            args,
+            call_id=call_id_of(request),
+            tool_type="function",  # a LangChain tool runs in the application
+            description=description_of(request),
+        )
         pending = self._pending(request, step, spec)
         if not isinstance(pending, _Pending):
             return pending
@@ -379,7 +386,13 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         waits on them.
         """
         guard, name, args, spec = self._prepare(request)
-        step = await guard.abegin(name, args, call_id=call_id_of(request))
+        step = await guard.abegin(
+            name,
+            args,
+            call_id=call_id_of(request),
+            tool_type="function",  # a LangChain tool runs in the application
+            description=description_of(request),
+        )
         pending = self._pending(request, step, spec)
         if not isinstance(pending, _Pending):
             return pending

@@ -462,7 +462,12 @@ class ProtectedTool(FunctionTool):
         if args:
             kwargs = {**kwargs, **_positional(self, args)}
         given, passed = self._split(kwargs)
-        step = self.guard.begin(self.metadata.get_name(), given)
+        step = self.guard.begin(
+            self.metadata.get_name(),
+            given,
+            tool_type="function",  # a FunctionTool: the application runs it
+            description=self.metadata.description or None,
+        )
         if step.answer is not None:
             return self._output(step.answer, given)
         run_kwargs = {**self._run_args(step, given), **passed}
@@ -477,7 +482,12 @@ class ProtectedTool(FunctionTool):
         if args:
             kwargs = {**kwargs, **_positional(self, args)}
         given, passed = self._split(kwargs)
-        step = await self.guard.abegin(self.metadata.get_name(), given)
+        step = await self.guard.abegin(
+            self.metadata.get_name(),
+            given,
+            tool_type="function",  # a FunctionTool: the application runs it
+            description=self.metadata.description or None,
+        )
         if step.answer is not None:
             return self._output(step.answer, given)
         run_kwargs = {**self._run_args(step, given), **passed}

@@ -20,15 +20,19 @@ per server pass ``key=lambda tool: (server, "default")``.
 Beside them, one *transport* breaker per server, shared by all of its tools: the
 server's own row (``registry.get(server, "default")``, key ``"catalog"``, configured by
 a ``[catalog.default]`` sheet row, whose ``timeout_ms`` is also the deadline of tools
-without one). It judges the round trip, not the tool: any JSON-RPC
-response (a result, ``is_error`` or not, or a protocol error) is a success, so a tool's
-error never trips it; a lost connection, a dead process or a timeout with no response is
-a failure. A dead server is learned once: once its breaker is open every tool of the
-server is rejected locally, without a round trip, with the tool-unavailable result
-naming the server (:func:`~toolbreaker.runtime.server_unavailable_result`); after the
-cooldown one call probes it under the core's probe lease. A tool whose ``key`` is the
-server's own row (one breaker per server) has no second breaker. Pass
-``server_breaker=False`` to leave it out.
+without one). It counts only what shows the server itself is gone, by the core's rule
+(:mod:`toolbreaker.core.breaker.transport`): any JSON-RPC response (a result,
+``is_error`` or not, or a protocol error) is a success, so a tool's error never trips it;
+a lost connection or a dead process is a failure. A timeout is one tool's slowness until
+the server proves otherwise: the proxy then sends a liveness ping (``ping``; on the
+2026-07-28 revision, which has none, ``server/discover``) with its own deadline
+(``ping_timeout``, :data:`DEFAULT_PING_TIMEOUT`), and only a ping that gets no answer
+counts against the server. A dead server is learned once: once its breaker is open
+every tool of the server is rejected locally, without a round trip, with the
+tool-unavailable result naming the server
+(:func:`~toolbreaker.runtime.server_unavailable_result`); after the cooldown one call
+probes it under the core's probe lease. A tool whose ``key`` is the server's own row (one
+breaker per server) has no second breaker. Pass ``server_breaker=False`` to leave it out.
 
 What counts
 -----------
@@ -48,8 +52,9 @@ What counts
   (:data:`BACKSTOP_GRACE`) around the whole call for what the read timeout does not
   cover (several input-required rounds, a re-list, a stuck send), so a hung *or dead*
   server returns. The SDK's ``REQUEST_TIMEOUT`` and the backstop are a ``timeout``
-  failure; ``CONNECTION_CLOSED`` (the server process died) is a network failure. Both
-  come back as an ``is_error`` result, never as a hang.
+  failure of the tool; ``CONNECTION_CLOSED`` (the server process died) is a network
+  failure. Both come back as an ``is_error`` result, never as a hang; a timeout's
+  liveness ping adds at most ``ping_timeout`` to it.
 - other SDK errors (invalid parameters, an unknown method ...) are ignored by the breaker
   and raised to the caller unchanged, as the plain client would.
 
@@ -105,8 +110,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias, TypedDict, cast
 
+from toolbreaker.core.breaker.transport import (
+    CallEnd,
+    CheckEnd,
+    needs_liveness_check,
+    transport_outcome,
+)
 from toolbreaker.core.run._values import Risk
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.core.run.rounds import answer_kind
@@ -124,6 +135,7 @@ from toolbreaker.runtime import (
     RunGuard,
     Step,
     StopPacket,
+    ToolType,
     hidden_tools_line,
     server_unavailable_result,
 )
@@ -167,6 +179,7 @@ from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
 __all__ = [
     "ANSWER_META_KEY",
     "BACKSTOP_GRACE",
+    "DEFAULT_PING_TIMEOUT",
     "DEFAULT_TASK_TIMEOUT",
     "IDEMPOTENCY_META_KEY",
     "STOP_PACKET_META_KEY",
@@ -186,6 +199,8 @@ __all__ = [
 #: Seconds after the deadline at which the backstop cancels a call the SDK's read timeout
 #: did not end.
 BACKSTOP_GRACE: Final = 0.1
+#: Seconds the liveness ping after a timed-out call waits for the server's answer, by default.
+DEFAULT_PING_TIMEOUT: Final = 1.0
 #: Seconds a call accepted as a task waits for the task's outcome, by default.
 DEFAULT_TASK_TIMEOUT: Final = 600.0
 #: The request ``_meta`` key that carries a write's idempotency key.
@@ -202,6 +217,15 @@ STOP_PACKET_META_KEY: Final = "toolbreaker/stop-packet"
 _ANSWER_KINDS: Final = ("run_stopped", "writes_blocked", "tool_unavailable", "outcome_unknown")
 _STOPPING: Final = ("run_stopped", "writes_blocked")
 _MAX_PAGES: Final = 100
+
+
+class _About(TypedDict):
+    """A tool as the step observers hear of it (``begin``'s keywords)."""
+
+    tool_type: ToolType
+    description: str | None
+
+
 # One call in flight across its rounds: its step, the server's permit and breaker, and its
 # deadline.
 _Round: TypeAlias = "tuple[Step, Permit | Rejection | None, Breaker | None, float]"
@@ -271,6 +295,9 @@ class GuardedClient:
             ``(server, "default")``) beside the per-tool breakers; see the module doc.
         task_timeout: seconds a call the server accepted as a task waits for the task's
             outcome; past it the outcome is unknown (a write is never sent again).
+        ping_timeout: seconds the liveness ping after a timed-out call waits: a server
+            that answers it in time is alive, whatever the slow tool does (see the
+            module doc).
     """
 
     def __init__(
@@ -291,6 +318,7 @@ class GuardedClient:
         hide_open_tools: bool = False,
         server_breaker: bool = True,
         task_timeout: float = DEFAULT_TASK_TIMEOUT,
+        ping_timeout: float = DEFAULT_PING_TIMEOUT,
     ) -> None:
         if not isinstance(server, str) or not server:
             raise PolicyError("GuardedClient needs the server's name", field="server")
@@ -320,6 +348,7 @@ class GuardedClient:
         self.hide_open_tools = hide_open_tools
         self._hidden: dict[str, int | None] = {}
         self._annotations: dict[str, ToolAnnotations | None] = {}
+        self._descriptions: dict[str, str] = {}
         self._listed = False
         self._breakers: dict[str, Breaker] = {}
         self.use_server_breaker = server_breaker
@@ -327,6 +356,7 @@ class GuardedClient:
         self.server_key: tuple[str, str] = (server, "default")
         self._server_breaker: Breaker | None = None
         self.task_timeout = task_timeout
+        self.ping_timeout = ping_timeout
         self._rounds: dict[str, list[_Round]] = {}
 
     # -- the proxied calls ----------------------------------------------------------------
@@ -445,19 +475,19 @@ class GuardedClient:
             if server is not None:
                 # The server first: a dead one is rejected before the tool's breaker hears
                 # of the call.
-                permit = await server.aadmit(timeout=deadline)
+                permit = await server.aadmit(timeout=self._round_trip(deadline))
                 if isinstance(permit, Rejection):
                     rejected = self._server_rejection(permit, name)
                     return await self._answer(rejected.result_for(name))
-            step = await breaker.abegin(name, args)
+            step = await breaker.abegin(name, args, **self._about(name))
         else:
             spec = await self._spec(self.guard, name, requested)
             deadline = self._deadline(spec.breaker, requested)
-            step = await self.guard.abegin(name, args)
+            step = await self.guard.abegin(name, args, **self._about(name))
             if step.answer is None and server is not None:
                 # The run guard first (a stopped run, the turn's limit ...), then the server:
                 # a rejection is a local one for the guard (a breaker inside the tool).
-                permit = await server.aadmit(timeout=deadline)
+                permit = await server.aadmit(timeout=self._round_trip(deadline))
                 if isinstance(permit, Rejection):
                     answer = await step.afailed(self._server_rejection(permit, name))
                     return await self._answer(answer)
@@ -597,25 +627,63 @@ class GuardedClient:
         failure: BaseException | None,
         raised: BaseException | None,
     ) -> dict[str, Any] | None:
-        """Record the round trip on the server's breaker.
+        """Record the round trip on the server's breaker, by the core's transport rule.
 
         Any response is a success (``failure`` is ``None``, or a protocol error); a lost
-        connection or a timeout is a failure; anything else (a cancellation) is ignored.
-        Returns the tool-unavailable result naming the server when this failure opened it.
+        connection is a failure; a timeout is judged by a liveness ping (see
+        :func:`~toolbreaker.core.breaker.transport.transport_outcome`); anything else (a
+        cancellation) is ignored. Returns the tool-unavailable result naming the server
+        when this failure opened it.
         """
         if server is None or not isinstance(permit, Permit):
             return None
-        if failure is None or (isinstance(raised, MCPError) and failure is raised):
-            await permit.arecord("success")  # a JSON-RPC response: the server is reachable
-            return None
-        if not _server_unreachable(failure):
-            await permit.arecord("ignored")
+        end = _call_end(failure, raised)
+        check: CheckEnd | None = None
+        if needs_liveness_check(end):
+            check, failure = await self._liveness()  # the ping's failure is the evidence
+        outcome = transport_outcome(end, check)
+        if outcome != "failure" or failure is None:
+            await permit.arecord("success" if outcome == "success" else "ignored")
             return None
         await permit.arecord(failure)
         opened = server.failure_result(tool, failure)
         if not opened.get("tool_unavailable"):
             return None
         return server_unavailable_result(opened, self.server)
+
+    async def _liveness(self) -> tuple[CheckEnd, BaseException | None]:
+        """Ping the server after a timed-out call: how the ping ended, and its failure.
+
+        The ping has its own deadline (``ping_timeout``): a server that answers it is
+        alive, whatever one tool does; one that does not answers nothing. The 2026-07-28
+        revision removed ``ping``: a session on it sends its cheapest request instead,
+        ``server/discover`` at its own version (any answer, an error too, is a sign of life).
+        """
+        # A Client's session; a ClientSession; or a wrapper of either, read by duck typing.
+        client: Any = self.client
+        session: Any = client.session if isinstance(client, Client) else client
+        session = getattr(session, "session", session)
+        try:
+            with anyio.fail_after(self.ping_timeout):
+                if getattr(session, "discover_result", None) is not None:
+                    await session.send_discover(session.protocol_version)
+                else:
+                    await session.send_ping()
+        except Exception as exc:  # noqa: BLE001 - every end is judged below; cancellation is not caught
+            failure = _dependency_failure(exc)
+            if isinstance(failure, TimeoutError):
+                lost = TimeoutError(
+                    f"MCP server {self.server!r} answered no ping within "
+                    f"{self.ping_timeout:g} s after a call timed out"
+                )
+                lost.__cause__ = exc
+                return "timeout", lost
+            if isinstance(failure, ConnectionError):
+                return "closed", failure
+            if isinstance(exc, MCPError):
+                return "answered", None  # a JSON-RPC error is an answer
+            return "other", None
+        return "answered", None
 
     @property
     def stopped(self) -> Stop | None:
@@ -687,6 +755,16 @@ class GuardedClient:
     def _learn(self, listing: ListToolsResult) -> None:
         for tool in listing.tools:
             self._annotations[tool.name] = tool.annotations
+            if tool.description:
+                self._descriptions[tool.name] = tool.description
+
+    def _about(self, name: str) -> _About:
+        """What the step observers hear of a tool: the server runs it, and its description.
+
+        The tool type is ``extension``; the description is known once a listing told it
+        (a host lists the tools before it calls one).
+        """
+        return {"tool_type": "extension", "description": self._descriptions.get(name)}
 
     def _deadline(self, breaker: Breaker | None, requested: float | None) -> float:
         deadline = breaker.timeout if breaker is not None else None
@@ -703,6 +781,14 @@ class GuardedClient:
                 field="timeout",
             )
         return deadline
+
+    def _round_trip(self, deadline: float) -> float:
+        """The server's transport deadline of a call: the call's, its backstop and a ping.
+
+        The server's breaker judges the whole exchange, the liveness ping after a timeout
+        included, so the ping's answer is on time for it.
+        """
+        return deadline + BACKSTOP_GRACE + self.ping_timeout
 
     async def _answer(self, answer: Any) -> CallToolResult:
         """A guard's or breaker's answer as a tool result the host forwards unchanged.
@@ -773,3 +859,14 @@ def _dependency_failure(exc: BaseException) -> BaseException:
 def _server_unreachable(failure: BaseException) -> bool:
     """Whether ``failure`` (from :func:`_dependency_failure`) means no response came back."""
     return isinstance(failure, (TimeoutError, ConnectionError))
+
+
+def _call_end(failure: BaseException | None, raised: BaseException | None) -> CallEnd:
+    """How a call ended for its transport: ``failure`` from :func:`_dependency_failure`."""
+    if failure is None or (isinstance(raised, MCPError) and failure is raised):
+        return "answered"  # a result, or a JSON-RPC error: the server is reachable
+    if isinstance(failure, ConnectionError):
+        return "closed"
+    if isinstance(failure, TimeoutError):
+        return "timeout"
+    return "other"

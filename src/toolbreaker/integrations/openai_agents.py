@@ -406,6 +406,7 @@ class _Protection:
         self.guard = guard
         self.breakers: dict[str, Breaker] = {}
         self.adopted: set[str] = set()
+        self.descriptions: dict[str, str] = {}  # as the model reads them, for the spans
         self.inject: dict[str, str] = {}
         self.needs_formatter: set[str] = set()
         self.calls: dict[str, _Call] = {}
@@ -421,6 +422,8 @@ class _Protection:
         """The protected copy of ``tool``."""
         name = tool.name
         self.adopted.add(name)
+        if tool.description:
+            self.descriptions[name] = tool.description
         if any(g.get_name() == GUARDRAIL_NAME for g in tool.tool_input_guardrails or ()):
             raise PolicyError(f"tool {name!r} is already protected", field=name)
         handler = _failure_handler(tool)
@@ -507,10 +510,13 @@ class _Protection:
         The run guard's (or the breaker's) store round trips are awaited.
         """
         args, parsed = _parse(arguments)
-        step = (
-            await self.guard.abegin(tool, args, call_id=call_id or None)
-            if self.guard is not None
-            else await self.breakers[tool].abegin(tool, args, call_id=call_id or None)
+        begin = self.guard.abegin if self.guard is not None else self.breakers[tool].abegin
+        step = await begin(
+            tool,
+            args,
+            call_id=call_id or None,
+            tool_type="function",  # a FunctionTool: the application runs it
+            description=self.descriptions.get(tool),
         )
         if step.answer is not None:
             return step.answer

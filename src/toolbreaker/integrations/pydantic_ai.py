@@ -388,7 +388,11 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         # Validated arguments may be models, dates or sets: the guard fingerprints their
         # JSON form, the tool still receives them as validated.
         step = await guard.abegin(
-            spec.name, to_jsonable_python(args), call_id=call.tool_call_id or None
+            spec.name,
+            to_jsonable_python(args),
+            call_id=call.tool_call_id or None,
+            tool_type="function",  # the agent's own function runs it
+            description=tool_def.description or None,
         )
         if step.answer is not None:
             return _answer(ctx, guard, step.answer)

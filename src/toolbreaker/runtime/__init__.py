@@ -13,7 +13,15 @@ from toolbreaker.runtime._result import (
     system_prompt_line,
     unavailable_result,
 )
-from toolbreaker.runtime._step import Step, StepObserver, StepStart, StepWatch, idempotency_key
+from toolbreaker.runtime._step import (
+    TOOL_TYPES,
+    Step,
+    StepObserver,
+    StepStart,
+    StepWatch,
+    ToolType,
+    idempotency_key,
+)
 from toolbreaker.runtime.breaker._boundary import (
     BREAKER_OPTIONS,
     Boundary,
@@ -67,6 +75,7 @@ __all__ = [
     "BREAKER_OPTIONS",
     "SUCCESS",
     "SYSTEM_PROMPT_LINE",
+    "TOOL_TYPES",
     "ActionRequest",
     "Attachment",
     "Boundary",
@@ -103,6 +112,7 @@ __all__ = [
     "StepStart",
     "StepWatch",
     "StopPacket",
+    "ToolType",
     "TraceRecorder",
     "Verdict",
     "breakers_of",

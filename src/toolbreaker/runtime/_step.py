@@ -29,19 +29,22 @@ import contextlib
 import contextvars
 import dataclasses
 from collections.abc import Callable, Iterator
-from typing import Any, Final, Protocol
+from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from toolbreaker.errors import AsyncCallError, PermitError, PolicyError
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._sync_path import is_awaitable, not_awaited
 
 __all__ = [
+    "TOOL_TYPES",
     "Step",
     "StepObserver",
     "StepObservers",
     "StepStart",
     "StepWatch",
+    "ToolType",
     "Watching",
+    "check_tool_type",
     "idempotency_key",
     "no_deadline",
 ]
@@ -59,6 +62,28 @@ class _Owner(Protocol):
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any: ...
 
 
+#: What kind of tool a call runs, in the words of the OpenTelemetry GenAI conventions
+#: (``gen_ai.tool.type``): ``function``, the application's own code runs it (a framework's
+#: function tool); ``extension``, it runs on the agent's side of an external API (an MCP
+#: server's tool); ``datastore``, it retrieves from a data store (a retriever).
+ToolType: TypeAlias = Literal["function", "extension", "datastore"]
+#: The values of :data:`ToolType`.
+TOOL_TYPES: Final = ("function", "extension", "datastore")
+
+
+def check_tool_type(tool_type: object) -> None:
+    """Refuse a tool type that is none of :data:`TOOL_TYPES` (``None``: not known).
+
+    Raises:
+        PolicyError: naming ``tool_type``.
+    """
+    if tool_type is not None and tool_type not in TOOL_TYPES:
+        raise PolicyError(
+            f"tool_type must be one of {', '.join(TOOL_TYPES)} or None, got {tool_type!r}",
+            field="tool_type",
+        )
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepStart:
     """A tool call a breaker or run guard begins to decide, as step observers see it.
@@ -67,11 +92,15 @@ class StepStart:
         tool: the tool name the model called.
         call_id: the framework's id of this tool call, when it gives one.
         breaker: the dependency breaker the call goes through, when there is one.
+        tool_type: what kind of tool it is (:data:`ToolType`), when the adapter knows.
+        description: the tool's description as the model reads it, when the adapter knows.
     """
 
     tool: str
     call_id: str | None
     breaker: Any
+    tool_type: ToolType | None = None
+    description: str | None = None
 
 
 class StepWatch(Protocol):

@@ -63,6 +63,7 @@ from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable,
 from toolbreaker.stores._records import check_version, decode_record, encode_record
 from toolbreaker.stores._tally import Flusher
 from toolbreaker.stores._views import (
+    DEFAULT_VIEW_LEASE,
     SharedView,
     ViewBook,
     decode_state,
@@ -103,16 +104,33 @@ class SharedStore(ABC):
     _what: str
 
     def __init__(
-        self, *, backoff: float, volatile_journal: bool, history: int = DEFAULT_HISTORY
+        self,
+        *,
+        backoff: float,
+        volatile_journal: bool,
+        history: int = DEFAULT_HISTORY,
+        view_lease: float = DEFAULT_VIEW_LEASE,
     ) -> None:
         if type(history) is not int or history < 0:
             raise PolicyError(
                 f"history must be a whole number of entries >= 0, got {history!r}",
                 field="history",
             )
+        if isinstance(view_lease, bool) or not isinstance(view_lease, (int, float)):
+            raise PolicyError(
+                f"view_lease must be a number of seconds, got {view_lease!r}", field="view_lease"
+            )
+        if not 0.01 <= view_lease <= 3600:
+            raise PolicyError(
+                f"view_lease must be between 0.01 and 3600 seconds, got {view_lease!r}",
+                field="view_lease",
+            )
         #: Transition entries kept (0: none); see the subclass for what it counts.
         self.history_retain = history
-        self._book = ViewBook(backoff)
+        #: Seconds a view is trusted after the store last answered its feed (the bound on
+        #: how long a dead store goes unnoticed by the calls).
+        self.view_lease = float(view_lease)
+        self._book = ViewBook(backoff, self.view_lease)
         self._closed = False
         self._closed_for_good = False
         #: Who counts quiet calls in this process (:class:`~toolbreaker.stores._tally.Tally`).
@@ -536,9 +554,19 @@ class CompareAndSetStore(SharedStore):
     max_attempts: int
 
     def __init__(
-        self, *, backoff: float, volatile_journal: bool, history: int = DEFAULT_HISTORY
+        self,
+        *,
+        backoff: float,
+        volatile_journal: bool,
+        history: int = DEFAULT_HISTORY,
+        view_lease: float = DEFAULT_VIEW_LEASE,
     ) -> None:
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
+        super().__init__(
+            backoff=backoff,
+            volatile_journal=volatile_journal,
+            history=history,
+            view_lease=view_lease,
+        )
         self._writers = itertools.count(1)
 
     def _round_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:

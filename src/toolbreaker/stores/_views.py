@@ -7,12 +7,22 @@ compare-and-set, so a fresh view costs one round trip per change and none per re
 
 ``state`` is set only while two things hold:
 
-- the store's *feed* (Redis pub/sub, the SQLite change poller) is known to deliver every
-  later change of the key: the feed confirmed the key in the current feed epoch, and the
-  round trip that taught the state started inside that epoch;
+- the store's *feed* (Redis pub/sub, the PostgreSQL listener, the SQLite change poller)
+  is known to deliver every later change of the key: the feed confirmed the key in the
+  current feed epoch, and the round trip that taught the state started inside that epoch;
 - the store is healthy: the last round trip did not fail. A failed round trip empties
   every view, so the next calls ask the store (and are denied while it is down) instead of
   acting on a state the process can no longer keep current.
+
+And a view is a *lease* on the state (:class:`Lease`): ``state`` reads ``None`` from
+``view_lease`` seconds after the store last answered the feed's heartbeat (a ping, a
+query, a poll), whether or not the feed has noticed anything since. The feed renews the
+lease with the instant it *sent* what the store answered, so the store was alive after
+it: a store that dies, freezes or is cut off goes unnoticed by the calls for at most
+``view_lease`` seconds, however long the feed takes to notice (a connection that stays
+open, a feed thread that does not run); from then on every call asks the store, and is
+denied while it is gone. The reader checks the clock itself, so nothing has to run for
+the bound to hold.
 
 Versions only grow, so news older than what a view holds is dropped, whichever thread
 brings it.
@@ -24,6 +34,7 @@ import os
 import threading
 import time
 import weakref
+from typing import Final
 
 from toolbreaker.core.breaker.machine import apply
 from toolbreaker.core.breaker.policy import Policy
@@ -35,6 +46,8 @@ from toolbreaker.stores._protocol import View
 from toolbreaker.stores._tally import UNKNOWN, Tally
 
 __all__ = [
+    "DEFAULT_VIEW_LEASE",
+    "Lease",
     "SharedView",
     "ViewBook",
     "decode_state",
@@ -44,8 +57,38 @@ __all__ = [
 ]
 
 
+#: Seconds a view is trusted after the store last answered its feed's heartbeat.
+DEFAULT_VIEW_LEASE: Final = 1.0
+
+
+class Lease:
+    """Until when the views a feed keeps may be trusted (``time.monotonic()`` seconds).
+
+    Renewed by the feed each time the store answers its heartbeat; ended when the feed
+    is lost. One per feed connection: a store's views share it, a cluster's views share
+    the lease of their master's subscription.
+    """
+
+    __slots__ = ("seconds", "until")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.until = 0.0
+
+    def renew(self, sent: float) -> None:
+        """The store answered something the feed sent at ``sent`` (monotonic seconds)."""
+        until = sent + self.seconds
+        self.until = max(self.until, until)
+
+    def end(self) -> None:
+        """Trust nothing on this lease until the store answers again."""
+        self.until = 0.0
+
+
 class SharedView(View):
     """A view with the bookkeeping of a shared store.
+
+    ``state`` reads ``None`` once the view's lease ran out (see the module).
 
     Attributes:
         known: the newest state this process has seen, trusted or not.
@@ -56,11 +99,13 @@ class SharedView(View):
         lock: taken around a round trip for this key, so that the threads of one
             process take turns instead of racing each other (processes race through the
             store's own atomicity). Never held while a protected call runs.
+        lease: the lease the view's state is trusted on.
     """
 
-    __slots__ = ("fed", "known", "lock", "pair", "policy", "version", "wanted")
+    __slots__ = ("_state", "fed", "known", "lease", "lock", "pair", "policy", "version", "wanted")
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, lease: Lease) -> None:
+        self.lease = lease
         super().__init__(key, None)
         self.known: BreakerState | None = None
         self.version = -1
@@ -85,14 +130,29 @@ class SharedView(View):
             self.pair = (state, self.version)
         self.state = state
 
+    @property
+    def state(self) -> BreakerState | None:
+        """The trusted state, ``None`` once the lease ran out (the store may be gone)."""
+        state = self._state
+        if state is not None and time.monotonic() < self.lease.until:
+            return state
+        return None
+
+    @state.setter
+    def state(self, state: BreakerState | None) -> None:
+        self._state = state
+
 
 class ViewBook:
     """The views of one store, its feed epoch and its health, under one short lock."""
 
-    def __init__(self, backoff: float) -> None:
+    def __init__(self, backoff: float, view_lease: float = DEFAULT_VIEW_LEASE) -> None:
         self._lock = threading.Lock()
         self._views: dict[str, SharedView] = {}
         self._backoff = backoff
+        #: The lease of the store's feed: every view's, unless the feed gives a view its
+        #: own (a cluster's master); renewed by the feed, ended when it is lost.
+        self.lease = Lease(view_lease)
         self._down_until = 0.0
         self.epoch = 0
         self.suspect = False
@@ -102,7 +162,7 @@ class ViewBook:
         view = self._views.get(key)
         if view is None:
             with self._lock:
-                view = self._views.setdefault(key, SharedView(key))
+                view = self._views.setdefault(key, SharedView(key, self.lease))
         return view
 
     def find(self, key: str) -> SharedView | None:
@@ -172,6 +232,7 @@ class ViewBook:
         """The feed may have missed changes: trust no view until it confirms them again."""
         with self._lock:
             self.epoch += 1
+            self.lease.end()
             for view in self._views.values():
                 view.state = None
 
@@ -215,8 +276,10 @@ class ViewBook:
         """
         self._lock = threading.Lock()
         self.epoch += 1
+        self.lease.end()
         for view in self._views.values():
             view.lock = threading.Lock()
+            view.lease = self.lease
             view.state = None
             view.pair = None
             view.fed = -1

@@ -81,7 +81,7 @@ from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import DURABLE_SPACES
 from toolbreaker.stores._shell import CompareAndSetStore, Reply, Write
-from toolbreaker.stores._views import SharedView, decode_state
+from toolbreaker.stores._views import DEFAULT_VIEW_LEASE, SharedView, decode_state
 
 __all__ = ["PostgresStore"]
 
@@ -274,7 +274,12 @@ class PostgresStore(CompareAndSetStore):
             2 s, libpq's minimum).
         max_attempts: compare-and-set attempts per event before giving up.
         backoff: after a failure, seconds during which calls fail at once.
-        ping_interval: seconds of silence after which the listener checks its connection.
+        ping_interval: seconds between the listener's checks of its connection (at most
+            ``view_lease / 4``).
+        view_lease: seconds a view is trusted after the server last answered the
+            listener (it queries at least every ``view_lease / 4`` seconds): the bound on
+            how long a server that dies or hangs goes unnoticed by the calls, which then
+            ask it and are denied.
         volatile_journal: keep the run journal even on a server running with
             ``fsync = off``; otherwise the first journal use raises
             :class:`~toolbreaker.errors.JournalNotDurable` there.
@@ -303,6 +308,7 @@ class PostgresStore(CompareAndSetStore):
         volatile_journal: bool = False,
         create: bool = True,
         history: int = DEFAULT_HISTORY,
+        view_lease: float = DEFAULT_VIEW_LEASE,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.001),
@@ -323,6 +329,8 @@ class PostgresStore(CompareAndSetStore):
         self.timeout = float(timeout)
         self.max_attempts = int(max_attempts)
         self.ping_interval = float(ping_interval)
+        # The listener's heartbeat renews the views' lease several times per lease.
+        self._beat = min(self.ping_interval, float(view_lease) / 4)
         ms = max(1, round(self.timeout * 1000))
         self._options: dict[str, Any] = {
             "connect_timeout": max(2, math.ceil(self.timeout)),
@@ -357,7 +365,12 @@ class PostgresStore(CompareAndSetStore):
         # after ``timeout``; this only catches a server that cannot answer at all.
         self._bound = max(2 * self.timeout, self.timeout + 1.0)
         self._watchdog = _Watchdog("toolbreaker-postgres-watchdog")
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
+        super().__init__(
+            backoff=backoff,
+            volatile_journal=volatile_journal,
+            history=history,
+            view_lease=view_lease,
+        )
 
     # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
@@ -688,18 +701,19 @@ class PostgresStore(CompareAndSetStore):
         conn: Any = None
         wait = _WAIT_FIRST
         healthy_since = 0.0
-        heard = time.monotonic()
+        checked = time.monotonic()
         try:
             while not self._stop.is_set():
                 try:
                     if conn is None:
                         conn = self._connect("listener")
+                        checked = time.monotonic()
                         with self._watchdog.bound(conn, self._bound):
                             conn.execute(f"LISTEN {self._channel}")
-                        heard = time.monotonic()
+                        self._book.lease.renew(checked)
                     # A hung server must not keep the views trusted: every query is bounded.
                     with self._watchdog.bound(conn, self._bound):
-                        heard = self._listen_once(conn, heard)
+                        checked = self._listen_once(conn, checked)
                     healthy_since = healthy_since or time.monotonic()
                 except self._errors:
                     # Every lost connection backs off with jitter, reset only after the
@@ -717,10 +731,13 @@ class PostgresStore(CompareAndSetStore):
             if conn is not None:
                 _close_quietly(conn, self._errors)
 
-    def _listen_once(self, conn: Any, heard: float) -> float:
-        """Read stale views, handle what arrives within ~50 ms, ping when quiet.
+    def _listen_once(self, conn: Any, checked: float) -> float:
+        """Read stale views, handle what arrives within ~50 ms, check the server when due.
 
-        Returns when the server was last heard from.
+        The check (``SELECT 1``, every ``min(ping_interval, view_lease / 4)`` seconds) is
+        the views' heartbeat: its answer renews their lease from the instant it was sent,
+        after every notification the server had sent by then. Returns when the last
+        check was sent.
         """
         epoch = self._book.epoch
         stale = [
@@ -731,14 +748,19 @@ class PostgresStore(CompareAndSetStore):
         # Gather first: the connection runs no query while notifies() waits.
         notes = [note.payload for note in conn.notifies(timeout=0.05)]
         if notes:
-            heard = time.monotonic()
             unsent = [v for v in map(self._notified, notes) if v is not None]
             if unsent:
                 self._reload(conn, unsent)
-        if time.monotonic() - heard > self.ping_interval:
+        if time.monotonic() - checked >= self._beat:
+            checked = time.monotonic()
             conn.execute("SELECT 1")
-            heard = time.monotonic()
-        return heard
+            # Handle what arrived before the answer first: the views are current as of then.
+            notes = [note.payload for note in conn.notifies(timeout=0)]
+            unsent = [v for v in map(self._notified, notes) if v is not None]
+            if unsent:
+                self._reload(conn, unsent)
+            self._book.lease.renew(checked)
+        return checked
 
     def _reload(self, conn: Any, views: list[SharedView]) -> None:
         """Read the rows of ``views`` after LISTEN: anything newer will be notified."""

@@ -9,7 +9,8 @@ Views stay current without a round trip per call: a poller thread per store watc
 ``PRAGMA data_version`` (a read of shared memory, no I/O while nothing changed) every
 ``poll_interval`` seconds and reloads the viewed keys when another connection committed.
 A process therefore learns that a breaker opened within one poll interval, or at its
-next write, whichever comes first.
+next write, whichever comes first. Each poll renews the views' lease (``view_lease``): a
+poller that stalls leaves the calls on what it last saw for at most that long.
 
 Time: events carry milliseconds of ``time.monotonic_ns()``, which is one clock for every
 process of a Linux host, so the default breaker clock works unchanged. The file must be
@@ -50,7 +51,13 @@ from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transit
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import DURABLE_SPACES
 from toolbreaker.stores._shell import SharedStore
-from toolbreaker.stores._views import SharedView, decode_state, encode_state, quiet
+from toolbreaker.stores._views import (
+    DEFAULT_VIEW_LEASE,
+    SharedView,
+    decode_state,
+    encode_state,
+    quiet,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -135,6 +142,8 @@ class SQLiteStore(SharedStore):
             raises :class:`~toolbreaker.errors.JournalNotDurable`.
         history: transition entries the file keeps, of all its breakers together
             (0 keeps none); written in the transaction that writes the state.
+        view_lease: seconds a view is trusted after the poller last read the file: the
+            bound on how long a poller that stalls leaves the calls on what it last saw.
 
     The journal is durable on a file: each journal write commits with
     ``synchronous = FULL`` (fsynced before it returns), so neither a killed process nor
@@ -155,6 +164,7 @@ class SQLiteStore(SharedStore):
         volatile_journal: bool = False,
         create: bool = True,
         history: int = DEFAULT_HISTORY,
+        view_lease: float = DEFAULT_VIEW_LEASE,
     ) -> None:
         for name, value, least in (
             ("timeout", timeout, 0.0),
@@ -174,7 +184,12 @@ class SQLiteStore(SharedStore):
         self._poller_lock = threading.Lock()
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
+        super().__init__(
+            backoff=backoff,
+            volatile_journal=volatile_journal,
+            history=history,
+            view_lease=view_lease,
+        )
         if not self._create:
             try:
                 self._conn = self._owned(_open(self.path, create=False))
@@ -478,6 +493,7 @@ class SQLiteStore(SharedStore):
                     if conn is None:
                         conn = _open(self.path, create=self._create)
                         seen = None
+                    sent = time.monotonic()
                     changed = conn.execute("PRAGMA data_version").fetchone()[0]
                     views = [v for v in self._book.views() if v.wanted and v.policy is not None]
                     stale = [v for v in views if v.fed != self._book.epoch]
@@ -486,6 +502,9 @@ class SQLiteStore(SharedStore):
                     elif stale:
                         self._reload(conn, stale)
                     seen = changed
+                    # Nothing changed since ``sent`` that this poll did not bring in: the
+                    # views are current as of then (the lease's heartbeat).
+                    self._book.lease.renew(sent)
                 except sqlite3.Error:
                     self._book.lose_feed()
                     if conn is not None:

@@ -9,7 +9,9 @@ the fault out on the wire:
 
 - ``outage``, ``rate-limit``, ``credential``: answered by the wrapper with an ``isError``
   result (``HTTP 503 ...; Retry-After: N``), never forwarded;
-- ``slow``: never forwarded, never answered (the host's deadline ends it);
+- ``slow``: never forwarded, never answered (the host's deadline ends it); the server
+  itself still answers everything else, the host's liveness ping included: one slow
+  tool, not a dead server;
 - ``commit-then-timeout``: forwarded, its answer dropped;
 - ``late-success``: forwarded, its answer held for the fault's delay;
 - ``malformed``: forwarded, its answer replaced by one of the wrong shape.

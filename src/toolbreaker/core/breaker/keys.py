@@ -4,11 +4,22 @@ A row's key is its dependency, with its operation class after a colon unless tha
 ``default`` (``search:read``, ``billing``). A scoped row's breakers are named by the
 row's dependency with the scope in brackets (``llm[tenant=acme]:read``); a policy sheet
 finds their row by taking the brackets out. Pure functions of strings.
+
+A breaker's names are configuration, yet a name built from a URL can carry a password
+(``https://ops:s3cr3t@crm.internal``). Every output a person reads (logs, the event
+stream, Prometheus labels, OpenTelemetry spans, events and metrics) shows them as
+:func:`shown_names` masks them, once, where the breaker is built
+(``https://ops:[REDACTED]@crm.internal``); the store keeps the real key, so two names
+that differ only in a secret stay two breakers.
 """
 
 from __future__ import annotations
 
-__all__ = ["breaker_key", "row_of", "scoped_dependency"]
+import dataclasses
+
+from toolbreaker.core.run.redact import redact_text
+
+__all__ = ["Shown", "breaker_key", "row_of", "scoped_dependency", "shown_names"]
 
 
 def breaker_key(dependency: str, operation: str) -> str:
@@ -25,3 +36,33 @@ def row_of(key: str) -> str:
     """The key of the row a breaker belongs to: ``key`` without its scope, if it has one."""
     start, end = key.find("["), key.rfind("]")
     return key[:start] + key[end + 1 :] if 0 < start < end else key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Shown:
+    """A breaker's names as every output a person reads shows them: secrets masked.
+
+    Attributes:
+        key: the breaker's key.
+        dependency: its dependency.
+        operation: its operation class.
+        tool: the tool name its results are worded for.
+        fallback: the fallback tool it names, if any.
+    """
+
+    key: str
+    dependency: str
+    operation: str
+    tool: str
+    fallback: str | None
+
+
+def shown_names(dependency: str, operation: str, tool: str, fallback: str | None) -> Shown:
+    """The names of a breaker as outputs show them, each masked by ``redact_text``."""
+    return Shown(
+        key=redact_text(breaker_key(dependency, operation)),
+        dependency=redact_text(dependency),
+        operation=redact_text(operation),
+        tool=redact_text(tool),
+        fallback=None if fallback is None else redact_text(fallback),
+    )

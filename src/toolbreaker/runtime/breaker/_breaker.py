@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from toolbreaker.core.breaker.keys import shown_names
 from toolbreaker.core.breaker.predicates import idle_window
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.run.redact import redact_text
@@ -284,6 +285,9 @@ class Breaker(Steps):
         self._inline = boundary.enforce == "cooperative"
         self.fallback = boundary.fallback
         self.fallback_note = boundary.fallback_note
+        #: The breaker's names as every output a person reads shows them (secrets masked
+        #: once, here): logs, the event stream, Prometheus and OpenTelemetry read these.
+        self.shown = shown_names(self.dependency, self.operation, self.tool, self.fallback)
         self.retryable = boundary.retryable
         self.owner = boundary.owner
         self.instructions = dict(boundary.instructions)

@@ -19,7 +19,14 @@ from toolbreaker.core.run.retrying import failed_retryably
 from toolbreaker.errors import AsyncCallError, CircuitOpen, PolicyError
 from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._result import error_result
-from toolbreaker.runtime._step import Step, StepObservers, StepStart, Watching
+from toolbreaker.runtime._step import (
+    Step,
+    StepObservers,
+    StepStart,
+    ToolType,
+    Watching,
+    check_tool_type,
+)
 from toolbreaker.runtime.breaker._admission import UNSET, Permit, Rejection
 from toolbreaker.runtime.breaker._boundary import check_seconds
 from toolbreaker.runtime.breaker._calls import Calls
@@ -97,6 +104,8 @@ class Steps(Calls):
         *,
         timeout: float | None = UNSET,
         call_id: str | None = None,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
     ) -> Step:
         """Ask to make one call of ``tool``; the :class:`~toolbreaker.runtime.Step` says how.
 
@@ -104,12 +113,29 @@ class Steps(Calls):
         tool-unavailable result, worded for ``tool``) to the model. Otherwise run the tool
         within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
         ``failed(exc)``, whose return value is what the model reads. ``call_id`` is the
-        framework's id of this tool call, for the step observers (a span's
-        ``gen_ai.tool.call.id``).
+        framework's id of this tool call, ``tool_type`` the kind of tool
+        (:data:`~toolbreaker.runtime.ToolType`) and ``description`` its description, for
+        the step observers (a span's ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` and
+        ``gen_ai.tool.description``).
+
+        Raises:
+            PolicyError: ``tool_type`` is none of :data:`~toolbreaker.runtime.TOOL_TYPES`.
         """
         if self._scoped is not None and (target := self.for_scope()) is not self:
-            return target.begin(tool, args, timeout=timeout, call_id=call_id)
-        return drive(self._beginning(tool, args, timeout, call_id))
+            return target.begin(
+                tool,
+                args,
+                timeout=timeout,
+                call_id=call_id,
+                tool_type=tool_type,
+                description=description,
+            )
+        check_tool_type(tool_type)
+        return drive(
+            self._beginning(
+                tool, args, timeout, call_id=call_id, tool_type=tool_type, description=description
+            )
+        )
 
     async def abegin(
         self,
@@ -118,22 +144,43 @@ class Steps(Calls):
         *,
         timeout: float | None = UNSET,
         call_id: str | None = None,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
         if self._scoped is not None and (target := self.for_scope()) is not self:
-            return await target.abegin(tool, args, timeout=timeout, call_id=call_id)
-        return await adrive(self._beginning(tool, args, timeout, call_id))
+            return await target.abegin(
+                tool,
+                args,
+                timeout=timeout,
+                call_id=call_id,
+                tool_type=tool_type,
+                description=description,
+            )
+        check_tool_type(tool_type)
+        return await adrive(
+            self._beginning(
+                tool, args, timeout, call_id=call_id, tool_type=tool_type, description=description
+            )
+        )
 
     def _beginning(
         self,
         tool: str | None,
         args: Mapping[str, Any] | None,
         timeout: float | None,
+        *,
         call_id: str | None,
+        tool_type: ToolType | None,
+        description: str | None,
     ) -> Flow[Step]:
         """:meth:`begin`'s rules, once (both twins), inside the step observers' watches."""
         name = tool or self.tool
-        watching = self.watch_step(name, call_id) if self.step_observers.fns else None
+        watching = (
+            self.watch_step(name, call_id, tool_type=tool_type, description=description)
+            if self.step_observers.fns
+            else None
+        )
         if watching is None:
             return (yield from self._deciding(name, args, timeout, call_id, None))
         try:
@@ -185,7 +232,14 @@ class Steps(Calls):
             watching=watching,
         )
 
-    def watch_step(self, tool: str, call_id: str | None, *more: StepObservers) -> Watching | None:
+    def watch_step(
+        self,
+        tool: str,
+        call_id: str | None,
+        *more: StepObservers,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
+    ) -> Watching | None:
         """The step observers' watches of a call of ``tool`` that starts now, if any.
 
         What :meth:`begin` (and a run guard's ``begin``, with its own observers as
@@ -194,7 +248,8 @@ class Steps(Calls):
         observers = self.step_observers
         if not observers and not any(more):
             return None
-        return observers.start(StepStart(tool, call_id, self), self._observer_failed, *more)
+        start = StepStart(tool, call_id, self, tool_type, description)
+        return observers.start(start, self._observer_failed, *more)
 
     def _observer_failed(self) -> None:
         self.stats.listener_errors += 1

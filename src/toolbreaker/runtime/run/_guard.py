@@ -48,7 +48,7 @@ from toolbreaker.runtime._clock import Clock, monotonic_ms, wall_ms
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import over_budget_result
-from toolbreaker.runtime._step import Step, StepObserver
+from toolbreaker.runtime._step import Step, StepObserver, ToolType
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
@@ -484,7 +484,13 @@ class RunGuard(Turns):
         return await adrive(self._calling(tool, dict(args or {})))
 
     def begin(
-        self, tool: str, args: Mapping[str, Any] | None = None, *, call_id: str | None = None
+        self,
+        tool: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
     ) -> Step:
         """Decide one call; the :class:`~toolbreaker.runtime.Step` says what to do.
 
@@ -493,20 +499,34 @@ class RunGuard(Turns):
         within ``step.deadline`` seconds, and settle the step with ``succeeded(result)``
         or ``failed(exc)``, whose return value is what the model should see. The tool's
         dependency breaker is asked here and told there. ``call_id`` is the framework's
-        id of this tool call, for the step observers (a span's ``gen_ai.tool.call.id``).
+        id of this tool call, ``tool_type`` the kind of tool
+        (:data:`~toolbreaker.runtime.ToolType`) and ``description`` its description, for
+        the step observers (a span's ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` and
+        ``gen_ai.tool.description``).
+
+        Raises:
+            PolicyError: ``tool_type`` is none of :data:`~toolbreaker.runtime.TOOL_TYPES`.
         """
-        step: Step = drive(self._begin(tool, dict(args or {}), call_id))
+        step: Step = drive(self._begin(tool, dict(args or {}), call_id, tool_type, description))
         return step
 
     async def abegin(
-        self, tool: str, args: Mapping[str, Any] | None = None, *, call_id: str | None = None
+        self,
+        tool: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
     ) -> Step:
         """:meth:`begin` for the event loop: store round trips never block it.
 
         The breaker's round trip is awaited; the journal's (and a degradation's store's)
         run in a worker thread when the journal is a shared store.
         """
-        step: Step = await adrive(self._begin(tool, dict(args or {}), call_id))
+        step: Step = await adrive(
+            self._begin(tool, dict(args or {}), call_id, tool_type, description)
+        )
         return step
 
     def _calling(self, tool: str, args: dict[str, Any]) -> Flow[Any]:

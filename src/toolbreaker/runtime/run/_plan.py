@@ -36,7 +36,7 @@ from toolbreaker.runtime._result import (
     stopped_result,
     tool_stopped_result,
 )
-from toolbreaker.runtime._step import Step, StepStart, Watching
+from toolbreaker.runtime._step import Step, StepStart, ToolType, Watching, check_tool_type
 from toolbreaker.runtime.breaker._breaker import Permit, watch_openings
 from toolbreaker.runtime.breaker._degrade import deferred_notice
 from toolbreaker.runtime.run._driver import Admit
@@ -62,7 +62,14 @@ _REFUSALS: Final = frozenset(
 class Planning(Settling):
     """The start of a call: the run machine's verdict, the breaker, the journal."""
 
-    def _begin(self, tool: str, args: dict[str, Any], call_id: str | None = None) -> Flow[Step]:
+    def _begin(
+        self,
+        tool: str,
+        args: dict[str, Any],
+        call_id: str | None = None,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
+    ) -> Flow[Step]:
         """Decide one call (``begin`` and ``abegin``): the step says what to do.
 
         A call the run machine lets run asks its dependency breaker next. The model is a
@@ -74,7 +81,8 @@ class Planning(Settling):
         here: their watches are current while it is decided, and ended now if it carries
         an answer.
         """
-        watching = self._watch_step(tool, call_id)
+        check_tool_type(tool_type)
+        watching = self._watch_step(tool, call_id, tool_type, description)
         if watching is None:
             step = yield from self._deciding(tool, args)
             step.call_id = call_id
@@ -91,14 +99,23 @@ class Planning(Settling):
             step.end()
         return self._joined(step)
 
-    def _watch_step(self, tool: str, call_id: str | None) -> Watching | None:
+    def _watch_step(
+        self,
+        tool: str,
+        call_id: str | None,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
+    ) -> Watching | None:
         spec = self._tools.get(tool)
         breaker = None if spec is None else spec.breaker
         if breaker is not None:
-            return breaker.watch_step(tool, call_id, self.step_observers)
+            return breaker.watch_step(
+                tool, call_id, self.step_observers, tool_type=tool_type, description=description
+            )
         if not self.step_observers:
             return None
-        return self.step_observers.start(StepStart(tool, call_id, None), self._observer_failed)
+        start = StepStart(tool, call_id, None, tool_type, description)
+        return self.step_observers.start(start, self._observer_failed)
 
     def _observer_failed(self) -> None:
         self.listener_errors += 1

@@ -3,17 +3,22 @@
 A feed thread per store subscribes to the channel of every viewed key
 (``<prefix>:{<key>}:events``, on which the compare-and-set script publishes each new
 version) and hands every announced state to the store's views
-(:class:`~toolbreaker.stores._views.ViewBook`). It pings an idle subscription; when the
-subscription is lost it empties every view (calls ask the store again) until it has
-resubscribed. On a cluster, :class:`ShardedFeed` holds one sharded subscription
-(``SSUBSCRIBE``) per master, for the channels of that master's slots, and losing a
-master untrusts exactly the views of its slots.
+(:class:`~toolbreaker.stores._views.ViewBook`). It pings the subscription every
+``min(ping_interval, view_lease / 4)`` seconds, busy or not: each answer renews the views'
+lease from the instant the ping was sent (the server was alive after it), so a server
+that dies or freezes leaves the calls on their views for at most ``view_lease`` seconds,
+whatever the feed notices. A ping unanswered for long means the subscription is lost:
+it empties every view (calls ask the store again) until it has resubscribed. On a
+cluster, :class:`ShardedFeed` holds one sharded subscription (``SSUBSCRIBE``) per master,
+for the channels of that master's slots, each with its own lease, and losing a master
+untrusts exactly the views of its slots.
 
 A feed knows its store only through :class:`FeedSettings`.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import random
 import threading
@@ -21,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
-from toolbreaker.stores._views import SharedView, ViewBook, decode_state
+from toolbreaker.stores._views import Lease, SharedView, ViewBook, decode_state
 from toolbreaker.stores.redis._script import redis_module
 
 __all__ = ["Feed", "FeedSettings", "ShardedFeed"]
@@ -44,7 +49,7 @@ class FeedSettings(NamedTuple):
         client: the store's client (a cluster feed asks it which master owns a slot).
         socket_timeout: the store's reply timeout: a ping unanswered for four times
             this (at least a second) means the subscription is lost.
-        ping_interval: seconds of silence after which the feed pings.
+        ping_interval: seconds between the feed's pings (at most a quarter of the lease).
         idle_ttl_ms: the store's time to live of an idle breaker.
         refresh: keeps every viewed key alive (called about three times per time to live).
     """
@@ -71,6 +76,41 @@ def _announcement(payload: object) -> tuple[int, bytes] | None:
         return None
 
 
+def _is_pong(message: object) -> bool:
+    """The answer to a PING on a subscribed connection (``[b"pong", b""]``; RESP3: PONG)."""
+    if isinstance(message, list) and message:
+        return message[0] in (b"pong", b"PONG")
+    return message in (b"PONG", "PONG")
+
+
+class _Heartbeat:
+    """The pings of one subscription in flight, and the lease their answers renew."""
+
+    __slots__ = ("every", "lease", "sent", "unanswered")
+
+    def __init__(self, lease: Lease, every: float) -> None:
+        self.lease = lease
+        self.every = every
+        self.sent = 0.0  # when the last ping went out (0: none yet on this connection)
+        self.unanswered: collections.deque[float] = collections.deque()
+
+    def due(self, now: float) -> bool:
+        return now - self.sent >= self.every
+
+    def went(self, now: float) -> None:
+        self.sent = now
+        self.unanswered.append(now)
+
+    def answered(self) -> None:
+        """A PONG: answers come in order, so it answers the oldest ping in flight."""
+        if self.unanswered:
+            self.lease.renew(self.unanswered.popleft())
+
+    def silent_for(self, now: float) -> float:
+        """How long the oldest unanswered ping has waited (0: none waits)."""
+        return now - self.unanswered[0] if self.unanswered else 0.0
+
+
 def _connection_factory(settings: FeedSettings) -> tuple[Any, dict[str, Any]]:
     """The class and options of a connection like the store's pool makes, for a feed."""
     redis = redis_module()
@@ -94,7 +134,8 @@ class _Subscriber:
         self._channels: dict[bytes, SharedView] = {}
         self._stopping = threading.Event()
         self._dead_after = max(1.0, 4 * settings.socket_timeout)
-        self._ping_interval = settings.ping_interval
+        # Several pings per lease: one late answer does not let the views lapse.
+        self._beat = min(settings.ping_interval, settings.book.lease.seconds / 4)
         self._refresh_every = min(settings.idle_ttl_ms / 3000, 3600.0)
         self._thread: threading.Thread | None = None
 
@@ -118,8 +159,7 @@ class Feed(_Subscriber):
     def __init__(self, settings: FeedSettings) -> None:
         super().__init__(settings)
         self._conn: Any = None
-        self._last_heard = 0.0
-        self._pinged = 0.0
+        self._heartbeat = _Heartbeat(self._book.lease, self._beat)
         self._healthy_since = 0.0  # when the current connection first proved it works
         self._start("toolbreaker-redis-feed")
 
@@ -162,6 +202,7 @@ class Feed(_Subscriber):
 
     def _connect(self) -> Any:
         conn = self._connection_class(**self._connection_kwargs)
+        self._heartbeat = _Heartbeat(self._book.lease, self._beat)
         try:
             conn.connect()
             with self._lock:
@@ -171,8 +212,6 @@ class Feed(_Subscriber):
         except BaseException:
             conn.disconnect()
             raise
-        self._last_heard = time.monotonic()
-        self._pinged = 0.0
         return conn
 
     def _drop(self) -> None:
@@ -184,30 +223,30 @@ class Feed(_Subscriber):
             conn.disconnect()
 
     def _pump(self, conn: Any) -> None:
-        """Handle what arrives within ~50 ms; ping an idle subscription."""
+        """Handle what arrives within ~50 ms; ping when the heartbeat is due."""
         if conn.can_read(timeout=0.05):
             while True:
                 self._handle(conn.read_response())
                 if not conn.can_read(timeout=0):
                     break
-            self._last_heard = time.monotonic()
-            self._healthy_since = self._healthy_since or self._last_heard
-            self._pinged = 0.0
-            return
+            self._healthy_since = self._healthy_since or time.monotonic()
+        heartbeat = self._heartbeat
         now = time.monotonic()
-        if self._pinged:
-            if now - self._pinged > self._dead_after:
-                raise self._broken("the subscription did not answer a ping")
-        elif now - self._last_heard > self._ping_interval:
+        if heartbeat.silent_for(now) > self._dead_after:
+            raise self._broken("the subscription did not answer a ping")
+        if heartbeat.due(now):
             with self._lock:
                 conn.send_command("PING")
-            self._pinged = now
+            heartbeat.went(now)
 
     def _broken(self, why: str) -> BaseException:
         error: BaseException = redis_module().ConnectionError(why)
         return error
 
     def _handle(self, message: object) -> None:
+        if _is_pong(message):
+            self._heartbeat.answered()
+            return
         if not isinstance(message, list) or len(message) < 2:
             return
         kind = message[0]
@@ -225,16 +264,15 @@ class Feed(_Subscriber):
 
 
 class _Link:
-    """One sharded subscription: a connection to one master and the channels it carries."""
+    """One sharded subscription: a connection to one master, its channels and its lease."""
 
-    __slots__ = ("address", "channels", "conn", "last_heard", "pinged")
+    __slots__ = ("address", "channels", "conn", "heartbeat")
 
-    def __init__(self, address: tuple[str, int], conn: Any) -> None:
+    def __init__(self, address: tuple[str, int], conn: Any, heartbeat: _Heartbeat) -> None:
         self.address = address
         self.conn = conn
         self.channels: set[bytes] = set()
-        self.last_heard = time.monotonic()
-        self.pinged = 0.0
+        self.heartbeat = heartbeat
 
 
 class ShardedFeed(_Subscriber):
@@ -319,7 +357,8 @@ class ShardedFeed(_Subscriber):
         except BaseException:
             conn.disconnect()
             raise
-        link = self._links[address] = _Link(address, conn)
+        lease = Lease(self._book.lease.seconds)  # this master's: its views' only
+        link = self._links[address] = _Link(address, conn, _Heartbeat(lease, self._beat))
         return link
 
     def _pump_all(self) -> None:
@@ -335,26 +374,26 @@ class ShardedFeed(_Subscriber):
                 self._lose(link)
 
     def _pump(self, link: _Link, budget: float) -> None:
-        """Handle what arrives on ``link`` within ``budget`` seconds; ping it when idle."""
+        """Handle what arrives on ``link`` within ``budget`` seconds; ping it when due."""
         conn = link.conn
         if conn.can_read(timeout=budget):
             while True:
                 self._handle(link, conn.read_response())
                 if not conn.can_read(timeout=0):
                     break
-            link.last_heard = time.monotonic()
-            link.pinged = 0.0
-            return
+        heartbeat = link.heartbeat
         now = time.monotonic()
-        if link.pinged:
-            if now - link.pinged > self._dead_after:
-                raise redis_module().ConnectionError("the subscription did not answer a ping")
-        elif now - link.last_heard > self._ping_interval:
+        if heartbeat.silent_for(now) > self._dead_after:
+            raise redis_module().ConnectionError("the subscription did not answer a ping")
+        if heartbeat.due(now):
             with self._lock:
                 conn.send_command("PING")
-            link.pinged = now
+            heartbeat.went(now)
 
     def _handle(self, link: _Link, message: object) -> None:
+        if _is_pong(message):
+            link.heartbeat.answered()
+            return
         if not isinstance(message, list) or len(message) < 2:
             return
         kind, channel = message[0], message[1]
@@ -362,6 +401,7 @@ class ShardedFeed(_Subscriber):
         if view is None or channel not in link.channels:
             return
         if kind == b"ssubscribe":
+            view.lease = link.heartbeat.lease  # trusted as long as this master answers
             self._book.confirm(view)
         elif kind == b"sunsubscribe":
             # The slot moved (a failover, a resharding): its new master must confirm.
@@ -390,6 +430,7 @@ class ShardedFeed(_Subscriber):
     def _close(self, link: _Link) -> None:
         if self._links.get(link.address) is link:
             del self._links[link.address]
+        link.heartbeat.lease.end()  # its views lapse now, whatever else holds them
         link.conn.disconnect()
 
     def _trouble(self) -> None:

@@ -23,7 +23,7 @@ from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import corrupt_record
 from toolbreaker.stores._shell import CompareAndSetStore, Reply, Write
-from toolbreaker.stores._views import SharedView
+from toolbreaker.stores._views import DEFAULT_VIEW_LEASE, SharedView
 from toolbreaker.stores.redis._feeds import Feed, FeedSettings, ShardedFeed
 from toolbreaker.stores.redis._script import (
     HISTORY_APPEND,
@@ -89,9 +89,9 @@ class RedisStore(CompareAndSetStore):
         journal_ttl: seconds a task's journal is kept after its last entry; 0 keeps it.
         max_attempts: compare-and-set attempts per event before giving up.
         backoff: after a failure, seconds during which calls fail at once.
-        ping_interval: seconds of silence after which the feed pings its subscription;
-            without an answer within ``4 * socket_timeout`` (at least a second) the
-            subscription is treated as lost.
+        ping_interval: seconds between the feed's pings of its subscription (at most
+            ``view_lease / 4``); a ping without an answer within ``4 * socket_timeout``
+            (at least a second) means the subscription is lost.
         cluster: ``url`` names one node of a Redis Cluster: use redis-py's cluster
             client. Every key of a breaker (and of a task's journal) shares one hash tag,
             so every script touches one slot; the feed subscribes to each breaker's
@@ -107,6 +107,9 @@ class RedisStore(CompareAndSetStore):
         history: transition entries each breaker keeps, about (``XADD MAXLEN ~``; 0
             keeps none): a stream per breaker, ``<prefix>:{<key>}:history``, in the
             breaker's slot, appended by the script that writes the state.
+        view_lease: seconds a view is trusted after the server last answered the feed's
+            ping: the bound on how long a server that dies, hangs or is cut off goes
+            unnoticed by the calls, which then ask it and are denied.
 
     Use it as a context manager, or call :meth:`close` (and ``await`` :meth:`aclose`
     after asyncio use), to stop the feed and close the connections.
@@ -126,6 +129,7 @@ class RedisStore(CompareAndSetStore):
         cluster: bool = False,
         volatile_journal: bool = False,
         history: int = 1_000,
+        view_lease: float = DEFAULT_VIEW_LEASE,
     ) -> None:
         for name, value, least in (
             ("socket_timeout", socket_timeout, 0.001),
@@ -185,7 +189,12 @@ class RedisStore(CompareAndSetStore):
         self._feed: Feed | ShardedFeed | None = None
         self._feed_lock = threading.Lock()
         self._what = f"Redis store {_safe_url(url)}"
-        super().__init__(backoff=backoff, volatile_journal=volatile_journal, history=history)
+        super().__init__(
+            backoff=backoff,
+            volatile_journal=volatile_journal,
+            history=history,
+            view_lease=view_lease,
+        )
 
     # -- round trips (the shell in _shell.py does the rest) -------------------------------
 
