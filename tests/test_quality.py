@@ -114,7 +114,16 @@ ALLOWED = {
     "testing": {"core", "stores", "runtime", "testing"},
     # The replay engine: the core's trace driver carried out in bounded memory.
     "replaying": {"core", "replaying"},
-    "cli": {"core", "stores", "runtime", "cli", "testing", "instrumentation", "replaying"},
+    "cli": {
+        "core",
+        "stores",
+        "runtime",
+        "cli",
+        "testing",
+        "instrumentation",
+        "replaying",
+        "integrations",
+    },
 }
 
 

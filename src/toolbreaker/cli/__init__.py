@@ -189,6 +189,7 @@ def _parser() -> argparse.ArgumentParser:
 
     from toolbreaker.cli._drain import add_command as add_drain
     from toolbreaker.cli._exercise import add_command as add_exercise
+    from toolbreaker.cli._mcp import add_command as add_mcp
     from toolbreaker.cli._runs import add_command as add_runs
     from toolbreaker.cli._simulate import add_command as add_simulate
     from toolbreaker.cli._tune import add_command as add_tune
@@ -196,6 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     add_drain(commands)
     add_runs(commands)
     add_exercise(commands)
+    add_mcp(commands)
     add_simulate(commands)
     add_tune(commands)
     return parser

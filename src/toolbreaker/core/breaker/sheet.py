@@ -18,7 +18,11 @@ from toolbreaker.core.breaker.keys import row_of
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.canonical import canonical_json
 
-__all__ = ["PolicySheet"]
+__all__ = ["MCP_TABLE", "PolicySheet"]
+
+#: The sheet's table of the MCP gateway (its servers, run and budget): ``toolbreaker mcp``
+#: reads and checks it; it names no dependency, so the registry leaves it alone.
+MCP_TABLE = "mcp"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

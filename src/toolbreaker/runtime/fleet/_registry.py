@@ -26,7 +26,8 @@ dependency whose sub-tables are operation classes::
     failure_threshold = 6
 
 A payment mutation never shares state or retry policy with a catalog read: each entry is
-its own breaker. Invalid sheets fail at load with the field (``search.read.fallback``) and
+its own breaker. ``[mcp]`` is the MCP gateway's table (its servers, run and budget), read by
+``toolbreaker mcp``; the registry leaves it alone. Invalid sheets fail at load with the field (``search.read.fallback``) and
 line named. Every duration names its unit, milliseconds (``timeout_ms``,
 ``max_stale_ms``, ``stale_every_ms``, ``health_check.timeout_ms``); the old spellings in
 seconds (``timeout``...) still load, with a
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.sheet import MCP_TABLE
 from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
 from toolbreaker.core.files import read_text, shown
 from toolbreaker.errors import PolicyError, RegistryFull
@@ -80,6 +82,8 @@ if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a
 
 __all__ = ["Boundary", "Registry", "publish_policy"]
 
+#: Tables of a sheet that are no dependency.
+_NOT_DEPENDENCIES: Final = frozenset({"defaults", "tools", MCP_TABLE})
 _DEFAULT_ONLY: Final = POLICY_FIELDS | {"timeout", "enforce", "retryable", "owner", "instructions"}
 
 
@@ -210,7 +214,7 @@ class Registry:
         base_policy = _policy({k: v for k, v in defaults.items() if k in POLICY_FIELDS}, "defaults")
         boundaries: dict[tuple[str, str], Boundary] = {}
         for dependency, operations in data.items():
-            if dependency in ("defaults", "tools"):
+            if dependency in _NOT_DEPENDENCIES:
                 continue
             _check_key(dependency, dependency)
             for operation, row in _table(operations, dependency).items():
