@@ -184,29 +184,32 @@ class Gateway:
         servers: Iterable[UpstreamSpec] = (),
         store: Store | None = None,
         run: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
         **options: Any,
     ) -> Gateway:
         """A gateway from a boundary sheet: its breaker rows and its ``[mcp]`` table.
 
         ``servers`` are added to the sheet's (the command line's upstream); ``store``
         holds the breakers and the journal (shared runs when it keeps records); ``run``
-        overrides the sheet's template.
+        overrides the sheet's template; ``timeout`` is the sheet's ``[defaults]``
+        deadline when it gives none (a row without one takes it).
 
         Raises:
             PolicyError: the sheet is invalid (its file and line named), a server is named
                 twice, or there is none.
         """
         sheet = GatewaySheet()
-        registry: Registry | None = None
+        registry: Registry
         if path is not None:
             base = Path(path).resolve().parent
 
             def build(table: dict[str, Any]) -> tuple[GatewaySheet, Registry]:
-                return gateway_sheet(table, base=base), Registry.from_dict(table, store=store)
+                found = gateway_sheet(table, base=base)
+                return found, Registry.from_dict(_with_deadline(table, timeout), store=store)
 
             sheet, registry = load_toml(path, build)
-        elif store is not None:
-            registry = Registry(store=store)
+        else:
+            registry = Registry(store=store, default_timeout=timeout)
         specs = list(sheet.servers.values())
         for spec in servers:
             if spec.name in sheet.servers:
@@ -223,6 +226,7 @@ class Gateway:
             budget=sheet.budget,
             run=run if run is not None else sheet.run,
             shared=isinstance(store, Records),
+            timeout=timeout,
             **options,
         )
 
@@ -396,6 +400,14 @@ def _breaker_line(record: Transition, breaker: Breaker) -> None:
                 "its calls are answered as unavailable"
             )
         )
+
+
+def _with_deadline(table: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The sheet, with the gateway's deadline in ``[defaults]`` when it names none."""
+    defaults = table.get("defaults", {})
+    if not isinstance(defaults, dict) or "timeout_ms" in defaults or "timeout" in defaults:
+        return table
+    return {**table, "defaults": {**defaults, "timeout_ms": round(timeout * 1000)}}
 
 
 def _label(text: str) -> str:

@@ -459,10 +459,10 @@ class HostSession:
             if frame.is_request:
                 message = {**(frame.message or {}), "id": self._own_id()}
                 with contextlib.suppress(UpstreamGone, TimeoutError):
-                    await self.connection.request(Frame.of(message), _REOPEN_TIMEOUT)
+                    await self.connection.request(Frame.of(message), _REOPEN_TIMEOUT, opening=True)
             else:
                 with contextlib.suppress(UpstreamGone):
-                    await self.connection.send(frame)
+                    await self.connection.send(frame, opening=True)
         if self._listed and self.spec.hide_open_tools:
             await self._announce()  # the restarted server's tools may differ
 

@@ -27,6 +27,7 @@ connection is in :mod:`._upstream_http`.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -64,12 +65,18 @@ class UpstreamGone(ConnectionError):
 
 
 class _Waiter:
-    __slots__ = ("error", "event", "frame")
+    __slots__ = ("error", "event", "frame", "ready")
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self.ready = anyio.Event()  # the server is up (or the wait ended)
+        self.event = anyio.Event()  # the response came (or the wait ended)
         self.frame: Frame | None = None
         self.error: BaseException | None = None
+
+    def end(self, error: BaseException) -> None:
+        self.error = error
+        self.ready.set()
+        self.event.set()
 
 
 class Connection:
@@ -101,14 +108,18 @@ class Connection:
         self.up = False
         self._waiters: dict[tuple[str, object], _Waiter] = {}
         self._answers = 0
+        self._starting = False
+        self._parked: set[_Waiter] = set()
         self._closed = False
         self._reopen: Callable[[], Awaitable[None]] | None = None
         self._ended = anyio.Event()
 
     # -- what the host session uses -------------------------------------------------------
 
-    async def request(self, frame: Frame, timeout: float | None) -> Frame:
-        """Send a request and wait for its response.
+    async def request(self, frame: Frame, timeout: float | None, *, opening: bool = False) -> Frame:
+        """Send a request and wait for its response (``opening``: the session's, said again).
+
+        A server that is starting again is waited for, within ``timeout``.
 
         Raises:
             UpstreamGone: the server is down, or went away before it answered.
@@ -119,13 +130,17 @@ class Connection:
         key = id_key(frame.id)
         waiter = self._waiters[key] = _Waiter()
         try:
-            await self.send(frame)
-            if timeout is None:
-                await waiter.event.wait()
-            else:
-                with anyio.move_on_after(timeout):
+            with anyio.move_on_after(math.inf if timeout is None else timeout):
+                if not (opening or self.up):
+                    if not self._starting:
+                        raise UpstreamGone(self._down_reason())
+                    self._parked.add(waiter)
+                    await waiter.ready.wait()
+                if not waiter.event.is_set():
+                    await self.send(frame, opening=opening)
                     await waiter.event.wait()
         finally:
+            self._parked.discard(waiter)
             if self._waiters.get(key) is waiter:
                 del self._waiters[key]
         if waiter.frame is not None:
@@ -134,13 +149,13 @@ class Connection:
             raise waiter.error
         raise TimeoutError(f"no response from {self.spec.name!r} within {timeout:g} s")
 
-    async def send(self, frame: Frame) -> None:
-        """Send a frame to the server.
+    async def send(self, frame: Frame, *, opening: bool = False) -> None:
+        """Send a frame to the server (``opening``: while the session's opening is said).
 
         Raises:
             UpstreamGone: the server is down.
         """
-        if not self.up:
+        if not (self.up or (opening and self._starting)):
             raise UpstreamGone(self._down_reason())
         try:
             await self._write(frame)
@@ -151,8 +166,7 @@ class Connection:
         """End the wait for the response to ``request_id`` with ``error`` (a cancellation)."""
         waiter = self._waiters.pop(id_key(request_id), None)
         if waiter is not None:
-            waiter.error = error
-            waiter.event.set()
+            waiter.end(error)
 
     async def forget(self, frame: Frame) -> None:
         """Tell the server the request ``frame`` is no longer waited for (a timeout)."""
@@ -198,14 +212,9 @@ class Connection:
                         task_status.started()
                     return
                 self.generation += 1
-                self.up = True
-                if not started:
-                    started = True
-                    task_status.started()
-                elif self._reopen is not None:
-                    await self._reopen()
                 answers = self._answers
-                why = await self._relay()
+                why = await self._connected(started, task_status)
+                started = True
                 self._went_away(why)
                 if self._closed:
                     return
@@ -221,13 +230,40 @@ class Connection:
             self.up = False
             self._ended.set()
 
+    async def _connected(self, started: bool, task_status: TaskStatus[None]) -> str:
+        """Relay one connection; a restarted server first hears the session's opening.
+
+        Until it has, only the opening goes through (:attr:`up` is false): a host's
+        request waits, as it would reach a server whose session is not open yet.
+        """
+        ended: list[str] = []
+        async with anyio.create_task_group() as tg:
+
+            async def relay() -> None:
+                ended.append(await self._relay())
+                tg.cancel_scope.cancel()
+
+            self._starting = True
+            tg.start_soon(relay)
+            if started and self._reopen is not None:
+                await self._reopen()
+            self._starting = False
+            self.up = True
+            parked, self._parked = self._parked, set()
+            for waiter in parked:
+                waiter.ready.set()
+            if not started:
+                task_status.started()
+            await anyio.sleep_forever()
+        return ended[0] if ended else self._down_reason()
+
     def _went_away(self, why: str) -> None:
         self.up = False
+        self._starting = False
         gone = UpstreamGone(why)
         waiters, self._waiters = self._waiters, {}
         for waiter in waiters.values():
-            waiter.error = gone
-            waiter.event.set()
+            waiter.end(gone)
 
     async def inbound(self, frame: Frame) -> None:
         """A frame from the server: the response a request waits for, or the host's."""

@@ -27,10 +27,10 @@ dependency whose sub-tables are operation classes::
 
 A payment mutation never shares state or retry policy with a catalog read: each entry is
 its own breaker. ``[mcp]`` is the MCP gateway's table (its servers, run and budget), read by
-``toolbreaker mcp``; the registry leaves it alone. Invalid sheets fail at load with the field (``search.read.fallback``) and
-line named. Every duration names its unit, milliseconds (``timeout_ms``,
-``max_stale_ms``, ``stale_every_ms``, ``health_check.timeout_ms``); the old spellings in
-seconds (``timeout``...) still load, with a
+``toolbreaker mcp``; the registry leaves it alone. Invalid sheets fail at load with the
+field (``search.read.fallback``) and line named. Every duration names its unit,
+milliseconds (``timeout_ms``, ``max_stale_ms``, ``stale_every_ms``,
+``health_check.timeout_ms``); the old spellings in seconds (``timeout``...) still load, with a
 :class:`~toolbreaker.errors.ToolbreakerDeprecationWarning` per field and load. The keyword
 arguments of code (``Breaker(timeout=2.0)``, ``registry.get(..., timeout=...)``) are not
 sheet fields: they stay in seconds, like every deadline a Python call takes.
