@@ -120,17 +120,32 @@ async def serve_http(
         timeout_graceful_shutdown=2,
     )
     server = uvicorn.Server(config)
-    async with anyio.create_task_group() as tg:
-        app.task_group = tg
-        tg.start_soon(app.reap_idle)
-        task_status.started(bound)
+    stopped = anyio.Event()
+
+    async def run_server() -> None:
         try:
-            await server.serve(sockets=[sock])
+            with anyio.CancelScope(shield=True):  # it stops when told to, closing its sockets
+                await server.serve(sockets=[sock])
         finally:
-            server.should_exit = True
-            with anyio.CancelScope(shield=True):
-                await app.close()
-            tg.cancel_scope.cancel()
+            stopped.set()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            app.task_group = tg
+            tg.start_soon(app.reap_idle)
+            tg.start_soon(run_server)
+            task_status.started(bound)
+            try:
+                await stopped.wait()
+            finally:
+                server.should_exit = True
+                with anyio.CancelScope(shield=True):
+                    await app.close()
+                    with anyio.move_on_after(10):
+                        await stopped.wait()
+                tg.cancel_scope.cancel()
+    finally:
+        sock.close()
 
 
 class _Channel:
@@ -197,6 +212,7 @@ class HttpSession:
         if channel.token is not None and self.tokens.get(id_key(channel.token)) is channel:
             del self.tokens[id_key(channel.token)]
         channel.send.close()
+        channel.receive.close()
 
     async def to_host(self, frame: Frame, related: object | None) -> None:
         """A frame for the host: to the stream of the request it is about, or the session's."""
@@ -465,6 +481,7 @@ class GatewayApp:
         finally:
             if session.stream is stream_send:
                 session.stream = None
+            stream_send.close()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _delete(self, headers: dict[bytes, bytes], send: Send) -> None:
