@@ -23,6 +23,7 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 from gateway_hosts import PATIENCE, RawHost, gateway_argv, gateway_params, text_of
 from mcp import Client, StdioServerParameters
 from mcp.types import CreateMessageResult, ElicitResult, TextContent
+
 from mcp_everything import everything_server
 
 pytestmark = pytest.mark.slow  # node processes
@@ -59,10 +60,14 @@ def test_the_reference_servers_answers_pass_byte_for_byte(tmp_path):
         (9, "resources/read", {"uri": "demo://resource/static/document/features.md"}),
         (10, "prompts/list", None),
         (11, "prompts/get", {"name": "args-prompt", "arguments": {"city": "Paris"}}),
-        (12, "completion/complete", {
-            "ref": {"type": "ref/prompt", "name": "completable-prompt"},
-            "argument": {"name": "department", "value": "E"},
-        }),
+        (
+            12,
+            "completion/complete",
+            {
+                "ref": {"type": "ref/prompt", "name": "completable-prompt"},
+                "argument": {"name": "department", "value": "E"},
+            },
+        ),
         (13, "tools/call", {"name": "get-sum", "arguments": {"a": "two"}}),
         (14, "ping", None),
     ]
@@ -115,7 +120,9 @@ def test_its_progress_sampling_and_elicitation_reach_the_host(tmp_path):
                     )
                 ),
                 "sampled": text_of(
-                    await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 5})
+                    await client.call_tool(
+                        "trigger-sampling-request", {"prompt": "hi", "maxTokens": 5}
+                    )
                 ),
                 "elicited": text_of(await client.call_tool("trigger-elicitation-request", {})),
             }
@@ -157,8 +164,12 @@ def test_a_dead_node_server_is_learned_once_for_all_its_tools(tmp_path):
         )
         os.kill(node, signal.SIGKILL)
         lost = json.loads(_answer_of(host, 2))
-        echo = json.loads(host.request(4, "tools/call", {"name": "echo", "arguments": {"message": "x"}}))
-        total = json.loads(host.request(5, "tools/call", {"name": "get-sum", "arguments": {"a": 1, "b": 2}}))
+        echo = json.loads(
+            host.request(4, "tools/call", {"name": "echo", "arguments": {"message": "x"}})
+        )
+        total = json.loads(
+            host.request(5, "tools/call", {"name": "get-sum", "arguments": {"a": 1, "b": 2}})
+        )
     assert lost["result"]["isError"] is True
     for answer, tool in ((echo, "echo"), (total, "get-sum")):
         result = answer["result"]

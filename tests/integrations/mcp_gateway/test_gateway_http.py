@@ -43,7 +43,9 @@ def gateway(**options: Any) -> Gateway:
 @asynccontextmanager
 async def serving(gw: Gateway, **options: Any) -> AsyncIterator[str]:
     async with anyio.create_task_group() as tg:
-        port = await tg.start(lambda task_status: gw.serve_http(port=0, task_status=task_status, **options))
+        port = await tg.start(
+            lambda task_status: gw.serve_http(port=0, task_status=task_status, **options)
+        )
         yield f"http://127.0.0.1:{port}"
         tg.cancel_scope.cancel()
 
@@ -74,7 +76,9 @@ def test_the_sdk_client_over_http_reaches_the_server_through_the_breakers(mode):
                 "progress": text_of(
                     await client.call_tool("progress", {"steps": 2}, progress_callback=on_progress)
                 ),
-                "billing": [await client.call_tool("billing", {"customer": f"c{i}"}) for i in range(3)],
+                "billing": [
+                    await client.call_tool("billing", {"customer": f"c{i}"}) for i in range(3)
+                ],
             }
 
     seen = run(body)
@@ -127,7 +131,9 @@ def test_a_foreign_origin_or_host_is_refused(headers, status):
 
     async def body(base: str) -> int:
         async with httpx2.AsyncClient() as http:
-            answer = await http.post(f"{base}/mcp/catalog", json=_init(), headers=_accept(**headers))
+            answer = await http.post(
+                f"{base}/mcp/catalog", json=_init(), headers=_accept(**headers)
+            )
             return answer.status_code
 
     assert run(body) == status

@@ -35,7 +35,10 @@ def upstream() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """The test server over HTTP, once for the module; its URL and process."""
     port = free_port()
     proc = subprocess.Popen(
-        upstream_argv("http", str(port)), env=host_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        upstream_argv("http", str(port)),
+        env=host_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         with anyio.from_thread.start_blocking_portal() as portal:

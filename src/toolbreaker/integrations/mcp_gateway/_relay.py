@@ -259,27 +259,37 @@ class RelayClient:
 
     def _check_output(self, name: str, result: CallToolResult) -> None:
         """Refuse a success that does not match the tool's output schema, as the SDK does."""
-        schema = self.link.output_schema(name)
-        if schema is None:
+        if self.link.output_schema(name) is None:
             return
         if (
             result.structured_content is None
             and "structured_content" not in result.model_fields_set
         ):
             raise RuntimeError(MISSING_STRUCTURED.format(tool=name))
+        error = self._schema_error(name, result.structured_content)
+        if error is not None:
+            raise RuntimeError(
+                f"Invalid structured content returned by tool {name}: {error}"
+            ) from error
+
+    def conforms(self, name: str, structured: object) -> bool:
+        """Whether ``structured`` matches the tool's output schema (``True`` without one)."""
+        return self._schema_error(name, structured) is None
+
+    def _schema_error(self, name: str, structured: object) -> SchemaError | None:
+        schema = self.link.output_schema(name)
+        if schema is None:
+            return None
         cached = self._validators.get(name)
         if cached is None or cached[0] is not schema:
             try:
                 validator_cls = validator_for(schema)
                 validator_cls.check_schema(schema)
             except Exception:  # noqa: BLE001 - a schema that is no schema judges nothing
-                return
+                return None
             cached = self._validators[name] = (schema, validator_cls(schema))
-        error = schema_exceptions.best_match(cached[1].iter_errors(result.structured_content))
-        if isinstance(error, SchemaError):
-            raise RuntimeError(  # noqa: TRY004 - the SDK's own refusal, which the guard reads
-                f"Invalid structured content returned by tool {name}: {error}"
-            ) from error
+        error = schema_exceptions.best_match(cached[1].iter_errors(structured))
+        return error if isinstance(error, SchemaError) else None
 
 
 def _with_meta(call: HostCall, meta: Mapping[str, Any] | None) -> Frame:

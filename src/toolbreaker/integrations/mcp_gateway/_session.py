@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -41,7 +42,9 @@ from mcp.types import (
     CONNECTION_CLOSED,
     PROTOCOL_VERSION_META_KEY,
     REQUEST_TIMEOUT,
+    CallToolResult,
     ListToolsResult,
+    TextContent,
 )
 
 from toolbreaker.integrations.mcp import GuardedClient
@@ -64,7 +67,7 @@ from toolbreaker.integrations.mcp_gateway._wire import (
 )
 from toolbreaker.runtime import Registry, RunGuard
 
-__all__ = ["OPENING", "HostSession", "SessionPlan", "ToHost"]
+__all__ = ["OPENING", "START_TIMEOUT", "HostSession", "SessionPlan", "ToHost"]
 
 #: Requests and notifications that open a session: said again to a restarted server.
 OPENING: Final = frozenset(
@@ -74,8 +77,9 @@ OPENING: Final = frozenset(
 _ENVELOPE: Final = (PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY, CLIENT_CAPABILITIES_META_KEY)
 _SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
 _INTERNAL: Final = -32603
-#: Seconds a restarted server gets to answer each request of the session's opening.
-_REOPEN_TIMEOUT: Final = 30.0
+#: Seconds a server gets to answer the session's opening (``initialize``): a server that
+#: is installed on its first start (``npx -y ...``) takes its time.
+START_TIMEOUT: Final = 120.0
 
 #: How the session writes to the host: a frame, and the host request it relates to.
 ToHost = Callable[[Frame, object | None], Awaitable[None]]
@@ -227,8 +231,10 @@ class HostSession:
     # -- relayed requests ------------------------------------------------------------------
 
     async def _relay(self, call: HostCall) -> None:
+        opening = call.frame.method in ("initialize", "server/discover")
+        deadline = max(self._deadline(), START_TIMEOUT) if opening else self._deadline()
         try:
-            response = await self.request(call.frame, self._deadline(), call)
+            response = await self.request(call.frame, deadline, call)
         except HostCancelled:
             return
         except UpstreamGone as exc:
@@ -295,6 +301,7 @@ class HostSession:
                 risk=spec.risk,
                 default_risk=spec.default_risk,
                 authorize=lambda request: spec.allows(request.tool),
+                fallbacks=spec.fallbacks,
                 hide_open_tools=spec.hide_open_tools,
             )
         return guarded
@@ -328,10 +335,36 @@ class HostSession:
             self._done(call)
         frame = relayed_frame(result)
         if frame is None or frame.id != call.frame.id:
-            frame = result_frame(call.frame.id, self._dump(result))
+            frame = result_frame(call.frame.id, self._dump(self._structured(name, result)))
         if not call.cancelled:
             await self.to_host(frame, call.frame.id)
         await self._after_call(name)
+
+    def _structured(self, name: str, result: Any) -> Any:
+        """A success the guard answered, with the structured content its schema asks for.
+
+        A write reconciled in a resumed run is answered with the record the status check
+        found; a tool with an output schema needs it as structured content, or the host's
+        SDK refuses the answer. Added when the record matches the schema.
+        """
+        if (
+            not isinstance(result, CallToolResult)
+            or result.is_error
+            or result.structured_content is not None
+            or self.output_schema(name) is None
+        ):
+            return result
+        text = " ".join(b.text for b in result.content if isinstance(b, TextContent))
+        try:
+            said = json.loads(text)
+        except ValueError:
+            return result
+        if not isinstance(said, dict):
+            return result
+        for found in (said, said.get("result")):  # the record, or the guard's {"result": ...}
+            if isinstance(found, dict) and self.relay.conforms(name, found):
+                return result.model_copy(update={"structured_content": found})
+        return result
 
     async def _answer_error(self, call: HostCall, exc: RelayedError) -> None:
         frame = exc.frame
@@ -459,7 +492,7 @@ class HostSession:
             if frame.is_request:
                 message = {**(frame.message or {}), "id": self._own_id()}
                 with contextlib.suppress(UpstreamGone, TimeoutError):
-                    await self.connection.request(Frame.of(message), _REOPEN_TIMEOUT, opening=True)
+                    await self.connection.request(Frame.of(message), START_TIMEOUT, opening=True)
             else:
                 with contextlib.suppress(UpstreamGone):
                     await self.connection.send(frame, opening=True)

@@ -15,6 +15,7 @@ One sheet configures the breakers (its ``[defaults]`` and ``[SERVER.TOOL]`` rows
     env = { CATALOG_TOKEN = "..." }
     risk = { create_ticket = "reversible_write" }
     allow = ["delete_ticket"]           # destructive tools the operator allows
+    fallbacks = { search = "search_snapshot" }
 
     [mcp.servers.billing]               # a streamable-HTTP server
     url = "https://billing.example.com/mcp"
@@ -73,6 +74,7 @@ _SERVER_FIELDS: Final = (
     "risk",
     "default_risk",
     "allow",
+    "fallbacks",
     "hide_open_tools",
 )
 
@@ -92,6 +94,8 @@ class UpstreamSpec:
         default_risk: the risk class of a tool whose annotations give no hint.
         allow: destructive (``irreversible``) tools the operator allows; the others are
             denied. :data:`ALL_TOOLS` in it allows every one.
+        fallbacks: the fallback tool by tool name, for tools without a sheet row (a row
+            names its own ``fallback``).
         hide_open_tools: leave out of ``tools/list`` the tools whose breaker is open.
     """
 
@@ -104,6 +108,7 @@ class UpstreamSpec:
     risk: Mapping[str, RiskClass] = dataclasses.field(default_factory=dict)
     default_risk: RiskClass = "read"
     allow: frozenset[str] = frozenset()
+    fallbacks: Mapping[str, str] = dataclasses.field(default_factory=dict)
     hide_open_tools: bool = False
 
     def __post_init__(self) -> None:
@@ -276,6 +281,7 @@ def _server(
             risk=risk,
             default_risk=_risk(row.get("default_risk", "read"), f"{where}.default_risk"),
             allow=frozenset(allow),
+            fallbacks=_strings(row.get("fallbacks", {}), f"{where}.fallbacks"),
             hide_open_tools=_bool(row.get("hide_open_tools", hide), f"{where}.hide_open_tools"),
         )
     except PolicyError as exc:
@@ -315,7 +321,7 @@ def _risk(value: object, field: str) -> RiskClass:
 
 
 def _strings(value: object, where: str) -> dict[str, str]:
-    """A table of strings: its values are secrets, never echoed."""
+    """A table of strings (its values may be secrets: never echoed)."""
     table = _table(value, where)
     for key, item in table.items():
         if not isinstance(item, str):
