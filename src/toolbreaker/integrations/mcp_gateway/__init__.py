@@ -116,6 +116,7 @@ class Gateway:
         budget: each run's budget.
         run: the run id template (``{client}``, ``{cwd}``, ``{server}``); ``None``: every
             host session is a run of its own.
+        guarded: give each host session a run guard (``False``: breakers only).
         shared: keep each run's counters and stop in the journal's store (``toolbreaker
             run show``/``extend`` see it; every session of one run id shares its budget).
         timeout: seconds: the deadline of calls and requests without a row's.
@@ -134,6 +135,7 @@ class Gateway:
         journal: Journal | None = None,
         budget: Budget | None = None,
         run: str | None = None,
+        guarded: bool = True,
         shared: bool = False,
         timeout: float = DEFAULT_TIMEOUT,
         observers: Iterable[Observer] = (),
@@ -158,6 +160,7 @@ class Gateway:
         self.journal = journal
         self.budget = budget or Budget()
         self.run = run_template(run) if run is not None else None
+        self.guarded = guarded
         if shared and not isinstance(journal, Records):
             raise PolicyError(
                 "shared runs keep their budget in the journal's store: give a journal store "
@@ -225,6 +228,7 @@ class Gateway:
             journal=cast("Journal | None", store),
             budget=sheet.budget,
             run=run if run is not None else sheet.run,
+            guarded=sheet.run_guard,
             shared=isinstance(store, Records),
             timeout=timeout,
             **options,
@@ -284,6 +288,8 @@ class Gateway:
 
     def run_guard(self, server: str, client: str) -> RunGuard | None:
         """The run guard of a new host session (``None``: breakers only)."""
+        if not self.guarded:
+            return None
         if self._make_guard is not None:
             guard = self._make_guard(server, client)
         else:

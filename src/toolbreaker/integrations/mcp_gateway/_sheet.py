@@ -5,6 +5,7 @@ One sheet configures the breakers (its ``[defaults]`` and ``[SERVER.TOOL]`` rows
 
     [mcp]
     run = "{client}@{cwd}"              # optional: the run id (see "Runs" in the docs)
+    run_guard = true                    # false: breakers only
     hide_open_tools = false             # hide the tools whose breaker is open
 
     [mcp.budget]                        # the run guard's budget per host session
@@ -64,7 +65,7 @@ RUN_FIELDS: Final = ("client", "cwd", "server")
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: Table names a boundary sheet gives a meaning of its own: never a server's.
 _RESERVED: Final = frozenset({"defaults", "tools", MCP_TABLE})
-_GATEWAY_FIELDS: Final = ("run", "hide_open_tools", "budget", "servers")
+_GATEWAY_FIELDS: Final = ("run", "run_guard", "hide_open_tools", "budget", "servers")
 _SERVER_FIELDS: Final = (
     "command",
     "url",
@@ -147,12 +148,15 @@ class GatewaySheet:
         servers: the servers by name, in the sheet's order.
         run: the run id template (placeholders ``{client}``, ``{cwd}``, ``{server}``);
             ``None``: every host session is a run of its own.
+        run_guard: whether each host session has a run guard (``false``: breakers only; no
+            budgets, idempotency keys, journal or stop packets).
         budget: the run guard's budget of each host session.
         hide_open_tools: the servers' default for ``hide_open_tools``.
     """
 
     servers: Mapping[str, UpstreamSpec] = dataclasses.field(default_factory=dict)
     run: str | None = None
+    run_guard: bool = True
     budget: Budget = dataclasses.field(default_factory=Budget)
     hide_open_tools: bool = False
 
@@ -205,6 +209,7 @@ def gateway_sheet(data: Mapping[str, Any], *, base: Path | None = None) -> Gatew
     table = _table(data.get(MCP_TABLE, {}), MCP_TABLE)
     _known(table, _GATEWAY_FIELDS, MCP_TABLE)
     hide = _bool(table.get("hide_open_tools", False), f"{MCP_TABLE}.hide_open_tools")
+    guarded = _bool(table.get("run_guard", True), f"{MCP_TABLE}.run_guard")
     run = table.get("run")
     if run is not None:
         run = run_template(run, f"{MCP_TABLE}.run")
@@ -223,7 +228,9 @@ def gateway_sheet(data: Mapping[str, Any], *, base: Path | None = None) -> Gatew
         where = f"{MCP_TABLE}.servers.{name}"
         check_name(name, where)
         servers[name] = _server(name, _table(row, where), where, base, hide)
-    return GatewaySheet(servers=servers, run=run, budget=budget, hide_open_tools=hide)
+    return GatewaySheet(
+        servers=servers, run=run, run_guard=guarded, budget=budget, hide_open_tools=hide
+    )
 
 
 def _server(
