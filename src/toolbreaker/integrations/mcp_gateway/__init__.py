@@ -368,9 +368,12 @@ class Gateway:
         allowed_origins: Iterable[str] = (),
         task_status: Any = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Serve every server over streamable HTTP, at ``/mcp/NAME``; see :mod:`._http`.
+        """Serve every server over streamable HTTP, at ``/mcp/NAME``.
 
-        ``task_status.started(port)`` once it listens (``port=0``: a free port).
+        ``task_status.started(port)`` once it listens (``port=0``: a free port). Bound to
+        loopback unless ``host`` says otherwise; a foreign ``Origin`` is answered 403, on
+        loopback a foreign ``Host`` 421, and with ``token`` (required on any other
+        address) a request without ``Authorization: Bearer TOKEN`` 401.
 
         Raises:
             PolicyError: bound to an address other than loopback without a ``token``.
