@@ -27,6 +27,7 @@ import argparse
 import ipaddress
 import os
 import shutil
+import signal
 from typing import Any
 
 from toolbreaker.cli._stores import SHARED_STORES, open_store
@@ -144,7 +145,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             name = args.server if not extra else extra[0].name
             spec = gateway.spec(name)
-            anyio.run(lambda: gateway.serve_stdio(spec.name))
+            anyio.run(lambda: _until_signalled(gateway.serve_stdio(spec.name)))
     except UpstreamGone as exc:
         raise PolicyError(f"{exc} (before it answered anything)", field="command") from None
     finally:
@@ -155,6 +156,27 @@ def _run(args: argparse.Namespace) -> int:
         if close is not None:
             close()
     return 0
+
+
+async def _until_signalled(serving: Any) -> None:
+    """Serve until the host closes stdin, or stops the gateway (SIGTERM, SIGHUP).
+
+    Stopped by a signal, the gateway stops its servers before it exits: they run in
+    sessions of their own, which the host's signal does not reach.
+    """
+    import anyio
+
+    async with anyio.create_task_group() as tg:
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                async for _ in signals:
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(stop_on_signal)
+        await serving
+        tg.cancel_scope.cancel()
 
 
 def _ad_hoc(args: argparse.Namespace) -> list[Any]:

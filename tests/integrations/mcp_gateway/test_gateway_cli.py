@@ -7,16 +7,18 @@ a gateway that sits there serving nothing.
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
-from gateway_hosts import INITIALIZE, PATIENCE, RawHost, gateway_argv, host_env
+from gateway_hosts import INITIALIZE, PATIENCE, RawHost, gateway_argv, host_env, upstream_argv
 
 from toolbreaker.cli import main
 
@@ -129,3 +131,41 @@ def test_the_sheet_path_is_named_when_it_does_not_exist(tmp_path, capsys):
     missing = Path(tmp_path / "nope.toml")
     assert main(["mcp", "--sheet", str(missing), "--", "true"]) == 2
     assert "nope.toml" in one_error_line(capsys.readouterr().err)
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` has exited (a zombie of a dead parent counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+@pytest.mark.slow
+def test_a_stopped_gateway_stops_its_server():
+    """A host stops the gateway with SIGTERM: its server, in a session of its own which
+    the signal does not reach, is stopped too, even one that outlives its stdin (here a
+    shell that sleeps on after the server exits), and the gateway exits 0."""
+    python, script = upstream_argv()
+    command = ["/bin/sh", "-c", f'"{python}" "{script}"; exec sleep 600']
+    with RawHost(gateway_argv("--", *command)) as host:
+        host.request(1, "initialize", INITIALIZE)
+        host.notify("notifications/initialized")
+        child = _child_of(host.proc.pid)
+        host.proc.send_signal(signal.SIGTERM)
+        code = host.proc.wait(timeout=PATIENCE)
+        deadline = time.monotonic() + PATIENCE
+        while not _gone(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert code == 0
+    assert _gone(child)
+
+
+def _child_of(pid: int) -> int:
+    """The first child process of ``pid``."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = (task / "children").read_text().split()
+        if children:
+            return int(children[0])
+    raise AssertionError(f"process {pid} has no child")

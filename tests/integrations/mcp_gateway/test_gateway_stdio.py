@@ -138,7 +138,9 @@ def test_the_sdk_client_sees_the_server_through_the_gateway(tmp_path, mode):
         lambda: session(StdioServerParameters(command=upstream[0], args=upstream[1:]))
     )
     direct_progress, seen["progress"] = seen["progress"], []
+    direct_logs, seen["logs"] = seen["logs"], []
     relayed = anyio.run(lambda: session(gateway_params("--sheet", sheet(tmp_path))))
+    assert seen["logs"] == direct_logs
     assert (
         relayed["version"]
         == direct["version"]

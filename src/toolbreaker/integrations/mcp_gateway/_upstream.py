@@ -228,6 +228,9 @@ class Connection:
                 backoff = min(backoff * 2, MAX_BACKOFF)
         finally:
             self.up = False
+            if not self._closed:  # cancelled (the gateway is stopping): the server stops too
+                with anyio.CancelScope(shield=True):
+                    await self._disconnect()
             self._ended.set()
 
     async def _connected(self, started: bool, task_status: TaskStatus[None]) -> str:
