@@ -166,6 +166,7 @@ async def _until_signalled(serving: Any) -> None:
     """
     import anyio
 
+    failed: list[Exception] = []
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
@@ -175,8 +176,13 @@ async def _until_signalled(serving: Any) -> None:
                     return
 
         tg.start_soon(stop_on_signal)
-        await serving
+        try:
+            await serving
+        except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+            failed.append(exc)
         tg.cancel_scope.cancel()
+    if failed:  # as it came: one line of the command line's, not an exception group
+        raise failed[0]
 
 
 def _ad_hoc(args: argparse.Namespace) -> list[Any]:
