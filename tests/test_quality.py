@@ -132,6 +132,7 @@ ALLOWED = {
         "instrumentation",
         "replaying",
         "importing",
+        "integrations",
     },
 }
 

@@ -190,6 +190,7 @@ def _parser() -> argparse.ArgumentParser:
     from toolbreaker.cli._drain import add_command as add_drain
     from toolbreaker.cli._exercise import add_command as add_exercise
     from toolbreaker.cli._import import add_command as add_import
+    from toolbreaker.cli._mcp import add_command as add_mcp
     from toolbreaker.cli._runs import add_command as add_runs
     from toolbreaker.cli._simulate import add_command as add_simulate
     from toolbreaker.cli._tune import add_command as add_tune
@@ -198,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
     add_import(commands)
     add_runs(commands)
     add_exercise(commands)
+    add_mcp(commands)
     add_simulate(commands)
     add_tune(commands)
     return parser

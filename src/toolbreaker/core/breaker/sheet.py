@@ -26,7 +26,11 @@ from toolbreaker.core.canonical import canonical_json
 from toolbreaker.core.files import printable
 from toolbreaker.errors import RowNotFound
 
-__all__ = ["RESEMBLANCE", "PolicySheet", "Resolution", "resolve"]
+__all__ = ["MCP_TABLE", "RESEMBLANCE", "PolicySheet", "Resolution", "resolve"]
+
+#: The sheet's table of the MCP gateway (its servers, run and budget): ``toolbreaker mcp``
+#: reads and checks it; it names no dependency, so the registry leaves it alone.
+MCP_TABLE = "mcp"
 
 #: How alike (:class:`difflib.SequenceMatcher`'s ratio) a name the sheet lacks must be to
 #: one of its dependencies or tools to be taken for a slip of it: one or two letters in a

@@ -26,8 +26,8 @@ dependency whose sub-tables are operation classes::
     failure_threshold = 6
 
 A payment mutation never shares state or retry policy with a catalog read: each entry is
-its own breaker. Invalid sheets fail at load with the field (``search.read.fallback``) and
-line named.
+its own breaker. ``[mcp]`` is the MCP gateway's table, read by ``toolbreaker mcp``; the
+registry leaves it alone. Invalid sheets fail at load with the field and line named.
 
 Which row a breaker takes is one rule (:meth:`Registry.resolve`): the row asked for; a
 dependency asked for without an operation takes its one row; an operation the sheet has no
@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import Resolution, resolve
+from toolbreaker.core.breaker.sheet import MCP_TABLE, Resolution, resolve
 from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
 from toolbreaker.core.files import printable, read_text, shown
 from toolbreaker.core.run.redact import redact_text
@@ -93,6 +93,8 @@ if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a
 
 __all__ = ["Boundary", "Registry", "Resolution", "publish_policy"]
 
+#: Tables of a sheet that are no dependency.
+_NOT_DEPENDENCIES: Final = frozenset({"defaults", "tools", MCP_TABLE})
 _DEFAULT_ONLY: Final = POLICY_FIELDS | {"timeout", "enforce", "retryable", "owner", "instructions"}
 
 
@@ -237,7 +239,7 @@ class Registry:
         base_policy = _policy({k: v for k, v in defaults.items() if k in POLICY_FIELDS}, "defaults")
         boundaries: dict[tuple[str, str], Boundary] = {}
         for dependency, operations in data.items():
-            if dependency in ("defaults", "tools"):
+            if dependency in _NOT_DEPENDENCIES:
                 continue
             _check_key(dependency, dependency)
             for operation, row in _table(operations, dependency).items():
