@@ -35,6 +35,20 @@ os.environ.update(
 )
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers a core (PYTEST_XDIST_AUTO_NUM_WORKERS overrides it).
+
+    Most of the suite's wall time is spent waiting: on servers, on subprocesses that import
+    a framework, on a browser, on a tool service's answer. Two workers a core keep the
+    cores busy while one waits; more only add each worker's collection (which imports
+    every framework the test modules import).
+    """
+    cores = (
+        os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
+    )
+    return 2 * len(cores)
+
+
 @pytest.fixture
 def seed_trace() -> Path:
     return Path(str(resources.files("toolbreaker") / "fixtures" / "seed_trace.jsonl"))

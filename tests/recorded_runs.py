@@ -1,10 +1,13 @@
 """Generated recorded runs, and a live RunGuard that runs one with real tool functions.
 
 A recorded run (the ``toolbreaker check-run`` format) has reads after a refused write,
-unknown writes, costs on refused steps, reworded repeats, alternations, deadlines and
-model steps. :func:`live` runs it through a live :class:`RunGuard` whose tools behave as
-each step recorded: return its result, time out, refuse the connection, fail their own
-argument check, spend its cost while they run (sync or coroutine tools).
+unknown writes, costs on refused steps, reworded repeats, alternations, deadlines,
+failures of named error classes, results that report a failure, and model steps with
+their usage. :func:`live` runs it through a live :class:`RunGuard` whose tools behave as
+each step recorded: return its result, time out, refuse the connection, fail with an
+HTTP status, a reset connection, a pydantic validation error, answer with an error (as
+an adapter settles one), fail their own argument check, spend its cost while they run
+(sync or coroutine tools); its model steps report their usage as an adapter does.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pydantic
 from hypothesis import strategies as st
 
 from toolbreaker import Breaker, GuardedTool, Policy, RetryPolicy, RunGuard
-from toolbreaker.core.run.budget import WRITES, Budget, ClassLimits
+from toolbreaker.core.run.budget import WRITES, Budget, ClassLimits, ModelPrice
+from toolbreaker.errors import ToolReportedError
 from toolbreaker.testing import FakeClock
 
 TASK = "t-parity"
@@ -61,6 +66,41 @@ read_results = st.sampled_from(
 write_results = st.builds(lambda n: {"id": f"m-{n}"}, st.integers(1, 3))
 costs = st.sampled_from(["0", "0.01", "0.25"])
 
+#: Error classes that agree with each (outcome, is a write): a read's failure is any
+#: failure of the dependency; a write's failure certainly sent nothing, its unknown may
+#: have been made, its ignored is the tool's own refusal.
+ERRORS: dict[tuple[str, bool], list[str]] = {
+    ("failure", False): [
+        "timeout",
+        "network:ECONNRESET",
+        "http-503",
+        "http-429",
+        "network:ENOTFOUND",
+    ],
+    ("unknown", False): ["timeout", "http-500"],
+    ("ignored", False): ["http-404", "validation", "unknown-exception:KeyError", "http-422"],
+    ("failure", True): ["http-503", "http-429", "network:ENOTFOUND"],
+    ("unknown", True): [
+        "timeout",
+        "network:ECONNRESET",
+        "http-502",
+        "unknown-exception:RuntimeError",
+    ],
+    ("ignored", True): ["http-404", "validation", "unknown-exception:ValueError", "http-409"],
+}
+result_errors = st.sampled_from(["exit-1", "exit-2", "http-404", "tool-error"])
+MODELS = ("gpt-x", "small-y")
+
+
+@st.composite
+def model_step(draw: st.DrawFn, at: int) -> dict[str, Any]:
+    step: dict[str, Any] = {"at": at, "cost": draw(costs)}
+    if draw(st.booleans()):
+        step["model"] = draw(st.sampled_from(MODELS))
+        step["input_tokens"] = draw(st.sampled_from([0, 900, 40_000]))
+        step["output_tokens"] = draw(st.sampled_from([0, 60, 3_000]))
+    return step
+
 
 @st.composite
 def tool_step(draw: st.DrawFn, at: int) -> dict[str, Any]:
@@ -78,6 +118,10 @@ def tool_step(draw: st.DrawFn, at: int) -> dict[str, Any]:
     )
     if outcome != "success" or draw(st.booleans()):
         step["outcome"] = outcome
+    if outcome != "success" and draw(st.booleans()):
+        step["error"] = draw(st.sampled_from(ERRORS[outcome, risk in WRITES]))
+    if outcome == "success" and draw(st.integers(0, 4)) == 0:
+        step["result_error"] = draw(result_errors)
     if outcome == "success":
         if risk in WRITES:
             step["result"] = draw(write_results)  # a write's success carries its proof
@@ -97,7 +141,7 @@ def recorded_runs(draw: st.DrawFn) -> list[dict[str, Any]]:
         at += draw(st.sampled_from([0, 1, 40, 250]))
         kind = draw(st.integers(0, 9))
         if kind == 0:
-            steps.append({"at": at, "cost": draw(costs)})  # a model step
+            steps.append(draw(model_step(at)))
         elif kind == 1:
             # An alternation: two reads taking turns, each maybe reworded.
             q = draw(queries)
@@ -122,6 +166,10 @@ budgets = st.builds(
     max_uncertain_side_effects=st.integers(0, 2),
     loop_cycles=st.integers(2, 4),
     max_recovery_calls=st.integers(0, 2),
+    prices=st.one_of(
+        st.just({}),
+        st.just({"gpt-x": ModelPrice("2", "8")}),  # small-y is then a model it does not price
+    ),
     classes=st.fixed_dictionaries(
         {},
         optional={
@@ -154,12 +202,18 @@ def live_tools(
             if "cost" in step:
                 guard.add_cost(step["cost"], risk=risk)  # a call spends while it runs
             outcome = step.get("outcome", "success")
+            if "error" in step:
+                raise live_error(step["error"])
             if outcome == "failure":
                 raise ConnectionRefusedError(111, "connection refused")
             if outcome == "unknown":
                 raise TimeoutError("the service did not answer in time")
             if outcome == "ignored":
                 raise ValueError("the tool's own argument check refused it")
+            if "result_error" in step and risk in WRITES:
+                # A write that answered with an error made nothing: an adapter settles
+                # such an answer as the tool's own refusal.
+                raise ToolReportedError(f"the tool answered {step['result_error']}")
             return copy.deepcopy(step.get("result"))
 
         async def atool(**kwargs: Any) -> Any:
@@ -184,6 +238,41 @@ def live_tools(
             )
         )
     return made
+
+
+class HTTPStatusError(Exception):
+    """An HTTP client's error for a status (as httpx's and openai's carry it)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status_code = status
+
+
+class NetworkError(Exception):
+    """A network error with a Node-style code and no errno."""
+
+    code = "ENOTFOUND"
+
+
+def live_error(error: str) -> Exception:
+    """A real exception of the kind a tool raises for ``error``."""
+    if error == "timeout":
+        return TimeoutError("the service did not answer in time")
+    if error == "network:ECONNRESET":
+        return ConnectionResetError("the connection was reset")
+    if error == "network:ENOTFOUND":
+        return NetworkError("getaddrinfo ENOTFOUND")
+    if error.startswith("http-"):
+        return HTTPStatusError(int(error[5:]))
+    if error == "validation":
+        try:
+            pydantic.TypeAdapter(int).validate_python("not a number")
+        except pydantic.ValidationError as exc:
+            return exc
+    name = error.removeprefix("unknown-exception:")
+    return {"KeyError": KeyError, "RuntimeError": RuntimeError, "ValueError": ValueError}[name](
+        "the tool raised"
+    )
 
 
 def live(
@@ -234,11 +323,23 @@ async def _live(
     decisions: list[tuple[int, str, str | None]] = []
     answers: list[Any] = []
     lines: dict[int, int] = {}
+    model_stop: int | None = None
     stopped_packet = None
     for number, record in enumerate(records, 1):
         clock.set(record["at"])
         if "tool" not in record:
-            guard.add_cost(record["cost"])  # a model step
+            # A model step, as an adapter reports it: its usage, priced by the budget's
+            # table; a cost the table does not give is reported as the step's own.
+            if "model" in record:
+                guard.add_usage(
+                    record["model"],
+                    input_tokens=record["input_tokens"],
+                    output_tokens=record["output_tokens"],
+                )
+            if record.get("model") not in budget.prices:
+                guard.add_cost(record["cost"])
+            if model_stop is None and (guard.state.stopped or guard.state.writes_blocked):
+                model_stop = number  # this model step's usage or cost stopped the run
             continue
         script["step"] = record
         tool, args = record["tool"], record["args"]
@@ -269,6 +370,7 @@ async def _live(
         "decisions": decisions,
         "answers": json.loads(json.dumps(answers, default=str)),
         "lines": lines,
+        "model_stop": model_stop,
         "counters": json.loads(json.dumps(guard.state.counters(), default=str)),
         "packet": json.loads(packet.to_json()),
         "stops": bool(packet.history),

@@ -17,15 +17,19 @@ from toolbreaker.core import (
 from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice, RunState, Stop
 from toolbreaker.core.run.costs import token_cost
+from toolbreaker.core.run.shell import shell_risk, shell_risk_of
 from toolbreaker.errors import (
+    AsyncCallError,
     CircuitOpen,
     DeploymentsUnavailable,
     JournalNotDurable,
+    MissingExtra,
     NotSent,
     PermitError,
     PolicyError,
     ReceiptError,
     RegistryFull,
+    RowNotFound,
     RunStopped,
     StoreUnavailable,
     StoreWriteUnknown,
@@ -73,6 +77,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Action",
     "ActionRequest",
+    "AsyncCallError",
     "Boundary",
     "Breaker",
     "BreakerState",
@@ -91,6 +96,7 @@ __all__ = [
     "JournalNotDurable",
     "LocalFallback",
     "MemoryStore",
+    "MissingExtra",
     "ModelPrice",
     "NotSent",
     "Permit",
@@ -109,6 +115,7 @@ __all__ = [
     "RetryBudget",
     "RetryPolicy",
     "RetryRecord",
+    "RowNotFound",
     "RunGuard",
     "RunState",
     "RunStopped",
@@ -138,6 +145,8 @@ __all__ = [
     "queued_items",
     "replay",
     "scope",
+    "shell_risk",
+    "shell_risk_of",
     "step",
     "system_prompt_line",
     "token_cost",

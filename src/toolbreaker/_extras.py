@@ -5,14 +5,17 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from toolbreaker.errors import MissingExtra
+
 __all__ = ["require"]
 
 
-def require(module: str, extra: str) -> ModuleType:
-    """Import ``module`` or raise ImportError naming the extra that provides it."""
+def require(module: str, extra: str, *, what: str = "this part of toolbreaker") -> ModuleType:
+    """Import ``module``, or raise :class:`~toolbreaker.errors.MissingExtra` naming ``extra``.
+
+    ``what`` names the part that needs it, for the message (``"RedisStore"``).
+    """
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ImportError(
-            f"this toolbreaker adapter needs {module!r}: pip install 'toolbreaker[{extra}]'"
-        ) from exc
+        raise MissingExtra(module, extra, what=what) from exc

@@ -5,6 +5,7 @@ so ``except ToolbreakerError`` catches them all and nothing else::
 
     ToolbreakerError
     ├── PolicyError          invalid policy or configuration (field, line)
+    │   └── RowNotFound      a breaker the boundary sheet does not describe as asked (rows)
     ├── TraceError           an event or trace that cannot be replayed (line)
     ├── ReceiptError         a file that is not a toolbreaker receipt
     ├── CircuitOpen          a call rejected locally by an open breaker (retry_after, result)
@@ -13,8 +14,10 @@ so ``except ToolbreakerError`` catches them all and nothing else::
     │   ├── StoreWriteUnknown    a write that may have reached the store (its reply was lost)
     │   └── RecordCorrupt        a record the store holds that does not decode (space, key)
     ├── JournalNotDurable    a store that would forget the run journal on a restart
+    ├── MissingExtra         an optional dependency that is not installed (also an ImportError)
     ├── RegistryFull         more breakers than the registry's cardinality limit
     ├── PermitError          a permit or step settled twice
+    ├── AsyncCallError       a coroutine on a sync path: ``acall`` / the async guard (TypeError)
     ├── NotSent              raised by a write tool: nothing left, the write certainly failed
     ├── ToolReportedError    a failure a tool reported as a result (adapters; never raised)
     ├── RunStopped           a model call of a run the guard stopped, refused unsent (packet)
@@ -40,17 +43,20 @@ if TYPE_CHECKING:
     from toolbreaker.runtime.run._siblings import SiblingOutcome
 
 __all__ = [
+    "AsyncCallError",
     "BusinessKeyError",
     "CircuitOpen",
     "DeploymentsUnavailable",
     "FingerprintError",
     "JournalNotDurable",
+    "MissingExtra",
     "NotSent",
     "PermitError",
     "PolicyError",
     "ReceiptError",
     "RecordCorrupt",
     "RegistryFull",
+    "RowNotFound",
     "RunStateError",
     "RunStopped",
     "StoreUnavailable",
@@ -125,6 +131,40 @@ class PolicyError(_Located):
     ) -> None:
         super().__init__(message, file=file, line=line)
         self.field = field
+
+
+class RowNotFound(PolicyError):
+    """A breaker the boundary sheet does not describe the way it was asked for.
+
+    A dependency the sheet names, asked for with an operation it has no row for (or with
+    none, when it has several rows); a name the sheet lacks that closely resembles one of
+    its dependencies or tools; any name it lacks, for a strict registry. Never a breaker
+    on the sheet's defaults made behind the sheet's back.
+
+    Attributes:
+        dependency: the dependency asked for.
+        operation: the operation asked for (``None``: none was named).
+        rows: the sheet's rows of the dependency (``"orders.read"`` ...), if it has any.
+        resembles: the row whose dependency or tool the name closely resembles, if any.
+        field: which argument is at fault: ``operation`` (name one of ``rows``) or
+            ``dependency`` (a slip of a name, or a name a strict sheet lacks).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        dependency: str,
+        operation: str | None,
+        rows: tuple[str, ...] = (),
+        resembles: str | None = None,
+        field: str | None = None,
+    ) -> None:
+        super().__init__(message, field=field)
+        self.dependency = dependency
+        self.operation = operation
+        self.rows = rows
+        self.resembles = resembles
 
 
 class TraceError(_Located):
@@ -334,6 +374,24 @@ class JournalNotDurable(ToolbreakerError):
         self.reason = reason
 
 
+class MissingExtra(ToolbreakerError, ImportError):
+    """A part of toolbreaker needs an optional dependency that is not installed.
+
+    Also an :class:`ImportError`, as a failed import is. The message says the one
+    command that installs it; a command line prints it as one line, exit 2.
+
+    Attributes:
+        module: the module that could not be imported (``"redis"``).
+        extra: the toolbreaker extra that provides it (``"redis"``).
+    """
+
+    def __init__(self, module: str, extra: str, *, what: str = "this part of toolbreaker") -> None:
+        super().__init__(f"{what} needs {module!r}: pip install 'toolbreaker[{extra}]'")
+        self.module = module
+        self.extra = extra
+        self.name = module
+
+
 class RegistryFull(ToolbreakerError):
     """A registry was asked for more distinct breakers than its cardinality limit."""
 
@@ -344,6 +402,18 @@ class RegistryFull(ToolbreakerError):
         )
         self.limit = limit
         self.key = key
+
+
+class AsyncCallError(ToolbreakerError, TypeError):
+    """A coroutine function, or a call that returned an awaitable, on a sync path.
+
+    ``breaker.call(async_fn)``, a sync ``guard``-ed function that returns a coroutine,
+    ``step.succeeded(coroutine)``, ``RunGuard.call`` of a coroutine tool: the call would
+    never run, and nothing it did could be counted. The coroutine is closed (no "never
+    awaited" warning), nothing is counted as a success, and the message names the async
+    twin to use (``await breaker.acall(...)``, ``await step.asucceeded(...)`` ...). Also
+    a :class:`TypeError`: a program's mistake, never a result for the model.
+    """
 
 
 class PermitError(ToolbreakerError):

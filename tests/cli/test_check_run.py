@@ -81,6 +81,13 @@ def test_cost_lines_count(tmp_path, capsys):
         ('{"at": 0, "tool": "a", "outcome": "maybe"}\n', 1, "outcome"),
         ('{"at": 0, "tool": "a", "risk": "dangerous"}\n', 1, "risk"),
         ("{nope\n", 1, "malformed JSON"),
+        # Issue 33, item 7: in the user's terms, not "got a Decimal" or a FingerprintError.
+        ('{"at": 0.5, "tool": "a"}\n', 1, "at is whole milliseconds since the run started"),
+        ('{"at": 0, "tool": "a"}\n{"at": 2.25, "tool": "a"}\n', 2, "got 2.25 (seconds?"),
+        ('{"at": "5", "tool": "a"}\n', 1, "at must be a number of milliseconds, got '5'"),
+        ('{"at": 0, "tool": ""}\n', 1, "tool must name the tool that was called, got ''"),
+        ('{"at": 0, "tool": "  "}\n', 1, "tool must name the tool that was called, got '  '"),
+        ('{"at": 0, "tool": 7}\n', 1, "tool must name the tool that was called, got 7"),
     ],
 )
 def test_bad_run_files_are_one_line_errors(tmp_path, capsys, text, line, message):
@@ -90,7 +97,36 @@ def test_bad_run_files_are_one_line_errors(tmp_path, capsys, text, line, message
     assert main(["check-run", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {path}:{line}: ")
+    assert err.count("\n") == 1
     assert message in err
+    assert "Decimal" not in err
+    assert "FingerprintError" not in err
+
+
+def test_whole_milliseconds_written_as_decimals_are_taken(tmp_path, capsys):
+    """An exporter that writes every number with a point (``1500.0``) is understood: a
+    whole number of milliseconds is one, however it is written."""
+    run = write_run(tmp_path, {"at": 0.0, "tool": "a"}, {"at": 1500.0, "tool": "b"})
+    budget = tmp_path / "b.toml"
+    budget.write_text("deadline_ms = 1500\n")
+    assert main(["check-run", run, "--budget", str(budget)]) == 1
+    assert "STOP deadline: 1500 ms since the run started" in capsys.readouterr().out
+
+
+def test_model_steps_are_shown_with_the_cost_so_far(tmp_path, capsys):
+    """Issue 33, item 7: a line that is only a model step is printed, with its cost and
+    the run's cost so far, so cost growth is visible (before: never printed)."""
+    run = write_run(
+        tmp_path,
+        {"at": 0, "cost": "0.10"},
+        call(1, "search", args={"q": "a"}, result={"n": 1}, cost="0.05"),
+        {"at": 2, "cost": "0.25"},
+    )
+    assert main(["check-run", run]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split() == ["1", "0", "(model", "step)", "cost", "0.1,", "run", "cost", "0.1"]
+    assert "allowed (success)" in lines[2]
+    assert lines[3].split()[4:] == ["cost", "0.25,", "run", "cost", "0.4"]
 
 
 def test_check_run_derives_the_same_keys_as_a_run_guard(tmp_path, capsys):
@@ -172,8 +208,8 @@ def test_a_refused_step_spends_nothing_and_says_so(tmp_path, capsys):
     budget.write_text("max_tool_calls = 1\n")
     assert main(["check-run", run, "--budget", str(budget)]) == 1
     out = capsys.readouterr().out
-    assert "STOP max-tool-calls" in out.splitlines()[2]
-    assert "its cost is not spent: the call did not run" in out.splitlines()[2]
+    assert "STOP max-tool-calls" in out.splitlines()[3]  # after the model step's line
+    assert "its cost is not spent: the call did not run" in out.splitlines()[3]
     packet = json.loads(out.split(f"the run would stop at {run}:3\n", 1)[1])
     assert packet["counters"]["cost"] == "0.15"
     assert packet["counters"]["class_cost"]["read"] == "0.1"
@@ -218,17 +254,58 @@ def test_check_run_prints_the_packet_a_live_guard_gives(tmp_path, capsys):
     ]
 
 
-def test_a_tool_is_described_once(tmp_path, capsys):
-    """A live guard knows a tool once: a run whose lines give one tool two risk classes is
-    bad input (exit 2, the line named); a read's business key, which names nothing, may
-    come and go."""
+def test_a_tools_risk_may_vary_per_call(tmp_path, capsys):
+    """Issue 33, item 4: one generic tool (a shell) reads with some calls and writes with
+    others, as a live guard whose tool's risk is a function of its arguments: each line's
+    risk counts in its class, and the edit between two identical test runs is new
+    evidence (before: exit 2, "a tool has one risk class")."""
+    test = {"args": {"command": "pytest -q"}, "result": {"exit": 1, "output": "1 failed"}}
     run = write_run(
         tmp_path,
-        call(0, "lookup", args={"id": 1}),
-        call(1, "lookup", args={"id": 2}, business_key=["id"]),
-        call(2, "lookup", args={"id": 3}, risk="reversible_write"),
+        call(0, "bash", args={"command": "cat calc.py"}, result={"exit": 0}),
+        *(call(1 + n, "bash", **test) for n in range(3)),
+        call(4, "bash", args={"command": "sed -i 's/-/+/' calc.py"}, risk="reversible_write"),
+        call(5, "bash", **test),
+        call(6, "bash", args={"command": "sed -i 's/+/*/' calc.py"}, risk="reversible_write"),
+        call(7, "bash", **test),
+    )
+    assert main(["check-run", run]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "allowed (success, repeat 1)" in lines[4]  # the same failure, nothing changed
+    assert "repeat" not in lines[6]  # after an edit: not a repeat
+    assert "repeat" not in lines[8]
+    counters = json.loads(out.split("the run completes within the budget: ", 1)[1])
+    assert counters["class_calls"] == {"read": 6, "reversible_write": 2, "irreversible": 0}
+
+
+def test_a_tool_keeps_one_business_key_and_recovery_flag(tmp_path, capsys):
+    """What a live guard knows of a tool once: its writes' business key, and whether it is
+    a recovery read (which never writes). A run that says otherwise is bad input (exit 2,
+    the line named); a read's business key, which names nothing, may come and go."""
+    run = write_run(
+        tmp_path,
+        call(0, "send", args={"to": "a"}, risk="reversible_write", business_key=["to"]),
+        call(1, "send", args={"to": "b"}, business_key=["id"]),
+        call(2, "send", args={"to": "c"}, risk="reversible_write", business_key=["to", "cc"]),
     )
     assert main(["check-run", run]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: {run}:3: ")
-    assert "tool 'lookup' was recorded as read" in err
+    assert "tool 'send' was recorded with business key ['to'] before" in err
+    run = write_run(
+        tmp_path,
+        call(0, "status", args={"id": 1}, recovery=True),
+        call(1, "status", args={"id": 1}, risk="reversible_write"),
+    )
+    assert main(["check-run", run]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {run}:2: ")
+    assert "a recovery read never writes" in err
+    run = write_run(
+        tmp_path,
+        call(0, "status", args={"id": 1}, recovery=True),
+        call(1, "status", args={"id": 2}),
+    )
+    assert main(["check-run", run]) == 2
+    assert "was recorded as a recovery read before" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,36 @@ def test_live_demo_shows_local_rejections_and_recovery(capsys, tmp_path):
         == 0
     )
     assert capsys.readouterr().out == saved
+
+
+def test_a_loaded_machine_tells_the_demo_the_same_story(capsys, monkeypatch):
+    """The demo's breaker runs on the turns' clock, not the wall's: every request slowed
+    by a quarter of a second (a busy machine) still opens on turn 1, rejects locally
+    through turn 4 and closes on turn 5, with the same receipt hash as an unhurried run."""
+    from toolbreaker.cli import _live
+
+    assert main(["demo"]) == 0
+    quick = capsys.readouterr().out
+    fast = _live.request_json
+
+    def slow(*args: object, **kwargs: object) -> object:
+        time.sleep(0.25)
+        return fast(*args, **kwargs)
+
+    monkeypatch.setattr(_live, "request_json", slow)
+    assert main(["demo"]) == 0
+    loaded = capsys.readouterr().out
+    assert "final state: closed" in loaded
+    assert loaded.count("OUT OF SERVICE (local, nothing sent)") == 3
+
+    def table(out: str) -> list[str]:  # the turns' rows and the receipt's hash
+        return [
+            line
+            for line in out.splitlines()
+            if "receipt_hash" in line or line[:6].strip().isdigit()
+        ]
+
+    assert table(loaded) == table(quick)
 
 
 def test_retry_only_demo_sends_more_remote_attempts(capsys):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_dashboard_api import incident
+from test_dashboard_api import defaults_and_unknown, incident
 
 from chromium import CHROMIUM_ARGS, chromium
 from stream_helpers import (  # noqa: F401 - close_opened is an autouse fixture
@@ -513,3 +513,20 @@ def test_rows_look_and_act_clickable(page):
         page.wait_for_selector(f'{other}[aria-selected="true"]')
         # The table was rebuilt with the selection: the focus stayed on the chosen row.
         assert page.evaluate("document.activeElement.dataset.key") == f"{LONG}-007:read"
+
+
+def test_a_breaker_on_the_defaults_and_its_unclassified_exceptions_show(page, shots):
+    """The page marks a breaker that runs on the sheet's defaults and names the exception
+    types its classifier never counted, with how often."""
+    stream = defaults_and_unknown(4)
+    with Server(stream) as server:
+        page.goto(server.url)
+        row = page.wait_for_selector('#breakers tbody tr[data-key="weather"]')
+        text = row.inner_text()
+        assert "defaults" in text
+        assert "MyAPIError" in text
+        assert "4" in row.inner_text()
+        other = page.wait_for_selector('#breakers tbody tr[data-key="search:read"]')
+        assert "defaults" not in other.inner_text()
+        assert "unclassified" not in other.inner_text()
+        page.screenshot(path=str(shots / "dashboard-defaults-unclassified.png"))

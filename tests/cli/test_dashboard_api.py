@@ -17,6 +17,7 @@ from toolbreaker import Budget, GuardedTool, Policy, Registry, RunGuard
 from toolbreaker.cli import main
 from toolbreaker.cli._board import Board
 from toolbreaker.cli._dashboard import build_app, store_actor
+from toolbreaker.errors import MissingExtra
 from toolbreaker.instrumentation.stream import (
     MemoryStream,
     SQLiteStream,
@@ -298,10 +299,8 @@ def test_a_missing_extra_says_what_to_install(monkeypatch, capsys):
     """Without starlette/uvicorn the command prints the extra to install, exit 2."""
     import toolbreaker.cli._dashboard as dashboard
 
-    def missing(module: str, extra: str):
-        raise ImportError(
-            f"this toolbreaker adapter needs {module!r}: pip install 'toolbreaker[{extra}]'"
-        )
+    def missing(module: str, extra: str, **_: object):
+        raise MissingExtra(module, extra)
 
     monkeypatch.setattr(dashboard, "require", missing)
     assert main(["dashboard", "--store", "memory://y"]) == 2
@@ -768,3 +767,45 @@ def test_the_boards_advice_knows_the_degraded_answers_served():
     assert "it already has 1 degraded answer served (omit 1)" in advice["search:read"]
     assert "name a fallback" not in advice["search:read"]
     assert "name a fallback" in advice["orders:read"]
+
+
+class MyAPIError(Exception):
+    """An exception no classifier knows."""
+
+
+def defaults_and_unknown(raised: int) -> MemoryStream:
+    """A stream where ``search:read`` has a sheet row and ``weather`` runs on the sheet's
+    defaults and raised ``MyAPIError`` (never counted) ``raised`` times."""
+
+    def unknown() -> None:
+        raise MyAPIError("no")
+
+    stream = MemoryStream()
+    registry = Registry.from_dict(
+        {
+            "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
+            "search": {"read": {"owner": "catalog-team"}},
+        }
+    )
+    StreamPublisher(stream).attach(registry)
+    registry.get("search").call(lambda: "ok")
+    weather = registry.get("weather")
+    for _ in range(raised):
+        with pytest.raises(MyAPIError):
+            weather.call(unknown)
+    return stream
+
+
+def test_the_board_shows_breakers_on_the_defaults_and_unclassified_exceptions():
+    """A row says when its breaker runs on the sheet's defaults (no row of its own), and
+    counts, by type, the exceptions its classifier never counted."""
+    stream = defaults_and_unknown(3)
+    board = Board()
+    board.feed(entry for _, entry in stream.read())
+    assert board.breakers["weather"]["on_defaults"] is True
+    assert board.breakers["weather"]["unclassified"] == {"MyAPIError": 3}
+    assert board.breakers["search:read"]["on_defaults"] is False
+    assert board.breakers["search:read"]["unclassified"] == {}
+    rows = {row["key"]: row for row in board.snapshot()["breakers"]}
+    assert rows["weather"]["on_defaults"] is True
+    assert rows["weather"]["unclassified"] == {"MyAPIError": 3}

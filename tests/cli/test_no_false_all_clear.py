@@ -163,3 +163,45 @@ def test_publishing_may_create_the_store(tmp_path, capsys):
     assert path.exists()
     assert main(["policy", "show", "--store", f"sqlite://{path}"]) == 0
     assert "revision   1" in capsys.readouterr().out
+
+
+# -- check-run: a run is reported healthy only when the budget lets all of it run ------------
+
+
+def _run_file(tmp_path, *lines: dict) -> str:
+    import json
+
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def test_check_run_names_a_stopped_tool_and_exits_1(tmp_path, capsys):
+    """Issue 33, item 7: a run whose only tool is stopped by max_tool_failures (every later
+    call refused) is no run that "completes within the budget": exit 1, and the tool, the
+    line and why are named (before: exit 0 and the all-clear)."""
+    run = _run_file(
+        tmp_path,
+        *({"at": i, "tool": "fetch", "args": {"u": i}, "outcome": "failure"} for i in range(5)),
+    )
+    budget = tmp_path / "budget.toml"
+    budget.write_text("max_tool_failures = 3\n")
+    assert main(["check-run", run, "--budget", str(budget)]) == 1
+    out = capsys.readouterr().out
+    assert "completes within the budget" not in out
+    assert (
+        f"tool fetch would be stopped at {run}:3 (tool-failures: fetch ended in 3 failures" in out
+    )
+    assert "2 later call(s) refused" in out
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "   \n"])
+def test_check_run_refuses_an_empty_run(tmp_path, capsys, text):
+    """An empty run file (or one of blank lines) is one error line naming the file, exit 2,
+    nothing on stdout (before: exit 0, "the run completes within the budget")."""
+    path = tmp_path / "run.jsonl"
+    path.write_text(text)
+    assert main(["check-run", str(path)]) == 2
+    captured = capsys.readouterr()
+    one_error_line(captured.err, str(path), "no steps")
+    assert captured.out == ""

@@ -246,7 +246,10 @@ def test_bad_policy_and_retries(tmp_path, capsys):
     assert main(["simulate", "--policy", str(policy), "--out", str(tmp_path / "f.svg")]) == 2
     assert capsys.readouterr().err.startswith(f"error: {policy}:1: failure_threshold")
     assert main(["simulate", "--retries", "-1", "--out", str(tmp_path / "f.svg")]) == 2
-    assert capsys.readouterr().err == "error: --retries must be between 0 and 10, got -1\n"
+    err = capsys.readouterr().err
+    assert err.startswith("error: toolbreaker simulate: argument --retries: must be a whole ")
+    assert "from 0 to 10, got '-1'" in err
+    assert err.count("\n") == 1
     assert not (tmp_path / "f.svg").exists()
 
 

@@ -256,3 +256,27 @@ def test_a_run_guards_tools_breakers_are_exported_as_tools_are_added():
     guard.call("lookup", {"order": "A-1"})
     labels = (("dependency", "orders"), ("operation", "default"), ("tool", "orders"))
     assert samples(prom)[("toolbreaker_requests_total", labels)] == 1
+
+
+def test_unclassified_exceptions_are_a_series_by_type():
+    """An exception the classifier does not know is counted by its type in
+    _unclassified_total, beside the failures (it never counts toward opening)."""
+
+    class MyAPIError(Exception):
+        pass
+
+    def fail() -> None:
+        raise MyAPIError("no")
+
+    breakers = Registry(default_timeout=1.0, default_enforce="cooperative")
+    search = breakers.get("search", "read", tool="search_catalog")
+    for _ in range(10):
+        with pytest.raises(MyAPIError):
+            search.call(fail)
+    prom = CollectorRegistry()
+    register(breakers, prom)
+    got = samples(prom)
+    labels = (("dependency", "search"), ("exception", "MyAPIError"))
+    labels += (("operation", "read"), ("tool", "search_catalog"))
+    assert got[("toolbreaker_unclassified_total", labels)] == 10
+    assert search.state.phase == "closed"

@@ -43,6 +43,7 @@ from toolbreaker import (
     PolicyError,
     Registry,
     RunGuard,
+    shell_risk_of,
     system_prompt_line,
 )
 from toolbreaker.integrations.google_adk import (
@@ -692,3 +693,29 @@ def test_a_write_in_flight_when_the_run_is_cancelled_is_recorded_and_never_repla
     assert answer["outcome_unknown"] is True  # refused: its outcome is not known
     assert answer["idempotency_key"] == sent[0]
     assert len(sent) == 1  # never sent again
+
+
+def test_a_tools_risk_may_be_a_function_of_its_arguments():
+    """Issue 33: ``tool_metadata(risk=shell_risk_of("command"))`` describes one shell tool
+    whose calls differ: ``cat`` is counted a read, ``sed -i`` a write, inside the real
+    runner."""
+    commands = ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+    ran: list[str] = []
+
+    async def bash(command: str) -> str:
+        """Run a shell command."""
+        ran.append(command)
+        return "ok"
+
+    tool = FunctionTool(bash)
+    tool.custom_metadata = tool_metadata(risk=shell_risk_of("command"), idempotency_arg=None)
+
+    def plan(script: Script, _new: list[types.FunctionResponse]) -> Any:
+        if script.steps <= len(commands):
+            return call("bash", command=commands[script.steps - 1])
+        return "fixed"
+
+    guard = RunGuard("fix-issue")
+    run(agent_of(Script(plan), [tool]), ToolbreakerPlugin(guard))
+    assert ran == commands
+    assert dict(guard.state.class_calls) == {"read": 1, "reversible_write": 1, "irreversible": 0}

@@ -35,7 +35,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 from pydantic import Field
 
-from toolbreaker import Policy, PolicyError, Registry, system_prompt_line
+from toolbreaker import Policy, PolicyError, Registry, shell_risk_of, system_prompt_line
 from toolbreaker.integrations.langchain import (
     STOP_KEY,
     ToolbreakerMiddleware,
@@ -782,3 +782,147 @@ def test_a_publisher_on_the_run_guard_sees_the_breakers_the_middleware_makes_lat
     assert transitions[0] == ("track_order", "call-admitted")  # its very first call
     assert {key for key, _ in transitions} == {"track_order"}
     assert [e["packet"]["condition"] for e in entries if e["kind"] == "stop"] == ["max-tool-calls"]
+
+
+def test_a_tools_risk_may_be_a_function_of_its_arguments(registry):
+    """Issue 33: ``tools={"bash": {"risk": shell_risk_of("command")}}``: each call of one
+    shell tool is counted in its command's class inside the agent loop."""
+    from toolbreaker import RunGuard
+
+    ran: list[str] = []
+
+    @tool
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        ran.append(command)
+        return "ok"
+
+    commands = iter(["cat calc.py", "sed -i 's/-/+/' calc.py"])
+
+    def plan(_results: list[ToolMessage]) -> AIMessage:
+        command = next(commands, None)
+        return AIMessage("fixed") if command is None else call("bash", command=command)
+
+    guards: dict[str, RunGuard] = {}
+    middleware = ToolbreakerMiddleware(
+        registry=registry,
+        guard_factory=lambda task: guards.setdefault(task, RunGuard(task)),
+        tools={"bash": {"risk": shell_risk_of("command"), "idempotency_arg": None}},
+    )
+    agent = create_agent(scripted(plan), [bash], middleware=[middleware])
+    agent.invoke(ask("fix calc.py"), context={"task_id": "fix-1"})
+    assert ran == ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+    counted = dict(guards["fix-1"].state.class_calls)
+    assert counted == {"read": 1, "reversible_write": 1, "irreversible": 0}
+
+
+# -- the boundary sheet applies to the tools it names --------------------------------------------
+
+INVENTORY_SHEET = """\
+[defaults]
+timeout_ms = 4000
+enforce = "cooperative"
+
+[inventory.read]
+owner = "stock-team"
+failure_threshold = 2
+cooldown_ms = 60000
+timeout_ms = 1500
+
+[orders.read]
+owner = "fulfilment"
+
+[orders.write]
+owner = "fulfilment"
+"""
+
+
+def test_a_tool_mapped_to_a_dependency_takes_the_sheets_row(service, tmp_path):
+    """tools={"check_stock": {"dependency": "inventory"}} with an [inventory.read] row: the
+    tool's breaker is that row (its threshold of 2, deadline and owner), never
+    inventory:default on the defaults. Inside a real agent, two 503s open it and the third
+    call is answered locally."""
+    sheet = tmp_path / "breakers.toml"
+    sheet.write_text(INVENTORY_SHEET, encoding="utf-8")
+    registry = Registry.from_toml(sheet)
+    middleware = ToolbreakerMiddleware(
+        registry=registry, tools={"check_stock": {"dependency": "inventory"}}
+    )
+    breaker = middleware.breaker_of("check_stock")
+    assert breaker.key == "inventory:read"
+    assert (breaker.owner, breaker.timeout, breaker.policy.failure_threshold) == (
+        "stock-team",
+        1.5,
+        2,
+    )
+    assert breaker.stats.on_defaults is False
+
+    service.outage("GET /search")
+    entered = collections.Counter[str]()
+
+    @tool
+    def check_stock(sku: str) -> dict:
+        """How many of an item are in stock."""
+        entered["check_stock"] += 1
+        return request_json("GET", f"{service.url}/search?q={sku}", timeout=2.0)
+
+    model = scripted(
+        lambda results: (
+            call("check_stock", sku=f"usb-{len(results)}")
+            if len(results) < 3
+            else AIMessage("out of luck")
+        )
+    )
+    agent = create_agent(model, [check_stock], middleware=[middleware])
+    agent.invoke(ask("is the usb cable in stock?"), context={"task_id": "stock-1"})
+    assert entered["check_stock"] == 2
+    third = seen_by_model(model)[-1]
+    assert payload(third)["tool_unavailable"] is True
+    assert registry.get("inventory", "read").state.phase == "open"
+    assert [b.key for b in registry] == ["inventory:read"]
+
+
+@pytest.mark.parametrize(
+    ("tools", "field"),
+    [
+        ({"track": {"dependency": "orders"}}, "tools.track.operation"),
+        ({"track": {"dependency": "ordres", "operation": "read"}}, "tools.track.dependency"),
+        ({"track": {"dependency": "orders", "operation": "refund"}}, "tools.track.operation"),
+    ],
+)
+def test_a_tool_mapping_the_sheet_cannot_apply_fails_when_the_middleware_is_built(
+    tmp_path, tools, field
+):
+    """A dependency with two rows and no operation, a typo of a row's name, an operation the
+    sheet has no row for: each is refused at construction, with the rows named."""
+    sheet = tmp_path / "breakers.toml"
+    sheet.write_text(INVENTORY_SHEET, encoding="utf-8")
+    with pytest.raises(PolicyError) as info:
+        ToolbreakerMiddleware(registry=Registry.from_toml(sheet), tools=tools)
+    assert info.value.field == field
+    assert "orders.read" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"risk": "wirte"}, "tools.search.risk"),
+        ({"required": "yes"}, "tools.search.required"),
+        ({"recovery": 1}, "tools.search.recovery"),
+        ({"dependency": 3}, "tools.search.dependency"),
+        ({"operation": ""}, "tools.search.operation"),
+        ({"verify": "not a function"}, "tools.search.verify"),
+        ({"business_key": "customer"}, "tools.search.business_key"),
+        ({"idempotency_arg": ""}, "tools.search.idempotency_arg"),
+        ({"breaker": "search"}, "tools.search.breaker"),
+        ({"timeout": "4s"}, "tools.search.timeout"),
+        ({"timeout": -1}, "tools.search.timeout"),
+        ({"cost": "a lot"}, "tools.search.cost"),
+    ],
+)
+def test_every_tool_option_is_checked_when_the_middleware_is_built(options, field):
+    """A tool option of the wrong type or value fails at construction, naming it: not at the
+    first call (where it would reach the model as a tool error)."""
+    with pytest.raises(PolicyError) as info:
+        ToolbreakerMiddleware(tools={"search": options})
+    assert info.value.field == field

@@ -38,7 +38,15 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from toolbreaker import ActionRequest, MemoryStore, Policy, PolicyError, Registry, RunGuard
+from toolbreaker import (
+    ActionRequest,
+    MemoryStore,
+    Policy,
+    PolicyError,
+    Registry,
+    RunGuard,
+    shell_risk_of,
+)
 from toolbreaker.core.breaker.state import CLOSED, OPEN
 from toolbreaker.integrations.mcp import (
     ANSWER_META_KEY,
@@ -664,3 +672,36 @@ def test_hide_open_tools_leaves_them_out_of_the_listing_with_a_line_for_the_host
     assert "search" not in shown
     assert "lookup_order" in shown
     assert line.startswith('These tools are out of service and hidden from you: "search" (for')
+
+
+def test_a_tools_risk_may_be_a_function_of_its_arguments():
+    """Issue 33: ``risk={"bash": shell_risk_of("command")}`` judges each call of a server's
+    shell tool by its command: ``cat`` is counted a read, ``sed -i`` a write (whatever the
+    server's annotations say), and ``git push`` is denied without an authority check."""
+    server = MCPServer("sandbox")
+    ran: list[str] = []
+
+    @server.tool()
+    def bash(command: str) -> str:
+        ran.append(command)
+        return "ok"
+
+    guard = RunGuard("fix-issue")
+
+    async def main() -> Any:
+        async with Client(server) as client:
+            proxy = GuardedClient(
+                client,
+                server="sandbox",
+                guard=guard,
+                timeout=10,
+                risk={"bash": shell_risk_of("command")},
+            )
+            await proxy.call_tool("bash", {"command": "cat calc.py"})
+            await proxy.call_tool("bash", {"command": "sed -i 's/-/+/' calc.py"})
+            return await proxy.call_tool("bash", {"command": "git push origin main"})
+
+    pushed = anyio.run(main)
+    assert ran == ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+    assert dict(guard.state.class_calls) == {"read": 1, "reversible_write": 1, "irreversible": 1}
+    assert payload(pushed)["denied"] is True

@@ -37,7 +37,7 @@ from agents.run_config import ToolExecutionConfig
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
-from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard
+from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, shell_risk_of
 from toolbreaker.integrations.openai_agents import GUARDRAIL_NAME, protect, run_config
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
@@ -808,3 +808,36 @@ def test_a_stop_between_turns_ends_the_run_before_the_model_is_asked(service, re
     assert packet == guard.stop_packet().to_dict()
     assert len(model_of(protected).calls) == 1  # asked once; never after the stop
     assert shop.entered == Counter()
+
+
+def test_a_tools_risk_may_be_a_function_of_its_arguments():
+    """Issue 33: a shell tool described with ``risk=shell_risk_of("command")``: each call is
+    counted in its command's class inside the SDK's run, and the tool is protected as one
+    whose calls may write (its failures must reach the guard)."""
+    ran: list[str] = []
+
+    @function_tool
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        ran.append(command)
+        return "ok"
+
+    guard = RunGuard("fix-issue")
+    guard.ensure_tool("bash", risk=shell_risk_of("command"), idempotency_arg=None)
+    steps = [
+        [function_call("bash", {"command": "cat calc.py"}, call_id="c1")],
+        [function_call("bash", {"command": "sed -i 's/-/+/' calc.py"}, call_id="c2")],
+        [assistant_message("fixed")],
+    ]
+    agent = Agent(name="coder", model=ScriptedModel(steps), tools=[bash])
+    run(protect(agent, guard=guard))
+    assert ran == ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+    assert dict(guard.state.class_calls) == {"read": 1, "reversible_write": 1, "irreversible": 0}
+
+    @function_tool(name_override="bash", failure_error_function=lambda _ctx, _exc: "failed")
+    def own_answers(command: str) -> str:
+        """Run a shell command, answering its own failures."""
+        return command  # pragma: no cover - never run: refused when protected
+
+    with pytest.raises(PolicyError, match="failure_error_function"):
+        protect(Agent(name="coder", model=ScriptedModel([]), tools=[own_answers]), guard=guard)

@@ -39,7 +39,15 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from adapter_registry import TIMEOUT, make_registry
-from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, system_prompt_line
+from toolbreaker import (
+    Budget,
+    Policy,
+    PolicyError,
+    Registry,
+    RunGuard,
+    shell_risk_of,
+    system_prompt_line,
+)
 from toolbreaker.integrations.pydantic_ai import (
     ToolbreakerCapability,
     run_stop,
@@ -663,24 +671,41 @@ def test_repeated_timeouts_never_reach_the_model_as_a_framework_error():
     assert all(a["error"].startswith("TimeoutError") for a in answers)
 
 
-def test_metadata_that_contradicts_the_sheet_is_an_error_at_load():
-    """tool_metadata(dependency="tickets") without operation="write" would shadow the sheet's
-    [tickets.write] row with a default breaker: refused, naming the field."""
+def test_metadata_naming_a_dependency_takes_the_sheets_row_or_is_refused():
+    """tool_metadata(dependency="tickets") without an operation: the sheet's one tickets row,
+    [tickets.write], configures the tool (never a tickets breaker on the defaults beside
+    it); with operation="read", a row the sheet lacks, the run is refused naming the row."""
     from pathlib import Path
 
     sheet = Path(__file__).resolve().parents[2] / "examples" / "breakers.toml"
+
+    def agent_with(metadata: dict[str, Any]) -> Agent[Any, str]:
+        script = Script(lambda _script, _new: say("hi"))
+        agent: Agent[Any, str] = Agent(script.model())
+
+        @agent.tool_plain(metadata=metadata)
+        def create_ticket(title: str, idempotency_key: str = "") -> str:
+            """Open a ticket."""
+            return "T-1"  # pragma: no cover
+
+        return agent
+
     registry = Registry.from_toml(sheet)
-    script = Script(lambda _script, _new: say("hi"))
-    agent: Agent[Any, str] = Agent(script.model())
+    guard = RunGuard("t")
+    agent = agent_with(tool_metadata(risk="reversible_write", dependency="tickets"))
+    assert run(agent, "x", capabilities=[ToolbreakerCapability(guard, registry=registry)]).output
+    (breaker,) = guard.breakers()
+    assert breaker.key == "tickets:write"
+    assert breaker.timeout == 10.0  # the row's, not the defaults' 4 s
+    assert [b.key for b in registry] == ["tickets:write"]
 
-    @agent.tool_plain(metadata=tool_metadata(risk="reversible_write", dependency="tickets"))
-    def create_ticket(title: str, idempotency_key: str = "") -> str:
-        """Open a ticket."""
-        return "T-1"  # pragma: no cover
-
+    registry = Registry.from_toml(sheet)
+    metadata = tool_metadata(risk="reversible_write", dependency="tickets", operation="read")
+    agent = agent_with(metadata)
     capability = ToolbreakerCapability(RunGuard("t"), registry=registry)
-    with pytest.raises(PolicyError, match="operation"):
+    with pytest.raises(PolicyError, match=r"tickets\.write") as info:
         run(agent, "x", capabilities=[capability])
+    assert info.value.field == "create_ticket.metadata.toolbreaker.operation"
 
 
 @pytest.mark.parametrize("hide", [False, True])
@@ -714,3 +739,29 @@ def test_hide_open_tools_leaves_them_out_of_the_request_and_names_them(service, 
     else:
         assert "search" in offered[0]
         assert payload(script.returns("search")[0])["tool_unavailable"] is True
+
+
+def test_a_tools_risk_may_be_a_function_of_its_arguments():
+    """Issue 33: ``tool_metadata(risk=shell_risk_of("command"))`` describes one shell tool
+    whose calls differ: ``cat`` is counted a read, ``sed -i`` a write, inside the real
+    agent loop."""
+
+    def plan(script: Script, _new: list[ToolReturnPart]) -> ModelResponse:
+        commands = ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+        if script.steps <= len(commands):
+            return call("bash", command=commands[script.steps - 1])
+        return say("fixed")
+
+    agent: Agent[Any, str] = Agent(Script(plan).model())
+    ran: list[str] = []
+
+    @agent.tool_plain(metadata=tool_metadata(risk=shell_risk_of("command"), idempotency_arg=None))
+    def bash(command: str) -> str:
+        """Run a shell command."""
+        ran.append(command)
+        return "ok"
+
+    guard = RunGuard("fix-issue")
+    run(agent, "fix calc.py", capabilities=[ToolbreakerCapability(guard)])
+    assert ran == ["cat calc.py", "sed -i 's/-/+/' calc.py"]
+    assert dict(guard.state.class_calls) == {"read": 1, "reversible_write": 1, "irreversible": 0}

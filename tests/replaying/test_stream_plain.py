@@ -22,7 +22,7 @@ from toolbreaker.cli import main
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.receipt import Replay, dump_receipt
 from toolbreaker.core.breaker.state import CORRUPT, BreakerState
-from toolbreaker.core.breaker.trace import iter_trace
+from toolbreaker.core.breaker.trace import iter_trace, no_events
 from toolbreaker.errors import TraceError
 from toolbreaker.replaying import StreamingReplay
 
@@ -32,15 +32,22 @@ CALLS = ["c", "c d", "ç", 'c"', "c\\", "\u2028"]
 
 
 def reference(path: str, policy: Policy, initial: dict[str, BreakerState] | None) -> str:
-    """The receipt as the in-memory replay prints it, or the error it stops with."""
+    """The receipt as the in-memory replay prints it, or the error it stops with.
+
+    A trace without an event is refused (``no_events``): it has nothing to judge.
+    """
     driver = Replay(policy, initial)
     try:
+        fed = False
         for line, event in iter_trace(path):
+            fed = True
             try:
                 driver.feed(event)
             except TraceError as exc:
                 exc.file, exc.line = path, line
                 raise
+        if not fed:
+            raise no_events(path)
     except TraceError as exc:
         return f"error: {exc}"
     return dump_receipt(driver.receipt())

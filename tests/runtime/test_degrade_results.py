@@ -132,5 +132,13 @@ def test_dependency_stop_result_is_pinned():
         "tool": "create_ticket",
         "user_message": "This task was stopped because a service it needs is down; an "
         "operator will pick it up (reference rc-1).",
-        "writes_blocked": True,
+        "writes_blocked": False,
     }
+
+
+def test_a_dependency_stop_says_writes_are_blocked_only_when_its_packet_does():
+    """The packet's counters say whether the run's writes were blocked before it stopped."""
+    blocked = {"detail": "x", "counters": {"writes_blocked": {"condition": "x"}}}
+    clear = {"detail": "x", "counters": {"writes_blocked": None}}
+    assert dependency_stop_result("t", "rc-1", blocked)["writes_blocked"] is True
+    assert dependency_stop_result("t", "rc-1", clear)["writes_blocked"] is False

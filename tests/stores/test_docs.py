@@ -679,9 +679,17 @@ SETUP: dict[str, dict[str, str | Setup]] = {
     },
     "docs/guide/guard-a-tool.md": {
         "from toolbreaker import Registry": "",
+        "from toolbreaker import AsyncCallError, Breaker": "",
         "result = search.call(fn, query, timeout=4.0)": _SHEET
         + _TOOLS
         + 'search = breakers.get("search", operation="read")\n',
+    },
+    "docs/guide/boundary-sheet.md": {
+        "from toolbreaker import Registry, RowNotFound": "",
+    },
+    "docs/guide/coming-from.md": {
+        "from toolbreaker import Breaker, Policy, Verdict, classify_exception": "",
+        "from toolbreaker import Breaker, RetryPolicy": "",
     },
     "docs/exercise.md": {
         "from langchain.agents import create_agent": Setup(_EXERCISE, needs="langchain"),
@@ -762,6 +770,29 @@ store = SQLiteStore("{sqlite}")
 
 def find_ticket(key):
     return None
+""",
+        # A real shell in the block's temporary directory; the page's counts are checked.
+        "import subprocess": """
+def __cleanup__():
+    assert dict(guard.state.class_calls)["reversible_write"] == 2
+    assert guard.stopped is None
+""",
+        "from toolbreaker import shell_risk": "",
+    },
+    "docs/guide/recorded-runs.md": {
+        "from toolbreaker.importing import import_runs": """
+import json
+# A LangChain history, as messages_to_dict writes it: one tool call and its answer.
+ai = {"content": "", "tool_calls": [{"name": "search", "args": {"q": "lamp"}, "id": "c1"}],
+      "usage_metadata": {"input_tokens": 900, "output_tokens": 12, "total_tokens": 912},
+      "response_metadata": {"model_name": "gpt-4o"}}
+tool = {"content": '{"hits": 3}', "tool_call_id": "c1", "status": "success"}
+with open("history.json", "w", encoding="utf-8") as history:
+    json.dump([{"type": "ai", "data": ai}, {"type": "tool", "data": tool}], history)
+
+def __cleanup__():
+    from toolbreaker.cli import main
+    assert main(["check-run", "history.jsonl"]) == 0
 """,
     },
     "docs/guide/stores-and-fleet.md": {

@@ -21,7 +21,7 @@ import pytest
 from patient import patient_postgres, patient_redis
 from test_multiprocess import WORKERS, make_breaker, make_store, sleep_until, warm
 
-from toolbreaker import Event, Policy, replay
+from toolbreaker import CircuitOpen, Event, Policy, replay
 from toolbreaker.cli import main
 from toolbreaker.core import read_trace
 from toolbreaker.core.breaker.state import opened
@@ -135,6 +135,82 @@ def test_processes_sharing_a_breaker_export_a_trace_of_every_opening(
     seqs = [e["seq"] for e in history]
     assert len(set(seqs)) == len(seqs)
     assert {e["schema"] for e in history} == {"toolbreaker.stream/v1"}
+
+
+#: Outages of 150 ms every 300 ms: the breaker opens, rejects, probes and closes again.
+STORM = {
+    "failure_threshold": 3,
+    "cooldown_ms": 40,
+    "cooldown_max_ms": 40,
+    "success_threshold": 1,
+    "lease_ttl_ms": 5_000,
+}
+
+
+class Outage(Exception):
+    """The dependency is down."""
+
+    status_code = 503
+
+
+def storm(kind: str, target: str, key: str, start: int, stop: int) -> tuple[int, int, int]:
+    """Call the shared breaker as an application does (no listener: the quiet calls are
+    decided from the view, without a write); (admitted, rejected, opened) it saw."""
+    options = {"socket_timeout": 5.0} if kind.startswith("redis") else {"timeout": 5.0}
+    store = make_store(kind, target, **options)
+    try:
+        breaker = make_breaker(store, key, Policy(**STORM))
+
+        def call() -> str:
+            if (time.monotonic_ns() - start) // 150_000_000 % 2:
+                raise Outage
+            return "ok"
+
+        sleep_until(start)
+        while time.monotonic_ns() < stop:
+            with contextlib.suppress(CircuitOpen, Outage):
+                breaker.call(call)
+            time.sleep(0.0002)  # a few thousand calls a second: a replay the test can wait for
+        stats = breaker.stats
+        assert (stats.saturated, stats.hung) == (0, 0)  # only the core rejected
+        return stats.admitted, stats.rejected, sum(stats.opens.values())
+    finally:
+        store.close()  # writes the quiet counts left
+
+
+def test_an_export_replays_to_the_calls_the_processes_made(pool, kind, target, tmp_path, capsys):
+    """Issue 34, item 10: four processes share a breaker through outages, as an
+    application calls it. Most calls change nothing (successes while closed, rejections
+    while open), so the history's transitions alone replayed to a fraction of the remote
+    attempts and to no local rejection at all. Each process counts them and writes the
+    counts with its writes: the export replays to exactly the remote attempts, local
+    rejections and openings the four processes saw, and ends where the store ends."""
+    key = f"storm-{uuid.uuid4().hex[:8]}"
+    start = time.monotonic_ns() + 500_000_000
+    stop = start + 1_500_000_000
+    results = pool.starmap(storm, [(kind, target, key, start, stop)] * 4)
+    admitted = sum(a for a, _, _ in results)
+    rejected = sum(r for _, r, _ in results)
+    opened_by_processes = sum(o for _, _, o in results)
+    assert rejected > 100  # a storm the breaker stopped
+    assert opened_by_processes >= 4
+    out = tmp_path / "trace.jsonl"
+    url = store_url(kind, target)
+    assert main(["export", "--store", url, "--dependency", key, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "dropped" not in err, err
+    assert "could not be placed" not in err, err
+    receipt = replay([event for _, event in read_trace(out)], Policy(**STORM))
+    replayed = receipt["dependencies"][key]
+    assert (replayed["remote_attempts"], replayed["local_rejections"]) == (admitted, rejected)
+    assert openings(receipt, key) == opened_by_processes
+    store = make_store(kind, target)
+    try:
+        final = store.load(key, Policy(**STORM))
+    finally:
+        store.close()
+    assert replayed["final_state"]["state"] == final.phase
+    assert replayed["final_state"]["generation"] == final.generation
 
 
 POLICY = Policy(failure_threshold=2, cooldown_ms=1_000)
@@ -283,3 +359,24 @@ def test_a_history_entry_masks_the_key(tmp_path):
         texts = [json.dumps(e) for e in store.history()]
     assert texts
     assert not any("hunter2secret" in t for t in texts)
+
+
+def test_quiet_counts_no_write_carries_are_appended_within_seconds(tmp_path):
+    """A healthy breaker is never written: its process appends its counts on its own, one
+    short append every second or so, without closing the store and without a call
+    waiting on it."""
+    key = "healthy"
+    with SQLiteStore(tmp_path / "b.db") as store:
+        breaker = make_breaker(store, key, Policy())
+        for _ in range(50):
+            breaker.call(lambda: "ok")
+        deadline = time.monotonic() + 30
+
+        def counted() -> int:
+            quiet = [e for e in store.history(key) if e["kind"] == "quiet"]
+            return max((n for e in quiet for *_, n in e["calls"]), default=0)
+
+        while counted() < 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert counted() == 50
+        assert [e["kind"] for e in store.history(key)] == ["quiet"] * len(store.history(key))

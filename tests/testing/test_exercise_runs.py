@@ -80,6 +80,64 @@ def test_what_the_model_did_once_told_is_reported():
     assert report.judgement.after_unavailable.endswith("the run stopped (repeated-action)")
 
 
+def insisting_on_new_queries(told: list[int]) -> Any:
+    """An agent built the documented way (breakers in ``ctx.registry``, ``ctx.run_guard()``:
+    both watch the one breaker) whose model keeps searching, each time with a new query
+    (no loop to stop), after it is told search is unavailable. ``told`` gets, from the
+    model's side, the calls it made after being told and how many were refused."""
+
+    def agent(ctx: ExerciseContext) -> Any:
+        raw = service_tools(ctx)
+        guard = ctx.run_guard()
+        breaker = ctx.registry.get("catalog", "read", policy=Policy(failure_threshold=2))
+        guard.tool("search_catalog", breaker=breaker)(raw["search_catalog"])
+        again = refused = 0
+        unavailable = False
+        for n in range(8):
+            result = guard.call("search_catalog", {"query": f"cable {n}"})
+            if unavailable and not ctx.resumed:
+                again += 1
+                refused += result.get("tool_unavailable") is True
+            unavailable = unavailable or result.get("tool_unavailable") is True
+        if not ctx.resumed:
+            told.extend((again, refused))
+        return guard
+
+    return agent
+
+
+def test_each_call_after_an_opening_is_counted_once():
+    """The registry and the run guard both watch the breaker: a call the model makes after
+    it was told is still one call, and one refusal (they were counted twice)."""
+    told: list[int] = []
+    report = _one(parse_scenario(OUTAGE, "outage.toml"), insisting_on_new_queries(told))
+    again, refused = told
+    assert again == refused == 6  # calls 3 to 8: the second failure opened the breaker
+    assert report.measured.called_again == again
+    assert report.measured.refused_locally == refused
+    assert f"called again {again} time(s): {refused} refused by a breaker" in (
+        report.judgement.after_unavailable
+    )
+
+
+def test_the_shipped_alternating_model_is_counted_once():
+    """The shipped ``alternate`` scenario with the shipped ``scripted_agent``: the third
+    failure opens the catalog breaker and tells the model; its one next call is stopped
+    as a loop. One call again (it read "2 time(s)"), none refused by the breaker."""
+    report = _one(ALTERNATE, scripted_agent)
+    assert report.measured.called_again == 1
+    assert report.measured.refused_locally == 0
+    assert "called again 1 time(s): 0 refused by a breaker" in report.judgement.after_unavailable
+
+
+OUTAGE = """
+timeout = 0.3
+[faults.down]
+route = "GET /search"
+kind = "outage"
+"""
+
+
 def per_tool_breakers(ctx: ExerciseContext) -> Any:
     """Guarded, but each catalog tool has its own breaker: when search's opens, refine
     still reaches the failing provider (the queries differ, so no loop is detected)."""

@@ -31,6 +31,10 @@ def scenario(faults: str, extra: str = ""):
     return parse_scenario(f"timeout = {TIMEOUT}\n{extra}\n{faults}", "test.toml")
 
 
+#: A fault on a route the tests never call: a scenario scripts at least one.
+ELSEWHERE = '[faults.elsewhere]\nroute = "GET /elsewhere"\nkind = "outage"\n'
+
+
 def proxied(service: ToolService, faults: str, extra: str = ""):
     ledger = Ledger(scenario(faults, extra))
     return ledger, FaultProxy(ledger, service.url)
@@ -45,8 +49,8 @@ def status_of(url: str, method: str = "GET", **kwargs) -> urllib.error.HTTPError
 
 
 def test_requests_without_a_fault_reach_the_service_unchanged(service):
-    """No fault scripted: answers are the service's, status, headers and body."""
-    ledger, proxy = proxied(service, "")
+    """No fault on these routes: answers are the service's, status, headers and body."""
+    ledger, proxy = proxied(service, ELSEWHERE)
     with proxy:
         found = request_json("GET", f"{proxy.url}/orders/A-1001", timeout=5)
         created = request_json("POST", f"{proxy.url}/tickets", body=TICKET, timeout=5)
@@ -55,7 +59,8 @@ def test_requests_without_a_fault_reach_the_service_unchanged(service):
     assert created["id"] == "T-1"
     assert missing.code == 404
     assert service.hits == {"GET /orders": 2, "POST /tickets": 1}
-    (orders, tickets) = sorted(ledger.counts(), key=lambda t: t.target)
+    (elsewhere, orders, tickets) = sorted(ledger.counts(), key=lambda t: t.target)
+    assert elsewhere.attempts == 0
     assert (orders.attempts, orders.failed) == (2, 0)
     assert (tickets.commits, tickets.duplicates) == (1, 0)
 
@@ -175,7 +180,7 @@ def test_the_resumed_run_gets_no_fault_and_records_its_writes(service):
 
 def test_the_proxy_answers_502_when_the_service_is_gone(service):
     """An upstream that refuses connections is a 502, not a hang."""
-    ledger = Ledger(scenario(""))
+    ledger = Ledger(scenario(ELSEWHERE))
     url = service.url
     service.stop()
     with FaultProxy(ledger, url) as proxy:
@@ -184,7 +189,7 @@ def test_the_proxy_answers_502_when_the_service_is_gone(service):
 
 def test_the_proxy_needs_an_http_upstream():
     with pytest.raises(ValueError, match="http://"):
-        FaultProxy(Ledger(scenario("")), "ftp://example")
+        FaultProxy(Ledger(scenario(ELSEWHERE)), "ftp://example")
 
 
 # -- plain Python tools ---------------------------------------------------------------------

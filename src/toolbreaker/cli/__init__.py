@@ -27,7 +27,12 @@ from toolbreaker.core.breaker.receipt import diff, dump_receipt, load_receipt
 from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.core.files import DUPLICATE_KEY, loads_json, printable, read_text
-from toolbreaker.errors import ToolbreakerDeprecationWarning, ToolbreakerError, TraceError
+from toolbreaker.errors import (
+    PolicyError,
+    ToolbreakerDeprecationWarning,
+    ToolbreakerError,
+    TraceError,
+)
 
 __all__ = ["main"]
 
@@ -41,9 +46,8 @@ class _OutputError(ToolbreakerError):
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
     try:
+        args = _parser().parse_args(argv)
         try:
             with warnings.catch_warnings():
                 _deprecations_as_lines()
@@ -118,7 +122,9 @@ class _Escaping:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    from toolbreaker.cli._options import Parser
+
+    parser = Parser(
         prog="toolbreaker",
         description="Circuit breakers around the tools an AI agent calls.",
     )
@@ -161,13 +167,7 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("b")
     cmd.set_defaults(run_command=_run_diff)
 
-    cmd = commands.add_parser(
-        "check-run", help="replay a recorded agent run through a budget: where would it stop?"
-    )
-    cmd.add_argument("run", help="JSON Lines of tool calls and outcomes")
-    cmd.add_argument("--budget", help="budget TOML (default: built-in defaults)")
-    cmd.add_argument("--task", default="recorded-run", help="task id shown in the packet")
-    cmd.set_defaults(run_command=_run_check)
+    _add_check_run(commands)
 
     cmd = commands.add_parser(
         "demo", help="a scripted agent against a flaky local tool service, live"
@@ -189,38 +189,69 @@ def _parser() -> argparse.ArgumentParser:
 
     from toolbreaker.cli._drain import add_command as add_drain
     from toolbreaker.cli._exercise import add_command as add_exercise
+    from toolbreaker.cli._import import add_command as add_import
+    from toolbreaker.cli._mcp import add_command as add_mcp
     from toolbreaker.cli._runs import add_command as add_runs
     from toolbreaker.cli._simulate import add_command as add_simulate
     from toolbreaker.cli._tune import add_command as add_tune
 
     add_drain(commands)
+    add_import(commands)
     add_runs(commands)
     add_exercise(commands)
+    add_mcp(commands)
     add_simulate(commands)
     add_tune(commands)
     return parser
 
 
+def _add_check_run(commands: Any) -> None:
+    """``toolbreaker check-run``: its arguments."""
+    cmd = commands.add_parser(
+        "check-run", help="replay a recorded agent run through a budget: where would it stop?"
+    )
+    cmd.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="JSON Lines of tool calls and outcomes; several (or a directory of them): "
+        "a table per condition over all of them",
+    )
+    cmd.add_argument("--budget", help="budget TOML (default: built-in defaults)")
+    cmd.add_argument("--task", default="recorded-run", help="task id shown in the packet")
+    cmd.add_argument(
+        "--outcomes",
+        metavar="FILE",
+        help="each run's outcome: JSON Lines of {file, outcome: success|failure|null} "
+        "(the runs.jsonl toolbreaker import writes)",
+    )
+    cmd.add_argument(
+        "--suggest",
+        action="store_true",
+        help="propose the tightest budget that stops at most --max-false-stops of the "
+        "successful runs",
+    )
+    cmd.add_argument(
+        "--max-false-stops",
+        metavar="RATE",
+        help="with --suggest: the share of successful runs it may stop (0.01 or 1%%)",
+    )
+    cmd.add_argument("--to", metavar="FILE", help="with --suggest: write the budget TOML here")
+    cmd.set_defaults(run_command=_run_check)
+
+
 def _add_jobs(cmd: argparse.ArgumentParser) -> None:
+    from toolbreaker.cli._options import whole
+
     cmd.add_argument(
         "--jobs",
-        type=_positive,
+        type=whole(1, 64),
         metavar="N",
         help=(
             "processes to split a trace of 8 MB or more across, by dependency "
             "(default: one per usable CPU, at most 4; 1 replays in one process)"
         ),
     )
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, got {text!r}")
-    return value
 
 
 def _run_replay(args: argparse.Namespace) -> int:
@@ -241,9 +272,10 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 def _run_verify(args: argparse.Namespace) -> int:
     from toolbreaker.cli._sheet import load_sheet
-    from toolbreaker.replaying import replay_trace, verify
+    from toolbreaker.replaying import check_files, replay_trace, verify
 
     policy = load_sheet(args.policy)
+    check_files(args.receipt, args.trace)
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
     with replay_trace(policy, initial, args.trace, jobs=args.jobs) as driver:
         return verify(args.receipt, driver, args.trace, sys.stdout)
@@ -264,12 +296,24 @@ def _initial_states(path: str, policy: PolicySheet) -> dict[str, BreakerState]:
 
 
 def _run_check(args: argparse.Namespace) -> int:
+    from toolbreaker.cli._calibrate import calibrate, false_stop_rate
     from toolbreaker.cli._run import check_run
     from toolbreaker.core.run.budget import Budget
 
+    if args.suggest != (args.max_false_stops is not None):
+        raise PolicyError("--suggest and --max-false-stops RATE go together", field="suggest")
+    if args.to is not None and not args.suggest:
+        raise PolicyError("--to writes the budget --suggest proposes", field="to")
+    rate = None if args.max_false_stops is None else false_stop_rate(args.max_false_stops)
     budget = Budget.from_toml(args.budget) if args.budget else Budget()
     out: Any = _Escaping(sys.stdout)
-    return check_run(args.run, budget, args.task, out)
+    single = len(args.runs) == 1 and not Path(args.runs[0]).is_dir()
+    if single and args.outcomes is None and rate is None:
+        return check_run(args.runs[0], budget, args.task, out)
+    name = f"{args.budget}" if args.budget else "the built-in defaults"
+    return calibrate(
+        args.runs, budget, out, outcomes=args.outcomes, rate=rate, to=args.to, budget_name=name
+    )
 
 
 def _run_diff(args: argparse.Namespace) -> int:

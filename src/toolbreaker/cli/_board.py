@@ -13,7 +13,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from toolbreaker.cli._history import add_line, add_notice
-from toolbreaker.core.breaker.calibration import Signals, calibrate, covered_by, findings
+from toolbreaker.core.breaker.calibration import (
+    Signals,
+    calibrate,
+    count_class,
+    covered_by,
+    findings,
+)
 from toolbreaker.core.breaker.history import record_of, wall_of
 from toolbreaker.core.breaker.machine import OPERATOR_TYPES
 from toolbreaker.core.breaker.state import Transition, changed_phase, opened
@@ -76,6 +82,8 @@ class Board:
         self.stops_rev = 0
         self._records: collections.deque[Transition] = collections.deque(maxlen=records)
         self._classes: dict[str, dict[str, int]] = {}
+        # Per key, the exceptions the classifier never counted, by type (the rows' too).
+        self._unclassified: dict[str, dict[str, int]] = {}
         self._policies: dict[str, dict[str, Any]] = {}
         self.findings: list[dict[str, Any]] = []
         self.signals: dict[str, dict[str, Any]] = {}
@@ -270,11 +278,14 @@ class Board:
                 "probes": {"ok": 0, "failed": 0, "expired": 0},
                 "isolated": False,
                 "operator": None,
+                "on_defaults": False,
+                "unclassified": self._unclassified.setdefault(key, {}),
                 "last": [],
             }
         row["rev"] = self.revision
         row["policy_version"] = _text(entry.get("policy_version")) or ""
         row["fallback"] = _text(entry.get("fallback"))
+        row["on_defaults"] = entry.get("on_defaults") is True
         policy = entry.get("policy")
         if isinstance(policy, dict):
             self._policies[key] = policy
@@ -318,9 +329,7 @@ class Board:
         failure_class = _text(entry.get("class"))
         if failure_class is not None:
             last["class"] = failure_class
-            if record.event.type == "failure":
-                per = self._classes.setdefault(key, {})
-                per[failure_class] = per.get(failure_class, 0) + 1
+            count_class(self._classes, self._unclassified, record, failure_class)
         row["last"] = add_line(row["last"], last, self.history)
         self._records.append(record)
 
@@ -337,7 +346,7 @@ class Board:
         bucket[column] += 1
 
     def _calibrate(self) -> None:
-        self._signals = calibrate(self._records, self._classes)
+        self._signals = calibrate(self._records, self._classes, unclassified=self._unclassified)
         self.signals = {key: s.to_dict() for key, s in self._signals.items()}
         self._find()
 

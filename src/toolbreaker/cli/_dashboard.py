@@ -30,6 +30,7 @@ import hmac
 import json
 import secrets
 import signal
+import socket
 import sys
 import threading
 import time
@@ -373,6 +374,28 @@ def build_app(
     return Starlette(routes=routes, middleware=middleware)
 
 
+def listening(port: int) -> socket.socket:
+    """A socket bound to 127.0.0.1:``port`` and listening, for the server to serve on.
+
+    Raises:
+        PolicyError: the port is taken or not ours to use (field ``port``): one line,
+            where uvicorn would log the failure and exit 1.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise PolicyError(
+            f"--port: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc} "
+            "(another program may use it: choose another --port)",
+            field="port",
+        ) from None
+    return sock
+
+
 def dashboard_server(app: Any, port: int, *, closing: threading.Event) -> Any:
     """The uvicorn server of ``app`` on 127.0.0.1:``port``; ``closing`` is the app's.
 
@@ -414,12 +437,14 @@ def serve(url: str, *, port: int = 8765, allow_actions: bool = False) -> int:
         token = secrets.token_urlsafe(24)
     closing = threading.Event()
     app = build_app(stream, actor=actor, token=token, board=board, closing=closing)
+    sock = listening(port)
     print(f"toolbreaker dashboard: http://127.0.0.1:{port}/  (stream {stream.url})")
     if token:
         print(f"actions enabled; operator token: {token}", flush=True)
     sys.stdout.flush()
     server = dashboard_server(app, port, closing=closing)
-    server.run()
+    with sock:
+        server.run(sockets=[sock])
     if server.interrupted:
         # uvicorn raises a Ctrl-C it caught again once it has stopped, but asyncio's own
         # handler can swallow it when the server's task ends first: the command still

@@ -5,7 +5,8 @@ of tool name to callable in an importable module (the current directory is on th
 ``--reconcile MODULE:NAME`` a mapping of tool name to read-only status check. ``--list``
 shows the queue (arguments masked) without running anything. ``--prune-done OLDER_THAN``
 deletes done work that finished longer ago than that (``7d``, ``12h``, ``30m``, ``90s`` or
-plain seconds), one line per item, with ``--dry-run`` to see first.
+plain seconds), one line per item, with ``--dry-run`` to see first. ``--lease-ms`` is for a
+drain that runs work: with ``--list`` or ``--prune-done`` it is refused, not ignored.
 """
 
 from __future__ import annotations
@@ -14,18 +15,17 @@ import argparse
 import datetime
 import importlib
 import json
-import math
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from toolbreaker.cli._options import MAX_DURATION_MS, duration, whole
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime import PruneReport, Registry, drain, prune_done, queued_items
 
-__all__ = ["add_command", "parse_older_than"]
+__all__ = ["add_command"]
 
 
 def add_command(commands: Any) -> None:
@@ -42,38 +42,22 @@ def add_command(commands: Any) -> None:
         "--reconcile", metavar="MODULE:NAME", help="a mapping: tool name -> status check"
     )
     cmd.add_argument("--sheet", help="the boundary sheet (the breakers' policies and deadlines)")
-    cmd.add_argument("--lease-ms", type=int, help="how long a claim holds (ms)")
+    cmd.add_argument(
+        "--lease-ms",
+        type=whole(1, MAX_DURATION_MS, unit="ms"),
+        help="how long a claim holds (ms; default: the tool's deadline plus a margin)",
+    )
     action = cmd.add_mutually_exclusive_group()
     action.add_argument("--list", action="store_true", help="show the queue; run nothing")
     action.add_argument(
         "--prune-done",
         metavar="OLDER_THAN",
+        type=duration(bare_seconds=True),
         help="delete done work finished longer ago (7d, 12h, 30m, 90s, or seconds); run "
         "nothing. A pruned key can be queued again",
     )
     cmd.add_argument("--dry-run", action="store_true", help="with --prune-done: delete nothing")
     cmd.set_defaults(run_command=_run_drain)
-
-
-_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_BOUND = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)([smhd]?)")
-
-
-def parse_older_than(text: str) -> float:
-    """``7d``, ``12h``, ``30m``, ``90s`` or plain seconds, as seconds.
-
-    Raises:
-        PolicyError: anything else (field ``prune-done``).
-    """
-    match = _BOUND.fullmatch(text.strip())
-    seconds = float(match[1]) * _UNITS[match[2]] if match else math.nan
-    if not 0 <= seconds <= 10 * 366 * 86400:
-        raise PolicyError(
-            "--prune-done must be a duration such as 7d, 12h, 30m or 3600 (seconds, up to "
-            f"ten years), got {shown(text)}",
-            field="prune-done",
-        )
-    return seconds
 
 
 def _mapping(spec: str, option: str) -> Mapping[str, Callable[..., Any]]:
@@ -112,10 +96,15 @@ def _check_usage(args: argparse.Namespace) -> None:
     """The arguments' own errors, before any store is opened (a bad sheet, say)."""
     if args.dry_run and args.prune_done is None:
         raise PolicyError("--dry-run goes with --prune-done", field="dry-run")
+    if args.lease_ms is not None and (args.list or args.prune_done is not None):
+        raise PolicyError(
+            f"--lease-ms goes with a drain that runs work, not with "
+            f"{'--list' if args.list else '--prune-done'} (which runs nothing)",
+            field="lease-ms",
+        )
     if args.list:
         return
     if args.prune_done is not None:
-        parse_older_than(args.prune_done)
         if args.tools or args.reconcile or args.sheet:
             raise PolicyError("--prune-done runs nothing: no --tools, --reconcile or --sheet")
         return
@@ -135,11 +124,13 @@ def _drain(args: argparse.Namespace, store: Any) -> int:
             sys.stdout.write(json.dumps(item, sort_keys=True, default=str) + "\n")
         return 0
     if args.prune_done is not None:
-        older_than = parse_older_than(args.prune_done)
         pruned = prune_done(
-            store, older_than=older_than, dependency=args.dependency, dry_run=args.dry_run
+            store,
+            older_than=float(args.prune_done),
+            dependency=args.dependency,
+            dry_run=args.dry_run,
         )
-        _print_pruned(pruned, args.prune_done.strip())
+        _print_pruned(pruned, args.prune_done.text)
         return 0
     registry = Registry.from_toml(args.sheet, store=store) if args.sheet else None
     tools = _mapping(args.tools, "--tools")

@@ -11,7 +11,6 @@ difference in remote attempts is visible.
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import Any, TextIO
 from toolbreaker.core.breaker.receipt import dump_receipt, summarise
 from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import trace_event
-from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.runtime._result import system_prompt_line
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.testing import ToolService, request_json, unguarded
@@ -28,7 +26,7 @@ from toolbreaker.testing._agents import Call, Plan, ask, failed, unavailable
 
 __all__ = ["run_live"]
 
-# Compressed time: a real policy would cool down for tens of seconds.
+# Compressed time: a real policy would cool down for tens of seconds, not three turns.
 SHEET: dict[str, Any] = {
     "defaults": {"timeout_ms": 1000, "enforce": "cooperative"},
     "tools": {"local": ["search_catalog_snapshot"]},
@@ -48,9 +46,31 @@ SHEET: dict[str, Any] = {
 }
 TURNS = 6
 OUTAGE_TURNS = 4  # the provider recovers before turn 5
-TURN_GAP_S = 0.45
+TURN_MS = 450  # the breakers' clock advances this much a turn (and 1 ms a call)
 MODEL_RETRIES = 3  # a model that sees "error, retryable" tries again, up to this many times
 QUERY = "usb-c cable"
+
+
+class _TurnClock:
+    """The breakers' clock: the turns', not the wall's.
+
+    A turn is :data:`TURN_MS` later than the one before and each call in it 1 ms later
+    than the last, so the breaker opens, cools down and recovers on the same turns, with
+    the same receipt hash, on a quiet machine and a loaded one (on the wall's clock a slow
+    machine let the cooldown end during the outage, and the story changed).
+    """
+
+    def __init__(self) -> None:
+        self.ms = 0
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def turn(self, number: int) -> None:
+        self.ms = max(self.ms, (number - 1) * TURN_MS)
+
+    def call(self) -> None:
+        self.ms += 1
 
 
 class _Printer:
@@ -97,7 +117,8 @@ def run_live(
         p.line(f"toolbreaker demo: a scripted agent, {mode}, against a flaky tool service")
         p.line(f"  service: {base} (real HTTP on 127.0.0.1); search is down for turns 1-4")
         records: list[Transition] = []
-        registry = None if retry_only else _registry(records, p)
+        clock = _TurnClock()
+        registry = None if retry_only else _registry(records, p, clock)
         raw = {"search_catalog": search_catalog, "get_order": get_order}
         tools = _tools(registry, raw)
         tools["search_catalog_snapshot"] = search_catalog_snapshot
@@ -108,14 +129,16 @@ def run_live(
             if turn == OUTAGE_TURNS + 1:
                 service.recover("GET /search")
                 p.line("        -- the search provider recovers --")
-            instruction = _model_turn(turn, tools, p, lambda: service.hits.get("GET /search", 0))
+            clock.turn(turn)
+            instruction = _model_turn(
+                turn, tools, p, lambda: service.hits.get("GET /search", 0), clock.call
+            )
             if instruction and not shown_instruction:
                 shown_instruction = True
                 p.line()
                 p.line("        the model was told:")
                 p.line(f"        {json.dumps(instruction, indent=None)}")
                 p.line()
-            time.sleep(TURN_GAP_S)
         hits = service.hits
     p.line()
     search_hits = hits.get("GET /search", 0)
@@ -131,12 +154,11 @@ def run_live(
     )
     p.line("  compare with a plain retrying agent:              toolbreaker demo --retry-only")
     receipt = _receipt(registry, records)
-    # Live: real sleeps and a real service, so the trace's instants and the hash change
-    # every run. Said where the hash is printed, with the way to reproduce it.
+    # A real service, on the turns' clock: the same transitions at the same instants,
+    # so the same hash, on any machine. Said where the hash is printed, with its replay.
     p.line(
-        f"  receipt_hash {receipt['receipt_hash']} (this run's: a live run's hash changes "
-        "every run, as its timings do; --save DIR keeps its trace, whose replay gives this "
-        "hash again; demo --fixture's is the same every run)"
+        f"  receipt_hash {receipt['receipt_hash']} (the same every run: the breaker runs "
+        "on the turns' clock; --save DIR keeps its trace, whose replay gives this hash again)"
     )
     p.line(f"  system prompt line: {system_prompt_line()}")
     if save is not None:
@@ -164,7 +186,11 @@ def _turn() -> Plan:
 
 
 def _model_turn(
-    turn: int, tools: dict[str, Callable[..., Any]], p: _Printer, remote: Callable[[], int]
+    turn: int,
+    tools: dict[str, Callable[..., Any]],
+    p: _Printer,
+    remote: Callable[[], int],
+    tick: Callable[[], None],
 ) -> dict[str, Any] | None:
     """One scripted model turn, a row per call; the first tool-unavailable result it saw."""
     seen: dict[str, Any] | None = None
@@ -172,6 +198,7 @@ def _model_turn(
     call: Call | None = next(plan)
     while call is not None:
         name, args = call
+        tick()
         before = remote()
         result = tools[name](**args)
         where = "remote" if remote() > before else "local, nothing sent"
@@ -205,16 +232,15 @@ def _outcome(name: str, result: dict[str, Any], where: str, again: bool) -> str:
     return f"ok ({where}), {len(result['results'])} live items"
 
 
-def _registry(records: list[Transition], p: _Printer) -> Registry:
-    start = monotonic_ms()
-    registry = Registry.from_dict(SHEET, clock=lambda: monotonic_ms() - start)
+def _registry(records: list[Transition], p: _Printer, clock: _TurnClock) -> Registry:
+    registry = Registry.from_dict(SHEET, clock=clock)
     for breaker in (registry.get("catalog", "read"), registry.get("orders", "read")):
         breaker.add_listener(lambda record, _b: records.append(record))
     policy = registry.get("catalog", "read").policy
     p.line(
         f"  policy: open after {policy.failure_threshold} failures, cool down "
         f"{policy.cooldown_ms / 1000:g} s, close after {policy.success_threshold} good probes "
-        "(compressed time)"
+        f"(compressed time: the breaker's clock advances {TURN_MS / 1000:g} s a turn)"
     )
     return registry
 

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import re
 import sys
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
+from toolbreaker.cli._options import Since, port, since
 from toolbreaker.cli._sheet import load_sheet_data, sheet_coverage
 from toolbreaker.core.breaker.calibration import (
     Compliance,
     Signals,
     calibrate,
     compliance,
+    count_class,
     covered_by,
     findings,
     opens_rate,
@@ -29,14 +29,12 @@ from toolbreaker.core.breaker.state import Transition
 from toolbreaker.core.breaker.trace import read_trace, trace_event
 from toolbreaker.errors import PolicyError, StoreUnavailable, TraceError
 
-__all__ = ["add_commands", "export_trace", "parse_since", "stream_coverage", "stream_signals"]
+__all__ = ["add_commands", "export_trace", "stream_coverage", "stream_signals"]
 
 _STREAM_HELP = (
     "the breakers' store (its history) and the event stream: sqlite:///PATH, redis://... "
     "(?cluster=1 for a Redis Cluster) or postgresql://... (read, never created)"
 )
-_DURATION = re.compile(r"^(\d+)([smhd])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add_commands(commands: Any) -> None:
@@ -45,7 +43,9 @@ def add_commands(commands: Any) -> None:
         "export", help="write the shared event stream as a trace that replay accepts"
     )
     cmd.add_argument("--store", required=True, help=_STREAM_HELP)
-    cmd.add_argument("--since", help="ISO time (UTC unless it says) or an age: 30s, 15m, 2h, 1d")
+    cmd.add_argument(
+        "--since", type=since, help="ISO time (UTC unless it says) or an age: 30s, 15m, 2h, 1d"
+    )
     cmd.add_argument("--dependency", help="only this dependency (or breaker key)")
     cmd.add_argument("--out", help="write here instead of stdout")
     cmd.set_defaults(run_command=_run_export)
@@ -59,7 +59,11 @@ def add_commands(commands: Any) -> None:
         "--policy",
         help="the boundary sheet (or a flat policy) to replay a trace under (default: defaults)",
     )
-    cmd.add_argument("--since", help="with --store: only entries this recent")
+    cmd.add_argument(
+        "--since",
+        type=since,
+        help="with --store: only entries this recent (ISO time or an age: 30s, 15m, 2h, 1d)",
+    )
     cmd.add_argument("--json", action="store_true", help="print signals and findings as JSON")
     cmd.set_defaults(run_command=_run_advise)
 
@@ -67,7 +71,7 @@ def add_commands(commands: Any) -> None:
         "dashboard", help="serve a live breaker dashboard on 127.0.0.1 (extra: dashboard)"
     )
     cmd.add_argument("--store", required=True, help=_STREAM_HELP)
-    cmd.add_argument("--port", type=int, default=8765)
+    cmd.add_argument("--port", type=port, default=8765, help="the port on 127.0.0.1 (default 8765)")
     cmd.add_argument(
         "--allow-actions",
         action="store_true",
@@ -76,23 +80,9 @@ def add_commands(commands: Any) -> None:
     cmd.set_defaults(run_command=_run_dashboard)
 
 
-def parse_since(text: str, now: float) -> float:
-    """Unix seconds from an ISO time or an age (``30s``, ``15m``, ``2h``, ``1d``)."""
-    match = _DURATION.match(text.strip())
-    if match:
-        return now - int(match.group(1)) * _UNIT[match.group(2)]
-    try:
-        when = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise PolicyError(
-            f"--since: {text!r} is neither an ISO time nor an age like 15m", field="since"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
-    return when.timestamp()
-
-
-def _entries(url: str, since: str | None, *, ordered: bool) -> list[Mapping[str, Any]]:
+def _entries(
+    url: str, window: Since | None, *, ordered: bool, unplaced: list[int] | None = None
+) -> list[Mapping[str, Any]]:
     """What ``url`` holds: the store's history of its breakers and the event stream.
 
     A breaker whose store keeps a history has its transitions from one of the two:
@@ -130,9 +120,9 @@ def _entries(url: str, since: str | None, *, ordered: bool) -> list[Mapping[str,
     entries: list[Mapping[str, Any]] = [
         e for e in streamed if e.get("kind") != "transition" or str(e.get("key")) not in kept
     ]
-    entries.extend(replayable(history) if ordered else history)
-    if since is not None:
-        cutoff = parse_since(since, time.time())
+    entries.extend(replayable(history, unplaced=unplaced) if ordered else history)
+    if window is not None:
+        cutoff = window.cutoff(time.time())
         entries = [e for e in entries if _wall(e) >= cutoff]
     return entries
 
@@ -236,12 +226,12 @@ _RECORD_HINT = (
 )
 
 
-def _nothing(source: str, others: int, since: str | None, hint: str) -> str:
+def _nothing(source: str, others: int, window: Since | None, hint: str) -> str:
     """What to say when there was nothing to judge: never an all-clear (no findings)."""
-    window = f" since {since}" if since else ""
+    since_text = f" since {window}" if window is not None else ""
     other = f" (only {others} entries of other kinds)" if others else ""
     return (
-        f"{source} holds no breaker events{window}{other}: nothing to advise on, which is "
+        f"{source} holds no breaker events{since_text}{other}: nothing to advise on, which is "
         f"not an all-clear. {hint}"
     )
 
@@ -249,7 +239,8 @@ def _nothing(source: str, others: int, since: str | None, hint: str) -> str:
 def _run_export(args: argparse.Namespace) -> int:
     from toolbreaker.instrumentation.stream import masked_url
 
-    entries = _entries(args.store, args.since, ordered=True)
+    unplaced: list[int] = []
+    entries = _entries(args.store, args.since, ordered=True, unplaced=unplaced)
     late: list[int] = []
     if args.out:
         with open(args.out, "w", encoding="utf-8") as handle:
@@ -258,6 +249,12 @@ def _run_export(args: argparse.Namespace) -> int:
         written, dropped = export_trace(entries, sys.stdout, dependency=args.dependency, late=late)
     note = f"; {dropped} outcomes of calls requested before the window dropped" if dropped else ""
     print(f"exported {written} events{note}", file=sys.stderr)
+    if unplaced:
+        print(
+            f"{sum(unplaced)} quiet calls could not be placed: the history no longer holds "
+            "the state they met (trimmed), so a replay counts fewer calls than were made",
+            file=sys.stderr,
+        )
     if late:
         # Never a silent approximation: say where the replay may part from the store.
         print(
@@ -281,6 +278,7 @@ def stream_signals(
     records: list[Transition] = []
     labelled: list[tuple[str, str, Transition]] = []
     classes: dict[str, dict[str, int]] = {}
+    unclassified: dict[str, dict[str, int]] = {}
     tools: dict[str, str] = {}
     for entry in entries:
         record = record_of(entry)
@@ -290,10 +288,9 @@ def stream_signals(
         tools[record.dependency] = tool = str(entry.get("tool") or record.dependency)
         labelled.append((tool, str(entry.get("instructions_version") or "?"), record))
         name = entry.get("class")
-        if record.event.type == "failure" and isinstance(name, str):
-            per = classes.setdefault(record.dependency, {})
-            per[name] = per.get(name, 0) + 1
-    return calibrate(records, classes), tools, compliance(labelled)
+        count_class(classes, unclassified, record, name if isinstance(name, str) else None)
+    signals = calibrate(records, classes, unclassified=unclassified)
+    return signals, tools, compliance(labelled)
 
 
 def stream_coverage(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -342,6 +339,13 @@ def _trace_signals(path: str, sheet: PolicySheet) -> dict[str, Signals]:
 def _run_advise(args: argparse.Namespace) -> int:
     if (args.trace is None) == (args.store is None):
         raise PolicyError("advise needs a TRACE or --store URL (one of them)", field="advise")
+    if args.since is not None and args.store is None:
+        # A trace's times are a monotonic clock's, not the wall's: --since cannot cut it.
+        raise PolicyError(
+            "--since goes with --store (the stream's entries carry wall times; a trace's "
+            "do not): leave it out, or cut the trace before",
+            field="since",
+        )
     from toolbreaker.instrumentation.stream import masked_url
 
     tools: dict[str, str] = {}
@@ -401,8 +405,4 @@ def _run_advise(args: argparse.Namespace) -> int:
 def _run_dashboard(args: argparse.Namespace) -> int:
     from toolbreaker.cli._dashboard import serve
 
-    try:
-        return serve(args.store, port=args.port, allow_actions=args.allow_actions)
-    except ImportError as exc:  # the extra is missing: say what to install, no traceback
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return serve(args.store, port=args.port, allow_actions=args.allow_actions)

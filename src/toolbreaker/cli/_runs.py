@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from toolbreaker.cli._options import MAX_COUNT, MAX_DURATION_MS, whole
 from toolbreaker.cli._stores import SHARED_STORES, open_store
 from toolbreaker.core.files import printable, shown
 from toolbreaker.core.run._values import RISK_CLASSES, decimal_text
@@ -46,9 +47,14 @@ def add_command(commands: Any) -> None:
             action.add_argument("--by", required=True, help="who raises it")
             action.add_argument("--why", required=True, help="why (kept in the journal)")
             action.add_argument("--max-cost", help="the new cost limit (a decimal)")
-            action.add_argument("--max-tool-calls", type=int, help="the new call limit")
-            action.add_argument("--deadline-ms", type=int, help="the new deadline (ms)")
-            action.add_argument("--max-recovery-calls", type=int, help="recovery reads")
+            calls = whole(1, MAX_COUNT)
+            action.add_argument("--max-tool-calls", type=calls, help="the new call limit")
+            action.add_argument(
+                "--deadline-ms",
+                type=whole(1, MAX_DURATION_MS, unit="ms"),
+                help="the new deadline (ms)",
+            )
+            action.add_argument("--max-recovery-calls", type=calls, help="recovery reads")
         action.set_defaults(run_command=_run)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Final
 from toolbreaker.core.breaker.calibration import covered_by
 from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import PolicySheet
+from toolbreaker.core.breaker.sheet import MCP_TABLE, PolicySheet
 from toolbreaker.core.config import load_toml
 from toolbreaker.errors import PolicyError
 
@@ -154,9 +154,22 @@ def sheet_toml(data: Mapping[str, Any]) -> str:
         if name in ("defaults", "tools"):
             lines += ["", f"[{_key(name)}]", *_items(table)]
             continue
+        if name == MCP_TABLE:  # the MCP gateway's: nested tables, any depth
+            lines += _nested(name, table)
+            continue
         for operation, row in table.items():
             lines += ["", f"[{_key(name)}.{_key(operation)}]", *_items(row)]
     return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _nested(header: str, table: Mapping[str, Any]) -> list[str]:
+    """``[header]`` with its values, then each sub-table as a table of its own."""
+    flat = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    lines = ["", f"[{header}]", *_items(flat)]
+    for key, value in table.items():
+        if isinstance(value, dict):
+            lines += _nested(f"{header}.{_key(key)}", value)
+    return lines
 
 
 def _items(table: Mapping[str, Any]) -> list[str]:

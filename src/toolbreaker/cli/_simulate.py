@@ -36,15 +36,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from toolbreaker.cli._options import whole
 from toolbreaker.cli._plot import MISSING, check_output, draw, load_matplotlib
 from toolbreaker.cli._sheet import load_sheet
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.sheet import PolicySheet
 from toolbreaker.core.breaker.state import FAILED_OUTCOMES, Event, Transition
-from toolbreaker.core.breaker.trace import iter_trace, parse_lines
+from toolbreaker.core.breaker.trace import iter_trace, no_events, parse_lines
 from toolbreaker.core.config import loads_toml
 from toolbreaker.core.files import printable
-from toolbreaker.errors import PolicyError, TraceError
+from toolbreaker.errors import TraceError
 from toolbreaker.replaying import StreamingReplay
 
 __all__ = [
@@ -68,6 +69,9 @@ __all__ = [
 BINS: Final = 1024
 #: What the figure and errors call the bundled fixture.
 FIXTURE_NAME: Final = "example trace"
+#: The most retries (``--retries``) and the longest first backoff (``--backoff-ms``).
+MAX_RETRIES: Final = 10
+MAX_BACKOFF_MS: Final = 3_600_000
 _SETTLES: Final = frozenset({"success", "failure", "ignored", "ambiguous"})
 
 
@@ -267,13 +271,13 @@ def add_command(commands: Any) -> None:
     cmd.add_argument("--out", required=True, help="the figure to write: FILE.svg or FILE.png")
     cmd.add_argument(
         "--retries",
-        type=int,
+        type=whole(0, MAX_RETRIES),
         default=2,
         help="retries the retry-only agent stacks on a failed call (default 2)",
     )
     cmd.add_argument(
         "--backoff-ms",
-        type=int,
+        type=whole(0, MAX_BACKOFF_MS, unit="ms"),
         default=100,
         help="its first backoff, doubling on each retry (default 100)",
     )
@@ -303,9 +307,10 @@ def simulate(inputs: Inputs, retries: int, backoff_ms: int) -> tuple[Cascade, Ti
     """Run the input events through the retry-only model and the core's replay."""
     timeline = Timeline(("retry_remote", "breaker_remote", "breaker_rejected"))
     model = RetryOnly(retries, backoff_ms, timeline)
-    remote = rejected = 0
+    remote = rejected = events = 0
     with CountingReplay(inputs.policy) as driver:
         for line, event in inputs.events():
+            events += 1
             try:
                 records = driver.feed(event)
             except TraceError as exc:
@@ -319,6 +324,8 @@ def simulate(inputs: Inputs, retries: int, backoff_ms: int) -> tuple[Cascade, Ti
                     rejected += 1
                     timeline.add("breaker_rejected", record.event.at)
             model.feed(event)
+    if not events:
+        raise no_events(inputs.name)  # a figure of nothing would read as an all-clear
     model.finish()
     cascade = Cascade(
         requests=model.requests,
@@ -409,15 +416,6 @@ def _figure(
 def run_simulate(args: argparse.Namespace) -> int:
     """``toolbreaker simulate``: check the output, load the inputs, draw, print the totals."""
     target = check_output(args.out, "--out")
-    if args.retries < 0 or args.retries > 10:
-        raise PolicyError(
-            f"--retries must be between 0 and 10, got {args.retries}", field="retries"
-        )
-    if args.backoff_ms < 0 or args.backoff_ms > 3_600_000:
-        raise PolicyError(
-            f"--backoff-ms must be between 0 and 3600000, got {args.backoff_ms}",
-            field="backoff_ms",
-        )
     try:
         matplotlib = load_matplotlib()
     except ImportError:

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO, overload
 
+from toolbreaker.cli._options import whole
 from toolbreaker.cli._plot import FIGURE_SUFFIXES, MISSING, check_output, draw, load_matplotlib
 from toolbreaker.cli._sheet import (
     is_sheet,
@@ -278,7 +279,12 @@ def add_command(commands: Any) -> None:
         metavar="FILE",
         help="also write the table (FILE.csv) or the trade-off figure (FILE.svg, FILE.png)",
     )
-    cmd.add_argument("--write", type=int, metavar="ROW", help="write this row's policy ...")
+    cmd.add_argument(
+        "--write",
+        type=whole(1, MAX_CANDIDATES + 1),
+        metavar="ROW",
+        help="write this row's policy ...",
+    )
     cmd.add_argument("--to", metavar="FILE", help="... to this new policy TOML file")
     cmd.set_defaults(run_command=run_tune)
 

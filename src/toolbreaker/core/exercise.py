@@ -5,7 +5,7 @@ meet: per *target* (an HTTP route key ``"METHOD /first-segment"``, or a plain Py
 tool's name) and per attempt, a fault. The fault proxy and the tool wrapper of
 :mod:`toolbreaker.testing` ask :func:`fault_at` which fault the n-th attempt gets and
 carry it out; they count what reached the service. :func:`judge` turns those counts into
-the three outcomes seed 004 asks for, measured:
+the three outcomes a resilient agent owes, measured:
 
 - **before material damage**: no remote attempt on a failing target while a breaker fed
   by it was open, no business action committed twice, and no more failed attempts on a
@@ -350,7 +350,8 @@ def scenario_from_dict(data: Mapping[str, Any], default_name: str) -> Scenario:
     """Build a :class:`Scenario` from a parsed TOML table.
 
     Raises:
-        PolicyError: naming the offending field (dotted: ``faults.search-down.kind``).
+        PolicyError: naming the offending field (dotted: ``faults.search-down.kind``);
+            a scenario without a fault (it would judge nothing) is refused too.
     """
     _unknown(data, _TOP, "")
     name = _text(data, "name", default_name, "name").strip() or default_name
@@ -381,6 +382,14 @@ def scenario_from_dict(data: Mapping[str, Any], default_name: str) -> Scenario:
                 f"(known: {', '.join((*STOP_CONDITIONS, RUNNING))})",
                 field="expect.conditions",
             )
+    business_key = _business_key(data.get("business_key", {}))
+    if not faults:
+        # Nothing met a fault, so every promise "holds": a green report of nothing.
+        raise PolicyError(
+            "the scenario scripts no fault, so there is nothing to exercise: add a "
+            f"[faults.NAME] table with a route or a tool and a kind ({', '.join(FAULT_KINDS)})",
+            field="faults",
+        )
     return Scenario(
         name=name,
         description=_text(data, "description", "", "description"),
@@ -393,7 +402,7 @@ def scenario_from_dict(data: Mapping[str, Any], default_name: str) -> Scenario:
             expect.get("max_failed_attempts", 3), "expect.max_failed_attempts", 0
         ),
         conditions=tuple(conditions),
-        business_key=_business_key(data.get("business_key", {})),
+        business_key=business_key,
     )
 
 

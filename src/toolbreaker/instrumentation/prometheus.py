@@ -60,6 +60,9 @@ class BreakerCollector:
     - ``_would_reject_total``: requests admitted only because the row is in shadow mode or
       forced closed (only for such breakers, or once non-zero);
     - ``_failures_total{class}``: failed outcomes by class (``http-503``, ``timeout`` ...);
+    - ``_unclassified_total{exception}``: outcomes the classifier did not know, by
+      exception type (``MyAPIError``): they never count toward opening, so a breaker that
+      stays closed while this grows needs a classifier that knows the type;
     - ``_opens_total{reason}``: openings by the reason of the opening transition;
     - ``_state{state}``: 1 for the breaker's current phase, 0 for the others (a state set;
       absent while the store cannot be read); for a scoped row, 1 for each phase one of
@@ -82,7 +85,7 @@ class BreakerCollector:
         """Nothing up front: the series depend on the breakers that exist at scrape time."""
         return []
 
-    def collect(self) -> Iterator[Metric]:
+    def collect(self) -> Iterator[Metric]:  # noqa: PLR0915 - every series declared in one place
         """Yield one family per series, with a sample per breaker."""
         core = self._prom
         name = self.namespace
@@ -116,6 +119,11 @@ class BreakerCollector:
         )
         failures = counter(
             f"{name}_failures", "Failed outcomes by class.", labels=(*_LABELS, "class")
+        )
+        unclassified = counter(
+            f"{name}_unclassified",
+            "Exceptions the classifier did not know, by type (never counted toward opening).",
+            labels=(*_LABELS, "exception"),
         )
         opens = counter(f"{name}_opens", "Openings by reason.", labels=(*_LABELS, "reason"))
         retries = counter(
@@ -164,14 +172,11 @@ class BreakerCollector:
             if stats.record_faults:
                 faults.add_metric(labels, stats.record_faults)
             ratio.add_metric(labels, stats.half_open_reopen_ratio)
-            for detail, count in sorted(stats.failures.items()):
-                failures.add_metric([*labels, detail], count)
-            for reason, count in sorted(stats.opens.items()):
-                opens.add_metric([*labels, reason], count)
-            for reason, count in sorted(stats.retries.items()):
-                retries.add_metric([*labels, reason], count)
-            for mode, count in sorted(stats.degraded.items()):
-                degraded.add_metric([*labels, mode], count)
+            _each(failures, labels, stats.failures)
+            _each(unclassified, labels, {redact_text(k): n for k, n in stats.unclassified.items()})
+            _each(opens, labels, stats.opens)
+            _each(retries, labels, stats.retries)
+            _each(degraded, labels, stats.degraded)
             # The scarcest budget of the row's breakers: the tenant closest to no retries.
             left = [b.milli for b in (m.retry_budget for m in members) if b is not None]
             if left:
@@ -194,6 +199,7 @@ class BreakerCollector:
             faults,
             late,
             failures,
+            unclassified,
             opens,
             retries,
             degraded,
@@ -289,3 +295,9 @@ def register_guards(
     target = prometheus_registry or require("prometheus_client", "prometheus").REGISTRY
     target.register(collector)
     return collector
+
+
+def _each(family: Any, labels: list[str], counts: Mapping[str, int]) -> None:
+    """A sample of ``family`` per key of ``counts``, the key as its last label."""
+    for key, count in sorted(counts.items()):
+        family.add_metric([*labels, key], count)

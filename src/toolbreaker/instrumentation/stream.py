@@ -31,8 +31,10 @@ with the breaker's ``key``, ``dependency``, ``operation``, ``tool``, ``fallback`
 degradation path the model is offered, or null), ``instructions_version`` (a hash of the
 unavailable-instruction templates the model reads), ``policy_version`` (and the whole
 ``policy`` on a publisher's first entry of a breaker and on every change of phase),
-the receipt ``record`` and, for a failed outcome, its ``class`` (``http-503``,
-``timeout``...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``;
+``on_defaults`` (``true`` for a breaker the boundary sheet has no row for), the receipt
+``record`` and, for an outcome other than a success, its ``class`` (``http-503``,
+``timeout``, ``unknown-exception:MyAPIError`` for an exception the classifier did not
+know...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``;
 or ``kind`` ``degrade`` (a degradation choice) or ``limit`` (a ``saturated``, ``hung``
 or ``deferred`` answer) with the listener's record as ``notice``.
 Both carry ``wall`` (Unix seconds, for ``--since``) and ``source`` (host and process).
@@ -293,7 +295,7 @@ class RedisStream:
         maxlen: int = _DEFAULT_KEEP,
         socket_timeout: float = 0.25,
     ) -> None:
-        redis = require("redis", "redis")
+        redis = require("redis", "redis", what="a Redis event stream")
         self.url = masked_url(url)
         self.key = key
         self.maxlen = _positive(maxlen, "maxlen")
@@ -348,7 +350,7 @@ class PostgresStream:
         create: bool = True,
         timeout: float = 1.0,
     ) -> None:
-        psycopg = require("psycopg", "postgres")
+        psycopg = require("psycopg", "postgres", what="a PostgreSQL event stream")
         if not (prefix.isascii() and prefix.replace("_", "").isalnum()):
             raise PolicyError(
                 f"prefix takes ASCII letters, digits and _, got {prefix!r}", field="store"
@@ -602,7 +604,7 @@ class StreamPublisher:
         found = self._fields.get(breaker)
         if found is None or found[0] is not breaker.policy:
             shown = breaker.shown  # the names masked where the breaker was built
-            fields = {
+            fields: dict[str, Any] = {
                 "schema": STREAM_SCHEMA,
                 "kind": "transition",
                 "source": self._source,
@@ -614,6 +616,8 @@ class StreamPublisher:
                 "policy_version": breaker.policy.version,
                 "instructions_version": instructions_version(breaker.instructions),
             }
+            if breaker.boundary.defaults:
+                fields["on_defaults"] = True  # no sheet row: the registry's defaults
             found = self._fields[breaker] = (breaker.policy, fields)
             return {**fields, "policy": breaker.policy.to_dict()}
         return found[1]

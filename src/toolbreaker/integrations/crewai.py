@@ -73,6 +73,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from toolbreaker.integrations import require
+from toolbreaker.integrations._described import check_adapter
 
 require("crewai", "crewai")
 
@@ -445,6 +446,7 @@ def protect(
     """
     if not isinstance(guard, RunGuard):
         raise PolicyError("protect() needs a RunGuard", field="guard")
+    check_adapter(registry=registry)
     binding = _Binding(guard, registry)
     return Protection(_HOOKS.bind(_owners(target), binding), guard)
 

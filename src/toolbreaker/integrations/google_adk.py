@@ -74,6 +74,7 @@ from google.genai import types  # noqa: E402
 
 from toolbreaker.integrations._described import (  # noqa: E402
     TOOL_METADATA_KEY,
+    check_adapter,
     described,
     tool_metadata,
     without_key_argument,
@@ -224,6 +225,7 @@ class ToolbreakerPlugin(BasePlugin):
         name: str = PLUGIN_NAME,
     ) -> None:
         super().__init__(name=name)
+        check_adapter(registry=registry, flags={"instructions": instructions})
         if not isinstance(guard, RunGuard) and not callable(guard):
             raise PolicyError(
                 f"guard must be a RunGuard or a callable, not {type(guard).__name__}",

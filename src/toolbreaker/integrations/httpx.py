@@ -36,6 +36,7 @@ from typing import Final, Literal
 
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
+from toolbreaker.integrations._described import check_adapter
 from toolbreaker.runtime import Breaker, Permit, Registry, Rejection, Verdict, classify_status
 
 require("httpx", "httpx")
@@ -88,6 +89,7 @@ class _Guarding:
         on_reject: OnReject,
         classify: Callable[[httpx.Response], Verdict],
     ) -> None:
+        check_adapter(registry=registry, functions={"key": key, "classify": classify})
         if on_reject not in ("raise", "respond"):
             raise PolicyError(
                 f"on_reject must be 'raise' or 'respond', got {on_reject!r}", field="on_reject"

@@ -80,11 +80,7 @@ from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
 from toolbreaker.runtime._step import Step, idempotency_key
-from toolbreaker.runtime.breaker._boundary import (
-    BREAKER_TOOL_OPTIONS,
-    BreakerOptions,
-    BreakerToolOptions,
-)
+from toolbreaker.runtime.breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.runtime.run._guard import (
@@ -119,6 +115,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
     require("langchain.agents", "langchain")  # raises with the install hint
     raise
 
+from toolbreaker.integrations._described import check_adapter, guard_options, tool_breaker
 from toolbreaker.integrations._langchain_messages import (
     STOP_KEY,
     TURN_KEY,
@@ -251,6 +248,12 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         super().__init__()
         if guard is not None and guard_factory is not None:
             raise PolicyError("pass guard or guard_factory, not both", field="guard_factory")
+        check_adapter(
+            registry=registry,
+            guard=guard,
+            flags={"instructions": instructions, "hide_open_tools": hide_open_tools},
+            hooks={"guard_factory": guard_factory, "task_id": task_id},
+        )
         if type(max_runs) is not int or max_runs <= 0:
             raise PolicyError("max_runs must be a positive integer", field="max_runs")
         self.registry = registry if registry is not None else Registry()
@@ -507,8 +510,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         if given is not None:
             return given
         # The tool's breaker options (_checked let only known ones in).
-        chosen = {k: v for k, v in options.items() if k in _BREAKER_OPTIONS}
-        creation = cast("BreakerOptions", chosen)
+        creation = {k: v for k, v in options.items() if k in _BREAKER_OPTIONS}
         fallback = creation.get("fallback")
         if (
             isinstance(fallback, str)
@@ -517,16 +519,14 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         ):
             # The registry refuses a fallback it does not know: bring it in first.
             self._breakers.setdefault(fallback, self._resolve(fallback, (*resolving, tool)))
-        if "dependency" not in options and "operation" not in options and not creation:
-            try:
-                return self.registry.for_tool(tool)
-            except KeyError:
-                pass
-        dependency = options.get("dependency", tool)
-        operation = options.get("operation", "default")
-        if (dependency, operation) not in self.registry.boundaries():
-            creation.setdefault("tool", tool)
-        return self.registry.get(dependency, operation, **creation)
+        return tool_breaker(
+            self.registry,
+            tool,
+            dependency=options.get("dependency"),
+            operation=options.get("operation"),
+            options=creation,
+            where=f"tools.{tool}",
+        )
 
     def _hideable(self, request: ModelRequest[Any]) -> list[str]:
         """The names of the request's tools to ask about (none unless hiding open tools)."""
@@ -633,15 +633,30 @@ def _goes_on(guard: RunGuard, *, new_turn: bool) -> bool:
 
 
 def _checked(name: str, options: Mapping[str, Any]) -> ToolOptions:
+    """A tool's options, checked now: unknown keys, types and values, named by field.
+
+    The breaker options are checked as the middleware makes the tool's breaker (at once);
+    the run guard's here, so a wrong one never reaches the model as a tool error.
+    """
+    where = f"tools.{name}"
+    if not isinstance(options, Mapping):
+        raise PolicyError(f"{where} must be a mapping of tool options", field=where)
     unknown = set(options) - _SELECT - _BREAKER_OPTIONS - _GUARD_OPTIONS
     if unknown:
         key = sorted(unknown)[0]
-        raise PolicyError(f"unknown option {key!r} for tool {name!r}", field=f"tools.{name}.{key}")
+        raise PolicyError(f"unknown option {key!r} for tool {name!r}", field=f"{where}.{key}")
     if "breaker" in options and set(options) & (_BREAKER_OPTIONS | {"dependency", "operation"}):
         raise PolicyError(
             f"tool {name!r} has a ready breaker; breaker options would be ignored",
-            field=f"tools.{name}.breaker",
+            field=f"{where}.breaker",
         )
+    breaker = options.get("breaker")
+    if breaker is not None and not isinstance(breaker, Breaker):
+        raise PolicyError(
+            f"{where}.breaker must be a Breaker, got a {type(breaker).__name__}",
+            field=f"{where}.breaker",
+        )
+    guard_options(name, {k: v for k, v in options.items() if k in _GUARD_OPTIONS}, where)
     return cast(ToolOptions, dict(options))
 
 

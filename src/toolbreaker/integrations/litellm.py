@@ -73,8 +73,9 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, RunStopped
+from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, PolicyError, RunStopped
 from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations._described import check_adapter
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import deployments_unavailable_result
 from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection
@@ -269,6 +270,9 @@ class BreakerHost(PythonHost):
         key: KeyFunction = deployment_key,
         guard: RunGuard | None = None,
     ) -> None:
+        check_adapter(guard=guard, functions={"key": key})
+        if not isinstance(registry, Registry):
+            raise PolicyError("BreakerHost needs a Registry", field="registry")
         self._guarding = _Guarding(registry, key, guard)
 
     def invoke(self, op: str) -> Callable[..., Any]:
@@ -374,13 +378,22 @@ class GuardedRouter:
         key: KeyFunction | None = None,
         **arguments: Any,
     ) -> None:
+        check_adapter(registry=registry, guard=guard, hooks={"key": key})
         self.breakers = registry if registry is not None else Registry()
-        named = _named_ids(arguments.get("model_list"))
+        models = arguments.get("model_list")
+        named = _named_ids(models)
         chosen: KeyFunction = key or (lambda params: deployment_key(params, named=named))
         self.host = BreakerHost(self.breakers, key=chosen, guard=guard)
         self.router: Router = Router.from_config(
             build_router_config(router_arguments(**arguments)), host=self.host
         )
+        # With a boundary sheet, each deployment's breaker now, by the registry's one rule:
+        # a deployment the sheet describes another way is refused here, not at the first
+        # completion (without one there is nothing to refuse, and keys are asked lazily).
+        if self.breakers.from_sheet and isinstance(models, list):
+            for deployment in models:
+                if isinstance(deployment, Mapping):
+                    self.breaker_for(deployment)
 
     def breaker_for(self, deployment: Mapping[str, Any]) -> Breaker:
         """The breaker of a deployment: a model-list entry, or its ``litellm_params``."""

@@ -62,6 +62,7 @@ from typing import Any, Final, TypeVar
 
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations._described import check_adapter, tool_breaker
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
 from toolbreaker.runtime._step import Step, idempotency_key
@@ -219,6 +220,11 @@ def protect(
         PolicyError: the workflow is neither an agent nor an ``AgentWorkflow``, or one of
             its tools is protected already.
     """
+    check_adapter(
+        registry=registry, guard=guard, breakers=breakers, flags={"instructions": instructions}
+    )
+    if guard is None:
+        raise PolicyError("protect() needs the run's RunGuard", field="guard")
     _listen_for_usage()
     if isinstance(workflow, BaseWorkflowAgent):
         return _protected_agent(workflow, guard, registry, breakers or {}, instructions)
@@ -252,6 +258,9 @@ def protect_tool(
     Raises:
         PolicyError: the tool is protected already.
     """
+    check_adapter(
+        registry=registry, guard=guard, breakers=None if breaker is None else {"": breaker}
+    )
     if isinstance(tool, ProtectedTool):
         raise PolicyError(f"tool {tool.metadata.name!r} is already protected", field="tool")
     name = tool.metadata.get_name()
@@ -264,10 +273,7 @@ def protect_tool(
 
 
 def _breaker_for(name: str, registry: Registry) -> Breaker:
-    try:
-        return registry.for_tool(name)
-    except KeyError:
-        return registry.get(name, tool=name)
+    return tool_breaker(registry, name, where=f"tools.{name}")
 
 
 def _protected_agent(

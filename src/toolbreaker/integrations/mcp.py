@@ -118,10 +118,12 @@ from toolbreaker.core.breaker.transport import (
     needs_liveness_check,
     transport_outcome,
 )
+from toolbreaker.core.run._values import Risk
 from toolbreaker.core.run.budget import RiskClass, Stop
 from toolbreaker.core.run.rounds import answer_kind
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.integrations import require
+from toolbreaker.integrations._described import check_adapter
 from toolbreaker.runtime import (
     ActionRequest,
     Breaker,
@@ -273,7 +275,9 @@ class GuardedClient:
         guard: the run guard of the current run; without one only breakers apply.
         timeout: the deadline in seconds of calls whose breaker has none (no sheet row
             timeout, no registry default).
-        risk: risk classes by tool name; they override the server's annotations.
+        risk: risk classes by tool name (a class, or a function of a call's arguments:
+            ``{"run_shell": shell_risk_of("command")}``); they override the server's
+            annotations.
         default_risk: the risk class of a tool without risk hints.
         authorize: the authority check of irreversible calls; without it they are denied.
         fallbacks: fallback tool by tool name, for the tool-unavailable result of
@@ -304,7 +308,7 @@ class GuardedClient:
         registry: Registry | None = None,
         guard: RunGuard | None = None,
         timeout: float | None = None,
-        risk: Mapping[str, RiskClass] | None = None,
+        risk: Mapping[str, Risk] | None = None,
         default_risk: RiskClass = "read",
         authorize: Callable[[ActionRequest], bool] | None = None,
         fallbacks: Mapping[str, str] | None = None,
@@ -316,8 +320,19 @@ class GuardedClient:
         task_timeout: float = DEFAULT_TASK_TIMEOUT,
         ping_timeout: float = DEFAULT_PING_TIMEOUT,
     ) -> None:
-        if not server:
+        if not isinstance(server, str) or not server:
             raise PolicyError("GuardedClient needs the server's name", field="server")
+        check_adapter(
+            registry=registry,
+            guard=guard,
+            flags={"hide_open_tools": hide_open_tools, "server_breaker": server_breaker},
+            hooks={"authorize": authorize, "key": key},
+            functions={"classify_result": classify_result},
+            seconds={"timeout": timeout, "task_timeout": task_timeout},
+            names={"default_risk": default_risk, "meta_key": meta_key},
+            risks=risk,
+            fallbacks=fallbacks,
+        )
         self.client = client
         self.server = server
         self.registry = registry if registry is not None else Registry()
@@ -578,16 +593,21 @@ class GuardedClient:
         return self._row(self.key(tool), tool, fallback)
 
     def _row(self, row: tuple[str, str], tool: str, fallback: str | None) -> Breaker:
-        """The breaker of ``row``: a boundary-sheet row configures it, else these options."""
+        """The breaker of ``row``: a boundary-sheet row configures it, else these options.
+
+        The key is taken as given (``exact``): a tool the sheet has no row for runs on the
+        defaults (and says so), never on another tool's row; a server name close to one
+        the sheet has is refused, naming it.
+        """
         dependency, operation = row
         options: BreakerOptions = {}
-        if row not in self.registry.boundaries():
+        if not self.registry.resolve(dependency, operation, exact=True).row:
             options["tool"] = tool
             if self.timeout is not None and self.registry.default_timeout is None:
                 options["timeout"] = self.timeout
             if fallback is not None:
                 options["fallback"] = fallback
-        return self.registry.get(dependency, operation, **options)
+        return self.registry.get(dependency, operation, exact=True, **options)
 
     def _server_rejection(self, rejection: Rejection, tool: str) -> CircuitOpen:
         """The server breaker's rejection as the local rejection of ``tool``, naming the server."""
@@ -691,7 +711,7 @@ class GuardedClient:
 
     async def _spec(self, guard: RunGuard, name: str, requested: float | None) -> GuardedTool:
         breaker = self.breaker_for(name)
-        risk = self.risk.get(name)
+        risk: Risk | None = self.risk.get(name)
         if risk is None:
             if name not in self._annotations and not self._listed:
                 await self._discover(self._deadline(breaker, requested))
@@ -702,7 +722,7 @@ class GuardedClient:
             risk=risk,
             breaker=breaker,
             idempotency_arg=None,
-            authorize=authorize if risk == "irreversible" else None,
+            authorize=authorize if risk == "irreversible" or callable(risk) else None,
         )
 
     async def _discover(self, deadline: float) -> None:

@@ -55,14 +55,14 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
-from toolbreaker.core.run.budget import WRITES
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations._described import check_adapter, tool_breaker
 from toolbreaker.runtime._result import hidden_tools_line
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard, key_argument
+from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, key_argument, may_write
 from toolbreaker.runtime.run._siblings import CancelledByPolicy
 
 require("agents", "openai-agents")
@@ -142,27 +142,33 @@ def protect(
             already protected, or a tool with a breaker (or a write) has its own
             ``failure_error_function``, whose failures toolbreaker cannot see.
     """
+    check_adapter(
+        registry=registry,
+        guard=guard,
+        breakers=breakers,
+        flags={"hide_open_tools": hide_open_tools},
+    )
     if registry is None and guard is None and not breakers:
         raise PolicyError("protect() needs a registry, breakers or a run guard", field="registry")
     explicit = breakers or {}
     protection = _Protection(guard)
     tools: list[Any] = []
     for tool in agent.tools:
-        breaker = (
-            _breaker_for(tool.name, registry, explicit) if isinstance(tool, FunctionTool) else None
-        )
-        if not isinstance(tool, FunctionTool) or (guard is None and breaker is None):
-            tools.append(tool)  # nothing toolbreaker can hook, or nothing to guard it with
+        if not isinstance(tool, FunctionTool):
+            tools.append(tool)  # nothing toolbreaker can hook
             continue
-        if guard is None:
-            assert breaker is not None
+        spec = None if guard is None else guard.ensure_tool(tool.name)
+        breaker = _breaker_for(tool.name, registry, explicit, spec)
+        if guard is None or spec is None:
+            if breaker is None:
+                tools.append(tool)  # nothing to guard it with
+                continue
             protection.breakers[tool.name] = breaker
             tools.append(protection.adopt(tool, breaker, inject=None, write=False))
             continue
-        spec = guard.ensure_tool(tool.name)
-        if breaker is not None and (spec.breaker is None or tool.name in explicit):
+        if breaker is not None and breaker is not spec.breaker:
             spec = guard.add_tool(dataclasses.replace(spec, breaker=breaker))
-        write = spec.risk in WRITES
+        write = may_write(spec)
         properties = tool.params_json_schema.get("properties") or {}
         key_arg = key_argument(spec)
         inject = key_arg if key_arg is not None and key_arg in properties else None
@@ -592,19 +598,25 @@ class _Protection:
 
 
 def _breaker_for(
-    tool: str, registry: Registry | None, breakers: Mapping[str, Breaker]
+    tool: str,
+    registry: Registry | None,
+    breakers: Mapping[str, Breaker],
+    spec: GuardedTool | None,
 ) -> Breaker | None:
+    """The tool's breaker: ``breakers``'s, the guard's declaration's, else the registry's.
+
+    From the registry by the one rule every adapter follows (:func:`tool_breaker`): the
+    sheet row whose tool it is, else a breaker of its own named like the tool (on the
+    defaults, said so), never a silently unprotected tool; a name close to a row's is
+    refused, naming the row.
+    """
     if tool in breakers:
         return breakers[tool]
+    if spec is not None and spec.breaker is not None:
+        return spec.breaker
     if registry is None:
         return None
-    try:
-        return registry.for_tool(tool)
-    except KeyError:
-        # One registry gives the same protection in every framework: a tool the sheet
-        # does not describe gets the registry's default breaker, keyed by its name, as
-        # the LangChain middleware does; never a silently unprotected tool.
-        return registry.get(tool, tool=tool)
+    return tool_breaker(registry, tool, where=f"tools.{tool}")
 
 
 def _failure_handler(tool: FunctionTool) -> Literal["default", "propagate", "custom"]:

@@ -96,6 +96,7 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 from toolbreaker.errors import PolicyError  # noqa: E402
 from toolbreaker.integrations._described import (  # noqa: E402
     TOOL_METADATA_KEY,
+    check_adapter,
     described,
     tool_metadata,
     without_key_argument,
@@ -225,6 +226,18 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
     instructions: bool = True
     hide_open_tools: bool = False
     _hideable: dict[str, Breaker] = dataclasses.field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        """Check the options now, not at the run's first tool call."""
+        check_adapter(
+            registry=self.registry,
+            flags={"instructions": self.instructions, "hide_open_tools": self.hide_open_tools},
+        )
+        if not isinstance(self.guard, RunGuard) and not callable(self.guard):
+            raise PolicyError(
+                f"guard must be a RunGuard or a callable, not {type(self.guard).__name__}",
+                field="guard",
+            )
 
     @classmethod
     def get_serialization_name(cls) -> str | None:

@@ -23,7 +23,7 @@ Arrows point down: this package imports the core only; the CLI imports it.
 from toolbreaker.replaying._parallel import INBOX_BYTES, MAX_JOBS, PARALLEL_BYTES, replay_trace
 from toolbreaker.replaying._stream import Elsewhere, StreamingReplay, SummaryReplay
 from toolbreaker.replaying._text import write_receipt
-from toolbreaker.replaying._verify import verify
+from toolbreaker.replaying._verify import check_files, verify
 
 __all__ = [
     "INBOX_BYTES",
@@ -32,6 +32,7 @@ __all__ = [
     "Elsewhere",
     "StreamingReplay",
     "SummaryReplay",
+    "check_files",
     "replay_trace",
     "verify",
     "write_receipt",

@@ -7,14 +7,65 @@ import re
 import tempfile
 from typing import Final, TextIO
 
+from toolbreaker.core.breaker.trace import parse_line
 from toolbreaker.core.files import MAX_LINE_BYTES, printable
-from toolbreaker.errors import ReceiptError
+from toolbreaker.errors import ReceiptError, TraceError
 from toolbreaker.replaying._stream import StreamingReplay
 from toolbreaker.replaying._text import RECORD_INDENT, string
 
-__all__ = ["verify"]
+__all__ = ["check_files", "verify"]
 
 _DEPENDENCY_LINE: Final = re.compile(r'^    ("(?:[^"\\]|\\.)*"): \{$')
+
+
+#: Bytes of a file read to tell a receipt from a trace.
+_HEAD: Final = 64 * 1024
+
+
+def _looks_like(path: str) -> str | None:
+    """``"receipt"``, ``"trace"`` or ``None``, from the first line that is not blank.
+
+    A receipt is printed JSON: its first line is ``{`` alone. A trace's first line is an
+    event. Anything else (or a file that cannot be read) is left to the command to say.
+    """
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_HEAD)
+    except OSError:
+        return None
+    for raw in head.splitlines():
+        line = raw.decode("utf-8", "replace").strip()
+        if not line:
+            continue
+        if line == "{":
+            return "receipt"
+        try:
+            return "trace" if parse_line(line) is not None else None
+        except TraceError:
+            return None
+    return None
+
+
+def check_files(receipt: str, trace: str) -> None:
+    """Refuse a receipt given where the trace goes, or a trace where the receipt goes.
+
+    ``verify RECEIPT TRACE`` takes them in that order; swapped, the replay of a receipt
+    would fail on its first line as "malformed JSON", which says nothing of the order.
+
+    Raises:
+        ReceiptError: naming which file looks like what, and the order.
+    """
+    as_receipt, as_trace = _looks_like(receipt), _looks_like(trace)
+    order = "verify takes RECEIPT TRACE, in that order"
+    if as_receipt == "trace" and as_trace == "receipt":
+        raise ReceiptError(
+            f"{printable(receipt)} looks like a trace and {printable(trace)} like a receipt: "
+            f"{order} (swap them)"
+        )
+    if as_trace == "receipt":
+        raise ReceiptError(f"looks like a receipt, not a trace: {order}", file=trace)
+    if as_receipt == "trace":
+        raise ReceiptError(f"looks like a trace, not a receipt: {order}", file=receipt)
 
 
 def verify(receipt: str, driver: StreamingReplay, trace: str, out: TextIO) -> int:

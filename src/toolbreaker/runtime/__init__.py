@@ -53,7 +53,7 @@ from toolbreaker.runtime.fleet._drain import (
 from toolbreaker.runtime.fleet._health import HealthChecker, HealthStats
 from toolbreaker.runtime.fleet._published import PolicyFollower, PublishedSheet
 from toolbreaker.runtime.fleet._recorder import TraceRecorder
-from toolbreaker.runtime.fleet._registry import Registry, publish_policy
+from toolbreaker.runtime.fleet._registry import Registry, Resolution, publish_policy
 from toolbreaker.runtime.run._guard import (
     ActionRequest,
     CostReservation,
@@ -103,6 +103,7 @@ __all__ = [
     "PublishedSheet",
     "Registry",
     "Rejection",
+    "Resolution",
     "RunGuard",
     "SiblingOutcome",
     "Siblings",

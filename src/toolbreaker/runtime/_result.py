@@ -389,14 +389,25 @@ def unknown_result(
     }
 
 
-def stopped_result(stop: Stop, *, writes_only: bool = False) -> dict[str, Any]:
-    """The run guard stopped the run (or, ``writes_only``, refuses its writes)."""
+def stopped_result(
+    stop: Stop, *, writes_blocked: bool, writes_only: bool = False
+) -> dict[str, Any]:
+    """The run guard stopped the run (or, ``writes_only``, refuses its writes).
+
+    Args:
+        stop: why.
+        writes_blocked: whether the run's writes are blocked (its write breaker: writes
+            with an unknown outcome), said only when they are; a stop of a run whose
+            writes were never blocked says ``run_stopped`` alone. ``writes_only``
+            implies it.
+        writes_only: the run goes on with reads; only its writes are refused.
+    """
     what = "Writes are blocked" if writes_only else "This run was stopped by a guard"
     detail = redact_text(stop.detail)
     return {
         "ok": False,
         "run_stopped": not writes_only,
-        "writes_blocked": True,
+        "writes_blocked": writes_blocked or writes_only,
         "retryable": False,
         "condition": stop.condition,
         "detail": detail,
@@ -570,10 +581,12 @@ def dependency_stop_result(
 ) -> dict[str, Any]:
     """``stop``: the run stops because a required dependency is out; with its packet."""
     detail = redact_text(str(packet.get("detail", f"required tool {tool!r} is unavailable")))
+    counters = packet.get("counters")
+    blocked = isinstance(counters, Mapping) and counters.get("writes_blocked") is not None
     return {
         "ok": False,
         "run_stopped": True,
-        "writes_blocked": True,
+        "writes_blocked": blocked,
         "tool": tool,
         "degradation": "stop",
         "retryable": False,

@@ -31,8 +31,9 @@ import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
-from toolbreaker.errors import PermitError, PolicyError
+from toolbreaker.errors import AsyncCallError, PermitError, PolicyError
 from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._sync_path import is_awaitable, not_awaited
 
 __all__ = [
     "TOOL_TYPES",
@@ -347,7 +348,11 @@ class Step:
 
         Raises:
             PermitError: the step was settled already, or carried an answer.
+            AsyncCallError: ``result`` is a coroutine (or another awaitable): the tool was
+                never awaited. The step is settled as not counted, the coroutine closed.
         """
+        if is_awaitable(result):
+            raise self._not_awaited(result, "step.succeeded()")
         self.claim()
         watching = self.watching
         if watching is None:
@@ -381,6 +386,10 @@ class Step:
 
     async def asucceeded(self, result: Any) -> Any:
         """:meth:`succeeded` for the event loop: never blocks it on the store."""
+        if is_awaitable(result):
+            error = not_awaited(result, "step.asucceeded()", _AWAIT_IT)
+            await self.afailed(error)
+            raise error
         self.claim()
         watching = self.watching
         if watching is None:
@@ -405,6 +414,12 @@ class Step:
                 return await self._owner._step_afailed(self, exc)
         finally:
             watching.end(self, exc)
+
+    def _not_awaited(self, result: Any, where: str) -> AsyncCallError:
+        """Settle the step as not counted (the tool never ran); the error to raise."""
+        error = not_awaited(result, where, _AWAIT_IT)
+        self.failed(error)
+        return error
 
     def give(self, answer: Any, reason: str | None = None, *, refused: bool = True) -> Step:
         """The owner's answer instead of a run: the step carries ``answer`` and is settled.
@@ -453,6 +468,13 @@ class Step:
     def __repr__(self) -> str:
         what = "answered" if self.answer is not None else "running"
         return f"<Step {self.tool!r} {what}>"
+
+
+#: What a step settled with an awaitable should have been given.
+_AWAIT_IT: Final = (
+    "the tool's awaited result: on an event loop, result = await tool(**step.args), then "
+    "await step.asucceeded(result)"
+)
 
 
 def no_deadline(key: str) -> PolicyError:

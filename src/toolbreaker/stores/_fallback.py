@@ -55,6 +55,15 @@ class _FallbackView(View):
     def lease(self, value: Lease) -> None:
         raise AttributeError("a fallback view is kept by its stores")
 
+    @property
+    def tally(self) -> Any:
+        """The primary's tally of quiet calls; none while the key is served locally."""
+        return None if self.key in self._serving else getattr(self._primary, "tally", None)
+
+    @tally.setter
+    def tally(self, value: Any) -> None:
+        raise AttributeError("a fallback view is kept by its stores")
+
 
 class LocalFallback:
     """Wrap a shared store so that named read-only keys survive its outages locally.

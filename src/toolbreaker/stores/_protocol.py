@@ -70,14 +70,19 @@ class View:
     :func:`toolbreaker.core.is_quiet`) or the next request a local rejection. ``None``
     means the view knows nothing: ask the store. A request is admitted on the view only
     while its ``lease`` holds (:class:`Lease`; :data:`FOREVER` for a process-local view).
+
+    ``tally``: where a shell counts the calls it decides that way, for a store that keeps
+    a history (:class:`~toolbreaker.stores._tally.Tally`); ``None`` for one that keeps
+    none (this process's memory).
     """
 
-    __slots__ = ("key", "lease", "state")
+    __slots__ = ("key", "lease", "state", "tally")
 
     def __init__(self, key: str, state: BreakerState | None = None, lease: Lease = FOREVER) -> None:
         self.key = key
         self.state = state
         self.lease = lease
+        self.tally: Any = None
 
 
 @runtime_checkable

@@ -24,8 +24,14 @@ driver); :meth:`SharedStore._write_fault` builds the error.
 History: every apply that writes a new state appends its records' entries
 (:func:`~toolbreaker.core.breaker.history.history_texts`) to the store's history in the
 same atomic step, so the history is the store's order of a breaker's states, and fails
-or is unknown with the state write (there is no second failure path). ``history=0``
-keeps none; :meth:`SharedStore.history` reads it.
+or is unknown with the state write (there is no second failure path). The calls that
+change nothing are counted by the view's tally (:mod:`~toolbreaker.stores._tally`) and
+written as a ``quiet`` entry with that write too, in the same step; a breaker this
+process does not write for a while gets its counts appended on their own (one short
+atomic append, :meth:`SharedStore._history_append`) by a thread, every
+:data:`QUIET_FLUSH_S` seconds and when the store closes. The store records the version
+each write made with its entries. ``history=0`` keeps none; :meth:`SharedStore.history`
+reads it.
 
 The stores whose server only guards a write (Redis, PostgreSQL) share the
 compare-and-set loop too, :class:`CompareAndSetStore`: the core computes the next state
@@ -42,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
@@ -54,6 +61,7 @@ from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.stores._records import check_version, decode_record, encode_record
+from toolbreaker.stores._tally import Flusher
 from toolbreaker.stores._views import (
     DEFAULT_VIEW_LEASE,
     SharedView,
@@ -61,9 +69,11 @@ from toolbreaker.stores._views import (
     decode_state,
     encode_state,
     on_fork,
+    quiet,
 )
 
 __all__ = [
+    "QUIET_FLUSH_S",
     "READ",
     "RETIME",
     "VERIFIED",
@@ -77,6 +87,9 @@ __all__ = [
 
 _S = TypeVar("_S", bound="SharedStore")
 Result = tuple[BreakerState, tuple[Transition, ...]]
+
+#: Seconds between two appends of a breaker's quiet counts that no write carried.
+QUIET_FLUSH_S: Final = 1.0
 
 
 class SharedStore(ABC):
@@ -119,6 +132,10 @@ class SharedStore(ABC):
         self.view_lease = float(view_lease)
         self._book = ViewBook(backoff, self.view_lease)
         self._closed = False
+        self._closed_for_good = False
+        #: Who counts quiet calls in this process (:class:`~toolbreaker.stores._tally.Tally`).
+        self.tally_source = _source()
+        self._flusher = Flusher(self._flush_quiet, QUIET_FLUSH_S)
         self._refeed = False
         self.volatile_journal = bool(volatile_journal)
         self._journal_checked = False
@@ -132,6 +149,8 @@ class SharedStore(ABC):
         if not view.wanted:
             view.wanted = True
             self._watch(view)
+            if self.history_retain:
+                self._flusher.start()
         return view
 
     def apply(self, key: str, event: Event, policy: Policy) -> Result:
@@ -167,27 +186,63 @@ class SharedStore(ABC):
     def history(self, key: str | None = None) -> list[dict[str, Any]]:
         """Every transition entry the store keeps (of ``key``, or all), in the store's order.
 
-        Each entry is a ``toolbreaker.stream/v1`` transition entry with ``seq``, the
-        store's sequence for it (increasing per breaker; see the store for the order
-        across breakers). An entry that does not decode is skipped, as a stream's is.
+        Each entry is a ``toolbreaker.stream/v1`` transition or ``quiet`` entry with
+        ``seq``, the store's sequence for it (increasing per breaker; see the store for
+        the order across breakers), and ``version``, the version of the state the write
+        that appended it made. An entry that does not decode is skipped, as a stream's is.
 
         Raises:
             StoreUnavailable: the store is unreachable.
         """
         out: list[dict[str, Any]] = []
-        for seq, raw in self._history_read(key):
+        for seq, raw, version in self._history_read(key):
             try:
                 entry = json.loads(raw) if isinstance(raw, (str, bytes)) else None
             except (ValueError, RecursionError):
                 entry = None
             if isinstance(entry, dict):
                 entry["seq"] = seq
+                if version is not None:
+                    entry["version"] = version
                 out.append(entry)
         return out
 
     def _history_texts(self, records: tuple[Transition, ...]) -> tuple[str, ...]:
         """What an apply that writes a new state appends to the history."""
         return history_texts(records, time.time()) if self.history_retain else ()
+
+    def _quiet_entry(self, view: SharedView) -> tuple[tuple[str, ...], Any]:
+        """The view's quiet counts as an entry to write with a write (if they changed).
+
+        Returns the texts to append and the mark for the tally's ``wrote``.
+        """
+        if not self.history_retain:
+            return (), None
+        built = view.tally.entry(view.key, self.tally_source)
+        return ((), None) if built is None else ((built[0],), built[1])
+
+    def _flush_quiet(self) -> None:
+        """Append the changed quiet counts of every view (the flusher's work; never raises)."""
+        for view in self._book.views():
+            tally = view.tally
+            if self._closed_for_good or not tally.changed():
+                continue
+            built = tally.entry(view.key, self.tally_source)
+            if built is None:
+                continue
+            try:
+                self._book.check(self._what, view.key)
+                self._history_append(view.key, built[0])
+            except StoreUnavailable:
+                return  # the store is down: written with a later write, or the next time
+            tally.wrote(built[1], view.version)
+
+    def _close_quiet(self) -> None:
+        """Stop the flusher and append what is left: called first by each ``close()``."""
+        self._flusher.stop()
+        if self.history_retain:
+            self._flush_quiet()
+        self._closed_for_good = True
 
     # -- journal ------------------------------------------------------------------------
 
@@ -326,8 +381,21 @@ class SharedStore(ABC):
         """Read the state of ``view``'s key (fail closed)."""
 
     @abstractmethod
-    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
-        """``(seq, raw entry text)`` of every history entry kept (of ``key``), in order."""
+    def _history_read(self, key: str | None) -> list[tuple[str, object, int | None]]:
+        """``(seq, raw entry text, version)`` of every entry kept (of ``key``), in order.
+
+        ``version`` is the version of the state the write that appended it made (``None``
+        for an entry of a version of the store that did not record it).
+        """
+
+    @abstractmethod
+    def _history_append(self, key: str, text: str) -> None:
+        """Append one entry to ``key``'s history, atomically, without a state change.
+
+        Raises:
+            StoreUnavailable: nothing was appended (or it may have been: an entry of
+                running totals written twice counts once).
+        """
 
     @abstractmethod
     def _journal_write(self, task: str, key: str, text: str, *, only_new: bool) -> bool:
@@ -408,6 +476,10 @@ class SharedStore(ABC):
     def _forked(self) -> None:
         """In a child right after fork: distrust every view; subclasses drop their feed."""
         self._book.forked()
+        self.tally_source = _source()
+        self._flusher.forked()
+        if self.history_retain and self._book.views():
+            self._flusher.start()
 
 
 #: A compare-and-set wrote the new state.
@@ -554,11 +626,20 @@ class CompareAndSetStore(SharedStore):
             new, records = core_apply(state, applied, policy)
             unchanged = new == state
             if unchanged and fresh:
-                return new, records  # computed on what the server just said: nothing to write
+                # Computed on what the server just said: nothing to write, a quiet call.
+                quiet(view.tally, applied, records, version, written=False)
+                return new, records
             payload = "" if unchanged else encode_state(new)
-            history = () if unchanged else self._history_texts(records)
+            history: tuple[str, ...] = ()
+            mark = None
+            if not unchanged:
+                history, mark = self._quiet_entry(view)
+                history += self._history_texts(records)
             reply = yield Write(version, payload, new, attempt, pause, writer, history, applied.at)
             if reply.status in (WRITTEN, VERIFIED):
+                quiet(view.tally, applied, records, version, written=not unchanged)
+                if mark is not None:
+                    view.tally.wrote(mark, reply.version)
                 self._book.learn(view, new, reply.version, token)
                 return new, records
             if reply.status == RETIME and retimed < self.max_attempts:
@@ -587,6 +668,11 @@ class CompareAndSetStore(SharedStore):
     @abstractmethod
     async def _asend(self, view: SharedView, write: Write, policy: Policy) -> Reply:
         """Send one write on the asyncio connection and return the validated reply."""
+
+
+def _source() -> str:
+    """A name for this process's store among the history's writers (quiet counts)."""
+    return f"{os.getpid():x}.{os.urandom(3).hex()}"
 
 
 def _stored_version(version: object, space: str) -> int:

@@ -39,10 +39,11 @@ from typing import Final
 from toolbreaker.core.breaker.machine import apply
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.predicates import fast_path_safe
-from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
+from toolbreaker.core.breaker.state import CORRUPT, OUTCOME_TYPES, BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.stores._protocol import Lease, View
+from toolbreaker.stores._tally import UNKNOWN, Tally
 
 __all__ = [
     "DEFAULT_VIEW_LEASE",
@@ -51,6 +52,7 @@ __all__ = [
     "decode_state",
     "encode_state",
     "on_fork",
+    "quiet",
 ]
 
 
@@ -72,16 +74,32 @@ class SharedView(View):
             store's own atomicity). Never held while a protected call runs.
     """
 
-    __slots__ = ("fed", "known", "lock", "policy", "version", "wanted")
+    __slots__ = ("fed", "known", "lock", "pair", "policy", "version", "wanted")
 
     def __init__(self, key: str, lease: Lease) -> None:
         super().__init__(key, None, lease)
         self.known: BreakerState | None = None
         self.version = -1
+        #: ``state`` with its version, set in one assignment: what a quiet call met.
+        self.pair: tuple[BreakerState, int] | None = None
         self.fed = -1
         self.wanted = False
         self.policy: Policy | None = None
         self.lock = threading.Lock()
+        self.tally: Tally = Tally(self.version_of)
+
+    def version_of(self, state: BreakerState) -> int:
+        """The store's version of ``state``, a state this view handed out; -1 if not known."""
+        pair = self.pair
+        if pair is not None and pair[0] is state:
+            return pair[1]
+        return UNKNOWN
+
+    def trust(self, state: BreakerState | None) -> None:
+        """Hand ``state`` (of ``version``, already set) to the fast path, or nothing."""
+        if state is not None:
+            self.pair = (state, self.version)
+        self.state = state
 
 
 class ViewBook:
@@ -126,13 +144,19 @@ class ViewBook:
         """The core's answer from a trusted view, when it changes nothing; else ``None``.
 
         An event the core says leaves the state as it is needs no round trip while the
-        view is trusted: the store would compute the same thing and write nothing.
+        view is trusted: the store would compute the same thing and write nothing. The
+        view's tally counts it (a quiet call of the history).
         """
+        pair = view.pair
         state = view.state
         if state is None or view.fed != self.epoch or not view.lease.holds():
             return None
         new, records = apply(state, event, policy)
-        return (new, records) if new == state else None
+        if new != state:
+            return None
+        version = pair[1] if pair is not None and pair[0] is state else UNKNOWN
+        quiet(view.tally, event, records, version, written=False)
+        return new, records
 
     def learn(self, view: SharedView, state: BreakerState, version: int, token: int | None) -> None:
         """Record what a successful round trip returned (``token`` from before it)."""
@@ -147,7 +171,7 @@ class ViewBook:
                 return  # otherwise the feed already brought something newer
             view.known, view.version = state, version
             trusted = token is not None and token == self.epoch and view.fed == token
-            view.state = state if trusted and fast_path_safe(state) else None
+            view.trust(state if trusted and fast_path_safe(state) else None)
 
     def feed(self, view: SharedView, state: BreakerState, version: int) -> None:
         """Record a change the feed delivered."""
@@ -156,7 +180,7 @@ class ViewBook:
                 return
             view.known, view.version = state, version
             trusted = view.fed == self.epoch and not self.suspect
-            view.state = state if trusted and fast_path_safe(state) else None
+            view.trust(state if trusted and fast_path_safe(state) else None)
 
     def confirm(self, view: SharedView) -> None:
         """The feed now delivers every later change of ``view``'s key."""
@@ -201,7 +225,7 @@ class ViewBook:
                 view.known, view.version = state, version
             known = view.known
             trusted = known is not None and not self.suspect and fast_path_safe(known)
-            view.state = known if trusted else None
+            view.trust(known if trusted else None)
 
     def forked(self) -> None:
         """In a child process right after fork: nothing inherited can be trusted.
@@ -216,7 +240,9 @@ class ViewBook:
             view.lock = threading.Lock()
             view.lease = self.lease
             view.state = None
+            view.pair = None
             view.fed = -1
+            view.tally = Tally(view.version_of)  # the parent's counts are the parent's
 
     def check(self, what: str, key: str | None = None) -> None:
         """Raise at once while the store is known to be down (the backoff after a failure).
@@ -228,6 +254,17 @@ class ViewBook:
             raise StoreUnavailable(
                 f"{what} is unavailable (backing off after a failure)", dependency=key
             )
+
+
+def quiet(
+    tally: Tally, event: Event, records: tuple[Transition, ...], version: int, *, written: bool
+) -> None:
+    """Tell ``tally`` what applying ``event`` to ``version`` did (``written``: a new state)."""
+    if event.type == "request":
+        if not written:
+            tally.request(event.call, version, event.at, admitted=records[-1].attempted)
+    elif event.type in OUTCOME_TYPES:
+        tally.outcome(event.call, version, event.at, event.type, event.generation, written=written)
 
 
 def on_fork(owner: object, method: str) -> None:

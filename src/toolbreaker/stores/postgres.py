@@ -78,6 +78,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Final
 
+from toolbreaker._extras import require
 from toolbreaker.core.breaker.history import DEFAULT_HISTORY
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.errors import PolicyError, StoreUnavailable
@@ -105,6 +106,8 @@ CREATE TABLE IF NOT EXISTS {p}_records (
   PRIMARY KEY (space, key));
 CREATE TABLE IF NOT EXISTS {p}_history (
   seq bigserial PRIMARY KEY, key text NOT NULL, entry text NOT NULL);
+-- The version of the state the write that appended an entry made (quiet calls name it).
+ALTER TABLE {p}_history ADD COLUMN IF NOT EXISTS version bigint;
 -- The instant of the event that wrote a state: a breaker's time never goes backwards.
 ALTER TABLE {p}_breakers ADD COLUMN IF NOT EXISTS at bigint;
 CREATE OR REPLACE FUNCTION {p}_cas(p_key text, p_expected bigint, p_payload text)
@@ -189,7 +192,8 @@ BEGIN
   -- After the row lock: one breaker's entries take their seq in the order of its states.
   added := 0;
   FOREACH e_text IN ARRAY p_history LOOP
-    INSERT INTO {p}_history (key, entry) VALUES (p_key, e_text) RETURNING seq INTO last_seq;
+    INSERT INTO {p}_history (key, entry, version) VALUES (p_key, e_text, new_version)
+      RETURNING seq INTO last_seq;
     added := added + 1;
   END LOOP;
   -- Trim about every 64 entries, not on each: keeps the delete off the hot path.
@@ -199,6 +203,18 @@ BEGIN
   RETURN QUERY SELECT 1, new_version, NULL::text, p_at;  -- {p}_notify() tells the listeners
 END $$;
 -- Every change of a row is notified, an operator's hand edit included.
+-- One entry appended without a state change (quiet counts no write carried), trimmed as
+-- the compare-and-set trims.
+CREATE OR REPLACE FUNCTION {p}_history_append(p_key text, p_entry text, p_retain bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  last_seq bigint;
+BEGIN
+  INSERT INTO {p}_history (key, entry) VALUES (p_key, p_entry) RETURNING seq INTO last_seq;
+  IF p_retain > 0 AND last_seq % 64 = 0 THEN
+    DELETE FROM {p}_history h WHERE h.seq <= last_seq - p_retain;
+  END IF;
+END $$;
 CREATE OR REPLACE FUNCTION {p}_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
@@ -233,13 +249,7 @@ END $$;
 
 
 def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "PostgresStore needs psycopg 3: pip install 'toolbreaker[postgres]'"
-        ) from None
-    return psycopg
+    return require("psycopg", "postgres", what="a PostgreSQL store")
 
 
 def _reply(row: object) -> Reply:
@@ -387,18 +397,22 @@ class PostgresStore(CompareAndSetStore):
         history = list(write.history)
         return (key, write.expected, write.payload, history, self.history_retain, write.at)
 
-    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
+    def _history_read(self, key: str | None) -> list[tuple[str, object, int | None]]:
         table = f"{self.prefix}_history"
         if key is None:
-            sql = f"SELECT seq, entry FROM {table} ORDER BY seq"  # noqa: S608 - validated prefix
+            sql = f"SELECT seq, entry, version FROM {table} ORDER BY seq"  # noqa: S608 - validated prefix
             params: tuple[str, ...] = ()
         else:
             sql, params = (
-                f"SELECT seq, entry FROM {table} WHERE key = %s ORDER BY seq",  # noqa: S608 - validated prefix
+                f"SELECT seq, entry, version FROM {table} WHERE key = %s ORDER BY seq",  # noqa: S608 - validated prefix
                 (key,),
             )
         rows = self._execute(key or "history", sql, params, records=True, every=True)
-        return [(str(seq), raw) for seq, raw in rows]
+        return [(str(seq), raw, v if type(v) is int else None) for seq, raw, v in rows]
+
+    def _history_append(self, key: str, text: str) -> None:
+        sql = f"SELECT {self.prefix}_history_append(%s, %s, %s::bigint)"
+        self._execute(key, sql, (key, text, self.history_retain), records=True, write=True)
 
     def _pause(self, attempt: int, status: int) -> float:
         """After two conflicts in a row, a little jittered (and growing) wait.
@@ -484,7 +498,9 @@ class PostgresStore(CompareAndSetStore):
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the listener and close the synchronous connection."""
+        """Append the quiet counts left, stop the listener, close the synchronous connection."""
+        if not self._closed:
+            self._close_quiet()
         self._closed = True
         self._stop.set()
         with self._listener_lock:
@@ -549,7 +565,8 @@ class PostgresStore(CompareAndSetStore):
             exists = conn.execute(
                 "SELECT to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL "
                 "AND to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL, "
-                "to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                "to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL "
+                "AND to_regproc(%s) IS NOT NULL",
                 (
                     f"{self.prefix}_cas",
                     f"{self.prefix}_journal_put",
@@ -557,11 +574,12 @@ class PostgresStore(CompareAndSetStore):
                     f"{self.prefix}_records",
                     f"{self.prefix}_cas_history",
                     f"{self.prefix}_history",
+                    f"{self.prefix}_history_append",
                 ),
             ).fetchone()
             if not (exists and exists[0] and exists[1]):
-                # A store of an earlier version gains the history here, even for a reader,
-                # as any process of this version would add it.
+                # A store of an earlier version gains the history (and the versions of its
+                # entries) here, even for a reader, as any process of this version would.
                 if not self._create and not (exists and exists[0]):
                     raise StoreUnavailable(
                         f"{self._what} holds no toolbreaker store with prefix "

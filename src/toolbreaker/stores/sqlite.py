@@ -51,7 +51,13 @@ from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transit
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import DURABLE_SPACES
 from toolbreaker.stores._shell import SharedStore
-from toolbreaker.stores._views import DEFAULT_VIEW_LEASE, SharedView, decode_state, encode_state
+from toolbreaker.stores._views import (
+    DEFAULT_VIEW_LEASE,
+    SharedView,
+    decode_state,
+    encode_state,
+    quiet,
+)
 
 __all__ = ["SQLiteStore"]
 
@@ -69,9 +75,10 @@ _SCHEMA: Final = (
     " PRIMARY KEY (space, key)) WITHOUT ROWID",
     # Added in the version that keeps a history; a file of an earlier one gets it on open.
     "CREATE TABLE IF NOT EXISTS toolbreaker_history ("
-    " seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, entry TEXT NOT NULL)",
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, entry TEXT NOT NULL,"
+    " version INTEGER)",
 )
-_HISTORY_PUT: Final = "INSERT INTO toolbreaker_history (key, entry) VALUES (?, ?)"
+_HISTORY_PUT: Final = "INSERT INTO toolbreaker_history (key, entry, version) VALUES (?, ?, ?)"
 _RECORD_READ: Final = "SELECT value, version FROM toolbreaker_records WHERE space = ? AND key = ?"
 _READ: Final = "SELECT version, state FROM toolbreaker_breakers WHERE key = ?"
 _WRITE: Final = (
@@ -203,9 +210,12 @@ class SQLiteStore(SharedStore):
         """One short write transaction."""
         key = view.key
         token = self._book.token(view)
-        (new, records), version = self._locked(
-            key, lambda conn: self._transact(conn, key, event, policy)
+        (new, records), version, applied, written, mark = self._locked(
+            key, lambda conn: self._transact(conn, view, event, policy)
         )
+        quiet(view.tally, applied, records, version, written=written)
+        if mark is not None:
+            view.tally.wrote(mark, version)
         self._book.learn(view, new, version, token)
         return new, records
 
@@ -317,7 +327,12 @@ class SQLiteStore(SharedStore):
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the poller and close the connections; the store cannot be used after."""
+        """Append the quiet counts left, stop the poller and close the connections.
+
+        The store cannot be used after.
+        """
+        if not self._closed:
+            self._close_quiet()
         self._closed = True
         self._stop.set()
         with self._poller_lock:
@@ -347,8 +362,15 @@ class SQLiteStore(SharedStore):
         self._poller = None
 
     def _transact(
-        self, conn: sqlite3.Connection, key: str, event: Event, policy: Policy
-    ) -> tuple[tuple[BreakerState, tuple[Transition, ...]], int]:
+        self, conn: sqlite3.Connection, view: SharedView, event: Event, policy: Policy
+    ) -> tuple[tuple[BreakerState, tuple[Transition, ...]], int, Event, bool, Any]:
+        """Read, apply, write if changed, in one transaction.
+
+        Returns the result, its version, the event as applied, whether a new state was
+        written, and the mark of the quiet counts written with it.
+        """
+        key = view.key
+        mark = None
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute(_READ_AT, (key,)).fetchone()
@@ -360,38 +382,46 @@ class SQLiteStore(SharedStore):
                 version = _next_version(version)
                 conn.execute(_WRITE, (key, version, encode_state(new), event.at))
                 if new != state:
-                    self._append_history(conn, key, records)
+                    texts, mark = self._quiet_entry(view)
+                    self._append_history(conn, key, texts + self._history_texts(records), version)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return (new, records), version
+        return (new, records), version, event, new != state, mark
 
     def _append_history(
-        self, conn: sqlite3.Connection, key: str, records: tuple[Transition, ...]
+        self, conn: sqlite3.Connection, key: str, texts: tuple[str, ...], version: int | None
     ) -> None:
-        """Append the records' entries and drop the rows past ``history_retain``."""
+        """Append entries and drop the rows past ``history_retain``."""
         row = None
-        for text in self._history_texts(records):
-            row = conn.execute(_HISTORY_PUT, (key, text)).lastrowid
+        for text in texts:
+            row = conn.execute(_HISTORY_PUT, (key, text, version)).lastrowid
         if row is not None and row > self.history_retain:
             conn.execute(
                 "DELETE FROM toolbreaker_history WHERE seq <= ?", (row - self.history_retain,)
             )
 
-    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
-        sql = "SELECT seq, entry FROM toolbreaker_history ORDER BY seq"
+    def _history_append(self, key: str, text: str) -> None:
+        def put(conn: sqlite3.Connection) -> None:
+            with _immediate(conn):
+                self._append_history(conn, key, (text,), None)
+
+        self._locked(key, put)
+
+    def _history_read(self, key: str | None) -> list[tuple[str, object, int | None]]:
+        sql = "SELECT seq, entry, version FROM toolbreaker_history ORDER BY seq"
         params: tuple[str, ...] = ()
         if key is not None:
             sql, params = (
-                "SELECT seq, entry FROM toolbreaker_history WHERE key = ? ORDER BY seq",
+                "SELECT seq, entry, version FROM toolbreaker_history WHERE key = ? ORDER BY seq",
                 (key,),
             )
         rows = self._locked(
             key or "history", lambda conn: conn.execute(sql, params).fetchall(), write=False
         )
-        return [(str(seq), raw) for seq, raw in rows]
+        return [(str(seq), raw, v if type(v) is int else None) for seq, raw, v in rows]
 
     def _locked(
         self, key: str, work: Callable[[sqlite3.Connection], T], *, write: bool = True
@@ -560,15 +590,16 @@ def _open(path: str, *, create: bool = True) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         for statement in _SCHEMA:
             conn.execute(statement)
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(toolbreaker_breakers)")}
-        if "at" not in columns:  # a file of an earlier version
-            try:
-                conn.execute("ALTER TABLE toolbreaker_breakers ADD COLUMN at INTEGER")
-            except sqlite3.OperationalError as exc:
-                # Another process was first; a busy file is raised, retried by the caller
-                # (never a connection without the column).
-                if "duplicate column" not in str(exc):
-                    raise
+        for table, column in (("toolbreaker_breakers", "at"), ("toolbreaker_history", "version")):
+            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column not in columns:  # a file of an earlier version
+                try:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER")
+                except sqlite3.OperationalError as exc:
+                    # Another process was first; a busy file is raised, retried by the
+                    # caller (never a connection without the column).
+                    if "duplicate column" not in str(exc):
+                        raise
     except BaseException:
         conn.close()
         raise

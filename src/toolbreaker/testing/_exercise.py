@@ -86,13 +86,19 @@ class ExerciseContext:
         self._refused = 0
         self._open: list[Breaker] = []
         self._again = 0
-        self._detach: list[Callable[[], None]] = []
+        # One attachment for everything watched: a breaker reached through the registry
+        # and through a run guard (the documented agent) is wired once, so each of its
+        # transitions and tool calls is counted once.
+        self._watching = Attachment(transition=self._heard, step=self._step)
         self.watch(self.registry)
 
     def watch(self, *targets: Target) -> None:
-        """Watch the breakers of a registry, a run guard or breakers the agent made itself."""
-        attachment = Attachment(transition=self._heard, step=self._step)
-        self._detach.append(attachment.attach(*targets))
+        """Watch the breakers of a registry, a run guard or breakers the agent made itself.
+
+        A breaker watched through several targets (``ctx.registry`` and the run guard
+        whose tools use it) is counted once.
+        """
+        self._watching.attach(*targets)
 
     def wrap(self, name: str, fn: Callable[..., Any], *, write: bool = False) -> Callable[..., Any]:
         """A plain Python tool with the scenario's faults for ``tool = name``, counted.
@@ -143,9 +149,7 @@ class ExerciseContext:
                 self._again += 1
 
     def _close(self) -> None:
-        for detach in self._detach:
-            detach()
-        self._detach.clear()
+        self._watching.close()
         self.registry.close()
 
 

@@ -164,6 +164,61 @@ def test_a_failure_retried_without_new_evidence_is_a_repeat():
     )
 
 
+PYTEST = Action("bash", "fp-pytest")
+EDIT = Action("bash", "fp-sed-i", risk="reversible_write")
+
+
+def test_a_write_in_between_is_new_evidence():
+    """Issue 33, item 4: an edit between two identical test runs is new evidence: the
+    rerun follows a change of the world, although it prints the same thing."""
+    run = done(RunState.start("t", 0), PYTEST, evidence="1 failed")
+    run = done(run, PYTEST, 1, evidence="1 failed")
+    assert check(run, PYTEST, Budget(), 2).repeat == 1  # nothing changed: a repeat
+    run = done(run, EDIT, 2)  # an edit that prints nothing
+    assert check(run, PYTEST, Budget(), 3).repeat == 0
+    run = done(run, PYTEST, 3, evidence="1 failed")
+    assert check(run, PYTEST, Budget(), 4).repeat == 1  # nothing changed since
+
+
+def test_an_unknown_write_in_between_is_new_evidence():
+    """A write whose outcome is unknown may have changed the world: new evidence too."""
+    run = done(RunState.start("t", 0), PYTEST)
+    run = done(run, EDIT, 1, outcome="unknown")
+    assert check(run, PYTEST, Budget(), 2).repeat == 0
+    assert check(done(RunState.start("t", 0), PYTEST), PYTEST, Budget(), 1).repeat == 1
+
+
+@pytest.mark.parametrize("outcome", ["failure", "ignored"])
+def test_a_write_that_certainly_did_not_happen_is_no_evidence(outcome):
+    """A write that failed (nothing was sent) or was refused by its own check changed
+    nothing: the rerun is a repeat."""
+    run = done(RunState.start("t", 0), PYTEST)
+    run = done(run, EDIT, 1, outcome=outcome)
+    assert check(run, PYTEST, Budget(), 2).repeat == 1
+
+
+def test_a_writes_own_change_does_not_license_it_again():
+    """The same edit made twice in a row, nothing else between: a repeat (its own change
+    is no reason to make it again)."""
+    run = done(RunState.start("t", 0), EDIT)
+    assert check(run, EDIT, Budget(), 1).repeat == 1
+    run = done(run, EDIT, 1)
+    assert check(run, EDIT, Budget(), 2).repeat == 2
+
+
+def test_edit_and_test_is_iteration_not_a_loop():
+    """edit/test/edit/test with the same output is not a loop after two passes: each
+    edit changed the world. The same edit again after a test that printed the same thing
+    is: nothing new since that test began."""
+    budget = Budget(classes=OPEN_CLASSES)
+    run = allowed_run(budget, [EDIT, PYTEST, EDIT], evidence=[None, "same", None])
+    assert check(run, PYTEST, budget, 3).allowed
+    run = done(run, PYTEST, 3, evidence="same")
+    decision = check(run, EDIT, budget, 4)
+    assert decision.stop is not None
+    assert decision.stop.detail == "cycle [bash, bash] repeated 2 times without new evidence"
+
+
 def test_a_class_repeat_limit_wins_over_the_budget_one():
     """Irreversible actions allow 0 repeats although the budget allows 2."""
     budget = Budget()
@@ -226,6 +281,39 @@ def test_a_four_cycle_is_a_loop():
     assert decision.stop.detail == (
         "cycle [search, refine, fetch, rank] repeated 2 times (loop_cycles=2)"
     )
+
+
+SKU_A = "3f2a1c0d" + "0" * 56
+SKU_B = "9b07de55" + "1" * 56
+
+
+def test_a_cycle_of_one_tool_names_the_arguments_that_differed():
+    """check_stock(A), check_stock(B), check_stock(A), then B again: the stop names each
+    call by a short digest of its action (tool and arguments), so the two differ."""
+    budget = Budget()
+    a, b = Action("check_stock", SKU_A), Action("check_stock", SKU_B)
+    run = RunState.start("t", 0)
+    for n, action in enumerate((a, b, a)):
+        assert check(run, action, budget, n).allowed
+        run = done(run, action, n, evidence=None)
+    decision = check(run, b, budget, 3)
+    assert decision.stop is not None
+    assert decision.stop.detail == (
+        "cycle [check_stock (arguments 3f2a1c0d), check_stock (arguments 9b07de55)] "
+        "repeated 2 times without new evidence"
+    )
+
+
+def test_a_cycle_of_different_tools_reads_as_before():
+    """Tools that differ are named by name alone: nothing else to tell apart."""
+    budget = Budget()
+    a, b = Action("search", SKU_A), Action("refine", SKU_B)
+    run = RunState.start("t", 0)
+    for n, action in enumerate((a, b, a)):
+        run = done(run, action, n, evidence=None)
+    decision = check(run, b, budget, 3)
+    assert decision.stop is not None
+    assert decision.stop.detail == "cycle [search, refine] repeated 2 times without new evidence"
 
 
 def test_aabb_is_not_a_cycle():

@@ -508,7 +508,8 @@ def test_drain_prune_done_with_a_bad_bound_is_one_error_line(shared, capsys, bou
     _hand_made(store, "q-old", "done")
     assert main(["drain", "--store", url, "--prune-done", bound]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --prune-done must be a duration such as 7d, 12h, 30m or ")
+    assert err.startswith("error: toolbreaker drain: argument --prune-done: must be a duration ")
+    assert "7d, 12h, 30m, 90s or 3600 (seconds)" in err
     assert err.count("\n") == 1
     assert store.record_get(QUEUE, "q-old") is not None
 

@@ -51,7 +51,7 @@ def test_same_key_same_breaker(tmp_path):
     for t in threads:
         t.join()
     assert len({id(b) for b in seen}) == 1
-    assert registry.get("search", "read") is not registry.get("search", "write")
+    assert registry.get("search", "read") is not registry.get("search", "write", exact=True)
 
 
 def test_sheet_rows_configure_breakers(tmp_path):

@@ -169,6 +169,24 @@
     return td;
   }
 
+  // The breaker's names; under them, when they apply, that it runs on the sheet's
+  // defaults (no row of its own) and the exceptions its classifier never counted.
+  function breakerCell(r) {
+    const td = h("td", { class: "breaker", title: printable(r.dependency + " · " + r.operation + " · tool " + r.tool) },
+      h("div", { class: "dep" }, r.dependency),
+      h("div", { class: "tool muted" }, r.operation + " · tool " + r.tool));
+    if (r.on_defaults) {
+      td.append(h("div", { class: "flag on-defaults", title: "the boundary sheet has no row for this breaker: it runs on [defaults]" },
+        "on sheet defaults"));
+    }
+    const unknown = Object.entries(r.unclassified || {}).sort((a, b) => b[1] - a[1]);
+    if (unknown.length) {
+      const text = "unclassified: " + unknown.map(([k, v]) => k + " ×" + v).join(", ");
+      td.append(h("div", { class: "flag unclassified", title: printable(text + " (never counted toward opening: classify them)") }, text));
+    }
+    return td;
+  }
+
   // A cell whose text may be cut on screen; its whole text is its tooltip.
   function cut(text, cls) {
     const shown = printable(text);
@@ -186,9 +204,7 @@
       // Rows act as buttons (click, Enter or Space when focused): one listener on the table.
       const tr = h("tr", { "data-key": r.key, "data-phase": r.phase, tabIndex: 0,
         class: r.key === selected ? "selected" : "", "aria-selected": String(r.key === selected) },
-        h("td", { class: "breaker", title: printable(r.dependency + " · " + r.operation + " · tool " + r.tool) },
-          h("div", { class: "dep" }, r.dependency),
-          h("div", { class: "tool muted" }, r.operation + " · tool " + r.tool)),
+        breakerCell(r),
         stateCell(r),
         noticeCell("degrade", r.notices && r.notices.degrade),
         noticeCell("limit", r.notices && r.notices.limit),

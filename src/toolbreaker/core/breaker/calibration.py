@@ -11,6 +11,10 @@ stream); no clock is read, ``until`` closes the last interval. Per breaker key:
   the cooldown is shorter than the provider's recovery, so the breaker flaps);
 - qualifying failures by class, when the caller knows the classes: a breaker that trips
   on ``http-4xx`` has a classifier problem, not a threshold problem;
+- unclassified exceptions by type, when the caller knows the classes: an exception the
+  classifier does not know (class ``unknown-exception:<Type>``) never counts toward
+  opening, so ten ``MyAPIError`` leave the breaker closed; the finding says to classify
+  it;
 - model compliance: how often a tool was called again while the cooldown the model had
   been given (``retry_after_seconds``) had not passed. While a breaker is open every
   rejection with reason ``cooldown`` is such a re-call: the model was told "unavailable,
@@ -38,16 +42,23 @@ __all__ = [
     "MIN_SPAN_MS",
     "OPEN_SHARE",
     "RATE_SPAN_MS",
+    "UNCLASSIFIED",
     "Compliance",
     "Finding",
     "Signals",
     "calibrate",
     "compliance",
+    "count_class",
     "covered_by",
     "findings",
     "is_client_error",
     "opens_rate",
+    "unclassified_type",
 ]
+
+#: The failure class of an exception the classifier does not know, before its type:
+#: ``unknown-exception:MyAPIError``. It is ``ignored``: it never counts toward opening.
+UNCLASSIFIED: Final = "unknown-exception"
 
 #: Above this half-open reopen ratio the cooldown is too short.
 FLAPPING_RATIO: Final = 0.7
@@ -121,6 +132,37 @@ def is_client_error(failure_class: str) -> bool:
     return len(code) == 3 and code.startswith("4") and code not in ("408", "429")
 
 
+def unclassified_type(failure_class: str) -> str | None:
+    """The exception type of an unclassified outcome's class (``MyAPIError``), else ``None``."""
+    prefix, colon, name = failure_class.partition(":")
+    return name or None if prefix == UNCLASSIFIED and colon else None
+
+
+def count_class(
+    failures: dict[str, dict[str, int]],
+    unclassified: dict[str, dict[str, int]],
+    record: Transition,
+    failure_class: str | None,
+) -> None:
+    """Count one record's class, from an event stream entry, for :func:`calibrate`.
+
+    A qualifying failure counts by class in ``failures``; an outcome the classifier did
+    not know (``ignored``, class ``unknown-exception:<Type>``) by type in
+    ``unclassified``; both per breaker key. Anything else counts nothing.
+    """
+    if failure_class is None:
+        return
+    kind = record.event.type
+    if kind == "failure":
+        per = failures.setdefault(record.dependency, {})
+        per[failure_class] = per.get(failure_class, 0) + 1
+        return
+    name = unclassified_type(failure_class) if kind == "ignored" else None
+    if name is not None:
+        per = unclassified.setdefault(record.dependency, {})
+        per[name] = per.get(name, 0) + 1
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Signals:
     """The calibration numbers of one breaker key over ``span_ms``.
@@ -138,6 +180,8 @@ class Signals:
             model had been told.
         early_recall_episodes: open episodes with at least one early re-call.
         failures_by_class: qualifying failures by class (empty when classes are unknown).
+        unclassified: outcomes the classifier did not know, by exception type: they
+            never counted toward opening (empty when classes are unknown).
     """
 
     key: str
@@ -151,6 +195,7 @@ class Signals:
     early_recalls: int
     early_recall_episodes: int
     failures_by_class: Mapping[str, int]
+    unclassified: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def opens_per_hour(self) -> float:
@@ -190,6 +235,7 @@ class Signals:
             "early_recalls": self.early_recalls,
             "early_recall_episodes": self.early_recall_episodes,
             "failures_by_class": dict(sorted(self.failures_by_class.items())),
+            "unclassified": dict(sorted(self.unclassified.items())),
         }
 
 
@@ -215,6 +261,7 @@ def calibrate(
     failure_classes: Mapping[str, Mapping[str, int]] | None = None,
     *,
     until: int | None = None,
+    unclassified: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[str, Signals]:
     """The signals of every breaker key in ``records`` (in order per key).
 
@@ -222,6 +269,8 @@ def calibrate(
         records: transition records; their ``at`` never decreases per key.
         failure_classes: per key, qualifying failures by class, when known.
         until: the instant the observation ends (default: each key's last record).
+        unclassified: per key, outcomes the classifier did not know by exception type,
+            when known (:func:`count_class` counts both from a stream).
     """
     tallies: dict[str, _Tally] = {}
     for record in records:
@@ -250,6 +299,7 @@ def calibrate(
             tally.half_opens += 1
         tally.phase, tally.since = record.to_phase, at
     classes = failure_classes or {}
+    unknown = unclassified or {}
     out: dict[str, Signals] = {}
     for key, tally in tallies.items():
         end = max(tally.last, until if until is not None else tally.last)
@@ -266,6 +316,7 @@ def calibrate(
             early_recalls=tally.recalls,
             early_recall_episodes=tally.recall_episodes,
             failures_by_class=dict(classes.get(key, {})),
+            unclassified=dict(unknown.get(key, {})),
         )
     return out
 
@@ -276,7 +327,8 @@ class Finding:
 
     Attributes:
         key: the breaker key.
-        rule: ``flapping``, ``mostly-open``, ``client-errors`` or ``model-recalls``.
+        rule: ``flapping``, ``mostly-open``, ``client-errors``, ``unclassified`` or
+            ``model-recalls``.
         message: the finding in words, with its numbers.
         advice: what to change.
     """
@@ -344,6 +396,18 @@ def findings(
                     f"errors ({named}) and the breaker opened {s.opens} times",
                     "fix the classifier: a 4xx is the caller's mistake, not the provider's "
                     "health; make it non-qualifying",
+                )
+            )
+        for name, count in sorted(s.unclassified.items(), key=lambda item: (-item[1], item[0])):
+            out.append(
+                Finding(
+                    key,
+                    "unclassified",
+                    f"`{name}` was raised {count} {'time' if count == 1 else 'times'} by {key} "
+                    "and never counted",
+                    f"classify it: a classifier that says whether {name} means {key} is "
+                    "unhealthy (a failure that counts) or not (ignored on purpose); unknown "
+                    "exceptions never count toward opening",
                 )
             )
         if s.early_recalls:

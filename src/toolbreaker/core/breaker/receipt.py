@@ -39,7 +39,7 @@ from toolbreaker.core.breaker.state import (
     Transition,
     opened,
 )
-from toolbreaker.core.breaker.trace import PLAIN_LINE, parse_line
+from toolbreaker.core.breaker.trace import PLAIN_LINE, no_events, parse_line
 from toolbreaker.core.canonical import sha256_hex
 from toolbreaker.core.files import iter_line_blocks, loads_json, read_text, shown
 from toolbreaker.errors import PolicyError, ReceiptError, TraceError
@@ -198,6 +198,10 @@ class Replay:
         ``blocks``, when given, are the lines of ``path`` as
         :func:`~toolbreaker.core.files.iter_line_blocks` gives them (a reader that bounds
         or stops the reading).
+
+        Raises:
+            TraceError: a line that cannot be replayed (with its file and line), or a
+                trace without a single event (:func:`~toolbreaker.core.breaker.trace.no_events`).
         """
         match = PLAIN_LINE.fullmatch
         ledgers = self._ledgers
@@ -206,8 +210,11 @@ class Replay:
         feed = self.feed
         if blocks is None:
             blocks = iter_line_blocks(path, TraceError)
+        anything = False  # a line that is not blank: an event, or an error
         for first, lines in blocks:
             number = first - 1
+            if not anything:
+                anything = any(not line.isspace() and line for line in lines)
             try:
                 for line in lines:
                     number += 1
@@ -262,6 +269,8 @@ class Replay:
             except TraceError as exc:
                 exc.file, exc.line = path, number
                 raise
+        if not anything:
+            raise no_events(path)
 
     def _seen_check(self) -> Callable[[Ledger, str, str], bool]:
         """The function :meth:`feed_trace` asks whether a call id was requested before."""

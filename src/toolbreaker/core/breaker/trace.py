@@ -10,6 +10,8 @@ without one gets a generated id, an outcome without one settles the oldest unset
 call of its dependency); ``retry_after_ms`` may accompany a failure and ``duration_ms``
 (how long the call took, for slow-call rules) a success. Blank lines are
 skipped. Anything else is a :class:`~toolbreaker.errors.TraceError` naming the line.
+A trace that holds no event at all judges nothing: the commands that replay one refuse
+it (:func:`no_events`), since an empty receipt would read as an all-clear.
 
 Limits: a line holds at most :data:`~toolbreaker.core.files.MAX_LINE_BYTES`; times and
 ``retry_after_ms`` are at most :data:`MAX_TIME_MS` (2**53 - 1, the largest integer every
@@ -34,6 +36,7 @@ __all__ = [
     "PLAIN_LINE",
     "TRACE_TYPES",
     "iter_trace",
+    "no_events",
     "parse_event",
     "parse_line",
     "parse_lines",
@@ -122,6 +125,15 @@ def parse_event(data: object) -> Event:
         duration_ms=duration,
         reason=reason,
         health_check=health,
+    )
+
+
+def no_events(path: str | Path) -> TraceError:
+    """The error of a trace file without a single event (empty, or blank lines only)."""
+    return TraceError(
+        "the trace holds no event, so there is nothing to judge (an empty trace is not "
+        "an all-clear)",
+        file=str(path),
     )
 
 

@@ -182,8 +182,8 @@ class Tally:
         fingerprint: the action's fingerprint.
         occurrences: how many times it began.
         evidence: the run's evidence count when its last occurrence began; for a write,
-            raised to the count after its result when that occurrence finished. A new
-            occurrence with the run's evidence still at this value is a repeat.
+            raised to the count after its result (and its own change) when it finished.
+            A new occurrence with the run's evidence still at this value is a repeat.
         repeats: the repeat number of its last occurrence.
     """
 

@@ -9,9 +9,9 @@ with at most 18 decimal places.
 from __future__ import annotations
 
 import decimal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
-from typing import Final, Literal, TypeVar, get_args
+from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
 
 from toolbreaker.errors import PolicyError, RunStateError
 
@@ -21,12 +21,16 @@ __all__ = [
     "RISK_CLASSES",
     "WRITES",
     "ZERO",
+    "Risk",
     "RiskClass",
     "RiskMap",
+    "RiskOf",
     "as_amount",
     "as_count",
     "as_name",
     "as_risk",
+    "call_risk",
+    "check_risk",
     "decimal_text",
     "exact_sum",
     "policy_amount",
@@ -37,6 +41,12 @@ __all__ = [
 
 #: How much damage a tool call can do: a read, a write that can be undone, or not.
 RiskClass = Literal["read", "reversible_write", "irreversible"]
+
+#: A tool's risk as a function of one call's arguments: each call's class (a shell tool's
+#: ``cat`` reads, its ``sed -i`` writes; :func:`toolbreaker.shell_risk_of`).
+RiskOf: TypeAlias = Callable[[Mapping[str, Any]], RiskClass]
+#: What a tool's ``risk=`` may be: one class for every call, or a function of the call.
+Risk: TypeAlias = RiskClass | RiskOf
 
 #: The risk classes, in the order they are listed everywhere.
 RISK_CLASSES: Final[tuple[RiskClass, ...]] = get_args(RiskClass)
@@ -186,6 +196,38 @@ def as_risk(value: object, field: str) -> RiskClass:
             f"{field} must be one of {', '.join(RISK_CLASSES)}, got {value!r}", field=field
         )
     return value
+
+
+def check_risk(risk: object, where: str) -> None:
+    """Check a tool's ``risk=``: one of :data:`RISK_CLASSES`, or a function of the call.
+
+    Raises:
+        PolicyError: anything else, naming ``where`` (``bash.risk``).
+    """
+    if callable(risk) or risk in RISK_CLASSES:
+        return
+    raise PolicyError(
+        f"{where} must be one of {', '.join(RISK_CLASSES)}, or a function of the call's "
+        f"arguments that answers one, got {risk!r}",
+        field=where,
+    )
+
+
+def call_risk(risk: Risk, args: Mapping[str, Any], where: str) -> RiskClass:
+    """The class of one call: ``risk`` itself, or what the function answers for ``args``.
+
+    Raises:
+        PolicyError: the function answered no class (its own exceptions propagate).
+    """
+    if not callable(risk):
+        return risk
+    found = risk(args)
+    if found not in RISK_CLASSES:
+        raise PolicyError(
+            f"{where}: the risk function answered {found!r}, not one of {', '.join(RISK_CLASSES)}",
+            field=where,
+        )
+    return found
 
 
 def times(n: int) -> str:

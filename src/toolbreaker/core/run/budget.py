@@ -4,9 +4,10 @@ Theory of operation
 -------------------
 A *run* is one user task. :class:`RunState` counts what the run has done: tool calls in
 total and per risk class, cost, writes whose outcome is unknown, the distinct results
-it has observed (its *evidence*), its recent actions and, per action fingerprint, how
-often that action came back without new evidence. :class:`Budget` says how far a run
-may go. Three pure functions move a run forward, one tool call at a time::
+it has observed and the changes it may have made (its *evidence*), its recent actions
+and, per action fingerprint, how often that action came back without new evidence.
+:class:`Budget` says how far a run may go. Three pure functions move a run forward, one
+tool call at a time::
 
     decision = check(run, action, budget, now)   # before: may this action run?
     run = begin(run, action, now)                # it runs: count the attempt
@@ -23,15 +24,19 @@ function under a lock or in a transaction.
 
 Evidence, repeats and loops
 ---------------------------
-``finish`` reports a digest of the observed result; the run's ``evidence`` grows only
-when that digest was never seen in the run. An action whose fingerprint comes back while
-``evidence`` has not grown since its previous occurrence is a repeat; a repeat number
-above the applicable ``max_repeats`` stops the run (new evidence resets the number to 0,
-the first occurrence is never a repeat). For a read, "since" counts from when the
-previous occurrence began, so its own new result licenses the next one (a status that
-changed, the next message of a queue); for a write it counts from when the previous
-occurrence finished, because a write's own result (a receipt, a fresh id) is no reason
-to write again.
+``finish`` reports a digest of the observed result; the run's ``evidence`` grows when
+that digest was never seen in the run, and when the call may have changed the world: a
+write (by its risk class, which may be the call's own: a shell command that edits a
+file) that succeeded or whose outcome is unknown (:func:`changes_world`). An action
+whose fingerprint comes back while ``evidence`` has not grown since its previous
+occurrence is a repeat; a repeat number above the applicable ``max_repeats`` stops the
+run (new evidence resets the number to 0, the first occurrence is never a repeat). So a
+test command run again after an edit is iteration, not a repeat, even when it prints
+the same thing (or nothing). For a read, "since" counts from when the previous
+occurrence began, so its own new result licenses the next one (a status that changed,
+the next message of a queue); for a write it counts from when the previous occurrence
+finished, because a write's own result (a receipt, a fresh id) and its own change are no
+reason to write again.
 
 A cycle of 2 to 4 distinct fingerprints that the candidate action completes
 ``loop_cycles`` times in a row is a loop; 2 times are enough when ``evidence`` has not
@@ -92,7 +97,18 @@ from toolbreaker.core.run._values import (
     policy_amount,
     policy_int,
 )
-from toolbreaker.core.run.limits import Decision, add_cost, admit, begin, check, finish, stop
+from toolbreaker.core.run.limits import (
+    Decision,
+    Needs,
+    add_cost,
+    admit,
+    begin,
+    changes_world,
+    check,
+    finish,
+    needs,
+    stop,
+)
 from toolbreaker.core.run.state import (
     EVIDENCE_LIMIT,
     HISTORY_LIMIT,
@@ -131,6 +147,7 @@ __all__ = [
     "ClassLimits",
     "Decision",
     "ModelPrice",
+    "Needs",
     "Outcome",
     "Prices",
     "RiskClass",
@@ -141,8 +158,10 @@ __all__ = [
     "add_cost",
     "admit",
     "begin",
+    "changes_world",
     "check",
     "finish",
+    "needs",
     "stop",
 ]
 

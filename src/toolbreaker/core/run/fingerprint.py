@@ -452,17 +452,21 @@ def write_key(
     *,
     task: str = "",
     rules: FingerprintRules | None = None,
+    call: int | None = None,
 ) -> str:
     """The idempotency key of one intended write.
 
     With declared ``business_key`` fields the key is global: the same business action is
     never performed twice, whichever task tries. Without, it is the canonical action
-    (volatile and prose fields stripped) scoped to ``task``.
+    (volatile and prose fields stripped) scoped to ``task``; with ``call`` (the run's step
+    number of a generic tool's write: a shell command), scoped to that call too, so the
+    same command made again is a write of its own.
     """
     if business_key:
         return idempotency_key(tool, business_key_of(args, business_key))
     canonical = canonical_action(tool, args, rules)["args"]
-    return idempotency_key(tool, canonical or {"tool": tool}, scope=task)
+    scope = task if call is None else f"{task}\n#call {call}"
+    return idempotency_key(tool, canonical or {"tool": tool}, scope=scope)
 
 
 # --- evidence ----------------------------------------------------------------------------

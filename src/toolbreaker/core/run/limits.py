@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.run._values import (
     DIGEST_LENGTH,
@@ -34,6 +34,7 @@ from toolbreaker.core.run.state import (
     EVIDENCE_LIMIT,
     HISTORY_LIMIT,
     MAX_CYCLE,
+    MAX_LOOP_CYCLES,
     OUTCOMES,
     PRECEDENCE,
     TALLY_LIMIT,
@@ -50,7 +51,20 @@ if TYPE_CHECKING:
     # Only for annotations: the budget module re-exports this one's names.
     from toolbreaker.core.run.budget import Budget
 
-__all__ = ["PRECEDENCE", "Decision", "add_cost", "admit", "begin", "check", "finish", "stop"]
+__all__ = [
+    "DIGEST_DIGITS",
+    "PRECEDENCE",
+    "Decision",
+    "Needs",
+    "add_cost",
+    "admit",
+    "begin",
+    "changes_world",
+    "check",
+    "finish",
+    "needs",
+    "stop",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -108,8 +122,30 @@ def _repeat(run: RunState, i: int) -> int:
     return run.tallies[i].repeats + 1
 
 
-def _loop(run: RunState, action: Action, budget: Budget) -> str | None:
-    """Describe the loop ``action`` would complete, or return ``None``."""
+#: Hex digits of an action's fingerprint that tell two calls of one tool apart in a stop.
+DIGEST_DIGITS: Final = 8
+
+
+def _cycle_names(calls: Sequence[Attempt | Action]) -> str:
+    """The calls of one pass of a cycle, as a stop's detail names them.
+
+    By tool name; a tool that comes back within the pass with other arguments (the
+    calls of a cycle are distinct actions) is told apart by the first
+    :data:`DIGEST_DIGITS` hex digits of each call's fingerprint, a digest of the tool and
+    its canonical arguments that shows no argument (the packet has the whole
+    fingerprint): ``check_stock (arguments 3f2a1c0d)``.
+    """
+    tools = [call.tool for call in calls]
+    return ", ".join(
+        f"{call.tool} (arguments {call.fingerprint[:DIGEST_DIGITS]})"
+        if tools.count(call.tool) > 1
+        else call.tool
+        for call in calls
+    )
+
+
+def _loop(run: RunState, action: Action, loop_cycles: int) -> str | None:
+    """Describe the loop ``action`` would complete (under ``loop_cycles``), or ``None``."""
     history = run.history
     sequence = [attempt.fingerprint for attempt in history]
     sequence.append(action.fingerprint)
@@ -120,12 +156,12 @@ def _loop(run: RunState, action: Action, budget: Budget) -> str | None:
         if len(set(pattern)) != n:
             continue
         times = 1
-        while times < budget.loop_cycles and sequence[-(times + 1) * n : -times * n] == pattern:
+        while times < loop_cycles and sequence[-(times + 1) * n : -times * n] == pattern:
             times += 1
         # history[-(n - 1)] began the last pass; the candidate action closes it.
-        tools = ", ".join([attempt.tool for attempt in history[-(n - 1) :]] + [action.tool])
-        if times >= budget.loop_cycles:
-            return f"cycle [{tools}] repeated {times} times (loop_cycles={budget.loop_cycles})"
+        tools = _cycle_names([*history[-(n - 1) :], action])
+        if times >= loop_cycles:
+            return f"cycle [{tools}] repeated {times} times (loop_cycles={loop_cycles})"
         if times >= 2 and run.evidence == history[-(n - 1)].evidence:
             return f"cycle [{tools}] repeated {times} times without new evidence"
     return None
@@ -167,7 +203,7 @@ def _crossing(
             f"{risk} call {run.class_calls[risk] + 1} ({action.tool}) exceeds "
             f"classes.{risk}.max_calls={limits.max_calls}"
         )
-    loop = _loop(run, action, budget)
+    loop = _loop(run, action, budget.loop_cycles)
     if loop is not None:
         return "loop", loop
     limit, name = budget.repeats_for(risk)
@@ -216,6 +252,65 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
         allowed=False,
         stop=Stop(condition, detail, now, action.risk, action.fingerprint),
         repeat=repeat,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Needs:
+    """What an action needs from a budget not to be refused now: the least of each limit.
+
+    The inverse of :func:`check`, for calibrating a budget on recorded runs
+    (:mod:`toolbreaker.core.run.calibration`): the action passes a limit exactly when the
+    limit is at least (for a cost or the deadline: above) the need.
+
+    Attributes:
+        calls: ``max_tool_calls`` at least this: the run's tool calls with this one.
+        class_calls: its class's ``max_calls`` at least this.
+        repeats: its class's repeat limit at least this: its repeat number.
+        loop_cycles: ``loop_cycles`` at least this; 0: it completes no cycle; above
+            :data:`~toolbreaker.core.run.state.MAX_LOOP_CYCLES`: a loop under any (a
+            cycle completed twice without new evidence, or more often than any limit).
+        cost: ``max_cost`` above this: the cost spent before it.
+        class_cost: its class's ``max_cost`` above this.
+        elapsed: ``deadline_ms`` above this: ms since the run started.
+        blocked: a write refused by the write breaker under the budget it was measured
+            with (too many writes of unknown outcome): only the deadline can stop the run
+            at it, the other limits are not asked.
+    """
+
+    calls: int
+    class_calls: int
+    repeats: int
+    loop_cycles: int
+    cost: Decimal
+    class_cost: Decimal
+    elapsed: int
+    blocked: bool = False
+
+
+def needs(run: RunState, action: Action, budget: Budget, now: int) -> Needs:
+    """What ``action`` needs from a budget to run next (see :class:`Needs`).
+
+    ``budget`` decides only what is not a limit to calibrate: whether writes are blocked
+    (``max_uncertain_side_effects``).
+
+    Raises:
+        RunStateError: ``now`` is not an integer or lies before the run's start.
+    """
+    _check_now(run, now)
+    risk = action.risk
+    # The least loop_cycles it passes (a loop at n is one at every lower n); 0: any.
+    passes = (n for n in range(2, MAX_LOOP_CYCLES + 1) if _loop(run, action, n) is None)
+    loop = next(passes, MAX_LOOP_CYCLES + 1)
+    return Needs(
+        calls=run.calls + 1,
+        class_calls=run.class_calls[risk] + 1,
+        repeats=_repeat(run, _tally(run, action.fingerprint)),
+        loop_cycles=0 if loop == 2 else loop,
+        cost=run.cost,
+        class_cost=run.class_cost[risk],
+        elapsed=now - run.started_at,
+        blocked=risk in WRITES and run.uncertain > budget.max_uncertain_side_effects,
     )
 
 
@@ -271,6 +366,7 @@ def finish(
     evidence: str | None = None,
     cost: Decimal | int | str | None = None,
     also: Mapping[str, Any] | None = None,
+    made: bool = True,
 ) -> RunState:
     """Record how a begun action ended.
 
@@ -285,6 +381,8 @@ def finish(
         cost: the call's cost, recorded in total and against the action's risk class.
         also: other fields of the state to set in the same change (a settled
             reservation); not together with ``cost``.
+        made: the call was made in this run; ``False`` for a write answered from the
+            journal (made by an earlier run: it changes nothing now).
 
     Returns:
         The run with the outcome recorded.
@@ -310,6 +408,8 @@ def finish(
         else:
             count += 1
             digests = (*digests, digest)[-EVIDENCE_LIMIT:]
+    if made and changes_world(action, outcome):
+        count += 1  # the world may have changed: new evidence for every other action
     tallies = run.tallies
     if action.risk in WRITES:
         # A write's own result (a receipt, a new id) is no reason to write again.
@@ -327,6 +427,20 @@ def finish(
         **({} if cost is None else _costs(run, cost, action.risk)),
         **(also or {}),
     )
+
+
+def changes_world(action: Action, outcome: Outcome) -> bool:
+    """Whether a call that ended with ``outcome`` may have changed the world.
+
+    A write (its risk class says it changes state, see :data:`WRITES`) that succeeded, or
+    whose outcome is unknown (it may have committed), did; a write that failed (nothing
+    was sent) or was refused by its own check (``ignored``) did not, nor does a read.
+    Such a change is new evidence for every action that comes back after it.
+    """
+    return action.risk in WRITES and outcome in _MADE
+
+
+_MADE: Final = frozenset({"success", "unknown"})
 
 
 def add_cost(

@@ -93,6 +93,7 @@ __all__ = [
     "ANSWERED",
     "EVENT_TYPES",
     "JOURNAL_STATUSES",
+    "NOT_ASKED",
     "VERDICTS",
     "RunDecision",
     "RunEvent",
@@ -138,6 +139,9 @@ EVENT_TYPES: Final = (
 ANSWERED: Final = frozenset({"request", "reserve", "dependency-down", "stop", "extend"})
 #: Journal statuses a shell may report with a write request (the write protocol's).
 JOURNAL_STATUSES: Final = protocol.STATUSES
+#: The verdicts a write request gets from its journal entry alone: the budget is not
+#: asked (no limit is checked, nothing is counted but the step).
+NOT_ASKED: Final[frozenset[Verdict]] = frozenset({"reconcile", "queued", "handed-off"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -341,7 +345,7 @@ def _request(
     # RunEvent validated the status against the protocol's.
     status = cast("protocol.Status | None", event.journal if action.risk in WRITES else None)
     answer = protocol.on_request(status)
-    if answer == "reconcile" or answer == "queued" or answer == "handed-off":  # noqa: PLR1714
+    if answer in NOT_ASKED:
         # Never made here: its outcome is unknown (only a status check may look), or a
         # drainer or a person owns it.
         return dataclasses.replace(run, steps=step), RunDecision(answer, step=step)
@@ -349,7 +353,8 @@ def _request(
     if answer == "journal":
         if decision.allowed:
             run = budgets.begin(run, action, at, steps=step)
-            run = budgets.finish(run, action, "success", at, evidence=event.evidence)
+            # Made by an earlier run: its result is evidence, but nothing changed now.
+            run = budgets.finish(run, action, "success", at, evidence=event.evidence, made=False)
             return run, RunDecision("journal", repeat=decision.repeat, step=step)
         assert decision.stop is not None
         if decision.stop.condition == "uncertain-side-effect":

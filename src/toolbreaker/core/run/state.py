@@ -1,11 +1,12 @@
 """A run's state: what one task has done so far, as the budget's decisions see it.
 
 :class:`RunState` counts what the run has done: tool calls in total and per risk class,
-cost, writes whose outcome is unknown, the distinct results it has observed (its
-*evidence*), its recent actions and, per action fingerprint, how often that action came
-back without new evidence; and why it stopped or blocks writes. The decisions that move
-it are :mod:`toolbreaker.core.run.limits` (``check``, ``begin``, ``finish``) and the run
-machine (:mod:`toolbreaker.core.run.machine`); the limits are a
+cost, writes whose outcome is unknown, the distinct results it has observed and the
+changes it may have made (its *evidence*), its recent actions and, per action
+fingerprint, how often that action came back without new evidence; and why it stopped
+or blocks writes. The decisions that move it are :mod:`toolbreaker.core.run.limits`
+(``check``, ``begin``, ``finish``) and the run machine
+(:mod:`toolbreaker.core.run.machine`); the limits are a
 :class:`~toolbreaker.core.run.budget.Budget`.
 
 The state stays small whatever the agent does (see :data:`HISTORY_LIMIT`,
@@ -150,7 +151,8 @@ class RunState:
         cost: the cost recorded so far, tool calls and model steps.
         class_cost: the part of ``cost`` recorded against each risk class.
         uncertain: writes whose outcome was unknown.
-        evidence: distinct results observed so far.
+        evidence: new evidence observed so far: distinct results, and calls that may
+            have changed the world (writes made or of unknown outcome).
         recovery_calls: recovery reads begun after the run stopped.
         history: the last :data:`HISTORY_LIMIT` actions begun, oldest first.
         tallies: per fingerprint, the :data:`TALLY_LIMIT` most recently begun, oldest first.

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
+from toolbreaker.core.breaker.calibration import unclassified_type
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.predicates import IdleWindow, idle_window, is_quiet
 from toolbreaker.core.breaker.predicates import retry_after_ms as core_retry_after_ms
@@ -31,14 +32,23 @@ from toolbreaker.core.breaker.state import (
     opened,
     reopened,
 )
+from toolbreaker.core.files import printable
 from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.core.run.retrying import ModelRetries
-from toolbreaker.errors import CircuitOpen, PermitError, PolicyError, StoreUnavailable
+from toolbreaker.errors import (
+    AsyncCallError,
+    CircuitOpen,
+    PermitError,
+    PolicyError,
+    StoreUnavailable,
+)
 from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._log import hook_failed
+from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._process import process_token
 from toolbreaker.runtime._result import retry_after_seconds, unavailable_result
 from toolbreaker.runtime._step import StepObservers, no_deadline
+from toolbreaker.runtime._sync_path import NOT_AWAITED_DETAIL
 from toolbreaker.runtime.breaker._boundary import Boundary, Enforce, check_seconds
 from toolbreaker.runtime.breaker._bulkhead import SATURATED, STORE_DOWN, Bulkhead, Slot
 from toolbreaker.runtime.breaker._classify import SUCCESS, Kind, Verdict
@@ -94,6 +104,8 @@ UNSET: Final[Any] = object()
 _LATE: Final = Verdict("ambiguous", "late-result")
 _PREDICATE_ERROR: Final = Verdict("ambiguous", "predicate-error")
 _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
+#: A sync call that returned an awaitable ran nothing: never a success, no evidence either.
+_NOT_AWAITED: Final = Verdict("ignored", NOT_AWAITED_DETAIL)
 
 
 class Rejection:
@@ -446,6 +458,8 @@ class Admission:
             idle = self._idle_at(state, now)
             if idle is not None:
                 stats.rejected += 1
+                if (tally := self._view.tally) is not None:
+                    tally.reject(state, now)  # a quiet rejection of the history
                 wait = None if idle.admits_at is None else idle.admits_at - now
                 return Rejection(self, idle.reason, wait, state.operator_reason)
             if self._remember_quiet(state) and view.lease.until_ms > (
@@ -563,10 +577,21 @@ class Admission:
             self.stats.failures[verdict.detail] = self.stats.failures.get(verdict.detail, 0) + 1
             if verdict is _LATE:
                 self.stats.late_results += 1
+            elif kind == "ignored":
+                self._unclassified(verdict.detail)
         elif not self._listeners:
             state = self._view.state
             if state is not None and (state is self._quiet or self._remember_quiet(state)):
+                if (tally := self._view.tally) is not None:
+                    tally.settled(permit.call, state, now, permit.generation)
                 return None
+        call = permit.call
+        if call is None:
+            # Admitted from the view, unknown to the store: its outcome needs an id of its
+            # own, so the history can name the call (a replay writes its request in).
+            call = permit.call = self._request(now).call
+            if (tally := self._view.tally) is not None and call is not None:
+                tally.admitted_unsent(call)
         took = None
         if kind == "success" and permit.policy.slow_call_ms is not None:
             took = max(0, now - permit.admitted_at)  # only slow-call rules need it
@@ -574,11 +599,27 @@ class Admission:
             kind,
             now,
             self.key,
-            call=permit.call,
+            call=call,
             generation=permit.generation,
             retry_after_ms=verdict.retry_after_ms if kind == "failure" else None,
             duration_ms=took,
         )
+
+    def _unclassified(self, detail: str) -> None:
+        """Count an outcome the classifier did not know; log the first of each type."""
+        name = unclassified_type(detail)
+        if name is not None and self.stats.count_unclassified(name):
+            # The rule stays (it never counts toward opening); the silence goes.
+            log.warning(
+                printable(
+                    redact_text(
+                        f"toolbreaker: breaker {self.key!r} got {name}, an exception its "
+                        "classifier does not know: it is ignored and never counts toward "
+                        f"opening. Classify it (classifier=) if {name} means the dependency "
+                        "is unhealthy; counted in stats.unclassified"
+                    )
+                )
+            )
 
     def _remember_quiet(self, state: BreakerState) -> bool:
         if is_quiet(state, self.policy):
@@ -673,7 +714,11 @@ class Admission:
         A classifier that raises (or returns something else than a
         :class:`~toolbreaker.Verdict`) gives ``ambiguous`` (``classifier-error``): the
         call counts as a failure and, for a write, its outcome is unknown (fail closed).
+        An :class:`~toolbreaker.AsyncCallError` (a sync call that got a coroutine back,
+        which ran nothing) is ``ignored`` (``not-awaited``) whatever the classifier says.
         """
+        if isinstance(exc, AsyncCallError):
+            return _NOT_AWAITED
         failure: Exception | None = None
         try:
             verdict = self.classify(exc)

@@ -192,6 +192,9 @@ class Boundary:
             they really end (a sync call still running past its deadline too); a call
             over the limit is answered at once with reason ``saturated``. ``None``: no
             limit.
+        defaults: the registry made this row from the sheet's ``[defaults]``: the sheet
+            has no row of its own for the breaker (its ``stats.on_defaults``). Set by the
+            registry; not an option.
     """
 
     dependency: str
@@ -216,6 +219,7 @@ class Boundary:
     stale_every: float = 5.0
     health_check: HealthCheck | None = None
     max_concurrent: int | None = None
+    defaults: bool = False
 
     def __post_init__(self) -> None:
         for name in ("dependency", "operation"):
@@ -241,6 +245,8 @@ class Boundary:
             )
         if type(self.retryable) is not bool:
             raise PolicyError("retryable must be true or false", field="retryable")
+        if type(self.defaults) is not bool:
+            raise PolicyError("defaults must be true or false", field="defaults")
         for name in ("tool", "fallback", "owner"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -405,10 +411,12 @@ class Boundary:
 
 
 #: Options a breaker takes, besides its dependency and operation: every field of
-#: :class:`Boundary`. Adapters take their option names from here.
+#: :class:`Boundary` but ``defaults`` (the registry's to set). Adapters take their option
+#: names from here.
 BREAKER_OPTIONS: Final = frozenset(f.name for f in dataclasses.fields(Boundary)) - {
     "dependency",
     "operation",
+    "defaults",
 }
 #: The options a TOML sheet row may set besides policy fields (code-only ones excluded).
 SHEET_OPTIONS: Final = BREAKER_OPTIONS - {"policy", "classifier", "result_is_failure"}

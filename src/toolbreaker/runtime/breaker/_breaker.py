@@ -167,6 +167,7 @@ class Breaker(Steps):
         self.tool = boundary.tool or boundary.dependency
         self._configure(boundary)
         self.stats = BreakerStats()
+        self.stats.on_defaults = boundary.defaults
         #: The row's degradation chain, carried out (see :mod:`toolbreaker.core.degrade`).
         self.degradation = Degradation(boundary, self.store, self.key, self.stats.degraded)
         self._render = self._unavailable
@@ -343,6 +344,7 @@ class Breaker(Steps):
         )
         self._stamp = True
         self._configure(boundary)
+        self.stats.on_defaults = boundary.defaults
         if boundary.retry != self._retry:
             with self._retry_lock:
                 self._set_retry(boundary.retry)

@@ -17,8 +17,9 @@ from typing import Any, Final, TypeVar
 
 from toolbreaker.core.breaker.predicates import may_probe
 from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.errors import CircuitOpen, circuit_open
+from toolbreaker.errors import AsyncCallError, CircuitOpen, circuit_open
 from toolbreaker.runtime._step import Step
+from toolbreaker.runtime._sync_path import PLAIN_TYPES, is_awaitable, not_awaited
 from toolbreaker.runtime.breaker._admission import UNSET, Permit
 from toolbreaker.runtime.breaker._bulkhead import SATURATED, Slot
 from toolbreaker.runtime.breaker._classify import Verdict
@@ -74,6 +75,8 @@ class Calls(Retries):
                 try:
                     try:
                         result = fn(*args, **kwargs)
+                        if type(result) not in PLAIN_TYPES and is_awaitable(result):
+                            raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
                     except BaseException as exc:
                         self._quiet_outcome(state, start // self._per_ms, deadline, exc)
                         raise
@@ -85,6 +88,13 @@ class Calls(Retries):
                         or view.state is not state
                     ):
                         self._quiet_outcome(state, start // self._per_ms, deadline, result)
+                    elif (tally := view.tally) is not None:
+                        # A quiet call of the history: Tally.call(), inlined for its state.
+                        hot = tally.hot_call
+                        if hot[0] is state:
+                            hot[1][0] += 1
+                        else:
+                            tally.call(state, start // self._per_ms)
                     return result
                 finally:
                     if slots is not None:
@@ -154,6 +164,8 @@ class Calls(Retries):
                         await self._quiet_permit(state, start, deadline).arecord(
                             self.result_verdict(result)
                         )
+                    elif (tally := view.tally) is not None:
+                        tally.call(state, start // self._per_ms)
                     return result
                 finally:
                     if slots is not None:
@@ -209,6 +221,8 @@ class Calls(Retries):
             raise permit.error()
         try:
             result = fn(*args, **kwargs)
+            if type(result) not in PLAIN_TYPES and is_awaitable(result):
+                raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
         except BaseException as exc:
             permit.record(exc)
             raise
@@ -281,6 +295,8 @@ class Calls(Retries):
         then = None if slots is None else slots.leave
         try:
             result = worker.run(fn, args, kwargs, deadline / 1000, then)
+            if type(result) not in PLAIN_TYPES and is_awaitable(result):
+                raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
         except BaseException as exc:
             self._quiet_outcome(state, start // self._per_ms, deadline, exc)
             raise
@@ -293,6 +309,8 @@ class Calls(Retries):
             or self._view.state is not state
         ):
             self._quiet_outcome(state, start // self._per_ms, deadline, result)
+        elif (tally := self._view.tally) is not None:
+            tally.call(state, start // self._per_ms)
         return result
 
     def _unquiet(self, state: BreakerState, start: int, deadline: int) -> bool:
@@ -342,6 +360,13 @@ class Calls(Retries):
         idle = self._idle_at(state, now)
         if idle is not None:
             self.stats.rejected += 1
+            if (tally := self._view.tally) is not None:
+                # A quiet rejection of the history: Tally.reject(), inlined for its state.
+                hot = tally.hot_reject
+                if hot[0] is state:
+                    hot[1][0] += 1
+                else:
+                    tally.reject(state, now)
             wait = None if idle.admits_at is None else idle.admits_at - now
             raise circuit_open(self.key, idle.reason, wait, idle.render)
 
@@ -386,6 +411,8 @@ class Calls(Retries):
             raise permit.error()
         try:
             result = self._in_thread(worker, fn, args, kwargs, deadline, slot)
+            if type(result) not in PLAIN_TYPES and is_awaitable(result):
+                raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
         except TimeoutError:
             permit.record(_TIMEOUT)
             raise
@@ -547,6 +574,15 @@ class Calls(Retries):
         # The timeout (or the caller's cancellation) already settled the call; a late
         # result is ambiguous evidence, never a success, and must not count it twice.
         self.stats.late_results += 1
+
+
+def _not_awaited(result: object) -> AsyncCallError:
+    return not_awaited(
+        result,
+        "breaker.call()",
+        "await breaker.acall(fn, ...) instead (or breaker.guard(fn): a coroutine function "
+        "gets the async guard)",
+    )
 
 
 def _held_past(permit: Permit, slot: Slot, stop: Callable[[], bool]) -> Callable[[], bool]:

@@ -85,6 +85,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Final, Literal, Protocol, TypeAlias
 
+from toolbreaker.core.breaker.calibration import UNCLASSIFIED
 from toolbreaker.core.breaker.state import OUTCOME_TYPES
 
 __all__ = [
@@ -775,7 +776,7 @@ def classify_exception(exc: BaseException, *, now: float | None = None) -> Verdi
         link, in_group = pending.pop()
     if group_cancelled:
         return _CANCELLED_VERDICT
-    return Verdict("ignored", f"unknown-exception:{type(exc).__name__}")
+    return Verdict("ignored", f"{UNCLASSIFIED}:{type(exc).__name__}")
 
 
 def default_classifier(exc: BaseException) -> Verdict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Final, TypeVar
 
+from toolbreaker.core.breaker.calibration import unclassified_type
 from toolbreaker.errors import CircuitOpen, NotSent, ToolReportedError
 from toolbreaker.runtime.breaker._classify import Verdict
 
@@ -64,7 +65,7 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
         return status >= 500 and status != 503
     if detail == "validation" or type(exc) in (ValueError, TypeError):
         return False
-    if detail.startswith("unknown-exception"):
+    if unclassified_type(detail) is not None:
         return not isinstance(exc, (ValueError, TypeError)) or isinstance(exc, UnicodeError)
     return False
 

@@ -82,6 +82,7 @@ class Scopes(Admission):
         read without stopping the calls; its ``pinned_workers`` is 0.
         """
         total = BreakerStats()
+        total.on_defaults = self.boundary.defaults
         with self._scopes_lock:
             # The forgotten ones' sum and the live ones in one look: one forgotten after
             # it is summed here, as a live one, and never twice.

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from toolbreaker.core.breaker.state import PHASES
 from toolbreaker.runtime.breaker._deadline import Workers
 
-__all__ = ["BreakerStats"]
+__all__ = ["MAX_UNCLASSIFIED_TYPES", "BreakerStats"]
+
+#: The most exception types one breaker counts as unclassified by name (a label each).
+MAX_UNCLASSIFIED_TYPES: Final = 64
 
 
 class BreakerStats:
@@ -47,6 +50,14 @@ class BreakerStats:
             (``max_concurrent``) or the shared retry budget: a slot that could not be
             taken was denied, a retry that could not be paid for was not made; in
             ``to_dict`` only once non-zero.
+        unclassified: outcomes the classifier did not know, by exception type (class
+            ``unknown-exception:<Type>``, also in ``failures``): they never count toward
+            opening; the first of each type is logged. At most
+            :data:`MAX_UNCLASSIFIED_TYPES` types, the others under ``other``; in
+            ``to_dict`` only once non-empty. Per process, as every counter here.
+        on_defaults: not a counter: the breaker runs on the registry's defaults (the
+            boundary sheet has no row for it; see :meth:`~toolbreaker.Registry.resolve`);
+            in ``to_dict`` only when true.
     """
 
     __slots__ = (
@@ -59,6 +70,7 @@ class BreakerStats:
         "hung",
         "late_results",
         "listener_errors",
+        "on_defaults",
         "opens",
         "record_faults",
         "rejected",
@@ -67,6 +79,7 @@ class BreakerStats:
         "saturated",
         "scope_overflows",
         "time_in_state_ms",
+        "unclassified",
         "would_reject",
     )
 
@@ -88,16 +101,18 @@ class BreakerStats:
         self.time_in_state_ms: dict[str, int] = dict.fromkeys(PHASES, 0)
         self.retries: dict[str, int] = {}
         self.degraded: dict[str, int] = {}
+        self.unclassified: dict[str, int] = {}
+        self.on_defaults = False
         self._workers: Workers | None = None
 
     def add(self, other: BreakerStats) -> None:
         """Add ``other``'s counters to these, as a scoped row sums its breakers'.
 
         Every counter, each by key where it has keys; not the workers ``other`` has
-        pinned (a gauge of its own threads).
+        pinned (a gauge of its own threads), nor ``on_defaults`` (not a counter).
         """
         for name in BreakerStats.__slots__:
-            if name.startswith("_"):
+            if name.startswith("_") or name == "on_defaults":
                 continue
             mine, theirs = getattr(self, name), getattr(other, name)
             if isinstance(mine, dict):
@@ -105,6 +120,18 @@ class BreakerStats:
                     mine[key] = mine.get(key, 0) + count
             else:
                 setattr(self, name, mine + theirs)
+
+    def count_unclassified(self, name: str) -> bool:
+        """Count one outcome of type ``name`` the classifier did not know.
+
+        Returns whether it is the first of its type here (worth a log line).
+        """
+        found = self.unclassified
+        if name not in found and len(found) >= MAX_UNCLASSIFIED_TYPES:
+            name = "other"
+        first = name not in found
+        found[name] = found.get(name, 0) + 1
+        return first
 
     @property
     def pinned_workers(self) -> int:
@@ -150,4 +177,8 @@ class BreakerStats:
             out["record_faults"] = self.record_faults
         if self.hung:
             out["hung"] = self.hung
+        if self.unclassified:
+            out["unclassified"] = dict(self.unclassified)
+        if self.on_defaults:
+            out["on_defaults"] = True
         return out

@@ -13,9 +13,10 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, ParamSpec, TypeVar, overload
 
 from toolbreaker.core.breaker.predicates import rejects_callers
+from toolbreaker.core.files import shown
 from toolbreaker.core.retry import is_transient, unavailable_reason
 from toolbreaker.core.run.retrying import failed_retryably
-from toolbreaker.errors import CircuitOpen
+from toolbreaker.errors import AsyncCallError, CircuitOpen, PolicyError
 from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._result import error_result
 from toolbreaker.runtime._step import (
@@ -27,6 +28,7 @@ from toolbreaker.runtime._step import (
     check_tool_type,
 )
 from toolbreaker.runtime.breaker._admission import UNSET, Permit, Rejection
+from toolbreaker.runtime.breaker._boundary import check_seconds
 from toolbreaker.runtime.breaker._calls import Calls
 from toolbreaker.runtime.breaker._classify import SUCCESS
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
@@ -316,8 +318,27 @@ class Steps(Calls):
 
         A local rejection, or the failure that just opened the breaker, returns the
         tool-unavailable result; any other failure returns ``{"ok": false, "error": ...,
-        "retryable": ...}``; a success returns the function's own result unchanged.
+        "retryable": ...}``; a success returns the function's own result unchanged. A
+        coroutine function gets the async guard (``await``-ed through :meth:`acall`).
+
+        Raises:
+            PolicyError: when the decorator is built, never at a call: a ``timeout`` that is
+                not a positive number of seconds (or ``None``: no deadline), no deadline at
+                all (neither ``timeout`` nor the row's), or a ``tool`` that is not a name.
         """
+        if timeout is UNSET:
+            if self._default_deadline is None:
+                raise self._no_deadline()
+        elif timeout is None:
+            raise PolicyError(
+                "guard(timeout=None) leaves every call without a deadline: pass seconds, or "
+                "leave timeout out for the row's",
+                field="timeout",
+            )
+        else:
+            check_seconds(timeout, "timeout")
+        if tool is not None and (not isinstance(tool, str) or not tool.strip()):
+            raise PolicyError(f"tool must be a tool's name, got {shown(tool)}", field="tool")
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
             name: str = tool or getattr(func, "__name__", None) or self.tool
@@ -351,6 +372,8 @@ class Steps(Calls):
             return Rejection(self, _RETRY_BUDGET, None).result_for(name)
         try:
             result = self.call(tool.func, *args, timeout=tool.timeout, **kwargs)
+        except AsyncCallError:
+            raise  # the program's mistake (a coroutine on the sync path), not the model's
         except CircuitOpen as exc:
             answer = exc.result_for(name)
         except Exception as exc:  # noqa: BLE001 - turned into a tool result

@@ -408,7 +408,8 @@ class _Drainer:
             dependency = str(item.get("dependency"))
             operation = str(item.get("operation") or "default")
             if self.registry is not None:
-                row = self.registry.get(dependency, operation).boundary
+                # The key a breaker had when it queued the item: as given.
+                row = self.registry.get(dependency, operation, exact=True).boundary
             else:
                 timeout = item.get("timeout")
                 row = Boundary(

@@ -26,8 +26,18 @@ dependency whose sub-tables are operation classes::
     failure_threshold = 6
 
 A payment mutation never shares state or retry policy with a catalog read: each entry is
-its own breaker. Invalid sheets fail at load with the field (``search.read.fallback``) and
-line named. Every duration names its unit, milliseconds (``timeout_ms``,
+its own breaker. ``[mcp]`` is the MCP gateway's table, read by ``toolbreaker mcp``; the
+registry leaves it alone. Invalid sheets fail at load with the field and line named.
+
+Which row a breaker takes is one rule (:meth:`Registry.resolve`): the row asked for; a
+dependency asked for without an operation takes its one row; an operation the sheet has no
+row for (``exact=True`` for a key of its own), several rows and no operation, and a name
+close to one the sheet has (``inventroy``) are refused with
+:class:`~toolbreaker.errors.RowNotFound`; any other name runs on ``[defaults]`` and says
+so (a log line, ``stats.on_defaults``). ``[defaults] unlisted = ["research"]`` names
+dependencies left out on purpose.
+
+Every duration names its unit, milliseconds (``timeout_ms``,
 ``max_stale_ms``, ``stale_every_ms``, ``health_check.timeout_ms``); the old spellings in
 seconds (``timeout``...) still load, with a
 :class:`~toolbreaker.errors.ToolbreakerDeprecationWarning` per field and load. The keyword
@@ -43,9 +53,12 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.breaker.sheet import MCP_TABLE, Resolution, resolve
 from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
-from toolbreaker.core.files import read_text, shown
+from toolbreaker.core.files import printable, read_text, shown
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import log
@@ -78,8 +91,10 @@ from toolbreaker.stores.memory import MemoryStore
 if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
     from typing_extensions import Unpack
 
-__all__ = ["Boundary", "Registry", "publish_policy"]
+__all__ = ["Boundary", "Registry", "Resolution", "publish_policy"]
 
+#: Tables of a sheet that are no dependency.
+_NOT_DEPENDENCIES: Final = frozenset({"defaults", "tools", MCP_TABLE})
 _DEFAULT_ONLY: Final = POLICY_FIELDS | {"timeout", "enforce", "retryable", "owner", "instructions"}
 
 
@@ -97,6 +112,12 @@ class Registry:
         max_breakers: the cardinality limit; past it :meth:`get` raises
             :class:`~toolbreaker.errors.RegistryFull`.
         strict: refuse keys the sheet does not describe instead of using the defaults.
+        unlisted: dependencies the sheet leaves out on purpose: they run on the defaults
+            even when their name closely resembles a row's (``[defaults] unlisted`` in a
+            sheet).
+
+    A registry is never empty in a boolean sense (``registry or Registry.from_toml(...)``
+    keeps a registry that holds no breaker yet); ``len()`` counts its breakers.
     """
 
     def __init__(
@@ -111,9 +132,11 @@ class Registry:
         local_tools: frozenset[str] | set[str] | tuple[str, ...] = (),
         max_breakers: int = 10_000,
         strict: bool = False,
+        unlisted: frozenset[str] | set[str] | tuple[str, ...] = (),
     ) -> None:
         if type(max_breakers) is not int or max_breakers <= 0:
             raise PolicyError("max_breakers must be a positive integer", field="max_breakers")
+        self._unlisted = _names(unlisted, "unlisted")
         self.default_policy = default_policy or Policy()
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock or clock_of(self.store)
@@ -122,6 +145,11 @@ class Registry:
         self.max_breakers = max_breakers
         self.strict = strict
         self._boundaries = dict(boundaries or {})
+        #: Whether a sheet configures this registry (rows, or a sheet of defaults alone):
+        #: a breaker on the defaults is then worth a line.
+        self.from_sheet = bool(self._boundaries)
+        # (dependency, operation asked for) -> the row's key it resolved to, when another.
+        self._aliases: dict[tuple[str, str | None], tuple[str, str]] = {}
         self._local_tools = frozenset(local_tools)
         self._breakers: dict[tuple[str, str], Breaker] = {}
         self._options: dict[tuple[str, str], dict[str, Any]] = {}
@@ -193,6 +221,7 @@ class Registry:
     ) -> Registry:
         """:meth:`from_dict`, adding the old spellings it meets to ``old``."""
         defaults = named_units(_table(data.get("defaults", {}), "defaults"), "defaults", old)
+        unlisted = _names(defaults.pop("unlisted", ()), "defaults.unlisted")
         for key in defaults:
             if key not in _DEFAULT_ONLY:
                 raise PolicyError(f"unknown field {key!r} in [defaults]", field=f"defaults.{key}")
@@ -210,7 +239,7 @@ class Registry:
         base_policy = _policy({k: v for k, v in defaults.items() if k in POLICY_FIELDS}, "defaults")
         boundaries: dict[tuple[str, str], Boundary] = {}
         for dependency, operations in data.items():
-            if dependency in ("defaults", "tools"):
+            if dependency in _NOT_DEPENDENCIES:
                 continue
             _check_key(dependency, dependency)
             for operation, row in _table(operations, dependency).items():
@@ -224,7 +253,7 @@ class Registry:
                     )
                 except PolicyError as exc:
                     raise as_written(exc, written, where) from None
-        return cls(
+        registry = cls(
             base_policy,
             store=store,
             clock=clock,
@@ -234,7 +263,10 @@ class Registry:
             local_tools=frozenset(local),
             max_breakers=max_breakers,
             strict=strict,
+            unlisted=unlisted,
         )
+        registry.from_sheet = True
+        return registry
 
     @classmethod
     def from_store(
@@ -357,6 +389,8 @@ class Registry:
             self.default_timeout = new.default_timeout
             self.default_enforce = new.default_enforce
             self._boundaries = new._boundaries
+            self._unlisted = new._unlisted
+            self._aliases.clear()
             self._local_tools = new._local_tools
             for key, row in rows.items():
                 self._breakers[key].adopt(row)
@@ -383,6 +417,7 @@ class Registry:
                 self.default_policy,
                 timeout=self.default_timeout,
                 enforce=self.default_enforce,
+                defaults=True,
             )
         row = row.with_options(options) if options else row
         check = self._checks.get(key)
@@ -447,32 +482,66 @@ class Registry:
         if self.health_checker is None:
             self.start_health_checks()
 
+    def resolve(
+        self, dependency: str, operation: str | None = None, *, exact: bool = False
+    ) -> Resolution:
+        """Where the breaker of ``(dependency, operation)`` takes its configuration.
+
+        The one rule :meth:`get`, and through it every adapter, follows (see
+        :func:`~toolbreaker.core.breaker.sheet.resolve`, and the module docs). Makes no
+        breaker.
+
+        Raises:
+            RowNotFound: the sheet does not describe the key as asked (see above), or the
+                registry is ``strict`` and has no row for it.
+            PolicyError: ``dependency`` or ``operation`` is not a valid name.
+        """
+        _check_key(dependency, "dependency")
+        if operation is not None:
+            _check_key(operation, "operation")
+        return resolve(
+            {key: row.tool for key, row in self._boundaries.items()},
+            dependency,
+            operation,
+            exact=exact,
+            strict=self.strict,
+            unlisted=self._unlisted,
+        )
+
     def get(
-        self, dependency: str, operation: str = "default", **options: Unpack[BreakerOptions]
+        self,
+        dependency: str,
+        operation: str | None = None,
+        *,
+        exact: bool = False,
+        **options: Unpack[BreakerOptions],
     ) -> Breaker:
         """The breaker of ``(dependency, operation)``, created on first use.
 
-        ``options`` (``tool``, ``fallback``, ``timeout`` ...: the breaker's own,
-        :class:`~toolbreaker.runtime.BreakerOptions`) apply only when the breaker is
-        created; a sheet row takes precedence over the registry defaults.
+        Its row is :meth:`resolve`'s answer: ``get("inventory")`` on a sheet whose one
+        inventory row is ``[inventory.read]`` is that row's breaker. ``options`` (the
+        breaker's own, :class:`~toolbreaker.runtime.BreakerOptions`) apply only when the
+        breaker is created, over its row.
 
         Raises:
             RegistryFull: the registry already holds ``max_breakers`` breakers.
-            PolicyError: ``strict`` and the sheet does not describe the key, or an option
-                is invalid.
+            RowNotFound: the sheet does not describe the key as asked (:meth:`resolve`).
+            PolicyError: an option is invalid.
         """
-        _check_key(dependency, "dependency")
-        _check_key(operation, "operation")
-        key = (dependency, operation)
-        breaker = self._breakers.get(key)
+        breaker = self._breakers.get((dependency, operation or "default"))
         if breaker is not None:
             return breaker
+        alias = self._aliases.get((dependency, operation))
+        if alias is not None:
+            return self._breakers[alias]
+        found = self.resolve(dependency, operation, exact=exact)
+        key = (found.dependency, found.operation)
         with self._lock:
             breaker = self._breakers.get(key)
             if breaker is None:
                 if len(self._breakers) >= self.max_breakers:
-                    raise RegistryFull(self.max_breakers, f"{dependency}:{operation}")
-                breaker = self._create(dependency, operation, options)
+                    raise RegistryFull(self.max_breakers, breaker_key(*key))
+                breaker = self._create(*key, options)
                 # Observers attach before anyone can call it: recorded from its first call.
                 self._watch.tell(breaker)
                 self._breakers[key] = breaker
@@ -480,16 +549,13 @@ class Registry:
                     self._options[key] = dict(options)
                 if self.follower is not None:
                     breaker.stamp_policy_version()
+            if key != (dependency, operation or "default"):
+                self._aliases[(dependency, operation)] = key
         if breaker.boundary.health_check is not None and self.health_checker is None:
             self._ensure_checker()
         return breaker
 
     def _create(self, dependency: str, operation: str, options: Mapping[str, Any]) -> Breaker:
-        if self.strict and (dependency, operation) not in self._boundaries:
-            raise PolicyError(
-                f"the boundary sheet has no [{dependency}.{operation}] and the registry is strict",
-                field=f"{dependency}.{operation}",
-            )
         row = self._row((dependency, operation), options)
         if row.fallback is not None and row.fallback not in self.tool_names():
             raise PolicyError(
@@ -498,6 +564,17 @@ class Registry:
             )
         breaker = Breaker(dependency, store=self.store, clock=self.clock, boundary=row)
         breaker.degradation.tools = self._callables
+        if row.defaults and self.from_sheet:
+            # Once per breaker: it is made once. Names are configuration, yet a name
+            # built from a URL can carry a credential.
+            log.warning(
+                printable(
+                    redact_text(
+                        f"toolbreaker: breaker {breaker.key!r} runs on the boundary sheet's "
+                        f"[defaults]: the sheet has no [{dependency}.{operation}] row"
+                    )
+                )
+            )
         return breaker
 
     def watch_breakers(self, fn: Watcher) -> Callable[[], None]:
@@ -568,6 +645,10 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._breakers)
+
+    def __bool__(self) -> bool:
+        """Always true: a registry with no breaker yet is a registry, not nothing."""
+        return True
 
     def close(self) -> None:
         """Stop following a published sheet and release every breaker's worker threads."""
@@ -689,6 +770,15 @@ def _check_key(value: object, field: str) -> None:
         raise PolicyError(
             f"{field} {shown(value)} is not valid Unicode text (a lone surrogate)", field=field
         ) from None
+
+
+def _names(value: object, field: str) -> frozenset[str]:
+    """A list of dependency names (``[defaults] unlisted``), each checked as a key."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise PolicyError(f"{field} must be a list of dependency names", field=field)
+    for name in value:
+        _check_key(name, field)
+    return frozenset(value)
 
 
 def _enforce(value: object, field: str) -> Enforce:

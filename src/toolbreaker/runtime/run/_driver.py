@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from toolbreaker.runtime._sync_path import is_awaitable, not_awaited
 from toolbreaker.stores.memory import in_process
 
 if TYPE_CHECKING:
@@ -150,10 +151,22 @@ class RunTool:
     fn: Callable[..., Any]
 
     def run(self) -> Any:
-        """Call the tool."""
+        """Call the tool.
+
+        Raises:
+            AsyncCallError: the tool returned an awaitable (it was never run).
+        """
         if self.breaker is not None:
-            return self.breaker.run(self.step, self.fn, **self.step.args)
-        return self.fn(**self.step.args)
+            result = self.breaker.run(self.step, self.fn, **self.step.args)
+        else:
+            result = self.fn(**self.step.args)
+        if is_awaitable(result):
+            raise not_awaited(
+                result,
+                f"RunGuard.call({self.step.tool!r})",
+                f"await guard.acall({self.step.tool!r}, args) for a coroutine tool",
+            )
+        return result
 
     async def arun(self) -> Any:
         """Await the coroutine tool."""

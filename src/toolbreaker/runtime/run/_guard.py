@@ -31,6 +31,7 @@ settle callbacks, ``run_step``/``arun_step``) runs one flow through one driver
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,7 @@ from toolbreaker.core.run.costs import amount_of, price_of, usage_cost
 from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.core.run.redact import redact, redact_text
-from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.errors import AsyncCallError, PolicyError, StoreUnavailable
 from toolbreaker.runtime._clock import Clock, monotonic_ms, wall_ms
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._packet import StopPacket
@@ -64,6 +65,7 @@ from toolbreaker.runtime.run._tools import (
     evidence_digest,
     guarded_tool,
     key_argument,
+    may_write,
     not_callable,
     with_key,
     without_key,
@@ -87,6 +89,7 @@ __all__ = [
     "evidence_digest",
     "key_argument",
     "may_have_committed",
+    "may_write",
     "with_key",
     "without_key",
 ]
@@ -142,23 +145,21 @@ class RunGuard(Turns):
     # -- configuration ------------------------------------------------------------------
 
     def add_tool(self, tool: GuardedTool) -> GuardedTool:
-        """Register a tool; irreversible tools must have an authority check."""
-        if tool.risk not in ("read", "reversible_write", "irreversible"):
-            raise PolicyError(f"unknown risk class {tool.risk!r}", field=f"{tool.name}.risk")
-        if tool.risk == "irreversible" and tool.authorize is None:
-            raise PolicyError(
-                f"irreversible tool {tool.name!r} needs an authorize callback",
-                field=f"{tool.name}.authorize",
-            )
-        if tool.breaker is not None and refuses_stale(tool.risk, tool.breaker.degradation.chain):
+        """Register a tool (checked as it was built: see :class:`GuardedTool`).
+
+        ``risk`` is a class or a function of a call's arguments (each call's class); a
+        tool whose calls may write never falls back to a stale answer.
+
+        Raises:
+            PolicyError: a write tool whose breaker's degrade chain would serve it a stale
+                answer.
+        """
+        kind = "write" if may_write(tool) else "read"
+        if tool.breaker is not None and refuses_stale(kind, tool.breaker.degradation.chain):
             raise PolicyError(
                 f"write tool {tool.name!r} goes through {tool.breaker.key!r}, whose degrade "
                 "chain has 'stale': a write never falls back to a stale answer",
                 field=f"{tool.name}.breaker",
-            )
-        if tool.recovery and tool.risk != "read":
-            raise PolicyError(
-                f"recovery tool {tool.name!r} must be a read", field=f"{tool.name}.recovery"
             )
         # The model re-issuing failed calls is a retry layer already; a client that also
         # retries inside the tool multiplies the attempts. Found here, reported with the fix.
@@ -223,10 +224,19 @@ class RunGuard(Turns):
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             spec = self.add_tool(guarded_tool(name or fn.__name__, fn, options))
+            guarded: Callable[..., Any]
+            if inspect.iscoroutinefunction(fn):
 
-            def guarded(**kwargs: Any) -> Any:
-                return self.call(spec.name, kwargs)
+                async def guarded_async(**kwargs: Any) -> Any:
+                    return await self.acall(spec.name, kwargs)
 
+                guarded = guarded_async
+            else:
+
+                def guarded_sync(**kwargs: Any) -> Any:
+                    return self.call(spec.name, kwargs)
+
+                guarded = guarded_sync
             guarded.__name__ = spec.name
             guarded.__doc__ = fn.__doc__
             return guarded
@@ -455,7 +465,18 @@ class RunGuard(Turns):
 
         Never raises for tool failures: a rejected, failed, unknown or stopped call
         returns a JSON-ready dict the model can act on.
+
+        Raises:
+            AsyncCallError: the tool is a coroutine function (use :meth:`acall`; nothing
+                is counted), or its function returned an awaitable (never run: settled as
+                not counted, a write as not sent).
         """
+        spec = self._tools.get(tool)
+        if spec is not None and inspect.iscoroutinefunction(spec.fn):
+            raise AsyncCallError(
+                f"RunGuard.call({tool!r}) of a coroutine tool: it would never run, and "
+                f"nothing was counted for it. Use await guard.acall({tool!r}, args)"
+            )
         return drive(self._calling(tool, dict(args or {})))
 
     async def acall(self, tool: str, args: Mapping[str, Any] | None = None) -> Any:
@@ -519,10 +540,13 @@ class RunGuard(Turns):
             with step.current():  # the tool runs inside the step observers' watches
                 try:
                     result = yield RunTool(spec.breaker, step, spec.fn)
-                except Exception as exc:  # noqa: BLE001 - every failure becomes a result
+                except Exception as exc:
                     failure = exc
                     step.claim()
-                    return (yield from self._settle_failure(step, exc))
+                    answer = yield from self._settle_failure(step, exc)
+                    if isinstance(exc, AsyncCallError):
+                        raise  # settled as not counted; the program's mistake, not a result
+                    return answer
                 step.claim()
                 return (yield from self._settle_success(step, result))
         except BaseException as exc:

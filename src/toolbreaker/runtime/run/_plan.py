@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from toolbreaker.core.run import protocol
+from toolbreaker.core.run._values import call_risk
 from toolbreaker.core.run.budget import WRITES, Action
 from toolbreaker.core.run.costs import amount_of
 from toolbreaker.core.run.fingerprint import fingerprint, write_key
@@ -168,29 +169,10 @@ class Planning(Settling):
         if spec is None:
             raise PolicyError(f"unknown tool {tool!r} for run {self.task!r}", field="tool")
         args = without_key(spec, args)
-        try:
-            action_fp = fingerprint(tool, args, self.rules)
-            key = None
-            if spec.risk in WRITES:
-                key = write_key(tool, args, spec.business_key, task=self.task, rules=self.rules)
-        except (FingerprintError, RecursionError) as exc:
-            # Arguments that cannot be checked are never run: the guard could neither
-            # count them nor give a write its key.
-            return Step(
-                self,
-                tool,
-                args,
-                answer=error_result(tool, exc, retryable=False),
-                reason="invalid-arguments",
-                refused=True,
-            )
-        try:
-            reserve = _estimate(spec, args)
-        except Exception as exc:  # noqa: BLE001 - an unknown cost is never admitted
-            hook_failed(f"the cost estimate of {tool} failed; the call is refused", exc)
-            answer = error_result(tool, exc, retryable=False)
-            return Step(self, tool, args, answer=answer, reason="cost-unknown", refused=True)
-        plan = CallPlan(spec, action_fp, key, args, reserve=reserve)
+        plan = self._call_plan(spec, args)
+        if isinstance(plan, Step):
+            return plan  # refused: its class, its arguments or its cost cannot be told
+        risk, action_fp, key, reserve = plan.risk, plan.fingerprint, plan.key, plan.reserve
         step = Step(
             self,
             tool,
@@ -209,7 +191,7 @@ class Planning(Settling):
             return step.give(journal_down_result(tool), "journal-unavailable")
         plan.status = status = protocol.read(done)
         journaled = done.get("result", {"ok": True, "deduplicated": True}) if done else None
-        action = Action(tool=tool, fingerprint=action_fp, risk=spec.risk, recovery=spec.recovery)
+        action = Action(tool=tool, fingerprint=action_fp, risk=risk, recovery=spec.recovery)
         plan.action = action
         decision = self._feed(
             RunEvent(
@@ -246,12 +228,48 @@ class Planning(Settling):
             return self._refused(step, decision)
         plan.begun = True
         plan.opened = watch_openings()
-        if spec.risk == "irreversible" and not self._authorized(step):
+        if risk == "irreversible" and not self._authorized(step):
             self._finish(plan, "ignored", spent=False)
+            if spec.authorize is None:  # a tool whose risk is a function of its arguments
+                why = PolicyError(f"this call is irreversible and {tool} has no authorize check")
+                return step.give(error_result(tool, why, retryable=False), "denied")
             return step.give(denied_result(tool), "denied")
         if key is not None:
             step.args = with_key(spec, args, key)
         return step
+
+    def _call_plan(self, spec: GuardedTool, args: dict[str, Any]) -> CallPlan | Step:
+        """The call's class, fingerprint, write key and cost; or the step refusing it."""
+        tool = spec.name
+        try:
+            risk = call_risk(spec.risk, args, f"{tool}.risk")
+        except Exception as exc:  # noqa: BLE001 - a call whose class is unknown never runs
+            if not isinstance(exc, PolicyError):
+                hook_failed(f"the risk function of {tool} failed; the call is refused", exc)
+            answer = error_result(tool, exc, retryable=False)
+            return Step(self, tool, args, answer=answer, reason="risk-unknown", refused=True)
+        try:
+            action_fp = fingerprint(tool, args, self.rules)
+            key = None
+            if risk in WRITES:
+                # A generic tool's write (a shell command) is no business action made
+                # once: without a business key, each call is its own write.
+                call = self._run.steps + 1 if callable(spec.risk) else None
+                key = write_key(
+                    tool, args, spec.business_key, task=self.task, rules=self.rules, call=call
+                )
+        except (FingerprintError, RecursionError) as exc:
+            # Arguments that cannot be checked are never run: the guard could neither
+            # count them nor give a write its key.
+            answer = error_result(tool, exc, retryable=False)
+            return Step(self, tool, args, answer=answer, reason="invalid-arguments", refused=True)
+        try:
+            reserve = _estimate(spec, args)
+        except Exception as exc:  # noqa: BLE001 - an unknown cost is never admitted
+            hook_failed(f"the cost estimate of {tool} failed; the call is refused", exc)
+            answer = error_result(tool, exc, retryable=False)
+            return Step(self, tool, args, answer=answer, reason="cost-unknown", refused=True)
+        return CallPlan(spec, action_fp, key, args, reserve=reserve, risk=risk)
 
     def _refused(self, step: Step, decision: RunDecision) -> Step:
         """A call the run machine refused: the answer the model reads, and why."""
@@ -276,7 +294,11 @@ class Planning(Settling):
             assert decision.stop is not None
             return step.give(tool_stopped_result(tool, decision.stop), decision.stop.condition)
         assert decision.stop is not None  # writes-blocked or stopped
-        stop_answer = stopped_result(decision.stop, writes_only=verdict == "writes-blocked")
+        stop_answer = stopped_result(
+            decision.stop,
+            writes_blocked=self._run.writes_blocked is not None,
+            writes_only=verdict == "writes-blocked",
+        )
         return step.give(stop_answer, decision.stop.condition)
 
     def _journal_pending(self, step: Step) -> Step:
@@ -299,14 +321,15 @@ class Planning(Settling):
 
     def _authorized(self, step: Step) -> bool:
         spec = step.plan.spec
-        assert spec.authorize is not None
+        if spec.authorize is None:
+            return False  # never asked: nothing may approve it
         request = ActionRequest(
             task=self.task,
             tool=spec.name,
             args=redact(step.args),
             fingerprint=step.plan.fingerprint,
             idempotency_key=step.plan.key,
-            risk=spec.risk,
+            risk=step.plan.risk,
         )
         try:
             return spec.authorize(request) is True

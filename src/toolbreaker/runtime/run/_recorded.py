@@ -8,77 +8,50 @@ at the step, for the condition, with the counters and the packet a live guard gi
 when its tools behave as recorded; a test replays generated runs through both and
 compares them.
 
-What a recorded step means, as a live tool:
+What a recorded step means, as a live tool (the format is
+:mod:`toolbreaker.runtime.run._recorded_step`):
 
 - ``outcome`` ``success``: the tool returns ``result`` (``None`` when the step has none);
-  a write's ``success`` is a verified one (its ``verify`` passes);
-- ``failure``: the tool raises an error that certainly sent nothing (a refused
-  connection): a write that failed so may be made again;
-- ``unknown``: the tool times out (``TimeoutError``): a write's outcome is unknown
-  (never replayed, it counts against ``max_uncertain_side_effects``); a read failed;
-- ``ignored``: the tool raises an error that is no failure of the dependency (a
-  ``ValueError`` of its own argument check);
+  a write's ``success`` is a verified one (its ``verify`` passes), unless its
+  ``result_error`` says the write failed: then the tool refuses the call itself (a
+  :class:`~toolbreaker.errors.ToolReportedError`, nothing made);
+- ``failure``, ``unknown``, ``ignored``: the tool raises the exception the classifier
+  reads as the step's ``error`` (:func:`raised_for`); without one, a refused connection
+  (nothing was sent: a write that failed so may be made again), a timeout (a write's
+  outcome is unknown, never replayed, and counts against
+  ``max_uncertain_side_effects``; a read failed) and a ``ValueError`` of the tool's own
+  argument check;
 - ``cost``: what the call spent, against the tool's risk class, spent only when the call
   ran: a step the guard refused (or answered from the journal) did not run and spends
-  nothing. A step without a tool is a model step: its cost counts toward ``max_cost``
-  and no class;
+  nothing. A step without a tool is a model step: its usage is counted
+  (:meth:`~toolbreaker.RunGuard.add_usage`) and its cost counts toward ``max_cost`` and
+  no class, unless the budget prices its model (then the priced usage is its cost);
 - an irreversible tool's authority check approved it (the recorded call ran).
 
-A tool keeps the risk class, business key and recovery flag of its first step: a run
-whose steps give one tool two of them is refused (a live guard knows a tool once).
+A step's ``risk`` is its call's class. A tool whose steps all give one class is
+replayed as a tool of that class; one whose steps give it two (a shell tool: ``cat``
+reads, ``sed -i`` writes) as a tool whose risk is a function of its arguments, from its
+first step of another class on (a live ``risk=shell_risk_of("command")``). A tool keeps
+the business key of its first write and its recovery flag: a run whose steps give one
+tool two business keys, or make a recovery read write, is refused (a live guard knows a
+tool once).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
 from typing import Any
 
-from toolbreaker.core.run._values import as_amount
-from toolbreaker.core.run.budget import WRITES, Budget, Outcome, RiskClass
+from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass
+from toolbreaker.core.run.costs import price_of
 from toolbreaker.core.run.machine import RunDecision
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime.run._guard import GuardedTool, RunGuard
+from toolbreaker.runtime.run._recorded_step import RecordedStep, raised_for
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["RecordedRun", "RecordedStep", "Replayed", "raised_for"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RecordedStep:
-    """One step of a recorded run, validated.
-
-    Attributes:
-        at: milliseconds since the run started (the guard's clock at this step).
-        tool: the tool called; ``None`` for a model step (only its cost counts).
-        args: the call's arguments.
-        risk: the tool's risk class.
-        recovery: the tool is a read-only status check that may run after a stop.
-        business_key: argument fields naming a write's business action.
-        outcome: how the call ended when it ran.
-        result: what it returned (``None`` when the step has none).
-        cost: what it spent (a decimal string or an integer), if anything.
-    """
-
-    at: int
-    tool: str | None = None
-    args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    risk: RiskClass = "read"
-    recovery: bool = False
-    business_key: tuple[str, ...] | None = None
-    outcome: Outcome = "success"
-    result: Any = None
-    cost: str | int | Decimal | None = None
-
-    def __post_init__(self) -> None:
-        if self.cost is not None:
-            # Checked here: a cost the guard refuses inside the call would read as the
-            # tool failing.
-            try:
-                as_amount(self.cost)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"cost {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,12 +63,14 @@ class Replayed:
         decision: the run machine's decision for its request (``None``: a model step).
         answer: what the model read (the tool's result, or the guard's answer).
         ran: the tool ran (so the step's cost was spent).
+        action: the action as the run machine saw it (``None``: a model step).
     """
 
     step: RecordedStep
     decision: RunDecision | None
     answer: Any
     ran: bool
+    action: Action | None = None
 
 
 class _Clock:
@@ -124,7 +99,10 @@ class RecordedRun:
         self._clock: _Clock | None = None
         self._guard: RunGuard | None = None
         self._current: RecordedStep | None = None
-        self._tools: dict[str, tuple[RiskClass, tuple[str, ...] | None, bool]] = {}
+        #: per tool: its class (``None`` once its calls differ) and its recovery flag.
+        self._tools: dict[str, tuple[RiskClass | None, bool]] = {}
+        #: per tool, the business key of its first write.
+        self._keys: dict[str, tuple[str, ...] | None] = {}
         #: The packet as the run stopped (after the step that stopped it), once it did.
         self.stopped_packet: StopPacket | None = None
 
@@ -137,14 +115,13 @@ class RecordedRun:
         """Feed one recorded step to the guard; what it decided and what the model read.
 
         Raises:
-            ValueError: the step names a tool with another risk class, business key or
-                recovery flag than its first step did, or arguments the guard cannot
-                check (they cannot be fingerprinted).
+            ValueError: the step gives a tool another business key than its first write
+                did, makes a recovery read write, or has arguments the guard cannot check
+                (they cannot be fingerprinted).
         """
         guard = self._guard_at(step.at)
         if step.tool is None:
-            if step.cost is not None:
-                guard.add_cost(step.cost)  # a model step: toward max_cost, no class
+            self._model_step(guard, step)
             return Replayed(step, None, None, ran=False)
         self._ensure(guard, step)
         self._current = step
@@ -165,13 +142,28 @@ class RecordedRun:
                 answer = begun.succeeded(result)
         if self.stopped_packet is None and guard.stopped is not None:
             self.stopped_packet = guard.stop_packet()
-        return Replayed(step, begun.decision, answer, ran=ran)
+        action = None if begun.plan is None else begun.plan.action
+        return Replayed(step, begun.decision, answer, ran=ran, action=action)
 
     def packet(self) -> StopPacket | None:
         """The operator's packet: as the run stopped, else as it ends; ``None`` before any step."""
         if self.stopped_packet is not None:
             return self.stopped_packet
         return None if self._guard is None else self._guard.stop_packet()
+
+    def _model_step(self, guard: RunGuard, step: RecordedStep) -> None:
+        """A model turn: its usage is counted; its cost spent unless the budget prices it."""
+        priced = False
+        if step.usage:
+            assert step.model is not None
+            guard.add_usage(
+                step.model,
+                input_tokens=step.input_tokens or 0,
+                output_tokens=step.output_tokens or 0,
+            )
+            priced = price_of(self.budget, step.model) is not None
+        if step.cost is not None and not priced:
+            guard.add_cost(step.cost)  # toward max_cost, no class
 
     def _guard_at(self, at: int) -> RunGuard:
         if self._guard is None:
@@ -184,33 +176,63 @@ class RecordedRun:
         return self._guard
 
     def _ensure(self, guard: RunGuard, step: RecordedStep) -> None:
-        """Register the step's tool on first sight; later steps must describe it the same."""
-        assert step.tool is not None
-        # Registered as it means: a business key names a write's action (a read has
-        # none), and the core grants a write's recovery flag nothing.
+        """Register the step's tool on first sight; later steps must describe it the same.
+
+        A step of another class than the tool's makes it a tool whose risk is a function
+        of its arguments (the current step's class) from then on.
+        """
+        tool = step.tool
+        assert tool is not None
         write = step.risk in WRITES
-        described = (step.risk, step.business_key if write else None, step.recovery and not write)
-        known = self._tools.get(step.tool)
-        if known is None:
-            risk, business_key, recovery = described
-            guard.add_tool(
-                GuardedTool(
-                    name=step.tool,
-                    fn=self._call,
-                    risk=risk,
-                    business_key=business_key,
-                    verify=self._verified if risk in WRITES else None,
-                    authorize=_approved if risk == "irreversible" else None,
-                    recovery=recovery,
-                )
-            )
-            self._tools[step.tool] = described
-        elif known != described:
+        known = self._tools.get(tool)
+        recovery = known[1] if known is not None else step.recovery and not write
+        if known is not None and (
+            (write and recovery) or (not write and step.recovery != recovery)
+        ):
+            was = "a recovery read" if recovery else "no recovery read"
             raise ValueError(
-                f"tool {step.tool!r} was recorded as {_described(known)} before, "
-                f"as {_described(described)} here: a tool has one risk class, business "
-                "key and recovery flag"
+                f"tool {tool!r} was recorded as {was} before, as "
+                f"{'a recovery read' if step.recovery else step.risk} here: a tool is a "
+                "recovery read or not, and a recovery read never writes"
             )
+        if write and tool not in self._keys:
+            self._keys[tool] = step.business_key  # a write's business key: its first write's
+        elif write and self._keys[tool] != step.business_key:
+            raise ValueError(
+                f"tool {tool!r} was recorded with {_key_text(self._keys[tool])} before, "
+                f"with {_key_text(step.business_key)} here: a tool's writes have one"
+            )
+        if known is None:
+            self._register(guard, tool, step.risk, self._keys.get(tool), recovery)
+        elif known[0] is not None and known[0] != step.risk:
+            self._register(guard, tool, None, self._keys.get(tool), recovery)
+
+    def _register(
+        self,
+        guard: RunGuard,
+        tool: str,
+        risk: RiskClass | None,
+        business_key: tuple[str, ...] | None,
+        recovery: bool,
+    ) -> None:
+        """The tool as a live guard knows it (``risk`` ``None``: each call's own)."""
+        guard.add_tool(
+            GuardedTool(
+                name=tool,
+                fn=self._call,
+                risk=self._risk_of if risk is None else risk,
+                business_key=business_key,
+                verify=self._verified if risk is None or risk in WRITES else None,
+                authorize=_approved if risk is None or risk == "irreversible" else None,
+                recovery=recovery,
+            )
+        )
+        self._tools[tool] = (risk, recovery)
+
+    def _risk_of(self, _args: Any) -> RiskClass:
+        """A tool whose recorded calls differ: the current step's class."""
+        assert self._current is not None
+        return self._current.risk
 
     def _call(self, **_args: Any) -> Any:
         """The recorded tool: spends the step's cost, then ends as recorded."""
@@ -219,39 +241,27 @@ class RecordedRun:
         assert self._guard is not None
         if step.cost is not None:
             self._guard.add_cost(step.cost, risk=step.risk)  # spent: the call ran
-        raised = raised_for(step.outcome)
+        raised = raised_for(
+            step.outcome, step.error, result_error=step.result_error, risk=step.risk
+        )
         if raised is not None:
             raise raised
         return step.result
 
     def _verified(self, _result: Any) -> bool:
-        """A recorded write's ``success`` is a verified one."""
+        """A recorded write's ``success`` is a verified one.
+
+        One whose result reports an error never returns (it is the tool's refusal).
+        """
         return self._current is not None and self._current.outcome == "success"
-
-
-def raised_for(outcome: str) -> Exception | None:
-    """The exception a live tool raises to end as ``outcome`` (``None``: it returns).
-
-    ``failure``: a refused connection (nothing was sent); ``unknown``: a timeout (a write
-    may have committed); ``ignored``: the tool's own argument check.
-    """
-    if outcome == "failure":
-        return ConnectionRefusedError(111, "recorded failure")
-    if outcome == "unknown":
-        return TimeoutError("recorded unknown outcome")
-    if outcome == "ignored":
-        return ValueError("recorded ignored outcome")
-    return None
 
 
 def _approved(_request: Any) -> bool:
     return True  # the recorded irreversible call ran: its authority check approved it
 
 
-def _described(known: tuple[RiskClass, Sequence[str] | None, bool]) -> str:
-    risk, business_key, recovery = known
-    key = "no business key" if business_key is None else f"business key {list(business_key)}"
-    return f"{risk} with {key}" + (", a recovery read" if recovery else "")
+def _key_text(business_key: Sequence[str] | None) -> str:
+    return "no business key" if business_key is None else f"business key {list(business_key)}"
 
 
 def _error_of(answer: Any) -> str:

@@ -106,7 +106,7 @@ class Settling(RunShell):
     def _succeeded(self, step: Step, result: Any) -> Any:
         plan: CallPlan = step.plan
         spec = plan.spec
-        if spec.risk in WRITES:
+        if plan.risk in WRITES:
             verified: bool | None = None
             if spec.verify is not None:
                 try:
@@ -142,7 +142,7 @@ class Settling(RunShell):
         plan: CallPlan = step.plan
         spec = plan.spec
         verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
-        if spec.risk in WRITES and may_have_committed(exc, verdict):
+        if plan.risk in WRITES and may_have_committed(exc, verdict):
             return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
         error = None if verdict.detail == "cancelled" else verdict.detail
         self._finish(plan, "failure" if verdict.kind == "failure" else "ignored", error=error)
@@ -212,7 +212,10 @@ class Settling(RunShell):
         )
         if decision.stop is None or mode is not None:
             return result  # a mode's answer says what the caller gets, the stop included
-        return {**result, **stopped_result(decision.stop)}
+        return {
+            **result,
+            **stopped_result(decision.stop, writes_blocked=self._run.writes_blocked is not None),
+        }
 
     def _degrade(self, plan: CallPlan, result: dict[str, Any]) -> Degrade:
         """The sheet row's degradation of ``result``, as an effect.

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run._values import ZERO
-from toolbreaker.core.run.budget import Action, Budget, RunState, Stop
+from toolbreaker.core.run.budget import Action, Budget, RiskClass, RunState, Stop
 from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
@@ -65,6 +65,7 @@ class CallPlan:
         turn: its model turn's group and its place in it.
         reserve: the cost its tool declared (held before it runs), else ``None``.
         reservation: the run machine's reservation for it while held, else 0.
+        risk: the call's risk class (the tool's, or its risk function's answer).
     """
 
     spec: GuardedTool
@@ -79,6 +80,7 @@ class CallPlan:
     turn: tuple[TurnGroup, TurnMember] | None = None
     reserve: Decimal | None = None
     reservation: int = 0
+    risk: RiskClass = "read"
 
 
 class RunShell:
@@ -354,7 +356,7 @@ class RunShell:
         return entry_for(
             {
                 "tool": spec.name,
-                "risk": spec.risk,
+                "risk": plan.risk,
                 "fingerprint": plan.fingerprint,
                 "idempotency_key": plan.key,
                 "status": status,

@@ -12,14 +12,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final, TypedDict
+from typing import Any, Final, TypedDict
 
+from toolbreaker.core.files import shown
+from toolbreaker.core.run._values import Risk, check_risk
 from toolbreaker.core.run.budget import WRITES, RiskClass
+from toolbreaker.core.run.costs import amount_of
 from toolbreaker.core.run.fingerprint import FingerprintRules, evidence
-from toolbreaker.errors import PolicyError
-
-if TYPE_CHECKING:
-    from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.errors import PolicyError, RunStateError
+from toolbreaker.runtime.breaker._breaker import Breaker
 
 __all__ = [
     "GUARDED_TOOL_OPTIONS",
@@ -33,6 +34,7 @@ __all__ = [
     "evidence_digest",
     "guarded_tool",
     "key_argument",
+    "may_write",
     "not_callable",
     "with_key",
     "without_key",
@@ -55,7 +57,7 @@ class ActionRequest:
         args: the arguments, secrets masked.
         fingerprint: the semantic fingerprint of the action.
         idempotency_key: the key the write will carry.
-        risk: the tool's risk class.
+        risk: the call's risk class (the tool's, or what its risk function answered).
     """
 
     task: str
@@ -70,10 +72,20 @@ class ActionRequest:
 class GuardedTool:
     """A tool as the run guard knows it.
 
+    Every field is checked when the tool is described (a wrong type or value is a
+    :class:`~toolbreaker.PolicyError` naming ``<name>.<field>``), never at its first call.
+
     Attributes:
         name: the tool name the model calls.
         fn: the implementation, called with the arguments as keywords.
-        risk: ``read``, ``reversible_write`` or ``irreversible``.
+        risk: ``read``, ``reversible_write`` or ``irreversible``; or a function of a call's
+            arguments that answers one, so each call has its own class (a generic shell
+            tool: ``risk=shell_risk_of("command")``). A call of such a tool that writes is
+            journaled, keyed and verified as any write, but keyed per call when the tool
+            has no ``business_key`` (the same command after a change is made again, and
+            counted as a repeat when nothing changed in between); one that is
+            irreversible needs ``authorize`` or is denied; the tool can be no recovery
+            read and its breaker may not serve stale answers.
         breaker: the dependency breaker the call goes through (and its deadline).
         business_key: argument fields (dotted paths) naming the business action, from
             which a write's idempotency key is derived; default: the whole canonical
@@ -98,7 +110,7 @@ class GuardedTool:
 
     name: str
     fn: Callable[..., Any]
-    risk: RiskClass = "read"
+    risk: Risk = "read"
     breaker: Breaker | None = None
     business_key: tuple[str, ...] | None = None
     idempotency_arg: str | None = "idempotency_key"
@@ -111,6 +123,64 @@ class GuardedTool:
     cost: CostEstimate | None = None
     actual_cost: Callable[[Any], Amount | None] | None = None
 
+    def __post_init__(self) -> None:
+        name = self.name
+        if not isinstance(name, str) or not name.strip():
+            raise PolicyError(f"a tool name must be a non-empty string, got {shown(name)}")
+        if not callable(self.fn):
+            raise PolicyError(f"tool {name!r} must be callable", field=f"{name}.fn")
+        check_risk(self.risk, f"{name}.risk")
+        if self.breaker is not None and not isinstance(self.breaker, Breaker):
+            raise PolicyError(
+                f"the breaker of tool {name!r} must be a Breaker, got {shown(self.breaker)}",
+                field=f"{name}.breaker",
+            )
+        for flag in ("required", "recovery"):
+            if type(getattr(self, flag)) is not bool:
+                raise PolicyError(
+                    f"{flag} of tool {name!r} must be true or false, "
+                    f"got {shown(getattr(self, flag))}",
+                    field=f"{name}.{flag}",
+                )
+        key = self.business_key
+        if key is not None and (
+            not isinstance(key, tuple) or not key or not all(isinstance(p, str) and p for p in key)
+        ):
+            raise PolicyError(
+                f"business_key of tool {name!r} must be a list of field paths, got {shown(key)}",
+                field=f"{name}.business_key",
+            )
+        arg = self.idempotency_arg
+        if arg is not None and (not isinstance(arg, str) or not arg.strip()):
+            raise PolicyError(
+                f"idempotency_arg of tool {name!r} must be an argument name, got {shown(arg)}",
+                field=f"{name}.idempotency_arg",
+            )
+        for hook in ("verify", "reconcile", "external_id", "authorize", "actual_cost"):
+            value = getattr(self, hook)
+            if value is not None and not callable(value):
+                raise PolicyError(
+                    f"{hook} of tool {name!r} must be callable, got {shown(value)}",
+                    field=f"{name}.{hook}",
+                )
+        if self.risk == "irreversible" and self.authorize is None:
+            raise PolicyError(
+                f"irreversible tool {name!r} needs an authorize callback",
+                field=f"{name}.authorize",
+            )
+        if self.recovery and (callable(self.risk) or self.risk != "read"):
+            raise PolicyError(
+                f"recovery tool {name!r} must be a read (a tool whose risk is a function of "
+                "its arguments may write)",
+                field=f"{name}.recovery",
+            )
+        cost = self.cost
+        if cost is not None and not callable(cost):
+            try:
+                amount_of(cost, f"{name}.cost")
+            except RunStateError as exc:
+                raise PolicyError(exc.message, field=f"{name}.cost") from None
+
 
 class GuardToolOptions(TypedDict, total=False):
     """The run guard's options an adapter's tool may set, as keyword arguments.
@@ -120,7 +190,7 @@ class GuardToolOptions(TypedDict, total=False):
     ``business_key`` may be any sequence of field paths.
     """
 
-    risk: RiskClass
+    risk: Risk
     business_key: Sequence[str] | None
     idempotency_arg: str | None
     verify: Callable[[Any], bool] | None
@@ -168,7 +238,8 @@ def guarded_tool(name: str, fn: Callable[..., Any], options: Mapping[str, Any]) 
     fields = dict(options)
     if "business_key" in fields:
         given = fields["business_key"]
-        fields["business_key"] = tuple(given) if given else None
+        if not isinstance(given, str) and isinstance(given, Sequence):
+            fields["business_key"] = tuple(given) if given else None
     return GuardedTool(name, fn, **fields)
 
 
@@ -189,15 +260,21 @@ def not_callable(**_kwargs: Any) -> Any:
 # -- the idempotency argument: the guard's to fill in, never the model's ------------------
 
 
+def may_write(tool: GuardedTool) -> bool:
+    """Whether a call of ``tool`` may be a write: its class is one, or each call has its own."""
+    return callable(tool.risk) or tool.risk in WRITES
+
+
 def key_argument(tool: GuardedTool) -> str | None:
     """The argument that carries a write's idempotency key, or ``None``.
 
-    A read has none, nor a write described with ``idempotency_arg=None``. Its value is the
-    run guard's: adapters hide it from the schema the model sees and hand the tool the
+    A read has none, nor a write described with ``idempotency_arg=None``; a tool whose
+    risk is a function of its arguments has one (its writes carry the key). Its value is
+    the run guard's: adapters hide it from the schema the model sees and hand the tool the
     guard's key (:func:`with_key`); a value the model sends anyway is dropped
     (:func:`without_key`).
     """
-    return tool.idempotency_arg if tool.risk in WRITES and tool.idempotency_arg else None
+    return tool.idempotency_arg if may_write(tool) and tool.idempotency_arg else None
 
 
 def without_key(tool: GuardedTool, args: Mapping[str, Any]) -> dict[str, Any]:

@@ -138,7 +138,7 @@ class Turns(Planning):
         dependency = opened.key
         why = member.cancelled_because or f"required dependency {dependency!r} opened"
         answer: dict[str, Any]
-        if plan.spec.risk in WRITES and member.started:
+        if plan.risk in WRITES and member.started:
             unknown = self._unknown(
                 step, f"cancelled by policy while it ran ({why}): the write may have committed"
             )

@@ -14,9 +14,11 @@ import asyncio
 from importlib import resources
 from typing import Any, Final, NamedTuple
 
+from toolbreaker._extras import require
 from toolbreaker.stores._shell import Reply
 
 __all__ = [
+    "HISTORY_APPEND",
     "JOURNAL_ALL",
     "JOURNAL_PUT",
     "MY_TURN",
@@ -43,6 +45,16 @@ _SCRIPT_FILE: Final = "cas.lua"
 REFRESH_TTL: Final = """
 if redis.call('PTTL', KEYS[1]) > 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
 if KEYS[2] and redis.call('PTTL', KEYS[2]) > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[1]) end
+return 1
+"""
+#: Append one entry to a breaker's history, no state change (the quiet counts no write
+#: carried); the stream lives as long as the state (an idle breaker's for ``ARGV[3]`` ms).
+HISTORY_APPEND: Final = """
+redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'e', ARGV[2])
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl == -1 then redis.call('PERSIST', KEYS[1])
+elseif ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl)
+else redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
 return 1
 """
 #: Write one journal entry (only if new, with ``ARGV[3] == '1'``) and keep its order.
@@ -138,14 +150,12 @@ class Args(NamedTuple):
 
 
 def redis_module() -> Any:
-    """The ``redis`` package, imported on first use (it is the ``redis`` extra)."""
-    try:
-        import redis
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "RedisStore needs the redis client: pip install 'toolbreaker[redis]'"
-        ) from None
-    return redis
+    """The ``redis`` package, imported on first use (it is the ``redis`` extra).
+
+    Raises:
+        MissingExtra: the extra is not installed.
+    """
+    return require("redis", "redis", what="a Redis store")
 
 
 def parse_reply(reply: object) -> tuple[Reply, int]:

@@ -26,6 +26,7 @@ from toolbreaker.stores._shell import CompareAndSetStore, Reply, Write
 from toolbreaker.stores._views import DEFAULT_VIEW_LEASE, SharedView
 from toolbreaker.stores.redis._feeds import Feed, FeedSettings, ShardedFeed
 from toolbreaker.stores.redis._script import (
+    HISTORY_APPEND,
     JOURNAL_ALL,
     JOURNAL_PUT,
     MY_TURN,
@@ -173,6 +174,7 @@ class RedisStore(CompareAndSetStore):
         self._source = cas_source()
         self._script: Any = self._client.register_script(self._source)
         self._refresh: Any = self._client.register_script(REFRESH_TTL)
+        self._append: Any = self._client.register_script(HISTORY_APPEND)
         self._journal_put: Any = self._client.register_script(JOURNAL_PUT)
         self._journal_all: Any = self._client.register_script(JOURNAL_ALL)
         self._record_put: Any = self._client.register_script(RECORD_PUT)
@@ -236,7 +238,14 @@ class RedisStore(CompareAndSetStore):
 
     # -- history ------------------------------------------------------------------------
 
-    def _history_read(self, key: str | None) -> list[tuple[str, object]]:
+    def _history_append(self, key: str, text: str) -> None:
+        keys = [self._history_key(key), self._state_key(key)]
+        try:
+            self._append(keys=keys, args=[self.history_retain, text, self.idle_ttl_ms])
+        except self._errors as exc:
+            raise self._record_fault(key, exc) from exc
+
+    def _history_read(self, key: str | None) -> list[tuple[str, object, int | None]]:
         """Each breaker's stream, merged by stream id (the servers' clocks; see the docs)."""
         head, tail = f"{self.prefix}:{{", "}:history"
         try:
@@ -245,7 +254,7 @@ class RedisStore(CompareAndSetStore):
             else:
                 pattern = _glob_escape(self.prefix) + ":{*}:history"
                 names = sorted(set(self._client.scan_iter(match=pattern, count=1000)))
-            rows: list[tuple[tuple[int, int], str, object]] = []
+            rows: list[tuple[tuple[int, int], str, object, int | None]] = []
             for name in names:
                 text = name.decode("utf-8", "surrogateescape")
                 if not (text.startswith(head) and text.endswith(tail)):
@@ -253,11 +262,13 @@ class RedisStore(CompareAndSetStore):
                 for raw_id, fields in self._client.xrange(name, "-", "+"):
                     stream_id = raw_id.decode()
                     ms, _, seq = stream_id.partition("-")
-                    rows.append(((int(ms), int(seq or 0)), stream_id, fields.get(b"e")))
+                    made = fields.get(b"v")
+                    version = int(made) if isinstance(made, bytes) and made.isdigit() else None
+                    rows.append(((int(ms), int(seq or 0)), stream_id, fields.get(b"e"), version))
         except self._errors as exc:
             raise self._record_fault(key or "history", exc) from exc
         rows.sort(key=lambda row: row[0])
-        return [(stream_id, raw) for _, stream_id, raw in rows]
+        return [(stream_id, raw, version) for _, stream_id, raw, version in rows]
 
     # -- journal ------------------------------------------------------------------------
 
@@ -345,7 +356,9 @@ class RedisStore(CompareAndSetStore):
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop the feed and close the synchronous connections."""
+        """Append the quiet counts left, stop the feed, close the synchronous connections."""
+        if not self._closed:
+            self._close_quiet()
         self._closed = True
         with self._feed_lock:
             feed, self._feed = self._feed, None

@@ -16,6 +16,7 @@
 -- ARGV[9]  how many entries the history keeps, about (XADD MAXLEN ~)
 -- ARGV[10] the instant of the event the new state was computed with
 -- ARGV[11...] the transition entries of this write, appended only if the state is written
+--          (each with field v: the version it made, which a replay places quiet calls by)
 --
 -- Reply: {status, version, state, server_ms, at} (at: the instant of the event that wrote
 -- the current state, 0 when not known)
@@ -96,7 +97,7 @@ if ttl > 0 then redis.call('PEXPIRE', KEYS[1], ttl) else redis.call('PERSIST', K
 -- The history goes in with the state it made, or not at all; it lives as long as the state.
 if #ARGV >= 11 then
   for i = 11, #ARGV do
-    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', 'e', ARGV[i])
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[9], '*', 'e', ARGV[i], 'v', new)
   end
   if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) else redis.call('PERSIST', KEYS[2]) end
 end
