@@ -10,7 +10,7 @@ and to react to what it reads, like a careful model would:
 3. a third model keeps asking the same thing; the run guard stops it and the agent ends
    with a stop packet instead of looping until the recursion limit.
 
-Needs ``pip install 'toolbreaker[langchain]'``; no network, no API key.
+Needs ``pip install '.[langchain]'``; no network, no API key.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,11 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = sorted(p.stem for p in (ROOT / "src/toolbreaker/integrations").glob("[!_]*.py"))
 
 
-@pytest.mark.slow
-def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
-    """``mkdocs build --strict`` succeeds and writes the home page and the API reference."""
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once for the module's tests with ``mkdocs build --strict``."""
     pytest.importorskip("mkdocs", reason="the docs extra installs nothing on Python 3.10")
-    site = tmp_path / "site"
+    site = tmp_path_factory.mktemp("docs") / "site"
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT,
@@ -34,6 +35,12 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path: Path) -> None:
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    return site
+
+
+@pytest.mark.slow
+def test_the_site_builds_with_warnings_as_errors(site: Path) -> None:
+    """``mkdocs build --strict`` succeeds and writes the home page and the API reference."""
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "Guard a tool in three lines" in home  # the README is the home page
     reference = (site / "reference/toolbreaker/index.html").read_text(encoding="utf-8")
@@ -63,6 +70,42 @@ def test_the_command_line_page_is_every_commands_own_help() -> None:
     assert headings == ["toolbreaker", *commands]
     assert len(set(headings)) == len(headings)
     assert "--json" in written.split("## `toolbreaker run show`")[1].split("## ")[0]
+
+
+# Every code block whose content is wider than the block itself: it would scroll, cut off
+# at the right edge (pre > code is the scrolling element in mkdocs-material).
+_CLIPPED = """() => Array.from(document.querySelectorAll("pre > code"))
+    .filter((code) => code.scrollWidth > code.clientWidth + 1)
+    .map((code) => [code.scrollWidth, code.clientWidth,
+                    code.textContent.split("\\n").find((l) => l.length > 60) || ""])"""
+
+
+@pytest.mark.slow
+def test_no_code_block_is_cut_off_at_1280_pixels(site: Path) -> None:
+    """In Chromium at 1280 x 800, the narrowest window the docs are written for, no code
+    block of any page is wider than its box (docs/stylesheets/extra.css wraps long lines
+    instead of letting them run off the right edge)."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from chromium import CHROMIUM_ARGS, chromium
+
+    pages = sorted(site.rglob("index.html"))
+    assert len(pages) > 30
+    clipped: dict[str, list[Any]] = {}
+    measured = 0
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+            for path in pages:
+                page.goto(path.as_uri())
+                measured += page.locator("pre > code").count()
+                found = page.evaluate(_CLIPPED)
+                if found:
+                    clipped[path.relative_to(site).as_posix()] = found
+        finally:
+            browser.close()
+    assert measured > 100  # the pages were measured, not empty
+    assert clipped == {}
 
 
 @pytest.mark.parametrize("adapter", ADAPTERS)

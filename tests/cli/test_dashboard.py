@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -23,6 +21,7 @@ from typing import Any
 import pytest
 from test_dashboard_api import defaults_and_unknown, incident
 
+from chromium import CHROMIUM_ARGS, chromium
 from stream_helpers import (  # noqa: F401 - close_opened is an autouse fixture
     Server,
     Unavailable,
@@ -42,35 +41,13 @@ pytestmark = pytest.mark.slow
 uvicorn = pytest.importorskip("uvicorn")
 playwright_api = pytest.importorskip("playwright.sync_api")
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 WAIT_MS = 20_000
 SECRET = "sk-live-abcdefghijklmnopqrstuvwx"
 
 
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium", path="/usr/bin")
-    if found:
-        return found
-    if os.name == "posix" and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        for command in (["apt-get", "update"], ["apt-get", "install", "-y", "chromium"]):
-            subprocess.run(command, env=env, check=False, capture_output=True, timeout=900)
-        found = shutil.which("chromium", path="/usr/bin")
-        if found:
-            return found
-    pytest.fail("chromium is not installed and could not be (apt-get install chromium, as root)")
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    executable = _chromium()
+    executable = chromium()
     with playwright_api.sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield launched

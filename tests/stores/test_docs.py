@@ -253,6 +253,27 @@ tools = [search, search_snapshot]
 registry = Registry.from_toml("breakers.toml")
 """
 
+# The whole program of the LangChain page, run as it stands: its sheet is the page's own
+# TOML block, and only the model is LangChain's offline one.
+_LANGCHAIN_PROGRAM = (
+    f"""
+import re
+with open({str(ROOT / "docs" / "integrations" / "langchain.md")!r}, encoding="utf-8") as _file:
+    _page = _file.read()
+_sheet = re.search(r"^```toml\\n(.*?)^```", _page, re.S | re.M).group(1)
+with open("breakers.toml", "w", encoding="utf-8") as _file:
+    _file.write(_sheet)
+"""
+    + _LANGCHAIN
+    + """
+def __cleanup__():
+    assert result["messages"][-1].content == "One desk lamp is in stock."
+    row = registry.get("catalog", "read")  # the page's row guarded the call
+    assert row.stats.admitted == 1
+    assert row.timeout == 4.0
+"""
+)
+
 _LANGGRAPH = (
     _LANGCHAIN
     + """
@@ -842,8 +863,10 @@ def find_charge(key, args):
         "import toolbreaker": "",
     },
     "docs/integrations/langchain.md": {
-        "from toolbreaker import Budget, Registry": Setup(
-            _LANGCHAIN + "model = Model(messages=searches(1))\n", needs="langchain"
+        "from langchain.agents import create_agent": Setup(
+            _LANGCHAIN_PROGRAM,
+            needs="langchain",
+            swaps={'init_chat_model("openai:gpt-4.1-mini")': "Model(messages=searches(1))"},
         ),
         "from toolbreaker.integrations.langchain import idempotency_key": Setup(
             "from langchain_core.tools import tool\n", needs="langchain"

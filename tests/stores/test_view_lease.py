@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from conformance import wait_for
 
-from toolbreaker import Breaker, Policy, Registry
+from toolbreaker import Breaker, CircuitOpen, Policy, Registry
 from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 
 pytestmark = pytest.mark.slow
@@ -36,11 +36,23 @@ TRIES = 12
 
 
 def quiet_call(breaker: Breaker) -> bool:
-    """One call through the breaker's quiet path; whether it was admitted."""
+    """One call through the breaker's two-step quiet path; whether it was admitted."""
     permit = breaker.allow()
     if permit.admitted:
         permit.record("success")
     return permit.admitted
+
+
+def guarded_call(breaker: Breaker) -> bool:
+    """One call through ``Breaker.call``'s own quiet path; whether it ran."""
+    ran: list[bool] = []
+    with contextlib.suppress(CircuitOpen):
+        breaker.call(lambda: ran.append(True))
+    return bool(ran)
+
+
+#: Both ways in, turn about: admission (allow, begin, a run guard) and Breaker.call.
+WAYS = (quiet_call, guarded_call)
 
 
 def admitted_past_the_bound(
@@ -77,7 +89,7 @@ def test_no_quiet_call_is_admitted_past_the_lease_once_redis_is_gone(private_red
             stop = private_redis.kill if how == "kill" else private_redis.freeze
             try:
                 found = admitted_past_the_bound(
-                    breaker, LEASE, stop, functools.partial(quiet_call, breaker)
+                    breaker, LEASE, stop, functools.partial(WAYS[attempt % 2], breaker)
                 )
             finally:
                 if how == "freeze":
@@ -100,7 +112,7 @@ def test_no_quiet_call_is_admitted_past_the_lease_once_postgres_is_gone(private_
             stop = private_postgres.kill if how == "kill" else private_postgres.freeze
             try:
                 found = admitted_past_the_bound(
-                    breaker, LEASE, stop, functools.partial(quiet_call, breaker)
+                    breaker, LEASE, stop, functools.partial(WAYS[attempt % 2], breaker)
                 )
             finally:
                 if how == "freeze":

@@ -174,7 +174,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     cmd.add_argument("--retry-only", action="store_true", help="the same agent without a breaker")
     cmd.add_argument(
-        "--fixture", action="store_true", help="replay the seed article's fixture instead"
+        "--fixture", action="store_true", help="replay the bundled example trace instead"
     )
     cmd.add_argument(
         "--save", metavar="DIR", help="write trace.jsonl, policy.toml and receipt.json here"

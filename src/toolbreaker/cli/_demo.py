@@ -1,4 +1,4 @@
-"""``toolbreaker demo``: the seed article's fixture, replayed and explained."""
+"""``toolbreaker demo``: the bundled example trace, replayed and explained."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def run_fixture(policy_text: str, trace_text: str, out: TextIO) -> tuple[int, di
     receipt = driver.receipt()
 
     out.write(
-        f"toolbreaker demo: the seed fixture (threshold {policy.failure_threshold}, "
+        f"toolbreaker demo: the bundled example trace (threshold {policy.failure_threshold}, "
         f"cooldown {policy.cooldown_ms} ms, {policy.success_threshold} probe successes "
         f"to close, probe limit {policy.probe_limit}); policy {policy.version}\n\n"
     )

@@ -1,6 +1,6 @@
 """``toolbreaker simulate``: one set of input events, a retry-only agent against the breaker.
 
-The seed article's second figure: the same input events sent by an agent that only
+The cascade figure: the same input events sent by an agent that only
 retries, and through the breaker, as remote attempts and local rejections over time,
 side by side, with the totals.
 
@@ -68,7 +68,7 @@ __all__ = [
 #: The most time bins a series keeps.
 BINS: Final = 1024
 #: What the figure and errors call the bundled fixture.
-FIXTURE_NAME: Final = "seed fixture"
+FIXTURE_NAME: Final = "example trace"
 #: The most retries (``--retries``) and the longest first backoff (``--backoff-ms``).
 MAX_RETRIES: Final = 10
 MAX_BACKOFF_MS: Final = 3_600_000
@@ -115,7 +115,7 @@ def _fixture_text(name: str) -> str:
 
 
 def fixture_inputs(policy: Policy | PolicySheet | None = None) -> Inputs:
-    """The seed article's fixture, under its own policy unless another is given."""
+    """The bundled example trace, under its own policy unless another is given."""
     if policy is None:
         policy = Policy.from_dict(loads_toml(_fixture_text("seed_policy.toml")))
     return Inputs(FIXTURE_NAME, True, policy, _fixture_text("seed_trace.jsonl"))
@@ -259,7 +259,7 @@ def add_command(commands: Any) -> None:
         help="draw a retry-only agent against the breaker on the same events (extra: plot)",
     )
     cmd.add_argument(
-        "events", nargs="?", help="a JSON Lines trace (default: the seed article's fixture)"
+        "events", nargs="?", help="a JSON Lines trace (default: the bundled example trace)"
     )
     cmd.add_argument(
         "--policy",
@@ -407,7 +407,7 @@ def _figure(
             "nothing modelled."
         )
         if inputs.synthetic:
-            note += " Synthetic input: the seed article's fixture, not production telemetry."
+            note += " Synthetic input: the bundled example trace, not production telemetry."
         figure.supxlabel(note, fontsize=7.5, color="#444444")
 
     return build

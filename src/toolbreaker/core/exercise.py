@@ -5,7 +5,7 @@ meet: per *target* (an HTTP route key ``"METHOD /first-segment"``, or a plain Py
 tool's name) and per attempt, a fault. The fault proxy and the tool wrapper of
 :mod:`toolbreaker.testing` ask :func:`fault_at` which fault the n-th attempt gets and
 carry it out; they count what reached the service. :func:`judge` turns those counts into
-the three outcomes seed 004 asks for, measured:
+the three outcomes a resilient agent owes, measured:
 
 - **before material damage**: no remote attempt on a failing target while a breaker fed
   by it was open, no business action committed twice, and no more failed attempts on a

@@ -2,7 +2,7 @@
 
 Each adapter lives in its own module and imports its framework when that module is
 imported, never from ``import toolbreaker``. A missing framework produces an error that
-says which extra to install (``pip install 'toolbreaker[langchain]'``).
+says which extra to install (``pip install '.[langchain]'``).
 
 Every adapter reports each model response's usage to the run guard with
 :func:`count_usage`, from the framework's own usage object.

@@ -1,6 +1,6 @@
 """CrewAI adapter: CrewAI's own tool and LLM hooks put a run guard around a crew's calls.
 
-Install with ``pip install 'toolbreaker[crewai]'``, then::
+Install with ``pip install '.[crewai]'``, then::
 
     from toolbreaker.integrations.crewai import protect, run_stop
 

@@ -1,6 +1,6 @@
 """Google ADK adapter: one Runner plugin puts breakers and a run guard around every tool call.
 
-Install with ``pip install 'toolbreaker[google-adk]'`` (Python 3.11 or newer). The plugin is
+Install with ``pip install '.[google-adk]'`` (Python 3.11 or newer). The plugin is
 an ADK ``BasePlugin``: given to the ``Runner`` (``plugins=[...]``) it sees every agent of
 the app, and it only translates ADK's own hooks into run-guard calls:
 

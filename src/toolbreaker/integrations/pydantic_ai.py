@@ -1,6 +1,6 @@
 """Pydantic AI adapter: one capability puts breakers and a run guard around every tool call.
 
-Install with ``pip install 'toolbreaker[pydantic-ai]'``. The capability implements
+Install with ``pip install '.[pydantic-ai]'``. The capability implements
 ``wrap_tool_execute``, so it covers function tools, MCP servers and every other toolset of
 the agent; it holds no breaker logic of its own and only translates:
 

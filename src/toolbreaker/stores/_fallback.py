@@ -20,7 +20,7 @@ from typing import Any
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.stores._protocol import Journal, Records, Store, View, aapply
+from toolbreaker.stores._protocol import Journal, Lease, Records, Store, View, aapply
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["LocalFallback"]
@@ -44,6 +44,15 @@ class _FallbackView(View):
 
     @state.setter
     def state(self, value: BreakerState | None) -> None:
+        raise AttributeError("a fallback view is kept by its stores")
+
+    @property
+    def lease(self) -> Lease:
+        """The lease of the view the state comes from."""
+        return self._local.lease if self.key in self._serving else self._primary.lease
+
+    @lease.setter
+    def lease(self, value: Lease) -> None:
         raise AttributeError("a fallback view is kept by its stores")
 
     @property

@@ -3,13 +3,63 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import sys
+import time
 from collections.abc import Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 
-__all__ = ["AsyncStore", "Journal", "Records", "Store", "View", "aapply"]
+__all__ = ["FOREVER", "AsyncStore", "Journal", "Lease", "Records", "Store", "View", "aapply"]
+
+
+class Lease:
+    """Until when a view may admit calls on the state it holds (``time.monotonic_ns()``).
+
+    A view of a shared store is a lease on the state: its feed renews the lease each time
+    the store answers the feed's heartbeat, from the instant the heartbeat was *sent* (the
+    store was alive after it), and ends it when the feed is lost. A call is admitted on a
+    view only while the lease holds (``until_ns`` is past the instant of the call): a
+    store that dies or freezes leaves no call admitted on a view past ``seconds`` after
+    it last answered, however long the feed takes to notice. A rejection from a view
+    needs no lease: refusing is what a dead store gets anyway.
+
+    The shells compare ``until_ns`` (or ``until_ms``) with a clock reading they take
+    anyway, inline on the quiet path, and :meth:`holds` elsewhere.
+
+    Attributes:
+        seconds: how long an answer keeps the lease.
+        until_ns: the end of the lease, in ``time.monotonic_ns()``; 0 when it has none.
+        until_ms: the same in milliseconds of the monotonic clock.
+    """
+
+    __slots__ = ("seconds", "until_ms", "until_ns")
+
+    def __init__(self, seconds: float, *, until_ns: int = 0) -> None:
+        self.seconds = seconds
+        self.until_ns = until_ns
+        self.until_ms = until_ns // 1_000_000
+
+    def renew(self, sent_ns: int) -> None:
+        """The store answered something sent at ``sent_ns`` (``time.monotonic_ns()``)."""
+        until = sent_ns + round(self.seconds * 1e9)
+        if until > self.until_ns:
+            self.until_ms = until // 1_000_000  # the later of the two moves first
+            self.until_ns = until
+
+    def end(self) -> None:
+        """No call is admitted on this lease until the store answers again."""
+        self.until_ns = self.until_ms = 0
+
+    def holds(self) -> bool:
+        """Whether a call may be admitted on the lease now."""
+        return time.monotonic_ns() < self.until_ns
+
+
+#: The lease of a view its own process keeps (a memory store): it never ends.
+FOREVER: Final = Lease(math.inf, until_ns=sys.maxsize)
 
 
 class View:
@@ -18,18 +68,20 @@ class View:
     Shells read ``view.state`` without a lock or a round trip to decide whether the core
     has already declared the next request and success no-ops (see
     :func:`toolbreaker.core.is_quiet`) or the next request a local rejection. ``None``
-    means the view knows nothing: ask the store.
+    means the view knows nothing: ask the store. A request is admitted on the view only
+    while its ``lease`` holds (:class:`Lease`; :data:`FOREVER` for a process-local view).
 
     ``tally``: where a shell counts the calls it decides that way, for a store that keeps
     a history (:class:`~toolbreaker.stores._tally.Tally`); ``None`` for one that keeps
     none (this process's memory).
     """
 
-    __slots__ = ("key", "state", "tally")
+    __slots__ = ("key", "lease", "state", "tally")
 
-    def __init__(self, key: str, state: BreakerState | None = None) -> None:
+    def __init__(self, key: str, state: BreakerState | None = None, lease: Lease = FOREVER) -> None:
         self.key = key
         self.state = state
+        self.lease = lease
         self.tally: Any = None
 
 

@@ -14,15 +14,15 @@ compare-and-set, so a fresh view costs one round trip per change and none per re
   every view, so the next calls ask the store (and are denied while it is down) instead of
   acting on a state the process can no longer keep current.
 
-And a view is a *lease* on the state (:class:`Lease`): ``state`` reads ``None`` from
-``view_lease`` seconds after the store last answered the feed's heartbeat (a ping, a
-query, a poll), whether or not the feed has noticed anything since. The feed renews the
-lease with the instant it *sent* what the store answered, so the store was alive after
-it: a store that dies, freezes or is cut off goes unnoticed by the calls for at most
-``view_lease`` seconds, however long the feed takes to notice (a connection that stays
-open, a feed thread that does not run); from then on every call asks the store, and is
-denied while it is gone. The reader checks the clock itself, so nothing has to run for
-the bound to hold.
+And a view is a *lease* on the state (:class:`~toolbreaker.stores._protocol.Lease`): no
+call is admitted on it from ``view_lease`` seconds after the store last answered the
+feed's heartbeat (a ping, a query, a poll), whether or not the feed has noticed anything
+since. The feed renews the lease with the instant it *sent* what the store answered, so
+the store was alive after it: a store that dies, freezes or is cut off goes unnoticed by
+the calls for at most ``view_lease`` seconds, however long the feed takes to notice (a
+connection that stays open, a feed thread that does not run); from then on every call
+asks the store, and is denied while it is gone. The caller compares the lease with its
+own clock reading, so nothing has to run for the bound to hold.
 
 Versions only grow, so news older than what a view holds is dropped, whichever thread
 brings it.
@@ -42,12 +42,11 @@ from toolbreaker.core.breaker.predicates import fast_path_safe
 from toolbreaker.core.breaker.state import CORRUPT, OUTCOME_TYPES, BreakerState, Event, Transition
 from toolbreaker.core.canonical import canonical_json
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.stores._protocol import View
+from toolbreaker.stores._protocol import Lease, View
 from toolbreaker.stores._tally import UNKNOWN, Tally
 
 __all__ = [
     "DEFAULT_VIEW_LEASE",
-    "Lease",
     "SharedView",
     "ViewBook",
     "decode_state",
@@ -61,34 +60,8 @@ __all__ = [
 DEFAULT_VIEW_LEASE: Final = 1.0
 
 
-class Lease:
-    """Until when the views a feed keeps may be trusted (``time.monotonic()`` seconds).
-
-    Renewed by the feed each time the store answers its heartbeat; ended when the feed
-    is lost. One per feed connection: a store's views share it, a cluster's views share
-    the lease of their master's subscription.
-    """
-
-    __slots__ = ("seconds", "until")
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.until = 0.0
-
-    def renew(self, sent: float) -> None:
-        """The store answered something the feed sent at ``sent`` (monotonic seconds)."""
-        until = sent + self.seconds
-        self.until = max(self.until, until)
-
-    def end(self) -> None:
-        """Trust nothing on this lease until the store answers again."""
-        self.until = 0.0
-
-
 class SharedView(View):
-    """A view with the bookkeeping of a shared store.
-
-    ``state`` reads ``None`` once the view's lease ran out (see the module).
+    """A view with the bookkeeping of a shared store, on its feed's lease (see the module).
 
     Attributes:
         known: the newest state this process has seen, trusted or not.
@@ -99,14 +72,12 @@ class SharedView(View):
         lock: taken around a round trip for this key, so that the threads of one
             process take turns instead of racing each other (processes race through the
             store's own atomicity). Never held while a protected call runs.
-        lease: the lease the view's state is trusted on.
     """
 
-    __slots__ = ("_state", "fed", "known", "lease", "lock", "pair", "policy", "version", "wanted")
+    __slots__ = ("fed", "known", "lock", "pair", "policy", "version", "wanted")
 
     def __init__(self, key: str, lease: Lease) -> None:
-        self.lease = lease
-        super().__init__(key, None)
+        super().__init__(key, None, lease)
         self.known: BreakerState | None = None
         self.version = -1
         #: ``state`` with its version, set in one assignment: what a quiet call met.
@@ -129,18 +100,6 @@ class SharedView(View):
         if state is not None:
             self.pair = (state, self.version)
         self.state = state
-
-    @property
-    def state(self) -> BreakerState | None:
-        """The trusted state, ``None`` once the lease ran out (the store may be gone)."""
-        state = self._state
-        if state is not None and time.monotonic() < self.lease.until:
-            return state
-        return None
-
-    @state.setter
-    def state(self, state: BreakerState | None) -> None:
-        self._state = state
 
 
 class ViewBook:
@@ -190,7 +149,7 @@ class ViewBook:
         """
         pair = view.pair
         state = view.state
-        if state is None or view.fed != self.epoch:
+        if state is None or view.fed != self.epoch or not view.lease.holds():
             return None
         new, records = apply(state, event, policy)
         if new != state:

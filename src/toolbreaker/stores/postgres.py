@@ -5,7 +5,7 @@ the compare-and-set twice while processes of the earlier version, which call
 ``<prefix>_cas()``, may share the database; it may move to a file of its own, as Redis's
 ``cas.lua`` did.)
 
-Needs the ``postgres`` extra (``pip install 'toolbreaker[postgres]'``, psycopg 3);
+Needs the ``postgres`` extra (``pip install '.[postgres]'`` from a checkout, psycopg 3);
 ``psycopg`` is imported only when a :class:`PostgresStore` is built.
 
 How a transition happens. The Python core decides; PostgreSQL only guards the write.
@@ -23,8 +23,11 @@ journal with ``synchronous_commit = on``.
 
 Views. A listener thread per store listens on ``<prefix>_events`` and keeps the
 views current, so a quiet closed call and a local rejection while open cost no round
-trip, as on Redis. When the listening connection is lost every view is emptied (calls ask
-the server again) until the listener has reconnected and read the viewed rows again.
+trip, as on Redis. A view is a lease: trusted until ``view_lease`` seconds (1 s) after
+the server last answered the listener's check (``SELECT 1``, every ``view_lease / 4``
+seconds), so a server that dies or hangs is noticed by every call within that bound.
+When the listening connection is lost every view is emptied (calls ask the server again)
+until the listener has reconnected and read the viewed rows again.
 
 Time: events carry milliseconds of the local monotonic clock unless the breakers are
 given another; processes on several hosts need one clock (see :class:`RedisStore.clock`
@@ -708,9 +711,10 @@ class PostgresStore(CompareAndSetStore):
                     if conn is None:
                         conn = self._connect("listener")
                         checked = time.monotonic()
+                        sent = time.monotonic_ns()
                         with self._watchdog.bound(conn, self._bound):
                             conn.execute(f"LISTEN {self._channel}")
-                        self._book.lease.renew(checked)
+                        self._book.lease.renew(sent)
                     # A hung server must not keep the views trusted: every query is bounded.
                     with self._watchdog.bound(conn, self._bound):
                         checked = self._listen_once(conn, checked)
@@ -753,13 +757,14 @@ class PostgresStore(CompareAndSetStore):
                 self._reload(conn, unsent)
         if time.monotonic() - checked >= self._beat:
             checked = time.monotonic()
+            sent = time.monotonic_ns()
             conn.execute("SELECT 1")
             # Handle what arrived before the answer first: the views are current as of then.
             notes = [note.payload for note in conn.notifies(timeout=0)]
             unsent = [v for v in map(self._notified, notes) if v is not None]
             if unsent:
                 self._reload(conn, unsent)
-            self._book.lease.renew(checked)
+            self._book.lease.renew(sent)
         return checked
 
     def _reload(self, conn: Any, views: list[SharedView]) -> None:

@@ -493,7 +493,7 @@ class SQLiteStore(SharedStore):
                     if conn is None:
                         conn = _open(self.path, create=self._create)
                         seen = None
-                    sent = time.monotonic()
+                    sent = time.monotonic_ns()
                     changed = conn.execute("PRAGMA data_version").fetchone()[0]
                     views = [v for v in self._book.views() if v.wanted and v.policy is not None]
                     stale = [v for v in views if v.fed != self._book.epoch]

@@ -9,11 +9,12 @@ Nothing else in the package keeps a list of statuses or compares one.
 
 The statuses::
 
-    (no entry) ─attempt─► pending ─proven────► confirmed          made; answered from
-        │                    │    ─not-made──► failed             the journal forever
+    (no entry) ─attempt─► pending ─proven────► confirmed   made; answered from
+        │                    │    ─not-made──► failed      the journal forever
         │                    │    ─maybe-made► unknown ─found─────► confirmed
         │                    │                    └───not-found─► reconciled-absent
-        ├─queued────────► queued        (a drainer makes it)            └─found─► confirmed
+        │                    │                                   └─found─► confirmed
+        ├─queued────────► queued        (a drainer makes it)
         ├─queue-unknown─► maybe-queued  (the queue's own write was ambiguous)
         └─handed-off────► handed-off    (a person took it over)
 

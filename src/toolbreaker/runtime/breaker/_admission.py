@@ -43,7 +43,7 @@ from toolbreaker.errors import (
     PolicyError,
     StoreUnavailable,
 )
-from toolbreaker.runtime._clock import Clock
+from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._process import process_token
 from toolbreaker.runtime._result import retry_after_seconds, unavailable_result
@@ -328,6 +328,7 @@ class Admission:
     degradation: Degradation
     _ticks: Callable[[], int]
     _per_ms: int
+    _monotonic: bool
     _render: Callable[..., dict[str, Any]]
     _rendered: dict[tuple[str, str, int, str | None], dict[str, Any]]
     _default_deadline: int | None
@@ -435,13 +436,23 @@ class Admission:
         self.stats.record_faults += 1
 
     def _local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
-        """Admission answered from the view without the store, or ``None``."""
-        state = self._view.state
+        """Admission answered from the view without the store, or ``None``.
+
+        A call is admitted on the view only while the view's lease holds (see
+        :class:`toolbreaker.stores.View`: a store that died is asked, and denies); a
+        rejection needs none.
+        """
+        view = self._view
+        state = view.state
         stats = self.stats
         if state is not None and not self._listeners:
             # The core has already said what a request does in these states: admitted
-            # with no change when quiet, rejected with no change while cooling down.
+            # with no change when quiet (while the view's lease holds, by the clock's own
+            # reading when it is the monotonic one), rejected with no change while cooling
+            # down.
             if state is self._quiet:
+                if view.lease.until_ms <= (now if self._monotonic else monotonic_ms()):
+                    return None
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
             idle = self._idle_at(state, now)
@@ -451,7 +462,9 @@ class Admission:
                     tally.reject(state, now)  # a quiet rejection of the history
                 wait = None if idle.admits_at is None else idle.admits_at - now
                 return Rejection(self, idle.reason, wait, state.operator_reason)
-            if self._remember_quiet(state):
+            if self._remember_quiet(state) and view.lease.until_ms > (
+                now if self._monotonic else monotonic_ms()
+            ):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
         return None

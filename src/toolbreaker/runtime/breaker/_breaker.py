@@ -159,6 +159,9 @@ class Breaker(Steps):
         fast = self.clock is monotonic_ms
         self._ticks: Callable[[], int] = time.monotonic_ns if fast else self.clock
         self._per_ms = 1_000_000 if fast else 1
+        # The clock's readings are the local monotonic clock's: the view's lease (see
+        # stores.View) is checked against them, with no reading of its own.
+        self._monotonic = fast
         self.classify = boundary.classifier
         self.result_is_failure = boundary.result_is_failure
         self.tool = boundary.tool or boundary.dependency

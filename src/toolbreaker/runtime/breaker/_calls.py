@@ -11,6 +11,7 @@ with the call and comes back when it really ends.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
@@ -54,8 +55,13 @@ class Calls(Retries):
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
-        state = self._view.state
-        if state is self._quiet and state is not None and self._plain:
+        view = self._view
+        state = view.state
+        ticks = self._ticks
+        start = ticks()
+        # Admitted on the view only while its lease holds (stores.View), by this reading.
+        leased = view.lease.until_ns > (start if self._monotonic else time.monotonic_ns())
+        if state is self._quiet and state is not None and self._plain and leased:
             # _deadline_of(), inlined: its call frame would add a third to this path.
             deadline = self._default_deadline if timeout is UNSET else self._deadline_ms(timeout)
             if deadline is not None and not self._inline:
@@ -66,9 +72,7 @@ class Calls(Retries):
                 if slots is not None and not slots.enter():
                     raise self._no_slot(SATURATED, deadline).error()
                 self.stats.admitted += 1
-                ticks = self._ticks
                 try:
-                    start = ticks()
                     try:
                         result = fn(*args, **kwargs)
                         if type(result) not in PLAIN_TYPES and is_awaitable(result):
@@ -81,10 +85,10 @@ class Calls(Retries):
                     if (
                         self.result_is_failure is not None
                         or ticks() - start > deadline * self._per_ms
-                        or self._view.state is not state
+                        or view.state is not state
                     ):
                         self._quiet_outcome(state, start // self._per_ms, deadline, result)
-                    elif (tally := self._view.tally) is not None:
+                    elif (tally := view.tally) is not None:
                         # A quiet call of the history: Tally.call(), inlined for its state.
                         hot = tally.hot_call
                         if hot[0] is state:
@@ -97,7 +101,7 @@ class Calls(Retries):
                         slots.leave()
         elif state is not None and self._plain:
             # The open hot path: raises while the core's idle window holds.
-            self._reject_if_cooling(state, self._ticks() // self._per_ms)
+            self._reject_if_cooling(state, start // self._per_ms)
         if self._retry is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
         return self._retrying(fn, args, kwargs, timeout)
@@ -120,8 +124,11 @@ class Calls(Retries):
             TimeoutError: an attempt's deadline passed; the attempt was cancelled.
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
-        state = self._view.state
-        if state is self._quiet and state is not None and self._plain:
+        view = self._view
+        state = view.state
+        start = self._ticks()
+        leased = view.lease.until_ns > (start if self._monotonic else time.monotonic_ns())
+        if state is self._quiet and state is not None and self._plain and leased:
             # _deadline_of(), inlined: its call frame would add a third to this path.
             deadline = self._default_deadline if timeout is UNSET else self._deadline_ms(timeout)
             if deadline is not None:
@@ -130,9 +137,7 @@ class Calls(Retries):
                 if slots is not None and not slots.enter():
                     raise self._no_slot(SATURATED, deadline).error()
                 self.stats.admitted += 1
-                ticks = self._ticks
                 try:
-                    start = ticks()
                     try:
                         if self._inline:
                             result = await fn(*args, **kwargs)
@@ -159,7 +164,7 @@ class Calls(Retries):
                         await self._quiet_permit(state, start, deadline).arecord(
                             self.result_verdict(result)
                         )
-                    elif (tally := self._view.tally) is not None:
+                    elif (tally := view.tally) is not None:
                         tally.call(state, start // self._per_ms)
                     return result
                 finally:
@@ -167,7 +172,7 @@ class Calls(Retries):
                         slots.leave()
         elif state is not None and self._plain:
             # The open hot path: raises while the core's idle window holds.
-            self._reject_if_cooling(state, self._ticks() // self._per_ms)
+            self._reject_if_cooling(state, start // self._per_ms)
         if self._retry is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
         return await self._aretrying(fn, args, kwargs, timeout)

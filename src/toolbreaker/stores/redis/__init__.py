@@ -1,6 +1,6 @@
 """The Redis store: breaker state shared by processes and hosts, one round trip per change.
 
-Needs the ``redis`` extra (``pip install 'toolbreaker[redis]'``); ``redis`` is imported
+Needs the ``redis`` extra (``pip install '.[redis]'``); ``redis`` is imported
 only when a :class:`RedisStore` is built.
 
 How a transition happens. The Python core decides; Redis only guards the write. Each
@@ -20,9 +20,12 @@ Redis Cluster requires.
 Views. A feed thread per store subscribes to the events of every viewed key and keeps the
 views current, so the runtime's fast path admits calls in a quiet closed state and rejects
 them while open without a round trip, and an opening or an operator's release reaches
-every process as soon as Redis delivers the message. The feed pings an idle subscription;
-when it is lost every view is emptied (calls ask the store again) until the feed has
-resubscribed and a round trip has confirmed the state. On a cluster the feed holds one
+every process as soon as Redis delivers the message. A view is a lease: trusted until
+``view_lease`` seconds (1 s) after the server last answered the feed's ping (sent every
+``view_lease / 4`` seconds), so a server that dies or freezes is noticed by every call
+within that bound, whatever the feed has noticed. When the subscription is lost every
+view is emptied (calls ask the store again) until the feed has resubscribed and a round
+trip has confirmed the state. On a cluster the feed holds one
 sharded subscription (``SSUBSCRIBE``) per master, for the channels of that master's
 slots: losing a master (killed, silent past a ping, or its slot moved away) empties the
 views of exactly those slots, so no call is admitted on a view of a slot without a

@@ -26,7 +26,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Final, NamedTuple
 
-from toolbreaker.stores._views import Lease, SharedView, ViewBook, decode_state
+from toolbreaker.stores._protocol import Lease
+from toolbreaker.stores._views import SharedView, ViewBook, decode_state
 from toolbreaker.stores.redis._script import redis_module
 
 __all__ = ["Feed", "FeedSettings", "ShardedFeed"]
@@ -84,20 +85,23 @@ def _is_pong(message: object) -> bool:
 
 
 class _Heartbeat:
-    """The pings of one subscription in flight, and the lease their answers renew."""
+    """The pings of one subscription in flight, and the lease their answers renew.
+
+    Times are ``time.monotonic_ns()``.
+    """
 
     __slots__ = ("every", "lease", "sent", "unanswered")
 
     def __init__(self, lease: Lease, every: float) -> None:
         self.lease = lease
-        self.every = every
-        self.sent = 0.0  # when the last ping went out (0: none yet on this connection)
-        self.unanswered: collections.deque[float] = collections.deque()
+        self.every = round(every * 1e9)
+        self.sent = 0  # when the last ping went out (0: none yet on this connection)
+        self.unanswered: collections.deque[int] = collections.deque()
 
-    def due(self, now: float) -> bool:
+    def due(self, now: int) -> bool:
         return now - self.sent >= self.every
 
-    def went(self, now: float) -> None:
+    def went(self, now: int) -> None:
         self.sent = now
         self.unanswered.append(now)
 
@@ -106,9 +110,9 @@ class _Heartbeat:
         if self.unanswered:
             self.lease.renew(self.unanswered.popleft())
 
-    def silent_for(self, now: float) -> float:
-        """How long the oldest unanswered ping has waited (0: none waits)."""
-        return now - self.unanswered[0] if self.unanswered else 0.0
+    def silent_for(self, now: int) -> float:
+        """Seconds the oldest unanswered ping has waited (0: none waits)."""
+        return (now - self.unanswered[0]) / 1e9 if self.unanswered else 0.0
 
 
 def _connection_factory(settings: FeedSettings) -> tuple[Any, dict[str, Any]]:
@@ -231,7 +235,7 @@ class Feed(_Subscriber):
                     break
             self._healthy_since = self._healthy_since or time.monotonic()
         heartbeat = self._heartbeat
-        now = time.monotonic()
+        now = time.monotonic_ns()
         if heartbeat.silent_for(now) > self._dead_after:
             raise self._broken("the subscription did not answer a ping")
         if heartbeat.due(now):
@@ -382,7 +386,7 @@ class ShardedFeed(_Subscriber):
                 if not conn.can_read(timeout=0):
                     break
         heartbeat = link.heartbeat
-        now = time.monotonic()
+        now = time.monotonic_ns()
         if heartbeat.silent_for(now) > self._dead_after:
             raise redis_module().ConnectionError("the subscription did not answer a ping")
         if heartbeat.due(now):
