@@ -98,17 +98,19 @@ def test_a_server_that_exits_before_it_answers_is_one_line_and_exit_2():
 @pytest.mark.slow
 def test_an_upstream_url_nothing_answers_at_is_one_line_and_exit_2():
     """Nothing listens at the URL: the first request finds out, the host is told, and
-    the gateway exits 2 with one line."""
+    the gateway exits 2 with one line; the URL's password is masked in both."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # closed again: nothing listens there
-    url = f"http://127.0.0.1:{port}/mcp"
+    url = f"http://me:hunter2-secret@127.0.0.1:{port}/mcp"
     with RawHost(gateway_argv("--upstream", url)) as host:
         answer = host.request(1, "initialize", INITIALIZE)
         code = host.proc.wait(timeout=PATIENCE)
     assert b'"error"' in answer
     assert code == 2
-    assert "ConnectError" in one_error_line(host.stderr.decode())
+    line = one_error_line(host.stderr.decode())
+    assert "ConnectError" in line
+    assert b"hunter2" not in answer + host.stderr
 
 
 @pytest.mark.slow

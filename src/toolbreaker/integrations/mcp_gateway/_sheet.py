@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 from toolbreaker.core.breaker.sheet import MCP_TABLE
 from toolbreaker.core.files import shown
 from toolbreaker.core.run.budget import RISK_CLASSES, Budget, RiskClass
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError
 
 __all__ = [
@@ -131,7 +132,7 @@ class UpstreamSpec:
             if parts.scheme not in ("http", "https") or not parts.hostname:
                 raise PolicyError(
                     f"server {self.name!r}: url must be an http:// or https:// URL, "
-                    f"got {shown(self.url)}",
+                    f"got {shown(redact_text(self.url))}",
                     field="url",
                 )
 

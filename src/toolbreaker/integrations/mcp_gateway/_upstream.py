@@ -37,6 +37,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import Process, TaskStatus
 
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.integrations.mcp_gateway._sheet import UpstreamSpec
 from toolbreaker.integrations.mcp_gateway._wire import Frame, LineBuffer, id_key, stderr_line
 
@@ -360,7 +361,7 @@ class StdioConnection(Connection):
         with anyio.move_on_after(_STOP_GRACE):
             await process.wait()
         code = process.returncode
-        command = " ".join((self.spec.command or ())[:3])
+        command = redact_text(" ".join((self.spec.command or ())[:3]))  # may hold a key
         if code is None:
             await self._disconnect()
             return f"server {self.spec.name!r} ({command}) closed its stdout"

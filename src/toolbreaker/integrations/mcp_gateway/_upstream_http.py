@@ -35,6 +35,7 @@ from mcp.shared.inbound import (
 )
 from mcp.types import PROTOCOL_VERSION_META_KEY
 
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.integrations.mcp_gateway._sheet import UpstreamSpec
 from toolbreaker.integrations.mcp_gateway._upstream import Connection, Deliver, UpstreamGone
 from toolbreaker.integrations.mcp_gateway._wire import Frame, id_key
@@ -79,7 +80,8 @@ class HttpConnection(Connection):
 
     def _gone(self, why: str) -> None:
         if not self._lost.is_set():
-            self._why = f"server {self.spec.name!r} ({self.spec.url}): {why}"
+            # Masked: a URL may carry credentials, and this is written to the host's log.
+            self._why = redact_text(f"server {self.spec.name!r} ({self.spec.url}): {why}")
             self._lost.set()
 
     async def _write(self, frame: Frame) -> None:
