@@ -36,14 +36,21 @@ class StoreKind:
     #: A Redis Cluster of six servers: the costliest kind to run a many-process test on,
     #: which the cluster's own tests (tests/stores/test_redis_cluster.py) cover.
     cluster: bool = False
+    #: An event stream can live there (``open_stream``): a Redis Cluster takes none.
+    stream: bool = True
+    #: Leases are timed on the caller's clock (a test's FakeClock moves them): Redis
+    #: times them on its server's clock instead.
+    caller_clock: bool = True
 
 
 #: Every store kind the library ships, in the order tests list them.
 KINDS: tuple[StoreKind, ...] = (
     StoreKind("memory", shared=False),
     StoreKind("sqlite", shared=True),
-    StoreKind("redis", shared=True, server=True),
-    StoreKind("redis-cluster", shared=True, server=True, cluster=True),
+    StoreKind("redis", shared=True, server=True, caller_clock=False),
+    StoreKind(
+        "redis-cluster", shared=True, server=True, cluster=True, stream=False, caller_clock=False
+    ),
     StoreKind("postgres", shared=True, server=True),
 )
 
@@ -111,3 +118,26 @@ def closing(store: Any) -> Iterator[Any]:
         close = getattr(store, "close", None)
         if close is not None:
             close()
+
+
+def reopen(url: str, **options: Any) -> Any:
+    """The store a URL of :func:`open_store` names, as another process opens it (patient).
+
+    ``options`` go to the store.
+    """
+    from urllib.parse import parse_qs, urlsplit
+
+    from stores.patient import patient_postgres, patient_redis
+    from toolbreaker.stores import SQLiteStore
+
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    base = url.split("?", 1)[0]
+    if parts.scheme == "sqlite":
+        return SQLiteStore(base[len("sqlite://") :], **options)
+    prefix = {"prefix": query["prefix"]} if "prefix" in query else {}
+    if parts.scheme == "postgresql":
+        return patient_postgres(base, **prefix, **options)
+    if parts.scheme == "redis":
+        return patient_redis(base, cluster="cluster" in query, **prefix, **options)
+    raise ValueError(f"no store of the tests' at {url!r}")
