@@ -141,3 +141,15 @@ def reopen(url: str, **options: Any) -> Any:
     if parts.scheme == "redis":
         return patient_redis(base, cluster="cluster" in query, **prefix, **options)
     raise ValueError(f"no store of the tests' at {url!r}")
+
+
+def redis_scripts_run(*clients: Any) -> int:
+    """Scripts the Redis servers of ``clients`` ran: each is one round trip of a store
+    (a script counts once, whatever it calls inside; replicas replay effects, not scripts)."""
+    total = 0
+    for client in clients:
+        stats = client.info("commandstats")
+        total += sum(
+            stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval")
+        )
+    return total

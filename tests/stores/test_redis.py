@@ -24,6 +24,7 @@ from conformance import (
 )
 
 from lag_proxy import LaggingProxy
+from store_kinds import redis_scripts_run
 from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
 from toolbreaker.core import apply
 from toolbreaker.core.breaker.state import CORRUPT
@@ -48,8 +49,7 @@ def client(redis_url):
 
 def round_trips(client: redis.Redis) -> int:
     """Commands clients sent (scripts count once, whatever they call inside)."""
-    stats = client.info("commandstats")
-    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+    return redis_scripts_run(client)
 
 
 def fed(store: RedisStore, key: str, policy: Policy = POLICY):
