@@ -683,3 +683,51 @@ class AmbiguousWriteContract:
 def closed_port() -> int:
     """A loopback port nothing listens on (bound, then released)."""
     return free_port()
+
+
+def _refused() -> None:
+    raise ConnectionRefusedError("dependency down")
+
+
+class RoundTripContract:
+    """A shared store costs no round trip while its breaker is quiet.
+
+    A store that talks to a server subclasses it and provides the ``counted`` fixture: a
+    fresh store on a server of the test's own, and a function returning how many
+    compare-and-set round trips that server has run so far (each store counts its own
+    way: Redis its command statistics, PostgreSQL ``pg_stat_statements``).
+    """
+
+    def test_round_trips_per_call(self, counted):
+        """Quiet closed calls and local rejections cost none; each change costs one."""
+        from toolbreaker import Breaker
+        from toolbreaker.testing import FakeClock
+
+        store, round_trips = counted
+        clock = FakeClock()
+        policy = Policy(failure_threshold=3, cooldown_ms=1000, success_threshold=1)
+        breaker = Breaker(
+            "search", policy=policy, store=store, clock=clock, timeout=1, enforce="cooperative"
+        )
+        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
+        before = round_trips()
+        for _ in range(200):
+            breaker.call(lambda: "ok")
+        assert round_trips() == before  # steady closed: no round trip at all
+        for _ in range(3):
+            with pytest.raises(ConnectionRefusedError):
+                breaker.call(_refused)
+        opened = round_trips()
+        assert opened - before == 3  # one compare-and-set per failure
+        assert breaker.state.phase == "open"
+        for _ in range(200):
+            assert not breaker.allow().admitted
+        assert round_trips() == opened  # local rejections
+        clock.advance(1000)
+        permit = breaker.allow()
+        assert permit.admitted
+        assert permit.probe
+        assert round_trips() == opened + 1  # one atomic round trip for the lease
+        permit.record("success")
+        assert round_trips() == opened + 2
+        assert breaker.state.phase == "closed"

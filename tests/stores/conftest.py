@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from ports import free_port
+from store_kinds import kinds
 
 
 def _redis_server_binary() -> str:
@@ -485,3 +486,24 @@ def private_cluster(redis_binary: str, tmp_path: Path) -> Iterator[RedisCluster]
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+# -- a store other processes reach -------------------------------------------------------
+
+
+@pytest.fixture(params=kinds(shared=True))
+def kind(request: pytest.FixtureRequest) -> str:
+    """Each kind of store other processes reach (a test module may narrow it by capability)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where the store of ``kind`` is: a file for SQLite, the session server's URL else."""
+    if kind == "sqlite":
+        return str(tmp_path / "shared.db")
+    if kind == "postgres":
+        return str(request.getfixturevalue("postgres_url"))
+    if kind == "redis-cluster":
+        return str(request.getfixturevalue("redis_cluster").url)
+    return str(request.getfixturevalue("redis_url"))

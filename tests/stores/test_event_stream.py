@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from store_kinds import kinds
 from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
 from toolbreaker import Budget, Policy, Registry, RunGuard, replay, scope
 from toolbreaker.cli import main
@@ -51,7 +52,7 @@ def outage(breakers: Registry, clock: FakeClock, name: str = "search") -> None:
     search.call(lambda: "ok")
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
+@pytest.fixture(params=kinds(stream=True))
 def stream_url(request, tmp_path):
     if request.param == "memory":
         return f"memory://{uuid.uuid4().hex}"

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from patient import patient_postgres, patient_redis
 
+from store_kinds import kinds
 from toolbreaker import Breaker, Registry, publish_policy
 from toolbreaker.core.breaker.state import OPEN
 from toolbreaker.runtime.fleet._published import POLICY_SPACE
@@ -113,7 +114,9 @@ def check_health(kind: str, target: str, url: str, seconds: float, out: Any) -> 
 # -- fixtures ------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "redis", "postgres"])
+# Every kind other processes reach, but the Redis Cluster's six servers: the cluster's
+# own tests cover it (tests/stores/test_redis_cluster.py).
+@pytest.fixture(params=kinds(shared=True, cluster=False))
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -197,22 +197,6 @@ def pool() -> Iterator[Any]:
         workers.join()
 
 
-@pytest.fixture(params=["sqlite", "redis", "redis-cluster", "postgres"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def target(kind: str, tmp_path, request: pytest.FixtureRequest) -> str:
-    if kind == "sqlite":
-        return str(tmp_path / "shared.db")
-    if kind == "postgres":
-        return str(request.getfixturevalue("postgres_url"))
-    if kind == "redis-cluster":
-        return str(request.getfixturevalue("redis_cluster").url)
-    return str(request.getfixturevalue("redis_url"))
-
-
 def timeline(*phases_ms: int) -> tuple[int, ...]:
     """Absolute instants: now + 300 ms, then each phase's length after the previous one."""
     instants = [time.monotonic_ns() + 300 * MS]

@@ -12,6 +12,7 @@ from conformance import (
     POLICY,
     AmbiguousWriteContract,
     RecordsContract,
+    RoundTripContract,
     StoreContract,
     Twin,
     closed_port,
@@ -29,7 +30,6 @@ psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not insta
 from toolbreaker import Breaker, Event, Policy, PolicyError, StoreUnavailable  # noqa: E402
 from toolbreaker.core.breaker.state import CORRUPT  # noqa: E402
 from toolbreaker.stores import PostgresStore  # noqa: E402
-from toolbreaker.testing import FakeClock  # noqa: E402
 
 
 @pytest.fixture
@@ -58,7 +58,29 @@ def fed(store: PostgresStore, key: str, policy: Policy = POLICY):
     return view
 
 
-class TestPostgresStore(StoreContract, RecordsContract, AmbiguousWriteContract):
+class TestPostgresStore(StoreContract, RecordsContract, AmbiguousWriteContract, RoundTripContract):
+    @pytest.fixture
+    def counted(self, postgres_bindir):
+        """A store on a server of the test's own (with pg_stat_statements), and its count
+        of compare-and-set statements run."""
+        from stores.conftest import PostgresServer
+
+        server = PostgresServer(
+            postgres_bindir, "-c", "shared_preload_libraries=pg_stat_statements"
+        )
+        server.start()
+        try:
+            with psycopg.connect(server.url, autocommit=True) as client:
+                client.execute("CREATE EXTENSION pg_stat_statements")
+                with PostgresStore(server.url) as store:
+                    yield store, lambda: statements(client)
+        finally:
+            server.remove()
+
+    @pytest.mark.slow  # a server of its own
+    def test_round_trips_per_call(self, counted):
+        super().test_round_trips_per_call(counted)
+
     @pytest.fixture
     def store(self, postgres_url):
         with patient_postgres(postgres_url) as store:
@@ -103,52 +125,6 @@ def test_options_are_validated(postgres_url):
     for bad in ({"timeout": 0}, {"max_attempts": 0}, {"prefix": "Bad-Prefix"}, {"prefix": ""}):
         with pytest.raises(PolicyError):
             PostgresStore(postgres_url, **bad)
-
-
-@pytest.mark.slow
-def test_round_trips_per_call(postgres_bindir):
-    """Quiet closed calls and local rejections cost none; each change costs one statement."""
-    from stores.conftest import PostgresServer
-
-    server = PostgresServer(postgres_bindir, "-c", "shared_preload_libraries=pg_stat_statements")
-    server.start()
-    clock = FakeClock()
-    policy = Policy(failure_threshold=3, cooldown_ms=1000, success_threshold=1)
-    try:
-        with psycopg.connect(server.url, autocommit=True) as client:
-            client.execute("CREATE EXTENSION pg_stat_statements")
-            with PostgresStore(server.url) as store:
-                breaker = Breaker(
-                    "search", policy=policy, store=store, clock=clock, timeout=1,
-                    enforce="cooperative",
-                )  # fmt: skip
-                wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
-                before = statements(client)
-                for _ in range(200):
-                    breaker.call(lambda: "ok")
-                assert statements(client) == before  # steady closed: no round trip at all
-                for _ in range(3):
-                    with pytest.raises(ConnectionRefusedError):
-                        breaker.call(refused)
-                opened = statements(client)
-                assert opened - before == 3  # one compare-and-set per failure
-                assert breaker.state.phase == "open"
-                for _ in range(200):
-                    assert not breaker.allow().admitted
-                assert statements(client) == opened  # local rejections
-                clock.advance(1000)
-                permit = breaker.allow()
-                assert permit.probe
-                assert statements(client) == opened + 1  # one statement for the lease
-                permit.record("success")
-                assert statements(client) == opened + 2
-                assert breaker.state.phase == "closed"
-    finally:
-        server.remove()
-
-
-def refused() -> None:
-    raise ConnectionRefusedError("dependency down")
 
 
 def test_an_unreachable_server_is_unavailable_fast_and_denies():

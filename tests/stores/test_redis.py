@@ -14,6 +14,7 @@ from conformance import (
     POLICY,
     AmbiguousWriteContract,
     RecordsContract,
+    RoundTripContract,
     StoreContract,
     Twin,
     closed_port,
@@ -23,13 +24,13 @@ from conformance import (
 )
 
 from lag_proxy import LaggingProxy
+from store_kinds import redis_scripts_run
 from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
 from toolbreaker.core import apply
 from toolbreaker.core.breaker.state import CORRUPT
 from toolbreaker.errors import JournalNotDurable
 from toolbreaker.stores import LocalFallback, RedisStore
 from toolbreaker.stores.redis._script import THEIR_TURN
-from toolbreaker.testing import FakeClock
 
 SHORT = Policy(
     failure_threshold=2, cooldown_ms=100, cooldown_max_ms=100, lease_ttl_ms=100, probe_limit=1
@@ -48,8 +49,7 @@ def client(redis_url):
 
 def round_trips(client: redis.Redis) -> int:
     """Commands clients sent (scripts count once, whatever they call inside)."""
-    stats = client.info("commandstats")
-    return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("evalsha", "eval"))
+    return redis_scripts_run(client)
 
 
 def fed(store: RedisStore, key: str, policy: Policy = POLICY):
@@ -64,7 +64,16 @@ def fed(store: RedisStore, key: str, policy: Policy = POLICY):
     return view
 
 
-class TestRedisStore(StoreContract, RecordsContract, AmbiguousWriteContract):
+class TestRedisStore(StoreContract, RecordsContract, AmbiguousWriteContract, RoundTripContract):
+    @pytest.fixture
+    def counted(self, private_redis):
+        """A store on a server of the test's own, and its count of scripts run."""
+        with (
+            RedisStore(private_redis.url) as store,
+            redis.Redis.from_url(private_redis.url) as client,
+        ):
+            yield store, lambda: round_trips(client)
+
     # The session's server keeps nothing on disk: the journal tests opt out of durability.
     @pytest.fixture
     def store(self, redis_url):
@@ -174,42 +183,6 @@ def test_viewed_breakers_do_not_expire(redis_url, client):
         time.sleep(2.0)
         assert client.exists(state_key(viewed))
         assert not client.exists(state_key(unviewed))
-
-
-def refused() -> None:
-    raise ConnectionRefusedError("dependency down")
-
-
-def test_round_trips_per_call(private_redis):
-    """Quiet closed calls and local rejections need none; a half-open lease needs one."""
-    clock = FakeClock()
-    policy = Policy(failure_threshold=3, cooldown_ms=1000, success_threshold=1)
-    with RedisStore(private_redis.url) as store, redis.Redis.from_url(private_redis.url) as client:
-        breaker = Breaker(
-            "search", policy=policy, store=store, clock=clock, timeout=1, enforce="cooperative"
-        )
-        wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
-        before = round_trips(client)
-        for _ in range(200):
-            breaker.call(lambda: "ok")
-        assert round_trips(client) == before  # steady closed: no round trip at all
-        for _ in range(3):
-            with pytest.raises(ConnectionRefusedError):
-                breaker.call(refused)
-        opened = round_trips(client)
-        assert opened - before == 3  # one compare-and-set per failure
-        assert breaker.state.phase == "open"
-        for _ in range(200):
-            assert not breaker.allow().admitted
-        assert round_trips(client) == opened  # local rejections
-        clock.advance(1000)
-        permit = breaker.allow()
-        assert permit.admitted
-        assert permit.probe
-        assert round_trips(client) == opened + 1  # one atomic round trip for the lease
-        permit.record("success")
-        assert round_trips(client) == opened + 2
-        assert breaker.state.phase == "closed"
 
 
 def test_an_unreachable_server_is_unavailable_fast_and_denies(redis_binary, tmp_path):

@@ -16,15 +16,35 @@ import uuid
 
 import pytest
 import redis
-from conformance import HANG_GUARD, POLICY, RecordsContract, StoreContract, Twin, wait_for
+from conformance import (
+    HANG_GUARD,
+    POLICY,
+    RecordsContract,
+    RoundTripContract,
+    StoreContract,
+    Twin,
+    wait_for,
+)
 
+from store_kinds import redis_scripts_run
 from toolbreaker import Breaker, Event, Policy, StoreUnavailable
 from toolbreaker.stores import RedisStore
 
 pytestmark = pytest.mark.slow
 
 
-class TestRedisClusterStore(StoreContract, RecordsContract):
+class TestRedisClusterStore(StoreContract, RecordsContract, RoundTripContract):
+    @pytest.fixture
+    def counted(self, private_cluster):
+        """A store on a cluster of the test's own, and the scripts its nodes ran."""
+        clients = [redis.Redis.from_url(node.url) for node in private_cluster.nodes]
+        try:
+            with RedisStore(private_cluster.url, cluster=True, volatile_journal=True) as store:
+                yield store, lambda: redis_scripts_run(*clients)
+        finally:
+            for client in clients:
+                client.close()
+
     @pytest.fixture
     def store(self, redis_cluster):
         with RedisStore(redis_cluster.url, cluster=True, volatile_journal=True) as store:

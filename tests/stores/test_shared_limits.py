@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from patient import patient_redis
 
+from store_kinds import kinds, open_store, reopen
 from toolbreaker import Breaker, CircuitOpen, Policy
 from toolbreaker.core.retry import RetryPolicy
 from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS
 from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
-from toolbreaker.stores import RedisStore, SQLiteStore
+from toolbreaker.stores import RedisStore
 from toolbreaker.stores._records import breaker_space
 from toolbreaker.testing import Fault, request_json
 
@@ -36,7 +36,7 @@ THREADS = 8
 
 
 def make_store(kind: str, target: str) -> Any:
-    return SQLiteStore(target) if kind == "sqlite" else patient_redis(target)
+    return reopen(target)
 
 
 def crowd(kind: str, target: str, url: str, start_ns: int) -> dict[str, int]:
@@ -114,27 +114,19 @@ def pool() -> Iterator[Any]:
         workers.join()
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+# Every kind other processes reach, but the Redis Cluster's six servers: the cluster's
+# own tests cover it (tests/stores/test_redis_cluster.py).
+@pytest.fixture(params=kinds(shared=True, cluster=False))
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def target(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> Iterator[str]:
-    if kind == "sqlite":
-        yield str(tmp_path / "shared.db")
-        return
-    url = str(request.getfixturevalue("redis_url"))
-    yield url
-    store = patient_redis(url)  # keys are per dependency: leave nothing for the next test
-    for space in (
-        breaker_space("bulkhead", "search"),
-        breaker_space("bulkhead", "held"),
-        BUDGET_SPACE,
-    ):
-        for key, _, _ in store.record_list(space):
-            store.record_delete(space, key)
+def target(kind: str, tmp_path: Any, request: pytest.FixtureRequest) -> str:
+    """The store's URL, under a key prefix of the test's own."""
+    store, url = open_store(kind, request, tmp_path)
     store.close()
+    return url
 
 
 # -- tests ---------------------------------------------------------------------------

@@ -106,22 +106,6 @@ def pool() -> Iterator[Any]:
         workers.join()
 
 
-@pytest.fixture(params=["sqlite", "redis", "redis-cluster", "postgres"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def target(kind: str, tmp_path, request: pytest.FixtureRequest) -> str:
-    if kind == "sqlite":
-        return str(tmp_path / "runs.db")
-    if kind == "postgres":
-        return str(request.getfixturevalue("postgres_url"))
-    if kind == "redis-cluster":
-        return str(request.getfixturevalue("redis_cluster").url)
-    return str(request.getfixturevalue("redis_url"))
-
-
 def test_processes_of_one_run_spend_one_budget(pool, kind, target):
     """4 processes x 4 threads call a $0.01 tool of one run under $1: exactly 100 calls
     run in all, every other is refused before it runs, and the store's record says $1."""

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from records_helpers import SharedMemory
+from store_kinds import kinds, open_store, reopen
 from toolbreaker import (
     Breaker,
     CircuitOpen,
@@ -436,22 +437,20 @@ def test_a_hung_run_guard_call_keeps_its_slot_until_it_really_ends():
     breaker.close()
 
 
-@pytest.mark.parametrize("kind", ["memory", "sqlite"])
-def test_a_hung_calls_lease_is_renewed_until_the_call_ends(kind, tmp_path):
+@pytest.mark.parametrize("kind", kinds(caller_clock=True))
+def test_a_hung_calls_lease_is_renewed_until_the_call_ends(kind, tmp_path, request):
     """Two breakers share a store (two processes, in effect: with SQLite, two store
     objects on one file), one slot in all. A call of the first hangs past its deadline;
     long after its lease would have run out, both still count it (the lease is renewed
     while the call runs) and answer ``saturated``. Once the call returns, the slot is
     free for the other process."""
-    from toolbreaker.stores import SQLiteStore
-
     clock = FakeClock()
     if kind == "memory":
         store_one = store_two = SharedMemory()
         records: Any = store_one.inner
     else:
-        store_one = SQLiteStore(str(tmp_path / "shared.db"))
-        store_two = records = SQLiteStore(str(tmp_path / "shared.db"))
+        store_one, url = open_store(kind, request, tmp_path)
+        store_two = records = reopen(url)
     one = Breaker("search", timeout=STARTS_WITHIN, max_concurrent=1, store=store_one,
                   clock=clock, policy=Policy(failure_threshold=100))  # fmt: skip
     two = Breaker("search", timeout=5, max_concurrent=1, store=store_two, clock=clock,
@@ -479,7 +478,7 @@ def test_a_hung_calls_lease_is_renewed_until_the_call_ends(kind, tmp_path):
     wait_for(lambda: records.record_list(space) == [], "the slot came back")
     assert two.allow().admitted
     one.close()
-    if kind == "sqlite":
+    if kind != "memory":
         store_one.close()
         store_two.close()
 

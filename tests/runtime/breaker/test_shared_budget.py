@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from records_helpers import SharedMemory
+from store_kinds import closing, kinds, open_store, reopen
 from toolbreaker import Breaker, Policy
 from toolbreaker.core.retry import RetryBudget, RetryPolicy
 from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
@@ -204,17 +205,6 @@ CONTENDERS = 12
 SPENDS = 25
 
 
-def _open_store(kind: str, target: str) -> Any:
-    if kind == "sqlite":
-        from toolbreaker import SQLiteStore
-
-        return SQLiteStore(target)
-    from stores.patient import patient_redis
-
-    url, prefix = target.split("|")
-    return patient_redis(url, prefix=prefix)
-
-
 def _contend(kind: str, target: str, start: Any, out: Any) -> None:
     """One process: its own store connection, SPENDS decisions on the shared bucket."""
     from toolbreaker.core.retry import spend
@@ -226,7 +216,7 @@ def _contend(kind: str, target: str, start: Any, out: Any) -> None:
     # is the window working, not a conflict left unresolved. This test is about conflicts
     # resolving, so its window is wide; the window itself has tests of its own.
     _shared_budget.MAX_BACKOFF_S = 60.0  # type: ignore[misc]
-    store = _open_store(kind, target)
+    store = reopen(target)
     faults = []
     budget = SharedBudget(
         "search:read",
@@ -240,16 +230,14 @@ def _contend(kind: str, target: str, start: Any, out: Any) -> None:
     out.put((allowed, len(faults)))
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+# Every kind other processes reach, but the Redis Cluster's six servers: the cluster's
+# own tests cover it (tests/stores/test_redis_cluster.py).
+@pytest.fixture(params=kinds(shared=True, cluster=False))
 def contended(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[tuple[str, str, Any]]:
     """A real shared store, its address for other processes, and a store to look with."""
-    if request.param == "sqlite":
-        target = str(tmp_path / "tb.db")
-    else:
-        target = f"{request.getfixturevalue('redis_url')}|tb-budget-{tmp_path.name}"
-    store = _open_store(request.param, target)
-    yield request.param, target, store
-    store.close()
+    store, target = open_store(request.param, request, tmp_path)
+    with closing(store):
+        yield request.param, target, store
 
 
 @pytest.mark.slow

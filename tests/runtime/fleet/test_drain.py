@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import MemoryStore, Registry, SQLiteStore, drain, prune_done, queued_items
+from store_kinds import closing, kinds, open_store
+from toolbreaker import Registry, drain, prune_done, queued_items
 from toolbreaker.cli import main
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import wall_ms
@@ -32,49 +33,14 @@ QUEUE = "toolbreaker.queue"
 HOUR = 3600
 
 
-def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Any, str]:
-    if kind == "memory":
-        return MemoryStore(), "memory://"
-    if kind == "sqlite":
-        path = tmp_path / "tb.db"
-        return SQLiteStore(str(path)), f"sqlite:///{path}"
-    if kind == "redis":
-        from stores.patient import patient_redis
-
-        url = request.getfixturevalue("redis_url")
-        prefix = f"tb-{tmp_path.name}"
-        return patient_redis(url, prefix=prefix), f"{url}?prefix={prefix}"
-    from stores.patient import patient_postgres
-
-    url = request.getfixturevalue("postgres_url")
-    prefix = f"tb_{uuid.uuid4().hex[:12]}"
-    return patient_postgres(url, prefix=prefix), f"{url}?prefix={prefix}"
-
-
-def _usable(store: Any, kind: str) -> None:
-    try:
-        store.record_get("probe", "probe")
-    except NotImplementedError:
-        store.close()
-        pytest.skip(f"{kind}: records not on this store yet")
-
-
-@pytest.fixture(params=["memory", "sqlite", "redis", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made, _ = _open(request.param, tmp_path, request)
-    _usable(made, request.param)
-    yield made
-    if request.param != "memory":
-        made.close()
-
-
-@pytest.fixture(params=["sqlite", "redis", "postgres"])
+# Every kind other processes reach, but the Redis Cluster's six servers: the cluster's
+# own tests cover it (tests/stores/test_redis_cluster.py).
+@pytest.fixture(params=kinds(shared=True, cluster=False))
 def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, str]]:
     """A store other processes can reach, and its URL."""
-    made, url = _open(request.param, tmp_path, request)
-    _usable(made, request.param)
-    yield made, url
-    made.close()
+    made, url = open_store(request.param, request, tmp_path)
+    with closing(made):
+        yield made, url
 
 
 def tickets_tool(service: ToolService) -> Callable[..., Any]:

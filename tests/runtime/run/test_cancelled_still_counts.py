@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from records_helpers import SharedMemory
+from store_kinds import closing, kinds, open_store, reopen
 from toolbreaker import Breaker, CircuitOpen, GuardedTool, Policy, RunGuard, Siblings
 from toolbreaker.runtime import CancelledByPolicy
 from toolbreaker.stores import MemoryStore, SQLiteStore
@@ -65,13 +66,15 @@ class Dependency:
                 self.running -= 1
 
 
-@pytest.fixture(params=["memory", "leases", "sqlite"])
+# Every kind whose leases run on the caller's clock (some tests here move a FakeClock),
+# and "leases": a memory store seen as shared.
+@pytest.fixture(params=[*kinds(caller_clock=True), pytest.param("leases", id="leases")])
 def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
     """Two stores of one fleet: this process's and another process's.
 
     ``memory``: one store in this process (the bulkhead is a table of this process);
-    ``leases``: a memory store seen as shared (slots are leases); ``sqlite``: two store
-    objects on one SQLite file, two processes in effect.
+    ``leases``: a memory store seen as shared (slots are leases); any other kind: two
+    store objects on one store, two processes in effect.
     """
     if request.param == "memory":
         store = MemoryStore()
@@ -80,8 +83,8 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any
         shared = SharedMemory()
         yield shared, shared
     else:
-        path = tmp_path / "fleet.db"
-        with SQLiteStore(path) as mine, SQLiteStore(path) as theirs:
+        mine, url = open_store(request.param, request, tmp_path)
+        with closing(mine), closing(reopen(url)) as theirs:
             yield mine, theirs
 
 

@@ -20,26 +20,18 @@ from typing import Any
 import pytest
 
 from loop_helpers import LoopSpy
+from store_kinds import closing, kinds, open_store
 from toolbreaker import Breaker, GuardedTool, MemoryStore, Registry, RunGuard
-from toolbreaker.stores import SQLiteStore
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+# Every kind other processes reach, but the Redis Cluster's six servers: the cluster's
+# own tests cover it (tests/stores/test_redis_cluster.py).
+@pytest.fixture(params=kinds(shared=True, cluster=False))
 def shared(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A real shared store: the breakers', the records' and the run journal's."""
-    if request.param == "sqlite":
-        with SQLiteStore(tmp_path / "fleet.db") as store:
-            yield store
-        return
-    from toolbreaker import RedisStore
-
-    url = request.getfixturevalue("redis_url")
-    # Generous: these tests are about the loop, not timeouts (a loaded machine is slow).
-    store = RedisStore(url, prefix=f"t{uuid.uuid4().hex[:8]}", socket_timeout=5)
-    try:
+    store, _ = open_store(request.param, request, tmp_path)
+    with closing(store):
         yield store
-    finally:
-        store.close()
 
 
 def sheet(degrade: list[str]) -> dict[str, Any]:
