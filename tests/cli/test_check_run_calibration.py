@@ -37,12 +37,12 @@ def searches(n: int, cost: str = "0.01") -> list[dict]:
 
 @pytest.fixture
 def runs(tmp_path: Path) -> Path:
-    """Five successful runs (3 to 12 calls) and three failed ones that go on (60 calls)."""
+    """Five successful runs (3 to 12 calls) and three failed ones that go on (270 calls)."""
     folder = tmp_path / "runs"
     for n in (3, 5, 8, 10, 12):
         write(folder, f"ok-{n}", searches(n), "success")
     for i in range(3):
-        write(folder, f"lost-{i}", searches(60), "failure")
+        write(folder, f"lost-{i}", searches(270), "failure")
     return folder
 
 
@@ -60,12 +60,12 @@ def rows(out: str) -> dict[str, list[str]]:
 
 
 def test_the_table_counts_successful_and_failed_runs_per_condition(runs, capsys):
-    """The default budget (read calls capped at 40) stops the three failed runs at their
-    41st call and no successful run; 20 calls and their cost saved in each."""
+    """The default budget (250 tool calls) stops the three failed runs at their 251st
+    call and no successful run; 20 calls and their cost saved in each."""
     assert main(["check-run", str(runs)]) == 0
     out = capsys.readouterr().out
     assert "runs:   8 (5 successful, 3 failed)" in out
-    assert rows(out)["class-max-calls"] == ["stops", "the", "run", "0", "3", "60", "0.6"]
+    assert rows(out)["max-tool-calls"] == ["stops", "the", "run", "0", "3", "60", "0.6"]
     assert "successful runs stopped or touched: 0 of 5 (0.0%)" in out
     assert "failed runs stopped or touched: 3 of 3 (100.0%)" in out
 
@@ -93,7 +93,7 @@ def test_outcomes_file_names_runs_by_path_or_name(runs, tmp_path, capsys):
     assert main(["check-run", *files, "--outcomes", str(outcomes)]) == 1
     out = capsys.readouterr().out
     assert "runs:   3 (1 successful, 1 failed, 1 of unknown outcome)" in out
-    assert rows(out)["class-max-calls"][3:6] == ["0", "1", "1"]
+    assert rows(out)["max-tool-calls"][3:6] == ["0", "1", "1"]
 
 
 def test_suggest_proposes_the_tightest_budget_and_replays_under_it(runs, tmp_path, capsys):

@@ -34,7 +34,7 @@ def test_the_lines_name_the_stop_the_limits_and_each_uncertain_write():
     assert lines[1].split() == ["cost", "0.30", "of", "1", "(0.10", "reserved)"]
     assert lines[2].split(maxsplit=1) == [
         "calls",
-        "3 of 20 (read 1 of 40, reversible_write 2 of 5, irreversible 0 of 3)",
+        "3 of 20 (read 1 of no limit, reversible_write 2 of 5, irreversible 0 of 3)",
     ]
     assert lines[3].split() == ["confirmed", "1", "step(s)"]
     assert lines[4].split() == ["uncertain", "1", "write(s):"]

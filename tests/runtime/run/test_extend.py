@@ -94,7 +94,7 @@ def test_a_stop_that_is_not_about_the_budget_stays():
     """An operator's stop (or a loop) is not lifted by more budget."""
     guard, _ = guarded(MemoryStore(), Budget(classes=OPEN))
     guard.stop("hold on")
-    guard.extend(max_tool_calls=100, by="ops", why="more")
+    guard.extend(max_tool_calls=300, by="ops", why="more")
     assert guard.stopped is not None
     assert guard.stopped.condition == "operator"
 
