@@ -49,6 +49,7 @@ from toolbreaker.core.run.budget import (
     finish,
     stop,
 )
+from toolbreaker.core.run.limits import DIGEST_DIGITS
 from toolbreaker.errors import ToolbreakerError
 
 # --- call limits --------------------------------------------------------------------------
@@ -216,7 +217,9 @@ def test_edit_and_test_is_iteration_not_a_loop():
     run = done(run, PYTEST, 3, evidence="same")
     decision = check(run, EDIT, budget, 4)
     assert decision.stop is not None
-    assert decision.stop.detail == "cycle [bash, bash] repeated 2 times without new evidence"
+    # One tool with other arguments: each call named by its fingerprint's first digits.
+    named = ", ".join(f"bash (arguments {a.fingerprint[:DIGEST_DIGITS]})" for a in (PYTEST, EDIT))
+    assert decision.stop.detail == f"cycle [{named}] repeated 2 times without new evidence"
 
 
 def test_a_class_repeat_limit_wins_over_the_budget_one():
