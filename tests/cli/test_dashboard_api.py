@@ -834,12 +834,14 @@ def test_a_policy_is_named_by_its_sheet_or_by_what_it_does(tmp_path):
     from_file = Registry.from_toml(sheet)
     publisher.attach(from_file)
     from_file.get("crm", "read").call(lambda: "ok")
+    billing = tmp_path / "billing.toml"
+    billing.write_text(text.replace("[crm.read]", "[billing.read]"), encoding="utf-8")
     store = SQLiteStore(tmp_path / "b.db")
     try:
-        publish_policy(store, sheet)
+        publish_policy(store, billing)
         published = Registry.from_store(store, follow=False)
         publisher.attach(published)
-        published.get("crm", "write").call(lambda: "ok")
+        published.get("billing", "read").call(lambda: "ok")
     finally:
         store.close()
     in_code = Registry(Policy(failure_threshold=3, cooldown_ms=20_000), default_timeout=1.0)
@@ -849,7 +851,7 @@ def test_a_policy_is_named_by_its_sheet_or_by_what_it_does(tmp_path):
     board.feed(entry for _, entry in iter_entries(stream))
     rows = {row["key"]: row for row in board.snapshot(0)["breakers"]}
     assert rows["crm:read"]["policy"] == "boundaries.toml"
-    assert rows["crm:write"]["policy"] == "default rev. 1"
+    assert rows["billing:read"]["policy"] == "default rev. 1"
     assert rows["search"]["policy"] == "3 failures · 20 s"
     assert all(len(row["policy_version"]) == 12 for row in rows.values())
     rate = Policy(failure_rate_permille=400, minimum_calls=4, window_calls=10, mode="shadow")
