@@ -8,6 +8,7 @@ duration. Screenshots go to the test's directory, or to ``$TOOLBREAKER_SCREENSHO
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -137,7 +138,9 @@ def test_a_breaker_opens_and_closes_live(page, shots, tmp_path):
         detail = page.inner_text("#transitions")
         assert "qualifying-failure" in detail
         assert "http-503" in detail
-        assert policy.version in detail
+        assert "2 failures · 0.4 s" in detail  # the policy by what it does
+        titles = page.eval_on_selector_all("#transitions td[title]", "els => els.map(e => e.title)")
+        assert f"policy version {policy.version}" in titles  # its version: the tooltip
         assert "cooldown" in detail
         page.wait_for_selector("#findings [data-rule='model-recalls']")
         page.wait_for_selector('.stop[data-task="refund-42"]')
@@ -422,15 +425,42 @@ def inside(page: Any, selector: str) -> dict[str, float]:
     return box
 
 
+#: Every cell of the page's tables, and every element in one, whose text is wider than
+#: its box (cut, or drawn past it): as "table: text".
+CUT_CELLS = """
+() => [...document.querySelectorAll(
+    "#breakers th, #breakers td, #breakers td *, #transitions th, #transitions td,"
+    + " #notices th, #notices td")]
+  .filter((el) => el.offsetParent !== null && el.scrollWidth > el.clientWidth + 1)
+  .map((el) => el.closest("table").id + ": " + el.textContent.slice(0, 80))
+"""
+
+
+def sheet_breaker(stream: MemoryStream, tmp_path: Path) -> None:
+    """A breaker whose row comes from a boundary sheet file, published to ``stream``."""
+    sheet = tmp_path / "boundaries.toml"
+    sheet.write_text(
+        "[defaults]\ntimeout_ms = 5000\nenforce = 'cooperative'\n"
+        "[inventory.read]\nfailure_threshold = 4\n",
+        encoding="utf-8",
+    )
+    registry = Registry.from_toml(sheet)
+    StreamPublisher(stream).attach(registry)
+    registry.get("inventory", "read").call(lambda: "ok")
+
+
 @pytest.mark.parametrize(("width", "height"), [(1280, 800), (1440, 900), (1920, 1080)])
-def test_the_page_fits_its_window(browser, shots, width, height):
+def test_the_page_fits_its_window(browser, shots, width, height, tmp_path):
     """In real headless Chromium at 1280, 1440 and 1920 px with a realistic board (long
     names and reasons, open and isolated breakers, notices, a stop): the page is no
     wider than the window, and the header bar, the findings card and the rightmost
     column of every table are inside it. The transition that opened a breaker stays in
-    view beside its counted rejections, and times are wall-clock times."""
+    view beside its counted rejections, and times are wall-clock times. No time-axis
+    label overlaps another, no cell is cut ("qualifyi…", "3 rejected loc…"), and a
+    policy is named by its sheet or what it does, its version hash only a tooltip."""
     stream = MemoryStream()
     key = busy(stream)
+    sheet_breaker(stream, tmp_path)
     context = browser.new_context(viewport={"width": width, "height": height})
     page = context.new_page()
     page.set_default_timeout(WAIT_MS)
@@ -477,6 +507,21 @@ def test_the_page_fits_its_window(browser, shots, width, height):
             signals = page.inner_text("#detail-signals")
             assert re.match(r"1 open in the last \d+ s · ", signals), signals
             assert "/h" not in signals
+
+            # Issue 34, item 11: nothing on the board is cut or drawn over something else.
+            labels = json.loads(page.get_attribute("#chart", "data-time-labels") or "[]")
+            assert len(labels) >= 3, labels
+            for left, right in itertools.pairwise(labels):
+                gap = (right["x"] - right["width"] / 2) - (left["x"] + left["width"] / 2)
+                assert gap >= 4, (left, right)  # the time axis labels do not overlap
+            cut = page.evaluate(CUT_CELLS)
+            assert cut == [], cut
+            policies = [row[11] for row in cells(page, "#breakers tbody tr")]
+            assert "2 failures · 600 s" in policies
+            assert "boundaries.toml" in policies
+            assert not any(re.fullmatch(r"[0-9a-f]{12}", p) for p in policies), policies
+            title = page.get_attribute("#breakers tbody tr:first-child td.policy", "title")
+            assert re.fullmatch(r"policy version [0-9a-f]{12}", title or ""), title
 
             page.evaluate("window.scrollTo(0, 0)")
             page.screenshot(path=str(shots / f"dashboard-{width}.png"))

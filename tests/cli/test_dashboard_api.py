@@ -809,3 +809,51 @@ def test_the_board_shows_breakers_on_the_defaults_and_unclassified_exceptions():
     rows = {row["key"]: row for row in board.snapshot()["breakers"]}
     assert rows["weather"]["on_defaults"] is True
     assert rows["weather"]["unclassified"] == {"MyAPIError": 3}
+
+
+# -- a policy is named by its sheet, or by what it does (issue 34, item 11) -----------------
+
+
+def test_a_policy_is_named_by_its_sheet_or_by_what_it_does(tmp_path):
+    """The board names a breaker's policy by the sheet its row came from (the file, or the
+    published sheet and its revision), or by what it does for one made in code; the
+    version hash stays beside it, for the tooltip."""
+    from toolbreaker import publish_policy
+    from toolbreaker.cli._board import Board, policy_label
+    from toolbreaker.instrumentation.stream import iter_entries
+    from toolbreaker.stores import SQLiteStore
+
+    text = (
+        "[defaults]\ntimeout_ms = 5000\nenforce = 'cooperative'\n"
+        "[crm.read]\nfailure_threshold = 4\n"
+    )
+    sheet = tmp_path / "boundaries.toml"
+    sheet.write_text(text, encoding="utf-8")
+    stream = MemoryStream()
+    publisher = StreamPublisher(stream)
+    from_file = Registry.from_toml(sheet)
+    publisher.attach(from_file)
+    from_file.get("crm", "read").call(lambda: "ok")
+    billing = tmp_path / "billing.toml"
+    billing.write_text(text.replace("[crm.read]", "[billing.read]"), encoding="utf-8")
+    store = SQLiteStore(tmp_path / "b.db")
+    try:
+        publish_policy(store, billing)
+        published = Registry.from_store(store, follow=False)
+        publisher.attach(published)
+        published.get("billing", "read").call(lambda: "ok")
+    finally:
+        store.close()
+    in_code = Registry(Policy(failure_threshold=3, cooldown_ms=20_000), default_timeout=1.0)
+    publisher.attach(in_code)
+    in_code.get("search").call(lambda: "ok")
+    board = Board()
+    board.feed(entry for _, entry in iter_entries(stream))
+    rows = {row["key"]: row for row in board.snapshot(0)["breakers"]}
+    assert rows["crm:read"]["policy"] == "boundaries.toml"
+    assert rows["billing:read"]["policy"] == "default rev. 1"
+    assert rows["search"]["policy"] == "3 failures · 20 s"
+    assert all(len(row["policy_version"]) == 12 for row in rows.values())
+    rate = Policy(failure_rate_permille=400, minimum_calls=4, window_calls=10, mode="shadow")
+    assert policy_label(None, rate.to_dict()) == "40% of 10 calls · 20 s · shadow"
+    assert policy_label(None, None) == ""

@@ -336,6 +336,35 @@ def test_repeated_action_ends_the_run_with_a_stop_packet(shop, registry):
     assert guard.stop_packet("loop-1").condition == "running"
 
 
+def test_the_run_guards_the_middleware_makes_reach_what_watches_its_registry(shop, registry):
+    """Issue 34, item 11: the middleware makes a run guard per task. An event stream
+    attached to the registry (as the docs attach it) used to publish the breakers and never
+    a stop, so the dashboard said "Run guard stops: no stops" while runs stopped. The
+    guards are attached the way the registry's breakers are: now and later, each once."""
+    from toolbreaker.cli._board import Board
+    from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, iter_entries
+
+    stream = MemoryStream()
+    StreamPublisher(stream).attach(registry)  # before the middleware made any guard
+    middleware = ToolbreakerMiddleware(registry=registry)
+    model = scripted(lambda _results: call("search", q="usb cable"))
+    agent = create_agent(model, shop.tools(), middleware=[middleware])
+    agent.invoke(ask("find a usb cable"), context={"task_id": "loop-1"})
+    assert middleware.stop_packet("loop-1").condition == "repeated-action"
+    stops = [e for _, e in iter_entries(stream) if e.get("kind") == "stop"]
+    assert [(s["task"], s["packet"]["condition"]) for s in stops] == [("loop-1", "repeated-action")]
+    board = Board()
+    board.feed(entry for _, entry in iter_entries(stream))
+    shown = board.snapshot(0)["stops"]
+    assert [(s["task"], s["packet"]["condition"]) for s in shown] == [("loop-1", "repeated-action")]
+    # A publisher attached after the guard was made hears it too (the later stop).
+    later = MemoryStream()
+    StreamPublisher(later).attach(registry)
+    middleware.guard_for("loop-1").stop("an operator stop")  # already stopped: no new stop
+    middleware.guard_for("loop-2").stop("an operator stop")
+    assert [e["task"] for _, e in iter_entries(later) if e.get("kind") == "stop"] == ["loop-2"]
+
+
 # -- 4. writes carry one idempotency key: on a retry and on a resumed run -------------------------
 
 

@@ -25,7 +25,7 @@ from toolbreaker.core.breaker.machine import OPERATOR_TYPES
 from toolbreaker.core.breaker.state import Transition, changed_phase, opened
 from toolbreaker.core.run.redact import redact, redact_text
 
-__all__ = ["Board"]
+__all__ = ["Board", "policy_label"]
 
 _PROBE_RESULTS: Final = {
     "probe-success": "ok",
@@ -46,6 +46,32 @@ _NOTICE_KINDS: Final = frozenset({"degrade", "limit"})
 _MAX_TEXT: Final = 200
 #: How far into a text the board masks before cutting it to :data:`_MAX_TEXT`.
 _MASK_WINDOW: Final = 4 * _MAX_TEXT
+
+
+def policy_label(sheet: str | None, policy: Mapping[str, Any] | None) -> str:
+    """What the page names a breaker's policy by (its version, a hash, is the tooltip).
+
+    The sheet its row came from (``boundaries.toml``, ``default rev. 3``: the stream's
+    ``sheet``), or, for a breaker configured in code, what the policy does: ``3
+    failures · 20 s`` (a failure rate: ``40% of 10 calls · 20 s``; ``shadow`` when it
+    only watches). Empty when the stream said neither.
+    """
+    if sheet:
+        return sheet
+    if not isinstance(policy, Mapping):
+        return ""
+    rate = policy.get("failure_rate_permille")
+    if isinstance(rate, int) and not isinstance(rate, bool):
+        trips = f"{rate / 10:g}% of {policy.get('window_calls')} calls"
+    else:
+        trips = f"{policy.get('failure_threshold')} failures"
+    cooldown = policy.get("cooldown_ms")
+    parts = [trips]
+    if isinstance(cooldown, int) and not isinstance(cooldown, bool):
+        parts.append(f"{cooldown / 1000:g} s")
+    if policy.get("mode") == "shadow":
+        parts.append("shadow")
+    return " · ".join(parts)
 
 
 class Board:
@@ -289,6 +315,7 @@ class Board:
         policy = entry.get("policy")
         if isinstance(policy, dict):
             self._policies[key] = policy
+        row["policy"] = policy_label(_text(entry.get("sheet")), self._policies.get(key))
         if changed_phase(record):
             row["since"], row["since_known"] = wall, True
             if opened(record):
@@ -322,7 +349,12 @@ class Board:
         probe = _PROBE_RESULTS.get(record.reason)
         if probe is not None:
             row["probes"][probe] += 1
-        last = {"wall": wall, "policy_version": row["policy_version"], **record.to_dict()}
+        last = {
+            "wall": wall,
+            "policy_version": row["policy_version"],
+            "policy": row["policy"],
+            **record.to_dict(),
+        }
         # The breaker's clock is its own (monotonic, or the Redis server's): a person
         # reads the open-until time on the wall clock of the entry that carries it.
         last["open_until_wall"] = wall_of(wall, record.event.at, record.open_until)

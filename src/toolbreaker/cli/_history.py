@@ -91,6 +91,7 @@ def _joined(line: Mapping[str, Any], item: Mapping[str, Any]) -> dict[str, Any]:
         "events": events,
         "generation": item["generation"],
         "policy_version": item.get("policy_version", ""),
+        "policy": item.get("policy", ""),
         "open_until": item["open_until"],
         "open_until_wall": item.get("open_until_wall"),
     }

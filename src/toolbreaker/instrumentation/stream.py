@@ -31,10 +31,12 @@ with the breaker's ``key``, ``dependency``, ``operation``, ``tool``, ``fallback`
 degradation path the model is offered, or null), ``instructions_version`` (a hash of the
 unavailable-instruction templates the model reads), ``policy_version`` (and the whole
 ``policy`` on a publisher's first entry of a breaker and on every change of phase),
-``on_defaults`` (``true`` for a breaker the boundary sheet has no row for), the receipt
-``record`` and, for an outcome other than a success, its ``class`` (``http-503``,
-``timeout``, ``unknown-exception:MyAPIError`` for an exception the classifier did not
-know...); or ``kind`` ``stop`` with the run's ``task`` and its masked ``packet``;
+``on_defaults`` (``true`` for a breaker the boundary sheet has no row for), ``sheet``
+(where the breaker's row came from, :attr:`toolbreaker.Breaker.sheet`, when a sheet
+configured it), the receipt ``record`` and, for an outcome other than a success, its
+``class`` (``http-503``, ``timeout``, ``unknown-exception:MyAPIError`` for an exception the
+classifier did not know...); or ``kind`` ``stop`` with the run's ``task`` and its masked
+``packet``;
 or ``kind`` ``degrade`` (a degradation choice) or ``limit`` (a ``saturated``, ``hung``
 or ``deferred`` answer) with the listener's record as ``notice``.
 Both carry ``wall`` (Unix seconds, for ``--since``) and ``source`` (host and process).
@@ -74,6 +76,7 @@ from toolbreaker.core.breaker.history import (
 )
 from toolbreaker.core.breaker.state import OUTCOME_TYPES, Transition, changed_phase
 from toolbreaker.core.canonical import canonical_json
+from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
@@ -562,9 +565,9 @@ class StreamPublisher:
         self._consumed: weakref.WeakKeyDictionary[Breaker, dict[str, int]] = (
             weakref.WeakKeyDictionary()
         )
-        self._fields: weakref.WeakKeyDictionary[Breaker, tuple[object, dict[str, Any]]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._fields: weakref.WeakKeyDictionary[
+            Breaker, tuple[object, dict[str, Any], str | None]
+        ] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
         self._failing = False
         #: What the publisher is attached to (``attachment.breakers()``).
@@ -602,7 +605,7 @@ class StreamPublisher:
     def _static(self, breaker: Breaker) -> dict[str, Any]:
         # What never changes for a breaker, computed once (the policy version is a hash).
         found = self._fields.get(breaker)
-        if found is None or found[0] is not breaker.policy:
+        if found is None or found[0] is not breaker.policy or found[2] != breaker.sheet:
             shown = breaker.shown  # the names masked where the breaker was built
             fields: dict[str, Any] = {
                 "schema": STREAM_SCHEMA,
@@ -618,7 +621,9 @@ class StreamPublisher:
             }
             if breaker.boundary.defaults:
                 fields["on_defaults"] = True  # no sheet row: the registry's defaults
-            found = self._fields[breaker] = (breaker.policy, fields)
+            if breaker.sheet is not None:
+                fields["sheet"] = redact_text(breaker.sheet)
+            found = self._fields[breaker] = (breaker.policy, fields, breaker.sheet)
             return {**fields, "policy": breaker.policy.to_dict()}
         return found[1]
 

@@ -259,6 +259,8 @@ class ToolbreakerPlugin(BasePlugin):
                     field="guard",
                 )
             self._guards[invocation] = found
+            if self.registry is not None:
+                self.registry.adopt_guard(found)  # what watches the registry hears its stops
         return found
 
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:

@@ -273,6 +273,8 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         self._lock = threading.Lock()
         for name in self.tool_options:
             self.breaker_of(name)
+        if guard is not None:
+            self.registry.adopt_guard(guard)
 
     # -- runs -----------------------------------------------------------------------------
 
@@ -501,8 +503,14 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
 
     def _new_guard(self, task: str) -> RunGuard:
         if self._factory is not None:
-            return self._factory(task)
-        return RunGuard(task, budget=self.budget, journal=self.journal, clock=self.registry.clock)
+            guard = self._factory(task)
+        else:
+            guard = RunGuard(
+                task, budget=self.budget, journal=self.journal, clock=self.registry.clock
+            )
+        # What watches the registry (an event stream, a recorder) hears the task's stops.
+        self.registry.adopt_guard(guard)
+        return guard
 
     def _resolve(self, tool: str, resolving: tuple[str, ...]) -> Breaker:
         options = self.tool_options.get(tool, ToolOptions())

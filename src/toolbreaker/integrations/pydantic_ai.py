@@ -253,6 +253,8 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             raise PolicyError(
                 f"the guard factory returned {type(guard).__name__}, not a RunGuard", field="guard"
             )
+        if self.registry is not None:
+            self.registry.adopt_guard(guard)  # what watches the registry hears its stops
         return dataclasses.replace(self, guard=guard)
 
     def get_instructions(self) -> Any:  # pydantic_ai's AgentInstructions; mypy rejects its alias

@@ -187,10 +187,14 @@
     return td;
   }
 
-  // A cell whose text may be cut on screen; its whole text is its tooltip.
-  function cut(text, cls) {
-    const shown = printable(text);
-    return h("td", { class: cls ? cls + " cut" : "cut", title: shown }, text);
+  // The policy as people name it (the sheet it came from, or what it does); its
+  // version, a hash, only in the tooltip.
+  function policyTitle(version) {
+    return version ? "policy version " + printable(version) : "";
+  }
+
+  function policyCell(r) {
+    return h("td", { class: "policy", title: policyTitle(r.policy_version) }, r.policy || r.policy_version || "–");
   }
 
   function render() {
@@ -209,11 +213,11 @@
         noticeCell("degrade", r.notices && r.notices.degrade),
         noticeCell("limit", r.notices && r.notices.limit),
         h("td", { class: "for" }, since(r)),
-        cut(r.fallback || "–"),
+        h("td", { class: "fallback" }, r.fallback || "–"),
         h("td", { class: "n" }, r.demand), h("td", { class: "n" }, r.admitted), h("td", { class: "n" }, r.rejected),
-        cut(counts(r.opens)),
+        h("td", { class: "opens" }, counts(r.opens)),
         h("td", { class: "probes" }, r.probes.ok + " / " + r.probes.failed + " / " + r.probes.expired),
-        cut(r.policy_version), cut(lastText(r), "last"));
+        policyCell(r), h("td", { class: "last" }, lastText(r)));
       body.append(tr);
     }
     const tbody = document.querySelector("#breakers tbody");
@@ -255,7 +259,9 @@
     const row = detail && detail.key === selected ? detail : null;
     section.hidden = !row;
     if (!row) return;
-    document.getElementById("detail-key").textContent = printable(row.key + "  (tool " + row.tool + ", policy " + row.policy_version + ")");
+    const keyEl = document.getElementById("detail-key");
+    keyEl.textContent = printable(row.key + "  (tool " + row.tool + ", policy " + (row.policy || row.policy_version) + ")");
+    keyEl.title = policyTitle(row.policy_version);
     document.getElementById("detail-operator").textContent = row.operator ? printable(operatorText(row.operator)) : "";
     document.getElementById("actions").hidden = !actions;
     const s = row.signals;
@@ -275,7 +281,8 @@
         h("td", {}, grouped ? reasonCounts(t.reasons) : t.reason),
         h("td", {}, t.generation),
         h("td", {}, t.open_until_wall == null ? "" : clock(t.open_until_wall)),
-        h("td", {}, grouped ? reasonCounts(t.classes) : t.class || ""), h("td", {}, t.policy_version)));
+        h("td", {}, grouped ? reasonCounts(t.classes) : t.class || ""),
+        h("td", { title: policyTitle(t.policy_version) }, t.policy || t.policy_version)));
     }
     document.querySelector("#transitions tbody").replaceChildren(body);
   }
@@ -304,6 +311,30 @@
       h("pre", {}, JSON.stringify(s.packet, null, 2)))));
   }
 
+  // The time axis: labels in the viewer's format, hours and minutes (seconds only when
+  // the ticks are less than a minute apart), and ticks far enough apart for the widest
+  // label plus a gap, measured in the axis's own font, so no two labels ever overlap.
+  const AXIS_FONT = "12px system-ui, -apple-system, \"Segoe UI\", sans-serif";
+  const measurer = document.createElement("canvas").getContext("2d");
+  function textWidth(text) {
+    measurer.font = AXIS_FONT;
+    return measurer.measureText(text).width;
+  }
+  function timeLabel(t, step) {
+    const options = step < 60 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
+      : { hour: "2-digit", minute: "2-digit" };
+    return new Date(t * 1000).toLocaleTimeString([], options);
+  }
+  const widestTime = Math.ceil(Math.max(textWidth(timeLabel(Date.UTC(2000, 0, 1, 23, 59, 59) / 1000, 1)),
+    textWidth(timeLabel(Date.UTC(2000, 0, 1, 12, 59, 59) / 1000, 1))));
+  function timeValues(u, splits, axis, space, step) {
+    const texts = splits.map((t) => timeLabel(t, step));
+    // Where each label is drawn (centre, CSS px) and how wide: read by the page's tests.
+    u.root.parentElement.dataset.timeLabels = JSON.stringify(splits.map((t, i) =>
+      ({ text: texts[i], x: u.valToPos(t, "x"), width: textWidth(texts[i]) })));
+    return texts;
+  }
+
   function renderChart() {
     const el = document.getElementById("chart");
     const data = [series.t, series.demand, series.admitted, series.rejected];
@@ -314,7 +345,8 @@
         series: [{}, { label: "demand", stroke: "#3b6fd6", width: 2 },
           { label: "admitted", stroke: "#1f9d55", width: 2 }, { label: "rejected locally", stroke: "#d64545", width: 2 }],
         scales: { x: { time: true } },
-        axes: [{}, { label: "calls/s" }],
+        axes: [{ font: AXIS_FONT, space: widestTime + 24, values: timeValues },
+          { font: AXIS_FONT, label: "calls/s" }],
       }, data, el);
       window.addEventListener("resize", () => chart.setSize({ width: el.clientWidth, height: 200 }));
     } else {

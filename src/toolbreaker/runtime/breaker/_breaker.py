@@ -128,6 +128,11 @@ class Breaker(Steps):
             options above; every option is validated once, by :class:`Boundary`.
     """
 
+    #: Where its row came from, for people: the boundary sheet file's name, or ``NAME
+    #: rev. N`` of a published sheet (set by its registry); ``None`` for a breaker
+    #: configured in code. Event streams and the dashboard show it.
+    sheet: str | None = None
+
     def __init__(
         self,
         dependency: str,

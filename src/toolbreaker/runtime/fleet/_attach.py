@@ -6,7 +6,9 @@ made later: the ones every adapter makes on a tool's first call. Now each builds
 :class:`Attachment` of its listeners and attaches it to its targets:
 
 - a :class:`~toolbreaker.Registry`: every breaker it holds and every one it makes
-  later, wired before its first call (:meth:`Registry.watch_breakers`);
+  later, wired before its first call (:meth:`Registry.watch_breakers`), and the stops
+  and notices of every run guard an adapter made for it (:meth:`Registry.adopt_guard`:
+  one per task, held weakly, heard until the target is detached);
 - a :class:`~toolbreaker.RunGuard`: its tools' breakers, now and as tools are added
   (:meth:`RunGuard.watch_breakers`), and the guard's own stops and notices;
 - a :class:`~toolbreaker.Breaker` (one made outside a registry), or any iterable of them.
@@ -24,6 +26,7 @@ Listeners only watch: a breaker counts a listener that raises in
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
@@ -146,6 +149,8 @@ class Attachment:
         self._wired: dict[int, _Wired] = {}
         self._objects: dict[int, Breaker | RunGuard] = {}
         self._links: list[_Link] = []
+        # Run guards heard through a registry (adopted): weakly, each once.
+        self._adopted: weakref.WeakSet[RunGuard] = weakref.WeakSet()
 
     def attach(self, *targets: Target) -> Callable[[], None]:
         """Attach to every breaker the targets hold, now and later; returns ``detach``.
@@ -179,6 +184,11 @@ class Attachment:
             if isinstance(target, Registry):
                 # Under the registry's lock: its breakers now, then each new one.
                 link.unwatch.append(target.watch_breakers(reached))
+
+                def adopted(guard: RunGuard, link: _Link = link) -> None:
+                    self._adopt(link, guard)
+
+                link.unwatch.append(target.watch_guards(adopted))
             elif isinstance(target, RunGuard):
                 self._reach(link, target)
                 link.unwatch.append(target.watch_breakers(reached))
@@ -227,6 +237,38 @@ class Attachment:
                 wired = self._wired[key] = _Wired(self._wire(thing))
                 self._objects[key] = thing
             wired.links += 1
+
+    def _adopt(self, link: _Link, guard: RunGuard) -> None:
+        """Hear a run guard a registry adopted: its stops and notices, while ``link`` lasts.
+
+        The guard holds the listeners, not the attachment the guard (a task's guard goes
+        when its adapter lets it go). Its calls are heard through its tools' breakers.
+        A guard this attachment also reached on its own is heard that way only.
+        """
+        with self._lock:
+            if link.closed or guard in self._adopted:
+                return
+            self._adopted.add(guard)
+        key = id(guard)
+
+        def hearing() -> bool:
+            return not link.closed and key not in self._wired
+
+        stop, notice = self.stop, self.notice
+        if stop is not None:
+
+            def on_stop(packet: StopPacket, guard: RunGuard) -> None:
+                if hearing():
+                    stop(packet, guard)
+
+            guard.add_stop_listener(on_stop)
+        if notice is not None:
+
+            def on_notice(record: Mapping[str, Any]) -> None:
+                if hearing():
+                    notice(record)
+
+            guard.notices.add_listener(on_notice)
 
     def _wire(self, thing: Breaker | RunGuard) -> list[Callable[[], None]]:
         removers: list[Callable[[], None]] = []

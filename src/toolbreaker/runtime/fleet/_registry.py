@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -90,6 +91,8 @@ from toolbreaker.stores.memory import MemoryStore
 
 if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
     from typing_extensions import Unpack
+
+    from toolbreaker.runtime.run._guard import RunGuard
 
 __all__ = ["Boundary", "Registry", "Resolution", "publish_policy"]
 
@@ -160,6 +163,14 @@ class Registry:
         self._checks: dict[tuple[str, str], Callable[[], Any]] = {}
         # The observers of every breaker made here, now and later (see watch_breakers).
         self._watch = BreakerWatch()
+        # The run guards adapters made for this registry's tools (held weakly: a task's
+        # guard lives as long as its adapter keeps it), and who hears them (adopt_guard).
+        self._guards: weakref.WeakSet[RunGuard] = weakref.WeakSet()
+        self._guard_watchers: list[Callable[[RunGuard], None]] = []
+        #: Where the rows came from, for people (each breaker carries it as
+        #: ``Breaker.sheet``): the sheet file's name (:meth:`from_toml`), ``NAME rev. N``
+        #: of a published sheet; ``None`` for a registry built in code.
+        self.sheet: str | None = None
         _check_fallbacks(self._boundaries, self._local_tools)
         check_store(self._boundaries, self.store)
 
@@ -186,6 +197,7 @@ class Registry:
             ),
         )
         warn_old_spellings(built[1])
+        built[0].sheet = Path(path).name
         return built[0]
 
     @classmethod
@@ -308,6 +320,7 @@ class Registry:
             strict=strict,
         )
         warn_old_spellings(notes)
+        registry.sheet = _label(sheet)
         registry._follower(records, name, poll, sheet)
         if follow:
             registry.follow(poll=poll, name=name)
@@ -392,7 +405,9 @@ class Registry:
             self._unlisted = new._unlisted
             self._aliases.clear()
             self._local_tools = new._local_tools
+            self.sheet = _label(sheet)
             for key, row in rows.items():
+                self._breakers[key].sheet = self.sheet
                 self._breakers[key].adopt(row)
         # Adopted, never refused for a spelling; a poll runs on the follower's thread,
         # where a warning would reach no one: the log says it, once per revision.
@@ -542,6 +557,7 @@ class Registry:
                 if len(self._breakers) >= self.max_breakers:
                     raise RegistryFull(self.max_breakers, breaker_key(*key))
                 breaker = self._create(*key, options)
+                breaker.sheet = self.sheet
                 # Observers attach before anyone can call it: recorded from its first call.
                 self._watch.tell(breaker)
                 self._breakers[key] = breaker
@@ -597,6 +613,40 @@ class Registry:
         def unwatch() -> None:
             with self._lock:
                 remove()
+
+        return unwatch
+
+    def adopt_guard(self, guard: RunGuard) -> None:
+        """Count ``guard`` among this registry's: observers attached to it hear its stops.
+
+        What an adapter calls for each run guard it makes (one per task, as LangChain's
+        middleware does): an event stream, a recorder or OpenTelemetry attached to the
+        registry then hears the guard's stops and notices as it hears the breakers, now
+        and later, without knowing the task. The registry holds it weakly.
+        """
+        with self._lock:
+            if guard in self._guards:
+                return
+            self._guards.add(guard)
+            watchers = tuple(self._guard_watchers)
+            for fn in watchers:  # under the lock, as watch_breakers tells its watchers
+                fn(guard)
+
+    def watch_guards(self, fn: Callable[[RunGuard], None]) -> Callable[[], None]:
+        """Call ``fn(guard)`` for every run guard adopted here, now and later; a remover.
+
+        As :meth:`watch_breakers`: under the registry's lock, so ``fn`` must be quick.
+        Observers use this through :class:`~toolbreaker.runtime.Attachment`.
+        """
+        with self._lock:
+            self._guard_watchers.append(fn)
+            for guard in tuple(self._guards):
+                fn(guard)
+
+        def unwatch() -> None:
+            with self._lock:
+                if fn in self._guard_watchers:
+                    self._guard_watchers.remove(fn)
 
         return unwatch
 
@@ -719,6 +769,11 @@ def _build_text(
 
 def _origin(sheet: PublishedSheet) -> str:
     return f"{sheet.name}@{sheet.revision}"
+
+
+def _label(sheet: PublishedSheet) -> str:
+    """A published revision as people name it (``Breaker.sheet``)."""
+    return f"{sheet.name} rev. {sheet.revision}"
 
 
 def _records(store: Store) -> Records:
