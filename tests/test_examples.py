@@ -14,13 +14,17 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_example_runs(path: Path):
-    """The example exits 0 within a minute and prints something."""
+    """The example exits 0 and prints something.
+
+    The bound only catches a hang: CrewAI's import alone took half a minute with the two
+    cores shared by several runs of the suite.
+    """
     env = {**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1", "PYTHONWARNINGS": "ignore"}
     done = subprocess.run(
         [sys.executable, str(path)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=300,
         check=False,
         env=env,
     )
