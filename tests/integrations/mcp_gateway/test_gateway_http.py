@@ -191,3 +191,21 @@ def test_a_session_ends_with_delete():
             return opened.status_code, deleted.status_code, after.status_code
 
     assert run(body) == (200, 200, 404)
+
+
+def test_a_session_that_ends_takes_its_run_guard_with_it():
+    """A long-running HTTP gateway keeps no run guard of a session that ended (nor its
+    observers): one session's guard while it is open, none after its DELETE."""
+    gw = gateway()
+
+    async def main() -> tuple[int, int]:
+        async with serving(gw) as base:
+            async with Client(f"{base}/mcp/catalog", mode="legacy") as client:
+                await client.call_tool("echo", {"text": "x"})
+                during = len(gw.guards)
+            with anyio.fail_after(PATIENCE):
+                while gw.guards:
+                    await anyio.sleep(0.01)
+            return during, len(gw.guards)
+
+    assert anyio.run(main) == (1, 0)
