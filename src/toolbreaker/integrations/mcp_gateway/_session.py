@@ -192,7 +192,7 @@ class HostSession:
                 tg.start_soon(self._tool_list, call)
             else:
                 if method in OPENING:
-                    self._opening.append(frame)
+                    self._keep_opening(frame)
                 if method == "subscriptions/listen":
                     self._listen(frame)
                 tg.start_soon(self._relay, call)
@@ -200,9 +200,14 @@ class HostSession:
         if method == "notifications/cancelled":
             self._cancelled(frame)
         elif method in OPENING:
-            self._opening.append(frame)
+            self._keep_opening(frame)
         with contextlib.suppress(UpstreamGone):  # nothing waits for a notification
             await self.connection.send(frame)
+
+    def _keep_opening(self, frame: Frame) -> None:
+        """Keep the last frame of each opening method, in the order they came."""
+        self._opening = [kept for kept in self._opening if kept.method != frame.method]
+        self._opening.append(frame)
 
     def _stamp(self, frame: Frame) -> None:
         """Learn the client's name and the 2026-07-28 envelope of its requests."""
