@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
-from gateway_hosts import INITIALIZE, payload, text_of, upstream_argv
+from gateway_hosts import INITIALIZE, PATIENCE, payload, text_of, upstream_argv
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -99,7 +99,7 @@ def test_each_server_of_the_sheet_has_its_own_path():
         for name in ("catalog", "spare"):
             async with Client(f"{base}/mcp/{name}", mode="legacy") as client:
                 pids.append(int(text_of(await client.call_tool("pid", {}))))
-        async with httpx2.AsyncClient() as http:
+        async with httpx2.AsyncClient(timeout=PATIENCE) as http:
             missing = await http.post(f"{base}/mcp/elsewhere", json=_init(), headers=_accept())
         return pids[0], pids[1], missing.status_code
 
@@ -130,7 +130,7 @@ def test_a_foreign_origin_or_host_is_refused(headers, status):
     before anything reaches a server."""
 
     async def body(base: str) -> int:
-        async with httpx2.AsyncClient() as http:
+        async with httpx2.AsyncClient(timeout=PATIENCE) as http:
             answer = await http.post(
                 f"{base}/mcp/catalog", json=_init(), headers=_accept(**headers)
             )
@@ -143,7 +143,7 @@ def test_a_loopback_origin_is_served():
     """A page on localhost (the host's own UI) is served."""
 
     async def body(base: str) -> tuple[int, str]:
-        async with httpx2.AsyncClient() as http:
+        async with httpx2.AsyncClient(timeout=PATIENCE) as http:
             answer = await http.post(
                 f"{base}/mcp/catalog", json=_init(), headers=_accept(origin="http://localhost:3000")
             )
@@ -158,12 +158,12 @@ def test_with_a_token_a_request_without_it_is_refused():
     """A gateway with a token answers 401 to a request without it, and serves one with it."""
 
     async def body(base: str) -> tuple[int, int, str]:
-        async with httpx2.AsyncClient() as http:
+        async with httpx2.AsyncClient(timeout=PATIENCE) as http:
             without = await http.post(f"{base}/mcp/catalog", json=_init(), headers=_accept())
             wrong = await http.post(
                 f"{base}/mcp/catalog", json=_init(), headers=_accept(authorization="Bearer nope")
             )
-        auth = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"})
+        auth = httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=PATIENCE)
         transport = streamable_http_client(f"{base}/mcp/catalog", http_client=auth)
         async with auth, Client(transport, mode="legacy") as client:
             echo = text_of(await client.call_tool("echo", {"text": "in"}))
@@ -178,7 +178,7 @@ def test_a_session_ends_with_delete():
     """DELETE ends a session: its id answers 404 afterwards."""
 
     async def body(base: str) -> tuple[int, int, int]:
-        async with httpx2.AsyncClient() as http:
+        async with httpx2.AsyncClient(timeout=PATIENCE) as http:
             opened = await http.post(f"{base}/mcp/catalog", json=_init(), headers=_accept())
             session = opened.headers["mcp-session-id"]
             headers = _accept(**{"mcp-session-id": session})
@@ -191,3 +191,21 @@ def test_a_session_ends_with_delete():
             return opened.status_code, deleted.status_code, after.status_code
 
     assert run(body) == (200, 200, 404)
+
+
+def test_a_session_that_ends_takes_its_run_guard_with_it():
+    """A long-running HTTP gateway keeps no run guard of a session that ended (nor its
+    observers): one session's guard while it is open, none after its DELETE."""
+    gw = gateway()
+
+    async def main() -> tuple[int, int]:
+        async with serving(gw) as base:
+            async with Client(f"{base}/mcp/catalog", mode="legacy") as client:
+                await client.call_tool("echo", {"text": "x"})
+                during = len(gw.guards)
+            with anyio.fail_after(PATIENCE):
+                while gw.guards:
+                    await anyio.sleep(0.01)
+            return during, len(gw.guards)
+
+    assert anyio.run(main) == (1, 0)

@@ -172,8 +172,10 @@ class Gateway:
         self.observers = tuple(observers)
         self.restart_backoff = restart_backoff
         self._make_guard = run_guard
-        #: Every run guard the gateway made, oldest first (the operator's view).
+        #: The run guards of the host sessions being served, oldest first; a session that
+        #: ended takes its guard (and its observers) with it.
         self.guards: list[RunGuard] = []
+        self._guard_detach: dict[int, list[Callable[[], None]]] = {}
         self._detach: list[Callable[[], None]] = [
             observer.attach(self.registry) for observer in self.observers
         ]
@@ -275,6 +277,7 @@ class Gateway:
             registry=self.registry,
             timeout=self.timeout,
             run_guard=lambda client: self.run_guard(spec.name, client),
+            release=self.release,
             connect=connect,
         )
 
@@ -302,10 +305,17 @@ class Gateway:
         if guard is None:
             return None
         self.guards.append(guard)
-        for observer in self.observers:
-            self._detach.append(observer.attach(guard))
-        self._detach.append(Attachment(stop=self._stop_line).attach(guard))
+        detach = [observer.attach(guard) for observer in self.observers]
+        detach.append(Attachment(stop=self._stop_line).attach(guard))
+        self._guard_detach[id(guard)] = detach
         return guard
+
+    def release(self, guard: RunGuard) -> None:
+        """A host session ended: detach its run guard's observers and forget it."""
+        for fn in self._guard_detach.pop(id(guard), ()):
+            fn()
+        if guard in self.guards:
+            self.guards.remove(guard)
 
     def _stop_line(self, packet: StopPacket, guard: RunGuard) -> None:
         data = packet.to_dict()
@@ -391,6 +401,8 @@ class Gateway:
 
     def close(self) -> None:
         """Detach the observers from the registry and every run guard."""
+        for guard in list(self.guards):
+            self.release(guard)
         detach, self._detach = self._detach, []
         for fn in detach:
             fn()

@@ -96,6 +96,7 @@ class SessionPlan:
         run_guard: makes the session's run guard from the client's name (``None``: the
             session has breakers only).
         connect: makes the connection to the server, given where its frames go.
+        release: told of the session's run guard when the session ends.
     """
 
     spec: UpstreamSpec
@@ -103,6 +104,7 @@ class SessionPlan:
     timeout: float
     run_guard: Callable[[str], RunGuard | None] | None
     connect: Callable[[Callable[[Frame], Awaitable[None]]], Connection]
+    release: Callable[[RunGuard], None] | None = None
 
 
 class HostSession:
@@ -167,8 +169,11 @@ class HostSession:
             self._tg.cancel_scope.cancel()
 
     async def close(self) -> None:
-        """Stop the server, and detach the run guard's observers."""
+        """Stop the server; the session's run guard is released."""
         await self.connection.close()
+        guard = self.guarded.guard if self.guarded is not None else None
+        if guard is not None and self.plan.release is not None:
+            self.plan.release(guard)
 
     # -- from the host ----------------------------------------------------------------------
 
@@ -187,7 +192,7 @@ class HostSession:
                 tg.start_soon(self._tool_list, call)
             else:
                 if method in OPENING:
-                    self._opening.append(frame)
+                    self._keep_opening(frame)
                 if method == "subscriptions/listen":
                     self._listen(frame)
                 tg.start_soon(self._relay, call)
@@ -195,9 +200,14 @@ class HostSession:
         if method == "notifications/cancelled":
             self._cancelled(frame)
         elif method in OPENING:
-            self._opening.append(frame)
+            self._keep_opening(frame)
         with contextlib.suppress(UpstreamGone):  # nothing waits for a notification
             await self.connection.send(frame)
+
+    def _keep_opening(self, frame: Frame) -> None:
+        """Keep the last frame of each opening method, in the order they came."""
+        self._opening = [kept for kept in self._opening if kept.method != frame.method]
+        self._opening.append(frame)
 
     def _stamp(self, frame: Frame) -> None:
         """Learn the client's name and the 2026-07-28 envelope of its requests."""

@@ -69,15 +69,20 @@ class _Waiter:
     __slots__ = ("error", "event", "frame", "ready")
 
     def __init__(self) -> None:
-        self.ready = anyio.Event()  # the server is up (or the wait ended)
         self.event = anyio.Event()  # the response came (or the wait ended)
+        self.ready: anyio.Event | None = None  # the server is up: made when one waits
         self.frame: Frame | None = None
         self.error: BaseException | None = None
 
     def end(self, error: BaseException) -> None:
         self.error = error
-        self.ready.set()
+        if self.ready is not None:
+            self.ready.set()
         self.event.set()
+
+    def up(self) -> None:
+        if self.ready is not None:
+            self.ready.set()
 
 
 class Connection:
@@ -135,6 +140,7 @@ class Connection:
                 if not (opening or self.up):
                     if not self._starting:
                         raise UpstreamGone(self._down_reason())
+                    waiter.ready = anyio.Event()
                     self._parked.add(waiter)
                     await waiter.ready.wait()
                 if not waiter.event.is_set():
@@ -255,7 +261,7 @@ class Connection:
             self.up = True
             parked, self._parked = self._parked, set()
             for waiter in parked:
-                waiter.ready.set()
+                waiter.up()
             if not started:
                 task_status.started()
             await anyio.sleep_forever()
@@ -312,7 +318,6 @@ class StdioConnection(Connection):
     def __init__(self, spec: UpstreamSpec, deliver: Deliver, **options: Any) -> None:
         super().__init__(spec, deliver, **options)
         self._process: Process | None = None
-        self._lock = anyio.Lock()
 
     @property
     def pid(self) -> int | None:
@@ -373,8 +378,9 @@ class StdioConnection(Connection):
         process = self._process
         if process is None or process.stdin is None:
             raise anyio.ClosedResourceError
-        async with self._lock:
-            await process.stdin.send(frame.raw)
+        # The stream queues each write at once, in call order (its drain may be shared):
+        # no lock, so no extra turn of the event loop per message.
+        await process.stdin.send(frame.raw)
 
     async def _disconnect(self) -> None:
         """Close the server's stdin, then SIGTERM, then SIGKILL its process group."""

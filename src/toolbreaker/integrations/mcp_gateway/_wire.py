@@ -225,11 +225,13 @@ class StdioPipes:
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` to stdout, in order with every other write."""
+        if self._writer is not None:
+            # write() queues at once, in call order; concurrent drains are safe (3.10+),
+            # and no lock means no extra turn of the event loop per message.
+            self._writer.write(data)
+            await self._writer.drain()
+            return
         async with self._lock:
-            if self._writer is not None:
-                self._writer.write(data)
-                await self._writer.drain()
-                return
             await anyio.to_thread.run_sync(_write_all, self._out_file, data)
 
     def close(self) -> None:
