@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from importlib import resources
@@ -47,6 +48,23 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
         os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
     )
     return 2 * len(cores)
+
+
+@pytest.fixture(autouse=True)
+def _no_event_loop_left_behind() -> Iterator[None]:
+    """Close an event loop a test left set on its thread, not running.
+
+    A framework's sync entry point that calls ``asyncio.get_event_loop()`` creates and sets
+    a loop that nobody closes; the next ``asyncio.run()`` drops it, and the garbage
+    collector reports it (``unclosed event loop``) in whichever test it happens to run,
+    on whichever worker: an unrelated test failed so. Closed here, in the test that left it.
+    """
+    yield
+    local = getattr(asyncio.get_event_loop_policy(), "_local", None)
+    loop = getattr(local, "_loop", None)
+    if loop is not None and not loop.is_running() and not loop.is_closed():
+        loop.close()
+        asyncio.set_event_loop(None)
 
 
 @pytest.fixture

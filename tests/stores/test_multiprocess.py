@@ -273,9 +273,12 @@ def test_eight_processes_share_one_breaker_through_an_outage(pool, kind, target)
         ]
         assert len(late) <= 1, "a process kept admitting calls after the opening"
 
-    assert any(row[5] and row[5][0] == "probe-quorum" for row in rows)
+    closings = [row[6] for row in rows if row[5] and row[5][0] == "probe-quorum"]
+    assert closings
+    # Every process is admitted again once the probes closed it (not "in the last 300 ms":
+    # on a loaded machine a process can sit out that long between two calls).
     for log in logs:
-        assert any(r[0] == "admit" and r[1] > stop - 300 * MS for r in log)
+        assert any(r[0] == "admit" and r[1] > min(closings) for r in log)
     with make_store(kind, target) as store:
         assert store.load(key, Policy(**policy)).phase == "closed"
 
