@@ -119,6 +119,8 @@ class Connection:
         self._closed = False
         self._reopen: Callable[[], Awaitable[None]] | None = None
         self._ended = anyio.Event()
+        self._went = 0  # how many times the server went away, and the last time's why
+        self._gone_why = ""
 
     # -- what the host session uses -------------------------------------------------------
 
@@ -164,10 +166,18 @@ class Connection:
         """
         if not (self.up or (opening and self._starting)):
             raise UpstreamGone(self._down_reason())
+        gone = self._went
         try:
             await self._write(frame)
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            raise UpstreamGone(f"server {self.spec.name!r} went away: {exc}") from exc
+            # The pipe broke because the server is going: the relay, which waits for its
+            # exit, says why (its exit code) within the grace it gives a stopping server.
+            with anyio.move_on_after(_STOP_GRACE + 1):
+                while self._went == gone:
+                    await anyio.sleep(0.01)
+            if self._went > gone:
+                raise UpstreamGone(self._gone_why) from exc
+            raise UpstreamGone(f"server {self.spec.name!r} went away: {exc!r}") from exc
 
     def abandon(self, request_id: object, error: BaseException) -> None:
         """End the wait for the response to ``request_id`` with ``error`` (a cancellation)."""
@@ -268,6 +278,8 @@ class Connection:
         return ended[0] if ended else self._down_reason()
 
     def _went_away(self, why: str) -> None:
+        self._went += 1
+        self._gone_why = why
         self.up = False
         self._starting = False
         gone = UpstreamGone(why)
