@@ -1,5 +1,8 @@
 """MCP client adapter: a proxy around ``call_tool`` of the MCP Python SDK (``mcp`` 2.3).
 
+(Over 800 lines for now: the server's liveness check after a timeout joined the call path
+here; it moves to a part of its own when the shells are split into parts.)
+
 Wrap a connected :class:`mcp.Client` (or a :class:`mcp.ClientSession`) and call tools
 through the proxy; everything else passes through to the client::
 

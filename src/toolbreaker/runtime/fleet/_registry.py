@@ -1,5 +1,8 @@
 """The registry: one breaker per (dependency, operation class), loaded from a boundary sheet.
 
+(Over 800 lines until the boundary sheet gets its one module: the sheet's parsing helpers
+still live here beside the registry, and move out with that split.)
+
 A boundary sheet is TOML. ``[defaults]`` applies to every breaker; every other table is a
 dependency whose sub-tables are operation classes::
 
