@@ -33,6 +33,7 @@ from toolbreaker.errors import TraceError
 from toolbreaker.runtime.run._recorded_step import outcome_for, parse_step
 
 __all__ = [
+    "UNNAMED",
     "ImportedRun",
     "Outcome",
     "RunBuilder",
@@ -42,6 +43,9 @@ __all__ = [
     "malformed",
     "obj",
 ]
+
+#: The class of a failed call whose exception an export does not name.
+UNNAMED: Final = "unknown-exception:Exception"
 
 #: What the source says of the run as a whole: it did its task, or it did not.
 Outcome = Literal["success", "failure"]

@@ -25,12 +25,10 @@ from datetime import datetime
 from typing import Any, Final
 
 from toolbreaker.core.run.budget import RiskClass
-from toolbreaker.importing._common import ImportedRun, RunBuilder, decoded
+from toolbreaker.importing._common import UNNAMED, ImportedRun, RunBuilder, decoded
 
 __all__ = ["read_openai_agents"]
 
-#: The class of a failed call whose exception the export does not name.
-UNNAMED: Final = "unknown-exception:Exception"
 _MODEL_SPANS: Final = ("generation", "response")
 
 

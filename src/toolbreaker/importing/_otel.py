@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from toolbreaker.core.run.budget import RiskClass
-from toolbreaker.importing._common import ImportedRun, RunBuilder, decoded, obj
+from toolbreaker.importing._common import UNNAMED, ImportedRun, RunBuilder, decoded, obj
 from toolbreaker.runtime.run._recorded_step import error_of_type
 
 __all__ = ["read_otel"]
@@ -39,7 +39,6 @@ _MODEL_OPERATIONS: Final = frozenset({"chat", "text_completion", "generate_conte
 _ERROR_STATUS: Final = (2, "STATUS_CODE_ERROR")
 #: toolbreaker's ``error.type`` of calls that never ran.
 _NOT_RUN: Final = frozenset({"toolbreaker.rejected", "toolbreaker.cancelled"})
-_UNNAMED: Final = "unknown-exception:Exception"
 
 
 def read_otel(
@@ -138,8 +137,8 @@ def _tool(
         builder.tool(at, name, args, unknown=True)
     elif failed:
         if not isinstance(error_type, str) or not error_type.strip():
-            builder.warn(f"a failed call without error.type reads as {_UNNAMED}")
-            error = _UNNAMED
+            builder.warn(f"a failed call without error.type reads as {UNNAMED}")
+            error = UNNAMED
         else:
             error = error_of_type(error_type)
         builder.tool(at, name, args, error=error)
