@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from once import once
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = sorted(p.stem for p in (ROOT / "src/toolbreaker/integrations").glob("[!_]*.py"))
@@ -22,20 +23,22 @@ ADAPTERS = sorted(p.stem for p in (ROOT / "src/toolbreaker/integrations").glob("
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built once for the module's tests with ``mkdocs build --strict``."""
+    """The site, built once for the run with ``mkdocs build --strict`` (in one worker)."""
     pytest.importorskip("mkdocs", reason="the docs extra installs nothing on Python 3.10")
-    site = tmp_path_factory.mktemp("docs") / "site"
-    done = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return site
+
+    def build(into: Path) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(into)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    return once(tmp_path_factory, "docs-site", build)
 
 
 @pytest.mark.slow
