@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from once import once
 
 ROOT = Path(__file__).resolve().parents[1]

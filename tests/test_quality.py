@@ -9,9 +9,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from once import once
 
 import toolbreaker
+from once import once
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE = [d for d in ("src", "tests", "benchmarks", "examples") if (ROOT / d).is_dir()]
@@ -59,7 +59,8 @@ def mypy_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str]:
     def check(into: Path) -> None:
         sample = into / "misspelt.py"
         sample.write_text(MISSPELT, encoding="utf-8")
-        done = run(sys.executable, "-m", "mypy", "--strict", "--no-error-summary", "src", str(sample))
+        mypy = (sys.executable, "-m", "mypy", "--strict", "--no-error-summary")
+        done = run(*mypy, "src", str(sample))
         (into / "status").write_text(str(done.returncode), encoding="utf-8")
         (into / "report").write_text(done.stdout + done.stderr, encoding="utf-8")
 
