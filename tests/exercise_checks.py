@@ -83,3 +83,75 @@ def fails_without_toolbreaker(name: str, agent: Callable[[Any], Any]) -> Scenari
     assert not before.held
     assert not understandable.held
     return report
+
+
+# -- an MCP stdio shop whose faults ctx.mcp_stdio injects on the wire -----------------------
+#: A shop server run as ``python -c STDIO_SHOP``: it keeps its tickets by the idempotency key
+#: the host sends in ``_meta`` (the MCP exercise test, and the gateway's).
+STDIO_SHOP = """
+from typing_extensions import TypedDict
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ToolAnnotations
+
+server = MCPServer("shop")
+READ = ToolAnnotations(read_only_hint=True)
+WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
+tickets = {}
+
+
+class Item(TypedDict):
+    sku: str
+    price: float
+
+
+class Catalog(TypedDict):  # a declared result: the tool's output schema
+    query: str
+    results: list[Item]
+
+
+class Ticket(TypedDict):
+    id: str
+    title: str
+
+
+@server.tool(annotations=READ)
+def search_catalog(query: str) -> Catalog:
+    return {"query": query, "results": [{"sku": "SKU-1", "price": 9.99}]}
+
+@server.tool(annotations=READ)
+def search_catalog_snapshot(query: str) -> dict:
+    return {"query": query, "results": [], "stale": True}
+
+@server.tool(annotations=READ)
+def get_order(order_id: str) -> dict:
+    return {"id": order_id, "status": "shipped"}
+
+@server.tool(annotations=WRITE)
+def create_ticket(customer: str, title: str, context: Context) -> Ticket:
+    key = dict(context.request_context.meta or {}).get("toolbreaker/idempotency-key")
+    if key in tickets:
+        return tickets[key]
+    ticket = {"id": "T-%d" % (len(tickets) + 1), "title": title}
+    tickets[key or ticket["id"]] = ticket
+    return ticket
+
+server.run("stdio")
+"""
+
+WIRE_FAULTS = {
+    "outage": ("search_catalog", 'kind = "outage"'),
+    "slow": ("search_catalog", 'kind = "slow"\ndelay = 1.5'),
+    "rate-limit": ("search_catalog", 'kind = "rate-limit"\nretry_after = 30'),
+    "credential": ("get_order", 'kind = "credential"'),
+    "commit-then-timeout": ("create_ticket", 'kind = "commit-then-timeout"\nsteps = [1]'),
+    "late-success": ("create_ticket", 'kind = "late-success"\nsteps = [1]\ndelay = 1.5'),
+}
+
+
+def wire_scenario(kind: str, tool: str, fault: str) -> Any:
+    """A scenario of one fault that ``ctx.mcp_stdio`` injects on the wire of ``STDIO_SHOP``."""
+    from toolbreaker.core.exercise import parse_scenario
+
+    text = f'name = "wire-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
+    return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")

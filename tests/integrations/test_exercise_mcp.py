@@ -24,7 +24,14 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-from exercise_checks import IDS, SHIPPED, holds_every_promise
+from exercise_checks import (
+    IDS,
+    SHIPPED,
+    STDIO_SHOP,
+    WIRE_FAULTS,
+    holds_every_promise,
+    wire_scenario,
+)
 from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY, GuardedClient
 from toolbreaker.testing import (
     ExerciseContext,
@@ -143,73 +150,6 @@ def test_a_guarded_mcp_host_holds_every_promise(path):
 
 # -- a stdio server, its faults injected on the wire by ctx.mcp_stdio ---------------------
 
-STDIO_SHOP = """
-from typing_extensions import TypedDict
-
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import ToolAnnotations
-
-server = MCPServer("shop")
-READ = ToolAnnotations(read_only_hint=True)
-WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
-tickets = {}
-
-
-class Item(TypedDict):
-    sku: str
-    price: float
-
-
-class Catalog(TypedDict):  # a declared result: the tool's output schema
-    query: str
-    results: list[Item]
-
-
-class Ticket(TypedDict):
-    id: str
-    title: str
-
-
-@server.tool(annotations=READ)
-def search_catalog(query: str) -> Catalog:
-    return {"query": query, "results": [{"sku": "SKU-1", "price": 9.99}]}
-
-@server.tool(annotations=READ)
-def search_catalog_snapshot(query: str) -> dict:
-    return {"query": query, "results": [], "stale": True}
-
-@server.tool(annotations=READ)
-def get_order(order_id: str) -> dict:
-    return {"id": order_id, "status": "shipped"}
-
-@server.tool(annotations=WRITE)
-def create_ticket(customer: str, title: str, context: Context) -> Ticket:
-    key = dict(context.request_context.meta or {}).get("toolbreaker/idempotency-key")
-    if key in tickets:
-        return tickets[key]
-    ticket = {"id": "T-%d" % (len(tickets) + 1), "title": title}
-    tickets[key or ticket["id"]] = ticket
-    return ticket
-
-server.run("stdio")
-"""
-
-STDIO_FAULTS = {
-    "outage": ("search_catalog", 'kind = "outage"'),
-    "slow": ("search_catalog", 'kind = "slow"\ndelay = 1.5'),
-    "rate-limit": ("search_catalog", 'kind = "rate-limit"\nretry_after = 30'),
-    "credential": ("get_order", 'kind = "credential"'),
-    "commit-then-timeout": ("create_ticket", 'kind = "commit-then-timeout"\nsteps = [1]'),
-    "late-success": ("create_ticket", 'kind = "late-success"\nsteps = [1]\ndelay = 1.5'),
-}
-
-
-def stdio_scenario(kind: str, tool: str, fault: str) -> Any:
-    from toolbreaker.core.exercise import parse_scenario
-
-    text = f'name = "stdio-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
-    return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")
-
 
 def stdio_host(ctx: ExerciseContext) -> Any:
     """A host that launches its stdio server through ctx.mcp_stdio: the same host code."""
@@ -247,14 +187,14 @@ def stdio_host(ctx: ExerciseContext) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", sorted(STDIO_FAULTS))
+@pytest.mark.parametrize("kind", sorted(WIRE_FAULTS))
 def test_faults_injected_into_a_stdio_server_are_held(kind):
     """The wrapper counts each tools/call as an attempt and carries its fault out on the
     wire; the guarded host holds every promise, and every fault was met. No fault here
     takes the server down (a slow tool included: the server answers its liveness ping), so
     the server's transport breaker never opens."""
-    tool, fault = STDIO_FAULTS[kind]
-    (report,) = exercise([stdio_scenario(kind, tool, fault)], stdio_host).scenarios
+    tool, fault = WIRE_FAULTS[kind]
+    (report,) = exercise([wire_scenario(kind, tool, fault)], stdio_host).scenarios
     assert report.held, report.to_dict()
     assert "shop" not in report.measured.opened
     counts = {t.target: t for t in report.measured.targets}
@@ -272,7 +212,7 @@ def test_a_malformed_success_over_stdio_is_a_failure_of_the_tool(malformed):
     GuardedClient counts it against the tool's breaker (a bad gateway, never raised to
     the host), the breaker opens and the model is sent to the snapshot."""
     fault = f'kind = "malformed"\nmalformed = "{malformed}"'
-    scenario = stdio_scenario("malformed", "search_catalog", fault)
+    scenario = wire_scenario("malformed", "search_catalog", fault)
     (report,) = exercise([scenario], stdio_host).scenarios
     assert report.held, report.to_dict()
     assert report.measured.agent_error is None
@@ -287,7 +227,7 @@ def test_a_malformed_answer_to_a_write_is_an_unknown_outcome_never_sent_again():
     """The ticket is made, then its answer is cut off: whether it was made is unknown, so
     neither the model's next try nor the resumed run sends it again."""
     fault = 'kind = "malformed"\nmalformed = "truncated"\nsteps = [1]'
-    scenario = stdio_scenario("malformed-write", "create_ticket", fault)
+    scenario = wire_scenario("malformed-write", "create_ticket", fault)
     (report,) = exercise([scenario], stdio_host).scenarios
     assert report.held, report.to_dict()
     (ticket,) = [t for t in report.measured.targets if t.target == "create_ticket"]

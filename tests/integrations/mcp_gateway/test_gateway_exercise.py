@@ -20,7 +20,7 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
 from mcp import Client
 
-from exercise_checks import shipped
+from exercise_checks import STDIO_SHOP, WIRE_FAULTS, shipped, wire_scenario
 from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY
 from toolbreaker.integrations.mcp_gateway import Gateway, UpstreamSpec
 from toolbreaker.testing import ExerciseContext, exercise, model_plan
@@ -52,58 +52,8 @@ def test_the_shipped_scenarios_hold_behind_the_gateway(name):
     assert not report.judgement.unmet, report.judgement.unmet
 
 
-STDIO_SHOP = """
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import ToolAnnotations
-from typing_extensions import TypedDict
-
-server = MCPServer("shop")
-READ = ToolAnnotations(read_only_hint=True)
-WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
-tickets = {}
-
-
-class Ticket(TypedDict):
-    id: str
-    title: str
-
-
-@server.tool(annotations=READ)
-def search_catalog(query: str) -> dict:
-    return {"query": query, "results": [{"sku": "SKU-1", "price": 9.99}]}
-
-@server.tool(annotations=READ)
-def search_catalog_snapshot(query: str) -> dict:
-    return {"query": query, "results": [], "stale": True}
-
-@server.tool(annotations=READ)
-def get_order(order_id: str) -> dict:
-    return {"id": order_id, "status": "shipped"}
-
-@server.tool(annotations=WRITE)
-def create_ticket(customer: str, title: str, context: Context) -> Ticket:
-    key = dict(context.request_context.meta or {}).get("toolbreaker/idempotency-key")
-    if key in tickets:
-        return tickets[key]
-    ticket = {"id": "T-%d" % (len(tickets) + 1), "title": title}
-    tickets[key or ticket["id"]] = ticket
-    return ticket
-
-server.run("stdio")
-"""
-
-WIRE_FAULTS = {
-    "outage": ("search_catalog", 'kind = "outage"'),
-    "slow": ("search_catalog", 'kind = "slow"\ndelay = 1.5'),
-    "commit-then-timeout": ("create_ticket", 'kind = "commit-then-timeout"\nsteps = [1]'),
-}
-
-
-def wire_scenario(kind: str, tool: str, fault: str) -> Any:
-    from toolbreaker.core.exercise import parse_scenario
-
-    text = f'name = "wire-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
-    return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")
+#: The wire faults behind the gateway: a read outage, a slow read, a lost write answer.
+BEHIND_WIRE = ("outage", "slow", "commit-then-timeout")
 
 
 def wire_agent(ctx: ExerciseContext) -> Any:
@@ -141,7 +91,7 @@ def wire_agent(ctx: ExerciseContext) -> Any:
     return guard
 
 
-@pytest.mark.parametrize("kind", sorted(WIRE_FAULTS))
+@pytest.mark.parametrize("kind", BEHIND_WIRE)
 def test_faults_on_the_wire_behind_the_gateway_are_held(kind):
     """The wrapper counts each tools/call the gateway sends as an attempt and carries its
     fault out on the wire; every promise holds and every fault was met."""
