@@ -76,6 +76,7 @@ __all__ = [
     "row_values",
     "table",
     "warn_old_spellings",
+    "with_deadline",
 ]
 
 #: How a deadline is enforced: ``thread`` runs a sync call in a worker and returns at the
@@ -537,6 +538,15 @@ def named_units(
             found.setdefault(f"health_check.{before}", []).append((where, check[before]))
         out["health_check"] = check
     return out
+
+
+def with_deadline(data: Mapping[str, Any], timeout: float) -> Mapping[str, Any]:
+    """``data`` with ``timeout`` (seconds) as ``[defaults]``' deadline, unless it names one."""
+    defaults = data.get("defaults", {})
+    new, old = SHEET_DURATIONS[0]
+    if not isinstance(defaults, Mapping) or new in defaults or old in defaults:
+        return data
+    return {**data, "defaults": {**defaults, new: round(timeout * 1000)}}
 
 
 def as_written(exc: PolicyError, written: Mapping[str, Any], where: str) -> PolicyError:
