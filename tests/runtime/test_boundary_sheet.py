@@ -22,6 +22,7 @@ from toolbreaker.runtime._sheet import (
     row_values,
 )
 from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS
+from toolbreaker.testing import FakeClock
 
 
 def _load(tmp_path: Path, text: str) -> Registry:
@@ -150,6 +151,12 @@ def test_a_registry_refuses_defaults_no_breaker_could_take():
             3,
             "unknown field 'colour' in [health_check] (known: interval_ms, timeout_ms, url)",
         ),
+        (
+            "[search.read]\ntimeout_ms = 1000\n[search.read.instructions]\nsideways = 'x'\n",
+            4,
+            "unknown instruction reason 'sideways'",
+        ),
+        ("[search.read]\ntimeout_ms = 1000\nretryable = 1\n", 3, "search.read.retryable must be"),
         ("[tools]\nlocal = ['a']\ncolour = 1\n", 2, "[tools] takes one key"),
         ("defaults = 3\n", 1, "[defaults] must be a table, got 3"),
     ],
@@ -169,3 +176,27 @@ def test_the_sheets_own_tables_are_never_a_server_or_a_dependency():
         with pytest.raises(PolicyError, match="reserved"):
             check_name(name, "server")
     assert parse_sheet({"mcp": {"read": {"timeout": 1.0}}}).rows == {}
+
+
+def test_a_sheets_cooldown_is_the_cooldown_the_machine_decides(tmp_path):
+    """The walk of ``cooldown_ms``: sheet file -> parse_sheet -> the row's Policy ->
+    Boundary -> Breaker.policy -> the store's apply() -> the machine's opening, whose
+    cooldown is the row's (its [defaults] for a key without a row)."""
+    clock = FakeClock()
+    path = tmp_path / "sheet.toml"
+    path.write_text(
+        "[defaults]\ntimeout_ms = 1000\nfailure_threshold = 1\ncooldown_ms = 7000\n"
+        "[search.read]\ncooldown_ms = 3000\n",
+        encoding="utf-8",
+    )
+    registry = Registry.from_toml(path, clock=clock)
+    for key, cooldown in ((("search", "read"), 3000), (("weather", None), 7000)):
+        breaker = registry.get(*key)
+        assert breaker.policy.cooldown_ms == cooldown
+        with pytest.raises(ConnectionError, match="down"):
+            breaker.call(_failing)
+        assert breaker.retry_after_ms() == cooldown
+
+
+def _failing() -> None:
+    raise ConnectionError("down")
