@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import Policy
+from toolbreaker import Policy, PolicyError
 from toolbreaker.core.exercise import parse_scenario
 from toolbreaker.testing import (
     ExerciseContext,
@@ -278,3 +278,28 @@ def test_the_proxy_fronts_the_users_own_service():
     assert len(created) == 1
     assert created[0]["idempotency_key"] == report.measured.committed_keys[0]
     assert hits["POST /tickets"] == 1  # the resumed run answered it from the journal
+
+
+@pytest.mark.parametrize("timeout", [0.5, 15, 20, 600])
+def test_every_timeout_a_scenario_takes_is_a_deadline_its_breakers_take(timeout):
+    """A scenario's ``timeout`` becomes its breakers' deadline (twice it, cooperative):
+    the scenario either refuses it at its line, or the exercise's registry hands out a
+    breaker with it. The scenario used to take up to 600 s while a breaker takes at most
+    its probe lease, so a 20 s scenario loaded and then broke every agent's first call."""
+    text = f"timeout = {timeout}\n[faults.down]\ntool = 'lookup'\nkind = 'outage'\n"
+    try:
+        scenario = parse_scenario(text, "long.toml")
+    except PolicyError as exc:
+        located = exc.located()
+        assert located.startswith("long.toml:1: timeout must be"), located
+        assert timeout > 15
+        return
+    made: list[Any] = []
+
+    def agent(ctx: ExerciseContext) -> None:
+        made.append(ctx.registry.get("lookup"))
+
+    (report,) = exercise([scenario], agent).scenarios
+    assert report.measured.agent_error is None, report.measured.agent_error
+    assert len(made) == 2
+    assert made[0].timeout == scenario.timeout * 2

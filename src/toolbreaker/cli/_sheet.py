@@ -3,7 +3,7 @@
 ``replay``, ``verify``, ``simulate`` and ``tune`` replay a trace under a
 :class:`~toolbreaker.core.breaker.sheet.PolicySheet`. A file whose top level holds a
 table (``[defaults]``, ``[search.read]``...) is a boundary sheet, read by the one parser
-of sheets (:meth:`toolbreaker.Registry.from_dict`, the same errors as ``policy
+of sheets (:func:`toolbreaker.runtime._sheet.parse_sheet`, the same errors as ``policy
 publish``): each breaker key it has a row for (``search:read``, as the event stream
 names it) is replayed under that row's policy, every other under the sheet's defaults.
 A file of top-level fields only is a flat policy: a sheet of defaults alone, whose
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.breaker.calibration import covered_by
 from toolbreaker.core.breaker.keys import breaker_key
@@ -23,6 +23,9 @@ from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.sheet import MCP_TABLE, PolicySheet
 from toolbreaker.core.config import load_toml
 from toolbreaker.errors import PolicyError
+
+if TYPE_CHECKING:
+    from toolbreaker.runtime._sheet import Sheet
 
 __all__ = [
     "is_sheet",
@@ -46,11 +49,9 @@ def sheet_of(data: Mapping[str, Any]) -> PolicySheet:
     """The policies of a decoded boundary sheet or flat policy file."""
     if not is_sheet(data):
         return PolicySheet(Policy.from_dict(data))
-    from toolbreaker.runtime import Registry  # only for a sheet: the runtime is slow to import
-
-    registry = Registry.from_dict(data)
-    rows = {row.key: row.policy for row in registry.boundaries().values()}
-    return PolicySheet(registry.default_policy, rows)
+    sheet = _parsed(data)
+    rows = {breaker_key(*key): row["policy"] for key, row in sheet.rows.items()}
+    return PolicySheet(sheet.policy, rows)
 
 
 def sheet_coverage(data: Mapping[str, Any]) -> dict[str, str]:
@@ -61,14 +62,25 @@ def sheet_coverage(data: Mapping[str, Any]) -> dict[str, str]:
     """
     if not is_sheet(data):
         return {}
-    from toolbreaker.runtime import Registry  # as sheet_of: the one parser of sheets
-
     out: dict[str, str] = {}
-    for row in Registry.from_dict(data).boundaries().values():
-        has = covered_by(row.fallback, row.degrade)
+    for key, row in _parsed(data).rows.items():
+        has = covered_by(row.get("fallback"), row["degrade"])
         if has is not None:
-            out[row.key] = has
+            out[breaker_key(*key)] = has
     return out
+
+
+def _parsed(data: Mapping[str, Any]) -> Sheet:
+    """A decoded boundary sheet, validated by the one parser of sheets.
+
+    Its old spellings are warned, as ``Registry.from_dict`` warns them.
+    """
+    # Only for a sheet: the runtime is slow to import.
+    from toolbreaker.runtime._sheet import parse_sheet, warn_old_spellings
+
+    sheet = parse_sheet(data)
+    warn_old_spellings(sheet.notes)
+    return sheet
 
 
 def load_sheet(path: str | None) -> PolicySheet:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import math
 import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.files import printable, read_text
+from toolbreaker.core.files import printable, read_text, shown
 from toolbreaker.errors import PolicyError
 
 if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
@@ -27,6 +28,7 @@ __all__ = [
     "known_fields",
     "load_toml",
     "loads_toml",
+    "seconds",
     "where_in_source",
 ]
 
@@ -46,6 +48,28 @@ def known_fields(data: object, cls: Any, what: str) -> dict[str, Any]:
                 field=str(key),
             )
     return dict(data)
+
+
+def seconds(value: object, field: str, most: float) -> float:
+    """``value`` as a positive, finite number of seconds of at most ``most``.
+
+    The one rule of a duration written in seconds, whoever reads it (a breaker's deadline,
+    an exercise scenario's timeout and delays); each caller gives its own bound.
+
+    Raises:
+        PolicyError: naming ``field``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not 0 < value <= most
+    ):
+        raise PolicyError(
+            f"{field} must be a positive number of seconds of at most {most:g}, got {shown(value)}",
+            field=field,
+        )
+    return float(value)
 
 
 def load_toml(path: str | Path, build: Any) -> Any:

@@ -41,13 +41,13 @@ A scenario file::
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from toolbreaker.core.config import build_toml, load_toml
+from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core.config import build_toml, load_toml, seconds
 from toolbreaker.core.files import shown
 from toolbreaker.core.run.fingerprint import fingerprint
 from toolbreaker.core.run.state import RUNNING, STOP_CONDITIONS
@@ -55,6 +55,7 @@ from toolbreaker.errors import PolicyError
 
 __all__ = [
     "BEHAVIOURS",
+    "DEADLINE_FACTOR",
     "FAULT_KINDS",
     "MALFORMED",
     "PROMISES",
@@ -128,7 +129,14 @@ STOP_SCHEMA: Final = "toolbreaker.stop/v1"
 _ROUTE: Final = re.compile(r"([A-Z]+) (/[^/?#\s]*)/?")
 _SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 _MAX_STEP: Final = 1_000_000
+#: The longest delay or ``Retry-After`` a scenario scripts.
 _MAX_SECONDS: Final = 600.0
+#: The exercise's breakers take this many times the scenario's ``timeout`` as their
+#: deadline (cooperative: the tools' own timeout fires first).
+DEADLINE_FACTOR: Final = 2
+#: The longest scenario ``timeout``: the breakers' deadline it becomes must be one a probe's
+#: lease under the default policy outlives, as every breaker's deadline must.
+_MAX_TIMEOUT: Final = Policy().lease_ttl_ms / 1000 / DEADLINE_FACTOR
 
 
 def route_key(method: str, path: str) -> str:
@@ -331,21 +339,6 @@ def _int(value: object, field: str, minimum: int) -> int:
     return value
 
 
-def _seconds(value: object, field: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not 0 < value <= _MAX_SECONDS
-    ):
-        raise PolicyError(
-            f"{field} must be a number of seconds above 0 and at most {_MAX_SECONDS:g}, "
-            f"got {shown(value)}",
-            field=field,
-        )
-    return float(value)
-
-
 def scenario_from_dict(data: Mapping[str, Any], default_name: str) -> Scenario:
     """Build a :class:`Scenario` from a parsed TOML table.
 
@@ -355,7 +348,7 @@ def scenario_from_dict(data: Mapping[str, Any], default_name: str) -> Scenario:
     """
     _unknown(data, _TOP, "")
     name = _text(data, "name", default_name, "name").strip() or default_name
-    timeout = _seconds(data.get("timeout", 0.5), "timeout")
+    timeout = seconds(data.get("timeout", 0.5), "timeout", _MAX_TIMEOUT)
     behaviour = _text(data, "behaviour", "plain", "behaviour")
     if behaviour not in BEHAVIOURS:
         raise PolicyError(
@@ -498,14 +491,14 @@ def _retry_after(table: Mapping[str, Any], kind: str, where: str) -> float | Non
     _only_for(table, "retry_after", ("rate-limit",), kind, where)
     if kind != "rate-limit":
         return None
-    return _seconds(table.get("retry_after", 1), f"{where}.retry_after")
+    return seconds(table.get("retry_after", 1), f"{where}.retry_after", _MAX_SECONDS)
 
 
 def _delay(table: Mapping[str, Any], kind: str, where: str, timeout: float) -> float:
     _only_for(table, "delay", _DELAYED, kind, where)
     if kind not in _DELAYED:
         return 0.0
-    delay = _seconds(table.get("delay", round(timeout * 3, 3)), f"{where}.delay")
+    delay = seconds(table.get("delay", round(timeout * 3, 3)), f"{where}.delay", _MAX_SECONDS)
     if delay <= timeout:
         raise PolicyError(
             f"{where}.delay must be past the scenario's timeout ({timeout:g} s), got {delay:g}",

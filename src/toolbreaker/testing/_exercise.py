@@ -26,7 +26,14 @@ from typing import Any
 
 from toolbreaker.core.breaker.predicates import may_start_rejecting
 from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.exercise import Judgement, Measured, Scenario, judge, load_scenario
+from toolbreaker.core.exercise import (
+    DEADLINE_FACTOR,
+    Judgement,
+    Measured,
+    Scenario,
+    judge,
+    load_scenario,
+)
 from toolbreaker.core.files import printable
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._step import StepStart
@@ -77,7 +84,7 @@ class ExerciseContext:
         self.timeout = scenario.timeout
         self.resumed = resumed
         self.registry = Registry(
-            default_timeout=scenario.timeout * 2, default_enforce="cooperative"
+            default_timeout=scenario.timeout * DEADLINE_FACTOR, default_enforce="cooperative"
         )
         self.guard: RunGuard | None = None
         self._ledger = ledger

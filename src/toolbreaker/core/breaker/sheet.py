@@ -8,8 +8,8 @@ A trace names each breaker by its key (``search:read``, or ``search`` for a depe
 ``default`` operation, as the event stream exports them). A :class:`PolicySheet` gives
 the policy of each key a sheet row describes, and the sheet's defaults for every other
 one; a flat policy file is a sheet of defaults alone. The one parser of a boundary
-sheet is the registry's; this is only the lookup it yields, pure data, so the replay
-engine and the core stay free of the runtime.
+sheet is :mod:`toolbreaker.runtime._sheet`; this is only the lookup it yields, pure data,
+so the replay engine and the core stay free of the runtime.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from toolbreaker.core.run.budget import Budget
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.runtime import Attachment, Breaker, Registry, RunGuard, StopPacket
+from toolbreaker.runtime._sheet import with_deadline
 from toolbreaker.stores._protocol import Journal, Records, Store
 
 require("mcp", "mcp")
@@ -210,7 +211,7 @@ class Gateway:
 
             def build(table: dict[str, Any]) -> tuple[GatewaySheet, Registry]:
                 found = gateway_sheet(table, base=base)
-                return found, Registry.from_dict(_with_deadline(table, timeout), store=store)
+                return found, Registry.from_dict(with_deadline(table, timeout), store=store)
 
             sheet, registry = load_toml(path, build)
         else:
@@ -421,14 +422,6 @@ def _breaker_line(record: Transition, breaker: Breaker) -> None:
                 "its calls are answered as unavailable"
             )
         )
-
-
-def _with_deadline(table: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """The sheet, with the gateway's deadline in ``[defaults]`` when it names none."""
-    defaults = table.get("defaults", {})
-    if not isinstance(defaults, dict) or "timeout_ms" in defaults or "timeout" in defaults:
-        return table
-    return {**table, "defaults": {**defaults, "timeout_ms": round(timeout * 1000)}}
 
 
 def _label(text: str) -> str:

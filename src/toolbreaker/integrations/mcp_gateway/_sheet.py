@@ -47,6 +47,7 @@ from toolbreaker.core.files import shown
 from toolbreaker.core.run.budget import RISK_CLASSES, Budget, RiskClass
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError
+from toolbreaker.runtime._sheet import TABLES, flag, known, table
 
 __all__ = [
     "ALL_TOOLS",
@@ -64,8 +65,6 @@ ALL_TOOLS: Final = "*"
 RUN_FIELDS: Final = ("client", "cwd", "server")
 #: Server names: they are breaker dependencies and URL path segments (``/mcp/NAME``).
 _NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-#: Table names a boundary sheet gives a meaning of its own: never a server's.
-_RESERVED: Final = frozenset({"defaults", "tools", MCP_TABLE})
 _GATEWAY_FIELDS: Final = ("run", "run_guard", "hide_open_tools", "budget", "servers")
 _SERVER_FIELDS: Final = (
     "command",
@@ -170,7 +169,7 @@ def check_name(name: object, field: str) -> str:
             "(it is a breaker dependency and a URL path segment)",
             field=field,
         )
-    if name in _RESERVED:
+    if name in TABLES:  # a sheet's own tables: never a server's
         raise PolicyError(
             f"{field} name {name!r} is reserved in a boundary sheet ([{name}] means something "
             "else)",
@@ -207,28 +206,28 @@ def gateway_sheet(data: Mapping[str, Any], *, base: Path | None = None) -> Gatew
     Raises:
         PolicyError: naming the field (``mcp.servers.catalog.url``).
     """
-    table = _table(data.get(MCP_TABLE, {}), MCP_TABLE)
-    _known(table, _GATEWAY_FIELDS, MCP_TABLE)
-    hide = _bool(table.get("hide_open_tools", False), f"{MCP_TABLE}.hide_open_tools")
-    guarded = _bool(table.get("run_guard", True), f"{MCP_TABLE}.run_guard")
-    run = table.get("run")
+    gateway = table(data.get(MCP_TABLE, {}), MCP_TABLE)
+    known(gateway, _GATEWAY_FIELDS, MCP_TABLE, listed=_GATEWAY_FIELDS)
+    hide = flag(gateway.get("hide_open_tools", False), f"{MCP_TABLE}.hide_open_tools")
+    guarded = flag(gateway.get("run_guard", True), f"{MCP_TABLE}.run_guard")
+    run = gateway.get("run")
     if run is not None:
         run = run_template(run, f"{MCP_TABLE}.run")
     budget = Budget()
-    if "budget" in table:
+    if "budget" in gateway:
         where = f"{MCP_TABLE}.budget"
         try:
-            budget = Budget.from_dict(_table(table["budget"], where))
+            budget = Budget.from_dict(table(gateway["budget"], where))
         except PolicyError as exc:
             if exc.field is not None and not exc.field.startswith(where):
                 exc.field = f"{where}.{exc.field}"
             raise
     servers: dict[str, UpstreamSpec] = {}
-    listed = _table(table.get("servers", {}), f"{MCP_TABLE}.servers")
+    listed = table(gateway.get("servers", {}), f"{MCP_TABLE}.servers")
     for name, row in listed.items():
         where = f"{MCP_TABLE}.servers.{name}"
         check_name(name, where)
-        servers[name] = _server(name, _table(row, where), where, base, hide)
+        servers[name] = _server(name, table(row, where), where, base, hide)
     return GatewaySheet(
         servers=servers, run=run, run_guard=guarded, budget=budget, hide_open_tools=hide
     )
@@ -237,7 +236,7 @@ def gateway_sheet(data: Mapping[str, Any], *, base: Path | None = None) -> Gatew
 def _server(
     name: str, row: Mapping[str, Any], where: str, base: Path | None, hide: bool
 ) -> UpstreamSpec:
-    _known(row, _SERVER_FIELDS, where)
+    known(row, _SERVER_FIELDS, where, listed=_SERVER_FIELDS)
     command = row.get("command")
     if command is not None and (
         not isinstance(command, list)
@@ -269,7 +268,7 @@ def _server(
         )
     risk = {
         tool: _risk(value, f"{where}.risk.{tool}")
-        for tool, value in _table(row.get("risk", {}), f"{where}.risk").items()
+        for tool, value in table(row.get("risk", {}), f"{where}.risk").items()
     }
     allow = row.get("allow", [])
     if allow == ALL_TOOLS:
@@ -290,33 +289,12 @@ def _server(
             default_risk=_risk(row.get("default_risk", "read"), f"{where}.default_risk"),
             allow=frozenset(allow),
             fallbacks=_strings(row.get("fallbacks", {}), f"{where}.fallbacks"),
-            hide_open_tools=_bool(row.get("hide_open_tools", hide), f"{where}.hide_open_tools"),
+            hide_open_tools=flag(row.get("hide_open_tools", hide), f"{where}.hide_open_tools"),
         )
     except PolicyError as exc:
         if exc.field is not None and not exc.field.startswith(where):
             exc.field = f"{where}.{exc.field}" if exc.field != "server" else where
         raise
-
-
-def _table(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise PolicyError(f"[{where}] must be a table, got {shown(value)}", field=where)
-    return dict(value)
-
-
-def _known(table: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
-    for key in table:
-        if key not in known:
-            raise PolicyError(
-                f"unknown field {shown(key)} in [{where}] (known: {', '.join(known)})",
-                field=f"{where}.{key}",
-            )
-
-
-def _bool(value: object, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise PolicyError(f"{field} must be true or false, got {shown(value)}", field=field)
-    return value
 
 
 def _risk(value: object, field: str) -> RiskClass:
@@ -330,8 +308,8 @@ def _risk(value: object, field: str) -> RiskClass:
 
 def _strings(value: object, where: str) -> dict[str, str]:
     """A table of strings (its values may be secrets: never echoed)."""
-    table = _table(value, where)
-    for key, item in table.items():
+    strings = table(value, where)
+    for key, item in strings.items():
         if not isinstance(item, str):
             raise PolicyError(f"{where}.{key} must be a string", field=f"{where}.{key}")
-    return table
+    return strings

@@ -1,8 +1,5 @@
 """The registry: one breaker per (dependency, operation class), loaded from a boundary sheet.
 
-(Over 800 lines until the boundary sheet gets its one module: the sheet's parsing helpers
-still live here beside the registry, and move out with that split.)
-
 A boundary sheet is TOML. ``[defaults]`` applies to every breaker; every other table is a
 dependency whose sub-tables are operation classes::
 
@@ -30,7 +27,9 @@ dependency whose sub-tables are operation classes::
 
 A payment mutation never shares state or retry policy with a catalog read: each entry is
 its own breaker. ``[mcp]`` is the MCP gateway's table, read by ``toolbreaker mcp``; the
-registry leaves it alone. Invalid sheets fail at load with the field and line named.
+registry leaves it alone. Invalid sheets fail at load with the field and line named: the
+one parser of a sheet is :mod:`toolbreaker.runtime._sheet`, and the registry is built
+from the :class:`~toolbreaker.runtime._sheet.Sheet` it returns.
 
 Which row a breaker takes is one rule (:meth:`Registry.resolve`): the row asked for; a
 dependency asked for without an operation takes its one row; an operation the sheet has no
@@ -55,30 +54,28 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import MCP_TABLE, Resolution, resolve
+from toolbreaker.core.breaker.sheet import Resolution, resolve
 from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
-from toolbreaker.core.files import printable, read_text, shown
+from toolbreaker.core.files import printable, read_text
 from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import log
-from toolbreaker.runtime.breaker._boundary import (
-    POLICY_FIELDS,
-    Boundary,
-    BreakerOptions,
-    Enforce,
-    HealthCheck,
-    OldSpellings,
-    as_written,
-    check_seconds,
-    named_units,
-    old_spelling_notes,
+from toolbreaker.runtime._sheet import (
+    Sheet,
+    check_fallbacks,
+    check_key,
+    deadline,
+    enforce,
+    names,
+    parse_sheet,
     warn_old_spellings,
 )
+from toolbreaker.runtime.breaker._boundary import Boundary, BreakerOptions, Enforce, HealthCheck
 from toolbreaker.runtime.breaker._breaker import Breaker, clock_of
 from toolbreaker.runtime.breaker._degrade import check_store
 from toolbreaker.runtime.breaker._watch import BreakerWatch, Watcher
@@ -98,10 +95,6 @@ if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a
     from toolbreaker.runtime.run._guard import RunGuard
 
 __all__ = ["Boundary", "Registry", "Resolution", "publish_policy"]
-
-#: Tables of a sheet that are no dependency.
-_NOT_DEPENDENCIES: Final = frozenset({"defaults", "tools", MCP_TABLE})
-_DEFAULT_ONLY: Final = POLICY_FIELDS | {"timeout", "enforce", "retryable", "owner", "instructions"}
 
 
 class Registry:
@@ -142,12 +135,17 @@ class Registry:
     ) -> None:
         if type(max_breakers) is not int or max_breakers <= 0:
             raise PolicyError("max_breakers must be a positive integer", field="max_breakers")
-        self._unlisted = _names(unlisted, "unlisted")
+        self._unlisted = names(unlisted, "unlisted")
         self.default_policy = default_policy or Policy()
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock or clock_of(self.store)
-        self.default_timeout = default_timeout
-        self.default_enforce: Enforce = default_enforce
+        # The defaults make a row of every key the sheet has none for: checked as a row's.
+        self.default_timeout = (
+            None
+            if default_timeout is None
+            else deadline(default_timeout, self.default_policy, "default_timeout")
+        )
+        self.default_enforce: Enforce = enforce(default_enforce, "default_enforce")
         self.max_breakers = max_breakers
         self.strict = strict
         self._boundaries = dict(boundaries or {})
@@ -174,7 +172,15 @@ class Registry:
         #: ``Breaker.sheet``): the sheet file's name (:meth:`from_toml`), ``NAME rev. N``
         #: of a published sheet; ``None`` for a registry built in code.
         self.sheet: str | None = None
-        _check_fallbacks(self._boundaries, self._local_tools)
+        # One line per old spelling of the sheet this registry was built from.
+        self._notes: tuple[str, ...] = ()
+        check_fallbacks(
+            {
+                key: (row.tool or row.dependency, row.fallback)
+                for key, row in self._boundaries.items()
+            },
+            self._local_tools,
+        )
         check_store(self._boundaries, self.store)
 
     @classmethod
@@ -193,15 +199,19 @@ class Registry:
         and is reported once per field with its file, line and the new spelling, as a
         :class:`~toolbreaker.errors.ToolbreakerDeprecationWarning`.
         """
-        built: tuple[Registry, list[str]] = load_toml(
+        registry: Registry = load_toml(
             path,
-            lambda data: _sheet(
-                cls, data, store=store, clock=clock, max_breakers=max_breakers, strict=strict
+            lambda data: cls._of(
+                parse_sheet(data),
+                store=store,
+                clock=clock,
+                max_breakers=max_breakers,
+                strict=strict,
             ),
         )
-        warn_old_spellings(built[1])
-        built[0].sheet = Path(path).name
-        return built[0]
+        warn_old_spellings(registry._notes)
+        registry.sheet = Path(path).name
+        return registry
 
     @classmethod
     def from_dict(
@@ -217,70 +227,37 @@ class Registry:
 
         Old spellings warn as in :meth:`from_toml`, naming the table (no file).
         """
-        registry, notes = _sheet(
-            cls, data, store=store, clock=clock, max_breakers=max_breakers, strict=strict
+        registry = cls._of(
+            parse_sheet(data), store=store, clock=clock, max_breakers=max_breakers, strict=strict
         )
-        warn_old_spellings(notes)
+        warn_old_spellings(registry._notes)
         return registry
 
     @classmethod
-    def _from_sheet(
+    def _of(
         cls,
-        data: Mapping[str, Any],
-        old: OldSpellings,
+        sheet: Sheet,
         *,
         store: Store | None = None,
         clock: Clock | None = None,
         max_breakers: int = 10_000,
         strict: bool = False,
     ) -> Registry:
-        """:meth:`from_dict`, adding the old spellings it meets to ``old``."""
-        defaults = named_units(_table(data.get("defaults", {}), "defaults"), "defaults", old)
-        unlisted = _names(defaults.pop("unlisted", ()), "defaults.unlisted")
-        for key in defaults:
-            if key not in _DEFAULT_ONLY:
-                raise PolicyError(f"unknown field {key!r} in [defaults]", field=f"defaults.{key}")
-        tools = _table(data.get("tools", {}), "tools")
-        local = tools.get("local", [])
-        if (
-            set(tools) - {"local"}
-            or not isinstance(local, list)
-            or not all(isinstance(x, str) and x for x in local)
-        ):
-            raise PolicyError("[tools] takes one key, local = [tool names]", field="tools.local")
-        timeout = defaults.get("timeout")
-        if timeout is not None:
-            check_seconds(timeout, "defaults.timeout")
-        base_policy = _policy({k: v for k, v in defaults.items() if k in POLICY_FIELDS}, "defaults")
-        boundaries: dict[tuple[str, str], Boundary] = {}
-        for dependency, operations in data.items():
-            if dependency in _NOT_DEPENDENCIES:
-                continue
-            _check_key(dependency, dependency)
-            for operation, row in _table(operations, dependency).items():
-                where = f"{dependency}.{operation}"
-                _check_key(operation, where)
-                written = _table(row, where)
-                table = {**defaults, **named_units(written, where, old)}
-                try:
-                    boundaries[(dependency, operation)] = Boundary.from_row(
-                        dependency, operation, table, where
-                    )
-                except PolicyError as exc:
-                    raise as_written(exc, written, where) from None
+        """A registry of a validated sheet (its old spellings' notes kept, not warned)."""
         registry = cls(
-            base_policy,
+            sheet.policy,
             store=store,
             clock=clock,
-            default_timeout=timeout,
-            default_enforce=_enforce(defaults.get("enforce", "thread"), "defaults.enforce"),
-            boundaries=boundaries,
-            local_tools=frozenset(local),
+            default_timeout=sheet.timeout,
+            default_enforce=sheet.enforce,
+            boundaries={key: Boundary(*key, **row) for key, row in sheet.rows.items()},
+            local_tools=sheet.local_tools,
             max_breakers=max_breakers,
             strict=strict,
-            unlisted=unlisted,
+            unlisted=sheet.unlisted,
         )
         registry.from_sheet = True
+        registry._notes = sheet.notes
         return registry
 
     @classmethod
@@ -313,7 +290,7 @@ class Registry:
                 "(toolbreaker policy publish SHEET.toml --store URL)",
                 field="store",
             )
-        registry, notes = _build_text(
+        registry = _build_text(
             cls,
             sheet.text,
             _origin(sheet),
@@ -322,7 +299,7 @@ class Registry:
             max_breakers=max_breakers,
             strict=strict,
         )
-        warn_old_spellings(notes)
+        warn_old_spellings(registry._notes)
         registry.sheet = _label(sheet)
         registry._follower(records, name, poll, sheet)
         if follow:
@@ -378,7 +355,7 @@ class Registry:
         Raises:
             PolicyError: the revision does not validate (nothing changed).
         """
-        new, notes = _build_text(
+        new = _build_text(
             type(self),
             sheet.text,
             _origin(sheet),
@@ -414,7 +391,7 @@ class Registry:
                 self._breakers[key].adopt(row)
         # Adopted, never refused for a spelling; a poll runs on the follower's thread,
         # where a warning would reach no one: the log says it, once per revision.
-        for note in notes:
+        for note in new._notes:
             log.warning(
                 f"toolbreaker: published sheet {sheet.name!r} revision {sheet.revision} uses "
                 f"an old spelling: {note}"
@@ -461,8 +438,8 @@ class Registry:
         Raises:
             PolicyError: ``check`` is not callable, or the row cannot hold it.
         """
-        _check_key(dependency, "dependency")
-        _check_key(operation, "operation")
+        check_key(dependency, "dependency")
+        check_key(operation, "operation")
         if not callable(check):
             raise PolicyError("a health check must be callable", field="health_check")
         key = (dependency, operation)
@@ -514,9 +491,9 @@ class Registry:
                 registry is ``strict`` and has no row for it.
             PolicyError: ``dependency`` or ``operation`` is not a valid name.
         """
-        _check_key(dependency, "dependency")
+        check_key(dependency, "dependency")
         if operation is not None:
-            _check_key(operation, "operation")
+            check_key(operation, "operation")
         return resolve(
             {key: row.tool for key, row in self._boundaries.items()},
             dependency,
@@ -738,36 +715,21 @@ def publish_policy(
     """
     where = str(sheet)
     text = read_text(sheet, PolicyError, limit=MAX_CONFIG_BYTES)
-    _, notes = _build_text(Registry, text, where)
-    warn_old_spellings(notes)  # published as written: a follower logs them per revision
+    warn_old_spellings(
+        _build_text(Registry, text, where)._notes
+    )  # published as written: a follower logs them per revision
     return write_published(
         _records(store), text, name=name, note=note, by=by, over_corrupt=over_corrupt
     )
 
 
-def _sheet(
-    cls: type[Registry], data: Mapping[str, Any], **kwargs: Any
-) -> tuple[Registry, list[str]]:
-    """A registry from a decoded sheet, and a note per old spelling it used.
-
-    The notes are located by file and line when a file is being built.
-    """
-    old: OldSpellings = {}
-    registry = cls._from_sheet(data, old, **kwargs)
-    return registry, old_spelling_notes(old)
-
-
-def _build_text(
-    cls: type[Registry], text: str, where: str, **kwargs: Any
-) -> tuple[Registry, list[str]]:
+def _build_text(cls: type[Registry], text: str, where: str, **kwargs: Any) -> Registry:
     """A registry from sheet text, validated and located exactly as from_toml does.
 
-    With its old spellings' notes, not yet warned.
+    Its old spellings' notes are kept, not yet warned.
     """
-    built: tuple[Registry, list[str]] = build_toml(
-        text, where, lambda data: _sheet(cls, data, **kwargs)
-    )
-    return built
+    registry: Registry = build_toml(text, where, lambda data: cls._of(parse_sheet(data), **kwargs))
+    return registry
 
 
 def _origin(sheet: PublishedSheet) -> str:
@@ -792,70 +754,3 @@ def _records(store: Store) -> Records:
 def _poll(follower: PolicyFollower, poll: float) -> float:
     PolicyFollower(follower.store, lambda _: None, poll=poll)  # validates poll
     return float(poll)
-
-
-def _table(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise PolicyError(f"[{where}] must be a table", field=where)
-    return dict(value)
-
-
-def _policy(fields: Mapping[str, Any], where: str) -> Policy:
-    try:
-        return Policy.from_dict(fields)
-    except PolicyError as exc:
-        raise PolicyError(
-            f"{where}.{exc.message}" if exc.field else exc.message,
-            field=f"{where}.{exc.field}" if exc.field else where,
-        ) from None
-
-
-#: The longest dependency or operation name: the registry bounds bytes, not only breakers.
-MAX_KEY_CHARS: Final = 200
-
-
-def _check_key(value: object, field: str) -> None:
-    """A registry key part is a non-empty string of valid Unicode, at most MAX_KEY_CHARS."""
-    if not isinstance(value, str):
-        raise PolicyError(f"{field} must be a string, got {shown(value)}", field=field)
-    if not value or len(value) > MAX_KEY_CHARS:
-        raise PolicyError(
-            f"{field} must have 1 to {MAX_KEY_CHARS} characters, got {len(value)}", field=field
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise PolicyError(
-            f"{field} {shown(value)} is not valid Unicode text (a lone surrogate)", field=field
-        ) from None
-
-
-def _names(value: object, field: str) -> frozenset[str]:
-    """A list of dependency names (``[defaults] unlisted``), each checked as a key."""
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise PolicyError(f"{field} must be a list of dependency names", field=field)
-    for name in value:
-        _check_key(name, field)
-    return frozenset(value)
-
-
-def _enforce(value: object, field: str) -> Enforce:
-    if value == "thread":
-        return "thread"
-    if value == "cooperative":
-        return "cooperative"
-    raise PolicyError(f"{field} must be 'thread' or 'cooperative', got {value!r}", field=field)
-
-
-def _check_fallbacks(
-    boundaries: Mapping[tuple[str, str], Boundary], local_tools: frozenset[str]
-) -> None:
-    tools = {row.tool or row.dependency for row in boundaries.values()} | local_tools
-    for (dependency, operation), row in boundaries.items():
-        if row.fallback is not None and row.fallback not in tools:
-            raise PolicyError(
-                f"{dependency}.{operation}.fallback {row.fallback!r} is not a registered tool "
-                f"(known: {', '.join(sorted(tools))}; add it to [tools] local if it needs no "
-                "breaker)",
-                field=f"{dependency}.{operation}.fallback",
-            )
