@@ -122,12 +122,15 @@ ALLOWED = {
     "_lazy.py": {"_lazy.py"},
     "core": {"core"},
     "stores": {"core", "stores"},
-    "runtime": {"core", "stores", "runtime"},
+    # The tuners' profiles of recorded runs are measured through the one run driver.
+    "runtime": {"core", "stores", "runtime", "tuning"},
     "instrumentation": {"core", "stores", "runtime", "instrumentation"},
     "integrations": {"core", "stores", "runtime", "integrations"},
     "testing": {"core", "stores", "runtime", "testing"},
     # The replay engine: the core's trace driver carried out in bounded memory.
     "replaying": {"core", "replaying"},
+    # The tuners: pure, on the core alone.
+    "tuning": {"core", "tuning"},
     # Recorded runs from other formats: the recorded-run format and the classifier.
     "importing": {"core", "runtime", "importing"},
     "cli": {
@@ -140,6 +143,7 @@ ALLOWED = {
         "replaying",
         "importing",
         "integrations",
+        "tuning",
     },
 }
 
@@ -188,6 +192,50 @@ def test_imports_point_down_only():
             if own != "errors.py" and layer in BASE:
                 continue
             if layer not in ALLOWED[own]:
+                wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert wrong == []
+
+
+#: The pure modules: they decide from what they are given. The core, the tuners and the
+#: exercise judge (which lives with the exercise helpers it serves).
+PURE = ("core", "tuning", "testing/_scenario.py")
+
+#: The standard library's clocks, I/O, processes, threads and locks: what a pure module
+#: never imports (reading a file it is asked to read is allowed, as ``pathlib``).
+IMPURE = frozenset(
+    {
+        "asyncio",
+        "concurrent",
+        "http",
+        "multiprocessing",
+        "os",
+        "random",
+        "select",
+        "selectors",
+        "signal",
+        "socket",
+        "sqlite3",
+        "subprocess",
+        "threading",
+        "time",
+        "urllib",
+    }
+)
+
+
+def test_pure_modules_read_no_clock_and_do_no_io():
+    """The core, the tuners and the exercise judge import no clock, socket, thread or
+    process module, and of toolbreaker only the core, errors and their own package: the
+    judge and the tuners moved out of ``core/`` stay as pure as they were in it."""
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        relative = path.relative_to(SRC).as_posix()
+        if not any(relative == pure or relative.startswith(f"{pure}/") for pure in PURE):
+            continue
+        allowed = {"core", "errors", "_lazy", relative.split("/")[0]} - {"testing"}
+        for module, _names in _imports(path):
+            layer = _layer(module)
+            if module.split(".")[0] in IMPURE or (layer is not None and layer not in allowed):
                 wrong.append(f"{path.relative_to(ROOT)} imports {module}")
     assert wrong == []
 

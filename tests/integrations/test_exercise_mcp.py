@@ -205,7 +205,7 @@ STDIO_FAULTS = {
 
 
 def stdio_scenario(kind: str, tool: str, fault: str) -> Any:
-    from toolbreaker.core.exercise import parse_scenario
+    from toolbreaker.testing import parse_scenario
 
     text = f'name = "stdio-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
     return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")
