@@ -1,8 +1,9 @@
 """How long does ``import toolbreaker`` take, and how many modules does it load?
 
-Run ``python benchmarks/bench_import.py`` (a few seconds; ``--runs N`` fresh interpreters
+Run ``python benchmarks/bench_import.py`` (under a minute; ``--runs N`` fresh interpreters
 per row, 15 by default; ``--where STATEMENT`` adds the ten slowest modules of one
-statement, from ``python -X importtime``).
+statement, from ``python -X importtime``; ``--src DIR`` times another checkout's ``src``,
+an older commit's for instance, exported with ``git archive``).
 
 Each row is one import statement, run in N fresh interpreters one after the other
 (interleaved with the other rows, so a busy moment of the machine spreads over all of
@@ -59,37 +60,37 @@ print(elapsed * 1000, own, len(added))
 """
 
 
-def environment() -> dict[str, str]:
+def environment(src: Path = SRC) -> dict[str, str]:
     """This checkout's toolbreaker first on the path, whatever is installed, and its
     bytecode cached as an installed package's is (``PYTHONDONTWRITEBYTECODE`` would time
     the compiler)."""
-    path = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    path = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
-def once(statement: str) -> tuple[float, int, int]:
+def once(statement: str, src: Path = SRC) -> tuple[float, int, int]:
     code = CHILD.replace("STATEMENT", repr(statement))
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         check=True,
-        env=environment(),
+        env=environment(src),
     )
     ms, own, added = done.stdout.split()
     return float(ms), int(own), int(added)
 
 
-def slowest(statement: str, count: int = 10) -> list[tuple[int, int, str]]:
+def slowest(statement: str, src: Path = SRC, count: int = 10) -> list[tuple[int, int, str]]:
     """The modules of ``statement`` with the most time of their own (``-X importtime``)."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", statement],
         capture_output=True,
         text=True,
         check=True,
-        env=environment(),
+        env=environment(src),
     )
     rows = []
     for line in done.stderr.splitlines():
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="fresh interpreters per row")
     parser.add_argument("--json", type=Path, help="also write the raw samples here")
     parser.add_argument("--where", action="append", default=[], help="a statement to explain")
+    parser.add_argument("--src", type=Path, default=SRC, help="the src folder to time")
     args = parser.parse_args()
 
     rows = list(ROWS)
@@ -117,13 +119,14 @@ def main() -> None:
     rows.append(REFERENCE)
 
     for row in rows:  # once untimed: writes the bytecode cache
-        once(row)
+        once(row, args.src)
     samples: dict[str, list[tuple[float, int, int]]] = {row: [] for row in rows}
     for _ in range(args.runs):
         for row in rows:
-            samples[row].append(once(row))
+            samples[row].append(once(row, args.src))
 
-    print(f"Python {sys.version.split()[0]}, best and median of {args.runs} fresh interpreters")
+    print(f"Python {sys.version.split()[0]}, {args.src}")
+    print(f"best and median of {args.runs} fresh interpreters")
     print(f"{'statement':<36} {'best ms':>8} {'median ms':>10} {'modules (own/all)':>18}")
     for row in rows:
         times = [ms for ms, _, _ in samples[row]]
@@ -133,7 +136,7 @@ def main() -> None:
         print(f"not installed (pip install -e '.[bench]'): {', '.join(missing)}")
     for statement in args.where:
         print(f"\nslowest modules of {statement!r} (self us, cumulative us):")
-        for own_us, total_us, name in slowest(statement):
+        for own_us, total_us, name in slowest(statement, args.src):
             print(f"  {own_us:>7} {total_us:>8}  {name}")
     if args.json:
         args.json.write_text(json.dumps(samples, indent=2), encoding="utf-8")
