@@ -119,16 +119,26 @@ def test_import_pulls_in_no_optional_dependency():
 
 SRC = ROOT / "src" / "toolbreaker"
 
-#: What each layer may import from toolbreaker (besides itself and errors).
+#: What each layer may import from toolbreaker (besides itself and the modules at the
+#: package's top that every layer may use: errors, _extras, _lazy).
 ALLOWED = {
+    # The one exception tree, which every module imports: it imports nothing of toolbreaker.
+    "errors.py": {"errors.py"},
+    # Import an optional extra, or say which one to install.
+    "_extras.py": {"_extras.py"},
+    # Names a package re-exports, imported when first used (PEP 562).
+    "_lazy.py": {"_lazy.py"},
     "core": {"core"},
     "stores": {"core", "stores"},
-    "runtime": {"core", "stores", "runtime"},
+    # The tuners' profiles of recorded runs are measured through the one run driver.
+    "runtime": {"core", "stores", "runtime", "tuning"},
     "instrumentation": {"core", "stores", "runtime", "instrumentation"},
     "integrations": {"core", "stores", "runtime", "integrations"},
     "testing": {"core", "stores", "runtime", "testing"},
     # The replay engine: the core's trace driver carried out in bounded memory.
     "replaying": {"core", "replaying"},
+    # The tuners: pure, on the core alone.
+    "tuning": {"core", "tuning"},
     # Recorded runs from other formats: the recorded-run format and the classifier.
     "importing": {"core", "runtime", "importing"},
     "cli": {
@@ -141,6 +151,7 @@ ALLOWED = {
         "replaying",
         "importing",
         "integrations",
+        "tuning",
     },
 }
 
@@ -165,11 +176,18 @@ def _layer(module: str) -> str | None:
     return parts[1]
 
 
+#: The modules at the package's top that every layer may import; errors.py imports none.
+BASE = ("errors", "_extras", "_lazy")
+
+
 def test_imports_point_down_only():
     """core imports only core and errors; stores never runtime; runtime never adapters or cli;
-    the replay engine only the core; every package of src/toolbreaker/ has its row."""
+    the replay engine only the core; errors.py nothing at all (not even for annotations);
+    every package and module of src/toolbreaker/ has its row (the package's
+    ``__init__.py``, which re-exports the public names, and ``__main__.py`` excepted)."""
     packages = {p.name for p in SRC.iterdir() if (p / "__init__.py").is_file()}
-    assert packages - set(ALLOWED) == set(), "a package the layering rules do not know"
+    modules = {p.name for p in SRC.glob("*.py")} - {"__init__.py", "__main__.py"}
+    assert (packages | modules) - set(ALLOWED) == set(), "a package the layering rules do not know"
     wrong = []
     for path in sorted(SRC.rglob("*.py")):
         own = path.relative_to(SRC).parts[0]
@@ -177,9 +195,55 @@ def test_imports_point_down_only():
             continue
         for module, _names in _imports(path):
             layer = _layer(module)
-            if layer is None or layer in ("errors", "_extras") or layer == own:
+            if layer is None or layer == own.removesuffix(".py"):
+                continue
+            if own != "errors.py" and layer in BASE:
                 continue
             if layer not in ALLOWED[own]:
+                wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert wrong == []
+
+
+#: The pure modules: they decide from what they are given. The core, the tuners and the
+#: exercise judge (which lives with the exercise helpers it serves).
+PURE = ("core", "tuning", "testing/_scenario.py")
+
+#: The standard library's clocks, I/O, processes, threads and locks: what a pure module
+#: never imports (reading a file it is asked to read is allowed, as ``pathlib``).
+IMPURE = frozenset(
+    {
+        "asyncio",
+        "concurrent",
+        "http",
+        "multiprocessing",
+        "os",
+        "random",
+        "select",
+        "selectors",
+        "signal",
+        "socket",
+        "sqlite3",
+        "subprocess",
+        "threading",
+        "time",
+        "urllib",
+    }
+)
+
+
+def test_pure_modules_read_no_clock_and_do_no_io():
+    """The core, the tuners and the exercise judge import no clock, socket, thread or
+    process module, and of toolbreaker only the core, errors and their own package: the
+    judge and the tuners moved out of ``core/`` stay as pure as they were in it."""
+    wrong = []
+    for path in sorted(SRC.rglob("*.py")):
+        relative = path.relative_to(SRC).as_posix()
+        if not any(relative == pure or relative.startswith(f"{pure}/") for pure in PURE):
+            continue
+        allowed = {"core", "errors", "_lazy", relative.split("/")[0]} - {"testing"}
+        for module, _names in _imports(path):
+            layer = _layer(module)
+            if module.split(".")[0] in IMPURE or (layer is not None and layer not in allowed):
                 wrong.append(f"{path.relative_to(ROOT)} imports {module}")
     assert wrong == []
 

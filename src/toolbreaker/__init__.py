@@ -1,76 +1,179 @@
 """toolbreaker: circuit breakers around the tools an AI agent calls.
 
-The public surface is re-exported here; everything else is private.
+The public surface is re-exported here; everything else is private. Each name is
+imported from its home when first used (PEP 562): ``import toolbreaker`` loads this
+module alone, and ``from toolbreaker import Registry`` what a registry needs, no run
+guard, no SQLite, no adapter.
 """
 
-from toolbreaker.core import (
-    BreakerState,
-    Event,
-    Policy,
-    Replay,
-    Transition,
-    apply,
-    diff,
-    replay,
-    step,
-)
-from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
-from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice, RunState, Stop
-from toolbreaker.core.run.costs import token_cost
-from toolbreaker.core.run.shell import shell_risk, shell_risk_of
-from toolbreaker.errors import (
-    AsyncCallError,
-    CircuitOpen,
-    DeploymentsUnavailable,
-    JournalNotDurable,
-    MissingExtra,
-    NotSent,
-    PermitError,
-    PolicyError,
-    ReceiptError,
-    RegistryFull,
-    RowNotFound,
-    RunStopped,
-    StoreUnavailable,
-    StoreWriteUnknown,
-    ToolbreakerDeprecationWarning,
-    ToolbreakerError,
-    TraceError,
-    WriteTransitionError,
-)
-from toolbreaker.runtime import (
-    ActionRequest,
-    Boundary,
-    Breaker,
-    BreakerStats,
-    CostReservation,
-    Degradation,
-    DrainReport,
-    GuardedTool,
-    HealthCheck,
-    HealthChecker,
-    Permit,
-    PruneReport,
-    PublishedSheet,
-    Registry,
-    Rejection,
-    RunGuard,
-    SiblingOutcome,
-    Siblings,
-    Step,
-    StopPacket,
-    TraceRecorder,
-    Verdict,
-    classify_exception,
-    drain,
-    idempotency_key,
-    prune_done,
-    publish_policy,
-    queued_items,
-    scope,
-    system_prompt_line,
-)
-from toolbreaker.stores import LocalFallback, MemoryStore, PostgresStore, RedisStore, SQLiteStore
+from toolbreaker._lazy import exports as _exports
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from toolbreaker.core import (
+        BreakerState,
+        Event,
+        Policy,
+        Replay,
+        Transition,
+        apply,
+        diff,
+        replay,
+        step,
+    )
+    from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
+    from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice, RunState, Stop
+    from toolbreaker.core.run.costs import token_cost
+    from toolbreaker.core.run.shell import shell_risk, shell_risk_of
+    from toolbreaker.errors import (
+        AsyncCallError,
+        CircuitOpen,
+        DeploymentsUnavailable,
+        JournalNotDurable,
+        MissingExtra,
+        NotSent,
+        PermitError,
+        PolicyError,
+        ReceiptError,
+        RegistryFull,
+        RowNotFound,
+        RunStopped,
+        StoreUnavailable,
+        StoreWriteUnknown,
+        ToolbreakerDeprecationWarning,
+        ToolbreakerError,
+        TraceError,
+        WriteTransitionError,
+    )
+    from toolbreaker.runtime import (
+        ActionRequest,
+        Boundary,
+        Breaker,
+        BreakerStats,
+        CostReservation,
+        Degradation,
+        DrainReport,
+        GuardedTool,
+        HealthCheck,
+        HealthChecker,
+        Permit,
+        PruneReport,
+        PublishedSheet,
+        Registry,
+        Rejection,
+        RunGuard,
+        SiblingOutcome,
+        Siblings,
+        Step,
+        StopPacket,
+        TraceRecorder,
+        Verdict,
+        classify_exception,
+        drain,
+        idempotency_key,
+        prune_done,
+        publish_policy,
+        queued_items,
+        scope,
+        system_prompt_line,
+    )
+    from toolbreaker.stores import (
+        LocalFallback,
+        MemoryStore,
+        PostgresStore,
+        RedisStore,
+        SQLiteStore,
+    )
+
+#: Where each re-exported name lives, imported when first used (PEP 562); the imports
+#: above are the same list, for type checkers and editors.
+_HOMES: dict[str, tuple[str, ...]] = {
+    "toolbreaker.core": (
+        "BreakerState",
+        "Event",
+        "Policy",
+        "Replay",
+        "Transition",
+        "apply",
+        "diff",
+        "replay",
+        "step",
+    ),
+    "toolbreaker.core.retry": ("RetryBudget", "RetryPolicy", "RetryRecord"),
+    "toolbreaker.core.run.budget": (
+        "Action",
+        "Budget",
+        "ClassLimits",
+        "ModelPrice",
+        "RunState",
+        "Stop",
+    ),
+    "toolbreaker.core.run.costs": ("token_cost",),
+    "toolbreaker.core.run.shell": ("shell_risk", "shell_risk_of"),
+    "toolbreaker.errors": (
+        "AsyncCallError",
+        "CircuitOpen",
+        "DeploymentsUnavailable",
+        "JournalNotDurable",
+        "MissingExtra",
+        "NotSent",
+        "PermitError",
+        "PolicyError",
+        "ReceiptError",
+        "RegistryFull",
+        "RowNotFound",
+        "RunStopped",
+        "StoreUnavailable",
+        "StoreWriteUnknown",
+        "ToolbreakerDeprecationWarning",
+        "ToolbreakerError",
+        "TraceError",
+        "WriteTransitionError",
+    ),
+    "toolbreaker.runtime": (
+        "ActionRequest",
+        "Boundary",
+        "Breaker",
+        "BreakerStats",
+        "CostReservation",
+        "Degradation",
+        "DrainReport",
+        "GuardedTool",
+        "HealthCheck",
+        "HealthChecker",
+        "Permit",
+        "PruneReport",
+        "PublishedSheet",
+        "Registry",
+        "Rejection",
+        "RunGuard",
+        "SiblingOutcome",
+        "Siblings",
+        "Step",
+        "StopPacket",
+        "TraceRecorder",
+        "Verdict",
+        "classify_exception",
+        "drain",
+        "idempotency_key",
+        "prune_done",
+        "publish_policy",
+        "queued_items",
+        "scope",
+        "system_prompt_line",
+    ),
+    "toolbreaker.stores": (
+        "LocalFallback",
+        "MemoryStore",
+        "PostgresStore",
+        "RedisStore",
+        "SQLiteStore",
+    ),
+}
+
+if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any name
+    __getattr__, __dir__ = _exports(__name__, _HOMES)
+del TYPE_CHECKING
 
 __version__ = "0.1.0.dev0"
 

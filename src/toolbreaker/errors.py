@@ -30,17 +30,16 @@ so ``except ToolbreakerError`` catches them all and nothing else::
 Errors carry machine-readable fields so callers never parse messages.
 
 Beside the tree, one warning category: :class:`ToolbreakerDeprecationWarning` (a
-:class:`DeprecationWarning`), for a spelling that still works and will not for ever.
+:class:`DeprecationWarning`), for a spelling that still works and will not for ever; and
+two protocols, :class:`StopReport` and :class:`TurnReport`: what :class:`RunStopped`
+carries, typed by what it offers, so that this module, which every other one imports,
+imports nothing of toolbreaker.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from toolbreaker.runtime._packet import StopPacket
-    from toolbreaker.runtime.run._siblings import SiblingOutcome
+from typing import Any, Protocol
 
 __all__ = [
     "AsyncCallError",
@@ -59,12 +58,14 @@ __all__ = [
     "RowNotFound",
     "RunStateError",
     "RunStopped",
+    "StopReport",
     "StoreUnavailable",
     "StoreWriteUnknown",
     "ToolReportedError",
     "ToolbreakerDeprecationWarning",
     "ToolbreakerError",
     "TraceError",
+    "TurnReport",
     "UnsupportedTypeError",
     "WriteTransitionError",
 ]
@@ -420,6 +421,88 @@ class PermitError(ToolbreakerError):
     """A permit was settled more than once."""
 
 
+class TurnReport(Protocol):
+    """What :class:`RunStopped` tells of the last turn: a :class:`~toolbreaker.SiblingOutcome`.
+
+    A protocol, so that this module imports nothing of toolbreaker (every other module
+    imports it); :meth:`StopPacket.final_text <toolbreaker.StopPacket.final_text>` reads
+    a turn through it too.
+    """
+
+    @property
+    def branches(self) -> tuple[object, ...]:
+        """Every call of the turn, in the order they were added."""
+
+    @property
+    def completed(self) -> tuple[str, ...]:
+        """The names of the calls that completed."""
+
+    @property
+    def degraded(self) -> tuple[str, ...]:
+        """The names of the calls answered with a tool-unavailable result or rejection."""
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """The names of the calls that failed."""
+
+    @property
+    def cancelled(self) -> tuple[str, ...]:
+        """The names of the calls cancelled by policy."""
+
+    def to_result(self) -> dict[str, Any]:
+        """What the model reads of the turn."""
+
+
+class StopReport(Protocol):
+    """What :class:`RunStopped` carries of the stopped run: a :class:`~toolbreaker.StopPacket`.
+
+    A protocol, so that this module imports nothing of toolbreaker; every field is the
+    packet's (secrets masked when the packet was built).
+    """
+
+    @property
+    def task(self) -> str:
+        """The task id."""
+
+    @property
+    def condition(self) -> str:
+        """The exact condition that stopped the run."""
+
+    @property
+    def detail(self) -> str:
+        """The condition in words, with the numbers."""
+
+    @property
+    def confirmed(self) -> tuple[Mapping[str, Any], ...]:
+        """Completed steps with their idempotency keys and external ids."""
+
+    @property
+    def uncertain(self) -> tuple[Mapping[str, Any], ...]:
+        """Writes whose outcome is not settled, each with its journal status."""
+
+    @property
+    def attempted(self) -> Mapping[str, Any] | None:
+        """The attempted action (tool, fingerprint, idempotency key)."""
+
+    @property
+    def counters(self) -> Mapping[str, Any]:
+        """The budget counters when the run stopped."""
+
+    @property
+    def next_safe_action(self) -> str:
+        """What to do now."""
+
+    @property
+    def history(self) -> tuple[Mapping[str, Any], ...]:
+        """Every condition that stopped the run or blocked its writes, in order."""
+
+    def final_text(self, turn: TurnReport | None = None) -> str:
+        """The words every adapter ends a stopped run with."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The packet as a JSON-ready dict."""
+
+
 class RunStopped(ToolbreakerError):
     """A model call of a run the guard stopped: refused before anything was sent.
 
@@ -430,11 +513,14 @@ class RunStopped(ToolbreakerError):
     <toolbreaker.StopPacket.final_text>`).
 
     Attributes:
-        packet: the guard's stop packet (condition, confirmed work, next safe action).
-        turn: the last model turn's calls and how each ended (``None`` before any turn).
+        packet: the guard's stop packet (condition, confirmed work, next safe action): a
+            :class:`~toolbreaker.StopPacket`, typed by what it offers (:class:`StopReport`).
+        turn: the last model turn's calls and how each ended (a
+            :class:`~toolbreaker.SiblingOutcome`, typed as :class:`TurnReport`; ``None``
+            before any turn).
     """
 
-    def __init__(self, packet: StopPacket, turn: SiblingOutcome | None = None) -> None:
+    def __init__(self, packet: StopReport, turn: TurnReport | None = None) -> None:
         super().__init__(packet.final_text(turn))
         self.packet = packet
         self.turn = turn

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from toolbreaker import Policy, PolicyError
-from toolbreaker.core.exercise import parse_scenario
 from toolbreaker.testing import (
     ExerciseContext,
     exercise,
+    parse_scenario,
     scripted_agent,
     service_tools,
     shipped_scenarios,

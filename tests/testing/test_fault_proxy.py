@@ -12,13 +12,13 @@ import urllib.error
 import pytest
 
 from toolbreaker import Breaker, Policy, classify_exception
-from toolbreaker.core.exercise import parse_scenario
 from toolbreaker.testing import (
     FaultProxy,
     InjectedFault,
     Ledger,
     ToolService,
     force_state,
+    parse_scenario,
     request_json,
 )
 from toolbreaker.testing._fault_proxy import wrap_tool

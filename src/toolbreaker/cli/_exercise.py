@@ -24,9 +24,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.exercise import PROMISES, load_scenario
 from toolbreaker.core.files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
+from toolbreaker.testing._scenario import PROMISES, load_scenario
 
 __all__ = ["add_command", "junit_xml", "load_agent", "run_exercise", "table"]
 

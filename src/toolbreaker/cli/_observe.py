@@ -12,7 +12,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker.cli._options import Since, port, since
 from toolbreaker.cli._sheet import load_sheet_data, sheet_coverage
-from toolbreaker.core.breaker.calibration import (
+from toolbreaker.core.breaker.keys import row_of
+from toolbreaker.core.breaker.receipt import Replay
+from toolbreaker.core.breaker.sheet import PolicySheet
+from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core.breaker.trace import read_trace, trace_event
+from toolbreaker.errors import PolicyError, StoreUnavailable, TraceError
+from toolbreaker.tuning._signals import (
     Compliance,
     Signals,
     calibrate,
@@ -22,12 +28,6 @@ from toolbreaker.core.breaker.calibration import (
     findings,
     opens_rate,
 )
-from toolbreaker.core.breaker.keys import row_of
-from toolbreaker.core.breaker.receipt import Replay
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.breaker.trace import read_trace, trace_event
-from toolbreaker.errors import PolicyError, StoreUnavailable, TraceError
 
 __all__ = ["add_commands", "export_trace", "stream_coverage", "stream_signals"]
 
@@ -298,7 +298,7 @@ def stream_coverage(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
     The fallback its breaker offers (a transition entry's ``fallback``) and the degraded
     answers it was served (``degrade`` notices), said by
-    :func:`~toolbreaker.core.breaker.calibration.covered_by`.
+    :func:`~toolbreaker.tuning._signals.covered_by`.
     """
     fallbacks: dict[str, str] = {}
     served: dict[str, dict[str, int]] = {}

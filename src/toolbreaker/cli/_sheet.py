@@ -17,12 +17,12 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from toolbreaker.core.breaker.calibration import covered_by
 from toolbreaker.core.breaker.keys import breaker_key
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.sheet import MCP_TABLE, PolicySheet
 from toolbreaker.core.config import load_toml
 from toolbreaker.errors import PolicyError
+from toolbreaker.tuning._signals import covered_by
 
 if TYPE_CHECKING:
     from toolbreaker.runtime._sheet import Sheet

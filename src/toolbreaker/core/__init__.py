@@ -13,39 +13,85 @@ needs instead of comparing phases: :func:`opened` (did this record open the brea
 :func:`rejects_callers` (are callers refused now, shadow mode and forced states included).
 """
 
-from toolbreaker.core.breaker.machine import apply, step
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.predicates import (
-    admission,
-    due_expiry,
-    idle_rejection,
-    is_evictable,
-    is_quiet,
-    rejects_callers,
-    retry_after_ms,
-)
-from toolbreaker.core.breaker.receipt import (
-    RECEIPT_SCHEMA,
-    Replay,
-    diff,
-    dump_receipt,
-    load_receipt,
-    replay,
-    summarise,
-)
-from toolbreaker.core.breaker.state import (
-    CLOSED,
-    HALF_OPEN,
-    OPEN,
-    BreakerState,
-    Event,
-    Lease,
-    Transition,
-    changed_phase,
-    opened,
-)
-from toolbreaker.core.breaker.trace import parse_event, parse_lines, read_trace
-from toolbreaker.core.canonical import canonical_json, sha256_hex
+from toolbreaker._lazy import exports as _exports
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from toolbreaker.core.breaker.machine import apply, step
+    from toolbreaker.core.breaker.policy import Policy
+    from toolbreaker.core.breaker.predicates import (
+        admission,
+        due_expiry,
+        idle_rejection,
+        is_evictable,
+        is_quiet,
+        rejects_callers,
+        retry_after_ms,
+    )
+    from toolbreaker.core.breaker.receipt import (
+        RECEIPT_SCHEMA,
+        Replay,
+        diff,
+        dump_receipt,
+        load_receipt,
+        replay,
+        summarise,
+    )
+    from toolbreaker.core.breaker.state import (
+        CLOSED,
+        HALF_OPEN,
+        OPEN,
+        BreakerState,
+        Event,
+        Lease,
+        Transition,
+        changed_phase,
+        opened,
+    )
+    from toolbreaker.core.breaker.trace import parse_event, parse_lines, read_trace
+    from toolbreaker.core.canonical import canonical_json, sha256_hex
+
+#: Where each re-exported name lives, imported when first used (PEP 562); the imports
+#: above are the same list, for type checkers and editors.
+_HOMES: dict[str, tuple[str, ...]] = {
+    "toolbreaker.core.breaker.machine": ("apply", "step"),
+    "toolbreaker.core.breaker.policy": ("Policy",),
+    "toolbreaker.core.breaker.predicates": (
+        "admission",
+        "due_expiry",
+        "idle_rejection",
+        "is_evictable",
+        "is_quiet",
+        "rejects_callers",
+        "retry_after_ms",
+    ),
+    "toolbreaker.core.breaker.receipt": (
+        "RECEIPT_SCHEMA",
+        "Replay",
+        "diff",
+        "dump_receipt",
+        "load_receipt",
+        "replay",
+        "summarise",
+    ),
+    "toolbreaker.core.breaker.state": (
+        "CLOSED",
+        "HALF_OPEN",
+        "OPEN",
+        "BreakerState",
+        "Event",
+        "Lease",
+        "Transition",
+        "changed_phase",
+        "opened",
+    ),
+    "toolbreaker.core.breaker.trace": ("parse_event", "parse_lines", "read_trace"),
+    "toolbreaker.core.canonical": ("canonical_json", "sha256_hex"),
+}
+
+if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any name
+    __getattr__, __dir__ = _exports(__name__, _HOMES)
+del TYPE_CHECKING
 
 __all__ = [
     "CLOSED",

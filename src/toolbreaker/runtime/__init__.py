@@ -4,72 +4,163 @@ Only this layer reads clocks, runs calls and takes locks; every decision still c
 from :mod:`toolbreaker.core`.
 """
 
-from toolbreaker.runtime._clock import Clock, monotonic_ms
-from toolbreaker.runtime._result import (
-    SYSTEM_PROMPT_LINE,
-    error_result,
-    hidden_tools_line,
-    server_unavailable_result,
-    system_prompt_line,
-    unavailable_result,
-)
-from toolbreaker.runtime._step import (
-    TOOL_TYPES,
-    Step,
-    StepObserver,
-    StepStart,
-    StepWatch,
-    ToolType,
-    idempotency_key,
-)
-from toolbreaker.runtime.breaker._boundary import (
-    BREAKER_OPTIONS,
-    Boundary,
-    BreakerOptions,
-    BreakerToolOptions,
-    Enforce,
-    HealthCheck,
-)
-from toolbreaker.runtime.breaker._breaker import Breaker, BreakerStats, Listener, Permit, Rejection
-from toolbreaker.runtime.breaker._classify import (
-    SUCCESS,
-    Classifier,
-    Verdict,
-    classify_exception,
-    classify_status,
-    parse_duration,
-    parse_retry_after,
-)
-from toolbreaker.runtime.breaker._degrade import Degradation
-from toolbreaker.runtime.breaker._scope import current_scope, scope
-from toolbreaker.runtime.fleet._attach import Attachment, breakers_of
-from toolbreaker.runtime.fleet._drain import (
-    DrainReport,
-    PruneReport,
-    drain,
-    prune_done,
-    queued_items,
-)
-from toolbreaker.runtime.fleet._health import HealthChecker, HealthStats
-from toolbreaker.runtime.fleet._published import PolicyFollower, PublishedSheet
-from toolbreaker.runtime.fleet._recorder import TraceRecorder
-from toolbreaker.runtime.fleet._registry import Registry, Resolution, publish_policy
-from toolbreaker.runtime.run._guard import (
-    ActionRequest,
-    CostReservation,
-    GuardedTool,
-    GuardedToolOptions,
-    RunGuard,
-    StopPacket,
-    evidence_digest,
-    may_have_committed,
-)
-from toolbreaker.runtime.run._siblings import (
-    BranchOutcome,
-    CancelledByPolicy,
-    SiblingOutcome,
-    Siblings,
-)
+from toolbreaker._lazy import exports as _exports
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from toolbreaker.runtime._clock import Clock, monotonic_ms
+    from toolbreaker.runtime._result import (
+        SYSTEM_PROMPT_LINE,
+        error_result,
+        hidden_tools_line,
+        server_unavailable_result,
+        system_prompt_line,
+        unavailable_result,
+    )
+    from toolbreaker.runtime._step import (
+        TOOL_TYPES,
+        Step,
+        StepObserver,
+        StepStart,
+        StepWatch,
+        ToolType,
+        idempotency_key,
+    )
+    from toolbreaker.runtime.breaker._boundary import (
+        BREAKER_OPTIONS,
+        Boundary,
+        BreakerOptions,
+        BreakerToolOptions,
+        Enforce,
+        HealthCheck,
+    )
+    from toolbreaker.runtime.breaker._breaker import (
+        Breaker,
+        BreakerStats,
+        Listener,
+        Permit,
+        Rejection,
+    )
+    from toolbreaker.runtime.breaker._classify import (
+        SUCCESS,
+        Classifier,
+        Verdict,
+        classify_exception,
+        classify_status,
+        parse_duration,
+        parse_retry_after,
+    )
+    from toolbreaker.runtime.breaker._degrade import Degradation
+    from toolbreaker.runtime.breaker._scope import current_scope, scope
+    from toolbreaker.runtime.fleet._attach import Attachment, breakers_of
+    from toolbreaker.runtime.fleet._drain import (
+        DrainReport,
+        PruneReport,
+        drain,
+        prune_done,
+        queued_items,
+    )
+    from toolbreaker.runtime.fleet._health import HealthChecker, HealthStats
+    from toolbreaker.runtime.fleet._published import PolicyFollower, PublishedSheet
+    from toolbreaker.runtime.fleet._recorder import TraceRecorder
+    from toolbreaker.runtime.fleet._registry import Registry, Resolution, publish_policy
+    from toolbreaker.runtime.run._guard import (
+        ActionRequest,
+        CostReservation,
+        GuardedTool,
+        GuardedToolOptions,
+        RunGuard,
+        StopPacket,
+        evidence_digest,
+        may_have_committed,
+    )
+    from toolbreaker.runtime.run._siblings import (
+        BranchOutcome,
+        CancelledByPolicy,
+        SiblingOutcome,
+        Siblings,
+    )
+
+#: Where each re-exported name lives, imported when first used (PEP 562); the imports
+#: above are the same list, for type checkers and editors.
+_HOMES: dict[str, tuple[str, ...]] = {
+    "toolbreaker.runtime._clock": ("Clock", "monotonic_ms"),
+    "toolbreaker.runtime._result": (
+        "SYSTEM_PROMPT_LINE",
+        "error_result",
+        "hidden_tools_line",
+        "server_unavailable_result",
+        "system_prompt_line",
+        "unavailable_result",
+    ),
+    "toolbreaker.runtime._step": (
+        "TOOL_TYPES",
+        "Step",
+        "StepObserver",
+        "StepStart",
+        "StepWatch",
+        "ToolType",
+        "idempotency_key",
+    ),
+    "toolbreaker.runtime.breaker._boundary": (
+        "BREAKER_OPTIONS",
+        "Boundary",
+        "BreakerOptions",
+        "BreakerToolOptions",
+        "Enforce",
+        "HealthCheck",
+    ),
+    "toolbreaker.runtime.breaker._breaker": (
+        "Breaker",
+        "BreakerStats",
+        "Listener",
+        "Permit",
+        "Rejection",
+    ),
+    "toolbreaker.runtime.breaker._classify": (
+        "SUCCESS",
+        "Classifier",
+        "Verdict",
+        "classify_exception",
+        "classify_status",
+        "parse_duration",
+        "parse_retry_after",
+    ),
+    "toolbreaker.runtime.breaker._degrade": ("Degradation",),
+    "toolbreaker.runtime.breaker._scope": ("current_scope", "scope"),
+    "toolbreaker.runtime.fleet._attach": ("Attachment", "breakers_of"),
+    "toolbreaker.runtime.fleet._drain": (
+        "DrainReport",
+        "PruneReport",
+        "drain",
+        "prune_done",
+        "queued_items",
+    ),
+    "toolbreaker.runtime.fleet._health": ("HealthChecker", "HealthStats"),
+    "toolbreaker.runtime.fleet._published": ("PolicyFollower", "PublishedSheet"),
+    "toolbreaker.runtime.fleet._recorder": ("TraceRecorder",),
+    "toolbreaker.runtime.fleet._registry": ("Registry", "Resolution", "publish_policy"),
+    "toolbreaker.runtime.run._guard": (
+        "ActionRequest",
+        "CostReservation",
+        "GuardedTool",
+        "GuardedToolOptions",
+        "RunGuard",
+        "StopPacket",
+        "evidence_digest",
+        "may_have_committed",
+    ),
+    "toolbreaker.runtime.run._siblings": (
+        "BranchOutcome",
+        "CancelledByPolicy",
+        "SiblingOutcome",
+        "Siblings",
+    ),
+}
+
+if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any name
+    __getattr__, __dir__ = _exports(__name__, _HOMES)
+del TYPE_CHECKING
 
 __all__ = [
     "BREAKER_OPTIONS",

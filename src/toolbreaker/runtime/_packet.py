@@ -11,26 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from toolbreaker.core.run.redact import redact
+from toolbreaker.errors import TurnReport
 
-__all__ = ["StopPacket", "Turn"]
-
-
-class Turn(Protocol):
-    """What :meth:`StopPacket.final_text` reads of a model turn (a ``SiblingOutcome``)."""
-
-    @property
-    def branches(self) -> tuple[object, ...]:
-        """Every call of the turn."""
-
-    @property
-    def completed(self) -> tuple[str, ...]:
-        """The names of the calls that completed."""
-
-    def to_result(self) -> dict[str, Any]:
-        """What the model reads of the turn."""
+__all__ = ["StopPacket"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -76,7 +62,7 @@ class StopPacket:
         object.__setattr__(self, "counters", redact(dict(self.counters)))
         object.__setattr__(self, "history", tuple(redact(dict(x)) for x in self.history))
 
-    def final_text(self, turn: Turn | None = None) -> str:
+    def final_text(self, turn: TurnReport | None = None) -> str:
         """The words every adapter ends a stopped run with (its final message's text).
 
         ``turn``: the last model turn's calls (``RunGuard.turn_outcome()``); when it has

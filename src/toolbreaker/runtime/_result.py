@@ -42,11 +42,13 @@ from __future__ import annotations
 import json
 import string
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from toolbreaker.core.run.budget import Stop
 from toolbreaker.core.run.redact import redact, redact_text
 from toolbreaker.errors import PolicyError, whole_seconds
+
+if TYPE_CHECKING:
+    from toolbreaker.core.run.budget import Stop
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",

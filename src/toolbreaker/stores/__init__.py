@@ -12,12 +12,31 @@ transaction, a compare-and-set script). A store never decides a transition by it
   while a shared store is unavailable; everything else is denied (fail closed).
 """
 
-from toolbreaker.stores._fallback import LocalFallback
-from toolbreaker.stores._protocol import AsyncStore, Journal, Records, Store, View
-from toolbreaker.stores.memory import MemoryStore
-from toolbreaker.stores.postgres import PostgresStore
-from toolbreaker.stores.redis import RedisStore
-from toolbreaker.stores.sqlite import SQLiteStore
+from toolbreaker._lazy import exports as _exports
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
+if TYPE_CHECKING:
+    from toolbreaker.stores._fallback import LocalFallback
+    from toolbreaker.stores._protocol import AsyncStore, Journal, Records, Store, View
+    from toolbreaker.stores.memory import MemoryStore
+    from toolbreaker.stores.postgres import PostgresStore
+    from toolbreaker.stores.redis import RedisStore
+    from toolbreaker.stores.sqlite import SQLiteStore
+
+#: Where each re-exported name lives, imported when first used (PEP 562); the imports
+#: above are the same list, for type checkers and editors.
+_HOMES: dict[str, tuple[str, ...]] = {
+    "toolbreaker.stores._fallback": ("LocalFallback",),
+    "toolbreaker.stores._protocol": ("AsyncStore", "Journal", "Records", "Store", "View"),
+    "toolbreaker.stores.memory": ("MemoryStore",),
+    "toolbreaker.stores.postgres": ("PostgresStore",),
+    "toolbreaker.stores.redis": ("RedisStore",),
+    "toolbreaker.stores.sqlite": ("SQLiteStore",),
+}
+
+if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any name
+    __getattr__, __dir__ = _exports(__name__, _HOMES)
+del TYPE_CHECKING
 
 __all__ = [
     "AsyncStore",

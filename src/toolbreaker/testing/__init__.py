@@ -11,6 +11,9 @@ Test your own agent against the outages it will meet, with real sockets and no m
 - :func:`request_json`: a small standard-library JSON client for it.
 - :class:`SlowProxy`: a TCP proxy that holds every request, making any real server (Redis,
   PostgreSQL, your own service) slow on demand.
+- :class:`Scenario` (:func:`load_scenario`, :func:`parse_scenario`): a fault scenario, the
+  faults each target meets and what the run must hold to; judged by the exercise judge
+  (pure, like the core).
 - :func:`exercise`: run your own agent (``agent(ctx)``, see :class:`ExerciseContext`)
   against fault scenarios (TOML; :func:`shipped_scenarios`) through a real fault proxy
   (:class:`FaultProxy`) or wrapped Python tools, and measure whether its breakers held
@@ -46,6 +49,7 @@ from toolbreaker.testing._exercise import (
 from toolbreaker.testing._fault_proxy import FaultProxy, InjectedFault, Ledger
 from toolbreaker.testing._helpers import FakeClock, capture_transitions, force_state
 from toolbreaker.testing._proxy import SlowProxy
+from toolbreaker.testing._scenario import Scenario, load_scenario, parse_scenario
 from toolbreaker.testing._service import (
     MALFORMED_SHAPE,
     MALFORMED_TRUNCATED,
@@ -70,16 +74,19 @@ __all__ = [
     "InjectedFault",
     "Ledger",
     "MalformedAnswer",
+    "Scenario",
     "ScenarioReport",
     "SlowProxy",
     "ToolService",
     "capture_transitions",
     "exercise",
     "force_state",
+    "load_scenario",
     "model_plan",
     "model_script",
     "next_call",
     "openai_error",
+    "parse_scenario",
     "request_json",
     "scripted_agent",
     "service_tools",

@@ -11,7 +11,7 @@ returns what holds its stop packet: a ``RunGuard``, an adapter with ``stop_packe
 (``ToolbreakerMiddleware``...), a ``StopPacket``, or nothing when it used
 ``ctx.run_guard()``.
 
-The judgement is the core's (:func:`toolbreaker.core.exercise.judge`); this module only
+The judgement is the core's (:func:`toolbreaker.testing._scenario.judge`); this module only
 runs and counts.
 """
 
@@ -26,14 +26,6 @@ from typing import Any
 
 from toolbreaker.core.breaker.predicates import may_start_rejecting
 from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.exercise import (
-    DEADLINE_FACTOR,
-    Judgement,
-    Measured,
-    Scenario,
-    judge,
-    load_scenario,
-)
 from toolbreaker.core.files import printable
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._step import StepStart
@@ -44,6 +36,14 @@ from toolbreaker.runtime.run._guard import RunGuard
 from toolbreaker.stores.memory import MemoryStore
 from toolbreaker.testing._fault_proxy import FaultProxy, Ledger, wrap_tool
 from toolbreaker.testing._mcp_faults import CONTROL_PREFIX, mcp_stdio_command
+from toolbreaker.testing._scenario import (
+    DEADLINE_FACTOR,
+    Judgement,
+    Measured,
+    Scenario,
+    judge,
+    load_scenario,
+)
 from toolbreaker.testing._service import ToolService
 
 __all__ = [

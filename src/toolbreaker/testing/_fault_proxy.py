@@ -2,7 +2,7 @@
 
 :class:`FaultProxy` listens on 127.0.0.1 in front of a real HTTP tool service (the user's,
 or the bundled :class:`~toolbreaker.testing.ToolService`) and gives each request the
-fault the scenario scripts for its route and attempt (:func:`toolbreaker.core.exercise.
+fault the scenario scripts for its route and attempt (:func:`toolbreaker.testing._scenario.
 fault_at` decides; this module only carries it out). :func:`wrap_tool` does the same to
 a plain Python tool function. Both count into one :class:`Ledger`, *at the service*: the
 attempts that reached it, those made while a breaker fed by the target's failures was
@@ -25,7 +25,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, cast
 
 from toolbreaker.core.breaker.predicates import rejects_callers
-from toolbreaker.core.exercise import (
+from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.testing._faults import MALFORMED_SHAPE
+from toolbreaker.testing._mcp_faults import CONTROL_PREFIX
+from toolbreaker.testing._scenario import (
     FaultRule,
     Scenario,
     TargetCount,
@@ -34,9 +37,6 @@ from toolbreaker.core.exercise import (
     is_write,
     route_key,
 )
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.testing._faults import MALFORMED_SHAPE
-from toolbreaker.testing._mcp_faults import CONTROL_PREFIX
 
 __all__ = ["FaultProxy", "InjectedFault", "Ledger", "wrap_tool"]
 

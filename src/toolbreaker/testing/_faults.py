@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.exercise import MALFORMED, Malformed
+from toolbreaker.testing._scenario import MALFORMED, Malformed
 
 __all__ = ["MALFORMED_SHAPE", "MALFORMED_TRUNCATED", "NO_FAULT", "Fault"]
 

@@ -55,9 +55,9 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, cast
 
-from toolbreaker.core.exercise import normal_route, route_key
 from toolbreaker.testing._chat import chat_reply
 from toolbreaker.testing._faults import MALFORMED_SHAPE, MALFORMED_TRUNCATED, NO_FAULT, Fault
+from toolbreaker.testing._scenario import normal_route, route_key
 
 __all__ = [
     "MALFORMED_SHAPE",

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from toolbreaker.core.exercise import Scenario
     from toolbreaker.testing._exercise import ExerciseReport
+    from toolbreaker.testing._scenario import Scenario
 
 __all__ = ["toolbreaker_exercise"]
 
@@ -34,7 +34,7 @@ def toolbreaker_exercise() -> Callable[..., ExerciseReport]:
     """Run an agent against fault scenarios and fail the test when a promise failed.
 
     The fixture is ``run(agent, scenarios=None, *, service=None, assert_held=True)``:
-    ``scenarios`` are scenario files or :class:`~toolbreaker.core.exercise.Scenario`
+    ``scenarios`` are scenario files or :class:`~toolbreaker.testing.Scenario`
     objects (``None``: every shipped one), ``service`` the base URL of your HTTP tool
     service (``None``: the bundled one). It returns the
     :class:`~toolbreaker.testing.ExerciseReport`.

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from recorded_runs import recorded_runs
 from toolbreaker.core.run.budget import Budget, ClassLimits
-from toolbreaker.core.run.calibration import limits_of, stops_at
 from toolbreaker.runtime.run._calibrate import judge, measure
 from toolbreaker.runtime.run._recorded import RecordedStep
+from toolbreaker.tuning._budgets import limits_of, stops_at
 
 
 def steps_of(records: list[dict[str, Any]]) -> list[RecordedStep]:

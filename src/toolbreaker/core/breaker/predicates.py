@@ -31,6 +31,7 @@ from toolbreaker.core.breaker.state import (
 
 __all__ = [
     "FOREVER",
+    "UNCLASSIFIED",
     "IdleWindow",
     "admission",
     "admits_all",
@@ -46,7 +47,12 @@ __all__ = [
     "may_start_rejecting",
     "rejects_callers",
     "retry_after_ms",
+    "unclassified_type",
 ]
+
+#: The failure class of an exception the classifier does not know, before its type:
+#: ``unknown-exception:MyAPIError``. It is ``ignored``: it never counts toward opening.
+UNCLASSIFIED: Final = "unknown-exception"
 
 
 def admission(state: BreakerState, at: int, policy: Policy, *, health_check: bool = False) -> str:
@@ -272,3 +278,9 @@ def due_expiry(state: BreakerState, at: int, policy: Policy) -> Lease | None:
         return None
     oldest = min(state.leases, key=lambda lease: lease.admitted_at)
     return oldest if oldest.admitted_at + policy.lease_ttl_ms <= at else None
+
+
+def unclassified_type(failure_class: str) -> str | None:
+    """The exception type of an unclassified outcome's class (``MyAPIError``), else ``None``."""
+    prefix, colon, name = failure_class.partition(":")
+    return name or None if prefix == UNCLASSIFIED and colon else None

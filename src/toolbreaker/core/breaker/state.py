@@ -40,6 +40,7 @@ __all__ = [
     "opening",
     "phase_changed",
     "reopened",
+    "was_open",
 ]
 
 CLOSED: Final = "closed"
@@ -542,6 +543,14 @@ def opened(record: Transition) -> bool:
 def opening(before: BreakerState, after: BreakerState) -> bool:
     """:func:`opened` for a transition known by its two states (a replay's fast path)."""
     return after.phase == OPEN and before.phase != OPEN
+
+
+def was_open(record: Transition) -> bool:
+    """Whether the breaker was open when the record's event arrived.
+
+    A tally that starts in the middle of a stream may start with the breaker open.
+    """
+    return record.from_phase == OPEN
 
 
 def reopened(record: Transition) -> bool:

@@ -260,7 +260,7 @@ class Needs:
     """What an action needs from a budget not to be refused now: the least of each limit.
 
     The inverse of :func:`check`, for calibrating a budget on recorded runs
-    (:mod:`toolbreaker.core.run.calibration`): the action passes a limit exactly when the
+    (`toolbreaker.tuning._budgets`): the action passes a limit exactly when the
     limit is at least (for a cost or the deadline: above) the need.
 
     Attributes:

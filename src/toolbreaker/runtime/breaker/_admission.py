@@ -18,9 +18,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
-from toolbreaker.core.breaker.calibration import unclassified_type
 from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.predicates import IdleWindow, idle_window, is_quiet
+from toolbreaker.core.breaker.predicates import IdleWindow, idle_window, is_quiet, unclassified_type
 from toolbreaker.core.breaker.predicates import retry_after_ms as core_retry_after_ms
 from toolbreaker.core.breaker.state import (
     BreakerState,

@@ -85,7 +85,7 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Final, Literal, Protocol, TypeAlias
 
-from toolbreaker.core.breaker.calibration import UNCLASSIFIED
+from toolbreaker.core.breaker.predicates import UNCLASSIFIED
 from toolbreaker.core.breaker.state import OUTCOME_TYPES
 
 __all__ = [

@@ -34,8 +34,6 @@ import random
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
@@ -359,6 +357,9 @@ async def _bounded(awaitable: Any, timeout: float) -> Any:
 
 
 def _get(url: str, timeout: float) -> Verdict:
+    import urllib.error  # an HTTP check's own: a registry without one never loads urllib
+    import urllib.request
+
     request = urllib.request.Request(url, method="GET")  # noqa: S310 - http(s) checked by HealthCheck
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310

@@ -10,9 +10,9 @@ decides:
   stopped run ends: nothing after its stop is spent, model steps included; a refused
   call spends nothing);
 - :func:`measure` replays it under the calibration probe
-  (:func:`toolbreaker.core.run.calibration.probe`) and records, before each request, what
+  (:func:`toolbreaker.tuning._budgets.probe`) and records, before each request, what
   it needed of each limit (:func:`toolbreaker.core.run.limits.needs`): the run's
-  :class:`~toolbreaker.core.run.calibration.Profile`, which the pure search reads.
+  :class:`~toolbreaker.tuning._budgets.Profile`, which the pure search reads.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from decimal import Decimal
 
 from toolbreaker.core.run._values import ZERO, as_amount, exact_sum
 from toolbreaker.core.run.budget import Budget, RiskClass, RunState
-from toolbreaker.core.run.calibration import Profile, RunOutcome, probe
 from toolbreaker.core.run.limits import Needs, needs
 from toolbreaker.core.run.machine import NOT_ASKED
 from toolbreaker.runtime.run._recorded import RecordedRun, RecordedStep
+from toolbreaker.tuning._budgets import Profile, RunOutcome, probe
 
 __all__ = ["EFFECTS", "Judged", "judge", "measure"]
 

@@ -6,7 +6,9 @@ import json
 
 from toolbreaker import Policy
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.calibration import (
+from toolbreaker.core.breaker.receipt import Replay
+from toolbreaker.core.breaker.state import Event
+from toolbreaker.tuning._signals import (
     calibrate,
     compliance,
     covered_by,
@@ -14,8 +16,6 @@ from toolbreaker.core.breaker.calibration import (
     is_client_error,
     opens_rate,
 )
-from toolbreaker.core.breaker.receipt import Replay
-from toolbreaker.core.breaker.state import Event
 
 POLICY = Policy(failure_threshold=1, cooldown_ms=1_000, cooldown_max_ms=1_000)
 

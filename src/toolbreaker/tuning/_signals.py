@@ -34,7 +34,15 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from toolbreaker.core.breaker.state import HALF_OPEN, OPEN, Transition
+from toolbreaker.core.breaker.predicates import unclassified_type
+from toolbreaker.core.breaker.state import (
+    Transition,
+    changed_phase,
+    half_opened,
+    opened,
+    reopened,
+    was_open,
+)
 
 __all__ = [
     "CLIENT_ERROR_SHARE",
@@ -42,7 +50,6 @@ __all__ = [
     "MIN_SPAN_MS",
     "OPEN_SHARE",
     "RATE_SPAN_MS",
-    "UNCLASSIFIED",
     "Compliance",
     "Finding",
     "Signals",
@@ -53,12 +60,7 @@ __all__ = [
     "findings",
     "is_client_error",
     "opens_rate",
-    "unclassified_type",
 ]
-
-#: The failure class of an exception the classifier does not know, before its type:
-#: ``unknown-exception:MyAPIError``. It is ``ignored``: it never counts toward opening.
-UNCLASSIFIED: Final = "unknown-exception"
 
 #: Above this half-open reopen ratio the cooldown is too short.
 FLAPPING_RATIO: Final = 0.7
@@ -130,12 +132,6 @@ def is_client_error(failure_class: str) -> bool:
         return False
     code = failure_class[5:]
     return len(code) == 3 and code.startswith("4") and code not in ("408", "429")
-
-
-def unclassified_type(failure_class: str) -> str | None:
-    """The exception type of an unclassified outcome's class (``MyAPIError``), else ``None``."""
-    prefix, colon, name = failure_class.partition(":")
-    return name or None if prefix == UNCLASSIFIED and colon else None
 
 
 def count_class(
@@ -243,8 +239,7 @@ class Signals:
 class _Tally:
     first: int
     last: int
-    phase: str
-    since: int
+    open_since: int | None  # when the breaker last opened, while it is open
     opens: int = 0
     time_open: int = 0
     half_opens: int = 0
@@ -277,7 +272,8 @@ def calibrate(
         at = record.event.at
         tally = tallies.get(record.dependency)
         if tally is None:
-            tally = tallies[record.dependency] = _Tally(at, at, record.from_phase, at)
+            since = at if was_open(record) else None
+            tally = tallies[record.dependency] = _Tally(at, at, since)
         tally.last = max(tally.last, at)
         tally.admitted += record.attempted
         tally.rejected += record.rejected
@@ -286,24 +282,26 @@ def calibrate(
             if not tally.recalled_this_episode:
                 tally.recalled_this_episode = True
                 tally.recall_episodes += 1
-        if record.from_phase == record.to_phase:
+        if not changed_phase(record):
             continue
-        if record.from_phase == OPEN:
-            tally.time_open += max(0, at - tally.since)
-        if record.to_phase == OPEN:
+        if tally.open_since is not None:  # a change of phase while open: it left open
+            tally.time_open += max(0, at - tally.open_since)
+            tally.open_since = None
+        if opened(record):
             tally.opens += 1
+            tally.open_since = at
             tally.recalled_this_episode = False
-            if record.from_phase == HALF_OPEN:
+            if reopened(record):
                 tally.reopens += 1
-        elif record.to_phase == HALF_OPEN:
+        elif half_opened(record):
             tally.half_opens += 1
-        tally.phase, tally.since = record.to_phase, at
     classes = failure_classes or {}
     unknown = unclassified or {}
     out: dict[str, Signals] = {}
     for key, tally in tallies.items():
         end = max(tally.last, until if until is not None else tally.last)
-        time_open = tally.time_open + (max(0, end - tally.since) if tally.phase == OPEN else 0)
+        still_open = 0 if tally.open_since is None else max(0, end - tally.open_since)
+        time_open = tally.time_open + still_open
         out[key] = Signals(
             key=key,
             span_ms=end - tally.first,
@@ -472,7 +470,7 @@ def compliance(observations: Iterable[tuple[str, str, Transition]]) -> list[Comp
     for tool, version, record in observations:
         tally = tallies.setdefault((tool, version), [0, 0, 0])
         key = record.dependency
-        if record.to_phase == OPEN and record.from_phase != OPEN:
+        if opened(record):
             tally[0] += 1
             recalled[key] = False
         if record.reason == "cooldown":

@@ -12,7 +12,9 @@ from decimal import Decimal
 import pytest
 
 from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState, begin, finish
-from toolbreaker.core.run.calibration import (
+from toolbreaker.core.run.limits import needs
+from toolbreaker.errors import PolicyError
+from toolbreaker.tuning._budgets import (
     LIMITS,
     Profile,
     limits_of,
@@ -21,8 +23,6 @@ from toolbreaker.core.run.calibration import (
     suggest,
     with_limits,
 )
-from toolbreaker.core.run.limits import needs
-from toolbreaker.errors import PolicyError
 
 
 def profile(name: str, outcome: str | None, actions: list[Action], **extra) -> Profile:

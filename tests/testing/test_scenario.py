@@ -1,4 +1,4 @@
-"""Scenario files and the judgement: toolbreaker.core.exercise, pure."""
+"""Scenario files and the judgement: toolbreaker.testing._scenario, pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import dataclasses
 
 import pytest
 
-from toolbreaker.core.exercise import (
+from toolbreaker.errors import PolicyError
+from toolbreaker.testing import shipped_scenarios
+from toolbreaker.testing._scenario import (
     BEHAVIOURS,
     FAULT_KINDS,
     Measured,
@@ -19,8 +21,6 @@ from toolbreaker.core.exercise import (
     parse_scenario,
     route_key,
 )
-from toolbreaker.errors import PolicyError
-from toolbreaker.testing import shipped_scenarios
 
 SCENARIO = """\
 name = "mixed"
