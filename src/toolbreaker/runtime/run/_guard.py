@@ -22,10 +22,12 @@ and what counts as uncertain. A journal write whose answer was lost
 (:class:`~toolbreaker.errors.StoreWriteUnknown`) is believed made and never confirmed.
 
 The guard is built in layers, one module each: ``_shell`` (its state, the run machine's
-feed, the journal, the stop packet), ``_settle`` (settle, verify, reconcile), ``_plan``
-(plan and authorize), ``_turns`` (a model turn's sibling calls), and this module, the
-public surface. Every sync and async twin (``begin``/``abegin``, ``call``/``acall``, the
-settle callbacks, ``run_step``/``arun_step``) runs one flow through one driver
+feed, the journal, the stop packet), ``_settle`` (settle, verify, reconcile), ``_begin``
+(carry out a call's plan, authorize), ``_turns`` (a model turn's sibling calls), and this
+module, the public surface. What to do with a call is decided by the pure functions of
+``_plan`` (a frozen answer, reconcile or run), never by the layers. Every sync and async
+twin (``begin``/``abegin``, ``call``/``acall``, the settle callbacks, ``run_step``/
+``arun_step``) runs one flow through one driver
 (:mod:`toolbreaker.runtime._flow`), so no rule is written twice for the two.
 """
 

@@ -32,7 +32,7 @@ from toolbreaker.runtime.breaker._breaker import Permit
 from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime.breaker._commit import found_in_chain, may_have_committed
 from toolbreaker.runtime.run._driver import Degrade, Record
-from toolbreaker.runtime.run._shell import CallPlan, RunShell
+from toolbreaker.runtime.run._shell import CallPlan, RunShell, plan_of
 from toolbreaker.runtime.run._tools import evidence_digest, with_key
 
 __all__ = ["Settling"]
@@ -50,7 +50,7 @@ class Settling(RunShell):
         if permit is not None:
             verdict = permit.breaker.result_verdict(result)
             if verdict is not SUCCESS:
-                step.failure = "result"  # the tool returned what counts as a failure
+                step.failed_as("result")  # the tool returned what counts as a failure
             yield Record(permit, verdict)
         answer = yield self.blocking(step, self._succeeded, step, result)
         return self._told(step, answer)
@@ -69,22 +69,21 @@ class Settling(RunShell):
             raise exc
         answer = yield self.blocking(step, self._failed, step, exc)
         if isinstance(answer, _Down):
-            answer = yield from self._down(step, answer.result, answer.reason)
+            answer = yield from self._down(plan_of(step), answer.result, answer.reason)
         return self._told(step, answer)
 
-    def _down(self, step: Step, result: dict[str, Any], reason: str) -> Flow[Any]:
+    def _down(self, plan: CallPlan, result: dict[str, Any], reason: str) -> Flow[Any]:
         """The step's dependency is out (refused, or opened by this call): the answer.
 
         The sheet row's degradation, if it has one, is an effect of its own (on the event
         loop its store round trips, its packet's journal read and an async substitute are
         awaited, never run inside another effect); then the run machine decides.
         """
-        plan: CallPlan = step.plan
         breaker = plan.spec.breaker
         served = None
         if breaker is not None and breaker.for_scope().degradation.chain:
             served = yield self._degrade(plan, result)
-        answer = yield self.blocking(step, self._dependency_down, plan, result, reason, served)
+        answer = yield self.blocking(plan, self._dependency_down, plan, result, reason, served)
         return answer
 
     # -- the Step's owner callbacks: both twins drive the one flow -------------------------
@@ -104,7 +103,7 @@ class Settling(RunShell):
     # -- execute, verify, record -------------------------------------------------------------
 
     def _succeeded(self, step: Step, result: Any) -> Any:
-        plan: CallPlan = step.plan
+        plan = plan_of(step)
         spec = plan.spec
         if plan.risk in WRITES:
             verified: bool | None = None
@@ -115,7 +114,7 @@ class Settling(RunShell):
                     hook_failed(f"the verify check of {spec.name} raised", exc)
                     verified = False
             if not protocol.proves(result, verified):
-                step.failure = "unverified"
+                step.failed_as("unverified")
                 return self._unknown(
                     step, "verification failed: the result does not prove the write happened"
                 )
@@ -139,7 +138,7 @@ class Settling(RunShell):
 
     def _failed(self, step: Step, exc: Exception) -> Any:
         """What the model reads for a failure; :class:`_Down` when the dependency is out."""
-        plan: CallPlan = step.plan
+        plan = plan_of(step)
         spec = plan.spec
         verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
         if plan.risk in WRITES and may_have_committed(exc, verdict):
@@ -286,7 +285,7 @@ class Settling(RunShell):
 
     def _unknown(self, step: Step, why: str) -> dict[str, Any]:
         """An unknown write outcome: never replay, let the core block writes, reconcile."""
-        plan: CallPlan = step.plan
+        plan = plan_of(step)
         if plan.begun and plan.key is not None:
             self._counted(plan.key)
         self._finish(plan, "unknown", detail=why)

@@ -4,7 +4,7 @@
 state a guard keeps, feeding the run machine (:mod:`toolbreaker.core.run.machine`) and
 telling stop listeners, journaling a write by the write protocol's moves
 (:mod:`toolbreaker.core.run.protocol`), the stop packet, and a call's membership of its
-model turn. The parts above it plan and authorize calls (``_plan``), settle, verify and
+model turn. The parts above it carry out a call's plan (``_begin``), settle, verify and
 reconcile them (``_settle``), and run a model turn's calls (``_turns``).
 """
 
@@ -39,7 +39,7 @@ from toolbreaker.runtime.run._siblings import BranchOutcome, TurnGroup, TurnMemb
 from toolbreaker.runtime.run._tools import GuardedTool
 from toolbreaker.stores._protocol import Journal
 
-__all__ = ["NO_TURN", "CallPlan", "RunShell"]
+__all__ = ["NO_TURN", "CallPlan", "RunShell", "call_of", "plan_of"]
 
 #: No model turn marked yet.
 NO_TURN: Final = object()
@@ -81,6 +81,19 @@ class CallPlan:
     reserve: Decimal | None = None
     reservation: int = 0
     risk: RiskClass = "read"
+
+
+def call_of(step: Step) -> CallPlan | None:
+    """The run guard's record of ``step``'s call, ``None`` for a call refused unread."""
+    plan = step.plan
+    return plan if isinstance(plan, CallPlan) else None
+
+
+def plan_of(step: Step) -> CallPlan:
+    """The run guard's record of a begun ``step``'s call (one that ran has one)."""
+    plan = step.plan
+    assert isinstance(plan, CallPlan), step
+    return plan
 
 
 class RunShell:
@@ -406,12 +419,12 @@ class RunShell:
         member = group.join(step.tool, None if step.answer is not None else breaker)
         if step.answer is not None:
             group.answered(member, step.answer)
-        elif step.plan is not None:
-            step.plan.turn = (group, member)
+        elif (call := call_of(step)) is not None:
+            call.turn = (group, member)
         return step
 
     def _turn_of(self, step: Step) -> tuple[TurnGroup, TurnMember] | None:
-        plan: CallPlan | None = step.plan
+        plan = call_of(step)
         return None if plan is None else plan.turn
 
     def _settling(self, step: Step) -> None:
@@ -434,7 +447,12 @@ class RunShell:
     # -- effects ---------------------------------------------------------------------------
 
     def blocking(
-        self, step: Step | None, fn: Callable[..., Any], /, *args: Any, tool: str | None = None
+        self,
+        step: Step | CallPlan | None,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        tool: str | None = None,
     ) -> Blocking:
         """``fn(*args)`` as an effect (:class:`~toolbreaker.runtime.run._driver.Blocking`).
 
@@ -445,8 +463,9 @@ class RunShell:
         alert). In a worker thread otherwise.
         """
         spec = self._tools.get(tool) if tool is not None else None
-        if step is not None and step.plan is not None:
-            spec = step.plan.spec
+        call = call_of(step) if isinstance(step, Step) else step
+        if call is not None:
+            spec = call.spec
         stores: list[object] = [self.journal]
         if spec is not None and spec.breaker is not None:
             stores.append(spec.breaker.store)

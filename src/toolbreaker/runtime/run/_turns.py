@@ -17,9 +17,9 @@ from toolbreaker.core.run.machine import RunEvent
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._result import cancelled_result
 from toolbreaker.runtime._step import Step
+from toolbreaker.runtime.run._begin import Planning
 from toolbreaker.runtime.run._driver import Blocking, InGroup, Invoke, Record
-from toolbreaker.runtime.run._plan import Planning
-from toolbreaker.runtime.run._shell import CallPlan
+from toolbreaker.runtime.run._shell import plan_of
 from toolbreaker.runtime.run._siblings import (
     CancelledByPolicy,
     SiblingOutcome,
@@ -131,8 +131,8 @@ class Turns(Planning):
             assert member.need is not None
             return cancelled_result(step.tool, member.need.key)
         step.claim()
-        step.failure = "cancelled-by-policy"
-        plan: CallPlan = step.plan
+        step.failed_as("cancelled-by-policy")
+        plan = plan_of(step)
         opened = member.opened or member.need
         assert opened is not None
         dependency = opened.key
