@@ -7,7 +7,7 @@ reconcile check, or a run. A call that runs asks its dependency breaker next (th
 re-issuing a failed call spends a retry of the breaker's budget first), an irreversible
 one its authority check, and a write is journaled pending before it runs. The
 :class:`~toolbreaker.runtime.Step` is built once, at the end, as a frozen value.
-:meth:`Planning._begin` is the one flow behind ``begin`` and ``abegin``
+:meth:`Begin.begin` is the one flow behind ``begin`` and ``abegin``
 (:mod:`toolbreaker.runtime._flow`).
 """
 
@@ -37,8 +37,8 @@ from toolbreaker.runtime.run._plan import (
     journaled_result,
     plan_call,
 )
-from toolbreaker.runtime.run._settle import Settling
-from toolbreaker.runtime.run._shell import CallPlan
+from toolbreaker.runtime.run._settle import Settle
+from toolbreaker.runtime.run._shell import CallPlan, RunShell
 from toolbreaker.runtime.run._tools import (
     ActionRequest,
     GuardedTool,
@@ -47,7 +47,7 @@ from toolbreaker.runtime.run._tools import (
     without_key,
 )
 
-__all__ = ["Planning"]
+__all__ = ["Begin"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,10 +64,23 @@ class _Planned:
     decision: RunDecision | None = None
 
 
-class Planning(Settling):
-    """The start of a call: the plan carried out, the breaker, the journal."""
+class Begin:
+    """The start of a call: the plan carried out, the breaker, the journal.
 
-    def _begin(
+    A part of a :class:`~toolbreaker.RunGuard`.
+
+    Args:
+        shell: the run's state and journal (:class:`RunShell`).
+        settle: the settle flow, the owner of the steps it begins (and what a call the
+            dependency breaker refuses is served by: :meth:`Settle.down`).
+    """
+
+    def __init__(self, shell: RunShell, settle: Settle) -> None:
+        self.shell = shell
+        self.settle = settle
+        self._resumed = False
+
+    def begin(
         self,
         tool: str,
         args: dict[str, Any],
@@ -90,7 +103,7 @@ class Planning(Settling):
         watching = self._watch_step(tool, call_id, tool_type, description)
         if watching is None:
             step = yield from self._deciding(tool, args, call_id, None)
-            return self._joined(step)
+            return self.shell.joined(step)
         try:
             with watching.current():
                 step = yield from self._deciding(tool, args, call_id, watching)
@@ -99,7 +112,7 @@ class Planning(Settling):
             raise
         if step.answer is not None:
             step.end()
-        return self._joined(step)
+        return self.shell.joined(step)
 
     def _watch_step(
         self,
@@ -108,31 +121,35 @@ class Planning(Settling):
         tool_type: ToolType | None = None,
         description: str | None = None,
     ) -> Watching | None:
-        spec = self._tools.get(tool)
+        spec = self.shell.tools.get(tool)
         breaker = None if spec is None else spec.breaker
         if breaker is not None:
             return breaker.watch_step(
-                tool, call_id, self.step_observers, tool_type=tool_type, description=description
+                tool,
+                call_id,
+                self.shell.step_observers,
+                tool_type=tool_type,
+                description=description,
             )
-        if not self.step_observers:
+        if not self.shell.step_observers:
             return None
         start = StepStart(tool, call_id, None, tool_type, description)
-        return self.step_observers.start(start, self._observer_failed)
+        return self.shell.step_observers.start(start, self._observer_failed)
 
     def _observer_failed(self) -> None:
-        self.listener_errors += 1
+        self.shell.listener_errors += 1
 
     def _deciding(
         self, tool: str, args: dict[str, Any], call_id: str | None, watching: Watching | None
     ) -> Flow[Step]:
         """The plan carried out, then the breaker's admission, then the journal's entry."""
-        planned: _Planned = yield self.blocking(None, self._plan, tool, args, tool=tool)
+        planned: _Planned = yield self.shell.blocking(None, self._plan, tool, args, tool=tool)
         call, outcome = planned.call, planned.outcome
         permit: Permit | None = None
         breaker = planned.spec.breaker if isinstance(outcome, Run) else None
         if breaker is not None and call is not None:
-            with self._lock:
-                retrying = is_retry(self._retries, call.fingerprint)
+            with self.shell.lock:
+                retrying = is_retry(self.shell.retries, call.fingerprint)
             breaker = breaker.for_scope()  # a scoped row: this tenant's
             admission = yield Admit(breaker, retrying)
             if isinstance(admission, Permit):
@@ -140,15 +157,15 @@ class Planning(Settling):
             else:
                 # Refused by its dependency breaker after the run machine let it through.
                 result = admission.result_for(tool)
-                answer = yield from self._down(call, result, admission.reason)
+                answer = yield from self.settle.down(call, result, admission.reason)
                 outcome = Answer(answer, admission.reason)
         if isinstance(outcome, Run) and call is not None and call.key is not None:
-            refused = yield self.blocking(call, self._journal_pending, call, permit)
+            refused = yield self.shell.blocking(call, self._journal_pending, call, permit)
             if refused is not None:
                 outcome, permit = refused, None
         spec = planned.spec
         return Step(
-            self,
+            self.settle,
             tool,
             outcome.args if isinstance(outcome, Run) else planned.args,
             answer=outcome.result if isinstance(outcome, Answer) else None,
@@ -170,56 +187,62 @@ class Planning(Settling):
         if self._resumed:
             return
         try:
-            entries = self.journal.journal_entries(self.task)
+            entries = self.shell.journal.journal_entries(self.shell.task)
         except StoreUnavailable:
             return  # writes are refused while the journal is down anyway; try again later
         self._resumed = True
         unresolved = [e for e in entries if protocol.uncertain(protocol.read(e))]
-        with self._lock:
-            self._uncertain_keys.update(str(e.get("idempotency_key")) for e in unresolved)
+        with self.shell.lock:
+            self.shell.uncertain_keys.update(str(e.get("idempotency_key")) for e in unresolved)
         if unresolved:
             keys = ", ".join(str(e.get("idempotency_key")) for e in unresolved[:5])
-            self._feed(
+            self.shell.feed(
                 RunEvent(
                     "resume",
-                    self.clock(),
+                    self.shell.clock(),
                     count=len(unresolved),
-                    detail=f"left unresolved by an earlier run of {self.task!r}: {keys}",
+                    detail=f"left unresolved by an earlier run of {self.shell.task!r}: {keys}",
                 )
             )
 
     def _plan(self, tool: str, args: dict[str, Any]) -> _Planned:
         """The call read, the journal read, the run machine told; the plan carried out."""
-        spec = self._tools.get(tool)
+        spec = self.shell.tools.get(tool)
         if spec is None:
-            raise PolicyError(f"unknown tool {tool!r} for run {self.task!r}", field="tool")
+            raise PolicyError(f"unknown tool {tool!r} for run {self.shell.task!r}", field="tool")
         args = without_key(spec, args)
-        intent = intent_of(spec, args, rules=self.rules, task=self.task, steps=self._run.steps)
+        intent = intent_of(
+            spec, args, rules=self.shell.rules, task=self.shell.task, steps=self.shell.state.steps
+        )
         if isinstance(intent, Answer):
             return _Planned(spec, args, intent)  # its class, arguments or cost cannot be told
         key = intent.key
         call = CallPlan(
             spec, intent.fingerprint, key, args, reserve=intent.reserve, risk=intent.risk
         )
-        self._attempted = {"tool": tool, "fingerprint": intent.fingerprint, "idempotency_key": key}
+        self.shell.attempted = {
+            "tool": tool,
+            "fingerprint": intent.fingerprint,
+            "idempotency_key": key,
+        }
         self._resume()
         try:
-            entry = self.journal.journal_get(self.task, key) if key else None
+            entry = self.shell.journal.journal_get(self.shell.task, key) if key else None
         except StoreUnavailable:
             down = Answer(journal_down_result(tool), "journal-unavailable")
             return _Planned(spec, args, down, call)
         call.status = status = protocol.read(entry)
         evidence = None
         if protocol.made(status):
-            evidence = evidence_digest(journaled_result(entry), self.rules)
+            evidence = evidence_digest(journaled_result(entry), self.shell.rules)
         action = Action(
             tool=tool, fingerprint=intent.fingerprint, risk=intent.risk, recovery=spec.recovery
         )
         call.action = action
-        decision = self._feed(
+        decision = self.shell.feed(
             RunEvent(
                 "request",
-                self.clock(),
+                self.shell.clock(),
                 action,
                 journal=status,
                 evidence=evidence,
@@ -232,23 +255,23 @@ class Planning(Settling):
             intent,
             decision,
             entry,
-            writes_blocked=self._run.writes_blocked is not None,
-            turn_limit=self.budget.max_calls_per_turn,
+            writes_blocked=self.shell.state.writes_blocked is not None,
+            turn_limit=self.shell.budget.max_calls_per_turn,
         )
         if isinstance(plan, Reconcile):
-            answer = self._reconcile(call, why=plan.why)
+            answer = self.settle.reconcile(call, why=plan.why)
             return _Planned(spec, args, Answer(answer, "reconcile", refused=False), call, decision)
         if isinstance(plan, Answer):
-            if plan.deferred is not None and self.notices:
+            if plan.deferred is not None and self.shell.notices:
                 key_of = spec.breaker.key if spec.breaker is not None else None
-                self.notices.emit(
-                    deferred_notice(self.task, tool, limit=plan.deferred, breaker=key_of)
+                self.shell.notices.emit(
+                    deferred_notice(self.shell.task, tool, limit=plan.deferred, breaker=key_of)
                 )
             return _Planned(spec, args, plan, call, decision)
         call.begun = True
         call.opened = watch_openings()
         if plan.denied is not None and not self._authorized(call):
-            self._finish(call, "ignored", spent=False)
+            self.shell.finish(call, "ignored", spent=False)
             return _Planned(spec, args, plan.denied, call, decision)
         return _Planned(spec, args, plan, call, decision)
 
@@ -257,16 +280,16 @@ class Planning(Settling):
 
         Returns the answer when the journal could not record it (its permit is let go).
         """
-        if self._journal(call, "attempt"):
+        if self.shell.move(call, "attempt"):
             return None
         # A write we could not journal could later be neither skipped nor reconciled.
         if permit is not None:
             permit.record("ignored")
-        self._finish(call, "ignored", spent=False)
+        self.shell.finish(call, "ignored", spent=False)
         if protocol.unresolved(call.status):
             # The pending entry may have been written: this attempt certainly was not
             # made, so say so (best effort: a pending entry left is only reconciled).
-            self._journal(call, "not-made")
+            self.shell.move(call, "not-made")
         return Answer(journal_down_result(call.spec.name), "journal-unavailable")
 
     def _authorized(self, call: CallPlan) -> bool:
@@ -274,7 +297,7 @@ class Planning(Settling):
         if spec.authorize is None:
             return False  # never asked: nothing may approve it
         request = ActionRequest(
-            task=self.task,
+            task=self.shell.task,
             tool=spec.name,
             args=redact(call.args),
             fingerprint=call.fingerprint,
