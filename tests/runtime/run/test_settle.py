@@ -16,7 +16,7 @@ from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.runtime._flow import drive
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.run._settle import Settle
-from toolbreaker.runtime.run._shell import CallPlan, RunShell
+from toolbreaker.runtime.run._shell import CallRecord, RunShell
 from toolbreaker.runtime.run._tools import GuardedTool
 from toolbreaker.stores import MemoryStore
 
@@ -42,7 +42,7 @@ def _write(**options: Any) -> GuardedTool:
 def _begun(settle: Settle, spec: GuardedTool) -> Step:
     """A write as the begin flow leaves it: journaled pending, its step running."""
     key = KEY if spec.risk != "read" else None
-    call = CallPlan(spec, "fp-1", key, {"title": "Printer"}, risk=spec.risk)  # type: ignore[arg-type]
+    call = CallRecord(spec, "fp-1", key, {"title": "Printer"}, risk=spec.risk)  # type: ignore[arg-type]
     if key is not None:
         assert settle.shell.move(call, "attempt")
     return Step(settle, spec.name, dict(call.args), idempotency_key=key, plan=call)

@@ -38,7 +38,7 @@ from toolbreaker.runtime.run._plan import (
     plan_call,
 )
 from toolbreaker.runtime.run._settle import Settle
-from toolbreaker.runtime.run._shell import CallPlan, RunShell
+from toolbreaker.runtime.run._shell import CallRecord, RunShell
 from toolbreaker.runtime.run._tools import (
     ActionRequest,
     GuardedTool,
@@ -60,7 +60,7 @@ class _Planned:
     spec: GuardedTool
     args: dict[str, Any]
     outcome: Answer | Run
-    call: CallPlan | None = None
+    call: CallRecord | None = None
     decision: RunDecision | None = None
 
 
@@ -217,7 +217,7 @@ class Begin:
         if isinstance(intent, Answer):
             return _Planned(spec, args, intent)  # its class, arguments or cost cannot be told
         key = intent.key
-        call = CallPlan(
+        call = CallRecord(
             spec, intent.fingerprint, key, args, reserve=intent.reserve, risk=intent.risk
         )
         self.shell.attempted = {
@@ -275,7 +275,7 @@ class Begin:
             return _Planned(spec, args, plan.denied, call, decision)
         return _Planned(spec, args, plan, call, decision)
 
-    def _journal_pending(self, call: CallPlan, permit: Permit | None) -> Answer | None:
+    def _journal_pending(self, call: CallRecord, permit: Permit | None) -> Answer | None:
         """Journal a write as pending before it runs; no record of the attempt, no attempt.
 
         Returns the answer when the journal could not record it (its permit is let go).
@@ -292,7 +292,7 @@ class Begin:
             self.shell.move(call, "not-made")
         return Answer(journal_down_result(call.spec.name), "journal-unavailable")
 
-    def _authorized(self, call: CallPlan) -> bool:
+    def _authorized(self, call: CallRecord) -> bool:
         spec = call.spec
         if spec.authorize is None:
             return False  # never asked: nothing may approve it

@@ -32,7 +32,7 @@ from toolbreaker.runtime.breaker._breaker import Permit
 from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime.breaker._commit import found_in_chain, may_have_committed
 from toolbreaker.runtime.run._driver import Degrade, Record
-from toolbreaker.runtime.run._shell import CallPlan, RunShell, plan_of
+from toolbreaker.runtime.run._shell import CallRecord, RunShell, record_of
 from toolbreaker.runtime.run._tools import evidence_digest, with_key
 
 __all__ = ["Settle"]
@@ -79,10 +79,10 @@ class Settle:
             raise exc
         answer = yield self.shell.blocking(step, self._failed, step, exc)
         if isinstance(answer, _Down):
-            answer = yield from self.down(plan_of(step), answer.result, answer.reason)
+            answer = yield from self.down(record_of(step), answer.result, answer.reason)
         return self.shell.told(step, answer)
 
-    def down(self, plan: CallPlan, result: dict[str, Any], reason: str) -> Flow[Any]:
+    def down(self, plan: CallRecord, result: dict[str, Any], reason: str) -> Flow[Any]:
         """The step's dependency is out (refused, or opened by this call): the answer.
 
         The sheet row's degradation, if it has one, is an effect of its own (on the event
@@ -115,7 +115,7 @@ class Settle:
     # -- execute, verify, record -------------------------------------------------------------
 
     def _succeeded(self, step: Step, result: Any) -> Any:
-        plan = plan_of(step)
+        plan = record_of(step)
         spec = plan.spec
         if plan.risk in WRITES:
             verified: bool | None = None
@@ -150,7 +150,7 @@ class Settle:
 
     def _failed(self, step: Step, exc: Exception) -> Any:
         """What the model reads for a failure; :class:`_Down` when the dependency is out."""
-        plan = plan_of(step)
+        plan = record_of(step)
         spec = plan.spec
         verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
         if plan.risk in WRITES and may_have_committed(exc, verdict):
@@ -181,7 +181,7 @@ class Settle:
 
     def _dependency_down(
         self,
-        plan: CallPlan,
+        plan: CallRecord,
         result: dict[str, Any],
         reason: str,
         served: dict[str, Any] | None,
@@ -230,7 +230,7 @@ class Settle:
             ),
         }
 
-    def _degrade(self, plan: CallPlan, result: dict[str, Any]) -> Degrade:
+    def _degrade(self, plan: CallRecord, result: dict[str, Any]) -> Degrade:
         """The sheet row's degradation of ``result``, as an effect.
 
         Queued work runs with the write's idempotency key; a handoff's packet gives the
@@ -267,7 +267,7 @@ class Settle:
         options = {"idempotency_key": plan.key, "packet": packet, "task": self.shell.task}
         return Degrade(spec.breaker.for_scope().degradation, spec.name, args, result, options)
 
-    def _after_degraded(self, plan: CallPlan, answer: Mapping[str, Any]) -> None:
+    def _after_degraded(self, plan: CallRecord, answer: Mapping[str, Any]) -> None:
         """Journal what a degradation answer did with a write (the protocol's move).
 
         Queued: a drainer makes it, never this run. Maybe queued (the queue's store did
@@ -299,14 +299,14 @@ class Settle:
 
     def unknown(self, step: Step, why: str) -> dict[str, Any]:
         """An unknown write outcome: never replay, let the core block writes, reconcile."""
-        plan = plan_of(step)
+        plan = record_of(step)
         if plan.begun and plan.key is not None:
             self.shell.counted(plan.key)
         self.shell.finish(plan, "unknown", detail=why)
         self.shell.move(plan, "maybe-made")
         return self.reconcile(plan, why=why)
 
-    def reconcile(self, plan: CallPlan, *, why: str) -> dict[str, Any]:
+    def reconcile(self, plan: CallRecord, *, why: str) -> dict[str, Any]:
         spec = plan.spec
         found: Any = None
         checked = False
@@ -333,7 +333,7 @@ class Settle:
             writes_blocked=self.shell.state.writes_blocked is not None,
         )
 
-    def _actual_cost(self, plan: CallPlan, result: Any) -> Decimal | None:
+    def _actual_cost(self, plan: CallRecord, result: Any) -> Decimal | None:
         """What a call that returned cost, by its tool's ``actual_cost``; ``None``: as held."""
         read = plan.spec.actual_cost
         if read is None or not plan.reservation:
@@ -345,7 +345,7 @@ class Settle:
             hook_failed(f"the actual cost of {plan.spec.name} could not be read", exc)
             return None
 
-    def _observe_retry(self, plan: CallPlan, result: Any) -> None:
+    def _observe_retry(self, plan: CallRecord, result: Any) -> None:
         """Remember whether the action's attempt ended in a failure worth retrying."""
         retryable = failed_retryably(result)
         with self.shell.lock:

@@ -39,7 +39,7 @@ from toolbreaker.runtime.run._siblings import BranchOutcome, TurnGroup, TurnMemb
 from toolbreaker.runtime.run._tools import GuardedTool
 from toolbreaker.stores._protocol import Journal
 
-__all__ = ["NO_TURN", "CallPlan", "RunShell", "call_of", "plan_of"]
+__all__ = ["NO_TURN", "CallRecord", "RunShell", "call_of", "record_of"]
 
 #: No model turn marked yet.
 NO_TURN: Final = object()
@@ -49,8 +49,12 @@ _CALLBACKS: Final = object()
 
 
 @dataclasses.dataclass(slots=True)
-class CallPlan:
-    """One call of a run as the guard carries it from its request to its outcome.
+class CallRecord:
+    """The guard's mutable record of one call, from its request to its outcome.
+
+    What the call's frozen plan (:mod:`._plan`) does not hold: the journal status as it
+    moves, the run machine's step and reservation, the turn it belongs to. A step holds
+    it as its ``plan``; the begin and settle flows update it.
 
     Attributes:
         spec: the tool.
@@ -83,16 +87,16 @@ class CallPlan:
     risk: RiskClass = "read"
 
 
-def call_of(step: Step) -> CallPlan | None:
+def call_of(step: Step) -> CallRecord | None:
     """The run guard's record of ``step``'s call, ``None`` for a call refused unread."""
     plan = step.plan
-    return plan if isinstance(plan, CallPlan) else None
+    return plan if isinstance(plan, CallRecord) else None
 
 
-def plan_of(step: Step) -> CallPlan:
+def record_of(step: Step) -> CallRecord:
     """The run guard's record of a begun ``step``'s call (one that ran has one)."""
     plan = step.plan
-    assert isinstance(plan, CallPlan), step
+    assert isinstance(plan, CallRecord), step
     return plan
 
 
@@ -255,7 +259,7 @@ class RunShell:
 
     def finish(
         self,
-        plan: CallPlan,
+        plan: CallRecord,
         outcome: Outcome,
         *,
         evidence: str | None = None,
@@ -293,14 +297,14 @@ class RunShell:
 
     # -- the journal, by the write protocol's moves ------------------------------------------
 
-    def forget(self, plan: CallPlan) -> None:
+    def forget(self, plan: CallRecord) -> None:
         """A write that certainly did not happen leaves no pending entry behind."""
         if plan.key is not None:
             self.move(plan, "not-made")
 
     def move(
         self,
-        plan: CallPlan,
+        plan: CallRecord,
         move: protocol.Move,
         *,
         result: Any = None,
@@ -340,7 +344,7 @@ class RunShell:
 
     def _entry(
         self,
-        plan: CallPlan,
+        plan: CallRecord,
         status: protocol.Status,
         result: Any,
         extra: Mapping[str, Any] | None = None,
@@ -428,7 +432,7 @@ class RunShell:
 
     def blocking(
         self,
-        step: Step | CallPlan | None,
+        step: Step | CallRecord | None,
         fn: Callable[..., Any],
         /,
         *args: Any,

@@ -19,7 +19,7 @@ from toolbreaker.runtime._result import cancelled_result
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.run._driver import Blocking, InGroup, Invoke, Record
 from toolbreaker.runtime.run._settle import Settle
-from toolbreaker.runtime.run._shell import RunShell, plan_of
+from toolbreaker.runtime.run._shell import RunShell, record_of
 from toolbreaker.runtime.run._siblings import (
     CancelledByPolicy,
     SiblingOutcome,
@@ -112,7 +112,7 @@ class Turns:
             return cancelled_result(step.tool, member.need.key)
         step.claim()
         step.failed_as("cancelled-by-policy")
-        plan = plan_of(step)
+        plan = record_of(step)
         opened = member.opened or member.need
         assert opened is not None
         dependency = opened.key
