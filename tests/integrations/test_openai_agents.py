@@ -841,3 +841,29 @@ def test_a_tools_risk_may_be_a_function_of_its_arguments():
 
     with pytest.raises(PolicyError, match="failure_error_function"):
         protect(Agent(name="coder", model=ScriptedModel([]), tools=[own_answers]), guard=guard)
+
+
+def test_a_key_the_model_made_up_never_reaches_the_tool_on_a_read():
+    """A tool whose calls may write takes the guard's key; on a call that is a read there
+    is no key to give, and one the model sent anyway is dropped, as every adapter does
+    (``Step.args_for``): the tool runs with its default, never the model's key."""
+    keys: list[str] = []
+
+    @function_tool
+    def bash(command: str, idempotency_key: str = "") -> str:
+        """Run a shell command."""
+        keys.append(idempotency_key)
+        return "ok"
+
+    guard = RunGuard("keys-of-reads")
+    guard.ensure_tool("bash", risk=shell_risk_of("command"))
+    made_up = {"command": "cat calc.py", "idempotency_key": "k-from-the-model"}
+    steps = [
+        [function_call("bash", made_up, call_id="c1")],
+        [function_call("bash", {**made_up, "command": "touch notes.txt"}, call_id="c2")],
+        [assistant_message("done")],
+    ]
+    agent = Agent(name="coder", model=ScriptedModel(steps), tools=[bash])
+    run(protect(agent, guard=guard))
+    assert keys[0] == ""
+    assert keys[1] not in ("", "k-from-the-model")  # the write's key is the guard's

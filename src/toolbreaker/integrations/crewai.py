@@ -98,9 +98,6 @@ from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime.run._guard import (  # noqa: E402
     GuardedTool,
     RunGuard,
-    key_argument,
-    with_key,
-    without_key,
 )
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
@@ -244,13 +241,12 @@ class _Runner:
             # invocation): the tool runs as CrewAI asked, untouched.
             return _resolved(self.inner(**kwargs))
         call.ran = True
-        step, spec = call.step, call.spec
+        step = call.step
         if step.answer is not None:
             call.answer = step.answer
             return _text(step.answer)
-        key_arg = key_argument(spec)
-        if key_arg is not None and key_arg in kwargs:
-            kwargs = with_key(spec, without_key(spec, kwargs), step.idempotency_key)
+        # The tool takes what CrewAI passes it (its checked arguments).
+        kwargs = step.args_for(kwargs, kwargs)
         try:
             ran = call.binding.guard.run_step(step, lambda: _resolved(self.inner(**kwargs)))
         except BaseException as exc:  # noqa: BLE001 - interrupts are recorded, then re-raised
@@ -352,18 +348,18 @@ class _Hooks:
             return None
         tool = context.tool
         spec = binding.spec(tool.name)
-        # The key argument is the guard's: one the model made up is not fingerprinted.
-        args = without_key(spec, context.tool_input or {})
+        # The key argument is the guard's: begin drops one the model made up.
+        given = context.tool_input or {}
         step = binding.guard.begin(
-            tool.name, args, tool_type=_tool_type(tool), description=_description(tool)
+            tool.name, given, tool_type=_tool_type(tool), description=_description(tool)
         )
-        key_arg = key_argument(spec)
-        key = step.idempotency_key
-        if key_arg is not None and key is not None and key_arg in _fields(tool):
-            # Before CrewAI checks the arguments: its ``@tool`` makes every parameter
-            # required, the key argument too, which the model rightly leaves out. In
-            # place: the hook's dict is the call's arguments.
-            context.tool_input[key_arg] = key
+        # Before CrewAI checks the arguments: its ``@tool`` makes every parameter
+        # required, the key argument too, which the model rightly leaves out. In place
+        # (the hook's dict is the call's arguments), and only added to: a key the model
+        # sent is dropped as the tool runs (_Runner).
+        run_args = step.args_for(_fields(tool), given)
+        if context.tool_input is not None:
+            context.tool_input.update(run_args)
         if not isinstance(tool.func, _Runner):
             runner = _Runner(tool, tool.func)
             tool.func = runner

@@ -87,8 +87,6 @@ from toolbreaker.runtime.run._guard import (  # noqa: E402
     RunGuard,
     StopPacket,
     key_argument,
-    with_key,
-    without_key,
 )
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
@@ -332,12 +330,10 @@ class ToolbreakerPlugin(BasePlugin):
         """Ask the run guard; its answer replaces the tool's run, else the call is kept."""
         guard = self.guard_of(tool_context)
         spec = self._spec(guard, tool)
-        # The key is the guard's to give; one the model made up must not leak into the
-        # fingerprint or reach the tool.
-        args = without_key(spec, tool_args)
+        # A key the model made up is the guard's to drop (begin and args_for do).
         step = await guard.abegin(
             spec.name,
-            args,
+            tool_args,
             call_id=tool_context.function_call_id or None,
             tool_type=_tool_type(tool),
             description=tool.description or None,
@@ -345,8 +341,9 @@ class ToolbreakerPlugin(BasePlugin):
         if step.answer is not None:
             return _as_response(step.answer)
         # ADK hands the tool this very dict: the guard's arguments are what runs.
+        run_args = step.args_for(args=tool_args)
         tool_args.clear()
-        tool_args.update(with_key(spec, args, step.idempotency_key))
+        tool_args.update(run_args)
         self._calls[id(tool_context)] = _Call(guard, step, tool_context)
         return None
 

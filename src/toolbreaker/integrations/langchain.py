@@ -88,7 +88,6 @@ from toolbreaker.runtime.run._guard import (
     GuardToolOptions,
     RunGuard,
     StopPacket,
-    key_argument,
 )
 from toolbreaker.runtime.run._siblings import CancelledByPolicy
 from toolbreaker.stores._protocol import Journal
@@ -619,12 +618,9 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         call = request.tool_call
         if step.answer is not None:
             return answer_message(call, step.answer)
-        key_arg = key_argument(spec)
-        run_args = step.args
-        if key_arg and (request.tool is None or key_arg not in request.tool.args):
-            # The tool does not take the key as a parameter (it reads idempotency_key());
-            # passing it anyway could reach a server that rejects unknown arguments.
-            run_args.pop(key_arg, None)
+        # A tool that does not take the key as a parameter (it reads idempotency_key())
+        # is not sent it: it could reach a server that rejects unknown arguments.
+        run_args = step.args_for(() if request.tool is None else request.tool.args)
         if run_args != call["args"]:
             request = request.override(tool_call={**call, "args": run_args})
         timeout = spec.breaker.timeout if spec.breaker is not None else None

@@ -68,7 +68,7 @@ from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
 from toolbreaker.runtime._step import Step, idempotency_key
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, StopPacket, key_argument
+from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, StopPacket
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome
 
 require("llama_index.core", "llama-index")
@@ -445,10 +445,9 @@ class ProtectedTool(FunctionTool):
         self.spec = spec
         self.requires_context = tool.requires_context
         self.ctx_param_name = tool.ctx_param_name
-        key_arg = key_argument(spec)
         schema = tool.metadata.fn_schema
-        fields = getattr(schema, "model_fields", {}) if schema is not None else {}
-        self._key_arg = key_arg if key_arg is not None and key_arg in fields else None
+        # The tool's parameters: a write's key is sent only when they take it.
+        self._params = frozenset(getattr(schema, "model_fields", {}) if schema is not None else {})
         # A sync function whose async side is LlamaIndex's own executor wrapper.
         wrapper = getattr(tool.async_fn, "__qualname__", "")
         self._sync_only = not inspect.iscoroutinefunction(tool.real_fn) and wrapper.startswith(
@@ -468,9 +467,10 @@ class ProtectedTool(FunctionTool):
             tool_type="function",  # a FunctionTool: the application runs it
             description=self.metadata.description or None,
         )
+        given = step.args_for((), given)  # as the guard took them: a made-up key dropped
         if step.answer is not None:
             return self._output(step.answer, given)
-        run_kwargs = {**self._run_args(step, given), **passed}
+        run_kwargs = {**step.args_for(self._params, given), **passed}
         try:
             ran = self.guard.run_step(step, lambda: self.tool.call(**run_kwargs))
         except BaseException as exc:  # noqa: BLE001 - re-raised by failed() if it must be
@@ -488,9 +488,10 @@ class ProtectedTool(FunctionTool):
             tool_type="function",  # a FunctionTool: the application runs it
             description=self.metadata.description or None,
         )
+        given = step.args_for((), given)  # as the guard took them: a made-up key dropped
         if step.answer is not None:
             return self._output(step.answer, given)
-        run_kwargs = {**self._run_args(step, given), **passed}
+        run_kwargs = {**step.args_for(self._params, given), **passed}
         deadline = step.deadline
         try:
             # One call of the model turn's sibling group: the task running it is
@@ -534,20 +535,12 @@ class ProtectedTool(FunctionTool):
         return (await self.acall(**kwargs)).raw_output
 
     def _split(self, kwargs: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The model's arguments (without a key it made up), and the workflow ``Context``."""
+        """The model's arguments, and the workflow ``Context``."""
         passed: dict[str, Any] = {}
         given = dict(kwargs)
         if self.ctx_param_name is not None and self.ctx_param_name in given:
             passed[self.ctx_param_name] = given.pop(self.ctx_param_name)
-        key_arg = key_argument(self.spec)
-        if key_arg is not None:
-            given.pop(key_arg, None)  # the key is the guard's to give
         return given, passed
-
-    def _run_args(self, step: Step, given: dict[str, Any]) -> dict[str, Any]:
-        if self._key_arg is not None and step.idempotency_key is not None:
-            return {**given, self._key_arg: step.idempotency_key}
-        return given
 
     def _output(
         self, answer: Any, given: Mapping[str, Any], exc: BaseException | None = None

@@ -407,7 +407,9 @@ class _Protection:
         self.breakers: dict[str, Breaker] = {}
         self.adopted: set[str] = set()
         self.descriptions: dict[str, str] = {}  # as the model reads them, for the spans
-        self.inject: dict[str, str] = {}
+        # Each tool's parameters, as its schema names them (a write's key is sent only
+        # to a tool that takes it: Step.args_for).
+        self.params: dict[str, frozenset[str]] = {}
         self.needs_formatter: set[str] = set()
         self.calls: dict[str, _Call] = {}
         self.guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(
@@ -438,8 +440,8 @@ class _Protection:
             self.needs_formatter.add(name)
         # copy.copy rebinds the SDK's failure handling to the copy (FunctionTool.__copy__).
         protected = copy.copy(tool)
+        self.params[name] = frozenset(tool.params_json_schema.get("properties") or {})
         if inject is not None:
-            self.inject[name] = inject
             protected.params_json_schema = _without(tool.params_json_schema, inject)
         if (
             protected.timeout_seconds is None
@@ -521,9 +523,9 @@ class _Protection:
         if step.answer is not None:
             return step.answer
         call = _Call(call_id, arguments, step, self.calls)
-        key_arg = self.inject.get(tool)
-        if parsed and key_arg is not None and key_arg in step.args:
-            call.run_input = json.dumps(step.args)
+        run_args = step.args_for(self.params.get(tool, ()))
+        if parsed and run_args != args:  # the guard's key given, or the model's dropped
+            call.run_input = json.dumps(run_args)
         self.calls[call_id] = call
         return None
 

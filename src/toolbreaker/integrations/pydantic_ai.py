@@ -109,8 +109,6 @@ from toolbreaker.runtime.run._guard import (  # noqa: E402
     RunGuard,
     StopPacket,
     key_argument,
-    with_key,
-    without_key,
 )
 from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
@@ -381,9 +379,6 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         """
         guard = self._bound()
         spec = self._spec(guard, tool_def)
-        # The key is the guard's to give; one the model made up must not leak into the
-        # fingerprint or reach the tool.
-        args = without_key(spec, args)
         # One model response is one turn: its step number marks the turn once, however
         # many tool calls it issued (Budget.max_calls_per_turn counts them).
         guard.mark_turn(("pydantic-ai", ctx.run_step))
@@ -398,8 +393,8 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
         )
         if step.answer is not None:
             return _answer(ctx, guard, step.answer)
-        args = with_key(spec, args, step.idempotency_key)
-        ready = args
+        # The validated arguments, the model's key dropped and the guard's given.
+        ready = step.args_for(args=args)
         try:
             # One call of the model turn's sibling group: cancelled by policy (its own
             # task, not the framework's) when a required dependency it needs opens.

@@ -28,12 +28,15 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import Callable, Iterator
-from typing import Any, Final, Literal, Protocol, TypeAlias
+from collections.abc import Callable, Container, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 
 from toolbreaker.errors import AsyncCallError, PermitError, PolicyError
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._sync_path import is_awaitable, not_awaited
+
+if TYPE_CHECKING:
+    from toolbreaker.core.run.machine import RunDecision
 
 __all__ = [
     "TOOL_TYPES",
@@ -258,90 +261,121 @@ class _Current:
                 _RUNNING.set(None)
 
 
+class _Latch:
+    """What changes of a step as it is settled: whether it was, and why it did not succeed.
+
+    The one mutable part of a :class:`Step`, settled exactly once (:meth:`Step.claim`).
+    """
+
+    __slots__ = ("failure", "settled")
+
+    def __init__(self, settled: bool) -> None:
+        self.settled = settled
+        self.failure: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class Step:
-    """One tool call in flight; settle it exactly once.
+    """One tool call in flight, as its owner decided it: a frozen value; settle it once.
+
+    Built once by the breaker or run guard that decided the call, never changed after;
+    only whether it was settled (and how it failed) is recorded as it is settled.
 
     Attributes:
         tool: the tool name the model called.
-        args: the arguments to run the tool with (a write's idempotency key filled in).
-        idempotency_key: a write's idempotency key, else ``None``.
-        fingerprint: the action's semantic fingerprint (run-guard steps), else ``None``.
+        args: the arguments to run the tool with (a write's idempotency key filled in
+            under :attr:`key_arg`); never change them: :meth:`args_for` gives a copy.
         answer: when not ``None``, do not run the tool: give this to the model.
         deadline: seconds the tool may take (the breaker's timeout), ``None`` if unset.
         permit: the dependency breaker's permit, when one was granted.
+        idempotency_key: a write's idempotency key, else ``None``.
+        key_arg: the argument that carries the tool's idempotency key (a run-guard write
+            tool's ``idempotency_arg``), else ``None``: see :meth:`args_for`.
+        fingerprint: the action's semantic fingerprint (run-guard steps), else ``None``.
         decision: the run machine's decision (run-guard steps), else ``None``.
+        plan: what the owner keeps of the call between its start and its outcome (a
+            run guard's call record), else ``None``.
         call_id: the framework's id of this tool call, when the adapter knows one.
         reason: why the step carries an answer instead of a run (a breaker's rejection
             reason, a run's stop condition, ``journal`` ...), else ``None``.
         refused: the answer refuses the call (the tool was not run and its result is not
             in the answer); ``False`` for an answer that stands for the call's result
             (a confirmed write's journaled result, a queued write).
-        failure: why a step settled without an exception did not succeed, set as it
-            is settled: ``result`` (its breaker counts the result as a failure,
-            ``result_is_failure``), ``unverified`` (a write whose result does not prove
-            it happened: its outcome is unknown), ``cancelled-by-policy`` (its model
-            turn cancelled it: a required dependency opened); else ``None``.
+        watching: the step observers' watches (see :class:`StepObservers`), if any.
     """
 
-    __slots__ = (
-        "_owner",
-        "_settled",
-        "answer",
-        "args",
-        "call_id",
-        "deadline",
-        "decision",
-        "failure",
-        "fingerprint",
-        "idempotency_key",
-        "permit",
-        "plan",
-        "reason",
-        "refused",
-        "tool",
-        "watching",
-    )
+    _owner: _Owner
+    tool: str
+    args: dict[str, Any]
+    _: dataclasses.KW_ONLY
+    answer: Any = None
+    deadline: float | None = None
+    permit: Any = None
+    idempotency_key: str | None = None
+    key_arg: str | None = None
+    fingerprint: str | None = None
+    decision: RunDecision | None = None
+    plan: object = None
+    call_id: str | None = None
+    reason: str | None = None
+    refused: bool = False
+    watching: Watching | None = None
+    _latch: _Latch = dataclasses.field(init=False, repr=False)
 
-    def __init__(
-        self,
-        owner: _Owner,
-        tool: str,
-        args: dict[str, Any],
-        *,
-        answer: Any = None,
-        deadline: float | None = None,
-        permit: Any = None,
-        idempotency_key: str | None = None,
-        fingerprint: str | None = None,
-        decision: Any = None,
-        plan: Any = None,
-        call_id: str | None = None,
-        reason: str | None = None,
-        refused: bool = False,
-        watching: Watching | None = None,
-    ) -> None:
-        self._owner = owner
-        self.tool = tool
-        self.args = args
-        self.answer = answer
-        self.deadline = deadline
-        self.permit = permit
-        self.idempotency_key = idempotency_key
-        self.fingerprint = fingerprint
-        self.decision = decision
-        self.plan = plan
-        self.call_id = call_id
-        self.reason = reason
-        self.refused = refused
-        self.failure: str | None = None
-        #: The step observers' watches (see :class:`StepObservers`), if any.
-        self.watching = watching
-        self._settled = answer is not None
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_latch", _Latch(self.answer is not None))
 
     @property
     def settled(self) -> bool:
         """Whether the step was settled (or never runnable: it carried an answer)."""
-        return self._settled
+        return self._latch.settled
+
+    @property
+    def failure(self) -> str | None:
+        """Why a step settled without an exception did not succeed, else ``None``.
+
+        Set as it is settled (:meth:`failed_as`): ``result`` (its breaker counts the
+        result as a failure, ``result_is_failure``), ``unverified`` (a write whose result
+        does not prove it happened: its outcome is unknown), ``cancelled-by-policy`` (its
+        model turn cancelled it: a required dependency opened).
+        """
+        return self._latch.failure
+
+    def failed_as(self, failure: str) -> None:
+        """Record why the step, settled without an exception, did not succeed (:attr:`failure`).
+
+        For the step's owner while it settles the step.
+        """
+        self._latch.failure = failure
+
+    def args_for(
+        self, params: Container[str] | None = None, args: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The arguments to send the tool, its idempotency argument as its parameters require.
+
+        A value the model gave for :attr:`key_arg` is dropped (the key is the guard's to
+        give, never the model's); a write's :attr:`idempotency_key` is put there when the
+        tool takes that parameter. Every adapter sends what this returns, so none handles
+        the key itself.
+
+        Args:
+            params: the names of the parameters the tool takes; ``None``: it takes the
+                key argument (a tool described with one must accept it).
+            args: the arguments the framework will pass (its own, validated form);
+                ``None``: the step's :attr:`args`.
+
+        Returns:
+            A new dict; the step's own arguments are never changed.
+        """
+        given = self.args if args is None else args
+        arg = self.key_arg
+        if arg is None:
+            return dict(given)
+        sent = {name: value for name, value in given.items() if name != arg}
+        key = self.idempotency_key
+        if key is not None and (params is None or arg in params):
+            sent[arg] = key
+        return sent
 
     def succeeded(self, result: Any) -> Any:
         """Record a result; returns what the model should read (usually ``result``).
@@ -421,18 +455,6 @@ class Step:
         self.failed(error)
         return error
 
-    def give(self, answer: Any, reason: str | None = None, *, refused: bool = True) -> Step:
-        """The owner's answer instead of a run: the step carries ``answer`` and is settled.
-
-        For the step's owner (a breaker or run guard) while it decides; returns the step.
-        ``reason`` and ``refused`` say why (see the attributes).
-        """
-        self.answer = answer
-        self.reason = reason
-        self.refused = refused
-        self._settled = True
-        return self
-
     def current(self) -> contextlib.AbstractContextManager[None]:
         """The block that runs the step's tool (the owner's work).
 
@@ -461,9 +483,10 @@ class Step:
         Raises:
             PermitError: the step was settled already, or carried an answer.
         """
-        if self._settled:
+        latch = self._latch
+        if latch.settled:
             raise PermitError(f"step for {self.tool!r} settled twice or not runnable")
-        self._settled = True
+        latch.settled = True
 
     def __repr__(self) -> str:
         what = "answered" if self.answer is not None else "running"

@@ -258,7 +258,7 @@ class Steps(Calls):
         """A step's success, recorded (both twins): what the model reads is ``result``."""
         verdict = self.result_verdict(result)
         if verdict is not SUCCESS:
-            step.failure = "result"  # the tool returned what counts as a failure
+            step.failed_as("result")  # the tool returned what counts as a failure
         yield Twin(step.permit.record, step.permit.arecord, (verdict,))
         self.retry_succeeded()
         self._model_retry_ended(step.tool, step.args)

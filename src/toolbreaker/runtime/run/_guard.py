@@ -21,24 +21,29 @@ what a request, a resume and an operator's :meth:`RunGuard.resolve` do with each
 and what counts as uncertain. A journal write whose answer was lost
 (:class:`~toolbreaker.errors.StoreWriteUnknown`) is believed made and never confirmed.
 
-The guard is built in layers, one module each: ``_shell`` (its state, the run machine's
-feed, the journal, the stop packet), ``_settle`` (settle, verify, reconcile), ``_plan``
-(plan and authorize), ``_turns`` (a model turn's sibling calls), and this module, the
-public surface. Every sync and async twin (``begin``/``abegin``, ``call``/``acall``, the
-settle callbacks, ``run_step``/``arun_step``) runs one flow through one driver
+The guard is a small class holding parts, each built with what it needs (no part
+inherits another): the run's state and journal, the run machine's feed and the stop
+packet (``_shell.RunShell``); the begin flow that carries out each call's plan
+(``_begin.Begin``), the plan itself being the pure functions of ``_plan`` (a frozen
+answer, reconcile or run); the settle flow that verifies, reconciles and journals a
+call's outcome, and owns the guard's steps (``_settle.Settle``); a model turn's sibling
+calls (``_turns.Turns``). This module is the public surface. Every sync and async twin
+(``begin``/``abegin``, ``call``/``acall``, the settle callbacks, ``run_step``/
+``arun_step``) runs one flow through one driver
 (:mod:`toolbreaker.runtime._flow`), so no rule is written twice for the two.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolbreaker.core.degrade import refuses_stale
 from toolbreaker.core.run import protocol
-from toolbreaker.core.run.budget import Budget, RiskClass
+from toolbreaker.core.run.budget import Budget, RiskClass, RunState, Stop
 from toolbreaker.core.run.costs import amount_of, price_of, usage_cost
 from toolbreaker.core.run.fingerprint import FingerprintRules
 from toolbreaker.core.run.machine import RunEvent
@@ -52,10 +57,15 @@ from toolbreaker.runtime._step import Step, StepObserver, ToolType
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
+from toolbreaker.runtime.breaker._watch import BreakerWatch
+from toolbreaker.runtime.run._begin import Begin
 from toolbreaker.runtime.run._driver import RunTool
 from toolbreaker.runtime.run._journal import budget_extension, journaled
 from toolbreaker.runtime.run._reserve import CostReservation
+from toolbreaker.runtime.run._settle import Settle
 from toolbreaker.runtime.run._shared import SharedRun
+from toolbreaker.runtime.run._shell import RunShell
+from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.runtime.run._tools import (
     ActionRequest,
     Authorizer,
@@ -94,8 +104,10 @@ __all__ = [
     "without_key",
 ]
 
+R = TypeVar("R")
 
-class RunGuard(Turns):
+
+class RunGuard:
     """Budgets, loop detection and safe writes for one run of one task.
 
     Args:
@@ -140,7 +152,87 @@ class RunGuard(Turns):
             clock = clock or wall_ms
             run = SharedRun(store, task, budget, clock)
         clock = clock or monotonic_ms
-        self._start(task, budget, store, clock, rules or FingerprintRules.default(), shared=run)
+        rules = rules or FingerprintRules.default()
+        # The parts, each built with what it needs: the run's state and journal, the
+        # settle flow (the owner of the guard's steps), the begin flow, the turns.
+        self._shell = RunShell(
+            self, task=task, budget=budget, journal=store, clock=clock, rules=rules, shared=run
+        )
+        self._settle = Settle(self._shell)
+        self._begin = Begin(self._shell, self._settle)
+        self._turns = Turns(self._shell, self._settle)
+        #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
+        #: ``guard.notices.add_listener(fn)``.
+        self.notices = self._shell.notices
+        #: Who hears each tool call of the run (:meth:`add_step_observer`).
+        self.step_observers = self._shell.step_observers
+        # The observers of the tools' breakers, now and later (see watch_breakers).
+        self._watch = BreakerWatch()
+        self._watch_lock = threading.Lock()
+
+    # -- the run, as its shell keeps it -----------------------------------------------------
+
+    @property
+    def task(self) -> str:
+        """The run's task id."""
+        return self._shell.task
+
+    @property
+    def budget(self) -> Budget:
+        """The run's limits (a shared run's as its store holds them; raised by :meth:`extend`)."""
+        return self._shell.budget
+
+    @property
+    def journal(self) -> Journal:
+        """Where the run's writes are journaled."""
+        return self._shell.journal
+
+    @property
+    def clock(self) -> Clock:
+        """The run's integer-millisecond clock."""
+        return self._shell.clock
+
+    @property
+    def rules(self) -> FingerprintRules:
+        """The run's fingerprint rules."""
+        return self._shell.rules
+
+    @property
+    def listener_errors(self) -> int:
+        """Stop listener and step observer calls that raised (logged; decisions stood)."""
+        return self._shell.listener_errors
+
+    @property
+    def stopped(self) -> Stop | None:
+        """Why the run stopped, or ``None`` while it may continue."""
+        return self._shell.state.stopped
+
+    @property
+    def writes_blocked(self) -> Stop | None:
+        """Why writes are refused for now (writes with an unknown outcome), else ``None``."""
+        return self._shell.state.writes_blocked
+
+    @property
+    def state(self) -> RunState:
+        """The run's state: counters, the stop and the write breaker, as the core keeps it."""
+        return self._shell.state
+
+    @property
+    def shared(self) -> SharedRun | None:
+        """The run's side in its store when the run is shared (``shared=True``), else ``None``."""
+        return self._shell.shared
+
+    def stop_packet(self) -> StopPacket:
+        """The operator packet for the run as it is now (a shared run: as its store holds it)."""
+        return self._shell.stop_packet()
+
+    async def astop_packet(self) -> StopPacket:
+        """:meth:`stop_packet` for the event loop: a shared journal is read off it.
+
+        What an async hook hands over once the run has stopped; a journal of this
+        process is read inline, any other in a worker thread.
+        """
+        return await self._shell.astop_packet()
 
     # -- configuration ------------------------------------------------------------------
 
@@ -168,13 +260,13 @@ class RunGuard(Turns):
             breaker = tool.breaker
             if breaker is not None and breaker not in self.breakers():
                 self._watch.tell(breaker)  # before the tool can be called: from its first call
-            self._tools[tool.name] = tool
+            self._shell.tools[tool.name] = tool
         return tool
 
     def breakers(self) -> tuple[Breaker, ...]:
         """The breakers the run's tools go through, each once, in the order tools came."""
         found: dict[int, Breaker] = {}
-        for spec in tuple(self._tools.values()):
+        for spec in tuple(self._shell.tools.values()):
             if spec.breaker is not None:
                 found.setdefault(id(spec.breaker), spec.breaker)
         return tuple(found.values())
@@ -253,7 +345,7 @@ class RunGuard(Turns):
             PolicyError: an option that is no tool option (named), or the tool is refused
                 (see :meth:`add_tool`).
         """
-        spec = self._tools.get(name)
+        spec = self._shell.tools.get(name)
         if spec is None:
             spec = self.add_tool(guarded_tool(name, not_callable, options))
         return spec
@@ -262,7 +354,7 @@ class RunGuard(Turns):
 
     def stop(self, detail: str = "stopped by an operator") -> StopPacket:
         """Stop the run by hand (condition ``operator``) and return the packet."""
-        self._feed(RunEvent("stop", self.clock(), detail=detail))
+        self._shell.feed(RunEvent("stop", self.clock(), detail=detail))
         return self.stop_packet()
 
     def extend(
@@ -302,15 +394,15 @@ class RunGuard(Turns):
         }
         if not fields:
             raise PolicyError("extend needs a limit to raise", field="max_cost")
-        if self._shared is not None:  # raise the run's budget, as its store holds it
-            self._view(self._shared.flush())
+        if self._shell.shared is not None:  # raise the run's budget, as its store holds it
+            self._shell.view(self._shell.shared.flush())
         for name, text in (("by", by), ("why", why)):
             if not isinstance(text, str) or not text.strip():
                 raise PolicyError(f"extend needs {name!r}: who raised it and why", field=name)
         budget = self.budget.raised(**fields)
         before, after = self.budget.to_dict(), budget.to_dict()
         changed = {name: {"from": before[name], "to": after[name]} for name in fields}
-        stopped = self._run.stopped
+        stopped = self._shell.state.stopped
         record = budget_extension(
             by=by,
             why=why,
@@ -325,7 +417,7 @@ class RunGuard(Turns):
             n += 1
         limits = ", ".join(f"{k} {v['from']} -> {v['to']}" for k, v in changed.items())
         detail = redact_text(f"{by}: {why} ({limits})")
-        decision = self._feed(RunEvent("extend", self.clock(), detail=detail), raised=fields)
+        decision = self._shell.feed(RunEvent("extend", self.clock(), detail=detail), raised=fields)
         if decision.stop is not None and decision.stop.condition == "budget-unavailable":
             raise StoreUnavailable(decision.stop.detail)
         return self.stop_packet()
@@ -343,7 +435,7 @@ class RunGuard(Turns):
         spend before it counts; a tool that declares its ``cost`` (and a model step held
         with :meth:`reserve`) is reserved before it runs instead.
         """
-        self._feed(RunEvent("cost", self.clock(), cost=amount_of(amount), risk=risk))
+        self._shell.feed(RunEvent("cost", self.clock(), cost=amount_of(amount), risk=risk))
 
     def reserve(self, amount: Decimal | str | int) -> CostReservation:
         """Hold a model step's cost before its request is sent; settle it after.
@@ -361,13 +453,13 @@ class RunGuard(Turns):
             RunStateError: ``amount`` is no amount (a float, a negative number ...).
         """
         held = amount_of(amount, "reserve")
-        decision = self._feed(RunEvent("reserve", self.clock(), reserve=held))
+        decision = self._shell.feed(RunEvent("reserve", self.clock(), reserve=held))
         if decision.verdict == "over-budget":
             assert decision.stop is not None
             assert decision.left is not None
             answer = over_budget_result(None, decision.stop, left=decision.left)
-            return CostReservation(held, 0, self._settle_step, answer)
-        return CostReservation(held, decision.reservation, self._settle_step)
+            return CostReservation(held, 0, self._settle_reservation, answer)
+        return CostReservation(held, decision.reservation, self._settle_reservation)
 
     def reserve_model(
         self, model: str, *, max_output_tokens: int, input_tokens: int = 0
@@ -405,7 +497,7 @@ class RunGuard(Turns):
             RunStateError: a token count that is not a non-negative integer.
         """
         hold = 0 if reservation is None else reservation.claim()
-        self._feed(
+        self._shell.feed(
             RunEvent(
                 "usage",
                 self.clock(),
@@ -417,8 +509,10 @@ class RunGuard(Turns):
             )
         )
 
-    def _settle_step(self, hold: int, amount: Decimal, actual: Decimal | None) -> None:
-        self._feed(RunEvent("settle", self.clock(), cost=actual, reserve=amount, reservation=hold))
+    def _settle_reservation(self, hold: int, amount: Decimal, actual: Decimal | None) -> None:
+        self._shell.feed(
+            RunEvent("settle", self.clock(), cost=actual, reserve=amount, reservation=hold)
+        )
 
     def resolve(self, idempotency_key: str, *, committed: bool, result: Any = None) -> None:
         """An operator's word on a write whose outcome was unknown.
@@ -444,7 +538,7 @@ class RunGuard(Turns):
             update["result"] = journaled(result)
         self.journal.journal_put(self.task, idempotency_key, redact(update))
         # Known now, by the operator's word: it no longer counts (once, if it counted).
-        self._settled(idempotency_key)
+        self._shell.settled_key(idempotency_key)
 
     def add_stop_listener(
         self, listener: Callable[[StopPacket, RunGuard], None]
@@ -455,8 +549,57 @@ class RunGuard(Turns):
         watches: one that raises is counted in :attr:`listener_errors` and logged, and
         the run's decision stands.
         """
-        self._stop_listeners.append(listener)
-        return lambda: self._stop_listeners.remove(listener)
+        self._shell.stop_listeners.append(listener)
+        return lambda: self._shell.stop_listeners.remove(listener)
+
+    # -- model turns: their sibling calls ---------------------------------------------------
+
+    def mark_turn(self, turn: object = None) -> None:
+        """A model turn begins: the per-turn call count starts again.
+
+        Adapters call it where the framework starts a model turn. ``turn`` identifies the
+        turn (a step number, a request count): calls with the same value mark it once, so
+        every tool call of a turn may mark it; ``None`` always starts a new turn. Without
+        ``Budget.max_calls_per_turn`` nothing is counted.
+        """
+        self._turns.mark_turn(turn)
+
+    def turn_outcome(self) -> SiblingOutcome | None:
+        """The calls of the current (or last) model turn and how each ended.
+
+        ``None`` before the first :meth:`mark_turn`. Each call is ``completed``,
+        ``degraded`` (a tool-unavailable, deferred or degraded answer), ``failed`` or
+        ``cancelled`` (by policy: a required dependency it needs opened while it ran, or
+        the run had stopped before it started), with the reason; ``to_result()`` is the
+        bounded partial outcome a model or caller reads.
+        """
+        return self._turns.turn_outcome()
+
+    def run_step(self, step: Step, fn: Callable[[], R]) -> R | CancelledByPolicy:
+        """Run a begun step's tool, ``fn()``, as one call of the current model turn.
+
+        Adapters call it where the framework runs a model response's tool calls in
+        parallel. When a required dependency this call needs opens while it runs, the
+        call is cancelled by policy: abandoned in its worker thread (its result
+        discarded), never started if it had not. An abandoned call still counts until it
+        returns: it keeps its bulkhead slot (and its store lease, renewed) and its
+        worker, as a call past its deadline does. The step is then settled and
+        :class:`~toolbreaker.runtime.CancelledByPolicy` carries what the model reads (a
+        write that may have started is an unknown outcome: journaled, reconciled, never
+        replayed) and the run stops, as for any required dependency going down.
+        Otherwise ``fn()``'s result (or exception) is returned as is: settle the step
+        with it. Independent calls, and calls outside a turn, run as they are.
+        """
+        return self._turns.run_step(step, fn)
+
+    async def arun_step(self, step: Step, fn: Callable[[], Awaitable[R]]) -> R | CancelledByPolicy:
+        """:meth:`run_step` on the event loop: the task running the tool is cancelled.
+
+        A call that needs a required dependency runs in a task of its own; a cancellation
+        by policy cancels that task and awaits it, so nothing outlives the call, and the
+        framework's own task gets an ordinary answer. A cancelled caller cancels it too.
+        """
+        return await self._turns.arun_step(step, fn)
 
     # -- running tools: each sync and async twin runs one flow ------------------------------
 
@@ -471,7 +614,7 @@ class RunGuard(Turns):
                 is counted), or its function returned an awaitable (never run: settled as
                 not counted, a write as not sent).
         """
-        spec = self._tools.get(tool)
+        spec = self._shell.tools.get(tool)
         if spec is not None and inspect.iscoroutinefunction(spec.fn):
             raise AsyncCallError(
                 f"RunGuard.call({tool!r}) of a coroutine tool: it would never run, and "
@@ -507,7 +650,9 @@ class RunGuard(Turns):
         Raises:
             PolicyError: ``tool_type`` is none of :data:`~toolbreaker.runtime.TOOL_TYPES`.
         """
-        step: Step = drive(self._begin(tool, dict(args or {}), call_id, tool_type, description))
+        step: Step = drive(
+            self._begin.begin(tool, dict(args or {}), call_id, tool_type, description)
+        )
         return step
 
     async def abegin(
@@ -525,16 +670,16 @@ class RunGuard(Turns):
         run in a worker thread when the journal is a shared store.
         """
         step: Step = await adrive(
-            self._begin(tool, dict(args or {}), call_id, tool_type, description)
+            self._begin.begin(tool, dict(args or {}), call_id, tool_type, description)
         )
         return step
 
     def _calling(self, tool: str, args: dict[str, Any]) -> Flow[Any]:
         """One tool call, begun, run and settled (``call`` and ``acall``)."""
-        step = yield from self._begin(tool, args)
+        step = yield from self._begin.begin(tool, args)
         if step.answer is not None:
             return step.answer
-        spec = self._tools[step.tool]
+        spec = self._shell.tools[step.tool]
         failure: BaseException | None = None
         try:
             with step.current():  # the tool runs inside the step observers' watches
@@ -543,12 +688,12 @@ class RunGuard(Turns):
                 except Exception as exc:
                     failure = exc
                     step.claim()
-                    answer = yield from self._settle_failure(step, exc)
+                    answer = yield from self._settle.settle_failure(step, exc)
                     if isinstance(exc, AsyncCallError):
                         raise  # settled as not counted; the program's mistake, not a result
                     return answer
                 step.claim()
-                return (yield from self._settle_success(step, result))
+                return (yield from self._settle.settle_success(step, result))
         except BaseException as exc:
             failure = exc
             raise

@@ -1,344 +1,247 @@
-"""Plan and authorize: how a run guard decides a call before it runs.
+"""The plan of one call: what a run guard does with it, decided without I/O.
 
-A call is fingerprinted, a write gets its idempotency key and its journal entry is read;
-the run machine decides (:mod:`toolbreaker.core.run.machine`), and the guard carries the
-verdict out: an answer from the journal, a reconcile check, a stop, or a run. A call that
-runs asks its dependency breaker next (the model re-issuing a failed call spends a retry
-of the breaker's budget first), an irreversible one its authority check, and a write is
-journaled pending before it runs. :meth:`Planning._begin` is the one flow behind
-``begin`` and ``abegin`` (:mod:`toolbreaker.runtime._flow`).
+Two functions, no clock, no store, no lock (a tool's own risk and cost functions are
+called, and a failing one logged):
+
+- :func:`intent_of` reads a call: its risk class, its fingerprint, a write's idempotency
+  key and its declared cost, as one frozen :class:`Intent`; or refuses it (an
+  :class:`Answer`) when one of them cannot be told.
+- :func:`plan_call` takes the run machine's decision about the intent and the write's
+  journal entry and says what the guard does, as one frozen value: give an
+  :class:`Answer` (the journal's result, a queued or handed-off write, a refusal),
+  :class:`Reconcile` an earlier attempt first, or :class:`Run` the call (with the
+  arguments it runs with, a write's key in its argument, and the answer an irreversible
+  call gets if its authority check does not approve it).
+
+The run guard's begin flow (:mod:`._begin`) feeds the run machine, reads the journal and
+carries the plan out; it decides nothing the plan says.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, TypeAlias
 
 from toolbreaker.core.run import protocol
 from toolbreaker.core.run._values import call_risk
-from toolbreaker.core.run.budget import WRITES, Action
+from toolbreaker.core.run.budget import WRITES, RiskClass
 from toolbreaker.core.run.costs import amount_of
-from toolbreaker.core.run.fingerprint import fingerprint, write_key
-from toolbreaker.core.run.machine import RunDecision, RunEvent
-from toolbreaker.core.run.redact import redact
-from toolbreaker.core.run.retrying import is_retry
-from toolbreaker.errors import FingerprintError, PolicyError, StoreUnavailable
-from toolbreaker.runtime._flow import Flow
+from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core.run.machine import RunDecision
+from toolbreaker.errors import FingerprintError, PolicyError
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (
     deferred_result,
     denied_result,
     error_result,
     handoff_result,
-    journal_down_result,
     over_budget_result,
     queued_result,
     stopped_result,
     tool_stopped_result,
 )
-from toolbreaker.runtime._step import Step, StepStart, ToolType, Watching, check_tool_type
-from toolbreaker.runtime.breaker._breaker import Permit, watch_openings
-from toolbreaker.runtime.breaker._degrade import deferred_notice
-from toolbreaker.runtime.run._driver import Admit
 from toolbreaker.runtime.run._journal import step_of
-from toolbreaker.runtime.run._settle import Settling
-from toolbreaker.runtime.run._shell import CallPlan
-from toolbreaker.runtime.run._tools import (
-    ActionRequest,
-    GuardedTool,
-    evidence_digest,
-    with_key,
-    without_key,
-)
+from toolbreaker.runtime.run._tools import GuardedTool, with_key
 
-__all__ = ["Planning"]
-
-#: The verdicts that refuse a call before it runs, each with its answer (``_refused``).
-_REFUSALS: Final = frozenset(
-    {"deferred", "over-budget", "tool-stopped", "writes-blocked", "stopped"}
-)
+__all__ = [
+    "Answer",
+    "Intent",
+    "Plan",
+    "Reconcile",
+    "Run",
+    "intent_of",
+    "journaled_result",
+    "plan_call",
+]
 
 
-class Planning(Settling):
-    """The start of a call: the run machine's verdict, the breaker, the journal."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Intent:
+    """A call as the run guard reads it, before the run machine hears of it.
 
-    def _begin(
-        self,
-        tool: str,
-        args: dict[str, Any],
-        call_id: str | None = None,
-        tool_type: ToolType | None = None,
-        description: str | None = None,
-    ) -> Flow[Step]:
-        """Decide one call (``begin`` and ``abegin``): the step says what to do.
+    Attributes:
+        spec: the tool.
+        args: the call's arguments (without a key the model made up).
+        fingerprint: the action's semantic fingerprint.
+        key: a write's idempotency key, else ``None``.
+        risk: the call's risk class (the tool's, or its risk function's answer).
+        reserve: the cost its tool declared (held before it runs), else ``None``.
+    """
 
-        A call the run machine lets run asks its dependency breaker next. The model is a
-        retry layer: re-issuing an action whose last attempt failed retryably (this run's
-        ledger says so) spends a retry of the breaker's budget first, and once it is
-        spent the tool is unavailable for the run (a required tool stops it).
+    spec: GuardedTool
+    args: dict[str, Any]
+    fingerprint: str
+    key: str | None
+    risk: RiskClass
+    reserve: Decimal | None = None
 
-        The step observers (the guard's and the tool's breaker's) hear the call from
-        here: their watches are current while it is decided, and ended now if it carries
-        an answer.
-        """
-        check_tool_type(tool_type)
-        watching = self._watch_step(tool, call_id, tool_type, description)
-        if watching is None:
-            step = yield from self._deciding(tool, args)
-            step.call_id = call_id
-            return self._joined(step)
-        try:
-            with watching.current():
-                step = yield from self._deciding(tool, args)
-        except BaseException as exc:
-            watching.end(None, exc)
-            raise
-        step.call_id = call_id
-        step.watching = watching
-        if step.answer is not None:
-            step.end()
-        return self._joined(step)
 
-    def _watch_step(
-        self,
-        tool: str,
-        call_id: str | None,
-        tool_type: ToolType | None = None,
-        description: str | None = None,
-    ) -> Watching | None:
-        spec = self._tools.get(tool)
-        breaker = None if spec is None else spec.breaker
-        if breaker is not None:
-            return breaker.watch_step(
-                tool, call_id, self.step_observers, tool_type=tool_type, description=description
-            )
-        if not self.step_observers:
-            return None
-        start = StepStart(tool, call_id, None, tool_type, description)
-        return self.step_observers.start(start, self._observer_failed)
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answer:
+    """Do not run the call: the model reads ``result``.
 
-    def _observer_failed(self) -> None:
-        self.listener_errors += 1
+    Attributes:
+        result: what the model reads.
+        reason: why (a stop's condition, ``journal``, ``queued``, ``denied`` ...).
+        refused: the answer refuses the call; ``False`` when it stands for the call's
+            result (a confirmed write's journaled result, a queued write).
+        deferred: a call the per-turn limit deferred: the limit (the run's notice says
+            so), else ``None``.
+    """
 
-    def _deciding(self, tool: str, args: dict[str, Any]) -> Flow[Step]:
-        """The run machine's verdict, then the breaker's, then the journal's."""
-        step: Step = yield self.blocking(None, self._plan, tool, args, tool=tool)
-        plan: CallPlan | None = step.plan
-        breaker = None if plan is None or step.answer is not None else plan.spec.breaker
-        if breaker is not None:
-            assert plan is not None
-            with self._lock:
-                retrying = is_retry(self._retries, plan.fingerprint)
-            breaker = breaker.for_scope()  # a scoped row: this tenant's
-            admission = yield Admit(breaker, retrying)
-            if isinstance(admission, Permit):
-                step.permit = admission
-            else:
-                # Refused by its dependency breaker after the run machine let it through.
-                result = admission.result_for(step.tool)
-                answer = yield from self._down(step, result, admission.reason)
-                step.give(answer, admission.reason)
-        step = yield self.blocking(step, self._journal_pending, step)
-        return step
+    result: Any
+    reason: str
+    refused: bool = True
+    deferred: int | None = None
 
-    def _resume(self) -> None:
-        """Once per guard: writes an earlier run left unresolved block writes here too."""
-        if self._resumed:
-            return
-        try:
-            entries = self.journal.journal_entries(self.task)
-        except StoreUnavailable:
-            return  # writes are refused while the journal is down anyway; try again later
-        self._resumed = True
-        unresolved = [e for e in entries if protocol.uncertain(protocol.read(e))]
-        with self._lock:
-            self._uncertain_keys.update(str(e.get("idempotency_key")) for e in unresolved)
-        if unresolved:
-            keys = ", ".join(str(e.get("idempotency_key")) for e in unresolved[:5])
-            self._feed(
-                RunEvent(
-                    "resume",
-                    self.clock(),
-                    count=len(unresolved),
-                    detail=f"left unresolved by an earlier run of {self.task!r}: {keys}",
-                )
-            )
 
-    def _plan(self, tool: str, args: dict[str, Any]) -> Step:
-        spec = self._tools.get(tool)
-        if spec is None:
-            raise PolicyError(f"unknown tool {tool!r} for run {self.task!r}", field="tool")
-        args = without_key(spec, args)
-        plan = self._call_plan(spec, args)
-        if isinstance(plan, Step):
-            return plan  # refused: its class, its arguments or its cost cannot be told
-        risk, action_fp, key, reserve = plan.risk, plan.fingerprint, plan.key, plan.reserve
-        step = Step(
-            self,
-            tool,
-            args,
-            idempotency_key=key,
-            fingerprint=action_fp,
-            deadline=spec.breaker.timeout if spec.breaker is not None else None,
-            plan=plan,
+@dataclasses.dataclass(frozen=True, slots=True)
+class Reconcile:
+    """An earlier attempt's outcome is unknown: the tool's reconcile check answers."""
+
+    why: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Run:
+    """Run the call.
+
+    Attributes:
+        args: the arguments it runs with (a write's key in its key argument).
+        denied: an irreversible call: its authority check must approve it first, and
+            this is the answer when it does not; ``None`` for any other call.
+    """
+
+    args: dict[str, Any]
+    denied: Answer | None = None
+
+
+#: What the guard does with a call the run machine decided.
+Plan: TypeAlias = Answer | Reconcile | Run
+
+
+def intent_of(
+    spec: GuardedTool,
+    args: dict[str, Any],
+    *,
+    rules: FingerprintRules,
+    task: str,
+    steps: int,
+) -> Intent | Answer:
+    """The call's class, fingerprint, write key and cost; or the answer refusing it.
+
+    Args:
+        spec: the tool.
+        args: the call's arguments, without a key the model made up.
+        rules: the run's fingerprint rules.
+        task: the run's task id (a write's key is the task's).
+        steps: the run's steps so far: a tool whose risk is a function of its
+            arguments and that has no business key keys each write by its step.
+    """
+    tool = spec.name
+    try:
+        risk = call_risk(spec.risk, args, f"{tool}.risk")
+    except Exception as exc:  # noqa: BLE001 - a call whose class is unknown never runs
+        if not isinstance(exc, PolicyError):
+            hook_failed(f"the risk function of {tool} failed; the call is refused", exc)
+        return Answer(error_result(tool, exc, retryable=False), "risk-unknown")
+    try:
+        action_fp = fingerprint(tool, args, rules)
+        key = None
+        if risk in WRITES:
+            # A generic tool's write (a shell command) is no business action made
+            # once: without a business key, each call is its own write.
+            call = steps + 1 if callable(spec.risk) else None
+            key = write_key(tool, args, spec.business_key, task=task, rules=rules, call=call)
+    except (FingerprintError, RecursionError) as exc:
+        # Arguments that cannot be checked are never run: the guard could neither
+        # count them nor give a write its key.
+        return Answer(error_result(tool, exc, retryable=False), "invalid-arguments")
+    try:
+        reserve = _estimate(spec, args)
+    except Exception as exc:  # noqa: BLE001 - an unknown cost is never admitted
+        hook_failed(f"the cost estimate of {tool} failed; the call is refused", exc)
+        return Answer(error_result(tool, exc, retryable=False), "cost-unknown")
+    return Intent(spec, args, action_fp, key, risk, reserve)
+
+
+def plan_call(
+    intent: Intent,
+    decision: RunDecision,
+    entry: Mapping[str, Any] | None,
+    *,
+    writes_blocked: bool,
+    turn_limit: int | None,
+) -> Plan:
+    """What the guard does with a call the run machine decided.
+
+    Args:
+        intent: the call.
+        decision: the run machine's decision about it.
+        entry: the write's journal entry as read before the decision, else ``None``.
+        writes_blocked: the run's writes are blocked now (the state after the decision).
+        turn_limit: the budget's ``max_calls_per_turn``.
+    """
+    tool, key = intent.spec.name, intent.key
+    verdict = decision.verdict
+    if verdict == "journal":
+        # A confirmed write is never executed again (how a resumed task skips work).
+        return Answer(journaled_result(entry), "journal", refused=False)
+    if verdict == "queued" and key is not None:
+        # Queued by the degradation matrix (or maybe): a drainer makes it, not this run.
+        queued = protocol.queue_id(entry) or "unknown"
+        maybe = protocol.uncertain(protocol.read(entry))
+        answer = queued_result(tool, queued, key, already=True, maybe=maybe)
+        return Answer(answer, "queued", refused=False)
+    if verdict == "handed-off" and key is not None:
+        rid = protocol.reconciliation_id(entry) or "unknown"
+        return Answer(handoff_result(tool, rid, step_of(entry or {})), "handed-off", refused=False)
+    if verdict == "reconcile":
+        return Reconcile("an earlier attempt's outcome is unknown")
+    stop = decision.stop
+    if verdict == "deferred":
+        # Not made, not queued: the model reads that it may issue it next turn.
+        assert turn_limit is not None
+        return Answer(deferred_result(tool, limit=turn_limit), "deferred", deferred=turn_limit)
+    if verdict == "over-budget":
+        assert stop is not None
+        assert decision.left is not None
+        return Answer(over_budget_result(tool, stop, left=decision.left), "over-budget")
+    if verdict == "tool-stopped":
+        assert stop is not None
+        return Answer(tool_stopped_result(tool, stop), stop.condition)
+    if verdict in ("writes-blocked", "stopped"):
+        assert stop is not None
+        answer = stopped_result(
+            stop, writes_blocked=writes_blocked, writes_only=verdict == "writes-blocked"
         )
-        self._attempted = {"tool": tool, "fingerprint": action_fp, "idempotency_key": key}
-        self._resume()
-        done: dict[str, Any] | None = None
-        try:
-            done = self.journal.journal_get(self.task, key) if key else None
-        except StoreUnavailable:
-            return step.give(journal_down_result(tool), "journal-unavailable")
-        plan.status = status = protocol.read(done)
-        journaled = done.get("result", {"ok": True, "deduplicated": True}) if done else None
-        action = Action(tool=tool, fingerprint=action_fp, risk=risk, recovery=spec.recovery)
-        plan.action = action
-        decision = self._feed(
-            RunEvent(
-                "request",
-                self.clock(),
-                action,
-                journal=status,
-                evidence=evidence_digest(journaled, self.rules) if protocol.made(status) else None,
-                reserve=reserve,
-            )
-        )
-        step.decision = decision
-        plan.step = decision.step
-        plan.reservation = decision.reservation
-        verdict = decision.verdict
-        if verdict == "journal":
-            # A confirmed write is never executed again (how a resumed task skips work).
-            return step.give(journaled, "journal", refused=False)
-        if verdict == "queued" and key is not None:
-            # Queued by the degradation matrix (or maybe): a drainer makes it, not this run.
-            queued = protocol.queue_id(done) or "unknown"
-            maybe = protocol.uncertain(status)
-            answer = queued_result(tool, queued, key, already=True, maybe=maybe)
-            return step.give(answer, "queued", refused=False)
-        if verdict == "handed-off" and key is not None:
-            rid = protocol.reconciliation_id(done) or "unknown"
-            return step.give(
-                handoff_result(tool, rid, step_of(done or {})), "handed-off", refused=False
-            )
-        if verdict == "reconcile":
-            answer = self._reconcile(plan, why="an earlier attempt's outcome is unknown")
-            return step.give(answer, "reconcile", refused=False)
-        if verdict in _REFUSALS:
-            return self._refused(step, decision)
-        plan.begun = True
-        plan.opened = watch_openings()
-        if risk == "irreversible" and not self._authorized(step):
-            self._finish(plan, "ignored", spent=False)
-            if spec.authorize is None:  # a tool whose risk is a function of its arguments
-                why = PolicyError(f"this call is irreversible and {tool} has no authorize check")
-                return step.give(error_result(tool, why, retryable=False), "denied")
-            return step.give(denied_result(tool), "denied")
-        if key is not None:
-            step.args = with_key(spec, args, key)
-        return step
-
-    def _call_plan(self, spec: GuardedTool, args: dict[str, Any]) -> CallPlan | Step:
-        """The call's class, fingerprint, write key and cost; or the step refusing it."""
-        tool = spec.name
-        try:
-            risk = call_risk(spec.risk, args, f"{tool}.risk")
-        except Exception as exc:  # noqa: BLE001 - a call whose class is unknown never runs
-            if not isinstance(exc, PolicyError):
-                hook_failed(f"the risk function of {tool} failed; the call is refused", exc)
-            answer = error_result(tool, exc, retryable=False)
-            return Step(self, tool, args, answer=answer, reason="risk-unknown", refused=True)
-        try:
-            action_fp = fingerprint(tool, args, self.rules)
-            key = None
-            if risk in WRITES:
-                # A generic tool's write (a shell command) is no business action made
-                # once: without a business key, each call is its own write.
-                call = self._run.steps + 1 if callable(spec.risk) else None
-                key = write_key(
-                    tool, args, spec.business_key, task=self.task, rules=self.rules, call=call
-                )
-        except (FingerprintError, RecursionError) as exc:
-            # Arguments that cannot be checked are never run: the guard could neither
-            # count them nor give a write its key.
-            answer = error_result(tool, exc, retryable=False)
-            return Step(self, tool, args, answer=answer, reason="invalid-arguments", refused=True)
-        try:
-            reserve = _estimate(spec, args)
-        except Exception as exc:  # noqa: BLE001 - an unknown cost is never admitted
-            hook_failed(f"the cost estimate of {tool} failed; the call is refused", exc)
-            answer = error_result(tool, exc, retryable=False)
-            return Step(self, tool, args, answer=answer, reason="cost-unknown", refused=True)
-        return CallPlan(spec, action_fp, key, args, reserve=reserve, risk=risk)
-
-    def _refused(self, step: Step, decision: RunDecision) -> Step:
-        """A call the run machine refused: the answer the model reads, and why."""
-        tool = step.tool
-        verdict = decision.verdict
-        if verdict == "deferred":
-            # Not made, not queued: the model reads that it may issue it next turn.
-            limit = self.budget.max_calls_per_turn
-            assert limit is not None
-            if self.notices:
-                breaker = self._tools[tool].breaker
-                key = breaker.key if breaker is not None else None
-                self.notices.emit(deferred_notice(self.task, tool, limit=limit, breaker=key))
-            return step.give(deferred_result(tool, limit=limit), "deferred")
-        if verdict == "over-budget":
-            assert decision.stop is not None
-            assert decision.left is not None
-            return step.give(
-                over_budget_result(tool, decision.stop, left=decision.left), "over-budget"
-            )
-        if verdict == "tool-stopped":
-            assert decision.stop is not None
-            return step.give(tool_stopped_result(tool, decision.stop), decision.stop.condition)
-        assert decision.stop is not None  # writes-blocked or stopped
-        stop_answer = stopped_result(
-            decision.stop,
-            writes_blocked=self._run.writes_blocked is not None,
-            writes_only=verdict == "writes-blocked",
-        )
-        return step.give(stop_answer, decision.stop.condition)
-
-    def _journal_pending(self, step: Step) -> Step:
-        """Journal a write as pending before it runs; no record of the attempt, no attempt."""
-        plan: CallPlan | None = step.plan
-        if step.answer is not None or plan is None or plan.key is None:
-            return step
-        if not self._journal(plan, "attempt"):
-            # A write we could not journal could later be neither skipped nor reconciled.
-            if step.permit is not None:
-                step.permit.record("ignored")
-                step.permit = None
-            self._finish(plan, "ignored", spent=False)
-            if protocol.unresolved(plan.status):
-                # The pending entry may have been written: this attempt certainly was not
-                # made, so say so (best effort: a pending entry left is only reconciled).
-                self._journal(plan, "not-made")
-            step.give(journal_down_result(step.tool), "journal-unavailable")
-        return step
-
-    def _authorized(self, step: Step) -> bool:
-        spec = step.plan.spec
-        if spec.authorize is None:
-            return False  # never asked: nothing may approve it
-        request = ActionRequest(
-            task=self.task,
-            tool=spec.name,
-            args=redact(step.args),
-            fingerprint=step.plan.fingerprint,
-            idempotency_key=step.plan.key,
-            risk=step.plan.risk,
-        )
-        try:
-            return spec.authorize(request) is True
-        except Exception as exc:  # noqa: BLE001 - a failing authority check denies
-            hook_failed(f"the authority check of {spec.name} raised; denied", exc)
-            return False
+        return Answer(answer, stop.condition)
+    args = with_key(intent.spec, intent.args, key) if key is not None else intent.args
+    return Run(args, _denial(intent) if intent.risk == "irreversible" else None)
 
 
-def _estimate(spec: GuardedTool, args: dict[str, Any]) -> Decimal | None:
+def journaled_result(entry: Mapping[str, Any] | None) -> Any:
+    """What a write's journal entry says it returned (``None``: no entry).
+
+    A confirmed write whose entry kept no result answers that it was deduplicated.
+    """
+    if not entry:
+        return None
+    return entry.get("result", {"ok": True, "deduplicated": True})
+
+
+def _denial(intent: Intent) -> Answer:
+    """What an irreversible call reads when its authority check does not approve it."""
+    tool = intent.spec.name
+    if intent.spec.authorize is None:  # a tool whose risk is a function of its arguments
+        why = PolicyError(f"this call is irreversible and {tool} has no authorize check")
+        return Answer(error_result(tool, why, retryable=False), "denied")
+    return Answer(denied_result(tool), "denied")
+
+
+def _estimate(spec: GuardedTool, args: Mapping[str, Any]) -> Decimal | None:
     """The cost a call of ``spec`` reserves: its fixed amount or its estimator's answer."""
     if spec.cost is None:
         return None

@@ -49,6 +49,7 @@ from toolbreaker.core.run.machine import RunDecision
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime.run._guard import GuardedTool, RunGuard
 from toolbreaker.runtime.run._recorded_step import RecordedStep, raised_for
+from toolbreaker.runtime.run._shell import call_of
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["RecordedRun", "RecordedStep", "Replayed", "raised_for"]
@@ -142,7 +143,8 @@ class RecordedRun:
                 answer = begun.succeeded(result)
         if self.stopped_packet is None and guard.stopped is not None:
             self.stopped_packet = guard.stop_packet()
-        action = None if begun.plan is None else begun.plan.action
+        call = call_of(begun)
+        action = None if call is None else call.action
         return Replayed(step, begun.decision, answer, ran=ran, action=action)
 
     def packet(self) -> StopPacket | None:

@@ -5,8 +5,8 @@ verified (what proves a write is the write protocol's
 :func:`~toolbreaker.core.run.protocol.proves`); a failure that may have committed is an
 unknown outcome (journaled, reconciled, never replayed: :func:`may_have_committed`); a
 dependency that is out is served by its sheet row's degradation, and the run machine
-decides whether the run goes on. The settle flows (:meth:`Settling._settle_success`,
-:meth:`Settling._settle_failure`) are written once for the sync and async twins
+decides whether the run goes on. The settle flows (:meth:`Settle.settle_success`,
+:meth:`Settle.settle_failure`) are written once for the sync and async twins
 (:mod:`toolbreaker.runtime._flow`; the effects are in :mod:`._driver`).
 """
 
@@ -32,79 +32,90 @@ from toolbreaker.runtime.breaker._breaker import Permit
 from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict, classify_exception
 from toolbreaker.runtime.breaker._commit import found_in_chain, may_have_committed
 from toolbreaker.runtime.run._driver import Degrade, Record
-from toolbreaker.runtime.run._shell import CallPlan, RunShell
+from toolbreaker.runtime.run._shell import CallRecord, RunShell, record_of
 from toolbreaker.runtime.run._tools import evidence_digest, with_key
 
-__all__ = ["Settling"]
+__all__ = ["Settle"]
 
 
-class Settling(RunShell):
-    """The end of a call: settle the breaker, verify, reconcile, journal (see the module)."""
+class Settle:
+    """The end of a call: settle the breaker, verify, reconcile, journal (see the module).
+
+    A part of a :class:`~toolbreaker.RunGuard`, and the owner of its steps: a step's
+    ``succeeded``/``failed`` (and their twins) drive this part's flows.
+
+    Args:
+        shell: the run's state and journal (:class:`RunShell`).
+    """
+
+    def __init__(self, shell: RunShell) -> None:
+        self.shell = shell
 
     # -- the settle flows: one for the sync and the async twins ----------------------------
 
-    def _settle_success(self, step: Step, result: Any) -> Flow[Any]:
+    def settle_success(self, step: Step, result: Any) -> Flow[Any]:
         """A begun (and claimed) step returned ``result``: what the model reads."""
-        self._settling(step)
+        self.shell.settling(step)
         permit = step.permit
         if permit is not None:
             verdict = permit.breaker.result_verdict(result)
             if verdict is not SUCCESS:
-                step.failure = "result"  # the tool returned what counts as a failure
+                step.failed_as("result")  # the tool returned what counts as a failure
             yield Record(permit, verdict)
-        answer = yield self.blocking(step, self._succeeded, step, result)
-        return self._told(step, answer)
+        answer = yield self.shell.blocking(step, self._succeeded, step, result)
+        return self.shell.told(step, answer)
 
-    def _settle_failure(self, step: Step, exc: BaseException) -> Flow[Any]:
+    def settle_failure(self, step: Step, exc: BaseException) -> Flow[Any]:
         """A begun (and claimed) step raised ``exc``: what the model reads.
 
         A cancellation (anything not an ``Exception``) is recorded, then raised again: a
         write stays pending, reconciled on resume.
         """
-        self._settling(step)
+        self.shell.settling(step)
         if step.permit is not None:
             yield Record(step.permit, exc)
         if not isinstance(exc, Exception):
-            self._told(step, None, exc)
+            self.shell.told(step, None, exc)
             raise exc
-        answer = yield self.blocking(step, self._failed, step, exc)
+        answer = yield self.shell.blocking(step, self._failed, step, exc)
         if isinstance(answer, _Down):
-            answer = yield from self._down(step, answer.result, answer.reason)
-        return self._told(step, answer)
+            answer = yield from self.down(record_of(step), answer.result, answer.reason)
+        return self.shell.told(step, answer)
 
-    def _down(self, step: Step, result: dict[str, Any], reason: str) -> Flow[Any]:
+    def down(self, plan: CallRecord, result: dict[str, Any], reason: str) -> Flow[Any]:
         """The step's dependency is out (refused, or opened by this call): the answer.
 
         The sheet row's degradation, if it has one, is an effect of its own (on the event
         loop its store round trips, its packet's journal read and an async substitute are
         awaited, never run inside another effect); then the run machine decides.
         """
-        plan: CallPlan = step.plan
         breaker = plan.spec.breaker
         served = None
         if breaker is not None and breaker.for_scope().degradation.chain:
             served = yield self._degrade(plan, result)
-        answer = yield self.blocking(step, self._dependency_down, plan, result, reason, served)
+        answer = yield self.shell.blocking(
+            plan, self._dependency_down, plan, result, reason, served
+        )
         return answer
 
     # -- the Step's owner callbacks: both twins drive the one flow -------------------------
 
     def _step_succeeded(self, step: Step, result: Any) -> Any:
-        return drive(self._settle_success(step, result))
+        return drive(self.settle_success(step, result))
 
     def _step_failed(self, step: Step, exc: BaseException) -> Any:
-        return drive(self._settle_failure(step, exc))
+        return drive(self.settle_failure(step, exc))
 
     async def _step_asucceeded(self, step: Step, result: Any) -> Any:
-        return await adrive(self._settle_success(step, result))
+        return await adrive(self.settle_success(step, result))
 
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
-        return await adrive(self._settle_failure(step, exc))
+        return await adrive(self.settle_failure(step, exc))
 
     # -- execute, verify, record -------------------------------------------------------------
 
     def _succeeded(self, step: Step, result: Any) -> Any:
-        plan: CallPlan = step.plan
+        plan = record_of(step)
         spec = plan.spec
         if plan.risk in WRITES:
             verified: bool | None = None
@@ -115,14 +126,14 @@ class Settling(RunShell):
                     hook_failed(f"the verify check of {spec.name} raised", exc)
                     verified = False
             if not protocol.proves(result, verified):
-                step.failure = "unverified"
-                return self._unknown(
+                step.failed_as("unverified")
+                return self.unknown(
                     step, "verification failed: the result does not prove the write happened"
                 )
-        self._finish(
+        self.shell.finish(
             plan,
             "success",
-            evidence=evidence_digest(result, self.rules),
+            evidence=evidence_digest(result, self.shell.rules),
             cost=self._actual_cost(plan, result),
         )
         self._observe_retry(plan, result)
@@ -134,19 +145,19 @@ class Settling(RunShell):
         if plan.key is not None:
             # The write happened; if the journal is down now, its idempotency key still
             # protects a retry at the provider.
-            self._journal(plan, "proven", result=result)
+            self.shell.move(plan, "proven", result=result)
         return result
 
     def _failed(self, step: Step, exc: Exception) -> Any:
         """What the model reads for a failure; :class:`_Down` when the dependency is out."""
-        plan: CallPlan = step.plan
+        plan = record_of(step)
         spec = plan.spec
         verdict = spec.breaker.verdict_of(exc) if spec.breaker is not None else _classify(exc)
         if plan.risk in WRITES and may_have_committed(exc, verdict):
-            return self._unknown(step, f"{type(exc).__name__}: the write may have committed")
+            return self.unknown(step, f"{type(exc).__name__}: the write may have committed")
         error = None if verdict.detail == "cancelled" else verdict.detail
-        self._finish(plan, "failure" if verdict.kind == "failure" else "ignored", error=error)
-        self._forget(plan)
+        self.shell.finish(plan, "failure" if verdict.kind == "failure" else "ignored", error=error)
+        self.shell.forget(plan)
         inner = found_in_chain(exc, CircuitOpen)
         if inner is not None:
             # A breaker inside the tool (an httpx transport ...) rejected the call.
@@ -170,7 +181,7 @@ class Settling(RunShell):
 
     def _dependency_down(
         self,
-        plan: CallPlan,
+        plan: CallRecord,
         result: dict[str, Any],
         reason: str,
         served: dict[str, Any] | None,
@@ -188,7 +199,7 @@ class Settling(RunShell):
         if mode is not None:
             self._after_degraded(plan, result)
         # It was not made (a queued one is not made yet): it spent nothing.
-        self._finish(plan, "ignored", spent=False)
+        self.shell.finish(plan, "ignored", spent=False)
         if plan.action is None:
             return result
         if mode == "stop":
@@ -198,10 +209,10 @@ class Settling(RunShell):
             detail = f"required tool {plan.spec.name!r} is unavailable ({reason})"
             if seconds is not None:
                 detail += f"; retry after {seconds} s"
-        decision = self._feed(
+        decision = self.shell.feed(
             RunEvent(
                 "dependency-down",
-                self.clock(),
+                self.shell.clock(),
                 plan.action,
                 required=plan.spec.required,
                 reason=reason,
@@ -214,10 +225,12 @@ class Settling(RunShell):
             return result  # a mode's answer says what the caller gets, the stop included
         return {
             **result,
-            **stopped_result(decision.stop, writes_blocked=self._run.writes_blocked is not None),
+            **stopped_result(
+                decision.stop, writes_blocked=self.shell.state.writes_blocked is not None
+            ),
         }
 
-    def _degrade(self, plan: CallPlan, result: dict[str, Any]) -> Degrade:
+    def _degrade(self, plan: CallRecord, result: dict[str, Any]) -> Degrade:
         """The sheet row's degradation of ``result``, as an effect.
 
         Queued work runs with the write's idempotency key; a handoff's packet gives the
@@ -231,7 +244,7 @@ class Settling(RunShell):
             if plan.key is None:
                 action = (
                     f"once the dependency of {spec.name!r} recovers, carry out or drop the "
-                    f"attempted action, then resume task {self.task!r}: confirmed steps are "
+                    f"attempted action, then resume task {self.shell.task!r}: confirmed steps are "
                     "skipped"
                 )
             else:
@@ -242,19 +255,19 @@ class Settling(RunShell):
                     f"{spec.name!r} recovers, carry it out and record it with "
                     f"RunGuard.resolve({plan.key!r}, committed=True), or drop it; to let "
                     f"the resumed run make it, record committed=False. Then resume task "
-                    f"{self.task!r}: confirmed steps are skipped"
+                    f"{self.shell.task!r}: confirmed steps are skipped"
                 )
             return dataclasses.replace(
-                self.stop_packet(),
+                self.shell.stop_packet(),
                 condition="dependency-open",
                 detail=detail,
                 next_safe_action=action,
             )
 
-        options = {"idempotency_key": plan.key, "packet": packet, "task": self.task}
+        options = {"idempotency_key": plan.key, "packet": packet, "task": self.shell.task}
         return Degrade(spec.breaker.for_scope().degradation, spec.name, args, result, options)
 
-    def _after_degraded(self, plan: CallPlan, answer: Mapping[str, Any]) -> None:
+    def _after_degraded(self, plan: CallRecord, answer: Mapping[str, Any]) -> None:
         """Journal what a degradation answer did with a write (the protocol's move).
 
         Queued: a drainer makes it, never this run. Maybe queued (the queue's store did
@@ -271,29 +284,29 @@ class Settling(RunShell):
             for name in ("queue_id", "reconciliation_id")
             if isinstance(answer.get(name), str)
         }
-        self._journal(plan, move, extra=ids)
+        self.shell.move(plan, move, extra=ids)
         if protocol.uncertain(plan.status) and plan.action is not None:
-            self._counted(plan.key)
-            self._feed(
+            self.shell.counted(plan.key)
+            self.shell.feed(
                 RunEvent(
                     "uncertain",
-                    self.clock(),
+                    self.shell.clock(),
                     plan.action,
                     detail=f"it may be queued as {ids.get('queue_id')}",
                     step=plan.step,
                 )
             )
 
-    def _unknown(self, step: Step, why: str) -> dict[str, Any]:
+    def unknown(self, step: Step, why: str) -> dict[str, Any]:
         """An unknown write outcome: never replay, let the core block writes, reconcile."""
-        plan: CallPlan = step.plan
+        plan = record_of(step)
         if plan.begun and plan.key is not None:
-            self._counted(plan.key)
-        self._finish(plan, "unknown", detail=why)
-        self._journal(plan, "maybe-made")
-        return self._reconcile(plan, why=why)
+            self.shell.counted(plan.key)
+        self.shell.finish(plan, "unknown", detail=why)
+        self.shell.move(plan, "maybe-made")
+        return self.reconcile(plan, why=why)
 
-    def _reconcile(self, plan: CallPlan, *, why: str) -> dict[str, Any]:
+    def reconcile(self, plan: CallRecord, *, why: str) -> dict[str, Any]:
         spec = plan.spec
         found: Any = None
         checked = False
@@ -304,23 +317,23 @@ class Settling(RunShell):
             except Exception as exc:  # noqa: BLE001 - an unreachable status check proves nothing
                 hook_failed(f"the reconcile check of {spec.name} raised", exc)
         if checked and found:
-            if self._journal(plan, "found", result=found) and plan.key is not None:
+            if self.shell.move(plan, "found", result=found) and plan.key is not None:
                 # The outcome is known now: it no longer counts as uncertain.
-                self._settled(plan.key)
+                self.shell.settled_key(plan.key)
         elif checked:
             # Not found is not proof of absence (a lagging index): it stays unresolved
             # until an operator decides (RunGuard.resolve).
-            self._journal(plan, "not-found")
+            self.shell.move(plan, "not-found")
         return unknown_result(
             spec.name,
             plan.key,
             why=why,
             found=found,
             checked=checked,
-            writes_blocked=self._run.writes_blocked is not None,
+            writes_blocked=self.shell.state.writes_blocked is not None,
         )
 
-    def _actual_cost(self, plan: CallPlan, result: Any) -> Decimal | None:
+    def _actual_cost(self, plan: CallRecord, result: Any) -> Decimal | None:
         """What a call that returned cost, by its tool's ``actual_cost``; ``None``: as held."""
         read = plan.spec.actual_cost
         if read is None or not plan.reservation:
@@ -332,11 +345,13 @@ class Settling(RunShell):
             hook_failed(f"the actual cost of {plan.spec.name} could not be read", exc)
             return None
 
-    def _observe_retry(self, plan: CallPlan, result: Any) -> None:
+    def _observe_retry(self, plan: CallRecord, result: Any) -> None:
         """Remember whether the action's attempt ended in a failure worth retrying."""
         retryable = failed_retryably(result)
-        with self._lock:
-            self._retries = observe(self._retries, plan.fingerprint, retryable_failure=retryable)
+        with self.shell.lock:
+            self.shell.retries = observe(
+                self.shell.retries, plan.fingerprint, retryable_failure=retryable
+            )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,11 +1,12 @@
 """What every part of a run guard shares: its state, the run machine's feed, the journal.
 
-:class:`RunShell` is the bottom of the run guard (:class:`~toolbreaker.RunGuard`): the
-state a guard keeps, feeding the run machine (:mod:`toolbreaker.core.run.machine`) and
-telling stop listeners, journaling a write by the write protocol's moves
-(:mod:`toolbreaker.core.run.protocol`), the stop packet, and a call's membership of its
-model turn. The parts above it plan and authorize calls (``_plan``), settle, verify and
-reconcile them (``_settle``), and run a model turn's calls (``_turns``).
+:class:`RunShell` is the part of a run guard (:class:`~toolbreaker.RunGuard`) the others
+are built with: the state a guard keeps, feeding the run machine
+(:mod:`toolbreaker.core.run.machine`) and telling stop listeners, journaling a write by
+the write protocol's moves (:mod:`toolbreaker.core.run.protocol`), the stop packet, and a
+call's membership of its model turn. The other parts carry out a call's plan
+(``_begin.Begin``), settle, verify and reconcile it (``_settle.Settle``), and run a model
+turn's calls (``_turns.Turns``); each holds this one, none inherits it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._step import Step, StepObservers
 from toolbreaker.runtime.breaker._breaker import Breaker, Permit
 from toolbreaker.runtime.breaker._degrade import Notices
-from toolbreaker.runtime.breaker._watch import BreakerWatch
 from toolbreaker.runtime.run._driver import Blocking
 from toolbreaker.runtime.run._journal import entry_for, packet_steps, settle_first
 from toolbreaker.runtime.run._shared import SharedRun, later, on_loop
@@ -39,7 +39,7 @@ from toolbreaker.runtime.run._siblings import BranchOutcome, TurnGroup, TurnMemb
 from toolbreaker.runtime.run._tools import GuardedTool
 from toolbreaker.stores._protocol import Journal
 
-__all__ = ["NO_TURN", "CallPlan", "RunShell"]
+__all__ = ["NO_TURN", "CallRecord", "RunShell", "call_of", "record_of"]
 
 #: No model turn marked yet.
 NO_TURN: Final = object()
@@ -49,8 +49,12 @@ _CALLBACKS: Final = object()
 
 
 @dataclasses.dataclass(slots=True)
-class CallPlan:
-    """One call of a run as the guard carries it from its request to its outcome.
+class CallRecord:
+    """The guard's mutable record of one call, from its request to its outcome.
+
+    What the call's frozen plan (:mod:`._plan`) does not hold: the journal status as it
+    moves, the run machine's step and reservation, the turn it belongs to. A step holds
+    it as its ``plan``; the begin and settle flows update it.
 
     Attributes:
         spec: the tool.
@@ -83,69 +87,72 @@ class CallPlan:
     risk: RiskClass = "read"
 
 
+def call_of(step: Step) -> CallRecord | None:
+    """The run guard's record of ``step``'s call, ``None`` for a call refused unread."""
+    plan = step.plan
+    return plan if isinstance(plan, CallRecord) else None
+
+
+def record_of(step: Step) -> CallRecord:
+    """The run guard's record of a begun ``step``'s call (one that ran has one)."""
+    plan = step.plan
+    assert isinstance(plan, CallRecord), step
+    return plan
+
+
 class RunShell:
-    """A run guard's state and the parts every flow shares (see the module)."""
+    """The run's state and what every part of a run guard shares (see the module).
 
-    task: str
-    budget: Budget
-    journal: Journal
-    clock: Clock
-    rules: FingerprintRules
-    #: Stop listener calls that raised (logged; the run's decisions stood).
-    listener_errors: int
-    #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
-    #: ``guard.notices.add_listener(fn)``.
-    notices: Notices
-    _tools: dict[str, GuardedTool]
-    _lock: threading.Lock
-    _run: RunState
-    _retries: ModelRetries
-    _attempted: dict[str, Any] | None
-    _resumed: bool
-    # The keys of the writes counted as uncertain in this run: an operator's word lifts
-    # the count once per key, whatever the journal said.
-    _uncertain_keys: set[str]
-    _stop_listeners: list[Callable[[StopPacket, Any], None]]
-    _turn: object
-    _group: TurnGroup | None
-    _shared: SharedRun | None
-    # The observers of the tools' breakers, now and later (see watch_breakers).
-    _watch: BreakerWatch
-    _watch_lock: threading.Lock
-    #: Who hears each tool call of the run (``RunGuard.add_step_observer``).
-    step_observers: StepObservers
+    A part held by :class:`~toolbreaker.RunGuard`, given to each of its other parts
+    (:class:`~toolbreaker.runtime.run._settle.Settle`,
+    :class:`~toolbreaker.runtime.run._begin.Begin`,
+    :class:`~toolbreaker.runtime.run._turns.Turns`) at their construction.
 
-    def _start(
+    Args:
+        guard: the run guard it is part of (what a stop listener is told).
+        task: the run's task id.
+        budget: the run's limits.
+        journal: where the run's writes are journaled.
+        clock: the run's integer-millisecond clock.
+        rules: the fingerprint rules.
+        shared: the run's side in its store when the run is shared, else ``None``.
+    """
+
+    def __init__(
         self,
+        guard: object,
+        *,
         task: str,
         budget: Budget,
         journal: Journal,
         clock: Clock,
         rules: FingerprintRules,
-        *,
         shared: SharedRun | None = None,
     ) -> None:
-        """Set the state of a fresh guard for ``task``."""
-        self._shared = shared
+        self.guard = guard
+        self.shared = shared
         self.task = task
         self.budget = budget
         self.journal = journal
         self.clock = clock
         self.rules = rules
-        self._tools = {}
-        self._lock = threading.Lock()
-        self._run = RunState.start(task, clock())
-        self._retries = ModelRetries()
-        self._attempted = None
-        self._resumed = False
-        self._uncertain_keys = set()
-        self._stop_listeners = []
-        self._turn = NO_TURN
-        self._group = None
+        self.tools: dict[str, GuardedTool] = {}
+        self.lock = threading.Lock()
+        self.state = RunState.start(task, clock())
+        self.retries = ModelRetries()
+        #: The last call the run attempted, as its stop packet shows it.
+        self.attempted: dict[str, Any] | None = None
+        # The keys of the writes counted as uncertain in this run: an operator's word
+        # lifts the count once per key, whatever the journal said.
+        self.uncertain_keys: set[str] = set()
+        self.stop_listeners: list[Callable[[StopPacket, Any], None]] = []
+        self.turn: object = NO_TURN
+        self.group: TurnGroup | None = None
+        #: Stop listener and step observer calls that raised (logged; decisions stood).
         self.listener_errors = 0
+        #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call).
         self.notices = Notices()
-        self._watch = BreakerWatch()
-        self._watch_lock = threading.Lock()
+        #: Who hears each tool call of the run (``RunGuard.add_step_observer``).
         self.step_observers = StepObservers()
 
     # -- inspection -----------------------------------------------------------------------
@@ -153,28 +160,18 @@ class RunShell:
     @property
     def stopped(self) -> Stop | None:
         """Why the run stopped, or ``None`` while it may continue."""
-        return self._run.stopped
+        return self.state.stopped
 
     @property
     def writes_blocked(self) -> Stop | None:
         """Why writes are refused for now (writes with an unknown outcome), else ``None``."""
-        return self._run.writes_blocked
-
-    @property
-    def state(self) -> RunState:
-        """The run's state: counters, the stop and the write breaker, as the core keeps it."""
-        return self._run
-
-    @property
-    def shared(self) -> SharedRun | None:
-        """The run's side in its store when the run is shared (``shared=True``), else ``None``."""
-        return self._shared
+        return self.state.writes_blocked
 
     def stop_packet(self) -> StopPacket:
         """The operator packet for the run as it is now (a shared run: as its store holds it)."""
-        if self._shared is not None:
-            self._view(self._shared.flush())
-        run = self._run  # one state: the stop, counters and history agree
+        if self.shared is not None:
+            self.view(self.shared.flush())
+        run = self.state  # one state: the stop, counters and history agree
         stop = run.stopped or run.writes_blocked
         try:
             entries = self.journal.journal_entries(self.task)
@@ -187,7 +184,7 @@ class RunShell:
             detail=stop.detail if stop else "the run has not stopped",
             confirmed=confirmed,
             uncertain=uncertain,
-            attempted=self._attempted,
+            attempted=self.attempted,
             counters=run.counters(),
             next_safe_action=self._next_safe_action(stop, uncertain),
             history=tuple(fired.to_dict() for fired in run.conditions),
@@ -204,15 +201,15 @@ class RunShell:
 
     # -- the run machine -------------------------------------------------------------------
 
-    def _feed(self, event: RunEvent, *, raised: Mapping[str, Any] | None = None) -> RunDecision:
+    def feed(self, event: RunEvent, *, raised: Mapping[str, Any] | None = None) -> RunDecision:
         """Feed the run machine; ``raised``: an ``extend``'s limits to raise the budget to."""
-        before = (self._run.stopped, self._run.writes_blocked)
-        shared = self._shared
+        before = (self.state.stopped, self.state.writes_blocked)
+        shared = self.shared
         if shared is None:
-            with self._lock:
+            with self.lock:
                 if raised is not None:
                     self.budget = self.budget.raised(**raised)
-                self._run, decision = run_apply(self._run, event, self.budget)
+                self.state, decision = run_apply(self.state, event, self.budget)
         elif event.type not in ANSWERED and on_loop():
             # A fact on the event loop: recorded in this guard's view now, written to the
             # store from a worker thread (a round trip never blocks the loop).
@@ -225,44 +222,44 @@ class RunShell:
                 decision = shared.refused(event) if event.type in ANSWERED else self._local(event)
             else:
                 state, budget, decision = written
-                self._view((state, budget))
-        after = (self._run.stopped, self._run.writes_blocked)
-        if self._stop_listeners and after != before and any(after):
+                self.view((state, budget))
+        after = (self.state.stopped, self.state.writes_blocked)
+        if self.stop_listeners and after != before and any(after):
             self._notify_stop()
         return decision
 
     def _local(self, event: RunEvent) -> RunDecision:
         """``event`` applied to this guard's view alone (the store will hear it later)."""
-        with self._lock:
-            self._run, decision = run_apply(self._run, event, self.budget)
+        with self.lock:
+            self.state, decision = run_apply(self.state, event, self.budget)
         return decision
 
-    def _view(self, found: tuple[RunState, Budget] | None) -> None:
+    def view(self, found: tuple[RunState, Budget] | None) -> None:
         """This guard's view of a shared run, as its store holds it (``None``: unreachable)."""
         if found is not None:
-            with self._lock:
-                self._run, self.budget = found
+            with self.lock:
+                self.state, self.budget = found
 
     def _write_shared(self) -> None:
-        assert self._shared is not None
-        before = (self._run.stopped, self._run.writes_blocked)
-        self._view(self._shared.flush())
-        after = (self._run.stopped, self._run.writes_blocked)
-        if self._stop_listeners and after != before and any(after):
+        assert self.shared is not None
+        before = (self.state.stopped, self.state.writes_blocked)
+        self.view(self.shared.flush())
+        after = (self.state.stopped, self.state.writes_blocked)
+        if self.stop_listeners and after != before and any(after):
             self._notify_stop()
 
     def _notify_stop(self) -> None:
         packet = self.stop_packet()
-        for listener in tuple(self._stop_listeners):
+        for listener in tuple(self.stop_listeners):
             try:
-                listener(packet, self)
+                listener(packet, self.guard)
             except Exception as exc:  # noqa: BLE001 - a listener never changes a decision
                 self.listener_errors += 1
                 hook_failed(f"stop listener {listener!r} failed; the run's decision stands", exc)
 
-    def _finish(
+    def finish(
         self,
-        plan: CallPlan,
+        plan: CallRecord,
         outcome: Outcome,
         *,
         evidence: str | None = None,
@@ -282,7 +279,7 @@ class RunShell:
         plan.begun = False
         held = plan.reservation
         plan.reservation = 0
-        self._feed(
+        self.feed(
             RunEvent(
                 "outcome",
                 self.clock(),
@@ -300,14 +297,14 @@ class RunShell:
 
     # -- the journal, by the write protocol's moves ------------------------------------------
 
-    def _forget(self, plan: CallPlan) -> None:
+    def forget(self, plan: CallRecord) -> None:
         """A write that certainly did not happen leaves no pending entry behind."""
         if plan.key is not None:
-            self._journal(plan, "not-made")
+            self.move(plan, "not-made")
 
-    def _journal(
+    def move(
         self,
-        plan: CallPlan,
+        plan: CallRecord,
         move: protocol.Move,
         *,
         result: Any = None,
@@ -332,22 +329,22 @@ class RunShell:
         plan.status = status
         return True
 
-    def _counted(self, key: str) -> None:
+    def counted(self, key: str) -> None:
         """The write under ``key`` counts as uncertain in this run from now on."""
-        with self._lock:
-            self._uncertain_keys.add(key)
+        with self.lock:
+            self.uncertain_keys.add(key)
 
-    def _settled(self, key: str) -> None:
+    def settled_key(self, key: str) -> None:
         """The write under ``key`` is known now: it stops counting (once, if it counted)."""
-        with self._lock:
-            counted = key in self._uncertain_keys
-            self._uncertain_keys.discard(key)
+        with self.lock:
+            counted = key in self.uncertain_keys
+            self.uncertain_keys.discard(key)
         if counted:
-            self._feed(RunEvent("resolved", self.clock(), count=1))
+            self.feed(RunEvent("resolved", self.clock(), count=1))
 
     def _entry(
         self,
-        plan: CallPlan,
+        plan: CallRecord,
         status: protocol.Status,
         result: Any,
         extra: Mapping[str, Any] | None = None,
@@ -389,40 +386,40 @@ class RunShell:
 
     # -- the model turn's sibling group ----------------------------------------------------
 
-    def _required_breakers(self) -> tuple[Breaker, ...]:
+    def required_breakers(self) -> tuple[Breaker, ...]:
         found: dict[int, Breaker] = {}
-        for spec in tuple(self._tools.values()):
+        for spec in tuple(self.tools.values()):
             if spec.required and spec.breaker is not None:
                 found.setdefault(id(spec.breaker), spec.breaker)
         return tuple(found.values())
 
-    def _joined(self, step: Step) -> Step:
+    def joined(self, step: Step) -> Step:
         """A step begun within a model turn joins the turn's group (answered ones too)."""
-        group = self._group
+        group = self.group
         if group is None:
             return step
-        group.required = self._required_breakers()
+        group.required = self.required_breakers()
         breaker = step.permit.breaker if isinstance(step.permit, Permit) else None
         member = group.join(step.tool, None if step.answer is not None else breaker)
         if step.answer is not None:
             group.answered(member, step.answer)
-        elif step.plan is not None:
-            step.plan.turn = (group, member)
+        elif (call := call_of(step)) is not None:
+            call.turn = (group, member)
         return step
 
-    def _turn_of(self, step: Step) -> tuple[TurnGroup, TurnMember] | None:
-        plan: CallPlan | None = step.plan
+    def turn_of(self, step: Step) -> tuple[TurnGroup, TurnMember] | None:
+        plan = call_of(step)
         return None if plan is None else plan.turn
 
-    def _settling(self, step: Step) -> None:
+    def settling(self, step: Step) -> None:
         """The step is being settled: an opening its own outcome causes never cancels it."""
-        turn = self._turn_of(step)
+        turn = self.turn_of(step)
         if turn is not None:
             turn[1].settling = True
 
-    def _told(self, step: Step, answer: Any, cancelled: BaseException | None = None) -> Any:
+    def told(self, step: Step, answer: Any, cancelled: BaseException | None = None) -> Any:
         """Note the answer the model reads in the turn's outcome; returns it."""
-        turn = self._turn_of(step)
+        turn = self.turn_of(step)
         if turn is not None:
             group, member = turn
             if cancelled is not None and member.outcome is None:
@@ -434,7 +431,12 @@ class RunShell:
     # -- effects ---------------------------------------------------------------------------
 
     def blocking(
-        self, step: Step | None, fn: Callable[..., Any], /, *args: Any, tool: str | None = None
+        self,
+        step: Step | CallRecord | None,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        tool: str | None = None,
     ) -> Blocking:
         """``fn(*args)`` as an effect (:class:`~toolbreaker.runtime.run._driver.Blocking`).
 
@@ -444,13 +446,14 @@ class RunShell:
         that may ask a service) and no stop listener is registered (one may send an
         alert). In a worker thread otherwise.
         """
-        spec = self._tools.get(tool) if tool is not None else None
-        if step is not None and step.plan is not None:
-            spec = step.plan.spec
+        spec = self.tools.get(tool) if tool is not None else None
+        call = call_of(step) if isinstance(step, Step) else step
+        if call is not None:
+            spec = call.spec
         stores: list[object] = [self.journal]
         if spec is not None and spec.breaker is not None:
             stores.append(spec.breaker.store)
-        if self._stop_listeners or (spec is not None and _has_checks(spec)):
+        if self.stop_listeners or (spec is not None and _has_checks(spec)):
             stores.append(_CALLBACKS)
         return Blocking(fn, args, stores)
 

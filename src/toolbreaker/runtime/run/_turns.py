@@ -18,8 +18,8 @@ from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._result import cancelled_result
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.run._driver import Blocking, InGroup, Invoke, Record
-from toolbreaker.runtime.run._plan import Planning
-from toolbreaker.runtime.run._shell import CallPlan
+from toolbreaker.runtime.run._settle import Settle
+from toolbreaker.runtime.run._shell import RunShell, record_of
 from toolbreaker.runtime.run._siblings import (
     CancelledByPolicy,
     SiblingOutcome,
@@ -34,74 +34,54 @@ __all__ = ["Turns"]
 R = TypeVar("R")
 
 
-class Turns(Planning):
-    """A run guard's model turns and their sibling calls (see the module)."""
+class Turns:
+    """A run guard's model turns and their sibling calls (see the module).
+
+    A part of a :class:`~toolbreaker.RunGuard`.
+
+    Args:
+        shell: the run's state and journal (:class:`RunShell`).
+        settle: the settle flow (a call cancelled by policy is settled by it).
+    """
+
+    def __init__(self, shell: RunShell, settle: Settle) -> None:
+        self.shell = shell
+        self.settle = settle
 
     def mark_turn(self, turn: object = None) -> None:
-        """A model turn begins: the per-turn call count starts again.
-
-        Adapters call it where the framework starts a model turn. ``turn`` identifies the
-        turn (a step number, a request count): calls with the same value mark it once, so
-        every tool call of a turn may mark it; ``None`` always starts a new turn. Without
-        ``Budget.max_calls_per_turn`` nothing is counted.
-        """
-        with self._lock:
-            if turn is not None and turn == self._turn:
+        """A model turn begins (:meth:`RunGuard.mark_turn`)."""
+        with self.shell.lock:
+            if turn is not None and turn == self.shell.turn:
                 return
-            self._turn = turn
+            self.shell.turn = turn
             # The calls this turn starts are one sibling group (see run_step).
-            self._group = TurnGroup(turn, ())
-        self._feed(RunEvent("turn", self.clock()))
+            self.shell.group = TurnGroup(turn, ())
+        self.shell.feed(RunEvent("turn", self.shell.clock()))
 
     def turn_outcome(self) -> SiblingOutcome | None:
-        """The calls of the current (or last) model turn and how each ended.
-
-        ``None`` before the first :meth:`mark_turn`. Each call is ``completed``,
-        ``degraded`` (a tool-unavailable, deferred or degraded answer), ``failed`` or
-        ``cancelled`` (by policy: a required dependency it needs opened while it ran, or
-        the run had stopped before it started), with the reason; ``to_result()`` is the
-        bounded partial outcome a model or caller reads.
-        """
-        group = self._group
+        """The calls of the current (or last) model turn (:meth:`RunGuard.turn_outcome`)."""
+        group = self.shell.group
         return None if group is None else group.outcome()
 
     def run_step(self, step: Step, fn: Callable[[], R]) -> R | CancelledByPolicy:
-        """Run a begun step's tool, ``fn()``, as one call of the current model turn.
-
-        Adapters call it where the framework runs a model response's tool calls in
-        parallel. When a required dependency this call needs opens while it runs, the
-        call is cancelled by policy: abandoned in its worker thread (its result
-        discarded), never started if it had not. An abandoned call still counts until it
-        returns: it keeps its bulkhead slot (and its store lease, renewed) and its
-        worker, as a call past its deadline does. The step is then settled and
-        :class:`~toolbreaker.runtime.CancelledByPolicy` carries what the model reads (a
-        write that may have started is an unknown outcome: journaled, reconciled, never
-        replayed) and the run stops, as for any required dependency going down.
-        Otherwise ``fn()``'s result (or exception) is returned as is: settle the step
-        with it. Independent calls, and calls outside a turn, run as they are.
-        """
+        """Run a begun step's tool in its model turn (:meth:`RunGuard.run_step`)."""
         with step.current():  # the tool runs inside the step observers' watches
             ran: R | CancelledByPolicy = drive(self._in_turn(step, fn))
         return ran
 
     async def arun_step(self, step: Step, fn: Callable[[], Awaitable[R]]) -> R | CancelledByPolicy:
-        """:meth:`run_step` on the event loop: the task running the tool is cancelled.
-
-        A call that needs a required dependency runs in a task of its own; a cancellation
-        by policy cancels that task and awaits it, so nothing outlives the call, and the
-        framework's own task gets an ordinary answer. A cancelled caller cancels it too.
-        """
+        """:meth:`run_step` on the event loop (:meth:`RunGuard.arun_step`)."""
         with step.current():
             ran: R | CancelledByPolicy = await adrive(self._in_turn(step, fn))
         return ran
 
     def _in_turn(self, step: Step, fn: Callable[[], Any]) -> Flow[Any]:
         """Run ``fn`` as one call of the step's turn (``run_step``, ``arun_step``)."""
-        turn = self._turn_of(step)
+        turn = self.shell.turn_of(step)
         if turn is None:
             return (yield Invoke(fn))
         group, member = turn
-        required = self._required_breakers()
+        required = self.shell.required_breakers()
         stores = [b.store for b in required]
         if in_process(stores):
             group.refresh(member, required)
@@ -112,7 +92,7 @@ class Turns(Planning):
             return ran  # the tool's own result
         if not step.settled and step.permit is not None:
             yield Record(step.permit, "ignored")
-        answer = yield self.blocking(step, self._cancelled, step, group, member)
+        answer = yield self.shell.blocking(step, self._cancelled, step, group, member)
         step.end()  # settled here (or by the framework meanwhile, which ended it)
         return CancelledByPolicy(answer)
 
@@ -131,28 +111,28 @@ class Turns(Planning):
             assert member.need is not None
             return cancelled_result(step.tool, member.need.key)
         step.claim()
-        step.failure = "cancelled-by-policy"
-        plan: CallPlan = step.plan
+        step.failed_as("cancelled-by-policy")
+        plan = record_of(step)
         opened = member.opened or member.need
         assert opened is not None
         dependency = opened.key
         why = member.cancelled_because or f"required dependency {dependency!r} opened"
         answer: dict[str, Any]
         if plan.risk in WRITES and member.started:
-            unknown = self._unknown(
+            unknown = self.settle.unknown(
                 step, f"cancelled by policy while it ran ({why}): the write may have committed"
             )
             answer = cancelled_result(step.tool, dependency, unknown=unknown)
         else:
-            self._finish(plan, "ignored", spent=member.started)
-            self._forget(plan)
+            self.shell.finish(plan, "ignored", spent=member.started)
+            self.shell.forget(plan)
             answer = cancelled_result(step.tool, dependency)
         if plan.action is not None:
             detail = f"{why}; a call of {plan.spec.name!r} that needs it was cancelled by policy"
-            self._feed(
+            self.shell.feed(
                 RunEvent(
                     "dependency-down",
-                    self.clock(),
+                    self.shell.clock(),
                     plan.action,
                     required=True,
                     detail=detail,
