@@ -294,19 +294,26 @@ def _child(path: str, key: object) -> str:
 
 
 def _canon(value: Any, path: _Path, rules: FingerprintRules, active: set[int]) -> Any:
+    kind = type(value)
+    # The plain types first, by their exact type (an ABC's isinstance costs more than the
+    # rest of a small value); subclasses and other mappings take the general checks.
+    if kind is str:
+        return _text(value)
+    if kind is int and -_INT_BOUND < value < _INT_BOUND:
+        return value
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
         return _text(value)
     if isinstance(value, (int, float, Decimal)):
         return _number(value, path)
-    if isinstance(value, (Mapping, list, tuple)):
+    if kind is dict or kind is list or isinstance(value, (Mapping, list, tuple)):
         if id(value) in active:
             where = _where(path)
             raise FingerprintError(f"{where} contains itself", path=where)
         active.add(id(value))
         try:
-            if isinstance(value, Mapping):
+            if kind is dict or isinstance(value, Mapping):
                 return _canon_mapping(value, path, rules, active)
             return [_canon(item, (path, i), rules, active) for i, item in enumerate(value)]
         finally:
@@ -345,7 +352,7 @@ def _tool_name(tool: str) -> str:
 
 
 def _mapping(value: Any, path: str) -> Mapping[Any, Any]:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise UnsupportedTypeError(
             f"{path} must be a mapping, got {type(value).__name__}", path=path
         )
@@ -384,7 +391,28 @@ def fingerprint(tool: str, args: Mapping[str, Any], rules: FingerprintRules | No
     ``"  Renewal Notice "`` for ``"renewal notice"``, ``1.0`` for ``1``), different for
     different actions. Raises what :func:`canonical_action` raises.
     """
-    return sha256_hex(canonical_action(tool, args, rules=rules))
+    action = canonical_action(tool, args, rules=rules)
+    if _ACTION_JSON is None:  # no C encoder (another Python): the general one
+        return sha256_hex(action)
+    return hashlib.sha256("".join(_ACTION_JSON(action, 0)).encode("utf-8")).hexdigest()
+
+
+def _unencodable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: :func:`~toolbreaker.core.canonical.canonical_json`'s encoding (sorted keys, no spaces,
+#: text as is, no NaN), made once: ``json.dumps`` builds its encoder on every call, which
+#: cost more than the rest of a small fingerprint. Without the check for circular values:
+#: a canonical action is fresh, acyclic data (a value that contains itself is refused
+#: first), so the encoder keeps no state between calls and threads may share it.
+_ACTION_JSON: Final[Any] = (
+    None
+    if getattr(json.encoder, "c_make_encoder", None) is None
+    else json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        None, _unencodable, _json_string, None, ":", ",", True, False, False
+    )
+)
 
 
 def _is_empty(value: Any) -> bool:
