@@ -736,5 +736,14 @@ def evidence(result: Any, rules: FingerprintRules | None = None) -> str:
     chosen = _DEFAULT_RULES if rules is None else rules
     if not isinstance(chosen, FingerprintRules):
         raise TypeError(f"rules must be FingerprintRules, got {type(rules).__name__}")
+    if result is None or result is True or result is False:
+        return _CONSTANT_EVIDENCE[result]  # what most writes and many tools return
     text = _encode(result, chosen.volatile, {})
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+#: The evidence of ``None``, ``True`` and ``False``: their canonical JSON's digests.
+_CONSTANT_EVIDENCE: Final = {
+    value: hashlib.sha256(text.encode()).hexdigest()
+    for value, text in ((None, "null"), (True, "true"), (False, "false"))
+}

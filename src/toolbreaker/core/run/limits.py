@@ -141,7 +141,10 @@ def _loop(run: RunState, action: Action, loop_cycles: int) -> str | None:
     # A cycle of n the action completes a second time has the action n places back: when
     # none of those places holds it, there is no loop (the common case, decided at once).
     fingerprint = action.fingerprint
-    if all(attempt.fingerprint != fingerprint for attempt in history[-MAX_CYCLE:-1]):
+    for attempt in history[-MAX_CYCLE:-1]:
+        if attempt.fingerprint == fingerprint:
+            break
+    else:
         return None
     sequence = [attempt.fingerprint for attempt in history]
     sequence.append(action.fingerprint)
