@@ -119,6 +119,10 @@ def _fraction_digits(value: Decimal) -> int:
 
 def as_amount(value: object) -> Decimal:
     """``value`` as a bounded, non-negative Decimal; the error says what is wrong."""
+    if type(value) is Decimal and value.is_finite():  # a call's cost, checked again
+        exponent = value.as_tuple().exponent
+        if 0 <= value < _AMOUNT_BOUND and exponent >= -_AMOUNT_PLACES:  # type: ignore[operator]
+            return value  # at most 18 places whatever its trailing zeros: no count needed
     if isinstance(value, float):
         raise TypeError(
             f"must be a decimal string or an integer, not the float {value!r} "

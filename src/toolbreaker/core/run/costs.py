@@ -268,8 +268,11 @@ def settle(
 
 def expire(run: RunState, now: int) -> RunState:
     """``run`` with every reservation whose lease ended by ``now`` committed at its amount."""
-    if not run.reservations or all(h.expires_at > now for h in run.reservations):
-        return run
+    for hold in run.reservations:
+        if hold.expires_at <= now:
+            break
+    else:
+        return run  # none ended (the common case: no generator for it)
     kept = tuple(h for h in run.reservations if h.expires_at > now)
     ended = [h for h in run.reservations if h.expires_at <= now]
     run = changed(run, reservations=kept, expired=run.expired + len(ended))
