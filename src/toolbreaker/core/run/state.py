@@ -15,7 +15,8 @@ The state stays small whatever the agent does (see :data:`HISTORY_LIMIT`,
 
 The records it is built from (:class:`Action`, :class:`Stop` and the conditions it may
 name, :class:`Attempt`, :class:`Tally`, :class:`Fired`) are defined in
-``core/run/_state_parts.py`` and imported from here.
+``core/run/_state_parts.py`` and imported from here, as is :class:`Recent` (what its
+tallies and digests are: sequences found by key).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ __all__ = [
     "Effect",
     "Fired",
     "Outcome",
+    "Recent",
     "RunState",
     "Stop",
     "Tally",
@@ -162,8 +164,8 @@ class RunState:
         recovery_calls: recovery reads begun after the run stopped.
         history: the last :data:`HISTORY_LIMIT` actions begun, oldest first.
         tallies: per fingerprint, the :data:`TALLY_LIMIT` most recently begun, oldest first
-            (a :class:`~toolbreaker.core.run._values.Recent`: found by fingerprint
-            without a scan; built from a tuple too).
+            (a :class:`Recent`: found by fingerprint without a scan; built from a
+            tuple too).
         digests: the last :data:`EVIDENCE_LIMIT` distinct result digests, oldest first
             (likewise).
         stopped: why the run stopped; the first stop is kept.
