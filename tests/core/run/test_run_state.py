@@ -183,3 +183,17 @@ def test_a_transition_names_only_fields_a_state_has():
 
     with pytest.raises(TypeError, match="callz"):
         changed(RunState.start("t", 0), callz=1)
+
+
+def test_begin_checks_what_its_caller_hands_it():
+    """``begin``'s ``steps`` and ``also`` come from its caller, not from checked values:
+    a state they would make invalid is refused, naming the field."""
+    from toolbreaker.core.run.budget import begin
+
+    run = RunState.start("t", 0)
+    with pytest.raises(RunStateError) as info:
+        begin(run, SEARCH, 1, steps=-1)
+    assert info.value.field == "steps"
+    with pytest.raises(RunStateError) as info:
+        begin(run, SEARCH, 1, also={"uncertain": 1.5})
+    assert info.value.field == "uncertain"
