@@ -29,6 +29,12 @@ of a no-op tool with and without a declared cost (median µs/call of ``--repeats
 samples, interleaved), and the run machine alone (``apply`` of a request and its outcome).
 Those rows time the CPU the process used (``time.process_time_ns``), not the wall clock:
 on a shared machine a wall clock times the neighbours.
+
+The last table is what a sync ``guard.call`` of a no-op read costs over calling the function
+itself, as the run grows (the default ``Budget()``, its call limit raised to 8,000): the
+calls that take the run to 100, 1,000 and 8,000 calls, timed by the window of
+``--window`` calls ending there (CPU µs per call, medians of ``--repeats`` runs). A cost
+that grew with the run's length would show in the ``x first row`` column.
 """
 
 from __future__ import annotations
@@ -276,6 +282,38 @@ def per_call_core(n: int, reserved: bool) -> float:
     return (time.process_time_ns() - start) / n / 1000
 
 
+#: The run lengths a call of the guard is timed at.
+RUN_LENGTHS = (100, 1_000, 8_000)
+
+
+def by_run_length(window: int) -> dict[int, tuple[float, float]]:
+    """CPU µs per ``guard.call`` and per bare call, in the window ending at each length."""
+
+    def noop(i: int) -> None:
+        return None
+
+    guard = RunGuard("bench-length", budget=Budget(max_tool_calls=RUN_LENGTHS[-1]))
+    guard.tool("noop")(noop)
+    out: dict[int, tuple[float, float]] = {}
+    done = 0
+    for length in RUN_LENGTHS:
+        for i in range(done, length - window):
+            guard.call("noop", {"i": i})
+        start = time.process_time_ns()
+        for i in range(length - window, length):
+            guard.call("noop", {"i": i})
+        guarded = (time.process_time_ns() - start) / window / 1000
+        start = time.process_time_ns()
+        for i in range(length - window, length):
+            args = {"i": i}  # as the guard calls it: the arguments as a dict
+            noop(**args)
+        out[length] = (guarded, (time.process_time_ns() - start) / window / 1000)
+        done = length
+    if guard.stopped is not None:
+        raise SystemExit(f"the run stopped: {guard.stopped.detail}")
+    return out
+
+
 def interleaved(rows: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(repeats):
@@ -290,10 +328,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=64)
     parser.add_argument("--calls-per-thread", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--window", type=int, default=100, help="calls timed at each length")
+    parser.add_argument(
+        "--by-length-only", action="store_true", help="print only the last table (by run length)"
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--postgres", metavar="URL", help="time a shared run on PostgreSQL too")
     args = parser.parse_args()
     n, repeats = (1000, 2) if args.quick else (4000, args.repeats)
+    if args.by_length_only:
+        print_by_run_length(args.window, repeats)
+        return
     target = BUDGET + PRICE
 
     print(f"budget ${BUDGET}, ${PRICE} per call; target: spent <= ${target}")
@@ -344,6 +389,24 @@ def main() -> None:
     for name, value in medians.items():
         extra = f"{value - bases[name]:>10.2f}" if bases[name] else f"{'':>10}"
         print(f"{name:<30}{value:>10.2f}{extra}")
+    print_by_run_length(args.window, repeats)
+
+
+def print_by_run_length(window: int, repeats: int) -> None:
+    """The guard's cost per call over the bare call at each run length (medians)."""
+    samples = [by_run_length(window) for _ in range(repeats)]
+    print()
+    print(
+        f"{'guard.call at run length':<26}{'µs/call':>9}{'bare µs':>9}{'over µs':>9}"
+        f"{'x first row':>13}"
+    )
+    first = None
+    for length in RUN_LENGTHS:
+        guarded = statistics.median(s[length][0] for s in samples)
+        bare = statistics.median(s[length][1] for s in samples)
+        over = guarded - bare
+        first = first or over
+        print(f"{length:<26,}{guarded:>9.1f}{bare:>9.2f}{over:>9.1f}{over / first:>13.2f}")
 
 
 if __name__ == "__main__":

@@ -9,15 +9,19 @@ from typing import Any
 __all__ = ["canonical_json", "sha256_hex"]
 
 
+#: The one encoder of canonical JSON (``json.dumps`` with these options built one per call).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> bytes:
     """Serialise ``value`` with sorted keys, no spaces, UTF-8; floats are refused.
 
     Floats are refused because their text differs between producers; every number
     in a receipt is an integer.
     """
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    return _CANONICAL.encode(value).encode("utf-8")
 
 
 def sha256_hex(value: Any) -> str:

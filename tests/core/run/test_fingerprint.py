@@ -763,3 +763,28 @@ def test_property_evidence_matches_the_action_canonical_form(value: Any) -> None
 def test_property_evidence_is_total(value: Any) -> None:
     """Nothing raises, whatever the value."""
     assert len(evidence(value)) == 64
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.decimals(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@given(
+    st.text(min_size=1, max_size=12).filter(str.strip),
+    st.dictionaries(st.text(max_size=8), _JSON_VALUES),
+)
+def test_the_fingerprint_is_the_digest_of_the_canonical_action(tool, args):
+    """The fingerprint is exactly the SHA-256 of the canonical JSON of the canonical action
+    (its encoder, made once for speed, writes the bytes ``canonical_json`` writes)."""
+    try:
+        action = canonical_action(tool, args)
+    except ToolbreakerError:
+        return
+    assert fingerprint(tool, args) == sha256_hex(action)

@@ -192,3 +192,20 @@ def test_fired_validates_its_parts():
         Fired("loop", "stopped", 1)  # type: ignore[arg-type]
     with pytest.raises(RunStateError):
         Fired(Stop("loop", "x", 1), "stopped", -1)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        lambda: RunEvent("resume", 1, count=1.5),
+        lambda: RunEvent("resolved", 1, count="2"),
+        lambda: RunEvent("request", 1, ("search", "fp-1")),
+    ],
+)
+def test_an_event_is_checked_where_it_is_built(event):
+    """The run machine builds the next state from an event's values without checking the
+    state again, so an event whose values the state would keep is refused as it is built:
+    a count that is no integer, an action that is no :class:`Action`."""
+    with pytest.raises(RunStateError) as info:
+        event()
+    assert info.value.field in {"count", "action"}

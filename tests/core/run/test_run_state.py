@@ -127,3 +127,73 @@ def test_from_dict_refuses_a_non_object():
     """A run state must be a JSON object."""
     with pytest.raises(RunStateError):
         RunState.from_dict([1, 2])
+
+
+# --- how a transition makes the next state ---------------------------------------------------
+
+
+def test_a_transition_keeps_the_state_a_checked_constructor_would_build():
+    """Transitions build the next state without checking it again; what they build is
+    exactly what the checked constructor and ``from_dict`` accept and rebuild."""
+    run = _busy_run()
+    assert RunState(**{f: getattr(run, f) for f in run.__dataclass_fields__}) == run
+    assert RunState.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+
+
+def test_tallies_and_digests_read_as_tuples_and_are_found_by_key():
+    """A state's tallies and digests are sequences equal to the tuples they were built
+    from (oldest first); a tally is found by its fingerprint, a digest by itself."""
+    run = _busy_run()
+    tallies = tuple(run.tallies)
+    assert run.tallies == tallies
+    assert run.tallies[-1] == tallies[-1]
+    assert repr(run.tallies) == repr(tallies)
+    assert run.tallies.get(tallies[0].fingerprint) is tallies[0]
+    assert run.tallies.get("no-such-fingerprint") is None
+    assert run.digests.holds(run.digests[0])
+    built = RunState(task="t", started_at=0, evidence=5, tallies=tallies, digests=("a", "b"))
+    assert built.tallies == tallies
+    assert built.digests == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tallies", "twice"),
+        ("digests", ("a", "a")),
+        ("tallies", ("not a tally",)),
+        ("digests", [1]),
+    ],
+)
+def test_the_constructor_refuses_tallies_or_digests_it_could_not_key(field, value):
+    """A fingerprint twice among the tallies (or a digest twice), or items of the wrong
+    kind, are refused where the state is built, naming the field."""
+    run = _busy_run()
+    if value == "twice":
+        value = (run.tallies[0], run.tallies[0])
+    with pytest.raises(RunStateError) as info:
+        RunState(task="t", started_at=0, evidence=5, **{field: value})
+    assert info.value.field == field
+
+
+def test_a_transition_names_only_fields_a_state_has():
+    """``changed`` (how the core's transitions make the next state) refuses a field the
+    state does not have, rather than keeping it unseen."""
+    from toolbreaker.core.run.state import changed
+
+    with pytest.raises(TypeError, match="callz"):
+        changed(RunState.start("t", 0), callz=1)
+
+
+def test_begin_checks_what_its_caller_hands_it():
+    """``begin``'s ``steps`` and ``also`` come from its caller, not from checked values:
+    a state they would make invalid is refused, naming the field."""
+    from toolbreaker.core.run.budget import begin
+
+    run = RunState.start("t", 0)
+    with pytest.raises(RunStateError) as info:
+        begin(run, SEARCH, 1, steps=-1)
+    assert info.value.field == "steps"
+    with pytest.raises(RunStateError) as info:
+        begin(run, SEARCH, 1, also={"uncertain": 1.5})
+    assert info.value.field == "uncertain"

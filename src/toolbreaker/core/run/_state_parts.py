@@ -16,7 +16,14 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final, Literal, get_args
 
-from toolbreaker.core.run._values import RiskClass, as_count, as_name, as_risk
+from toolbreaker.core.run._values import (
+    MAX_NAME,
+    RISK_CLASSES,
+    RiskClass,
+    as_count,
+    as_name,
+    as_risk,
+)
 from toolbreaker.errors import RunStateError
 
 __all__ = [
@@ -89,6 +96,16 @@ class Action:
     recovery: bool = False
 
     def __post_init__(self) -> None:
+        tool, fingerprint = self.tool, self.fingerprint
+        if (  # the common case in one expression (one is built for every call)
+            type(tool) is str
+            and 0 < len(tool) <= MAX_NAME
+            and type(fingerprint) is str
+            and 0 < len(fingerprint) <= MAX_NAME
+            and self.risk in RISK_CLASSES
+            and type(self.recovery) is bool
+        ):
+            return
         as_name(self.tool, "tool")
         as_name(self.fingerprint, "fingerprint")
         as_risk(self.risk, "risk")
@@ -169,6 +186,16 @@ class Attempt:
     evidence: int
 
     def __post_init__(self) -> None:
+        tool, fingerprint, evidence = self.tool, self.fingerprint, self.evidence
+        if (  # the common case in one expression (one is built for every call)
+            type(tool) is str
+            and 0 < len(tool) <= MAX_NAME
+            and type(fingerprint) is str
+            and 0 < len(fingerprint) <= MAX_NAME
+            and type(evidence) is int
+            and evidence >= 0
+        ):
+            return
         as_name(self.tool, "tool")
         as_name(self.fingerprint, "fingerprint")
         as_count(self.evidence, "evidence")
@@ -193,6 +220,18 @@ class Tally:
     repeats: int
 
     def __post_init__(self) -> None:
+        fingerprint, occurrences, repeats = self.fingerprint, self.occurrences, self.repeats
+        if (  # the common case in one expression (one is built for every call)
+            type(fingerprint) is str
+            and 0 < len(fingerprint) <= MAX_NAME
+            and type(self.evidence) is int
+            and self.evidence >= 0
+            and type(repeats) is int
+            and repeats >= 0
+            and type(occurrences) is int
+            and occurrences > repeats
+        ):
+            return
         as_name(self.fingerprint, "fingerprint")
         as_count(self.evidence, "evidence")
         as_count(self.repeats, "repeats")

@@ -9,9 +9,9 @@ with at most 18 decimal places.
 from __future__ import annotations
 
 import decimal
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args
+from typing import Any, Final, Literal, TypeAlias, TypeVar, get_args, overload
 
 from toolbreaker.errors import PolicyError, RunStateError
 
@@ -21,6 +21,7 @@ __all__ = [
     "RISK_CLASSES",
     "WRITES",
     "ZERO",
+    "Recent",
     "Risk",
     "RiskClass",
     "RiskMap",
@@ -61,6 +62,8 @@ _AMOUNT_BOUND: Final = Decimal("1e18")
 _AMOUNT_PLACES: Final = 18
 
 _V = TypeVar("_V")
+#: Where each risk class sits in :data:`RISK_CLASSES` (a :class:`RiskMap`'s values).
+_PLACE: Final[Mapping[str, int]] = {risk: i for i, risk in enumerate(RISK_CLASSES)}
 
 
 class RiskMap(Mapping[RiskClass, _V]):
@@ -72,10 +75,15 @@ class RiskMap(Mapping[RiskClass, _V]):
         self._values = tuple(values[risk] for risk in RISK_CLASSES)
 
     def __getitem__(self, key: RiskClass) -> _V:
-        try:
-            return self._values[RISK_CLASSES.index(key)]
-        except ValueError:
-            raise KeyError(key) from None
+        return self._values[_PLACE[key]]
+
+    def replaced(self, risk: RiskClass, value: _V) -> RiskMap[_V]:
+        """This mapping with ``risk`` set to ``value`` (one tuple, no dict: a run's step)."""
+        values = list(self._values)
+        values[_PLACE[risk]] = value
+        new: RiskMap[_V] = RiskMap.__new__(RiskMap)
+        new._values = tuple(values)
+        return new
 
     def __iter__(self) -> Iterator[RiskClass]:
         return iter(RISK_CLASSES)
@@ -111,6 +119,10 @@ def _fraction_digits(value: Decimal) -> int:
 
 def as_amount(value: object) -> Decimal:
     """``value`` as a bounded, non-negative Decimal; the error says what is wrong."""
+    if type(value) is Decimal and value.is_finite():  # a call's cost, checked again
+        exponent = value.as_tuple().exponent
+        if 0 <= value < _AMOUNT_BOUND and exponent >= -_AMOUNT_PLACES:  # type: ignore[operator]
+            return value  # at most 18 places whatever its trailing zeros: no count needed
     if isinstance(value, float):
         raise TypeError(
             f"must be a decimal string or an integer, not the float {value!r} "
@@ -134,10 +146,15 @@ def as_amount(value: object) -> Decimal:
     return amount
 
 
+#: Adds two amounts exactly: below 10**18 with at most 18 places, a sum fits 40 digits.
+#: One context for every sum (a context per sum cost more than the sum): an operation
+#: raises on its own condition, never on flags an earlier one left.
+_SUM: Final = decimal.Context(prec=40, traps=[decimal.Inexact, decimal.InvalidOperation])
+
+
 def exact_sum(left: Decimal, right: Decimal, field: str) -> Decimal:
     """The exact sum of two amounts, independent of the thread's decimal context."""
-    exact = decimal.Context(prec=40, traps=[decimal.Inexact, decimal.InvalidOperation])
-    total = exact.add(left, right)
+    total = _SUM.add(left, right)
     if total >= _AMOUNT_BOUND:
         raise RunStateError(f"{field} would reach 10**18", field=field)
     return total
@@ -237,4 +254,97 @@ def times(n: int) -> str:
 
 def with_risk(mapping: Mapping[RiskClass, _V], risk: RiskClass, value: _V) -> RiskMap[_V]:
     """``mapping`` with ``risk`` set to ``value``."""
+    if type(mapping) is RiskMap:
+        return mapping.replaced(risk, value)
     return RiskMap({**mapping, risk: value})
+
+
+class Recent(Sequence[_V]):
+    """The latest values a run keeps, oldest first, each found by its key without a scan.
+
+    What a run remembers of the actions it began (its tallies, each by its fingerprint)
+    and of the results it observed (its digests, each its own key). Immutable: the next
+    version (:meth:`latest`, :meth:`replaced`) is one copy of a dict, made in C, so a
+    step of a run costs the same at its 10th call as at its 10,000th (a tuple had to be
+    scanned in Python for the key, every step). Equal to the tuple of its values, and
+    shown as that tuple.
+
+    Args:
+        items: the ``(key, value)`` pairs, oldest first; a key given twice keeps its
+            last value (in its first place): the caller that must refuse that compares
+            the lengths.
+    """
+
+    __slots__ = ("_by", "_tuple")
+
+    def __init__(self, items: Iterable[tuple[str, _V]] = ()) -> None:
+        self._by: dict[str, _V] = dict(items)
+        self._tuple: tuple[_V, ...] | None = None
+
+    @classmethod
+    def _owning(cls, by: dict[str, _V]) -> Recent[_V]:
+        new: Recent[_V] = cls.__new__(cls)
+        new._by = by
+        new._tuple = None
+        return new
+
+    def get(self, key: str) -> _V | None:
+        """The value kept under ``key``, or ``None``."""
+        return self._by.get(key)
+
+    def holds(self, key: str) -> bool:
+        """Whether a value is kept under ``key``."""
+        return key in self._by
+
+    def newest(self) -> str | None:
+        """The key of the newest value, or ``None`` when there is none."""
+        return next(reversed(self._by), None)
+
+    def latest(self, key: str, value: _V, limit: int) -> Recent[_V]:
+        """This with ``value`` under ``key`` as the newest; beyond ``limit`` the oldest goes."""
+        by = self._by.copy()
+        by.pop(key, None)
+        by[key] = value
+        if len(by) > limit:
+            del by[next(iter(by))]
+        return Recent._owning(by)
+
+    def replaced(self, key: str, value: _V) -> Recent[_V]:
+        """This with the value under ``key`` (which it holds) replaced in its place."""
+        by = self._by.copy()
+        by[key] = value
+        return Recent._owning(by)
+
+    def _items(self) -> tuple[_V, ...]:
+        values = self._tuple
+        if values is None:
+            values = self._tuple = tuple(self._by.values())
+        return values
+
+    def __len__(self) -> int:
+        return len(self._by)
+
+    def __iter__(self) -> Iterator[_V]:
+        return iter(self._by.values())
+
+    @overload
+    def __getitem__(self, index: int) -> _V: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[_V, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> _V | tuple[_V, ...]:
+        return self._items()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Recent):
+            return self._items() == other._items()
+        if isinstance(other, tuple):
+            return self._items() == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._items())
+
+    def __repr__(self) -> str:
+        return repr(self._items())

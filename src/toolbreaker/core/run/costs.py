@@ -70,7 +70,7 @@ from toolbreaker.core.run.holds import (
     Reservation,
     ToolStop,
 )
-from toolbreaker.core.run.state import RunState, Stop
+from toolbreaker.core.run.state import RunState, Stop, changed
 from toolbreaker.errors import RunStateError
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ def reserve(
 ) -> tuple[RunState, Reservation]:
     """Hold ``amount`` for a call of ``tool`` (``None``: a model step) admitted at ``now``."""
     fields, hold = holding(run, amount, budget, risk=risk, tool=tool, now=now)
-    return dataclasses.replace(run, **fields), hold
+    return changed(run, **fields), hold
 
 
 def _commit(run: RunState, amount: Decimal, risk: RiskClass | None) -> dict[str, Any]:
@@ -263,18 +263,21 @@ def settle(
     does the same, so a duplicate settle never counts twice.
     """
     fields = settling(run, hold, actual, estimate=estimate, risk=risk)
-    return dataclasses.replace(run, **fields) if fields else run
+    return changed(run, **fields) if fields else run
 
 
 def expire(run: RunState, now: int) -> RunState:
     """``run`` with every reservation whose lease ended by ``now`` committed at its amount."""
-    if not run.reservations or all(h.expires_at > now for h in run.reservations):
-        return run
+    for hold in run.reservations:
+        if hold.expires_at <= now:
+            break
+    else:
+        return run  # none ended (the common case: no generator for it)
     kept = tuple(h for h in run.reservations if h.expires_at > now)
     ended = [h for h in run.reservations if h.expires_at <= now]
-    run = dataclasses.replace(run, reservations=kept, expired=run.expired + len(ended))
+    run = changed(run, reservations=kept, expired=run.expired + len(ended))
     for hold in ended:
-        run = dataclasses.replace(run, **_commit(run, hold.amount, hold.risk))
+        run = changed(run, **_commit(run, hold.amount, hold.risk))
     return run
 
 
@@ -302,7 +305,7 @@ def failed(run: RunState, tool: str, error: str, now: int, budget: Budget) -> Ru
         else:
             kept.append(found)
     kept.append(FailureCount(tool, error, count))
-    run = dataclasses.replace(run, failures=tuple(kept[-FAILURE_LIMIT:]))
+    run = changed(run, failures=tuple(kept[-FAILURE_LIMIT:]))
     if count < limit or tool_stopped(run, tool) is not None:
         return run
     failures = "1 failure" if count == 1 else f"{count} failures"
@@ -310,9 +313,7 @@ def failed(run: RunState, tool: str, error: str, now: int, budget: Budget) -> Ru
         f"{tool} ended in {failures} of class {error} in this run, whatever its arguments "
         f"(max_tool_failures={limit}): it is not called again in this run"
     )
-    return dataclasses.replace(
-        run, tools_stopped=(*run.tools_stopped, ToolStop(tool, error, detail, now))
-    )
+    return changed(run, tools_stopped=(*run.tools_stopped, ToolStop(tool, error, detail, now)))
 
 
 def price_of(budget: Budget, model: str) -> ModelPrice | None:
@@ -365,8 +366,8 @@ def used(
     if reservation:
         run = settle(run, reservation, cost, estimate=estimate)
     elif cost:
-        run = dataclasses.replace(run, **_commit(run, cost, None))
-    run = dataclasses.replace(
+        run = changed(run, **_commit(run, cost, None))
+    run = changed(
         run, usage=_kept(run.usage, ModelUsage(model, input_tokens, output_tokens, 1, cost))
     )
     if price is None and budget.prices and budget.max_cost is not None:

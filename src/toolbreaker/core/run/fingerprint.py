@@ -42,6 +42,7 @@ import collections.abc
 import dataclasses
 import datetime
 import enum
+import functools
 import hashlib
 import json
 import math
@@ -51,6 +52,7 @@ import unicodedata
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
+from json.encoder import encode_basestring as _json_string  # json.dumps(s, ensure_ascii=False)
 from typing import Any, Final
 
 from toolbreaker.core.canonical import sha256_hex
@@ -132,9 +134,23 @@ _MAX_FRACTION_DIGITS: Final = 64
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+#: Strings up to this long are folded once and remembered (field names, tool names, short
+#: values: the same few come back on every call); longer ones are folded every time.
+_REMEMBERED: Final = 64
+
+
 def _field_name(name: str) -> str:
     """The form field names are compared in: case-folded, without ``_`` and ``-``."""
+    if type(name) is str and len(name) <= _REMEMBERED:
+        return _short_field_name(name)
+    return _fold_field_name(name)
+
+
+def _fold_field_name(name: str) -> str:
     return unicodedata.normalize("NFKC", name).casefold().replace("_", "").replace("-", "")
+
+
+_short_field_name: Final = functools.lru_cache(maxsize=4096)(_fold_field_name)
 
 
 def _names(names: Iterable[str], what: str) -> frozenset[str]:
@@ -197,6 +213,12 @@ _KEEP_ALL: Final = FingerprintRules(volatile=frozenset(), prose=frozenset())
 
 
 def _text(value: str) -> str:
+    if type(value) is str and len(value) <= _REMEMBERED:
+        return _short_text(value)
+    return _fold_text(value)
+
+
+def _fold_text(value: str) -> str:
     # NFKC after case folding can produce text that folds again, so repeat to a fixed
     # point; a handful of rounds is always enough in practice, and the bound keeps it total.
     for _ in range(4):
@@ -209,6 +231,9 @@ def _text(value: str) -> str:
     return value
 
 
+_short_text: Final = functools.lru_cache(maxsize=4096)(_fold_text)
+
+
 def _decimal_text(negative: bool, digits: str, exponent: int) -> str:
     """Exact text of ``digits * 10**exponent``; ``digits`` has no trailing zero."""
     sign = "-" if negative else ""
@@ -218,7 +243,20 @@ def _decimal_text(negative: bool, digits: str, exponent: int) -> str:
     return f"{sign}{digits}e{exponent}"
 
 
-def _number(value: int | float | Decimal, path: str) -> int | dict[str, str]:
+#: Where a value sits in the arguments: ``args``, or its container's place and its key.
+#: Written out (``args.items[2]``) only for an error: most calls have none.
+_Path = str | tuple[Any, object]
+
+
+def _where(path: _Path) -> str:
+    """The place ``path`` names, as an error shows it (``args.items[2]``)."""
+    if isinstance(path, str):
+        return path
+    parent, key = path
+    return _child(_where(parent), key)
+
+
+def _number(value: int | float | Decimal, path: _Path) -> int | dict[str, str]:
     if isinstance(value, int):
         number = int(value)
         if -_INT_BOUND < number < _INT_BOUND:
@@ -226,11 +264,13 @@ def _number(value: int | float | Decimal, path: str) -> int | dict[str, str]:
         exact = Decimal(number)  # exact whatever the context precision
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise FingerprintError(f"{path} is {value!r}, which has no canonical form", path=path)
+            where = _where(path)
+            raise FingerprintError(f"{where} is {value!r}, which has no canonical form", path=where)
         exact = Decimal(repr(float(value)))
     else:
         if not value.is_finite():
-            raise FingerprintError(f"{path} is {value!r}, which has no canonical form", path=path)
+            where = _where(path)
+            raise FingerprintError(f"{where} is {value!r}, which has no canonical form", path=where)
         exact = value
     sign, digit_tuple, exponent = exact.as_tuple()
     assert isinstance(exponent, int)  # finite, checked above
@@ -253,41 +293,50 @@ def _child(path: str, key: object) -> str:
     return f"{path}[{key!r}]"
 
 
-def _canon(value: Any, path: str, rules: FingerprintRules, active: set[int]) -> Any:
+def _canon(value: Any, path: _Path, rules: FingerprintRules, active: set[int]) -> Any:
+    kind = type(value)
+    # The plain types first, by their exact type (an ABC's isinstance costs more than the
+    # rest of a small value); subclasses and other mappings take the general checks.
+    if kind is str:
+        return _text(value)
+    if kind is int and -_INT_BOUND < value < _INT_BOUND:
+        return value
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, str):
         return _text(value)
     if isinstance(value, (int, float, Decimal)):
         return _number(value, path)
-    if isinstance(value, (Mapping, list, tuple)):
+    if kind is dict or kind is list or isinstance(value, (Mapping, list, tuple)):
         if id(value) in active:
-            raise FingerprintError(f"{path} contains itself", path=path)
+            where = _where(path)
+            raise FingerprintError(f"{where} contains itself", path=where)
         active.add(id(value))
         try:
-            if isinstance(value, Mapping):
+            if kind is dict or isinstance(value, Mapping):
                 return _canon_mapping(value, path, rules, active)
-            return [_canon(item, f"{path}[{i}]", rules, active) for i, item in enumerate(value)]
+            return [_canon(item, (path, i), rules, active) for i, item in enumerate(value)]
         finally:
             active.discard(id(value))
+    where = _where(path)
     raise UnsupportedTypeError(
-        f"{path} is a {type(value).__name__}, which has no canonical form; "
+        f"{where} is a {type(value).__name__}, which has no canonical form; "
         "use a string, number, boolean, None, list or mapping",
-        path=path,
+        path=where,
     )
 
 
 def _canon_mapping(
-    value: Mapping[Any, Any], path: str, rules: FingerprintRules, active: set[int]
+    value: Mapping[Any, Any], path: _Path, rules: FingerprintRules, active: set[int]
 ) -> dict[str, Any]:
     for key in value:
         if not isinstance(key, str):
-            where = _child(path, key)
+            where = _child(_where(path), key)
             raise UnsupportedTypeError(
                 f"{where}: object keys must be strings, got {type(key).__name__}", path=where
             )
     return {
-        key: _canon(value[key], _child(path, key), rules, active)
+        key: _canon(value[key], (path, key), rules, active)
         for key in sorted(value)
         if not rules.ignores(key)
     }
@@ -303,7 +352,7 @@ def _tool_name(tool: str) -> str:
 
 
 def _mapping(value: Any, path: str) -> Mapping[Any, Any]:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         raise UnsupportedTypeError(
             f"{path} must be a mapping, got {type(value).__name__}", path=path
         )
@@ -342,7 +391,28 @@ def fingerprint(tool: str, args: Mapping[str, Any], rules: FingerprintRules | No
     ``"  Renewal Notice "`` for ``"renewal notice"``, ``1.0`` for ``1``), different for
     different actions. Raises what :func:`canonical_action` raises.
     """
-    return sha256_hex(canonical_action(tool, args, rules=rules))
+    action = canonical_action(tool, args, rules=rules)
+    if _ACTION_JSON is None:  # no C encoder (another Python): the general one
+        return sha256_hex(action)
+    return hashlib.sha256("".join(_ACTION_JSON(action, 0)).encode("utf-8")).hexdigest()
+
+
+def _unencodable(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+#: :func:`~toolbreaker.core.canonical.canonical_json`'s encoding (sorted keys, no spaces,
+#: text as is, no NaN), made once: ``json.dumps`` builds its encoder on every call, which
+#: cost more than the rest of a small fingerprint. Without the check for circular values:
+#: a canonical action is fresh, acyclic data (a value that contains itself is refused
+#: first), so the encoder keeps no state between calls and threads may share it.
+_ACTION_JSON: Final[Any] = (
+    None
+    if getattr(json.encoder, "c_make_encoder", None) is None
+    else json.encoder.c_make_encoder(  # type: ignore[attr-defined]
+        None, _unencodable, _json_string, None, ":", ",", True, False, False
+    )
+)
 
 
 def _is_empty(value: Any) -> bool:
@@ -487,13 +557,18 @@ def _type_name(value: Any) -> str:
 
 def _scalar_text(value: Any) -> str | None:
     """The canonical JSON of a value that holds no other value, or ``None``."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, str):
-        return json.dumps(_text(value), ensure_ascii=False)
+        return _json_string(_text(value))
     if isinstance(value, (int, float, Decimal)):
         try:
-            return json.dumps(_number(value, "result"), sort_keys=True, separators=(",", ":"))
+            number = _number(value, "result")
+            if type(number) is int:
+                return int.__repr__(number)
+            return json.dumps(number, sort_keys=True, separators=(",", ":"))
         except FingerprintError:
             nan = value.is_nan() if isinstance(value, Decimal) else math.isnan(value)
             return _tagged("$nonfinite", "nan" if nan else str(float(value)))
@@ -536,7 +611,7 @@ def _mapping_node(
             ((k, v) for k, v in items if _field_name(k) not in volatile), key=lambda kv: kv[0]
         )
         children = [
-            (("," if i else "") + json.dumps(key, ensure_ascii=False) + ":", item)
+            (("," if i else "") + _json_string(key) + ":", item)
             for i, (key, item) in enumerate(kept)
         ]
         return "{", children, "}"
@@ -661,5 +736,14 @@ def evidence(result: Any, rules: FingerprintRules | None = None) -> str:
     chosen = _DEFAULT_RULES if rules is None else rules
     if not isinstance(chosen, FingerprintRules):
         raise TypeError(f"rules must be FingerprintRules, got {type(rules).__name__}")
+    if result is None or result is True or result is False:
+        return _CONSTANT_EVIDENCE[result]  # what most writes and many tools return
     text = _encode(result, chosen.volatile, {})
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+#: The evidence of ``None``, ``True`` and ``False``: their canonical JSON's digests.
+_CONSTANT_EVIDENCE: Final = {
+    value: hashlib.sha256(text.encode()).hexdigest()
+    for value, text in ((None, "null"), (True, "true"), (False, "false"))
+}

@@ -24,6 +24,7 @@ from toolbreaker.core.run._values import (
     WRITES,
     RiskClass,
     as_amount,
+    as_count,
     as_risk,
     decimal_text,
     exact_sum,
@@ -44,6 +45,8 @@ from toolbreaker.core.run.state import (
     RunState,
     Stop,
     Tally,
+    changed,
+    checked,
 )
 from toolbreaker.errors import RunStateError
 
@@ -103,23 +106,11 @@ def _check_now(run: RunState, now: int) -> None:
         )
 
 
-def _tally(run: RunState, fingerprint: str) -> int:
-    """The index of ``fingerprint``'s tally in the run's, or -1."""
-    tallies = run.tallies
-    for i in range(len(tallies) - 1, -1, -1):  # the most recently begun first
-        if tallies[i].fingerprint == fingerprint:
-            return i
-    return -1
-
-
-def _repeat(run: RunState, i: int) -> int:
-    """The repeat number an action would have if it began now.
-
-    ``i`` is the index of the action's tally (:func:`_tally`), -1 for none.
-    """
-    if i < 0 or run.evidence != run.tallies[i].evidence:
+def _repeat(run: RunState, tally: Tally | None) -> int:
+    """The repeat number an action would have if it began now (``tally``: its own)."""
+    if tally is None or run.evidence != tally.evidence:
         return 0
-    return run.tallies[i].repeats + 1
+    return tally.repeats + 1
 
 
 #: Hex digits of an action's fingerprint that tell two calls of one tool apart in a stop.
@@ -147,6 +138,14 @@ def _cycle_names(calls: Sequence[Attempt | Action]) -> str:
 def _loop(run: RunState, action: Action, loop_cycles: int) -> str | None:
     """Describe the loop ``action`` would complete (under ``loop_cycles``), or ``None``."""
     history = run.history
+    # A cycle of n the action completes a second time has the action n places back: when
+    # none of those places holds it, there is no loop (the common case, decided at once).
+    fingerprint = action.fingerprint
+    for attempt in history[-MAX_CYCLE:-1]:
+        if attempt.fingerprint == fingerprint:
+            break
+    else:
+        return None
     sequence = [attempt.fingerprint for attempt in history]
     sequence.append(action.fingerprint)
     for n in range(2, MAX_CYCLE + 1):
@@ -238,7 +237,7 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
         RunStateError: ``now`` is not an integer or lies before the run's start.
     """
     _check_now(run, now)
-    repeat = _repeat(run, _tally(run, action.fingerprint))
+    repeat = _repeat(run, run.tallies.get(action.fingerprint))
     if run.stopped is not None:
         recovery = action.recovery and action.risk == "read"
         if recovery and run.recovery_calls < budget.max_recovery_calls:
@@ -305,7 +304,7 @@ def needs(run: RunState, action: Action, budget: Budget, now: int) -> Needs:
     return Needs(
         calls=run.calls + 1,
         class_calls=run.class_calls[risk] + 1,
-        repeats=_repeat(run, _tally(run, action.fingerprint)),
+        repeats=_repeat(run, run.tallies.get(action.fingerprint)),
         loop_cycles=0 if loop == 2 else loop,
         cost=run.cost,
         class_cost=run.class_cost[risk],
@@ -326,31 +325,38 @@ def begin(
 
     ``steps``: the run's step count to record with it (the run machine numbers every
     request a step, and counts this one in the same state change). ``also``: other
-    fields of the state to set in the same change (the call's cost reservation).
+    fields of the state to set in the same change (the call's cost reservation); the
+    state they make is checked as :class:`RunState` checks one.
 
     Raises:
-        RunStateError: ``now`` is not an integer or lies before the run's start.
+        RunStateError: ``now`` is not an integer or lies before the run's start, or
+            ``steps`` or ``also`` make no valid state.
     """
     _check_now(run, now)
+    if not isinstance(action, Action):
+        raise RunStateError(f"action must be an Action, got {action!r}", field="action")
     fingerprint = action.fingerprint
-    i = _tally(run, fingerprint)
+    risk = action.risk
+    known = run.tallies.get(fingerprint)
+    evidence = run.evidence
     tally = Tally(
         fingerprint,
-        1 if i < 0 else run.tallies[i].occurrences + 1,
-        run.evidence,
-        _repeat(run, i),
+        1 if known is None else known.occurrences + 1,
+        evidence,
+        _repeat(run, known),
     )
-    tallies = (*run.tallies, tally) if i < 0 else (*run.tallies[:i], *run.tallies[i + 1 :], tally)
-    return dataclasses.replace(
+    history = run.history
+    attempt = Attempt(action.tool, fingerprint, evidence)
+    begun = changed(
         run,
         calls=run.calls + 1,
-        class_calls=with_risk(run.class_calls, action.risk, run.class_calls[action.risk] + 1),
+        class_calls=with_risk(run.class_calls, risk, run.class_calls[risk] + 1),
         recovery_calls=run.recovery_calls + (run.stopped is not None),
-        history=(*run.history, Attempt(action.tool, fingerprint, run.evidence))[-HISTORY_LIMIT:],
-        tallies=tallies[-TALLY_LIMIT:],
-        steps=run.steps if steps is None else steps,
-        **(also or {}),
+        history=(*history, attempt) if len(history) < HISTORY_LIMIT else (*history[1:], attempt),
+        tallies=run.tallies.latest(fingerprint, tally, TALLY_LIMIT),
+        steps=run.steps if steps is None else as_count(steps, "steps"),
     )
+    return begun if not also else checked(changed(begun, **also))
 
 
 def _digest(evidence: str) -> str:
@@ -396,37 +402,38 @@ def finish(
         raise RunStateError(
             f"outcome must be one of {', '.join(OUTCOMES)}, got {outcome!r}", field="outcome"
         )
+    if not isinstance(action, Action):
+        raise RunStateError(f"action must be an Action, got {action!r}", field="action")
     count = run.evidence
     digests = run.digests
     if evidence is not None:
         if not isinstance(evidence, str):
             raise RunStateError(f"evidence must be a string, got {evidence!r}", field="evidence")
         digest = _digest(evidence)
-        if digest in digests:
-            # Seen again: keep it among the remembered ones.
-            digests = (*(d for d in digests if d != digest), digest)
-        else:
+        if not digests.holds(digest):
             count += 1
-            digests = (*digests, digest)[-EVIDENCE_LIMIT:]
-    if made and changes_world(action, outcome):
+            digests = digests.latest(digest, digest, EVIDENCE_LIMIT)
+        elif digests.newest() != digest:
+            digests = digests.latest(digest, digest, EVIDENCE_LIMIT)  # seen again: kept
+    writes = action.risk in WRITES
+    if made and writes and outcome in _MADE:
         count += 1  # the world may have changed: new evidence for every other action
     tallies = run.tallies
-    if action.risk in WRITES:
+    if writes:
         # A write's own result (a receipt, a new id) is no reason to write again.
-        i = _tally(run, action.fingerprint)
-        if i >= 0:
-            mark = dataclasses.replace(tallies[i], evidence=count)
-            tallies = (*tallies[:i], mark, *tallies[i + 1 :])
-    unknown_write = outcome == "unknown" and action.risk in WRITES
-    return dataclasses.replace(
+        known = tallies.get(action.fingerprint)
+        if known is not None:
+            mark = Tally(known.fingerprint, known.occurrences, count, known.repeats)
+            tallies = tallies.replaced(action.fingerprint, mark)
+    finished = changed(
         run,
         evidence=count,
         digests=digests,
         tallies=tallies,
-        uncertain=run.uncertain + unknown_write,
+        uncertain=run.uncertain + (writes and outcome == "unknown"),
         **({} if cost is None else _costs(run, cost, action.risk)),
-        **(also or {}),
     )
+    return finished if not also else checked(changed(finished, **also))
 
 
 def changes_world(action: Action, outcome: Outcome) -> bool:
@@ -452,7 +459,7 @@ def add_cost(
         RunStateError: the amount is a float, negative, not finite, has more than 18
             decimal places, or the total would reach 10**18.
     """
-    return dataclasses.replace(run, **_costs(run, amount, risk))
+    return changed(run, **_costs(run, amount, risk))
 
 
 def _costs(run: RunState, amount: object, risk: RiskClass | None) -> dict[str, Any]:
@@ -475,7 +482,7 @@ def stop(run: RunState, reason: Stop) -> RunState:
         raise RunStateError(f"reason must be a Stop, got {reason!r}", field="reason")
     if run.stopped is not None:
         return run
-    return dataclasses.replace(run, stopped=reason)
+    return changed(run, stopped=reason)
 
 
 def admit(run: RunState, action: Action, budget: Budget, now: int) -> tuple[Decision, RunState]:

@@ -86,7 +86,7 @@ from toolbreaker.core.run import budget as budgets
 from toolbreaker.core.run import costs, protocol
 from toolbreaker.core.run._values import RiskClass, decimal_text
 from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
-from toolbreaker.core.run.state import BUDGET_CONDITIONS, Fired, fired
+from toolbreaker.core.run.state import BUDGET_CONDITIONS, Fired, changed, fired
 from toolbreaker.errors import RunStateError
 
 __all__ = [
@@ -207,6 +207,10 @@ class RunEvent:
             )
         if self.type in ("request", "outcome", "dependency-down") and self.action is None:
             raise RunStateError(f"a {self.type} event needs its action", field="action")
+        if self.action is not None and not isinstance(self.action, Action):
+            raise RunStateError(f"action must be an Action, got {self.action!r}", field="action")
+        if type(self.count) is not int:
+            raise RunStateError(f"count must be an integer, got {self.count!r}", field="count")
         if self.type == "usage" and not self.model:
             raise RunStateError("a usage event needs its model", field="model")
         if self.journal is not None and self.journal not in JOURNAL_STATUSES:
@@ -287,8 +291,9 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
             at,
             evidence=event.evidence,
             cost=None if held else event.cost,
-            also=_settling(run, event, event.action.risk) if held else None,
         )
+        if held:  # finish left the cost and the reservations as they were
+            run = _settle(run, event, event.action.risk)
         if event.error is not None and event.outcome in ("failure", "ignored"):
             run = costs.failed(run, event.action.tool, event.error, at, budget)
             run = _tool_stopped(run, event.action, step)
@@ -305,18 +310,18 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         run = _stopped(run, stop, step, event.action.tool)
         return run, RunDecision("stopped", run.stopped, step=step)
     if kind == "uncertain":
-        run = dataclasses.replace(run, uncertain=run.uncertain + 1)
+        run = changed(run, uncertain=run.uncertain + 1)
         return _block_if_uncertain(
             run, event.action, at, budget, event.detail, step=step
         ), _RECORDED
     if kind == "resolved":
         uncertain = max(0, run.uncertain - max(1, event.count))
         blocked = run.writes_blocked if uncertain > budget.max_uncertain_side_effects else None
-        return dataclasses.replace(run, uncertain=uncertain, writes_blocked=blocked), _RECORDED
+        return changed(run, uncertain=uncertain, writes_blocked=blocked), _RECORDED
     if kind == "resume":
         if event.count <= 0:
             return run, _RECORDED
-        run = dataclasses.replace(run, uncertain=run.uncertain + event.count)
+        run = changed(run, uncertain=run.uncertain + event.count)
         return _block_if_uncertain(run, None, at, budget, event.detail, step=step), _RECORDED
     if kind == "cost":
         return budgets.add_cost(run, event.cost or 0, risk=event.risk), _RECORDED
@@ -331,7 +336,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
     if kind == "turn":
         if budget.max_calls_per_turn is None:
             return run, _RECORDED  # nothing is counted without a turn limit
-        return dataclasses.replace(run, turn=run.turn + 1, turn_calls=0), _RECORDED
+        return changed(run, turn=run.turn + 1, turn_calls=0), _RECORDED
     # kind == "stop": an operator's
     run = _stopped(run, Stop("operator", event.detail or "stopped by an operator", at), step)
     return run, RunDecision("stopped", run.stopped, step=step)
@@ -348,7 +353,7 @@ def _request(
     if answer in NOT_ASKED:
         # Never made here: its outcome is unknown (only a status check may look), or a
         # drainer or a person owns it.
-        return dataclasses.replace(run, steps=step), RunDecision(answer, step=step)
+        return changed(run, steps=step), RunDecision(answer, step=step)
     decision = budgets.check(run, action, budget, at)
     if answer == "journal":
         if decision.allowed:
@@ -359,13 +364,13 @@ def _request(
         assert decision.stop is not None
         if decision.stop.condition == "uncertain-side-effect":
             # Answering a completed write from the journal changes nothing outside.
-            run = dataclasses.replace(run, steps=step)
+            run = changed(run, steps=step)
             return run, RunDecision("journal", repeat=decision.repeat, step=step)
     if decision.allowed:
         closed = costs.tool_stopped(run, action.tool)
         if closed is not None:
             why = Stop("tool-failures", closed.detail, at, action.risk, action.fingerprint)
-            run = dataclasses.replace(run, steps=step)
+            run = changed(run, steps=step)
             return run, RunDecision("tool-stopped", why, decision.repeat, step)
         amount = None if event.reserve is None else costs.amount_of(event.reserve, "reserve")
         if amount is not None:
@@ -384,7 +389,7 @@ def _request(
                 return run, RunDecision("over-budget", short.stop, decision.repeat, step, 0, left)
         limit = budget.max_calls_per_turn
         if limit is not None and run.turn_calls >= limit and run.stopped is None:
-            run = dataclasses.replace(run, deferred=run.deferred + 1, steps=step)
+            run = changed(run, deferred=run.deferred + 1, steps=step)
             return run, RunDecision("deferred", repeat=decision.repeat, step=step)
         also: dict[str, object] = {}
         if limit is not None:
@@ -396,11 +401,13 @@ def _request(
             )
             also.update(fields)
             held = hold.id
-        run = budgets.begin(run, action, at, steps=step, also=also)
+        run = budgets.begin(run, action, at, steps=step)
+        if also:
+            run = changed(run, **also)
         return run, RunDecision("run", repeat=decision.repeat, step=step, reservation=held)
     stop = decision.stop
     assert stop is not None
-    run = dataclasses.replace(run, steps=step)
+    run = changed(run, steps=step)
     if stop.condition == "uncertain-side-effect" and run.stopped is None:
         run = _blocked(run, stop, step, action.tool)
         return run, RunDecision("writes-blocked", run.writes_blocked, decision.repeat, step)
@@ -418,7 +425,7 @@ def _extended(run: RunState, event: RunEvent, step: int) -> tuple[RunState, RunD
     stopped = run.stopped
     if stopped is None or stopped.condition not in BUDGET_CONDITIONS:
         return run, RunDecision("recorded", stopped, step=step)
-    run = dataclasses.replace(run, stopped=None, recovery_calls=0)
+    run = changed(run, stopped=None, recovery_calls=0)
     mark = Stop("extended", event.detail or "the budget was raised", event.at)
     return fired(run, Fired(mark, "resumed", step)), RunDecision("recorded", step=step)
 
@@ -463,13 +470,13 @@ def _settling(run: RunState, event: RunEvent, risk: RiskClass | None) -> dict[st
 
 def _settle(run: RunState, event: RunEvent, risk: RiskClass | None) -> RunState:
     fields = _settling(run, event, risk)
-    return dataclasses.replace(run, **fields) if fields else run
+    return changed(run, **fields) if fields else run
 
 
 def _refused(run: RunState, stop: Stop, step: int, tool: str | None) -> RunState:
     """A refused reservation counted; the first refusal of each tool kept as a condition."""
     first = not any(f.effect == "refused" and f.tool == tool for f in run.conditions)
-    run = dataclasses.replace(run, over_budget=run.over_budget + 1, steps=step)
+    run = changed(run, over_budget=run.over_budget + 1, steps=step)
     return fired(run, Fired(stop, "refused", step, tool)) if first else run
 
 
@@ -502,9 +509,7 @@ def _blocked(run: RunState, stop: Stop, step: int, tool: str | None) -> RunState
     """The run's writes blocked by ``stop``, the condition kept; a block in force stays."""
     if run.writes_blocked is not None:
         return run
-    return fired(
-        dataclasses.replace(run, writes_blocked=stop), Fired(stop, "writes-blocked", step, tool)
-    )
+    return fired(changed(run, writes_blocked=stop), Fired(stop, "writes-blocked", step, tool))
 
 
 def _block_if_uncertain(

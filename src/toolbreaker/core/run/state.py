@@ -15,7 +15,8 @@ The state stays small whatever the agent does (see :data:`HISTORY_LIMIT`,
 
 The records it is built from (:class:`Action`, :class:`Stop` and the conditions it may
 name, :class:`Attempt`, :class:`Tally`, :class:`Fired`) are defined in
-``core/run/_state_parts.py`` and imported from here.
+``core/run/_state_parts.py`` and imported from here, as is :class:`Recent` (what its
+tallies and digests are: sequences found by key).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from toolbreaker.core.run._values import (
     DIGEST_LENGTH,
     RISK_CLASSES,
     ZERO,
+    Recent,
     RiskClass,
     RiskMap,
     as_amount,
@@ -81,9 +83,12 @@ __all__ = [
     "Effect",
     "Fired",
     "Outcome",
+    "Recent",
     "RunState",
     "Stop",
     "Tally",
+    "changed",
+    "checked",
     "fired",
 ]
 
@@ -128,7 +133,7 @@ def fired(run: RunState, entry: Fired) -> RunState:
         firsts = {next(i for i, f in enumerate(kept) if f.effect == e) for e in _effects(kept)}
         drop = next(i for i in range(len(kept)) if i not in firsts)
         kept = kept[:drop] + kept[drop + 1 :]
-    return dataclasses.replace(run, conditions=kept)
+    return changed(run, conditions=kept)
 
 
 def _effects(conditions: tuple[Fired, ...]) -> set[Effect]:
@@ -137,9 +142,12 @@ def _effects(conditions: tuple[Fired, ...]) -> set[Effect]:
 
 _NO_CALLS: Final[Mapping[RiskClass, int]] = RiskMap(dict.fromkeys(RISK_CLASSES, 0))
 _NO_COST: Final[Mapping[RiskClass, Decimal]] = RiskMap(dict.fromkeys(RISK_CLASSES, ZERO))
+_NO_TALLIES: Final[Recent[Tally]] = Recent()
+_NO_DIGESTS: Final[Recent[str]] = Recent()
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not slotted: a transition copies the fields as one dict (see ``changed``).
+@dataclasses.dataclass(frozen=True)
 class RunState:
     """The counters of one run (one task). Start one with :meth:`RunState.start`.
 
@@ -155,8 +163,11 @@ class RunState:
             have changed the world (writes made or of unknown outcome).
         recovery_calls: recovery reads begun after the run stopped.
         history: the last :data:`HISTORY_LIMIT` actions begun, oldest first.
-        tallies: per fingerprint, the :data:`TALLY_LIMIT` most recently begun, oldest first.
-        digests: the last :data:`EVIDENCE_LIMIT` distinct result digests, oldest first.
+        tallies: per fingerprint, the :data:`TALLY_LIMIT` most recently begun, oldest first
+            (a :class:`Recent`: found by fingerprint without a scan; built from a
+            tuple too).
+        digests: the last :data:`EVIDENCE_LIMIT` distinct result digests, oldest first
+            (likewise).
         stopped: why the run stopped; the first stop is kept.
         writes_blocked: why writes are refused (too many writes with an unknown
             outcome); reads go on. Set and cleared by :mod:`toolbreaker.core.run.machine`.
@@ -196,8 +207,8 @@ class RunState:
     evidence: int = 0
     recovery_calls: int = 0
     history: tuple[Attempt, ...] = ()
-    tallies: tuple[Tally, ...] = ()
-    digests: tuple[str, ...] = ()
+    tallies: Recent[Tally] = _NO_TALLIES
+    digests: Recent[str] = _NO_DIGESTS
     stopped: Stop | None = None
     writes_blocked: Stop | None = None
     turn: int = 0
@@ -214,7 +225,8 @@ class RunState:
     usage: tuple[ModelUsage, ...] = ()
 
     def __post_init__(self) -> None:
-        # Cheap checks only: this runs on every transition. from_dict checks the rest.
+        # Cheap checks only. A transition does not come here: it builds its state from
+        # checked values with ``changed``. from_dict checks the rest.
         as_name(self.task, "task")
         for name in (
             "started_at",
@@ -250,14 +262,14 @@ class RunState:
             raise RunStateError(
                 "recovery_calls count calls begun after a stop", field="recovery_calls"
             )
-        for name, limit in (
-            ("history", HISTORY_LIMIT),
-            ("tallies", TALLY_LIMIT),
-            ("digests", EVIDENCE_LIMIT),
-        ):
-            items = getattr(self, name)
-            if type(items) is not tuple or len(items) > limit:
-                raise RunStateError(f"{name} must be a tuple of at most {limit}", field=name)
+        if type(self.history) is not tuple or len(self.history) > HISTORY_LIMIT:
+            raise RunStateError(
+                f"history must be a tuple of at most {HISTORY_LIMIT}", field="history"
+            )
+        tallies = _recent(self.tallies, "tallies", TALLY_LIMIT, Tally, "a fingerprint")
+        object.__setattr__(self, "tallies", tallies)
+        digests = _recent(self.digests, "digests", EVIDENCE_LIMIT, str, "a digest")
+        object.__setattr__(self, "digests", digests)
         if len(self.digests) > self.evidence:
             raise RunStateError("more digests than evidence", field="digests")
         for name in ("stopped", "writes_blocked"):
@@ -419,9 +431,22 @@ class RunState:
             evidence=data["evidence"],
             recovery_calls=data["recovery_calls"],
             history=_json_items(data["history"], "history", Attempt, rows=rows),
-            tallies=_json_items(data["tallies"], "tallies", Tally, rows=rows),
-            digests=tuple(
-                _json_digest(x, f"digests[{i}]") for i, x in enumerate(_json_list(data, "digests"))
+            tallies=_recent(
+                _json_items(data["tallies"], "tallies", Tally, rows=rows),
+                "tallies",
+                TALLY_LIMIT,
+                Tally,
+                "a fingerprint",
+            ),
+            digests=_recent(
+                tuple(
+                    _json_digest(x, f"digests[{i}]")
+                    for i, x in enumerate(_json_list(data, "digests"))
+                ),
+                "digests",
+                EVIDENCE_LIMIT,
+                str,
+                "a digest",
             ),
             stopped=None if data["stopped"] is None else _json_stop(data["stopped"]),
             writes_blocked=None
@@ -468,6 +493,57 @@ _STATE_KEYS: Final = (
     "stopped",
     "writes_blocked",
 )
+
+
+def changed(run: RunState, /, **fields: Any) -> RunState:
+    """``run`` with ``fields`` set: how a transition of the core makes the next state.
+
+    Unchecked, and so for the core's transitions alone (:mod:`~toolbreaker.core.run.limits`,
+    :mod:`~toolbreaker.core.run.costs`, the run machine), which build every value from
+    values checked where they entered (a state by :class:`RunState` or
+    :meth:`RunState.from_dict`, an action, an event, an amount): checking the whole state
+    again on every step cost more than the step. One dict copy, whatever the run's
+    length: the tallies, digests and history are shared with ``run`` unless set.
+    """
+    if not _FIELDS.issuperset(fields):
+        raise TypeError(f"RunState has no field {sorted(set(fields) - _FIELDS)}")
+    new = object.__new__(RunState)
+    object.__setattr__(new, "__dict__", {**run.__dict__, **fields})
+    return new
+
+
+def checked(run: RunState) -> RunState:
+    """``run`` checked as :class:`RunState` checks a state built by hand (a copy).
+
+    Raises:
+        RunStateError: what :class:`RunState` raises.
+    """
+    return RunState(**run.__dict__)
+
+
+_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(RunState))
+
+
+def _recent(value: object, field: str, limit: int, kind: type, noun: str) -> Recent[Any]:
+    """A state's tallies or digests: a tuple of at most ``limit`` of ``kind``, or kept.
+
+    A tuple's items are kept by their keys (a tally's fingerprint, a digest itself);
+    one key twice is refused (``noun`` says what it is).
+    """
+    if (
+        not isinstance(value, (tuple, Recent))
+        or len(value) > limit
+        or not all(isinstance(item, kind) for item in value)
+    ):
+        raise RunStateError(
+            f"{field} must be a tuple of at most {limit} {kind.__name__}", field=field
+        )
+    if isinstance(value, Recent):
+        return value
+    found = Recent((item if kind is str else item.fingerprint, item) for item in value)
+    if len(found) != len(value):
+        raise RunStateError(f"{field} hold {noun} twice", field=field)
+    return found
 
 
 def _state_amount(value: object, field: str) -> Decimal:
@@ -593,11 +669,7 @@ def _json_conditions(value: object) -> tuple[Fired, ...]:
 
 
 def _check_consistent(state: RunState) -> None:
-    """What the cheap constructor checks leave out: uniqueness and evidence marks."""
-    if len({t.fingerprint for t in state.tallies}) != len(state.tallies):
-        raise RunStateError("tallies name a fingerprint twice", field="tallies")
-    if len(set(state.digests)) != len(state.digests):
-        raise RunStateError("digests hold a digest twice", field="digests")
+    """What the cheap constructor checks leave out: the evidence marks."""
     marks = [(f"history[{i}]", a.evidence) for i, a in enumerate(state.history)]
     marks += [(f"tallies[{i}]", t.evidence) for i, t in enumerate(state.tallies)]
     for where, mark in marks:

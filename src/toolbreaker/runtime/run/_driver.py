@@ -40,19 +40,25 @@ __all__ = [
 R = TypeVar("R")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
 class Blocking:
     """``fn(*args)``: journal and store work of the guard's own.
 
     On the event loop it runs inline when every store it may touch lives in this process
     (a :class:`~toolbreaker.stores.MemoryStore`: nothing to wait for), else in a worker
     thread. ``stores`` also lists anything else it may run that may wait (a user's check,
-    a stop listener) as one more object that is no such store.
+    a stop listener) as one more object that is no such store. A plain slotted class, not
+    a frozen dataclass (as :class:`~toolbreaker.runtime._flow.Twin`): three are made for
+    every call.
     """
 
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-    stores: Sequence[object]
+    __slots__ = ("args", "fn", "stores")
+
+    def __init__(
+        self, fn: Callable[..., Any], args: tuple[Any, ...], stores: Sequence[object]
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.stores = stores
 
     def run(self) -> Any:
         """Call it."""
