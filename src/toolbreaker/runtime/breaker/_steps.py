@@ -350,52 +350,63 @@ class Steps(Calls):
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
                     if self._scopes is not None and (target := self._scope_target()) is not None:
-                        return await adrive(target._tool_calling(tool_call, args, kwargs))
-                    if self._ledger.policy is not None or self.degradation.chain:
-                        return await adrive(self._tool_calling(tool_call, args, kwargs))
-                    # The direct path: _tool_calling() with no ledger and no chain to keep
-                    # (a test holds the two to the same answers), and no exception while
-                    # the core's idle window rejects the call.
-                    state = self._view.state
-                    if state is not self._quiet and state is not None:
-                        now = self.clock()
-                        idle = self._cooling(state, now)
-                        if idle is not None:
-                            return idle.answer(now, name)
-                    try:
-                        return await self.acall(func, *args, timeout=timeout, **kwargs)
-                    except CircuitOpen as exc:
-                        return exc.result_for(name)
-                    except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                        return self.failure_result(name, exc)
+                        return await target._aguarded(tool_call, args, kwargs)
+                    return await self._aguarded(tool_call, args, kwargs)
 
                 return async_tool
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
                 if self._scopes is not None and (target := self._scope_target()) is not None:
-                    return drive(target._tool_calling(tool_call, args, kwargs))
-                if self._ledger.policy is not None or self.degradation.chain:
-                    return drive(self._tool_calling(tool_call, args, kwargs))
-                # The direct path, as in async_tool.
-                state = self._view.state
-                if state is not self._quiet and state is not None:
-                    now = self.clock()
-                    idle = self._cooling(state, now)
-                    if idle is not None:
-                        return idle.answer(now, name)
-                try:
-                    return self.call(func, *args, timeout=timeout, **kwargs)
-                except AsyncCallError:
-                    raise  # the program's mistake (a coroutine on the sync path), not the model's
-                except CircuitOpen as exc:
-                    return exc.result_for(name)
-                except Exception as exc:  # noqa: BLE001 - turned into a tool result
-                    return self.failure_result(name, exc)
+                    return target._guarded(tool_call, args, kwargs)
+                return self._guarded(tool_call, args, kwargs)
 
             return sync_tool
 
         return decorate(fn) if fn is not None else decorate
+
+    def _guarded(self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One call of a :meth:`guard`-ed sync tool by this (scope's) breaker.
+
+        The direct path: :meth:`_tool_calling` with no ledger and no chain to keep (a test
+        holds the two to the same answers), and no exception while the core's idle window
+        rejects the call.
+        """
+        if self._ledger.policy is not None or self.degradation.chain:
+            return drive(self._tool_calling(tool, args, kwargs))
+        state = self._view.state
+        if state is not self._quiet and state is not None:
+            now = self.clock()
+            idle = self._cooling(state, now)
+            if idle is not None:
+                return idle.answer(now, tool.name)
+        try:
+            return self.call(tool.func, *args, timeout=tool.timeout, **kwargs)
+        except AsyncCallError:
+            raise  # the program's mistake (a coroutine on the sync path), not the model's
+        except CircuitOpen as exc:
+            return exc.result_for(tool.name)
+        except Exception as exc:  # noqa: BLE001 - turned into a tool result
+            return self.failure_result(tool.name, exc)
+
+    async def _aguarded(
+        self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """:meth:`_guarded` for a coroutine tool: every store round trip is awaited."""
+        if self._ledger.policy is not None or self.degradation.chain:
+            return await adrive(self._tool_calling(tool, args, kwargs))
+        state = self._view.state
+        if state is not self._quiet and state is not None:
+            now = self.clock()
+            idle = self._cooling(state, now)
+            if idle is not None:
+                return idle.answer(now, tool.name)
+        try:
+            return await self.acall(tool.func, *args, timeout=tool.timeout, **kwargs)
+        except CircuitOpen as exc:
+            return exc.result_for(tool.name)
+        except Exception as exc:  # noqa: BLE001 - turned into a tool result
+            return self.failure_result(tool.name, exc)
 
     def _tool_calling(
         self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
