@@ -111,6 +111,37 @@ def test_the_breaker_layers_are_the_class_and_each_uses_only_those_below_it():
         assert not imported & set(modules[below + 1 :]), module
 
 
+def test_the_breaker_parts_stand_alone_and_the_breaker_holds_each():
+    """Each row of the page's table of ``Breaker``'s parts names a class of its module that
+    is no layer of the class, whose module imports no layer, and that a breaker holds."""
+    from toolbreaker import Breaker
+
+    lines = DOC.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| breaker part |"))
+    layers = {c.__module__.rsplit(".", 1)[1] for c in Breaker.__mro__ if c is not object}
+    breaker = Breaker("architecture", timeout=1.0, degrade=["omit"], scope="tenant")
+    held = {type(value).__name__ for value in vars(breaker).values()}
+    parts = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        module = re.findall(r"`runtime/breaker/(_\w+)\.py`", line)[0]
+        name = re.findall(r"\| `(\w+)`:", line)[0]
+        parts.append(name)
+        source = SRC / "runtime" / "breaker" / f"{module}.py"
+        tree = ast.parse(source.read_text())
+        assert name in {n.name for n in tree.body if isinstance(n, ast.ClassDef)}, name
+        assert module not in layers, module
+        imported = {
+            n.module.rsplit(".", 1)[-1]
+            for n in tree.body
+            if isinstance(n, ast.ImportFrom) and n.module
+        }
+        assert not imported & layers, module
+    assert set(parts) <= held
+    breaker.close()
+
+
 def test_the_tests_mirror_the_source_layout():
     """Each folder of tests/ is a package of src/toolbreaker/ at the same path, so a test
     is found where its module is (tests/runtime/breaker/ for runtime/breaker/)."""

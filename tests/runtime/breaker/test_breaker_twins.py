@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import Breaker, CircuitOpen, Policy, RetryPolicy
+from toolbreaker import Breaker, CircuitOpen, Policy, RetryPolicy, Verdict, classify_exception
+from toolbreaker.runtime._flow import drive
+from toolbreaker.runtime.breaker._admission import UNSET
+from toolbreaker.runtime.breaker._steps import _binder, _ToolCall
 from toolbreaker.testing import FakeClock, capture_transitions
 
 
@@ -189,6 +194,109 @@ def test_the_sync_and_the_async_breaker_decide_alike(plan, path, retries, listen
                 seen = run_sync(b, clock, path, plan)
             else:
                 seen = asyncio.run(run_async(b, clock, path, plan))
+        results.append((seen, b.stats.to_dict(), plain(records), clock()))
+        b.close()
+    assert results[1] == results[0]
+
+
+def own_timeout_classifier(exc: BaseException) -> Verdict:
+    """A classifier that judges a tool's own TimeoutError otherwise than a timeout."""
+    if isinstance(exc, TimeoutError):
+        return Verdict("ignored", "own-timeout")
+    return classify_exception(exc)
+
+
+@pytest.mark.parametrize("enforce", ["cooperative", "thread"])
+@pytest.mark.parametrize("listening", [False, True])
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_a_tools_own_timeout_is_the_classifiers_on_every_path(enforce, listening, twin):
+    """A ``TimeoutError`` the tool raises itself is judged by the classifier on every path
+    (sync and async, inline and in a worker, the quiet fast path and the general one):
+    only the breaker's own deadline is a ``timeout`` whatever the classifier says."""
+
+    def tool() -> None:
+        raise TimeoutError("the tool's own")
+
+    async def atool() -> None:
+        raise TimeoutError("the tool's own")
+
+    def attempt() -> None:
+        if twin == "sync":
+            b.call(tool)
+        else:
+            asyncio.run(b.acall(atool))
+
+    b = Breaker("search", timeout=5.0, enforce=enforce, classifier=own_timeout_classifier)
+    listen = capture_transitions(b) if listening else contextlib.nullcontext([])
+    with listen:
+        for _ in range(3):  # the first through the core, the next ones quiet when they may
+            with pytest.raises(TimeoutError, match="the tool's own"):
+                attempt()
+    b.close()
+    assert b.stats.failures == {"own-timeout": 3}
+
+
+@pytest.mark.parametrize("twin", ["sync", "async"])
+def test_the_deadline_is_a_timeout_whatever_the_classifier_says(twin):
+    """The breaker's own deadline passing is recorded as ``timeout``, sync and async."""
+    release = threading.Event()
+
+    def slow() -> None:
+        release.wait(10)
+
+    async def aslow() -> None:
+        await asyncio.sleep(10)
+
+    def attempt() -> None:
+        if twin == "sync":
+            b.call(slow)
+        else:
+            asyncio.run(b.acall(aslow))
+
+    b = Breaker("search", timeout=0.05, enforce="thread", classifier=own_timeout_classifier)
+    try:
+        with pytest.raises(TimeoutError):
+            attempt()
+    finally:
+        release.set()
+        b.close()
+    assert b.stats.failures == {"timeout": 1}
+
+
+def run_guarded(b: Breaker, clock: FakeClock, plan: list[tuple[str, int, int]], direct: bool):
+    """A guarded tool through its direct path, or the same calls through its general flow."""
+
+    def lookup(kind: str) -> Any:
+        return outcome(kind)
+
+    tool = b.guard(lookup)
+    # What the wrapper drives when the row keeps a ledger or a chain: its general flow.
+    flow = _ToolCall(lookup, "lookup", _binder(lookup), UNSET)
+    seen: list[Any] = []
+    for kind, gap, _ in plan:
+        clock.advance(gap)
+        if kind == "wait":
+            continue
+        if direct:
+            seen.append(tool(kind))
+        else:
+            seen.append(drive(b._tool_calling(flow, (kind,), {})))
+    return seen
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=steps, listening=st.booleans(), enforce=st.sampled_from(["cooperative", "thread"]))
+def test_a_guarded_tools_direct_path_is_its_general_flow(plan, listening, enforce):
+    """A guarded tool of a row with no retry ledger and no degradation chain skips its
+    general flow (and answers an open breaker without raising): every answer, counter and
+    record is the flow's."""
+    results = []
+    for direct in (True, False):
+        clock = FakeClock()
+        b = breaker(clock, retries=False, enforce=enforce)
+        listen = capture_transitions(b) if listening else contextlib.nullcontext([])
+        with listen as records:
+            seen = run_guarded(b, clock, plan, direct)
         results.append((seen, b.stats.to_dict(), plain(records), clock()))
         b.close()
     assert results[1] == results[0]

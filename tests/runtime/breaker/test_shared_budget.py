@@ -71,7 +71,7 @@ def test_successes_in_one_process_refill_the_other(service):
     assert store.inner.record_get(BUDGET_SPACE, "search:read")[0] == {"milli": 0}
     for _ in range(10):
         b.call(search, service)
-    shared = b._shared_budget
+    shared = b._ledger.shared
     assert shared is not None
     shared.flush()  # the tenth success wrote in the background; this waits for nothing
     wait = 0

@@ -1,7 +1,7 @@
 """A breaker's admission and settling: permits, rejections and the core's records.
 
-The bottom layer of :class:`~toolbreaker.Breaker` (the layers above it: scopes,
-retries, calls, steps). A request and an outcome go to the core's ``apply()`` in the
+The bottom layer of :class:`~toolbreaker.Breaker` (the layers above it: calls, steps).
+A request and an outcome go to the core's ``apply()`` in the
 store, except where the core has already said what would happen (a quiet state, a
 cooling-down open one); every record the core returns is counted and published to
 the listeners, whose faults never change an outcome.
@@ -9,11 +9,9 @@ the listeners, whose faults never change an outcome.
 
 from __future__ import annotations
 
-import collections
 import contextvars
 import dataclasses
 import functools
-import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
@@ -32,15 +30,14 @@ from toolbreaker.core.breaker.state import (
     reopened,
 )
 from toolbreaker.core.files import printable
-from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
 from toolbreaker.core.run.redact import redact_text
-from toolbreaker.core.run.retrying import ModelRetries
 from toolbreaker.errors import (
     AsyncCallError,
     CircuitOpen,
     PermitError,
     PolicyError,
     StoreUnavailable,
+    circuit_open,
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._log import hook_failed, log
@@ -53,7 +50,6 @@ from toolbreaker.runtime.breaker._bulkhead import SATURATED, STORE_DOWN, Bulkhea
 from toolbreaker.runtime.breaker._classify import SUCCESS, Kind, Verdict
 from toolbreaker.runtime.breaker._deadline import Workers
 from toolbreaker.runtime.breaker._degrade import Degradation
-from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 from toolbreaker.runtime.breaker._stats import BreakerStats
 from toolbreaker.stores._protocol import Store, View, aapply
 
@@ -66,7 +62,6 @@ __all__ = [
     "Listener",
     "Permit",
     "Rejection",
-    "RetryListener",
     "watch_openings",
 ]
 
@@ -75,8 +70,6 @@ R = TypeVar("R")
 
 #: A listener receives every transition record the core produced, and the breaker.
 Listener = Callable[[Transition, "Breaker"], None]
-#: A retry listener receives every retry decision as a record (a retry trace line).
-RetryListener = Callable[[RetryRecord], None]
 
 #: Breakers that opened in this context while a run-guard step watched (see
 #: :func:`watch_openings`): how a guard learns that a breaker *inside* its tool (an httpx
@@ -296,6 +289,16 @@ class Idle:
         self.reason, self.until, self.admits_at = window
         self.render = render
 
+    def error(self, key: str, now: int) -> CircuitOpen:
+        """The rejection at ``now`` as an exception (its result rendered on first use)."""
+        wait = None if self.admits_at is None else self.admits_at - now
+        return circuit_open(key, self.reason, wait, self.render)
+
+    def answer(self, now: int, tool: str) -> dict[str, Any]:
+        """The rejection at ``now`` as the model reads it, worded for ``tool``."""
+        wait = None if self.admits_at is None else self.admits_at - now
+        return self.render(self.reason, wait, tool=tool)
+
 
 class Admission:
     """The bottom layer of :class:`~toolbreaker.Breaker`: admission and settling.
@@ -304,8 +307,9 @@ class Admission:
     core has already said what would happen; every record is counted and published.
     """
 
-    # Every breaker's fields, set by Breaker.__init__ (and _configure, _set_retry): the
-    # layers of the class (admission, scopes, retries, calls, steps) all read them.
+    # Every breaker's fields, set by Breaker.__init__ (and _configure): the layers of the
+    # class (admission, calls, steps) read them. The retry ledger, the retry loop, the
+    # scopes and the degradation are parts of their own, with explicit constructors.
     dependency: str
     operation: str
     key: str
@@ -342,18 +346,6 @@ class Admission:
     _idle: Idle | None
     _ids: Iterator[int]
     _phase_since: int | None
-    _retry: RetryPolicy | None
-    _retry_budget: RetryBudget | None
-    _shared_budget: SharedBudget | None
-    _retry_lock: threading.Lock
-    _retry_listeners: list[RetryListener]
-    _sleep: Callable[[float], Any] | None
-    _seeds: random.Random | None
-    _model_retries: ModelRetries
-    _scoped: collections.OrderedDict[str, Breaker] | None
-    _scopes_lock: threading.Lock
-    _overflow: Breaker | None
-    _forgotten: BreakerStats
     _bulkhead: Bulkhead | None
     _slots: Bulkhead | None
     _plain: bool

@@ -11,29 +11,32 @@ window, :func:`~toolbreaker.core.breaker.predicates.idle_window`) a request is r
 and changes nothing. Those two cases are most calls, and they cost no lock, no
 allocation of records and no I/O.
 
-The class is built in layers, one module each, every one using only those below it:
-:mod:`._admission` (permits, rejections, the core's records), :mod:`._scopes`,
-:mod:`._retries`, :mod:`._calls` (the fast paths, workers, deadlines), :mod:`._steps`
-(the two-step API, ``guard``), and here the options, configuration and operator control.
+The class holds parts, each built here with an explicit constructor and the data it
+uses: the retry ledger (:mod:`._ledger`: the retry budget, the model's re-calls), the
+retry loop (:mod:`._retries`), a scoped row's breakers (:mod:`._scopes`), the degradation
+chain (:mod:`._degrade`), the bulkhead (:mod:`._bulkhead`) and the workers
+(:mod:`._deadline`). Admission and the call paths are still layers of the class, one
+module each, every one using only those below it: :mod:`._admission` (permits,
+rejections, the core's records), :mod:`._calls` (the fast paths, workers, deadlines),
+:mod:`._steps` (the two-step API, ``guard``); here the options, configuration, the parts'
+wiring and operator control.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
 import itertools
-import random
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from toolbreaker.core.breaker.keys import shown_names
+from toolbreaker.core.breaker.keys import scoped_dependency, shown_names
 from toolbreaker.core.breaker.predicates import idle_window
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.core.retry import RetryBudget
 from toolbreaker.core.run.redact import redact_text
-from toolbreaker.core.run.retrying import ModelRetries
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._step import StepObserver, StepObservers
@@ -41,13 +44,16 @@ from toolbreaker.runtime.breaker._admission import (
     Listener,
     Permit,
     Rejection,
-    RetryListener,
     watch_openings,
 )
 from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, Boundary, BreakerOptions, Enforce
 from toolbreaker.runtime.breaker._bulkhead import Bulkhead
 from toolbreaker.runtime.breaker._deadline import Workers
 from toolbreaker.runtime.breaker._degrade import Degradation
+from toolbreaker.runtime.breaker._ledger import RetryLedger
+from toolbreaker.runtime.breaker._retries import Retries, RetryListener
+from toolbreaker.runtime.breaker._scope import current_scope
+from toolbreaker.runtime.breaker._scopes import Scopes
 from toolbreaker.runtime.breaker._stats import BreakerStats
 from toolbreaker.runtime.breaker._steps import Steps
 from toolbreaker.stores._protocol import Store
@@ -192,21 +198,29 @@ class Breaker(Steps):
         self._idle = None
         self._ids = itertools.count(1)
         self._phase_since: int | None = None
-        self._retry_lock = threading.Lock()
-        self._set_retry(boundary.retry)
-        self._retry_listeners: list[RetryListener] = []
-        self._sleep = sleep
-        self._seeds = random.Random(retry_seed) if retry_seed is not None else None  # noqa: S311 - jitter, not secrets
-        #: The model as a retry layer: the calls whose last attempt failed retryably.
-        self._model_retries = ModelRetries()
-        self._scoped: collections.OrderedDict[str, Breaker] | None = (
-            None if boundary.scope is None else collections.OrderedDict()
+        #: The retry budget and the model's re-calls: the model is a retry layer too.
+        self._ledger = RetryLedger(
+            self.key, boundary.retry, self.store, self.stats, self._record_fault
+        )
+        self._retries = Retries(
+            self.key,
+            self._ledger,
+            self.clock,
+            self._ids,
+            seed=retry_seed,
+            sleep=sleep,
+            stats=self.stats,
+        )
+        self._scopes = (
+            None
+            if boundary.scope is None
+            else Scopes(self.key, boundary.scope, boundary.max_scopes, self._child, self.stats)
         )
         # The quiet fast path of call()/acall() needs none of retries, scopes and a
         # per-call deadline: computed once, so the hot path tests one attribute.
         self._bulkhead = (
             None
-            if boundary.max_concurrent is None or self._scoped is not None
+            if boundary.max_concurrent is None or self._scopes is not None
             else Bulkhead(
                 self.key, boundary.max_concurrent, self.store, self.clock, self._record_fault
             )
@@ -215,9 +229,6 @@ class Breaker(Steps):
         local = self._bulkhead is not None and not self._bulkhead.shared
         self._slots = self._bulkhead if local else None
         self._plain = self._is_plain()
-        self._overflow: Breaker | None = None
-        self._scopes_lock = threading.Lock()
-        self._forgotten = BreakerStats()  # the counters of scoped breakers let go of
         self._stamp = False  # set by adopt(): records then name their policy version
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
@@ -307,8 +318,8 @@ class Breaker(Steps):
         It may without retries, scopes, or a bulkhead shared with other processes.
         """
         return (
-            self._retry is None
-            and self._scoped is None
+            self._ledger.policy is None
+            and self._scopes is None
             and (self._bulkhead is None or self._slots is not None)
         )
 
@@ -350,20 +361,16 @@ class Breaker(Steps):
         self._stamp = True
         self._configure(boundary)
         self.stats.on_defaults = boundary.defaults
-        if boundary.retry != self._retry:
-            with self._retry_lock:
-                self._set_retry(boundary.retry)
+        if boundary.retry != self._ledger.policy:
+            self._ledger.use(boundary.retry)
             self._plain = self._is_plain()
         # The policy last, in one assignment: the next decision sees all of the new row.
         self._quiet = None
         self.policy = boundary.policy
         self._quiet = None
-        for child in self.scopes().values():
-            child.adopt(dataclasses.replace(boundary, dependency=child.dependency, scope=None))
-        if self._overflow is not None:
-            overflow = self._overflow
-            row = dataclasses.replace(boundary, dependency=overflow.dependency, scope=None)
-            overflow.adopt(row)
+        if self._scopes is not None:
+            for child in self._scopes.members():  # the overflow breaker too
+                child.adopt(dataclasses.replace(boundary, dependency=child.dependency, scope=None))
 
     def health_probe(self) -> Permit | Rejection:
         """Ask the core for a health checker's probe (an event marked ``health_check``).
@@ -379,10 +386,9 @@ class Breaker(Steps):
 
     def close(self) -> None:
         """Release the idle worker threads (calls still running are not waited for)."""
-        for child in self.scopes().values():
-            child.close()
-        if self._overflow is not None:
-            self._overflow.close()
+        if self._scopes is not None:
+            for child in self._scopes.members():  # the overflow breaker too
+                child.close()
         workers, self._workers = self._workers, None
         if workers is not None:
             workers.close()
@@ -422,6 +428,113 @@ class Breaker(Steps):
         policy = self.policy
         state, records = self.store.apply(self.key, event, policy)
         return self._observe(state, records, now, policy)[-1]
+
+    # -- the parts: a scoped row's breakers, the retry ledger ------------------------------
+
+    def for_scope(self, value: str | None = None) -> Breaker:
+        """The breaker of one scope value.
+
+        ``value`` defaults to the current context's (see :func:`toolbreaker.scope`); this
+        breaker itself when the row is not scoped or no value is set.
+        """
+        scopes = self._scopes
+        if scopes is None:
+            return self
+        if value is None:
+            value = current_scope(scopes.name)
+            if value is None:
+                return self
+        return scopes.get(value)
+
+    def scopes(self) -> dict[str, Breaker]:
+        """The live scoped breakers of this row, by scope value (oldest use first)."""
+        return {} if self._scopes is None else self._scopes.live()
+
+    def family(self) -> tuple[Breaker, ...]:
+        """This breaker and every live breaker of its scopes, the shared overflow one last.
+
+        What an exporter reads to see every breaker a row holds: a scoped row's calls are
+        counted by its tenants' breakers, not by the row's own. They hear the row's
+        listeners (see :meth:`add_listener`).
+        """
+        return (self,) if self._scopes is None else (self, *self._scopes.members())
+
+    def family_stats(self) -> BreakerStats:
+        """The counters of this breaker and of every breaker its scopes had here, summed.
+
+        A scoped row's calls are counted by its tenants' breakers, not by the row's own:
+        this is what the row did, the breakers it has forgotten to make room included
+        (their counters are added to the row's when they go), so every total only grows.
+        What an exporter reads for the row (see
+        :class:`~toolbreaker.instrumentation.prometheus.BreakerCollector`). A new object,
+        read without stopping the calls; its ``pinned_workers`` is 0.
+        """
+        total = BreakerStats()
+        total.on_defaults = self.boundary.defaults
+        if self._scopes is None:
+            total.add(self.stats)
+        else:
+            self._scopes.sum_into(total, self.stats)
+        return total
+
+    def _child(self, label: str) -> Breaker:
+        """A scoped breaker of this row (``tenant=acme``), hearing the row's listeners."""
+        row = dataclasses.replace(
+            self.boundary,
+            dependency=scoped_dependency(self.dependency, label),
+            tool=self.tool,
+            scope=None,
+        )
+        child = Breaker(
+            row.dependency,
+            store=self.store,
+            clock=self.clock,
+            boundary=row,
+            max_workers=self._max_workers,
+        )
+        child._hear_as(self)
+        return child
+
+    def _hear_as(self, row: Breaker) -> None:
+        """A scoped breaker shares its row's listeners (transitions, retries, notices).
+
+        One list for the row and its scoped breakers: whatever attaches to the row hears
+        every tenant's breaker, made before or after it attached, and detaching from the
+        row detaches from all.
+        """
+        self._listeners = row._listeners
+        self._retries.listeners = row._retries.listeners
+        self.step_observers = row.step_observers
+        self.degradation.notices.follow(row.degradation.notices)
+        self.degradation.tools = row.degradation.tools
+        self._stamp = row._stamp
+
+    def add_retry_listener(self, listener: RetryListener) -> Callable[[], None]:
+        """Call ``listener(record)`` for every retry decision; returns a remover.
+
+        A record's ``to_dict()`` is one line of a retry trace: with its seed,
+        :func:`toolbreaker.core.retry.replay` recomputes every decision exactly.
+        """
+        listeners = self._retries.listeners
+        listeners.append(listener)
+        return lambda: listeners.remove(listener)
+
+    @property
+    def retry_budget(self) -> RetryBudget | None:
+        """The dependency's retry budget (``None`` without a retry policy).
+
+        With a shared store (one that keeps records, not a ``MemoryStore``) the budget is
+        shared by every process: this is the bucket as last read or written. Otherwise it
+        is this process's own.
+        """
+        return self._ledger.budget
+
+    def retry_succeeded(self) -> None:
+        """A call through this breaker succeeded: its retry budget refills.
+
+        Its own call paths do this; so does a run guard for the calls it settles.
+        """
+        self._ledger.succeeded()
 
     def __repr__(self) -> str:
         state = self._view.state

@@ -13,18 +13,34 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from toolbreaker.core.breaker.predicates import may_probe
+from toolbreaker.core.breaker.predicates import may_probe, rejects_callers
 from toolbreaker.core.breaker.state import BreakerState
+from toolbreaker.core.retry import Failure
 from toolbreaker.errors import AsyncCallError, CircuitOpen, circuit_open
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime._sync_path import PLAIN_TYPES, is_awaitable, not_awaited
-from toolbreaker.runtime.breaker._admission import UNSET, Permit
+from toolbreaker.runtime.breaker._admission import UNSET, Admission, Idle, Permit
 from toolbreaker.runtime.breaker._bulkhead import SATURATED, Slot
 from toolbreaker.runtime.breaker._classify import Verdict
-from toolbreaker.runtime.breaker._deadline import OVERDUE, Overdue, Worker, Workers, watch, within
+from toolbreaker.runtime.breaker._commit import may_have_committed
+from toolbreaker.runtime.breaker._deadline import (
+    OVERDUE,
+    Overdue,
+    Worker,
+    Workers,
+    deadline_passed,
+    watch,
+    within,
+)
+from toolbreaker.runtime.breaker._ledger import RetryLedger
 from toolbreaker.runtime.breaker._retries import Retries
+from toolbreaker.runtime.breaker._scope import current_scope
+from toolbreaker.runtime.breaker._scopes import Scopes
+
+if TYPE_CHECKING:
+    from toolbreaker.runtime.breaker._breaker import Breaker
 
 __all__ = ["Calls"]
 
@@ -34,8 +50,13 @@ _TIMEOUT: Final = Verdict("failure", "timeout")
 _HUNG: Final = "hung"
 
 
-class Calls(Retries):
+class Calls(Admission):
     """Running calls: ``call``/``acall`` with their fast paths, workers and deadlines."""
+
+    # Parts this layer drives, made by Breaker.__init__ with explicit constructors.
+    _ledger: RetryLedger
+    _retries: Retries
+    _scopes: Scopes | None
 
     def call(
         self, fn: Callable[..., R], /, *args: Any, timeout: float | None = UNSET, **kwargs: Any
@@ -99,10 +120,13 @@ class Calls(Retries):
                 finally:
                     if slots is not None:
                         slots.leave()
-        elif state is not None and self._plain:
-            # The open hot path: raises while the core's idle window holds.
-            self._reject_if_cooling(state, start // self._per_ms)
-        if self._retry is None:
+        elif (
+            state is not None
+            and self._plain
+            and (idle := self._cooling(state, now := start // self._per_ms)) is not None
+        ):
+            raise idle.error(self.key, now)  # the open hot path: the core's idle window
+        if self._ledger.policy is None:
             return self._call_once(fn, *args, timeout=timeout, **kwargs)
         return self._retrying(fn, args, kwargs, timeout)
 
@@ -138,27 +162,30 @@ class Calls(Retries):
                     raise self._no_slot(SATURATED, deadline).error()
                 self.stats.admitted += 1
                 try:
-                    try:
-                        if self._inline:
+                    if self._inline:
+                        try:
                             result = await fn(*args, **kwargs)
-                        else:
-                            # within(), inline: no coroutine frame of its own per call.
-                            call = fn(*args, **kwargs)
-                            dog = watch(call, deadline / 1000)
-                            try:
-                                result = await call
-                            except BaseException as exc:
-                                dog.failed(call, exc, deadline / 1000)
-                                raise
-                            dog.done(call)
-                    except TimeoutError:
-                        start //= self._per_ms
-                        await self._quiet_permit(state, start, deadline).arecord(_TIMEOUT)
-                        raise
-                    except BaseException as exc:
-                        start //= self._per_ms
-                        await self._quiet_permit(state, start, deadline).arecord(exc)
-                        raise
+                        except BaseException as exc:
+                            start //= self._per_ms
+                            await self._quiet_permit(state, start, deadline).arecord(exc)
+                            raise
+                    else:
+                        # within(), inline: no coroutine frame of its own per call.
+                        call = fn(*args, **kwargs)
+                        dog = watch(call, deadline / 1000)
+                        try:
+                            result = await call
+                        except BaseException as exc:
+                            # The deadline's timeout is a timeout; the call's own raise
+                            # is classified, as on every path (sync and async).
+                            fired = dog.fired(call, exc)
+                            start //= self._per_ms
+                            permit = self._quiet_permit(state, start, deadline)
+                            await permit.arecord(_TIMEOUT if fired else exc)
+                            if fired:
+                                raise deadline_passed(deadline / 1000) from None
+                            raise
+                        dog.done(call)
                     if self._unquiet(state, start, deadline):
                         start //= self._per_ms
                         await self._quiet_permit(state, start, deadline).arecord(
@@ -170,10 +197,13 @@ class Calls(Retries):
                 finally:
                     if slots is not None:
                         slots.leave()
-        elif state is not None and self._plain:
-            # The open hot path: raises while the core's idle window holds.
-            self._reject_if_cooling(state, start // self._per_ms)
-        if self._retry is None:
+        elif (
+            state is not None
+            and self._plain
+            and (idle := self._cooling(state, now := start // self._per_ms)) is not None
+        ):
+            raise idle.error(self.key, now)  # the open hot path: the core's idle window
+        if self._ledger.policy is None:
             return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
         return await self._aretrying(fn, args, kwargs, timeout)
 
@@ -185,8 +215,11 @@ class Calls(Retries):
         Its own frame, so that the closure is not :meth:`call`'s: a closure there would
         make every name it captures a cell, slower on the quiet fast path too.
         """
-        return self._call_retrying(
-            lambda seconds: self._call_once(fn, *args, timeout=seconds, **kwargs), timeout
+        return self._retries.run(
+            lambda seconds: self._call_once(fn, *args, timeout=seconds, **kwargs),
+            self._required_deadline(timeout),
+            self._failure,
+            self.boundary.max_retry_after_ms,
         )
 
     async def _aretrying(
@@ -197,8 +230,11 @@ class Calls(Retries):
         timeout: Any,
     ) -> R:
         """:meth:`acall` with retries: each attempt is one :meth:`_acall_once`."""
-        return await self._acall_retrying(
-            lambda seconds: self._acall_once(fn, *args, timeout=seconds, **kwargs), timeout
+        return await self._retries.arun(
+            lambda seconds: self._acall_once(fn, *args, timeout=seconds, **kwargs),
+            self._required_deadline(timeout),
+            self._failure,
+            self.boundary.max_retry_after_ms,
         )
 
     def _call_once(
@@ -211,7 +247,7 @@ class Calls(Retries):
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
-        if self._scoped is not None and (target := self.for_scope()) is not self:
+        if self._scopes is not None and (target := self._scope_target()) is not None:
             return target.call(fn, *args, timeout=timeout, **kwargs)
         deadline, state, now = self._attempt(timeout)
         if not self._inline:
@@ -238,25 +274,55 @@ class Calls(Retries):
         **kwargs: Any,
     ) -> R:
         """:meth:`_call_once` for :meth:`acall`: the call is cancelled at its deadline."""
-        if self._scoped is not None and (target := self.for_scope()) is not self:
+        if self._scopes is not None and (target := self._scope_target()) is not None:
             return await target.acall(fn, *args, timeout=timeout, **kwargs)
         deadline, _, now = self._attempt(timeout)
         permit = await self._aenter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
-        try:
-            if self._inline:
+        if self._inline:
+            try:
                 result = await fn(*args, **kwargs)
-            else:
-                result = await within(fn(*args, **kwargs), deadline / 1000)
-        except TimeoutError:
-            await permit.arecord(_TIMEOUT)
-            raise
-        except BaseException as exc:
-            await permit.arecord(exc)
-            raise
+            except BaseException as exc:
+                await permit.arecord(exc)
+                raise
+        else:
+            call = fn(*args, **kwargs)
+            dog = watch(call, deadline / 1000)
+            try:
+                result = await call
+            except BaseException as exc:
+                # The deadline's timeout is a timeout; the call's own raise is classified.
+                fired = dog.fired(call, exc)
+                await permit.arecord(_TIMEOUT if fired else exc)
+                if fired:
+                    raise deadline_passed(deadline / 1000) from None
+                raise
+            dog.done(call)
         await permit.arecord(self.result_verdict(result))
         return result
+
+    def _scope_target(self) -> Breaker | None:
+        """The current scope's breaker, which serves the call; ``None``: this one does."""
+        scopes = self._scopes
+        if scopes is None:
+            return None
+        value = current_scope(scopes.name)
+        return None if value is None else scopes.get(value)
+
+    def _failure(self, exc: BaseException) -> Failure:
+        """What a failed attempt tells the retry core."""
+        verdict = self.verdict_of(exc)
+        state = self._view.state
+        return Failure(
+            at=self.clock(),
+            kind=verdict.kind,
+            detail=verdict.detail,
+            status=verdict.status,
+            retry_after_ms=verdict.retry_after_ms,
+            may_have_committed=not self.boundary.idempotent and may_have_committed(exc, verdict),
+            breaker_open=state is not None and rejects_callers(state, self.policy),
+        )
 
     def _quiet_in_thread(
         self,
@@ -347,16 +413,20 @@ class Calls(Retries):
         deadline = self._required_deadline(timeout)
         state = self._view.state
         now = self.clock()
-        if state is not None:
-            self._reject_if_cooling(state, now)
+        if state is not None and (idle := self._cooling(state, now)) is not None:
+            raise idle.error(self.key, now)
         return deadline, state, now
 
     def _quiet_permit(self, state: BreakerState, start: int, deadline: int) -> Permit:
         """The permit a fast-path call would have had, to settle it after all."""
         return Permit(self, None, state.generation, start, deadline, False)
 
-    def _reject_if_cooling(self, state: BreakerState, now: int) -> None:
-        """Raise the core's local rejection while its idle window holds (changes nothing)."""
+    def _cooling(self, state: BreakerState, now: int) -> Idle | None:
+        """The core's idle window that rejects a call at ``now``, the rejection counted.
+
+        ``None``: no window holds (ask the core). The one rule of the open hot path:
+        ``call``/``acall`` raise the rejection, a guarded tool returns it (no exception).
+        """
         idle = self._idle_at(state, now)
         if idle is not None:
             self.stats.rejected += 1
@@ -367,8 +437,7 @@ class Calls(Retries):
                     hot[1][0] += 1
                 else:
                     tally.reject(state, now)
-            wait = None if idle.admits_at is None else idle.admits_at - now
-            raise circuit_open(self.key, idle.reason, wait, idle.render)
+        return idle
 
     def _run_in_thread(  # noqa: PLR0917 - the pieces of one call, from call() only
         self,
@@ -410,15 +479,15 @@ class Calls(Retries):
                 slot.release()
             raise permit.error()
         try:
-            result = self._in_thread(worker, fn, args, kwargs, deadline, slot)
+            result = self._hand_off(worker, fn, args, kwargs, deadline, slot)
             if type(result) not in PLAIN_TYPES and is_awaitable(result):
                 raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
-        except TimeoutError:
-            permit.record(_TIMEOUT)
-            raise
         except BaseException as exc:
-            permit.record(exc)
+            permit.record(exc)  # the call's own raise is classified, as on every path
             raise
+        if result is OVERDUE:
+            permit.record(_TIMEOUT)  # the deadline's timeout
+            raise self._overdue(deadline)
         self.record_result(permit, result)
         return result
 
@@ -445,25 +514,6 @@ class Calls(Retries):
         wait = self.policy.cooldown_ms
         self.degradation.hung(pool.pinned, pool.limit(probe=probe), wait)  # for listeners
         return circuit_open(self.key, _HUNG, wait, self._render)
-
-    def _in_thread(  # noqa: PLR0917 - the pieces of one call
-        self,
-        worker: Worker,
-        fn: Callable[..., R],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        deadline: int | None,
-        slot: Slot | None = None,
-    ) -> R:
-        """Run ``fn`` in ``worker``; ``TimeoutError`` at the deadline. Settles nothing.
-
-        ``slot`` is given back once the call is over; a call still running at its
-        deadline holds it until it returns.
-        """
-        result = self._hand_off(worker, fn, args, kwargs, deadline, slot)
-        if result is OVERDUE:
-            raise self._overdue(deadline)
-        return result
 
     def _hand_off(  # noqa: PLR0917 - the pieces of one call
         self,

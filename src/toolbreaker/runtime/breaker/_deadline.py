@@ -71,6 +71,7 @@ __all__ = [
     "Watchdog",
     "Worker",
     "Workers",
+    "deadline_passed",
     "watch",
     "watchdog",
     "within",
@@ -550,15 +551,26 @@ class Watchdog:
                 uncancelled). A cancellation from anyone else stays one, and so does any
                 other exception: this returns and the caller re-raises ``exc``.
         """
+        if self.fired(awaitable, exc):
+            raise deadline_passed(seconds) from None
+
+    def fired(self, awaitable: object, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by ``awaitable`` (armed by :func:`watch`), is our deadline.
+
+        :meth:`failed` without raising: ``True`` when ``exc`` is our own cancellation at
+        the deadline (the task is uncancelled; the caller raises :func:`deadline_passed`),
+        so a caller can tell the deadline's timeout from a ``TimeoutError`` of the call's
+        own. ``False`` for anything else, a cancellation from anyone else included.
+        """
         if self._due.pop(awaitable, None) is not None:
-            return  # the deadline had not passed: whatever it is, it is not ours
+            return False  # the deadline had not passed: whatever it is, it is not ours
         fired = self._fired.pop(awaitable)
         task = self._tasks.pop(awaitable)
         if isinstance(exc, asyncio.CancelledError):
-            if _uncancel(task) > fired:
-                return  # someone else cancelled too: theirs wins
-            raise TimeoutError(f"deadline of {seconds} s passed") from None
+            # Someone else cancelled too: theirs wins.
+            return _uncancel(task) <= fired
         _uncancel(task)  # the call swallowed our cancellation and raised
+        return False
 
     def _due_task(self, awaitable: object) -> asyncio.Task[Any]:
         self._fired.pop(awaitable)
@@ -648,6 +660,11 @@ def watch(awaitable: object, seconds: float) -> Watchdog:
     if when < dog._next:
         dog._arm(when)
     return dog
+
+
+def deadline_passed(seconds: float) -> TimeoutError:
+    """The ``TimeoutError`` an awaited call's caller gets when its deadline passed."""
+    return TimeoutError(f"deadline of {seconds} s passed")
 
 
 async def within(awaitable: Awaitable[R], seconds: float) -> R:

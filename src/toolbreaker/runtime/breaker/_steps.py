@@ -51,7 +51,7 @@ class Steps(Calls):
         :attr:`Rejection.result` to the model instead of calling the tool. It is
         :meth:`admit` without a retry, spelled out: the fastest two-step path.
         """
-        if self._scoped is not None and (target := self.for_scope()) is not self:
+        if self._scopes is not None and (target := self._scope_target()) is not None:
             return target.allow(timeout=timeout)
         deadline = self._deadline_of(timeout)
         return self._enter(self.clock(), deadline)
@@ -68,14 +68,14 @@ class Steps(Calls):
         tool is unavailable for this run. A scoped row admits through the current
         scope's breaker (its budget, its state).
         """
-        if self._scoped is not None and (target := self.for_scope()) is not self:
+        if self._scopes is not None and (target := self._scope_target()) is not None:
             return target.admit(retry=retry, timeout=timeout)
         deadline = self._deadline_of(timeout)
         return self._admission(retry, deadline)
 
     def _admission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
         """:meth:`admit` once the scope and the deadline are known."""
-        if retry and not self._spend_model_retry():
+        if retry and not self._ledger.spend():
             return Rejection(self, _RETRY_BUDGET, None)
         return self._enter(self.clock(), deadline)
 
@@ -86,14 +86,14 @@ class Steps(Calls):
 
         A retry budget shared through the store is paid in a worker thread.
         """
-        if self._scoped is not None and (target := self.for_scope()) is not self:
+        if self._scopes is not None and (target := self._scope_target()) is not None:
             return await target.aadmit(retry=retry, timeout=timeout)
         deadline = self._deadline_of(timeout)
         return await self._aadmission(retry, deadline)
 
     async def _aadmission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
         """:meth:`_admission` for the event loop."""
-        if retry and not await self._aspend_model_retry():
+        if retry and not await self._ledger.aspend():
             return Rejection(self, _RETRY_BUDGET, None)
         return await self._aenter(self.clock(), deadline)
 
@@ -121,7 +121,7 @@ class Steps(Calls):
         Raises:
             PolicyError: ``tool_type`` is none of :data:`~toolbreaker.runtime.TOOL_TYPES`.
         """
-        if self._scoped is not None and (target := self.for_scope()) is not self:
+        if self._scopes is not None and (target := self._scope_target()) is not None:
             return target.begin(
                 tool,
                 args,
@@ -148,7 +148,7 @@ class Steps(Calls):
         description: str | None = None,
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
-        if self._scoped is not None and (target := self.for_scope()) is not self:
+        if self._scopes is not None and (target := self._scope_target()) is not None:
             return await target.abegin(
                 tool,
                 args,
@@ -204,7 +204,7 @@ class Steps(Calls):
         """Admission (a model's re-call spends a retry first), then the step."""
         deadline = self._deadline_of(timeout)
         call = dict(args or {})
-        retry = self._retried(name, dict(args or {}))
+        retry = self._ledger.retried(name, call)
         admission = yield Twin(self._admission, self._aadmission, (retry, deadline))
         if isinstance(admission, Permit):
             seconds = None if deadline is None else deadline / 1000
@@ -260,8 +260,8 @@ class Steps(Calls):
         if verdict is not SUCCESS:
             step.failed_as("result")  # the tool returned what counts as a failure
         yield Twin(step.permit.record, step.permit.arecord, (verdict,))
-        self.retry_succeeded()
-        self._model_retry_ended(step.tool, step.args)
+        self._ledger.succeeded()
+        self._ledger.ended(step.tool, step.args)
         degradation = self.degradation
         if degradation.chain:  # only a stale row keeps answers
             yield Twin(degradation.remember, degradation.aremember, (step.tool, step.args, result))
@@ -342,36 +342,92 @@ class Steps(Calls):
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
             name: str = tool or getattr(func, "__name__", None) or self.tool
-            if self._retry is not None:
+            if self._ledger.policy is not None:
                 warn_nested_retries(func, name, "the breaker's retry policy")
             tool_call = _ToolCall(func, name, _binder(func), timeout)
             if inspect.iscoroutinefunction(func):
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
-                    target = self if self._scoped is None else self.for_scope()
-                    return await target._atool_call(tool_call, args, kwargs)
+                    if self._scopes is not None and (target := self._scope_target()) is not None:
+                        return await target._aguarded(tool_call, args, kwargs)
+                    return await self._aguarded(tool_call, args, kwargs)
 
                 return async_tool
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
-                target = self if self._scoped is None else self.for_scope()
-                return target._tool_call(tool_call, args, kwargs)
+                if self._scopes is not None and (target := self._scope_target()) is not None:
+                    return target._guarded(tool_call, args, kwargs)
+                return self._guarded(tool_call, args, kwargs)
 
             return sync_tool
 
         return decorate(fn) if fn is not None else decorate
 
-    def _tool_call(self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """One call of a :meth:`guard`-ed sync tool, by this (scope's) breaker."""
-        name = tool.name
-        # The call's keywords by signature: the identity of the model's re-call.
-        call = tool.bind(args, kwargs) if self._retry_budget is not None else {}
-        if self._retried(name, call) and not self._spend_model_retry():
-            return Rejection(self, _RETRY_BUDGET, None).result_for(name)
+    def _guarded(self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One call of a :meth:`guard`-ed sync tool by this (scope's) breaker.
+
+        The direct path: :meth:`_tool_calling` with no ledger and no chain to keep (a test
+        holds the two to the same answers), and no exception while the core's idle window
+        rejects the call.
+        """
+        if self._ledger.policy is not None or self.degradation.chain:
+            return drive(self._tool_calling(tool, args, kwargs))
+        state = self._view.state
+        if state is not self._quiet and state is not None:
+            now = self.clock()
+            idle = self._cooling(state, now)
+            if idle is not None:
+                return idle.answer(now, tool.name)
         try:
-            result = self.call(tool.func, *args, timeout=tool.timeout, **kwargs)
+            return self.call(tool.func, *args, timeout=tool.timeout, **kwargs)
+        except AsyncCallError:
+            raise  # the program's mistake (a coroutine on the sync path), not the model's
+        except CircuitOpen as exc:
+            return exc.result_for(tool.name)
+        except Exception as exc:  # noqa: BLE001 - turned into a tool result
+            return self.failure_result(tool.name, exc)
+
+    async def _aguarded(
+        self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """:meth:`_guarded` for a coroutine tool: every store round trip is awaited."""
+        if self._ledger.policy is not None or self.degradation.chain:
+            return await adrive(self._tool_calling(tool, args, kwargs))
+        state = self._view.state
+        if state is not self._quiet and state is not None:
+            now = self.clock()
+            idle = self._cooling(state, now)
+            if idle is not None:
+                return idle.answer(now, tool.name)
+        try:
+            return await self.acall(tool.func, *args, timeout=tool.timeout, **kwargs)
+        except CircuitOpen as exc:
+            return exc.result_for(tool.name)
+        except Exception as exc:  # noqa: BLE001 - turned into a tool result
+            return self.failure_result(tool.name, exc)
+
+    def _tool_calling(
+        self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Flow[Any]:
+        """One call of a :meth:`guard`-ed tool by this (scope's) breaker, for both twins.
+
+        A model's re-call spends a retry first; the call goes through ``call``/``acall``;
+        a rejection or a failure becomes what the model reads, through the row's
+        degradation chain.
+        """
+        name = tool.name
+        ledger = self._ledger
+        # The call's keywords by signature: the identity of the model's re-call.
+        call = tool.bind(args, kwargs) if ledger.keeps else {}
+        if ledger.retried(name, call):
+            allowed = yield Twin(ledger.spend, ledger.aspend)
+            if not allowed:
+                return Rejection(self, _RETRY_BUDGET, None).result_for(name)
+        degradation = self.degradation
+        try:
+            result = yield _Calling(self, tool, args, kwargs)
         except AsyncCallError:
             raise  # the program's mistake (a coroutine on the sync path), not the model's
         except CircuitOpen as exc:
@@ -379,36 +435,21 @@ class Steps(Calls):
         except Exception as exc:  # noqa: BLE001 - turned into a tool result
             answer = self._failed_call(name, call, exc)
         else:
-            self._model_retry_ended(name, call)
-            if self.degradation.chain:
-                self.degradation.remember(name, tool.bind(args, kwargs), result)
+            ledger.ended(name, call)
+            if degradation.chain:
+                yield Twin(
+                    degradation.remember,
+                    degradation.aremember,
+                    (name, tool.bind(args, kwargs), result),
+                )
             return result
-        if not self.degradation.chain:
+        if not degradation.chain:
             return answer
-        return self.degradation.result(name, tool.bind(args, kwargs), answer)
-
-    async def _atool_call(
-        self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """:meth:`_tool_call` for an async tool: every store round trip is awaited."""
-        name = tool.name
-        call = tool.bind(args, kwargs) if self._retry_budget is not None else {}
-        if self._retried(name, call) and not await self._aspend_model_retry():
-            return Rejection(self, _RETRY_BUDGET, None).result_for(name)
-        try:
-            result = await self.acall(tool.func, *args, timeout=tool.timeout, **kwargs)
-        except CircuitOpen as exc:
-            answer = exc.result_for(name)
-        except Exception as exc:  # noqa: BLE001 - turned into a tool result
-            answer = self._failed_call(name, call, exc)
-        else:
-            self._model_retry_ended(name, call)
-            if self.degradation.chain:
-                await self.degradation.aremember(name, tool.bind(args, kwargs), result)
-            return result
-        if not self.degradation.chain:
-            return answer
-        return await self.degradation.aresult(name, tool.bind(args, kwargs), answer)
+        return (
+            yield Twin(
+                degradation.result, degradation.aresult, (name, tool.bind(args, kwargs), answer)
+            )
+        )
 
     def failure_result(self, tool: str, exc: BaseException) -> dict[str, Any]:
         """What the model should read after ``tool`` failed with ``exc`` (already recorded).
@@ -426,7 +467,7 @@ class Steps(Calls):
             return self._unavailable("opened", self.retry_after_ms(), tool=tool)
         failure = self._failure(exc)
         why = unavailable_reason(
-            failure, self.retry_budget, max_retry_after_ms=self.boundary.max_retry_after_ms
+            failure, self._ledger.budget, max_retry_after_ms=self.boundary.max_retry_after_ms
         )
         if why is not None:
             # A spent quota, a hint too long to wait out, or a spent retry budget: the
@@ -442,8 +483,8 @@ class Steps(Calls):
         retry (see :meth:`admit`); the core decides both.
         """
         result = self.failure_result(tool, exc)
-        if self._retry_budget is not None:
-            self._observe_model_retry(tool, call, retryable=failed_retryably(result))
+        if self._ledger.keeps:
+            self._ledger.observe(tool, call, retryable=failed_retryably(result))
         return result
 
 
@@ -468,6 +509,30 @@ def _binder(
         return {**{f"arg{i}": a for i, a in enumerate(args)}, **kwargs}
 
     return bind
+
+
+class _Calling:
+    """The effect of :meth:`Steps._tool_calling`: the tool through ``call`` or ``acall``."""
+
+    __slots__ = ("args", "breaker", "kwargs", "tool")
+
+    def __init__(
+        self, breaker: Steps, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.breaker = breaker
+        self.tool = tool
+        self.args = args
+        self.kwargs = kwargs
+
+    def run(self) -> Any:
+        """The sync tool, through :meth:`Steps.call`."""
+        tool = self.tool
+        return self.breaker.call(tool.func, *self.args, timeout=tool.timeout, **self.kwargs)
+
+    async def arun(self) -> Any:
+        """The coroutine tool, through :meth:`Steps.acall`."""
+        tool = self.tool
+        return await self.breaker.acall(tool.func, *self.args, timeout=tool.timeout, **self.kwargs)
 
 
 class _ToolCall:
