@@ -84,15 +84,21 @@ def hammer(
     timeline: tuple[int, int, int, int],
     fail_every: int = 0,
     options: dict[str, Any] | None = None,
+    back: str | None = None,
 ) -> Log:
     """Call one dependency in a loop; it fails from ``outage`` until ``recovery``.
+
+    ``back``: a file the test creates once the store it stopped answers again; the loop
+    then goes on past ``stop`` (for at most 60 s more) until a call started 500 ms after
+    the file appeared is admitted, so a restart that a loaded machine made slow is waited
+    for, not raced.
 
     Log rows: ("admit", started_ns, outcome, generation, probe, record, done_ns,
     admitted_ns, settling_ns) or ("reject", started_ns, reason). A probe's lease is held
     at least from admitted_ns (allow() returned) to settling_ns (record() was called).
     """
     try:
-        return _hammer(kind, target, key, policy_fields, timeline, fail_every, options)
+        return _hammer(kind, target, key, policy_fields, timeline, fail_every, options, back)
     except Exception:  # noqa: BLE001 - every failure is sent back, as text
         # Whatever a worker raises reaches the test (a store's error may hold a lock, which
         # the pool cannot send back: the test then saw only "cannot pickle").
@@ -107,15 +113,21 @@ def _hammer(
     timeline: tuple[int, int, int, int],
     fail_every: int,
     options: dict[str, Any] | None,
+    back: str | None = None,
 ) -> Log:
     start, outage, recovery, stop = timeline
     store = make_store(kind, target, **(options or {}))
     log: Log = []
+    back_ns: int | None = None  # when this worker first saw the ``back`` file
     try:
         breaker = make_breaker(store, key, Policy(**policy_fields))
         calls = 0
         sleep_until(start)
-        while (started := time.monotonic_ns()) < stop:
+        while (started := time.monotonic_ns()) < stop or (
+            back is not None and started < stop + 60_000 * MS and not _recovered(log, back_ns)
+        ):
+            if back is not None and back_ns is None and os.path.exists(back):
+                back_ns = started
             permit = breaker.allow()
             if not permit.admitted:
                 log.append(("reject", started, permit.reason))
@@ -149,6 +161,13 @@ def _hammer(
     finally:
         store.close()
     return log
+
+
+def _recovered(log: Log, back_ns: int | None) -> bool:
+    """A call that started 500 ms after the store was back has been admitted."""
+    return back_ns is not None and any(
+        row[0] == "admit" and row[1] > back_ns + 500 * MS for row in log[-50:]
+    )
 
 
 def fail_many(kind: str, target: str, key: str, start: int, count: int) -> int:
