@@ -38,10 +38,13 @@ from toolbreaker.core.run.budget import (
     Action,
     Budget,
     ClassLimits,
-    Decision,
     RunState,
     RunStateError,
     Stop,
+)
+from toolbreaker.core.run.limits import (
+    DIGEST_DIGITS,
+    Decision,
     add_cost,
     admit,
     begin,
@@ -49,7 +52,6 @@ from toolbreaker.core.run.budget import (
     finish,
     stop,
 )
-from toolbreaker.core.run.limits import DIGEST_DIGITS
 from toolbreaker.errors import ToolbreakerError
 
 # --- call limits --------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from budget_helpers import SEARCH, STATUS, UPDATE, done
 
-from toolbreaker.core.run.budget import RunState, RunStateError, Stop, add_cost, stop
+from toolbreaker.core.run.budget import RunState, RunStateError, Stop
+from toolbreaker.core.run.limits import add_cost, stop
 
 # --- RunState round trip ------------------------------------------------------------------
 
@@ -188,7 +189,7 @@ def test_a_transition_names_only_fields_a_state_has():
 def test_begin_checks_what_its_caller_hands_it():
     """``begin``'s ``steps`` and ``also`` come from its caller, not from checked values:
     a state they would make invalid is refused, naming the field."""
-    from toolbreaker.core.run.budget import begin
+    from toolbreaker.core.run.limits import begin
 
     run = RunState.start("t", 0)
     with pytest.raises(RunStateError) as info:

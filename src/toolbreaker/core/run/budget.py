@@ -9,6 +9,8 @@ and, per action fingerprint, how often that action came back without new evidenc
 :class:`Budget` says how far a run may go. Three pure functions move a run forward, one
 tool call at a time::
 
+    from toolbreaker.core.run.limits import begin, check, finish
+
     decision = check(run, action, budget, now)   # before: may this action run?
     run = begin(run, action, now)                # it runs: count the attempt
     run = finish(run, action, outcome, now, evidence=digest, cost=cost)   # after
@@ -70,10 +72,10 @@ thread's decimal context; amounts lie in ``[0, 10**18)`` with at most 18 decimal
 Where it lives
 --------------
 This module holds :class:`Budget` and :class:`ClassLimits` (how far a run may go) and
-re-exports the rest, so every name above is importable from here:
-:mod:`~toolbreaker.core.run.state` holds :class:`RunState` and its parts,
-:mod:`~toolbreaker.core.run.limits` the limit decisions (:func:`check`, :func:`begin`,
-:func:`finish` ...).
+re-exports the run's state: :mod:`~toolbreaker.core.run.state` holds :class:`RunState`
+and its parts, :mod:`~toolbreaker.core.run.limits` the limit decisions
+(:func:`~toolbreaker.core.run.limits.check`, ``begin``, ``finish`` ...), which read a
+budget: they are imported from there, so the two modules do not import each other.
 """
 
 from __future__ import annotations
@@ -96,18 +98,6 @@ from toolbreaker.core.run._values import (
     decimal_text,
     policy_amount,
     policy_int,
-)
-from toolbreaker.core.run.limits import (
-    Decision,
-    Needs,
-    add_cost,
-    admit,
-    begin,
-    changes_world,
-    check,
-    finish,
-    needs,
-    stop,
 )
 from toolbreaker.core.run.state import (
     EVIDENCE_LIMIT,
@@ -145,9 +135,7 @@ __all__ = [
     "Attempt",
     "Budget",
     "ClassLimits",
-    "Decision",
     "ModelPrice",
-    "Needs",
     "Outcome",
     "Prices",
     "RiskClass",
@@ -155,14 +143,6 @@ __all__ = [
     "RunStateError",
     "Stop",
     "Tally",
-    "add_cost",
-    "admit",
-    "begin",
-    "changes_world",
-    "check",
-    "finish",
-    "needs",
-    "stop",
 ]
 
 # -- configuration ------------------------------------------------------------------------

@@ -82,8 +82,7 @@ from decimal import Decimal
 from typing import Any, Final, Literal, cast, get_args
 
 from toolbreaker.core.degrade import passing
-from toolbreaker.core.run import budget as budgets
-from toolbreaker.core.run import costs, protocol
+from toolbreaker.core.run import costs, limits, protocol
 from toolbreaker.core.run._values import RiskClass, decimal_text
 from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
 from toolbreaker.core.run.state import BUDGET_CONDITIONS, Fired, changed, fired
@@ -284,7 +283,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         if event.outcome is None:
             raise RunStateError("an outcome event needs its outcome", field="outcome")
         held = event.reservation
-        run = budgets.finish(
+        run = limits.finish(
             run,
             event.action,
             event.outcome,
@@ -324,7 +323,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
         run = changed(run, uncertain=run.uncertain + event.count)
         return _block_if_uncertain(run, None, at, budget, event.detail, step=step), _RECORDED
     if kind == "cost":
-        return budgets.add_cost(run, event.cost or 0, risk=event.risk), _RECORDED
+        return limits.add_cost(run, event.cost or 0, risk=event.risk), _RECORDED
     if kind == "reserve":
         return _reserve_step(run, event, budget)
     if kind == "extend":
@@ -354,12 +353,12 @@ def _request(
         # Never made here: its outcome is unknown (only a status check may look), or a
         # drainer or a person owns it.
         return changed(run, steps=step), RunDecision(answer, step=step)
-    decision = budgets.check(run, action, budget, at)
+    decision = limits.check(run, action, budget, at)
     if answer == "journal":
         if decision.allowed:
-            run = budgets.begin(run, action, at, steps=step)
+            run = limits.begin(run, action, at, steps=step)
             # Made by an earlier run: its result is evidence, but nothing changed now.
-            run = budgets.finish(run, action, "success", at, evidence=event.evidence, made=False)
+            run = limits.finish(run, action, "success", at, evidence=event.evidence, made=False)
             return run, RunDecision("journal", repeat=decision.repeat, step=step)
         assert decision.stop is not None
         if decision.stop.condition == "uncertain-side-effect":
@@ -401,7 +400,7 @@ def _request(
             )
             also.update(fields)
             held = hold.id
-        run = budgets.begin(run, action, at, steps=step)
+        run = limits.begin(run, action, at, steps=step)
         if also:
             run = changed(run, **also)
         return run, RunDecision("run", repeat=decision.repeat, step=step, reservation=held)
@@ -502,7 +501,7 @@ def _stopped(run: RunState, stop: Stop, step: int, tool: str | None = None) -> R
     """The run stopped by ``stop``, the condition kept; the first stop wins."""
     if run.stopped is not None:
         return run
-    return fired(budgets.stop(run, stop), Fired(stop, "stopped", step, tool))
+    return fired(limits.stop(run, stop), Fired(stop, "stopped", step, tool))
 
 
 def _blocked(run: RunState, stop: Stop, step: int, tool: str | None) -> RunState:
