@@ -72,7 +72,7 @@ class TestPostgresStore(StoreContract, RecordsContract, AmbiguousWriteContract, 
         try:
             with psycopg.connect(server.url, autocommit=True) as client:
                 client.execute("CREATE EXTENSION pg_stat_statements")
-                with PostgresStore(server.url) as store:
+                with patient_postgres(server.url) as store:
                     yield store, lambda: statements(client)
         finally:
             server.remove()
@@ -311,11 +311,11 @@ def test_the_journal_is_durable_and_refused_on_a_server_without_fsync(postgres_b
     server = PostgresServer(postgres_bindir, "-c", "fsync=off")
     server.start()
     try:
-        with PostgresStore(server.url) as store:
+        with patient_postgres(server.url) as store:
             assert not store.journal_durable()
             with pytest.raises(JournalNotDurable, match="fsync"):
                 store.journal_put("t", "k", {"status": "pending"})
-        with PostgresStore(server.url, volatile_journal=True) as store:
+        with patient_postgres(server.url, volatile_journal=True) as store:
             assert store.journal_put("t", "k", {"status": "pending"})
     finally:
         server.remove()

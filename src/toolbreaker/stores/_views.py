@@ -221,7 +221,14 @@ class ViewBook:
         """
         with self._lock:
             view.fed = self.epoch
-            if version >= view.version or version == 0:
+            if version < view.version and version == 0:
+                # The key was absent when the feed read it: deleted since what this view
+                # knows, or read before a write this process has already seen. Believe
+                # it, but trust it only once a round trip has said which (a read from
+                # before an isolate made the fast path admit calls of an isolated breaker).
+                view.known, view.version, view.state = state, 0, None
+                return
+            if version >= view.version:
                 view.known, view.version = state, version
             known = view.known
             trusted = known is not None and not self.suspect and fast_path_safe(known)
