@@ -85,8 +85,13 @@ def hammer(
     fail_every: int = 0,
     options: dict[str, Any] | None = None,
     back: str | None = None,
+    until_closed: bool = False,
 ) -> Log:
     """Call one dependency in a loop; it fails from ``outage`` until ``recovery``.
+
+    ``until_closed``: go on past ``stop`` (for at most 60 s more) until a call that is not
+    a probe is admitted after ``stop``, which only a closed breaker does: the probes of a
+    loaded machine can close it after a fixed ``stop``.
 
     ``back``: a file the test creates once the store it stopped answers again; the loop
     then goes on past ``stop`` (for at most 60 s more) until a call started 500 ms after
@@ -98,7 +103,9 @@ def hammer(
     at least from admitted_ns (allow() returned) to settling_ns (record() was called).
     """
     try:
-        return _hammer(kind, target, key, policy_fields, timeline, fail_every, options, back)
+        return _hammer(
+            kind, target, key, policy_fields, timeline, fail_every, options, back, until_closed
+        )
     except Exception:  # noqa: BLE001 - every failure is sent back, as text
         # Whatever a worker raises reaches the test (a store's error may hold a lock, which
         # the pool cannot send back: the test then saw only "cannot pickle").
@@ -114,6 +121,7 @@ def _hammer(
     fail_every: int,
     options: dict[str, Any] | None,
     back: str | None = None,
+    until_closed: bool = False,
 ) -> Log:
     start, outage, recovery, stop = timeline
     store = make_store(kind, target, **(options or {}))
@@ -124,7 +132,11 @@ def _hammer(
         calls = 0
         sleep_until(start)
         while (started := time.monotonic_ns()) < stop or (
-            back is not None and started < stop + 60_000 * MS and not _recovered(log, back_ns)
+            started < stop + 60_000 * MS
+            and (
+                (back is not None and not _recovered(log, back_ns))
+                or (until_closed and not _closed_after(log, stop))
+            )
         ):
             if back is not None and back_ns is None and os.path.exists(back):
                 back_ns = started
@@ -168,6 +180,11 @@ def _recovered(log: Log, back_ns: int | None) -> bool:
     return back_ns is not None and any(
         row[0] == "admit" and row[1] > back_ns + 500 * MS for row in log[-50:]
     )
+
+
+def _closed_after(log: Log, instant: int) -> bool:
+    """A call that is not a probe was admitted after ``instant``: the breaker was closed."""
+    return any(row[0] == "admit" and row[1] > instant and not row[4] for row in log[-50:])
 
 
 def fail_many(kind: str, target: str, key: str, start: int, count: int) -> int:
@@ -260,7 +277,8 @@ def test_eight_processes_share_one_breaker_through_an_outage(pool, kind, target)
         "lease_ttl_ms": 2000,
     }
     start, outage, recovery, stop = timeline(300, 1200, 900)
-    logs = pool.starmap(hammer, [(kind, target, key, policy, (start, outage, recovery, stop))] * 8)
+    timeline_ = (start, outage, recovery, stop)
+    logs = pool.starmap(hammer, [(kind, target, key, policy, timeline_, 0, None, None, True)] * 8)
     rows = admits(logs)
 
     probes = [row for row in rows if row[4]]
