@@ -147,7 +147,7 @@ def test_an_unreachable_server_is_unavailable_fast_and_denies():
 @pytest.mark.slow
 def test_a_stopped_server_denies_and_a_restarted_one_is_used_again(private_postgres):
     """Server down: calls denied as store-unavailable. Server back: admitted, no restart."""
-    with PostgresStore(private_postgres.url) as store:
+    with patient_postgres(private_postgres.url) as store:
         breaker = Breaker("search", store=store, timeout=1, enforce="cooperative")
         wait_for(lambda: breaker.allow().admitted and breaker._view.state is not None)
         private_postgres.kill()
@@ -201,9 +201,12 @@ def test_a_frozen_server_fails_closed_within_a_bound_and_recovers(private_postgr
 
 
 def test_a_slow_statement_is_cancelled_and_unavailable(postgres_url, client):
-    """A row locked by someone else past the timeout: StoreUnavailable, then it recovers."""
+    """A row locked by someone else past the timeout: StoreUnavailable, then it recovers.
+
+    A bound of 1 s, not the default 0.25 s: the statements around the locked one must
+    answer within it on a loaded machine too, and the lock outlasts any bound."""
     key = f"dep-{uuid.uuid4().hex[:8]}"
-    with PostgresStore(postgres_url, backoff=0) as store:
+    with PostgresStore(postgres_url, backoff=0, timeout=1.0) as store:
         store.apply(key, Event("request", 0, key, call="a"), POLICY)
         store.apply(key, Event("failure", 1, key, call="a", generation=0), POLICY)
         with client.transaction():
@@ -324,7 +327,7 @@ def test_the_journal_is_durable_and_refused_on_a_server_without_fsync(postgres_b
 @pytest.mark.slow
 def test_a_confirmed_journal_entry_survives_a_killed_server(private_postgres):
     """SIGKILL every server process after a confirmed write; restarted, the entry is there."""
-    with PostgresStore(private_postgres.url, backoff=0) as store:
+    with patient_postgres(private_postgres.url, backoff=0) as store:
         assert store.journal_durable()
         task = f"task-{uuid.uuid4().hex[:8]}"
         entry = {"status": "confirmed", "tool": "refund"}
