@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -21,6 +22,14 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("toolbreaker")
+
+# Container images often set PYTHONDONTWRITEBYTECODE (this machine's does). Then every
+# worker rewrites the asserts of every test module it collects again (about 10 s of CPU a
+# worker), and every subprocess a test starts compiles the package's modules again (0.4 s
+# for the gateway's). The suite writes its bytecode caches, as Python does by default:
+# from here on (test modules are imported after this file) and in the subprocesses.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 # CrewAI and LiteLLM, wherever a test imports them (their adapters' tests, the exercise
 # of their scripted agents, their docs pages; CrewAI imports LiteLLM): nothing sent to
