@@ -280,7 +280,7 @@ def run_guarded(b: Breaker, clock: FakeClock, plan: list[tuple[str, int, int]], 
         if direct:
             seen.append(tool(kind))
         else:
-            seen.append(drive(b._tool_calling(flow, (kind,), {})))
+            seen.append(drive(b._steps._tool_calling(flow, (kind,), {})))
     return seen
 
 
@@ -298,5 +298,40 @@ def test_a_guarded_tools_direct_path_is_its_general_flow(plan, listening, enforc
         with listen as records:
             seen = run_guarded(b, clock, plan, direct)
         results.append((seen, b.stats.to_dict(), plain(records), clock()))
+        b.close()
+    assert results[1] == results[0]
+
+
+def run_called(b: Breaker, clock: FakeClock, plan: list[tuple[str, int, int]], direct: bool):
+    """Calls through ``call`` (its quiet fast path when quiet), or one attempt each
+    through admission (the runner's general path, which never takes the fast path)."""
+    seen: list[Any] = []
+    for kind, gap, _ in plan:
+        clock.advance(gap)
+        if kind == "wait":
+            continue
+        try:
+            if direct:
+                seen.append(b.call(outcome, kind))
+            else:
+                seen.append(b._runner.call_once(outcome, (kind,), {}, UNSET))
+        except Exception as exc:  # noqa: BLE001 - the answer is what is compared
+            seen.append(answer(exc))
+    return seen
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=steps, enforce=st.sampled_from(["cooperative", "thread"]))
+def test_the_quiet_fast_path_is_the_general_path(plan, enforce):
+    """``call`` skips admission while the state is quiet (no permit, no store round trip)
+    and answers an open breaker from the idle window: every answer, counter and the state
+    it leaves are those of the same calls admitted and settled through the store."""
+    results = []
+    for direct in (True, False):
+        clock = FakeClock()
+        b = breaker(clock, retries=False, enforce=enforce)
+        seen = run_called(b, clock, plan, direct)
+        state = b.state
+        results.append((seen, b.stats.to_dict(), state.phase, state.generation, clock()))
         b.close()
     assert results[1] == results[0]
