@@ -106,6 +106,14 @@ def test_a_breaker_or_a_registry_loads_no_run_guard_no_other_store_and_no_adapte
     assert under(modules, unwanted) == []
 
 
+@pytest.mark.parametrize("name", ["Breaker", "Registry"])
+def test_a_breaker_or_a_registry_loads_no_event_loop(name):
+    """A sync program's breaker and registry never load ``asyncio`` (about a third of
+    their import time): the async paths import it when they first run."""
+    modules = loaded(f"import toolbreaker; from toolbreaker import {name}")
+    assert "asyncio" not in modules
+
+
 def test_a_run_guard_loads_no_fleet_no_other_store_and_no_adapter():
     """``from toolbreaker import RunGuard`` loads the run shell, not the fleet, SQLite or an
     adapter."""

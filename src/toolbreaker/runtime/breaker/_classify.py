@@ -71,7 +71,6 @@ the raised exception.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import dataclasses
 import email.utils
@@ -173,7 +172,6 @@ _GROUP: Final = "group"
 _STDLIB_CLASSES: Final[dict[type, str]] = {
     **dict.fromkeys(
         (
-            asyncio.CancelledError,
             concurrent.futures.CancelledError,
             KeyboardInterrupt,
             SystemExit,
@@ -182,7 +180,7 @@ _STDLIB_CLASSES: Final[dict[type, str]] = {
         _CANCELLED,
     ),
     **dict.fromkeys(
-        (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError, socket.timeout),
+        (TimeoutError, concurrent.futures.TimeoutError, socket.timeout),
         _TIMEOUT,
     ),
     ConnectionError: _NETWORK,
@@ -230,6 +228,10 @@ _LIBRARY_CLASSES: Final = (
     (("botocore",), _TIMEOUT, ("ConnectTimeoutError", "ReadTimeoutError")),
     (("botocore",), _NETWORK, ("EndpointConnectionError", "ConnectionClosedError")),
     (("subprocess",), _TIMEOUT, ("TimeoutExpired",)),
+    # asyncio's by name: a sync program never loads asyncio, and none of its exceptions
+    # can exist until something did. Its TimeoutError is the builtin's from 3.11 on.
+    (("asyncio",), _CANCELLED, ("CancelledError",)),
+    (("asyncio",), _TIMEOUT, ("TimeoutError",)),
     (("trio",), _TIMEOUT, ("TooSlowError",)),
     (("trio", "anyio"), _CANCELLED, ("Cancelled",)),
     (
