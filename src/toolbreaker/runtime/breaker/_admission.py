@@ -581,7 +581,7 @@ class Admission:
 
     def _remember_quiet(self, state: BreakerState) -> bool:
         if is_quiet(state, self.policy):
-            self.quiet = state
+            self.quiet, self.idle = state, None  # a quiet state has no idle window
             if self.listeners:  # one came meanwhile (add_listener): it hears every record
                 self.quiet = None
             return True

@@ -274,6 +274,12 @@ class Breaker:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
+        idle = self._admission.idle
+        if idle is not None and idle.state is self._view.state and self._runner.plain:
+            # The open hot path, here: the rejection climbs no frame of the runner's.
+            now = self._runner.ticks() // self._runner.per_ms
+            if (idle := self._admission.cooling(idle.state, now)) is not None:
+                raise idle.error(self.key, now)
         return self._runner.call(fn, args, kwargs, timeout)
 
     async def acall(
@@ -294,6 +300,11 @@ class Breaker:
             TimeoutError: an attempt's deadline passed; the attempt was cancelled.
             Exception: whatever the last attempt of ``fn`` raised, after recording it.
         """
+        idle = self._admission.idle
+        if idle is not None and idle.state is self._view.state and self._runner.plain:
+            now = self._runner.ticks() // self._runner.per_ms  # the open hot path, as call's
+            if (idle := self._admission.cooling(idle.state, now)) is not None:
+                raise idle.error(self.key, now)
         return await self._runner.acall(fn, args, kwargs, timeout)
 
     def run(self, step: Step, fn: Callable[..., R], /, **kwargs: Any) -> R:

@@ -66,6 +66,13 @@ class Runner:
     the retry loop around attempts. Admission and settling are the :class:`Admission`
     part's.
 
+    The quiet fast paths (``call``, ``acall`` and a worker's) skip the store because the
+    core says a success in a quiet state changes nothing; that holds unless the row has a
+    result predicate, the result came after the deadline (late: ambiguous, never a
+    success) or the state changed meanwhile: then the call is settled after all. Each
+    path tests those three inline (a call frame is a fifth of the cheapest path's cost);
+    a test drives all of them through both cases.
+
     Args:
         admission: the breaker's admission part (its view, its quiet state, its permits).
         boundary: the row (its deadline, enforcement, retry and bulkhead options).
@@ -165,8 +172,7 @@ class Runner:
                     except BaseException as exc:
                         self._quiet_outcome(state, start // self.per_ms, deadline, exc)
                         raise
-                    # Settle after all only if the core may care: _unquiet(), inlined on
-                    # the cheapest path of all (a call frame costs a fifth of its overhead).
+                    # Settle after all only if the core may care (see the class).
                     if (
                         self.result_is_failure is not None
                         or ticks() - start > deadline * self.per_ms
@@ -240,13 +246,24 @@ class Runner:
                                 raise deadline_passed(deadline / 1000) from None
                             raise
                         dog.done(call)
-                    if self._unquiet(state, start, deadline):
+                    # Settled after all only if the core may care (see the class); the
+                    # tally's hot path inline as in call(): Breaker.acall's coroutine
+                    # costs about what these two frames did.
+                    if (
+                        self.result_is_failure is not None
+                        or self.ticks() - start > deadline * self.per_ms
+                        or view.state is not state
+                    ):
                         start //= self.per_ms
                         await self.admission.quiet_permit(state, start, deadline).arecord(
                             self.admission.result_verdict(result)
                         )
                     elif (tally := view.tally) is not None:
-                        tally.call(state, start // self.per_ms)
+                        hot = tally.hot_call
+                        if hot[0] is state:
+                            hot[1][0] += 1
+                        else:
+                            tally.call(state, start // self.per_ms)
                     return result
                 finally:
                     if slots is not None:
@@ -390,7 +407,7 @@ class Runner:
         As inline, the call is settled after all only when the core may care (a failure,
         a timeout, a late or a predicate's result, a state that changed meanwhile). A
         bulkhead of this process is a counter, given back when the call is over, which
-        may be long after its deadline. :meth:`_worker` and :meth:`_unquiet` are
+        may be long after its deadline. :meth:`_worker` and the settling test are
         inlined: the caller's every step here also keeps the worker's CPU idle longer,
         and waking it from idle is most of what a hand-off costs.
         """
@@ -431,21 +448,6 @@ class Runner:
         elif (tally := self.view.tally) is not None:
             tally.call(state, start // self.per_ms)
         return result
-
-    def _unquiet(self, state: BreakerState, start: int, deadline: int) -> bool:
-        """Whether a success on a quiet fast path must be settled after all.
-
-        The fast paths of ``call``, ``acall`` and a worker skip the store because the
-        core says a success in a quiet state changes nothing; that holds unless the row
-        has a result predicate, the result came after the deadline (late: ambiguous,
-        never a success) or the state changed meanwhile. ``start`` is in ticks. The two
-        sync paths inline it (see there); a test drives all of them through both cases.
-        """
-        return (
-            self.result_is_failure is not None
-            or self.ticks() - start > deadline * self.per_ms
-            or self.view.state is not state
-        )
 
     def _quiet_outcome(
         self, state: BreakerState, start: int, deadline: int, outcome: object
