@@ -368,6 +368,35 @@ class Admission:
         view = self.view.state
         return view if view is not None else self.store.load(self.key, self.policy)
 
+    def hidden(self, state: BreakerState | None = None) -> tuple[bool, int | None]:
+        """Whether ``state`` rejects every call now without a change, and for how long.
+
+        :meth:`Breaker.hidden_for_ms <toolbreaker.Breaker.hidden_for_ms>`'s answer, from
+        the core's idle window; ``state`` defaults to the current state.
+        """
+        now = self.clock()
+        window = idle_window(state or self.state, now, self.policy)
+        if window is None:
+            return False, None
+        return True, None if window.admits_at is None else window.admits_at - now
+
+    def operate(self, kind: str, reason: str) -> Transition:
+        """An operator's ``isolate``, ``force-closed`` or ``release``, through the core."""
+        now = self.clock()
+        # Masked where the event is made: the reason rides in the record, the store, the
+        # stream and what the model is told (masked before it is cut, so no part survives).
+        note = redact_text(" ".join(str(reason).split()))[:300] or "operator"
+        event = Event(
+            kind,
+            now,
+            self.key,
+            call=f"operator:{redact_text(str(reason))}",
+            reason=None if kind == "release" else note,
+        )
+        policy = self.policy
+        state, records = self.store.apply(self.key, event, policy)
+        return self.observe(state, records, now, policy)[-1]
+
     def retry_after_ms(self, state: BreakerState | None = None) -> int | None:
         """Milliseconds until a rejected request could be admitted, if known.
 

@@ -30,9 +30,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from toolbreaker.core.breaker.keys import scoped_dependency, shown_names
-from toolbreaker.core.breaker.predicates import idle_window
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core.breaker.state import BreakerState, Transition
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._step import StepObserver, StepObservers
@@ -545,9 +543,7 @@ class Breaker:
         half-open breaker stays visible, since a probe slot may free up. For a scoped
         row, the current scope's breaker answers.
         """
-        target = self.for_scope()
-        state = target._view.state
-        return target._hidden(target.state if state is None else state)
+        return self.for_scope()._admission.hidden()
 
     async def ahidden_for_ms(self) -> tuple[bool, int | None]:
         """:meth:`hidden_for_ms` for the event loop: never blocks it on a store.
@@ -555,24 +551,13 @@ class Breaker:
         What this process's view cannot answer is read from a shared store in a worker
         thread (a :class:`~toolbreaker.stores.MemoryStore` answers inline).
         """
-        target = self.for_scope()
-        state = target._view.state
-        if state is None:
-            store = target.store
-            if in_process((store,)):
-                state = store.load(target.key, target.policy)
-            else:
-                import asyncio  # the loop's own: a sync-only program never loads asyncio
+        admission = self.for_scope()._admission
+        store, state = admission.store, admission.view.state
+        if state is None and not in_process((store,)):
+            import asyncio  # the loop's own: a sync-only program never loads asyncio
 
-                state = await asyncio.to_thread(store.load, target.key, target.policy)
-        return target._hidden(state)
-
-    def _hidden(self, state: BreakerState) -> tuple[bool, int | None]:
-        now = self.clock()
-        window = idle_window(state, now, self.policy)
-        if window is None:
-            return False, None
-        return True, None if window.admits_at is None else window.admits_at - now
+            state = await asyncio.to_thread(store.load, admission.key, admission.policy)
+        return admission.hidden(state)
 
     def _configure(self, boundary: Boundary) -> None:
         """Take the row's options that may change while the breaker lives (see adopt)."""
@@ -668,7 +653,7 @@ class Breaker:
         The isolation is persisted in the store (every process sharing it sees it, and it
         survives restarts); ``reason`` is kept with it and shown to the model.
         """
-        return self._operator("isolate", reason)
+        return self._admission.operate("isolate", reason)
 
     def force_close(self, reason: str = "operator") -> Transition:
         """Force the breaker closed until :meth:`release`, in the store, for every process.
@@ -676,27 +661,11 @@ class Breaker:
         The breaker keeps deciding and recording, but admits every request; requests it
         would have rejected are recorded with ``would_reject``.
         """
-        return self._operator("force-closed", reason)
+        return self._admission.operate("force-closed", reason)
 
     def release(self, reason: str = "operator") -> Transition:
         """End an isolation or a forced close: a fresh closed generation."""
-        return self._operator("release", reason)
-
-    def _operator(self, kind: str, reason: str) -> Transition:
-        now = self.clock()
-        # Masked where the event is made: the reason rides in the record, the store, the
-        # stream and what the model is told (masked before it is cut, so no part survives).
-        note = redact_text(" ".join(str(reason).split()))[:300] or "operator"
-        event = Event(
-            kind,
-            now,
-            self.key,
-            call=f"operator:{redact_text(str(reason))}",
-            reason=None if kind == "release" else note,
-        )
-        policy = self.policy
-        state, records = self.store.apply(self.key, event, policy)
-        return self._admission.observe(state, records, now, policy)[-1]
+        return self._admission.operate("release", reason)
 
     # -- the parts: a scoped row's breakers, the retry ledger ------------------------------
 
