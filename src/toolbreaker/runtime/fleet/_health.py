@@ -30,7 +30,6 @@ import dataclasses
 import inspect
 import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -102,6 +101,8 @@ class HealthChecker:
         tick: float | None = None,
     ) -> None:
         self.breakers = breakers
+        import socket  # a checker's: no registry loads socket for this
+
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self.stats = HealthStats()
         self._tick = tick
