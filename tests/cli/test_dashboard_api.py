@@ -677,7 +677,7 @@ def test_a_call_refused_for_hung_calls_is_listed_with_how_many_hang():
     stream = MemoryStream()
     registry = Registry.from_dict({"search": {"read": {"timeout_ms": 300}}})
     breaker = registry.get("search", "read")
-    breaker._max_workers = 1  # one hung call holds every worker
+    breaker._runner.max_workers = 1  # one hung call holds every worker
     StreamPublisher(stream).attach(registry)
     release = threading.Event()
     try:

@@ -17,11 +17,6 @@ from typing import Any, Final
 from toolbreaker.core.files import printable, read_text, shown
 from toolbreaker.errors import PolicyError
 
-if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
-    import tomllib
-else:  # pragma: no cover - version dependent
-    import tomli as tomllib
-
 __all__ = [
     "MAX_CONFIG_BYTES",
     "build_toml",
@@ -127,6 +122,11 @@ def loads_toml(text: str, *, file: str | None = None) -> dict[str, Any]:
     Syntax errors keep the line the parser reports; nesting too deep and integers of
     thousands of digits are errors too, never a ``RecursionError`` or ``ValueError``.
     """
+    # The parser is loaded by the first sheet read: a breaker made in code never needs it.
+    if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
+        import tomllib
+    else:  # pragma: no cover - version dependent
+        import tomli as tomllib
     try:
         data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

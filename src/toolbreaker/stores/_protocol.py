@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import sys
 import time
@@ -196,6 +195,8 @@ async def aapply(
 
     Either way the event loop never waits on the store.
     """
+    import asyncio  # the event loop's own: a sync program never loads asyncio
+
     native = getattr(store, "aapply", None)
     if native is None:
         return await asyncio.to_thread(store.apply, key, event, policy)

@@ -45,7 +45,6 @@ how long to pause after a conflict (``_pause``).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import os
@@ -374,6 +373,8 @@ class SharedStore(ABC):
 
     async def _around_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:
         """The asyncio round trip; by default the synchronous one in a worker thread."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         return await asyncio.to_thread(self._round_trip, view, event, policy)
 
     @abstractmethod
@@ -587,6 +588,8 @@ class CompareAndSetStore(SharedStore):
 
     async def _around_trip(self, view: SharedView, event: Event, policy: Policy) -> Result:
         """The same loop on the asyncio connection."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         steps = self._transaction(view, event, policy)
         try:
             write = next(steps)

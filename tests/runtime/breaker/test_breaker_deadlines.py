@@ -328,7 +328,7 @@ def test_every_quiet_fast_path_settles_a_late_or_refused_result_after_all(enforc
 
     for _ in range(2):  # quiet from here on: the fast path serves the calls
         assert through(lambda: "ok", lambda: asyncio.sleep(0, "ok")) == "ok"
-    assert breaker.state is breaker._quiet
+    assert breaker.state is breaker._admission.quiet
     assert through(late, alate) == "late"
     assert through(lambda: "error page", apage) == "error page"
     assert breaker.stats.late_results == 1

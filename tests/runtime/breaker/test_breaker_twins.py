@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from toolbreaker import Breaker, CircuitOpen, Policy, RetryPolicy, Verdict, classify_exception
@@ -280,7 +280,7 @@ def run_guarded(b: Breaker, clock: FakeClock, plan: list[tuple[str, int, int]], 
         if direct:
             seen.append(tool(kind))
         else:
-            seen.append(drive(b._tool_calling(flow, (kind,), {})))
+            seen.append(drive(b._steps._tool_calling(flow, (kind,), {})))
     return seen
 
 
@@ -298,5 +298,74 @@ def test_a_guarded_tools_direct_path_is_its_general_flow(plan, listening, enforc
         with listen as records:
             seen = run_guarded(b, clock, plan, direct)
         results.append((seen, b.stats.to_dict(), plain(records), clock()))
+        b.close()
+    assert results[1] == results[0]
+
+
+def run_called(
+    b: Breaker, clock: FakeClock, plan: list[tuple[str, int, int]], direct: bool, twin: str
+) -> list[Any]:
+    """Calls through ``call``/``acall`` (their quiet fast path when quiet, their open hot
+    path while cooling down), or one attempt each through admission in the store (the
+    runner's general path, with a listener attached: no fast path of any kind)."""
+
+    async def acalled(kind: str) -> Any:
+        if direct:
+            return await b.acall(aoutcome, kind)
+        return await b._runner.acall_once(aoutcome, (kind,), {}, UNSET)
+
+    async def go() -> list[Any]:
+        seen: list[Any] = []
+        for kind, gap, _ in plan:
+            clock.advance(gap)
+            if kind == "wait":
+                continue
+            try:
+                if twin == "async":
+                    seen.append(await acalled(kind))
+                elif direct:
+                    seen.append(b.call(outcome, kind))
+                else:
+                    seen.append(b._runner.call_once(outcome, (kind,), {}, UNSET))
+            except Exception as exc:  # noqa: BLE001 - the answer is what is compared
+                seen.append(answer(exc))
+        return seen
+
+    with contextlib.nullcontext([]) if direct else capture_transitions(b):
+        return asyncio.run(go())
+
+
+async def aoutcome(kind: str) -> Any:
+    return outcome(kind)
+
+
+OPEN_TWICE = [("unavailable", 0, 0), ("unavailable", 1, 0), ("ok", 10, 0), ("ok", 10, 0)]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    plan=steps,
+    enforce=st.sampled_from(["cooperative", "thread"]),
+    twin=st.sampled_from(["sync", "async"]),
+)
+# Opened, then rejected twice while cooling down: the second from the kept idle window.
+@example(plan=OPEN_TWICE, enforce="cooperative", twin="sync")
+@example(plan=OPEN_TWICE, enforce="thread", twin="async")
+def test_the_quiet_fast_path_is_the_general_path(plan, enforce, twin):
+    """``call``/``acall`` skip admission while the state is quiet (no permit, no store
+    round trip) and answer an open breaker from the idle window: every answer, counter
+    and the state it leaves are those of the same calls admitted and settled through the
+    store, where no fast path answers."""
+    results = []
+    for direct in (True, False):
+        clock = FakeClock()
+        b = breaker(clock, retries=False, enforce=enforce)
+        seen = run_called(b, clock, plan, direct, twin)
+        state = b.state
+        stats = b.stats.to_dict()
+        # Time in a phase is counted from the first record the breaker sees; with a
+        # listener every request is one, so the general path starts that clock earlier.
+        del stats["time_in_state_ms"]
+        results.append((seen, stats, state.phase, state.generation, clock()))
         b.close()
     assert results[1] == results[0]

@@ -92,10 +92,11 @@ def test_64_threads_never_exceed_the_limit(service, shared):
     assert "Resubmit it after 25 seconds" in result["instruction"]
     stats = breaker.stats.to_dict()
     assert (stats["admitted"], stats["rejected"], stats["saturated"]) == (8, 56, 56)
-    assert breaker._bulkhead is not None
-    assert breaker._bulkhead.in_use == 0
+    bulkhead = breaker._runner.bulkhead
+    assert bulkhead is not None
+    assert bulkhead.in_use == 0
     if shared:
-        assert store.inner.record_list(breaker._bulkhead.space) == []  # every lease given back
+        assert store.inner.record_list(bulkhead.space) == []  # every lease given back
     # The slots are free again: the next call runs.
     assert breaker.call(lambda: "ok") == "ok"
     breaker.close()
@@ -139,8 +140,8 @@ def test_1000_tasks_never_exceed_the_limit(service, shared):
     assert sum(isinstance(o, dict) and o["query"] == "cable" for o in outcomes) == 8
     stats = breaker.stats.to_dict()
     assert (stats["admitted"], stats["saturated"]) == (8, 992)
-    assert breaker._bulkhead is not None
-    assert breaker._bulkhead.in_use == 0
+    assert breaker._runner.bulkhead is not None
+    assert breaker._runner.bulkhead.in_use == 0
 
 
 def test_a_step_holds_its_slot_until_settled():
@@ -154,8 +155,8 @@ def test_a_step_holds_its_slot_until_settled():
     third = breaker.begin("search", {"q": "c"})
     assert third.answer is None
     third.failed(ValueError("bad query"))
-    assert breaker._bulkhead is not None
-    assert breaker._bulkhead.in_use == 0
+    assert breaker._runner.bulkhead is not None
+    assert breaker._runner.bulkhead.in_use == 0
 
 
 def test_a_slot_never_given_back_returns_after_its_deadline_and_the_margin():
@@ -178,8 +179,8 @@ def test_a_rejection_gives_the_slot_back():
     breaker = Breaker("search", timeout=1, max_concurrent=1, clock=clock, enforce="cooperative")
     breaker.isolate("maintenance")
     assert breaker.allow().reason == "isolated"
-    assert breaker._bulkhead is not None
-    assert breaker._bulkhead.in_use == 0
+    assert breaker._runner.bulkhead is not None
+    assert breaker._runner.bulkhead.in_use == 0
 
 
 def test_a_store_fault_while_taking_a_slot_denies_the_call():
@@ -192,8 +193,8 @@ def test_a_store_fault_while_taking_a_slot_denies_the_call():
     stats = breaker.stats.to_dict()
     assert stats["record_faults"] == 1
     assert stats["admitted"] == 0
-    assert breaker._bulkhead is not None
-    assert breaker._bulkhead.in_use == 0
+    assert breaker._runner.bulkhead is not None
+    assert breaker._runner.bulkhead.in_use == 0
 
 
 def test_async_store_fault_denies_too():
@@ -245,7 +246,7 @@ def test_the_sheet_declares_max_concurrent(tmp_path):
     registry = Registry.from_toml(sheet)
     breaker = registry.get("search", "read")
     assert breaker.boundary.max_concurrent == 8
-    assert breaker._bulkhead is not None
+    assert breaker._runner.bulkhead is not None
     sheet.write_text("[search.read]\ntimeout_ms = 5000\nmax_concurrent = 0\n")
     with pytest.raises(PolicyError, match="max_concurrent"):
         Registry.from_toml(sheet)
@@ -272,8 +273,8 @@ def test_a_run_guard_step_holds_a_slot_and_saturation_never_stops_the_run():
     third = guard.begin("search", {"q": "c"})
     assert third.answer is None
     asyncio.run(third.afailed(ValueError("bad query")))
-    assert breaker._bulkhead is not None
-    assert breaker._bulkhead.in_use == 0
+    assert breaker._runner.bulkhead is not None
+    assert breaker._runner.bulkhead.in_use == 0
 
 
 def test_the_quiet_fast_path_counts_its_calls_too():
@@ -281,7 +282,7 @@ def test_the_quiet_fast_path_counts_its_calls_too():
     a call made while another runs is saturated, and every slot comes back."""
     breaker = Breaker("search", timeout=5, max_concurrent=1, enforce="cooperative")
     assert breaker.call(lambda: "warm") == "warm"
-    assert breaker.state is breaker._quiet  # the fast path from here on
+    assert breaker.state is breaker._admission.quiet  # the fast path from here on
 
     def nested() -> str:
         with pytest.raises(CircuitOpen) as info:
@@ -299,8 +300,8 @@ def test_the_quiet_fast_path_counts_its_calls_too():
         return info.value.reason
 
     assert asyncio.run(breaker.acall(anested)) == "saturated"
-    assert breaker._bulkhead is not None
-    assert breaker._bulkhead.in_use == 0
+    assert breaker._runner.bulkhead is not None
+    assert breaker._runner.bulkhead.in_use == 0
     assert breaker.stats.saturated == 2
 
 
@@ -408,9 +409,9 @@ def test_a_hung_call_keeps_its_slot_until_it_really_ends(shared):
     finally:
         dependency.release.set()
     wait_for(lambda: breaker.stats.late_results == 4, "the hung calls returned")
-    wait_for(lambda: breaker._bulkhead.in_use == 0, "their slots came back")
+    wait_for(lambda: breaker._runner.bulkhead.in_use == 0, "their slots came back")
     if shared:
-        assert store.inner.record_list(breaker._bulkhead.space) == []
+        assert store.inner.record_list(breaker._runner.bulkhead.space) == []
     assert breaker.call(lambda: "fresh") == "fresh"
     breaker.close()
 
@@ -432,7 +433,7 @@ def test_a_hung_run_guard_call_keeps_its_slot_until_it_really_ends():
         assert dependency.peak == 1
     finally:
         dependency.release.set()
-    wait_for(lambda: breaker._bulkhead.in_use == 0, "the hung call returned")
+    wait_for(lambda: breaker._runner.bulkhead.in_use == 0, "the hung call returned")
     assert guard.call("search", {"q": "c"}) == "late"
     breaker.close()
 
@@ -455,8 +456,8 @@ def test_a_hung_calls_lease_is_renewed_until_the_call_ends(kind, tmp_path, reque
                   clock=clock, policy=Policy(failure_threshold=100))  # fmt: skip
     two = Breaker("search", timeout=5, max_concurrent=1, store=store_two, clock=clock,
                   enforce="cooperative")  # fmt: skip
-    assert one._bulkhead is not None
-    space = one._bulkhead.space
+    assert one._runner.bulkhead is not None
+    space = one._runner.bulkhead.space
     dependency = Dependency()
 
     def renewed() -> bool:
@@ -493,16 +494,16 @@ def test_a_forked_child_does_not_count_its_parents_hung_calls():
     dependency = Dependency()
     breaker = Breaker("search", timeout=STARTS_WITHIN, max_concurrent=1,
                       policy=Policy(failure_threshold=100))  # fmt: skip
-    assert breaker._bulkhead is not None
+    assert breaker._runner.bulkhead is not None
     try:
         with pytest.raises(TimeoutError):
             breaker.call(dependency)
-        assert breaker._bulkhead.in_use == 1
+        assert breaker._runner.bulkhead.in_use == 1
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - child
             try:
-                os.write(write, str(breaker._bulkhead.in_use).encode())
+                os.write(write, str(breaker._runner.bulkhead.in_use).encode())
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
@@ -510,8 +511,8 @@ def test_a_forked_child_does_not_count_its_parents_hung_calls():
         os.close(read)
         os.close(write)
         assert child == "0"
-        assert breaker._bulkhead.in_use == 1
+        assert breaker._runner.bulkhead.in_use == 1
     finally:
         dependency.release.set()
-    wait_for(lambda: breaker._bulkhead.in_use == 0, "the hung call returned")
+    wait_for(lambda: breaker._runner.bulkhead.in_use == 0, "the hung call returned")
     breaker.close()

@@ -311,7 +311,7 @@ def test_run_guard_turn_cancels_the_calls_that_need_an_opened_required_dependenc
     check_turn(guard, journal, reserve, price)
     assert cancelled == ["reserve"]
     assert service.hits["GET /orders"] == 1  # price never started
-    assert inventory._listeners == []  # nothing of the turn outlives it
+    assert inventory._admission.listeners == []  # nothing of the turn outlives it
 
 
 def test_run_guard_turn_abandons_a_thread_that_needs_an_opened_required_dependency(service):
@@ -397,7 +397,7 @@ def test_a_turn_where_nothing_opens_runs_as_before(service):
     assert turn is not None
     assert turn.complete
     assert guard.stopped is None
-    assert inventory._listeners == []
+    assert inventory._admission.listeners == []
 
 
 def test_cancelled_result_is_pinned():
@@ -454,7 +454,7 @@ def test_a_cancelled_hook_cancels_and_awaits_its_call():
 
     asyncio.run(main())
     assert cancelled == ["stock"]
-    assert inventory._listeners == []
+    assert inventory._admission.listeners == []
 
 
 # -- breakers that admit every caller: a forced close, shadow mode (issue 21, item 2) --------

@@ -1,10 +1,10 @@
 """A breaker's admission and settling: permits, rejections and the core's records.
 
-The bottom layer of :class:`~toolbreaker.Breaker` (the layers above it: calls, steps).
-A request and an outcome go to the core's ``apply()`` in the
-store, except where the core has already said what would happen (a quiet state, a
-cooling-down open one); every record the core returns is counted and published to
-the listeners, whose faults never change an outcome.
+One part of :class:`~toolbreaker.Breaker` (:class:`Admission`, built with the row,
+the store, the clock and the counters it uses). A request and an outcome go to the
+core's ``apply()`` in the store, except where the core has already said what would
+happen (a quiet state, a cooling-down open one); every record the core returns is
+counted and published to the listeners, whose faults never change an outcome.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
-import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.predicates import IdleWindow, idle_window, is_quiet, unclassified_type
@@ -35,7 +34,6 @@ from toolbreaker.errors import (
     AsyncCallError,
     CircuitOpen,
     PermitError,
-    PolicyError,
     StoreUnavailable,
     circuit_open,
 )
@@ -43,18 +41,16 @@ from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime._process import process_token
 from toolbreaker.runtime._result import retry_after_seconds, unavailable_result
-from toolbreaker.runtime._step import StepObservers, no_deadline
 from toolbreaker.runtime._sync_path import NOT_AWAITED_DETAIL
-from toolbreaker.runtime.breaker._boundary import Boundary, Enforce, check_seconds
-from toolbreaker.runtime.breaker._bulkhead import SATURATED, STORE_DOWN, Bulkhead, Slot
+from toolbreaker.runtime.breaker._bulkhead import STORE_DOWN
 from toolbreaker.runtime.breaker._classify import SUCCESS, Kind, Verdict
-from toolbreaker.runtime.breaker._deadline import Workers
-from toolbreaker.runtime.breaker._degrade import Degradation
-from toolbreaker.runtime.breaker._stats import BreakerStats
 from toolbreaker.stores._protocol import Store, View, aapply
 
 if TYPE_CHECKING:
+    from toolbreaker.runtime.breaker._boundary import Boundary
     from toolbreaker.runtime.breaker._breaker import Breaker
+    from toolbreaker.runtime.breaker._bulkhead import Slot
+    from toolbreaker.runtime.breaker._stats import BreakerStats
 
 __all__ = [
     "Admission",
@@ -64,9 +60,6 @@ __all__ = [
     "Rejection",
     "watch_openings",
 ]
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 #: A listener receives every transition record the core produced, and the breaker.
 Listener = Callable[[Transition, "Breaker"], None]
@@ -103,33 +96,42 @@ _NOT_AWAITED: Final = Verdict("ignored", NOT_AWAITED_DETAIL)
 class Rejection:
     """A request the breaker rejected locally; carries the LLM-facing result."""
 
-    __slots__ = ("breaker", "note", "reason", "retry_after_ms")
+    __slots__ = ("_admission", "note", "reason", "retry_after_ms")
     admitted: Final = False
 
     def __init__(
-        self, breaker: Admission, reason: str, retry_after_ms: int | None, note: str | None = None
+        self,
+        admission: Admission,
+        reason: str,
+        retry_after_ms: int | None,
+        note: str | None = None,
     ) -> None:
-        # The layer that makes it is a Breaker's (Admission is only ever one): no cast call.
-        self.breaker: Breaker = breaker  # type: ignore[assignment]
+        self._admission = admission
         self.reason = reason
         self.retry_after_ms = retry_after_ms
         self.note = note  # an operator's reason for an isolation, shown to the model
 
     @property
+    def breaker(self) -> Breaker:
+        """The breaker that rejected the request."""
+        return self._admission.owner
+
+    @property
     def result(self) -> dict[str, Any]:
         """The tool-unavailable result to hand to the model instead of running the tool."""
-        return self.breaker._unavailable(self.reason, self.retry_after_ms, note=self.note)
+        return self._admission.unavailable(self.reason, self.retry_after_ms, note=self.note)
 
     def result_for(self, tool: str) -> dict[str, Any]:
         """The same result worded for ``tool`` (several tools may share one breaker)."""
-        return self.breaker._unavailable(
+        return self._admission.unavailable(
             self.reason, self.retry_after_ms, tool=tool, note=self.note
         )
 
     def error(self) -> CircuitOpen:
         """The same rejection as an exception (its ``result`` is rendered on first use)."""
+        admission = self._admission
         return CircuitOpen(
-            self.breaker.key, self.reason, self.retry_after_ms, self.breaker._renderer(self.note)
+            admission.key, self.reason, self.retry_after_ms, admission.renderer(self.note)
         )
 
 
@@ -142,9 +144,9 @@ class Permit:
     """
 
     __slots__ = (
+        "_admission",
         "_settled",
         "admitted_at",
-        "breaker",
         "call",
         "deadline_ms",
         "generation",
@@ -156,7 +158,7 @@ class Permit:
 
     def __init__(  # noqa: PLR0917 - built by the breaker only
         self,
-        breaker: Admission,
+        admission: Admission,
         call: str | None,
         generation: int,
         admitted_at: int,
@@ -164,9 +166,9 @@ class Permit:
         probe: bool,
         policy: Policy | None = None,
     ) -> None:
-        self.breaker: Breaker = breaker  # type: ignore[assignment] # always a Breaker's layer
+        self._admission = admission
         # The policy the call was admitted under settles it too: a swap never lands mid-call.
-        self.policy = breaker.policy if policy is None else policy
+        self.policy = admission.policy if policy is None else policy
         self.call = call
         self.generation = generation
         self.admitted_at = admitted_at
@@ -176,6 +178,11 @@ class Permit:
         # it along and gives it back when it is over (past its deadline, perhaps).
         self.slot: Slot | None = None
         self._settled = False
+
+    @property
+    def breaker(self) -> Breaker:
+        """The breaker that admitted the call."""
+        return self._admission.owner
 
     def record(
         self,
@@ -192,7 +199,7 @@ class Permit:
         """
         verdict, now = self._verdict(outcome)
         try:
-            return self.breaker._settle(self, verdict, now)
+            return self._admission.settle(self, verdict, now)
         finally:
             if self.slot is not None:
                 self.slot.release()
@@ -208,7 +215,7 @@ class Permit:
         """
         verdict, now = self._verdict(outcome)
         try:
-            return await self.breaker._asettle(self, verdict, now)
+            return await self._admission.asettle(self, verdict, now)
         finally:
             if self.slot is not None:
                 await self.slot.arelease()
@@ -225,7 +232,7 @@ class Permit:
         slot = self.slot if slot is None else slot
         if slot is None or self.deadline_ms is None:
             return False
-        if self.breaker.clock() - self.admitted_at < self.deadline_ms:
+        if self._admission.clock() - self.admitted_at < self.deadline_ms:
             return False
         slot.hang()
         return True
@@ -240,22 +247,22 @@ class Permit:
         """
         if self.slot is not None:
             self.slot.hang()
-        self.admitted_at = self.breaker.clock()
+        self.admitted_at = self._admission.clock()
 
     def _verdict(
         self,
         outcome: Verdict | BaseException | Kind,
     ) -> tuple[Verdict, int]:
         if self._settled:
-            raise PermitError(f"permit {self.call or ''} for {self.breaker.key!r} settled twice")
+            raise PermitError(f"permit {self.call or ''} for {self._admission.key!r} settled twice")
         self._settled = True
         if isinstance(outcome, Verdict):
             verdict = outcome
         elif isinstance(outcome, BaseException):
-            verdict = self.breaker.verdict_of(outcome)
+            verdict = self._admission.verdict_of(outcome)
         else:
             verdict = SUCCESS if outcome == "success" else Verdict(outcome, outcome)
-        now = self.breaker.clock()
+        now = self._admission.clock()
         if (
             verdict.kind == "success"
             and self.deadline_ms is not None
@@ -301,61 +308,94 @@ class Idle:
 
 
 class Admission:
-    """The bottom layer of :class:`~toolbreaker.Breaker`: admission and settling.
+    """A breaker's admission and settling, through the store and this process's view.
 
     A request and an outcome go through the core (in the store), or skip it where the
-    core has already said what would happen; every record is counted and published.
+    core has already said what would happen (a quiet state, an idle window); every
+    record is counted and published. It also words the rejections it makes.
+
+    Args:
+        owner: the breaker it admits for: what permits, rejections and listeners name.
+        boundary: the row (its key, policy, classifier, result predicate and answers).
+        store: where the state lives.
+        clock: integer milliseconds.
+        stats: the breaker's counters.
+        ids: the breaker's call numbers (shared with its retry loop).
     """
 
-    # Every breaker's fields, set by Breaker.__init__ (and _configure): the layers of the
-    # class (admission, calls, steps) read them. The retry ledger, the retry loop, the
-    # scopes and the degradation are parts of their own, with explicit constructors.
-    dependency: str
-    operation: str
-    key: str
-    policy: Policy
-    store: Store
-    clock: Clock
-    boundary: Boundary
-    timeout: float | None
-    enforce: Enforce
-    classify: Callable[[BaseException], Verdict]
-    result_is_failure: Callable[[Any], bool] | None
-    tool: str
-    fallback: str | None
-    fallback_note: str
-    retryable: bool
-    owner: str | None
-    instructions: dict[str, str]
-    stats: BreakerStats
-    degradation: Degradation
-    _ticks: Callable[[], int]
-    _per_ms: int
-    _monotonic: bool
-    _render: Callable[..., dict[str, Any]]
-    _rendered: dict[tuple[str, str, int, str | None], dict[str, Any]]
-    _default_deadline: int | None
-    _inline: bool
-    _max_workers: int
-    _workers: Workers | None
-    _workers_lock: threading.Lock
-    _listeners: list[Listener]
-    step_observers: StepObservers
-    _view: View
-    _quiet: BreakerState | None
-    _idle: Idle | None
-    _ids: Iterator[int]
-    _phase_since: int | None
-    _bulkhead: Bulkhead | None
-    _slots: Bulkhead | None
-    _plain: bool
-    _stamp: bool
+    def __init__(  # noqa: PLR0917 - the data of one part, from the breaker only
+        self,
+        owner: Breaker,
+        boundary: Boundary,
+        store: Store,
+        clock: Clock,
+        stats: BreakerStats,
+        ids: Iterator[int],
+    ) -> None:
+        self.owner = owner
+        self.key = boundary.key
+        self.policy: Policy = boundary.policy
+        self.store = store
+        self.clock = clock
+        # The clock's readings are the local monotonic clock's: the view's lease (see
+        # stores.View) is checked against them, with no reading of its own.
+        self.monotonic = clock is monotonic_ms
+        self.stats = stats
+        self.classify: Callable[[BaseException], Verdict] = boundary.classifier
+        self.result_is_failure: Callable[[Any], bool] | None = boundary.result_is_failure
+        self.tool = boundary.tool or boundary.dependency
+        self.listeners: list[Listener] = []
+        self.view: View = store.view(self.key)
+        #: The quiet state the view holds, while it is one (the fast paths compare to it).
+        self.quiet: BreakerState | None = None
+        self.idle: Idle | None = None
+        self.ids = ids
+        self.phase_since: int | None = None
+        self.stamp = False  # records name their policy version (a published sheet)
+        self.render: Callable[..., dict[str, Any]] = self.unavailable
+        self.configure(boundary)
+
+    def configure(self, boundary: Boundary) -> None:
+        """Take the row's answers (they may change while the breaker lives: adopt)."""
+        self.fallback = boundary.fallback
+        self.fallback_note = boundary.fallback_note
+        self.instructions = dict(boundary.instructions)
+        self.rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
 
     @property
     def state(self) -> BreakerState:
         """The current state as this process sees it."""
-        view = self._view.state
+        view = self.view.state
         return view if view is not None else self.store.load(self.key, self.policy)
+
+    def hidden(self, state: BreakerState | None = None) -> tuple[bool, int | None]:
+        """Whether ``state`` rejects every call now without a change, and for how long.
+
+        :meth:`Breaker.hidden_for_ms <toolbreaker.Breaker.hidden_for_ms>`'s answer, from
+        the core's idle window; ``state`` defaults to the current state.
+        """
+        now = self.clock()
+        window = idle_window(state or self.state, now, self.policy)
+        if window is None:
+            return False, None
+        return True, None if window.admits_at is None else window.admits_at - now
+
+    def operate(self, kind: str, reason: str) -> Transition:
+        """An operator's ``isolate``, ``force-closed`` or ``release``, through the core."""
+        now = self.clock()
+        # Masked where the event is made: the reason rides in the record, the store, the
+        # stream and what the model is told (masked before it is cut, so no part survives).
+        note = redact_text(" ".join(str(reason).split()))[:300] or "operator"
+        event = Event(
+            kind,
+            now,
+            self.key,
+            call=f"operator:{redact_text(str(reason))}",
+            reason=None if kind == "release" else note,
+        )
+        policy = self.policy
+        state, records = self.store.apply(self.key, event, policy)
+        return self.observe(state, records, now, policy)[-1]
 
     def retry_after_ms(self, state: BreakerState | None = None) -> int | None:
         """Milliseconds until a rejected request could be admitted, if known.
@@ -364,103 +404,41 @@ class Admission:
         """
         return core_retry_after_ms(state or self.state, self.clock(), self.policy)
 
-    def _enter(self, now: int, deadline: int | None) -> Permit | Rejection:
-        """Admission through the core: allow(), and call()/acall() past their fast paths."""
-        bulkhead = self._bulkhead
-        if bulkhead is None:
-            return self._local(now, deadline) or self._admit(now, deadline)
-        slot = bulkhead.acquire(self._slot_ms(deadline))
-        if not isinstance(slot, Slot):
-            return self._no_slot(slot, deadline)
-        try:
-            admission = self._local(now, deadline) or self._admit(now, deadline)
-        except BaseException:
-            slot.release()
-            raise
-        spare = self._holding(admission, slot)
-        if spare is not None:
-            spare.release()
-        return admission
-
-    async def _aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
-        """:meth:`_enter` for the event loop: a round trip, if one is needed, is awaited."""
-        bulkhead = self._bulkhead
-        if bulkhead is None:
-            return self._local(now, deadline) or await self._aadmit(now, deadline)
-        slot = await bulkhead.aacquire(self._slot_ms(deadline))
-        if not isinstance(slot, Slot):
-            return self._no_slot(slot, deadline)
-        try:
-            admission = self._local(now, deadline) or await self._aadmit(now, deadline)
-        except BaseException:
-            await slot.arelease()
-            raise
-        spare = self._holding(admission, slot)
-        if spare is not None:
-            await spare.arelease()
-        return admission
-
-    def _slot_ms(self, deadline: int | None) -> int:
-        """How long a slot may be held: the call's deadline (a probe lease without one)."""
-        return self.policy.lease_ttl_ms if deadline is None else deadline
-
-    @staticmethod
-    def _holding(admission: Permit | Rejection, slot: Slot) -> Slot | None:
-        """An admitted call holds ``slot``; a rejected one gives it back: returned."""
-        if isinstance(admission, Permit):
-            admission.slot = slot
-            return None
-        return slot
-
-    def _no_slot(self, why: str, deadline: int | None) -> Rejection:
-        """The bulkhead is full (``saturated``) or its store is down: denied at once."""
-        self.stats.rejected += 1
-        if why == SATURATED:
-            self.stats.saturated += 1
-            limit = self._bulkhead.limit if self._bulkhead is not None else None
-            self.degradation.saturated("bulkhead", limit, deadline)  # for listeners
-            # A slot is free again within one deadline unless its call hangs.
-            return Rejection(self, SATURATED, deadline)
-        return Rejection(self, STORE_DOWN, None)
-
-    def _record_fault(self) -> None:
-        self.stats.record_faults += 1
-
-    def _local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
+    def local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
         """Admission answered from the view without the store, or ``None``.
 
         A call is admitted on the view only while the view's lease holds (see
         :class:`toolbreaker.stores.View`: a store that died is asked, and denies); a
         rejection needs none.
         """
-        view = self._view
+        view = self.view
         state = view.state
         stats = self.stats
-        if state is not None and not self._listeners:
+        if state is not None and not self.listeners:
             # The core has already said what a request does in these states: admitted
             # with no change when quiet (while the view's lease holds, by the clock's own
             # reading when it is the monotonic one), rejected with no change while cooling
             # down.
-            if state is self._quiet:
-                if view.lease.until_ms <= (now if self._monotonic else monotonic_ms()):
+            if state is self.quiet:
+                if view.lease.until_ms <= (now if self.monotonic else monotonic_ms()):
                     return None
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
-            idle = self._idle_at(state, now)
+            idle = self.idle_at(state, now)
             if idle is not None:
                 stats.rejected += 1
-                if (tally := self._view.tally) is not None:
+                if (tally := self.view.tally) is not None:
                     tally.reject(state, now)  # a quiet rejection of the history
                 wait = None if idle.admits_at is None else idle.admits_at - now
                 return Rejection(self, idle.reason, wait, state.operator_reason)
             if self._remember_quiet(state) and view.lease.until_ms > (
-                now if self._monotonic else monotonic_ms()
+                now if self.monotonic else monotonic_ms()
             ):
                 stats.admitted += 1
                 return Permit(self, None, state.generation, now, deadline, probe=False)
         return None
 
-    def _idle_at(self, state: BreakerState, now: int) -> Idle | None:
+    def idle_at(self, state: BreakerState, now: int) -> Idle | None:
         """The core's idle window that holds ``state`` at ``now``, or ``None``: ask the store.
 
         Kept while it holds (the same state and policy objects, ``now`` inside it), so a
@@ -468,7 +446,7 @@ class Admission:
         listener is registered every request goes through the core, so the listener sees
         its record.
         """
-        idle = self._idle
+        idle = self.idle
         if (
             idle is not None
             and idle.state is state
@@ -476,22 +454,44 @@ class Admission:
             and idle.since <= now < idle.until
         ):
             return idle
-        if self._listeners:
+        if self.listeners:
             return None
         window = idle_window(state, now, self.policy)
         if window is None:
             return None
         note = state.operator_reason
-        render = self._render if note is None else self._renderer(note)
-        idle = self._idle = Idle(state, self.policy, now, window, render)
-        if self._listeners:  # one came meanwhile (add_listener): it hears every record
-            self._idle = None
+        render = self.render if note is None else self.renderer(note)
+        idle = self.idle = Idle(state, self.policy, now, window, render)
+        if self.listeners:  # one came meanwhile (add_listener): it hears every record
+            self.idle = None
         return idle
 
-    def _admit(
+    def cooling(self, state: BreakerState, now: int) -> Idle | None:
+        """The core's idle window that rejects a call at ``now``, the rejection counted.
+
+        ``None``: no window holds (ask the core). The one rule of the open hot path:
+        ``call``/``acall`` raise the rejection, a guarded tool returns it (no exception).
+        """
+        idle = self.idle_at(state, now)
+        if idle is not None:
+            self.stats.rejected += 1
+            if (tally := self.view.tally) is not None:
+                # A quiet rejection of the history: Tally.reject(), inlined for its state.
+                hot = tally.hot_reject
+                if hot[0] is state:
+                    hot[1][0] += 1
+                else:
+                    tally.reject(state, now)
+        return idle
+
+    def quiet_permit(self, state: BreakerState, start: int, deadline: int) -> Permit:
+        """The permit a fast-path call would have had, to settle it after all."""
+        return Permit(self, None, state.generation, start, deadline, False)
+
+    def admit(
         self, now: int, deadline: int | None, *, health_check: bool = False
     ) -> Permit | Rejection:
-        event = self._request(now, health_check)
+        event = self.request(now, health_check)
         policy = self.policy
         try:
             state, records = self.store.apply(self.key, event, policy)
@@ -499,10 +499,10 @@ class Admission:
             return self._store_down()
         return self._admitted(state, records, now, deadline, policy)
 
-    async def _aadmit(
+    async def aadmit(
         self, now: int, deadline: int | None, *, health_check: bool = False
     ) -> Permit | Rejection:
-        event = self._request(now, health_check)
+        event = self.request(now, health_check)
         policy = self.policy
         try:
             state, records = await aapply(self.store, self.key, event, policy)
@@ -510,8 +510,8 @@ class Admission:
             return self._store_down()
         return self._admitted(state, records, now, deadline, policy)
 
-    def _request(self, now: int, health_check: bool = False) -> Event:
-        call = f"{process_token()}.{next(self._ids)}"
+    def request(self, now: int, health_check: bool = False) -> Event:
+        call = f"{process_token()}.{next(self.ids)}"
         return Event("request", now, self.key, call=call, health_check=health_check)
 
     def _store_down(self) -> Rejection:
@@ -526,7 +526,7 @@ class Admission:
         deadline: int | None,
         policy: Policy,
     ) -> Permit | Rejection:
-        records = self._observe(state, records, now, policy)
+        records = self.observe(state, records, now, policy)
         last = records[-1]
         if last.attempted:
             self.stats.admitted += 1
@@ -537,11 +537,7 @@ class Admission:
         self.stats.rejected += 1
         return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
 
-    async def _store_aapply(self, event: Event) -> tuple[BreakerState, tuple[Transition, ...]]:
-        """The store's ``aapply`` (never blocks the loop); a sync-only store in a thread."""
-        return await aapply(self.store, self.key, event, self.policy)
-
-    def _settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+    def settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
         event = self._outcome(permit, verdict, now)
         if event is None:
             return None
@@ -549,9 +545,9 @@ class Admission:
             state, records = self.store.apply(self.key, event, permit.policy)
         except StoreUnavailable:
             return None  # the outcome is lost, never turned into a success
-        return self._observe(state, records, now, permit.policy)[-1]
+        return self.observe(state, records, now, permit.policy)[-1]
 
-    async def _asettle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+    async def asettle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
         event = self._outcome(permit, verdict, now)
         if event is None:
             return None
@@ -559,7 +555,7 @@ class Admission:
             state, records = await aapply(self.store, self.key, event, permit.policy)
         except StoreUnavailable:
             return None  # the outcome is lost, never turned into a success
-        return self._observe(state, records, now, permit.policy)[-1]
+        return self.observe(state, records, now, permit.policy)[-1]
 
     def _outcome(self, permit: Permit, verdict: Verdict, now: int) -> Event | None:
         """The outcome event to apply, or ``None`` when the core declared it a no-op."""
@@ -570,18 +566,18 @@ class Admission:
                 self.stats.late_results += 1
             elif kind == "ignored":
                 self._unclassified(verdict.detail)
-        elif not self._listeners:
-            state = self._view.state
-            if state is not None and (state is self._quiet or self._remember_quiet(state)):
-                if (tally := self._view.tally) is not None:
+        elif not self.listeners:
+            state = self.view.state
+            if state is not None and (state is self.quiet or self._remember_quiet(state)):
+                if (tally := self.view.tally) is not None:
                     tally.settled(permit.call, state, now, permit.generation)
                 return None
         call = permit.call
         if call is None:
             # Admitted from the view, unknown to the store: its outcome needs an id of its
             # own, so the history can name the call (a replay writes its request in).
-            call = permit.call = self._request(now).call
-            if (tally := self._view.tally) is not None and call is not None:
+            call = permit.call = self.request(now).call
+            if (tally := self.view.tally) is not None and call is not None:
                 tally.admitted_unsent(call)
         took = None
         if kind == "success" and permit.policy.slow_call_ms is not None:
@@ -614,13 +610,13 @@ class Admission:
 
     def _remember_quiet(self, state: BreakerState) -> bool:
         if is_quiet(state, self.policy):
-            self._quiet = state
-            if self._listeners:  # one came meanwhile (add_listener): it hears every record
-                self._quiet = None
+            self.quiet, self.idle = state, None  # a quiet state has no idle window
+            if self.listeners:  # one came meanwhile (add_listener): it hears every record
+                self.quiet = None
             return True
         return False
 
-    def _observe(
+    def observe(
         self,
         state: BreakerState,
         records: tuple[Transition, ...],
@@ -628,7 +624,7 @@ class Admission:
         policy: Policy | None = None,
     ) -> tuple[Transition, ...]:
         """Count and publish the core's records; returns them (stamped when following)."""
-        if self._stamp:
+        if self.stamp:
             # A breaker following a published sheet names the policy each record was
             # decided under, even when a swap lands before its listeners run.
             version = (policy or self.policy).version
@@ -636,23 +632,23 @@ class Admission:
         stats = self.stats
         for record in records:
             if changed_phase(record):
-                if self._phase_since is not None:
-                    spent = max(0, record.event.at - self._phase_since)
+                if self.phase_since is not None:
+                    spent = max(0, record.event.at - self.phase_since)
                     stats.time_in_state_ms[record.from_phase] += spent
-                self._phase_since = record.event.at
+                self.phase_since = record.event.at
                 if opened(record):
                     stats.opens[record.reason] = stats.opens.get(record.reason, 0) + 1
                     if reopened(record):
                         stats.reopens_from_half_open += 1
                     watching = _OPENED.get()
                     if watching is not None:
-                        watching.append(cast("Breaker", self))
+                        watching.append(self.owner)
                 elif half_opened(record):
                     stats.half_opens += 1
-            elif self._phase_since is None:
-                self._phase_since = record.event.at
-        me = cast("Breaker", self)
-        for listener in tuple(self._listeners):
+            elif self.phase_since is None:
+                self.phase_since = record.event.at
+        me = self.owner
+        for listener in tuple(self.listeners):
             for record in records:
                 try:
                     listener(record, me)
@@ -667,13 +663,6 @@ class Admission:
                         exc,
                     )
         return records
-
-    def _required_deadline(self, timeout: float | None) -> int:
-        """The call's deadline in ms (``timeout`` or the default); every call needs one."""
-        deadline = self._deadline_of(timeout)
-        if deadline is None:
-            raise self._no_deadline()
-        return deadline
 
     def record_result(self, permit: Permit, result: object) -> None:
         """Settle ``permit`` with a returned result.
@@ -721,11 +710,11 @@ class Admission:
             return _CLASSIFIER_ERROR
         return verdict
 
-    def _renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
+    def renderer(self, note: str | None) -> Callable[..., dict[str, Any]]:
         """The renderer of a rejection; with an operator's ``note`` when there is one."""
-        return self._render if note is None else functools.partial(self._unavailable, note=note)
+        return self.render if note is None else functools.partial(self.unavailable, note=note)
 
-    def _unavailable(
+    def unavailable(
         self,
         reason: str,
         retry_after_ms: int | None,
@@ -739,11 +728,11 @@ class Admission:
         elif reason != "isolated":
             note = None
         key = (name, reason, retry_after_seconds(retry_after_ms), note)
-        cached = self._rendered.get(key)
+        cached = self.rendered.get(key)
         if cached is None:
-            if len(self._rendered) >= 512:
-                self._rendered.clear()
-            cached = self._rendered[key] = unavailable_result(
+            if len(self.rendered) >= 512:
+                self.rendered.clear()
+            cached = self.rendered[key] = unavailable_result(
                 tool=name,
                 reason=reason,
                 retry_after_ms=retry_after_ms,
@@ -753,15 +742,3 @@ class Admission:
                 operator_reason=note,
             )
         return dict(cached)
-
-    def _deadline_of(self, timeout: float | None) -> int | None:
-        """A call's deadline in ms: ``timeout``'s, or the row's when it is :data:`UNSET`."""
-        return self._default_deadline if timeout is UNSET else self._deadline_ms(timeout)
-
-    def _deadline_ms(self, timeout: float | None) -> int | None:
-        if timeout is None:
-            return None
-        return max(1, round(check_seconds(timeout, "timeout") * 1000))
-
-    def _no_deadline(self) -> PolicyError:
-        return no_deadline(self.key)

@@ -11,36 +11,32 @@ window, :func:`~toolbreaker.core.breaker.predicates.idle_window`) a request is r
 and changes nothing. Those two cases are most calls, and they cost no lock, no
 allocation of records and no I/O.
 
-The class holds parts, each built here with an explicit constructor and the data it
-uses: the retry ledger (:mod:`._ledger`: the retry budget, the model's re-calls), the
-retry loop (:mod:`._retries`), a scoped row's breakers (:mod:`._scopes`), the degradation
-chain (:mod:`._degrade`), the bulkhead (:mod:`._bulkhead`) and the workers
-(:mod:`._deadline`). Admission and the call paths are still layers of the class, one
-module each, every one using only those below it: :mod:`._admission` (permits,
-rejections, the core's records), :mod:`._calls` (the fast paths, workers, deadlines),
-:mod:`._steps` (the two-step API, ``guard``); here the options, configuration, the parts'
-wiring and operator control.
+The class is small: it holds parts, each built here with an explicit constructor and
+the data it uses, and its methods hand each request to the part that owns it:
+admission through the store and this process's view (:mod:`._admission`), the runner
+for deadlines, workers, the bulkhead and retries (:mod:`._calls`), the two-step API and
+the tool wrapper (:mod:`._steps`), the retry ledger (:mod:`._ledger`: the retry budget,
+the model's re-calls), the retry loop (:mod:`._retries`), a scoped row's breakers
+(:mod:`._scopes`), the degradation chain (:mod:`._degrade`), the bulkhead
+(:mod:`._bulkhead`) and the workers (:mod:`._deadline`). Here: the options, the wiring,
+configuration and operator control.
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
-import threading
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from toolbreaker.core.breaker.keys import scoped_dependency, shown_names
-from toolbreaker.core.breaker.predicates import idle_window
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
-from toolbreaker.core.retry import RetryBudget
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core.breaker.state import BreakerState, Transition
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._step import StepObserver, StepObservers
 from toolbreaker.runtime.breaker._admission import (
+    UNSET,
+    Admission,
     Listener,
     Permit,
     Rejection,
@@ -48,7 +44,7 @@ from toolbreaker.runtime.breaker._admission import (
 )
 from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, Boundary, BreakerOptions, Enforce
 from toolbreaker.runtime.breaker._bulkhead import Bulkhead
-from toolbreaker.runtime.breaker._deadline import Workers
+from toolbreaker.runtime.breaker._calls import Runner
 from toolbreaker.runtime.breaker._degrade import Degradation
 from toolbreaker.runtime.breaker._ledger import RetryLedger
 from toolbreaker.runtime.breaker._retries import Retries, RetryListener
@@ -62,6 +58,12 @@ from toolbreaker.stores.memory import MemoryStore, in_process
 if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
     from typing_extensions import Unpack
 
+    from toolbreaker.core.breaker.policy import Policy
+    from toolbreaker.core.retry import RetryBudget
+    from toolbreaker.runtime._step import Step, ToolType, Watching
+    from toolbreaker.runtime.breaker._classify import Verdict
+    from toolbreaker.runtime.breaker._deadline import Overdue
+
 __all__ = [
     "Breaker",
     "BreakerStats",
@@ -74,8 +76,11 @@ __all__ = [
     "watch_openings",
 ]
 
+P = ParamSpec("P")
+R = TypeVar("R")
 
-class Breaker(Steps):
+
+class Breaker:
     """A circuit breaker for one remote dependency (and operation class).
 
     Get breakers from a :class:`~toolbreaker.Registry` so the same key gives the same
@@ -162,74 +167,343 @@ class Breaker(Steps):
         self.dependency = boundary.dependency
         self.operation = boundary.operation
         self.key = boundary.key
-        self.policy = boundary.policy
         self.store: Store = store if store is not None else MemoryStore()
         self.clock: Clock = clock or clock_of(self.store)
-        # The quiet fast paths time a call in the clock's own ticks: time.monotonic_ns
-        # itself for the default clock (no Python frame per reading), else the clock.
-        fast = self.clock is monotonic_ms
-        self._ticks: Callable[[], int] = time.monotonic_ns if fast else self.clock
-        self._per_ms = 1_000_000 if fast else 1
-        # The clock's readings are the local monotonic clock's: the view's lease (see
-        # stores.View) is checked against them, with no reading of its own.
-        self._monotonic = fast
         self.classify = boundary.classifier
         self.result_is_failure = boundary.result_is_failure
         self.tool = boundary.tool or boundary.dependency
-        self._configure(boundary)
         self.stats = BreakerStats()
         self.stats.on_defaults = boundary.defaults
-        #: The row's degradation chain, carried out (see :mod:`toolbreaker.core.degrade`).
-        self.degradation = Degradation(boundary, self.store, self.key, self.stats.degraded)
-        self._render = self._unavailable
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise PolicyError(
                 f"max_workers must be a positive integer, got {max_workers!r}",
                 field="max_workers",
             )
         self._max_workers = max_workers
-        self._workers: Workers | None = None
-        self._workers_lock = threading.Lock()
-        self._listeners: list[Listener] = []
+        ids = itertools.count(1)
+        #: The row's degradation chain, carried out (see :mod:`toolbreaker.core.degrade`).
+        self.degradation = Degradation(boundary, self.store, self.key, self.stats.degraded)
         #: Who hears each tool call begun here (:meth:`add_step_observer`).
         self.step_observers = StepObservers()
-        self._view = self.store.view(self.key)
-        self._quiet: BreakerState | None = None
-        self._idle = None
-        self._ids = itertools.count(1)
-        self._phase_since: int | None = None
+        self._admission = Admission(self, boundary, self.store, self.clock, self.stats, ids)
+        #: This process's view of the state in the store (the fast paths read it).
+        self._view = self._admission.view
         #: The retry budget and the model's re-calls: the model is a retry layer too.
         self._ledger = RetryLedger(
-            self.key, boundary.retry, self.store, self.stats, self._record_fault
+            self.key, boundary.retry, self.store, self.stats, self.stats.count_record_fault
         )
         self._retries = Retries(
-            self.key,
-            self._ledger,
-            self.clock,
-            self._ids,
-            seed=retry_seed,
-            sleep=sleep,
-            stats=self.stats,
+            self.key, self._ledger, self.clock, ids, seed=retry_seed, sleep=sleep, stats=self.stats
         )
         self._scopes = (
             None
             if boundary.scope is None
             else Scopes(self.key, boundary.scope, boundary.max_scopes, self._child, self.stats)
         )
-        # The quiet fast path of call()/acall() needs none of retries, scopes and a
-        # per-call deadline: computed once, so the hot path tests one attribute.
-        self._bulkhead = (
+        bulkhead = (
             None
             if boundary.max_concurrent is None or self._scopes is not None
             else Bulkhead(
-                self.key, boundary.max_concurrent, self.store, self.clock, self._record_fault
+                self.key,
+                boundary.max_concurrent,
+                self.store,
+                self.clock,
+                self.stats.count_record_fault,
             )
         )
-        # A bulkhead of this process alone keeps the quiet fast path: a counter around it.
-        local = self._bulkhead is not None and not self._bulkhead.shared
-        self._slots = self._bulkhead if local else None
-        self._plain = self._is_plain()
-        self._stamp = False  # set by adopt(): records then name their policy version
+        self._runner = Runner(
+            self._admission,
+            boundary,
+            clock=self.clock,
+            stats=self.stats,
+            degradation=self.degradation,
+            ledger=self._ledger,
+            retries=self._retries,
+            scopes=self._scopes,
+            bulkhead=bulkhead,
+            max_workers=max_workers,
+        )
+        self._steps = Steps(
+            self,
+            admission=self._admission,
+            runner=self._runner,
+            ledger=self._ledger,
+            degradation=self.degradation,
+            observers=self.step_observers,
+            boundary=boundary,
+            scope_steps=self._scope_steps,
+        )
+        self._configure(boundary)
+
+    @property
+    def policy(self) -> Policy:
+        """The policy the next decision is made under (:meth:`adopt` replaces it)."""
+        return self._admission.policy
+
+    @property
+    def state(self) -> BreakerState:
+        """The current state as this process sees it."""
+        return self._admission.state
+
+    def retry_after_ms(self, state: BreakerState | None = None) -> int | None:
+        """Milliseconds until a rejected request could be admitted, if known.
+
+        ``state`` defaults to the current state as this process sees it.
+        """
+        return self._admission.retry_after_ms(state)
+
+    # -- calls: the runner -----------------------------------------------------------------
+
+    def call(
+        self, fn: Callable[..., R], /, *args: Any, timeout: float | None = UNSET, **kwargs: Any
+    ) -> R:
+        """Run ``fn(*args, **kwargs)`` through the breaker, retrying by the row's policy.
+
+        With a ``retry`` policy, a failed attempt is retried as the retry core decides
+        (:mod:`toolbreaker.core.retry`): never while the breaker is open, never a class no
+        retry can fix, never an attempt that may have committed (unless the row is
+        ``read`` or ``idempotent``), never past the end-to-end deadline (each attempt's
+        deadline is cut to what is left) and never beyond the retry budget. **Retries
+        belong to one layer**: if this one retries, give the client inside the tool
+        ``max_retries=0`` and turn off the framework's tool retries.
+
+        Raises:
+            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
+            TimeoutError: the deadline passed (recorded as a qualifying failure).
+            Exception: whatever the last attempt of ``fn`` raised, after recording it.
+        """
+        idle = self._admission.idle
+        if idle is not None and idle.state is self._view.state and self._runner.plain:
+            # The open hot path, here: the rejection climbs no frame of the runner's.
+            now = self._runner.ticks() // self._runner.per_ms
+            if (idle := self._admission.cooling(idle.state, now)) is not None:
+                raise idle.error(self.key, now)
+        return self._runner.call(fn, args, kwargs, timeout)
+
+    async def acall(
+        self,
+        fn: Callable[..., Awaitable[R]],
+        /,
+        *args: Any,
+        timeout: float | None = UNSET,
+        **kwargs: Any,
+    ) -> R:
+        """Await ``fn(*args, **kwargs)`` through the breaker, retrying as :meth:`call` does.
+
+        Each attempt is cancelled at its deadline; waits between attempts never block the
+        loop.
+
+        Raises:
+            CircuitOpen: as :meth:`call` (rejected locally, with the model's result).
+            TimeoutError: an attempt's deadline passed; the attempt was cancelled.
+            Exception: whatever the last attempt of ``fn`` raised, after recording it.
+        """
+        idle = self._admission.idle
+        if idle is not None and idle.state is self._view.state and self._runner.plain:
+            now = self._runner.ticks() // self._runner.per_ms  # the open hot path, as call's
+            if (idle := self._admission.cooling(idle.state, now)) is not None:
+                raise idle.error(self.key, now)
+        return await self._runner.acall(fn, args, kwargs, timeout)
+
+    def run(self, step: Step, fn: Callable[..., R], /, **kwargs: Any) -> R:
+        """Run ``fn(**kwargs)`` for an admitted ``step`` within its deadline.
+
+        Settles nothing: settle the step with what this returns or raises. In the default
+        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline (a call
+        still running then keeps the step's bulkhead slot until it returns), and
+        :class:`~toolbreaker.CircuitOpen` (reason ``hung``) when calls hung past their
+        deadline hold the workers this one may use.
+        """
+        return self._runner.run(step, fn, kwargs)
+
+    def run_until(
+        self, step: Step, fn: Callable[[], R], stop: Callable[[], bool], *, every: float
+    ) -> R | Overdue:
+        """Run ``fn()`` for an admitted ``step`` in a worker until it returns or ``stop()``.
+
+        For a caller that may let the call go (a run guard's model turn cancels a call by
+        policy when a required dependency opens): ``stop`` is asked every ``every``
+        seconds while the call runs; no deadline is enforced, and a worker is used
+        whatever ``enforce`` says (a call in the caller's thread could not be let go).
+        Settles nothing. Returns ``fn()``'s result (raises what it raised), or
+        :data:`~toolbreaker.runtime.breaker._deadline.OVERDUE` once ``stop()`` was true
+        first: a call that had not started never starts; a running one goes on in its
+        worker (pinned, as a call past its deadline) and keeps the step's bulkhead slot,
+        its lease renewed, until it returns. Answered, it still counts until it ends. A
+        call still running past the step's deadline keeps its slot the same way (it does
+        not run out as a lost permit's would).
+
+        Raises:
+            CircuitOpen: reason ``hung``: calls hung past their deadline (or let go
+                while they ran) hold the workers this one may use.
+        """
+        return self._runner.run_until(step, fn, stop, every=every)
+
+    async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
+        """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
+        return await self._runner.arun(step, fn, kwargs)
+
+    # -- the two-step API and the tool wrapper: the steps ----------------------------------
+
+    def allow(self, *, timeout: float | None = UNSET) -> Permit | Rejection:
+        """Ask to make one call.
+
+        Settle the returned :class:`Permit` with ``record()``, or hand
+        :attr:`Rejection.result` to the model instead of calling the tool. It is
+        :meth:`admit` without a retry, spelled out: the fastest two-step path.
+        """
+        return self._steps.allow(timeout)
+
+    def admit(self, *, retry: bool = False, timeout: float | None = UNSET) -> Permit | Rejection:
+        """Admission and retries, the one way in.
+
+        What :meth:`allow`, :meth:`begin` and a :class:`~toolbreaker.RunGuard` ask.
+        ``retry``: the call re-issues one whose last attempt failed retryably (the model
+        is a retry layer; the caller's ledger of failed calls says so: the breaker's own
+        for :meth:`begin` steps, the run's for a run guard). It spends one retry of this
+        breaker's budget first; when none is left the answer is a :class:`Rejection`
+        with reason ``retry-budget``: the call is not made, and the model reads that the
+        tool is unavailable for this run. A scoped row admits through the current
+        scope's breaker (its budget, its state).
+        """
+        return self._steps.admit(retry, timeout)
+
+    async def aadmit(
+        self, *, retry: bool = False, timeout: float | None = UNSET
+    ) -> Permit | Rejection:
+        """:meth:`admit` for the event loop: the store round trip is awaited.
+
+        A retry budget shared through the store is paid in a worker thread.
+        """
+        return await self._steps.aadmit(retry, timeout)
+
+    def begin(
+        self,
+        tool: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = UNSET,
+        call_id: str | None = None,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
+    ) -> Step:
+        """Ask to make one call of ``tool``; the :class:`~toolbreaker.runtime.Step` says how.
+
+        If ``step.answer`` is set the call was rejected locally: hand the answer (the
+        tool-unavailable result, worded for ``tool``) to the model. Otherwise run the tool
+        within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
+        ``failed(exc)``, whose return value is what the model reads. ``call_id`` is the
+        framework's id of this tool call, ``tool_type`` the kind of tool
+        (:data:`~toolbreaker.runtime.ToolType`) and ``description`` its description, for
+        the step observers (a span's ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` and
+        ``gen_ai.tool.description``).
+
+        Raises:
+            PolicyError: ``tool_type`` is none of :data:`~toolbreaker.runtime.TOOL_TYPES`.
+        """
+        return self._steps.begin(tool, args, timeout, call_id, tool_type, description)
+
+    async def abegin(
+        self,
+        tool: str | None = None,
+        args: Mapping[str, Any] | None = None,
+        *,
+        timeout: float | None = UNSET,
+        call_id: str | None = None,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
+    ) -> Step:
+        """:meth:`begin` for the event loop: a store round trip is awaited."""
+        return await self._steps.abegin(tool, args, timeout, call_id, tool_type, description)
+
+    def watch_step(
+        self,
+        tool: str,
+        call_id: str | None,
+        *more: StepObservers,
+        tool_type: ToolType | None = None,
+        description: str | None = None,
+    ) -> Watching | None:
+        """The step observers' watches of a call of ``tool`` that starts now, if any.
+
+        What :meth:`begin` (and a run guard's ``begin``, with its own observers as
+        ``more``) asks first; ``None`` when nobody observes steps.
+        """
+        return self._steps.watch_step(
+            tool, call_id, *more, tool_type=tool_type, description=description
+        )
+
+    @overload
+    def guard(
+        self, fn: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> Callable[P, Coroutine[Any, Any, R | dict[str, Any]]]: ...
+
+    @overload
+    def guard(self, fn: Callable[P, R], /) -> Callable[P, R | dict[str, Any]]: ...
+
+    @overload
+    def guard(
+        self, fn: None = None, /, *, timeout: float | None = ..., tool: str | None = ...
+    ) -> Callable[[Callable[P, R]], Callable[P, R | dict[str, Any]]]: ...
+
+    def guard(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        timeout: float | None = UNSET,
+        tool: str | None = None,
+    ) -> Any:
+        """Decorate a tool function (sync or async) so it returns results, never raises.
+
+        A local rejection, or the failure that just opened the breaker, returns the
+        tool-unavailable result; any other failure returns ``{"ok": false, "error": ...,
+        "retryable": ...}``; a success returns the function's own result unchanged. A
+        coroutine function gets the async guard (``await``-ed through :meth:`acall`).
+
+        Raises:
+            PolicyError: when the decorator is built, never at a call: a ``timeout`` that is
+                not a positive number of seconds (or ``None``: no deadline), no deadline at
+                all (neither ``timeout`` nor the row's), or a ``tool`` that is not a name.
+        """
+        return self._steps.guard(fn, timeout, tool)
+
+    def failure_result(self, tool: str, exc: BaseException) -> dict[str, Any]:
+        """What the model should read after ``tool`` failed with ``exc`` (already recorded).
+
+        The tool-unavailable result when the breaker is now open (this failure may just
+        have opened it: the model hears it now, not one wasted call later); otherwise an
+        error result that says whether retrying can help.
+        """
+        return self._steps.failure_result(tool, exc)
+
+    def record_result(self, permit: Permit, result: object) -> None:
+        """Settle ``permit`` with a returned result.
+
+        A success, unless ``result_is_failure`` says the result is an error in disguise.
+        """
+        permit.record(self._admission.result_verdict(result))
+
+    def result_verdict(self, result: object) -> Verdict:
+        """How a returned result counts: a success unless ``result_is_failure`` says not.
+
+        A predicate that raises proves nothing, so the result is ``ambiguous``
+        (``predicate-error``): never a success, and for a write an unknown outcome.
+        """
+        return self._admission.result_verdict(result)
+
+    def verdict_of(self, exc: BaseException) -> Verdict:
+        """Classify ``exc`` with this breaker's classifier.
+
+        A classifier that raises (or returns something else than a
+        :class:`~toolbreaker.Verdict`) gives ``ambiguous`` (``classifier-error``): the
+        call counts as a failure and, for a write, its outcome is unknown (fail closed).
+        An :class:`~toolbreaker.AsyncCallError` (a sync call that got a coroutine back,
+        which ran nothing) is ``ignored`` (``not-awaited``) whatever the classifier says.
+        """
+        return self._admission.verdict_of(exc)
+
+    # -- listeners, observers, configuration, operator control -----------------------------
 
     def add_listener(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener(record, breaker)`` for every transition; returns a remover.
@@ -240,10 +514,11 @@ class Breaker(Steps):
         retry and degradation listeners). To hear every breaker of a registry or a run
         guard, now and later, attach there (:class:`~toolbreaker.runtime.Attachment`).
         """
-        self._listeners.append(listener)
+        listeners = self._admission.listeners
+        listeners.append(listener)
         for breaker in (self, *self.scopes().values()):  # scoped ones share the list
-            breaker._quiet = breaker._idle = None  # no fast path may skip the listener now
-        return lambda: self._listeners.remove(listener)
+            breaker._admission.quiet = breaker._admission.idle = None  # no fast path skips it
+        return lambda: listeners.remove(listener)
 
     def add_step_observer(self, observer: StepObserver) -> Callable[[], None]:
         """Tell ``observer`` of every tool call begun here (:meth:`begin`); returns a remover.
@@ -268,9 +543,7 @@ class Breaker(Steps):
         half-open breaker stays visible, since a probe slot may free up. For a scoped
         row, the current scope's breaker answers.
         """
-        target = self.for_scope()
-        state = target._view.state
-        return target._hidden(target.state if state is None else state)
+        return self.for_scope()._admission.hidden()
 
     async def ahidden_for_ms(self) -> tuple[bool, int | None]:
         """:meth:`hidden_for_ms` for the event loop: never blocks it on a store.
@@ -278,30 +551,19 @@ class Breaker(Steps):
         What this process's view cannot answer is read from a shared store in a worker
         thread (a :class:`~toolbreaker.stores.MemoryStore` answers inline).
         """
-        target = self.for_scope()
-        state = target._view.state
-        if state is None:
-            store = target.store
-            if in_process((store,)):
-                state = store.load(target.key, target.policy)
-            else:
-                state = await asyncio.to_thread(store.load, target.key, target.policy)
-        return target._hidden(state)
+        admission = self.for_scope()._admission
+        store, state = admission.store, admission.view.state
+        if state is None and not in_process((store,)):
+            import asyncio  # the loop's own: a sync-only program never loads asyncio
 
-    def _hidden(self, state: BreakerState) -> tuple[bool, int | None]:
-        now = self.clock()
-        window = idle_window(state, now, self.policy)
-        if window is None:
-            return False, None
-        return True, None if window.admits_at is None else window.admits_at - now
+            state = await asyncio.to_thread(store.load, admission.key, admission.policy)
+        return admission.hidden(state)
 
     def _configure(self, boundary: Boundary) -> None:
         """Take the row's options that may change while the breaker lives (see adopt)."""
         self.boundary = boundary
         self.timeout = boundary.timeout
-        self._default_deadline = self._deadline_ms(boundary.timeout)
         self.enforce: Enforce = boundary.enforce
-        self._inline = boundary.enforce == "cooperative"
         self.fallback = boundary.fallback
         self.fallback_note = boundary.fallback_note
         #: The breaker's names as every output a person reads shows them (secrets masked
@@ -310,18 +572,6 @@ class Breaker(Steps):
         self.retryable = boundary.retryable
         self.owner = boundary.owner
         self.instructions = dict(boundary.instructions)
-        self._rendered: dict[tuple[str, str, int, str | None], dict[str, Any]] = {}
-
-    def _is_plain(self) -> bool:
-        """Whether the quiet fast path of call()/acall() may serve this breaker.
-
-        It may without retries, scopes, or a bulkhead shared with other processes.
-        """
-        return (
-            self._ledger.policy is None
-            and self._scopes is None
-            and (self._bulkhead is None or self._slots is not None)
-        )
 
     def stamp_policy_version(self) -> None:
         """From now on, name in every record the policy version it was decided under.
@@ -329,7 +579,7 @@ class Breaker(Steps):
         What a breaker following a published sheet does (:meth:`adopt` turns it on too):
         a registry whose follower runs calls it for each breaker it holds and makes.
         """
-        self._stamp = True
+        self._admission.stamp = True
 
     def adopt(self, boundary: Boundary) -> None:
         """Take a new sheet row (a published policy) between calls, keeping the state.
@@ -358,16 +608,19 @@ class Breaker(Steps):
             classifier=old.classifier,
             result_is_failure=old.result_is_failure,
         )
-        self._stamp = True
+        admission = self._admission
+        admission.stamp = True
         self._configure(boundary)
         self.stats.on_defaults = boundary.defaults
         if boundary.retry != self._ledger.policy:
             self._ledger.use(boundary.retry)
-            self._plain = self._is_plain()
+        admission.configure(boundary)
+        self._runner.configure(boundary)
+        self._steps.configure(boundary)
         # The policy last, in one assignment: the next decision sees all of the new row.
-        self._quiet = None
-        self.policy = boundary.policy
-        self._quiet = None
+        admission.quiet = None
+        admission.policy = boundary.policy
+        admission.quiet = None
         if self._scopes is not None:
             for child in self._scopes.members():  # the overflow breaker too
                 child.adopt(dataclasses.replace(boundary, dependency=child.dependency, scope=None))
@@ -382,14 +635,15 @@ class Breaker(Steps):
         """
         check = self.boundary.health_check
         deadline = None if check is None else max(1, round(check.timeout * 1000))
-        return self._admit(self.clock(), deadline, health_check=True)
+        return self._admission.admit(self.clock(), deadline, health_check=True)
 
     def close(self) -> None:
         """Release the idle worker threads (calls still running are not waited for)."""
         if self._scopes is not None:
             for child in self._scopes.members():  # the overflow breaker too
                 child.close()
-        workers, self._workers = self._workers, None
+        runner = self._runner
+        workers, runner.workers = runner.workers, None
         if workers is not None:
             workers.close()
 
@@ -399,7 +653,7 @@ class Breaker(Steps):
         The isolation is persisted in the store (every process sharing it sees it, and it
         survives restarts); ``reason`` is kept with it and shown to the model.
         """
-        return self._operator("isolate", reason)
+        return self._admission.operate("isolate", reason)
 
     def force_close(self, reason: str = "operator") -> Transition:
         """Force the breaker closed until :meth:`release`, in the store, for every process.
@@ -407,27 +661,11 @@ class Breaker(Steps):
         The breaker keeps deciding and recording, but admits every request; requests it
         would have rejected are recorded with ``would_reject``.
         """
-        return self._operator("force-closed", reason)
+        return self._admission.operate("force-closed", reason)
 
     def release(self, reason: str = "operator") -> Transition:
         """End an isolation or a forced close: a fresh closed generation."""
-        return self._operator("release", reason)
-
-    def _operator(self, kind: str, reason: str) -> Transition:
-        now = self.clock()
-        # Masked where the event is made: the reason rides in the record, the store, the
-        # stream and what the model is told (masked before it is cut, so no part survives).
-        note = redact_text(" ".join(str(reason).split()))[:300] or "operator"
-        event = Event(
-            kind,
-            now,
-            self.key,
-            call=f"operator:{redact_text(str(reason))}",
-            reason=None if kind == "release" else note,
-        )
-        policy = self.policy
-        state, records = self.store.apply(self.key, event, policy)
-        return self._observe(state, records, now, policy)[-1]
+        return self._admission.operate("release", reason)
 
     # -- the parts: a scoped row's breakers, the retry ledger ------------------------------
 
@@ -445,6 +683,11 @@ class Breaker(Steps):
             if value is None:
                 return self
         return scopes.get(value)
+
+    def _scope_steps(self) -> Steps | None:
+        """The current scope's breaker's steps, which serve a guarded tool; else ``None``."""
+        target = self._runner.scope_target()
+        return None if target is None else target._steps
 
     def scopes(self) -> dict[str, Breaker]:
         """The live scoped breakers of this row, by scope value (oldest use first)."""
@@ -502,12 +745,12 @@ class Breaker(Steps):
         every tenant's breaker, made before or after it attached, and detaching from the
         row detaches from all.
         """
-        self._listeners = row._listeners
+        self._admission.listeners = row._admission.listeners
         self._retries.listeners = row._retries.listeners
-        self.step_observers = row.step_observers
+        self.step_observers = self._steps.observers = row.step_observers
         self.degradation.notices.follow(row.degradation.notices)
         self.degradation.tools = row.degradation.tools
-        self._stamp = row._stamp
+        self._admission.stamp = row._admission.stamp
 
     def add_retry_listener(self, listener: RetryListener) -> Callable[[], None]:
         """Call ``listener(record)`` for every retry decision; returns a remover.

@@ -39,7 +39,6 @@ host's monotonic clock, which every process of the host shares).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import random
@@ -47,7 +46,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed
@@ -55,6 +54,9 @@ from toolbreaker.runtime._process import process_token
 from toolbreaker.stores._protocol import Records
 from toolbreaker.stores._records import breaker_space
 from toolbreaker.stores.memory import MemoryStore
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["BULKHEAD_SPACE", "MARGIN_MS", "RENEW_EVERY_S", "Bulkhead", "Slot", "shares_records"]
 
@@ -121,6 +123,8 @@ class Slot:
 
     async def arelease(self) -> None:
         """Give the slot back; a store lease is given back in a worker thread."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         if self.lease is None:
             self._bulkhead._release(self)
         else:
@@ -207,6 +211,8 @@ class Bulkhead:
 
     async def aacquire(self, deadline_ms: int) -> Slot | str:
         """:meth:`acquire` for the event loop: a store is asked in a worker thread."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         ttl = deadline_ms + MARGIN_MS
         holder = self._local(ttl)
         if holder is None:

@@ -1,28 +1,32 @@
-"""A breaker's calls: ``call()``/``acall()``, their quiet fast paths, workers, deadlines.
+"""A breaker's runner: ``call()``/``acall()``, their fast paths, workers, deadlines, retries.
 
-In a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a call is admitted and a
-success changes nothing, so the fast paths take no permit, no lock and no store round
-trip unless something happens; while open and cooling down, a call is rejected the same
-way, from the core's idle window (:func:`~toolbreaker.core.breaker.predicates.idle_window`,
-kept by the admission layer while it holds). Sync calls
-run in a worker thread by default so a deadline can be kept; the bulkhead slot goes
-with the call and comes back when it really ends.
+One part of :class:`~toolbreaker.Breaker` (:class:`Runner`, built with the parts it
+drives: admission, the retry ledger and loop, the scopes, the bulkhead). In a *quiet*
+state (:func:`~toolbreaker.core.is_quiet`) a call is admitted and a success changes
+nothing, so the fast paths take no permit, no lock and no store round trip unless
+something happens; while open and cooling down, a call is rejected the same way, from
+the core's idle window (:func:`~toolbreaker.core.breaker.predicates.idle_window`, kept
+by the admission part while it holds). Sync calls run in a worker thread by default so a
+deadline can be kept; the bulkhead slot goes with the call and comes back when it really
+ends.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from toolbreaker.core.breaker.predicates import may_probe, rejects_callers
-from toolbreaker.core.breaker.state import BreakerState
 from toolbreaker.core.retry import Failure
-from toolbreaker.errors import AsyncCallError, CircuitOpen, circuit_open
-from toolbreaker.runtime._step import Step
+from toolbreaker.errors import AsyncCallError, CircuitOpen, PolicyError, circuit_open
+from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.runtime._sync_path import PLAIN_TYPES, is_awaitable, not_awaited
-from toolbreaker.runtime.breaker._admission import UNSET, Admission, Idle, Permit
-from toolbreaker.runtime.breaker._bulkhead import SATURATED, Slot
+from toolbreaker.runtime.breaker._admission import UNSET, Admission, Permit, Rejection
+from toolbreaker.runtime.breaker._boundary import check_seconds
+from toolbreaker.runtime.breaker._bulkhead import SATURATED, STORE_DOWN, Bulkhead, Slot
 from toolbreaker.runtime.breaker._classify import Verdict
 from toolbreaker.runtime.breaker._commit import may_have_committed
 from toolbreaker.runtime.breaker._deadline import (
@@ -34,15 +38,19 @@ from toolbreaker.runtime.breaker._deadline import (
     watch,
     within,
 )
-from toolbreaker.runtime.breaker._ledger import RetryLedger
-from toolbreaker.runtime.breaker._retries import Retries
 from toolbreaker.runtime.breaker._scope import current_scope
-from toolbreaker.runtime.breaker._scopes import Scopes
 
 if TYPE_CHECKING:
+    from toolbreaker.core.breaker.state import BreakerState
+    from toolbreaker.runtime.breaker._boundary import Boundary
     from toolbreaker.runtime.breaker._breaker import Breaker
+    from toolbreaker.runtime.breaker._degrade import Degradation
+    from toolbreaker.runtime.breaker._ledger import RetryLedger
+    from toolbreaker.runtime.breaker._retries import Retries
+    from toolbreaker.runtime.breaker._scopes import Scopes
+    from toolbreaker.runtime.breaker._stats import BreakerStats
 
-__all__ = ["Calls"]
+__all__ = ["Runner"]
 
 R = TypeVar("R")
 
@@ -50,48 +58,111 @@ _TIMEOUT: Final = Verdict("failure", "timeout")
 _HUNG: Final = "hung"
 
 
-class Calls(Admission):
-    """Running calls: ``call``/``acall`` with their fast paths, workers and deadlines."""
+class Runner:
+    """Running calls: deadlines, workers, the bulkhead and retries, for one breaker.
 
-    # Parts this layer drives, made by Breaker.__init__ with explicit constructors.
-    _ledger: RetryLedger
-    _retries: Retries
-    _scopes: Scopes | None
+    ``call``/``acall`` with their quiet fast paths, the worker pool that keeps a sync
+    call's deadline, the bulkhead slot that goes with a call until it really ends, and
+    the retry loop around attempts. Admission and settling are the :class:`Admission`
+    part's.
+
+    The quiet fast paths (``call``, ``acall`` and a worker's) skip the store because the
+    core says a success in a quiet state changes nothing; that holds unless the row has a
+    result predicate, the result came after the deadline (late: ambiguous, never a
+    success) or the state changed meanwhile: then the call is settled after all. Each
+    path tests those three inline (a call frame is a fifth of the cheapest path's cost);
+    a test drives all of them through both cases.
+
+    Args:
+        admission: the breaker's admission part (its view, its quiet state, its permits).
+        boundary: the row (its deadline, enforcement, retry and bulkhead options).
+        clock: integer milliseconds.
+        stats: the breaker's counters.
+        degradation: the row's degradation chain (told of a full bulkhead, hung workers).
+        ledger: the retry ledger (its policy says whether calls retry).
+        retries: the retry loop.
+        scopes: a scoped row's breakers, else ``None``.
+        bulkhead: the bulkhead, else ``None``.
+        max_workers: see :class:`~toolbreaker.Breaker`.
+    """
+
+    def __init__(
+        self,
+        admission: Admission,
+        boundary: Boundary,
+        *,
+        clock: Clock,
+        stats: BreakerStats,
+        degradation: Degradation,
+        ledger: RetryLedger,
+        retries: Retries,
+        scopes: Scopes | None,
+        bulkhead: Bulkhead | None,
+        max_workers: int,
+    ) -> None:
+        self.admission = admission
+        self.view = admission.view
+        self.key = boundary.key
+        self.tool = boundary.tool or boundary.dependency
+        self.result_is_failure = boundary.result_is_failure
+        self.clock = clock
+        # The quiet fast paths time a call in the clock's own ticks: time.monotonic_ns
+        # itself for the default clock (no Python frame per reading), else the clock.
+        fast = clock is monotonic_ms
+        self.ticks: Callable[[], int] = time.monotonic_ns if fast else clock
+        self.per_ms = 1_000_000 if fast else 1
+        self.monotonic = fast
+        self.stats = stats
+        self.degradation = degradation
+        self.ledger = ledger
+        self.retries = retries
+        self.scopes = scopes
+        self.bulkhead = bulkhead
+        # A bulkhead of this process alone keeps the quiet fast path: a counter around it.
+        self.slots = bulkhead if bulkhead is not None and not bulkhead.shared else None
+        self.max_workers = max_workers
+        self.workers: Workers | None = None
+        self.workers_lock = threading.Lock()
+        self.configure(boundary)
+
+    def configure(self, boundary: Boundary) -> None:
+        """Take the row's deadline, enforcement and retry options (adopt changes them)."""
+        self.boundary = boundary
+        self.default_deadline = self.deadline_ms(boundary.timeout)
+        self.inline = boundary.enforce == "cooperative"
+        # The quiet fast path needs none of retries, scopes and a shared bulkhead:
+        # computed once, so the hot path tests one attribute.
+        self.plain = (
+            self.ledger.policy is None
+            and self.scopes is None
+            and (self.bulkhead is None or self.slots is not None)
+        )
 
     def call(
-        self, fn: Callable[..., R], /, *args: Any, timeout: float | None = UNSET, **kwargs: Any
+        self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: Any
     ) -> R:
-        """Run ``fn(*args, **kwargs)`` through the breaker, retrying by the row's policy.
+        """:meth:`Breaker.call <toolbreaker.Breaker.call>`: ``fn(*args, **kwargs)``.
 
-        With a ``retry`` policy, a failed attempt is retried as the retry core decides
-        (:mod:`toolbreaker.core.retry`): never while the breaker is open, never a class no
-        retry can fix, never an attempt that may have committed (unless the row is
-        ``read`` or ``idempotent``), never past the end-to-end deadline (each attempt's
-        deadline is cut to what is left) and never beyond the retry budget. **Retries
-        belong to one layer**: if this one retries, give the client inside the tool
-        ``max_retries=0`` and turn off the framework's tool retries.
-
-        Raises:
-            CircuitOpen: rejected locally; ``.result`` is the tool-unavailable result.
-            TimeoutError: the deadline passed (recorded as a qualifying failure).
-            Exception: whatever the last attempt of ``fn`` raised, after recording it.
+        The quiet fast path first (no permit, no lock, no store round trip unless the core
+        may care), then the open hot path (the core's idle window), else one attempt or
+        the retry loop.
         """
-        view = self._view
+        view = self.view
         state = view.state
-        ticks = self._ticks
+        ticks = self.ticks
         start = ticks()
         # Admitted on the view only while its lease holds (stores.View), by this reading.
-        leased = view.lease.until_ns > (start if self._monotonic else time.monotonic_ns())
-        if state is self._quiet and state is not None and self._plain and leased:
+        leased = view.lease.until_ns > (start if self.monotonic else time.monotonic_ns())
+        if state is self.admission.quiet and state is not None and self.plain and leased:
             # _deadline_of(), inlined: its call frame would add a third to this path.
-            deadline = self._default_deadline if timeout is UNSET else self._deadline_ms(timeout)
-            if deadline is not None and not self._inline:
+            deadline = self.default_deadline if timeout is UNSET else self.deadline_ms(timeout)
+            if deadline is not None and not self.inline:
                 return self._quiet_in_thread(state, deadline, fn, args, kwargs)
             if deadline is not None:
                 # Quiet fast path: no permit, no lock, no record unless something happens.
-                slots = self._slots  # a bulkhead of this process only: a counter
+                slots = self.slots  # a bulkhead of this process only: a counter
                 if slots is not None and not slots.enter():
-                    raise self._no_slot(SATURATED, deadline).error()
+                    raise self.no_slot(SATURATED, deadline).error()
                 self.stats.admitted += 1
                 try:
                     try:
@@ -99,75 +170,64 @@ class Calls(Admission):
                         if type(result) not in PLAIN_TYPES and is_awaitable(result):
                             raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
                     except BaseException as exc:
-                        self._quiet_outcome(state, start // self._per_ms, deadline, exc)
+                        self._quiet_outcome(state, start // self.per_ms, deadline, exc)
                         raise
-                    # Settle after all only if the core may care: _unquiet(), inlined on
-                    # the cheapest path of all (a call frame costs a fifth of its overhead).
+                    # Settle after all only if the core may care (see the class).
                     if (
                         self.result_is_failure is not None
-                        or ticks() - start > deadline * self._per_ms
+                        or ticks() - start > deadline * self.per_ms
                         or view.state is not state
                     ):
-                        self._quiet_outcome(state, start // self._per_ms, deadline, result)
+                        self._quiet_outcome(state, start // self.per_ms, deadline, result)
                     elif (tally := view.tally) is not None:
                         # A quiet call of the history: Tally.call(), inlined for its state.
                         hot = tally.hot_call
                         if hot[0] is state:
                             hot[1][0] += 1
                         else:
-                            tally.call(state, start // self._per_ms)
+                            tally.call(state, start // self.per_ms)
                     return result
                 finally:
                     if slots is not None:
                         slots.leave()
         elif (
             state is not None
-            and self._plain
-            and (idle := self._cooling(state, now := start // self._per_ms)) is not None
+            and self.plain
+            and (idle := self.admission.cooling(state, now := start // self.per_ms)) is not None
         ):
             raise idle.error(self.key, now)  # the open hot path: the core's idle window
-        if self._ledger.policy is None:
-            return self._call_once(fn, *args, timeout=timeout, **kwargs)
+        if self.ledger.policy is None:
+            return self.call_once(fn, args, kwargs, timeout)
         return self._retrying(fn, args, kwargs, timeout)
 
     async def acall(
         self,
         fn: Callable[..., Awaitable[R]],
-        /,
-        *args: Any,
-        timeout: float | None = UNSET,
-        **kwargs: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: Any,
     ) -> R:
-        """Await ``fn(*args, **kwargs)`` through the breaker, retrying as :meth:`call` does.
-
-        Each attempt is cancelled at its deadline; waits between attempts never block the
-        loop.
-
-        Raises:
-            CircuitOpen: as :meth:`call` (rejected locally, with the model's result).
-            TimeoutError: an attempt's deadline passed; the attempt was cancelled.
-            Exception: whatever the last attempt of ``fn`` raised, after recording it.
-        """
-        view = self._view
+        """:meth:`call` for the event loop: each attempt is cancelled at its deadline."""
+        view = self.view
         state = view.state
-        start = self._ticks()
-        leased = view.lease.until_ns > (start if self._monotonic else time.monotonic_ns())
-        if state is self._quiet and state is not None and self._plain and leased:
+        start = self.ticks()
+        leased = view.lease.until_ns > (start if self.monotonic else time.monotonic_ns())
+        if state is self.admission.quiet and state is not None and self.plain and leased:
             # _deadline_of(), inlined: its call frame would add a third to this path.
-            deadline = self._default_deadline if timeout is UNSET else self._deadline_ms(timeout)
+            deadline = self.default_deadline if timeout is UNSET else self.deadline_ms(timeout)
             if deadline is not None:
                 # Quiet fast path, as in call(); the deadline is kept by the loop's watchdog.
-                slots = self._slots
+                slots = self.slots
                 if slots is not None and not slots.enter():
-                    raise self._no_slot(SATURATED, deadline).error()
+                    raise self.no_slot(SATURATED, deadline).error()
                 self.stats.admitted += 1
                 try:
-                    if self._inline:
+                    if self.inline:
                         try:
                             result = await fn(*args, **kwargs)
                         except BaseException as exc:
-                            start //= self._per_ms
-                            await self._quiet_permit(state, start, deadline).arecord(exc)
+                            start //= self.per_ms
+                            await self.admission.quiet_permit(state, start, deadline).arecord(exc)
                             raise
                     else:
                         # within(), inline: no coroutine frame of its own per call.
@@ -179,46 +239,57 @@ class Calls(Admission):
                             # The deadline's timeout is a timeout; the call's own raise
                             # is classified, as on every path (sync and async).
                             fired = dog.fired(call, exc)
-                            start //= self._per_ms
-                            permit = self._quiet_permit(state, start, deadline)
+                            start //= self.per_ms
+                            permit = self.admission.quiet_permit(state, start, deadline)
                             await permit.arecord(_TIMEOUT if fired else exc)
                             if fired:
                                 raise deadline_passed(deadline / 1000) from None
                             raise
                         dog.done(call)
-                    if self._unquiet(state, start, deadline):
-                        start //= self._per_ms
-                        await self._quiet_permit(state, start, deadline).arecord(
-                            self.result_verdict(result)
+                    # Settled after all only if the core may care (see the class); the
+                    # tally's hot path inline as in call(): Breaker.acall's coroutine
+                    # costs about what these two frames did.
+                    if (
+                        self.result_is_failure is not None
+                        or self.ticks() - start > deadline * self.per_ms
+                        or view.state is not state
+                    ):
+                        start //= self.per_ms
+                        await self.admission.quiet_permit(state, start, deadline).arecord(
+                            self.admission.result_verdict(result)
                         )
                     elif (tally := view.tally) is not None:
-                        tally.call(state, start // self._per_ms)
+                        hot = tally.hot_call
+                        if hot[0] is state:
+                            hot[1][0] += 1
+                        else:
+                            tally.call(state, start // self.per_ms)
                     return result
                 finally:
                     if slots is not None:
                         slots.leave()
         elif (
             state is not None
-            and self._plain
-            and (idle := self._cooling(state, now := start // self._per_ms)) is not None
+            and self.plain
+            and (idle := self.admission.cooling(state, now := start // self.per_ms)) is not None
         ):
             raise idle.error(self.key, now)  # the open hot path: the core's idle window
-        if self._ledger.policy is None:
-            return await self._acall_once(fn, *args, timeout=timeout, **kwargs)
+        if self.ledger.policy is None:
+            return await self.acall_once(fn, args, kwargs, timeout)
         return await self._aretrying(fn, args, kwargs, timeout)
 
     def _retrying(
         self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: Any
     ) -> R:
-        """:meth:`call` with retries: each attempt is one :meth:`_call_once`.
+        """:meth:`call` with retries: each attempt is one :meth:`call_once`.
 
         Its own frame, so that the closure is not :meth:`call`'s: a closure there would
         make every name it captures a cell, slower on the quiet fast path too.
         """
-        return self._retries.run(
-            lambda seconds: self._call_once(fn, *args, timeout=seconds, **kwargs),
-            self._required_deadline(timeout),
-            self._failure,
+        return self.retries.run(
+            lambda seconds: self.call_once(fn, args, kwargs, seconds),
+            self.required_deadline(timeout),
+            self.failure,
             self.boundary.max_retry_after_ms,
         )
 
@@ -229,16 +300,16 @@ class Calls(Admission):
         kwargs: dict[str, Any],
         timeout: Any,
     ) -> R:
-        """:meth:`acall` with retries: each attempt is one :meth:`_acall_once`."""
-        return await self._retries.arun(
-            lambda seconds: self._acall_once(fn, *args, timeout=seconds, **kwargs),
-            self._required_deadline(timeout),
-            self._failure,
+        """:meth:`acall` with retries: each attempt is one :meth:`acall_once`."""
+        return await self.retries.arun(
+            lambda seconds: self.acall_once(fn, args, kwargs, seconds),
+            self.required_deadline(timeout),
+            self.failure,
             self.boundary.max_retry_after_ms,
         )
 
-    def _call_once(
-        self, fn: Callable[..., R], /, *args: Any, timeout: float | None = UNSET, **kwargs: Any
+    def call_once(
+        self, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: Any
     ) -> R:
         """One attempt of :meth:`call` past the quiet fast path (a retry, a scoped call).
 
@@ -247,12 +318,12 @@ class Calls(Admission):
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
-        if self._scopes is not None and (target := self._scope_target()) is not None:
+        if self.scopes is not None and (target := self.scope_target()) is not None:
             return target.call(fn, *args, timeout=timeout, **kwargs)
         deadline, state, now = self._attempt(timeout)
-        if not self._inline:
+        if not self.inline:
             return self._run_in_thread(state, now, fn, args, kwargs, deadline)
-        permit = self._enter(now, deadline)
+        permit = self.enter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
         try:
@@ -262,25 +333,24 @@ class Calls(Admission):
         except BaseException as exc:
             permit.record(exc)
             raise
-        self.record_result(permit, result)
+        self.admission.record_result(permit, result)
         return result
 
-    async def _acall_once(
+    async def acall_once(
         self,
         fn: Callable[..., Awaitable[R]],
-        /,
-        *args: Any,
-        timeout: float | None = UNSET,
-        **kwargs: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        timeout: Any,
     ) -> R:
-        """:meth:`_call_once` for :meth:`acall`: the call is cancelled at its deadline."""
-        if self._scopes is not None and (target := self._scope_target()) is not None:
+        """:meth:`call_once` for :meth:`acall`: the call is cancelled at its deadline."""
+        if self.scopes is not None and (target := self.scope_target()) is not None:
             return await target.acall(fn, *args, timeout=timeout, **kwargs)
         deadline, _, now = self._attempt(timeout)
-        permit = await self._aenter(now, deadline)
+        permit = await self.aenter(now, deadline)
         if not isinstance(permit, Permit):
             raise permit.error()
-        if self._inline:
+        if self.inline:
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as exc:
@@ -299,21 +369,21 @@ class Calls(Admission):
                     raise deadline_passed(deadline / 1000) from None
                 raise
             dog.done(call)
-        await permit.arecord(self.result_verdict(result))
+        await permit.arecord(self.admission.result_verdict(result))
         return result
 
-    def _scope_target(self) -> Breaker | None:
+    def scope_target(self) -> Breaker | None:
         """The current scope's breaker, which serves the call; ``None``: this one does."""
-        scopes = self._scopes
+        scopes = self.scopes
         if scopes is None:
             return None
         value = current_scope(scopes.name)
         return None if value is None else scopes.get(value)
 
-    def _failure(self, exc: BaseException) -> Failure:
+    def failure(self, exc: BaseException) -> Failure:
         """What a failed attempt tells the retry core."""
-        verdict = self.verdict_of(exc)
-        state = self._view.state
+        verdict = self.admission.verdict_of(exc)
+        state = self.view.state
         return Failure(
             at=self.clock(),
             kind=verdict.kind,
@@ -321,7 +391,7 @@ class Calls(Admission):
             status=verdict.status,
             retry_after_ms=verdict.retry_after_ms,
             may_have_committed=not self.boundary.idempotent and may_have_committed(exc, verdict),
-            breaker_open=state is not None and rejects_callers(state, self.policy),
+            breaker_open=state is not None and rejects_callers(state, self.admission.policy),
         )
 
     def _quiet_in_thread(
@@ -337,14 +407,14 @@ class Calls(Admission):
         As inline, the call is settled after all only when the core may care (a failure,
         a timeout, a late or a predicate's result, a state that changed meanwhile). A
         bulkhead of this process is a counter, given back when the call is over, which
-        may be long after its deadline. :meth:`_worker` and :meth:`_unquiet` are
+        may be long after its deadline. :meth:`_worker` and the settling test are
         inlined: the caller's every step here also keeps the worker's CPU idle longer,
         and waking it from idle is most of what a hand-off costs.
         """
-        slots = self._slots
+        slots = self.slots
         if slots is not None and not slots.enter():
-            raise self._no_slot(SATURATED, deadline).error()
-        pool = self._workers or self._start_workers()
+            raise self.no_slot(SATURATED, deadline).error()
+        pool = self.workers or self._start_workers()
         try:
             worker = pool.acquire()
         except BaseException:
@@ -356,7 +426,7 @@ class Calls(Admission):
                 slots.leave()
             raise self._no_worker(pool, False, False)
         self.stats.admitted += 1
-        ticks = self._ticks
+        ticks = self.ticks
         start = ticks()
         then = None if slots is None else slots.leave
         try:
@@ -364,45 +434,30 @@ class Calls(Admission):
             if type(result) not in PLAIN_TYPES and is_awaitable(result):
                 raise _not_awaited(result)  # noqa: TRY301 - settled below, as the call's raise
         except BaseException as exc:
-            self._quiet_outcome(state, start // self._per_ms, deadline, exc)
+            self._quiet_outcome(state, start // self.per_ms, deadline, exc)
             raise
         if result is OVERDUE:
-            self._quiet_permit(state, start // self._per_ms, deadline).record(_TIMEOUT)
+            self.admission.quiet_permit(state, start // self.per_ms, deadline).record(_TIMEOUT)
             raise self._overdue(deadline)
         if (
             self.result_is_failure is not None
-            or ticks() - start > deadline * self._per_ms
-            or self._view.state is not state
+            or ticks() - start > deadline * self.per_ms
+            or self.view.state is not state
         ):
-            self._quiet_outcome(state, start // self._per_ms, deadline, result)
-        elif (tally := self._view.tally) is not None:
-            tally.call(state, start // self._per_ms)
+            self._quiet_outcome(state, start // self.per_ms, deadline, result)
+        elif (tally := self.view.tally) is not None:
+            tally.call(state, start // self.per_ms)
         return result
-
-    def _unquiet(self, state: BreakerState, start: int, deadline: int) -> bool:
-        """Whether a success on a quiet fast path must be settled after all.
-
-        The fast paths of ``call``, ``acall`` and a worker skip the store because the
-        core says a success in a quiet state changes nothing; that holds unless the row
-        has a result predicate, the result came after the deadline (late: ambiguous,
-        never a success) or the state changed meanwhile. ``start`` is in ticks. The two
-        sync paths inline it (see there); a test drives all of them through both cases.
-        """
-        return (
-            self.result_is_failure is not None
-            or self._ticks() - start > deadline * self._per_ms
-            or self._view.state is not state
-        )
 
     def _quiet_outcome(
         self, state: BreakerState, start: int, deadline: int, outcome: object
     ) -> None:
         """Settle a fast-path call that turned out not to be a no-op after all."""
-        permit = self._quiet_permit(state, start, deadline)
+        permit = self.admission.quiet_permit(state, start, deadline)
         if isinstance(outcome, BaseException):
             permit.record(outcome)
         else:
-            self.record_result(permit, outcome)
+            self.admission.record_result(permit, outcome)
 
     def _attempt(self, timeout: float | None) -> tuple[int, BreakerState | None, int]:
         """An attempt's deadline in ms, the state this process sees and the time.
@@ -410,34 +465,12 @@ class Calls(Admission):
         Raises:
             CircuitOpen: the breaker is open and cooling down.
         """
-        deadline = self._required_deadline(timeout)
-        state = self._view.state
+        deadline = self.required_deadline(timeout)
+        state = self.view.state
         now = self.clock()
-        if state is not None and (idle := self._cooling(state, now)) is not None:
+        if state is not None and (idle := self.admission.cooling(state, now)) is not None:
             raise idle.error(self.key, now)
         return deadline, state, now
-
-    def _quiet_permit(self, state: BreakerState, start: int, deadline: int) -> Permit:
-        """The permit a fast-path call would have had, to settle it after all."""
-        return Permit(self, None, state.generation, start, deadline, False)
-
-    def _cooling(self, state: BreakerState, now: int) -> Idle | None:
-        """The core's idle window that rejects a call at ``now``, the rejection counted.
-
-        ``None``: no window holds (ask the core). The one rule of the open hot path:
-        ``call``/``acall`` raise the rejection, a guarded tool returns it (no exception).
-        """
-        idle = self._idle_at(state, now)
-        if idle is not None:
-            self.stats.rejected += 1
-            if (tally := self._view.tally) is not None:
-                # A quiet rejection of the history: Tally.reject(), inlined for its state.
-                hot = tally.hot_reject
-                if hot[0] is state:
-                    hot[1][0] += 1
-                else:
-                    tally.reject(state, now)
-        return idle
 
     def _run_in_thread(  # noqa: PLR0917 - the pieces of one call, from call() only
         self,
@@ -457,15 +490,15 @@ class Calls(Admission):
         recovery. The slot goes with the call and comes back when the call is over.
         """
         slot = None
-        if self._bulkhead is not None:
-            taken = self._bulkhead.acquire(self._slot_ms(deadline))
+        if self.bulkhead is not None:
+            taken = self.bulkhead.acquire(self._slot_ms(deadline))
             if not isinstance(taken, Slot):
-                raise self._no_slot(taken, deadline).error()
+                raise self.no_slot(taken, deadline).error()
             slot = taken
         try:
             worker = self._worker(state is not None and may_probe(state))
             try:
-                permit = self._local(now, deadline) or self._admit(now, deadline)
+                permit = self.admission.local(now, deadline) or self.admission.admit(now, deadline)
             except BaseException:
                 worker.release()
                 raise
@@ -488,7 +521,7 @@ class Calls(Admission):
         if result is OVERDUE:
             permit.record(_TIMEOUT)  # the deadline's timeout
             raise self._overdue(deadline)
-        self.record_result(permit, result)
+        self.admission.record_result(permit, result)
         return result
 
     def _worker(self, probe: bool, *, admitted: bool = False) -> Worker:
@@ -497,7 +530,7 @@ class Calls(Admission):
         Calls within their deadline never limit it. ``admitted``: the call was counted
         as admitted already (a step); it is not, after all.
         """
-        pool = self._workers or self._start_workers()
+        pool = self.workers or self._start_workers()
         worker = pool.acquire(probe=probe)
         if worker is None:
             raise self._no_worker(pool, probe, admitted)
@@ -511,9 +544,9 @@ class Calls(Admission):
         stats.rejected += 1
         stats.hung += 1
         # Nothing says when a hung call returns: the model waits out a cooldown.
-        wait = self.policy.cooldown_ms
+        wait = self.admission.policy.cooldown_ms
         self.degradation.hung(pool.pinned, pool.limit(probe=probe), wait)  # for listeners
-        return circuit_open(self.key, _HUNG, wait, self._render)
+        return circuit_open(self.key, _HUNG, wait, self.admission.render)
 
     def _hand_off(  # noqa: PLR0917 - the pieces of one call
         self,
@@ -546,17 +579,10 @@ class Calls(Admission):
             "is treated as ambiguous"
         )
 
-    def run(self, step: Step, fn: Callable[..., R], /, **kwargs: Any) -> R:
-        """Run ``fn(**kwargs)`` for an admitted ``step`` within its deadline.
-
-        Settles nothing: settle the step with what this returns or raises. In the default
-        ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline (a call
-        still running then keeps the step's bulkhead slot until it returns), and
-        :class:`~toolbreaker.CircuitOpen` (reason ``hung``) when calls hung past their
-        deadline hold the workers this one may use.
-        """
+    def run(self, step: Step, fn: Callable[..., R], kwargs: dict[str, Any]) -> R:
+        """:meth:`Breaker.run <toolbreaker.Breaker.run>`: an admitted step's call, in time."""
         deadline = None if step.deadline is None else max(1, round(step.deadline * 1000))
-        if self._inline:
+        if self.inline:
             return fn(**kwargs)
         result = self._run_step(step, fn, kwargs, deadline)
         if result is OVERDUE:
@@ -566,24 +592,7 @@ class Calls(Admission):
     def run_until(
         self, step: Step, fn: Callable[[], R], stop: Callable[[], bool], *, every: float
     ) -> R | Overdue:
-        """Run ``fn()`` for an admitted ``step`` in a worker until it returns or ``stop()``.
-
-        For a caller that may let the call go (a run guard's model turn cancels a call by
-        policy when a required dependency opens): ``stop`` is asked every ``every``
-        seconds while the call runs; no deadline is enforced, and a worker is used
-        whatever ``enforce`` says (a call in the caller's thread could not be let go).
-        Settles nothing. Returns ``fn()``'s result (raises what it raised), or
-        :data:`~toolbreaker.runtime.breaker._deadline.OVERDUE` once ``stop()`` was true
-        first: a call that had not started never starts; a running one goes on in its
-        worker (pinned, as a call past its deadline) and keeps the step's bulkhead slot,
-        its lease renewed, until it returns. Answered, it still counts until it ends. A
-        call still running past the step's deadline keeps its slot the same way (it does
-        not run out as a lost permit's would).
-
-        Raises:
-            CircuitOpen: reason ``hung``: calls hung past their deadline (or let go
-                while they ran) hold the workers this one may use.
-        """
+        """:meth:`Breaker.run_until <toolbreaker.Breaker.run_until>`: until it returns or stop."""
         return self._run_step(step, fn, {}, None, stop, every)
 
     def _run_step(  # noqa: PLR0917 - the pieces of one call
@@ -605,25 +614,106 @@ class Calls(Admission):
                 stop = _held_past(permit, slot, stop)
         return self._hand_off(worker, fn, (), kwargs, deadline, slot, stop, every)
 
-    async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], /, **kwargs: Any) -> R:
+    async def arun(self, step: Step, fn: Callable[..., Awaitable[R]], kwargs: dict[str, Any]) -> R:
         """Await ``fn(**kwargs)`` for an admitted ``step``, cancelled at its deadline."""
-        if self._inline or step.deadline is None:
+        if self.inline or step.deadline is None:
             return await fn(**kwargs)
         return await within(fn(**kwargs), step.deadline)
 
     def _start_workers(self) -> Workers:
-        with self._workers_lock:
-            workers = self._workers
+        with self.workers_lock:
+            workers = self.workers
             if workers is None:
-                workers = self._workers = self.stats._workers = Workers(
-                    self._max_workers, name=f"toolbreaker-{self.key}", on_late=self._late
+                workers = self.workers = Workers(
+                    self.max_workers, name=f"toolbreaker-{self.key}", on_late=self._late
                 )
+                self.stats.follow_workers(workers)
         return workers
 
     def _late(self) -> None:
         # The timeout (or the caller's cancellation) already settled the call; a late
         # result is ambiguous evidence, never a success, and must not count it twice.
         self.stats.late_results += 1
+
+    def enter(self, now: int, deadline: int | None) -> Permit | Rejection:
+        """A bulkhead slot, then admission: allow(), and call()/acall() past their fast paths."""
+        gate, bulkhead = self.admission, self.bulkhead
+        if bulkhead is None:
+            return gate.local(now, deadline) or gate.admit(now, deadline)
+        slot = bulkhead.acquire(self._slot_ms(deadline))
+        if not isinstance(slot, Slot):
+            return self.no_slot(slot, deadline)
+        try:
+            admission = gate.local(now, deadline) or gate.admit(now, deadline)
+        except BaseException:
+            slot.release()
+            raise
+        spare = self._holding(admission, slot)
+        if spare is not None:
+            spare.release()
+        return admission
+
+    async def aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
+        """:meth:`enter` for the event loop: a round trip, if one is needed, is awaited."""
+        gate, bulkhead = self.admission, self.bulkhead
+        if bulkhead is None:
+            return gate.local(now, deadline) or await gate.aadmit(now, deadline)
+        slot = await bulkhead.aacquire(self._slot_ms(deadline))
+        if not isinstance(slot, Slot):
+            return self.no_slot(slot, deadline)
+        try:
+            admission = gate.local(now, deadline) or await gate.aadmit(now, deadline)
+        except BaseException:
+            await slot.arelease()
+            raise
+        spare = self._holding(admission, slot)
+        if spare is not None:
+            await spare.arelease()
+        return admission
+
+    def _slot_ms(self, deadline: int | None) -> int:
+        """How long a slot may be held: the call's deadline (a probe lease without one)."""
+        return self.admission.policy.lease_ttl_ms if deadline is None else deadline
+
+    @staticmethod
+    def _holding(admission: Permit | Rejection, slot: Slot) -> Slot | None:
+        """An admitted call holds ``slot``; a rejected one gives it back: returned."""
+        if isinstance(admission, Permit):
+            admission.slot = slot
+            return None
+        return slot
+
+    def no_slot(self, why: str, deadline: int | None) -> Rejection:
+        """The bulkhead is full (``saturated``) or its store is down: denied at once."""
+        self.stats.rejected += 1
+        if why == SATURATED:
+            self.stats.saturated += 1
+            limit = self.bulkhead.limit if self.bulkhead is not None else None
+            self.degradation.saturated("bulkhead", limit, deadline)  # for listeners
+            # A slot is free again within one deadline unless its call hangs.
+            return Rejection(self.admission, SATURATED, deadline)
+        return Rejection(self.admission, STORE_DOWN, None)
+
+    def required_deadline(self, timeout: float | None) -> int:
+        """The call's deadline in ms (``timeout`` or the default); every call needs one."""
+        deadline = self.deadline_of(timeout)
+        if deadline is None:
+            raise self.no_deadline()
+        return deadline
+
+    def deadline_of(self, timeout: float | None) -> int | None:
+        """A call's deadline in ms: ``timeout``'s, or the row's when it is :data:`UNSET`."""
+        return self.default_deadline if timeout is UNSET else self.deadline_ms(timeout)
+
+    def deadline_ms(self, timeout: float | None) -> int | None:
+        """``timeout`` seconds in ms (``None``: no deadline); checked."""
+        if timeout is None:
+            return None
+        return max(1, round(check_seconds(timeout, "timeout") * 1000))
+
+    def no_deadline(self) -> PolicyError:
+        """The error of a call with no deadline at all."""
+        return no_deadline(self.key)
 
 
 def _not_awaited(result: object) -> AsyncCallError:

@@ -71,18 +71,13 @@ the raised exception.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
-import email.utils
 import errno
-import json
 import math
 import re
-import socket
+import sys
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Final, Literal, Protocol, TypeAlias
 
 from toolbreaker.core.breaker.predicates import UNCLASSIFIED
@@ -173,18 +168,13 @@ _GROUP: Final = "group"
 _STDLIB_CLASSES: Final[dict[type, str]] = {
     **dict.fromkeys(
         (
-            asyncio.CancelledError,
-            concurrent.futures.CancelledError,
             KeyboardInterrupt,
             SystemExit,
             GeneratorExit,
         ),
         _CANCELLED,
     ),
-    **dict.fromkeys(
-        (TimeoutError, asyncio.TimeoutError, concurrent.futures.TimeoutError, socket.timeout),
-        _TIMEOUT,
-    ),
+    TimeoutError: _TIMEOUT,  # socket.timeout is it, and from 3.11 the asyncio and futures ones
     ConnectionError: _NETWORK,
 }
 
@@ -230,6 +220,11 @@ _LIBRARY_CLASSES: Final = (
     (("botocore",), _TIMEOUT, ("ConnectTimeoutError", "ReadTimeoutError")),
     (("botocore",), _NETWORK, ("EndpointConnectionError", "ConnectionClosedError")),
     (("subprocess",), _TIMEOUT, ("TimeoutExpired",)),
+    # asyncio's by name: a sync program never loads asyncio, and none of its exceptions
+    # can exist until something did. Its TimeoutError is the builtin's from 3.11 on.
+    # concurrent.futures' too (its TimeoutError is the builtin's from 3.11 on).
+    (("asyncio", "concurrent"), _CANCELLED, ("CancelledError",)),
+    (("asyncio", "concurrent"), _TIMEOUT, ("TimeoutError",)),
     (("trio",), _TIMEOUT, ("TooSlowError",)),
     (("trio", "anyio"), _CANCELLED, ("Cancelled",)),
     (
@@ -286,12 +281,9 @@ _NETWORK_ERRNOS: Final[dict[int, str]] = {
     for name in _NETWORK_ERRNO_NAMES
     if isinstance(code := getattr(errno, name, None), int)
 }
-# getaddrinfo() codes; their numbers overlap ordinary errnos on some platforms.
-_EAI_ERRNOS: Final[dict[int, str]] = {
-    code: name
-    for name in ("EAI_AGAIN", "EAI_NONAME", "EAI_NODATA")
-    if isinstance(code := getattr(socket, name, None), int)
-}
+# getaddrinfo() codes, whose numbers overlap ordinary errnos on some platforms: read
+# from socket once a gaierror is seen (none exists before socket is loaded).
+_EAI_NAMES: Final = ("EAI_AGAIN", "EAI_NONAME", "EAI_NODATA")
 # Node-style string codes, as some wrappers carry them in ``code`` or ``errno``.
 _NETWORK_CODES: Final = frozenset(
     (*_NETWORK_ERRNO_NAMES, "ENOTFOUND", "EAI_AGAIN", "EAI_NONAME", "EAI_NODATA")
@@ -318,8 +310,11 @@ def _attr(obj: object, name: str) -> object:
 
 def _network_code(exc: BaseException) -> str | None:
     """An errno or Node-style code on ``exc`` that names a network failure."""
-    if isinstance(exc, socket.gaierror):
-        return None if exc.errno is None else _EAI_ERRNOS.get(exc.errno)
+    socket = sys.modules.get("socket")
+    if socket is not None and isinstance(exc, socket.gaierror):
+        if exc.errno is None:
+            return None
+        return next((n for n in _EAI_NAMES if getattr(socket, n, None) == exc.errno), None)
     if isinstance(exc, OSError) and exc.errno is not None:
         name = _NETWORK_ERRNOS.get(exc.errno)
         if name is not None:
@@ -506,6 +501,8 @@ def _json_body(exc: BaseException) -> object:
     if isinstance(body, str):
         if len(body) > _MAX_BODY_CHARS:
             return None
+        import json  # a failure's body only: no breaker loads json for this
+
         try:
             return json.loads(body)
         except ValueError:
@@ -608,6 +605,8 @@ def classify_status(
     if body is None or (status != 429 and status != 503):  # noqa: PLR1714 - hot path
         return verdict
     if isinstance(body, (str, bytes)):
+        import json  # a 429's or a 503's body only
+
         try:
             body = json.loads(body)
         except ValueError:
@@ -683,6 +682,10 @@ def parse_retry_after(value: object, *, now: float | None = None) -> int | None:
 
 
 def _date_wait(text: str, now: float | None) -> int | None:
+    # A Retry-After date is rare: email.utils loads socket, urllib and more.
+    import email.utils
+    from datetime import datetime, timezone
+
     try:
         parsed = email.utils.parsedate_tz(text)
         if parsed is None:

@@ -50,7 +50,6 @@ Deadlines are on the loop's clock (``loop.time()``), the one its timers run on.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import enum
 import logging
@@ -61,7 +60,10 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "KEEP_ALIVE_S",
@@ -513,6 +515,9 @@ class Watchdog:
     __slots__ = ("_base", "_due", "_fired", "_next", "_tasks", "_timer", "loop", "time")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        import asyncio  # a loop runs: asyncio is loaded (a sync program never loads it)
+
+        _bind_asyncio()
         self.loop = loop
         # asyncio's own loops record the thread running them (``_thread_id``): whether
         # this loop is the one running in a thread is then one attribute read, without
@@ -566,7 +571,7 @@ class Watchdog:
             return False  # the deadline had not passed: whatever it is, it is not ours
         fired = self._fired.pop(awaitable)
         task = self._tasks.pop(awaitable)
-        if isinstance(exc, asyncio.CancelledError):
+        if isinstance(exc, _cancelled_error()):
             # Someone else cancelled too: theirs wins.
             return _uncancel(task) <= fired
         _uncancel(task)  # the call swallowed our cancellation and raised
@@ -624,6 +629,8 @@ def watchdog() -> Watchdog:
     Raises:
         RuntimeError: no event loop is running in this thread.
     """
+    import asyncio  # a loop runs: asyncio is loaded (a sync program never loads it)
+
     loop = asyncio.get_running_loop()
     dog = _local.watchdog
     if dog is None or dog.loop is not loop:
@@ -652,6 +659,8 @@ def watch(awaitable: object, seconds: float) -> Watchdog:
             dog = _local.watchdog = Watchdog(loop)
     task = _current_tasks.get(dog.loop) if dog is not None else None
     if task is None or dog is None:
+        import asyncio  # a failure path: asyncio's own test of a coroutine
+
         if asyncio.iscoroutine(awaitable):
             awaitable.close()  # never awaited: no "never awaited" warning either
         raise RuntimeError("a deadline must be awaited inside an asyncio task")
@@ -686,22 +695,43 @@ async def within(awaitable: Awaitable[R], seconds: float) -> R:
     return result
 
 
-_running_loop = asyncio._get_running_loop
+# asyncio's own lookups, bound by _bind_asyncio() when the first watchdog is made (an
+# event loop runs then, so asyncio is loaded): a sync program never imports asyncio.
+
+
+def _no_count(task: asyncio.Task[Any]) -> int:
+    return 0  # 3.10 tasks keep no cancellation count (and no task runs before binding)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    _bind_asyncio()  # rebinds this name to asyncio's own
+    return _running_loop()
+
+
 # The tasks running now, by loop: the dict ``asyncio.current_task`` reads (in C from 3.12;
 # on 3.10 and 3.11 current_task is a Python function around this same lookup).
-_current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+_current_tasks: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] = {}
+_cancelling: Callable[[asyncio.Task[Any]], int] = _no_count
+_uncancel: Callable[[asyncio.Task[Any]], int] = _no_count
 
-if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
-    # The C methods themselves: no Python frame per call.
-    _cancelling: Callable[[asyncio.Task[Any]], int] = asyncio.Task.cancelling
-    _uncancel: Callable[[asyncio.Task[Any]], int] = asyncio.Task.uncancel
-else:  # pragma: no cover - version dependent: 3.10 tasks keep no cancellation count
 
-    def _cancelling(task: asyncio.Task[Any]) -> int:
-        return 0
+def _bind_asyncio() -> None:
+    """Bind asyncio's lookups the hot path reads (once; asyncio is loaded by then)."""
+    global _running_loop, _current_tasks, _cancelling, _uncancel  # noqa: PLW0603 - bound once, lazily
+    import asyncio
 
-    def _uncancel(task: asyncio.Task[Any]) -> int:
-        return 0
+    _running_loop = asyncio._get_running_loop
+    _current_tasks = asyncio.tasks._current_tasks  # type: ignore[attr-defined]
+    if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
+        # The C methods themselves: no Python frame per call.
+        _cancelling = asyncio.Task.cancelling
+        _uncancel = asyncio.Task.uncancel
+
+
+def _cancelled_error() -> type[BaseException]:
+    import asyncio
+
+    return asyncio.CancelledError
 
 
 if hasattr(os, "register_at_fork"):  # pragma: no branch - POSIX

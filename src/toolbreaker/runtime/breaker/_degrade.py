@@ -26,14 +26,13 @@ may already be queued, and the chain never goes on to hand the same work to a pe
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
 import inspect
 import json
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.canonical import sha256_hex
 from toolbreaker.core.degrade import (
@@ -62,6 +61,9 @@ from toolbreaker.runtime._result import (
 )
 from toolbreaker.runtime.breaker._boundary import Boundary
 from toolbreaker.stores._protocol import Records
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "DEGRADE_SCHEMA",
@@ -315,6 +317,8 @@ class Degradation:
 
     async def aremember(self, tool: str, args: Mapping[str, Any], result: Any) -> None:
         """:meth:`remember` off the event loop."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         if self._stale:
             await asyncio.to_thread(self.remember, tool, args, result)
 
@@ -363,6 +367,8 @@ class Degradation:
 
         A coroutine degraded tool is awaited on this loop.
         """
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         if not self.chain or not _unavailable(plain):
             return plain
         loop = asyncio.get_running_loop()
@@ -692,6 +698,8 @@ def _run_local(
     fn: Callable[..., Any], args: Mapping[str, Any], loop: asyncio.AbstractEventLoop | None
 ) -> Any:
     """Run the degraded local tool; a coroutine is awaited on ``loop`` (from a worker)."""
+    import asyncio  # the event loop's own: a sync program never loads asyncio
+
     value = fn(**args)
     if inspect.isawaitable(value):
         if loop is None:

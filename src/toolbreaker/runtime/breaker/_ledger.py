@@ -11,7 +11,6 @@ budget. Every decision is a core's; this part keeps their state and its lock.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -169,6 +168,8 @@ class RetryLedger:
 
     async def aspend(self) -> bool:
         """:meth:`spend` for the event loop: a shared budget is paid in a worker thread."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         if self.shared is None:
             return self.spend()
         return await asyncio.to_thread(self.spend)

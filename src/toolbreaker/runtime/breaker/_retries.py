@@ -9,7 +9,6 @@ or on the event loop (:meth:`Retries.arun`); every decision is the retry core's
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import random
@@ -138,6 +137,8 @@ class Retries:
         hint_cap: int | None,
     ) -> R:
         """Carry out :meth:`plan` on the event loop: ``attempt`` and the waits are awaited."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         plan = self.plan(deadline, failure_of, hint_cap)
         try:
             action = next(plan)

@@ -32,7 +32,6 @@ are lost, which errs on the side of fewer retries.
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 import time
@@ -176,6 +175,8 @@ class SharedBudget:
 
 def _back_off(conflicts: int) -> None:
     """Sleep a jittered while after ``conflicts`` lost writes; never on an event loop."""
+    import asyncio  # the event loop's own: a sync program never loads asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -121,6 +121,14 @@ class BreakerStats:
             else:
                 setattr(self, name, mine + theirs)
 
+    def follow_workers(self, workers: Workers) -> None:
+        """Read ``pinned_workers`` from ``workers`` (the breaker's pool, once started)."""
+        self._workers = workers
+
+    def count_record_fault(self) -> None:
+        """Count one fault of the shared store's records (the ledger's, the bulkhead's)."""
+        self.record_faults += 1
+
     def count_unclassified(self, name: str) -> bool:
         """Count one outcome of type ``name`` the classifier did not know.
 

@@ -1,5 +1,8 @@
 """A breaker's two-step API and tool wrapper: ``allow``/``admit``, ``begin``, ``guard``.
 
+One part of :class:`~toolbreaker.Breaker` (:class:`Steps`, built with the parts it
+drives: admission, the runner, the retry ledger, the degradation chain).
+
 What an adapter or a run guard drives: admission (a model's re-call spends a retry
 first), a :class:`~toolbreaker.runtime.Step` settled with the call's outcome, and the
 result the model reads after a failure.
@@ -9,8 +12,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine, Mapping
-from typing import Any, Final, ParamSpec, TypeVar, overload
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from toolbreaker.core.breaker.predicates import rejects_callers
 from toolbreaker.core.files import shown
@@ -29,9 +32,16 @@ from toolbreaker.runtime._step import (
 )
 from toolbreaker.runtime.breaker._admission import UNSET, Permit, Rejection
 from toolbreaker.runtime.breaker._boundary import check_seconds
-from toolbreaker.runtime.breaker._calls import Calls
 from toolbreaker.runtime.breaker._classify import SUCCESS
 from toolbreaker.runtime.breaker._layers import warn_nested_retries
+
+if TYPE_CHECKING:
+    from toolbreaker.runtime.breaker._admission import Admission
+    from toolbreaker.runtime.breaker._boundary import Boundary
+    from toolbreaker.runtime.breaker._breaker import Breaker
+    from toolbreaker.runtime.breaker._calls import Runner
+    from toolbreaker.runtime.breaker._degrade import Degradation
+    from toolbreaker.runtime.breaker._ledger import RetryLedger
 
 __all__ = ["Steps"]
 
@@ -41,87 +51,95 @@ R = TypeVar("R")
 _RETRY_BUDGET: Final = "retry-budget"
 
 
-class Steps(Calls):
-    """The two-step API (admit, then settle) and the tool wrapper ``guard``."""
+class Steps:
+    """The two-step API (admit, then settle) and the tool wrapper ``guard``.
 
-    def allow(self, *, timeout: float | None = UNSET) -> Permit | Rejection:
-        """Ask to make one call.
+    The owner of the :class:`~toolbreaker.runtime.Step` values it makes: a step is
+    settled through it.
 
-        Settle the returned :class:`Permit` with ``record()``, or hand
-        :attr:`Rejection.result` to the model instead of calling the tool. It is
-        :meth:`admit` without a retry, spelled out: the fastest two-step path.
-        """
-        if self._scopes is not None and (target := self._scope_target()) is not None:
-            return target.allow(timeout=timeout)
-        deadline = self._deadline_of(timeout)
-        return self._enter(self.clock(), deadline)
+    Args:
+        owner: the breaker it serves (what step observers are told of).
+        admission: the breaker's admission part.
+        runner: the breaker's runner (its deadlines, its calls, its scopes).
+        ledger: the retry ledger (the model's re-calls, the retry budget).
+        degradation: the row's degradation chain.
+        observers: who hears each tool call begun here.
+        boundary: the row (its tool name and retry answers).
+        scope_steps: the current scope's breaker's steps (a scoped row), else ``None``.
+    """
 
-    def admit(self, *, retry: bool = False, timeout: float | None = UNSET) -> Permit | Rejection:
-        """Admission and retries, the one way in.
-
-        What :meth:`allow`, :meth:`begin` and a :class:`~toolbreaker.RunGuard` ask.
-        ``retry``: the call re-issues one whose last attempt failed retryably (the model
-        is a retry layer; the caller's ledger of failed calls says so: the breaker's own
-        for :meth:`begin` steps, the run's for a run guard). It spends one retry of this
-        breaker's budget first; when none is left the answer is a :class:`Rejection`
-        with reason ``retry-budget``: the call is not made, and the model reads that the
-        tool is unavailable for this run. A scoped row admits through the current
-        scope's breaker (its budget, its state).
-        """
-        if self._scopes is not None and (target := self._scope_target()) is not None:
-            return target.admit(retry=retry, timeout=timeout)
-        deadline = self._deadline_of(timeout)
-        return self._admission(retry, deadline)
-
-    def _admission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
-        """:meth:`admit` once the scope and the deadline are known."""
-        if retry and not self._ledger.spend():
-            return Rejection(self, _RETRY_BUDGET, None)
-        return self._enter(self.clock(), deadline)
-
-    async def aadmit(
-        self, *, retry: bool = False, timeout: float | None = UNSET
-    ) -> Permit | Rejection:
-        """:meth:`admit` for the event loop: the store round trip is awaited.
-
-        A retry budget shared through the store is paid in a worker thread.
-        """
-        if self._scopes is not None and (target := self._scope_target()) is not None:
-            return await target.aadmit(retry=retry, timeout=timeout)
-        deadline = self._deadline_of(timeout)
-        return await self._aadmission(retry, deadline)
-
-    async def _aadmission(self, retry: bool, deadline: int | None) -> Permit | Rejection:
-        """:meth:`_admission` for the event loop."""
-        if retry and not await self._ledger.aspend():
-            return Rejection(self, _RETRY_BUDGET, None)
-        return await self._aenter(self.clock(), deadline)
-
-    def begin(
+    def __init__(
         self,
-        tool: str | None = None,
-        args: Mapping[str, Any] | None = None,
+        owner: Breaker,
         *,
-        timeout: float | None = UNSET,
-        call_id: str | None = None,
-        tool_type: ToolType | None = None,
-        description: str | None = None,
+        admission: Admission,
+        runner: Runner,
+        ledger: RetryLedger,
+        degradation: Degradation,
+        observers: StepObservers,
+        boundary: Boundary,
+        scope_steps: Callable[[], Steps | None],
+    ) -> None:
+        self.owner = owner
+        self.scope_steps = scope_steps
+        self.admission = admission
+        self.runner = runner
+        self.ledger = ledger
+        self.degradation = degradation
+        self.observers = observers
+        self.stats = admission.stats
+        self.tool = boundary.tool or boundary.dependency
+        self.configure(boundary)
+
+    def configure(self, boundary: Boundary) -> None:
+        """Take the row's retry answers (adopt changes them)."""
+        self.retryable = boundary.retryable
+        self.max_retry_after_ms = boundary.max_retry_after_ms
+
+    def allow(self, timeout: float | None) -> Permit | Rejection:
+        """:meth:`Breaker.allow <toolbreaker.Breaker.allow>`: admission without a retry."""
+        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
+            return target.allow(timeout=timeout)
+        deadline = self.runner.deadline_of(timeout)
+        return self.runner.enter(self.admission.clock(), deadline)
+
+    def admit(self, retry: bool, timeout: float | None) -> Permit | Rejection:
+        """:meth:`Breaker.admit <toolbreaker.Breaker.admit>`: a re-call spends a retry first."""
+        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
+            return target.admit(retry=retry, timeout=timeout)
+        deadline = self.runner.deadline_of(timeout)
+        return self._admitting(retry, deadline)
+
+    def _admitting(self, retry: bool, deadline: int | None) -> Permit | Rejection:
+        """:meth:`admit` once the scope and the deadline are known."""
+        if retry and not self.ledger.spend():
+            return Rejection(self.admission, _RETRY_BUDGET, None)
+        return self.runner.enter(self.admission.clock(), deadline)
+
+    async def aadmit(self, retry: bool, timeout: float | None) -> Permit | Rejection:
+        """:meth:`admit` for the event loop: the store round trip is awaited."""
+        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
+            return await target.aadmit(retry=retry, timeout=timeout)
+        deadline = self.runner.deadline_of(timeout)
+        return await self._aadmitting(retry, deadline)
+
+    async def _aadmitting(self, retry: bool, deadline: int | None) -> Permit | Rejection:
+        """:meth:`_admitting` for the event loop."""
+        if retry and not await self.ledger.aspend():
+            return Rejection(self.admission, _RETRY_BUDGET, None)
+        return await self.runner.aenter(self.admission.clock(), deadline)
+
+    def begin(  # noqa: PLR0917 - Breaker.begin's arguments, passed on
+        self,
+        tool: str | None,
+        args: Mapping[str, Any] | None,
+        timeout: float | None,
+        call_id: str | None,
+        tool_type: ToolType | None,
+        description: str | None,
     ) -> Step:
-        """Ask to make one call of ``tool``; the :class:`~toolbreaker.runtime.Step` says how.
-
-        If ``step.answer`` is set the call was rejected locally: hand the answer (the
-        tool-unavailable result, worded for ``tool``) to the model. Otherwise run the tool
-        within ``step.deadline`` seconds and settle the step with ``succeeded(result)`` or
-        ``failed(exc)``, whose return value is what the model reads. ``call_id`` is the
-        framework's id of this tool call, ``tool_type`` the kind of tool
-        (:data:`~toolbreaker.runtime.ToolType`) and ``description`` its description, for
-        the step observers (a span's ``gen_ai.tool.call.id``, ``gen_ai.tool.type`` and
-        ``gen_ai.tool.description``).
-
-        Raises:
-            PolicyError: ``tool_type`` is none of :data:`~toolbreaker.runtime.TOOL_TYPES`.
-        """
-        if self._scopes is not None and (target := self._scope_target()) is not None:
+        """:meth:`Breaker.begin <toolbreaker.Breaker.begin>`: a step, admitted or answered."""
+        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
             return target.begin(
                 tool,
                 args,
@@ -137,18 +155,17 @@ class Steps(Calls):
             )
         )
 
-    async def abegin(
+    async def abegin(  # noqa: PLR0917 - Breaker.abegin's arguments, passed on
         self,
-        tool: str | None = None,
-        args: Mapping[str, Any] | None = None,
-        *,
-        timeout: float | None = UNSET,
-        call_id: str | None = None,
-        tool_type: ToolType | None = None,
-        description: str | None = None,
+        tool: str | None,
+        args: Mapping[str, Any] | None,
+        timeout: float | None,
+        call_id: str | None,
+        tool_type: ToolType | None,
+        description: str | None,
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
-        if self._scopes is not None and (target := self._scope_target()) is not None:
+        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
             return await target.abegin(
                 tool,
                 args,
@@ -178,7 +195,7 @@ class Steps(Calls):
         name = tool or self.tool
         watching = (
             self.watch_step(name, call_id, tool_type=tool_type, description=description)
-            if self.step_observers.fns
+            if self.observers.fns
             else None
         )
         if watching is None:
@@ -202,10 +219,10 @@ class Steps(Calls):
         watching: Watching | None,
     ) -> Flow[Step]:
         """Admission (a model's re-call spends a retry first), then the step."""
-        deadline = self._deadline_of(timeout)
+        deadline = self.runner.deadline_of(timeout)
         call = dict(args or {})
-        retry = self._ledger.retried(name, call)
-        admission = yield Twin(self._admission, self._aadmission, (retry, deadline))
+        retry = self.ledger.retried(name, call)
+        admission = yield Twin(self._admitting, self._aadmitting, (retry, deadline))
         if isinstance(admission, Permit):
             seconds = None if deadline is None else deadline / 1000
             return Step(
@@ -245,10 +262,10 @@ class Steps(Calls):
         What :meth:`begin` (and a run guard's ``begin``, with its own observers as
         ``more``) asks first; ``None`` when nobody observes steps.
         """
-        observers = self.step_observers
+        observers = self.observers
         if not observers and not any(more):
             return None
-        start = StepStart(tool, call_id, self, tool_type, description)
+        start = StepStart(tool, call_id, self.owner, tool_type, description)
         return observers.start(start, self._observer_failed, *more)
 
     def _observer_failed(self) -> None:
@@ -256,12 +273,12 @@ class Steps(Calls):
 
     def _succeeding(self, step: Step, result: Any) -> Flow[Any]:
         """A step's success, recorded (both twins): what the model reads is ``result``."""
-        verdict = self.result_verdict(result)
+        verdict = self.admission.result_verdict(result)
         if verdict is not SUCCESS:
             step.failed_as("result")  # the tool returned what counts as a failure
         yield Twin(step.permit.record, step.permit.arecord, (verdict,))
-        self._ledger.succeeded()
-        self._ledger.ended(step.tool, step.args)
+        self.ledger.succeeded()
+        self.ledger.ended(step.tool, step.args)
         degradation = self.degradation
         if degradation.chain:  # only a stale row keeps answers
             yield Twin(degradation.remember, degradation.aremember, (step.tool, step.args, result))
@@ -293,42 +310,15 @@ class Steps(Calls):
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any:
         return await adrive(self._failing(step, exc))
 
-    @overload
-    def guard(
-        self, fn: Callable[P, Coroutine[Any, Any, R]], /
-    ) -> Callable[P, Coroutine[Any, Any, R | dict[str, Any]]]: ...
-
-    @overload
-    def guard(self, fn: Callable[P, R], /) -> Callable[P, R | dict[str, Any]]: ...
-
-    @overload
-    def guard(
-        self, fn: None = None, /, *, timeout: float | None = ..., tool: str | None = ...
-    ) -> Callable[[Callable[P, R]], Callable[P, R | dict[str, Any]]]: ...
-
-    def guard(
-        self,
-        fn: Callable[..., Any] | None = None,
-        /,
-        *,
-        timeout: float | None = UNSET,
-        tool: str | None = None,
-    ) -> Any:
-        """Decorate a tool function (sync or async) so it returns results, never raises.
-
-        A local rejection, or the failure that just opened the breaker, returns the
-        tool-unavailable result; any other failure returns ``{"ok": false, "error": ...,
-        "retryable": ...}``; a success returns the function's own result unchanged. A
-        coroutine function gets the async guard (``await``-ed through :meth:`acall`).
+    def guard(self, fn: Callable[..., Any] | None, timeout: float | None, tool: str | None) -> Any:
+        """:meth:`Breaker.guard <toolbreaker.Breaker.guard>`: the decorator, or the tool.
 
         Raises:
-            PolicyError: when the decorator is built, never at a call: a ``timeout`` that is
-                not a positive number of seconds (or ``None``: no deadline), no deadline at
-                all (neither ``timeout`` nor the row's), or a ``tool`` that is not a name.
+            PolicyError: a ``timeout`` or ``tool`` that is not one, or no deadline at all.
         """
         if timeout is UNSET:
-            if self._default_deadline is None:
-                raise self._no_deadline()
+            if self.runner.default_deadline is None:
+                raise self.runner.no_deadline()
         elif timeout is None:
             raise PolicyError(
                 "guard(timeout=None) leaves every call without a deadline: pass seconds, or "
@@ -340,48 +330,53 @@ class Steps(Calls):
         if tool is not None and (not isinstance(tool, str) or not tool.strip()):
             raise PolicyError(f"tool must be a tool's name, got {shown(tool)}", field="tool")
 
+        # A row's scope never changes (adopt keeps it): asked once, not at every call.
+        scoped = self.runner.scopes is not None
+        scope_steps, guarded, aguarded = self.scope_steps, self.guarded, self.aguarded
+
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
             name: str = tool or getattr(func, "__name__", None) or self.tool
-            if self._ledger.policy is not None:
+            if self.ledger.policy is not None:
                 warn_nested_retries(func, name, "the breaker's retry policy")
             tool_call = _ToolCall(func, name, _binder(func), timeout)
             if inspect.iscoroutinefunction(func):
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
-                    if self._scopes is not None and (target := self._scope_target()) is not None:
-                        return await target._aguarded(tool_call, args, kwargs)
-                    return await self._aguarded(tool_call, args, kwargs)
+                    if scoped and (target := scope_steps()) is not None:
+                        return await target.aguarded(tool_call, args, kwargs)
+                    return await aguarded(tool_call, args, kwargs)
 
                 return async_tool
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
-                if self._scopes is not None and (target := self._scope_target()) is not None:
-                    return target._guarded(tool_call, args, kwargs)
-                return self._guarded(tool_call, args, kwargs)
+                if scoped and (target := scope_steps()) is not None:
+                    return target.guarded(tool_call, args, kwargs)
+                return guarded(tool_call, args, kwargs)
 
             return sync_tool
 
         return decorate(fn) if fn is not None else decorate
 
-    def _guarded(self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def guarded(self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """One call of a :meth:`guard`-ed sync tool by this (scope's) breaker.
 
         The direct path: :meth:`_tool_calling` with no ledger and no chain to keep (a test
         holds the two to the same answers), and no exception while the core's idle window
         rejects the call.
         """
-        if self._ledger.policy is not None or self.degradation.chain:
+        if self.ledger.policy is not None or self.degradation.chain:
             return drive(self._tool_calling(tool, args, kwargs))
-        state = self._view.state
-        if state is not self._quiet and state is not None:
-            now = self.clock()
-            idle = self._cooling(state, now)
+        admission = self.admission
+        state = admission.view.state
+        if state is not admission.quiet and state is not None:
+            now = admission.clock()
+            idle = admission.cooling(state, now)
             if idle is not None:
                 return idle.answer(now, tool.name)
         try:
-            return self.call(tool.func, *args, timeout=tool.timeout, **kwargs)
+            return self.runner.call(tool.func, args, kwargs, tool.timeout)
         except AsyncCallError:
             raise  # the program's mistake (a coroutine on the sync path), not the model's
         except CircuitOpen as exc:
@@ -389,20 +384,19 @@ class Steps(Calls):
         except Exception as exc:  # noqa: BLE001 - turned into a tool result
             return self.failure_result(tool.name, exc)
 
-    async def _aguarded(
-        self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        """:meth:`_guarded` for a coroutine tool: every store round trip is awaited."""
-        if self._ledger.policy is not None or self.degradation.chain:
+    async def aguarded(self, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """:meth:`guarded` for a coroutine tool: every store round trip is awaited."""
+        if self.ledger.policy is not None or self.degradation.chain:
             return await adrive(self._tool_calling(tool, args, kwargs))
-        state = self._view.state
-        if state is not self._quiet and state is not None:
-            now = self.clock()
-            idle = self._cooling(state, now)
+        admission = self.admission
+        state = admission.view.state
+        if state is not admission.quiet and state is not None:
+            now = admission.clock()
+            idle = admission.cooling(state, now)
             if idle is not None:
                 return idle.answer(now, tool.name)
         try:
-            return await self.acall(tool.func, *args, timeout=tool.timeout, **kwargs)
+            return await self.runner.acall(tool.func, args, kwargs, tool.timeout)
         except CircuitOpen as exc:
             return exc.result_for(tool.name)
         except Exception as exc:  # noqa: BLE001 - turned into a tool result
@@ -418,16 +412,16 @@ class Steps(Calls):
         degradation chain.
         """
         name = tool.name
-        ledger = self._ledger
+        ledger = self.ledger
         # The call's keywords by signature: the identity of the model's re-call.
         call = tool.bind(args, kwargs) if ledger.keeps else {}
         if ledger.retried(name, call):
             allowed = yield Twin(ledger.spend, ledger.aspend)
             if not allowed:
-                return Rejection(self, _RETRY_BUDGET, None).result_for(name)
+                return Rejection(self.admission, _RETRY_BUDGET, None).result_for(name)
         degradation = self.degradation
         try:
-            result = yield _Calling(self, tool, args, kwargs)
+            result = yield _Calling(self.runner, tool, args, kwargs)
         except AsyncCallError:
             raise  # the program's mistake (a coroutine on the sync path), not the model's
         except CircuitOpen as exc:
@@ -460,19 +454,21 @@ class Steps(Calls):
         """
         # A shared store's view may not be trusted for admission yet, but the state this
         # process last saw (the failure's own round trip) says whether it just opened.
-        state = self._view.state or getattr(self._view, "known", None)
-        if state is not None and rejects_callers(state, self.policy):
+        admission = self.admission
+        view = admission.view
+        state = view.state or getattr(view, "known", None)
+        if state is not None and rejects_callers(state, admission.policy):
             # This failure (or a concurrent one) just opened the breaker: tell the model now,
             # not on its next attempt.
-            return self._unavailable("opened", self.retry_after_ms(), tool=tool)
-        failure = self._failure(exc)
+            return admission.unavailable("opened", admission.retry_after_ms(), tool=tool)
+        failure = self.runner.failure(exc)
         why = unavailable_reason(
-            failure, self._ledger.budget, max_retry_after_ms=self.boundary.max_retry_after_ms
+            failure, self.ledger.budget, max_retry_after_ms=self.max_retry_after_ms
         )
         if why is not None:
             # A spent quota, a hint too long to wait out, or a spent retry budget: the
             # model must not retry either, for the rest of the run.
-            return self._unavailable(why, None, tool=tool)
+            return admission.unavailable(why, None, tool=tool)
         retryable = self.retryable and is_transient(failure.kind, failure.detail, failure.status)
         return error_result(tool, exc, retryable=retryable)
 
@@ -483,8 +479,8 @@ class Steps(Calls):
         retry (see :meth:`admit`); the core decides both.
         """
         result = self.failure_result(tool, exc)
-        if self._ledger.keeps:
-            self._ledger.observe(tool, call, retryable=failed_retryably(result))
+        if self.ledger.keeps:
+            self.ledger.observe(tool, call, retryable=failed_retryably(result))
         return result
 
 
@@ -512,27 +508,27 @@ def _binder(
 
 
 class _Calling:
-    """The effect of :meth:`Steps._tool_calling`: the tool through ``call`` or ``acall``."""
+    """The effect of :meth:`Steps._tool_calling`: the tool through the runner's call."""
 
-    __slots__ = ("args", "breaker", "kwargs", "tool")
+    __slots__ = ("args", "kwargs", "runner", "tool")
 
     def __init__(
-        self, breaker: Steps, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, runner: Runner, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        self.breaker = breaker
+        self.runner = runner
         self.tool = tool
         self.args = args
         self.kwargs = kwargs
 
     def run(self) -> Any:
-        """The sync tool, through :meth:`Steps.call`."""
+        """The sync tool, through :meth:`Runner.call`."""
         tool = self.tool
-        return self.breaker.call(tool.func, *self.args, timeout=tool.timeout, **self.kwargs)
+        return self.runner.call(tool.func, self.args, self.kwargs, tool.timeout)
 
     async def arun(self) -> Any:
-        """The coroutine tool, through :meth:`Steps.acall`."""
+        """The coroutine tool, through :meth:`Runner.acall`."""
         tool = self.tool
-        return await self.breaker.acall(tool.func, *self.args, timeout=tool.timeout, **self.kwargs)
+        return await self.runner.acall(tool.func, self.args, self.kwargs, tool.timeout)
 
 
 class _ToolCall:

@@ -26,16 +26,14 @@ store I/O in worker threads and async checks awaited on that loop).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import os
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core.breaker.predicates import check_due
 from toolbreaker.core.breaker.state import BreakerState
@@ -46,6 +44,9 @@ from toolbreaker.runtime.breaker._breaker import Breaker, Permit
 from toolbreaker.runtime.breaker._classify import SUCCESS, Verdict
 from toolbreaker.stores._protocol import Records
 from toolbreaker.stores._records import acquire_lease, release_lease
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["HEALTH_SPACE", "HealthChecker", "HealthStats"]
 
@@ -100,6 +101,8 @@ class HealthChecker:
         tick: float | None = None,
     ) -> None:
         self.breakers = breakers
+        import socket  # a checker's: no registry loads socket for this
+
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self.stats = HealthStats()
         self._tick = tick
@@ -128,6 +131,8 @@ class HealthChecker:
 
     async def acheck_once(self) -> int:
         """One pass on the running loop: store I/O in threads, async checks awaited here."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         ran = 0
         for breaker, check in await asyncio.to_thread(self._due):
             permit = await asyncio.to_thread(self._probe, breaker)
@@ -264,6 +269,8 @@ class HealthChecker:
         return box[0]
 
     async def _run_async(self, key: str, check: HealthCheck) -> Verdict:
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         fn = check.check
         if fn is not None and inspect.iscoroutinefunction(fn):
             try:
@@ -307,6 +314,8 @@ class HealthChecker:
 
     async def run(self) -> None:
         """Check on the running loop until :meth:`stop` (``asyncio.create_task(...)``)."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         while not self._stop.is_set():
             await asyncio.sleep(self._pause())
             try:
@@ -317,6 +326,8 @@ class HealthChecker:
 
     def start_task(self) -> asyncio.Task[None]:
         """:meth:`run` as a task on the running loop; returns the task."""
+        import asyncio  # the event loop's own: a sync program never loads asyncio
+
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self.run())
         return self._task
@@ -336,6 +347,8 @@ class HealthChecker:
 
 def _verdict_of(check: HealthCheck) -> Verdict:
     """Run ``check`` here and now (any exception a failed check)."""
+    import asyncio  # the event loop's own: a sync program never loads asyncio
+
     try:
         if check.url is not None:
             return _get(check.url, check.timeout)
@@ -353,6 +366,8 @@ def _verdict_of(check: HealthCheck) -> Verdict:
 
 
 async def _bounded(awaitable: Any, timeout: float) -> Any:
+    import asyncio  # the event loop's own: a sync program never loads asyncio
+
     return await asyncio.wait_for(awaitable, timeout)
 
 

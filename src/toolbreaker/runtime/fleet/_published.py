@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import getpass
 import hashlib
 import random
-import socket
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -102,6 +100,9 @@ class PublishedSheet:
 
 def published_by() -> str:
     """``user@host`` of this process, as far as it can tell."""
+    import getpass  # a publication's: no registry loads socket for this
+    import socket
+
     try:
         user = getpass.getuser()
     except Exception:  # noqa: BLE001 - no user name is not an error here
