@@ -22,7 +22,9 @@ __all__ = [
     "JOURNAL_ALL",
     "JOURNAL_PUT",
     "MY_TURN",
+    "RECORD_APPEND",
     "RECORD_DELETE",
+    "RECORD_LOG_READ",
     "RECORD_PUT",
     "REFRESH_TTL",
     "THEIR_TURN",
@@ -78,6 +80,8 @@ return 1
 
 # Records: one hash per space, ``field = key``, ``value = "<version> <json>"``. One key per
 # space keeps a space in one slot (its name is the hash tag) and makes a list one HGETALL.
+# The entries appended to a record (RecordLog) are a list, ``KEYS[2]``, of
+# ``"<version> <json>"`` in the record's slot; writing or removing the record drops it.
 #: Compare-and-set one record: the new version, 0 on a mismatch, -1 for a bad value.
 RECORD_PUT: Final = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -89,13 +93,36 @@ end
 if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= version then return 0 end
 version = version + 1
 redis.call('HSET', KEYS[1], ARGV[1], string.format('%.0f', version) .. ' ' .. ARGV[2])
+redis.call('DEL', KEYS[2])
 return version
 """
-#: Remove one record if its version matches (``ARGV[2]``, empty: any).
+#: Append one entry if the record is at version ``ARGV[3]``: the new version, 0 on a
+#: mismatch or an absent record, -1 for a bad value.
+RECORD_APPEND: Final = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return 0 end
+local gap = string.find(cur, ' ', 1, true)
+if not gap then return -1 end
+local version = tonumber(string.sub(cur, 1, gap - 1))
+if version == nil then return -1 end
+if tonumber(ARGV[3]) ~= version then return 0 end
+local made = string.format('%.0f', version + 1)
+redis.call('HSET', KEYS[1], ARGV[1], made .. string.sub(cur, gap))
+redis.call('RPUSH', KEYS[2], made .. ' ' .. ARGV[2])
+return version + 1
+"""
+#: A record and its entries in one atomic read; an empty reply when it is absent.
+RECORD_LOG_READ: Final = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if not cur then return {} end
+return {cur, redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+#: Remove one record (and its entries) if its version matches (``ARGV[2]``, empty: any).
 RECORD_DELETE: Final = """
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if not cur then return 0 end
 if ARGV[2] ~= '' and string.match(cur, '^(%d+) ') ~= ARGV[2] then return 0 end
+redis.call('DEL', KEYS[2])
 return redis.call('HDEL', KEYS[1], ARGV[1])
 """
 

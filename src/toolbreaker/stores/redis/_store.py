@@ -30,7 +30,9 @@ from toolbreaker.stores.redis._script import (
     JOURNAL_ALL,
     JOURNAL_PUT,
     MY_TURN,
+    RECORD_APPEND,
     RECORD_DELETE,
+    RECORD_LOG_READ,
     RECORD_PUT,
     REFRESH_TTL,
     THEIR_TURN,
@@ -179,6 +181,8 @@ class RedisStore(CompareAndSetStore):
         self._journal_all: Any = self._client.register_script(JOURNAL_ALL)
         self._record_put: Any = self._client.register_script(RECORD_PUT)
         self._record_delete: Any = self._client.register_script(RECORD_DELETE)
+        self._record_add: Any = self._client.register_script(RECORD_APPEND)
+        self._record_log: Any = self._client.register_script(RECORD_LOG_READ)
         self._aclient: Any = None
         self._ascript: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -318,17 +322,47 @@ class RedisStore(CompareAndSetStore):
     def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
         expected = "" if version is None else str(version)
         try:
-            written = self._record_put(keys=[self._records_key(space)], args=[key, text, expected])
+            keys = self._record_keys(space, key)
+            written = self._record_put(keys=keys, args=[key, text, expected])
         except self._errors as exc:
             raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
         if type(written) is not int or written < 0:
             raise StoreUnavailable(f"a record in space {space!r} does not validate")
         return written or None
 
+    def _record_append(self, space: str, key: str, text: str, version: int) -> int | None:
+        try:
+            keys = self._record_keys(space, key)
+            written = self._record_add(keys=keys, args=[key, text, version])
+        except self._errors as exc:
+            raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
+        if type(written) is not int or written < 0:
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        return written or None
+
+    def _record_log_read(
+        self, space: str, key: str
+    ) -> tuple[object, int, list[tuple[int, object]]] | None:
+        try:
+            reply: object = self._record_log(keys=self._record_keys(space, key), args=[key])
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        if reply == []:
+            return None
+        if not isinstance(reply, list) or len(reply) != 2 or not isinstance(reply[1], list):
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        text, version = _split_record(reply[0], space, key)
+        entries: list[tuple[int, object]] = []
+        for raw in reply[1]:
+            body, made = _split_record(raw, space, key)
+            entries.append((made, body))
+        return text, version, entries
+
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:
         expected = "" if version is None else str(version)
         try:
-            removed = self._record_delete(keys=[self._records_key(space)], args=[key, expected])
+            keys = self._record_keys(space, key)
+            removed = self._record_delete(keys=keys, args=[key, expected])
         except self._errors as exc:
             raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
         return bool(removed == 1)
@@ -490,6 +524,11 @@ class RedisStore(CompareAndSetStore):
 
     def _order_key(self, task: str) -> str:
         return f"{self.prefix}:{{{task}}}:journal-order"
+
+    def _record_keys(self, space: str, key: str) -> list[str]:
+        """The hash of ``space`` and the list of ``key``'s entries: one slot (its tag)."""
+        records = self._records_key(space)
+        return [records, f"{records}:log:{key}"]
 
     def _records_key(self, space: str) -> str:
         if _tagged(space):
