@@ -594,6 +594,53 @@ class RecordsContract:
             thread.join()
         assert store.record_get(space, "counter")[0] == {"n": 80}
 
+    def test_entries_append_by_version_and_a_write_or_removal_drops_them(self, store, twin, space):
+        """RecordLog: an append is a compare-and-set on the record's version; a reader
+        gets the record as written and the entries since; writing it drops them."""
+        from toolbreaker.stores._protocol import RecordLog
+
+        assert isinstance(store, RecordLog)
+        assert store.record_append(space, "k", {"e": 0}, version=0) is None  # absent
+        assert store.record_read_log(space, "k") is None
+        assert store.record_put(space, "k", {"snap": 1}, version=0) == 1
+        assert store.record_append(space, "k", {"e": 1}, version=1) == 2
+        assert twin.record_append(space, "k", {"e": "stale"}, version=1) is None
+        assert twin.record_append(space, "k", {"e": 2}, version=2) == 3
+        assert twin.record_read_log(space, "k") == ({"snap": 1}, 3, [(2, {"e": 1}), (3, {"e": 2})])
+        assert store.record_get(space, "k") == ({"snap": 1}, 3)  # the record as written
+        assert store.record_put(space, "k", {"snap": 2}, version=2) is None
+        assert store.record_put(space, "k", {"snap": 3}, version=3) == 4
+        assert twin.record_read_log(space, "k") == ({"snap": 3}, 4, [])
+        assert store.record_append(space, "k", {"e": 5}, version=4) == 5
+        assert twin.record_delete(space, "k", version=5)
+        assert store.record_read_log(space, "k") is None
+        assert store.record_put(space, "k", {"snap": "again"}, version=0) == 1
+        assert twin.record_read_log(space, "k") == ({"snap": "again"}, 1, [])  # none left
+
+    def test_appends_under_contention_each_win_one_version(self, store, twin, space):
+        store.record_put(space, "log", {"snap": 0}, version=0)
+        made: list[int] = []
+
+        def add(handle: Any, who: int) -> None:
+            done = 0
+            while done < 15:
+                _, version, _ = handle.record_read_log(space, "log")
+                won = handle.record_append(space, "log", {"who": who}, version=version)
+                if won is not None:
+                    made.append(won)
+                    done += 1
+
+        handles = (store, twin, store, twin)
+        threads = [threading.Thread(target=add, args=(h, n)) for n, h in enumerate(handles)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _, version, entries = store.record_read_log(space, "log")
+        assert version == 61
+        assert sorted(made) == [at for at, _ in entries] == list(range(2, 62))
+        assert sorted(e["who"] for _, e in entries) == sorted([0, 1, 2, 3] * 15)
+
     def test_one_lease_holder_at_a_time_until_it_expires(self, store, twin, space):
         from toolbreaker.stores._records import acquire_lease, release_lease
 
