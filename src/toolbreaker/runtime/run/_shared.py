@@ -99,7 +99,7 @@ CONTENTION_PATIENCE_S: Final = 30.0
 FAULT_PATIENCE_S: Final = 2.0
 #: Entries a record's log holds before a round writes the whole snapshot again (the
 #: longest replay a reader makes; one write in this many encodes the whole state).
-COMPACT_EVERY: Final = 32
+COMPACT_EVERY: Final = 64
 _SCHEMA: Final = "toolbreaker.shared-run/v2"
 #: The first format: the snapshot alone, written whole on every round.
 _SCHEMA_V1: Final = "toolbreaker.shared-run/v1"
@@ -237,20 +237,21 @@ def _fold(
 #: RunEvent's fields and defaults, in order: what an entry writes when it differs.
 _EVENT_FIELDS: Final = tuple((f.name, f.default) for f in dataclasses.fields(RunEvent))
 _AMOUNTS: Final = frozenset({"cost", "reserve"})
+_NONE: Final[frozenset[str]] = frozenset()
 
 
 def _event_doc(event: RunEvent) -> dict[str, Any]:
     """``event`` as JSON: the fields that differ from their defaults; amounts as text."""
-    doc: dict[str, Any] = {}
-    for name, default in _EVENT_FIELDS:
-        value = getattr(event, name)
-        if value == default:
-            continue
-        if name == "action":
-            value = [value.tool, value.fingerprint, value.risk, value.recovery]
-        elif name in _AMOUNTS and not isinstance(value, str):
-            value = str(value)
-        doc[name] = value
+    doc = {
+        name: value for name, default in _EVENT_FIELDS if (value := getattr(event, name)) != default
+    }
+    action = event.action
+    if action is not None:
+        doc["action"] = [action.tool, action.fingerprint, action.risk, action.recovery]
+    for name in _AMOUNTS:
+        value = doc.get(name)
+        if value is not None and not isinstance(value, str):
+            doc[name] = str(value)
     return doc
 
 
@@ -398,7 +399,7 @@ class SharedRun:
                 )
             time.sleep(self._rng.uniform(0, 0.0005 * min(round_, 20)))
 
-    def _settle_orphans(self, seen: set[str]) -> None:
+    def _settle_orphans(self, seen: set[str] | frozenset[str]) -> None:
         """An orphan the record applied ran nowhere: its admission is released (spent 0)."""
         for event_id, event, decision in self._orphans:
             if event_id in seen and decision.verdict == "run" and event.action is not None:
@@ -406,14 +407,19 @@ class SharedRun:
         self._orphans.clear()
 
     def _apply(
-        self, state: RunState, budget: Budget, applied: list[str], *, created: bool
+        self,
+        state: RunState,
+        budget: Budget,
+        applied: list[str],
+        seen: set[str] | frozenset[str],
+        *,
+        created: bool,
     ) -> tuple[RunState, Budget, RunDecision, list[dict[str, Any]]]:
-        """The outbox's events not in ``applied`` applied (their ids added to it).
+        """The outbox's events not ``seen`` applied (their ids added to ``applied``).
 
         Also the log entry's items that replay them: each event as it was fed, and the
         budget an extension raised.
         """
-        seen = set(applied)
         decision = RunDecision("recorded")
         items: list[dict[str, Any]] = []
         for event_id, event, raised in self._outbox:
@@ -446,7 +452,9 @@ class SharedRun:
         """
         known = self._known
         created = False
-        if known is not None and self._unanswered is None and not self._orphans:
+        read = known is None or self._unanswered is not None or bool(self._orphans)
+        if not read:
+            assert known is not None
             current = known
         else:
             found = _fetch(self.records, self.task, known, log=self._log)
@@ -457,15 +465,17 @@ class SharedRun:
         version, state, budget, applied, base = current
         applied = list(applied)
         decision = RunDecision("recorded")
-        seen = set(applied)
+        # Only a read can show one of the outbox's events applied (by a write whose answer
+        # was lost): the record this guard wrote last holds none of them.
+        seen: set[str] | frozenset[str] = set(applied) if read else _NONE
         self._settle_orphans(seen)
         last = self._outbox[-1][0]
-        if all(eid in seen for eid, _, _ in self._outbox):  # the lost write landed
+        if read and all(eid in seen for eid, _, _ in self._outbox):  # the lost write landed
             answer = self._unanswered
             self._unanswered = None
             self._known = None if created else current
             return state, budget, answer[1] if answer and answer[0] == last else decision
-        state, budget, decision, items = self._apply(state, budget, applied, created=created)
+        state, budget, decision, items = self._apply(state, budget, applied, seen, created=created)
         kept = applied[-APPLIED_LIMIT:]
         records = self.records
         try:
