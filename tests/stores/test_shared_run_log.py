@@ -205,3 +205,19 @@ def test_a_snapshot_whose_base_is_no_version_is_corrupt():
     store.record_put(RUNS_SPACE, "t", doc)
     with pytest.raises(RecordCorrupt, match="base"):
         read_shared(store, "t")
+
+
+def test_a_handle_without_a_log_refuses_a_record_that_has_one(tmp_path):
+    """A store handle that keeps no log (a wrapper without RecordLog) must not write a
+    snapshot over entries it cannot read: it admits nothing, and nothing is lost."""
+    from test_shared_run import Counting
+
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        _, search = shared_guard(store, "t", [])
+        for n in range(3):
+            assert "hits" in search(q=str(n))
+        _, blind = shared_guard(Counting(store), "t", [])
+        assert blind(q="x")["condition"] == "budget-unavailable"
+        found = read_shared(store, "t")
+        assert found is not None
+        assert found[0].calls == 3

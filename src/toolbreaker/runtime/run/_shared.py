@@ -193,6 +193,10 @@ def _fetch(
         if plain is None:
             return None
         (doc, version), entries = plain, []
+        if doc.get("schema") == _SCHEMA and doc.get("base") != version:
+            # Entries appended through a store that keeps a log: this handle cannot read
+            # them, and a snapshot written over them would lose them.
+            raise _corrupt(task, version, "has a log of entries that this store handle cannot read")
     if known is not None and known[0] == version:
         return known
     base = doc.get("base") if doc.get("schema") == _SCHEMA else None
