@@ -641,6 +641,59 @@ class RecordsContract:
         assert sorted(made) == [at for at, _ in entries] == list(range(2, 62))
         assert sorted(e["who"] for _, e in entries) == sorted([0, 1, 2, 3] * 15)
 
+    def test_every_read_sees_the_version_the_appends_made(self, store, twin, space):
+        """A record with entries: get, list, a write and a removal all take the version
+        the last append made, never the version the record was written at."""
+        store.record_put(space, "a", {"snap": "a"}, version=0)
+        store.record_put(space, "b", {"snap": "b"}, version=0)
+        for version in (1, 2, 3):
+            assert store.record_append(space, "a", {"e": version}, version=version)
+        assert twin.record_get(space, "a") == ({"snap": "a"}, 4)
+        assert twin.record_list(space) == [("a", {"snap": "a"}, 4), ("b", {"snap": "b"}, 1)]
+        assert not twin.record_delete(space, "a", version=1)  # the version it was written at
+        assert twin.record_put(space, "a", {"snap": "stale"}, version=1) is None
+        assert twin.record_put(space, "a", {"snap": "a2"}, version=4) == 5
+        assert store.record_list(space) == [("a", {"snap": "a2"}, 5), ("b", {"snap": "b"}, 1)]
+        assert store.record_append(space, "a", {"e": 5}, version=5) == 6
+        assert not store.record_delete(space, "a", version=5)
+        assert store.record_delete(space, "a", version=6)
+        assert twin.record_list(space) == [("b", {"snap": "b"}, 1)]
+        assert twin.record_append(space, "a", {"e": 7}, version=6) is None  # removed
+
+    def test_writes_and_appends_racing_each_win_one_version(self, store, twin, space):
+        """Compaction (a write) racing appends: every version is won once, and the record
+        read at the end is the last write and exactly the entries appended after it."""
+        store.record_put(space, "r", {"n": 0}, version=0)
+        won: list[tuple[int, str]] = []
+
+        def race(handle: Any, compact: bool) -> None:
+            for _ in range(15):
+                while True:
+                    _, version, _ = handle.record_read_log(space, "r")
+                    if compact:
+                        made = handle.record_put(space, "r", {"n": version}, version=version)
+                    else:
+                        made = handle.record_append(space, "r", {"at": version}, version=version)
+                    if made is not None:
+                        won.append((made, "put" if compact else "append"))
+                        break
+
+        threads = [
+            threading.Thread(target=race, args=(h, compact))
+            for h, compact in ((store, True), (twin, False), (store, False), (twin, True))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        snap, version, entries = store.record_read_log(space, "r")
+        assert sorted(at for at, _ in won) == list(range(2, 62))
+        assert version == 61
+        last_put = max(at for at, kind in won if kind == "put")
+        assert snap == {"n": last_put - 1}
+        assert entries == [(at, {"at": at - 1}) for at in range(last_put + 1, 62)]
+        assert store.record_get(space, "r") == (snap, 61)
+
     def test_one_lease_holder_at_a_time_until_it_expires(self, store, twin, space):
         from toolbreaker.stores._records import acquire_lease, release_lease
 
