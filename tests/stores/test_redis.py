@@ -322,6 +322,23 @@ def test_read_only_keys_fall_back_locally_and_writes_are_denied(redis_binary, tm
             server.stop()
 
 
+def test_a_shared_run_through_a_fallback_admits_nothing_while_the_server_is_down():
+    """Records never fall back, the log of a shared run included: with every key allowed
+    to fall back, a call against a budget on a server that is down is refused."""
+    from test_shared_run import shared_guard
+
+    from toolbreaker.stores._protocol import RecordLog
+
+    url = f"redis://127.0.0.1:{closed_port()}/0"
+    with RedisStore(url, backoff=0.0, volatile_journal=True) as primary:
+        fallback = LocalFallback(primary, keys=lambda key: True)
+        assert isinstance(fallback, RecordLog)
+        ran: list[str] = []
+        _, search = shared_guard(fallback, "t", ran)
+        assert search(q="x")["condition"] == "budget-unavailable"
+        assert ran == []
+
+
 @pytest.mark.parametrize(
     "bad",
     [

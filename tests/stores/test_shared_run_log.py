@@ -221,3 +221,24 @@ def test_a_handle_without_a_log_refuses_a_record_that_has_one(tmp_path):
         found = read_shared(store, "t")
         assert found is not None
         assert found[0].calls == 3
+
+
+def test_a_local_fallback_passes_the_log_through_to_its_primary(tmp_path):
+    """A shared run through LocalFallback appends to its primary's log, as a guard on the
+    primary itself does: the two take turns on one budget, every call counted once."""
+    from test_shared_run import Counting
+
+    from toolbreaker.stores import LocalFallback
+
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        fallback = LocalFallback(store, keys=lambda key: True)
+        assert isinstance(fallback, RecordLog)
+        assert not isinstance(LocalFallback(Counting(store), keys=set()), RecordLog)
+        (_, through), (_, direct) = shared_guard(fallback, "t", []), shared_guard(store, "t", [])
+        for n in range(6):
+            assert "hits" in (through if n % 2 else direct)(q=str(n))
+        _, version, log = store.record_read_log(RUNS_SPACE, "t")
+        assert len(log) == version - 1  # appended after the record was made, none written over
+        found = read_shared(store, "t")
+        assert found is not None
+        assert found[0].calls == 6
