@@ -25,6 +25,8 @@ BLOCKING = (
     "journal_durable",
     "record_get",
     "record_put",
+    "record_append",
+    "record_read_log",
     "record_delete",
     "record_list",
 )

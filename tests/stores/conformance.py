@@ -594,6 +594,106 @@ class RecordsContract:
             thread.join()
         assert store.record_get(space, "counter")[0] == {"n": 80}
 
+    def test_entries_append_by_version_and_a_write_or_removal_drops_them(self, store, twin, space):
+        """RecordLog: an append is a compare-and-set on the record's version; a reader
+        gets the record as written and the entries since; writing it drops them."""
+        from toolbreaker.stores._protocol import RecordLog
+
+        assert isinstance(store, RecordLog)
+        assert store.record_append(space, "k", {"e": 0}, version=0) is None  # absent
+        assert store.record_read_log(space, "k") is None
+        assert store.record_put(space, "k", {"snap": 1}, version=0) == 1
+        assert store.record_append(space, "k", {"e": 1}, version=1) == 2
+        assert twin.record_append(space, "k", {"e": "stale"}, version=1) is None
+        assert twin.record_append(space, "k", {"e": 2}, version=2) == 3
+        assert twin.record_read_log(space, "k") == ({"snap": 1}, 3, [(2, {"e": 1}), (3, {"e": 2})])
+        assert store.record_get(space, "k") == ({"snap": 1}, 3)  # the record as written
+        assert store.record_put(space, "k", {"snap": 2}, version=2) is None
+        assert store.record_put(space, "k", {"snap": 3}, version=3) == 4
+        assert twin.record_read_log(space, "k") == ({"snap": 3}, 4, [])
+        assert store.record_append(space, "k", {"e": 5}, version=4) == 5
+        assert twin.record_delete(space, "k", version=5)
+        assert store.record_read_log(space, "k") is None
+        assert store.record_put(space, "k", {"snap": "again"}, version=0) == 1
+        assert twin.record_read_log(space, "k") == ({"snap": "again"}, 1, [])  # none left
+
+    def test_appends_under_contention_each_win_one_version(self, store, twin, space):
+        store.record_put(space, "log", {"snap": 0}, version=0)
+        made: list[int] = []
+
+        def add(handle: Any, who: int) -> None:
+            done = 0
+            while done < 15:
+                _, version, _ = handle.record_read_log(space, "log")
+                won = handle.record_append(space, "log", {"who": who}, version=version)
+                if won is not None:
+                    made.append(won)
+                    done += 1
+
+        handles = (store, twin, store, twin)
+        threads = [threading.Thread(target=add, args=(h, n)) for n, h in enumerate(handles)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _, version, entries = store.record_read_log(space, "log")
+        assert version == 61
+        assert sorted(made) == [at for at, _ in entries] == list(range(2, 62))
+        assert sorted(e["who"] for _, e in entries) == sorted([0, 1, 2, 3] * 15)
+
+    def test_every_read_sees_the_version_the_appends_made(self, store, twin, space):
+        """A record with entries: get, list, a write and a removal all take the version
+        the last append made, never the version the record was written at."""
+        store.record_put(space, "a", {"snap": "a"}, version=0)
+        store.record_put(space, "b", {"snap": "b"}, version=0)
+        for version in (1, 2, 3):
+            assert store.record_append(space, "a", {"e": version}, version=version)
+        assert twin.record_get(space, "a") == ({"snap": "a"}, 4)
+        assert twin.record_list(space) == [("a", {"snap": "a"}, 4), ("b", {"snap": "b"}, 1)]
+        assert not twin.record_delete(space, "a", version=1)  # the version it was written at
+        assert twin.record_put(space, "a", {"snap": "stale"}, version=1) is None
+        assert twin.record_put(space, "a", {"snap": "a2"}, version=4) == 5
+        assert store.record_list(space) == [("a", {"snap": "a2"}, 5), ("b", {"snap": "b"}, 1)]
+        assert store.record_append(space, "a", {"e": 5}, version=5) == 6
+        assert not store.record_delete(space, "a", version=5)
+        assert store.record_delete(space, "a", version=6)
+        assert twin.record_list(space) == [("b", {"snap": "b"}, 1)]
+        assert twin.record_append(space, "a", {"e": 7}, version=6) is None  # removed
+
+    def test_writes_and_appends_racing_each_win_one_version(self, store, twin, space):
+        """Compaction (a write) racing appends: every version is won once, and the record
+        read at the end is the last write and exactly the entries appended after it."""
+        store.record_put(space, "r", {"n": 0}, version=0)
+        won: list[tuple[int, str]] = []
+
+        def race(handle: Any, compact: bool) -> None:
+            for _ in range(15):
+                while True:
+                    _, version, _ = handle.record_read_log(space, "r")
+                    if compact:
+                        made = handle.record_put(space, "r", {"n": version}, version=version)
+                    else:
+                        made = handle.record_append(space, "r", {"at": version}, version=version)
+                    if made is not None:
+                        won.append((made, "put" if compact else "append"))
+                        break
+
+        threads = [
+            threading.Thread(target=race, args=(h, compact))
+            for h, compact in ((store, True), (twin, False), (store, False), (twin, True))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        snap, version, entries = store.record_read_log(space, "r")
+        assert sorted(at for at, _ in won) == list(range(2, 62))
+        assert version == 61
+        last_put = max(at for at, kind in won if kind == "put")
+        assert snap == {"n": last_put - 1}
+        assert entries == [(at, {"at": at - 1}) for at in range(last_put + 1, 62)]
+        assert store.record_get(space, "r") == (snap, 61)
+
     def test_one_lease_holder_at_a_time_until_it_expires(self, store, twin, space):
         from toolbreaker.stores._records import acquire_lease, release_lease
 

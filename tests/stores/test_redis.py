@@ -322,6 +322,23 @@ def test_read_only_keys_fall_back_locally_and_writes_are_denied(redis_binary, tm
             server.stop()
 
 
+def test_a_shared_run_through_a_fallback_admits_nothing_while_the_server_is_down():
+    """Records never fall back, the log of a shared run included: with every key allowed
+    to fall back, a call against a budget on a server that is down is refused."""
+    from test_shared_run import shared_guard
+
+    from toolbreaker.stores._protocol import RecordLog
+
+    url = f"redis://127.0.0.1:{closed_port()}/0"
+    with RedisStore(url, backoff=0.0, volatile_journal=True) as primary:
+        fallback = LocalFallback(primary, keys=lambda key: True)
+        assert isinstance(fallback, RecordLog)
+        ran: list[str] = []
+        _, search = shared_guard(fallback, "t", ran)
+        assert search(q="x")["condition"] == "budget-unavailable"
+        assert ran == []
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -593,6 +610,49 @@ def test_a_corrupt_record_fails_closed(redis_url, client):
         client.set(hash_key, "a string")
         with pytest.raises(StoreUnavailable):
             store.record_put("s", "k", {"ok": 2})
+
+
+def test_an_append_leaves_the_record_as_written_untouched(redis_url, client):
+    """Appending moves the version on beside the record: the written record (tens of KB
+    for a long run's state) is never read or rewritten by an append."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url, prefix=prefix) as store:
+        store.record_put("s", "k", {"blob": "x" * 40_000}, version=0)
+        hash_key = f"{prefix}:{{records:s}}:records"
+        written = client.hget(hash_key, "k")
+        assert written is not None
+        assert written.startswith(b"1 ")
+        for version in range(1, 6):
+            assert store.record_append("s", "k", {"e": version}, version=version) == version + 1
+        assert client.hget(hash_key, "k") == written
+        assert store.record_get("s", "k") == ({"blob": "x" * 40_000}, 6)
+        assert store.record_put("s", "k", {"small": 1}, version=6) == 7
+        assert client.hget(hash_key, "k") == b'7 {"small":1}'
+        assert client.hkeys(hash_key) == [b"k"]  # nothing beside it once written again
+        assert client.exists(f"{hash_key}:log:k") == 0
+
+
+@pytest.mark.parametrize("raw", [b"seven", b"-1", b"", b"2.5"])
+def test_a_corrupt_version_beside_a_record_fails_closed(redis_url, client, raw):
+    """The version an append left beside a record does not validate: nothing reads,
+    lists, writes, appends to or removes the record as if it held another version."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with RedisStore(redis_url, prefix=prefix) as store:
+        store.record_put("s", "k", {"ok": 1}, version=0)
+        assert store.record_append("s", "k", {"e": 1}, version=1) == 2
+        hash_key = f"{prefix}:{{records:s}}:records"
+        (beside,) = [name for name in client.hkeys(hash_key) if name != b"k"]
+        client.hset(hash_key, beside, raw)
+        for read in (
+            lambda: store.record_get("s", "k"),
+            lambda: store.record_list("s"),
+            lambda: store.record_read_log("s", "k"),
+            lambda: store.record_put("s", "k", {"ok": 2}, version=2),
+            lambda: store.record_append("s", "k", {"e": 2}, version=2),
+            lambda: store.record_delete("s", "k", version=2),
+        ):
+            with pytest.raises(StoreUnavailable):
+                read()
 
 
 # -- asyncio round trips go out together ----------------------------------------------

@@ -8,6 +8,12 @@ shared store reported and still counts failures, opens and probes on its own. Ev
 key keeps raising :class:`~toolbreaker.errors.StoreUnavailable`: writes never fall back.
 The shared store is tried again every ``retry_interval`` seconds and wins as soon as it
 answers.
+
+The journal and records never fall back: they are the primary's, and an unavailable
+primary raises. That includes the log a record keeps
+(:class:`~toolbreaker.stores._protocol.RecordLog`: a shared run's events): a fallback is
+a ``RecordLog`` exactly when its primary is, and its ``record_append`` and
+``record_read_log`` are the primary's own.
 """
 
 from __future__ import annotations
@@ -20,7 +26,15 @@ from typing import Any
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.stores._protocol import Journal, Lease, Records, Store, View, aapply
+from toolbreaker.stores._protocol import (
+    Journal,
+    Lease,
+    RecordLog,
+    Records,
+    Store,
+    View,
+    aapply,
+)
 from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["LocalFallback"]
@@ -97,6 +111,11 @@ class LocalFallback:
         self._retry_at: dict[str, float] = {}
         self._views: dict[str, _FallbackView] = {}
         self._lock = threading.Lock()
+        if isinstance(primary, RecordLog):
+            # The primary's log, passed straight through (records never fall back); a
+            # primary without one leaves these absent, so the fallback is no RecordLog.
+            self.record_append = primary.record_append
+            self.record_read_log = primary.record_read_log
 
     def view(self, key: str) -> View:
         """The primary's view of ``key``, or the local one while the key falls back."""

@@ -11,7 +11,17 @@ from typing import Any, Final, Protocol, runtime_checkable
 from toolbreaker.core.breaker.policy import Policy
 from toolbreaker.core.breaker.state import BreakerState, Event, Transition
 
-__all__ = ["FOREVER", "AsyncStore", "Journal", "Lease", "Records", "Store", "View", "aapply"]
+__all__ = [
+    "FOREVER",
+    "AsyncStore",
+    "Journal",
+    "Lease",
+    "RecordLog",
+    "Records",
+    "Store",
+    "View",
+    "aapply",
+]
 
 
 class Lease:
@@ -185,6 +195,40 @@ class Records(Protocol):
 
     def record_list(self, space: str) -> list[tuple[str, dict[str, Any], int]]:
         """Every record of ``space`` as ``(key, value, version)``, sorted by key."""
+        ...
+
+
+@runtime_checkable
+class RecordLog(Records, Protocol):
+    """Records that also keep, per record, the entries appended to it since it was written.
+
+    What a record that changes a little on every write (a shared run's state) uses
+    instead of writing the whole record each time: :meth:`record_append` adds one small
+    entry and moves the record's version on by one, compare-and-set like a write; a
+    reader gets the record as last written and the entries appended since
+    (:meth:`record_read_log`) and folds them in itself. Writing the record
+    (:meth:`~Records.record_put`) or removing it drops its entries: a writer compacts the
+    log by writing what the entries made. :meth:`~Records.record_get` reads the record as
+    last written, without its entries.
+    """
+
+    def record_append(
+        self, space: str, key: str, entry: Mapping[str, Any], *, version: int
+    ) -> int | None:
+        """Append ``entry`` if the record is at ``version``; the new version, or ``None``.
+
+        A record that is absent is never appended to (``None``).
+        """
+        ...
+
+    def record_read_log(
+        self, space: str, key: str
+    ) -> tuple[dict[str, Any], int, list[tuple[int, dict[str, Any]]]] | None:
+        """The record, its version and its entries, read at one instant.
+
+        Each entry comes with the version its append made, oldest first; ``None`` when
+        the record is absent.
+        """
         ...
 
 

@@ -321,6 +321,45 @@ class SharedStore(ABC):
         written = self._record_write(space, key, text.decode("utf-8"), version)
         return None if written is None else _stored_version(written, space)
 
+    def record_append(
+        self, space: str, key: str, entry: Mapping[str, Any], *, version: int
+    ) -> int | None:
+        """Append ``entry`` if the record is at ``version``; the new version or ``None``.
+
+        See :class:`~toolbreaker.stores._protocol.RecordLog`.
+
+        Raises:
+            StoreWriteUnknown: the store's answer was lost: the entry may be appended.
+            StoreUnavailable: the store is unreachable or too slow; nothing was appended.
+        """
+        text = encode_record(space, key, entry)
+        check_version(version)
+        written = self._record_append(space, key, text.decode("utf-8"), version)
+        return None if written is None else _stored_version(written, space)
+
+    def record_read_log(
+        self, space: str, key: str
+    ) -> tuple[dict[str, Any], int, list[tuple[int, dict[str, Any]]]] | None:
+        """The record, its version and the entries appended since it was written.
+
+        See :class:`~toolbreaker.stores._protocol.RecordLog`.
+
+        Raises:
+            RecordCorrupt: the record or an entry is there but does not decode.
+            StoreUnavailable: the store is unreachable, or the record does not validate.
+        """
+        encode_record(space, key, {})
+        found = self._record_log_read(space, key)
+        if found is None:
+            return None
+        raw, stored, log = found
+        version = _stored_version(stored, space)
+        entries = []
+        for at, text in log:
+            made = _stored_version(at, space)
+            entries.append((made, decode_record(text, space, key, made)))
+        return decode_record(raw, space, key, version), version, entries
+
     def record_delete(self, space: str, key: str, *, version: int | None = None) -> bool:
         """Remove the record if ``version`` matches; whether it was removed.
 
@@ -421,6 +460,19 @@ class SharedStore(ABC):
     @abstractmethod
     def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
         """Compare-and-set one record's text; the new version, or ``None`` on a mismatch."""
+
+    @abstractmethod
+    def _record_append(self, space: str, key: str, text: str, version: int) -> int | None:
+        """Append one entry's text if the record is at ``version``; the new version or ``None``.
+
+        Writing the record (:meth:`_record_write`) or removing it drops its entries.
+        """
+
+    @abstractmethod
+    def _record_log_read(
+        self, space: str, key: str
+    ) -> tuple[object, int, list[tuple[int, object]]] | None:
+        """The raw text and version of one record and ``(version, raw text)`` of its entries."""
 
     @abstractmethod
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:

@@ -29,6 +29,9 @@ class MemoryStore:
         self._views: dict[str, View] = {}
         self._journal: dict[str, dict[str, dict[str, Any]]] = {}
         self._records: dict[str, dict[str, tuple[bytes, int]]] = {}
+        # Per (space, key): the entries appended since the record was written, with the
+        # version each made (see RecordLog).
+        self._logs: dict[tuple[str, str], list[tuple[int, bytes]]] = {}
 
     def view(self, key: str) -> View:
         """The live view of ``key``: for this store, the state itself."""
@@ -110,7 +113,35 @@ class MemoryStore:
             if version is not None and version != current:
                 return None
             records[key] = (text, current + 1)
+            self._logs.pop((space, key), None)
             return current + 1
+
+    def record_append(
+        self, space: str, key: str, entry: Mapping[str, Any], *, version: int
+    ) -> int | None:
+        """Append a copy of ``entry`` if the record is at ``version`` (see ``RecordLog``)."""
+        text = encode_record(space, key, entry)
+        check_version(version)
+        with self._lock:
+            records = self._records.setdefault(space, {})
+            found = records.get(key)
+            if found is None or found[1] != version:
+                return None
+            records[key] = (found[0], version + 1)
+            self._logs.setdefault((space, key), []).append((version + 1, text))
+            return version + 1
+
+    def record_read_log(
+        self, space: str, key: str
+    ) -> tuple[dict[str, Any], int, list[tuple[int, dict[str, Any]]]] | None:
+        """A copy of the record, its version and its entries (see ``RecordLog``)."""
+        with self._lock:
+            found = self._records.get(space, {}).get(key)
+            log = list(self._logs.get((space, key), ()))
+        if found is None:
+            return None
+        entries = [(at, decode_record(text, space, key, at)) for at, text in log]
+        return decode_record(found[0], space, key, found[1]), found[1], entries
 
     def record_delete(self, space: str, key: str, *, version: int | None = None) -> bool:
         """Remove the record if ``version`` matches; whether it was removed."""
@@ -121,6 +152,7 @@ class MemoryStore:
             if found is None or (version is not None and version != found[1]):
                 return False
             del records[key]
+            self._logs.pop((space, key), None)
             return True
 
     def record_list(self, space: str) -> list[tuple[str, dict[str, Any], int]]:

@@ -60,7 +60,11 @@ key, value, version); each operation is one statement (``INSERT ... ON CONFLICT`
 ``UPDATE ... WHERE version = n``, ``DELETE ... WHERE version = n``), so one short
 transaction, committed like breaker state (``synchronous_commit = off``), except in the
 spaces that must survive a crash (:data:`~toolbreaker.stores._records.DURABLE_SPACES`:
-queued work), which commit like the journal.
+queued work), which commit like the journal. The entries appended to a record
+(:class:`~toolbreaker.stores._protocol.RecordLog`) are rows of ``<prefix>_record_log``
+(space, key, version, entry); an append is one statement that moves the record's version
+on and inserts the row, a write or a removal of the record deletes its rows in its own
+statement, and a read takes the record and its rows in one.
 """
 
 from __future__ import annotations
@@ -106,6 +110,10 @@ CREATE TABLE IF NOT EXISTS {p}_records (
   PRIMARY KEY (space, key));
 CREATE TABLE IF NOT EXISTS {p}_history (
   seq bigserial PRIMARY KEY, key text NOT NULL, entry text NOT NULL);
+-- The entries appended to a record since it was written (RecordLog).
+CREATE TABLE IF NOT EXISTS {p}_record_log (
+  space text NOT NULL, key text NOT NULL, version bigint NOT NULL, entry text NOT NULL,
+  PRIMARY KEY (space, key, version));
 -- The version of the state the write that appended an entry made (quiet calls name it).
 ALTER TABLE {p}_history ADD COLUMN IF NOT EXISTS version bigint;
 -- The instant of the event that wrote a state: a breaker's time never goes backwards.
@@ -478,16 +486,58 @@ class PostgresStore(CompareAndSetStore):
                 "WHERE r.space = %s AND r.key = %s AND r.version = %s RETURNING r.version"
             )
             params = (text, space, key, version)
+        # Writing the record drops the entries appended to it, in the same statement.
+        sql = f"WITH w AS ({sql}), gone AS ({self._log_drop}) SELECT version FROM w"  # noqa: S608 - validated prefix
+        row = self._execute(space, sql, (*params, space, key), records=True, write=True)
+        return None if row is None else row[0]
+
+    @property
+    def _log_drop(self) -> str:
+        """Delete the entries of (space, key) if the statement's ``w`` changed the record."""
+        return (
+            f"DELETE FROM {self.prefix}_record_log "  # noqa: S608 - validated prefix
+            "WHERE space = %s AND key = %s AND EXISTS (SELECT 1 FROM w)"
+        )
+
+    def _record_append(self, space: str, key: str, text: str, version: int) -> int | None:
+        p = self.prefix
+        sql = (
+            f"WITH w AS (UPDATE {p}_records AS r SET version = r.version + 1 "  # noqa: S608 - validated prefix
+            "WHERE r.space = %s AND r.key = %s AND r.version = %s RETURNING r.version) "
+            f"INSERT INTO {p}_record_log (space, key, version, entry) "
+            "SELECT %s, %s, w.version, %s FROM w RETURNING version"
+        )
+        params = (space, key, version, space, key, text)
         row = self._execute(space, sql, params, records=True, write=True)
         return None if row is None else row[0]
+
+    def _record_log_read(
+        self, space: str, key: str
+    ) -> tuple[object, int, list[tuple[int, object]]] | None:
+        p = self.prefix
+        # One statement: the record and its entries as of one snapshot.
+        sql = (
+            "SELECT r.value, r.version, (SELECT coalesce(json_agg(json_build_array("  # noqa: S608 - validated prefix
+            f"l.version, l.entry) ORDER BY l.version), '[]'::json) FROM {p}_record_log AS l "
+            "WHERE l.space = r.space AND l.key = r.key) "
+            f"FROM {p}_records AS r WHERE r.space = %s AND r.key = %s"
+        )
+        row = self._execute(space, sql, (space, key), records=True)
+        if row is None:
+            return None
+        log = row[2]
+        if not isinstance(log, list) or not all(isinstance(x, list) and len(x) == 2 for x in log):
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        return row[0], row[1], [(x[0], x[1]) for x in log]
 
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:
         sql = f"DELETE FROM {self.prefix}_records WHERE space = %s AND key = %s"  # noqa: S608 - validated prefix
         params: tuple[Any, ...] = (space, key)
         if version is not None:
             sql, params = sql + " AND version = %s", (space, key, version)
+        sql = f"WITH w AS ({sql} RETURNING 1), gone AS ({self._log_drop}) SELECT 1 FROM w"  # noqa: S608 - validated prefix
         return (
-            self._execute(space, sql + " RETURNING 1", params, records=True, write=True) is not None
+            self._execute(space, sql, (*params, space, key), records=True, write=True) is not None
         )
 
     def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
@@ -566,7 +616,7 @@ class PostgresStore(CompareAndSetStore):
                 "SELECT to_regproc(%s) IS NOT NULL AND to_regproc(%s) IS NOT NULL "
                 "AND to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL, "
                 "to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL "
-                "AND to_regproc(%s) IS NOT NULL",
+                "AND to_regproc(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
                 (
                     f"{self.prefix}_cas",
                     f"{self.prefix}_journal_put",
@@ -575,6 +625,7 @@ class PostgresStore(CompareAndSetStore):
                     f"{self.prefix}_cas_history",
                     f"{self.prefix}_history",
                     f"{self.prefix}_history_append",
+                    f"{self.prefix}_record_log",
                 ),
             ).fetchone()
             if not (exists and exists[0] and exists[1]):

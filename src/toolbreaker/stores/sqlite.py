@@ -29,7 +29,11 @@ primary key). ``toolbreaker export --store sqlite:///PATH`` reads it.
 
 Records (:class:`~toolbreaker.stores.Records`) are rows of ``toolbreaker_records`` (space,
 key, value, version); each write is one ``BEGIN IMMEDIATE`` transaction that checks the
-version and writes, committed like breaker state (``synchronous = NORMAL``).
+version and writes, committed like breaker state (``synchronous = NORMAL``). The entries
+appended to a record (:class:`~toolbreaker.stores._protocol.RecordLog`) are rows of
+``toolbreaker_record_log`` (space, key, version, entry): an append checks the record's
+version, moves it on by one and inserts its row in one such transaction; a write or a
+removal of the record deletes its rows in its own.
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS toolbreaker_records ("
     " space TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, version INTEGER NOT NULL,"
     " PRIMARY KEY (space, key)) WITHOUT ROWID",
+    # Added in the version that appends to records (RecordLog); likewise added on open.
+    "CREATE TABLE IF NOT EXISTS toolbreaker_record_log ("
+    " space TEXT NOT NULL, key TEXT NOT NULL, version INTEGER NOT NULL, entry TEXT NOT NULL,"
+    " PRIMARY KEY (space, key, version)) WITHOUT ROWID",
     # Added in the version that keeps a history; a file of an earlier one gets it on open.
     "CREATE TABLE IF NOT EXISTS toolbreaker_history ("
     " seq INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, entry TEXT NOT NULL,"
@@ -80,6 +88,7 @@ _SCHEMA: Final = (
 )
 _HISTORY_PUT: Final = "INSERT INTO toolbreaker_history (key, entry, version) VALUES (?, ?, ?)"
 _RECORD_READ: Final = "SELECT value, version FROM toolbreaker_records WHERE space = ? AND key = ?"
+_LOG_DROP: Final = "DELETE FROM toolbreaker_record_log WHERE space = ? AND key = ?"
 _READ: Final = "SELECT version, state FROM toolbreaker_breakers WHERE key = ?"
 _WRITE: Final = (
     "INSERT INTO toolbreaker_breakers (key, version, state, at) VALUES (?, ?, ?, ?) "
@@ -286,6 +295,7 @@ class SQLiteStore(SharedStore):
                     "value = excluded.value, version = excluded.version",
                     (space, key, text, current + 1),
                 )
+                conn.execute(_LOG_DROP, (space, key))
                 return current + 1
 
         if space not in DURABLE_SPACES:
@@ -301,13 +311,57 @@ class SQLiteStore(SharedStore):
 
         return self._locked(space, durable_put)
 
+    def _record_append(self, space: str, key: str, text: str, version: int) -> int | None:
+        def append(conn: sqlite3.Connection) -> int | None:
+            with _immediate(conn):
+                if not conn.execute(
+                    "UPDATE toolbreaker_records SET version = ? "
+                    "WHERE space = ? AND key = ? AND version = ?",
+                    (version + 1, space, key, version),
+                ).rowcount:
+                    return None  # absent, or at another version
+                conn.execute(
+                    "INSERT INTO toolbreaker_record_log (space, key, version, entry) "
+                    "VALUES (?, ?, ?, ?)",
+                    (space, key, version + 1, text),
+                )
+                return version + 1
+
+        return self._locked(space, append)
+
+    def _record_log_read(
+        self, space: str, key: str
+    ) -> tuple[object, int, list[tuple[int, object]]] | None:
+        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any]]:
+            conn.execute("BEGIN")  # one snapshot for the record and its entries
+            try:
+                row = conn.execute(_RECORD_READ, (space, key)).fetchone()
+                log = conn.execute(
+                    "SELECT version, entry FROM toolbreaker_record_log "
+                    "WHERE space = ? AND key = ? ORDER BY version",
+                    (space, key),
+                ).fetchall()
+            finally:
+                conn.execute("COMMIT")
+            return row, log
+
+        row, log = self._locked(space, read, write=False)
+        return None if row is None else (row[0], row[1], [(v, e) for v, e in log])
+
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:
         sql = "DELETE FROM toolbreaker_records WHERE space = ? AND key = ?"
         params: tuple[object, ...] = (space, key)
         if version is not None:
             sql, params = sql + " AND version = ?", (space, key, version)
-        # One statement: atomic on its own.
-        return bool(self._locked(space, lambda conn: conn.execute(sql, params).rowcount))
+
+        def remove(conn: sqlite3.Connection) -> bool:
+            with _immediate(conn):
+                removed = bool(conn.execute(sql, params).rowcount)
+                if removed:
+                    conn.execute(_LOG_DROP, (space, key))
+                return removed
+
+        return self._locked(space, remove)
 
     def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
         rows = self._locked(

@@ -34,6 +34,23 @@ processes on hosts whose clocks are synchronised agree on them; a skew shifts a 
 or a lease by the skew (an event stamped before the run started, by a clock behind the
 one that started it, counts as at the start).
 
+The record
+----------
+A write carries the events, not the state. The record holds the run's state as some
+write left it (a *snapshot*: state, budget, the ids applied, and ``base``, the version it
+was written at), and on a store that keeps a log of appended entries
+(:class:`~toolbreaker.stores._protocol.RecordLog`: every store of this package) each
+round after it appends one small entry, its events as they were applied, by
+compare-and-set on the record's version (:meth:`RecordLog.record_append`). A reader folds
+the entries after ``base`` into the snapshot with the same pure core, in order, and
+reaches the state the writers reached; a guard that knows the state at a version the log
+covers folds in only the entries after it. Every :data:`COMPACT_EVERY` entries a round
+writes the whole snapshot instead, which drops the log. On a store without a log every
+round writes the snapshot. A record of the first format (``toolbreaker.shared-run/v1``:
+the snapshot, no ``base``) is read as the snapshot it is, and the next round writes it
+again in this one; a guard of an earlier version refuses a record of this format as
+corrupt (it admits nothing against it) rather than misreading it.
+
 A run's ``resume`` (the writes an earlier run of the task left unresolved) is applied only
 when the record is created: a guard that joins a run already shared finds the count in
 the state, and counting it again would block writes twice.
@@ -42,16 +59,17 @@ the state, and counting it again would block writes twice.
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from decimal import Decimal
+from typing import Any, Final, cast
 
 from toolbreaker.core.files import shown
 from toolbreaker.core.run._values import ZERO
-from toolbreaker.core.run.budget import Budget, RunState, Stop
+from toolbreaker.core.run.budget import Action, Budget, RunState, Stop
 from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
 from toolbreaker.core.run.machine import apply as run_apply
 from toolbreaker.errors import (
@@ -63,7 +81,7 @@ from toolbreaker.errors import (
 )
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed
-from toolbreaker.stores._protocol import Records
+from toolbreaker.stores._protocol import RecordLog, Records
 from toolbreaker.stores._records import check_name
 
 __all__ = ["RUNS_SPACE", "SharedRun", "read_shared", "record_key"]
@@ -79,7 +97,17 @@ CONTENTION_PATIENCE_S: Final = 30.0
 #: How long a write keeps trying while the store answers with faults (a busy SQLite file,
 #: a Redis failing over) before the event is refused or kept for later.
 FAULT_PATIENCE_S: Final = 2.0
-_SCHEMA: Final = "toolbreaker.shared-run/v1"
+#: Entries a record's log holds before a round writes the whole snapshot again (the
+#: longest replay a reader makes; one write in this many encodes the whole state).
+COMPACT_EVERY: Final = 64
+_SCHEMA: Final = "toolbreaker.shared-run/v2"
+#: The first format: the snapshot alone, written whole on every round.
+_SCHEMA_V1: Final = "toolbreaker.shared-run/v1"
+
+#: What a round knows of the record: its version, the state and budget there, the ids
+#: of the events applied last, and the version of its snapshot (``None``: the next round
+#: writes the snapshot: a first-format record, or a store without a log).
+_Known = tuple[int, RunState, Budget, list[str], int | None]
 
 
 def read_shared(records: Records, task: str) -> tuple[RunState, Budget, int] | None:
@@ -91,11 +119,10 @@ def read_shared(records: Records, task: str) -> tuple[RunState, Budget, int] | N
         StoreUnavailable: the store cannot be read.
         RecordCorrupt: the record does not decode into a run and a budget.
     """
-    found = records.record_get(RUNS_SPACE, record_key(task))
+    found = _fetch(records, record_key(task), None)
     if found is None:
         return None
-    doc, version = found
-    state, budget, _ = _decode(doc, task, version)
+    version, state, budget, _, _ = found
     return state, budget, version
 
 
@@ -115,24 +142,134 @@ def record_key(task: str) -> str:
     return task
 
 
-def _decode(doc: Mapping[str, Any], task: str, version: int) -> tuple[RunState, Budget, list[str]]:
+def _corrupt(task: str, version: int, why: str) -> RecordCorrupt:
+    return RecordCorrupt(
+        f"the shared run {task!r} {why}", space=RUNS_SPACE, key=task, version=version
+    )
 
-    def corrupt(why: str) -> RecordCorrupt:
-        return RecordCorrupt(
-            f"the shared run {task!r} {why}", space=RUNS_SPACE, key=task, version=version
-        )
 
-    if doc.get("schema") != _SCHEMA:
-        raise corrupt(f"is not a {_SCHEMA} record")
+def _decode(
+    doc: Mapping[str, Any], task: str, version: int
+) -> tuple[RunState, Budget, list[str], int | None]:
+    """A snapshot: its state, budget, ids applied, and its version (``None``: first format)."""
+    schema = doc.get("schema")
+    if schema not in (_SCHEMA, _SCHEMA_V1):
+        raise _corrupt(task, version, f"is not a {_SCHEMA} record")
     try:
         state = RunState.from_dict(doc["state"])
         budget = Budget.from_dict(doc["budget"])
         applied = [str(x) for x in doc["applied"]]
+        base = doc["base"] if schema == _SCHEMA else None
     except (KeyError, TypeError, RunStateError, PolicyError) as exc:
-        raise corrupt(f"does not decode: {exc}") from None
+        raise _corrupt(task, version, f"does not decode: {exc}") from None
+    if schema == _SCHEMA and (type(base) is not int or not 1 <= base <= version):
+        raise _corrupt(task, version, f"does not decode: base {base!r} is no version to {version}")
     if state.task != task:
-        raise corrupt(f"holds the state of {state.task!r}")
-    return state, budget, applied
+        raise _corrupt(task, version, f"holds the state of {state.task!r}")
+    return state, budget, applied, base
+
+
+def _fetch(
+    records: Records, task: str, known: _Known | None, *, log: bool | None = None
+) -> _Known | None:
+    """The record of ``task`` read and its log folded in (``None``: absent).
+
+    ``known``: what this guard knows at some version; when the log covers it, only the
+    entries after it are folded in (the snapshot is not decoded).
+
+    Raises:
+        StoreUnavailable: the store cannot be read.
+        RecordCorrupt: the record or an entry does not decode, or the log has a gap.
+    """
+    if log is None:
+        log = isinstance(records, RecordLog)
+    if log:
+        found = cast("RecordLog", records).record_read_log(RUNS_SPACE, task)
+        if found is None:
+            return None
+        doc, version, entries = found
+    else:
+        plain = records.record_get(RUNS_SPACE, task)
+        if plain is None:
+            return None
+        (doc, version), entries = plain, []
+        if doc.get("schema") == _SCHEMA and doc.get("base") != version:
+            # Entries appended through a store that keeps a log: this handle cannot read
+            # them, and a snapshot written over them would lose them.
+            raise _corrupt(task, version, "has a log of entries that this store handle cannot read")
+    if known is not None and known[0] == version:
+        return known
+    base = doc.get("base") if doc.get("schema") == _SCHEMA else None
+    if (
+        known is not None
+        and known[4] is not None
+        and type(base) is int
+        and base <= known[0] < version
+    ):
+        at, state, budget, applied = known[0], known[1], known[2], list(known[3])
+        snap: int | None = base
+    else:
+        state, budget, applied, snap = _decode(doc, task, version)
+        if snap is None:
+            return version, state, budget, applied, None  # the first format: no log
+        at = snap
+    later = [(made, entry) for made, entry in entries if made > at]
+    if [made for made, _ in later] != list(range(at + 1, version + 1)):
+        raise _corrupt(task, version, f"has a log that does not lead from {at} to {version}")
+    for made, entry in later:
+        state, budget = _fold(entry, (state, budget), applied, task, made)
+    return (version, state, budget, applied[-APPLIED_LIMIT:], snap)
+
+
+def _fold(
+    entry: Mapping[str, Any], start: tuple[RunState, Budget], applied: list[str], task: str, at: int
+) -> tuple[RunState, Budget]:
+    """The state and budget after one log entry's events (their ids added to ``applied``)."""
+    state, budget = start
+    try:
+        for item in entry["events"]:
+            applied.append(str(item["id"]))
+            if "budget" in item:
+                budget = Budget.from_dict(item["budget"])
+            if item.get("event") is not None:
+                state, _ = run_apply(state, _event_of(item["event"]), budget)
+    except (KeyError, TypeError, ValueError, ArithmeticError, RunStateError, PolicyError) as exc:
+        raise _corrupt(task, at, f"has a log entry that does not decode: {exc}") from None
+    return state, budget
+
+
+#: RunEvent's fields and defaults, in order: what an entry writes when it differs.
+_EVENT_FIELDS: Final = tuple((f.name, f.default) for f in dataclasses.fields(RunEvent))
+_AMOUNTS: Final = frozenset({"cost", "reserve"})
+_NONE: Final[frozenset[str]] = frozenset()
+
+
+def _event_doc(event: RunEvent) -> dict[str, Any]:
+    """``event`` as JSON: the fields that differ from their defaults; amounts as text."""
+    doc = {
+        name: value for name, default in _EVENT_FIELDS if (value := getattr(event, name)) != default
+    }
+    action = event.action
+    if action is not None:
+        doc["action"] = [action.tool, action.fingerprint, action.risk, action.recovery]
+    for name in _AMOUNTS:
+        value = doc.get(name)
+        if value is not None and not isinstance(value, str):
+            doc[name] = str(value)
+    return doc
+
+
+def _event_of(doc: Mapping[str, Any]) -> RunEvent:
+    """The event :func:`_event_doc` wrote (checked as any event is)."""
+    fields = dict(doc)
+    action = fields.get("action")
+    if action is not None:
+        tool, fingerprint, risk, recovery = action
+        fields["action"] = Action(tool, fingerprint, risk, recovery)
+    for name in _AMOUNTS & fields.keys():
+        if isinstance(fields[name], str):
+            fields[name] = Decimal(fields[name])
+    return RunEvent(**fields)
 
 
 class SharedRun:
@@ -145,6 +282,9 @@ class SharedRun:
 
     def __init__(self, records: Records, task: str, budget: Budget, clock: Clock) -> None:
         self.records = records
+        # Whether the store keeps a log of appended entries (asked once: a protocol's
+        # isinstance reads every attribute).
+        self._log = isinstance(records, RecordLog)
         self.task = record_key(task)
         self.clock = clock
         self.faults = 0
@@ -157,7 +297,7 @@ class SharedRun:
         self._unanswered: tuple[str, RunDecision] | None = None
         # The record this guard wrote last, decoded, by its version: the next round
         # writes at that version without reading it (see _round).
-        self._known: tuple[int, RunState, Budget, list[str]] | None = None
+        self._known: _Known | None = None
         # Answered events refused here whose write may have landed anyway.
         self._orphans: list[tuple[str, RunEvent, RunDecision]] = []
 
@@ -181,7 +321,7 @@ class SharedRun:
             PolicyError: ``raised`` would lower the run's budget.
         """
         with self._lock:
-            self._outbox.append((uuid.uuid4().hex[:16], event, raised))
+            self._outbox.append((os.urandom(8).hex(), event, raised))
             try:
                 return self._flush()
             except StoreUnavailable as exc:
@@ -202,7 +342,7 @@ class SharedRun:
     def post(self, event: RunEvent) -> None:
         """Keep ``event`` (a fact, not :data:`ANSWERED`) for the next write (:meth:`flush`)."""
         with self._lock:
-            self._outbox.append((uuid.uuid4().hex[:16], event, None))
+            self._outbox.append((os.urandom(8).hex(), event, None))
 
     def flush(self) -> tuple[RunState, Budget] | None:
         """Write what the outbox holds; the state the store holds (``None``: unreachable)."""
@@ -229,11 +369,12 @@ class SharedRun:
     # -- the record ------------------------------------------------------------------------
 
     def _read(self) -> tuple[RunState, Budget]:
-        found = self.records.record_get(RUNS_SPACE, self.task)
+        found = _fetch(self.records, self.task, self._known, log=self._log)
         if found is None:
             return RunState.start(self.task, self.clock()), self._budget
-        state, budget, _ = _decode(found[0], self.task, found[1])
-        return state, budget
+        if self._unanswered is None:
+            self._known = found
+        return found[1], found[2]
 
     def _flush(self) -> tuple[RunState, Budget, RunDecision]:
         start = time.monotonic()
@@ -262,12 +403,46 @@ class SharedRun:
                 )
             time.sleep(self._rng.uniform(0, 0.0005 * min(round_, 20)))
 
-    def _settle_orphans(self, seen: set[str]) -> None:
+    def _settle_orphans(self, seen: set[str] | frozenset[str]) -> None:
         """An orphan the record applied ran nowhere: its admission is released (spent 0)."""
         for event_id, event, decision in self._orphans:
             if event_id in seen and decision.verdict == "run" and event.action is not None:
-                self._outbox.insert(0, (uuid.uuid4().hex[:16], _release(event, decision), None))
+                self._outbox.insert(0, (os.urandom(8).hex(), _release(event, decision), None))
         self._orphans.clear()
+
+    def _apply(
+        self,
+        state: RunState,
+        budget: Budget,
+        applied: list[str],
+        seen: set[str] | frozenset[str],
+        *,
+        created: bool,
+    ) -> tuple[RunState, Budget, RunDecision, list[dict[str, Any]]]:
+        """The outbox's events not ``seen`` applied (their ids added to ``applied``).
+
+        Also the log entry's items that replay them: each event as it was fed, and the
+        budget an extension raised.
+        """
+        decision = RunDecision("recorded")
+        items: list[dict[str, Any]] = []
+        for event_id, event, raised in self._outbox:
+            if event_id in seen:
+                continue  # written already by a write whose answer was lost
+            applied.append(event_id)
+            item: dict[str, Any] = {"id": event_id}
+            items.append(item)
+            if event.type == "resume" and not created:
+                continue  # the run's state counts them already (see the module)
+            if raised is not None:
+                budget = budget.raised(**raised)
+                item["budget"] = budget.to_dict()
+            fed = event
+            if event.at < state.started_at:  # another host's clock started the run
+                fed = dataclasses.replace(event, at=state.started_at)
+            state, decision = run_apply(state, fed, budget)
+            item["event"] = _event_doc(fed)
+        return state, budget, decision, items
 
     def _round(self) -> tuple[RunState, Budget, RunDecision] | None:
         """One compare-and-set round; ``None`` when another writer came first.
@@ -275,53 +450,54 @@ class SharedRun:
         A guard that wrote the record last writes again at that version without reading
         it: when no other writer came between, the write is the whole round; when one
         did, the compare-and-set refuses it and the next round reads. A lost answer or an
-        orphan to settle always reads first (what landed is only in the record).
+        orphan to settle always reads first (what landed is only in the record). The
+        write appends the round's events to the record's log, or writes the whole
+        snapshot (see the module).
         """
         known = self._known
         created = False
-        if known is not None and self._unanswered is None and not self._orphans:
-            version, state, budget, applied = known[0], known[1], known[2], list(known[3])
+        read = known is None or self._unanswered is not None or bool(self._orphans)
+        if not read:
+            assert known is not None
+            current = known
         else:
-            found = self.records.record_get(RUNS_SPACE, self.task)
+            found = _fetch(self.records, self.task, known, log=self._log)
             created = found is None
-            applied = []
             if found is None:
-                state, budget, version = RunState.start(self.task, self.clock()), self._budget, 0
-            else:
-                version = found[1]
-                if known is not None and known[0] == version:
-                    state, budget, applied = known[1], known[2], list(known[3])
-                else:
-                    state, budget, applied = _decode(found[0], self.task, version)
+                found = (0, RunState.start(self.task, self.clock()), self._budget, [], None)
+            current = found
+        version, state, budget, applied, base = current
+        applied = list(applied)
         decision = RunDecision("recorded")
-        seen = set(applied)
+        # Only a read can show one of the outbox's events applied (by a write whose answer
+        # was lost): the record this guard wrote last holds none of them.
+        seen: set[str] | frozenset[str] = set(applied) if read else _NONE
         self._settle_orphans(seen)
         last = self._outbox[-1][0]
-        if all(eid in seen for eid, _, _ in self._outbox):  # the lost write landed
+        if read and all(eid in seen for eid, _, _ in self._outbox):  # the lost write landed
             answer = self._unanswered
             self._unanswered = None
+            self._known = None if created else current
             return state, budget, answer[1] if answer and answer[0] == last else decision
-        for event_id, event, raised in self._outbox:
-            if event_id in seen:
-                continue  # written already by a write whose answer was lost
-            applied.append(event_id)
-            if event.type == "resume" and not created:
-                continue  # the run's state counts them already (see the module)
-            if raised is not None:
-                budget = budget.raised(**raised)
-            fed = event
-            if event.at < state.started_at:  # another host's clock started the run
-                fed = dataclasses.replace(event, at=state.started_at)
-            state, decision = run_apply(state, fed, budget)
+        state, budget, decision, items = self._apply(state, budget, applied, seen, created=created)
         kept = applied[-APPLIED_LIMIT:]
-        doc = {
-            "schema": _SCHEMA,
-            "state": state.to_dict(),
-            "budget": budget.to_dict(),
-            "applied": kept,
-        }
+        records = self.records
         try:
-            written = self.records.record_put(RUNS_SPACE, self.task, doc, version=version)
+            if base is not None and version - base < COMPACT_EVERY and self._log:
+                snap: int | None = base
+                written = cast("RecordLog", records).record_append(
+                    RUNS_SPACE, self.task, {"events": items}, version=version
+                )
+            else:
+                doc = {
+                    "schema": _SCHEMA,
+                    "state": state.to_dict(),
+                    "budget": budget.to_dict(),
+                    "applied": kept,
+                    "base": version + 1,
+                }
+                written = records.record_put(RUNS_SPACE, self.task, doc, version=version)
+                snap = version + 1 if written == version + 1 else None
             if written is None:
                 self._known = None  # another writer came first: the next round reads
                 return None
@@ -330,7 +506,7 @@ class SharedRun:
             self._unanswered = (last, decision)
             return None
         self._unanswered = None
-        self._known = (written, state, budget, kept)
+        self._known = (written, state, budget, kept, snap)
         return state, budget, decision
 
 

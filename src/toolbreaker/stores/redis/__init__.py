@@ -57,8 +57,15 @@ Records (:class:`~toolbreaker.stores.Records`). One hash per space,
 compare-and-set is one script on that hash. The space is the hash tag, so on a cluster a
 whole space lives in one slot and listing it is one ``HGETALL`` on one node. A space that
 carries a hash tag of its own (a breaker's, ``bulkhead/{<key>}``) is the hash
-``<prefix>:<space>:records``: it lives in the slot of that breaker's state. Records
-never expire (a lease carries its own end) and follow the server's persistence settings.
+``<prefix>:<space>:records``: it lives in the slot of that breaker's state. The entries
+appended to a record (:class:`~toolbreaker.stores._protocol.RecordLog`) are the list
+``<hash>:log:<key>`` beside it (the same slot), each ``"<version> <json>"``. An append is
+one script that pushes the entry and keeps the version it made in the hash's field
+``"<NUL><key>"`` (no key is unprintable), so it never reads or rewrites the record as
+written, however large; a read, a list and a compare-and-set take the version there while
+the field exists (``HMGET``, ``HGETALL``: one round trip, one slot), and a write or a
+removal of the record drops the field and the list in its own script. Records never
+expire (a lease carries its own end) and follow the server's persistence settings.
 
 Modules: ``_store`` (:class:`RedisStore`: round trips, journal, records, the server's
 clock), ``_script`` (the Lua scripts, their arguments and replies, the asyncio pipeline)

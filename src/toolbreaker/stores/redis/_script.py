@@ -22,7 +22,9 @@ __all__ = [
     "JOURNAL_ALL",
     "JOURNAL_PUT",
     "MY_TURN",
+    "RECORD_APPEND",
     "RECORD_DELETE",
+    "RECORD_LOG_READ",
     "RECORD_PUT",
     "REFRESH_TTL",
     "THEIR_TURN",
@@ -78,26 +80,73 @@ return 1
 
 # Records: one hash per space, ``field = key``, ``value = "<version> <json>"``. One key per
 # space keeps a space in one slot (its name is the hash tag) and makes a list one HGETALL.
-#: Compare-and-set one record: the new version, 0 on a mismatch, -1 for a bad value.
-RECORD_PUT: Final = """
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-local version = 0
-if cur then
-  version = tonumber(string.match(cur, '^(%d+) '))
-  if version == nil then return -1 end
+# The entries appended to a record (RecordLog) are a list, ``KEYS[2]``, of
+# ``"<version> <json>"`` in the record's slot. An append leaves the record as written: the
+# version it makes goes in the field ``ARGV[2]`` beside it (``"\0<key>"``: no key is
+# unprintable), which holds the record's version while it has entries; writing or
+# removing the record drops both. Each script below starts with _VERSION: the record's
+# version now (``nil``: absent), or -1 for a value that does not validate.
+_VERSION: Final = """
+local beside = redis.call('HGET', KEYS[1], ARGV[2])
+local version = nil
+if beside then
+  if not string.match(beside, '^[1-9]%d*$') then return -1 end
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -1 end
+  version = tonumber(beside)
+else
+  local cur = redis.call('HGET', KEYS[1], ARGV[1])
+  if cur then
+    version = tonumber(string.match(cur, '^(%d+) '))
+    if version == nil then return -1 end
+  end
 end
+"""
+#: Compare-and-set one record (``ARGV[3]``, at version ``ARGV[4]``, empty: any): the new
+#: version, 0 on a mismatch, -1 for a bad value. Its entries are dropped.
+RECORD_PUT: Final = (
+    _VERSION
+    + """
+local now = version or 0
+if ARGV[4] ~= '' and tonumber(ARGV[4]) ~= now then return 0 end
+now = now + 1
+redis.call('HSET', KEYS[1], ARGV[1], string.format('%.0f', now) .. ' ' .. ARGV[3])
+if beside then redis.call('HDEL', KEYS[1], ARGV[2]) end
+redis.call('DEL', KEYS[2])
+return now
+"""
+)
+#: Append one entry (``ARGV[3]``) if the record is at version ``ARGV[4]``: the new
+#: version, 0 on a mismatch or an absent record, -1 for a bad value. The record as
+#: written is not read (once it has entries) nor rewritten.
+RECORD_APPEND: Final = (
+    _VERSION
+    + """
+if version == nil or tonumber(ARGV[4]) ~= version then return 0 end
+local made = string.format('%.0f', version + 1)
+redis.call('HSET', KEYS[1], ARGV[2], made)
+redis.call('RPUSH', KEYS[2], made .. ' ' .. ARGV[3])
+return version + 1
+"""
+)
+#: A record, the version beside it (``false``: none) and its entries in one atomic read;
+#: an empty reply when it is absent.
+RECORD_LOG_READ: Final = """
+local found = redis.call('HMGET', KEYS[1], ARGV[1], ARGV[2])
+if not found[1] then return {} end
+return {found[1], found[2], redis.call('LRANGE', KEYS[2], 0, -1)}
+"""
+#: Remove one record and its entries if its version matches (``ARGV[3]``, empty: any):
+#: 1 if removed, 0 if not, -1 for a bad value.
+RECORD_DELETE: Final = (
+    _VERSION
+    + """
+if version == nil then return 0 end
 if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= version then return 0 end
-version = version + 1
-redis.call('HSET', KEYS[1], ARGV[1], string.format('%.0f', version) .. ' ' .. ARGV[2])
-return version
+redis.call('HDEL', KEYS[1], ARGV[1], ARGV[2])
+redis.call('DEL', KEYS[2])
+return 1
 """
-#: Remove one record if its version matches (``ARGV[2]``, empty: any).
-RECORD_DELETE: Final = """
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if not cur then return 0 end
-if ARGV[2] ~= '' and string.match(cur, '^(%d+) ') ~= ARGV[2] then return 0 end
-return redis.call('HDEL', KEYS[1], ARGV[1])
-"""
+)
 
 
 # Both keys share the task's hash tag: one slot, one atomic read (also on a cluster).

@@ -30,7 +30,9 @@ from toolbreaker.stores.redis._script import (
     JOURNAL_ALL,
     JOURNAL_PUT,
     MY_TURN,
+    RECORD_APPEND,
     RECORD_DELETE,
+    RECORD_LOG_READ,
     RECORD_PUT,
     REFRESH_TTL,
     THEIR_TURN,
@@ -179,6 +181,8 @@ class RedisStore(CompareAndSetStore):
         self._journal_all: Any = self._client.register_script(JOURNAL_ALL)
         self._record_put: Any = self._client.register_script(RECORD_PUT)
         self._record_delete: Any = self._client.register_script(RECORD_DELETE)
+        self._record_add: Any = self._client.register_script(RECORD_APPEND)
+        self._record_log: Any = self._client.register_script(RECORD_LOG_READ)
         self._aclient: Any = None
         self._ascript: Any = None
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -310,28 +314,67 @@ class RedisStore(CompareAndSetStore):
 
     def _record_read(self, space: str, key: str) -> tuple[object, int] | None:
         try:
-            raw: object = self._client.hget(self._records_key(space), key)
+            found: object = self._client.hmget(self._records_key(space), key, _beside(key))
         except self._errors as exc:
             raise self._record_fault(space, exc) from exc
-        return None if raw is None else _split_record(raw, space, key)
+        if not isinstance(found, list) or len(found) != 2:
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        raw, beside = found
+        if raw is None:
+            return None
+        text, version = _split_record(raw, space, key)
+        return text, _version_now(version, beside, space, key)
 
     def _record_write(self, space: str, key: str, text: str, version: int | None) -> int | None:
         expected = "" if version is None else str(version)
         try:
-            written = self._record_put(keys=[self._records_key(space)], args=[key, text, expected])
+            keys = self._record_keys(space, key)
+            written = self._record_put(keys=keys, args=[key, _beside(key), text, expected])
         except self._errors as exc:
             raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
         if type(written) is not int or written < 0:
             raise StoreUnavailable(f"a record in space {space!r} does not validate")
         return written or None
 
+    def _record_append(self, space: str, key: str, text: str, version: int) -> int | None:
+        try:
+            keys = self._record_keys(space, key)
+            written = self._record_add(keys=keys, args=[key, _beside(key), text, version])
+        except self._errors as exc:
+            raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
+        if type(written) is not int or written < 0:
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        return written or None
+
+    def _record_log_read(
+        self, space: str, key: str
+    ) -> tuple[object, int, list[tuple[int, object]]] | None:
+        try:
+            keys = self._record_keys(space, key)
+            reply: object = self._record_log(keys=keys, args=[key, _beside(key)])
+        except self._errors as exc:
+            raise self._record_fault(space, exc) from exc
+        if reply == []:
+            return None
+        if not isinstance(reply, list) or len(reply) != 3 or not isinstance(reply[2], list):
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        text, version = _split_record(reply[0], space, key)
+        entries: list[tuple[int, object]] = []
+        for raw in reply[2]:
+            body, made = _split_record(raw, space, key)
+            entries.append((made, body))
+        return text, _version_now(version, reply[1], space, key), entries
+
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:
         expected = "" if version is None else str(version)
         try:
-            removed = self._record_delete(keys=[self._records_key(space)], args=[key, expected])
+            keys = self._record_keys(space, key)
+            removed = self._record_delete(keys=keys, args=[key, _beside(key), expected])
         except self._errors as exc:
             raise self._write_fault(space, exc, maybe_written=_maybe_sent(exc)) from exc
-        return bool(removed == 1)
+        if type(removed) is not int or removed < 0:
+            raise StoreUnavailable(f"a record in space {space!r} does not validate")
+        return removed == 1
 
     def _record_read_all(self, space: str) -> list[tuple[str, object, int]]:
         try:
@@ -344,9 +387,11 @@ class RedisStore(CompareAndSetStore):
         for name, raw in found.items():
             if not isinstance(name, bytes):
                 raise StoreUnavailable(f"the records of space {space!r} do not validate")
+            if name.startswith(_BESIDE):
+                continue  # the version of a record with entries, read with it below
             key = name.decode("utf-8", "replace")
             text, version = _split_record(raw, space, key)
-            rows.append((key, text, version))
+            rows.append((key, text, _version_now(version, found.get(_BESIDE + name), space, key)))
         return rows
 
     def _record_fault(self, space: str, exc: BaseException) -> StoreUnavailable:
@@ -491,6 +536,11 @@ class RedisStore(CompareAndSetStore):
     def _order_key(self, task: str) -> str:
         return f"{self.prefix}:{{{task}}}:journal-order"
 
+    def _record_keys(self, space: str, key: str) -> list[str]:
+        """The hash of ``space`` and the list of ``key``'s entries: one slot (its tag)."""
+        records = self._records_key(space)
+        return [records, f"{records}:log:{key}"]
+
     def _records_key(self, space: str) -> str:
         if _tagged(space):
             return f"{self.prefix}:{space}:records"  # in the slot its tag names
@@ -593,6 +643,29 @@ def _tagged(name: str) -> bool:
     """Whether ``name`` has a Redis Cluster hash tag: ``{``, then a ``}`` after one char."""
     start = name.find("{")
     return start >= 0 and name.find("}", start + 1) > start + 1
+
+
+#: What starts the name of the field that holds, beside a record with entries, its
+#: version (a record's key is printable: no key starts so).
+_BESIDE: Final = b"\0"
+
+
+def _beside(key: str) -> bytes:
+    """The field beside the record ``key`` that holds its version while it has entries."""
+    return _BESIDE + key.encode("utf-8")
+
+
+def _version_now(written: int, beside: object, space: str, key: str) -> int:
+    """The version of a record now: ``beside`` it (the last append's), else ``written``.
+
+    ``beside`` is ``None`` while the record has no entries; one that does not validate
+    (not a version after ``written``) is corrupt.
+    """
+    if beside is None:
+        return written
+    if not isinstance(beside, bytes) or not beside.isdigit() or int(beside) <= written:
+        raise corrupt_record(space, key, None)
+    return int(beside)
 
 
 def _split_record(raw: object, space: str, key: str) -> tuple[object, int]:
