@@ -9,12 +9,14 @@ does not decode admits nothing.
 
 from __future__ import annotations
 
+import contextlib
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from test_shared_run import budget, shared_guard
 
+from store_kinds import closing, kinds, open_store, reopen
 from toolbreaker import RunGuard
 from toolbreaker.core.run.budget import Budget, RunState
 from toolbreaker.errors import RecordCorrupt
@@ -122,30 +124,28 @@ def test_a_reader_folds_the_log_into_the_state_the_writer_reached(tmp_path):
         assert found[0].to_dict() == guard.state.to_dict()
 
 
-@pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
-def test_two_guards_taking_turns_through_the_log_spend_one_budget(tmp_path, store_kind):
+@pytest.mark.parametrize("kind", kinds(records=True))
+def test_two_guards_taking_turns_through_the_log_spend_one_budget(request, tmp_path, kind):
     """Each guard's append at a stale version is refused; it reads the other's entries,
     folds them into what it knew, and applies its event to that: 100 calls of $0.01 in
-    all, the 101st refused, every call counted once."""
-    if store_kind == "memory":
-        shared = MemoryStore()
-        one, two = CountingLog(shared), CountingLog(shared)
-    else:
-        path = tmp_path / "runs.db"
-        one, two = CountingLog(SQLiteStore(path)), CountingLog(SQLiteStore(path))
-    (_, search_a), (_, search_b) = shared_guard(one, "t", []), shared_guard(two, "t", [])
-    answers = [(search_a if n % 2 else search_b)(q=str(n)) for n in range(101)]
-    assert sum("hits" in x for x in answers) == 100
-    assert answers[-1]["condition"] == "max-cost"
-    assert one.refused > 0
-    assert two.refused > 0
-    assert one.appends > 50
-    packet = RunGuard("t", journal=one, shared=True).stop_packet()
-    assert packet.counters["calls"] == 100
-    assert packet.counters["cost"] == "1"
-    if store_kind == "sqlite":
-        one.store.close()
-        two.store.close()
+    all, the 101st refused, every call counted once. Two handles of one store (the same
+    object in memory, where no other handle can open it). The tests' Redis servers keep no
+    append-only file: their journal is volatile."""
+    options = {"volatile_journal": True} if kind.startswith("redis") else {}
+    store, url = open_store(kind, request, tmp_path, **options)
+    other = store if kind == "memory" else reopen(url, **options)
+    with closing(store), closing(other) if other is not store else contextlib.nullcontext():
+        one, two = CountingLog(store), CountingLog(other)
+        (_, search_a), (_, search_b) = shared_guard(one, "t", []), shared_guard(two, "t", [])
+        answers = [(search_a if n % 2 else search_b)(q=str(n)) for n in range(101)]
+        assert sum("hits" in x for x in answers) == 100
+        assert answers[-1]["condition"] == "max-cost"
+        assert one.refused > 0
+        assert two.refused > 0
+        assert one.appends > 50
+        packet = RunGuard("t", journal=one, shared=True).stop_packet()
+        assert packet.counters["calls"] == 100
+        assert packet.counters["cost"] == "1"
 
 
 def test_a_record_of_the_first_format_is_read_and_written_again_in_this_one():
