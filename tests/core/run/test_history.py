@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 
 import pytest
@@ -209,3 +211,20 @@ def test_an_event_is_checked_where_it_is_built(event):
     with pytest.raises(RunStateError) as info:
         event()
     assert info.value.field in {"count", "action"}
+
+
+def test_an_events_own_init_takes_exactly_its_fields():
+    # RunEvent sets its fields as one dict (a shell builds two per call): its
+    # hand-written __init__ must take every field, in order, with its default.
+    params = list(inspect.signature(RunEvent.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(RunEvent)
+    assert [p.name for p in params] == [f.name for f in fields]
+    for param, field in zip(params, fields, strict=True):
+        default = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        assert param.default == default, field.name
+    event = RunEvent("outcome", 2, SEND, outcome="unknown", step=1)
+    assert dataclasses.replace(event) == event
+    assert hash(dataclasses.replace(event)) == hash(event)
+    assert vars(event) == {f.name: getattr(event, f.name) for f in fields}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.at = 3  # type: ignore[misc]

@@ -50,6 +50,8 @@ def is_retry(state: ModelRetries, fingerprint: str) -> bool:
 
 def observe(state: ModelRetries, fingerprint: str, *, retryable_failure: bool) -> ModelRetries:
     """Record how an action's attempt ended: a retryable failure, or anything else."""
+    if not retryable_failure and fingerprint not in state.failed:
+        return state  # nothing to forget, nothing to remember (most calls: no scan, no copy)
     rest = tuple(f for f in state.failed if f != fingerprint)
     if retryable_failure:
         rest = (*rest, fingerprint)[-FAILED_LIMIT:]

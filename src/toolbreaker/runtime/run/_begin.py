@@ -99,7 +99,8 @@ class Begin:
         here: their watches are current while it is decided, and ended now if it carries
         an answer.
         """
-        check_tool_type(tool_type)
+        if tool_type is not None:
+            check_tool_type(tool_type)
         watching = self._watch_step(tool, call_id, tool_type, description)
         if watching is None:
             step = yield from self._deciding(tool, args, call_id, None)
@@ -144,41 +145,67 @@ class Begin:
     ) -> Flow[Step]:
         """The plan carried out, then the breaker's admission, then the journal's entry."""
         planned: _Planned = yield self.shell.blocking(None, self._plan, tool, args, tool=tool)
-        call, outcome = planned.call, planned.outcome
+        call, outcome, spec = planned.call, planned.outcome, planned.spec
+        if not isinstance(outcome, Run):
+            return self._answered(tool, planned, outcome, call_id, watching)
+        assert call is not None  # a call the run machine decided has its record
         permit: Permit | None = None
-        breaker = planned.spec.breaker if isinstance(outcome, Run) else None
-        if breaker is not None and call is not None:
+        breaker = spec.breaker
+        if breaker is not None:
             with self.shell.lock:
                 retrying = is_retry(self.shell.retries, call.fingerprint)
             breaker = breaker.for_scope()  # a scoped row: this tenant's
             admission = yield Admit(breaker, retrying)
-            if isinstance(admission, Permit):
-                permit = admission
-            else:
+            if not isinstance(admission, Permit):
                 # Refused by its dependency breaker after the run machine let it through.
                 result = admission.result_for(tool)
                 answer = yield from self.settle.down(call, result, admission.reason)
-                outcome = Answer(answer, admission.reason)
-        if isinstance(outcome, Run) and call is not None and call.key is not None:
+                down = Answer(answer, admission.reason)
+                return self._answered(tool, planned, down, call_id, watching)
+            permit = admission
+        if call.key is not None:
             refused = yield self.shell.blocking(call, self._journal_pending, call, permit)
             if refused is not None:
-                outcome, permit = refused, None
-        spec = planned.spec
+                return self._answered(tool, planned, refused, call_id, watching)
         return Step(
             self.settle,
             tool,
-            outcome.args if isinstance(outcome, Run) else planned.args,
-            answer=outcome.result if isinstance(outcome, Answer) else None,
-            deadline=None if call is None or spec.breaker is None else spec.breaker.timeout,
+            outcome.args,
+            deadline=None if spec.breaker is None else spec.breaker.timeout,
             permit=permit,
-            idempotency_key=None if call is None else call.key,
+            idempotency_key=call.key,
             key_arg=key_argument(spec),
+            fingerprint=call.fingerprint,
+            decision=planned.decision,
+            plan=call,
+            call_id=call_id,
+            watching=watching,
+        )
+
+    def _answered(
+        self,
+        tool: str,
+        planned: _Planned,
+        outcome: Answer,
+        call_id: str | None,
+        watching: Watching | None,
+    ) -> Step:
+        """The step of a call that does not run: it carries its answer."""
+        call, breaker = planned.call, planned.spec.breaker
+        return Step(
+            self.settle,
+            tool,
+            planned.args,
+            answer=outcome.result,
+            deadline=None if call is None or breaker is None else breaker.timeout,
+            idempotency_key=None if call is None else call.key,
+            key_arg=key_argument(planned.spec),
             fingerprint=None if call is None else call.fingerprint,
             decision=planned.decision,
             plan=call,
             call_id=call_id,
-            reason=outcome.reason if isinstance(outcome, Answer) else None,
-            refused=outcome.refused if isinstance(outcome, Answer) else False,
+            reason=outcome.reason,
+            refused=outcome.refused,
             watching=watching,
         )
 
@@ -225,7 +252,8 @@ class Begin:
             "fingerprint": intent.fingerprint,
             "idempotency_key": key,
         }
-        self._resume()
+        if not self._resumed:
+            self._resume()
         try:
             entry = self.shell.journal.journal_get(self.shell.task, key) if key else None
         except StoreUnavailable:

@@ -261,6 +261,11 @@ class RunGuard:
             if breaker is not None and breaker not in self.breakers():
                 self._watch.tell(breaker)  # before the tool can be called: from its first call
             self._shell.tools[tool.name] = tool
+            # Whether it is a coroutine function never changes: asked once, not per call.
+            if inspect.iscoroutinefunction(tool.fn):
+                self._shell.coroutines.add(tool.name)
+            else:
+                self._shell.coroutines.discard(tool.name)
         return tool
 
     def breakers(self) -> tuple[Breaker, ...]:
@@ -614,8 +619,7 @@ class RunGuard:
                 is counted), or its function returned an awaitable (never run: settled as
                 not counted, a write as not sent).
         """
-        spec = self._shell.tools.get(tool)
-        if spec is not None and inspect.iscoroutinefunction(spec.fn):
+        if tool in self._shell.coroutines:
             raise AsyncCallError(
                 f"RunGuard.call({tool!r}) of a coroutine tool: it would never run, and "
                 f"nothing was counted for it. Use await guard.acall({tool!r}, args)"
