@@ -234,20 +234,19 @@ class Begin:
 
     def _plan(self, tool: str, args: dict[str, Any]) -> _Planned:
         """The call read, the journal read, the run machine told; the plan carried out."""
-        spec = self.shell.tools.get(tool)
+        shell = self.shell
+        spec = shell.tools.get(tool)
         if spec is None:
-            raise PolicyError(f"unknown tool {tool!r} for run {self.shell.task!r}", field="tool")
+            raise PolicyError(f"unknown tool {tool!r} for run {shell.task!r}", field="tool")
         args = without_key(spec, args)
-        intent = intent_of(
-            spec, args, rules=self.shell.rules, task=self.shell.task, steps=self.shell.state.steps
-        )
+        intent = intent_of(spec, args, rules=shell.rules, task=shell.task, steps=shell.state.steps)
         if isinstance(intent, Answer):
             return _Planned(spec, args, intent)  # its class, arguments or cost cannot be told
         key = intent.key
         call = CallRecord(
             spec, intent.fingerprint, key, args, reserve=intent.reserve, risk=intent.risk
         )
-        self.shell.attempted = {
+        shell.attempted = {
             "tool": tool,
             "fingerprint": intent.fingerprint,
             "idempotency_key": key,
@@ -255,22 +254,22 @@ class Begin:
         if not self._resumed:
             self._resume()
         try:
-            entry = self.shell.journal.journal_get(self.shell.task, key) if key else None
+            entry = shell.journal.journal_get(shell.task, key) if key else None
         except StoreUnavailable:
             down = Answer(journal_down_result(tool), "journal-unavailable")
             return _Planned(spec, args, down, call)
         call.status = status = protocol.read(entry)
         evidence = None
         if protocol.made(status):
-            evidence = evidence_digest(journaled_result(entry), self.shell.rules)
+            evidence = evidence_digest(journaled_result(entry), shell.rules)
         action = Action(
             tool=tool, fingerprint=intent.fingerprint, risk=intent.risk, recovery=spec.recovery
         )
         call.action = action
-        decision = self.shell.feed(
+        decision = shell.feed(
             RunEvent(
                 "request",
-                self.shell.clock(),
+                shell.clock(),
                 action,
                 journal=status,
                 evidence=evidence,
@@ -283,23 +282,23 @@ class Begin:
             intent,
             decision,
             entry,
-            writes_blocked=self.shell.state.writes_blocked is not None,
-            turn_limit=self.shell.budget.max_calls_per_turn,
+            writes_blocked=shell.state.writes_blocked is not None,
+            turn_limit=shell.budget.max_calls_per_turn,
         )
         if isinstance(plan, Reconcile):
             answer = self.settle.reconcile(call, why=plan.why)
             return _Planned(spec, args, Answer(answer, "reconcile", refused=False), call, decision)
         if isinstance(plan, Answer):
-            if plan.deferred is not None and self.shell.notices:
+            if plan.deferred is not None and shell.notices:
                 key_of = spec.breaker.key if spec.breaker is not None else None
-                self.shell.notices.emit(
-                    deferred_notice(self.shell.task, tool, limit=plan.deferred, breaker=key_of)
+                shell.notices.emit(
+                    deferred_notice(shell.task, tool, limit=plan.deferred, breaker=key_of)
                 )
             return _Planned(spec, args, plan, call, decision)
         call.begun = True
         call.opened = watch_openings()
         if plan.denied is not None and not self._authorized(call):
-            self.shell.finish(call, "ignored", spent=False)
+            shell.finish(call, "ignored", spent=False)
             return _Planned(spec, args, plan.denied, call, decision)
         return _Planned(spec, args, plan, call, decision)
 

@@ -205,14 +205,17 @@ class RunShell:
 
     def feed(self, event: RunEvent, *, raised: Mapping[str, Any] | None = None) -> RunDecision:
         """Feed the run machine; ``raised``: an ``extend``'s limits to raise the budget to."""
-        before = (self.state.stopped, self.state.writes_blocked)
+        was = self.state
         shared = self.shared
         if shared is None:
             with self.lock:
                 if raised is not None:
                     self.budget = self.budget.raised(**raised)
                 self.state, decision = run_apply(self.state, event, self.budget)
-        elif event.type not in ANSWERED and on_loop():
+            if self.stop_listeners:
+                self._stop_changed(was)
+            return decision
+        if event.type not in ANSWERED and on_loop():
             # A fact on the event loop: recorded in this guard's view now, written to the
             # store from a worker thread (a round trip never blocks the loop).
             decision = self._local(event)
@@ -225,10 +228,16 @@ class RunShell:
             else:
                 state, budget, decision = written
                 self.view((state, budget))
-        after = (self.state.stopped, self.state.writes_blocked)
-        if self.stop_listeners and after != before and any(after):
-            self._notify_stop()
+        if self.stop_listeners:
+            self._stop_changed(was)
         return decision
+
+    def _stop_changed(self, was: RunState) -> None:
+        """Tell the stop listeners when the run stopped or blocked writes since ``was``."""
+        before = (was.stopped, was.writes_blocked)
+        after = (self.state.stopped, self.state.writes_blocked)
+        if after != before and any(after):
+            self._notify_stop()
 
     def _local(self, event: RunEvent) -> RunDecision:
         """``event`` applied to this guard's view alone (the store will hear it later)."""
