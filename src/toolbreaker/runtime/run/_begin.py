@@ -167,6 +167,41 @@ class Begin:
             refused = yield self.shell.blocking(call, self._journal_pending, call, permit)
             if refused is not None:
                 return self._answered(tool, planned, refused, call_id, watching)
+        return self._running(
+            tool, planned, outcome, call, permit=permit, call_id=call_id, watching=watching
+        )
+
+    def direct(self, tool: str, args: dict[str, Any]) -> Step:
+        """:meth:`_deciding` called inline, for a tool with no dependency breaker.
+
+        Such a call yields no effect but the plan and a write's pending entry, each a
+        plain function here: ``RunGuard.call``'s direct path (see
+        ``RunGuard._direct``), for a call no step observer watches, outside a model turn.
+        """
+        planned = self._plan(tool, args)
+        call, outcome = planned.call, planned.outcome
+        if not isinstance(outcome, Run):
+            return self._answered(tool, planned, outcome, None, None)
+        assert call is not None  # a call the run machine decided has its record
+        if call.key is not None:
+            refused = self._journal_pending(call, None)
+            if refused is not None:
+                return self._answered(tool, planned, refused, None, None)
+        return self._running(tool, planned, outcome, call)
+
+    def _running(
+        self,
+        tool: str,
+        planned: _Planned,
+        outcome: Run,
+        call: CallRecord,
+        *,
+        permit: Permit | None = None,
+        call_id: str | None = None,
+        watching: Watching | None = None,
+    ) -> Step:
+        """The step of a call that runs."""
+        spec = planned.spec
         return Step(
             self.settle,
             tool,
