@@ -79,6 +79,8 @@ def failed_retryably(answer: object) -> bool:
     or a ``retry-budget`` answer: re-issuing that call is a retry too, refused while
     the budget is spent.
     """
+    if answer is None:
+        return False  # most reads' answers (and a Mapping check of None costs an ABC's)
     return isinstance(answer, Mapping) and (
         answer.get("retryable") is True or answer.get("reason") == "retry-budget"
     )
