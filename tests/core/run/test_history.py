@@ -9,7 +9,7 @@ import json
 import pytest
 
 from toolbreaker.core.run.budget import Action, Budget, RunState, Stop
-from toolbreaker.core.run.machine import RunEvent, apply
+from toolbreaker.core.run.machine import RunDecision, RunEvent, apply
 from toolbreaker.core.run.state import FIRED_LIMIT, Fired
 from toolbreaker.errors import RunStateError
 
@@ -228,3 +228,27 @@ def test_an_events_own_init_takes_exactly_its_fields():
     assert vars(event) == {f.name: getattr(event, f.name) for f in fields}
     with pytest.raises(dataclasses.FrozenInstanceError):
         event.at = 3  # type: ignore[misc]
+
+
+def test_a_decisions_own_init_takes_exactly_its_fields():
+    # RunDecision sets its fields as one dict (the run machine makes one per request):
+    # its hand-written __init__ must take every field, in order, with its default.
+    params = list(inspect.signature(RunDecision.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(RunDecision)
+    assert [p.name for p in params] == [f.name for f in fields]
+    for param, field in zip(params, fields, strict=True):
+        default = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        assert param.default == default, field.name
+    decision = RunDecision("run", None, 2, 5, 1)
+    assert dataclasses.replace(decision) == decision
+    assert hash(dataclasses.replace(decision)) == hash(decision)
+    assert vars(decision) == {f.name: getattr(decision, f.name) for f in fields}
+    assert decision.to_dict() == {
+        "verdict": "run",
+        "stop": None,
+        "repeat": 2,
+        "step": 5,
+        "reservation": 1,
+    }
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decision.step = 3  # type: ignore[misc]

@@ -277,7 +277,9 @@ class RunEvent:
             )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not slotted, with its own __init__, as RunEvent: the run machine makes one for every
+# request, and a frozen dataclass set its six slots one by one.
+@dataclasses.dataclass(frozen=True, init=False)
 class RunDecision:
     """What :func:`apply` tells the shell to do.
 
@@ -299,6 +301,28 @@ class RunDecision:
     step: int = 0
     reservation: int = 0
     left: str | None = None
+
+    def __init__(  # noqa: PLR0917 - positional as the dataclass's generated one was
+        self,
+        verdict: Verdict,
+        stop: Stop | None = None,
+        repeat: int = 0,
+        step: int = 0,
+        reservation: int = 0,
+        left: str | None = None,
+    ) -> None:
+        _set_fields(
+            self,
+            "__dict__",
+            {
+                "verdict": verdict,
+                "stop": stop,
+                "repeat": repeat,
+                "step": step,
+                "reservation": reservation,
+                "left": left,
+            },
+        )
 
     @property
     def runs(self) -> bool:
