@@ -133,29 +133,34 @@ def test_a_long_run_keeps_every_state_it_passed_through():
         assert RunState.from_dict(json.loads(frozen)) == state
 
 
+_KEYS = 20
 _op = st.one_of(
-    st.tuples(st.just("latest"), st.integers(0, 12), st.integers(0, 99)),
-    st.tuples(st.just("replaced"), st.integers(0, 12), st.integers(0, 99)),
+    st.tuples(st.just("latest"), st.integers(0, _KEYS - 1)),
+    st.tuples(st.just("replaced"), st.integers(0, _KEYS - 1)),
     st.tuples(st.just("fork"), st.integers(0, 1_000)),
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 6), st.lists(_op, max_size=120))
+@given(st.integers(1, 12), st.lists(_op, max_size=150))
 def test_recent_behaves_as_an_ordered_dict_and_never_changes_an_old_version(limit, ops):
     """:class:`Recent` against a model (an ordered dict copied on every step): the same
     values in the same order, found by the same keys, after any mix of updates under one
     limit, with every older version (some updated again: a branch) unchanged."""
-    versions: list[tuple[Recent[int], OrderedDict[str, int]]] = [(Recent(), OrderedDict())]
-    for op in ops:
+    _recent_against_the_model(limit, ops)
+
+
+def _recent_against_the_model(limit: int, ops: list[tuple[Any, ...]]) -> None:
+    versions: list[tuple[Recent[str], OrderedDict[str, str]]] = [(Recent(), OrderedDict())]
+    for n, op in enumerate(ops):
         if op[0] == "fork":
             versions.append(versions[op[1] % len(versions)])
             continue
         recent, model = versions[-1]
         key = f"k{op[1]}"
+        value = f"{key}={n}"  # every value its own: a value out of place shows
         model = OrderedDict(model)
         if op[0] == "latest":
-            value = op[2]
             model.pop(key, None)
             model[key] = value
             while len(model) > limit:
@@ -164,15 +169,15 @@ def test_recent_behaves_as_an_ordered_dict_and_never_changes_an_old_version(limi
         else:
             if key not in model:
                 continue
-            model[key] = op[2]
-            recent = recent.replaced(key, op[2])
+            model[key] = value
+            recent = recent.replaced(key, value)
         versions.append((recent, model))
     for recent, model in versions:
         assert tuple(recent) == tuple(model.values())
         assert recent == tuple(model.values())
         assert len(recent) == len(model)
         assert recent.newest() == next(reversed(model), None)
-        for i in range(13):
+        for i in range(_KEYS):
             key = f"k{i}"
             assert recent.get(key) == model.get(key)
             assert recent.holds(key) == (key in model)
