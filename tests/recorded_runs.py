@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from toolbreaker import Breaker, GuardedTool, Policy, RetryPolicy, RunGuard
 from toolbreaker.core.run.budget import WRITES, Budget, ClassLimits, ModelPrice
 from toolbreaker.errors import ToolReportedError
+from toolbreaker.runtime._flow import drive
 from toolbreaker.testing import FakeClock
 
 TASK = "t-parity"
@@ -282,6 +283,7 @@ def live(
     settle: bool,
     coroutines: bool = False,
     breakers: bool = False,
+    general: bool = False,
 ) -> dict[str, Any]:
     """Run the records through a live guard; what an operator would see.
 
@@ -291,9 +293,18 @@ def live(
     (``abegin``, ``asucceeded``, ``afailed``, ``acall``) drive them, on an event loop.
     ``breakers``: every tool goes through a dependency breaker of its own (opening after
     two failures, on the run's clock, with a retry budget the model's re-calls spend).
+    ``general``: a sync ``guard.call`` drives the guard's general flow, the one a tool
+    with a breaker takes, where a tool without one takes the direct path.
     """
     return asyncio.run(
-        _live(records, budget, settle=settle, coroutines=coroutines, breakers=breakers)
+        _live(
+            records,
+            budget,
+            settle=settle,
+            coroutines=coroutines,
+            breakers=breakers,
+            general=general,
+        )
     )
 
 
@@ -304,6 +315,7 @@ async def _live(
     settle: bool,
     coroutines: bool,
     breakers: bool,
+    general: bool = False,
 ) -> dict[str, Any]:
     clock = FakeClock(records[0]["at"])
     guard = RunGuard(TASK, budget=budget, clock=clock)
@@ -361,7 +373,12 @@ async def _live(
                     answer = await step.asucceeded(result) if coroutines else step.succeeded(result)
         else:
             lines[guard.state.steps + 1] = number
-            answer = await guard.acall(tool, args) if coroutines else guard.call(tool, args)
+            if coroutines:
+                answer = await guard.acall(tool, args)
+            elif general:
+                answer = drive(guard._calling(tool, dict(args)))  # its general flow
+            else:
+                answer = guard.call(tool, args)
         answers.append(answer)
         if stopped_packet is None and guard.stopped is not None:
             stopped_packet = guard.stop_packet()

@@ -8,6 +8,7 @@ tool takes, then the same through a real run guard.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import pytest
@@ -85,6 +86,27 @@ def test_a_step_is_frozen():
         step.answer = {"ok": True}  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
         step.args = {}  # type: ignore[misc]
+
+
+def test_a_steps_own_init_takes_exactly_its_fields():
+    # Step sets its fields as one dict (one is built per call): its hand-written
+    # __init__ must take every field the dataclass declares, in order, with its default
+    # and its kind (the owner, tool and args positional, the rest by keyword).
+    params = list(inspect.signature(Step.__init__).parameters.values())[1:]
+    fields = [f for f in dataclasses.fields(Step) if f.init]
+    assert [p.name for p in params] == [f.name for f in fields]
+    for param, field in zip(params, fields, strict=True):
+        default = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        assert param.default == default, field.name
+        kind = (
+            inspect.Parameter.KEYWORD_ONLY
+            if field.kw_only
+            else inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        assert param.kind == kind, field.name
+    step = _write()
+    assert dataclasses.replace(step).args == step.args
+    assert {f.name for f in dataclasses.fields(Step)} == set(vars(step))
 
 
 def test_a_step_settles_once_and_records_why_it_did_not_succeed():

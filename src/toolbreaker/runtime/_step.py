@@ -261,6 +261,9 @@ class _Current:
                 _RUNNING.set(None)
 
 
+_set_fields: Final = object.__setattr__
+
+
 class _Latch:
     """What changes of a step as it is settled: whether it was, and why it did not succeed.
 
@@ -274,7 +277,10 @@ class _Latch:
         self.failure: str | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+# Not slotted, with its own __init__: one is built for every call, and setting sixteen
+# slots of a frozen dataclass one by one cost more than a breaker's admission. The fields
+# are set as one dict; the test holds the signature to the fields.
+@dataclasses.dataclass(frozen=True, eq=False, init=False)
 class Step:
     """One tool call in flight, as its owner decided it: a frozen value; settle it once.
 
@@ -322,8 +328,47 @@ class Step:
     watching: Watching | None = None
     _latch: _Latch = dataclasses.field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_latch", _Latch(self.answer is not None))
+    def __init__(
+        self,
+        _owner: _Owner,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        answer: Any = None,
+        deadline: float | None = None,
+        permit: Any = None,
+        idempotency_key: str | None = None,
+        key_arg: str | None = None,
+        fingerprint: str | None = None,
+        decision: RunDecision | None = None,
+        plan: object = None,
+        call_id: str | None = None,
+        reason: str | None = None,
+        refused: bool = False,
+        watching: Watching | None = None,
+    ) -> None:
+        _set_fields(
+            self,
+            "__dict__",
+            {
+                "_owner": _owner,
+                "tool": tool,
+                "args": args,
+                "answer": answer,
+                "deadline": deadline,
+                "permit": permit,
+                "idempotency_key": idempotency_key,
+                "key_arg": key_arg,
+                "fingerprint": fingerprint,
+                "decision": decision,
+                "plan": plan,
+                "call_id": call_id,
+                "reason": reason,
+                "refused": refused,
+                "watching": watching,
+                "_latch": _Latch(answer is not None),
+            },
+        )
 
     @property
     def settled(self) -> bool:

@@ -23,11 +23,13 @@ from toolbreaker.core.run.fingerprint import (
     FingerprintError,
     FingerprintRules,
     UnsupportedTypeError,
+    action_keys,
     business_key_of,
     canonical_action,
     evidence,
     fingerprint,
     idempotency_key,
+    write_key,
 )
 from toolbreaker.errors import ToolbreakerError
 
@@ -547,6 +549,34 @@ def test_property_canonical_form_is_a_fixed_point(tool: str, args: dict[str, Any
     again = canonical_action(canonical["tool"], canonical["args"])
     assert again == canonical
     assert fingerprint(canonical["tool"], canonical["args"]) == fingerprint(tool, args)
+
+
+@given(
+    tool=st.text(min_size=1, max_size=12).filter(str.strip),
+    args=_ARGS,
+    task=st.sampled_from(["", "task-1"]),
+    call=st.sampled_from([None, 3]),
+)
+def test_property_action_keys_are_the_fingerprint_and_the_write_key(
+    tool: str, args: dict[str, Any], task: str, call: int | None
+) -> None:
+    """``action_keys`` canonicalises a call once and answers what ``fingerprint`` and
+    ``write_key`` answer apart: the same fingerprint, the same key (none for a read)."""
+    assert action_keys(tool, args) == (fingerprint(tool, args), None)
+    assert action_keys(tool, args, write=True, task=task, call=call) == (
+        fingerprint(tool, args),
+        write_key(tool, args, task=task, call=call),
+    )
+
+
+def test_action_keys_of_a_write_with_a_business_key_is_its_write_key() -> None:
+    """A declared business key makes the key global, whichever task asks."""
+    keys = action_keys("send_email", RENEWAL, write=True, business_key=["recipient"], task="t")
+    assert keys == (
+        fingerprint("send_email", RENEWAL),
+        write_key("send_email", RENEWAL, ["recipient"], task="t"),
+    )
+    assert keys[1] == idempotency_key("send_email", {"recipient": "customer-1842"})
 
 
 # --- evidence digests ----------------------------------------------------------------------

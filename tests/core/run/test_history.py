@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 
 import pytest
 
 from toolbreaker.core.run.budget import Action, Budget, RunState, Stop
-from toolbreaker.core.run.machine import RunEvent, apply
+from toolbreaker.core.run.machine import RunDecision, RunEvent, apply
 from toolbreaker.core.run.state import FIRED_LIMIT, Fired
 from toolbreaker.errors import RunStateError
 
@@ -209,3 +211,44 @@ def test_an_event_is_checked_where_it_is_built(event):
     with pytest.raises(RunStateError) as info:
         event()
     assert info.value.field in {"count", "action"}
+
+
+def test_an_events_own_init_takes_exactly_its_fields():
+    # RunEvent sets its fields as one dict (a shell builds two per call): its
+    # hand-written __init__ must take every field, in order, with its default.
+    params = list(inspect.signature(RunEvent.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(RunEvent)
+    assert [p.name for p in params] == [f.name for f in fields]
+    for param, field in zip(params, fields, strict=True):
+        default = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        assert param.default == default, field.name
+    event = RunEvent("outcome", 2, SEND, outcome="unknown", step=1)
+    assert dataclasses.replace(event) == event
+    assert hash(dataclasses.replace(event)) == hash(event)
+    assert vars(event) == {f.name: getattr(event, f.name) for f in fields}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.at = 3  # type: ignore[misc]
+
+
+def test_a_decisions_own_init_takes_exactly_its_fields():
+    # RunDecision sets its fields as one dict (the run machine makes one per request):
+    # its hand-written __init__ must take every field, in order, with its default.
+    params = list(inspect.signature(RunDecision.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(RunDecision)
+    assert [p.name for p in params] == [f.name for f in fields]
+    for param, field in zip(params, fields, strict=True):
+        default = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
+        assert param.default == default, field.name
+    decision = RunDecision("run", None, 2, 5, 1)
+    assert dataclasses.replace(decision) == decision
+    assert hash(dataclasses.replace(decision)) == hash(decision)
+    assert vars(decision) == {f.name: getattr(decision, f.name) for f in fields}
+    assert decision.to_dict() == {
+        "verdict": "run",
+        "stop": None,
+        "repeat": 2,
+        "step": 5,
+        "reservation": 1,
+    }
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decision.step = 3  # type: ignore[misc]

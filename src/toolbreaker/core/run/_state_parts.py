@@ -38,6 +38,8 @@ __all__ = [
     "Fired",
     "Stop",
     "Tally",
+    "attempt_of",
+    "tally_of",
 ]
 
 #: The conditions :func:`~toolbreaker.core.run.limits.check` can name, in its order.
@@ -240,6 +242,35 @@ class Tally:
                 f"occurrences ({self.occurrences}) must exceed repeats ({self.repeats})",
                 field="occurrences",
             )
+
+
+_new: Final = object.__new__
+_set: Final = object.__setattr__
+
+
+def tally_of(fingerprint: str, occurrences: int, evidence: int, repeats: int) -> Tally:
+    """A :class:`Tally` of values a transition of the core made from checked ones.
+
+    Unchecked, and so for the core's transitions alone (as
+    :func:`~toolbreaker.core.run.state.changed`): a run builds one or two per call, and
+    checking values it made itself (a count plus one, a fingerprint its action checked)
+    cost more than the rest of the record.
+    """
+    tally: Tally = _new(Tally)
+    _set(tally, "fingerprint", fingerprint)
+    _set(tally, "occurrences", occurrences)
+    _set(tally, "evidence", evidence)
+    _set(tally, "repeats", repeats)
+    return tally
+
+
+def attempt_of(tool: str, fingerprint: str, evidence: int) -> Attempt:
+    """An :class:`Attempt` of checked values, unchecked (see :func:`tally_of`)."""
+    attempt: Attempt = _new(Attempt)
+    _set(attempt, "tool", tool)
+    _set(attempt, "fingerprint", fingerprint)
+    _set(attempt, "evidence", evidence)
+    return attempt
 
 
 #: Why a condition fired: it stopped the run, blocked its writes, refused a call its

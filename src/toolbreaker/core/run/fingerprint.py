@@ -67,6 +67,7 @@ __all__ = [
     "FingerprintError",
     "FingerprintRules",
     "UnsupportedTypeError",
+    "action_keys",
     "business_key_of",
     "canonical_action",
     "evidence",
@@ -391,10 +392,39 @@ def fingerprint(tool: str, args: Mapping[str, Any], rules: FingerprintRules | No
     ``"  Renewal Notice "`` for ``"renewal notice"``, ``1.0`` for ``1``), different for
     different actions. Raises what :func:`canonical_action` raises.
     """
-    action = canonical_action(tool, args, rules=rules)
+    return _digest_of(canonical_action(tool, args, rules=rules))
+
+
+def _digest_of(action: dict[str, Any]) -> str:
+    """The fingerprint of a canonical action."""
     if _ACTION_JSON is None:  # no C encoder (another Python): the general one
         return sha256_hex(action)
     return hashlib.sha256("".join(_ACTION_JSON(action, 0)).encode("utf-8")).hexdigest()
+
+
+def action_keys(
+    tool: str,
+    args: Mapping[str, Any],
+    rules: FingerprintRules | None = None,
+    *,
+    write: bool = False,
+    business_key: Sequence[str] | None = None,
+    task: str = "",
+    call: int | None = None,
+) -> tuple[str, str | None]:
+    """A call's :func:`fingerprint` and, for a ``write``, its :func:`write_key`.
+
+    The arguments are canonicalised once for both (a guard asks for both on every write).
+    Raises what those two raise.
+    """
+    action = canonical_action(tool, args, rules=rules)
+    if not write:
+        return _digest_of(action), None
+    if business_key:
+        key = idempotency_key(tool, business_key_of(args, business_key))
+    else:
+        key = _write_key_of(action["tool"], action["args"], tool, task, call)
+    return _digest_of(action), key
 
 
 def _unencodable(value: object) -> object:
@@ -506,13 +536,26 @@ def idempotency_key(tool: str, business_key: Mapping[str, Any], *, scope: str = 
         raise UnsupportedTypeError(
             f"scope must be a string, got {type(scope).__name__}", path="scope"
         )
-    document = {
-        "schema": _IDEMPOTENCY_SCHEMA,
-        "tool": name,
-        "key": _canon(key, "business_key", _KEEP_ALL, set()),
-        "scope": scope,
-    }
+    return _key_of(name, _canon(key, "business_key", _KEEP_ALL, set()), scope)
+
+
+def _key_of(name: str, canonical: Any, scope: str) -> str:
+    """The idempotency key of a canonical tool name and business key in ``scope``."""
+    document = {"schema": _IDEMPOTENCY_SCHEMA, "tool": name, "key": canonical, "scope": scope}
     return IDEMPOTENCY_PREFIX + sha256_hex(document)[:32]
+
+
+def _write_key_of(
+    name: str, canonical: Mapping[str, Any], tool: str, task: str, call: int | None
+) -> str:
+    """:func:`write_key` without a business key, of the call's canonical arguments.
+
+    The key's document canonicalises them again (with every field kept), exactly as
+    :func:`idempotency_key` does: a key must never change between versions.
+    """
+    scope = task if call is None else f"{task}\n#call {call}"
+    key = canonical or {"tool": tool}
+    return _key_of(name, _canon(key, "business_key", _KEEP_ALL, set()), scope)
 
 
 def write_key(
@@ -534,9 +577,8 @@ def write_key(
     """
     if business_key:
         return idempotency_key(tool, business_key_of(args, business_key))
-    canonical = canonical_action(tool, args, rules)["args"]
-    scope = task if call is None else f"{task}\n#call {call}"
-    return idempotency_key(tool, canonical or {"tool": tool}, scope=scope)
+    action = canonical_action(tool, args, rules)
+    return _write_key_of(action["tool"], action["args"], tool, task, call)
 
 
 # --- evidence ----------------------------------------------------------------------------

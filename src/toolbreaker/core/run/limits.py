@@ -14,11 +14,13 @@ begin in one step). Pure: ``now`` is passed in; states are frozen values.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
+from toolbreaker.core.run._state_parts import attempt_of, tally_of
 from toolbreaker.core.run._values import (
     DIGEST_LENGTH,
     WRITES,
@@ -213,6 +215,15 @@ def _crossing(
     return None
 
 
+#: The allowing decisions of the first repeat numbers, made once: one is asked for on
+#: every call, and a frozen decision is the same value wherever it is shared.
+_ALLOWED: Final = tuple(Decision(allowed=True, repeat=n) for n in range(64))
+
+
+def _allowed(repeat: int) -> Decision:
+    return _ALLOWED[repeat] if repeat < len(_ALLOWED) else Decision(allowed=True, repeat=repeat)
+
+
 def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
     """Decide whether ``action`` may run next, without recording anything.
 
@@ -241,11 +252,11 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
     if run.stopped is not None:
         recovery = action.recovery and action.risk == "read"
         if recovery and run.recovery_calls < budget.max_recovery_calls:
-            return Decision(allowed=True, repeat=repeat)
+            return _allowed(repeat)
         return Decision(allowed=False, stop=run.stopped, repeat=repeat)
     crossed = _crossing(run, action, budget, now, repeat)
     if crossed is None:
-        return Decision(allowed=True, repeat=repeat)
+        return _allowed(repeat)
     condition, detail = crossed
     return Decision(
         allowed=False,
@@ -339,14 +350,15 @@ def begin(
     risk = action.risk
     known = run.tallies.get(fingerprint)
     evidence = run.evidence
-    tally = Tally(
+    # The records are made unchecked: every value is the run's or the checked action's.
+    tally = tally_of(
         fingerprint,
         1 if known is None else known.occurrences + 1,
         evidence,
         _repeat(run, known),
     )
     history = run.history
-    attempt = Attempt(action.tool, fingerprint, evidence)
+    attempt = attempt_of(action.tool, fingerprint, evidence)
     begun = changed(
         run,
         calls=run.calls + 1,
@@ -359,8 +371,21 @@ def begin(
     return begun if not also else checked(changed(begun, **also))
 
 
-def _digest(evidence: str) -> str:
+def _hashed(evidence: str) -> str:
     return hashlib.sha256(evidence.encode("utf-8", "surrogatepass")).hexdigest()[:DIGEST_LENGTH]
+
+
+#: Remembered for evidence of a digest's size (what a shell reports): a tool's results
+#: repeat (every ``None`` of a write, a search asked again), and the digest depends on
+#: nothing but the text.
+_remembered: Final = functools.lru_cache(maxsize=1024)(_hashed)
+
+
+def _digest(evidence: str) -> str:
+    return _remembered(evidence) if len(evidence) <= _REMEMBERED else _hashed(evidence)
+
+
+_REMEMBERED: Final = 128
 
 
 def finish(
@@ -423,14 +448,24 @@ def finish(
         # A write's own result (a receipt, a new id) is no reason to write again.
         known = tallies.get(action.fingerprint)
         if known is not None:
-            mark = Tally(known.fingerprint, known.occurrences, count, known.repeats)
+            mark = tally_of(known.fingerprint, known.occurrences, count, known.repeats)
             tallies = tallies.replaced(action.fingerprint, mark)
+    uncertain = run.uncertain + (writes and outcome == "unknown")
+    if (
+        cost is None
+        and not also
+        and count == run.evidence
+        and digests is run.digests
+        and tallies is run.tallies
+        and uncertain == run.uncertain
+    ):
+        return run  # a result seen last, of a read: nothing to record (most calls' outcome)
     finished = changed(
         run,
         evidence=count,
         digests=digests,
         tallies=tallies,
-        uncertain=run.uncertain + (writes and outcome == "unknown"),
+        uncertain=uncertain,
         **({} if cost is None else _costs(run, cost, action.risk)),
     )
     return finished if not also else checked(changed(finished, **also))

@@ -132,6 +132,8 @@ EVENT_TYPES: Final = (
     "extend",
     "usage",
 )
+_EVENT_TYPES: Final = frozenset(EVENT_TYPES)
+_set_fields: Final = object.__setattr__
 #: The events whose decision a shell acts on: a caller waits for these. The others are
 #: facts to record (an outcome, a cost, a usage, a turn ...): a shell that shares the run
 #: through a store may write them later, in order, without changing any decision.
@@ -143,7 +145,11 @@ JOURNAL_STATUSES: Final = protocol.STATUSES
 NOT_ASKED: Final[frozenset[Verdict]] = frozenset({"reconcile", "queued", "handed-off"})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not slotted, with its own __init__: a shell builds two for every tool call, and setting
+# twenty slots of a frozen dataclass one by one cost more than the run machine's step.
+# The fields are set as one dict (as ``state.changed`` does); the test holds the
+# signature to the fields.
+@dataclasses.dataclass(frozen=True, init=False)
 class RunEvent:
     """One fact about a run, fed to :func:`apply`.
 
@@ -198,8 +204,59 @@ class RunEvent:
     output_tokens: int = 0
     risk: RiskClass | None = None
 
+    def __init__(  # noqa: PLR0917 - positional as the dataclass's generated one was
+        self,
+        type: str,
+        at: int,
+        action: Action | None = None,
+        journal: str | None = None,
+        outcome: Outcome | None = None,
+        evidence: str | None = None,
+        cost: Decimal | str | int | None = None,
+        required: bool = False,
+        detail: str = "",
+        count: int = 0,
+        reason: str = "",
+        mode: str | None = None,
+        step: int = 0,
+        reserve: Decimal | str | int | None = None,
+        reservation: int = 0,
+        error: str | None = None,
+        model: str | None = None,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        risk: RiskClass | None = None,
+    ) -> None:
+        _set_fields(
+            self,
+            "__dict__",
+            {
+                "type": type,
+                "at": at,
+                "action": action,
+                "journal": journal,
+                "outcome": outcome,
+                "evidence": evidence,
+                "cost": cost,
+                "required": required,
+                "detail": detail,
+                "count": count,
+                "reason": reason,
+                "mode": mode,
+                "step": step,
+                "reserve": reserve,
+                "reservation": reservation,
+                "error": error,
+                "model": model,
+                "input_tokens": input_tokens,
+                "output_tokens": output_tokens,
+                "risk": risk,
+            },
+        )
+        self.__post_init__()
+
     def __post_init__(self) -> None:
-        if self.type not in EVENT_TYPES:
+        if self.type not in _EVENT_TYPES:
             raise RunStateError(
                 f"run event type must be one of {', '.join(EVENT_TYPES)}, got {self.type!r}",
                 field="type",
@@ -220,7 +277,9 @@ class RunEvent:
             )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+# Not slotted, with its own __init__, as RunEvent: the run machine makes one for every
+# request, and a frozen dataclass set its six slots one by one.
+@dataclasses.dataclass(frozen=True, init=False)
 class RunDecision:
     """What :func:`apply` tells the shell to do.
 
@@ -242,6 +301,28 @@ class RunDecision:
     step: int = 0
     reservation: int = 0
     left: str | None = None
+
+    def __init__(  # noqa: PLR0917 - positional as the dataclass's generated one was
+        self,
+        verdict: Verdict,
+        stop: Stop | None = None,
+        repeat: int = 0,
+        step: int = 0,
+        reservation: int = 0,
+        left: str | None = None,
+    ) -> None:
+        _set_fields(
+            self,
+            "__dict__",
+            {
+                "verdict": verdict,
+                "stop": stop,
+                "repeat": repeat,
+                "step": step,
+                "reservation": reservation,
+                "left": left,
+            },
+        )
 
     @property
     def runs(self) -> bool:

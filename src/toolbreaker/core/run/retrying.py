@@ -50,6 +50,8 @@ def is_retry(state: ModelRetries, fingerprint: str) -> bool:
 
 def observe(state: ModelRetries, fingerprint: str, *, retryable_failure: bool) -> ModelRetries:
     """Record how an action's attempt ended: a retryable failure, or anything else."""
+    if not retryable_failure and fingerprint not in state.failed:
+        return state  # nothing to forget, nothing to remember (most calls: no scan, no copy)
     rest = tuple(f for f in state.failed if f != fingerprint)
     if retryable_failure:
         rest = (*rest, fingerprint)[-FAILED_LIMIT:]
@@ -77,6 +79,8 @@ def failed_retryably(answer: object) -> bool:
     or a ``retry-budget`` answer: re-issuing that call is a retry too, refused while
     the budget is spent.
     """
+    if answer is None:
+        return False  # most reads' answers (and a Mapping check of None costs an ABC's)
     return isinstance(answer, Mapping) and (
         answer.get("retryable") is True or answer.get("reason") == "retry-budget"
     )

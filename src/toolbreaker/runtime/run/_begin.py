@@ -99,7 +99,8 @@ class Begin:
         here: their watches are current while it is decided, and ended now if it carries
         an answer.
         """
-        check_tool_type(tool_type)
+        if tool_type is not None:
+            check_tool_type(tool_type)
         watching = self._watch_step(tool, call_id, tool_type, description)
         if watching is None:
             step = yield from self._deciding(tool, args, call_id, None)
@@ -144,41 +145,102 @@ class Begin:
     ) -> Flow[Step]:
         """The plan carried out, then the breaker's admission, then the journal's entry."""
         planned: _Planned = yield self.shell.blocking(None, self._plan, tool, args, tool=tool)
-        call, outcome = planned.call, planned.outcome
+        call, outcome, spec = planned.call, planned.outcome, planned.spec
+        if not isinstance(outcome, Run):
+            return self._answered(tool, planned, outcome, call_id, watching)
+        assert call is not None  # a call the run machine decided has its record
         permit: Permit | None = None
-        breaker = planned.spec.breaker if isinstance(outcome, Run) else None
-        if breaker is not None and call is not None:
+        breaker = spec.breaker
+        if breaker is not None:
             with self.shell.lock:
                 retrying = is_retry(self.shell.retries, call.fingerprint)
             breaker = breaker.for_scope()  # a scoped row: this tenant's
             admission = yield Admit(breaker, retrying)
-            if isinstance(admission, Permit):
-                permit = admission
-            else:
+            if not isinstance(admission, Permit):
                 # Refused by its dependency breaker after the run machine let it through.
                 result = admission.result_for(tool)
                 answer = yield from self.settle.down(call, result, admission.reason)
-                outcome = Answer(answer, admission.reason)
-        if isinstance(outcome, Run) and call is not None and call.key is not None:
+                down = Answer(answer, admission.reason)
+                return self._answered(tool, planned, down, call_id, watching)
+            permit = admission
+        if call.key is not None:
             refused = yield self.shell.blocking(call, self._journal_pending, call, permit)
             if refused is not None:
-                outcome, permit = refused, None
+                return self._answered(tool, planned, refused, call_id, watching)
+        return self._running(
+            tool, planned, outcome, call, permit=permit, call_id=call_id, watching=watching
+        )
+
+    def direct(self, tool: str, args: dict[str, Any]) -> Step:
+        """:meth:`_deciding` called inline, for a tool with no dependency breaker.
+
+        Such a call yields no effect but the plan and a write's pending entry, each a
+        plain function here: ``RunGuard.call``'s direct path (see
+        ``RunGuard._direct``), for a call no step observer watches, outside a model turn.
+        """
+        planned = self._plan(tool, args)
+        call, outcome = planned.call, planned.outcome
+        if not isinstance(outcome, Run):
+            return self._answered(tool, planned, outcome, None, None)
+        assert call is not None  # a call the run machine decided has its record
+        if call.key is not None:
+            refused = self._journal_pending(call, None)
+            if refused is not None:
+                return self._answered(tool, planned, refused, None, None)
+        return self._running(tool, planned, outcome, call)
+
+    def _running(
+        self,
+        tool: str,
+        planned: _Planned,
+        outcome: Run,
+        call: CallRecord,
+        *,
+        permit: Permit | None = None,
+        call_id: str | None = None,
+        watching: Watching | None = None,
+    ) -> Step:
+        """The step of a call that runs."""
         spec = planned.spec
         return Step(
             self.settle,
             tool,
-            outcome.args if isinstance(outcome, Run) else planned.args,
-            answer=outcome.result if isinstance(outcome, Answer) else None,
-            deadline=None if call is None or spec.breaker is None else spec.breaker.timeout,
+            outcome.args,
+            deadline=None if spec.breaker is None else spec.breaker.timeout,
             permit=permit,
-            idempotency_key=None if call is None else call.key,
+            idempotency_key=call.key,
             key_arg=key_argument(spec),
+            fingerprint=call.fingerprint,
+            decision=planned.decision,
+            plan=call,
+            call_id=call_id,
+            watching=watching,
+        )
+
+    def _answered(
+        self,
+        tool: str,
+        planned: _Planned,
+        outcome: Answer,
+        call_id: str | None,
+        watching: Watching | None,
+    ) -> Step:
+        """The step of a call that does not run: it carries its answer."""
+        call, breaker = planned.call, planned.spec.breaker
+        return Step(
+            self.settle,
+            tool,
+            planned.args,
+            answer=outcome.result,
+            deadline=None if call is None or breaker is None else breaker.timeout,
+            idempotency_key=None if call is None else call.key,
+            key_arg=key_argument(planned.spec),
             fingerprint=None if call is None else call.fingerprint,
             decision=planned.decision,
             plan=call,
             call_id=call_id,
-            reason=outcome.reason if isinstance(outcome, Answer) else None,
-            refused=outcome.refused if isinstance(outcome, Answer) else False,
+            reason=outcome.reason,
+            refused=outcome.refused,
             watching=watching,
         )
 
@@ -207,42 +269,42 @@ class Begin:
 
     def _plan(self, tool: str, args: dict[str, Any]) -> _Planned:
         """The call read, the journal read, the run machine told; the plan carried out."""
-        spec = self.shell.tools.get(tool)
+        shell = self.shell
+        spec = shell.tools.get(tool)
         if spec is None:
-            raise PolicyError(f"unknown tool {tool!r} for run {self.shell.task!r}", field="tool")
+            raise PolicyError(f"unknown tool {tool!r} for run {shell.task!r}", field="tool")
         args = without_key(spec, args)
-        intent = intent_of(
-            spec, args, rules=self.shell.rules, task=self.shell.task, steps=self.shell.state.steps
-        )
+        intent = intent_of(spec, args, rules=shell.rules, task=shell.task, steps=shell.state.steps)
         if isinstance(intent, Answer):
             return _Planned(spec, args, intent)  # its class, arguments or cost cannot be told
         key = intent.key
         call = CallRecord(
             spec, intent.fingerprint, key, args, reserve=intent.reserve, risk=intent.risk
         )
-        self.shell.attempted = {
+        shell.attempted = {
             "tool": tool,
             "fingerprint": intent.fingerprint,
             "idempotency_key": key,
         }
-        self._resume()
+        if not self._resumed:
+            self._resume()
         try:
-            entry = self.shell.journal.journal_get(self.shell.task, key) if key else None
+            entry = shell.journal.journal_get(shell.task, key) if key else None
         except StoreUnavailable:
             down = Answer(journal_down_result(tool), "journal-unavailable")
             return _Planned(spec, args, down, call)
         call.status = status = protocol.read(entry)
         evidence = None
         if protocol.made(status):
-            evidence = evidence_digest(journaled_result(entry), self.shell.rules)
+            evidence = evidence_digest(journaled_result(entry), shell.rules)
         action = Action(
             tool=tool, fingerprint=intent.fingerprint, risk=intent.risk, recovery=spec.recovery
         )
         call.action = action
-        decision = self.shell.feed(
+        decision = shell.feed(
             RunEvent(
                 "request",
-                self.shell.clock(),
+                shell.clock(),
                 action,
                 journal=status,
                 evidence=evidence,
@@ -255,23 +317,23 @@ class Begin:
             intent,
             decision,
             entry,
-            writes_blocked=self.shell.state.writes_blocked is not None,
-            turn_limit=self.shell.budget.max_calls_per_turn,
+            writes_blocked=shell.state.writes_blocked is not None,
+            turn_limit=shell.budget.max_calls_per_turn,
         )
         if isinstance(plan, Reconcile):
             answer = self.settle.reconcile(call, why=plan.why)
             return _Planned(spec, args, Answer(answer, "reconcile", refused=False), call, decision)
         if isinstance(plan, Answer):
-            if plan.deferred is not None and self.shell.notices:
+            if plan.deferred is not None and shell.notices:
                 key_of = spec.breaker.key if spec.breaker is not None else None
-                self.shell.notices.emit(
-                    deferred_notice(self.shell.task, tool, limit=plan.deferred, breaker=key_of)
+                shell.notices.emit(
+                    deferred_notice(shell.task, tool, limit=plan.deferred, breaker=key_of)
                 )
             return _Planned(spec, args, plan, call, decision)
         call.begun = True
         call.opened = watch_openings()
         if plan.denied is not None and not self._authorized(call):
-            self.shell.finish(call, "ignored", spent=False)
+            shell.finish(call, "ignored", spent=False)
             return _Planned(spec, args, plan.denied, call, decision)
         return _Planned(spec, args, plan, call, decision)
 

@@ -54,11 +54,18 @@ class Blocking:
     __slots__ = ("args", "fn", "stores")
 
     def __init__(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], stores: Sequence[object]
+        self, fn: Callable[..., Any], args: tuple[Any, ...], stores: Sequence[object] = ()
     ) -> None:
         self.fn = fn
         self.args = args
         self.stores = stores
+
+    def where(self) -> Sequence[object]:
+        """What ``fn`` may touch that may wait: asked on the event loop only.
+
+        A subclass may work it out here, lazily: a sync twin never needs it.
+        """
+        return self.stores
 
     def run(self) -> Any:
         """Call it."""
@@ -66,7 +73,7 @@ class Blocking:
 
     async def arun(self) -> Any:
         """Call it inline, or in a worker thread when a shared store may block."""
-        if in_process(self.stores):
+        if in_process(self.where()):
             return self.fn(*self.args)
         return await asyncio.to_thread(self.fn, *self.args)
 

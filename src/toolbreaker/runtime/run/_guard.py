@@ -261,6 +261,11 @@ class RunGuard:
             if breaker is not None and breaker not in self.breakers():
                 self._watch.tell(breaker)  # before the tool can be called: from its first call
             self._shell.tools[tool.name] = tool
+            # Whether it is a coroutine function never changes: asked once, not per call.
+            if inspect.iscoroutinefunction(tool.fn):
+                self._shell.coroutines.add(tool.name)
+            else:
+                self._shell.coroutines.discard(tool.name)
         return tool
 
     def breakers(self) -> tuple[Breaker, ...]:
@@ -614,12 +619,20 @@ class RunGuard:
                 is counted), or its function returned an awaitable (never run: settled as
                 not counted, a write as not sent).
         """
-        spec = self._shell.tools.get(tool)
-        if spec is not None and inspect.iscoroutinefunction(spec.fn):
+        shell = self._shell
+        if tool in shell.coroutines:
             raise AsyncCallError(
                 f"RunGuard.call({tool!r}) of a coroutine tool: it would never run, and "
                 f"nothing was counted for it. Use await guard.acall({tool!r}, args)"
             )
+        spec = shell.tools.get(tool)
+        if (
+            spec is not None
+            and spec.breaker is None
+            and shell.group is None
+            and not shell.step_observers
+        ):
+            return self._direct(spec, dict(args or {}))
         return drive(self._calling(tool, dict(args or {})))
 
     async def acall(self, tool: str, args: Mapping[str, Any] | None = None) -> Any:
@@ -673,6 +686,41 @@ class RunGuard:
             self._begin.begin(tool, dict(args or {}), call_id, tool_type, description)
         )
         return step
+
+    def _direct(self, spec: GuardedTool, args: dict[str, Any]) -> Any:
+        """:meth:`_calling` without its driver, for a call that needs no effect of its own.
+
+        A tool with no dependency breaker, outside a model turn, that no step observer
+        watches: nothing it does can wait on the event loop, so the same parts run in the
+        same order as plain calls (the plan and a write's pending entry:
+        :meth:`Begin.direct`; the tool in the step's block; the settle), without the
+        flow's generators and effects, which cost a sixth of such a call. A failure is
+        settled by the one settle flow (:meth:`Settle.settle_failure`), driven here.
+        ``tests/runtime/run/test_direct_call.py`` holds it to :meth:`_calling`.
+        """
+        step = self._begin.direct(spec.name, args)
+        if step.answer is not None:
+            return step.answer
+        failure: BaseException | None = None
+        try:
+            with step.current():  # the tool runs inside the step's block, as _calling's
+                try:
+                    result = RunTool(None, step, spec.fn).run()
+                except Exception as exc:
+                    failure = exc
+                    step.claim()
+                    answer = drive(self._settle.settle_failure(step, exc))
+                    if isinstance(exc, AsyncCallError):
+                        raise  # settled as not counted; the program's mistake, not a result
+                    return answer
+                step.claim()
+                # settle_success without a permit, outside a turn: the settle itself.
+                return self._settle.succeeded(step, result)
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            step.end(failure)
 
     def _calling(self, tool: str, args: dict[str, Any]) -> Flow[Any]:
         """One tool call, begun, run and settled (``call`` and ``acall``)."""

@@ -28,7 +28,7 @@ from toolbreaker.core.run import protocol
 from toolbreaker.core.run._values import call_risk
 from toolbreaker.core.run.budget import WRITES, RiskClass
 from toolbreaker.core.run.costs import amount_of
-from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core.run.fingerprint import FingerprintRules, action_keys
 from toolbreaker.core.run.machine import RunDecision
 from toolbreaker.errors import FingerprintError, PolicyError
 from toolbreaker.runtime._log import hook_failed
@@ -148,13 +148,17 @@ def intent_of(
             hook_failed(f"the risk function of {tool} failed; the call is refused", exc)
         return Answer(error_result(tool, exc, retryable=False), "risk-unknown")
     try:
-        action_fp = fingerprint(tool, args, rules)
-        key = None
-        if risk in WRITES:
-            # A generic tool's write (a shell command) is no business action made
-            # once: without a business key, each call is its own write.
-            call = steps + 1 if callable(spec.risk) else None
-            key = write_key(tool, args, spec.business_key, task=task, rules=rules, call=call)
+        # A generic tool's write (a shell command) is no business action made once:
+        # without a business key, each call is its own write.
+        action_fp, key = action_keys(
+            tool,
+            args,
+            rules,
+            write=risk in WRITES,
+            business_key=spec.business_key,
+            task=task,
+            call=steps + 1 if callable(spec.risk) else None,
+        )
     except (FingerprintError, RecursionError) as exc:
         # Arguments that cannot be checked are never run: the guard could neither
         # count them nor give a write its key.

@@ -114,6 +114,15 @@ class Settle:
 
     # -- execute, verify, record -------------------------------------------------------------
 
+    def succeeded(self, step: Step, result: Any) -> Any:
+        """A begun step that ran with no permit and outside a turn returned ``result``.
+
+        What :meth:`settle_success` comes to for it (no permit to record, no turn to
+        tell), called inline: ``RunGuard._direct``.
+        """
+        assert step.permit is None, step
+        return self._succeeded(step, result)
+
     def _succeeded(self, step: Step, result: Any) -> Any:
         plan = record_of(step)
         spec = plan.spec

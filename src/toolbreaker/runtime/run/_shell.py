@@ -137,6 +137,8 @@ class RunShell:
         self.clock = clock
         self.rules = rules
         self.tools: dict[str, GuardedTool] = {}
+        #: The names of the tools that are coroutine functions (``RunGuard.add_tool``).
+        self.coroutines: set[str] = set()
         self.lock = threading.Lock()
         self.state = RunState.start(task, clock())
         self.retries = ModelRetries()
@@ -203,14 +205,17 @@ class RunShell:
 
     def feed(self, event: RunEvent, *, raised: Mapping[str, Any] | None = None) -> RunDecision:
         """Feed the run machine; ``raised``: an ``extend``'s limits to raise the budget to."""
-        before = (self.state.stopped, self.state.writes_blocked)
+        was = self.state
         shared = self.shared
         if shared is None:
             with self.lock:
                 if raised is not None:
                     self.budget = self.budget.raised(**raised)
                 self.state, decision = run_apply(self.state, event, self.budget)
-        elif event.type not in ANSWERED and on_loop():
+            if self.stop_listeners:
+                self._stop_changed(was)
+            return decision
+        if event.type not in ANSWERED and on_loop():
             # A fact on the event loop: recorded in this guard's view now, written to the
             # store from a worker thread (a round trip never blocks the loop).
             decision = self._local(event)
@@ -223,10 +228,16 @@ class RunShell:
             else:
                 state, budget, decision = written
                 self.view((state, budget))
-        after = (self.state.stopped, self.state.writes_blocked)
-        if self.stop_listeners and after != before and any(after):
-            self._notify_stop()
+        if self.stop_listeners:
+            self._stop_changed(was)
         return decision
+
+    def _stop_changed(self, was: RunState) -> None:
+        """Tell the stop listeners when the run stopped or blocked writes since ``was``."""
+        before = (was.stopped, was.writes_blocked)
+        after = (self.state.stopped, self.state.writes_blocked)
+        if after != before and any(after):
+            self._notify_stop()
 
     def _local(self, event: RunEvent) -> RunDecision:
         """``event`` applied to this guard's view alone (the store will hear it later)."""
@@ -446,16 +457,45 @@ class RunShell:
         that may ask a service) and no stop listener is registered (one may send an
         alert). In a worker thread otherwise.
         """
-        spec = self.tools.get(tool) if tool is not None else None
+        return _ShellWork(self, fn, args, step, tool)
+
+
+class _ShellWork(Blocking):
+    """A :class:`Blocking` effect of the shell's: what it may touch is worked out lazily.
+
+    The sync twins only ever call it (:meth:`run`); only the async twins ask
+    :meth:`where` (see :meth:`RunShell.blocking`), so a sync call builds no list.
+    """
+
+    __slots__ = ("shell", "step", "tool")
+
+    def __init__(
+        self,
+        shell: RunShell,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        step: Step | CallRecord | None,
+        tool: str | None,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.shell = shell
+        self.step = step
+        self.tool = tool
+
+    def where(self) -> list[object]:
+        """The journal, the store of the step's breaker, and any callback that may wait."""
+        shell, step, tool = self.shell, self.step, self.tool
+        spec = shell.tools.get(tool) if tool is not None else None
         call = call_of(step) if isinstance(step, Step) else step
         if call is not None:
             spec = call.spec
-        stores: list[object] = [self.journal]
+        stores: list[object] = [shell.journal]
         if spec is not None and spec.breaker is not None:
             stores.append(spec.breaker.store)
-        if self.stop_listeners or (spec is not None and _has_checks(spec)):
+        if shell.stop_listeners or (spec is not None and _has_checks(spec)):
             stores.append(_CALLBACKS)
-        return Blocking(fn, args, stores)
+        return stores
 
 
 def _has_checks(spec: GuardedTool) -> bool:
