@@ -136,9 +136,19 @@ if not found[1] then return {} end
 return {found[1], found[2], redis.call('LRANGE', KEYS[2], 0, -1)}
 """
 #: Remove one record and its entries if its version matches (``ARGV[3]``, empty: any):
-#: 1 if removed, 0 if not, -1 for a bad value.
+#: 1 if removed, 0 if not, -1 for a bad value. Removing at any version reads no version,
+#: so a record whose value does not validate can be removed (and replaced: what
+#: ``policy publish --over-corrupt`` does).
 RECORD_DELETE: Final = (
-    _VERSION
+    """
+if ARGV[3] == '' then
+  local removed = redis.call('HDEL', KEYS[1], ARGV[1])
+  redis.call('HDEL', KEYS[1], ARGV[2])
+  redis.call('DEL', KEYS[2])
+  return removed
+end
+"""
+    + _VERSION
     + """
 if version == nil then return 0 end
 if ARGV[3] ~= '' and tonumber(ARGV[3]) ~= version then return 0 end
