@@ -49,7 +49,7 @@ from collections.abc import Callable
 from decimal import Decimal
 
 from toolbreaker import Action, Budget, ClassLimits, RunGuard, RunState
-from toolbreaker.core.run.machine import RunEvent, apply
+from toolbreaker.core._run.machine import RunEvent, apply
 
 BUDGET = Decimal("1")
 PRICE = Decimal("0.01")

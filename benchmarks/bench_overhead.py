@@ -48,7 +48,7 @@ from typing import Any
 import toolbreaker
 from toolbreaker import BreakerState, CircuitOpen, Event, Policy, Rejection
 from toolbreaker.core import Replay, apply, rejects_callers, step
-from toolbreaker.core.breaker.state import admitted_probe
+from toolbreaker.core._breaker.state import admitted_probe
 
 try:
     import aiobreaker

@@ -53,7 +53,7 @@ import redis
 
 from toolbreaker import Breaker, CircuitOpen, Policy
 from toolbreaker.core import rejects_callers
-from toolbreaker.core.breaker.predicates import may_probe
+from toolbreaker.core._breaker.predicates import may_probe
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 from toolbreaker.testing import FakeClock
@@ -619,7 +619,7 @@ def cas_cost(
     Failures and successes alternate on a closed breaker that never opens, so every event
     changes the state and costs one compare-and-set; one thread, the best of ``repeat``.
     """
-    from toolbreaker.core.breaker.state import Event
+    from toolbreaker.core._breaker.state import Event
 
     policy = Policy(failure_threshold=10**6)
     stores: dict[str, Any] = {"Redis": lambda: RedisStore(url, prefix="bench-cas")}

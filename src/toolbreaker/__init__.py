@@ -21,10 +21,10 @@ if TYPE_CHECKING:
         replay,
         step,
     )
-    from toolbreaker.core.retry import RetryBudget, RetryPolicy, RetryRecord
-    from toolbreaker.core.run.budget import Action, Budget, ClassLimits, ModelPrice, RunState, Stop
-    from toolbreaker.core.run.costs import token_cost
-    from toolbreaker.core.run.shell import shell_risk, shell_risk_of
+    from toolbreaker.core._retry import RetryBudget, RetryPolicy, RetryRecord
+    from toolbreaker.core._run.budget import Action, Budget, ClassLimits, ModelPrice, RunState, Stop
+    from toolbreaker.core._run.costs import token_cost
+    from toolbreaker.core._run.shell import shell_risk, shell_risk_of
     from toolbreaker.errors import (
         AsyncCallError,
         CircuitOpen,
@@ -99,8 +99,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "replay",
         "step",
     ),
-    "toolbreaker.core.retry": ("RetryBudget", "RetryPolicy", "RetryRecord"),
-    "toolbreaker.core.run.budget": (
+    "toolbreaker.core._retry": ("RetryBudget", "RetryPolicy", "RetryRecord"),
+    "toolbreaker.core._run.budget": (
         "Action",
         "Budget",
         "ClassLimits",
@@ -108,8 +108,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "RunState",
         "Stop",
     ),
-    "toolbreaker.core.run.costs": ("token_cost",),
-    "toolbreaker.core.run.shell": ("shell_risk", "shell_risk_of"),
+    "toolbreaker.core._run.costs": ("token_cost",),
+    "toolbreaker.core._run.shell": ("shell_risk", "shell_risk_of"),
     "toolbreaker.errors": (
         "AsyncCallError",
         "CircuitOpen",

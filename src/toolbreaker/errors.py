@@ -549,7 +549,7 @@ class RunStateError(ToolbreakerError, ValueError):
 
 
 class WriteTransitionError(RunStateError):
-    """A move a write's lifecycle does not allow (see :mod:`toolbreaker.core.run.protocol`).
+    """A move a write's lifecycle does not allow (see :mod:`toolbreaker.core._run.protocol`).
 
     An operator saying a confirmed write was not made, a write asked to run again from
     an unknown outcome: the journal is left as it was.

@@ -47,7 +47,7 @@ from toolbreaker import (
     RunGuard,
     shell_risk_of,
 )
-from toolbreaker.core.breaker.state import CLOSED, OPEN
+from toolbreaker.core._breaker.state import CLOSED, OPEN
 from toolbreaker.integrations.mcp import (
     ANSWER_META_KEY,
     IDEMPOTENCY_META_KEY,

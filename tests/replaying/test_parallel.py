@@ -20,8 +20,8 @@ from test_stream import NAMES, OUTCOMES
 
 from process_helpers import read_then_close
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.files import iter_line_blocks
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._files import iter_line_blocks
 from toolbreaker.errors import TraceError
 from toolbreaker.replaying import _parallel, replay_trace
 
@@ -354,7 +354,7 @@ def test_closing_the_replay_ends_its_processes_at_once(tmp_path):
     script = (
         "import sys\n"
         "from toolbreaker.replaying import replay_trace\n"
-        "from toolbreaker.core.breaker.policy import Policy\n"
+        "from toolbreaker.core._breaker.policy import Policy\n"
         "driver = replay_trace(Policy(), None, sys.argv[1], jobs=2)\n"
         "workers = [worker for split in driver._others for worker in split.workers]\n"
         "driver.close()\n"

@@ -14,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Replay, dump_receipt
-from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.core.breaker.trace import parse_event
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import Replay, dump_receipt
+from toolbreaker.core._breaker.state import BreakerState
+from toolbreaker.core._breaker.trace import parse_event
 from toolbreaker.errors import TraceError
 from toolbreaker.replaying import StreamingReplay
 

@@ -19,10 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Replay, dump_receipt
-from toolbreaker.core.breaker.state import CORRUPT, BreakerState
-from toolbreaker.core.breaker.trace import iter_trace, no_events
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import Replay, dump_receipt
+from toolbreaker.core._breaker.state import CORRUPT, BreakerState
+from toolbreaker.core._breaker.trace import iter_trace, no_events
 from toolbreaker.errors import TraceError
 from toolbreaker.replaying import StreamingReplay
 

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from ports import free_port
 from toolbreaker import BreakerState, Event, Policy, StoreUnavailable, StoreWriteUnknown, Transition
 from toolbreaker.core import apply
-from toolbreaker.core.breaker.state import CORRUPT
+from toolbreaker.core._breaker.state import CORRUPT
 
 POLICY = Policy(failure_threshold=3, cooldown_ms=20_000, success_threshold=2, probe_limit=1)
 

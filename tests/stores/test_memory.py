@@ -119,8 +119,8 @@ def test_fallback_starts_from_the_last_known_state_and_returns_to_the_primary():
 
 def test_the_fast_path_rule_is_the_cores():
     """Stores ask the core which states a view may hold: a recovered corrupt state not."""
-    from toolbreaker.core.breaker.predicates import fast_path_safe
-    from toolbreaker.core.breaker.state import CORRUPT
+    from toolbreaker.core._breaker.predicates import fast_path_safe
+    from toolbreaker.core._breaker.state import CORRUPT
 
     assert not fast_path_safe(CORRUPT)
     assert fast_path_safe(BreakerState())

@@ -27,7 +27,7 @@ from lag_proxy import LaggingProxy
 from store_kinds import redis_scripts_run
 from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
 from toolbreaker.core import apply
-from toolbreaker.core.breaker.state import CORRUPT
+from toolbreaker.core._breaker.state import CORRUPT
 from toolbreaker.errors import JournalNotDurable
 from toolbreaker.stores import LocalFallback, RedisStore
 from toolbreaker.stores.redis._script import THEIR_TURN

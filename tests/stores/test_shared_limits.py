@@ -21,7 +21,7 @@ import pytest
 
 from store_kinds import kinds, open_store, reopen
 from toolbreaker import Breaker, CircuitOpen, Policy
-from toolbreaker.core.retry import RetryPolicy
+from toolbreaker.core._retry import RetryPolicy
 from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS
 from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.stores import RedisStore

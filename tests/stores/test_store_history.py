@@ -24,7 +24,7 @@ from test_multiprocess import WORKERS, make_breaker, make_store, sleep_until, wa
 from toolbreaker import CircuitOpen, Event, Policy, replay
 from toolbreaker.cli import main
 from toolbreaker.core import read_trace
-from toolbreaker.core.breaker.state import opened
+from toolbreaker.core._breaker.state import opened
 from toolbreaker.errors import PolicyError
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import capture_transitions

@@ -11,8 +11,8 @@ from decimal import Decimal
 
 import pytest
 
-from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState
-from toolbreaker.core.run.limits import begin, finish, needs
+from toolbreaker.core._run.budget import Action, Budget, ClassLimits, RunState
+from toolbreaker.core._run.limits import begin, finish, needs
 from toolbreaker.errors import PolicyError
 from toolbreaker.tuning._budgets import (
     LIMITS,

@@ -6,8 +6,8 @@ import json
 
 from toolbreaker import Policy
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.receipt import Replay
-from toolbreaker.core.breaker.state import Event
+from toolbreaker.core._breaker.receipt import Replay
+from toolbreaker.core._breaker.state import Event
 from toolbreaker.tuning._signals import (
     calibrate,
     compliance,

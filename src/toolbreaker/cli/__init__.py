@@ -23,10 +23,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolbreaker.core.breaker.receipt import diff, dump_receipt, load_receipt
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.core.files import DUPLICATE_KEY, loads_json, printable, read_text
+from toolbreaker.core._breaker.receipt import diff, dump_receipt, load_receipt
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import BreakerState
+from toolbreaker.core._files import DUPLICATE_KEY, loads_json, printable, read_text
 from toolbreaker.errors import (
     PolicyError,
     ToolbreakerDeprecationWarning,
@@ -298,7 +298,7 @@ def _initial_states(path: str, policy: PolicySheet) -> dict[str, BreakerState]:
 def _run_check(args: argparse.Namespace) -> int:
     from toolbreaker.cli._calibrate import calibrate, false_stop_rate
     from toolbreaker.cli._run import check_run
-    from toolbreaker.core.run.budget import Budget
+    from toolbreaker.core._run.budget import Budget
 
     if args.suggest != (args.max_false_stops is not None):
         raise PolicyError("--suggest and --max-false-stops RATE go together", field="suggest")

@@ -13,10 +13,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from toolbreaker.cli._history import add_line, add_notice
-from toolbreaker.core.breaker.history import record_of, wall_of
-from toolbreaker.core.breaker.machine import OPERATOR_TYPES
-from toolbreaker.core.breaker.state import Transition, changed_phase, opened
-from toolbreaker.core.run.redact import redact, redact_text
+from toolbreaker.core._breaker.history import record_of, wall_of
+from toolbreaker.core._breaker.machine import OPERATOR_TYPES
+from toolbreaker.core._breaker.state import Transition, changed_phase, opened
+from toolbreaker.core._run.redact import redact, redact_text
 from toolbreaker.tuning._signals import (
     Signals,
     calibrate,

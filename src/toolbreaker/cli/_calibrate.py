@@ -27,9 +27,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from toolbreaker.core.files import iter_lines, loads_json, printable, shown
-from toolbreaker.core.run._values import RISK_CLASSES, ZERO, decimal_text, exact_sum
-from toolbreaker.core.run.budget import Budget
+from toolbreaker.core._files import iter_lines, loads_json, printable, shown
+from toolbreaker.core._run._values import RISK_CLASSES, ZERO, decimal_text, exact_sum
+from toolbreaker.core._run.budget import Budget
 from toolbreaker.errors import PolicyError, ToolbreakerError, TraceError
 from toolbreaker.runtime.run._calibrate import Judged, judge, measure
 from toolbreaker.runtime.run._recorded import RecordedStep

@@ -41,8 +41,8 @@ from urllib.parse import urlsplit
 
 from toolbreaker._extras import require
 from toolbreaker.cli._board import Board
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.run.redact import REDACTED
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._run.redact import REDACTED
 from toolbreaker.errors import PolicyError, ToolbreakerError
 from toolbreaker.instrumentation.stream import (
     EventStream,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolbreaker.cli._options import MAX_DURATION_MS, duration, whole
-from toolbreaker.core.files import printable, shown
+from toolbreaker.core._files import printable, shown
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime import PruneReport, Registry, drain, prune_done, queued_items
 

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolbreaker.core.breaker.receipt import dump_receipt, summarise
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.breaker.trace import trace_event
+from toolbreaker.core._breaker.receipt import dump_receipt, summarise
+from toolbreaker.core._breaker.state import Transition
+from toolbreaker.core._breaker.trace import trace_event
 from toolbreaker.runtime._result import system_prompt_line
 from toolbreaker.runtime.fleet._registry import Registry
 from toolbreaker.testing import ToolService, request_json, unguarded

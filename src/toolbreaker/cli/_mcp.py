@@ -31,7 +31,7 @@ import signal
 from typing import Any
 
 from toolbreaker.cli._stores import SHARED_STORES, open_store
-from toolbreaker.core.files import shown
+from toolbreaker.core._files import shown
 from toolbreaker.errors import PolicyError
 
 __all__ = ["add_command"]

@@ -12,11 +12,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from toolbreaker.cli._options import Since, port, since
 from toolbreaker.cli._sheet import load_sheet_data, sheet_coverage
-from toolbreaker.core.breaker.keys import row_of
-from toolbreaker.core.breaker.receipt import Replay
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.breaker.trace import read_trace, trace_event
+from toolbreaker.core._breaker.keys import row_of
+from toolbreaker.core._breaker.receipt import Replay
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import Transition
+from toolbreaker.core._breaker.trace import read_trace, trace_event
 from toolbreaker.errors import PolicyError, StoreUnavailable, TraceError
 from toolbreaker.tuning._signals import (
     Compliance,
@@ -93,7 +93,7 @@ def _entries(
     from the stream. A URL that opens neither is an error (the stream's, or for a
     PostgreSQL URL, the store's).
     """
-    from toolbreaker.core.breaker.history import replayable
+    from toolbreaker.core._breaker.history import replayable
     from toolbreaker.instrumentation.stream import iter_entries, open_stream
 
     streamed: list[dict[str, Any]] | None = None

@@ -9,7 +9,7 @@ from typing import Any
 
 from toolbreaker.cli._stores import SHARED_STORES as _STORE_HELP
 from toolbreaker.cli._stores import open_store
-from toolbreaker.core.files import printable
+from toolbreaker.core._files import printable
 from toolbreaker.errors import PolicyError
 
 __all__ = ["add_commands"]

@@ -33,10 +33,10 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
-from toolbreaker.core.run._values import as_amount, decimal_text
-from toolbreaker.core.run.budget import Budget
-from toolbreaker.core.run.fingerprint import FingerprintError
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._run._values import as_amount, decimal_text
+from toolbreaker.core._run.budget import Budget
+from toolbreaker.core._run.fingerprint import FingerprintError
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import ToolbreakerError, TraceError
 from toolbreaker.runtime.run._recorded import RecordedRun, Replayed
 from toolbreaker.runtime.run._recorded_step import read_recorded_run

@@ -59,11 +59,11 @@ from toolbreaker.cli._simulate import (
     trace_inputs,
 )
 from toolbreaker.cli._tuning import TuneReplay
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import diff
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import Transition, opened
-from toolbreaker.core.files import printable, shown
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import diff
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import Transition, opened
+from toolbreaker.core._files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
 
 __all__ = [

@@ -1,7 +1,7 @@
 """One candidate of ``toolbreaker tune``: a streaming replay that counts what tune shows.
 
 :class:`TuneReplay` is the replay engine's driver fed the trace file by the core's own
-fast path (:meth:`~toolbreaker.core.breaker.receipt.Replay.feed_trace`: plain lines
+fast path (:meth:`~toolbreaker.core._breaker.receipt.Replay.feed_trace`: plain lines
 skip the JSON decoder and ``plain_step()`` decides them without building a record), so a
 candidate costs about one ``replay --summary``. What it keeps per dependency: remote
 attempts, whether a recorded outcome failed, the rejections, its first and last instants
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from toolbreaker.core.breaker.machine import record_flags
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import (
+from toolbreaker.core._breaker.machine import record_flags
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import (
     FAILED_OUTCOMES,
     BreakerState,
     Event,

@@ -1,8 +1,8 @@
 """The pure core: two machines that decide everything, and nothing else.
 
-- :mod:`toolbreaker.core.breaker`: may this dependency be called? Policies, states,
+- :mod:`toolbreaker.core._breaker`: may this dependency be called? Policies, states,
   ``apply()``, receipts and traces.
-- :mod:`toolbreaker.core.run`: may this run take its next action? Budgets, fingerprints,
+- :mod:`toolbreaker.core._run`: may this run take its next action? Budgets, fingerprints,
   secret masking and the run's ``apply()``.
 
 Nothing in this package reads a clock, does I/O (beyond loading files it is asked to
@@ -17,9 +17,9 @@ from toolbreaker._lazy import exports as _exports
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
-    from toolbreaker.core.breaker.machine import apply, step
-    from toolbreaker.core.breaker.policy import Policy
-    from toolbreaker.core.breaker.predicates import (
+    from toolbreaker.core._breaker.machine import apply, step
+    from toolbreaker.core._breaker.policy import Policy
+    from toolbreaker.core._breaker.predicates import (
         admission,
         due_expiry,
         idle_rejection,
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         rejects_callers,
         retry_after_ms,
     )
-    from toolbreaker.core.breaker.receipt import (
+    from toolbreaker.core._breaker.receipt import (
         RECEIPT_SCHEMA,
         Replay,
         diff,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         replay,
         summarise,
     )
-    from toolbreaker.core.breaker.state import (
+    from toolbreaker.core._breaker.state import (
         CLOSED,
         HALF_OPEN,
         OPEN,
@@ -48,15 +48,15 @@ if TYPE_CHECKING:
         changed_phase,
         opened,
     )
-    from toolbreaker.core.breaker.trace import parse_event, parse_lines, read_trace
-    from toolbreaker.core.canonical import canonical_json, sha256_hex
+    from toolbreaker.core._breaker.trace import parse_event, parse_lines, read_trace
+    from toolbreaker.core._canonical import canonical_json, sha256_hex
 
 #: Where each re-exported name lives, imported when first used (PEP 562); the imports
 #: above are the same list, for type checkers and editors.
 _HOMES: dict[str, tuple[str, ...]] = {
-    "toolbreaker.core.breaker.machine": ("apply", "step"),
-    "toolbreaker.core.breaker.policy": ("Policy",),
-    "toolbreaker.core.breaker.predicates": (
+    "toolbreaker.core._breaker.machine": ("apply", "step"),
+    "toolbreaker.core._breaker.policy": ("Policy",),
+    "toolbreaker.core._breaker.predicates": (
         "admission",
         "due_expiry",
         "idle_rejection",
@@ -65,7 +65,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "rejects_callers",
         "retry_after_ms",
     ),
-    "toolbreaker.core.breaker.receipt": (
+    "toolbreaker.core._breaker.receipt": (
         "RECEIPT_SCHEMA",
         "Replay",
         "diff",
@@ -74,7 +74,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "replay",
         "summarise",
     ),
-    "toolbreaker.core.breaker.state": (
+    "toolbreaker.core._breaker.state": (
         "CLOSED",
         "HALF_OPEN",
         "OPEN",
@@ -85,8 +85,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "changed_phase",
         "opened",
     ),
-    "toolbreaker.core.breaker.trace": ("parse_event", "parse_lines", "read_trace"),
-    "toolbreaker.core.canonical": ("canonical_json", "sha256_hex"),
+    "toolbreaker.core._breaker.trace": ("parse_event", "parse_lines", "read_trace"),
+    "toolbreaker.core._canonical": ("canonical_json", "sha256_hex"),
 }
 
 if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any name

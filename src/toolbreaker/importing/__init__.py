@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.files import loads_json, read_text
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._files import loads_json, read_text
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.errors import TraceError
 from toolbreaker.importing._common import ImportedRun, Outcome, RunBuilder
 from toolbreaker.importing._langchain import read_langchain

@@ -10,7 +10,7 @@ warning, counted once per kind.
 
 Trimming (``trim``): a string in a result longer than ``trim`` characters becomes
 ``{"digest", "length", "head", "tail"}``: the core's
-:func:`~toolbreaker.core.run.fingerprint.evidence` of the whole string, its length and
+:func:`~toolbreaker.core._run.fingerprint.evidence` of the whole string, its length and
 its first and last ``trim // 2`` characters. Two results of a run are the same evidence
 after trimming exactly when they were before: within a run, every string with one digest
 takes the form of its first occurrence (a later one equal to it only after the
@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Final, Literal
 
-from toolbreaker.core.files import shown
-from toolbreaker.core.run.budget import WRITES, RiskClass
-from toolbreaker.core.run.fingerprint import evidence
+from toolbreaker.core._files import shown
+from toolbreaker.core._run.budget import WRITES, RiskClass
+from toolbreaker.core._run.fingerprint import evidence
 from toolbreaker.errors import TraceError
 from toolbreaker.runtime.run._recorded_step import outcome_for, parse_step
 

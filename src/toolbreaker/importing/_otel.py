@@ -29,7 +29,7 @@ import base64
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.importing._common import UNNAMED, ImportedRun, RunBuilder, decoded, obj
 from toolbreaker.runtime.run._recorded_step import error_of_type
 

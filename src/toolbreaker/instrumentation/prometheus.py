@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import PHASES
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.state import PHASES
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime.fleet._attach import Target, breakers_of
 from toolbreaker.runtime.run._guard import RunGuard

@@ -21,8 +21,8 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from toolbreaker.core.files import shown
-from toolbreaker.core.run._values import Risk, check_risk
+from toolbreaker.core._files import shown
+from toolbreaker.core._run._values import Risk, check_risk
 from toolbreaker.errors import PolicyError, RowNotFound
 from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, check_seconds
 from toolbreaker.runtime.breaker._breaker import Breaker

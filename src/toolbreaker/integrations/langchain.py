@@ -75,7 +75,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
-from toolbreaker.core.run.budget import Budget
+from toolbreaker.core._run.budget import Budget
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line

@@ -24,7 +24,7 @@ Beside them, one *transport* breaker per server, shared by all of its tools: the
 server's own row (``registry.get(server, "default")``, key ``"catalog"``, configured by
 a ``[catalog.default]`` sheet row, whose ``timeout_ms`` is also the deadline of tools
 without one). It counts only what shows the server itself is gone, by the core's rule
-(:mod:`toolbreaker.core.breaker.transport`): any JSON-RPC response (a result,
+(:mod:`toolbreaker.core._breaker.transport`): any JSON-RPC response (a result,
 ``is_error`` or not, or a protocol error) is a success, so a tool's error never trips it;
 a lost connection or a dead process is a failure. A timeout is one tool's slowness until
 the server proves otherwise: the proxy then sends a liveness ping (``ping``; on the
@@ -64,7 +64,7 @@ What counts
 Rounds and tasks
 ----------------
 The 2026-07-28 revision's answers that are not a call's outcome (the core decides what
-each is: :mod:`toolbreaker.core.run.rounds`):
+each is: :mod:`toolbreaker.core._run.rounds`):
 
 - an ``input_required`` round counts as nothing (no success, no failure, no repeat): one
   call spans its rounds, with one run-guard step and the breakers' permits (a probe's
@@ -115,15 +115,15 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, TypedDict, cast
 
-from toolbreaker.core.breaker.transport import (
+from toolbreaker.core._breaker.transport import (
     CallEnd,
     CheckEnd,
     needs_liveness_check,
     transport_outcome,
 )
-from toolbreaker.core.run._values import Risk
-from toolbreaker.core.run.budget import RiskClass, Stop
-from toolbreaker.core.run.rounds import answer_kind
+from toolbreaker.core._run._values import Risk
+from toolbreaker.core._run.budget import RiskClass, Stop
+from toolbreaker.core._run.rounds import answer_kind
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.integrations._described import check_adapter
@@ -634,7 +634,7 @@ class GuardedClient:
 
         Any response is a success (``failure`` is ``None``, or a protocol error); a lost
         connection is a failure; a timeout is judged by a liveness ping (see
-        :func:`~toolbreaker.core.breaker.transport.transport_outcome`); anything else (a
+        :func:`~toolbreaker.core._breaker.transport.transport_outcome`); anything else (a
         cancellation) is ignored. Returns the tool-unavailable result naming the server
         when this failure opened it.
         """

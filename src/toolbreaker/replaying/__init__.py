@@ -1,7 +1,7 @@
 """The streaming replay engine: a trace of any size in, its receipt out.
 
 ``toolbreaker replay`` and ``toolbreaker verify`` are this package driven by the command
-line. The decisions are the core's: :class:`~toolbreaker.core.breaker.receipt.Replay`
+line. The decisions are the core's: :class:`~toolbreaker.core._breaker.receipt.Replay`
 feeds every event of a trace to the breaker machine (its fast path reads plain lines
 without the JSON decoder and lets ``plain_step()`` decide them). What is here carries
 the rest out in bounded memory and fast:
@@ -11,9 +11,9 @@ the rest out in bounded memory and fast:
   memory holds the ledgers, the unsettled calls, a few MB of pending records and an
   8-byte hash per call id, not the transitions. :class:`SummaryReplay` only counts.
 - :func:`write_receipt` is the one receipt serialiser: it writes, and hashes, exactly
-  the bytes :func:`~toolbreaker.core.breaker.receipt.dump_receipt` prints for the
-  receipt :func:`~toolbreaker.core.breaker.receipt.summarise` would build, in one pass,
-  from the same entries (:func:`~toolbreaker.core.breaker.receipt.dependency_entry`).
+  the bytes :func:`~toolbreaker.core._breaker.receipt.dump_receipt` prints for the
+  receipt :func:`~toolbreaker.core._breaker.receipt.summarise` would build, in one pass,
+  from the same entries (:func:`~toolbreaker.core._breaker.receipt.dependency_entry`).
 - :func:`replay_trace` splits a big trace by dependency across processes (same receipt
   bytes, same first error) and :func:`verify` compares a receipt file with the replay.
 

@@ -27,11 +27,11 @@ from multiprocessing.sharedctypes import Synchronized
 from types import ModuleType
 from typing import Final, NamedTuple
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Counts
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.core.files import iter_line_blocks
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import Counts
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import BreakerState
+from toolbreaker.core._files import iter_line_blocks
 from toolbreaker.errors import TraceError
 from toolbreaker.replaying._stream import StreamingReplay, SummaryReplay
 
@@ -71,7 +71,7 @@ def replay_trace(
     """Replay the trace at ``path``: the driver, ready to write its receipt or summary.
 
     ``policy`` is one policy for every dependency or a boundary sheet's
-    (:class:`~toolbreaker.core.breaker.sheet.PolicySheet`): each under its row's policy.
+    (:class:`~toolbreaker.core._breaker.sheet.PolicySheet`): each under its row's policy.
 
     A breaker's transitions depend on its own dependency's events only, so a regular file
     of :data:`PARALLEL_BYTES` or more is split by dependency across ``jobs`` processes

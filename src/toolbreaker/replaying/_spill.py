@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import IO, Final, cast
 
-from toolbreaker.core.breaker.receipt import Counts
+from toolbreaker.core._breaker.receipt import Counts
 from toolbreaker.replaying._text import CANONICAL_OF, LAYOUT, flags
 
 __all__ = ["STRIDE", "CallIds", "Spill"]

@@ -1,7 +1,7 @@
 """Streaming replay: the trace driver that spills its transitions instead of keeping them.
 
 :class:`StreamingReplay` is the core's trace driver
-(:class:`~toolbreaker.core.breaker.receipt.Replay`) with two hooks changed: each record
+(:class:`~toolbreaker.core._breaker.receipt.Replay`) with two hooks changed: each record
 it is handed is kept as a %-template of its printed text and the few fields that vary
 (:mod:`~toolbreaker.replaying._text`), spilled per dependency to a temporary file
 (:class:`~toolbreaker.replaying._spill.Spill`), and each call id is remembered in 8
@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
-from toolbreaker.core.breaker.machine import record_flags
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import (
+from toolbreaker.core._breaker.machine import record_flags
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import (
     RECEIPT_SCHEMA,
     Counts,
     Ledger,
@@ -31,8 +31,8 @@ from toolbreaker.core.breaker.receipt import (
     dependency_entry,
     receipt_body,
 )
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import BreakerState, Transition, opened, opening
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import BreakerState, Transition, opened, opening
 from toolbreaker.replaying._spill import CallIds, Spill
 from toolbreaker.replaying._text import (
     CANONICAL_OF,
@@ -59,7 +59,7 @@ class Elsewhere(Protocol):
 
 
 class StreamingReplay(Replay):
-    """A :class:`~toolbreaker.core.breaker.receipt.Replay` that spills transitions.
+    """A :class:`~toolbreaker.core._breaker.receipt.Replay` that spills transitions.
 
     Use it as a context manager (or call :meth:`close`): the spill is a temporary file.
     """

@@ -1,11 +1,11 @@
 """The one receipt serialiser: the printed and the canonical text of a receipt.
 
-A receipt prints as :func:`~toolbreaker.core.breaker.receipt.dump_receipt` of the
+A receipt prints as :func:`~toolbreaker.core._breaker.receipt.dump_receipt` of the
 receipt dict (sorted keys, two-space indent) and is hashed as its canonical JSON
-(:func:`~toolbreaker.core.canonical.canonical_json` without ``receipt_hash``). A trace of
+(:func:`~toolbreaker.core._canonical.canonical_json` without ``receipt_hash``). A trace of
 any size has too many transitions to hold that dict, so :func:`write_receipt` writes the
-same bytes from the receipt's body (:func:`~toolbreaker.core.breaker.receipt.receipt_body`
-of :func:`~toolbreaker.core.breaker.receipt.dependency_entry` entries, the very
+same bytes from the receipt's body (:func:`~toolbreaker.core._breaker.receipt.receipt_body`
+of :func:`~toolbreaker.core._breaker.receipt.dependency_entry` entries, the very
 functions ``summarise`` builds the dict with) and each dependency's transitions as
 chunks of text made ahead of time. It prints and hashes in one pass: ``receipt_hash`` is
 printed after everything it covers but ``schema``, which is known from the start.
@@ -26,8 +26,8 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, NamedTuple, TextIO, cast
 
-from toolbreaker.core.breaker.machine import record_flags
-from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core._breaker.machine import record_flags
+from toolbreaker.core._breaker.state import Transition
 
 __all__ = [
     "CANONICAL_OF",

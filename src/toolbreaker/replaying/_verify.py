@@ -7,8 +7,8 @@ import re
 import tempfile
 from typing import Final, TextIO
 
-from toolbreaker.core.breaker.trace import parse_line
-from toolbreaker.core.files import MAX_LINE_BYTES, printable
+from toolbreaker.core._breaker.trace import parse_line
+from toolbreaker.core._files import MAX_LINE_BYTES, printable
 from toolbreaker.errors import ReceiptError, TraceError
 from toolbreaker.replaying._stream import StreamingReplay
 from toolbreaker.replaying._text import RECORD_INDENT, string

@@ -36,7 +36,7 @@ from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._sync_path import is_awaitable, not_awaited
 
 if TYPE_CHECKING:
-    from toolbreaker.core.run.machine import RunDecision
+    from toolbreaker.core._run.machine import RunDecision
 
 __all__ = [
     "TOOL_TYPES",

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._protocol import Journal, Lease, Records, Store, View, aapply
 from toolbreaker.stores.memory import MemoryStore

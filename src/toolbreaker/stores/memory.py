@@ -7,9 +7,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from toolbreaker.core.breaker.machine import apply
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.core._breaker.machine import apply
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.state import BreakerState, Event, Transition
 from toolbreaker.stores._protocol import View
 from toolbreaker.stores._records import check_version, decode_record, encode_record
 

@@ -79,8 +79,8 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.history import DEFAULT_HISTORY
-from toolbreaker.core.breaker.policy import Policy
+from toolbreaker.core._breaker.history import DEFAULT_HISTORY
+from toolbreaker.core._breaker.policy import Policy
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import DURABLE_SPACES
 from toolbreaker.stores._shell import CompareAndSetStore, Reply, Write

@@ -44,10 +44,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from toolbreaker.core.breaker.history import DEFAULT_HISTORY, in_store_order
-from toolbreaker.core.breaker.machine import apply as core_apply
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
+from toolbreaker.core._breaker.history import DEFAULT_HISTORY, in_store_order
+from toolbreaker.core._breaker.machine import apply as core_apply
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.state import CORRUPT, BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import DURABLE_SPACES
 from toolbreaker.stores._shell import SharedStore

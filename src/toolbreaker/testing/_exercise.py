@@ -24,9 +24,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from toolbreaker.core.breaker.predicates import may_start_rejecting
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.files import printable
+from toolbreaker.core._breaker.predicates import may_start_rejecting
+from toolbreaker.core._breaker.state import Transition
+from toolbreaker.core._files import printable
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._step import StepStart
 from toolbreaker.runtime.breaker._breaker import Breaker

@@ -6,7 +6,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from toolbreaker.core.breaker.state import Transition, forced
+from toolbreaker.core._breaker.state import Transition, forced
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._attach import Attachment, Target
 

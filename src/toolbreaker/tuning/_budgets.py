@@ -9,7 +9,7 @@ the successful runs the user names, the way ``toolbreaker tune`` searches polici
 breakers.
 
 Each run is measured once, under a *probe* budget whose searched limits are wide open
-(:func:`probe`): before each request, :func:`~toolbreaker.core.run.limits.needs` says
+(:func:`probe`): before each request, :func:`~toolbreaker.core._run.limits.needs` says
 the least value of each limit that lets it run (its :class:`Profile`). A run is stopped
 by a candidate budget at the first request some limit of the candidate does not let
 through (:func:`stops_at`); until then the run is the same under the candidate as under
@@ -41,10 +41,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Final, Literal
 
-from toolbreaker.core.run._values import RISK_CLASSES, RiskClass
-from toolbreaker.core.run.budget import Budget, ClassLimits
-from toolbreaker.core.run.limits import Needs
-from toolbreaker.core.run.state import MAX_LOOP_CYCLES
+from toolbreaker.core._run._values import RISK_CLASSES, RiskClass
+from toolbreaker.core._run.budget import Budget, ClassLimits
+from toolbreaker.core._run.limits import Needs
+from toolbreaker.core._run.state import MAX_LOOP_CYCLES
 from toolbreaker.errors import PolicyError
 
 __all__ = [
@@ -85,7 +85,7 @@ class Profile:
         name: the run's name (its file).
         outcome: ``success``, ``failure``, or ``None`` when not known.
         needs: for each request the run machine checked, in order: its risk class and
-            what it needed (:class:`~toolbreaker.core.run.limits.Needs`).
+            what it needed (:class:`~toolbreaker.core._run.limits.Needs`).
         touched: a limit the search leaves as it is touched the run under the probe (a
             tool stopped, writes blocked, a stop no searched limit lifts).
         calls: the tool calls the recording holds.

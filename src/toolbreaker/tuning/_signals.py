@@ -34,8 +34,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from toolbreaker.core.breaker.predicates import unclassified_type
-from toolbreaker.core.breaker.state import (
+from toolbreaker.core._breaker.predicates import unclassified_type
+from toolbreaker.core._breaker.state import (
     Transition,
     changed_phase,
     half_opened,

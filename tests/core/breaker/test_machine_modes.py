@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from toolbreaker import BreakerState, Event, Policy, PolicyError, Replay, TraceError, replay
 from toolbreaker.core import admission, idle_rejection, is_quiet, parse_event, retry_after_ms
-from toolbreaker.core.breaker.state import CORRUPT
+from toolbreaker.core._breaker.state import CORRUPT
 
 RATE = Policy(failure_rate_permille=500, minimum_calls=4, window_calls=4, cooldown_ms=1000)
 SLOW = Policy(

@@ -447,7 +447,7 @@ def test_half_open_admits_at_most_probe_limit_tasks():
 def test_corrupt_state_in_the_view_still_starts_its_cooldown():
     """A recovered corrupt state is not rejected locally forever: the first request goes
     through the core, which starts the cooldown, and the breaker probes after it."""
-    from toolbreaker.core.breaker.state import CORRUPT
+    from toolbreaker.core._breaker.state import CORRUPT
 
     clock = FakeClock(1_000)
     breaker = make(clock)

@@ -15,7 +15,7 @@ from classify_helpers import NOW, http_date
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.breaker.state import OUTCOME_TYPES
+from toolbreaker.core._breaker.state import OUTCOME_TYPES
 from toolbreaker.runtime.breaker._classify import (
     SUCCESS,
     Kind,

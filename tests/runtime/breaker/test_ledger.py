@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from toolbreaker.core.retry import Failure, RetryBudget, RetryPolicy, start
+from toolbreaker.core._retry import Failure, RetryBudget, RetryPolicy, start
 from toolbreaker.runtime.breaker._ledger import RetryLedger
 from toolbreaker.runtime.breaker._stats import BreakerStats
 from toolbreaker.stores.memory import MemoryStore

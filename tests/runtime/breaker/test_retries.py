@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from toolbreaker.core.retry import Failure, RetryPolicy, RetryRecord
+from toolbreaker.core._retry import Failure, RetryPolicy, RetryRecord
 from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime.breaker._ledger import RetryLedger
 from toolbreaker.runtime.breaker._retries import Retries

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from toolbreaker import Breaker, Policy
-from toolbreaker.core.retry import RetryPolicy, RetryRecord, replay
+from toolbreaker.core._retry import RetryPolicy, RetryRecord, replay
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime.breaker._boundary import Boundary
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
@@ -549,7 +549,7 @@ def test_a_trace_recorder_writes_the_retry_trace_beside_the_breaker_trace(
     import io
 
     from toolbreaker import TraceRecorder
-    from toolbreaker.core.breaker.trace import parse_lines
+    from toolbreaker.core._breaker.trace import parse_lines
 
     service.inject("GET /search", Fault(status=503), Fault(status=503))
     trace, retries = io.StringIO(), io.StringIO()

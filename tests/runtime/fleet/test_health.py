@@ -23,7 +23,7 @@ from toolbreaker import (
     PolicyError,
     Registry,
 )
-from toolbreaker.core.breaker.state import CLOSED, OPEN
+from toolbreaker.core._breaker.state import CLOSED, OPEN
 from toolbreaker.testing import ToolService, request_json
 
 

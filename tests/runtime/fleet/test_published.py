@@ -18,7 +18,7 @@ from toolbreaker import (
     StoreUnavailable,
     publish_policy,
 )
-from toolbreaker.core.breaker.state import OPEN
+from toolbreaker.core._breaker.state import OPEN
 from toolbreaker.runtime.fleet._published import POLICY_SPACE, read_published
 from toolbreaker.testing import FakeClock
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recorded_runs import recorded_runs
-from toolbreaker.core.run.budget import Budget, ClassLimits
+from toolbreaker.core._run.budget import Budget, ClassLimits
 from toolbreaker.runtime.run._calibrate import judge, measure
 from toolbreaker.runtime.run._recorded import RecordedStep
 from toolbreaker.tuning._budgets import limits_of, stops_at

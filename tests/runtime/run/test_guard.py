@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from toolbreaker import Breaker, Policy, PolicyError
-from toolbreaker.core.run.budget import Budget, ClassLimits
+from toolbreaker.core._run.budget import Budget, ClassLimits
 from toolbreaker.runtime.run._guard import RunGuard
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json

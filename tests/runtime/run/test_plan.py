@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from toolbreaker.core.run.budget import Stop
-from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
-from toolbreaker.core.run.machine import RunDecision
+from toolbreaker.core._run.budget import Stop
+from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core._run.machine import RunDecision
 from toolbreaker.runtime._result import (
     deferred_result,
     denied_result,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from toolbreaker.core.run.budget import Budget
-from toolbreaker.core.run.fingerprint import FingerprintRules
+from toolbreaker.core._run.budget import Budget
+from toolbreaker.core._run.fingerprint import FingerprintRules
 from toolbreaker.runtime._flow import drive
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime.run._settle import Settle

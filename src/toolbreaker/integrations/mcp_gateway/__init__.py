@@ -39,11 +39,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
-from toolbreaker.core.breaker.predicates import may_start_rejecting
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.config import load_toml
-from toolbreaker.core.files import printable
-from toolbreaker.core.run.budget import Budget
+from toolbreaker.core._breaker.predicates import may_start_rejecting
+from toolbreaker.core._breaker.state import Transition
+from toolbreaker.core._config import load_toml
+from toolbreaker.core._files import printable
+from toolbreaker.core._run.budget import Budget
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import require
 from toolbreaker.runtime import Attachment, Breaker, Registry, RunGuard, StopPacket

@@ -42,10 +42,10 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from toolbreaker.core.breaker.sheet import MCP_TABLE
-from toolbreaker.core.files import shown
-from toolbreaker.core.run.budget import RISK_CLASSES, Budget, RiskClass
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.sheet import MCP_TABLE
+from toolbreaker.core._files import shown
+from toolbreaker.core._run.budget import RISK_CLASSES, Budget, RiskClass
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._sheet import TABLES, flag, known, table
 

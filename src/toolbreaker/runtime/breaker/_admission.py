@@ -16,10 +16,15 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar, cast
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.predicates import IdleWindow, idle_window, is_quiet, unclassified_type
-from toolbreaker.core.breaker.predicates import retry_after_ms as core_retry_after_ms
-from toolbreaker.core.breaker.state import (
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.predicates import (
+    IdleWindow,
+    idle_window,
+    is_quiet,
+    unclassified_type,
+)
+from toolbreaker.core._breaker.predicates import retry_after_ms as core_retry_after_ms
+from toolbreaker.core._breaker.state import (
     BreakerState,
     Event,
     Transition,
@@ -29,8 +34,8 @@ from toolbreaker.core.breaker.state import (
     opened,
     reopened,
 )
-from toolbreaker.core.files import printable
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._files import printable
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import (
     AsyncCallError,
     CircuitOpen,

@@ -17,9 +17,9 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypedDict
 
-from toolbreaker.core.breaker.keys import breaker_key
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.retry import RetryPolicy
+from toolbreaker.core._breaker.keys import breaker_key
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._retry import RetryPolicy
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._sheet import (
     SHEET_OPTIONS,
@@ -81,7 +81,7 @@ class Boundary:
             ``None``: no limit.
         degrade: the degradation chain while the tool may not be called (a mode or a list:
             ``omit``, ``stale``, ``degraded``, ``queue``, ``handoff``, ``stop``; see
-            :mod:`toolbreaker.core.degrade`); empty: the plain tool-unavailable result.
+            :mod:`toolbreaker.core._degrade`); empty: the plain tool-unavailable result.
         max_stale: seconds: the oldest last good answer ``stale`` may serve (read rows).
         stale_every: seconds: a success refreshes the kept answer at most this often, so a
             busy read does not pay a store round trip per call.

@@ -7,7 +7,7 @@ Two paths, one decision-maker. Every transition is computed by the core's ``appl
 inside the store. The shell only skips the store when the core has already said what
 would happen: in a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a request is
 admitted and a success changes nothing; in a cooling-down open state (the core's idle
-window, :func:`~toolbreaker.core.breaker.predicates.idle_window`) a request is rejected
+window, :func:`~toolbreaker.core._breaker.predicates.idle_window`) a request is rejected
 and changes nothing. Those two cases are most calls, and they cost no lock, no
 allocation of records and no I/O.
 
@@ -32,11 +32,11 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from toolbreaker.core.breaker.keys import scoped_dependency, shown_names
-from toolbreaker.core.breaker.predicates import idle_window
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
-from toolbreaker.core.retry import RetryBudget
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.keys import scoped_dependency, shown_names
+from toolbreaker.core._breaker.predicates import idle_window
+from toolbreaker.core._breaker.state import BreakerState, Event, Transition
+from toolbreaker.core._retry import RetryBudget
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import Clock, monotonic_ms
 from toolbreaker.runtime._step import StepObserver, StepObservers
@@ -117,12 +117,12 @@ class Breaker(Steps):
             - ``scope``: key one breaker per value of this scope (see :class:`Boundary`).
             - ``max_scopes``: the most scoped breakers kept in this process.
             - ``retry``: the retry policy ``call()``/``acall()`` follow (a
-              :class:`~toolbreaker.core.retry.RetryPolicy` or a table of its fields);
+              :class:`~toolbreaker.core._retry.RetryPolicy` or a table of its fields);
               ``None``: no retries here. Pick one layer: see :meth:`call`.
             - ``max_retry_after_ms``: a server hint longer than this is never waited out: the tool
               is unavailable for the run.
             - ``degrade``: the degradation chain while the tool may not be called (see
-              :mod:`toolbreaker.core.degrade`); ``max_stale`` and ``stale_every`` go with
+              :mod:`toolbreaker.core._degrade`); ``max_stale`` and ``stale_every`` go with
               ``stale``.
             - ``health_check``: a cheap check of the dependency (a :class:`HealthCheck`, or a
               callable of no arguments) that a health checker runs while the breaker is
@@ -179,7 +179,7 @@ class Breaker(Steps):
         self._configure(boundary)
         self.stats = BreakerStats()
         self.stats.on_defaults = boundary.defaults
-        #: The row's degradation chain, carried out (see :mod:`toolbreaker.core.degrade`).
+        #: The row's degradation chain, carried out (see :mod:`toolbreaker.core._degrade`).
         self.degradation = Degradation(boundary, self.store, self.key, self.stats.degraded)
         self._render = self._unavailable
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
@@ -513,7 +513,7 @@ class Breaker(Steps):
         """Call ``listener(record)`` for every retry decision; returns a remover.
 
         A record's ``to_dict()`` is one line of a retry trace: with its seed,
-        :func:`toolbreaker.core.retry.replay` recomputes every decision exactly.
+        :func:`toolbreaker.core._retry.replay` recomputes every decision exactly.
         """
         listeners = self._retries.listeners
         listeners.append(listener)

@@ -3,7 +3,7 @@
 In a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a call is admitted and a
 success changes nothing, so the fast paths take no permit, no lock and no store round
 trip unless something happens; while open and cooling down, a call is rejected the same
-way, from the core's idle window (:func:`~toolbreaker.core.breaker.predicates.idle_window`,
+way, from the core's idle window (:func:`~toolbreaker.core._breaker.predicates.idle_window`,
 kept by the admission layer while it holds). Sync calls
 run in a worker thread by default so a deadline can be kept; the bulkhead slot goes
 with the call and comes back when it really ends.
@@ -15,9 +15,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from toolbreaker.core.breaker.predicates import may_probe, rejects_callers
-from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.core.retry import Failure
+from toolbreaker.core._breaker.predicates import may_probe, rejects_callers
+from toolbreaker.core._breaker.state import BreakerState
+from toolbreaker.core._retry import Failure
 from toolbreaker.errors import AsyncCallError, CircuitOpen, circuit_open
 from toolbreaker.runtime._step import Step
 from toolbreaker.runtime._sync_path import PLAIN_TYPES, is_awaitable, not_awaited
@@ -64,7 +64,7 @@ class Calls(Admission):
         """Run ``fn(*args, **kwargs)`` through the breaker, retrying by the row's policy.
 
         With a ``retry`` policy, a failed attempt is retried as the retry core decides
-        (:mod:`toolbreaker.core.retry`): never while the breaker is open, never a class no
+        (:mod:`toolbreaker.core._retry`): never while the breaker is open, never a class no
         retry can fix, never an attempt that may have committed (unless the row is
         ``read`` or ``idempotent``), never past the end-to-end deadline (each attempt's
         deadline is cut to what is left) and never beyond the retry budget. **Retries

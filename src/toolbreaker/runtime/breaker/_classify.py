@@ -85,8 +85,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Final, Literal, Protocol, TypeAlias
 
-from toolbreaker.core.breaker.predicates import UNCLASSIFIED
-from toolbreaker.core.breaker.state import OUTCOME_TYPES
+from toolbreaker.core._breaker.predicates import UNCLASSIFIED
+from toolbreaker.core._breaker.state import OUTCOME_TYPES
 
 __all__ = [
     "SUCCESS",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Final, TypeVar
 
-from toolbreaker.core.breaker.predicates import unclassified_type
+from toolbreaker.core._breaker.predicates import unclassified_type
 from toolbreaker.errors import CircuitOpen, NotSent, ToolReportedError
 from toolbreaker.runtime.breaker._classify import Verdict
 

@@ -1,6 +1,6 @@
 """The degradation matrix, carried out: what a caller gets while its tool may not be called.
 
-The choice of mode is the core's (:func:`toolbreaker.core.degrade.choose`); this shell
+The choice of mode is the core's (:func:`toolbreaker.core._degrade.choose`); this shell
 gathers what it can offer, serves the chosen mode, and builds the answer in
 :mod:`toolbreaker.runtime._result`. It keeps three kinds of records in the store
 (:class:`~toolbreaker.stores.Records`):
@@ -21,7 +21,7 @@ goes on to its next mode, down to the plain tool-unavailable result. Except one:
 queued item whose write may have reached the store (its answer was lost,
 :class:`~toolbreaker.errors.StoreWriteUnknown`) may be queued, so the caller is told it
 may already be queued, and the chain never goes on to hand the same work to a person
-(:func:`toolbreaker.core.degrade.walks_past`).
+(:func:`toolbreaker.core._degrade.walks_past`).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from toolbreaker.core.canonical import sha256_hex
-from toolbreaker.core.degrade import (
+from toolbreaker.core._canonical import sha256_hex
+from toolbreaker.core._degrade import (
     Choice,
     Offer,
     choose,
@@ -47,7 +47,7 @@ from toolbreaker.core.degrade import (
     stale_write_due,
     walks_past,
 )
-from toolbreaker.core.run.redact import redact
+from toolbreaker.core._run.redact import redact
 from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log

@@ -1,11 +1,11 @@
 """A breaker's retry ledger: its retry budget and the model's own re-calls.
 
 One part of :class:`~toolbreaker.Breaker`, built with everything it uses. The budget is
-the retry core's token bucket (:mod:`toolbreaker.core.retry`), kept per process or, with a
+the retry core's token bucket (:mod:`toolbreaker.core._retry`), kept per process or, with a
 store that keeps records, shared by every process through the store
 (:class:`~toolbreaker.runtime.breaker._shared_budget.SharedBudget`). The model is a retry
 layer too: a call re-issuing one whose last attempt failed retryably is a retry (the run
-core's ledger, :mod:`toolbreaker.core.run.retrying`, says which) and spends the same
+core's ledger, :mod:`toolbreaker.core._run.retrying`, says which) and spends the same
 budget. Every decision is a core's; this part keeps their state and its lock.
 """
 
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from toolbreaker.core.retry import (
+from toolbreaker.core._retry import (
     Failure,
     RetryBudget,
     RetryDecision,
@@ -26,7 +26,7 @@ from toolbreaker.core.retry import (
     refill,
     spend,
 )
-from toolbreaker.core.run.retrying import ModelRetries, action_of, is_retry, observe
+from toolbreaker.core._run.retrying import ModelRetries, action_of, is_retry, observe
 from toolbreaker.runtime.breaker._bulkhead import shares_records
 from toolbreaker.runtime.breaker._shared_budget import SharedBudget
 from toolbreaker.runtime.breaker._stats import BreakerStats

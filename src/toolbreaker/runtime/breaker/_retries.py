@@ -3,7 +3,7 @@
 One part of :class:`~toolbreaker.Breaker`, built with everything it uses. The loop is a
 generator free of I/O (:meth:`Retries.plan`) carried out blocking (:meth:`Retries.run`)
 or on the event loop (:meth:`Retries.arun`); every decision is the retry core's
-(:mod:`toolbreaker.core.retry`), paid from the breaker's
+(:mod:`toolbreaker.core._retry`), paid from the breaker's
 :class:`~toolbreaker.runtime.breaker._ledger.RetryLedger`.
 """
 
@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import Any, TypeVar, cast
 
-from toolbreaker.core.retry import (
+from toolbreaker.core._retry import (
     Failure,
     RetryDecision,
     RetryRecord,

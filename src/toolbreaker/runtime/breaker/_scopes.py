@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from toolbreaker.core.breaker.predicates import is_evictable
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.predicates import is_evictable
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.runtime._log import log
 from toolbreaker.runtime.breaker._stats import BreakerStats
 

@@ -1,6 +1,6 @@
 """A dependency's retry budget shared by every process of a shared store.
 
-The budget is the retry core's token bucket (:class:`~toolbreaker.core.retry.RetryBudget`):
+The budget is the retry core's token bucket (:class:`~toolbreaker.core._retry.RetryBudget`):
 retries spend it, successes refill it, and the core alone decides (``decide``, ``spend``,
 ``refill``). Without a shared store each process keeps its own bucket. With one, the
 bucket is the record ``<key>`` of the space ``retry-budget``, ``{"milli": n}``, and this
@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from toolbreaker.core.retry import RetryBudget, RetryPolicy, refill
+from toolbreaker.core._retry import RetryBudget, RetryPolicy, refill
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.runtime._log import hook_failed

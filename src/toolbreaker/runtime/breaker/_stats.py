@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from toolbreaker.core.breaker.state import PHASES
+from toolbreaker.core._breaker.state import PHASES
 from toolbreaker.runtime.breaker._deadline import Workers
 
 __all__ = ["MAX_UNCLASSIFIED_TYPES", "BreakerStats"]

@@ -12,10 +12,10 @@ import inspect
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, ParamSpec, TypeVar, overload
 
-from toolbreaker.core.breaker.predicates import rejects_callers
-from toolbreaker.core.files import shown
-from toolbreaker.core.retry import is_transient, unavailable_reason
-from toolbreaker.core.run.retrying import failed_retryably
+from toolbreaker.core._breaker.predicates import rejects_callers
+from toolbreaker.core._files import shown
+from toolbreaker.core._retry import is_transient, unavailable_reason
+from toolbreaker.core._run.retrying import failed_retryably
 from toolbreaker.errors import AsyncCallError, CircuitOpen, PolicyError
 from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._result import error_result

@@ -2,7 +2,7 @@
 
 Exactly once per idempotency key, across every drainer sharing the store. An item moves
 by compare-and-set on its record (:class:`~toolbreaker.stores.Records`), and the core
-decides what a drainer does with it (:func:`toolbreaker.core.degrade.queue_action`):
+decides what a drainer does with it (:func:`toolbreaker.core._degrade.queue_action`):
 
 1. *claim*: ``queued`` → ``claimed`` with this drainer as holder and a lease (``until``);
 2. ask the item's breaker; still open → back to ``queued``, and the breaker is not asked
@@ -13,7 +13,7 @@ decides what a drainer does with it (:func:`toolbreaker.core.degrade.queue_actio
    failure certainly made nothing (a refused connection, a 503) and may be retried,
    ``failed`` when no retry can help (a 4xx), ``unknown`` when it may have committed.
 
-Each move is the queued item's lifecycle (:data:`toolbreaker.core.degrade.QUEUE_TRANSITIONS`):
+Each move is the queued item's lifecycle (:data:`toolbreaker.core._degrade.QUEUE_TRANSITIONS`):
 the drainer holds no list of statuses. An item handed to a person (``handed-off``) is
 never run. A drainer killed between 1 and 3 leaves a ``claimed`` item whose lease runs
 out: another drainer claims it again (it never started). A drainer killed after 3 leaves
@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
-from toolbreaker.core.degrade import (
+from toolbreaker.core._degrade import (
     attempt_move,
     is_done,
     prunable,
@@ -40,8 +40,8 @@ from toolbreaker.core.degrade import (
     queue_after,
     settled,
 )
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run.redact import redact, redact_text
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run.redact import redact, redact_text
 from toolbreaker.errors import CircuitOpen, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log
@@ -135,7 +135,7 @@ def prune_done(
     is answered "already queued" and never queued again. Pruning ends that window: a key
     pruned can be queued (and drained) again, so keep done work longer than a caller
     may retry the same work (a run guard's journal still answers its own run). Only
-    ``done`` items are deleted (:func:`toolbreaker.core.degrade.prunable`): pending,
+    ``done`` items are deleted (:func:`toolbreaker.core._degrade.prunable`): pending,
     claimed, running, failed and unknown items never are. Each deletion is a
     compare-and-set on the version read, so an item that changed meanwhile stays.
 

@@ -37,8 +37,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Final
 
-from toolbreaker.core.breaker.predicates import check_due
-from toolbreaker.core.breaker.state import BreakerState
+from toolbreaker.core._breaker.predicates import check_due
+from toolbreaker.core._breaker.state import BreakerState
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime.breaker._boundary import HealthCheck

@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from toolbreaker.core.files import shown
+from toolbreaker.core._files import shown
 from toolbreaker.errors import PolicyError, RecordCorrupt, StoreUnavailable
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.stores._protocol import Records

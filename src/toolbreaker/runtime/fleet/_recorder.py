@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.breaker.trace import trace_event
-from toolbreaker.core.retry import RetryRecord
+from toolbreaker.core._breaker.state import Transition
+from toolbreaker.core._breaker.trace import trace_event
+from toolbreaker.core._retry import RetryRecord
 from toolbreaker.runtime._log import hook_failed, log
 from toolbreaker.runtime.breaker._breaker import Breaker
 from toolbreaker.runtime.fleet._attach import Attachment, Target

@@ -56,12 +56,12 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from toolbreaker.core.breaker.keys import breaker_key
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import Resolution, resolve
-from toolbreaker.core.config import MAX_CONFIG_BYTES, build_toml, load_toml
-from toolbreaker.core.files import printable, read_text
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.keys import breaker_key
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.sheet import Resolution, resolve
+from toolbreaker.core._config import MAX_CONFIG_BYTES, build_toml, load_toml
+from toolbreaker.core._files import printable, read_text
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import PolicyError, RegistryFull
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import log
@@ -483,7 +483,7 @@ class Registry:
         """Where the breaker of ``(dependency, operation)`` takes its configuration.
 
         The one rule :meth:`get`, and through it every adapter, follows (see
-        :func:`~toolbreaker.core.breaker.sheet.resolve`, and the module docs). Makes no
+        :func:`~toolbreaker.core._breaker.sheet.resolve`, and the module docs). Makes no
         breaker.
 
         Raises:

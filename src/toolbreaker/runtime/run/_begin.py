@@ -1,7 +1,7 @@
 """Begin a call: the run guard carries out the call's plan (:mod:`._plan`).
 
 A call is read (:func:`~toolbreaker.runtime.run._plan.intent_of`), a write's journal
-entry is read, the run machine decides (:mod:`toolbreaker.core.run.machine`), and the
+entry is read, the run machine decides (:mod:`toolbreaker.core._run.machine`), and the
 plan (:func:`~toolbreaker.runtime.run._plan.plan_call`) says what to do: an answer, a
 reconcile check, or a run. A call that runs asks its dependency breaker next (the model
 re-issuing a failed call spends a retry of the breaker's budget first), an irreversible
@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run.budget import Action
-from toolbreaker.core.run.machine import RunDecision, RunEvent
-from toolbreaker.core.run.redact import redact
-from toolbreaker.core.run.retrying import is_retry
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run.budget import Action
+from toolbreaker.core._run.machine import RunDecision, RunEvent
+from toolbreaker.core._run.redact import redact
+from toolbreaker.core._run.retrying import is_retry
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._flow import Flow
 from toolbreaker.runtime._log import hook_failed

@@ -11,7 +11,7 @@ decides:
   call spends nothing);
 - :func:`measure` replays it under the calibration probe
   (:func:`toolbreaker.tuning._budgets.probe`) and records, before each request, what
-  it needed of each limit (:func:`toolbreaker.core.run.limits.needs`): the run's
+  it needed of each limit (:func:`toolbreaker.core._run.limits.needs`): the run's
   :class:`~toolbreaker.tuning._budgets.Profile`, which the pure search reads.
 """
 
@@ -21,10 +21,10 @@ import dataclasses
 from collections.abc import Iterable
 from decimal import Decimal
 
-from toolbreaker.core.run._values import ZERO, as_amount, exact_sum
-from toolbreaker.core.run.budget import Budget, RiskClass, RunState
-from toolbreaker.core.run.limits import Needs, needs
-from toolbreaker.core.run.machine import NOT_ASKED
+from toolbreaker.core._run._values import ZERO, as_amount, exact_sum
+from toolbreaker.core._run.budget import Budget, RiskClass, RunState
+from toolbreaker.core._run.limits import Needs, needs
+from toolbreaker.core._run.machine import NOT_ASKED
 from toolbreaker.runtime.run._recorded import RecordedRun, RecordedStep
 from toolbreaker.tuning._budgets import Profile, RunOutcome, probe
 

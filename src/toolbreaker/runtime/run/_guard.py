@@ -1,4 +1,4 @@
-"""Run guards: may this run continue? A shell around :mod:`toolbreaker.core.run.machine`.
+"""Run guards: may this run continue? A shell around :mod:`toolbreaker.core._run.machine`.
 
 A dependency breaker asks whether a remote is healthy enough to call; a :class:`RunGuard`
 asks whether *this task* may take its next action. Every tool call of a run goes through
@@ -15,7 +15,7 @@ replayed: the run's write breaker opens and a read-only reconcile check decides 
 the write happened. Resuming a task with the same id skips everything its journal
 confirms, and refuses writes while an earlier write of the task is still unresolved.
 
-Every journal write is a move of the write protocol (:mod:`toolbreaker.core.run.protocol`),
+Every journal write is a move of the write protocol (:mod:`toolbreaker.core._run.protocol`),
 from the status the guard knows: the protocol says where it goes, what proves a write,
 what a request, a resume and an operator's :meth:`RunGuard.resolve` do with each status,
 and what counts as uncertain. A journal write whose answer was lost
@@ -41,13 +41,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from toolbreaker.core.degrade import refuses_stale
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run.budget import Budget, RiskClass, RunState, Stop
-from toolbreaker.core.run.costs import amount_of, price_of, usage_cost
-from toolbreaker.core.run.fingerprint import FingerprintRules
-from toolbreaker.core.run.machine import RunEvent
-from toolbreaker.core.run.redact import redact, redact_text
+from toolbreaker.core._degrade import refuses_stale
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run.budget import Budget, RiskClass, RunState, Stop
+from toolbreaker.core._run.costs import amount_of, price_of, usage_cost
+from toolbreaker.core._run.fingerprint import FingerprintRules
+from toolbreaker.core._run.machine import RunEvent
+from toolbreaker.core._run.redact import redact, redact_text
 from toolbreaker.errors import AsyncCallError, PolicyError, StoreUnavailable
 from toolbreaker.runtime._clock import Clock, monotonic_ms, wall_ms
 from toolbreaker.runtime._flow import Flow, adrive, drive
@@ -441,7 +441,7 @@ class RunGuard:
         """Hold a model step's cost before its request is sent; settle it after.
 
         ``amount`` is the step's most: its maximum output tokens times the price
-        (:func:`~toolbreaker.core.run.costs.token_cost`). Held against ``max_cost``
+        (:func:`~toolbreaker.core._run.costs.token_cost`). Held against ``max_cost``
         with every call's reservation, so steps and calls begun at once cannot spend
         past it. When the budget cannot cover it the reservation is refused: its
         ``admitted`` is false and its ``answer`` says so; do not send the request.
@@ -520,7 +520,7 @@ class RunGuard:
         ``committed=True`` journals it as confirmed (a resumed run answers it from the
         journal); ``False`` as failed (it may be made again). Either way the write stops
         counting as uncertain, so writes may run again once few enough remain. The write
-        protocol (:mod:`toolbreaker.core.run.protocol`) refuses ``committed=False`` for a
+        protocol (:mod:`toolbreaker.core._run.protocol`) refuses ``committed=False`` for a
         write that is confirmed, or queued (a drain may still make it).
 
         Raises:

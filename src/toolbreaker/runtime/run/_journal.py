@@ -1,7 +1,7 @@
 """What a run guard keeps in its journal, and what it shows of it: masked, bounded.
 
 The journal's statuses and their meaning are the write protocol's
-(:mod:`toolbreaker.core.run.protocol`); this module only shapes the documents: an entry
+(:mod:`toolbreaker.core._run.protocol`); this module only shapes the documents: an entry
 as it is stored, a result as it is kept, a step as a stop packet lists it, and what an
 operator does first about the run's unresolved writes.
 """
@@ -12,8 +12,8 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run.redact import redact
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run.redact import redact
 
 __all__ = [
     "MAX_JOURNALED_RESULT",

@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, TypeAlias
 
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run._values import call_risk
-from toolbreaker.core.run.budget import WRITES, RiskClass
-from toolbreaker.core.run.costs import amount_of
-from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
-from toolbreaker.core.run.machine import RunDecision
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run._values import call_risk
+from toolbreaker.core._run.budget import WRITES, RiskClass
+from toolbreaker.core._run.costs import amount_of
+from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core._run.machine import RunDecision
 from toolbreaker.errors import FingerprintError, PolicyError
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import (

@@ -43,9 +43,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from toolbreaker.core.run.budget import WRITES, Action, Budget, RiskClass
-from toolbreaker.core.run.costs import price_of
-from toolbreaker.core.run.machine import RunDecision
+from toolbreaker.core._run.budget import WRITES, Action, Budget, RiskClass
+from toolbreaker.core._run.costs import price_of
+from toolbreaker.core._run.machine import RunDecision
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime.run._guard import GuardedTool, RunGuard
 from toolbreaker.runtime.run._recorded_step import RecordedStep, raised_for

@@ -59,10 +59,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final, get_args
 
-from toolbreaker.core.breaker.state import MAX_TIME_MS
-from toolbreaker.core.files import iter_lines, loads_json, shown
-from toolbreaker.core.run._values import as_amount, decimal_text
-from toolbreaker.core.run.budget import OUTCOMES, WRITES, Outcome, RiskClass
+from toolbreaker.core._breaker.state import MAX_TIME_MS
+from toolbreaker.core._files import iter_lines, loads_json, shown
+from toolbreaker.core._run._values import as_amount, decimal_text
+from toolbreaker.core._run.budget import OUTCOMES, WRITES, Outcome, RiskClass
 from toolbreaker.errors import ToolReportedError, TraceError
 from toolbreaker.runtime.breaker._classify import classify_exception
 from toolbreaker.runtime.breaker._commit import may_have_committed

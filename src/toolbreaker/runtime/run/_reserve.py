@@ -1,12 +1,12 @@
 """A model step's cost reservation, as a run guard hands it out.
 
 ``guard.reserve(estimate)`` holds a model step's cost (its maximum tokens times the
-price: :func:`~toolbreaker.core.run.costs.token_cost`) against the run's ``max_cost``
+price: :func:`~toolbreaker.core._run.costs.token_cost`) against the run's ``max_cost``
 before the request is sent; the handle's :meth:`CostReservation.settle` commits the
 actual cost once the response reports it, and releases the rest. A reservation the
 budget cannot cover is refused: ``admitted`` is false and ``answer`` says why, in the
 words a model reads (:func:`~toolbreaker.runtime._result.over_budget_result`). The
-decisions are the run machine's (:mod:`toolbreaker.core.run.costs`).
+decisions are the run machine's (:mod:`toolbreaker.core._run.costs`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from toolbreaker.core.run.costs import amount_of
+from toolbreaker.core._run.costs import amount_of
 
 __all__ = ["CostReservation"]
 

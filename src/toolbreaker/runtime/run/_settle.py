@@ -2,7 +2,7 @@
 
 A call's outcome reaches the dependency breaker first, then the run: a write's result is
 verified (what proves a write is the write protocol's
-:func:`~toolbreaker.core.run.protocol.proves`); a failure that may have committed is an
+:func:`~toolbreaker.core._run.protocol.proves`); a failure that may have committed is an
 unknown outcome (journaled, reconciled, never replayed: :func:`may_have_committed`); a
 dependency that is out is served by its sheet row's degradation, and the run machine
 decides whether the run goes on. The settle flows (:meth:`Settle.settle_success`,
@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run.budget import WRITES
-from toolbreaker.core.run.costs import amount_of
-from toolbreaker.core.run.machine import RunEvent
-from toolbreaker.core.run.retrying import failed_retryably, observe
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run.budget import WRITES
+from toolbreaker.core._run.costs import amount_of
+from toolbreaker.core._run.machine import RunEvent
+from toolbreaker.core._run.retrying import failed_retryably, observe
 from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._log import hook_failed
@@ -191,7 +191,7 @@ class Settle:
         ``served``: the sheet row's degradation of ``result`` (made by :meth:`_down`, an
         effect of its own), ``None`` without a chain; a write it queued or handed off is
         journaled so. Whether the run stops is the run machine's (the mode served, the
-        reason, whether the tool is required: see :mod:`toolbreaker.core.run.machine`).
+        reason, whether the tool is required: see :mod:`toolbreaker.core._run.machine`).
         """
         mode = None
         if served is not None:

@@ -2,11 +2,11 @@
 
 A run served by several workers or processes (the same task id) must spend one budget:
 each guard alone would let its own share of calls through. With ``RunGuard(...,
-shared=True)`` the run's state (:class:`~toolbreaker.core.run.state.RunState`: counters,
+shared=True)`` the run's state (:class:`~toolbreaker.core._run.state.RunState`: counters,
 reservations, stops) and its budget live in one record of the journal's store
 (space ``toolbreaker.runs``, key the task), and every event the guard feeds the run
 machine is applied to that record by compare-and-set: read it, apply the event with the
-pure core (:func:`toolbreaker.core.run.machine.apply`), write it back at the version
+pure core (:func:`toolbreaker.core._run.machine.apply`), write it back at the version
 read; a guard that lost the race reads again. A guard that wrote the record last skips
 the read: it applies the event to what it wrote and writes at that version, which the
 compare-and-set refuses if anyone wrote since (one round trip a write while a guard is
@@ -19,7 +19,7 @@ was lost is never applied twice.
 
 Fail closed
 -----------
-An event a caller waits for (:data:`~toolbreaker.core.run.machine.ANSWERED`: a request,
+An event a caller waits for (:data:`~toolbreaker.core._run.machine.ANSWERED`: a request,
 a reservation ...) while the record cannot be read or written is answered
 ``budget-unavailable``: no call is admitted against a budget nobody can read. An event
 that records a fact (an outcome, a cost, a usage) is never lost and never changes the
@@ -49,11 +49,11 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from toolbreaker.core.files import shown
-from toolbreaker.core.run._values import ZERO
-from toolbreaker.core.run.budget import Budget, RunState, Stop
-from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
-from toolbreaker.core.run.machine import apply as run_apply
+from toolbreaker.core._files import shown
+from toolbreaker.core._run._values import ZERO
+from toolbreaker.core._run.budget import Budget, RunState, Stop
+from toolbreaker.core._run.machine import ANSWERED, RunDecision, RunEvent
+from toolbreaker.core._run.machine import apply as run_apply
 from toolbreaker.errors import (
     PolicyError,
     RecordCorrupt,

@@ -2,8 +2,8 @@
 
 :class:`RunShell` is the part of a run guard (:class:`~toolbreaker.RunGuard`) the others
 are built with: the state a guard keeps, feeding the run machine
-(:mod:`toolbreaker.core.run.machine`) and telling stop listeners, journaling a write by
-the write protocol's moves (:mod:`toolbreaker.core.run.protocol`), the stop packet, and a
+(:mod:`toolbreaker.core._run.machine`) and telling stop listeners, journaling a write by
+the write protocol's moves (:mod:`toolbreaker.core._run.protocol`), the stop packet, and a
 call's membership of its model turn. The other parts carry out a call's plan
 (``_begin.Begin``), settle, verify and reconcile it (``_settle.Settle``), and run a model
 turn's calls (``_turns.Turns``); each holds this one, none inherits it.
@@ -17,14 +17,14 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run._values import ZERO
-from toolbreaker.core.run.budget import Action, Budget, RiskClass, RunState, Stop
-from toolbreaker.core.run.fingerprint import FingerprintRules
-from toolbreaker.core.run.machine import ANSWERED, RunDecision, RunEvent
-from toolbreaker.core.run.machine import apply as run_apply
-from toolbreaker.core.run.retrying import ModelRetries
-from toolbreaker.core.run.state import RUNNING, Outcome
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run._values import ZERO
+from toolbreaker.core._run.budget import Action, Budget, RiskClass, RunState, Stop
+from toolbreaker.core._run.fingerprint import FingerprintRules
+from toolbreaker.core._run.machine import ANSWERED, RunDecision, RunEvent
+from toolbreaker.core._run.machine import apply as run_apply
+from toolbreaker.core._run.retrying import ModelRetries
+from toolbreaker.core._run.state import RUNNING, Outcome
 from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed

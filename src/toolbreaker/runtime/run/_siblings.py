@@ -22,7 +22,7 @@ this process at once; a poll of the breaker's view every :data:`POLL_S` seconds 
 opening decided by another process sharing the store. A required dependency already open
 when the group starts cancels its branches before they start.
 
-"Open" is the core's :func:`~toolbreaker.core.breaker.predicates.rejects_callers`: a breaker
+"Open" is the core's :func:`~toolbreaker.core._breaker.predicates.rejects_callers`: a breaker
 that admits every request (shadow mode, an operator's forced close) cancels nothing when
 its phase opens; an isolated or forced-open one cancels. Which required breaker a call
 needs is one rule for both groups (:func:`_required_row`).
@@ -40,8 +40,8 @@ import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
-from toolbreaker.core.breaker.predicates import may_start_rejecting, rejects_callers
-from toolbreaker.core.breaker.state import Transition
+from toolbreaker.core._breaker.predicates import may_start_rejecting, rejects_callers
+from toolbreaker.core._breaker.state import Transition
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import siblings_result

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final, TypedDict
 
-from toolbreaker.core.files import shown
-from toolbreaker.core.run._values import Risk, check_risk
-from toolbreaker.core.run.budget import WRITES, RiskClass
-from toolbreaker.core.run.costs import amount_of
-from toolbreaker.core.run.fingerprint import FingerprintRules, evidence
+from toolbreaker.core._files import shown
+from toolbreaker.core._run._values import Risk, check_risk
+from toolbreaker.core._run.budget import WRITES, RiskClass
+from toolbreaker.core._run.costs import amount_of
+from toolbreaker.core._run.fingerprint import FingerprintRules, evidence
 from toolbreaker.errors import PolicyError, RunStateError
 from toolbreaker.runtime.breaker._breaker import Breaker
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from toolbreaker.core.run.budget import WRITES
-from toolbreaker.core.run.machine import RunEvent
+from toolbreaker.core._run.budget import WRITES
+from toolbreaker.core._run.machine import RunEvent
 from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._result import cancelled_result
 from toolbreaker.runtime._step import Step

@@ -17,9 +17,9 @@ import threading
 import time
 from typing import Any, Final
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.predicates import held_by_operator
-from toolbreaker.core.breaker.state import BreakerState
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.predicates import held_by_operator
+from toolbreaker.core._breaker.state import BreakerState
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.stores._records import corrupt_record
 from toolbreaker.stores._shell import CompareAndSetStore, Reply, Write

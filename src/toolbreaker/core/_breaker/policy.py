@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.config import known_fields, load_toml
-from toolbreaker.core.files import shown
+from toolbreaker.core._canonical import canonical_json
+from toolbreaker.core._config import known_fields, load_toml
+from toolbreaker.core._files import shown
 from toolbreaker.errors import PolicyError
 
 __all__ = ["MAX_COUNT", "MAX_DURATION_MS", "PROBES", "Policy"]

@@ -3,7 +3,7 @@
 A model that calls a tool again with the same action (the same fingerprint) right after
 it failed with a retryable error is retrying, whatever it thinks it is doing. A shell asks
 :func:`is_retry` before such a request and, when it is one, spends the dependency's retry
-budget (:func:`toolbreaker.core.retry.spend`) exactly as the library's own retries do;
+budget (:func:`toolbreaker.core._retry.spend`) exactly as the library's own retries do;
 once the budget is spent the model reads that the tool is unavailable for this run
 instead of ``retryable: true``. After the attempt, :func:`observe` records how it ended.
 
@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint
+from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint
 from toolbreaker.errors import FingerprintError
 
 __all__ = ["FAILED_LIMIT", "ModelRetries", "action_of", "failed_retryably", "is_retry", "observe"]

@@ -29,7 +29,7 @@ Canonical form (changing it changes every fingerprint, so it is a contract):
   (sets, bytes, dates, objects) is refused with an error naming its path, like
   ``args.items[2]``: convert it to one of the types above first.
 
-Stability: the digests use :func:`~toolbreaker.core.canonical.sha256_hex` and depend on
+Stability: the digests use :func:`~toolbreaker.core._canonical.sha256_hex` and depend on
 nothing but the value, so they are the same in every process and on every machine. They
 are the same on every supported Python version for text made of characters assigned in
 Unicode 13 (Python 3.10); NFKC and case folding of characters assigned later may differ
@@ -55,7 +55,7 @@ from decimal import Decimal
 from json.encoder import encode_basestring as _json_string  # json.dumps(s, ensure_ascii=False)
 from typing import Any, Final
 
-from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.core._canonical import sha256_hex
 from toolbreaker.errors import BusinessKeyError, FingerprintError, UnsupportedTypeError
 
 __all__ = [
@@ -401,7 +401,7 @@ def _unencodable(value: object) -> object:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-#: :func:`~toolbreaker.core.canonical.canonical_json`'s encoding (sorted keys, no spaces,
+#: :func:`~toolbreaker.core._canonical.canonical_json`'s encoding (sorted keys, no spaces,
 #: text as is, no NaN), made once: ``json.dumps`` builds its encoder on every call, which
 #: cost more than the rest of a small fingerprint. Without the check for circular values:
 #: a canonical action is fresh, acyclic data (a value that contains itself is refused

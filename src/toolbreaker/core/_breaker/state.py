@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from itertools import pairwise
 from typing import Any, Final
 
-from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
-from toolbreaker.core.files import loads_json
+from toolbreaker.core._breaker.policy import WINDOW_BUCKETS, Policy
+from toolbreaker.core._files import loads_json
 
 __all__ = [
     "CLOSED",

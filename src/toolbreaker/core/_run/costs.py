@@ -43,7 +43,7 @@ and an unknown cost under a ``max_cost`` stops the run (``max-cost``): the budge
 hold what it cannot count.
 
 Everything here is pure: ``now`` is passed in, states are frozen values. The run machine
-(:mod:`toolbreaker.core.run.machine`) applies these; shells never call them directly.
+(:mod:`toolbreaker.core._run.machine`) applies these; shells never call them directly.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ import fnmatch
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
-from toolbreaker.core.run._values import (
+from toolbreaker.core._run._values import (
     ZERO,
     RiskClass,
     as_amount,
@@ -62,7 +62,7 @@ from toolbreaker.core.run._values import (
     exact_sum,
     with_risk,
 )
-from toolbreaker.core.run.holds import (
+from toolbreaker.core._run.holds import (
     FAILURE_LIMIT,
     USAGE_LIMIT,
     FailureCount,
@@ -70,11 +70,11 @@ from toolbreaker.core.run.holds import (
     Reservation,
     ToolStop,
 )
-from toolbreaker.core.run.state import RunState, Stop, changed
+from toolbreaker.core._run.state import RunState, Stop, changed
 from toolbreaker.errors import RunStateError
 
 if TYPE_CHECKING:
-    from toolbreaker.core.run.budget import Budget, ModelPrice
+    from toolbreaker.core._run.budget import Budget, ModelPrice
 
 __all__ = [
     "DEFAULT_RESERVATION_LEASE_MS",

@@ -7,7 +7,7 @@ and for how long: :func:`idle_window`), and may the shell skip the store
 (:func:`is_quiet`, :func:`fast_path_safe`)? How long until a call could be admitted
 (:func:`retry_after_ms`)? Is a health check due (:func:`check_due`)? The record
 predicates (did this transition open the breaker ...) are in
-:mod:`toolbreaker.core.breaker.state`, beside the records they read.
+:mod:`toolbreaker.core._breaker.state`, beside the records they read.
 
 Each is a pure function of a state (or a record) and a policy;
 ``tests/core/breaker/test_predicates.py`` holds each to :func:`~.machine.apply` on random
@@ -19,8 +19,8 @@ from __future__ import annotations
 import sys
 from typing import Final, Literal, NamedTuple
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import (
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.state import (
     CLOSED,
     HALF_OPEN,
     OPEN,

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.files import printable, read_text, shown
+from toolbreaker.core._files import printable, read_text, shown
 from toolbreaker.errors import PolicyError
 
 if sys.version_info >= (3, 11):  # pragma: no cover - version dependent

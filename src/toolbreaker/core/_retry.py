@@ -39,7 +39,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Literal, get_args
 
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import PolicyError, TraceError
 
 __all__ = [
@@ -394,7 +394,7 @@ class RetryRecord:
 
     Its texts (the breaker key, the operation id, the failure's detail, which a
     classifier may have made from an error message) are masked where the record is
-    built (:func:`~toolbreaker.core.run.redact.redact_text`), so every retry listener
+    built (:func:`~toolbreaker.core._run.redact.redact_text`), so every retry listener
     and the retry trace see them masked.
 
     Attributes:

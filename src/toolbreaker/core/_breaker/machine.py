@@ -38,9 +38,9 @@ phase and calls the move found there; a pair with no move (the core's own
 ``lease-expired`` outside half-open, a phase it does not know) raises ``TraceError``.
 
 The predicates. Shells never compare phases: they ask the predicates of
-:mod:`toolbreaker.core.breaker.predicates` (does a caller get refused, how long until a
+:mod:`toolbreaker.core._breaker.predicates` (does a caller get refused, how long until a
 call could be admitted, may a shell skip the store ...) and the record predicates of
-:mod:`toolbreaker.core.breaker.state` (did this record open the breaker), so a rule has
+:mod:`toolbreaker.core._breaker.state` (did this record open the breaker), so a rule has
 one home (``tests/test_quality.py`` finds any phase comparison outside the core). The
 machine uses them too, and re-exports them where they were before they had a module.
 
@@ -53,9 +53,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from toolbreaker.core.breaker.policy import WINDOW_BUCKETS, Policy
-from toolbreaker.core.breaker.predicates import admission, admits_all, due_expiry
-from toolbreaker.core.breaker.state import (
+from toolbreaker.core._breaker.policy import WINDOW_BUCKETS, Policy
+from toolbreaker.core._breaker.predicates import admission, admits_all, due_expiry
+from toolbreaker.core._breaker.state import (
     CLOSED,
     HALF_OPEN,
     OPEN,

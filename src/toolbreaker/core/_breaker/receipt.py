@@ -22,16 +22,16 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
-from toolbreaker.core.breaker.machine import (
+from toolbreaker.core._breaker.machine import (
     ADMITTED,
     PlainStep,
     apply,
     plain_record,
     plain_step,
 )
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import (
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import (
     MAX_TIME_MS,
     OUTCOME_TYPES,
     BreakerState,
@@ -39,9 +39,9 @@ from toolbreaker.core.breaker.state import (
     Transition,
     opened,
 )
-from toolbreaker.core.breaker.trace import PLAIN_LINE, no_events, parse_line
-from toolbreaker.core.canonical import sha256_hex
-from toolbreaker.core.files import iter_line_blocks, loads_json, read_text, shown
+from toolbreaker.core._breaker.trace import PLAIN_LINE, no_events, parse_line
+from toolbreaker.core._canonical import sha256_hex
+from toolbreaker.core._files import iter_line_blocks, loads_json, read_text, shown
 from toolbreaker.errors import PolicyError, ReceiptError, TraceError
 
 __all__ = [
@@ -84,7 +84,7 @@ class Replay:
     This is the trace driver only: it keeps the ledger of admitted calls (to find an
     outcome's generation and to reject impossible traces) and asks :func:`apply` for
     every decision. ``policy`` is one policy for every dependency, or a
-    :class:`~toolbreaker.core.breaker.sheet.PolicySheet`: each dependency under its
+    :class:`~toolbreaker.core._breaker.sheet.PolicySheet`: each dependency under its
     row's policy, the sheet's defaults for the rest (:attr:`policy` is the defaults).
     """
 
@@ -183,25 +183,25 @@ class Replay:
         """Feed every event of a trace file, streaming; errors carry the file and line.
 
         The same as feeding each event of ``iter_trace(path)`` in order, faster: a line in
-        a plain shape (:data:`~toolbreaker.core.breaker.trace.PLAIN_LINE`, what trace
+        a plain shape (:data:`~toolbreaker.core._breaker.trace.PLAIN_LINE`, what trace
         writers produce for a request or an outcome with a call id) skips the JSON
-        decoder, and the core's :func:`~toolbreaker.core.breaker.machine.plain_step`
+        decoder, and the core's :func:`~toolbreaker.core._breaker.machine.plain_step`
         decides it without building an event or a record; its one record goes to
         :meth:`_keep_plain`. Every other line (and any line ``plain_step`` leaves, the
         dependency's first, or one that is an error) is parsed by
-        :func:`~toolbreaker.core.breaker.trace.parse_line` and fed by :meth:`feed`.
+        :func:`~toolbreaker.core._breaker.trace.parse_line` and fed by :meth:`feed`.
 
         ``skip``, when given, names the dependencies whose events are not fed: a replay
         split across processes by dependency gives each its share. A line of a skipped
         dependency in a plain shape is not checked further (the replay it belongs to
         checks it); any other line is, so a line no process can place raises in each.
         ``blocks``, when given, are the lines of ``path`` as
-        :func:`~toolbreaker.core.files.iter_line_blocks` gives them (a reader that bounds
+        :func:`~toolbreaker.core._files.iter_line_blocks` gives them (a reader that bounds
         or stops the reading).
 
         Raises:
             TraceError: a line that cannot be replayed (with its file and line), or a
-                trace without a single event (:func:`~toolbreaker.core.breaker.trace.no_events`).
+                trace without a single event (:func:`~toolbreaker.core._breaker.trace.no_events`).
         """
         match = PLAIN_LINE.fullmatch
         ledgers = self._ledgers
@@ -405,7 +405,7 @@ def summarise(
 ) -> dict[str, Any]:
     """Build a receipt from per-dependency transitions and final states.
 
-    Under a :class:`~toolbreaker.core.breaker.sheet.PolicySheet`, the receipt's policy is
+    Under a :class:`~toolbreaker.core._breaker.sheet.PolicySheet`, the receipt's policy is
     the sheet's defaults and a dependency under a row of its own holds that row's policy.
     """
     sheet = policy if isinstance(policy, PolicySheet) else PolicySheet(policy)

@@ -1,7 +1,7 @@
 """What a run holds besides its counters: cost reservations and failures per tool and class.
 
-Plain frozen values kept in :class:`~toolbreaker.core.run.state.RunState`; the decisions
-that make and release them are :mod:`toolbreaker.core.run.costs`'. Each round-trips
+Plain frozen values kept in :class:`~toolbreaker.core._run.state.RunState`; the decisions
+that make and release them are :mod:`toolbreaker.core._run.costs`'. Each round-trips
 through JSON exactly (``to_dict`` / ``from_dict``).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-from toolbreaker.core.run._values import (
+from toolbreaker.core._run._values import (
     RiskClass,
     as_amount,
     as_count,

@@ -4,10 +4,10 @@
 cost, writes whose outcome is unknown, the distinct results it has observed and the
 changes it may have made (its *evidence*), its recent actions and, per action
 fingerprint, how often that action came back without new evidence; and why it stopped
-or blocks writes. The decisions that move it are :mod:`toolbreaker.core.run.limits`
+or blocks writes. The decisions that move it are :mod:`toolbreaker.core._run.limits`
 (``check``, ``begin``, ``finish``) and the run machine
-(:mod:`toolbreaker.core.run.machine`); the limits are a
-:class:`~toolbreaker.core.run.budget.Budget`.
+(:mod:`toolbreaker.core._run.machine`); the limits are a
+:class:`~toolbreaker.core._run.budget.Budget`.
 
 The state stays small whatever the agent does (see :data:`HISTORY_LIMIT`,
 :data:`TALLY_LIMIT`, :data:`EVIDENCE_LIMIT`), and round-trips through JSON
@@ -15,7 +15,7 @@ The state stays small whatever the agent does (see :data:`HISTORY_LIMIT`,
 
 The records it is built from (:class:`Action`, :class:`Stop` and the conditions it may
 name, :class:`Attempt`, :class:`Tally`, :class:`Fired`) are defined in
-``core/run/_state_parts.py`` and imported from here, as is :class:`Recent` (what its
+``core/_run/_state_parts.py`` and imported from here, as is :class:`Recent` (what its
 tallies and digests are: sequences found by key).
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final, Literal, get_args
 
-from toolbreaker.core.run._state_parts import (
+from toolbreaker.core._run._state_parts import (
     BUDGET_CONDITIONS,
     EFFECTS,
     PRECEDENCE,
@@ -41,7 +41,7 @@ from toolbreaker.core.run._state_parts import (
     Stop,
     Tally,
 )
-from toolbreaker.core.run._values import (
+from toolbreaker.core._run._values import (
     DIGEST_LENGTH,
     RISK_CLASSES,
     ZERO,
@@ -54,7 +54,7 @@ from toolbreaker.core.run._values import (
     decimal_text,
     exact_sum,
 )
-from toolbreaker.core.run.holds import (
+from toolbreaker.core._run.holds import (
     FAILURE_LIMIT,
     USAGE_LIMIT,
     FailureCount,
@@ -94,7 +94,7 @@ __all__ = [
 
 #: How a call ended; ``unknown`` means a write may or may not have happened.
 Outcome = Literal["success", "failure", "unknown", "ignored"]
-#: The outcomes :func:`~toolbreaker.core.run.limits.finish` accepts.
+#: The outcomes :func:`~toolbreaker.core._run.limits.finish` accepts.
 OUTCOMES: Final[tuple[Outcome, ...]] = get_args(Outcome)
 
 #: The longest cycle loop detection looks for.
@@ -170,7 +170,7 @@ class RunState:
             (likewise).
         stopped: why the run stopped; the first stop is kept.
         writes_blocked: why writes are refused (too many writes with an unknown
-            outcome); reads go on. Set and cleared by :mod:`toolbreaker.core.run.machine`.
+            outcome); reads go on. Set and cleared by :mod:`toolbreaker.core._run.machine`.
         turn: model turns begun (counted only under ``Budget.max_calls_per_turn``).
         turn_calls: tool calls begun in the current turn (likewise).
         deferred: calls deferred to a later turn by ``max_calls_per_turn``.
@@ -180,7 +180,7 @@ class RunState:
             order it fired, each with its step (:class:`Fired`); at most
             :data:`FIRED_LIMIT`, the first of each effect always kept.
         reservations: cost held for calls admitted and not settled yet, oldest first
-            (:mod:`toolbreaker.core.run.costs`); ``cost`` is what was committed.
+            (:mod:`toolbreaker.core._run.costs`); ``cost`` is what was committed.
         reservations_made: reservations made in the run (the next one's id is this + 1).
         over_budget: calls refused because their reservation would cross a cost limit.
         expired: reservations whose lease ended unsettled (spent at their amount).
@@ -188,7 +188,7 @@ class RunState:
             recently failed, oldest first.
         tools_stopped: tools the run no longer calls, each with why.
         usage: per model, the tokens the framework reported and what they cost (the
-            :data:`~toolbreaker.core.run.holds.USAGE_LIMIT` most recently used); their
+            :data:`~toolbreaker.core._run.holds.USAGE_LIMIT` most recently used); their
             cost is part of ``cost``.
 
     The three turn counters are left out of :meth:`counters` and :meth:`to_dict` while
@@ -498,8 +498,8 @@ _STATE_KEYS: Final = (
 def changed(run: RunState, /, **fields: Any) -> RunState:
     """``run`` with ``fields`` set: how a transition of the core makes the next state.
 
-    Unchecked, and so for the core's transitions alone (:mod:`~toolbreaker.core.run.limits`,
-    :mod:`~toolbreaker.core.run.costs`, the run machine), which build every value from
+    Unchecked, and so for the core's transitions alone (:mod:`~toolbreaker.core._run.limits`,
+    :mod:`~toolbreaker.core._run.costs`, the run machine), which build every value from
     values checked where they entered (a state by :class:`RunState` or
     :meth:`RunState.from_dict`, an action, an event, an amount): checking the whole state
     again on every step cost more than the step. One dict copy, whatever the run's

@@ -5,8 +5,8 @@ writing and reading its own JSON: :class:`Action` (one intended tool call),
 :class:`Stop` (why a run stopped, with the conditions it may name), :class:`Attempt`
 and :class:`Tally` (what the run remembers of the actions it began) and :class:`Fired`
 (a condition that fired, with its effect). They hold no run and decide nothing, so they
-live apart from :class:`~toolbreaker.core.run.state.RunState`, which is built from them;
-:mod:`toolbreaker.core.run.state` re-exports every name here, and that is where they are
+live apart from :class:`~toolbreaker.core._run.state.RunState`, which is built from them;
+:mod:`toolbreaker.core._run.state` re-exports every name here, and that is where they are
 imported from.
 """
 
@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Final, Literal, get_args
 
-from toolbreaker.core.run._values import (
+from toolbreaker.core._run._values import (
     MAX_NAME,
     RISK_CLASSES,
     RiskClass,
@@ -40,7 +40,7 @@ __all__ = [
     "Tally",
 ]
 
-#: The conditions :func:`~toolbreaker.core.run.limits.check` can name, in its order.
+#: The conditions :func:`~toolbreaker.core._run.limits.check` can name, in its order.
 PRECEDENCE: Final = (
     "deadline",
     "uncertain-side-effect",
@@ -83,7 +83,7 @@ class Action:
     Attributes:
         tool: the tool name.
         fingerprint: the semantic fingerprint of the call (see
-            :mod:`toolbreaker.core.run.fingerprint`); equal intentions share it.
+            :mod:`toolbreaker.core._run.fingerprint`); equal intentions share it.
         risk: the tool's risk class.
         recovery: a read-only status check or reconcile call that may still run after
             the run stopped. Only reads can be recovery actions; the flag on a write
@@ -255,7 +255,7 @@ class Fired:
     """One condition that fired in a run: it stopped the run or blocked its writes.
 
     A run keeps them in the order they fired (the run state's
-    :attr:`~toolbreaker.core.run.state.RunState.conditions`), so a stop packet shows the
+    :attr:`~toolbreaker.core._run.state.RunState.conditions`), so a stop packet shows the
     whole story: writes blocked by an unknown outcome at step 2, then the run stopped on
     a repeat at step 9, not the last condition alone.
 
@@ -264,7 +264,7 @@ class Fired:
             fingerprint (when an action crossed it).
         effect: ``stopped`` or ``writes-blocked``.
         step: the run's step it fired at (the run state's
-            :attr:`~toolbreaker.core.run.state.RunState.steps`: the tool requests the run was
+            :attr:`~toolbreaker.core._run.state.RunState.steps`: the tool requests the run was
             asked about, numbered from 1); 0 before the first step (a resumed run's
             unresolved writes).
         tool: the tool of the step's action, when there was one.

@@ -23,7 +23,7 @@ is what the shell must carry out. A ``request`` gets one of five verdicts:
   run's *write breaker*; ``RunState.writes_blocked`` records why, for the stop packet);
 - ``stopped``: the run is stopped (a budget, a loop, a required dependency, an operator);
   the stop is recorded in the state and kept (the first stop wins). A stopped run still
-  admits a few recovery reads (see :mod:`toolbreaker.core.run.budget`);
+  admits a few recovery reads (see :mod:`toolbreaker.core._run.budget`);
 - ``deferred``: the current model turn has started ``Budget.max_calls_per_turn`` calls
   already: this one is not made and not queued (the model may issue it again next turn);
   it is counted in ``RunState.deferred`` and does not count against any other limit.
@@ -41,25 +41,25 @@ the amount held is spent), and an outcome's ``error`` (the classifier's class of
 failure) counts toward the tool's failures. A model step reserves with a ``reserve``
 event (verdict ``reserved`` or ``over-budget``) and settles with ``settle``, or with
 the ``usage`` its response reported (the model's tokens, priced by the budget's table:
-:func:`toolbreaker.core.run.costs.used`; a ``usage`` without a reservation commits its
+:func:`toolbreaker.core._run.costs.used`; a ``usage`` without a reservation commits its
 cost at once). Before any
 event, reservations whose lease ended are spent at their amount.
 
 ``extend`` is an operator raising the budget (the event is applied with the new one): a
 run stopped by time, money or counts resumes (the stop stays in ``RunState.conditions``,
 followed by an ``extended`` condition with who and why); other stops stay. The rules are
-:mod:`toolbreaker.core.run.costs`'.
+:mod:`toolbreaker.core._run.costs`'.
 
 Outcome events settle a ``run`` call: ``unknown`` for a write that may have committed
 counts toward the uncertain writes (and may block writes), as does ``uncertain``, a write
 that became so after its call was recorded (the store's write of its queued item got no
-answer: it may be queued, see :mod:`toolbreaker.core.run.protocol`); ``resolved`` records that an
+answer: it may be queued, see :mod:`toolbreaker.core._run.protocol`); ``resolved`` records that an
 uncertain write's outcome became known (a reconcile check found it, or an operator
 decided); ``resume`` carries the writes an earlier run of the task left unresolved in the
 journal, so a resumed run refuses writes exactly as the original did. ``dependency-down``
 (a tool's dependency is out) stops the run when the degradation matrix served ``stop``,
 or, when it served nothing, when the tool was required and the reason is not a passing
-one (a full bulkhead clears in seconds: :func:`toolbreaker.core.degrade.passing`); any
+one (a full bulkhead clears in seconds: :func:`toolbreaker.core._degrade.passing`); any
 other mode served lets the run go on (the sheet chose what the caller gets). Every
 denial names the exact condition.
 
@@ -70,7 +70,7 @@ the order it fired, with its step: a run whose writes were blocked at step 2 and
 stopped on a repeat at step 9 keeps both, so its stop packet tells the whole story.
 
 What a journal status means for a request is the write protocol's
-(:mod:`toolbreaker.core.run.protocol`). Everything here is pure: ``now`` arrives inside
+(:mod:`toolbreaker.core._run.protocol`). Everything here is pure: ``now`` arrives inside
 events; the journal is read by the shell and its answer arrives as the event's
 ``journal`` status.
 """
@@ -81,11 +81,11 @@ import dataclasses
 from decimal import Decimal
 from typing import Any, Final, Literal, cast, get_args
 
-from toolbreaker.core.degrade import passing
-from toolbreaker.core.run import costs, limits, protocol
-from toolbreaker.core.run._values import RiskClass, decimal_text
-from toolbreaker.core.run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
-from toolbreaker.core.run.state import BUDGET_CONDITIONS, Fired, changed, fired
+from toolbreaker.core._degrade import passing
+from toolbreaker.core._run import costs, limits, protocol
+from toolbreaker.core._run._values import RiskClass, decimal_text
+from toolbreaker.core._run.budget import WRITES, Action, Budget, Outcome, RunState, Stop
+from toolbreaker.core._run.state import BUDGET_CONDITIONS, Fired, changed, fired
 from toolbreaker.errors import RunStateError
 
 __all__ = [
@@ -268,7 +268,7 @@ def apply(run: RunState, event: RunEvent, budget: Budget) -> tuple[RunState, Run
 
     Raises:
         RunStateError: an impossible event (a time before the run started, an outcome
-            that is not one of :data:`~toolbreaker.core.run.budget.OUTCOMES` ...).
+            that is not one of :data:`~toolbreaker.core._run.budget.OUTCOMES` ...).
     """
     kind = event.type
     at = event.at
@@ -417,7 +417,7 @@ def _request(
 def _extended(run: RunState, event: RunEvent, step: int) -> tuple[RunState, RunDecision]:
     """An operator raised the budget (``budget`` is the new one): a budget stop is lifted.
 
-    Only stops a larger budget answers (:data:`~toolbreaker.core.run.state.BUDGET_CONDITIONS`)
+    Only stops a larger budget answers (:data:`~toolbreaker.core._run.state.BUDGET_CONDITIONS`)
     are lifted; a loop, a repeat, an unknown write or an operator's stop stay. A limit
     the new budget still crosses stops the run again at its next call.
     """

@@ -18,7 +18,7 @@ are not:
 
 :func:`answer_kind` says which one an answer is; :func:`task_outcome` what a task's
 status means for the call. The write's journal move follows from the outcome through the
-write protocol (:func:`toolbreaker.core.run.protocol.settled_move`), never from here.
+write protocol (:func:`toolbreaker.core._run.protocol.settled_move`), never from here.
 
 Pure: no clock, no I/O.
 """

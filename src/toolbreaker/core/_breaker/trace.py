@@ -13,7 +13,7 @@ skipped. Anything else is a :class:`~toolbreaker.errors.TraceError` naming the l
 A trace that holds no event at all judges nothing: the commands that replay one refuse
 it (:func:`no_events`), since an empty receipt would read as an all-clear.
 
-Limits: a line holds at most :data:`~toolbreaker.core.files.MAX_LINE_BYTES`; times and
+Limits: a line holds at most :data:`~toolbreaker.core._files.MAX_LINE_BYTES`; times and
 ``retry_after_ms`` are at most :data:`MAX_TIME_MS` (2**53 - 1, the largest integer every
 JSON reader keeps exact); duplicate keys and lone surrogates are errors.
 """
@@ -25,10 +25,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.breaker.machine import OPERATOR_TYPES
-from toolbreaker.core.breaker.state import EVENT_TYPES, MAX_TIME_MS, Event, Transition
-from toolbreaker.core.files import iter_lines, loads_json, shown
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.machine import OPERATOR_TYPES
+from toolbreaker.core._breaker.state import EVENT_TYPES, MAX_TIME_MS, Event, Transition
+from toolbreaker.core._files import iter_lines, loads_json, shown
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import TraceError
 
 __all__ = [
@@ -229,7 +229,7 @@ def trace_event(record: Transition) -> dict[str, Any] | None:
     them escaped (``search-\udcff``), so a recorded trace always replays.
 
     Every text a person reads (the dependency, the call id, an operator's reason) is
-    masked here, where the line is built (:func:`~toolbreaker.core.run.redact.redact_text`:
+    masked here, where the line is built (:func:`~toolbreaker.core._run.redact.redact_text`:
     a key or a call id that carries a token or a URL's password is written with it
     masked; masking is deterministic, so the line still replays).
     """

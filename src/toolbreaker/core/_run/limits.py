@@ -1,7 +1,7 @@
 """The limit decisions: may this action run next, and what its start and end change.
 
 Three pure functions move a run forward, one tool call at a time (the theory of
-operation is :mod:`toolbreaker.core.run.budget`'s)::
+operation is :mod:`toolbreaker.core._run.budget`'s)::
 
     decision = check(run, action, budget, now)   # before: may this action run?
     run = begin(run, action, now)                # it runs: count the attempt
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
-from toolbreaker.core.run._values import (
+from toolbreaker.core._run._values import (
     DIGEST_LENGTH,
     WRITES,
     RiskClass,
@@ -31,7 +31,7 @@ from toolbreaker.core.run._values import (
     times,
     with_risk,
 )
-from toolbreaker.core.run.state import (
+from toolbreaker.core._run.state import (
     EVIDENCE_LIMIT,
     HISTORY_LIMIT,
     MAX_CYCLE,
@@ -52,7 +52,7 @@ from toolbreaker.errors import RunStateError
 
 if TYPE_CHECKING:
     # Only for annotations: the budget module re-exports this one's names.
-    from toolbreaker.core.run.budget import Budget
+    from toolbreaker.core._run.budget import Budget
 
 __all__ = [
     "DIGEST_DIGITS",
@@ -267,7 +267,7 @@ class Needs:
         class_calls: its class's ``max_calls`` at least this.
         repeats: its class's repeat limit at least this: its repeat number.
         loop_cycles: ``loop_cycles`` at least this; 0: it completes no cycle; above
-            :data:`~toolbreaker.core.run.state.MAX_LOOP_CYCLES`: a loop under any (a
+            :data:`~toolbreaker.core._run.state.MAX_LOOP_CYCLES`: a loop under any (a
             cycle completed twice without new evidence, or more often than any limit).
         cost: ``max_cost`` above this: the cost spent before it.
         class_cost: its class's ``max_cost`` above this.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._run.redact import redact_text
 
 __all__ = ["Shown", "breaker_key", "row_of", "scoped_dependency", "shown_names"]
 

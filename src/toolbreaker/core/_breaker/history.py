@@ -24,7 +24,7 @@ Time in the store's order. Each process reads its own clock before its event rea
 store, so a process may apply an event stamped a little before the event that wrote the
 state it applies to (another process read its clock later and wrote first). A store
 applies such an event at that later instant (:func:`in_store_order`): a breaker's times
-never go backwards in its history, as :class:`~toolbreaker.core.breaker.state.Event`
+never go backwards in its history, as :class:`~toolbreaker.core._breaker.state.Event`
 promises per dependency, and a replay of the history meets every deadline where the
 store met it. The shift is the time the two writes raced by (well under a millisecond
 on a healthy store) and only ever later.
@@ -48,7 +48,7 @@ counts the same remote attempts and local rejections the processes made, and pas
 through the same states.
 
 Every text a person reads is masked where the entry is built: the key with
-:func:`~toolbreaker.core.run.redact.redact_text`; an operator's reason was masked where
+:func:`~toolbreaker.core._run.redact.redact_text`; an operator's reason was masked where
 its event was made.
 """
 
@@ -59,14 +59,14 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
-from toolbreaker.core.breaker.state import (
+from toolbreaker.core._breaker.state import (
     CLOSED,
     OUTCOME_TYPES,
     Event,
     Transition,
     changed_phase,
 )
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._run.redact import redact_text
 
 __all__ = [
     "DEFAULT_HISTORY",

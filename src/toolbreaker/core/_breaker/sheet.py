@@ -20,10 +20,10 @@ import hashlib
 from collections.abc import Collection, Mapping
 from typing import Final
 
-from toolbreaker.core.breaker.keys import row_of
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.files import printable
+from toolbreaker.core._breaker.keys import row_of
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._canonical import canonical_json
+from toolbreaker.core._files import printable
 from toolbreaker.errors import RowNotFound
 
 __all__ = ["MCP_TABLE", "RESEMBLANCE", "PolicySheet", "Resolution", "resolve"]

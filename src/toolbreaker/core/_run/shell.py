@@ -33,7 +33,7 @@ Decisions, and why:
   the agent reasons about. Counting them as writes would make every rerun new evidence
   and hide the loop a run guard is for: the same test run again and again with nothing
   changed in between. An edit between two runs is a write, so it is new evidence and the
-  rerun is iteration (:mod:`toolbreaker.core.run.limits`).
+  rerun is iteration (:mod:`toolbreaker.core._run.limits`).
 - **Programs it does not know, and scripts, are writes** (``python script.py``,
   ``bash script.sh``, ``./build``, ``sphinx-build``, ``python -m mypkg``): a script may do
   anything, and the cautious answer for a run guard is that it may change the state.
@@ -61,7 +61,7 @@ import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
-from toolbreaker.core.run._programs import (
+from toolbreaker.core._run._programs import (
     HANDLERS,
     READ,
     READS,
@@ -72,7 +72,7 @@ from toolbreaker.core.run._programs import (
     Call,
     highest,
 )
-from toolbreaker.core.run._values import RISK_CLASSES, RiskClass
+from toolbreaker.core._run._values import RISK_CLASSES, RiskClass
 from toolbreaker.errors import PolicyError
 
 __all__ = ["shell_risk", "shell_risk_of"]

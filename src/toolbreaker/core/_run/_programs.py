@@ -1,6 +1,6 @@
 """The programs a shell command may run, and what each may change (see ``shell.py``).
 
-The table of programs :func:`toolbreaker.core.run.shell.shell_risk` knows: those that
+The table of programs :func:`toolbreaker.core._run.shell.shell_risk` knows: those that
 only look (:data:`READS`), those that change local state whatever their arguments
 (:data:`WRITES`), and those whose arguments decide (:data:`HANDLERS`: ``sed -i``,
 ``git push``, ``pip install``, ``python -c CODE`` ...). A handler judges one program's
@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
-from toolbreaker.core.run._values import RISK_CLASSES, RiskClass
+from toolbreaker.core._run._values import RISK_CLASSES, RiskClass
 
 __all__ = [
     "EXTERNAL",

@@ -1,7 +1,7 @@
 """The values a run's state and budget are made of: risk classes, exact amounts, names.
 
-Shared by :mod:`~toolbreaker.core.run.budget`, :mod:`~toolbreaker.core.run.state` and
-:mod:`~toolbreaker.core.run.limits`. Amounts are :class:`~decimal.Decimal`, never floats,
+Shared by :mod:`~toolbreaker.core._run.budget`, :mod:`~toolbreaker.core._run.state` and
+:mod:`~toolbreaker.core._run.limits`. Amounts are :class:`~decimal.Decimal`, never floats,
 added exactly without consulting the thread's decimal context; they lie in ``[0, 10**18)``
 with at most 18 decimal places.
 """

@@ -9,7 +9,7 @@ and, per action fingerprint, how often that action came back without new evidenc
 :class:`Budget` says how far a run may go. Three pure functions move a run forward, one
 tool call at a time::
 
-    from toolbreaker.core.run.limits import begin, check, finish
+    from toolbreaker.core._run.limits import begin, check, finish
 
     decision = check(run, action, budget, now)   # before: may this action run?
     run = begin(run, action, now)                # it runs: count the attempt
@@ -72,9 +72,9 @@ thread's decimal context; amounts lie in ``[0, 10**18)`` with at most 18 decimal
 Where it lives
 --------------
 This module holds :class:`Budget` and :class:`ClassLimits` (how far a run may go) and
-re-exports the run's state: :mod:`~toolbreaker.core.run.state` holds :class:`RunState`
-and its parts, :mod:`~toolbreaker.core.run.limits` the limit decisions
-(:func:`~toolbreaker.core.run.limits.check`, ``begin``, ``finish`` ...), which read a
+re-exports the run's state: :mod:`~toolbreaker.core._run.state` holds :class:`RunState`
+and its parts, :mod:`~toolbreaker.core._run.limits` the limit decisions
+(:func:`~toolbreaker.core._run.limits.check`, ``begin``, ``finish`` ...), which read a
 budget: they are imported from there, so the two modules do not import each other.
 """
 
@@ -87,9 +87,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.config import known_fields, load_toml
-from toolbreaker.core.run._values import (
+from toolbreaker.core._canonical import canonical_json
+from toolbreaker.core._config import known_fields, load_toml
+from toolbreaker.core._run._values import (
     RISK_CLASSES,
     WRITES,
     RiskClass,
@@ -99,7 +99,7 @@ from toolbreaker.core.run._values import (
     policy_amount,
     policy_int,
 )
-from toolbreaker.core.run.state import (
+from toolbreaker.core._run.state import (
     EVIDENCE_LIMIT,
     HISTORY_LIMIT,
     MAX_CYCLE,
@@ -280,7 +280,7 @@ class Budget:
             known after it ran, so the total can overshoot by one call). A call (or model
             step) that declares its cost reserves it first: it is refused when spent plus
             reserved plus its own would exceed ``max_cost`` (see
-            :mod:`toolbreaker.core.run.costs`).
+            :mod:`toolbreaker.core._run.costs`).
         deadline_ms: the run's duration from its start; a call at or after
             ``started_at + deadline_ms`` is denied.
         max_uncertain_side_effects: writes with an unknown outcome tolerated; once there
@@ -297,7 +297,7 @@ class Budget:
             again next turn. ``None``: no limit (and no key in :meth:`to_dict`).
         reservation_lease_ms: how long a cost reservation is held for a call that does
             not settle (a killed worker); then it is spent at its amount. ``None``: the
-            default lease, :data:`~toolbreaker.core.run.costs.DEFAULT_RESERVATION_LEASE_MS`
+            default lease, :data:`~toolbreaker.core._run.costs.DEFAULT_RESERVATION_LEASE_MS`
             (and no key in :meth:`to_dict`).
         max_tool_failures: the failure of one tool with one error class (the
             classifier's: ``validation``, ``http-422`` ...), whatever its arguments, at
