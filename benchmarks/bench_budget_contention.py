@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from toolbreaker.core._retry import RetryPolicy, spend
-from toolbreaker.runtime.breaker import _shared_budget
-from toolbreaker.runtime.breaker._shared_budget import SharedBudget
+from toolbreaker.runtime._breaker import _shared_budget
+from toolbreaker.runtime._breaker._shared_budget import SharedBudget
 
 
 def _open(kind: str, target: str) -> Any:

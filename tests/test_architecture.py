@@ -34,7 +34,7 @@ def _table(heading: str) -> dict[str, set[str]]:
 
 
 def test_every_path_the_page_names_exists():
-    """A source path or package in backticks (``runtime/run/_driver.py``, ``core/_run/``)
+    """A source path or package in backticks (``runtime/_run/_driver.py``, ``core/_run/``)
     names a file or folder of src/toolbreaker/; a ``tests/...`` path one of the tests."""
     missing = []
     for span in _code_spans(DOC):
@@ -101,11 +101,11 @@ def test_the_breaker_layers_are_the_class_and_each_uses_only_those_below_it():
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
-        modules.append(re.findall(r"`runtime/breaker/(_\w+)\.py`", line)[0])
+        modules.append(re.findall(r"`runtime/_breaker/(_\w+)\.py`", line)[0])
     hierarchy = [c.__module__.rsplit(".", 1)[1] for c in Breaker.__mro__[::-1] if c is not object]
     assert hierarchy == modules
     for below, module in enumerate(modules):
-        tree = ast.parse((SRC / "runtime" / "breaker" / f"{module}.py").read_text())
+        tree = ast.parse((SRC / "runtime" / "_breaker" / f"{module}.py").read_text())
         top_level = [n for n in tree.body if isinstance(n, ast.ImportFrom)]
         imported = {n.module.rsplit(".", 1)[-1] for n in top_level if n.module}
         assert not imported & set(modules[below + 1 :]), module
@@ -125,10 +125,10 @@ def test_the_breaker_parts_stand_alone_and_the_breaker_holds_each():
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
-        module = re.findall(r"`runtime/breaker/(_\w+)\.py`", line)[0]
+        module = re.findall(r"`runtime/_breaker/(_\w+)\.py`", line)[0]
         name = re.findall(r"\| `(\w+)`:", line)[0]
         parts.append(name)
-        source = SRC / "runtime" / "breaker" / f"{module}.py"
+        source = SRC / "runtime" / "_breaker" / f"{module}.py"
         tree = ast.parse(source.read_text())
         assert name in {n.name for n in tree.body if isinstance(n, ast.ClassDef)}, name
         assert module not in layers, module

@@ -131,14 +131,14 @@ ALLOWED = {
     "core": {"core"},
     "stores": {"core", "stores"},
     # The tuners' profiles of recorded runs are measured through the one run driver.
-    "runtime": {"core", "stores", "runtime", "tuning"},
+    "runtime": {"core", "stores", "runtime", "_tuning"},
     "instrumentation": {"core", "stores", "runtime", "instrumentation"},
     "integrations": {"core", "stores", "runtime", "integrations"},
     "testing": {"core", "stores", "runtime", "testing"},
     # The replay engine: the core's trace driver carried out in bounded memory.
-    "replaying": {"core", "replaying"},
+    "_replaying": {"core", "_replaying"},
     # The tuners: pure, on the core alone.
-    "tuning": {"core", "tuning"},
+    "_tuning": {"core", "_tuning"},
     # Recorded runs from other formats: the recorded-run format and the classifier.
     "importing": {"core", "runtime", "importing"},
     "cli": {
@@ -148,10 +148,10 @@ ALLOWED = {
         "cli",
         "testing",
         "instrumentation",
-        "replaying",
+        "_replaying",
         "importing",
         "integrations",
-        "tuning",
+        "_tuning",
     },
 }
 
@@ -206,7 +206,7 @@ def test_imports_point_down_only():
 
 #: The pure modules: they decide from what they are given. The core, the tuners and the
 #: exercise judge (which lives with the exercise helpers it serves).
-PURE = ("core", "tuning", "testing/_scenario.py")
+PURE = ("core", "_tuning", "testing/_scenario.py")
 
 #: The standard library's clocks, I/O, processes, threads and locks: what a pure module
 #: never imports (reading a file it is asked to read is allowed, as ``pathlib``).
@@ -251,9 +251,9 @@ def test_pure_modules_read_no_clock_and_do_no_io():
 #: Inside runtime/, what each wing may import (besides itself and the shared modules at
 #: the top of runtime/: the step, the model-facing results, the clock, the log, packets).
 WINGS = {
-    "breaker": {"breaker"},
-    "run": {"breaker", "run"},
-    "fleet": {"breaker", "run", "fleet"},
+    "_breaker": {"_breaker"},
+    "_run": {"_breaker", "_run"},
+    "_fleet": {"_breaker", "_run", "_fleet"},
 }
 
 

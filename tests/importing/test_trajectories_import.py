@@ -18,7 +18,7 @@ import pytest
 from toolbreaker.cli import main
 from toolbreaker.errors import TraceError
 from toolbreaker.importing import TAU_BENCH_RISKS, import_runs
-from toolbreaker.runtime.run._recorded_step import parse_step
+from toolbreaker.runtime._run._recorded_step import parse_step
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("TOOLBREAKER_REAL_RUNS", ROOT.parent / "shared" / "real-runs"))

@@ -30,7 +30,7 @@ from toolbreaker.core import apply
 from toolbreaker.core._breaker.state import CORRUPT
 from toolbreaker.errors import JournalNotDurable
 from toolbreaker.stores import LocalFallback, RedisStore
-from toolbreaker.stores.redis._script import THEIR_TURN
+from toolbreaker.stores._redis._script import THEIR_TURN
 
 SHORT = Policy(
     failure_threshold=2, cooldown_ms=100, cooldown_max_ms=100, lease_ttl_ms=100, probe_limit=1

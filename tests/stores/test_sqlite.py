@@ -408,7 +408,7 @@ def test_a_file_of_an_earlier_version_gets_its_column_even_while_another_process
     process holds the write lock the column cannot be added yet: the open is busy (retried
     by the store, as any busy file), never a connection without the column, whose every
     breaker call would fail with "no such column: at" (seen with 8 processes on one file)."""
-    from toolbreaker.stores.sqlite import _SCHEMA, _open
+    from toolbreaker.stores._sqlite import _SCHEMA, _open
 
     path = str(tmp_path / "old.db")
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as old:

@@ -255,8 +255,8 @@ def _add_jobs(cmd: argparse.ArgumentParser) -> None:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    from toolbreaker._replaying import replay_trace
     from toolbreaker.cli._sheet import load_sheet
-    from toolbreaker.replaying import replay_trace
 
     policy = load_sheet(args.policy)
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
@@ -271,8 +271,8 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
+    from toolbreaker._replaying import check_files, replay_trace, verify
     from toolbreaker.cli._sheet import load_sheet
-    from toolbreaker.replaying import check_files, replay_trace, verify
 
     policy = load_sheet(args.policy)
     check_files(args.receipt, args.trace)

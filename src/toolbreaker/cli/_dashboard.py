@@ -148,7 +148,7 @@ class StoreActor:
 
     def __call__(self, key: str, action: str, reason: str) -> Mapping[str, Any]:
         """Apply ``action`` (``isolate`` or ``release``) to ``key`` with ``reason``."""
-        from toolbreaker.runtime.breaker._breaker import Breaker
+        from toolbreaker.runtime._breaker._breaker import Breaker
 
         row = self.board.breakers.get(key)
         if row is None:

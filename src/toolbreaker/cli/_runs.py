@@ -59,8 +59,8 @@ def add_command(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from toolbreaker.runtime.run._guard import RunGuard
-    from toolbreaker.runtime.run._shared import read_shared
+    from toolbreaker.runtime._run._guard import RunGuard
+    from toolbreaker.runtime._run._shared import read_shared
 
     store = open_store(args.store)
     try:

@@ -17,12 +17,12 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from toolbreaker._tuning._signals import covered_by
 from toolbreaker.core._breaker.keys import breaker_key
 from toolbreaker.core._breaker.policy import Policy
 from toolbreaker.core._breaker.sheet import MCP_TABLE, PolicySheet
 from toolbreaker.core._config import load_toml
 from toolbreaker.errors import PolicyError
-from toolbreaker.tuning._signals import covered_by
 
 if TYPE_CHECKING:
     from toolbreaker.runtime._sheet import Sheet

@@ -6,7 +6,7 @@ skip the JSON decoder and ``plain_step()`` decides them without building a recor
 candidate costs about one ``replay --summary``. What it keeps per dependency: remote
 attempts, whether a recorded outcome failed, the rejections, its first and last instants
 and the records that changed its phase. The opens, time open, half-open episodes and
-reopens are :func:`~toolbreaker.tuning._signals.calibrate`'s, fed those records
+reopens are :func:`~toolbreaker._tuning._signals.calibrate`'s, fed those records
 between a marker of each dependency's first instant and one of its last: of everything
 calibrate computes, those four depend on nothing else.
 """
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from toolbreaker._replaying import StreamingReplay
+from toolbreaker._tuning._signals import Signals, calibrate
 from toolbreaker.core._breaker.machine import record_flags
 from toolbreaker.core._breaker.policy import Policy
 from toolbreaker.core._breaker.sheet import PolicySheet
@@ -26,8 +28,6 @@ from toolbreaker.core._breaker.state import (
     changed_phase,
     phase_changed,
 )
-from toolbreaker.replaying import StreamingReplay
-from toolbreaker.tuning._signals import Signals, calibrate
 
 __all__ = ["TuneReplay"]
 

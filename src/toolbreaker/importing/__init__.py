@@ -1,7 +1,7 @@
 """Recorded runs from what users already have: traces, message histories, trajectories.
 
 ``toolbreaker check-run`` replays a recorded run (JSON Lines of tool calls and model
-steps, :mod:`toolbreaker.runtime.run._recorded_step`) through a live run guard. This
+steps, :mod:`toolbreaker.runtime._run._recorded_step`) through a live run guard. This
 package converts what agents and their frameworks already write into that format::
 
     from toolbreaker.importing import import_runs

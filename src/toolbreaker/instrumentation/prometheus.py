@@ -29,8 +29,8 @@ from toolbreaker._extras import require
 from toolbreaker.core._breaker.state import PHASES
 from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.runtime.fleet._attach import Target, breakers_of
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime._fleet._attach import Target, breakers_of
+from toolbreaker.runtime._run._guard import RunGuard
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

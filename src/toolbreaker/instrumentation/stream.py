@@ -78,11 +78,11 @@ from toolbreaker.core._breaker.state import OUTCOME_TYPES, Transition, changed_p
 from toolbreaker.core._canonical import canonical_json
 from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._attach import Attachment, Target
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._attach import Attachment, Target
-from toolbreaker.runtime.run._guard import RunGuard, StopPacket
+from toolbreaker.runtime._run._guard import RunGuard, StopPacket
 
 __all__ = [
     "STREAM_SCHEMA",
@@ -261,7 +261,7 @@ def _new_stream(path: str) -> sqlite3.Connection:
 
 def _existing_stream(path: str) -> sqlite3.Connection:
     """A connection to the stream in the file ``path``, which must hold one already."""
-    from toolbreaker.stores.sqlite import connect_existing
+    from toolbreaker.stores._sqlite import connect_existing
 
     try:
         db = connect_existing(path)

@@ -16,7 +16,7 @@ from toolbreaker._extras import require
 from toolbreaker.runtime._log import hook_failed
 
 if TYPE_CHECKING:
-    from toolbreaker.runtime.run._guard import RunGuard
+    from toolbreaker.runtime._run._guard import RunGuard
 
 __all__ = ["count_usage", "require"]
 

@@ -29,8 +29,8 @@ from langgraph.types import Command
 from toolbreaker.errors import NotSent
 from toolbreaker.integrations import count_usage
 from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime.run._guard import RunGuard, StopPacket
-from toolbreaker.runtime.run._siblings import SiblingOutcome
+from toolbreaker.runtime._run._guard import RunGuard, StopPacket
+from toolbreaker.runtime._run._siblings import SiblingOutcome
 
 __all__ = [
     "STOP_KEY",

@@ -92,14 +92,14 @@ from crewai.hooks import (  # noqa: E402
 )
 
 from toolbreaker.errors import NotSent, PolicyError  # noqa: E402
+from toolbreaker.runtime._fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime._packet import StopPacket  # noqa: E402
-from toolbreaker.runtime._step import Step, ToolType, idempotency_key  # noqa: E402
-from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime.run._guard import (  # noqa: E402
+from toolbreaker.runtime._run._guard import (  # noqa: E402
     GuardedTool,
     RunGuard,
 )
-from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
+from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
+from toolbreaker.runtime._step import Step, ToolType, idempotency_key  # noqa: E402
 
 __all__ = [
     "Protection",

@@ -78,20 +78,20 @@ from typing import Any, Final, cast
 from toolbreaker.core._run.budget import Budget
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import require
+from toolbreaker.runtime._breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._registry import Registry
 from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
-from toolbreaker.runtime._step import Step, idempotency_key
-from toolbreaker.runtime.breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import (
+from toolbreaker.runtime._run._guard import (
     GuardedTool,
     GuardToolOptions,
     RunGuard,
     StopPacket,
 )
-from toolbreaker.runtime.run._siblings import CancelledByPolicy
+from toolbreaker.runtime._run._siblings import CancelledByPolicy
+from toolbreaker.runtime._step import Step, idempotency_key
+from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.stores._protocol import Journal
-from toolbreaker.stores.memory import MemoryStore
 
 try:
     from langchain.agents.middleware import (

@@ -76,11 +76,11 @@ from typing import Any, Final
 from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, PolicyError, RunStopped
 from toolbreaker.integrations import count_usage, require
 from toolbreaker.integrations._described import check_adapter
+from toolbreaker.runtime._breaker._breaker import Breaker, Permit, Rejection
+from toolbreaker.runtime._fleet._registry import Registry
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import deployments_unavailable_result
-from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime._run._guard import RunGuard
 
 require("litellm", "litellm")
 

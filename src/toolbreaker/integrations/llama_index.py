@@ -63,13 +63,13 @@ from typing import Any, Final, TypeVar
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import count_usage, require
 from toolbreaker.integrations._described import check_adapter, tool_breaker
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._registry import Registry
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
+from toolbreaker.runtime._run._guard import GuardedTool, RunGuard, StopPacket
+from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.runtime._step import Step, idempotency_key
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, StopPacket
-from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome
 
 require("llama_index.core", "llama-index")
 

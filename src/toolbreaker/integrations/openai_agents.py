@@ -58,12 +58,12 @@ from typing import Any, Final, Literal, TypeVar
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import count_usage, require
 from toolbreaker.integrations._described import check_adapter, tool_breaker
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._registry import Registry
 from toolbreaker.runtime._result import hidden_tools_line
+from toolbreaker.runtime._run._guard import GuardedTool, RunGuard, key_argument, may_write
+from toolbreaker.runtime._run._siblings import CancelledByPolicy
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, key_argument, may_write
-from toolbreaker.runtime.run._siblings import CancelledByPolicy
 
 require("agents", "openai-agents")
 

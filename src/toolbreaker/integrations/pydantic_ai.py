@@ -101,16 +101,16 @@ from toolbreaker.integrations._described import (  # noqa: E402
     tool_metadata,
     without_key_argument,
 )
+from toolbreaker.runtime._breaker._breaker import Breaker  # noqa: E402
+from toolbreaker.runtime._fleet._registry import Registry  # noqa: E402
 from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
-from toolbreaker.runtime.breaker._breaker import Breaker  # noqa: E402
-from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime.run._guard import (  # noqa: E402
+from toolbreaker.runtime._run._guard import (  # noqa: E402
     GuardedTool,
     RunGuard,
     StopPacket,
     key_argument,
 )
-from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
+from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = [
     "TOOL_METADATA_KEY",

@@ -8,25 +8,7 @@ from toolbreaker._lazy import exports as _exports
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
-    from toolbreaker.runtime._clock import Clock, monotonic_ms
-    from toolbreaker.runtime._result import (
-        SYSTEM_PROMPT_LINE,
-        error_result,
-        hidden_tools_line,
-        server_unavailable_result,
-        system_prompt_line,
-        unavailable_result,
-    )
-    from toolbreaker.runtime._step import (
-        TOOL_TYPES,
-        Step,
-        StepObserver,
-        StepStart,
-        StepWatch,
-        ToolType,
-        idempotency_key,
-    )
-    from toolbreaker.runtime.breaker._boundary import (
+    from toolbreaker.runtime._breaker._boundary import (
         BREAKER_OPTIONS,
         Boundary,
         BreakerOptions,
@@ -34,14 +16,14 @@ if TYPE_CHECKING:
         Enforce,
         HealthCheck,
     )
-    from toolbreaker.runtime.breaker._breaker import (
+    from toolbreaker.runtime._breaker._breaker import (
         Breaker,
         BreakerStats,
         Listener,
         Permit,
         Rejection,
     )
-    from toolbreaker.runtime.breaker._classify import (
+    from toolbreaker.runtime._breaker._classify import (
         SUCCESS,
         Classifier,
         Verdict,
@@ -50,21 +32,30 @@ if TYPE_CHECKING:
         parse_duration,
         parse_retry_after,
     )
-    from toolbreaker.runtime.breaker._degrade import Degradation
-    from toolbreaker.runtime.breaker._scope import current_scope, scope
-    from toolbreaker.runtime.fleet._attach import Attachment, breakers_of
-    from toolbreaker.runtime.fleet._drain import (
+    from toolbreaker.runtime._breaker._degrade import Degradation
+    from toolbreaker.runtime._breaker._scope import current_scope, scope
+    from toolbreaker.runtime._clock import Clock, monotonic_ms
+    from toolbreaker.runtime._fleet._attach import Attachment, breakers_of
+    from toolbreaker.runtime._fleet._drain import (
         DrainReport,
         PruneReport,
         drain,
         prune_done,
         queued_items,
     )
-    from toolbreaker.runtime.fleet._health import HealthChecker, HealthStats
-    from toolbreaker.runtime.fleet._published import PolicyFollower, PublishedSheet
-    from toolbreaker.runtime.fleet._recorder import TraceRecorder
-    from toolbreaker.runtime.fleet._registry import Registry, Resolution, publish_policy
-    from toolbreaker.runtime.run._guard import (
+    from toolbreaker.runtime._fleet._health import HealthChecker, HealthStats
+    from toolbreaker.runtime._fleet._published import PolicyFollower, PublishedSheet
+    from toolbreaker.runtime._fleet._recorder import TraceRecorder
+    from toolbreaker.runtime._fleet._registry import Registry, Resolution, publish_policy
+    from toolbreaker.runtime._result import (
+        SYSTEM_PROMPT_LINE,
+        error_result,
+        hidden_tools_line,
+        server_unavailable_result,
+        system_prompt_line,
+        unavailable_result,
+    )
+    from toolbreaker.runtime._run._guard import (
         ActionRequest,
         CostReservation,
         GuardedTool,
@@ -74,11 +65,20 @@ if TYPE_CHECKING:
         evidence_digest,
         may_have_committed,
     )
-    from toolbreaker.runtime.run._siblings import (
+    from toolbreaker.runtime._run._siblings import (
         BranchOutcome,
         CancelledByPolicy,
         SiblingOutcome,
         Siblings,
+    )
+    from toolbreaker.runtime._step import (
+        TOOL_TYPES,
+        Step,
+        StepObserver,
+        StepStart,
+        StepWatch,
+        ToolType,
+        idempotency_key,
     )
 
 #: Where each re-exported name lives, imported when first used (PEP 562); the imports
@@ -102,7 +102,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "ToolType",
         "idempotency_key",
     ),
-    "toolbreaker.runtime.breaker._boundary": (
+    "toolbreaker.runtime._breaker._boundary": (
         "BREAKER_OPTIONS",
         "Boundary",
         "BreakerOptions",
@@ -110,14 +110,14 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "Enforce",
         "HealthCheck",
     ),
-    "toolbreaker.runtime.breaker._breaker": (
+    "toolbreaker.runtime._breaker._breaker": (
         "Breaker",
         "BreakerStats",
         "Listener",
         "Permit",
         "Rejection",
     ),
-    "toolbreaker.runtime.breaker._classify": (
+    "toolbreaker.runtime._breaker._classify": (
         "SUCCESS",
         "Classifier",
         "Verdict",
@@ -126,21 +126,21 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "parse_duration",
         "parse_retry_after",
     ),
-    "toolbreaker.runtime.breaker._degrade": ("Degradation",),
-    "toolbreaker.runtime.breaker._scope": ("current_scope", "scope"),
-    "toolbreaker.runtime.fleet._attach": ("Attachment", "breakers_of"),
-    "toolbreaker.runtime.fleet._drain": (
+    "toolbreaker.runtime._breaker._degrade": ("Degradation",),
+    "toolbreaker.runtime._breaker._scope": ("current_scope", "scope"),
+    "toolbreaker.runtime._fleet._attach": ("Attachment", "breakers_of"),
+    "toolbreaker.runtime._fleet._drain": (
         "DrainReport",
         "PruneReport",
         "drain",
         "prune_done",
         "queued_items",
     ),
-    "toolbreaker.runtime.fleet._health": ("HealthChecker", "HealthStats"),
-    "toolbreaker.runtime.fleet._published": ("PolicyFollower", "PublishedSheet"),
-    "toolbreaker.runtime.fleet._recorder": ("TraceRecorder",),
-    "toolbreaker.runtime.fleet._registry": ("Registry", "Resolution", "publish_policy"),
-    "toolbreaker.runtime.run._guard": (
+    "toolbreaker.runtime._fleet._health": ("HealthChecker", "HealthStats"),
+    "toolbreaker.runtime._fleet._published": ("PolicyFollower", "PublishedSheet"),
+    "toolbreaker.runtime._fleet._recorder": ("TraceRecorder",),
+    "toolbreaker.runtime._fleet._registry": ("Registry", "Resolution", "publish_policy"),
+    "toolbreaker.runtime._run._guard": (
         "ActionRequest",
         "CostReservation",
         "GuardedTool",
@@ -150,7 +150,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "evidence_digest",
         "may_have_committed",
     ),
-    "toolbreaker.runtime.run._siblings": (
+    "toolbreaker.runtime._run._siblings": (
         "BranchOutcome",
         "CancelledByPolicy",
         "SiblingOutcome",

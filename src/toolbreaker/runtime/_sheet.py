@@ -1,6 +1,6 @@
 """The boundary sheet: the one parser of its tables, units, defaults and unknown fields.
 
-A boundary sheet (see :mod:`toolbreaker.runtime.fleet._registry` for its shape) is read
+A boundary sheet (see :mod:`toolbreaker.runtime._fleet._registry` for its shape) is read
 here and nowhere else, and so is every option a row holds, from a sheet or from code:
 
 - **tables and fields**: :func:`table` and :func:`known` are the one check of a table's

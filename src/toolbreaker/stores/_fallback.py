@@ -20,8 +20,8 @@ from typing import Any
 from toolbreaker.core._breaker.policy import Policy
 from toolbreaker.core._breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.stores._protocol import Journal, Lease, Records, Store, View, aapply
-from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["LocalFallback"]
 

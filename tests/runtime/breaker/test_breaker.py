@@ -467,8 +467,8 @@ def test_forked_children_get_their_own_call_ids():
     """Call ids and bulkhead slot holders carry one per-process token, which a fork renews."""
     import os
 
+    from toolbreaker.runtime._breaker._bulkhead import Bulkhead
     from toolbreaker.runtime._process import process_token
-    from toolbreaker.runtime.breaker._bulkhead import Bulkhead
 
     def ids() -> tuple[str, str, str]:
         breaker = Breaker("forked", timeout=1, clock=FakeClock())

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolbreaker.core._breaker.state import OUTCOME_TYPES
-from toolbreaker.runtime.breaker._classify import (
+from toolbreaker.runtime._breaker._classify import (
     SUCCESS,
     Kind,
     Verdict,

@@ -538,7 +538,7 @@ def test_a_queue_write_answered_late_is_maybe_queued_and_done_once(late_queue, s
     blocked, the packet names the queue id and says a drain makes it), no handoff packet
     exists, and the drain makes it once."""
     from toolbreaker import GuardedTool, RunGuard
-    from toolbreaker.runtime.breaker._degrade import HANDOFF_SPACE
+    from toolbreaker.runtime._breaker._degrade import HANDOFF_SPACE
 
     slow, proxy, direct = late_queue
     registry = registry_for(slow)

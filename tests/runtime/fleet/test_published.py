@@ -19,7 +19,7 @@ from toolbreaker import (
     publish_policy,
 )
 from toolbreaker.core._breaker.state import OPEN
-from toolbreaker.runtime.fleet._published import POLICY_SPACE, read_published
+from toolbreaker.runtime._fleet._published import POLICY_SPACE, read_published
 from toolbreaker.testing import FakeClock
 
 V1 = """\

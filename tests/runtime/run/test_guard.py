@@ -16,7 +16,7 @@ import pytest
 
 from toolbreaker import Breaker, Policy, PolicyError
 from toolbreaker.core._run.budget import Budget, ClassLimits
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime._run._guard import RunGuard
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
@@ -547,7 +547,7 @@ def test_a_tools_options_are_guarded_tools_fields():
 
     from toolbreaker import GuardedTool
     from toolbreaker.runtime import GuardedToolOptions
-    from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS, GuardToolOptions
+    from toolbreaker.runtime._run._tools import GUARDED_TOOL_OPTIONS, GuardToolOptions
 
     fields = {f.name for f in dataclasses.fields(GuardedTool)} - {"name", "fn"}
     assert fields == GUARDED_TOOL_OPTIONS

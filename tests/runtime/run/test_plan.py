@@ -26,9 +26,9 @@ from toolbreaker.runtime._result import (
     stopped_result,
     tool_stopped_result,
 )
-from toolbreaker.runtime.run._journal import step_of
-from toolbreaker.runtime.run._plan import Answer, Intent, Reconcile, Run, intent_of, plan_call
-from toolbreaker.runtime.run._tools import GuardedTool
+from toolbreaker.runtime._run._journal import step_of
+from toolbreaker.runtime._run._plan import Answer, Intent, Reconcile, Run, intent_of, plan_call
+from toolbreaker.runtime._run._tools import GuardedTool
 
 RULES = FingerprintRules.default()
 ARGS = {"customer": "c-7", "title": "Printer"}

@@ -368,7 +368,7 @@ def dependency_entry(
     """One dependency's entry of a receipt, around its ``transitions`` (as given).
 
     ``transitions`` is the list of record dicts, or whatever stands for it in a receipt
-    that is written as it streams (:mod:`toolbreaker.replaying`). ``policy`` is the
+    that is written as it streams (:mod:`toolbreaker._replaying`). ``policy`` is the
     dependency's own; when it is not the receipt's (``defaults``, a boundary sheet's
     row), the entry holds it and its version, so other receipts keep their bytes.
     """

@@ -259,7 +259,7 @@ class Needs:
     """What an action needs from a budget not to be refused now: the least of each limit.
 
     The inverse of :func:`check`, for calibrating a budget on recorded runs
-    (`toolbreaker.tuning._budgets`): the action passes a limit exactly when the
+    (`toolbreaker._tuning._budgets`): the action passes a limit exactly when the
     limit is at least (for a cost or the deadline: above) the need.
 
     Attributes:
