@@ -33,7 +33,7 @@ def _open(kind: str, target: str) -> Any:
         from toolbreaker import SQLiteStore
 
         return SQLiteStore(target)
-    from toolbreaker import RedisStore
+    from toolbreaker.stores import RedisStore
 
     url, prefix = target.split("|")
     return RedisStore(url, prefix=prefix)

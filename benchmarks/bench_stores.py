@@ -589,7 +589,8 @@ def records_cost(
     url: str, pg_url: str | None, directory: str, pairs: int = 2000
 ) -> dict[str, float]:
     """Microseconds for one record get plus one compare-and-set put, one thread."""
-    from toolbreaker import PostgresStore, RedisStore, SQLiteStore
+    from toolbreaker import SQLiteStore
+    from toolbreaker.stores import PostgresStore, RedisStore
 
     stores: dict[str, Any] = {
         "SQLite": SQLiteStore(os.path.join(directory, "records.db")),

@@ -151,7 +151,7 @@ WIRE_FAULTS = {
 
 def wire_scenario(kind: str, tool: str, fault: str) -> Any:
     """A scenario of one fault that ``ctx.mcp_stdio`` injects on the wire of ``STDIO_SHOP``."""
-    from toolbreaker.testing import parse_scenario
+    from toolbreaker.testing._scenario import parse_scenario
 
     text = f'name = "wire-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
     return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")

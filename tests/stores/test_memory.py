@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from conformance import POLICY, RecordsContract, StoreContract, load_raw_json
 
-from toolbreaker import Breaker, BreakerState, Event, Policy, StoreUnavailable
-from toolbreaker.stores import LocalFallback, MemoryStore, View
+from toolbreaker import Breaker, Policy
+from toolbreaker.core import BreakerState, Event
+from toolbreaker.errors import StoreUnavailable
+from toolbreaker.stores import LocalFallback, MemoryStore
+from toolbreaker.stores._protocol import View
 
 
 class TestMemoryStore(StoreContract, RecordsContract):

@@ -21,8 +21,9 @@ from conformance import (
     without_hanging,
 )
 
-from toolbreaker import Breaker, Event, Policy, StoreUnavailable, StoreWriteUnknown
-from toolbreaker.errors import JournalNotDurable
+from toolbreaker import Breaker, Policy
+from toolbreaker.core import Event
+from toolbreaker.errors import JournalNotDurable, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.stores import SQLiteStore
 
 

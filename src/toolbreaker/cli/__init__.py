@@ -34,7 +34,9 @@ from toolbreaker.errors import (
     TraceError,
 )
 
-__all__ = ["main"]
+__all__ = [
+    "main",
+]
 
 EXIT_USAGE = 2
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away

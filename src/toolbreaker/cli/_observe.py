@@ -185,7 +185,7 @@ def export_trace(
     of its breaker is written at that later time, and ``late``, when given, gets how
     many milliseconds each such event moved.
     """
-    from toolbreaker.instrumentation.stream import record_of
+    from toolbreaker.core._breaker.history import record_of
 
     written = dropped = 0
     last: dict[str, int] = {}
@@ -273,7 +273,7 @@ def stream_signals(
     entries: Iterable[Mapping[str, Any]],
 ) -> tuple[dict[str, Signals], dict[str, str], list[Compliance]]:
     """Signals per key, tool per key and model compliance per wording, from stream entries."""
-    from toolbreaker.instrumentation.stream import record_of
+    from toolbreaker.core._breaker.history import record_of
 
     records: list[Transition] = []
     labelled: list[tuple[str, str, Transition]] = []

@@ -71,7 +71,9 @@ from toolbreaker.runtime._breaker._breaker import Breaker
 from toolbreaker.runtime._fleet._attach import Attachment, Target
 from toolbreaker.runtime._step import Step, StepStart
 
-__all__ = ["REJECTED", "instrument"]
+__all__ = [
+    "instrument",
+]
 
 #: ``error.type`` of a call rejected locally: the tool never ran.
 REJECTED: Final = "toolbreaker.rejected"

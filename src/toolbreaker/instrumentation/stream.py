@@ -70,9 +70,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from toolbreaker._extras import require
 from toolbreaker.core._breaker.history import (
     STREAM_SCHEMA,
-    record_of,
     transition_entry,
-    wall_of,
 )
 from toolbreaker.core._breaker.state import OUTCOME_TYPES, Transition, changed_phase
 from toolbreaker.core._canonical import canonical_json
@@ -85,19 +83,9 @@ from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
 from toolbreaker.runtime._run._guard import RunGuard, StopPacket
 
 __all__ = [
-    "STREAM_SCHEMA",
-    "EventStream",
-    "MemoryStream",
-    "PostgresStream",
-    "RedisStream",
-    "SQLiteStream",
     "StreamPublisher",
-    "instructions_version",
     "iter_entries",
-    "masked_url",
     "open_stream",
-    "record_of",
-    "wall_of",
 ]
 
 _DEFAULT_KEEP: Final = 100_000

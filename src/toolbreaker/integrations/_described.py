@@ -207,7 +207,7 @@ def tool_breaker(
         tool: the tool's name.
         dependency: the dependency the adapter's options name, if any.
         operation: the operation they name (``None`` or ``default``: none).
-        options: breaker options (:class:`~toolbreaker.runtime.BreakerOptions`).
+        options: breaker options (``BreakerOptions``).
         where: how errors name the tool's options (``tools.check_stock``).
 
     Raises:

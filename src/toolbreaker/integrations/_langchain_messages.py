@@ -189,7 +189,7 @@ def settles_with(exc: BaseException) -> BaseException:
     """What the step settles with when the handler raised.
 
     A LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop pause) settles as
-    :class:`~toolbreaker.NotSent`: LangGraph runs the tool again from its start on resume,
+    :class:`~toolbreaker.errors.NotSent`: LangGraph runs the tool again from its start on resume,
     with the same idempotency key, so a write is not uncertain.
     """
     if isinstance(exc, GraphBubbleUp):

@@ -72,7 +72,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from toolbreaker.integrations import require
+from toolbreaker._extras import require
 from toolbreaker.integrations._described import check_adapter
 
 require("crewai", "crewai")
@@ -99,14 +99,10 @@ from toolbreaker.runtime._run._guard import (  # noqa: E402
     RunGuard,
 )
 from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
-from toolbreaker.runtime._step import Step, ToolType, idempotency_key  # noqa: E402
+from toolbreaker.runtime._step import Step, ToolType  # noqa: E402
 
 __all__ = [
-    "Protection",
-    "RunStop",
     "arun_stop",
-    "idempotency_key",
-    "llm_usage",
     "protect",
     "run_stop",
 ]

@@ -56,8 +56,9 @@ import itertools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeAlias
 
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations import count_usage
 
 require("google.adk", "google-adk")
 
@@ -73,7 +74,6 @@ from google.adk.tools.tool_context import ToolContext  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from toolbreaker.integrations._described import (  # noqa: E402
-    TOOL_METADATA_KEY,
     check_adapter,
     described,
     tool_metadata,
@@ -91,15 +91,8 @@ from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.runtime._step import Step, ToolType  # noqa: E402
 
 __all__ = [
-    "PLUGIN_NAME",
-    "STOP_KEY",
-    "TOOL_METADATA_KEY",
-    "TURN_KEY",
-    "ModelUsage",
     "ToolbreakerPlugin",
-    "model_usage",
     "stop_of",
-    "stop_response",
     "tool_metadata",
 ]
 

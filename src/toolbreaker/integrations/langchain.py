@@ -75,9 +75,9 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
+from toolbreaker._extras import require
 from toolbreaker.core._run.budget import Budget
 from toolbreaker.errors import PolicyError, ToolReportedError
-from toolbreaker.integrations import require
 from toolbreaker.runtime._breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
 from toolbreaker.runtime._breaker._breaker import Breaker
 from toolbreaker.runtime._fleet._registry import Registry
@@ -117,7 +117,6 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 from toolbreaker.integrations._described import check_adapter, guard_options, tool_breaker
 from toolbreaker.integrations._langchain_messages import (
     STOP_KEY,
-    TURN_KEY,
     answer_message,
     call_id_of,
     content_text,
@@ -136,13 +135,8 @@ from toolbreaker.integrations._langchain_messages import (
 
 __all__ = [
     "STOP_KEY",
-    "TURN_KEY",
-    "ToolError",
-    "ToolOptions",
     "ToolbreakerMiddleware",
-    "ToolbreakerState",
     "idempotency_key",
-    "stop_message",
 ]
 
 _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
@@ -157,7 +151,7 @@ class ToolOptions(BreakerToolOptions, GuardToolOptions, total=False):
 
     Which breaker: ``breaker`` (a ready one), else ``registry.get(dependency,
     operation)`` (``dependency`` defaults to the tool name), else a sheet row whose
-    ``tool`` is the tool name. Breaker options (:class:`~toolbreaker.runtime.BreakerToolOptions`)
+    ``tool`` is the tool name. Breaker options (``BreakerToolOptions``)
     apply when the registry creates the breaker: ``policy``, ``timeout``, ``enforce``,
     ``retryable``, ``fallback``, ``fallback_note``, ``owner``, ``instructions``, ``scope``,
     ``max_scopes``, ``retry`` (its budget counts the model's re-calls),

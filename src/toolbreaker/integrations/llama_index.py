@@ -60,8 +60,9 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError, ToolReportedError
-from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter, tool_breaker
 from toolbreaker.runtime._breaker._breaker import Breaker
 from toolbreaker.runtime._fleet._registry import Registry
@@ -94,16 +95,9 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent  # noqa:
 from llama_index.core.tools import FunctionTool, ToolOutput  # noqa: E402
 
 __all__ = [
-    "STOP_KEY",
-    "TURN_KEY",
-    "ProtectedTool",
-    "RunStop",
-    "ToolError",
     "arun_stop",
     "idempotency_key",
-    "llm_usage",
     "protect",
-    "protect_tool",
     "run_stop",
 ]
 

@@ -33,7 +33,7 @@ the server proves otherwise: the proxy then sends a liveness ping (``ping``; on 
 counts against the server. A dead server is learned once: once its breaker is open
 every tool of the server is rejected locally, without a round trip, with the
 tool-unavailable result naming the server
-(:func:`~toolbreaker.runtime.server_unavailable_result`); after the cooldown one call
+(``server_unavailable_result``); after the cooldown one call
 probes it under the core's probe lease. A tool whose ``key`` is the server's own row (one
 breaker per server) has no second breaker. Pass ``server_breaker=False`` to leave it out.
 
@@ -115,6 +115,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, TypedDict, cast
 
+from toolbreaker._extras import require
 from toolbreaker.core._breaker.transport import (
     CallEnd,
     CheckEnd,
@@ -125,23 +126,20 @@ from toolbreaker.core._run._values import Risk
 from toolbreaker.core._run.budget import RiskClass, Stop
 from toolbreaker.core._run.rounds import answer_kind
 from toolbreaker.errors import CircuitOpen, PolicyError
-from toolbreaker.integrations import require
 from toolbreaker.integrations._described import check_adapter
 from toolbreaker.runtime import (
-    ActionRequest,
-    Breaker,
-    BreakerOptions,
-    GuardedTool,
     Permit,
-    Registry,
     Rejection,
-    RunGuard,
     Step,
     StopPacket,
     ToolType,
     hidden_tools_line,
-    server_unavailable_result,
 )
+from toolbreaker.runtime._breaker._boundary import BreakerOptions
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._registry import Registry
+from toolbreaker.runtime._result import server_unavailable_result
+from toolbreaker.runtime._run._guard import ActionRequest, GuardedTool, RunGuard
 
 require("mcp", "mcp")
 
@@ -167,12 +165,9 @@ from toolbreaker.integrations._mcp_results import (  # noqa: E402
     result_error,
 )
 from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
-    TASK_META_KEY,
-    TASKS_EXTENSION,
     RoundsAbandoned,
     TaskFailedError,
     TaskOutcomeUnknown,
-    TasksExtension,
     await_task,
     result_type_of,
     rounds_key,
@@ -180,23 +175,13 @@ from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
 )
 
 __all__ = [
-    "ANSWER_META_KEY",
-    "BACKSTOP_GRACE",
-    "DEFAULT_PING_TIMEOUT",
-    "DEFAULT_TASK_TIMEOUT",
     "IDEMPOTENCY_META_KEY",
-    "STOP_PACKET_META_KEY",
-    "TASKS_EXTENSION",
-    "TASK_META_KEY",
     "GuardedClient",
     "MalformedResult",
     "RoundsAbandoned",
     "TaskFailedError",
     "TaskOutcomeUnknown",
-    "TasksExtension",
     "ToolResultError",
-    "result_error",
-    "risk_from_annotations",
 ]
 
 #: Seconds after the deadline at which the backstop cancels a call the SDK's read timeout

@@ -55,8 +55,9 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter, tool_breaker
 from toolbreaker.runtime._breaker._breaker import Breaker
 from toolbreaker.runtime._fleet._registry import Registry
@@ -84,7 +85,10 @@ from agents.run_context import AgentHookContext  # noqa: E402 - see above
 from agents.tool import Tool  # noqa: E402 - see above
 from agents.tool_context import ToolContext  # noqa: E402 - see above
 
-__all__ = ["GUARDRAIL_NAME", "format_tool_error", "protect", "run_config"]
+__all__ = [
+    "protect",
+    "run_config",
+]
 
 #: The name of the tool input guardrail :func:`protect` adds to every tool it protects.
 GUARDRAIL_NAME: Final = "toolbreaker"

@@ -64,7 +64,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final, TypeAlias
 
-from toolbreaker.integrations import count_usage, require
+from toolbreaker._extras import require
+from toolbreaker.integrations import count_usage
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -95,7 +96,6 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 
 from toolbreaker.errors import PolicyError  # noqa: E402
 from toolbreaker.integrations._described import (  # noqa: E402
-    TOOL_METADATA_KEY,
     check_adapter,
     described,
     tool_metadata,
@@ -113,8 +113,6 @@ from toolbreaker.runtime._run._guard import (  # noqa: E402
 from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = [
-    "TOOL_METADATA_KEY",
-    "RunStop",
     "ToolbreakerCapability",
     "arun_stop",
     "run_stop",

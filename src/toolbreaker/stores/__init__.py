@@ -19,18 +19,18 @@ if TYPE_CHECKING:
     from toolbreaker.stores._fallback import LocalFallback
     from toolbreaker.stores._memory import MemoryStore
     from toolbreaker.stores._postgres import PostgresStore
-    from toolbreaker.stores._protocol import AsyncStore, Journal, Records, Store, View
-    from toolbreaker.stores._redis import RedisStore
+    from toolbreaker.stores._protocol import AsyncStore, Store
+    from toolbreaker.stores._redis._store import RedisStore
     from toolbreaker.stores._sqlite import SQLiteStore
 
 #: Where each re-exported name lives, imported when first used (PEP 562); the imports
 #: above are the same list, for type checkers and editors.
 _HOMES: dict[str, tuple[str, ...]] = {
     "toolbreaker.stores._fallback": ("LocalFallback",),
-    "toolbreaker.stores._protocol": ("AsyncStore", "Journal", "Records", "Store", "View"),
     "toolbreaker.stores._memory": ("MemoryStore",),
     "toolbreaker.stores._postgres": ("PostgresStore",),
-    "toolbreaker.stores._redis": ("RedisStore",),
+    "toolbreaker.stores._protocol": ("AsyncStore", "Store"),
+    "toolbreaker.stores._redis._store": ("RedisStore",),
     "toolbreaker.stores._sqlite": ("SQLiteStore",),
 }
 
@@ -40,13 +40,10 @@ del TYPE_CHECKING
 
 __all__ = [
     "AsyncStore",
-    "Journal",
     "LocalFallback",
     "MemoryStore",
     "PostgresStore",
-    "Records",
     "RedisStore",
     "SQLiteStore",
     "Store",
-    "View",
 ]

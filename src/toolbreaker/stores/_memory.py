@@ -93,7 +93,7 @@ class MemoryStore:
     # -- records ----------------------------------------------------------------------
 
     def record_get(self, space: str, key: str) -> tuple[dict[str, Any], int] | None:
-        """A copy of the record and its version (see :class:`~toolbreaker.stores.Records`)."""
+        """A copy of the record and its version (see ``Records``)."""
         with self._lock:
             found = self._records.get(space, {}).get(key)
         return None if found is None else (decode_record(found[0], space, key, found[1]), found[1])

@@ -55,7 +55,7 @@ which the statements drew it, which two concurrent transactions may commit the o
 way round. Processes of an earlier version keep calling ``<prefix>_cas()``, which writes
 no history.
 
-Records (:class:`~toolbreaker.stores.Records`) are rows of ``<prefix>_records`` (space,
+Records (``Records``) are rows of ``<prefix>_records`` (space,
 key, value, version); each operation is one statement (``INSERT ... ON CONFLICT``,
 ``UPDATE ... WHERE version = n``, ``DELETE ... WHERE version = n``), so one short
 transaction, committed like breaker state (``synchronous_commit = off``), except in the

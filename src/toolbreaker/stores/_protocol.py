@@ -67,7 +67,7 @@ class View:
 
     Shells read ``view.state`` without a lock or a round trip to decide whether the core
     has already declared the next request and success no-ops (see
-    :func:`toolbreaker.core.is_quiet`) or the next request a local rejection. ``None``
+    ``is_quiet``) or the next request a local rejection. ``None``
     means the view knows nothing: ask the store. A request is admitted on the view only
     while its ``lease`` holds (:class:`Lease`; :data:`FOREVER` for a process-local view).
 

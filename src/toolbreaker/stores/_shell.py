@@ -295,7 +295,7 @@ class SharedStore(ABC):
     # -- records ------------------------------------------------------------------------
 
     def record_get(self, space: str, key: str) -> tuple[dict[str, Any], int] | None:
-        """The record and its version (see :class:`~toolbreaker.stores.Records`).
+        """The record and its version (see ``Records``).
 
         Raises:
             RecordCorrupt: the record is there but does not decode.

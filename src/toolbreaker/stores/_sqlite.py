@@ -27,7 +27,7 @@ order in which the file's transactions committed, across every breaker; the newe
 ``history`` rows of the file are kept (each append deletes the rows older than that, by
 primary key). ``toolbreaker export --store sqlite:///PATH`` reads it.
 
-Records (:class:`~toolbreaker.stores.Records`) are rows of ``toolbreaker_records`` (space,
+Records (``Records``) are rows of ``toolbreaker_records`` (space,
 key, value, version); each write is one ``BEGIN IMMEDIATE`` transaction that checks the
 version and writes, committed like breaker state (``synchronous = NORMAL``).
 """

@@ -7,7 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import Event, Policy, apply, replay
+from toolbreaker import Policy
+from toolbreaker.core import Event, apply, replay
 from toolbreaker.core._breaker.history import (
     QuietCall,
     in_store_order,

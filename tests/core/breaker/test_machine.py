@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from toolbreaker import BreakerState, Event, Policy, Replay, TraceError, step
-from toolbreaker.core import admission, apply, is_quiet
+from toolbreaker import Policy
+from toolbreaker.core import BreakerState, Event, Replay, apply
+from toolbreaker.core._breaker.machine import step
+from toolbreaker.core._breaker.predicates import admission, is_quiet
 from toolbreaker.core._breaker.state import CORRUPT
+from toolbreaker.errors import TraceError
 
 POLICY = Policy(failure_threshold=3, cooldown_ms=20_000, success_threshold=2, probe_limit=1)
 
@@ -350,7 +353,7 @@ def test_apply_without_due_expiry_is_step():
 @pytest.mark.parametrize("at", [0, 5, 19_999, 20_000, 20_001])
 def test_idle_rejection_agrees_with_step(at):
     """idle_rejection names a rejection exactly when step() rejects and changes nothing."""
-    from toolbreaker.core import idle_rejection
+    from toolbreaker.core._breaker.predicates import idle_rejection
 
     policy = Policy()
     states = [

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from toolbreaker import Breaker, CircuitOpen, PermitError, Policy, PolicyError, Verdict
+from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError, Verdict
+from toolbreaker.errors import PermitError
 from toolbreaker.testing import FakeClock, capture_transitions, force_state
 
 
@@ -502,7 +503,12 @@ def test_the_breaker_options_are_one_list():
     are all of them but the tool's name and the code-only classifier and predicate."""
     import dataclasses
 
-    from toolbreaker.runtime import BREAKER_OPTIONS, Boundary, BreakerOptions, BreakerToolOptions
+    from toolbreaker import Boundary
+    from toolbreaker.runtime._breaker._boundary import (
+        BREAKER_OPTIONS,
+        BreakerOptions,
+        BreakerToolOptions,
+    )
 
     # ``defaults`` is the registry's mark of a row made from the sheet's defaults.
     fields = {f.name for f in dataclasses.fields(Boundary)} - {"dependency", "operation"}
@@ -521,7 +527,8 @@ def test_breaker_options_are_boundarys():
     """Breaker(...) builds its row from its options with Boundary's defaults and checks: a
     None policy or instructions is the default, a callable is a health check, a retry table
     is converted, and a name that is no option is a TypeError naming it."""
-    from toolbreaker.runtime import Boundary, HealthCheck
+    from toolbreaker import Boundary
+    from toolbreaker.runtime._breaker._boundary import HealthCheck
 
     def check() -> bool:
         return True

@@ -13,7 +13,8 @@ import dataclasses
 
 import pytest
 
-from toolbreaker import Breaker, CircuitOpen, Policy, Rejection
+from toolbreaker import Breaker, CircuitOpen, Policy
+from toolbreaker.runtime import Rejection
 from toolbreaker.testing import FakeClock, capture_transitions
 
 COOLDOWN_MS = 1_000

@@ -270,10 +270,10 @@ def test_a_real_store_that_is_down_still_decides_no_retry(tmp_path):
     import shutil
 
     from stores.conftest import RedisServer
-    from toolbreaker import RedisStore
     from toolbreaker.core._retry import spend
     from toolbreaker.runtime._breaker import _shared_budget
     from toolbreaker.runtime._breaker._shared_budget import SharedBudget
+    from toolbreaker.stores import RedisStore
 
     binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
     assert binary is not None, "redis-server is not installed"

@@ -44,7 +44,7 @@ __all__ = [
 RiskClass = Literal["read", "reversible_write", "irreversible"]
 
 #: A tool's risk as a function of one call's arguments: each call's class (a shell tool's
-#: ``cat`` reads, its ``sed -i`` writes; :func:`toolbreaker.shell_risk_of`).
+#: ``cat`` reads, its ``sed -i`` writes; ``shell_risk_of``).
 RiskOf: TypeAlias = Callable[[Mapping[str, Any]], RiskClass]
 #: What a tool's ``risk=`` may be: one class for every call, or a function of the call.
 Risk: TypeAlias = RiskClass | RiskOf

@@ -65,7 +65,8 @@ from toolbreaker.integrations.mcp_gateway._wire import (
     result_frame,
     stderr_line,
 )
-from toolbreaker.runtime import Registry, RunGuard
+from toolbreaker.runtime._fleet._registry import Registry
+from toolbreaker.runtime._run._guard import RunGuard
 
 __all__ = ["OPENING", "START_TIMEOUT", "HostSession", "SessionPlan", "ToHost"]
 

@@ -435,7 +435,7 @@ class Admission:
         """Admission answered from the view without the store, or ``None``.
 
         A call is admitted on the view only while the view's lease holds (see
-        :class:`toolbreaker.stores.View`: a store that died is asked, and denies); a
+        ``View``: a store that died is asked, and denies); a
         rejection needs none.
         """
         view = self._view
@@ -710,7 +710,7 @@ class Admission:
         A classifier that raises (or returns something else than a
         :class:`~toolbreaker.Verdict`) gives ``ambiguous`` (``classifier-error``): the
         call counts as a failure and, for a write, its outcome is unknown (fail closed).
-        An :class:`~toolbreaker.AsyncCallError` (a sync call that got a coroutine back,
+        An :class:`~toolbreaker.errors.AsyncCallError` (a sync call that got a coroutine back,
         which ran nothing) is ``ignored`` (``not-awaited``) whatever the classifier says.
         """
         if isinstance(exc, AsyncCallError):

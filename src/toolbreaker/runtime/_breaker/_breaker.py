@@ -5,7 +5,7 @@ through a store.
 
 Two paths, one decision-maker. Every transition is computed by the core's ``apply()``
 inside the store. The shell only skips the store when the core has already said what
-would happen: in a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a request is
+would happen: in a *quiet* state (``is_quiet``) a request is
 admitted and a success changes nothing; in a cooling-down open state (the core's idle
 window, :func:`~toolbreaker.core._breaker.predicates.idle_window`) a request is rejected
 and changes nothing. Those two cases are most calls, and they cost no lock, no
@@ -131,7 +131,7 @@ class Breaker(Steps):
               ``stale``.
             - ``health_check``: a cheap check of the dependency (a :class:`HealthCheck`, or a
               callable of no arguments) that a health checker runs while the breaker is
-              open; only the checker then probes (see :class:`~toolbreaker.HealthChecker`).
+              open; only the checker then probes (see ``HealthChecker``).
             - ``max_concurrent``: the bulkhead: the most calls in flight at once, across processes
               when the store is shared, until they really end (see :class:`Boundary`);
               ``None``: no limit.
@@ -253,8 +253,8 @@ class Breaker(Steps):
     def add_step_observer(self, observer: StepObserver) -> Callable[[], None]:
         """Tell ``observer`` of every tool call begun here (:meth:`begin`); returns a remover.
 
-        ``observer(start)`` gets a :class:`~toolbreaker.runtime.StepStart` as the call's
-        admission begins and may return a :class:`~toolbreaker.runtime.StepWatch`, which
+        ``observer(start)`` gets a ``StepStart`` as the call's
+        admission begins and may return a ``StepWatch``, which
         is made current while the breaker works on the call and ended once when the step
         carried an answer or was settled. A run guard's steps tell the observers of their
         tool's breaker too (each observer once). A scoped row's scoped breakers share its
@@ -382,7 +382,7 @@ class Breaker(Steps):
 
         A :class:`Permit` when the core admits it (the breaker is due for a probe and a
         slot is free), to be settled with the check's outcome; else the
-        :class:`Rejection`. :class:`~toolbreaker.HealthChecker` calls this; a user's
+        :class:`Rejection`. ``HealthChecker`` calls this; a user's
         call never does.
         """
         check = self.boundary.health_check

@@ -15,7 +15,7 @@ Theory of operation:
   so a lost permit cannot shrink the bulkhead for good. Nothing waits. A slot of a call
   still running past its deadline (:meth:`Slot.hang`) never runs out: it comes back when
   the call returns.
-- **Across processes**, when the breaker's store keeps :class:`~toolbreaker.stores.Records`
+- **Across processes**, when the breaker's store keeps ``Records``
   and is shared (not a :class:`~toolbreaker.stores.MemoryStore`): slot ``i`` of the
   dependency is the lease ``slot-<i>`` in the record space ``bulkhead/{<key>}`` (in the
   breaker's own cluster slot, see :func:`~toolbreaker.stores._records.breaker_space`), taken by

@@ -1,6 +1,6 @@
 """A breaker's calls: ``call()``/``acall()``, their quiet fast paths, workers, deadlines.
 
-In a *quiet* state (:func:`~toolbreaker.core.is_quiet`) a call is admitted and a
+In a *quiet* state (``is_quiet``) a call is admitted and a
 success changes nothing, so the fast paths take no permit, no lock and no store round
 trip unless something happens; while open and cooling down, a call is rejected the same
 way, from the core's idle window (:func:`~toolbreaker.core._breaker.predicates.idle_window`,

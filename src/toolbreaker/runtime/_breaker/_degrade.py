@@ -3,7 +3,7 @@
 The choice of mode is the core's (:func:`toolbreaker.core._degrade.choose`); this shell
 gathers what it can offer, serves the chosen mode, and builds the answer in
 :mod:`toolbreaker.runtime._result`. It keeps three kinds of records in the store
-(:class:`~toolbreaker.stores.Records`):
+(``Records``):
 
 - ``toolbreaker.stale``: the last good answer of a read, per tool and arguments, with its
   wall-clock time; written on a success at most once per ``stale_every`` seconds (masked,

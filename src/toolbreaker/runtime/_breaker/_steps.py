@@ -119,7 +119,7 @@ class Steps(Calls):
         ``gen_ai.tool.description``).
 
         Raises:
-            PolicyError: ``tool_type`` is none of :data:`~toolbreaker.runtime.TOOL_TYPES`.
+            PolicyError: ``tool_type`` is none of ``TOOL_TYPES``.
         """
         if self._scopes is not None and (target := self._scope_target()) is not None:
             return target.begin(

@@ -1,7 +1,7 @@
 """Draining queued work: run what the ``queue`` mode saved, once its breaker closes.
 
 Exactly once per idempotency key, across every drainer sharing the store. An item moves
-by compare-and-set on its record (:class:`~toolbreaker.stores.Records`), and the core
+by compare-and-set on its record (``Records``), and the core
 decides what a drainer does with it (:func:`toolbreaker.core._degrade.queue_action`):
 
 1. *claim*: ``queued`` → ``claimed`` with this drainer as holder and a lease (``until``);

@@ -1,6 +1,6 @@
 """Active health checks: recovery that spends no user call.
 
-While a breaker whose row has a :class:`~toolbreaker.HealthCheck` is open and its cooldown
+While a breaker whose row has a ``HealthCheck`` is open and its cooldown
 has elapsed (or it is half-open with a free probe slot), a health checker runs the check
 and feeds its result to the core as a **probe**: it asks for a probe with an event marked
 ``health_check`` (the same lease, the same success quorum, the same receipts as a user's

@@ -1,7 +1,7 @@
 """Published boundary sheets: one record per sheet name, written by compare-and-set.
 
 A published sheet is a record in the store's ``toolbreaker.policy`` space (see
-:class:`~toolbreaker.stores.Records`): the sheet's TOML text, its SHA-256, a revision
+``Records``): the sheet's TOML text, its SHA-256, a revision
 that grows by one per publication, and who published it, when, and why. Publishers
 write by compare-and-set on the record's version, so two publishers at once both land,
 one after the other, with two revisions; neither is lost.

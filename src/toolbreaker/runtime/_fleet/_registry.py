@@ -515,7 +515,7 @@ class Registry:
 
         Its row is :meth:`resolve`'s answer: ``get("inventory")`` on a sheet whose one
         inventory row is ``[inventory.read]`` is that row's breaker. ``options`` (the
-        breaker's own, :class:`~toolbreaker.runtime.BreakerOptions`) apply only when the
+        breaker's own, ``BreakerOptions``) apply only when the
         breaker is created, over its row.
 
         Raises:

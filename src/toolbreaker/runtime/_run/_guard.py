@@ -306,7 +306,7 @@ class RunGuard:
         """Decorator form of :meth:`add_tool`; the decorated function becomes guarded.
 
         ``options`` are :class:`~toolbreaker.GuardedTool`'s fields
-        (:class:`~toolbreaker.runtime.GuardedToolOptions`); ``name`` defaults to the
+        (``GuardedToolOptions``); ``name`` defaults to the
         function's name.
 
         Raises:
@@ -584,7 +584,7 @@ class RunGuard:
         discarded), never started if it had not. An abandoned call still counts until it
         returns: it keeps its bulkhead slot (and its store lease, renewed) and its
         worker, as a call past its deadline does. The step is then settled and
-        :class:`~toolbreaker.runtime.CancelledByPolicy` carries what the model reads (a
+        ``CancelledByPolicy`` carries what the model reads (a
         write that may have started is an unknown outcome: journaled, reconciled, never
         replayed) and the run stops, as for any required dependency going down.
         Otherwise ``fn()``'s result (or exception) is returned as is: settle the step
@@ -648,7 +648,7 @@ class RunGuard:
         ``gen_ai.tool.description``).
 
         Raises:
-            PolicyError: ``tool_type`` is none of :data:`~toolbreaker.runtime.TOOL_TYPES`.
+            PolicyError: ``tool_type`` is none of ``TOOL_TYPES``.
         """
         step: Step = drive(
             self._begin.begin(tool, dict(args or {}), call_id, tool_type, description)

@@ -52,7 +52,7 @@ comes back is used again without a restart. Idle breakers expire after ``idle_tt
 and probe leases carry their owner and admission time, so a crashed worker cannot leave
 a breaker half-open forever.
 
-Records (:class:`~toolbreaker.stores.Records`). One hash per space,
+Records (``Records``). One hash per space,
 ``<prefix>:{records:<space>}:records``, maps each key to ``"<version> <json>"``; a
 compare-and-set is one script on that hash. The space is the hash tag, so on a cluster a
 whole space lives in one slot and listing it is one ``HGETALL`` on one node. A space that
