@@ -75,6 +75,7 @@ if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any nam
 del TYPE_CHECKING
 
 __version__ = "0.1.0.dev0"
+"""The release of toolbreaker this is."""
 
 __all__ = [
     "Boundary",

@@ -5,4 +5,4 @@ each breaker's current state when they are collected. Every exporter sits behind
 extra and is imported only from its own module.
 """
 
-__all__: list[str] = []
+__all__ = []

@@ -17,7 +17,7 @@ from toolbreaker.runtime._log import hook_failed
 if TYPE_CHECKING:
     from toolbreaker.runtime._run._guard import RunGuard
 
-__all__: list[str] = []
+__all__ = []
 
 
 def count_usage(

@@ -50,8 +50,8 @@ __all__ = [
     "with_system_line",
 ]
 
-#: The state key (and ``additional_kwargs`` key) that carries the stop packet dict.
 STOP_KEY: Final = "toolbreaker_stop"
+"""The state key (and ``additional_kwargs`` key) that carries the stop packet dict."""
 #: The state key (and ``additional_kwargs`` key) that carries the last turn's outcome
 #: (``SiblingOutcome.to_result()``) when the run stopped.
 TURN_KEY: Final = "toolbreaker_turn"

@@ -191,8 +191,8 @@ BACKSTOP_GRACE: Final = 0.1
 DEFAULT_PING_TIMEOUT: Final = 1.0
 #: Seconds a call accepted as a task waits for the task's outcome, by default.
 DEFAULT_TASK_TIMEOUT: Final = 600.0
-#: The request ``_meta`` key that carries a write's idempotency key.
 IDEMPOTENCY_META_KEY: Final = "toolbreaker/idempotency-key"
+"""The request ``_meta`` key that carries a write's idempotency key."""
 #: The result ``_meta`` key naming what a synthesized result is: ``tool_unavailable``,
 #: ``run_stopped``, ``writes_blocked``, ``outcome_unknown``, ``denied``, ``error`` or
 #: ``journal`` (a confirmed write answered from the run's journal).
