@@ -289,6 +289,31 @@ def _static_all(module: str) -> list[str]:
     raise AssertionError(f"{module} has no __all__")
 
 
+def private_imports(code: str) -> list[str]:
+    """What ``code`` imports of toolbreaker that is not public: a module outside the list,
+    or a name outside its module's ``__all__`` (the examples and the docs' blocks use
+    public names only)."""
+    import ast
+
+    wrong = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("toolbreaker"):
+            module = node.module or ""
+            if module not in PUBLIC:
+                wrong.append(f"from {module} import ...")
+                continue
+            for alias in node.names:
+                if alias.name not in PUBLIC[module] and f"{module}.{alias.name}" not in PUBLIC:
+                    wrong.append(f"from {module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            wrong += [
+                f"import {a.name}"
+                for a in node.names
+                if a.name.startswith("toolbreaker.") and a.name not in PUBLIC
+            ]
+    return wrong
+
+
 def test_the_public_modules_are_the_list():
     """A module is public when no part of its name after ``toolbreaker`` starts with an
     underscore; the public ones are exactly the list, so a new one is a decision."""

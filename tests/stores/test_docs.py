@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from test_quality import private_imports
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -970,7 +972,8 @@ def test_every_block_has_a_setup(block: Block) -> None:
 
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
 def test_every_block_uses_public_names_only(block: Block) -> None:
-    """No block imports a private module or name, or reads an underscored attribute."""
+    """No block imports a private module or name, or a name outside its module's
+    ``__all__``, or reads an underscored attribute."""
     tree = ast.parse(_as_coroutine(block.code))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -983,6 +986,7 @@ def test_every_block_uses_public_names_only(block: Block) -> None:
             continue
         private = [p for p in parts if p.startswith("_") and not p.startswith("__")]
         assert not private, f"{block}: private name {private[0]!r} in the docs"
+    assert private_imports(_as_coroutine(block.code)) == [], block
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
