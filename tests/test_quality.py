@@ -408,6 +408,26 @@ def _home_of(module: str, name: str) -> str:
     return module
 
 
+def test_adapters_use_public_names_or_the_documented_internal_interface():
+    """An adapter imports of toolbreaker only public modules, the exception tree, the
+    extras helper, its own package, and what the rest of toolbreaker it needs through
+    ``integrations/_kit.py``, the internal interface docs/guide/development.md describes."""
+    integrations = SRC / "integrations"
+    wrong = []
+    for path in sorted(integrations.rglob("*.py")):
+        if path.name == "_kit.py":
+            continue
+        for module, _names in _imports(path):
+            if not module.startswith("toolbreaker"):
+                continue
+            if module.startswith("toolbreaker.integrations"):
+                continue
+            if module in PUBLIC or module in ("toolbreaker.errors", "toolbreaker._extras"):
+                continue
+            wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert wrong == []
+
+
 def test_the_public_surface_stays_small():
     """About 130 names a newcomer can hold: counted per module, and as distinct objects
     (``toolbreaker.CircuitOpen`` is ``toolbreaker.errors.CircuitOpen``)."""

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toolbreaker.runtime._log import hook_failed
+from toolbreaker.integrations._kit import hook_failed
 
 if TYPE_CHECKING:
-    from toolbreaker.runtime._run._guard import RunGuard
+    from toolbreaker.integrations._kit import RunGuard
 
 __all__ = []
 

@@ -21,14 +21,21 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from toolbreaker.core._files import shown
-from toolbreaker.core._run._values import Risk, check_risk
 from toolbreaker.errors import PolicyError, RowNotFound
-from toolbreaker.runtime._breaker._boundary import BREAKER_OPTIONS, check_seconds
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._fleet._registry import Registry
-from toolbreaker.runtime._run._guard import GuardedTool, RunGuard
-from toolbreaker.runtime._run._tools import GUARDED_TOOL_OPTIONS, guarded_tool, not_callable
+from toolbreaker.integrations._kit import (
+    BREAKER_OPTIONS,
+    GUARDED_TOOL_OPTIONS,
+    Breaker,
+    GuardedTool,
+    Registry,
+    Risk,
+    RunGuard,
+    check_risk,
+    check_seconds,
+    guarded_tool,
+    not_callable,
+    shown,
+)
 
 __all__ = [
     "METADATA_FIELDS",

@@ -28,9 +28,7 @@ from langgraph.types import Command
 
 from toolbreaker.errors import NotSent
 from toolbreaker.integrations import count_usage
-from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime._run._guard import RunGuard, StopPacket
-from toolbreaker.runtime._run._siblings import SiblingOutcome
+from toolbreaker.integrations._kit import RunGuard, SiblingOutcome, StopPacket, hook_failed
 
 __all__ = [
     "STOP_KEY",

@@ -32,8 +32,8 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
-from toolbreaker.core._run.rounds import task_outcome
 from toolbreaker.errors import ToolbreakerError, ToolReportedError
+from toolbreaker.integrations._kit import task_outcome
 
 __all__ = [
     "TASKS_EXTENSION",

@@ -92,14 +92,16 @@ from crewai.hooks import (  # noqa: E402
 )
 
 from toolbreaker.errors import NotSent, PolicyError  # noqa: E402
-from toolbreaker.runtime._fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime._packet import StopPacket  # noqa: E402
-from toolbreaker.runtime._run._guard import (  # noqa: E402
+from toolbreaker.integrations._kit import (  # noqa: E402  # noqa: E402  # noqa: E402
+    CancelledByPolicy,
     GuardedTool,
+    Registry,
     RunGuard,
+    SiblingOutcome,
+    Step,
+    StopPacket,
+    ToolType,
 )
-from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
-from toolbreaker.runtime._step import Step, ToolType  # noqa: E402
 
 __all__ = [
     "arun_stop",

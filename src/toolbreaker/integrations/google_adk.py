@@ -79,16 +79,18 @@ from toolbreaker.integrations._described import (  # noqa: E402
     tool_metadata,
     without_key_argument,
 )
-from toolbreaker.runtime._fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE  # noqa: E402
-from toolbreaker.runtime._run._guard import (  # noqa: E402
+from toolbreaker.integrations._kit import (  # noqa: E402  # noqa: E402  # noqa: E402
+    SYSTEM_PROMPT_LINE,
+    CancelledByPolicy,
     GuardedTool,
+    Registry,
     RunGuard,
+    SiblingOutcome,
+    Step,
     StopPacket,
+    ToolType,
     key_argument,
 )
-from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
-from toolbreaker.runtime._step import Step, ToolType  # noqa: E402
 
 __all__ = [
     "ToolbreakerPlugin",

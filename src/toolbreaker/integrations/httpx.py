@@ -37,10 +37,8 @@ from typing import Final, Literal
 from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations._described import check_adapter
+from toolbreaker.integrations._kit import Breaker, Registry, Verdict
 from toolbreaker.runtime import Permit, Rejection, classify_status
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._breaker._classify import Verdict
-from toolbreaker.runtime._fleet._registry import Registry
 
 require("httpx", "httpx")
 

@@ -76,22 +76,25 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 from toolbreaker._extras import require
-from toolbreaker.core._run.budget import Budget
 from toolbreaker.errors import PolicyError, ToolReportedError
-from toolbreaker.runtime._breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._fleet._registry import Registry
-from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
-from toolbreaker.runtime._run._guard import (
+from toolbreaker.integrations._kit import (
+    BREAKER_TOOL_OPTIONS,
+    Breaker,
+    BreakerToolOptions,
+    Budget,
+    CancelledByPolicy,
     GuardedTool,
     GuardToolOptions,
+    Journal,
+    MemoryStore,
+    Registry,
     RunGuard,
+    Step,
     StopPacket,
+    hidden_tools_line,
+    idempotency_key,
+    system_prompt_line,
 )
-from toolbreaker.runtime._run._siblings import CancelledByPolicy
-from toolbreaker.runtime._step import Step, idempotency_key
-from toolbreaker.stores._memory import MemoryStore
-from toolbreaker.stores._protocol import Journal
 
 try:
     from langchain.agents.middleware import (

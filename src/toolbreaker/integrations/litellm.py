@@ -77,11 +77,15 @@ from toolbreaker._extras import require
 from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, PolicyError, RunStopped
 from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter
-from toolbreaker.runtime._breaker._breaker import Breaker, Permit, Rejection
-from toolbreaker.runtime._fleet._registry import Registry
-from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime._result import deployments_unavailable_result
-from toolbreaker.runtime._run._guard import RunGuard
+from toolbreaker.integrations._kit import (
+    Breaker,
+    Permit,
+    Registry,
+    Rejection,
+    RunGuard,
+    deployments_unavailable_result,
+    hook_failed,
+)
 
 require("litellm", "litellm")
 

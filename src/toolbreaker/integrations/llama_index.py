@@ -64,13 +64,19 @@ from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter, tool_breaker
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._fleet._registry import Registry
-from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
-from toolbreaker.runtime._run._guard import GuardedTool, RunGuard, StopPacket
-from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome
-from toolbreaker.runtime._step import Step, idempotency_key
+from toolbreaker.integrations._kit import (
+    SYSTEM_PROMPT_LINE,
+    Breaker,
+    CancelledByPolicy,
+    GuardedTool,
+    Registry,
+    RunGuard,
+    SiblingOutcome,
+    Step,
+    StopPacket,
+    hook_failed,
+    idempotency_key,
+)
 
 require("llama_index.core", "llama-index")
 

@@ -116,17 +116,25 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, TypedDict, cast
 
 from toolbreaker._extras import require
-from toolbreaker.core._breaker.transport import (
-    CallEnd,
-    CheckEnd,
-    needs_liveness_check,
-    transport_outcome,
-)
-from toolbreaker.core._run._values import Risk
-from toolbreaker.core._run.budget import RiskClass, Stop
-from toolbreaker.core._run.rounds import answer_kind
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.integrations._described import check_adapter
+from toolbreaker.integrations._kit import (
+    ActionRequest,
+    Breaker,
+    BreakerOptions,
+    CallEnd,
+    CheckEnd,
+    GuardedTool,
+    Registry,
+    Risk,
+    RiskClass,
+    RunGuard,
+    Stop,
+    answer_kind,
+    needs_liveness_check,
+    server_unavailable_result,
+    transport_outcome,
+)
 from toolbreaker.runtime import (
     Permit,
     Rejection,
@@ -135,11 +143,6 @@ from toolbreaker.runtime import (
     ToolType,
     hidden_tools_line,
 )
-from toolbreaker.runtime._breaker._boundary import BreakerOptions
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._fleet._registry import Registry
-from toolbreaker.runtime._result import server_unavailable_result
-from toolbreaker.runtime._run._guard import ActionRequest, GuardedTool, RunGuard
 
 require("mcp", "mcp")
 

@@ -59,12 +59,17 @@ from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter, tool_breaker
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._fleet._registry import Registry
-from toolbreaker.runtime._result import hidden_tools_line
-from toolbreaker.runtime._run._guard import GuardedTool, RunGuard, key_argument, may_write
-from toolbreaker.runtime._run._siblings import CancelledByPolicy
-from toolbreaker.runtime._step import Step
+from toolbreaker.integrations._kit import (
+    Breaker,
+    CancelledByPolicy,
+    GuardedTool,
+    Registry,
+    RunGuard,
+    Step,
+    hidden_tools_line,
+    key_argument,
+    may_write,
+)
 
 require("agents", "openai-agents")
 

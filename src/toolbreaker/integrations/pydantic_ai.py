@@ -101,16 +101,18 @@ from toolbreaker.integrations._described import (  # noqa: E402
     tool_metadata,
     without_key_argument,
 )
-from toolbreaker.runtime._breaker._breaker import Breaker  # noqa: E402
-from toolbreaker.runtime._fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
-from toolbreaker.runtime._run._guard import (  # noqa: E402
+from toolbreaker.integrations._kit import (  # noqa: E402  # noqa: E402  # noqa: E402
+    SYSTEM_PROMPT_LINE,
+    Breaker,
+    CancelledByPolicy,
     GuardedTool,
+    Registry,
     RunGuard,
+    SiblingOutcome,
     StopPacket,
+    hidden_tools_line,
     key_argument,
 )
-from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = [
     "ToolbreakerCapability",

@@ -40,18 +40,22 @@ from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
 from toolbreaker._extras import require
-from toolbreaker.core._breaker.predicates import may_start_rejecting
-from toolbreaker.core._breaker.state import Transition
-from toolbreaker.core._config import load_toml
-from toolbreaker.core._files import printable
-from toolbreaker.core._run.budget import Budget
 from toolbreaker.errors import PolicyError
+from toolbreaker.integrations._kit import (
+    Breaker,
+    Budget,
+    Journal,
+    Records,
+    Registry,
+    RunGuard,
+    Store,
+    Transition,
+    load_toml,
+    may_start_rejecting,
+    printable,
+    with_deadline,
+)
 from toolbreaker.runtime import Attachment, StopPacket
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._fleet._registry import Registry
-from toolbreaker.runtime._run._guard import RunGuard
-from toolbreaker.runtime._sheet import with_deadline
-from toolbreaker.stores._protocol import Journal, Records, Store
 
 require("mcp", "mcp")
 

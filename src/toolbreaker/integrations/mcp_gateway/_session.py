@@ -47,6 +47,7 @@ from mcp.types import (
     TextContent,
 )
 
+from toolbreaker.integrations._kit import Registry, RunGuard
 from toolbreaker.integrations.mcp import GuardedClient
 from toolbreaker.integrations.mcp_gateway._relay import (
     HostCall,
@@ -65,8 +66,6 @@ from toolbreaker.integrations.mcp_gateway._wire import (
     result_frame,
     stderr_line,
 )
-from toolbreaker.runtime._fleet._registry import Registry
-from toolbreaker.runtime._run._guard import RunGuard
 
 __all__ = ["OPENING", "START_TIMEOUT", "HostSession", "SessionPlan", "ToHost"]
 
