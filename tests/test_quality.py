@@ -189,7 +189,7 @@ PUBLIC: dict[str, tuple[str, ...]] = {
     "toolbreaker.instrumentation.prometheus": ("register", "register_guards"),
     "toolbreaker.instrumentation.stream": ("StreamPublisher", "iter_entries", "open_stream"),
     "toolbreaker.integrations": (),
-    "toolbreaker.integrations.crewai": ("arun_stop", "protect", "run_stop"),
+    "toolbreaker.integrations.crewai": ("arun_stop", "idempotency_key", "protect", "run_stop"),
     "toolbreaker.integrations.google_adk": ("ToolbreakerPlugin", "stop_of", "tool_metadata"),
     "toolbreaker.integrations.httpx": ("AsyncBreakerTransport", "BreakerTransport"),
     "toolbreaker.integrations.langchain": ("STOP_KEY", "ToolbreakerMiddleware", "idempotency_key"),

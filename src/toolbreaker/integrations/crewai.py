@@ -92,7 +92,7 @@ from crewai.hooks import (  # noqa: E402
 )
 
 from toolbreaker.errors import NotSent, PolicyError  # noqa: E402
-from toolbreaker.integrations._kit import (  # noqa: E402  # noqa: E402  # noqa: E402
+from toolbreaker.integrations._kit import (  # noqa: E402
     CancelledByPolicy,
     GuardedTool,
     Registry,
@@ -101,10 +101,12 @@ from toolbreaker.integrations._kit import (  # noqa: E402  # noqa: E402  # noqa:
     Step,
     StopPacket,
     ToolType,
+    idempotency_key,
 )
 
 __all__ = [
     "arun_stop",
+    "idempotency_key",
     "protect",
     "run_stop",
 ]

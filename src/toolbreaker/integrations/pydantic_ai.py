@@ -101,7 +101,7 @@ from toolbreaker.integrations._described import (  # noqa: E402
     tool_metadata,
     without_key_argument,
 )
-from toolbreaker.integrations._kit import (  # noqa: E402  # noqa: E402  # noqa: E402
+from toolbreaker.integrations._kit import (  # noqa: E402
     SYSTEM_PROMPT_LINE,
     Breaker,
     CancelledByPolicy,
