@@ -1,16 +1,19 @@
 """The pure core: two machines that decide everything, and nothing else.
 
-- :mod:`toolbreaker.core._breaker`: may this dependency be called? Policies, states,
-  ``apply()``, receipts and traces.
-- :mod:`toolbreaker.core._run`: may this run take its next action? Budgets, fingerprints,
-  secret masking and the run's ``apply()``.
+The breaker machine decides whether a dependency may be called (policies, states,
+``apply()``, receipts and traces); the run machine whether a run may take its next action
+(budgets, fingerprints, secret masking and the run's ``apply()``). Their modules are
+private (``core/_breaker/``, ``core/_run/``).
 
 Nothing in this package reads a clock, does I/O (beyond loading files it is asked to
-load), takes a lock or keeps a global. Time arrives inside events. This module
-re-exports the breaker machine's names, with the predicates a listener of your own
-needs instead of comparing phases: :func:`opened` (did this record open the breaker),
-:func:`changed_phase` (is the breaker in another phase after the record) and
-:func:`rejects_callers` (are callers refused now, shadow mode and forced states included).
+load), takes a lock or keeps a global. Time arrives inside events. This module exports
+what a user replays or drives by hand: a :class:`BreakerState`, the :class:`Event` it is
+fed and :func:`apply`; :func:`replay` and :func:`diff` of whole traces, read with
+:func:`read_trace`; and the predicates a listener of your own asks instead of comparing
+phases: :func:`opened` (did this record open the breaker), :func:`changed_phase` (is the
+breaker in another phase after the record) and :func:`rejects_callers` (are callers
+refused now, shadow mode and forced states included). The policy and the transition
+record are :class:`toolbreaker.Policy` and :class:`toolbreaker.Transition`.
 """
 
 from toolbreaker._lazy import exports as _exports

@@ -1,7 +1,12 @@
 """Runtime shells: breakers, the registry, the classifier, the clock and tool results.
 
 Only this layer reads clocks, runs calls and takes locks; every decision still comes
-from :mod:`toolbreaker.core`.
+from :mod:`toolbreaker.core`. Its modules are private; this module exports what an
+adapter of your own is written against: the :class:`Step` a tool call is, the
+:class:`Permit` or :class:`Rejection` a breaker answers, the :class:`StopPacket` of a
+stopped run, the results a model reads, and :class:`Attachment` for watching every
+breaker of a registry. Breakers, registries and run guards are imported from
+:mod:`toolbreaker`.
 """
 
 from toolbreaker._lazy import exports as _exports
