@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from toolbreaker import Breaker, Registry
-from toolbreaker.testing import ScenarioReport, exercise, shipped_scenarios
+from toolbreaker.testing import exercise, shipped_scenarios
+from toolbreaker.testing._exercise import ScenarioReport
 
 SHIPPED = shipped_scenarios()
 IDS = [p.stem for p in SHIPPED]

@@ -16,7 +16,7 @@ Test your own agent against the outages it will meet, with real sockets and no m
   (pure, like the core).
 - :func:`exercise`: run your own agent (``agent(ctx)``, see :class:`ExerciseContext`)
   against fault scenarios (TOML; :func:`shipped_scenarios`) through a real fault proxy
-  (:class:`FaultProxy`) or wrapped Python tools, and measure whether its breakers held
+  or wrapped Python tools, and measure whether its breakers held
   (:class:`ExerciseReport`); :func:`scripted_agent` and :func:`unprotected_agent` are
   the demo's scripted model with and without toolbreaker. ``toolbreaker exercise`` is
   the same from the command line.
@@ -30,17 +30,17 @@ Standard library only, like the core.
 from toolbreaker.testing._agents import (
     model_plan,
     next_call,
+    scripted_agent,
     service_tools,
+    unprotected_agent,
 )
 from toolbreaker.testing._chat import CHAT_ROUTE
 from toolbreaker.testing._exercise import (
     ExerciseContext,
     ExerciseReport,
-    ScenarioReport,
     exercise,
     shipped_scenarios,
 )
-from toolbreaker.testing._fault_proxy import FaultProxy
 from toolbreaker.testing._helpers import FakeClock, capture_transitions, force_state
 from toolbreaker.testing._service import (
     Fault,
@@ -54,8 +54,6 @@ __all__ = [
     "ExerciseReport",
     "FakeClock",
     "Fault",
-    "FaultProxy",
-    "ScenarioReport",
     "ToolService",
     "capture_transitions",
     "exercise",
@@ -63,6 +61,8 @@ __all__ = [
     "model_plan",
     "next_call",
     "request_json",
+    "scripted_agent",
     "service_tools",
     "shipped_scenarios",
+    "unprotected_agent",
 ]
