@@ -48,8 +48,9 @@ import time
 from collections.abc import Callable
 from decimal import Decimal
 
-from toolbreaker import Action, Budget, ClassLimits, RunGuard, RunState
-from toolbreaker.core.run.machine import RunEvent, apply
+from toolbreaker import Budget, ClassLimits, RunGuard
+from toolbreaker.core._run.budget import Action, RunState
+from toolbreaker.core._run.machine import RunEvent, apply
 
 BUDGET = Decimal("1")
 PRICE = Decimal("0.01")

@@ -5,7 +5,7 @@ Run ``python benchmarks/bench_budget_contention.py`` (``--quick`` for a smoke ru
 one, ``appendfsync always``, is what production queues need).
 
 ``--procs`` processes (12) each make ``--decisions`` (25) back-to-back decisions
-(``core.retry.spend``) on one bucket big enough for all of them, each through its own
+(``core._retry.spend``) on one bucket big enough for all of them, each through its own
 store connection, all starting at once. Every decision should be "retry"; a "no retry"
 is a decision lost to compare-and-set conflicts. Two modes per store: ``backoff`` (the
 shell as shipped: full jitter, windows doubling from 1 ms to 50 ms, at most 1 s) and
@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from toolbreaker.core.retry import RetryPolicy, spend
-from toolbreaker.runtime.breaker import _shared_budget
-from toolbreaker.runtime.breaker._shared_budget import SharedBudget
+from toolbreaker.core._retry import RetryPolicy, spend
+from toolbreaker.runtime._breaker import _shared_budget
+from toolbreaker.runtime._breaker._shared_budget import SharedBudget
 
 
 def _open(kind: str, target: str) -> Any:
@@ -33,7 +33,7 @@ def _open(kind: str, target: str) -> Any:
         from toolbreaker import SQLiteStore
 
         return SQLiteStore(target)
-    from toolbreaker import RedisStore
+    from toolbreaker.stores import RedisStore
 
     url, prefix = target.split("|")
     return RedisStore(url, prefix=prefix)

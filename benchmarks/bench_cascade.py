@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from toolbreaker import Breaker, Policy
-from toolbreaker.core.retry import RetryPolicy
+from toolbreaker.core._retry import RetryPolicy
 from toolbreaker.testing import Fault, ToolService, request_json
 
 CLIENT_RETRIES = 2

@@ -121,7 +121,7 @@ def main() -> int:
         except NotImplementedError:
             print("sqlite: records not on this store yet, skipped", file=sys.stderr)
         if args.postgres:
-            from toolbreaker import PostgresStore
+            from toolbreaker.stores import PostgresStore
 
             stores["postgres"] = PostgresStore(args.postgres, prefix=f"bench_{time.time_ns()}")
         for name, store in stores.items():

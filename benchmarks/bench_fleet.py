@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from toolbreaker import Breaker, Registry, SQLiteStore, publish_policy
-from toolbreaker.core.breaker.predicates import may_probe
+from toolbreaker.core._breaker.predicates import may_probe
 from toolbreaker.stores import RedisStore
 from toolbreaker.testing import ToolService, request_json
 

@@ -18,8 +18,9 @@ import tempfile
 import time
 import uuid
 
-from toolbreaker import Breaker, Policy, RedisStore
-from toolbreaker.testing import SlowProxy
+from toolbreaker import Breaker, Policy
+from toolbreaker.stores import RedisStore
+from toolbreaker.testing._proxy import SlowProxy
 
 DELAY = 0.2
 

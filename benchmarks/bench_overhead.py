@@ -46,9 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import toolbreaker
-from toolbreaker import BreakerState, CircuitOpen, Event, Policy, Rejection
-from toolbreaker.core import Replay, apply, rejects_callers, step
-from toolbreaker.core.breaker.state import admitted_probe
+from toolbreaker import CircuitOpen, Policy
+from toolbreaker.core import BreakerState, Event, Replay, apply, rejects_callers
+from toolbreaker.core._breaker.machine import step
+from toolbreaker.core._breaker.state import admitted_probe
+from toolbreaker.runtime import Rejection
 
 try:
     import aiobreaker
@@ -535,7 +537,7 @@ def core_section(n_stream: int, n_trace: int, repeats: int) -> dict[str, Any]:
         return len(stream)
 
     def run_replay() -> int:
-        receipt = toolbreaker.replay(trace, CORE_POLICY)
+        receipt = toolbreaker.core.replay(trace, CORE_POLICY)
         expect(len(receipt["dependencies"]) == 4, "replay")
         return len(trace)
 

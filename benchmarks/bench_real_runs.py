@@ -33,8 +33,8 @@ from decimal import Decimal
 from pathlib import Path
 
 from toolbreaker import Budget
-from toolbreaker.runtime.run._recorded import RecordedRun
-from toolbreaker.runtime.run._recorded_step import parse_step
+from toolbreaker.runtime._run._recorded import RecordedRun
+from toolbreaker.runtime._run._recorded_step import parse_step
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Where the corpus lives: shared/ beside the repository, unless told otherwise.

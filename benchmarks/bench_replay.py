@@ -121,11 +121,11 @@ def measure(trace: Path, events: int, extra: list[str]) -> tuple[float, float, f
 
 def breakdown(trace: Path, events: int) -> None:
     """CPU microseconds per event that each stage of the replay adds (best of three)."""
-    from toolbreaker.core.breaker.policy import Policy
-    from toolbreaker.core.breaker.trace import PLAIN_LINE
-    from toolbreaker.core.files import iter_line_blocks
+    from toolbreaker._replaying import StreamingReplay, _spill
+    from toolbreaker.core._breaker.policy import Policy
+    from toolbreaker.core._breaker.trace import PLAIN_LINE
+    from toolbreaker.core._files import iter_line_blocks
     from toolbreaker.errors import TraceError
-    from toolbreaker.replaying import StreamingReplay, _spill
 
     path = str(trace)
 

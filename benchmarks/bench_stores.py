@@ -53,7 +53,7 @@ import redis
 
 from toolbreaker import Breaker, CircuitOpen, Policy
 from toolbreaker.core import rejects_callers
-from toolbreaker.core.breaker.predicates import may_probe
+from toolbreaker.core._breaker.predicates import may_probe
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 from toolbreaker.testing import FakeClock
@@ -589,7 +589,8 @@ def records_cost(
     url: str, pg_url: str | None, directory: str, pairs: int = 2000
 ) -> dict[str, float]:
     """Microseconds for one record get plus one compare-and-set put, one thread."""
-    from toolbreaker import PostgresStore, RedisStore, SQLiteStore
+    from toolbreaker import SQLiteStore
+    from toolbreaker.stores import PostgresStore, RedisStore
 
     stores: dict[str, Any] = {
         "SQLite": SQLiteStore(os.path.join(directory, "records.db")),
@@ -619,7 +620,7 @@ def cas_cost(
     Failures and successes alternate on a closed breaker that never opens, so every event
     changes the state and costs one compare-and-set; one thread, the best of ``repeat``.
     """
-    from toolbreaker.core.breaker.state import Event
+    from toolbreaker.core._breaker.state import Event
 
     policy = Policy(failure_threshold=10**6)
     stores: dict[str, Any] = {"Redis": lambda: RedisStore(url, prefix="bench-cas")}

@@ -22,7 +22,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from toolbreaker import Breaker, Budget, GuardedTool, Policy, RunGuard
-from toolbreaker.core.run.budget import ClassLimits
+from toolbreaker.core._run.budget import ClassLimits
 
 
 async def noop(**_: object) -> None:

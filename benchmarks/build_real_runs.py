@@ -24,7 +24,8 @@ import json
 import sys
 from pathlib import Path
 
-from toolbreaker.importing import FORMATS, ImportedRun, import_runs, judged, read_resolved
+from toolbreaker.importing import FORMATS, import_runs, judged, read_resolved
+from toolbreaker.importing._common import ImportedRun
 
 
 def main(argv: list[str] | None = None) -> int:

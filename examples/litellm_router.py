@@ -22,14 +22,8 @@ warnings.filterwarnings("ignore", module="pydantic")  # LiteLLM's types, as pyda
 logging.getLogger("LiteLLM Router").setLevel(logging.CRITICAL)  # its fallback tracebacks
 
 # LiteLLM is imported by the adapter, after the settings above.
-from toolbreaker import (  # noqa: E402
-    Budget,
-    DeploymentsUnavailable,
-    ModelPrice,
-    Policy,
-    Registry,
-    RunGuard,
-)
+from toolbreaker import Budget, ModelPrice, Policy, Registry, RunGuard  # noqa: E402
+from toolbreaker.errors import DeploymentsUnavailable  # noqa: E402
 from toolbreaker.integrations.litellm import GuardedRouter  # noqa: E402
 from toolbreaker.testing import CHAT_ROUTE, ToolService  # noqa: E402
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from toolbreaker import Breaker, Registry
-from toolbreaker.testing import ScenarioReport, exercise, shipped_scenarios
+from toolbreaker.testing import exercise, shipped_scenarios
+from toolbreaker.testing._exercise import ScenarioReport
 
 SHIPPED = shipped_scenarios()
 IDS = [p.stem for p in SHIPPED]
@@ -151,7 +152,7 @@ WIRE_FAULTS = {
 
 def wire_scenario(kind: str, tool: str, fault: str) -> Any:
     """A scenario of one fault that ``ctx.mcp_stdio`` injects on the wire of ``STDIO_SHOP``."""
-    from toolbreaker.testing import parse_scenario
+    from toolbreaker.testing._scenario import parse_scenario
 
     text = f'name = "wire-{kind}"\ntimeout = 0.5\n[faults.f]\ntool = "{tool}"\n{fault}\n'
     return parse_scenario(text + '[business_key]\ncreate_ticket = ["customer", "title"]\n', "x")

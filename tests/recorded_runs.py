@@ -22,7 +22,7 @@ import pydantic
 from hypothesis import strategies as st
 
 from toolbreaker import Breaker, GuardedTool, Policy, RetryPolicy, RunGuard
-from toolbreaker.core.run.budget import WRITES, Budget, ClassLimits, ModelPrice
+from toolbreaker.core._run.budget import WRITES, Budget, ClassLimits, ModelPrice
 from toolbreaker.errors import ToolReportedError
 from toolbreaker.runtime._flow import drive
 from toolbreaker.testing import FakeClock

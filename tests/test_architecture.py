@@ -34,7 +34,7 @@ def _table(heading: str) -> dict[str, set[str]]:
 
 
 def test_every_path_the_page_names_exists():
-    """A source path or package in backticks (``runtime/run/_driver.py``, ``core/run/``)
+    """A source path or package in backticks (``runtime/_run/_driver.py``, ``core/_run/``)
     names a file or folder of src/toolbreaker/; a ``tests/...`` path one of the tests."""
     missing = []
     for span in _code_spans(DOC):
@@ -110,10 +110,10 @@ def test_the_breaker_parts_stand_alone_and_the_breaker_holds_each():
     for line in lines[start + 2 :]:
         if not line.startswith("|"):
             break
-        module = re.findall(r"`runtime/breaker/(_\w+)\.py`", line)[0]
+        module = re.findall(r"`runtime/_breaker/(_\w+)\.py`", line)[0]
         name = re.findall(r"\| `(\w+)`:", line)[0]
         parts.append(name)
-        source = SRC / "runtime" / "breaker" / f"{module}.py"
+        source = SRC / "runtime" / "_breaker" / f"{module}.py"
         tree = ast.parse(source.read_text())
         assert name in {n.name for n in tree.body if isinstance(n, ast.ClassDef)}, name
         imported = {
@@ -128,14 +128,22 @@ def test_the_breaker_parts_stand_alone_and_the_breaker_holds_each():
 
 def test_the_tests_mirror_the_source_layout():
     """Each folder of tests/ is a package of src/toolbreaker/ at the same path, so a test
-    is found where its module is (tests/runtime/breaker/ for runtime/breaker/)."""
+    is found where its module is (tests/runtime/breaker/ for runtime/_breaker/: a folder of
+    tests drops the leading underscore of a private package)."""
     folders = [
         path.relative_to(ROOT / "tests")
         for path in (ROOT / "tests").rglob("*")
         if path.is_dir() and path.name != "__pycache__" and any(path.glob("test_*.py"))
     ]
     assert folders
-    strays = [str(folder) for folder in folders if not (SRC / folder / "__init__.py").is_file()]
+
+    def mirrored(folder: Path) -> bool:
+        here = SRC
+        for part in folder.parts:
+            here = next((here / p for p in (part, f"_{part}") if (here / p).is_dir()), here / part)
+        return (here / "__init__.py").is_file()
+
+    strays = [str(folder) for folder in folders if not mirrored(folder)]
     assert strays == []
 
 

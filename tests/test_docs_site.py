@@ -53,6 +53,23 @@ def test_the_site_builds_with_warnings_as_errors(site: Path) -> None:
     assert "usage: toolbreaker run show [-h] --store STORE [--json] task" in commands
 
 
+@pytest.mark.slow
+def test_the_api_reference_shows_every_public_name_and_no_other(site: Path) -> None:
+    """Each public module and each name of its ``__all__`` has its entry on the built
+    reference pages, and no other name of a public module has one (the list is
+    tests/test_quality.py's ``PUBLIC``)."""
+    from test_quality import PUBLIC
+
+    pages = "".join(p.read_text(encoding="utf-8") for p in (site / "reference").rglob("*.html"))
+    shown = set(re.findall(r'id="(toolbreaker(?:\.\w+)*)"', pages))
+    public = set(PUBLIC) | {
+        f"{module}.{name}" for module, names in PUBLIC.items() for name in names
+    }
+    assert public - shown == set()
+    others = {entry for entry in shown if entry.rpartition(".")[0] in PUBLIC} - public
+    assert others == set()
+
+
 def test_the_command_line_page_is_every_commands_own_help() -> None:
     """docs/reference/cli.md is the parser's help of ``toolbreaker`` and of each command
     and subcommand, in the parser's order (docs/hooks.py writes it into the page)."""

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from test_quality import private_imports
+
 EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
 
 
@@ -30,3 +32,10 @@ def test_example_runs(path: Path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip()
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_imports_public_names_only(path: Path):
+    """The example imports only public modules of toolbreaker and only names of their
+    ``__all__`` (tests/test_quality.py's list)."""
+    assert private_imports(path.read_text(encoding="utf-8")) == []

@@ -45,11 +45,11 @@ NOT_FOR_A_BREAKER = (
     "toolbreaker.importing",
     "toolbreaker.instrumentation",
     "toolbreaker.integrations",
-    "toolbreaker.replaying",
-    "toolbreaker.runtime.run",
-    "toolbreaker.stores.postgres",
-    "toolbreaker.stores.redis",
-    "toolbreaker.stores.sqlite",
+    "toolbreaker._replaying",
+    "toolbreaker.runtime._run",
+    "toolbreaker.stores._postgres",
+    "toolbreaker.stores._redis",
+    "toolbreaker.stores._sqlite",
     "toolbreaker.testing",
 )
 
@@ -101,8 +101,8 @@ def test_a_breaker_or_a_registry_loads_no_run_guard_no_other_store_and_no_adapte
     """A breaker and a registry load neither the run guard nor SQLite, Redis or PostgreSQL
     nor anything above the runtime; a breaker loads no fleet either."""
     modules = loaded(f"from toolbreaker import {name}")
-    assert "toolbreaker.runtime.breaker._breaker" in modules
-    unwanted = NOT_FOR_A_BREAKER + (("toolbreaker.runtime.fleet",) if name == "Breaker" else ())
+    assert "toolbreaker.runtime._breaker._breaker" in modules
+    unwanted = NOT_FOR_A_BREAKER + (("toolbreaker.runtime._fleet",) if name == "Breaker" else ())
     assert under(modules, unwanted) == []
 
 
@@ -132,9 +132,9 @@ def test_a_run_guard_loads_no_fleet_no_other_store_and_no_adapter():
     """``from toolbreaker import RunGuard`` loads the run shell, not the fleet, SQLite or an
     adapter."""
     modules = loaded("from toolbreaker import RunGuard")
-    assert "toolbreaker.runtime.run._guard" in modules
-    unwanted = tuple(n for n in NOT_FOR_A_BREAKER if n != "toolbreaker.runtime.run")
-    assert under(modules, (*unwanted, "toolbreaker.runtime.fleet")) == []
+    assert "toolbreaker.runtime._run._guard" in modules
+    unwanted = tuple(n for n in NOT_FOR_A_BREAKER if n != "toolbreaker.runtime._run")
+    assert under(modules, (*unwanted, "toolbreaker.runtime._fleet")) == []
 
 
 def test_every_public_name_and_every_star_import_resolves():

@@ -103,6 +103,339 @@ def test_public_names_are_exported_and_sorted():
     assert public == set(names)
 
 
+# -- the public surface: what a newcomer holds ----------------------------------------------
+
+#: Every public module (no part of its dotted name after ``toolbreaker`` starts with an
+#: underscore) and its ``__all__``: the whole public surface. A new public module or name
+#: is a decision: it is added here, with its docstring and its place in the API reference.
+PUBLIC: dict[str, tuple[str, ...]] = {
+    "toolbreaker": (
+        "Boundary",
+        "Breaker",
+        "Budget",
+        "CircuitOpen",
+        "ClassLimits",
+        "GuardedTool",
+        "MemoryStore",
+        "ModelPrice",
+        "Policy",
+        "PolicyError",
+        "Registry",
+        "RetryPolicy",
+        "RowNotFound",
+        "RunGuard",
+        "RunStopped",
+        "SQLiteStore",
+        "SiblingOutcome",
+        "Siblings",
+        "ToolbreakerError",
+        "TraceRecorder",
+        "Transition",
+        "Verdict",
+        "__version__",
+        "classify_exception",
+        "drain",
+        "idempotency_key",
+        "prune_done",
+        "publish_policy",
+        "scope",
+        "shell_risk",
+        "shell_risk_of",
+        "system_prompt_line",
+        "token_cost",
+    ),
+    "toolbreaker.cli": ("main",),
+    "toolbreaker.core": (
+        "BreakerState",
+        "Event",
+        "Replay",
+        "apply",
+        "changed_phase",
+        "diff",
+        "opened",
+        "read_trace",
+        "rejects_callers",
+        "replay",
+    ),
+    "toolbreaker.errors": (
+        "AsyncCallError",
+        "BusinessKeyError",
+        "CircuitOpen",
+        "DeploymentsUnavailable",
+        "FingerprintError",
+        "JournalNotDurable",
+        "MissingExtra",
+        "NotSent",
+        "PermitError",
+        "PolicyError",
+        "ReceiptError",
+        "RecordCorrupt",
+        "RegistryFull",
+        "RowNotFound",
+        "RunStateError",
+        "RunStopped",
+        "StoreUnavailable",
+        "StoreWriteUnknown",
+        "ToolReportedError",
+        "ToolbreakerDeprecationWarning",
+        "ToolbreakerError",
+        "TraceError",
+        "UnsupportedTypeError",
+        "WriteTransitionError",
+    ),
+    "toolbreaker.importing": ("import_runs",),
+    "toolbreaker.instrumentation": (),
+    "toolbreaker.instrumentation.opentelemetry": ("instrument",),
+    "toolbreaker.instrumentation.prometheus": ("register", "register_guards"),
+    "toolbreaker.instrumentation.stream": ("StreamPublisher", "iter_entries", "open_stream"),
+    "toolbreaker.integrations": (),
+    "toolbreaker.integrations.crewai": ("arun_stop", "idempotency_key", "protect", "run_stop"),
+    "toolbreaker.integrations.google_adk": ("ToolbreakerPlugin", "stop_of", "tool_metadata"),
+    "toolbreaker.integrations.httpx": ("AsyncBreakerTransport", "BreakerTransport"),
+    "toolbreaker.integrations.langchain": ("STOP_KEY", "ToolbreakerMiddleware", "idempotency_key"),
+    "toolbreaker.integrations.litellm": ("GuardedRouter",),
+    "toolbreaker.integrations.llama_index": ("arun_stop", "idempotency_key", "protect", "run_stop"),
+    "toolbreaker.integrations.mcp": (
+        "IDEMPOTENCY_META_KEY",
+        "GuardedClient",
+        "MalformedResult",
+        "RoundsAbandoned",
+        "TaskFailedError",
+        "TaskOutcomeUnknown",
+        "ToolResultError",
+    ),
+    "toolbreaker.integrations.mcp_gateway": ("Gateway", "UpstreamSpec"),
+    "toolbreaker.integrations.openai_agents": ("protect", "run_config"),
+    "toolbreaker.integrations.pydantic_ai": (
+        "ToolbreakerCapability",
+        "arun_stop",
+        "run_stop",
+        "tool_metadata",
+    ),
+    "toolbreaker.runtime": (
+        "Attachment",
+        "Permit",
+        "Rejection",
+        "Step",
+        "StopPacket",
+        "ToolType",
+        "classify_status",
+        "hidden_tools_line",
+        "unavailable_result",
+    ),
+    "toolbreaker.stores": (
+        "AsyncStore",
+        "LocalFallback",
+        "MemoryStore",
+        "PostgresStore",
+        "RedisStore",
+        "SQLiteStore",
+        "Store",
+    ),
+    "toolbreaker.testing": (
+        "CHAT_ROUTE",
+        "ExerciseContext",
+        "ExerciseReport",
+        "FakeClock",
+        "Fault",
+        "ToolService",
+        "capture_transitions",
+        "exercise",
+        "force_state",
+        "model_plan",
+        "next_call",
+        "request_json",
+        "scripted_agent",
+        "service_tools",
+        "shipped_scenarios",
+        "unprotected_agent",
+    ),
+    "toolbreaker.testing.pytest_plugin": ("toolbreaker_exercise",),
+}
+
+#: The most public names, counted per module (a name re-exported by ``toolbreaker`` and
+#: kept in its home module counts twice), and the most distinct objects they name.
+MOST_NAMES = 140
+MOST_OBJECTS = 130
+
+
+def _module_file(module: str) -> Path:
+    path = ROOT / "src" / Path(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def _public_modules() -> set[str]:
+    """The modules of src/toolbreaker/ with no part of their name starting with ``_``."""
+    found = set()
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if not any(part.startswith("_") for part in parts[1:]):
+            found.add(".".join(parts))
+    return found
+
+
+def _static_all(module: str) -> list[str]:
+    import ast
+
+    tree = ast.parse(_module_file(module).read_text(encoding="utf-8"))
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            value = ast.literal_eval(node.value)  # type: ignore[union-attr]
+            assert isinstance(value, list), module
+            return value
+    raise AssertionError(f"{module} has no __all__")
+
+
+def private_imports(code: str) -> list[str]:
+    """What ``code`` imports of toolbreaker that is not public: a module outside the list,
+    or a name outside its module's ``__all__`` (the examples and the docs' blocks use
+    public names only)."""
+    import ast
+
+    wrong = []
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("toolbreaker"):
+            module = node.module or ""
+            if module not in PUBLIC:
+                wrong.append(f"from {module} import ...")
+                continue
+            for alias in node.names:
+                if alias.name not in PUBLIC[module] and f"{module}.{alias.name}" not in PUBLIC:
+                    wrong.append(f"from {module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            wrong += [
+                f"import {a.name}"
+                for a in node.names
+                if a.name.startswith("toolbreaker.") and a.name not in PUBLIC
+            ]
+    return wrong
+
+
+def test_the_public_modules_are_the_list():
+    """A module is public when no part of its name after ``toolbreaker`` starts with an
+    underscore; the public ones are exactly the list, so a new one is a decision."""
+    assert _public_modules() == set(PUBLIC)
+
+
+def _docstring_of(module: str, name: str) -> str | None:
+    """The docstring of ``name`` as ``module`` defines it, read from the source (no
+    framework imported): a class's or function's own, the string after a constant's or
+    type alias's assignment, or, for an imported name, its home module's; ``None`` when
+    ``module`` neither defines nor imports ``name``."""
+    import ast
+
+    tree = ast.parse(_module_file(module).read_text(encoding="utf-8"))
+    for i, node in enumerate(tree.body):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name == name:
+                return ast.get_docstring(node) or ""
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+            after = tree.body[i + 1] if i + 1 < len(tree.body) else None
+            if (
+                isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                return after.value.value.strip()
+            return ""
+    for node in ast.walk(tree):  # imported, at the top or under ``if TYPE_CHECKING:``
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and any(a.name == name and a.asname in (None, name) for a in node.names)
+        ):
+            return _docstring_of(node.module, name)
+    return None
+
+
+def test_each_public_module_exports_its_list():
+    """Every public module's ``__all__`` is its row of the list, and names what the module
+    defines or imports."""
+    for module, names in PUBLIC.items():
+        assert sorted(_static_all(module)) == sorted(names), module
+        missing = [name for name in names if _docstring_of(module, name) is None]
+        assert missing == [], module
+
+
+def test_every_public_name_has_a_docstring():
+    """Every public module and name has a docstring of its own (a class or function its
+    ``__doc__``, a constant or type alias the string after its assignment): the API
+    reference shows what has one and leaves the rest out."""
+    import ast
+
+    undocumented = []
+    for module, names in PUBLIC.items():
+        tree = ast.parse(_module_file(module).read_text(encoding="utf-8"))
+        if not ast.get_docstring(tree):
+            undocumented.append(module)
+        undocumented += [f"{module}.{name}" for name in names if not _docstring_of(module, name)]
+    assert undocumented == []
+
+
+def test_the_api_reference_is_the_public_modules():
+    """docs/reference/ renders every public module (``::: module``) and no private one,
+    and shows a module's ``__all__`` alone (``filters: public``); the site's build test
+    checks each public name's entry on the built pages."""
+    import re
+
+    shown = set()
+    for page in (ROOT / "docs" / "reference").glob("*.md"):
+        shown |= set(re.findall(r"^::: ([\w.]+)$", page.read_text(encoding="utf-8"), re.M))
+    assert shown == set(PUBLIC)
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert re.search(r"^ +filters: public$", config, re.M)
+
+
+def _home_of(module: str, name: str) -> str:
+    """The module that defines ``name``, following ``module``'s imports of it."""
+    import ast
+
+    tree = ast.parse(_module_file(module).read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and any(a.name == name and a.asname in (None, name) for a in node.names)
+        ):
+            return _home_of(node.module, name)
+    return module
+
+
+def test_adapters_use_public_names_or_the_documented_internal_interface():
+    """An adapter imports of toolbreaker only public modules, the exception tree, the
+    extras helper, its own package, and what the rest of toolbreaker it needs through
+    ``integrations/_kit.py``, the internal interface docs/guide/development.md describes."""
+    integrations = SRC / "integrations"
+    wrong = []
+    for path in sorted(integrations.rglob("*.py")):
+        if path.name == "_kit.py":
+            continue
+        for module, _names in _imports(path):
+            if not module.startswith("toolbreaker"):
+                continue
+            if module.startswith("toolbreaker.integrations"):
+                continue
+            if module in PUBLIC or module in ("toolbreaker.errors", "toolbreaker._extras"):
+                continue
+            wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    assert wrong == []
+
+
+def test_the_public_surface_stays_small():
+    """About 130 names a newcomer can hold: counted per module, and as distinct objects
+    (``toolbreaker.CircuitOpen`` is ``toolbreaker.errors.CircuitOpen``)."""
+    assert sum(len(names) for names in PUBLIC.values()) <= MOST_NAMES
+    homes = {(_home_of(module, name), name) for module, names in PUBLIC.items() for name in names}
+    assert len(homes) <= MOST_OBJECTS
+
+
 def test_import_pulls_in_no_optional_dependency():
     """import toolbreaker imports no framework, redis or web library."""
     code = (
@@ -131,14 +464,14 @@ ALLOWED = {
     "core": {"core"},
     "stores": {"core", "stores"},
     # The tuners' profiles of recorded runs are measured through the one run driver.
-    "runtime": {"core", "stores", "runtime", "tuning"},
+    "runtime": {"core", "stores", "runtime", "_tuning"},
     "instrumentation": {"core", "stores", "runtime", "instrumentation"},
     "integrations": {"core", "stores", "runtime", "integrations"},
     "testing": {"core", "stores", "runtime", "testing"},
     # The replay engine: the core's trace driver carried out in bounded memory.
-    "replaying": {"core", "replaying"},
+    "_replaying": {"core", "_replaying"},
     # The tuners: pure, on the core alone.
-    "tuning": {"core", "tuning"},
+    "_tuning": {"core", "_tuning"},
     # Recorded runs from other formats: the recorded-run format and the classifier.
     "importing": {"core", "runtime", "importing"},
     "cli": {
@@ -148,10 +481,10 @@ ALLOWED = {
         "cli",
         "testing",
         "instrumentation",
-        "replaying",
+        "_replaying",
         "importing",
         "integrations",
-        "tuning",
+        "_tuning",
     },
 }
 
@@ -206,7 +539,7 @@ def test_imports_point_down_only():
 
 #: The pure modules: they decide from what they are given. The core, the tuners and the
 #: exercise judge (which lives with the exercise helpers it serves).
-PURE = ("core", "tuning", "testing/_scenario.py")
+PURE = ("core", "_tuning", "testing/_scenario.py")
 
 #: The standard library's clocks, I/O, processes, threads and locks: what a pure module
 #: never imports (reading a file it is asked to read is allowed, as ``pathlib``).
@@ -251,9 +584,9 @@ def test_pure_modules_read_no_clock_and_do_no_io():
 #: Inside runtime/, what each wing may import (besides itself and the shared modules at
 #: the top of runtime/: the step, the model-facing results, the clock, the log, packets).
 WINGS = {
-    "breaker": {"breaker"},
-    "run": {"breaker", "run"},
-    "fleet": {"breaker", "run", "fleet"},
+    "_breaker": {"_breaker"},
+    "_run": {"_breaker", "_run"},
+    "_fleet": {"_breaker", "_run", "_fleet"},
 }
 
 

@@ -19,8 +19,10 @@ from typing import Any
 import pytest
 
 from secrets_corpus import SECRETS, leaks, nested, variants
-from toolbreaker import ActionRequest, Breaker, Budget, Policy, Registry, RunGuard, StopPacket
+from toolbreaker import Breaker, Budget, Policy, Registry, RunGuard
 from toolbreaker.cli import main
+from toolbreaker.runtime import StopPacket
+from toolbreaker.runtime._run._guard import ActionRequest
 from toolbreaker.stores import MemoryStore
 
 #: A few forms of each shape: raw, after a newline in a repr, JSON, URL-encoded, nested.

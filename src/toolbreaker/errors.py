@@ -58,14 +58,12 @@ __all__ = [
     "RowNotFound",
     "RunStateError",
     "RunStopped",
-    "StopReport",
     "StoreUnavailable",
     "StoreWriteUnknown",
     "ToolReportedError",
     "ToolbreakerDeprecationWarning",
     "ToolbreakerError",
     "TraceError",
-    "TurnReport",
     "UnsupportedTypeError",
     "WriteTransitionError",
 ]
@@ -425,7 +423,7 @@ class TurnReport(Protocol):
     """What :class:`RunStopped` tells of the last turn: a :class:`~toolbreaker.SiblingOutcome`.
 
     A protocol, so that this module imports nothing of toolbreaker (every other module
-    imports it); :meth:`StopPacket.final_text <toolbreaker.StopPacket.final_text>` reads
+    imports it); :meth:`StopPacket.final_text <toolbreaker.runtime.StopPacket.final_text>` reads
     a turn through it too.
     """
 
@@ -454,7 +452,7 @@ class TurnReport(Protocol):
 
 
 class StopReport(Protocol):
-    """What :class:`RunStopped` carries of the stopped run: a :class:`~toolbreaker.StopPacket`.
+    """What :class:`RunStopped` carries of the stopped run: a ``StopPacket``.
 
     A protocol, so that this module imports nothing of toolbreaker; every field is the
     packet's (secrets masked when the packet was built).
@@ -510,11 +508,11 @@ class RunStopped(ToolbreakerError):
     loop is the caller's own (the LiteLLM adapter's ``GuardedRouter``): the router cannot
     end the loop, only refuse to ask the model again. Its message is the words every
     adapter ends a stopped run with (:meth:`StopPacket.final_text
-    <toolbreaker.StopPacket.final_text>`).
+    <toolbreaker.runtime.StopPacket.final_text>`).
 
     Attributes:
         packet: the guard's stop packet (condition, confirmed work, next safe action): a
-            :class:`~toolbreaker.StopPacket`, typed by what it offers (:class:`StopReport`).
+            :class:`~toolbreaker.runtime.StopPacket`, typed by what it offers (:class:`StopReport`).
         turn: the last model turn's calls and how each ended (a
             :class:`~toolbreaker.SiblingOutcome`, typed as :class:`TurnReport`; ``None``
             before any turn).
@@ -549,7 +547,7 @@ class RunStateError(ToolbreakerError, ValueError):
 
 
 class WriteTransitionError(RunStateError):
-    """A move a write's lifecycle does not allow (see :mod:`toolbreaker.core.run.protocol`).
+    """A move a write's lifecycle does not allow (see :mod:`toolbreaker.core._run.protocol`).
 
     An operator saying a confirmed write was not made, a write asked to run again from
     an unknown outcome: the journal is left as it was.
@@ -609,7 +607,7 @@ class NotSent(ToolbreakerError):
     was sent (a local argument check, a missing credential, a refused connection) says
     so with ``raise NotSent("why") from exc``: the write is then a certain failure that
     may be retried. Plain ``ValueError`` and ``TypeError`` (argument checks) count the
-    same way without it; see :func:`toolbreaker.runtime.may_have_committed`.
+    same way without it; see ``may_have_committed``.
     """
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from toolbreaker.cli import main
 from toolbreaker.cli._calibrate import budget_toml
-from toolbreaker.core.run.budget import Budget, ClassLimits, ModelPrice
+from toolbreaker.core._run.budget import Budget, ClassLimits, ModelPrice
 
 TAU = Path(__file__).parent / "tau_bench_airline"
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from recorded_runs import TASK, budgets, live, recorded_runs
 from toolbreaker.cli._run import check_run
-from toolbreaker.core.run.budget import Budget
+from toolbreaker.core._run.budget import Budget
 
 # -- the recorded side: check-run on the file ------------------------------------------
 

@@ -6,8 +6,8 @@ import copy
 
 from toolbreaker import Policy
 from toolbreaker.cli._history import add_line, add_notice
-from toolbreaker.core.breaker.receipt import Replay
-from toolbreaker.core.breaker.state import Event
+from toolbreaker.core._breaker.receipt import Replay
+from toolbreaker.core._breaker.state import Event
 
 POLICY = Policy(
     failure_threshold=1,

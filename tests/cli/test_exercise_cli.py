@@ -189,7 +189,7 @@ def test_the_pytest_fixture_passes_a_guarded_agent_and_fails_an_unprotected_one(
     tests.write_text(
         textwrap.dedent(
             f"""
-            from toolbreaker.testing import scripted_agent, unprotected_agent
+            from toolbreaker.testing._agents import scripted_agent, unprotected_agent
 
             SCENARIOS = [{SHIPPED["outage"]!r}]
 

@@ -12,7 +12,7 @@ import pytest
 
 from process_helpers import read_then_close
 from toolbreaker.cli import main
-from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.core._canonical import sha256_hex
 
 DEEP = "[" * 100_000
 HUGE = "9" * 4_400

@@ -11,9 +11,9 @@ import sys
 import pytest
 
 import toolbreaker
+from toolbreaker import Registry
 from toolbreaker.cli import main
 from toolbreaker.instrumentation.stream import SQLiteStream, StreamPublisher
-from toolbreaker.runtime import Registry
 from toolbreaker.stores import SQLiteStore
 
 #: Every command that only reads a --store, as its arguments after the URL is known.

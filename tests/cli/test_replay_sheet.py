@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.receipt import load_receipt
-from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.core._breaker.receipt import load_receipt
+from toolbreaker.core._canonical import sha256_hex
 
 SHEET = """\
 [defaults]

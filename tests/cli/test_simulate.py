@@ -10,7 +10,7 @@ import pytest
 
 from toolbreaker.cli import _plot, main
 from toolbreaker.cli._simulate import BINS, RetryOnly, Timeline, fixture_inputs, simulate
-from toolbreaker.core.breaker.trace import parse_lines
+from toolbreaker.core._breaker.trace import parse_lines
 
 pytest.importorskip("matplotlib")
 
@@ -123,7 +123,7 @@ def test_retry_only_model():
         {"at": 7, "dependency": "b", "type": "request", "call": "2"},  # no outcome: not failing
     )
     from toolbreaker.cli._simulate import Inputs
-    from toolbreaker.core.breaker.policy import Policy
+    from toolbreaker.core._breaker.policy import Policy
 
     inputs = Inputs("t.jsonl", False, Policy(failure_threshold=10), trace)
     cascade, timeline = simulate(inputs, retries=3, backoff_ms=10)
@@ -165,7 +165,7 @@ def test_timeline_stays_bounded_over_a_long_span():
 
 def test_fixture_is_the_bundled_seed(seed_policy):
     """The default input is the bundled fixture under its own policy."""
-    from toolbreaker.core.breaker.policy import Policy
+    from toolbreaker.core._breaker.policy import Policy
 
     inputs = fixture_inputs()
     assert inputs.synthetic

@@ -12,10 +12,10 @@ import pytest
 from toolbreaker.cli import _plot, main
 from toolbreaker.cli._simulate import trace_inputs
 from toolbreaker.cli._tune import MAX_CANDIDATES, receipt_diff
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Replay, diff, replay
-from toolbreaker.core.breaker.state import HALF_OPEN, OPEN
-from toolbreaker.core.breaker.trace import read_trace
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import Replay, diff, replay
+from toolbreaker.core._breaker.state import HALF_OPEN, OPEN
+from toolbreaker.core._breaker.trace import read_trace
 
 RECORDED_UNDER = Policy(failure_threshold=3, cooldown_ms=5_000, success_threshold=2)
 
@@ -49,7 +49,7 @@ def record(path: Path, policy: Policy = RECORDED_UNDER) -> Path:
 
 
 def read_lines(events):
-    from toolbreaker.core.breaker.trace import parse_lines
+    from toolbreaker.core._breaker.trace import parse_lines
 
     return list(parse_lines(json.dumps(e) for e in events))
 

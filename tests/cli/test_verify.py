@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from toolbreaker.cli import main
-from toolbreaker.core.canonical import sha256_hex
+from toolbreaker.core._canonical import sha256_hex
 
 
 def seed_receipt(seed_trace: Path, seed_policy: Path, tmp_path: Path, capsys) -> Path:

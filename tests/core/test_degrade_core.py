@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.degrade import (
+from toolbreaker.core._degrade import (
     MODES,
     QUEUE_STATUSES,
     QUEUE_TRANSITIONS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.retry import Failure, RetryBudget, RetryPolicy, decide, refill, spend, start
+from toolbreaker.core._retry import Failure, RetryBudget, RetryPolicy, decide, refill, spend, start
 
 policies = st.builds(
     RetryPolicy,

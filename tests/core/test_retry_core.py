@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker.core.retry import (
+from toolbreaker.core._retry import (
     Failure,
     RetryBudget,
     RetryDecision,

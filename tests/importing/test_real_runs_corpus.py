@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from toolbreaker import Budget
-from toolbreaker.runtime.run._recorded_step import parse_step
+from toolbreaker.runtime._run._recorded_step import parse_step
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("TOOLBREAKER_REAL_RUNS", ROOT.parent / "shared" / "real-runs"))

@@ -17,8 +17,9 @@ import pytest
 
 from toolbreaker.cli import main
 from toolbreaker.errors import TraceError
-from toolbreaker.importing import TAU_BENCH_RISKS, import_runs
-from toolbreaker.runtime.run._recorded_step import parse_step
+from toolbreaker.importing import import_runs
+from toolbreaker.importing._tau import RISKS as TAU_BENCH_RISKS
+from toolbreaker.runtime._run._recorded_step import parse_step
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("TOOLBREAKER_REAL_RUNS", ROOT.parent / "shared" / "real-runs"))

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from toolbreaker.instrumentation.opentelemetry import REJECTED, instrument
-from toolbreaker.runtime import CancelledByPolicy
+from toolbreaker.runtime._run._siblings import CancelledByPolicy
 
 
 class Unavailable(Exception):
@@ -321,7 +321,7 @@ def test_a_tool_type_nobody_knows_is_refused_where_the_call_begins(traced):
     PolicyError naming ``tool_type`` (from a breaker and a run guard alike), never a span
     that quietly carries it; a known one and the description reach the span."""
     from toolbreaker import PolicyError
-    from toolbreaker.runtime import TOOL_TYPES
+    from toolbreaker.runtime._step import TOOL_TYPES
 
     assert TOOL_TYPES == ("function", "extension", "datastore")
     search = breaker()

@@ -39,13 +39,10 @@ from exercise_checks import (  # noqa: E402
     holds_every_promise,
     result_of,
 )
-from toolbreaker.integrations.crewai import idempotency_key, protect  # noqa: E402
-from toolbreaker.testing import (  # noqa: E402
-    ExerciseContext,
-    next_call,
-    service_tools,
-    ticket_options,
-)
+from toolbreaker import idempotency_key  # noqa: E402
+from toolbreaker.integrations.crewai import protect  # noqa: E402
+from toolbreaker.testing import ExerciseContext, next_call, service_tools  # noqa: E402
+from toolbreaker.testing._agents import ticket_options  # noqa: E402
 
 MAX_STEPS = 60  # far above any scenario's calls: CrewAI forces an answer at max_iter
 

@@ -30,13 +30,8 @@ from google.genai import types
 
 from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
 from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of, tool_metadata
-from toolbreaker.testing import (
-    ExerciseContext,
-    next_call,
-    service_tools,
-    ticket_options,
-    unguarded,
-)
+from toolbreaker.testing import ExerciseContext, next_call, service_tools
+from toolbreaker.testing._agents import ticket_options, unguarded
 
 
 class Following(BaseLlm):

@@ -16,11 +16,8 @@ import pytest
 from exercise_checks import IDS, SHIPPED, holds_every_promise
 from toolbreaker import Budget, CircuitOpen
 from toolbreaker.integrations.httpx import BreakerTransport
-from toolbreaker.testing import (
-    ExerciseContext,
-    MalformedAnswer,
-    model_script,
-)
+from toolbreaker.testing import ExerciseContext
+from toolbreaker.testing._agents import MalformedAnswer, model_script
 
 DEPENDENCIES = {
     "search": ("catalog", "read"),

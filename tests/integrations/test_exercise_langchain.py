@@ -26,13 +26,8 @@ from pydantic import Field
 
 from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
 from toolbreaker.integrations.langchain import ToolbreakerMiddleware, idempotency_key
-from toolbreaker.testing import (
-    ExerciseContext,
-    next_call,
-    service_tools,
-    ticket_options,
-    unguarded,
-)
+from toolbreaker.testing import ExerciseContext, next_call, service_tools
+from toolbreaker.testing._agents import ticket_options, unguarded
 
 
 class ScriptedModel(GenericFakeChatModel):

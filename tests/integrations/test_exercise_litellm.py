@@ -32,15 +32,10 @@ from exercise_checks import (  # noqa: E402
     fails_without_toolbreaker,
     holds_every_promise,
 )
-from toolbreaker import RunGuard  # noqa: E402
-from toolbreaker.integrations.litellm import GuardedRouter, RunStopped  # noqa: E402
-from toolbreaker.testing import (  # noqa: E402
-    ExerciseContext,
-    next_call,
-    service_tools,
-    ticket_options,
-    unguarded,
-)
+from toolbreaker import RunGuard, RunStopped  # noqa: E402
+from toolbreaker.integrations.litellm import GuardedRouter  # noqa: E402
+from toolbreaker.testing import ExerciseContext, next_call, service_tools  # noqa: E402
+from toolbreaker.testing._agents import ticket_options, unguarded  # noqa: E402
 
 MAX_STEPS = 100  # a user's loop has a bound; the scripted model never comes near it
 PROVIDER = "scripted"

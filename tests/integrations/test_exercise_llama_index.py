@@ -34,13 +34,8 @@ from exercise_checks import (
     shop_breakers,
 )
 from toolbreaker.integrations.llama_index import protect
-from toolbreaker.testing import (
-    ExerciseContext,
-    next_call,
-    service_tools,
-    ticket_options,
-    unguarded,
-)
+from toolbreaker.testing import ExerciseContext, next_call, service_tools
+from toolbreaker.testing._agents import ticket_options, unguarded
 
 #: Far more model requests than any scenario's plan makes: the guard, or the plan's end,
 #: finishes a run long before LlamaIndex's own iteration limit would.

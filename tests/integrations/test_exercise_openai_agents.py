@@ -27,13 +27,8 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 
 from exercise_checks import IDS, SHIPPED, holds_every_promise, result_of, shop_breakers
 from toolbreaker.integrations.openai_agents import protect, run_config
-from toolbreaker.testing import (
-    ExerciseContext,
-    exercise,
-    next_call,
-    service_tools,
-    ticket_options,
-)
+from toolbreaker.testing import ExerciseContext, exercise, next_call, service_tools
+from toolbreaker.testing._agents import ticket_options
 
 MAX_STEPS = 100
 

@@ -26,12 +26,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from exercise_checks import IDS, SHIPPED, holds_every_promise
 from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
-from toolbreaker.testing import (
-    ExerciseContext,
-    next_call,
-    service_tools,
-    ticket_options,
-)
+from toolbreaker.testing import ExerciseContext, next_call, service_tools
+from toolbreaker.testing._agents import ticket_options
 
 
 def payload(part: ToolReturnPart) -> Any:

@@ -12,9 +12,9 @@ import anyio
 import httpx
 import pytest
 
-from toolbreaker import CircuitOpen, Policy, PolicyError, Registry, TraceRecorder, replay
-from toolbreaker.core import read_trace
-from toolbreaker.core.breaker.state import CLOSED, OPEN
+from toolbreaker import CircuitOpen, Policy, PolicyError, Registry, TraceRecorder
+from toolbreaker.core import read_trace, replay
+from toolbreaker.core._breaker.state import CLOSED, OPEN
 from toolbreaker.integrations.httpx import (
     REJECTED_HEADER,
     AsyncBreakerTransport,

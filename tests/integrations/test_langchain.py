@@ -708,7 +708,7 @@ def test_an_interrupt_inside_a_tool_pauses_and_resumes_under_the_guard(registry)
 def test_tool_options_take_every_breaker_option_from_boundary():
     """ToolOptions names every breaker option Boundary declares: the two cannot drift."""
     from toolbreaker.integrations.langchain import ToolOptions
-    from toolbreaker.runtime import BREAKER_OPTIONS
+    from toolbreaker.runtime._breaker._boundary import BREAKER_OPTIONS
 
     settable = BREAKER_OPTIONS - {"tool", "classifier", "result_is_failure"}
     assert settable <= set(ToolOptions.__annotations__)

@@ -31,21 +31,22 @@ from loop_helpers import LoopSpy  # noqa: E402
 from toolbreaker import (  # noqa: E402
     Budget,
     CircuitOpen,
-    DeploymentsUnavailable,
     ModelPrice,
     Policy,
     Registry,
     RunGuard,
+    RunStopped,
 )
+from toolbreaker.errors import DeploymentsUnavailable  # noqa: E402
 from toolbreaker.integrations.litellm import (  # noqa: E402
     BreakerHost,
     GuardedRouter,
-    RunStopped,
     deployment_key,
     usage_of,
 )
 from toolbreaker.stores import SQLiteStore  # noqa: E402
-from toolbreaker.testing import CHAT_ROUTE, FakeClock, Fault, ToolService, openai_error  # noqa: E402
+from toolbreaker.testing import CHAT_ROUTE, FakeClock, Fault, ToolService  # noqa: E402
+from toolbreaker.testing._chat import openai_error  # noqa: E402
 
 HI = [{"role": "user", "content": "hello there"}]
 

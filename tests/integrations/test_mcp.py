@@ -38,24 +38,17 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from toolbreaker import (
-    ActionRequest,
-    MemoryStore,
-    Policy,
-    PolicyError,
-    Registry,
-    RunGuard,
-    shell_risk_of,
-)
-from toolbreaker.core.breaker.state import CLOSED, OPEN
+from toolbreaker import MemoryStore, Policy, PolicyError, Registry, RunGuard, shell_risk_of
+from toolbreaker.core._breaker.state import CLOSED, OPEN
+from toolbreaker.integrations._mcp_results import result_error
 from toolbreaker.integrations.mcp import (
     ANSWER_META_KEY,
     IDEMPOTENCY_META_KEY,
     STOP_PACKET_META_KEY,
     GuardedClient,
-    result_error,
     risk_from_annotations,
 )
+from toolbreaker.runtime._run._guard import ActionRequest
 from toolbreaker.testing import Fault, ToolService, request_json
 
 READ = ToolAnnotations(read_only_hint=True)

@@ -27,7 +27,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import CallToolResult, TextContent
 
 from toolbreaker import Policy, Registry, RunGuard
-from toolbreaker.core.breaker.state import CLOSED, HALF_OPEN, OPEN
+from toolbreaker.core._breaker.state import CLOSED, HALF_OPEN, OPEN
 from toolbreaker.integrations.mcp import ANSWER_META_KEY, GuardedClient
 from toolbreaker.testing import FakeClock
 

@@ -31,7 +31,7 @@ from mcp.types import CallToolResult, TextContent
 
 from mcp_everything import everything_server
 from toolbreaker import Policy, Registry
-from toolbreaker.core.breaker.state import CLOSED, OPEN
+from toolbreaker.core._breaker.state import CLOSED, OPEN
 from toolbreaker.integrations.mcp import ANSWER_META_KEY, GuardedClient
 
 pytestmark = pytest.mark.slow

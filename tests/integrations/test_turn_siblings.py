@@ -377,7 +377,8 @@ def _langchain_agent(
 def check_langchain(out: dict[str, Any], sibling: str) -> dict[str, Any]:
     from langchain_core.messages import ToolMessage
 
-    from toolbreaker.integrations.langchain import STOP_KEY, TURN_KEY
+    from toolbreaker.integrations._langchain_messages import TURN_KEY
+    from toolbreaker.integrations.langchain import STOP_KEY
 
     replies = {m.name: m for m in out["messages"] if isinstance(m, ToolMessage)}
     assert set(replies) == {"order_status", sibling, "search"}

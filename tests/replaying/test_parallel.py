@@ -19,11 +19,11 @@ import pytest
 from test_stream import NAMES, OUTCOMES
 
 from process_helpers import read_then_close
+from toolbreaker._replaying import _parallel, replay_trace
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.files import iter_line_blocks
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._files import iter_line_blocks
 from toolbreaker.errors import TraceError
-from toolbreaker.replaying import _parallel, replay_trace
 
 pytestmark = pytest.mark.slow
 
@@ -198,7 +198,7 @@ def test_a_big_trace_is_split_by_default_and_leaves_no_files(tmp_path, monkeypat
     probe = (
         "import sys, multiprocessing\n"
         "from toolbreaker.cli import main\n"
-        "from toolbreaker.replaying import _parallel\n"
+        "from toolbreaker._replaying import _parallel\n"
         "_parallel.PARALLEL_BYTES = 1024\n"
         "started = []\n"
         "real = _parallel._feed_in_processes\n"
@@ -251,7 +251,7 @@ def split_with(patch: str, trace: Path) -> str:
     inherit); the one error line it ends with (exit 2, nothing on stdout)."""
     script = (
         "import os, sys\nfrom toolbreaker.cli import main\n"
-        f"from toolbreaker.replaying import _parallel, _stream\n{patch}\n"
+        f"from toolbreaker._replaying import _parallel, _stream\n{patch}\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     answer = subprocess.run(
@@ -353,8 +353,8 @@ def test_closing_the_replay_ends_its_processes_at_once(tmp_path):
     trace = mixed_trace(tmp_path / "t.jsonl")
     script = (
         "import sys\n"
-        "from toolbreaker.replaying import replay_trace\n"
-        "from toolbreaker.core.breaker.policy import Policy\n"
+        "from toolbreaker._replaying import replay_trace\n"
+        "from toolbreaker.core._breaker.policy import Policy\n"
         "driver = replay_trace(Policy(), None, sys.argv[1], jobs=2)\n"
         "workers = [worker for split in driver._others for worker in split.workers]\n"
         "driver.close()\n"

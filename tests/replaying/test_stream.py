@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from toolbreaker._replaying import StreamingReplay
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Replay, dump_receipt
-from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.core.breaker.trace import parse_event
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import Replay, dump_receipt
+from toolbreaker.core._breaker.state import BreakerState
+from toolbreaker.core._breaker.trace import parse_event
 from toolbreaker.errors import TraceError
-from toolbreaker.replaying import StreamingReplay
 
 SEED_HASH = "e327b64931b7ec9421d574fe55eabb6ed810d9708bd4732e33553f723f44dbfc"
 NAMES = ["search", "billing", "é\u202e", 'q"uote\\', "\x1b[2J", "z" * 30, "日本"]
@@ -108,7 +108,7 @@ def test_empty_trace_is_byte_identical():
 
 def test_spill_in_many_chunks(monkeypatch):
     """Receipts stay identical when the spill flushes every few records."""
-    monkeypatch.setattr("toolbreaker.replaying._spill._FLUSH_BYTES", 300)
+    monkeypatch.setattr("toolbreaker._replaying._spill._FLUSH_BYTES", 300)
     old, new = both(generated(7, 2_000, NAMES), Policy(failure_threshold=2))
     assert new == old
 

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolbreaker._replaying import StreamingReplay
 from toolbreaker.cli import main
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Replay, dump_receipt
-from toolbreaker.core.breaker.state import CORRUPT, BreakerState
-from toolbreaker.core.breaker.trace import iter_trace, no_events
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import Replay, dump_receipt
+from toolbreaker.core._breaker.state import CORRUPT, BreakerState
+from toolbreaker.core._breaker.trace import iter_trace, no_events
 from toolbreaker.errors import TraceError
-from toolbreaker.replaying import StreamingReplay
 
 OUTCOMES = ["success", "failure", "ignored", "ambiguous"]
 NAMES = ["search", "a b", "é\u202e", 'q"uote\\', "日本", "\x1b[2J", "tool-001"]
@@ -233,7 +233,7 @@ def test_cli_replay_prints_the_reference(tmp_path, capsys):
 
 def test_spill_in_many_chunks_on_the_fast_path(monkeypatch):
     """Tiny flushes (records with spaces in their call ids among them): same bytes."""
-    monkeypatch.setattr("toolbreaker.replaying._spill._FLUSH_BYTES", 500)
+    monkeypatch.setattr("toolbreaker._replaying._spill._FLUSH_BYTES", 500)
     compare(make_trace(9, 1_500, CLEAN), Policy(failure_threshold=1, cooldown_ms=30))
 
 

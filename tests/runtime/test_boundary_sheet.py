@@ -13,6 +13,7 @@ import pytest
 
 from toolbreaker import Breaker, MemoryStore, PolicyError, Registry, RetryPolicy
 from toolbreaker.integrations.mcp_gateway._sheet import check_name
+from toolbreaker.runtime._breaker._boundary import BREAKER_OPTIONS
 from toolbreaker.runtime._sheet import (
     ROW_OPTIONS,
     SHEET_OPTIONS,
@@ -21,7 +22,6 @@ from toolbreaker.runtime._sheet import (
     parse_sheet,
     row_values,
 )
-from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS
 from toolbreaker.testing import FakeClock
 
 

@@ -12,17 +12,10 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import (
-    Breaker,
-    Budget,
-    NotSent,
-    Policy,
-    RunGuard,
-    StopPacket,
-    Transition,
-    Verdict,
-)
+from toolbreaker import Breaker, Budget, Policy, RunGuard, Transition, Verdict
 from toolbreaker.cli import main
+from toolbreaker.errors import NotSent
+from toolbreaker.runtime import StopPacket
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import PermitError, RunGuard
+from toolbreaker import RunGuard
+from toolbreaker.errors import PermitError
 from toolbreaker.runtime._step import Step
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolbreaker import RunStopped, SiblingOutcome, StopPacket
-from toolbreaker.runtime.run._siblings import BranchOutcome
+from toolbreaker import RunStopped, SiblingOutcome
+from toolbreaker.runtime import StopPacket
+from toolbreaker.runtime._run._siblings import BranchOutcome
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "toolbreaker"
 

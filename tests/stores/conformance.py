@@ -33,9 +33,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ports import free_port
-from toolbreaker import BreakerState, Event, Policy, StoreUnavailable, StoreWriteUnknown, Transition
-from toolbreaker.core import apply
-from toolbreaker.core.breaker.state import CORRUPT
+from toolbreaker import Policy, Transition
+from toolbreaker.core import BreakerState, Event, apply
+from toolbreaker.core._breaker.state import CORRUPT
+from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
 
 POLICY = Policy(failure_threshold=3, cooldown_ms=20_000, success_threshold=2, probe_limit=1)
 

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 import pytest
 from conformance import HANG_GUARD
 
-from toolbreaker import Breaker, Policy, RedisStore
-from toolbreaker.testing import SlowProxy
+from toolbreaker import Breaker, Policy
+from toolbreaker.stores import RedisStore
+from toolbreaker.testing._proxy import SlowProxy
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from patient import patient_postgres, patient_redis
 from store_kinds import kinds
 from toolbreaker import Registry
 from toolbreaker.cli import main
-from toolbreaker.runtime.fleet._published import POLICY_SPACE
+from toolbreaker.runtime._fleet._published import POLICY_SPACE
 from toolbreaker.stores import SQLiteStore
 
 V1 = """\

@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from test_quality import private_imports
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
@@ -612,7 +614,8 @@ def __cleanup__():
 _LITELLM_DOWN = (
     _LITELLM
     + """
-from toolbreaker import DeploymentsUnavailable, Policy, Registry
+from toolbreaker.errors import DeploymentsUnavailable
+from toolbreaker import Policy, Registry
 from toolbreaker.integrations.litellm import GuardedRouter
 from toolbreaker.testing import CHAT_ROUTE
 service.outage(CHAT_ROUTE, 503)
@@ -631,7 +634,8 @@ import sys
 from mcp import Client, StdioServerParameters
 from mcp.types import ElicitResult, InputRequiredResult
 from toolbreaker import RunGuard
-from toolbreaker.integrations.mcp import GuardedClient, TasksExtension
+from toolbreaker.integrations.mcp import GuardedClient
+from toolbreaker.integrations._mcp_tasks import TasksExtension
 
 # the suite's stdio server that speaks the 2026-07-28 revision (an input round, a task)
 server = StdioServerParameters(
@@ -679,7 +683,7 @@ SETUP: dict[str, dict[str, str | Setup]] = {
     },
     "docs/guide/guard-a-tool.md": {
         "from toolbreaker import Registry": "",
-        "from toolbreaker import AsyncCallError, Breaker": "",
+        "from toolbreaker import Breaker": "",
         "result = search.call(fn, query, timeout=4.0)": _SHEET
         + _TOOLS
         + 'search = breakers.get("search", operation="read")\n',
@@ -796,7 +800,7 @@ def __cleanup__():
 """,
     },
     "docs/guide/stores-and-fleet.md": {
-        "from toolbreaker import PostgresStore, Registry, RedisStore, SQLiteStore": "",
+        "from toolbreaker import Registry, SQLiteStore": "",
         'version = store.record_put("leases", "checker", '
         '{"holder": "w1", "until": t}, version=0)': """
 from toolbreaker import SQLiteStore
@@ -804,7 +808,8 @@ store = SQLiteStore("{sqlite}")
 t, t2 = 1_700_000_000_000, 1_700_000_005_000
 """,
         'breakers = Registry.from_store(RedisStore("redis://cache:6379/0"), poll=5.0)': """
-from toolbreaker import RedisStore, Registry, publish_policy
+from toolbreaker.stores import RedisStore
+from toolbreaker import Registry, publish_policy
 publish_policy(RedisStore("redis://cache:6379/0"), "breakers.toml", note="docs")
 """,
         'breakers.health_check("billing", billing_client.ping, operation="write")': """
@@ -817,10 +822,10 @@ store = SQLiteStore("{sqlite}")
         "from toolbreaker import TraceRecorder": _SHEET,
     },
     "docs/guide/state-machine.md": {
-        "from toolbreaker import BreakerState, Event, Policy, apply": "",
+        "from toolbreaker import Policy": "",
     },
     "docs/observing.md": {
-        "from toolbreaker import Registry, TraceRecorder, replay": _TOOLS,
+        "from toolbreaker import Registry, TraceRecorder": _TOOLS,
         "from toolbreaker import RunGuard": _SHEET,
         "from toolbreaker.runtime import Attachment": _SHEET,
     },
@@ -967,7 +972,8 @@ def test_every_block_has_a_setup(block: Block) -> None:
 
 @pytest.mark.parametrize("block", BLOCKS, ids=str)
 def test_every_block_uses_public_names_only(block: Block) -> None:
-    """No block imports a private module or name, or reads an underscored attribute."""
+    """No block imports a private module or name, or a name outside its module's
+    ``__all__``, or reads an underscored attribute."""
     tree = ast.parse(_as_coroutine(block.code))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -980,6 +986,7 @@ def test_every_block_uses_public_names_only(block: Block) -> None:
             continue
         private = [p for p in parts if p.startswith("_") and not p.startswith("__")]
         assert not private, f"{block}: private name {private[0]!r} in the docs"
+    assert private_imports(_as_coroutine(block.code)) == [], block
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=str)

@@ -13,10 +13,11 @@ import pytest
 
 from store_kinds import kinds
 from stream_helpers import Unavailable, close_opened, closing, eventually, fail, opened  # noqa: F401 - close_opened is an autouse fixture
-from toolbreaker import Budget, Policy, Registry, RunGuard, replay, scope
+from toolbreaker import Budget, Policy, Registry, RunGuard, scope
 from toolbreaker.cli import main
 from toolbreaker.cli._observe import export_trace
-from toolbreaker.core import read_trace
+from toolbreaker.core import read_trace, replay
+from toolbreaker.core._breaker.history import record_of
 from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.instrumentation.stream import (
     MemoryStream,
@@ -26,7 +27,6 @@ from toolbreaker.instrumentation.stream import (
     instructions_version,
     iter_entries,
     open_stream,
-    record_of,
 )
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import FakeClock, capture_transitions

@@ -24,8 +24,8 @@ from patient import patient_postgres, patient_redis
 
 from store_kinds import kinds
 from toolbreaker import Breaker, Registry, publish_policy
-from toolbreaker.core.breaker.state import OPEN
-from toolbreaker.runtime.fleet._published import POLICY_SPACE
+from toolbreaker.core._breaker.state import OPEN
+from toolbreaker.runtime._fleet._published import POLICY_SPACE
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import ToolService, request_json
 

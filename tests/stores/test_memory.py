@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 from conformance import POLICY, RecordsContract, StoreContract, load_raw_json
 
-from toolbreaker import Breaker, BreakerState, Event, Policy, StoreUnavailable
-from toolbreaker.stores import LocalFallback, MemoryStore, View
+from toolbreaker import Breaker, Policy
+from toolbreaker.core import BreakerState, Event
+from toolbreaker.errors import StoreUnavailable
+from toolbreaker.stores import LocalFallback, MemoryStore
+from toolbreaker.stores._protocol import View
 
 
 class TestMemoryStore(StoreContract, RecordsContract):
@@ -119,8 +122,8 @@ def test_fallback_starts_from_the_last_known_state_and_returns_to_the_primary():
 
 def test_the_fast_path_rule_is_the_cores():
     """Stores ask the core which states a view may hold: a recovered corrupt state not."""
-    from toolbreaker.core.breaker.predicates import fast_path_safe
-    from toolbreaker.core.breaker.state import CORRUPT
+    from toolbreaker.core._breaker.predicates import fast_path_safe
+    from toolbreaker.core._breaker.state import CORRUPT
 
     assert not fast_path_safe(CORRUPT)
     assert fast_path_safe(BreakerState())

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 from conformance import HANG_GUARD
 
-from toolbreaker import Breaker, Event, Policy
+from toolbreaker import Breaker, Policy
+from toolbreaker.core import Event
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 from toolbreaker.testing import capture_transitions

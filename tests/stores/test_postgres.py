@@ -27,8 +27,10 @@ from ports import free_port
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
-from toolbreaker import Breaker, Event, Policy, PolicyError, StoreUnavailable  # noqa: E402
-from toolbreaker.core.breaker.state import CORRUPT  # noqa: E402
+from toolbreaker import Breaker, Policy, PolicyError  # noqa: E402
+from toolbreaker.core import Event  # noqa: E402
+from toolbreaker.core._breaker.state import CORRUPT  # noqa: E402
+from toolbreaker.errors import StoreUnavailable  # noqa: E402
 from toolbreaker.stores import PostgresStore  # noqa: E402
 
 

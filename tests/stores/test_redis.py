@@ -25,12 +25,12 @@ from conformance import (
 
 from lag_proxy import LaggingProxy
 from store_kinds import redis_scripts_run
-from toolbreaker import Breaker, BreakerState, Event, Policy, PolicyError, StoreUnavailable
-from toolbreaker.core import apply
-from toolbreaker.core.breaker.state import CORRUPT
-from toolbreaker.errors import JournalNotDurable
+from toolbreaker import Breaker, Policy, PolicyError
+from toolbreaker.core import BreakerState, Event, apply
+from toolbreaker.core._breaker.state import CORRUPT
+from toolbreaker.errors import JournalNotDurable, StoreUnavailable
 from toolbreaker.stores import LocalFallback, RedisStore
-from toolbreaker.stores.redis._script import THEIR_TURN
+from toolbreaker.stores._redis._script import THEIR_TURN
 
 SHORT = Policy(
     failure_threshold=2, cooldown_ms=100, cooldown_max_ms=100, lease_ttl_ms=100, probe_limit=1

@@ -27,7 +27,9 @@ from conformance import (
 )
 
 from store_kinds import redis_scripts_run
-from toolbreaker import Breaker, Event, Policy, StoreUnavailable
+from toolbreaker import Breaker, Policy
+from toolbreaker.core import Event
+from toolbreaker.errors import StoreUnavailable
 from toolbreaker.stores import RedisStore
 
 pytestmark = pytest.mark.slow

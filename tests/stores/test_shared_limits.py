@@ -21,9 +21,9 @@ import pytest
 
 from store_kinds import kinds, open_store, reopen
 from toolbreaker import Breaker, CircuitOpen, Policy
-from toolbreaker.core.retry import RetryPolicy
-from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS
-from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
+from toolbreaker.core._retry import RetryPolicy
+from toolbreaker.runtime._breaker._bulkhead import MARGIN_MS
+from toolbreaker.runtime._breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.stores import RedisStore
 from toolbreaker.stores._records import breaker_space
 from toolbreaker.testing import Fault, request_json

@@ -21,7 +21,7 @@ from test_multiprocess import make_store, sleep_until, warm
 from toolbreaker import Budget, ClassLimits, ModelPrice, RunGuard
 from toolbreaker.cli import main
 from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.runtime.run._shared import RUNS_SPACE
+from toolbreaker.runtime._run._shared import RUNS_SPACE
 from toolbreaker.stores import MemoryStore, SQLiteStore
 
 PROCESSES = 4

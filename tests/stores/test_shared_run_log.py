@@ -18,9 +18,9 @@ from test_shared_run import budget, shared_guard
 
 from store_kinds import closing, kinds, open_store, reopen
 from toolbreaker import RunGuard
-from toolbreaker.core.run.budget import Budget, RunState
+from toolbreaker.core._run.budget import Budget, RunState
 from toolbreaker.errors import RecordCorrupt
-from toolbreaker.runtime.run._shared import COMPACT_EVERY, RUNS_SPACE, read_shared
+from toolbreaker.runtime._run._shared import COMPACT_EVERY, RUNS_SPACE, read_shared
 from toolbreaker.stores import MemoryStore, SQLiteStore
 from toolbreaker.stores._protocol import RecordLog
 

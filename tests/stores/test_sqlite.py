@@ -21,8 +21,9 @@ from conformance import (
     without_hanging,
 )
 
-from toolbreaker import Breaker, Event, Policy, StoreUnavailable, StoreWriteUnknown
-from toolbreaker.errors import JournalNotDurable
+from toolbreaker import Breaker, Policy
+from toolbreaker.core import Event
+from toolbreaker.errors import JournalNotDurable, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.stores import SQLiteStore
 
 
@@ -408,7 +409,7 @@ def test_a_file_of_an_earlier_version_gets_its_column_even_while_another_process
     process holds the write lock the column cannot be added yet: the open is busy (retried
     by the store, as any busy file), never a connection without the column, whose every
     breaker call would fail with "no such column: at" (seen with 8 processes on one file)."""
-    from toolbreaker.stores.sqlite import _SCHEMA, _open
+    from toolbreaker.stores._sqlite import _SCHEMA, _open
 
     path = str(tmp_path / "old.db")
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as old:

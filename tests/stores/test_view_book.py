@@ -7,7 +7,8 @@ then trust the older state: a call on an isolated breaker was admitted on the fa
 
 from __future__ import annotations
 
-from toolbreaker import BreakerState, Event, Policy, apply
+from toolbreaker import Policy
+from toolbreaker.core import BreakerState, Event, apply
 from toolbreaker.stores._views import ViewBook
 
 FRESH = BreakerState()  # what a key that is absent decodes to: closed, nothing counted

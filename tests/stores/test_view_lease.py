@@ -143,7 +143,7 @@ def test_a_litellm_router_sends_nothing_past_the_lease_once_its_redis_is_killed(
     right after redis-server is SIGKILLed, twelve times: no completion that began past
     ``view_lease`` reaches the model (each is denied, ``store-unavailable``)."""
     pytest.importorskip("litellm", reason="the litellm extra is not installed")
-    from toolbreaker import DeploymentsUnavailable
+    from toolbreaker.errors import DeploymentsUnavailable
     from toolbreaker.integrations.litellm import GuardedRouter
 
     messages = [{"role": "user", "content": "hello"}]

@@ -13,15 +13,9 @@ from typing import Any
 import pytest
 
 from toolbreaker import Policy, PolicyError
-from toolbreaker.testing import (
-    ExerciseContext,
-    exercise,
-    parse_scenario,
-    scripted_agent,
-    service_tools,
-    shipped_scenarios,
-    unprotected_agent,
-)
+from toolbreaker.testing import ExerciseContext, exercise, service_tools, shipped_scenarios
+from toolbreaker.testing._agents import scripted_agent, unprotected_agent
+from toolbreaker.testing._scenario import parse_scenario
 
 SHIPPED = shipped_scenarios()
 WRITES = {"commit-then-timeout", "late-success", "malformed-write", "reword"}

@@ -12,16 +12,9 @@ import urllib.error
 import pytest
 
 from toolbreaker import Breaker, Policy, classify_exception
-from toolbreaker.testing import (
-    FaultProxy,
-    InjectedFault,
-    Ledger,
-    ToolService,
-    force_state,
-    parse_scenario,
-    request_json,
-)
-from toolbreaker.testing._fault_proxy import wrap_tool
+from toolbreaker.testing import ToolService, force_state, request_json
+from toolbreaker.testing._fault_proxy import FaultProxy, InjectedFault, Ledger, wrap_tool
+from toolbreaker.testing._scenario import parse_scenario
 
 TIMEOUT = 0.3
 TICKET = {"title": "Broken cable", "body": "for c-1842"}

@@ -13,16 +13,9 @@ from typing import Any
 
 import pytest
 
-from toolbreaker.testing import (
-    CHAT_ROUTE,
-    ORDER_IDS,
-    SNAPSHOT_AS_OF,
-    Fault,
-    ToolService,
-    openai_error,
-    request_json,
-)
-from toolbreaker.testing._service import _Handler
+from toolbreaker.testing import CHAT_ROUTE, Fault, ToolService, request_json
+from toolbreaker.testing._chat import openai_error
+from toolbreaker.testing._service import ORDER_IDS, SNAPSHOT_AS_OF, _Handler
 
 #: Seconds after which a wait is taken to hang: a guard, never a claim about speed (the
 #: suite runs twice at once on two shared cores).
@@ -545,7 +538,7 @@ def test_request_json_refuses_non_http_urls() -> None:
 
 def test_slow_proxy_holds_every_request_and_forwards_the_answer():
     """SlowProxy makes a real server slow: the answer comes back whole, after the delay."""
-    from toolbreaker.testing import SlowProxy
+    from toolbreaker.testing._proxy import SlowProxy
 
     with ToolService() as service, SlowProxy(int(service.url.rsplit(":", 1)[1]), 0.2) as proxy:
         started = time.monotonic()

@@ -11,10 +11,7 @@ from decimal import Decimal
 
 import pytest
 
-from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState
-from toolbreaker.core.run.limits import begin, finish, needs
-from toolbreaker.errors import PolicyError
-from toolbreaker.tuning._budgets import (
+from toolbreaker._tuning._budgets import (
     LIMITS,
     Profile,
     limits_of,
@@ -23,6 +20,9 @@ from toolbreaker.tuning._budgets import (
     suggest,
     with_limits,
 )
+from toolbreaker.core._run.budget import Action, Budget, ClassLimits, RunState
+from toolbreaker.core._run.limits import begin, finish, needs
+from toolbreaker.errors import PolicyError
 
 
 def profile(name: str, outcome: str | None, actions: list[Action], **extra) -> Profile:

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 
 from toolbreaker import Policy
-from toolbreaker.cli import main
-from toolbreaker.core.breaker.receipt import Replay
-from toolbreaker.core.breaker.state import Event
-from toolbreaker.tuning._signals import (
+from toolbreaker._tuning._signals import (
     calibrate,
     compliance,
     covered_by,
@@ -16,6 +13,9 @@ from toolbreaker.tuning._signals import (
     is_client_error,
     opens_rate,
 )
+from toolbreaker.cli import main
+from toolbreaker.core._breaker.receipt import Replay
+from toolbreaker.core._breaker.state import Event
 
 POLICY = Policy(failure_threshold=1, cooldown_ms=1_000, cooldown_max_ms=1_000)
 

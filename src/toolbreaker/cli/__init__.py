@@ -23,10 +23,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolbreaker.core.breaker.receipt import diff, dump_receipt, load_receipt
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.core.files import DUPLICATE_KEY, loads_json, printable, read_text
+from toolbreaker.core._breaker.receipt import diff, dump_receipt, load_receipt
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import BreakerState
+from toolbreaker.core._files import DUPLICATE_KEY, loads_json, printable, read_text
 from toolbreaker.errors import (
     PolicyError,
     ToolbreakerDeprecationWarning,
@@ -34,7 +34,9 @@ from toolbreaker.errors import (
     TraceError,
 )
 
-__all__ = ["main"]
+__all__ = [
+    "main",
+]
 
 EXIT_USAGE = 2
 EXIT_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader went away
@@ -255,8 +257,8 @@ def _add_jobs(cmd: argparse.ArgumentParser) -> None:
 
 
 def _run_replay(args: argparse.Namespace) -> int:
+    from toolbreaker._replaying import replay_trace
     from toolbreaker.cli._sheet import load_sheet
-    from toolbreaker.replaying import replay_trace
 
     policy = load_sheet(args.policy)
     initial = _initial_states(args.initial_state, policy) if args.initial_state else None
@@ -271,8 +273,8 @@ def _run_replay(args: argparse.Namespace) -> int:
 
 
 def _run_verify(args: argparse.Namespace) -> int:
+    from toolbreaker._replaying import check_files, replay_trace, verify
     from toolbreaker.cli._sheet import load_sheet
-    from toolbreaker.replaying import check_files, replay_trace, verify
 
     policy = load_sheet(args.policy)
     check_files(args.receipt, args.trace)
@@ -298,7 +300,7 @@ def _initial_states(path: str, policy: PolicySheet) -> dict[str, BreakerState]:
 def _run_check(args: argparse.Namespace) -> int:
     from toolbreaker.cli._calibrate import calibrate, false_stop_rate
     from toolbreaker.cli._run import check_run
-    from toolbreaker.core.run.budget import Budget
+    from toolbreaker.core._run.budget import Budget
 
     if args.suggest != (args.max_false_stops is not None):
         raise PolicyError("--suggest and --max-false-stops RATE go together", field="suggest")

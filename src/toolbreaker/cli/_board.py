@@ -12,18 +12,18 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from toolbreaker.cli._history import add_line, add_notice
-from toolbreaker.core.breaker.history import record_of, wall_of
-from toolbreaker.core.breaker.machine import OPERATOR_TYPES
-from toolbreaker.core.breaker.state import Transition, changed_phase, opened
-from toolbreaker.core.run.redact import redact, redact_text
-from toolbreaker.tuning._signals import (
+from toolbreaker._tuning._signals import (
     Signals,
     calibrate,
     count_class,
     covered_by,
     findings,
 )
+from toolbreaker.cli._history import add_line, add_notice
+from toolbreaker.core._breaker.history import record_of, wall_of
+from toolbreaker.core._breaker.machine import OPERATOR_TYPES
+from toolbreaker.core._breaker.state import Transition, changed_phase, opened
+from toolbreaker.core._run.redact import redact, redact_text
 
 __all__ = ["Board", "policy_label"]
 

@@ -2,11 +2,11 @@
 
 A budget calibrated on the user's own recorded runs. Each run is replayed through the
 one run driver (a live guard whose tools end as recorded,
-:mod:`toolbreaker.runtime.run._calibrate`); per condition, the table says how many
+:mod:`toolbreaker.runtime._run._calibrate`); per condition, the table says how many
 successful runs the budget would stop (or touch: block their writes, stop one of their
 tools), how many failed runs, and the tool calls and cost of the failed runs it would
 save. ``--suggest`` proposes the tightest budget under the rate of successful runs
-stopped the user names (:func:`toolbreaker.tuning._budgets.suggest`), prints it as
+stopped the user names (:func:`toolbreaker._tuning._budgets.suggest`), prints it as
 budget TOML (``--to FILE`` writes it) and its own table, replayed: the numbers are the
 live guard's, not a prediction.
 
@@ -27,13 +27,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from toolbreaker.core.files import iter_lines, loads_json, printable, shown
-from toolbreaker.core.run._values import RISK_CLASSES, ZERO, decimal_text, exact_sum
-from toolbreaker.core.run.budget import Budget
+from toolbreaker._tuning._budgets import RunOutcome, Suggestion, suggest
+from toolbreaker.core._files import iter_lines, loads_json, printable, shown
+from toolbreaker.core._run._values import RISK_CLASSES, ZERO, decimal_text, exact_sum
+from toolbreaker.core._run.budget import Budget
 from toolbreaker.errors import PolicyError, ToolbreakerError, TraceError
-from toolbreaker.runtime.run._calibrate import Judged, judge, measure
-from toolbreaker.runtime.run._recorded import RecordedStep
-from toolbreaker.tuning._budgets import RunOutcome, Suggestion, suggest
+from toolbreaker.runtime._run._calibrate import Judged, judge, measure
+from toolbreaker.runtime._run._recorded import RecordedStep
 
 __all__ = ["INDEX", "budget_toml", "calibrate", "false_stop_rate", "read_outcomes"]
 

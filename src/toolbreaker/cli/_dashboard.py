@@ -41,8 +41,8 @@ from urllib.parse import urlsplit
 
 from toolbreaker._extras import require
 from toolbreaker.cli._board import Board
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.run.redact import REDACTED
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._run.redact import REDACTED
 from toolbreaker.errors import PolicyError, ToolbreakerError
 from toolbreaker.instrumentation.stream import (
     EventStream,
@@ -148,7 +148,7 @@ class StoreActor:
 
     def __call__(self, key: str, action: str, reason: str) -> Mapping[str, Any]:
         """Apply ``action`` (``isolate`` or ``release``) to ``key`` with ``reason``."""
-        from toolbreaker.runtime.breaker._breaker import Breaker
+        from toolbreaker.runtime._breaker._breaker import Breaker
 
         row = self.board.breakers.get(key)
         if row is None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import Replay
-from toolbreaker.core.breaker.trace import parse_lines
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import Replay
+from toolbreaker.core._breaker.trace import parse_lines
 
 if sys.version_info >= (3, 11):  # pragma: no cover - version dependent
     import tomllib

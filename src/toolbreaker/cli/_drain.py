@@ -21,9 +21,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolbreaker.cli._options import MAX_DURATION_MS, duration, whole
-from toolbreaker.core.files import printable, shown
+from toolbreaker.core._files import printable, shown
 from toolbreaker.errors import PolicyError
-from toolbreaker.runtime import PruneReport, Registry, drain, prune_done, queued_items
+from toolbreaker.runtime._fleet._drain import PruneReport, drain, prune_done, queued_items
+from toolbreaker.runtime._fleet._registry import Registry
 
 __all__ = ["add_command"]
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.files import printable, shown
+from toolbreaker.core._files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
 from toolbreaker.testing._scenario import PROMISES, load_scenario
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.breaker.machine import OPERATOR_TYPES
+from toolbreaker.core._breaker.machine import OPERATOR_TYPES
 
 __all__ = ["NOTICE_IDENTITY", "add_line", "add_notice", "group_of"]
 
@@ -43,7 +43,7 @@ NOTICE_IDENTITY: Final = (
 def group_of(item: Mapping[str, Any]) -> str | None:
     """The run a transition item joins: ``rejected``, ``calls`` or ``None`` (its own line).
 
-    ``item`` is a record's dict (:meth:`~toolbreaker.core.breaker.state.Transition.to_dict`)
+    ``item`` is a record's dict (:meth:`~toolbreaker.core._breaker.state.Transition.to_dict`)
     with its ``wall``. A change of phase and an operator's action are never grouped.
     """
     if item["from"] != item["to"] or item["event"]["type"] in OPERATOR_TYPES:

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any, Final, cast, get_args
 
-from toolbreaker.core.files import printable
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._files import printable
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.errors import TraceError
 
 __all__ = ["add_command"]

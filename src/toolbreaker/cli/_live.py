@@ -16,13 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from toolbreaker.core.breaker.receipt import dump_receipt, summarise
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.breaker.trace import trace_event
+from toolbreaker.core._breaker.receipt import dump_receipt, summarise
+from toolbreaker.core._breaker.state import Transition
+from toolbreaker.core._breaker.trace import trace_event
+from toolbreaker.runtime._fleet._registry import Registry
 from toolbreaker.runtime._result import system_prompt_line
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.testing import ToolService, request_json, unguarded
-from toolbreaker.testing._agents import Call, Plan, ask, failed, unavailable
+from toolbreaker.testing import ToolService, request_json
+from toolbreaker.testing._agents import Call, Plan, ask, failed, unavailable, unguarded
 
 __all__ = ["run_live"]
 

@@ -31,7 +31,7 @@ import signal
 from typing import Any
 
 from toolbreaker.cli._stores import SHARED_STORES, open_store
-from toolbreaker.core.files import shown
+from toolbreaker.core._files import shown
 from toolbreaker.errors import PolicyError
 
 __all__ = ["add_command"]
@@ -101,13 +101,14 @@ def add_command(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from toolbreaker.integrations import require
+    from toolbreaker._extras import require
 
     try:
         require("mcp", "mcp")
     except ImportError as exc:
         raise PolicyError(str(exc), field="mcp") from None
-    from toolbreaker.integrations.mcp_gateway import DEFAULT_TIMEOUT, Gateway, UpstreamGone
+    from toolbreaker.integrations.mcp_gateway import DEFAULT_TIMEOUT, Gateway
+    from toolbreaker.integrations.mcp_gateway._upstream import UpstreamGone
 
     extra = _ad_hoc(args)
     store = open_store(args.store, create=True) if args.store else None

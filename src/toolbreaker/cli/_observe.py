@@ -10,15 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TextIO
 from urllib.parse import parse_qs, urlsplit
 
-from toolbreaker.cli._options import Since, port, since
-from toolbreaker.cli._sheet import load_sheet_data, sheet_coverage
-from toolbreaker.core.breaker.keys import row_of
-from toolbreaker.core.breaker.receipt import Replay
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.breaker.trace import read_trace, trace_event
-from toolbreaker.errors import PolicyError, StoreUnavailable, TraceError
-from toolbreaker.tuning._signals import (
+from toolbreaker._tuning._signals import (
     Compliance,
     Signals,
     calibrate,
@@ -28,6 +20,14 @@ from toolbreaker.tuning._signals import (
     findings,
     opens_rate,
 )
+from toolbreaker.cli._options import Since, port, since
+from toolbreaker.cli._sheet import load_sheet_data, sheet_coverage
+from toolbreaker.core._breaker.keys import row_of
+from toolbreaker.core._breaker.receipt import Replay
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import Transition
+from toolbreaker.core._breaker.trace import read_trace, trace_event
+from toolbreaker.errors import PolicyError, StoreUnavailable, TraceError
 
 __all__ = ["add_commands", "export_trace", "stream_coverage", "stream_signals"]
 
@@ -93,7 +93,7 @@ def _entries(
     from the stream. A URL that opens neither is an error (the stream's, or for a
     PostgreSQL URL, the store's).
     """
-    from toolbreaker.core.breaker.history import replayable
+    from toolbreaker.core._breaker.history import replayable
     from toolbreaker.instrumentation.stream import iter_entries, open_stream
 
     streamed: list[dict[str, Any]] | None = None
@@ -185,7 +185,7 @@ def export_trace(
     of its breaker is written at that later time, and ``late``, when given, gets how
     many milliseconds each such event moved.
     """
-    from toolbreaker.instrumentation.stream import record_of
+    from toolbreaker.core._breaker.history import record_of
 
     written = dropped = 0
     last: dict[str, int] = {}
@@ -273,7 +273,7 @@ def stream_signals(
     entries: Iterable[Mapping[str, Any]],
 ) -> tuple[dict[str, Signals], dict[str, str], list[Compliance]]:
     """Signals per key, tool per key and model compliance per wording, from stream entries."""
-    from toolbreaker.instrumentation.stream import record_of
+    from toolbreaker.core._breaker.history import record_of
 
     records: list[Transition] = []
     labelled: list[tuple[str, str, Transition]] = []
@@ -298,7 +298,7 @@ def stream_coverage(entries: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
     The fallback its breaker offers (a transition entry's ``fallback``) and the degraded
     answers it was served (``degrade`` notices), said by
-    :func:`~toolbreaker.tuning._signals.covered_by`.
+    :func:`~toolbreaker._tuning._signals.covered_by`.
     """
     fallbacks: dict[str, str] = {}
     served: dict[str, dict[str, int]] = {}

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable
 from typing import Final, NoReturn
 
-from toolbreaker.core.files import printable
+from toolbreaker.core._files import printable
 from toolbreaker.errors import ToolbreakerError
 
 __all__ = [

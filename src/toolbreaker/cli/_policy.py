@@ -9,7 +9,7 @@ from typing import Any
 
 from toolbreaker.cli._stores import SHARED_STORES as _STORE_HELP
 from toolbreaker.cli._stores import open_store
-from toolbreaker.core.files import printable
+from toolbreaker.core._files import printable
 from toolbreaker.errors import PolicyError
 
 __all__ = ["add_commands"]
@@ -44,7 +44,7 @@ def add_commands(commands: Any) -> None:
 
 
 def _run_publish(args: argparse.Namespace) -> int:
-    from toolbreaker.runtime.fleet._registry import publish_policy
+    from toolbreaker.runtime._fleet._registry import publish_policy
 
     store = open_store(args.store, create=True)  # publishing may make the fleet's store
     try:
@@ -61,7 +61,7 @@ def _run_publish(args: argparse.Namespace) -> int:
 
 
 def _run_show(args: argparse.Namespace) -> int:
-    from toolbreaker.runtime.fleet._published import read_published
+    from toolbreaker.runtime._fleet._published import read_published
 
     store = open_store(args.store)
     try:

@@ -16,14 +16,14 @@ with the failure's ``error`` class; ``result`` (any JSON) is what the call retur
 ``result_error`` what failure it reports; ``cost`` is a decimal string: a tool call's cost
 is spent only when the call ran (a refused call spends nothing), a line without a tool is
 a model step (with its ``model`` and tokens), printed with the run's cost so far. Every
-field is described in :mod:`toolbreaker.runtime.run._recorded_step`, which reads the
+field is described in :mod:`toolbreaker.runtime._run._recorded_step`, which reads the
 lines. The command prints each decision and, if the budget would stop the run, block its
 writes or stop one of its tools, where and why, with the operator's stop packet (exit 1);
 a run the budget lets run whole ends with its counters (exit 0); an empty run is an error
 (exit 2).
 
 The replay is a live :class:`~toolbreaker.RunGuard` fed the recorded steps
-(:mod:`toolbreaker.runtime.run._recorded`): this module parses and prints, and decides
+(:mod:`toolbreaker.runtime._run._recorded`): this module parses and prints, and decides
 nothing.
 """
 
@@ -33,13 +33,13 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, TextIO
 
-from toolbreaker.core.run._values import as_amount, decimal_text
-from toolbreaker.core.run.budget import Budget
-from toolbreaker.core.run.fingerprint import FingerprintError
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._run._values import as_amount, decimal_text
+from toolbreaker.core._run.budget import Budget
+from toolbreaker.core._run.fingerprint import FingerprintError
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import ToolbreakerError, TraceError
-from toolbreaker.runtime.run._recorded import RecordedRun, Replayed
-from toolbreaker.runtime.run._recorded_step import read_recorded_run
+from toolbreaker.runtime._run._recorded import RecordedRun, Replayed
+from toolbreaker.runtime._run._recorded_step import read_recorded_run
 
 __all__ = ["check_run", "read_recorded_run"]
 

@@ -20,10 +20,10 @@ from typing import Any
 
 from toolbreaker.cli._options import MAX_COUNT, MAX_DURATION_MS, whole
 from toolbreaker.cli._stores import SHARED_STORES, open_store
-from toolbreaker.core.files import printable, shown
-from toolbreaker.core.run._values import RISK_CLASSES, decimal_text
-from toolbreaker.core.run.budget import Budget
-from toolbreaker.core.run.state import RUNNING
+from toolbreaker.core._files import printable, shown
+from toolbreaker.core._run._values import RISK_CLASSES, decimal_text
+from toolbreaker.core._run.budget import Budget
+from toolbreaker.core._run.state import RUNNING
 from toolbreaker.errors import PolicyError
 
 __all__ = ["add_command", "summary"]
@@ -59,8 +59,8 @@ def add_command(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from toolbreaker.runtime.run._guard import RunGuard
-    from toolbreaker.runtime.run._shared import read_shared
+    from toolbreaker.runtime._run._guard import RunGuard
+    from toolbreaker.runtime._run._shared import read_shared
 
     store = open_store(args.store)
     try:

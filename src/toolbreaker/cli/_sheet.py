@@ -1,7 +1,7 @@
 """``--policy FILE`` of the review commands: a boundary sheet, or a flat policy file.
 
 ``replay``, ``verify``, ``simulate`` and ``tune`` replay a trace under a
-:class:`~toolbreaker.core.breaker.sheet.PolicySheet`. A file whose top level holds a
+:class:`~toolbreaker.core._breaker.sheet.PolicySheet`. A file whose top level holds a
 table (``[defaults]``, ``[search.read]``...) is a boundary sheet, read by the one parser
 of sheets (:func:`toolbreaker.runtime._sheet.parse_sheet`, the same errors as ``policy
 publish``): each breaker key it has a row for (``search:read``, as the event stream
@@ -17,12 +17,12 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from toolbreaker.core.breaker.keys import breaker_key
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import MCP_TABLE, PolicySheet
-from toolbreaker.core.config import load_toml
+from toolbreaker._tuning._signals import covered_by
+from toolbreaker.core._breaker.keys import breaker_key
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.sheet import MCP_TABLE, PolicySheet
+from toolbreaker.core._config import load_toml
 from toolbreaker.errors import PolicyError
-from toolbreaker.tuning._signals import covered_by
 
 if TYPE_CHECKING:
     from toolbreaker.runtime._sheet import Sheet
@@ -57,7 +57,7 @@ def sheet_of(data: Mapping[str, Any]) -> PolicySheet:
 def sheet_coverage(data: Mapping[str, Any]) -> dict[str, str]:
     """Per row's breaker key, what the sheet gives the model instead of the tool.
 
-    A row's ``fallback`` and ``degrade`` chain (:func:`~toolbreaker.core.breaker.
+    A row's ``fallback`` and ``degrade`` chain (:func:`~toolbreaker.core._breaker.
     calibration.covered_by`); rows with neither, and a flat policy file, give nothing.
     """
     if not is_sheet(data):

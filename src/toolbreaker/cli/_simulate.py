@@ -36,17 +36,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from toolbreaker._replaying import StreamingReplay
 from toolbreaker.cli._options import whole
 from toolbreaker.cli._plot import MISSING, check_output, draw, load_matplotlib
 from toolbreaker.cli._sheet import load_sheet
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import FAILED_OUTCOMES, Event, Transition
-from toolbreaker.core.breaker.trace import iter_trace, no_events, parse_lines
-from toolbreaker.core.config import loads_toml
-from toolbreaker.core.files import printable
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import FAILED_OUTCOMES, Event, Transition
+from toolbreaker.core._breaker.trace import iter_trace, no_events, parse_lines
+from toolbreaker.core._config import loads_toml
+from toolbreaker.core._files import printable
 from toolbreaker.errors import TraceError
-from toolbreaker.replaying import StreamingReplay
 
 __all__ = [
     "BINS",

@@ -65,7 +65,7 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
         options.pop(name, None)
     base = url.split("?", 1)[0]
     if scheme in ("postgres", "postgresql"):
-        from toolbreaker.stores.postgres import PostgresStore
+        from toolbreaker.stores._postgres import PostgresStore
 
         # libpq's own parameters (sslmode=...) stay in the URL; prefix is ours.
         conninfo = f"{base}?{urlencode(options)}" if options else base
@@ -78,7 +78,7 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
             field="store",
         )
     if scheme == "sqlite":
-        from toolbreaker.stores.sqlite import SQLiteStore
+        from toolbreaker.stores._sqlite import SQLiteStore
 
         path = base[len("sqlite://") :]
         if not path:
@@ -87,7 +87,7 @@ def open_store(url: str, *, create: bool = False, stream_url: bool = False) -> A
             raise PolicyError("--store: an SQLite store takes no prefix", field="store")
         return SQLiteStore(path, create=create)
     if scheme in ("redis", "rediss", "unix"):
-        from toolbreaker.stores.redis import RedisStore
+        from toolbreaker.stores._redis import RedisStore
 
         on_cluster = cluster is not None
         if prefix is None:

@@ -16,7 +16,7 @@ Per candidate, in the table, the CSV and the figure:
   is guessed for them: a probe among them counts as failed when its lease expires, as
   the core decides for any unsettled probe, so such a candidate looks no better than it is;
 - ``opens``, ``time open`` and ``reopen`` (half-open episodes that ended open again), as
-  ``toolbreaker advise`` computes them (:func:`~toolbreaker.tuning._signals.calibrate`).
+  ``toolbreaker advise`` computes them (:func:`~toolbreaker._tuning._signals.calibrate`).
 
 The current policy (``--policy``, or the defaults) is marked, and added as the first
 row when the grid does not hold it. ``--write N --to FILE`` writes row ``N``'s policy as
@@ -59,11 +59,11 @@ from toolbreaker.cli._simulate import (
     trace_inputs,
 )
 from toolbreaker.cli._tuning import TuneReplay
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.receipt import diff
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import Transition, opened
-from toolbreaker.core.files import printable, shown
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.receipt import diff
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import Transition, opened
+from toolbreaker.core._files import printable, shown
 from toolbreaker.errors import PolicyError, TraceError
 
 __all__ = [

@@ -1,12 +1,12 @@
 """One candidate of ``toolbreaker tune``: a streaming replay that counts what tune shows.
 
 :class:`TuneReplay` is the replay engine's driver fed the trace file by the core's own
-fast path (:meth:`~toolbreaker.core.breaker.receipt.Replay.feed_trace`: plain lines
+fast path (:meth:`~toolbreaker.core._breaker.receipt.Replay.feed_trace`: plain lines
 skip the JSON decoder and ``plain_step()`` decides them without building a record), so a
 candidate costs about one ``replay --summary``. What it keeps per dependency: remote
 attempts, whether a recorded outcome failed, the rejections, its first and last instants
 and the records that changed its phase. The opens, time open, half-open episodes and
-reopens are :func:`~toolbreaker.tuning._signals.calibrate`'s, fed those records
+reopens are :func:`~toolbreaker._tuning._signals.calibrate`'s, fed those records
 between a marker of each dependency's first instant and one of its last: of everything
 calibrate computes, those four depend on nothing else.
 """
@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from toolbreaker.core.breaker.machine import record_flags
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.sheet import PolicySheet
-from toolbreaker.core.breaker.state import (
+from toolbreaker._replaying import StreamingReplay
+from toolbreaker._tuning._signals import Signals, calibrate
+from toolbreaker.core._breaker.machine import record_flags
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.sheet import PolicySheet
+from toolbreaker.core._breaker.state import (
     FAILED_OUTCOMES,
     BreakerState,
     Event,
@@ -26,8 +28,6 @@ from toolbreaker.core.breaker.state import (
     changed_phase,
     phase_changed,
 )
-from toolbreaker.replaying import StreamingReplay
-from toolbreaker.tuning._signals import Signals, calibrate
 
 __all__ = ["TuneReplay"]
 

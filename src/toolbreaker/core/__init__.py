@@ -1,92 +1,39 @@
 """The pure core: two machines that decide everything, and nothing else.
 
-- :mod:`toolbreaker.core.breaker`: may this dependency be called? Policies, states,
-  ``apply()``, receipts and traces.
-- :mod:`toolbreaker.core.run`: may this run take its next action? Budgets, fingerprints,
-  secret masking and the run's ``apply()``.
+The breaker machine decides whether a dependency may be called (policies, states,
+``apply()``, receipts and traces); the run machine whether a run may take its next action
+(budgets, fingerprints, secret masking and the run's ``apply()``). Their modules are
+private (``core/_breaker/``, ``core/_run/``).
 
 Nothing in this package reads a clock, does I/O (beyond loading files it is asked to
-load), takes a lock or keeps a global. Time arrives inside events. This module
-re-exports the breaker machine's names, with the predicates a listener of your own
-needs instead of comparing phases: :func:`opened` (did this record open the breaker),
-:func:`changed_phase` (is the breaker in another phase after the record) and
-:func:`rejects_callers` (are callers refused now, shadow mode and forced states included).
+load), takes a lock or keeps a global. Time arrives inside events. This module exports
+what a user replays or drives by hand: a :class:`BreakerState`, the :class:`Event` it is
+fed and :func:`apply`; :func:`replay` and :func:`diff` of whole traces, read with
+:func:`read_trace`; and the predicates a listener of your own asks instead of comparing
+phases: :func:`opened` (did this record open the breaker), :func:`changed_phase` (is the
+breaker in another phase after the record) and :func:`rejects_callers` (are callers
+refused now, shadow mode and forced states included). The policy and the transition
+record are :class:`toolbreaker.Policy` and :class:`toolbreaker.Transition`.
 """
 
 from toolbreaker._lazy import exports as _exports
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
-    from toolbreaker.core.breaker.machine import apply, step
-    from toolbreaker.core.breaker.policy import Policy
-    from toolbreaker.core.breaker.predicates import (
-        admission,
-        due_expiry,
-        idle_rejection,
-        is_evictable,
-        is_quiet,
-        rejects_callers,
-        retry_after_ms,
-    )
-    from toolbreaker.core.breaker.receipt import (
-        RECEIPT_SCHEMA,
-        Replay,
-        diff,
-        dump_receipt,
-        load_receipt,
-        replay,
-        summarise,
-    )
-    from toolbreaker.core.breaker.state import (
-        CLOSED,
-        HALF_OPEN,
-        OPEN,
-        BreakerState,
-        Event,
-        Lease,
-        Transition,
-        changed_phase,
-        opened,
-    )
-    from toolbreaker.core.breaker.trace import parse_event, parse_lines, read_trace
-    from toolbreaker.core.canonical import canonical_json, sha256_hex
+    from toolbreaker.core._breaker.machine import apply
+    from toolbreaker.core._breaker.predicates import rejects_callers
+    from toolbreaker.core._breaker.receipt import Replay, diff, replay
+    from toolbreaker.core._breaker.state import BreakerState, Event, changed_phase, opened
+    from toolbreaker.core._breaker.trace import read_trace
 
 #: Where each re-exported name lives, imported when first used (PEP 562); the imports
 #: above are the same list, for type checkers and editors.
 _HOMES: dict[str, tuple[str, ...]] = {
-    "toolbreaker.core.breaker.machine": ("apply", "step"),
-    "toolbreaker.core.breaker.policy": ("Policy",),
-    "toolbreaker.core.breaker.predicates": (
-        "admission",
-        "due_expiry",
-        "idle_rejection",
-        "is_evictable",
-        "is_quiet",
-        "rejects_callers",
-        "retry_after_ms",
-    ),
-    "toolbreaker.core.breaker.receipt": (
-        "RECEIPT_SCHEMA",
-        "Replay",
-        "diff",
-        "dump_receipt",
-        "load_receipt",
-        "replay",
-        "summarise",
-    ),
-    "toolbreaker.core.breaker.state": (
-        "CLOSED",
-        "HALF_OPEN",
-        "OPEN",
-        "BreakerState",
-        "Event",
-        "Lease",
-        "Transition",
-        "changed_phase",
-        "opened",
-    ),
-    "toolbreaker.core.breaker.trace": ("parse_event", "parse_lines", "read_trace"),
-    "toolbreaker.core.canonical": ("canonical_json", "sha256_hex"),
+    "toolbreaker.core._breaker.machine": ("apply",),
+    "toolbreaker.core._breaker.predicates": ("rejects_callers",),
+    "toolbreaker.core._breaker.receipt": ("Replay", "diff", "replay"),
+    "toolbreaker.core._breaker.state": ("BreakerState", "Event", "changed_phase", "opened"),
+    "toolbreaker.core._breaker.trace": ("read_trace",),
 }
 
 if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any name
@@ -94,35 +41,14 @@ if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any nam
 del TYPE_CHECKING
 
 __all__ = [
-    "CLOSED",
-    "HALF_OPEN",
-    "OPEN",
-    "RECEIPT_SCHEMA",
     "BreakerState",
     "Event",
-    "Lease",
-    "Policy",
     "Replay",
-    "Transition",
-    "admission",
     "apply",
-    "canonical_json",
     "changed_phase",
     "diff",
-    "due_expiry",
-    "dump_receipt",
-    "idle_rejection",
-    "is_evictable",
-    "is_quiet",
-    "load_receipt",
     "opened",
-    "parse_event",
-    "parse_lines",
     "read_trace",
     "rejects_callers",
     "replay",
-    "retry_after_ms",
-    "sha256_hex",
-    "step",
-    "summarise",
 ]

@@ -1,7 +1,7 @@
 """Recorded runs from what users already have: traces, message histories, trajectories.
 
 ``toolbreaker check-run`` replays a recorded run (JSON Lines of tool calls and model
-steps, :mod:`toolbreaker.runtime.run._recorded_step`) through a live run guard. This
+steps, :mod:`toolbreaker.runtime._run._recorded_step`) through a live run guard. This
 package converts what agents and their frameworks already write into that format::
 
     from toolbreaker.importing import import_runs
@@ -39,26 +39,18 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from toolbreaker.core.files import loads_json, read_text
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._files import loads_json, read_text
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.errors import TraceError
-from toolbreaker.importing._common import ImportedRun, Outcome, RunBuilder
+from toolbreaker.importing._common import ImportedRun
 from toolbreaker.importing._langchain import read_langchain
 from toolbreaker.importing._openai_agents import read_openai_agents
 from toolbreaker.importing._otel import read_otel
 from toolbreaker.importing._swe import read_mini_swe_agent, read_swe_agent, resolved_ids
-from toolbreaker.importing._tau import RISKS as TAU_BENCH_RISKS
 from toolbreaker.importing._tau import read_tau_bench
 
 __all__ = [
-    "FORMATS",
-    "TAU_BENCH_RISKS",
-    "ImportedRun",
-    "Outcome",
-    "RunBuilder",
     "import_runs",
-    "judged",
-    "read_resolved",
 ]
 
 #: A reader of one decoded document: the runs it holds.
@@ -94,7 +86,7 @@ def import_runs(
         path: the file.
         risks: risk classes by tool name, for tools the source does not describe (every
             other tool is a ``read``; tau-bench's tools have theirs,
-            :data:`TAU_BENCH_RISKS`, which these override).
+            ``toolbreaker.importing._tau.RISKS``, which these override).
         trim: keep result strings longer than this many characters as their digest,
             length, head and tail (equal results stay equal; see
             :mod:`toolbreaker.importing._common`); ``None`` keeps them whole.

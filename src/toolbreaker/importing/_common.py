@@ -4,13 +4,13 @@ An importer turns a decoded file into :class:`ImportedRun` values through a
 :class:`RunBuilder`: one call a tool step, one call a model step. The builder keeps the
 clock monotonic (a step that would go back in time is put at the step before it, with a
 warning), writes each line in the recorded-run format and checks it against that format
-(:func:`~toolbreaker.runtime.run._recorded_step.parse_step`), so an importer cannot write
+(:func:`~toolbreaker.runtime._run._recorded_step.parse_step`), so an importer cannot write
 a line ``check-run`` would refuse. What a source holds that the format cannot say is a
 warning, counted once per kind.
 
 Trimming (``trim``): a string in a result longer than ``trim`` characters becomes
 ``{"digest", "length", "head", "tail"}``: the core's
-:func:`~toolbreaker.core.run.fingerprint.evidence` of the whole string, its length and
+:func:`~toolbreaker.core._run.fingerprint.evidence` of the whole string, its length and
 its first and last ``trim // 2`` characters. Two results of a run are the same evidence
 after trimming exactly when they were before: within a run, every string with one digest
 takes the form of its first occurrence (a later one equal to it only after the
@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Final, Literal
 
-from toolbreaker.core.files import shown
-from toolbreaker.core.run.budget import WRITES, RiskClass
-from toolbreaker.core.run.fingerprint import evidence
+from toolbreaker.core._files import shown
+from toolbreaker.core._run.budget import WRITES, RiskClass
+from toolbreaker.core._run.fingerprint import evidence
 from toolbreaker.errors import TraceError
-from toolbreaker.runtime.run._recorded_step import outcome_for, parse_step
+from toolbreaker.runtime._run._recorded_step import outcome_for, parse_step
 
 __all__ = [
     "UNNAMED",
@@ -128,7 +128,7 @@ class RunBuilder:
         """A tool call, as it ended.
 
         ``error`` (the classifier's class) when it failed: its outcome is the one that
-        class has (:func:`~toolbreaker.runtime.run._recorded_step.outcome_for`);
+        class has (:func:`~toolbreaker.runtime._run._recorded_step.outcome_for`);
         ``unknown``: a write whose outcome is unknown for no class (its verification
         failed); else it returned ``result`` (``result_error``: what failure the result
         reports).

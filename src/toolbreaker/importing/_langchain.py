@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.importing._common import ImportedRun, RunBuilder, decoded
 
 __all__ = ["read_langchain"]

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.importing._common import UNNAMED, ImportedRun, RunBuilder, decoded
 
 __all__ = ["read_openai_agents"]

@@ -12,7 +12,7 @@ its first span. Span ids and times may be in either of OTLP JSON's spellings.
   as returning nothing, each with a warning;
 - a tool span whose status is ``ERROR`` failed: its ``error.type`` (an exception's type
   name, or an HTTP status) is read as the classifier reads that class
-  (:func:`~toolbreaker.runtime.run._recorded_step.error_of_type`); ``tool_error`` is a
+  (:func:`~toolbreaker.runtime._run._recorded_step.error_of_type`); ``tool_error`` is a
   result that reports a failure; without ``error.type`` the class is
   ``unknown-exception:Exception``. toolbreaker's own tool spans say more: a call
   ``toolbreaker.rejected``, cancelled or answered from the journal never ran and is left
@@ -29,9 +29,9 @@ import base64
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.importing._common import UNNAMED, ImportedRun, RunBuilder, decoded, obj
-from toolbreaker.runtime.run._recorded_step import error_of_type
+from toolbreaker.runtime._run._recorded_step import error_of_type
 
 __all__ = ["read_otel"]
 

@@ -38,7 +38,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.importing._common import ImportedRun, RunBuilder, as_cost, field, obj
 
 __all__ = ["read_mini_swe_agent", "read_swe_agent", "resolved_ids"]

@@ -26,7 +26,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.run.budget import RiskClass
+from toolbreaker.core._run.budget import RiskClass
 from toolbreaker.importing._common import ImportedRun, RunBuilder, field
 
 __all__ = ["RISKS", "read_tau_bench"]

@@ -64,14 +64,16 @@ from contextvars import ContextVar, Token
 from typing import Any, Final
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import Transition, changed_phase
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.state import Transition, changed_phase
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import ToolReportedError
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._attach import Attachment, Target
 from toolbreaker.runtime._step import Step, StepStart
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._attach import Attachment, Target
 
-__all__ = ["REJECTED", "instrument"]
+__all__ = [
+    "instrument",
+]
 
 #: ``error.type`` of a call rejected locally: the tool never ran.
 REJECTED: Final = "toolbreaker.rejected"

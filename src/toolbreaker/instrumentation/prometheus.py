@@ -26,17 +26,20 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.state import PHASES
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.state import PHASES
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.runtime.fleet._attach import Target, breakers_of
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime._fleet._attach import Target, breakers_of
+from toolbreaker.runtime._run._guard import RunGuard
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
     from prometheus_client.registry import CollectorRegistry
 
-__all__ = ["BreakerCollector", "DeferredCollector", "register", "register_guards"]
+__all__ = [
+    "register",
+    "register_guards",
+]
 
 _LABELS = ("dependency", "operation", "tool")
 #: The most tool labels a :class:`DeferredCollector` keeps; later ones count as ``other``.
@@ -47,7 +50,7 @@ class BreakerCollector:
     """A Prometheus collector for every breaker of a :class:`~toolbreaker.Registry`.
 
     ``registry`` may also be a run guard (its tools' breakers), a breaker or breakers;
-    the breakers are read at each scrape (:func:`~toolbreaker.runtime.breakers_of`), so
+    the breakers are read at each scrape (``breakers_of``), so
     breakers made later are exported too. A scoped row is one series per metric: its
     counters are the sum over its tenants' breakers, the ones it has forgotten included
     (:meth:`~toolbreaker.Breaker.family_stats`), so they never go back.

@@ -15,7 +15,7 @@ URL: ``memory://NAME`` (one process), ``sqlite:///path/events.db`` (processes of
 
 The record of a shared breaker's transitions is its store's history, not the stream: a
 shared store (SQLite, Redis, PostgreSQL) appends the same ``transition`` entries in the
-step that writes the state, in the store's order (:mod:`toolbreaker.core.breaker.history`),
+step that writes the state, in the store's order (:mod:`toolbreaker.core._breaker.history`),
 and ``toolbreaker export`` takes a breaker's transitions from there when the URL names its
 store. The stream is where run stops, notices, the tool, fallback and failure class, and
 the breakers of a ``MemoryStore`` are.
@@ -68,36 +68,24 @@ from typing import Any, Final, Protocol
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from toolbreaker._extras import require
-from toolbreaker.core.breaker.history import (
+from toolbreaker.core._breaker.history import (
     STREAM_SCHEMA,
-    record_of,
     transition_entry,
-    wall_of,
 )
-from toolbreaker.core.breaker.state import OUTCOME_TYPES, Transition, changed_phase
-from toolbreaker.core.canonical import canonical_json
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.state import OUTCOME_TYPES, Transition, changed_phase
+from toolbreaker.core._canonical import canonical_json
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._attach import Attachment, Target
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._attach import Attachment, Target
-from toolbreaker.runtime.run._guard import RunGuard, StopPacket
+from toolbreaker.runtime._run._guard import RunGuard, StopPacket
 
 __all__ = [
-    "STREAM_SCHEMA",
-    "EventStream",
-    "MemoryStream",
-    "PostgresStream",
-    "RedisStream",
-    "SQLiteStream",
     "StreamPublisher",
-    "instructions_version",
     "iter_entries",
-    "masked_url",
     "open_stream",
-    "record_of",
-    "wall_of",
 ]
 
 _DEFAULT_KEEP: Final = 100_000
@@ -261,7 +249,7 @@ def _new_stream(path: str) -> sqlite3.Connection:
 
 def _existing_stream(path: str) -> sqlite3.Connection:
     """A connection to the stream in the file ``path``, which must hold one already."""
-    from toolbreaker.stores.sqlite import connect_existing
+    from toolbreaker.stores._sqlite import connect_existing
 
     try:
         db = connect_existing(path)

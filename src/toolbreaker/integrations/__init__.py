@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from toolbreaker._extras import require
-from toolbreaker.runtime._log import hook_failed
+from toolbreaker.integrations._kit import hook_failed
 
 if TYPE_CHECKING:
-    from toolbreaker.runtime.run._guard import RunGuard
+    from toolbreaker.integrations._kit import RunGuard
 
-__all__ = ["count_usage", "require"]
+__all__ = []
 
 
 def count_usage(

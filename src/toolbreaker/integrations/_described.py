@@ -21,14 +21,21 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from toolbreaker.core.files import shown
-from toolbreaker.core.run._values import Risk, check_risk
 from toolbreaker.errors import PolicyError, RowNotFound
-from toolbreaker.runtime.breaker._boundary import BREAKER_OPTIONS, check_seconds
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import GuardedTool, RunGuard
-from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS, guarded_tool, not_callable
+from toolbreaker.integrations._kit import (
+    BREAKER_OPTIONS,
+    GUARDED_TOOL_OPTIONS,
+    Breaker,
+    GuardedTool,
+    Registry,
+    Risk,
+    RunGuard,
+    check_risk,
+    check_seconds,
+    guarded_tool,
+    not_callable,
+    shown,
+)
 
 __all__ = [
     "METADATA_FIELDS",
@@ -207,7 +214,7 @@ def tool_breaker(
         tool: the tool's name.
         dependency: the dependency the adapter's options name, if any.
         operation: the operation they name (``None`` or ``default``: none).
-        options: breaker options (:class:`~toolbreaker.runtime.BreakerOptions`).
+        options: breaker options (``BreakerOptions``).
         where: how errors name the tool's options (``tools.check_stock``).
 
     Raises:

@@ -28,9 +28,7 @@ from langgraph.types import Command
 
 from toolbreaker.errors import NotSent
 from toolbreaker.integrations import count_usage
-from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime.run._guard import RunGuard, StopPacket
-from toolbreaker.runtime.run._siblings import SiblingOutcome
+from toolbreaker.integrations._kit import RunGuard, SiblingOutcome, StopPacket, hook_failed
 
 __all__ = [
     "STOP_KEY",
@@ -50,8 +48,8 @@ __all__ = [
     "with_system_line",
 ]
 
-#: The state key (and ``additional_kwargs`` key) that carries the stop packet dict.
 STOP_KEY: Final = "toolbreaker_stop"
+"""The state key (and ``additional_kwargs`` key) that carries the stop packet dict."""
 #: The state key (and ``additional_kwargs`` key) that carries the last turn's outcome
 #: (``SiblingOutcome.to_result()``) when the run stopped.
 TURN_KEY: Final = "toolbreaker_turn"
@@ -189,7 +187,7 @@ def settles_with(exc: BaseException) -> BaseException:
     """What the step settles with when the handler raised.
 
     A LangGraph interrupt (``GraphBubbleUp``: a human-in-the-loop pause) settles as
-    :class:`~toolbreaker.NotSent`: LangGraph runs the tool again from its start on resume,
+    :class:`~toolbreaker.errors.NotSent`: LangGraph runs the tool again from its start on resume,
     with the same idempotency key, so a write is not uncertain.
     """
     if isinstance(exc, GraphBubbleUp):

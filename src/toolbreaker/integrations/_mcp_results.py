@@ -10,7 +10,7 @@
   that refusal as :class:`MalformedResult`, a bad gateway (502): a failure of the tool
   that counts against its breaker, and, for a write, an unknown outcome (the server
   answered, so it may have made the write; see
-  :func:`toolbreaker.runtime.may_have_committed`). A tool that declares no output schema
+  ``may_have_committed``). A tool that declares no output schema
   is never judged so; pass ``classify_result`` to judge its results yourself.
 
 Imported by :mod:`toolbreaker.integrations.mcp` after it checked the ``mcp`` extra.

@@ -7,7 +7,7 @@ handle only for a client that declares the extension with a result claim:
 :class:`TasksExtension` is that claim. Its resolver hands the handle over to the proxy
 (:func:`task_of`), which keeps the call open, polls the task (:func:`await_task`) and
 settles the call by the task's final status (the decision is the core's
-:func:`toolbreaker.core.run.rounds.task_outcome`).
+:func:`toolbreaker.core._run.rounds.task_outcome`).
 
 Imported by :mod:`toolbreaker.integrations.mcp` after it checked the ``mcp`` extra.
 """
@@ -32,8 +32,8 @@ from mcp.types import (
 )
 from pydantic import ValidationError
 
-from toolbreaker.core.run.rounds import task_outcome
 from toolbreaker.errors import ToolbreakerError, ToolReportedError
+from toolbreaker.integrations._kit import task_outcome
 
 __all__ = [
     "TASKS_EXTENSION",
@@ -64,7 +64,7 @@ class TaskHandle(Result):
     """A task handle: the server's answer to a call it runs as a task (``CreateTaskResult``).
 
     ``status`` is kept as the server sent it (a status this version does not know is
-    judged by :func:`~toolbreaker.core.run.rounds.task_outcome`: unknown, fail closed).
+    judged by :func:`~toolbreaker.core._run.rounds.task_outcome`: unknown, fail closed).
     """
 
     result_type: Literal["task"] = "task"

@@ -72,7 +72,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from toolbreaker.integrations import require
+from toolbreaker._extras import require
 from toolbreaker.integrations._described import check_adapter
 
 require("crewai", "crewai")
@@ -92,21 +92,21 @@ from crewai.hooks import (  # noqa: E402
 )
 
 from toolbreaker.errors import NotSent, PolicyError  # noqa: E402
-from toolbreaker.runtime._packet import StopPacket  # noqa: E402
-from toolbreaker.runtime._step import Step, ToolType, idempotency_key  # noqa: E402
-from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime.run._guard import (  # noqa: E402
+from toolbreaker.integrations._kit import (  # noqa: E402
+    CancelledByPolicy,
     GuardedTool,
+    Registry,
     RunGuard,
+    SiblingOutcome,
+    Step,
+    StopPacket,
+    ToolType,
+    idempotency_key,
 )
-from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = [
-    "Protection",
-    "RunStop",
     "arun_stop",
     "idempotency_key",
-    "llm_usage",
     "protect",
     "run_stop",
 ]

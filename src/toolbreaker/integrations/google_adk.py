@@ -56,8 +56,9 @@ import itertools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, TypeAlias
 
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations import count_usage
 
 require("google.adk", "google-adk")
 
@@ -73,33 +74,27 @@ from google.adk.tools.tool_context import ToolContext  # noqa: E402
 from google.genai import types  # noqa: E402
 
 from toolbreaker.integrations._described import (  # noqa: E402
-    TOOL_METADATA_KEY,
     check_adapter,
     described,
     tool_metadata,
     without_key_argument,
 )
-from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE  # noqa: E402
-from toolbreaker.runtime._step import Step, ToolType  # noqa: E402
-from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime.run._guard import (  # noqa: E402
+from toolbreaker.integrations._kit import (  # noqa: E402
+    SYSTEM_PROMPT_LINE,
+    CancelledByPolicy,
     GuardedTool,
+    Registry,
     RunGuard,
+    SiblingOutcome,
+    Step,
     StopPacket,
+    ToolType,
     key_argument,
 )
-from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = [
-    "PLUGIN_NAME",
-    "STOP_KEY",
-    "TOOL_METADATA_KEY",
-    "TURN_KEY",
-    "ModelUsage",
     "ToolbreakerPlugin",
-    "model_usage",
     "stop_of",
-    "stop_response",
     "tool_metadata",
 ]
 

@@ -34,23 +34,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final, Literal
 
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import require
 from toolbreaker.integrations._described import check_adapter
-from toolbreaker.runtime import Breaker, Permit, Registry, Rejection, Verdict, classify_status
+from toolbreaker.integrations._kit import Breaker, Registry, Verdict
+from toolbreaker.runtime import Permit, Rejection, classify_status
 
 require("httpx", "httpx")
 
 import httpx  # noqa: E402 - after require(), which words the missing-extra error
 
 __all__ = [
-    "REJECTED_HEADER",
     "AsyncBreakerTransport",
     "BreakerTransport",
-    "KeyFunction",
-    "OnReject",
-    "classify_response",
-    "host_key",
 ]
 
 #: Maps a request to its breaker: a dependency name, or ``(dependency, operation)``.

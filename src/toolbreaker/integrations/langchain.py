@@ -75,23 +75,26 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
-from toolbreaker.core.run.budget import Budget
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError, ToolReportedError
-from toolbreaker.integrations import require
-from toolbreaker.runtime._result import hidden_tools_line, system_prompt_line
-from toolbreaker.runtime._step import Step, idempotency_key
-from toolbreaker.runtime.breaker._boundary import BREAKER_TOOL_OPTIONS, BreakerToolOptions
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import (
+from toolbreaker.integrations._kit import (
+    BREAKER_TOOL_OPTIONS,
+    Breaker,
+    BreakerToolOptions,
+    Budget,
+    CancelledByPolicy,
     GuardedTool,
     GuardToolOptions,
+    Journal,
+    MemoryStore,
+    Registry,
     RunGuard,
+    Step,
     StopPacket,
+    hidden_tools_line,
+    idempotency_key,
+    system_prompt_line,
 )
-from toolbreaker.runtime.run._siblings import CancelledByPolicy
-from toolbreaker.stores._protocol import Journal
-from toolbreaker.stores.memory import MemoryStore
 
 try:
     from langchain.agents.middleware import (
@@ -117,7 +120,6 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 from toolbreaker.integrations._described import check_adapter, guard_options, tool_breaker
 from toolbreaker.integrations._langchain_messages import (
     STOP_KEY,
-    TURN_KEY,
     answer_message,
     call_id_of,
     content_text,
@@ -136,13 +138,8 @@ from toolbreaker.integrations._langchain_messages import (
 
 __all__ = [
     "STOP_KEY",
-    "TURN_KEY",
-    "ToolError",
-    "ToolOptions",
     "ToolbreakerMiddleware",
-    "ToolbreakerState",
     "idempotency_key",
-    "stop_message",
 ]
 
 _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
@@ -157,7 +154,7 @@ class ToolOptions(BreakerToolOptions, GuardToolOptions, total=False):
 
     Which breaker: ``breaker`` (a ready one), else ``registry.get(dependency,
     operation)`` (``dependency`` defaults to the tool name), else a sheet row whose
-    ``tool`` is the tool name. Breaker options (:class:`~toolbreaker.runtime.BreakerToolOptions`)
+    ``tool`` is the tool name. Breaker options (``BreakerToolOptions``)
     apply when the registry creates the breaker: ``policy``, ``timeout``, ``enforce``,
     ``retryable``, ``fallback``, ``fallback_note``, ``owner``, ``instructions``, ``scope``,
     ``max_scopes``, ``retry`` (its budget counts the model's re-calls),

@@ -34,11 +34,11 @@ An attempt the breaker rejects is never sent. The adapter raises the rejection
 LiteLLM, whose own loop treats it as that attempt's failure: a retry picks another
 deployment of the group where there is one, and the ``fallbacks`` chain moves on to the
 next model group. When every attempt of a call was rejected, the caller gets
-:class:`~toolbreaker.DeploymentsUnavailable` (``.deployments``: each breaker and its
+:class:`~toolbreaker.errors.DeploymentsUnavailable` (``.deployments``: each breaker and its
 wait; ``.result``: what a model may read, built by
 :func:`~toolbreaker.runtime._result.deployments_unavailable_result`).
 
-What counts (the breaker's classifier, :func:`toolbreaker.runtime.classify_exception`,
+What counts (the breaker's classifier, :func:`toolbreaker.classify_exception`,
 on LiteLLM's exceptions): 429, 5xx, timeouts (LiteLLM's ``Timeout``) and connection
 errors count against the deployment, with a ``Retry-After`` going into the core; a 400
 (a bad request, a context window exceeded, a content policy) and every other 4xx never
@@ -73,14 +73,19 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from toolbreaker._extras import require
 from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, PolicyError, RunStopped
-from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter
-from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime._result import deployments_unavailable_result
-from toolbreaker.runtime.breaker._breaker import Breaker, Permit, Rejection
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.integrations._kit import (
+    Breaker,
+    Permit,
+    Registry,
+    Rejection,
+    RunGuard,
+    deployments_unavailable_result,
+    hook_failed,
+)
 
 require("litellm", "litellm")
 
@@ -90,13 +95,7 @@ from litellm.router_config import build_router_config  # noqa: E402
 from litellm.router_python_host import PythonHost  # noqa: E402
 
 __all__ = [
-    "OPERATION",
-    "BreakerHost",
     "GuardedRouter",
-    "KeyFunction",
-    "RunStopped",
-    "deployment_key",
-    "usage_of",
 ]
 
 #: The operation class of every deployment's breaker.

@@ -60,16 +60,23 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError, ToolReportedError
-from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter, tool_breaker
-from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE
-from toolbreaker.runtime._step import Step, idempotency_key
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, StopPacket
-from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome
+from toolbreaker.integrations._kit import (
+    SYSTEM_PROMPT_LINE,
+    Breaker,
+    CancelledByPolicy,
+    GuardedTool,
+    Registry,
+    RunGuard,
+    SiblingOutcome,
+    Step,
+    StopPacket,
+    hook_failed,
+    idempotency_key,
+)
 
 require("llama_index.core", "llama-index")
 
@@ -94,16 +101,9 @@ from llama_index.core.instrumentation.events.llm import LLMChatEndEvent  # noqa:
 from llama_index.core.tools import FunctionTool, ToolOutput  # noqa: E402
 
 __all__ = [
-    "STOP_KEY",
-    "TURN_KEY",
-    "ProtectedTool",
-    "RunStop",
-    "ToolError",
     "arun_stop",
     "idempotency_key",
-    "llm_usage",
     "protect",
-    "protect_tool",
     "run_stop",
 ]
 

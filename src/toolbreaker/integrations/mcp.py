@@ -24,7 +24,7 @@ Beside them, one *transport* breaker per server, shared by all of its tools: the
 server's own row (``registry.get(server, "default")``, key ``"catalog"``, configured by
 a ``[catalog.default]`` sheet row, whose ``timeout_ms`` is also the deadline of tools
 without one). It counts only what shows the server itself is gone, by the core's rule
-(:mod:`toolbreaker.core.breaker.transport`): any JSON-RPC response (a result,
+(:mod:`toolbreaker.core._breaker.transport`): any JSON-RPC response (a result,
 ``is_error`` or not, or a protocol error) is a success, so a tool's error never trips it;
 a lost connection or a dead process is a failure. A timeout is one tool's slowness until
 the server proves otherwise: the proxy then sends a liveness ping (``ping``; on the
@@ -33,7 +33,7 @@ the server proves otherwise: the proxy then sends a liveness ping (``ping``; on 
 counts against the server. A dead server is learned once: once its breaker is open
 every tool of the server is rejected locally, without a round trip, with the
 tool-unavailable result naming the server
-(:func:`~toolbreaker.runtime.server_unavailable_result`); after the cooldown one call
+(``server_unavailable_result``); after the cooldown one call
 probes it under the core's probe lease. A tool whose ``key`` is the server's own row (one
 breaker per server) has no second breaker. Pass ``server_breaker=False`` to leave it out.
 
@@ -64,7 +64,7 @@ What counts
 Rounds and tasks
 ----------------
 The 2026-07-28 revision's answers that are not a call's outcome (the core decides what
-each is: :mod:`toolbreaker.core.run.rounds`):
+each is: :mod:`toolbreaker.core._run.rounds`):
 
 - an ``input_required`` round counts as nothing (no success, no failure, no repeat): one
   call spans its rounds, with one run-guard step and the breakers' permits (a probe's
@@ -115,32 +115,33 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, Final, TypeAlias, TypedDict, cast
 
-from toolbreaker.core.breaker.transport import (
-    CallEnd,
-    CheckEnd,
-    needs_liveness_check,
-    transport_outcome,
-)
-from toolbreaker.core.run._values import Risk
-from toolbreaker.core.run.budget import RiskClass, Stop
-from toolbreaker.core.run.rounds import answer_kind
+from toolbreaker._extras import require
 from toolbreaker.errors import CircuitOpen, PolicyError
-from toolbreaker.integrations import require
 from toolbreaker.integrations._described import check_adapter
-from toolbreaker.runtime import (
+from toolbreaker.integrations._kit import (
     ActionRequest,
     Breaker,
     BreakerOptions,
+    CallEnd,
+    CheckEnd,
     GuardedTool,
-    Permit,
     Registry,
-    Rejection,
+    Risk,
+    RiskClass,
     RunGuard,
+    Stop,
+    answer_kind,
+    needs_liveness_check,
+    server_unavailable_result,
+    transport_outcome,
+)
+from toolbreaker.runtime import (
+    Permit,
+    Rejection,
     Step,
     StopPacket,
     ToolType,
     hidden_tools_line,
-    server_unavailable_result,
 )
 
 require("mcp", "mcp")
@@ -167,12 +168,9 @@ from toolbreaker.integrations._mcp_results import (  # noqa: E402
     result_error,
 )
 from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
-    TASK_META_KEY,
-    TASKS_EXTENSION,
     RoundsAbandoned,
     TaskFailedError,
     TaskOutcomeUnknown,
-    TasksExtension,
     await_task,
     result_type_of,
     rounds_key,
@@ -180,23 +178,13 @@ from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
 )
 
 __all__ = [
-    "ANSWER_META_KEY",
-    "BACKSTOP_GRACE",
-    "DEFAULT_PING_TIMEOUT",
-    "DEFAULT_TASK_TIMEOUT",
     "IDEMPOTENCY_META_KEY",
-    "STOP_PACKET_META_KEY",
-    "TASKS_EXTENSION",
-    "TASK_META_KEY",
     "GuardedClient",
     "MalformedResult",
     "RoundsAbandoned",
     "TaskFailedError",
     "TaskOutcomeUnknown",
-    "TasksExtension",
     "ToolResultError",
-    "result_error",
-    "risk_from_annotations",
 ]
 
 #: Seconds after the deadline at which the backstop cancels a call the SDK's read timeout
@@ -206,8 +194,8 @@ BACKSTOP_GRACE: Final = 0.1
 DEFAULT_PING_TIMEOUT: Final = 1.0
 #: Seconds a call accepted as a task waits for the task's outcome, by default.
 DEFAULT_TASK_TIMEOUT: Final = 600.0
-#: The request ``_meta`` key that carries a write's idempotency key.
 IDEMPOTENCY_META_KEY: Final = "toolbreaker/idempotency-key"
+"""The request ``_meta`` key that carries a write's idempotency key."""
 #: The result ``_meta`` key naming what a synthesized result is: ``tool_unavailable``,
 #: ``run_stopped``, ``writes_blocked``, ``outcome_unknown``, ``denied``, ``error`` or
 #: ``journal`` (a confirmed write answered from the run's journal).
@@ -634,7 +622,7 @@ class GuardedClient:
 
         Any response is a success (``failure`` is ``None``, or a protocol error); a lost
         connection is a failure; a timeout is judged by a liveness ping (see
-        :func:`~toolbreaker.core.breaker.transport.transport_outcome`); anything else (a
+        :func:`~toolbreaker.core._breaker.transport.transport_outcome`); anything else (a
         cancellation) is ignored. Returns the tool-unavailable result naming the server
         when this failure opened it.
         """

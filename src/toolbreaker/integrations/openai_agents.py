@@ -55,15 +55,21 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import count_usage, require
+from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter, tool_breaker
-from toolbreaker.runtime._result import hidden_tools_line
-from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import GuardedTool, RunGuard, key_argument, may_write
-from toolbreaker.runtime.run._siblings import CancelledByPolicy
+from toolbreaker.integrations._kit import (
+    Breaker,
+    CancelledByPolicy,
+    GuardedTool,
+    Registry,
+    RunGuard,
+    Step,
+    hidden_tools_line,
+    key_argument,
+    may_write,
+)
 
 require("agents", "openai-agents")
 
@@ -84,7 +90,10 @@ from agents.run_context import AgentHookContext  # noqa: E402 - see above
 from agents.tool import Tool  # noqa: E402 - see above
 from agents.tool_context import ToolContext  # noqa: E402 - see above
 
-__all__ = ["GUARDRAIL_NAME", "format_tool_error", "protect", "run_config"]
+__all__ = [
+    "protect",
+    "run_config",
+]
 
 #: The name of the tool input guardrail :func:`protect` adds to every tool it protects.
 GUARDRAIL_NAME: Final = "toolbreaker"

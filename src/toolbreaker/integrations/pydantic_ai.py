@@ -64,7 +64,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from typing import Any, Final, TypeAlias
 
-from toolbreaker.integrations import count_usage, require
+from toolbreaker._extras import require
+from toolbreaker.integrations import count_usage
 
 require("pydantic_ai", "pydantic-ai")
 
@@ -95,26 +96,25 @@ from pydantic_core import to_jsonable_python  # noqa: E402
 
 from toolbreaker.errors import PolicyError  # noqa: E402
 from toolbreaker.integrations._described import (  # noqa: E402
-    TOOL_METADATA_KEY,
     check_adapter,
     described,
     tool_metadata,
     without_key_argument,
 )
-from toolbreaker.runtime._result import SYSTEM_PROMPT_LINE, hidden_tools_line  # noqa: E402
-from toolbreaker.runtime.breaker._breaker import Breaker  # noqa: E402
-from toolbreaker.runtime.fleet._registry import Registry  # noqa: E402
-from toolbreaker.runtime.run._guard import (  # noqa: E402
+from toolbreaker.integrations._kit import (  # noqa: E402
+    SYSTEM_PROMPT_LINE,
+    Breaker,
+    CancelledByPolicy,
     GuardedTool,
+    Registry,
     RunGuard,
+    SiblingOutcome,
     StopPacket,
+    hidden_tools_line,
     key_argument,
 )
-from toolbreaker.runtime.run._siblings import CancelledByPolicy, SiblingOutcome  # noqa: E402
 
 __all__ = [
-    "TOOL_METADATA_KEY",
-    "RunStop",
     "ToolbreakerCapability",
     "arun_stop",
     "run_stop",

@@ -2,7 +2,7 @@
 
 Every record of the ``toolbreaker`` logger is masked once, by a filter on the logger, before
 any handler sees it: its message with its arguments, its traceback and its stack
-(:func:`~toolbreaker.core.run.redact.redact_text`). So no line can forget: a breaker named
+(:func:`~toolbreaker.core._run.redact.redact_text`). So no line can forget: a breaker named
 after a URL with a password, an exception text with a bearer token or an API key, a tool's
 name read from a framework, all show masked, whichever module logged them.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import traceback
 
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._run.redact import redact_text
 
 __all__ = ["hook_failed", "log"]
 

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from toolbreaker.core.run.redact import redact
+from toolbreaker.core._run.redact import redact
 from toolbreaker.errors import TurnReport
 
 __all__ = ["StopPacket"]

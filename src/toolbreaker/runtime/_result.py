@@ -18,7 +18,7 @@ fallback to use, and not to invent the data. The shapes, one builder each:
 - :func:`unknown_result`: a write's outcome is unknown (never replayed; reconcile);
 - :func:`stopped_result`: the run guard stopped the run, or blocks its writes;
 - :func:`journal_down_result`: the run journal cannot be reached, so no write is made;
-- the degradation matrix (:mod:`toolbreaker.core.degrade`), one builder per mode:
+- the degradation matrix (:mod:`toolbreaker.core._degrade`), one builder per mode:
   :func:`omitted_result`, :func:`stale_result`, :func:`degraded_result`,
   :func:`queued_result`, :func:`handoff_result` and :func:`dependency_stop_result`. Each
   carries ``"degradation": MODE`` and a ``user_message`` to show a person.
@@ -34,7 +34,7 @@ fallback to use, and not to invent the data. The shapes, one builder each:
   run, whatever its arguments: it is not called again in the run.
 
 Every text that may carry data from outside (exception messages, stop details) is masked
-with :func:`~toolbreaker.core.run.redact.redact_text` here, where it is built.
+with :func:`~toolbreaker.core._run.redact.redact_text` here, where it is built.
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ import string
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from toolbreaker.core.run.redact import redact, redact_text
+from toolbreaker.core._run.redact import redact, redact_text
 from toolbreaker.errors import PolicyError, whole_seconds
 
 if TYPE_CHECKING:
-    from toolbreaker.core.run.budget import Stop
+    from toolbreaker.core._run.budget import Stop
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",

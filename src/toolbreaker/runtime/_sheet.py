@@ -1,6 +1,6 @@
 """The boundary sheet: the one parser of its tables, units, defaults and unknown fields.
 
-A boundary sheet (see :mod:`toolbreaker.runtime.fleet._registry` for its shape) is read
+A boundary sheet (see :mod:`toolbreaker.runtime._fleet._registry` for its shape) is read
 here and nowhere else, and so is every option a row holds, from a sheet or from code:
 
 - **tables and fields**: :func:`table` and :func:`known` are the one check of a table's
@@ -9,7 +9,7 @@ here and nowhere else, and so is every option a row holds, from a sheet or from 
 - **units**: every duration of a sheet names its unit, milliseconds (:func:`named_units`
   turns ``timeout_ms`` into the seconds a row holds; the old spellings in seconds load
   with a note each, :func:`old_spelling_notes`); :func:`check_seconds` is the rule of a
-  deadline in seconds (:func:`toolbreaker.core.config.seconds` with a breaker's bound).
+  deadline in seconds (:func:`toolbreaker.core._config.seconds` with a breaker's bound).
 - **defaults**: ``[defaults]`` holds what every row inherits (:data:`DEFAULT_FIELDS`) and
   is checked as a row is: its deadline must fit its lease.
 - **a row's options**: :func:`row_values` checks and converts every option of one row
@@ -20,7 +20,7 @@ here and nowhere else, and so is every option a row holds, from a sheet or from 
   validated: what the registry is built from.
 
 Pure: it takes decoded tables; reading a file and locating an error at its line are
-:func:`toolbreaker.core.config.load_toml`'s (which the shells call with :func:`parse_sheet`).
+:func:`toolbreaker.core._config.load_toml`'s (which the shells call with :func:`parse_sheet`).
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from toolbreaker.core.breaker.policy import MAX_DURATION_MS, Policy
-from toolbreaker.core.breaker.sheet import MCP_TABLE
-from toolbreaker.core.config import seconds, where_in_source
-from toolbreaker.core.degrade import check_chain
-from toolbreaker.core.files import printable, shown
-from toolbreaker.core.retry import RetryPolicy
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._breaker.policy import MAX_DURATION_MS, Policy
+from toolbreaker.core._breaker.sheet import MCP_TABLE
+from toolbreaker.core._config import seconds, where_in_source
+from toolbreaker.core._degrade import check_chain
+from toolbreaker.core._files import printable, shown
+from toolbreaker.core._retry import RetryPolicy
+from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import PolicyError, ToolbreakerDeprecationWarning
 from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS, validate_template
 
@@ -570,7 +570,7 @@ def old_spelling_notes(old: OldSpellings) -> list[str]:
     """One line per old spelling met in a sheet load: where, and what to write instead.
 
     The first table that used it is located by file and line when a sheet file is being
-    built (:func:`~toolbreaker.core.config.where_in_source`); the others are named.
+    built (:func:`~toolbreaker.core._config.where_in_source`); the others are named.
     """
     notes = []
     for field, uses in old.items():
@@ -690,7 +690,7 @@ def parse_sheet(data: Mapping[str, Any]) -> Sheet:
 
     Raises:
         PolicyError: naming the field (``search.read.timeout_ms``); within
-            :func:`~toolbreaker.core.config.load_toml` it is located at its line.
+            :func:`~toolbreaker.core._config.load_toml` it is located at its line.
     """
     old: OldSpellings = {}
     written = table(data.get("defaults", {}), "defaults")

@@ -36,7 +36,7 @@ from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._sync_path import is_awaitable, not_awaited
 
 if TYPE_CHECKING:
-    from toolbreaker.core.run.machine import RunDecision
+    from toolbreaker.core._run.machine import RunDecision
 
 __all__ = [
     "TOOL_TYPES",
@@ -65,11 +65,12 @@ class _Owner(Protocol):
     async def _step_afailed(self, step: Step, exc: BaseException) -> Any: ...
 
 
-#: What kind of tool a call runs, in the words of the OpenTelemetry GenAI conventions
-#: (``gen_ai.tool.type``): ``function``, the application's own code runs it (a framework's
-#: function tool); ``extension``, it runs on the agent's side of an external API (an MCP
-#: server's tool); ``datastore``, it retrieves from a data store (a retriever).
 ToolType: TypeAlias = Literal["function", "extension", "datastore"]
+"""What kind of tool a call runs, in the words of the OpenTelemetry GenAI conventions
+(``gen_ai.tool.type``): ``function``, the application's own code runs it (a framework's
+function tool); ``extension``, it runs on the agent's side of an external API (an MCP
+server's tool); ``datastore``, it retrieves from a data store (a retriever).
+"""
 #: The values of :data:`ToolType`.
 TOOL_TYPES: Final = ("function", "extension", "datastore")
 

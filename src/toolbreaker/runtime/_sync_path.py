@@ -3,7 +3,7 @@
 A sync call (``breaker.call``, a ``guard``-ed sync function, ``step.succeeded``,
 ``RunGuard.call``) that gets an awaitable back ran nothing: the tool is a coroutine no
 one will await. Both shells ask :func:`is_awaitable` of what a sync call returned and
-raise :func:`not_awaited`'s :class:`~toolbreaker.AsyncCallError`, after settling the call
+raise :func:`not_awaited`'s :class:`~toolbreaker.errors.AsyncCallError`, after settling the call
 as :data:`NOT_AWAITED` (ignored: never a success, never a failure of the dependency).
 """
 

@@ -17,21 +17,21 @@ from toolbreaker._lazy import exports as _exports
 TYPE_CHECKING = False  # typing.TYPE_CHECKING, without importing typing
 if TYPE_CHECKING:
     from toolbreaker.stores._fallback import LocalFallback
-    from toolbreaker.stores._protocol import AsyncStore, Journal, Records, Store, View
-    from toolbreaker.stores.memory import MemoryStore
-    from toolbreaker.stores.postgres import PostgresStore
-    from toolbreaker.stores.redis import RedisStore
-    from toolbreaker.stores.sqlite import SQLiteStore
+    from toolbreaker.stores._memory import MemoryStore
+    from toolbreaker.stores._postgres import PostgresStore
+    from toolbreaker.stores._protocol import AsyncStore, Store
+    from toolbreaker.stores._redis._store import RedisStore
+    from toolbreaker.stores._sqlite import SQLiteStore
 
 #: Where each re-exported name lives, imported when first used (PEP 562); the imports
 #: above are the same list, for type checkers and editors.
 _HOMES: dict[str, tuple[str, ...]] = {
     "toolbreaker.stores._fallback": ("LocalFallback",),
-    "toolbreaker.stores._protocol": ("AsyncStore", "Journal", "Records", "Store", "View"),
-    "toolbreaker.stores.memory": ("MemoryStore",),
-    "toolbreaker.stores.postgres": ("PostgresStore",),
-    "toolbreaker.stores.redis": ("RedisStore",),
-    "toolbreaker.stores.sqlite": ("SQLiteStore",),
+    "toolbreaker.stores._memory": ("MemoryStore",),
+    "toolbreaker.stores._postgres": ("PostgresStore",),
+    "toolbreaker.stores._protocol": ("AsyncStore", "Store"),
+    "toolbreaker.stores._redis._store": ("RedisStore",),
+    "toolbreaker.stores._sqlite": ("SQLiteStore",),
 }
 
 if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any name
@@ -40,13 +40,10 @@ del TYPE_CHECKING
 
 __all__ = [
     "AsyncStore",
-    "Journal",
     "LocalFallback",
     "MemoryStore",
     "PostgresStore",
-    "Records",
     "RedisStore",
     "SQLiteStore",
     "Store",
-    "View",
 ]

@@ -23,9 +23,10 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.state import BreakerState, Event, Transition
 from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.stores._protocol import (
     Journal,
     Lease,
@@ -35,7 +36,6 @@ from toolbreaker.stores._protocol import (
     View,
     aapply,
 )
-from toolbreaker.stores.memory import MemoryStore
 
 __all__ = ["LocalFallback"]
 
@@ -190,15 +190,15 @@ class LocalFallback:
     def journal_put(
         self, task: str, key: str, entry: Mapping[str, Any], *, only_new: bool = False
     ) -> bool:
-        """The primary's :meth:`~toolbreaker.stores.Journal.journal_put`."""
+        """The primary's ``journal_put``."""
         return self._journal().journal_put(task, key, entry, only_new=only_new)
 
     def journal_get(self, task: str, key: str) -> dict[str, Any] | None:
-        """The primary's :meth:`~toolbreaker.stores.Journal.journal_get`."""
+        """The primary's ``journal_get``."""
         return self._journal().journal_get(task, key)
 
     def journal_entries(self, task: str) -> list[dict[str, Any]]:
-        """The primary's :meth:`~toolbreaker.stores.Journal.journal_entries`."""
+        """The primary's ``journal_entries``."""
         return self._journal().journal_entries(task)
 
     def journal_durable(self) -> bool:
@@ -209,21 +209,21 @@ class LocalFallback:
     # -- records never fall back either ----------------------------------------------------
 
     def record_get(self, space: str, key: str) -> tuple[dict[str, Any], int] | None:
-        """The primary's :meth:`~toolbreaker.stores.Records.record_get`."""
+        """The primary's ``record_get``."""
         return self._records().record_get(space, key)
 
     def record_put(
         self, space: str, key: str, value: Mapping[str, Any], *, version: int | None = None
     ) -> int | None:
-        """The primary's :meth:`~toolbreaker.stores.Records.record_put`."""
+        """The primary's ``record_put``."""
         return self._records().record_put(space, key, value, version=version)
 
     def record_delete(self, space: str, key: str, *, version: int | None = None) -> bool:
-        """The primary's :meth:`~toolbreaker.stores.Records.record_delete`."""
+        """The primary's ``record_delete``."""
         return self._records().record_delete(space, key, version=version)
 
     def record_list(self, space: str) -> list[tuple[str, dict[str, Any], int]]:
-        """The primary's :meth:`~toolbreaker.stores.Records.record_list`."""
+        """The primary's ``record_list``."""
         return self._records().record_list(space)
 
     # -- internals ----------------------------------------------------------------------

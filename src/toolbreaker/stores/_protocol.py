@@ -8,8 +8,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final, Protocol, runtime_checkable
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.state import BreakerState, Event, Transition
 
 __all__ = [
     "FOREVER",
@@ -76,7 +76,7 @@ class View:
 
     Shells read ``view.state`` without a lock or a round trip to decide whether the core
     has already declared the next request and success no-ops (see
-    :func:`toolbreaker.core.is_quiet`) or the next request a local rejection. ``None``
+    ``is_quiet``) or the next request a local rejection. ``None``
     means the view knows nothing: ask the store. A request is admitted on the view only
     while its ``lease`` holds (:class:`Lease`; :data:`FOREVER` for a process-local view).
 
@@ -139,7 +139,7 @@ class Journal(Protocol):
     Entries are JSON-ready dicts. Run guards write a ``pending`` entry before a write
     runs and ``confirmed`` (or ``unknown`` ...) after, so a resumed task skips what is
     confirmed and never repeats a write whose outcome is unknown; the statuses are the
-    write protocol's (:mod:`toolbreaker.core.run.protocol`). A write whose answer was
+    write protocol's (:mod:`toolbreaker.core._run.protocol`). A write whose answer was
     lost raises :class:`~toolbreaker.errors.StoreWriteUnknown`: it may have been made.
 
     The stores shipped here also answer ``journal_durable()``: whether a restart of the

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolbreaker.core.canonical import canonical_json
+from toolbreaker.core._canonical import canonical_json
 from toolbreaker.errors import RecordCorrupt
 from toolbreaker.stores._protocol import Records
 

@@ -22,7 +22,7 @@ certainly was not (no connection, a statement the server refused) raises a plain
 driver); :meth:`SharedStore._write_fault` builds the error.
 
 History: every apply that writes a new state appends its records' entries
-(:func:`~toolbreaker.core.breaker.history.history_texts`) to the store's history in the
+(:func:`~toolbreaker.core._breaker.history.history_texts`) to the store's history in the
 same atomic step, so the history is the store's order of a breaker's states, and fails
 or is unknown with the state write (there is no second failure path). The calls that
 change nothing are counted by the view's tally (:mod:`~toolbreaker.stores._tally`) and
@@ -53,11 +53,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Generator, Mapping
 from typing import Any, Final, NamedTuple, TypeVar
 
-from toolbreaker.core.breaker.history import DEFAULT_HISTORY, history_texts, in_store_order
-from toolbreaker.core.breaker.machine import apply as core_apply
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import BreakerState, Event, Transition
-from toolbreaker.core.canonical import canonical_json
+from toolbreaker.core._breaker.history import DEFAULT_HISTORY, history_texts, in_store_order
+from toolbreaker.core._breaker.machine import apply as core_apply
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.state import BreakerState, Event, Transition
+from toolbreaker.core._canonical import canonical_json
 from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable, StoreWriteUnknown
 from toolbreaker.stores._records import check_version, decode_record, encode_record
 from toolbreaker.stores._tally import Flusher
@@ -294,7 +294,7 @@ class SharedStore(ABC):
     # -- records ------------------------------------------------------------------------
 
     def record_get(self, space: str, key: str) -> tuple[dict[str, Any], int] | None:
-        """The record and its version (see :class:`~toolbreaker.stores.Records`).
+        """The record and its version (see ``Records``).
 
         Raises:
             RecordCorrupt: the record is there but does not decode.
@@ -558,7 +558,7 @@ class Write(NamedTuple):
         history: the entries to append to the history if ``payload`` is written.
         at: the instant of the event ``payload`` was computed with; the server refuses
             (:data:`RETIME`) a write of an event earlier than the one that wrote the
-            state (see :func:`~toolbreaker.core.breaker.history.in_store_order`).
+            state (see :func:`~toolbreaker.core._breaker.history.in_store_order`).
     """
 
     expected: int

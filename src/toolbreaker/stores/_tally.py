@@ -3,7 +3,7 @@
 A call a process decides without a write (a request admitted and its success on a quiet
 state, a request rejected while open) leaves no transition in the history; the process
 counts it here instead, by the version of the state it met (see
-:mod:`toolbreaker.core.breaker.history` for the segments and how a replay places them).
+:mod:`toolbreaker.core._breaker.history` for the segments and how a replay places them).
 The store writes the totals as a ``quiet`` entry with its next write of the breaker, in
 the same atomic step, and on its own every second or so (:class:`Flusher`).
 
@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from toolbreaker.core.breaker.history import QuietCall, quiet_entry
-from toolbreaker.core.breaker.state import BreakerState
+from toolbreaker.core._breaker.history import QuietCall, quiet_entry
+from toolbreaker.core._breaker.state import BreakerState
 
 __all__ = ["PENDING_LIMIT", "Flusher", "Tally"]
 

@@ -36,11 +36,11 @@ import time
 import weakref
 from typing import Final
 
-from toolbreaker.core.breaker.machine import apply
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.predicates import fast_path_safe
-from toolbreaker.core.breaker.state import CORRUPT, OUTCOME_TYPES, BreakerState, Event, Transition
-from toolbreaker.core.canonical import canonical_json
+from toolbreaker.core._breaker.machine import apply
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.predicates import fast_path_safe
+from toolbreaker.core._breaker.state import CORRUPT, OUTCOME_TYPES, BreakerState, Event, Transition
+from toolbreaker.core._canonical import canonical_json
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.stores._protocol import Lease, View
 from toolbreaker.stores._tally import UNKNOWN, Tally

@@ -16,7 +16,7 @@ Test your own agent against the outages it will meet, with real sockets and no m
   (pure, like the core).
 - :func:`exercise`: run your own agent (``agent(ctx)``, see :class:`ExerciseContext`)
   against fault scenarios (TOML; :func:`shipped_scenarios`) through a real fault proxy
-  (:class:`FaultProxy`) or wrapped Python tools, and measure whether its breakers held
+  or wrapped Python tools, and measure whether its breakers held
   (:class:`ExerciseReport`); :func:`scripted_agent` and :func:`unprotected_agent` are
   the demo's scripted model with and without toolbreaker. ``toolbreaker exercise`` is
   the same from the command line.
@@ -28,33 +28,21 @@ Standard library only, like the core.
 """
 
 from toolbreaker.testing._agents import (
-    MalformedAnswer,
     model_plan,
-    model_script,
     next_call,
     scripted_agent,
     service_tools,
-    ticket_options,
-    unguarded,
     unprotected_agent,
 )
-from toolbreaker.testing._chat import CHAT_ROUTE, openai_error
+from toolbreaker.testing._chat import CHAT_ROUTE
 from toolbreaker.testing._exercise import (
     ExerciseContext,
     ExerciseReport,
-    ScenarioReport,
     exercise,
     shipped_scenarios,
 )
-from toolbreaker.testing._fault_proxy import FaultProxy, InjectedFault, Ledger
 from toolbreaker.testing._helpers import FakeClock, capture_transitions, force_state
-from toolbreaker.testing._proxy import SlowProxy
-from toolbreaker.testing._scenario import Scenario, load_scenario, parse_scenario
 from toolbreaker.testing._service import (
-    MALFORMED_SHAPE,
-    MALFORMED_TRUNCATED,
-    ORDER_IDS,
-    SNAPSHOT_AS_OF,
     Fault,
     ToolService,
     request_json,
@@ -62,36 +50,19 @@ from toolbreaker.testing._service import (
 
 __all__ = [
     "CHAT_ROUTE",
-    "MALFORMED_SHAPE",
-    "MALFORMED_TRUNCATED",
-    "ORDER_IDS",
-    "SNAPSHOT_AS_OF",
     "ExerciseContext",
     "ExerciseReport",
     "FakeClock",
     "Fault",
-    "FaultProxy",
-    "InjectedFault",
-    "Ledger",
-    "MalformedAnswer",
-    "Scenario",
-    "ScenarioReport",
-    "SlowProxy",
     "ToolService",
     "capture_transitions",
     "exercise",
     "force_state",
-    "load_scenario",
     "model_plan",
-    "model_script",
     "next_call",
-    "openai_error",
-    "parse_scenario",
     "request_json",
     "scripted_agent",
     "service_tools",
     "shipped_scenarios",
-    "ticket_options",
-    "unguarded",
     "unprotected_agent",
 ]

@@ -19,8 +19,8 @@ import urllib.parse
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any, Final
 
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.runtime._fleet._registry import Registry
+from toolbreaker.runtime._run._guard import RunGuard
 from toolbreaker.testing._exercise import ExerciseContext
 from toolbreaker.testing._service import request_json
 

@@ -24,8 +24,8 @@ from typing import Any, Final
 
 __all__ = ["CHAT_ROUTE", "chat_reply", "openai_error"]
 
-#: The route key of the model route, for ``inject`` and ``outage``.
 CHAT_ROUTE: Final = "POST /v1"
+"""The route key of the model route, for ``inject`` and ``outage``."""
 
 _IDS: Final = itertools.count(1)
 

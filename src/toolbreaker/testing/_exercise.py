@@ -24,16 +24,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from toolbreaker.core.breaker.predicates import may_start_rejecting
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.files import printable
+from toolbreaker.core._breaker.predicates import may_start_rejecting
+from toolbreaker.core._breaker.state import Transition
+from toolbreaker.core._files import printable
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._attach import Attachment, Target
+from toolbreaker.runtime._fleet._registry import Registry
 from toolbreaker.runtime._packet import StopPacket
+from toolbreaker.runtime._run._guard import RunGuard
 from toolbreaker.runtime._step import StepStart
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._attach import Attachment, Target
-from toolbreaker.runtime.fleet._registry import Registry
-from toolbreaker.runtime.run._guard import RunGuard
-from toolbreaker.stores.memory import MemoryStore
+from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.testing._fault_proxy import FaultProxy, Ledger, wrap_tool
 from toolbreaker.testing._mcp_faults import CONTROL_PREFIX, mcp_stdio_command
 from toolbreaker.testing._scenario import (

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, cast
 
-from toolbreaker.core.breaker.predicates import rejects_callers
-from toolbreaker.runtime.breaker._breaker import Breaker
+from toolbreaker.core._breaker.predicates import rejects_callers
+from toolbreaker.runtime._breaker._breaker import Breaker
 from toolbreaker.testing._faults import MALFORMED_SHAPE
 from toolbreaker.testing._mcp_faults import CONTROL_PREFIX
 from toolbreaker.testing._scenario import (

@@ -6,9 +6,9 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from toolbreaker.core.breaker.state import Transition, forced
-from toolbreaker.runtime.breaker._breaker import Breaker
-from toolbreaker.runtime.fleet._attach import Attachment, Target
+from toolbreaker.core._breaker.state import Transition, forced
+from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.runtime._fleet._attach import Attachment, Target
 
 __all__ = ["FakeClock", "capture_transitions", "force_state"]
 

@@ -4,7 +4,7 @@
 own: a small standard-library process that starts the real server and relays JSON-RPC
 lines both ways. Each ``tools/call`` is an attempt of the target named by the tool; the
 wrapper asks the exercise's fault proxy (its control routes, over 127.0.0.1) which fault
-the attempt gets, so the one :class:`~toolbreaker.testing.Ledger` counts it, and carries
+the attempt gets, so the one ``Ledger`` counts it, and carries
 the fault out on the wire:
 
 - ``outage``, ``rate-limit``, ``credential``: answered by the wrapper with an ``isError``

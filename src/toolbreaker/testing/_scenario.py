@@ -46,11 +46,11 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.config import build_toml, load_toml, seconds
-from toolbreaker.core.files import shown
-from toolbreaker.core.run.fingerprint import fingerprint
-from toolbreaker.core.run.state import RUNNING, STOP_CONDITIONS
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._config import build_toml, load_toml, seconds
+from toolbreaker.core._files import shown
+from toolbreaker.core._run.fingerprint import fingerprint
+from toolbreaker.core._run.state import RUNNING, STOP_CONDITIONS
 from toolbreaker.errors import PolicyError
 
 __all__ = [

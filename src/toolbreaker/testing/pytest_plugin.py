@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from toolbreaker.testing._exercise import ExerciseReport
     from toolbreaker.testing._scenario import Scenario
 
-__all__ = ["toolbreaker_exercise"]
+__all__ = [
+    "toolbreaker_exercise",
+]
 
 
 @pytest.fixture
@@ -34,7 +36,7 @@ def toolbreaker_exercise() -> Callable[..., ExerciseReport]:
     """Run an agent against fault scenarios and fail the test when a promise failed.
 
     The fixture is ``run(agent, scenarios=None, *, service=None, assert_held=True)``:
-    ``scenarios`` are scenario files or :class:`~toolbreaker.testing.Scenario`
+    ``scenarios`` are scenario files or ``Scenario``
     objects (``None``: every shipped one), ``service`` the base URL of your HTTP tool
     service (``None``: the bundled one). It returns the
     :class:`~toolbreaker.testing.ExerciseReport`.

@@ -7,8 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import Event, Policy, apply, replay
-from toolbreaker.core.breaker.history import (
+from toolbreaker import Policy
+from toolbreaker.core import Event, apply, replay
+from toolbreaker.core._breaker.history import (
     QuietCall,
     in_store_order,
     quiet_entry,
@@ -16,8 +17,8 @@ from toolbreaker.core.breaker.history import (
     replayable,
     transition_entry,
 )
-from toolbreaker.core.breaker.state import BreakerState
-from toolbreaker.core.breaker.trace import parse_event, trace_event
+from toolbreaker.core._breaker.state import BreakerState
+from toolbreaker.core._breaker.trace import parse_event, trace_event
 
 
 def test_the_history_is_written_in_replayable_form():

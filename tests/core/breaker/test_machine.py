@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from toolbreaker import BreakerState, Event, Policy, Replay, TraceError, step
-from toolbreaker.core import admission, apply, is_quiet
-from toolbreaker.core.breaker.state import CORRUPT
+from toolbreaker import Policy
+from toolbreaker.core import BreakerState, Event, Replay, apply
+from toolbreaker.core._breaker.machine import step
+from toolbreaker.core._breaker.predicates import admission, is_quiet
+from toolbreaker.core._breaker.state import CORRUPT
+from toolbreaker.errors import TraceError
 
 POLICY = Policy(failure_threshold=3, cooldown_ms=20_000, success_threshold=2, probe_limit=1)
 
@@ -350,7 +353,7 @@ def test_apply_without_due_expiry_is_step():
 @pytest.mark.parametrize("at", [0, 5, 19_999, 20_000, 20_001])
 def test_idle_rejection_agrees_with_step(at):
     """idle_rejection names a rejection exactly when step() rejects and changes nothing."""
-    from toolbreaker.core import idle_rejection
+    from toolbreaker.core._breaker.predicates import idle_rejection
 
     policy = Policy()
     states = [
@@ -380,7 +383,7 @@ def test_idle_rejection_agrees_with_step(at):
 )
 def test_stored_json_that_is_not_strict_loads_as_corrupt(raw):
     """A stored state whose text is not strict JSON loads open and flagged, never raises."""
-    from toolbreaker.core.breaker.state import BreakerState
+    from toolbreaker.core._breaker.state import BreakerState
 
     state = BreakerState.from_json(raw, Policy())
     assert state.phase == "open"
@@ -389,8 +392,8 @@ def test_stored_json_that_is_not_strict_loads_as_corrupt(raw):
 
 def test_stored_json_round_trips():
     """A valid stored state loads as itself."""
-    from toolbreaker.core.breaker.state import BreakerState
-    from toolbreaker.core.canonical import canonical_json
+    from toolbreaker.core._breaker.state import BreakerState
+    from toolbreaker.core._canonical import canonical_json
 
     state = BreakerState(failures=(1, 2), generation=3)
     assert BreakerState.from_json(canonical_json(state.to_dict()), Policy()) == state
@@ -402,8 +405,8 @@ def test_stored_json_round_trips():
 def test_the_table_has_a_move_for_every_event_in_every_phase_but_one():
     """Every event type a trace or an operator may send is a move of every phase; the
     core's own ``lease-expired`` is a move of a half-open breaker only."""
-    from toolbreaker.core.breaker.machine import MOVES, OPERATOR_TYPES
-    from toolbreaker.core.breaker.state import EVENT_TYPES, PHASES
+    from toolbreaker.core._breaker.machine import MOVES, OPERATOR_TYPES
+    from toolbreaker.core._breaker.state import EVENT_TYPES, PHASES
 
     for kind in EVENT_TYPES | OPERATOR_TYPES:
         assert set(MOVES[kind]) == set(PHASES), kind

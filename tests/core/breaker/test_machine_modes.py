@@ -8,9 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import BreakerState, Event, Policy, PolicyError, Replay, TraceError, replay
-from toolbreaker.core import admission, idle_rejection, is_quiet, parse_event, retry_after_ms
-from toolbreaker.core.breaker.state import CORRUPT
+from toolbreaker import Policy, PolicyError
+from toolbreaker.core import BreakerState, Event, Replay, replay
+from toolbreaker.core._breaker.predicates import (
+    admission,
+    idle_rejection,
+    is_quiet,
+    retry_after_ms,
+)
+from toolbreaker.core._breaker.state import CORRUPT
+from toolbreaker.core._breaker.trace import parse_event
+from toolbreaker.errors import TraceError
 
 RATE = Policy(failure_rate_permille=500, minimum_calls=4, window_calls=4, cooldown_ms=1000)
 SLOW = Policy(

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker.core.breaker.machine import apply, plain_record, plain_step, record_flags
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.state import CORRUPT, BreakerState, Event, Transition
-from toolbreaker.core.breaker.trace import parse_line, plain_fields
-from toolbreaker.core.files import iter_line_blocks, iter_lines
+from toolbreaker.core._breaker.machine import apply, plain_record, plain_step, record_flags
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.state import CORRUPT, BreakerState, Event, Transition
+from toolbreaker.core._breaker.trace import parse_line, plain_fields
+from toolbreaker.core._files import iter_line_blocks, iter_lines
 from toolbreaker.errors import TraceError
 
 ADMITTED = {"call-admitted", "probe-admitted"}

@@ -9,9 +9,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker.core.breaker.machine import apply, step
-from toolbreaker.core.breaker.policy import Policy
-from toolbreaker.core.breaker.predicates import (
+from toolbreaker.core._breaker.machine import apply, step
+from toolbreaker.core._breaker.policy import Policy
+from toolbreaker.core._breaker.predicates import (
     admits_all,
     check_due,
     held_by_operator,
@@ -23,7 +23,7 @@ from toolbreaker.core.breaker.predicates import (
     rejects_callers,
     retry_after_ms,
 )
-from toolbreaker.core.breaker.state import (
+from toolbreaker.core._breaker.state import (
     CORRUPT,
     BreakerState,
     Event,
@@ -226,7 +226,7 @@ texts = st.one_of(st.none(), st.text(max_size=5))
 )
 def test_built_state_is_the_constructor(fields):
     """built_state(...) is BreakerState(...): equal, same hash, same dict."""
-    from toolbreaker.core.breaker.state import built_state
+    from toolbreaker.core._breaker.state import built_state
 
     fast, slow = built_state(*fields), BreakerState(*fields)
     assert type(fast) is BreakerState
@@ -251,7 +251,7 @@ def test_built_state_is_the_constructor(fields):
 )
 def test_built_record_is_the_constructor(dependency, kind, rest):
     """built_record(...) is Transition(...) with no policy version: equal, same dict."""
-    from toolbreaker.core.breaker.state import Transition, built_record
+    from toolbreaker.core._breaker.state import Transition, built_record
 
     event = Event(kind, 1, dependency)
     fast, slow = built_record(dependency, event, *rest), Transition(dependency, event, *rest)
@@ -295,7 +295,7 @@ def test_an_idle_window_holds_what_the_predicates_say_at_every_moment_in_it(
 def test_a_scoped_breakers_key_finds_its_rows_key(dependency, operation, label):
     """The one format of breaker keys: a scope's breaker is named by its row's dependency
     with the scope in brackets, and taking the brackets out gives the row's key back."""
-    from toolbreaker.core.breaker.keys import breaker_key, row_of, scoped_dependency
+    from toolbreaker.core._breaker.keys import breaker_key, row_of, scoped_dependency
 
     row = breaker_key(dependency, operation)
     assert row == (dependency if operation == "default" else f"{dependency}:{operation}")

@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from toolbreaker import Event, Policy, Replay, replay
+from toolbreaker import Policy
+from toolbreaker.core import Event, Replay, replay
 
 policies = st.builds(
     Policy,

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import Event, Policy, diff, replay
-from toolbreaker.core import dump_receipt, read_trace, sha256_hex
+from toolbreaker import Policy
+from toolbreaker.core import Event, diff, read_trace, replay
+from toolbreaker.core._breaker.receipt import dump_receipt
+from toolbreaker.core._canonical import sha256_hex
 
 
 def seed_receipt(seed_trace: Path, seed_policy: Path) -> dict:
@@ -164,7 +166,7 @@ def test_receipts_of_shadow_mode_and_forced_closes_load_and_diff(tmp_path):
     """A receipt toolbreaker wrote under shadow mode or an operator's forced close (its
     records and counts carry would_reject) loads and diffs like any other; it was refused
     as having fields a receipt does not have."""
-    from toolbreaker.core import load_receipt
+    from toolbreaker.core._breaker.receipt import load_receipt
 
     shadow = replay(three_calls("s"), Policy(mode="shadow", failure_threshold=1))
     closed = Event("force-closed", 0, "f", reason="operator")
@@ -186,7 +188,7 @@ def test_receipts_of_shadow_mode_and_forced_closes_load_and_diff(tmp_path):
 def test_a_receipt_with_a_field_no_receipt_has_is_refused(tmp_path):
     """Only the fields a receipt is written with load (would_reject only as a count on a
     dependency and as true on a record), even when the hash was made again."""
-    from toolbreaker.core import load_receipt
+    from toolbreaker.core._breaker.receipt import load_receipt
     from toolbreaker.errors import ReceiptError
 
     receipt = replay(three_calls("s"), Policy(mode="shadow", failure_threshold=1))

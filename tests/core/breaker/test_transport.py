@@ -6,7 +6,7 @@ from typing import get_args
 
 import pytest
 
-from toolbreaker.core.breaker.transport import (
+from toolbreaker.core._breaker.transport import (
     CallEnd,
     CheckEnd,
     needs_liveness_check,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from toolbreaker.core.run.budget import DEFAULT_CLASSES, Action, Budget, ClassLimits, RunState
-from toolbreaker.core.run.limits import begin, check, finish
+from toolbreaker.core._run.budget import DEFAULT_CLASSES, Action, Budget, ClassLimits, RunState
+from toolbreaker.core._run.limits import begin, check, finish
 
 SEARCH = Action("search", "fp-search")
 REFINE = Action("refine", "fp-refine")

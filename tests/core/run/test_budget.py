@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker.core.run.budget import DEFAULT_CLASSES, Budget, ClassLimits
+from toolbreaker.core._run.budget import DEFAULT_CLASSES, Budget, ClassLimits
 from toolbreaker.errors import PolicyError
 
 # --- Budget: defaults and validation ------------------------------------------------------

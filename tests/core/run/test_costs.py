@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.run.budget import Action, Budget, ClassLimits, RunState
-from toolbreaker.core.run.costs import token_cost
-from toolbreaker.core.run.machine import RunEvent, apply
+from toolbreaker.core._run.budget import Action, Budget, ClassLimits, RunState
+from toolbreaker.core._run.costs import token_cost
+from toolbreaker.core._run.machine import RunEvent, apply
 from toolbreaker.errors import PolicyError, RunStateError
 
 

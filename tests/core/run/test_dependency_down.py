@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolbreaker.core.run.budget import Action, Budget, RunState
-from toolbreaker.core.run.machine import RunEvent, apply
+from toolbreaker.core._run.budget import Action, Budget, RunState
+from toolbreaker.core._run.machine import RunEvent, apply
 
 TOOL = Action(tool="mail", fingerprint="f" * 64, risk="reversible_write")
 

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.canonical import canonical_json, sha256_hex
-from toolbreaker.core.run.fingerprint import (
+from toolbreaker.core._canonical import canonical_json, sha256_hex
+from toolbreaker.core._run.fingerprint import (
     DEFAULT_PROSE,
     DEFAULT_VOLATILE,
     BusinessKeyError,
@@ -761,7 +761,7 @@ def test_cycles_get_a_digest_by_shape() -> None:
 def test_evidence_digest_is_the_same_in_another_process() -> None:
     """Hash randomisation and addresses play no part: a fresh interpreter agrees."""
     code = (
-        "from toolbreaker.core.run.fingerprint import evidence\n"
+        "from toolbreaker.core._run.fingerprint import evidence\n"
         "print(evidence([{'b': 1, 'a': {2, 'x', 3.5}}, object(), b'k', {1: 2}, float('nan')]))"
     )
     here = evidence([{"b": 1, "a": {2, "x", 3.5}}, object(), b"k", {1: 2}, float("nan")])

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from toolbreaker.core.run.budget import Action, Budget, RunState, Stop
-from toolbreaker.core.run.machine import RunDecision, RunEvent, apply
-from toolbreaker.core.run.state import FIRED_LIMIT, Fired
+from toolbreaker.core._run.budget import Action, Budget, RunState, Stop
+from toolbreaker.core._run.machine import RunDecision, RunEvent, apply
+from toolbreaker.core._run.state import FIRED_LIMIT, Fired
 from toolbreaker.errors import RunStateError
 
 SEND = Action(tool="send", fingerprint="s" * 64, risk="reversible_write")

@@ -29,7 +29,7 @@ from budget_helpers import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.run.budget import (
+from toolbreaker.core._run.budget import (
     EVIDENCE_LIMIT,
     HISTORY_LIMIT,
     PRECEDENCE,
@@ -42,7 +42,7 @@ from toolbreaker.core.run.budget import (
     RunStateError,
     Stop,
 )
-from toolbreaker.core.run.limits import (
+from toolbreaker.core._run.limits import (
     DIGEST_DIGITS,
     Decision,
     add_cost,

@@ -14,10 +14,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker.core.run._values import Recent
-from toolbreaker.core.run.budget import Action, Budget, RunState
-from toolbreaker.core.run.machine import RunDecision, RunEvent, apply
-from toolbreaker.core.run.state import TALLY_LIMIT, checked
+from toolbreaker.core._run._values import Recent
+from toolbreaker.core._run.budget import Action, Budget, RunState
+from toolbreaker.core._run.machine import RunDecision, RunEvent, apply
+from toolbreaker.core._run.state import TALLY_LIMIT, checked
 
 BUDGET = Budget(max_tool_calls=10_000, max_repeats=10_000, loop_cycles=8, max_cost="1000")
 

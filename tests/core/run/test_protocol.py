@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.degrade import QUEUE_STATUSES
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run.budget import Action, Budget, RunState
-from toolbreaker.core.run.machine import JOURNAL_STATUSES, RunEvent, apply
+from toolbreaker.core._degrade import QUEUE_STATUSES
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run.budget import Action, Budget, RunState
+from toolbreaker.core._run.machine import JOURNAL_STATUSES, RunEvent, apply
 from toolbreaker.errors import RunStateError, WriteTransitionError
 
 # One row per move (protocol.MOVES, in order); one column per status before it ("-": no

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from secrets_corpus import SECRETS, body, label, leaks, named_variants, nested
-from toolbreaker.core.run.redact import CYCLE, REDACTED, is_secret_key, redact, redact_text
+from toolbreaker.core._run.redact import CYCLE, REDACTED, is_secret_key, redact, redact_text
 
 # --- secret key names ------------------------------------------------------------------
 
@@ -219,7 +219,7 @@ def test_redacting_twice_changes_nothing_more() -> None:
 _ADVERSARIAL = ["a-", "a.", "sk-", "eyJaaaa.", "x://a:", 'password="x']
 _MASK_ALL = """
 import resource, sys
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.core._run.redact import redact_text
 resource.setrlimit(resource.RLIMIT_CPU, (60, 60))
 for unit in sys.argv[1:]:
     redact_text(unit * (1_000_000 // len(unit)))
@@ -639,7 +639,7 @@ def test_ordinary_structures_are_kept() -> None:
 def test_masking_remembers_short_texts_without_keeping_the_secret():
     """Short texts are masked once and remembered (names and reasons recur on every
     notice), by digest: nothing the cache holds contains the secret it masked."""
-    from toolbreaker.core.run import redact as module
+    from toolbreaker.core._run import redact as module
 
     secret = "sk-proj-" + "Q7w8E9r0" * 5
     text = f"tool search-{secret}"

@@ -1,11 +1,11 @@
-"""The core's rule for answers that are not a call's outcome (toolbreaker.core.run.rounds)."""
+"""The core's rule for answers that are not a call's outcome (toolbreaker.core._run.rounds)."""
 
 from __future__ import annotations
 
 import pytest
 
-from toolbreaker.core.run import protocol
-from toolbreaker.core.run.rounds import answer_kind, task_outcome
+from toolbreaker.core._run import protocol
+from toolbreaker.core._run.rounds import answer_kind, task_outcome
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from budget_helpers import SEARCH, STATUS, UPDATE, done
 
-from toolbreaker.core.run.budget import RunState, RunStateError, Stop
-from toolbreaker.core.run.limits import add_cost, stop
+from toolbreaker.core._run.budget import RunState, RunStateError, Stop
+from toolbreaker.core._run.limits import add_cost, stop
 
 # --- RunState round trip ------------------------------------------------------------------
 
@@ -180,7 +180,7 @@ def test_the_constructor_refuses_tallies_or_digests_it_could_not_key(field, valu
 def test_a_transition_names_only_fields_a_state_has():
     """``changed`` (how the core's transitions make the next state) refuses a field the
     state does not have, rather than keeping it unseen."""
-    from toolbreaker.core.run.state import changed
+    from toolbreaker.core._run.state import changed
 
     with pytest.raises(TypeError, match="callz"):
         changed(RunState.start("t", 0), callz=1)
@@ -189,7 +189,7 @@ def test_a_transition_names_only_fields_a_state_has():
 def test_begin_checks_what_its_caller_hands_it():
     """``begin``'s ``steps`` and ``also`` come from its caller, not from checked values:
     a state they would make invalid is refused, naming the field."""
-    from toolbreaker.core.run.limits import begin
+    from toolbreaker.core._run.limits import begin
 
     run = RunState.start("t", 0)
     with pytest.raises(RunStateError) as info:

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.run.budget import Action, Budget, RunState
-from toolbreaker.core.run.machine import RunEvent, apply
+from toolbreaker.core._run.budget import Action, Budget, RunState
+from toolbreaker.core._run.machine import RunEvent, apply
 from toolbreaker.errors import PolicyError
 
 

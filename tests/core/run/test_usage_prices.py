@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.run.budget import Action, Budget, ModelPrice, RunState
-from toolbreaker.core.run.costs import OTHER_MODELS, price_of, usage_cost
-from toolbreaker.core.run.holds import USAGE_LIMIT
-from toolbreaker.core.run.machine import RunEvent, apply
+from toolbreaker.core._run.budget import Action, Budget, ModelPrice, RunState
+from toolbreaker.core._run.costs import OTHER_MODELS, price_of, usage_cost
+from toolbreaker.core._run.holds import USAGE_LIMIT
+from toolbreaker.core._run.machine import RunEvent, apply
 from toolbreaker.errors import PolicyError, RunStateError
 
 PRICES = {

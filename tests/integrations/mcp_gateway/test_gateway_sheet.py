@@ -14,9 +14,10 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
 from toolbreaker import Registry
 from toolbreaker.cli._sheet import sheet_toml
-from toolbreaker.core.config import loads_toml
+from toolbreaker.core._config import loads_toml
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations.mcp_gateway import Gateway, UpstreamSpec, gateway_sheet
+from toolbreaker.integrations.mcp_gateway import Gateway, UpstreamSpec
+from toolbreaker.integrations.mcp_gateway._sheet import gateway_sheet
 
 GOOD = """
 [defaults]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from toolbreaker import Breaker, Permit, Policy, Rejection, RetryPolicy, RunGuard, scope
+from toolbreaker import Breaker, Policy, RetryPolicy, RunGuard, scope
+from toolbreaker.runtime import Permit, Rejection
 
 
 def retrying_breaker(**options) -> Breaker:

@@ -4,7 +4,7 @@
 tool never ran, the caller got a coroutine, and a half-open breaker closed on no evidence.
 Now every sync path (``call``, the ``guard`` decorator's sync wrapper, ``step.succeeded``
 of ``begin``, ``RunGuard.call``) refuses a coroutine function, or a call that returned an
-awaitable, with :class:`~toolbreaker.AsyncCallError` (a ``TypeError``) naming the async
+awaitable, with :class:`~toolbreaker.errors.AsyncCallError` (a ``TypeError``) naming the async
 twin; the coroutine is closed (no "never awaited" warning) and nothing counts as a success.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import AsyncCallError, Breaker, Policy, RunGuard
+from toolbreaker import Breaker, Policy, RunGuard
+from toolbreaker.errors import AsyncCallError
 from toolbreaker.testing import FakeClock, capture_transitions, force_state
 
 

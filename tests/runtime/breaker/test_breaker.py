@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from toolbreaker import Breaker, CircuitOpen, PermitError, Policy, PolicyError, Verdict
+from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError, Verdict
+from toolbreaker.errors import PermitError
 from toolbreaker.testing import FakeClock, capture_transitions, force_state
 
 
@@ -447,7 +448,7 @@ def test_half_open_admits_at_most_probe_limit_tasks():
 def test_corrupt_state_in_the_view_still_starts_its_cooldown():
     """A recovered corrupt state is not rejected locally forever: the first request goes
     through the core, which starts the cooldown, and the breaker probes after it."""
-    from toolbreaker.core.breaker.state import CORRUPT
+    from toolbreaker.core._breaker.state import CORRUPT
 
     clock = FakeClock(1_000)
     breaker = make(clock)
@@ -467,8 +468,8 @@ def test_forked_children_get_their_own_call_ids():
     """Call ids and bulkhead slot holders carry one per-process token, which a fork renews."""
     import os
 
+    from toolbreaker.runtime._breaker._bulkhead import Bulkhead
     from toolbreaker.runtime._process import process_token
-    from toolbreaker.runtime.breaker._bulkhead import Bulkhead
 
     def ids() -> tuple[str, str, str]:
         breaker = Breaker("forked", timeout=1, clock=FakeClock())
@@ -502,7 +503,12 @@ def test_the_breaker_options_are_one_list():
     are all of them but the tool's name and the code-only classifier and predicate."""
     import dataclasses
 
-    from toolbreaker.runtime import BREAKER_OPTIONS, Boundary, BreakerOptions, BreakerToolOptions
+    from toolbreaker import Boundary
+    from toolbreaker.runtime._breaker._boundary import (
+        BREAKER_OPTIONS,
+        BreakerOptions,
+        BreakerToolOptions,
+    )
 
     # ``defaults`` is the registry's mark of a row made from the sheet's defaults.
     fields = {f.name for f in dataclasses.fields(Boundary)} - {"dependency", "operation"}
@@ -521,7 +527,8 @@ def test_breaker_options_are_boundarys():
     """Breaker(...) builds its row from its options with Boundary's defaults and checks: a
     None policy or instructions is the default, a callable is a health check, a retry table
     is converted, and a name that is no option is a TypeError naming it."""
-    from toolbreaker.runtime import Boundary, HealthCheck
+    from toolbreaker import Boundary
+    from toolbreaker.runtime._breaker._boundary import HealthCheck
 
     def check() -> bool:
         return True

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from toolbreaker import Breaker, CircuitOpen, Policy, RetryPolicy, Verdict, classify_exception
+from toolbreaker.runtime._breaker._admission import UNSET
+from toolbreaker.runtime._breaker._steps import _binder, _ToolCall
 from toolbreaker.runtime._flow import drive
-from toolbreaker.runtime.breaker._admission import UNSET
-from toolbreaker.runtime.breaker._steps import _binder, _ToolCall
 from toolbreaker.testing import FakeClock, capture_transitions
 
 

@@ -28,7 +28,7 @@ from toolbreaker import (
     Registry,
     RunGuard,
 )
-from toolbreaker.runtime.breaker._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
+from toolbreaker.runtime._breaker._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, request_json
 

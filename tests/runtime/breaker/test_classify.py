@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 from classify_helpers import chained, fake, make, url_http_error
 
-from toolbreaker.runtime.breaker._classify import Verdict, classify_exception, default_classifier
+from toolbreaker.runtime._breaker._classify import Verdict, classify_exception, default_classifier
 
 # ---------------------------------------------------------------------------
 # Chains: __cause__, __context__, reason
@@ -319,7 +319,7 @@ def test_default_classifier_is_classify_exception(exc):
 def test_importing_the_classifier_imports_no_http_library():
     """The classifier recognises libraries by name and never imports them."""
     code = (
-        "import sys, toolbreaker.runtime.breaker._classify; "
+        "import sys, toolbreaker.runtime._breaker._classify; "
         "print([m for m in ('httpx', 'httpcore', 'requests', 'urllib3', 'aiohttp', 'openai', "
         "'anthropic', 'pydantic', 'jsonschema', 'trio', 'anyio') if m in sys.modules])"
     )
@@ -374,7 +374,7 @@ def test_real_aiohttp_exceptions():
 def test_the_exception_chain_walk_finds_the_first_of_a_kind_and_ends():
     """found_in_chain (the one walk the write rule and the run guard share) follows each
     link's cause, else its context; it ends at a cycle and after 32 links."""
-    from toolbreaker.runtime.breaker._commit import found_in_chain
+    from toolbreaker.runtime._breaker._commit import found_in_chain
 
     inner = KeyError("inner")
     try:

@@ -16,7 +16,7 @@ from urllib.error import URLError
 import pytest
 from classify_helpers import NOW, fake, http_date, make, url_http_error
 
-from toolbreaker.runtime.breaker._classify import Verdict, classify_exception
+from toolbreaker.runtime._breaker._classify import Verdict, classify_exception
 
 # ---------------------------------------------------------------------------
 # Exceptions carrying an HTTP status

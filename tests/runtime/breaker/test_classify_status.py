@@ -15,8 +15,8 @@ from classify_helpers import NOW, http_date
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolbreaker.core.breaker.state import OUTCOME_TYPES
-from toolbreaker.runtime.breaker._classify import (
+from toolbreaker.core._breaker.state import OUTCOME_TYPES
+from toolbreaker.runtime._breaker._classify import (
     SUCCESS,
     Kind,
     Verdict,

@@ -15,7 +15,7 @@ import weakref
 import pytest
 
 from toolbreaker import Breaker, Policy
-from toolbreaker.runtime.breaker._deadline import OVERDUE, Worker, Workers, watchdog, within
+from toolbreaker.runtime._breaker._deadline import OVERDUE, Worker, Workers, watchdog, within
 
 # A worker call or a watched await that should finish at once gets this much room on a
 # loaded machine; it is never reached when things work.
@@ -226,7 +226,7 @@ def test_idle_workers_beyond_the_kept_ones_retire_after_a_burst(monkeypatch):
     """A burst of 6 concurrent calls on a pool that keeps 2 idle workers starts 6
     threads; once the burst is over, the idle ones beyond 2 retire after the keep-alive
     (shortened here), and the 2 kept ones still serve calls."""
-    from toolbreaker.runtime.breaker import _deadline
+    from toolbreaker.runtime._breaker import _deadline
 
     monkeypatch.setattr(_deadline, "KEEP_ALIVE_S", 0.05)
     pool = Workers(2, name="test-burst")

@@ -27,7 +27,7 @@ from toolbreaker import (
     SQLiteStore,
 )
 from toolbreaker.cli import main
-from toolbreaker.runtime.breaker._degrade import HANDOFF_SPACE, STALE_SPACE, check_store
+from toolbreaker.runtime._breaker._degrade import HANDOFF_SPACE, STALE_SPACE, check_store
 from toolbreaker.testing import FakeClock, request_json
 
 NOON = 1_796_040_000_000 - 1_796_040_000_000 % 86_400_000 + 12 * 3_600_000  # 12:00 UTC
@@ -561,7 +561,7 @@ def test_sibling_branches_count_a_queued_write_as_degraded_and_a_stale_read_as_c
 
 def test_the_spaces_of_queued_work_and_handoffs_are_kept_durably():
     """The stores commit queued work and handoff packets as they commit the journal."""
-    from toolbreaker.runtime.breaker._degrade import QUEUE_SPACE
+    from toolbreaker.runtime._breaker._degrade import QUEUE_SPACE
     from toolbreaker.stores._records import DURABLE_SPACES
 
     assert {QUEUE_SPACE, HANDOFF_SPACE} <= DURABLE_SPACES

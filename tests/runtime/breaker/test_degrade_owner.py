@@ -14,7 +14,7 @@ from typing import Any
 from degrade_helpers import sheet, ticket_tool
 
 from toolbreaker import GuardedTool, MemoryStore, Registry, RunGuard
-from toolbreaker.runtime.breaker._degrade import HANDOFF_SPACE
+from toolbreaker.runtime._breaker._degrade import HANDOFF_SPACE
 
 
 def test_a_person_and_a_drain_never_both_own_the_work(store, service):
@@ -190,7 +190,7 @@ def test_a_write_the_stop_mode_gave_a_person_is_made_by_a_resumed_run_only_if_th
 def test_a_queued_write_journaled_before_the_protocol_had_queued_still_reads_queued(service):
     """Journals written by earlier versions kept a queued write as ``pending`` with its
     queue id: a resumed run answers it as queued, never makes it, and blocks no write."""
-    from toolbreaker.core.run.fingerprint import write_key
+    from toolbreaker.core._run.fingerprint import write_key
 
     store = MemoryStore()
     registry = Registry.from_dict(

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 
-from toolbreaker.core.retry import Failure, RetryBudget, RetryPolicy, start
-from toolbreaker.runtime.breaker._ledger import RetryLedger
-from toolbreaker.runtime.breaker._stats import BreakerStats
-from toolbreaker.stores.memory import MemoryStore
+from toolbreaker.core._retry import Failure, RetryBudget, RetryPolicy, start
+from toolbreaker.runtime._breaker._ledger import RetryLedger
+from toolbreaker.runtime._breaker._stats import BreakerStats
+from toolbreaker.stores._memory import MemoryStore
 
 POLICY = RetryPolicy(max_attempts=3, base_ms=10, budget=2)
 

@@ -1,7 +1,7 @@
 """An open breaker rejects from the core's idle window, and only while the window holds.
 
 ``call``, ``acall`` and ``allow`` keep the window the core computed
-(:func:`toolbreaker.core.breaker.predicates.idle_window`) and reject from it with a few
+(:func:`toolbreaker.core._breaker.predicates.idle_window`) and reject from it with a few
 comparisons; each test here moves one thing the window depends on (the time, the state,
 the policy, a listener) and checks that every path answers as the core would.
 """
@@ -13,7 +13,8 @@ import dataclasses
 
 import pytest
 
-from toolbreaker import Breaker, CircuitOpen, Policy, Rejection
+from toolbreaker import Breaker, CircuitOpen, Policy
+from toolbreaker.runtime import Rejection
 from toolbreaker.testing import FakeClock, capture_transitions
 
 COOLDOWN_MS = 1_000

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from toolbreaker.core.retry import Failure, RetryPolicy, RetryRecord
+from toolbreaker.core._retry import Failure, RetryPolicy, RetryRecord
 from toolbreaker.errors import CircuitOpen
-from toolbreaker.runtime.breaker._ledger import RetryLedger
-from toolbreaker.runtime.breaker._retries import Retries
-from toolbreaker.runtime.breaker._stats import BreakerStats
-from toolbreaker.stores.memory import MemoryStore
+from toolbreaker.runtime._breaker._ledger import RetryLedger
+from toolbreaker.runtime._breaker._retries import Retries
+from toolbreaker.runtime._breaker._stats import BreakerStats
+from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.testing import FakeClock
 
 

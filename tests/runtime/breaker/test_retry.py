@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from toolbreaker import Breaker, Policy
-from toolbreaker.core.retry import RetryPolicy, RetryRecord, replay
+from toolbreaker.core._retry import RetryPolicy, RetryRecord, replay
 from toolbreaker.errors import CircuitOpen, PolicyError
-from toolbreaker.runtime.breaker._boundary import Boundary
+from toolbreaker.runtime._breaker._boundary import Boundary
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
 
@@ -343,7 +343,7 @@ def test_sheet_rows_carry_a_retry_table() -> None:
 
 
 def _verdict_of(service: ToolService, fault: Fault) -> Any:
-    from toolbreaker.runtime.breaker._classify import classify_exception
+    from toolbreaker.runtime._breaker._classify import classify_exception
 
     service.inject("GET /search", fault)
     with pytest.raises(Exception) as err:
@@ -406,7 +406,7 @@ def test_a_spent_quota_is_not_transient(service: ToolService, body: dict[str, An
 
 def test_classify_status_reads_a_body_too() -> None:
     """A result carrying a status is classified with its body as well."""
-    from toolbreaker.runtime.breaker._classify import classify_status
+    from toolbreaker.runtime._breaker._classify import classify_status
 
     quota = classify_status(429, {}, body='{"error": {"code": "insufficient_quota"}}')
     assert quota.detail == "quota-exhausted"
@@ -417,7 +417,7 @@ def test_classify_status_reads_a_body_too() -> None:
 
 def test_durations_parse_like_openai_and_google_write_them() -> None:
     """1s, 6m0s, 20ms, 1h2m3.5s; garbage is None."""
-    from toolbreaker.runtime.breaker._classify import parse_duration
+    from toolbreaker.runtime._breaker._classify import parse_duration
 
     assert [parse_duration(x) for x in ("1s", "6m0s", "20ms", "1h2m3.5s", "0.5s")] == [
         1_000,
@@ -500,7 +500,7 @@ def test_a_retrying_http_client_inside_a_tool_is_reported_with_the_fix(
     reported when the breaker that guards the tool retries too."""
     import httpx
 
-    from toolbreaker.runtime.breaker._layers import nested_retries
+    from toolbreaker.runtime._breaker._layers import nested_retries
 
     client = httpx.Client(transport=httpx.HTTPTransport(retries=2))
     try:
@@ -524,7 +524,7 @@ def test_a_retrying_http_client_inside_a_tool_is_reported_with_the_fix(
 def test_an_sdk_client_with_max_retries_is_reported() -> None:
     """An OpenAI client keeps its default max_retries=2 unless told otherwise."""
     openai = pytest.importorskip("openai")
-    from toolbreaker.runtime.breaker._layers import nested_retries
+    from toolbreaker.runtime._breaker._layers import nested_retries
 
     retrying = openai.OpenAI(api_key="sk-test")
     quiet = openai.OpenAI(api_key="sk-test", max_retries=0)
@@ -549,7 +549,7 @@ def test_a_trace_recorder_writes_the_retry_trace_beside_the_breaker_trace(
     import io
 
     from toolbreaker import TraceRecorder
-    from toolbreaker.core.breaker.trace import parse_lines
+    from toolbreaker.core._breaker.trace import parse_lines
 
     service.inject("GET /search", Fault(status=503), Fault(status=503))
     trace, retries = io.StringIO(), io.StringIO()

@@ -8,9 +8,9 @@ and sums every counter it ever held.
 from __future__ import annotations
 
 from toolbreaker import Breaker, Policy
-from toolbreaker.runtime.breaker._scopes import Scopes
-from toolbreaker.runtime.breaker._stats import BreakerStats
-from toolbreaker.stores.memory import MemoryStore
+from toolbreaker.runtime._breaker._scopes import Scopes
+from toolbreaker.runtime._breaker._stats import BreakerStats
+from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.testing import FakeClock
 
 

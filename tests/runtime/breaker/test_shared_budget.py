@@ -18,8 +18,8 @@ import pytest
 from records_helpers import SharedMemory
 from store_kinds import closing, kinds, open_store, reopen
 from toolbreaker import Breaker, Policy
-from toolbreaker.core.retry import RetryBudget, RetryPolicy
-from toolbreaker.runtime.breaker._shared_budget import BUDGET_SPACE
+from toolbreaker.core._retry import RetryBudget, RetryPolicy
+from toolbreaker.runtime._breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
 
@@ -207,9 +207,9 @@ SPENDS = 25
 
 def _contend(kind: str, target: str, start: Any, out: Any) -> None:
     """One process: its own store connection, SPENDS decisions on the shared bucket."""
-    from toolbreaker.core.retry import spend
-    from toolbreaker.runtime.breaker import _shared_budget
-    from toolbreaker.runtime.breaker._shared_budget import SharedBudget
+    from toolbreaker.core._retry import spend
+    from toolbreaker.runtime._breaker import _shared_budget
+    from toolbreaker.runtime._breaker._shared_budget import SharedBudget
 
     # The give-up window is wall time: on a loaded machine (two suites at once) twelve
     # contenders can lose for a whole second, and a decision made on an empty bucket then
@@ -270,10 +270,10 @@ def test_a_real_store_that_is_down_still_decides_no_retry(tmp_path):
     import shutil
 
     from stores.conftest import RedisServer
-    from toolbreaker import RedisStore
-    from toolbreaker.core.retry import spend
-    from toolbreaker.runtime.breaker import _shared_budget
-    from toolbreaker.runtime.breaker._shared_budget import SharedBudget
+    from toolbreaker.core._retry import spend
+    from toolbreaker.runtime._breaker import _shared_budget
+    from toolbreaker.runtime._breaker._shared_budget import SharedBudget
+    from toolbreaker.stores import RedisStore
 
     binary = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin")
     assert binary is not None, "redis-server is not installed"
@@ -314,9 +314,9 @@ class Conflicting(SharedMemory):
 def test_conflicts_back_off_with_growing_bounded_jitter(monkeypatch):
     """Each conflict waits a jittered while before reading again: the windows grow and
     stay under the cap, and the decision is made once a write wins."""
-    from toolbreaker.core.retry import spend
-    from toolbreaker.runtime.breaker import _shared_budget
-    from toolbreaker.runtime.breaker._shared_budget import BACKOFF_CAP_S, SharedBudget
+    from toolbreaker.core._retry import spend
+    from toolbreaker.runtime._breaker import _shared_budget
+    from toolbreaker.runtime._breaker._shared_budget import BACKOFF_CAP_S, SharedBudget
 
     slept: list[float] = []
     monkeypatch.setattr(_shared_budget, "_sleep", slept.append)
@@ -331,9 +331,9 @@ def test_conflicts_back_off_with_growing_bounded_jitter(monkeypatch):
 def test_conflicts_that_never_end_decide_no_retry_within_a_bounded_wait(monkeypatch):
     """A write that loses every time: "no retry" once MAX_BACKOFF_S has passed (on a
     clock the sleeps advance), having waited at most that plus one window."""
-    from toolbreaker.core.retry import spend
-    from toolbreaker.runtime.breaker import _shared_budget
-    from toolbreaker.runtime.breaker._shared_budget import (
+    from toolbreaker.core._retry import spend
+    from toolbreaker.runtime._breaker import _shared_budget
+    from toolbreaker.runtime._breaker._shared_budget import (
         ATTEMPTS,
         BACKOFF_CAP_S,
         MAX_BACKOFF_S,
@@ -362,8 +362,8 @@ def test_conflicts_that_never_end_decide_no_retry_within_a_bounded_wait(monkeypa
 def test_conflicts_on_a_loop_thread_end_after_attempts_without_sleeping():
     """Asked on an event loop's own thread, a decision never sleeps: at most ATTEMPTS
     immediate tries, then "no retry"."""
-    from toolbreaker.core.retry import spend
-    from toolbreaker.runtime.breaker._shared_budget import ATTEMPTS, SharedBudget
+    from toolbreaker.core._retry import spend
+    from toolbreaker.runtime._breaker._shared_budget import ATTEMPTS, SharedBudget
 
     store = Conflicting(10_000)
 
@@ -377,9 +377,9 @@ def test_conflicts_on_a_loop_thread_end_after_attempts_without_sleeping():
 def test_conflicts_on_the_event_loop_never_sleep_there(monkeypatch, service):
     """Async callers pay the shared budget in a worker thread, so a backoff never blocks
     the loop; a decision asked on the loop thread itself retries without sleeping."""
-    from toolbreaker.core.retry import spend
-    from toolbreaker.runtime.breaker import _shared_budget
-    from toolbreaker.runtime.breaker._shared_budget import SharedBudget
+    from toolbreaker.core._retry import spend
+    from toolbreaker.runtime._breaker import _shared_budget
+    from toolbreaker.runtime._breaker._shared_budget import SharedBudget
 
     where: list[int] = []
     monkeypatch.setattr(_shared_budget, "_sleep", lambda s: where.append(threading.get_ident()))

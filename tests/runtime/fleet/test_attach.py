@@ -10,18 +10,10 @@ import threading
 
 import pytest
 
-from toolbreaker import (
-    Breaker,
-    Policy,
-    PolicyError,
-    Registry,
-    RunGuard,
-    TraceRecorder,
-    replay,
-    scope,
-)
-from toolbreaker.core import read_trace
-from toolbreaker.runtime import Attachment, breakers_of
+from toolbreaker import Breaker, Policy, PolicyError, Registry, RunGuard, TraceRecorder, scope
+from toolbreaker.core import read_trace, replay
+from toolbreaker.runtime import Attachment
+from toolbreaker.runtime._fleet._attach import breakers_of
 from toolbreaker.testing import FakeClock, capture_transitions
 
 

@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from store_kinds import closing, kinds, open_store
-from toolbreaker import Registry, drain, prune_done, queued_items
+from toolbreaker import Registry, drain, prune_done
 from toolbreaker.cli import main
 from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._clock import wall_ms
+from toolbreaker.runtime._fleet._drain import queued_items
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
 QUEUE = "toolbreaker.queue"
@@ -322,7 +323,7 @@ def test_queued_work_and_its_drain_survive_a_crash_of_postgresql(postgres_bindir
     ``running`` would run the work again). The server's WAL writer is made lazy (10 s) so
     that an asynchronously committed record is certainly lost by the crash."""
     from stores.conftest import PostgresServer
-    from toolbreaker import PostgresStore
+    from toolbreaker.stores import PostgresStore
 
     server = PostgresServer(postgres_bindir, "-c", "wal_writer_delay=10000")
     server.start()
@@ -511,7 +512,7 @@ def late_queue(redis_url: str, tmp_path: Path) -> Iterator[tuple[Any, Any, Any]]
     """
     from lag_proxy import LaggingProxy
     from stores.patient import patient_redis
-    from toolbreaker import RedisStore
+    from toolbreaker.stores import RedisStore
 
     prefix = f"tb-{tmp_path.name}"
     port = int(redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0])
@@ -538,7 +539,7 @@ def test_a_queue_write_answered_late_is_maybe_queued_and_done_once(late_queue, s
     blocked, the packet names the queue id and says a drain makes it), no handoff packet
     exists, and the drain makes it once."""
     from toolbreaker import GuardedTool, RunGuard
-    from toolbreaker.runtime.breaker._degrade import HANDOFF_SPACE
+    from toolbreaker.runtime._breaker._degrade import HANDOFF_SPACE
 
     slow, proxy, direct = late_queue
     registry = registry_for(slow)

@@ -13,17 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import (
-    Breaker,
-    CircuitOpen,
-    HealthCheck,
-    HealthChecker,
-    MemoryStore,
-    Policy,
-    PolicyError,
-    Registry,
-)
-from toolbreaker.core.breaker.state import CLOSED, OPEN
+from toolbreaker import Breaker, CircuitOpen, MemoryStore, Policy, PolicyError, Registry
+from toolbreaker.core._breaker.state import CLOSED, OPEN
+from toolbreaker.runtime._breaker._boundary import HealthCheck
+from toolbreaker.runtime._fleet._health import HealthChecker
 from toolbreaker.testing import ToolService, request_json
 
 

@@ -11,15 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import (
-    MemoryStore,
-    PolicyError,
-    Registry,
-    StoreUnavailable,
-    publish_policy,
-)
-from toolbreaker.core.breaker.state import OPEN
-from toolbreaker.runtime.fleet._published import POLICY_SPACE, read_published
+from toolbreaker import MemoryStore, PolicyError, Registry, publish_policy
+from toolbreaker.core._breaker.state import OPEN
+from toolbreaker.errors import StoreUnavailable
+from toolbreaker.runtime._fleet._published import POLICY_SPACE, read_published
 from toolbreaker.testing import FakeClock
 
 V1 = """\

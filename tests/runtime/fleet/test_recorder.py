@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from toolbreaker import Policy, Registry, TraceRecorder, replay
-from toolbreaker.core import read_trace
+from toolbreaker import Policy, Registry, TraceRecorder
+from toolbreaker.core import read_trace, replay
 from toolbreaker.testing import FakeClock, capture_transitions
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import Policy, PolicyError, Registry, RegistryFull
+from toolbreaker import Policy, PolicyError, Registry
+from toolbreaker.errors import RegistryFull
 
 SHEET = """\
 [defaults]

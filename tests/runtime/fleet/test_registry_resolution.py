@@ -14,7 +14,8 @@ import logging
 
 import pytest
 
-from toolbreaker import Policy, PolicyError, Registry, RowNotFound
+from toolbreaker import Policy, PolicyError, Registry
+from toolbreaker.errors import RowNotFound
 
 SHEET = {
     "defaults": {"timeout_ms": 4000},

@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import (
-    MemoryStore,
-    PolicyError,
-    Registry,
-    ToolbreakerDeprecationWarning,
-    publish_policy,
-)
+from toolbreaker import MemoryStore, PolicyError, Registry, publish_policy
 from toolbreaker.cli import main
+from toolbreaker.errors import ToolbreakerDeprecationWarning
 from toolbreaker.testing import FakeClock
 
 NEW = """\

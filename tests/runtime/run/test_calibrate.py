@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from recorded_runs import recorded_runs
-from toolbreaker.core.run.budget import Budget, ClassLimits
-from toolbreaker.runtime.run._calibrate import judge, measure
-from toolbreaker.runtime.run._recorded import RecordedStep
-from toolbreaker.tuning._budgets import limits_of, stops_at
+from toolbreaker._tuning._budgets import limits_of, stops_at
+from toolbreaker.core._run.budget import Budget, ClassLimits
+from toolbreaker.runtime._run._calibrate import judge, measure
+from toolbreaker.runtime._run._recorded import RecordedStep
 
 
 def steps_of(records: list[dict[str, Any]]) -> list[RecordedStep]:

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from toolbreaker import (
-    ActionRequest,
     Breaker,
     Budget,
     ClassLimits,
@@ -26,6 +25,7 @@ from toolbreaker import (
     RunGuard,
     shell_risk_of,
 )
+from toolbreaker.runtime._run._guard import ActionRequest
 from toolbreaker.stores import MemoryStore
 
 

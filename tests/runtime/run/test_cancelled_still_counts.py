@@ -24,7 +24,7 @@ import pytest
 from records_helpers import SharedMemory
 from store_kinds import closing, kinds, open_store, reopen
 from toolbreaker import Breaker, CircuitOpen, GuardedTool, Policy, RunGuard, Siblings
-from toolbreaker.runtime import CancelledByPolicy
+from toolbreaker.runtime._run._siblings import CancelledByPolicy
 from toolbreaker.stores import MemoryStore, SQLiteStore
 from toolbreaker.testing import FakeClock
 

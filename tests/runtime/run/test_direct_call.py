@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from recorded_runs import budgets, live, recorded_runs
-from toolbreaker import AsyncCallError, Budget, RunGuard
+from toolbreaker import Budget, RunGuard
+from toolbreaker.errors import AsyncCallError
 from toolbreaker.runtime._flow import drive
 
 

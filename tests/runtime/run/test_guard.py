@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from toolbreaker import Breaker, Policy, PolicyError
-from toolbreaker.core.run.budget import Budget, ClassLimits
-from toolbreaker.runtime.run._guard import RunGuard
+from toolbreaker.core._run.budget import Budget, ClassLimits
+from toolbreaker.runtime._run._guard import RunGuard
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
@@ -306,7 +306,7 @@ def test_cost_budget(service):
 
 def test_two_step_begin_for_framework_hooks(service):
     """begin() gives hooks the injected idempotency key; succeeded()/failed() settle once."""
-    from toolbreaker import PermitError
+    from toolbreaker.errors import PermitError
 
     guard = make_guard(service)
     step = guard.begin("create_ticket", {"customer": "c-7", "title": "Hook"})
@@ -365,7 +365,7 @@ class DownJournal(MemoryStore):
     """A journal whose store is unreachable."""
 
     def journal_get(self, *_args, **_kwargs):
-        from toolbreaker import StoreUnavailable
+        from toolbreaker.errors import StoreUnavailable
 
         raise StoreUnavailable("down")
 
@@ -445,7 +445,7 @@ class LateJournal(MemoryStore):
         self.late = 0
 
     def journal_put(self, task, key, entry, *, only_new=False):
-        from toolbreaker import StoreWriteUnknown
+        from toolbreaker.errors import StoreWriteUnknown
 
         written = super().journal_put(task, key, entry, only_new=only_new)
         if self.late:
@@ -480,7 +480,7 @@ def test_a_pending_entry_whose_answer_was_lost_does_not_strand_the_write():
 def test_an_operators_word_whose_answer_was_lost_counts_once_on_the_retry(service):
     """resolve() raises when the journal's answer is lost (the word may be recorded): the
     operator calls again, and the write stops counting then, once."""
-    from toolbreaker import StoreWriteUnknown
+    from toolbreaker.errors import StoreWriteUnknown
 
     journal = LateJournal()
     guard = make_guard(service, journal=journal)
@@ -501,7 +501,7 @@ def test_an_operators_word_whose_answer_was_lost_counts_once_on_the_retry(servic
 
 def test_an_operator_cannot_say_a_confirmed_write_was_not_made(service):
     """The protocol refuses to call a proven write not made; the journal is left as is."""
-    from toolbreaker import WriteTransitionError
+    from toolbreaker.errors import WriteTransitionError
 
     journal = MemoryStore()
     guard = make_guard(service, journal=journal)
@@ -546,8 +546,8 @@ def test_a_tools_options_are_guarded_tools_fields():
     import dataclasses
 
     from toolbreaker import GuardedTool
-    from toolbreaker.runtime import GuardedToolOptions
-    from toolbreaker.runtime.run._tools import GUARDED_TOOL_OPTIONS, GuardToolOptions
+    from toolbreaker.runtime._run._guard import GuardedToolOptions
+    from toolbreaker.runtime._run._tools import GUARDED_TOOL_OPTIONS, GuardToolOptions
 
     fields = {f.name for f in dataclasses.fields(GuardedTool)} - {"name", "fn"}
     assert fields == GUARDED_TOOL_OPTIONS

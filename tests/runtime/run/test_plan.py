@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from toolbreaker.core.run.budget import Stop
-from toolbreaker.core.run.fingerprint import FingerprintRules, fingerprint, write_key
-from toolbreaker.core.run.machine import RunDecision
+from toolbreaker.core._run.budget import Stop
+from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint, write_key
+from toolbreaker.core._run.machine import RunDecision
 from toolbreaker.runtime._result import (
     deferred_result,
     denied_result,
@@ -26,9 +26,9 @@ from toolbreaker.runtime._result import (
     stopped_result,
     tool_stopped_result,
 )
-from toolbreaker.runtime.run._journal import step_of
-from toolbreaker.runtime.run._plan import Answer, Intent, Reconcile, Run, intent_of, plan_call
-from toolbreaker.runtime.run._tools import GuardedTool
+from toolbreaker.runtime._run._journal import step_of
+from toolbreaker.runtime._run._plan import Answer, Intent, Reconcile, Run, intent_of, plan_call
+from toolbreaker.runtime._run._tools import GuardedTool
 
 RULES = FingerprintRules.default()
 ARGS = {"customer": "c-7", "title": "Printer"}

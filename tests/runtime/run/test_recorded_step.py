@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from toolbreaker.errors import ToolReportedError
-from toolbreaker.runtime.breaker._classify import classify_exception
-from toolbreaker.runtime.breaker._commit import may_have_committed
-from toolbreaker.runtime.run._recorded_step import (
+from toolbreaker.runtime._breaker._classify import classify_exception
+from toolbreaker.runtime._breaker._commit import may_have_committed
+from toolbreaker.runtime._run._recorded_step import (
     RecordedStep,
     error_exception,
     parse_step,

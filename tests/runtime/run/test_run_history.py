@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from toolbreaker import RunGuard
-from toolbreaker.core.run.budget import Budget
+from toolbreaker.core._run.budget import Budget
 from toolbreaker.testing import FakeClock
 
 

@@ -83,4 +83,4 @@ def test_an_async_tool_reads_its_key_on_the_loop_and_concurrent_tools_keep_their
 def test_each_adapter_hands_on_the_one_function(module):
     found = pytest.importorskip(f"toolbreaker.integrations.{module}")
     assert found.idempotency_key is running_key
-    assert importlib.import_module("toolbreaker.runtime").idempotency_key is running_key
+    assert importlib.import_module("toolbreaker").idempotency_key is running_key

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from toolbreaker.core.run.budget import Budget
-from toolbreaker.core.run.fingerprint import FingerprintRules
+from toolbreaker.core._run.budget import Budget
+from toolbreaker.core._run.fingerprint import FingerprintRules
 from toolbreaker.runtime._flow import drive
+from toolbreaker.runtime._run._settle import Settle
+from toolbreaker.runtime._run._shell import CallRecord, RunShell
+from toolbreaker.runtime._run._tools import GuardedTool
 from toolbreaker.runtime._step import Step
-from toolbreaker.runtime.run._settle import Settle
-from toolbreaker.runtime.run._shell import CallRecord, RunShell
-from toolbreaker.runtime.run._tools import GuardedTool
 from toolbreaker.stores import MemoryStore
 
 KEY = "create_ticket:k-1"

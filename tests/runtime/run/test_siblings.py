@@ -23,8 +23,8 @@ from toolbreaker import (
     SiblingOutcome,
     Siblings,
 )
-from toolbreaker.runtime import CancelledByPolicy
 from toolbreaker.runtime._result import cancelled_result, unknown_result
+from toolbreaker.runtime._run._siblings import CancelledByPolicy
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
@@ -685,7 +685,7 @@ def test_run_guard_turn_keeps_the_calls_of_a_forced_closed_required_dependency(s
 def test_a_half_open_breaker_probed_by_its_health_checker_cancels_before_starting():
     """Under ``probes = "health-check"`` a half-open breaker refuses every user's call
     (only the checker probes): the branches that need it are cancelled, as while open."""
-    from toolbreaker.runtime import HealthCheck
+    from toolbreaker.runtime._breaker._boundary import HealthCheck
     from toolbreaker.testing import force_state
 
     inventory = Breaker(

@@ -25,7 +25,7 @@ import pytest
 
 from loop_helpers import LoopSpy
 from toolbreaker import Breaker, GuardedTool, MemoryStore, Policy, RunGuard, Siblings
-from toolbreaker.runtime import CancelledByPolicy
+from toolbreaker.runtime._run._siblings import CancelledByPolicy
 from toolbreaker.stores import SQLiteStore
 
 PATIENCE = 20.0

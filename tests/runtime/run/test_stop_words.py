@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from toolbreaker import RunGuard
-from toolbreaker.core.run.budget import Budget
+from toolbreaker.core._run.budget import Budget
 from toolbreaker.testing import FakeClock
 
 

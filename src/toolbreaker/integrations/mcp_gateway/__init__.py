@@ -39,16 +39,23 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol, cast
 
-from toolbreaker.core.breaker.predicates import may_start_rejecting
-from toolbreaker.core.breaker.state import Transition
-from toolbreaker.core.config import load_toml
-from toolbreaker.core.files import printable
-from toolbreaker.core.run.budget import Budget
+from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import require
-from toolbreaker.runtime import Attachment, Breaker, Registry, RunGuard, StopPacket
-from toolbreaker.runtime._sheet import with_deadline
-from toolbreaker.stores._protocol import Journal, Records, Store
+from toolbreaker.integrations._kit import (
+    Breaker,
+    Budget,
+    Journal,
+    Records,
+    Registry,
+    RunGuard,
+    Store,
+    Transition,
+    load_toml,
+    may_start_rejecting,
+    printable,
+    with_deadline,
+)
+from toolbreaker.runtime import Attachment, StopPacket
 
 require("mcp", "mcp")
 
@@ -60,8 +67,6 @@ from toolbreaker.integrations.mcp_gateway._session import (  # noqa: E402
     ToHost,
 )
 from toolbreaker.integrations.mcp_gateway._sheet import (  # noqa: E402
-    ALL_TOOLS,
-    RUN_FIELDS,
     GatewaySheet,
     UpstreamSpec,
     check_name,
@@ -72,7 +77,6 @@ from toolbreaker.integrations.mcp_gateway._upstream import (  # noqa: E402
     DEFAULT_RESTART_BACKOFF,
     Connection,
     StdioConnection,
-    UpstreamGone,
 )
 from toolbreaker.integrations.mcp_gateway._wire import (  # noqa: E402
     Frame,
@@ -82,16 +86,8 @@ from toolbreaker.integrations.mcp_gateway._wire import (  # noqa: E402
 )
 
 __all__ = [
-    "ALL_TOOLS",
-    "DEFAULT_TIMEOUT",
-    "RUN_FIELDS",
     "Gateway",
-    "GatewaySheet",
-    "Observer",
-    "UpstreamGone",
     "UpstreamSpec",
-    "gateway_sheet",
-    "run_template",
 ]
 
 #: Seconds: the deadline of calls and requests that no sheet row (nor ``[defaults]``)

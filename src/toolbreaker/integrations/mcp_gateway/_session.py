@@ -47,6 +47,7 @@ from mcp.types import (
     TextContent,
 )
 
+from toolbreaker.integrations._kit import Registry, RunGuard
 from toolbreaker.integrations.mcp import GuardedClient
 from toolbreaker.integrations.mcp_gateway._relay import (
     HostCall,
@@ -65,7 +66,6 @@ from toolbreaker.integrations.mcp_gateway._wire import (
     result_frame,
     stderr_line,
 )
-from toolbreaker.runtime import Registry, RunGuard
 
 __all__ = ["OPENING", "START_TIMEOUT", "HostSession", "SessionPlan", "ToHost"]
 

@@ -42,12 +42,19 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from toolbreaker.core.breaker.sheet import MCP_TABLE
-from toolbreaker.core.files import shown
-from toolbreaker.core.run.budget import RISK_CLASSES, Budget, RiskClass
-from toolbreaker.core.run.redact import redact_text
 from toolbreaker.errors import PolicyError
-from toolbreaker.runtime._sheet import TABLES, flag, known, table
+from toolbreaker.integrations._kit import (
+    MCP_TABLE,
+    RISK_CLASSES,
+    TABLES,
+    Budget,
+    RiskClass,
+    flag,
+    known,
+    redact_text,
+    shown,
+    table,
+)
 
 __all__ = [
     "ALL_TOOLS",

@@ -37,7 +37,7 @@ from typing import Any, Final
 import anyio
 from anyio.abc import Process, TaskStatus
 
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.integrations._kit import redact_text
 from toolbreaker.integrations.mcp_gateway._sheet import UpstreamSpec
 from toolbreaker.integrations.mcp_gateway._wire import Frame, LineBuffer, id_key, stderr_line
 

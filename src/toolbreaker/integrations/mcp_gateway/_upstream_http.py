@@ -35,7 +35,7 @@ from mcp.shared.inbound import (
 )
 from mcp.types import PROTOCOL_VERSION_META_KEY
 
-from toolbreaker.core.run.redact import redact_text
+from toolbreaker.integrations._kit import redact_text
 from toolbreaker.integrations.mcp_gateway._sheet import UpstreamSpec
 from toolbreaker.integrations.mcp_gateway._upstream import Connection, Deliver, UpstreamGone
 from toolbreaker.integrations.mcp_gateway._wire import Frame, id_key
