@@ -140,7 +140,9 @@ def test_the_tests_mirror_the_source_layout():
     def mirrored(folder: Path) -> bool:
         here = SRC
         for part in folder.parts:
-            here = next((here / p for p in (part, f"_{part}") if (here / p).is_dir()), here / part)
+            # a package, not a folder a rename left behind with only its __pycache__
+            candidates = (here / p for p in (part, f"_{part}"))
+            here = next((c for c in candidates if (c / "__init__.py").is_file()), here / part)
         return (here / "__init__.py").is_file()
 
     strays = [str(folder) for folder in folders if not mirrored(folder)]
