@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from test_shared_run import budget, shared_guard
+from test_shared_run import Counting, budget, shared_guard
 
 from store_kinds import closing, kinds, open_store, reopen
 from toolbreaker import RunGuard
@@ -25,53 +25,27 @@ from toolbreaker.stores import MemoryStore, SQLiteStore
 from toolbreaker.stores._protocol import RecordLog
 
 
-class CountingLog:
-    """A real store that keeps a log, its record reads and writes counted."""
+class CountingLog(Counting):
+    """A real store that keeps a log, its record reads, writes and appends counted."""
 
     def __init__(self, store: Any) -> None:
-        self.store = store
-        self.reads = 0
-        self.puts = 0
+        super().__init__(store)
         self.appends = 0
-        self.refused = 0
 
-    def record_get(self, space: str, key: str) -> Any:
-        self.reads += 1
-        return self.store.record_get(space, key)
+    @property
+    def puts(self) -> int:
+        """The whole snapshots written."""
+        return self.writes
 
     def record_read_log(self, space: str, key: str) -> Any:
         self.reads += 1
         return self.store.record_read_log(space, key)
-
-    def record_put(self, space: str, key: str, value: Any, *, version: Any = None) -> Any:
-        written = self.store.record_put(space, key, value, version=version)
-        self.puts += 1
-        self.refused += written is None
-        return written
 
     def record_append(self, space: str, key: str, entry: Any, *, version: int) -> Any:
         written = self.store.record_append(space, key, entry, version=version)
         self.appends += 1
         self.refused += written is None
         return written
-
-    def record_delete(self, space: str, key: str, *, version: Any = None) -> bool:
-        return bool(self.store.record_delete(space, key, version=version))
-
-    def record_list(self, space: str) -> Any:
-        return self.store.record_list(space)
-
-    def journal_put(self, *args: Any, **kwargs: Any) -> Any:
-        return self.store.journal_put(*args, **kwargs)
-
-    def journal_get(self, *args: Any) -> Any:
-        return self.store.journal_get(*args)
-
-    def journal_entries(self, *args: Any) -> Any:
-        return self.store.journal_entries(*args)
-
-    def journal_durable(self) -> bool:
-        return bool(self.store.journal_durable())
 
 
 def test_a_guard_alone_appends_its_events_and_writes_the_snapshot_now_and_then(tmp_path):
