@@ -2,7 +2,8 @@
 
 (Over 800 lines for a reason: the server side, ``_SCHEMA``, is in this file, and it holds
 the compare-and-set twice while processes of the earlier version, which call
-``<prefix>_cas()``, may share the database; it may move to a file of its own, as Redis's
+``<prefix>_cas()``, may share the database, and the statements of a record's log (a
+shared run's appended events); the schema may move to a file of its own, as Redis's
 ``cas.lua`` did.)
 
 Needs the ``postgres`` extra (``pip install '.[postgres]'`` from a checkout, psycopg 3);
