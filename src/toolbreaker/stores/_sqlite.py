@@ -31,9 +31,11 @@ Records (``Records``) are rows of ``toolbreaker_records`` (space,
 key, value, version); each write is one ``BEGIN IMMEDIATE`` transaction that checks the
 version and writes, committed like breaker state (``synchronous = NORMAL``). The entries
 appended to a record (:class:`~toolbreaker.stores._protocol.RecordLog`) are rows of
-``toolbreaker_record_log`` (space, key, version, entry): an append checks the record's
-version, moves it on by one and inserts its row in one such transaction; a write or a
-removal of the record deletes its rows in its own.
+``toolbreaker_record_log`` (space, key, version, entry). A record's version is its last
+entry's, else the one its row holds: an append is one statement, inserting its row at
+the next version only if the record is at the one expected (one page written, no
+transaction of its own to begin: the statement is its own); a write or a removal of the
+record deletes its rows in its transaction.
 """
 
 from __future__ import annotations
@@ -87,7 +89,22 @@ _SCHEMA: Final = (
     " version INTEGER)",
 )
 _HISTORY_PUT: Final = "INSERT INTO toolbreaker_history (key, entry, version) VALUES (?, ?, ?)"
-_RECORD_READ: Final = "SELECT value, version FROM toolbreaker_records WHERE space = ? AND key = ?"
+#: A record's version now: its last entry's, else its row's (an entry's is always above).
+_VERSION_NOW: Final = (
+    "coalesce((SELECT max(l.version) FROM toolbreaker_record_log AS l"
+    " WHERE l.space = r.space AND l.key = r.key), r.version)"
+)
+_RECORD_READ: Final = (
+    f"SELECT r.value, {_VERSION_NOW} FROM toolbreaker_records AS r"  # noqa: S608 - constants
+    " WHERE r.space = ? AND r.key = ?"
+)
+#: Append an entry at version ``?3 + 1`` if the record is at ``?3``: one statement, one
+#: implicit transaction (a writer that came between is SQLite's busy snapshot, retried).
+_LOG_APPEND: Final = (
+    "INSERT INTO toolbreaker_record_log (space, key, version, entry)"  # noqa: S608 - constants
+    " SELECT r.space, r.key, ?3 + 1, ?4 FROM toolbreaker_records AS r"
+    f" WHERE r.space = ?1 AND r.key = ?2 AND {_VERSION_NOW} = ?3"
+)
 _LOG_DROP: Final = "DELETE FROM toolbreaker_record_log WHERE space = ? AND key = ?"
 _READ: Final = "SELECT version, state FROM toolbreaker_breakers WHERE key = ?"
 _WRITE: Final = (
@@ -313,19 +330,9 @@ class SQLiteStore(SharedStore):
 
     def _record_append(self, space: str, key: str, text: str, version: int) -> int | None:
         def append(conn: sqlite3.Connection) -> int | None:
-            with _immediate(conn):
-                if not conn.execute(
-                    "UPDATE toolbreaker_records SET version = ? "
-                    "WHERE space = ? AND key = ? AND version = ?",
-                    (version + 1, space, key, version),
-                ).rowcount:
-                    return None  # absent, or at another version
-                conn.execute(
-                    "INSERT INTO toolbreaker_record_log (space, key, version, entry) "
-                    "VALUES (?, ?, ?, ?)",
-                    (space, key, version + 1, text),
-                )
-                return version + 1
+            if not conn.execute(_LOG_APPEND, (space, key, version, text)).rowcount:
+                return None  # absent, or at another version
+            return version + 1
 
         return self._locked(space, append)
 
@@ -349,10 +356,10 @@ class SQLiteStore(SharedStore):
         return None if row is None else (row[0], row[1], [(v, e) for v, e in log])
 
     def _record_remove(self, space: str, key: str, version: int | None) -> bool:
-        sql = "DELETE FROM toolbreaker_records WHERE space = ? AND key = ?"
+        sql = "DELETE FROM toolbreaker_records AS r WHERE r.space = ? AND r.key = ?"
         params: tuple[object, ...] = (space, key)
         if version is not None:
-            sql, params = sql + " AND version = ?", (space, key, version)
+            sql, params = f"{sql} AND {_VERSION_NOW} = ?", (space, key, version)
 
         def remove(conn: sqlite3.Connection) -> bool:
             with _immediate(conn):
@@ -367,7 +374,9 @@ class SQLiteStore(SharedStore):
         rows = self._locked(
             space,
             lambda conn: conn.execute(
-                "SELECT key, value, version FROM toolbreaker_records WHERE space = ?", (space,)
+                f"SELECT r.key, r.value, {_VERSION_NOW} FROM toolbreaker_records AS r "  # noqa: S608 - constants
+                "WHERE r.space = ?",
+                (space,),
             ).fetchall(),
             write=False,
         )
