@@ -59,6 +59,7 @@ the state, and counting it again would block writes twice.
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import random
 import threading
@@ -240,6 +241,8 @@ def _fold(
 
 #: RunEvent's fields and defaults, in order: what an entry writes when it differs.
 _EVENT_FIELDS: Final = tuple((f.name, f.default) for f in dataclasses.fields(RunEvent))
+#: An event's values of those fields, in that order, read at once.
+_EVENT_VALUES: Final = operator.attrgetter(*(name for name, _ in _EVENT_FIELDS))
 _AMOUNTS: Final = frozenset({"cost", "reserve"})
 _NONE: Final[frozenset[str]] = frozenset()
 
@@ -247,7 +250,9 @@ _NONE: Final[frozenset[str]] = frozenset()
 def _event_doc(event: RunEvent) -> dict[str, Any]:
     """``event`` as JSON: the fields that differ from their defaults; amounts as text."""
     doc = {
-        name: value for name, default in _EVENT_FIELDS if (value := getattr(event, name)) != default
+        name: value
+        for (name, default), value in zip(_EVENT_FIELDS, _EVENT_VALUES(event), strict=True)
+        if value != default
     }
     action = event.action
     if action is not None:
