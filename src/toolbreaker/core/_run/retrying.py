@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint
 from toolbreaker.errors import FingerprintError
+
+if TYPE_CHECKING:
+    from toolbreaker.core._run.fingerprint import FingerprintRules
 
 __all__ = ["FAILED_LIMIT", "ModelRetries", "action_of", "failed_retryably", "is_retry", "observe"]
 
@@ -66,6 +68,10 @@ def action_of(
     ``None`` when the arguments cannot be fingerprinted (a set, bytes, NaN ...): such a
     call is never taken for a retry.
     """
+    # The fingerprint (json, decimal, unicodedata ...) loads with the first action asked
+    # about, not with every breaker: a breaker's ``call`` never asks.
+    from toolbreaker.core._run.fingerprint import fingerprint
+
     try:
         return fingerprint(tool, args, rules)
     except FingerprintError:
