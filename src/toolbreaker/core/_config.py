@@ -11,11 +11,13 @@ import math
 import re
 import sys
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core._files import printable, read_text, shown
 from toolbreaker.errors import PolicyError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "MAX_CONFIG_BYTES",

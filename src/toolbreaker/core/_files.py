@@ -15,8 +15,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, BinaryIO, Final, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, NoReturn
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
 
 __all__ = [
     "DUPLICATE_KEY",
@@ -58,6 +61,8 @@ def _located(error: Located, message: str, file: str, line: int | None = None) -
 
 def read_text(path: str | Path, error: Located, *, limit: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of ``path``, at most ``limit`` bytes; anything else is ``error``."""
+    from pathlib import Path  # a file read: pathlib loads with the first
+
     name = str(path)
     try:
         with Path(path).open("rb") as handle:
@@ -75,6 +80,8 @@ def read_text(path: str | Path, error: Located, *, limit: int = MAX_FILE_BYTES) 
 
 def _opened(path: str | Path, error: Located) -> BinaryIO:
     """``path`` opened for reading bytes; an OS error is ``error``, located at the file."""
+    from pathlib import Path
+
     try:
         return Path(path).open("rb")
     except OSError as exc:

@@ -53,7 +53,6 @@ import dataclasses
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core._breaker.keys import breaker_key
@@ -90,6 +89,8 @@ from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.stores._protocol import Records, Store
 
 if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
+    from pathlib import Path
+
     from typing_extensions import Unpack
 
     from toolbreaker.runtime._run._guard import RunGuard
@@ -210,6 +211,8 @@ class Registry:
             ),
         )
         warn_old_spellings(registry._notes)
+        from pathlib import Path  # a sheet read from a file: pathlib loads with it
+
         registry.sheet = Path(path).name
         return registry
 
