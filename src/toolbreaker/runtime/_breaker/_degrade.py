@@ -49,7 +49,6 @@ from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable,
 from toolbreaker.runtime._breaker._boundary import Boundary
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log
-from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import (
     degraded_result,
     dependency_stop_result,
@@ -62,6 +61,8 @@ from toolbreaker.stores._protocol import Records
 
 if TYPE_CHECKING:
     import asyncio
+
+    from toolbreaker.runtime._packet import StopPacket
 
 __all__ = [
     "DEGRADE_SCHEMA",
@@ -628,6 +629,8 @@ class Degradation:
         self._durable = True
 
     def _packet(self, tool: str, args: Mapping[str, Any], key: str, detail: str) -> StopPacket:
+        from toolbreaker.runtime._packet import StopPacket  # a hand-off's: loads with the first
+
         return StopPacket(
             task=key,
             condition="dependency-open",
