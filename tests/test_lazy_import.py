@@ -132,8 +132,8 @@ def test_a_breaker_or_a_registry_loads_no_socket_mail_futures_or_toml(name):
 #: of the rarer paths (JSON read or written, a file or a sheet read, a log record, a stale
 #: answer's date, a shared slot's shuffle, a UUID met while masking, a name a sheet lacks)
 #: and the parts of toolbreaker a plain breaker does not use (the fingerprint of the
-#: model-as-retry ledger, the health checker, the published-sheet follower, the stop
-#: packet). ``from toolbreaker import Registry`` loaded all of these before (175 modules).
+#: model-as-retry ledger, a shared store's retry budget, the health checker, the
+#: published-sheet follower, the stop packet). ``from toolbreaker import Registry`` loaded all of these before (175 modules).
 ON_FIRST_USE = (
     "datetime",
     "decimal",
@@ -151,6 +151,7 @@ ON_FIRST_USE = (
     "urllib",
     "uuid",
     "toolbreaker.core._run.fingerprint",
+    "toolbreaker.runtime._breaker._shared_budget",
     "toolbreaker.runtime._fleet._health",
     "toolbreaker.runtime._fleet._published",
     "toolbreaker.runtime._packet",
