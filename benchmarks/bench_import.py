@@ -3,7 +3,8 @@
 Run ``python benchmarks/bench_import.py`` (under a minute; ``--runs N`` fresh interpreters
 per row, 15 by default; ``--where STATEMENT`` adds the ten slowest modules of one
 statement, from ``python -X importtime``; ``--src DIR`` times another checkout's ``src``,
-an older commit's for instance, exported with ``git archive``).
+an older commit's for instance, exported with ``git archive``; ``--before DIR`` times
+another ``src`` in the same runs, interleaved, and prints the two side by side).
 
 Each row is one import statement, run in N fresh interpreters one after the other
 (interleaved with the other rows, so a busy moment of the machine spreads over all of
@@ -138,6 +139,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the raw samples here")
     parser.add_argument("--where", action="append", default=[], help="a statement to explain")
     parser.add_argument("--src", type=Path, default=SRC, help="the src folder to time")
+    parser.add_argument("--before", type=Path, help="another src folder, timed in the same runs")
     args = parser.parse_args()
 
     rows = list(ROWS)
@@ -149,24 +151,44 @@ def main() -> None:
             rows.append(statement)
     rows += [REFERENCE, FLOOR, FIRST_CALL]
 
-    for row in rows:  # once untimed: writes the bytecode cache
-        once(row, args.src)
-    samples: dict[str, list[tuple[float, int, int]]] = {row: [] for row in rows}
+    srcs = [args.src] if args.before is None else [args.before, args.src]
+    for src in srcs:
+        for row in rows:  # once untimed: writes the bytecode cache
+            once(row, src)
+    runs: dict[Path, dict[str, list[tuple[float, int, int]]]] = {
+        src: {row: [] for row in rows} for src in srcs
+    }
     for _ in range(args.runs):
         for row in rows:
-            samples[row].append(once(row, args.src))
+            for src in srcs:
+                runs[src][row].append(once(row, src))
 
-    print(f"Python {sys.version.split()[0]}, {args.src}")
-    print(f"best and median of {args.runs} fresh interpreters")
-    print(f"{'statement':<44} {'best ms':>8} {'median ms':>10} {'modules (own/all)':>18}")
-    for row in rows:
-        times = [ms for ms, _, _ in samples[row]]
-        _, own, added = samples[row][-1]
-        shown = "first call (import, Registry(), get, call)" if row == FIRST_CALL else row
-        print(f"{shown:<44} {min(times):8.1f} {statistics.median(times):10.1f} {own:>8}/{added}")
-    print()
-    for line in against_floor(samples):
-        print(line)
+    print(f"Python {sys.version.split()[0]}")
+    for src in srcs:
+        samples = runs[src]
+        print(f"\n{src}: best and median of {args.runs} fresh interpreters")
+        print(f"{'statement':<44} {'best ms':>8} {'median ms':>10} {'modules (own/all)':>18}")
+        for row in rows:
+            times = [ms for ms, _, _ in samples[row]]
+            _, own, added = samples[row][-1]
+            shown = "first call (import, Registry(), get, call)" if row == FIRST_CALL else row
+            print(
+                f"{shown:<44} {min(times):8.1f} {statistics.median(times):10.1f} {own:>8}/{added}"
+            )
+        print()
+        for line in against_floor(samples):
+            print(line)
+    if args.before is not None:
+        print(f"\nbefore ({args.before}) and after ({args.src}), the same runs:")
+        for row in (MEASURED, FIRST_CALL):
+            before = [ms for ms, _, _ in runs[args.before][row]]
+            after = [ms for ms, _, _ in runs[args.src][row]]
+            shown = "first call" if row == FIRST_CALL else row
+            print(
+                f"  {shown:<34} best {min(before):6.1f} -> {min(after):6.1f} ms,"
+                f" median {statistics.median(before):6.1f} -> {statistics.median(after):6.1f} ms"
+                f" ({statistics.median(after) / statistics.median(before):.2f}x)"
+            )
     if missing:
         print(f"not installed (pip install -e '.[bench]'): {', '.join(missing)}")
     for statement in args.where:
@@ -174,7 +196,8 @@ def main() -> None:
         for own_us, total_us, name in slowest(statement, args.src):
             print(f"  {own_us:>7} {total_us:>8}  {name}")
     if args.json:
-        args.json.write_text(json.dumps(samples, indent=2), encoding="utf-8")
+        raw = {str(src): samples for src, samples in runs.items()}
+        args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
