@@ -133,7 +133,8 @@ def test_a_breaker_or_a_registry_loads_no_socket_mail_futures_or_toml(name):
 #: answer's date, a shared slot's shuffle, a UUID met while masking, a name a sheet lacks)
 #: and the parts of toolbreaker a plain breaker does not use (the fingerprint of the
 #: model-as-retry ledger, a shared store's retry budget, the health checker, the
-#: published-sheet follower, the stop packet). ``from toolbreaker import Registry`` loaded all of these before (175 modules).
+#: published-sheet follower, the stop packet). ``from toolbreaker import Registry``
+#: loaded every one of them before.
 ON_FIRST_USE = (
     "datetime",
     "decimal",
