@@ -10,8 +10,10 @@ Each row is one import statement, run in N fresh interpreters one after the othe
 (interleaved with the other rows, so a busy moment of the machine spreads over all of
 them). In each interpreter the statement is timed with ``time.perf_counter`` around its
 ``exec`` (the interpreter's own start-up is not counted, nor the ``site`` modules it
-loaded before), and the modules it added to ``sys.modules`` are counted. A row prints the
-best and the median time, and the modules loaded (``toolbreaker``'s own / all).
+loaded before), wall clock and the process's CPU time (which a busy machine's waits for a
+core do not inflate), and the modules it added to ``sys.modules`` are counted. A row
+prints the best and the median of each time, and the modules loaded (``toolbreaker``'s
+own / all).
 
 The peers (pybreaker, circuitbreaker, aiobreaker, purgatory, tenacity) are timed the same
 way when they are installed, and ``import asyncio`` as a reference: a breaker's async
@@ -38,6 +40,7 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -64,17 +67,27 @@ MEASURED = "from toolbreaker import Registry"
 #: The import, then a registry, a breaker and one call: what the import left for later.
 FIRST_CALL = 'from toolbreaker import Registry; Registry().get("bench").call(int, timeout=5)'
 
-#: What runs in each fresh interpreter: the statement, timed, and what it loaded.
+#: What runs in each fresh interpreter: the statement, timed (wall clock and the
+#: process's CPU time), and what it loaded.
 CHILD = """
 import sys, time
 before = set(sys.modules)
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 exec(compile(STATEMENT, "<bench>", "exec"), {})
-elapsed = time.perf_counter() - start
+elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
 added = set(sys.modules) - before
 own = sum(1 for name in added if name == "toolbreaker" or name.startswith("toolbreaker."))
-print(elapsed * 1000, own, len(added))
+print(elapsed * 1000, cpu * 1000, own, len(added))
 """
+
+
+class Sample(NamedTuple):
+    """One statement in one fresh interpreter."""
+
+    ms: float  # wall clock
+    cpu_ms: float  # the process's CPU time: what a busy machine's waits do not inflate
+    own: int  # toolbreaker's modules it loaded
+    added: int  # all the modules it loaded
 
 
 def environment(src: Path = SRC) -> dict[str, str]:
@@ -87,7 +100,7 @@ def environment(src: Path = SRC) -> dict[str, str]:
     return env
 
 
-def once(statement: str, src: Path = SRC) -> tuple[float, int, int]:
+def once(statement: str, src: Path = SRC) -> Sample:
     code = CHILD.replace("STATEMENT", repr(statement))
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -96,8 +109,8 @@ def once(statement: str, src: Path = SRC) -> tuple[float, int, int]:
         check=True,
         env=environment(src),
     )
-    ms, own, added = done.stdout.split()
-    return float(ms), int(own), int(added)
+    ms, cpu_ms, own, added = done.stdout.split()
+    return Sample(float(ms), float(cpu_ms), int(own), int(added))
 
 
 def slowest(statement: str, src: Path = SRC, count: int = 10) -> list[tuple[int, int, str]]:
@@ -118,18 +131,21 @@ def slowest(statement: str, src: Path = SRC, count: int = 10) -> list[tuple[int,
     return sorted(rows, reverse=True)[:count]
 
 
-def against_floor(samples: dict[str, list[tuple[float, int, int]]]) -> list[str]:
+def against_floor(samples: dict[str, list[Sample]]) -> list[str]:
     """``MEASURED`` as the floor plus toolbreaker's own cost, its ratio to the floor, and
-    what the first call adds to the import; by best and by median of the same runs."""
+    what the first call adds to the import; by best and by median of the same runs, in
+    wall-clock and in CPU milliseconds."""
     lines = [f"{MEASURED!r} against the floor {FLOOR!r}:"]
-    for name, pick in (("best", min), ("median", statistics.median)):
-        floor = pick(ms for ms, _, _ in samples[FLOOR])
-        measured = pick(ms for ms, _, _ in samples[MEASURED])
-        first = pick(ms for ms, _, _ in samples[FIRST_CALL])
-        lines.append(
-            f"  {name:<6} {measured:6.1f} ms = floor {floor:5.1f} + own {measured - floor:5.1f}"
-            f"  ({measured / floor:.2f}x the floor); the first call adds {first - measured:5.1f}"
-        )
+    for clock in ("ms", "cpu_ms"):
+        for name, pick in (("best", min), ("median", statistics.median)):
+            floor = pick(getattr(x, clock) for x in samples[FLOOR])
+            measured = pick(getattr(x, clock) for x in samples[MEASURED])
+            first = pick(getattr(x, clock) for x in samples[FIRST_CALL])
+            lines.append(
+                f"  {'wall' if clock == 'ms' else 'cpu':<4} {name:<6} {measured:6.1f} ms"
+                f" = floor {floor:5.1f} + own {measured - floor:5.1f}"
+                f" ({measured / floor:.2f}x the floor); the first call adds {first - measured:5.1f}"
+            )
     return lines
 
 
@@ -155,9 +171,7 @@ def main() -> None:
     for src in srcs:
         for row in rows:  # once untimed: writes the bytecode cache
             once(row, src)
-    runs: dict[Path, dict[str, list[tuple[float, int, int]]]] = {
-        src: {row: [] for row in rows} for src in srcs
-    }
+    runs: dict[Path, dict[str, list[Sample]]] = {src: {row: [] for row in rows} for src in srcs}
     for _ in range(args.runs):
         for row in rows:
             for src in srcs:
@@ -167,13 +181,18 @@ def main() -> None:
     for src in srcs:
         samples = runs[src]
         print(f"\n{src}: best and median of {args.runs} fresh interpreters")
-        print(f"{'statement':<44} {'best ms':>8} {'median ms':>10} {'modules (own/all)':>18}")
+        print(
+            f"{'statement':<44} {'best ms':>8} {'median ms':>10} {'cpu best':>9}"
+            f" {'cpu median':>11} {'modules (own/all)':>18}"
+        )
         for row in rows:
-            times = [ms for ms, _, _ in samples[row]]
-            _, own, added = samples[row][-1]
+            times = [x.ms for x in samples[row]]
+            cpu = [x.cpu_ms for x in samples[row]]
+            last = samples[row][-1]
             shown = "first call (import, Registry(), get, call)" if row == FIRST_CALL else row
             print(
-                f"{shown:<44} {min(times):8.1f} {statistics.median(times):10.1f} {own:>8}/{added}"
+                f"{shown:<44} {min(times):8.1f} {statistics.median(times):10.1f}"
+                f" {min(cpu):9.1f} {statistics.median(cpu):11.1f} {last.own:>8}/{last.added}"
             )
         print()
         for line in against_floor(samples):
@@ -181,14 +200,16 @@ def main() -> None:
     if args.before is not None:
         print(f"\nbefore ({args.before}) and after ({args.src}), the same runs:")
         for row in (MEASURED, FIRST_CALL):
-            before = [ms for ms, _, _ in runs[args.before][row]]
-            after = [ms for ms, _, _ in runs[args.src][row]]
-            shown = "first call" if row == FIRST_CALL else row
-            print(
-                f"  {shown:<34} best {min(before):6.1f} -> {min(after):6.1f} ms,"
-                f" median {statistics.median(before):6.1f} -> {statistics.median(after):6.1f} ms"
-                f" ({statistics.median(after) / statistics.median(before):.2f}x)"
-            )
+            for clock in ("ms", "cpu_ms"):
+                before = [getattr(x, clock) for x in runs[args.before][row]]
+                after = [getattr(x, clock) for x in runs[args.src][row]]
+                shown = "first call" if row == FIRST_CALL else row
+                print(
+                    f"  {shown:<34} {'wall' if clock == 'ms' else 'cpu':<4}"
+                    f" best {min(before):6.1f} -> {min(after):6.1f} ms,"
+                    f" median {statistics.median(before):6.1f} -> {statistics.median(after):6.1f}"
+                    f" ms ({statistics.median(after) / statistics.median(before):.2f}x)"
+                )
     if missing:
         print(f"not installed (pip install -e '.[bench]'): {', '.join(missing)}")
     for statement in args.where:
@@ -196,7 +217,10 @@ def main() -> None:
         for own_us, total_us, name in slowest(statement, args.src):
             print(f"  {own_us:>7} {total_us:>8}  {name}")
     if args.json:
-        raw = {str(src): samples for src, samples in runs.items()}
+        raw = {
+            str(src): {row: [x._asdict() for x in xs] for row, xs in samples.items()}
+            for src, samples in runs.items()
+        }
         args.json.write_text(json.dumps(raw, indent=2), encoding="utf-8")
 
 
