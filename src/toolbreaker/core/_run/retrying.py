@@ -20,7 +20,8 @@ Pure: a frozen value in, a frozen value out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.errors import FingerprintError
@@ -68,14 +69,23 @@ def action_of(
     ``None`` when the arguments cannot be fingerprinted (a set, bytes, NaN ...): such a
     call is never taken for a retry.
     """
-    # The fingerprint (json, decimal, unicodedata ...) loads with the first action asked
-    # about, not with every breaker: a breaker's ``call`` never asks.
-    from toolbreaker.core._run.fingerprint import fingerprint
-
     try:
-        return fingerprint(tool, args, rules)
+        return _fingerprint()(tool, args, rules)
     except FingerprintError:
         return None
+
+
+@functools.cache
+def _fingerprint() -> Callable[[str, Mapping[str, Any], FingerprintRules | None], str]:
+    """:func:`~toolbreaker.core._run.fingerprint.fingerprint`, imported on first use.
+
+    It loads (json, decimal, unicodedata ...) with the first action asked about, not with
+    every breaker: a breaker's ``call`` never asks. Cached, so each later action pays a
+    call, not an import.
+    """
+    from toolbreaker.core._run.fingerprint import fingerprint
+
+    return fingerprint
 
 
 def failed_retryably(answer: object) -> bool:
