@@ -128,6 +128,166 @@ def test_a_breaker_or_a_registry_loads_no_socket_mail_futures_or_toml(name):
     assert under(modules, NOT_AT_IMPORT) == []
 
 
+#: What a breaker and a registry load on first use, never at import: the standard library
+#: of the rarer paths (JSON read or written, a file or a sheet read, a log record, a stale
+#: answer's date, a shared slot's shuffle, a UUID met while masking, a name a sheet lacks)
+#: and the parts of toolbreaker a plain breaker does not use (the fingerprint of the
+#: model-as-retry ledger, a shared store's retry budget, the health checker, the
+#: published-sheet follower, the stop packet). ``from toolbreaker import Registry``
+#: loaded every one of them before.
+ON_FIRST_USE = (
+    "datetime",
+    "decimal",
+    "difflib",
+    "ipaddress",
+    "json",
+    "logging",
+    "pathlib",
+    "platform",
+    "random",
+    "string",
+    "textwrap",
+    "traceback",
+    "unicodedata",
+    "urllib",
+    "uuid",
+    "toolbreaker.core._run.fingerprint",
+    "toolbreaker.runtime._breaker._shared_budget",
+    "toolbreaker.runtime._fleet._health",
+    "toolbreaker.runtime._fleet._published",
+    "toolbreaker.runtime._packet",
+)
+
+
+@pytest.mark.parametrize("name", ["Breaker", "Registry"])
+def test_a_breaker_or_a_registry_leaves_the_rarer_modules_for_first_use(name):
+    """None of :data:`ON_FIRST_USE` loads with the import: each loads where it is used."""
+    modules = loaded(f"import toolbreaker; from toolbreaker import {name}")
+    assert under(modules, ON_FIRST_USE) == []
+
+
+def test_a_registrys_first_call_loads_none_of_them_either():
+    """A registry, a breaker and a successful call: the path of the import's promise
+    still loads none of :data:`ON_FIRST_USE` (they are not merely moved to the call)."""
+    modules = loaded(
+        "from toolbreaker import Registry\n"
+        "assert Registry().get('x').call(lambda: 42, timeout=5) == 42"
+    )
+    assert under(modules, ON_FIRST_USE) == []
+
+
+#: Each lazily loaded module, used in a fresh interpreter that has not loaded it: the
+#: README's sheet and guard (pathlib, tomllib), a failure the classifier does not know
+#: (logging, masked, naming the line that logged), masking a UUID and a date, JSON read
+#: strictly and written canonically, HTTP statuses classified, the retry ledger's
+#: fingerprint, a name a sheet with rows lacks (difflib), a hand-off's stop packet.
+FIRST_USES = r"""
+import sys
+from toolbreaker import Registry
+
+lazy = ("json", "logging", "pathlib", "uuid", "difflib", "datetime")
+assert [m for m in lazy if m in sys.modules] == [], sys.modules.keys()
+
+breakers = Registry.from_toml(EXAMPLES + "/breakers.toml")
+assert breakers.sheet == "breakers.toml"
+search = breakers.get("search", operation="read")
+
+@search.guard(timeout=4.0)
+def search_catalog(query: str) -> dict:
+    return {"hits": [query]}
+
+assert search_catalog("lamp") == {"hits": ["lamp"]}
+
+breaker = Registry().get("x")
+assert breaker.call(lambda: 42, timeout=5) == 42
+
+def boom():
+    raise KeyError("sk-" + "a" * 30)
+
+try:
+    breaker.call(boom, timeout=5)
+except KeyError:
+    pass
+else:
+    raise AssertionError("the call's own error must come back")
+
+import io, logging
+logger = logging.getLogger("toolbreaker")
+assert [type(f).__name__ for f in logger.filters] == ["_Masked"], logger.filters
+stream = io.StringIO()
+handler = logging.StreamHandler(stream)
+handler.setFormatter(logging.Formatter("%(funcName)s %(message)s"))
+logger.addHandler(handler)
+from toolbreaker.runtime._log import hook_failed, log
+
+def reporter():
+    log.warning("password=%s", "hunter2hunter2")
+
+reporter()
+hook_failed("a listener", ValueError("token=" + "b" * 30))
+shown = stream.getvalue()
+assert "hunter2" not in shown and "b" * 30 not in shown, shown
+assert shown.startswith("reporter password=[REDACTED]"), shown
+
+import datetime, uuid
+from toolbreaker.core._run.redact import redact
+kept = {"id": uuid.UUID(int=7), "at": datetime.date(2026, 1, 2)}
+assert redact({**kept, "api_key": "x"}) == {**kept, "api_key": "[REDACTED]"}
+
+from toolbreaker.core._canonical import canonical_json
+from toolbreaker.core._files import loads_json
+from toolbreaker.errors import PolicyError
+assert canonical_json({"b": 1, "a": [2]}) == b'{"a":[2],"b":1}'
+assert loads_json('{"a": 1}', PolicyError) == {"a": 1}
+for bad in ('{"a": 1, "a": 2}', '{"a": [[[1]]]}', '{"a": "\\ud800"}', "{"):
+    try:
+        loads_json(bad, PolicyError, max_depth=2)
+    except PolicyError:
+        pass
+    else:
+        raise AssertionError(bad)
+
+from toolbreaker.runtime import classify_status
+assert classify_status(503).kind == "failure" and classify_status(503) is classify_status(503)
+assert classify_status(404).kind == "success" or classify_status(404).kind == "ignored"
+assert classify_status(200).kind == "success"
+assert classify_status(429, {"x-ratelimit-reset-requests": "1m30s"}).retry_after_ms == 90_000
+
+from toolbreaker.core._run.retrying import action_of
+assert action_of("t", {"a": 1}) == action_of("t", {"a": 1.0}) is not None
+
+from toolbreaker.errors import RowNotFound
+try:
+    breakers.get("serch", operation="read")
+except RowNotFound as exc:
+    assert "search" in str(exc), exc
+else:
+    strict = Registry.from_toml(EXAMPLES + "/breakers.toml", strict=True)
+    try:
+        strict.get("serch", operation="read")
+    except RowNotFound as exc:
+        assert "search" in str(exc), exc
+    else:
+        raise AssertionError("a slip of a row's name is named")
+assert "difflib" in sys.modules
+"""
+
+
+def test_what_loads_on_first_use_works_in_a_fresh_interpreter():
+    """Every module the import leaves for later loads where it is first used and does its
+    work there, in an interpreter where nothing else loaded it first."""
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    path = os.pathsep.join([str(SRC.parent), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-c", f"EXAMPLES = {str(examples)!r}\n{FIRST_USES}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_run_guard_loads_no_fleet_no_other_store_and_no_adapter():
     """``from toolbreaker import RunGuard`` loads the run shell, not the fleet, SQLite or an
     adapter."""

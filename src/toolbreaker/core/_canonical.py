@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import json
 
 __all__ = ["canonical_json", "sha256_hex"]
 
 
-#: The one encoder of canonical JSON (``json.dumps`` with these options built one per call).
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-)
+@functools.cache
+def _canonical() -> json.JSONEncoder:
+    """The one encoder of canonical JSON, made with the first value encoded.
+
+    ``json.dumps`` with these options builds one per call; json is not loaded at import.
+    """
+    import json
+
+    return json.JSONEncoder(
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 def canonical_json(value: Any) -> bytes:
@@ -21,7 +31,7 @@ def canonical_json(value: Any) -> bytes:
     Floats are refused because their text differs between producers; every number
     in a receipt is an integer.
     """
-    return _CANONICAL.encode(value).encode("utf-8")
+    return _canonical().encode(value).encode("utf-8")
 
 
 def sha256_hex(value: Any) -> str:

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import math
 import re
 import sys
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core._files import printable, read_text, shown
 from toolbreaker.errors import PolicyError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -143,13 +146,23 @@ def loads_toml(text: str, *, file: str | None = None) -> dict[str, Any]:
 
 
 _PART: Final = r"(?:\"[^\"]*\"|'[^']*'|[A-Za-z0-9_-]+)"
-_HEADER: Final = re.compile(rf"^\s*\[\s*({_PART}(?:\s*\.\s*{_PART})*)\s*\]\s*(#.*)?$")
-_ASSIGNMENT: Final = re.compile(rf"^\s*({_PART}(?:\s*\.\s*{_PART})*)\s*=(.*)$")
-_PARTS: Final = re.compile(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+)")
+
+
+@functools.cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """A table header, an assignment and a dotted key's parts.
+
+    Compiled for the first error located in a file, not at import.
+    """
+    return (
+        re.compile(rf"^\s*\[\s*({_PART}(?:\s*\.\s*{_PART})*)\s*\]\s*(#.*)?$"),
+        re.compile(rf"^\s*({_PART}(?:\s*\.\s*{_PART})*)\s*=(.*)$"),
+        re.compile(r"\"([^\"]*)\"|'([^']*)'|([A-Za-z0-9_-]+)"),
+    )
 
 
 def _dotted(key: str) -> str:
-    return ".".join("".join(match.groups("")) for match in _PARTS.finditer(key))
+    return ".".join("".join(match.groups("")) for match in _patterns()[2].finditer(key))
 
 
 def _line_of_key(text: str, field: str) -> int | None:
@@ -167,13 +180,14 @@ def _line_of_key(text: str, field: str) -> int | None:
         if (field == path or field.startswith(path + ".")) and len(path) > best[0]:
             best = (len(path), number)
 
+    header, assignment, _ = _patterns()
     for number, line in enumerate(text.splitlines(), start=1):
-        found = _HEADER.match(line)
+        found = header.match(line)
         if found:
             table = _dotted(found.group(1))
             holds(table, number)
             continue
-        found = _ASSIGNMENT.match(line)
+        found = assignment.match(line)
         if not found:
             continue
         key = _dotted(found.group(1))

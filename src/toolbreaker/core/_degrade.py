@@ -32,7 +32,6 @@ was handed to. Pure: time arrives as arguments; nothing here reads a clock or do
 from __future__ import annotations
 
 import dataclasses
-import datetime
 from collections.abc import Mapping, Sequence
 from typing import Final, Literal
 
@@ -232,6 +231,8 @@ def stale_write_due(last_ms: int | None, now_ms: int, every_ms: int) -> bool:
 
 def stale_label(at_ms: int, now_ms: int) -> str:
     """``"as of 14:02 UTC, 7 minutes old"`` for an answer kept at wall-clock ``at_ms``."""
+    import datetime  # a stale answer's label: datetime loads with the first
+
     when = datetime.datetime.fromtimestamp(at_ms / 1000, tz=datetime.timezone.utc)
     age_s = max(0, now_ms - at_ms) // 1000
     if age_s < 60:

@@ -12,11 +12,15 @@ receipts, run records) goes through here, so the limits are the same everywhere:
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, BinaryIO, Final, NoReturn
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, NoReturn
+
+if TYPE_CHECKING:
+    import json
+    from pathlib import Path
+
 
 __all__ = [
     "DUPLICATE_KEY",
@@ -58,6 +62,8 @@ def _located(error: Located, message: str, file: str, line: int | None = None) -
 
 def read_text(path: str | Path, error: Located, *, limit: int = MAX_FILE_BYTES) -> str:
     """The UTF-8 text of ``path``, at most ``limit`` bytes; anything else is ``error``."""
+    from pathlib import Path  # a file read: pathlib loads with the first
+
     name = str(path)
     try:
         with Path(path).open("rb") as handle:
@@ -75,6 +81,8 @@ def read_text(path: str | Path, error: Located, *, limit: int = MAX_FILE_BYTES) 
 
 def _opened(path: str | Path, error: Located) -> BinaryIO:
     """``path`` opened for reading bytes; an OS error is ``error``, located at the file."""
+    from pathlib import Path
+
     try:
         return Path(path).open("rb")
     except OSError as exc:
@@ -211,14 +219,26 @@ def _constant(text: str) -> NoReturn:
     raise _Invalid(f"{text} is not JSON")
 
 
-_STRINGS: Final = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKETS: Final = re.compile(r"[\[\]{}]")
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+# The patterns and decoders below are made on first use, not at import: ``from toolbreaker
+# import Registry`` reads no JSON (and so loads no json).
+@functools.cache
+def _strings() -> re.Pattern[str]:
+    return re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+@functools.cache
+def _brackets() -> re.Pattern[str]:
+    return re.compile(r"[\[\]{}]")
+
+
+@functools.cache
+def _surrogate() -> re.Pattern[str]:
+    return re.compile("[\ud800-\udfff]")
 
 
 def _depth(text: str) -> int:
     deepest = depth = 0
-    for match in _BRACKETS.finditer(_STRINGS.sub("", text)):
+    for match in _brackets().finditer(_strings().sub("", text)):
         depth += 1 if match.group() in "[{" else -1
         deepest = max(deepest, depth)
     return deepest
@@ -238,7 +258,7 @@ def _no_surrogates(value: Any) -> None:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if _SURROGATE.search(item):
+            if _surrogate().search(item):
                 raise _Invalid("a string holds a lone surrogate (not valid Unicode text)")
         elif isinstance(item, dict):
             stack.extend(item)
@@ -263,12 +283,15 @@ def loads_json(
     an error, or with ``mark_duplicates`` the object gets :data:`DUPLICATE_KEY` (so a
     persisted state that holds one fails validation and loads as corrupt).
     """
+    import json
+
+    strict, marking, fast, keys = _decoders()
     try:
         brackets = _check_depth(text, max_depth)
         if mark_duplicates:
-            decoder = _MARKING
+            decoder = marking
         elif parse_float is None:
-            decoder = _STRICT
+            decoder = strict
         else:
             decoder = json.JSONDecoder(
                 object_pairs_hook=_pairs,
@@ -276,11 +299,11 @@ def loads_json(
                 parse_constant=_constant,
                 parse_float=parse_float,
             )
-        if decoder is _STRICT and brackets <= 1 and "\\" not in text:
+        if decoder is strict and brackets <= 1 and "\\" not in text:
             # A flat object without escapes: one C call, duplicates found by counting.
-            value = _FAST.decode(text)
-            if isinstance(value, dict) and len(value) != len(_KEYS.findall(text)):
-                value = _STRICT.decode(text)
+            value = fast.decode(text)
+            if isinstance(value, dict) and len(value) != len(keys.findall(text)):
+                value = strict.decode(text)
         else:
             value = decoder.decode(text)
         if "\\u" in text:
@@ -297,16 +320,22 @@ def loads_json(
     return value
 
 
-# Every key occurrence in a flat object without escapes is one `"` `:` pair: more
-# matches than keys means a key was repeated.
-_KEYS: Final = re.compile(r'"\s*:')
-_STRICT: Final = json.JSONDecoder(
-    object_pairs_hook=_pairs, parse_int=_int, parse_constant=_constant
-)
-_MARKING: Final = json.JSONDecoder(
-    object_pairs_hook=_marked_pairs, parse_int=_int, parse_constant=_constant
-)
-_FAST: Final = json.JSONDecoder(parse_int=_int, parse_constant=_constant)
+@functools.cache
+def _decoders() -> tuple[json.JSONDecoder, json.JSONDecoder, json.JSONDecoder, re.Pattern[str]]:
+    """The strict, the marking and the fast decoder, and the pattern that counts keys.
+
+    Every key occurrence in a flat object without escapes is one ``"`` ``:`` pair: more
+    matches than keys means a key was repeated.
+    """
+    import json
+
+    return (
+        json.JSONDecoder(object_pairs_hook=_pairs, parse_int=_int, parse_constant=_constant),
+        json.JSONDecoder(object_pairs_hook=_marked_pairs, parse_int=_int, parse_constant=_constant),
+        json.JSONDecoder(parse_int=_int, parse_constant=_constant),
+        re.compile(r'"\s*:'),
+    )
+
 
 _ESCAPES: Final = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 

@@ -9,7 +9,6 @@ dependency is out. Secrets are masked when it is built. ``history`` was added to
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -96,4 +95,6 @@ class StopPacket:
 
     def to_json(self) -> str:
         """The packet as indented JSON."""
+        import json  # a packet shown as JSON: json loads with the first
+
         return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=str)

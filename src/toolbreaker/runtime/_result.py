@@ -39,8 +39,6 @@ with :func:`~toolbreaker.core._run.redact.redact_text` here, where it is built.
 
 from __future__ import annotations
 
-import json
-import string
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -188,6 +186,8 @@ def validate_template(template: str, *, where: str = "instruction") -> str:
     Raises:
         PolicyError: naming ``where``.
     """
+    import string  # a template checked: string loads with the first
+
     try:
         parts = list(string.Formatter().parse(template))
     except ValueError as exc:
@@ -439,6 +439,8 @@ def _missing(tool: str, args: Mapping[str, Any]) -> str:
     """Which data is missing, in words: the tool and its arguments (masked, bounded)."""
     if not args:
         return f'the data "{tool}" would have returned'
+    import json  # a missing data's words: json loads with the first
+
     try:
         shown_args = json.dumps(redact(dict(args)), sort_keys=True, default=str)
     except (TypeError, ValueError, RecursionError):

@@ -31,7 +31,6 @@ import math
 import os
 import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Final, Literal
 
 from toolbreaker.core._breaker.policy import MAX_DURATION_MS, Policy
@@ -618,7 +617,7 @@ def _as_ms(value: object) -> int | None:
 
 
 #: This package's directory, spelt as its modules' code objects name their files.
-_PACKAGE: Final = str(Path(__file__).parents[1]) + os.sep
+_PACKAGE: Final = os.path.dirname(os.path.dirname(__file__)) + os.sep  # no pathlib at import
 
 
 def _user_stacklevel() -> int:

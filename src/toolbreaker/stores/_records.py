@@ -14,7 +14,6 @@ shard then cannot deny that breaker's calls.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -97,6 +96,8 @@ def encode_record(space: str, key: str, value: Mapping[str, Any]) -> bytes:
 
 def decode_record(raw: object, space: str, key: str, version: int | None) -> dict[str, Any]:
     """A stored record's JSON text as a dict; anything else is :class:`RecordCorrupt`."""
+    import json  # loaded with the first record read, not with every store
+
     try:
         value = json.loads(raw) if isinstance(raw, (str, bytes)) else None
     except (ValueError, RecursionError):

@@ -14,12 +14,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker.core._canonical import canonical_json
 from toolbreaker.core._config import known_fields, load_toml
 from toolbreaker.core._files import shown
+
+if TYPE_CHECKING:
+    from pathlib import Path
 from toolbreaker.errors import PolicyError
 
 __all__ = ["MAX_COUNT", "MAX_DURATION_MS", "PROBES", "Policy"]

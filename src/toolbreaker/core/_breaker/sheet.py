@@ -15,7 +15,6 @@ so the replay engine and the core stay free of the runtime.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import hashlib
 from collections.abc import Collection, Mapping
 from typing import Final
@@ -152,6 +151,10 @@ def _resembled(
         names.setdefault(dependency, (row, False))
         if tool is not None and tool != dependency:
             names.setdefault(tool, (row, True))
+    if not names:
+        return None  # a sheet without rows (a registry's own): nothing to resemble
+    import difflib  # what resembles what, asked only of a name a sheet lacks
+
     found = difflib.get_close_matches(name, list(names), n=1, cutoff=RESEMBLANCE)
     if not found:
         return None

@@ -40,14 +40,11 @@ unlabelled random text), split across strings, or encoded in a way not listed ab
 from __future__ import annotations
 
 import bisect
-import datetime
 import enum
 import functools
 import hashlib
-import numbers
 import re
 import sys
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
@@ -130,8 +127,18 @@ _DESCRIPTIVE_WORDS: Final = frozenset(
         "version",
     }
 )
-_WORD: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_NOT_ALNUM: Final = re.compile(r"[^0-9a-z]")
+
+
+# The patterns are compiled on first use, not at import (``from toolbreaker import
+# Registry`` should not pay for masking it has not done yet); each accessor compiles once.
+@functools.cache
+def _word() -> re.Pattern[str]:
+    return re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+@functools.cache
+def _not_alnum() -> re.Pattern[str]:
+    return re.compile(r"[^0-9a-z]")
 
 
 #: Texts up to this long are masked (and key names judged) once and remembered: names,
@@ -140,7 +147,7 @@ _CACHED_LENGTH: Final = 256
 
 
 def _compact(name: str) -> str:
-    return _NOT_ALNUM.sub("", name.lower())
+    return _not_alnum().sub("", name.lower())
 
 
 def _extra_parts(extra_keys: Iterable[str]) -> frozenset[str]:
@@ -164,7 +171,7 @@ def _judge(name: str, extra: frozenset[str]) -> bool:
     compact = _compact(name)
     if any(part in compact for part in extra):
         return True
-    words = {word.lower() for word in _WORD.findall(name)}
+    words = {word.lower() for word in _word().findall(name)}
     if words & _DESCRIPTIVE_WORDS:
         return False
     return bool(words & _SECRET_WORDS) or any(part in compact for part in _SECRET_PARTS)
@@ -268,66 +275,73 @@ _TOKENS: Final = (
     r"[0-9]{8,10}:AA[A-Za-z0-9_\-]{33}(?![A-Za-z0-9_\-])",  # Telegram bot
 )
 
-_TEXT_RULES: Final[tuple[tuple[re.Pattern[str], _Finder], ...]] = (
-    (
-        re.compile(
-            r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
-            r".*?(?:-----END[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)",
-            re.S,
+
+@functools.cache
+def _text_rules() -> tuple[tuple[re.Pattern[str], _Finder], ...]:
+    """The rules :func:`redact_text` applies: a pattern and what of its match to mask."""
+    return (
+        (
+            re.compile(
+                r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
+                r".*?(?:-----END[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----|\Z)",
+                re.S,
+            ),
+            _whole,
         ),
-        _whole,
-    ),
-    # Header lines: the whole value goes, whatever the scheme.
-    (
-        re.compile(
-            _NOT_AFTER_ALNUM + r"(?:(?:proxy-)?authorization|(?:set-)?cookie)"
-            r"[\"']?[ \t]*:[ \t]*[\"']?(?P<value>[^\r\n\"'\\]+)",
-            re.I,
+        # Header lines: the whole value goes, whatever the scheme.
+        (
+            re.compile(
+                _NOT_AFTER_ALNUM + r"(?:(?:proxy-)?authorization|(?:set-)?cookie)"
+                r"[\"']?[ \t]*:[ \t]*[\"']?(?P<value>[^\r\n\"'\\]+)",
+                re.I,
+            ),
+            _group("value"),
         ),
-        _group("value"),
-    ),
-    (
-        # Greedy up to the last "@" of the authority: passwords do contain "@". The
-        # scheme is bounded, or a long run like "a-a-a-..." takes quadratic time.
-        re.compile(r"\b[a-z][a-z0-9+.\-]{0,31}://[^/\s:@?#]*:(?P<value>[^/\s?#]+)@", re.I),
-        _group("value"),
-    ),
-    (
-        re.compile(r"\b(?:bearer|basic)\s+(?P<value>[A-Za-z0-9\-._~+/]{8,}=*)", re.I),
-        _opaque_credential,
-    ),
-    (
-        re.compile(
-            _NOT_AFTER_ALNUM + rf"(?:{_PAIR_NAMES})[\"']?[ \t]*[:=][ \t]*"
-            # A quoted value up to its quote; a bare one up to a delimiter or a closing
-            # bracket; never an already masked value, so masking twice changes nothing.
-            r"(?!\[REDACTED\])(?:(?P<quote>[\"'])(?P<quoted>(?:(?!(?P=quote)).)*)(?P=quote)"
-            r"|(?P<bare>[^\s\"'&;,)\]}\\]+))",
-            re.I,
+        (
+            # Greedy up to the last "@" of the authority: passwords do contain "@". The
+            # scheme is bounded, or a long run like "a-a-a-..." takes quadratic time.
+            re.compile(r"\b[a-z][a-z0-9+.\-]{0,31}://[^/\s:@?#]*:(?P<value>[^/\s?#]+)@", re.I),
+            _group("value"),
         ),
-        _pair_value,
-    ),
-    # Webhook URLs carry their secret in the path.
-    (
-        re.compile(
-            r"(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
-            r"|discord(?:app)?\.com/api/webhooks/)(?P<value>[A-Za-z0-9_/\-]+)"
+        (
+            re.compile(r"\b(?:bearer|basic)\s+(?P<value>[A-Za-z0-9\-._~+/]{8,}=*)", re.I),
+            _opaque_credential,
         ),
-        _group("value"),
-    ),
-    # Signatures of pre-signed URLs (Azure SAS, S3, GCS) in query strings.
-    (
-        re.compile(r"[?&](?:sig|x-amz-signature|x-goog-signature)=(?P<value>[^&#\s\"'\\]+)", re.I),
-        _group("value"),
-    ),
-    (re.compile(_NOT_AFTER_ALNUM + "(?:" + "|".join(_TOKENS) + ")"), _whole),
-    (
-        re.compile(
-            r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"
+        (
+            re.compile(
+                _NOT_AFTER_ALNUM + rf"(?:{_PAIR_NAMES})[\"']?[ \t]*[:=][ \t]*"
+                # A quoted value up to its quote; a bare one up to a delimiter or a closing
+                # bracket; never an already masked value, so masking twice changes nothing.
+                r"(?!\[REDACTED\])(?:(?P<quote>[\"'])(?P<quoted>(?:(?!(?P=quote)).)*)(?P=quote)"
+                r"|(?P<bare>[^\s\"'&;,)\]}\\]+))",
+                re.I,
+            ),
+            _pair_value,
         ),
-        _whole,
-    ),
-)
+        # Webhook URLs carry their secret in the path.
+        (
+            re.compile(
+                r"(?:hooks\.slack\.com/(?:services|workflows|triggers)/"
+                r"|discord(?:app)?\.com/api/webhooks/)(?P<value>[A-Za-z0-9_/\-]+)"
+            ),
+            _group("value"),
+        ),
+        # Signatures of pre-signed URLs (Azure SAS, S3, GCS) in query strings.
+        (
+            re.compile(
+                r"[?&](?:sig|x-amz-signature|x-goog-signature)=(?P<value>[^&#\s\"'\\]+)", re.I
+            ),
+            _group("value"),
+        ),
+        (re.compile(_NOT_AFTER_ALNUM + "(?:" + "|".join(_TOKENS) + ")"), _whole),
+        (
+            re.compile(
+                r"(?<![A-Za-z0-9_\-])eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*"
+            ),
+            _whole,
+        ),
+    )
+
 
 # --- escaped and encoded text ------------------------------------------------------------
 #
@@ -338,9 +352,14 @@ _TEXT_RULES: Final[tuple[tuple[re.Pattern[str], _Finder], ...]] = (
 # its characters came from, so what a rule finds in a view is masked in the original,
 # escapes and all, and everything else stays as it was written.
 
-_ESCAPE: Final = re.compile(
-    r"\\(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|U[0-9A-Fa-f]{8}|.)|%[0-9A-Fa-f]{2}|\+", re.S
-)
+
+@functools.cache
+def _escape() -> re.Pattern[str]:
+    return re.compile(
+        r"\\(?:u[0-9A-Fa-f]{4}|x[0-9A-Fa-f]{2}|U[0-9A-Fa-f]{8}|.)|%[0-9A-Fa-f]{2}|\+", re.S
+    )
+
+
 _SIMPLE_ESCAPES: Final = {
     "n": "\n",
     "r": "\r",
@@ -380,7 +399,7 @@ class _View:
         pieces: list[str] = []
         decoded, source_at = [0], [0]
         done = length = 0
-        for match in _ESCAPE.finditer(source):
+        for match in _escape().finditer(source):
             start, end = match.span()
             pieces.append(source[done:start])
             length += start - done
@@ -405,7 +424,7 @@ class _View:
 def _spans(text: str) -> list[_Span]:
     return [
         span
-        for pattern, find in _TEXT_RULES
+        for pattern, find in _text_rules()
         for match in pattern.finditer(text)
         for span in find(match)
     ]
@@ -413,9 +432,10 @@ def _spans(text: str) -> list[_Span]:
 
 def _secret_spans(text: str) -> list[_Span]:
     spans = _spans(text)
+    escape = _escape()
     views: list[_View] = []
     current = text
-    while len(views) < _VIEWS and _ESCAPE.search(current):
+    while len(views) < _VIEWS and escape.search(current):
         views.append(_View(current))
         current = views[-1].text
         for found in _spans(current):
@@ -480,15 +500,25 @@ def _mask_fully(out: str) -> str:
     return out
 
 
-# Immutable values that cannot hold a secret the patterns would find.
-_KEPT: Final = (
-    numbers.Number,
-    datetime.date,
-    datetime.time,
-    datetime.timedelta,
-    uuid.UUID,
-    enum.Enum,
-)
+@functools.cache
+def _kept() -> tuple[type, ...]:
+    """Immutable values that cannot hold a secret the patterns would find.
+
+    Their modules are imported on the first :func:`redact`, not with this one (``uuid``
+    alone imports ``platform``).
+    """
+    import datetime
+    import numbers
+    import uuid
+
+    return (
+        numbers.Number,
+        datetime.date,
+        datetime.time,
+        datetime.timedelta,
+        uuid.UUID,
+        enum.Enum,
+    )
 
 
 def _masked(value: Any) -> Any:
@@ -544,7 +574,7 @@ def _redact_mapping(
 
 
 def _redact(value: Any, extra: frozenset[str], active: set[int]) -> Any:
-    if value is None or isinstance(value, _KEPT):
+    if value is None or isinstance(value, _kept()):
         return value
     if isinstance(value, str):
         return redact_text(value)

@@ -20,11 +20,14 @@ Pure: a frozen value in, a frozen value out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Final
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
 
-from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint
 from toolbreaker.errors import FingerprintError
+
+if TYPE_CHECKING:
+    from toolbreaker.core._run.fingerprint import FingerprintRules
 
 __all__ = ["FAILED_LIMIT", "ModelRetries", "action_of", "failed_retryably", "is_retry", "observe"]
 
@@ -67,9 +70,22 @@ def action_of(
     call is never taken for a retry.
     """
     try:
-        return fingerprint(tool, args, rules)
+        return _fingerprint()(tool, args, rules)
     except FingerprintError:
         return None
+
+
+@functools.cache
+def _fingerprint() -> Callable[[str, Mapping[str, Any], FingerprintRules | None], str]:
+    """:func:`~toolbreaker.core._run.fingerprint.fingerprint`, imported on first use.
+
+    It loads (json, decimal, unicodedata ...) with the first action asked about, not with
+    every breaker: a breaker's ``call`` never asks. Cached, so each later action pays a
+    call, not an import.
+    """
+    from toolbreaker.core._run.fingerprint import fingerprint
+
+    return fingerprint
 
 
 def failed_retryably(answer: object) -> bool:

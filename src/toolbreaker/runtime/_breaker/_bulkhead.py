@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import threading
 import time
 import weakref
@@ -270,6 +269,8 @@ class Bulkhead:
                 until = value.get("until")
                 versions[name] = -1 if isinstance(until, int) and until > now else version
             free = [name for name in self._names if versions.get(name, 0) >= 0]
+            import random  # a shared bulkhead's: random loads with its first permit
+
             random.shuffle(free)
             wanted = {"holder": holder, "until": now + ttl}
             for name in free[:_TRIES]:

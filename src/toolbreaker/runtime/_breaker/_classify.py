@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import math
 import re
 import sys
@@ -356,9 +357,19 @@ def _status_verdict(status: int, *, raised: bool) -> Verdict:
     return Verdict("success", "ok", status=status)
 
 
-# Verdicts for 100..599, built once: classification allocates nothing on this path.
-_RESULT_STATUS: Final = tuple(_status_verdict(s, raised=False) for s in range(100, 600))
-_RAISED_STATUS: Final = tuple(_status_verdict(s, raised=True) for s in range(100, 600))
+# Verdicts for 100..599 by status, each built the first time its status is seen (not all
+# 1,000 at import) and kept: classification allocates nothing on this path after that.
+_RESULT_STATUS: Final[dict[int, Verdict]] = {}
+_RAISED_STATUS: Final[dict[int, Verdict]] = {}
+
+
+def _kept_status_verdict(status: int, *, raised: bool) -> Verdict:
+    """:func:`_status_verdict` of a status in 100..599, made once and kept."""
+    kept = _RAISED_STATUS if raised else _RESULT_STATUS
+    verdict = kept.get(status)
+    if verdict is None:
+        verdict = kept[status] = _status_verdict(status, raised=raised)
+    return verdict
 
 
 def _as_status(value: object) -> int | None:
@@ -389,9 +400,16 @@ _RESET_DURATIONS: Final = (
     ("x-ratelimit-reset-requests", "X-RateLimit-Reset-Requests"),
     ("x-ratelimit-reset-tokens", "X-RateLimit-Reset-Tokens"),
 )
-_DURATION: Final = re.compile(
-    r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?"
-)
+
+
+@functools.cache
+def _duration() -> re.Pattern[str]:
+    """An OpenAI-style duration, compiled when a header first holds one (not at import)."""
+    return re.compile(
+        r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?"
+    )
+
+
 _DURATION_SCALES: Final = (3_600_000, 60_000, 1000, 1)
 # A RateLimit-Reset this large is an epoch time, not a delay (some providers send one).
 _EPOCH_THRESHOLD: Final = 1_000_000_000
@@ -433,7 +451,7 @@ def parse_duration(value: object) -> int | None:
     text = _text(value)
     if text is None or not text or len(text) > _MAX_RETRY_AFTER_CHARS:
         return None
-    match = _DURATION.fullmatch(text.strip())
+    match = _duration().fullmatch(text.strip())
     if match is None or not any(match.groups()):
         return None
     total = 0.0
@@ -549,7 +567,7 @@ def _with_retry_after(verdict: Verdict, headers: object, now: float | None) -> V
 
 
 def _raised_status_verdict(exc: BaseException, status: int, now: float | None) -> Verdict:
-    verdict = _RAISED_STATUS[status - 100]
+    verdict = _RAISED_STATUS.get(status) or _kept_status_verdict(status, raised=True)
     if status != 429 and status != 503:  # noqa: PLR1714 - no tuple built per call
         return verdict
     with_wait = _with_retry_after(verdict, _attr(exc, "headers"), now)
@@ -598,7 +616,7 @@ def classify_status(
         The verdict; it never raises.
     """
     if 100 <= status <= 599:
-        verdict = _RESULT_STATUS[status - 100]
+        verdict = _RESULT_STATUS.get(status) or _kept_status_verdict(status, raised=False)
     else:
         verdict = _status_verdict(status, raised=False)
     verdict = _with_retry_after(verdict, headers, now)

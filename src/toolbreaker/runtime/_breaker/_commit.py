@@ -6,7 +6,6 @@ retries never replay such an attempt unless the row is idempotent.
 
 from __future__ import annotations
 
-import json
 from typing import Final, TypeVar
 
 from toolbreaker.core._breaker.predicates import unclassified_type
@@ -51,6 +50,8 @@ def may_have_committed(exc: BaseException, verdict: Verdict) -> bool:
         return False  # a local rejection (a saturated bulkhead) sent nothing
     if isinstance(exc, ToolReportedError) and verdict.status is None:
         return False  # the tool answered with an error: a definite answer, not silence
+    import json  # a failure's cause: json loads with the first one asked about
+
     if _in_chain(exc, json.JSONDecodeError):
         return True
     if verdict.kind == "ambiguous":

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import contextvars
 import enum
-import logging
 import math
 import os
 import sys
@@ -61,6 +60,8 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias, TypeVar
+
+from toolbreaker.runtime._log import log as _log
 
 if TYPE_CHECKING:
     import asyncio
@@ -80,7 +81,6 @@ __all__ = [
 ]
 
 R = TypeVar("R")
-_log = logging.getLogger("toolbreaker")
 
 
 class _Overdue(enum.Enum):

@@ -27,9 +27,7 @@ may already be queued, and the chain never goes on to hand the same work to a pe
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import inspect
-import json
 import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -51,7 +49,6 @@ from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable,
 from toolbreaker.runtime._breaker._boundary import Boundary
 from toolbreaker.runtime._clock import wall_ms
 from toolbreaker.runtime._log import hook_failed, log
-from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import (
     degraded_result,
     dependency_stop_result,
@@ -64,6 +61,8 @@ from toolbreaker.stores._protocol import Records
 
 if TYPE_CHECKING:
     import asyncio
+
+    from toolbreaker.runtime._packet import StopPacket
 
 __all__ = [
     "DEGRADE_SCHEMA",
@@ -290,6 +289,8 @@ class Degradation:
         """Keep ``result`` as the last good answer of ``tool(args)`` (``stale`` rows only)."""
         if not self._stale:
             return
+        import json  # a stale row's: json loads with its first success, not at import
+
         try:
             # A cheap local key for the throttle: most successes stop here, with no digest.
             local = json.dumps([tool, args], sort_keys=True, default=repr)
@@ -433,6 +434,8 @@ class Degradation:
             assert choice.stale_age_ms is not None
             at, value = kept
             now = at + choice.stale_age_ms
+            import datetime  # a stale answer's: datetime loads with the first
+
             when = datetime.datetime.fromtimestamp(at / 1000, tz=datetime.timezone.utc)
             return stale_result(
                 tool,
@@ -520,6 +523,8 @@ class Degradation:
             raise StoreUnavailable("this store keeps no records")
         self._check_durable(store)
         queue_id = self._queue_id(key)
+        import json  # a queued call's: json loads with the first
+
         item = {
             "schema": QUEUE_SCHEMA,
             "id": queue_id,
@@ -624,6 +629,8 @@ class Degradation:
         self._durable = True
 
     def _packet(self, tool: str, args: Mapping[str, Any], key: str, detail: str) -> StopPacket:
+        from toolbreaker.runtime._packet import StopPacket  # a hand-off's: loads with the first
+
         return StopPacket(
             task=key,
             condition="dependency-open",
@@ -639,6 +646,8 @@ class Degradation:
 
     def _keep_handoff(self, rid: str, document: Mapping[str, Any]) -> None:
         """Keep the packet for the person who takes over (best effort: it is logged too)."""
+        import json  # a hand-off's: json loads with the first
+
         log.warning("toolbreaker: handed off %s: %s", rid, json.dumps(document, default=str))
         if self._store is None:
             return

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core._retry import (
     Failure,
@@ -27,9 +27,11 @@ from toolbreaker.core._retry import (
 )
 from toolbreaker.core._run.retrying import ModelRetries, action_of, is_retry, observe
 from toolbreaker.runtime._breaker._bulkhead import shares_records
-from toolbreaker.runtime._breaker._shared_budget import SharedBudget
 from toolbreaker.runtime._breaker._stats import BreakerStats
 from toolbreaker.stores._protocol import Records, Store
+
+if TYPE_CHECKING:
+    from toolbreaker.runtime._breaker._shared_budget import SharedBudget
 
 __all__ = ["RetryLedger"]
 
@@ -85,11 +87,13 @@ class RetryLedger:
             self.policy = retry
             self.local = None if retry is None else RetryBudget.full(retry)
             store = self._store
-            self.shared = (
-                SharedBudget(self._key, retry, store, self._on_fault)
-                if retry is not None and isinstance(store, Records) and shares_records(store)
-                else None
-            )
+            shared = None
+            if retry is not None and isinstance(store, Records) and shares_records(store):
+                # A shared store's: the shared budget loads with the first, not at import.
+                from toolbreaker.runtime._breaker._shared_budget import SharedBudget
+
+                shared = SharedBudget(self._key, retry, store, self._on_fault)
+            self.shared = shared
 
     @property
     def budget(self) -> RetryBudget | None:

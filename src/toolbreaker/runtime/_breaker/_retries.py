@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import inspect
 import os
-import random
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterator
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from toolbreaker.core._retry import (
     Failure,
@@ -27,6 +26,9 @@ from toolbreaker.core._retry import (
 from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._breaker._ledger import RetryLedger
 from toolbreaker.runtime._breaker._stats import BreakerStats
+
+if TYPE_CHECKING:
+    import random
 from toolbreaker.runtime._clock import Clock
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.runtime._process import process_token
@@ -39,6 +41,13 @@ R = TypeVar("R")
 RetryListener = Callable[[RetryRecord], None]
 #: What a failed attempt tells the retry core, from the breaker's classifier and state.
 FailureOf = Callable[[BaseException], Failure]
+
+
+def _seeded(seed: int) -> random.Random:
+    """A generator of jitter seeds from ``seed`` (random loads with a seeded breaker)."""
+    import random
+
+    return random.Random(seed)  # noqa: S311 - jitter, not secrets
 
 
 class Retries:
@@ -72,7 +81,7 @@ class Retries:
         self._ledger = ledger
         self._clock = clock
         self._ids = ids
-        self._seeds = random.Random(seed) if seed is not None else None  # noqa: S311 - jitter, not secrets
+        self._seeds = _seeded(seed) if seed is not None else None
         self._sleep = sleep
         self._stats = stats
         #: Who hears every retry decision (shared by a scoped row's breakers).

@@ -32,17 +32,20 @@ are lost, which errs on the side of fewer retries.
 
 from __future__ import annotations
 
-import random
+import functools
 import threading
 import time
 from collections.abc import Callable
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from toolbreaker.core._retry import RetryBudget, RetryPolicy, refill
 from toolbreaker.errors import StoreUnavailable
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.runtime._log import hook_failed
 from toolbreaker.stores._protocol import Records
+
+if TYPE_CHECKING:
+    import random
 
 __all__ = [
     "ATTEMPTS",
@@ -66,7 +69,6 @@ BACKOFF_CAP_S: Final = 0.05
 MAX_BACKOFF_S: Final = 1.0
 _sleep: Callable[[float], None] = time.sleep  # the tests watch these two
 _clock: Callable[[], int] = monotonic_ms
-_jitter = random.Random()  # noqa: S311 - spreading contenders, not secrets
 
 T = TypeVar("T")
 _FAULTS: Final = (StoreUnavailable, NotImplementedError, ValueError, TypeError)
@@ -173,6 +175,17 @@ class SharedBudget:
         return RetryBudget(min(milli, capacity)), version
 
 
+@functools.cache
+def _jitter() -> random.Random:
+    """The generator that spreads contenders, made with the first conflict.
+
+    :mod:`random` is not loaded at import.
+    """
+    import random
+
+    return random.Random()  # noqa: S311 - spreading contenders, not secrets
+
+
 def _back_off(conflicts: int) -> None:
     """Sleep a jittered while after ``conflicts`` lost writes; never on an event loop."""
     import asyncio  # the event loop's own: a sync program never loads asyncio
@@ -181,4 +194,4 @@ def _back_off(conflicts: int) -> None:
         asyncio.get_running_loop()
     except RuntimeError:
         window = min(BACKOFF_CAP_S, BACKOFF_FIRST_S * 2 ** (conflicts - 1))
-        _sleep(_jitter.uniform(0, window))
+        _sleep(_jitter().uniform(0, window))

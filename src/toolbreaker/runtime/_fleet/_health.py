@@ -29,7 +29,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import random
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -109,6 +108,8 @@ class HealthChecker:
         self._next: dict[str, float] = {}
         self._busy: dict[str, threading.Thread] = {}
         self._held: dict[str, Records] = {}
+        import random  # a checker's: random loads with the first, not with a registry
+
         self._jitter = random.Random()  # noqa: S311 - jitter, not secrets
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -22,9 +22,7 @@ any it could have held.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import hashlib
-import random
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -240,6 +238,8 @@ def write_published(
             if type(previous) is int and previous >= 1:
                 revision = previous + 1
             expected = found[1]
+        import datetime as dt  # a publication's time: datetime loads with the first
+
         at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
         value: dict[str, Any] = {
             "schema": POLICY_SCHEMA,
@@ -311,6 +311,8 @@ class PolicyFollower:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        import random  # a watcher's: random loads with the first, not with a registry
+
         self._jitter = random.Random()  # noqa: S311 - jitter, not secrets
 
     def refresh(self) -> bool:

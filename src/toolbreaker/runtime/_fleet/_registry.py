@@ -53,7 +53,6 @@ import dataclasses
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from toolbreaker.core._breaker.keys import breaker_key
@@ -68,13 +67,6 @@ from toolbreaker.runtime._breaker._breaker import Breaker, clock_of
 from toolbreaker.runtime._breaker._degrade import check_store
 from toolbreaker.runtime._breaker._watch import BreakerWatch, Watcher
 from toolbreaker.runtime._clock import Clock
-from toolbreaker.runtime._fleet._health import HealthChecker
-from toolbreaker.runtime._fleet._published import (
-    PolicyFollower,
-    PublishedSheet,
-    read_published,
-    write_published,
-)
 from toolbreaker.runtime._log import log
 from toolbreaker.runtime._sheet import (
     Sheet,
@@ -90,8 +82,12 @@ from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.stores._protocol import Records, Store
 
 if TYPE_CHECKING:  # typing on Python 3.10 has no Unpack; the annotation stays a string
+    from pathlib import Path
+
     from typing_extensions import Unpack
 
+    from toolbreaker.runtime._fleet._health import HealthChecker
+    from toolbreaker.runtime._fleet._published import PolicyFollower, PublishedSheet
     from toolbreaker.runtime._run._guard import RunGuard
 
 __all__ = ["Boundary", "Registry", "Resolution", "publish_policy"]
@@ -210,6 +206,8 @@ class Registry:
             ),
         )
         warn_old_spellings(registry._notes)
+        from pathlib import Path  # a sheet read from a file: pathlib loads with it
+
         registry.sheet = Path(path).name
         return registry
 
@@ -282,6 +280,8 @@ class Registry:
                 does not validate (a process never starts on a sheet it cannot check).
             StoreUnavailable: the store could not be read.
         """
+        from toolbreaker.runtime._fleet._published import read_published
+
         records = _records(store)
         sheet = read_published(records, name)
         if sheet is None:
@@ -339,6 +339,8 @@ class Registry:
     def _follower(
         self, records: Records, name: str, poll: float, current: PublishedSheet | None
     ) -> PolicyFollower:
+        from toolbreaker.runtime._fleet._published import PolicyFollower
+
         self.follower = PolicyFollower(
             records, self._adopt_sheet, name=name, poll=poll, current=current
         )
@@ -464,6 +466,8 @@ class Registry:
         with self._lock:
             checker = self.health_checker
             if checker is None:
+                from toolbreaker.runtime._fleet._health import HealthChecker
+
                 checker = self.health_checker = HealthChecker(lambda: tuple(self))
             else:
                 return checker
@@ -718,6 +722,8 @@ def publish_policy(
     warn_old_spellings(
         _build_text(Registry, text, where)._notes
     )  # published as written: a follower logs them per revision
+    from toolbreaker.runtime._fleet._published import write_published
+
     return write_published(
         _records(store), text, name=name, note=note, by=by, over_corrupt=over_corrupt
     )
@@ -752,5 +758,7 @@ def _records(store: Store) -> Records:
 
 
 def _poll(follower: PolicyFollower, poll: float) -> float:
+    from toolbreaker.runtime._fleet._published import PolicyFollower
+
     PolicyFollower(follower.store, lambda _: None, poll=poll)  # validates poll
     return float(poll)
