@@ -197,6 +197,9 @@ def fail_many(kind: str, target: str, key: str, start: int, count: int) -> int:
     in a row than its default of 64 before giving up.
     """
     options: dict[str, Any] = {"socket_timeout": 5.0} if kind.startswith("redis") else {}
+    if kind == "sqlite":  # eight writers of one file: under a load average of 20 a writer
+        # waited past the default 1 s for the file's lock
+        options = {"timeout": 10.0}
     if kind == "postgres":  # eight writers of one row on two busy cores: many lose a race,
         # and a statement can wait past the default bound for the row's lock (seen under a
         # load average of 20: the server answered after 1.25 s)

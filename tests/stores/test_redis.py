@@ -22,6 +22,7 @@ from conformance import (
     wait_for,
     without_hanging,
 )
+from patient import patient_redis
 
 from lag_proxy import LaggingProxy
 from store_kinds import redis_scripts_run
@@ -77,7 +78,7 @@ class TestRedisStore(StoreContract, RecordsContract, AmbiguousWriteContract, Rou
     # The session's server keeps nothing on disk: the journal tests opt out of durability.
     @pytest.fixture
     def store(self, redis_url):
-        with RedisStore(redis_url, volatile_journal=True) as store:
+        with patient_redis(redis_url, volatile_journal=True) as store:
             yield store
 
     @pytest.fixture
@@ -99,7 +100,7 @@ class TestRedisStore(StoreContract, RecordsContract, AmbiguousWriteContract, Rou
 
     @pytest.fixture
     def twin(self, redis_url):
-        with RedisStore(redis_url, volatile_journal=True) as twin:
+        with patient_redis(redis_url, volatile_journal=True) as twin:
             yield twin
 
     def write_raw(self, store, key, raw, policy):

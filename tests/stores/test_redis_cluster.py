@@ -25,6 +25,7 @@ from conformance import (
     Twin,
     wait_for,
 )
+from patient import patient_redis
 
 from store_kinds import redis_scripts_run
 from toolbreaker import Breaker, Policy
@@ -49,12 +50,12 @@ class TestRedisClusterStore(StoreContract, RecordsContract, RoundTripContract):
 
     @pytest.fixture
     def store(self, redis_cluster):
-        with RedisStore(redis_cluster.url, cluster=True, volatile_journal=True) as store:
+        with patient_redis(redis_cluster.url, cluster=True, volatile_journal=True) as store:
             yield store
 
     @pytest.fixture
     def twin(self, redis_cluster):
-        with RedisStore(redis_cluster.url, cluster=True, volatile_journal=True) as twin:
+        with patient_redis(redis_cluster.url, cluster=True, volatile_journal=True) as twin:
             yield twin
 
     def write_raw(self, store, key, raw, policy):

@@ -279,7 +279,9 @@ def test_delay_stalls_the_answer(service: ToolService) -> None:
 
 def test_commit_then_delay_hides_a_success_behind_a_timeout(service: ToolService) -> None:
     """The client times out, yet the ticket was written and the reconcile check finds it."""
-    service.inject("POST /tickets", Fault(commit_then_delay=0.5))
+    # The stall ends when the service stops: long enough that no loaded machine's client,
+    # waiting 0.2 s, is scheduled late enough to find the answer already there.
+    service.inject("POST /tickets", Fault(commit_then_delay=60))
     with pytest.raises((TimeoutError, urllib.error.URLError)):
         _post(service, "/tickets", TICKET, key="hidden", timeout=0.2)
     found = _get(service, "/tickets?idempotency_key=hidden")["tickets"]

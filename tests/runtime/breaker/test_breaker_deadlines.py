@@ -72,8 +72,12 @@ def test_calls_answered_at_their_deadline_never_start_later():
         answered.set()
         release.set()
         assert not late_start.wait(0.5), f"calls started after their callers' answer: {hits}"
-        assert "open" not in hits
-        assert len(hits) <= 8
+        # Every call that started was admitted: its caller was answered at its deadline,
+        # none was refused as open. (A call admitted while closed may start after the
+        # others' timeouts opened the breaker: on a loaded machine its worker thread can
+        # start late, yet before its caller's deadline, so the phase it sees says nothing.)
+        timed_out = sum(isinstance(answer, TimeoutError) for answer in answers)
+        assert len(hits) <= timed_out <= 8
     finally:
         release.set()
         breaker.close()
