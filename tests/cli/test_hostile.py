@@ -353,6 +353,7 @@ def test_output_to_a_closed_pipe_is_quiet(tmp_path):
     assert code in (0, 141), err
 
 
+@pytest.mark.slow  # 300,000 steps: about 15 s of CPU, and nothing in it depends on the interpreter
 def test_check_run_streams_a_long_run(tmp_path):
     """check-run reads the run as a stream: 300,000 steps fit under a 120 MB cap (main: 196 MB)."""
     run = tmp_path / "r.jsonl"
