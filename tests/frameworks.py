@@ -5,12 +5,15 @@ top is imported by every worker (LiteLLM alone costs seconds of CPU), though onl
 worker that runs its tests needs it. So these modules say at their top only that they
 need the framework (:func:`needs`: skipped, as ``pytest.importorskip`` would, when it is
 not installed, without importing it) and import it inside the fixtures and tests that
-use it (``tests/test_suite_shape.py`` keeps it so).
+use it (``tests/test_suite_shape.py`` keeps it so). :func:`imported` imports them before the
+module's first test, so that no test's own timing includes the import.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+from collections.abc import Callable
 
 import pytest
 
@@ -42,3 +45,15 @@ def needs(name: str, reason: str) -> None:
         spec = None
     if spec is None:
         pytest.skip(reason, allow_module_level=True)
+
+
+def imported(*names: str) -> Callable[[], None]:
+    """An autouse fixture (assign it to a name in the module) that imports ``names`` once,
+    before the module's first test runs: no test's own timing includes the import."""
+
+    @pytest.fixture(autouse=True, scope="module")
+    def frameworks_imported() -> None:
+        for name in names:
+            importlib.import_module(name)
+
+    return frameworks_imported

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from frameworks import needs
+from frameworks import imported, needs
 
 if TYPE_CHECKING:
     from agents_trace_parts import Collector
@@ -25,6 +25,9 @@ from toolbreaker.errors import TraceError
 from toolbreaker.importing import import_runs
 
 needs("agents", reason="the openai-agents extra is not installed")
+frameworks_imported = imported(
+    "agents", "agents.testing", "agents.tracing", "agents.usage", "agents_trace_parts"
+)
 
 
 @pytest.fixture

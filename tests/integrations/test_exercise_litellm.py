@@ -31,12 +31,13 @@ from exercise_checks import (
     fails_without_toolbreaker,
     holds_every_promise,
 )
-from frameworks import needs
+from frameworks import imported, needs
 from toolbreaker import RunGuard, RunStopped
 from toolbreaker.testing import ExerciseContext, next_call, service_tools
 from toolbreaker.testing._agents import ticket_options, unguarded
 
 needs("litellm", reason="the litellm extra is not installed")
+frameworks_imported = imported("litellm", "toolbreaker.integrations.litellm")
 
 MAX_STEPS = 100  # a user's loop has a bound; the scripted model never comes near it
 PROVIDER = "scripted"

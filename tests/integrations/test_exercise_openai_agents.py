@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from frameworks import needs
+from frameworks import imported, needs
 
 if TYPE_CHECKING:
     from agents.testing import ModelCall, ScriptedModel
@@ -25,6 +25,7 @@ from toolbreaker.testing import ExerciseContext, exercise, next_call, service_to
 from toolbreaker.testing._agents import ticket_options
 
 needs("agents", reason="the openai-agents extra is not installed")
+frameworks_imported = imported("agents", "agents.testing", "toolbreaker.integrations.openai_agents")
 
 MAX_STEPS = 100
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from toolbreaker.integrations.litellm import GuardedRouter
 
 
-from frameworks import needs
+from frameworks import imported, needs
 from loop_helpers import LoopSpy
 from toolbreaker import (
     Budget,
@@ -43,6 +43,9 @@ from toolbreaker.testing import CHAT_ROUTE, FakeClock, Fault, ToolService
 from toolbreaker.testing._chat import openai_error
 
 needs("litellm", reason="the litellm extra is not installed")
+frameworks_imported = imported(
+    "litellm", "litellm.router", "litellm.router_config", "toolbreaker.integrations.litellm"
+)
 
 HI = [{"role": "user", "content": "hello there"}]
 

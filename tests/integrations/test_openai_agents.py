@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from frameworks import needs
+from frameworks import imported, needs
 
 if TYPE_CHECKING:
     from agents import Agent, RunConfig
@@ -30,6 +30,15 @@ from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
 needs("agents", reason="the openai-agents extra is not installed")
+frameworks_imported = imported(
+    "agents",
+    "agents.result",
+    "agents.run_config",
+    "agents.testing",
+    "agents.tool_context",
+    "openai_agents_parts",
+    "toolbreaker.integrations.openai_agents",
+)
 
 TICKET = {"title": "Refund order A-1001", "body": "The cable arrived broken."}
 
