@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import ast
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mcp_shared import HERE, SharedUpstream
 from toolbreaker import Breaker, Registry
 from toolbreaker.testing import exercise, shipped_scenarios
 from toolbreaker.testing._exercise import ScenarioReport
@@ -88,17 +90,19 @@ def fails_without_toolbreaker(name: str, agent: Callable[[Any], Any]) -> Scenari
 
 # -- an MCP stdio shop whose faults ctx.mcp_stdio injects on the wire -----------------------
 #: A shop server run as ``python -c STDIO_SHOP``: it keeps its tickets by the idempotency key
-#: the host sends in ``_meta`` (the MCP exercise test, and the gateway's).
+#: the host sends in ``_meta`` (the MCP exercise test, and the gateway's). Run as
+#: ``python -c STDIO_SHOP shared DIR`` (``shop_server``), one process serves a fresh shop,
+#: no tickets yet, to each host that launches its relay (``mcp_shared``).
 STDIO_SHOP = """
+import sys
+
 from typing_extensions import TypedDict
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
-server = MCPServer("shop")
 READ = ToolAnnotations(read_only_hint=True)
 WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=False)
-tickets = {}
 
 
 class Item(TypedDict):
@@ -116,29 +120,48 @@ class Ticket(TypedDict):
     title: str
 
 
-@server.tool(annotations=READ)
-def search_catalog(query: str) -> Catalog:
-    return {"query": query, "results": [{"sku": "SKU-1", "price": 9.99}]}
+def build():
+    server = MCPServer("shop")
+    tickets = {}
 
-@server.tool(annotations=READ)
-def search_catalog_snapshot(query: str) -> dict:
-    return {"query": query, "results": [], "stale": True}
+    @server.tool(annotations=READ)
+    def search_catalog(query: str) -> Catalog:
+        return {"query": query, "results": [{"sku": "SKU-1", "price": 9.99}]}
 
-@server.tool(annotations=READ)
-def get_order(order_id: str) -> dict:
-    return {"id": order_id, "status": "shipped"}
+    @server.tool(annotations=READ)
+    def search_catalog_snapshot(query: str) -> dict:
+        return {"query": query, "results": [], "stale": True}
 
-@server.tool(annotations=WRITE)
-def create_ticket(customer: str, title: str, context: Context) -> Ticket:
-    key = dict(context.request_context.meta or {}).get("toolbreaker/idempotency-key")
-    if key in tickets:
-        return tickets[key]
-    ticket = {"id": "T-%d" % (len(tickets) + 1), "title": title}
-    tickets[key or ticket["id"]] = ticket
-    return ticket
+    @server.tool(annotations=READ)
+    def get_order(order_id: str) -> dict:
+        return {"id": order_id, "status": "shipped"}
 
-server.run("stdio")
+    @server.tool(annotations=WRITE)
+    def create_ticket(customer: str, title: str, context: Context) -> Ticket:
+        key = dict(context.request_context.meta or {}).get("toolbreaker/idempotency-key")
+        if key in tickets:
+            return tickets[key]
+        ticket = {"id": "T-%d" % (len(tickets) + 1), "title": title}
+        tickets[key or ticket["id"]] = ticket
+        return ticket
+
+    return server
+
+
+if sys.argv[1:2] == ["shared"]:
+    sys.path.insert(0, sys.argv[2])
+    from mcp_shared import serve_shared
+
+    serve_shared(build)
+else:
+    build().run("stdio")
 """
+
+
+def shop_server() -> SharedUpstream:
+    """One process of ``STDIO_SHOP`` for a module's tests; its ``command`` launches a shop."""
+    return SharedUpstream([sys.executable, "-c", STDIO_SHOP, "shared", HERE])
+
 
 WIRE_FAULTS = {
     "outage": ("search_catalog", 'kind = "outage"'),

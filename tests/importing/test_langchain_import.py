@@ -12,46 +12,29 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("langchain", reason="the langchain extra is not installed")
+from frameworks import imported, needs
 
-from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.load import dumpd
-from langchain_core.messages import AIMessage, messages_to_dict
-from langchain_core.tools import StructuredTool, ToolException, tool
+if TYPE_CHECKING:
+    from langchain_core.messages import AIMessage
+
 
 from toolbreaker.cli import main
 from toolbreaker.errors import TraceError
 from toolbreaker.importing import import_runs
 
-
-class ToolModel(GenericFakeChatModel):
-    """LangChain's fake chat model, able to take tools."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ToolModel:
-        return self
-
-
-@tool
-def lookup(order: str) -> dict:
-    """Look an order up."""
-    return {"order": order, "status": "shipped"}
-
-
-def _refund(order: str) -> str:
-    raise ToolException(f"order {order} was refunded already")
-
-
-refund = StructuredTool.from_function(
-    _refund, name="refund", description="Refund an order.", handle_tool_error=True
+needs("langchain", reason="the langchain extra is not installed")
+frameworks_imported = imported(
+    "langchain.agents", "langchain_core.load", "langchain_core.messages", "langchain_trace_parts"
 )
 
 
 def reply(calls: list[dict[str, Any]], text: str = "") -> AIMessage:
+    from langchain_core.messages import AIMessage
+
     return AIMessage(
         content=text,
         tool_calls=[{"name": c["name"], "args": c["args"], "id": c["id"]} for c in calls],
@@ -61,6 +44,9 @@ def reply(calls: list[dict[str, Any]], text: str = "") -> AIMessage:
 
 
 def history() -> list[Any]:
+    from langchain.agents import create_agent
+    from langchain_trace_parts import ToolModel, lookup, refund
+
     model = ToolModel(
         messages=iter(
             [
@@ -98,6 +84,8 @@ def test_a_langgraph_history_dumped_with_messages_to_dict(tmp_path):
     """Each AI message is a model step with its model and usage; each tool call a call,
     its tool message the result; the error message LangGraph wrote for the tool that
     raised is the tool's own refusal, as the LangChain adapter settles it."""
+    from langchain_core.messages import messages_to_dict
+
     path = tmp_path / "history.json"
     path.write_text(json.dumps(messages_to_dict(history())))
     [run] = import_runs("langchain", path)
@@ -107,6 +95,8 @@ def test_a_langgraph_history_dumped_with_messages_to_dict(tmp_path):
 
 def test_a_langgraph_state_serialised_with_dumpd(tmp_path):
     """The state with its messages in LangChain's serialisation reads the same."""
+    from langchain_core.load import dumpd
+
     path = tmp_path / "state.json"
     path.write_text(json.dumps({"messages": [dumpd(m) for m in history()]}))
     [run] = import_runs("langchain", path)
@@ -116,6 +106,8 @@ def test_a_langgraph_state_serialised_with_dumpd(tmp_path):
 def test_a_write_refused_so_may_be_made_again(tmp_path):
     """The refund LangGraph answered with an error made nothing: as a write it is
     ``ignored``, and check-run lets the run go on."""
+    from langchain_core.messages import messages_to_dict
+
     path = tmp_path / "history.json"
     path.write_text(json.dumps(messages_to_dict(history())))
     out = tmp_path / "run.jsonl"
@@ -129,6 +121,8 @@ def test_a_write_refused_so_may_be_made_again(tmp_path):
 
 def test_an_unanswered_call_is_left_out_with_a_warning(tmp_path):
     """A tool call with no tool message never ran: left out, and the warning says so."""
+    from langchain_core.messages import messages_to_dict
+
     messages = messages_to_dict(history())[:-2]  # the refund's answer and after are gone
     path = tmp_path / "history.json"
     path.write_text(json.dumps(messages))

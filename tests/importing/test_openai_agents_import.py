@@ -10,70 +10,32 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
-pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+from frameworks import imported, needs
 
-from agents import Agent, Model, Runner, function_tool, set_tracing_disabled
-from agents.testing import ScriptedModel, assistant_message, function_call
-from agents.tracing import TracingProcessor, generation_span, set_trace_processors
-from agents.usage import Usage
+if TYPE_CHECKING:
+    from agents_trace_parts import Collector
+
 
 from toolbreaker.cli import main
 from toolbreaker.errors import TraceError
 from toolbreaker.importing import import_runs
 
-
-class Collector(TracingProcessor):
-    """Keeps what the SDK's exporter would send."""
-
-    def __init__(self) -> None:
-        self.items: list[dict[str, Any]] = []
-
-    def on_trace_start(self, trace: Any) -> None:
-        pass
-
-    def on_trace_end(self, trace: Any) -> None:
-        self.items.append(trace.export())
-
-    def on_span_start(self, span: Any) -> None:
-        pass
-
-    def on_span_end(self, span: Any) -> None:
-        self.items.append(span.export())
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self) -> None:
-        pass
-
-
-class TracedModel(Model):
-    """The scripted model, recording its generation as a provider's model does."""
-
-    def __init__(self, script: ScriptedModel, name: str) -> None:
-        self.script = script
-        self.name = name
-
-    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
-        with generation_span(model=self.name) as span:
-            response = await self.script.get_response(*args, **kwargs)
-            usage = response.usage
-            span.span_data.usage = {
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-            }
-            return response
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
+needs("agents", reason="the openai-agents extra is not installed")
+frameworks_imported = imported(
+    "agents", "agents.testing", "agents.tracing", "agents.usage", "agents_trace_parts"
+)
 
 
 @pytest.fixture
 def collector():
+    from agents import set_tracing_disabled
+    from agents.tracing import set_trace_processors
+    from agents_trace_parts import Collector
+
     found = Collector()
     set_trace_processors([found])
     set_tracing_disabled(False)
@@ -82,19 +44,12 @@ def collector():
     set_trace_processors([])
 
 
-@function_tool
-def lookup(order: str) -> dict:
-    """Look an order up."""
-    return {"order": order, "status": "shipped"}
-
-
-@function_tool
-def refund(order: str) -> str:
-    """Refund an order."""
-    raise RuntimeError("the payment service is down")
-
-
 def exported_run(collector: Collector, tmp_path: Path) -> Path:
+    from agents import Agent, Runner
+    from agents.testing import ScriptedModel, assistant_message, function_call
+    from agents.usage import Usage
+    from agents_trace_parts import TracedModel, lookup, refund
+
     usage = Usage(requests=1, input_tokens=700, output_tokens=30, total_tokens=730)
     script = ScriptedModel(
         [

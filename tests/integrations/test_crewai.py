@@ -14,33 +14,28 @@ import gc
 import json
 import sys
 import threading
-import urllib.parse
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    from crewai import Crew
+    from crewai.tools import BaseTool
+
 if sys.version_info >= (3, 14):  # pragma: no cover - crewai 1.6 declares <3.14
     pytest.skip("crewai 1.6 supports Python 3.10 to 3.13", allow_module_level=True)
-with warnings.catch_warnings():  # crewai's own import warns (ImportWarning, deprecations)
-    warnings.simplefilter("ignore")
-    crewai = pytest.importorskip("crewai", reason="the crewai extra is not installed")
-    from crewai import Agent, Crew, Task
-    from crewai.hooks import get_before_tool_call_hooks
-    from crewai.llms.base_llm import BaseLLM
-    from crewai.tools import BaseTool
-    from crewai.tools import tool as crewai_tool
-    from pydantic import BaseModel
 
 from adapter_registry import TIMEOUT, make_registry
+from frameworks import needs
 from toolbreaker import Budget, ModelPrice, PolicyError, RunGuard
-from toolbreaker.integrations import crewai as adapter
-from toolbreaker.integrations.crewai import arun_stop, protect, run_stop
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
+
+needs("crewai", reason="the crewai extra is not installed")
 
 # CrewAI's own deprecations (newer Pythons deprecate calls it makes) are not ours to fail on.
 pytestmark = [
@@ -49,6 +44,15 @@ pytestmark = [
     # warns when they are collected (the fixture below collects them here)
     pytest.mark.filterwarnings("ignore:unclosed database:ResourceWarning"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def crewai_imported() -> None:
+    """CrewAI imported before a test uses it, quietly: its own import warns (ImportWarning,
+    deprecations). The tests import it, not the module: the suite's collection does not."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import crewai  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
@@ -89,32 +93,10 @@ class Script:
             return ast.literal_eval(text)  # CrewAI hands the model str(result)
 
 
-class ScriptedLLM(BaseLLM):
-    """CrewAI's own LLM interface, answered by a script; counts tokens like a provider."""
-
-    def __init__(self, script: Script, model: str = "scripted-1") -> None:
-        super().__init__(model=model)
-        self.script = script
-
-    def call(self, messages: Any, *args: Any, **kwargs: Any) -> str:
-        script = self.script
-        script.steps += 1
-        script.threads.add(threading.get_ident())
-        assert script.steps < 20, "the guard should have stopped this run long ago"
-        last = messages[-1]
-        if last["role"] == "assistant" and "\nObservation:" in last["content"]:
-            # CrewAI appends the observation (one line here; every few calls a reminder of
-            # its format follows) to the model's own last message
-            seen = last["content"].split("\nObservation:", 1)[1].strip()
-            script.observations.append(seen.splitlines()[0])
-        self._track_token_usage_internal({"prompt_tokens": 1_000, "completion_tokens": 100})
-        return script.policy(script)
-
-    def supports_function_calling(self) -> bool:
-        return False
-
-
 def crew_of(script: Script, tools: list[BaseTool], **agent_options: Any) -> Crew:
+    from crewai import Agent, Crew, Task
+    from crewai_parts import ScriptedLLM
+
     agent = Agent(
         role="support",
         goal="help the customer",
@@ -131,40 +113,9 @@ def crew_of(script: Script, tools: list[BaseTool], **agent_options: Any) -> Crew
 # -- real HTTP tools -------------------------------------------------------------------------
 
 
-class Query(BaseModel):
-    q: str
-
-
-class SearchTool(BaseTool):
-    name: str = "search"
-    description: str = "Search the live catalog."
-    args_schema: type[BaseModel] = Query
-    url: str
-    ran: Any  # Any: pydantic would copy a Counter field
-
-    def _run(self, q: str) -> Any:
-        self.ran[self.name] += 1
-        path = f"{self.url}/{self.name}?q={urllib.parse.quote(q)}"
-        return request_json("GET", path, timeout=TIMEOUT)
-
-
-class OrderQuery(BaseModel):
-    order_id: str
-
-
-class OrderTool(BaseTool):
-    name: str = "order_status"
-    description: str = "Look an order up."
-    args_schema: type[BaseModel] = OrderQuery
-    url: str
-    ran: Any  # Any: pydantic would copy a Counter field
-
-    def _run(self, order_id: str) -> Any:
-        self.ran[self.name] += 1
-        return request_json("GET", f"{self.url}/orders/{order_id}", timeout=TIMEOUT)
-
-
 def search_tools(service: ToolService, ran: Counter[str]) -> list[BaseTool]:
+    from crewai_parts import SearchTool
+
     snapshot = SearchTool(name="search_snapshot", url=service.url, ran=ran)
     snapshot.description = "Search yesterday's catalog snapshot."
     return [SearchTool(url=service.url, ran=ran), snapshot]
@@ -187,6 +138,8 @@ def stubborn_then_fallback(script: Script) -> str:
 def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
     """Real 503s open the breaker; the third search never runs; the model reads
     tool_unavailable naming the fallback, calls it, and the crew answers."""
+    from toolbreaker.integrations.crewai import protect
+
     service.outage("GET /search")
     registry = make_registry()
     ran: Counter[str] = Counter()
@@ -219,6 +172,9 @@ def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
 
 def test_not_found_does_not_open_the_breaker(service):
     """Three 404s leave the breaker closed; the model reads that retrying is pointless."""
+    from crewai_parts import OrderTool
+
+    from toolbreaker.integrations.crewai import protect
 
     def policy(script: Script) -> str:
         plan = ["Z-1", "Z-2", "Z-3", "A-1001"]
@@ -247,18 +203,9 @@ def test_not_found_does_not_open_the_breaker(service):
 # -- 3. a looping model is stopped, with a stop packet and its model cost --------------------
 
 
-class Lookup(BaseTool):
-    name: str = "lookup"
-    description: str = "A read that always answers the same."
-    args_schema: type[BaseModel] = Query
-    ran: Any  # Any: pydantic would copy a Counter field
-
-    def _run(self, q: str) -> Any:
-        self.ran[self.name] += 1
-        return {"q": q, "hits": 0}
-
-
 def looping_crew(script: Script, ran: Counter[str]) -> Crew:
+    from crewai_parts import Lookup
+
     refine = Lookup(name="refine", ran=ran)
     # CrewAI's cache would answer the loop's calls itself: the guard must see them.
     return crew_of(script, [Lookup(ran=ran), refine], cache=False, max_retry_limit=0)
@@ -271,6 +218,8 @@ def test_a_looping_model_is_stopped_with_a_stop_packet_that_counts_the_model():
     """Two reads alternating without new evidence stop the run: the model is not asked
     again, kickoff() raises CrewAI's own error and run_stop() gives the packet, whose
     counters price every model response the crew made."""
+    from toolbreaker.integrations.crewai import protect, run_stop
+
     ran: Counter[str] = Counter()
     plan = ["lookup", "refine"]
     script = Script(lambda s: act(plan[(s.steps - 1) % 2], q="renewal"))
@@ -302,6 +251,8 @@ def test_a_looping_model_is_stopped_with_a_stop_packet_that_counts_the_model():
 
 
 def test_a_run_the_guard_did_not_stop_has_no_stop_packet():
+    from toolbreaker.integrations.crewai import protect, run_stop
+
     ran: Counter[str] = Counter()
     guard = RunGuard("task-free")
     assert run_stop(ValueError("boom"), guard) is None
@@ -315,6 +266,8 @@ def test_a_run_the_guard_did_not_stop_has_no_stop_packet():
 def test_each_model_response_is_a_turn_of_its_own():
     """CrewAI issues one tool call per response: with max_calls_per_turn=1 three calls in
     three responses all run (the turn is marked per model request)."""
+    from toolbreaker.integrations.crewai import protect
+
     ran: Counter[str] = Counter()
     plan = ["a", "b", "c"]
     script = Script(lambda s: act("lookup", q=plan[s.steps - 1]) if s.steps <= 3 else answer("ok"))
@@ -329,32 +282,13 @@ def test_each_model_response_is_a_turn_of_its_own():
 # -- 4. writes carry a stable idempotency key ------------------------------------------------
 
 
-class Ticket(BaseModel):
-    customer: str
-    title: str
-    idempotency_key: str = ""
-
-
-class TicketTool(BaseTool):
-    name: str = "create_ticket"
-    description: str = "Open a support ticket."
-    args_schema: type[BaseModel] = Ticket
-    url: str
-    keys: Any  # Any: pydantic would copy a list field
-
-    def _run(self, customer: str, title: str, idempotency_key: str = "") -> Any:
-        assert idempotency_key == adapter.idempotency_key()  # both routes agree
-        self.keys.append(idempotency_key)
-        body = {"title": title, "body": f"for {customer}"}
-        headers = {"Idempotency-Key": idempotency_key}
-        return request_json(
-            "POST", f"{self.url}/tickets", body=body, headers=headers, timeout=TIMEOUT
-        )
-
-
 def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
     """The key is the guard's (the model's made-up ones are dropped), the same on a retry
     and in resumed runs; a confirmed write is answered from the journal, never re-sent."""
+    from crewai_parts import TicketTool
+
+    from toolbreaker.integrations.crewai import protect
+
     service.inject("POST /tickets", Fault(status=503), Fault(status=503))
     registry = make_registry(threshold=3)
     journal = MemoryStore()
@@ -404,6 +338,10 @@ def test_a_write_made_with_the_tool_decorator_gets_the_key_the_model_left_out(se
     """CrewAI's ``@tool`` makes every parameter of its function required, the key argument
     too: the guard's key fills it before CrewAI checks the arguments, so a model that
     (rightly) leaves the key out opens the ticket once, under the guard's key."""
+    from crewai.tools import tool as crewai_tool
+
+    from toolbreaker.integrations.crewai import protect
+
     registry = make_registry()
     keys: list[str] = []
 
@@ -445,6 +383,8 @@ def test_the_model_may_retry_the_same_call_after_a_retryable_failure(service):
     """A failure the model is told is retryable is no result CrewAI remembers: the same
     call again reaches the tool (CrewAI's repeated-input check refuses only the repeat of
     a call that ran), and the model reads the answer."""
+    from toolbreaker.integrations.crewai import protect
+
     service.inject("GET /search", Fault(status=503))
     registry = make_registry(threshold=3)
     ran: Counter[str] = Counter()
@@ -482,6 +422,8 @@ def until_unavailable(script: Script) -> str:
 def test_two_agents_share_one_breaker_through_the_registry(service):
     """Agent A's failures open the search breaker; agent B, in another crew with its own
     run guard, is refused without calling the service and falls back."""
+    from toolbreaker.integrations.crewai import protect
+
     service.outage("GET /search")
     registry = make_registry(threshold=2)
     ran_a: Counter[str] = Counter()
@@ -509,6 +451,8 @@ def test_two_agents_share_one_breaker_through_the_registry(service):
 def test_kickoff_async_runs_the_hooks_off_the_event_loop():
     """CrewAI 1.6 runs kickoff_async in a worker thread: the guard's work never runs on
     the loop, and arun_stop reads the packet from the loop."""
+    from toolbreaker.integrations.crewai import arun_stop, protect
+
     ran: Counter[str] = Counter()
     script = Script(lambda s: act(["lookup", "refine"][(s.steps - 1) % 2], q="renewal"))
     crew = looping_crew(script, ran)
@@ -530,6 +474,10 @@ def test_kickoff_async_runs_the_hooks_off_the_event_loop():
 
 
 def test_a_crew_is_protected_once_and_unprotected_crews_are_left_alone():
+    from crewai.hooks import get_before_tool_call_hooks
+
+    from toolbreaker.integrations.crewai import protect
+
     ran: Counter[str] = Counter()
     script = Script(lambda s: act("lookup", q="x") if s.steps == 1 else answer("plain"))
     crew = looping_crew(script, ran)

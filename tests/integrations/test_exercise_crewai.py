@@ -12,24 +12,23 @@ adapter tests set up, imported from them.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-# CrewAI's offline environment (no telemetry, no tracing) is set by its adapter tests'
-# module, which also skips without crewai: imported before crewai itself.
-from test_crewai import (  # noqa: F401 - collect_crewai_connections is an autouse fixture
-    act,
-    answer,
+if TYPE_CHECKING:
+    from crewai import Crew
+    from crewai.tools import BaseTool
+
+# CrewAI's adapter tests' module skips without crewai; its autouse fixtures import CrewAI
+# quietly (the tests do, never the suite's collection) and collect its open SQLite files.
+from test_crewai import (  # noqa: F401 - crewai_imported, collect_crewai_connections: autouse
     collect_crewai_connections,
+    crewai_imported,
 )
 from test_crewai import pytestmark as crewai_marks
 
 pytestmark = crewai_marks
-
-from crewai import Agent, Crew, Task  # noqa: E402 - after the environment is set
-from crewai.llms.base_llm import BaseLLM  # noqa: E402
-from crewai.tools import BaseTool, tool  # noqa: E402
 
 from exercise_checks import (  # noqa: E402
     IDS,
@@ -37,47 +36,17 @@ from exercise_checks import (  # noqa: E402
     UNGUARDED,
     fails_without_toolbreaker,
     holds_every_promise,
-    result_of,
 )
 from toolbreaker import idempotency_key  # noqa: E402
-from toolbreaker.integrations.crewai import protect  # noqa: E402
-from toolbreaker.testing import ExerciseContext, next_call, service_tools  # noqa: E402
+from toolbreaker.testing import ExerciseContext, service_tools  # noqa: E402
 from toolbreaker.testing._agents import ticket_options  # noqa: E402
 
 MAX_STEPS = 60  # far above any scenario's calls: CrewAI forces an answer at max_iter
 
 
-def observed(text: str) -> Any:
-    """An observation as the model read it: toolbreaker's JSON, CrewAI's ``str()`` of a
-    tool's dict, or CrewAI's own words (its format reminder, after a blank line, dropped)."""
-    return result_of(text.strip().split("\n\n", 1)[0].strip())
-
-
-class Following(BaseLLM):
-    """CrewAI's LLM interface, answered by the scripted model's plan for ``behaviour``."""
-
-    def __init__(self, behaviour: str) -> None:
-        super().__init__(model="scripted-1")
-        self.behaviour = behaviour
-
-    def call(self, messages: Any, *args: Any, **kwargs: Any) -> str:
-        # CrewAI appends each observation to the model's own message that asked for it.
-        seen = [
-            observed(message["content"].split("\nObservation:", 1)[1])
-            for message in messages
-            if message["role"] == "assistant" and "\nObservation:" in message["content"]
-        ]
-        call = next_call(self.behaviour, seen)
-        if call is None:
-            return answer("Done.")
-        name, args = call
-        return act(name, **args)
-
-    def supports_function_calling(self) -> bool:
-        return False
-
-
 def crewai_tools(ctx: ExerciseContext) -> list[BaseTool]:
+    from crewai.tools import tool
+
     raw = service_tools(ctx)
 
     @tool("search_catalog")
@@ -109,6 +78,9 @@ def crewai_tools(ctx: ExerciseContext) -> list[BaseTool]:
 
 
 def crew_of(ctx: ExerciseContext, tools: list[BaseTool]) -> Crew:
+    from crewai import Agent, Crew, Task
+    from crewai_parts import Following
+
     agent = Agent(
         role="support",
         goal="help the customer",
@@ -124,6 +96,8 @@ def crew_of(ctx: ExerciseContext, tools: list[BaseTool]) -> Crew:
 
 def crewai_agent(ctx: ExerciseContext) -> Any:
     """The user's crew under protect(), with the exercise's registry and run guard."""
+    from toolbreaker.integrations.crewai import protect
+
     registry = ctx.registry
     registry.get("catalog-snapshot", tool="search_catalog_snapshot")
     catalog = registry.get("catalog", tool="search_catalog", fallback="search_catalog_snapshot")

@@ -11,62 +11,40 @@ every scenario; the same agent without the plugin fails.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("google.adk", reason="the google-adk extra is not installed")
+from frameworks import imported, needs
 
-from google.adk.agents import LlmAgent
-from google.adk.apps import App
-from google.adk.models import BaseLlm
-from google.adk.models.llm_request import LlmRequest
-from google.adk.models.llm_response import LlmResponse
-from google.adk.plugins import BasePlugin
-from google.adk.runners import InMemoryRunner
-from google.adk.tools.function_tool import FunctionTool
-from google.genai import types
+if TYPE_CHECKING:
+    from google.adk.plugins import BasePlugin
+
 
 from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
-from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of, tool_metadata
-from toolbreaker.testing import ExerciseContext, next_call, service_tools
+from toolbreaker.testing import ExerciseContext, service_tools
 from toolbreaker.testing._agents import ticket_options, unguarded
 
-
-class Following(BaseLlm):
-    """ADK's model interface, answered offline by the scripted model's plan.
-
-    ``behaviour`` is the scenario's; each request's function responses (all the model has
-    read, in order) are replayed into a fresh plan, whose next call is the answer.
-    """
-
-    behaviour: str = "plain"
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncGenerator[LlmResponse, None]:
-        results = [
-            dict(part.function_response.response or {})
-            for content in llm_request.contents
-            for part in content.parts or ()
-            if part.function_response is not None
-        ]
-        call = next_call(self.behaviour, results)
-        if call is None:
-            parts = [types.Part(text="Done.")]
-        else:
-            name, args = call
-            parts = [types.Part(function_call=types.FunctionCall(name=name, args=args))]
-        # Token counts, as a real model reports them (the plugin hands them to the run).
-        usage = types.GenerateContentResponseUsageMetadata(
-            prompt_token_count=100, candidates_token_count=20
-        )
-        yield LlmResponse(content=types.Content(role="model", parts=parts), usage_metadata=usage)
+needs("google.adk", reason="the google-adk extra is not installed")
+frameworks_imported = imported(
+    "google.adk.agents",
+    "google.adk.apps",
+    "google.adk.plugins",
+    "google.adk.runners",
+    "google.adk.tools.function_tool",
+    "google.genai",
+    "google_adk_parts",
+    "toolbreaker.integrations.google_adk",
+)
 
 
 def adk_tools(ctx: ExerciseContext, wrap: Callable[[Any], Any] = lambda fn: fn) -> list[Any]:
     """The shop's tools as a user writes them for ADK: async, the HTTP call in a thread."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    from toolbreaker.integrations.google_adk import tool_metadata
+
     raw = {name: wrap(fn) for name, fn in service_tools(ctx).items()}
 
     async def search_catalog(query: str) -> dict[str, Any]:
@@ -106,6 +84,14 @@ def adk_tools(ctx: ExerciseContext, wrap: Callable[[Any], Any] = lambda fn: fn) 
 
 def run(ctx: ExerciseContext, tools: list[Any], plugins: list[BasePlugin]) -> None:
     """One invocation of the shop agent with the scenario's prompt, in a fresh runner."""
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+    from google_adk_parts import Following
+
+    from toolbreaker.integrations.google_adk import stop_of
+
     model = Following(model="scripted-model", behaviour=ctx.scenario.behaviour)
     agent = LlmAgent(name="shop", model=model, instruction="You help shoppers.", tools=tools)
 
@@ -131,6 +117,8 @@ def run(ctx: ExerciseContext, tools: list[Any], plugins: list[BasePlugin]) -> No
 
 def adk_agent(ctx: ExerciseContext) -> Any:
     """The user's ADK agent with the plugin, the exercise's registry and run guard."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
     registry = ctx.registry
     registry.get("catalog-snapshot", tool="search_catalog_snapshot")
     registry.get("catalog", tool="search_catalog", fallback="search_catalog_snapshot")

@@ -12,35 +12,32 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("langchain", reason="the langchain extra is not installed")
+from frameworks import imported, needs
 
-from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.tools import BaseTool, tool
-from pydantic import Field
+if TYPE_CHECKING:
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import BaseTool
+    from langchain_exercise_parts import ScriptedModel
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
 
 from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
-from toolbreaker.integrations.langchain import ToolbreakerMiddleware, idempotency_key
 from toolbreaker.testing import ExerciseContext, next_call, service_tools
 from toolbreaker.testing._agents import ticket_options, unguarded
 
-
-class ScriptedModel(GenericFakeChatModel):
-    """LangChain's fake chat model, able to take tools; records every prompt it gets."""
-
-    prompts: list[list[BaseMessage]] = Field(default_factory=list)
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
-        return self
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        self.prompts.append(list(messages))
-        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+needs("langchain", reason="the langchain extra is not installed")
+frameworks_imported = imported(
+    "langchain.agents",
+    "langchain_core.messages",
+    "langchain_core.tools",
+    "langchain_exercise_parts",
+    "toolbreaker.integrations.langchain",
+)
 
 
 _ids = itertools.count(1)
@@ -56,6 +53,8 @@ def payload(message: ToolMessage) -> Any:
 def following(behaviour: str) -> ScriptedModel:
     """A model that replays the turn's tool results into the scripted model's plan and
     answers with its next call (or a final answer once the plan is done)."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langchain_exercise_parts import ScriptedModel
 
     def replies() -> Iterator[AIMessage]:
         while True:
@@ -77,6 +76,10 @@ def following(behaviour: str) -> ScriptedModel:
 def langchain_tools(
     ctx: ExerciseContext, wrap: Callable[[Any], Any] = lambda fn: fn
 ) -> list[BaseTool]:
+    from langchain_core.tools import tool
+
+    from toolbreaker.integrations.langchain import idempotency_key
+
     raw = {name: wrap(fn) for name, fn in service_tools(ctx).items()}
 
     @tool
@@ -124,6 +127,11 @@ def options(ctx: ExerciseContext) -> dict[str, Any]:
 def langchain_agent(ctx: ExerciseContext) -> ToolbreakerMiddleware:
     """The user's LangChain agent under toolbreaker: three names come from the exercise
     (the registry, the journal, the task id); the rest is ordinary LangChain."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     middleware = ToolbreakerMiddleware(
         registry=ctx.registry, journal=ctx.journal, tools=options(ctx)
     )
@@ -137,6 +145,9 @@ def langchain_agent(ctx: ExerciseContext) -> ToolbreakerMiddleware:
 def bare_langchain_agent(ctx: ExerciseContext) -> None:
     """The same agent without toolbreaker; a failing tool's error goes back to the model,
     as an error it may retry (what a framework's error handler does)."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage
+
     agent = create_agent(following(ctx.scenario.behaviour), langchain_tools(ctx, unguarded))
     agent.invoke({"messages": [HumanMessage(ctx.scenario.prompt)]}, context={"task_id": ctx.task})
 

@@ -15,6 +15,7 @@ report holds in every scenario; the same loop without toolbreaker fails.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import warnings
@@ -23,19 +24,20 @@ from typing import Any
 
 import pytest
 
-litellm = pytest.importorskip("litellm", reason="the litellm extra is not installed")
-
-from exercise_checks import (  # noqa: E402
+from exercise_checks import (
     IDS,
     SHIPPED,
     UNGUARDED,
     fails_without_toolbreaker,
     holds_every_promise,
 )
-from toolbreaker import RunGuard, RunStopped  # noqa: E402
-from toolbreaker.integrations.litellm import GuardedRouter  # noqa: E402
-from toolbreaker.testing import ExerciseContext, next_call, service_tools  # noqa: E402
-from toolbreaker.testing._agents import ticket_options, unguarded  # noqa: E402
+from frameworks import imported, needs
+from toolbreaker import RunGuard, RunStopped
+from toolbreaker.testing import ExerciseContext, next_call, service_tools
+from toolbreaker.testing._agents import ticket_options, unguarded
+
+needs("litellm", reason="the litellm extra is not installed")
+frameworks_imported = imported("litellm", "toolbreaker.integrations.litellm")
 
 MAX_STEPS = 100  # a user's loop has a bound; the scripted model never comes near it
 PROVIDER = "scripted"
@@ -77,47 +79,54 @@ def _field(message: Any, name: str) -> Any:
     return message.get(name) if isinstance(message, Mapping) else getattr(message, name, None)
 
 
-class ScriptedModel(litellm.CustomLLM):
-    """The model behind the router: the scripted model's next call, from what it was sent.
+@functools.cache
+def scripted_model_class() -> type[Any]:
+    """``ScriptedModel``, a LiteLLM custom provider (defined once LiteLLM is imported)."""
+    import litellm
 
-    The behaviour is the deployment's model name (``scripted/alternate``). Each request's
-    tool messages are read, in order, by the scripted model (``next_call``); its next call is
-    the answer, or a final text once the plan is done. ``requests`` counts what reached it;
-    ``after_stop`` the requests that carried a result saying the run had stopped.
-    """
+    class ScriptedModel(litellm.CustomLLM):
+        """The model behind the router: the scripted model's next call, from what it was sent.
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests = 0
-        self.after_stop = 0
+        The behaviour is the deployment's model name (``scripted/alternate``). Each request's
+        tool messages are read, in order, by the scripted model (``next_call``); its next call is
+        the answer, or a final text once the plan is done. ``requests`` counts what reached it;
+        ``after_stop`` the requests that carried a result saying the run had stopped.
+        """
 
-    def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
-        self.requests += 1
-        results = [_read(_field(m, "content")) for m in messages if _field(m, "role") == "tool"]
-        if any(isinstance(r, Mapping) and r.get("run_stopped") for r in results):
-            self.after_stop += 1
-        found = next_call(model, results)
-        if found is None:
-            message: dict[str, Any] = {"role": "assistant", "content": "Done."}
-            finish = "stop"
-        else:
-            name, arguments = found
-            call = {
-                "id": f"call-{self.requests}",
-                "type": "function",
-                "function": {"name": name, "arguments": json.dumps(arguments)},
-            }
-            message = {"role": "assistant", "content": None, "tool_calls": [call]}
-            finish = "tool_calls"
-        return litellm.ModelResponse(
-            model=model,
-            choices=[{"index": 0, "message": message, "finish_reason": finish}],
-            usage={
-                "prompt_tokens": len(messages),
-                "completion_tokens": 1,
-                "total_tokens": len(messages) + 1,
-            },
-        )
+        def __init__(self) -> None:
+            super().__init__()
+            self.requests = 0
+            self.after_stop = 0
+
+        def completion(self, model: str, messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+            self.requests += 1
+            results = [_read(_field(m, "content")) for m in messages if _field(m, "role") == "tool"]
+            if any(isinstance(r, Mapping) and r.get("run_stopped") for r in results):
+                self.after_stop += 1
+            found = next_call(model, results)
+            if found is None:
+                message: dict[str, Any] = {"role": "assistant", "content": "Done."}
+                finish = "stop"
+            else:
+                name, arguments = found
+                call = {
+                    "id": f"call-{self.requests}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+                message = {"role": "assistant", "content": None, "tool_calls": [call]}
+                finish = "tool_calls"
+            return litellm.ModelResponse(
+                model=model,
+                choices=[{"index": 0, "message": message, "finish_reason": finish}],
+                usage={
+                    "prompt_tokens": len(messages),
+                    "completion_tokens": 1,
+                    "total_tokens": len(messages) + 1,
+                },
+            )
+
+    return ScriptedModel
 
 
 @pytest.fixture(autouse=True)
@@ -131,9 +140,11 @@ def collect_litellm_loops() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
-def model(monkeypatch: pytest.MonkeyPatch) -> ScriptedModel:
+def model(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The scripted provider, known to LiteLLM for this test only."""
-    scripted = ScriptedModel()
+    import litellm
+
+    scripted = scripted_model_class()()
     entry = {"provider": PROVIDER, "custom_handler": scripted}
     monkeypatch.setattr(litellm, "custom_provider_map", [*litellm.custom_provider_map, entry])
     return scripted
@@ -145,6 +156,10 @@ def router_for(ctx: ExerciseContext, guard: RunGuard | None = None) -> Any:
         "model_name": "agent",
         "litellm_params": {"model": f"{PROVIDER}/{ctx.scenario.behaviour}"},
     }
+    import litellm
+
+    from toolbreaker.integrations.litellm import GuardedRouter
+
     if guard is None:
         return litellm.Router(model_list=[deployment], num_retries=0)
     return GuardedRouter(registry=ctx.registry, guard=guard, model_list=[deployment], num_retries=0)

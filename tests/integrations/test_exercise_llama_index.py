@@ -13,16 +13,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("llama_index.core", reason="the llama-index extra is not installed")
+from frameworks import imported, needs
 
-from llama_index.core.agent.workflow import FunctionAgent
-from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
-from llama_index.core.llms import MockFunctionCallingLLM
-from llama_index.core.tools import FunctionTool
+if TYPE_CHECKING:
+    from llama_index.core.base.llms.types import ChatMessage
+    from llama_index.core.llms import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
 
 from exercise_checks import (
     IDS,
@@ -33,9 +34,17 @@ from exercise_checks import (
     result_of,
     shop_breakers,
 )
-from toolbreaker.integrations.llama_index import protect
 from toolbreaker.testing import ExerciseContext, next_call, service_tools
 from toolbreaker.testing._agents import ticket_options, unguarded
+
+needs("llama_index.core", reason="the llama-index extra is not installed")
+frameworks_imported = imported(
+    "llama_index.core.agent.workflow",
+    "llama_index.core.base.llms.types",
+    "llama_index.core.llms",
+    "llama_index.core.tools",
+    "toolbreaker.integrations.llama_index",
+)
 
 #: Far more model requests than any scenario's plan makes: the guard, or the plan's end,
 #: finishes a run long before LlamaIndex's own iteration limit would.
@@ -50,6 +59,9 @@ def following(behaviour: str) -> MockFunctionCallingLLM:
     """LlamaIndex's mock LLM as the scripted model: at each request it replays the tool
     results in the messages it is sent into the plan and answers with the next call (or a
     final answer once the plan is done)."""
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+    from llama_index.core.llms import MockFunctionCallingLLM
+
     ids = itertools.count(1)
 
     def respond(messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
@@ -68,6 +80,8 @@ def llama_tools(
     ctx: ExerciseContext, wrap: Callable[[Any], Any] = lambda fn: fn
 ) -> list[FunctionTool]:
     """The agent's tools: sync functions over HTTP (the workflow runs them off its loop)."""
+    from llama_index.core.tools import FunctionTool
+
     raw = {name: wrap(fn) for name, fn in service_tools(ctx).items()}
 
     def search_catalog(query: str) -> dict[str, Any]:
@@ -105,6 +119,10 @@ def run(workflow: Any, ctx: ExerciseContext) -> Any:
 
 def llama_agent(ctx: ExerciseContext) -> Any:
     """The user's LlamaIndex agent, protected with the exercise's registry and guard."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect
+
     registry = ctx.registry
     breakers = shop_breakers(registry)
     guard = ctx.run_guard()
@@ -118,6 +136,8 @@ def llama_agent(ctx: ExerciseContext) -> Any:
 def bare_llama_agent(ctx: ExerciseContext) -> None:
     """The same agent without toolbreaker; a failing tool's error goes back to the model,
     as an error it may retry."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
     agent = FunctionAgent(tools=llama_tools(ctx, unguarded), llm=following(ctx.scenario.behaviour))
     run(agent, ctx)
 

@@ -9,9 +9,8 @@ as MCP servers do. MCP has no model: the host loop drives the scripted model's p
 from __future__ import annotations
 
 import json
-import sys
 import urllib.error
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -27,9 +26,9 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from exercise_checks import (
     IDS,
     SHIPPED,
-    STDIO_SHOP,
     WIRE_FAULTS,
     holds_every_promise,
+    shop_server,
     wire_scenario,
 )
 from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY, GuardedClient
@@ -151,14 +150,21 @@ def test_a_guarded_mcp_host_holds_every_promise(path):
 # -- a stdio server, its faults injected on the wire by ctx.mcp_stdio ---------------------
 
 
-def stdio_host(ctx: ExerciseContext) -> Any:
+@pytest.fixture(scope="module")
+def shop() -> Iterator[list[str]]:
+    """The command that launches the stdio shop (a fresh one each launch)."""
+    with shop_server() as server:
+        yield server.command
+
+
+def stdio_host(ctx: ExerciseContext, shop: list[str]) -> Any:
     """A host that launches its stdio server through ctx.mcp_stdio: the same host code."""
     from mcp import StdioServerParameters
 
     from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY
 
     guard = ctx.run_guard()
-    command = ctx.mcp_stdio([sys.executable, "-c", STDIO_SHOP], meta_key=IDEMPOTENCY_META_KEY)
+    command = ctx.mcp_stdio(shop, meta_key=IDEMPOTENCY_META_KEY)
     params = StdioServerParameters(command=command[0], args=command[1:])
 
     async def host() -> None:
@@ -188,13 +194,15 @@ def stdio_host(ctx: ExerciseContext) -> Any:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(WIRE_FAULTS))
-def test_faults_injected_into_a_stdio_server_are_held(kind):
+def test_faults_injected_into_a_stdio_server_are_held(kind, shop):
     """The wrapper counts each tools/call as an attempt and carries its fault out on the
     wire; the guarded host holds every promise, and every fault was met. No fault here
     takes the server down (a slow tool included: the server answers its liveness ping), so
     the server's transport breaker never opens."""
     tool, fault = WIRE_FAULTS[kind]
-    (report,) = exercise([wire_scenario(kind, tool, fault)], stdio_host).scenarios
+    (report,) = exercise(
+        [wire_scenario(kind, tool, fault)], lambda ctx: stdio_host(ctx, shop)
+    ).scenarios
     assert report.held, report.to_dict()
     assert "shop" not in report.measured.opened
     counts = {t.target: t for t in report.measured.targets}
@@ -206,14 +214,14 @@ def test_faults_injected_into_a_stdio_server_are_held(kind):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("malformed", ["shape", "truncated"])
-def test_a_malformed_success_over_stdio_is_a_failure_of_the_tool(malformed):
+def test_a_malformed_success_over_stdio_is_a_failure_of_the_tool(malformed, shop):
     """The wrapper answers every search with a success its output schema refuses (the
     wrong shape, or text without the structured result): the SDK's own check refuses it,
     GuardedClient counts it against the tool's breaker (a bad gateway, never raised to
     the host), the breaker opens and the model is sent to the snapshot."""
     fault = f'kind = "malformed"\nmalformed = "{malformed}"'
     scenario = wire_scenario("malformed", "search_catalog", fault)
-    (report,) = exercise([scenario], stdio_host).scenarios
+    (report,) = exercise([scenario], lambda ctx: stdio_host(ctx, shop)).scenarios
     assert report.held, report.to_dict()
     assert report.measured.agent_error is None
     assert report.measured.opened == ("shop:search_catalog",)
@@ -223,12 +231,12 @@ def test_a_malformed_success_over_stdio_is_a_failure_of_the_tool(malformed):
 
 
 @pytest.mark.slow
-def test_a_malformed_answer_to_a_write_is_an_unknown_outcome_never_sent_again():
+def test_a_malformed_answer_to_a_write_is_an_unknown_outcome_never_sent_again(shop):
     """The ticket is made, then its answer is cut off: whether it was made is unknown, so
     neither the model's next try nor the resumed run sends it again."""
     fault = 'kind = "malformed"\nmalformed = "truncated"\nsteps = [1]'
     scenario = wire_scenario("malformed-write", "create_ticket", fault)
-    (report,) = exercise([scenario], stdio_host).scenarios
+    (report,) = exercise([scenario], lambda ctx: stdio_host(ctx, shop)).scenarios
     assert report.held, report.to_dict()
     (ticket,) = [t for t in report.measured.targets if t.target == "create_ticket"]
     assert ticket.commits == 1

@@ -10,25 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+from frameworks import imported, needs
 
-from agents import (
-    Agent,
-    Runner,
-    ToolInputGuardrailTripwireTriggered,
-    function_tool,
-    set_tracing_disabled,
-)
-from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+if TYPE_CHECKING:
+    from agents.testing import ModelCall, ScriptedModel
+
 
 from exercise_checks import IDS, SHIPPED, holds_every_promise, result_of, shop_breakers
-from toolbreaker.integrations.openai_agents import protect, run_config
 from toolbreaker.testing import ExerciseContext, exercise, next_call, service_tools
 from toolbreaker.testing._agents import ticket_options
+
+needs("agents", reason="the openai-agents extra is not installed")
+frameworks_imported = imported("agents", "agents.testing", "toolbreaker.integrations.openai_agents")
 
 MAX_STEPS = 100
 
@@ -36,11 +33,14 @@ MAX_STEPS = 100
 @pytest.fixture(autouse=True)
 def _no_tracing() -> None:
     """The SDK exports traces to OpenAI unless told not to; these tests stay offline."""
+    from agents import set_tracing_disabled
+
     set_tracing_disabled(True)
 
 
 def following(behaviour: str) -> ScriptedModel:
     """The scripted model's plan, replayed at each step from the results read so far."""
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
     def respond(call: ModelCall) -> list[Any]:
         items = call.input if isinstance(call.input, list) else []
@@ -59,6 +59,8 @@ def following(behaviour: str) -> ScriptedModel:
 
 
 def sdk_tools(ctx: ExerciseContext) -> list[Any]:
+    from agents import function_tool
+
     raw = service_tools(ctx)
 
     @function_tool
@@ -91,6 +93,10 @@ def sdk_tools(ctx: ExerciseContext) -> list[Any]:
 
 def sdk_agent(ctx: ExerciseContext) -> Any:
     """The user's OpenAI Agents SDK agent, protected with the exercise's registry and guard."""
+    from agents import Agent, Runner, ToolInputGuardrailTripwireTriggered
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
     registry = ctx.registry
     breakers = shop_breakers(registry)
     guard = ctx.run_guard()
@@ -115,6 +121,7 @@ def test_a_protected_sdk_agent_holds_every_promise(path):
 def test_the_same_sdk_agent_unprotected_fails():
     """Without protect() (the SDK's default error handler gives the model each failure)
     a lost write's answer makes the model open the ticket twice."""
+    from agents import Agent, Runner
 
     def bare(ctx: ExerciseContext) -> None:
         agent = Agent(name="shop", model=following(ctx.scenario.behaviour), tools=sdk_tools(ctx))

@@ -10,24 +10,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip(
+from frameworks import imported, needs
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+
+from exercise_checks import IDS, SHIPPED, holds_every_promise
+from toolbreaker.testing import ExerciseContext, next_call, service_tools
+from toolbreaker.testing._agents import ticket_options
+
+needs(
     "pydantic_ai",
     reason="the pydantic-ai extra is not installed (it installs nothing before Python 3.11)",
 )
-
-from pydantic_ai import Agent
-from pydantic_ai.exceptions import RunCancelled
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-
-from exercise_checks import IDS, SHIPPED, holds_every_promise
-from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
-from toolbreaker.testing import ExerciseContext, next_call, service_tools
-from toolbreaker.testing._agents import ticket_options
+frameworks_imported = imported(
+    "pydantic_ai",
+    "pydantic_ai.exceptions",
+    "pydantic_ai.messages",
+    "pydantic_ai.models.function",
+    "toolbreaker.integrations.pydantic_ai",
+)
 
 
 def payload(part: ToolReturnPart) -> Any:
@@ -40,6 +49,8 @@ def payload(part: ToolReturnPart) -> Any:
 
 def following(behaviour: str) -> FunctionModel:
     """The scripted model's plan, replayed at each step from every tool return so far."""
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import FunctionModel
 
     def step(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         returns = [
@@ -59,6 +70,11 @@ def following(behaviour: str) -> FunctionModel:
 
 def pydantic_agent(ctx: ExerciseContext) -> Any:
     """The user's Pydantic AI agent with the capability, the exercise's registry and guard."""
+    from pydantic_ai import Agent
+    from pydantic_ai.exceptions import RunCancelled
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
+
     raw = service_tools(ctx)
     registry = ctx.registry
     registry.get("catalog-snapshot", tool="search_catalog_snapshot")

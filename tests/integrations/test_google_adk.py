@@ -13,27 +13,23 @@ import importlib
 import sys
 import urllib.parse
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip(
-    "google.adk",
-    reason="the google-adk extra is not installed",
-)
+from frameworks import imported, needs
 
-from google.adk.agents import LlmAgent
-from google.adk.apps import App
-from google.adk.events import Event
-from google.adk.models import BaseLlm
-from google.adk.models.llm_request import LlmRequest
-from google.adk.models.llm_response import LlmResponse
-from google.adk.runners import InMemoryRunner
-from google.adk.tools.function_tool import FunctionTool
-from google.genai import types
-from pydantic import ConfigDict
+if TYPE_CHECKING:
+    from google.adk.agents import LlmAgent
+    from google.adk.events import Event
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
 
 from adapter_registry import TIMEOUT, make_registry
 from toolbreaker import (
@@ -46,16 +42,22 @@ from toolbreaker import (
     shell_risk_of,
     system_prompt_line,
 )
-from toolbreaker.integrations.google_adk import (
-    STOP_KEY,
-    ModelUsage,
-    ToolbreakerPlugin,
-    model_usage,
-    stop_of,
-    tool_metadata,
-)
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
+
+needs("google.adk", reason="the google-adk extra is not installed")
+frameworks_imported = imported(
+    "google.adk.agents",
+    "google.adk.apps",
+    "google.adk.events",
+    "google.adk.models.llm_request",
+    "google.adk.models.llm_response",
+    "google.adk.runners",
+    "google.adk.tools.function_tool",
+    "google.genai",
+    "google_adk_parts",
+    "toolbreaker.integrations.google_adk",
+)
 
 
 async def fetch(method: str, url: str, **kwargs: Any) -> dict[str, Any]:
@@ -78,6 +80,9 @@ class Script:
     steps: int = 0
 
     def respond(self, request: LlmRequest) -> LlmResponse:
+        from google.adk.models.llm_response import LlmResponse
+        from google.genai import types
+
         self.steps += 1
         assert self.steps < 30, "the guard should have stopped this run long ago"
         self.models.append(request.model)
@@ -100,29 +105,25 @@ class Script:
         return [dict(r.response or {}) for r in self.received if r.name == tool]
 
 
-class ScriptedModel(BaseLlm):
-    """ADK's model interface, answered by a :class:`Script` offline."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-    script: Any = None
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncGenerator[LlmResponse, None]:
-        yield self.script.respond(llm_request)
-
-
 def call(tool: str, **args: Any) -> list[types.Part]:
+    from google.genai import types
+
     return [types.Part(function_call=types.FunctionCall(name=tool, args=args))]
 
 
 def agent_of(script: Script, tools: list[Any], name: str = "shop") -> LlmAgent:
+    from google.adk.agents import LlmAgent
+    from google_adk_parts import ScriptedModel
+
     model = ScriptedModel(model="scripted-model", script=script)
     return LlmAgent(name=name, model=model, instruction="You help shoppers.", tools=tools)
 
 
 def run(agent: LlmAgent, plugin: ToolbreakerPlugin, prompt: str = "help me") -> list[Event]:
     """One invocation in a fresh in-memory runner; every event it yielded."""
+    from google.adk.apps import App
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
 
     async def main() -> list[Event]:
         runner = InMemoryRunner(app=App(name="shop", root_agent=agent, plugins=[plugin]))
@@ -160,6 +161,10 @@ class Shop:
     """The shop's tools over the real service; counts the tool bodies actually entered."""
 
     def __init__(self, service: ToolService) -> None:
+        from google.adk.tools.function_tool import FunctionTool
+
+        from toolbreaker.integrations.google_adk import tool_metadata
+
         self.ran: Counter[str] = Counter()
         self.keys: list[str] = []
         base = service.url
@@ -217,6 +222,8 @@ def stubborn_then_fallback(script: Script, new: list[types.FunctionResponse]) ->
 def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
     """Real HTTP 503s open the breaker; the next search never runs; the model reads
     tool_unavailable naming the fallback, calls it, and the run answers."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
     service.outage("GET /search")
     registry = make_registry()
     shop = Shop(service)
@@ -250,6 +257,7 @@ def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
 def test_not_found_does_not_open_the_breaker(service):
     """Three 404s leave the breaker closed; the model is told a 404 is not worth retrying,
     and the fourth lookup (a real order) runs."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
 
     def policy(script: Script, new: list[types.FunctionResponse]) -> Any:
         plan = ["Z-1", "Z-2", "Z-3", "A-1001"]
@@ -277,6 +285,8 @@ def test_not_found_does_not_open_the_breaker(service):
 def test_a_tool_that_raises_is_answered_not_fatal():
     """ADK ends a run when a tool raises and nothing answers the error: the plugin's
     on_tool_error_callback settles the failure and the model reads the guard's result."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
     entered: Counter[str] = Counter()
 
     async def lookup(q: str) -> dict[str, Any]:
@@ -328,6 +338,8 @@ def looping_tools(ran: Counter[str]) -> list[Any]:
 def test_a_looping_model_is_stopped_with_a_stop_packet(plan, condition):
     """The same call over and over (or two alternating) ends the run: the model is not
     asked again, the final event says why and carries the stop packet."""
+    from toolbreaker.integrations.google_adk import STOP_KEY, ToolbreakerPlugin, stop_of
+
     ran: Counter[str] = Counter()
     script = Script(lambda s, _new: call(plan[(s.steps - 1) % len(plan)], q="renewal"))
     guard = RunGuard("task-loop", budget=Budget(max_repeats=2))
@@ -357,6 +369,8 @@ def test_a_looping_model_is_stopped_with_a_stop_packet(plan, condition):
 def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
     """The key is derived by the guard (not the model), hidden from the declaration, the
     same on a retry and in a resumed run; a confirmed write is answered from the journal."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
     service.inject("POST /tickets", Fault(status=503), Fault(status=503))
     registry = make_registry(threshold=3)
     journal = MemoryStore()
@@ -397,6 +411,9 @@ def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
 def test_a_write_tool_must_let_the_guard_fill_its_key():
     """A write whose idempotency argument has no default is refused before the model is
     asked, naming the field."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin, tool_metadata
 
     async def send(to: str, idempotency_key: str) -> str:
         """Send something."""
@@ -417,6 +434,8 @@ def test_a_write_tool_must_let_the_guard_fill_its_key():
 def test_two_agents_share_one_breaker_through_the_registry(service):
     """Agent A's failures open the search breaker; agent B (another app, its guard found by
     a factory from the invocation) is rejected without calling the service and falls back."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
     service.outage("GET /search")
     registry = make_registry(threshold=2)
 
@@ -461,6 +480,10 @@ def test_two_agents_share_one_breaker_through_the_registry(service):
 def test_a_required_dependency_going_down_stops_the_run(service):
     """A tool marked required whose breaker opens ends the run (dependency-open), and the
     stop packet says to wait for the dependency and resume."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of, tool_metadata
+
     service.outage("GET /search")
     registry = make_registry(threshold=2)
     ran: Counter[str] = Counter()
@@ -492,6 +515,8 @@ def test_a_required_dependency_going_down_stops_the_run(service):
 def test_breaker_timeout_cuts_a_hung_tool_and_counts(service):
     """A hung async tool is cut at the breaker's timeout; two timeouts open the breaker
     and the third call is answered tool_unavailable without entering the tool."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
     registry = Registry(Policy(failure_threshold=2), default_enforce="cooperative")
     registry.get("slow-api", tool="slow", timeout=0.05)
     entered: Counter[str] = Counter()
@@ -524,6 +549,10 @@ def test_breaker_timeout_cuts_a_hung_tool_and_counts(service):
 def test_the_tools_stay_valid_adk_tools(service):
     """The model is offered every tool with its own name, description and schema (only a
     write's idempotency argument is left out), and each tool ADK runs is its own class."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
     shop = Shop(service)
     plain = [FunctionTool(t) if not isinstance(t, FunctionTool) else t for t in shop.tools]
     declared = {t.name: t._get_declaration() for t in plain}
@@ -557,6 +586,9 @@ def test_the_tools_stay_valid_adk_tools(service):
 
 def test_misdescribed_tools_fail_with_the_field_named():
     """A typo in a tool's custom_metadata fails before the first model request."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
 
     async def lookup(q: str) -> str:
         """Look up."""
@@ -571,6 +603,8 @@ def test_misdescribed_tools_fail_with_the_field_named():
 
 def test_guard_factory_must_return_a_run_guard():
     """A factory that returns something else fails loudly at the first hook."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin
+
     plugin = ToolbreakerPlugin(lambda ctx: "oops")  # type: ignore[arg-type,return-value]
     error = policy_error(lambda: run(agent_of(Script(lambda s, n: "-"), []), plugin))
     assert "not a RunGuard" in str(error)
@@ -579,6 +613,11 @@ def test_guard_factory_must_return_a_run_guard():
 def test_model_usage_reads_the_responses_token_counts():
     """prompt tokens are the input; candidates and thinking tokens the output; a streamed
     chunk or a response without usage gives nothing."""
+    from google.adk.models.llm_response import LlmResponse
+    from google.genai import types
+
+    from toolbreaker.integrations.google_adk import ModelUsage, model_usage
+
     usage = types.GenerateContentResponseUsageMetadata(
         prompt_token_count=120, candidates_token_count=30, thoughts_token_count=12
     )
@@ -593,6 +632,8 @@ def test_the_models_usage_counts_against_the_runs_cost():
     """Each model response's usage (1000 prompt and 200 candidate tokens, as the scripted
     model reports) is priced from the budget's price table into the run's cost: the stop
     packet's counters show the model's part, per model, and max_cost stops the run."""
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of
+
     ran: Counter[str] = Counter()
     script = Script(lambda s, _new: call("lookup", q=f"renewal {s.steps}"))
     prices = {"scripted-*": ModelPrice("2.50", "10")}  # 0.0025 + 0.002 = 0.0045 a response
@@ -630,6 +671,13 @@ def test_a_write_in_flight_when_the_run_is_cancelled_is_recorded_and_never_repla
     """The caller cancels the invocation while a write runs: the plugin records the
     cancellation (not a failure), the journal keeps the write as not confirmed, and a
     resumed run asking for it again is refused rather than sending it twice."""
+    from google.adk.apps import App
+    from google.adk.runners import InMemoryRunner
+    from google.adk.tools.function_tool import FunctionTool
+    from google.genai import types
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin, tool_metadata
+
     journal = MemoryStore()
     entered = asyncio.Event()
     sent: list[str] = []
@@ -699,6 +747,10 @@ def test_a_tools_risk_may_be_a_function_of_its_arguments():
     """Issue 33: ``tool_metadata(risk=shell_risk_of("command"))`` describes one shell tool
     whose calls differ: ``cat`` is counted a read, ``sed -i`` a write, inside the real
     runner."""
+    from google.adk.tools.function_tool import FunctionTool
+
+    from toolbreaker.integrations.google_adk import ToolbreakerPlugin, tool_metadata
+
     commands = ["cat calc.py", "sed -i 's/-/+/' calc.py"]
     ran: list[str] = []
 

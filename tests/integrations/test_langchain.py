@@ -14,52 +14,39 @@ import itertools
 import json
 import urllib.parse
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("langchain", reason="the langchain extra is not installed")
+from frameworks import imported, needs
 
-from langchain.agents import create_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-)
-from langchain_core.tools import BaseTool, tool
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import tools_condition
-from pydantic import Field
+if TYPE_CHECKING:
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import BaseTool
+    from langchain_parts import ScriptedModel
+    from langgraph.graph import MessagesState
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
 
 from toolbreaker import Policy, PolicyError, Registry, shell_risk_of, system_prompt_line
-from toolbreaker.integrations.langchain import (
-    STOP_KEY,
-    ToolbreakerMiddleware,
-    idempotency_key,
-)
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
+needs("langchain", reason="the langchain extra is not installed")
+frameworks_imported = imported(
+    "langchain.agents",
+    "langchain_core.messages",
+    "langchain_core.tools",
+    "langchain_parts",
+    "langgraph.checkpoint.memory",
+    "langgraph.graph",
+    "langgraph.prebuilt",
+    "langgraph.types",
+    "toolbreaker.integrations.langchain",
+)
+
 # -- an offline model that takes tools ------------------------------------------------------
-
-
-class ScriptedModel(GenericFakeChatModel):
-    """LangChain's fake chat model, able to take tools; records every prompt it gets."""
-
-    prompts: list[list[BaseMessage]] = Field(default_factory=list)
-    schemas: list[dict[str, Any]] = Field(default_factory=list)
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
-        self.schemas = [convert_to_openai_tool(t) for t in tools]
-        return self
-
-    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
-        self.prompts.append(list(messages))
-        return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
 
 
 _ids = itertools.count(1)
@@ -67,6 +54,8 @@ _ids = itertools.count(1)
 
 def scripted(policy: Callable[[list[ToolMessage]], AIMessage]) -> ScriptedModel:
     """A model whose next reply is ``policy(tool results of this turn so far)``."""
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_parts import ScriptedModel
 
     def replies() -> Iterator[AIMessage]:
         while True:
@@ -79,6 +68,8 @@ def scripted(policy: Callable[[list[ToolMessage]], AIMessage]) -> ScriptedModel:
 
 
 def call(name: str, **args: Any) -> AIMessage:
+    from langchain_core.messages import AIMessage
+
     return AIMessage("", tool_calls=[{"name": name, "args": args, "id": f"call-{next(_ids)}"}])
 
 
@@ -90,6 +81,8 @@ def payload(message: ToolMessage) -> Any:
 
 
 def ask(text: str) -> dict[str, Any]:
+    from langchain_core.messages import HumanMessage
+
     return {"messages": [HumanMessage(text)]}
 
 
@@ -108,6 +101,10 @@ class Shop:
         return request_json("GET", self.url + path, timeout=2.0)
 
     def tools(self) -> list[BaseTool]:
+        from langchain_core.tools import tool
+
+        from toolbreaker.integrations.langchain import idempotency_key
+
         shop = self
 
         @tool
@@ -204,6 +201,7 @@ TICKETS = {
 
 def shopper(queries: list[str]) -> Callable[[list[ToolMessage]], AIMessage]:
     """Searches until told the tool is unavailable, then uses the fallback it names."""
+    from langchain_core.messages import AIMessage
 
     def policy(results: list[ToolMessage]) -> AIMessage:
         last = payload(results[-1]) if results else None
@@ -218,6 +216,8 @@ def shopper(queries: list[str]) -> Callable[[list[ToolMessage]], AIMessage]:
 
 def seen_by_model(model: ScriptedModel) -> list[ToolMessage]:
     """The tool messages in the last prompt the model received."""
+    from langchain_core.messages import ToolMessage
+
     return [m for m in model.prompts[-1] if isinstance(m, ToolMessage)]
 
 
@@ -228,6 +228,10 @@ def test_open_breaker_skips_the_tool_and_names_the_fallback(service, shop, regis
     """Three 503s from the live service open the catalog breaker; the next search does not
     run at all, and the model reads a tool-unavailable result naming the fallback, calls it
     and answers."""
+    from langchain.agents import create_agent
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     service.outage("GET /search")
     guard = ToolbreakerMiddleware(registry=registry, tools=CATALOG)
     queries = ["usb cable", "usb-c cable", "cable usb c"]
@@ -273,6 +277,11 @@ def test_not_found_and_bad_arguments_leave_the_breaker_closed(service, shop, reg
     """Four real 404s and a call with invalid arguments never open the breaker (three
     qualifying failures would): the tool keeps running and the model is told it is not
     worth retrying."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     guard = ToolbreakerMiddleware(
         registry=registry, tools={"track_order": {"dependency": "orders"}}
     )
@@ -308,6 +317,11 @@ def test_repeated_action_ends_the_run_with_a_stop_packet(shop, registry):
     """A model that asks the same question forever is stopped by the run guard; before_model
     ends the run without another model call, and the stop packet is in the final state,
     in the last message and on the middleware."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
+    from toolbreaker.integrations.langchain import STOP_KEY, ToolbreakerMiddleware
+
     guard = ToolbreakerMiddleware(registry=registry)
     model = scripted(lambda _results: call("search", q="usb cable"))
     agent = create_agent(model, shop.tools(), middleware=[guard])
@@ -341,8 +355,11 @@ def test_the_run_guards_the_middleware_makes_reach_what_watches_its_registry(sho
     attached to the registry (as the docs attach it) used to publish the breakers and never
     a stop, so the dashboard said "Run guard stops: no stops" while runs stopped. The
     guards are attached the way the registry's breakers are: now and later, each once."""
+    from langchain.agents import create_agent
+
     from toolbreaker.cli._board import Board
     from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, iter_entries
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 
     stream = MemoryStream()
     StreamPublisher(stream).attach(registry)  # before the middleware made any guard
@@ -372,6 +389,11 @@ def test_write_key_is_stable_across_retry_and_resume(service, shop, registry):
     """A ticket write fails twice with 503 and the run gives up; a new process resumes the
     task with the same journal: the write carries the same key all three times, succeeds
     once, and a repeated request is answered from the journal without running the tool."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     journal = MemoryStore()
     service.inject("POST /tickets", Fault(status=503), Fault(status=503))
     ticket = {"customer": "c-1842", "title": "Broken cable"}
@@ -415,6 +437,11 @@ def test_write_key_is_stable_across_retry_and_resume(service, shop, registry):
 def test_write_key_replaces_a_key_the_model_made_up(service, shop, registry):
     """A tool that takes the key as a parameter gets it through request.override(); a key
     the model invents is discarded."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     guard = ToolbreakerMiddleware(registry=registry, tools=TICKETS)
     plan = [
         call("send_email", to="ops@example.com", template="report", idempotency_key="made-up"),
@@ -446,6 +473,9 @@ def agent_node(model: ScriptedModel, tools: list[BaseTool]) -> Callable[[Message
 
 def build_graph(guard: ToolbreakerMiddleware, model: ScriptedModel, tools: list[BaseTool]) -> Any:
     """A hand-built ReAct graph: agent -> tools -> (router) -> agent | stopped -> END."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import tools_condition
+
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent_node(model, tools))
     builder.add_node("tools", guard.tool_node(tools))
@@ -462,6 +492,10 @@ def build_graph(guard: ToolbreakerMiddleware, model: ScriptedModel, tools: list[
 def test_agents_sharing_a_registry_share_the_breaker(service, shop, registry):
     """A create_agent agent opens the catalog breaker; a hand-built LangGraph with its own
     middleware but the same registry finds it open: its search never runs."""
+    from langchain.agents import create_agent
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     service.outage("GET /search")
     first = ToolbreakerMiddleware(registry=registry, tools=CATALOG)
     model = scripted(shopper(["a", "b", "c"]))
@@ -491,6 +525,8 @@ def test_agents_sharing_a_registry_share_the_breaker(service, shop, registry):
 def test_langgraph_router_stops_an_alternating_plan(shop, registry):
     """search, refine, search, refine ... in a hand-built graph: the run guard calls it a
     loop, the router sends the run to the stop node, and the packet is in the last message."""
+    from toolbreaker.integrations.langchain import STOP_KEY, ToolbreakerMiddleware
+
     guard = ToolbreakerMiddleware(registry=registry)
     model = scripted(lambda results: call(("search", "refine")[len(results) % 2], q="usb"))
     graph = build_graph(guard, model, shop.tools())
@@ -510,6 +546,10 @@ def test_langgraph_router_stops_an_alternating_plan(shop, registry):
 def test_async_run_switches_to_the_fallback_and_stops_a_loop(service, shop, registry):
     """The same guarantees through ainvoke: an open breaker skips the tool and names the
     fallback, and a repeating model is stopped by abefore_model."""
+    from langchain.agents import create_agent
+
+    from toolbreaker.integrations.langchain import STOP_KEY, ToolbreakerMiddleware
+
     service.outage("GET /search")
     guard = ToolbreakerMiddleware(registry=registry, tools=CATALOG)
 
@@ -532,6 +572,11 @@ def test_async_run_switches_to_the_fallback_and_stops_a_loop(service, shop, regi
 def test_async_tool_is_cancelled_at_the_breaker_timeout(registry):
     """An async tool that outlives its breaker's timeout is cancelled; the timeout counts
     as a failure of the dependency and the model is told it may retry."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 
     @tool
     async def slow_quote(sku: str) -> dict:
@@ -559,6 +604,11 @@ def test_async_tool_is_cancelled_at_the_breaker_timeout(registry):
 def test_unknown_tool_names_get_no_breaker(shop, registry):
     """A tool name the model invents is answered with an error and counted by the run guard,
     but it does not create a breaker in the registry."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     guard = ToolbreakerMiddleware(registry=registry)
     plan = [call("teleport", to="mars"), AIMessage("I cannot do that.")]
     model = scripted(lambda results: plan[len(results)])
@@ -575,6 +625,11 @@ def test_unknown_tool_names_get_no_breaker(shop, registry):
 def test_a_run_without_a_task_id_is_refused(shop, registry):
     """Without a task id (context, thread_id, task_id= or guard=) the run guard cannot be
     chosen, and the agent fails loudly instead of guessing."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     guard = ToolbreakerMiddleware(registry=registry)
     model = scripted(lambda _results: AIMessage("hi"))
     with pytest.raises(PolicyError, match="task_id"):
@@ -583,7 +638,11 @@ def test_a_run_without_a_task_id_is_refused(shop, registry):
 
 def test_task_id_callable_and_fixed_guard(shop, registry):
     """task_id= maps the runtime to a task; guard= uses one run guard for every call."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
     from toolbreaker import RunGuard
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 
     by_user = ToolbreakerMiddleware(registry=registry, task_id=lambda rt: f"user-{rt.context.user}")
 
@@ -605,7 +664,12 @@ def test_task_id_callable_and_fixed_guard(shop, registry):
 def test_guard_factory_ready_breaker_and_plain_text_results(registry):
     """guard_factory builds each task's run guard; a ready breaker is used as given; plain
     text results count as evidence like JSON ones; only max_runs run guards are kept."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import tool
+
     from toolbreaker import Breaker, Budget, RunGuard
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 
     @tool
     def weather(city: str) -> str:
@@ -647,6 +711,8 @@ def test_guard_factory_ready_breaker_and_plain_text_results(registry):
 )
 def test_configuration_errors_name_the_field(kwargs, field):
     """Misconfiguration fails at construction with the offending field."""
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     with pytest.raises(PolicyError) as info:
         ToolbreakerMiddleware(**kwargs)
     assert info.value.field == field
@@ -660,6 +726,11 @@ def test_configuration_errors_name_the_field(kwargs, field):
 def test_system_prompt_line_is_added_once(shop, registry, system_prompt):
     """The middleware tells the model the tool-unavailable protocol, exactly once, keeping
     the agent's own system prompt; instructions=False leaves the prompt alone."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, SystemMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     line = system_prompt_line()
     for instructions, expected in ((True, 1), (False, 0)):
         guard = ToolbreakerMiddleware(registry=registry, instructions=instructions)
@@ -676,8 +747,13 @@ def test_system_prompt_line_is_added_once(shop, registry, system_prompt):
 def test_an_interrupt_inside_a_tool_pauses_and_resumes_under_the_guard(registry):
     """A human-in-the-loop interrupt raised inside a write tool passes through the
     middleware; on resume the call is guarded again and confirmed once, with one key."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command, interrupt
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware, idempotency_key
 
     keys: list[str | None] = []
 
@@ -721,6 +797,11 @@ def test_the_models_re_calls_spend_the_retry_budget(service, shop, registry):
     """A model that re-issues the same failed search is retrying: with a budget of one
     retry, its second call spends it, and then it reads that the tool is unavailable for
     this run (not "retryable") and stops; a third call would never reach the service."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     service.outage("GET /search")
     tools = {
         "search": {
@@ -755,6 +836,11 @@ def test_hide_open_tools_removes_them_from_the_model_and_says_until_when(shop, r
     """With hide_open_tools, a tool whose breaker is open (cooling down) is not in the
     model's tool list and one system-prompt line names it and when it is back; a model
     that calls what it sees then makes no rejected call. Off by default."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     guard = ToolbreakerMiddleware(registry=registry, tools=CATALOG, hide_open_tools=hide)
     breaker = guard.breaker_of("search")
     for _ in range(3):
@@ -789,8 +875,12 @@ def test_a_publisher_on_the_run_guard_sees_the_breakers_the_middleware_makes_lat
     """The event stream attached to the run guard before the agent runs: the middleware
     makes the tool's breaker on its first call and gives it to the guard, and the stream
     holds that breaker's transitions from that call, with the guard's stop after."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
     from toolbreaker import Budget, RunGuard
     from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher, iter_entries
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 
     fixed = RunGuard("order-7", budget=Budget(max_tool_calls=1), clock=registry.clock)
     stream = MemoryStream()
@@ -816,7 +906,12 @@ def test_a_publisher_on_the_run_guard_sees_the_breakers_the_middleware_makes_lat
 def test_a_tools_risk_may_be_a_function_of_its_arguments(registry):
     """Issue 33: ``tools={"bash": {"risk": shell_risk_of("command")}}``: each call of one
     shell tool is counted in its command's class inside the agent loop."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
     from toolbreaker import RunGuard
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 
     ran: list[str] = []
 
@@ -871,6 +966,12 @@ def test_a_tool_mapped_to_a_dependency_takes_the_sheets_row(service, tmp_path):
     tool's breaker is that row (its threshold of 2, deadline and owner), never
     inventory:default on the defaults. Inside a real agent, two 503s open it and the third
     call is answered locally."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     sheet = tmp_path / "breakers.toml"
     sheet.write_text(INVENTORY_SHEET, encoding="utf-8")
     registry = Registry.from_toml(sheet)
@@ -924,6 +1025,8 @@ def test_a_tool_mapping_the_sheet_cannot_apply_fails_when_the_middleware_is_buil
 ):
     """A dependency with two rows and no operation, a typo of a row's name, an operation the
     sheet has no row for: each is refused at construction, with the rows named."""
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     sheet = tmp_path / "breakers.toml"
     sheet.write_text(INVENTORY_SHEET, encoding="utf-8")
     with pytest.raises(PolicyError) as info:
@@ -952,6 +1055,8 @@ def test_a_tool_mapping_the_sheet_cannot_apply_fails_when_the_middleware_is_buil
 def test_every_tool_option_is_checked_when_the_middleware_is_built(options, field):
     """A tool option of the wrong type or value fails at construction, naming it: not at the
     first call (where it would reach the model as a tool error)."""
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     with pytest.raises(PolicyError) as info:
         ToolbreakerMiddleware(tools={"search": options})
     assert info.value.field == field

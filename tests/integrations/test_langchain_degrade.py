@@ -7,19 +7,23 @@ tool calling the local ToolService over HTTP; the sheet row of the catalog searc
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
+from frameworks import imported, needs
 
-pytest.importorskip("langchain", reason="the langchain extra is not installed")
+if TYPE_CHECKING:
+    from langchain_core.messages import AIMessage, ToolMessage
 
-from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, ToolMessage
+
 from test_langchain import Shop, ask, call, payload, scripted, seen_by_model
 
 from toolbreaker import MemoryStore, Policy, Registry, system_prompt_line
-from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 from toolbreaker.testing import FakeClock
+
+needs("langchain", reason="the langchain extra is not installed")
+frameworks_imported = imported(
+    "langchain.agents", "langchain_core.messages", "toolbreaker.integrations.langchain"
+)
 
 STALE_CATALOG = {
     "search": {
@@ -34,6 +38,8 @@ STALE_CATALOG = {
 
 def reader(results: list[ToolMessage]) -> AIMessage:
     """Searches once, then answers from what it read, saying so when it is stale."""
+    from langchain_core.messages import AIMessage
+
     if not results:
         return call("search", q="usb cable")
     last: Any = payload(results[-1])
@@ -46,6 +52,10 @@ def reader(results: list[ToolMessage]) -> AIMessage:
 
 def test_the_model_reads_the_last_good_answer_labelled_stale(service):
     """A live search is kept; during the outage the model gets it back, labelled stale."""
+    from langchain.agents import create_agent
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     registry = Registry(
         Policy(failure_threshold=1),
         store=MemoryStore(),
@@ -79,6 +89,11 @@ def test_the_model_reads_the_last_good_answer_labelled_stale(service):
 
 def test_the_model_reads_the_local_substitutes_answer_labelled_degraded(service):
     """``degrade = "degraded"``: the row's fallback runs locally; the model reads its answer."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import AIMessage
+
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+
     registry = Registry(
         Policy(failure_threshold=1),
         store=MemoryStore(),

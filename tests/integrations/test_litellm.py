@@ -18,17 +18,17 @@ import sqlite3
 import warnings
 from collections.abc import Iterator
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-litellm = pytest.importorskip("litellm", reason="the litellm extra is not installed")
+if TYPE_CHECKING:
+    from toolbreaker.integrations.litellm import GuardedRouter
 
-from litellm.router import router_arguments  # noqa: E402
-from litellm.router_config import build_router_config  # noqa: E402
 
-from loop_helpers import LoopSpy  # noqa: E402
-from toolbreaker import (  # noqa: E402
+from frameworks import imported, needs
+from loop_helpers import LoopSpy
+from toolbreaker import (
     Budget,
     CircuitOpen,
     ModelPrice,
@@ -37,16 +37,15 @@ from toolbreaker import (  # noqa: E402
     RunGuard,
     RunStopped,
 )
-from toolbreaker.errors import DeploymentsUnavailable  # noqa: E402
-from toolbreaker.integrations.litellm import (  # noqa: E402
-    BreakerHost,
-    GuardedRouter,
-    deployment_key,
-    usage_of,
+from toolbreaker.errors import DeploymentsUnavailable
+from toolbreaker.stores import SQLiteStore
+from toolbreaker.testing import CHAT_ROUTE, FakeClock, Fault, ToolService
+from toolbreaker.testing._chat import openai_error
+
+needs("litellm", reason="the litellm extra is not installed")
+frameworks_imported = imported(
+    "litellm", "litellm.router", "litellm.router_config", "toolbreaker.integrations.litellm"
 )
-from toolbreaker.stores import SQLiteStore  # noqa: E402
-from toolbreaker.testing import CHAT_ROUTE, FakeClock, Fault, ToolService  # noqa: E402
-from toolbreaker.testing._chat import openai_error  # noqa: E402
 
 HI = [{"role": "user", "content": "hello there"}]
 
@@ -106,6 +105,8 @@ def make_router(
     **arguments: Any,
 ) -> GuardedRouter:
     """``primary`` with ``backup`` as its fallback group; LiteLLM's own retries off."""
+    from toolbreaker.integrations.litellm import GuardedRouter
+
     models = [deployment("primary", "gpt-a", primary)]
     if backup is not None:
         models.append(deployment("backup", "gpt-b", backup))
@@ -140,6 +141,8 @@ def test_repeated_503s_open_the_deployment_and_the_fallback_serves_without_touch
 
 def test_a_400_never_opens_the_deployment(primary):
     """Bad requests (a context window exceeded) are the caller's: the breaker stays closed."""
+    import litellm
+
     body = openai_error(
         "This model's maximum context length is 8 tokens", kind="invalid_request_error"
     )
@@ -155,6 +158,8 @@ def test_a_400_never_opens_the_deployment(primary):
 
 def test_a_429_with_retry_after_opens_for_at_least_that_long(primary, clock):
     """A rate limit counts against the deployment and its Retry-After sets the cooldown."""
+    import litellm
+
     primary.inject(CHAT_ROUTE, Fault(status=429, retry_after=90))
     registry = Registry(Policy(failure_threshold=1, cooldown_ms=1_000), clock=clock)
     router = make_router(primary, registry=registry)
@@ -171,6 +176,10 @@ def test_a_429_with_retry_after_opens_for_at_least_that_long(primary, clock):
 
 def test_a_hang_past_the_deployments_timeout_counts_as_a_failure(primary):
     """A provider that does not answer: LiteLLM's Timeout opens the breaker, then rejects."""
+    import litellm
+
+    from toolbreaker.integrations.litellm import GuardedRouter
+
     primary.inject(CHAT_ROUTE, Fault(delay=30))
     models = [deployment("primary", "gpt-a", primary, timeout=0.3)]
     router = GuardedRouter(
@@ -204,6 +213,8 @@ def test_after_the_cooldown_one_probe_recovers_the_deployment(primary, backup, c
 def test_every_deployment_open_gives_a_typed_error_naming_each_and_its_wait(primary, backup):
     """Both groups open: nothing is sent, and the caller reads which deployments are out
     and for how long, in the same tool-unavailable shape a model reads everywhere."""
+    import litellm
+
     primary.outage(CHAT_ROUTE, 503)
     backup.outage(CHAT_ROUTE, 503)
     registry = Registry(Policy(failure_threshold=1, cooldown_ms=20_000))
@@ -304,6 +315,10 @@ def test_the_async_path_awaits_the_store_and_leaves_the_loop_free(tmp_path, prim
 def test_the_async_path_keeps_the_loop_running_while_a_provider_hangs(primary):
     """A heartbeat on the same loop keeps beating while the attempt waits on a hung
     provider; the timeout that ends the wait counts against the deployment."""
+    import litellm
+
+    from toolbreaker.integrations.litellm import GuardedRouter
+
     primary.inject(CHAT_ROUTE, Fault(delay=30))
     models = [deployment("primary", "gpt-a", primary, timeout=0.5)]
     router = GuardedRouter(
@@ -396,6 +411,10 @@ def test_a_stop_during_a_call_keeps_its_fallback_from_being_sent(primary, backup
     """The run stops while the primary's attempt is out (here as its breaker is looked
     up, so the moment is exact) and the primary fails: LiteLLM's fallback attempt is
     refused, the backup is never asked, and the caller gets the stop, not the 503."""
+    import litellm
+
+    from toolbreaker.integrations.litellm import deployment_key
+
     primary.outage(CHAT_ROUTE, 503)
     guard = RunGuard("t-1")
 
@@ -416,6 +435,12 @@ def test_a_stop_during_a_call_keeps_its_fallback_from_being_sent(primary, backup
 def test_a_router_built_on_the_breaker_host_refuses_a_stopped_run_too(primary, backup):
     """LiteLLM's own Router.from_config with a BreakerHost: every attempt of a stopped
     run is refused (the fallback's too), and LiteLLM hands the caller the stop."""
+    import litellm
+    from litellm.router import router_arguments
+    from litellm.router_config import build_router_config
+
+    from toolbreaker.integrations.litellm import BreakerHost
+
     guard = RunGuard("t-1")
     models = [deployment("primary", "gpt-a", primary), deployment("backup", "gpt-b", backup)]
     arguments = router_arguments(
@@ -454,6 +479,10 @@ def test_each_answer_begins_a_model_turn(primary):
 
 def test_usage_of_reads_the_model_and_tokens_of_a_litellm_response():
     """The one extraction: the answering model, prompt and completion tokens."""
+    import litellm
+
+    from toolbreaker.integrations.litellm import usage_of
+
     response = litellm.ModelResponse(
         model="gpt-x", usage={"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12}
     )
@@ -463,6 +492,8 @@ def test_usage_of_reads_the_model_and_tokens_of_a_litellm_response():
 
 def test_deployment_keys_name_the_model_and_host_or_the_given_id():
     """Keys never carry credentials; an id the model list gives wins."""
+    from toolbreaker.integrations.litellm import deployment_key
+
     params = {
         "model": "openai/gpt-a",
         "api_base": "https://user:secret@eu.example.com:8443/v1",
@@ -476,6 +507,8 @@ def test_deployment_keys_name_the_model_and_host_or_the_given_id():
 
 
 def test_a_deployment_named_in_the_model_list_keys_its_breaker(primary):
+    from toolbreaker.integrations.litellm import GuardedRouter
+
     models = [deployment("primary", "gpt-a", primary)]
     models[0]["model_info"] = {"id": "primary-eu"}
     router = GuardedRouter(registry=Registry(), model_list=models, num_retries=0)
@@ -485,6 +518,8 @@ def test_a_deployment_named_in_the_model_list_keys_its_breaker(primary):
 
 def test_other_router_members_are_litellms_own(primary):
     """The guarded router is LiteLLM's router: its registry, its settings, its endpoints."""
+    import litellm
+
     breakers = Registry()
     router = make_router(primary, registry=breakers)
     assert isinstance(router.router, litellm.Router)

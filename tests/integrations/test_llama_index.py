@@ -18,21 +18,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from frameworks import imported, needs
+
+if TYPE_CHECKING:
+    from llama_index.core.base.llms.types import ChatMessage
+    from llama_index.core.llms import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+
 from adapter_registry import TIMEOUT, make_registry
 from exercise_checks import result_of
-
-pytest.importorskip("llama_index.core", reason="the llama-index extra is not installed")
-
-from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent, ReActAgent
-from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole, ToolCallBlock
-from llama_index.core.llms import MockFunctionCallingLLM, MockLLM
-from llama_index.core.llms.callbacks import llm_chat_callback
-from llama_index.core.tools import FunctionTool
-
 from toolbreaker import (
     Budget,
     ModelPrice,
@@ -42,17 +40,19 @@ from toolbreaker import (
     RunGuard,
     system_prompt_line,
 )
-from toolbreaker.integrations.llama_index import (
-    STOP_KEY,
-    ProtectedTool,
-    idempotency_key,
-    llm_usage,
-    protect,
-    protect_tool,
-    run_stop,
-)
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
+
+needs("llama_index.core", reason="the llama-index extra is not installed")
+frameworks_imported = imported(
+    "llama_index.core.agent.workflow",
+    "llama_index.core.base.llms.types",
+    "llama_index.core.llms",
+    "llama_index.core.tools",
+    "llama_index.core.workflow",
+    "llama_index_parts",
+    "toolbreaker.integrations.llama_index",
+)
 
 #: The workflows package finds an agent's steps by walking all its attributes, pydantic's
 #: deprecated ones included: their warnings are LlamaIndex's, not ours.
@@ -82,6 +82,8 @@ class Script:
     steps: int = 0
 
     def __call__(self, messages: list[ChatMessage], **kwargs: Any) -> ChatMessage:
+        from llama_index.core.base.llms.types import MessageRole
+
         self.steps += 1
         assert self.steps < 30, "the guard should have stopped this run long ago"
         tools = kwargs.get("tools") or []
@@ -97,9 +99,13 @@ class Script:
         return self.policy(self, new)
 
     def llm(self) -> MockFunctionCallingLLM:
+        from llama_index.core.llms import MockFunctionCallingLLM
+
         return MockFunctionCallingLLM(response_generator=self)
 
     def call(self, *calls: tuple[str, dict[str, Any]]) -> ChatMessage:
+        from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallBlock
+
         blocks = []
         for tool, args in calls:
             call_id = f"call-{len(self.issued)}"
@@ -112,6 +118,8 @@ class Script:
 
 
 def say(text: str) -> ChatMessage:
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole
+
     return ChatMessage(role=MessageRole.ASSISTANT, content=text)
 
 
@@ -126,6 +134,8 @@ def run(workflow: Any, prompt: str) -> Any:
 
 def http_tools(service: ToolService, ran: Counter[str]) -> list[FunctionTool]:
     """Real HTTP tools (sync: the workflow runs them in its executor)."""
+    from llama_index.core.tools import FunctionTool
+
     base = service.url
 
     def search(q: str) -> dict[str, Any]:
@@ -165,6 +175,10 @@ def stubborn_then_fallback(script: Script, new: list[Read]) -> ChatMessage:
 def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
     """Real HTTP 503s open the breaker; the next search never runs; the model reads
     tool_unavailable naming the fallback, calls it, and the run answers."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect
+
     service.outage("GET /search")
     registry = make_registry()
     ran: Counter[str] = Counter()
@@ -191,6 +205,10 @@ def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
 def test_the_system_prompt_line_joins_the_agents_own_or_can_be_left_out():
     """The agent's system prompt is kept, the line appended once; instructions=False
     leaves the prompt alone."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect
+
     for instructions, expected in [
         (True, f"Be brief.\n\n{system_prompt_line()}"),
         (False, "Be brief."),
@@ -210,6 +228,9 @@ def test_the_system_prompt_line_joins_the_agents_own_or_can_be_left_out():
 
 def test_not_found_does_not_open_the_breaker(service):
     """Three 404s leave the breaker closed; the model is told a 404 is not worth retrying."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect
 
     def policy(script: Script, new: list[Read]) -> ChatMessage:
         if script.steps <= 3:
@@ -239,6 +260,8 @@ def test_not_found_does_not_open_the_breaker(service):
 
 
 def looping_tools(ran: Counter[str]) -> list[FunctionTool]:
+    from llama_index.core.tools import FunctionTool
+
     async def lookup(q: str) -> dict[str, Any]:
         """A read that always answers the same."""
         ran["lookup"] += 1
@@ -261,6 +284,10 @@ def test_a_looping_model_is_stopped_with_a_stop_packet(plan, condition):
     """The same call over and over (or two alternating) without new evidence ends the run:
     the workflow finishes with an AgentOutput whose message carries the stop packet, and
     the model is not asked again once the run stopped."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import STOP_KEY, protect, run_stop
+
     ran: Counter[str] = Counter()
     script = Script(lambda s, _new: s.call((plan[(s.steps - 1) % len(plan)], {"q": "renewal"})))
     guard = RunGuard("task-loop", budget=Budget(max_repeats=2))
@@ -283,6 +310,10 @@ def test_a_looping_model_is_stopped_with_a_stop_packet(plan, condition):
 
 def test_a_run_that_ends_on_its_own_has_no_stop_packet():
     """A run the guard never stopped: run_stop() is None and the output is the model's."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import STOP_KEY, protect, run_stop
+
     script = Script(lambda s, new: s.call(("lookup", {"q": "x"})) if s.steps == 1 else say("ok"))
     guard = RunGuard("task-calm")
     agent = FunctionAgent(tools=looping_tools(Counter()), llm=script.llm())
@@ -296,6 +327,8 @@ def test_a_run_that_ends_on_its_own_has_no_stop_packet():
 
 
 def ticket_tool(service: ToolService, keys: list[str]) -> FunctionTool:
+    from llama_index.core.tools import FunctionTool
+
     def create_ticket(customer: str, title: str, idempotency_key: str = "") -> dict[str, Any]:
         """Open a support ticket."""
         keys.append(idempotency_key)
@@ -322,6 +355,10 @@ def ticket_guard(journal: MemoryStore, registry: Registry) -> RunGuard:
 def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
     """The key is derived by the guard (a key the model makes up is replaced), the same on
     a retry and in a resumed run; a confirmed write is answered from the journal."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect
+
     service.inject("POST /tickets", Fault(status=503), Fault(status=503))
     registry = make_registry(threshold=3)
     journal = MemoryStore()
@@ -360,6 +397,10 @@ def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
 def test_a_write_without_the_key_argument_reads_it_from_the_context(service):
     """A write whose schema has no key argument gets the guard's key from idempotency_key()
     (also in a sync tool, which the workflow runs in a worker thread)."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import idempotency_key, protect
+
     seen: list[str | None] = []
 
     def send_refund(order_id: str) -> str:
@@ -397,6 +438,10 @@ def until_unavailable(script: Script, new: list[Read]) -> ChatMessage:
 def test_two_agents_share_one_breaker_through_the_registry(service):
     """Agent A's failures open the search breaker; agent B (another run, another guard) is
     rejected without calling the service and falls back."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect
+
     service.outage("GET /search")
     registry = make_registry(threshold=2)
     ran_a: Counter[str] = Counter()
@@ -421,6 +466,10 @@ def test_two_agents_share_one_breaker_through_the_registry(service):
 def test_a_required_dependency_going_down_stops_the_run(service):
     """A tool declared required whose breaker opens ends the run (dependency-open), and the
     stop packet says to wait for the dependency and resume."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect, run_stop
+
     service.outage("GET /search")
     registry = make_registry(threshold=2)
     ran: Counter[str] = Counter()
@@ -446,6 +495,11 @@ def test_a_required_dependency_going_down_stops_the_run(service):
 def test_a_react_agent_is_guarded_and_stopped_the_same_way():
     """A ReActAgent (text actions, MockLLM-style prompt parsing) loops on one lookup: the
     calls go through the guard and the run ends with the stop packet."""
+    from llama_index.core.agent.workflow import ReActAgent
+    from llama_index.core.llms import MockFunctionCallingLLM
+
+    from toolbreaker.integrations.llama_index import protect, run_stop
+
     ran: Counter[str] = Counter()
     steps: list[int] = []
 
@@ -468,6 +522,10 @@ def test_a_react_agent_is_guarded_and_stopped_the_same_way():
 
 def test_an_agent_workflow_protects_every_agent():
     """protect(AgentWorkflow) guards each agent's tools and ends the workflow on a stop."""
+    from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
+
+    from toolbreaker.integrations.llama_index import ProtectedTool, protect, run_stop
+
     ran: Counter[str] = Counter()
     script = Script(lambda s, _new: s.call(("lookup", {"q": "renewal"})))
     guard = RunGuard("task-multi", budget=Budget(max_repeats=2))
@@ -492,6 +550,10 @@ def test_an_agent_workflow_protects_every_agent():
 def test_the_protected_tool_keeps_its_metadata_and_calls_sync_and_async():
     """Name, description and fn_schema are the wrapped tool's own; call() and acall() both
     go through the guard (a refused call never enters the tool)."""
+    from llama_index.core.tools import FunctionTool
+
+    from toolbreaker.integrations.llama_index import protect_tool
+
     entered: list[str] = []
 
     def lookup(q: str) -> str:
@@ -522,6 +584,9 @@ def test_the_protected_tool_keeps_its_metadata_and_calls_sync_and_async():
 def test_a_failing_tool_reaches_the_model_as_the_guards_result():
     """An exception in the tool is settled as a failure: the model reads the guard's JSON
     result (ok false, retryable), never LlamaIndex's bare exception text."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect
 
     async def flaky(q: str) -> str:
         """Always fails."""
@@ -539,7 +604,10 @@ def test_a_failing_tool_reaches_the_model_as_the_guards_result():
 def test_a_tool_that_takes_the_workflow_context_still_gets_it():
     """The workflow passes its Context to a tool that asks for it; the protected tool hands
     it on and the guard fingerprints only the model's arguments."""
+    from llama_index.core.agent.workflow import FunctionAgent
     from llama_index.core.workflow import Context
+
+    from toolbreaker.integrations.llama_index import protect
 
     seen: list[Any] = []
 
@@ -568,6 +636,10 @@ def test_a_tool_that_takes_the_workflow_context_still_gets_it():
 def test_the_breakers_timeout_cuts_a_hung_tool_and_counts():
     """A hung tool is cut at the breaker's timeout; two timeouts open the breaker and the
     model reads tool_unavailable."""
+    from llama_index.core.agent.workflow import FunctionAgent
+
+    from toolbreaker.integrations.llama_index import protect
+
     registry = Registry(Policy(failure_threshold=2), default_enforce="cooperative")
     registry.get("slow-api", tool="slow", timeout=0.05)
     entered: list[int] = []
@@ -598,7 +670,10 @@ def test_an_error_output_of_the_tools_callback_is_a_failure_that_does_not_count(
     """A tool whose callback answers with an error ToolOutput (LlamaIndex's way of
     reporting without raising) settles as a failure the classifier ignores: the model
     reads the guard's result and the breaker counts nothing."""
-    from llama_index.core.tools import ToolOutput
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool, ToolOutput
+
+    from toolbreaker.integrations.llama_index import protect
 
     def lookup(q: str) -> str:
         """Look up."""
@@ -628,6 +703,10 @@ def test_an_error_output_of_the_tools_callback_is_a_failure_that_does_not_count(
 
 def test_protect_refuses_what_is_no_agent():
     """protect() names what it takes."""
+    from llama_index.core.llms import MockLLM
+
+    from toolbreaker.integrations.llama_index import protect
+
     with pytest.raises(PolicyError, match="agent or AgentWorkflow"):
         protect(MockLLM(), guard=RunGuard("t"))  # type: ignore[type-var]
 
@@ -645,31 +724,14 @@ def test_missing_extra_names_what_to_install(monkeypatch):
 PRICES = {"gpt-4o*": ModelPrice("2.50", "10")}
 
 
-class MeteredLLM(MockFunctionCallingLLM):
-    """LlamaIndex's mock, reporting usage as its OpenAI integration does: the provider's
-    response (model, usage) as ``raw`` and the token counts in ``additional_kwargs``."""
-
-    reported_model: str = "gpt-4o-mini-2024-07-18"
-
-    @llm_chat_callback()
-    async def astream_chat(self, messages: Any, **kwargs: Any) -> Any:
-        message = self._get_response_generator()(messages, **kwargs)
-        usage = {"prompt_tokens": 2_000, "completion_tokens": 1_000, "total_tokens": 3_000}
-
-        async def stream() -> Any:
-            yield ChatResponse(
-                message=message,
-                delta=message.content or "",
-                raw={"model": self.reported_model, "usage": usage},
-                additional_kwargs=usage,
-            )
-
-        return stream()
-
-
 def test_each_model_response_is_priced_into_the_stop_packet():
     """Every request of a looping model (2,000 tokens in and 1,000 out each, at 2.50 and 10
     per million: 0.015) is in the stop packet's counters: model cost and the model's usage."""
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index_parts import MeteredLLM
+
+    from toolbreaker.integrations.llama_index import protect, run_stop
+
     script = Script(lambda s, _new: s.call(("lookup", {"q": "renewal"})))
     guard = RunGuard("task-usage", budget=Budget(max_repeats=2, max_cost="1", prices=PRICES))
     agent = FunctionAgent(tools=looping_tools(Counter()), llm=MeteredLLM(response_generator=script))
@@ -696,6 +758,11 @@ def test_each_model_response_is_priced_into_the_stop_packet():
 def test_the_models_usage_spends_the_runs_cost_limit():
     """With max_cost 0.02, the second request's usage spends it: the run stops (max-cost)
     and the model is not asked a third time."""
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index_parts import MeteredLLM
+
+    from toolbreaker.integrations.llama_index import protect, run_stop
+
     script = Script(lambda s, _new: s.call(("lookup", {"q": f"renewal {s.steps}"})))
     guard = RunGuard("task-cost", budget=Budget(max_cost="0.02", prices=PRICES))
     agent = FunctionAgent(tools=looping_tools(Counter()), llm=MeteredLLM(response_generator=script))
@@ -712,6 +779,11 @@ def test_a_final_answer_from_an_unpriced_model_ends_as_a_stopped_run():
     """Under a max_cost, a model the price table does not price stops the run when its
     usage is counted, here with its final answer: the run ends with the stop packet, never
     as a completion (the answer stays in the run's memory)."""
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index_parts import MeteredLLM
+
+    from toolbreaker.integrations.llama_index import protect, run_stop
+
     script = Script(lambda s, _new: say("ok"))
     guard = RunGuard("task-unpriced", budget=Budget(max_cost="1", prices=PRICES))
     llm = MeteredLLM(response_generator=script, reported_model="claude-x")
@@ -727,24 +799,28 @@ def test_a_final_answer_from_an_unpriced_model_ends_as_a_stopped_run():
 
 
 @pytest.mark.parametrize(
-    ("response", "found"),
+    ("fields", "found"),
     [
-        (ChatResponse(message=say("x"), additional_kwargs={"prompt_tokens": 3}), ("m", 3, 0)),
+        ({"additional_kwargs": {"prompt_tokens": 3}}, ("m", 3, 0)),
         (
-            ChatResponse(
-                message=say("x"),
-                raw=SimpleNamespace(
+            {
+                "raw": SimpleNamespace(
                     model="claude-x", usage=SimpleNamespace(input_tokens=5, output_tokens=7)
-                ),
-            ),
+                )
+            },
             ("claude-x", 5, 7),
         ),
-        (ChatResponse(message=say("x"), raw={"content": "x"}), None),
-        (ChatResponse(message=say("x"), raw={"usage": {"input_tokens": 1}}), ("m", 1, 0)),
+        ({"raw": {"content": "x"}}, None),
+        ({"raw": {"usage": {"input_tokens": 1}}}, ("m", 1, 0)),
     ],
     ids=["openai-kwargs", "anthropic-object", "no-usage", "model-of-the-llm"],
 )
-def test_llm_usage_reads_what_the_integrations_report(response, found):
+def test_llm_usage_reads_what_the_integrations_report(fields, found):
     """Token counts from additional_kwargs or the raw response's usage (a mapping or an
     SDK object); the raw response's model name wins over the LLM's."""
+    from llama_index.core.base.llms.types import ChatResponse
+
+    from toolbreaker.integrations.llama_index import llm_usage
+
+    response = ChatResponse(message=say("x"), **fields)
     assert llm_usage(response, "m") == found

@@ -13,34 +13,32 @@ import json
 import urllib.parse
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+from frameworks import imported, needs
 
-from agents import (
-    Agent,
-    AgentHooks,
-    FunctionTool,
-    RunConfig,
-    Runner,
-    ToolInputGuardrailTripwireTriggered,
-    ToolTimeoutError,
-    UserError,
-    WebSearchTool,
-    function_tool,
-    set_tracing_disabled,
-)
-from agents.result import RunResult
-from agents.run_config import ToolExecutionConfig
-from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
-from agents.tool_context import ToolContext
+if TYPE_CHECKING:
+    from agents import Agent, RunConfig
+    from agents.result import RunResult
+    from agents.testing import ModelCall, ModelStep, ScriptedModel
+
 
 from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, shell_risk_of
-from toolbreaker.integrations.openai_agents import GUARDRAIL_NAME, protect, run_config
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
+
+needs("agents", reason="the openai-agents extra is not installed")
+frameworks_imported = imported(
+    "agents",
+    "agents.result",
+    "agents.run_config",
+    "agents.testing",
+    "agents.tool_context",
+    "openai_agents_parts",
+    "toolbreaker.integrations.openai_agents",
+)
 
 TICKET = {"title": "Refund order A-1001", "body": "The cable arrived broken."}
 
@@ -48,6 +46,8 @@ TICKET = {"title": "Refund order A-1001", "body": "The cable arrived broken."}
 @pytest.fixture(autouse=True)
 def _no_tracing() -> None:
     """The SDK exports traces to OpenAI unless told not to; these tests stay offline."""
+    from agents import set_tracing_disabled
+
     set_tracing_disabled(True)
 
 
@@ -76,6 +76,8 @@ class Shop:
     """The shop's tools over the real service; counts how often each body was entered."""
 
     def __init__(self, service: ToolService) -> None:
+        from agents import function_tool
+
         self.entered: Counter[str] = Counter()
         self.keys: list[str] = []
         url = service.url
@@ -113,14 +115,23 @@ class Shop:
 
 
 def agent_with(shop: Shop, steps: Sequence[Any], name: str = "shop") -> Agent[Any]:
+    from agents import Agent
+    from agents.testing import ScriptedModel
+
     return Agent(name=name, model=ScriptedModel(steps), tools=list(shop.tools))
 
 
 def run(agent: Agent[Any], config: RunConfig | None = None) -> RunResult:
+    from agents import Runner
+
+    from toolbreaker.integrations.openai_agents import run_config
+
     return asyncio.run(Runner.run(agent, "help me", run_config=config or run_config()))
 
 
 def model_of(agent: Agent[Any]) -> ScriptedModel:
+    from agents.testing import ScriptedModel
+
     assert isinstance(agent.model, ScriptedModel)
     return agent.model
 
@@ -146,6 +157,7 @@ def tool_results(call: ModelCall) -> dict[str, Any]:
 
 def follow_fallback(query: str, call_id: str) -> ModelStep:
     """A model that does what a tool-unavailable result says: call the fallback."""
+    from agents.testing import ModelStep, function_call
 
     def respond(call: ModelCall) -> list[Any]:
         last = list(tool_results(call).values())[-1]
@@ -157,6 +169,7 @@ def follow_fallback(query: str, call_id: str) -> ModelStep:
 
 def answer_from(call_id: str) -> ModelStep:
     """A model that answers from a tool result."""
+    from agents.testing import ModelStep, assistant_message
 
     def respond(call: ModelCall) -> list[Any]:
         result = tool_results(call)[call_id]
@@ -166,6 +179,8 @@ def answer_from(call_id: str) -> ModelStep:
 
 
 def search(query: str, call_id: str) -> list[Any]:
+    from agents.testing import function_call
+
     return [function_call("search_catalog", {"query": query}, call_id=call_id)]
 
 
@@ -175,6 +190,8 @@ def search(query: str, call_id: str) -> list[Any]:
 def test_503s_open_the_breaker_and_the_model_switches_to_the_fallback(service, registry):
     """Two real 503s open the catalog breaker; the third search never runs, the model
     reads the tool-unavailable result naming the fallback, calls it and answers."""
+    from toolbreaker.integrations.openai_agents import GUARDRAIL_NAME, protect
+
     service.outage("GET /search")
     shop = Shop(service)
     steps = [
@@ -217,6 +234,10 @@ def test_503s_open_the_breaker_and_the_model_switches_to_the_fallback(service, r
 def test_404s_do_not_open_the_breaker(service, registry):
     """Three parallel lookups of unknown orders get real 404s: every call runs, each is
     recorded once and ignored, the breaker stays closed, the model is told not to retry."""
+    from agents.testing import assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     shop = Shop(service)
     lookups = [
         function_call("lookup_order", {"order_id": f"Z-{n}"}, call_id=f"c{n}") for n in (1, 2, 3)
@@ -240,6 +261,10 @@ def test_404s_do_not_open_the_breaker(service, registry):
 def test_invalid_arguments_do_not_open_the_breaker(service, registry):
     """Arguments that fail the tool's schema are the model's mistake: the body never runs,
     the breaker does not count it, and the model reads what was wrong."""
+    from agents.testing import assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     shop = Shop(service)
     bad = [[function_call("lookup_order", {"order": "A-1001"}, call_id=f"c{n}")] for n in (1, 2, 3)]
     agent = protect(
@@ -271,6 +296,11 @@ def test_a_looping_model_is_stopped_by_the_guardrail_tripwire(
 ):
     """A model that repeats one search (or alternates two) is stopped: the guardrail
     trips, the run raises the SDK's tripwire, and its output_info is the stop packet."""
+    from agents import ToolInputGuardrailTripwireTriggered
+    from agents.testing import function_call
+
+    from toolbreaker.integrations.openai_agents import GUARDRAIL_NAME, protect
+
     shop = Shop(service)
     steps = [
         [function_call("search_snapshot", {"query": queries[n % len(queries)]}, call_id=f"c{n}")]
@@ -300,6 +330,11 @@ def test_a_write_keeps_its_idempotency_key_across_retries_and_resumes(service, r
     """create_ticket gets the same key on a retry after a 503 and in a resumed run (a new
     guard, same task id and journal); a third run does not write again. The model never
     sees the key parameter."""
+    from agents import FunctionTool
+    from agents.testing import assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     journal = MemoryStore()
     service.inject("POST /tickets", Fault(status=503), Fault(status=503))
     shop = Shop(service)
@@ -341,6 +376,11 @@ def test_a_key_the_model_makes_up_never_changes_the_writes_key(service, registry
     custom ``op_token``, which no fingerprint rule drops by name) is dropped before the
     action is fingerprinted, so a retry that makes up another value is the same write
     with the same key, and the tool receives the guard's key, never the model's."""
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     service.inject("POST /tickets", Fault(status=503))
     seen: list[str] = []
 
@@ -375,6 +415,10 @@ def test_a_key_the_model_makes_up_never_changes_the_writes_key(service, registry
 def test_two_agents_share_one_breaker_through_the_registry(service, registry):
     """Agent A's failures open the catalog breaker; agent B (breakers only, no guard)
     is refused on its first call: the tool body is not entered again."""
+    from agents.testing import assistant_message
+
+    from toolbreaker.integrations.openai_agents import protect
+
     service.outage("GET /search")
     shop = Shop(service)
     first = protect(
@@ -404,6 +448,9 @@ def test_two_agents_share_one_breaker_through_the_registry(service, registry):
 
 
 def slow_agent(entered: Counter[str], steps: Sequence[Any], **timeout: Any) -> Agent[Any]:
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel
+
     @function_tool(**timeout)
     async def slow_search(query: str) -> str:
         """A search that hangs."""
@@ -418,6 +465,11 @@ def test_a_timeout_is_recorded_and_the_breaker_deadline_is_enforced_by_the_sdk()
     """An async tool without a timeout of its own gets the breaker's; the SDK cancels it
     there, the timeout counts as a failure (it bypasses the error formatter), and the
     model reads toolbreaker's result instead of the SDK's timeout string."""
+    from agents import FunctionTool
+    from agents.testing import assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     registry = Registry(Policy(failure_threshold=1), default_enforce="cooperative")
     breaker = registry.get("slow", tool="slow_search", timeout=0.05)
     entered: Counter[str] = Counter()
@@ -444,6 +496,11 @@ def test_a_timeout_is_recorded_and_the_breaker_deadline_is_enforced_by_the_sdk()
 def test_a_timeout_that_raises_is_recorded_before_the_run_fails():
     """timeout_behavior="raise_exception" is kept: the run fails with ToolTimeoutError,
     and the breaker has counted the timeout."""
+    from agents import ToolTimeoutError
+    from agents.testing import function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     registry = Registry(default_enforce="cooperative")
     breaker = registry.get("slow", tool="slow_search", timeout=1.0)
     entered: Counter[str] = Counter()
@@ -462,6 +519,11 @@ def test_a_timeout_that_raises_is_recorded_before_the_run_fails():
 def test_a_write_that_times_out_is_never_replayed():
     """A write cut off at its deadline may have happened: the model reads an unknown
     outcome, and the same write asked again is answered, not run."""
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     registry = Registry(default_enforce="cooperative")
     registry.get("tickets", "write", tool="create_ticket", timeout=0.05)
     entered: list[str] = []
@@ -498,6 +560,11 @@ def test_a_write_that_times_out_is_never_replayed():
 def test_a_cancelled_run_records_a_cancellation_not_a_failure():
     """Cancelling the run while an untimed tool runs settles its permit as a
     cancellation: the breaker does not count it."""
+    from agents import Runner
+    from agents.testing import function_call
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
     registry = Registry(Policy(failure_threshold=1), default_enforce="cooperative")
     breaker = registry.get("slow", tool="slow_search")  # no deadline: nothing times out
     entered: Counter[str] = Counter()
@@ -521,6 +588,12 @@ def test_a_cancelled_run_records_a_cancellation_not_a_failure():
 def test_an_approved_call_is_one_step_even_with_pre_approval_guardrails():
     """With guardrails before and after approval, the step begun before approval is the
     one the approved call settles: one call counted, the write's key filled in once."""
+    from agents import Agent, RunConfig, Runner, function_tool
+    from agents.run_config import ToolExecutionConfig
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
+
     ran: list[str] = []
 
     @function_tool(needs_approval=True)
@@ -560,6 +633,11 @@ def test_an_approved_call_is_one_step_even_with_pre_approval_guardrails():
 def test_a_tool_invoked_outside_a_guarded_run_still_asks_first(service, registry):
     """Calling a protected tool's invoker directly (no guardrail ran) still goes through
     the breaker: with the breaker open the body is not entered."""
+    from agents import FunctionTool
+    from agents.tool_context import ToolContext
+
+    from toolbreaker.integrations.openai_agents import protect
+
     shop = Shop(service)
     protected = protect(agent_with(shop, []), registry=registry)
     registry.for_tool("search_catalog").isolate()
@@ -578,6 +656,11 @@ def test_a_tool_invoked_outside_a_guarded_run_still_asks_first(service, registry
 def test_an_exception_the_tool_lets_through_is_recorded(service, registry):
     """failure_error_function=None: the run fails as the tool asked, after the breaker
     counted the 503."""
+    from agents import Agent, UserError, function_tool
+    from agents.testing import ScriptedModel, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     service.outage("GET /search")
 
     @function_tool(failure_error_function=None)
@@ -597,6 +680,10 @@ def test_an_exception_the_tool_lets_through_is_recorded(service, registry):
 def test_a_run_without_the_formatter_fails_before_any_tool_runs(service, registry):
     """Failures are recorded by the run's tool_error_formatter: a run without it is
     refused at the first protected call, before the tool body, naming the fix."""
+    from agents import RunConfig, UserError
+
+    from toolbreaker.integrations.openai_agents import protect
+
     shop = Shop(service)
     agent = protect(agent_with(shop, [search("cable", "c1")]), registry=registry)
 
@@ -611,6 +698,10 @@ def test_a_run_without_the_formatter_fails_before_any_tool_runs(service, registr
 def test_run_config_keeps_the_callers_formatter_for_other_errors(service, registry):
     """A formatter the caller had still words the errors of unprotected tools, while a
     protected tool next to it (breaker only, no guard) records its success."""
+    from agents import Agent, RunConfig, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect, run_config
 
     @function_tool
     def broken() -> str:
@@ -644,6 +735,10 @@ def test_run_config_keeps_the_callers_formatter_for_other_errors(service, regist
 def test_protect_copies_and_refuses_what_it_cannot_guard(service, registry):
     """protect() leaves the agent alone, refuses to protect twice, refuses a breaker on a
     tool whose own failure handler would hide its failures, and needs something to use."""
+    from agents import Agent, WebSearchTool, function_tool
+
+    from toolbreaker.integrations.openai_agents import protect
+
     shop = Shop(service)
     hosted = WebSearchTool()
     agent = Agent(name="shop", tools=[*shop.tools, hosted])
@@ -670,7 +765,11 @@ def test_protect_copies_and_refuses_what_it_cannot_guard(service, registry):
 def test_a_registry_without_sheet_rows_protects_every_tool(service):
     """One registry means the same protection in every framework: no tool is left silently
     unprotected because the sheet does not name it (the LangChain middleware does the same)."""
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
     from toolbreaker import Policy, Registry
+    from toolbreaker.integrations.openai_agents import protect, run_config
 
     registry = Registry(Policy(failure_threshold=1), default_timeout=2.0)
 
@@ -698,6 +797,11 @@ def test_a_registry_without_sheet_rows_protects_every_tool(service):
 def test_hide_open_tools_disables_them_and_names_them_in_the_instructions(service, registry, hide):
     """With hide_open_tools, an open breaker's tool is not offered to the model and the
     instructions name it and until when; off by default, the tool stays listed."""
+    from agents import Agent
+    from agents.testing import ModelStep, ScriptedModel, assistant_message
+
+    from toolbreaker.integrations.openai_agents import protect
+
     catalog = registry.get("catalog", "read")
     for _ in range(2):
         catalog.allow().record("failure")
@@ -730,33 +834,14 @@ def test_hide_open_tools_disables_them_and_names_them_in_the_instructions(servic
 # -- a stopped run asks the model nothing more ------------------------------------------------
 
 
-class Recorder(AgentHooks[Any]):
-    """An agent's own hooks: protect() keeps them, in order, around its own rule."""
-
-    def __init__(self) -> None:
-        self.seen: list[str] = []
-
-    async def on_start(self, context: Any, agent: Any) -> None:
-        self.seen.append("start")
-
-    async def on_llm_start(self, context: Any, agent: Any, prompt: Any, items: Any) -> None:
-        self.seen.append("llm_start")
-
-    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        self.seen.append("llm_end")
-
-    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        self.seen.append(f"tool_start:{tool.name}")
-
-    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-        self.seen.append(f"tool_end:{tool.name}")
-
-    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
-        self.seen.append("end")
-
-
 def test_the_agents_own_hooks_still_run(service, registry):
     """protect() wraps the agent's hooks; every one of them is still called."""
+    from agents import Agent
+    from agents.testing import ModelStep, ScriptedModel, assistant_message
+    from openai_agents_parts import Recorder
+
+    from toolbreaker.integrations.openai_agents import protect
+
     shop = Shop(service)
     hooks = Recorder()
     agent = Agent(
@@ -785,6 +870,11 @@ def test_a_stop_between_turns_ends_the_run_before_the_model_is_asked(service, re
     """A stop decided while a turn ran (here by an operator) lets that turn's answers in;
     the next model request raises the tripwire with the stop packet, so the model cannot
     end the run with an answer as if nothing had stopped it."""
+    from agents import Agent, ToolInputGuardrailTripwireTriggered, function_tool
+    from agents.testing import ModelStep, ScriptedModel, assistant_message
+
+    from toolbreaker.integrations.openai_agents import protect
+
     shop = Shop(service)
     guard = RunGuard("task-stop")
 
@@ -814,6 +904,11 @@ def test_a_tools_risk_may_be_a_function_of_its_arguments():
     """Issue 33: a shell tool described with ``risk=shell_risk_of("command")``: each call is
     counted in its command's class inside the SDK's run, and the tool is protected as one
     whose calls may write (its failures must reach the guard)."""
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     ran: list[str] = []
 
     @function_tool
@@ -847,6 +942,11 @@ def test_a_key_the_model_made_up_never_reaches_the_tool_on_a_read():
     """A tool whose calls may write takes the guard's key; on a call that is a read there
     is no key to give, and one the model sent anyway is dropped, as every adapter does
     (``Step.args_for``): the tool runs with its default, never the model's key."""
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from toolbreaker.integrations.openai_agents import protect
+
     keys: list[str] = []
 
     @function_tool

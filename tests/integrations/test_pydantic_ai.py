@@ -16,27 +16,19 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-pytest.importorskip(
-    "pydantic_ai",
-    reason="the pydantic-ai extra is not installed (it installs nothing before Python 3.11)",
-)
+from frameworks import imported, needs
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
 
 from pydantic import BaseModel
-from pydantic_ai import Agent, CancellationToken
-from pydantic_ai.exceptions import RunCancelled
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallPart,
-    ToolReturnPart,
-)
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from adapter_registry import TIMEOUT, make_registry
 from toolbreaker import (
@@ -48,13 +40,20 @@ from toolbreaker import (
     shell_risk_of,
     system_prompt_line,
 )
-from toolbreaker.integrations.pydantic_ai import (
-    ToolbreakerCapability,
-    run_stop,
-    tool_metadata,
-)
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
+
+needs(
+    "pydantic_ai",
+    reason="the pydantic-ai extra is not installed (it installs nothing before Python 3.11)",
+)
+frameworks_imported = imported(
+    "pydantic_ai",
+    "pydantic_ai.exceptions",
+    "pydantic_ai.messages",
+    "pydantic_ai.models.function",
+    "toolbreaker.integrations.pydantic_ai",
+)
 
 
 def run(agent: Agent[Any, str], prompt: str, **kwargs: Any) -> Any:
@@ -66,10 +65,14 @@ def run(agent: Agent[Any, str], prompt: str, **kwargs: Any) -> Any:
 
 
 def call(tool: str, **args: Any) -> ModelResponse:
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+
     return ModelResponse(parts=[ToolCallPart(tool, args)])
 
 
 def say(text: str) -> ModelResponse:
+    from pydantic_ai.messages import ModelResponse, TextPart
+
     return ModelResponse(parts=[TextPart(text)])
 
 
@@ -84,6 +87,8 @@ class Script:
     steps: int = 0
 
     def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        from pydantic_ai.messages import ToolReturnPart
+
         self.steps += 1
         assert self.steps < 30, "the guard should have stopped this run long ago"
         self.instructions.append(info.instructions)
@@ -94,6 +99,8 @@ class Script:
         return self.policy(self, new)
 
     def model(self) -> FunctionModel:
+        from pydantic_ai.models.function import FunctionModel
+
         return FunctionModel(self)
 
     def returns(self, tool: str) -> list[ToolReturnPart]:
@@ -108,6 +115,8 @@ def payload(part: ToolReturnPart) -> dict[str, Any]:
 
 def build_agent(script: Script, service: ToolService, ran: Counter[str], **kwargs: Any) -> Agent:
     """An agent with real HTTP tools; ``ran`` counts the tool bodies actually entered."""
+    from pydantic_ai import Agent
+
     agent: Agent[Any, str] = Agent(script.model(), **kwargs)
     base = service.url
 
@@ -151,6 +160,8 @@ def stubborn_then_fallback(script: Script, new: list[ToolReturnPart]) -> ModelRe
 def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
     """Real HTTP 503s open the breaker; the next search never runs; the model reads
     tool_unavailable naming the fallback, calls it, and the run answers."""
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     service.outage("GET /search")
     registry = make_registry()
     ran: Counter[str] = Counter()
@@ -185,6 +196,7 @@ def test_open_breaker_skips_the_tool_and_the_model_uses_the_fallback(service):
 def test_not_found_and_invalid_arguments_do_not_open_the_breaker(service):
     """Three 404s (and one call the framework rejects for a missing argument) leave the
     breaker closed; the model is told a 404 is not worth retrying."""
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
 
     def policy(script: Script, new: list[ToolReturnPart]) -> ModelResponse:
         plan = [{}, {"order_id": "Z-1"}, {"order_id": "Z-2"}, {"order_id": "Z-3"}]
@@ -220,6 +232,8 @@ def test_not_found_and_invalid_arguments_do_not_open_the_breaker(service):
 
 
 def looping_agent(script: Script, ran: Counter[str]) -> Agent:
+    from pydantic_ai import Agent
+
     agent: Agent[Any, str] = Agent(script.model())
 
     @agent.tool_plain
@@ -245,6 +259,11 @@ def looping_agent(script: Script, ran: Counter[str]) -> Agent:
 def test_a_looping_model_is_stopped_with_a_stop_packet(plan, condition):
     """The same call over and over (or two alternating) without new evidence ends the run
     with RunCancelled; run_stop() gives the stop packet and the resumable history."""
+    from pydantic_ai.exceptions import RunCancelled
+    from pydantic_ai.messages import ModelRequest, ToolCallPart, ToolReturnPart
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, run_stop
+
     ran: Counter[str] = Counter()
     script = Script(lambda s, _new: call(plan[(s.steps - 1) % len(plan)], q="renewal"))
     agent = looping_agent(script, ran)
@@ -273,6 +292,11 @@ def test_a_looping_model_is_stopped_with_a_stop_packet(plan, condition):
 
 def test_a_cancellation_that_is_not_the_guards_has_no_stop_packet():
     """A CancellationToken fired by the application is not a guard stop: run_stop is None."""
+    from pydantic_ai import CancellationToken
+    from pydantic_ai.exceptions import RunCancelled
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, run_stop
+
     token = CancellationToken()
     ran: Counter[str] = Counter()
 
@@ -292,6 +316,10 @@ def test_a_cancellation_that_is_not_the_guards_has_no_stop_packet():
 
 
 def ticket_agent(script: Script, service: ToolService, keys: list[str]) -> Agent:
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import tool_metadata
+
     agent: Agent[Any, str] = Agent(script.model())
 
     @agent.tool_plain(
@@ -317,6 +345,8 @@ def ticket_agent(script: Script, service: ToolService, keys: list[str]) -> Agent
 def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
     """The key is derived by the guard (not the model), hidden from the schema, the same
     on a retry and in a resumed run; a confirmed write is answered from the journal."""
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     service.inject("POST /tickets", Fault(status=503), Fault(status=503))
     registry = make_registry(threshold=3)
     journal = MemoryStore()
@@ -355,6 +385,10 @@ def test_a_write_gets_the_same_idempotency_key_on_retry_and_on_resume(service):
 
 def test_a_write_tool_must_let_the_guard_fill_its_key(service):
     """A write tool whose idempotency argument has no default is refused before any call."""
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
+
     agent: Agent[Any, str] = Agent(Script(lambda s, n: say("-")).model())
 
     @agent.tool_plain(metadata=tool_metadata(risk="reversible_write"))
@@ -370,6 +404,8 @@ def test_a_write_tool_must_let_the_guard_fill_its_key(service):
 def test_a_write_whose_outcome_is_unknown_is_never_replayed(service):
     """A write registered on the guard itself (with a verifier) answers malformed: the
     model is told the outcome is unknown, and its retry is answered without running."""
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     service.inject("POST /tickets", Fault(malformed="shape"))
     registry = make_registry(threshold=3)
     guard = RunGuard("task-unknown")
@@ -408,6 +444,10 @@ class Item(BaseModel):
 def test_typed_arguments_reach_the_tool_typed_and_the_guard_as_json():
     """A write taking a model and a datetime gets them validated, plus a key derived from
     their JSON form (business key ``item.sku``)."""
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
+
     seen: list[tuple[Any, ...]] = []
 
     def policy(script: Script, new: list[ToolReturnPart]) -> ModelResponse:
@@ -444,6 +484,8 @@ class Deps:
 def test_two_agents_share_one_breaker_through_the_registry(service):
     """Agent A's failures open the search breaker; agent B (guard found in its deps, one
     capability on the agent) is rejected without calling the service and falls back."""
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     service.outage("GET /search")
     registry = make_registry(threshold=2)
     ran_a: Counter[str] = Counter()
@@ -485,6 +527,11 @@ def test_two_agents_share_one_breaker_through_the_registry(service):
 def test_a_required_dependency_going_down_stops_the_run(service):
     """A tool marked required whose breaker opens ends the run (dependency-open), and the
     stop packet says to wait for the dependency and resume."""
+    from pydantic_ai import Agent
+    from pydantic_ai.exceptions import RunCancelled
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, run_stop, tool_metadata
+
     service.outage("GET /search")
     registry = make_registry(threshold=2)
     ran: Counter[str] = Counter()
@@ -516,6 +563,10 @@ def test_a_required_dependency_going_down_stops_the_run(service):
 def test_breaker_timeout_becomes_the_tool_deadline_and_counts(service):
     """A hung tool is cut at the breaker's timeout by the framework; two timeouts open the
     breaker and the model hears tool_unavailable, not the framework's retry prompt."""
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     registry = Registry(Policy(failure_threshold=2), default_enforce="cooperative")
     registry.get("slow-api", tool="slow", timeout=0.05)
     entered: Counter[str] = Counter()
@@ -551,17 +602,24 @@ def test_breaker_timeout_becomes_the_tool_deadline_and_counts(service):
 
 
 @pytest.mark.parametrize(
-    ("metadata", "field"),
+    ("metadata", "options", "field"),
     [
-        ({"toolbreaker": {"risky": "read"}}, "lookup.metadata.toolbreaker.risky"),
-        ({"toolbreaker": "read"}, "lookup.metadata.toolbreaker"),
-        (tool_metadata(dependency="catalog"), "lookup.metadata.toolbreaker.dependency"),
-        (tool_metadata(risk="reversible_write"), "lookup.idempotency_key"),
+        ({"toolbreaker": {"risky": "read"}}, None, "lookup.metadata.toolbreaker.risky"),
+        ({"toolbreaker": "read"}, None, "lookup.metadata.toolbreaker"),
+        (None, {"dependency": "catalog"}, "lookup.metadata.toolbreaker.dependency"),
+        (None, {"risk": "reversible_write"}, "lookup.idempotency_key"),
     ],
     ids=["typo", "not-a-mapping", "dependency-without-registry", "write-without-key"],
 )
-def test_misdescribed_tools_fail_with_the_field_named(metadata, field):
-    """A wrong tool description fails before the first call, naming the field."""
+def test_misdescribed_tools_fail_with_the_field_named(metadata, options, field):
+    """A wrong tool description (as written, or made by ``tool_metadata(**options)``) fails
+    before the first call, naming the field."""
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
+
+    if options is not None:
+        metadata = tool_metadata(**options)
     agent: Agent[Any, str] = Agent(Script(lambda s, n: say("-")).model())
 
     @agent.tool_plain(metadata=metadata)
@@ -576,6 +634,10 @@ def test_misdescribed_tools_fail_with_the_field_named(metadata, field):
 
 def test_the_system_prompt_line_can_be_left_out():
     """instructions=False leaves the agent's instructions alone."""
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     script = Script(lambda s, n: say("-"))
     capability = ToolbreakerCapability(RunGuard("t"), instructions=False)
     run(Agent(script.model()), "x", capabilities=[capability])
@@ -585,6 +647,10 @@ def test_the_system_prompt_line_can_be_left_out():
 
 def test_guard_factory_must_return_a_run_guard():
     """A factory that returns something else fails loudly at the start of the run."""
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     agent: Agent[Any, str] = Agent(Script(lambda s, n: say("-")).model())
     capability = ToolbreakerCapability(lambda ctx: ctx.deps)  # type: ignore[arg-type,return-value]
     with pytest.raises(PolicyError, match="not a RunGuard"):
@@ -606,6 +672,8 @@ def test_the_models_re_calls_spend_the_retry_budget(service):
     """The model re-issuing the same failed search is retrying: with a budget of one retry
     its second call spends it and it then reads that the tool is unavailable for this
     run; a third call is answered without entering the tool."""
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     service.outage("GET /search")
     registry = Registry(
         Policy(failure_threshold=10),
@@ -647,6 +715,10 @@ def test_the_models_re_calls_spend_the_retry_budget(service):
 def test_repeated_timeouts_never_reach_the_model_as_a_framework_error():
     """Two timeouts under a lenient breaker: the model reads toolbreaker's results, never
     UnexpectedModelBehavior ("exceeded max retries count") from the framework."""
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     registry = Registry(Policy(failure_threshold=10), default_enforce="cooperative")
     registry.get("hang-api", tool="hang", timeout=0.02)
 
@@ -676,6 +748,10 @@ def test_metadata_naming_a_dependency_takes_the_sheets_row_or_is_refused():
     [tickets.write], configures the tool (never a tickets breaker on the defaults beside
     it); with operation="read", a row the sheet lacks, the run is refused naming the row."""
     from pathlib import Path
+
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
 
     sheet = Path(__file__).resolve().parents[2] / "examples" / "breakers.toml"
 
@@ -713,6 +789,8 @@ def test_hide_open_tools_leaves_them_out_of_the_request_and_names_them(service, 
     """With hide_open_tools, the model is not offered a tool whose breaker is open, and the
     instructions name it and until when; a model calling what it is offered then makes no
     rejected call. Off by default, the tool is offered (and rejected locally)."""
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability
+
     registry = make_registry()
     breaker = registry.get("search")
     for _ in range(2):
@@ -745,6 +823,9 @@ def test_a_tools_risk_may_be_a_function_of_its_arguments():
     """Issue 33: ``tool_metadata(risk=shell_risk_of("command"))`` describes one shell tool
     whose calls differ: ``cat`` is counted a read, ``sed -i`` a write, inside the real
     agent loop."""
+    from pydantic_ai import Agent
+
+    from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, tool_metadata
 
     def plan(script: Script, _new: list[ToolReturnPart]) -> ModelResponse:
         commands = ["cat calc.py", "sed -i 's/-/+/' calc.py"]

@@ -51,9 +51,10 @@ def gateway_params(*args: str, **env: str) -> StdioServerParameters:
     return StdioServerParameters(command=argv[0], args=argv[1:], env=host_env(**env))
 
 
-def write_sheet(path: Path, text: str) -> str:
-    """A sheet at ``path`` with ``text``, whose ``{upstream}`` is the test server's command."""
-    command = json.dumps(upstream_argv())
+def write_sheet(path: Path, text: str, upstream: list[str] | None = None) -> str:
+    """A sheet at ``path`` with ``text``, whose ``{upstream}`` is ``upstream`` (a command
+    that launches the test server; by default its own process)."""
+    command = json.dumps(upstream if upstream is not None else upstream_argv())
     path.write_text(text.replace("{upstream}", command), encoding="utf-8")
     return str(path)
 

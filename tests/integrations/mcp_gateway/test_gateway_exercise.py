@@ -9,7 +9,7 @@ the wire of a stdio server that keeps its own tickets (``ctx.mcp_stdio``).
 from __future__ import annotations
 
 import importlib.util
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
 from mcp import Client
 
-from exercise_checks import STDIO_SHOP, WIRE_FAULTS, shipped, wire_scenario
+from exercise_checks import WIRE_FAULTS, shipped, shop_server, wire_scenario
 from toolbreaker.integrations.mcp import IDEMPOTENCY_META_KEY
 from toolbreaker.integrations.mcp_gateway import Gateway, UpstreamSpec
 from toolbreaker.testing import ExerciseContext, exercise, model_plan
@@ -56,10 +56,17 @@ def test_the_shipped_scenarios_hold_behind_the_gateway(name):
 BEHIND_WIRE = ("outage", "slow", "commit-then-timeout")
 
 
-def wire_agent(ctx: ExerciseContext) -> Any:
+@pytest.fixture(scope="module")
+def shop() -> Iterator[list[str]]:
+    """The command that launches the stdio shop (a fresh one each launch)."""
+    with shop_server() as server:
+        yield server.command
+
+
+def wire_agent(ctx: ExerciseContext, shop: list[str]) -> Any:
     """The host and the gateway; the shop launched through ctx.mcp_stdio."""
     guard = ctx.run_guard()
-    command = ctx.mcp_stdio([sys.executable, "-c", STDIO_SHOP], meta_key=IDEMPOTENCY_META_KEY)
+    command = ctx.mcp_stdio(shop, meta_key=IDEMPOTENCY_META_KEY)
     shop = UpstreamSpec(
         name="shop", command=tuple(command), fallbacks={"search_catalog": "search_catalog_snapshot"}
     )
@@ -92,11 +99,13 @@ def wire_agent(ctx: ExerciseContext) -> Any:
 
 
 @pytest.mark.parametrize("kind", BEHIND_WIRE)
-def test_faults_on_the_wire_behind_the_gateway_are_held(kind):
+def test_faults_on_the_wire_behind_the_gateway_are_held(kind, shop):
     """The wrapper counts each tools/call the gateway sends as an attempt and carries its
     fault out on the wire; every promise holds and every fault was met."""
     tool, fault = WIRE_FAULTS[kind]
-    (report,) = exercise([wire_scenario(kind, tool, fault)], wire_agent).scenarios
+    (report,) = exercise(
+        [wire_scenario(kind, tool, fault)], lambda ctx: wire_agent(ctx, shop)
+    ).scenarios
     assert report.held, report.to_dict()
     counts = {t.target: t for t in report.measured.targets}
     assert counts[tool].failed >= 1

@@ -1,7 +1,9 @@
 """``toolbreaker mcp`` over stdio, with the SDK's own client as the host.
 
 The host launches the gateway as it would any MCP server (a subprocess with a bare
-environment); the gateway launches the Python test server (``gateway_upstream.py``).
+environment); the gateway launches the Python test server (``gateway_upstream.py``): its
+own process in the tests about that process (killed, crashed and started again), else a
+relay to the module's one server process (``mcp_shared``: a fresh server for each launch).
 Both protocol eras run where the behaviour could differ: ``legacy`` is the 2025-11-25
 handshake, ``auto`` negotiates 2026-07-28 with this SDK's server.
 """
@@ -12,6 +14,7 @@ import itertools
 import json
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +37,9 @@ from gateway_hosts import (
 from mcp import Client
 from mcp.types import ElicitResult, ToolListChangedNotification
 
-pytestmark = pytest.mark.slow  # a gateway process and a server process per test
+from mcp_shared import SharedUpstream
+
+pytestmark = pytest.mark.slow  # a gateway process per test, and a server process
 
 ERAS = ["legacy", "auto"]
 
@@ -60,15 +65,23 @@ max_calls = 1000
 """
 
 
-def sheet(tmp_path: Path, text: str = SHEET) -> str:
-    return write_sheet(tmp_path / "breakers.toml", text)
+@pytest.fixture(scope="module")
+def shared() -> Iterator[list[str]]:
+    """The command that launches the module's test server, a fresh one each launch."""
+    with SharedUpstream(upstream_argv("shared")) as upstream:
+        yield upstream.command
+
+
+def sheet(tmp_path: Path, upstream: list[str] | None, text: str = SHEET) -> str:
+    """The sheet ``text`` whose server is launched by ``upstream`` (None: its own process)."""
+    return write_sheet(tmp_path / "breakers.toml", text, upstream)
 
 
 async def yes(_context: Any, _params: Any) -> ElicitResult:
     return ElicitResult(action="accept", content={"yes": True})
 
 
-def test_a_healthy_exchange_is_the_servers_answer_byte_for_byte(tmp_path):
+def test_a_healthy_exchange_is_the_servers_answer_byte_for_byte(tmp_path, shared):
     """The same lines sent to the server and to the gateway in front of it come back as
     the same bytes: the handshake, the listing, calls (with their log notification),
     a resource, a prompt, a completion, and a call of a tool that does not exist."""
@@ -100,15 +113,15 @@ def test_a_healthy_exchange_is_the_servers_answer_byte_for_byte(tmp_path):
                     host.notify("notifications/initialized")
             return answers, host.notes
 
-    direct, direct_notes = run(upstream_argv())
-    relayed, relayed_notes = run(gateway_argv("--sheet", sheet(tmp_path)))
+    direct, direct_notes = run(shared)
+    relayed, relayed_notes = run(gateway_argv("--sheet", sheet(tmp_path, shared)))
     assert relayed == direct
     assert relayed_notes == direct_notes
     assert any(b"notifications/message" in note for note in relayed_notes)  # echo's log line
 
 
 @pytest.mark.parametrize("mode", ERAS)
-def test_the_sdk_client_sees_the_server_through_the_gateway(tmp_path, mode):
+def test_the_sdk_client_sees_the_server_through_the_gateway(tmp_path, shared, mode):
     """Listing, a call, a resource, a prompt, a completion, progress, a log line and an
     elicitation (a server-to-host request in 2025, an input-required round in 2026)
     reach the SDK's client through the gateway as they do without it."""
@@ -138,13 +151,10 @@ def test_the_sdk_client_sees_the_server_through_the_gateway(tmp_path, mode):
                 ),
             }
 
-    upstream = upstream_argv()
-    direct = anyio.run(
-        lambda: session(StdioServerParameters(command=upstream[0], args=upstream[1:]))
-    )
+    direct = anyio.run(lambda: session(StdioServerParameters(command=shared[0], args=shared[1:])))
     direct_progress, seen["progress"] = seen["progress"], []
     direct_logs, seen["logs"] = seen["logs"], []
-    relayed = anyio.run(lambda: session(gateway_params("--sheet", sheet(tmp_path))))
+    relayed = anyio.run(lambda: session(gateway_params("--sheet", sheet(tmp_path, shared))))
     assert seen["logs"] == direct_logs
     assert (
         relayed["version"]
@@ -158,13 +168,15 @@ def test_the_sdk_client_sees_the_server_through_the_gateway(tmp_path, mode):
 
 
 @pytest.mark.parametrize("mode", ERAS)
-def test_a_failing_tool_opens_its_breaker_and_the_host_reads_the_unavailable_result(tmp_path, mode):
+def test_a_failing_tool_opens_its_breaker_and_the_host_reads_the_unavailable_result(
+    tmp_path, shared, mode
+):
     """billing answers 503 twice (its row's threshold): the host reads the server's own
     errors, then the tool-unavailable result as an isError result, and the call is not
     sent again; the server's other tools go on."""
 
     async def host() -> dict[str, Any]:
-        async with Client(gateway_params("--sheet", sheet(tmp_path)), mode=mode) as client:
+        async with Client(gateway_params("--sheet", sheet(tmp_path, shared)), mode=mode) as client:
             results = [await client.call_tool("billing", {"customer": f"c{i}"}) for i in range(3)]
             return {"results": results, "echo": await client.call_tool("echo", {"text": "x"})}
 
@@ -189,7 +201,7 @@ def test_a_killed_server_is_learned_once_for_all_its_tools(tmp_path, mode):
     tool, called or not, is then answered locally, naming the server."""
 
     async def host() -> dict[str, Any]:
-        async with Client(gateway_params("--sheet", sheet(tmp_path)), mode=mode) as client:
+        async with Client(gateway_params("--sheet", sheet(tmp_path, None)), mode=mode) as client:
             pid = int(text_of(await client.call_tool("pid", {})))
             seen: dict[str, Any] = {}
             async with anyio.create_task_group() as tg:
@@ -229,7 +241,7 @@ def test_a_dead_server_is_started_again_and_the_probe_closes_its_breaker(tmp_pat
     )
 
     async def host() -> tuple[int, int, str]:
-        async with Client(gateway_params("--sheet", sheet(tmp_path, text))) as client:
+        async with Client(gateway_params("--sheet", sheet(tmp_path, None, text))) as client:
             first = int(text_of(await client.call_tool("pid", {})))
             crashed = await client.call_tool("crash", {})
             assert crashed.is_error
@@ -251,7 +263,7 @@ def test_a_dead_server_is_started_again_and_the_probe_closes_its_breaker(tmp_pat
 
 
 @pytest.mark.parametrize("mode", ERAS)
-def test_a_hung_tool_comes_back_at_its_deadline_and_the_server_is_told(tmp_path, mode):
+def test_a_hung_tool_comes_back_at_its_deadline_and_the_server_is_told(tmp_path, shared, mode):
     """hang never answers; its row's deadline is 300 ms: the host gets an isError result
     (a timeout), the server hears notifications/cancelled for it, and its other tools
     still answer."""
@@ -261,7 +273,9 @@ def test_a_hung_tool_comes_back_at_its_deadline_and_the_server_is_told(tmp_path,
     )
 
     async def host() -> tuple[Any, list[str], str]:
-        async with Client(gateway_params("--sheet", sheet(tmp_path, text)), mode=mode) as client:
+        async with Client(
+            gateway_params("--sheet", sheet(tmp_path, shared, text)), mode=mode
+        ) as client:
             with anyio.fail_after(PATIENCE):
                 hung = await client.call_tool("hang", {"label": "slow"})
             with anyio.fail_after(PATIENCE):
@@ -281,13 +295,13 @@ def test_a_hung_tool_comes_back_at_its_deadline_and_the_server_is_told(tmp_path,
     assert echo == "echo: still"
 
 
-def test_a_sessions_budget_stops_it_with_a_packet(tmp_path):
+def test_a_sessions_budget_stops_it_with_a_packet(tmp_path, shared):
     """[mcp.budget] allows two calls: the third is answered with the stop result, and
     its _meta carries the stop packet for the host; so is every call after it."""
     text = SHEET.replace("max_tool_calls = 1000", "max_tool_calls = 2")
 
     async def host() -> list[Any]:
-        async with Client(gateway_params("--sheet", sheet(tmp_path, text))) as client:
+        async with Client(gateway_params("--sheet", sheet(tmp_path, shared, text))) as client:
             return [await client.call_tool("echo", {"text": str(i)}) for i in range(4)]
 
     results = anyio.run(host)
@@ -301,12 +315,12 @@ def test_a_sessions_budget_stops_it_with_a_packet(tmp_path):
     assert results[3].meta["toolbreaker/answer"] == "run_stopped"
 
 
-def test_a_write_carries_the_same_key_across_a_host_restart(tmp_path):
+def test_a_write_carries_the_same_key_across_a_host_restart(tmp_path, shared):
     """With a store and a run id, a restarted host's session resumes the run: the ticket
     it files again is answered from the journal (the key it was made with), never sent
     twice; another ticket gets a key of its own."""
     store = f"sqlite:///{tmp_path / 'tb.db'}"
-    args = ("--sheet", sheet(tmp_path), "--store", store, "--run", "tickets-{server}")
+    args = ("--sheet", sheet(tmp_path, shared), "--store", store, "--run", "tickets-{server}")
 
     async def host(title: str) -> Any:
         async with Client(gateway_params(*args)) as client:
@@ -322,12 +336,12 @@ def test_a_write_carries_the_same_key_across_a_host_restart(tmp_path):
     assert text_of(other).split("key=")[1] not in ("None", key)
 
 
-def test_a_destructive_tool_is_denied_unless_the_sheet_allows_it(tmp_path):
+def test_a_destructive_tool_is_denied_unless_the_sheet_allows_it(tmp_path, shared):
     """delete_ticket is destructive (irreversible): denied without an authority, run
     once the sheet's allow names it."""
 
     async def host(text: str) -> Any:
-        async with Client(gateway_params("--sheet", sheet(tmp_path, text))) as client:
+        async with Client(gateway_params("--sheet", sheet(tmp_path, shared, text))) as client:
             return await client.call_tool("delete_ticket", {"ticket": "T-1"})
 
     denied = anyio.run(lambda: host(SHEET))
@@ -341,7 +355,7 @@ def test_a_destructive_tool_is_denied_unless_the_sheet_allows_it(tmp_path):
     assert text_of(allowed) == "deleted T-1"
 
 
-def test_hidden_open_tools_are_announced_with_list_changed(tmp_path):
+def test_hidden_open_tools_are_announced_with_list_changed(tmp_path, shared):
     """With hide_open_tools, billing's breaker opening is announced to the host
     (notifications/tools/list_changed) and the next listing leaves billing out."""
     text = SHEET.replace("command = {upstream}", "command = {upstream}\nhide_open_tools = true")
@@ -352,7 +366,7 @@ def test_hidden_open_tools_are_announced_with_list_changed(tmp_path):
 
     async def host() -> tuple[list[str], list[str], bool]:
         async with Client(
-            gateway_params("--sheet", sheet(tmp_path, text)),
+            gateway_params("--sheet", sheet(tmp_path, shared, text)),
             mode="legacy",
             message_handler=on_message,
         ) as client:
@@ -374,14 +388,16 @@ def test_hidden_open_tools_are_announced_with_list_changed(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ERAS)
-def test_a_call_the_host_cancels_gets_no_answer_and_the_server_is_told(tmp_path, mode):
+def test_a_call_the_host_cancels_gets_no_answer_and_the_server_is_told(tmp_path, shared, mode):
     """The host gives up on a hung call (notifications/cancelled, or on 2026-07-28 the
     SDK's spelling of it): the gateway relays the cancellation to the server and the
     host's session goes on."""
     text = SHEET.replace("[catalog.hang]\ntimeout_ms = 300", "[catalog.hang]\ntimeout_ms = 30000")
 
     async def host() -> tuple[list[str], str]:
-        async with Client(gateway_params("--sheet", sheet(tmp_path, text)), mode=mode) as client:
+        async with Client(
+            gateway_params("--sheet", sheet(tmp_path, shared, text)), mode=mode
+        ) as client:
             with anyio.move_on_after(0.5):
                 await client.call_tool("hang", {"label": "gave-up"})
             with anyio.fail_after(PATIENCE):
@@ -399,10 +415,10 @@ def test_a_call_the_host_cancels_gets_no_answer_and_the_server_is_told(tmp_path,
     assert echo == "echo: on"
 
 
-def test_the_gateway_answers_json_lines_and_nothing_else_on_stdout(tmp_path):
+def test_the_gateway_answers_json_lines_and_nothing_else_on_stdout(tmp_path, shared):
     """Every line the gateway writes to stdout is one JSON-RPC message (its operator's
     lines, a breaker that opened, go to stderr)."""
-    with RawHost(gateway_argv("--sheet", sheet(tmp_path))) as host:
+    with RawHost(gateway_argv("--sheet", sheet(tmp_path, shared))) as host:
         host.request(1, "initialize", INITIALIZE)
         host.notify("notifications/initialized")
         for i in range(3):
