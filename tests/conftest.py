@@ -50,8 +50,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
     Most of the suite's wall time is spent waiting: on servers, on subprocesses that import
     a framework, on a browser, on a tool service's answer. Two workers a core keep the
-    cores busy while one waits; more only add each worker's collection (which imports
-    every framework the test modules import).
+    cores busy while one waits; more only add each worker's collection and the framework
+    imports of the tests it draws (no test module imports a framework at its top:
+    ``tests/test_suite_shape.py``).
     """
     cores = (
         os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count() or 1)
