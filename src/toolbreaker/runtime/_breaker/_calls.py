@@ -36,6 +36,7 @@ from toolbreaker.runtime._breaker._deadline import (
     within,
 )
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.runtime._sync_path import PLAIN_TYPES, is_awaitable, not_awaited
 
@@ -627,53 +628,46 @@ class Runner(Generic[BreakerT]):
 
     def enter(self, now: int, deadline: int | None) -> Permit[BreakerT] | Rejection[BreakerT]:
         """A bulkhead slot, then admission: allow(), and call()/acall() past their fast paths."""
-        gate, bulkhead = self.admission, self.bulkhead
-        if bulkhead is None:
-            return gate.local(now, deadline) or gate.admit(now, deadline)
-        slot = bulkhead.acquire(self._slot_ms(deadline))
-        if not isinstance(slot, Slot):
-            return self.no_slot(slot, deadline)
-        try:
-            admission = gate.local(now, deadline) or gate.admit(now, deadline)
-        except BaseException:
-            slot.release()
-            raise
-        spare = self._holding(admission, slot)
-        if spare is not None:
-            spare.release()
-        return admission
+        return drive(self.entering(now, deadline))
 
     async def aenter(
         self, now: int, deadline: int | None
     ) -> Permit[BreakerT] | Rejection[BreakerT]:
         """:meth:`enter` for the event loop: a round trip, if one is needed, is awaited."""
+        return await adrive(self.entering(now, deadline))
+
+    def entering(
+        self, now: int, deadline: int | None
+    ) -> Flow[Permit[BreakerT] | Rejection[BreakerT]]:
+        """:meth:`enter` and :meth:`aenter`, once: a slot, then admission.
+
+        Admission is answered from the view where it can be, else by a round trip to the
+        store; a rejected call gives its slot back.
+        """
         gate, bulkhead = self.admission, self.bulkhead
         if bulkhead is None:
-            return gate.local(now, deadline) or await gate.aadmit(now, deadline)
-        slot = await bulkhead.aacquire(self._slot_ms(deadline))
+            return gate.local(now, deadline) or (
+                yield Twin(gate.admit, gate.aadmit, (now, deadline))
+            )
+        slot = yield Twin(bulkhead.acquire, bulkhead.aacquire, (self._slot_ms(deadline),))
         if not isinstance(slot, Slot):
             return self.no_slot(slot, deadline)
         try:
-            admission = gate.local(now, deadline) or await gate.aadmit(now, deadline)
+            admission = gate.local(now, deadline) or (
+                yield Twin(gate.admit, gate.aadmit, (now, deadline))
+            )
         except BaseException:
-            await slot.arelease()
+            yield Twin(slot.release, slot.arelease)
             raise
-        spare = self._holding(admission, slot)
-        if spare is not None:
-            await spare.arelease()
+        if isinstance(admission, Permit):
+            admission.slot = slot  # an admitted call holds it until it is settled
+        else:
+            yield Twin(slot.release, slot.arelease)
         return admission
 
     def _slot_ms(self, deadline: int | None) -> int:
         """How long a slot may be held: the call's deadline (a probe lease without one)."""
         return self.admission.policy.lease_ttl_ms if deadline is None else deadline
-
-    @staticmethod
-    def _holding(admission: Permit[BreakerT] | Rejection[BreakerT], slot: Slot) -> Slot | None:
-        """An admitted call holds ``slot``; a rejected one gives it back: returned."""
-        if isinstance(admission, Permit):
-            admission.slot = slot
-            return None
-        return slot
 
     def no_slot(self, why: str, deadline: int | None) -> Rejection[BreakerT]:
         """The bulkhead is full (``saturated``) or its store is down: denied at once."""

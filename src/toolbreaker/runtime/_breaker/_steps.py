@@ -108,15 +108,18 @@ class Steps(Generic[BreakerT]):
         if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return target.admit(retry=retry, timeout=timeout)
         deadline = self.runner.deadline_of(timeout)
-        return self._admitting(retry, deadline)
+        return drive(self._admitting(retry, deadline))
 
     def _admitting(
         self, retry: bool, deadline: int | None
-    ) -> Permit[BreakerT] | Rejection[BreakerT]:
-        """:meth:`admit` once the scope and the deadline are known."""
-        if retry and not self.ledger.spend():
+    ) -> Flow[Permit[BreakerT] | Rejection[BreakerT]]:
+        """:meth:`admit` and :meth:`aadmit` once the scope and the deadline are known.
+
+        A re-call spends a retry first; then the runner's slot and admission.
+        """
+        if retry and not (yield Twin(self.ledger.spend, self.ledger.aspend)):
             return Rejection(self.admission, _RETRY_BUDGET, None)
-        return self.runner.enter(self.admission.clock(), deadline)
+        return (yield from self.runner.entering(self.admission.clock(), deadline))
 
     async def aadmit(
         self, retry: bool, timeout: float | None
@@ -125,15 +128,7 @@ class Steps(Generic[BreakerT]):
         if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return await target.aadmit(retry=retry, timeout=timeout)
         deadline = self.runner.deadline_of(timeout)
-        return await self._aadmitting(retry, deadline)
-
-    async def _aadmitting(
-        self, retry: bool, deadline: int | None
-    ) -> Permit[BreakerT] | Rejection[BreakerT]:
-        """:meth:`_admitting` for the event loop."""
-        if retry and not await self.ledger.aspend():
-            return Rejection(self.admission, _RETRY_BUDGET, None)
-        return await self.runner.aenter(self.admission.clock(), deadline)
+        return await adrive(self._admitting(retry, deadline))
 
     def begin(  # noqa: PLR0917 - Breaker.begin's arguments, passed on
         self,
@@ -228,7 +223,7 @@ class Steps(Generic[BreakerT]):
         deadline = self.runner.deadline_of(timeout)
         call = dict(args or {})
         retry = self.ledger.retried(name, call)
-        admission = yield Twin(self._admitting, self._aadmitting, (retry, deadline))
+        admission = yield from self._admitting(retry, deadline)
         if isinstance(admission, Permit):
             seconds = None if deadline is None else deadline / 1000
             return Step(
