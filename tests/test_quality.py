@@ -408,19 +408,21 @@ def _home_of(module: str, name: str) -> str:
     return module
 
 
-def test_adapters_use_public_names_or_the_documented_internal_interface():
-    """An adapter imports of toolbreaker only public modules, the exception tree, the
-    extras helper, its own package, and what the rest of toolbreaker it needs through
-    ``integrations/_kit.py``, the internal interface docs/guide/development.md describes."""
-    integrations = SRC / "integrations"
+@pytest.mark.parametrize("package", ["integrations", "instrumentation"])
+def test_adapters_use_public_names_or_the_documented_internal_interface(package):
+    """An adapter (or an exporter) imports of toolbreaker only public modules, the exception
+    tree, the extras helper, its own package, and what the rest of toolbreaker it needs
+    through its package's ``_kit.py`` (``integrations/_kit.py``,
+    ``instrumentation/_kit.py``), the internal interfaces docs/guide/development.md
+    describes."""
     wrong = []
-    for path in sorted(integrations.rglob("*.py")):
+    for path in sorted((SRC / package).rglob("*.py")):
         if path.name == "_kit.py":
             continue
         for module, _names in _imports(path):
             if not module.startswith("toolbreaker"):
                 continue
-            if module.startswith("toolbreaker.integrations"):
+            if module.startswith(f"toolbreaker.{package}"):
                 continue
             if module in PUBLIC or module in ("toolbreaker.errors", "toolbreaker._extras"):
                 continue

@@ -70,8 +70,9 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.integrations._described import check_adapter
 
@@ -93,16 +94,20 @@ from crewai.hooks import (  # noqa: E402
 
 from toolbreaker.errors import NotSent, PolicyError  # noqa: E402
 from toolbreaker.integrations._kit import (  # noqa: E402
-    CancelledByPolicy,
-    GuardedTool,
     Registry,
-    RunGuard,
-    SiblingOutcome,
     Step,
     StopPacket,
     ToolType,
     idempotency_key,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+        SiblingOutcome,
+    )
+
 
 __all__ = [
     "arun_stop",
@@ -252,7 +257,7 @@ class _Runner:
         except BaseException as exc:  # noqa: BLE001 - interrupts are recorded, then re-raised
             call.answer = step.failed(exc)
             return _text(call.answer)
-        if isinstance(ran, CancelledByPolicy):
+        if isinstance(ran, kit.CancelledByPolicy):
             call.answer = ran.answer
             return _text(ran.answer)
         seen = step.succeeded(ran)
@@ -440,7 +445,7 @@ def protect(
     Raises:
         PolicyError: no run guard, or the crew or an agent is protected already.
     """
-    if not isinstance(guard, RunGuard):
+    if not isinstance(guard, kit.RunGuard):
         raise PolicyError("protect() needs a RunGuard", field="guard")
     check_adapter(registry=registry)
     binding = _Binding(guard, registry)

@@ -73,8 +73,9 @@ import collections
 import dataclasses
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations._kit import (
@@ -82,13 +83,10 @@ from toolbreaker.integrations._kit import (
     Breaker,
     BreakerToolOptions,
     Budget,
-    CancelledByPolicy,
-    GuardedTool,
     GuardToolOptions,
     Journal,
     MemoryStore,
     Registry,
-    RunGuard,
     Step,
     StopPacket,
     hidden_tools_line,
@@ -135,6 +133,13 @@ from toolbreaker.integrations._langchain_messages import (
     turn_of,
     with_system_line,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+    )
+
 
 __all__ = [
     "STOP_KEY",
@@ -367,7 +372,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             result = guard.run_step(pending.step, lambda: handler(pending.request))
         except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
             return failed_reply(call, exc, pending.step.failed(settles_with(exc)))
-        if isinstance(result, CancelledByPolicy):
+        if isinstance(result, kit.CancelledByPolicy):
             return answer_message(call, result.answer)
         failure, value = _outcome(result)
         answer = pending.step.failed(failure) if failure else pending.step.succeeded(value)
@@ -403,7 +408,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             )
         except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
             return failed_reply(call, exc, await pending.step.afailed(settles_with(exc)))
-        if isinstance(result, CancelledByPolicy):
+        if isinstance(result, kit.CancelledByPolicy):
             return answer_message(call, result.answer)
         failure, value = _outcome(result)
         step = pending.step
@@ -501,7 +506,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         if self._factory is not None:
             guard = self._factory(task)
         else:
-            guard = RunGuard(
+            guard = kit.RunGuard(
                 task, budget=self.budget, journal=self.journal, clock=self.registry.clock
             )
         # What watches the registry (an event stream, a recorder) hears the task's stops.

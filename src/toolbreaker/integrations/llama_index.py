@@ -58,8 +58,9 @@ import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import count_usage
@@ -67,11 +68,7 @@ from toolbreaker.integrations._described import check_adapter, tool_breaker
 from toolbreaker.integrations._kit import (
     SYSTEM_PROMPT_LINE,
     Breaker,
-    CancelledByPolicy,
-    GuardedTool,
     Registry,
-    RunGuard,
-    SiblingOutcome,
     Step,
     StopPacket,
     hook_failed,
@@ -99,6 +96,14 @@ from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # 
 from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent  # noqa: E402
 from llama_index.core.tools import FunctionTool, ToolOutput  # noqa: E402
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+        SiblingOutcome,
+    )
+
 
 __all__ = [
     "arun_stop",
@@ -501,7 +506,7 @@ class ProtectedTool(FunctionTool):
             )
         except BaseException as exc:  # noqa: BLE001 - re-raised by afailed() if it must be
             return self._output(await step.afailed(exc), given, exc)
-        if isinstance(ran, CancelledByPolicy):
+        if isinstance(ran, kit.CancelledByPolicy):
             return self._output(ran.answer, given)
         if ran.is_error:
             return self._output(await step.afailed(ToolError(ran.content)), given, ran.exception)
@@ -521,7 +526,7 @@ class ProtectedTool(FunctionTool):
     def _settled(
         self, step: Step, ran: Any, given: dict[str, Any], succeeded: Callable[[Any], Any]
     ) -> ToolOutput:
-        if isinstance(ran, CancelledByPolicy):
+        if isinstance(ran, kit.CancelledByPolicy):
             return self._output(ran.answer, given)
         if ran.is_error:
             return self._output(step.failed(ToolError(ran.content)), given, ran.exception)
