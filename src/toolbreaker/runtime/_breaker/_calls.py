@@ -627,13 +627,25 @@ class Runner(Generic[BreakerT]):
         self.stats.late_results += 1
 
     def enter(self, now: int, deadline: int | None) -> Permit[BreakerT] | Rejection[BreakerT]:
-        """A bulkhead slot, then admission: allow(), and call()/acall() past their fast paths."""
+        """A bulkhead slot, then admission: allow(), and call()/acall() past their fast paths.
+
+        :meth:`entering`, driven; without a bulkhead its first line, inline: a generator
+        and its driver cost as much as the cheapest answer, the view's (``allow()`` of an
+        open breaker twice over). ``test_enter_without_a_bulkhead_is_its_flow`` holds the
+        copy to the flow.
+        """
+        if self.bulkhead is None:
+            gate = self.admission
+            return gate.local(now, deadline) or gate.admit(now, deadline)
         return drive(self.entering(now, deadline))
 
     async def aenter(
         self, now: int, deadline: int | None
     ) -> Permit[BreakerT] | Rejection[BreakerT]:
         """:meth:`enter` for the event loop: a round trip, if one is needed, is awaited."""
+        if self.bulkhead is None:
+            gate = self.admission
+            return gate.local(now, deadline) or await gate.aadmit(now, deadline)
         return await adrive(self.entering(now, deadline))
 
     def entering(

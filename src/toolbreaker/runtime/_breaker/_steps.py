@@ -108,6 +108,8 @@ class Steps(Generic[BreakerT]):
         if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return target.admit(retry=retry, timeout=timeout)
         deadline = self.runner.deadline_of(timeout)
+        if not retry:  # nothing to spend: the runner's admission alone (no flow to drive)
+            return self.runner.enter(self.admission.clock(), deadline)
         return drive(self._admitting(retry, deadline))
 
     def _admitting(
@@ -128,6 +130,8 @@ class Steps(Generic[BreakerT]):
         if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return await target.aadmit(retry=retry, timeout=timeout)
         deadline = self.runner.deadline_of(timeout)
+        if not retry:
+            return await self.runner.aenter(self.admission.clock(), deadline)
         return await adrive(self._admitting(retry, deadline))
 
     def begin(  # noqa: PLR0917 - Breaker.begin's arguments, passed on
