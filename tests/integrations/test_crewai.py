@@ -36,7 +36,8 @@ with warnings.catch_warnings():  # crewai's own import warns (ImportWarning, dep
     from pydantic import BaseModel
 
 from adapter_registry import TIMEOUT, make_registry
-from toolbreaker import Budget, ModelPrice, PolicyError, RunGuard
+from toolbreaker import Budget, ModelPrice, RunGuard
+from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import crewai as adapter
 from toolbreaker.integrations.crewai import arun_stop, protect, run_stop
 from toolbreaker.stores import MemoryStore

@@ -25,7 +25,8 @@ from langchain_core.tools import BaseTool, tool
 from pydantic import Field
 
 from exercise_checks import IDS, SHIPPED, UNGUARDED, fails_without_toolbreaker, holds_every_promise
-from toolbreaker.integrations.langchain import ToolbreakerMiddleware, idempotency_key
+from toolbreaker import idempotency_key
+from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 from toolbreaker.testing import ExerciseContext, next_call, service_tools
 from toolbreaker.testing._agents import ticket_options, unguarded
 

@@ -32,7 +32,8 @@ from exercise_checks import (  # noqa: E402
     fails_without_toolbreaker,
     holds_every_promise,
 )
-from toolbreaker import RunGuard, RunStopped  # noqa: E402
+from toolbreaker import RunGuard  # noqa: E402
+from toolbreaker.errors import RunStopped  # noqa: E402
 from toolbreaker.integrations.litellm import GuardedRouter  # noqa: E402
 from toolbreaker.testing import ExerciseContext, next_call, service_tools  # noqa: E402
 from toolbreaker.testing._agents import ticket_options, unguarded  # noqa: E402

@@ -40,12 +40,12 @@ from toolbreaker import (
     Budget,
     ModelPrice,
     Policy,
-    PolicyError,
     Registry,
     RunGuard,
     shell_risk_of,
     system_prompt_line,
 )
+from toolbreaker.errors import PolicyError
 from toolbreaker.integrations.google_adk import (
     STOP_KEY,
     ModelUsage,

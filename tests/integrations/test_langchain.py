@@ -35,12 +35,9 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 from pydantic import Field
 
-from toolbreaker import Policy, PolicyError, Registry, shell_risk_of, system_prompt_line
-from toolbreaker.integrations.langchain import (
-    STOP_KEY,
-    ToolbreakerMiddleware,
-    idempotency_key,
-)
+from toolbreaker import Policy, Registry, idempotency_key, shell_risk_of, system_prompt_line
+from toolbreaker.errors import PolicyError
+from toolbreaker.integrations.langchain import STOP_KEY, ToolbreakerMiddleware
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 

@@ -17,8 +17,9 @@ from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, ToolMessage
 from test_langchain import Shop, ask, call, payload, scripted, seen_by_model
 
-from toolbreaker import MemoryStore, Policy, Registry, system_prompt_line
+from toolbreaker import Policy, Registry, system_prompt_line
 from toolbreaker.integrations.langchain import ToolbreakerMiddleware
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock
 
 STALE_CATALOG = {

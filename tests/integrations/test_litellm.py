@@ -28,16 +28,12 @@ from litellm.router import router_arguments  # noqa: E402
 from litellm.router_config import build_router_config  # noqa: E402
 
 from loop_helpers import LoopSpy  # noqa: E402
-from toolbreaker import (  # noqa: E402
-    Budget,
+from toolbreaker import Budget, ModelPrice, Policy, Registry, RunGuard  # noqa: E402
+from toolbreaker.errors import (  # noqa: E402
     CircuitOpen,
-    ModelPrice,
-    Policy,
-    Registry,
-    RunGuard,
+    DeploymentsUnavailable,
     RunStopped,
 )
-from toolbreaker.errors import DeploymentsUnavailable  # noqa: E402
 from toolbreaker.integrations.litellm import (  # noqa: E402
     BreakerHost,
     GuardedRouter,

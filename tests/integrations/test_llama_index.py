@@ -37,15 +37,15 @@ from toolbreaker import (
     Budget,
     ModelPrice,
     Policy,
-    PolicyError,
     Registry,
     RunGuard,
+    idempotency_key,
     system_prompt_line,
 )
+from toolbreaker.errors import PolicyError
 from toolbreaker.integrations.llama_index import (
     STOP_KEY,
     ProtectedTool,
-    idempotency_key,
     llm_usage,
     protect,
     protect_tool,

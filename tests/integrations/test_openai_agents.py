@@ -37,7 +37,8 @@ from agents.run_config import ToolExecutionConfig
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 
-from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, shell_risk_of
+from toolbreaker import Budget, Policy, Registry, RunGuard, shell_risk_of
+from toolbreaker.errors import PolicyError
 from toolbreaker.integrations.openai_agents import GUARDRAIL_NAME, protect, run_config
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json

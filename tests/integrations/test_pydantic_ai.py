@@ -39,15 +39,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from adapter_registry import TIMEOUT, make_registry
-from toolbreaker import (
-    Budget,
-    Policy,
-    PolicyError,
-    Registry,
-    RunGuard,
-    shell_risk_of,
-    system_prompt_line,
-)
+from toolbreaker import Budget, Policy, Registry, RunGuard, shell_risk_of, system_prompt_line
+from toolbreaker.errors import PolicyError
 from toolbreaker.integrations.pydantic_ai import (
     ToolbreakerCapability,
     run_stop,

@@ -28,9 +28,10 @@ its name, description and ``args_schema``. One call of a tool goes like this (Cr
   the tool's function with the guard's arguments: a write's idempotency key fills the
   tool's key argument when its ``args_schema`` has one, before CrewAI checks the
   arguments (its ``@tool`` makes every parameter required; a value the model made up is
-  dropped), and :func:`idempotency_key` returns it inside the tool either way. The tool's
-  exception settles the call (:meth:`Step.failed`) and the model reads the guard's result
-  (``tool_unavailable`` when it opened the breaker, ``{"ok": false, ...}`` otherwise), so
+  dropped), and :func:`toolbreaker.idempotency_key` returns it inside the tool either
+  way. The tool's exception settles the call (:meth:`Step.failed`) and the model reads
+  the guard's result (``tool_unavailable`` when it opened the breaker, ``{"ok": false,
+  ...}`` otherwise), so
   CrewAI's own retry of a raising tool never calls a failing dependency again;
 - **after** (``after_tool_call``): the observation is the guard's answer whenever there
   is one; a permitted call that CrewAI answered itself without running the tool (its
@@ -98,7 +99,6 @@ from toolbreaker.integrations._kit import (  # noqa: E402
     Step,
     StopPacket,
     ToolType,
-    idempotency_key,
 )
 
 if TYPE_CHECKING:
@@ -111,7 +111,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arun_stop",
-    "idempotency_key",
     "protect",
     "run_stop",
 ]

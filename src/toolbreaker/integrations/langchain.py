@@ -23,7 +23,7 @@ dependency's breaker is open, the run is stopped, writes are blocked, a confirme
 answered from the journal) the tool does not run and the model gets that answer as a
 ``ToolMessage``, ``status="error"`` unless the answer is a success. Otherwise the tool runs
 through LangChain's handler; a write carries its idempotency key (see
-:func:`idempotency_key`). The outcome is settled with the guard, which decides what the
+:func:`toolbreaker.idempotency_key`). The outcome is settled with the guard, which decides what the
 model reads: the tool's own message on success, a JSON result it can act on on failure
 (a tool-unavailable result naming the fallback, or ``{"ok": false, "error": ...,
 "retryable": ...}``), never "please try again".
@@ -90,7 +90,6 @@ from toolbreaker.integrations._kit import (
     Step,
     StopPacket,
     hidden_tools_line,
-    idempotency_key,
     system_prompt_line,
 )
 
@@ -144,7 +143,6 @@ if TYPE_CHECKING:
 __all__ = [
     "STOP_KEY",
     "ToolbreakerMiddleware",
-    "idempotency_key",
 ]
 
 _SELECT: Final = frozenset({"dependency", "operation", "breaker"})

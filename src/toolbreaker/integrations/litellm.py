@@ -30,7 +30,7 @@ store share each deployment's breaker, and a store that cannot be read rejects t
 attempt (reason ``store-unavailable``) instead of waving it through.
 
 An attempt the breaker rejects is never sent. The adapter raises the rejection
-(:class:`~toolbreaker.CircuitOpen`, carrying ``retry_skip_deployment_id``) into
+(:class:`~toolbreaker.errors.CircuitOpen`, carrying ``retry_skip_deployment_id``) into
 LiteLLM, whose own loop treats it as that attempt's failure: a retry picks another
 deployment of the group where there is one, and the ``fallbacks`` chain moves on to the
 next model group. When every attempt of a call was rejected, the caller gets

@@ -22,7 +22,7 @@ awaits) or ``call``, goes like this:
   JSON result (tool unavailable, naming its fallback ...), ``is_error`` when it is not ok;
 - **run**: the wrapped tool runs through :meth:`RunGuard.arun_step` within the breaker's
   timeout; a write receives its idempotency key in its key argument when its ``fn_schema``
-  has one (a value the model sent there is dropped), and from :func:`idempotency_key`
+  has one (a value the model sent there is dropped), and from :func:`toolbreaker.idempotency_key`
   inside the tool in any case;
 - **after**: the outcome settles the step; a failure (the wrapped tool's exception, a
   timeout) reaches the model as the guard's result, never a traceback.
@@ -72,7 +72,6 @@ from toolbreaker.integrations._kit import (
     Step,
     StopPacket,
     hook_failed,
-    idempotency_key,
 )
 
 require("llama_index.core", "llama-index")
@@ -107,7 +106,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "arun_stop",
-    "idempotency_key",
     "protect",
     "run_stop",
 ]
@@ -517,7 +515,7 @@ class ProtectedTool(FunctionTool):
         """The wrapped tool's ``acall``; a sync-only tool's ``call`` in a worker thread.
 
         LlamaIndex runs a sync function in its executor, before 0.14.22 without this
-        context: run here with it, the tool's :func:`idempotency_key` is the guard's.
+        context: run here with it, the tool's :func:`toolbreaker.idempotency_key` is the guard's.
         """
         if self._sync_only:
             return asyncio.to_thread(self.tool.call, **kwargs)

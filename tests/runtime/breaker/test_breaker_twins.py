@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import Breaker, CircuitOpen, Policy, RetryPolicy, Verdict, classify_exception
+from toolbreaker import Breaker, Policy, RetryPolicy, Verdict, classify_exception
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._breaker._admission import UNSET
 from toolbreaker.runtime._breaker._steps import _binder, _ToolCall
 from toolbreaker.runtime._flow import adrive, drive

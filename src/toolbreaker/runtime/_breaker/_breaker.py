@@ -337,7 +337,7 @@ class Breaker:
         Settles nothing: settle the step with what this returns or raises. In the default
         ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline (a call
         still running then keeps the step's bulkhead slot until it returns), and
-        :class:`~toolbreaker.CircuitOpen` (reason ``hung``) when calls hung past their
+        :class:`~toolbreaker.errors.CircuitOpen` (reason ``hung``) when calls hung past their
         deadline hold the workers this one may use.
         """
         return self._runner.run(step, fn, kwargs)
