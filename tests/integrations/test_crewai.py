@@ -35,10 +35,10 @@ with warnings.catch_warnings():  # crewai's own import warns (ImportWarning, dep
     from crewai.tools import tool as crewai_tool
     from pydantic import BaseModel
 
+import toolbreaker
 from adapter_registry import TIMEOUT, make_registry
 from toolbreaker import Budget, ModelPrice, RunGuard
 from toolbreaker.errors import PolicyError
-from toolbreaker.integrations import crewai as adapter
 from toolbreaker.integrations.crewai import arun_stop, protect, run_stop
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
@@ -344,7 +344,7 @@ class TicketTool(BaseTool):
     keys: Any  # Any: pydantic would copy a list field
 
     def _run(self, customer: str, title: str, idempotency_key: str = "") -> Any:
-        assert idempotency_key == adapter.idempotency_key()  # both routes agree
+        assert idempotency_key == toolbreaker.idempotency_key()  # both routes agree
         self.keys.append(idempotency_key)
         body = {"title": title, "body": f"for {customer}"}
         headers = {"Idempotency-Key": idempotency_key}
