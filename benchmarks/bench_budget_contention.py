@@ -30,7 +30,7 @@ from toolbreaker.runtime._breaker._shared_budget import SharedBudget
 
 def _open(kind: str, target: str) -> Any:
     if kind == "sqlite":
-        from toolbreaker import SQLiteStore
+        from toolbreaker.stores import SQLiteStore
 
         return SQLiteStore(target)
     from toolbreaker.stores import RedisStore

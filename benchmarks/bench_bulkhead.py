@@ -24,7 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolbreaker import Breaker, CircuitOpen, Policy
+from toolbreaker import Breaker, Policy
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.stores import RedisStore, SQLiteStore
 
 

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolbreaker import MemoryStore, Registry, SQLiteStore, drain, prune_done
+from toolbreaker import Registry, drain, prune_done
+from toolbreaker.stores import MemoryStore, SQLiteStore
 
 RESULT = {"results": [{"sku": f"C-{n}", "price": 10 + n} for n in range(5)]}
 

@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from toolbreaker import Breaker, Registry, SQLiteStore, publish_policy
+from toolbreaker import Breaker, Registry, publish_policy
 from toolbreaker.core._breaker.predicates import may_probe
-from toolbreaker.stores import RedisStore
+from toolbreaker.stores import RedisStore, SQLiteStore
 from toolbreaker.testing import ToolService, request_json
 
 SHEET = """\

@@ -16,7 +16,8 @@ import gc
 import time
 from collections.abc import Awaitable, Callable
 
-from toolbreaker import Breaker, CircuitOpen, Policy
+from toolbreaker import Breaker, Policy
+from toolbreaker.errors import CircuitOpen
 
 try:
     import circuitbreaker

@@ -46,10 +46,11 @@ from pathlib import Path
 from typing import Any
 
 import toolbreaker
-from toolbreaker import CircuitOpen, Policy
+from toolbreaker import Policy
 from toolbreaker.core import BreakerState, Event, Replay, apply, rejects_callers
 from toolbreaker.core._breaker.machine import step
 from toolbreaker.core._breaker.state import admitted_probe
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime import Rejection
 
 try:

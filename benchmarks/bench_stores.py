@@ -51,9 +51,10 @@ from typing import Any
 
 import redis
 
-from toolbreaker import Breaker, CircuitOpen, Policy
+from toolbreaker import Breaker, Policy
 from toolbreaker.core import rejects_callers
 from toolbreaker.core._breaker.predicates import may_probe
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._clock import monotonic_ms
 from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 from toolbreaker.testing import FakeClock
@@ -589,8 +590,7 @@ def records_cost(
     url: str, pg_url: str | None, directory: str, pairs: int = 2000
 ) -> dict[str, float]:
     """Microseconds for one record get plus one compare-and-set put, one thread."""
-    from toolbreaker import SQLiteStore
-    from toolbreaker.stores import PostgresStore, RedisStore
+    from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 
     stores: dict[str, Any] = {
         "SQLite": SQLiteStore(os.path.join(directory, "records.db")),

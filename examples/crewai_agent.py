@@ -34,8 +34,9 @@ with warnings.catch_warnings():  # crewai's import warns about its own modules
     from crewai.tools import BaseTool
     from pydantic import BaseModel
 
-from toolbreaker import Budget, MemoryStore, ModelPrice, Registry, RunGuard
+from toolbreaker import Budget, ModelPrice, Registry, RunGuard
 from toolbreaker.integrations.crewai import protect, run_stop
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import ToolService, request_json
 
 SHEET = Path(__file__).with_name("breakers.toml")

@@ -28,9 +28,10 @@ from google.adk.tools.function_tool import FunctionTool
 from google.genai import types
 from pydantic import ConfigDict
 
-from toolbreaker import Breaker, Budget, MemoryStore, Registry, RunGuard, Transition
+from toolbreaker import Breaker, Budget, Registry, RunGuard, Transition
 from toolbreaker.core import changed_phase
 from toolbreaker.integrations.google_adk import ToolbreakerPlugin, stop_of, tool_metadata
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import ToolService, request_json
 
 SHEET = Path(__file__).with_name("breakers.toml")

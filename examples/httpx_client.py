@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 import httpx
 
-from toolbreaker import CircuitOpen, Registry, RunGuard
+from toolbreaker import Registry, RunGuard
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.integrations.httpx import AsyncBreakerTransport, BreakerTransport
 from toolbreaker.testing import ToolService
 

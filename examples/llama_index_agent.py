@@ -23,9 +23,10 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole, ToolCallB
 from llama_index.core.llms import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from toolbreaker import Breaker, Budget, MemoryStore, Registry, RunGuard, Transition
+from toolbreaker import Breaker, Budget, Registry, RunGuard, Transition, idempotency_key
 from toolbreaker.core import changed_phase
-from toolbreaker.integrations.llama_index import idempotency_key, protect, run_stop
+from toolbreaker.integrations.llama_index import protect, run_stop
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import ToolService, request_json
 
 SHEET = Path(__file__).with_name("breakers.toml")

@@ -26,9 +26,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from toolbreaker import Breaker, Budget, MemoryStore, Registry, RunGuard, Transition
+from toolbreaker import Breaker, Budget, Registry, RunGuard, Transition
 from toolbreaker.core import changed_phase
 from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, run_stop, tool_metadata
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import ToolService, request_json
 
 SHEET = Path(__file__).with_name("breakers.toml")

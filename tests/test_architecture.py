@@ -98,8 +98,8 @@ def test_the_breaker_is_a_class_of_parts_not_layers():
 
 def test_the_breaker_parts_stand_alone_and_the_breaker_holds_each():
     """Each row of the page's table of ``Breaker``'s parts names a class of its module
-    that a breaker holds, and no part's module imports the breaker's at run time (only
-    for typing: a part that hands the breaker to users is given it)."""
+    that a breaker holds, and no part's module imports the breaker's, not even for
+    annotations (a part that hands the breaker to users knows it as a type parameter)."""
     from toolbreaker import Breaker
 
     lines = DOC.splitlines()
@@ -118,7 +118,7 @@ def test_the_breaker_parts_stand_alone_and_the_breaker_holds_each():
         assert name in {n.name for n in tree.body if isinstance(n, ast.ClassDef)}, name
         imported = {
             n.module.rsplit(".", 1)[-1]
-            for n in tree.body
+            for n in ast.walk(tree)
             if isinstance(n, ast.ImportFrom) and n.module
         }
         assert "_breaker" not in imported, module
@@ -157,3 +157,83 @@ def test_every_module_of_the_tests_has_a_name_of_its_own():
         if path.name not in ("conftest.py", "__init__.py"):
             seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Each module of src/toolbreaker/ and the modules of it that it imports: anywhere in
+    its source, at the top, under ``if TYPE_CHECKING:`` (an annotation is an arrow too) or
+    inside a function (a lazy import is one, later)."""
+    modules = {}
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolved(name: str) -> str:
+        while name not in modules:  # a name imported from a module: the module
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] == "toolbreaker":
+                    targets |= {resolved(f"{node.module}.{a.name}") for a in node.names}
+            elif isinstance(node, ast.Import):
+                targets |= {
+                    resolved(a.name) for a in node.names if a.name.startswith("toolbreaker.")
+                }
+        graph[module] = targets - {module}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def test_no_module_imports_its_way_back_to_itself():
+    """No circle of imports anywhere in src/: not between layers, not between a class and
+    its parts (a part that hands its owner to users is not given the owner's type by an
+    import under ``if TYPE_CHECKING:``), not through a lazy import inside a function."""
+    assert _circles(_import_graph()) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    """The check sees a circle closed by an annotation-only import, and a clean chain."""
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []

@@ -297,6 +297,41 @@ def test_a_run_guard_loads_no_fleet_no_other_store_and_no_adapter():
     assert under(modules, (*unwanted, "toolbreaker.runtime._fleet")) == []
 
 
+#: Each adapter and the framework it needs (skipped where the framework is not installed).
+#: The MCP gateway is not one of them: it runs a guard per host session, by design.
+ADAPTERS = {
+    "crewai": "crewai",
+    "google_adk": "google.adk",
+    "httpx": "httpx",
+    "langchain": "langchain",
+    "litellm": "litellm",
+    "llama_index": "llama_index.core",
+    "mcp": "mcp",
+    "openai_agents": "agents",
+    "pydantic_ai": "pydantic_ai",
+}
+
+
+def run_guard_modules(modules: set[str]) -> list[str]:
+    """The run guard's modules among ``modules``: the run shell, less the tool spec a
+    guarded tool's options are checked against (``runtime/_run/_tools.py``, which loads
+    the core and the breaker alone)."""
+    light = {"toolbreaker.runtime._run", "toolbreaker.runtime._run._tools"}
+    return [m for m in under(modules, ("toolbreaker.runtime._run",)) if m not in light]
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_an_adapter_loads_no_run_guard_until_one_is_used(adapter):
+    """Importing an adapter loads what it uses at its top: ``integrations/_kit.py`` imports
+    each name when first used, so a breaker-only program that imports an adapter never
+    loads the run guard; the first use of one loads it."""
+    pytest.importorskip(ADAPTERS[adapter])
+    module = f"toolbreaker.integrations.{adapter}"
+    assert run_guard_modules(loaded(f"import {module}")) == []
+    used = loaded(f"import {module}, toolbreaker.integrations._kit as kit; kit.RunGuard")
+    assert "toolbreaker.runtime._run._guard" in used
+
+
 def test_every_public_name_and_every_star_import_resolves():
     """Each name of ``__all__`` resolves in a fresh interpreter, and ``import *`` binds them."""
     code = (
@@ -309,7 +344,13 @@ def test_every_public_name_and_every_star_import_resolves():
     loaded(code)
 
 
-LAZY_PACKAGES = ("toolbreaker", "toolbreaker.core", "toolbreaker.runtime", "toolbreaker.stores")
+LAZY_PACKAGES = (
+    "toolbreaker",
+    "toolbreaker.core",
+    "toolbreaker.runtime",
+    "toolbreaker.stores",
+    "toolbreaker.integrations._kit",
+)
 
 
 def _type_checking_imports(tree: ast.Module) -> dict[str, tuple[str, ...]]:

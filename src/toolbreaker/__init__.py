@@ -1,6 +1,8 @@
 """toolbreaker: circuit breakers around the tools an AI agent calls.
 
-The public surface is re-exported here; everything else is private. Each name is
+The public surface is re-exported here; everything else is private. The exceptions
+live in :mod:`toolbreaker.errors` (the one tree) and the stores in
+:mod:`toolbreaker.stores`; this module holds what you build and call. Each name is
 imported from its home when first used (PEP 562): ``import toolbreaker`` loads this
 module alone, and ``from toolbreaker import Registry`` what a registry needs, no run
 guard, no SQLite, no adapter.
@@ -16,13 +18,6 @@ if TYPE_CHECKING:
     from toolbreaker.core._run.budget import Budget, ClassLimits, ModelPrice
     from toolbreaker.core._run.costs import token_cost
     from toolbreaker.core._run.shell import shell_risk, shell_risk_of
-    from toolbreaker.errors import (
-        CircuitOpen,
-        PolicyError,
-        RowNotFound,
-        RunStopped,
-        ToolbreakerError,
-    )
     from toolbreaker.runtime._breaker._boundary import Boundary
     from toolbreaker.runtime._breaker._breaker import Breaker
     from toolbreaker.runtime._breaker._classify import Verdict, classify_exception
@@ -35,8 +30,6 @@ if TYPE_CHECKING:
     from toolbreaker.runtime._run._siblings import SiblingOutcome, Siblings
     from toolbreaker.runtime._run._tools import GuardedTool
     from toolbreaker.runtime._step import idempotency_key
-    from toolbreaker.stores._memory import MemoryStore
-    from toolbreaker.stores._sqlite import SQLiteStore
 
 #: Where each re-exported name lives, imported when first used (PEP 562); the imports
 #: above are the same list, for type checkers and editors.
@@ -47,13 +40,6 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "toolbreaker.core._run.budget": ("Budget", "ClassLimits", "ModelPrice"),
     "toolbreaker.core._run.costs": ("token_cost",),
     "toolbreaker.core._run.shell": ("shell_risk", "shell_risk_of"),
-    "toolbreaker.errors": (
-        "CircuitOpen",
-        "PolicyError",
-        "RowNotFound",
-        "RunStopped",
-        "ToolbreakerError",
-    ),
     "toolbreaker.runtime._breaker._boundary": ("Boundary",),
     "toolbreaker.runtime._breaker._breaker": ("Breaker",),
     "toolbreaker.runtime._breaker._classify": ("Verdict", "classify_exception"),
@@ -66,8 +52,6 @@ _HOMES: dict[str, tuple[str, ...]] = {
     "toolbreaker.runtime._run._siblings": ("SiblingOutcome", "Siblings"),
     "toolbreaker.runtime._run._tools": ("GuardedTool",),
     "toolbreaker.runtime._step": ("idempotency_key",),
-    "toolbreaker.stores._memory": ("MemoryStore",),
-    "toolbreaker.stores._sqlite": ("SQLiteStore",),
 }
 
 if not TYPE_CHECKING:  # invisible to mypy, which would otherwise accept any name
@@ -81,22 +65,15 @@ __all__ = [
     "Boundary",
     "Breaker",
     "Budget",
-    "CircuitOpen",
     "ClassLimits",
     "GuardedTool",
-    "MemoryStore",
     "ModelPrice",
     "Policy",
-    "PolicyError",
     "Registry",
     "RetryPolicy",
-    "RowNotFound",
     "RunGuard",
-    "RunStopped",
-    "SQLiteStore",
     "SiblingOutcome",
     "Siblings",
-    "ToolbreakerError",
     "TraceRecorder",
     "Transition",
     "Verdict",

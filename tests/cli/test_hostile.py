@@ -286,7 +286,8 @@ def test_error_messages_are_escaped(tmp_path, capsys):
 
 def test_registry_errors_escape_table_names(tmp_path):
     """Registry.from_toml errors do not echo raw ESC or newlines from quoted table names."""
-    from toolbreaker import PolicyError, Registry
+    from toolbreaker import Registry
+    from toolbreaker.errors import PolicyError
 
     sheet = write(tmp_path, "s.toml", '["a\\u001b[2J\\nerror: x".read]\nbogus = 1\n')
     with pytest.raises(PolicyError) as info:

@@ -56,8 +56,9 @@ def test_the_docs_show_what_the_command_prints(tmp_path, capsys):
     import re
     from pathlib import Path
 
-    from toolbreaker import RunGuard, SQLiteStore
+    from toolbreaker import RunGuard
     from toolbreaker.cli import main
+    from toolbreaker.stores import SQLiteStore
 
     docs = (Path(__file__).parents[2] / "docs" / "concurrency.md").read_text(encoding="utf-8")
     (shown,) = re.findall(r"```text\n(run 'task-42'.*?)```", docs, re.S)

@@ -320,7 +320,7 @@ def test_a_tool_type_nobody_knows_is_refused_where_the_call_begins(traced):
     """begin(tool_type=...) takes the GenAI conventions' values only: a misspelt one is a
     PolicyError naming ``tool_type`` (from a breaker and a run guard alike), never a span
     that quietly carries it; a known one and the description reach the span."""
-    from toolbreaker import PolicyError
+    from toolbreaker.errors import PolicyError
     from toolbreaker.runtime._step import TOOL_TYPES
 
     assert TOOL_TYPES == ("function", "extension", "datastore")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolbreaker import CircuitOpen, Registry
+from toolbreaker import Registry
+from toolbreaker.errors import CircuitOpen
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from prometheus_client import CollectorRegistry, generate_latest  # noqa: E402

@@ -1,7 +1,7 @@
 """Every adapter checks its options the same way, when it is built.
 
 A wrong type (a sheet path where a registry belongs, ``"yes"`` for a flag, a string where
-a function belongs, a risk class with a typo) is a :class:`~toolbreaker.PolicyError`
+a function belongs, a risk class with a typo) is a :class:`~toolbreaker.errors.PolicyError`
 naming the option at construction: never a silent default, never an error at the first
 tool call that reaches the model. One helper (``integrations/_described.check_adapter``)
 does it for all of them.
@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import PolicyError, Registry, RunGuard
+from toolbreaker import Registry, RunGuard
+from toolbreaker.errors import PolicyError
 
 
 def _langchain(**options: Any) -> Any:

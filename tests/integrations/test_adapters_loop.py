@@ -660,7 +660,7 @@ def test_the_async_httpx_transport_never_blocks_the_loop_on_the_store(fleet):
     the loop (the sync transport keeps its blocking ``allow()``/``record()``)."""
     import httpx
 
-    from toolbreaker import CircuitOpen
+    from toolbreaker.errors import CircuitOpen
     from toolbreaker.integrations.httpx import AsyncBreakerTransport
     from toolbreaker.testing import ToolService
 

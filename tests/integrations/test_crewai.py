@@ -31,7 +31,8 @@ if sys.version_info >= (3, 14):  # pragma: no cover - crewai 1.6 declares <3.14
 
 from adapter_registry import TIMEOUT, make_registry
 from frameworks import needs
-from toolbreaker import Budget, ModelPrice, PolicyError, RunGuard
+from toolbreaker import Budget, ModelPrice, RunGuard
+from toolbreaker.errors import PolicyError
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from exercise_checks import IDS, SHIPPED, holds_every_promise
-from toolbreaker import Budget, CircuitOpen
+from toolbreaker import Budget
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.integrations.httpx import BreakerTransport
 from toolbreaker.testing import ExerciseContext
 from toolbreaker.testing._agents import MalformedAnswer, model_script

@@ -78,7 +78,7 @@ def langchain_tools(
 ) -> list[BaseTool]:
     from langchain_core.tools import tool
 
-    from toolbreaker.integrations.langchain import idempotency_key
+    from toolbreaker import idempotency_key
 
     raw = {name: wrap(fn) for name, fn in service_tools(ctx).items()}
 

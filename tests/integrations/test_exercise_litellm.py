@@ -32,7 +32,8 @@ from exercise_checks import (
     holds_every_promise,
 )
 from frameworks import imported, needs
-from toolbreaker import RunGuard, RunStopped
+from toolbreaker import RunGuard
+from toolbreaker.errors import RunStopped
 from toolbreaker.testing import ExerciseContext, next_call, service_tools
 from toolbreaker.testing._agents import ticket_options, unguarded
 

@@ -36,12 +36,12 @@ from toolbreaker import (
     Budget,
     ModelPrice,
     Policy,
-    PolicyError,
     Registry,
     RunGuard,
     shell_risk_of,
     system_prompt_line,
 )
+from toolbreaker.errors import PolicyError
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 

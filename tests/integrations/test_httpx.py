@@ -12,9 +12,10 @@ import anyio
 import httpx
 import pytest
 
-from toolbreaker import CircuitOpen, Policy, PolicyError, Registry, TraceRecorder
+from toolbreaker import Policy, Registry, TraceRecorder
 from toolbreaker.core import read_trace, replay
 from toolbreaker.core._breaker.state import CLOSED, OPEN
+from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.integrations.httpx import (
     REJECTED_HEADER,
     AsyncBreakerTransport,

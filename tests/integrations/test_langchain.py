@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 
 
-from toolbreaker import Policy, PolicyError, Registry, shell_risk_of, system_prompt_line
+from toolbreaker import Policy, Registry, shell_risk_of, system_prompt_line
+from toolbreaker.errors import PolicyError
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, request_json
 
@@ -103,7 +104,7 @@ class Shop:
     def tools(self) -> list[BaseTool]:
         from langchain_core.tools import tool
 
-        from toolbreaker.integrations.langchain import idempotency_key
+        from toolbreaker import idempotency_key
 
         shop = self
 
@@ -753,7 +754,8 @@ def test_an_interrupt_inside_a_tool_pauses_and_resumes_under_the_guard(registry)
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.types import Command, interrupt
 
-    from toolbreaker.integrations.langchain import ToolbreakerMiddleware, idempotency_key
+    from toolbreaker import idempotency_key
+    from toolbreaker.integrations.langchain import ToolbreakerMiddleware
 
     keys: list[str | None] = []
 

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 
 from test_langchain import Shop, ask, call, payload, scripted, seen_by_model
 
-from toolbreaker import MemoryStore, Policy, Registry, system_prompt_line
+from toolbreaker import Policy, Registry, system_prompt_line
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock
 
 needs("langchain", reason="the langchain extra is not installed")

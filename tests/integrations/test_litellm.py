@@ -28,16 +28,8 @@ if TYPE_CHECKING:
 
 from frameworks import imported, needs
 from loop_helpers import LoopSpy
-from toolbreaker import (
-    Budget,
-    CircuitOpen,
-    ModelPrice,
-    Policy,
-    Registry,
-    RunGuard,
-    RunStopped,
-)
-from toolbreaker.errors import DeploymentsUnavailable
+from toolbreaker import Budget, ModelPrice, Policy, Registry, RunGuard
+from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, RunStopped
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import CHAT_ROUTE, FakeClock, Fault, ToolService
 from toolbreaker.testing._chat import openai_error

@@ -31,15 +31,8 @@ if TYPE_CHECKING:
 
 from adapter_registry import TIMEOUT, make_registry
 from exercise_checks import result_of
-from toolbreaker import (
-    Budget,
-    ModelPrice,
-    Policy,
-    PolicyError,
-    Registry,
-    RunGuard,
-    system_prompt_line,
-)
+from toolbreaker import Budget, ModelPrice, Policy, Registry, RunGuard, system_prompt_line
+from toolbreaker.errors import PolicyError
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
@@ -399,7 +392,8 @@ def test_a_write_without_the_key_argument_reads_it_from_the_context(service):
     (also in a sync tool, which the workflow runs in a worker thread)."""
     from llama_index.core.agent.workflow import FunctionAgent
 
-    from toolbreaker.integrations.llama_index import idempotency_key, protect
+    from toolbreaker import idempotency_key
+    from toolbreaker.integrations.llama_index import protect
 
     seen: list[str | None] = []
 

@@ -38,8 +38,9 @@ from mcp.types import (
     ToolAnnotations,
 )
 
-from toolbreaker import MemoryStore, Policy, PolicyError, Registry, RunGuard, shell_risk_of
+from toolbreaker import Policy, Registry, RunGuard, shell_risk_of
 from toolbreaker.core._breaker.state import CLOSED, OPEN
+from toolbreaker.errors import PolicyError
 from toolbreaker.integrations._mcp_results import result_error
 from toolbreaker.integrations.mcp import (
     ANSWER_META_KEY,
@@ -49,6 +50,7 @@ from toolbreaker.integrations.mcp import (
     risk_from_annotations,
 )
 from toolbreaker.runtime._run._guard import ActionRequest
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 
 READ = ToolAnnotations(read_only_hint=True)

@@ -22,10 +22,11 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 from mcp import Client, StdioServerParameters
 from mcp.types import ElicitResult, InputRequiredResult, TextContent
 
-from toolbreaker import Budget, MemoryStore, Policy, Registry, RunGuard
+from toolbreaker import Budget, Policy, Registry, RunGuard
 from toolbreaker.core._breaker.state import CLOSED, HALF_OPEN
 from toolbreaker.integrations._mcp_tasks import TasksExtension
 from toolbreaker.integrations.mcp import ANSWER_META_KEY, GuardedClient
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, force_state
 
 SERVER = Path(__file__).with_name("mcp_rounds_server.py")

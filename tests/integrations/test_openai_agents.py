@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from agents.testing import ModelCall, ModelStep, ScriptedModel
 
 
-from toolbreaker import Budget, Policy, PolicyError, Registry, RunGuard, shell_risk_of
+from toolbreaker import Budget, Policy, Registry, RunGuard, shell_risk_of
+from toolbreaker.errors import PolicyError
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 

@@ -31,15 +31,8 @@ if TYPE_CHECKING:
 from pydantic import BaseModel
 
 from adapter_registry import TIMEOUT, make_registry
-from toolbreaker import (
-    Budget,
-    Policy,
-    PolicyError,
-    Registry,
-    RunGuard,
-    shell_risk_of,
-    system_prompt_line,
-)
+from toolbreaker import Budget, Policy, Registry, RunGuard, shell_risk_of, system_prompt_line
+from toolbreaker.errors import PolicyError
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import Breaker, MemoryStore, PolicyError, Registry, RetryPolicy
+from toolbreaker import Breaker, Registry, RetryPolicy
+from toolbreaker.errors import PolicyError
 from toolbreaker.integrations.mcp_gateway._sheet import check_name
 from toolbreaker.runtime._breaker._boundary import BREAKER_OPTIONS
 from toolbreaker.runtime._sheet import (
@@ -22,6 +23,7 @@ from toolbreaker.runtime._sheet import (
     parse_sheet,
     row_values,
 )
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolbreaker import RunStopped, SiblingOutcome
+from toolbreaker import SiblingOutcome
+from toolbreaker.errors import RunStopped
 from toolbreaker.runtime import StopPacket
 from toolbreaker.runtime._run._siblings import BranchOutcome
 

@@ -124,7 +124,8 @@ billing_client = BillingClient()
 """
 
 _PUBLISHED = """
-from toolbreaker import SQLiteStore, publish_policy
+from toolbreaker import publish_policy
+from toolbreaker.stores import SQLiteStore
 publish_policy(SQLiteStore("{sqlite}"), "breakers.toml", note="docs")
 """
 
@@ -133,7 +134,7 @@ import itertools, json, urllib.parse
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
-from toolbreaker.integrations.langchain import idempotency_key
+from toolbreaker import idempotency_key
 from toolbreaker.testing import model_plan, request_json
 
 class _Model(GenericFakeChatModel):
@@ -330,7 +331,8 @@ _PYDANTIC_AI = """
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import FunctionModel
-from toolbreaker import Budget, Registry, RunGuard, SQLiteStore
+from toolbreaker import Budget, Registry, RunGuard
+from toolbreaker.stores import SQLiteStore
 from toolbreaker.integrations.pydantic_ai import ToolbreakerCapability, arun_stop
 
 store = SQLiteStore("{sqlite}")
@@ -386,7 +388,8 @@ from agents import Agent, Runner, ToolInputGuardrailTripwireTriggered, function_
 from agents import set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 import toolbreaker
-from toolbreaker import Budget, Registry, RunGuard, SQLiteStore
+from toolbreaker import Budget, Registry, RunGuard
+from toolbreaker.stores import SQLiteStore
 from toolbreaker.integrations.openai_agents import protect, run_config
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI: stay offline
@@ -428,7 +431,8 @@ _MCP = """
 from mcp import Client
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
-from toolbreaker import Budget, Registry, RunGuard, SQLiteStore
+from toolbreaker import Budget, Registry, RunGuard
+from toolbreaker.stores import SQLiteStore
 from toolbreaker.integrations.mcp import GuardedClient
 
 store = SQLiteStore("{sqlite}")
@@ -466,7 +470,7 @@ async with Client(server) as client:
 
 _EXAMPLE = f"""
 import importlib.util, sys
-from toolbreaker import MemoryStore
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import ToolService
 
 def load_example(name):  # the example module of examples/, its builders and scripted models
@@ -689,7 +693,7 @@ SETUP: dict[str, dict[str, str | Setup]] = {
         + 'search = breakers.get("search", operation="read")\n',
     },
     "docs/guide/boundary-sheet.md": {
-        "from toolbreaker import Registry, RowNotFound": "",
+        "from toolbreaker import Registry": "",
     },
     "docs/guide/coming-from.md": {
         "from toolbreaker import Breaker, Policy, Verdict, classify_exception": "",
@@ -743,7 +747,7 @@ SETUP: dict[str, dict[str, str | Setup]] = {
             swaps={},
             around="alert({'condition': 'repeated-action'})\n{block}",
         ),
-        "from toolbreaker.integrations.llama_index import idempotency_key": Setup(
+        "from toolbreaker import idempotency_key": Setup(
             _LLAMA + "def post(path, body, headers):\n    return {'id': 'T-1', **body}\n",
             needs="llama_index.core",
         ),
@@ -769,7 +773,7 @@ SETUP: dict[str, dict[str, str | Setup]] = {
     },
     "docs/guide/run-guard.md": {
         "from toolbreaker import Budget, Registry, RunGuard": """
-from toolbreaker import SQLiteStore
+from toolbreaker.stores import SQLiteStore
 store = SQLiteStore("{sqlite}")
 
 def find_ticket(key):
@@ -800,10 +804,10 @@ def __cleanup__():
 """,
     },
     "docs/guide/stores-and-fleet.md": {
-        "from toolbreaker import Registry, SQLiteStore": "",
+        "from toolbreaker import Registry": "",
         'version = store.record_put("leases", "checker", '
         '{"holder": "w1", "until": t}, version=0)': """
-from toolbreaker import SQLiteStore
+from toolbreaker.stores import SQLiteStore
 store = SQLiteStore("{sqlite}")
 t, t2 = 1_700_000_000_000, 1_700_000_005_000
 """,
@@ -813,7 +817,7 @@ from toolbreaker import Registry, publish_policy
 publish_policy(RedisStore("redis://cache:6379/0"), "breakers.toml", note="docs")
 """,
         'breakers.health_check("billing", billing_client.ping, operation="write")': """
-from toolbreaker import SQLiteStore
+from toolbreaker.stores import SQLiteStore
 store = SQLiteStore("{sqlite}")
 """
         + _BILLING,
@@ -841,11 +845,12 @@ store = SQLiteStore("{sqlite}")
         ),
         "from toolbreaker import Siblings": _SIBLINGS,
         "from toolbreaker import Budget, ModelPrice, RunGuard": "",
-        "from toolbreaker import Budget, RunGuard, SQLiteStore": "",
+        "from toolbreaker.stores import SQLiteStore": "",
     },
     "docs/degradation.md": {
         "import toolbreaker": """
-from toolbreaker import Registry, SQLiteStore
+from toolbreaker import Registry
+from toolbreaker.stores import SQLiteStore
 store = SQLiteStore("{sqlite}")
 registry = Registry.from_toml("breakers.toml", store=store)
 
@@ -855,7 +860,7 @@ def charge_card(**args):
 def find_charge(key, args):
     return None
 """,
-        "from toolbreaker import SQLiteStore, prune_done": "",
+        "from toolbreaker import prune_done": "",
     },
     "docs/integrations/httpx.md": {
         "from toolbreaker import Registry": Setup("import httpx\n", needs="httpx"),
@@ -873,7 +878,7 @@ def find_charge(key, args):
             needs="langchain",
             swaps={'init_chat_model("openai:gpt-4.1-mini")': "Model(messages=searches(1))"},
         ),
-        "from toolbreaker.integrations.langchain import idempotency_key": Setup(
+        "from toolbreaker import idempotency_key": Setup(
             "from langchain_core.tools import tool\n", needs="langchain"
         ),
         'result = agent.invoke({"messages": [...]}, context={"task_id": "task-42"})': Setup(
@@ -923,9 +928,9 @@ def find_charge(key, args):
         "import toolbreaker": "",
     },
     "docs/fleet.md": {
-        "from toolbreaker import Registry, SQLiteStore": _PUBLISHED,
+        "from toolbreaker import Registry": _PUBLISHED,
         'breakers = Registry.from_toml("breakers.toml", store=store)': """
-from toolbreaker import SQLiteStore
+from toolbreaker.stores import SQLiteStore
 store = SQLiteStore("{sqlite}")
 """
         + _BILLING,

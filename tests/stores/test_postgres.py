@@ -27,10 +27,13 @@ from ports import free_port
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
-from toolbreaker import Breaker, Policy, PolicyError  # noqa: E402
+from toolbreaker import Breaker, Policy  # noqa: E402
 from toolbreaker.core import Event  # noqa: E402
 from toolbreaker.core._breaker.state import CORRUPT  # noqa: E402
-from toolbreaker.errors import StoreUnavailable  # noqa: E402
+from toolbreaker.errors import (  # noqa: E402
+    PolicyError,
+    StoreUnavailable,
+)
 from toolbreaker.stores import PostgresStore  # noqa: E402
 
 

@@ -26,10 +26,10 @@ from patient import patient_redis
 
 from lag_proxy import LaggingProxy
 from store_kinds import redis_scripts_run
-from toolbreaker import Breaker, Policy, PolicyError
+from toolbreaker import Breaker, Policy
 from toolbreaker.core import BreakerState, Event, apply
 from toolbreaker.core._breaker.state import CORRUPT
-from toolbreaker.errors import JournalNotDurable, StoreUnavailable
+from toolbreaker.errors import JournalNotDurable, PolicyError, StoreUnavailable
 from toolbreaker.stores import LocalFallback, RedisStore
 from toolbreaker.stores._redis._script import THEIR_TURN
 

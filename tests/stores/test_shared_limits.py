@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from store_kinds import kinds, open_store, reopen
-from toolbreaker import Breaker, CircuitOpen, Policy
+from toolbreaker import Breaker, Policy
 from toolbreaker.core._retry import RetryPolicy
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._breaker._bulkhead import MARGIN_MS
 from toolbreaker.runtime._breaker._shared_budget import BUDGET_SPACE
 from toolbreaker.stores import RedisStore

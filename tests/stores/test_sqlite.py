@@ -240,7 +240,7 @@ def test_close_stops_the_poller(tmp_path):
 @pytest.mark.parametrize("bad", [{"timeout": -1}, {"poll_interval": 0}, {"backoff": "x"}])
 def test_options_are_validated(tmp_path, bad):
     """Negative or non-numeric options are refused at construction."""
-    from toolbreaker import PolicyError
+    from toolbreaker.errors import PolicyError
 
     with pytest.raises(PolicyError):
         SQLiteStore(tmp_path / "b.db", **bad)

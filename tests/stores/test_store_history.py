@@ -21,11 +21,11 @@ import pytest
 from patient import patient_postgres, patient_redis
 from test_multiprocess import WORKERS, make_breaker, make_store, sleep_until, warm
 
-from toolbreaker import CircuitOpen, Policy
+from toolbreaker import Policy
 from toolbreaker.cli import main
 from toolbreaker.core import Event, read_trace, replay
 from toolbreaker.core._breaker.state import opened
-from toolbreaker.errors import PolicyError
+from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import capture_transitions
 

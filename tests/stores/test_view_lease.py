@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from conformance import wait_for
 
-from toolbreaker import Breaker, CircuitOpen, Policy, Registry
+from toolbreaker import Breaker, Policy, Registry
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.stores import PostgresStore, RedisStore, SQLiteStore
 
 pytestmark = pytest.mark.slow

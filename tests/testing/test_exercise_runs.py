@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import Policy, PolicyError
+from toolbreaker import Policy
+from toolbreaker.errors import PolicyError
 from toolbreaker.testing import ExerciseContext, exercise, service_tools, shipped_scenarios
 from toolbreaker.testing._agents import scripted_agent, unprotected_agent
 from toolbreaker.testing._scenario import parse_scenario

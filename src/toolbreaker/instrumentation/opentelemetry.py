@@ -63,13 +63,12 @@ from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any, Final
 
+from toolbreaker import Breaker, Transition
 from toolbreaker._extras import require
-from toolbreaker.core._breaker.state import Transition, changed_phase
-from toolbreaker.core._run.redact import redact_text
+from toolbreaker.core import changed_phase
 from toolbreaker.errors import ToolReportedError
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._fleet._attach import Attachment, Target
-from toolbreaker.runtime._step import Step, StepStart
+from toolbreaker.instrumentation._kit import StepStart, Target, redact_text
+from toolbreaker.runtime import Attachment, Step
 
 __all__ = [
     "instrument",

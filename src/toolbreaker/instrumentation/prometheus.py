@@ -25,12 +25,10 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
+from toolbreaker import RunGuard
 from toolbreaker._extras import require
-from toolbreaker.core._breaker.state import PHASES
-from toolbreaker.core._run.redact import redact_text
 from toolbreaker.errors import StoreUnavailable
-from toolbreaker.runtime._fleet._attach import Target, breakers_of
-from toolbreaker.runtime._run._guard import RunGuard
+from toolbreaker.instrumentation._kit import PHASES, Target, breakers_of, redact_text
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

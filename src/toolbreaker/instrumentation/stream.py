@@ -67,20 +67,21 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from toolbreaker import Breaker, RunGuard, Transition
 from toolbreaker._extras import require
-from toolbreaker.core._breaker.history import (
+from toolbreaker.core import changed_phase
+from toolbreaker.errors import PolicyError, StoreUnavailable
+from toolbreaker.instrumentation._kit import (
+    DEFAULT_INSTRUCTIONS,
+    OUTCOME_TYPES,
     STREAM_SCHEMA,
+    Target,
+    canonical_json,
+    hook_failed,
+    redact_text,
     transition_entry,
 )
-from toolbreaker.core._breaker.state import OUTCOME_TYPES, Transition, changed_phase
-from toolbreaker.core._canonical import canonical_json
-from toolbreaker.core._run.redact import redact_text
-from toolbreaker.errors import PolicyError, StoreUnavailable
-from toolbreaker.runtime._breaker._breaker import Breaker
-from toolbreaker.runtime._fleet._attach import Attachment, Target
-from toolbreaker.runtime._log import hook_failed
-from toolbreaker.runtime._result import DEFAULT_INSTRUCTIONS
-from toolbreaker.runtime._run._guard import RunGuard, StopPacket
+from toolbreaker.runtime import Attachment, StopPacket
 
 __all__ = [
     "StreamPublisher",
@@ -249,7 +250,7 @@ def _new_stream(path: str) -> sqlite3.Connection:
 
 def _existing_stream(path: str) -> sqlite3.Connection:
     """A connection to the stream in the file ``path``, which must hold one already."""
-    from toolbreaker.stores._sqlite import connect_existing
+    from toolbreaker.instrumentation._kit import connect_existing  # the SQLite store, here only
 
     try:
         db = connect_existing(path)

@@ -19,23 +19,26 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker.errors import PolicyError, RowNotFound
 from toolbreaker.integrations._kit import (
     BREAKER_OPTIONS,
-    GUARDED_TOOL_OPTIONS,
     Breaker,
-    GuardedTool,
     Registry,
     Risk,
-    RunGuard,
     check_risk,
     check_seconds,
-    guarded_tool,
-    not_callable,
     shown,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+    )
+
 
 __all__ = [
     "METADATA_FIELDS",
@@ -168,7 +171,7 @@ def described(
     # The run guard's options among the metadata (GuardedToolOptions; a business key
     # listed in JSON becomes a tuple there).
     options: dict[str, Any] = {
-        k: raw[k] for k in METADATA_FIELDS & GUARDED_TOOL_OPTIONS if k in raw
+        k: raw[k] for k in METADATA_FIELDS & kit.GUARDED_TOOL_OPTIONS if k in raw
     }
     dependency = raw.get("dependency")
     if dependency is not None:
@@ -277,7 +280,7 @@ def check_adapter(
             f"registry must be a Registry (Registry.from_toml(path) ...), got {shown(registry)}",
             field="registry",
         )
-    if guard is not None and not isinstance(guard, RunGuard):
+    if guard is not None and not isinstance(guard, kit.RunGuard):
         raise PolicyError(f"guard must be a RunGuard, got {shown(guard)}", field="guard")
     for name, flag in (flags or {}).items():
         if type(flag) is not bool:
@@ -327,7 +330,7 @@ def guard_options(tool: str, options: Mapping[str, Any], where: str) -> None:
         PolicyError: an unknown option, or a wrong type or value.
     """
     try:
-        guarded_tool(tool, not_callable, options)
+        kit.guarded_tool(tool, kit.not_callable, options)
     except PolicyError as exc:
         raise _located(exc, where, tool) from None
 
@@ -343,7 +346,7 @@ def _located(exc: PolicyError, where: str, tool: str | None = None) -> PolicyErr
     if tool is not None and field.startswith(f"{tool}."):
         field = field[len(tool) + 1 :]
     option = field.partition(".")[0]
-    if option not in BREAKER_OPTIONS | GUARDED_TOOL_OPTIONS | {"dependency", "operation"}:
+    if option not in BREAKER_OPTIONS | kit.GUARDED_TOOL_OPTIONS | {"dependency", "operation"}:
         return exc
     message = f"{where}: {exc.message}"
     if isinstance(exc, RowNotFound):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from langchain.agents.middleware import ModelRequest
 from langchain_core.messages import AIMessage, SystemMessage, ToolMessage
@@ -28,7 +28,17 @@ from langgraph.types import Command
 
 from toolbreaker.errors import NotSent
 from toolbreaker.integrations import count_usage
-from toolbreaker.integrations._kit import RunGuard, SiblingOutcome, StopPacket, hook_failed
+from toolbreaker.integrations._kit import (
+    StopPacket,
+    hook_failed,
+)
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        RunGuard,
+        SiblingOutcome,
+    )
+
 
 __all__ = [
     "STOP_KEY",

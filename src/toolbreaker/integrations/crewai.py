@@ -28,9 +28,10 @@ its name, description and ``args_schema``. One call of a tool goes like this (Cr
   the tool's function with the guard's arguments: a write's idempotency key fills the
   tool's key argument when its ``args_schema`` has one, before CrewAI checks the
   arguments (its ``@tool`` makes every parameter required; a value the model made up is
-  dropped), and :func:`idempotency_key` returns it inside the tool either way. The tool's
-  exception settles the call (:meth:`Step.failed`) and the model reads the guard's result
-  (``tool_unavailable`` when it opened the breaker, ``{"ok": false, ...}`` otherwise), so
+  dropped), and :func:`toolbreaker.idempotency_key` returns it inside the tool either
+  way. The tool's exception settles the call (:meth:`Step.failed`) and the model reads
+  the guard's result (``tool_unavailable`` when it opened the breaker, ``{"ok": false,
+  ...}`` otherwise), so
   CrewAI's own retry of a raising tool never calls a failing dependency again;
 - **after** (``after_tool_call``): the observation is the guard's answer whenever there
   is one; a permitted call that CrewAI answered itself without running the tool (its
@@ -70,8 +71,9 @@ import json
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.integrations._described import check_adapter
 
@@ -93,20 +95,22 @@ from crewai.hooks import (  # noqa: E402
 
 from toolbreaker.errors import NotSent, PolicyError  # noqa: E402
 from toolbreaker.integrations._kit import (  # noqa: E402
-    CancelledByPolicy,
-    GuardedTool,
     Registry,
-    RunGuard,
-    SiblingOutcome,
     Step,
     StopPacket,
     ToolType,
-    idempotency_key,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+        SiblingOutcome,
+    )
+
 
 __all__ = [
     "arun_stop",
-    "idempotency_key",
     "protect",
     "run_stop",
 ]
@@ -252,7 +256,7 @@ class _Runner:
         except BaseException as exc:  # noqa: BLE001 - interrupts are recorded, then re-raised
             call.answer = step.failed(exc)
             return _text(call.answer)
-        if isinstance(ran, CancelledByPolicy):
+        if isinstance(ran, kit.CancelledByPolicy):
             call.answer = ran.answer
             return _text(ran.answer)
         seen = step.succeeded(ran)
@@ -440,7 +444,7 @@ def protect(
     Raises:
         PolicyError: no run guard, or the crew or an agent is protected already.
     """
-    if not isinstance(guard, RunGuard):
+    if not isinstance(guard, kit.RunGuard):
         raise PolicyError("protect() needs a RunGuard", field="guard")
     check_adapter(registry=registry)
     binding = _Binding(guard, registry)

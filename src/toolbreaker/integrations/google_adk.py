@@ -54,8 +54,9 @@ import copy
 import dataclasses
 import itertools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import count_usage
@@ -81,16 +82,19 @@ from toolbreaker.integrations._described import (  # noqa: E402
 )
 from toolbreaker.integrations._kit import (  # noqa: E402
     SYSTEM_PROMPT_LINE,
-    CancelledByPolicy,
-    GuardedTool,
     Registry,
-    RunGuard,
-    SiblingOutcome,
     Step,
     StopPacket,
     ToolType,
-    key_argument,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+        SiblingOutcome,
+    )
+
 
 __all__ = [
     "ToolbreakerPlugin",
@@ -106,7 +110,7 @@ STOP_KEY: Final = "toolbreaker_stop"
 TURN_KEY: Final = "toolbreaker_turn"
 
 #: A run guard, or a callable that finds the run's guard from ADK's context of the run.
-GuardSource: TypeAlias = RunGuard | Callable[[ReadonlyContext], RunGuard]
+GuardSource: TypeAlias = "RunGuard | Callable[[ReadonlyContext], RunGuard]"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,7 +223,7 @@ class ToolbreakerPlugin(BasePlugin):
     ) -> None:
         super().__init__(name=name)
         check_adapter(registry=registry, flags={"instructions": instructions})
-        if not isinstance(guard, RunGuard) and not callable(guard):
+        if not isinstance(guard, kit.RunGuard) and not callable(guard):
             raise PolicyError(
                 f"guard must be a RunGuard or a callable, not {type(guard).__name__}",
                 field="guard",
@@ -240,13 +244,13 @@ class ToolbreakerPlugin(BasePlugin):
         Raises:
             PolicyError: the factory returned something else.
         """
-        if isinstance(self.guard, RunGuard):
+        if isinstance(self.guard, kit.RunGuard):
             return self.guard
         invocation = context.invocation_id
         found = self._guards.get(invocation)
         if found is None:
             found = self.guard(context)
-            if not isinstance(found, RunGuard):
+            if not isinstance(found, kit.RunGuard):
                 raise PolicyError(
                     f"the guard factory returned {type(found).__name__}, not a RunGuard",
                     field="guard",
@@ -291,7 +295,7 @@ class ToolbreakerPlugin(BasePlugin):
         hidden: dict[str, GuardedTool] = {}
         for name, tool in list(llm_request.tools_dict.items()):
             spec = self._spec(guard, tool)
-            if key_argument(spec) is not None:
+            if kit.key_argument(spec) is not None:
                 hidden[name] = spec
             llm_request.tools_dict[name] = self._guarded(tool)
         if hidden:
@@ -423,7 +427,7 @@ class ToolbreakerPlugin(BasePlugin):
                 if cancelled is not None:
                     await _cancelled(cancelled.step, exc)
                 raise
-            if isinstance(ran, CancelledByPolicy):
+            if isinstance(ran, kit.CancelledByPolicy):
                 self._claim(tool_context)  # settled by the turn; after_tool_callback skips it
                 return _as_response(ran.answer)
             return ran

@@ -5,7 +5,7 @@ every request asks the breaker of its host first::
 
     registry = toolbreaker.Registry()
     client = httpx.Client(transport=BreakerTransport(registry=registry))
-    client.get("https://api.example.com/search")   # raises toolbreaker.CircuitOpen when open
+    client.get("https://api.example.com/search")   # raises toolbreaker.errors.CircuitOpen when open
 
 What counts (:func:`toolbreaker.runtime.classify_status` on the status line, the breaker's
 classifier on a raised exception):
@@ -18,7 +18,7 @@ classifier on a raised exception):
   are failures; a cancelled request is ignored.
 
 A rejected request is never sent. By default the transport raises
-:class:`toolbreaker.CircuitOpen` (``.result`` is the tool-unavailable result for the
+:class:`toolbreaker.errors.CircuitOpen` (``.result`` is the tool-unavailable result for the
 model, ``.retry_after`` the whole seconds to wait); with ``on_reject="respond"`` it
 returns a synthesized ``503`` instead, with ``Retry-After``, a ``Toolbreaker-Rejected``
 header naming the reason and the tool-unavailable result as its JSON body.
@@ -52,7 +52,7 @@ __all__ = [
 #: Maps a request to its breaker: a dependency name, or ``(dependency, operation)``.
 KeyFunction = Callable[[httpx.Request], str | tuple[str, str]]
 
-#: What a rejected request becomes: ``raise`` :class:`~toolbreaker.CircuitOpen`, or
+#: What a rejected request becomes: ``raise`` :class:`~toolbreaker.errors.CircuitOpen`, or
 #: ``respond`` with a synthesized 503.
 OnReject = Literal["raise", "respond"]
 
@@ -137,7 +137,7 @@ class BreakerTransport(_Guarding, httpx.BaseTransport):
             A private :class:`~toolbreaker.Registry` when omitted.
         key: maps a request to its breaker (default :func:`host_key`); return
             ``(dependency, operation)`` to give, say, writes their own breaker.
-        on_reject: ``raise`` :class:`~toolbreaker.CircuitOpen` (default) or ``respond``
+        on_reject: ``raise`` :class:`~toolbreaker.errors.CircuitOpen` (default) or ``respond``
             with a synthesized 503.
         classify: judges a response (default :func:`classify_response`).
     """
@@ -185,7 +185,7 @@ class AsyncBreakerTransport(_Guarding, httpx.AsyncBaseTransport):
             :class:`httpx.AsyncHTTPTransport` when omitted.
         registry: where the breakers live; share one between clients to share state.
         key: maps a request to its breaker (default :func:`host_key`).
-        on_reject: ``raise`` :class:`~toolbreaker.CircuitOpen` (default) or ``respond``
+        on_reject: ``raise`` :class:`~toolbreaker.errors.CircuitOpen` (default) or ``respond``
             with a synthesized 503.
         classify: judges a response (default :func:`classify_response`).
     """

@@ -23,7 +23,7 @@ dependency's breaker is open, the run is stopped, writes are blocked, a confirme
 answered from the journal) the tool does not run and the model gets that answer as a
 ``ToolMessage``, ``status="error"`` unless the answer is a success. Otherwise the tool runs
 through LangChain's handler; a write carries its idempotency key (see
-:func:`idempotency_key`). The outcome is settled with the guard, which decides what the
+:func:`toolbreaker.idempotency_key`). The outcome is settled with the guard, which decides what the
 model reads: the tool's own message on success, a JSON result it can act on on failure
 (a tool-unavailable result naming the fallback, or ``{"ok": false, "error": ...,
 "retryable": ...}``), never "please try again".
@@ -73,8 +73,9 @@ import collections
 import dataclasses
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations._kit import (
@@ -82,17 +83,13 @@ from toolbreaker.integrations._kit import (
     Breaker,
     BreakerToolOptions,
     Budget,
-    CancelledByPolicy,
-    GuardedTool,
     GuardToolOptions,
     Journal,
     MemoryStore,
     Registry,
-    RunGuard,
     Step,
     StopPacket,
     hidden_tools_line,
-    idempotency_key,
     system_prompt_line,
 )
 
@@ -136,10 +133,16 @@ from toolbreaker.integrations._langchain_messages import (
     with_system_line,
 )
 
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+    )
+
+
 __all__ = [
     "STOP_KEY",
     "ToolbreakerMiddleware",
-    "idempotency_key",
 ]
 
 _SELECT: Final = frozenset({"dependency", "operation", "breaker"})
@@ -367,7 +370,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             result = guard.run_step(pending.step, lambda: handler(pending.request))
         except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
             return failed_reply(call, exc, pending.step.failed(settles_with(exc)))
-        if isinstance(result, CancelledByPolicy):
+        if isinstance(result, kit.CancelledByPolicy):
             return answer_message(call, result.answer)
         failure, value = _outcome(result)
         answer = pending.step.failed(failure) if failure else pending.step.succeeded(value)
@@ -403,7 +406,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
             )
         except BaseException as exc:  # noqa: BLE001 - interrupts and cancellations re-raised
             return failed_reply(call, exc, await pending.step.afailed(settles_with(exc)))
-        if isinstance(result, CancelledByPolicy):
+        if isinstance(result, kit.CancelledByPolicy):
             return answer_message(call, result.answer)
         failure, value = _outcome(result)
         step = pending.step
@@ -501,7 +504,7 @@ class ToolbreakerMiddleware(AgentMiddleware[ToolbreakerState, Any, Any]):
         if self._factory is not None:
             guard = self._factory(task)
         else:
-            guard = RunGuard(
+            guard = kit.RunGuard(
                 task, budget=self.budget, journal=self.journal, clock=self.registry.clock
             )
         # What watches the registry (an event stream, a recorder) hears the task's stops.

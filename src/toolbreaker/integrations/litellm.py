@@ -30,7 +30,7 @@ store share each deployment's breaker, and a store that cannot be read rejects t
 attempt (reason ``store-unavailable``) instead of waving it through.
 
 An attempt the breaker rejects is never sent. The adapter raises the rejection
-(:class:`~toolbreaker.CircuitOpen`, carrying ``retry_skip_deployment_id``) into
+(:class:`~toolbreaker.errors.CircuitOpen`, carrying ``retry_skip_deployment_id``) into
 LiteLLM, whose own loop treats it as that attempt's failure: a retry picks another
 deployment of the group where there is one, and the ``fallbacks`` chain moves on to the
 next model group. When every attempt of a call was rejected, the caller gets
@@ -71,7 +71,7 @@ import contextvars
 import dataclasses
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from toolbreaker._extras import require
 from toolbreaker.errors import CircuitOpen, DeploymentsUnavailable, PolicyError, RunStopped
@@ -82,7 +82,6 @@ from toolbreaker.integrations._kit import (
     Permit,
     Registry,
     Rejection,
-    RunGuard,
     deployments_unavailable_result,
     hook_failed,
 )
@@ -93,6 +92,12 @@ require("litellm", "litellm")
 from litellm.router import Router, router_arguments  # noqa: E402
 from litellm.router_config import build_router_config  # noqa: E402
 from litellm.router_python_host import PythonHost  # noqa: E402
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        RunGuard,
+    )
+
 
 __all__ = [
     "GuardedRouter",

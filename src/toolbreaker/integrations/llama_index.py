@@ -22,7 +22,7 @@ awaits) or ``call``, goes like this:
   JSON result (tool unavailable, naming its fallback ...), ``is_error`` when it is not ok;
 - **run**: the wrapped tool runs through :meth:`RunGuard.arun_step` within the breaker's
   timeout; a write receives its idempotency key in its key argument when its ``fn_schema``
-  has one (a value the model sent there is dropped), and from :func:`idempotency_key`
+  has one (a value the model sent there is dropped), and from :func:`toolbreaker.idempotency_key`
   inside the tool in any case;
 - **after**: the outcome settles the step; a failure (the wrapped tool's exception, a
   timeout) reaches the model as the guard's result, never a traceback.
@@ -58,8 +58,9 @@ import inspect
 import json
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError, ToolReportedError
 from toolbreaker.integrations import count_usage
@@ -67,15 +68,10 @@ from toolbreaker.integrations._described import check_adapter, tool_breaker
 from toolbreaker.integrations._kit import (
     SYSTEM_PROMPT_LINE,
     Breaker,
-    CancelledByPolicy,
-    GuardedTool,
     Registry,
-    RunGuard,
-    SiblingOutcome,
     Step,
     StopPacket,
     hook_failed,
-    idempotency_key,
 )
 
 require("llama_index.core", "llama-index")
@@ -100,9 +96,16 @@ from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
 from llama_index.core.instrumentation.events.llm import LLMChatEndEvent  # noqa: E402
 from llama_index.core.tools import FunctionTool, ToolOutput  # noqa: E402
 
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+        SiblingOutcome,
+    )
+
+
 __all__ = [
     "arun_stop",
-    "idempotency_key",
     "protect",
     "run_stop",
 ]
@@ -501,7 +504,7 @@ class ProtectedTool(FunctionTool):
             )
         except BaseException as exc:  # noqa: BLE001 - re-raised by afailed() if it must be
             return self._output(await step.afailed(exc), given, exc)
-        if isinstance(ran, CancelledByPolicy):
+        if isinstance(ran, kit.CancelledByPolicy):
             return self._output(ran.answer, given)
         if ran.is_error:
             return self._output(await step.afailed(ToolError(ran.content)), given, ran.exception)
@@ -512,7 +515,7 @@ class ProtectedTool(FunctionTool):
         """The wrapped tool's ``acall``; a sync-only tool's ``call`` in a worker thread.
 
         LlamaIndex runs a sync function in its executor, before 0.14.22 without this
-        context: run here with it, the tool's :func:`idempotency_key` is the guard's.
+        context: run here with it, the tool's :func:`toolbreaker.idempotency_key` is the guard's.
         """
         if self._sync_only:
             return asyncio.to_thread(self.tool.call, **kwargs)
@@ -521,7 +524,7 @@ class ProtectedTool(FunctionTool):
     def _settled(
         self, step: Step, ran: Any, given: dict[str, Any], succeeded: Callable[[Any], Any]
     ) -> ToolOutput:
-        if isinstance(ran, CancelledByPolicy):
+        if isinstance(ran, kit.CancelledByPolicy):
             return self._output(ran.answer, given)
         if ran.is_error:
             return self._output(step.failed(ToolError(ran.content)), given, ran.exception)

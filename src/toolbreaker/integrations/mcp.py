@@ -113,22 +113,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import Any, Final, TypeAlias, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, TypedDict, cast
 
 from toolbreaker._extras import require
 from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.integrations._described import check_adapter
 from toolbreaker.integrations._kit import (
-    ActionRequest,
     Breaker,
     BreakerOptions,
     CallEnd,
     CheckEnd,
-    GuardedTool,
     Registry,
     Risk,
     RiskClass,
-    RunGuard,
     Stop,
     answer_kind,
     needs_liveness_check,
@@ -176,6 +173,14 @@ from toolbreaker.integrations._mcp_tasks import (  # noqa: E402
     rounds_key,
     task_of,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        ActionRequest,
+        GuardedTool,
+        RunGuard,
+    )
+
 
 __all__ = [
     "IDEMPOTENCY_META_KEY",

@@ -53,22 +53,18 @@ import dataclasses
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations import count_usage
 from toolbreaker.integrations._described import check_adapter, tool_breaker
 from toolbreaker.integrations._kit import (
     Breaker,
-    CancelledByPolicy,
-    GuardedTool,
     Registry,
-    RunGuard,
     Step,
     hidden_tools_line,
-    key_argument,
-    may_write,
 )
 
 require("agents", "openai-agents")
@@ -89,6 +85,13 @@ from agents.items import ModelResponse, TResponseInputItem  # noqa: E402 - see a
 from agents.run_context import AgentHookContext  # noqa: E402 - see above
 from agents.tool import Tool  # noqa: E402 - see above
 from agents.tool_context import ToolContext  # noqa: E402 - see above
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+    )
+
 
 __all__ = [
     "protect",
@@ -177,9 +180,9 @@ def protect(
             continue
         if breaker is not None and breaker is not spec.breaker:
             spec = guard.add_tool(dataclasses.replace(spec, breaker=breaker))
-        write = may_write(spec)
+        write = kit.may_write(spec)
         properties = tool.params_json_schema.get("properties") or {}
-        key_arg = key_argument(spec)
+        key_arg = kit.key_argument(spec)
         inject = key_arg if key_arg is not None and key_arg in properties else None
         tools.append(protection.adopt(tool, spec.breaker, inject=inject, write=write))
     # A run the guard stopped asks the model nothing more (see _StopHooks).
@@ -578,7 +581,7 @@ class _Protection:
                 raise
             finally:
                 _RUNNING.reset(token)
-            if isinstance(result, CancelledByPolicy):
+            if isinstance(result, kit.CancelledByPolicy):
                 call.settled_by_policy()
                 return _text(result.answer)
             # A failure the SDK caught was settled by format_tool_error; this is its text.

@@ -62,8 +62,9 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.integrations import count_usage
 
@@ -104,15 +105,18 @@ from toolbreaker.integrations._described import (  # noqa: E402
 from toolbreaker.integrations._kit import (  # noqa: E402
     SYSTEM_PROMPT_LINE,
     Breaker,
-    CancelledByPolicy,
-    GuardedTool,
     Registry,
-    RunGuard,
-    SiblingOutcome,
     StopPacket,
     hidden_tools_line,
-    key_argument,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        GuardedTool,
+        RunGuard,
+        SiblingOutcome,
+    )
+
 
 __all__ = [
     "ToolbreakerCapability",
@@ -192,7 +196,7 @@ def _stopped_by(exc: BaseException, guard: RunGuard) -> RunCancelled | None:
 
 
 #: A run guard, or a callable that finds the run's guard from its ``RunContext``.
-_GuardSource: TypeAlias = RunGuard | Callable[[RunContext[AgentDepsT]], RunGuard]
+_GuardSource: TypeAlias = "RunGuard | Callable[[RunContext[AgentDepsT]], RunGuard]"
 
 
 @dataclass
@@ -231,7 +235,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             registry=self.registry,
             flags={"instructions": self.instructions, "hide_open_tools": self.hide_open_tools},
         )
-        if not isinstance(self.guard, RunGuard) and not callable(self.guard):
+        if not isinstance(self.guard, kit.RunGuard) and not callable(self.guard):
             raise PolicyError(
                 f"guard must be a RunGuard or a callable, not {type(self.guard).__name__}",
                 field="guard",
@@ -244,10 +248,10 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
 
     async def for_run(self, ctx: RunContext[AgentDepsT]) -> AbstractCapability[AgentDepsT]:
         """Bind the run's guard when the capability was given a factory."""
-        if isinstance(self.guard, RunGuard):
+        if isinstance(self.guard, kit.RunGuard):
             return self
         guard = self.guard(ctx)
-        if not isinstance(guard, RunGuard):
+        if not isinstance(guard, kit.RunGuard):
             raise PolicyError(
                 f"the guard factory returned {type(guard).__name__}, not a RunGuard", field="guard"
             )
@@ -289,7 +293,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             breaker = spec.breaker
             if breaker is not None and breaker.timeout is not None and tool_def.timeout is None:
                 changes["timeout"] = breaker.timeout
-            if key_argument(spec) is not None:
+            if kit.key_argument(spec) is not None:
                 changes["parameters_json_schema"] = without_key_argument(
                     tool_def.name, tool_def.parameters_json_schema, spec
                 )
@@ -409,7 +413,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
             # A deadline is toolbreaker's to word: the framework would turn it into a
             # retry prompt and, after its retry count, an internal error the model reads.
             raise ToolFailed(_encode(seen)) from exc
-        if isinstance(result, CancelledByPolicy):
+        if isinstance(result, kit.CancelledByPolicy):
             return _answer(ctx, guard, result.answer)
         seen = await step.asucceeded(result)
         if seen is result:
@@ -419,7 +423,7 @@ class ToolbreakerCapability(AbstractCapability[AgentDepsT]):
     # -- helpers ------------------------------------------------------------------------
 
     def _bound(self) -> RunGuard:
-        if not isinstance(self.guard, RunGuard):  # pragma: no cover - for_run always binds
+        if not isinstance(self.guard, kit.RunGuard):  # pragma: no cover - for_run always binds
             raise PolicyError("the capability has no run guard bound", field="guard")
         return self.guard
 

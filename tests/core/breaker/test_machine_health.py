@@ -6,12 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import Policy, PolicyError
+from toolbreaker import Policy
 from toolbreaker.core import Event, Replay
 from toolbreaker.core._breaker.machine import apply
 from toolbreaker.core._breaker.predicates import admission, idle_rejection, retry_after_ms
 from toolbreaker.core._breaker.state import CLOSED, HALF_OPEN, OPEN, BreakerState
 from toolbreaker.core._breaker.trace import parse_event
+from toolbreaker.errors import PolicyError
 
 HEALTH = Policy(failure_threshold=1, cooldown_ms=100, success_threshold=2, probes="health-check")
 

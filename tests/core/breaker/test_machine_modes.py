@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import Policy, PolicyError
+from toolbreaker import Policy
 from toolbreaker.core import BreakerState, Event, Replay, replay
 from toolbreaker.core._breaker.predicates import (
     admission,
@@ -18,7 +18,7 @@ from toolbreaker.core._breaker.predicates import (
 )
 from toolbreaker.core._breaker.state import CORRUPT
 from toolbreaker.core._breaker.trace import parse_event
-from toolbreaker.errors import TraceError
+from toolbreaker.errors import PolicyError, TraceError
 
 RATE = Policy(failure_rate_permille=500, minimum_calls=4, window_calls=4, cooldown_ms=1000)
 SLOW = Policy(

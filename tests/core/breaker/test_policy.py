@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import Policy, PolicyError
+from toolbreaker import Policy
+from toolbreaker.errors import PolicyError
 
 
 def test_defaults_match_the_documented_table():

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError, Verdict
-from toolbreaker.errors import PermitError
+from toolbreaker import Breaker, Policy, Verdict
+from toolbreaker.errors import CircuitOpen, PermitError, PolicyError
 from toolbreaker.testing import FakeClock, capture_transitions, force_state
 
 

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError
+from toolbreaker import Breaker, Policy
+from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime import Permit, Rejection
 from toolbreaker.runtime._result import unavailable_result
 from toolbreaker.testing import FakeClock

@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 import toolbreaker
-from toolbreaker import Breaker, CircuitOpen, Policy, PolicyError, Registry
+from toolbreaker import Breaker, Policy, Registry
+from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.stores import SQLiteStore
 from toolbreaker.testing import FakeClock, Fault, ToolService, capture_transitions, request_json
 

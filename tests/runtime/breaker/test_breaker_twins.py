@@ -19,10 +19,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from toolbreaker import Breaker, CircuitOpen, Policy, RetryPolicy, Verdict, classify_exception
+from toolbreaker import Breaker, Policy, RetryPolicy, Verdict, classify_exception
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._breaker._admission import UNSET
 from toolbreaker.runtime._breaker._steps import _binder, _ToolCall
-from toolbreaker.runtime._flow import drive
+from toolbreaker.runtime._flow import adrive, drive
 from toolbreaker.testing import FakeClock, capture_transitions
 
 
@@ -367,5 +368,61 @@ def test_the_quiet_fast_path_is_the_general_path(plan, enforce, twin):
         # listener every request is one, so the general path starts that clock earlier.
         del stats["time_in_state_ms"]
         results.append((seen, stats, state.phase, state.generation, clock()))
+        b.close()
+    assert results[1] == results[0]
+
+
+def run_entered(
+    b: Breaker, clock: FakeClock, plan: list[tuple[str, int, int]], direct: bool, twin: str
+) -> list[Any]:
+    """Two-step calls admitted by the runner's ``enter``/``aenter`` (their inline copy of
+    the flow's first line when the row has no bulkhead), or by driving its one flow,
+    ``entering``; each settled with its outcome, some past their deadline."""
+    runner = b._runner
+
+    async def admitted(now: int, deadline: int | None) -> Any:
+        if twin == "sync":
+            return runner.enter(now, deadline) if direct else drive(runner.entering(now, deadline))
+        if direct:
+            return await runner.aenter(now, deadline)
+        return await adrive(runner.entering(now, deadline))
+
+    async def go() -> list[Any]:
+        seen: list[Any] = []
+        for kind, gap, arg in plan:
+            clock.advance(gap)
+            if kind == "wait":
+                continue
+            permit = await admitted(clock(), runner.default_deadline)
+            if not permit.admitted:
+                seen.append(("rejected", permit.reason, permit.retry_after_ms, permit.result))
+                continue
+            clock.advance(arg * 3_000)  # the call takes time: 6 s is past the row's deadline
+            try:
+                outcome(kind)
+            except Exception as exc:  # noqa: BLE001 - recorded as the outcome
+                seen.append(answer(permit.record(exc)))
+            else:
+                seen.append(answer(permit.record("success")))
+        return seen
+
+    return asyncio.run(go())
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=steps, twin=st.sampled_from(["sync", "async"]), listening=st.booleans())
+@example(plan=OPEN_TWICE, twin="sync", listening=False)
+def test_enter_without_a_bulkhead_is_its_flow(plan, twin, listening):
+    """``enter``/``aenter`` of a row without a bulkhead answer inline (from the view, else
+    by a round trip) instead of driving ``entering``: every answer, counter and record is
+    the flow's."""
+    results = []
+    for direct in (True, False):
+        clock = FakeClock()
+        b = breaker(clock, retries=False, enforce="cooperative")
+        listen = capture_transitions(b) if listening else contextlib.nullcontext([])
+        with listen as records:
+            seen = run_entered(b, clock, plan, direct, twin)
+        results.append((seen, b.stats.to_dict(), plain(records), clock()))
         b.close()
     assert results[1] == results[0]

@@ -19,15 +19,8 @@ import pytest
 
 from records_helpers import SharedMemory
 from store_kinds import kinds, open_store, reopen
-from toolbreaker import (
-    Breaker,
-    CircuitOpen,
-    GuardedTool,
-    Policy,
-    PolicyError,
-    Registry,
-    RunGuard,
-)
+from toolbreaker import Breaker, GuardedTool, Policy, Registry, RunGuard
+from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._breaker._bulkhead import MARGIN_MS, Bulkhead, Slot, shares_records
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock, Fault, request_json

@@ -17,17 +17,11 @@ import pytest
 from degrade_helpers import search_tool, sheet, ticket_tool
 
 from secrets_corpus import SECRETS, leaks
-from toolbreaker import (
-    Budget,
-    GuardedTool,
-    MemoryStore,
-    PolicyError,
-    Registry,
-    RunGuard,
-    SQLiteStore,
-)
+from toolbreaker import Budget, GuardedTool, Registry, RunGuard
 from toolbreaker.cli import main
+from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._breaker._degrade import HANDOFF_SPACE, STALE_SPACE, check_store
+from toolbreaker.stores import MemoryStore, SQLiteStore
 from toolbreaker.testing import FakeClock, request_json
 
 NOON = 1_796_040_000_000 - 1_796_040_000_000 % 86_400_000 + 12 * 3_600_000  # 12:00 UTC

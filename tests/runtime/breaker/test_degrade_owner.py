@@ -13,8 +13,9 @@ from typing import Any
 
 from degrade_helpers import sheet, ticket_tool
 
-from toolbreaker import GuardedTool, MemoryStore, Registry, RunGuard
+from toolbreaker import GuardedTool, Registry, RunGuard
 from toolbreaker.runtime._breaker._degrade import HANDOFF_SPACE
+from toolbreaker.stores import MemoryStore
 
 
 def test_a_person_and_a_drain_never_both_own_the_work(store, service):

@@ -12,7 +12,8 @@ import asyncio
 
 import pytest
 
-from toolbreaker import Breaker, PolicyError, RunGuard
+from toolbreaker import Breaker, RunGuard
+from toolbreaker.errors import PolicyError
 
 
 def lookup(q: str) -> dict[str, str]:

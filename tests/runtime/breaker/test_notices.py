@@ -16,16 +16,9 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import (
-    Breaker,
-    Budget,
-    CircuitOpen,
-    GuardedTool,
-    Registry,
-    RunGuard,
-    TraceRecorder,
-)
+from toolbreaker import Breaker, Budget, GuardedTool, Registry, RunGuard, TraceRecorder
 from toolbreaker.cli import main
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.instrumentation.stream import MemoryStream, StreamPublisher
 from toolbreaker.testing import FakeClock
 

@@ -13,7 +13,8 @@ import dataclasses
 
 import pytest
 
-from toolbreaker import Breaker, CircuitOpen, Policy
+from toolbreaker import Breaker, Policy
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime import Rejection
 from toolbreaker.testing import FakeClock, capture_transitions
 

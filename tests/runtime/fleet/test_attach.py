@@ -10,8 +10,9 @@ import threading
 
 import pytest
 
-from toolbreaker import Breaker, Policy, PolicyError, Registry, RunGuard, TraceRecorder, scope
+from toolbreaker import Breaker, Policy, Registry, RunGuard, TraceRecorder, scope
 from toolbreaker.core import read_trace, replay
+from toolbreaker.errors import PolicyError
 from toolbreaker.runtime import Attachment
 from toolbreaker.runtime._fleet._attach import breakers_of
 from toolbreaker.testing import FakeClock, capture_transitions

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import Breaker, CircuitOpen, MemoryStore, Policy, PolicyError, Registry
+from toolbreaker import Breaker, Policy, Registry
 from toolbreaker.core._breaker.state import CLOSED, OPEN
+from toolbreaker.errors import CircuitOpen, PolicyError
 from toolbreaker.runtime._breaker._boundary import HealthCheck
 from toolbreaker.runtime._fleet._health import HealthChecker
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import ToolService, request_json
 
 

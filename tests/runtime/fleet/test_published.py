@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import MemoryStore, PolicyError, Registry, publish_policy
+from toolbreaker import Registry, publish_policy
 from toolbreaker.core._breaker.state import OPEN
-from toolbreaker.errors import StoreUnavailable
+from toolbreaker.errors import PolicyError, StoreUnavailable
 from toolbreaker.runtime._fleet._published import POLICY_SPACE, read_published
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock
 
 V1 = """\

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import Policy, PolicyError, Registry
-from toolbreaker.errors import RegistryFull
+from toolbreaker import Policy, Registry
+from toolbreaker.errors import PolicyError, RegistryFull
 
 SHEET = """\
 [defaults]
@@ -168,7 +168,8 @@ def test_unknown_get_option_is_a_policy_error():
 
 def test_every_breaker_option_is_validated_once_by_boundary():
     """Breaker, a sheet row and Registry.get options all go through Boundary's checks."""
-    from toolbreaker import Boundary, Breaker, PolicyError, Registry
+    from toolbreaker import Boundary, Breaker, Registry
+    from toolbreaker.errors import PolicyError
 
     for bad in (float("inf"), float("nan"), -1, True, "3"):
         with pytest.raises(PolicyError, match="timeout"):

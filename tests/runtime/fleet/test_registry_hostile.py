@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import PolicyError, Registry
+from toolbreaker import Registry
+from toolbreaker.errors import PolicyError
 
 
 def sheet(tmp_path: Path, text: str) -> str:

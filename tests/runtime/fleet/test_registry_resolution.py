@@ -14,8 +14,8 @@ import logging
 
 import pytest
 
-from toolbreaker import Policy, PolicyError, Registry
-from toolbreaker.errors import RowNotFound
+from toolbreaker import Policy, Registry
+from toolbreaker.errors import PolicyError, RowNotFound
 
 SHEET = {
     "defaults": {"timeout_ms": 4000},

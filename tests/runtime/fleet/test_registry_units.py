@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from toolbreaker import MemoryStore, PolicyError, Registry, publish_policy
+from toolbreaker import Registry, publish_policy
 from toolbreaker.cli import main
-from toolbreaker.errors import ToolbreakerDeprecationWarning
+from toolbreaker.errors import PolicyError, ToolbreakerDeprecationWarning
+from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import FakeClock
 
 NEW = """\

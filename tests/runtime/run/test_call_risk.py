@@ -16,15 +16,8 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import (
-    Breaker,
-    Budget,
-    ClassLimits,
-    GuardedTool,
-    PolicyError,
-    RunGuard,
-    shell_risk_of,
-)
+from toolbreaker import Breaker, Budget, ClassLimits, GuardedTool, RunGuard, shell_risk_of
+from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._run._guard import ActionRequest
 from toolbreaker.stores import MemoryStore
 

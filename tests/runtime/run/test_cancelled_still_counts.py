@@ -23,7 +23,8 @@ import pytest
 
 from records_helpers import SharedMemory
 from store_kinds import closing, kinds, open_store, reopen
-from toolbreaker import Breaker, CircuitOpen, GuardedTool, Policy, RunGuard, Siblings
+from toolbreaker import Breaker, GuardedTool, Policy, RunGuard, Siblings
+from toolbreaker.errors import CircuitOpen
 from toolbreaker.runtime._run._siblings import CancelledByPolicy
 from toolbreaker.stores import MemoryStore, SQLiteStore
 from toolbreaker.testing import FakeClock

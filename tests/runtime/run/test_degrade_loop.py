@@ -21,7 +21,8 @@ import pytest
 
 from loop_helpers import LoopSpy
 from store_kinds import closing, kinds, open_store
-from toolbreaker import Breaker, GuardedTool, MemoryStore, Registry, RunGuard
+from toolbreaker import Breaker, GuardedTool, Registry, RunGuard
+from toolbreaker.stores import MemoryStore
 
 
 # Every kind other processes reach, but the Redis Cluster's six servers: the cluster's

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import Budget, ClassLimits, MemoryStore, PolicyError, RunGuard
+from toolbreaker import Budget, ClassLimits, RunGuard
+from toolbreaker.errors import PolicyError
+from toolbreaker.stores import MemoryStore
 
 SECRET = "sk-proj-abcdefghijklmnopqrstuvwx123456"
 OPEN = {

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from toolbreaker import Breaker, Policy, PolicyError
+from toolbreaker import Breaker, Policy
 from toolbreaker.core._run.budget import Budget, ClassLimits
+from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._run._guard import RunGuard
 from toolbreaker.stores import MemoryStore
 from toolbreaker.testing import Fault, ToolService, request_json

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from toolbreaker import Breaker, GuardedTool, MemoryStore, Policy, RunGuard
+from toolbreaker import Breaker, GuardedTool, Policy, RunGuard
+from toolbreaker.stores import MemoryStore
 
 
 def on_a_loop() -> bool:

@@ -14,15 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from toolbreaker import (
-    Breaker,
-    GuardedTool,
-    Policy,
-    PolicyError,
-    RunGuard,
-    SiblingOutcome,
-    Siblings,
-)
+from toolbreaker import Breaker, GuardedTool, Policy, RunGuard, SiblingOutcome, Siblings
+from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._result import cancelled_result, unknown_result
 from toolbreaker.runtime._run._siblings import CancelledByPolicy
 from toolbreaker.stores import MemoryStore

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from loop_helpers import LoopSpy
-from toolbreaker import Breaker, GuardedTool, MemoryStore, Policy, RunGuard, Siblings
+from toolbreaker import Breaker, GuardedTool, Policy, RunGuard, Siblings
 from toolbreaker.runtime._run._siblings import CancelledByPolicy
-from toolbreaker.stores import SQLiteStore
+from toolbreaker.stores import MemoryStore, SQLiteStore
 
 PATIENCE = 20.0
 

@@ -37,8 +37,9 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
+import toolbreaker.integrations._kit as kit
 from toolbreaker._extras import require
 from toolbreaker.errors import PolicyError
 from toolbreaker.integrations._kit import (
@@ -47,7 +48,6 @@ from toolbreaker.integrations._kit import (
     Journal,
     Records,
     Registry,
-    RunGuard,
     Store,
     Transition,
     load_toml,
@@ -84,6 +84,12 @@ from toolbreaker.integrations.mcp_gateway._wire import (  # noqa: E402
     lines_of,
     stderr_line,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        RunGuard,
+    )
+
 
 __all__ = [
     "Gateway",
@@ -293,7 +299,7 @@ class Gateway:
         if self._make_guard is not None:
             guard = self._make_guard(server, client)
         else:
-            guard = RunGuard(
+            guard = kit.RunGuard(
                 self.run_id(server, client),
                 budget=self.budget,
                 journal=self.journal,

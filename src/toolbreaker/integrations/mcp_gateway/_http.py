@@ -39,8 +39,8 @@ import itertools
 import json
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 import anyio
@@ -48,6 +48,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from toolbreaker.errors import PolicyError
+from toolbreaker.integrations.mcp_gateway._session import HostSession, ToHost
 from toolbreaker.integrations.mcp_gateway._upstream import UpstreamGone
 from toolbreaker.integrations.mcp_gateway._wire import (
     MAX_LINE,
@@ -57,10 +58,7 @@ from toolbreaker.integrations.mcp_gateway._wire import (
     stderr_line,
 )
 
-if TYPE_CHECKING:
-    from toolbreaker.integrations.mcp_gateway import Gateway
-
-__all__ = ["IDLE_TIMEOUT", "GatewayApp", "serve_http"]
+__all__ = ["IDLE_TIMEOUT", "Gateway", "GatewayApp", "serve_http"]
 
 #: Seconds after which a 2025 session nobody used is ended (its server stopped).
 IDLE_TIMEOUT: Final = 30 * 60.0
@@ -68,6 +66,26 @@ IDLE_TIMEOUT: Final = 30 * 60.0
 _BACKLOG: Final = 100
 _KEEPALIVE: Final = 15.0
 _SESSION_HEADER: Final = b"mcp-session-id"
+
+
+class Gateway(Protocol):
+    """What the HTTP front needs of the gateway it serves.
+
+    Its servers' names and a host session of one: the
+    :class:`toolbreaker.integrations.mcp_gateway.Gateway` this module is a part of, which
+    it does not import.
+    """
+
+    @property
+    def servers(self) -> Mapping[str, object]:
+        """The servers, by name."""
+        ...
+
+    def session(self, server: str, to_host: ToHost) -> HostSession:
+        """A host session of ``server`` writing to ``to_host``."""
+        ...
+
+
 _VERSION_HEADER: Final = b"mcp-protocol-version"
 _MODERN: Final = frozenset({"2026-07-28"})
 _LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "[::1]")

@@ -31,7 +31,7 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -47,7 +47,9 @@ from mcp.types import (
     TextContent,
 )
 
-from toolbreaker.integrations._kit import Registry, RunGuard
+from toolbreaker.integrations._kit import (
+    Registry,
+)
 from toolbreaker.integrations.mcp import GuardedClient
 from toolbreaker.integrations.mcp_gateway._relay import (
     HostCall,
@@ -66,6 +68,12 @@ from toolbreaker.integrations.mcp_gateway._wire import (
     result_frame,
     stderr_line,
 )
+
+if TYPE_CHECKING:
+    from toolbreaker.integrations._kit import (
+        RunGuard,
+    )
+
 
 __all__ = ["OPENING", "START_TIMEOUT", "HostSession", "SessionPlan", "ToHost"]
 

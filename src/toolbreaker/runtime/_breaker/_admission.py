@@ -5,15 +5,19 @@ the store, the clock and the counters it uses). A request and an outcome go to t
 core's ``apply()`` in the store, except where the core has already said what would
 happen (a quiet state, a cooling-down open one); every record the core returns is
 counted and published to the listeners, whose faults never change an outcome.
+
+The part never imports the breaker that holds it: it knows its owner only as a type
+parameter (``BreakerT``), which it hands back to users (:attr:`Permit.breaker`, a listener's
+second argument). ``Permit[Breaker]`` is what a breaker's ``allow()`` returns.
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import functools
+import typing
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol
 
 from toolbreaker.core._breaker.policy import Policy
 from toolbreaker.core._breaker.predicates import (
@@ -53,40 +57,36 @@ from toolbreaker.runtime._result import retry_after_seconds, unavailable_result
 from toolbreaker.runtime._sync_path import NOT_AWAITED_DETAIL
 from toolbreaker.stores._protocol import Store, View, aapply
 
-if TYPE_CHECKING:
-    from toolbreaker.runtime._breaker._boundary import Boundary
-    from toolbreaker.runtime._breaker._breaker import Breaker
-    from toolbreaker.runtime._breaker._bulkhead import Slot
-    from toolbreaker.runtime._breaker._stats import BreakerStats
-
 __all__ = [
     "Admission",
     "Idle",
-    "Listener",
+    "Owner",
     "Permit",
     "Rejection",
-    "watch_openings",
 ]
 
-#: A listener receives every transition record the core produced, and the breaker.
-Listener = Callable[[Transition, "Breaker"], None]
 
-#: Breakers that opened in this context while a run-guard step watched (see
-#: :func:`watch_openings`): how a guard learns that a breaker *inside* its tool (an httpx
-#: transport, a nested call) just opened, so the model hears "unavailable" at once.
-_OPENED: contextvars.ContextVar[list[Breaker] | None] = contextvars.ContextVar(
-    "toolbreaker_opened", default=None
-)
+class Owner(Protocol):
+    """What a bare ``Permit``'s or ``Rejection``'s breaker is known to have: its key.
 
-
-def watch_openings() -> list[Breaker]:
-    """Collect, from now on in this context, every breaker that opens; returns the list.
-
-    Worker threads and tasks started from this context share the same list.
+    A breaker's own ``allow()`` says more: it returns a ``Permit[Breaker]``, whose
+    :attr:`~Permit.breaker` is the breaker.
     """
-    opened: list[Breaker] = []
-    _OPENED.set(opened)
-    return opened
+
+    @property
+    def key(self) -> str:
+        """``dependency:operation``, the breaker's name in records and metrics."""
+        ...
+
+
+if TYPE_CHECKING:  # a default for a type parameter: typing has it from Python 3.13 only
+    from typing_extensions import TypeVar
+
+    BreakerT = TypeVar("BreakerT", default=Owner)
+    Breaker_co = TypeVar("Breaker_co", covariant=True, default=Owner)
+else:
+    BreakerT = typing.TypeVar("BreakerT")
+    Breaker_co = typing.TypeVar("Breaker_co", covariant=True)
 
 
 #: A result that arrived after the call's deadline: ambiguous, never a success.
@@ -100,7 +100,7 @@ _CLASSIFIER_ERROR: Final = Verdict("ambiguous", "classifier-error")
 _NOT_AWAITED: Final = Verdict("ignored", NOT_AWAITED_DETAIL)
 
 
-class Rejection:
+class Rejection(Generic[Breaker_co]):
     """A request the breaker rejected locally; carries the LLM-facing result."""
 
     __slots__ = ("_admission", "note", "reason", "retry_after_ms")
@@ -108,7 +108,7 @@ class Rejection:
 
     def __init__(
         self,
-        admission: Admission,
+        admission: Admission[Breaker_co],
         reason: str,
         retry_after_ms: int | None,
         note: str | None = None,
@@ -119,7 +119,7 @@ class Rejection:
         self.note = note  # an operator's reason for an isolation, shown to the model
 
     @property
-    def breaker(self) -> Breaker:
+    def breaker(self) -> Breaker_co:
         """The breaker that rejected the request."""
         return self._admission.owner
 
@@ -142,7 +142,7 @@ class Rejection:
         )
 
 
-class Permit:
+class Permit(Generic[Breaker_co]):
     """An admitted call; settle it exactly once with :meth:`record`.
 
     It carries the generation the call was admitted in (a late outcome of an older
@@ -165,7 +165,7 @@ class Permit:
 
     def __init__(  # noqa: PLR0917 - built by the breaker only
         self,
-        admission: Admission,
+        admission: Admission[Breaker_co],
         call: str | None,
         generation: int,
         admitted_at: int,
@@ -187,7 +187,7 @@ class Permit:
         self._settled = False
 
     @property
-    def breaker(self) -> Breaker:
+    def breaker(self) -> Breaker_co:
         """The breaker that admitted the call."""
         return self._admission.owner
 
@@ -314,7 +314,7 @@ class Idle:
         return self.render(self.reason, wait, tool=tool)
 
 
-class Admission:
+class Admission(Generic[BreakerT]):
     """A breaker's admission and settling, through the store and this process's view.
 
     A request and an outcome go through the core (in the store), or skip it where the
@@ -323,6 +323,7 @@ class Admission:
 
     Args:
         owner: the breaker it admits for: what permits, rejections and listeners name.
+        opened: told each time the breaker opens (the breaker's watch of openings).
         boundary: the row (its key, policy, classifier, result predicate and answers).
         store: where the state lives.
         clock: integer milliseconds.
@@ -332,14 +333,16 @@ class Admission:
 
     def __init__(  # noqa: PLR0917 - the data of one part, from the breaker only
         self,
-        owner: Breaker,
+        owner: BreakerT,
         boundary: Boundary,
         store: Store,
         clock: Clock,
         stats: BreakerStats,
         ids: Iterator[int],
+        opened: Callable[[], None],
     ) -> None:
         self.owner = owner
+        self.opened = opened
         self.key = boundary.key
         self.policy: Policy = boundary.policy
         self.store = store
@@ -351,7 +354,8 @@ class Admission:
         self.classify: Callable[[BaseException], Verdict] = boundary.classifier
         self.result_is_failure: Callable[[Any], bool] | None = boundary.result_is_failure
         self.tool = boundary.tool or boundary.dependency
-        self.listeners: list[Listener] = []
+        #: Who hears every record the core produces, with the breaker.
+        self.listeners: list[Callable[[Transition, BreakerT], None]] = []
         self.view: View = store.view(self.key)
         #: The quiet state the view holds, while it is one (the fast paths compare to it).
         self.quiet: BreakerState | None = None
@@ -411,7 +415,9 @@ class Admission:
         """
         return core_retry_after_ms(state or self.state, self.clock(), self.policy)
 
-    def local(self, now: int, deadline: int | None) -> Permit | Rejection | None:
+    def local(
+        self, now: int, deadline: int | None
+    ) -> Permit[BreakerT] | Rejection[BreakerT] | None:
         """Admission answered from the view without the store, or ``None``.
 
         A call is admitted on the view only while the view's lease holds (see
@@ -491,13 +497,13 @@ class Admission:
                     tally.reject(state, now)
         return idle
 
-    def quiet_permit(self, state: BreakerState, start: int, deadline: int) -> Permit:
+    def quiet_permit(self, state: BreakerState, start: int, deadline: int) -> Permit[BreakerT]:
         """The permit a fast-path call would have had, to settle it after all."""
         return Permit(self, None, state.generation, start, deadline, False)
 
     def admit(
         self, now: int, deadline: int | None, *, health_check: bool = False
-    ) -> Permit | Rejection:
+    ) -> Permit[BreakerT] | Rejection[BreakerT]:
         event = self.request(now, health_check)
         policy = self.policy
         try:
@@ -508,7 +514,7 @@ class Admission:
 
     async def aadmit(
         self, now: int, deadline: int | None, *, health_check: bool = False
-    ) -> Permit | Rejection:
+    ) -> Permit[BreakerT] | Rejection[BreakerT]:
         event = self.request(now, health_check)
         policy = self.policy
         try:
@@ -521,7 +527,7 @@ class Admission:
         call = f"{process_token()}.{next(self.ids)}"
         return Event("request", now, self.key, call=call, health_check=health_check)
 
-    def _store_down(self) -> Rejection:
+    def _store_down(self) -> Rejection[BreakerT]:
         self.stats.rejected += 1
         return Rejection(self, STORE_DOWN, None)
 
@@ -532,7 +538,7 @@ class Admission:
         now: int,
         deadline: int | None,
         policy: Policy,
-    ) -> Permit | Rejection:
+    ) -> Permit[BreakerT] | Rejection[BreakerT]:
         records = self.observe(state, records, now, policy)
         last = records[-1]
         if last.attempted:
@@ -544,7 +550,7 @@ class Admission:
         self.stats.rejected += 1
         return Rejection(self, last.reason, self.retry_after_ms(state), state.operator_reason)
 
-    def settle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+    def settle(self, permit: Permit[BreakerT], verdict: Verdict, now: int) -> Transition | None:
         event = self._outcome(permit, verdict, now)
         if event is None:
             return None
@@ -554,7 +560,9 @@ class Admission:
             return None  # the outcome is lost, never turned into a success
         return self.observe(state, records, now, permit.policy)[-1]
 
-    async def asettle(self, permit: Permit, verdict: Verdict, now: int) -> Transition | None:
+    async def asettle(
+        self, permit: Permit[BreakerT], verdict: Verdict, now: int
+    ) -> Transition | None:
         event = self._outcome(permit, verdict, now)
         if event is None:
             return None
@@ -564,7 +572,7 @@ class Admission:
             return None  # the outcome is lost, never turned into a success
         return self.observe(state, records, now, permit.policy)[-1]
 
-    def _outcome(self, permit: Permit, verdict: Verdict, now: int) -> Event | None:
+    def _outcome(self, permit: Permit[BreakerT], verdict: Verdict, now: int) -> Event | None:
         """The outcome event to apply, or ``None`` when the core declared it a no-op."""
         kind = verdict.kind
         if kind != "success":
@@ -647,9 +655,7 @@ class Admission:
                     stats.opens[record.reason] = stats.opens.get(record.reason, 0) + 1
                     if reopened(record):
                         stats.reopens_from_half_open += 1
-                    watching = _OPENED.get()
-                    if watching is not None:
-                        watching.append(self.owner)
+                    self.opened()
                 elif half_opened(record):
                     stats.half_opens += 1
             elif self.phase_since is None:
@@ -671,7 +677,7 @@ class Admission:
                     )
         return records
 
-    def record_result(self, permit: Permit, result: object) -> None:
+    def record_result(self, permit: Permit[BreakerT], result: object) -> None:
         """Settle ``permit`` with a returned result.
 
         A success, unless ``result_is_failure`` says the result is an error in disguise.

@@ -49,7 +49,7 @@ class Boundary:
     """One row of the boundary sheet: everything a breaker is configured with.
 
     Every field is validated when the row is built; a bad value is a
-    :class:`~toolbreaker.PolicyError` naming the field.
+    :class:`~toolbreaker.errors.PolicyError` naming the field.
 
     Attributes:
         dependency: the remote dependency.

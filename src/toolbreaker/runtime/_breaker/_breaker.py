@@ -24,6 +24,7 @@ configuration and operator control.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import itertools
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -35,10 +36,8 @@ from toolbreaker.errors import PolicyError
 from toolbreaker.runtime._breaker._admission import (
     UNSET,
     Admission,
-    Listener,
     Permit,
     Rejection,
-    watch_openings,
 )
 from toolbreaker.runtime._breaker._boundary import (
     BREAKER_OPTIONS,
@@ -83,6 +82,26 @@ __all__ = [
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+#: A listener receives every transition record the core produced, and the breaker.
+Listener = Callable[[Transition, "Breaker"], None]
+
+#: Breakers that opened in this context while a run-guard step watched (see
+#: :func:`watch_openings`): how a guard learns that a breaker *inside* its tool (an httpx
+#: transport, a nested call) just opened, so the model hears "unavailable" at once.
+_OPENED: contextvars.ContextVar[list[Breaker] | None] = contextvars.ContextVar(
+    "toolbreaker_opened", default=None
+)
+
+
+def watch_openings() -> list[Breaker]:
+    """Collect, from now on in this context, every breaker that opens; returns the list.
+
+    Worker threads and tasks started from this context share the same list.
+    """
+    opened: list[Breaker] = []
+    _OPENED.set(opened)
+    return opened
 
 
 class Breaker:
@@ -190,7 +209,9 @@ class Breaker:
         self.degradation = Degradation(boundary, self.store, self.key, self.stats.degraded)
         #: Who hears each tool call begun here (:meth:`add_step_observer`).
         self.step_observers = StepObservers()
-        self._admission = Admission(self, boundary, self.store, self.clock, self.stats, ids)
+        self._admission: Admission[Breaker] = Admission(
+            self, boundary, self.store, self.clock, self.stats, ids, self._opened
+        )
         #: This process's view of the state in the store (the fast paths read it).
         self._view = self._admission.view
         #: The retry budget and the model's re-calls: the model is a retry layer too.
@@ -200,7 +221,7 @@ class Breaker:
         self._retries = Retries(
             self.key, self._ledger, self.clock, ids, seed=retry_seed, sleep=sleep, stats=self.stats
         )
-        self._scopes = (
+        self._scopes: Scopes[Breaker] | None = (
             None
             if boundary.scope is None
             else Scopes(self.key, boundary.scope, boundary.max_scopes, self._child, self.stats)
@@ -216,7 +237,7 @@ class Breaker:
                 self.stats.count_record_fault,
             )
         )
-        self._runner = Runner(
+        self._runner: Runner[Breaker] = Runner(
             self._admission,
             boundary,
             clock=self.clock,
@@ -224,11 +245,11 @@ class Breaker:
             degradation=self.degradation,
             ledger=self._ledger,
             retries=self._retries,
-            scopes=self._scopes,
+            scope=None if self._scopes is None else self._scope_runner,
             bulkhead=bulkhead,
             max_workers=max_workers,
         )
-        self._steps = Steps(
+        self._steps: Steps[Breaker] = Steps(
             self,
             admission=self._admission,
             runner=self._runner,
@@ -236,7 +257,7 @@ class Breaker:
             degradation=self.degradation,
             observers=self.step_observers,
             boundary=boundary,
-            scope_steps=self._scope_steps,
+            scope_steps=None if self._scopes is None else self._scope_steps,
         )
         self._configure(boundary)
 
@@ -316,7 +337,7 @@ class Breaker:
         Settles nothing: settle the step with what this returns or raises. In the default
         ``enforce="thread"`` mode ``TimeoutError`` is raised at the deadline (a call
         still running then keeps the step's bulkhead slot until it returns), and
-        :class:`~toolbreaker.CircuitOpen` (reason ``hung``) when calls hung past their
+        :class:`~toolbreaker.errors.CircuitOpen` (reason ``hung``) when calls hung past their
         deadline hold the workers this one may use.
         """
         return self._runner.run(step, fn, kwargs)
@@ -350,7 +371,7 @@ class Breaker:
 
     # -- the two-step API and the tool wrapper: the steps ----------------------------------
 
-    def allow(self, *, timeout: float | None = UNSET) -> Permit | Rejection:
+    def allow(self, *, timeout: float | None = UNSET) -> Permit[Breaker] | Rejection[Breaker]:
         """Ask to make one call.
 
         Settle the returned :class:`Permit` with ``record()``, or hand
@@ -359,7 +380,9 @@ class Breaker:
         """
         return self._steps.allow(timeout)
 
-    def admit(self, *, retry: bool = False, timeout: float | None = UNSET) -> Permit | Rejection:
+    def admit(
+        self, *, retry: bool = False, timeout: float | None = UNSET
+    ) -> Permit[Breaker] | Rejection[Breaker]:
         """Admission and retries, the one way in.
 
         What :meth:`allow`, :meth:`begin` and a :class:`~toolbreaker.RunGuard` ask.
@@ -375,7 +398,7 @@ class Breaker:
 
     async def aadmit(
         self, *, retry: bool = False, timeout: float | None = UNSET
-    ) -> Permit | Rejection:
+    ) -> Permit[Breaker] | Rejection[Breaker]:
         """:meth:`admit` for the event loop: the store round trip is awaited.
 
         A retry budget shared through the store is paid in a worker thread.
@@ -482,7 +505,7 @@ class Breaker:
         """
         return self._steps.failure_result(tool, exc)
 
-    def record_result(self, permit: Permit, result: object) -> None:
+    def record_result(self, permit: Permit[Breaker], result: object) -> None:
         """Settle ``permit`` with a returned result.
 
         A success, unless ``result_is_failure`` says the result is an error in disguise.
@@ -630,7 +653,7 @@ class Breaker:
             for child in self._scopes.members():  # the overflow breaker too
                 child.adopt(dataclasses.replace(boundary, dependency=child.dependency, scope=None))
 
-    def health_probe(self) -> Permit | Rejection:
+    def health_probe(self) -> Permit[Breaker] | Rejection[Breaker]:
         """Ask the core for a health checker's probe (an event marked ``health_check``).
 
         A :class:`Permit` when the core admits it (the breaker is due for a probe and a
@@ -689,10 +712,21 @@ class Breaker:
                 return self
         return scopes.get(value)
 
-    def _scope_steps(self) -> Steps | None:
-        """The current scope's breaker's steps, which serve a guarded tool; else ``None``."""
-        target = self._runner.scope_target()
-        return None if target is None else target._steps
+    def _scope_runner(self) -> Runner[Breaker] | None:
+        """The current scope's breaker's runner, which serves a call; else ``None``."""
+        target = self.for_scope()
+        return None if target is self else target._runner
+
+    def _scope_steps(self) -> Steps[Breaker] | None:
+        """The current scope's breaker's steps, which serve a step; else ``None``."""
+        target = self.for_scope()
+        return None if target is self else target._steps
+
+    def _opened(self) -> None:
+        """This breaker opened: a watch of openings in this context hears it."""
+        watching = _OPENED.get()
+        if watching is not None:
+            watching.append(self)
 
     def scopes(self) -> dict[str, Breaker]:
         """The live scoped breakers of this row, by scope value (oldest use first)."""

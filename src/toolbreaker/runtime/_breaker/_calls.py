@@ -16,12 +16,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from toolbreaker.core._breaker.predicates import may_probe, rejects_callers
 from toolbreaker.core._retry import Failure
 from toolbreaker.errors import AsyncCallError, CircuitOpen, PolicyError, circuit_open
-from toolbreaker.runtime._breaker._admission import UNSET, Admission, Permit, Rejection
+from toolbreaker.runtime._breaker._admission import UNSET, Admission, BreakerT, Permit, Rejection
 from toolbreaker.runtime._breaker._boundary import check_seconds
 from toolbreaker.runtime._breaker._bulkhead import SATURATED, STORE_DOWN, Bulkhead, Slot
 from toolbreaker.runtime._breaker._classify import Verdict
@@ -35,19 +35,17 @@ from toolbreaker.runtime._breaker._deadline import (
     watch,
     within,
 )
-from toolbreaker.runtime._breaker._scope import current_scope
 from toolbreaker.runtime._clock import Clock, monotonic_ms
+from toolbreaker.runtime._flow import Flow, Twin, adrive, drive
 from toolbreaker.runtime._step import Step, no_deadline
 from toolbreaker.runtime._sync_path import PLAIN_TYPES, is_awaitable, not_awaited
 
 if TYPE_CHECKING:
     from toolbreaker.core._breaker.state import BreakerState
     from toolbreaker.runtime._breaker._boundary import Boundary
-    from toolbreaker.runtime._breaker._breaker import Breaker
     from toolbreaker.runtime._breaker._degrade import Degradation
     from toolbreaker.runtime._breaker._ledger import RetryLedger
     from toolbreaker.runtime._breaker._retries import Retries
-    from toolbreaker.runtime._breaker._scopes import Scopes
     from toolbreaker.runtime._breaker._stats import BreakerStats
 
 __all__ = ["Runner"]
@@ -58,7 +56,7 @@ _TIMEOUT: Final = Verdict("failure", "timeout")
 _HUNG: Final = "hung"
 
 
-class Runner:
+class Runner(Generic[BreakerT]):
     """Running calls: deadlines, workers, the bulkhead and retries, for one breaker.
 
     ``call``/``acall`` with their quiet fast paths, the worker pool that keeps a sync
@@ -81,14 +79,15 @@ class Runner:
         degradation: the row's degradation chain (told of a full bulkhead, hung workers).
         ledger: the retry ledger (its policy says whether calls retry).
         retries: the retry loop.
-        scopes: a scoped row's breakers, else ``None``.
+        scope: a scoped row's: the runner of the current scope's breaker, which serves
+            the call (``None`` when no scope is set); ``None`` for a row not scoped.
         bulkhead: the bulkhead, else ``None``.
         max_workers: see :class:`~toolbreaker.Breaker`.
     """
 
     def __init__(
         self,
-        admission: Admission,
+        admission: Admission[BreakerT],
         boundary: Boundary,
         *,
         clock: Clock,
@@ -96,7 +95,7 @@ class Runner:
         degradation: Degradation,
         ledger: RetryLedger,
         retries: Retries,
-        scopes: Scopes | None,
+        scope: Callable[[], Runner[BreakerT] | None] | None,
         bulkhead: Bulkhead | None,
         max_workers: int,
     ) -> None:
@@ -116,7 +115,7 @@ class Runner:
         self.degradation = degradation
         self.ledger = ledger
         self.retries = retries
-        self.scopes = scopes
+        self.scope = scope
         self.bulkhead = bulkhead
         # A bulkhead of this process alone keeps the quiet fast path: a counter around it.
         self.slots = bulkhead if bulkhead is not None and not bulkhead.shared else None
@@ -134,7 +133,7 @@ class Runner:
         # computed once, so the hot path tests one attribute.
         self.plain = (
             self.ledger.policy is None
-            and self.scopes is None
+            and self.scope is None
             and (self.bulkhead is None or self.slots is not None)
         )
 
@@ -318,8 +317,8 @@ class Runner:
             TimeoutError: the deadline passed (recorded as a qualifying failure).
             Exception: whatever ``fn`` raised, after recording it.
         """
-        if self.scopes is not None and (target := self.scope_target()) is not None:
-            return target.call(fn, *args, timeout=timeout, **kwargs)
+        if self.scope is not None and (target := self.scope()) is not None:
+            return target.call(fn, args, kwargs, timeout)
         deadline, state, now = self._attempt(timeout)
         if not self.inline:
             return self._run_in_thread(state, now, fn, args, kwargs, deadline)
@@ -344,8 +343,8 @@ class Runner:
         timeout: Any,
     ) -> R:
         """:meth:`call_once` for :meth:`acall`: the call is cancelled at its deadline."""
-        if self.scopes is not None and (target := self.scope_target()) is not None:
-            return await target.acall(fn, *args, timeout=timeout, **kwargs)
+        if self.scope is not None and (target := self.scope()) is not None:
+            return await target.acall(fn, args, kwargs, timeout)
         deadline, _, now = self._attempt(timeout)
         permit = await self.aenter(now, deadline)
         if not isinstance(permit, Permit):
@@ -371,14 +370,6 @@ class Runner:
             dog.done(call)
         await permit.arecord(self.admission.result_verdict(result))
         return result
-
-    def scope_target(self) -> Breaker | None:
-        """The current scope's breaker, which serves the call; ``None``: this one does."""
-        scopes = self.scopes
-        if scopes is None:
-            return None
-        value = current_scope(scopes.name)
-        return None if value is None else scopes.get(value)
 
     def failure(self, exc: BaseException) -> Failure:
         """What a failed attempt tells the retry core."""
@@ -635,55 +626,62 @@ class Runner:
         # result is ambiguous evidence, never a success, and must not count it twice.
         self.stats.late_results += 1
 
-    def enter(self, now: int, deadline: int | None) -> Permit | Rejection:
-        """A bulkhead slot, then admission: allow(), and call()/acall() past their fast paths."""
-        gate, bulkhead = self.admission, self.bulkhead
-        if bulkhead is None:
-            return gate.local(now, deadline) or gate.admit(now, deadline)
-        slot = bulkhead.acquire(self._slot_ms(deadline))
-        if not isinstance(slot, Slot):
-            return self.no_slot(slot, deadline)
-        try:
-            admission = gate.local(now, deadline) or gate.admit(now, deadline)
-        except BaseException:
-            slot.release()
-            raise
-        spare = self._holding(admission, slot)
-        if spare is not None:
-            spare.release()
-        return admission
+    def enter(self, now: int, deadline: int | None) -> Permit[BreakerT] | Rejection[BreakerT]:
+        """A bulkhead slot, then admission: allow(), and call()/acall() past their fast paths.
 
-    async def aenter(self, now: int, deadline: int | None) -> Permit | Rejection:
+        :meth:`entering`, driven; without a bulkhead its first line, inline: a generator
+        and its driver cost as much as the cheapest answer, the view's (``allow()`` of an
+        open breaker twice over). ``test_enter_without_a_bulkhead_is_its_flow`` holds the
+        copy to the flow.
+        """
+        if self.bulkhead is None:
+            gate = self.admission
+            return gate.local(now, deadline) or gate.admit(now, deadline)
+        return drive(self.entering(now, deadline))
+
+    async def aenter(
+        self, now: int, deadline: int | None
+    ) -> Permit[BreakerT] | Rejection[BreakerT]:
         """:meth:`enter` for the event loop: a round trip, if one is needed, is awaited."""
+        if self.bulkhead is None:
+            gate = self.admission
+            return gate.local(now, deadline) or await gate.aadmit(now, deadline)
+        return await adrive(self.entering(now, deadline))
+
+    def entering(
+        self, now: int, deadline: int | None
+    ) -> Flow[Permit[BreakerT] | Rejection[BreakerT]]:
+        """:meth:`enter` and :meth:`aenter`, once: a slot, then admission.
+
+        Admission is answered from the view where it can be, else by a round trip to the
+        store; a rejected call gives its slot back.
+        """
         gate, bulkhead = self.admission, self.bulkhead
         if bulkhead is None:
-            return gate.local(now, deadline) or await gate.aadmit(now, deadline)
-        slot = await bulkhead.aacquire(self._slot_ms(deadline))
+            return gate.local(now, deadline) or (
+                yield Twin(gate.admit, gate.aadmit, (now, deadline))
+            )
+        slot = yield Twin(bulkhead.acquire, bulkhead.aacquire, (self._slot_ms(deadline),))
         if not isinstance(slot, Slot):
             return self.no_slot(slot, deadline)
         try:
-            admission = gate.local(now, deadline) or await gate.aadmit(now, deadline)
+            admission = gate.local(now, deadline) or (
+                yield Twin(gate.admit, gate.aadmit, (now, deadline))
+            )
         except BaseException:
-            await slot.arelease()
+            yield Twin(slot.release, slot.arelease)
             raise
-        spare = self._holding(admission, slot)
-        if spare is not None:
-            await spare.arelease()
+        if isinstance(admission, Permit):
+            admission.slot = slot  # an admitted call holds it until it is settled
+        else:
+            yield Twin(slot.release, slot.arelease)
         return admission
 
     def _slot_ms(self, deadline: int | None) -> int:
         """How long a slot may be held: the call's deadline (a probe lease without one)."""
         return self.admission.policy.lease_ttl_ms if deadline is None else deadline
 
-    @staticmethod
-    def _holding(admission: Permit | Rejection, slot: Slot) -> Slot | None:
-        """An admitted call holds ``slot``; a rejected one gives it back: returned."""
-        if isinstance(admission, Permit):
-            admission.slot = slot
-            return None
-        return slot
-
-    def no_slot(self, why: str, deadline: int | None) -> Rejection:
+    def no_slot(self, why: str, deadline: int | None) -> Rejection[BreakerT]:
         """The bulkhead is full (``saturated``) or its store is down: denied at once."""
         self.stats.rejected += 1
         if why == SATURATED:
@@ -725,7 +723,9 @@ def _not_awaited(result: object) -> AsyncCallError:
     )
 
 
-def _held_past(permit: Permit, slot: Slot, stop: Callable[[], bool]) -> Callable[[], bool]:
+def _held_past(
+    permit: Permit[BreakerT], slot: Slot, stop: Callable[[], bool]
+) -> Callable[[], bool]:
     """``stop``, which also holds ``slot`` once the call runs past its deadline.
 
     A caller that waits with no deadline of its own (``run_until``) knows the call

@@ -15,7 +15,7 @@ import hashlib
 import re
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
 
 from toolbreaker.core._breaker.predicates import is_evictable
 from toolbreaker.core._run.redact import redact_text
@@ -23,14 +23,40 @@ from toolbreaker.runtime._breaker._stats import BreakerStats
 from toolbreaker.runtime._log import log
 
 if TYPE_CHECKING:
-    from toolbreaker.runtime._breaker._breaker import Breaker
+    from toolbreaker.core._breaker.state import BreakerState
 
-__all__ = ["Scopes"]
+__all__ = ["Member", "Scopes"]
+
+
+class Member(Protocol):
+    """What the scopes need of a scoped breaker.
+
+    Its state (may it be let go of?), its counters (kept in the row's) and closing it
+    (when it is let go of).
+    """
+
+    @property
+    def state(self) -> BreakerState:
+        """Its state as this process sees it."""
+        ...
+
+    @property
+    def stats(self) -> BreakerStats:
+        """Its counters."""
+        ...
+
+    def close(self) -> None:
+        """Let go of what it holds."""
+        ...
+
+
+#: The scoped breakers' type (a breaker's are breakers: this part does not import it).
+MemberT = TypeVar("MemberT", bound=Member)
 
 _PLAIN_SCOPE: Final = re.compile(r"[A-Za-z0-9_.@-]{1,64}")
 
 
-class Scopes:
+class Scopes(Generic[MemberT]):
     """A scoped row's breakers, one per scope value, made on first use (LRU-bounded).
 
     Args:
@@ -58,7 +84,7 @@ class Scopes:
         key: str,
         name: str,
         max_scopes: int,
-        make: Callable[[str], Breaker],
+        make: Callable[[str], MemberT],
         stats: BreakerStats,
     ) -> None:
         self._key = key
@@ -66,14 +92,14 @@ class Scopes:
         self._max = max_scopes
         self._make = make
         self._stats = stats
-        self._children: collections.OrderedDict[str, Breaker] = collections.OrderedDict()
+        self._children: collections.OrderedDict[str, MemberT] = collections.OrderedDict()
         self._lock = threading.Lock()
         #: The breaker calls share when every live one is open or held by an operator.
-        self.overflow: Breaker | None = None
+        self.overflow: MemberT | None = None
         #: The counters of the scoped breakers let go of, summed.
         self.forgotten = BreakerStats()
 
-    def get(self, value: str) -> Breaker:
+    def get(self, value: str) -> MemberT:
         """The breaker of scope value ``value``, made (or the overflow one) on first use."""
         children = self._children
         with self._lock:
@@ -83,12 +109,12 @@ class Scopes:
                 return child
             return self._new(value)
 
-    def live(self) -> dict[str, Breaker]:
+    def live(self) -> dict[str, MemberT]:
         """The live scoped breakers, by scope value (oldest use first)."""
         with self._lock:
             return dict(self._children)
 
-    def members(self) -> tuple[Breaker, ...]:
+    def members(self) -> tuple[MemberT, ...]:
         """Every live scoped breaker, the shared overflow one last."""
         with self._lock:
             children = tuple(self._children.values())
@@ -107,7 +133,7 @@ class Scopes:
         for member in (*children, *(() if overflow is None else (overflow,))):
             total.add(member.stats)
 
-    def _new(self, value: str) -> Breaker:
+    def _new(self, value: str) -> MemberT:
         children = self._children
         if len(children) >= self._max:
             for old, breaker in children.items():

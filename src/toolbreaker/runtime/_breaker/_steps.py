@@ -13,14 +13,14 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, TypeVar
 
 from toolbreaker.core._breaker.predicates import rejects_callers
 from toolbreaker.core._files import shown
 from toolbreaker.core._retry import is_transient, unavailable_reason
 from toolbreaker.core._run.retrying import failed_retryably
 from toolbreaker.errors import AsyncCallError, CircuitOpen, PolicyError
-from toolbreaker.runtime._breaker._admission import UNSET, Permit, Rejection
+from toolbreaker.runtime._breaker._admission import UNSET, BreakerT, Permit, Rejection
 from toolbreaker.runtime._breaker._boundary import check_seconds
 from toolbreaker.runtime._breaker._classify import SUCCESS
 from toolbreaker.runtime._breaker._layers import warn_nested_retries
@@ -38,7 +38,6 @@ from toolbreaker.runtime._step import (
 if TYPE_CHECKING:
     from toolbreaker.runtime._breaker._admission import Admission
     from toolbreaker.runtime._breaker._boundary import Boundary
-    from toolbreaker.runtime._breaker._breaker import Breaker
     from toolbreaker.runtime._breaker._calls import Runner
     from toolbreaker.runtime._breaker._degrade import Degradation
     from toolbreaker.runtime._breaker._ledger import RetryLedger
@@ -51,7 +50,7 @@ R = TypeVar("R")
 _RETRY_BUDGET: Final = "retry-budget"
 
 
-class Steps:
+class Steps(Generic[BreakerT]):
     """The two-step API (admit, then settle) and the tool wrapper ``guard``.
 
     The owner of the :class:`~toolbreaker.runtime.Step` values it makes: a step is
@@ -60,25 +59,26 @@ class Steps:
     Args:
         owner: the breaker it serves (what step observers are told of).
         admission: the breaker's admission part.
-        runner: the breaker's runner (its deadlines, its calls, its scopes).
+        runner: the breaker's runner (its deadlines, its calls).
         ledger: the retry ledger (the model's re-calls, the retry budget).
         degradation: the row's degradation chain.
         observers: who hears each tool call begun here.
         boundary: the row (its tool name and retry answers).
-        scope_steps: the current scope's breaker's steps (a scoped row), else ``None``.
+        scope_steps: a scoped row's: the steps of the current scope's breaker, which
+            serve the call (``None`` when no scope is set); ``None`` for a row not scoped.
     """
 
     def __init__(
         self,
-        owner: Breaker,
+        owner: BreakerT,
         *,
-        admission: Admission,
-        runner: Runner,
+        admission: Admission[BreakerT],
+        runner: Runner[BreakerT],
         ledger: RetryLedger,
         degradation: Degradation,
         observers: StepObservers,
         boundary: Boundary,
-        scope_steps: Callable[[], Steps | None],
+        scope_steps: Callable[[], Steps[BreakerT] | None] | None,
     ) -> None:
         self.owner = owner
         self.scope_steps = scope_steps
@@ -96,38 +96,43 @@ class Steps:
         self.retryable = boundary.retryable
         self.max_retry_after_ms = boundary.max_retry_after_ms
 
-    def allow(self, timeout: float | None) -> Permit | Rejection:
+    def allow(self, timeout: float | None) -> Permit[BreakerT] | Rejection[BreakerT]:
         """:meth:`Breaker.allow <toolbreaker.Breaker.allow>`: admission without a retry."""
-        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
+        if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return target.allow(timeout=timeout)
         deadline = self.runner.deadline_of(timeout)
         return self.runner.enter(self.admission.clock(), deadline)
 
-    def admit(self, retry: bool, timeout: float | None) -> Permit | Rejection:
+    def admit(self, retry: bool, timeout: float | None) -> Permit[BreakerT] | Rejection[BreakerT]:
         """:meth:`Breaker.admit <toolbreaker.Breaker.admit>`: a re-call spends a retry first."""
-        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
+        if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return target.admit(retry=retry, timeout=timeout)
         deadline = self.runner.deadline_of(timeout)
-        return self._admitting(retry, deadline)
+        if not retry:  # nothing to spend: the runner's admission alone (no flow to drive)
+            return self.runner.enter(self.admission.clock(), deadline)
+        return drive(self._admitting(retry, deadline))
 
-    def _admitting(self, retry: bool, deadline: int | None) -> Permit | Rejection:
-        """:meth:`admit` once the scope and the deadline are known."""
-        if retry and not self.ledger.spend():
+    def _admitting(
+        self, retry: bool, deadline: int | None
+    ) -> Flow[Permit[BreakerT] | Rejection[BreakerT]]:
+        """:meth:`admit` and :meth:`aadmit` once the scope and the deadline are known.
+
+        A re-call spends a retry first; then the runner's slot and admission.
+        """
+        if retry and not (yield Twin(self.ledger.spend, self.ledger.aspend)):
             return Rejection(self.admission, _RETRY_BUDGET, None)
-        return self.runner.enter(self.admission.clock(), deadline)
+        return (yield from self.runner.entering(self.admission.clock(), deadline))
 
-    async def aadmit(self, retry: bool, timeout: float | None) -> Permit | Rejection:
+    async def aadmit(
+        self, retry: bool, timeout: float | None
+    ) -> Permit[BreakerT] | Rejection[BreakerT]:
         """:meth:`admit` for the event loop: the store round trip is awaited."""
-        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
+        if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return await target.aadmit(retry=retry, timeout=timeout)
         deadline = self.runner.deadline_of(timeout)
-        return await self._aadmitting(retry, deadline)
-
-    async def _aadmitting(self, retry: bool, deadline: int | None) -> Permit | Rejection:
-        """:meth:`_admitting` for the event loop."""
-        if retry and not await self.ledger.aspend():
-            return Rejection(self.admission, _RETRY_BUDGET, None)
-        return await self.runner.aenter(self.admission.clock(), deadline)
+        if not retry:
+            return await self.runner.aenter(self.admission.clock(), deadline)
+        return await adrive(self._admitting(retry, deadline))
 
     def begin(  # noqa: PLR0917 - Breaker.begin's arguments, passed on
         self,
@@ -139,7 +144,7 @@ class Steps:
         description: str | None,
     ) -> Step:
         """:meth:`Breaker.begin <toolbreaker.Breaker.begin>`: a step, admitted or answered."""
-        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
+        if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return target.begin(
                 tool,
                 args,
@@ -165,7 +170,7 @@ class Steps:
         description: str | None,
     ) -> Step:
         """:meth:`begin` for the event loop: a store round trip is awaited."""
-        if self.runner.scopes is not None and (target := self.runner.scope_target()) is not None:
+        if self.scope_steps is not None and (target := self.scope_steps()) is not None:
             return await target.abegin(
                 tool,
                 args,
@@ -222,7 +227,7 @@ class Steps:
         deadline = self.runner.deadline_of(timeout)
         call = dict(args or {})
         retry = self.ledger.retried(name, call)
-        admission = yield Twin(self._admitting, self._aadmitting, (retry, deadline))
+        admission = yield from self._admitting(retry, deadline)
         if isinstance(admission, Permit):
             seconds = None if deadline is None else deadline / 1000
             return Step(
@@ -331,7 +336,6 @@ class Steps:
             raise PolicyError(f"tool must be a tool's name, got {shown(tool)}", field="tool")
 
         # A row's scope never changes (adopt keeps it): asked once, not at every call.
-        scoped = self.runner.scopes is not None
         scope_steps, guarded, aguarded = self.scope_steps, self.guarded, self.aguarded
 
         def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -343,7 +347,7 @@ class Steps:
 
                 @functools.wraps(func)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
-                    if scoped and (target := scope_steps()) is not None:
+                    if scope_steps is not None and (target := scope_steps()) is not None:
                         return await target.aguarded(tool_call, args, kwargs)
                     return await aguarded(tool_call, args, kwargs)
 
@@ -351,7 +355,7 @@ class Steps:
 
             @functools.wraps(func)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
-                if scoped and (target := scope_steps()) is not None:
+                if scope_steps is not None and (target := scope_steps()) is not None:
                     return target.guarded(tool_call, args, kwargs)
                 return guarded(tool_call, args, kwargs)
 
@@ -513,7 +517,7 @@ class _Calling:
     __slots__ = ("args", "kwargs", "runner", "tool")
 
     def __init__(
-        self, runner: Runner, tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, runner: Runner[Any], tool: _ToolCall, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
         self.runner = runner
         self.tool = tool

@@ -73,7 +73,7 @@ class GuardedTool:
     """A tool as the run guard knows it.
 
     Every field is checked when the tool is described (a wrong type or value is a
-    :class:`~toolbreaker.PolicyError` naming ``<name>.<field>``), never at its first call.
+    :class:`~toolbreaker.errors.PolicyError` naming ``<name>.<field>``), never at its first call.
 
     Attributes:
         name: the tool name the model calls.
