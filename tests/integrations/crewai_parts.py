@@ -15,6 +15,7 @@ from crewai.tools import BaseTool
 from pydantic import BaseModel
 from test_crewai import act, answer
 
+import toolbreaker
 from adapter_registry import TIMEOUT
 from exercise_checks import result_of
 from toolbreaker.testing import next_call, request_json
@@ -106,9 +107,8 @@ class TicketTool(BaseTool):
     keys: Any  # Any: pydantic would copy a list field
 
     def _run(self, customer: str, title: str, idempotency_key: str = "") -> Any:
-        from toolbreaker.integrations import crewai as adapter
 
-        assert idempotency_key == adapter.idempotency_key()  # both routes agree
+        assert idempotency_key == toolbreaker.idempotency_key()  # both routes agree
         self.keys.append(idempotency_key)
         body = {"title": title, "body": f"for {customer}"}
         headers = {"Idempotency-Key": idempotency_key}
