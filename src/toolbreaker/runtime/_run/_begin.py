@@ -274,7 +274,7 @@ class Begin:
         if spec is None:
             raise PolicyError(f"unknown tool {tool!r} for run {shell.task!r}", field="tool")
         args = without_key(spec, args)
-        intent = intent_of(spec, args, rules=shell.rules, task=shell.task, steps=shell.state.steps)
+        intent = intent_of(spec, args, rules=shell.rules, task=shell.task, steps=shell.steps)
         if isinstance(intent, Answer):
             return _Planned(spec, args, intent)  # its class, arguments or cost cannot be told
         key = intent.key
@@ -317,7 +317,7 @@ class Begin:
             intent,
             decision,
             entry,
-            writes_blocked=shell.state.writes_blocked is not None,
+            writes_blocked=shell.writes_blocked is not None,
             turn_limit=shell.budget.max_calls_per_turn,
         )
         if isinstance(plan, Reconcile):

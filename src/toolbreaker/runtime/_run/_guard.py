@@ -205,12 +205,12 @@ class RunGuard:
     @property
     def stopped(self) -> Stop | None:
         """Why the run stopped, or ``None`` while it may continue."""
-        return self._shell.state.stopped
+        return self._shell.stopped
 
     @property
     def writes_blocked(self) -> Stop | None:
         """Why writes are refused for now (writes with an unknown outcome), else ``None``."""
-        return self._shell.state.writes_blocked
+        return self._shell.writes_blocked
 
     @property
     def state(self) -> RunState:
@@ -407,7 +407,7 @@ class RunGuard:
         budget = self.budget.raised(**fields)
         before, after = self.budget.to_dict(), budget.to_dict()
         changed = {name: {"from": before[name], "to": after[name]} for name in fields}
-        stopped = self._shell.state.stopped
+        stopped = self._shell.stopped
         record = budget_extension(
             by=by,
             why=why,
