@@ -40,7 +40,7 @@ from toolbreaker.core._run.state import (
     changed,
 )
 
-__all__ = ["RunCell"]
+__all__ = ["RunCell", "ran"]
 
 #: Whether a read's request is run by its journal status (a read has none): the write
 #: protocol's answer, asked once.
@@ -151,9 +151,9 @@ class RunCell:
         kind = event.type
         if action is not None:
             if kind == "request" and event.reserve is None:
-                ran = self.request(action, event.at)
-                if ran is not None:
-                    return RunDecision("run", repeat=ran[1], step=ran[0])
+                begun = self.request(action, event.at)
+                if begun is not None:
+                    return ran(begun)
             elif (
                 kind == "outcome"
                 and event.outcome is not None
@@ -280,6 +280,15 @@ class RunCell:
         self._evidence = base.evidence
         self._turn_calls = base.turn_calls
         self._dirty = True
+
+
+def ran(begun: tuple[int, int]) -> RunDecision:
+    """The run machine's decision for a request :meth:`RunCell.request` began in place.
+
+    ``begun`` is what it returned: the step and the repeat number.
+    """
+    step, repeat = begun
+    return RunDecision("run", repeat=repeat, step=step)
 
 
 _RECORDED: Final = RunDecision("recorded")

@@ -43,13 +43,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolbreaker.core._degrade import refuses_stale
 from toolbreaker.core._run import protocol
-from toolbreaker.core._run.budget import Budget, RiskClass, RunState, Stop
+from toolbreaker.core._run.budget import Action, Budget, RiskClass, RunState, Stop
+from toolbreaker.core._run.cell import ran
 from toolbreaker.core._run.costs import amount_of, price_of, usage_cost
-from toolbreaker.core._run.fingerprint import FingerprintRules
+from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint
 from toolbreaker.core._run.machine import RunEvent
 from toolbreaker.core._run.redact import redact, redact_text
-from toolbreaker.errors import AsyncCallError, PolicyError, StoreUnavailable
-from toolbreaker.runtime._breaker._breaker import Breaker
+from toolbreaker.errors import AsyncCallError, FingerprintError, PolicyError, StoreUnavailable
+from toolbreaker.runtime._breaker._breaker import Breaker, watch_openings
 from toolbreaker.runtime._breaker._commit import may_have_committed
 from toolbreaker.runtime._breaker._layers import warn_nested_retries
 from toolbreaker.runtime._breaker._watch import BreakerWatch
@@ -58,12 +59,12 @@ from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import over_budget_result
 from toolbreaker.runtime._run._begin import Begin
-from toolbreaker.runtime._run._driver import RunTool
+from toolbreaker.runtime._run._driver import RunTool, returned
 from toolbreaker.runtime._run._journal import budget_extension, journaled
 from toolbreaker.runtime._run._reserve import CostReservation
 from toolbreaker.runtime._run._settle import Settle
 from toolbreaker.runtime._run._shared import SharedRun
-from toolbreaker.runtime._run._shell import RunShell
+from toolbreaker.runtime._run._shell import CallRecord, RunShell
 from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.runtime._run._tools import (
     ActionRequest,
@@ -80,7 +81,7 @@ from toolbreaker.runtime._run._tools import (
     without_key,
 )
 from toolbreaker.runtime._run._turns import Turns
-from toolbreaker.runtime._step import Step, StepObserver, ToolType
+from toolbreaker.runtime._step import Step, StepObserver, ToolType, no_step
 from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.stores._protocol import Journal, Records
 
@@ -262,10 +263,23 @@ class RunGuard:
                 self._watch.tell(breaker)  # before the tool can be called: from its first call
             self._shell.tools[tool.name] = tool
             # Whether it is a coroutine function never changes: asked once, not per call.
-            if inspect.iscoroutinefunction(tool.fn):
+            coroutine = inspect.iscoroutinefunction(tool.fn)
+            if coroutine:
                 self._shell.coroutines.add(tool.name)
             else:
                 self._shell.coroutines.discard(tool.name)
+            # A read with nothing of its own to ask before or after it runs (a breaker, a
+            # risk function, a cost): its calls may take the quiet path (see call).
+            if (
+                breaker is None
+                and not coroutine
+                and kind == "read"
+                and tool.cost is None
+                and self._shell.shared is None
+            ):
+                self._shell.quiet_tools[tool.name] = tool
+            else:
+                self._shell.quiet_tools.pop(tool.name, None)
         return tool
 
     def breakers(self) -> tuple[Breaker, ...]:
@@ -632,6 +646,8 @@ class RunGuard:
             and shell.group is None
             and not shell.step_observers
         ):
+            if tool in shell.quiet_tools and self._begin.resumed:
+                return self._quiet(spec, dict(args or {}))
             return self._direct(spec, dict(args or {}))
         return drive(self._calling(tool, dict(args or {})))
 
@@ -687,7 +703,71 @@ class RunGuard:
         )
         return step
 
-    def _direct(self, spec: GuardedTool, args: dict[str, Any]) -> Any:
+    def _quiet(self, spec: GuardedTool, args: dict[str, Any]) -> Any:
+        """:meth:`_direct` for a read the run cell may count in place (``shell.quiet_tools``).
+
+        The run cell (:class:`~toolbreaker.core._run.cell.RunCell`) decides whether the
+        request is quiet; when it is not, the direct path takes the call from its plan on,
+        with the fingerprint and the time read here. A quiet call builds no step, no call
+        record and no events: the tool runs in a block with no step (no idempotency key),
+        with the openings of breakers inside it watched, and its result is counted in
+        place; a tool that raises gets its step and record then, and the one settle flow
+        (:meth:`Settle.settle_failure`) settles it. ``tests/runtime/run/test_direct_call.py``
+        holds it to :meth:`_calling`.
+        """
+        shell = self._shell
+        name = spec.name
+        try:
+            digest = fingerprint(name, args, shell.rules)
+        except (FingerprintError, RecursionError):
+            return self._direct(spec, args)  # refused there, before anything is counted
+        risk: RiskClass = spec.risk  # type: ignore[assignment]  # a quiet tool's is a class
+        action = Action(name, digest, risk, spec.recovery)
+        shell.attempted = {"tool": name, "fingerprint": digest, "idempotency_key": None}
+        at = shell.clock()
+        cell = shell.cell
+        with shell.lock:
+            begun = cell.request(action, at)
+        if begun is None:
+            return self._direct(spec, args, (digest, at))
+        opened = watch_openings()  # breakers inside the tool that open while it runs
+
+        def record() -> CallRecord:  # the call's record, made only when it is needed
+            return CallRecord(
+                spec,
+                digest,
+                None,
+                args,
+                action=action,
+                step=begun[0],
+                begun=True,
+                opened=opened,
+                risk=risk,
+            )
+
+        try:
+            with no_step():
+                result = returned(name, spec.fn(**args))
+        except Exception as exc:
+            step = self._begin.ran(record(), args, ran(begun))
+            with step.current():
+                step.claim()
+                answer = drive(self._settle.settle_failure(step, exc))
+                if isinstance(exc, AsyncCallError):
+                    raise  # settled as not counted; the program's mistake, not a result
+                return answer
+        evidence = evidence_digest(result, shell.rules)
+        at = shell.clock()
+        with shell.lock:
+            counted = cell.outcome(action, "success", evidence, at)
+        if not counted:
+            shell.finish(record(), "success", evidence=evidence, at=at)
+        self._settle.observed(digest, result)
+        return result
+
+    def _direct(
+        self, spec: GuardedTool, args: dict[str, Any], known: tuple[str, int] | None = None
+    ) -> Any:
         """:meth:`_calling` without its driver, for a call that needs no effect of its own.
 
         A tool with no dependency breaker, outside a model turn, that no step observer
@@ -698,7 +778,7 @@ class RunGuard:
         settled by the one settle flow (:meth:`Settle.settle_failure`), driven here.
         ``tests/runtime/run/test_direct_call.py`` holds it to :meth:`_calling`.
         """
-        step = self._begin.direct(spec.name, args)
+        step = self._begin.direct(spec.name, args, known)
         if step.answer is not None:
             return step.answer
         failure: BaseException | None = None

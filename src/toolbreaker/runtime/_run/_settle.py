@@ -353,11 +353,14 @@ class Settle:
             return None
 
     def _observe_retry(self, plan: CallRecord, result: Any) -> None:
+        self.observed(plan.fingerprint, result)
+
+    def observed(self, fingerprint: str, result: Any) -> None:
         """Remember whether the action's attempt ended in a failure worth retrying."""
         retryable = failed_retryably(result)
         with self.shell.lock:
             self.shell.retries = observe(
-                self.shell.retries, plan.fingerprint, retryable_failure=retryable
+                self.shell.retries, fingerprint, retryable_failure=retryable
             )
 
 

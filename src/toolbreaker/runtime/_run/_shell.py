@@ -136,6 +136,10 @@ class RunShell:
         self.clock = clock
         self.rules = rules
         self.tools: dict[str, GuardedTool] = {}
+        #: The tools whose calls ``RunGuard.call`` may count in place (its quiet path):
+        #: reads of a fixed class, with no dependency breaker and no declared cost, not
+        #: coroutine functions, of a run that is not shared (``RunGuard.add_tool``).
+        self.quiet_tools: dict[str, GuardedTool] = {}
         #: The names of the tools that are coroutine functions (``RunGuard.add_tool``).
         self.coroutines: set[str] = set()
         self.lock = threading.Lock()
@@ -294,12 +298,14 @@ class RunShell:
         cost: Decimal | None = None,
         error: str | None = None,
         spent: bool = True,
+        at: int | None = None,
     ) -> None:
         """Tell the run machine how a begun call ended.
 
         A call that held a reservation settles it: ``cost`` is its actual cost (``None``:
         what was held is spent); ``spent=False`` says it never ran (nothing spent).
         ``error``: the classifier's class of a failure (for ``max_tool_failures``).
+        ``at``: when it ended, if the clock was read already.
         """
         if plan.action is None or not plan.begun:
             return
@@ -309,7 +315,7 @@ class RunShell:
         self.feed(
             RunEvent(
                 "outcome",
-                self.clock(),
+                self.clock() if at is None else at,
                 plan.action,
                 outcome=outcome,
                 evidence=evidence,
