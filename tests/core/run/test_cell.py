@@ -81,9 +81,38 @@ _fact = st.one_of(
     st.tuples(st.just("extend")),
     st.tuples(st.just("late")),  # a time before the run started: the machine refuses it
 )
-_event = st.one_of(
-    _request, _outcome, _request, _outcome, _request, _outcome, st.tuples(st.just("turn")), _fact
+# A cycle of n reads made k times, each with its result: a loop (or not yet one).
+_cycle = st.tuples(
+    st.just("cycle"),
+    st.integers(2, 4),
+    st.integers(1, 4),
+    st.sampled_from([None, "same", "new"]),
 )
+_event = st.one_of(
+    _request,
+    _outcome,
+    _request,
+    _outcome,
+    _request,
+    _outcome,
+    st.tuples(st.just("turn")),
+    _fact,
+    _cycle,
+)
+
+
+def _expanded(spec: tuple[Any, ...], n: int) -> list[tuple[Any, ...]]:
+    """A cycle's requests and outcomes, in order; any other event as it is."""
+    if spec[0] != "cycle":
+        return [spec]
+    _, size, times, results = spec
+    out: list[tuple[Any, ...]] = []
+    for k in range(times):
+        for action in _ACTIONS[20 : 20 + size]:
+            evidence = {None: None, "same": "cycle", "new": f"cycle-{n}-{k}"}[results]
+            out.append(("request", action, None, None))
+            out.append(("outcome", action, "success", evidence, None, None, False))
+    return out
 
 
 def _event_of(spec: tuple[Any, ...], at: int, held: int) -> RunEvent:
@@ -134,7 +163,12 @@ def test_a_cell_decides_and_moves_as_the_run_machine(budget, steps):
     reference = RunState.start("task", 5)
     cell = RunCell(reference, budget)
     at, held = 5, 0
-    for spec, tick, look in steps:
+    expanded = [
+        (part, tick if i == 0 else 0, look)
+        for n, (spec, tick, look) in enumerate(steps)
+        for i, part in enumerate(_expanded(spec, n))
+    ]
+    for spec, tick, look in expanded:
         at += tick
         if spec[0] == "extend":
             budget = budget.raised(max_tool_calls=budget.max_tool_calls + 3)
@@ -190,6 +224,44 @@ def test_quiet_calls_never_reach_the_run_machine(monkeypatch):
     assert asked == []
     assert cell.state == reference
     assert _frozen(cell.state) == _frozen(reference)
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        Budget(max_tool_calls=2_000, max_repeats=5, loop_cycles=8),
+        Budget(max_tool_calls=2_000, max_calls_per_turn=9, max_repeats=5),
+        Budget(max_tool_calls=2_000, deadline_ms=1_500, max_repeats=5),
+        Budget(
+            max_tool_calls=2_000,
+            classes={"read": ClassLimits(max_calls=700, max_repeats=1)},
+            max_repeats=5,
+        ),
+    ],
+)
+def test_a_long_run_past_every_bound_moves_as_the_machine(budget):
+    """Past :data:`TALLY_LIMIT` actions and :data:`EVIDENCE_LIMIT` results (the oldest
+    go), results seen again, repeats, turns, a deadline and class limits reached: the
+    cell's decisions and states are the machine's, read now and then or every time."""
+    for every in (1, 7, 10_000):
+        reference = RunState.start("task", 0)
+        cell = RunCell(reference, budget)
+        for i in range(1_200):
+            at = i + 1
+            action = Action("search", f"fp-{(i * 7) % 300 if i % 40 else 1}")
+            evidence = f"r{i}" if i % 3 else f"r{i % 5}"  # new, or seen again
+            events = [
+                RunEvent("request", at, action),
+                RunEvent("outcome", at, action, outcome="success", evidence=evidence),
+            ]
+            if i % 25 == 0:
+                events.append(RunEvent("turn", at))
+            for event in events:
+                reference, expected = apply(reference, event, budget)
+                assert cell.feed(event) == expected
+            if i % every == 0:
+                assert cell.state == reference
+        assert _frozen(cell.state) == _frozen(reference)
 
 
 def test_a_state_read_from_a_cell_never_changes_after(monkeypatch):
