@@ -43,13 +43,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolbreaker.core._degrade import refuses_stale
 from toolbreaker.core._run import protocol
+from toolbreaker.core._run._state_parts import action_for
 from toolbreaker.core._run.budget import Action, Budget, RiskClass, RunState, Stop
 from toolbreaker.core._run.cell import ran
 from toolbreaker.core._run.costs import amount_of, price_of, usage_cost
 from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint
 from toolbreaker.core._run.machine import RunEvent
 from toolbreaker.core._run.redact import redact, redact_text
-from toolbreaker.errors import AsyncCallError, FingerprintError, PolicyError, StoreUnavailable
+from toolbreaker.errors import (
+    AsyncCallError,
+    FingerprintError,
+    PolicyError,
+    RunStateError,
+    StoreUnavailable,
+)
 from toolbreaker.runtime._breaker._breaker import Breaker, watch_openings
 from toolbreaker.runtime._breaker._commit import may_have_committed
 from toolbreaker.runtime._breaker._layers import warn_nested_retries
@@ -64,7 +71,7 @@ from toolbreaker.runtime._run._journal import budget_extension, journaled
 from toolbreaker.runtime._run._reserve import CostReservation
 from toolbreaker.runtime._run._settle import Settle
 from toolbreaker.runtime._run._shared import SharedRun
-from toolbreaker.runtime._run._shell import CallRecord, RunShell
+from toolbreaker.runtime._run._shell import CallRecord, QuietTool, RunShell
 from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.runtime._run._tools import (
     ActionRequest,
@@ -270,14 +277,9 @@ class RunGuard:
                 self._shell.coroutines.discard(tool.name)
             # A read with nothing of its own to ask before or after it runs (a breaker, a
             # risk function, a cost): its calls may take the quiet path (see call).
-            if (
-                breaker is None
-                and not coroutine
-                and kind == "read"
-                and tool.cost is None
-                and self._shell.shared is None
-            ):
-                self._shell.quiet_tools[tool.name] = tool
+            action = _quiet_action(tool) if breaker is None and not coroutine else None
+            if action is not None and kind == "read" and self._shell.shared is None:
+                self._shell.quiet_tools[tool.name] = QuietTool(tool, action)
             else:
                 self._shell.quiet_tools.pop(tool.name, None)
         return tool
@@ -646,8 +648,9 @@ class RunGuard:
             and shell.group is None
             and not shell.step_observers
         ):
-            if tool in shell.quiet_tools and self._begin.resumed:
-                return self._quiet(spec, dict(args or {}))
+            quiet = shell.quiet_tools.get(tool)
+            if quiet is not None and self._begin.resumed:
+                return self._quiet(quiet, dict(args or {}))
             return self._direct(spec, dict(args or {}))
         return drive(self._calling(tool, dict(args or {})))
 
@@ -703,7 +706,7 @@ class RunGuard:
         )
         return step
 
-    def _quiet(self, spec: GuardedTool, args: dict[str, Any]) -> Any:
+    def _quiet(self, quiet: QuietTool, args: dict[str, Any]) -> Any:
         """:meth:`_direct` for a read the run cell may count in place (``shell.quiet_tools``).
 
         The run cell (:class:`~toolbreaker.core._run.cell.RunCell`) decides whether the
@@ -716,13 +719,13 @@ class RunGuard:
         holds it to :meth:`_calling`.
         """
         shell = self._shell
+        spec = quiet.spec
         name = spec.name
         try:
             digest = fingerprint(name, args, shell.rules)
         except (FingerprintError, RecursionError):
             return self._direct(spec, args)  # refused there, before anything is counted
-        risk: RiskClass = spec.risk  # type: ignore[assignment]  # a quiet tool's is a class
-        action = Action(name, digest, risk, spec.recovery)
+        action = action_for(quiet.action, digest)
         shell.attempted = {"tool": name, "fingerprint": digest, "idempotency_key": None}
         at = shell.clock()
         cell = shell.cell
@@ -731,25 +734,12 @@ class RunGuard:
         if begun is None:
             return self._direct(spec, args, (digest, at))
         opened = watch_openings()  # breakers inside the tool that open while it runs
-
-        def record() -> CallRecord:  # the call's record, made only when it is needed
-            return CallRecord(
-                spec,
-                digest,
-                None,
-                args,
-                action=action,
-                step=begun[0],
-                begun=True,
-                opened=opened,
-                risk=risk,
-            )
-
         try:
             with no_step():
                 result = returned(name, spec.fn(**args))
         except Exception as exc:
-            step = self._begin.ran(record(), args, ran(begun))
+            call = _ran(spec, action, args, begun, opened)
+            step = self._begin.ran(call, args, ran(begun))
             with step.current():
                 step.claim()
                 answer = drive(self._settle.settle_failure(step, exc))
@@ -761,7 +751,9 @@ class RunGuard:
         with shell.lock:
             counted = cell.outcome(action, "success", evidence, at)
         if not counted:
-            shell.finish(record(), "success", evidence=evidence, at=at)
+            shell.finish(
+                _ran(spec, action, args, begun, opened), "success", evidence=evidence, at=at
+            )
         self._settle.observed(digest, result)
         return result
 
@@ -827,3 +819,38 @@ class RunGuard:
             raise
         finally:
             step.end(failure)
+
+
+def _quiet_action(tool: GuardedTool) -> Action | None:
+    """The action of ``tool``'s calls, when they may take the quiet path; else ``None``.
+
+    A tool of a fixed class with no declared cost whose name the run machine accepts
+    (checked here once; a call of one it refuses takes the direct path, which raises).
+    """
+    if callable(tool.risk) or tool.cost is not None:
+        return None
+    try:
+        return Action(tool.name, "0" * 64, tool.risk, tool.recovery)
+    except RunStateError:
+        return None
+
+
+def _ran(
+    spec: GuardedTool,
+    action: Action,
+    args: dict[str, Any],
+    begun: tuple[int, int],
+    opened: list[Breaker],
+) -> CallRecord:
+    """The record of a call the run cell began in place, made when it is needed."""
+    return CallRecord(
+        spec,
+        action.fingerprint,
+        None,
+        args,
+        action=action,
+        step=begun[0],
+        begun=True,
+        opened=opened,
+        risk=action.risk,
+    )

@@ -39,7 +39,7 @@ from toolbreaker.runtime._run._tools import GuardedTool
 from toolbreaker.runtime._step import Step, StepObservers
 from toolbreaker.stores._protocol import Journal
 
-__all__ = ["NO_TURN", "CallRecord", "RunShell", "call_of", "record_of"]
+__all__ = ["NO_TURN", "CallRecord", "QuietTool", "RunShell", "call_of", "record_of"]
 
 #: No model turn marked yet.
 NO_TURN: Final = object()
@@ -85,6 +85,23 @@ class CallRecord:
     reserve: Decimal | None = None
     reservation: int = 0
     risk: RiskClass = "read"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QuietTool:
+    """A tool whose calls ``RunGuard.call`` may count in place (its quiet path).
+
+    A read of a fixed class, with no dependency breaker and no declared cost, not a
+    coroutine function, of a run that is not shared (``RunGuard.add_tool``).
+
+    Attributes:
+        spec: the tool.
+        action: its calls' action as the run machine sees it, checked once; each call's
+            is this one with the call's fingerprint (``action_for``).
+    """
+
+    spec: GuardedTool
+    action: Action
 
 
 def call_of(step: Step) -> CallRecord | None:
@@ -136,10 +153,8 @@ class RunShell:
         self.clock = clock
         self.rules = rules
         self.tools: dict[str, GuardedTool] = {}
-        #: The tools whose calls ``RunGuard.call`` may count in place (its quiet path):
-        #: reads of a fixed class, with no dependency breaker and no declared cost, not
-        #: coroutine functions, of a run that is not shared (``RunGuard.add_tool``).
-        self.quiet_tools: dict[str, GuardedTool] = {}
+        #: The tools whose calls ``RunGuard.call`` may count in place (its quiet path).
+        self.quiet_tools: dict[str, QuietTool] = {}
         #: The names of the tools that are coroutine functions (``RunGuard.add_tool``).
         self.coroutines: set[str] = set()
         self.lock = threading.Lock()
