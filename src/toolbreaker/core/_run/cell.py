@@ -79,7 +79,7 @@ class RunCell:
     _steps: int
     _calls: int
     _class_calls: dict[RiskClass, int]
-    _history: tuple[Attempt, ...]
+    _history: list[Attempt]  # oldest first, at most HISTORY_LIMIT
     _tallies: dict[str, Tally] | None  # None: the held state's, unchanged
     _digests: dict[str, str] | None
     _evidence: int
@@ -111,7 +111,7 @@ class RunCell:
                 steps=self._steps,
                 calls=self._calls,
                 class_calls=RiskMap(self._class_calls),
-                history=self._history,
+                history=tuple(self._history),
                 tallies=base.tallies if tallies is None else Recent.of_dict(tallies),
                 digests=base.digests if digests is None else Recent.of_dict(digests),
                 evidence=self._evidence,
@@ -215,10 +215,9 @@ class RunCell:
         )
         if len(tallies) > TALLY_LIMIT:
             del tallies[next(iter(tallies))]
-        attempt = attempt_of(action.tool, fingerprint, evidence)
-        self._history = (
-            (*history, attempt) if len(history) < HISTORY_LIMIT else (*history[1:], attempt)
-        )
+        history.append(attempt_of(action.tool, fingerprint, evidence))
+        if len(history) > HISTORY_LIMIT:
+            del history[0]
         self._calls += 1
         self._class_calls[risk] += 1
         if turn_limit is not None:
@@ -274,7 +273,7 @@ class RunCell:
         self._steps = base.steps
         self._calls = base.calls
         self._class_calls = dict(base.class_calls)
-        self._history = base.history
+        self._history = list(base.history)
         self._tallies = None  # the state's own until the first change: copied then
         self._digests = None
         self._evidence = base.evidence
