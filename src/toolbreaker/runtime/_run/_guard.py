@@ -636,6 +636,14 @@ class RunGuard:
                 not counted, a write as not sent).
         """
         shell = self._shell
+        quiet = shell.quiet_tools.get(tool)  # no coroutine, no breaker: see add_tool
+        if (
+            quiet is not None
+            and shell.group is None
+            and not shell.step_observers
+            and self._begin.resumed
+        ):
+            return self._quiet(quiet, dict(args or {}))
         if tool in shell.coroutines:
             raise AsyncCallError(
                 f"RunGuard.call({tool!r}) of a coroutine tool: it would never run, and "
@@ -648,9 +656,6 @@ class RunGuard:
             and shell.group is None
             and not shell.step_observers
         ):
-            quiet = shell.quiet_tools.get(tool)
-            if quiet is not None and self._begin.resumed:
-                return self._quiet(quiet, dict(args or {}))
             return self._direct(spec, dict(args or {}))
         return drive(self._calling(tool, dict(args or {})))
 
