@@ -27,7 +27,8 @@ packet (``_shell.RunShell``); the begin flow that carries out each call's plan
 (``_begin.Begin``), the plan itself being the pure functions of ``_plan`` (a frozen
 answer, reconcile or run); the settle flow that verifies, reconciles and journals a
 call's outcome, and owns the guard's steps (``_settle.Settle``); a model turn's sibling
-calls (``_turns.Turns``). This module is the public surface. Every sync and async twin
+calls (``_turns.Turns``); the quiet path of ``call``, a plain read counted in place by
+the run's cell (``_quiet.QuietCalls``). This module is the public surface. Every sync and async twin
 (``begin``/``abegin``, ``call``/``acall``, the settle callbacks, ``run_step``/
 ``arun_step``) runs one flow through one driver
 (:mod:`toolbreaker.runtime._flow`), so no rule is written twice for the two.
@@ -43,21 +44,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from toolbreaker.core._degrade import refuses_stale
 from toolbreaker.core._run import protocol
-from toolbreaker.core._run._state_parts import action_for
-from toolbreaker.core._run.budget import Action, Budget, RiskClass, RunState, Stop
-from toolbreaker.core._run.cell import ran
+from toolbreaker.core._run.budget import Budget, RiskClass, RunState, Stop
 from toolbreaker.core._run.costs import amount_of, price_of, usage_cost
-from toolbreaker.core._run.fingerprint import FingerprintRules, fingerprint
+from toolbreaker.core._run.fingerprint import FingerprintRules
 from toolbreaker.core._run.machine import RunEvent
 from toolbreaker.core._run.redact import redact, redact_text
-from toolbreaker.errors import (
-    AsyncCallError,
-    FingerprintError,
-    PolicyError,
-    RunStateError,
-    StoreUnavailable,
-)
-from toolbreaker.runtime._breaker._breaker import Breaker, watch_openings
+from toolbreaker.errors import AsyncCallError, PolicyError, StoreUnavailable
+from toolbreaker.runtime._breaker._breaker import Breaker
 from toolbreaker.runtime._breaker._commit import may_have_committed
 from toolbreaker.runtime._breaker._layers import warn_nested_retries
 from toolbreaker.runtime._breaker._watch import BreakerWatch
@@ -66,12 +59,13 @@ from toolbreaker.runtime._flow import Flow, adrive, drive
 from toolbreaker.runtime._packet import StopPacket
 from toolbreaker.runtime._result import over_budget_result
 from toolbreaker.runtime._run._begin import Begin
-from toolbreaker.runtime._run._driver import RunTool, returned
+from toolbreaker.runtime._run._driver import RunTool
 from toolbreaker.runtime._run._journal import budget_extension, journaled
+from toolbreaker.runtime._run._quiet import QuietCalls, quiet_tool
 from toolbreaker.runtime._run._reserve import CostReservation
 from toolbreaker.runtime._run._settle import Settle
 from toolbreaker.runtime._run._shared import SharedRun
-from toolbreaker.runtime._run._shell import CallRecord, QuietTool, RunShell
+from toolbreaker.runtime._run._shell import RunShell
 from toolbreaker.runtime._run._siblings import CancelledByPolicy, SiblingOutcome
 from toolbreaker.runtime._run._tools import (
     ActionRequest,
@@ -88,7 +82,7 @@ from toolbreaker.runtime._run._tools import (
     without_key,
 )
 from toolbreaker.runtime._run._turns import Turns
-from toolbreaker.runtime._step import Step, StepObserver, ToolType, no_step
+from toolbreaker.runtime._step import Step, StepObserver, ToolType
 from toolbreaker.stores._memory import MemoryStore
 from toolbreaker.stores._protocol import Journal, Records
 
@@ -169,6 +163,7 @@ class RunGuard:
         self._settle = Settle(self._shell)
         self._begin = Begin(self._shell, self._settle)
         self._turns = Turns(self._shell, self._settle)
+        self._quiet = QuietCalls(self._shell, self._begin, self._settle, self._direct)
         #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
         #: ``guard.notices.add_listener(fn)``.
         self.notices = self._shell.notices
@@ -277,9 +272,9 @@ class RunGuard:
                 self._shell.coroutines.discard(tool.name)
             # A read with nothing of its own to ask before or after it runs (a breaker, a
             # risk function, a cost): its calls may take the quiet path (see call).
-            action = _quiet_action(tool) if breaker is None and not coroutine else None
-            if action is not None and kind == "read" and self._shell.shared is None:
-                self._shell.quiet_tools[tool.name] = QuietTool(tool, action)
+            quiet = quiet_tool(tool, coroutine=coroutine, shared=self._shell.shared is not None)
+            if quiet is not None:
+                self._shell.quiet_tools[tool.name] = quiet
             else:
                 self._shell.quiet_tools.pop(tool.name, None)
         return tool
@@ -643,7 +638,7 @@ class RunGuard:
             and not shell.step_observers
             and self._begin.resumed
         ):
-            return self._quiet(quiet, dict(args or {}))
+            return self._quiet.call(quiet, dict(args or {}))
         if tool in shell.coroutines:
             raise AsyncCallError(
                 f"RunGuard.call({tool!r}) of a coroutine tool: it would never run, and "
@@ -711,57 +706,6 @@ class RunGuard:
         )
         return step
 
-    def _quiet(self, quiet: QuietTool, args: dict[str, Any]) -> Any:
-        """:meth:`_direct` for a read the run cell may count in place (``shell.quiet_tools``).
-
-        The run cell (:class:`~toolbreaker.core._run.cell.RunCell`) decides whether the
-        request is quiet; when it is not, the direct path takes the call from its plan on,
-        with the fingerprint and the time read here. A quiet call builds no step, no call
-        record and no events: the tool runs in a block with no step (no idempotency key),
-        with the openings of breakers inside it watched, and its result is counted in
-        place; a tool that raises gets its step and record then, and the one settle flow
-        (:meth:`Settle.settle_failure`) settles it. ``tests/runtime/run/test_direct_call.py``
-        holds it to :meth:`_calling`.
-        """
-        shell = self._shell
-        spec = quiet.spec
-        name = spec.name
-        try:
-            digest = fingerprint(name, args, shell.rules)
-        except (FingerprintError, RecursionError):
-            return self._direct(spec, args)  # refused there, before anything is counted
-        action = action_for(quiet.action, digest)
-        shell.attempted = {"tool": name, "fingerprint": digest, "idempotency_key": None}
-        at = shell.clock()
-        cell = shell.cell
-        with shell.lock:
-            begun = cell.request(action, at)
-        if begun is None:
-            return self._direct(spec, args, (digest, at))
-        opened = watch_openings()  # breakers inside the tool that open while it runs
-        try:
-            with no_step():
-                result = returned(name, spec.fn(**args))
-        except Exception as exc:
-            call = _ran(spec, action, args, begun, opened)
-            step = self._begin.ran(call, args, ran(begun))
-            with step.current():
-                step.claim()
-                answer = drive(self._settle.settle_failure(step, exc))
-                if isinstance(exc, AsyncCallError):
-                    raise  # settled as not counted; the program's mistake, not a result
-                return answer
-        evidence = evidence_digest(result, shell.rules)
-        at = shell.clock()
-        with shell.lock:
-            counted = cell.outcome(action, "success", evidence, at)
-        if not counted:
-            shell.finish(
-                _ran(spec, action, args, begun, opened), "success", evidence=evidence, at=at
-            )
-        self._settle.observed(digest, result)
-        return result
-
     def _direct(
         self, spec: GuardedTool, args: dict[str, Any], known: tuple[str, int] | None = None
     ) -> Any:
@@ -824,38 +768,3 @@ class RunGuard:
             raise
         finally:
             step.end(failure)
-
-
-def _quiet_action(tool: GuardedTool) -> Action | None:
-    """The action of ``tool``'s calls, when they may take the quiet path; else ``None``.
-
-    A tool of a fixed class with no declared cost whose name the run machine accepts
-    (checked here once; a call of one it refuses takes the direct path, which raises).
-    """
-    if callable(tool.risk) or tool.cost is not None:
-        return None
-    try:
-        return Action(tool.name, "0" * 64, tool.risk, tool.recovery)
-    except RunStateError:
-        return None
-
-
-def _ran(
-    spec: GuardedTool,
-    action: Action,
-    args: dict[str, Any],
-    begun: tuple[int, int],
-    opened: list[Breaker],
-) -> CallRecord:
-    """The record of a call the run cell began in place, made when it is needed."""
-    return CallRecord(
-        spec,
-        action.fingerprint,
-        None,
-        args,
-        action=action,
-        step=begun[0],
-        begun=True,
-        opened=opened,
-        risk=action.risk,
-    )
