@@ -242,14 +242,16 @@ class RunShell:
     def feed(self, event: RunEvent, *, raised: Mapping[str, Any] | None = None) -> RunDecision:
         """Feed the run machine; ``raised``: an ``extend``'s limits to raise the budget to."""
         cell = self.cell
-        was = (cell.stopped, cell.writes_blocked)
+        # What the stop listeners compare with, read only when there are any (every event).
+        listening = bool(self.stop_listeners)
+        was = (cell.stopped, cell.writes_blocked) if listening else (None, None)
         shared = self.shared
         if shared is None:
             with self.lock:
                 if raised is not None:
                     cell.reset(cell.state, cell.budget.raised(**raised))
                 decision = cell.feed(event)
-            if self.stop_listeners:
+            if listening:
                 self._stop_changed(was)
             return decision
         if event.type not in ANSWERED and on_loop():
@@ -265,7 +267,7 @@ class RunShell:
             else:
                 state, budget, decision = written
                 self.view((state, budget))
-        if self.stop_listeners:
+        if listening:
             self._stop_changed(was)
         return decision
 
