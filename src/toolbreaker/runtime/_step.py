@@ -50,6 +50,7 @@ __all__ = [
     "check_tool_type",
     "idempotency_key",
     "no_deadline",
+    "no_step",
 ]
 
 
@@ -239,12 +240,21 @@ def idempotency_key() -> str | None:
     return None if step is None else step.idempotency_key
 
 
+def no_step() -> contextlib.AbstractContextManager[None]:
+    """The block that runs a tool of no step: a read a run guard counted without one.
+
+    :func:`idempotency_key` answers ``None`` in it, as in a read's step, and not the key
+    of a write whose tool the call may be nested in.
+    """
+    return _Current(None, _UNWATCHED)
+
+
 class _Current:
     """:meth:`Step.current`'s block: the step is the running one, its watches entered."""
 
     __slots__ = ("_step", "_token", "_watched")
 
-    def __init__(self, step: Step, watched: contextlib.AbstractContextManager[Any]) -> None:
+    def __init__(self, step: Step | None, watched: contextlib.AbstractContextManager[Any]) -> None:
         self._step = step
         self._watched = watched
 

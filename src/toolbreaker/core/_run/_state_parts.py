@@ -38,6 +38,7 @@ __all__ = [
     "Fired",
     "Stop",
     "Tally",
+    "action_for",
     "attempt_of",
     "tally_of",
 ]
@@ -262,6 +263,21 @@ def tally_of(fingerprint: str, occurrences: int, evidence: int, repeats: int) ->
     _set(tally, "evidence", evidence)
     _set(tally, "repeats", repeats)
     return tally
+
+
+def action_for(action: Action, fingerprint: str) -> Action:
+    """``action`` (a checked one) for another call of its tool: the call's ``fingerprint``.
+
+    Unchecked, as :func:`tally_of`: for a fingerprint
+    :func:`~toolbreaker.core._run.fingerprint.fingerprint` made (64 hex digits). A run
+    guard's quiet path builds one for every call of a tool whose action it checked once.
+    """
+    found: Action = _new(Action)
+    _set(found, "tool", action.tool)
+    _set(found, "fingerprint", fingerprint)
+    _set(found, "risk", action.risk)
+    _set(found, "recovery", action.recovery)
+    return found
 
 
 def attempt_of(tool: str, fingerprint: str, evidence: int) -> Attempt:

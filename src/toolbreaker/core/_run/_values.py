@@ -288,6 +288,19 @@ class Recent(Sequence[_V]):
         new._tuple = None
         return new
 
+    @classmethod
+    def of_dict(cls, by: dict[str, _V]) -> Recent[_V]:
+        """The values of ``by``, oldest first, kept by their keys; ``by`` is taken, not copied.
+
+        For a run cell that built the dict itself (:meth:`as_dict`) and hands it over: it
+        must never change it again.
+        """
+        return cls._owning(by)
+
+    def as_dict(self) -> dict[str, _V]:
+        """A new dict of the values by their keys, oldest first (one copy, made in C)."""
+        return self._by.copy()
+
     def get(self, key: str) -> _V | None:
         """The value kept under ``key``, or ``None``."""
         return self._by.get(key)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from toolbreaker.core._run._state_parts import attempt_of, tally_of
 from toolbreaker.core._run._values import (
     DIGEST_LENGTH,
+    RISK_CLASSES,
     WRITES,
     RiskClass,
     as_amount,
@@ -61,13 +62,18 @@ __all__ = [
     "PRECEDENCE",
     "Decision",
     "Needs",
+    "Quiet",
     "add_cost",
     "admit",
     "begin",
     "changes_world",
     "check",
     "finish",
+    "may_loop",
     "needs",
+    "quiet",
+    "repeat_of",
+    "result_digest",
     "stop",
 ]
 
@@ -108,9 +114,13 @@ def _check_now(run: RunState, now: int) -> None:
         )
 
 
-def _repeat(run: RunState, tally: Tally | None) -> int:
-    """The repeat number an action would have if it began now (``tally``: its own)."""
-    if tally is None or run.evidence != tally.evidence:
+def repeat_of(evidence: int, tally: Tally | None) -> int:
+    """The repeat number an action would have if it began now.
+
+    ``evidence`` is the run's evidence count, ``tally`` the action's own (``None``: it
+    never began): a repeat is an occurrence with no new evidence since the last one.
+    """
+    if tally is None or evidence != tally.evidence:
         return 0
     return tally.repeats + 1
 
@@ -137,16 +147,23 @@ def _cycle_names(calls: Sequence[Attempt | Action]) -> str:
     )
 
 
+def may_loop(history: Sequence[Attempt], fingerprint: str) -> bool:
+    """Whether an action of ``fingerprint`` beginning after ``history`` may complete a loop.
+
+    A cycle of n the action completes a second time has the action n places back: when
+    none of those places holds it, there is no loop under any ``loop_cycles`` (the
+    common case, decided at once).
+    """
+    for attempt in history[-MAX_CYCLE:-1]:  # noqa: SIM110 - any() of a generator costs more
+        if attempt.fingerprint == fingerprint:
+            return True
+    return False
+
+
 def _loop(run: RunState, action: Action, loop_cycles: int) -> str | None:
     """Describe the loop ``action`` would complete (under ``loop_cycles``), or ``None``."""
     history = run.history
-    # A cycle of n the action completes a second time has the action n places back: when
-    # none of those places holds it, there is no loop (the common case, decided at once).
-    fingerprint = action.fingerprint
-    for attempt in history[-MAX_CYCLE:-1]:
-        if attempt.fingerprint == fingerprint:
-            break
-    else:
+    if not may_loop(history, action.fingerprint):
         return None
     sequence = [attempt.fingerprint for attempt in history]
     sequence.append(action.fingerprint)
@@ -248,7 +265,7 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
         RunStateError: ``now`` is not an integer or lies before the run's start.
     """
     _check_now(run, now)
-    repeat = _repeat(run, run.tallies.get(action.fingerprint))
+    repeat = repeat_of(run.evidence, run.tallies.get(action.fingerprint))
     if run.stopped is not None:
         recovery = action.recovery and action.risk == "read"
         if recovery and run.recovery_calls < budget.max_recovery_calls:
@@ -262,6 +279,70 @@ def check(run: RunState, action: Action, budget: Budget, now: int) -> Decision:
         allowed=False,
         stop=Stop(condition, detail, now, action.risk, action.fingerprint),
         repeat=repeat,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Quiet:
+    """Which calls no limit can stop while the run changes by such calls alone.
+
+    :func:`quiet` works it out once from a state and its budget; a run cell
+    (:class:`~toolbreaker.core._run.cell.RunCell`) then begins a call in place, the run
+    machine not asked, only when :func:`check` would allow it: a call of a class in
+    ``classes``, of no stopped tool, asked before ``before``, while the run's calls are
+    below ``calls``, its class's below the class's limit and the turn's below
+    ``turn_calls``, that completes no cycle (:func:`may_loop`) and whose repeat number
+    (:func:`repeat_of`) is at most its class's limit. Such calls change no cost and stop
+    nothing, so what was worked out holds until another event changes the run. Each
+    limit :func:`_crossing` checks is read here too; ``tests/core/run/test_cell.py``
+    holds the two to each other over every field of a budget.
+
+    Attributes:
+        calls: ``max_tool_calls``.
+        classes: per class whose calls may be quiet (a read: writes are decided by their
+            journal entries; not one whose cost limit is reached), its ``max_calls``
+            (``None``: none) and its repeat limit; empty when the run is stopped or
+            its ``max_cost`` is reached.
+        before: a call at or after this time is not quiet: the deadline, or the first
+            reservation's lease end (spent then); ``None``: no such time.
+        leases_end: when the first reservation's lease ends (an outcome then is not
+            quiet either), else ``None``.
+        turn_calls: ``max_calls_per_turn``, else ``None``.
+        tools_stopped: the tools the run no longer calls.
+    """
+
+    calls: int
+    classes: Mapping[RiskClass, tuple[int | None, int]]
+    before: int | None
+    leases_end: int | None
+    turn_calls: int | None
+    tools_stopped: frozenset[str]
+
+
+def quiet(run: RunState, budget: Budget) -> Quiet:
+    """The calls of ``run`` no limit of ``budget`` can stop (see :class:`Quiet`)."""
+    leases_end = min((hold.expires_at for hold in run.reservations), default=None)
+    deadline = budget.deadline_ms
+    before = leases_end
+    if deadline is not None:
+        end = run.started_at + deadline  # a call at now - started_at >= deadline is late
+        before = end if before is None else min(before, end)
+    classes: dict[RiskClass, tuple[int | None, int]] = {}
+    if run.stopped is None and (budget.max_cost is None or run.cost < budget.max_cost):
+        for risk in RISK_CLASSES:
+            limits = budget.classes[risk]
+            if risk in WRITES or (
+                limits.max_cost is not None and run.class_cost[risk] >= limits.max_cost
+            ):
+                continue
+            classes[risk] = (limits.max_calls, budget.repeats_for(risk)[0])
+    return Quiet(
+        calls=budget.max_tool_calls,
+        classes=classes,
+        before=before,
+        leases_end=leases_end,
+        turn_calls=budget.max_calls_per_turn,
+        tools_stopped=frozenset(found.tool for found in run.tools_stopped),
     )
 
 
@@ -315,7 +396,7 @@ def needs(run: RunState, action: Action, budget: Budget, now: int) -> Needs:
     return Needs(
         calls=run.calls + 1,
         class_calls=run.class_calls[risk] + 1,
-        repeats=_repeat(run, run.tallies.get(action.fingerprint)),
+        repeats=repeat_of(run.evidence, run.tallies.get(action.fingerprint)),
         loop_cycles=0 if loop == 2 else loop,
         cost=run.cost,
         class_cost=run.class_cost[risk],
@@ -355,7 +436,7 @@ def begin(
         fingerprint,
         1 if known is None else known.occurrences + 1,
         evidence,
-        _repeat(run, known),
+        repeat_of(run.evidence, known),
     )
     history = run.history
     attempt = attempt_of(action.tool, fingerprint, evidence)
@@ -381,7 +462,8 @@ def _hashed(evidence: str) -> str:
 _remembered: Final = functools.lru_cache(maxsize=1024)(_hashed)
 
 
-def _digest(evidence: str) -> str:
+def result_digest(evidence: str) -> str:
+    """The digest a run keeps of a result's evidence (:attr:`RunState.digests`)."""
     return _remembered(evidence) if len(evidence) <= _REMEMBERED else _hashed(evidence)
 
 
@@ -434,7 +516,7 @@ def finish(
     if evidence is not None:
         if not isinstance(evidence, str):
             raise RunStateError(f"evidence must be a string, got {evidence!r}", field="evidence")
-        digest = _digest(evidence)
+        digest = result_digest(evidence)
         if not digests.holds(digest):
             count += 1
             digests = digests.latest(digest, digest, EVIDENCE_LIMIT)

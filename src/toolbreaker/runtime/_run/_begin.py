@@ -171,14 +171,21 @@ class Begin:
             tool, planned, outcome, call, permit=permit, call_id=call_id, watching=watching
         )
 
-    def direct(self, tool: str, args: dict[str, Any]) -> Step:
+    @property
+    def resumed(self) -> bool:
+        """Whether the writes an earlier run of the task left unresolved were read."""
+        return self._resumed
+
+    def direct(self, tool: str, args: dict[str, Any], known: tuple[str, int] | None = None) -> Step:
         """:meth:`_deciding` called inline, for a tool with no dependency breaker.
 
         Such a call yields no effect but the plan and a write's pending entry, each a
         plain function here: ``RunGuard.call``'s direct path (see
         ``RunGuard._direct``), for a call no step observer watches, outside a model turn.
+        ``known``: a read's fingerprint and the time of its request, as ``RunGuard.call``'s
+        quiet path read them before it found the request was not quiet.
         """
-        planned = self._plan(tool, args)
+        planned = self._plan(tool, args, known)
         call, outcome = planned.call, planned.outcome
         if not isinstance(outcome, Run):
             return self._answered(tool, planned, outcome, None, None)
@@ -188,6 +195,17 @@ class Begin:
             if refused is not None:
                 return self._answered(tool, planned, refused, None, None)
         return self._running(tool, planned, outcome, call)
+
+    def ran(self, call: CallRecord, args: dict[str, Any], decision: RunDecision) -> Step:
+        """The step of a call the run cell began in place (``RunGuard.call``'s quiet path).
+
+        The step :meth:`direct` makes for it, made only once its tool raised: the settle
+        flow settles a failure by its step.
+        """
+        run = Run(args)
+        return self._running(
+            call.spec.name, _Planned(call.spec, args, run, call, decision), run, call
+        )
 
     def _running(
         self,
@@ -267,14 +285,26 @@ class Begin:
                 )
             )
 
-    def _plan(self, tool: str, args: dict[str, Any]) -> _Planned:
-        """The call read, the journal read, the run machine told; the plan carried out."""
+    def _plan(
+        self, tool: str, args: dict[str, Any], known: tuple[str, int] | None = None
+    ) -> _Planned:
+        """The call read, the journal read, the run machine told; the plan carried out.
+
+        ``known``: the call's fingerprint and the time of its request, read already.
+        """
         shell = self.shell
         spec = shell.tools.get(tool)
         if spec is None:
             raise PolicyError(f"unknown tool {tool!r} for run {shell.task!r}", field="tool")
         args = without_key(spec, args)
-        intent = intent_of(spec, args, rules=shell.rules, task=shell.task, steps=shell.state.steps)
+        intent = intent_of(
+            spec,
+            args,
+            rules=shell.rules,
+            task=shell.task,
+            steps=shell.steps,
+            fingerprint=None if known is None else known[0],
+        )
         if isinstance(intent, Answer):
             return _Planned(spec, args, intent)  # its class, arguments or cost cannot be told
         key = intent.key
@@ -304,7 +334,7 @@ class Begin:
         decision = shell.feed(
             RunEvent(
                 "request",
-                shell.clock(),
+                shell.clock() if known is None else known[1],
                 action,
                 journal=status,
                 evidence=evidence,
@@ -317,7 +347,7 @@ class Begin:
             intent,
             decision,
             entry,
-            writes_blocked=shell.state.writes_blocked is not None,
+            writes_blocked=shell.writes_blocked is not None,
             turn_limit=shell.budget.max_calls_per_turn,
         )
         if isinstance(plan, Reconcile):

@@ -35,6 +35,7 @@ __all__ = [
     "Invoke",
     "Record",
     "RunTool",
+    "returned",
 ]
 
 R = TypeVar("R")
@@ -170,16 +171,8 @@ class RunTool:
             AsyncCallError: the tool returned an awaitable (it was never run).
         """
         if self.breaker is not None:
-            result = self.breaker.run(self.step, self.fn, **self.step.args)
-        else:
-            result = self.fn(**self.step.args)
-        if is_awaitable(result):
-            raise not_awaited(
-                result,
-                f"RunGuard.call({self.step.tool!r})",
-                f"await guard.acall({self.step.tool!r}, args) for a coroutine tool",
-            )
-        return result
+            return returned(self.step.tool, self.breaker.run(self.step, self.fn, **self.step.args))
+        return returned(self.step.tool, self.fn(**self.step.args))
 
     async def arun(self) -> Any:
         """Await the coroutine tool."""
@@ -187,6 +180,21 @@ class RunTool:
             return await self.breaker.arun(self.step, self.fn, **self.step.args)
         awaitable: Awaitable[Any] = self.fn(**self.step.args)
         return await awaitable
+
+
+def returned(tool: str, result: Any) -> Any:
+    """What a sync call of ``tool`` returned, if it is no awaitable (a coroutine tool's).
+
+    Raises:
+        AsyncCallError: ``result`` is an awaitable: the tool was never run (it is closed).
+    """
+    if is_awaitable(result):
+        raise not_awaited(
+            result,
+            f"RunGuard.call({tool!r})",
+            f"await guard.acall({tool!r}, args) for a coroutine tool",
+        )
+    return result
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ packet (``_shell.RunShell``); the begin flow that carries out each call's plan
 (``_begin.Begin``), the plan itself being the pure functions of ``_plan`` (a frozen
 answer, reconcile or run); the settle flow that verifies, reconciles and journals a
 call's outcome, and owns the guard's steps (``_settle.Settle``); a model turn's sibling
-calls (``_turns.Turns``). This module is the public surface. Every sync and async twin
+calls (``_turns.Turns``); the quiet path of ``call``, a plain read counted in place by
+the run's cell (``_quiet.QuietCalls``). This module is the public surface. Every sync and async twin
 (``begin``/``abegin``, ``call``/``acall``, the settle callbacks, ``run_step``/
 ``arun_step``) runs one flow through one driver
 (:mod:`toolbreaker.runtime._flow`), so no rule is written twice for the two.
@@ -60,6 +61,7 @@ from toolbreaker.runtime._result import over_budget_result
 from toolbreaker.runtime._run._begin import Begin
 from toolbreaker.runtime._run._driver import RunTool
 from toolbreaker.runtime._run._journal import budget_extension, journaled
+from toolbreaker.runtime._run._quiet import QuietCalls, quiet_tool
 from toolbreaker.runtime._run._reserve import CostReservation
 from toolbreaker.runtime._run._settle import Settle
 from toolbreaker.runtime._run._shared import SharedRun
@@ -161,6 +163,7 @@ class RunGuard:
         self._settle = Settle(self._shell)
         self._begin = Begin(self._shell, self._settle)
         self._turns = Turns(self._shell, self._settle)
+        self._quiet = QuietCalls(self._shell, self._begin, self._settle, self._direct)
         #: Listeners of the run's ``toolbreaker.limit/v1`` notices (a ``deferred`` call):
         #: ``guard.notices.add_listener(fn)``.
         self.notices = self._shell.notices
@@ -205,12 +208,12 @@ class RunGuard:
     @property
     def stopped(self) -> Stop | None:
         """Why the run stopped, or ``None`` while it may continue."""
-        return self._shell.state.stopped
+        return self._shell.stopped
 
     @property
     def writes_blocked(self) -> Stop | None:
         """Why writes are refused for now (writes with an unknown outcome), else ``None``."""
-        return self._shell.state.writes_blocked
+        return self._shell.writes_blocked
 
     @property
     def state(self) -> RunState:
@@ -262,10 +265,18 @@ class RunGuard:
                 self._watch.tell(breaker)  # before the tool can be called: from its first call
             self._shell.tools[tool.name] = tool
             # Whether it is a coroutine function never changes: asked once, not per call.
-            if inspect.iscoroutinefunction(tool.fn):
+            coroutine = inspect.iscoroutinefunction(tool.fn)
+            if coroutine:
                 self._shell.coroutines.add(tool.name)
             else:
                 self._shell.coroutines.discard(tool.name)
+            # A read with nothing of its own to ask before or after it runs (a breaker, a
+            # risk function, a cost): its calls may take the quiet path (see call).
+            quiet = quiet_tool(tool, coroutine=coroutine, shared=self._shell.shared is not None)
+            if quiet is not None:
+                self._shell.quiet_tools[tool.name] = quiet
+            else:
+                self._shell.quiet_tools.pop(tool.name, None)
         return tool
 
     def breakers(self) -> tuple[Breaker, ...]:
@@ -407,7 +418,7 @@ class RunGuard:
         budget = self.budget.raised(**fields)
         before, after = self.budget.to_dict(), budget.to_dict()
         changed = {name: {"from": before[name], "to": after[name]} for name in fields}
-        stopped = self._shell.state.stopped
+        stopped = self._shell.stopped
         record = budget_extension(
             by=by,
             why=why,
@@ -620,6 +631,14 @@ class RunGuard:
                 not counted, a write as not sent).
         """
         shell = self._shell
+        quiet = shell.quiet_tools.get(tool)  # no coroutine, no breaker: see add_tool
+        if (
+            quiet is not None
+            and shell.group is None
+            and not shell.step_observers
+            and self._begin.resumed
+        ):
+            return self._quiet.call(quiet, dict(args or {}))
         if tool in shell.coroutines:
             raise AsyncCallError(
                 f"RunGuard.call({tool!r}) of a coroutine tool: it would never run, and "
@@ -687,7 +706,9 @@ class RunGuard:
         )
         return step
 
-    def _direct(self, spec: GuardedTool, args: dict[str, Any]) -> Any:
+    def _direct(
+        self, spec: GuardedTool, args: dict[str, Any], known: tuple[str, int] | None = None
+    ) -> Any:
         """:meth:`_calling` without its driver, for a call that needs no effect of its own.
 
         A tool with no dependency breaker, outside a model turn, that no step observer
@@ -698,7 +719,7 @@ class RunGuard:
         settled by the one settle flow (:meth:`Settle.settle_failure`), driven here.
         ``tests/runtime/run/test_direct_call.py`` holds it to :meth:`_calling`.
         """
-        step = self._begin.direct(spec.name, args)
+        step = self._begin.direct(spec.name, args, known)
         if step.answer is not None:
             return step.answer
         failure: BaseException | None = None

@@ -129,6 +129,7 @@ def intent_of(
     rules: FingerprintRules,
     task: str,
     steps: int,
+    fingerprint: str | None = None,
 ) -> Intent | Answer:
     """The call's class, fingerprint, write key and cost; or the answer refusing it.
 
@@ -139,6 +140,8 @@ def intent_of(
         task: the run's task id (a write's key is the task's).
         steps: the run's steps so far: a tool whose risk is a function of its
             arguments and that has no business key keys each write by its step.
+        fingerprint: the call's fingerprint when it was worked out already (a read's
+            by ``RunGuard.call``'s quiet path, with these ``rules``), else ``None``.
     """
     tool = spec.name
     try:
@@ -150,15 +153,18 @@ def intent_of(
     try:
         # A generic tool's write (a shell command) is no business action made once:
         # without a business key, each call is its own write.
-        action_fp, key = action_keys(
-            tool,
-            args,
-            rules,
-            write=risk in WRITES,
-            business_key=spec.business_key,
-            task=task,
-            call=steps + 1 if callable(spec.risk) else None,
-        )
+        if fingerprint is not None and risk not in WRITES:
+            action_fp, key = fingerprint, None
+        else:
+            action_fp, key = action_keys(
+                tool,
+                args,
+                rules,
+                write=risk in WRITES,
+                business_key=spec.business_key,
+                task=task,
+                call=steps + 1 if callable(spec.risk) else None,
+            )
     except (FingerprintError, RecursionError) as exc:
         # Arguments that cannot be checked are never run: the guard could neither
         # count them nor give a write its key.

@@ -234,9 +234,7 @@ class Settle:
             return result  # a mode's answer says what the caller gets, the stop included
         return {
             **result,
-            **stopped_result(
-                decision.stop, writes_blocked=self.shell.state.writes_blocked is not None
-            ),
+            **stopped_result(decision.stop, writes_blocked=self.shell.writes_blocked is not None),
         }
 
     def _degrade(self, plan: CallRecord, result: dict[str, Any]) -> Degrade:
@@ -339,7 +337,7 @@ class Settle:
             why=why,
             found=found,
             checked=checked,
-            writes_blocked=self.shell.state.writes_blocked is not None,
+            writes_blocked=self.shell.writes_blocked is not None,
         )
 
     def _actual_cost(self, plan: CallRecord, result: Any) -> Decimal | None:
@@ -355,11 +353,14 @@ class Settle:
             return None
 
     def _observe_retry(self, plan: CallRecord, result: Any) -> None:
+        self.observed(plan.fingerprint, result)
+
+    def observed(self, fingerprint: str, result: Any) -> None:
         """Remember whether the action's attempt ended in a failure worth retrying."""
         retryable = failed_retryably(result)
         with self.shell.lock:
             self.shell.retries = observe(
-                self.shell.retries, plan.fingerprint, retryable_failure=retryable
+                self.shell.retries, fingerprint, retryable_failure=retryable
             )
 
 

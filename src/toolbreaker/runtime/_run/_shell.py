@@ -20,9 +20,9 @@ from typing import Any, Final
 from toolbreaker.core._run import protocol
 from toolbreaker.core._run._values import ZERO
 from toolbreaker.core._run.budget import Action, Budget, RiskClass, RunState, Stop
+from toolbreaker.core._run.cell import RunCell
 from toolbreaker.core._run.fingerprint import FingerprintRules
 from toolbreaker.core._run.machine import ANSWERED, RunDecision, RunEvent
-from toolbreaker.core._run.machine import apply as run_apply
 from toolbreaker.core._run.retrying import ModelRetries
 from toolbreaker.core._run.state import RUNNING, Outcome
 from toolbreaker.errors import StoreUnavailable, StoreWriteUnknown
@@ -39,7 +39,7 @@ from toolbreaker.runtime._run._tools import GuardedTool
 from toolbreaker.runtime._step import Step, StepObservers
 from toolbreaker.stores._protocol import Journal
 
-__all__ = ["NO_TURN", "CallRecord", "RunShell", "call_of", "record_of"]
+__all__ = ["NO_TURN", "CallRecord", "QuietTool", "RunShell", "call_of", "record_of"]
 
 #: No model turn marked yet.
 NO_TURN: Final = object()
@@ -87,6 +87,23 @@ class CallRecord:
     risk: RiskClass = "read"
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class QuietTool:
+    """A tool whose calls ``RunGuard.call`` may count in place (its quiet path).
+
+    A read of a fixed class, with no dependency breaker and no declared cost, not a
+    coroutine function, of a run that is not shared (``RunGuard.add_tool``).
+
+    Attributes:
+        spec: the tool.
+        action: its calls' action as the run machine sees it, checked once; each call's
+            is this one with the call's fingerprint (``action_for``).
+    """
+
+    spec: GuardedTool
+    action: Action
+
+
 def call_of(step: Step) -> CallRecord | None:
     """The run guard's record of ``step``'s call, ``None`` for a call refused unread."""
     plan = step.plan
@@ -132,15 +149,18 @@ class RunShell:
         self.guard = guard
         self.shared = shared
         self.task = task
-        self.budget = budget
         self.journal = journal
         self.clock = clock
         self.rules = rules
         self.tools: dict[str, GuardedTool] = {}
+        #: The tools whose calls ``RunGuard.call`` may count in place (its quiet path).
+        self.quiet_tools: dict[str, QuietTool] = {}
         #: The names of the tools that are coroutine functions (``RunGuard.add_tool``).
         self.coroutines: set[str] = set()
         self.lock = threading.Lock()
-        self.state = RunState.start(task, clock())
+        #: The run's state and budget: events fed to the run machine, quiet calls counted
+        #: in place (:class:`~toolbreaker.core._run.cell.RunCell`); under :attr:`lock`.
+        self.cell = RunCell(RunState.start(task, clock()), budget)
         self.retries = ModelRetries()
         #: The last call the run attempted, as its stop packet shows it.
         self.attempted: dict[str, Any] | None = None
@@ -160,14 +180,30 @@ class RunShell:
     # -- inspection -----------------------------------------------------------------------
 
     @property
+    def state(self) -> RunState:
+        """The run's state, as the run machine made it (a shared run: as last seen)."""
+        with self.lock:
+            return self.cell.state
+
+    @property
+    def budget(self) -> Budget:
+        """The run's limits (a shared run's as its store holds them)."""
+        return self.cell.budget
+
+    @property
+    def steps(self) -> int:
+        """The tool requests the run was asked about (the state's ``steps``)."""
+        return self.cell.steps
+
+    @property
     def stopped(self) -> Stop | None:
         """Why the run stopped, or ``None`` while it may continue."""
-        return self.state.stopped
+        return self.cell.stopped
 
     @property
     def writes_blocked(self) -> Stop | None:
         """Why writes are refused for now (writes with an unknown outcome), else ``None``."""
-        return self.state.writes_blocked
+        return self.cell.writes_blocked
 
     def stop_packet(self) -> StopPacket:
         """The operator packet for the run as it is now (a shared run: as its store holds it)."""
@@ -205,14 +241,17 @@ class RunShell:
 
     def feed(self, event: RunEvent, *, raised: Mapping[str, Any] | None = None) -> RunDecision:
         """Feed the run machine; ``raised``: an ``extend``'s limits to raise the budget to."""
-        was = self.state
+        cell = self.cell
+        # What the stop listeners compare with, read only when there are any (every event).
+        listening = bool(self.stop_listeners)
+        was = (cell.stopped, cell.writes_blocked) if listening else (None, None)
         shared = self.shared
         if shared is None:
             with self.lock:
                 if raised is not None:
-                    self.budget = self.budget.raised(**raised)
-                self.state, decision = run_apply(self.state, event, self.budget)
-            if self.stop_listeners:
+                    cell.reset(cell.state, cell.budget.raised(**raised))
+                decision = cell.feed(event)
+            if listening:
                 self._stop_changed(was)
             return decision
         if event.type not in ANSWERED and on_loop():
@@ -228,34 +267,32 @@ class RunShell:
             else:
                 state, budget, decision = written
                 self.view((state, budget))
-        if self.stop_listeners:
+        if listening:
             self._stop_changed(was)
         return decision
 
-    def _stop_changed(self, was: RunState) -> None:
-        """Tell the stop listeners when the run stopped or blocked writes since ``was``."""
-        before = (was.stopped, was.writes_blocked)
-        after = (self.state.stopped, self.state.writes_blocked)
+    def _stop_changed(self, before: tuple[Stop | None, Stop | None]) -> None:
+        """Tell the stop listeners when the run stopped or blocked writes since ``before``."""
+        after = (self.cell.stopped, self.cell.writes_blocked)
         if after != before and any(after):
             self._notify_stop()
 
     def _local(self, event: RunEvent) -> RunDecision:
         """``event`` applied to this guard's view alone (the store will hear it later)."""
         with self.lock:
-            self.state, decision = run_apply(self.state, event, self.budget)
-        return decision
+            return self.cell.feed(event)
 
     def view(self, found: tuple[RunState, Budget] | None) -> None:
         """This guard's view of a shared run, as its store holds it (``None``: unreachable)."""
         if found is not None:
             with self.lock:
-                self.state, self.budget = found
+                self.cell.reset(*found)
 
     def _write_shared(self) -> None:
         assert self.shared is not None
-        before = (self.state.stopped, self.state.writes_blocked)
+        before = (self.cell.stopped, self.cell.writes_blocked)
         self.view(self.shared.flush())
-        after = (self.state.stopped, self.state.writes_blocked)
+        after = (self.cell.stopped, self.cell.writes_blocked)
         if self.stop_listeners and after != before and any(after):
             self._notify_stop()
 
@@ -278,12 +315,14 @@ class RunShell:
         cost: Decimal | None = None,
         error: str | None = None,
         spent: bool = True,
+        at: int | None = None,
     ) -> None:
         """Tell the run machine how a begun call ended.
 
         A call that held a reservation settles it: ``cost`` is its actual cost (``None``:
         what was held is spent); ``spent=False`` says it never ran (nothing spent).
         ``error``: the classifier's class of a failure (for ``max_tool_failures``).
+        ``at``: when it ended, if the clock was read already.
         """
         if plan.action is None or not plan.begun:
             return
@@ -293,7 +332,7 @@ class RunShell:
         self.feed(
             RunEvent(
                 "outcome",
-                self.clock(),
+                self.clock() if at is None else at,
                 plan.action,
                 outcome=outcome,
                 evidence=evidence,
