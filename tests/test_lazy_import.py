@@ -7,6 +7,7 @@ loaded, never how long it took (``benchmarks/bench_import.py`` measures the time
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import subprocess
@@ -56,6 +57,12 @@ NOT_FOR_A_BREAKER = (
 
 def loaded(statement: str) -> set[str]:
     """The modules ``statement`` adds to ``sys.modules`` in a fresh interpreter."""
+    return set(json.loads(loaded_output(statement).splitlines()[-1]))
+
+
+def loaded_output(statement: str) -> str:
+    """What ``statement`` prints in a fresh interpreter, then (a last line) the modules it
+    added to ``sys.modules``, as JSON."""
     code = (
         "import json, sys\n"
         "before = set(sys.modules)\n"
@@ -70,7 +77,7 @@ def loaded(statement: str) -> set[str]:
         check=True,
         env={**os.environ, "PYTHONPATH": path},
     )
-    return set(json.loads(done.stdout))
+    return done.stdout
 
 
 def under(modules: set[str], names: tuple[str, ...]) -> list[str]:
@@ -320,16 +327,42 @@ def run_guard_modules(modules: set[str]) -> list[str]:
     return [m for m in under(modules, ("toolbreaker.runtime._run",)) if m not in light]
 
 
-@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
-def test_an_adapter_loads_no_run_guard_until_one_is_used(adapter):
+def test_an_adapter_loads_no_run_guard_until_one_is_used():
     """Importing an adapter loads what it uses at its top: ``integrations/_kit.py`` imports
     each name when first used, so a breaker-only program that imports an adapter never
-    loads the run guard; the first use of one loads it."""
-    pytest.importorskip(ADAPTERS[adapter])
-    module = f"toolbreaker.integrations.{adapter}"
-    assert run_guard_modules(loaded(f"import {module}")) == []
-    used = loaded(f"import {module}, toolbreaker.integrations._kit as kit; kit.RunGuard")
-    assert "toolbreaker.runtime._run._guard" in used
+    loads the run guard; the first use of one loads it.
+
+    One interpreter imports every installed adapter in turn (each import of a framework
+    costs seconds of CPU, and most share their dependencies), and says which modules each
+    import added: an adapter that loaded a run guard module is named with it.
+    """
+    installed = [a for a, framework in sorted(ADAPTERS.items()) if find_spec_of(framework)]
+    assert "httpx" in installed  # the test extra installs it: never an empty loop
+    statement = "\n".join(
+        [
+            "added = {}",
+            *(
+                f"seen = set(sys.modules); import toolbreaker.integrations.{adapter}; "
+                f"added[{adapter!r}] = sorted(set(sys.modules) - seen)"
+                for adapter in installed
+            ),
+            "import toolbreaker.integrations._kit as kit; kit.RunGuard",
+            "print(json.dumps(added))",
+        ]
+    )
+    lines = loaded_output(statement).splitlines()
+    added = json.loads(lines[0])
+    assert {a: run_guard_modules(set(m)) for a, m in added.items()} == {a: [] for a in installed}
+    assert "toolbreaker.runtime._run._guard" in json.loads(lines[1])
+
+
+def find_spec_of(module: str) -> bool:
+    """Whether ``module`` is installed, without importing it (nor, past its top package,
+    what its package imports)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
 
 
 def test_every_public_name_and_every_star_import_resolves():
