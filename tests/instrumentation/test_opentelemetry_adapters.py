@@ -426,7 +426,22 @@ def test_google_adk_tool_spans_carry_type_and_description(service, exporter):
 # -- CrewAI: protect(), a scripted BaseLLM ------------------------------------------------------
 
 
-def test_crewai_tool_spans_carry_type_and_description(service, exporter):
+@pytest.fixture
+def crewai_connections_collected() -> Iterator[None]:
+    """Collect the SQLite connections CrewAI 1.6 leaves open (its task-output storage)
+    now, not in a later test of this worker: Python 3.13 warns when one is collected."""
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+
+
+# CrewAI 1.6 leaves the SQLite connections of its task-output storage open; on Python 3.13
+# a collection during the test warns (seen once in CI, on 3.13, as an unraisable warning).
+@pytest.mark.filterwarnings("ignore:unclosed database:ResourceWarning")
+def test_crewai_tool_spans_carry_type_and_description(
+    service, exporter, crewai_connections_collected
+):
     """A CrewAI agent's tool: its span says ``function`` and the tool's own description
     (not the "Tool Name: ... Tool Arguments: ..." text CrewAI builds around it)."""
     if sys.version_info >= (3, 14):  # pragma: no cover - crewai 1.6 declares <3.14
