@@ -32,3 +32,23 @@ def test_the_fixture_demo_hash_is_the_same_every_run(capsys):
     again = [line for line in capsys.readouterr().out.splitlines() if "receipt_hash" in line]
     assert first == again
     assert "the same every run" in first[0]
+
+
+def test_the_live_demo_hash_is_the_same_in_another_process():
+    """The hash is the same in every process, not only twice in one: a call id holds the
+    process's token (its pid and random digits), which the receipt must not depend on."""
+    import subprocess
+    import sys
+
+    hashes = set()
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-m", "toolbreaker", "demo"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        )
+        (line,) = [line for line in done.stdout.splitlines() if "receipt_hash" in line]
+        hashes.add(line.split("receipt_hash", 1)[1].split()[0])
+    assert len(hashes) == 1, hashes

@@ -10,6 +10,7 @@ difference in remote attempts is visible.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import urllib.parse
 from collections.abc import Callable
@@ -253,10 +254,30 @@ def _tools(
     return {name: registry.for_tool(name).guard(fn) for name, fn in raw.items()}
 
 
+def _numbered(records: list[Transition]) -> list[Transition]:
+    """``records`` with each call id replaced by its rank of first appearance (``"1"``, ...).
+
+    A call id starts with its process's token (the pid and random digits: ids of two
+    processes never meet in a shared store), so a receipt of them would differ in every
+    process. Numbered in order, the same run gives the same receipt in any process, and
+    the saved trace's replay gives it again.
+    """
+    rank: dict[str, str] = {}
+
+    def numbered(record: Transition) -> Transition:
+        call = record.event.call
+        if call is None:
+            return record
+        event = dataclasses.replace(record.event, call=rank.setdefault(call, str(len(rank) + 1)))
+        return dataclasses.replace(record, event=event)
+
+    return [numbered(record) for record in records]
+
+
 def _receipt(registry: Registry, records: list[Transition]) -> dict[str, Any]:
     """The receipt of the catalog breaker: one policy, its transitions, its final state."""
     catalog = registry.get("catalog", "read")
-    mine = [r for r in records if r.dependency == catalog.key]
+    mine = [r for r in _numbered(records) if r.dependency == catalog.key]
     return summarise(catalog.policy, {catalog.key: (mine, catalog.state)})
 
 
@@ -264,7 +285,7 @@ def _files(
     registry: Registry, records: list[Transition], receipt: dict[str, Any]
 ) -> dict[str, str]:
     policy = registry.get("catalog", "read").policy
-    lines = (trace_event(r) for r in records if r.dependency == "catalog:read")
+    lines = (trace_event(r) for r in _numbered(records) if r.dependency == "catalog:read")
     trace = [line for line in lines if line is not None]
     return {
         "trace.jsonl": "".join(json.dumps(e) + "\n" for e in trace),
