@@ -33,17 +33,21 @@ HEAVY = (
 )
 
 
-def needs(name: str, reason: str) -> None:
-    """Skip the calling test module at collection when ``name`` is not installed.
+def installed(name: str) -> bool:
+    """Whether the module ``name`` is installed, without importing it.
 
     Only the module's spec is looked up (its parent packages are imported: a namespace
     package for ``google.adk``); the framework itself is not imported.
     """
     try:
-        spec = importlib.util.find_spec(name)
+        return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:
-        spec = None
-    if spec is None:
+        return False
+
+
+def needs(name: str, reason: str) -> None:
+    """Skip the calling test module at collection when ``name`` is not :func:`installed`."""
+    if not installed(name):
         pytest.skip(reason, allow_module_level=True)
 
 

@@ -7,7 +7,6 @@ loaded, never how long it took (``benchmarks/bench_import.py`` measures the time
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import toolbreaker
+from frameworks import installed
 
 SRC = Path(toolbreaker.__file__).resolve().parent
 
@@ -336,15 +336,15 @@ def test_an_adapter_loads_no_run_guard_until_one_is_used():
     costs seconds of CPU, and most share their dependencies), and says which modules each
     import added: an adapter that loaded a run guard module is named with it.
     """
-    installed = [a for a, framework in sorted(ADAPTERS.items()) if find_spec_of(framework)]
-    assert "httpx" in installed  # the test extra installs it: never an empty loop
+    present = [a for a, framework in sorted(ADAPTERS.items()) if installed(framework)]
+    assert "httpx" in present  # the test extra installs it: never an empty loop
     statement = "\n".join(
         [
             "added = {}",
             *(
                 f"seen = set(sys.modules); import toolbreaker.integrations.{adapter}; "
                 f"added[{adapter!r}] = sorted(set(sys.modules) - seen)"
-                for adapter in installed
+                for adapter in present
             ),
             "import toolbreaker.integrations._kit as kit; kit.RunGuard",
             "print(json.dumps(added))",
@@ -352,17 +352,8 @@ def test_an_adapter_loads_no_run_guard_until_one_is_used():
     )
     lines = loaded_output(statement).splitlines()
     added = json.loads(lines[0])
-    assert {a: run_guard_modules(set(m)) for a, m in added.items()} == {a: [] for a in installed}
+    assert {a: run_guard_modules(set(m)) for a, m in added.items()} == {a: [] for a in present}
     assert "toolbreaker.runtime._run._guard" in json.loads(lines[1])
-
-
-def find_spec_of(module: str) -> bool:
-    """Whether ``module`` is installed, without importing it (nor, past its top package,
-    what its package imports)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def test_every_public_name_and_every_star_import_resolves():
