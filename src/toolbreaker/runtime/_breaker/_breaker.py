@@ -20,6 +20,11 @@ the model's re-calls), the retry loop (:mod:`._retries`), a scoped row's breaker
 (:mod:`._scopes`), the degradation chain (:mod:`._degrade`), the bulkhead
 (:mod:`._bulkhead`) and the workers (:mod:`._deadline`). Here: the options, the wiring,
 configuration and operator control.
+
+Why over 800 lines: it is the public class, and each public method repeats its
+documented signature (keyword arguments, overloads for sync and async) to hand the call
+to its part; splitting the class would bring back the layers it was composed from. The
+parts hold the logic; what is here is wiring and the documentation users read.
 """
 
 from __future__ import annotations
